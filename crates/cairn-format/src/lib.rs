@@ -1,0 +1,59 @@
+//! # cairn-format: the bytes on disk
+//!
+//! Every structure cairn writes to a device is defined here, and nowhere else: labels, the
+//! uberblock ring, block pointers, dnodes, object-set roots, space-log blocks. This crate does no
+//! I/O, spawns no threads and reads no clock; it turns bytes into typed values and back.
+//!
+//! ```text
+//!  device:  | L0 | L1 | reserved | data region (metaslabs) ......... | L2 | L3 |
+//!  label:   | blank 16K | config header + postcard blob | uberblock ring (32 x 4K) |
+//!  uberblock ──root_bp──▶ MOS object set ──dnode 1──▶ dataset directory ──▶ dataset object sets
+//!            └─space_log_bp──▶ newest space-log block ──prev──▶ ... ──▶ checkpoint
+//! ```
+//!
+//! Invariants:
+//! - All integers are little-endian; fixed structs are `zerocopy` types whose sizes are asserted
+//!   at compile time (`const _: () = assert!(...)`), and `docs/format.md` is checked against the
+//!   constants by a test (`tests/format_doc.rs`).
+//! - Decoders never trust a length, offset or count read from disk: every decoder returns
+//!   `FormatError` on arbitrary bytes and never panics (property-tested and fuzzed).
+//! - A block pointer carries the checksum of the block it points to; self-describing blocks
+//!   (label config, uberblock) carry an embedded checksum of their own bytes.
+//!
+//! Room is left, by reserved enum values and reserved bytes, for compression, dedup, snapshots,
+//! raidz and intent-log blocks; readers reject values they do not understand instead of guessing.
+
+pub mod blkptr;
+pub mod checksum;
+pub mod dnode;
+pub mod error;
+pub mod label;
+pub mod spacelog;
+pub mod uberblock;
+
+pub use blkptr::{BlockPointer, Compression, Dva, ObjectType};
+pub use checksum::{Checksum, ChecksumAlgorithm};
+pub use dnode::{Dnode, ObjsetPhys, ObjsetType};
+pub use error::FormatError;
+pub use label::{
+    LabelConfig, LeafConfig, PoolState, TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig,
+};
+pub use spacelog::{SpaceLogBlock, SpaceLogEntry, SpaceLogKind, SpaceOp};
+pub use uberblock::Uberblock;
+
+/// Version of the on-disk format written by this build. Readers refuse newer versions.
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Smallest unit of allocation and I/O alignment, as a power of two (4 KiB).
+pub const ASHIFT_DEFAULT: u8 = 12;
+/// Smallest ashift a pool may use (512-byte sectors).
+pub const ASHIFT_MIN: u8 = 9;
+/// Largest ashift a pool may use (64 KiB sectors).
+pub const ASHIFT_MAX: u8 = 16;
+
+/// Largest logical or physical size of one block.
+pub const BLOCK_SIZE_MAX: u32 = 16 * 1024 * 1024;
+/// Every block size is a multiple of this.
+pub const BLOCK_SIZE_GRANULE: u32 = 512;
+
+const _: () = assert!(BLOCK_SIZE_MAX % BLOCK_SIZE_GRANULE == 0);
