@@ -16,7 +16,9 @@ pub enum DeviceError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{device}: {op} of {len} bytes at offset {offset} is outside the device ({size} bytes)")]
+    #[error(
+        "{device}: {op} of {len} bytes at offset {offset} is outside the device ({size} bytes)"
+    )]
     OutOfRange {
         device: String,
         op: &'static str,
@@ -88,5 +90,62 @@ pub fn check_range(
             len,
             size,
         }),
+    }
+}
+
+impl DeviceError {
+    /// A copy of this error, for fanning one failed device call out to every request it served.
+    /// An `Io` error keeps its kind, OS error code (if any) and message.
+    pub fn duplicate(&self) -> DeviceError {
+        match self {
+            DeviceError::Io {
+                device,
+                op,
+                offset,
+                source,
+            } => DeviceError::Io {
+                device: device.clone(),
+                op,
+                offset: *offset,
+                source: match source.raw_os_error() {
+                    Some(code) => std::io::Error::from_raw_os_error(code),
+                    None => std::io::Error::new(source.kind(), source.to_string()),
+                },
+            },
+            DeviceError::OutOfRange {
+                device,
+                op,
+                offset,
+                len,
+                size,
+            } => DeviceError::OutOfRange {
+                device: device.clone(),
+                op,
+                offset: *offset,
+                len: *len,
+                size: *size,
+            },
+            DeviceError::Missing { device } => DeviceError::Missing {
+                device: device.clone(),
+            },
+            DeviceError::Injected {
+                device,
+                fault,
+                op,
+                offset,
+            } => DeviceError::Injected {
+                device: device.clone(),
+                fault,
+                op,
+                offset: *offset,
+            },
+            DeviceError::PoweredOff { device } => DeviceError::PoweredOff {
+                device: device.clone(),
+            },
+            DeviceError::Invalid { device, reason } => DeviceError::Invalid {
+                device: device.clone(),
+                reason: reason.clone(),
+            },
+        }
     }
 }

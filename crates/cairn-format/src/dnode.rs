@@ -67,7 +67,7 @@ struct DnodePhys {
 }
 
 const _: () = assert!(std::mem::size_of::<DnodePhys>() == DNODE_SIZE);
-const _: () = assert!(DNODE_BLOCK_SIZE as usize % DNODE_SIZE == 0);
+const _: () = assert!((DNODE_BLOCK_SIZE as usize).is_multiple_of(DNODE_SIZE));
 
 /// In-memory form of a dnode. `levels == 0` means the slot is free.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -209,10 +209,18 @@ impl Dnode {
             bonus: phys.bonus[..bonus_len].to_vec(),
         };
         if dnode.levels > crate::blkptr::LEVEL_MAX + 1 {
-            return Err(FormatError::invalid(WHAT, "levels", u64::from(dnode.levels)));
+            return Err(FormatError::invalid(
+                WHAT,
+                "levels",
+                u64::from(dnode.levels),
+            ));
         }
         if dnode.max_block_id >= dnode.capacity_blocks(dnode.levels) {
-            return Err(FormatError::invalid(WHAT, "max block id", dnode.max_block_id));
+            return Err(FormatError::invalid(
+                WHAT,
+                "max block id",
+                dnode.max_block_id,
+            ));
         }
         Ok(dnode)
     }

@@ -80,7 +80,9 @@ pub enum TopVdevKind {
     Leaf,
     Mirror,
     /// Reserved: raidz with this many parity columns.
-    RaidZ { parity: u8 },
+    RaidZ {
+        parity: u8,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -201,7 +203,8 @@ impl LabelConfig {
             });
         }
         let payload_len = header.payload_len.get();
-        let available = (bytes.len() - LABEL_CONFIG_HEADER_SIZE) as u64;
+        let available =
+            (bytes.len().min(LABEL_CONFIG_SIZE as usize) - LABEL_CONFIG_HEADER_SIZE) as u64;
         if payload_len > available {
             return Err(FormatError::invalid(WHAT, "payload length", payload_len));
         }

@@ -56,4 +56,4 @@ pub const BLOCK_SIZE_MAX: u32 = 16 * 1024 * 1024;
 /// Every block size is a multiple of this.
 pub const BLOCK_SIZE_GRANULE: u32 = 512;
 
-const _: () = assert!(BLOCK_SIZE_MAX % BLOCK_SIZE_GRANULE == 0);
+const _: () = assert!(BLOCK_SIZE_MAX.is_multiple_of(BLOCK_SIZE_GRANULE));

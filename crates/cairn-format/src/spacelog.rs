@@ -23,7 +23,7 @@ use crate::blkptr::{BLOCK_POINTER_SIZE, BlockPointer};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 
-pub const SPACE_LOG_MAGIC: u64 = 0x676f_6c70_7372_6163; // "carspolg"
+pub const SPACE_LOG_MAGIC: u64 = 0x676f_6c70_7372_6163; // "carsplog"
 pub const SPACE_LOG_HEADER_SIZE: usize = 192;
 pub const SPACE_LOG_ENTRY_SIZE: usize = 32;
 /// Size of one space-log block.

@@ -1,0 +1,314 @@
+//! The dataset directory: every dataset's record, kept as one postcard blob in the MOS.
+//!
+//! It also carries small pool-wide records: the last scrub's result and the command history
+//! (`cairn pool history`), bounded so the blob stays small.
+
+use crate::properties::{self, PROPERTIES};
+use crate::{DatasetError, DatasetKind};
+use cairn_format::BlockPointer;
+use cairn_format::blkptr::BLOCK_POINTER_SIZE;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// History entries kept; older ones are dropped.
+pub const HISTORY_ENTRIES_MAX: usize = 1000;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetRecord {
+    pub id: u64,
+    pub name: String,
+    pub kind: DatasetKind,
+    pub created_txg: u64,
+    /// Locally set properties, canonical values.
+    pub properties: BTreeMap<String, String>,
+    /// Encoded root pointer of the dataset's object set (all zero: none yet).
+    pub objset_bp: Vec<u8>,
+    /// Bytes allocated by the object set (all copies).
+    pub used_bytes: u64,
+}
+
+impl DatasetRecord {
+    pub fn objset_bp(&self) -> Result<BlockPointer, DatasetError> {
+        BlockPointer::decode(&self.objset_bp)
+            .map_err(|err| DatasetError::Corrupt(format!("{}: {err}", self.name)))
+    }
+
+    pub fn set_objset_bp(&mut self, bp: &BlockPointer) {
+        self.objset_bp = bp.to_bytes().to_vec();
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubRecord {
+    pub start_txg: u64,
+    pub started_ms: u64,
+    pub finished_ms: u64,
+    pub bytes_scanned: u64,
+    pub blocks_scanned: u64,
+    pub bad_copies: u64,
+    pub repaired_copies: u64,
+    pub unrecoverable_blocks: u64,
+    /// Where unrecoverable damage was found: "dataset object N block B".
+    pub damaged: Vec<String>,
+    pub canceled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct DatasetDirectory {
+    pub next_id: u64,
+    pub datasets: BTreeMap<String, DatasetRecord>,
+    pub last_scrub: Option<ScrubRecord>,
+    pub history: Vec<String>,
+}
+
+/// Where a property's effective value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PropertySource {
+    Local,
+    Inherited(String),
+    Default,
+}
+
+impl PropertySource {
+    pub fn describe(&self) -> String {
+        match self {
+            PropertySource::Local => "local".into(),
+            PropertySource::Inherited(from) => format!("inherited from {from}"),
+            PropertySource::Default => "default".into(),
+        }
+    }
+}
+
+impl DatasetDirectory {
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).expect("directory serialises")
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<DatasetDirectory, DatasetError> {
+        let directory: DatasetDirectory =
+            postcard::from_bytes(bytes).map_err(|err| DatasetError::Corrupt(err.to_string()))?;
+        for (name, record) in &directory.datasets {
+            if name != &record.name || record.objset_bp.len() != BLOCK_POINTER_SIZE {
+                return Err(DatasetError::Corrupt(format!("record for {name}")));
+            }
+        }
+        Ok(directory)
+    }
+
+    pub fn get(&self, name: &str) -> Result<&DatasetRecord, DatasetError> {
+        self.datasets
+            .get(name)
+            .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))
+    }
+
+    pub fn get_mut(&mut self, name: &str) -> Result<&mut DatasetRecord, DatasetError> {
+        self.datasets
+            .get_mut(name)
+            .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))
+    }
+
+    pub fn children<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a DatasetRecord> + 'a {
+        let prefix = format!("{name}/");
+        self.datasets
+            .values()
+            .filter(move |record| record.name.starts_with(&prefix))
+    }
+
+    /// Adds a record; the parent must exist and the name must be new.
+    pub fn insert(
+        &mut self,
+        name: &str,
+        kind: DatasetKind,
+        txg: u64,
+        properties: BTreeMap<String, String>,
+    ) -> Result<&mut DatasetRecord, DatasetError> {
+        crate::validate_name(name)?;
+        if self.datasets.contains_key(name) {
+            return Err(DatasetError::Exists(name.to_string()));
+        }
+        if let Some((parent, _)) = name.rsplit_once('/') {
+            let parent_record = self.get(parent)?;
+            if parent_record.kind != DatasetKind::Filesystem {
+                return Err(DatasetError::InvalidName {
+                    name: name.to_string(),
+                    reason: format!("parent '{parent}' is a volume"),
+                });
+            }
+        }
+        self.next_id += 1;
+        let record = DatasetRecord {
+            id: self.next_id,
+            name: name.to_string(),
+            kind,
+            created_txg: txg,
+            properties,
+            objset_bp: BlockPointer::HOLE.to_bytes().to_vec(),
+            used_bytes: 0,
+        };
+        Ok(self.datasets.entry(name.to_string()).or_insert(record))
+    }
+
+    /// Effective value of a property for a dataset, with its source.
+    pub fn property(
+        &self,
+        name: &str,
+        property: &str,
+    ) -> Result<(String, PropertySource), DatasetError> {
+        let def = properties::lookup(property)?;
+        let record = self.get(name)?;
+        if let Some(value) = record.properties.get(property) {
+            return Ok((value.clone(), PropertySource::Local));
+        }
+        if def.inheritable {
+            let mut ancestor = name;
+            while let Some((parent, _)) = ancestor.rsplit_once('/') {
+                if let Some(value) = self.get(parent)?.properties.get(property) {
+                    return Ok((value.clone(), PropertySource::Inherited(parent.to_string())));
+                }
+                ancestor = parent;
+            }
+        }
+        Ok((def.default.to_string(), PropertySource::Default))
+    }
+
+    /// Every property that applies to the dataset, resolved.
+    pub fn all_properties(
+        &self,
+        name: &str,
+    ) -> Result<Vec<(&'static str, String, PropertySource)>, DatasetError> {
+        let kind = self.get(name)?.kind;
+        PROPERTIES
+            .iter()
+            .filter(|def| def.applies_to(kind))
+            .map(|def| {
+                self.property(name, def.name)
+                    .map(|(value, source)| (def.name, value, source))
+            })
+            .collect()
+    }
+
+    /// Validates and sets a property after creation.
+    pub fn set_property(
+        &mut self,
+        name: &str,
+        property: &str,
+        value: &str,
+    ) -> Result<String, DatasetError> {
+        let def = properties::lookup(property)?;
+        let record = self.get_mut(name)?;
+        if !def.applies_to(record.kind) {
+            return Err(DatasetError::PropertyNotAllowed {
+                name: property.to_string(),
+                reason: format!("does not apply to {}s", record.kind.as_str()),
+            });
+        }
+        if !def.settable_after_create {
+            return Err(DatasetError::PropertyNotAllowed {
+                name: property.to_string(),
+                reason: "can only be set at creation".into(),
+            });
+        }
+        let canonical = def.canonical(value)?;
+        record
+            .properties
+            .insert(property.to_string(), canonical.clone());
+        Ok(canonical)
+    }
+
+    pub fn record_history(&mut self, entry: String) {
+        self.history.push(entry);
+        if self.history.len() > HISTORY_ENTRIES_MAX {
+            let excess = self.history.len() - HISTORY_ENTRIES_MAX;
+            self.history.drain(..excess);
+        }
+    }
+}
+
+/// Validates creation-time properties for a new dataset of `kind`, returning canonical values.
+pub fn creation_properties(
+    kind: DatasetKind,
+    requested: &[(String, String)],
+) -> Result<BTreeMap<String, String>, DatasetError> {
+    let mut out = BTreeMap::new();
+    for (property, value) in requested {
+        let def = properties::lookup(property)?;
+        if !def.applies_to(kind) {
+            return Err(DatasetError::PropertyNotAllowed {
+                name: property.clone(),
+                reason: format!("does not apply to {}s", kind.as_str()),
+            });
+        }
+        out.insert(property.clone(), def.canonical(value)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn directory() -> DatasetDirectory {
+        let mut dir = DatasetDirectory::default();
+        dir.insert("tank", DatasetKind::Filesystem, 1, BTreeMap::new())
+            .unwrap();
+        let props = creation_properties(
+            DatasetKind::Volume,
+            &[
+                ("volblocksize".into(), "8K".into()),
+                ("volsize".into(), "1G".into()),
+            ],
+        )
+        .unwrap();
+        dir.insert("tank/vol", DatasetKind::Volume, 2, props)
+            .unwrap();
+        dir
+    }
+
+    #[test]
+    fn properties_inherit_from_parents_and_report_their_source() {
+        let mut dir = directory();
+        assert_eq!(
+            dir.property("tank/vol", "checksum").unwrap(),
+            ("on".to_string(), PropertySource::Default)
+        );
+        dir.set_property("tank", "checksum", "sha256").unwrap();
+        assert_eq!(
+            dir.property("tank/vol", "checksum").unwrap(),
+            (
+                "sha256".to_string(),
+                PropertySource::Inherited("tank".into())
+            )
+        );
+        assert_eq!(dir.property("tank/vol", "volblocksize").unwrap().0, "8192");
+    }
+
+    #[test]
+    fn creation_only_and_unknown_properties_are_refused() {
+        let mut dir = directory();
+        assert!(dir.set_property("tank/vol", "volblocksize", "4K").is_err());
+        assert!(dir.set_property("tank/vol", "nosuch", "1").is_err());
+        assert!(dir.set_property("tank", "volsize", "1G").is_err());
+        assert!(
+            dir.insert("tank/vol/x", DatasetKind::Volume, 3, BTreeMap::new())
+                .is_err()
+        );
+        assert!(
+            dir.insert("nopool/x", DatasetKind::Volume, 3, BTreeMap::new())
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn directory_round_trips() {
+        let dir = directory();
+        assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = DatasetDirectory::decode(&bytes);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Dataset properties with ZFS names and meanings.
+//!
+//! Each property has a type that validates values, a default, the dataset kinds it applies to,
+//! whether it can change after creation, and whether children inherit it. Values are stored as
+//! canonical strings in the dataset directory (so a later build can add properties without a
+//! format change); `get` resolves local → inherited → default and reports the source, as
+//! `zfs get` does.
+//!
+//! `sync` and `logbias` are stored and shown now; the intent log gives them effect. `sync=disabled`
+//! is unsafe (acknowledged writes can be lost) and is shown as such.
+
+use crate::{DatasetError, DatasetKind};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ValueType {
+    /// A power of two within the inclusive byte bounds.
+    PowerOfTwoBytes {
+        min: u64,
+        max: u64,
+    },
+    Bytes,
+    Choice(&'static [&'static str]),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct PropertyDef {
+    pub name: &'static str,
+    value_type: ValueType,
+    pub default: &'static str,
+    /// `None`: every kind.
+    applies_to: Option<DatasetKind>,
+    pub settable_after_create: bool,
+    pub inheritable: bool,
+    pub description: &'static str,
+}
+
+pub const VOLBLOCKSIZE_DEFAULT: u64 = 16 * 1024;
+
+pub const PROPERTIES: &[PropertyDef] = &[
+    PropertyDef {
+        name: "volsize",
+        value_type: ValueType::Bytes,
+        default: "0",
+        applies_to: Some(DatasetKind::Volume),
+        settable_after_create: false,
+        inheritable: false,
+        description: "logical size of the volume",
+    },
+    PropertyDef {
+        name: "volblocksize",
+        value_type: ValueType::PowerOfTwoBytes {
+            min: 512,
+            max: 128 * 1024,
+        },
+        default: "16384",
+        applies_to: Some(DatasetKind::Volume),
+        settable_after_create: false,
+        inheritable: false,
+        description: "block size of the volume (fixed at creation)",
+    },
+    PropertyDef {
+        name: "checksum",
+        value_type: ValueType::Choice(&["on", "fletcher4", "blake3", "sha256"]),
+        default: "on",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "checksum of new blocks (on = fletcher4)",
+    },
+    PropertyDef {
+        name: "readonly",
+        value_type: ValueType::Choice(&["off", "on"]),
+        default: "off",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "refuse writes",
+    },
+    PropertyDef {
+        name: "sync",
+        value_type: ValueType::Choice(&["standard", "always", "disabled"]),
+        default: "standard",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "synchronous semantics (disabled is UNSAFE: acknowledged writes may be lost)",
+    },
+    PropertyDef {
+        name: "logbias",
+        value_type: ValueType::Choice(&["latency", "throughput"]),
+        default: "latency",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "use log devices for synchronous writes (latency) or write in place (throughput)",
+    },
+    PropertyDef {
+        name: "compression",
+        value_type: ValueType::Choice(&["off"]),
+        default: "off",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "compression of new blocks (only off is implemented so far)",
+    },
+];
+
+pub fn lookup(name: &str) -> Result<&'static PropertyDef, DatasetError> {
+    PROPERTIES
+        .iter()
+        .find(|def| def.name == name)
+        .ok_or_else(|| DatasetError::UnknownProperty {
+            name: name.to_string(),
+            known: PROPERTIES
+                .iter()
+                .map(|def| def.name)
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+impl PropertyDef {
+    pub fn applies_to(&self, kind: DatasetKind) -> bool {
+        self.applies_to.is_none_or(|only| only == kind)
+    }
+
+    /// Validates `value` and returns its canonical form.
+    pub fn canonical(&self, value: &str) -> Result<String, DatasetError> {
+        let invalid = |reason: String| DatasetError::InvalidProperty {
+            name: self.name.to_string(),
+            value: value.to_string(),
+            reason,
+        };
+        match self.value_type {
+            ValueType::Choice(choices) => {
+                if choices.contains(&value) {
+                    Ok(value.to_string())
+                } else {
+                    Err(invalid(format!("expected one of {}", choices.join(" | "))))
+                }
+            }
+            ValueType::Bytes => parse_size(value)
+                .map(|bytes| bytes.to_string())
+                .map_err(invalid),
+            ValueType::PowerOfTwoBytes { min, max } => {
+                let bytes = parse_size(value).map_err(invalid)?;
+                if !bytes.is_power_of_two() || bytes < min || bytes > max {
+                    return Err(invalid(format!(
+                        "must be a power of two between {} and {}",
+                        format_size(min),
+                        format_size(max)
+                    )));
+                }
+                Ok(bytes.to_string())
+            }
+        }
+    }
+}
+
+/// Parses zfs-style sizes: plain bytes, or a number with K, M, G, T, P (powers of 1024, an
+/// optional trailing B or iB); fractions allowed (`1.5G`).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let upper = text.to_ascii_uppercase();
+    let trimmed = upper
+        .strip_suffix("IB")
+        .or_else(|| upper.strip_suffix('B'))
+        .unwrap_or(&upper);
+    let (number, shift) = match trimmed.chars().last() {
+        Some('K') => (&trimmed[..trimmed.len() - 1], 10),
+        Some('M') => (&trimmed[..trimmed.len() - 1], 20),
+        Some('G') => (&trimmed[..trimmed.len() - 1], 30),
+        Some('T') => (&trimmed[..trimmed.len() - 1], 40),
+        Some('P') => (&trimmed[..trimmed.len() - 1], 50),
+        _ => (trimmed, 0),
+    };
+    if number.is_empty() {
+        return Err(format!("'{text}' is not a size"));
+    }
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole
+            .checked_mul(1u64 << shift)
+            .ok_or_else(|| format!("'{text}' is too large"));
+    }
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("'{text}' is not a size (examples: 4096, 16K, 1.5G)"))?;
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("'{text}' is out of range"));
+    }
+    Ok(bytes.round() as u64)
+}
+
+/// Human-readable size with 3 significant digits, zfs style (`1.50G`, `16K`, `0`).
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["", "K", "M", "G", "T", "P"];
+    if bytes < 1024 {
+        return bytes.to_string();
+    }
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let text = if value >= 100.0 || value.fract() == 0.0 {
+        format!("{value:.0}")
+    } else if value >= 10.0 {
+        format!("{value:.1}")
+    } else {
+        format!("{value:.2}")
+    };
+    format!("{text}{}", UNITS[unit])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_use_powers_of_1024() {
+        assert_eq!(parse_size("10G"), Ok(10 << 30));
+        assert_eq!(parse_size("8K"), Ok(8192));
+        assert_eq!(parse_size("8k"), Ok(8192));
+        assert_eq!(parse_size("1.5M"), Ok(3 << 19));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("99999999999P").is_err());
+    }
+
+    #[test]
+    fn sizes_print_like_zfs() {
+        assert_eq!(format_size(0), "0");
+        assert_eq!(format_size(16384), "16K");
+        assert_eq!(format_size(3 << 29), "1.50G");
+        assert_eq!(format_size(parse_size("123M").unwrap()), "123M");
+    }
+
+    #[test]
+    fn volblocksize_must_be_a_power_of_two_in_range() {
+        let def = lookup("volblocksize").unwrap();
+        assert_eq!(def.canonical("8K").unwrap(), "8192");
+        assert!(def.canonical("12K").is_err());
+        assert!(def.canonical("1M").is_err());
+        assert!(def.canonical("256").is_err());
+    }
+
+    #[test]
+    fn unknown_property_names_the_known_ones() {
+        let err = lookup("dedupe").unwrap_err().to_string();
+        assert!(
+            err.contains("dedupe") && err.contains("volblocksize"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,256 @@
+//! Block volumes at byte granularity over object 1 of an object set.
+//!
+//! Every operation is split at `volblocksize` boundaries. A write covering a whole block replaces
+//! it; a partial write reads the current block (pending change or on disk), patches it and
+//! dirties the whole block, holding the block's stripe lock across the read-modify-write. Trim
+//! and write-zeroes punch holes for whole blocks and zero the covered bytes of partial ones.
+//!
+//! Writers call `TxgEngine::throttle` before joining a txg, so a burst of writes slows smoothly
+//! as dirty data approaches its limit instead of stalling at it. Space is checked before any
+//! change is made: a write that cannot fit returns `NoSpace` and changes nothing.
+
+use crate::DatasetError;
+use bytes::Bytes;
+use cairn_object::{ObjectError, ObjectSet};
+use cairn_pool::txg::TxgEngine;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The object that holds a volume's data.
+pub const VOLUME_OBJECT: u64 = 1;
+const STRIPE_LOCKS: usize = 64;
+
+/// Asks the pool whether `bytes` more of user data may be dirtied.
+pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), DatasetError> + Send + Sync>;
+
+#[derive(Debug, Default)]
+pub struct VolumeStats {
+    pub reads: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub writes: AtomicU64,
+    pub write_bytes: AtomicU64,
+    pub flushes: AtomicU64,
+    pub trims: AtomicU64,
+    pub trim_bytes: AtomicU64,
+}
+
+pub struct Volume {
+    name: String,
+    objset: Arc<ObjectSet>,
+    txg: Arc<TxgEngine>,
+    size_bytes: u64,
+    block_size: u32,
+    readonly: AtomicBool,
+    space_check: SpaceCheck,
+    /// Newest txg this volume dirtied: what a flush must wait for.
+    last_dirty_txg: AtomicU64,
+    stripes: Vec<Mutex<()>>,
+    pub stats: VolumeStats,
+}
+
+impl Volume {
+    pub fn new(
+        name: String,
+        objset: Arc<ObjectSet>,
+        txg: Arc<TxgEngine>,
+        size_bytes: u64,
+        block_size: u32,
+        readonly: bool,
+        space_check: SpaceCheck,
+    ) -> Volume {
+        assert!(block_size.is_power_of_two() && block_size >= 512);
+        Volume {
+            name,
+            objset,
+            txg,
+            size_bytes,
+            block_size,
+            readonly: AtomicBool::new(readonly),
+            space_check,
+            last_dirty_txg: AtomicU64::new(0),
+            stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            stats: VolumeStats::default(),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    pub fn is_readonly(&self) -> bool {
+        self.readonly.load(Ordering::Relaxed)
+    }
+
+    pub fn set_readonly(&self, readonly: bool) {
+        self.readonly.store(readonly, Ordering::Relaxed);
+    }
+
+    pub fn objset(&self) -> &Arc<ObjectSet> {
+        &self.objset
+    }
+
+    fn check_range(&self, op: &'static str, offset: u64, len: u64) -> Result<(), DatasetError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size_bytes => Ok(()),
+            _ => Err(DatasetError::OutOfRange {
+                name: self.name.clone(),
+                op,
+                offset,
+                len,
+                size: self.size_bytes,
+            }),
+        }
+    }
+
+    fn check_writable(&self) -> Result<(), DatasetError> {
+        if self.is_readonly() {
+            return Err(DatasetError::ReadOnly(self.name.clone()));
+        }
+        Ok(())
+    }
+
+    fn io_error(&self, err: ObjectError) -> DatasetError {
+        DatasetError::Io {
+            name: self.name.clone(),
+            reason: err.to_string(),
+        }
+    }
+
+    fn read_block(&self, blkid: u64) -> Result<Option<Bytes>, DatasetError> {
+        self.objset
+            .read_block(VOLUME_OBJECT, blkid)
+            .map_err(|err| self.io_error(err))
+    }
+
+    /// Splits `[offset, offset+len)` into (blkid, offset in block, length) pieces.
+    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, usize, usize)> + use<> {
+        let block = u64::from(self.block_size);
+        let end = offset + len;
+        let mut position = offset;
+        std::iter::from_fn(move || {
+            if position >= end {
+                return None;
+            }
+            let blkid = position / block;
+            let within = position % block;
+            let take = (block - within).min(end - position);
+            position += take;
+            Some((blkid, within as usize, take as usize))
+        })
+    }
+
+    pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
+        self.check_range("read", offset, buf.len() as u64)?;
+        let mut cursor = 0;
+        for (blkid, within, take) in self.pieces(offset, buf.len() as u64) {
+            let out = &mut buf[cursor..cursor + take];
+            match self.read_block(blkid)? {
+                Some(block) => out.copy_from_slice(&block[within..within + take]),
+                None => out.fill(0),
+            }
+            cursor += take;
+        }
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Applies `fill(blkid, block, within, take, cursor)` to each piece under one txg hold.
+    fn modify(
+        &self,
+        op: &'static str,
+        offset: u64,
+        len: u64,
+        mut fill: impl FnMut(&mut [u8], usize),
+        whole_block: impl Fn(usize) -> Option<Bytes>,
+    ) -> Result<(), DatasetError> {
+        self.check_writable()?;
+        self.check_range(op, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        (self.space_check)(len)?;
+        self.txg.throttle(len);
+        let hold = self.txg.hold();
+        let txg = hold.txg();
+        let block_size = self.block_size as usize;
+        let mut cursor = 0;
+        for (blkid, within, take) in self.pieces(offset, len) {
+            if take == block_size {
+                match whole_block(cursor) {
+                    Some(data) => self.objset.write_block(txg, VOLUME_OBJECT, blkid, data),
+                    None => self.objset.free_block(txg, VOLUME_OBJECT, blkid),
+                }
+            } else {
+                let _stripe = self.stripes[blkid as usize % STRIPE_LOCKS].lock();
+                let mut block = match self.read_block(blkid)? {
+                    Some(existing) => existing.to_vec(),
+                    None => vec![0u8; block_size],
+                };
+                fill(&mut block[within..within + take], cursor);
+                self.objset
+                    .write_block(txg, VOLUME_OBJECT, blkid, Bytes::from(block));
+            }
+            hold.add_dirty(block_size as u64);
+            cursor += take;
+        }
+        self.last_dirty_txg.fetch_max(txg, Ordering::AcqRel);
+        Ok(())
+    }
+
+    pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), DatasetError> {
+        self.modify(
+            "write",
+            offset,
+            data.len() as u64,
+            |piece, cursor| piece.copy_from_slice(&data[cursor..cursor + piece.len()]),
+            |cursor| {
+                Some(Bytes::copy_from_slice(
+                    &data[cursor..cursor + self.block_size as usize],
+                ))
+            },
+        )?;
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Discards a range: whole blocks become holes, partial blocks get zeros.
+    pub fn trim(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
+        self.modify("trim", offset, len, |piece, _| piece.fill(0), |_| None)?;
+        self.stats.trims.fetch_add(1, Ordering::Relaxed);
+        self.stats.trim_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Zeroes a range. Zeros are stored as holes, so this is the same as `trim`.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
+        self.trim(offset, len)
+    }
+
+    /// Returns once every write completed before the call is in a synced txg.
+    pub fn flush(&self) -> Result<(), DatasetError> {
+        self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        let txg = self.last_dirty_txg.load(Ordering::Acquire);
+        if txg == 0 || txg <= self.txg.last_synced_txg() {
+            return Ok(());
+        }
+        self.txg.wait_synced(txg).map_err(|err| DatasetError::Io {
+            name: self.name.clone(),
+            reason: err.to_string(),
+        })
+    }
+}

@@ -1,0 +1,742 @@
+//! `LeafQueue`: the per-leaf I/O scheduler.
+//!
+//! Every leaf device gets one queue and `device.concurrency_hint()` worker threads
+//! (`cairn-io-Q.N`). Callers submit reads and writes with a priority class and get an `IoHandle`
+//! to wait on; they never call the device directly for data I/O.
+//!
+//! Scheduling. Pending requests are kept per class: FIFO for `SyncRead`, `SyncWrite` and `Log`
+//! (latency matters, and the caller chose the order), offset-ordered for `AsyncRead`,
+//! `AsyncWrite` and `Scrub` (served in elevator order from the last issued offset, which is what
+//! rotational media want). A free worker takes the highest-priority class that has pending work
+//! and is below its cap of active requests (`IoClass::max_active`): sync classes before async,
+//! scrub last. Strict priority means a saturating sync load starves scrub; that is intended.
+//!
+//! Aggregation. The request taken is merged with pending requests of the same direction that
+//! touch it (any class), in both directions of the offset order: writes must be exactly
+//! contiguous, reads may leave gaps of up to 32 KiB (read into a scratch buffer and dropped).
+//! An aggregate spans at most 1 MiB and 64 buffers and is ONE vectored device call: write
+//! buffers are the callers' `Bytes` (no copy), and each read lands directly in its own request's
+//! `Vec`. Every merged request completes with the aggregate's result.
+//!
+//! Flush. `flush()` waits until every write submitted before it has completed, then calls the
+//! device's flush from the caller's thread. It reports the flush's result only: write errors
+//! are reported on each write's own handle.
+//!
+//! Invariants: a request is in exactly one place (pending in its class queue and the offset
+//! index, or active in one aggregate); `unfinished_writes` holds exactly the writes submitted
+//! and not yet completed; the queue's lock is never held during a device call.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use hdrhistogram::Histogram;
+use parking_lot::{Condvar, Mutex};
+
+use crate::clock::{Clock, RealClock};
+use crate::device::{Device, DeviceError};
+
+/// Largest aggregate, gaps included.
+pub const AGGREGATE_MAX_BYTES: u64 = 1 << 20;
+/// Most buffers in one vectored call (gap buffers included).
+pub const AGGREGATE_MAX_BUFFERS: usize = 64;
+/// Largest hole between two reads that are still merged.
+pub const READ_GAP_MAX_BYTES: u64 = 32 << 10;
+
+/// Priority classes, highest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum IoClass {
+    SyncRead,
+    SyncWrite,
+    Log,
+    AsyncRead,
+    AsyncWrite,
+    Scrub,
+}
+
+impl IoClass {
+    /// All classes in priority order.
+    pub const ALL: [IoClass; 6] = [
+        IoClass::SyncRead,
+        IoClass::SyncWrite,
+        IoClass::Log,
+        IoClass::AsyncRead,
+        IoClass::AsyncWrite,
+        IoClass::Scrub,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            IoClass::SyncRead => "sync-read",
+            IoClass::SyncWrite => "sync-write",
+            IoClass::Log => "log",
+            IoClass::AsyncRead => "async-read",
+            IoClass::AsyncWrite => "async-write",
+            IoClass::Scrub => "scrub",
+        }
+    }
+
+    /// Most aggregates of this class in service at once.
+    pub fn max_active(self) -> usize {
+        match self {
+            IoClass::SyncRead | IoClass::SyncWrite | IoClass::Log => 10,
+            IoClass::AsyncWrite => 10,
+            IoClass::AsyncRead => 3,
+            IoClass::Scrub => 2,
+        }
+    }
+
+    /// FIFO classes keep submission order; the others are served by offset.
+    pub fn is_fifo(self) -> bool {
+        matches!(self, IoClass::SyncRead | IoClass::SyncWrite | IoClass::Log)
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Read = 0,
+    Write = 1,
+}
+
+type Reply<T> = Sender<Result<T, DeviceError>>;
+
+enum Payload {
+    Read { len: u64, reply: Reply<Vec<u8>> },
+    Write { data: Bytes, reply: Reply<()> },
+}
+
+struct Request {
+    seq: u64,
+    class: IoClass,
+    offset: u64,
+    submitted: Duration,
+    payload: Payload,
+}
+
+impl Request {
+    fn len(&self) -> u64 {
+        match &self.payload {
+            Payload::Read { len, .. } => *len,
+            Payload::Write { data, .. } => data.len() as u64,
+        }
+    }
+
+    fn end(&self) -> u64 {
+        self.offset + self.len()
+    }
+
+    fn dir(&self) -> Dir {
+        match self.payload {
+            Payload::Read { .. } => Dir::Read,
+            Payload::Write { .. } => Dir::Write,
+        }
+    }
+}
+
+/// A submitted request's result, to wait for.
+#[must_use = "an I/O handle must be waited on to learn whether the I/O succeeded"]
+pub struct IoHandle<T> {
+    rx: Receiver<Result<T, DeviceError>>,
+    device: Arc<str>,
+}
+
+impl<T> IoHandle<T> {
+    /// Blocks until the request completes.
+    pub fn wait(self) -> Result<T, DeviceError> {
+        self.rx.recv().unwrap_or_else(|_| {
+            Err(DeviceError::Invalid {
+                device: self.device.to_string(),
+                reason: "the I/O queue dropped the request".into(),
+            })
+        })
+    }
+
+    /// True once the result is available (`wait` will not block).
+    pub fn is_done(&self) -> bool {
+        !self.rx.is_empty()
+    }
+}
+
+/// A snapshot of a queue's counters, for `pool iostat` and tests.
+#[derive(Clone, Debug)]
+pub struct QueueStats {
+    pub read_requests: u64,
+    pub write_requests: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// Device calls made for the requests above (fewer than requests when aggregating).
+    pub read_calls: u64,
+    pub write_calls: u64,
+    pub flushes: u64,
+    pub discards: u64,
+    /// Failed requests (each request of a failed aggregate counts).
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub flush_errors: u64,
+    pub queued: usize,
+    pub active: usize,
+    /// Submission to completion, in microseconds.
+    pub read_latency_us: Histogram<u64>,
+    pub write_latency_us: Histogram<u64>,
+    pub flush_latency_us: Histogram<u64>,
+}
+
+fn latency_histogram() -> Histogram<u64> {
+    // 1 us to 1 hour, 2 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 2).expect("valid histogram bounds")
+}
+
+impl Default for QueueStats {
+    fn default() -> Self {
+        QueueStats {
+            read_requests: 0,
+            write_requests: 0,
+            read_bytes: 0,
+            write_bytes: 0,
+            read_calls: 0,
+            write_calls: 0,
+            flushes: 0,
+            discards: 0,
+            read_errors: 0,
+            write_errors: 0,
+            flush_errors: 0,
+            queued: 0,
+            active: 0,
+            read_latency_us: latency_histogram(),
+            write_latency_us: latency_histogram(),
+            flush_latency_us: latency_histogram(),
+        }
+    }
+}
+
+impl fmt::Display for QueueStats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = |h: &Histogram<u64>, q: f64| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(q)
+            }
+        };
+        write!(
+            f,
+            "read {} req / {} calls / {} B (p50 {} us, p99 {} us, {} err); \
+             write {} req / {} calls / {} B (p50 {} us, p99 {} us, {} err); \
+             flush {} (p50 {} us, {} err); queued {}, active {}",
+            self.read_requests,
+            self.read_calls,
+            self.read_bytes,
+            p(&self.read_latency_us, 0.5),
+            p(&self.read_latency_us, 0.99),
+            self.read_errors,
+            self.write_requests,
+            self.write_calls,
+            self.write_bytes,
+            p(&self.write_latency_us, 0.5),
+            p(&self.write_latency_us, 0.99),
+            self.write_errors,
+            self.flushes,
+            p(&self.flush_latency_us, 0.5),
+            self.flush_errors,
+            self.queued,
+            self.active,
+        )
+    }
+}
+
+/// Requests taken together for one device call, in offset order.
+struct Aggregate {
+    class: IoClass,
+    dir: Dir,
+    members: Vec<Request>,
+}
+
+struct Sched {
+    pending: BTreeMap<u64, Request>,
+    /// Per class: (seq, seq) for FIFO classes, (offset, seq) for the others.
+    class_queue: [BTreeSet<(u64, u64)>; 6],
+    /// Per direction: (offset, seq) of every pending request.
+    by_offset: [BTreeSet<(u64, u64)>; 2],
+    active: [usize; 6],
+    active_requests: usize,
+    /// Elevator position for offset-ordered classes: the end of the last aggregate issued.
+    last_offset: u64,
+    unfinished_writes: BTreeSet<u64>,
+    next_seq: u64,
+    flush_waiters: usize,
+    shutdown: bool,
+    stats: QueueStats,
+}
+
+impl Sched {
+    fn class_key(request: &Request) -> (u64, u64) {
+        if request.class.is_fifo() {
+            (request.seq, request.seq)
+        } else {
+            (request.offset, request.seq)
+        }
+    }
+
+    fn enqueue(&mut self, request: Request) {
+        let dir = request.dir() as usize;
+        self.class_queue[request.class.index()].insert(Self::class_key(&request));
+        self.by_offset[dir].insert((request.offset, request.seq));
+        if request.dir() == Dir::Write {
+            self.unfinished_writes.insert(request.seq);
+        }
+        self.pending.insert(request.seq, request);
+    }
+
+    fn dequeue(&mut self, seq: u64) -> Request {
+        let request = self.pending.remove(&seq).expect("pending request");
+        self.class_queue[request.class.index()].remove(&Self::class_key(&request));
+        self.by_offset[request.dir() as usize].remove(&(request.offset, request.seq));
+        request
+    }
+
+    /// Picks the next aggregate to issue, if any class may issue.
+    fn take(&mut self) -> Option<Aggregate> {
+        for class in IoClass::ALL {
+            let ci = class.index();
+            if self.active[ci] >= class.max_active() {
+                continue;
+            }
+            let queue = &self.class_queue[ci];
+            let key = if class.is_fifo() {
+                queue.first()
+            } else {
+                queue
+                    .range((self.last_offset, 0)..)
+                    .next()
+                    .or_else(|| queue.first())
+            };
+            if let Some(&(_, seq)) = key {
+                return Some(self.aggregate(class, seq));
+            }
+        }
+        None
+    }
+
+    /// Takes request `seq` and the pending requests that can ride along with it.
+    fn aggregate(&mut self, class: IoClass, seq: u64) -> Aggregate {
+        let primary = &self.pending[&seq];
+        let dir = primary.dir();
+        let index = &self.by_offset[dir as usize];
+        let max_gap = if dir == Dir::Read {
+            READ_GAP_MAX_BYTES
+        } else {
+            0
+        };
+        let (mut start, mut end) = (primary.offset, primary.end());
+        let mut buffers = 1usize;
+        let mut before = Vec::new();
+        let mut after = Vec::new();
+        // Zero-length requests travel alone: they would "touch" any neighbour at their offset.
+        let pending = &self.pending;
+        let non_empty = |&&(_, s): &&(u64, u64)| pending[&s].len() > 0;
+        if primary.len() > 0 && primary.len() < AGGREGATE_MAX_BYTES {
+            // Forward: requests starting at or a little after the aggregate's end.
+            while let Some(&(offset, next)) = index.range((end, 0)..).find(non_empty) {
+                let gap = offset - end;
+                let added = 1 + usize::from(gap > 0);
+                let next_end = pending[&next].end();
+                if gap > max_gap
+                    || next_end - start > AGGREGATE_MAX_BYTES
+                    || buffers + added > AGGREGATE_MAX_BUFFERS
+                {
+                    break;
+                }
+                after.push(next);
+                end = next_end;
+                buffers += added;
+            }
+            // Backward: requests ending at or a little before the aggregate's start.
+            while let Some(&(offset, prev)) = index.range(..(start, 0)).rev().find(non_empty) {
+                let prev_end = pending[&prev].end();
+                if prev_end > start {
+                    break; // overlapping: not mergeable
+                }
+                let gap = start - prev_end;
+                let added = 1 + usize::from(gap > 0);
+                if gap > max_gap
+                    || end - offset > AGGREGATE_MAX_BYTES
+                    || buffers + added > AGGREGATE_MAX_BUFFERS
+                {
+                    break;
+                }
+                before.push(prev);
+                start = offset;
+                buffers += added;
+            }
+        }
+        let order = before.into_iter().rev().chain([seq]).chain(after);
+        let members: Vec<Request> = order.map(|s| self.dequeue(s)).collect();
+        self.active[class.index()] += 1;
+        self.active_requests += members.len();
+        self.last_offset = end;
+        Aggregate {
+            class,
+            dir,
+            members,
+        }
+    }
+}
+
+struct Shared {
+    device: Arc<dyn Device>,
+    name: Arc<str>,
+    clock: Arc<dyn Clock>,
+    sched: Mutex<Sched>,
+    /// Signalled when work is submitted, a class slot frees up, or on shutdown.
+    work: Condvar,
+    /// Signalled when requests complete (flush waiters).
+    done: Condvar,
+}
+
+/// The I/O scheduler of one leaf device.
+pub struct LeafQueue {
+    shared: Arc<Shared>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+}
+
+static NEXT_QUEUE_ID: AtomicU64 = AtomicU64::new(0);
+
+impl LeafQueue {
+    /// A queue over `device`, timing latencies with the real clock.
+    pub fn new(device: Arc<dyn Device>) -> Arc<LeafQueue> {
+        LeafQueue::with_clock(device, Arc::new(RealClock::new()))
+    }
+
+    /// A queue whose latency statistics use `clock`.
+    pub fn with_clock(device: Arc<dyn Device>, clock: Arc<dyn Clock>) -> Arc<LeafQueue> {
+        let workers = device.concurrency_hint().max(1);
+        let shared = Arc::new(Shared {
+            name: device.describe().into(),
+            device,
+            clock,
+            sched: Mutex::new(Sched {
+                pending: BTreeMap::new(),
+                class_queue: Default::default(),
+                by_offset: Default::default(),
+                active: [0; 6],
+                active_requests: 0,
+                last_offset: 0,
+                unfinished_writes: BTreeSet::new(),
+                next_seq: 0,
+                flush_waiters: 0,
+                shutdown: false,
+                stats: QueueStats::default(),
+            }),
+            work: Condvar::new(),
+            done: Condvar::new(),
+        });
+        let queue_id = NEXT_QUEUE_ID.fetch_add(1, Ordering::Relaxed);
+        let handles = (0..workers)
+            .map(|i| {
+                let shared = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("cairn-io-{queue_id}.{i}"))
+                    .spawn(move || worker(&shared))
+                    .expect("spawn an I/O worker thread")
+            })
+            .collect();
+        Arc::new(LeafQueue {
+            shared,
+            workers: Mutex::new(handles),
+        })
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.shared.device
+    }
+
+    fn submit<T>(
+        &self,
+        class: IoClass,
+        offset: u64,
+        make: impl FnOnce(Reply<T>) -> Payload,
+    ) -> IoHandle<T> {
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let handle = IoHandle {
+            rx,
+            device: Arc::clone(&self.shared.name),
+        };
+        let submitted = self.shared.clock.now();
+        let mut sched = self.shared.sched.lock();
+        if sched.shutdown {
+            drop(sched);
+            let payload = make(tx);
+            let error = DeviceError::Invalid {
+                device: self.shared.name.to_string(),
+                reason: "the I/O queue is shut down".into(),
+            };
+            match payload {
+                Payload::Read { reply, .. } => {
+                    let _ = reply.send(Err(error));
+                }
+                Payload::Write { reply, .. } => {
+                    let _ = reply.send(Err(error));
+                }
+            }
+            return handle;
+        }
+        let seq = sched.next_seq;
+        sched.next_seq += 1;
+        sched.enqueue(Request {
+            seq,
+            class,
+            offset,
+            submitted,
+            payload: make(tx),
+        });
+        drop(sched);
+        self.shared.work.notify_one();
+        handle
+    }
+
+    /// Queues a read of `len` bytes at `offset`.
+    pub fn read(&self, class: IoClass, offset: u64, len: usize) -> IoHandle<Vec<u8>> {
+        self.submit(class, offset, |reply| Payload::Read {
+            len: len as u64,
+            reply,
+        })
+    }
+
+    /// Queues a write of `data` at `offset`. The bytes are handed to the device as they are.
+    pub fn write(&self, class: IoClass, offset: u64, data: Bytes) -> IoHandle<()> {
+        self.submit(class, offset, |reply| Payload::Write { data, reply })
+    }
+
+    pub fn read_sync(
+        &self,
+        class: IoClass,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, DeviceError> {
+        self.read(class, offset, len).wait()
+    }
+
+    pub fn write_sync(&self, class: IoClass, offset: u64, data: Bytes) -> Result<(), DeviceError> {
+        self.write(class, offset, data).wait()
+    }
+
+    /// Waits for every write submitted before this call to complete, then flushes the device.
+    pub fn flush(&self) -> Result<(), DeviceError> {
+        let started = self.shared.clock.now();
+        {
+            let mut sched = self.shared.sched.lock();
+            let target = sched.next_seq;
+            sched.flush_waiters += 1;
+            while sched
+                .unfinished_writes
+                .first()
+                .is_some_and(|&seq| seq < target)
+            {
+                self.shared.done.wait(&mut sched);
+            }
+            sched.flush_waiters -= 1;
+        }
+        let result = self.shared.device.flush();
+        let latency = self.shared.clock.now().saturating_sub(started);
+        let mut sched = self.shared.sched.lock();
+        sched.stats.flushes += 1;
+        sched.stats.flush_errors += u64::from(result.is_err());
+        sched
+            .stats
+            .flush_latency_us
+            .saturating_record(micros(latency));
+        result
+    }
+
+    /// Tells the device `[offset, offset + len)` is free (done at once, not queued).
+    pub fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
+        let result = self.shared.device.discard(offset, len);
+        self.shared.sched.lock().stats.discards += 1;
+        result
+    }
+
+    /// Requests queued or in service (mirrors read from the least busy side).
+    pub fn in_flight(&self) -> usize {
+        let sched = self.shared.sched.lock();
+        sched.pending.len() + sched.active_requests
+    }
+
+    pub fn stats(&self) -> QueueStats {
+        let sched = self.shared.sched.lock();
+        QueueStats {
+            queued: sched.pending.len(),
+            active: sched.active_requests,
+            ..sched.stats.clone()
+        }
+    }
+
+    /// Flushes waiting for earlier writes (for tests that must observe a waiting flush).
+    #[cfg(test)]
+    fn waiting_flushes(&self) -> usize {
+        self.shared.sched.lock().flush_waiters
+    }
+
+    /// Stops accepting requests, lets the workers finish what is queued, and joins them.
+    pub fn shutdown(&self) {
+        self.shared.sched.lock().shutdown = true;
+        self.shared.work.notify_all();
+        let handles = std::mem::take(&mut *self.workers.lock());
+        let me = std::thread::current().id();
+        for handle in handles {
+            if handle.thread().id() != me {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+impl Drop for LeafQueue {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl fmt::Debug for LeafQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LeafQueue")
+            .field("device", &self.shared.name)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
+}
+
+fn worker(shared: &Shared) {
+    loop {
+        let aggregate = {
+            let mut sched = shared.sched.lock();
+            loop {
+                if let Some(aggregate) = sched.take() {
+                    break aggregate;
+                }
+                if sched.shutdown && sched.pending.is_empty() {
+                    return;
+                }
+                shared.work.wait(&mut sched);
+            }
+        };
+        execute(shared, aggregate);
+    }
+}
+
+/// Issues one aggregate as one vectored device call and completes its requests.
+fn execute(shared: &Shared, aggregate: Aggregate) {
+    let start = aggregate.members[0].offset;
+    let mut outputs: Vec<Vec<u8>> = Vec::new();
+    let result = match aggregate.dir {
+        Dir::Write => {
+            let bufs: Vec<&[u8]> = aggregate
+                .members
+                .iter()
+                .map(|r| match &r.payload {
+                    Payload::Write { data, .. } => data.as_ref(),
+                    Payload::Read { .. } => unreachable!("a write aggregate holds writes only"),
+                })
+                .collect();
+            shared.device.write_vectored_at(start, &bufs)
+        }
+        Dir::Read => {
+            outputs = aggregate
+                .members
+                .iter()
+                .map(|r| vec![0u8; r.len() as usize])
+                .collect();
+            let gaps: Vec<usize> = aggregate
+                .members
+                .windows(2)
+                .map(|w| (w[1].offset - w[0].end()) as usize)
+                .collect();
+            let mut scratch = vec![0u8; gaps.iter().sum()];
+            let mut scratch_rest: &mut [u8] = &mut scratch;
+            let mut bufs: Vec<&mut [u8]> = Vec::with_capacity(2 * outputs.len());
+            for (i, out) in outputs.iter_mut().enumerate() {
+                if i > 0 && gaps[i - 1] > 0 {
+                    let (gap, rest) = std::mem::take(&mut scratch_rest).split_at_mut(gaps[i - 1]);
+                    bufs.push(gap);
+                    scratch_rest = rest;
+                }
+                bufs.push(out.as_mut_slice());
+            }
+            shared.device.read_vectored_at(start, &mut bufs)
+        }
+    };
+    complete(shared, aggregate, result, outputs);
+}
+
+fn complete(
+    shared: &Shared,
+    aggregate: Aggregate,
+    result: Result<(), DeviceError>,
+    outputs: Vec<Vec<u8>>,
+) {
+    let now = shared.clock.now();
+    let failed = result.is_err();
+    {
+        let mut sched = shared.sched.lock();
+        sched.active[aggregate.class.index()] -= 1;
+        sched.active_requests -= aggregate.members.len();
+        let stats = &mut sched.stats;
+        for r in &aggregate.members {
+            let latency_us = micros(now.saturating_sub(r.submitted));
+            match aggregate.dir {
+                Dir::Read => {
+                    stats.read_requests += 1;
+                    stats.read_bytes += r.len();
+                    stats.read_errors += u64::from(failed);
+                    stats.read_latency_us.saturating_record(latency_us);
+                }
+                Dir::Write => {
+                    stats.write_requests += 1;
+                    stats.write_bytes += r.len();
+                    stats.write_errors += u64::from(failed);
+                    stats.write_latency_us.saturating_record(latency_us);
+                }
+            }
+        }
+        match aggregate.dir {
+            Dir::Read => stats.read_calls += 1,
+            Dir::Write => {
+                stats.write_calls += 1;
+                for r in &aggregate.members {
+                    sched.unfinished_writes.remove(&r.seq);
+                }
+            }
+        }
+    }
+    shared.work.notify_all();
+    shared.done.notify_all();
+
+    let mut outputs = outputs.into_iter();
+    for r in aggregate.members {
+        let outcome = result.as_ref().map_err(DeviceError::duplicate);
+        match r.payload {
+            Payload::Read { reply, .. } => {
+                let data = outputs.next().expect("one output per read");
+                let _ = reply.send(outcome.map(|_| data));
+            }
+            Payload::Write { reply, .. } => {
+                let _ = reply.send(outcome.map(|_| ()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,262 @@
+//! The offline checker (`cairn pool check`, our `zdb -b`): walk every block pointer reachable
+//! from the current uberblock, verify every copy's checksum, and prove that the space the
+//! allocator believes allocated is exactly the space the block pointers reference.
+//!
+//! Findings:
+//! - bad copies (checksum or read errors), by dataset/object/offset;
+//! - double references: two pointers whose copies overlap;
+//! - references to space the space log says is free;
+//! - leaks: allocated space no pointer references;
+//! - per-dataset `used` that differs from the sum of its blocks.
+//!
+//! The checker never writes; run it on a pool opened read-only.
+
+use crate::scrub::describe;
+use crate::{EngineError, Pool};
+use bytes::Bytes;
+use cairn_format::BlockPointer;
+use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
+use cairn_pipeline::BlockIo;
+
+type Extent = (u32, u64, u64);
+
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    pub txg: u64,
+    pub blocks: u64,
+    pub copies_verified: u64,
+    pub referenced_bytes: u64,
+    pub allocated_bytes: u64,
+    pub bad_copies: Vec<String>,
+    pub double_references: Vec<String>,
+    pub references_to_free_space: Vec<String>,
+    pub leaks: Vec<String>,
+    pub used_mismatches: Vec<String>,
+}
+
+impl CheckReport {
+    pub fn is_clean(&self) -> bool {
+        self.bad_copies.is_empty()
+            && self.double_references.is_empty()
+            && self.references_to_free_space.is_empty()
+            && self.leaks.is_empty()
+            && self.used_mismatches.is_empty()
+    }
+
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let sections = [
+            ("bad copy", &self.bad_copies),
+            ("double reference", &self.double_references),
+            ("reference to free space", &self.references_to_free_space),
+            ("leaked space", &self.leaks),
+            ("used mismatch", &self.used_mismatches),
+        ];
+        for (label, items) in sections {
+            out.extend(items.iter().map(|item| format!("{label}: {item}")));
+        }
+        out
+    }
+}
+
+struct CheckVisitor<'a> {
+    io: &'a BlockIo,
+    dataset: String,
+    extents: Vec<Extent>,
+    dataset_bytes: u64,
+    report: CheckReport,
+}
+
+impl CheckVisitor<'_> {
+    fn check(&mut self, block: &VisitedBlock) -> Option<Bytes> {
+        let (checked, problems, good) = self.io.verify_all_copies(&block.bp);
+        self.report.blocks += 1;
+        self.report.copies_verified += checked;
+        for problem in problems {
+            self.report
+                .bad_copies
+                .push(format!("{}: {problem}", describe(&self.dataset, block)));
+        }
+        for dva in block.bp.copies() {
+            self.extents
+                .push((dva.vdev, dva.offset, u64::from(dva.asize)));
+        }
+        self.dataset_bytes += block.bp.allocated_bytes();
+        self.report.referenced_bytes += block.bp.allocated_bytes();
+        good
+    }
+}
+
+impl TreeVisitor for CheckVisitor<'_> {
+    fn visit(&mut self, block: &VisitedBlock, _need_data: bool) -> Option<Bytes> {
+        self.check(block)
+    }
+}
+
+/// Coalesces sorted extents; reports overlaps.
+fn coalesce(mut extents: Vec<Extent>, overlaps: &mut Vec<String>) -> Vec<Extent> {
+    extents.sort_unstable();
+    let mut out: Vec<Extent> = Vec::with_capacity(extents.len());
+    for (vdev, offset, len) in extents {
+        if let Some(last) = out.last_mut()
+            && last.0 == vdev
+            && offset <= last.1 + last.2
+        {
+            if offset < last.1 + last.2 {
+                overlaps.push(format!(
+                    "vdev {vdev} offset {offset} length {len} is referenced twice"
+                ));
+            }
+            last.2 = last.2.max(offset + len - last.1);
+            continue;
+        }
+        out.push((vdev, offset, len));
+    }
+    out
+}
+
+/// Parts of `a` not covered by `b` (both coalesced and sorted).
+fn subtract(a: &[Extent], b: &[Extent]) -> Vec<Extent> {
+    let mut out = Vec::new();
+    let mut j = 0;
+    for &(vdev, start, len) in a {
+        let end = start + len;
+        let mut cursor = start;
+        while j < b.len() && (b[j].0 < vdev || (b[j].0 == vdev && b[j].1 + b[j].2 <= cursor)) {
+            j += 1;
+        }
+        let mut k = j;
+        while k < b.len() && b[k].0 == vdev && b[k].1 < end {
+            if b[k].1 > cursor {
+                out.push((vdev, cursor, b[k].1 - cursor));
+            }
+            cursor = cursor.max(b[k].1 + b[k].2);
+            k += 1;
+        }
+        if cursor < end {
+            out.push((vdev, cursor, end - cursor));
+        }
+    }
+    out
+}
+
+/// Collects every pointer of an object set, reading one verified copy of each metadata block.
+struct Collector<'a> {
+    io: &'a BlockIo,
+    blocks: Vec<BlockPointer>,
+}
+
+impl TreeVisitor for Collector<'_> {
+    fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
+        self.blocks.push(block.bp);
+        if need_data {
+            self.io
+                .read_block(&block.bp, cairn_device::queue::IoClass::SyncRead)
+                .ok()
+        } else {
+            None
+        }
+    }
+}
+
+impl Pool {
+    /// Every block pointer of a dataset's object set as of the last sync (for tools and tests).
+    pub fn dataset_blocks(&self, dataset: &str) -> Result<Vec<BlockPointer>, EngineError> {
+        let root = self.core.directory.lock().get(dataset)?.objset_bp()?;
+        let mut collector = Collector {
+            io: &self.core.io,
+            blocks: Vec::new(),
+        };
+        walk_objset(&root, &mut collector);
+        Ok(collector.blocks)
+    }
+
+    /// Verifies every block and the space accounting of the last synced txg.
+    pub fn check(&self) -> Result<CheckReport, EngineError> {
+        if self.txg_engine().is_ok() {
+            self.sync()?;
+        }
+        let uberblock = self.core.uberblock.lock().clone();
+        let datasets: Vec<(String, BlockPointer, u64)> = {
+            let directory = self.core.directory.lock();
+            directory
+                .datasets
+                .values()
+                .filter_map(|record| {
+                    record
+                        .objset_bp()
+                        .ok()
+                        .map(|bp| (record.name.clone(), bp, record.used_bytes))
+                })
+                .collect()
+        };
+        let chain = self.core.space_log.lock().chain.clone();
+        let mut visitor = CheckVisitor {
+            io: &self.core.io,
+            dataset: format!("{} (pool metadata)", self.core.name),
+            extents: Vec::new(),
+            dataset_bytes: 0,
+            report: CheckReport {
+                txg: uberblock.txg,
+                ..Default::default()
+            },
+        };
+        walk_objset(&uberblock.root_bp, &mut visitor);
+        for bp in &chain {
+            visitor.check(&VisitedBlock {
+                bp: *bp,
+                object: 0,
+                level: 0,
+                blkid: 0,
+                data_block_size: 0,
+            });
+        }
+        for (name, bp, recorded_used) in datasets {
+            visitor.dataset = name.clone();
+            visitor.dataset_bytes = 0;
+            walk_objset(&bp, &mut visitor);
+            if visitor.dataset_bytes != recorded_used {
+                visitor.report.used_mismatches.push(format!(
+                    "{name}: blocks add up to {} bytes, directory says {recorded_used}",
+                    visitor.dataset_bytes
+                ));
+            }
+        }
+        let mut report = visitor.report;
+        let referenced = coalesce(visitor.extents, &mut report.double_references);
+        let allocated: Vec<Extent> = self.core.space.lock().allocated_extents();
+        report.allocated_bytes = allocated.iter().map(|extent| extent.2).sum();
+        for (vdev, offset, len) in subtract(&allocated, &referenced) {
+            report
+                .leaks
+                .push(format!("vdev {vdev} offset {offset} length {len}"));
+        }
+        for (vdev, offset, len) in subtract(&referenced, &allocated) {
+            report
+                .references_to_free_space
+                .push(format!("vdev {vdev} offset {offset} length {len}"));
+        }
+        Ok(report)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subtract_leaves_the_uncovered_parts() {
+        let a = vec![(0, 0, 100), (1, 0, 50)];
+        let b = vec![(0, 10, 10), (0, 50, 100), (1, 0, 50)];
+        assert_eq!(subtract(&a, &b), vec![(0, 0, 10), (0, 20, 30)]);
+        assert_eq!(subtract(&b, &a), vec![(0, 100, 50)]);
+    }
+
+    #[test]
+    fn coalesce_reports_overlaps_only() {
+        let mut overlaps = Vec::new();
+        let merged = coalesce(vec![(0, 10, 10), (0, 0, 10), (0, 15, 10)], &mut overlaps);
+        assert_eq!(merged, vec![(0, 0, 25)]);
+        assert_eq!(overlaps.len(), 1);
+    }
+}

@@ -1,0 +1,212 @@
+//! Pool creation: validate the vdev layout, open (and if asked, create) the devices, size the
+//! metaslabs, and commit txg 1 with an empty MOS, the root dataset and a space-log checkpoint.
+//!
+//! A device that carries the label of an active or exported pool is refused unless forced, so a
+//! typo cannot destroy another pool.
+
+use crate::pool::{PoolCore, PoolOptions};
+use crate::sync::SpaceLogState;
+use crate::{EngineError, Pool, new_guid};
+use cairn_dataset::directory::creation_properties;
+use cairn_dataset::{DatasetDirectory, DatasetKind};
+use cairn_device::spec::DeviceSpec;
+use cairn_format::label::{
+    DEVICE_SIZE_MIN, TopVdevConfig, TopVdevKind, VdevRole, data_region_size,
+};
+use cairn_format::{
+    ASHIFT_DEFAULT, BlockPointer, ChecksumAlgorithm, FORMAT_VERSION, ObjsetType, PoolState,
+    Uberblock,
+};
+use cairn_object::ObjectSet;
+use cairn_pipeline::BlockIo;
+use cairn_pool::labels::best_config;
+use cairn_pool::space::{SpaceAllocator, VdevSpace, metaslab_shift_for};
+use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// One top-level vdev as given on the command line.
+#[derive(Debug, Clone)]
+pub struct VdevGroup {
+    pub mirror: bool,
+    pub devices: Vec<DeviceSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CreateOptions {
+    /// Create missing backing files (sparse) of this size.
+    pub create_size_bytes: Option<u64>,
+    pub ashift: u8,
+    /// Reuse devices that carry another pool's label.
+    pub force: bool,
+    pub root_properties: Vec<(String, String)>,
+}
+
+impl Default for CreateOptions {
+    fn default() -> Self {
+        CreateOptions {
+            create_size_bytes: None,
+            ashift: ASHIFT_DEFAULT,
+            force: false,
+            root_properties: Vec::new(),
+        }
+    }
+}
+
+fn create_error(message: impl Into<String>) -> EngineError {
+    EngineError::Create(message.into())
+}
+
+fn validate_layout(name: &str, groups: &[VdevGroup]) -> Result<(), EngineError> {
+    cairn_dataset::validate_name(name)?;
+    if name.contains('/') {
+        return Err(create_error(format!(
+            "pool name '{name}' may not contain '/'"
+        )));
+    }
+    if groups.is_empty() {
+        return Err(create_error("no devices given"));
+    }
+    let mut seen = BTreeSet::new();
+    for group in groups {
+        if group.mirror && group.devices.len() < 2 {
+            return Err(create_error("a mirror needs at least two devices"));
+        }
+        if !group.mirror && group.devices.len() != 1 {
+            return Err(create_error("a plain vdev is exactly one device"));
+        }
+        for spec in &group.devices {
+            if !seen.insert(spec.path.clone()) {
+                return Err(create_error(format!(
+                    "{} is given twice",
+                    spec.path.display()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Pool {
+    pub fn create(
+        name: &str,
+        groups: &[VdevGroup],
+        create: &CreateOptions,
+        options: PoolOptions,
+    ) -> Result<Pool, EngineError> {
+        validate_layout(name, groups)?;
+        if !(cairn_format::ASHIFT_MIN..=cairn_format::ASHIFT_MAX).contains(&create.ashift) {
+            return Err(create_error(format!(
+                "ashift {} is out of range",
+                create.ashift
+            )));
+        }
+        let root_properties =
+            creation_properties(DatasetKind::Filesystem, &create.root_properties)?;
+        let mut tops = Vec::new();
+        for (index, group) in groups.iter().enumerate() {
+            let mut leaves = Vec::new();
+            let mut region = u64::MAX;
+            for spec in &group.devices {
+                let device = (options.opener)(spec, create.create_size_bytes)?;
+                let size = device.size_bytes();
+                if size < DEVICE_SIZE_MIN {
+                    return Err(create_error(format!(
+                        "{spec} is {size} bytes; the minimum device size is {DEVICE_SIZE_MIN} bytes"
+                    )));
+                }
+                if !create.force
+                    && let Ok(existing) = best_config(device.as_ref())
+                    && existing.state != PoolState::Destroyed
+                {
+                    return Err(create_error(format!(
+                        "{spec} belongs to pool '{}' ({:?}); use --force to overwrite it",
+                        existing.pool_name, existing.state
+                    )));
+                }
+                region = region.min(data_region_size(size));
+                leaves.push(Leaf::open(new_guid(), spec.clone(), device));
+            }
+            let metaslab_shift = metaslab_shift_for(region);
+            let metaslab_count = region >> metaslab_shift;
+            if metaslab_count == 0 {
+                return Err(create_error("devices are too small for one metaslab"));
+            }
+            let config = TopVdevConfig {
+                id: index as u32,
+                guid: new_guid(),
+                kind: if group.mirror {
+                    TopVdevKind::Mirror
+                } else {
+                    TopVdevKind::Leaf
+                },
+                role: VdevRole::Normal,
+                ashift: create.ashift,
+                metaslab_shift,
+                metaslab_count,
+                children: Vec::new(),
+            };
+            tops.push(TopVdev {
+                config,
+                leaves,
+                data_size_bytes: metaslab_count << metaslab_shift,
+            });
+        }
+        let tree = Arc::new(VdevTree { tops });
+        let space = SpaceAllocator::new(&space_layout(&tree))
+            .map_err(|err| create_error(format!("space layout: {err}")))?;
+        let space = Arc::new(Mutex::new(space));
+        let io = Arc::new(BlockIo::new(
+            tree.clone(),
+            space.clone(),
+            options.metadata_cache_bytes,
+        ));
+        let mut directory = DatasetDirectory::default();
+        directory.insert(name, DatasetKind::Filesystem, 1, root_properties)?;
+        let guid = new_guid();
+        let core = PoolCore {
+            name: name.to_string(),
+            guid,
+            tree,
+            io: io.clone(),
+            space,
+            mos: ObjectSet::create(io, ObjsetType::Meta, ChecksumAlgorithm::Fletcher4),
+            directory: Mutex::new(directory),
+            objsets: Mutex::new(BTreeMap::new()),
+            tasks: Mutex::new(BTreeMap::new()),
+            space_log: Mutex::new(SpaceLogState::default()),
+            uberblock: Mutex::new(Uberblock {
+                version: FORMAT_VERSION,
+                txg: 0,
+                pool_guid: guid,
+                guid_sum: 0,
+                timestamp_ms: 0,
+                root_bp: BlockPointer::HOLE,
+                space_log_bp: BlockPointer::HOLE,
+                space_log_blocks: 0,
+                allocated_bytes: 0,
+            }),
+            label_state: Mutex::new(PoolState::Active),
+            config_dirty: AtomicBool::new(true),
+        };
+        let pool = Pool::assemble(core, 0, &options);
+        pool.txg_engine()?
+            .sync_now_forced()
+            .map_err(|err| create_error(err.to_string()))?;
+        Ok(pool)
+    }
+}
+
+pub(crate) fn space_layout(tree: &VdevTree) -> Vec<VdevSpace> {
+    tree.tops
+        .iter()
+        .map(|top| VdevSpace {
+            vdev: top.id(),
+            data_size_bytes: top.data_size_bytes,
+            ashift: top.config.ashift,
+            metaslab_shift: top.config.metaslab_shift,
+        })
+        .collect()
+}

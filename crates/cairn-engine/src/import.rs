@@ -1,0 +1,364 @@
+//! Import: find a pool's devices by their labels, rebuild its vdev tree from the newest config,
+//! and open the newest uberblock whose tree verifies.
+//!
+//! Devices are matched by leaf guid, not path, so a pool whose files moved or were renamed still
+//! imports from `-d DIR`. A top-level vdev with no present device makes the pool unimportable (a
+//! clear error naming what is missing); a mirror with a side missing imports DEGRADED.
+//!
+//! Falling back past the newest uberblock is safe for as long as the frees of the newer txgs
+//! were still deferred (`DEFER_TXGS`); older fallbacks are refused rather than risk reading
+//! reused space.
+
+use crate::create::space_layout;
+use crate::pool::{DIRECTORY_OBJECT, PoolCore, PoolOptions, checksum_from_property};
+use crate::sync::SpaceLogState;
+use crate::{EngineError, Pool};
+use cairn_dataset::{DatasetDirectory, DatasetKind};
+use cairn_device::DeviceError;
+use cairn_device::file::{FileDevice, FileOptions};
+use cairn_device::queue::IoClass;
+use cairn_device::spec::DeviceSpec;
+use cairn_format::{
+    BlockPointer, ChecksumAlgorithm, LabelConfig, PoolState, SpaceLogBlock, SpaceLogKind, Uberblock,
+};
+use cairn_object::ObjectSet;
+use cairn_pipeline::BlockIo;
+use cairn_pool::labels::{best_config, read_uberblocks};
+use cairn_pool::space::{DEFER_TXGS, SpaceAllocator};
+use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Where to look for a pool's devices.
+#[derive(Debug, Clone)]
+pub enum ImportSource {
+    /// Every regular file (and block device) directly inside the directory.
+    Directory(PathBuf),
+    /// These devices (e.g. remembered from an earlier import).
+    Devices(Vec<DeviceSpec>),
+}
+
+/// A pool found on devices, before import.
+#[derive(Debug, Clone)]
+pub struct DiscoveredPool {
+    pub config: LabelConfig,
+    /// Present devices with their leaf guid.
+    pub devices: Vec<(DeviceSpec, u64)>,
+}
+
+fn candidate_paths(source: &ImportSource) -> Vec<PathBuf> {
+    match source {
+        ImportSource::Devices(specs) => specs.iter().map(|spec| spec.path.clone()).collect(),
+        ImportSource::Directory(dir) => {
+            let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map(|entries| {
+                    entries
+                        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                        .filter(|path| {
+                            std::fs::metadata(path).is_ok_and(|meta| {
+                                use std::os::unix::fs::FileTypeExt;
+                                meta.is_file() || meta.file_type().is_block_device()
+                            })
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            paths.sort();
+            paths
+        }
+    }
+}
+
+/// Reads the labels of every candidate device (read-only, no lock) and groups them by pool.
+pub fn discover_pools(source: &ImportSource) -> Vec<DiscoveredPool> {
+    let mut pools: BTreeMap<u64, DiscoveredPool> = BTreeMap::new();
+    for path in candidate_paths(source) {
+        let options = FileOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        let Ok(device) = FileDevice::open(&path, options) else {
+            continue;
+        };
+        let Ok(config) = best_config(&device) else {
+            continue;
+        };
+        let spec = DeviceSpec { path, model: None };
+        let entry = pools
+            .entry(config.pool_guid)
+            .or_insert_with(|| DiscoveredPool {
+                config: config.clone(),
+                devices: Vec::new(),
+            });
+        if config.txg > entry.config.txg {
+            entry.config = config.clone();
+        }
+        entry.devices.push((spec, config.leaf_guid));
+    }
+    pools.into_values().collect()
+}
+
+fn import_error(pool: &str, reason: impl Into<String>) -> EngineError {
+    EngineError::Import {
+        pool: pool.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Finds the pool named `name` (or with that decimal guid) among the discovered ones.
+pub(crate) fn find_pool(source: &ImportSource, name: &str) -> Result<DiscoveredPool, EngineError> {
+    let mut matches: Vec<DiscoveredPool> = discover_pools(source)
+        .into_iter()
+        .filter(|pool| pool.config.pool_name == name || pool.config.pool_guid.to_string() == name)
+        .filter(|pool| pool.config.state != PoolState::Destroyed)
+        .collect();
+    match matches.len() {
+        0 => Err(import_error(
+            name,
+            format!("no devices with its label found in {source:?}"),
+        )),
+        1 => Ok(matches.remove(0)),
+        _ => Err(import_error(
+            name,
+            format!(
+                "several pools have this name (guids {}); import by guid",
+                matches
+                    .iter()
+                    .map(|pool| pool.config.pool_guid.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )),
+    }
+}
+
+fn open_tree(found: &DiscoveredPool, options: &PoolOptions) -> Result<VdevTree, EngineError> {
+    let name = &found.config.pool_name;
+    let mut tops = Vec::new();
+    let mut missing = Vec::new();
+    for top in &found.config.tree.tops {
+        let mut leaves = Vec::new();
+        for child in &top.children {
+            let located = found.devices.iter().find(|(_, guid)| *guid == child.guid);
+            let spec = DeviceSpec {
+                path: located
+                    .map_or_else(|| PathBuf::from(&child.path), |(spec, _)| spec.path.clone()),
+                model: child.model.clone(),
+            };
+            let opened: Option<Result<_, DeviceError>> =
+                located.map(|_| (options.opener)(&spec, None));
+            match opened {
+                Some(Ok(device)) => leaves.push(Leaf::open(child.guid, spec, device)),
+                Some(Err(err)) => {
+                    return Err(import_error(name, format!("cannot open {spec}: {err}")));
+                }
+                None => {
+                    missing.push(spec.to_string());
+                    leaves.push(Leaf::missing(child.guid, spec));
+                }
+            }
+        }
+        let mut config = top.clone();
+        config.children.clear();
+        tops.push(TopVdev {
+            data_size_bytes: top.metaslab_count << top.metaslab_shift,
+            config,
+            leaves,
+        });
+    }
+    let tree = VdevTree { tops };
+    for top in &tree.tops {
+        if top.health() == Health::Unavail {
+            tree.shutdown();
+            return Err(import_error(
+                name,
+                format!(
+                    "vdev {} has no device present (missing: {})",
+                    top.config.id,
+                    missing.join(", ")
+                ),
+            ));
+        }
+    }
+    if !missing.is_empty() {
+        eprintln!(
+            "cairn: pool '{name}' is DEGRADED: missing {}",
+            missing.join(", ")
+        );
+    }
+    Ok(tree)
+}
+
+/// Everything loaded from one uberblock.
+struct Loaded {
+    space: Arc<Mutex<SpaceAllocator>>,
+    io: Arc<BlockIo>,
+    mos: ObjectSet,
+    directory: DatasetDirectory,
+    objsets: BTreeMap<String, Arc<ObjectSet>>,
+    space_log: SpaceLogState,
+}
+
+fn load_space_log(
+    io: &BlockIo,
+    head: &BlockPointer,
+) -> Result<(Vec<BlockPointer>, Vec<SpaceLogBlock>), EngineError> {
+    let mut bps = Vec::new();
+    let mut blocks = Vec::new();
+    let mut next = *head;
+    while !next.is_hole() {
+        if next.object_type != cairn_format::ObjectType::SpaceLog || bps.len() > 1_000_000 {
+            return Err(EngineError::Space("space log chain is malformed".into()));
+        }
+        let data = io.read_block(&next, IoClass::SyncRead)?;
+        let block =
+            SpaceLogBlock::decode(&data).map_err(|err| EngineError::Space(err.to_string()))?;
+        bps.push(next);
+        next = block.prev;
+        let start = block.kind == SpaceLogKind::CheckpointStart;
+        blocks.push(block);
+        if start {
+            break;
+        }
+    }
+    if blocks
+        .last()
+        .is_none_or(|block| block.kind != SpaceLogKind::CheckpointStart)
+    {
+        return Err(EngineError::Space(
+            "space log does not begin with a checkpoint".into(),
+        ));
+    }
+    bps.reverse();
+    blocks.reverse();
+    Ok((bps, blocks))
+}
+
+fn load(
+    tree: &Arc<VdevTree>,
+    ub: &Uberblock,
+    options: &PoolOptions,
+) -> Result<Loaded, EngineError> {
+    let space = SpaceAllocator::new(&space_layout(tree))
+        .map_err(|err| EngineError::Space(format!("space layout from the label: {err}")))?;
+    let space = Arc::new(Mutex::new(space));
+    let io = Arc::new(BlockIo::new(
+        tree.clone(),
+        space.clone(),
+        options.metadata_cache_bytes,
+    ));
+    let (chain, blocks) = load_space_log(&io, &ub.space_log_bp)?;
+    space
+        .lock()
+        .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
+        .map_err(|err| EngineError::Space(err.to_string()))?;
+    let mos = ObjectSet::open(
+        io.clone(),
+        ub.root_bp,
+        ChecksumAlgorithm::Fletcher4,
+        ub.txg,
+        0,
+    )?;
+    let blob = mos
+        .read_blob(DIRECTORY_OBJECT)?
+        .ok_or_else(|| EngineError::Space("MOS has no dataset directory".into()))?;
+    let directory = DatasetDirectory::decode(&blob)?;
+    let mut objsets = BTreeMap::new();
+    for record in directory.datasets.values() {
+        if record.kind != DatasetKind::Volume {
+            continue;
+        }
+        let (checksum, _) = directory.property(&record.name, "checksum")?;
+        let objset = ObjectSet::open(
+            io.clone(),
+            record.objset_bp()?,
+            checksum_from_property(&checksum),
+            ub.txg,
+            record.used_bytes,
+        )?;
+        objsets.insert(record.name.clone(), Arc::new(objset));
+    }
+    Ok(Loaded {
+        space,
+        io,
+        mos,
+        directory,
+        objsets,
+        space_log: SpaceLogState { chain },
+    })
+}
+
+impl Pool {
+    /// Imports the pool called `name` (or with that guid) from `source`.
+    pub fn import(
+        source: &ImportSource,
+        name: &str,
+        options: PoolOptions,
+    ) -> Result<Pool, EngineError> {
+        let found = find_pool(source, name)?;
+        let pool_name = found.config.pool_name.clone();
+        let tree = Arc::new(open_tree(&found, &options)?);
+        let guid_sum = found.config.tree.guid_sum();
+        let mut candidates: Vec<Uberblock> = tree
+            .leaves()
+            .filter_map(|leaf| leaf.device())
+            .flat_map(|device| read_uberblocks(device.as_ref()))
+            .filter(|ub| ub.pool_guid == found.config.pool_guid && ub.guid_sum == guid_sum)
+            .collect();
+        candidates.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
+        candidates.dedup_by(|a, b| a.txg == b.txg);
+        let newest = candidates.first().map_or(0, |ub| ub.txg);
+        let mut failures = Vec::new();
+        for ub in candidates
+            .iter()
+            .take_while(|ub| ub.txg + DEFER_TXGS >= newest)
+        {
+            match load(&tree, ub, &options) {
+                Ok(loaded) => {
+                    if ub.txg != newest {
+                        eprintln!(
+                            "cairn: pool '{pool_name}': txg {newest} is damaged; rewound to txg {}",
+                            ub.txg
+                        );
+                    }
+                    let core = PoolCore {
+                        name: pool_name.clone(),
+                        guid: found.config.pool_guid,
+                        tree: tree.clone(),
+                        io: loaded.io,
+                        space: loaded.space,
+                        mos: loaded.mos,
+                        directory: Mutex::new(loaded.directory),
+                        objsets: Mutex::new(loaded.objsets),
+                        tasks: Mutex::new(BTreeMap::new()),
+                        space_log: Mutex::new(loaded.space_log),
+                        uberblock: Mutex::new(ub.clone()),
+                        label_state: Mutex::new(PoolState::Active),
+                        config_dirty: AtomicBool::new(!options.readonly),
+                    };
+                    let readonly = options.readonly;
+                    let pool = Pool::assemble(core, ub.txg, &options);
+                    if !readonly {
+                        pool.txg_engine()?
+                            .sync_now_forced()
+                            .map_err(|err| import_error(&pool_name, err.to_string()))?;
+                    }
+                    return Ok(pool);
+                }
+                Err(err) => failures.push(format!("txg {}: {err}", ub.txg)),
+            }
+        }
+        tree.shutdown();
+        Err(import_error(
+            &pool_name,
+            if failures.is_empty() {
+                "no valid uberblock found".to_string()
+            } else {
+                format!("no uberblock whose tree verifies ({})", failures.join("; "))
+            },
+        ))
+    }
+}

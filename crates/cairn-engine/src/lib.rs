@@ -1,0 +1,110 @@
+//! # cairn-engine: one pool, every layer composed
+//!
+//! `Pool` is the handle front ends hold. It owns the vdev tree, the allocator, the block
+//! pipeline, the meta object set (MOS) with the dataset directory, the open datasets and the
+//! txg engine, and it is the only crate that sees all of them. It implements the txg sync:
+//!
+//! ```text
+//! sync(txg):
+//!   for each dataset object set dirty in txg:  ObjectSet::sync  -> new root pointer
+//!   directory blob (roots, used bytes, properties) -> MOS object 1;  MOS sync -> root pointer
+//!   space log: this txg's allocations and frees (or a checkpoint)  -> chained block(s)
+//!   wait for every write; flush all leaves
+//!   [config changed: labels 0,2 + flush, labels 1,3 + flush]
+//!   uberblock { txg, MOS root, space-log head } -> every label's ring slot; flush all leaves
+//!   publish the new trees to readers; release frees older than the defer window
+//! ```
+//!
+//! Import scans devices for labels, rebuilds the vdev tree from the newest config, then tries
+//! uberblocks newest first until one whose MOS, dataset directory and space log all verify; the
+//! allocator is rebuilt by replaying the space log from its last checkpoint.
+//!
+//! Invariants:
+//! - Nothing reachable from the newest durable uberblock is ever overwritten (copy-on-write,
+//!   frees deferred by `DEFER_TXGS`).
+//! - Allocated space (space log) equals referenced space (block pointers): `check` proves it.
+//! - A pool opened read-only (`check`) writes nothing at all.
+//!
+//! See also: `sync::PoolSyncer`, `import::import_pool`, `scrub::scrub`, `check::check`.
+
+mod check;
+mod create;
+mod import;
+mod pool;
+mod scrub;
+mod sync;
+
+pub use check::CheckReport;
+pub use create::{CreateOptions, VdevGroup};
+pub use import::{ImportSource, discover_pools};
+pub use pool::{DatasetInfo, LeafStatus, Pool, PoolOptions, PoolStatus, TopStatus};
+pub use scrub::ScrubProgress;
+
+use cairn_device::spec::DeviceSpec;
+use cairn_device::{Device, DeviceError};
+use std::sync::Arc;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error(transparent)]
+    Dataset(#[from] cairn_dataset::DatasetError),
+    #[error("{0}")]
+    Label(#[from] cairn_pool::labels::LabelError),
+    #[error(transparent)]
+    Object(#[from] cairn_object::ObjectError),
+    #[error(transparent)]
+    Pipeline(#[from] cairn_pipeline::PipelineError),
+    #[error("{0}")]
+    Txg(String),
+    #[error("pool '{pool}' cannot be imported: {reason}")]
+    Import { pool: String, reason: String },
+    #[error("cannot create pool: {0}")]
+    Create(String),
+    #[error("pool '{0}' is read-only (opened for checking)")]
+    ReadOnlyPool(String),
+    #[error("space accounting: {0}")]
+    Space(String),
+}
+
+/// Opens the device for a spec; tests substitute emulated devices with power switches.
+pub type DeviceOpener =
+    Arc<dyn Fn(&DeviceSpec, Option<u64>) -> Result<Arc<dyn Device>, DeviceError> + Send + Sync>;
+
+/// Opens plain files and block devices, and `emu:MODEL:PATH` specs with real timing.
+pub fn default_opener() -> DeviceOpener {
+    Arc::new(|spec, create_size_bytes| {
+        cairn_device::spec::open_device(
+            spec,
+            cairn_device::file::FileOptions {
+                create_size_bytes,
+                ..Default::default()
+            },
+            cairn_device::emulated::EmuOptions::default(),
+        )
+    })
+}
+
+/// A fresh random 64-bit identifier (never 0).
+pub(crate) fn new_guid() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut bytes))
+        .is_err()
+    {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
+pub(crate) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,556 @@
+//! The pool handle and its shared core.
+//!
+//! Administrative changes (create or destroy a dataset, set a property, export) run as *sync
+//! tasks*: closures queued for a txg and executed by the sync thread at the start of that txg's
+//! sync, so the dataset directory written in txg t is exactly the directory after t's tasks —
+//! never a mix with changes still being made in the open txg. The caller waits for the txg to
+//! be durable before returning, as `zfs create` does.
+
+use crate::sync::SpaceLogState;
+use crate::{DeviceOpener, EngineError, default_opener};
+use cairn_dataset::properties::{VOLBLOCKSIZE_DEFAULT, format_size};
+use cairn_dataset::{
+    DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, VOLUME_OBJECT, Volume,
+};
+use cairn_format::{ChecksumAlgorithm, ObjectType, ObjsetType, PoolState, Uberblock};
+use cairn_object::ObjectSet;
+use cairn_pipeline::BlockIo;
+use cairn_pool::space::SpaceAllocator;
+use cairn_pool::txg::{TxgConfig, TxgEngine, TxgTiming};
+use cairn_pool::vdev::{Health, VdevTree};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub struct PoolOptions {
+    pub txg: TxgConfig,
+    pub opener: DeviceOpener,
+    pub metadata_cache_bytes: u64,
+    /// Open for inspection only: no txg engine, nothing is ever written.
+    pub readonly: bool,
+}
+
+impl Default for PoolOptions {
+    fn default() -> Self {
+        PoolOptions {
+            txg: TxgConfig::default(),
+            opener: default_opener(),
+            metadata_cache_bytes: 64 << 20,
+            readonly: false,
+        }
+    }
+}
+
+pub(crate) type SyncTask = Box<dyn FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send>;
+type TaskReply = crossbeam_channel::Sender<Result<(), String>>;
+
+pub(crate) struct PoolCore {
+    pub(crate) name: String,
+    pub(crate) guid: u64,
+    pub(crate) tree: Arc<VdevTree>,
+    pub(crate) io: Arc<BlockIo>,
+    pub(crate) space: Arc<Mutex<SpaceAllocator>>,
+    pub(crate) mos: ObjectSet,
+    pub(crate) directory: Mutex<DatasetDirectory>,
+    pub(crate) objsets: Mutex<BTreeMap<String, Arc<ObjectSet>>>,
+    pub(crate) tasks: Mutex<BTreeMap<u64, Vec<(SyncTask, TaskReply)>>>,
+    pub(crate) space_log: Mutex<SpaceLogState>,
+    pub(crate) uberblock: Mutex<Uberblock>,
+    pub(crate) label_state: Mutex<PoolState>,
+    pub(crate) config_dirty: AtomicBool,
+}
+
+/// MOS object holding the dataset directory.
+pub(crate) const DIRECTORY_OBJECT: u64 = 1;
+
+pub struct Pool {
+    pub(crate) core: Arc<PoolCore>,
+    txg: Option<Arc<TxgEngine>>,
+    volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
+    closed: AtomicBool,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeafStatus {
+    pub name: String,
+    pub health: Health,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    pub repaired_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct TopStatus {
+    pub name: String,
+    pub health: Health,
+    pub leaves: Vec<LeafStatus>,
+    pub is_mirror: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct PoolStatus {
+    pub name: String,
+    pub guid: u64,
+    pub health: Health,
+    pub txg: u64,
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub fragmentation_percent: u64,
+    pub tops: Vec<TopStatus>,
+    pub last_scrub: Option<ScrubRecord>,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatasetInfo {
+    pub name: String,
+    pub kind: DatasetKind,
+    pub used_bytes: u64,
+    pub available_bytes: u64,
+    pub referenced_bytes: u64,
+    pub volsize_bytes: Option<u64>,
+    pub properties: Vec<(&'static str, String, String)>,
+}
+
+impl Pool {
+    pub(crate) fn assemble(core: PoolCore, last_synced_txg: u64, options: &PoolOptions) -> Pool {
+        let core = Arc::new(core);
+        let txg = (!options.readonly).then(|| {
+            TxgEngine::start(
+                options.txg.clone(),
+                last_synced_txg,
+                Arc::new(crate::sync::PoolSyncer(core.clone())),
+            )
+        });
+        Pool {
+            core,
+            txg,
+            volumes: Mutex::new(BTreeMap::new()),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.core.name
+    }
+
+    pub fn guid(&self) -> u64 {
+        self.core.guid
+    }
+
+    pub fn txg_engine(&self) -> Result<&Arc<TxgEngine>, EngineError> {
+        self.txg
+            .as_ref()
+            .ok_or_else(|| EngineError::ReadOnlyPool(self.core.name.clone()))
+    }
+
+    pub fn io(&self) -> &Arc<BlockIo> {
+        &self.core.io
+    }
+
+    pub fn tree(&self) -> &Arc<VdevTree> {
+        &self.core.tree
+    }
+
+    pub fn last_synced_txg(&self) -> u64 {
+        self.core.uberblock.lock().txg
+    }
+
+    pub fn txg_history(&self) -> Vec<TxgTiming> {
+        self.txg
+            .as_ref()
+            .map(|txg| txg.history())
+            .unwrap_or_default()
+    }
+
+    /// Runs `task` in the sync of the open txg and waits until that txg is durable.
+    pub(crate) fn run_sync_task(
+        &self,
+        task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
+    ) -> Result<u64, EngineError> {
+        let engine = self.txg_engine()?;
+        let (reply, outcome) = crossbeam_channel::bounded(1);
+        let txg = {
+            let hold = engine.hold();
+            self.core
+                .tasks
+                .lock()
+                .entry(hold.txg())
+                .or_default()
+                .push((Box::new(task), reply));
+            hold.txg()
+        };
+        engine
+            .wait_synced(txg)
+            .map_err(|err| EngineError::Txg(err.to_string()))?;
+        match outcome.try_recv() {
+            Ok(Ok(())) => Ok(txg),
+            Ok(Err(message)) => Err(EngineError::Txg(message)),
+            Err(_) => Err(EngineError::Txg(format!(
+                "txg {txg} synced without running the task"
+            ))),
+        }
+    }
+
+    /// Forces a txg sync of everything dirty; returns the last synced txg.
+    pub fn sync(&self) -> Result<u64, EngineError> {
+        let engine = self.txg_engine()?;
+        engine
+            .sync_now()
+            .map_err(|err| EngineError::Txg(err.to_string()))
+    }
+
+    pub fn record_history(&self, entry: String) -> Result<(), EngineError> {
+        let stamped = format!("{} {entry}", crate::now_ms());
+        self.run_sync_task(move |core, _| {
+            core.directory.lock().record_history(stamped);
+            Ok(())
+        })
+        .map(|_| ())
+    }
+
+    pub fn history(&self) -> Vec<String> {
+        self.core.directory.lock().history.clone()
+    }
+
+    pub fn status(&self) -> PoolStatus {
+        let stats = self.core.space.lock().stats();
+        let tops = self
+            .core
+            .tree
+            .tops
+            .iter()
+            .map(|top| TopStatus {
+                name: top.kind_name(),
+                health: top.health(),
+                is_mirror: top.leaves.len() > 1,
+                leaves: top
+                    .leaves
+                    .iter()
+                    .map(|leaf| {
+                        let (read, write, checksum) = leaf.errors.snapshot();
+                        LeafStatus {
+                            name: leaf.spec.to_string(),
+                            health: leaf.health(),
+                            read_errors: read,
+                            write_errors: write,
+                            checksum_errors: checksum,
+                            repaired_bytes: leaf.errors.repaired_bytes.load(Ordering::Relaxed),
+                        }
+                    })
+                    .collect(),
+            })
+            .collect();
+        PoolStatus {
+            name: self.core.name.clone(),
+            guid: self.core.guid,
+            health: self.core.tree.health(),
+            txg: self.last_synced_txg(),
+            size_bytes: stats.size_bytes,
+            allocated_bytes: stats.allocated_bytes,
+            free_bytes: stats.free_bytes,
+            fragmentation_percent: u64::from(stats.fragmentation_percent),
+            tops,
+            last_scrub: self.core.directory.lock().last_scrub.clone(),
+        }
+    }
+
+    /// Datasets with space figures and resolved properties, sorted by name.
+    pub fn datasets(&self) -> Result<Vec<DatasetInfo>, EngineError> {
+        let available = self.core.space.lock().available_bytes();
+        let directory = self.core.directory.lock();
+        let mut out = Vec::new();
+        for record in directory.datasets.values() {
+            let children_used: u64 = directory
+                .children(&record.name)
+                .map(|child| child.used_bytes)
+                .sum();
+            let properties = directory
+                .all_properties(&record.name)?
+                .into_iter()
+                .map(|(name, value, source)| (name, value, source.describe()))
+                .collect::<Vec<_>>();
+            let volsize = record
+                .properties
+                .get("volsize")
+                .and_then(|value| value.parse().ok());
+            out.push(DatasetInfo {
+                name: record.name.clone(),
+                kind: record.kind,
+                used_bytes: record.used_bytes + children_used,
+                available_bytes: available,
+                referenced_bytes: record.used_bytes,
+                volsize_bytes: volsize,
+                properties,
+            });
+        }
+        Ok(out)
+    }
+
+    pub fn properties(
+        &self,
+        dataset: &str,
+    ) -> Result<Vec<(&'static str, String, String)>, EngineError> {
+        let directory = self.core.directory.lock();
+        Ok(directory
+            .all_properties(dataset)?
+            .into_iter()
+            .map(|(name, value, source)| (name, value, source.describe()))
+            .collect())
+    }
+
+    /// Creates a volume of `size_bytes` with creation properties, durable on return.
+    pub fn create_volume(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        requested: &[(String, String)],
+    ) -> Result<(), EngineError> {
+        let mut requested = requested.to_vec();
+        requested.retain(|(key, _)| key != "volsize");
+        requested.push(("volsize".into(), size_bytes.to_string()));
+        let properties =
+            cairn_dataset::directory::creation_properties(DatasetKind::Volume, &requested)?;
+        let block_size: u64 = properties
+            .get("volblocksize")
+            .map_or(VOLBLOCKSIZE_DEFAULT, |value| {
+                value.parse().expect("canonical")
+            });
+        if size_bytes == 0 || !size_bytes.is_multiple_of(block_size) {
+            return Err(DatasetError::InvalidProperty {
+                name: "volsize".into(),
+                value: size_bytes.to_string(),
+                reason: format!(
+                    "must be a non-zero multiple of volblocksize ({})",
+                    format_size(block_size)
+                ),
+            }
+            .into());
+        }
+        {
+            // Validate in open context for a prompt error; the task checks again.
+            let directory = self.core.directory.lock();
+            if directory.datasets.contains_key(name) {
+                return Err(DatasetError::Exists(name.to_string()).into());
+            }
+            cairn_dataset::validate_name(name)?;
+            let parent = name
+                .rsplit_once('/')
+                .map(|(parent, _)| parent)
+                .ok_or_else(|| DatasetError::InvalidName {
+                    name: name.into(),
+                    reason: "a volume must be inside a pool (pool/name)".into(),
+                })?;
+            directory.get(parent)?;
+        }
+        let name = name.to_string();
+        self.run_sync_task(move |core, txg| {
+            let mut directory = core.directory.lock();
+            let record = directory.insert(&name, DatasetKind::Volume, txg, properties)?;
+            let _ = record;
+            let (checksum, _) = directory.property(&name, "checksum")?;
+            drop(directory);
+            let objset = Arc::new(ObjectSet::create(
+                core.io.clone(),
+                ObjsetType::Volume,
+                checksum_from_property(&checksum),
+            ));
+            let capacity_blocks = size_bytes / block_size;
+            objset.create_object(
+                txg,
+                VOLUME_OBJECT,
+                ObjectType::VolumeData,
+                block_size as u32,
+                capacity_blocks,
+            );
+            core.objsets.lock().insert(name, objset);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Destroys a dataset (which must have no children), durable on return.
+    pub fn destroy_dataset(&self, name: &str) -> Result<(), EngineError> {
+        {
+            let directory = self.core.directory.lock();
+            directory.get(name)?;
+            if !name.contains('/') {
+                return Err(DatasetError::InvalidName {
+                    name: name.into(),
+                    reason: "the root dataset goes with the pool (cairn pool destroy)".into(),
+                }
+                .into());
+            }
+            if let Some(child) = directory.children(name).next() {
+                return Err(DatasetError::InvalidName {
+                    name: name.into(),
+                    reason: format!("has children ({})", child.name),
+                }
+                .into());
+            }
+        }
+        if let Some(volume) = self.volumes.lock().remove(name) {
+            volume.set_readonly(true);
+        }
+        // Everything already written to the dataset reaches disk first, so the task frees a
+        // tree that no other sync is still changing.
+        self.sync()?;
+        let name = name.to_string();
+        self.run_sync_task(move |core, txg| {
+            let objset = core.objsets.lock().remove(&name);
+            if let Some(objset) = objset {
+                objset.free_all(txg)?;
+            }
+            core.directory.lock().datasets.remove(&name);
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    pub fn set_property(
+        &self,
+        dataset: &str,
+        property: &str,
+        value: &str,
+    ) -> Result<String, EngineError> {
+        // Validate first so errors come back without a txg.
+        let canonical = {
+            let mut trial = self.core.directory.lock().clone();
+            trial.set_property(dataset, property, value)?
+        };
+        let (dataset_name, property_name, value_text) =
+            (dataset.to_string(), property.to_string(), value.to_string());
+        self.run_sync_task(move |core, _| {
+            core.directory
+                .lock()
+                .set_property(&dataset_name, &property_name, &value_text)?;
+            Ok(())
+        })?;
+        self.apply_properties();
+        Ok(canonical)
+    }
+
+    /// Pushes property values that have an in-memory effect to open objects.
+    fn apply_properties(&self) {
+        let directory = self.core.directory.lock();
+        for (name, objset) in self.core.objsets.lock().iter() {
+            if let Ok((checksum, _)) = directory.property(name, "checksum") {
+                objset.set_checksum(checksum_from_property(&checksum));
+            }
+        }
+        for (name, volume) in self.volumes.lock().iter() {
+            if let Ok((readonly, _)) = directory.property(name, "readonly") {
+                volume.set_readonly(readonly == "on");
+            }
+        }
+    }
+
+    /// The volume API for a volume dataset.
+    pub fn volume(&self, name: &str) -> Result<Arc<Volume>, EngineError> {
+        if let Some(volume) = self.volumes.lock().get(name) {
+            return Ok(volume.clone());
+        }
+        let engine = self.txg_engine()?.clone();
+        let directory = self.core.directory.lock();
+        let record = directory.get(name)?;
+        if record.kind != DatasetKind::Volume {
+            return Err(DatasetError::InvalidName {
+                name: name.into(),
+                reason: "not a volume".into(),
+            }
+            .into());
+        }
+        let size: u64 = directory.property(name, "volsize")?.0.parse().unwrap_or(0);
+        let block_size: u32 = directory
+            .property(name, "volblocksize")?
+            .0
+            .parse()
+            .unwrap_or(VOLBLOCKSIZE_DEFAULT as u32);
+        let readonly = directory.property(name, "readonly")?.0 == "on";
+        drop(directory);
+        let objset = self
+            .core
+            .objsets
+            .lock()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
+        let core = self.core.clone();
+        let engine_for_check = engine.clone();
+        let space_check: SpaceCheck = Arc::new(move |bytes| {
+            let dirty = engine_for_check.dirty_bytes();
+            if core.space.lock().can_allocate_user(dirty + bytes) {
+                Ok(())
+            } else {
+                Err(DatasetError::NoSpace(format!(
+                    "pool '{}' has no room for {bytes} more bytes",
+                    core.name
+                )))
+            }
+        });
+        let volume = Arc::new(Volume::new(
+            name.to_string(),
+            objset,
+            engine,
+            size,
+            block_size,
+            readonly,
+            space_check,
+        ));
+        self.volumes.lock().insert(name.to_string(), volume.clone());
+        Ok(volume)
+    }
+
+    /// Syncs, writes the given label state and stops the txg engine and device queues.
+    fn shut(&self, state: PoolState) -> Result<(), EngineError> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        if let Some(engine) = &self.txg {
+            if *self.core.label_state.lock() != state {
+                self.core.config_dirty.store(true, Ordering::SeqCst);
+                *self.core.label_state.lock() = state;
+                engine
+                    .sync_now_forced()
+                    .map_err(|err| EngineError::Txg(err.to_string()))?;
+            }
+            engine
+                .shutdown()
+                .map_err(|err| EngineError::Txg(err.to_string()))?;
+        }
+        self.core.tree.shutdown();
+        Ok(())
+    }
+
+    /// Syncs everything and closes the pool, leaving it imported (label state ACTIVE).
+    pub fn close(&self) -> Result<(), EngineError> {
+        self.shut(PoolState::Active)
+    }
+
+    /// Syncs everything, marks the labels EXPORTED and closes the pool.
+    pub fn export(&self) -> Result<(), EngineError> {
+        self.shut(PoolState::Exported)
+    }
+
+    /// Marks the labels DESTROYED and closes the pool; its devices can be reused.
+    pub fn destroy(&self) -> Result<(), EngineError> {
+        self.shut(PoolState::Destroyed)
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if !self.closed.load(Ordering::SeqCst) {
+            if let Some(engine) = &self.txg {
+                let _ = engine.shutdown();
+            }
+            self.core.tree.shutdown();
+        }
+    }
+}
+
+pub(crate) fn checksum_from_property(value: &str) -> ChecksumAlgorithm {
+    ChecksumAlgorithm::from_name(value).unwrap_or(ChecksumAlgorithm::Fletcher4)
+}

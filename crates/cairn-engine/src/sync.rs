@@ -1,0 +1,248 @@
+//! The txg sync: what `TxgEngine` calls for every txg, on its sync thread.
+//!
+//! Order matters and is the whole crash-safety argument:
+//! 1. sync tasks (directory changes) run first, so the directory written is this txg's;
+//! 2. dataset object sets, then the directory blob, then the MOS are rewritten copy-on-write;
+//! 3. the space log records every allocation and free of the txg — including the space-log
+//!    block's own allocation, which is why its copies are allocated before it is encoded;
+//! 4. every write is waited for and every leaf flushed *before* the uberblock is written, and
+//!    flushed again after: the uberblock never points at blocks that might not be on media;
+//! 5. only then do readers see the new trees (`publish`) and deferred frees move on.
+//!
+//! The space log is a chain of blocks, newest first. Every `SPACE_LOG_CHAIN_BLOCKS_MAX` blocks it
+//! is condensed into a checkpoint (the whole allocated set) and the old chain is freed, which
+//! bounds both its size and the work of replaying it at import.
+
+use crate::EngineError;
+use crate::pool::{DIRECTORY_OBJECT, PoolCore};
+use bytes::Bytes;
+use cairn_device::queue::IoClass;
+use cairn_format::spacelog::{SPACE_LOG_ENTRIES_PER_BLOCK, SpaceLogBlock, SpaceLogKind};
+use cairn_format::{
+    BlockPointer, ChecksumAlgorithm, FORMAT_VERSION, ObjectType, SpaceLogEntry, Uberblock,
+};
+use cairn_pipeline::{WriteBatch, WriteProps};
+use cairn_pool::labels::{commit_uberblock, write_pool_config};
+use cairn_pool::txg::TxgSyncer;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Space-log blocks kept before the log is condensed into a checkpoint.
+pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
+/// Granule space-log blocks are rounded to.
+const SPACE_LOG_GRANULE: u32 = 4096;
+
+#[derive(Debug, Default)]
+pub(crate) struct SpaceLogState {
+    /// Blocks of the current chain, oldest (the checkpoint start) first.
+    pub(crate) chain: Vec<BlockPointer>,
+}
+
+impl SpaceLogState {
+    pub(crate) fn head(&self) -> BlockPointer {
+        self.chain.last().copied().unwrap_or(BlockPointer::HOLE)
+    }
+}
+
+pub(crate) struct PoolSyncer(pub(crate) Arc<PoolCore>);
+
+impl TxgSyncer for PoolSyncer {
+    fn sync_txg(&self, txg: u64) -> Result<(), String> {
+        self.0.sync(txg).map_err(|err| format!("txg {txg}: {err}"))
+    }
+}
+
+fn space_log_props() -> WriteProps {
+    WriteProps {
+        object_type: ObjectType::SpaceLog,
+        level: 0,
+        checksum: ChecksumAlgorithm::Fletcher4,
+        copies: 2,
+        fill: 1,
+        class: IoClass::AsyncWrite,
+    }
+}
+
+impl PoolCore {
+    pub(crate) fn sync(&self, txg: u64) -> Result<(), EngineError> {
+        let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
+        let mut directory_changed = !tasks.is_empty() || self.mos.root_bp().is_hole();
+        for (task, reply) in tasks {
+            let result = task(self, txg).map_err(|err| err.to_string());
+            let _ = reply.send(result);
+        }
+        let mut batch = self.io.batch(txg);
+        let objsets: Vec<_> = self
+            .objsets
+            .lock()
+            .iter()
+            .map(|(name, objset)| (name.clone(), objset.clone()))
+            .collect();
+        let mut synced = Vec::new();
+        for (name, objset) in objsets {
+            if objset.is_dirty(txg) {
+                let result = objset.sync(txg, &mut batch)?;
+                synced.push((name, objset, result));
+            } else {
+                objset.skip_txg(txg);
+            }
+        }
+        if !synced.is_empty() {
+            let mut directory = self.directory.lock();
+            for (name, _, result) in &synced {
+                if let Ok(record) = directory.get_mut(name) {
+                    record.set_objset_bp(&result.root_bp());
+                    record.used_bytes = result.used_bytes();
+                }
+            }
+            directory_changed = true;
+        }
+        if directory_changed {
+            let blob = self.directory.lock().encode();
+            self.mos
+                .write_blob(txg, DIRECTORY_OBJECT, ObjectType::DatasetDirectory, &blob)?;
+        }
+        let mos_synced = if self.mos.is_dirty(txg) {
+            Some(self.mos.sync(txg, &mut batch)?)
+        } else {
+            self.mos.skip_txg(txg);
+            None
+        };
+        let root_bp = mos_synced
+            .as_ref()
+            .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
+        let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
+        batch.finish()?;
+        self.commit(txg, root_bp, space_log_head, space_log_blocks)?;
+        for (_, objset, result) in synced {
+            objset.publish(result);
+        }
+        if let Some(result) = mos_synced {
+            self.mos.publish(result);
+        }
+        self.space.lock().sync_done(txg);
+        Ok(())
+    }
+
+    /// Flush, (labels,) uberblock, flush.
+    fn commit(
+        &self,
+        txg: u64,
+        root_bp: BlockPointer,
+        space_log_bp: BlockPointer,
+        space_log_blocks: u64,
+    ) -> Result<(), EngineError> {
+        self.tree.flush_all().map_err(EngineError::Txg)?;
+        if self.config_dirty.swap(false, Ordering::SeqCst) {
+            let config = self.label_config(txg);
+            write_pool_config(&self.tree, &config)?;
+        }
+        let uberblock = Uberblock {
+            version: FORMAT_VERSION,
+            txg,
+            pool_guid: self.guid,
+            guid_sum: self.tree.config().guid_sum(),
+            timestamp_ms: crate::now_ms(),
+            root_bp,
+            space_log_bp,
+            space_log_blocks,
+            allocated_bytes: self.space.lock().stats().allocated_bytes,
+        };
+        commit_uberblock(&self.tree, &uberblock)?;
+        self.tree.flush_all().map_err(EngineError::Txg)?;
+        *self.uberblock.lock() = uberblock;
+        Ok(())
+    }
+
+    pub(crate) fn label_config(&self, txg: u64) -> cairn_format::LabelConfig {
+        cairn_format::LabelConfig {
+            version: FORMAT_VERSION,
+            pool_name: self.name.clone(),
+            pool_guid: self.guid,
+            state: *self.label_state.lock(),
+            txg,
+            leaf_guid: 0,
+            tree: self.tree.config(),
+        }
+    }
+
+    /// Appends this txg's allocation changes to the space log (or condenses it into a
+    /// checkpoint) and returns the new head and chain length.
+    fn write_space_log(
+        &self,
+        txg: u64,
+        batch: &mut WriteBatch<'_>,
+    ) -> Result<(BlockPointer, u64), EngineError> {
+        let mut log = self.space_log.lock();
+        let condense = log.chain.is_empty() || log.chain.len() >= SPACE_LOG_CHAIN_BLOCKS_MAX;
+        if condense {
+            for bp in log.chain.drain(..) {
+                self.io.free_block(&bp, txg);
+            }
+        }
+        // Size the blocks from what is known now, plus room for their own allocations.
+        let known = if condense {
+            self.space.lock().checkpoint_entries(txg).len()
+        } else {
+            self.space.lock().pending_change_count(txg)
+        };
+        let slack_per_block = 8;
+        let blocks_needed =
+            (known + slack_per_block).div_ceil(SPACE_LOG_ENTRIES_PER_BLOCK - slack_per_block);
+        let mut capacities = Vec::with_capacity(blocks_needed);
+        let mut remaining = known + slack_per_block * blocks_needed;
+        for _ in 0..blocks_needed {
+            let count = remaining.min(SPACE_LOG_ENTRIES_PER_BLOCK);
+            capacities.push(count);
+            remaining -= count;
+        }
+        let mut placements = Vec::with_capacity(blocks_needed);
+        for &count in &capacities {
+            let psize = SpaceLogBlock::encoded_size(count, SPACE_LOG_GRANULE);
+            placements.push((psize, batch.preallocate(psize, 2)?));
+        }
+        let entries: Vec<SpaceLogEntry> = if condense {
+            let _superseded = self.space.lock().take_changes(txg);
+            self.space.lock().checkpoint_entries(txg)
+        } else {
+            self.space.lock().take_changes(txg)
+        };
+        let total_capacity: usize = capacities.iter().sum();
+        if entries.len() > total_capacity {
+            return Err(EngineError::Space(format!(
+                "txg {txg}: {} space-log entries exceed the {total_capacity} reserved",
+                entries.len()
+            )));
+        }
+        let mut rest = entries.as_slice();
+        let mut prev = log.head();
+        for (index, ((psize, dvas), capacity)) in placements.into_iter().zip(capacities).enumerate()
+        {
+            let take = rest.len().min(capacity);
+            let kind = match (condense, index) {
+                (true, 0) => SpaceLogKind::CheckpointStart,
+                (true, _) => SpaceLogKind::Checkpoint,
+                (false, _) => SpaceLogKind::Delta,
+            };
+            let block = SpaceLogBlock {
+                kind,
+                txg,
+                sequence: log.chain.len() as u64,
+                prev: if kind == SpaceLogKind::CheckpointStart {
+                    BlockPointer::HOLE
+                } else {
+                    prev
+                },
+                entries: rest[..take].to_vec(),
+            };
+            rest = &rest[take..];
+            let mut data = block.encode(SPACE_LOG_GRANULE);
+            data.resize(psize as usize, 0);
+            let bp = batch.write_preallocated(dvas, Bytes::from(data), space_log_props())?;
+            log.chain.push(bp);
+            prev = bp;
+        }
+        debug_assert!(rest.is_empty());
+        Ok((log.head(), log.chain.len() as u64))
+    }
+}

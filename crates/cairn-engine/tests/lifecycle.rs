@@ -1,0 +1,340 @@
+//! Pool lifecycle and bad input: create, write, export, import, destroy; damaged labels, missing
+//! devices, devices of another pool, a full pool, unknown properties, torn uberblocks.
+
+mod common;
+
+use cairn_engine::{CreateOptions, ImportSource, Pool, VdevGroup};
+use cairn_format::label::{LABEL_SIZE, UBERBLOCK_RING_SLOTS, uberblock_offset};
+use cairn_pool::vdev::Health;
+use common::*;
+use std::os::unix::fs::FileExt;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+fn read_all(pool: &Pool, name: &str, len: usize) -> Vec<u8> {
+    let volume = pool.volume(name).unwrap();
+    let mut buf = vec![0u8; len];
+    volume.read(0, &mut buf).unwrap();
+    buf
+}
+
+#[test]
+fn data_survives_export_and_import_by_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let data = pattern(3 << 20, 1);
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_volume("tank/vol", 8 << 20, &[]).unwrap();
+        let volume = pool.volume("tank/vol").unwrap();
+        volume.write(12345, &data).unwrap();
+        volume.trim(1 << 20, 64 << 10).unwrap();
+        volume.flush().unwrap();
+        pool.export().unwrap();
+    }
+    let pool = Pool::import(
+        &ImportSource::Directory(dir.path().into()),
+        "tank",
+        options(plain_opener()),
+    )
+    .unwrap();
+    assert_eq!(pool.status().health, Health::Online);
+    let contents = read_all(&pool, "tank/vol", 8 << 20);
+    let mut expected = vec![0u8; 8 << 20];
+    expected[12345..12345 + data.len()].copy_from_slice(&data);
+    expected[1 << 20..(1 << 20) + (64 << 10)].fill(0);
+    assert!(contents == expected, "contents after import");
+    let datasets = pool.datasets().unwrap();
+    let vol = datasets.iter().find(|d| d.name == "tank/vol").unwrap();
+    assert!(
+        vol.used_bytes >= data.len() as u64 - (64 << 10),
+        "used counts written data"
+    );
+    assert!(
+        vol.used_bytes < 8 << 20,
+        "unwritten ranges use no space (sparse)"
+    );
+    assert!(pool.check().unwrap().is_clean());
+    pool.destroy().unwrap();
+    drop(pool);
+    let err = Pool::import(
+        &ImportSource::Directory(dir.path().into()),
+        "tank",
+        options(plain_opener()),
+    )
+    .err()
+    .expect("destroyed pool is not importable")
+    .to_string();
+    assert!(err.contains("tank"), "{err}");
+}
+
+#[test]
+fn a_device_of_another_pool_is_refused_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.close().unwrap();
+    drop(pool);
+    let err = Pool::create(
+        "other",
+        &[VdevGroup {
+            mirror: false,
+            devices: specs(&paths),
+        }],
+        &CreateOptions::default(),
+        options(plain_opener()),
+    )
+    .err()
+    .expect("refused")
+    .to_string();
+    assert!(err.contains("tank") && err.contains("force"), "{err}");
+}
+
+#[test]
+fn damaged_front_labels_fall_back_to_the_back_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let data = pattern(1 << 20, 2);
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_volume("tank/vol", 4 << 20, &[]).unwrap();
+        pool.volume("tank/vol").unwrap().write(0, &data).unwrap();
+        pool.close().unwrap();
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[0])
+        .unwrap();
+    file.write_all_at(&vec![0xa5u8; 2 * LABEL_SIZE as usize], 0)
+        .unwrap();
+    drop(file);
+    let pool = import(&paths, plain_opener()).expect("imports from labels 2 and 3");
+    assert_eq!(
+        &read_all(&pool, "tank/vol", 4 << 20)[..data.len()],
+        &data[..]
+    );
+    pool.close().unwrap();
+    drop(pool);
+    // With every label destroyed the device is no longer recognised, and the error says so.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[0])
+        .unwrap();
+    let size = file.metadata().unwrap().len();
+    for offset in [0, LABEL_SIZE, size - 2 * LABEL_SIZE, size - LABEL_SIZE] {
+        file.write_all_at(&vec![0u8; LABEL_SIZE as usize], offset)
+            .unwrap();
+    }
+    drop(file);
+    let err = import(&paths, plain_opener())
+        .err()
+        .expect("no labels")
+        .to_string();
+    assert!(err.contains("tank") && err.contains("no devices"), "{err}");
+}
+
+#[test]
+fn a_mirror_missing_a_side_imports_degraded_and_keeps_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let data = pattern(1 << 20, 3);
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_volume("tank/vol", 4 << 20, &[]).unwrap();
+        pool.volume("tank/vol").unwrap().write(0, &data).unwrap();
+        pool.close().unwrap();
+    }
+    std::fs::remove_file(&paths[1]).unwrap();
+    let pool = import(&paths, plain_opener()).expect("degraded import");
+    let status = pool.status();
+    assert_eq!(status.health, Health::Degraded);
+    assert_eq!(status.tops[0].leaves[1].health, Health::Unavail);
+    assert_eq!(
+        &read_all(&pool, "tank/vol", 4 << 20)[..data.len()],
+        &data[..]
+    );
+    pool.volume("tank/vol")
+        .unwrap()
+        .write(2 << 20, &data)
+        .unwrap();
+    pool.sync().unwrap();
+    assert!(pool.check().unwrap().is_clean());
+    pool.close().unwrap();
+}
+
+#[test]
+fn a_single_device_pool_missing_its_device_gives_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    {
+        let pool = Pool::create(
+            "tank",
+            &[
+                VdevGroup {
+                    mirror: false,
+                    devices: specs(&paths[..1]),
+                },
+                VdevGroup {
+                    mirror: false,
+                    devices: specs(&paths[1..]),
+                },
+            ],
+            &CreateOptions {
+                create_size_bytes: Some(DEVICE_SIZE),
+                ..Default::default()
+            },
+            options(plain_opener()),
+        )
+        .unwrap();
+        pool.close().unwrap();
+    }
+    std::fs::remove_file(&paths[1]).unwrap();
+    let err = import(&paths, plain_opener())
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(err.contains("d1.img") && err.contains("no device"), "{err}");
+}
+
+#[test]
+fn a_full_pool_returns_no_space_and_stays_usable() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume(
+        "tank/big",
+        256 << 20,
+        &[("volblocksize".into(), "64K".into())],
+    )
+    .unwrap();
+    let volume = pool.volume("tank/big").unwrap();
+    let chunk = pattern(1 << 20, 4);
+    let mut written = 0u64;
+    let mut refused = None;
+    for index in 0..256u64 {
+        match volume.write(index << 20, &chunk) {
+            Ok(()) => {
+                written += 1;
+                if index % 8 == 7 {
+                    pool.sync().unwrap();
+                }
+            }
+            Err(err) => {
+                refused = Some(err.to_string());
+                break;
+            }
+        }
+    }
+    let message = refused.expect("a 64 MiB pool cannot take 256 MiB");
+    assert!(message.contains("space"), "{message}");
+    assert!(
+        written > 16,
+        "the pool held a reasonable amount before refusing ({written} MiB)"
+    );
+    pool.sync().expect("sync still works when full");
+    assert!(pool.check().unwrap().is_clean());
+    let before = pool.status().allocated_bytes;
+    pool.destroy_dataset("tank/big").unwrap();
+    for _ in 0..4 {
+        pool.record_history("advance txgs past the defer window".into())
+            .unwrap();
+    }
+    assert!(
+        pool.status().allocated_bytes < before / 4,
+        "destroy returns the space"
+    );
+    pool.create_volume("tank/again", 8 << 20, &[]).unwrap();
+    pool.volume("tank/again").unwrap().write(0, &chunk).unwrap();
+    pool.sync().unwrap();
+    assert!(pool.check().unwrap().is_clean());
+    pool.close().unwrap();
+}
+
+#[test]
+fn unknown_and_invalid_properties_are_refused_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    let err = pool
+        .create_volume("tank/vol", 4 << 20, &[("colour".into(), "blue".into())])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("colour"), "{err}");
+    assert!(
+        pool.datasets()
+            .unwrap()
+            .iter()
+            .all(|d| d.name != "tank/vol")
+    );
+    pool.create_volume("tank/vol", 4 << 20, &[]).unwrap();
+    assert!(pool.set_property("tank/vol", "checksum", "crc7").is_err());
+    assert!(pool.set_property("tank/vol", "volblocksize", "8K").is_err());
+    assert!(
+        pool.set_property("tank/nope", "checksum", "sha256")
+            .is_err()
+    );
+    pool.set_property("tank/vol", "checksum", "sha256").unwrap();
+    pool.set_property("tank/vol", "readonly", "on").unwrap();
+    let err = pool
+        .volume("tank/vol")
+        .unwrap()
+        .write(0, &[1; 512])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("read-only"), "{err}");
+    pool.close().unwrap();
+    drop(pool);
+    let pool = import(&paths, plain_opener()).unwrap();
+    let props = pool.properties("tank/vol").unwrap();
+    let checksum = props.iter().find(|p| p.0 == "checksum").unwrap();
+    assert_eq!(
+        (checksum.1.as_str(), checksum.2.as_str()),
+        ("sha256", "local")
+    );
+    pool.close().unwrap();
+}
+
+#[test]
+fn a_torn_newest_uberblock_falls_back_to_the_previous_txg() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let first = pattern(64 << 10, 5);
+    let second = pattern(64 << 10, 6);
+    let newest_txg;
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_volume("tank/vol", 4 << 20, &[]).unwrap();
+        let volume = pool.volume("tank/vol").unwrap();
+        volume.write(0, &first).unwrap();
+        pool.sync().unwrap();
+        volume.write(0, &second).unwrap();
+        newest_txg = pool.sync().unwrap();
+        // Close without another txg: the newest uberblock is the one with `second`.
+        drop(volume);
+        drop(pool);
+    }
+    assert!(newest_txg < UBERBLOCK_RING_SLOTS);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&paths[0])
+        .unwrap();
+    let size = file.metadata().unwrap().len();
+    for label in 0..4 {
+        file.write_all_at(
+            &[0x5au8; 300],
+            uberblock_offset(label, size, newest_txg) + 200,
+        )
+        .unwrap();
+    }
+    drop(file);
+    let pool = import(&paths, plain_opener()).unwrap();
+    assert_eq!(
+        &read_all(&pool, "tank/vol", 4 << 20)[..first.len()],
+        &first[..]
+    );
+    assert!(pool.check().unwrap().is_clean());
+    pool.close().unwrap();
+}

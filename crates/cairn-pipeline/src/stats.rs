@@ -1,0 +1,17 @@
+//! Pipeline counters, read by `cairn pool iostat` and `cairn pool status`.
+
+use std::sync::atomic::AtomicU64;
+
+#[derive(Debug, Default)]
+pub struct PipelineStats {
+    pub blocks_written: AtomicU64,
+    /// Bytes allocated and written, all copies.
+    pub bytes_written: AtomicU64,
+    pub blocks_read: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub blocks_freed: AtomicU64,
+    pub checksum_errors: AtomicU64,
+    pub repairs: AtomicU64,
+    pub unrecoverable: AtomicU64,
+    pub cache_hits: AtomicU64,
+}

@@ -1,0 +1,170 @@
+//! Reading and writing the four labels on every leaf: the config (who this device is, which
+//! pool, the vdev tree) and the uberblock ring.
+//!
+//! Crash behaviour, by step of a commit (`commit_uberblock` is called only after every block of
+//! the txg is written and every leaf flushed):
+//!
+//! | crash during                  | on disk                                  | import picks        |
+//! |-------------------------------|------------------------------------------|---------------------|
+//! | block writes / first flush    | new blocks in free space, old tree intact | previous txg        |
+//! | uberblock writes              | some slots new, some torn, some old       | newest slot that verifies, else previous |
+//! | second flush                  | same as above                            | same                |
+//!
+//! Config updates write labels 0 and 2, flush, then 1 and 3, flush: a crash leaves two good
+//! copies of either the old or the new config on every device.
+
+use crate::vdev::VdevTree;
+use cairn_device::{Device, DeviceError};
+use cairn_format::label::{
+    LABEL_CONFIG_OFFSET, LABEL_CONFIG_SIZE, LABEL_COUNT, LABEL_RING_OFFSET, UBERBLOCK_RING_SLOTS,
+    UBERBLOCK_SLOT_SIZE, label_offset, uberblock_offset,
+};
+use cairn_format::{FormatError, LabelConfig, Uberblock};
+use std::sync::atomic::Ordering;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum LabelError {
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("{device}: no valid cairn label found ({detail})")]
+    NoValidLabel { device: String, detail: String },
+    #[error("{0}")]
+    Commit(String),
+}
+
+/// Writes `config` into the given labels of one device (no flush).
+pub fn write_config(
+    device: &dyn Device,
+    config: &LabelConfig,
+    labels: &[usize],
+) -> Result<(), LabelError> {
+    let bytes = config.encode().map_err(|err| LabelError::NoValidLabel {
+        device: device.describe(),
+        detail: err.to_string(),
+    })?;
+    for &index in labels {
+        let offset = label_offset(index, device.size_bytes()) + LABEL_CONFIG_OFFSET;
+        device.write_at(offset, &bytes)?;
+    }
+    Ok(())
+}
+
+/// Rewrites the config of every usable leaf of the pool, even labels first, then odd ones, with
+/// a flush after each half. `base.leaf_guid` is replaced per leaf.
+pub fn write_pool_config(tree: &VdevTree, base: &LabelConfig) -> Result<(), LabelError> {
+    for half in [[0usize, 2], [1, 3]] {
+        for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
+            let Some(device) = leaf.device() else {
+                continue;
+            };
+            let mut config = base.clone();
+            config.leaf_guid = leaf.guid;
+            write_config(device.as_ref(), &config, &half)?;
+        }
+        for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
+            if let Some(device) = leaf.device() {
+                device.flush()?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads the four config copies of a device; `Err` entries explain why a copy is unusable.
+pub fn read_configs(device: &dyn Device) -> Vec<Result<LabelConfig, LabelError>> {
+    let size = device.size_bytes();
+    (0..LABEL_COUNT)
+        .map(|index| {
+            if size < 4 * cairn_format::label::LABEL_SIZE {
+                return Err(LabelError::NoValidLabel {
+                    device: device.describe(),
+                    detail: format!("device of {size} bytes is too small for labels"),
+                });
+            }
+            let mut buf = vec![0u8; LABEL_CONFIG_SIZE as usize];
+            device.read_at(label_offset(index, size) + LABEL_CONFIG_OFFSET, &mut buf)?;
+            LabelConfig::decode(&buf).map_err(|err: FormatError| LabelError::NoValidLabel {
+                device: device.describe(),
+                detail: format!("label {index}: {err}"),
+            })
+        })
+        .collect()
+}
+
+/// The newest valid config on a device (highest txg among the copies that verify).
+pub fn best_config(device: &dyn Device) -> Result<LabelConfig, LabelError> {
+    let mut best: Option<LabelConfig> = None;
+    let mut problems = Vec::new();
+    for result in read_configs(device) {
+        match result {
+            Ok(config) => {
+                if best.as_ref().is_none_or(|current| config.txg > current.txg) {
+                    best = Some(config);
+                }
+            }
+            Err(err) => problems.push(err.to_string()),
+        }
+    }
+    best.ok_or_else(|| LabelError::NoValidLabel {
+        device: device.describe(),
+        detail: problems.join("; "),
+    })
+}
+
+/// Every uberblock on the device that verifies, from all four rings.
+pub fn read_uberblocks(device: &dyn Device) -> Vec<Uberblock> {
+    let size = device.size_bytes();
+    let ring_bytes = (UBERBLOCK_SLOT_SIZE * UBERBLOCK_RING_SLOTS) as usize;
+    let mut found = Vec::new();
+    for index in 0..LABEL_COUNT {
+        let mut ring = vec![0u8; ring_bytes];
+        let offset = label_offset(index, size) + LABEL_RING_OFFSET;
+        if device.read_at(offset, &mut ring).is_err() {
+            continue;
+        }
+        for slot in ring.chunks_exact(UBERBLOCK_SLOT_SIZE as usize) {
+            if let Ok(ub) = Uberblock::decode(slot) {
+                found.push(ub);
+            }
+        }
+    }
+    found.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
+    found.dedup_by(|a, b| a == b);
+    found
+}
+
+/// Writes `ub` into its ring slot in all four labels of every usable leaf. Must be preceded and
+/// followed by `VdevTree::flush_all`. A leaf whose write fails is faulted; the commit fails only
+/// if some top-level vdev got the uberblock on none of its leaves.
+pub fn commit_uberblock(tree: &VdevTree, ub: &Uberblock) -> Result<(), LabelError> {
+    let slot = ub.encode_slot();
+    for top in &tree.tops {
+        let mut written = 0;
+        for leaf in top.leaves.iter().filter(|leaf| leaf.is_usable()) {
+            let Some(device) = leaf.device() else {
+                continue;
+            };
+            let size = device.size_bytes();
+            let result = (0..LABEL_COUNT).try_for_each(|index| {
+                device.write_at(uberblock_offset(index, size, ub.txg), &slot)
+            });
+            match result {
+                Ok(()) => written += 1,
+                Err(err) => {
+                    leaf.errors.write.fetch_add(1, Ordering::Relaxed);
+                    leaf.fault();
+                    eprintln!("cairn: uberblock write failed, leaf faulted: {err}");
+                }
+            }
+        }
+        if written == 0 {
+            return Err(LabelError::Commit(format!(
+                "txg {}: uberblock reached no device of vdev {}",
+                ub.txg,
+                top.kind_name()
+            )));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! The runtime vdev tree: leaves (one device each, with its I/O queue and error counters)
+//! grouped into top-level vdevs (a single leaf or an N-way mirror).
+//!
+//! A block's copy (`Dva`) names a top-level vdev and an offset in that vdev's data region; the
+//! same offset is used on every child of a mirror, at `VDEV_DATA_START + offset` on the leaf.
+//!
+//! Health follows zpool's vocabulary: a leaf is ONLINE, FAULTED (too many errors or an I/O
+//! failure on write) or UNAVAIL (missing at import). A mirror is ONLINE when every child is,
+//! DEGRADED while at least one child is ONLINE, UNAVAIL when none is. The pool takes the worst
+//! state of its top-level vdevs.
+//!
+//! Counters (`LeafErrors`) are what `cairn pool status` shows as READ / WRITE / CKSUM; they are
+//! in-memory, reset at import, as in zpool.
+
+use cairn_device::queue::LeafQueue;
+use cairn_device::spec::DeviceSpec;
+use cairn_device::{Device, DeviceError};
+use cairn_format::label::{TopVdevConfig, TopVdevKind, VdevTreeConfig};
+use cairn_format::{Dva, LeafConfig};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Health {
+    Online,
+    Degraded,
+    Faulted,
+    Unavail,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Online => "ONLINE",
+            Health::Degraded => "DEGRADED",
+            Health::Faulted => "FAULTED",
+            Health::Unavail => "UNAVAIL",
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct LeafErrors {
+    pub read: AtomicU64,
+    pub write: AtomicU64,
+    pub checksum: AtomicU64,
+    /// Bytes rewritten on this leaf by self-heal or scrub.
+    pub repaired_bytes: AtomicU64,
+}
+
+impl LeafErrors {
+    pub fn snapshot(&self) -> (u64, u64, u64) {
+        (
+            self.read.load(Ordering::Relaxed),
+            self.write.load(Ordering::Relaxed),
+            self.checksum.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// One device in the pool.
+pub struct Leaf {
+    pub guid: u64,
+    pub spec: DeviceSpec,
+    device: Option<Arc<dyn Device>>,
+    queue: Option<Arc<LeafQueue>>,
+    state: Mutex<Health>,
+    pub errors: LeafErrors,
+}
+
+impl Leaf {
+    pub fn open(guid: u64, spec: DeviceSpec, device: Arc<dyn Device>) -> Arc<Leaf> {
+        let queue = LeafQueue::new(device.clone());
+        Arc::new(Leaf {
+            guid,
+            spec,
+            device: Some(device),
+            queue: Some(queue),
+            state: Mutex::new(Health::Online),
+            errors: LeafErrors::default(),
+        })
+    }
+
+    pub fn missing(guid: u64, spec: DeviceSpec) -> Arc<Leaf> {
+        Arc::new(Leaf {
+            guid,
+            spec,
+            device: None,
+            queue: None,
+            state: Mutex::new(Health::Unavail),
+            errors: LeafErrors::default(),
+        })
+    }
+
+    pub fn health(&self) -> Health {
+        *self.state.lock()
+    }
+
+    pub fn is_usable(&self) -> bool {
+        self.health() == Health::Online && self.queue.is_some()
+    }
+
+    /// Marks the leaf FAULTED after an error that makes its contents untrustworthy (a failed
+    /// write). Reads are no longer sent to it.
+    pub fn fault(&self) {
+        let mut state = self.state.lock();
+        if *state == Health::Online {
+            *state = Health::Faulted;
+        }
+    }
+
+    pub fn queue(&self) -> Option<&Arc<LeafQueue>> {
+        self.queue.as_ref().filter(|_| self.is_usable())
+    }
+
+    pub fn device(&self) -> Option<&Arc<dyn Device>> {
+        self.device.as_ref()
+    }
+
+    pub fn config(&self) -> LeafConfig {
+        LeafConfig {
+            guid: self.guid,
+            path: self.spec.path.display().to_string(),
+            model: self.spec.model.clone(),
+        }
+    }
+
+    /// Queue depth, used to send mirror reads to the least busy side.
+    pub fn load(&self) -> usize {
+        self.queue
+            .as_ref()
+            .map_or(usize::MAX, |queue| queue.in_flight())
+    }
+
+    pub fn flush(&self) -> Result<(), DeviceError> {
+        match self.queue() {
+            Some(queue) => queue.flush(),
+            None => Ok(()),
+        }
+    }
+
+    pub fn shutdown(&self) {
+        if let Some(queue) = &self.queue {
+            queue.shutdown();
+        }
+    }
+}
+
+/// A top-level vdev: the unit blocks are allocated on.
+pub struct TopVdev {
+    pub config: TopVdevConfig,
+    pub leaves: Vec<Arc<Leaf>>,
+    /// Bytes of allocatable data region (a whole number of metaslabs).
+    pub data_size_bytes: u64,
+}
+
+impl TopVdev {
+    pub fn id(&self) -> u32 {
+        self.config.id
+    }
+
+    pub fn health(&self) -> Health {
+        let usable = self.leaves.iter().filter(|leaf| leaf.is_usable()).count();
+        match (self.config.kind, usable) {
+            (_, 0) => Health::Unavail,
+            (TopVdevKind::Mirror, n) if n < self.leaves.len() => Health::Degraded,
+            _ => Health::Online,
+        }
+    }
+
+    /// Usable children, least busy first: the order mirror reads try them in.
+    pub fn read_order(&self) -> Vec<Arc<Leaf>> {
+        let mut leaves: Vec<_> = self
+            .leaves
+            .iter()
+            .filter(|leaf| leaf.is_usable())
+            .cloned()
+            .collect();
+        leaves.sort_by_key(|leaf| leaf.load());
+        leaves
+    }
+
+    pub fn kind_name(&self) -> String {
+        match self.config.kind {
+            TopVdevKind::Leaf => self.leaves[0].spec.to_string(),
+            TopVdevKind::Mirror => format!("mirror-{}", self.config.id),
+            TopVdevKind::RaidZ { parity } => format!("raidz{parity}-{}", self.config.id),
+        }
+    }
+}
+
+pub struct VdevTree {
+    pub tops: Vec<TopVdev>,
+}
+
+impl VdevTree {
+    pub fn top(&self, id: u32) -> Option<&TopVdev> {
+        self.tops.iter().find(|top| top.id() == id)
+    }
+
+    /// Whether a copy lies inside its vdev's data region.
+    pub fn dva_in_range(&self, dva: &Dva) -> bool {
+        self.top(dva.vdev).is_some_and(|top| {
+            dva.offset
+                .checked_add(u64::from(dva.asize))
+                .is_some_and(|end| end <= top.data_size_bytes)
+        })
+    }
+
+    pub fn leaves(&self) -> impl Iterator<Item = &Arc<Leaf>> {
+        self.tops.iter().flat_map(|top| top.leaves.iter())
+    }
+
+    pub fn health(&self) -> Health {
+        self.tops
+            .iter()
+            .map(|top| top.health())
+            .max()
+            .unwrap_or(Health::Unavail)
+    }
+
+    pub fn config(&self) -> VdevTreeConfig {
+        VdevTreeConfig {
+            tops: self
+                .tops
+                .iter()
+                .map(|top| {
+                    let mut config = top.config.clone();
+                    config.children = top.leaves.iter().map(|leaf| leaf.config()).collect();
+                    config
+                })
+                .collect(),
+        }
+    }
+
+    /// Flushes every usable leaf, in parallel; leaves whose flush fails are faulted. Fails only
+    /// if some top-level vdev is left with no leaf that flushed.
+    pub fn flush_all(&self) -> Result<(), String> {
+        let results: Vec<(Arc<Leaf>, Result<(), DeviceError>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = self
+                .leaves()
+                .filter(|leaf| leaf.is_usable())
+                .map(|leaf| {
+                    let leaf = leaf.clone();
+                    scope.spawn(move || {
+                        let result = leaf.flush();
+                        (leaf, result)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().expect("flush thread panicked"))
+                .collect()
+        });
+        for (leaf, result) in results {
+            if let Err(err) = result {
+                leaf.errors.write.fetch_add(1, Ordering::Relaxed);
+                leaf.fault();
+                eprintln!("cairn: flush failed, leaf faulted: {err}");
+            }
+        }
+        for top in &self.tops {
+            if top.health() == Health::Unavail {
+                return Err(format!("vdev {} has no working device", top.kind_name()));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn shutdown(&self) {
+        for leaf in self.leaves() {
+            leaf.shutdown();
+        }
+    }
+}
