@@ -338,6 +338,7 @@ impl Pool {
                         uberblock: Mutex::new(ub.clone()),
                         label_state: Mutex::new(PoolState::Active),
                         config_dirty: AtomicBool::new(!options.readonly),
+                        space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
                     };
                     let readonly = options.readonly;
                     let pool = Pool::assemble(core, ub.txg, &options);

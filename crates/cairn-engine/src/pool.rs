@@ -29,6 +29,9 @@ pub struct PoolOptions {
     pub metadata_cache_bytes: u64,
     /// Open for inspection only: no txg engine, nothing is ever written.
     pub readonly: bool,
+    /// Space-log blocks kept before condensing into a checkpoint (tests use tiny values so the
+    /// condense path runs often).
+    pub space_log_chain_blocks_max: usize,
 }
 
 impl Default for PoolOptions {
@@ -38,6 +41,7 @@ impl Default for PoolOptions {
             opener: default_opener(),
             metadata_cache_bytes: 64 << 20,
             readonly: false,
+            space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
         }
     }
 }
@@ -59,6 +63,7 @@ pub(crate) struct PoolCore {
     pub(crate) uberblock: Mutex<Uberblock>,
     pub(crate) label_state: Mutex<PoolState>,
     pub(crate) config_dirty: AtomicBool,
+    pub(crate) space_log_chain_blocks_max: usize,
 }
 
 /// MOS object holding the dataset directory.

@@ -27,7 +27,7 @@ use cairn_pool::txg::TxgSyncer;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Space-log blocks kept before the log is condensed into a checkpoint.
+/// Space-log blocks kept before the log is condensed into a checkpoint (default).
 pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
 /// Granule space-log blocks are rounded to.
 const SPACE_LOG_GRANULE: u32 = 4096;
@@ -174,7 +174,7 @@ impl PoolCore {
         batch: &mut WriteBatch<'_>,
     ) -> Result<(BlockPointer, u64), EngineError> {
         let mut log = self.space_log.lock();
-        let condense = log.chain.is_empty() || log.chain.len() >= SPACE_LOG_CHAIN_BLOCKS_MAX;
+        let condense = log.chain.is_empty() || log.chain.len() >= self.space_log_chain_blocks_max;
         if condense {
             for bp in log.chain.drain(..) {
                 self.io.free_block(&bp, txg);

@@ -50,8 +50,14 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                 };
             }
         }
-        match pool.sync() {
-            Ok(_) => acknowledged = model.clone(),
+        // Most rounds end with a plain sync; some with an administrative change, which is
+        // durable on return too (it runs as a sync task).
+        let commit = match rng.below(6) {
+            0 => admin_change(pool, rng),
+            _ => pool.sync().map(|_| ()),
+        };
+        match commit {
+            Ok(()) => acknowledged = model.clone(),
             Err(_) => {
                 return Outcome {
                     acknowledged,
@@ -63,6 +69,28 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
     Outcome {
         acknowledged,
         in_flight: None,
+    }
+}
+
+/// Creates, fills and destroys a second volume, or flips a property.
+fn admin_change(pool: &cairn_engine::Pool, rng: &mut Rng) -> Result<(), cairn_engine::EngineError> {
+    let exists = pool.datasets()?.iter().any(|d| d.name == "tank/other");
+    if !exists {
+        pool.create_volume(
+            "tank/other",
+            1 << 20,
+            &[("volblocksize".into(), "8K".into())],
+        )?;
+        let other = pool.volume("tank/other")?;
+        let fill = vec![rng.next() as u8 | 1; 300_000];
+        other.write(rng.below(500_000), &fill)?;
+        Ok(())
+    } else if rng.below(2) == 0 {
+        pool.destroy_dataset("tank/other")
+    } else {
+        let checksum = ["fletcher4", "blake3", "sha256"][rng.below(3) as usize];
+        pool.set_property("tank/vol", "checksum", checksum)
+            .map(|_| ())
     }
 }
 

@@ -54,6 +54,8 @@ pub fn options(opener: DeviceOpener) -> PoolOptions {
     PoolOptions {
         txg: manual_txg(),
         opener,
+        // Condense the space log every few txgs so that path runs in every test.
+        space_log_chain_blocks_max: 3,
         ..PoolOptions::default()
     }
 }
