@@ -516,6 +516,41 @@ impl LeafQueue {
         self.submit(class, offset, |reply| Payload::Write { data, reply })
     }
 
+    /// Queues several writes at once, under one lock, so the workers see them together and can
+    /// merge neighbours — a burst submitted one by one is often taken apart by idle workers
+    /// before its neighbours arrive.
+    pub fn write_many(&self, class: IoClass, writes: Vec<(u64, Bytes)>) -> Vec<IoHandle<()>> {
+        let submitted = self.shared.clock.now();
+        let mut handles = Vec::with_capacity(writes.len());
+        let mut sched = self.shared.sched.lock();
+        if sched.shutdown {
+            drop(sched);
+            return writes
+                .into_iter()
+                .map(|(offset, data)| self.write(class, offset, data))
+                .collect();
+        }
+        for (offset, data) in writes {
+            let (reply, rx) = crossbeam_channel::bounded(1);
+            handles.push(IoHandle {
+                rx,
+                device: Arc::clone(&self.shared.name),
+            });
+            let seq = sched.next_seq;
+            sched.next_seq += 1;
+            sched.enqueue(Request {
+                seq,
+                class,
+                offset,
+                submitted,
+                payload: Payload::Write { data, reply },
+            });
+        }
+        drop(sched);
+        self.shared.work.notify_all();
+        handles
+    }
+
     pub fn read_sync(
         &self,
         class: IoClass,

@@ -32,6 +32,7 @@ use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType
 use cairn_pool::space::SpaceAllocator;
 use cairn_pool::vdev::{Leaf, VdevTree};
 use parking_lot::Mutex;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use thiserror::Error;
@@ -114,6 +115,7 @@ impl BlockIo {
             io: self,
             txg,
             pending: Vec::new(),
+            staged: BTreeMap::new(),
         }
     }
 
@@ -332,11 +334,25 @@ fn unrecoverable(bp: &BlockPointer, reason: String) -> PipelineError {
     }
 }
 
+/// Bytes of writes staged per leaf before they are handed to its queue in one burst: one full
+/// aggregate, so the queue can merge the whole burst into a single device write.
+const STAGE_BYTES_MAX: u64 = 1 << 20;
+/// Writes staged per leaf before a burst (the queue's buffer limit per aggregate).
+const STAGE_WRITES_MAX: usize = 64;
+
+struct Staged {
+    leaf: Arc<Leaf>,
+    writes: Vec<(u64, Bytes)>,
+    bytes: u64,
+}
+
 /// Writes issued for one txg (or one repair pass), waited for together.
 pub struct WriteBatch<'a> {
     io: &'a BlockIo,
     txg: u64,
     pending: Vec<(Arc<Leaf>, IoHandle<()>)>,
+    /// Writes not yet handed to their leaf's queue, by (leaf guid, class).
+    staged: BTreeMap<(u64, IoClass), Staged>,
 }
 
 impl WriteBatch<'_> {
@@ -414,12 +430,23 @@ impl WriteBatch<'_> {
             .top(dva.vdev)
             .expect("allocator returned a vdev the tree does not have");
         let mut issued = 0;
-        for leaf in top.leaves.iter() {
-            if let Some(queue) = leaf.queue() {
-                let handle = queue.write(class, VDEV_DATA_START + dva.offset, data.clone());
-                self.pending.push((leaf.clone(), handle));
-                issued += 1;
+        for leaf in top.leaves.iter().filter(|leaf| leaf.queue().is_some()) {
+            let staged = self
+                .staged
+                .entry((leaf.guid, class))
+                .or_insert_with(|| Staged {
+                    leaf: leaf.clone(),
+                    writes: Vec::new(),
+                    bytes: 0,
+                });
+            staged
+                .writes
+                .push((VDEV_DATA_START + dva.offset, data.clone()));
+            staged.bytes += data.len() as u64;
+            if staged.bytes >= STAGE_BYTES_MAX || staged.writes.len() >= STAGE_WRITES_MAX {
+                self.submit_staged(leaf.guid, class);
             }
+            issued += 1;
         }
         if issued == 0 {
             return Err(PipelineError::WriteFailed(format!(
@@ -430,9 +457,28 @@ impl WriteBatch<'_> {
         Ok(())
     }
 
+    fn submit_staged(&mut self, guid: u64, class: IoClass) {
+        let Some(staged) = self.staged.remove(&(guid, class)) else {
+            return;
+        };
+        let handles = match staged.leaf.queue() {
+            Some(queue) => queue.write_many(class, staged.writes),
+            None => return,
+        };
+        self.pending.extend(
+            handles
+                .into_iter()
+                .map(|handle| (staged.leaf.clone(), handle)),
+        );
+    }
+
     /// Waits for every write of the batch. A leaf whose write fails is faulted (its copy is
     /// stale now); the batch fails only if some top-level vdev lost every child.
-    pub fn finish(self) -> Result<(), PipelineError> {
+    pub fn finish(mut self) -> Result<(), PipelineError> {
+        let keys: Vec<_> = self.staged.keys().copied().collect();
+        for (guid, class) in keys {
+            self.submit_staged(guid, class);
+        }
         let mut failures: Vec<DeviceError> = Vec::new();
         for (leaf, handle) in self.pending {
             if let Err(err) = handle.wait() {

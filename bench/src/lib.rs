@@ -1,0 +1,1 @@
+//! Shared helpers for cairn benchmarks (see the binaries in src/bin).
