@@ -1,1 +1,262 @@
-fn main() {}
+//! # cairn: the command-line front end
+//!
+//! `cairn pool …` mirrors zpool and `cairn create|destroy|list|get|set` mirror zfs. The binary is
+//! glue: argument parsing (clap), the pool cache (`cache`), and output formatting (`table`,
+//! `human`); all storage work is done by `cairn-engine`.
+//!
+//! Process contract: output on stdout, progress and diagnostics on stderr; exit 0 on success,
+//! 1 on any error (printed once as `cairn: <message>` with its causes), 2 on a usage error
+//! (clap). Each command opens the pool it needs, does its work and closes it again; nothing
+//! stays running between commands (the long-running server is `cairn serve`, later).
+
+mod cache;
+mod context;
+mod dataset_cmd;
+mod human;
+mod pool_cmd;
+mod table;
+mod vdevs;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    about = "cairn: a ZFS-like storage pool in user space"
+)]
+struct Cli {
+    /// Directory holding the pool cache (default: $XDG_STATE_HOME/cairn or ~/.local/state/cairn).
+    #[arg(long, global = true, env = "CAIRN_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Pool administration (like zpool).
+    #[command(subcommand)]
+    Pool(PoolCommand),
+    /// Create a volume: cairn create -V SIZE [-o prop=value]... POOL/NAME.
+    Create(CreateArgs),
+    /// Destroy a dataset.
+    Destroy {
+        /// POOL/NAME
+        dataset: String,
+    },
+    /// List datasets.
+    List(ListArgs),
+    /// Show dataset properties.
+    Get(GetArgs),
+    /// Set dataset properties.
+    Set(SetArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum PoolCommand {
+    /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; PATH may be emu:MODEL:PATH).
+    Create(PoolCreateArgs),
+    /// Show health, last scrub and the vdev tree.
+    Status {
+        /// Pools to show (default: every imported pool).
+        pools: Vec<String>,
+    },
+    /// List pools with their space and health.
+    List {
+        #[command(flatten)]
+        format: ListFormat,
+        /// Pools to list (default: every imported pool).
+        pools: Vec<String>,
+    },
+    /// Verify every copy of every block and repair bad copies.
+    Scrub { pool: String },
+    /// Sync and mark a pool exported so it can be imported elsewhere.
+    Export { pool: String },
+    /// List pools found on devices, or import one by name or guid.
+    Import(PoolImportArgs),
+    /// Offline check (like zdb -b): checksums of every copy and space accounting.
+    Check { pool: String },
+    /// Destroy a pool; its devices become free for reuse.
+    Destroy { pool: String },
+    /// Show the commands that changed a pool.
+    History { pool: String },
+    /// Show recent txg timings.
+    Txgs {
+        #[command(flatten)]
+        format: ListFormat,
+        pool: String,
+    },
+}
+
+/// `-H` and `-p`, shared by every list-style command.
+#[derive(Debug, Args, Clone, Copy)]
+struct ListFormat {
+    /// Scripted mode: no header, fields separated by one tab.
+    #[arg(short = 'H')]
+    scripted: bool,
+    /// Exact (parsable) numbers.
+    #[arg(short = 'p')]
+    exact: bool,
+}
+
+#[derive(Debug, Args)]
+struct PoolCreateArgs {
+    /// Create missing device files (sparse) of this size, e.g. 2G.
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// Use devices even if they belong to another pool.
+    #[arg(short, long)]
+    force: bool,
+    /// Pool property (ashift=N).
+    #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
+    pool_properties: Vec<(String, String)>,
+    /// Property of the pool's root dataset.
+    #[arg(short = 'O', value_name = "PROP=VALUE", value_parser = parse_assignment)]
+    root_properties: Vec<(String, String)>,
+    /// Pool name.
+    name: String,
+    /// PATH... | mirror PATH PATH... ; PATH may be emu:MODEL:PATH (hdd-7200, ssd-sata, ssd-plp, nvme, ram).
+    #[arg(required = true, value_name = "VDEV")]
+    vdevs: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct PoolImportArgs {
+    /// Directory to search for devices (repeatable; default /dev).
+    #[arg(short = 'd', value_name = "DIR")]
+    dirs: Vec<PathBuf>,
+    /// List destroyed pools too.
+    #[arg(short = 'D')]
+    destroyed: bool,
+    /// Pool name or guid to import; without it, list what could be imported.
+    pool: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct CreateArgs {
+    /// Create a volume of this size (e.g. 64M).
+    #[arg(short = 'V', value_name = "SIZE")]
+    volsize: Option<String>,
+    /// Property to set at creation.
+    #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
+    properties: Vec<(String, String)>,
+    /// POOL/NAME
+    dataset: String,
+}
+
+#[derive(Debug, Args)]
+struct ListArgs {
+    #[command(flatten)]
+    format: ListFormat,
+    /// Columns, comma-separated (name, used, avail, refer, type, volsize, volblocksize or any property).
+    #[arg(short = 'o', value_name = "COL,...", value_delimiter = ',')]
+    columns: Vec<String>,
+    /// Include the children of the named datasets.
+    #[arg(short = 'r')]
+    recursive: bool,
+    /// Datasets to list (default: every dataset of every imported pool).
+    datasets: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct GetArgs {
+    #[command(flatten)]
+    format: ListFormat,
+    /// Fields to show, comma-separated (name, property, value, source).
+    #[arg(short = 'o', value_name = "FIELD,...", value_delimiter = ',')]
+    fields: Vec<String>,
+    /// all, or PROP[,PROP...]
+    properties: String,
+    /// Datasets (POOL or POOL/NAME).
+    #[arg(required = true, value_name = "DATASET")]
+    datasets: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct SetArgs {
+    /// Properties to set.
+    #[arg(required = true, value_name = "PROP=VALUE", value_parser = parse_assignment)]
+    assignments: Vec<(String, String)>,
+    /// POOL/NAME
+    dataset: String,
+}
+
+fn parse_assignment(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("'{text}' is not PROP=VALUE")),
+    }
+}
+
+fn run(cli: Cli, args: &[String]) -> Result<()> {
+    let state_dir = match cli.state_dir {
+        Some(dir) => dir,
+        None => cache::PoolCache::default_dir()?,
+    };
+    let ctx = context::Context::new(
+        cache::PoolCache::new(state_dir),
+        context::command_line(args),
+    );
+    match cli.command {
+        Command::Pool(command) => match command {
+            PoolCommand::Create(args) => pool_cmd::create(&ctx, &args),
+            PoolCommand::Status { pools } => pool_cmd::status(&ctx, &pools),
+            PoolCommand::List { format, pools } => pool_cmd::list(&ctx, format, &pools),
+            PoolCommand::Scrub { pool } => pool_cmd::scrub(&ctx, &pool),
+            PoolCommand::Export { pool } => pool_cmd::export(&ctx, &pool),
+            PoolCommand::Import(args) => pool_cmd::import(&ctx, &args),
+            PoolCommand::Check { pool } => pool_cmd::check(&ctx, &pool),
+            PoolCommand::Destroy { pool } => pool_cmd::destroy(&ctx, &pool),
+            PoolCommand::History { pool } => pool_cmd::history(&ctx, &pool),
+            PoolCommand::Txgs { format, pool } => pool_cmd::txgs(&ctx, format, &pool),
+        },
+        Command::Create(args) => dataset_cmd::create(&ctx, &args),
+        Command::Destroy { dataset } => dataset_cmd::destroy(&ctx, &dataset),
+        Command::List(args) => dataset_cmd::list(&ctx, &args),
+        Command::Get(args) => dataset_cmd::get(&ctx, &args),
+        Command::Set(args) => dataset_cmd::set(&ctx, &args),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    let cli = Cli::parse();
+    match run(cli, &args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("cairn: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn set_takes_several_assignments_then_the_dataset() {
+        let cli = Cli::try_parse_from(["cairn", "set", "sync=always", "checksum=sha256", "tank/v"])
+            .unwrap();
+        let Command::Set(args) = cli.command else {
+            panic!("not set")
+        };
+        assert_eq!(args.assignments.len(), 2);
+        assert_eq!(args.dataset, "tank/v");
+        assert!(Cli::try_parse_from(["cairn", "set", "tank/v"]).is_err());
+        assert!(Cli::try_parse_from(["cairn", "set", "nonsense", "tank/v"]).is_err());
+    }
+}

@@ -1,0 +1,200 @@
+//! The pool cache: which pools this machine has imported, and on which devices (our zpool.cache).
+//!
+//! Every pool-level command except `create` and `import` finds its pool here, then opens it from
+//! exactly those devices. The file is plain text so a person can read and repair it:
+//!
+//! ```text
+//! # cairn pool cache: POOL<TAB>DEVICE, one line per device
+//! tank<TAB>/var/lib/cairn/a.img
+//! tank<TAB>emu:hdd-7200:/var/lib/cairn/b.img
+//! ```
+//!
+//! Lines of one pool keep their order (the vdev order of the pool). Changes are
+//! read-modify-write under an exclusive lock on a sibling `.lock` file, and the new content is
+//! written to a temporary file, synced and renamed over the old one, so a crash leaves either the
+//! old or the new cache, never a torn one.
+
+use anyhow::{Context, Result, bail};
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+const FILE_NAME: &str = "pools.cache";
+const HEADER: &str = "# cairn pool cache: POOL<TAB>DEVICE, one line per device";
+
+/// Pool name → device specs, in the order they were recorded.
+pub type CacheEntries = BTreeMap<String, Vec<String>>;
+
+#[derive(Debug, Clone)]
+pub struct PoolCache {
+    dir: PathBuf,
+}
+
+impl PoolCache {
+    pub fn new(dir: PathBuf) -> PoolCache {
+        PoolCache { dir }
+    }
+
+    /// `$XDG_STATE_HOME/cairn`, else `~/.local/state/cairn`.
+    pub fn default_dir() -> Result<PathBuf> {
+        if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+            return Ok(PathBuf::from(state).join("cairn"));
+        }
+        match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+            Some(home) => Ok(PathBuf::from(home).join(".local/state/cairn")),
+            None => bail!(
+                "cannot place the pool cache: neither $XDG_STATE_HOME nor $HOME is set (use --state-dir DIR)"
+            ),
+        }
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(FILE_NAME)
+    }
+
+    /// Every cached pool. A missing file is an empty cache.
+    pub fn load(&self) -> Result<CacheEntries> {
+        let path = self.path();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => {
+                parse(&text).with_context(|| format!("pool cache {} is damaged", path.display()))
+            }
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(CacheEntries::new()),
+            Err(err) => {
+                Err(err).with_context(|| format!("cannot read pool cache {}", path.display()))
+            }
+        }
+    }
+
+    /// The devices of `pool`, if it is cached.
+    pub fn devices(&self, pool: &str) -> Result<Option<Vec<String>>> {
+        Ok(self.load()?.remove(pool))
+    }
+
+    /// Records (or replaces) `pool` with its devices.
+    pub fn insert(&self, pool: &str, devices: &[String]) -> Result<()> {
+        for text in std::iter::once(pool).chain(devices.iter().map(String::as_str)) {
+            if text.is_empty() || text.contains(['\t', '\n', '\r']) || text.starts_with('#') {
+                bail!(
+                    "cannot record {text:?} in the pool cache: it must be non-empty, without tabs or newlines"
+                );
+            }
+        }
+        self.modify(|entries| {
+            entries.insert(pool.to_string(), devices.to_vec());
+        })
+    }
+
+    /// Forgets `pool`; returns whether it was cached.
+    pub fn remove(&self, pool: &str) -> Result<bool> {
+        let mut removed = false;
+        self.modify(|entries| removed = entries.remove(pool).is_some())?;
+        Ok(removed)
+    }
+
+    fn modify(&self, change: impl FnOnce(&mut CacheEntries)) -> Result<()> {
+        std::fs::create_dir_all(&self.dir)
+            .with_context(|| format!("cannot create state directory {}", self.dir.display()))?;
+        let lock_path = self.dir.join(format!("{FILE_NAME}.lock"));
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("cannot open {}", lock_path.display()))?;
+        lock.lock()
+            .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+        let mut entries = self.load()?;
+        change(&mut entries);
+        write_atomically(&self.path(), &render(&entries))
+        // The lock is released when `lock` is dropped.
+    }
+}
+
+fn parse(text: &str) -> Result<CacheEntries> {
+    let mut entries = CacheEntries::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim().is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let Some((pool, device)) = line.split_once('\t') else {
+            bail!(
+                "line {} has no tab between pool and device: {line:?}",
+                index + 1
+            );
+        };
+        if pool.is_empty() || device.is_empty() {
+            bail!("line {} has an empty pool or device: {line:?}", index + 1);
+        }
+        entries
+            .entry(pool.to_string())
+            .or_default()
+            .push(device.to_string());
+    }
+    Ok(entries)
+}
+
+fn render(entries: &CacheEntries) -> String {
+    let mut out = format!("{HEADER}\n");
+    for (pool, devices) in entries {
+        for device in devices {
+            out.push_str(pool);
+            out.push('\t');
+            out.push_str(device);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn write_atomically(path: &Path, content: &str) -> Result<()> {
+    let temp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let result = (|| -> std::io::Result<()> {
+        let mut file = File::create(&temp)?;
+        file.write_all(content.as_bytes())?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)?;
+        if let Some(dir) = path.parent() {
+            File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.with_context(|| format!("cannot write pool cache {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pools_round_trip_in_device_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = PoolCache::new(dir.path().join("state"));
+        assert!(cache.load().unwrap().is_empty());
+        let tank = vec!["/d/b.img".to_string(), "emu:ram:/d/a.img".to_string()];
+        cache.insert("tank", &tank).unwrap();
+        cache.insert("backup", &["/d/c.img".to_string()]).unwrap();
+        assert_eq!(cache.devices("tank").unwrap(), Some(tank));
+        let text = std::fs::read_to_string(cache.path()).unwrap();
+        assert!(text.contains("tank\temu:ram:/d/a.img\n"), "{text}");
+        assert!(cache.remove("tank").unwrap());
+        assert!(!cache.remove("tank").unwrap());
+        assert_eq!(
+            cache.load().unwrap().keys().collect::<Vec<_>>(),
+            vec!["backup"]
+        );
+    }
+
+    #[test]
+    fn damaged_lines_and_unstorable_names_are_refused() {
+        assert!(parse("tank /no/tab\n").is_err());
+        assert!(parse("# comment\n\ntank\t/a\n").is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let cache = PoolCache::new(dir.path().to_path_buf());
+        assert!(cache.insert("tank", &["/a\tb".to_string()]).is_err());
+    }
+}

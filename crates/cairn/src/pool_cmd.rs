@@ -1,0 +1,668 @@
+//! `cairn pool …`: the zpool side of the CLI.
+//!
+//! Commands that only look (`status`, `list`, `history`, `check`) open the pool read-only, so
+//! looking never writes a txg; commands that change the pool open it read-write, record their
+//! command line in the pool history, and close (sync) it before returning. `create` and `import`
+//! add the pool to the pool cache with the device specs the pool actually ended up using;
+//! `export` and `destroy` remove it once the engine has succeeded.
+
+use crate::context::{Context, device_specs};
+use crate::human;
+use crate::table::{Column, Table};
+use crate::vdevs::{parse_device, parse_vdevs};
+use crate::{ListFormat, PoolCreateArgs, PoolImportArgs};
+use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_dataset::properties::parse_size;
+use cairn_device::spec::DeviceSpec;
+use cairn_engine::{
+    CreateOptions, EngineError, ImportSource, Pool, PoolOptions, PoolStatus, ScrubProgress,
+    discover_pools,
+};
+use cairn_format::PoolState;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
+    let name = &args.name;
+    let fail = || format!("cannot create pool '{name}'");
+    if ctx.cache.devices(name)?.is_some() {
+        bail!("cannot create pool '{name}': a pool of that name is already imported");
+    }
+    let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
+    let size = args
+        .size
+        .as_deref()
+        .map(parse_size)
+        .transpose()
+        .map_err(|err| anyhow!("{}: invalid --size: {err}", fail()))?;
+    if size.is_none() {
+        for spec in groups.iter().flat_map(|group| &group.devices) {
+            if !spec.path.exists() {
+                bail!(
+                    "{}: {} does not exist (use --size SIZE to create missing files)",
+                    fail(),
+                    spec.path.display()
+                );
+            }
+        }
+    }
+    let mut options = CreateOptions {
+        create_size_bytes: size,
+        force: args.force,
+        root_properties: args.root_properties.clone(),
+        ..CreateOptions::default()
+    };
+    for (key, value) in &args.pool_properties {
+        match key.as_str() {
+            "ashift" => {
+                options.ashift = value.parse().map_err(|_| {
+                    anyhow!(
+                        "{}: invalid ashift '{value}' (a number such as 9 or 12)",
+                        fail()
+                    )
+                })?;
+            }
+            other => bail!(
+                "{}: unknown pool property '{other}' (known: ashift)",
+                fail()
+            ),
+        }
+    }
+    // Files that --size will create; they are removed again if the pool cannot be created.
+    let missing: Vec<PathBuf> = groups
+        .iter()
+        .flat_map(|group| &group.devices)
+        .filter(|spec| !spec.path.exists())
+        .map(|spec| spec.path.clone())
+        .collect();
+    let pool = Pool::create(name, &groups, &options, PoolOptions::default()).map_err(|err| {
+        for path in &missing {
+            if path.is_file() {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        match err {
+            // The engine's message already says "cannot create pool".
+            EngineError::Create(reason) => anyhow!("{}: {reason}", fail()),
+            other => anyhow::Error::new(other).context(fail()),
+        }
+    })?;
+    let recorded = ctx
+        .cache
+        .insert(name, &device_specs(&pool))
+        .with_context(|| format!("pool '{name}' was created but not added to the pool cache; import it with cairn pool import"))
+        .and_then(|()| ctx.record(&pool));
+    let closed = pool
+        .close()
+        .with_context(|| format!("cannot close new pool '{name}'"));
+    recorded.and(closed)
+}
+
+fn render_status(status: &PoolStatus) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("  pool: {}\n", status.name));
+    out.push_str(&format!(" state: {}\n", status.health.as_str()));
+    if status.health != cairn_pool::vdev::Health::Online {
+        out.push_str(
+            "status: One or more devices are missing or faulted; the pool is not fully redundant.\n",
+        );
+    }
+    out.push_str(&format!("  scan: {}\n", scan_line(status)));
+    out.push_str("config:\n\n");
+    let mut table = Table::new(vec![
+        Column::left("NAME"),
+        Column::left("STATE"),
+        Column::right("READ"),
+        Column::right("WRITE"),
+        Column::right("CKSUM"),
+    ]);
+    let sums = |leaves: &[cairn_engine::LeafStatus]| {
+        leaves.iter().fold((0, 0, 0), |(r, w, c), leaf| {
+            (
+                r + leaf.read_errors,
+                w + leaf.write_errors,
+                c + leaf.checksum_errors,
+            )
+        })
+    };
+    let all_leaves: Vec<cairn_engine::LeafStatus> = status
+        .tops
+        .iter()
+        .flat_map(|top| top.leaves.clone())
+        .collect();
+    let (r, w, c) = sums(&all_leaves);
+    table.push(vec![
+        status.name.clone(),
+        status.health.as_str().into(),
+        r.to_string(),
+        w.to_string(),
+        c.to_string(),
+    ]);
+    for top in &status.tops {
+        let leaf_row = |leaf: &cairn_engine::LeafStatus, indent: &str| {
+            let mut name = format!("{indent}{}", leaf.name);
+            if leaf.repaired_bytes > 0 {
+                name.push_str(&format!(
+                    " (repaired {})",
+                    human::size(leaf.repaired_bytes, false)
+                ));
+            }
+            vec![
+                name,
+                leaf.health.as_str().into(),
+                leaf.read_errors.to_string(),
+                leaf.write_errors.to_string(),
+                leaf.checksum_errors.to_string(),
+            ]
+        };
+        if top.is_mirror || top.leaves.len() != 1 {
+            let (r, w, c) = sums(&top.leaves);
+            table.push(vec![
+                format!("  {}", top.name),
+                top.health.as_str().into(),
+                r.to_string(),
+                w.to_string(),
+                c.to_string(),
+            ]);
+            for leaf in &top.leaves {
+                table.push(leaf_row(leaf, "    "));
+            }
+        } else {
+            table.push(leaf_row(&top.leaves[0], "  "));
+        }
+    }
+    for line in table.render(false).lines() {
+        out.push('\t');
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push('\n');
+    match &status.last_scrub {
+        Some(scrub) if !scrub.damaged.is_empty() => {
+            out.push_str(&format!(
+                "errors: {} data errors found by the last scrub, in:\n\n",
+                scrub.damaged.len()
+            ));
+            for place in &scrub.damaged {
+                out.push_str(&format!("        {place}\n"));
+            }
+        }
+        _ => out.push_str("errors: No known data errors\n"),
+    }
+    out
+}
+
+fn scan_line(status: &PoolStatus) -> String {
+    let Some(scrub) = &status.last_scrub else {
+        return "none requested".into();
+    };
+    if scrub.canceled {
+        return format!("scrub canceled on {}", human::date(scrub.finished_ms));
+    }
+    let copies = scrub.repaired_copies;
+    format!(
+        "scrub repaired {copies} {} in {} with {} errors on {}",
+        if copies == 1 { "copy" } else { "copies" },
+        human::seconds(scrub.finished_ms.saturating_sub(scrub.started_ms)),
+        scrub.unrecoverable_blocks,
+        human::date(scrub.finished_ms)
+    )
+}
+
+/// The named pools, or every cached pool when none is named.
+fn pools_or_all(ctx: &Context, pools: &[String]) -> Result<Vec<String>> {
+    if pools.is_empty() {
+        ctx.pool_names()
+    } else {
+        Ok(pools.to_vec())
+    }
+}
+
+pub fn status(ctx: &Context, pools: &[String]) -> Result<()> {
+    let names = pools_or_all(ctx, pools)?;
+    if names.is_empty() {
+        println!("no pools available");
+        return Ok(());
+    }
+    let mut failures = Vec::new();
+    for (index, name) in names.iter().enumerate() {
+        match ctx.with_pool(name, true, |pool| Ok(pool.status())) {
+            Ok(status) => {
+                if index > 0 {
+                    println!();
+                }
+                print!("{}", render_status(&status));
+            }
+            Err(err) => failures.push(format!("{err:#}")),
+        }
+    }
+    combine(failures)
+}
+
+/// Turns per-pool failures (already reported in full) into the command's error.
+fn combine(failures: Vec<String>) -> Result<()> {
+    match failures.len() {
+        0 => Ok(()),
+        _ => Err(anyhow!(failures.join("\ncairn: "))),
+    }
+}
+
+pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
+    let names = pools_or_all(ctx, pools)?;
+    let mut table = Table::new(vec![
+        Column::left("NAME"),
+        Column::right("SIZE"),
+        Column::right("ALLOC"),
+        Column::right("FREE"),
+        Column::right("FRAG"),
+        Column::right("CAP"),
+        Column::left("HEALTH"),
+    ]);
+    let mut failures = Vec::new();
+    for name in &names {
+        match ctx.with_pool(name, true, |pool| Ok(pool.status())) {
+            Ok(status) => table.push(vec![
+                status.name.clone(),
+                human::size(status.size_bytes, format.exact),
+                human::size(status.allocated_bytes, format.exact),
+                human::size(status.free_bytes, format.exact),
+                human::percent_value(status.fragmentation_percent, format.exact),
+                human::percent(status.allocated_bytes, status.size_bytes, format.exact),
+                status.health.as_str().into(),
+            ]),
+            Err(err) => failures.push(format!("{err:#}")),
+        }
+    }
+    if names.is_empty() && !format.scripted {
+        println!("no pools available");
+    } else if !table.is_empty() || (!format.scripted && failures.is_empty()) {
+        print!("{}", table.render(format.scripted));
+    }
+    combine(failures)
+}
+
+pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
+    ctx.with_pool(name, false, |pool| {
+        ctx.record(pool)?;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_prefix(name.to_string());
+            bar
+        });
+        let started = Instant::now();
+        let mut last_line = Instant::now();
+        let mut report = |progress: &ScrubProgress| {
+            let total = progress.total_bytes.max(progress.scanned_bytes);
+            if let Some(bar) = &bar {
+                bar.set_length(total);
+                bar.set_position(progress.scanned_bytes);
+                if progress.bad_copies > 0 {
+                    bar.set_message(format!("{} bad copies", progress.bad_copies));
+                }
+            } else if last_line.elapsed() >= Duration::from_secs(1) {
+                last_line = Instant::now();
+                eprintln!(
+                    "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
+                    human::size(progress.scanned_bytes, false),
+                    human::size(total, false),
+                    human::percent(progress.scanned_bytes, total, false),
+                    progress.blocks,
+                    progress.bad_copies,
+                    progress.repaired_copies
+                );
+            }
+        };
+        let result = pool.scrub(&mut report);
+        if let Some(bar) = &bar {
+            bar.finish_and_clear();
+        }
+        let record = result.with_context(|| format!("scrub of pool '{name}' failed"))?;
+        println!(
+            "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
+            human::seconds(started.elapsed().as_millis() as u64),
+            human::size(record.bytes_scanned, false),
+            record.blocks_scanned,
+            record.bad_copies,
+            record.repaired_copies,
+            record.unrecoverable_blocks
+        );
+        for place in &record.damaged {
+            println!("  damaged: {place}");
+        }
+        if record.unrecoverable_blocks > 0 {
+            bail!(
+                "pool '{name}': scrub found {} unrecoverable blocks (see cairn pool status {name})",
+                record.unrecoverable_blocks
+            );
+        }
+        Ok(())
+    })
+}
+
+pub fn export(ctx: &Context, name: &str) -> Result<()> {
+    let pool = ctx.open(name, false)?;
+    if let Err(err) = ctx.record(&pool) {
+        let _ = pool.close();
+        return Err(err);
+    }
+    pool.export()
+        .with_context(|| format!("cannot export pool '{name}'"))?;
+    ctx.cache.remove(name)?;
+    Ok(())
+}
+
+pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
+    let pool = ctx.open(name, false)?;
+    pool.destroy()
+        .with_context(|| format!("cannot destroy pool '{name}'"))?;
+    ctx.cache.remove(name)?;
+    Ok(())
+}
+
+fn label_state(state: PoolState) -> &'static str {
+    match state {
+        PoolState::Active => "ACTIVE",
+        PoolState::Exported => "EXPORTED",
+        PoolState::Destroyed => "DESTROYED",
+    }
+}
+
+pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
+    let dirs: Vec<PathBuf> = if args.dirs.is_empty() {
+        vec![PathBuf::from("/dev")]
+    } else {
+        args.dirs
+            .iter()
+            .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+            .collect()
+    };
+    for dir in &dirs {
+        if !dir.is_dir() {
+            bail!("cannot search {} for pools: not a directory", dir.display());
+        }
+    }
+    let searched = dirs
+        .iter()
+        .map(|dir| dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    // One entry per pool guid, merging devices found in several directories.
+    let mut found = BTreeMap::new();
+    for dir in &dirs {
+        for pool in discover_pools(&ImportSource::Directory(dir.clone())) {
+            match found.entry(pool.config.pool_guid) {
+                std::collections::btree_map::Entry::Vacant(slot) => {
+                    slot.insert(pool);
+                }
+                std::collections::btree_map::Entry::Occupied(mut slot) => {
+                    let known = slot.get_mut();
+                    if pool.config.txg > known.config.txg {
+                        known.config = pool.config.clone();
+                    }
+                    for device in pool.devices {
+                        if !known
+                            .devices
+                            .iter()
+                            .any(|(spec, _)| spec.path == device.0.path)
+                        {
+                            known.devices.push(device);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let Some(wanted) = &args.pool else {
+        let imported: BTreeSet<PathBuf> = ctx
+            .cache
+            .load()?
+            .into_values()
+            .flatten()
+            .filter_map(|text| parse_device(&text).ok().map(|spec| spec.path))
+            .collect();
+        let mut shown = 0;
+        for pool in found.values() {
+            let destroyed = pool.config.state == PoolState::Destroyed;
+            let already = pool
+                .devices
+                .iter()
+                .any(|(spec, _)| imported.contains(&spec.path));
+            if already || (destroyed && !args.destroyed) {
+                continue;
+            }
+            if shown > 0 {
+                println!();
+            }
+            shown += 1;
+            print!("{}", render_importable(&pool.config, &pool.devices));
+        }
+        if shown == 0 {
+            println!("no pools available to import (searched {searched})");
+        }
+        return Ok(());
+    };
+    let matches: Vec<_> = found
+        .values()
+        .filter(|pool| pool.config.state != PoolState::Destroyed)
+        .filter(|pool| {
+            pool.config.pool_name == *wanted || pool.config.pool_guid.to_string() == *wanted
+        })
+        .collect();
+    let pool_found = match matches.as_slice() {
+        [] => {
+            let destroyed = found.values().any(|pool| {
+                pool.config.pool_name == *wanted && pool.config.state == PoolState::Destroyed
+            });
+            let hint = if destroyed {
+                " (only a destroyed pool of that name was found; destroyed pools cannot be imported)"
+            } else {
+                ""
+            };
+            bail!("cannot import '{wanted}': no such pool found in {searched}{hint}");
+        }
+        [one] => *one,
+        several => bail!(
+            "cannot import '{wanted}': several pools have this name (guids {}); import one by guid",
+            several
+                .iter()
+                .map(|pool| pool.config.pool_guid.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let name = pool_found.config.pool_name.clone();
+    if ctx.cache.devices(&name)?.is_some() {
+        bail!("cannot import '{wanted}': a pool named '{name}' is already imported");
+    }
+    let specs: Vec<DeviceSpec> = pool_found
+        .devices
+        .iter()
+        .map(|(spec, _)| spec.clone())
+        .collect();
+    let pool = Pool::import(
+        &ImportSource::Devices(specs),
+        &pool_found.config.pool_guid.to_string(),
+        PoolOptions::default(),
+    )
+    .with_context(|| format!("cannot import pool '{name}'"))?;
+    let recorded = ctx
+        .cache
+        .insert(&name, &device_specs(&pool))
+        .and_then(|()| ctx.record(&pool));
+    let closed = pool
+        .close()
+        .with_context(|| format!("cannot close pool '{name}' after import"));
+    recorded.and(closed)
+}
+
+fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec, u64)]) -> String {
+    let mut table = Table::new(vec![Column::left("NAME"), Column::left("STATE")]);
+    let mut rows = Vec::new();
+    let mut pool_ok = true;
+    let mut pool_degraded = false;
+    for top in &config.tree.tops {
+        let mut leaf_rows = Vec::new();
+        let mut present = 0;
+        for child in &top.children {
+            let located = devices.iter().find(|(_, guid)| *guid == child.guid);
+            let spec = DeviceSpec {
+                path: located
+                    .map_or_else(|| PathBuf::from(&child.path), |(spec, _)| spec.path.clone()),
+                model: child.model.clone(),
+            };
+            if located.is_some() {
+                present += 1;
+            }
+            leaf_rows.push((
+                spec.to_string(),
+                if located.is_some() {
+                    "ONLINE"
+                } else {
+                    "UNAVAIL"
+                },
+            ));
+        }
+        let top_state = match present {
+            0 => "UNAVAIL",
+            n if n == top.children.len() => "ONLINE",
+            _ => "DEGRADED",
+        };
+        pool_ok &= present > 0;
+        pool_degraded |= present < top.children.len();
+        if top.children.len() == 1 && !matches!(top.kind, cairn_format::label::TopVdevKind::Mirror)
+        {
+            rows.push((format!("  {}", leaf_rows[0].0), leaf_rows[0].1));
+        } else {
+            let kind = match top.kind {
+                cairn_format::label::TopVdevKind::RaidZ { parity } => format!("raidz{parity}"),
+                _ => "mirror".to_string(),
+            };
+            rows.push((format!("  {kind}-{}", top.id), top_state));
+            rows.extend(
+                leaf_rows
+                    .into_iter()
+                    .map(|(name, state)| (format!("    {name}"), state)),
+            );
+        }
+    }
+    let pool_state = match (pool_ok, pool_degraded) {
+        (false, _) => "UNAVAIL",
+        (true, true) => "DEGRADED",
+        (true, false) => "ONLINE",
+    };
+    table.push(vec![config.pool_name.clone(), pool_state.into()]);
+    for (name, state) in rows {
+        table.push(vec![name, state.into()]);
+    }
+    let mut out = format!(
+        "   pool: {}\n     id: {}\n  state: {} ({})\n",
+        config.pool_name,
+        config.pool_guid,
+        pool_state,
+        label_state(config.state)
+    );
+    out.push_str(match (pool_ok, config.state) {
+        (false, _) => " action: The pool cannot be imported: a vdev has no device present.\n",
+        (true, PoolState::Destroyed) => " action: The pool was destroyed and cannot be imported.\n",
+        (true, PoolState::Active) => {
+            " action: The pool was not exported; import it only if no other process is using it.\n"
+        }
+        (true, PoolState::Exported) => {
+            " action: The pool can be imported using its name or numeric identifier.\n"
+        }
+    });
+    out.push_str(" config:\n\n");
+    for line in table.render(false).lines().skip(1) {
+        out.push('\t');
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+pub fn check(ctx: &Context, name: &str) -> Result<()> {
+    let report = ctx.with_pool(name, true, |pool| {
+        pool.check()
+            .with_context(|| format!("cannot check pool '{name}'"))
+    })?;
+    println!("pool '{name}' at txg {}:", report.txg);
+    println!("  blocks:           {}", report.blocks);
+    println!("  copies verified:  {}", report.copies_verified);
+    println!(
+        "  allocated:        {} ({} bytes)",
+        human::size(report.allocated_bytes, false),
+        report.allocated_bytes
+    );
+    println!(
+        "  referenced:       {} ({} bytes)",
+        human::size(report.referenced_bytes, false),
+        report.referenced_bytes
+    );
+    if report.is_clean() {
+        println!("no problems found");
+        return Ok(());
+    }
+    let problems = report.problems();
+    println!("{} problems:", problems.len());
+    for problem in &problems {
+        println!("  {problem}");
+    }
+    bail!("pool '{name}' has {} problems", problems.len())
+}
+
+pub fn history(ctx: &Context, name: &str) -> Result<()> {
+    let entries = ctx.with_pool(name, true, |pool| Ok(pool.history()))?;
+    println!("History for '{name}':");
+    for entry in entries {
+        match entry
+            .split_once(' ')
+            .and_then(|(stamp, rest)| stamp.parse::<u64>().ok().map(|ms| (ms, rest)))
+        {
+            Some((ms, rest)) => println!("{} {rest}", human::date(ms)),
+            None => println!("{entry}"),
+        }
+    }
+    Ok(())
+}
+
+pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
+    let timings = ctx.with_pool(name, false, |pool| Ok(pool.txg_history()))?;
+    let mut table = Table::new(vec![
+        Column::right("TXG"),
+        Column::left("TRIGGER"),
+        Column::right("DIRTY"),
+        Column::right("HOLDS"),
+        Column::right("OPEN"),
+        Column::right("QUIESCE"),
+        Column::right("SYNC"),
+    ]);
+    for timing in &timings {
+        table.push(vec![
+            timing.txg.to_string(),
+            format!("{:?}", timing.trigger).to_lowercase(),
+            human::size(timing.dirty_bytes, format.exact),
+            timing.holds_count.to_string(),
+            human::micros(timing.open_us, format.exact),
+            human::micros(timing.quiesce_us, format.exact),
+            human::micros(timing.sync_us, format.exact),
+        ]);
+    }
+    if timings.is_empty() && !format.scripted {
+        println!(
+            "no txg timings recorded (timings are kept in memory by the process that has the pool open)"
+        );
+        return Ok(());
+    }
+    if !format.scripted {
+        println!("txgs synced while this command had pool '{name}' open:");
+    }
+    print!("{}", table.render(format.scripted));
+    Ok(())
+}

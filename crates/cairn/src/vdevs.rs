@@ -1,0 +1,113 @@
+//! The vdev grammar of `cairn pool create`, as zpool spells it:
+//!
+//! ```text
+//! VDEVS  := GROUP...
+//! GROUP  := DEVICE | mirror DEVICE DEVICE...
+//! DEVICE := PATH | emu:MODEL:PATH
+//! ```
+//!
+//! `raidz`, `log`, `cache`, `spare`, `special` and `dedup` are recognised and refused with a clear
+//! "not supported yet" rather than being taken for file names. Paths are made absolute here, so
+//! the pool cache names the same files whatever directory later commands run in.
+
+use anyhow::{Result, anyhow, bail};
+use cairn_device::spec::DeviceSpec;
+use cairn_engine::VdevGroup;
+
+/// Keywords zpool knows that cairn does not implement yet.
+const UNSUPPORTED: &[&str] = &[
+    "raidz", "raidz1", "raidz2", "raidz3", "draid", "log", "cache", "spare", "special", "dedup",
+];
+
+/// Parses one device name and makes its path absolute.
+pub fn parse_device(word: &str) -> Result<DeviceSpec> {
+    let mut spec = DeviceSpec::parse(word).map_err(|err| anyhow!("invalid device {err}"))?;
+    spec.path =
+        std::path::absolute(&spec.path).map_err(|err| anyhow!("invalid device '{word}': {err}"))?;
+    Ok(spec)
+}
+
+pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
+    let mut groups: Vec<VdevGroup> = Vec::new();
+    let mut open_mirror: Option<VdevGroup> = None;
+    for word in words {
+        let keyword = word.to_ascii_lowercase();
+        if UNSUPPORTED.contains(&keyword.as_str()) || keyword.starts_with("draid") {
+            bail!("'{word}' vdevs are not supported yet (supported: plain devices and mirror)");
+        }
+        if keyword == "mirror" {
+            if let Some(mirror) = open_mirror.take() {
+                groups.push(finish_mirror(mirror, groups.len())?);
+            }
+            open_mirror = Some(VdevGroup {
+                mirror: true,
+                devices: Vec::new(),
+            });
+            continue;
+        }
+        let spec = parse_device(word)?;
+        match open_mirror.as_mut() {
+            Some(mirror) => mirror.devices.push(spec),
+            None => groups.push(VdevGroup {
+                mirror: false,
+                devices: vec![spec],
+            }),
+        }
+    }
+    if let Some(mirror) = open_mirror.take() {
+        groups.push(finish_mirror(mirror, groups.len())?);
+    }
+    if groups.is_empty() {
+        bail!("no devices given (grammar: PATH... | mirror PATH PATH...)");
+    }
+    Ok(groups)
+}
+
+fn finish_mirror(mirror: VdevGroup, index: usize) -> Result<VdevGroup> {
+    if mirror.devices.len() < 2 {
+        bail!(
+            "mirror-{index} needs at least two devices, got {}",
+            mirror.devices.len()
+        );
+    }
+    Ok(mirror)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn mirrors_and_plain_devices_group_like_zpool() {
+        let groups = parse_vdevs(&words("mirror /a /b mirror /c /d /e /f")).unwrap();
+        let shape: Vec<(bool, usize)> =
+            groups.iter().map(|g| (g.mirror, g.devices.len())).collect();
+        // A plain device after a mirror belongs to that mirror, as in zpool.
+        assert_eq!(shape, vec![(true, 2), (true, 4)]);
+        let groups = parse_vdevs(&words("/a /b")).unwrap();
+        assert!(groups.iter().all(|g| !g.mirror && g.devices.len() == 1));
+    }
+
+    #[test]
+    fn relative_paths_become_absolute() {
+        let groups = parse_vdevs(&words("disk.img")).unwrap();
+        assert!(groups[0].devices[0].path.is_absolute());
+    }
+
+    #[test]
+    fn unsupported_keywords_and_short_mirrors_are_refused() {
+        let err = parse_vdevs(&words("/a log /b")).unwrap_err().to_string();
+        assert!(
+            err.contains("'log'") && err.contains("not supported yet"),
+            "{err}"
+        );
+        assert!(parse_vdevs(&words("raidz /a /b /c")).is_err());
+        let err = parse_vdevs(&words("mirror /a")).unwrap_err().to_string();
+        assert!(err.contains("at least two"), "{err}");
+        assert!(parse_vdevs(&[]).is_err());
+    }
+}
