@@ -90,8 +90,13 @@ fn random_read_mb_s(model: DeviceModel) -> f64 {
 }
 
 fn main() {
-    println!("Emulated device models on a virtual clock (device of {} GiB)", DEVICE_BYTES / GIB);
-    println!("| model | 8 KiB write+flush QD1 (IOPS) | ratio to hdd-7200 | 128 KiB seq write (MB/s) | 8 KiB random read QD1 (MB/s) |");
+    println!(
+        "Emulated device models on a virtual clock (device of {} GiB)",
+        DEVICE_BYTES / GIB
+    );
+    println!(
+        "| model | 8 KiB write+flush QD1 (IOPS) | ratio to hdd-7200 | 128 KiB seq write (MB/s) | 8 KiB random read QD1 (MB/s) |"
+    );
     println!("|---|---|---|---|---|");
     let hdd = write_flush_iops(DeviceModel::Hdd7200);
     for model in DeviceModel::ALL {
@@ -105,5 +110,7 @@ fn main() {
         );
     }
     println!();
-    println!("Seed figures: 7200 rpm disk ~118-120 sync IOPS, ~120 MB/s streaming, ~1.4 MB/s random 8 KiB reads.");
+    println!(
+        "Seed figures: 7200 rpm disk ~118-120 sync IOPS, ~120 MB/s streaming, ~1.4 MB/s random 8 KiB reads."
+    );
 }
