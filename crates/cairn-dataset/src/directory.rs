@@ -47,10 +47,21 @@ pub struct ScrubRecord {
     pub blocks_scanned: u64,
     pub bad_copies: u64,
     pub repaired_copies: u64,
+    pub repaired_bytes: u64,
     pub unrecoverable_blocks: u64,
     /// Where unrecoverable damage was found: "dataset object N block B".
     pub damaged: Vec<String>,
     pub canceled: bool,
+}
+
+/// Error counters of one leaf, kept across imports (as `cairn pool status` shows them) until
+/// `cairn pool clear`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct LeafErrorRecord {
+    pub read: u64,
+    pub write: u64,
+    pub checksum: u64,
+    pub repaired_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -59,6 +70,8 @@ pub struct DatasetDirectory {
     pub datasets: BTreeMap<String, DatasetRecord>,
     pub last_scrub: Option<ScrubRecord>,
     pub history: Vec<String>,
+    /// Per-leaf error counters by leaf guid.
+    pub leaf_errors: BTreeMap<u64, LeafErrorRecord>,
 }
 
 /// Where a property's effective value came from.

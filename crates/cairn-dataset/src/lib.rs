@@ -18,7 +18,7 @@ pub mod directory;
 pub mod properties;
 mod volume;
 
-pub use directory::{DatasetDirectory, DatasetRecord, ScrubRecord};
+pub use directory::{DatasetDirectory, DatasetRecord, LeafErrorRecord, ScrubRecord};
 pub use volume::{SpaceCheck, VOLUME_OBJECT, Volume, VolumeStats};
 
 use serde::{Deserialize, Serialize};

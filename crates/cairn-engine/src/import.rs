@@ -41,6 +41,18 @@ pub enum ImportSource {
     Devices(Vec<DeviceSpec>),
 }
 
+impl std::fmt::Display for ImportSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ImportSource::Directory(dir) => write!(f, "{}", dir.display()),
+            ImportSource::Devices(specs) => {
+                let names: Vec<String> = specs.iter().map(|spec| spec.to_string()).collect();
+                write!(f, "{}", names.join(", "))
+            }
+        }
+    }
+}
+
 /// A pool found on devices, before import.
 #[derive(Debug, Clone)]
 pub struct DiscoveredPool {
@@ -118,7 +130,7 @@ pub(crate) fn find_pool(source: &ImportSource, name: &str) -> Result<DiscoveredP
     match matches.len() {
         0 => Err(import_error(
             name,
-            format!("no devices with its label found in {source:?}"),
+            format!("no devices with its label found in {source}"),
         )),
         1 => Ok(matches.remove(0)),
         _ => Err(import_error(
@@ -135,7 +147,11 @@ pub(crate) fn find_pool(source: &ImportSource, name: &str) -> Result<DiscoveredP
     }
 }
 
-fn open_tree(found: &DiscoveredPool, options: &PoolOptions) -> Result<VdevTree, EngineError> {
+/// Opens every present leaf; returns the tree and the devices that are missing.
+fn open_tree(
+    found: &DiscoveredPool,
+    options: &PoolOptions,
+) -> Result<(VdevTree, Vec<String>), EngineError> {
     let name = &found.config.pool_name;
     let mut tops = Vec::new();
     let mut missing = Vec::new();
@@ -183,13 +199,7 @@ fn open_tree(found: &DiscoveredPool, options: &PoolOptions) -> Result<VdevTree, 
             ));
         }
     }
-    if !missing.is_empty() {
-        eprintln!(
-            "cairn: pool '{name}' is DEGRADED: missing {}",
-            missing.join(", ")
-        );
-    }
-    Ok(tree)
+    Ok((tree, missing))
 }
 
 /// Everything loaded from one uberblock.
@@ -300,7 +310,15 @@ impl Pool {
     ) -> Result<Pool, EngineError> {
         let found = find_pool(source, name)?;
         let pool_name = found.config.pool_name.clone();
-        let tree = Arc::new(open_tree(&found, &options)?);
+        let (tree, missing) = open_tree(&found, &options)?;
+        let tree = Arc::new(tree);
+        let mut notes = Vec::new();
+        if !missing.is_empty() {
+            notes.push(format!(
+                "pool '{pool_name}' is DEGRADED: missing {}",
+                missing.join(", ")
+            ));
+        }
         let guid_sum = found.config.tree.guid_sum();
         let mut candidates: Vec<Uberblock> = tree
             .leaves()
@@ -319,10 +337,20 @@ impl Pool {
             match load(&tree, ub, &options) {
                 Ok(loaded) => {
                     if ub.txg != newest {
-                        eprintln!(
-                            "cairn: pool '{pool_name}': txg {newest} is damaged; rewound to txg {}",
+                        notes.push(format!(
+                            "pool '{pool_name}': txg {newest} is damaged; rewound to txg {}",
                             ub.txg
-                        );
+                        ));
+                    }
+                    for leaf in tree.leaves() {
+                        if let Some(record) = loaded.directory.leaf_errors.get(&leaf.guid) {
+                            leaf.errors.restore(
+                                record.read,
+                                record.write,
+                                record.checksum,
+                                record.repaired_bytes,
+                            );
+                        }
                     }
                     let core = PoolCore {
                         name: pool_name.clone(),
@@ -341,7 +369,8 @@ impl Pool {
                         space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
                     };
                     let readonly = options.readonly;
-                    let pool = Pool::assemble(core, ub.txg, &options);
+                    let mut pool = Pool::assemble(core, ub.txg, &options);
+                    pool.notes = notes;
                     if !readonly {
                         pool.txg_engine()?
                             .sync_now_forced()

@@ -36,7 +36,7 @@ mod sync;
 
 pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
-pub use import::{ImportSource, discover_pools};
+pub use import::{DiscoveredPool, ImportSource, discover_pools};
 pub use pool::{DatasetInfo, LeafStatus, Pool, PoolOptions, PoolStatus, TopStatus};
 pub use scrub::ScrubProgress;
 

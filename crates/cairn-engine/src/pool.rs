@@ -74,6 +74,8 @@ pub struct Pool {
     txg: Option<Arc<TxgEngine>>,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
     closed: AtomicBool,
+    /// What import had to say (missing devices, a rewind), for the front end to show once.
+    pub(crate) notes: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -134,6 +136,7 @@ impl Pool {
             txg,
             volumes: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
+            notes: Vec::new(),
         }
     }
 
@@ -161,6 +164,19 @@ impl Pool {
 
     pub fn last_synced_txg(&self) -> u64 {
         self.core.uberblock.lock().txg
+    }
+
+    /// Warnings from import: missing devices, a rewind past a damaged txg.
+    pub fn notes(&self) -> &[String] {
+        &self.notes
+    }
+
+    /// Resets every leaf's error counters (`cairn pool clear`), durable on return.
+    pub fn clear_errors(&self) -> Result<(), EngineError> {
+        for leaf in self.core.tree.leaves() {
+            leaf.errors.restore(0, 0, 0, 0);
+        }
+        self.run_sync_task(|_, _| Ok(())).map(|_| ())
     }
 
     pub fn txg_history(&self) -> Vec<TxgTiming> {

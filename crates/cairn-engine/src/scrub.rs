@@ -13,6 +13,7 @@
 use crate::{EngineError, Pool};
 use bytes::Bytes;
 use cairn_dataset::ScrubRecord;
+use cairn_format::ObjectType;
 use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
 use cairn_pipeline::BlockIo;
 
@@ -23,6 +24,7 @@ pub struct ScrubProgress {
     pub blocks: u64,
     pub bad_copies: u64,
     pub repaired_copies: u64,
+    pub repaired_bytes: u64,
     pub unrecoverable_blocks: u64,
 }
 
@@ -42,6 +44,7 @@ impl ScrubVisitor<'_> {
         progress.scanned_bytes += block.bp.allocated_bytes();
         progress.bad_copies += outcome.bad_copies;
         progress.repaired_copies += outcome.repaired_copies;
+        progress.repaired_bytes += outcome.repaired_copies * u64::from(block.bp.psize);
         if outcome.unrecoverable {
             progress.unrecoverable_blocks += 1;
             self.damaged.push(describe(&self.dataset, block));
@@ -55,6 +58,21 @@ impl ScrubVisitor<'_> {
 
 /// Where a block sits, for damage reports.
 pub(crate) fn describe(dataset: &str, block: &VisitedBlock) -> String {
+    let first = block.bp.copies().first().copied().unwrap_or_default();
+    let place = format!("at vdev {} offset {}", first.vdev, first.offset);
+    match block.bp.object_type {
+        ObjectType::SpaceLog => return format!("{dataset}: space-log block {place}"),
+        ObjectType::ObjsetRoot => return format!("{dataset}: object-set root {place}"),
+        ObjectType::DnodeBlock if block.level == 0 => {
+            return format!(
+                "{dataset}: dnode block {} (objects {}..{}) {place}",
+                block.blkid,
+                block.blkid * 32,
+                block.blkid * 32 + 31
+            );
+        }
+        _ => {}
+    }
     if block.level == 0 && block.object != 0 && block.data_block_size > 0 {
         format!(
             "{dataset}: object {} offset {} ({} bytes)",
@@ -64,7 +82,7 @@ pub(crate) fn describe(dataset: &str, block: &VisitedBlock) -> String {
         )
     } else {
         format!(
-            "{dataset}: object {} level {} (metadata, covering block {})",
+            "{dataset}: object {} level {} indirect block covering block {} {place}",
             block.object, block.level, block.blkid
         )
     }
@@ -129,6 +147,7 @@ impl Pool {
             blocks_scanned: progress.blocks,
             bad_copies: progress.bad_copies,
             repaired_copies: progress.repaired_copies,
+            repaired_bytes: progress.repaired_bytes,
             unrecoverable_blocks: progress.unrecoverable_blocks,
             damaged: visitor.damaged,
             canceled: false,

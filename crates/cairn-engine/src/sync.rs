@@ -16,6 +16,7 @@
 use crate::EngineError;
 use crate::pool::{DIRECTORY_OBJECT, PoolCore};
 use bytes::Bytes;
+use cairn_dataset::LeafErrorRecord;
 use cairn_device::queue::IoClass;
 use cairn_format::spacelog::{SPACE_LOG_ENTRIES_PER_BLOCK, SpaceLogBlock, SpaceLogKind};
 use cairn_format::{
@@ -97,6 +98,7 @@ impl PoolCore {
             }
             directory_changed = true;
         }
+        directory_changed |= self.persist_leaf_errors();
         if directory_changed {
             let blob = self.directory.lock().encode();
             self.mos
@@ -152,6 +154,34 @@ impl PoolCore {
         self.tree.flush_all().map_err(EngineError::Txg)?;
         *self.uberblock.lock() = uberblock;
         Ok(())
+    }
+
+    /// Copies the leaves' error counters into the directory; true if they changed.
+    fn persist_leaf_errors(&self) -> bool {
+        let current: std::collections::BTreeMap<u64, LeafErrorRecord> = self
+            .tree
+            .leaves()
+            .map(|leaf| {
+                let (read, write, checksum) = leaf.errors.snapshot();
+                let repaired_bytes = leaf.errors.repaired_bytes.load(Ordering::Relaxed);
+                (
+                    leaf.guid,
+                    LeafErrorRecord {
+                        read,
+                        write,
+                        checksum,
+                        repaired_bytes,
+                    },
+                )
+            })
+            .filter(|(_, record)| *record != LeafErrorRecord::default())
+            .collect();
+        let mut directory = self.directory.lock();
+        if directory.leaf_errors == current {
+            return false;
+        }
+        directory.leaf_errors = current;
+        true
     }
 
     pub(crate) fn label_config(&self, txg: u64) -> cairn_format::LabelConfig {

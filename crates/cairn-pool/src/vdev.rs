@@ -50,6 +50,14 @@ pub struct LeafErrors {
 }
 
 impl LeafErrors {
+    /// Sets every counter (restoring persisted values at import, or clearing).
+    pub fn restore(&self, read: u64, write: u64, checksum: u64, repaired_bytes: u64) {
+        self.read.store(read, Ordering::Relaxed);
+        self.write.store(write, Ordering::Relaxed);
+        self.checksum.store(checksum, Ordering::Relaxed);
+        self.repaired_bytes.store(repaired_bytes, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> (u64, u64, u64) {
         (
             self.read.load(Ordering::Relaxed),

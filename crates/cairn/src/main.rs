@@ -15,6 +15,7 @@ mod dataset_cmd;
 mod human;
 mod pool_cmd;
 mod table;
+mod up_cmd;
 mod vdevs;
 
 use anyhow::Result;
@@ -38,6 +39,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The embedded default: create (first run) or import the pool kept in a data directory and
+    /// show it.
+    Up(up_cmd::UpArgs),
     /// Pool administration (like zpool).
     #[command(subcommand)]
     Pool(PoolCommand),
@@ -82,6 +86,8 @@ enum PoolCommand {
     Check { pool: String },
     /// Destroy a pool; its devices become free for reuse.
     Destroy { pool: String },
+    /// Reset the READ/WRITE/CKSUM error counters of every device.
+    Clear { pool: String },
     /// Show the commands that changed a pool.
     History { pool: String },
     /// Show recent txg timings.
@@ -193,9 +199,11 @@ fn parse_assignment(text: &str) -> Result<(String, String), String> {
 }
 
 fn run(cli: Cli, args: &[String]) -> Result<()> {
-    let state_dir = match cli.state_dir {
-        Some(dir) => dir,
-        None => cache::PoolCache::default_dir()?,
+    let state_dir = match (&cli.state_dir, &cli.command) {
+        (Some(dir), _) => dir.clone(),
+        // The embedded default keeps its pool cache inside its data directory.
+        (None, Command::Up(up)) => up.data_dir.join("state"),
+        (None, _) => cache::PoolCache::default_dir()?,
     };
     let ctx = context::Context::new(
         cache::PoolCache::new(state_dir),
@@ -211,9 +219,11 @@ fn run(cli: Cli, args: &[String]) -> Result<()> {
             PoolCommand::Import(args) => pool_cmd::import(&ctx, &args),
             PoolCommand::Check { pool } => pool_cmd::check(&ctx, &pool),
             PoolCommand::Destroy { pool } => pool_cmd::destroy(&ctx, &pool),
+            PoolCommand::Clear { pool } => pool_cmd::clear(&ctx, &pool),
             PoolCommand::History { pool } => pool_cmd::history(&ctx, &pool),
             PoolCommand::Txgs { format, pool } => pool_cmd::txgs(&ctx, format, &pool),
         },
+        Command::Up(args) => up_cmd::up(&ctx, &args),
         Command::Create(args) => dataset_cmd::create(&ctx, &args),
         Command::Destroy { dataset } => dataset_cmd::destroy(&ctx, &dataset),
         Command::List(args) => dataset_cmd::list(&ctx, &args),
@@ -223,6 +233,12 @@ fn run(cli: Cli, args: &[String]) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`cairn list | head`) instead of panicking on EPIPE.
+    // SAFETY: called first thing, before any other thread exists; SIG_DFL is a valid handler.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args: Vec<String> = std::env::args_os()
         .skip(1)
         .map(|arg| arg.to_string_lossy().into_owned())

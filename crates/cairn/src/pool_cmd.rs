@@ -201,10 +201,15 @@ fn scan_line(status: &PoolStatus) -> String {
     if scrub.canceled {
         return format!("scrub canceled on {}", human::date(scrub.finished_ms));
     }
-    let copies = scrub.repaired_copies;
     format!(
-        "scrub repaired {copies} {} in {} with {} errors on {}",
-        if copies == 1 { "copy" } else { "copies" },
+        "scrub repaired {} ({} {}) in {} with {} errors on {}",
+        cairn_dataset::properties::format_size(scrub.repaired_bytes),
+        scrub.repaired_copies,
+        if scrub.repaired_copies == 1 {
+            "copy"
+        } else {
+            "copies"
+        },
         human::seconds(scrub.finished_ms.saturating_sub(scrub.started_ms)),
         scrub.unrecoverable_blocks,
         human::date(scrub.finished_ms)
@@ -228,12 +233,17 @@ pub fn status(ctx: &Context, pools: &[String]) -> Result<()> {
     }
     let mut failures = Vec::new();
     for (index, name) in names.iter().enumerate() {
-        match ctx.with_pool(name, true, |pool| Ok(pool.status())) {
-            Ok(status) => {
+        match ctx.with_pool(name, true, |pool| {
+            Ok((pool.status(), pool.notes().to_vec()))
+        }) {
+            Ok((status, notes)) => {
                 if index > 0 {
                     println!();
                 }
                 print!("{}", render_status(&status));
+                for note in notes {
+                    println!("note: {note}");
+                }
             }
             Err(err) => failures.push(format!("{err:#}")),
         }
@@ -615,6 +625,15 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         println!("  {problem}");
     }
     bail!("pool '{name}' has {} problems", problems.len())
+}
+
+/// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear).
+pub fn clear(ctx: &Context, name: &str) -> Result<()> {
+    ctx.with_pool(name, false, |pool| {
+        pool.clear_errors()
+            .with_context(|| format!("cannot clear errors of pool '{name}'"))?;
+        ctx.record(pool)
+    })
 }
 
 pub fn history(ctx: &Context, name: &str) -> Result<()> {

@@ -49,6 +49,25 @@ impl Env {
         String::from_utf8(out.stdout).expect("utf-8 stdout")
     }
 
+    /// Runs a command that must succeed, without `--state-dir` (for `up`, which keeps its state
+    /// in its data directory); returns its stdout.
+    fn ok_without_state_dir(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(args)
+            .env_remove("CAIRN_STATE_DIR")
+            .env("HOME", self.dir.path())
+            .current_dir(self.dir.path())
+            .output()
+            .expect("run cairn");
+        assert!(
+            out.status.success(),
+            "cairn {args:?} failed:\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8 stdout")
+    }
+
     /// Runs a command that must fail with `code`; returns its stderr.
     fn fails(&self, args: &[&str], code: i32) -> String {
         let out = self.run(args);
@@ -243,7 +262,7 @@ fn mirror_pool_lifecycle() {
     );
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(
-        status.contains("scan: scrub repaired 0 copies in"),
+        status.contains("scan: scrub repaired 0 (0 copies) in"),
         "{status}"
     );
     assert!(status.contains("with 0 errors on"), "{status}");
@@ -453,6 +472,58 @@ fn check_finds_a_damaged_mirror_side_and_scrub_repairs_it() {
         "{status}"
     );
     assert!(status.contains("errors: No known data errors"), "{status}");
+    // The counters outlive the scrub's process: the damaged side shows CKSUM errors, the
+    // healthy side none, until `pool clear`.
+    let cksum = |status: &str, device: &str| -> u64 {
+        let line = status
+            .lines()
+            .find(|line| line.trim_start().starts_with(device))
+            .unwrap_or_else(|| panic!("{device} in status:\n{status}"));
+        line.split_whitespace()
+            .last()
+            .expect("CKSUM column")
+            .parse()
+            .expect("a number")
+    };
+    assert!(cksum(&status, &b) > 0, "{status}");
+    assert_eq!(cksum(&status, &a), 0, "{status}");
+    env.ok(&["pool", "clear", "tank"]);
+    let cleared = env.ok(&["pool", "status", "tank"]);
+    assert_eq!(cksum(&cleared, &b), 0, "{cleared}");
     let check = env.ok(&["pool", "check", "tank"]);
     assert!(check.contains("no problems found"), "{check}");
+}
+
+#[test]
+fn up_creates_the_embedded_default_then_reuses_it() {
+    let env = Env::new();
+    let data = env.dir.path().join("data");
+    let data_arg = path_str(&data).to_string();
+    let first = env.ok_without_state_dir(&[
+        "up",
+        "--data-dir",
+        &data_arg,
+        "--size",
+        "128M",
+        "--volsize",
+        "32M",
+    ]);
+    assert!(first.contains("creating pool 'cairn'"), "{first}");
+    assert!(
+        first.lines().any(|line| line.starts_with("cairn/vol0 ")),
+        "{first}"
+    );
+    assert!(data.join("d0.img").exists() && data.join("state/pools.cache").exists());
+    let second = env.ok_without_state_dir(&["up", "--data-dir", &data_arg]);
+    assert!(
+        !second.contains("creating") && second.contains("ONLINE"),
+        "{second}"
+    );
+    std::fs::remove_file(data.join("state/pools.cache")).unwrap();
+    let third = env.ok_without_state_dir(&["up", "--data-dir", &data_arg]);
+    assert!(third.contains("importing pool 'cairn'"), "{third}");
+    assert!(
+        third.lines().any(|line| line.starts_with("cairn/vol0 ")),
+        "{third}"
+    );
 }

@@ -1,0 +1,97 @@
+//! `cairn up`: the embedded default, so a fresh machine gets a working pool with one command.
+//!
+//! Everything lives under the data directory: two sparse device files forming a mirror
+//! (`d0.img`, `d1.img`), and the pool cache (`state/`). The first run creates the pool `cairn` and
+//! the volume `cairn/vol0`; later runs find the pool in the cache (or import it from the
+//! directory if the cache was lost) and show it. Nothing here bypasses the ordinary commands: `up`
+//! runs the same code paths as `pool create`, `create -V`, `pool import` and `pool status`.
+
+use crate::context::Context;
+use crate::{CreateArgs, ListArgs, ListFormat, PoolCreateArgs, PoolImportArgs};
+use crate::{dataset_cmd, pool_cmd};
+use anyhow::{Context as _, Result};
+use clap::Args;
+use std::path::PathBuf;
+
+const POOL: &str = "cairn";
+const VOLUME: &str = "cairn/vol0";
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Where the device files and the pool cache live.
+    #[arg(long, value_name = "DIR", default_value = "./cairn-data")]
+    pub data_dir: PathBuf,
+    /// Size of each (sparse) device file on first run.
+    #[arg(long, value_name = "SIZE", default_value = "1G")]
+    pub size: String,
+    /// Size of the volume created on first run.
+    #[arg(long, value_name = "SIZE", default_value = "512M")]
+    pub volsize: String,
+}
+
+pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
+    let data_dir = std::path::absolute(&args.data_dir)?;
+    let devices = [data_dir.join("d0.img"), data_dir.join("d1.img")];
+    if ctx.cache.devices(POOL)?.is_none() {
+        if devices.iter().any(|path| path.exists()) {
+            println!("importing pool '{POOL}' from {}", data_dir.display());
+            pool_cmd::import(
+                ctx,
+                &PoolImportArgs {
+                    dirs: vec![data_dir.clone()],
+                    destroyed: false,
+                    pool: Some(POOL.into()),
+                },
+            )?;
+        } else {
+            println!(
+                "creating pool '{POOL}' (mirror of two {} sparse files) and volume '{VOLUME}' in {}",
+                args.size,
+                data_dir.display()
+            );
+            let mut vdevs = vec!["mirror".to_string()];
+            vdevs.extend(devices.iter().map(|path| path.display().to_string()));
+            pool_cmd::create(
+                ctx,
+                &PoolCreateArgs {
+                    size: Some(args.size.clone()),
+                    force: false,
+                    pool_properties: Vec::new(),
+                    root_properties: Vec::new(),
+                    name: POOL.into(),
+                    vdevs,
+                },
+            )?;
+            dataset_cmd::create(
+                ctx,
+                &CreateArgs {
+                    volsize: Some(args.volsize.clone()),
+                    properties: Vec::new(),
+                    dataset: VOLUME.into(),
+                },
+            )?;
+        }
+    }
+    pool_cmd::status(ctx, &[POOL.to_string()])?;
+    println!();
+    dataset_cmd::list(
+        ctx,
+        &ListArgs {
+            format: ListFormat {
+                scripted: false,
+                exact: false,
+            },
+            columns: Vec::new(),
+            recursive: true,
+            datasets: vec![POOL.into()],
+        },
+    )?;
+    println!();
+    println!(
+        "Pool '{POOL}' is ready. Try: cairn --state-dir {} pool scrub {POOL}",
+        data_dir.join("state").display()
+    );
+    Ok(())
+}
