@@ -182,7 +182,13 @@ impl Volume {
         }
         (self.space_check)(len)?;
         self.txg.throttle(len);
-        let hold = self.txg.hold();
+        // try_hold: a handle that outlives its pool (or a suspended pool) gets an error, not a
+        // panic and not a change that can never reach disk.
+        let hold = self.txg.try_hold().map_err(|err| DatasetError::Io {
+            name: self.name.clone(),
+            reason: err.to_string(),
+        })?;
+
         let txg = hold.txg();
         let block_size = self.block_size as usize;
         let mut cursor = 0;

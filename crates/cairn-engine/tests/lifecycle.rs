@@ -338,3 +338,28 @@ fn a_torn_newest_uberblock_falls_back_to_the_previous_txg() {
     assert!(pool.check().unwrap().is_clean());
     pool.close().unwrap();
 }
+
+#[test]
+fn a_volume_handle_outliving_its_pool_gets_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume("tank/vol", 4 << 20, &[]).unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    volume.write(0, &[7u8; 4096]).unwrap();
+    pool.close().unwrap();
+    let err = volume.write(4096, &[8u8; 4096]).unwrap_err().to_string();
+    assert!(err.contains("tank/vol"), "{err}");
+    drop(pool);
+    let pool = import(&paths, plain_opener()).unwrap();
+    let contents = read_all(&pool, "tank/vol", 8192);
+    assert!(
+        contents[..4096].iter().all(|&b| b == 7),
+        "written before close: kept"
+    );
+    assert!(
+        contents[4096..].iter().all(|&b| b == 0),
+        "refused after close: absent"
+    );
+    pool.close().unwrap();
+}

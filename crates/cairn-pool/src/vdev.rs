@@ -71,8 +71,10 @@ impl LeafErrors {
 pub struct Leaf {
     pub guid: u64,
     pub spec: DeviceSpec,
-    device: Option<Arc<dyn Device>>,
-    queue: Option<Arc<LeafQueue>>,
+    /// Both are taken out at `shutdown`, so a closed pool releases its devices (and their
+    /// locks) even while other handles to the tree still exist.
+    device: Mutex<Option<Arc<dyn Device>>>,
+    queue: Mutex<Option<Arc<LeafQueue>>>,
     state: Mutex<Health>,
     pub errors: LeafErrors,
 }
@@ -83,8 +85,8 @@ impl Leaf {
         Arc::new(Leaf {
             guid,
             spec,
-            device: Some(device),
-            queue: Some(queue),
+            device: Mutex::new(Some(device)),
+            queue: Mutex::new(Some(queue)),
             state: Mutex::new(Health::Online),
             errors: LeafErrors::default(),
         })
@@ -94,8 +96,8 @@ impl Leaf {
         Arc::new(Leaf {
             guid,
             spec,
-            device: None,
-            queue: None,
+            device: Mutex::new(None),
+            queue: Mutex::new(None),
             state: Mutex::new(Health::Unavail),
             errors: LeafErrors::default(),
         })
@@ -106,7 +108,7 @@ impl Leaf {
     }
 
     pub fn is_usable(&self) -> bool {
-        self.health() == Health::Online && self.queue.is_some()
+        self.health() == Health::Online && self.queue.lock().is_some()
     }
 
     /// Marks the leaf FAULTED after an error that makes its contents untrustworthy (a failed
@@ -118,12 +120,15 @@ impl Leaf {
         }
     }
 
-    pub fn queue(&self) -> Option<&Arc<LeafQueue>> {
-        self.queue.as_ref().filter(|_| self.is_usable())
+    pub fn queue(&self) -> Option<Arc<LeafQueue>> {
+        if self.health() != Health::Online {
+            return None;
+        }
+        self.queue.lock().clone()
     }
 
-    pub fn device(&self) -> Option<&Arc<dyn Device>> {
-        self.device.as_ref()
+    pub fn device(&self) -> Option<Arc<dyn Device>> {
+        self.device.lock().clone()
     }
 
     pub fn config(&self) -> LeafConfig {
@@ -137,6 +142,7 @@ impl Leaf {
     /// Queue depth, used to send mirror reads to the least busy side.
     pub fn load(&self) -> usize {
         self.queue
+            .lock()
             .as_ref()
             .map_or(usize::MAX, |queue| queue.in_flight())
     }
@@ -148,10 +154,13 @@ impl Leaf {
         }
     }
 
+    /// Finishes queued I/O, stops the workers and drops the device (releasing its lock).
     pub fn shutdown(&self) {
-        if let Some(queue) = &self.queue {
+        let queue = self.queue.lock().take();
+        if let Some(queue) = queue {
             queue.shutdown();
         }
+        self.device.lock().take();
     }
 }
 
