@@ -94,19 +94,23 @@ fn admin_change(pool: &cairn_engine::Pool, rng: &mut Rng) -> Result<(), cairn_en
     }
 }
 
+/// A closed mirror pool with an empty `tank/vol`; returns its device paths.
+fn fresh_pool_with_volume(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let paths = device_paths(dir, 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume(
+        "tank/vol",
+        VOLUME_SIZE,
+        &[("volblocksize".into(), "4K".into())],
+    )
+    .expect("create volume");
+    pool.close().expect("close");
+    paths
+}
+
 fn run_seed(seed: u64, ops_before_cut: u64) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let paths = device_paths(dir.path(), 2);
-    {
-        let pool = create_mirror(&paths, plain_opener());
-        pool.create_volume(
-            "tank/vol",
-            VOLUME_SIZE,
-            &[("volblocksize".into(), "4K".into())],
-        )
-        .expect("create volume");
-        pool.close().expect("close");
-    }
+    let paths = fresh_pool_with_volume(dir.path());
     let power = Arc::new(PowerSwitch::new());
     let pool =
         import(&paths, emulated_opener(seed, Some(power.clone()))).expect("import before run");
@@ -163,17 +167,7 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
     // Calibrate: how many device writes and flushes does one full run take?
     let total_ops = {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = device_paths(dir.path(), 2);
-        {
-            let pool = create_mirror(&paths, plain_opener());
-            pool.create_volume(
-                "tank/vol",
-                VOLUME_SIZE,
-                &[("volblocksize".into(), "4K".into())],
-            )
-            .expect("create volume");
-            pool.close().expect("close");
-        }
+        let paths = fresh_pool_with_volume(dir.path());
         let power = Arc::new(PowerSwitch::new());
         let pool = import(&paths, emulated_opener(1, Some(power.clone()))).expect("import");
         let seen_before = power.ops_seen();

@@ -226,24 +226,22 @@ impl ObjectSet {
 
     /// Replaces a whole block in `txg` (`data.len()` must equal the object's block size).
     pub fn write_block(&self, txg: u64, object: u64, blkid: u64, data: Bytes) {
-        let mut state = self.state.lock();
-        state
-            .changes
-            .entry(txg)
-            .or_default()
-            .blocks
-            .insert((object, blkid), Some(data));
+        self.record_block(txg, object, blkid, Some(data));
     }
 
     /// Turns a block into a hole in `txg`.
     pub fn free_block(&self, txg: u64, object: u64, blkid: u64) {
+        self.record_block(txg, object, blkid, None);
+    }
+
+    fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) {
         let mut state = self.state.lock();
         state
             .changes
             .entry(txg)
             .or_default()
             .blocks
-            .insert((object, blkid), None);
+            .insert((object, blkid), change);
     }
 
     /// The newest version of a dnode: pending changes first, then the synced tree.

@@ -148,15 +148,8 @@ impl BlockIo {
         let mut last_reason = String::from("no readable copy");
         let mut good: Option<Bytes> = None;
         'copies: for dva in bp.copies() {
-            let Some(top) = self
-                .tree
-                .top(dva.vdev)
-                .filter(|_| self.tree.dva_in_range(dva))
-            else {
-                last_reason = format!(
-                    "copy names vdev {} offset {} outside the pool",
-                    dva.vdev, dva.offset
-                );
+            let Some(top) = self.tree.top_for_dva(dva) else {
+                last_reason = outside_pool(dva);
                 continue;
             };
             for leaf in top.read_order() {
@@ -187,34 +180,19 @@ impl BlockIo {
 
     /// Verifies every copy on every child (scrub), repairing what it can.
     pub fn scrub_block(&self, bp: &BlockPointer) -> (ScrubOutcome, Option<Bytes>) {
-        let mut outcome = ScrubOutcome::default();
-        let mut good: Option<Bytes> = None;
-        let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
-        for dva in bp.copies() {
-            let Some(top) = self
-                .tree
-                .top(dva.vdev)
-                .filter(|_| self.tree.dva_in_range(dva))
-            else {
-                outcome.bad_copies += 1;
-                continue;
-            };
-            for leaf in top.read_order() {
-                outcome.copies_checked += 1;
-                outcome.bytes_read += u64::from(bp.psize);
-                match self.read_copy(&leaf, dva, bp, IoClass::Scrub) {
-                    Ok(data) => good = Some(data),
-                    Err(_) => {
-                        outcome.bad_copies += 1;
-                        bad.push((leaf, *dva));
-                    }
-                }
-            }
-        }
-        match &good {
+        let survey = self.survey_copies(bp);
+        let mut outcome = ScrubOutcome {
+            copies_checked: survey.checked,
+            bytes_read: survey.bytes_read,
+            bad_copies: survey.bad.len() as u64,
+            ..ScrubOutcome::default()
+        };
+        match &survey.good {
             Some(data) => {
-                for (leaf, dva) in bad {
-                    if self.repair(&leaf, &dva, data) {
+                for (leaf, dva, _) in &survey.bad {
+                    if let Some(leaf) = leaf
+                        && self.repair(leaf, dva, data)
+                    {
                         outcome.repaired_copies += 1;
                     }
                 }
@@ -224,36 +202,39 @@ impl BlockIo {
                 self.stats.unrecoverable.fetch_add(1, Ordering::Relaxed);
             }
         }
-        (outcome, good)
+        (outcome, survey.good)
     }
 
     /// Verifies every copy of `bp` on every child without repairing anything (offline check).
     /// Returns the number of copies checked, the descriptions of bad ones, and good data.
     pub fn verify_all_copies(&self, bp: &BlockPointer) -> (u64, Vec<String>, Option<Bytes>) {
-        let mut checked = 0;
-        let mut problems = Vec::new();
-        let mut good = None;
+        let survey = self.survey_copies(bp);
+        let problems = survey
+            .bad
+            .into_iter()
+            .map(|(_, _, reason)| reason)
+            .collect();
+        (survey.checked, problems, survey.good)
+    }
+
+    /// Reads and verifies every copy of `bp` on every child of its vdevs.
+    fn survey_copies(&self, bp: &BlockPointer) -> CopySurvey {
+        let mut survey = CopySurvey::default();
         for dva in bp.copies() {
-            let Some(top) = self
-                .tree
-                .top(dva.vdev)
-                .filter(|_| self.tree.dva_in_range(dva))
-            else {
-                problems.push(format!(
-                    "copy at vdev {} offset {} is outside the pool",
-                    dva.vdev, dva.offset
-                ));
+            let Some(top) = self.tree.top_for_dva(dva) else {
+                survey.bad.push((None, *dva, outside_pool(dva)));
                 continue;
             };
             for leaf in top.read_order() {
-                checked += 1;
+                survey.checked += 1;
+                survey.bytes_read += u64::from(bp.psize);
                 match self.read_copy(&leaf, dva, bp, IoClass::Scrub) {
-                    Ok(data) => good = Some(data),
-                    Err(reason) => problems.push(reason),
+                    Ok(data) => survey.good = Some(data),
+                    Err(reason) => survey.bad.push((Some(leaf), *dva, reason)),
                 }
             }
         }
-        (checked, problems, good)
+        survey
     }
 
     fn read_copy(
@@ -310,6 +291,24 @@ impl BlockIo {
             }
         }
     }
+}
+
+/// Every copy of one block, read and verified (scrub and check).
+#[derive(Default)]
+struct CopySurvey {
+    checked: u64,
+    bytes_read: u64,
+    good: Option<Bytes>,
+    /// Copies that failed, with the leaf that returned them (none if the copy's address is
+    /// outside the pool) and why.
+    bad: Vec<(Option<Arc<Leaf>>, Dva, String)>,
+}
+
+fn outside_pool(dva: &Dva) -> String {
+    format!(
+        "copy at vdev {} offset {} is outside the pool",
+        dva.vdev, dva.offset
+    )
 }
 
 fn block_psize(data: &Bytes) -> u32 {

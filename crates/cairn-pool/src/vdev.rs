@@ -216,6 +216,11 @@ impl VdevTree {
         self.tops.iter().find(|top| top.id() == id)
     }
 
+    /// The top-level vdev holding a copy, if the copy lies inside its data region.
+    pub fn top_for_dva(&self, dva: &Dva) -> Option<&TopVdev> {
+        self.top(dva.vdev).filter(|_| self.dva_in_range(dva))
+    }
+
     /// Whether a copy lies inside its vdev's data region.
     pub fn dva_in_range(&self, dva: &Dva) -> bool {
         self.top(dva.vdev).is_some_and(|top| {
