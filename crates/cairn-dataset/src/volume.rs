@@ -20,6 +20,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// The object that holds a volume's data.
 pub const VOLUME_OBJECT: u64 = 1;
 const STRIPE_LOCKS: usize = 64;
+/// Blocks one block-status query looks at; clients ask again for the rest.
+const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 16;
 
 /// Asks the pool whether `bytes` more of user data may be dirtied.
 pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), DatasetError> + Send + Sync>;
@@ -245,6 +247,33 @@ impl Volume {
     /// Zeroes a range. Zeros are stored as holes, so this is the same as `trim`.
     pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
         self.trim(offset, len)
+    }
+
+    /// Allocation map from `offset`: runs of (length, is_hole) covering at most `len` bytes
+    /// (fewer if the range is large), whole blocks only, clipped to the volume.
+    pub fn block_status(&self, offset: u64, len: u64) -> Result<Vec<(u64, bool)>, DatasetError> {
+        self.check_range("block status", offset, len)?;
+        let block = u64::from(self.block_size);
+        let first = offset / block;
+        let end_block = (offset + len).div_ceil(block);
+        let count = (end_block - first).min(BLOCK_STATUS_BLOCKS_MAX);
+        let map = self
+            .objset
+            .block_map(VOLUME_OBJECT, first, count)
+            .map_err(|err| self.io_error(err))?;
+        let mut runs: Vec<(u64, bool)> = Vec::new();
+        for (index, has_data) in map.into_iter().enumerate() {
+            let start = ((first + index as u64) * block).max(offset);
+            let stop = ((first + index as u64 + 1) * block)
+                .min(offset + len)
+                .min(self.size_bytes);
+            let hole = !has_data;
+            match runs.last_mut() {
+                Some((run_len, run_hole)) if *run_hole == hole => *run_len += stop - start,
+                _ => runs.push((stop - start, hole)),
+            }
+        }
+        Ok(runs)
     }
 
     /// Returns once every write completed before the call is in a synced txg.

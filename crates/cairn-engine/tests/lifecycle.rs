@@ -363,3 +363,39 @@ fn a_volume_handle_outliving_its_pool_gets_errors_not_panics() {
     );
     pool.close().unwrap();
 }
+
+#[test]
+fn block_status_reports_holes_and_data_before_and_after_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume("tank/vol", 4 << 20, &[("volblocksize".into(), "64K".into())])
+        .unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    assert_eq!(volume.block_status(0, 4 << 20).unwrap(), vec![(4 << 20, true)]);
+    volume.write(64 << 10, &[1u8; 128 << 10]).unwrap();
+    volume.write((1 << 20) + 100, &[2u8; 10]).unwrap();
+    let expected = vec![
+        (64 << 10, true),
+        (128 << 10, false),
+        ((1 << 20) - (192 << 10), true),
+        (64 << 10, false),
+        ((3 << 20) - (64 << 10), true),
+    ];
+    assert_eq!(volume.block_status(0, 4 << 20).unwrap(), expected, "pending");
+    pool.sync().unwrap();
+    assert_eq!(volume.block_status(0, 4 << 20).unwrap(), expected, "synced");
+    volume.trim(64 << 10, 64 << 10).unwrap();
+    assert_eq!(
+        volume.block_status(64 << 10, 128 << 10).unwrap(),
+        vec![(64 << 10, true), (64 << 10, false)],
+        "trimmed block is a hole again"
+    );
+    assert_eq!(
+        volume.block_status(100, 1000).unwrap(),
+        vec![(1000, true)],
+        "unaligned queries are clipped to the asked range"
+    );
+    assert!(volume.block_status(4 << 20, 1).is_err(), "past the end");
+    pool.close().unwrap();
+}

@@ -300,6 +300,60 @@ impl ObjectSet {
         read_tree_block(&self.io, &dnode, blkid)
     }
 
+    /// Which of blocks `first .. first + count` of `object` hold data (true) or are holes,
+    /// as a reader would see them now: pending changes first, then the synced tree. Reads no
+    /// data blocks, only the indirect blocks covering the range.
+    pub fn block_map(&self, object: u64, first: u64, count: u64) -> Result<Vec<bool>, ObjectError> {
+        let (dnode, overlay) = {
+            let mut state = self.state.lock();
+            let mut overlay: BTreeMap<u64, bool> = BTreeMap::new();
+            let mut fresh = false;
+            for changes in state.changes.values().rev() {
+                for (&(_, blkid), change) in changes
+                    .blocks
+                    .range((object, first)..(object, first.saturating_add(count)))
+                {
+                    overlay.entry(blkid).or_insert(change.is_some());
+                }
+                if let Some(dnode) = changes.dnodes.get(&object) {
+                    if dnode.is_free() {
+                        return Err(ObjectError::NoSuchObject(object));
+                    }
+                    if dnode.birth_txg > state.last_synced_txg {
+                        fresh = true;
+                        break;
+                    }
+                }
+            }
+            let dnode = if fresh {
+                None
+            } else {
+                Some(self.synced_dnode(&mut state, object)?)
+            };
+            (dnode, overlay)
+        };
+        let mut map = vec![false; count as usize];
+        if let Some(dnode) = dnode.filter(|dnode| !dnode.is_free()) {
+            let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+            let per = dnode.pointers_per_indirect();
+            for (index, bp) in dnode.block_pointers.iter().enumerate() {
+                map_subtree(
+                    &self.io,
+                    per,
+                    bp,
+                    index as u64 * top_span,
+                    top_span,
+                    first,
+                    &mut map,
+                )?;
+            }
+        }
+        for (blkid, has_data) in overlay {
+            map[(blkid - first) as usize] = has_data;
+        }
+        Ok(map)
+    }
+
     /// Copy-on-write of every change made in `txg`: writes new blocks through `batch` and
     /// returns the new root, to be `publish`ed once the txg is durable.
     pub fn sync(&self, txg: u64, batch: &mut WriteBatch<'_>) -> Result<SyncedObjset, ObjectError> {
@@ -546,6 +600,41 @@ pub fn read_objset_phys(io: &BlockIo, root_bp: &BlockPointer) -> Result<ObjsetPh
     }
     let data = io.read_block(root_bp, IoClass::SyncRead)?;
     ObjsetPhys::decode(&data).map_err(|err| ObjectError::Corrupt(format!("object set root: {err}")))
+}
+
+/// Marks in `map` (indexed from `first`) which level-0 blocks under `bp` hold data, reading only
+/// indirect blocks, and only those that overlap the range.
+fn map_subtree(
+    io: &BlockIo,
+    per: u64,
+    bp: &BlockPointer,
+    start: u64,
+    span: u64,
+    first: u64,
+    map: &mut [bool],
+) -> Result<(), ObjectError> {
+    let end = first + map.len() as u64;
+    if bp.is_hole() || start >= end || start + span <= first {
+        return Ok(());
+    }
+    if bp.level == 0 {
+        map[(start - first) as usize] = true;
+        return Ok(());
+    }
+    let block = io.read_block(bp, IoClass::SyncRead)?;
+    let child_span = span / per;
+    for index in 0..per {
+        let child_start = start + index * child_span;
+        if child_start >= end {
+            break;
+        }
+        if child_start + child_span <= first {
+            continue;
+        }
+        let child = tree::child_pointer(&block, index as usize)?;
+        map_subtree(io, per, &child, child_start, child_span, first, map)?;
+    }
+    Ok(())
 }
 
 /// Looks up a level-0 block through the dnode's tree.
