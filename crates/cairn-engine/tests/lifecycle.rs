@@ -369,10 +369,17 @@ fn block_status_reports_holes_and_data_before_and_after_sync() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 1);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_volume("tank/vol", 4 << 20, &[("volblocksize".into(), "64K".into())])
-        .unwrap();
+    pool.create_volume(
+        "tank/vol",
+        4 << 20,
+        &[("volblocksize".into(), "64K".into())],
+    )
+    .unwrap();
     let volume = pool.volume("tank/vol").unwrap();
-    assert_eq!(volume.block_status(0, 4 << 20).unwrap(), vec![(4 << 20, true)]);
+    assert_eq!(
+        volume.block_status(0, 4 << 20).unwrap(),
+        vec![(4 << 20, true)]
+    );
     volume.write(64 << 10, &[1u8; 128 << 10]).unwrap();
     volume.write((1 << 20) + 100, &[2u8; 10]).unwrap();
     let expected = vec![
@@ -382,7 +389,11 @@ fn block_status_reports_holes_and_data_before_and_after_sync() {
         (64 << 10, false),
         ((3 << 20) - (64 << 10), true),
     ];
-    assert_eq!(volume.block_status(0, 4 << 20).unwrap(), expected, "pending");
+    assert_eq!(
+        volume.block_status(0, 4 << 20).unwrap(),
+        expected,
+        "pending"
+    );
     pool.sync().unwrap();
     assert_eq!(volume.block_status(0, 4 << 20).unwrap(), expected, "synced");
     volume.trim(64 << 10, 64 << 10).unwrap();
