@@ -10,11 +10,109 @@ use crate::vdevs::parse_device;
 use anyhow::{Context as _, Result, anyhow};
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{ImportSource, Pool, PoolOptions};
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+
+/// Where a command's output goes: the process's stdout/stderr, or buffers when a running server
+/// executes a forwarded command on a client's behalf.
+pub struct Output {
+    sink: Mutex<Box<dyn Write + Send>>,
+}
+
+impl Output {
+    pub fn stdout() -> Output {
+        Output {
+            sink: Mutex::new(Box::new(std::io::stdout())),
+        }
+    }
+
+    pub fn stderr() -> Output {
+        Output {
+            sink: Mutex::new(Box::new(std::io::stderr())),
+        }
+    }
+
+    /// An output collecting into a shared buffer.
+    pub fn buffer() -> (Output, Arc<Mutex<Vec<u8>>>) {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let output = Output {
+            sink: Mutex::new(Box::new(SharedBuffer(buffer.clone()))),
+        };
+        (output, buffer)
+    }
+
+    /// Writes formatted text; a reader that went away is not an error worth reporting.
+    pub fn text(&self, args: std::fmt::Arguments<'_>) {
+        let mut sink = self.sink.lock();
+        let _ = sink.write_fmt(args);
+        let _ = sink.flush();
+    }
+}
+
+struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for SharedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// `println!` for command output: `say!(ctx, "...", args)`.
+macro_rules! say {
+    ($ctx:expr) => {
+        $ctx.out.text(format_args!("\n"))
+    };
+    ($ctx:expr, $($arg:tt)*) => {
+        $ctx.out.text(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for command output.
+macro_rules! say_raw {
+    ($ctx:expr, $($arg:tt)*) => {
+        $ctx.out.text(format_args!($($arg)*))
+    };
+}
+
+/// `eprintln!` for progress and diagnostics.
+macro_rules! shout {
+    ($ctx:expr, $($arg:tt)*) => {
+        $ctx.err.text(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+pub(crate) use {say, say_raw, shout};
 
 pub struct Context {
     pub cache: PoolCache,
     /// The command as typed (without `--state-dir`), for `pool history`.
     pub command_line: String,
+    pub out: Output,
+    pub err: Output,
+    /// Set when a running server executes a forwarded command: its live pools, used instead
+    /// of opening devices (which the server holds).
+    pub served: Option<Arc<ServedPools>>,
+}
+
+/// The pools a running server holds open, by name, and its NBD server (for iostat).
+#[derive(Default)]
+pub struct ServedPools {
+    pub pools: RwLock<BTreeMap<String, Arc<Pool>>>,
+    pub nbd: std::sync::OnceLock<Arc<cairn_nbd::NbdServer>>,
+    pub started: std::sync::OnceLock<std::time::Instant>,
+}
+
+impl ServedPools {
+    pub fn get(&self, name: &str) -> Option<Arc<Pool>> {
+        self.pools.read().get(name).cloned()
+    }
 }
 
 impl Context {
@@ -22,6 +120,47 @@ impl Context {
         Context {
             cache,
             command_line,
+            out: Output::stdout(),
+            err: Output::stderr(),
+            served: None,
+        }
+    }
+
+    /// Whether progress may be drawn on this process's terminal.
+    pub fn interactive(&self) -> bool {
+        use std::io::IsTerminal;
+        self.served.is_none() && std::io::stderr().is_terminal()
+    }
+
+    /// Takes a pool for good (export, destroy): out of the server's set when served, else
+    /// opened from its devices.
+    pub fn take(&self, pool: &str) -> Result<Arc<Pool>> {
+        if let Some(served) = &self.served {
+            return served
+                .pools
+                .write()
+                .remove(pool)
+                .ok_or_else(|| anyhow!("no such pool '{pool}' (not served by this server)"));
+        }
+        Ok(Arc::new(self.open(pool, false)?))
+    }
+
+    /// Hands a newly created or imported pool back: the server keeps serving it; a one-shot
+    /// command closes it.
+    pub fn adopt(&self, pool: Pool) -> Result<()> {
+        match &self.served {
+            Some(served) => {
+                served
+                    .pools
+                    .write()
+                    .insert(pool.name().to_string(), Arc::new(pool));
+                Ok(())
+            }
+            None => {
+                let name = pool.name().to_string();
+                pool.close()
+                    .with_context(|| format!("cannot close pool '{name}' cleanly"))
+            }
         }
     }
 
@@ -72,13 +211,20 @@ impl Context {
         })
     }
 
-    /// Opens `pool`, runs `body`, and closes the pool whatever `body` returned.
+    /// Opens `pool`, runs `body`, and closes the pool whatever `body` returned. When served,
+    /// `body` runs on the server's live pool, which stays open.
     pub fn with_pool<T>(
         &self,
         pool: &str,
         readonly: bool,
         body: impl FnOnce(&Pool) -> Result<T>,
     ) -> Result<T> {
+        if let Some(served) = &self.served {
+            let handle = served.get(pool).ok_or_else(|| {
+                anyhow!("no such pool '{pool}' (the server does not have it imported)")
+            })?;
+            return body(&handle);
+        }
         let handle = self.open(pool, readonly)?;
         let result = body(&handle);
         let closed = handle

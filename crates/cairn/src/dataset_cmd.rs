@@ -8,6 +8,7 @@
 //! compare).
 
 use crate::context::{Context, pool_of};
+use crate::context::{say_raw, shout};
 use crate::human;
 use crate::table::{Align, Column, Table};
 use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
@@ -73,7 +74,7 @@ pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
                 .set_property(dataset, property, value)
                 .with_context(|| format!("cannot set {property}={value} on '{dataset}'"))?;
             if property == "sync" && canonical == "disabled" {
-                eprintln!(
+                shout!(ctx,
                     "cairn: warning: sync=disabled on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
                 );
             }
@@ -271,10 +272,10 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
     }
     if rows.is_empty() && failures.is_empty() {
         if !args.format.scripted {
-            eprintln!("no datasets available");
+            shout!(ctx, "no datasets available");
         }
     } else if !rows.is_empty() {
-        print!("{}", table.render(args.format.scripted));
+        say_raw!(ctx, "{}", table.render(args.format.scripted));
     }
     if failures.is_empty() {
         Ok(())
@@ -406,7 +407,7 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
         }
     }
     if !table.is_empty() {
-        print!("{}", table.render(args.format.scripted));
+        say_raw!(ctx, "{}", table.render(args.format.scripted));
     }
     if failures.is_empty() {
         Ok(())

@@ -11,9 +11,12 @@
 
 mod cache;
 mod context;
+mod control;
 mod dataset_cmd;
 mod human;
+mod iostat_cmd;
 mod pool_cmd;
+mod serve_cmd;
 mod table;
 mod up_cmd;
 mod vdevs;
@@ -42,6 +45,9 @@ enum Command {
     /// The embedded default: create (first run) or import the pool kept in a data directory and
     /// show it.
     Up(up_cmd::UpArgs),
+    /// Serve every volume of the imported pools over NBD (and accept other commands on a
+    /// control socket while running).
+    Serve(serve_cmd::ServeArgs),
     /// Pool administration (like zpool).
     #[command(subcommand)]
     Pool(PoolCommand),
@@ -90,6 +96,8 @@ enum PoolCommand {
     Clear { pool: String },
     /// Show the commands that changed a pool.
     History { pool: String },
+    /// Per-volume I/O statistics of a running server: operations, bandwidth, latency.
+    Iostat(iostat_cmd::IostatArgs),
     /// Show recent txg timings.
     Txgs {
         #[command(flatten)]
@@ -198,37 +206,51 @@ fn parse_assignment(text: &str) -> Result<(String, String), String> {
     }
 }
 
-fn run(cli: Cli, args: &[String]) -> Result<()> {
-    let state_dir = match (&cli.state_dir, &cli.command) {
+/// Where the pool cache (and a running server's sockets) live for this command.
+fn state_dir(cli: &Cli) -> Result<PathBuf> {
+    Ok(match (&cli.state_dir, &cli.command) {
         (Some(dir), _) => dir.clone(),
-        // The embedded default keeps its pool cache inside its data directory.
+        // The embedded default keeps its state inside its data directory.
         (None, Command::Up(up)) => up.data_dir.join("state"),
         (None, _) => cache::PoolCache::default_dir()?,
-    };
-    let ctx = context::Context::new(
-        cache::PoolCache::new(state_dir),
-        context::command_line(args),
-    );
-    match cli.command {
+    })
+}
+
+/// Runs one parsed command with `ctx` (locally, or inside a server for a forwarded command).
+fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path) -> Result<()> {
+    match command {
         Command::Pool(command) => match command {
-            PoolCommand::Create(args) => pool_cmd::create(&ctx, &args),
-            PoolCommand::Status { pools } => pool_cmd::status(&ctx, &pools),
-            PoolCommand::List { format, pools } => pool_cmd::list(&ctx, format, &pools),
-            PoolCommand::Scrub { pool } => pool_cmd::scrub(&ctx, &pool),
-            PoolCommand::Export { pool } => pool_cmd::export(&ctx, &pool),
-            PoolCommand::Import(args) => pool_cmd::import(&ctx, &args),
-            PoolCommand::Check { pool } => pool_cmd::check(&ctx, &pool),
-            PoolCommand::Destroy { pool } => pool_cmd::destroy(&ctx, &pool),
-            PoolCommand::Clear { pool } => pool_cmd::clear(&ctx, &pool),
-            PoolCommand::History { pool } => pool_cmd::history(&ctx, &pool),
-            PoolCommand::Txgs { format, pool } => pool_cmd::txgs(&ctx, format, &pool),
+            PoolCommand::Create(args) => pool_cmd::create(ctx, &args),
+            PoolCommand::Status { pools } => pool_cmd::status(ctx, &pools),
+            PoolCommand::List { format, pools } => pool_cmd::list(ctx, format, &pools),
+            PoolCommand::Scrub { pool } => pool_cmd::scrub(ctx, &pool),
+            PoolCommand::Export { pool } => pool_cmd::export(ctx, &pool),
+            PoolCommand::Import(args) => pool_cmd::import(ctx, &args),
+            PoolCommand::Check { pool } => pool_cmd::check(ctx, &pool),
+            PoolCommand::Destroy { pool } => pool_cmd::destroy(ctx, &pool),
+            PoolCommand::Clear { pool } => pool_cmd::clear(ctx, &pool),
+            PoolCommand::History { pool } => pool_cmd::history(ctx, &pool),
+            PoolCommand::Txgs { format, pool } => pool_cmd::txgs(ctx, format, &pool),
+            PoolCommand::Iostat(args) => iostat_cmd::iostat(ctx, &args),
         },
-        Command::Up(args) => up_cmd::up(&ctx, &args),
-        Command::Create(args) => dataset_cmd::create(&ctx, &args),
-        Command::Destroy { dataset } => dataset_cmd::destroy(&ctx, &dataset),
-        Command::List(args) => dataset_cmd::list(&ctx, &args),
-        Command::Get(args) => dataset_cmd::get(&ctx, &args),
-        Command::Set(args) => dataset_cmd::set(&ctx, &args),
+        Command::Up(args) => {
+            up_cmd::up(ctx, &args)?;
+            if ctx.served.is_some() || args.no_serve {
+                return Ok(());
+            }
+            serve_cmd::serve(ctx, &args.serve_args(), state_dir)
+        }
+        Command::Serve(args) => {
+            if ctx.served.is_some() {
+                anyhow::bail!("this state directory is already being served");
+            }
+            serve_cmd::serve(ctx, &args, state_dir)
+        }
+        Command::Create(args) => dataset_cmd::create(ctx, &args),
+        Command::Destroy { dataset } => dataset_cmd::destroy(ctx, &dataset),
+        Command::List(args) => dataset_cmd::list(ctx, &args),
+        Command::Get(args) => dataset_cmd::get(ctx, &args),
+        Command::Set(args) => dataset_cmd::set(ctx, &args),
     }
 }
 
@@ -244,8 +266,30 @@ fn main() -> ExitCode {
         .map(|arg| arg.to_string_lossy().into_owned())
         .collect();
     let cli = Cli::parse();
-    match run(cli, &args) {
-        Ok(()) => ExitCode::SUCCESS,
+    let outcome = (|| -> Result<ExitCode> {
+        let state_dir = state_dir(&cli)?;
+        // A running server owns the pools: let it run the command. `serve` itself, and the
+        // client side of `pool iostat` (which polls the server), run here.
+        let runs_here = match &cli.command {
+            Command::Serve(_) => true,
+            Command::Pool(PoolCommand::Iostat(iostat)) => !iostat.snapshot,
+            _ => false,
+        };
+        if !runs_here && let Some(reply) = control::forward(&state_dir, &args)? {
+            use std::io::Write;
+            let _ = std::io::stdout().write_all(&reply.stdout);
+            let _ = std::io::stderr().write_all(&reply.stderr);
+            return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
+        }
+        let ctx = context::Context::new(
+            cache::PoolCache::new(state_dir.clone()),
+            context::command_line(&args),
+        );
+        execute(&ctx, cli.command, &state_dir)?;
+        Ok(ExitCode::SUCCESS)
+    })();
+    match outcome {
+        Ok(code) => code,
         Err(err) => {
             eprintln!("cairn: {err:#}");
             ExitCode::FAILURE

@@ -7,6 +7,7 @@
 //! `export` and `destroy` remove it once the engine has succeeded.
 
 use crate::context::{Context, device_specs};
+use crate::context::{say, say_raw, shout};
 use crate::human;
 use crate::table::{Column, Table};
 use crate::vdevs::{parse_device, parse_vdevs};
@@ -20,7 +21,6 @@ use cairn_engine::{
 };
 use cairn_format::PoolState;
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -94,8 +94,8 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
         .insert(name, &device_specs(&pool))
         .with_context(|| format!("pool '{name}' was created but not added to the pool cache; import it with cairn pool import"))
         .and_then(|()| ctx.record(&pool));
-    let closed = pool
-        .close()
+    let closed = ctx
+        .adopt(pool)
         .with_context(|| format!("cannot close new pool '{name}'"));
     recorded.and(closed)
 }
@@ -228,7 +228,7 @@ fn pools_or_all(ctx: &Context, pools: &[String]) -> Result<Vec<String>> {
 pub fn status(ctx: &Context, pools: &[String]) -> Result<()> {
     let names = pools_or_all(ctx, pools)?;
     if names.is_empty() {
-        println!("no pools available");
+        say!(ctx, "no pools available");
         return Ok(());
     }
     let mut failures = Vec::new();
@@ -238,11 +238,11 @@ pub fn status(ctx: &Context, pools: &[String]) -> Result<()> {
         }) {
             Ok((status, notes)) => {
                 if index > 0 {
-                    println!();
+                    say!(ctx);
                 }
-                print!("{}", render_status(&status));
+                say_raw!(ctx, "{}", render_status(&status));
                 for note in notes {
-                    println!("note: {note}");
+                    say!(ctx, "note: {note}");
                 }
             }
             Err(err) => failures.push(format!("{err:#}")),
@@ -286,9 +286,9 @@ pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         }
     }
     if names.is_empty() && !format.scripted {
-        println!("no pools available");
+        say!(ctx, "no pools available");
     } else if !table.is_empty() || (!format.scripted && failures.is_empty()) {
-        print!("{}", table.render(format.scripted));
+        say_raw!(ctx, "{}", table.render(format.scripted));
     }
     combine(failures)
 }
@@ -296,7 +296,7 @@ pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
 pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
     ctx.with_pool(name, false, |pool| {
         ctx.record(pool)?;
-        let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = ctx.interactive().then(|| {
             let bar = indicatif::ProgressBar::new(0);
             if let Ok(style) = indicatif::ProgressStyle::with_template(
                 "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
@@ -318,7 +318,7 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
                 }
             } else if last_line.elapsed() >= Duration::from_secs(1) {
                 last_line = Instant::now();
-                eprintln!(
+                shout!(ctx,
                     "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
                     human::size(progress.scanned_bytes, false),
                     human::size(total, false),
@@ -334,7 +334,7 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
             bar.finish_and_clear();
         }
         let record = result.with_context(|| format!("scrub of pool '{name}' failed"))?;
-        println!(
+        say!(ctx,
             "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
             human::seconds(started.elapsed().as_millis() as u64),
             human::size(record.bytes_scanned, false),
@@ -344,7 +344,7 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
             record.unrecoverable_blocks
         );
         for place in &record.damaged {
-            println!("  damaged: {place}");
+            say!(ctx, "  damaged: {place}");
         }
         if record.unrecoverable_blocks > 0 {
             bail!(
@@ -357,7 +357,7 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
 }
 
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
-    let pool = ctx.open(name, false)?;
+    let pool = ctx.take(name)?;
     if let Err(err) = ctx.record(&pool) {
         let _ = pool.close();
         return Err(err);
@@ -369,7 +369,7 @@ pub fn export(ctx: &Context, name: &str) -> Result<()> {
 }
 
 pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
-    let pool = ctx.open(name, false)?;
+    let pool = ctx.take(name)?;
     pool.destroy()
         .with_context(|| format!("cannot destroy pool '{name}'"))?;
     ctx.cache.remove(name)?;
@@ -448,13 +448,13 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
                 continue;
             }
             if shown > 0 {
-                println!();
+                say!(ctx);
             }
             shown += 1;
-            print!("{}", render_importable(&pool.config, &pool.devices));
+            say_raw!(ctx, "{}", render_importable(&pool.config, &pool.devices));
         }
         if shown == 0 {
-            println!("no pools available to import (searched {searched})");
+            say!(ctx, "no pools available to import (searched {searched})");
         }
         return Ok(());
     };
@@ -506,8 +506,8 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         .cache
         .insert(&name, &device_specs(&pool))
         .and_then(|()| ctx.record(&pool));
-    let closed = pool
-        .close()
+    let closed = ctx
+        .adopt(pool)
         .with_context(|| format!("cannot close pool '{name}' after import"));
     recorded.and(closed)
 }
@@ -602,27 +602,29 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         pool.check()
             .with_context(|| format!("cannot check pool '{name}'"))
     })?;
-    println!("pool '{name}' at txg {}:", report.txg);
-    println!("  blocks:           {}", report.blocks);
-    println!("  copies verified:  {}", report.copies_verified);
-    println!(
+    say!(ctx, "pool '{name}' at txg {}:", report.txg);
+    say!(ctx, "  blocks:           {}", report.blocks);
+    say!(ctx, "  copies verified:  {}", report.copies_verified);
+    say!(
+        ctx,
         "  allocated:        {} ({} bytes)",
         human::size(report.allocated_bytes, false),
         report.allocated_bytes
     );
-    println!(
+    say!(
+        ctx,
         "  referenced:       {} ({} bytes)",
         human::size(report.referenced_bytes, false),
         report.referenced_bytes
     );
     if report.is_clean() {
-        println!("no problems found");
+        say!(ctx, "no problems found");
         return Ok(());
     }
     let problems = report.problems();
-    println!("{} problems:", problems.len());
+    say!(ctx, "{} problems:", problems.len());
     for problem in &problems {
-        println!("  {problem}");
+        say!(ctx, "  {problem}");
     }
     bail!("pool '{name}' has {} problems", problems.len())
 }
@@ -638,14 +640,14 @@ pub fn clear(ctx: &Context, name: &str) -> Result<()> {
 
 pub fn history(ctx: &Context, name: &str) -> Result<()> {
     let entries = ctx.with_pool(name, true, |pool| Ok(pool.history()))?;
-    println!("History for '{name}':");
+    say!(ctx, "History for '{name}':");
     for entry in entries {
         match entry
             .split_once(' ')
             .and_then(|(stamp, rest)| stamp.parse::<u64>().ok().map(|ms| (ms, rest)))
         {
-            Some((ms, rest)) => println!("{} {rest}", human::date(ms)),
-            None => println!("{entry}"),
+            Some((ms, rest)) => say!(ctx, "{} {rest}", human::date(ms)),
+            None => say!(ctx, "{entry}"),
         }
     }
     Ok(())
@@ -674,14 +676,18 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
         ]);
     }
     if timings.is_empty() && !format.scripted {
-        println!(
+        say!(
+            ctx,
             "no txg timings recorded (timings are kept in memory by the process that has the pool open)"
         );
         return Ok(());
     }
     if !format.scripted {
-        println!("txgs synced while this command had pool '{name}' open:");
+        say!(
+            ctx,
+            "txgs synced while this command had pool '{name}' open:"
+        );
     }
-    print!("{}", table.render(format.scripted));
+    say_raw!(ctx, "{}", table.render(format.scripted));
     Ok(())
 }

@@ -7,6 +7,7 @@
 //! runs the same code paths as `pool create`, `create -V`, `pool import` and `pool status`.
 
 use crate::context::Context;
+use crate::context::say;
 use crate::{CreateArgs, ListArgs, ListFormat, PoolCreateArgs, PoolImportArgs};
 use crate::{dataset_cmd, pool_cmd};
 use anyhow::{Context as _, Result};
@@ -27,6 +28,22 @@ pub struct UpArgs {
     /// Size of the volume created on first run.
     #[arg(long, value_name = "SIZE", default_value = "512M")]
     pub volsize: String,
+    /// Set up and show the pool, then exit instead of serving it.
+    #[arg(long)]
+    pub no_serve: bool,
+    /// TCP address to serve on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
+    pub listen: String,
+}
+
+impl UpArgs {
+    pub fn serve_args(&self) -> crate::serve_cmd::ServeArgs {
+        crate::serve_cmd::ServeArgs {
+            dirs: Vec::new(),
+            listen: self.listen.clone(),
+            socket: None,
+        }
+    }
 }
 
 pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
@@ -36,7 +53,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
     let devices = [data_dir.join("d0.img"), data_dir.join("d1.img")];
     if ctx.cache.devices(POOL)?.is_none() {
         if devices.iter().any(|path| path.exists()) {
-            println!("importing pool '{POOL}' from {}", data_dir.display());
+            say!(ctx, "importing pool '{POOL}' from {}", data_dir.display());
             pool_cmd::import(
                 ctx,
                 &PoolImportArgs {
@@ -46,7 +63,8 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                 },
             )?;
         } else {
-            println!(
+            say!(
+                ctx,
                 "creating pool '{POOL}' (mirror of two {} sparse files) and volume '{VOLUME}' in {}",
                 args.size,
                 data_dir.display()
@@ -75,7 +93,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
         }
     }
     pool_cmd::status(ctx, &[POOL.to_string()])?;
-    println!();
+    say!(ctx);
     dataset_cmd::list(
         ctx,
         &ListArgs {
@@ -88,9 +106,10 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
             datasets: vec![POOL.into()],
         },
     )?;
-    println!();
-    println!(
-        "Pool '{POOL}' is ready. Try: cairn --state-dir {} pool scrub {POOL}",
+    say!(ctx);
+    say!(
+        ctx,
+        "Pool '{POOL}' is ready. Other commands use it with: cairn --state-dir {} ...",
         data_dir.join("state").display()
     );
     Ok(())

@@ -501,6 +501,7 @@ fn up_creates_the_embedded_default_then_reuses_it() {
     let data_arg = path_str(&data).to_string();
     let first = env.ok_without_state_dir(&[
         "up",
+        "--no-serve",
         "--data-dir",
         &data_arg,
         "--size",
@@ -514,13 +515,13 @@ fn up_creates_the_embedded_default_then_reuses_it() {
         "{first}"
     );
     assert!(data.join("d0.img").exists() && data.join("state/pools.cache").exists());
-    let second = env.ok_without_state_dir(&["up", "--data-dir", &data_arg]);
+    let second = env.ok_without_state_dir(&["up", "--no-serve", "--data-dir", &data_arg]);
     assert!(
         !second.contains("creating") && second.contains("ONLINE"),
         "{second}"
     );
     std::fs::remove_file(data.join("state/pools.cache")).unwrap();
-    let third = env.ok_without_state_dir(&["up", "--data-dir", &data_arg]);
+    let third = env.ok_without_state_dir(&["up", "--no-serve", "--data-dir", &data_arg]);
     assert!(third.contains("importing pool 'cairn'"), "{third}");
     assert!(
         third.lines().any(|line| line.starts_with("cairn/vol0 ")),

@@ -1,0 +1,353 @@
+//! The server object: accept loops, connection bookkeeping, shutdown, statistics.
+//!
+//! Shape: [`NbdServer`] is a cheap handle around shared state ([`Inner`]); `serve_tcp` and
+//! `serve_unix` may run concurrently on the same server. Each accepted connection becomes one
+//! Tokio task (handshake, then transmission) that owns a guard counting it in
+//! [`NbdServer::connections`]; the guard is released however the task ends (return, error,
+//! panic), so the count — and with it `wait_idle` — cannot leak.
+//!
+//! Lifecycle: `shutdown()` flips a watch flag. Accept loops return; connections in the handshake
+//! close (an option already read is answered `NBD_REP_ERR_SHUTDOWN`); connections in transmission
+//! stop reading, finish the requests they have read, send those replies and close.
+//! `wait_idle()` resolves when the last connection is gone.
+//!
+//! Resource bounds: at most `max_connections` connections (further ones are accepted and closed
+//! at once so the client sees EOF rather than a hang); a handshake must complete within
+//! `handshake_timeout`; once a request has started arriving it must arrive whole within
+//! `io_timeout`, and every reply must be written within it; buffered request/reply bytes are
+//! bounded per connection and server-wide (see `transmission`).
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::{Semaphore, watch};
+
+use crate::export::ExportProvider;
+use crate::handshake::{self, Ended};
+use crate::stats::ExportStats;
+use crate::transmission;
+
+/// Server limits. `Default` gives the values the protocol recommends for interoperability.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Largest READ/WRITE payload, advertised as the maximum block size (default 32 MiB).
+    /// Rounded down to a multiple of 512, at least 512.
+    pub max_request_bytes: u32,
+    /// Connections served at once; more are closed at accept (default 1024).
+    pub max_connections: usize,
+    /// Time allowed from accept to the end of option haggling (default 10 s).
+    pub handshake_timeout: Duration,
+    /// Time allowed for a request to arrive once its first byte has, and for one reply to be
+    /// written (default 60 s). Idle connections between requests have no deadline.
+    pub io_timeout: Duration,
+    /// Requests in flight per connection (default 64).
+    pub max_inflight_requests: usize,
+    /// Request/reply buffer bytes in flight per connection (default 64 MiB; raised to
+    /// `max_request_bytes` if smaller).
+    pub max_inflight_bytes: usize,
+    /// Request/reply buffer bytes in flight over all connections (default 1 GiB; raised to
+    /// `max_request_bytes` if smaller).
+    pub max_total_inflight_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            max_request_bytes: 32 << 20,
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            io_timeout: Duration::from_secs(60),
+            max_inflight_requests: 64,
+            max_inflight_bytes: 64 << 20,
+            max_total_inflight_bytes: 1 << 30,
+        }
+    }
+}
+
+impl ServerConfig {
+    fn normalized(mut self) -> ServerConfig {
+        self.max_request_bytes = (self.max_request_bytes / 512 * 512).max(512);
+        let req = self.max_request_bytes as usize;
+        self.max_inflight_requests = self.max_inflight_requests.max(1);
+        self.max_inflight_bytes = self.max_inflight_bytes.max(req);
+        self.max_total_inflight_bytes = self.max_total_inflight_bytes.max(req);
+        // Tokio semaphores hold at most `usize::MAX >> 3` permits.
+        self.max_inflight_bytes = self.max_inflight_bytes.min(Semaphore::MAX_PERMITS);
+        self.max_total_inflight_bytes = self.max_total_inflight_bytes.min(Semaphore::MAX_PERMITS);
+        self
+    }
+}
+
+/// Server-wide counters (not per export): how connections ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ServerCounters {
+    /// Connections accepted and served.
+    pub accepted: u64,
+    /// Connections closed at accept because `max_connections` were open.
+    pub refused: u64,
+    /// Handshakes that failed: protocol violation, timeout, I/O error, unknown
+    /// `NBD_OPT_EXPORT_NAME` (client `NBD_OPT_ABORT` is not a failure).
+    pub handshake_failures: u64,
+    /// Transmission-phase connections closed for a protocol violation (bad magic, truncated or
+    /// stalled request).
+    pub protocol_errors: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct AtomicCounters {
+    pub accepted: AtomicU64,
+    pub refused: AtomicU64,
+    pub handshake_failures: AtomicU64,
+    pub protocol_errors: AtomicU64,
+}
+
+/// State shared by the server handle and every connection task.
+pub(crate) struct Inner {
+    pub provider: Arc<dyn ExportProvider>,
+    pub config: ServerConfig,
+    shutdown: watch::Sender<bool>,
+    active: watch::Sender<usize>,
+    stats: Mutex<BTreeMap<String, Arc<Mutex<ExportStats>>>>,
+    pub global_bytes: Arc<Semaphore>,
+    pub counters: AtomicCounters,
+}
+
+impl Inner {
+    pub(crate) fn shutdown_rx(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Counts a transmission-phase connection closed for a protocol violation.
+    pub(crate) fn protocol_error(&self) {
+        self.counters
+            .protocol_errors
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The statistics cell of an export, created on first use.
+    pub(crate) fn stats_for(&self, name: &str) -> Arc<Mutex<ExportStats>> {
+        self.stats
+            .lock()
+            .entry(name.to_owned())
+            .or_default()
+            .clone()
+    }
+}
+
+/// Counts one connection for as long as it lives.
+struct ConnectionGuard(Arc<Inner>);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.active.send_modify(|n| *n -= 1);
+    }
+}
+
+/// An NBD server over an [`ExportProvider`]. Cloning gives another handle to the same server.
+#[derive(Clone)]
+pub struct NbdServer {
+    inner: Arc<Inner>,
+}
+
+impl NbdServer {
+    /// A server that is not yet listening; call `serve_tcp` / `serve_unix` (from a Tokio runtime).
+    pub fn new(provider: Arc<dyn ExportProvider>, config: ServerConfig) -> NbdServer {
+        let config = config.normalized();
+        let global_bytes = Arc::new(Semaphore::new(config.max_total_inflight_bytes));
+        NbdServer {
+            inner: Arc::new(Inner {
+                provider,
+                config,
+                shutdown: watch::Sender::new(false),
+                active: watch::Sender::new(0),
+                stats: Mutex::new(BTreeMap::new()),
+                global_bytes,
+                counters: AtomicCounters::default(),
+            }),
+        }
+    }
+
+    /// The configuration in force (after normalisation).
+    pub fn config(&self) -> &ServerConfig {
+        &self.inner.config
+    }
+
+    /// Accepts TCP connections until [`shutdown`](Self::shutdown). Accept errors (e.g. out of
+    /// file descriptors) are retried after a short pause, never fatal.
+    pub async fn serve_tcp(&self, listener: TcpListener) -> io::Result<()> {
+        let mut shutdown = self.inner.shutdown_rx();
+        loop {
+            tokio::select! {
+                biased;
+                _ = crate::server::shutting_down(&mut shutdown) => return Ok(()),
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        let (r, w) = stream.into_split();
+                        self.spawn_connection(r, w);
+                    }
+                    Err(e) => accept_pause(&e).await,
+                },
+            }
+        }
+    }
+
+    /// Accepts Unix-socket connections until [`shutdown`](Self::shutdown). See
+    /// [`bind_unix`](crate::bind_unix) for creating the listener.
+    pub async fn serve_unix(&self, listener: UnixListener) -> io::Result<()> {
+        let mut shutdown = self.inner.shutdown_rx();
+        loop {
+            tokio::select! {
+                biased;
+                _ = crate::server::shutting_down(&mut shutdown) => return Ok(()),
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, _)) => {
+                        let (r, w) = stream.into_split();
+                        self.spawn_connection(r, w);
+                    }
+                    Err(e) => accept_pause(&e).await,
+                },
+            }
+        }
+    }
+
+    /// Serves one already-connected byte stream (split into halves), e.g. a socketpair in tests
+    /// or a connection accepted elsewhere. Subject to `max_connections` and shutdown like the
+    /// accept loops.
+    pub fn serve_stream<R, W>(&self, reader: R, writer: W)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        self.spawn_connection(reader, writer);
+    }
+
+    fn spawn_connection<R, W>(&self, reader: R, writer: W)
+    where
+        R: AsyncRead + Unpin + Send + 'static,
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let inner = &self.inner;
+        if *inner.shutdown.borrow() {
+            return;
+        }
+        let mut admitted = false;
+        inner.active.send_if_modified(|n| {
+            if *n < inner.config.max_connections {
+                *n += 1;
+                admitted = true;
+            }
+            admitted
+        });
+        if !admitted {
+            inner.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        inner.counters.accepted.fetch_add(1, Ordering::Relaxed);
+        let guard = ConnectionGuard(inner.clone());
+        tokio::spawn(async move {
+            let inner = guard.0.clone();
+            run_connection(inner, reader, writer).await;
+            drop(guard);
+        });
+    }
+
+    /// Stops accepting and winds every connection down (see the module documentation).
+    pub fn shutdown(&self) {
+        self.inner.shutdown.send_replace(true);
+    }
+
+    /// True once [`shutdown`](Self::shutdown) was called.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.inner.shutdown.borrow()
+    }
+
+    /// Resolves when no connection is open (at once if none is).
+    pub async fn wait_idle(&self) {
+        let mut rx = self.inner.active.subscribe();
+        // The sender lives in `inner`, which `self` keeps alive: `wait_for` cannot fail.
+        let _ = rx.wait_for(|n| *n == 0).await;
+    }
+
+    /// Connections currently open (handshake or transmission).
+    pub fn connections(&self) -> usize {
+        *self.inner.active.borrow()
+    }
+
+    /// A snapshot of every export's statistics that has ever had a connection, by name.
+    pub fn stats(&self) -> Vec<(String, ExportStats)> {
+        let cells: Vec<_> = self
+            .inner
+            .stats
+            .lock()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        cells
+            .into_iter()
+            .map(|(k, v)| (k, v.lock().clone()))
+            .collect()
+    }
+
+    /// Server-wide connection counters.
+    pub fn counters(&self) -> ServerCounters {
+        let c = &self.inner.counters;
+        ServerCounters {
+            accepted: c.accepted.load(Ordering::Relaxed),
+            refused: c.refused.load(Ordering::Relaxed),
+            handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
+            protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// One connection: handshake under its deadline, then transmission.
+async fn run_connection<R, W>(inner: Arc<Inner>, reader: R, writer: W)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut reader = BufReader::with_capacity(16 * 1024, reader);
+    let mut writer = BufWriter::with_capacity(16 * 1024, writer);
+    let negotiated = tokio::time::timeout(
+        inner.config.handshake_timeout,
+        handshake::negotiate(&inner, &mut reader, &mut writer),
+    )
+    .await;
+    let session = match negotiated {
+        Ok(Ok(Ok(session))) => session,
+        Ok(Ok(Err(Ended::Aborted | Ended::Shutdown))) => return,
+        Ok(Ok(Err(Ended::Violation))) | Ok(Err(_)) | Err(_) => {
+            inner
+                .counters
+                .handshake_failures
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+    };
+    transmission::serve(inner, session, reader, writer).await;
+}
+
+/// After a failed accept: transient per-connection errors retry at once; resource exhaustion
+/// (EMFILE, ENFILE, ENOBUFS, ENOMEM) waits a little so the loop does not spin.
+async fn accept_pause(e: &io::Error) {
+    match e.kind() {
+        io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::Interrupted
+        | io::ErrorKind::WouldBlock => {}
+        _ => tokio::time::sleep(Duration::from_millis(50)).await,
+    }
+}
+
+/// Resolves once the shutdown flag is set. (A helper so that no `watch::Ref` — which holds a
+/// lock guard — ends up inside a `select!` output that must be `Send`.)
+pub(crate) async fn shutting_down(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}

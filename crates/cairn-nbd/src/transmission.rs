@@ -1,0 +1,919 @@
+//! The transmission phase of one connection: read requests, run them concurrently, send replies
+//! as they complete.
+//!
+//! Shape: a *reader* (this connection's task) decodes and validates requests in arrival order
+//! and spawns one handler task per valid request; handlers run the export call on the blocking
+//! pool and push their reply into a channel; a single *writer* (same task, joined with the
+//! reader) drains the channel, so replies never interleave on the wire.
+//!
+//! Invariants:
+//! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
+//!   and reads/writes also hold `length` bytes of both the connection's and the server's byte
+//!   budgets, from before their buffer is allocated until their reply has been written. A client
+//!   that stops reading replies therefore stalls its own reader, and the writer gives up after
+//!   `io_timeout`.
+//! - Flush ordering: every write-like request (WRITE, TRIM, WRITE_ZEROES) gets a sequence number
+//!   in arrival order and sits in the connection's in-flight set until its export call returned.
+//!   A FLUSH waits until no write with a smaller sequence number is in flight, then calls the
+//!   export-wide `Export::flush`. So a flush covers every write received before it on this
+//!   connection (stronger than the protocol's "replied before"), and — because `flush` is
+//!   export-wide — every write any other connection has been answered for (`CAN_MULTI_CONN`).
+//! - Validation happens before any export call: alignment to 512, range, size limits, read-only,
+//!   command flags. Bad requests get an error reply and the connection carries on; only a bad
+//!   request magic, truncation or a stalled transfer (the stream cannot be resynchronised)
+//!   closes it. A WRITE whose payload is refused is read and discarded (streamed, not buffered)
+//!   so the stream stays in sync.
+//! - Shutdown / DISC / EOF: the reader stops reading; requests already read finish and their
+//!   replies are written before the connection closes.
+//! - A panicking export call is answered `EIO`; it cannot take the connection down.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt,
+};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+
+use crate::export::{Export, ExportError};
+use crate::handshake::{Session, discard};
+use crate::proto::*;
+use crate::server::Inner;
+use crate::stats::{ExportStats, OpKind};
+
+/// Most extents sent in one block status reply (the protocol's recommended limit).
+const MAX_EXTENTS: usize = 1 << 20;
+
+/// What a validated request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Op {
+    Read {
+        offset: u64,
+        len: u32,
+    },
+    Write {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    Flush,
+    Trim {
+        offset: u64,
+        len: u32,
+        fua: bool,
+    },
+    WriteZeroes {
+        offset: u64,
+        len: u32,
+        fua: bool,
+        may_trim: bool,
+    },
+    Cache {
+        offset: u64,
+        len: u32,
+    },
+    BlockStatus {
+        offset: u64,
+        len: u32,
+        req_one: bool,
+    },
+}
+
+impl Op {
+    fn kind(&self) -> OpKind {
+        match self {
+            Op::Read { .. } => OpKind::Read,
+            Op::Write { .. } => OpKind::Write,
+            Op::Flush => OpKind::Flush,
+            Op::Trim { .. } => OpKind::Trim,
+            Op::WriteZeroes { .. } => OpKind::WriteZeroes,
+            Op::Cache { .. } => OpKind::Cache,
+            Op::BlockStatus { .. } => OpKind::BlockStatus,
+        }
+    }
+
+    /// Bytes of memory the request needs while in flight (payload or reply data).
+    fn buffer_bytes(&self) -> u32 {
+        match self {
+            Op::Read { len, .. } | Op::Write { len, .. } => *len,
+            _ => 0,
+        }
+    }
+
+    fn is_write_like(&self) -> bool {
+        matches!(
+            self,
+            Op::Write { .. } | Op::Trim { .. } | Op::WriteZeroes { .. }
+        )
+    }
+}
+
+/// A refused request: the operation it was (if known), the NBD error and a message.
+#[derive(Debug, PartialEq, Eq)]
+struct Refusal {
+    kind: Option<OpKind>,
+    errno: u32,
+    message: String,
+}
+
+fn refuse(kind: OpKind, errno: u32, message: impl Into<String>) -> Refusal {
+    Refusal {
+        kind: Some(kind),
+        errno,
+        message: message.into(),
+    }
+}
+
+/// Validates a request against the session. DISC is handled by the caller.
+fn validate(req: &Request, s: &Session) -> Result<Op, Refusal> {
+    let f = req.flags;
+    let fua = f & CMD_FLAG_FUA != 0;
+    let offset = req.offset;
+    let len = req.length;
+    let (kind, allowed) = match req.kind {
+        CMD_READ => (
+            OpKind::Read,
+            CMD_FLAG_FUA | if s.structured { CMD_FLAG_DF } else { 0 },
+        ),
+        CMD_WRITE => (OpKind::Write, CMD_FLAG_FUA),
+        CMD_FLUSH => (OpKind::Flush, CMD_FLAG_FUA),
+        CMD_TRIM => (OpKind::Trim, CMD_FLAG_FUA),
+        CMD_CACHE => (OpKind::Cache, CMD_FLAG_FUA),
+        CMD_WRITE_ZEROES => (
+            OpKind::WriteZeroes,
+            CMD_FLAG_FUA | CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO,
+        ),
+        CMD_BLOCK_STATUS => (OpKind::BlockStatus, CMD_FLAG_FUA | CMD_FLAG_REQ_ONE),
+        other => {
+            return Err(Refusal {
+                kind: None,
+                errno: EINVAL,
+                message: format!("unknown command {other}"),
+            });
+        }
+    };
+    if f & !allowed != 0 {
+        return Err(refuse(
+            kind,
+            EINVAL,
+            format!("command flags {f:#x} not valid here"),
+        ));
+    }
+    if matches!(kind, OpKind::Write | OpKind::Trim | OpKind::WriteZeroes) && s.readonly {
+        return Err(refuse(kind, EPERM, "export is read-only"));
+    }
+    let max = s.block.max;
+    match kind {
+        OpKind::Read if len > max => {
+            return Err(refuse(
+                kind,
+                EOVERFLOW,
+                format!("read of {len} bytes exceeds {max}"),
+            ));
+        }
+        OpKind::Write if len > max => {
+            return Err(refuse(
+                kind,
+                EINVAL,
+                format!("write of {len} bytes exceeds {max}"),
+            ));
+        }
+        OpKind::BlockStatus if s.meta_context.is_none() => {
+            return Err(refuse(kind, EINVAL, "no metadata context was negotiated"));
+        }
+        OpKind::BlockStatus if len == 0 => {
+            return Err(refuse(kind, EINVAL, "block status of zero length"));
+        }
+        _ => {}
+    }
+    if kind != OpKind::Flush {
+        let end = offset.checked_add(u64::from(len));
+        if end.is_none_or(|e| e > s.size) {
+            let errno = if matches!(kind, OpKind::Write | OpKind::WriteZeroes) {
+                ENOSPC
+            } else {
+                EINVAL
+            };
+            return Err(refuse(
+                kind,
+                errno,
+                "request extends past the end of the export",
+            ));
+        }
+        let min = u64::from(s.block.min);
+        let end = offset + u64::from(len);
+        if !offset.is_multiple_of(min) || (!u64::from(len).is_multiple_of(min) && end != s.size) {
+            return Err(refuse(
+                kind,
+                EINVAL,
+                format!("request not aligned to {min} bytes"),
+            ));
+        }
+    }
+    Ok(match kind {
+        OpKind::Read => Op::Read { offset, len },
+        OpKind::Write => Op::Write { offset, len, fua },
+        OpKind::Flush => Op::Flush,
+        OpKind::Trim => Op::Trim { offset, len, fua },
+        OpKind::Cache => Op::Cache { offset, len },
+        OpKind::WriteZeroes => {
+            let no_hole = f & CMD_FLAG_NO_HOLE != 0;
+            if f & CMD_FLAG_FAST_ZERO != 0 && (no_hole || !s.export.fast_zero()) {
+                // Allocating zeroes is no faster than writing them: fail fast, change nothing.
+                return Err(refuse(kind, ENOTSUP, "zeroing this range is not fast"));
+            }
+            Op::WriteZeroes {
+                offset,
+                len,
+                fua,
+                may_trim: !no_hole,
+            }
+        }
+        OpKind::BlockStatus => Op::BlockStatus {
+            offset,
+            len,
+            req_one: f & CMD_FLAG_REQ_ONE != 0,
+        },
+    })
+}
+
+/// Reply payloads.
+enum Body {
+    Ok,
+    Error(u32, String),
+    /// Read data and the offset it came from.
+    Read(u64, Vec<u8>),
+    BlockStatus(u32, Vec<(u32, u32)>),
+}
+
+/// Resources a request holds until its reply is on the wire.
+struct Permits {
+    _slot: OwnedSemaphorePermit,
+    _bytes: Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+}
+
+struct Reply {
+    cookie: u64,
+    body: Body,
+    _permits: Permits,
+}
+
+/// Write-like requests still running on this connection, by arrival sequence number.
+struct WriteTracker {
+    inflight: watch::Sender<BTreeSet<u64>>,
+}
+
+/// Removes a write from the in-flight set when its handler finishes (or panics, or is dropped).
+struct WriteGuard {
+    tracker: Arc<WriteTracker>,
+    seq: u64,
+}
+
+impl Drop for WriteGuard {
+    fn drop(&mut self) {
+        self.tracker.inflight.send_modify(|s| {
+            s.remove(&self.seq);
+        });
+    }
+}
+
+/// Runs transmission until the client disconnects, misbehaves or the server shuts down.
+pub(crate) async fn serve<R, W>(inner: Arc<Inner>, session: Session, mut reader: R, writer: W)
+where
+    R: AsyncBufRead + AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send,
+{
+    let stats = session.stats.clone();
+    let session = Arc::new(session);
+    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
+    let dead = Notify::new();
+    let reading = read_loop(&inner, &session, &stats, &mut reader, tx, &dead);
+    let writing = write_loop(
+        rx,
+        writer,
+        session.structured,
+        inner.config.io_timeout,
+        &dead,
+    );
+    tokio::join!(reading, writing);
+}
+
+async fn read_loop<R>(
+    inner: &Arc<Inner>,
+    session: &Arc<Session>,
+    stats: &Arc<Mutex<ExportStats>>,
+    r: &mut R,
+    tx: mpsc::UnboundedSender<Reply>,
+    dead: &Notify,
+) where
+    R: AsyncBufRead + AsyncRead + Unpin + Send,
+{
+    let cfg = &inner.config;
+    let slots = Arc::new(Semaphore::new(cfg.max_inflight_requests.max(1)));
+    let conn_bytes = Arc::new(Semaphore::new(
+        cfg.max_inflight_bytes.max(cfg.max_request_bytes as usize),
+    ));
+    let tracker = Arc::new(WriteTracker {
+        inflight: watch::Sender::new(BTreeSet::new()),
+    });
+    let mut next_write_seq = 0u64;
+    let mut shutdown = inner.shutdown_rx();
+
+    loop {
+        // Idle between requests: wait for the first byte of the next one without a deadline.
+        tokio::select! {
+            biased;
+            _ = crate::server::shutting_down(&mut shutdown) => break,
+            _ = dead.notified() => break,
+            buf = r.fill_buf() => match buf {
+                Ok(b) if !b.is_empty() => {}
+                _ => break,
+            },
+        }
+        let mut hdr = [0u8; REQUEST_LEN];
+        match tokio::time::timeout(cfg.io_timeout, r.read_exact(&mut hdr)).await {
+            Ok(Ok(_)) => {}
+            _ => {
+                inner.protocol_error();
+                break;
+            }
+        }
+        let Some(req) = Request::decode(&hdr) else {
+            inner.protocol_error();
+            break;
+        };
+        if req.kind == CMD_DISC {
+            break;
+        }
+        let received = Instant::now();
+        // A request slot bounds the reply queue even for requests refused without an export call.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let op = match validate(&req, session) {
+            Ok(op) => op,
+            Err(refusal) => {
+                if req.kind == CMD_WRITE {
+                    // Keep the stream in sync: stream the refused payload into nothing.
+                    let n = u64::from(req.length);
+                    if !matches!(
+                        tokio::time::timeout(cfg.io_timeout, discard(r, n)).await,
+                        Ok(Ok(()))
+                    ) {
+                        inner.protocol_error();
+                        break;
+                    }
+                }
+                {
+                    let mut st = stats.lock();
+                    match refusal.kind {
+                        Some(k) => st.record_refused(k),
+                        None => st.invalid_requests += 1,
+                    }
+                }
+                let permits = Permits {
+                    _slot: slot,
+                    _bytes: None,
+                };
+                let body = Body::Error(refusal.errno, refusal.message);
+                let _ = tx.send(Reply {
+                    cookie: req.cookie,
+                    body,
+                    _permits: permits,
+                });
+                continue;
+            }
+        };
+        let bytes = op.buffer_bytes();
+        let byte_permits = if bytes > 0 {
+            let c = conn_bytes.clone().acquire_many_owned(bytes).await;
+            let g = inner.global_bytes.clone().acquire_many_owned(bytes).await;
+            match (c, g) {
+                (Ok(c), Ok(g)) => Some((c, g)),
+                _ => break,
+            }
+        } else {
+            None
+        };
+        let permits = Permits {
+            _slot: slot,
+            _bytes: byte_permits,
+        };
+        let payload = if let Op::Write { len, .. } = op {
+            let mut data = vec![0u8; len as usize];
+            match tokio::time::timeout(cfg.io_timeout, r.read_exact(&mut data)).await {
+                Ok(Ok(_)) => {}
+                _ => {
+                    inner.protocol_error();
+                    break;
+                }
+            }
+            data
+        } else {
+            Vec::new()
+        };
+        let write_guard = if op.is_write_like() {
+            let seq = next_write_seq;
+            next_write_seq += 1;
+            tracker.inflight.send_modify(|s| {
+                s.insert(seq);
+            });
+            Some(WriteGuard {
+                tracker: tracker.clone(),
+                seq,
+            })
+        } else {
+            None
+        };
+        let flush_barrier = matches!(op, Op::Flush).then_some(next_write_seq);
+        let handler = Handler {
+            session: session.clone(),
+            stats: stats.clone(),
+            tracker: tracker.clone(),
+            tx: tx.clone(),
+        };
+        tokio::spawn(handler.run(
+            req.cookie,
+            op,
+            payload,
+            permits,
+            write_guard,
+            flush_barrier,
+            received,
+        ));
+    }
+}
+
+/// Everything a request handler task needs.
+struct Handler {
+    session: Arc<Session>,
+    stats: Arc<Mutex<ExportStats>>,
+    tracker: Arc<WriteTracker>,
+    tx: mpsc::UnboundedSender<Reply>,
+}
+
+impl Handler {
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        self,
+        cookie: u64,
+        op: Op,
+        payload: Vec<u8>,
+        permits: Permits,
+        write_guard: Option<WriteGuard>,
+        flush_barrier: Option<u64>,
+        received: Instant,
+    ) {
+        if let Some(barrier) = flush_barrier {
+            // Wait for every write received before this flush to finish.
+            let mut rx = self.tracker.inflight.subscribe();
+            let _ = rx
+                .wait_for(|s| s.first().is_none_or(|&first| first >= barrier))
+                .await;
+        }
+        let kind = op.kind();
+        let export = self.session.export.clone();
+        let meta_id = self.session.meta_context.unwrap_or(META_BASE_ALLOCATION_ID);
+        let result = run_blocking(move || execute(export.as_ref(), op, payload)).await;
+        // The write is complete (or failed): a flush waiting on it may go ahead.
+        drop(write_guard);
+        let latency = received.elapsed();
+        let (body, bytes, ok) = match result {
+            Ok((Outcome::Done, bytes)) => (Body::Ok, bytes, true),
+            Ok((Outcome::Data(off, d), bytes)) => (Body::Read(off, d), bytes, true),
+            Ok((Outcome::Extents(e), bytes)) => (Body::BlockStatus(meta_id, e), bytes, true),
+            Err(e) => (Body::Error(e.errno(), e.to_string()), 0, false),
+        };
+        self.stats.lock().record(kind, bytes, ok, latency);
+        let _ = self.tx.send(Reply {
+            cookie,
+            body,
+            _permits: permits,
+        });
+    }
+}
+
+enum Outcome {
+    Done,
+    Data(u64, Vec<u8>),
+    Extents(Vec<(u32, u32)>),
+}
+
+/// Runs an export call on the blocking pool; a panic becomes `EIO`.
+async fn run_blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ExportError> + Send + 'static,
+) -> Result<T, ExportError> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(_) => Err(ExportError::Io("export operation panicked".into())),
+    }
+}
+
+/// Carries out a validated operation; returns the outcome and the bytes it covered.
+fn execute(export: &dyn Export, op: Op, payload: Vec<u8>) -> Result<(Outcome, u64), ExportError> {
+    match op {
+        Op::Read { offset, len } => {
+            let mut buf = vec![0u8; len as usize];
+            if len > 0 {
+                export.read(offset, &mut buf)?;
+            }
+            Ok((Outcome::Data(offset, buf), u64::from(len)))
+        }
+        Op::Write { offset, len, fua } => {
+            if len > 0 {
+                export.write(offset, &payload, fua)?;
+            }
+            Ok((Outcome::Done, u64::from(len)))
+        }
+        Op::Flush => {
+            export.flush()?;
+            Ok((Outcome::Done, 0))
+        }
+        Op::Trim { offset, len, fua } => {
+            if len > 0 {
+                export.trim(offset, u64::from(len), fua)?;
+            }
+            Ok((Outcome::Done, u64::from(len)))
+        }
+        Op::WriteZeroes {
+            offset,
+            len,
+            fua,
+            may_trim,
+        } => {
+            if len > 0 {
+                export.write_zeroes(offset, u64::from(len), fua, may_trim)?;
+            }
+            Ok((Outcome::Done, u64::from(len)))
+        }
+        Op::Cache { offset, len } => {
+            if len > 0 {
+                export.cache(offset, u64::from(len))?;
+            }
+            Ok((Outcome::Done, u64::from(len)))
+        }
+        Op::BlockStatus {
+            offset,
+            len,
+            req_one,
+        } => {
+            let raw = export.block_status(offset, u64::from(len))?;
+            let extents = normalize_extents(&raw, len, req_one);
+            if extents.is_empty() {
+                return Err(ExportError::Io("export reported no extents".into()));
+            }
+            let covered = extents.iter().map(|&(l, _)| u64::from(l)).sum();
+            Ok((Outcome::Extents(extents), covered))
+        }
+    }
+}
+
+/// Turns an export's extent list into wire descriptors: zero-length extents dropped, clipped to
+/// the request, unknown flag bits cleared, neighbours with equal flags merged, at most one
+/// extent with `req_one` and at most [`MAX_EXTENTS`] otherwise.
+fn normalize_extents(raw: &[(u64, u32)], len: u32, req_one: bool) -> Vec<(u32, u32)> {
+    let mut out: Vec<(u32, u32)> = Vec::new();
+    let mut left = u64::from(len);
+    for &(l, flags) in raw {
+        if left == 0 {
+            break;
+        }
+        if l == 0 {
+            continue;
+        }
+        let l = l.min(left);
+        left -= l;
+        let flags = flags & (STATE_HOLE | STATE_ZERO);
+        // `l <= len <= u32::MAX`, and merged lengths sum to at most `len`.
+        let l = l as u32;
+        match out.last_mut() {
+            Some(last) if last.1 == flags => last.0 += l,
+            _ => {
+                if out.len() == MAX_EXTENTS {
+                    break;
+                }
+                out.push((l, flags));
+            }
+        }
+    }
+    if req_one {
+        out.truncate(1);
+    }
+    out
+}
+
+/// Drains the reply channel onto the socket. After a write error or timeout it keeps draining
+/// (dropping replies, releasing their permits) so handlers and the reader never wait on a dead
+/// client, and tells the reader to stop.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut rx: mpsc::UnboundedReceiver<Reply>,
+    mut w: W,
+    structured: bool,
+    io_timeout: Duration,
+    dead: &Notify,
+) {
+    let mut alive = true;
+    while let Some(reply) = rx.recv().await {
+        if !alive {
+            continue;
+        }
+        let more_queued = !rx.is_empty();
+        let sent = tokio::time::timeout(io_timeout, async {
+            send_reply(&mut w, &reply, structured).await?;
+            if !more_queued {
+                w.flush().await?;
+            }
+            std::io::Result::Ok(())
+        })
+        .await;
+        if !matches!(sent, Ok(Ok(()))) {
+            alive = false;
+            dead.notify_one();
+        }
+    }
+    if alive {
+        let _ = tokio::time::timeout(io_timeout, async {
+            let _ = w.flush().await;
+            let _ = w.shutdown().await;
+        })
+        .await;
+    }
+}
+
+async fn send_reply<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    reply: &Reply,
+    structured: bool,
+) -> std::io::Result<()> {
+    let cookie = reply.cookie;
+    match &reply.body {
+        Body::Ok => w.write_all(&simple_reply(cookie, 0)).await,
+        Body::Error(errno, msg) if structured => {
+            let msg = truncate_str(msg, MAX_STRING);
+            let mut b = Vec::with_capacity(20 + 6 + msg.len());
+            b.extend_from_slice(&chunk_header(
+                cookie,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_ERROR,
+                6 + msg.len() as u32,
+            ));
+            b.extend_from_slice(&errno.to_be_bytes());
+            b.extend_from_slice(&(msg.len() as u16).to_be_bytes());
+            b.extend_from_slice(msg.as_bytes());
+            w.write_all(&b).await
+        }
+        Body::Error(errno, _) => w.write_all(&simple_reply(cookie, *errno)).await,
+        Body::Read(_, data) if !structured => {
+            w.write_all(&simple_reply(cookie, 0)).await?;
+            w.write_all(data).await
+        }
+        // Structured reads: one chunk, so `NBD_CMD_FLAG_DF` is always honoured.
+        Body::Read(_, data) if data.is_empty() => {
+            w.write_all(&chunk_header(cookie, REPLY_FLAG_DONE, REPLY_TYPE_NONE, 0))
+                .await
+        }
+        Body::Read(offset, data) if is_zero(data) => {
+            // All zeroes: a 12-byte hole chunk instead of the data.
+            let mut b = Vec::with_capacity(32);
+            b.extend_from_slice(&chunk_header(
+                cookie,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_OFFSET_HOLE,
+                12,
+            ));
+            b.extend_from_slice(&offset.to_be_bytes());
+            b.extend_from_slice(&(data.len() as u32).to_be_bytes());
+            w.write_all(&b).await
+        }
+        Body::Read(offset, data) => {
+            let mut b = Vec::with_capacity(28);
+            b.extend_from_slice(&chunk_header(
+                cookie,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_OFFSET_DATA,
+                8 + data.len() as u32,
+            ));
+            b.extend_from_slice(&offset.to_be_bytes());
+            w.write_all(&b).await?;
+            w.write_all(data).await
+        }
+        Body::BlockStatus(id, extents) => {
+            let len = 4 + 8 * extents.len();
+            let mut b = Vec::with_capacity(20 + len);
+            b.extend_from_slice(&chunk_header(
+                cookie,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_BLOCK_STATUS,
+                len as u32,
+            ));
+            b.extend_from_slice(&id.to_be_bytes());
+            for (l, f) in extents {
+                b.extend_from_slice(&l.to_be_bytes());
+                b.extend_from_slice(&f.to_be_bytes());
+            }
+            w.write_all(&b).await
+        }
+    }
+}
+
+/// True when every byte is zero (compared 16 bytes at a time).
+fn is_zero(data: &[u8]) -> bool {
+    let mut chunks = data.chunks_exact(16);
+    chunks.all(|c| u128::from_ne_bytes(c.try_into().unwrap_or([1; 16])) == 0)
+        && chunks.remainder().iter().all(|&b| b == 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::handshake::BlockSizes;
+
+    struct Null(bool);
+
+    impl Export for Null {
+        fn size(&self) -> u64 {
+            1 << 20
+        }
+        fn preferred_block_size(&self) -> u32 {
+            4096
+        }
+        fn readonly(&self) -> bool {
+            self.0
+        }
+        fn read(&self, _: u64, _: &mut [u8]) -> Result<(), ExportError> {
+            Ok(())
+        }
+        fn write(&self, _: u64, _: &[u8], _: bool) -> Result<(), ExportError> {
+            Ok(())
+        }
+        fn flush(&self) -> Result<(), ExportError> {
+            Ok(())
+        }
+        fn trim(&self, _: u64, _: u64, _: bool) -> Result<(), ExportError> {
+            Ok(())
+        }
+        fn write_zeroes(&self, _: u64, _: u64, _: bool, _: bool) -> Result<(), ExportError> {
+            Ok(())
+        }
+        fn block_status(&self, _: u64, len: u64) -> Result<Vec<(u64, u32)>, ExportError> {
+            Ok(vec![(len, 0)])
+        }
+        fn fast_zero(&self) -> bool {
+            false
+        }
+    }
+
+    fn session(readonly: bool, structured: bool, meta: bool) -> Session {
+        Session {
+            name: "t".into(),
+            export: Arc::new(Null(readonly)),
+            size: (1 << 20) + 512,
+            readonly,
+            transmission_flags: FLAG_HAS_FLAGS,
+            structured,
+            meta_context: meta.then_some(1),
+            block: BlockSizes {
+                min: 512,
+                preferred: 4096,
+                max: 65536,
+            },
+            stats: Arc::default(),
+        }
+    }
+
+    fn req(kind: u16, flags: u16, offset: u64, length: u32) -> Request {
+        Request {
+            flags,
+            kind,
+            cookie: 1,
+            offset,
+            length,
+        }
+    }
+
+    fn errno(r: Result<Op, Refusal>) -> u32 {
+        r.map(|_| 0).unwrap_or_else(|e| e.errno)
+    }
+
+    #[test]
+    fn validation_rules() {
+        let s = session(false, false, false);
+        let size = s.size;
+        assert_eq!(
+            validate(&req(CMD_READ, 0, 0, 4096), &s),
+            Ok(Op::Read {
+                offset: 0,
+                len: 4096
+            })
+        );
+        assert_eq!(
+            errno(validate(&req(CMD_READ, 0, 0, 65536 + 512), &s)),
+            EOVERFLOW
+        );
+        assert_eq!(
+            errno(validate(&req(CMD_WRITE, 0, 0, 65536 + 512), &s)),
+            EINVAL
+        );
+        assert_eq!(errno(validate(&req(CMD_READ, 0, size, 512), &s)), EINVAL);
+        assert_eq!(errno(validate(&req(CMD_WRITE, 0, size, 512), &s)), ENOSPC);
+        assert_eq!(
+            errno(validate(&req(CMD_WRITE_ZEROES, 0, u64::MAX, 512), &s)),
+            ENOSPC
+        );
+        assert_eq!(
+            errno(validate(&req(CMD_TRIM, 0, u64::MAX - 10, 512), &s)),
+            EINVAL
+        );
+        assert_eq!(errno(validate(&req(CMD_READ, 0, 1, 512), &s)), EINVAL);
+        assert_eq!(errno(validate(&req(CMD_READ, 0, 0, 511), &s)), EINVAL);
+        // An unaligned length is fine when it ends exactly at the (unaligned) end.
+        let tail = validate(&req(CMD_READ, 0, size - 512, 512), &s);
+        assert!(tail.is_ok());
+        assert_eq!(
+            errno(validate(&req(CMD_READ, CMD_FLAG_DF, 0, 512), &s)),
+            EINVAL
+        );
+        assert_eq!(errno(validate(&req(CMD_READ, 1 << 9, 0, 512), &s)), EINVAL);
+        assert_eq!(errno(validate(&req(42, 0, 0, 0), &s)), EINVAL);
+        assert_eq!(validate(&req(42, 0, 0, 0), &s).unwrap_err().kind, None);
+        assert_eq!(
+            errno(validate(&req(CMD_BLOCK_STATUS, 0, 0, 512), &s)),
+            EINVAL
+        );
+        // Trim/zero lengths may exceed the payload limit (no payload).
+        assert!(validate(&req(CMD_TRIM, 0, 0, 1 << 20), &s).is_ok());
+        // Fast zero on an export without cheap zeroing.
+        assert_eq!(
+            errno(validate(
+                &req(CMD_WRITE_ZEROES, CMD_FLAG_FAST_ZERO, 0, 512),
+                &s
+            )),
+            ENOTSUP
+        );
+        assert_eq!(
+            validate(
+                &req(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE | CMD_FLAG_FUA, 0, 512),
+                &s
+            ),
+            Ok(Op::WriteZeroes {
+                offset: 0,
+                len: 512,
+                fua: true,
+                may_trim: false
+            })
+        );
+        // Flush ignores offset/length; FUA is accepted on every command.
+        assert_eq!(
+            validate(&req(CMD_FLUSH, CMD_FLAG_FUA, 7, 9), &s),
+            Ok(Op::Flush)
+        );
+
+        let ro = session(true, true, true);
+        for kind in [CMD_WRITE, CMD_TRIM, CMD_WRITE_ZEROES] {
+            assert_eq!(errno(validate(&req(kind, 0, 0, 512), &ro)), EPERM);
+        }
+        assert!(validate(&req(CMD_READ, CMD_FLAG_DF, 0, 512), &ro).is_ok());
+        assert_eq!(
+            validate(&req(CMD_BLOCK_STATUS, CMD_FLAG_REQ_ONE, 0, 512), &ro),
+            Ok(Op::BlockStatus {
+                offset: 0,
+                len: 512,
+                req_one: true
+            })
+        );
+        assert_eq!(
+            errno(validate(&req(CMD_BLOCK_STATUS, 0, 0, 0), &ro)),
+            EINVAL
+        );
+    }
+
+    #[test]
+    fn extents_are_clipped_merged_and_limited() {
+        let raw = [(0, 0), (512, 0), (512, 0), (1024, 3), (1 << 40, 0xff)];
+        assert_eq!(
+            normalize_extents(&raw, 4096, false),
+            vec![(1024, 0), (3072, 3)]
+        );
+        assert_eq!(normalize_extents(&raw, 4096, true), vec![(1024, 0)]);
+        assert_eq!(normalize_extents(&raw, 256, false), vec![(256, 0)]);
+        assert!(normalize_extents(&[(0, 0)], 512, false).is_empty());
+        let many: Vec<(u64, u32)> = (0..(MAX_EXTENTS as u64 + 10))
+            .map(|i| (1, (i % 2) as u32))
+            .collect();
+        assert_eq!(normalize_extents(&many, u32::MAX, false).len(), MAX_EXTENTS);
+    }
+
+    #[test]
+    fn zero_detection() {
+        assert!(is_zero(&[]));
+        assert!(is_zero(&[0u8; 100]));
+        let mut v = vec![0u8; 100];
+        v[99] = 1;
+        assert!(!is_zero(&v));
+        v[99] = 0;
+        v[3] = 1;
+        assert!(!is_zero(&v));
+    }
+}

@@ -1,0 +1,360 @@
+//! `cairn pool iostat [-v] [-H] [-p] [POOL...] [INTERVAL [COUNT]]`: per-volume NBD traffic of a
+//! running server, like `zpool iostat`.
+//!
+//! The statistics live in the server. The client asks it for cumulative snapshots over the
+//! control socket (`pool iostat --snapshot`, one line per export and operation) and prints the
+//! difference between consecutive snapshots, so each line covers exactly one interval; the first
+//! report covers everything since the server started, as zpool's does. Mean latencies per
+//! interval come from the difference of (mean × count); `-v` adds cumulative p50/p99 latencies.
+
+use crate::context::{Context, say, say_raw};
+use crate::human;
+use crate::table::{Column, Table};
+use crate::{ListFormat, control};
+use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_nbd::{OpKind, OpStats};
+use clap::Args;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct IostatArgs {
+    #[command(flatten)]
+    pub format: ListFormat,
+    /// Add latency percentiles (cumulative since the server started).
+    #[arg(short = 'v')]
+    pub verbose: bool,
+    /// Print the server's raw cumulative counters (used by the client side of iostat).
+    #[arg(long, hide = true)]
+    pub snapshot: bool,
+    /// [POOL...] [INTERVAL [COUNT]]
+    pub args: Vec<String>,
+}
+
+const OPS: [(OpKind, &str); 4] = [
+    (OpKind::Read, "read"),
+    (OpKind::Write, "write"),
+    (OpKind::Flush, "flush"),
+    (OpKind::Trim, "trim"),
+];
+
+/// Cumulative counters of one operation kind of one export.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Counters {
+    ops: u64,
+    bytes: u64,
+    errors: u64,
+    latency_sum_us: f64,
+    p50_us: u64,
+    p99_us: u64,
+}
+
+impl Counters {
+    fn from_stats(stats: &OpStats) -> Counters {
+        Counters {
+            ops: stats.ops,
+            bytes: stats.bytes,
+            errors: stats.errors,
+            latency_sum_us: stats.mean_latency_us() * stats.ops as f64,
+            p50_us: stats.latency_quantile_us(0.5),
+            p99_us: stats.latency_quantile_us(0.99),
+        }
+    }
+}
+
+/// Cumulative counters by (export, operation), and the server's uptime when they were taken.
+#[derive(Debug, Default)]
+struct Snapshot {
+    uptime_s: f64,
+    counters: BTreeMap<(String, &'static str), Counters>,
+}
+
+fn op_name(text: &str) -> Option<&'static str> {
+    OPS.iter().map(|(_, name)| *name).find(|name| *name == text)
+}
+
+fn parse_snapshot(text: &str) -> Result<Snapshot> {
+    let mut snapshot = Snapshot::default();
+    for line in text.lines().filter(|line| !line.is_empty()) {
+        let fields: Vec<&str> = line.split('\t').collect();
+        if let ["uptime_s", seconds] = fields.as_slice() {
+            snapshot.uptime_s = seconds.parse().context("bad uptime in snapshot")?;
+            continue;
+        }
+        let [export, op, ops, bytes, errors, sum, p50, p99] = fields.as_slice() else {
+            bail!("malformed iostat snapshot line: {line}");
+        };
+        let op = op_name(op).ok_or_else(|| anyhow!("unknown operation in snapshot: {op}"))?;
+        let number = |text: &str| -> Result<u64> {
+            text.parse()
+                .with_context(|| format!("bad number in snapshot: {text}"))
+        };
+        snapshot.counters.insert(
+            (export.to_string(), op),
+            Counters {
+                ops: number(ops)?,
+                bytes: number(bytes)?,
+                errors: number(errors)?,
+                latency_sum_us: sum.parse().context("bad latency sum")?,
+                p50_us: number(p50)?,
+                p99_us: number(p99)?,
+            },
+        );
+    }
+    Ok(snapshot)
+}
+
+/// Server side: the raw cumulative counters.
+fn print_snapshot(ctx: &Context) -> Result<()> {
+    let served = ctx
+        .served
+        .as_ref()
+        .ok_or_else(|| anyhow!("--snapshot is answered by a running server only"))?;
+    let Some(server) = served.nbd.get() else {
+        return Ok(());
+    };
+    let uptime = served
+        .started
+        .get()
+        .map_or(0.0, |started| started.elapsed().as_secs_f64());
+    say!(ctx, "uptime_s\t{uptime:.3}");
+    for (export, stats) in server.stats() {
+        for (kind, name) in OPS {
+            let c = Counters::from_stats(stats.op(kind));
+            say!(
+                ctx,
+                "{export}\t{name}\t{}\t{}\t{}\t{:.0}\t{}\t{}",
+                c.ops,
+                c.bytes,
+                c.errors,
+                c.latency_sum_us,
+                c.p50_us,
+                c.p99_us
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Splits `[POOL...] [INTERVAL [COUNT]]`.
+fn parse_positional(args: &[String]) -> Result<(Vec<String>, Option<f64>, Option<u64>)> {
+    let first_number = args
+        .iter()
+        .position(|arg| arg.parse::<f64>().is_ok())
+        .unwrap_or(args.len());
+    let pools = args[..first_number].to_vec();
+    let numbers = &args[first_number..];
+    if numbers.len() > 2 {
+        bail!(
+            "expected [POOL...] [INTERVAL [COUNT]], got {}",
+            args.join(" ")
+        );
+    }
+    let interval = numbers
+        .first()
+        .map(|text| text.parse::<f64>())
+        .transpose()?;
+    if interval.is_some_and(|seconds| !(seconds > 0.0 && seconds.is_finite())) {
+        bail!("the interval must be a positive number of seconds");
+    }
+    let count = numbers
+        .get(1)
+        .map(|text| text.parse::<u64>())
+        .transpose()
+        .context("the count must be a whole number")?;
+    Ok((pools, interval, count))
+}
+
+fn render(
+    ctx: &Context,
+    args: &IostatArgs,
+    pools: &[String],
+    now: &Snapshot,
+    before: &Snapshot,
+    seconds: f64,
+) {
+    let mut columns = vec![
+        Column::left("VOLUME"),
+        Column::right("R-OPS/S"),
+        Column::right("W-OPS/S"),
+        Column::right("R-BW/S"),
+        Column::right("W-BW/S"),
+        Column::right("FLUSH/S"),
+        Column::right("TRIM/S"),
+        Column::right("R-LAT"),
+        Column::right("W-LAT"),
+        Column::right("F-LAT"),
+        Column::right("ERRORS"),
+    ];
+    if args.verbose {
+        for name in ["R-P50", "R-P99", "W-P50", "W-P99", "F-P99"] {
+            columns.push(Column::right(name));
+        }
+    }
+    let mut table = Table::new(columns);
+    let exports: std::collections::BTreeSet<&String> =
+        now.counters.keys().map(|(export, _)| export).collect();
+    let exact = args.format.exact;
+    for export in exports {
+        if !pools.is_empty()
+            && !pools
+                .iter()
+                .any(|pool| export.split('/').next() == Some(pool))
+        {
+            continue;
+        }
+        let delta = |op: &'static str| -> (Counters, Counters) {
+            let key = (export.clone(), op);
+            let current = now.counters.get(&key).copied().unwrap_or_default();
+            let earlier = before.counters.get(&key).copied().unwrap_or_default();
+            let diff = Counters {
+                ops: current.ops.saturating_sub(earlier.ops),
+                bytes: current.bytes.saturating_sub(earlier.bytes),
+                errors: current.errors.saturating_sub(earlier.errors),
+                latency_sum_us: (current.latency_sum_us - earlier.latency_sum_us).max(0.0),
+                ..current
+            };
+            (diff, current)
+        };
+        let rate = |value: u64| value as f64 / seconds;
+        let ops = |value: u64| {
+            if exact {
+                format!("{:.0}", rate(value))
+            } else {
+                format!("{:.1}", rate(value))
+            }
+        };
+        let bandwidth = |value: u64| {
+            if exact {
+                format!("{:.0}", rate(value))
+            } else {
+                human::size(rate(value) as u64, false)
+            }
+        };
+        let latency = |counters: &Counters| -> String {
+            if counters.ops == 0 {
+                "-".into()
+            } else {
+                human::micros(
+                    (counters.latency_sum_us / counters.ops as f64) as u64,
+                    exact,
+                )
+            }
+        };
+        let (read, read_total) = delta("read");
+        let (write, write_total) = delta("write");
+        let (flush, flush_total) = delta("flush");
+        let (trim, _) = delta("trim");
+        let mut row = vec![
+            export.clone(),
+            ops(read.ops),
+            ops(write.ops),
+            bandwidth(read.bytes),
+            bandwidth(write.bytes),
+            ops(flush.ops),
+            ops(trim.ops),
+            latency(&read),
+            latency(&write),
+            latency(&flush),
+            (read.errors + write.errors + flush.errors + trim.errors).to_string(),
+        ];
+        if args.verbose {
+            for value in [
+                read_total.p50_us,
+                read_total.p99_us,
+                write_total.p50_us,
+                write_total.p99_us,
+                flush_total.p99_us,
+            ] {
+                row.push(human::micros(value, exact));
+            }
+        }
+        table.push(row);
+    }
+    if table.is_empty() {
+        say!(ctx, "no volumes served");
+    } else {
+        say_raw!(ctx, "{}", table.render(args.format.scripted));
+    }
+}
+
+pub fn iostat(ctx: &Context, args: &IostatArgs) -> Result<()> {
+    if args.snapshot {
+        return print_snapshot(ctx);
+    }
+    let (pools, interval, count) = parse_positional(&args.args)?;
+    let state_dir = ctx
+        .cache
+        .path()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .ok_or_else(|| anyhow!("no state directory"))?;
+    let sample = || -> Result<Snapshot> {
+        let reply = control::forward(
+            &state_dir,
+            &["pool".into(), "iostat".into(), "--snapshot".into()],
+        )?
+        .ok_or_else(|| {
+            anyhow!(
+                "no cairn server is running for {}; pool iostat reports the I/O of `cairn serve`",
+                state_dir.display()
+            )
+        })?;
+        if reply.exit_code != 0 {
+            bail!("{}", String::from_utf8_lossy(&reply.stderr).trim());
+        }
+        parse_snapshot(&String::from_utf8_lossy(&reply.stdout))
+    };
+    let mut before = Snapshot::default();
+    let mut now = sample()?;
+    // The first report covers the server's whole life, as zpool's does.
+    render(ctx, args, &pools, &now, &before, now.uptime_s.max(0.001));
+    let Some(seconds) = interval else {
+        return Ok(());
+    };
+    let mut printed = 1;
+    while count.is_none_or(|count| printed < count) {
+        std::thread::sleep(Duration::from_secs_f64(seconds));
+        before = now;
+        now = sample()?;
+        if !args.format.scripted {
+            say!(ctx);
+        }
+        let elapsed = (now.uptime_s - before.uptime_s).max(0.001);
+        render(ctx, args, &pools, &now, &before, elapsed);
+        printed += 1;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn positional_arguments_split_into_pools_interval_and_count() {
+        let args = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            parse_positional(&args(&["tank", "2", "5"])).unwrap(),
+            (vec!["tank".to_string()], Some(2.0), Some(5))
+        );
+        assert_eq!(parse_positional(&args(&[])).unwrap(), (vec![], None, None));
+        assert!(parse_positional(&args(&["1", "2", "3"])).is_err());
+        assert!(parse_positional(&args(&["0"])).is_err());
+    }
+
+    #[test]
+    fn snapshots_round_trip_through_their_text_form() {
+        let text = "uptime_s\t12.5\ntank/vol\tread\t10\t40960\t0\t1500\t100\t900\ntank/vol\twrite\t3\t12288\t1\t30\t8\t20\n";
+        let snapshot = parse_snapshot(text).unwrap();
+        assert_eq!(snapshot.uptime_s, 12.5);
+        let read = snapshot.counters[&("tank/vol".to_string(), "read")];
+        assert_eq!((read.ops, read.bytes, read.p99_us), (10, 40960, 900));
+        assert_eq!(
+            snapshot.counters[&("tank/vol".to_string(), "write")].errors,
+            1
+        );
+        assert!(parse_snapshot("tank/vol\tread\t1").is_err());
+        assert!(parse_snapshot("tank/vol\tdance\t1\t1\t1\t1\t1\t1").is_err());
+    }
+}

@@ -1,0 +1,351 @@
+//! `cairn serve`: the long-running server. Imports the pools it is given (remembered ones from
+//! the pool cache, plus any found with `-d DIR`), and serves every volume as the NBD export
+//! `pool/volume` on a TCP address (loopback by default) and a Unix socket (mode 0600).
+//!
+//! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA wait
+//! for a synced txg (the intent log will make that cheap in a later issue). On SIGINT or
+//! SIGTERM the server stops accepting, lets every connection finish the requests it has read,
+//! then syncs and exports the pools (they stay remembered, so the next `serve` imports them).
+//!
+//! Exports are looked up per connection, so a volume created after the server started is
+//! served as soon as the server's pool knows it.
+
+use crate::cache::PoolCache;
+use crate::context::{Context, Output, ServedPools, device_specs};
+use crate::control::{self, Reply, Request};
+use anyhow::{Context as _, Result, bail};
+use cairn_dataset::{DatasetError, DatasetKind, Volume};
+use cairn_engine::{ImportSource, Pool, PoolOptions, discover_pools};
+use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig};
+use clap::{Args, Parser};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Also import pools found in this directory (repeatable).
+    #[arg(short = 'd', value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+    /// TCP address to listen on; another address than loopback only when asked.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
+    pub listen: String,
+    /// Unix socket path (default: STATE_DIR/nbd.sock).
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+}
+
+/// NBD view of one volume.
+struct VolumeExport {
+    volume: Arc<Volume>,
+}
+
+fn export_error(err: DatasetError) -> ExportError {
+    match err {
+        DatasetError::ReadOnly(_) => ExportError::ReadOnly,
+        DatasetError::NoSpace(_) => ExportError::NoSpace,
+        DatasetError::OutOfRange { .. } => ExportError::OutOfRange,
+        other => ExportError::Io(other.to_string()),
+    }
+}
+
+impl VolumeExport {
+    fn durable_if(&self, fua: bool) -> Result<(), ExportError> {
+        if fua {
+            self.volume.flush().map_err(export_error)?;
+        }
+        Ok(())
+    }
+}
+
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.volume.size_bytes()
+    }
+
+    fn preferred_block_size(&self) -> u32 {
+        self.volume.block_size()
+    }
+
+    fn readonly(&self) -> bool {
+        self.volume.is_readonly()
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.volume.read(offset, buf).map_err(export_error)
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.volume.write(offset, data).map_err(export_error)?;
+        self.durable_if(fua)
+    }
+
+    fn flush(&self) -> Result<(), ExportError> {
+        self.volume.flush().map_err(export_error)
+    }
+
+    fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ExportError> {
+        self.volume.trim(offset, len).map_err(export_error)?;
+        self.durable_if(fua)
+    }
+
+    /// Zeros are stored as holes whatever the client asks: they read back as zeros either way
+    /// and use no space (NO_HOLE is a hint about allocation, which a copy-on-write pool cannot
+    /// honour anyway).
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        _may_trim: bool,
+    ) -> Result<(), ExportError> {
+        self.volume
+            .write_zeroes(offset, len)
+            .map_err(export_error)?;
+        self.durable_if(fua)
+    }
+
+    fn block_status(&self, offset: u64, len: u64) -> Result<Vec<(u64, u32)>, ExportError> {
+        const HOLE: u32 = 1;
+        const ZERO: u32 = 2;
+        let runs = self
+            .volume
+            .block_status(offset, len)
+            .map_err(export_error)?;
+        Ok(runs
+            .into_iter()
+            .map(|(run_len, hole)| (run_len, if hole { HOLE | ZERO } else { 0 }))
+            .collect())
+    }
+}
+
+/// Every volume of every served pool (the same set forwarded commands work on, so a volume
+/// created with `cairn create` is an export at once).
+struct PoolExports {
+    served: Arc<ServedPools>,
+}
+
+impl PoolExports {
+    fn pool_for(&self, export: &str) -> Option<Arc<Pool>> {
+        self.served.get(export.split('/').next()?)
+    }
+}
+
+impl ExportProvider for PoolExports {
+    fn list(&self) -> Vec<String> {
+        let pools: Vec<Arc<Pool>> = self.served.pools.read().values().cloned().collect();
+        pools
+            .iter()
+            .filter_map(|pool| pool.datasets().ok())
+            .flatten()
+            .filter(|dataset| dataset.kind == DatasetKind::Volume)
+            .map(|dataset| dataset.name)
+            .collect()
+    }
+
+    fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
+        let volume = self.pool_for(name)?.volume(name).ok()?;
+        Some(Arc::new(VolumeExport { volume }))
+    }
+
+    fn description(&self, name: &str) -> Option<String> {
+        let volume = self.pool_for(name)?.volume(name).ok()?;
+        Some(format!(
+            "cairn volume {name} ({} bytes, volblocksize {})",
+            volume.size_bytes(),
+            volume.block_size()
+        ))
+    }
+}
+
+/// Opens the remembered pools and imports any new ones found in `dirs`.
+fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Pool>>> {
+    let mut pools = BTreeMap::new();
+    for name in ctx.pool_names()? {
+        let pool = ctx.open(&name, false)?;
+        for note in pool.notes() {
+            eprintln!("cairn: {note}");
+        }
+        pools.insert(name, Arc::new(pool));
+    }
+    for dir in dirs {
+        let dir = std::path::absolute(dir)?;
+        for found in discover_pools(&ImportSource::Directory(dir.clone())) {
+            let name = found.config.pool_name.clone();
+            if pools.contains_key(&name) || found.config.state == cairn_format::PoolState::Destroyed
+            {
+                continue;
+            }
+            let pool = Pool::import(
+                &ImportSource::Directory(dir.clone()),
+                &name,
+                PoolOptions::default(),
+            )
+            .with_context(|| format!("cannot import pool '{name}' from {}", dir.display()))?;
+            ctx.cache
+                .insert(&name, &device_specs(&pool))
+                .with_context(|| format!("cannot remember pool '{name}'"))?;
+            ctx.record(&pool)?;
+            pools.insert(name, Arc::new(pool));
+        }
+    }
+    if pools.is_empty() {
+        bail!("no pools to serve (create one with cairn pool create, or pass -d DIR)");
+    }
+    Ok(pools)
+}
+
+/// Runs one forwarded command against the served pools, capturing its output.
+fn executor(
+    state_dir: PathBuf,
+    served: Arc<ServedPools>,
+) -> Arc<dyn Fn(Request) -> Reply + Send + Sync> {
+    let one_at_a_time = Arc::new(Mutex::new(()));
+    Arc::new(move |request: Request| {
+        let _turn = one_at_a_time.lock();
+        let argv = std::iter::once("cairn".to_string()).chain(request.args.iter().cloned());
+        let cli = match crate::Cli::try_parse_from(argv) {
+            Ok(cli) => cli,
+            Err(err) => {
+                let code = err.exit_code() as u32;
+                let text = err.render().to_string().into_bytes();
+                let (stdout, stderr) = if code == 0 {
+                    (text, Vec::new())
+                } else {
+                    (Vec::new(), text)
+                };
+                return Reply {
+                    exit_code: code,
+                    stdout,
+                    stderr,
+                };
+            }
+        };
+        if let Err(err) = std::env::set_current_dir(&request.cwd) {
+            let message = format!("cairn: cannot use {}: {err}\n", request.cwd.display());
+            return Reply {
+                exit_code: 1,
+                stdout: Vec::new(),
+                stderr: message.into_bytes(),
+            };
+        }
+        let (out, stdout) = Output::buffer();
+        let (err, stderr) = Output::buffer();
+        let ctx = Context {
+            cache: PoolCache::new(state_dir.clone()),
+            command_line: crate::context::command_line(&request.args),
+            out,
+            err,
+            served: Some(served.clone()),
+        };
+        let exit_code = match crate::execute(&ctx, cli.command, &state_dir) {
+            Ok(()) => 0,
+            Err(error) => {
+                ctx.err.text(format_args!("cairn: {error:#}\n"));
+                1
+            }
+        };
+        let stdout = stdout.lock().clone();
+        let stderr = stderr.lock().clone();
+        Reply {
+            exit_code,
+            stdout,
+            stderr,
+        }
+    })
+}
+
+pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
+    let control_listener = control::bind(state_dir)?;
+    let served = Arc::new(ServedPools::default());
+    *served.pools.write() = open_pools(ctx, &args.dirs)?;
+    let exports = Arc::new(PoolExports {
+        served: served.clone(),
+    });
+    let socket_path = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| state_dir.join("nbd.sock"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("cairn-nbd")
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let server = Arc::new(NbdServer::new(exports.clone(), ServerConfig::default()));
+    let _ = served.nbd.set(server.clone());
+    let _ = served.started.set(std::time::Instant::now());
+    let stop_control = Arc::new(AtomicBool::new(false));
+    let control_thread = std::thread::Builder::new()
+        .name("cairn-control".into())
+        .spawn({
+            let stop = stop_control.clone();
+            let execute = executor(state_dir.to_path_buf(), served.clone());
+            move || control::accept_loop(control_listener, stop, execute)
+        })
+        .context("cannot start the control thread")?;
+    let result = runtime.block_on(async {
+        let tcp = tokio::net::TcpListener::bind(&args.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let unix = cairn_nbd::bind_unix(&socket_path, 0o600)
+            .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
+        let exported = exports.list();
+        println!(
+            "cairn: serving {} export(s) on nbd://{} and nbd+unix:///?socket={}",
+            exported.len(),
+            tcp.local_addr()?,
+            socket_path.display()
+        );
+        for name in &exported {
+            println!("  nbd://{}/{name}", tcp.local_addr()?);
+        }
+        // Both listeners and the signal watch run in this one task, so nothing here needs to
+        // be Send; the listeners return once the server is shut down.
+        let serving = async { tokio::try_join!(server.serve_tcp(tcp), server.serve_unix(unix)) };
+        tokio::pin!(serving);
+        tokio::select! {
+            result = &mut serving => {
+                result.context("the NBD listeners failed")?;
+            }
+            signal = wait_for_stop_signal() => {
+                signal?;
+                eprintln!("cairn: stopping: finishing requests in flight");
+                server.shutdown();
+                serving.await.context("the NBD listeners failed")?;
+            }
+        }
+        server.wait_idle().await;
+        anyhow::Ok(())
+    });
+    let _ = std::fs::remove_file(&socket_path);
+    stop_control.store(true, Ordering::SeqCst);
+    control::wake(state_dir);
+    let _ = control_thread.join();
+    let _ = std::fs::remove_file(control::socket_path(state_dir));
+    let pools = std::mem::take(&mut *served.pools.write());
+    let mut failures = Vec::new();
+    for (name, pool) in pools {
+        eprintln!("cairn: syncing and exporting pool '{name}'");
+        if let Err(err) = pool.export() {
+            failures.push(format!("pool '{name}': {err:#}"));
+        }
+    }
+    result?;
+    if !failures.is_empty() {
+        bail!("{}", failures.join("; "));
+    }
+    Ok(())
+}
+
+async fn wait_for_stop_signal() -> Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    tokio::select! {
+        result = tokio::signal::ctrl_c() => result.context("cannot watch SIGINT")?,
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}
