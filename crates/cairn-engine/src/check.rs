@@ -9,7 +9,8 @@
 //! - leaks: allocated space no pointer references;
 //! - per-dataset `used` that differs from the sum of its blocks.
 //!
-//! The checker never writes; run it on a pool opened read-only.
+//! The checker never writes. On a pool opened read-only it sees exactly what is on disk; on a
+//! live pool (a running server) it holds the open txg so no sync runs while it looks.
 
 use crate::scrub::describe;
 use crate::{EngineError, Pool};
@@ -173,10 +174,27 @@ impl Pool {
 
     /// Verifies every block and the space accounting of the last synced txg.
     pub fn check(&self) -> Result<CheckReport, EngineError> {
-        if self.txg_engine().is_ok() {
-            self.sync()?;
-        }
+        // On a live pool, freeze txg syncs for the duration: hold the open txg (it cannot
+        // quiesce) and wait for any sync already in flight, so the allocator and the tree
+        // describe the same txg. Writers keep going into the open txg meanwhile.
+        let _freeze = match self.txg_engine() {
+            Ok(engine) => {
+                self.sync()?;
+                let hold = engine
+                    .try_hold()
+                    .map_err(|err| EngineError::Txg(err.to_string()))?;
+                while engine.last_synced_txg() + 1 < hold.txg() {
+                    if let Some(reason) = engine.suspended() {
+                        return Err(EngineError::Txg(reason));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Some(hold)
+            }
+            Err(_) => None,
+        };
         let uberblock = self.core.uberblock.lock().clone();
+        let _hold = crate::pool::ScanGuard::hold(&self.core, uberblock.txg);
         let datasets: Vec<(String, BlockPointer, u64)> = {
             let directory = self.core.directory.lock();
             directory

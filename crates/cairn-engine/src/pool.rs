@@ -572,6 +572,25 @@ impl Drop for Pool {
     }
 }
 
+/// While alive, space freed after `txg` is not reused, so a scan walking the tree of `txg`
+/// (scrub, check) never reads, or repairs over, space that now holds something else.
+pub(crate) struct ScanGuard<'a> {
+    core: &'a PoolCore,
+}
+
+impl<'a> ScanGuard<'a> {
+    pub(crate) fn hold(core: &'a PoolCore, txg: u64) -> ScanGuard<'a> {
+        core.space.lock().set_release_floor(Some(txg + 1));
+        ScanGuard { core }
+    }
+}
+
+impl Drop for ScanGuard<'_> {
+    fn drop(&mut self) {
+        self.core.space.lock().set_release_floor(None);
+    }
+}
+
 pub(crate) fn checksum_from_property(value: &str) -> ChecksumAlgorithm {
     ChecksumAlgorithm::from_name(value).unwrap_or(ChecksumAlgorithm::Fletcher4)
 }

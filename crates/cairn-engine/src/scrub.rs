@@ -6,9 +6,9 @@
 //! byte offset — the bytes themselves are never returned to anyone. The result is stored in the
 //! dataset directory so `cairn pool status` shows it after the process exits.
 //!
-//! Limitation: blocks freed by writes that happen *during* a long scrub may be reused after the
-//! defer window; the scrub then reports a false checksum error for them. Front ends that write
-//! while scrubbing must pause frees (future work with the long-running server).
+//! Writers may keep going during a scrub (a server keeps serving): the scrub holds back the
+//! reuse of space freed after its txg (`ScanGuard`), so every block of the tree it walks still
+//! holds that block's bytes, and rewriting a bad copy can never land on someone else's data.
 
 use crate::{EngineError, Pool};
 use bytes::Bytes;
@@ -103,6 +103,7 @@ impl Pool {
         self.sync()?;
         let started_ms = crate::now_ms();
         let uberblock = self.core.uberblock.lock().clone();
+        let _hold = crate::pool::ScanGuard::hold(&self.core, uberblock.txg);
         let roots: Vec<(String, cairn_format::BlockPointer)> = {
             let directory = self.core.directory.lock();
             directory

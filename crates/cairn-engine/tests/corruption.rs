@@ -136,3 +136,60 @@ fn damage_on_every_copy_is_reported_not_returned() {
     );
     pool.close().unwrap();
 }
+
+#[test]
+fn scrubs_during_writes_report_no_phantom_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = std::sync::Arc::new(create_mirror(&paths, plain_opener()));
+    pool.create_volume(
+        "tank/vol",
+        VOLUME_SIZE,
+        &[("volblocksize".into(), "4K".into())],
+    )
+    .unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    volume.write(0, &vec![1u8; VOLUME_SIZE as usize]).unwrap();
+    pool.sync().unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (pool, volume, stop) = (pool.clone(), volume.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(5);
+            let mut txgs = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let offset = rng.below(VOLUME_SIZE / 4096 - 64) * 4096;
+                volume
+                    .write(offset, &vec![rng.next() as u8; 256 << 10])
+                    .unwrap();
+                pool.sync().unwrap();
+                txgs += 1;
+            }
+            txgs
+        })
+    };
+    let mut scrubs = 0;
+    while scrubs < 20 {
+        let record = pool.scrub(&mut |_| {}).unwrap();
+        assert_eq!(
+            (record.bad_copies, record.unrecoverable_blocks),
+            (0, 0),
+            "scrub {scrubs} saw damage that is not there: {:?}",
+            record.damaged
+        );
+        let report = pool.check().unwrap();
+        assert!(
+            report.is_clean(),
+            "check {scrubs}: {:#?}",
+            report.problems()
+        );
+        scrubs += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let txgs = writer.join().unwrap();
+    assert!(
+        txgs > 20,
+        "the writer synced only {txgs} txgs during the scrubs"
+    );
+    pool.close().unwrap();
+}

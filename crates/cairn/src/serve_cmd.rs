@@ -299,9 +299,18 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
             tcp.local_addr()?,
             socket_path.display()
         );
+        let address = tcp.local_addr()?;
         for name in &exported {
-            println!("  nbd://{}/{name}", tcp.local_addr()?);
+            println!("  nbd://{address}/{name}");
         }
+        if let Some(first) = exported.first() {
+            println!("connect with, for example:");
+            println!("  nbdinfo --list nbd://{address}");
+            println!("  qemu-io -f raw -c 'read -v 0 512' nbd://{address}/{first}");
+        }
+        println!(
+            "other cairn commands keep working; stop with Ctrl-C (pools are synced and exported)"
+        );
         // Both listeners and the signal watch run in this one task, so nothing here needs to
         // be Send; the listeners return once the server is shut down.
         let serving = async { tokio::try_join!(server.serve_tcp(tcp), server.serve_unix(unix)) };

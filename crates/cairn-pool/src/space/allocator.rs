@@ -138,6 +138,9 @@ pub struct SpaceAllocator {
     changes: BTreeMap<u64, TxgChanges>,
     /// Highest txg passed to `sync_done` (or `replay`).
     synced_txg: Option<u64>,
+    /// Frees made in this txg or later stay deferred regardless of age while set: a scan
+    /// (scrub, check) walking an older tree must never see that space reused.
+    release_floor: Option<u64>,
 }
 
 impl SpaceAllocator {
@@ -193,6 +196,7 @@ impl SpaceAllocator {
             deferred_by_txg: BTreeMap::new(),
             changes: BTreeMap::new(),
             synced_txg: None,
+            release_floor: None,
         };
         allocator.rotor_chunk_bytes = allocator.rotor_chunk_bytes_for(0);
         Ok(allocator)
@@ -316,9 +320,15 @@ impl SpaceAllocator {
     pub fn sync_done(&mut self, synced_txg: u64) {
         let synced_txg = self.synced_txg.map_or(synced_txg, |s| s.max(synced_txg));
         self.synced_txg = Some(synced_txg);
-        let Some(release_txg_max) = synced_txg.checked_sub(DEFER_TXGS) else {
+        let Some(mut release_txg_max) = synced_txg.checked_sub(DEFER_TXGS) else {
             return;
         };
+        if let Some(floor) = self.release_floor {
+            let Some(below_floor) = floor.checked_sub(1) else {
+                return;
+            };
+            release_txg_max = release_txg_max.min(below_floor);
+        }
         let kept = self.deferred_by_txg.split_off(&(release_txg_max + 1));
         let released = std::mem::replace(&mut self.deferred_by_txg, kept);
         for per_vdev in released.into_values() {
@@ -363,6 +373,12 @@ impl SpaceAllocator {
     /// Txgs with recorded changes not yet taken, ascending.
     pub fn pending_change_txgs(&self) -> Vec<u64> {
         self.changes.keys().copied().collect()
+    }
+
+    /// Holds back the reuse of space freed in `txg` or later (`Some`) until released (`None`);
+    /// frees already older stay on their normal schedule. Used while a scan walks a tree.
+    pub fn set_release_floor(&mut self, txg: Option<u64>) {
+        self.release_floor = txg;
     }
 
     /// How many entries `take_changes(txg)` would return now (coalesced segments).
