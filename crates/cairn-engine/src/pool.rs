@@ -427,6 +427,8 @@ impl Pool {
             core.directory.lock().datasets.remove(&name);
             Ok(())
         })?;
+        // Make the freed space usable (and visible in `pool list`) now, not a few txgs later.
+        reclaim_deferred(&self.core, self.txg_engine()?);
         Ok(())
     }
 
@@ -501,8 +503,16 @@ impl Pool {
         let core = self.core.clone();
         let engine_for_check = engine.clone();
         let space_check: SpaceCheck = Arc::new(move |bytes| {
-            let dirty = engine_for_check.dirty_bytes();
-            if core.space.lock().can_allocate_user(dirty + bytes) {
+            let fits = || {
+                let dirty = engine_for_check.dirty_bytes();
+                core.space.lock().can_allocate_user(dirty + bytes)
+            };
+            if fits() {
+                return Ok(());
+            }
+            // Space freed in the last few txgs is not reusable yet; on an otherwise idle pool
+            // nothing would ever sync those txgs. Drive them, then look again.
+            if reclaim_deferred(&core, &engine_for_check) && fits() {
                 Ok(())
             } else {
                 Err(DatasetError::NoSpace(format!(
@@ -570,6 +580,20 @@ impl Drop for Pool {
             self.core.tree.shutdown();
         }
     }
+}
+
+/// Syncs empty txgs until space freed earlier is reusable (at most the defer window); true if
+/// any was pending. Called without a txg hold.
+fn reclaim_deferred(core: &PoolCore, engine: &TxgEngine) -> bool {
+    if core.space.lock().stats().deferred_bytes == 0 {
+        return false;
+    }
+    for _ in 0..=cairn_pool::space::DEFER_TXGS {
+        if engine.sync_now_forced().is_err() || core.space.lock().stats().deferred_bytes == 0 {
+            break;
+        }
+    }
+    true
 }
 
 /// While alive, space freed after `txg` is not reused, so a scan walking the tree of `txg`

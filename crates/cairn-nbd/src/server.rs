@@ -315,11 +315,16 @@ where
 {
     let mut reader = BufReader::with_capacity(16 * 1024, reader);
     let mut writer = BufWriter::with_capacity(16 * 1024, writer);
-    let negotiated = tokio::time::timeout(
-        inner.config.handshake_timeout,
-        handshake::negotiate(&inner, &mut reader, &mut writer),
-    )
-    .await;
+    // A client that connects and says nothing must not hold up shutdown until the handshake
+    // timeout: stop waiting for it as soon as the server shuts down.
+    let mut shutdown = inner.shutdown_rx();
+    let negotiated = tokio::select! {
+        result = tokio::time::timeout(
+            inner.config.handshake_timeout,
+            handshake::negotiate(&inner, &mut reader, &mut writer),
+        ) => result,
+        _ = shutting_down(&mut shutdown) => return,
+    };
     let session = match negotiated {
         Ok(Ok(Ok(session))) => session,
         Ok(Ok(Err(Ended::Aborted | Ended::Shutdown))) => return,
