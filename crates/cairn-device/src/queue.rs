@@ -755,7 +755,9 @@ fn complete(
             }
         }
     }
-    shared.work.notify_all();
+    // One freed slot is one more request another worker may start; this worker loops back for
+    // work itself. Waking every worker per completion made them all spin on the lock.
+    shared.work.notify_one();
     shared.done.notify_all();
 
     let mut outputs = outputs.into_iter();

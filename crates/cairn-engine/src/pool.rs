@@ -510,9 +510,13 @@ impl Pool {
             if fits() {
                 return Ok(());
             }
-            // Space freed in the last few txgs is not reusable yet; on an otherwise idle pool
-            // nothing would ever sync those txgs. Drive them, then look again.
-            if reclaim_deferred(&core, &engine_for_check) && fits() {
+            // The estimate counts every dirty byte as new space, though overwrites free as
+            // much as they take, and space freed in the last few txgs is not reusable yet (on
+            // an idle pool nothing would sync those txgs). Before refusing, write the dirty
+            // data out and drive the txgs that release deferred frees, then look again.
+            let _ = engine_for_check.sync_now();
+            reclaim_deferred(&core, &engine_for_check);
+            if fits() {
                 Ok(())
             } else {
                 Err(DatasetError::NoSpace(format!(

@@ -8,6 +8,8 @@ pub struct PipelineStats {
     /// Bytes allocated and written, all copies.
     pub bytes_written: AtomicU64,
     pub blocks_read: AtomicU64,
+    /// Synchronous reads from non-rotational devices issued in the caller's thread.
+    pub direct_reads: AtomicU64,
     pub bytes_read: AtomicU64,
     pub blocks_freed: AtomicU64,
     pub checksum_errors: AtomicU64,
