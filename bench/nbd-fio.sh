@@ -8,7 +8,7 @@
 # file system) starts three servers on Unix sockets, each exporting 1 GiB:
 #   cairn    `cairn serve` of volume tank/vol (default properties, or the given volblocksize;
 #            the default is 16K, so every 4 KiB write is a read-modify-write) in a single-file pool of
-#            --pool-size (default 8G, sparse). A 3G pool returns ENOSPC during the 1 MiB overwrite:
+#            --pool-size (default 8G, sparse). (Before run D, a 3G pool returned ENOSPC during the overwrite:
 #            cairn counts every dirty byte against free space while the blocks being overwritten
 #            stay deferred for 3 txgs, and it does not wait for those frees before failing.
 #   qemu-nbd `qemu-nbd -f raw --cache=writeback --aio=threads` of a raw file
