@@ -8,9 +8,8 @@
 # file system) starts three servers on Unix sockets, each exporting 1 GiB:
 #   cairn    `cairn serve` of volume tank/vol (default properties, or the given volblocksize;
 #            the default is 16K, so every 4 KiB write is a read-modify-write) in a single-file pool of
-#            --pool-size (default 8G, sparse). (Before run D, a 3G pool returned ENOSPC during the overwrite:
-#            cairn counts every dirty byte against free space while the blocks being overwritten
-#            stay deferred for 3 txgs, and it does not wait for those frees before failing.
+#            --pool-size (default 8G, sparse; 3G also works since the ENOSPC fix of run D, when an
+#            overwrite near full now waits for its deferred frees instead of failing).
 #   qemu-nbd `qemu-nbd -f raw --cache=writeback --aio=threads` of a raw file
 #   nbdkit   `nbdkit file` (default cache, 16 threads) of a raw file
 # fills each export once with fio (1 MiB sequential writes), then runs every section of
