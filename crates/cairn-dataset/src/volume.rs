@@ -23,6 +23,24 @@ const STRIPE_LOCKS: usize = 64;
 /// Blocks one block-status query looks at; clients ask again for the rest.
 const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 16;
 
+/// What a modification does to space: writes take it; trims and zeroing give it back (partial
+/// blocks aside, which the pool's reserved slice covers), so they must work on a full pool or
+/// nothing could ever make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    Write,
+    Discard,
+}
+
+impl Change {
+    fn name(self) -> &'static str {
+        match self {
+            Change::Write => "write",
+            Change::Discard => "trim",
+        }
+    }
+}
+
 /// Asks the pool whether `bytes` more of user data may be dirtied.
 pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), DatasetError> + Send + Sync>;
 
@@ -171,20 +189,18 @@ impl Volume {
     /// Applies `fill(blkid, block, within, take, cursor)` to each piece under one txg hold.
     fn modify(
         &self,
-        op: &'static str,
+        change: Change,
         offset: u64,
         len: u64,
         mut fill: impl FnMut(&mut [u8], usize),
         whole_block: impl Fn(usize) -> Option<Bytes>,
     ) -> Result<(), DatasetError> {
         self.check_writable()?;
-        self.check_range(op, offset, len)?;
+        self.check_range(change.name(), offset, len)?;
         if len == 0 {
             return Ok(());
         }
-        // Trimming and zeroing free space (partial blocks aside, which the reserved slice
-        // covers): they must work on a full pool, or nothing could ever make room.
-        if op == "write" {
+        if change == Change::Write {
             (self.space_check)(len)?;
         }
         self.txg.throttle(len);
@@ -223,7 +239,7 @@ impl Volume {
 
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), DatasetError> {
         self.modify(
-            "write",
+            Change::Write,
             offset,
             data.len() as u64,
             |piece, cursor| piece.copy_from_slice(&data[cursor..cursor + piece.len()]),
@@ -242,7 +258,13 @@ impl Volume {
 
     /// Discards a range: whole blocks become holes, partial blocks get zeros.
     pub fn trim(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
-        self.modify("trim", offset, len, |piece, _| piece.fill(0), |_| None)?;
+        self.modify(
+            Change::Discard,
+            offset,
+            len,
+            |piece, _| piece.fill(0),
+            |_| None,
+        )?;
         self.stats.trims.fetch_add(1, Ordering::Relaxed);
         self.stats.trim_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(())
