@@ -19,7 +19,7 @@ pub mod properties;
 mod volume;
 
 pub use directory::{DatasetDirectory, DatasetRecord, LeafErrorRecord, ScrubRecord};
-pub use volume::{SpaceCheck, VOLUME_OBJECT, Volume, VolumeStats};
+pub use volume::{SpaceCheck, SyncMode, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;

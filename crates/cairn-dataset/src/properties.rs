@@ -95,6 +95,15 @@ pub const PROPERTIES: &[PropertyDef] = &[
         description: "use log devices for synchronous writes (latency) or write in place (throughput)",
     },
     PropertyDef {
+        name: "loglanes",
+        value_type: ValueType::Choice(&["1", "2", "3", "4"]),
+        default: "1",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "independent intent-log chains per volume (takes effect at the next import)",
+    },
+    PropertyDef {
         name: "compression",
         value_type: ValueType::Choice(&["off"]),
         default: "off",

@@ -8,14 +8,23 @@
 //! Writers call `TxgEngine::throttle` before joining a txg, so a burst of writes slows smoothly
 //! as dirty data approaches its limit instead of stalling at it. Space is checked before any
 //! change is made: a write that cannot fit returns `NoSpace` and changes nothing.
+//!
+//! Durability: every change is also appended to the volume's intent log (inside the same txg
+//! hold, so the record names the txg the change joined). `flush` commits the log; a write with
+//! `fua` (or any write under `sync=always`) commits its own record before returning. Under
+//! `sync=disabled` nothing is ever committed: flushes return at once and acknowledged writes
+//! are lost if the machine stops before the next txg sync (documented as unsafe). Without a log
+//! (a volume opened for tools) a flush waits for a txg sync instead.
 
 use crate::DatasetError;
 use bytes::Bytes;
+use cairn_format::{LogRecord, LogRecordKind};
 use cairn_object::{ObjectError, ObjectSet};
-use cairn_pool::txg::TxgEngine;
+use cairn_pool::txg::{TxgEngine, TxgHold};
+use cairn_zil::{IntentLog, ItxData, LogOp, LogSource, Ticket, ZilError};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 /// The object that holds a volume's data.
 pub const VOLUME_OBJECT: u64 = 1;
@@ -39,6 +48,37 @@ impl Change {
             Change::Discard => "trim",
         }
     }
+}
+
+/// The `sync` property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Flush and FUA commit the intent log.
+    Standard,
+    /// Every write commits the intent log before it is acknowledged.
+    Always,
+    /// Nothing is committed (UNSAFE: acknowledged writes can be lost).
+    Disabled,
+}
+
+impl SyncMode {
+    pub fn from_property(value: &str) -> SyncMode {
+        match value {
+            "always" => SyncMode::Always,
+            "disabled" => SyncMode::Disabled,
+            _ => SyncMode::Standard,
+        }
+    }
+}
+
+/// How one modification is made.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteOptions {
+    /// Forced unit access: durable before the call returns.
+    pub fua: bool,
+    /// Which log lane to use (callers pass a per-connection number so independent streams
+    /// commit in parallel).
+    pub lane: usize,
 }
 
 /// Asks the pool whether `bytes` more of user data may be dirtied.
@@ -66,6 +106,8 @@ pub struct Volume {
     /// Newest txg this volume dirtied: what a flush must wait for.
     last_dirty_txg: AtomicU64,
     stripes: Vec<Mutex<()>>,
+    intent_log: Option<Arc<IntentLog>>,
+    sync_mode: AtomicU8,
     pub stats: VolumeStats,
 }
 
@@ -90,8 +132,37 @@ impl Volume {
             space_check,
             last_dirty_txg: AtomicU64::new(0),
             stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            intent_log: None,
+            sync_mode: AtomicU8::new(SyncMode::Standard as u8),
             stats: VolumeStats::default(),
         }
+    }
+
+    /// Gives the volume its intent log (before it is shared).
+    pub fn with_intent_log(mut self, intent_log: Arc<IntentLog>) -> Volume {
+        self.intent_log = Some(intent_log);
+        self
+    }
+
+    pub fn intent_log(&self) -> Option<&Arc<IntentLog>> {
+        self.intent_log.as_ref()
+    }
+
+    pub fn sync_mode(&self) -> SyncMode {
+        match self.sync_mode.load(Ordering::Relaxed) {
+            1 => SyncMode::Always,
+            2 => SyncMode::Disabled,
+            _ => SyncMode::Standard,
+        }
+    }
+
+    pub fn set_sync_mode(&self, mode: SyncMode) {
+        let raw = match mode {
+            SyncMode::Standard => 0,
+            SyncMode::Always => 1,
+            SyncMode::Disabled => 2,
+        };
+        self.sync_mode.store(raw, Ordering::Relaxed);
     }
 
     pub fn name(&self) -> &str {
@@ -169,6 +240,16 @@ impl Volume {
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
+        self.read_unlogged(offset, buf)?;
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A read that is not counted (the intent log fetching data to log).
+    fn read_unlogged(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
         self.check_range("read", offset, buf.len() as u64)?;
         let mut cursor = 0;
         for (blkid, within, take) in self.pieces(offset, buf.len() as u64) {
@@ -179,38 +260,19 @@ impl Volume {
             }
             cursor += take;
         }
-        self.stats.reads.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .read_bytes
-            .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 
-    /// Applies `fill(blkid, block, within, take, cursor)` to each piece under one txg hold.
-    fn modify(
+    /// Applies `fill(piece, cursor)` (partial blocks) or `whole_block(cursor)` (whole blocks:
+    /// data, or `None` for a hole) to each piece, in the txg of `hold`.
+    fn apply(
         &self,
-        change: Change,
+        hold: &TxgHold,
         offset: u64,
         len: u64,
         mut fill: impl FnMut(&mut [u8], usize),
         whole_block: impl Fn(usize) -> Option<Bytes>,
     ) -> Result<(), DatasetError> {
-        self.check_writable()?;
-        self.check_range(change.name(), offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        if change == Change::Write {
-            (self.space_check)(len)?;
-        }
-        self.txg.throttle(len);
-        // try_hold: a handle that outlives its pool (or a suspended pool) gets an error, not a
-        // panic and not a change that can never reach disk.
-        let hold = self.txg.try_hold().map_err(|err| DatasetError::Io {
-            name: self.name.clone(),
-            reason: err.to_string(),
-        })?;
-
         let txg = hold.txg();
         let block_size = self.block_size as usize;
         let mut cursor = 0;
@@ -238,8 +300,90 @@ impl Volume {
     }
 
     pub fn write(&self, offset: u64, data: &[u8]) -> Result<(), DatasetError> {
-        self.modify(
-            Change::Write,
+        self.write_with(offset, data, WriteOptions::default())
+    }
+
+    /// A write; durable on return if `options.fua` or `sync=always`.
+    pub fn write_with(
+        &self,
+        offset: u64,
+        data: &[u8],
+        options: WriteOptions,
+    ) -> Result<(), DatasetError> {
+        let commit = self.wants_commit(options);
+        let ticket = self.modify_logged(
+            LogRecordKind::Write,
+            offset,
+            data.len() as u64,
+            options,
+            |hold| {
+                self.apply_write(hold, offset, data)?;
+                Ok(if commit && data.len() <= self.copy_bytes_max() {
+                    ItxData::Copied(Bytes::copy_from_slice(data))
+                } else {
+                    ItxData::NeedCopy
+                })
+            },
+        )?;
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.finish(ticket, commit)
+    }
+
+    /// Discards a range: whole blocks become holes, partial blocks get zeros.
+    pub fn trim(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
+        self.trim_with(offset, len, WriteOptions::default())
+    }
+
+    pub fn trim_with(
+        &self,
+        offset: u64,
+        len: u64,
+        options: WriteOptions,
+    ) -> Result<(), DatasetError> {
+        self.discard(LogRecordKind::Trim, offset, len, options)?;
+        self.stats.trims.fetch_add(1, Ordering::Relaxed);
+        self.stats.trim_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Zeroes a range. Zeros are stored as holes, so this is the same as `trim`.
+    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
+        self.write_zeroes_with(offset, len, WriteOptions::default())
+    }
+
+    pub fn write_zeroes_with(
+        &self,
+        offset: u64,
+        len: u64,
+        options: WriteOptions,
+    ) -> Result<(), DatasetError> {
+        self.discard(LogRecordKind::Zero, offset, len, options)?;
+        self.stats.trims.fetch_add(1, Ordering::Relaxed);
+        self.stats.trim_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn discard(
+        &self,
+        kind: LogRecordKind,
+        offset: u64,
+        len: u64,
+        options: WriteOptions,
+    ) -> Result<(), DatasetError> {
+        let commit = self.wants_commit(options);
+        let ticket = self.modify_logged(kind, offset, len, options, |hold| {
+            self.apply_discard(hold, offset, len)?;
+            Ok(ItxData::None)
+        })?;
+        self.finish(ticket, commit)
+    }
+
+    fn apply_write(&self, hold: &TxgHold, offset: u64, data: &[u8]) -> Result<(), DatasetError> {
+        self.apply(
+            hold,
             offset,
             data.len() as u64,
             |piece, cursor| piece.copy_from_slice(&data[cursor..cursor + piece.len()]),
@@ -248,31 +392,99 @@ impl Volume {
                     &data[cursor..cursor + self.block_size as usize],
                 ))
             },
-        )?;
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(())
+        )
     }
 
-    /// Discards a range: whole blocks become holes, partial blocks get zeros.
-    pub fn trim(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
-        self.modify(
-            Change::Discard,
-            offset,
-            len,
-            |piece, _| piece.fill(0),
-            |_| None,
-        )?;
-        self.stats.trims.fetch_add(1, Ordering::Relaxed);
-        self.stats.trim_bytes.fetch_add(len, Ordering::Relaxed);
-        Ok(())
+    fn apply_discard(&self, hold: &TxgHold, offset: u64, len: u64) -> Result<(), DatasetError> {
+        self.apply(hold, offset, len, |piece, _| piece.fill(0), |_| None)
     }
 
-    /// Zeroes a range. Zeros are stored as holes, so this is the same as `trim`.
-    pub fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DatasetError> {
-        self.trim(offset, len)
+    fn wants_commit(&self, options: WriteOptions) -> bool {
+        match self.sync_mode() {
+            SyncMode::Disabled => false,
+            SyncMode::Always => true,
+            SyncMode::Standard => options.fua,
+        }
+    }
+
+    fn copy_bytes_max(&self) -> usize {
+        self.intent_log
+            .as_ref()
+            .map_or(0, |log| log.config().copy_bytes_max)
+    }
+
+    /// `modify` whose change is also logged: `change_fn` applies it under the hold and says
+    /// where the record's data comes from. Returns the record's ticket (no log: `None`).
+    fn modify_logged(
+        &self,
+        kind: LogRecordKind,
+        offset: u64,
+        len: u64,
+        options: WriteOptions,
+        change_fn: impl FnOnce(&TxgHold) -> Result<ItxData, DatasetError>,
+    ) -> Result<Option<Ticket>, DatasetError> {
+        let change = match kind {
+            LogRecordKind::Write => Change::Write,
+            LogRecordKind::Zero | LogRecordKind::Trim => Change::Discard,
+        };
+        self.check_writable()?;
+        self.check_range(change.name(), offset, len)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        if change == Change::Write {
+            (self.space_check)(len)?;
+        }
+        self.txg.throttle(len);
+        let hold = self.txg.try_hold().map_err(|err| DatasetError::Io {
+            name: self.name.clone(),
+            reason: err.to_string(),
+        })?;
+        let data = change_fn(&hold)?;
+        Ok(self.intent_log.as_ref().map(|log| {
+            log.log(
+                options.lane,
+                LogOp {
+                    kind,
+                    txg: hold.txg(),
+                    object: VOLUME_OBJECT,
+                    offset,
+                    length: len,
+                    data,
+                },
+            )
+        }))
+    }
+
+    /// Commits `ticket` when the operation must be durable on return.
+    fn finish(&self, ticket: Option<Ticket>, commit: bool) -> Result<(), DatasetError> {
+        if !commit {
+            return Ok(());
+        }
+        match (ticket, &self.intent_log) {
+            (Some(ticket), Some(log)) => {
+                log.commit(ticket, self).map_err(|err| self.zil_error(err))
+            }
+            _ => self.wait_for_txg(),
+        }
+    }
+
+    fn zil_error(&self, err: ZilError) -> DatasetError {
+        DatasetError::Io {
+            name: self.name.clone(),
+            reason: err.to_string(),
+        }
+    }
+
+    /// Applies one replayed log record in the txg of `hold` (import; no log, no checks).
+    pub fn replay_record(&self, hold: &TxgHold, record: &LogRecord) -> Result<(), DatasetError> {
+        self.check_range("replay", record.offset, record.length)?;
+        match record.kind {
+            LogRecordKind::Write => self.apply_write(hold, record.offset, &record.data),
+            LogRecordKind::Zero | LogRecordKind::Trim => {
+                self.apply_discard(hold, record.offset, record.length)
+            }
+        }
     }
 
     /// Allocation map from `offset`: runs of (length, is_hole) covering at most `len` bytes
@@ -302,9 +514,21 @@ impl Volume {
         Ok(runs)
     }
 
-    /// Returns once every write completed before the call is in a synced txg.
+    /// Returns once every write completed before the call is on stable media: in the intent
+    /// log, or (without one) in a synced txg. Returns at once under `sync=disabled`.
     pub fn flush(&self) -> Result<(), DatasetError> {
         self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+        if self.sync_mode() == SyncMode::Disabled {
+            return Ok(());
+        }
+        match &self.intent_log {
+            Some(log) => log.commit_all(self).map_err(|err| self.zil_error(err)),
+            None => self.wait_for_txg(),
+        }
+    }
+
+    /// Waits until every change made so far is in a synced txg.
+    pub fn wait_for_txg(&self) -> Result<(), DatasetError> {
         let txg = self.last_dirty_txg.load(Ordering::Acquire);
         if txg == 0 || txg <= self.txg.last_synced_txg() {
             return Ok(());
@@ -313,5 +537,15 @@ impl Volume {
             name: self.name.clone(),
             reason: err.to_string(),
         })
+    }
+}
+
+impl LogSource for Volume {
+    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), String> {
+        if object != VOLUME_OBJECT {
+            return Err(format!("{}: no object {object} in a volume", self.name));
+        }
+        self.read_unlogged(offset, buf)
+            .map_err(|err| err.to_string())
     }
 }

@@ -15,9 +15,10 @@
 use crate::scrub::describe;
 use crate::{EngineError, Pool};
 use bytes::Bytes;
-use cairn_format::BlockPointer;
+use cairn_format::{BlockPointer, IntentLogHeader};
 use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
 use cairn_pipeline::BlockIo;
+use cairn_zil::read_log;
 
 type Extent = (u32, u64, u64);
 
@@ -161,6 +162,29 @@ impl TreeVisitor for Collector<'_> {
 }
 
 impl Pool {
+    /// The space a dataset's intent log holds: the blocks of its chains, and where each chain
+    /// ends if that pre-allocated block is allocated. Not counted in `used`.
+    fn intent_log_extents(&self, root: &BlockPointer, txg: u64, extents: &mut Vec<Extent>) {
+        if root.is_hole() {
+            return;
+        }
+        let Ok(phys) = cairn_object::read_objset_phys(&self.core.io, root) else {
+            return;
+        };
+        let Ok(header) = IntentLogHeader::decode(&phys.intent_log_header) else {
+            return;
+        };
+        if header.is_empty() {
+            return;
+        }
+        let log = read_log(&self.core.io, self.core.guid, &header, txg);
+        let space = self.core.space.lock();
+        let ends = log.chain_ends.iter().filter(|dva| space.is_allocated(dva));
+        for dva in log.blocks.iter().chain(ends) {
+            extents.push((dva.vdev, dva.offset, u64::from(dva.asize)));
+        }
+    }
+
     /// Every block pointer of a dataset's object set as of the last sync (for tools and tests).
     pub fn dataset_blocks(&self, dataset: &str) -> Result<Vec<BlockPointer>, EngineError> {
         let root = self.core.directory.lock().get(dataset)?.objset_bp()?;
@@ -233,6 +257,7 @@ impl Pool {
             visitor.dataset = name.clone();
             visitor.dataset_bytes = 0;
             walk_objset(&bp, &mut visitor);
+            self.intent_log_extents(&bp, uberblock.txg, &mut visitor.extents);
             if visitor.dataset_bytes != recorded_used {
                 visitor.report.used_mismatches.push(format!(
                     "{name}: blocks add up to {} bytes, directory says {recorded_used}",

@@ -20,7 +20,7 @@ use cairn_format::{
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
 use cairn_pool::labels::best_config;
-use cairn_pool::space::{SpaceAllocator, VdevSpace, metaslab_shift_for};
+use cairn_pool::space::{SpaceAllocator, SpaceClass, VdevSpace, metaslab_shift_for};
 use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,6 +31,8 @@ use std::sync::atomic::AtomicBool;
 #[derive(Debug, Clone)]
 pub struct VdevGroup {
     pub mirror: bool,
+    /// A separate intent-log device (`log` in the zpool grammar).
+    pub log: bool,
     pub devices: Vec<DeviceSpec>,
 }
 
@@ -66,8 +68,10 @@ fn validate_layout(name: &str, groups: &[VdevGroup]) -> Result<(), EngineError> 
             "pool name '{name}' may not contain '/'"
         )));
     }
-    if groups.is_empty() {
-        return Err(create_error("no devices given"));
+    if groups.iter().all(|group| group.log) {
+        return Err(create_error(
+            "no data devices given (log devices hold only the intent log)",
+        ));
     }
     let mut seen = BTreeSet::new();
     for group in groups {
@@ -142,7 +146,11 @@ impl Pool {
                 } else {
                     TopVdevKind::Leaf
                 },
-                role: VdevRole::Normal,
+                role: if group.log {
+                    VdevRole::Log
+                } else {
+                    VdevRole::Normal
+                },
                 ashift: create.ashift,
                 metaslab_shift,
                 metaslab_count,
@@ -175,6 +183,7 @@ impl Pool {
             mos: ObjectSet::create(io, ObjsetType::Meta, ChecksumAlgorithm::Fletcher4),
             directory: Mutex::new(directory),
             objsets: Mutex::new(BTreeMap::new()),
+            intent_logs: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(BTreeMap::new()),
             space_log: Mutex::new(SpaceLogState::default()),
             uberblock: Mutex::new(Uberblock {
@@ -204,6 +213,11 @@ pub(crate) fn space_layout(tree: &VdevTree) -> Vec<VdevSpace> {
     tree.tops
         .iter()
         .map(|top| VdevSpace {
+            class: if top.config.role == VdevRole::Log {
+                SpaceClass::Log
+            } else {
+                SpaceClass::Normal
+            },
             vdev: top.id(),
             data_size_bytes: top.data_size_bytes,
             ashift: top.config.ashift,

@@ -19,7 +19,8 @@ use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::queue::IoClass;
 use cairn_device::spec::DeviceSpec;
 use cairn_format::{
-    BlockPointer, ChecksumAlgorithm, LabelConfig, PoolState, SpaceLogBlock, SpaceLogKind, Uberblock,
+    BlockPointer, ChecksumAlgorithm, LabelConfig, PoolState, SpaceLogBlock, SpaceLogKind,
+    Uberblock, VdevRole,
 };
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
@@ -187,7 +188,9 @@ fn open_tree(
     }
     let tree = VdevTree { tops };
     for top in &tree.tops {
-        if top.health() == Health::Unavail {
+        // A missing log device is judged after loading: it matters only if some dataset's
+        // intent log still has records (see `Pool::import`).
+        if top.health() == Health::Unavail && top.config.role != VdevRole::Log {
             tree.shutdown();
             return Err(import_error(
                 name,
@@ -361,6 +364,7 @@ impl Pool {
                         mos: loaded.mos,
                         directory: Mutex::new(loaded.directory),
                         objsets: Mutex::new(loaded.objsets),
+                        intent_logs: Mutex::new(BTreeMap::new()),
                         tasks: Mutex::new(BTreeMap::new()),
                         space_log: Mutex::new(loaded.space_log),
                         uberblock: Mutex::new(ub.clone()),
@@ -369,7 +373,45 @@ impl Pool {
                         space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
                     };
                     let readonly = options.readonly;
+                    let log_missing = tree.tops.iter().any(|top| {
+                        top.config.role == VdevRole::Log && top.health() == Health::Unavail
+                    });
                     let mut pool = Pool::assemble(core, ub.txg, &options);
+                    if log_missing
+                        && !readonly
+                        && !options.ignore_missing_log
+                        && pool.has_pending_intent_logs()
+                    {
+                        let _ = pool.close();
+                        return Err(import_error(
+                            &pool_name,
+                            format!(
+                                "log device {} is missing and the intent log is not empty: \
+                                 synchronous writes acknowledged since txg {} may exist only \
+                                 there and would be lost; import with --ignore-missing-log to \
+                                 accept that (the pool then comes back as of txg {})",
+                                missing.join(", "),
+                                ub.txg,
+                                ub.txg
+                            ),
+                        ));
+                    }
+                    if log_missing {
+                        notes.push(format!(
+                            "pool '{pool_name}': log device missing ({}); log blocks go to the \
+                             pool's disks",
+                            missing.join(", ")
+                        ));
+                    }
+                    if !readonly {
+                        match pool.replay_intent_logs(ub.txg, !log_missing) {
+                            Ok(replayed) => notes.extend(replayed),
+                            Err(err) => {
+                                let _ = pool.close();
+                                return Err(err);
+                            }
+                        }
+                    }
                     pool.notes = notes;
                     if !readonly {
                         pool.txg_engine()?

@@ -31,13 +31,15 @@ mod check;
 mod create;
 mod import;
 mod pool;
+mod replay;
 mod scrub;
 mod sync;
 
+pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
 pub use import::{DiscoveredPool, ImportSource, discover_pools};
-pub use pool::{DatasetInfo, LeafStatus, Pool, PoolOptions, PoolStatus, TopStatus};
+pub use pool::{DatasetInfo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus};
 pub use scrub::ScrubProgress;
 
 use cairn_device::spec::DeviceSpec;
@@ -74,17 +76,49 @@ pub type DeviceOpener =
     Arc<dyn Fn(&DeviceSpec, Option<u64>) -> Result<Arc<dyn Device>, DeviceError> + Send + Sync>;
 
 /// Opens plain files and block devices, and `emu:MODEL:PATH` specs with real timing.
+///
+/// Fault injection for crash tests of the whole program (our `zinject`): when the environment
+/// sets `CAIRN_INJECT_POWER_CUT_AFTER_OPS=N`, every emulated device this process opens is fed
+/// by one power switch that trips at the N-th write or flush across them — unflushed writes
+/// are dropped or torn (seeded by `CAIRN_INJECT_SEED`) and every later operation fails, as if
+/// the machine lost power. Plain files are never affected.
 pub fn default_opener() -> DeviceOpener {
-    Arc::new(|spec, create_size_bytes| {
+    let power = injected_power_cut();
+    Arc::new(move |spec, create_size_bytes| {
         cairn_device::spec::open_device(
             spec,
             cairn_device::file::FileOptions {
                 create_size_bytes,
                 ..Default::default()
             },
-            cairn_device::emulated::EmuOptions::default(),
+            cairn_device::emulated::EmuOptions {
+                power: power.clone(),
+                ..cairn_device::emulated::EmuOptions::default()
+            },
         )
     })
+}
+
+/// The process-wide power switch of `CAIRN_INJECT_POWER_CUT_AFTER_OPS`, if set.
+fn injected_power_cut() -> Option<Arc<cairn_device::emulated::PowerSwitch>> {
+    static SWITCH: std::sync::OnceLock<Option<Arc<cairn_device::emulated::PowerSwitch>>> =
+        std::sync::OnceLock::new();
+    SWITCH
+        .get_or_init(|| {
+            let ops: u64 = std::env::var("CAIRN_INJECT_POWER_CUT_AFTER_OPS")
+                .ok()?
+                .parse()
+                .ok()?;
+            let seed: u64 = std::env::var("CAIRN_INJECT_SEED")
+                .ok()
+                .and_then(|text| text.parse().ok())
+                .unwrap_or(0);
+            let switch = Arc::new(cairn_device::emulated::PowerSwitch::with_seed(seed));
+            switch.arm_after_ops(ops);
+            eprintln!("cairn: fault injection: power cut after {ops} device operations");
+            Some(switch)
+        })
+        .clone()
 }
 
 /// A fresh random 64-bit identifier (never 0).

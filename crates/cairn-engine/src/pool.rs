@@ -10,7 +10,8 @@ use crate::sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, default_opener};
 use cairn_dataset::properties::{VOLBLOCKSIZE_DEFAULT, format_size};
 use cairn_dataset::{
-    DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, VOLUME_OBJECT, Volume,
+    DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, SyncMode, VOLUME_OBJECT,
+    Volume,
 };
 use cairn_format::{ChecksumAlgorithm, ObjectType, ObjsetType, PoolState, Uberblock};
 use cairn_object::ObjectSet;
@@ -18,6 +19,7 @@ use cairn_pipeline::BlockIo;
 use cairn_pool::space::SpaceAllocator;
 use cairn_pool::txg::{TxgConfig, TxgEngine, TxgTiming};
 use cairn_pool::vdev::{Health, VdevTree};
+use cairn_zil::{IntentLog, ZilConfig};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -32,6 +34,9 @@ pub struct PoolOptions {
     /// Space-log blocks kept before condensing into a checkpoint (tests use tiny values so the
     /// condense path runs often).
     pub space_log_chain_blocks_max: usize,
+    /// Import even if a log device is missing: synchronous writes only it holds are lost and
+    /// the pool comes back as of its last synced txg.
+    pub ignore_missing_log: bool,
 }
 
 impl Default for PoolOptions {
@@ -42,6 +47,7 @@ impl Default for PoolOptions {
             metadata_cache_bytes: 64 << 20,
             readonly: false,
             space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
+            ignore_missing_log: false,
         }
     }
 }
@@ -58,6 +64,8 @@ pub(crate) struct PoolCore {
     pub(crate) mos: ObjectSet,
     pub(crate) directory: Mutex<DatasetDirectory>,
     pub(crate) objsets: Mutex<BTreeMap<String, Arc<ObjectSet>>>,
+    /// Intent logs of the open volumes: the sync thread calls their `sync_hook` every txg.
+    pub(crate) intent_logs: Mutex<BTreeMap<String, Arc<IntentLog>>>,
     pub(crate) tasks: Mutex<BTreeMap<u64, Vec<(SyncTask, TaskReply)>>>,
     pub(crate) space_log: Mutex<SpaceLogState>,
     pub(crate) uberblock: Mutex<Uberblock>,
@@ -415,12 +423,16 @@ impl Pool {
         if let Some(volume) = self.volumes.lock().remove(name) {
             volume.set_readonly(true);
         }
+        let intent_log = self.core.intent_logs.lock().remove(name);
         // Everything already written to the dataset reaches disk first, so the task frees a
         // tree that no other sync is still changing.
         self.sync()?;
         let name = name.to_string();
         self.run_sync_task(move |core, txg| {
             let objset = core.objsets.lock().remove(&name);
+            if let Some(intent_log) = &intent_log {
+                intent_log.release_all(txg);
+            }
             if let Some(objset) = objset {
                 objset.free_all(txg)?;
             }
@@ -467,6 +479,9 @@ impl Pool {
             if let Ok((readonly, _)) = directory.property(name, "readonly") {
                 volume.set_readonly(readonly == "on");
             }
+            if let Ok((sync, _)) = directory.property(name, "sync") {
+                volume.set_sync_mode(SyncMode::from_property(&sync));
+            }
         }
     }
 
@@ -492,6 +507,8 @@ impl Pool {
             .parse()
             .unwrap_or(VOLBLOCKSIZE_DEFAULT as u32);
         let readonly = directory.property(name, "readonly")?.0 == "on";
+        let sync_mode = SyncMode::from_property(&directory.property(name, "sync")?.0);
+        let lanes: usize = directory.property(name, "loglanes")?.0.parse().unwrap_or(1);
         drop(directory);
         let objset = self
             .core
@@ -525,7 +542,18 @@ impl Pool {
                 )))
             }
         });
-        let volume = Arc::new(Volume::new(
+        let intent_log = Arc::new(IntentLog::new(
+            name.to_string(),
+            self.core.guid,
+            self.core.io.clone(),
+            engine.clone(),
+            objset.clone(),
+            ZilConfig {
+                lanes,
+                ..ZilConfig::default()
+            },
+        ));
+        let volume = Volume::new(
             name.to_string(),
             objset,
             engine,
@@ -533,7 +561,14 @@ impl Pool {
             block_size,
             readonly,
             space_check,
-        ));
+        )
+        .with_intent_log(intent_log.clone());
+        volume.set_sync_mode(sync_mode);
+        let volume = Arc::new(volume);
+        self.core
+            .intent_logs
+            .lock()
+            .insert(name.to_string(), intent_log);
         self.volumes.lock().insert(name.to_string(), volume.clone());
         Ok(volume)
     }
@@ -544,6 +579,7 @@ impl Pool {
             return Ok(());
         }
         if let Some(engine) = &self.txg {
+            self.release_intent_logs(engine)?;
             if *self.core.label_state.lock() != state {
                 self.core.config_dirty.store(true, Ordering::SeqCst);
                 *self.core.label_state.lock() = state;
@@ -556,6 +592,26 @@ impl Pool {
                 .map_err(|err| EngineError::Txg(err.to_string()))?;
         }
         self.core.tree.shutdown();
+        Ok(())
+    }
+
+    /// A clean close leaves no intent log behind: once every record is in a synced txg the
+    /// log blocks are freed and the chain headers emptied, so a later import has nothing to
+    /// replay (and a lost log device then costs nothing).
+    fn release_intent_logs(&self, engine: &TxgEngine) -> Result<(), EngineError> {
+        let logs: Vec<Arc<IntentLog>> = self.core.intent_logs.lock().values().cloned().collect();
+        if !logs.iter().any(|log| log.has_chains()) {
+            return Ok(());
+        }
+        let txg_error = |err: cairn_pool::txg::TxgError| EngineError::Txg(err.to_string());
+        engine.sync_now().map_err(txg_error)?;
+        {
+            let hold = engine.try_hold().map_err(txg_error)?;
+            for log in &logs {
+                log.release_all(hold.txg());
+            }
+        }
+        engine.sync_now_forced().map_err(txg_error)?;
         Ok(())
     }
 
@@ -621,4 +677,73 @@ impl Drop for ScanGuard<'_> {
 
 pub(crate) fn checksum_from_property(value: &str) -> ChecksumAlgorithm {
     ChecksumAlgorithm::from_name(value).unwrap_or(ChecksumAlgorithm::Fletcher4)
+}
+
+/// Intent-log use of one log device (a top-level vdev of role `log`).
+#[derive(Debug, Clone)]
+pub struct LogDeviceUse {
+    pub name: String,
+    pub health: Health,
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    pub writes: u64,
+    pub write_bytes: u64,
+    pub flushes: u64,
+    pub write_latency_p50_us: u64,
+    pub write_latency_p99_us: u64,
+    pub flush_latency_p50_us: u64,
+}
+
+impl Pool {
+    /// Counters of every open volume's intent log (since this process opened it).
+    pub fn intent_log_stats(&self) -> Vec<(String, cairn_zil::ZilStatsSnapshot)> {
+        self.core
+            .intent_logs
+            .lock()
+            .iter()
+            .map(|(name, log)| (name.clone(), log.stats_snapshot()))
+            .collect()
+    }
+
+    /// Use of each separate log device.
+    pub fn log_devices(&self) -> Vec<LogDeviceUse> {
+        let stats = self.core.space.lock().stats();
+        self.core
+            .tree
+            .tops
+            .iter()
+            .filter(|top| top.config.role == cairn_format::VdevRole::Log)
+            .map(|top| {
+                let space = stats.vdevs.iter().find(|v| v.vdev == top.id());
+                let mut device = LogDeviceUse {
+                    name: top.kind_name(),
+                    health: top.health(),
+                    size_bytes: space.map_or(0, |v| v.size_bytes),
+                    allocated_bytes: space.map_or(0, |v| v.allocated_bytes),
+                    writes: 0,
+                    write_bytes: 0,
+                    flushes: 0,
+                    write_latency_p50_us: 0,
+                    write_latency_p99_us: 0,
+                    flush_latency_p50_us: 0,
+                };
+                for queue in top.leaves.iter().filter_map(|leaf| leaf.queue()) {
+                    let q = queue.stats();
+                    device.writes += q.write_requests;
+                    device.write_bytes += q.write_bytes;
+                    device.flushes += q.flushes;
+                    device.write_latency_p50_us = device
+                        .write_latency_p50_us
+                        .max(q.write_latency_us.value_at_quantile(0.5));
+                    device.write_latency_p99_us = device
+                        .write_latency_p99_us
+                        .max(q.write_latency_us.value_at_quantile(0.99));
+                    device.flush_latency_p50_us = device
+                        .flush_latency_p50_us
+                        .max(q.flush_latency_us.value_at_quantile(0.5));
+                }
+                device
+            })
+            .collect()
+    }
 }

@@ -72,6 +72,12 @@ impl PoolCore {
             let result = task(self, txg).map_err(|err| err.to_string());
             let _ = reply.send(result);
         }
+        // Before the object sets: the logs free blocks made redundant by this txg and move
+        // their chain headers, which dirties the object sets in this txg.
+        let intent_logs: Vec<_> = self.intent_logs.lock().values().cloned().collect();
+        for intent_log in intent_logs {
+            intent_log.sync_hook(txg);
+        }
         let mut batch = self.io.batch(txg);
         let objsets: Vec<_> = self
             .objsets

@@ -82,6 +82,7 @@ fn a_device_of_another_pool_is_refused_without_force() {
         "other",
         &[VdevGroup {
             mirror: false,
+            log: false,
             devices: specs(&paths),
         }],
         &CreateOptions::default(),
@@ -175,10 +176,12 @@ fn a_single_device_pool_missing_its_device_gives_a_clear_error() {
             &[
                 VdevGroup {
                     mirror: false,
+                    log: false,
                     devices: specs(&paths[..1]),
                 },
                 VdevGroup {
                     mirror: false,
+                    log: false,
                     devices: specs(&paths[1..]),
                 },
             ],

@@ -1,14 +1,16 @@
 //! # cairn-format: the bytes on disk
 //!
 //! Every structure cairn writes to a device is defined here, and nowhere else: labels, the
-//! uberblock ring, block pointers, dnodes, object-set roots, space-log blocks. This crate does no
-//! I/O, spawns no threads and reads no clock; it turns bytes into typed values and back.
+//! uberblock ring, block pointers, dnodes, object-set roots, space-log blocks, intent-log blocks
+//! and the intent-log chain header. This crate does no I/O, spawns no threads and reads no clock;
+//! it turns bytes into typed values and back.
 //!
 //! ```text
 //!  device:  | L0 | L1 | reserved | data region (metaslabs) ......... | L2 | L3 |
 //!  label:   | blank 16K | config header + postcard blob | uberblock ring (32 x 4K) |
 //!  uberblock ──root_bp──▶ MOS object set ──dnode 1──▶ dataset directory ──▶ dataset object sets
 //!            └─space_log_bp──▶ newest space-log block ──prev──▶ ... ──▶ checkpoint
+//!  dataset object set ──intent-log header, per lane──▶ head log block ──next──▶ ... ──▶ (end)
 //! ```
 //!
 //! Invariants:
@@ -18,15 +20,16 @@
 //! - Decoders never trust a length, offset or count read from disk: every decoder returns
 //!   `FormatError` on arbitrary bytes and never panics (property-tested and fuzzed).
 //! - A block pointer carries the checksum of the block it points to; self-describing blocks
-//!   (label config, uberblock) carry an embedded checksum of their own bytes.
+//!   (label config, uberblock, intent-log blocks) carry an embedded checksum of their own bytes.
 //!
-//! Room is left, by reserved enum values and reserved bytes, for compression, dedup, snapshots,
-//! raidz and intent-log blocks; readers reject values they do not understand instead of guessing.
+//! Room is left, by reserved enum values and reserved bytes, for compression, dedup, snapshots
+//! and raidz; readers reject values they do not understand instead of guessing.
 
 pub mod blkptr;
 pub mod checksum;
 pub mod dnode;
 pub mod error;
+pub mod intent_log;
 pub mod label;
 pub mod spacelog;
 pub mod uberblock;
@@ -35,6 +38,9 @@ pub use blkptr::{BlockPointer, Compression, Dva, ObjectType};
 pub use checksum::{Checksum, ChecksumAlgorithm};
 pub use dnode::{Dnode, ObjsetPhys, ObjsetType};
 pub use error::FormatError;
+pub use intent_log::{
+    ChainPosition, IntentLogHeader, LaneHead, LogBlock, LogRecord, LogRecordKind,
+};
 pub use label::{
     LabelConfig, LeafConfig, PoolState, TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig,
 };

@@ -8,7 +8,7 @@
 //!    `structure_sizes()` must end exactly at that structure's size, and each of those headings
 //!    must have exactly one such table.
 
-use cairn_format::{blkptr, dnode, label, spacelog, uberblock};
+use cairn_format::{blkptr, dnode, intent_log, label, spacelog, uberblock};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -17,6 +17,11 @@ const DOC_PATH: &str = "../../docs/format.md";
 /// Size of one DVA: `DVA_COUNT_MAX` of them fill bytes [0, 48) of a block pointer. There is no
 /// public constant for it; the block pointer table below checks the 48 independently.
 const DVA_SIZE: u64 = 16;
+
+/// Size of one lane entry of the intent-log chain header. There is no public constant for it;
+/// the chain header table checks independently that `INTENT_LOG_LANES_MAX` entries of 32 bytes,
+/// the 16-byte preamble and the spare bytes add up to `INTENT_LOG_HEADER_SIZE`.
+const INTENT_LOG_LANE_SIZE: u64 = 32;
 
 /// Every constant the document may state, with the code's value.
 fn code_constants() -> BTreeMap<&'static str, u64> {
@@ -65,6 +70,15 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         spacelog::SPACE_LOG_ENTRY_SIZE,
         spacelog::SPACE_LOG_BLOCK_SIZE,
         spacelog::SPACE_LOG_ENTRIES_PER_BLOCK,
+        intent_log::INTENT_LOG_MAGIC,
+        intent_log::LOG_BLOCK_HEADER_SIZE,
+        intent_log::LOG_RECORD_HEADER_SIZE,
+        intent_log::LOG_BLOCK_SIZE_MAX,
+        intent_log::LOG_BLOCK_SIZE_MIN,
+        intent_log::LOG_RECORD_PAYLOAD_MAX,
+        intent_log::INTENT_LOG_LANES_MAX,
+        intent_log::INTENT_LOG_HEADER_SIZE,
+        intent_log::INTENT_LOG_HEADER_VERSION,
     ]
 }
 
@@ -86,6 +100,16 @@ fn structure_sizes() -> BTreeMap<&'static str, u64> {
             spacelog::SPACE_LOG_HEADER_SIZE as u64,
         ),
         ("Space-log entry", spacelog::SPACE_LOG_ENTRY_SIZE as u64),
+        ("Log block header", intent_log::LOG_BLOCK_HEADER_SIZE as u64),
+        (
+            "Log record header",
+            intent_log::LOG_RECORD_HEADER_SIZE as u64,
+        ),
+        (
+            "Intent-log chain header",
+            intent_log::INTENT_LOG_HEADER_SIZE as u64,
+        ),
+        ("Intent-log lane entry", INTENT_LOG_LANE_SIZE),
     ])
 }
 
@@ -367,6 +391,15 @@ fn constant_table_covers_the_required_names() {
         "SPACE_LOG_MAGIC",
         "VDEV_DATA_START",
         "FORMAT_VERSION",
+        "INTENT_LOG_MAGIC",
+        "LOG_BLOCK_HEADER_SIZE",
+        "LOG_RECORD_HEADER_SIZE",
+        "LOG_BLOCK_SIZE_MAX",
+        "LOG_BLOCK_SIZE_MIN",
+        "LOG_RECORD_PAYLOAD_MAX",
+        "INTENT_LOG_LANES_MAX",
+        "INTENT_LOG_HEADER_SIZE",
+        "INTENT_LOG_HEADER_VERSION",
     ] {
         assert!(
             code.contains_key(name),
@@ -374,9 +407,16 @@ fn constant_table_covers_the_required_names() {
         );
     }
     assert!(
-        ["Block pointer", "Uberblock", "Dnode"]
-            .iter()
-            .all(|heading| structure_sizes().contains_key(heading))
+        [
+            "Block pointer",
+            "Uberblock",
+            "Dnode",
+            "Log block header",
+            "Log record header",
+            "Intent-log chain header",
+        ]
+        .iter()
+        .all(|heading| structure_sizes().contains_key(heading))
     );
 }
 

@@ -34,6 +34,7 @@ pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
 use bytes::Bytes;
 use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_SIZE, DNODES_PER_BLOCK, INDIRECT_SHIFT_DEFAULT};
+use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjectType, ObjsetPhys, ObjsetType};
 use cairn_pipeline::{BlockIo, PipelineError, WriteBatch};
 use parking_lot::Mutex;
@@ -60,6 +61,8 @@ type BlockChange = Option<Bytes>;
 struct TxgChanges {
     blocks: BTreeMap<(u64, u64), BlockChange>,
     dnodes: BTreeMap<u64, Dnode>,
+    /// The intent log's chain header as of this txg, if it changed in it.
+    intent_log_header: Option<[u8; INTENT_LOG_HEADER_SIZE]>,
 }
 
 struct State {
@@ -71,6 +74,8 @@ struct State {
     last_synced_txg: u64,
     /// Bytes allocated by the whole object set (all copies), as of the last publish.
     used_bytes: u64,
+    /// The intent log's chain header in the published root.
+    intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
 }
 
 /// Result of syncing one object set: applied by `publish` once the txg is durable.
@@ -80,6 +85,7 @@ pub struct SyncedObjset {
     root_bp: BlockPointer,
     meta_dnode: Dnode,
     dnodes: BTreeMap<u64, Dnode>,
+    intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
 }
 
 impl SyncedObjset {
@@ -136,6 +142,7 @@ impl ObjectSet {
                 changes: BTreeMap::new(),
                 last_synced_txg: 0,
                 used_bytes: 0,
+                intent_log_header: [0; INTENT_LOG_HEADER_SIZE],
             }),
         }
     }
@@ -164,6 +171,7 @@ impl ObjectSet {
                 changes: BTreeMap::new(),
                 last_synced_txg: synced_txg,
                 used_bytes,
+                intent_log_header: phys.intent_log_header,
             }),
         })
     }
@@ -182,6 +190,22 @@ impl ObjectSet {
 
     pub fn io(&self) -> &Arc<BlockIo> {
         &self.io
+    }
+
+    /// The intent log's chain header as of the last published txg (what an import would see).
+    pub fn synced_intent_log_header(&self) -> [u8; INTENT_LOG_HEADER_SIZE] {
+        self.state.lock().intent_log_header
+    }
+
+    /// Records a new intent-log chain header for `txg` (which makes the object set dirty in
+    /// it). The caller must hold `txg` open, or be the sync thread about to sync it.
+    pub fn set_intent_log_header(&self, txg: u64, header: [u8; INTENT_LOG_HEADER_SIZE]) {
+        let mut state = self.state.lock();
+        assert!(
+            txg > state.last_synced_txg,
+            "intent log header for synced txg {txg}"
+        );
+        state.changes.entry(txg).or_default().intent_log_header = Some(header);
     }
 
     /// True when `txg` has changes waiting to be synced.
@@ -358,7 +382,7 @@ impl ObjectSet {
     /// returns the new root, to be `publish`ed once the txg is durable.
     pub fn sync(&self, txg: u64, batch: &mut WriteBatch<'_>) -> Result<SyncedObjset, ObjectError> {
         let checksum = *self.checksum.lock();
-        let (blocks, dnode_changes, meta_dnode, old_root, used_before) = {
+        let (blocks, dnode_changes, meta_dnode, old_root, used_before, intent_log_header) = {
             let state = self.state.lock();
             assert!(
                 txg > state.last_synced_txg,
@@ -372,6 +396,12 @@ impl ObjectSet {
                 state.meta_dnode.clone(),
                 state.root_bp,
                 state.used_bytes,
+                state
+                    .changes
+                    .range(..=txg)
+                    .rev()
+                    .find_map(|(_, c)| c.intent_log_header)
+                    .unwrap_or(state.intent_log_header),
             )
         };
         let mut used = i128::from(used_before);
@@ -444,7 +474,7 @@ impl ObjectSet {
         let phys = ObjsetPhys {
             meta_dnode: meta.clone(),
             objset_type: self.objset_type,
-            intent_log_header: [0; 192],
+            intent_log_header,
         };
         let root_bp = writer.write_meta(
             Bytes::from(phys.encode_block()),
@@ -464,6 +494,7 @@ impl ObjectSet {
             root_bp,
             meta_dnode: meta,
             dnodes: new_dnodes,
+            intent_log_header,
         })
     }
 
@@ -490,6 +521,7 @@ impl ObjectSet {
         }
         state.changes.remove(&synced.txg);
         state.last_synced_txg = synced.txg;
+        state.intent_log_header = synced.intent_log_header;
     }
 
     /// Marks a txg in which this object set had nothing to sync as done.

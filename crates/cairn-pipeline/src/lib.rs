@@ -20,7 +20,10 @@
 //! here until the ARC arrives; it is bounded and holds only verified blocks.
 
 mod cache;
+mod raw;
 mod stats;
+
+pub use raw::RawWrites;
 
 pub use stats::PipelineStats;
 

@@ -16,4 +16,8 @@ pub struct PipelineStats {
     pub repairs: AtomicU64,
     pub unrecoverable: AtomicU64,
     pub cache_hits: AtomicU64,
+    /// Self-describing blocks (intent log) written and read without a block pointer.
+    pub raw_writes: AtomicU64,
+    pub raw_bytes_written: AtomicU64,
+    pub raw_reads: AtomicU64,
 }

@@ -158,7 +158,8 @@ pub fn commit_uberblock(tree: &VdevTree, ub: &Uberblock) -> Result<(), LabelErro
                 }
             }
         }
-        if written == 0 {
+        // A lost log device is not needed to import the pool (see `VdevTree::flush_all`).
+        if written == 0 && top.config.role != cairn_format::VdevRole::Log {
             return Err(LabelError::Commit(format!(
                 "txg {}: uberblock reached no device of vdev {}",
                 ub.txg,

@@ -15,7 +15,7 @@
 use cairn_device::queue::LeafQueue;
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
-use cairn_format::label::{TopVdevConfig, TopVdevKind, VdevTreeConfig};
+use cairn_format::label::{TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig};
 use cairn_format::{Dva, LeafConfig};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -283,8 +283,10 @@ impl VdevTree {
                 eprintln!("cairn: flush failed, leaf faulted: {err}");
             }
         }
+        // A lost log device holds nothing a txg needs (the intent log falls back to the
+        // pool's disks); any other vdev without a working device fails the sync.
         for top in &self.tops {
-            if top.health() == Health::Unavail {
+            if top.health() == Health::Unavail && top.config.role != VdevRole::Log {
                 return Err(format!("vdev {} has no working device", top.kind_name()));
             }
         }

@@ -5,7 +5,7 @@
 
 use cairn_format::{Dva, SpaceLogEntry, SpaceOp};
 use cairn_pool::space::{
-    DEFER_TXGS, DeferredFree, ROTOR_CHUNK_BYTES, SpaceAllocator, SpaceError, VdevSpace,
+    DEFER_TXGS, DeferredFree, ROTOR_CHUNK_BYTES, SpaceAllocator, SpaceClass, SpaceError, VdevSpace,
     metaslab_shift_for,
 };
 use proptest::prelude::*;
@@ -17,6 +17,7 @@ const MIB: u64 = 1024 * KIB;
 fn vdev(vdev: u32, data_size_bytes: u64) -> VdevSpace {
     VdevSpace {
         vdev,
+        class: SpaceClass::Normal,
         data_size_bytes,
         ashift: 12,
         metaslab_shift: metaslab_shift_for(data_size_bytes),
@@ -35,6 +36,7 @@ fn pool(sizes: &[u64]) -> SpaceAllocator {
 fn single(size: u64, metaslab_shift: u8) -> SpaceAllocator {
     SpaceAllocator::new(&[VdevSpace {
         vdev: 0,
+        class: SpaceClass::Normal,
         data_size_bytes: size,
         ashift: 12,
         metaslab_shift,
@@ -788,6 +790,7 @@ fn config() -> impl Strategy<Value = Vec<VdevSpace>> {
             .zip(specs)
             .map(|(id, (mib, ashift, metaslab_shift))| VdevSpace {
                 vdev: id * 2 + 1,
+                class: SpaceClass::Normal,
                 data_size_bytes: mib * MIB + 3 * 4096,
                 ashift,
                 metaslab_shift,
@@ -1004,4 +1007,106 @@ proptest! {
             prop_assert!(!model.overlaps_any(&dva));
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Classes: separate intent-log devices, and claims at import
+// ---------------------------------------------------------------------------------------------
+
+/// Vdev 0 normal (`normal_bytes`), then log vdevs of `log_bytes` each.
+fn with_logs(normal_bytes: u64, log_bytes: &[u64]) -> SpaceAllocator {
+    let mut vdevs = vec![vdev(0, normal_bytes)];
+    for (i, &size) in log_bytes.iter().enumerate() {
+        vdevs.push(VdevSpace {
+            class: SpaceClass::Log,
+            ..vdev(i as u32 + 1, size)
+        });
+    }
+    SpaceAllocator::new(&vdevs).unwrap()
+}
+
+#[test]
+fn normal_allocations_never_land_on_a_log_device() {
+    let mut space = with_logs(8 * MIB, &[64 * MIB]);
+    let mut placed = 0u64;
+    loop {
+        match space.allocate(128 * KIB as u32, 1, &[]) {
+            Ok(dva) => {
+                assert_eq!(dva.vdev, 0, "data went to the log device");
+                placed += u64::from(dva.asize);
+            }
+            Err(SpaceError::NoSpace { .. }) => break,
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert!(placed > 7 * MIB, "the normal vdev filled up: {placed}");
+    space.assert_invariants();
+}
+
+#[test]
+fn log_blocks_prefer_log_devices_alternate_and_fall_back() {
+    let mut space = with_logs(64 * MIB, &[8 * MIB, 8 * MIB]);
+    let vdevs: Vec<u32> = (0..6)
+        .map(|_| space.allocate_log(8 * KIB as u32, 1).unwrap().vdev)
+        .collect();
+    assert_eq!(
+        vdevs,
+        vec![1, 2, 1, 2, 1, 2],
+        "two log devices share the blocks"
+    );
+    // Fill both log devices: log blocks then go to the normal vdev.
+    while space
+        .allocate_log(128 * KIB as u32, 1)
+        .map(|dva| dva.vdev != 0)
+        .unwrap()
+    {}
+    assert_eq!(space.allocate_log(128 * KIB as u32, 1).unwrap().vdev, 0);
+    space.assert_invariants();
+}
+
+#[test]
+fn pool_capacity_counts_normal_vdevs_only() {
+    let space = with_logs(64 * MIB, &[32 * MIB]);
+    let alone = with_logs(64 * MIB, &[]);
+    assert_eq!(space.size_bytes(), alone.size_bytes());
+    assert_eq!(space.free_bytes(), alone.free_bytes());
+    assert_eq!(space.slop_bytes(), alone.slop_bytes());
+    let stats = space.stats();
+    assert_eq!(stats.size_bytes, alone.stats().size_bytes);
+    assert_eq!(stats.vdevs.len(), 2, "the log device is still listed");
+    assert_eq!(stats.vdevs[1].class, SpaceClass::Log);
+}
+
+#[test]
+fn claim_allocates_free_extents_and_refuses_mixed_ones() {
+    let mut space = single(16 * MIB, 20);
+    let free = Dva {
+        vdev: 0,
+        offset: 4 * MIB,
+        asize: 16 * KIB as u32,
+    };
+    assert!(space.claim(&free, 1).unwrap(), "claimed a free extent");
+    assert!(space.is_allocated(&free));
+    assert!(
+        !space.claim(&free, 1).unwrap(),
+        "already allocated: no change"
+    );
+    let changes = space.take_changes(1);
+    assert_eq!(changes.len(), 1);
+    assert_eq!(
+        (changes[0].op, changes[0].offset, changes[0].length),
+        (SpaceOp::Alloc, 4 * MIB, 16 * KIB)
+    );
+    // Half allocated, half free: refused, nothing changes.
+    let straddling = Dva {
+        offset: 4 * MIB + 8 * KIB,
+        ..free
+    };
+    let before = space.stats();
+    assert!(space.claim(&straddling, 2).is_err());
+    assert_eq!(space.stats(), before);
+    // Deferred space is not claimable either.
+    space.free(&free, 2).unwrap();
+    assert!(space.claim(&free, 2).is_err());
+    space.assert_invariants();
 }

@@ -17,6 +17,7 @@ mod human;
 mod iostat_cmd;
 mod pool_cmd;
 mod serve_cmd;
+mod stat_cmd;
 mod table;
 mod up_cmd;
 mod vdevs;
@@ -64,6 +65,20 @@ enum Command {
     Get(GetArgs),
     /// Set dataset properties.
     Set(SetArgs),
+    /// Subsystem statistics (like zpool iostat / arcstat for one layer).
+    #[command(subcommand)]
+    Stat(StatCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum StatCommand {
+    /// Intent log: commits, group commit, log blocks and fill, commit latency, log devices.
+    Zil {
+        #[command(flatten)]
+        format: ListFormat,
+        /// Pools to show (default: every imported pool).
+        pools: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -146,6 +161,10 @@ struct PoolImportArgs {
     /// List destroyed pools too.
     #[arg(short = 'D')]
     destroyed: bool,
+    /// Import even if a log device is missing and the intent log is not empty: the
+    /// synchronous writes only it holds are lost, the pool comes back as of its last txg.
+    #[arg(long)]
+    ignore_missing_log: bool,
     /// Pool name or guid to import; without it, list what could be imported.
     pool: Option<String>,
 }
@@ -251,6 +270,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),
+        Command::Stat(StatCommand::Zil { format, pools }) => stat_cmd::zil(ctx, format, &pools),
     }
 }
 

@@ -499,7 +499,10 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
     let pool = Pool::import(
         &ImportSource::Devices(specs),
         &pool_found.config.pool_guid.to_string(),
-        PoolOptions::default(),
+        PoolOptions {
+            ignore_missing_log: args.ignore_missing_log,
+            ..PoolOptions::default()
+        },
     )
     .with_context(|| format!("cannot import pool '{name}'"))?;
     let recorded = ctx

@@ -14,7 +14,7 @@ use crate::cache::PoolCache;
 use crate::context::{Context, Output, ServedPools, device_specs};
 use crate::control::{self, Reply, Request};
 use anyhow::{Context as _, Result, bail};
-use cairn_dataset::{DatasetError, DatasetKind, Volume};
+use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
 use cairn_engine::{ImportSource, Pool, PoolOptions, discover_pools};
 use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig};
 use clap::{Args, Parser};
@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -37,9 +37,12 @@ pub struct ServeArgs {
     pub socket: Option<PathBuf>,
 }
 
-/// NBD view of one volume.
+/// NBD view of one volume, for one connection.
 struct VolumeExport {
     volume: Arc<Volume>,
+    /// Connections are spread over the volume's intent-log lanes, so independent clients
+    /// commit in parallel.
+    lane: usize,
 }
 
 fn export_error(err: DatasetError) -> ExportError {
@@ -52,11 +55,11 @@ fn export_error(err: DatasetError) -> ExportError {
 }
 
 impl VolumeExport {
-    fn durable_if(&self, fua: bool) -> Result<(), ExportError> {
-        if fua {
-            self.volume.flush().map_err(export_error)?;
+    fn options(&self, fua: bool) -> WriteOptions {
+        WriteOptions {
+            fua,
+            lane: self.lane,
         }
-        Ok(())
     }
 }
 
@@ -78,8 +81,9 @@ impl Export for VolumeExport {
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
-        self.volume.write(offset, data).map_err(export_error)?;
-        self.durable_if(fua)
+        self.volume
+            .write_with(offset, data, self.options(fua))
+            .map_err(export_error)
     }
 
     fn flush(&self) -> Result<(), ExportError> {
@@ -87,8 +91,9 @@ impl Export for VolumeExport {
     }
 
     fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ExportError> {
-        self.volume.trim(offset, len).map_err(export_error)?;
-        self.durable_if(fua)
+        self.volume
+            .trim_with(offset, len, self.options(fua))
+            .map_err(export_error)
     }
 
     /// Zeros are stored as holes whatever the client asks: they read back as zeros either way
@@ -102,9 +107,8 @@ impl Export for VolumeExport {
         _may_trim: bool,
     ) -> Result<(), ExportError> {
         self.volume
-            .write_zeroes(offset, len)
-            .map_err(export_error)?;
-        self.durable_if(fua)
+            .write_zeroes_with(offset, len, self.options(fua))
+            .map_err(export_error)
     }
 
     fn block_status(&self, offset: u64, len: u64) -> Result<Vec<(u64, u32)>, ExportError> {
@@ -125,6 +129,8 @@ impl Export for VolumeExport {
 /// created with `cairn create` is an export at once).
 struct PoolExports {
     served: Arc<ServedPools>,
+    /// Connections opened so far (picks each one's log lane).
+    connections: AtomicUsize,
 }
 
 impl PoolExports {
@@ -147,7 +153,8 @@ impl ExportProvider for PoolExports {
 
     fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
         let volume = self.pool_for(name)?.volume(name).ok()?;
-        Some(Arc::new(VolumeExport { volume }))
+        let lane = self.connections.fetch_add(1, Ordering::Relaxed);
+        Some(Arc::new(VolumeExport { volume, lane }))
     }
 
     fn description(&self, name: &str) -> Option<String> {
@@ -263,6 +270,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     *served.pools.write() = open_pools(ctx, &args.dirs)?;
     let exports = Arc::new(PoolExports {
         served: served.clone(),
+        connections: AtomicUsize::new(0),
     });
     let socket_path = args
         .socket

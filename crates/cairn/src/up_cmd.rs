@@ -59,6 +59,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                 &PoolImportArgs {
                     dirs: vec![data_dir.clone()],
                     destroyed: false,
+                    ignore_missing_log: false,
                     pool: Some(POOL.into()),
                 },
             )?;

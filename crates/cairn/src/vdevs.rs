@@ -1,13 +1,14 @@
 //! The vdev grammar of `cairn pool create`, as zpool spells it:
 //!
 //! ```text
-//! VDEVS  := GROUP...
+//! VDEVS  := GROUP... [log GROUP...]
 //! GROUP  := DEVICE | mirror DEVICE DEVICE...
 //! DEVICE := PATH | emu:MODEL:PATH
 //! ```
 //!
-//! `raidz`, `log`, `cache`, `spare`, `special` and `dedup` are recognised and refused with a clear
-//! "not supported yet" rather than being taken for file names. Paths are made absolute here, so
+//! Groups after `log` are separate intent-log devices. `raidz`, `cache`, `spare`, `special` and
+//! `dedup` are recognised and refused with a clear "not supported yet" rather than being taken
+//! for file names. Paths are made absolute here, so
 //! the pool cache names the same files whatever directory later commands run in.
 
 use anyhow::{Result, anyhow, bail};
@@ -16,7 +17,7 @@ use cairn_engine::VdevGroup;
 
 /// Keywords zpool knows that cairn does not implement yet.
 const UNSUPPORTED: &[&str] = &[
-    "raidz", "raidz1", "raidz2", "raidz3", "draid", "log", "cache", "spare", "special", "dedup",
+    "raidz", "raidz1", "raidz2", "raidz3", "draid", "cache", "spare", "special", "dedup",
 ];
 
 /// Parses one device name and makes its path absolute.
@@ -30,10 +31,23 @@ pub fn parse_device(word: &str) -> Result<DeviceSpec> {
 pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
     let mut groups: Vec<VdevGroup> = Vec::new();
     let mut open_mirror: Option<VdevGroup> = None;
+    let mut log = false;
     for word in words {
         let keyword = word.to_ascii_lowercase();
         if UNSUPPORTED.contains(&keyword.as_str()) || keyword.starts_with("draid") {
-            bail!("'{word}' vdevs are not supported yet (supported: plain devices and mirror)");
+            bail!(
+                "'{word}' vdevs are not supported yet (supported: plain devices, mirror and log)"
+            );
+        }
+        if keyword == "log" {
+            if log {
+                bail!("'log' is given twice");
+            }
+            if let Some(mirror) = open_mirror.take() {
+                groups.push(finish_mirror(mirror, groups.len())?);
+            }
+            log = true;
+            continue;
         }
         if keyword == "mirror" {
             if let Some(mirror) = open_mirror.take() {
@@ -41,6 +55,7 @@ pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
             }
             open_mirror = Some(VdevGroup {
                 mirror: true,
+                log,
                 devices: Vec::new(),
             });
             continue;
@@ -50,6 +65,7 @@ pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
             Some(mirror) => mirror.devices.push(spec),
             None => groups.push(VdevGroup {
                 mirror: false,
+                log,
                 devices: vec![spec],
             }),
         }
@@ -93,6 +109,19 @@ mod tests {
     }
 
     #[test]
+    fn groups_after_log_are_log_devices() {
+        let groups = parse_vdevs(&words("mirror /a /b log /c mirror /d /e")).unwrap();
+        let shape: Vec<(bool, bool, usize)> = groups
+            .iter()
+            .map(|g| (g.mirror, g.log, g.devices.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![(true, false, 2), (false, true, 1), (true, true, 2)]
+        );
+    }
+
+    #[test]
     fn relative_paths_become_absolute() {
         let groups = parse_vdevs(&words("disk.img")).unwrap();
         assert!(groups[0].devices[0].path.is_absolute());
@@ -100,11 +129,12 @@ mod tests {
 
     #[test]
     fn unsupported_keywords_and_short_mirrors_are_refused() {
-        let err = parse_vdevs(&words("/a log /b")).unwrap_err().to_string();
+        let err = parse_vdevs(&words("/a cache /b")).unwrap_err().to_string();
         assert!(
-            err.contains("'log'") && err.contains("not supported yet"),
+            err.contains("'cache'") && err.contains("not supported yet"),
             "{err}"
         );
+        assert!(parse_vdevs(&words("/a log /b log /c")).is_err());
         assert!(parse_vdevs(&words("raidz /a /b /c")).is_err());
         let err = parse_vdevs(&words("mirror /a")).unwrap_err().to_string();
         assert!(err.contains("at least two"), "{err}");

@@ -331,13 +331,13 @@ fn devices_of_another_pool_need_force() {
             "64M",
             "more",
             &a,
-            "log",
+            "cache",
             &env.dev("l.img"),
         ],
         1,
     );
     assert!(
-        err.contains("'log'") && err.contains("not supported yet"),
+        err.contains("'cache'") && err.contains("not supported yet"),
         "{err}"
     );
 

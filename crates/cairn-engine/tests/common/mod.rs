@@ -79,6 +79,7 @@ pub fn create_mirror(paths: &[PathBuf], opener: DeviceOpener) -> Pool {
         "tank",
         &[VdevGroup {
             mirror: paths.len() > 1,
+            log: false,
             devices: specs(paths),
         }],
         &CreateOptions {

@@ -33,6 +33,12 @@
 //! for metadata: `can_allocate_user` refuses user data that would dip into it, `allocate` (used
 //! by the engine for everything, metadata included) does not.
 //!
+//! Classes: a vdev is `Normal` (data and metadata) or `Log` (a separate intent-log device).
+//! `allocate` only ever uses Normal vdevs; `allocate_log` prefers Log vdevs, rotating over them
+//! block by block, and falls back to Normal ones when none has room. Pool capacity (size, free,
+//! slop, what user data may take) counts Normal vdevs only, as log devices hold nothing a user
+//! can fill. `claim` marks an exact extent allocated (intent-log blocks found at import).
+//!
 //! Determinism: every container is a `Vec` or a `BTreeMap`/`BTreeSet`; the same calls produce
 //! the same placement and the same log entries.
 
@@ -60,10 +66,21 @@ pub const SLOP_BYTES_MIN: u64 = 4 << 20;
 /// ...and at most 128 GiB (on a huge pool 1/32 is far more than metadata ever needs).
 pub const SLOP_BYTES_MAX: u64 = 128 << 30;
 
+/// What a top-level vdev is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SpaceClass {
+    /// Data and metadata.
+    #[default]
+    Normal,
+    /// A separate intent-log device: only log blocks go there.
+    Log,
+}
+
 /// Space of one top-level vdev, as the allocator is given it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct VdevSpace {
     pub vdev: u32,
+    pub class: SpaceClass,
     /// Bytes of the data region (DVA offsets run from 0 to this); rounded down to the sector.
     pub data_size_bytes: u64,
     /// log2 of the sector size: the allocation unit and alignment.
@@ -76,6 +93,7 @@ pub struct VdevSpace {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VdevSpaceStats {
     pub vdev: u32,
+    pub class: SpaceClass,
     pub size_bytes: u64,
     pub allocated_bytes: u64,
     pub deferred_bytes: u64,
@@ -141,6 +159,10 @@ pub struct SpaceAllocator {
     /// Frees made in this txg or later stay deferred regardless of age while set: a scan
     /// (scrub, check) walking an older tree must never see that space reused.
     release_floor: Option<u64>,
+    /// Class of each vdev, by index into `vdevs`.
+    classes: Vec<SpaceClass>,
+    /// Log vdev (index into the Log-class subset) the next log block tries first.
+    log_rotor: usize,
 }
 
 impl SpaceAllocator {
@@ -148,7 +170,7 @@ impl SpaceAllocator {
     /// outside `ASHIFT_MIN..=ASHIFT_MAX`, a metaslab smaller than a sector, a data region
     /// smaller than a sector, or more than `METASLAB_COUNT_MAX` metaslabs on a vdev.
     pub fn new(vdevs: &[VdevSpace]) -> Result<Self, SpaceError> {
-        let mut spaces: Vec<TopVdevSpace> = Vec::with_capacity(vdevs.len());
+        let mut spaces: Vec<(TopVdevSpace, SpaceClass)> = Vec::with_capacity(vdevs.len());
         let mut ids = BTreeSet::new();
         for config in vdevs {
             let invalid = |reason: String| SpaceError::InvalidConfig {
@@ -180,16 +202,22 @@ impl SpaceAllocator {
                     "{metaslab_count} metaslabs, more than {METASLAB_COUNT_MAX}"
                 )));
             }
-            spaces.push(TopVdevSpace::new(
-                config.vdev,
-                size_bytes,
-                config.ashift,
-                config.metaslab_shift,
+            spaces.push((
+                TopVdevSpace::new(
+                    config.vdev,
+                    size_bytes,
+                    config.ashift,
+                    config.metaslab_shift,
+                ),
+                config.class,
             ));
         }
-        spaces.sort_by_key(|space| space.vdev);
+        spaces.sort_by_key(|(space, _)| space.vdev);
+        let classes = spaces.iter().map(|(_, class)| *class).collect();
         let mut allocator = Self {
-            vdevs: spaces,
+            vdevs: spaces.into_iter().map(|(space, _)| space).collect(),
+            classes,
+            log_rotor: 0,
             rotor: 0,
             rotor_bytes: 0,
             rotor_chunk_bytes: ROTOR_CHUNK_BYTES,
@@ -198,7 +226,8 @@ impl SpaceAllocator {
             synced_txg: None,
             release_floor: None,
         };
-        allocator.rotor_chunk_bytes = allocator.rotor_chunk_bytes_for(0);
+        allocator.rotor = allocator.next_normal(0).unwrap_or(0);
+        allocator.rotor_chunk_bytes = allocator.rotor_chunk_bytes_for(allocator.rotor);
         Ok(allocator)
     }
 
@@ -312,6 +341,74 @@ impl SpaceAllocator {
             .remove(dva.offset, length)
             .expect("checked recorded above");
         Ok(())
+    }
+
+    /// Allocates an intent-log block of `size_bytes` for txg `txg`: on a Log vdev if one has
+    /// room (rotating over them block by block, so concurrent log chains spread over every log
+    /// device), else wherever `allocate` would put it. Records an Alloc for `txg`.
+    pub fn allocate_log(&mut self, size_bytes: u32, txg: u64) -> Result<Dva, SpaceError> {
+        if size_bytes == 0 {
+            return Err(SpaceError::InvalidSize { size_bytes: 0 });
+        }
+        self.check_txg_open(txg)?;
+        let logs: Vec<usize> = (0..self.vdevs.len())
+            .filter(|&index| self.classes[index] == SpaceClass::Log)
+            .collect();
+        for spanning in [false, true] {
+            for k in 0..logs.len() {
+                let index = logs[(self.log_rotor + k) % logs.len()];
+                let vdev = &mut self.vdevs[index];
+                let sector_bytes = 1u64 << vdev.ashift;
+                let asize = u64::from(size_bytes).div_ceil(sector_bytes) * sector_bytes;
+                if asize > u64::from(u32::MAX) {
+                    continue;
+                }
+                let found = if spanning {
+                    vdev.allocate_spanning(asize, &BTreeSet::new())
+                } else {
+                    vdev.allocate(asize, 0, &BTreeSet::new())
+                };
+                let Some(offset) = found else { continue };
+                let vdev_id = vdev.vdev;
+                self.log_rotor = (self.log_rotor + k + 1) % logs.len();
+                Self::record(
+                    &mut self.changes.entry(txg).or_default().allocs,
+                    vdev_id,
+                    offset,
+                    asize,
+                );
+                return Ok(Dva {
+                    vdev: vdev_id,
+                    offset,
+                    asize: asize as u32,
+                });
+            }
+        }
+        self.allocate(size_bytes, txg, &[])
+    }
+
+    /// Marks exactly `dva`'s extent allocated in txg `txg` (an intent-log block found at
+    /// import, which may have been allocated in a txg that never synced). `Ok(true)`: it was
+    /// wholly free and is now allocated (an Alloc is recorded). `Ok(false)`: it was already
+    /// wholly allocated; nothing changes. Anything else (partly free, deferred, outside the
+    /// vdev, misaligned) is an error and changes nothing.
+    pub fn claim(&mut self, dva: &Dva, txg: u64) -> Result<bool, SpaceError> {
+        self.check_txg_open(txg)?;
+        let index = self.vdev_index(dva.vdev)?;
+        let length = u64::from(dva.asize);
+        let vdev = &mut self.vdevs[index];
+        vdev.check_extent(dva.offset, length)?;
+        if vdev.is_allocated(dva.offset, length) {
+            return Ok(false);
+        }
+        vdev.claim(dva.offset, length)?;
+        Self::record(
+            &mut self.changes.entry(txg).or_default().allocs,
+            dva.vdev,
+            dva.offset,
+            length,
+        );
+        Ok(true)
     }
 
     /// Txg `synced_txg` is durable: frees of txgs `<= synced_txg - DEFER_TXGS` become reusable.
@@ -514,6 +611,7 @@ impl SpaceAllocator {
                 let deferred_bytes = vdev.deferred_bytes();
                 VdevSpaceStats {
                     vdev: vdev.vdev,
+                    class: SpaceClass::Normal,
                     size_bytes: vdev.size_bytes,
                     allocated_bytes: vdev.size_bytes - free_bytes - deferred_bytes,
                     deferred_bytes,
@@ -522,28 +620,47 @@ impl SpaceAllocator {
                     metaslab_count: vdev.metaslabs.len() as u64,
                 }
             })
+            .zip(self.classes.iter())
+            .map(|(stats, &class)| VdevSpaceStats { class, ..stats })
             .collect();
+        let normal = || vdevs.iter().filter(|v| v.class == SpaceClass::Normal);
         SpaceStats {
-            size_bytes: vdevs.iter().map(|v| v.size_bytes).sum(),
-            allocated_bytes: vdevs.iter().map(|v| v.allocated_bytes).sum(),
-            deferred_bytes: vdevs.iter().map(|v| v.deferred_bytes).sum(),
-            free_bytes: vdevs.iter().map(|v| v.free_bytes).sum(),
+            size_bytes: normal().map(|v| v.size_bytes).sum(),
+            allocated_bytes: normal().map(|v| v.allocated_bytes).sum(),
+            deferred_bytes: normal().map(|v| v.deferred_bytes).sum(),
+            free_bytes: normal().map(|v| v.free_bytes).sum(),
             fragmentation_percent: fragmentation_percent(
-                self.vdevs.iter().flat_map(|vdev| vdev.metaslabs.iter()),
+                self.normal_vdevs().flat_map(|vdev| vdev.metaslabs.iter()),
             ),
-            metaslab_count: vdevs.iter().map(|v| v.metaslab_count).sum(),
+            metaslab_count: normal().map(|v| v.metaslab_count).sum(),
             vdevs,
         }
     }
 
-    /// Allocatable bytes of the pool (sum of the vdevs' metaslabs).
+    /// Allocatable bytes of the pool (sum of the Normal vdevs' metaslabs).
     pub fn size_bytes(&self) -> u64 {
-        self.vdevs.iter().map(|vdev| vdev.size_bytes).sum()
+        self.normal_vdevs().map(|vdev| vdev.size_bytes).sum()
     }
 
-    /// Bytes that can be allocated now (deferred frees not included).
+    /// Bytes that can be allocated now on Normal vdevs (deferred frees not included).
     pub fn free_bytes(&self) -> u64 {
-        self.vdevs.iter().map(TopVdevSpace::free_bytes).sum()
+        self.normal_vdevs().map(TopVdevSpace::free_bytes).sum()
+    }
+
+    fn normal_vdevs(&self) -> impl Iterator<Item = &TopVdevSpace> {
+        self.vdevs
+            .iter()
+            .zip(self.classes.iter())
+            .filter(|(_, class)| **class == SpaceClass::Normal)
+            .map(|(vdev, _)| vdev)
+    }
+
+    /// The first Normal vdev at or after index `from` (wrapping).
+    fn next_normal(&self, from: usize) -> Option<usize> {
+        let count = self.vdevs.len();
+        (0..count)
+            .map(|k| (from + k) % count)
+            .find(|&index| self.classes[index] == SpaceClass::Normal)
     }
 
     /// Space kept back from user data: 1/32 of the pool, at least `SLOP_BYTES_MIN`, at most
@@ -604,6 +721,15 @@ impl SpaceAllocator {
             stats.allocated_bytes + stats.deferred_bytes + stats.free_bytes,
             stats.size_bytes
         );
+        for vdev in &stats.vdevs {
+            assert_eq!(
+                vdev.allocated_bytes + vdev.deferred_bytes + vdev.free_bytes,
+                vdev.size_bytes,
+                "accounting of vdev {}",
+                vdev.vdev
+            );
+        }
+        assert_eq!(self.classes.len(), self.vdevs.len());
     }
 
     fn vdev_index(&self, vdev: u32) -> Result<usize, SpaceError> {
@@ -627,7 +753,9 @@ impl SpaceAllocator {
     /// normal way before any for a free run spanning metaslabs (the costly last resort).
     fn attempt_order(&self, avoid: &[Dva]) -> Vec<Attempt> {
         let count = self.vdevs.len();
-        let rotation = (0..count).map(|k| (self.rotor + k) % count);
+        let rotation = (0..count)
+            .map(|k| (self.rotor + k) % count)
+            .filter(|&index| self.classes[index] == SpaceClass::Normal);
         let holds_copy =
             |index: &usize| avoid.iter().any(|dva| dva.vdev == self.vdevs[*index].vdev);
         let free_of_copies: Vec<usize> = rotation.clone().filter(|i| !holds_copy(i)).collect();
@@ -677,7 +805,9 @@ impl SpaceAllocator {
             self.rotor_chunk_bytes = self.rotor_chunk_bytes_for(index);
         }
         if self.rotor_bytes >= self.rotor_chunk_bytes {
-            self.rotor = (self.rotor + 1) % self.vdevs.len();
+            self.rotor = self
+                .next_normal((self.rotor + 1) % self.vdevs.len())
+                .unwrap_or(self.rotor);
             self.rotor_bytes = 0;
             self.rotor_chunk_bytes = self.rotor_chunk_bytes_for(self.rotor);
         }
@@ -688,12 +818,13 @@ impl SpaceAllocator {
     /// equal chunks) and clamped.
     fn rotor_chunk_bytes_for(&self, index: usize) -> u64 {
         let total_free = u128::from(self.free_bytes());
-        if self.vdevs.len() <= 1 || total_free == 0 {
+        let normal_count = self.normal_vdevs().count();
+        if normal_count <= 1 || total_free == 0 {
             return ROTOR_CHUNK_BYTES;
         }
         let share = u128::from(ROTOR_CHUNK_BYTES)
             * u128::from(self.vdevs[index].free_bytes())
-            * self.vdevs.len() as u128
+            * normal_count as u128
             / total_free;
         let step = u128::from(ROTOR_CHUNK_BYTES_STEP);
         let rounded = (share + step / 2) / step * step;

@@ -33,7 +33,7 @@ mod top_vdev;
 
 pub use allocator::{
     DeferredFree, ROTOR_CHUNK_BYTES, SLOP_BYTES_MAX, SLOP_BYTES_MIN, SLOP_SHIFT, SpaceAllocator,
-    SpaceStats, VdevSpace, VdevSpaceStats,
+    SpaceClass, SpaceStats, VdevSpace, VdevSpaceStats,
 };
 pub use error::SpaceError;
 pub use metaslab::{

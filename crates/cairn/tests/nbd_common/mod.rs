@@ -296,7 +296,12 @@ impl Env {
     /// Starts `cairn serve` on a free loopback port and `state/nbd.sock`; returns once it
     /// answers on the socket.
     pub fn serve(&self) -> Server {
-        Server::start(self)
+        Server::start(self, &[])
+    }
+
+    /// `serve` with extra environment variables (fault injection).
+    pub fn serve_with_env(&self, vars: &[(&str, String)]) -> Server {
+        Server::start(self, vars)
     }
 }
 
@@ -321,7 +326,7 @@ pub struct Server {
 }
 
 impl Server {
-    fn start(env: &Env) -> Server {
+    fn start(env: &Env, vars: &[(&str, String)]) -> Server {
         let run = SERVER_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let stdout_path = env.path(&format!("serve-{run}.out"));
         let stderr_path = env.path(&format!("serve-{run}.err"));
@@ -329,6 +334,7 @@ impl Server {
         let mut cmd = env.cairn_command();
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--socket"])
             .arg(&socket)
+            .envs(vars.iter().map(|(key, value)| (*key, value.as_str())))
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout_path).expect("server stdout file"))
             .stderr(std::fs::File::create(&stderr_path).expect("server stderr file"));
@@ -999,9 +1005,24 @@ impl RawClient {
 
 /// A transmission request (no command flags).
 pub fn encode_request(command: u16, cookie: u64, offset: u64, length: u32, data: &[u8]) -> Vec<u8> {
+    encode_request_with_flags(command, 0, cookie, offset, length, data)
+}
+
+/// NBD_CMD_FLAG_FUA.
+pub const NBD_CMD_FLAG_FUA: u16 = 1;
+
+/// A transmission request with command flags.
+pub fn encode_request_with_flags(
+    command: u16,
+    flags: u16,
+    cookie: u64,
+    offset: u64,
+    length: u32,
+    data: &[u8],
+) -> Vec<u8> {
     let mut request = Vec::with_capacity(28 + data.len());
     request.extend_from_slice(&0x2560_9513u32.to_be_bytes());
-    request.extend_from_slice(&0u16.to_be_bytes());
+    request.extend_from_slice(&flags.to_be_bytes());
     request.extend_from_slice(&command.to_be_bytes());
     request.extend_from_slice(&cookie.to_be_bytes());
     request.extend_from_slice(&offset.to_be_bytes());

@@ -1,0 +1,220 @@
+//! Intent-log replay at import.
+//!
+//! For every volume whose object set still names log chains, read the chains (`read_log`),
+//! and in one txg: claim the blocks found (they may have been allocated in a txg that never
+//! synced), apply the records newer than the imported txg in (txg, sequence) order, free the
+//! blocks and empty the chain header. One txg for all of it is what makes replay exactly-once:
+//! if the machine stops before that txg is durable, the next import finds the same header, the
+//! same blocks and the same imported txg, and replays the same records again.
+//!
+//! With `ignore_missing_log` and a log device missing, nothing is applied (the pool comes back
+//! as of its last synced txg, as the user accepted); chains on present devices are still walked
+//! so their blocks are freed rather than leaked.
+
+use crate::{EngineError, Pool};
+use cairn_dataset::DatasetKind;
+use cairn_format::{Dva, IntentLogHeader};
+use cairn_pool::vdev::Health;
+use cairn_zil::read_log;
+
+impl Pool {
+    /// True when some dataset's synced object set still names intent-log chains.
+    pub(crate) fn has_pending_intent_logs(&self) -> bool {
+        self.core
+            .objsets
+            .lock()
+            .values()
+            .any(|objset| objset.synced_intent_log_header().iter().any(|&b| b != 0))
+    }
+
+    /// Replays (or, with `apply` false, discards) every volume's intent log; returns notes for
+    /// the user.
+    pub(crate) fn replay_intent_logs(
+        &self,
+        imported_txg: u64,
+        apply: bool,
+    ) -> Result<Vec<String>, EngineError> {
+        let mut notes = Vec::new();
+        let volumes: Vec<String> = {
+            let directory = self.core.directory.lock();
+            directory
+                .datasets
+                .values()
+                .filter(|record| record.kind == DatasetKind::Volume)
+                .map(|record| record.name.clone())
+                .collect()
+        };
+        for name in volumes {
+            let Some(objset) = self.core.objsets.lock().get(&name).cloned() else {
+                continue;
+            };
+            let raw = objset.synced_intent_log_header();
+            if raw.iter().all(|&byte| byte == 0) {
+                continue;
+            }
+            let header = match IntentLogHeader::decode(&raw) {
+                Ok(header) => header,
+                Err(err) => {
+                    notes.push(format!(
+                        "{name}: intent log header is damaged ({err}); its log is discarded"
+                    ));
+                    IntentLogHeader::default()
+                }
+            };
+            if let Some(note) = self.replay_volume(&name, &header, imported_txg, apply)? {
+                notes.push(note);
+            }
+        }
+        self.sweep_log_devices()?;
+        Ok(notes)
+    }
+
+    /// Once every log is replayed and reset, nothing on a log device is referenced: frees
+    /// whatever is still allocated there (blocks of chains that could not be walked, such as
+    /// those on a missing log device, or blocks orphaned by a crash mid-commit).
+    fn sweep_log_devices(&self) -> Result<(), EngineError> {
+        let log_vdevs: Vec<u32> = self
+            .core
+            .tree
+            .tops
+            .iter()
+            .filter(|top| top.config.role == cairn_format::VdevRole::Log)
+            .map(|top| top.id())
+            .collect();
+        if log_vdevs.is_empty() {
+            return Ok(());
+        }
+        let engine = self.txg_engine()?.clone();
+        let hold = engine
+            .try_hold()
+            .map_err(|err| EngineError::Txg(err.to_string()))?;
+        let txg = hold.txg();
+        let mut swept = 0usize;
+        {
+            let mut space = self.core.space.lock();
+            let leftovers: Vec<(u32, u64, u64)> = space
+                .allocated_extents()
+                .into_iter()
+                .filter(|(vdev, _, _)| log_vdevs.contains(vdev))
+                .collect();
+            const PIECE_BYTES: u64 = 1 << 30;
+            for (vdev, offset, length) in leftovers {
+                let mut start = offset;
+                while start < offset + length {
+                    let piece = (offset + length - start).min(PIECE_BYTES);
+                    let dva = Dva {
+                        vdev,
+                        offset: start,
+                        asize: piece as u32,
+                    };
+                    space.free(&dva, txg).map_err(|err| EngineError::Import {
+                        pool: self.core.name.clone(),
+                        reason: format!("freeing leftover log space: {err}"),
+                    })?;
+                    start += piece;
+                }
+                swept += 1;
+            }
+        }
+        drop(hold);
+        if swept > 0 {
+            engine
+                .wait_synced(txg)
+                .map_err(|err| EngineError::Txg(err.to_string()))?;
+        }
+        Ok(())
+    }
+
+    fn replay_volume(
+        &self,
+        name: &str,
+        header: &IntentLogHeader,
+        imported_txg: u64,
+        apply: bool,
+    ) -> Result<Option<String>, EngineError> {
+        let volume = self.volume(name)?;
+        let engine = self.txg_engine()?.clone();
+        let tree = self.core.tree.clone();
+        let usable = |dva: &Dva| {
+            tree.top_for_dva(dva)
+                .is_some_and(|top| top.health() != Health::Unavail)
+        };
+        // Lanes whose chain starts on a missing device cannot be read at all.
+        let readable = IntentLogHeader {
+            lanes: header
+                .lanes
+                .iter()
+                .map(|lane| {
+                    if lane.is_empty() || usable(&lane.block) {
+                        *lane
+                    } else {
+                        Default::default()
+                    }
+                })
+                .collect(),
+        };
+        let log = read_log(&self.core.io, self.core.guid, &readable, imported_txg);
+        let hold = engine
+            .try_hold()
+            .map_err(|err| EngineError::Txg(err.to_string()))?;
+        let txg = hold.txg();
+        let mut to_free: Vec<Dva> = Vec::new();
+        {
+            let mut space = self.core.space.lock();
+            for dva in &log.blocks {
+                match space.claim(dva, txg) {
+                    Ok(_) => to_free.push(*dva),
+                    Err(err) => {
+                        return Err(EngineError::Import {
+                            pool: self.core.name.clone(),
+                            reason: format!(
+                                "{name}: intent log block at vdev {} offset {} cannot be claimed: {err}",
+                                dva.vdev, dva.offset
+                            ),
+                        });
+                    }
+                }
+            }
+            for dva in &log.chain_ends {
+                if usable(dva) && space.is_allocated(dva) {
+                    to_free.push(*dva);
+                }
+            }
+        }
+        let applied = if apply {
+            for record in &log.records {
+                volume.replay_record(&hold, record)?;
+            }
+            log.records.len()
+        } else {
+            0
+        };
+        {
+            let mut space = self.core.space.lock();
+            for dva in &to_free {
+                space.free(dva, txg).map_err(|err| EngineError::Import {
+                    pool: self.core.name.clone(),
+                    reason: format!("{name}: freeing a replayed log block: {err}"),
+                })?;
+            }
+        }
+        let objset = volume.objset().clone();
+        objset.set_intent_log_header(txg, [0; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE]);
+        drop(hold);
+        engine
+            .wait_synced(txg)
+            .map_err(|err| EngineError::Txg(err.to_string()))?;
+        Ok(Some(if apply {
+            format!(
+                "{name}: replayed {applied} intent-log records from {} log blocks ({} already in txg {imported_txg})",
+                log.blocks.len(),
+                log.records_skipped
+            )
+        } else {
+            format!(
+                "{name}: discarded the intent log ({} records not replayed: the pool is as of txg {imported_txg})",
+                log.records.len()
+            )
+        }))
+    }
+}

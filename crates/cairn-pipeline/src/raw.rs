@@ -1,0 +1,192 @@
+//! Raw block I/O for self-describing blocks: intent-log blocks carry their own checksum and
+//! identity, so nothing above them holds a block pointer to verify against. The caller decides
+//! whether bytes are valid (by decoding them); this layer only moves them to and from every
+//! child of a top-level vdev, counts errors and faults leaves whose writes fail.
+
+use crate::{BlockIo, PipelineError, outside_pool};
+use bytes::Bytes;
+use cairn_device::queue::{IoClass, IoHandle};
+use cairn_format::Dva;
+use cairn_format::label::VDEV_DATA_START;
+use cairn_pool::vdev::Leaf;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// Writes in flight to the children of one or more top-level vdevs.
+#[must_use = "raw writes must be waited on"]
+pub struct RawWrites {
+    pending: Vec<(u32, Arc<Leaf>, IoHandle<()>)>,
+}
+
+impl RawWrites {
+    pub fn new() -> RawWrites {
+        RawWrites {
+            pending: Vec::new(),
+        }
+    }
+
+    /// Top-level vdevs written to (what a flush must cover).
+    pub fn vdevs(&self) -> BTreeSet<u32> {
+        self.pending.iter().map(|(vdev, _, _)| *vdev).collect()
+    }
+
+    /// Waits for every write. A leaf whose write fails is faulted; the whole fails only if some
+    /// top-level vdev got no copy at all.
+    pub fn wait(self) -> Result<(), PipelineError> {
+        let mut written: BTreeSet<u32> = BTreeSet::new();
+        let mut attempted: BTreeSet<u32> = BTreeSet::new();
+        let mut last_error = String::new();
+        for (vdev, leaf, handle) in self.pending {
+            attempted.insert(vdev);
+            match handle.wait() {
+                Ok(()) => {
+                    written.insert(vdev);
+                }
+                Err(err) => {
+                    leaf.errors.write.fetch_add(1, Ordering::Relaxed);
+                    leaf.fault();
+                    last_error = err.to_string();
+                }
+            }
+        }
+        match attempted.difference(&written).next() {
+            Some(vdev) => Err(PipelineError::WriteFailed(format!(
+                "vdev {vdev}: {last_error}"
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Default for RawWrites {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl BlockIo {
+    /// Submits `data` to every usable child of `dva`'s top-level vdev, adding the writes to
+    /// `writes`. `data` must fit in the copy's allocated size.
+    pub fn write_raw(
+        &self,
+        dva: &Dva,
+        data: Bytes,
+        class: IoClass,
+        writes: &mut RawWrites,
+    ) -> Result<(), PipelineError> {
+        assert!(
+            data.len() as u64 <= u64::from(dva.asize),
+            "raw write larger than its allocation"
+        );
+        let top = self
+            .tree
+            .top_for_dva(dva)
+            .ok_or_else(|| PipelineError::WriteFailed(outside_pool(dva)))?;
+        let mut issued = 0;
+        for leaf in top.leaves.iter() {
+            let Some(queue) = leaf.queue() else { continue };
+            if !leaf.is_usable() {
+                continue;
+            }
+            let handle = queue.write(class, VDEV_DATA_START + dva.offset, data.clone());
+            writes.pending.push((dva.vdev, leaf.clone(), handle));
+            issued += 1;
+        }
+        if issued == 0 {
+            return Err(PipelineError::WriteFailed(format!(
+                "vdev {} has no usable device",
+                top.kind_name()
+            )));
+        }
+        self.stats.raw_writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .raw_bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Flushes every usable child of the given top-level vdevs, in parallel. A leaf whose flush
+    /// fails is faulted; fails if some vdev has no child that flushed.
+    pub fn flush_vdevs(&self, vdevs: &BTreeSet<u32>) -> Result<(), PipelineError> {
+        let leaves: Vec<(u32, Arc<Leaf>)> = vdevs
+            .iter()
+            .filter_map(|id| self.tree.top(*id).map(|top| (*id, top)))
+            .flat_map(|(id, top)| {
+                top.leaves
+                    .iter()
+                    .filter(|leaf| leaf.is_usable())
+                    .map(move |leaf| (id, leaf.clone()))
+            })
+            .collect();
+        let results: Vec<(u32, Arc<Leaf>, Result<(), String>)> = if leaves.len() == 1 {
+            let (id, leaf) = leaves.into_iter().next().expect("one leaf");
+            let result = leaf.flush().map_err(|err| err.to_string());
+            vec![(id, leaf, result)]
+        } else {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = leaves
+                    .into_iter()
+                    .map(|(id, leaf)| {
+                        scope.spawn(move || {
+                            let result = leaf.flush().map_err(|err| err.to_string());
+                            (id, leaf, result)
+                        })
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|handle| handle.join().expect("flush thread panicked"))
+                    .collect()
+            })
+        };
+        let mut flushed: BTreeSet<u32> = BTreeSet::new();
+        let mut last_error = String::from("no usable device");
+        for (id, leaf, result) in results {
+            match result {
+                Ok(()) => {
+                    flushed.insert(id);
+                }
+                Err(err) => {
+                    leaf.errors.write.fetch_add(1, Ordering::Relaxed);
+                    leaf.fault();
+                    last_error = err;
+                }
+            }
+        }
+        match vdevs.difference(&flushed).next() {
+            Some(vdev) => Err(PipelineError::WriteFailed(format!(
+                "flush of vdev {vdev}: {last_error}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads `len` bytes at `dva` from each usable child of its top-level vdev, least busy first,
+    /// handing each copy to `accept` until it returns `Some`. Read errors are counted on the
+    /// leaf. Returns `None` if no copy was accepted.
+    pub fn read_raw<T>(
+        &self,
+        dva: &Dva,
+        len: usize,
+        class: IoClass,
+        mut accept: impl FnMut(&[u8]) -> Option<T>,
+    ) -> Option<T> {
+        let top = self.tree.top_for_dva(dva)?;
+        for leaf in top.read_order() {
+            let Some(queue) = leaf.queue() else { continue };
+            match queue.read(class, VDEV_DATA_START + dva.offset, len).wait() {
+                Ok(bytes) => {
+                    self.stats.raw_reads.fetch_add(1, Ordering::Relaxed);
+                    if let Some(value) = accept(&bytes) {
+                        return Some(value);
+                    }
+                }
+                Err(_) => {
+                    leaf.errors.read.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        None
+    }
+}

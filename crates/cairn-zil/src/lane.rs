@@ -1,0 +1,782 @@
+//! One lane: an independent chain of log blocks with its own pending records, builder and
+//! in-flight batches (see the crate comment for the protocol).
+//!
+//! Tickets of a lane are numbered from 1 in the order records are appended; at any moment they
+//! split into three runs: durable (`<= durable_ticket`), in flight (taken by a builder, in
+//! `in_flight` batches, oldest first), and pending (still in `pending`). Batches complete in any
+//! order but `durable_ticket` only advances over the completed prefix.
+
+use crate::{IntentLog, ItxData, LogOp, LogSource, Ticket, ZilError};
+use bytes::Bytes;
+use cairn_device::queue::IoClass;
+use cairn_format::intent_log::{
+    LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MAX, LOG_BLOCK_SIZE_MIN, LOG_RECORD_HEADER_SIZE,
+    LOG_RECORD_PAYLOAD_MAX,
+};
+use cairn_format::{ChainPosition, Dva, LaneHead, LogBlock, LogRecord, LogRecordKind};
+use cairn_pipeline::RawWrites;
+use parking_lot::{Condvar, Mutex};
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+/// The smallest piece a write is split into to fill the end of a block.
+const SPLIT_BYTES_MIN: usize = 512;
+/// Writes are only split at multiples of this (absolute offsets): a replay that stops between
+/// two pieces must never leave a sector half old and half new, since disks (and the clients
+/// that rely on them) treat a sector as written whole or not at all.
+const SECTOR_BYTES: u64 = 512;
+
+struct Itx {
+    ticket: u64,
+    sequence: u64,
+    op: LogOp,
+}
+
+/// The chain being appended to: where its next block goes.
+#[derive(Debug, Clone, Copy)]
+struct Chain {
+    guid: u64,
+    next: Dva,
+    next_sequence: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct WrittenBlock {
+    dva: Dva,
+    chain_guid: u64,
+    sequence: u64,
+    alloc_txg: u64,
+    /// Newest txg of a record in the block: the block is redundant once it is synced.
+    max_txg: u64,
+    /// The write finished (successfully or not): nothing is in flight to it any more.
+    done: bool,
+}
+
+struct Batch {
+    id: u64,
+    last_ticket: u64,
+    done: bool,
+}
+
+struct LaneState {
+    next_ticket: u64,
+    durable_ticket: u64,
+    pending: VecDeque<Itx>,
+    building: bool,
+    in_flight: VecDeque<Batch>,
+    next_batch_id: u64,
+    chain: Option<Chain>,
+    /// Bumped when the chain is retired after a failure: a builder that started on an older
+    /// chain must not resurrect it.
+    chain_epoch: u64,
+    /// Allocation txg of `chain.next`.
+    next_alloc_txg: u64,
+    written: VecDeque<WrittenBlock>,
+    /// Set when neither the log nor a txg sync can make records durable (the pool is
+    /// suspended): every committer gets this error instead of waiting for a batch that no one
+    /// will complete.
+    failed: Option<String>,
+}
+
+pub(crate) struct Lane {
+    index: u32,
+    state: Mutex<LaneState>,
+    cond: Condvar,
+}
+
+/// What a builder produced.
+struct Built {
+    last_ticket: u64,
+    chain: Chain,
+    next_alloc_txg: u64,
+    blocks: Vec<WrittenBlock>,
+    writes: RawWrites,
+    log_bytes: u64,
+}
+
+impl Lane {
+    pub(crate) fn new(index: u32) -> Lane {
+        Lane {
+            index,
+            state: Mutex::new(LaneState {
+                next_ticket: 1,
+                durable_ticket: 0,
+                pending: VecDeque::new(),
+                building: false,
+                in_flight: VecDeque::new(),
+                next_batch_id: 1,
+                chain: None,
+                chain_epoch: 0,
+                next_alloc_txg: 0,
+                written: VecDeque::new(),
+                failed: None,
+            }),
+            cond: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    pub(crate) fn append(&self, sequence: u64, op: LogOp, synced_txg: u64) -> Ticket {
+        let mut st = self.state.lock();
+        // Records already in a synced txg need no logging: drop them from the front (amortized
+        // O(1) per record), so an idle lane's memory stays bounded by one txg of records.
+        if st.in_flight.is_empty() && !st.building {
+            while st
+                .pending
+                .front()
+                .is_some_and(|itx| itx.op.txg <= synced_txg)
+            {
+                let itx = st.pending.pop_front().expect("front checked");
+                st.durable_ticket = itx.ticket;
+            }
+        }
+        let ticket = st.next_ticket;
+        st.next_ticket += 1;
+        let txg = op.txg;
+        st.pending.push_back(Itx {
+            ticket,
+            sequence,
+            op,
+        });
+        Ticket {
+            lane: self.index,
+            number: ticket,
+            txg,
+        }
+    }
+
+    /// The newest ticket not yet durable, if any.
+    pub(crate) fn newest_undurable(&self) -> Option<u64> {
+        let st = self.state.lock();
+        let newest = st.next_ticket - 1;
+        (newest > st.durable_ticket).then_some(newest)
+    }
+
+    /// Removes the blocks made redundant by txg `txg` and returns them with the lane's new head.
+    /// Blocks of the current chain go oldest first only (the chain is walked from its head, so
+    /// no block after the head may be freed before it); blocks of retired chains go as soon as
+    /// they qualify (their records are all in synced txgs, see `retire_chain`).
+    pub(crate) fn release_through(&self, txg: u64) -> (Vec<Dva>, LaneHead) {
+        let mut st = self.state.lock();
+        let current = st.chain.map(|chain| chain.guid);
+        let redundant =
+            |block: &WrittenBlock| block.done && block.max_txg <= txg && block.alloc_txg <= txg;
+        let mut released = Vec::new();
+        let mut prefix_open = true;
+        st.written.retain(|block| {
+            let ours = Some(block.chain_guid) == current;
+            let free = redundant(block) && (!ours || prefix_open);
+            if ours && !free {
+                prefix_open = false;
+            }
+            if free {
+                released.push(block.dva);
+            }
+            !free
+        });
+        let first_ours = st
+            .written
+            .iter()
+            .find(|block| Some(block.chain_guid) == current);
+        let head = match (first_ours, st.chain) {
+            (Some(block), _) => LaneHead {
+                chain_guid: block.chain_guid,
+                sequence: block.sequence,
+                block: block.dva,
+            },
+            (None, Some(chain)) => LaneHead {
+                chain_guid: chain.guid,
+                sequence: chain.next_sequence,
+                block: chain.next,
+            },
+            (None, None) => LaneHead::default(),
+        };
+        (released, head)
+    }
+
+    pub(crate) fn has_blocks(&self) -> bool {
+        let st = self.state.lock();
+        st.chain.is_some() || !st.written.is_empty()
+    }
+
+    /// Every block the lane holds (written ones and the pre-allocated next); the lane forgets
+    /// its chain.
+    pub(crate) fn take_all_blocks(&self) -> Vec<Dva> {
+        let mut st = self.state.lock();
+        let mut blocks: Vec<Dva> = st.written.drain(..).map(|block| block.dva).collect();
+        if let Some(chain) = st.chain.take() {
+            blocks.push(chain.next);
+        }
+        st.pending.clear();
+        st.chain_epoch += 1;
+        blocks
+    }
+}
+
+impl Built {
+    /// Every block this build allocated, as finished blocks of a retired chain.
+    fn orphans(&self) -> Vec<WrittenBlock> {
+        let mut blocks: Vec<WrittenBlock> = self
+            .blocks
+            .iter()
+            .map(|block| WrittenBlock {
+                done: true,
+                max_txg: 0,
+                ..*block
+            })
+            .collect();
+        blocks.push(WrittenBlock {
+            dva: self.chain.next,
+            chain_guid: self.chain.guid,
+            sequence: self.chain.next_sequence,
+            alloc_txg: self.next_alloc_txg,
+            max_txg: 0,
+            done: true,
+        });
+        blocks
+    }
+}
+
+impl LaneState {
+    fn complete(&mut self, batch_id: u64) {
+        if let Some(batch) = self.in_flight.iter_mut().find(|batch| batch.id == batch_id) {
+            batch.done = true;
+        }
+        while self.in_flight.front().is_some_and(|batch| batch.done) {
+            let batch = self.in_flight.pop_front().expect("front checked");
+            self.durable_ticket = self.durable_ticket.max(batch.last_ticket);
+        }
+    }
+
+    /// Takes pending records for one batch: at least one, then while under `bytes_max`.
+    fn take_batch(&mut self, bytes_max: usize) -> Vec<Itx> {
+        let mut taken = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(itx) = self.pending.front() {
+            let size = LOG_RECORD_HEADER_SIZE + payload_len(&itx.op);
+            if !taken.is_empty() && bytes + size > bytes_max {
+                break;
+            }
+            bytes += size;
+            taken.push(self.pending.pop_front().expect("front checked"));
+        }
+        taken
+    }
+
+    /// Retires the chain after a failure, or when a new one replaces it: its blocks are freed
+    /// once `covered_txg` (which made all their records redundant) is durable.
+    fn retire_chain(&mut self, covered_txg: u64) {
+        if let Some(chain) = self.chain.take() {
+            self.written.push_back(WrittenBlock {
+                dva: chain.next,
+                chain_guid: chain.guid,
+                sequence: chain.next_sequence,
+                alloc_txg: self.next_alloc_txg,
+                max_txg: covered_txg,
+                done: true,
+            });
+        }
+        for block in self.written.iter_mut() {
+            block.done = true;
+            block.max_txg = block.max_txg.max(covered_txg);
+        }
+        self.chain_epoch += 1;
+    }
+}
+
+fn payload_len(op: &LogOp) -> usize {
+    match op.kind {
+        LogRecordKind::Write => op.length as usize,
+        LogRecordKind::Zero | LogRecordKind::Trim => 0,
+    }
+}
+
+/// Block size for `bytes` of log: rounded up to 4 KiB, within the block size limits.
+fn block_size_for(bytes: usize) -> u32 {
+    let rounded = bytes.div_ceil(LOG_BLOCK_SIZE_MIN as usize) * LOG_BLOCK_SIZE_MIN as usize;
+    (rounded as u64).clamp(u64::from(LOG_BLOCK_SIZE_MIN), u64::from(LOG_BLOCK_SIZE_MAX)) as u32
+}
+
+impl IntentLog {
+    pub(crate) fn commit_lane(
+        &self,
+        lane: &Lane,
+        target: u64,
+        source: &dyn LogSource,
+    ) -> Result<(), ZilError> {
+        let started = Instant::now();
+        let mut st = lane.state.lock();
+        loop {
+            if st.durable_ticket >= target {
+                drop(st);
+                self.stats.count_commit(started.elapsed());
+                return Ok(());
+            }
+            if let Some(reason) = &st.failed {
+                return Err(self.failed(reason.clone()));
+            }
+            let front_is_ours = st.pending.front().is_some_and(|itx| itx.ticket <= target);
+            if st.building || !front_is_ours {
+                // Someone is building, or our record is in a batch in flight: wait for either.
+                self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
+                lane.cond.wait(&mut st);
+                continue;
+            }
+            st.building = true;
+            let itxs = st.take_batch(self.config.batch_bytes_max);
+            let chain = st.chain;
+            let epoch = st.chain_epoch;
+            let next_alloc_txg = st.next_alloc_txg;
+            let last_ticket = itxs.last().expect("at least one record").ticket;
+            drop(st);
+
+            let built = self.build(lane, itxs, chain, next_alloc_txg, source);
+
+            st = lane.state.lock();
+            st.building = false;
+            let built = match built {
+                Ok(built) if st.chain_epoch == epoch => built,
+                Ok(built) => {
+                    // The chain was retired while we built: our blocks hang off a dead chain.
+                    // Once their writes are over they are freed like the rest of it.
+                    drop(st);
+                    let orphans = built.orphans();
+                    let _ = built.writes.wait();
+                    {
+                        // `retire_chain` already took the block the chain pointed at.
+                        let mut st = lane.state.lock();
+                        for orphan in orphans {
+                            if !st.written.iter().any(|block| block.dva == orphan.dva) {
+                                st.written.push_back(orphan);
+                            }
+                        }
+                    }
+                    lane.cond.notify_all();
+                    self.fall_back(lane, last_ticket)?;
+                    st = lane.state.lock();
+                    continue;
+                }
+                Err(err) => {
+                    drop(st);
+                    lane.cond.notify_all();
+                    self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    eprintln!("cairn: {err}; falling back to a txg sync");
+                    self.fall_back(lane, last_ticket)?;
+                    st = lane.state.lock();
+                    continue;
+                }
+            };
+            let batch_id = st.next_batch_id;
+            st.next_batch_id += 1;
+            st.in_flight.push_back(Batch {
+                id: batch_id,
+                last_ticket: built.last_ticket,
+                done: false,
+            });
+            st.chain = Some(built.chain);
+            st.next_alloc_txg = built.next_alloc_txg;
+            st.written.extend(built.blocks.iter().copied());
+            drop(st);
+            // The next builder may start now, while our blocks are in flight.
+            lane.cond.notify_all();
+
+            let vdevs = built.writes.vdevs();
+            let outcome = built.writes.wait().and_then(|()| {
+                if vdevs.is_empty() {
+                    Ok(())
+                } else {
+                    self.stats.flushes.fetch_add(1, Ordering::Relaxed);
+                    self.io.flush_vdevs(&vdevs)
+                }
+            });
+            st = lane.state.lock();
+            for block in st.written.iter_mut() {
+                if built.blocks.iter().any(|ours| ours.dva == block.dva) {
+                    block.done = true;
+                }
+            }
+            match outcome {
+                Ok(()) => {
+                    self.stats.count_batch(&built.blocks, built.log_bytes);
+                    st.complete(batch_id);
+                    lane.cond.notify_all();
+                }
+                Err(err) => {
+                    drop(st);
+                    self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    eprintln!(
+                        "cairn: intent log of {}: {err}; falling back to a txg sync",
+                        self.dataset
+                    );
+                    self.fall_back(lane, built.last_ticket)?;
+                    st = lane.state.lock();
+                }
+            }
+        }
+    }
+
+    /// Makes every ticket up to at least `ticket` durable by forcing a txg sync (which covers
+    /// every record logged before it), and retires the chain.
+    fn fall_back(&self, lane: &Lane, ticket: u64) -> Result<(), ZilError> {
+        let covered_ticket = lane.state.lock().next_ticket - 1;
+        debug_assert!(covered_ticket >= ticket);
+        let synced_txg = match self.txg.sync_now_forced() {
+            Ok(txg) => txg,
+            Err(err) => {
+                let reason = format!("txg sync after a log failure: {err}");
+                let mut st = lane.state.lock();
+                st.failed = Some(reason.clone());
+                lane.cond.notify_all();
+                return Err(self.failed(reason));
+            }
+        };
+        let mut st = lane.state.lock();
+        st.retire_chain(synced_txg);
+        st.durable_ticket = st.durable_ticket.max(covered_ticket);
+        st.in_flight
+            .retain(|batch| batch.last_ticket > covered_ticket);
+        st.pending.retain(|itx| itx.ticket > covered_ticket);
+        lane.cond.notify_all();
+        Ok(())
+    }
+
+    /// Starts a chain for `lane`: allocates its first block, records the header in the open
+    /// txg and waits for that txg to sync, after which blocks of the chain are reachable.
+    fn start_chain(&self, lane: &Lane, first_block_bytes: usize) -> Result<(Chain, u64), ZilError> {
+        let size = block_size_for(first_block_bytes);
+        let hold = self
+            .txg
+            .try_hold()
+            .map_err(|err| self.failed(err.to_string()))?;
+        let txg = hold.txg();
+        let dva = self.allocate_in(size, txg)?;
+        let chain = Chain {
+            guid: new_chain_guid(),
+            next: dva,
+            next_sequence: 1,
+        };
+        {
+            // The lane owns the chain from now on (this builder has it exclusively), so a txg
+            // sync running meanwhile computes a header that includes it.
+            let mut st = lane.state.lock();
+            debug_assert!(st.written.iter().all(|block| block.done));
+            st.chain = Some(chain);
+            st.next_alloc_txg = txg;
+        }
+        self.set_head(
+            lane.index(),
+            LaneHead {
+                chain_guid: chain.guid,
+                sequence: 1,
+                block: dva,
+            },
+            txg,
+        );
+        drop(hold);
+        self.txg
+            .wait_synced(txg)
+            .map_err(|err| self.failed(format!("recording a new log chain: {err}")))?;
+        self.stats.chains_started.fetch_add(1, Ordering::Relaxed);
+        Ok((chain, txg))
+    }
+
+    /// Turns records into written-out blocks (the writes are issued, not waited for).
+    fn build(
+        &self,
+        lane: &Lane,
+        itxs: Vec<Itx>,
+        chain: Option<Chain>,
+        next_alloc_txg: u64,
+        source: &dyn LogSource,
+    ) -> Result<Built, ZilError> {
+        let last_ticket = itxs.last().expect("at least one record").ticket;
+        let (mut chain, mut next_alloc_txg) = match chain {
+            Some(chain) => (chain, next_alloc_txg),
+            None => {
+                let bytes = LOG_BLOCK_HEADER_SIZE
+                    + itxs
+                        .iter()
+                        .map(|itx| LOG_RECORD_HEADER_SIZE + payload_len(&itx.op))
+                        .sum::<usize>();
+                self.start_chain(lane, bytes)?
+            }
+        };
+        let synced = self.txg.last_synced_txg();
+        let records = self.materialize(itxs, synced, source)?;
+        let mut built = Built {
+            last_ticket,
+            chain,
+            next_alloc_txg,
+            blocks: Vec::new(),
+            writes: RawWrites::new(),
+            log_bytes: 0,
+        };
+        if records.is_empty() {
+            return Ok(built);
+        }
+        let total_bytes: usize =
+            records.iter().map(LogRecord::encoded_size).sum::<usize>() + LOG_BLOCK_HEADER_SIZE;
+        let mut queue: VecDeque<LogRecord> = records.into();
+        let mut remaining_bytes = total_bytes;
+        while !queue.is_empty() {
+            let capacity = chain.next.asize.min(LOG_BLOCK_SIZE_MAX) as usize;
+            let mut used = LOG_BLOCK_HEADER_SIZE;
+            let mut block_records: Vec<LogRecord> = Vec::new();
+            while let Some(record) = queue.pop_front() {
+                let size = record.encoded_size();
+                if used + size <= capacity {
+                    used += size;
+                    remaining_bytes = remaining_bytes.saturating_sub(size);
+                    block_records.push(record);
+                    continue;
+                }
+                // A record that does not fit moves whole to the next block (so a write's
+                // sectors reach the log together), unless even an empty block is too small
+                // for it (a small pre-allocated block): then it fills this one and goes on.
+                let room = capacity - used;
+                let take = (record.kind == LogRecordKind::Write
+                    && block_records.is_empty()
+                    && room >= LOG_RECORD_HEADER_SIZE + SPLIT_BYTES_MIN)
+                    .then(|| split_point(record.offset, room - LOG_RECORD_HEADER_SIZE))
+                    .flatten()
+                    .filter(|&take| take < record.data.len());
+                if let Some(take) = take {
+                    let (head, tail) = split_write(record, take);
+                    used += head.encoded_size();
+                    remaining_bytes = remaining_bytes.saturating_sub(head.encoded_size());
+                    block_records.push(head);
+                    queue.push_front(tail);
+                } else {
+                    queue.push_front(record);
+                }
+                break;
+            }
+            // A block smaller than one sector of payload (never allocated that small) would
+            // take nothing; a zero-record block is still a valid link, so the chain goes on.
+            debug_assert!(
+                !block_records.is_empty(),
+                "a log block of {capacity} bytes took no record"
+            );
+            // The next block is sized for what is left of this batch, or, at its end, for a
+            // batch like this one.
+            let next_size = if queue.is_empty() {
+                block_size_for(total_bytes)
+            } else {
+                block_size_for(remaining_bytes + LOG_BLOCK_HEADER_SIZE)
+            };
+            let (next, alloc_txg) = self.allocate_block(next_size)?;
+            let max_txg = block_records.iter().map(|r| r.txg).max().unwrap_or(0);
+            let block = LogBlock {
+                position: ChainPosition {
+                    pool_guid: self.pool_guid,
+                    chain_guid: chain.guid,
+                    lane: lane.index(),
+                    sequence: chain.next_sequence,
+                },
+                next,
+                records: block_records,
+            };
+            let granule = self.sector_bytes(&chain.next);
+            let encoded = block.encode(granule);
+            built.log_bytes += encoded.len() as u64;
+            self.stats.count_block(used, capacity);
+            self.io
+                .write_raw(
+                    &chain.next,
+                    Bytes::from(encoded),
+                    IoClass::Log,
+                    &mut built.writes,
+                )
+                .map_err(|err| self.failed(format!("writing a log block: {err}")))?;
+            built.blocks.push(WrittenBlock {
+                dva: chain.next,
+                chain_guid: chain.guid,
+                sequence: chain.next_sequence,
+                alloc_txg: next_alloc_txg,
+                max_txg,
+                done: false,
+            });
+            chain = Chain {
+                guid: chain.guid,
+                next,
+                next_sequence: chain.next_sequence + 1,
+            };
+            next_alloc_txg = alloc_txg;
+        }
+        built.chain = chain;
+        built.next_alloc_txg = next_alloc_txg;
+        Ok(built)
+    }
+
+    /// Log records for `itxs`, with data, skipping those already in a synced txg; writes longer
+    /// than one record can carry are split.
+    fn materialize(
+        &self,
+        itxs: Vec<Itx>,
+        synced_txg: u64,
+        source: &dyn LogSource,
+    ) -> Result<Vec<LogRecord>, ZilError> {
+        let mut records = Vec::with_capacity(itxs.len());
+        for itx in itxs {
+            let op = itx.op;
+            if op.txg <= synced_txg {
+                continue;
+            }
+            let data = match (&op.kind, op.data) {
+                (LogRecordKind::Write, ItxData::Copied(bytes)) => bytes.to_vec(),
+                (LogRecordKind::Write, _) => {
+                    let mut buf = vec![0u8; op.length as usize];
+                    source
+                        .read_for_log(op.object, op.offset, &mut buf)
+                        .map_err(|err| self.failed(format!("reading data to log: {err}")))?;
+                    self.stats.needcopy_reads.fetch_add(1, Ordering::Relaxed);
+                    buf
+                }
+                _ => Vec::new(),
+            };
+            let record = LogRecord {
+                kind: op.kind,
+                sequence: itx.sequence,
+                txg: op.txg,
+                object: op.object,
+                offset: op.offset,
+                length: op.length,
+                data,
+            };
+            if record.kind == LogRecordKind::Write && record.data.len() > LOG_RECORD_PAYLOAD_MAX {
+                let mut rest = record;
+                while rest.data.len() > LOG_RECORD_PAYLOAD_MAX {
+                    let take = split_point(rest.offset, LOG_RECORD_PAYLOAD_MAX)
+                        .expect("a full record has room for a sector");
+                    let (head, tail) = split_write(rest, take);
+                    records.push(head);
+                    rest = tail;
+                }
+                records.push(rest);
+            } else {
+                records.push(record);
+            }
+        }
+        Ok(records)
+    }
+
+    fn sector_bytes(&self, dva: &Dva) -> u32 {
+        self.io
+            .tree()
+            .top(dva.vdev)
+            .map_or(LOG_BLOCK_SIZE_MIN, |top| 1u32 << top.config.ashift)
+    }
+}
+
+/// The largest piece of at most `max_bytes` starting at `offset` that ends on a sector
+/// boundary, if there is one.
+fn split_point(offset: u64, max_bytes: usize) -> Option<usize> {
+    let end = (offset + max_bytes as u64) / SECTOR_BYTES * SECTOR_BYTES;
+    (end > offset).then(|| (end - offset) as usize)
+}
+
+/// Splits a write record after `head_bytes` of data.
+fn split_write(record: LogRecord, head_bytes: usize) -> (LogRecord, LogRecord) {
+    assert!(head_bytes > 0 && head_bytes < record.data.len());
+    let mut data = record.data;
+    let tail_data = data.split_off(head_bytes);
+    let head = LogRecord {
+        length: head_bytes as u64,
+        data,
+        ..record
+    };
+    let tail = LogRecord {
+        offset: head.offset + head_bytes as u64,
+        length: tail_data.len() as u64,
+        data: tail_data,
+        ..head.clone()
+    };
+    (head, tail)
+}
+
+/// A fresh random chain guid (never 0).
+fn new_chain_guid() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut bytes))
+        .is_err()
+    {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(offset: u64, len: usize) -> LogRecord {
+        LogRecord {
+            kind: LogRecordKind::Write,
+            sequence: 9,
+            txg: 4,
+            object: 1,
+            offset,
+            length: len as u64,
+            data: (0..len).map(|i| i as u8).collect(),
+        }
+    }
+
+    #[test]
+    fn split_keeps_every_byte_in_place() {
+        let record = write(1000, 5000);
+        let (head, tail) = split_write(record.clone(), 4096);
+        assert_eq!(head.offset, 1000);
+        assert_eq!(head.length, 4096);
+        assert_eq!(tail.offset, 1000 + 4096);
+        assert_eq!(tail.length, 904);
+        let mut joined = head.data.clone();
+        joined.extend_from_slice(&tail.data);
+        assert_eq!(joined, record.data);
+        assert_eq!((head.sequence, tail.sequence), (9, 9));
+    }
+
+    #[test]
+    fn splits_end_on_sector_boundaries() {
+        assert_eq!(split_point(0, 1000), Some(512));
+        assert_eq!(split_point(100, 1000), Some(924));
+        assert_eq!(split_point(100, 300), None);
+        assert_eq!(split_point(4096, LOG_RECORD_PAYLOAD_MAX), Some(130560));
+    }
+
+    #[test]
+    fn block_sizes_round_to_4k_within_limits() {
+        assert_eq!(block_size_for(1), LOG_BLOCK_SIZE_MIN);
+        assert_eq!(block_size_for(4097), 8192);
+        assert_eq!(block_size_for(10 << 20), LOG_BLOCK_SIZE_MAX);
+    }
+
+    #[test]
+    fn durable_ticket_advances_only_over_the_completed_prefix() {
+        let lane = Lane::new(0);
+        let mut st = lane.state.lock();
+        st.in_flight.push_back(Batch {
+            id: 1,
+            last_ticket: 5,
+            done: false,
+        });
+        st.in_flight.push_back(Batch {
+            id: 2,
+            last_ticket: 9,
+            done: false,
+        });
+        st.complete(2);
+        assert_eq!(st.durable_ticket, 0, "batch 2 done but batch 1 is not");
+        st.complete(1);
+        assert_eq!(st.durable_ticket, 9);
+        assert!(st.in_flight.is_empty());
+    }
+}

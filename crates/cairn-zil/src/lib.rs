@@ -1,0 +1,330 @@
+//! # cairn-zil: the intent log
+//!
+//! Makes synchronous operations (NBD FLUSH and FUA, `sync=always`) durable in one log write plus
+//! one flush instead of a whole txg sync. Sits above the object layer (it writes the chain header
+//! into a dataset's object set) and below datasets (a volume logs every change it makes).
+//!
+//! Life of a record: a volume change is applied to the open txg and, at the same moment, appended
+//! to one *lane* of the dataset's log as an in-memory record carrying the txg it joined (`log`).
+//! Nothing is written until someone commits. `commit(ticket)` makes the lane's records up to the
+//! ticket durable: one committer at a time per lane (the *builder*) takes everything pending —
+//! so concurrent committers share blocks and flushes (group commit) — packs it into log blocks,
+//! issues the writes and steps aside; the next builder can issue the following blocks while the
+//! first are still in flight (the chain's next block was allocated in advance, so nothing has to
+//! wait for an address). A batch is acknowledged once its writes and a flush of the devices they
+//! went to have completed *and* every earlier batch of the lane is acknowledged, so callers are
+//! released in order. A builder takes at most `batch_bytes_max`, so a slow commit cannot make the
+//! next one grow without bound, and a lone committer never waits for company.
+//!
+//! Invariants:
+//! - A ticket is reported durable only if its record is in a synced txg, or in a log block that
+//!   was written and flushed and is reachable from the chain header of a synced txg (a chain's
+//!   first block is only used after the txg recording its header has synced).
+//! - Records whose txg has synced are never written (they are already on disk) and are dropped.
+//! - Log blocks are freed in the txg whose sync makes all their records redundant, and the
+//!   header then moves past them in the same txg (see `sync_hook`).
+//! - Any log write or flush failure, or a failure to allocate a log block, falls back to forcing
+//!   a txg sync (which covers every record logged before it) and retires the chain; the next
+//!   commit starts a fresh one. A commit therefore never reports success for data it could lose.
+//!
+//! Several lanes per dataset let one busy volume use several log devices at once; each lane is
+//! an independent chain, and replay merges all lanes by (txg, sequence).
+
+mod lane;
+mod replay;
+mod stats;
+
+pub use replay::{ReplayLog, read_log};
+pub use stats::{ZilStats, ZilStatsSnapshot};
+
+use bytes::Bytes;
+use cairn_format::intent_log::{INTENT_LOG_HEADER_SIZE, INTENT_LOG_LANES_MAX};
+use cairn_format::{Dva, IntentLogHeader, LaneHead, LogRecordKind};
+use cairn_object::ObjectSet;
+use cairn_pipeline::BlockIo;
+use cairn_pool::txg::TxgEngine;
+use lane::Lane;
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use thiserror::Error;
+
+#[derive(Debug, Error, Clone)]
+pub enum ZilError {
+    #[error("intent log of {dataset}: {reason}")]
+    Failed { dataset: String, reason: String },
+}
+
+/// Tunables of one dataset's log.
+#[derive(Debug, Clone, Copy)]
+pub struct ZilConfig {
+    /// Independent chains (1..=`INTENT_LOG_LANES_MAX`).
+    pub lanes: usize,
+    /// Most log bytes one builder takes into one batch.
+    pub batch_bytes_max: usize,
+    /// Synchronous writes up to this size are copied into their record at once (the commit is
+    /// imminent); larger or asynchronous ones are read back from the volume when committed.
+    pub copy_bytes_max: usize,
+}
+
+impl Default for ZilConfig {
+    fn default() -> Self {
+        ZilConfig {
+            lanes: 1,
+            batch_bytes_max: 4 << 20,
+            copy_bytes_max: 32 << 10,
+        }
+    }
+}
+
+/// Where the data of a logged write comes from when the record is committed.
+#[derive(Debug, Clone)]
+pub enum ItxData {
+    /// Copied when the change was made.
+    Copied(Bytes),
+    /// Read back from the dataset when committed (its newest contents: never older than the
+    /// record).
+    NeedCopy,
+    /// Zeroing and trimming carry no data.
+    None,
+}
+
+/// Reads a dataset's current contents for records logged without their data.
+pub trait LogSource {
+    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), String>;
+}
+
+/// Identifies one logged record: commit it to make it durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ticket {
+    lane: u32,
+    number: u64,
+    txg: u64,
+}
+
+/// One operation to log.
+#[derive(Debug, Clone)]
+pub struct LogOp {
+    pub kind: LogRecordKind,
+    pub txg: u64,
+    pub object: u64,
+    pub offset: u64,
+    pub length: u64,
+    pub data: ItxData,
+}
+
+/// The intent log of one dataset.
+pub struct IntentLog {
+    dataset: String,
+    pool_guid: u64,
+    io: Arc<BlockIo>,
+    txg: Arc<TxgEngine>,
+    objset: Arc<ObjectSet>,
+    config: ZilConfig,
+    next_sequence: AtomicU64,
+    lanes: Vec<Lane>,
+    heads: Mutex<Heads>,
+    pub stats: ZilStats,
+}
+
+struct Heads {
+    lanes: Vec<LaneHead>,
+    /// The header last handed to the object set.
+    written: [u8; INTENT_LOG_HEADER_SIZE],
+}
+
+impl IntentLog {
+    /// A log with no chains. The dataset's on-disk log must have been replayed and reset
+    /// (`read_log` + an empty header) before: this log starts new chains with fresh guids.
+    pub fn new(
+        dataset: String,
+        pool_guid: u64,
+        io: Arc<BlockIo>,
+        txg: Arc<TxgEngine>,
+        objset: Arc<ObjectSet>,
+        config: ZilConfig,
+    ) -> IntentLog {
+        let lanes = config.lanes.clamp(1, INTENT_LOG_LANES_MAX);
+        let written = objset.synced_intent_log_header();
+        IntentLog {
+            dataset,
+            pool_guid,
+            io,
+            txg,
+            objset,
+            config: ZilConfig { lanes, ..config },
+            next_sequence: AtomicU64::new(1),
+            lanes: (0..lanes as u32).map(Lane::new).collect(),
+            heads: Mutex::new(Heads {
+                lanes: vec![LaneHead::default(); lanes],
+                written,
+            }),
+            stats: ZilStats::default(),
+        }
+    }
+
+    pub fn dataset(&self) -> &str {
+        &self.dataset
+    }
+
+    pub fn config(&self) -> &ZilConfig {
+        &self.config
+    }
+
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Appends a record to lane `lane_hint % lanes`. Call while holding the txg `op.txg`, right
+    /// after making the change, so the record is never older than the change it describes.
+    pub fn log(&self, lane_hint: usize, op: LogOp) -> Ticket {
+        let lane = &self.lanes[lane_hint % self.lanes.len()];
+        let sequence = self.next_sequence.fetch_add(1, Ordering::Relaxed);
+        self.stats.count_record(&op);
+        let synced = self.txg.last_synced_txg();
+        lane.append(sequence, op, synced)
+    }
+
+    /// Returns once the record of `ticket` (and every earlier record of its lane) is on stable
+    /// media.
+    pub fn commit(&self, ticket: Ticket, source: &dyn LogSource) -> Result<(), ZilError> {
+        if ticket.txg <= self.txg.last_synced_txg() {
+            return Ok(());
+        }
+        let lane = &self.lanes[ticket.lane as usize];
+        self.commit_lane(lane, ticket.number, source)
+    }
+
+    /// Makes every record logged so far, on every lane, durable (an NBD FLUSH).
+    pub fn commit_all(&self, source: &(dyn LogSource + Sync)) -> Result<(), ZilError> {
+        let targets: Vec<(usize, u64)> = self
+            .lanes
+            .iter()
+            .enumerate()
+            .filter_map(|(index, lane)| lane.newest_undurable().map(|ticket| (index, ticket)))
+            .collect();
+        match targets.len() {
+            0 => Ok(()),
+            1 => self.commit_lane(&self.lanes[targets[0].0], targets[0].1, source),
+            _ => std::thread::scope(|scope| {
+                let handles: Vec<_> = targets
+                    .iter()
+                    .map(|&(index, ticket)| {
+                        scope.spawn(move || self.commit_lane(&self.lanes[index], ticket, source))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|handle| handle.join().expect("lane commit panicked"))
+                    .collect::<Result<Vec<()>, ZilError>>()
+                    .map(|_| ())
+            }),
+        }
+    }
+
+    /// Called by the txg sync thread for txg `txg`, before the dataset's object set is synced:
+    /// frees the log blocks whose records are all in `txg` or older (they become redundant
+    /// exactly when `txg` is durable) and moves the chain header past them, in `txg`.
+    pub fn sync_hook(&self, txg: u64) {
+        for lane in &self.lanes {
+            let (released, head) = lane.release_through(txg);
+            if !released.is_empty() {
+                let mut space = self.io.space().lock();
+                for dva in &released {
+                    if let Err(err) = space.free(dva, txg) {
+                        panic!("freeing log block {dva:?} in txg {txg}: {err}");
+                    }
+                }
+                self.stats
+                    .blocks_freed
+                    .fetch_add(released.len() as u64, Ordering::Relaxed);
+            }
+            self.set_head(lane.index(), head, txg);
+        }
+    }
+
+    /// Frees every log block and empties the chain header, in `txg` (held by the caller or
+    /// being synced). For a clean close, after every record has reached a synced txg, and for
+    /// dataset destroy. Pending records are dropped; the next commit starts a new chain.
+    pub fn release_all(&self, txg: u64) {
+        {
+            let mut space = self.io.space().lock();
+            for lane in &self.lanes {
+                for dva in lane.take_all_blocks() {
+                    if space.is_allocated(&dva) {
+                        let _ = space.free(&dva, txg);
+                    }
+                }
+            }
+        }
+        for lane in &self.lanes {
+            self.set_head(lane.index(), LaneHead::default(), txg);
+        }
+    }
+
+    /// True when some lane has a chain (blocks allocated for this log).
+    pub fn has_chains(&self) -> bool {
+        self.heads.lock().lanes.iter().any(|head| !head.is_empty())
+            || self.lanes.iter().any(Lane::has_blocks)
+    }
+
+    pub fn stats_snapshot(&self) -> ZilStatsSnapshot {
+        self.stats.snapshot(self.lanes.len())
+    }
+
+    /// Records lane `lane`'s head for the header of txg `txg` (the object set becomes dirty in
+    /// `txg` only if the header changed).
+    fn set_head(&self, lane: u32, head: LaneHead, txg: u64) {
+        let mut heads = self.heads.lock();
+        heads.lanes[lane as usize] = head;
+        let header = IntentLogHeader {
+            lanes: heads.lanes.clone(),
+        };
+        let encoded = if header.is_empty() {
+            [0u8; INTENT_LOG_HEADER_SIZE]
+        } else {
+            header.encode()
+        };
+        if encoded != heads.written {
+            self.objset.set_intent_log_header(txg, encoded);
+            heads.written = encoded;
+        }
+    }
+
+    fn failed(&self, reason: impl Into<String>) -> ZilError {
+        ZilError::Failed {
+            dataset: self.dataset.clone(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Allocates a log block of `size_bytes` in the open txg; returns it and that txg.
+    fn allocate_block(&self, size_bytes: u32) -> Result<(Dva, u64), ZilError> {
+        let hold = self
+            .txg
+            .try_hold()
+            .map_err(|err| self.failed(err.to_string()))?;
+        let txg = hold.txg();
+        Ok((self.allocate_in(size_bytes, txg)?, txg))
+    }
+
+    /// A log block of `size_bytes` for txg `txg` (held by the caller): on a log device when one
+    /// can take it, else on the pool's disks. A log device that has failed is skipped.
+    pub(crate) fn allocate_in(&self, size_bytes: u32, txg: u64) -> Result<Dva, ZilError> {
+        let mut space = self.io.space().lock();
+        let failed = |err: cairn_pool::space::SpaceError| {
+            self.failed(format!("allocating a log block: {err}"))
+        };
+        let dva = space.allocate_log(size_bytes, txg).map_err(failed)?;
+        let usable = self
+            .io
+            .tree()
+            .top_for_dva(&dva)
+            .is_some_and(|top| top.health() != cairn_pool::vdev::Health::Unavail);
+        if usable {
+            return Ok(dva);
+        }
+        space.unallocate(&dva, txg).map_err(failed)?;
+        space.allocate(size_bytes, txg, &[]).map_err(failed)
+    }
+}

@@ -1,0 +1,141 @@
+//! Counters and latency histograms of one dataset's intent log, for `cairn stat zil`.
+
+use crate::LogOp;
+use cairn_format::LogRecordKind;
+use hdrhistogram::Histogram;
+use parking_lot::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+#[derive(Debug)]
+pub struct ZilStats {
+    pub records: AtomicU64,
+    pub record_bytes: AtomicU64,
+    /// Writes whose data was copied into the record when made.
+    pub records_copied: AtomicU64,
+    /// Writes whose data was read back from the dataset at commit.
+    pub needcopy_reads: AtomicU64,
+    pub commits: AtomicU64,
+    /// Committers that waited for another builder or batch (group commit at work).
+    pub commit_waits: AtomicU64,
+    pub batches: AtomicU64,
+    pub blocks_written: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub blocks_freed: AtomicU64,
+    pub flushes: AtomicU64,
+    /// Commits that fell back to a txg sync after a log failure.
+    pub fallbacks: AtomicU64,
+    pub chains_started: AtomicU64,
+    commit_latency_us: Mutex<Histogram<u64>>,
+    block_fill_percent: Mutex<Histogram<u64>>,
+}
+
+impl Default for ZilStats {
+    fn default() -> Self {
+        ZilStats {
+            records: AtomicU64::new(0),
+            record_bytes: AtomicU64::new(0),
+            records_copied: AtomicU64::new(0),
+            needcopy_reads: AtomicU64::new(0),
+            commits: AtomicU64::new(0),
+            commit_waits: AtomicU64::new(0),
+            batches: AtomicU64::new(0),
+            blocks_written: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            blocks_freed: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
+            chains_started: AtomicU64::new(0),
+            commit_latency_us: Mutex::new(
+                Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid histogram bounds"),
+            ),
+            block_fill_percent: Mutex::new(
+                Histogram::new_with_bounds(1, 100, 2).expect("valid histogram bounds"),
+            ),
+        }
+    }
+}
+
+/// A copy of the counters with latency percentiles, for display and tests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ZilStatsSnapshot {
+    pub lanes: usize,
+    pub records: u64,
+    pub record_bytes: u64,
+    pub records_copied: u64,
+    pub needcopy_reads: u64,
+    pub commits: u64,
+    pub commit_waits: u64,
+    pub batches: u64,
+    pub blocks_written: u64,
+    pub bytes_written: u64,
+    pub blocks_freed: u64,
+    pub flushes: u64,
+    pub fallbacks: u64,
+    pub chains_started: u64,
+    pub commit_latency_p50_us: u64,
+    pub commit_latency_p99_us: u64,
+    pub commit_latency_max_us: u64,
+    pub block_fill_mean_percent: f64,
+}
+
+impl ZilStats {
+    pub(crate) fn count_record(&self, op: &LogOp) {
+        self.records.fetch_add(1, Ordering::Relaxed);
+        if op.kind == LogRecordKind::Write {
+            self.record_bytes.fetch_add(op.length, Ordering::Relaxed);
+            if matches!(op.data, crate::ItxData::Copied(_)) {
+                self.records_copied.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn count_commit(&self, latency: Duration) {
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        let micros = latency.as_micros().min(u128::from(u64::MAX)) as u64;
+        self.commit_latency_us
+            .lock()
+            .saturating_record(micros.max(1));
+    }
+
+    pub(crate) fn count_block(&self, used_bytes: usize, capacity_bytes: usize) {
+        let percent = (used_bytes * 100 / capacity_bytes.max(1)).clamp(1, 100) as u64;
+        self.block_fill_percent.lock().saturating_record(percent);
+    }
+
+    pub(crate) fn count_batch<T>(&self, blocks: &[T], bytes: u64) {
+        if blocks.is_empty() {
+            return;
+        }
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.blocks_written
+            .fetch_add(blocks.len() as u64, Ordering::Relaxed);
+        self.bytes_written.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub fn snapshot(&self, lanes: usize) -> ZilStatsSnapshot {
+        let latency = self.commit_latency_us.lock();
+        let fill = self.block_fill_percent.lock();
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        ZilStatsSnapshot {
+            lanes,
+            records: load(&self.records),
+            record_bytes: load(&self.record_bytes),
+            records_copied: load(&self.records_copied),
+            needcopy_reads: load(&self.needcopy_reads),
+            commits: load(&self.commits),
+            commit_waits: load(&self.commit_waits),
+            batches: load(&self.batches),
+            blocks_written: load(&self.blocks_written),
+            bytes_written: load(&self.bytes_written),
+            blocks_freed: load(&self.blocks_freed),
+            flushes: load(&self.flushes),
+            fallbacks: load(&self.fallbacks),
+            chains_started: load(&self.chains_started),
+            commit_latency_p50_us: latency.value_at_quantile(0.5),
+            commit_latency_p99_us: latency.value_at_quantile(0.99),
+            commit_latency_max_us: latency.max(),
+            block_fill_mean_percent: if fill.is_empty() { 0.0 } else { fill.mean() },
+        }
+    }
+}
