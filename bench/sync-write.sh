@@ -75,6 +75,13 @@ wait_for_socket() { # socket
     exit 1
 }
 
+# Backing files of emulated devices live on tmpfs (EMU_DIR) so that the model, not this
+# machine's disk, sets their timing (see cairn-device's emulated.rs); plain-file rows use DIR.
+EMU_DIR=/dev/shm/cairn-bench-sync
+rm -rf "$EMU_DIR"
+mkdir -p "$EMU_DIR"
+trap 'stop_server; rm -rf "$EMU_DIR"' EXIT
+
 # start_cairn ROW VOLOPTS VDEV...: a pool from the given vdevs, a 1 GiB volume, a server.
 start_cairn() {
     local row=$1 volopts=$2
@@ -100,19 +107,20 @@ fio_nbd() {
 }
 
 run_row() {
-    local row=$1 work=$DIR/$1
+    local row=$1 work=$DIR/$1 emu=$EMU_DIR/$1
+    mkdir -p "$emu"
     log "row $row"
     case $row in
-        hdd) start_cairn "$row" "" "emu:hdd-7200:$work/d0.img" ;;
-        hdd+slog) start_cairn "$row" "" "emu:hdd-7200:$work/d0.img" log "emu:ssd-plp:$work/slog.img" ;;
-        hdd-64) start_cairn "$row" "" "emu:hdd-7200:$work/d0.img" ;;
+        hdd) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" ;;
+        hdd+slog) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" log "emu:ssd-plp:$emu/slog.img" ;;
+        hdd-64) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" ;;
         file) start_cairn "$row" "" "$work/d0.img" ;;
-        1m-hdd) start_cairn "$row" "" "emu:hdd-7200:$work/d0.img" ;;
-        1m-slog) start_cairn "$row" "" "emu:hdd-7200:$work/d0.img" log "emu:ssd-plp:$work/slog.img" ;;
-        lanes-1) start_cairn "$row" "-o loglanes=1" "emu:hdd-7200:$work/d0.img" \
-            log "emu:ssd-sata:$work/s0.img" "emu:ssd-sata:$work/s1.img" ;;
-        lanes-4) start_cairn "$row" "-o loglanes=4" "emu:hdd-7200:$work/d0.img" \
-            log "emu:ssd-sata:$work/s0.img" "emu:ssd-sata:$work/s1.img" ;;
+        1m-hdd) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" ;;
+        1m-slog) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" log "emu:ssd-plp:$emu/slog.img" ;;
+        lanes-1) start_cairn "$row" "-o loglanes=1" "emu:hdd-7200:$emu/d0.img" \
+            log "emu:ssd-sata:$emu/s0.img" "emu:ssd-sata:$emu/s1.img" ;;
+        lanes-4) start_cairn "$row" "-o loglanes=4" "emu:hdd-7200:$emu/d0.img" \
+            log "emu:ssd-sata:$emu/s0.img" "emu:ssd-sata:$emu/s1.img" ;;
         raw)
             mkdir -p "$work"
             timeout $((RUNTIME + 120)) fio --name=raw --ioengine=psync --filename="$work/raw.img" \

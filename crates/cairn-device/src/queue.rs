@@ -551,6 +551,24 @@ impl LeafQueue {
         handles
     }
 
+    /// Writes `data` at `offset` in the caller's thread, bypassing the queue but not its
+    /// accounting: for a lone latency-critical write (an intent-log block at QD1) two thread
+    /// hops cost more than anything the queue could merge or reorder. A later `flush` covers
+    /// it, as it covers queued writes.
+    pub fn write_direct(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+        let started = self.shared.clock.now();
+        let result = self.shared.device.write_at(offset, data);
+        let latency_us = micros(self.shared.clock.now().saturating_sub(started));
+        let mut sched = self.shared.sched.lock();
+        let stats = &mut sched.stats;
+        stats.write_requests += 1;
+        stats.write_calls += 1;
+        stats.write_bytes += data.len() as u64;
+        stats.write_errors += u64::from(result.is_err());
+        stats.write_latency_us.saturating_record(latency_us);
+        result
+    }
+
     pub fn read_sync(
         &self,
         class: IoClass,

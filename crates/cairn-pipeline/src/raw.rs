@@ -17,18 +17,25 @@ use std::sync::atomic::Ordering;
 #[must_use = "raw writes must be waited on"]
 pub struct RawWrites {
     pending: Vec<(u32, Arc<Leaf>, IoHandle<()>)>,
+    /// Writes already done in the caller's thread (`write_raw_direct`).
+    done: Vec<(u32, Arc<Leaf>, Result<(), String>)>,
 }
 
 impl RawWrites {
     pub fn new() -> RawWrites {
         RawWrites {
             pending: Vec::new(),
+            done: Vec::new(),
         }
     }
 
     /// Top-level vdevs written to (what a flush must cover).
     pub fn vdevs(&self) -> BTreeSet<u32> {
-        self.pending.iter().map(|(vdev, _, _)| *vdev).collect()
+        self.pending
+            .iter()
+            .map(|(vdev, _, _)| *vdev)
+            .chain(self.done.iter().map(|(vdev, _, _)| *vdev))
+            .collect()
     }
 
     /// Waits for every write. A leaf whose write fails is faulted; the whole fails only if some
@@ -37,16 +44,20 @@ impl RawWrites {
         let mut written: BTreeSet<u32> = BTreeSet::new();
         let mut attempted: BTreeSet<u32> = BTreeSet::new();
         let mut last_error = String::new();
-        for (vdev, leaf, handle) in self.pending {
+        let waited = self
+            .pending
+            .into_iter()
+            .map(|(vdev, leaf, handle)| (vdev, leaf, handle.wait().map_err(|e| e.to_string())));
+        for (vdev, leaf, outcome) in self.done.into_iter().chain(waited) {
             attempted.insert(vdev);
-            match handle.wait() {
+            match outcome {
                 Ok(()) => {
                     written.insert(vdev);
                 }
                 Err(err) => {
                     leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                     leaf.fault();
-                    last_error = err.to_string();
+                    last_error = err;
                 }
             }
         }
@@ -91,6 +102,44 @@ impl BlockIo {
             }
             let handle = queue.write(class, VDEV_DATA_START + dva.offset, data.clone());
             writes.pending.push((dva.vdev, leaf.clone(), handle));
+            issued += 1;
+        }
+        if issued == 0 {
+            return Err(PipelineError::WriteFailed(format!(
+                "vdev {} has no usable device",
+                top.kind_name()
+            )));
+        }
+        self.stats.raw_writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .raw_bytes_written
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Like `write_raw`, but writes in the caller's thread now (see `LeafQueue::write_direct`):
+    /// for a single latency-critical block.
+    pub fn write_raw_direct(
+        &self,
+        dva: &Dva,
+        data: &[u8],
+        writes: &mut RawWrites,
+    ) -> Result<(), PipelineError> {
+        assert!(
+            data.len() as u64 <= u64::from(dva.asize),
+            "raw write larger than its allocation"
+        );
+        let top = self
+            .tree
+            .top_for_dva(dva)
+            .ok_or_else(|| PipelineError::WriteFailed(outside_pool(dva)))?;
+        let mut issued = 0;
+        for leaf in top.leaves.iter().filter(|leaf| leaf.is_usable()) {
+            let Some(queue) = leaf.queue() else { continue };
+            let result = queue
+                .write_direct(VDEV_DATA_START + dva.offset, data)
+                .map_err(|err| err.to_string());
+            writes.done.push((dva.vdev, leaf.clone(), result));
             issued += 1;
         }
         if issued == 0 {

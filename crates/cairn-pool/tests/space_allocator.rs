@@ -767,6 +767,17 @@ enum Op {
     Sync,
     /// Remember a checkpoint at the next sync.
     Checkpoint,
+    /// Allocate an intent-log block of `sectors` 4 KiB sectors.
+    AllocLog { sectors: u32 },
+    /// Claim `sectors` sectors at sector `pick_sector` (modulo a little more than the size, so
+    /// some claims reach past the end) of the vdev at `pick_vdev` (modulo the count).
+    Claim {
+        pick_vdev: usize,
+        pick_sector: u64,
+        sectors: u64,
+    },
+    /// Try to remove the vdev at this index (modulo the count), and add it back if it went.
+    RemoveAndAdd { pick: usize },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -777,20 +788,29 @@ fn op() -> impl Strategy<Value = Op> {
         1 => Just(Op::Undo),
         2 => Just(Op::Sync),
         1 => Just(Op::Checkpoint),
+        2 => prop_oneof![4 => 1..=4u32, 1 => 1..=64u32].prop_map(|sectors| Op::AllocLog { sectors }),
+        1 => (any::<usize>(), any::<u64>(), 1..=8u64)
+            .prop_map(|(pick_vdev, pick_sector, sectors)| Op::Claim { pick_vdev, pick_sector, sectors }),
+        1 => any::<usize>().prop_map(|pick| Op::RemoveAndAdd { pick }),
     ]
 }
 
 fn config() -> impl Strategy<Value = Vec<VdevSpace>> {
     proptest::collection::vec(
-        (1..=6u64, prop_oneof![Just(9u8), Just(12u8)], 17..=20u8),
-        1..=3,
+        (
+            1..=6u64,
+            prop_oneof![Just(9u8), Just(12u8)],
+            17..=20u8,
+            prop_oneof![3 => Just(SpaceClass::Normal), 1 => Just(SpaceClass::Log)],
+        ),
+        1..=4,
     )
     .prop_map(|specs| {
         (0u32..)
             .zip(specs)
-            .map(|(id, (mib, ashift, metaslab_shift))| VdevSpace {
+            .map(|(id, (mib, ashift, metaslab_shift, class))| VdevSpace {
                 vdev: id * 2 + 1,
-                class: SpaceClass::Normal,
+                class,
                 data_size_bytes: mib * MIB + 3 * 4096,
                 ashift,
                 metaslab_shift,
@@ -871,6 +891,22 @@ fn dvas_overlap(a: &Dva, b: &Dva) -> bool {
         && b.offset < a.offset + u64::from(a.asize)
 }
 
+/// Longest run of free space on `vdev` (free segments of adjacent metaslabs joined).
+fn longest_free_run(space: &SpaceAllocator, vdev: u32) -> u64 {
+    let mut longest = 0;
+    let mut run_start = 0;
+    let mut run_end = None;
+    let metaslabs = space.metaslabs(vdev).unwrap_or(&[]);
+    for (start, end) in metaslabs.iter().flat_map(|m| m.free_tree().iter()) {
+        if run_end != Some(start) {
+            run_start = start;
+        }
+        run_end = Some(end);
+        longest = longest.max(end - run_start);
+    }
+    longest
+}
+
 fn coalesce(extents: Vec<(u32, u64, u64)>) -> Vec<(u32, u64, u64)> {
     let mut merged: Vec<(u32, u64, u64)> = Vec::new();
     for (vdev, offset, length) in extents {
@@ -901,6 +937,9 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..400),
     ) {
         let mut space = SpaceAllocator::new(&vdevs).unwrap();
+        let class_of = |id: u32| {
+            vdevs.iter().find(|config| config.vdev == id).map_or(SpaceClass::Normal, |c| c.class)
+        };
         let mut model = Model::default();
         let mut log: Vec<SpaceLogEntry> = Vec::new();
         // (checkpoint entries, index into `log` where later deltas start)
@@ -915,6 +954,7 @@ proptest! {
                     for _ in 0..copies {
                         match space.allocate(sectors * 4096, txg, &dvas) {
                             Ok(dva) => {
+                                prop_assert_eq!(class_of(dva.vdev), SpaceClass::Normal);
                                 prop_assert!(!model.overlaps_any(&dva), "{:?} overlaps", dva);
                                 prop_assert!(!dvas.iter().any(|other| dvas_overlap(other, &dva)));
                                 prop_assert!(space.is_allocated(&dva));
@@ -956,6 +996,94 @@ proptest! {
                     }
                 }
                 Op::Checkpoint => checkpoint_wanted = true,
+                Op::AllocLog { sectors } => {
+                    let size_bytes = u64::from(sectors) * 4096;
+                    let logs_with_room: Vec<u32> = vdevs
+                        .iter()
+                        .filter(|config| config.class == SpaceClass::Log)
+                        .filter(|config| longest_free_run(&space, config.vdev) >= size_bytes)
+                        .map(|config| config.vdev)
+                        .collect();
+                    let before = space.allocated_extents();
+                    match space.allocate_log(sectors * 4096, txg) {
+                        Ok(dva) => {
+                            prop_assert!(!model.overlaps_any(&dva), "{:?} overlaps", dva);
+                            prop_assert!(space.is_allocated(&dva));
+                            if logs_with_room.is_empty() {
+                                prop_assert_eq!(class_of(dva.vdev), SpaceClass::Normal);
+                            } else {
+                                prop_assert!(logs_with_room.contains(&dva.vdev), "{:?}", dva);
+                            }
+                            model.live.push((vec![dva], txg));
+                        }
+                        Err(SpaceError::NoSpace { .. }) => {
+                            prop_assert!(logs_with_room.is_empty());
+                            prop_assert_eq!(space.allocated_extents(), before);
+                        }
+                        Err(other) => return Err(TestCaseError::fail(other.to_string())),
+                    }
+                }
+                Op::Claim { pick_vdev, pick_sector, sectors } => {
+                    let config = vdevs[pick_vdev % vdevs.len()];
+                    let sector_bytes = 1u64 << config.ashift;
+                    let size_bytes = config.data_size_bytes / sector_bytes * sector_bytes;
+                    let offset = pick_sector % (size_bytes / sector_bytes + 4) * sector_bytes;
+                    let dva = Dva {
+                        vdev: config.vdev,
+                        offset,
+                        asize: (sectors * sector_bytes) as u32,
+                    };
+                    let end = offset + u64::from(dva.asize);
+                    let before = (
+                        space.allocated_extents(),
+                        space.deferred_extents(),
+                        space.pending_change_count(txg),
+                    );
+                    let result = space.claim(&dva, txg);
+                    let wholly_live = model
+                        .allocated_extents()
+                        .iter()
+                        .any(|&(vdev, start, length)| {
+                            vdev == dva.vdev && start <= offset && end <= start + length
+                        });
+                    if end <= size_bytes && !model.overlaps_any(&dva) {
+                        prop_assert_eq!(result, Ok(true));
+                        model.live.push((vec![dva], txg));
+                    } else {
+                        if end <= size_bytes && wholly_live {
+                            prop_assert_eq!(result, Ok(false));
+                        } else {
+                            prop_assert!(result.is_err(), "{:?}: {:?}", dva, result);
+                        }
+                        let after = (
+                            space.allocated_extents(),
+                            space.deferred_extents(),
+                            space.pending_change_count(txg),
+                        );
+                        prop_assert_eq!(after, before);
+                    }
+                }
+                Op::RemoveAndAdd { pick } => {
+                    let config = vdevs[pick % vdevs.len()];
+                    let used_in_model = model.overlaps_any(&Dva {
+                        vdev: config.vdev,
+                        offset: 0,
+                        asize: u32::MAX,
+                    });
+                    match space.remove_vdev(config.vdev) {
+                        Ok(()) => {
+                            prop_assert!(!used_in_model);
+                            prop_assert!(space.metaslabs(config.vdev).is_none());
+                            space.assert_invariants();
+                            space.add_vdev(config).unwrap();
+                        }
+                        Err(SpaceError::VdevInUse { allocated_bytes, deferred_bytes, .. }) => {
+                            // Not in use by the model: only changes waiting for the log.
+                            prop_assert_eq!(allocated_bytes + deferred_bytes > 0, used_in_model);
+                        }
+                        Err(other) => return Err(TestCaseError::fail(other.to_string())),
+                    }
+                }
                 Op::Sync => {
                     log.extend(space.take_changes(txg));
                     space.sync_done(txg);
@@ -1030,7 +1158,8 @@ fn normal_allocations_never_land_on_a_log_device() {
     let mut space = with_logs(8 * MIB, &[64 * MIB]);
     let mut placed = 0u64;
     loop {
-        match space.allocate(128 * KIB as u32, 1, &[]) {
+        // 120 KiB: eight per 1 MiB metaslab, leaving 64 KiB holes that no 128 KiB block fits.
+        match space.allocate(120 * KIB as u32, 1, &[]) {
             Ok(dva) => {
                 assert_eq!(dva.vdev, 0, "data went to the log device");
                 placed += u64::from(dva.asize);
@@ -1040,6 +1169,57 @@ fn normal_allocations_never_land_on_a_log_device() {
         }
     }
     assert!(placed > 7 * MIB, "the normal vdev filled up: {placed}");
+    // Nearly full: a 4 KiB block still fits the normal vdev, a 128 KiB one does not, and the
+    // empty log device is no way out.
+    let last = space.allocate(4096, 1, &[]).unwrap();
+    assert_eq!(last.vdev, 0);
+    assert!(matches!(
+        space.allocate(128 * KIB as u32, 1, &[]),
+        Err(SpaceError::NoSpace { .. })
+    ));
+    let stats = space.stats();
+    assert_eq!(
+        stats.vdevs[1].allocated_bytes, 0,
+        "the log device is untouched"
+    );
+    assert_eq!(stats.vdevs[1].free_bytes, 64 * MIB);
+    space.assert_invariants();
+}
+
+#[test]
+fn ditto_copies_never_land_on_a_log_device() {
+    // The first tier of a ditto copy is "a vdev holding no other copy": the log device must
+    // not count as one.
+    let mut space = with_logs(64 * MIB, &[64 * MIB]);
+    let first = space.allocate(8 * KIB as u32, 1, &[]).unwrap();
+    let second = space.allocate(8 * KIB as u32, 1, &[first]).unwrap();
+    let third = space.allocate(8 * KIB as u32, 1, &[first, second]).unwrap();
+    assert_eq!([first.vdev, second.vdev, third.vdev], [0, 0, 0]);
+    assert_ne!(metaslab_of(&first), metaslab_of(&second));
+    // Two normal vdevs and two log vdevs: the rotor visits only the normal ones.
+    let mut space = SpaceAllocator::new(&[
+        vdev(0, 64 * MIB),
+        VdevSpace {
+            class: SpaceClass::Log,
+            ..vdev(1, 64 * MIB)
+        },
+        vdev(2, 64 * MIB),
+        VdevSpace {
+            class: SpaceClass::Log,
+            ..vdev(3, 64 * MIB)
+        },
+    ])
+    .unwrap();
+    let mut per_vdev = BTreeMap::<u32, u64>::new();
+    for _ in 0..1024 {
+        let dva = space.allocate(64 * KIB as u32, 1, &[]).unwrap();
+        *per_vdev.entry(dva.vdev).or_default() += u64::from(dva.asize);
+    }
+    assert_eq!(per_vdev.keys().copied().collect::<Vec<_>>(), vec![0, 2]);
+    assert!(
+        (24 * MIB..=40 * MIB).contains(&per_vdev[&0]),
+        "the two normal vdevs share: {per_vdev:?}"
+    );
     space.assert_invariants();
 }
 
@@ -1075,6 +1255,23 @@ fn pool_capacity_counts_normal_vdevs_only() {
     assert_eq!(stats.size_bytes, alone.stats().size_bytes);
     assert_eq!(stats.vdevs.len(), 2, "the log device is still listed");
     assert_eq!(stats.vdevs[1].class, SpaceClass::Log);
+    assert_eq!(stats.vdevs[1].size_bytes, 32 * MIB);
+    assert_eq!(stats.metaslab_count, alone.stats().metaslab_count);
+    assert_eq!(space.available_bytes(), alone.available_bytes());
+    // Log blocks on the log device change nothing in the pool's numbers, only in its row.
+    let mut space = space;
+    for _ in 0..16 {
+        assert_eq!(space.allocate_log(64 * KIB as u32, 1).unwrap().vdev, 1);
+    }
+    let stats = space.stats();
+    assert_eq!(stats.allocated_bytes, 0);
+    assert_eq!(stats.free_bytes, 64 * MIB);
+    assert_eq!(stats.vdevs[1].allocated_bytes, MIB);
+    assert_eq!(space.available_bytes(), alone.available_bytes());
+    let user_max = alone.available_bytes();
+    assert!(space.can_allocate_user(user_max));
+    assert!(!space.can_allocate_user(user_max + 1));
+    space.assert_invariants();
 }
 
 #[test]
@@ -1105,8 +1302,284 @@ fn claim_allocates_free_extents_and_refuses_mixed_ones() {
     let before = space.stats();
     assert!(space.claim(&straddling, 2).is_err());
     assert_eq!(space.stats(), before);
-    // Deferred space is not claimable either.
-    space.free(&free, 2).unwrap();
-    assert!(space.claim(&free, 2).is_err());
     space.assert_invariants();
+    // Deferred space is not claimable either, wholly or in part.
+    space.free(&free, 2).unwrap();
+    let before = (
+        space.stats(),
+        space.allocated_extents(),
+        space.deferred_extents(),
+    );
+    let pending = space.pending_change_count(2);
+    assert!(matches!(
+        space.claim(&free, 2),
+        Err(SpaceError::AlreadyAllocated { .. })
+    ));
+    let half_deferred = Dva {
+        offset: 4 * MIB + 8 * KIB,
+        ..free
+    };
+    assert!(space.claim(&half_deferred, 2).is_err());
+    // Bad input of every other kind: an error, never a panic, and no change.
+    let bad = [
+        Dva { vdev: 7, ..free },
+        Dva {
+            offset: 16 * MIB,
+            ..free
+        },
+        Dva {
+            offset: 16 * MIB - 8 * KIB,
+            ..free
+        },
+        Dva {
+            offset: u64::MAX - 4095,
+            ..free
+        },
+        Dva {
+            offset: 4 * MIB + 512,
+            ..free
+        },
+        Dva { asize: 0, ..free },
+    ];
+    for dva in bad {
+        assert!(space.claim(&dva, 2).is_err(), "{dva:?}");
+    }
+    assert_eq!(
+        (
+            space.stats(),
+            space.allocated_extents(),
+            space.deferred_extents()
+        ),
+        before
+    );
+    assert_eq!(space.pending_change_count(2), pending);
+    space.assert_invariants();
+    // Same txg rule as allocate.
+    space.sync_done(2);
+    let elsewhere = Dva {
+        offset: 8 * MIB,
+        ..free
+    };
+    assert!(matches!(
+        space.claim(&elsewhere, 2),
+        Err(SpaceError::TxgAlreadySynced { .. })
+    ));
+    assert!(!space.is_allocated(&elsewhere));
+}
+
+#[test]
+fn claimed_extents_replay_and_are_never_handed_out_again() {
+    // Claims as an import does them: on a log device and on a normal vdev, before any
+    // allocation of the new txg; what follows must not overlap them.
+    let mut space = with_logs(8 * MIB, &[4 * MIB]);
+    let on_log = Dva {
+        vdev: 1,
+        offset: 0,
+        asize: 64 * KIB as u32,
+    };
+    let on_normal = Dva {
+        vdev: 0,
+        offset: 0,
+        asize: 16 * KIB as u32,
+    };
+    assert!(space.claim(&on_log, 5).unwrap());
+    assert!(space.claim(&on_normal, 5).unwrap());
+    let stats = space.stats();
+    assert_eq!(stats.allocated_bytes, 16 * KIB);
+    assert_eq!(stats.vdevs[1].allocated_bytes, 64 * KIB);
+    let mut dvas = Vec::new();
+    while let Ok(dva) = space.allocate_log(8 * KIB as u32, 5) {
+        assert!(!dvas_overlap(&dva, &on_log) && !dvas_overlap(&dva, &on_normal));
+        dvas.push(dva);
+    }
+    space.assert_invariants();
+    let log = space.take_changes(5);
+    space.sync_done(5);
+    let mut vdevs = vec![vdev(0, 8 * MIB)];
+    vdevs.push(VdevSpace {
+        class: SpaceClass::Log,
+        ..vdev(1, 4 * MIB)
+    });
+    let mut rebuilt = SpaceAllocator::new(&vdevs).unwrap();
+    rebuilt.replay(log, 5).unwrap();
+    rebuilt.assert_invariants();
+    assert_eq!(rebuilt.allocated_extents(), space.allocated_extents());
+    assert!(
+        !rebuilt.claim(&on_log, 6).unwrap(),
+        "allocated after replay"
+    );
+}
+
+#[test]
+fn remove_vdev_waits_until_the_vdev_is_drained() {
+    let mut space = with_logs(64 * MIB, &[8 * MIB]);
+    let block = space.allocate_log(8 * KIB as u32, 1).unwrap();
+    assert_eq!(block.vdev, 1);
+    assert_eq!(space.vdev_in_use(1).unwrap(), (8 * KIB, 0));
+    assert_eq!(
+        space.remove_vdev(1),
+        Err(SpaceError::VdevInUse {
+            vdev: 1,
+            allocated_bytes: 8 * KIB,
+            deferred_bytes: 0,
+            pending_changes: 1,
+        })
+    );
+    assert!(matches!(
+        space.remove_vdev(9),
+        Err(SpaceError::UnknownVdev { vdev: 9 })
+    ));
+    assert!(matches!(
+        space.vdev_in_use(9),
+        Err(SpaceError::UnknownVdev { vdev: 9 })
+    ));
+    space.take_changes(1);
+    space.sync_done(1);
+    // Freed: deferred for DEFER_TXGS txgs, still in use.
+    space.free(&block, 2).unwrap();
+    assert_eq!(space.vdev_in_use(1).unwrap(), (0, 8 * KIB));
+    let refused = space.remove_vdev(1).unwrap_err();
+    assert!(
+        refused.to_string().contains("still in use"),
+        "clear message: {refused}"
+    );
+    for txg in 2..2 + DEFER_TXGS {
+        space.sync_done(txg);
+        assert!(space.remove_vdev(1).is_err(), "txg {txg}");
+    }
+    space.sync_done(2 + DEFER_TXGS);
+    assert_eq!(space.vdev_in_use(1).unwrap(), (0, 0));
+    // Drained, but the Free of txg 2 is not in the space log yet.
+    assert!(matches!(
+        space.remove_vdev(1),
+        Err(SpaceError::VdevInUse {
+            pending_changes: 1,
+            ..
+        })
+    ));
+    space.assert_invariants();
+    assert_eq!(space.take_changes(2).len(), 1);
+    space.remove_vdev(1).unwrap();
+    assert!(space.metaslabs(1).is_none());
+    assert_eq!(space.stats().vdevs.len(), 1);
+    space.assert_invariants();
+    // No log device left: log blocks go to the normal vdev.
+    let txg = 3 + DEFER_TXGS;
+    assert_eq!(space.allocate_log(8 * KIB as u32, txg).unwrap().vdev, 0);
+    assert!(!space.is_allocated(&block));
+}
+
+#[test]
+fn removing_vdevs_keeps_both_rotors_valid() {
+    // Normal 0, log 1, normal 2, log 3, log 4.
+    let class = |id| {
+        if id == 0 || id == 2 {
+            SpaceClass::Normal
+        } else {
+            SpaceClass::Log
+        }
+    };
+    let vdevs: Vec<VdevSpace> = (0..5)
+        .map(|id| VdevSpace {
+            class: class(id),
+            ..vdev(id, 16 * MIB)
+        })
+        .collect();
+    let mut space = SpaceAllocator::new(&vdevs).unwrap();
+    // The log rotor now points past vdev 3: removing 3 leaves it on 4.
+    assert_eq!(space.allocate_log(4096, 1).unwrap().vdev, 1);
+    let on_three = space.allocate_log(4096, 1).unwrap();
+    assert_eq!(on_three.vdev, 3);
+    space.unallocate(&on_three, 1).unwrap();
+    space.remove_vdev(3).unwrap();
+    assert_eq!(space.allocate_log(4096, 1).unwrap().vdev, 4);
+    assert_eq!(space.allocate_log(4096, 1).unwrap().vdev, 1);
+    assert_eq!(space.allocate_log(4096, 1).unwrap().vdev, 4);
+    // The data rotor sits on vdev 0; remove it (empty): data goes to vdev 2 only.
+    space.remove_vdev(0).unwrap();
+    space.assert_invariants();
+    for _ in 0..64 {
+        assert_eq!(space.allocate(64 * KIB as u32, 1, &[]).unwrap().vdev, 2);
+    }
+    assert!(space.remove_vdev(2).is_err());
+    space.assert_invariants();
+}
+
+#[test]
+fn add_vdev_extends_the_pool_and_validates_like_new() {
+    let mut space = with_logs(64 * MIB, &[]);
+    assert_eq!(space.allocate_log(8 * KIB as u32, 1).unwrap().vdev, 0);
+    let log = VdevSpace {
+        class: SpaceClass::Log,
+        ..vdev(5, 8 * MIB)
+    };
+    space.add_vdev(log).unwrap();
+    space.assert_invariants();
+    assert_eq!(space.allocate_log(8 * KIB as u32, 1).unwrap().vdev, 5);
+    assert_eq!(
+        space.size_bytes(),
+        64 * MIB,
+        "a log device adds no capacity"
+    );
+    // A second log device, with an id between the others: listed in order, shares the blocks.
+    space
+        .add_vdev(VdevSpace {
+            class: SpaceClass::Log,
+            ..vdev(3, 8 * MIB)
+        })
+        .unwrap();
+    let ids: Vec<u32> = space.stats().vdevs.iter().map(|v| v.vdev).collect();
+    assert_eq!(ids, vec![0, 3, 5]);
+    let logs: Vec<u32> = (0..4)
+        .map(|_| space.allocate_log(8 * KIB as u32, 1).unwrap().vdev)
+        .collect();
+    assert_eq!(logs, vec![3, 5, 3, 5]);
+    // Refused, changing nothing: a used id, and whatever `new` refuses.
+    let before = space.stats();
+    let refused = [
+        vdev(5, 8 * MIB),
+        vdev(0, 8 * MIB),
+        VdevSpace {
+            ashift: 30,
+            ..vdev(6, 8 * MIB)
+        },
+        VdevSpace {
+            metaslab_shift: 11,
+            ..vdev(6, 8 * MIB)
+        },
+        VdevSpace {
+            data_size_bytes: 100,
+            ..vdev(6, 8 * MIB)
+        },
+        VdevSpace {
+            metaslab_shift: 12,
+            data_size_bytes: 1 << 40,
+            ..vdev(6, 8 * MIB)
+        },
+    ];
+    for config in refused {
+        assert!(
+            matches!(
+                space.add_vdev(config),
+                Err(SpaceError::InvalidConfig { .. })
+            ),
+            "{config:?}"
+        );
+    }
+    assert_eq!(space.stats(), before);
+    // A normal vdev added to a pool of only log devices takes the data.
+    let mut logs_only = SpaceAllocator::new(&[log]).unwrap();
+    assert!(matches!(
+        logs_only.allocate(4096, 1, &[]),
+        Err(SpaceError::NoSpace { .. })
+    ));
+    logs_only.add_vdev(vdev(9, 16 * MIB)).unwrap();
+    logs_only.assert_invariants();
+    assert_eq!(logs_only.allocate(4096, 1, &[]).unwrap().vdev, 9);
+    assert_eq!(logs_only.size_bytes(), 16 * MIB);
+    // And to an empty allocator.
+    let mut empty = SpaceAllocator::new(&[]).unwrap();
+    empty.add_vdev(vdev(2, 16 * MIB)).unwrap();
+    assert_eq!(empty.allocate(4096, 1, &[]).unwrap().vdev, 2);
+    empty.assert_invariants();
 }

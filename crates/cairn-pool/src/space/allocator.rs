@@ -38,6 +38,8 @@
 //! block by block, and falls back to Normal ones when none has room. Pool capacity (size, free,
 //! slop, what user data may take) counts Normal vdevs only, as log devices hold nothing a user
 //! can fill. `claim` marks an exact extent allocated (intent-log blocks found at import).
+//! `add_vdev` and `remove_vdev` change the vdev set (`pool add`, `pool remove` of a log device);
+//! a vdev leaves only once nothing on it is allocated, deferred or waiting for the space log.
 //!
 //! Determinism: every container is a `Vec` or a `BTreeMap`/`BTreeSet`; the same calls produce
 //! the same placement and the same log entries.
@@ -159,65 +161,30 @@ pub struct SpaceAllocator {
     /// Frees made in this txg or later stay deferred regardless of age while set: a scan
     /// (scrub, check) walking an older tree must never see that space reused.
     release_floor: Option<u64>,
-    /// Class of each vdev, by index into `vdevs`.
-    classes: Vec<SpaceClass>,
-    /// Log vdev (index into the Log-class subset) the next log block tries first.
-    log_rotor: usize,
+    /// Log vdevs with an id at or above this are tried first for the next log block (the one
+    /// after the last used, wrapping): an id rather than an index, so it stays valid whatever
+    /// vdevs are added or removed.
+    log_rotor_vdev: u32,
 }
 
 impl SpaceAllocator {
-    /// An allocator with every byte of every vdev free. Errors on duplicate vdev ids, an ashift
-    /// outside `ASHIFT_MIN..=ASHIFT_MAX`, a metaslab smaller than a sector, a data region
-    /// smaller than a sector, or more than `METASLAB_COUNT_MAX` metaslabs on a vdev.
+    /// An allocator with every byte of every vdev free. Errors on duplicate vdev ids, or on any
+    /// vdev `validated` refuses.
     pub fn new(vdevs: &[VdevSpace]) -> Result<Self, SpaceError> {
-        let mut spaces: Vec<(TopVdevSpace, SpaceClass)> = Vec::with_capacity(vdevs.len());
+        let mut spaces: Vec<TopVdevSpace> = Vec::with_capacity(vdevs.len());
         let mut ids = BTreeSet::new();
         for config in vdevs {
-            let invalid = |reason: String| SpaceError::InvalidConfig {
-                vdev: config.vdev,
-                reason,
-            };
             if !ids.insert(config.vdev) {
-                return Err(invalid("listed twice".into()));
+                return Err(SpaceError::InvalidConfig {
+                    vdev: config.vdev,
+                    reason: "listed twice".into(),
+                });
             }
-            if !(ASHIFT_MIN..=ASHIFT_MAX).contains(&config.ashift) {
-                return Err(invalid(format!("ashift {} out of range", config.ashift)));
-            }
-            if config.metaslab_shift < config.ashift || config.metaslab_shift > 63 {
-                return Err(invalid(format!(
-                    "metaslab shift {} out of range for ashift {}",
-                    config.metaslab_shift, config.ashift
-                )));
-            }
-            let size_bytes = config.data_size_bytes & !((1u64 << config.ashift) - 1);
-            if size_bytes == 0 {
-                return Err(invalid(format!(
-                    "data region of {} bytes is smaller than a sector",
-                    config.data_size_bytes
-                )));
-            }
-            let metaslab_count = size_bytes.div_ceil(1u64 << config.metaslab_shift);
-            if metaslab_count > METASLAB_COUNT_MAX {
-                return Err(invalid(format!(
-                    "{metaslab_count} metaslabs, more than {METASLAB_COUNT_MAX}"
-                )));
-            }
-            spaces.push((
-                TopVdevSpace::new(
-                    config.vdev,
-                    size_bytes,
-                    config.ashift,
-                    config.metaslab_shift,
-                ),
-                config.class,
-            ));
+            spaces.push(Self::validated(config)?);
         }
-        spaces.sort_by_key(|(space, _)| space.vdev);
-        let classes = spaces.iter().map(|(_, class)| *class).collect();
+        spaces.sort_by_key(|space| space.vdev);
         let mut allocator = Self {
-            vdevs: spaces.into_iter().map(|(space, _)| space).collect(),
-            classes,
-            log_rotor: 0,
+            vdevs: spaces,
             rotor: 0,
             rotor_bytes: 0,
             rotor_chunk_bytes: ROTOR_CHUNK_BYTES,
@@ -225,10 +192,122 @@ impl SpaceAllocator {
             changes: BTreeMap::new(),
             synced_txg: None,
             release_floor: None,
+            log_rotor_vdev: 0,
         };
-        allocator.rotor = allocator.next_normal(0).unwrap_or(0);
-        allocator.rotor_chunk_bytes = allocator.rotor_chunk_bytes_for(allocator.rotor);
+        allocator.settle_rotor(true, true);
         Ok(allocator)
+    }
+
+    /// A wholly free vdev for `config`, shared by `new` and `add_vdev` so both refuse the same
+    /// things: an ashift outside `ASHIFT_MIN..=ASHIFT_MAX`, a metaslab smaller than a sector, a
+    /// data region smaller than a sector, or more than `METASLAB_COUNT_MAX` metaslabs. Whether
+    /// the id is unique is for the caller to check.
+    fn validated(config: &VdevSpace) -> Result<TopVdevSpace, SpaceError> {
+        let invalid = |reason: String| SpaceError::InvalidConfig {
+            vdev: config.vdev,
+            reason,
+        };
+        if !(ASHIFT_MIN..=ASHIFT_MAX).contains(&config.ashift) {
+            return Err(invalid(format!("ashift {} out of range", config.ashift)));
+        }
+        if config.metaslab_shift < config.ashift || config.metaslab_shift > 63 {
+            return Err(invalid(format!(
+                "metaslab shift {} out of range for ashift {}",
+                config.metaslab_shift, config.ashift
+            )));
+        }
+        let size_bytes = config.data_size_bytes & !((1u64 << config.ashift) - 1);
+        if size_bytes == 0 {
+            return Err(invalid(format!(
+                "data region of {} bytes is smaller than a sector",
+                config.data_size_bytes
+            )));
+        }
+        let metaslab_count = size_bytes.div_ceil(1u64 << config.metaslab_shift);
+        if metaslab_count > METASLAB_COUNT_MAX {
+            return Err(invalid(format!(
+                "{metaslab_count} metaslabs, more than {METASLAB_COUNT_MAX}"
+            )));
+        }
+        Ok(TopVdevSpace::new(
+            config.vdev,
+            config.class,
+            size_bytes,
+            config.ashift,
+            config.metaslab_shift,
+        ))
+    }
+
+    /// Adds a wholly free top-level vdev (`pool add` of a data or log device). Errors, changing
+    /// nothing, if the id is already used or `new` would refuse the configuration.
+    pub fn add_vdev(&mut self, space: VdevSpace) -> Result<(), SpaceError> {
+        if self.vdev_index(space.vdev).is_ok() {
+            return Err(SpaceError::InvalidConfig {
+                vdev: space.vdev,
+                reason: "already a top-level vdev of this pool".into(),
+            });
+        }
+        let top = Self::validated(&space)?;
+        let index = self.vdevs.partition_point(|other| other.vdev < space.vdev);
+        let had_vdevs = !self.vdevs.is_empty();
+        self.vdevs.insert(index, top);
+        if had_vdevs && index <= self.rotor {
+            // Keep the rotor on the vdev it was on.
+            self.rotor += 1;
+        }
+        self.settle_rotor(false, space.class == SpaceClass::Normal);
+        Ok(())
+    }
+
+    /// Bytes of vdev `vdev` that are `(allocated, deferred)`: what must drain before
+    /// `remove_vdev` may drop it.
+    pub fn vdev_in_use(&self, vdev: u32) -> Result<(u64, u64), SpaceError> {
+        let space = &self.vdevs[self.vdev_index(vdev)?];
+        let deferred_bytes = space.deferred_bytes();
+        Ok((
+            space.size_bytes - space.free_bytes() - deferred_bytes,
+            deferred_bytes,
+        ))
+    }
+
+    /// Drops vdev `vdev` from the allocator (`pool remove` of a log device). Refused with
+    /// `VdevInUse`, changing nothing, while any byte of it is allocated or deferred or a change
+    /// of it waits in `take_changes`: its blocks, the older trees still reaching them, and the
+    /// space log must all be done with it first.
+    pub fn remove_vdev(&mut self, vdev: u32) -> Result<(), SpaceError> {
+        let index = self.vdev_index(vdev)?;
+        let (allocated_bytes, deferred_bytes) = self.vdev_in_use(vdev)?;
+        let pending_changes = self.pending_changes_of(vdev);
+        if allocated_bytes != 0 || deferred_bytes != 0 || pending_changes != 0 {
+            return Err(SpaceError::VdevInUse {
+                vdev,
+                allocated_bytes,
+                deferred_bytes,
+                pending_changes,
+            });
+        }
+        let removed = self.vdevs.remove(index);
+        // Only empty trees can be left (an `unallocate` drains its record but keeps the tree).
+        for changes in self.changes.values_mut() {
+            changes.allocs.remove(&vdev);
+            changes.frees.remove(&vdev);
+        }
+        let rotor_lost = index == self.rotor;
+        if index < self.rotor {
+            self.rotor -= 1;
+        }
+        self.settle_rotor(rotor_lost, removed.class == SpaceClass::Normal);
+        Ok(())
+    }
+
+    /// Coalesced Alloc and Free segments of vdev `vdev` recorded and not yet taken, all txgs.
+    fn pending_changes_of(&self, vdev: u32) -> usize {
+        self.changes
+            .values()
+            .flat_map(|changes| [changes.allocs.get(&vdev), changes.frees.get(&vdev)])
+            .flatten()
+            .map(RangeTree::segment_count)
+            .sum()
     }
 
     /// Allocates `size_bytes` (rounded up to the sector) for txg `txg`. `avoid` lists the other
@@ -352,11 +431,15 @@ impl SpaceAllocator {
         }
         self.check_txg_open(txg)?;
         let logs: Vec<usize> = (0..self.vdevs.len())
-            .filter(|&index| self.classes[index] == SpaceClass::Log)
+            .filter(|&index| self.vdevs[index].class == SpaceClass::Log)
             .collect();
+        let first = logs
+            .iter()
+            .position(|&index| self.vdevs[index].vdev >= self.log_rotor_vdev)
+            .unwrap_or(0);
         for spanning in [false, true] {
             for k in 0..logs.len() {
-                let index = logs[(self.log_rotor + k) % logs.len()];
+                let index = logs[(first + k) % logs.len()];
                 let vdev = &mut self.vdevs[index];
                 let sector_bytes = 1u64 << vdev.ashift;
                 let asize = u64::from(size_bytes).div_ceil(sector_bytes) * sector_bytes;
@@ -370,7 +453,8 @@ impl SpaceAllocator {
                 };
                 let Some(offset) = found else { continue };
                 let vdev_id = vdev.vdev;
-                self.log_rotor = (self.log_rotor + k + 1) % logs.len();
+                // Past u32::MAX wraps to 0, which is "start from the lowest" anyway.
+                self.log_rotor_vdev = vdev_id.wrapping_add(1);
                 Self::record(
                     &mut self.changes.entry(txg).or_default().allocs,
                     vdev_id,
@@ -611,7 +695,7 @@ impl SpaceAllocator {
                 let deferred_bytes = vdev.deferred_bytes();
                 VdevSpaceStats {
                     vdev: vdev.vdev,
-                    class: SpaceClass::Normal,
+                    class: vdev.class,
                     size_bytes: vdev.size_bytes,
                     allocated_bytes: vdev.size_bytes - free_bytes - deferred_bytes,
                     deferred_bytes,
@@ -620,8 +704,6 @@ impl SpaceAllocator {
                     metaslab_count: vdev.metaslabs.len() as u64,
                 }
             })
-            .zip(self.classes.iter())
-            .map(|(stats, &class)| VdevSpaceStats { class, ..stats })
             .collect();
         let normal = || vdevs.iter().filter(|v| v.class == SpaceClass::Normal);
         SpaceStats {
@@ -650,9 +732,7 @@ impl SpaceAllocator {
     fn normal_vdevs(&self) -> impl Iterator<Item = &TopVdevSpace> {
         self.vdevs
             .iter()
-            .zip(self.classes.iter())
-            .filter(|(_, class)| **class == SpaceClass::Normal)
-            .map(|(vdev, _)| vdev)
+            .filter(|vdev| vdev.class == SpaceClass::Normal)
     }
 
     /// The first Normal vdev at or after index `from` (wrapping).
@@ -660,7 +740,7 @@ impl SpaceAllocator {
         let count = self.vdevs.len();
         (0..count)
             .map(|k| (from + k) % count)
-            .find(|&index| self.classes[index] == SpaceClass::Normal)
+            .find(|&index| self.vdevs[index].class == SpaceClass::Normal)
     }
 
     /// Space kept back from user data: 1/32 of the pool, at least `SLOP_BYTES_MIN`, at most
@@ -729,7 +809,21 @@ impl SpaceAllocator {
                 vdev.vdev
             );
         }
-        assert_eq!(self.classes.len(), self.vdevs.len());
+        assert!(
+            self.vdevs
+                .windows(2)
+                .all(|pair| pair[0].vdev < pair[1].vdev),
+            "vdevs not sorted by unique id"
+        );
+        if let Some(rotor) = self.vdevs.get(self.rotor) {
+            assert!(
+                rotor.class == SpaceClass::Normal || self.next_normal(0).is_none(),
+                "the rotor is on log vdev {}",
+                rotor.vdev
+            );
+        } else {
+            assert!(self.vdevs.is_empty(), "rotor index out of range");
+        }
     }
 
     fn vdev_index(&self, vdev: u32) -> Result<usize, SpaceError> {
@@ -755,7 +849,7 @@ impl SpaceAllocator {
         let count = self.vdevs.len();
         let rotation = (0..count)
             .map(|k| (self.rotor + k) % count)
-            .filter(|&index| self.classes[index] == SpaceClass::Normal);
+            .filter(|&index| self.vdevs[index].class == SpaceClass::Normal);
         let holds_copy =
             |index: &usize| avoid.iter().any(|dva| dva.vdev == self.vdevs[*index].vdev);
         let free_of_copies: Vec<usize> = rotation.clone().filter(|i| !holds_copy(i)).collect();
@@ -809,6 +903,29 @@ impl SpaceAllocator {
                 .next_normal((self.rotor + 1) % self.vdevs.len())
                 .unwrap_or(self.rotor);
             self.rotor_bytes = 0;
+            self.rotor_chunk_bytes = self.rotor_chunk_bytes_for(self.rotor);
+        }
+    }
+
+    /// After a vdev was added or removed (`rotor` already shifted to keep indexing the same vdev
+    /// if it is still there): puts the rotor back on a Normal vdev, restarting its chunk, if it
+    /// lost its vdev (`rotor_lost`) or is not on a Normal one, and recomputes the chunk when the
+    /// Normal set changed, since every vdev's share of the free space did.
+    fn settle_rotor(&mut self, rotor_lost: bool, normal_set_changed: bool) {
+        let on_normal = !rotor_lost
+            && self
+                .vdevs
+                .get(self.rotor)
+                .is_some_and(|vdev| vdev.class == SpaceClass::Normal);
+        if !on_normal {
+            self.rotor = self
+                .rotor
+                .checked_rem(self.vdevs.len())
+                .and_then(|from| self.next_normal(from))
+                .unwrap_or(0);
+            self.rotor_bytes = 0;
+        }
+        if !on_normal || normal_set_changed {
             self.rotor_chunk_bytes = self.rotor_chunk_bytes_for(self.rotor);
         }
     }

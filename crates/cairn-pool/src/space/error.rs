@@ -90,6 +90,18 @@ pub enum SpaceError {
     #[error("invalid space configuration for vdev {vdev}: {reason}")]
     InvalidConfig { vdev: u32, reason: String },
 
+    /// `remove_vdev` of a vdev that still holds blocks, frees in their defer window, or changes
+    /// not yet taken for the space log.
+    #[error(
+        "vdev {vdev} is still in use: {allocated_bytes} bytes allocated, {deferred_bytes} bytes freed but not yet reusable, {pending_changes} space-log changes not yet written"
+    )]
+    VdevInUse {
+        vdev: u32,
+        allocated_bytes: u64,
+        deferred_bytes: u64,
+        pending_changes: usize,
+    },
+
     /// A space-log entry that contradicts the state built from the entries before it.
     #[error("space log entry #{index} {entry:?} is inconsistent: {source}")]
     Replay {

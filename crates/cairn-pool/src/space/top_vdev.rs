@@ -20,9 +20,9 @@
 //! space left only in pieces on both sides of metaslab boundaries), a free run spanning
 //! metaslabs is used as a last resort rather than failing.
 
-use super::SpaceError;
 use super::metaslab::{Metaslab, weight_bucket};
 use super::range_tree::{RangeTree, extent_end, histogram_bucket};
+use super::{SpaceClass, SpaceError};
 use cairn_format::blkptr::DVA_COUNT_MAX;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
@@ -42,6 +42,8 @@ pub const ACTIVE_SLOTS: usize = DVA_COUNT_MAX;
 #[derive(Debug, Clone)]
 pub(super) struct TopVdevSpace {
     pub vdev: u32,
+    /// What the vdev is for: `allocate` uses only Normal vdevs, `allocate_log` prefers Log ones.
+    pub class: SpaceClass,
     pub ashift: u8,
     pub metaslab_shift: u8,
     /// Sum of the metaslab sizes: the allocatable part of the data region.
@@ -59,7 +61,13 @@ pub(super) struct TopVdevSpace {
 }
 
 impl TopVdevSpace {
-    pub fn new(vdev: u32, size_bytes: u64, ashift: u8, metaslab_shift: u8) -> Self {
+    pub fn new(
+        vdev: u32,
+        class: SpaceClass,
+        size_bytes: u64,
+        ashift: u8,
+        metaslab_shift: u8,
+    ) -> Self {
         let metaslab_size_bytes = 1u64 << metaslab_shift;
         let metaslab_count = size_bytes.div_ceil(metaslab_size_bytes);
         let metaslabs: Vec<Metaslab> = (0..metaslab_count)
@@ -71,6 +79,7 @@ impl TopVdevSpace {
             .collect();
         let mut space = Self {
             vdev,
+            class,
             ashift,
             metaslab_shift,
             size_bytes,
