@@ -22,6 +22,10 @@ use std::time::Instant;
 
 /// The smallest piece a write is split into to fill the end of a block.
 const SPLIT_BYTES_MIN: usize = 512;
+/// Batches of one lane in flight at once when its log blocks go to a rotational device...
+const IN_FLIGHT_MAX_ROTATIONAL: usize = 1;
+/// ...and otherwise.
+const IN_FLIGHT_MAX_FLASH: usize = 4;
 /// Writes are only split at multiples of this (absolute offsets): a replay that stops between
 /// two pieces must never leave a sector half old and half new, since disks (and the clients
 /// that rely on them) treat a sector as written whole or not at all.
@@ -320,7 +324,16 @@ impl IntentLog {
                 return Err(self.failed(reason.clone()));
             }
             let front_is_ours = st.pending.front().is_some_and(|itx| itx.ticket <= target);
-            if st.building || !front_is_ours {
+            // On a disk every batch pays a rotation for its flush: one batch in flight lets the
+            // next gather everyone who arrives meanwhile (one flush for all of them); flash
+            // gains from overlapping a few.
+            let in_flight_max = if self.log_on_rotational(st.chain) {
+                IN_FLIGHT_MAX_ROTATIONAL
+            } else {
+                IN_FLIGHT_MAX_FLASH
+            };
+            let may_build = !st.building && st.in_flight.len() < in_flight_max;
+            if !may_build || !front_is_ours {
                 // Someone is building, or our record is in a batch in flight: wait for either.
                 self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
                 lane.cond.wait(&mut st);
@@ -669,6 +682,14 @@ impl IntentLog {
             }
         }
         Ok(records)
+    }
+
+    /// Whether the chain's next block is on a rotational device (unknown: assume not).
+    fn log_on_rotational(&self, chain: Option<Chain>) -> bool {
+        chain
+            .and_then(|chain| self.io.tree().top(chain.next.vdev))
+            .and_then(|top| top.leaves.iter().find_map(|leaf| leaf.device()))
+            .is_some_and(|device| device.is_rotational())
     }
 
     fn sector_bytes(&self, dva: &Dva) -> u32 {
