@@ -102,6 +102,8 @@ pub struct TopStatus {
     pub health: Health,
     pub leaves: Vec<LeafStatus>,
     pub is_mirror: bool,
+    /// A separate intent-log device.
+    pub is_log: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -255,6 +257,7 @@ impl Pool {
                 name: top.kind_name(),
                 health: top.health(),
                 is_mirror: top.leaves.len() > 1,
+                is_log: top.config.role == cairn_format::VdevRole::Log,
                 leaves: top
                     .leaves
                     .iter()

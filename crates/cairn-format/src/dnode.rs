@@ -20,7 +20,7 @@
 //! object set root (1024 bytes, stored in a 4 KiB block)
 //!      0  512 meta-dnode
 //!    512    8 object set type      520 8 flags
-//!    528  192 intent-log header (reserved)
+//!    528  192 intent-log chain header (see `intent_log`)
 //!    720  304 reserved
 //! ```
 
@@ -254,7 +254,7 @@ const _: () = assert!(OBJSET_PHYS_SIZE <= OBJSET_BLOCK_SIZE as usize);
 pub struct ObjsetPhys {
     pub meta_dnode: Dnode,
     pub objset_type: ObjsetType,
-    /// Opaque to this layer; owned by the intent log.
+    /// The intent log's chain header (`intent_log::IntentLogHeader`); opaque here.
     pub intent_log_header: [u8; 192],
 }
 

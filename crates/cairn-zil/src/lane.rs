@@ -22,6 +22,8 @@ use std::time::Instant;
 
 /// The smallest piece a write is split into to fill the end of a block.
 const SPLIT_BYTES_MIN: usize = 512;
+/// A builder waits at most this fraction (1/n) of the last batch's latency for company.
+const COMPANY_WAIT_DIVISOR: u32 = 10;
 /// Batches of one lane in flight at once when its log blocks go to a rotational device...
 const IN_FLIGHT_MAX_ROTATIONAL: usize = 1;
 /// ...and otherwise.
@@ -81,6 +83,9 @@ struct LaneState {
     /// suspended): every committer gets this error instead of waiting for a batch that no one
     /// will complete.
     failed: Option<String>,
+    /// Records and write-and-flush time of the last completed batch (for the company wait).
+    last_batch_records: usize,
+    last_batch_latency: std::time::Duration,
 }
 
 pub(crate) struct Lane {
@@ -115,6 +120,8 @@ impl Lane {
                 next_alloc_txg: 0,
                 written: VecDeque::new(),
                 failed: None,
+                last_batch_records: 0,
+                last_batch_latency: std::time::Duration::ZERO,
             }),
             cond: Condvar::new(),
         }
@@ -340,7 +347,19 @@ impl IntentLog {
                 continue;
             }
             st.building = true;
+            // Group commit with company: when the last batch carried several records (several
+            // committers are active), wait up to a tenth of its write-and-flush time for the
+            // others to arrive, so one flush serves them all instead of every other batch
+            // carrying only the early ones. A lone committer (last batch of one) never waits.
+            if st.last_batch_records > 1 {
+                let deadline = Instant::now() + st.last_batch_latency / COMPANY_WAIT_DIVISOR;
+                while st.pending.len() < st.last_batch_records && Instant::now() < deadline {
+                    lane.cond.wait_until(&mut st, deadline);
+                }
+            }
+            let batch_started = Instant::now();
             let itxs = st.take_batch(self.config.batch_bytes_max);
+            let batch_records = itxs.len();
             let chain = st.chain;
             let epoch = st.chain_epoch;
             let next_alloc_txg = st.next_alloc_txg;
@@ -415,6 +434,8 @@ impl IntentLog {
             match outcome {
                 Ok(()) => {
                     self.stats.count_batch(&built.blocks, built.log_bytes);
+                    st.last_batch_records = batch_records;
+                    st.last_batch_latency = batch_started.elapsed();
                     st.complete(batch_id);
                     lane.cond.notify_all();
                 }

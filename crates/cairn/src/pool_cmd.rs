@@ -140,7 +140,19 @@ fn render_status(status: &PoolStatus) -> String {
         w.to_string(),
         c.to_string(),
     ]);
+    let mut logs_header = false;
     for top in &status.tops {
+        if top.is_log && !logs_header {
+            // As zpool does: log devices in their own section, below the data vdevs.
+            table.push(vec![
+                "logs".into(),
+                String::new(),
+                String::new(),
+                String::new(),
+                String::new(),
+            ]);
+            logs_header = true;
+        }
         let leaf_row = |leaf: &cairn_engine::LeafStatus, indent: &str| {
             let mut name = format!("{indent}{}", leaf.name);
             if leaf.repaired_bytes > 0 {

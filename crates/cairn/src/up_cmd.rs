@@ -1,7 +1,7 @@
 //! `cairn up`: the embedded default, so a fresh machine gets a working pool with one command.
 //!
 //! Everything lives under the data directory: two sparse device files forming a mirror
-//! (`d0.img`, `d1.img`), and the pool cache (`state/`). The first run creates the pool `cairn` and
+//! (`d0.img`, `d1.img`), a separate log device (`log.img`), and the pool cache (`state/`). The first run creates the pool `cairn` and
 //! the volume `cairn/vol0`; later runs find the pool in the cache (or import it from the
 //! directory if the cache was lost) and show it. Nothing here bypasses the ordinary commands: `up`
 //! runs the same code paths as `pool create`, `create -V`, `pool import` and `pool status`.
@@ -66,12 +66,14 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
         } else {
             say!(
                 ctx,
-                "creating pool '{POOL}' (mirror of two {} sparse files) and volume '{VOLUME}' in {}",
+                "creating pool '{POOL}' (mirror of two {} sparse files, and a log device) and volume '{VOLUME}' in {}",
                 args.size,
                 data_dir.display()
             );
             let mut vdevs = vec!["mirror".to_string()];
             vdevs.extend(devices.iter().map(|path| path.display().to_string()));
+            vdevs.push("log".to_string());
+            vdevs.push(data_dir.join("log.img").display().to_string());
             pool_cmd::create(
                 ctx,
                 &PoolCreateArgs {
