@@ -121,21 +121,7 @@ fn injected_power_cut() -> Option<Arc<cairn_device::emulated::PowerSwitch>> {
         .clone()
 }
 
-/// A fresh random 64-bit identifier (never 0).
-pub(crate) fn new_guid() -> u64 {
-    use std::io::Read;
-    let mut bytes = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut bytes))
-        .is_err()
-    {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        bytes = (nanos ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
-    }
-    u64::from_le_bytes(bytes).max(1)
-}
+pub(crate) use cairn_pool::new_guid;
 
 pub(crate) fn now_ms() -> u64 {
     std::time::SystemTime::now()

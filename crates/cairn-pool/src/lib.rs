@@ -15,3 +15,19 @@ pub mod labels;
 pub mod space;
 pub mod txg;
 pub mod vdev;
+
+/// A fresh random 64-bit identifier (never 0): pool, vdev and intent-log chain guids.
+pub fn new_guid() -> u64 {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut file| file.read_exact(&mut bytes))
+        .is_err()
+    {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        bytes = (nanos ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
+    }
+    u64::from_le_bytes(bytes).max(1)
+}

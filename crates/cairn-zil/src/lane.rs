@@ -489,7 +489,7 @@ impl IntentLog {
         let txg = hold.txg();
         let dva = self.allocate_in(size, txg)?;
         let chain = Chain {
-            guid: new_chain_guid(),
+            guid: cairn_pool::new_guid(),
             next: dva,
             next_sequence: 1,
         };
@@ -745,22 +745,6 @@ fn split_write(record: LogRecord, head_bytes: usize) -> (LogRecord, LogRecord) {
         ..head.clone()
     };
     (head, tail)
-}
-
-/// A fresh random chain guid (never 0).
-fn new_chain_guid() -> u64 {
-    use std::io::Read;
-    let mut bytes = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut file| file.read_exact(&mut bytes))
-        .is_err()
-    {
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
-        bytes = (nanos ^ u64::from(std::process::id()).rotate_left(32)).to_le_bytes();
-    }
-    u64::from_le_bytes(bytes).max(1)
 }
 
 #[cfg(test)]
