@@ -17,10 +17,8 @@
 mod common;
 
 use cairn_dataset::WriteOptions;
-use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, PowerSwitch};
-use cairn_device::file::{FileDevice, FileOptions};
+use cairn_device::emulated::PowerSwitch;
 use cairn_device::spec::DeviceSpec;
-use cairn_device::{Device, DeviceError};
 use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup};
 use common::Rng;
 use std::path::{Path, PathBuf};
@@ -32,37 +30,8 @@ const VOLUME_BYTES: u64 = 4 << 20;
 const DEVICE_BYTES: u64 = 64 << 20;
 const OPS_PER_WRITER: usize = 40;
 
-/// Opens every device as an emulated model attached to `power` (if any).
 fn opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpener {
-    let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    Arc::new(
-        move |spec: &DeviceSpec, create: Option<u64>| -> Result<Arc<dyn Device>, DeviceError> {
-            let backing = FileDevice::open(
-                &spec.path,
-                FileOptions {
-                    create_size_bytes: create,
-                    ..Default::default()
-                },
-            )?;
-            let index = counter.fetch_add(1, Ordering::Relaxed);
-            let model = if spec.path.to_string_lossy().contains("slog") {
-                "ssd-sata"
-            } else {
-                "hdd-7200"
-            };
-            let device: Arc<dyn Device> = EmulatedDevice::new(
-                Arc::new(backing),
-                DeviceModel::named(model).expect("model"),
-                EmuOptions {
-                    seed: seed.wrapping_mul(31).wrapping_add(index),
-                    clock: None,
-                    destage_per_write_probability: 0.2,
-                    power: power.clone(),
-                },
-            );
-            Ok(device)
-        },
-    )
+    common::emulated_opener(seed, power)
 }
 
 fn pool_options(opener: DeviceOpener, ignore_missing_log: bool) -> PoolOptions {

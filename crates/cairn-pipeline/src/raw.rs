@@ -5,7 +5,7 @@
 
 use crate::{BlockIo, PipelineError, outside_pool};
 use bytes::Bytes;
-use cairn_device::queue::{IoClass, IoHandle};
+use cairn_device::queue::{IoClass, IoHandle, LeafQueue};
 use cairn_format::Dva;
 use cairn_format::label::VDEV_DATA_START;
 use cairn_pool::vdev::Leaf;
@@ -86,35 +86,10 @@ impl BlockIo {
         class: IoClass,
         writes: &mut RawWrites,
     ) -> Result<(), PipelineError> {
-        assert!(
-            data.len() as u64 <= u64::from(dva.asize),
-            "raw write larger than its allocation"
-        );
-        let top = self
-            .tree
-            .top_for_dva(dva)
-            .ok_or_else(|| PipelineError::WriteFailed(outside_pool(dva)))?;
-        let mut issued = 0;
-        for leaf in top.leaves.iter() {
-            let Some(queue) = leaf.queue() else { continue };
-            if !leaf.is_usable() {
-                continue;
-            }
+        self.write_raw_with(dva, data.len(), |vdev, leaf, queue| {
             let handle = queue.write(class, VDEV_DATA_START + dva.offset, data.clone());
-            writes.pending.push((dva.vdev, leaf.clone(), handle));
-            issued += 1;
-        }
-        if issued == 0 {
-            return Err(PipelineError::WriteFailed(format!(
-                "vdev {} has no usable device",
-                top.kind_name()
-            )));
-        }
-        self.stats.raw_writes.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .raw_bytes_written
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(())
+            writes.pending.push((vdev, leaf, handle));
+        })
     }
 
     /// Like `write_raw`, but writes in the caller's thread now (see `LeafQueue::write_direct`):
@@ -125,8 +100,24 @@ impl BlockIo {
         data: &[u8],
         writes: &mut RawWrites,
     ) -> Result<(), PipelineError> {
+        self.write_raw_with(dva, data.len(), |vdev, leaf, queue| {
+            let result = queue
+                .write_direct(VDEV_DATA_START + dva.offset, data)
+                .map_err(|err| err.to_string());
+            writes.done.push((vdev, leaf, result));
+        })
+    }
+
+    /// Calls `write(vdev, leaf, queue)` for every usable child of `dva`'s top-level vdev and
+    /// counts the raw write; fails if there is none.
+    fn write_raw_with(
+        &self,
+        dva: &Dva,
+        len: usize,
+        mut write: impl FnMut(u32, Arc<Leaf>, &LeafQueue),
+    ) -> Result<(), PipelineError> {
         assert!(
-            data.len() as u64 <= u64::from(dva.asize),
+            len as u64 <= u64::from(dva.asize),
             "raw write larger than its allocation"
         );
         let top = self
@@ -136,10 +127,7 @@ impl BlockIo {
         let mut issued = 0;
         for leaf in top.leaves.iter().filter(|leaf| leaf.is_usable()) {
             let Some(queue) = leaf.queue() else { continue };
-            let result = queue
-                .write_direct(VDEV_DATA_START + dva.offset, data)
-                .map_err(|err| err.to_string());
-            writes.done.push((dva.vdev, leaf.clone(), result));
+            write(dva.vdev, leaf.clone(), &queue);
             issued += 1;
         }
         if issued == 0 {
@@ -151,7 +139,7 @@ impl BlockIo {
         self.stats.raw_writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .raw_bytes_written
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+            .fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
     }
 

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 pub const DEVICE_SIZE: u64 = 64 << 20;
 
-/// Emulated devices with volatile caches (no latency), sharing one power switch.
+/// Emulated devices with volatile caches (no latency), sharing one power switch: hdd-7200, or
+/// ssd-sata for files named `slog*`.
 pub fn emulated_opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpener {
     let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
     Arc::new(
@@ -26,9 +27,15 @@ pub fn emulated_opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpen
                 },
             )?;
             let index = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Log devices (files named slog*) are SSDs; everything else is a disk.
+            let model = if spec.path.to_string_lossy().contains("slog") {
+                "ssd-sata"
+            } else {
+                "hdd-7200"
+            };
             let device: Arc<dyn Device> = EmulatedDevice::new(
                 Arc::new(backing),
-                DeviceModel::named("hdd-7200").expect("model"),
+                DeviceModel::named(model).expect("model"),
                 EmuOptions {
                     seed: seed.wrapping_mul(31).wrapping_add(index),
                     clock: None,
