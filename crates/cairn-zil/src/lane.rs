@@ -357,6 +357,12 @@ impl IntentLog {
                     lane.cond.wait_until(&mut st, deadline);
                 }
             }
+            // A fallback meanwhile may have made everything durable (and emptied `pending`).
+            if st.pending.front().is_none_or(|itx| itx.ticket > target) {
+                st.building = false;
+                lane.cond.notify_all();
+                continue;
+            }
             let batch_started = Instant::now();
             let itxs = st.take_batch(self.config.batch_bytes_max);
             let batch_records = itxs.len();
