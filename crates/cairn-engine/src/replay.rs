@@ -7,6 +7,9 @@
 //! if the machine stops before that txg is durable, the next import finds the same header, the
 //! same blocks and the same imported txg, and replays the same records again.
 //!
+//! `CAIRN_DEBUG_REPLAY` (any value) prints what each replay found and applied, record by
+//! record, to stderr: for chasing a crash-test failure after the fact.
+//!
 //! With `ignore_missing_log` and a log device missing, nothing is applied (the pool comes back
 //! as of its last synced txg, as the user accepted); chains on present devices are still walked
 //! so their blocks are freed rather than leaked.
@@ -179,6 +182,21 @@ impl Pool {
                 if usable(dva) && space.is_allocated(dva) {
                     to_free.push(*dva);
                 }
+            }
+        }
+        if std::env::var_os("CAIRN_DEBUG_REPLAY").is_some() {
+            eprintln!(
+                "replay {name}: imported txg {imported_txg}, header {header:?}, {} blocks, ends {:?}, {} records, {} skipped",
+                log.blocks.len(),
+                log.chain_ends,
+                log.records.len(),
+                log.records_skipped
+            );
+            for record in &log.records {
+                eprintln!(
+                    "  record txg {} seq {} {:?} offset {} len {}",
+                    record.txg, record.sequence, record.kind, record.offset, record.length
+                );
             }
         }
         let applied = if apply {
