@@ -341,7 +341,8 @@ impl Pool {
                 Ok(loaded) => {
                     if ub.txg != newest {
                         notes.push(format!(
-                            "pool '{pool_name}': txg {newest} is damaged; rewound to txg {}",
+                            "pool '{pool_name}': txg {newest} is damaged ({}); rewound to txg {}",
+                            failures.join("; "),
                             ub.txg
                         ));
                     }

@@ -624,7 +624,26 @@ impl SpaceAllocator {
     pub fn checkpoint_entries(&self, txg: u64) -> Vec<SpaceLogEntry> {
         let mut entries = Vec::new();
         for vdev in &self.vdevs {
+            // The checkpoint describes the state as of `txg`. Allocations already made for
+            // later, still open txgs (intent-log blocks are allocated while a txg syncs) are
+            // not part of it: their own txg's delta records them. Frees made in later txgs
+            // need no care: their extents are deferred now, so still counted as not free.
+            let mut not_free = RangeTree::new();
             for (offset, length) in vdev.complement(&vdev.free_runs()) {
+                not_free
+                    .add(offset, length)
+                    .expect("complement runs are disjoint");
+            }
+            let later = self.changes.range(txg + 1..);
+            for changes in later.filter_map(|(_, changes)| changes.allocs.get(&vdev.vdev)) {
+                for (start, end) in changes.iter() {
+                    not_free
+                        .remove(start, end - start)
+                        .expect("an extent allocated in an open txg is not free");
+                }
+            }
+            for (offset, end) in not_free.iter() {
+                let length = end - offset;
                 entries.push(SpaceLogEntry {
                     vdev: vdev.vdev,
                     op: SpaceOp::Alloc,
@@ -637,6 +656,7 @@ impl SpaceAllocator {
         entries.extend(
             self.deferred_extents()
                 .into_iter()
+                .filter(|free| free.txg <= txg)
                 .map(|free| SpaceLogEntry {
                     vdev: free.vdev,
                     op: SpaceOp::Free,
