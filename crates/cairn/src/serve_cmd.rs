@@ -2,8 +2,8 @@
 //! the pool cache, plus any found with `-d DIR`), and serves every volume as the NBD export
 //! `pool/volume` on a TCP address (loopback by default) and a Unix socket (mode 0600).
 //!
-//! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA wait
-//! for a synced txg (the intent log will make that cheap in a later issue). On SIGINT or
+//! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA
+//! commit the volume's intent log (the connection's lane for FUA, every lane for FLUSH). On SIGINT or
 //! SIGTERM the server stops accepting, lets every connection finish the requests it has read,
 //! then syncs and exports the pools (they stay remembered, so the next `serve` imports them).
 //!
@@ -35,6 +35,27 @@ pub struct ServeArgs {
     /// Unix socket path (default: STATE_DIR/nbd.sock).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
+    /// Milliseconds a client may take from connecting to the end of option haggling
+    /// (default 10000); a client still haggling then is disconnected.
+    #[arg(long, value_name = "MS")]
+    pub handshake_timeout_ms: Option<u64>,
+    /// Milliseconds a request may take to arrive once its first byte has, and a reply to be
+    /// written (default 60000); idle connections between requests have no deadline.
+    #[arg(long, value_name = "MS")]
+    pub io_timeout_ms: Option<u64>,
+}
+
+impl ServeArgs {
+    fn server_config(&self) -> ServerConfig {
+        let mut config = ServerConfig::default();
+        if let Some(ms) = self.handshake_timeout_ms {
+            config.handshake_timeout = std::time::Duration::from_millis(ms);
+        }
+        if let Some(ms) = self.io_timeout_ms {
+            config.io_timeout = std::time::Duration::from_millis(ms);
+        }
+        config
+    }
 }
 
 /// NBD view of one volume, for one connection.
@@ -282,7 +303,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let server = Arc::new(NbdServer::new(exports.clone(), ServerConfig::default()));
+    let server = Arc::new(NbdServer::new(exports.clone(), args.server_config()));
     let _ = served.nbd.set(server.clone());
     let _ = served.started.set(std::time::Instant::now());
     let stop_control = Arc::new(AtomicBool::new(false));

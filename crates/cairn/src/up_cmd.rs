@@ -42,6 +42,8 @@ impl UpArgs {
             dirs: Vec::new(),
             listen: self.listen.clone(),
             socket: None,
+            handshake_timeout_ms: None,
+            io_timeout_ms: None,
         }
     }
 }

@@ -296,12 +296,17 @@ impl Env {
     /// Starts `cairn serve` on a free loopback port and `state/nbd.sock`; returns once it
     /// answers on the socket.
     pub fn serve(&self) -> Server {
-        Server::start(self, &[])
+        Server::start(self, &[], &[])
     }
 
     /// `serve` with extra environment variables (fault injection).
     pub fn serve_with_env(&self, vars: &[(&str, String)]) -> Server {
-        Server::start(self, vars)
+        Server::start(self, vars, &[])
+    }
+
+    /// `serve` with extra command-line arguments.
+    pub fn serve_with_args(&self, args: &[&str]) -> Server {
+        Server::start(self, &[], args)
     }
 }
 
@@ -326,7 +331,7 @@ pub struct Server {
 }
 
 impl Server {
-    fn start(env: &Env, vars: &[(&str, String)]) -> Server {
+    fn start(env: &Env, vars: &[(&str, String)], args: &[&str]) -> Server {
         let run = SERVER_RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let stdout_path = env.path(&format!("serve-{run}.out"));
         let stderr_path = env.path(&format!("serve-{run}.err"));
@@ -334,6 +339,7 @@ impl Server {
         let mut cmd = env.cairn_command();
         cmd.args(["serve", "--listen", "127.0.0.1:0", "--socket"])
             .arg(&socket)
+            .args(args)
             .envs(vars.iter().map(|(key, value)| (*key, value.as_str())))
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&stdout_path).expect("server stdout file"))
