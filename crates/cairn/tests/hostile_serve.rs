@@ -8,7 +8,6 @@
 
 mod nbd_common;
 #[path = "../../cairn-nbd/tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
 mod wire;
 
 use std::net::SocketAddr;
