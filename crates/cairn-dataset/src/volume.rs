@@ -277,7 +277,7 @@ impl Volume {
         let block_size = self.block_size as usize;
         let mut cursor = 0;
         for (blkid, within, take) in self.pieces(offset, len) {
-            if take == block_size {
+            let newly_dirty = if take == block_size {
                 match whole_block(cursor) {
                     Some(data) => self.objset.write_block(txg, VOLUME_OBJECT, blkid, data),
                     None => self.objset.free_block(txg, VOLUME_OBJECT, blkid),
@@ -290,9 +290,13 @@ impl Volume {
                 };
                 fill(&mut block[within..within + take], cursor);
                 self.objset
-                    .write_block(txg, VOLUME_OBJECT, blkid, Bytes::from(block));
+                    .write_block(txg, VOLUME_OBJECT, blkid, Bytes::from(block))
+            };
+            // A block changed again in the same txg replaces its earlier version in memory and
+            // is written once: its dirty bytes count once per txg.
+            if newly_dirty {
+                hold.add_dirty(block_size as u64);
             }
-            hold.add_dirty(block_size as u64);
             cursor += take;
         }
         self.last_dirty_txg.fetch_max(txg, Ordering::AcqRel);

@@ -413,3 +413,40 @@ fn block_status_reports_holes_and_data_before_and_after_sync() {
     assert!(volume.block_status(4 << 20, 1).is_err(), "past the end");
     pool.close().unwrap();
 }
+
+#[test]
+fn a_block_rewritten_in_one_txg_counts_its_dirty_bytes_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume(
+        "tank/vol",
+        8 << 20,
+        &[("volblocksize".into(), "16K".into())],
+    )
+    .unwrap();
+    pool.sync().unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    // Block 0 changed ten times (whole and partial writes, a trim), block 1 once: two blocks
+    // dirty, so the txg carries 32 KiB however often block 0 changed.
+    for round in 0..5u64 {
+        volume.write(0, &pattern(16 << 10, round)).unwrap();
+        volume.write(4096, &pattern(4096, round + 100)).unwrap();
+    }
+    volume.trim(8192, 4096).unwrap();
+    volume.write(16 << 10, &pattern(16 << 10, 7)).unwrap();
+    let txg = pool.sync().unwrap();
+    let timing = pool
+        .txg_history()
+        .into_iter()
+        .find(|timing| timing.txg == txg)
+        .expect("the synced txg is in the history");
+    assert_eq!(timing.dirty_bytes, 32 << 10, "{timing:?}");
+    // The last version of each block is what reached the disk.
+    let mut expected = pattern(16 << 10, 4);
+    expected[4096..8192].copy_from_slice(&pattern(4096, 104));
+    expected[8192..12288].fill(0);
+    expected.extend_from_slice(&pattern(16 << 10, 7));
+    assert_eq!(read_all(&pool, "tank/vol", 32 << 10), expected);
+    assert!(pool.check().unwrap().is_clean());
+}

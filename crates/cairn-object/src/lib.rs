@@ -249,23 +249,29 @@ impl ObjectSet {
     }
 
     /// Replaces a whole block in `txg` (`data.len()` must equal the object's block size).
-    pub fn write_block(&self, txg: u64, object: u64, blkid: u64, data: Bytes) {
-        self.record_block(txg, object, blkid, Some(data));
+    /// Returns whether the block was not yet changed in `txg`.
+    pub fn write_block(&self, txg: u64, object: u64, blkid: u64, data: Bytes) -> bool {
+        self.record_block(txg, object, blkid, Some(data))
     }
 
-    /// Turns a block into a hole in `txg`.
-    pub fn free_block(&self, txg: u64, object: u64, blkid: u64) {
-        self.record_block(txg, object, blkid, None);
+    /// Turns a block into a hole in `txg`. Returns whether the block was not yet changed in
+    /// `txg` (as `write_block`).
+    pub fn free_block(&self, txg: u64, object: u64, blkid: u64) -> bool {
+        self.record_block(txg, object, blkid, None)
     }
 
-    fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) {
+    /// Records the block's newest version in `txg`, replacing an earlier one of the same txg
+    /// (only the last version of a block in a txg is ever written). Returns whether the block
+    /// is newly dirty in `txg`, so callers count each block's dirty bytes once per txg.
+    fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
         let mut state = self.state.lock();
         state
             .changes
             .entry(txg)
             .or_default()
             .blocks
-            .insert((object, blkid), change);
+            .insert((object, blkid), change)
+            .is_none()
     }
 
     /// The newest version of a dnode: pending changes first, then the synced tree.
