@@ -496,3 +496,80 @@ fn a_missing_log_device_is_a_clear_error_unless_accepted() {
     drop(volume);
     pool.close().unwrap();
 }
+
+/// `len` bytes at `offset` as the sectors `pattern(tag, sector)` would write them.
+fn sectors(tag: u64, offset: u64, len: u64) -> Vec<u8> {
+    (offset / SECTOR..(offset + len) / SECTOR)
+        .flat_map(|sector| pattern(tag, sector))
+        .collect()
+}
+
+#[test]
+fn a_flush_after_a_burst_of_writes_syncs_the_txg_instead_of_logging_it_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let power = Arc::new(PowerSwitch::with_seed(11));
+    let scenario = Scenario {
+        writers: 1,
+        log_device: true,
+        volblocksize: "4K",
+        trip_after_ops: 0,
+    };
+    let pool = create_pool(dir.path(), &scenario, opener(11, Some(power.clone())));
+    pool.create_volume("tank/vol", VOLUME_BYTES, &[])
+        .expect("volume");
+    let volume = pool.volume("tank/vol").expect("volume");
+    volume.write(0, &pattern(1, 0)).unwrap();
+    volume.flush().unwrap();
+    let synced_before = pool.status().txg;
+    let logged_before = pool.intent_log_stats()[0].1.bytes_written;
+
+    // 80 MiB of asynchronous writes (the volume, 20 times over), then one FLUSH: logging them
+    // would write 80 MiB to the log; a txg sync writes the volume's 4 MiB once.
+    const PASSES: u64 = 20;
+    for pass in 0..PASSES {
+        volume
+            .write(0, &sectors(100 + pass, 0, VOLUME_BYTES))
+            .unwrap();
+    }
+    volume.flush().unwrap();
+    let stats = pool.intent_log_stats()[0].1.clone();
+    assert_eq!(stats.bulk_syncs, 1, "{stats:?}");
+    assert!(
+        stats.bytes_written - logged_before < 1 << 20,
+        "the burst went to the log: {stats:?}"
+    );
+    assert!(pool.status().txg > synced_before, "a txg synced");
+
+    // Small commits after it use the log again, without txg syncs.
+    let synced_after_bulk = pool.status().txg;
+    volume.write(SECTOR, &pattern(7, 1)).unwrap();
+    volume.flush().unwrap();
+    let stats = pool.intent_log_stats()[0].1.clone();
+    assert_eq!(stats.bulk_syncs, 1, "{stats:?}");
+    assert!(stats.bytes_written > logged_before, "{stats:?}");
+    assert_eq!(
+        pool.status().txg,
+        synced_after_bulk,
+        "a small flush syncs no txg"
+    );
+    power.cut_now();
+    drop(volume);
+    drop(pool);
+
+    let (d0, slog) = paths(dir.path());
+    let pool = Pool::import(
+        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
+        "tank",
+        pool_options(opener(11, None), false),
+    )
+    .expect("import");
+    let volume = pool.volume("tank/vol").unwrap();
+    let mut found = vec![0u8; VOLUME_BYTES as usize];
+    volume.read(0, &mut found).unwrap();
+    let mut expected = sectors(100 + PASSES - 1, 0, VOLUME_BYTES);
+    expected[SECTOR as usize..2 * SECTOR as usize].copy_from_slice(&pattern(7, 1));
+    assert!(found == expected, "contents after the power cut");
+    assert!(pool.check().unwrap().is_clean());
+    drop(volume);
+    pool.close().unwrap();
+}

@@ -39,6 +39,47 @@ struct Itx {
     op: LogOp,
 }
 
+/// Records not yet taken by a builder, oldest first, with the payload bytes they would put
+/// into the log (kept as a running sum: a commit looks at it on every call).
+#[derive(Default)]
+struct Pending {
+    records: VecDeque<Itx>,
+    payload_bytes: u64,
+}
+
+impl Pending {
+    fn front(&self) -> Option<&Itx> {
+        self.records.front()
+    }
+
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    fn push_back(&mut self, itx: Itx) {
+        self.payload_bytes += payload_len(&itx.op) as u64;
+        self.records.push_back(itx);
+    }
+
+    fn pop_front(&mut self) -> Option<Itx> {
+        let itx = self.records.pop_front()?;
+        self.payload_bytes -= payload_len(&itx.op) as u64;
+        Some(itx)
+    }
+
+    fn clear(&mut self) {
+        self.records.clear();
+        self.payload_bytes = 0;
+    }
+
+    /// Drops every record up to and including `ticket` (they are oldest first).
+    fn drop_through(&mut self, ticket: u64) {
+        while self.front().is_some_and(|itx| itx.ticket <= ticket) {
+            self.pop_front();
+        }
+    }
+}
+
 /// The chain being appended to: where its next block goes.
 #[derive(Debug, Clone, Copy)]
 struct Chain {
@@ -68,7 +109,7 @@ struct Batch {
 struct LaneState {
     next_ticket: u64,
     durable_ticket: u64,
-    pending: VecDeque<Itx>,
+    pending: Pending,
     building: bool,
     in_flight: VecDeque<Batch>,
     next_batch_id: u64,
@@ -111,7 +152,7 @@ impl Lane {
             state: Mutex::new(LaneState {
                 next_ticket: 1,
                 durable_ticket: 0,
-                pending: VecDeque::new(),
+                pending: Pending::default(),
                 building: false,
                 in_flight: VecDeque::new(),
                 next_batch_id: 1,
@@ -133,17 +174,10 @@ impl Lane {
 
     pub(crate) fn append(&self, sequence: u64, op: LogOp, synced_txg: u64) -> Ticket {
         let mut st = self.state.lock();
-        // Records already in a synced txg need no logging: drop them from the front (amortized
-        // O(1) per record), so an idle lane's memory stays bounded by one txg of records.
-        if st.in_flight.is_empty() && !st.building {
-            while st
-                .pending
-                .front()
-                .is_some_and(|itx| itx.op.txg <= synced_txg)
-            {
-                let itx = st.pending.pop_front().expect("front checked");
-                st.durable_ticket = itx.ticket;
-            }
+        // Amortized O(1) per record, so an idle lane's memory stays bounded by one txg of
+        // records.
+        if !st.building {
+            st.drop_synced_front(synced_txg);
         }
         let ticket = st.next_ticket;
         st.next_ticket += 1;
@@ -263,6 +297,22 @@ impl LaneState {
         }
     }
 
+    /// Drops pending records already in a synced txg from the front: they need no logging.
+    /// Only with no batch in flight, since `durable_ticket` may not pass an unfinished batch.
+    fn drop_synced_front(&mut self, synced_txg: u64) {
+        if !self.in_flight.is_empty() {
+            return;
+        }
+        while self
+            .pending
+            .front()
+            .is_some_and(|itx| itx.op.txg <= synced_txg)
+        {
+            let itx = self.pending.pop_front().expect("front checked");
+            self.durable_ticket = itx.ticket;
+        }
+    }
+
     /// Takes pending records for one batch: at least one, then while under `bytes_max`.
     fn take_batch(&mut self, bytes_max: usize) -> Vec<Itx> {
         let mut taken = Vec::new();
@@ -347,6 +397,13 @@ impl IntentLog {
                 continue;
             }
             st.building = true;
+            st.drop_synced_front(self.txg.last_synced_txg());
+            if st.pending.payload_bytes >= self.config.bulk_sync_bytes {
+                drop(st);
+                self.sync_instead(lane)?;
+                st = lane.state.lock();
+                continue;
+            }
             // Group commit with company: when the last batch carried several records (several
             // committers are active), wait up to a tenth of its write-and-flush time for the
             // others to arrive, so one flush serves them all instead of every other batch
@@ -479,9 +536,36 @@ impl IntentLog {
         st.durable_ticket = st.durable_ticket.max(covered_ticket);
         st.in_flight
             .retain(|batch| batch.last_ticket > covered_ticket);
-        st.pending.retain(|itx| itx.ticket > covered_ticket);
+        st.pending.drop_through(covered_ticket);
         lane.cond.notify_all();
         Ok(())
+    }
+
+    /// Serves a bulk commit (the caller is the lane's builder) by a txg sync, which covers every
+    /// record logged before it; the chain carries on (its later blocks simply lack the records
+    /// the sync made redundant, and replay skips records of synced txgs anyway).
+    fn sync_instead(&self, lane: &Lane) -> Result<(), ZilError> {
+        let covered_ticket = lane.state.lock().next_ticket - 1;
+        let synced = self.txg.sync_now_forced();
+        let mut st = lane.state.lock();
+        st.building = false;
+        let outcome = match synced {
+            Ok(_) => {
+                self.stats.bulk_syncs.fetch_add(1, Ordering::Relaxed);
+                st.durable_ticket = st.durable_ticket.max(covered_ticket);
+                st.in_flight
+                    .retain(|batch| batch.last_ticket > covered_ticket);
+                st.pending.drop_through(covered_ticket);
+                Ok(())
+            }
+            Err(err) => {
+                let reason = format!("txg sync for a bulk commit: {err}");
+                st.failed = Some(reason.clone());
+                Err(self.failed(reason))
+            }
+        };
+        lane.cond.notify_all();
+        outcome
     }
 
     /// Starts a chain for `lane`: allocates its first block, records the header in the open

@@ -65,6 +65,10 @@ pub struct ZilConfig {
     /// Synchronous writes up to this size are copied into their record at once (the commit is
     /// imminent); larger or asynchronous ones are read back from the volume when committed.
     pub copy_bytes_max: usize,
+    /// A commit that finds at least this many bytes of write data pending in its lane (a FLUSH
+    /// after a burst of asynchronous writes) forces a txg sync instead: the log would write
+    /// the data now and the txg again later, the txg sync writes it once.
+    pub bulk_sync_bytes: u64,
 }
 
 impl Default for ZilConfig {
@@ -73,6 +77,7 @@ impl Default for ZilConfig {
             lanes: 1,
             batch_bytes_max: 4 << 20,
             copy_bytes_max: 32 << 10,
+            bulk_sync_bytes: 64 << 20,
         }
     }
 }

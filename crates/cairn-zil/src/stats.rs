@@ -25,6 +25,9 @@ pub struct ZilStats {
     pub flushes: AtomicU64,
     /// Commits that fell back to a txg sync after a log failure.
     pub fallbacks: AtomicU64,
+    /// Commits served by a txg sync because the log would have taken at least
+    /// `ZilConfig::bulk_sync_bytes` (the data is then written once, not twice).
+    pub bulk_syncs: AtomicU64,
     pub chains_started: AtomicU64,
     commit_latency_us: Mutex<Histogram<u64>>,
     block_fill_percent: Mutex<Histogram<u64>>,
@@ -45,6 +48,7 @@ impl Default for ZilStats {
             blocks_freed: AtomicU64::new(0),
             flushes: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
+            bulk_syncs: AtomicU64::new(0),
             chains_started: AtomicU64::new(0),
             commit_latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid histogram bounds"),
@@ -72,6 +76,7 @@ pub struct ZilStatsSnapshot {
     pub blocks_freed: u64,
     pub flushes: u64,
     pub fallbacks: u64,
+    pub bulk_syncs: u64,
     pub chains_started: u64,
     pub commit_latency_p50_us: u64,
     pub commit_latency_p99_us: u64,
@@ -131,6 +136,7 @@ impl ZilStats {
             blocks_freed: load(&self.blocks_freed),
             flushes: load(&self.flushes),
             fallbacks: load(&self.fallbacks),
+            bulk_syncs: load(&self.bulk_syncs),
             chains_started: load(&self.chains_started),
             commit_latency_p50_us: latency.value_at_quantile(0.5),
             commit_latency_p99_us: latency.value_at_quantile(0.99),
