@@ -314,6 +314,30 @@ impl Volume {
         data: &[u8],
         options: WriteOptions,
     ) -> Result<(), DatasetError> {
+        self.write_from(offset, data, None, options)
+    }
+
+    /// `write_with` of a buffer the volume may keep: whole blocks become slices of it instead
+    /// of copies (a front end that read the payload into its own buffer saves one copy of
+    /// every byte). A kept slice holds the whole buffer in memory until its block is synced
+    /// or rewritten, so at most one request's buffer per dirty block.
+    pub fn write_bytes_with(
+        &self,
+        offset: u64,
+        data: Bytes,
+        options: WriteOptions,
+    ) -> Result<(), DatasetError> {
+        self.write_from(offset, &data, Some(&data), options)
+    }
+
+    /// `data`, and `shared` when the same bytes may be kept.
+    fn write_from(
+        &self,
+        offset: u64,
+        data: &[u8],
+        shared: Option<&Bytes>,
+        options: WriteOptions,
+    ) -> Result<(), DatasetError> {
         let commit = self.wants_commit(options);
         let ticket = self.modify_logged(
             LogRecordKind::Write,
@@ -321,9 +345,11 @@ impl Volume {
             data.len() as u64,
             options,
             |hold| {
-                self.apply_write(hold, offset, data)?;
+                self.apply_write(hold, offset, data, shared)?;
                 Ok(if commit && data.len() <= self.copy_bytes_max() {
-                    ItxData::Copied(Bytes::copy_from_slice(data))
+                    ItxData::Copied(
+                        shared.map_or_else(|| Bytes::copy_from_slice(data), Bytes::clone),
+                    )
                 } else {
                     ItxData::NeedCopy
                 })
@@ -385,16 +411,24 @@ impl Volume {
         self.finish(ticket, commit)
     }
 
-    fn apply_write(&self, hold: &TxgHold, offset: u64, data: &[u8]) -> Result<(), DatasetError> {
+    fn apply_write(
+        &self,
+        hold: &TxgHold,
+        offset: u64,
+        data: &[u8],
+        shared: Option<&Bytes>,
+    ) -> Result<(), DatasetError> {
+        let block_size = self.block_size as usize;
         self.apply(
             hold,
             offset,
             data.len() as u64,
             |piece, cursor| piece.copy_from_slice(&data[cursor..cursor + piece.len()]),
             |cursor| {
-                Some(Bytes::copy_from_slice(
-                    &data[cursor..cursor + self.block_size as usize],
-                ))
+                Some(match shared {
+                    Some(bytes) => bytes.slice(cursor..cursor + block_size),
+                    None => Bytes::copy_from_slice(&data[cursor..cursor + block_size]),
+                })
             },
         )
     }
@@ -484,7 +518,7 @@ impl Volume {
     pub fn replay_record(&self, hold: &TxgHold, record: &LogRecord) -> Result<(), DatasetError> {
         self.check_range("replay", record.offset, record.length)?;
         match record.kind {
-            LogRecordKind::Write => self.apply_write(hold, record.offset, &record.data),
+            LogRecordKind::Write => self.apply_write(hold, record.offset, &record.data, None),
             LogRecordKind::Zero | LogRecordKind::Trim => {
                 self.apply_discard(hold, record.offset, record.length)
             }

@@ -14,6 +14,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use crate::proto;
 
 /// Resolves export names to exports. Implemented by the composition root (the CLI serves every
@@ -45,6 +47,12 @@ pub trait Export: Send + Sync + 'static {
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
     /// Writes `data` at `offset`; with `fua`, the data is durable when this returns.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
+    /// `write` of a payload the export may keep (the server hands over the buffer it read the
+    /// request into, so an export that stores whole blocks can keep slices of it instead of
+    /// copying). Defaults to `write`.
+    fn write_bytes(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), ExportError> {
+        self.write(offset, &data, fua)
+    }
     /// Makes every write completed before this call durable (export-wide).
     fn flush(&self) -> Result<(), ExportError>;
     /// Discards a range (a hint; the contents afterwards are unspecified until rewritten).

@@ -31,6 +31,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt,
@@ -409,17 +410,15 @@ async fn read_loop<R>(
             _bytes: byte_permits,
         };
         let payload = if let Op::Write { len, .. } = op {
-            let mut data = vec![0u8; len as usize];
-            match tokio::time::timeout(cfg.io_timeout, r.read_exact(&mut data)).await {
-                Ok(Ok(_)) => {}
+            match tokio::time::timeout(cfg.io_timeout, read_payload(r, len as usize)).await {
+                Ok(Ok(data)) => data,
                 _ => {
                     inner.protocol_error();
                     break;
                 }
             }
-            data
         } else {
-            Vec::new()
+            Bytes::new()
         };
         let write_guard = if op.is_write_like() {
             let seq = next_write_seq;
@@ -467,7 +466,7 @@ impl Handler {
         self,
         cookie: u64,
         op: Op,
-        payload: Vec<u8>,
+        payload: Bytes,
         permits: Permits,
         write_guard: Option<WriteGuard>,
         flush_barrier: Option<u64>,
@@ -508,6 +507,19 @@ enum Outcome {
     Extents(Vec<(u32, u32)>),
 }
 
+/// Reads a WRITE payload of `len` bytes into a buffer of its own (not zero-filled first: the
+/// read fills it), which the export may keep.
+async fn read_payload<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Result<Bytes> {
+    let mut data = BytesMut::with_capacity(len);
+    let mut limited = r.take(len as u64);
+    while data.len() < len {
+        if limited.read_buf(&mut data).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(data.freeze())
+}
+
 /// Runs an export call on the blocking pool; a panic becomes `EIO`.
 async fn run_blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ExportError> + Send + 'static,
@@ -519,7 +531,7 @@ async fn run_blocking<T: Send + 'static>(
 }
 
 /// Carries out a validated operation; returns the outcome and the bytes it covered.
-fn execute(export: &dyn Export, op: Op, payload: Vec<u8>) -> Result<(Outcome, u64), ExportError> {
+fn execute(export: &dyn Export, op: Op, payload: Bytes) -> Result<(Outcome, u64), ExportError> {
     match op {
         Op::Read { offset, len } => {
             let mut buf = vec![0u8; len as usize];
@@ -530,7 +542,7 @@ fn execute(export: &dyn Export, op: Op, payload: Vec<u8>) -> Result<(Outcome, u6
         }
         Op::Write { offset, len, fua } => {
             if len > 0 {
-                export.write(offset, &payload, fua)?;
+                export.write_bytes(offset, payload, fua)?;
             }
             Ok((Outcome::Done, u64::from(len)))
         }

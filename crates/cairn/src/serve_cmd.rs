@@ -107,6 +107,12 @@ impl Export for VolumeExport {
             .map_err(export_error)
     }
 
+    fn write_bytes(&self, offset: u64, data: bytes::Bytes, fua: bool) -> Result<(), ExportError> {
+        self.volume
+            .write_bytes_with(offset, data, self.options(fua))
+            .map_err(export_error)
+    }
+
     fn flush(&self) -> Result<(), ExportError> {
         self.volume.flush().map_err(export_error)
     }
