@@ -6,7 +6,7 @@
 
 use crate::pool::{PoolCore, PoolOptions};
 use crate::sync::SpaceLogState;
-use crate::{EngineError, Pool, new_guid};
+use crate::{DeviceOpener, EngineError, Pool, new_guid};
 use cairn_dataset::directory::creation_properties;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
 use cairn_device::spec::DeviceSpec;
@@ -57,7 +57,7 @@ impl Default for CreateOptions {
     }
 }
 
-fn create_error(message: impl Into<String>) -> EngineError {
+pub(crate) fn create_error(message: impl Into<String>) -> EngineError {
     EngineError::Create(message.into())
 }
 
@@ -111,56 +111,7 @@ impl Pool {
             creation_properties(DatasetKind::Filesystem, &create.root_properties)?;
         let mut tops = Vec::new();
         for (index, group) in groups.iter().enumerate() {
-            let mut leaves = Vec::new();
-            let mut region = u64::MAX;
-            for spec in &group.devices {
-                let device = (options.opener)(spec, create.create_size_bytes)?;
-                let size = device.size_bytes();
-                if size < DEVICE_SIZE_MIN {
-                    return Err(create_error(format!(
-                        "{spec} is {size} bytes; the minimum device size is {DEVICE_SIZE_MIN} bytes"
-                    )));
-                }
-                if !create.force
-                    && let Ok(existing) = best_config(device.as_ref())
-                    && existing.state != PoolState::Destroyed
-                {
-                    return Err(create_error(format!(
-                        "{spec} belongs to pool '{}' ({:?}); use --force to overwrite it",
-                        existing.pool_name, existing.state
-                    )));
-                }
-                region = region.min(data_region_size(size));
-                leaves.push(Leaf::open(new_guid(), spec.clone(), device));
-            }
-            let metaslab_shift = metaslab_shift_for(region);
-            let metaslab_count = region >> metaslab_shift;
-            if metaslab_count == 0 {
-                return Err(create_error("devices are too small for one metaslab"));
-            }
-            let config = TopVdevConfig {
-                id: index as u32,
-                guid: new_guid(),
-                kind: if group.mirror {
-                    TopVdevKind::Mirror
-                } else {
-                    TopVdevKind::Leaf
-                },
-                role: if group.log {
-                    VdevRole::Log
-                } else {
-                    VdevRole::Normal
-                },
-                ashift: create.ashift,
-                metaslab_shift,
-                metaslab_count,
-                children: Vec::new(),
-            };
-            tops.push(TopVdev {
-                config,
-                leaves,
-                data_size_bytes: metaslab_count << metaslab_shift,
-            });
+            tops.push(open_top(index as u32, group, create, &options.opener)?);
         }
         let tree = Arc::new(VdevTree { tops });
         let space = SpaceAllocator::new(&space_layout(&tree))
@@ -177,7 +128,6 @@ impl Pool {
         let core = PoolCore {
             name: name.to_string(),
             guid,
-            tree,
             io: io.clone(),
             space,
             mos: ObjectSet::create(io, ObjsetType::Meta, ChecksumAlgorithm::Fletcher4),
@@ -207,6 +157,88 @@ impl Pool {
             .map_err(|err| create_error(err.to_string()))?;
         Ok(pool)
     }
+}
+
+/// Opens the devices of `group` (creating missing files when asked), checks them, and lays out
+/// the top-level vdev `id` they form: for a new pool and for `pool add`.
+pub(crate) fn open_top(
+    id: u32,
+    group: &VdevGroup,
+    create: &CreateOptions,
+    opener: &DeviceOpener,
+) -> Result<TopVdev, EngineError> {
+    let mut leaves = Vec::new();
+    let region = match open_leaves(group, create, opener, &mut leaves) {
+        Ok(region) => region,
+        Err(err) => {
+            for leaf in &leaves {
+                leaf.shutdown();
+            }
+            return Err(err);
+        }
+    };
+    let metaslab_shift = metaslab_shift_for(region);
+    let metaslab_count = region >> metaslab_shift;
+    if metaslab_count == 0 {
+        for leaf in &leaves {
+            leaf.shutdown();
+        }
+        return Err(create_error("devices are too small for one metaslab"));
+    }
+    let config = TopVdevConfig {
+        id,
+        guid: new_guid(),
+        kind: if group.mirror {
+            TopVdevKind::Mirror
+        } else {
+            TopVdevKind::Leaf
+        },
+        role: if group.log {
+            VdevRole::Log
+        } else {
+            VdevRole::Normal
+        },
+        ashift: create.ashift,
+        metaslab_shift,
+        metaslab_count,
+        children: Vec::new(),
+    };
+    Ok(TopVdev {
+        config,
+        leaves,
+        data_size_bytes: metaslab_count << metaslab_shift,
+    })
+}
+
+/// Opens and checks the devices of `group` into `leaves`; returns the smallest data region.
+fn open_leaves(
+    group: &VdevGroup,
+    create: &CreateOptions,
+    opener: &DeviceOpener,
+    leaves: &mut Vec<Arc<Leaf>>,
+) -> Result<u64, EngineError> {
+    let mut region = u64::MAX;
+    for spec in &group.devices {
+        let device = opener(spec, create.create_size_bytes)?;
+        let size = device.size_bytes();
+        if size < DEVICE_SIZE_MIN {
+            return Err(create_error(format!(
+                "{spec} is {size} bytes; the minimum device size is {DEVICE_SIZE_MIN} bytes"
+            )));
+        }
+        if !create.force
+            && let Ok(existing) = best_config(device.as_ref())
+            && existing.state != PoolState::Destroyed
+        {
+            return Err(create_error(format!(
+                "{spec} belongs to pool '{}' ({:?}); use --force to overwrite it",
+                existing.pool_name, existing.state
+            )));
+        }
+        region = region.min(data_region_size(size));
+        leaves.push(Leaf::open(new_guid(), spec.clone(), device));
+    }
+    Ok(region)
 }
 
 pub(crate) fn space_layout(tree: &VdevTree) -> Vec<VdevSpace> {

@@ -24,7 +24,7 @@ use cairn_format::{
 };
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
-use cairn_pool::labels::{best_config, read_uberblocks};
+use cairn_pool::labels::{best_config, read_configs, read_uberblocks};
 use cairn_pool::space::{DEFER_TXGS, SpaceAllocator};
 use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
 use parking_lot::Mutex;
@@ -57,7 +57,11 @@ impl std::fmt::Display for ImportSource {
 /// A pool found on devices, before import.
 #[derive(Debug, Clone)]
 pub struct DiscoveredPool {
+    /// The newest config found.
     pub config: LabelConfig,
+    /// Every distinct valid config found on the pool's devices, newest first (older ones
+    /// survive in the second half of the labels while a vdev-tree change is being committed).
+    pub configs: Vec<LabelConfig>,
     /// Present devices with their leaf guid.
     pub devices: Vec<(DeviceSpec, u64)>,
 }
@@ -104,14 +108,67 @@ pub fn discover_pools(source: &ImportSource) -> Vec<DiscoveredPool> {
             .entry(config.pool_guid)
             .or_insert_with(|| DiscoveredPool {
                 config: config.clone(),
+                configs: Vec::new(),
                 devices: Vec::new(),
             });
         if config.txg > entry.config.txg {
             entry.config = config.clone();
         }
+        for other in read_configs(&device).into_iter().flatten() {
+            let known = entry
+                .configs
+                .iter()
+                .any(|seen| seen.txg == other.txg && seen.tree.guid_sum() == other.tree.guid_sum());
+            if other.pool_guid == config.pool_guid && !known {
+                entry.configs.push(other);
+            }
+        }
         entry.devices.push((spec, config.leaf_guid));
     }
-    pools.into_values().collect()
+    let mut pools: Vec<DiscoveredPool> = pools.into_values().collect();
+    for pool in &mut pools {
+        pool.configs
+            .sort_by_key(|config| std::cmp::Reverse(config.txg));
+    }
+    pools
+}
+
+/// The config to import with: the one whose vdev tree matches the newest uberblock on the
+/// pool's devices (same guid sum, committed with or after the config). A crash while a vdev
+/// was being added or removed can leave a new config in some labels with no uberblock of the
+/// new tree yet: the old config, still in the other labels, is then the right one. Without any
+/// match, the newest config (and import then explains what is wrong).
+fn committed_config(found: &DiscoveredPool) -> LabelConfig {
+    if found.configs.len() <= 1 {
+        return found.config.clone();
+    }
+    let uberblocks: Vec<Uberblock> = found
+        .devices
+        .iter()
+        .filter_map(|(spec, _)| {
+            let options = FileOptions {
+                read_only: true,
+                ..Default::default()
+            };
+            FileDevice::open(&spec.path, options).ok()
+        })
+        .flat_map(|device| read_uberblocks(&device))
+        .filter(|ub| ub.pool_guid == found.config.pool_guid)
+        .collect();
+    found
+        .configs
+        .iter()
+        .filter_map(|config| {
+            let guid_sum = config.tree.guid_sum();
+            uberblocks
+                .iter()
+                .filter(|ub| ub.guid_sum == guid_sum && ub.txg >= config.txg)
+                .map(|ub| ub.txg)
+                .max()
+                .map(|newest| ((newest, config.txg), config))
+        })
+        .max_by_key(|(key, _)| *key)
+        .map_or_else(|| found.config.clone(), |(_, config)| config.clone())
 }
 
 fn import_error(pool: &str, reason: impl Into<String>) -> EngineError {
@@ -300,7 +357,10 @@ fn load(
         mos,
         directory,
         objsets,
-        space_log: SpaceLogState { chain },
+        space_log: SpaceLogState {
+            chain,
+            condense_next: false,
+        },
     })
 }
 
@@ -311,7 +371,8 @@ impl Pool {
         name: &str,
         options: PoolOptions,
     ) -> Result<Pool, EngineError> {
-        let found = find_pool(source, name)?;
+        let mut found = find_pool(source, name)?;
+        found.config = committed_config(&found);
         let pool_name = found.config.pool_name.clone();
         let (tree, missing) = open_tree(&found, &options)?;
         let tree = Arc::new(tree);
@@ -359,7 +420,6 @@ impl Pool {
                     let core = PoolCore {
                         name: pool_name.clone(),
                         guid: found.config.pool_guid,
-                        tree: tree.clone(),
                         io: loaded.io,
                         space: loaded.space,
                         mos: loaded.mos,

@@ -30,6 +30,7 @@
 mod check;
 mod create;
 mod import;
+mod layout;
 mod pool;
 mod replay;
 mod scrub;
@@ -69,6 +70,8 @@ pub enum EngineError {
     ReadOnlyPool(String),
     #[error("space accounting: {0}")]
     Space(String),
+    #[error("cannot change the pool's devices: {0}")]
+    Layout(String),
 }
 
 /// Opens the device for a spec; tests substitute emulated devices with power switches.

@@ -58,7 +58,8 @@ type TaskReply = crossbeam_channel::Sender<Result<(), String>>;
 pub(crate) struct PoolCore {
     pub(crate) name: String,
     pub(crate) guid: u64,
-    pub(crate) tree: Arc<VdevTree>,
+    /// Holds the vdev tree (`tree()`): the one copy every layer sees, swapped when a vdev is
+    /// added or removed.
     pub(crate) io: Arc<BlockIo>,
     pub(crate) space: Arc<Mutex<SpaceAllocator>>,
     pub(crate) mos: ObjectSet,
@@ -168,8 +169,8 @@ impl Pool {
         &self.core.io
     }
 
-    pub fn tree(&self) -> &Arc<VdevTree> {
-        &self.core.tree
+    pub fn tree(&self) -> Arc<VdevTree> {
+        self.core.tree()
     }
 
     pub fn last_synced_txg(&self) -> u64 {
@@ -183,7 +184,7 @@ impl Pool {
 
     /// Resets every leaf's error counters (`cairn pool clear`), durable on return.
     pub fn clear_errors(&self) -> Result<(), EngineError> {
-        for leaf in self.core.tree.leaves() {
+        for leaf in self.core.tree().leaves() {
             leaf.errors.restore(0, 0, 0, 0);
         }
         self.run_sync_task(|_, _| Ok(())).map(|_| ())
@@ -250,7 +251,7 @@ impl Pool {
         let stats = self.core.space.lock().stats();
         let tops = self
             .core
-            .tree
+            .tree()
             .tops
             .iter()
             .map(|top| TopStatus {
@@ -278,7 +279,7 @@ impl Pool {
         PoolStatus {
             name: self.core.name.clone(),
             guid: self.core.guid,
-            health: self.core.tree.health(),
+            health: self.core.tree().health(),
             txg: self.last_synced_txg(),
             size_bytes: stats.size_bytes,
             allocated_bytes: stats.allocated_bytes,
@@ -594,7 +595,7 @@ impl Pool {
                 .shutdown()
                 .map_err(|err| EngineError::Txg(err.to_string()))?;
         }
-        self.core.tree.shutdown();
+        self.core.tree().shutdown();
         Ok(())
     }
 
@@ -640,7 +641,7 @@ impl Drop for Pool {
             if let Some(engine) = &self.txg {
                 let _ = engine.shutdown();
             }
-            self.core.tree.shutdown();
+            self.core.tree().shutdown();
         }
     }
 }
@@ -712,7 +713,7 @@ impl Pool {
     pub fn log_devices(&self) -> Vec<LogDeviceUse> {
         let stats = self.core.space.lock().stats();
         self.core
-            .tree
+            .tree()
             .tops
             .iter()
             .filter(|top| top.config.role == cairn_format::VdevRole::Log)

@@ -78,7 +78,7 @@ impl Pool {
     fn sweep_log_devices(&self) -> Result<(), EngineError> {
         let log_vdevs: Vec<u32> = self
             .core
-            .tree
+            .tree()
             .tops
             .iter()
             .filter(|top| top.config.role == cairn_format::VdevRole::Log)
@@ -137,7 +137,7 @@ impl Pool {
     ) -> Result<Option<String>, EngineError> {
         let volume = self.volume(name)?;
         let engine = self.txg_engine()?.clone();
-        let tree = self.core.tree.clone();
+        let tree = self.core.tree();
         let usable = |dva: &Dva| {
             tree.top_for_dva(dva)
                 .is_some_and(|top| top.health() != Health::Unavail)

@@ -23,8 +23,9 @@ use cairn_format::{
     BlockPointer, ChecksumAlgorithm, FORMAT_VERSION, ObjectType, SpaceLogEntry, Uberblock,
 };
 use cairn_pipeline::{WriteBatch, WriteProps};
-use cairn_pool::labels::{commit_uberblock, write_pool_config};
+use cairn_pool::labels::{LABEL_HALVES, commit_uberblock, write_pool_config_half};
 use cairn_pool::txg::TxgSyncer;
+use cairn_pool::vdev::VdevTree;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -37,6 +38,9 @@ const SPACE_LOG_GRANULE: u32 = 4096;
 pub(crate) struct SpaceLogState {
     /// Blocks of the current chain, oldest (the checkpoint start) first.
     pub(crate) chain: Vec<BlockPointer>,
+    /// Write a checkpoint at the next sync whatever the chain's length: after a vdev left the
+    /// pool, so no delta naming it stays in the chain (its id may be given out again).
+    pub(crate) condense_next: bool,
 }
 
 impl SpaceLogState {
@@ -65,6 +69,10 @@ fn space_log_props() -> WriteProps {
 }
 
 impl PoolCore {
+    pub(crate) fn tree(&self) -> Arc<VdevTree> {
+        self.io.tree()
+    }
+
     pub(crate) fn sync(&self, txg: u64) -> Result<(), EngineError> {
         let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
         let mut directory_changed = !tasks.is_empty() || self.mos.root_bp().is_hole();
@@ -140,24 +148,33 @@ impl PoolCore {
         space_log_bp: BlockPointer,
         space_log_blocks: u64,
     ) -> Result<(), EngineError> {
-        self.tree.flush_all().map_err(EngineError::Txg)?;
-        if self.config_dirty.swap(false, Ordering::SeqCst) {
-            let config = self.label_config(txg);
-            write_pool_config(&self.tree, &config)?;
+        let tree = self.tree();
+        tree.flush_all().map_err(EngineError::Txg)?;
+        // A new config goes to the first half of the labels before the uberblock and to the
+        // second half after it (see `cairn_pool::labels`).
+        let config = self
+            .config_dirty
+            .swap(false, Ordering::SeqCst)
+            .then(|| self.label_config(txg));
+        if let Some(config) = &config {
+            write_pool_config_half(&tree, config, &LABEL_HALVES[0])?;
         }
         let uberblock = Uberblock {
             version: FORMAT_VERSION,
             txg,
             pool_guid: self.guid,
-            guid_sum: self.tree.config().guid_sum(),
+            guid_sum: tree.config().guid_sum(),
             timestamp_ms: crate::now_ms(),
             root_bp,
             space_log_bp,
             space_log_blocks,
             allocated_bytes: self.space.lock().stats().allocated_bytes,
         };
-        commit_uberblock(&self.tree, &uberblock)?;
-        self.tree.flush_all().map_err(EngineError::Txg)?;
+        commit_uberblock(&tree, &uberblock)?;
+        tree.flush_all().map_err(EngineError::Txg)?;
+        if let Some(config) = &config {
+            write_pool_config_half(&tree, config, &LABEL_HALVES[1])?;
+        }
         *self.uberblock.lock() = uberblock;
         Ok(())
     }
@@ -165,7 +182,7 @@ impl PoolCore {
     /// Copies the leaves' error counters into the directory; true if they changed.
     fn persist_leaf_errors(&self) -> bool {
         let current: std::collections::BTreeMap<u64, LeafErrorRecord> = self
-            .tree
+            .tree()
             .leaves()
             .map(|leaf| {
                 let (read, write, checksum) = leaf.errors.snapshot();
@@ -198,7 +215,7 @@ impl PoolCore {
             state: *self.label_state.lock(),
             txg,
             leaf_guid: 0,
-            tree: self.tree.config(),
+            tree: self.tree().config(),
         }
     }
 
@@ -210,7 +227,9 @@ impl PoolCore {
         batch: &mut WriteBatch<'_>,
     ) -> Result<(BlockPointer, u64), EngineError> {
         let mut log = self.space_log.lock();
-        let condense = log.chain.is_empty() || log.chain.len() >= self.space_log_chain_blocks_max;
+        let condense = std::mem::take(&mut log.condense_next)
+            || log.chain.is_empty()
+            || log.chain.len() >= self.space_log_chain_blocks_max;
         if condense {
             for bp in log.chain.drain(..) {
                 self.io.free_block(&bp, txg);

@@ -34,7 +34,7 @@ use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType};
 use cairn_pool::space::SpaceAllocator;
 use cairn_pool::vdev::{Leaf, VdevTree};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -85,7 +85,9 @@ pub struct ScrubOutcome {
 }
 
 pub struct BlockIo {
-    tree: Arc<VdevTree>,
+    /// The current vdev tree; replaced whole when a vdev is added or removed (I/O already
+    /// started keeps the tree it began with).
+    tree: RwLock<Arc<VdevTree>>,
     space: Arc<Mutex<SpaceAllocator>>,
     cache: cache::MetadataCache,
     pub stats: PipelineStats,
@@ -98,15 +100,21 @@ impl BlockIo {
         cache_bytes_max: u64,
     ) -> BlockIo {
         BlockIo {
-            tree,
+            tree: RwLock::new(tree),
             space,
             cache: cache::MetadataCache::new(cache_bytes_max),
             stats: PipelineStats::default(),
         }
     }
 
-    pub fn tree(&self) -> &Arc<VdevTree> {
-        &self.tree
+    pub fn tree(&self) -> Arc<VdevTree> {
+        self.tree.read().clone()
+    }
+
+    /// Makes `tree` the pool's vdev tree. A tree with a new vdev must be in place before the
+    /// allocator may place anything on it; a vdev leaves the allocator before the tree.
+    pub fn replace_tree(&self, tree: Arc<VdevTree>) {
+        *self.tree.write() = tree;
     }
 
     pub fn space(&self) -> &Arc<Mutex<SpaceAllocator>> {
@@ -150,8 +158,9 @@ impl BlockIo {
         let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
         let mut last_reason = String::from("no readable copy");
         let mut good: Option<Bytes> = None;
+        let tree = self.tree();
         'copies: for dva in bp.copies() {
-            let Some(top) = self.tree.top_for_dva(dva) else {
+            let Some(top) = tree.top_for_dva(dva) else {
                 last_reason = outside_pool(dva);
                 continue;
             };
@@ -223,8 +232,9 @@ impl BlockIo {
     /// Reads and verifies every copy of `bp` on every child of its vdevs.
     fn survey_copies(&self, bp: &BlockPointer) -> CopySurvey {
         let mut survey = CopySurvey::default();
+        let tree = self.tree();
         for dva in bp.copies() {
-            let Some(top) = self.tree.top_for_dva(dva) else {
+            let Some(top) = tree.top_for_dva(dva) else {
                 survey.bad.push((None, *dva, outside_pool(dva)));
                 continue;
             };
@@ -437,9 +447,8 @@ impl WriteBatch<'_> {
     }
 
     fn issue(&mut self, dva: &Dva, data: &Bytes, class: IoClass) -> Result<(), PipelineError> {
-        let top = self
-            .io
-            .tree
+        let tree = self.io.tree();
+        let top = tree
             .top(dva.vdev)
             .expect("allocator returned a vdev the tree does not have");
         let mut issued = 0;
@@ -503,7 +512,7 @@ impl WriteBatch<'_> {
         if failures.is_empty() {
             return Ok(());
         }
-        for top in &self.io.tree.tops {
+        for top in &self.io.tree().tops {
             if top.health() == cairn_pool::vdev::Health::Unavail {
                 return Err(PipelineError::WriteFailed(
                     failures

@@ -120,8 +120,8 @@ impl BlockIo {
             len as u64 <= u64::from(dva.asize),
             "raw write larger than its allocation"
         );
-        let top = self
-            .tree
+        let tree = self.tree();
+        let top = tree
             .top_for_dva(dva)
             .ok_or_else(|| PipelineError::WriteFailed(outside_pool(dva)))?;
         let mut issued = 0;
@@ -146,9 +146,10 @@ impl BlockIo {
     /// Flushes every usable child of the given top-level vdevs, in parallel. A leaf whose flush
     /// fails is faulted; fails if some vdev has no child that flushed.
     pub fn flush_vdevs(&self, vdevs: &BTreeSet<u32>) -> Result<(), PipelineError> {
+        let tree = self.tree();
         let leaves: Vec<(u32, Arc<Leaf>)> = vdevs
             .iter()
-            .filter_map(|id| self.tree.top(*id).map(|top| (*id, top)))
+            .filter_map(|id| tree.top(*id).map(|top| (*id, top)))
             .flat_map(|(id, top)| {
                 top.leaves
                     .iter()
@@ -209,7 +210,8 @@ impl BlockIo {
         class: IoClass,
         mut accept: impl FnMut(&[u8]) -> Option<T>,
     ) -> Option<T> {
-        let top = self.tree.top_for_dva(dva)?;
+        let tree = self.tree();
+        let top = tree.top_for_dva(dva)?;
         for leaf in top.read_order() {
             let Some(queue) = leaf.queue() else { continue };
             match queue.read(class, VDEV_DATA_START + dva.offset, len).wait() {

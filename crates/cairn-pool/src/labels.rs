@@ -10,8 +10,10 @@
 //! | uberblock writes              | some slots new, some torn, some old       | newest slot that verifies, else previous |
 //! | second flush                  | same as above                            | same                |
 //!
-//! Config updates write labels 0 and 2, flush, then 1 and 3, flush: a crash leaves two good
-//! copies of either the old or the new config on every device.
+//! Config updates write labels 0 and 2, flush, the txg's uberblock, flush, then labels 1 and 3,
+//! flush: a crash leaves two good copies of the old config (with the old uberblocks) or of the
+//! new one (with its uberblock) on every device, and import takes the config whose tree matches
+//! the newest uberblock.
 
 use crate::vdev::VdevTree;
 use cairn_device::{Device, DeviceError};
@@ -50,24 +52,55 @@ pub fn write_config(
     Ok(())
 }
 
-/// Rewrites the config of every usable leaf of the pool, even labels first, then odd ones, with
-/// a flush after each half. `base.leaf_guid` is replaced per leaf.
+/// The two halves a config update writes in turn (labels 0 and 2, then 1 and 3), so a crash
+/// leaves two good copies of the old or the new config on every device.
+pub const LABEL_HALVES: [[usize; 2]; 2] = [[0, 2], [1, 3]];
+
+/// Rewrites the config of every usable leaf of the pool, half by half (`LABEL_HALVES`), with a
+/// flush after each half. `base.leaf_guid` is replaced per leaf.
 pub fn write_pool_config(tree: &VdevTree, base: &LabelConfig) -> Result<(), LabelError> {
-    for half in [[0usize, 2], [1, 3]] {
-        for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
-            let Some(device) = leaf.device() else {
-                continue;
-            };
-            let mut config = base.clone();
-            config.leaf_guid = leaf.guid;
-            write_config(device.as_ref(), &config, &half)?;
-        }
-        for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
-            if let Some(device) = leaf.device() {
-                device.flush()?;
-            }
+    for half in &LABEL_HALVES {
+        write_pool_config_half(tree, base, half)?;
+    }
+    Ok(())
+}
+
+/// Writes `base` (with each leaf's guid) into `labels` of every usable leaf, then flushes them.
+/// A commit that changes the vdev tree writes the first half before its uberblock and the
+/// second after it: until the uberblock is durable the old config survives in the second half,
+/// and import pairs each config with the uberblocks of its tree (see `cairn-engine` import).
+pub fn write_pool_config_half(
+    tree: &VdevTree,
+    base: &LabelConfig,
+    labels: &[usize],
+) -> Result<(), LabelError> {
+    for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
+        let Some(device) = leaf.device() else {
+            continue;
+        };
+        let mut config = base.clone();
+        config.leaf_guid = leaf.guid;
+        write_config(device.as_ref(), &config, labels)?;
+    }
+    for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
+        if let Some(device) = leaf.device() {
+            device.flush()?;
         }
     }
+    Ok(())
+}
+
+/// Erases the config in all four labels of `device`, then flushes it: a device that left its
+/// pool no longer claims to belong to it (and can be used elsewhere without `--force`).
+pub fn clear_labels(device: &dyn Device) -> Result<(), LabelError> {
+    let zeros = vec![0u8; LABEL_CONFIG_SIZE as usize];
+    for index in 0..LABEL_COUNT {
+        device.write_at(
+            label_offset(index, device.size_bytes()) + LABEL_CONFIG_OFFSET,
+            &zeros,
+        )?;
+    }
+    device.flush()?;
     Ok(())
 }
 

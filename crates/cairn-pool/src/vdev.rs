@@ -165,6 +165,7 @@ impl Leaf {
 }
 
 /// A top-level vdev: the unit blocks are allocated on.
+#[derive(Clone)]
 pub struct TopVdev {
     pub config: TopVdevConfig,
     pub leaves: Vec<Arc<Leaf>>,
@@ -212,6 +213,35 @@ pub struct VdevTree {
 }
 
 impl VdevTree {
+    /// This tree plus `top` (`pool add`). Its id must be new.
+    pub fn with_top(&self, top: TopVdev) -> VdevTree {
+        assert!(
+            self.top(top.id()).is_none(),
+            "vdev id {} is taken",
+            top.id()
+        );
+        let mut tops = self.tops.clone();
+        tops.push(top);
+        VdevTree { tops }
+    }
+
+    /// This tree without top-level vdev `id` (`pool remove`).
+    pub fn without_top(&self, id: u32) -> VdevTree {
+        VdevTree {
+            tops: self
+                .tops
+                .iter()
+                .filter(|top| top.id() != id)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    /// An id no top-level vdev of this tree has (ids are never reused while the tree has them).
+    pub fn next_top_id(&self) -> u32 {
+        self.tops.iter().map(|top| top.id() + 1).max().unwrap_or(0)
+    }
+
     pub fn top(&self, id: u32) -> Option<&TopVdev> {
         self.tops.iter().find(|top| top.id() == id)
     }

@@ -243,6 +243,11 @@ impl Lane {
         (released, head)
     }
 
+    /// True when the lane has a chain (its next block allocated in advance).
+    pub(crate) fn has_chain(&self) -> bool {
+        self.state.lock().chain.is_some()
+    }
+
     pub(crate) fn has_blocks(&self) -> bool {
         let st = self.state.lock();
         st.chain.is_some() || !st.written.is_empty()
@@ -329,7 +334,10 @@ impl LaneState {
     }
 
     /// Retires the chain after a failure, or when a new one replaces it: its blocks are freed
-    /// once `covered_txg` (which made all their records redundant) is durable.
+    /// once `covered_txg` (which made all their records redundant) is durable and no write to
+    /// them is still in flight. A block being written stays unfreeable until its writer says it
+    /// is done: the batches in flight mark theirs when their writes end, and a builder at work
+    /// (which writes the chain's next block) marks it when it finds the chain retired.
     fn retire_chain(&mut self, covered_txg: u64) {
         if let Some(chain) = self.chain.take() {
             self.written.push_back(WrittenBlock {
@@ -338,14 +346,28 @@ impl LaneState {
                 sequence: chain.next_sequence,
                 alloc_txg: self.next_alloc_txg,
                 max_txg: covered_txg,
-                done: true,
+                done: !self.building,
             });
         }
         for block in self.written.iter_mut() {
-            block.done = true;
             block.max_txg = block.max_txg.max(covered_txg);
         }
         self.chain_epoch += 1;
+    }
+
+    /// A builder whose chain was retired while it built hands over what it allocated: blocks
+    /// `retire_chain` already listed are marked done, the others are added.
+    fn adopt_orphans(&mut self, orphans: Vec<WrittenBlock>) {
+        for orphan in orphans {
+            match self
+                .written
+                .iter_mut()
+                .find(|block| block.dva == orphan.dva)
+            {
+                Some(block) => block.done = true,
+                None => self.written.push_back(orphan),
+            }
+        }
     }
 }
 
@@ -441,21 +463,23 @@ impl IntentLog {
                     drop(st);
                     let orphans = built.orphans();
                     let _ = built.writes.wait();
-                    {
-                        // `retire_chain` already took the block the chain pointed at.
-                        let mut st = lane.state.lock();
-                        for orphan in orphans {
-                            if !st.written.iter().any(|block| block.dva == orphan.dva) {
-                                st.written.push_back(orphan);
-                            }
-                        }
-                    }
+                    lane.state.lock().adopt_orphans(orphans);
                     lane.cond.notify_all();
                     self.fall_back(lane, last_ticket)?;
                     st = lane.state.lock();
                     continue;
                 }
                 Err(err) => {
+                    if st.chain_epoch != epoch
+                        && let Some(chain) = chain
+                    {
+                        // Retired while we built: the next block we held is ours to release.
+                        if let Some(block) =
+                            st.written.iter_mut().find(|block| block.dva == chain.next)
+                        {
+                            block.done = true;
+                        }
+                    }
                     drop(st);
                     lane.cond.notify_all();
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -545,13 +569,41 @@ impl IntentLog {
     /// record logged before it; the chain carries on (its later blocks simply lack the records
     /// the sync made redundant, and replay skips records of synced txgs anyway).
     fn sync_instead(&self, lane: &Lane) -> Result<(), ZilError> {
+        self.sync_as_builder(lane, false, "txg sync for a bulk commit")?;
+        self.stats.bulk_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Ends the lane's chain at a quiet moment: waits until no builder works and no batch is in
+    /// flight, becomes the builder, makes every record durable with a txg sync and retires the
+    /// chain, whose blocks are then all finished (so they are freed in the same txg that drops
+    /// the chain from the header: a crash cannot leave them allocated and unreachable).
+    pub(crate) fn restart_chain(&self, lane: &Lane) -> Result<(), ZilError> {
+        let mut st = lane.state.lock();
+        while st.building || !st.in_flight.is_empty() {
+            lane.cond.wait(&mut st);
+        }
+        if st.chain.is_none() {
+            return Ok(());
+        }
+        st.building = true;
+        drop(st);
+        self.sync_as_builder(lane, true, "txg sync to restart the log chain")
+    }
+
+    /// For the lane's builder (the caller set `building`): forces a txg sync, which makes every
+    /// record logged so far durable, and settles the lane accordingly (retiring its chain if
+    /// asked); steps down as builder either way.
+    fn sync_as_builder(&self, lane: &Lane, retire: bool, what: &str) -> Result<(), ZilError> {
         let covered_ticket = lane.state.lock().next_ticket - 1;
         let synced = self.txg.sync_now_forced();
         let mut st = lane.state.lock();
         st.building = false;
         let outcome = match synced {
-            Ok(_) => {
-                self.stats.bulk_syncs.fetch_add(1, Ordering::Relaxed);
+            Ok(txg) => {
+                if retire {
+                    st.retire_chain(txg);
+                }
                 st.durable_ticket = st.durable_ticket.max(covered_ticket);
                 st.in_flight
                     .retain(|batch| batch.last_ticket > covered_ticket);
@@ -559,7 +611,7 @@ impl IntentLog {
                 Ok(())
             }
             Err(err) => {
-                let reason = format!("txg sync for a bulk commit: {err}");
+                let reason = format!("{what}: {err}");
                 st.failed = Some(reason.clone());
                 Err(self.failed(reason))
             }
@@ -797,8 +849,12 @@ impl IntentLog {
 
     /// Whether the chain's next block is on a rotational device (unknown: assume not).
     fn log_on_rotational(&self, chain: Option<Chain>) -> bool {
-        chain
-            .and_then(|chain| self.io.tree().top(chain.next.vdev))
+        let Some(chain) = chain else {
+            return false;
+        };
+        self.io
+            .tree()
+            .top(chain.next.vdev)
             .and_then(|top| top.leaves.iter().find_map(|leaf| leaf.device()))
             .is_some_and(|device| device.is_rotational())
     }

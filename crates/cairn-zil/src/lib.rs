@@ -267,6 +267,19 @@ impl IntentLog {
         }
     }
 
+    /// Ends every lane's chain after making all its records durable with a txg sync: the
+    /// chains' blocks, and the next blocks they had allocated in advance, are freed once that
+    /// txg is durable, and the next commit starts a new chain wherever log blocks go then
+    /// (`pool remove` of a log device empties it this way).
+    pub fn restart_chains(&self) -> Result<(), ZilError> {
+        for lane in &self.lanes {
+            if lane.has_chain() {
+                self.restart_chain(lane)?;
+            }
+        }
+        Ok(())
+    }
+
     /// True when some lane has a chain (blocks allocated for this log).
     pub fn has_chains(&self) -> bool {
         self.heads.lock().lanes.iter().any(|head| !head.is_empty())

@@ -85,6 +85,15 @@ enum StatCommand {
 enum PoolCommand {
     /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; PATH may be emu:MODEL:PATH).
     Create(PoolCreateArgs),
+    /// Add separate log devices to a pool: NAME log [mirror] PATH...
+    Add(PoolAddArgs),
+    /// Remove a log device (its name in `pool status`, e.g. a path or mirror-N); what it
+    /// holds is made durable in the pool first, so nothing is lost.
+    Remove {
+        pool: String,
+        /// The log vdev: a device path or mirror-N.
+        vdev: String,
+    },
     /// Show health, last scrub and the vdev tree.
     Status {
         /// Pools to show (default: every imported pool).
@@ -149,6 +158,21 @@ struct PoolCreateArgs {
     /// Pool name.
     name: String,
     /// PATH... | mirror PATH PATH... ; PATH may be emu:MODEL:PATH (hdd-7200, ssd-sata, ssd-plp, nvme, ram).
+    #[arg(required = true, value_name = "VDEV")]
+    vdevs: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+struct PoolAddArgs {
+    /// Create missing device files (sparse) of this size, e.g. 1G.
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// Use devices even if they belong to another pool.
+    #[arg(short, long)]
+    force: bool,
+    /// Pool name.
+    pool: String,
+    /// log PATH... | log mirror PATH PATH... ; PATH may be emu:MODEL:PATH.
     #[arg(required = true, value_name = "VDEV")]
     vdevs: Vec<String>,
 }
@@ -240,6 +264,8 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
     match command {
         Command::Pool(command) => match command {
             PoolCommand::Create(args) => pool_cmd::create(ctx, &args),
+            PoolCommand::Add(args) => pool_cmd::add(ctx, &args),
+            PoolCommand::Remove { pool, vdev } => pool_cmd::remove(ctx, &pool, &vdev),
             PoolCommand::Status { pools } => pool_cmd::status(ctx, &pools),
             PoolCommand::List { format, pools } => pool_cmd::list(ctx, format, &pools),
             PoolCommand::Scrub { pool } => pool_cmd::scrub(ctx, &pool),

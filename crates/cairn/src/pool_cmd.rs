@@ -11,13 +11,13 @@ use crate::context::{say, say_raw, shout};
 use crate::human;
 use crate::table::{Column, Table};
 use crate::vdevs::{parse_device, parse_vdevs};
-use crate::{ListFormat, PoolCreateArgs, PoolImportArgs};
+use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, PoolImportArgs};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{
     CreateOptions, EngineError, ImportSource, Pool, PoolOptions, PoolStatus, ScrubProgress,
-    discover_pools,
+    VdevGroup, default_opener, discover_pools,
 };
 use cairn_format::PoolState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,23 +31,7 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
         bail!("cannot create pool '{name}': a pool of that name is already imported");
     }
     let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
-    let size = args
-        .size
-        .as_deref()
-        .map(parse_size)
-        .transpose()
-        .map_err(|err| anyhow!("{}: invalid --size: {err}", fail()))?;
-    if size.is_none() {
-        for spec in groups.iter().flat_map(|group| &group.devices) {
-            if !spec.path.exists() {
-                bail!(
-                    "{}: {} does not exist (use --size SIZE to create missing files)",
-                    fail(),
-                    spec.path.display()
-                );
-            }
-        }
-    }
+    let size = creation_size(args.size.as_deref(), &groups).with_context(fail)?;
     let mut options = CreateOptions {
         create_size_bytes: size,
         force: args.force,
@@ -70,19 +54,9 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             ),
         }
     }
-    // Files that --size will create; they are removed again if the pool cannot be created.
-    let missing: Vec<PathBuf> = groups
-        .iter()
-        .flat_map(|group| &group.devices)
-        .filter(|spec| !spec.path.exists())
-        .map(|spec| spec.path.clone())
-        .collect();
+    let missing = missing_files(&groups);
     let pool = Pool::create(name, &groups, &options, PoolOptions::default()).map_err(|err| {
-        for path in &missing {
-            if path.is_file() {
-                let _ = std::fs::remove_file(path);
-            }
-        }
+        remove_files(&missing);
         match err {
             // The engine's message already says "cannot create pool".
             EngineError::Create(reason) => anyhow!("{}: {reason}", fail()),
@@ -98,6 +72,92 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
         .adopt(pool)
         .with_context(|| format!("cannot close new pool '{name}'"));
     recorded.and(closed)
+}
+
+/// `--size` parsed; without it every device must exist.
+fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>> {
+    let size = size
+        .map(parse_size)
+        .transpose()
+        .map_err(|err| anyhow!("invalid --size: {err}"))?;
+    if size.is_none()
+        && let Some(spec) = groups
+            .iter()
+            .flat_map(|group| &group.devices)
+            .find(|spec| !spec.path.exists())
+    {
+        bail!(
+            "{} does not exist (use --size SIZE to create missing files)",
+            spec.path.display()
+        );
+    }
+    Ok(size)
+}
+
+/// Files that `--size` will create; removed again if the command fails.
+fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
+    groups
+        .iter()
+        .flat_map(|group| &group.devices)
+        .filter(|spec| !spec.path.exists())
+        .map(|spec| spec.path.clone())
+        .collect()
+}
+
+fn remove_files(paths: &[PathBuf]) {
+    for path in paths {
+        if path.is_file() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// `cairn pool add POOL log [mirror] DEV…`
+pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
+    let name = &args.pool;
+    let fail = || format!("cannot add devices to pool '{name}'");
+    let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
+    let size = creation_size(args.size.as_deref(), &groups).with_context(fail)?;
+    let options = CreateOptions {
+        create_size_bytes: size,
+        force: args.force,
+        ..CreateOptions::default()
+    };
+    let missing = missing_files(&groups);
+    let added = ctx.with_pool(name, false, |pool| {
+        let names = pool
+            .add_log_vdevs(&groups, &options, &default_opener())
+            .with_context(fail)?;
+        ctx.cache
+            .insert(name, &device_specs(pool))
+            .with_context(|| format!("the pool cache does not list the new devices of '{name}'"))?;
+        ctx.record(pool)?;
+        Ok(names)
+    });
+    match added {
+        Ok(names) => {
+            say!(ctx, "pool '{name}': added log {}", names.join(", "));
+            Ok(())
+        }
+        Err(err) => {
+            remove_files(&missing);
+            Err(err)
+        }
+    }
+}
+
+/// `cairn pool remove POOL VDEV` (log devices).
+pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
+    ctx.with_pool(name, false, |pool| {
+        pool.remove_log_vdev(vdev)
+            .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
+        ctx.cache
+            .insert(name, &device_specs(pool))
+            .with_context(|| format!("the pool cache still lists '{vdev}' for '{name}'"))?;
+        ctx.record(pool)?;
+        say!(ctx, "pool '{name}': removed log device {vdev}");
+        Ok(())
+    })
 }
 
 fn render_status(status: &PoolStatus) -> String {

@@ -528,3 +528,68 @@ fn up_creates_the_embedded_default_then_reuses_it() {
         "{third}"
     );
 }
+
+#[test]
+fn log_devices_are_added_and_removed_with_pool_add_and_remove() {
+    let env = Env::new();
+    let (d0, s1, s2, s3) = (
+        env.dev("d0.img"),
+        env.dev("s1.img"),
+        env.dev("s2.img"),
+        env.dev("s3.img"),
+    );
+    env.ok(&["pool", "create", "--size", "128M", "tank", &d0]);
+    env.ok(&["create", "-V", "16M", "tank/vol"]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(!status.contains("logs"), "{status}");
+
+    let added = env.ok(&["pool", "add", "--size", "64M", "tank", "log", &s1]);
+    assert!(added.contains(&s1), "{added}");
+    let added = env.ok(&[
+        "pool", "add", "--size", "64M", "tank", "log", "mirror", &s2, &s3,
+    ]);
+    assert!(added.contains("mirror-"), "{added}");
+    let status = env.ok(&["pool", "status", "tank"]);
+    let logs_at = status.find("logs").unwrap_or_else(|| panic!("{status}"));
+    assert!(
+        status[logs_at..].contains(&s1) && status[logs_at..].contains(&s2),
+        "{status}"
+    );
+
+    // The pool cache remembers the new devices: export and import by name finds them.
+    env.ok(&["pool", "export", "tank"]);
+    env.ok(&["pool", "import", "-d", path_str(&env.devs()), "tank"]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(status.contains(&s1) && status.contains(&s3), "{status}");
+
+    // Bad input: a data vdev, a device already in the pool, an unknown vdev, a data device.
+    let err = env.fails(
+        &["pool", "add", "--size", "64M", "tank", &env.dev("d1.img")],
+        1,
+    );
+    assert!(err.contains("only log devices"), "{err}");
+    assert!(
+        !env.devs().join("d1.img").exists(),
+        "a refused add leaves no file behind"
+    );
+    let err = env.fails(&["pool", "add", "tank", "log", &s1], 1);
+    assert!(err.contains("already in pool"), "{err}");
+    let err = env.fails(&["pool", "remove", "tank", "nosuch"], 1);
+    assert!(err.contains("no vdev 'nosuch'"), "{err}");
+    let err = env.fails(&["pool", "remove", "tank", &d0], 1);
+    assert!(err.contains("only log devices"), "{err}");
+
+    env.ok(&["pool", "remove", "tank", &s1]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(!status.contains(&s1) && status.contains(&s2), "{status}");
+    // The removed device is free for another pool without --force.
+    env.ok(&["pool", "create", "other", &s1]);
+    env.ok(&["pool", "destroy", "other"]);
+    let history = env.ok(&["pool", "history", "tank"]);
+    assert!(
+        history.contains("pool add") && history.contains("pool remove"),
+        "{history}"
+    );
+    let check = env.ok(&["pool", "check", "tank"]);
+    assert!(check.contains("no problems found"), "{check}");
+}

@@ -874,3 +874,60 @@ fn stop_is_not_held_up_by_a_silent_connection() {
     drop(silent);
     env.assert_pool_check_clean();
 }
+
+/// `pool add` and `pool remove` of a log device while `cairn serve` serves the volume: the
+/// commands run inside the server, FLUSHes use the new device at once, removing it loses
+/// nothing, and after SIGKILL every flushed byte is back.
+#[test]
+fn log_devices_come_and_go_while_serving() {
+    let env = Env::new();
+    env.create_pool();
+    env.create_volume("tank/vol", "64M", &[]);
+    let server = env.serve();
+    let uri = server.uri("tank/vol");
+    qemu_io_ok(&uri, &["write -P 0x11 0 4M", "flush"]);
+    let slog = env.dev("slog.img");
+    env.ok(&["pool", "add", "--size", "256M", "tank", "log", &slog]);
+    qemu_io_ok(
+        &uri,
+        &[
+            "write -P 0x22 4M 4M",
+            "flush",
+            "write -P 0x33 8M 64k",
+            "flush",
+        ],
+    );
+    let zil = env.ok(&["stat", "zil", "-H", "-p"]);
+    let device = zil
+        .lines()
+        .find(|line| line.contains("slog.img"))
+        .unwrap_or_else(|| panic!("the new log device is not listed:\n{zil}"));
+    let writes: u64 = device.split('\t').nth(4).unwrap().parse().unwrap();
+    assert!(
+        writes > 0,
+        "FLUSH wrote nothing to the new log device:\n{zil}"
+    );
+    qemu_io_ok(&uri, &["write -P 0x44 12M 64k", "flush"]);
+    env.ok(&["pool", "remove", "tank", &slog]);
+    let status = env.ok(&["pool", "status", "tank"]);
+    assert!(!status.contains("slog.img"), "{status}");
+    qemu_io_ok(&uri, &["write -P 0x55 16M 64k", "flush"]);
+    let mut server = server;
+    server.kill();
+
+    let server = env.serve();
+    let uri = server.uri("tank/vol");
+    qemu_io_ok(
+        &uri,
+        &[
+            "read -P 0x11 0 4M",
+            "read -P 0x22 4M 4M",
+            "read -P 0x33 8M 64k",
+            "read -P 0x44 12M 64k",
+            "read -P 0x55 16M 64k",
+        ],
+    );
+    let mut server = server;
+    server.terminate();
+    env.assert_pool_check_clean();
+}

@@ -270,6 +270,24 @@ impl SpaceAllocator {
         ))
     }
 
+    /// Lets Log vdev `vdev` take new log blocks, or stops it (they then go to the other log
+    /// vdevs, else the pool). A log vdev being added stays closed until the txg adding it is
+    /// durable (a log block there must never be reachable from a chain an import could find
+    /// without it); one being removed is closed so that it empties and `remove_vdev` can drop
+    /// it. Normal vdevs always take allocations.
+    pub fn set_allocatable(&mut self, vdev: u32, allocatable: bool) -> Result<(), SpaceError> {
+        let index = self.vdev_index(vdev)?;
+        let space = &mut self.vdevs[index];
+        if space.class != SpaceClass::Log {
+            return Err(SpaceError::InvalidConfig {
+                vdev,
+                reason: "only log vdevs can be closed to allocations".into(),
+            });
+        }
+        space.noalloc = !allocatable;
+        Ok(())
+    }
+
     /// Drops vdev `vdev` from the allocator (`pool remove` of a log device). Refused with
     /// `VdevInUse`, changing nothing, while any byte of it is allocated or deferred or a change
     /// of it waits in `take_changes`: its blocks, the older trees still reaching them, and the
@@ -431,7 +449,9 @@ impl SpaceAllocator {
         }
         self.check_txg_open(txg)?;
         let logs: Vec<usize> = (0..self.vdevs.len())
-            .filter(|&index| self.vdevs[index].class == SpaceClass::Log)
+            .filter(|&index| {
+                self.vdevs[index].class == SpaceClass::Log && !self.vdevs[index].noalloc
+            })
             .collect();
         let first = logs
             .iter()

@@ -58,6 +58,9 @@ pub(super) struct TopVdevSpace {
     active: [Option<u32>; ACTIVE_SLOTS],
     /// Every deferred extent of this vdev, whatever its txg.
     pub deferred: RangeTree,
+    /// Takes no new allocations (frees still come): a log vdev being added, until the txg that
+    /// adds it is durable, or being emptied for removal.
+    pub noalloc: bool,
 }
 
 impl TopVdevSpace {
@@ -89,6 +92,7 @@ impl TopVdevSpace {
             by_weight: BTreeSet::new(),
             active: [None; ACTIVE_SLOTS],
             deferred: RangeTree::new(),
+            noalloc: false,
         };
         for index in 0..space.metaslabs.len() {
             let weight = space.metaslabs[index].weight(size_bytes);
