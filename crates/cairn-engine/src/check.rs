@@ -162,9 +162,17 @@ impl TreeVisitor for Collector<'_> {
 }
 
 impl Pool {
-    /// The space a dataset's intent log holds: the blocks of its chains, and where each chain
-    /// ends if that pre-allocated block is allocated. Not counted in `used`.
-    fn intent_log_extents(&self, root: &BlockPointer, txg: u64, extents: &mut Vec<Extent>) {
+    /// The space a dataset's intent log holds as of `txg`: the blocks of its chains, and where
+    /// each chain ends, that `allocated` (the allocations as of `txg`, sorted) has. On a live
+    /// pool the chains go on growing into blocks allocated for the open txg; those belong to
+    /// that txg, not to the one checked. Not counted in `used`.
+    fn intent_log_extents(
+        &self,
+        root: &BlockPointer,
+        txg: u64,
+        allocated: &[Extent],
+        extents: &mut Vec<Extent>,
+    ) {
         if root.is_hole() {
             return;
         }
@@ -178,10 +186,11 @@ impl Pool {
             return;
         }
         let log = read_log(&self.core.io, self.core.guid, &header, txg);
-        let space = self.core.space.lock();
-        let ends = log.chain_ends.iter().filter(|dva| space.is_allocated(dva));
-        for dva in log.blocks.iter().chain(ends) {
-            extents.push((dva.vdev, dva.offset, u64::from(dva.asize)));
+        for dva in log.blocks.iter().chain(&log.chain_ends) {
+            let extent = (dva.vdev, dva.offset, u64::from(dva.asize));
+            if within(allocated, extent) {
+                extents.push(extent);
+            }
         }
     }
 
@@ -233,6 +242,13 @@ impl Pool {
                 .collect()
         };
         let chain = self.core.space_log.lock().chain.clone();
+        // As of the checked txg: on a live pool the intent log keeps allocating blocks for the
+        // open txg while we look; they are neither leaks nor part of what is checked.
+        let allocated: Vec<Extent> = self
+            .core
+            .space
+            .lock()
+            .allocated_extents_as_of(uberblock.txg);
         let mut visitor = CheckVisitor {
             io: &self.core.io,
             dataset: format!("{} (pool metadata)", self.core.name),
@@ -257,7 +273,7 @@ impl Pool {
             visitor.dataset = name.clone();
             visitor.dataset_bytes = 0;
             walk_objset(&bp, &mut visitor);
-            self.intent_log_extents(&bp, uberblock.txg, &mut visitor.extents);
+            self.intent_log_extents(&bp, uberblock.txg, &allocated, &mut visitor.extents);
             if visitor.dataset_bytes != recorded_used {
                 visitor.report.used_mismatches.push(format!(
                     "{name}: blocks add up to {} bytes, directory says {recorded_used}",
@@ -267,7 +283,6 @@ impl Pool {
         }
         let mut report = visitor.report;
         let referenced = coalesce(visitor.extents, &mut report.double_references);
-        let allocated: Vec<Extent> = self.core.space.lock().allocated_extents();
         report.allocated_bytes = allocated.iter().map(|extent| extent.2).sum();
         for (vdev, offset, len) in subtract(&allocated, &referenced) {
             report
@@ -283,6 +298,15 @@ impl Pool {
     }
 }
 
+/// Whether `extent` lies inside one of `sorted` (coalesced extents by vdev and offset).
+fn within(sorted: &[Extent], (vdev, offset, len): Extent) -> bool {
+    let index = sorted.partition_point(|&(v, o, _)| (v, o) <= (vdev, offset));
+    index > 0 && {
+        let (v, o, l) = sorted[index - 1];
+        v == vdev && offset + len <= o + l
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +317,17 @@ mod tests {
         let b = vec![(0, 10, 10), (0, 50, 100), (1, 0, 50)];
         assert_eq!(subtract(&a, &b), vec![(0, 0, 10), (0, 20, 30)]);
         assert_eq!(subtract(&b, &a), vec![(0, 100, 50)]);
+    }
+
+    #[test]
+    fn within_finds_the_covering_extent() {
+        let sorted = vec![(0, 0, 100), (0, 200, 50), (1, 0, 10)];
+        assert!(within(&sorted, (0, 10, 90)));
+        assert!(within(&sorted, (0, 200, 50)));
+        assert!(!within(&sorted, (0, 90, 20)));
+        assert!(!within(&sorted, (0, 150, 10)));
+        assert!(!within(&sorted, (1, 5, 10)));
+        assert!(!within(&sorted, (2, 0, 1)));
     }
 
     #[test]

@@ -61,19 +61,29 @@ impl Pool {
             for top in &added {
                 tree = Arc::new(tree.with_top(top.clone()));
             }
-            // The tree first: the allocator may hand out space only on vdevs the tree has.
-            core.io.replace_tree(tree.clone());
+            // Into the allocator closed (nothing can be placed there before the tree has the
+            // vdev, nor before this txg is durable), all or none of them.
             let mut space = core.space.lock();
+            let mut done: Vec<u32> = Vec::new();
             for layout in space_layout(&tree)
                 .into_iter()
                 .filter(|layout| ids.contains(&layout.vdev))
             {
-                space
+                let vdev = layout.vdev;
+                if let Err(err) = space
                     .add_vdev(layout)
-                    .and_then(|()| space.set_allocatable(layout.vdev, false))
-                    .map_err(|err| layout_error(err.to_string()))?;
+                    .and_then(|()| space.set_allocatable(vdev, false))
+                {
+                    // (`vdev` itself too, in case only closing it failed; its id is new.)
+                    for added in done.into_iter().chain([vdev]) {
+                        let _ = space.remove_vdev(added);
+                    }
+                    return Err(layout_error(err.to_string()));
+                }
+                done.push(vdev);
             }
             drop(space);
+            core.io.replace_tree(tree);
             core.config_dirty.store(true, Ordering::SeqCst);
             core.space_log.lock().condense_next = true;
             Ok(())

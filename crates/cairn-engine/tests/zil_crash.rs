@@ -573,3 +573,50 @@ fn a_flush_after_a_burst_of_writes_syncs_the_txg_instead_of_logging_it_all() {
     drop(volume);
     pool.close().unwrap();
 }
+
+/// `check` on a live pool while a writer commits the intent log: the log blocks allocated for
+/// the open txg meanwhile are not leaks of the checked txg.
+#[test]
+fn check_while_the_log_commits_finds_no_leaks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let scenario = Scenario {
+        writers: 1,
+        log_device: false,
+        volblocksize: "4K",
+        trip_after_ops: 0,
+    };
+    let pool = create_pool(dir.path(), &scenario, opener(13, None));
+    pool.create_volume("tank/vol", VOLUME_BYTES, &[])
+        .expect("volume");
+    let volume = pool.volume("tank/vol").expect("volume");
+    volume.write(0, &pattern(1, 0)).unwrap();
+    volume.flush().unwrap();
+    let stop = AtomicBool::new(false);
+    let commits = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let mut n = 1u64;
+            while !stop.load(Ordering::SeqCst) {
+                let options = WriteOptions { fua: true, lane: 0 };
+                volume
+                    .write_with((n % 4096) * SECTOR, &pattern(n + 1, n % 4096), options)
+                    .unwrap();
+                commits.fetch_add(1, Ordering::SeqCst);
+                n += 1;
+            }
+        });
+        for _ in 0..5 {
+            let before = commits.load(Ordering::SeqCst);
+            let report = pool.check().unwrap();
+            assert!(report.is_clean(), "{:?}", report.problems());
+            while commits.load(Ordering::SeqCst) < before + 20 {
+                std::thread::yield_now();
+            }
+        }
+        stop.store(true, Ordering::SeqCst);
+    });
+    let stats = pool.intent_log_stats()[0].1.clone();
+    assert!(stats.blocks_written >= 100, "{stats:?}");
+    drop(volume);
+    pool.close().unwrap();
+}

@@ -545,24 +545,16 @@ impl IntentLog {
     fn fall_back(&self, lane: &Lane, ticket: u64) -> Result<(), ZilError> {
         let covered_ticket = lane.state.lock().next_ticket - 1;
         debug_assert!(covered_ticket >= ticket);
-        let synced_txg = match self.txg.sync_now_forced() {
-            Ok(txg) => txg,
-            Err(err) => {
-                let reason = format!("txg sync after a log failure: {err}");
-                let mut st = lane.state.lock();
-                st.failed = Some(reason.clone());
-                lane.cond.notify_all();
-                return Err(self.failed(reason));
-            }
-        };
+        let synced = self.txg.sync_now_forced();
         let mut st = lane.state.lock();
-        st.retire_chain(synced_txg);
-        st.durable_ticket = st.durable_ticket.max(covered_ticket);
-        st.in_flight
-            .retain(|batch| batch.last_ticket > covered_ticket);
-        st.pending.drop_through(covered_ticket);
-        lane.cond.notify_all();
-        Ok(())
+        self.settle_after_sync(
+            lane,
+            &mut st,
+            synced,
+            covered_ticket,
+            true,
+            "txg sync after a log failure",
+        )
     }
 
     /// Serves a bulk commit (the caller is the lane's builder) by a txg sync, which covers every
@@ -599,6 +591,21 @@ impl IntentLog {
         let synced = self.txg.sync_now_forced();
         let mut st = lane.state.lock();
         st.building = false;
+        self.settle_after_sync(lane, &mut st, synced, covered_ticket, retire, what)
+    }
+
+    /// After a forced txg sync that covers every ticket up to `covered_ticket`: those are
+    /// durable (pending and in-flight ones included) and the chain is retired if asked; if the
+    /// sync failed, nothing can be made durable any more and every committer gets the error.
+    fn settle_after_sync(
+        &self,
+        lane: &Lane,
+        st: &mut LaneState,
+        synced: Result<u64, cairn_pool::txg::TxgError>,
+        covered_ticket: u64,
+        retire: bool,
+        what: &str,
+    ) -> Result<(), ZilError> {
         let outcome = match synced {
             Ok(txg) => {
                 if retire {

@@ -701,6 +701,59 @@ impl SpaceAllocator {
             .collect()
     }
 
+    /// Allocated extents as the space log of synced txg `txg` has them (for `check` on a live
+    /// pool): without the blocks already allocated for later, still open txgs (intent-log
+    /// blocks), and with the extents freed in later txgs (still in use as of `txg`). Coalesced,
+    /// by vdev and offset.
+    pub fn allocated_extents_as_of(&self, txg: u64) -> Vec<(u32, u64, u64)> {
+        let mut extents = Vec::new();
+        for vdev in &self.vdevs {
+            let mut allocated = RangeTree::new();
+            for (offset, length) in vdev.complement(&vdev.unallocated_runs()) {
+                allocated
+                    .add(offset, length)
+                    .expect("complement runs are disjoint");
+            }
+            // Frees first: a block allocated and freed again in an open txg is then removed by
+            // its allocation below, as it should be.
+            for per_vdev in self
+                .deferred_by_txg
+                .range(txg + 1..)
+                .map(|(_, frees)| frees)
+            {
+                for (start, end) in per_vdev
+                    .get(&vdev.vdev)
+                    .into_iter()
+                    .flat_map(RangeTree::iter)
+                {
+                    if !allocated.overlaps(start, end - start) {
+                        allocated.add(start, end - start).expect("checked free");
+                    }
+                }
+            }
+            for changes in self.changes.range(txg + 1..).map(|(_, changes)| changes) {
+                for (start, end) in changes
+                    .allocs
+                    .get(&vdev.vdev)
+                    .into_iter()
+                    .flat_map(RangeTree::iter)
+                {
+                    if allocated.contains(start, end - start) {
+                        allocated
+                            .remove(start, end - start)
+                            .expect("checked allocated");
+                    }
+                }
+            }
+            extents.extend(
+                allocated
+                    .iter()
+                    .map(|(start, end)| (vdev.vdev, start, end - start)),
+            );
+        }
+        extents
+    }
+
     /// Deferred frees, coalesced per txg and vdev, by txg, vdev and offset.
     pub fn deferred_extents(&self) -> Vec<DeferredFree> {
         let mut frees = Vec::new();
