@@ -25,6 +25,10 @@
 #   1m-slog      1 MiB FUA writes, the same pool with an ssd-plp log device, QD1
 #   lanes-1      one volume, 16 writers, two ssd-plp log devices, loglanes=1
 #   lanes-4      the same with loglanes=4
+# The plain files of the `file*`, `raw` and `qemu-nbd*` rows are written out in full before the
+# row (fio lays out its file that way anyway): a write into a hole of a sparse file makes the
+# file system allocate, and fdatasync then commits its journal too, which would charge one
+# contender for file-system work the others do not do.
 # Volumes use volblocksize=8K, the size of the writes (as a DBA would set it): 8 KiB writes into
 # 16 KiB blocks would each need a read of the old block first, which on the emulated disk is a
 # seek. Prints one markdown table with the ratios the issue asks for.
@@ -39,7 +43,7 @@ while [[ $# -gt 0 ]]; do
         --dir) DIR=$2; shift 2 ;;
         --runtime) RUNTIME=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -88,6 +92,11 @@ rm -rf "$EMU_DIR"
 mkdir -p "$EMU_DIR"
 trap 'stop_server; rm -rf "$EMU_DIR"' EXIT
 
+# lay_out FILE MIB: FILE written out in full (zeros), on stable storage.
+lay_out() {
+    dd if=/dev/zero of="$1" bs=1M count="$2" conv=fsync status=none
+}
+
 # start_cairn ROW VOLOPTS VDEV...: a pool from the given vdevs, a 1 GiB volume, a server.
 start_cairn() {
     local row=$1 volopts=$2
@@ -129,7 +138,9 @@ run_row() {
         hdd|hdd-64|1m-hdd) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" ;;
         hdd+slog|1m-slog) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" \
             log "emu:ssd-plp:$emu/slog.img" ;;
-        file|file-fio) start_cairn "$row" "" "$work/d0.img" ;;
+        file|file-fio)
+            lay_out "$work/d0.img" 2048
+            start_cairn "$row" "" "$work/d0.img" ;;
         lanes-1|lanes-4) start_cairn "$row" "-o loglanes=${row#lanes-}" \
             "emu:hdd-7200:$emu/d0.img" log "emu:ssd-plp:$emu/s0.img" "emu:ssd-plp:$emu/s1.img" ;;
         raw)
@@ -139,7 +150,7 @@ run_row() {
                 --output="$DIR/results/raw.json" 2>"$DIR/results/raw.stderr"
             return ;;
         qemu-nbd|qemu-nbd-fio)
-            truncate -s 1G "$work/raw.img"
+            lay_out "$work/raw.img" 1024
             qemu-nbd -f raw -t -e 4 --cache=writethrough --aio=threads -k "$work/nbd.sock" \
                 "$work/raw.img" >"$work/serve.log" 2>&1 &
             SERVER_PID=$!
