@@ -24,6 +24,7 @@ use cairn_pool::space::{SpaceAllocator, SpaceClass, VdevSpace, metaslab_shift_fo
 use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -73,7 +74,18 @@ fn validate_layout(name: &str, groups: &[VdevGroup]) -> Result<(), EngineError> 
             "no data devices given (log devices hold only the intent log)",
         ));
     }
-    let mut seen = BTreeSet::new();
+    check_groups(groups, BTreeSet::new(), |path| {
+        create_error(format!("{} is given twice", path.display()))
+    })
+}
+
+/// Checks each group's shape (a mirror of two or more devices, a plain vdev of one) and that no
+/// device appears twice or is in `seen` already (`taken` words the error).
+pub(crate) fn check_groups(
+    groups: &[VdevGroup],
+    mut seen: BTreeSet<PathBuf>,
+    taken: impl Fn(&Path) -> EngineError,
+) -> Result<(), EngineError> {
     for group in groups {
         if group.mirror && group.devices.len() < 2 {
             return Err(create_error("a mirror needs at least two devices"));
@@ -83,10 +95,7 @@ fn validate_layout(name: &str, groups: &[VdevGroup]) -> Result<(), EngineError> 
         }
         for spec in &group.devices {
             if !seen.insert(spec.path.clone()) {
-                return Err(create_error(format!(
-                    "{} is given twice",
-                    spec.path.display()
-                )));
+                return Err(taken(&spec.path));
             }
         }
     }

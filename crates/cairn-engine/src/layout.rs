@@ -16,7 +16,7 @@
 //! - Data vdevs cannot be added or removed yet (their data would have to move); the commands
 //!   say so instead of doing half of it.
 
-use crate::create::{CreateOptions, VdevGroup, create_error, open_top, space_layout};
+use crate::create::{CreateOptions, VdevGroup, check_groups, open_top, space_layout};
 use crate::pool::PoolCore;
 use crate::{DeviceOpener, EngineError, Pool};
 use cairn_format::VdevRole;
@@ -24,6 +24,7 @@ use cairn_pool::labels::clear_labels;
 use cairn_pool::space::DEFER_TXGS;
 use cairn_pool::vdev::{TopVdev, VdevTree};
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -187,27 +188,19 @@ impl Pool {
                 "only log devices can be added to a pool so far (`pool add POOL log DEV…`)",
             ));
         }
-        let tree = self.core.tree();
-        let mut seen: BTreeSet<std::path::PathBuf> =
-            tree.leaves().map(|leaf| leaf.spec.path.clone()).collect();
-        for group in groups {
-            if group.mirror && group.devices.len() < 2 {
-                return Err(create_error("a mirror needs at least two devices"));
-            }
-            if !group.mirror && group.devices.len() != 1 {
-                return Err(create_error("a plain vdev is exactly one device"));
-            }
-            for spec in &group.devices {
-                if !seen.insert(spec.path.clone()) {
-                    return Err(layout_error(format!(
-                        "{} is already in pool '{}' or given twice",
-                        spec.path.display(),
-                        self.core.name
-                    )));
-                }
-            }
-        }
-        Ok(())
+        let in_pool: BTreeSet<PathBuf> = self
+            .core
+            .tree()
+            .leaves()
+            .map(|leaf| leaf.spec.path.clone())
+            .collect();
+        check_groups(groups, in_pool, |path| {
+            layout_error(format!(
+                "{} is already in pool '{}' or given twice",
+                path.display(),
+                self.core.name
+            ))
+        })
     }
 }
 
