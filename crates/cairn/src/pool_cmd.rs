@@ -148,6 +148,13 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
 
 /// `cairn pool remove POOL VDEV` (log devices).
 pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
+    // A device may be named by a relative path; the pool knows absolute ones.
+    let absolute = std::path::Path::new(vdev)
+        .exists()
+        .then(|| std::path::absolute(vdev).ok())
+        .flatten()
+        .map(|path| path.display().to_string());
+    let vdev = absolute.as_deref().unwrap_or(vdev);
     ctx.with_pool(name, false, |pool| {
         pool.remove_log_vdev(vdev)
             .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;

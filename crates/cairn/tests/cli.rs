@@ -579,7 +579,8 @@ fn log_devices_are_added_and_removed_with_pool_add_and_remove() {
     let err = env.fails(&["pool", "remove", "tank", &d0], 1);
     assert!(err.contains("only log devices"), "{err}");
 
-    env.ok(&["pool", "remove", "tank", &s1]);
+    // Named relative to the working directory (the test runs in the temp dir).
+    env.ok(&["pool", "remove", "tank", "devs/s1.img"]);
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(!status.contains(&s1) && status.contains(&s2), "{status}");
     // The removed device is free for another pool without --force.
