@@ -3,7 +3,8 @@
 //!
 //! The server is a front end: it knows nothing of pools or volumes. Every method of these
 //! traits may block (disk I/O, waiting for a transaction group), so the server only ever calls
-//! them from Tokio's blocking pool, never from an async worker thread. The server validates
+//! them from Tokio's blocking pool or inside `block_in_place`, never plainly from an async
+//! worker thread. The server validates
 //! ranges, alignment and read-only status *before* calling an export, so implementations may
 //! assume `offset + len <= size()` and 512-byte alignment (except a request ending exactly at an
 //! unaligned end of the export); they still return errors rather than panic on anything else.

@@ -8,7 +8,7 @@
 //! **Shape.** [`NbdServer`] owns the accept loops; each connection is one Tokio task:
 //! `handshake` (fixed newstyle option haggling) then `transmission` (a reader that validates
 //! and dispatches requests concurrently, handler tasks that run the blocking export calls on
-//! Tokio's blocking pool, and a single writer that sends replies as they complete). `proto`
+//! Tokio's blocking pool, or in place for FUA and FLUSH, and a single writer that sends replies as they complete). `proto`
 //! holds the wire constants, `stats` the per-export counters and latency histograms.
 //!
 //! **Protocol.** Fixed newstyle with `NO_ZEROES`; options EXPORT_NAME, GO, INFO (EXPORT, NAME,

@@ -3,7 +3,8 @@
 //!
 //! Shape: a *reader* (this connection's task) decodes and validates requests in arrival order
 //! and spawns one handler task per valid request; handlers run the export call on the blocking
-//! pool and push their reply into a channel; a single *writer* (same task, joined with the
+//! pool (or, when the client waits for stable media, in place with `block_in_place`) and push
+//! their reply into a channel; a single *writer* (same task, joined with the
 //! reader) drains the channel, so replies never interleave on the wire.
 //!
 //! Invariants:
