@@ -6,8 +6,9 @@
 //! format change); `get` resolves local → inherited → default and reports the source, as
 //! `zfs get` does.
 //!
-//! `sync` and `logbias` are stored and shown now; the intent log gives them effect. `sync=disabled`
-//! is unsafe (acknowledged writes can be lost) and is shown as such.
+//! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
+//! blocks off the log devices; writing large sync writes in place is not built yet).
+//! `sync=disabled` is unsafe (acknowledged writes can be lost) and is shown as such.
 
 use crate::{DatasetError, DatasetKind};
 
@@ -92,7 +93,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
         applies_to: None,
         settable_after_create: true,
         inheritable: true,
-        description: "use log devices for synchronous writes (latency) or write in place (throughput)",
+        description: "latency: log blocks on log devices; throughput: on the pool's disks, leaving the log devices to others",
     },
     PropertyDef {
         name: "loglanes",

@@ -487,6 +487,11 @@ impl Pool {
                 volume.set_sync_mode(SyncMode::from_property(&sync));
             }
         }
+        for (name, log) in self.core.intent_logs.lock().iter() {
+            if let Ok((logbias, _)) = directory.property(name, "logbias") {
+                log.set_use_log_devices(logbias == "latency");
+            }
+        }
     }
 
     /// The volume API for a volume dataset.
@@ -513,6 +518,7 @@ impl Pool {
         let readonly = directory.property(name, "readonly")?.0 == "on";
         let sync_mode = SyncMode::from_property(&directory.property(name, "sync")?.0);
         let lanes: usize = directory.property(name, "loglanes")?.0.parse().unwrap_or(1);
+        let use_log_devices = directory.property(name, "logbias")?.0 == "latency";
         drop(directory);
         let objset = self
             .core
@@ -557,6 +563,7 @@ impl Pool {
                 ..ZilConfig::default()
             },
         ));
+        intent_log.set_use_log_devices(use_log_devices);
         let volume = Volume::new(
             name.to_string(),
             objset,

@@ -620,3 +620,70 @@ fn check_while_the_log_commits_finds_no_leaks() {
     drop(volume);
     pool.close().unwrap();
 }
+
+/// `logbias=throughput` keeps a volume's log blocks on the pool's disks (the log device stays
+/// free for others); `latency` puts them on the log device again. Replay finds both.
+#[test]
+fn logbias_chooses_where_log_blocks_go() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let power = Arc::new(PowerSwitch::with_seed(17));
+    let scenario = Scenario {
+        writers: 1,
+        log_device: true,
+        volblocksize: "4K",
+        trip_after_ops: 0,
+    };
+    let pool = create_pool(dir.path(), &scenario, opener(17, Some(power.clone())));
+    pool.create_volume(
+        "tank/vol",
+        VOLUME_BYTES,
+        &[("logbias".into(), "throughput".into())],
+    )
+    .expect("volume");
+    let volume = pool.volume("tank/vol").expect("volume");
+    for n in 0..20u64 {
+        volume.write(n * SECTOR, &pattern(n + 1, n)).unwrap();
+        volume.flush().unwrap();
+    }
+    let slog_writes = |pool: &Pool| pool.log_devices()[0].writes;
+    // At most the chain's first block, allocated before any commit (while the property was
+    // being applied) may be there.
+    let before = slog_writes(&pool);
+    assert!(
+        before <= 1,
+        "throughput: {before} writes reached the log device"
+    );
+    let blocks = pool.intent_log_stats()[0].1.blocks_written;
+    assert!(blocks >= 19, "the log was committed: {blocks} blocks");
+
+    pool.set_property("tank/vol", "logbias", "latency").unwrap();
+    for n in 20..40u64 {
+        volume.write(n * SECTOR, &pattern(n + 1, n)).unwrap();
+        volume.flush().unwrap();
+    }
+    assert!(
+        slog_writes(&pool) >= before + 18,
+        "latency: log blocks go to the log device again ({} writes)",
+        slog_writes(&pool)
+    );
+    power.cut_now();
+    drop(volume);
+    drop(pool);
+
+    let (d0, slog) = paths(dir.path());
+    let pool = Pool::import(
+        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
+        "tank",
+        pool_options(opener(17, None), false),
+    )
+    .expect("import");
+    let volume = pool.volume("tank/vol").unwrap();
+    for n in 0..40u64 {
+        let mut found = vec![0u8; SECTOR as usize];
+        volume.read(n * SECTOR, &mut found).unwrap();
+        assert_eq!(found, pattern(n + 1, n), "sector {n}");
+    }
+    assert!(pool.check().unwrap().is_clean());
+    drop(volume);
+    pool.close().unwrap();
+}

@@ -46,7 +46,7 @@ use cairn_pool::txg::TxgEngine;
 use lane::Lane;
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone)]
@@ -129,6 +129,10 @@ pub struct IntentLog {
     next_sequence: AtomicU64,
     lanes: Vec<Lane>,
     heads: Mutex<Heads>,
+    /// `logbias=latency` (true): log blocks go to log devices when there are any;
+    /// `throughput` (false): they stay on the pool's disks, leaving the log devices to datasets
+    /// that wait on them.
+    use_log_devices: AtomicBool,
     pub stats: ZilStats,
 }
 
@@ -164,8 +168,16 @@ impl IntentLog {
                 lanes: vec![LaneHead::default(); lanes],
                 written,
             }),
+            use_log_devices: AtomicBool::new(true),
             stats: ZilStats::default(),
         }
+    }
+
+    /// Applies `logbias`: `latency` uses log devices, `throughput` keeps this dataset's log
+    /// blocks on the pool's disks. Takes effect from the next block allocated.
+    pub fn set_use_log_devices(&self, use_log_devices: bool) {
+        self.use_log_devices
+            .store(use_log_devices, Ordering::Relaxed);
     }
 
     pub fn dataset(&self) -> &str {
@@ -327,12 +339,16 @@ impl IntentLog {
     }
 
     /// A log block of `size_bytes` for txg `txg` (held by the caller): on a log device when one
-    /// can take it, else on the pool's disks. A log device that has failed is skipped.
+    /// can take it (and `logbias` allows), else on the pool's disks. A log device that has
+    /// failed is skipped.
     pub(crate) fn allocate_in(&self, size_bytes: u32, txg: u64) -> Result<Dva, ZilError> {
         let mut space = self.io.space().lock();
         let failed = |err: cairn_pool::space::SpaceError| {
             self.failed(format!("allocating a log block: {err}"))
         };
+        if !self.use_log_devices.load(Ordering::Relaxed) {
+            return space.allocate(size_bytes, txg, &[]).map_err(failed);
+        }
         let dva = space.allocate_log(size_bytes, txg).map_err(failed)?;
         let usable = self
             .io
