@@ -264,10 +264,15 @@ impl VdevTree {
         self.tops.iter().flat_map(|top| top.leaves.iter())
     }
 
+    /// The pool's health: its worst top-level vdev, except that a lost log device only
+    /// degrades the pool (nothing a txg needs lives there; the log moves to the pool's disks).
     pub fn health(&self) -> Health {
         self.tops
             .iter()
-            .map(|top| top.health())
+            .map(|top| match (top.config.role, top.health()) {
+                (VdevRole::Log, health) => health.min(Health::Degraded),
+                (_, health) => health,
+            })
             .max()
             .unwrap_or(Health::Unavail)
     }

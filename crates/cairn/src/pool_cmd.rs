@@ -464,6 +464,24 @@ fn label_state(state: PoolState) -> &'static str {
 }
 
 pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
+    // A remembered pool that no longer opens because a log device is gone: its error sends
+    // the user here with --ignore-missing-log; the devices are the remembered ones.
+    if let Some(wanted) = &args.pool
+        && args.ignore_missing_log
+        && args.dirs.is_empty()
+        && ctx.cache.devices(wanted)?.is_some()
+    {
+        let pool = Pool::import(
+            &ImportSource::Devices(ctx.cached_devices(wanted)?),
+            wanted,
+            PoolOptions {
+                ignore_missing_log: true,
+                ..PoolOptions::default()
+            },
+        )
+        .with_context(|| format!("cannot import pool '{wanted}'"))?;
+        return finish_import(ctx, pool);
+    }
     let dirs: Vec<PathBuf> = if args.dirs.is_empty() {
         vec![PathBuf::from("/dev")]
     } else {
@@ -567,7 +585,9 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         ),
     };
     let name = pool_found.config.pool_name.clone();
-    if ctx.cache.devices(&name)?.is_some() {
+    // (With --ignore-missing-log a remembered pool may be imported again from these devices:
+    // it could not be opened, or its devices' locks make this import fail.)
+    if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log {
         bail!("cannot import '{wanted}': a pool named '{name}' is already imported");
     }
     let specs: Vec<DeviceSpec> = pool_found
@@ -584,6 +604,15 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         },
     )
     .with_context(|| format!("cannot import pool '{name}'"))?;
+    finish_import(ctx, pool)
+}
+
+/// Shows what import had to say, remembers the pool and its devices, records the command.
+fn finish_import(ctx: &Context, pool: Pool) -> Result<()> {
+    let name = pool.name().to_string();
+    for note in pool.notes() {
+        say!(ctx, "{note}");
+    }
     let recorded = ctx
         .cache
         .insert(&name, &device_specs(&pool))
