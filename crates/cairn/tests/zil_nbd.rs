@@ -231,10 +231,9 @@ fn verify(socket: &std::path::Path, model: &Model, label: &str, durable_floor: b
     client.disconnect();
 }
 
-/// Runs one seed; returns whether the workload was cut short by the injected power failure.
-fn run_seed(seed: u64) -> bool {
-    let _heavy = heavy();
-    let env = Env::new();
+/// A pool of emulated ssd-sata devices with a log device (`devs/slog.img`, returned) and the
+/// test volume.
+fn create_pool_with_log(env: &Env) -> String {
     let (d0, slog) = (env.dev("d0.img"), env.dev("slog.img"));
     env.ok(&[
         "pool",
@@ -247,17 +246,19 @@ fn run_seed(seed: u64) -> bool {
         &format!("emu:ssd-sata:{slog}"),
     ]);
     env.create_volume("tank/vol", &format!("{}", VOLUME_BLOCKS * BLOCK), &[]);
-    let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
-    let mut rng = Rng(seed ^ 0xc0ffee);
-    // Some runs are never cut: SIGKILL alone (the emulated caches die with the process).
-    // The others are cut after the server has started: its import and first syncs take about
-    // 25 device operations, and a cut before it serves is not what this test is about.
-    let trip_after = if seed % 5 == 4 {
-        u64::MAX
-    } else {
-        60 + rng.below(300)
-    };
-    let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} device ops)");
+    slog
+}
+
+/// Serves the pool with the power switch armed to trip after `trip_after` device operations,
+/// runs the workload until it ends or the server stops answering, and SIGKILLs the server.
+/// Returns the model, how the workload ended, and whether the injected cut happened.
+fn cut_run(
+    env: &Env,
+    seed: u64,
+    queue_depth: usize,
+    trip_after: u64,
+    label: &str,
+) -> (Model, String, bool) {
     let mut server = env.serve_with_env(&[
         ("CAIRN_INJECT_POWER_CUT_AFTER_OPS", trip_after.to_string()),
         ("CAIRN_INJECT_SEED", seed.to_string()),
@@ -273,7 +274,26 @@ fn run_seed(seed: u64) -> bool {
         );
     }
     server.kill();
-    drop(server);
+    (model, ending, cut_short)
+}
+
+/// Runs one seed; returns whether the workload was cut short by the injected power failure.
+fn run_seed(seed: u64) -> bool {
+    let _heavy = heavy();
+    let env = Env::new();
+    create_pool_with_log(&env);
+    let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
+    let mut rng = Rng(seed ^ 0xc0ffee);
+    // Some runs are never cut: SIGKILL alone (the emulated caches die with the process).
+    // The others are cut after the server has started: its import and first syncs take about
+    // 25 device operations, and a cut before it serves is not what this test is about.
+    let trip_after = if seed % 5 == 4 {
+        u64::MAX
+    } else {
+        60 + rng.below(300)
+    };
+    let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} device ops)");
+    let (model, ending, cut_short) = cut_run(&env, seed, queue_depth, trip_after, &label);
 
     let mut server = env.serve();
     verify(
@@ -318,28 +338,11 @@ fn a_lost_log_device_is_a_clear_error_then_the_pool_comes_back_consistent() {
     for seed in 101..=106u64 {
         let _heavy = heavy();
         let env = Env::new();
-        let (d0, slog) = (env.dev("d0.img"), env.dev("slog.img"));
-        env.ok(&[
-            "pool",
-            "create",
-            "--size",
-            "256M",
-            "tank",
-            &format!("emu:ssd-sata:{d0}"),
-            "log",
-            &format!("emu:ssd-sata:{slog}"),
-        ]);
-        env.create_volume("tank/vol", &format!("{}", VOLUME_BLOCKS * BLOCK), &[]);
+        let slog = create_pool_with_log(&env);
         let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
         let trip_after = 100 + Rng(seed).below(300);
         let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} ops)");
-        let mut server = env.serve_with_env(&[
-            ("CAIRN_INJECT_POWER_CUT_AFTER_OPS", trip_after.to_string()),
-            ("CAIRN_INJECT_SEED", seed.to_string()),
-        ]);
-        let (model, ending) = workload(&server.socket, seed, queue_depth);
-        server.kill();
-        drop(server);
+        let (model, ending, _) = cut_run(&env, seed, queue_depth, trip_after, &label);
         std::fs::remove_file(&slog).unwrap();
 
         // A socket path that cannot be bound: a server that opened the pool stops there
