@@ -18,7 +18,7 @@
 
 mod common;
 
-use cairn_dataset::WriteOptions;
+use cairn_dataset::{Volume, WriteOptions};
 use cairn_device::emulated::PowerSwitch;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup};
@@ -360,6 +360,42 @@ fn acknowledged_sync_writes_survive_power_cuts() {
     }
 }
 
+/// A pool of one disk (and a log device if asked) fed by `power` if given, with the test
+/// volume created with `properties`, and that volume.
+fn single_writer_volume(
+    dir: &Path,
+    seed: u64,
+    log_device: bool,
+    power: Option<&Arc<PowerSwitch>>,
+    properties: &[(String, String)],
+) -> (Pool, Arc<Volume>) {
+    let scenario = Scenario {
+        writers: 1,
+        log_device,
+        volblocksize: "4K",
+        trip_after_ops: 0,
+    };
+    let pool = create_pool(dir, &scenario, opener(seed, power.cloned()));
+    pool.create_volume("tank/vol", VOLUME_BYTES, properties)
+        .expect("volume");
+    let volume = pool.volume("tank/vol").expect("volume");
+    (pool, volume)
+}
+
+/// Imports the pool of `single_writer_volume` (with its log device) after a power cut.
+fn import_after_cut(
+    dir: &Path,
+    seed: u64,
+    ignore_missing_log: bool,
+) -> Result<Pool, cairn_engine::EngineError> {
+    let (d0, slog) = paths(dir);
+    Pool::import(
+        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
+        "tank",
+        pool_options(opener(seed, None), ignore_missing_log),
+    )
+}
+
 fn paths(dir: &Path) -> (PathBuf, PathBuf) {
     (dir.join("d0.img"), dir.join("slog.img"))
 }
@@ -368,16 +404,7 @@ fn paths(dir: &Path) -> (PathBuf, PathBuf) {
 fn flush_commits_the_log_without_a_txg_sync_and_replay_restores_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let power = Arc::new(PowerSwitch::with_seed(7));
-    let scenario = Scenario {
-        writers: 1,
-        log_device: true,
-        volblocksize: "4K",
-        trip_after_ops: 0,
-    };
-    let pool = create_pool(dir.path(), &scenario, opener(7, Some(power.clone())));
-    pool.create_volume("tank/vol", VOLUME_BYTES, &[])
-        .expect("volume");
-    let volume = pool.volume("tank/vol").expect("volume");
+    let (pool, volume) = single_writer_volume(dir.path(), 7, true, Some(&power), &[]);
     // The first commit starts the chain (one txg sync records its header); after that a
     // flush is a log write plus a device flush, and no txg syncs.
     volume.write(0, &pattern(1, 0)).unwrap();
@@ -413,13 +440,7 @@ fn flush_commits_the_log_without_a_txg_sync_and_replay_restores_it() {
     drop(volume);
     drop(pool);
 
-    let (d0, slog) = paths(dir.path());
-    let pool = Pool::import(
-        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
-        "tank",
-        pool_options(opener(7, None), false),
-    )
-    .expect("import");
+    let pool = import_after_cut(dir.path(), 7, false).expect("import");
     let notes = pool.notes().join("\n");
     assert!(notes.contains("replayed 50 intent-log records"), "{notes}");
     let volume = pool.volume("tank/vol").unwrap();
@@ -440,16 +461,7 @@ fn flush_commits_the_log_without_a_txg_sync_and_replay_restores_it() {
 fn a_missing_log_device_is_a_clear_error_unless_accepted() {
     let dir = tempfile::tempdir().expect("tempdir");
     let power = Arc::new(PowerSwitch::with_seed(9));
-    let scenario = Scenario {
-        writers: 1,
-        log_device: true,
-        volblocksize: "4K",
-        trip_after_ops: 0,
-    };
-    let pool = create_pool(dir.path(), &scenario, opener(9, Some(power.clone())));
-    pool.create_volume("tank/vol", VOLUME_BYTES, &[])
-        .expect("volume");
-    let volume = pool.volume("tank/vol").expect("volume");
+    let (pool, volume) = single_writer_volume(dir.path(), 9, true, Some(&power), &[]);
     // The first commit starts the chain with a txg sync: sector 0 is in the pool proper.
     volume.write(0, &pattern(1, 0)).unwrap();
     volume.flush().unwrap();
@@ -473,12 +485,7 @@ fn a_missing_log_device_is_a_clear_error_unless_accepted() {
         err.contains("log device") && err.contains("--ignore-missing-log"),
         "{err}"
     );
-    let pool = Pool::import(
-        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
-        "tank",
-        pool_options(opener(9, None), true),
-    )
-    .expect("import accepting the missing log");
+    let pool = import_after_cut(dir.path(), 9, true).expect("import accepting the missing log");
     let notes = pool.notes().join("\n");
     assert!(notes.contains("discarded the intent log"), "{notes}");
     let volume = pool.volume("tank/vol").unwrap();
@@ -508,16 +515,7 @@ fn sectors(tag: u64, offset: u64, len: u64) -> Vec<u8> {
 fn a_flush_after_a_burst_of_writes_syncs_the_txg_instead_of_logging_it_all() {
     let dir = tempfile::tempdir().expect("tempdir");
     let power = Arc::new(PowerSwitch::with_seed(11));
-    let scenario = Scenario {
-        writers: 1,
-        log_device: true,
-        volblocksize: "4K",
-        trip_after_ops: 0,
-    };
-    let pool = create_pool(dir.path(), &scenario, opener(11, Some(power.clone())));
-    pool.create_volume("tank/vol", VOLUME_BYTES, &[])
-        .expect("volume");
-    let volume = pool.volume("tank/vol").expect("volume");
+    let (pool, volume) = single_writer_volume(dir.path(), 11, true, Some(&power), &[]);
     volume.write(0, &pattern(1, 0)).unwrap();
     volume.flush().unwrap();
     let synced_before = pool.status().txg;
@@ -556,13 +554,7 @@ fn a_flush_after_a_burst_of_writes_syncs_the_txg_instead_of_logging_it_all() {
     drop(volume);
     drop(pool);
 
-    let (d0, slog) = paths(dir.path());
-    let pool = Pool::import(
-        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
-        "tank",
-        pool_options(opener(11, None), false),
-    )
-    .expect("import");
+    let pool = import_after_cut(dir.path(), 11, false).expect("import");
     let volume = pool.volume("tank/vol").unwrap();
     let mut found = vec![0u8; VOLUME_BYTES as usize];
     volume.read(0, &mut found).unwrap();
@@ -579,16 +571,7 @@ fn a_flush_after_a_burst_of_writes_syncs_the_txg_instead_of_logging_it_all() {
 #[test]
 fn check_while_the_log_commits_finds_no_leaks() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let scenario = Scenario {
-        writers: 1,
-        log_device: false,
-        volblocksize: "4K",
-        trip_after_ops: 0,
-    };
-    let pool = create_pool(dir.path(), &scenario, opener(13, None));
-    pool.create_volume("tank/vol", VOLUME_BYTES, &[])
-        .expect("volume");
-    let volume = pool.volume("tank/vol").expect("volume");
+    let (pool, volume) = single_writer_volume(dir.path(), 13, false, None, &[]);
     volume.write(0, &pattern(1, 0)).unwrap();
     volume.flush().unwrap();
     let stop = AtomicBool::new(false);
@@ -627,20 +610,13 @@ fn check_while_the_log_commits_finds_no_leaks() {
 fn logbias_chooses_where_log_blocks_go() {
     let dir = tempfile::tempdir().expect("tempdir");
     let power = Arc::new(PowerSwitch::with_seed(17));
-    let scenario = Scenario {
-        writers: 1,
-        log_device: true,
-        volblocksize: "4K",
-        trip_after_ops: 0,
-    };
-    let pool = create_pool(dir.path(), &scenario, opener(17, Some(power.clone())));
-    pool.create_volume(
-        "tank/vol",
-        VOLUME_BYTES,
+    let (pool, volume) = single_writer_volume(
+        dir.path(),
+        17,
+        true,
+        Some(&power),
         &[("logbias".into(), "throughput".into())],
-    )
-    .expect("volume");
-    let volume = pool.volume("tank/vol").expect("volume");
+    );
     for n in 0..20u64 {
         volume.write(n * SECTOR, &pattern(n + 1, n)).unwrap();
         volume.flush().unwrap();
@@ -670,13 +646,7 @@ fn logbias_chooses_where_log_blocks_go() {
     drop(volume);
     drop(pool);
 
-    let (d0, slog) = paths(dir.path());
-    let pool = Pool::import(
-        &ImportSource::Devices(vec![spec(&d0), spec(&slog)]),
-        "tank",
-        pool_options(opener(17, None), false),
-    )
-    .expect("import");
+    let pool = import_after_cut(dir.path(), 17, false).expect("import");
     let volume = pool.volume("tank/vol").unwrap();
     for n in 0..40u64 {
         let mut found = vec![0u8; SECTOR as usize];
