@@ -20,7 +20,9 @@
 //!
 //! Flush. `flush()` waits until every write submitted before it has completed, then calls the
 //! device's flush from the caller's thread. It reports the flush's result only: write errors
-//! are reported on each write's own handle.
+//! are reported on each write's own handle. `flush_completed()` skips the wait: it covers the
+//! writes that completed before it, which is all an intent-log commit needs (it waited for its
+//! own writes), and it must not queue behind a txg sync's hundreds of megabytes of async writes.
 //!
 //! Invariants: a request is in exactly one place (pending in its class queue and the offset
 //! index, or active in one aggregate); `unfinished_writes` holds exactly the writes submitted
@@ -598,6 +600,16 @@ impl LeafQueue {
             }
             sched.flush_waiters -= 1;
         }
+        self.flush_device(started)
+    }
+
+    /// Flushes the device at once: makes durable every write that completed before this call,
+    /// and waits for no write still queued or in service.
+    pub fn flush_completed(&self) -> Result<(), DeviceError> {
+        self.flush_device(self.shared.clock.now())
+    }
+
+    fn flush_device(&self, started: Duration) -> Result<(), DeviceError> {
         let result = self.shared.device.flush();
         let latency = self.shared.clock.now().saturating_sub(started);
         let mut sched = self.shared.sched.lock();

@@ -143,9 +143,10 @@ impl BlockIo {
         Ok(())
     }
 
-    /// Flushes every usable child of the given top-level vdevs, in parallel. A leaf whose flush
-    /// fails is faulted; fails if some vdev has no child that flushed.
-    pub fn flush_vdevs(&self, vdevs: &BTreeSet<u32>) -> Result<(), PipelineError> {
+    /// Flushes every usable child of the given top-level vdevs, in parallel, making durable the
+    /// writes that completed before the call; writes still queued (a txg sync's) are not waited
+    /// for. A leaf whose flush fails is faulted; fails if some vdev has no child that flushed.
+    pub fn flush_completed_writes(&self, vdevs: &BTreeSet<u32>) -> Result<(), PipelineError> {
         let tree = self.tree();
         let leaves: Vec<(u32, Arc<Leaf>)> = vdevs
             .iter()
@@ -159,7 +160,7 @@ impl BlockIo {
             .collect();
         let results: Vec<(u32, Arc<Leaf>, Result<(), String>)> = if leaves.len() == 1 {
             let (id, leaf) = leaves.into_iter().next().expect("one leaf");
-            let result = leaf.flush().map_err(|err| err.to_string());
+            let result = leaf.flush_completed().map_err(|err| err.to_string());
             vec![(id, leaf, result)]
         } else {
             std::thread::scope(|scope| {
@@ -167,7 +168,7 @@ impl BlockIo {
                     .into_iter()
                     .map(|(id, leaf)| {
                         scope.spawn(move || {
-                            let result = leaf.flush().map_err(|err| err.to_string());
+                            let result = leaf.flush_completed().map_err(|err| err.to_string());
                             (id, leaf, result)
                         })
                     })

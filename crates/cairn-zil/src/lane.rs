@@ -17,13 +17,18 @@ use cairn_format::{ChainPosition, Dva, LaneHead, LogBlock, LogRecord, LogRecordK
 use cairn_pipeline::RawWrites;
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::Thread;
 use std::time::Instant;
 
 /// The smallest piece a write is split into to fill the end of a block.
 const SPLIT_BYTES_MIN: usize = 512;
-/// A builder waits at most this fraction (1/n) of the last batch's latency for company.
-const COMPANY_WAIT_DIVISOR: u32 = 10;
+/// A builder waits at most this fraction (1/n) of the last batch's latency for company: on
+/// flash, where batches overlap and are cheap...
+const COMPANY_WAIT_DIVISOR_FLASH: u32 = 10;
+/// ...and on a disk, where every batch costs a rotation and gathering the committers just
+/// released (who need a network round trip to come back) doubles what one rotation carries.
+const COMPANY_WAIT_DIVISOR_ROTATIONAL: u32 = 4;
 /// Batches of one lane in flight at once when its log blocks go to a rotational device...
 const IN_FLIGHT_MAX_ROTATIONAL: usize = 1;
 /// ...and otherwise.
@@ -127,12 +132,28 @@ struct LaneState {
     /// Records and write-and-flush time of the last completed batch (for the company wait).
     last_batch_records: usize,
     last_batch_latency: std::time::Duration,
+    /// Committers the next batch can expect: those the last batch released (they come back
+    /// with their next write) plus those already pending when it completed.
+    expected_company: usize,
+    /// While a builder waits for company: the pending count that ends its wait (else 0).
+    company_wanted: usize,
+    /// Committers whose records are in flight, parked until their ticket is durable (or the
+    /// lane fails): woken one by one by `Lane::publish`, so a batch releasing dozens of them
+    /// costs no convoy through the lane's lock.
+    durable_waiters: Vec<(u64, Thread)>,
 }
 
 pub(crate) struct Lane {
     index: u32,
     state: Mutex<LaneState>,
     cond: Condvar,
+    /// Wakes a builder waiting for company once enough records are pending (only the builder
+    /// waits on it, so an append never wakes the committers waiting for their batches).
+    company: Condvar,
+    /// `durable_ticket` and whether `failed` is set, as of the last `publish`: read by parked
+    /// committers without the lock.
+    durable_published: AtomicU64,
+    failed_published: AtomicBool,
 }
 
 /// What a builder produced.
@@ -163,8 +184,14 @@ impl Lane {
                 failed: None,
                 last_batch_records: 0,
                 last_batch_latency: std::time::Duration::ZERO,
+                expected_company: 0,
+                company_wanted: 0,
+                durable_waiters: Vec::new(),
             }),
+            durable_published: AtomicU64::new(0),
+            failed_published: AtomicBool::new(false),
             cond: Condvar::new(),
+            company: Condvar::new(),
         }
     }
 
@@ -176,8 +203,10 @@ impl Lane {
         let mut st = self.state.lock();
         // Amortized O(1) per record, so an idle lane's memory stays bounded by one txg of
         // records.
+        let mut to_wake = Vec::new();
         if !st.building {
             st.drop_synced_front(synced_txg);
+            to_wake = self.publish(&mut st);
         }
         let ticket = st.next_ticket;
         st.next_ticket += 1;
@@ -187,10 +216,50 @@ impl Lane {
             sequence,
             op,
         });
+        if st.company_wanted > 0 && st.pending.len() >= st.company_wanted {
+            self.company.notify_one();
+        }
+        drop(st);
+        wake(to_wake);
         Ticket {
             lane: self.index,
             number: ticket,
             txg,
+        }
+    }
+
+    /// Publishes `durable_ticket` and `failed` for parked committers and takes those to wake:
+    /// every one whose ticket is durable, all of them once the lane has failed. Call after any
+    /// change of either, and wake the result once the lock is released.
+    #[must_use]
+    fn publish(&self, st: &mut LaneState) -> Vec<Thread> {
+        self.durable_published
+            .store(st.durable_ticket, Ordering::Release);
+        let failed = st.failed.is_some();
+        self.failed_published.store(failed, Ordering::Release);
+        let durable = st.durable_ticket;
+        let mut to_wake = Vec::new();
+        st.durable_waiters.retain(|(ticket, thread)| {
+            let done = failed || *ticket <= durable;
+            if done {
+                to_wake.push(thread.clone());
+            }
+            !done
+        });
+        to_wake
+    }
+
+    /// Parks the calling committer until `ticket` is durable or the lane has failed. The
+    /// caller checked, under the lock it hands in, that neither is true yet and that its
+    /// record is in a batch (no builder needs it); the lock is released while parked.
+    fn wait_durable(&self, mut st: parking_lot::MutexGuard<'_, LaneState>, ticket: u64) {
+        st.durable_waiters.push((ticket, std::thread::current()));
+        drop(st);
+        // Unparks that arrive before `park` are kept as a token; spurious returns loop.
+        while self.durable_published.load(Ordering::Acquire) < ticket
+            && !self.failed_published.load(Ordering::Acquire)
+        {
+            std::thread::park();
         }
     }
 
@@ -288,6 +357,12 @@ impl Built {
             done: true,
         });
         blocks
+    }
+}
+
+fn wake(threads: Vec<Thread>) {
+    for thread in threads {
+        thread.unpark();
     }
 }
 
@@ -411,8 +486,15 @@ impl IntentLog {
             } else {
                 IN_FLIGHT_MAX_FLASH
             };
+            if !front_is_ours {
+                // Our record is in a batch: only its completion (or a failure) concerns us.
+                self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
+                lane.wait_durable(st, target);
+                st = lane.state.lock();
+                continue;
+            }
             let may_build = !st.building && st.in_flight.len() < in_flight_max;
-            if !may_build || !front_is_ours {
+            if !may_build {
                 // Someone is building, or our record is in a batch in flight: wait for either.
                 self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
                 lane.cond.wait(&mut st);
@@ -420,21 +502,31 @@ impl IntentLog {
             }
             st.building = true;
             st.drop_synced_front(self.txg.last_synced_txg());
+            wake(lane.publish(&mut st));
             if st.pending.payload_bytes >= self.config.bulk_sync_bytes {
                 drop(st);
                 self.sync_instead(lane)?;
                 st = lane.state.lock();
                 continue;
             }
-            // Group commit with company: when the last batch carried several records (several
-            // committers are active), wait up to a tenth of its write-and-flush time for the
-            // others to arrive, so one flush serves them all instead of every other batch
-            // carrying only the early ones. A lone committer (last batch of one) never waits.
-            if st.last_batch_records > 1 {
-                let deadline = Instant::now() + st.last_batch_latency / COMPANY_WAIT_DIVISOR;
-                while st.pending.len() < st.last_batch_records && Instant::now() < deadline {
-                    lane.cond.wait_until(&mut st, deadline);
+            // Group commit with company: when several committers are active, wait a little for
+            // the others to arrive, so one flush serves them all. With one batch in flight at a
+            // time (a disk), committers otherwise split into two cohorts that take turns — one
+            // rides the batch in flight while the other queues for the next — and every
+            // rotation carries half of them; waiting for the ones the last batch released
+            // merges the cohorts. A lone committer (nobody else seen) never waits.
+            let (expected, divisor) = if in_flight_max == 1 {
+                (st.expected_company, COMPANY_WAIT_DIVISOR_ROTATIONAL)
+            } else {
+                (st.last_batch_records, COMPANY_WAIT_DIVISOR_FLASH)
+            };
+            if expected > 1 {
+                let deadline = Instant::now() + st.last_batch_latency / divisor;
+                st.company_wanted = expected;
+                while st.pending.len() < expected && Instant::now() < deadline {
+                    lane.company.wait_until(&mut st, deadline);
                 }
+                st.company_wanted = 0;
             }
             // A fallback meanwhile may have made everything durable (and emptied `pending`).
             if st.pending.front().is_none_or(|itx| itx.ticket > target) {
@@ -509,7 +601,7 @@ impl IntentLog {
                     Ok(())
                 } else {
                     self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-                    self.io.flush_vdevs(&vdevs)
+                    self.io.flush_completed_writes(&vdevs)
                 }
             });
             st = lane.state.lock();
@@ -523,8 +615,13 @@ impl IntentLog {
                     self.stats.count_batch(&built.blocks, built.log_bytes);
                     st.last_batch_records = batch_records;
                     st.last_batch_latency = batch_started.elapsed();
+                    st.expected_company = batch_records + st.pending.len();
                     st.complete(batch_id);
+                    let to_wake = lane.publish(&mut st);
                     lane.cond.notify_all();
+                    drop(st);
+                    wake(to_wake);
+                    st = lane.state.lock();
                 }
                 Err(err) => {
                     drop(st);
@@ -623,6 +720,7 @@ impl IntentLog {
                 Err(self.failed(reason))
             }
         };
+        wake(lane.publish(st));
         lane.cond.notify_all();
         outcome
     }
