@@ -2,7 +2,8 @@
 //!
 //! Durability contract: `write_vectored_at` returning `Ok` means the device accepted the bytes,
 //! not that they survive a power cut; only a later successful `flush` makes them durable (unless
-//! the device has no volatile cache). Reads see every completed write, flushed or not.
+//! the device has no volatile cache). `write_vectored_at_fua` returning `Ok` means its own bytes
+//! are durable. Reads see every completed write, flushed or not.
 
 use thiserror::Error;
 
@@ -49,6 +50,15 @@ pub trait Device: Send + Sync + 'static {
     fn read_vectored_at(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<(), DeviceError>;
     /// Writes the concatenation of `bufs` starting at `offset`.
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> Result<(), DeviceError>;
+    /// Writes like `write_vectored_at` and returns only once these bytes are durable (Force
+    /// Unit Access), leaving other unflushed writes as they are: a SATA or SCSI FUA write, or
+    /// `RWF_DSYNC` on a file. Unlike a flush it is a queued command, so several can be in
+    /// flight. The default writes and then flushes everything, which is correct but costs a
+    /// whole-cache flush.
+    fn write_vectored_at_fua(&self, offset: u64, bufs: &[&[u8]]) -> Result<(), DeviceError> {
+        self.write_vectored_at(offset, bufs)?;
+        self.flush()
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// Tells the device the range holds nothing of value (TRIM / hole punch). Reads of a

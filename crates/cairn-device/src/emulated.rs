@@ -15,7 +15,9 @@
 //!    the same way, because it only ever lived in memory. Optionally a seeded coin destages a
 //!    random cached write early after each write, as real drives do in no particular order.
 //!    Models without a volatile cache write straight through: acknowledged means durable.
-//!    Every flush ends with a flush of the backing device, so the host's copy is durable too;
+//!    A FUA write (`write_vectored_at_fua`) goes straight to the backing device (dropping any
+//!    older cached copy of its range) and, on the disk, completes once the model has destaged
+//!    it. Every flush ends with a flush of the backing device, so the host's copy is durable too;
 //!    on a real clock a request takes the longer of the model's time and the backing's own time
 //!    (put backing files on tmpfs for what-if runs of fast models).
 //! 3. Faults. `FaultConfig` (changeable at run time) injects read/write EIO, bit flips in read
@@ -335,6 +337,88 @@ impl EmulatedDevice {
         }
     }
 
+    /// A write, with Force Unit Access or not: faults, then the cache (or, for FUA and for
+    /// models without a volatile cache, the backing device), then the model's timing.
+    fn write_impl(&self, offset: u64, bufs: &[&[u8]], fua: bool) -> Result<(), DeviceError> {
+        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
+        self.precheck("write", offset, len)?;
+        self.count_on_switch()?;
+        let power = self.power.read();
+        let Some(backing) = power.as_ref() else {
+            return Err(self.powered_off());
+        };
+        let arrival = self.now();
+        let mut inner = self.inner.lock();
+        let faults = inner.faults;
+        if roll(&mut inner.rng, faults.write_eio_probability) {
+            inner.stats.injected_write_eio += 1;
+            return Err(self.injected("EIO", "write", offset));
+        }
+        let lost = roll(&mut inner.rng, faults.lost_write_probability);
+        let mut target = offset;
+        if roll(&mut inner.rng, faults.misdirected_write_probability) {
+            let slots = self.size_bytes.saturating_sub(len) / SECTOR_BYTES;
+            if slots > 0 {
+                let mut slot = inner.rng.random_range(0..=slots);
+                if slot * SECTOR_BYTES == offset {
+                    slot = (slot + 1) % (slots + 1);
+                }
+                target = slot * SECTOR_BYTES;
+                inner.stats.injected_misdirected_writes += 1;
+            }
+        }
+        inner.stats.writes += 1;
+        inner.stats.write_bytes += len;
+        if lost {
+            inner.stats.injected_lost_writes += 1;
+        } else if fua && self.model.has_volatile_cache() {
+            // Straight to the platter: an older cached copy of the range must not be destaged
+            // over it later, and the host's copy must be durable too.
+            inner.cache.trim(target, len);
+            backing.write_vectored_at_fua(target, bufs)?;
+        } else if self.model.has_volatile_cache() {
+            inner.cache.insert(target, bufs.concat());
+            while inner.cache.bytes() > self.model.volatile_cache_bytes() {
+                let oldest = inner.cache.pop_oldest().expect("a non-empty cache");
+                if let Err(e) = backing.write_at(oldest.offset, &oldest.data) {
+                    inner.cache.restore(oldest);
+                    return Err(e);
+                }
+                inner.stats.overflow_destages += 1;
+            }
+            if !inner.cache.is_empty() && roll(&mut inner.rng, self.destage_probability) {
+                let entries = inner.cache.len();
+                let n = inner.rng.random_range(0..entries);
+                let early = inner.cache.remove_nth(n).expect("n < len");
+                if let Err(e) = backing.write_at(early.offset, &early.data) {
+                    inner.cache.restore(early);
+                    return Err(e);
+                }
+                inner.stats.early_destages += 1;
+            }
+        }
+        // Never held while waiting for the model: other requests must be able to arrive (and
+        // queue on the device) meanwhile.
+        drop(inner);
+        if !lost && !self.model.has_volatile_cache() {
+            // No volatile cache: acknowledged means durable, for the host's copy as well when
+            // the write asked for it.
+            if fua {
+                backing.write_vectored_at_fua(target, bufs)?;
+            } else {
+                backing.write_vectored_at(target, bufs)?;
+            }
+        }
+        drop(power);
+        let op = if fua {
+            TimedOp::WriteFua { offset, len }
+        } else {
+            TimedOp::Write { offset, len }
+        };
+        self.complete(arrival, op);
+        Ok(())
+    }
+
     fn injected(&self, fault: &'static str, op: &'static str, offset: u64) -> DeviceError {
         DeviceError::Injected {
             device: self.description.clone(),
@@ -397,64 +481,11 @@ impl Device for EmulatedDevice {
     }
 
     fn write_vectored_at(&self, offset: u64, bufs: &[&[u8]]) -> Result<(), DeviceError> {
-        let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
-        self.precheck("write", offset, len)?;
-        self.count_on_switch()?;
-        let power = self.power.read();
-        let Some(backing) = power.as_ref() else {
-            return Err(self.powered_off());
-        };
-        let arrival = self.now();
-        let mut inner = self.inner.lock();
-        let faults = inner.faults;
-        if roll(&mut inner.rng, faults.write_eio_probability) {
-            inner.stats.injected_write_eio += 1;
-            return Err(self.injected("EIO", "write", offset));
-        }
-        let lost = roll(&mut inner.rng, faults.lost_write_probability);
-        let mut target = offset;
-        if roll(&mut inner.rng, faults.misdirected_write_probability) {
-            let slots = self.size_bytes.saturating_sub(len) / SECTOR_BYTES;
-            if slots > 0 {
-                let mut slot = inner.rng.random_range(0..=slots);
-                if slot * SECTOR_BYTES == offset {
-                    slot = (slot + 1) % (slots + 1);
-                }
-                target = slot * SECTOR_BYTES;
-                inner.stats.injected_misdirected_writes += 1;
-            }
-        }
-        inner.stats.writes += 1;
-        inner.stats.write_bytes += len;
-        if lost {
-            inner.stats.injected_lost_writes += 1;
-        } else if self.model.has_volatile_cache() {
-            inner.cache.insert(target, bufs.concat());
-            while inner.cache.bytes() > self.model.volatile_cache_bytes() {
-                let oldest = inner.cache.pop_oldest().expect("a non-empty cache");
-                if let Err(e) = backing.write_at(oldest.offset, &oldest.data) {
-                    inner.cache.restore(oldest);
-                    return Err(e);
-                }
-                inner.stats.overflow_destages += 1;
-            }
-            if !inner.cache.is_empty() && roll(&mut inner.rng, self.destage_probability) {
-                let entries = inner.cache.len();
-                let n = inner.rng.random_range(0..entries);
-                let early = inner.cache.remove_nth(n).expect("n < len");
-                if let Err(e) = backing.write_at(early.offset, &early.data) {
-                    inner.cache.restore(early);
-                    return Err(e);
-                }
-                inner.stats.early_destages += 1;
-            }
-        } else {
-            drop(inner);
-            backing.write_vectored_at(target, bufs)?;
-        }
-        drop(power);
-        self.complete(arrival, TimedOp::Write { offset, len });
-        Ok(())
+        self.write_impl(offset, bufs, false)
+    }
+
+    fn write_vectored_at_fua(&self, offset: u64, bufs: &[&[u8]]) -> Result<(), DeviceError> {
+        self.write_impl(offset, bufs, true)
     }
 
     fn flush(&self) -> Result<(), DeviceError> {

@@ -20,9 +20,10 @@
 //!
 //! Flush. `flush()` waits until every write submitted before it has completed, then calls the
 //! device's flush from the caller's thread. It reports the flush's result only: write errors
-//! are reported on each write's own handle. `flush_completed()` skips the wait: it covers the
-//! writes that completed before it, which is all an intent-log commit needs (it waited for its
-//! own writes), and it must not queue behind a txg sync's hundreds of megabytes of async writes.
+//! are reported on each write's own handle.
+//!
+//! Direct writes (`write_direct`) run in the caller's thread, optionally as FUA writes that are
+//! durable on return; the intent log writes its blocks that way and never flushes.
 //!
 //! Invariants: a request is in exactly one place (pending in its class queue and the offset
 //! index, or active in one aggregate); `unfinished_writes` holds exactly the writes submitted
@@ -178,6 +179,8 @@ pub struct QueueStats {
     /// Device calls made for the requests above (fewer than requests when aggregating).
     pub read_calls: u64,
     pub write_calls: u64,
+    /// Writes made durable on their own (FUA), which need no flush.
+    pub fua_writes: u64,
     pub flushes: u64,
     pub discards: u64,
     /// Failed requests (each request of a failed aggregate counts).
@@ -206,6 +209,7 @@ impl Default for QueueStats {
             write_bytes: 0,
             read_calls: 0,
             write_calls: 0,
+            fua_writes: 0,
             flushes: 0,
             discards: 0,
             read_errors: 0,
@@ -232,7 +236,7 @@ impl fmt::Display for QueueStats {
         write!(
             f,
             "read {} req / {} calls / {} B (p50 {} us, p99 {} us, {} err); \
-             write {} req / {} calls / {} B (p50 {} us, p99 {} us, {} err); \
+             write {} req / {} calls / {} B (p50 {} us, p99 {} us, {} err, {} fua); \
              flush {} (p50 {} us, {} err); queued {}, active {}",
             self.read_requests,
             self.read_calls,
@@ -246,6 +250,7 @@ impl fmt::Display for QueueStats {
             p(&self.write_latency_us, 0.5),
             p(&self.write_latency_us, 0.99),
             self.write_errors,
+            self.fua_writes,
             self.flushes,
             p(&self.flush_latency_us, 0.5),
             self.flush_errors,
@@ -553,19 +558,31 @@ impl LeafQueue {
         handles
     }
 
-    /// Writes `data` at `offset` in the caller's thread, bypassing the queue but not its
+    /// Writes `bufs` at `offset` in the caller's thread, bypassing the queue but not its
     /// accounting: for a lone latency-critical write (an intent-log block at QD1) two thread
-    /// hops cost more than anything the queue could merge or reorder. A later `flush` covers
-    /// it, as it covers queued writes.
-    pub fn write_direct(&self, offset: u64, data: &[u8]) -> Result<(), DeviceError> {
+    /// hops cost more than anything the queue could merge or reorder. With `durable` it is a
+    /// FUA write (`Device::write_vectored_at_fua`): its bytes are on stable media when it
+    /// returns, and several such writes may be in flight at once (a flush is one at a time);
+    /// otherwise a later `flush` covers it, as it covers queued writes.
+    pub fn write_direct(
+        &self,
+        offset: u64,
+        bufs: &[&[u8]],
+        durable: bool,
+    ) -> Result<(), DeviceError> {
         let started = self.shared.clock.now();
-        let result = self.shared.device.write_at(offset, data);
+        let result = if durable {
+            self.shared.device.write_vectored_at_fua(offset, bufs)
+        } else {
+            self.shared.device.write_vectored_at(offset, bufs)
+        };
         let latency_us = micros(self.shared.clock.now().saturating_sub(started));
         let mut sched = self.shared.sched.lock();
         let stats = &mut sched.stats;
         stats.write_requests += 1;
         stats.write_calls += 1;
-        stats.write_bytes += data.len() as u64;
+        stats.write_bytes += bufs.iter().map(|buf| buf.len() as u64).sum::<u64>();
+        stats.fua_writes += u64::from(durable);
         stats.write_errors += u64::from(result.is_err());
         stats.write_latency_us.saturating_record(latency_us);
         result
@@ -601,12 +618,6 @@ impl LeafQueue {
             sched.flush_waiters -= 1;
         }
         self.flush_device(started)
-    }
-
-    /// Flushes the device at once: makes durable every write that completed before this call,
-    /// and waits for no write still queued or in service.
-    pub fn flush_completed(&self) -> Result<(), DeviceError> {
-        self.flush_device(self.shared.clock.now())
     }
 
     fn flush_device(&self, started: Duration) -> Result<(), DeviceError> {

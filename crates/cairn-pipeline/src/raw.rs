@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 #[must_use = "raw writes must be waited on"]
 pub struct RawWrites {
     pending: Vec<(u32, Arc<Leaf>, IoHandle<()>)>,
-    /// Writes already done in the caller's thread (`write_raw_direct`).
+    /// Writes already done, and durable, in the caller's thread (`write_raw_durable`).
     done: Vec<(u32, Arc<Leaf>, Result<(), String>)>,
 }
 
@@ -92,20 +92,47 @@ impl BlockIo {
         })
     }
 
-    /// Like `write_raw`, but writes in the caller's thread now (see `LeafQueue::write_direct`):
-    /// for a single latency-critical block.
-    pub fn write_raw_direct(
+    /// Writes the concatenation of `bufs` to every usable child of `dva`'s top-level vdev in
+    /// the caller's thread, as one FUA write each (see `LeafQueue::write_direct`): the bytes are
+    /// on stable media when this returns and need no flush. The children of a mirror are
+    /// written in parallel. For intent-log blocks, where a commit waits for exactly these
+    /// bytes and nothing else.
+    pub fn write_raw_durable(
         &self,
         dva: &Dva,
-        data: &[u8],
+        bufs: &[&[u8]],
         writes: &mut RawWrites,
     ) -> Result<(), PipelineError> {
-        self.write_raw_with(dva, data.len(), |vdev, leaf, queue| {
-            let result = queue
-                .write_direct(VDEV_DATA_START + dva.offset, data)
-                .map_err(|err| err.to_string());
+        let len: usize = bufs.iter().map(|buf| buf.len()).sum();
+        let mut children = Vec::new();
+        self.write_raw_with(dva, len, |vdev, leaf, queue| {
+            children.push((vdev, leaf, queue.clone()));
+        })?;
+        let offset = VDEV_DATA_START + dva.offset;
+        let write = |queue: &LeafQueue| {
+            queue
+                .write_direct(offset, bufs, true)
+                .map_err(|err| err.to_string())
+        };
+        if let [(vdev, leaf, queue)] = children.as_slice() {
+            let result = write(queue);
+            writes.done.push((*vdev, leaf.clone(), result));
+            return Ok(());
+        }
+        let results: Vec<_> = std::thread::scope(|scope| {
+            let handles: Vec<_> = children
+                .iter()
+                .map(|(_, _, queue)| scope.spawn(|| write(queue)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().expect("log write thread panicked"))
+                .collect()
+        });
+        for ((vdev, leaf, _), result) in children.into_iter().zip(results) {
             writes.done.push((vdev, leaf, result));
-        })
+        }
+        Ok(())
     }
 
     /// Calls `write(vdev, leaf, queue)` for every usable child of `dva`'s top-level vdev and
@@ -114,7 +141,7 @@ impl BlockIo {
         &self,
         dva: &Dva,
         len: usize,
-        mut write: impl FnMut(u32, Arc<Leaf>, &LeafQueue),
+        mut write: impl FnMut(u32, Arc<Leaf>, &Arc<LeafQueue>),
     ) -> Result<(), PipelineError> {
         assert!(
             len as u64 <= u64::from(dva.asize),
@@ -141,64 +168,6 @@ impl BlockIo {
             .raw_bytes_written
             .fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Flushes every usable child of the given top-level vdevs, in parallel, making durable the
-    /// writes that completed before the call; writes still queued (a txg sync's) are not waited
-    /// for. A leaf whose flush fails is faulted; fails if some vdev has no child that flushed.
-    pub fn flush_completed_writes(&self, vdevs: &BTreeSet<u32>) -> Result<(), PipelineError> {
-        let tree = self.tree();
-        let leaves: Vec<(u32, Arc<Leaf>)> = vdevs
-            .iter()
-            .filter_map(|id| tree.top(*id).map(|top| (*id, top)))
-            .flat_map(|(id, top)| {
-                top.leaves
-                    .iter()
-                    .filter(|leaf| leaf.is_usable())
-                    .map(move |leaf| (id, leaf.clone()))
-            })
-            .collect();
-        let results: Vec<(u32, Arc<Leaf>, Result<(), String>)> = if leaves.len() == 1 {
-            let (id, leaf) = leaves.into_iter().next().expect("one leaf");
-            let result = leaf.flush_completed().map_err(|err| err.to_string());
-            vec![(id, leaf, result)]
-        } else {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = leaves
-                    .into_iter()
-                    .map(|(id, leaf)| {
-                        scope.spawn(move || {
-                            let result = leaf.flush_completed().map_err(|err| err.to_string());
-                            (id, leaf, result)
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|handle| handle.join().expect("flush thread panicked"))
-                    .collect()
-            })
-        };
-        let mut flushed: BTreeSet<u32> = BTreeSet::new();
-        let mut last_error = String::from("no usable device");
-        for (id, leaf, result) in results {
-            match result {
-                Ok(()) => {
-                    flushed.insert(id);
-                }
-                Err(err) => {
-                    leaf.errors.write.fetch_add(1, Ordering::Relaxed);
-                    leaf.fault();
-                    last_error = err;
-                }
-            }
-        }
-        match vdevs.difference(&flushed).next() {
-            Some(vdev) => Err(PipelineError::WriteFailed(format!(
-                "flush of vdev {vdev}: {last_error}"
-            ))),
-            None => Ok(()),
-        }
     }
 
     /// Reads `len` bytes at `dva` from each usable child of its top-level vdev, least busy first,

@@ -154,14 +154,6 @@ impl Leaf {
         }
     }
 
-    /// Flushes what has completed, without waiting for queued writes (see `LeafQueue`).
-    pub fn flush_completed(&self) -> Result<(), DeviceError> {
-        match self.queue() {
-            Some(queue) => queue.flush_completed(),
-            None => Ok(()),
-        }
-    }
-
     /// Finishes queued I/O, stops the workers and drops the device (releasing its lock).
     pub fn shutdown(&self) {
         let queue = self.queue.lock().take();

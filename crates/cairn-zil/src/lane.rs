@@ -7,32 +7,32 @@
 //! order but `durable_ticket` only advances over the completed prefix.
 
 use crate::{IntentLog, ItxData, LogOp, LogSource, Ticket, ZilError};
-use bytes::Bytes;
-use cairn_device::queue::IoClass;
 use cairn_format::intent_log::{
     LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MAX, LOG_BLOCK_SIZE_MIN, LOG_RECORD_HEADER_SIZE,
     LOG_RECORD_PAYLOAD_MAX,
 };
 use cairn_format::{ChainPosition, Dva, LaneHead, LogBlock, LogRecord, LogRecordKind};
-use cairn_pipeline::RawWrites;
+use cairn_pipeline::{PipelineError, RawWrites};
 use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::Thread;
 use std::time::Instant;
 
+/// Largest run of contiguous log blocks written as one device call.
+const RUN_BYTES_MAX: u64 = 8 << 20;
+/// Padding between contiguous blocks of a run (at most a block minus one sector).
+static ZEROS: [u8; LOG_BLOCK_SIZE_MAX as usize] = [0; LOG_BLOCK_SIZE_MAX as usize];
 /// The smallest piece a write is split into to fill the end of a block.
 const SPLIT_BYTES_MIN: usize = 512;
-/// A builder waits at most this fraction (1/n) of the last batch's latency for company: on
-/// flash, where batches overlap and are cheap...
-const COMPANY_WAIT_DIVISOR_FLASH: u32 = 10;
-/// ...and on a disk, where every batch costs a rotation and gathering the committers just
-/// released (who need a network round trip to come back) doubles what one rotation carries.
-const COMPANY_WAIT_DIVISOR_ROTATIONAL: u32 = 4;
-/// Batches of one lane in flight at once when its log blocks go to a rotational device...
-const IN_FLIGHT_MAX_ROTATIONAL: usize = 1;
-/// ...and otherwise.
-const IN_FLIGHT_MAX_FLASH: usize = 4;
+/// A builder waits at most this fraction (1/n) of the last batch's latency for company.
+const COMPANY_WAIT_DIVISOR: u32 = 10;
+/// Batches of one lane in flight at once. Log blocks are FUA writes (queued commands, unlike
+/// flushes), so overlapping batches pipeline on flash, and on a disk they form a train: a
+/// batch whose blocks reach the drive while the one before is still going to the platter is
+/// written right behind it (its blocks follow on the same track), where a batch issued after
+/// the previous one completed would wait a whole rotation for its place to come round again.
+const IN_FLIGHT_MAX: usize = 4;
 /// Writes are only split at multiples of this (absolute offsets): a replay that stops between
 /// two pieces must never leave a sector half old and half new, since disks (and the clients
 /// that rely on them) treat a sector as written whole or not at all.
@@ -132,9 +132,8 @@ struct LaneState {
     /// Records and write-and-flush time of the last completed batch (for the company wait).
     last_batch_records: usize,
     last_batch_latency: std::time::Duration,
-    /// Committers the next batch can expect: those the last batch released (they come back
-    /// with their next write) plus those already pending when it completed.
-    expected_company: usize,
+    /// Log bytes of the last batch built (sizes the next pre-allocated block).
+    last_batch_bytes: usize,
     /// While a builder waits for company: the pending count that ends its wait (else 0).
     company_wanted: usize,
     /// Committers whose records are in flight, parked until their ticket is durable (or the
@@ -162,8 +161,11 @@ struct Built {
     chain: Chain,
     next_alloc_txg: u64,
     blocks: Vec<WrittenBlock>,
-    writes: RawWrites,
+    /// Each block's bytes, in chain order, not yet written.
+    encoded: Vec<Vec<u8>>,
     log_bytes: u64,
+    /// Log bytes the batch's records needed (headers included).
+    total_bytes: usize,
 }
 
 impl Lane {
@@ -184,7 +186,7 @@ impl Lane {
                 failed: None,
                 last_batch_records: 0,
                 last_batch_latency: std::time::Duration::ZERO,
-                expected_company: 0,
+                last_batch_bytes: 0,
                 company_wanted: 0,
                 durable_waiters: Vec::new(),
             }),
@@ -478,14 +480,6 @@ impl IntentLog {
                 return Err(self.failed(reason.clone()));
             }
             let front_is_ours = st.pending.front().is_some_and(|itx| itx.ticket <= target);
-            // On a disk every batch pays a rotation for its flush: one batch in flight lets the
-            // next gather everyone who arrives meanwhile (one flush for all of them); flash
-            // gains from overlapping a few.
-            let in_flight_max = if self.log_on_rotational(st.chain) {
-                IN_FLIGHT_MAX_ROTATIONAL
-            } else {
-                IN_FLIGHT_MAX_FLASH
-            };
             if !front_is_ours {
                 // Our record is in a batch: only its completion (or a failure) concerns us.
                 self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
@@ -493,7 +487,7 @@ impl IntentLog {
                 st = lane.state.lock();
                 continue;
             }
-            let may_build = !st.building && st.in_flight.len() < in_flight_max;
+            let may_build = !st.building && st.in_flight.len() < IN_FLIGHT_MAX;
             if !may_build {
                 // Someone is building, or our record is in a batch in flight: wait for either.
                 self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
@@ -509,21 +503,14 @@ impl IntentLog {
                 st = lane.state.lock();
                 continue;
             }
-            // Group commit with company: when several committers are active, wait a little for
-            // the others to arrive, so one flush serves them all. With one batch in flight at a
-            // time (a disk), committers otherwise split into two cohorts that take turns — one
-            // rides the batch in flight while the other queues for the next — and every
-            // rotation carries half of them; waiting for the ones the last batch released
-            // merges the cohorts. A lone committer (nobody else seen) never waits.
-            let (expected, divisor) = if in_flight_max == 1 {
-                (st.expected_company, COMPANY_WAIT_DIVISOR_ROTATIONAL)
-            } else {
-                (st.last_batch_records, COMPANY_WAIT_DIVISOR_FLASH)
-            };
-            if expected > 1 {
-                let deadline = Instant::now() + st.last_batch_latency / divisor;
-                st.company_wanted = expected;
-                while st.pending.len() < expected && Instant::now() < deadline {
+            // Group commit with company: when the last batch carried several records (several
+            // committers are active), wait up to a tenth of its write time for the others to
+            // arrive, so one write serves them all instead of every other batch carrying only
+            // the early ones. A lone committer (last batch of one) never waits.
+            if st.last_batch_records > 1 {
+                let deadline = Instant::now() + st.last_batch_latency / COMPANY_WAIT_DIVISOR;
+                st.company_wanted = st.last_batch_records;
+                while st.pending.len() < st.company_wanted && Instant::now() < deadline {
                     lane.company.wait_until(&mut st, deadline);
                 }
                 st.company_wanted = 0;
@@ -541,21 +528,28 @@ impl IntentLog {
             let epoch = st.chain_epoch;
             let next_alloc_txg = st.next_alloc_txg;
             let last_ticket = itxs.last().expect("at least one record").ticket;
+            let previous_batch_bytes = st.last_batch_bytes;
             drop(st);
 
-            let built = self.build(lane, itxs, chain, next_alloc_txg, source);
+            let built = self.build(
+                lane,
+                itxs,
+                chain,
+                next_alloc_txg,
+                previous_batch_bytes,
+                source,
+            );
 
             st = lane.state.lock();
             st.building = false;
             let built = match built {
                 Ok(built) if st.chain_epoch == epoch => built,
                 Ok(built) => {
-                    // The chain was retired while we built: our blocks hang off a dead chain.
-                    // Once their writes are over they are freed like the rest of it.
+                    // The chain was retired while we built: our blocks hang off a dead chain
+                    // and are freed like the rest of it.
+                    // Nothing was written to them yet, so they can be freed as they are.
                     drop(st);
-                    let orphans = built.orphans();
-                    let _ = built.writes.wait();
-                    lane.state.lock().adopt_orphans(orphans);
+                    lane.state.lock().adopt_orphans(built.orphans());
                     lane.cond.notify_all();
                     self.fall_back(lane, last_ticket)?;
                     st = lane.state.lock();
@@ -590,20 +584,13 @@ impl IntentLog {
             });
             st.chain = Some(built.chain);
             st.next_alloc_txg = built.next_alloc_txg;
+            st.last_batch_bytes = built.total_bytes;
             st.written.extend(built.blocks.iter().copied());
             drop(st);
             // The next builder may start now, while our blocks are in flight.
             lane.cond.notify_all();
 
-            let vdevs = built.writes.vdevs();
-            let outcome = built.writes.wait().and_then(|()| {
-                if vdevs.is_empty() {
-                    Ok(())
-                } else {
-                    self.stats.flushes.fetch_add(1, Ordering::Relaxed);
-                    self.io.flush_completed_writes(&vdevs)
-                }
-            });
+            let outcome = self.write_out(&built);
             st = lane.state.lock();
             for block in st.written.iter_mut() {
                 if built.blocks.iter().any(|ours| ours.dva == block.dva) {
@@ -615,7 +602,6 @@ impl IntentLog {
                     self.stats.count_batch(&built.blocks, built.log_bytes);
                     st.last_batch_records = batch_records;
                     st.last_batch_latency = batch_started.elapsed();
-                    st.expected_company = batch_records + st.pending.len();
                     st.complete(batch_id);
                     let to_wake = lane.publish(&mut st);
                     lane.cond.notify_all();
@@ -772,6 +758,7 @@ impl IntentLog {
         itxs: Vec<Itx>,
         chain: Option<Chain>,
         next_alloc_txg: u64,
+        previous_batch_bytes: usize,
         source: &dyn LogSource,
     ) -> Result<Built, ZilError> {
         let last_ticket = itxs.last().expect("at least one record").ticket;
@@ -793,7 +780,8 @@ impl IntentLog {
             chain,
             next_alloc_txg,
             blocks: Vec::new(),
-            writes: RawWrites::new(),
+            encoded: Vec::new(),
+            total_bytes: 0,
             log_bytes: 0,
         };
         if records.is_empty() {
@@ -801,6 +789,7 @@ impl IntentLog {
         }
         let total_bytes: usize =
             records.iter().map(LogRecord::encoded_size).sum::<usize>() + LOG_BLOCK_HEADER_SIZE;
+        built.total_bytes = total_bytes;
         let mut queue: VecDeque<LogRecord> = records.into();
         let mut remaining_bytes = total_bytes;
         while !queue.is_empty() {
@@ -842,10 +831,13 @@ impl IntentLog {
                 !block_records.is_empty(),
                 "a log block of {capacity} bytes took no record"
             );
-            // The next block is sized for what is left of this batch, or, at its end, for a
-            // batch like this one.
+            // The next block is sized for what is left of this batch, or, at its end, for the
+            // smaller of this batch and the one before: the unused end of a pre-allocated
+            // block is a hole the disk head must pass over, while a batch that outgrows its
+            // first block just continues in blocks allocated right after it (written in the
+            // same device call).
             let next_size = if queue.is_empty() {
-                block_size_for(total_bytes)
+                block_size_for(total_bytes.min(previous_batch_bytes.max(1)))
             } else {
                 block_size_for(remaining_bytes + LOG_BLOCK_HEADER_SIZE)
             };
@@ -865,21 +857,7 @@ impl IntentLog {
             let encoded = block.encode(granule);
             built.log_bytes += encoded.len() as u64;
             self.stats.count_block(used, capacity);
-            // A batch of one block (the usual case at low queue depth) is written in this
-            // thread: the queue's two thread hops cost more than it could gain for one write.
-            let alone = built.blocks.is_empty() && queue.is_empty();
-            let written = if alone {
-                self.io
-                    .write_raw_direct(&chain.next, &encoded, &mut built.writes)
-            } else {
-                self.io.write_raw(
-                    &chain.next,
-                    Bytes::from(encoded),
-                    IoClass::Log,
-                    &mut built.writes,
-                )
-            };
-            written.map_err(|err| self.failed(format!("writing a log block: {err}")))?;
+            built.encoded.push(encoded);
             built.blocks.push(WrittenBlock {
                 dva: chain.next,
                 chain_guid: chain.guid,
@@ -898,6 +876,57 @@ impl IntentLog {
         built.chain = chain;
         built.next_alloc_txg = next_alloc_txg;
         Ok(built)
+    }
+
+    /// Writes a batch's blocks and returns once they are on stable media: every run of blocks
+    /// contiguous on one vdev (the usual case: a chain allocates its blocks one after the
+    /// other) as one FUA write, all runs in parallel. No flush is needed, so nothing else in a
+    /// device's cache (a txg's writes) delays the commit, and the next batch's writes can be
+    /// queued on the device while these are still going to media, which a flush (a non-queued
+    /// command on SATA) would not allow.
+    fn write_out(&self, built: &Built) -> Result<(), PipelineError> {
+        let mut runs: Vec<(Dva, Vec<&[u8]>)> = Vec::new();
+        for (block, bytes) in built.blocks.iter().zip(&built.encoded) {
+            let dva = block.dva;
+            if let Some((run, bufs)) = runs.last_mut()
+                && run.vdev == dva.vdev
+                && run.offset + u64::from(run.asize) == dva.offset
+                && u64::from(run.asize) + u64::from(dva.asize) <= RUN_BYTES_MAX
+            {
+                // The previous block is padded to its allocated size, so this one lands at
+                // its own address.
+                let written: usize = bufs.iter().map(|buf| buf.len()).sum();
+                let padding = run.asize as usize - written;
+                bufs.push(&ZEROS[..padding]);
+                bufs.push(bytes);
+                run.asize += dva.asize;
+                continue;
+            }
+            runs.push((dva, vec![bytes]));
+        }
+        self.stats
+            .fua_writes
+            .fetch_add(runs.len() as u64, Ordering::Relaxed);
+        let write_run = |(dva, bufs): &(Dva, Vec<&[u8]>)| {
+            let mut writes = RawWrites::new();
+            self.io.write_raw_durable(dva, bufs, &mut writes)?;
+            writes.wait()
+        };
+        if runs.len() == 1 {
+            return write_run(&runs[0]);
+        }
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = runs
+                .iter()
+                .map(|run| scope.spawn(move || write_run(run)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|handle| handle.join().expect("log write thread panicked"))
+                .collect::<Vec<_>>()
+        })
+        .into_iter()
+        .collect()
     }
 
     /// Log records for `itxs`, with data, skipping those already in a synced txg; writes longer
@@ -950,18 +979,6 @@ impl IntentLog {
             }
         }
         Ok(records)
-    }
-
-    /// Whether the chain's next block is on a rotational device (unknown: assume not).
-    fn log_on_rotational(&self, chain: Option<Chain>) -> bool {
-        let Some(chain) = chain else {
-            return false;
-        };
-        self.io
-            .tree()
-            .top(chain.next.vdev)
-            .and_then(|top| top.leaves.iter().find_map(|leaf| leaf.device()))
-            .is_some_and(|device| device.is_rotational())
     }
 
     fn sector_bytes(&self, dva: &Dva) -> u32 {

@@ -8,17 +8,21 @@
 //! to one *lane* of the dataset's log as an in-memory record carrying the txg it joined (`log`).
 //! Nothing is written until someone commits. `commit(ticket)` makes the lane's records up to the
 //! ticket durable: one committer at a time per lane (the *builder*) takes everything pending —
-//! so concurrent committers share blocks and flushes (group commit) — packs it into log blocks,
-//! issues the writes and steps aside; the next builder can issue the following blocks while the
-//! first are still in flight (the chain's next block was allocated in advance, so nothing has to
-//! wait for an address). A batch is acknowledged once its writes and a flush of the devices they
-//! went to have completed *and* every earlier batch of the lane is acknowledged, so callers are
-//! released in order. A builder takes at most `batch_bytes_max`, so a slow commit cannot make the
-//! next one grow without bound, and a lone committer never waits for company.
+//! so concurrent committers share blocks and device writes (group commit) — packs it into log
+//! blocks and steps aside, then writes them; the next builder can write the following blocks
+//! while the first are still in flight (the chain's next block was allocated in advance, so
+//! nothing has to wait for an address). Log blocks are written with Force Unit Access: each run
+//! of contiguous blocks is one device call that returns once its bytes are on stable media, so a
+//! commit never flushes a whole device cache (nor waits behind a txg's writes in it), and
+//! batches can overlap on the device, which a flush — one at a time, holding up the queue —
+//! would not allow. A batch is acknowledged once its writes have completed *and* every earlier
+//! batch of the lane is acknowledged, so callers are released in order. A builder takes at most
+//! `batch_bytes_max`, so a slow commit cannot make the next one grow without bound, and a lone
+//! committer never waits for company.
 //!
 //! Invariants:
 //! - A ticket is reported durable only if its record is in a synced txg, or in a log block that
-//!   was written and flushed and is reachable from the chain header of a synced txg (a chain's
+//!   was written durably (FUA) and is reachable from the chain header of a synced txg (a chain's
 //!   first block is only used after the txg recording its header has synced).
 //! - Records whose txg has synced are never written (they are already on disk) and are dropped.
 //! - Log blocks are freed in the txg whose sync makes all their records redundant, and the

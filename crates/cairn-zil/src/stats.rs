@@ -22,7 +22,9 @@ pub struct ZilStats {
     pub blocks_written: AtomicU64,
     pub bytes_written: AtomicU64,
     pub blocks_freed: AtomicU64,
-    pub flushes: AtomicU64,
+    /// Device writes that made log blocks durable on their own (FUA): one per run of
+    /// contiguous blocks of a batch, so usually one per batch; the log issues no flushes.
+    pub fua_writes: AtomicU64,
     /// Commits that fell back to a txg sync after a log failure.
     pub fallbacks: AtomicU64,
     /// Commits served by a txg sync because the log would have taken at least
@@ -46,7 +48,7 @@ impl Default for ZilStats {
             blocks_written: AtomicU64::new(0),
             bytes_written: AtomicU64::new(0),
             blocks_freed: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
+            fua_writes: AtomicU64::new(0),
             fallbacks: AtomicU64::new(0),
             bulk_syncs: AtomicU64::new(0),
             chains_started: AtomicU64::new(0),
@@ -74,7 +76,7 @@ pub struct ZilStatsSnapshot {
     pub blocks_written: u64,
     pub bytes_written: u64,
     pub blocks_freed: u64,
-    pub flushes: u64,
+    pub fua_writes: u64,
     pub fallbacks: u64,
     pub bulk_syncs: u64,
     pub chains_started: u64,
@@ -134,7 +136,7 @@ impl ZilStats {
             blocks_written: load(&self.blocks_written),
             bytes_written: load(&self.bytes_written),
             blocks_freed: load(&self.blocks_freed),
-            flushes: load(&self.flushes),
+            fua_writes: load(&self.fua_writes),
             fallbacks: load(&self.fallbacks),
             bulk_syncs: load(&self.bulk_syncs),
             chains_started: load(&self.chains_started),

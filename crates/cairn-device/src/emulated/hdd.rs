@@ -18,7 +18,9 @@
 //! length / 300 MB/s) into the cache. The mechanism destages cached writes whenever it is idle,
 //! in elevator order, merging contiguous entries (up to `DESTAGE_MAX_BYTES`), so a sequential
 //! stream reaches the platter at media rate with no seek or rotational wait. When the cache is
-//! full a write waits for space. A flush waits until every cached write is on the platter. This
+//! full a write waits for space. A flush waits until every cached write is on the platter (and,
+//! being a non-queued command, holds up the interface until then); a FUA write only waits until
+//! its own data has been destaged, and later commands queue behind nothing. This
 //! reproduces the seeds' figures: write+flush at QD1 costs about one revolution (the head has
 //! just passed the next sector when the next write arrives: ~118 IOPS), writes without flushes
 //! are interface-bound (~10,000 IOPS of 8 KiB), large sequential writes run at media speed.
@@ -391,6 +393,24 @@ impl Hdd {
         );
         self.cached_bytes += len;
         ready_ns
+    }
+
+    /// A write with Force Unit Access (an NCQ-queued command): enters the cache like any write
+    /// and completes once the mechanism has destaged it, in its usual elevator order; unlike a
+    /// flush it neither waits for the rest of the cache nor holds up the interface.
+    pub(crate) fn write_fua(&mut self, t: u64, offset: u64, len: u64) -> u64 {
+        if len == 0 || len > CACHE_BYTES {
+            return self.write(t, offset, len);
+        }
+        self.write(t, offset, len);
+        let seq = self.next_seq - 1;
+        let mut done_ns = self.mech_free_ns;
+        while self.by_seq.contains_key(&seq) {
+            done_ns = self
+                .destage_next(None)
+                .expect("the FUA write is still cached");
+        }
+        done_ns
     }
 
     pub(crate) fn flush(&mut self, t: u64) -> u64 {

@@ -15,7 +15,10 @@
 //! Flash timing: each request takes a free channel (the one free earliest); the transfer is
 //! serialised on one shared link (so N channels give N x the IOPS of small requests but not
 //! N x the bandwidth). A flush waits for every channel to drain, as a SATA FLUSH CACHE (a
-//! non-queued command) does.
+//! non-queued command) does. A FUA write is a queued command: on a model with a volatile
+//! cache it costs its own programming time (`flush_dirty_ns`) on its channel, nothing more; on
+//! the others it is an ordinary write. On the disk it completes when its data has been
+//! destaged (see `hdd`).
 //!
 //! Invariant: completion >= arrival for every request; timer state only moves forward.
 
@@ -143,10 +146,24 @@ impl fmt::Display for DeviceModel {
 /// A request as the timing model sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TimedOp {
-    Read { offset: u64, len: u64 },
-    Write { offset: u64, len: u64 },
+    Read {
+        offset: u64,
+        len: u64,
+    },
+    Write {
+        offset: u64,
+        len: u64,
+    },
+    /// A write with Force Unit Access: complete once its bytes are on stable media.
+    WriteFua {
+        offset: u64,
+        len: u64,
+    },
     Flush,
-    Discard { offset: u64, len: u64 },
+    Discard {
+        offset: u64,
+        len: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -165,6 +182,8 @@ struct Flash {
     channel_free_ns: Vec<u64>,
     link_free_ns: u64,
     dirty: bool,
+    /// The model has a volatile write cache (a FUA write pays for programming its data).
+    volatile: bool,
 }
 
 impl Flash {
@@ -191,14 +210,19 @@ impl Flash {
                 self.channel_free_ns[ch] = done_ns;
                 done_ns
             }
-            TimedOp::Write { len, .. } => {
+            TimedOp::Write { len, .. } | TimedOp::WriteFua { len, .. } => {
                 let (ch, start_ns) = self.take_channel(t);
                 let link_start_ns = start_ns.max(self.link_free_ns);
                 let link_done_ns = link_start_ns + transfer_ns(len, p.write_bytes_per_s);
                 self.link_free_ns = link_done_ns;
-                let done_ns = link_done_ns + p.write_latency_ns;
+                let mut done_ns = link_done_ns + p.write_latency_ns;
+                if matches!(op, TimedOp::WriteFua { .. }) && self.volatile {
+                    // Programmed to flash before completing, on this channel only.
+                    done_ns += p.flush_dirty_ns;
+                } else {
+                    self.dirty = true;
+                }
                 self.channel_free_ns[ch] = done_ns;
-                self.dirty = true;
                 done_ns
             }
             TimedOp::Flush => {
@@ -253,6 +277,7 @@ impl ModelTimer {
                 channel_free_ns: vec![0; model.concurrency_hint()],
                 link_free_ns: 0,
                 dirty: false,
+                volatile: model.has_volatile_cache(),
             }),
         };
         ModelTimer {
@@ -278,6 +303,7 @@ impl ModelTimer {
             Engine::Hdd(hdd) => match op {
                 TimedOp::Read { offset, len } => hdd.read(t, offset, len),
                 TimedOp::Write { offset, len } => hdd.write(t, offset, len),
+                TimedOp::WriteFua { offset, len } => hdd.write_fua(t, offset, len),
                 TimedOp::Flush => hdd.flush(t),
                 TimedOp::Discard { .. } => hdd.command(t),
             },

@@ -624,3 +624,97 @@ fn flash_channels_serve_requests_in_parallel() {
     let mb_s = 8.0 * MIB as f64 / last.as_secs_f64() / 1e6;
     assert!((1_800.0..=2_000.0).contains(&mb_s), "{mb_s}");
 }
+
+#[test]
+fn fua_writes_are_durable_without_a_flush() {
+    let (device, backing) = over_mem(DeviceModel::Hdd7200, MIB, untimed(4));
+    device.write_at(0, &[0xAA; 4096]).unwrap();
+    device
+        .write_vectored_at_fua(0, &[&[0xBB; 256], &[0xBC; 256]])
+        .unwrap();
+    device.write_at(8192, &[0xCC; 4096]).unwrap();
+    // The FUA write is on the backing device at once; the cached writes are not.
+    let stored = read_vec(&*backing, 0, 12288);
+    assert!(stored[..256].iter().all(|&b| b == 0xBB));
+    assert!(stored[256..512].iter().all(|&b| b == 0xBC));
+    assert!(stored[512..].iter().all(|&b| b == 0));
+    // Reads through the device see the newest bytes of every range.
+    let seen = read_vec(&*device, 0, 4096);
+    assert!(seen[..256].iter().all(|&b| b == 0xBB));
+    assert!(seen[512..].iter().all(|&b| b == 0xAA));
+    assert_eq!(device.stats().pending_writes, 2);
+
+    device.power_cut(false);
+    let after = read_vec(&*backing, 0, 12288);
+    assert_eq!(after, stored, "a power cut loses only the cached writes");
+}
+
+#[test]
+fn a_flush_after_a_fua_write_keeps_the_newer_bytes() {
+    let (device, backing) = over_mem(DeviceModel::SsdSata, MIB, untimed(5));
+    device.write_at(0, &[0xAA; 4096]).unwrap();
+    device
+        .write_vectored_at_fua(1024, &[&[0xBB; 1024]])
+        .unwrap();
+    device.flush().unwrap();
+    let stored = read_vec(&*backing, 0, 4096);
+    assert!(stored[..1024].iter().all(|&b| b == 0xAA));
+    assert!(
+        stored[1024..2048].iter().all(|&b| b == 0xBB),
+        "older cached bytes must not win"
+    );
+    assert!(stored[2048..].iter().all(|&b| b == 0xAA));
+}
+
+#[test]
+fn hdd_fua_writes_queued_back_to_back_stream_behind_each_other() {
+    let mut timer = ModelTimer::new(DeviceModel::Hdd7200, GIB);
+    let len = 128 * KIB;
+    let ms = |ns: u64| Duration::from_nanos(ns);
+    let first = timer.submit(ms(0), TimedOp::WriteFua { offset: 0, len });
+    // Arrives while the first is still on its way to the platter, right behind it on the track.
+    let second = timer.submit(ms(300_000), TimedOp::WriteFua { offset: len, len });
+    let behind = second - first;
+    println!("second FUA write completes {behind:?} after the first");
+    assert!(
+        behind < Duration::from_millis(2),
+        "queued FUA writes follow each other on the track: {behind:?}"
+    );
+    // One that arrives after the head has passed its place waits for the platter to come round.
+    let late_arrival = second + Duration::from_micros(100);
+    let third = timer.submit(
+        late_arrival,
+        TimedOp::WriteFua {
+            offset: 2 * len,
+            len,
+        },
+    );
+    let waited = third - late_arrival;
+    println!("a FUA write arriving just too late completes after {waited:?}");
+    assert!(waited > Duration::from_millis(7), "{waited:?}");
+}
+
+#[test]
+fn a_fua_write_on_flash_does_not_drain_other_channels() {
+    let mut timer = ModelTimer::new(DeviceModel::SsdSata, GIB);
+    let big = timer.submit(
+        Duration::ZERO,
+        TimedOp::Write {
+            offset: 0,
+            len: 8 * MIB,
+        },
+    );
+    let fua = timer.submit(
+        Duration::ZERO,
+        TimedOp::WriteFua {
+            offset: 64 * MIB,
+            len: 4 * KIB,
+        },
+    );
+    let flush = timer.submit(Duration::ZERO, TimedOp::Flush);
+    println!("8 MiB write done {big:?}, 4 KiB FUA done {fua:?}, flush done {flush:?}");
+    assert!(
+        fua < flush,
+        "a FUA write does not wait for every channel as a flush does"
+    );
+}

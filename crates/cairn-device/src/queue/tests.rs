@@ -266,25 +266,6 @@ fn sync_read_overtakes_queued_async_writes() {
 }
 
 #[test]
-fn flush_completed_does_not_wait_for_writes_in_service() {
-    let (device, queue, first) = parked_queue(1 << 20, 4096);
-    let queued = queue.write(IoClass::AsyncWrite, 65536, block(5, 512));
-    let flusher = {
-        let queue = queue.clone();
-        std::thread::spawn(move || queue.flush_completed())
-    };
-    // The flush reaches the device while the first write is still in it and the second queued.
-    device.wait_for_calls(2);
-    let calls = device.calls();
-    assert_eq!((calls[0].op, calls[1].op), ("write", "flush"), "{calls:?}");
-    device.open_gate();
-    flusher.join().unwrap().unwrap();
-    first.wait().unwrap();
-    queued.wait().unwrap();
-    assert_eq!(queue.stats().flushes, 1);
-}
-
-#[test]
 fn flush_waits_for_earlier_writes() {
     let (device, queue, first) = parked_queue(1 << 20, 4096);
     let done = Arc::new(AtomicBool::new(false));
