@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Synchronous writes over NBD (issue 4): what the intent log and log devices buy, in one run.
 #
-#   bench/sync-write.sh [--dir DIR] [--runtime SECONDS] [--only ROW[,ROW...]]
+#   bench/sync-write.sh [--dir DIR] [--runtime SECONDS] [--rounds N] [--only ROW[,ROW...]]
 #
 # Every row starts a fresh `cairn serve` on a fresh pool in DIR (default target/bench-sync,
-# wiped first), drives volume tank/vol over a Unix socket, and stops the server. The load is
+# wiped first), drives volume tank/vol over a Unix socket, and stops the server. With --rounds N
+# every row runs N times, the rows interleaved (round 1 of every row, then round 2, ...), and the
+# table shows each row's median round: this VM's disk and CPU drift by tens of percent over a
+# few minutes, and interleaving spreads the drift over every row alike. The load is
 # random writes with the NBD FUA flag, from `nbd-load` (bench/src/bin/nbd-load.rs): fio's nbd
 # engine cannot set FUA, so fio is used where it can be — the raw-file baseline (psync + fdatasync)
 # and, for comparison, the same QD1 rows as fio write + FLUSH pairs (`*-fio`). Emulated devices
@@ -37,13 +40,15 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=$ROOT/target/bench-sync
 RUNTIME=10
+ROUNDS=1
 ONLY=
 while [[ $# -gt 0 ]]; do
     case $1 in
         --dir) DIR=$2; shift 2 ;;
         --runtime) RUNTIME=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -118,7 +123,7 @@ start_cairn() {
 load() {
     timeout $((RUNTIME + 120)) "$LOAD" --socket "$2" --export "$3" --bs "$4" \
         --connections "$5" --qd 1 --seconds "$RUNTIME" --ramp 2 --mode fua \
-        >"$DIR/results/$1.txt" 2>"$DIR/results/$1.stderr"
+        >"$DIR/results/$1.$ROUND.txt" 2>"$DIR/results/$1.$ROUND.stderr"
 }
 
 # fio_nbd ROW URI BS JOBS: time-based random sync writes over the nbd engine.
@@ -127,13 +132,15 @@ fio_nbd() {
     timeout $((RUNTIME + 120)) fio --name="$row" --ioengine=nbd --uri="$uri" --rw=randwrite \
         --bs="$bs" --iodepth=1 --numjobs="$jobs" --fsync=1 --size=1G --norandommap=1 \
         --time_based=1 --runtime="$RUNTIME" --ramp_time=2 --group_reporting=1 \
-        --output-format=json --output="$DIR/results/$row.json" 2>"$DIR/results/$row.stderr"
+        --output-format=json --output="$DIR/results/$row.$ROUND.json" \
+        2>"$DIR/results/$row.$ROUND.stderr"
 }
 
 run_row() {
     local row=$1 work=$DIR/$1 emu=$EMU_DIR/$1
+    rm -rf "$work" "$emu"
     mkdir -p "$emu" "$work"
-    log "row $row"
+    log "row $row (round $ROUND of $ROUNDS)"
     case $row in
         hdd|hdd-64|1m-hdd) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" ;;
         hdd+slog|1m-slog) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" \
@@ -147,7 +154,7 @@ run_row() {
             timeout $((RUNTIME + 120)) fio --name=raw --ioengine=psync --filename="$work/raw.img" \
                 --size=1G --rw=randwrite --bs=8k --fdatasync=1 --norandommap=1 --time_based=1 \
                 --runtime="$RUNTIME" --ramp_time=2 --output-format=json \
-                --output="$DIR/results/raw.json" 2>"$DIR/results/raw.stderr"
+                --output="$DIR/results/raw.$ROUND.json" 2>"$DIR/results/raw.$ROUND.stderr"
             return ;;
         qemu-nbd|qemu-nbd-fio)
             lay_out "$work/raw.img" 1024
@@ -171,19 +178,21 @@ run_row() {
         file-fio) fio_nbd "$row" "$URI" 8k 1 ;;
         *) load "$row" "$SOCKET" tank/vol 8192 1 ;;
     esac
-    "$CAIRN" --state-dir "$work/state" stat zil >"$DIR/results/$row.zil.txt" 2>&1 || true
+    "$CAIRN" --state-dir "$work/state" stat zil >"$DIR/results/$row.$ROUND.zil.txt" 2>&1 || true
     stop_server
 }
 
-for row in "${ROWS[@]}"; do
-    run_row "$row"
+for ROUND in $(seq 1 "$ROUNDS"); do
+    for row in "${ROWS[@]}"; do
+        run_row "$row"
+    done
 done
 log "done in $(($(date +%s) - START))s"
 
-python3 - "$DIR" "$RUNTIME" "${ROWS[@]}" <<'EOF'
-import json, os, sys
+python3 - "$DIR" "$RUNTIME" "$ROUNDS" "${ROWS[@]}" <<'EOF'
+import json, os, statistics, sys
 
-d, runtime, rows = sys.argv[1], sys.argv[2], sys.argv[3:]
+d, runtime, rounds, rows = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 labels = {
     "hdd": "hdd-7200 pool, no log device, 8K QD1",
     "file-fio": "pool on a plain file, 8K QD1",
@@ -198,34 +207,42 @@ labels = {
     "lanes-1": "16 writers, 2 ssd-plp log devices, loglanes=1",
     "lanes-4": "16 writers, 2 ssd-plp log devices, loglanes=4",
 }
-res = {}
-for row in rows:
-    base = os.path.join(d, "results", row)
+def one_round(base):
     if os.path.exists(base + ".txt"):
         kv = dict(item.split("=", 1) for item in open(base + ".txt").read().split())
-        res[row] = dict(iops=float(kv["iops"]), mbs=float(kv["mb_per_s"]),
-                        p50=float(kv["p50_us"]), p99=float(kv["p99_us"]), load="nbd-load FUA")
-        continue
+        return dict(iops=float(kv["iops"]), mbs=float(kv["mb_per_s"]),
+                    p50=float(kv["p50_us"]), p99=float(kv["p99_us"]), load="nbd-load FUA")
     text = open(base + ".json").read()
     job = json.loads(text[text.index("{"):])["jobs"][0]
     if job["error"]:
         sys.exit(f"{base}.json: fio error {job['error']}")
     w = job["write"]
-    res[row] = dict(iops=w["iops"], mbs=w["bw_bytes"] / 1e6,
-                    p50=w["clat_ns"]["percentile"]["50.000000"] / 1e3,
-                    p99=w["clat_ns"]["percentile"]["99.000000"] / 1e3,
-                    load="fio psync+fdatasync" if row == "raw" else "fio nbd write+FLUSH")
+    return dict(iops=w["iops"], mbs=w["bw_bytes"] / 1e6,
+                p50=w["clat_ns"]["percentile"]["50.000000"] / 1e3,
+                p99=w["clat_ns"]["percentile"]["99.000000"] / 1e3,
+                load="fio psync+fdatasync" if os.path.basename(base).startswith("raw.")
+                else "fio nbd write+FLUSH")
+
+rows = list(dict.fromkeys(rows))
+res = {}
+for row in rows:
+    runs = [one_round(os.path.join(d, "results", f"{row}.{k}")) for k in range(1, rounds + 1)]
+    runs.sort(key=lambda r: r["iops"])
+    # The median round (the lower middle one for an even count), with every round's IOPS.
+    res[row] = dict(runs[(len(runs) - 1) // 2], all=[r["iops"] for r in runs])
 
 def ratio(a, b):
     return f"{res[a]['iops'] / res[b]['iops']:.2f}×" if a in res and b in res else "–"
 
 print()
-print("| row | configuration | load | write IOPS | MB/s | p50 / p99 µs |")
-print("|---|---|---|---:|---:|---:|")
+extra = " rounds (IOPS) |" if rounds > 1 else ""
+print("| row | configuration | load | write IOPS | MB/s | p50 / p99 µs |" + extra)
+print("|---|---|---|---:|---:|---:|" + ("---|" if rounds > 1 else ""))
 for row in rows:
     r = res[row]
+    all_rounds = (" " + ", ".join(f"{x:,.0f}" for x in r["all"]) + " |") if rounds > 1 else ""
     print(f"| {row} | {labels[row]} | {r['load']} | {r['iops']:,.0f} | {r['mbs']:.2f} | "
-          f"{r['p50']:.0f} / {r['p99']:.0f} |")
+          f"{r['p50']:.0f} / {r['p99']:.0f} |" + all_rounds)
 print()
 print("| ratio | value | target |")
 print("|---|---:|---|")
@@ -238,8 +255,9 @@ print(f"| file-fio / qemu-nbd-fio (write + FLUSH) | {ratio('file-fio', 'qemu-nbd
 print(f"| 1m-slog / 1m-hdd | {ratio('1m-slog', '1m-hdd')} | ≥ 1× |")
 print(f"| lanes-4 / lanes-1 | {ratio('lanes-4', 'lanes-1')} | > 1× |")
 print()
-print(f"Random writes, {runtime} s measured after a 2 s ramp, one run per row, each row on a fresh "
+per_row = "one run per row" if rounds == 1 else f"median of {rounds} interleaved rounds per row"
+print(f"Random writes, {runtime} s measured after a 2 s ramp, {per_row}, each row on a fresh "
       "pool and server; nbd-load rows: every write carries FUA and its latency is submission to "
       "reply; fio nbd rows: each write is followed by a FLUSH (fio fsync=1), write latency shown. "
-      "Per-row `cairn stat zil` output is in results/*.zil.txt.")
+      "Per-row `cairn stat zil` output is in results/ROW.ROUND.zil.txt.")
 EOF

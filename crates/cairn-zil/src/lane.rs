@@ -369,6 +369,22 @@ fn wake(threads: Vec<Thread>) {
 }
 
 impl LaneState {
+    /// Marks a batch's blocks as no longer being written. They were appended to `written`
+    /// when the batch went in flight, so at most a few later batches' blocks follow them:
+    /// search from the back (`written` holds a whole txg's blocks on a busy lane).
+    fn mark_done(&mut self, blocks: &[WrittenBlock]) {
+        let mut left = blocks.len();
+        for block in self.written.iter_mut().rev() {
+            if left == 0 {
+                break;
+            }
+            if blocks.iter().any(|ours| ours.dva == block.dva) {
+                block.done = true;
+                left -= 1;
+            }
+        }
+    }
+
     fn complete(&mut self, batch_id: u64) {
         if let Some(batch) = self.in_flight.iter_mut().find(|batch| batch.id == batch_id) {
             batch.done = true;
@@ -592,11 +608,7 @@ impl IntentLog {
 
             let outcome = self.write_out(&built);
             st = lane.state.lock();
-            for block in st.written.iter_mut() {
-                if built.blocks.iter().any(|ours| ours.dva == block.dva) {
-                    block.done = true;
-                }
-            }
+            st.mark_done(&built.blocks);
             match outcome {
                 Ok(()) => {
                     self.stats.count_batch(&built.blocks, built.log_bytes);
