@@ -113,8 +113,16 @@ enum Dir {
 type Reply<T> = Sender<Result<T, DeviceError>>;
 
 enum Payload {
-    Read { len: u64, reply: Reply<Vec<u8>> },
-    Write { data: Bytes, reply: Reply<()> },
+    Read {
+        len: u64,
+        reply: Reply<Vec<u8>>,
+    },
+    /// `durable`: a FUA write (see `write_durable`).
+    Write {
+        data: Bytes,
+        durable: bool,
+        reply: Reply<()>,
+    },
 }
 
 struct Request {
@@ -520,7 +528,22 @@ impl LeafQueue {
 
     /// Queues a write of `data` at `offset`. The bytes are handed to the device as they are.
     pub fn write(&self, class: IoClass, offset: u64, data: Bytes) -> IoHandle<()> {
-        self.submit(class, offset, |reply| Payload::Write { data, reply })
+        self.submit(class, offset, |reply| Payload::Write {
+            data,
+            durable: false,
+            reply,
+        })
+    }
+
+    /// Queues a FUA write: it completes once its bytes are on stable media, and needs no
+    /// flush. Merged with neighbouring writes like any other, it makes their aggregate a FUA
+    /// write too (more durable than they asked, never less).
+    pub fn write_durable(&self, class: IoClass, offset: u64, data: Bytes) -> IoHandle<()> {
+        self.submit(class, offset, |reply| Payload::Write {
+            data,
+            durable: true,
+            reply,
+        })
     }
 
     /// Queues several writes at once, under one lock, so the workers see them together and can
@@ -550,7 +573,11 @@ impl LeafQueue {
                 class,
                 offset,
                 submitted,
-                payload: Payload::Write { data, reply },
+                payload: Payload::Write {
+                    data,
+                    durable: false,
+                    reply,
+                },
             });
         }
         drop(sched);
@@ -718,15 +745,26 @@ fn execute(shared: &Shared, aggregate: Aggregate) {
     let mut outputs: Vec<Vec<u8>> = Vec::new();
     let result = match aggregate.dir {
         Dir::Write => {
+            let mut durable = false;
             let bufs: Vec<&[u8]> = aggregate
                 .members
                 .iter()
                 .map(|r| match &r.payload {
-                    Payload::Write { data, .. } => data.as_ref(),
+                    Payload::Write {
+                        data, durable: d, ..
+                    } => {
+                        durable |= *d;
+                        data.as_ref()
+                    }
                     Payload::Read { .. } => unreachable!("a write aggregate holds writes only"),
                 })
                 .collect();
-            shared.device.write_vectored_at(start, &bufs)
+            if durable {
+                shared.sched.lock().stats.fua_writes += 1;
+                shared.device.write_vectored_at_fua(start, &bufs)
+            } else {
+                shared.device.write_vectored_at(start, &bufs)
+            }
         }
         Dir::Read => {
             outputs = aggregate

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 #[must_use = "raw writes must be waited on"]
 pub struct RawWrites {
     pending: Vec<(u32, Arc<Leaf>, IoHandle<()>)>,
-    /// Writes already done, and durable, in the caller's thread (`write_raw_durable`).
+    /// Writes already done in the caller's thread (`write_raw_durable`).
     done: Vec<(u32, Arc<Leaf>, Result<(), String>)>,
 }
 
@@ -77,9 +77,10 @@ impl Default for RawWrites {
 }
 
 impl BlockIo {
-    /// Submits `data` to every usable child of `dva`'s top-level vdev, adding the writes to
-    /// `writes`. `data` must fit in the copy's allocated size.
-    pub fn write_raw(
+    /// Queues `data` for every usable child of `dva`'s top-level vdev as FUA writes (durable
+    /// once complete, no flush needed), adding them to `writes`. `data` must fit in the copy's
+    /// allocated size.
+    pub fn write_raw_queued_durable(
         &self,
         dva: &Dva,
         data: Bytes,
@@ -87,16 +88,17 @@ impl BlockIo {
         writes: &mut RawWrites,
     ) -> Result<(), PipelineError> {
         self.write_raw_with(dva, data.len(), |vdev, leaf, queue| {
-            let handle = queue.write(class, VDEV_DATA_START + dva.offset, data.clone());
+            let handle = queue.write_durable(class, VDEV_DATA_START + dva.offset, data.clone());
             writes.pending.push((vdev, leaf, handle));
         })
     }
 
-    /// Writes the concatenation of `bufs` to every usable child of `dva`'s top-level vdev in
-    /// the caller's thread, as one FUA write each (see `LeafQueue::write_direct`): the bytes are
-    /// on stable media when this returns and need no flush. The children of a mirror are
-    /// written in parallel. For intent-log blocks, where a commit waits for exactly these
-    /// bytes and nothing else.
+    /// Writes the concatenation of `bufs` to every usable child of `dva`'s top-level vdev as
+    /// one FUA write each (see `LeafQueue::write_direct`): the bytes are on stable media once
+    /// `writes` has been waited for, with no flush. The first child is written in the caller's
+    /// thread (no thread hop for the usual single log device); the other children of a mirror
+    /// get a queued copy, written meanwhile by their queues' workers. For intent-log blocks,
+    /// where a commit waits for exactly these bytes and nothing else.
     pub fn write_raw_durable(
         &self,
         dva: &Dva,
@@ -109,29 +111,19 @@ impl BlockIo {
             children.push((vdev, leaf, queue.clone()));
         })?;
         let offset = VDEV_DATA_START + dva.offset;
-        let write = |queue: &LeafQueue| {
-            queue
-                .write_direct(offset, bufs, true)
-                .map_err(|err| err.to_string())
-        };
-        if let [(vdev, leaf, queue)] = children.as_slice() {
-            let result = write(queue);
-            writes.done.push((*vdev, leaf.clone(), result));
-            return Ok(());
+        let mut children = children.into_iter();
+        let (vdev, leaf, queue) = children.next().expect("write_raw_with found a child");
+        if children.len() > 0 {
+            let copy = Bytes::from(bufs.concat());
+            for (vdev, leaf, queue) in children {
+                let handle = queue.write_durable(IoClass::Log, offset, copy.clone());
+                writes.pending.push((vdev, leaf, handle));
+            }
         }
-        let results: Vec<_> = std::thread::scope(|scope| {
-            let handles: Vec<_> = children
-                .iter()
-                .map(|(_, _, queue)| scope.spawn(|| write(queue)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().expect("log write thread panicked"))
-                .collect()
-        });
-        for ((vdev, leaf, _), result) in children.into_iter().zip(results) {
-            writes.done.push((vdev, leaf, result));
-        }
+        let result = queue
+            .write_direct(offset, bufs, true)
+            .map_err(|err| err.to_string());
+        writes.done.push((vdev, leaf, result));
         Ok(())
     }
 

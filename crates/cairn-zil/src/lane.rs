@@ -7,6 +7,8 @@
 //! order but `durable_ticket` only advances over the completed prefix.
 
 use crate::{IntentLog, ItxData, LogOp, LogSource, Ticket, ZilError};
+use bytes::Bytes;
+use cairn_device::queue::IoClass;
 use cairn_format::intent_log::{
     LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MAX, LOG_BLOCK_SIZE_MIN, LOG_RECORD_HEADER_SIZE,
     LOG_RECORD_PAYLOAD_MAX,
@@ -892,7 +894,7 @@ impl IntentLog {
 
     /// Writes a batch's blocks and returns once they are on stable media: every run of blocks
     /// contiguous on one vdev (the usual case: a chain allocates its blocks one after the
-    /// other) as one FUA write, all runs in parallel. No flush is needed, so nothing else in a
+    /// other) as one FUA write, all runs at once. No flush is needed, so nothing else in a
     /// device's cache (a txg's writes) delays the commit, and the next batch's writes can be
     /// queued on the device while these are still going to media, which a flush (a non-queued
     /// command on SATA) would not allow.
@@ -919,26 +921,35 @@ impl IntentLog {
         self.stats
             .fua_writes
             .fetch_add(runs.len() as u64, Ordering::Relaxed);
-        let write_run = |(dva, bufs): &(Dva, Vec<&[u8]>)| {
-            let mut writes = RawWrites::new();
-            self.io.write_raw_durable(dva, bufs, &mut writes)?;
-            writes.wait()
+        let Some((first, others)) = runs.split_first() else {
+            // Every record was already in a synced txg: nothing to write.
+            return Ok(());
         };
-        if runs.len() == 1 {
-            return write_run(&runs[0]);
+        // The first run in this thread; the others (blocks alternating over several log
+        // devices) queued to their devices' workers, which write them meanwhile.
+        // Every write issued is waited for, even after a failure: the blocks count as
+        // finished (and may be freed) once this returns. Each run has its own `RawWrites`,
+        // which accepts any one copy per vdev (a mirror): two runs on one vdev are different
+        // blocks, and each must land.
+        let mut issued = Ok(());
+        let mut queued = Vec::with_capacity(others.len());
+        for (dva, bufs) in others {
+            let mut writes = RawWrites::new();
+            let copy = Bytes::from(bufs.concat());
+            issued =
+                issued.and(
+                    self.io
+                        .write_raw_queued_durable(dva, copy, IoClass::Log, &mut writes),
+                );
+            queued.push(writes);
         }
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = runs
-                .iter()
-                .map(|run| scope.spawn(move || write_run(run)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().expect("log write thread panicked"))
-                .collect::<Vec<_>>()
-        })
-        .into_iter()
-        .collect()
+        let mut direct = RawWrites::new();
+        issued = issued.and(self.io.write_raw_durable(&first.0, &first.1, &mut direct));
+        let mut outcome = issued.and(direct.wait());
+        for writes in queued {
+            outcome = outcome.and(writes.wait());
+        }
+        outcome
     }
 
     /// Log records for `itxs`, with data, skipping those already in a synced txg; writes longer

@@ -489,3 +489,24 @@ proptest! {
         prop_assert!(stats.write_calls <= stats.write_requests);
     }
 }
+
+#[test]
+fn a_durable_write_makes_its_aggregate_a_fua_write() {
+    let (device, queue, first) = parked_queue(1 << 20, 0);
+    // Queued while the worker is parked: a plain write and a durable one right after it.
+    let plain = queue.write(IoClass::AsyncWrite, 65536, block(1, 4096));
+    let durable = queue.write_durable(IoClass::Log, 65536 + 4096, block(2, 4096));
+    device.open_gate();
+    first.wait().unwrap();
+    plain.wait().unwrap();
+    durable.wait().unwrap();
+    let calls = device.calls();
+    // The recorder has no FUA of its own: the device default writes, then flushes.
+    let merged = calls
+        .iter()
+        .position(|c| c.op == "write" && c.offset == 65536)
+        .expect("the merged write");
+    assert_eq!(calls[merged].len, 8192, "one aggregate: {calls:?}");
+    assert_eq!(calls[merged + 1].op, "flush", "{calls:?}");
+    assert_eq!(queue.stats().fua_writes, 1);
+}
