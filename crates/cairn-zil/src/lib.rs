@@ -351,7 +351,7 @@ impl IntentLog {
             self.failed(format!("allocating a log block: {err}"))
         };
         if !self.use_log_devices.load(Ordering::Relaxed) {
-            return space.allocate(size_bytes, txg, &[]).map_err(failed);
+            return space.allocate_log_on_pool(size_bytes, txg).map_err(failed);
         }
         let dva = space.allocate_log(size_bytes, txg).map_err(failed)?;
         let usable = self
@@ -363,6 +363,6 @@ impl IntentLog {
             return Ok(dva);
         }
         space.unallocate(&dva, txg).map_err(failed)?;
-        space.allocate(size_bytes, txg, &[]).map_err(failed)
+        space.allocate_log_on_pool(size_bytes, txg).map_err(failed)
     }
 }

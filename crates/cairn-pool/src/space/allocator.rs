@@ -25,6 +25,8 @@
 //!   spreads load while keeping runs long enough to merge into large I/Os;
 //! - a ditto copy (`avoid` non-empty) goes to a vdev holding none of the other copies if one has
 //!   room, else to another metaslab of the same vdev, else anywhere free;
+//! - intent-log blocks that go to normal vdevs (`allocate_log_on_pool`) take a metaslab of
+//!   their own, so a log chain stays one contiguous stream beside a txg's data;
 //! - within a vdev, see `top_vdev` (active metaslab per copy) and `metaslab` (first-fit from a
 //!   cursor, best-fit from 96% full).
 //!
@@ -46,8 +48,9 @@
 
 use super::metaslab::{METASLAB_COUNT_MAX, Metaslab};
 use super::range_tree::RangeTree;
-use super::top_vdev::{ACTIVE_SLOTS, TopVdevSpace};
+use super::top_vdev::{LOG_SLOT, TopVdevSpace};
 use super::{DEFER_TXGS, SpaceError};
+use cairn_format::blkptr::DVA_COUNT_MAX;
 use cairn_format::{ASHIFT_MAX, ASHIFT_MIN, Dva, SpaceLogEntry, SpaceOp};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -341,7 +344,27 @@ impl SpaceAllocator {
             return Err(SpaceError::InvalidSize { size_bytes: 0 });
         }
         self.check_txg_open(txg)?;
-        let slot = avoid.len().min(ACTIVE_SLOTS - 1);
+        let slot = avoid.len().min(DVA_COUNT_MAX - 1);
+        self.allocate_in_slot(size_bytes, txg, avoid, slot)
+    }
+
+    /// Allocates an intent-log block on the pool's normal vdevs (no log device takes it), in a
+    /// metaslab of its own (`LOG_SLOT`), so consecutive blocks of a chain stay contiguous.
+    pub fn allocate_log_on_pool(&mut self, size_bytes: u32, txg: u64) -> Result<Dva, SpaceError> {
+        if size_bytes == 0 {
+            return Err(SpaceError::InvalidSize { size_bytes: 0 });
+        }
+        self.check_txg_open(txg)?;
+        self.allocate_in_slot(size_bytes, txg, &[], LOG_SLOT)
+    }
+
+    fn allocate_in_slot(
+        &mut self,
+        size_bytes: u32,
+        txg: u64,
+        avoid: &[Dva],
+        slot: usize,
+    ) -> Result<Dva, SpaceError> {
         for attempt in self.attempt_order(avoid) {
             let vdev = &self.vdevs[attempt.index];
             let sector_bytes = 1u64 << vdev.ashift;
@@ -488,7 +511,7 @@ impl SpaceAllocator {
                 });
             }
         }
-        self.allocate(size_bytes, txg, &[])
+        self.allocate_log_on_pool(size_bytes, txg)
     }
 
     /// Marks exactly `dva`'s extent allocated in txg `txg` (an intent-log block found at

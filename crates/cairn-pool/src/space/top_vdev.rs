@@ -7,7 +7,8 @@
 //! part first and only then changes anything, so an error leaves the vdev untouched.
 //!
 //! Choice of metaslab: a per-copy "active" metaslab (copy 0 for the first DVA of a block, 1 and
-//! 2 for ditto copies, so each stream stays contiguous in its own metaslab) is kept while it can
+//! 2 for ditto copies, 3 for intent-log blocks, so each stream stays contiguous in its own
+//! metaslab) is kept while it can
 //! satisfy the request and
 //! - the free run at its cursor still holds the request (the stream continues contiguously), or
 //! - its largest free run is at least `ACTIVE_KEEP_SEGMENT_BYTES`, or
@@ -36,8 +37,13 @@ pub const ACTIVE_KEEP_SEGMENT_BYTES: u64 = 1 << 20;
 /// of allocations together at the cost of using holes slightly smaller than the best.
 pub const ACTIVE_SWITCH_BUCKETS: u64 = 4;
 
-/// Active-metaslab slots: one per DVA a block pointer can carry.
-pub const ACTIVE_SLOTS: usize = DVA_COUNT_MAX;
+/// Active-metaslab slots: one per DVA a block pointer can carry, and one for intent-log blocks
+/// written to the pool's disks (`LOG_SLOT`).
+pub const ACTIVE_SLOTS: usize = DVA_COUNT_MAX + 1;
+/// The slot of intent-log blocks on normal vdevs: their own metaslab keeps a log chain
+/// contiguous on disk while a txg sync allocates hundreds of megabytes beside it (a chain
+/// broken into pieces costs a disk a rotation per piece).
+pub const LOG_SLOT: usize = DVA_COUNT_MAX;
 
 #[derive(Debug, Clone)]
 pub(super) struct TopVdevSpace {
