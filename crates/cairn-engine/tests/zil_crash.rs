@@ -657,3 +657,38 @@ fn logbias_chooses_where_log_blocks_go() {
     drop(volume);
     pool.close().unwrap();
 }
+
+/// A commit that panics (a bug: here the source of a record's data) fails the log instead of
+/// leaving its builder role taken: later commits get an error at once instead of waiting forever
+/// (which would also hang a clean shutdown of the server).
+#[test]
+fn a_panicking_commit_fails_the_log_instead_of_wedging_it() {
+    struct PanickingSource;
+    impl cairn_zil::LogSource for PanickingSource {
+        fn read_for_log(&self, _object: u64, _offset: u64, _buf: &mut [u8]) -> Result<(), String> {
+            panic!("injected panic while reading data to log");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_pool, volume) = single_writer_volume(dir.path(), 11, true, None, &[]);
+    volume.write(0, &pattern(1, 0)).unwrap();
+    volume.flush().unwrap();
+    // An asynchronous write is logged without its data, which a commit reads back.
+    volume.write(SECTOR, &pattern(2, 1)).unwrap();
+    let log = volume.intent_log().expect("a volume has a log").clone();
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        log.commit_all(&PanickingSource)
+    }));
+    assert!(panicked.is_err(), "the source's panic reaches the caller");
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let later = volume.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(later.flush());
+    });
+    let result = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a commit after the panic must not hang");
+    let err = result.expect_err("the log has failed");
+    assert!(err.to_string().contains("panicked"), "{err}");
+}

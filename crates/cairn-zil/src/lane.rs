@@ -364,6 +364,29 @@ impl Built {
     }
 }
 
+/// Fails the lane if its committer panics (a bug): the builder role or a batch in flight would
+/// otherwise stay taken forever, and every later commit, a clean shutdown included, would wait
+/// for it. Committers get the error instead, as when the pool is suspended.
+struct FailOnPanic<'a> {
+    lane: &'a Lane,
+}
+
+impl Drop for FailOnPanic<'_> {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let mut st = self.lane.state.lock();
+        st.failed = Some("internal error: a commit of this log panicked".to_string());
+        st.building = false;
+        let to_wake = self.lane.publish(&mut st);
+        self.lane.cond.notify_all();
+        self.lane.company.notify_all();
+        drop(st);
+        wake(to_wake);
+    }
+}
+
 fn wake(threads: Vec<Thread>) {
     for thread in threads {
         thread.unpark();
@@ -487,6 +510,7 @@ impl IntentLog {
         source: &dyn LogSource,
     ) -> Result<(), ZilError> {
         let started = Instant::now();
+        let _fail_on_panic = FailOnPanic { lane };
         let mut st = lane.state.lock();
         loop {
             if st.durable_ticket >= target {
