@@ -29,15 +29,6 @@ impl RawWrites {
         }
     }
 
-    /// Top-level vdevs written to (what a flush must cover).
-    pub fn vdevs(&self) -> BTreeSet<u32> {
-        self.pending
-            .iter()
-            .map(|(vdev, _, _)| *vdev)
-            .chain(self.done.iter().map(|(vdev, _, _)| *vdev))
-            .collect()
-    }
-
     /// Waits for every write. A leaf whose write fails is faulted; the whole fails only if some
     /// top-level vdev got no copy at all.
     pub fn wait(self) -> Result<(), PipelineError> {
