@@ -760,7 +760,6 @@ fn execute(shared: &Shared, aggregate: Aggregate) {
                 })
                 .collect();
             if durable {
-                shared.sched.lock().stats.fua_writes += 1;
                 shared.device.write_vectored_at_fua(start, &bufs)
             } else {
                 shared.device.write_vectored_at(start, &bufs)
@@ -828,6 +827,11 @@ fn complete(
             Dir::Read => stats.read_calls += 1,
             Dir::Write => {
                 stats.write_calls += 1;
+                let durable = aggregate
+                    .members
+                    .iter()
+                    .any(|r| matches!(r.payload, Payload::Write { durable: true, .. }));
+                stats.fua_writes += u64::from(durable);
                 for r in &aggregate.members {
                     sched.unfinished_writes.remove(&r.seq);
                 }

@@ -340,10 +340,6 @@ impl SpaceAllocator {
         txg: u64,
         avoid: &[Dva],
     ) -> Result<Dva, SpaceError> {
-        if size_bytes == 0 {
-            return Err(SpaceError::InvalidSize { size_bytes: 0 });
-        }
-        self.check_txg_open(txg)?;
         let slot = avoid.len().min(DVA_COUNT_MAX - 1);
         self.allocate_in_slot(size_bytes, txg, avoid, slot)
     }
@@ -351,10 +347,6 @@ impl SpaceAllocator {
     /// Allocates an intent-log block on the pool's normal vdevs (no log device takes it), in a
     /// metaslab of its own (`LOG_SLOT`), so consecutive blocks of a chain stay contiguous.
     pub fn allocate_log_on_pool(&mut self, size_bytes: u32, txg: u64) -> Result<Dva, SpaceError> {
-        if size_bytes == 0 {
-            return Err(SpaceError::InvalidSize { size_bytes: 0 });
-        }
-        self.check_txg_open(txg)?;
         self.allocate_in_slot(size_bytes, txg, &[], LOG_SLOT)
     }
 
@@ -365,6 +357,10 @@ impl SpaceAllocator {
         avoid: &[Dva],
         slot: usize,
     ) -> Result<Dva, SpaceError> {
+        if size_bytes == 0 {
+            return Err(SpaceError::InvalidSize { size_bytes: 0 });
+        }
+        self.check_txg_open(txg)?;
         for attempt in self.attempt_order(avoid) {
             let vdev = &self.vdevs[attempt.index];
             let sector_bytes = 1u64 << vdev.ashift;
