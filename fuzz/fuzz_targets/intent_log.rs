@@ -12,15 +12,20 @@
 //!   sequence are patched in too, so that the run reaches the record decoder; otherwise the
 //!   fuzzer's own identity is kept, which exercises the wrong-position checks.
 //!
+//! A fourth copy is a sealed block holding one write-in-place record (kind 4) whose 128-byte
+//! payload is the fuzzer's bytes, with the record's length and txg taken from the payload's
+//! own size and birth fields, so the block-pointer checks of that record kind are reached.
+//!
 //! Whatever decodes must survive encode → decode unchanged, for the smallest and the default
 //! sector size. The same bytes are also read as a 192-byte chain header, raw and with a valid
 //! version and lane count patched in, and what decodes must round-trip too.
 #![no_main]
 
+use cairn_format::blkptr::BLOCK_POINTER_SIZE;
 use cairn_format::checksum::embedded;
 use cairn_format::intent_log::{
     INTENT_LOG_HEADER_SIZE, INTENT_LOG_HEADER_VERSION, INTENT_LOG_LANES_MAX, INTENT_LOG_MAGIC,
-    LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MAX,
+    LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MAX, LOG_RECORD_HEADER_SIZE,
 };
 use cairn_format::{ChainPosition, IntentLogHeader, LogBlock};
 use libfuzzer_sys::fuzz_target;
@@ -96,6 +101,30 @@ fn seal(data: &[u8]) -> Vec<u8> {
     sealed
 }
 
+/// A block of one write-in-place record carrying `data` (zero-padded) as its block pointer.
+fn in_place_block(data: &[u8]) -> Vec<u8> {
+    let mut payload = [0u8; BLOCK_POINTER_SIZE];
+    let take = data.len().min(BLOCK_POINTER_SIZE);
+    payload[..take].copy_from_slice(&data[..take]);
+    // Logical size and birth txg of a block pointer (see docs/format.md, "Block pointer").
+    let length = u64::from(u32::from_le_bytes(payload[48..52].try_into().unwrap())).max(1);
+    let txg = u64::from_le_bytes(payload[64..72].try_into().unwrap());
+    let mut record = vec![0u8; LOG_RECORD_HEADER_SIZE];
+    record[0] = 4;
+    record[8..16].copy_from_slice(&1u64.to_le_bytes());
+    record[16..24].copy_from_slice(&txg.to_le_bytes());
+    record[24..32].copy_from_slice(&1u64.to_le_bytes());
+    record[40..48].copy_from_slice(&length.to_le_bytes());
+    record.extend_from_slice(&payload);
+    let mut block = vec![0u8; LOG_BLOCK_HEADER_SIZE];
+    block[0] = 1; // patch the identity in `seal`
+    block[36..40].copy_from_slice(&1u32.to_le_bytes());
+    block.extend_from_slice(&record);
+    let used = block.len() as u32;
+    block[40..44].copy_from_slice(&used.to_le_bytes());
+    block
+}
+
 fuzz_target!(|data: &[u8]| {
     block_round_trip(data);
 
@@ -107,6 +136,8 @@ fuzz_target!(|data: &[u8]| {
     block_round_trip(&repaired);
 
     block_round_trip(&seal(data));
+
+    block_round_trip(&seal(&in_place_block(data)));
 
     let mut header = [0u8; INTENT_LOG_HEADER_SIZE];
     let take = data.len().min(INTENT_LOG_HEADER_SIZE);

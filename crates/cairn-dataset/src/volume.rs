@@ -15,11 +15,17 @@
 //! `sync=disabled` nothing is ever committed: flushes return at once and acknowledged writes
 //! are lost if the machine stops before the next txg sync (documented as unsafe). Without a log
 //! (a volume opened for tools) a flush waits for a txg sync instead.
+//!
+//! Large synchronous writes (`IntentLog::writes_in_place`) are written once: their whole,
+//! non-zero blocks go straight to their final place with FUA, inside the txg hold, and only the
+//! block pointers are logged; the txg sync links those blocks into the tree instead of writing
+//! them again. Partial blocks at the edges are logged as ordinary writes. If the write in place
+//! fails, the write falls back to the ordinary path (the log or the txg sync then carries it).
 
 use crate::DatasetError;
 use bytes::Bytes;
 use cairn_format::{LogRecord, LogRecordKind};
-use cairn_object::{ObjectError, ObjectSet};
+use cairn_object::{ObjectError, ObjectSet, is_all_zero};
 use cairn_pool::txg::{TxgEngine, TxgHold};
 use cairn_zil::{IntentLog, ItxData, LogOp, LogSource, Ticket, ZilError};
 use parking_lot::Mutex;
@@ -48,6 +54,14 @@ impl Change {
             Change::Discard => "trim",
         }
     }
+}
+
+/// One record of a change, before it is logged.
+struct Logged {
+    kind: LogRecordKind,
+    offset: u64,
+    length: u64,
+    data: ItxData,
 }
 
 /// The `sync` property.
@@ -93,6 +107,9 @@ pub struct VolumeStats {
     pub flushes: AtomicU64,
     pub trims: AtomicU64,
     pub trim_bytes: AtomicU64,
+    /// Synchronous writes meant for their final place that could not be written there (a
+    /// device error) and went through the log instead.
+    pub in_place_fallbacks: AtomicU64,
 }
 
 pub struct Volume {
@@ -339,22 +356,19 @@ impl Volume {
         options: WriteOptions,
     ) -> Result<(), DatasetError> {
         let commit = self.wants_commit(options);
-        let ticket = self.modify_logged(
-            LogRecordKind::Write,
-            offset,
-            data.len() as u64,
-            options,
-            |hold| {
-                self.apply_write(hold, offset, data, shared)?;
-                Ok(if commit && data.len() <= self.copy_bytes_max() {
-                    ItxData::Copied(
-                        shared.map_or_else(|| Bytes::copy_from_slice(data), Bytes::clone),
-                    )
-                } else {
-                    ItxData::NeedCopy
-                })
-            },
-        )?;
+        let len = data.len() as u64;
+        let in_place = commit
+            && self
+                .intent_log
+                .as_ref()
+                .is_some_and(|log| log.writes_in_place(len));
+        let ticket = self.modify_logged(LogRecordKind::Write, offset, len, options, |hold| {
+            if in_place {
+                return self.write_in_place(hold, offset, data, shared);
+            }
+            self.apply_write(hold, offset, data, shared)?;
+            Ok(vec![self.logged_write(offset, data, shared, commit)])
+        })?;
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .write_bytes
@@ -406,7 +420,12 @@ impl Volume {
         let commit = self.wants_commit(options);
         let ticket = self.modify_logged(kind, offset, len, options, |hold| {
             self.apply_discard(hold, offset, len)?;
-            Ok(ItxData::None)
+            Ok(vec![Logged {
+                kind,
+                offset,
+                length: len,
+                data: ItxData::None,
+            }])
         })?;
         self.finish(ticket, commit)
     }
@@ -433,6 +452,120 @@ impl Volume {
         )
     }
 
+    /// The record of an ordinary write: its data copied now when it is small and about to be
+    /// committed, else read back from the volume at commit.
+    fn logged_write(
+        &self,
+        offset: u64,
+        data: &[u8],
+        shared: Option<&Bytes>,
+        commit: bool,
+    ) -> Logged {
+        Logged {
+            kind: LogRecordKind::Write,
+            offset,
+            length: data.len() as u64,
+            data: if commit && data.len() <= self.copy_bytes_max() {
+                ItxData::Copied(shared.map_or_else(|| Bytes::copy_from_slice(data), Bytes::clone))
+            } else {
+                ItxData::NeedCopy
+            },
+        }
+    }
+
+    /// A synchronous write whose whole, non-zero blocks go to their final place now (durably),
+    /// logged as block pointers; the rest (partial blocks at the edges, zero blocks) is applied
+    /// and logged the ordinary way. Falls back to the ordinary write if the blocks cannot be
+    /// written in place.
+    fn write_in_place(
+        &self,
+        hold: &TxgHold,
+        offset: u64,
+        data: &[u8],
+        shared: Option<&Bytes>,
+    ) -> Result<Vec<Logged>, DatasetError> {
+        let block_size = u64::from(self.block_size);
+        let mut blocks: Vec<(u64, Bytes)> = Vec::new();
+        let mut cursor = 0usize;
+        for (blkid, _, take) in self.pieces(offset, data.len() as u64) {
+            let piece = &data[cursor..cursor + take];
+            if take as u64 == block_size && !is_all_zero(piece) {
+                let bytes = shared.map_or_else(
+                    || Bytes::copy_from_slice(piece),
+                    |bytes| bytes.slice(cursor..cursor + take),
+                );
+                blocks.push((blkid, bytes));
+            }
+            cursor += take;
+        }
+        let written = match blocks.is_empty() {
+            true => Vec::new(),
+            false => {
+                let blkids: Vec<u64> = blocks.iter().map(|(blkid, _)| *blkid).collect();
+                match self
+                    .objset
+                    .write_blocks_in_place(hold.txg(), VOLUME_OBJECT, blocks)
+                {
+                    Ok(written) => blkids.into_iter().zip(written).collect(),
+                    Err(_) => {
+                        self.stats
+                            .in_place_fallbacks
+                            .fetch_add(1, Ordering::Relaxed);
+                        Vec::new()
+                    }
+                }
+            }
+        };
+        let mut logged = Vec::with_capacity(written.len() + 2);
+        let mut position = offset;
+        let end = offset + data.len() as u64;
+        for (blkid, (bp, newly_dirty)) in written {
+            if newly_dirty {
+                hold.add_dirty(block_size);
+            }
+            let block_start = blkid * block_size;
+            if block_start > position {
+                logged.push(self.write_between(
+                    hold,
+                    offset,
+                    data,
+                    shared,
+                    position,
+                    block_start,
+                )?);
+            }
+            logged.push(Logged {
+                kind: LogRecordKind::WriteInPlace,
+                offset: block_start,
+                length: block_size,
+                data: ItxData::Pointer(bp),
+            });
+            position = block_start + block_size;
+        }
+        if position < end {
+            logged.push(self.write_between(hold, offset, data, shared, position, end)?);
+        }
+        self.last_dirty_txg.fetch_max(hold.txg(), Ordering::AcqRel);
+        Ok(logged)
+    }
+
+    /// Applies and logs bytes `start .. end` of a write of `data` at `offset` the ordinary way.
+    fn write_between(
+        &self,
+        hold: &TxgHold,
+        offset: u64,
+        data: &[u8],
+        shared: Option<&Bytes>,
+        start: u64,
+        end: u64,
+    ) -> Result<Logged, DatasetError> {
+        let range = (start - offset) as usize..(end - offset) as usize;
+        let part = &data[range.clone()];
+        let shared_part = shared.map(|bytes| bytes.slice(range));
+        self.apply_write(hold, start, part, shared_part.as_ref())?;
+        Ok(self.logged_write(start, part, shared_part.as_ref(), true))
+    }
+
     fn apply_discard(&self, hold: &TxgHold, offset: u64, len: u64) -> Result<(), DatasetError> {
         self.apply(hold, offset, len, |piece, _| piece.fill(0), |_| None)
     }
@@ -451,18 +584,19 @@ impl Volume {
             .map_or(0, |log| log.config().copy_bytes_max)
     }
 
-    /// `modify` whose change is also logged: `change_fn` applies it under the hold and says
-    /// where the record's data comes from. Returns the record's ticket (no log: `None`).
+    /// `modify` whose change is also logged: `change_fn` applies it under the hold and returns
+    /// the records describing it (one, or for a write in place several covering its range).
+    /// Returns the ticket of the last record (no log: `None`); committing it commits them all.
     fn modify_logged(
         &self,
         kind: LogRecordKind,
         offset: u64,
         len: u64,
         options: WriteOptions,
-        change_fn: impl FnOnce(&TxgHold) -> Result<ItxData, DatasetError>,
+        change_fn: impl FnOnce(&TxgHold) -> Result<Vec<Logged>, DatasetError>,
     ) -> Result<Option<Ticket>, DatasetError> {
         let change = match kind {
-            LogRecordKind::Write => Change::Write,
+            LogRecordKind::Write | LogRecordKind::WriteInPlace => Change::Write,
             LogRecordKind::Zero | LogRecordKind::Trim => Change::Discard,
         };
         self.check_writable()?;
@@ -478,20 +612,26 @@ impl Volume {
             name: self.name.clone(),
             reason: err.to_string(),
         })?;
-        let data = change_fn(&hold)?;
-        Ok(self.intent_log.as_ref().map(|log| {
-            log.log(
+        let logged = change_fn(&hold)?;
+        debug_assert_eq!(logged.iter().map(|part| part.length).sum::<u64>(), len);
+        let Some(log) = &self.intent_log else {
+            return Ok(None);
+        };
+        let mut ticket = None;
+        for part in logged {
+            ticket = Some(log.log(
                 options.lane,
                 LogOp {
-                    kind,
+                    kind: part.kind,
                     txg: hold.txg(),
                     object: VOLUME_OBJECT,
-                    offset,
-                    length: len,
-                    data,
+                    offset: part.offset,
+                    length: part.length,
+                    data: part.data,
                 },
-            )
-        }))
+            ));
+        }
+        Ok(ticket)
     }
 
     /// Commits `ticket` when the operation must be durable on return.
@@ -514,11 +654,40 @@ impl Volume {
         }
     }
 
-    /// Applies one replayed log record in the txg of `hold` (import; no log, no checks).
+    /// Applies one replayed log record in the txg of `hold` (import; no log, no checks). A
+    /// write in place reads its block, verified against the logged pointer (the caller has
+    /// claimed the block's space and frees it afterwards): a block that fails to verify is an
+    /// error, since the change it carries was acknowledged.
     pub fn replay_record(&self, hold: &TxgHold, record: &LogRecord) -> Result<(), DatasetError> {
         self.check_range("replay", record.offset, record.length)?;
         match record.kind {
             LogRecordKind::Write => self.apply_write(hold, record.offset, &record.data, None),
+            LogRecordKind::WriteInPlace => {
+                let replay_error = |reason: String| DatasetError::Io {
+                    name: self.name.clone(),
+                    reason: format!(
+                        "replaying the write in place at offset {} (txg {}): {reason}",
+                        record.offset, record.txg
+                    ),
+                };
+                let bp = record
+                    .block_pointer()
+                    .ok_or_else(|| replay_error("no block pointer".into()))?;
+                if record.length != u64::from(self.block_size)
+                    || !record.offset.is_multiple_of(u64::from(self.block_size))
+                {
+                    return Err(replay_error(format!(
+                        "{} bytes is not one block of {}",
+                        record.length, self.block_size
+                    )));
+                }
+                let data = self
+                    .objset
+                    .io()
+                    .read_block(&bp, cairn_device::queue::IoClass::SyncRead)
+                    .map_err(|err| replay_error(err.to_string()))?;
+                self.apply_write(hold, record.offset, &data, Some(&data))
+            }
             LogRecordKind::Zero | LogRecordKind::Trim => {
                 self.apply_discard(hold, record.offset, record.length)
             }

@@ -548,8 +548,13 @@ impl LeafQueue {
 
     /// Queues several writes at once, under one lock, so the workers see them together and can
     /// merge neighbours — a burst submitted one by one is often taken apart by idle workers
-    /// before its neighbours arrive.
-    pub fn write_many(&self, class: IoClass, writes: Vec<(u64, Bytes)>) -> Vec<IoHandle<()>> {
+    /// before its neighbours arrive. With `durable` they are FUA writes (see `write_durable`).
+    pub fn write_many(
+        &self,
+        class: IoClass,
+        writes: Vec<(u64, Bytes)>,
+        durable: bool,
+    ) -> Vec<IoHandle<()>> {
         let submitted = self.shared.clock.now();
         let mut handles = Vec::with_capacity(writes.len());
         let mut sched = self.shared.sched.lock();
@@ -557,7 +562,10 @@ impl LeafQueue {
             drop(sched);
             return writes
                 .into_iter()
-                .map(|(offset, data)| self.write(class, offset, data))
+                .map(|(offset, data)| match durable {
+                    true => self.write_durable(class, offset, data),
+                    false => self.write(class, offset, data),
+                })
                 .collect();
         }
         for (offset, data) in writes {
@@ -575,7 +583,7 @@ impl LeafQueue {
                 submitted,
                 payload: Payload::Write {
                     data,
-                    durable: false,
+                    durable,
                     reply,
                 },
             });

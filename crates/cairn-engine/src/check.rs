@@ -19,6 +19,7 @@ use cairn_format::{BlockPointer, IntentLogHeader};
 use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
 use cairn_pipeline::BlockIo;
 use cairn_zil::read_log;
+use std::collections::BTreeSet;
 
 type Extent = (u32, u64, u64);
 
@@ -171,7 +172,7 @@ impl Pool {
         root: &BlockPointer,
         txg: u64,
         allocated: &[Extent],
-        extents: &mut Vec<Extent>,
+        extents: &mut BTreeSet<Extent>,
     ) {
         if root.is_hole() {
             return;
@@ -189,7 +190,7 @@ impl Pool {
         for dva in log.blocks.iter().chain(&log.chain_ends) {
             let extent = (dva.vdev, dva.offset, u64::from(dva.asize));
             if within(allocated, extent) {
-                extents.push(extent);
+                extents.insert(extent);
             }
         }
     }
@@ -269,11 +270,12 @@ impl Pool {
                 data_block_size: 0,
             });
         }
+        let mut log_extents: BTreeSet<Extent> = BTreeSet::new();
         for (name, bp, recorded_used) in datasets {
             visitor.dataset = name.clone();
             visitor.dataset_bytes = 0;
             walk_objset(&bp, &mut visitor);
-            self.intent_log_extents(&bp, uberblock.txg, &allocated, &mut visitor.extents);
+            self.intent_log_extents(&bp, uberblock.txg, &allocated, &mut log_extents);
             if visitor.dataset_bytes != recorded_used {
                 visitor.report.used_mismatches.push(format!(
                     "{name}: blocks add up to {} bytes, directory says {recorded_used}",
@@ -281,6 +283,17 @@ impl Pool {
                 ));
             }
         }
+        // Taken last: a block allocated in the checked txg by a commit still building its
+        // batch when the check started is in its lane by now.
+        for log in self.core.intent_logs.lock().values() {
+            for dva in log.held_blocks() {
+                let extent = (dva.vdev, dva.offset, u64::from(dva.asize));
+                if within(&allocated, extent) {
+                    log_extents.insert(extent);
+                }
+            }
+        }
+        visitor.extents.extend(log_extents);
         let mut report = visitor.report;
         let referenced = coalesce(visitor.extents, &mut report.double_references);
         report.allocated_bytes = allocated.iter().map(|extent| extent.2).sum();

@@ -1,9 +1,11 @@
 //! Intent-log replay at import.
 //!
 //! For every volume whose object set still names log chains, read the chains (`read_log`),
-//! and in one txg: claim the blocks found (they may have been allocated in a txg that never
-//! synced), apply the records newer than the imported txg in (txg, sequence) order, free the
-//! blocks and empty the chain header. One txg for all of it is what makes replay exactly-once:
+//! and in one txg for all volumes: claim the blocks found — log blocks and the blocks of
+//! writes in place, every volume's before any record is applied (they may have been allocated
+//! in a txg that never synced, and nothing the replay allocates may land on them) — apply the
+//! records newer than the imported txg in (txg, sequence) order, free the claimed blocks and
+//! empty the chain headers. One txg for all of it is what makes replay exactly-once:
 //! if the machine stops before that txg is durable, the next import finds the same header, the
 //! same blocks and the same imported txg, and replays the same records again.
 //!
@@ -16,7 +18,8 @@
 
 use crate::{EngineError, Pool};
 use cairn_dataset::DatasetKind;
-use cairn_format::{Dva, IntentLogHeader};
+use cairn_format::{Dva, IntentLogHeader, LogRecordKind};
+use cairn_pool::txg::TxgHold;
 use cairn_pool::vdev::Health;
 use cairn_zil::read_log;
 
@@ -31,7 +34,9 @@ impl Pool {
     }
 
     /// Replays (or, with `apply` false, discards) every volume's intent log; returns notes for
-    /// the user.
+    /// the user. All volumes are replayed in one txg, and every block any of their logs leads
+    /// to (log blocks, blocks written in place) is claimed before anything is applied, so no
+    /// allocation made by the replay can land on a block another record still needs.
     pub(crate) fn replay_intent_logs(
         &self,
         imported_txg: u64,
@@ -47,6 +52,7 @@ impl Pool {
                 .map(|record| record.name.clone())
                 .collect()
         };
+        let mut logs: Vec<(String, IntentLogHeader)> = Vec::new();
         for name in volumes {
             let Some(objset) = self.core.objsets.lock().get(&name).cloned() else {
                 continue;
@@ -64,9 +70,25 @@ impl Pool {
                     IntentLogHeader::default()
                 }
             };
-            if let Some(note) = self.replay_volume(&name, &header, imported_txg, apply)? {
-                notes.push(note);
+            logs.push((name, header));
+        }
+        if !logs.is_empty() {
+            let engine = self.txg_engine()?.clone();
+            let hold = engine
+                .try_hold()
+                .map_err(|err| EngineError::Txg(err.to_string()))?;
+            let txg = hold.txg();
+            let mut claimed = Vec::with_capacity(logs.len());
+            for (name, header) in &logs {
+                claimed.push(self.claim_volume_log(name, header, imported_txg, txg)?);
             }
+            for ((name, _), replay) in logs.iter().zip(claimed) {
+                notes.push(self.replay_volume(name, replay, &hold, imported_txg, apply)?);
+            }
+            drop(hold);
+            engine
+                .wait_synced(txg)
+                .map_err(|err| EngineError::Txg(err.to_string()))?;
         }
         self.sweep_log_devices()?;
         Ok(notes)
@@ -128,15 +150,16 @@ impl Pool {
         Ok(())
     }
 
-    fn replay_volume(
+    /// Reads a volume's log and claims, in `txg`, every block it leads to that the imported
+    /// state does not already own: the log blocks, and the blocks of the writes in place that
+    /// replay will apply.
+    fn claim_volume_log(
         &self,
         name: &str,
         header: &IntentLogHeader,
         imported_txg: u64,
-        apply: bool,
-    ) -> Result<Option<String>, EngineError> {
-        let volume = self.volume(name)?;
-        let engine = self.txg_engine()?.clone();
+        txg: u64,
+    ) -> Result<ClaimedLog, EngineError> {
         let tree = self.core.tree();
         let usable = |dva: &Dva| {
             tree.top_for_dva(dva)
@@ -157,33 +180,6 @@ impl Pool {
                 .collect(),
         };
         let log = read_log(&self.core.io, self.core.guid, &readable, imported_txg);
-        let hold = engine
-            .try_hold()
-            .map_err(|err| EngineError::Txg(err.to_string()))?;
-        let txg = hold.txg();
-        let mut to_free: Vec<Dva> = Vec::new();
-        {
-            let mut space = self.core.space.lock();
-            for dva in &log.blocks {
-                match space.claim(dva, txg) {
-                    Ok(_) => to_free.push(*dva),
-                    Err(err) => {
-                        return Err(EngineError::Import {
-                            pool: self.core.name.clone(),
-                            reason: format!(
-                                "{name}: intent log block at vdev {} offset {} cannot be claimed: {err}",
-                                dva.vdev, dva.offset
-                            ),
-                        });
-                    }
-                }
-            }
-            for dva in &log.chain_ends {
-                if usable(dva) && space.is_allocated(dva) {
-                    to_free.push(*dva);
-                }
-            }
-        }
         if std::env::var_os("CAIRN_DEBUG_REPLAY").is_some() {
             eprintln!(
                 "replay {name}: imported txg {imported_txg}, header {header:?}, {} blocks, ends {:?}, {} records, {} skipped",
@@ -199,9 +195,63 @@ impl Pool {
                 );
             }
         }
+        let claim_error = |what: &str, dva: &Dva, err: String| EngineError::Import {
+            pool: self.core.name.clone(),
+            reason: format!(
+                "{name}: {what} at vdev {} offset {} cannot be claimed: {err}",
+                dva.vdev, dva.offset
+            ),
+        };
+        let mut to_free: Vec<Dva> = Vec::new();
+        let mut space = self.core.space.lock();
+        for dva in &log.blocks {
+            space
+                .claim(dva, txg)
+                .map_err(|err| claim_error("intent log block", dva, err.to_string()))?;
+            to_free.push(*dva);
+        }
+        for dva in &log.chain_ends {
+            if usable(dva) && space.is_allocated(dva) {
+                to_free.push(*dva);
+            }
+        }
+        // A block written in place for a txg that never synced is free in the space maps. One
+        // already allocated belongs to the imported state: it is left alone (and its contents
+        // will not verify against the logged pointer unless they are the logged block).
+        for bp in log
+            .records
+            .iter()
+            .filter_map(|record| record.block_pointer())
+        {
+            for dva in bp.copies() {
+                if usable(dva)
+                    && space.claim(dva, txg).map_err(|err| {
+                        claim_error("block written in place", dva, err.to_string())
+                    })?
+                {
+                    to_free.push(*dva);
+                }
+            }
+        }
+        Ok(ClaimedLog { log, to_free })
+    }
+
+    /// Applies (or with `apply` false, drops) a claimed log in the txg of `hold`, frees its
+    /// blocks and empties the volume's chain header in that txg. Returns a note for the user.
+    fn replay_volume(
+        &self,
+        name: &str,
+        claimed: ClaimedLog,
+        hold: &TxgHold,
+        imported_txg: u64,
+        apply: bool,
+    ) -> Result<String, EngineError> {
+        let volume = self.volume(name)?;
+        let txg = hold.txg();
+        let ClaimedLog { log, to_free } = claimed;
         let applied = if apply {
             for record in &log.records {
-                volume.replay_record(&hold, record)?;
+                volume.replay_record(hold, record)?;
             }
             log.records.len()
         } else {
@@ -218,13 +268,14 @@ impl Pool {
         }
         let objset = volume.objset().clone();
         objset.set_intent_log_header(txg, [0; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE]);
-        drop(hold);
-        engine
-            .wait_synced(txg)
-            .map_err(|err| EngineError::Txg(err.to_string()))?;
-        Ok(Some(if apply {
+        let in_place = log
+            .records
+            .iter()
+            .filter(|record| record.kind == LogRecordKind::WriteInPlace)
+            .count();
+        Ok(if apply {
             format!(
-                "{name}: replayed {applied} intent-log records from {} log blocks ({} already in txg {imported_txg})",
+                "{name}: replayed {applied} intent-log records ({in_place} of them writes in place) from {} log blocks ({} already in txg {imported_txg})",
                 log.blocks.len(),
                 log.records_skipped
             )
@@ -233,6 +284,12 @@ impl Pool {
                 "{name}: discarded the intent log ({} records not replayed: the pool is as of txg {imported_txg})",
                 log.records.len()
             )
-        }))
+        })
     }
+}
+
+/// A volume's log, read, with the blocks claimed for replay (freed in the replay txg).
+struct ClaimedLog {
+    log: cairn_zil::ReplayLog,
+    to_free: Vec<Dva>,
 }

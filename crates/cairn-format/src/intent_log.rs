@@ -20,17 +20,19 @@
 //!  64 32 BLAKE3 of the used bytes with this field zeroed
 //!  96 32 reserved
 //! record (48-byte header, then the payload padded to 8 bytes)
-//!   0  1 kind (1 write, 2 zero, 3 trim)   1 7 reserved
+//!   0  1 kind (1 write, 2 zero, 3 trim, 4 write in place)   1 7 reserved
 //!   8  8 sequence (dataset-wide, orders records of all lanes)
 //!  16  8 txg the change joined           24  8 object
 //!  32  8 offset (bytes)                  40  8 length (bytes; writes carry this many bytes)
+//!  write-in-place records carry a 128-byte block pointer instead: the block was written to its
+//!  final place (durably, before the record) and only its address and checksum are logged
 //! chain header (192 bytes, in the object-set root)
 //!   0  4 version (1)  4 4 lane count   8 8 reserved
 //!  16 + 32 × lane: chain guid u64 (0 = no chain), head sequence u64, head DVA (16)
 //! ```
 
 use crate::FormatError;
-use crate::blkptr::Dva;
+use crate::blkptr::{BLOCK_POINTER_SIZE, BlockPointer, Dva};
 use crate::checksum::embedded;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
@@ -113,9 +115,24 @@ pub enum LogRecordKind {
     Write = 1,
     Zero = 2,
     Trim = 3,
+    /// A whole block written to its final place before the record: the payload is its block
+    /// pointer (`BLOCK_POINTER_SIZE` bytes), `offset` and `length` the range it covers.
+    WriteInPlace = 4,
 }
 
-/// One logged operation. `data` is present for writes only and is `length` bytes long.
+impl LogRecordKind {
+    /// Payload bytes a record of this kind covering `length` bytes carries.
+    pub fn payload_bytes(self, length: u64) -> usize {
+        match self {
+            LogRecordKind::Write => length as usize,
+            LogRecordKind::Zero | LogRecordKind::Trim => 0,
+            LogRecordKind::WriteInPlace => BLOCK_POINTER_SIZE,
+        }
+    }
+}
+
+/// One logged operation. `data` is the payload: `length` bytes for writes, the encoded block
+/// pointer for writes in place, nothing otherwise.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogRecord {
     pub kind: LogRecordKind,
@@ -135,6 +152,37 @@ impl LogRecord {
 
     pub fn encoded_size_for(payload_bytes: usize) -> usize {
         LOG_RECORD_HEADER_SIZE + payload_bytes.div_ceil(8) * 8
+    }
+
+    /// A write-in-place record for the block at `bp`, covering `offset .. offset + bp.lsize`.
+    pub fn write_in_place(
+        sequence: u64,
+        txg: u64,
+        object: u64,
+        offset: u64,
+        bp: &BlockPointer,
+    ) -> LogRecord {
+        assert!(!bp.is_hole(), "a write in place needs a block");
+        assert_eq!(
+            bp.birth_txg, txg,
+            "a block written in place is born in its record's txg"
+        );
+        LogRecord {
+            kind: LogRecordKind::WriteInPlace,
+            sequence,
+            txg,
+            object,
+            offset,
+            length: u64::from(bp.lsize),
+            data: bp.to_bytes().to_vec(),
+        }
+    }
+
+    /// The block pointer of a write-in-place record (decoding verified it).
+    pub fn block_pointer(&self) -> Option<BlockPointer> {
+        (self.kind == LogRecordKind::WriteInPlace)
+            .then(|| BlockPointer::decode(&self.data).ok())
+            .flatten()
     }
 }
 
@@ -170,10 +218,7 @@ impl LogBlock {
         let mut out = vec![0u8; used.div_ceil(granule) * granule];
         let mut cursor = LOG_BLOCK_HEADER_SIZE;
         for record in &self.records {
-            let expected = match record.kind {
-                LogRecordKind::Write => record.length as usize,
-                LogRecordKind::Zero | LogRecordKind::Trim => 0,
-            };
+            let expected = record.kind.payload_bytes(record.length);
             assert_eq!(record.data.len(), expected, "record payload length");
             let phys = RecordHeaderPhys {
                 kind: record.kind as u8,
@@ -274,20 +319,23 @@ fn decode_records(mut bytes: &[u8], count: u32) -> Result<Vec<LogRecord>, Format
             1 => LogRecordKind::Write,
             2 => LogRecordKind::Zero,
             3 => LogRecordKind::Trim,
+            4 => LogRecordKind::WriteInPlace,
             other => return Err(FormatError::invalid(WHAT, "kind", u64::from(other))),
         };
         let (offset, length) = (phys.offset.get(), phys.length.get());
         if length == 0 || offset.checked_add(length).is_none() {
             return Err(FormatError::invalid(WHAT, "extent", offset));
         }
-        let payload_bytes = match kind {
-            LogRecordKind::Write if length <= LOG_RECORD_PAYLOAD_MAX as u64 => length as usize,
-            LogRecordKind::Write => return Err(FormatError::invalid(WHAT, "length", length)),
-            LogRecordKind::Zero | LogRecordKind::Trim => 0,
-        };
+        if kind == LogRecordKind::Write && length > LOG_RECORD_PAYLOAD_MAX as u64 {
+            return Err(FormatError::invalid(WHAT, "length", length));
+        }
+        let payload_bytes = kind.payload_bytes(length);
         let size = LogRecord::encoded_size_for(payload_bytes);
         FormatError::need(WHAT, size, bytes.len())?;
         let payload = &bytes[LOG_RECORD_HEADER_SIZE..LOG_RECORD_HEADER_SIZE + payload_bytes];
+        if kind == LogRecordKind::WriteInPlace {
+            check_in_place_pointer(payload, length, phys.txg.get())?;
+        }
         records.push(LogRecord {
             kind,
             sequence: phys.sequence.get(),
@@ -309,6 +357,27 @@ fn decode_records(mut bytes: &[u8], count: u32) -> Result<Vec<LogRecord>, Format
         ));
     }
     Ok(records)
+}
+
+/// A write-in-place payload must be a level-0 block pointer (not a hole) born in the record's
+/// txg, whose logical size is the record's length.
+fn check_in_place_pointer(payload: &[u8], length: u64, txg: u64) -> Result<(), FormatError> {
+    const WHAT: &str = "write-in-place record";
+    let bp = BlockPointer::decode(payload)?;
+    if bp.is_hole() || bp.level != 0 {
+        return Err(FormatError::invalid(
+            WHAT,
+            "block pointer",
+            u64::from(bp.level),
+        ));
+    }
+    if u64::from(bp.lsize) != length {
+        return Err(FormatError::invalid(WHAT, "length", length));
+    }
+    if bp.birth_txg != txg {
+        return Err(FormatError::invalid(WHAT, "birth txg", bp.birth_txg));
+    }
+    Ok(())
 }
 
 /// Where one lane's chain starts: the oldest block still needed (or, when every written block
@@ -523,6 +592,80 @@ mod tests {
         assert_eq!(LogBlock::decode(&bytes, &position()).unwrap(), block);
     }
 
+    fn in_place_pointer(txg: u64) -> BlockPointer {
+        BlockPointer {
+            dvas: [
+                Dva {
+                    vdev: 0,
+                    offset: 3 << 20,
+                    asize: 16384,
+                },
+                Dva::default(),
+                Dva::default(),
+            ],
+            lsize: 16384,
+            psize: 16384,
+            object_type: crate::ObjectType::VolumeData,
+            birth_txg: txg,
+            fill: 1,
+            checksum: crate::checksum::Checksum([7; 32]),
+            ..BlockPointer::HOLE
+        }
+    }
+
+    fn block_of(records: Vec<LogRecord>) -> LogBlock {
+        LogBlock {
+            position: position(),
+            next: Dva::default(),
+            records,
+        }
+    }
+
+    #[test]
+    fn a_write_in_place_record_carries_its_block_pointer() {
+        let bp = in_place_pointer(12);
+        let record = LogRecord::write_in_place(5, 12, 1, 1 << 20, &bp);
+        assert_eq!(record.length, 16384);
+        let block = block_of(vec![record]);
+        let decoded = LogBlock::decode(&block.encode(512), &position()).unwrap();
+        assert_eq!(decoded, block);
+        assert_eq!(decoded.records[0].block_pointer(), Some(bp));
+        assert_eq!(
+            decoded.records[0].encoded_size(),
+            LOG_RECORD_HEADER_SIZE + BLOCK_POINTER_SIZE
+        );
+    }
+
+    #[test]
+    fn a_write_in_place_record_must_match_its_pointer() {
+        let good = LogRecord::write_in_place(5, 12, 1, 0, &in_place_pointer(12));
+        let mut wrong_length = good.clone();
+        wrong_length.length = 8192;
+        let mut wrong_txg = good.clone();
+        wrong_txg.txg = 13;
+        let mut hole = good.clone();
+        hole.data = vec![0; BLOCK_POINTER_SIZE];
+        let mut indirect = good.clone();
+        indirect.data = BlockPointer {
+            level: 1,
+            ..in_place_pointer(12)
+        }
+        .to_bytes()
+        .to_vec();
+        for (what, record) in [
+            ("length", wrong_length),
+            ("txg", wrong_txg),
+            ("hole", hole),
+            ("level", indirect),
+        ] {
+            let bytes = block_of(vec![record]).encode(512);
+            assert!(
+                LogBlock::decode(&bytes, &position()).is_err(),
+                "a record with a wrong {what} decoded"
+            );
+        }
+    }
+
     /// Patches a valid header identity and checksum over arbitrary bytes, so that decoding gets
     /// as far as the records.
     fn seal(mut bytes: Vec<u8>, used: usize) -> Vec<u8> {
@@ -634,14 +777,18 @@ mod tests {
             let records: Vec<LogRecord> = lens
                 .iter()
                 .enumerate()
-                .map(|(i, &len)| LogRecord {
-                    kind: if len == 0 { LogRecordKind::Zero } else { LogRecordKind::Write },
-                    sequence: i as u64,
-                    txg: 5,
-                    object: 1,
-                    offset: (i as u64) << 12,
-                    length: len.max(1) as u64,
-                    data: if len == 0 { vec![] } else { vec![i as u8; len] },
+                .map(|(i, &len)| match len % 7 {
+                    // Every kind, writes in place included.
+                    3 => LogRecord::write_in_place(i as u64, 5, 1, (i as u64) << 14, &in_place_pointer(5)),
+                    _ => LogRecord {
+                        kind: if len == 0 { LogRecordKind::Zero } else { LogRecordKind::Write },
+                        sequence: i as u64,
+                        txg: 5,
+                        object: 1,
+                        offset: (i as u64) << 12,
+                        length: len.max(1) as u64,
+                        data: if len == 0 { vec![] } else { vec![i as u8; len] },
+                    },
                 })
                 .collect();
             let block = LogBlock { position: position(), next: Dva::default(), records };

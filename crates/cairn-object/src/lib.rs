@@ -54,8 +54,28 @@ pub enum ObjectError {
     OutOfRange { object: u64, blkid: u64 },
 }
 
-/// The current version of a block as seen by a reader.
-type BlockChange = Option<Bytes>;
+/// A block's newest version in one txg: its contents as readers see them (`None`: a hole), and,
+/// for a block already written to its final place in open context (a synchronous write in
+/// place, `write_blocks_in_place`), where: the txg sync then uses that pointer instead of
+/// writing the data again.
+#[derive(Clone, Default)]
+struct BlockChange {
+    data: Option<Bytes>,
+    written: Option<BlockPointer>,
+}
+
+impl BlockChange {
+    fn data(data: Bytes) -> BlockChange {
+        BlockChange {
+            data: Some(data),
+            written: None,
+        }
+    }
+
+    fn hole() -> BlockChange {
+        BlockChange::default()
+    }
+}
 
 #[derive(Default)]
 struct TxgChanges {
@@ -120,7 +140,8 @@ fn empty_meta_dnode() -> Dnode {
     }
 }
 
-fn is_all_zero(data: &[u8]) -> bool {
+/// True when every byte of `data` is zero (such a level-0 block is stored as a hole).
+pub fn is_all_zero(data: &[u8]) -> bool {
     let mut chunks = data.chunks_exact(16);
     chunks
         .by_ref()
@@ -242,36 +263,123 @@ impl ObjectSet {
 
     /// Frees object `object` and every block beneath it, in `txg`.
     pub fn free_object(&self, txg: u64, object: u64) {
-        let mut state = self.state.lock();
-        let changes = state.changes.entry(txg).or_default();
-        changes.blocks.retain(|(obj, _), _| *obj != object);
-        changes.dnodes.insert(object, Dnode::free());
+        let mut dropped = Vec::new();
+        {
+            let mut state = self.state.lock();
+            let changes = state.changes.entry(txg).or_default();
+            changes.blocks.retain(|(obj, _), change| {
+                if *obj == object {
+                    dropped.extend(change.written);
+                }
+                *obj != object
+            });
+            changes.dnodes.insert(object, Dnode::free());
+        }
+        for bp in dropped {
+            self.io.free_block(&bp, txg);
+        }
     }
 
     /// Replaces a whole block in `txg` (`data.len()` must equal the object's block size).
     /// Returns whether the block was not yet changed in `txg`.
     pub fn write_block(&self, txg: u64, object: u64, blkid: u64, data: Bytes) -> bool {
-        self.record_block(txg, object, blkid, Some(data))
+        self.record_block(txg, object, blkid, BlockChange::data(data))
+    }
+
+    /// Writes whole blocks of `object` to their final place now, durably (FUA), for the open
+    /// txg `txg` (held by the caller, so its sync cannot have started), and records them as
+    /// changed in `txg` at those addresses: the txg sync links them into the tree without
+    /// writing them again. For large synchronous writes, whose pointers alone are then logged.
+    /// Returns each block's pointer and whether it was newly dirty in `txg`. All-zero blocks
+    /// must not be passed (they are holes). On error nothing is recorded and whatever was
+    /// allocated is freed.
+    pub fn write_blocks_in_place(
+        &self,
+        txg: u64,
+        object: u64,
+        blocks: Vec<(u64, Bytes)>,
+    ) -> Result<Vec<(BlockPointer, bool)>, ObjectError> {
+        let dnode = self.dnode(object)?;
+        if dnode.is_free() {
+            return Err(ObjectError::NoSuchObject(object));
+        }
+        let object_type = match dnode.object_type {
+            ObjectType::None => ObjectType::VolumeData,
+            other => other,
+        };
+        let props = cairn_pipeline::WriteProps {
+            object_type,
+            level: 0,
+            checksum: dnode
+                .checksum_algorithm
+                .unwrap_or_else(|| *self.checksum.lock()),
+            copies: if object_type.is_metadata(0) { 2 } else { 1 },
+            fill: 1,
+            class: IoClass::SyncWrite,
+        };
+        let mut batch = self.io.durable_batch(txg);
+        let mut written = Vec::with_capacity(blocks.len());
+        let mut result = Ok(());
+        for (blkid, data) in &blocks {
+            assert_eq!(data.len(), dnode.data_block_size as usize, "partial block");
+            assert!(
+                !is_all_zero(data),
+                "an all-zero block is a hole, not a write"
+            );
+            match batch.write(data.clone(), props) {
+                Ok(bp) => written.push((*blkid, bp)),
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        let result = result.and(batch.finish());
+        if let Err(err) = result {
+            for (_, bp) in &written {
+                self.io.free_block(bp, txg);
+            }
+            return Err(err.into());
+        }
+        Ok(written
+            .into_iter()
+            .zip(blocks)
+            .map(|((blkid, bp), (_, data))| {
+                let change = BlockChange {
+                    data: Some(data),
+                    written: Some(bp),
+                };
+                (bp, self.record_block(txg, object, blkid, change))
+            })
+            .collect())
     }
 
     /// Turns a block into a hole in `txg`. Returns whether the block was not yet changed in
     /// `txg` (as `write_block`).
     pub fn free_block(&self, txg: u64, object: u64, blkid: u64) -> bool {
-        self.record_block(txg, object, blkid, None)
+        self.record_block(txg, object, blkid, BlockChange::hole())
     }
 
     /// Records the block's newest version in `txg`, replacing an earlier one of the same txg
     /// (only the last version of a block in a txg is ever written). Returns whether the block
     /// is newly dirty in `txg`, so callers count each block's dirty bytes once per txg.
+    /// A version written in place that is replaced before its txg syncs is never linked into
+    /// the tree: its space is freed in `txg`, deferred like any free, so it is not reused
+    /// before `txg` syncs (until then a logged pointer may still lead replay to it).
     fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
-        let mut state = self.state.lock();
-        state
-            .changes
-            .entry(txg)
-            .or_default()
-            .blocks
-            .insert((object, blkid), change)
-            .is_none()
+        let replaced = {
+            let mut state = self.state.lock();
+            state
+                .changes
+                .entry(txg)
+                .or_default()
+                .blocks
+                .insert((object, blkid), change)
+        };
+        if let Some(bp) = replaced.as_ref().and_then(|old| old.written) {
+            self.io.free_block(&bp, txg);
+        }
+        replaced.is_none()
     }
 
     /// The newest version of a dnode: pending changes first, then the synced tree.
@@ -309,7 +417,7 @@ impl ObjectSet {
             let mut state = self.state.lock();
             for changes in state.changes.values().rev() {
                 if let Some(change) = changes.blocks.get(&(object, blkid)) {
-                    return Ok(change.clone());
+                    return Ok(change.data.clone());
                 }
                 if let Some(dnode) = changes.dnodes.get(&object) {
                     // Object (re)created or freed after its last synced version: nothing older
@@ -343,7 +451,7 @@ impl ObjectSet {
                     .blocks
                     .range((object, first)..(object, first.saturating_add(count)))
                 {
-                    overlay.entry(blkid).or_insert(change.is_some());
+                    overlay.entry(blkid).or_insert(change.data.is_some());
                 }
                 if let Some(dnode) = changes.dnodes.get(&object) {
                     if dnode.is_free() {
@@ -450,6 +558,13 @@ impl ObjectSet {
                     .map(|(&(_, blkid), change)| (blkid, change.clone()))
                     .collect();
                 writer.apply(&mut dnode, ObjectType::VolumeData, updates)?;
+            } else {
+                // Blocks written in place for an object freed since are linked nowhere.
+                for (_, change) in blocks.range((object, 0)..=(object, u64::MAX)) {
+                    if let Some(bp) = &change.written {
+                        writer.free(bp);
+                    }
+                }
             }
             used += i128::from(dnode.used_bytes);
             new_dnodes.insert(object, dnode);
@@ -472,7 +587,7 @@ impl ObjectSet {
         }
         let meta_updates: Vec<(u64, BlockChange)> = dnode_blocks
             .into_iter()
-            .map(|(block_id, block)| (block_id, Some(Bytes::from(block))))
+            .map(|(block_id, block)| (block_id, BlockChange::data(Bytes::from(block))))
             .collect();
         used -= i128::from(meta.used_bytes);
         writer.apply(&mut meta, ObjectType::DnodeBlock, meta_updates)?;
@@ -587,12 +702,13 @@ impl ObjectSet {
         for (blkid, chunk) in blob.chunks(block_size).enumerate() {
             let mut block = vec![0u8; block_size];
             block[..chunk.len()].copy_from_slice(chunk);
-            changes
-                .blocks
-                .insert((object, blkid as u64), Some(Bytes::from(block)));
+            changes.blocks.insert(
+                (object, blkid as u64),
+                BlockChange::data(Bytes::from(block)),
+            );
         }
         for blkid in blocks_needed..old_blocks {
-            changes.blocks.insert((object, blkid), None);
+            changes.blocks.insert((object, blkid), BlockChange::hole());
         }
         changes.dnodes.insert(object, dnode);
         Ok(())
@@ -874,7 +990,16 @@ impl TreeWriter<'_, '_> {
                 *used -= i128::from(old.allocated_bytes());
                 self.free(&old);
             }
-            return match change {
+            if let Some(bp) = change.written {
+                assert_eq!(
+                    bp.birth_txg, self.txg,
+                    "block written in place for another txg"
+                );
+                assert_eq!(bp.lsize, dnode.data_block_size, "block written in place");
+                *used += i128::from(bp.allocated_bytes());
+                return Ok(bp);
+            }
+            return match change.data {
                 Some(data) if !is_all_zero(&data) => {
                     assert_eq!(data.len(), dnode.data_block_size as usize, "partial block");
                     let bp = self.batch.write(

@@ -125,8 +125,20 @@ impl BlockIo {
         WriteBatch {
             io: self,
             txg,
+            durable: false,
             pending: Vec::new(),
             staged: BTreeMap::new(),
+        }
+    }
+
+    /// A batch of FUA writes for the open txg `txg` (held by the caller): when `finish`
+    /// returns Ok, every block it wrote is on stable media, with no flush. For data written in
+    /// open context ahead of its txg (synchronous writes in place, whose pointers alone are
+    /// logged).
+    pub fn durable_batch(&self, txg: u64) -> WriteBatch<'_> {
+        WriteBatch {
+            durable: true,
+            ..self.batch(txg)
         }
     }
 
@@ -373,6 +385,8 @@ struct Staged {
 pub struct WriteBatch<'a> {
     io: &'a BlockIo,
     txg: u64,
+    /// Every write is FUA (see `BlockIo::durable_batch`).
+    durable: bool,
     pending: Vec<(Arc<Leaf>, IoHandle<()>)>,
     /// Writes not yet handed to their leaf's queue, by (leaf guid, class).
     staged: BTreeMap<(u64, IoClass), Staged>,
@@ -484,7 +498,7 @@ impl WriteBatch<'_> {
             return;
         };
         let handles = match staged.leaf.queue() {
-            Some(queue) => queue.write_many(class, staged.writes),
+            Some(queue) => queue.write_many(class, staged.writes, self.durable),
             None => return,
         };
         self.pending.extend(

@@ -328,6 +328,15 @@ impl Lane {
 
     /// Every block the lane holds (written ones and the pre-allocated next); the lane forgets
     /// its chain.
+    /// Every block this lane holds now: written or in flight, retired but not yet freed, and
+    /// the chain's pre-allocated next block.
+    pub(crate) fn held_blocks(&self) -> Vec<Dva> {
+        let st = self.state.lock();
+        let mut blocks: Vec<Dva> = st.written.iter().map(|block| block.dva).collect();
+        blocks.extend(st.chain.map(|chain| chain.next));
+        blocks
+    }
+
     pub(crate) fn take_all_blocks(&self) -> Vec<Dva> {
         let mut st = self.state.lock();
         let mut blocks: Vec<Dva> = st.written.drain(..).map(|block| block.dva).collect();
@@ -490,10 +499,7 @@ impl LaneState {
 }
 
 fn payload_len(op: &LogOp) -> usize {
-    match op.kind {
-        LogRecordKind::Write => op.length as usize,
-        LogRecordKind::Zero | LogRecordKind::Trim => 0,
-    }
+    op.kind.payload_bytes(op.length)
 }
 
 /// Block size for `bytes` of log: rounded up to 4 KiB, within the block size limits.
@@ -992,6 +998,16 @@ impl IntentLog {
             }
             let data = match (&op.kind, op.data) {
                 (LogRecordKind::Write, ItxData::Copied(bytes)) => bytes.to_vec(),
+                (LogRecordKind::WriteInPlace, ItxData::Pointer(bp)) => {
+                    assert_eq!(
+                        bp.birth_txg, op.txg,
+                        "block written in place for another txg"
+                    );
+                    bp.to_bytes().to_vec()
+                }
+                (LogRecordKind::WriteInPlace, _) => {
+                    panic!("a write in place logged without its block pointer")
+                }
                 (LogRecordKind::Write, _) => {
                     let mut buf = vec![0u8; op.length as usize];
                     source

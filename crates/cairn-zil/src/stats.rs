@@ -13,6 +13,9 @@ pub struct ZilStats {
     pub record_bytes: AtomicU64,
     /// Writes whose data was copied into the record when made.
     pub records_copied: AtomicU64,
+    /// Writes logged as block pointers: their data went once to its final place.
+    pub records_in_place: AtomicU64,
+    pub in_place_bytes: AtomicU64,
     /// Writes whose data was read back from the dataset at commit.
     pub needcopy_reads: AtomicU64,
     pub commits: AtomicU64,
@@ -41,6 +44,8 @@ impl Default for ZilStats {
             records: AtomicU64::new(0),
             record_bytes: AtomicU64::new(0),
             records_copied: AtomicU64::new(0),
+            records_in_place: AtomicU64::new(0),
+            in_place_bytes: AtomicU64::new(0),
             needcopy_reads: AtomicU64::new(0),
             commits: AtomicU64::new(0),
             commit_waits: AtomicU64::new(0),
@@ -69,6 +74,8 @@ pub struct ZilStatsSnapshot {
     pub records: u64,
     pub record_bytes: u64,
     pub records_copied: u64,
+    pub records_in_place: u64,
+    pub in_place_bytes: u64,
     pub needcopy_reads: u64,
     pub commits: u64,
     pub commit_waits: u64,
@@ -89,11 +96,18 @@ pub struct ZilStatsSnapshot {
 impl ZilStats {
     pub(crate) fn count_record(&self, op: &LogOp) {
         self.records.fetch_add(1, Ordering::Relaxed);
-        if op.kind == LogRecordKind::Write {
-            self.record_bytes.fetch_add(op.length, Ordering::Relaxed);
-            if matches!(op.data, crate::ItxData::Copied(_)) {
-                self.records_copied.fetch_add(1, Ordering::Relaxed);
+        match op.kind {
+            LogRecordKind::Write => {
+                self.record_bytes.fetch_add(op.length, Ordering::Relaxed);
+                if matches!(op.data, crate::ItxData::Copied(_)) {
+                    self.records_copied.fetch_add(1, Ordering::Relaxed);
+                }
             }
+            LogRecordKind::WriteInPlace => {
+                self.records_in_place.fetch_add(1, Ordering::Relaxed);
+                self.in_place_bytes.fetch_add(op.length, Ordering::Relaxed);
+            }
+            LogRecordKind::Zero | LogRecordKind::Trim => {}
         }
     }
 
@@ -129,6 +143,8 @@ impl ZilStats {
             records: load(&self.records),
             record_bytes: load(&self.record_bytes),
             records_copied: load(&self.records_copied),
+            records_in_place: load(&self.records_in_place),
+            in_place_bytes: load(&self.in_place_bytes),
             needcopy_reads: load(&self.needcopy_reads),
             commits: load(&self.commits),
             commit_waits: load(&self.commit_waits),

@@ -5,9 +5,10 @@
 //! (`CAIRN_INJECT_POWER_CUT_AFTER_OPS`): at a seeded device operation every device of the
 //! process loses power — unflushed writes vanish or are torn, later I/O fails. A raw NBD client
 //! keeps QD1 or QD32 requests in flight: 4 KiB writes of unique patterns (a third with FUA) and
-//! FLUSHes, never two writes to the same block in flight at once. When the server stops
-//! answering (or the workload ends) it is SIGKILLed, started again without the fault, and every
-//! block is read back:
+//! FLUSHes, never two writes to the same block in flight at once (one run in three on a volume
+//! with 4K blocks and logbias=throughput, so every FUA write goes in place and only its block
+//! pointer is logged). When the server stops answering (or the workload ends) it is SIGKILLed,
+//! started again without the fault, and every block is read back:
 //! - a block whose newest durable acknowledgement (its FUA write, or a write acknowledged
 //!   before a FLUSH was sent whose reply came back) was version D holds version D or a later
 //!   one — never an older one, never anything else;
@@ -232,8 +233,8 @@ fn verify(socket: &std::path::Path, model: &Model, label: &str, durable_floor: b
 }
 
 /// A pool of emulated ssd-sata devices with a log device (`devs/slog.img`, returned) and the
-/// test volume.
-fn create_pool_with_log(env: &Env) -> String {
+/// test volume, with `properties` (`name=value`).
+fn create_pool_with_log(env: &Env, properties: &[&str]) -> String {
     let (d0, slog) = (env.dev("d0.img"), env.dev("slog.img"));
     env.ok(&[
         "pool",
@@ -245,7 +246,11 @@ fn create_pool_with_log(env: &Env) -> String {
         "log",
         &format!("emu:ssd-sata:{slog}"),
     ]);
-    env.create_volume("tank/vol", &format!("{}", VOLUME_BLOCKS * BLOCK), &[]);
+    env.create_volume(
+        "tank/vol",
+        &format!("{}", VOLUME_BLOCKS * BLOCK),
+        properties,
+    );
     slog
 }
 
@@ -281,7 +286,14 @@ fn cut_run(
 fn run_seed(seed: u64) -> bool {
     let _heavy = heavy();
     let env = Env::new();
-    create_pool_with_log(&env);
+    // One run in three writes every FUA block in place, only its pointer logged.
+    let in_place = seed % 3 == 1;
+    let properties: &[&str] = if in_place {
+        &["volblocksize=4K", "logbias=throughput"]
+    } else {
+        &[]
+    };
+    create_pool_with_log(&env, properties);
     let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
     let mut rng = Rng(seed ^ 0xc0ffee);
     // Some runs are never cut: SIGKILL alone (the emulated caches die with the process).
@@ -292,7 +304,9 @@ fn run_seed(seed: u64) -> bool {
     } else {
         60 + rng.below(300)
     };
-    let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} device ops)");
+    let label = format!(
+        "seed {seed} (QD{queue_depth}, writes in place {in_place}, power cut after {trip_after} device ops)"
+    );
     let (model, ending, cut_short) = cut_run(&env, seed, queue_depth, trip_after, &label);
 
     let mut server = env.serve();
@@ -338,7 +352,7 @@ fn a_lost_log_device_is_a_clear_error_then_the_pool_comes_back_consistent() {
     for seed in 101..=106u64 {
         let _heavy = heavy();
         let env = Env::new();
-        let slog = create_pool_with_log(&env);
+        let slog = create_pool_with_log(&env, &[]);
         let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
         let trip_after = 100 + Rng(seed).below(300);
         let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} ops)");
