@@ -16,9 +16,9 @@
 //! are lost if the machine stops before the next txg sync (documented as unsafe). Without a log
 //! (a volume opened for tools) a flush waits for a txg sync instead.
 //!
-//! Large synchronous writes (`IntentLog::writes_in_place`) are written once: their whole,
-//! non-zero blocks go straight to their final place with FUA, inside the txg hold, and only the
-//! block pointers are logged; the txg sync links those blocks into the tree instead of writing
+//! Synchronous writes under `logbias=throughput` (`IntentLog::writes_in_place`) are written
+//! once: their whole, non-zero blocks go straight to their final place with FUA, inside the txg
+//! hold, and only the block pointers are logged; the txg sync links those blocks into the tree instead of writing
 //! them again. Partial blocks at the edges are logged as ordinary writes. If the write in place
 //! fails, the write falls back to the ordinary path (the log or the txg sync then carries it).
 
@@ -361,7 +361,7 @@ impl Volume {
             && self
                 .intent_log
                 .as_ref()
-                .is_some_and(|log| log.writes_in_place(len));
+                .is_some_and(|log| log.writes_in_place());
         let ticket = self.modify_logged(LogRecordKind::Write, offset, len, options, |hold| {
             if in_place {
                 return self.write_in_place(hold, offset, data, shared);

@@ -171,8 +171,7 @@ fn run_writer(
         }
         let choice = rng.below(100);
         let first = region.first_sector + rng.below(sectors);
-        // Mostly small writes; one in eight is up to 64 KiB, which without a log device goes
-        // in place even under logbias=latency.
+        // Mostly small writes; one in eight is up to 64 KiB (several whole blocks).
         let most = if rng.below(8) == 0 { 128 } else { 24 };
         let count = (1 + rng.below(most)).min(region.first_sector + sectors - first);
         let tag = (seed << 24) | ((writer as u64) << 16) | (op as u64 + 1);
@@ -738,8 +737,8 @@ fn a_panicking_commit_fails_the_log_instead_of_wedging_it() {
 
 const IN_PLACE_BLOCK: u64 = 16 << 10;
 
-/// Large synchronous writes on a pool without a log device go to their final place once, with
-/// only their block pointers logged (the partial blocks at their edges are logged as data);
+/// Synchronous writes under logbias=throughput go to their final place once, with only their
+/// block pointers logged (the partial blocks at their edges are logged as data);
 /// after a power cut, replay reads those blocks back, verified, and applies them. Two writes in
 /// place of the same block in one txg: the newer wins, the older block is freed, not leaked.
 #[test]
@@ -751,7 +750,10 @@ fn large_sync_writes_go_in_place_and_replay_restores_them() {
         19,
         false,
         Some(&power),
-        &[("volblocksize".into(), "16K".into())],
+        &[
+            ("volblocksize".into(), "16K".into()),
+            ("logbias".into(), "throughput".into()),
+        ],
     );
     // The first commit starts the chain with a txg sync.
     volume.write(0, &pattern(1, 0)).unwrap();
@@ -819,7 +821,10 @@ fn a_txg_sync_does_not_write_blocks_written_in_place_again() {
         23,
         false,
         None,
-        &[("volblocksize".into(), "16K".into())],
+        &[
+            ("volblocksize".into(), "16K".into()),
+            ("logbias".into(), "throughput".into()),
+        ],
     );
     volume.write(0, &pattern(1, 0)).unwrap();
     volume.flush().unwrap();
@@ -850,7 +855,7 @@ fn a_txg_sync_does_not_write_blocks_written_in_place_again() {
     pool.close().unwrap();
 }
 
-/// With a log device and logbias=latency, writes are copied into the log (the fast device);
+/// Under logbias=latency writes are copied into the log, with a log device or without one;
 /// logbias=throughput writes every whole block in place, however small.
 #[test]
 fn logbias_throughput_writes_whole_blocks_in_place() {
