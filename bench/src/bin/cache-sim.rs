@@ -1,0 +1,63 @@
+//! `cache-sim`: replays a block trace through cairn's cache policy (the ARC of cairn-arc, with
+//! its sequential prefetch as the read path uses it) and prints what it read from disk.
+//!
+//! ```text
+//! cache-sim --trace FILE --capacity BLOCKS [--block-bytes N] [--no-prefetch]
+//! ```
+//!
+//! The trace is text, one block number per line (the format libCacheSim reads as a plain-text
+//! trace), so `bench/cache.py` feeds the very same file to both. Prints one line of `key=value`
+//! pairs: requests, demand_misses, prefetch_reads, miss_ratio (blocks read from disk per
+//! request: demand misses plus read-ahead, since prefetch reads the blocks all the same),
+//! header_bytes_per_block.
+
+use anyhow::{Context, Result, bail};
+use cairn_arc::StreamConfig;
+use cairn_arc::replay::Replayer;
+use std::io::{BufRead, BufReader};
+
+fn main() -> Result<()> {
+    let mut trace = None;
+    let mut capacity_blocks = None;
+    let mut block_bytes = 4096u32;
+    let mut prefetch = true;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
+        match arg.as_str() {
+            "--trace" => trace = Some(value()?),
+            "--capacity" => capacity_blocks = Some(value()?.parse::<u64>()?),
+            "--block-bytes" => block_bytes = value()?.parse()?,
+            "--no-prefetch" => prefetch = false,
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    let trace = trace.context("--trace FILE is required")?;
+    let capacity_blocks = capacity_blocks.context("--capacity BLOCKS is required")?;
+    let mut replayer = Replayer::new(
+        capacity_blocks,
+        block_bytes,
+        prefetch.then(StreamConfig::default),
+    );
+    let file = std::fs::File::open(&trace).with_context(|| format!("opening {trace}"))?;
+    for (number, line) in BufReader::new(file).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {trace}"))?;
+        let blkid: u64 = line
+            .trim()
+            .parse()
+            .with_context(|| format!("{trace} line {}: not a block number", number + 1))?;
+        replayer.request(blkid);
+    }
+    let outcome = replayer.outcome();
+    let sizes = replayer.policy().sizes();
+    let blocks = (sizes.mru_blocks + sizes.mfu_blocks + sizes.ghost_blocks).max(1);
+    println!(
+        "requests={} demand_misses={} prefetch_reads={} miss_ratio={:.6} header_bytes_per_block={:.1}",
+        outcome.requests,
+        outcome.demand_misses,
+        outcome.prefetch_reads,
+        outcome.miss_ratio(),
+        sizes.header_bytes as f64 / blocks as f64
+    );
+    Ok(())
+}

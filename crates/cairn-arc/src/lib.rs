@@ -1,0 +1,31 @@
+//! # cairn-arc: the RAM tier of the hybrid storage pool
+//!
+//! The adaptive replacement cache (ARC) keeps verified blocks in memory, keyed by their physical
+//! identity (first copy's address and birth txg): a key never names two different contents,
+//! since a freed address comes back only with a newer birth txg, and a block shared by several
+//! trees (snapshots, clones) is cached once. It sits between the object layer, which asks for
+//! blocks by pointer, and the pipeline, which reads and verifies them.
+//!
+//! - `policy`: the replacement policy — recency and frequency lists with ghosts and an adaptive
+//!   target, prefetch-aware and scan-resistant, pins — single-threaded and deterministic.
+//! - `streams`: sequential-stream detection that decides what to read ahead.
+//! - `replay`: runs a request trace through both, as the read path would (for `bench/cache`
+//!   and the tests).
+//!
+//! The concurrent cache in the read path, its memory budget and its statistics build on these
+//! (issue 5); an SSD tier (L2ARC) will attach to the policy's evictions.
+
+pub mod policy;
+pub mod replay;
+pub mod streams;
+
+pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
+pub use streams::{StreamConfig, StreamDetector};
+
+/// The cache key of a block whose first copy is at (`vdev`, `offset`) and which was born in
+/// `birth_txg`: vdev in the top 16 bits and the byte offset (< 2^48) below it, then the txg.
+pub fn block_key(vdev: u32, offset: u64, birth_txg: u64) -> BlockKey {
+    assert!(vdev < 1 << 16, "vdev id {vdev} beyond the key's 16 bits");
+    assert!(offset < 1 << 48, "offset {offset} beyond the key's 48 bits");
+    [(u64::from(vdev) << 48) | offset, birth_txg]
+}

@@ -1,0 +1,145 @@
+//! Sequential-stream detection for prefetch: per object, a few streams, each remembering the
+//! block it expects next. A demand read of that block extends the stream and doubles how far
+//! ahead it reads (from `distance_min_blocks` up to `distance_max_blocks`) while the stream
+//! holds; any other read starts a new stream, replacing the least recently used one. What to
+//! read ahead is returned to the caller, which reads those blocks with `Access::Prefetch`.
+//!
+//! Deterministic: streams are a small array per object, replaced by age, and objects a
+//! `BTreeMap` trimmed oldest first.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+/// Streams one object may have at once (ZFS keeps 8 per file).
+pub const STREAMS_PER_OBJECT: usize = 8;
+/// Objects tracked at once; the least recently used goes first.
+const OBJECTS_MAX: usize = 1024;
+
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    /// The block a continuing read would ask for next.
+    next_blkid: u64,
+    /// First block not yet prefetched.
+    prefetched_end: u64,
+    distance_blocks: u64,
+    last_used: u64,
+}
+
+/// Tunables of the detector.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamConfig {
+    pub distance_min_blocks: u64,
+    pub distance_max_blocks: u64,
+}
+
+impl Default for StreamConfig {
+    fn default() -> Self {
+        StreamConfig {
+            distance_min_blocks: 4,
+            distance_max_blocks: 256,
+        }
+    }
+}
+
+#[derive(Default)]
+struct ObjectStreams {
+    streams: Vec<Stream>,
+    last_used: u64,
+}
+
+pub struct StreamDetector {
+    config: StreamConfig,
+    objects: BTreeMap<u64, ObjectStreams>,
+    clock: u64,
+}
+
+impl StreamDetector {
+    pub fn new(config: StreamConfig) -> StreamDetector {
+        assert!(config.distance_min_blocks >= 1);
+        assert!(config.distance_max_blocks >= config.distance_min_blocks);
+        StreamDetector {
+            config,
+            objects: BTreeMap::new(),
+            clock: 0,
+        }
+    }
+
+    /// Notes a demand read of `blkid` of `object`; returns the blocks to read ahead (empty
+    /// unless the read continues a stream).
+    pub fn observe(&mut self, object: u64, blkid: u64) -> Range<u64> {
+        self.clock += 1;
+        let clock = self.clock;
+        if !self.objects.contains_key(&object) && self.objects.len() >= OBJECTS_MAX {
+            let oldest = self
+                .objects
+                .iter()
+                .min_by_key(|(_, streams)| streams.last_used)
+                .map(|(&object, _)| object)
+                .expect("a full map has an oldest entry");
+            self.objects.remove(&oldest);
+        }
+        let config = self.config;
+        let streams = self.objects.entry(object).or_default();
+        streams.last_used = clock;
+        if let Some(stream) = streams
+            .streams
+            .iter_mut()
+            .find(|stream| stream.next_blkid == blkid)
+        {
+            stream.next_blkid = blkid + 1;
+            stream.last_used = clock;
+            let start = stream.prefetched_end.max(blkid + 1);
+            let end = blkid + 1 + stream.distance_blocks;
+            stream.distance_blocks = (stream.distance_blocks * 2).min(config.distance_max_blocks);
+            stream.prefetched_end = stream.prefetched_end.max(end);
+            return start..end.max(start);
+        }
+        let fresh = Stream {
+            next_blkid: blkid + 1,
+            prefetched_end: blkid + 1,
+            distance_blocks: config.distance_min_blocks,
+            last_used: clock,
+        };
+        if streams.streams.len() < STREAMS_PER_OBJECT {
+            streams.streams.push(fresh);
+        } else if let Some(oldest) = streams.streams.iter_mut().min_by_key(|s| s.last_used) {
+            *oldest = fresh;
+        }
+        blkid + 1..blkid + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sequential_run_reads_ahead_further_and_further() {
+        let mut detector = StreamDetector::new(StreamConfig {
+            distance_min_blocks: 2,
+            distance_max_blocks: 8,
+        });
+        assert!(detector.observe(1, 100).is_empty(), "one read is no stream");
+        assert_eq!(detector.observe(1, 101), 102..104);
+        assert_eq!(detector.observe(1, 102), 104..107);
+        assert_eq!(detector.observe(1, 103), 107..112);
+        assert_eq!(detector.observe(1, 104), 112..113, "capped at 8 ahead");
+        assert!(detector.observe(1, 500).is_empty(), "a jump starts a new stream");
+        assert_eq!(detector.observe(1, 105), 113..114, "the old stream goes on");
+    }
+
+    #[test]
+    fn random_reads_prefetch_nothing() {
+        let mut detector = StreamDetector::new(StreamConfig::default());
+        let mut x = 12345u64;
+        let mut prefetched = 0;
+        for _ in 0..10_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let blkid = (x >> 33) % 1_000_000;
+            prefetched += detector.observe(7, blkid).count();
+        }
+        assert!(prefetched < 20, "{prefetched} blocks read ahead of random reads");
+    }
+}
