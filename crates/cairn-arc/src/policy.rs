@@ -207,9 +207,8 @@ impl<V> ArcPolicy<V> {
     /// (absent, or only a ghost) returns `None`, and the caller reads the block and `insert`s it.
     pub fn get(&mut self, key: &BlockKey, access: Access) -> Option<&V> {
         let found = self.find(key);
-        let live = found.filter(|&slot| {
-            matches!(self.entries[slot as usize].list, List::Mru | List::Mfu)
-        });
+        let live =
+            found.filter(|&slot| matches!(self.entries[slot as usize].list, List::Mru | List::Mfu));
         let Some(slot) = live else {
             match access {
                 Access::Demand => self.stats.demand_misses += 1,
@@ -223,9 +222,8 @@ impl<V> ArcPolicy<V> {
 
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey) -> bool {
-        self.find(key).is_some_and(|slot| {
-            matches!(self.entries[slot as usize].list, List::Mru | List::Mfu)
-        })
+        self.find(key)
+            .is_some_and(|slot| matches!(self.entries[slot as usize].list, List::Mru | List::Mfu))
     }
 
     fn hit(&mut self, slot: u32, access: Access) {
@@ -303,9 +301,8 @@ impl<V> ArcPolicy<V> {
             pins: 0,
             value: Some(value),
         });
-        self.index.insert_unique(hash(&key), slot, |&s| {
-            hash(&self.entries[s as usize].key)
-        });
+        self.index
+            .insert_unique(hash(&key), slot, |&s| hash(&self.entries[s as usize].key));
         self.push_head(list, slot);
         self.trim_ghosts();
     }
@@ -332,7 +329,10 @@ impl<V> ArcPolicy<V> {
     pub fn unpin(&mut self, key: &BlockKey) {
         let slot = self.find(key).expect("unpin of a block that is not cached");
         let entry = &mut self.entries[slot as usize];
-        entry.pins = entry.pins.checked_sub(1).expect("unpin of an unpinned block");
+        entry.pins = entry
+            .pins
+            .checked_sub(1)
+            .expect("unpin of an unpinned block");
         if entry.pins == 0 {
             self.evict_to_fit(0, false);
         }
@@ -557,7 +557,11 @@ impl<V> ArcPolicy<V> {
                 assert_eq!(entry.prev, prev, "broken back link");
                 assert_eq!(self.find(&entry.key), Some(slot), "entry not indexed");
                 let live = list_index < 2;
-                assert_eq!(entry.value.is_some(), live, "ghosts hold no data, live blocks do");
+                assert_eq!(
+                    entry.value.is_some(),
+                    live,
+                    "ghosts hold no data, live blocks do"
+                );
                 assert!(live || entry.pins == 0, "a ghost is pinned");
                 bytes += u64::from(entry.size_bytes);
                 blocks += 1;

@@ -124,7 +124,10 @@ mod tests {
         assert_eq!(detector.observe(1, 102), 104..107);
         assert_eq!(detector.observe(1, 103), 107..112);
         assert_eq!(detector.observe(1, 104), 112..113, "capped at 8 ahead");
-        assert!(detector.observe(1, 500).is_empty(), "a jump starts a new stream");
+        assert!(
+            detector.observe(1, 500).is_empty(),
+            "a jump starts a new stream"
+        );
         assert_eq!(detector.observe(1, 105), 113..114, "the old stream goes on");
     }
 
@@ -140,6 +143,9 @@ mod tests {
             let blkid = (x >> 33) % 1_000_000;
             prefetched += detector.observe(7, blkid).count();
         }
-        assert!(prefetched < 20, "{prefetched} blocks read ahead of random reads");
+        assert!(
+            prefetched < 20,
+            "{prefetched} blocks read ahead of random reads"
+        );
     }
 }

@@ -88,7 +88,9 @@ fn run(ops: Vec<Op>, capacity_bytes: u64) {
                 }
                 policy.insert(k(key), size, value, access);
                 model.values.insert(key, value);
-                let room = policy.capacity_bytes().saturating_sub(policy.pinned_bytes());
+                let room = policy
+                    .capacity_bytes()
+                    .saturating_sub(policy.pinned_bytes());
                 if u64::from(size) <= room {
                     assert!(policy.contains(&k(key)), "{key} evicted by its own insert");
                 }
@@ -160,7 +162,7 @@ proptest! {
 fn a_prefetched_scan_does_not_flush_the_frequent_blocks() {
     const BLOCK: u32 = 4096;
     let mut policy: ArcPolicy<()> = ArcPolicy::new(100 * u64::from(BLOCK));
-    let hot: Vec<BlockKey> = (0..60).map(|i| k(i)).collect();
+    let hot: Vec<BlockKey> = (0..60).map(k).collect();
     for _ in 0..3 {
         for key in &hot {
             if policy.get(key, Access::Demand).is_none() {
@@ -171,7 +173,10 @@ fn a_prefetched_scan_does_not_flush_the_frequent_blocks() {
     for scanned in 1000..1500 {
         let key = k(scanned);
         policy.insert(key, BLOCK, (), Access::Prefetch);
-        assert!(policy.get(&key, Access::Demand).is_some(), "read-ahead block kept until used");
+        assert!(
+            policy.get(&key, Access::Demand).is_some(),
+            "read-ahead block kept until used"
+        );
     }
     let kept = hot.iter().filter(|key| policy.contains(key)).count();
     assert_eq!(kept, hot.len(), "the scan flushed hot blocks");
@@ -184,7 +189,7 @@ fn a_prefetched_scan_does_not_flush_the_frequent_blocks() {
 fn a_demand_scan_keeps_most_frequent_blocks() {
     const BLOCK: u32 = 4096;
     let mut policy: ArcPolicy<()> = ArcPolicy::new(100 * u64::from(BLOCK));
-    let hot: Vec<BlockKey> = (0..60).map(|i| k(i)).collect();
+    let hot: Vec<BlockKey> = (0..60).map(k).collect();
     for _ in 0..3 {
         for key in &hot {
             if policy.get(key, Access::Demand).is_none() {
@@ -198,5 +203,9 @@ fn a_demand_scan_keeps_most_frequent_blocks() {
         }
     }
     let kept = hot.iter().filter(|key| policy.contains(key)).count();
-    assert!(kept >= hot.len() * 9 / 10, "only {kept} of {} hot blocks kept", hot.len());
+    assert!(
+        kept >= hot.len() * 9 / 10,
+        "only {kept} of {} hot blocks kept",
+        hot.len()
+    );
 }
