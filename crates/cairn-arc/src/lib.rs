@@ -17,6 +17,7 @@
 
 pub mod policy;
 pub mod replay;
+mod sketch;
 pub mod streams;
 
 pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};

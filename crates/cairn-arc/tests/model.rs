@@ -156,8 +156,8 @@ proptest! {
     }
 }
 
-/// Blocks reused often stay cached through a one-pass scan of read-ahead blocks several times
-/// the cache: the scan cycles through the tail of the recency list.
+/// Blocks reused often stay cached through a one-pass scan of read-ahead blocks five times the
+/// cache: each scanned block, read once, loses its contest for the frequency list.
 #[test]
 fn a_prefetched_scan_does_not_flush_the_frequent_blocks() {
     const BLOCK: u32 = 4096;
@@ -178,13 +178,20 @@ fn a_prefetched_scan_does_not_flush_the_frequent_blocks() {
             "read-ahead block kept until used"
         );
     }
+    // A scanned block (read once) never wins a contest against a hot one (read three times);
+    // the two hot blocks still in the recency list when the scan starts contest with each
+    // other's equals, and a tie goes to the block already in the frequency list: one of them
+    // may go.
     let kept = hot.iter().filter(|key| policy.contains(key)).count();
-    assert_eq!(kept, hot.len(), "the scan flushed hot blocks");
+    assert!(
+        kept >= hot.len() - 1,
+        "the scan flushed hot blocks: {kept} kept"
+    );
     policy.assert_invariants();
 }
 
-/// The same scan without prefetch flags (plain demand misses) still leaves the frequent list:
-/// ARC's recency list absorbs one-time blocks.
+/// The same scan without prefetch flags (plain demand misses) still leaves the frequent blocks:
+/// the recency list absorbs blocks read once.
 #[test]
 fn a_demand_scan_keeps_most_frequent_blocks() {
     const BLOCK: u32 = 4096;
