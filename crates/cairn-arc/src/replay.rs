@@ -42,7 +42,8 @@ impl Replayer {
     pub fn new(capacity_blocks: u64, block_bytes: u32, prefetch: Option<StreamConfig>) -> Self {
         Replayer {
             policy: ArcPolicy::new(capacity_blocks * u64::from(block_bytes)),
-            streams: prefetch.map(StreamDetector::new),
+            streams: prefetch
+                .map(|config| StreamDetector::new(config.within_cache(capacity_blocks))),
             block_bytes,
             outcome: ReplayOutcome::default(),
         }

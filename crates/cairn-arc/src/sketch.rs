@@ -1,13 +1,21 @@
 //! A small frequency sketch (count-min, four rows of saturating 4-bit counts, halved every
-//! `sample` increments so old popularity fades): how often a key was read lately, including
-//! keys the cache no longer holds. The policy uses it to keep its frequency list for blocks
-//! that are read more often than what they would displace.
+//! `sample` reads so old popularity fades): how often a key was read lately, including keys
+//! the cache no longer holds. The policy uses it to keep its frequency list for blocks that are
+//! read more often than what they would displace.
 //!
-//! Memory: four counters of one byte per slot, `width` slots with `width` the power of two at
-//! or above the cache's capacity in blocks: about 4 bytes per cached block.
+//! A key's first read only sets its bits in a *doorkeeper* (a Bloom filter cleared at each
+//! ageing); the counters count from the second read on. Blocks read once — a scan's, most of a
+//! random workload's tail — then never touch the counters, which stay accurate for the blocks
+//! that matter (as TinyLFU does).
+//!
+//! Memory: four counters of one byte per slot and one doorkeeper bit per slot, `width` slots
+//! with `width` the power of two at or above the cache's capacity in blocks: about 4.1 bytes
+//! per cached block.
 
 const ROWS: usize = 4;
 const COUNT_MAX: u8 = 15;
+const DOORKEEPER_BITS_PER_SLOT: usize = 16;
+const DOORKEEPER_HASHES: usize = 4;
 /// Distinct odd multipliers, one per row, to spread one 64-bit hash over the rows.
 const SEEDS: [u64; ROWS] = [
     0x9e37_79b9_7f4a_7c15,
@@ -18,6 +26,7 @@ const SEEDS: [u64; ROWS] = [
 
 pub struct FrequencySketch {
     counts: Vec<u8>,
+    doorkeeper: Vec<u64>,
     mask: u64,
     additions: u64,
     sample: u64,
@@ -29,6 +38,7 @@ impl FrequencySketch {
         let width = capacity_blocks.clamp(64, 1 << 28).next_power_of_two();
         FrequencySketch {
             counts: vec![0; width as usize * ROWS],
+            doorkeeper: vec![0; (width as usize * DOORKEEPER_BITS_PER_SLOT).div_ceil(64)],
             mask: width - 1,
             additions: 0,
             sample: width * 10,
@@ -43,6 +53,13 @@ impl FrequencySketch {
     /// Counts one read of the key with hash `hash` (conservative update: only the smallest
     /// counters grow, which keeps the estimate of rare keys close to the truth).
     pub fn record(&mut self, hash: u64) {
+        self.additions += 1;
+        if self.additions >= self.sample {
+            self.age();
+        }
+        if !self.doorkeeper_insert(hash) {
+            return;
+        }
         let slots: [usize; ROWS] = std::array::from_fn(|row| self.slot(hash, row));
         let least = slots.iter().map(|&s| self.counts[s]).min().unwrap_or(0);
         if least < COUNT_MAX {
@@ -52,29 +69,48 @@ impl FrequencySketch {
                 }
             }
         }
-        self.additions += 1;
-        if self.additions >= self.sample {
-            self.age();
+    }
+
+    /// The doorkeeper's two bits for `hash`.
+    fn doorkeeper_bits(&self, hash: u64) -> [usize; DOORKEEPER_HASHES] {
+        let bits = self.doorkeeper.len() * 64;
+        std::array::from_fn(|i| (hash.wrapping_mul(SEEDS[i]) >> 20) as usize % bits)
+    }
+
+    fn doorkeeper_contains(&self, hash: u64) -> bool {
+        self.doorkeeper_bits(hash)
+            .iter()
+            .all(|&bit| self.doorkeeper[bit / 64] & (1 << (bit % 64)) != 0)
+    }
+
+    /// Sets the key's bits; returns whether they were all set already (a second read).
+    fn doorkeeper_insert(&mut self, hash: u64) -> bool {
+        let present = self.doorkeeper_contains(hash);
+        for bit in self.doorkeeper_bits(hash) {
+            self.doorkeeper[bit / 64] |= 1 << (bit % 64);
         }
+        present
     }
 
     /// Estimated reads of the key with hash `hash` since the last ageing or two.
     pub fn estimate(&self, hash: u64) -> u8 {
-        (0..ROWS)
+        let counted = (0..ROWS)
             .map(|row| self.counts[self.slot(hash, row)])
             .min()
-            .unwrap_or(0)
+            .unwrap_or(0);
+        counted + u8::from(self.doorkeeper_contains(hash))
     }
 
     /// Bytes the counters take.
     pub fn bytes(&self) -> usize {
-        self.counts.len()
+        self.counts.len() + self.doorkeeper.len() * 8
     }
 
     fn age(&mut self) {
         for count in &mut self.counts {
             *count /= 2;
         }
+        self.doorkeeper.fill(0);
         self.additions /= 2;
     }
 }

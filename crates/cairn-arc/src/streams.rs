@@ -47,6 +47,24 @@ impl Default for StreamConfig {
     }
 }
 
+/// A stream reads ahead at most 1/`CACHE_SHARE_DIVISOR` of the cache: read-ahead waits in the
+/// cache until used, and what a stream reads past its end is wasted.
+pub const CACHE_SHARE_DIVISOR: u64 = 64;
+
+impl StreamConfig {
+    /// This configuration with the read-ahead distance capped for a cache of `cache_blocks`.
+    pub fn within_cache(self, cache_blocks: u64) -> StreamConfig {
+        let distance_max_blocks = self
+            .distance_max_blocks
+            .min(cache_blocks / CACHE_SHARE_DIVISOR)
+            .max(self.distance_min_blocks);
+        StreamConfig {
+            distance_max_blocks,
+            ..self
+        }
+    }
+}
+
 #[derive(Default)]
 struct ObjectStreams {
     streams: Vec<Stream>,
