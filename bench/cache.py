@@ -17,7 +17,8 @@ plus read-ahead). Traces (seeded, so every run replays the same requests):
 - scan-fresh: the same with every scan over a region never read before (one-pass scans: a
   backup reading new data);
 - loop: a cyclic walk over 1.1x the cache;
-- volume, if --volume-trace FILE is given: a block trace recorded from a real volume workload.
+- volume, if --volume-trace FILE is given: a trace recorded from a real volume workload
+  (bench/record-volume-trace.sh: ext4 on a cairn volume, a file server's reads and backups).
 """
 
 import argparse
@@ -100,10 +101,23 @@ def main():
         paths[name] = os.path.join(args.dir, f"{name}.txt")
         write_trace(paths[name], blocks)
     volume_cache = {}
+    # libCacheSim reads one block per line; a recorded trace has one request per line
+    # (`first count`), which cache-sim replays as requests (its prefetch sees request
+    # boundaries, as the read path does) and libCacheSim gets expanded, block by block.
+    blocks_for_libcachesim = {}
     if args.volume_trace:
         paths["volume"] = args.volume_trace
-        distinct = len(set(open(args.volume_trace).read().split()))
-        volume_cache["volume"] = max(1, int(distinct * args.cache_percent / 100))
+        expanded = os.path.join(args.dir, "volume-blocks.txt")
+        distinct = set()
+        with open(args.volume_trace) as src, open(expanded, "w") as dst:
+            for line in src:
+                fields = line.split()
+                first, count = int(fields[0]), int(fields[1]) if len(fields) > 1 else 1
+                for block in range(first, first + count):
+                    dst.write(f"{block}\n")
+                    distinct.add(block)
+        blocks_for_libcachesim["volume"] = expanded
+        volume_cache["volume"] = max(1, int(len(distinct) * args.cache_percent / 100))
 
     columns = ["cairn", "cairn (no prefetch)"] + list(POLICIES)
     rows = {}
@@ -116,7 +130,7 @@ def main():
         header_bytes.append(float(with_prefetch["header_bytes_per_block"]))
         row["cairn (no prefetch)"] = float(cairn_run(args.cache_sim, path, size, False)["miss_ratio"])
         for policy in POLICIES:
-            row[policy] = libcachesim_miss_ratio(policy, path, size)
+            row[policy] = libcachesim_miss_ratio(policy, blocks_for_libcachesim.get(name, path), size)
         rows[name] = (size, row)
         print(f"{name}: done", file=sys.stderr)
 

@@ -5,8 +5,10 @@
 //! cache-sim --trace FILE --capacity BLOCKS [--block-bytes N] [--no-prefetch]
 //! ```
 //!
-//! The trace is text, one block number per line (the format libCacheSim reads as a plain-text
-//! trace), so `bench/cache.py` feeds the very same file to both. Prints one line of `key=value`
+//! The trace is text, one request per line: its first block number and, optionally, how many
+//! blocks it reads (default 1). With one block per line it is the format libCacheSim reads as
+//! a plain-text trace; `bench/cache.py` expands multi-block requests into such a file for
+//! libCacheSim, so both replay the same blocks in the same order. Prints one line of `key=value`
 //! pairs: requests, demand_misses, prefetch_reads, miss_ratio (blocks read from disk per
 //! request: demand misses plus read-ahead, since prefetch reads the blocks all the same),
 //! header_bytes_per_block.
@@ -42,11 +44,17 @@ fn main() -> Result<()> {
     let file = std::fs::File::open(&trace).with_context(|| format!("opening {trace}"))?;
     for (number, line) in BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {trace}"))?;
-        let blkid: u64 = line
-            .trim()
-            .parse()
-            .with_context(|| format!("{trace} line {}: not a block number", number + 1))?;
-        replayer.request(blkid);
+        let bad = || format!("{trace} line {}: not `BLOCK [COUNT]`", number + 1);
+        let mut fields = line.split_whitespace();
+        let first: u64 = fields.next().with_context(bad)?.parse().with_context(bad)?;
+        let count: u64 = match fields.next() {
+            Some(count) => count.parse().with_context(bad)?,
+            None => 1,
+        };
+        if count == 0 {
+            bail!(bad());
+        }
+        replayer.request(first, count);
     }
     let outcome = replayer.outcome();
     let sizes = replayer.policy().sizes();

@@ -1,5 +1,5 @@
-//! Replays a request trace (block numbers of one object, all blocks the same size) through the
-//! policy and the stream detector exactly as the read path uses them: every demand read first
+//! Replays a request trace (block ranges of one object, all blocks the same size) through the
+//! policy and the stream detector exactly as the read path uses them: every request first
 //! tells the detector, which may ask for blocks ahead; those not cached are read and inserted
 //! with `Access::Prefetch`; then the demand read looks its block up and, on a miss, reads and
 //! inserts it.
@@ -49,10 +49,11 @@ impl Replayer {
         }
     }
 
-    pub fn request(&mut self, blkid: u64) {
-        self.outcome.requests += 1;
+    /// One client request for `count` blocks from `first` (each block counts as a request in
+    /// the outcome, as in a block trace).
+    pub fn request(&mut self, first: u64, count: u64) {
         if let Some(streams) = &mut self.streams {
-            for ahead in streams.observe(0, blkid) {
+            for ahead in streams.observe_request(0, first, count) {
                 if self.policy.get(&key(ahead), Access::Prefetch).is_none() {
                     self.outcome.prefetch_reads += 1;
                     self.policy
@@ -60,10 +61,13 @@ impl Replayer {
                 }
             }
         }
-        if self.policy.get(&key(blkid), Access::Demand).is_none() {
-            self.outcome.demand_misses += 1;
-            self.policy
-                .insert(key(blkid), self.block_bytes, (), Access::Demand);
+        for blkid in first..first + count {
+            self.outcome.requests += 1;
+            if self.policy.get(&key(blkid), Access::Demand).is_none() {
+                self.outcome.demand_misses += 1;
+                self.policy
+                    .insert(key(blkid), self.block_bytes, (), Access::Demand);
+            }
         }
     }
 

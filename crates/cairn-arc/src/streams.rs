@@ -91,6 +91,15 @@ impl StreamDetector {
     /// Notes a demand read of `blkid` of `object`; returns the blocks to read ahead (empty
     /// unless the read continues a stream).
     pub fn observe(&mut self, object: u64, blkid: u64) -> Range<u64> {
+        self.observe_request(object, blkid, 1)
+    }
+
+    /// Notes a demand read of `count` blocks from `first` (one client request: the blocks of
+    /// one request are read anyway, and only requests that follow each other make a stream);
+    /// returns the blocks to read ahead.
+    pub fn observe_request(&mut self, object: u64, first: u64, count: u64) -> Range<u64> {
+        assert!(count > 0, "a request reads at least one block");
+        let end_of_request = first + count;
         self.clock += 1;
         let clock = self.clock;
         if !self.objects.contains_key(&object) && self.objects.len() >= OBJECTS_MAX {
@@ -108,23 +117,23 @@ impl StreamDetector {
         if let Some(stream) = streams
             .streams
             .iter_mut()
-            .find(|stream| stream.next_blkid == blkid)
+            .find(|stream| stream.next_blkid == first)
         {
-            stream.next_blkid = blkid + 1;
+            stream.next_blkid = end_of_request;
             stream.last_used = clock;
             stream.continued += 1;
             if stream.continued < CONFIRMING_READS {
-                return blkid + 1..blkid + 1;
+                return end_of_request..end_of_request;
             }
-            let start = stream.prefetched_end.max(blkid + 1);
-            let end = blkid + 1 + stream.distance_blocks;
+            let start = stream.prefetched_end.max(end_of_request);
+            let end = end_of_request + stream.distance_blocks;
             stream.distance_blocks = (stream.distance_blocks * 2).min(config.distance_max_blocks);
             stream.prefetched_end = stream.prefetched_end.max(end);
             return start..end.max(start);
         }
         let fresh = Stream {
-            next_blkid: blkid + 1,
-            prefetched_end: blkid + 1,
+            next_blkid: end_of_request,
+            prefetched_end: end_of_request,
             distance_blocks: config.distance_min_blocks,
             continued: 0,
             last_used: clock,
@@ -134,7 +143,7 @@ impl StreamDetector {
         } else if let Some(oldest) = streams.streams.iter_mut().min_by_key(|s| s.last_used) {
             *oldest = fresh;
         }
-        blkid + 1..blkid + 1
+        end_of_request..end_of_request
     }
 }
 
@@ -159,6 +168,24 @@ mod tests {
             "a jump starts a new stream"
         );
         assert_eq!(detector.observe(1, 105), 113..114, "the old stream goes on");
+    }
+
+    #[test]
+    fn blocks_of_one_request_are_no_stream_but_requests_in_a_row_are() {
+        let mut detector = StreamDetector::new(StreamConfig {
+            distance_min_blocks: 4,
+            distance_max_blocks: 64,
+        });
+        assert!(detector.observe_request(0, 1000, 32).is_empty());
+        assert!(
+            detector.observe_request(0, 5000, 32).is_empty(),
+            "not where 1000.. ended"
+        );
+        assert!(
+            detector.observe_request(0, 1032, 32).is_empty(),
+            "second request: not yet"
+        );
+        assert_eq!(detector.observe_request(0, 1064, 32), 1096..1100);
     }
 
     #[test]

@@ -125,7 +125,28 @@ pub struct Volume {
     stripes: Vec<Mutex<()>>,
     intent_log: Option<Arc<IntentLog>>,
     sync_mode: AtomicU8,
+    /// Client reads, one line per request (`CAIRN_READ_TRACE_DIR`).
+    read_trace: Option<Mutex<std::io::BufWriter<std::fs::File>>>,
     pub stats: VolumeStats,
+}
+
+/// With `CAIRN_READ_TRACE_DIR` set, every volume opened appends its clients' reads, one line
+/// per request (`first-block block-count`), to `DIR/<pool>_<volume>.trace`: the block trace
+/// that `bench/cache` replays through cache policies. A diagnostic: a formatted line per read.
+fn open_read_trace(name: &str) -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
+    let dir = std::env::var_os("CAIRN_READ_TRACE_DIR")?;
+    let path = std::path::Path::new(&dir).join(format!("{}.trace", name.replace('/', "_")));
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+    {
+        Ok(file) => Some(Mutex::new(std::io::BufWriter::new(file))),
+        Err(err) => {
+            eprintln!("cairn: cannot open read trace {}: {err}", path.display());
+            None
+        }
+    }
 }
 
 impl Volume {
@@ -139,6 +160,7 @@ impl Volume {
         space_check: SpaceCheck,
     ) -> Volume {
         assert!(block_size.is_power_of_two() && block_size >= 512);
+        let read_trace = open_read_trace(&name);
         Volume {
             name,
             objset,
@@ -151,6 +173,7 @@ impl Volume {
             stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
             intent_log: None,
             sync_mode: AtomicU8::new(SyncMode::Standard as u8),
+            read_trace,
             stats: VolumeStats::default(),
         }
     }
@@ -257,6 +280,13 @@ impl Volume {
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
+        if let Some(trace) = &self.read_trace {
+            use std::io::Write;
+            let block = u64::from(self.block_size);
+            let first = offset / block;
+            let count = (offset + buf.len() as u64).div_ceil(block) - first;
+            let _ = writeln!(trace.lock(), "{first} {count}");
+        }
         self.read_unlogged(offset, buf)?;
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         self.stats
