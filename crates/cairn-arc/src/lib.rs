@@ -11,10 +11,13 @@
 //! - `streams`: sequential-stream detection that decides what to read ahead.
 //! - `replay`: runs a request trace through both, as the read path would (for `bench/cache`
 //!   and the tests).
+//! - `cache`: the policy made concurrent (sharded, no global lock on a hit), for the read path.
 //!
-//! The concurrent cache in the read path, its memory budget and its statistics build on these
-//! (issue 5); an SSD tier (L2ARC) will attach to the policy's evictions.
+//! Not yet in the read path: wiring `BlockCache` between objects and the pipeline, its memory
+//! budget (`arc_max`, memory pressure), `primarycache`, and `cairn stat arc` (issue 5); an SSD
+//! tier (L2ARC) will attach to the policy's evictions.
 
+pub mod cache;
 pub mod policy;
 pub mod replay;
 mod sketch;
