@@ -1,35 +1,253 @@
-//! `BlockCache`: the policy made concurrent for the read path. Blocks are spread over shards by
-//! key hash, each shard an `ArcPolicy` under its own lock with an equal share of the capacity,
-//! so a hit takes one shard's lock for a lookup and a list move — never a global lock — and
-//! readers of different shards never meet. Eviction happens in the inserting thread, one block
-//! at a time and bounded (`EVICT_SCAN_MAX` entries looked at per step), so no reader waits
-//! behind a long eviction; a capacity change (memory pressure) shrinks one shard at a time.
+//! `BlockCache`: the policy made concurrent for the read path, with data and metadata adapted
+//! separately and the reads in flight tracked beside the cached blocks.
 //!
-//! Values are `Bytes`: a hit hands out a reference to the cached buffer, not a copy, and a block
-//! evicted while a reader still holds it stays alive until that reader drops it (its memory is
-//! then no longer counted: the cache's size is what it holds).
+//! Sharding. Blocks are spread over shards by key hash; each shard holds, under one lock, two
+//! `ArcPolicy`s (metadata: indirect and dnode blocks, object-set roots; data: everything else)
+//! and the table of reads in flight. A hit takes one shard's lock for a lookup and a list move
+//! — never a global lock — and readers of different shards never meet. Looking a block up and
+//! claiming its read happen under the same lock, so two readers of one block never both read
+//! it: the second waits on the first's `Pending` (an "I/O hit").
+//!
+//! Data and metadata. A shard's share of the capacity is split by an adaptive metadata target
+//! (ZFS 2.2's `arc_meta`): a ghost hit among metadata moves it up by the block's size, one among
+//! data moves it down by a fifth of that (a metadata miss costs a chain of reads, so metadata is
+//! favoured). The target only decides who gives way when the shard is full: the class over its
+//! target is evicted first, and either class may use room the other leaves empty.
+//!
+//! Eviction happens in the inserting thread, one block at a time and bounded
+//! (`EVICT_SCAN_MAX` entries looked at per step), so no reader waits behind a long eviction; a
+//! capacity change (memory pressure) shrinks one shard at a time.
+//!
+//! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
+//! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader
+//! holds it lives until that reader drops it. Each block is charged its length plus
+//! `BLOCK_OVERHEAD_BYTES` (entry, index, sketch, refcounts, allocator slack), so the capacity is
+//! one budget for buffers and headers.
 
 use crate::policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
 use bytes::Bytes;
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Shards a cache gets by default: enough that two cores (or sixteen) rarely contend on one.
 pub const SHARDS_DEFAULT: usize = 16;
+/// What a cached block costs beyond its data: the policy entry (48 B), its share of the index
+/// (~6–11 B) and of the frequency sketch (~4 B), the buffer's refcounts (16 B) and the
+/// allocator's chunk header (~16 B).
+pub const BLOCK_OVERHEAD_BYTES: u32 = 96;
+/// A data ghost hit moves the metadata target by 1/`META_BALANCE` of what a metadata one does.
+const META_BALANCE: u64 = 5;
+/// The metadata target stays within [capacity / `META_MIN_DIVISOR`, capacity * 3/4].
+const META_MIN_DIVISOR: u64 = 32;
+/// Initial metadata target: 1/`META_INITIAL_DIVISOR` of the capacity.
+const META_INITIAL_DIVISOR: u64 = 4;
+
+/// Which of a shard's two policies a block belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockClass {
+    Data,
+    Metadata,
+}
+
+/// A read in flight: the reader that claimed it completes it; others wait for it.
+pub struct Pending {
+    result: Mutex<Option<Option<Bytes>>>,
+    done: Condvar,
+    /// Claimed by read-ahead (its I/O is queued at read-ahead priority).
+    prefetch: bool,
+    /// A demand reader has waited on it (and raised its priority, once).
+    demanded: AtomicBool,
+}
+
+impl Pending {
+    fn new(prefetch: bool) -> Arc<Pending> {
+        Arc::new(Pending {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+            prefetch,
+            demanded: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether the read was claimed by read-ahead.
+    pub fn is_prefetch(&self) -> bool {
+        self.prefetch
+    }
+
+    /// Marks a demand reader waiting; true for the first one (who raises the I/O's priority).
+    pub fn note_demand(&self) -> bool {
+        !self.demanded.swap(true, Ordering::AcqRel)
+    }
+
+    /// Waits for the claiming reader: the block, or `None` if its read failed (the waiter
+    /// then reads for itself and gets the error first hand).
+    pub fn wait(&self) -> Option<Bytes> {
+        let mut result = self.result.lock();
+        while result.is_none() {
+            self.done.wait(&mut result);
+        }
+        result.clone().flatten()
+    }
+}
+
+/// What a lookup found.
+pub enum Lookup {
+    Hit(Bytes),
+    /// Another reader is reading the block: wait on it.
+    InFlight(Arc<Pending>),
+    /// Not cached, not being read: the caller reads it and calls `complete`.
+    Claimed(Arc<Pending>),
+}
+
+/// A cached buffer handed out as `Bytes` without copying.
+struct Shared(Arc<[u8]>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+fn to_bytes(buf: &Arc<[u8]>) -> Bytes {
+    Bytes::from_owner(Shared(buf.clone()))
+}
+
+fn charge(len: usize) -> u32 {
+    u32::try_from(len)
+        .ok()
+        .and_then(|len| len.checked_add(BLOCK_OVERHEAD_BYTES))
+        .expect("blocks are smaller than 4 GiB")
+}
+
+struct ShardState {
+    data: ArcPolicy<Arc<[u8]>>,
+    meta: ArcPolicy<Arc<[u8]>>,
+    capacity_bytes: u64,
+    meta_target_bytes: u64,
+    inflight: HashMap<BlockKey, Arc<Pending>>,
+}
+
+impl ShardState {
+    fn new(capacity_bytes: u64) -> ShardState {
+        ShardState {
+            data: ArcPolicy::new(capacity_bytes),
+            // Metadata is a small share of most caches (its target starts at a quarter):
+            // counters for a quarter of the capacity keep its sketch accurate at a quarter
+            // of the cost.
+            meta: ArcPolicy::with_sketch_for(capacity_bytes, capacity_bytes / META_INITIAL_DIVISOR),
+            capacity_bytes,
+            meta_target_bytes: capacity_bytes / META_INITIAL_DIVISOR,
+            inflight: HashMap::new(),
+        }
+    }
+
+    fn policy(&mut self, class: BlockClass) -> &mut ArcPolicy<Arc<[u8]>> {
+        match class {
+            BlockClass::Data => &mut self.data,
+            BlockClass::Metadata => &mut self.meta,
+        }
+    }
+
+    fn live_bytes(&self) -> u64 {
+        self.data.live_bytes() + self.meta.live_bytes()
+    }
+
+    /// Makes room for `incoming_bytes` of `class`: the other class gives back what it holds
+    /// beyond its target first, then `class` may use everything the other does not hold.
+    fn make_room(&mut self, class: BlockClass, incoming_bytes: u64) {
+        let capacity = self.capacity_bytes;
+        let meta_target = self.meta_target_bytes;
+        let (this, other, other_target) = match class {
+            BlockClass::Data => (&mut self.data, &mut self.meta, meta_target),
+            BlockClass::Metadata => (&mut self.meta, &mut self.data, capacity - meta_target),
+        };
+        let total = this.live_bytes() + other.live_bytes() + incoming_bytes;
+        if total > capacity && other.live_bytes() > other_target {
+            let excess = (total - capacity).min(other.live_bytes() - other_target);
+            other.set_capacity(other.live_bytes() - excess);
+        }
+        this.set_capacity(capacity.saturating_sub(other.live_bytes()));
+    }
+
+    /// Evicts until both classes fit the capacity, the one over its target first.
+    fn fit(&mut self) {
+        if self.meta.live_bytes() > self.meta_target_bytes {
+            self.make_room(BlockClass::Data, 0);
+            self.make_room(BlockClass::Metadata, 0);
+        } else {
+            self.make_room(BlockClass::Metadata, 0);
+            self.make_room(BlockClass::Data, 0);
+        }
+    }
+
+    fn insert(&mut self, key: BlockKey, class: BlockClass, data: Arc<[u8]>, access: Access) {
+        let size = charge(data.len());
+        self.make_room(class, u64::from(size));
+        let policy = self.policy(class);
+        let ghost_hits_before = ghost_hits(&policy.stats());
+        policy.insert(key, size, data, access);
+        if ghost_hits(&policy.stats()) > ghost_hits_before {
+            self.adapt(class, u64::from(size));
+        }
+    }
+
+    /// A ghost hit in `class`: had it held more, the block would have been a hit.
+    fn adapt(&mut self, class: BlockClass, size_bytes: u64) {
+        let (low, high) = (
+            self.capacity_bytes / META_MIN_DIVISOR,
+            self.capacity_bytes / 4 * 3,
+        );
+        self.meta_target_bytes = match class {
+            BlockClass::Metadata => self.meta_target_bytes + size_bytes,
+            BlockClass::Data => self
+                .meta_target_bytes
+                .saturating_sub(size_bytes / META_BALANCE),
+        }
+        .clamp(low, high);
+    }
+
+    fn set_capacity(&mut self, capacity_bytes: u64) {
+        let old = self.capacity_bytes.max(1);
+        self.meta_target_bytes = (u128::from(self.meta_target_bytes) * u128::from(capacity_bytes)
+            / u128::from(old)) as u64;
+        self.capacity_bytes = capacity_bytes;
+        self.fit();
+    }
+}
+
+fn ghost_hits(stats: &PolicyStats) -> u64 {
+    stats.mru_ghost_hits + stats.mfu_ghost_hits
+}
 
 /// One shard, alone on its cache lines (a lock bouncing between cores should not drag its
 /// neighbour's with it).
 #[repr(align(128))]
-struct Shard(Mutex<ArcPolicy<Bytes>>);
+struct Shard(Mutex<ShardState>);
 
 pub struct BlockCache {
     shards: Box<[Shard]>,
 }
 
+/// Counters and sizes of one class, summed over the shards.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClassSnapshot {
+    pub stats: PolicyStats,
+    pub sizes: PolicySizes,
+}
+
 /// Totals over every shard.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct CacheSnapshot {
-    pub stats: PolicyStats,
-    pub sizes: PolicySizes,
+    pub data: ClassSnapshot,
+    pub metadata: ClassSnapshot,
+    pub capacity_bytes: u64,
+    pub meta_target_bytes: u64,
+    /// Charged bytes held (data plus `BLOCK_OVERHEAD_BYTES` per block).
+    pub size_bytes: u64,
+    /// Reads in flight.
+    pub inflight: u64,
 }
 
 fn shard_index(key: &BlockKey, shards: usize) -> usize {
@@ -38,41 +256,145 @@ fn shard_index(key: &BlockKey, shards: usize) -> usize {
     ((mixed >> 40) as usize) % shards
 }
 
+fn add_stats(total: &mut PolicyStats, s: &PolicyStats) {
+    total.demand_hits += s.demand_hits;
+    total.demand_misses += s.demand_misses;
+    total.prefetch_hits += s.prefetch_hits;
+    total.prefetch_misses += s.prefetch_misses;
+    total.mru_hits += s.mru_hits;
+    total.mfu_hits += s.mfu_hits;
+    total.mru_ghost_hits += s.mru_ghost_hits;
+    total.mfu_ghost_hits += s.mfu_ghost_hits;
+    total.evictions += s.evictions;
+    total.evicted_bytes += s.evicted_bytes;
+    total.admissions += s.admissions;
+    total.evict_skips += s.evict_skips;
+    total.uncacheable += s.uncacheable;
+}
+
+fn add_sizes(total: &mut PolicySizes, z: &PolicySizes) {
+    total.capacity_bytes += z.capacity_bytes;
+    total.mru_target_bytes += z.mru_target_bytes;
+    total.mru_bytes += z.mru_bytes;
+    total.mfu_bytes += z.mfu_bytes;
+    total.mru_ghost_bytes += z.mru_ghost_bytes;
+    total.mfu_ghost_bytes += z.mfu_ghost_bytes;
+    total.mru_blocks += z.mru_blocks;
+    total.mfu_blocks += z.mfu_blocks;
+    total.ghost_blocks += z.ghost_blocks;
+    total.header_bytes += z.header_bytes;
+    total.index_bytes += z.index_bytes;
+    total.indexed_entries += z.indexed_entries;
+    total.sketch_bytes += z.sketch_bytes;
+}
+
 impl BlockCache {
     pub fn new(capacity_bytes: u64, shards: usize) -> BlockCache {
         assert!(shards > 0, "a cache has at least one shard");
         let share = capacity_bytes / shards as u64;
         BlockCache {
             shards: (0..shards)
-                .map(|_| Shard(Mutex::new(ArcPolicy::new(share))))
+                .map(|_| Shard(Mutex::new(ShardState::new(share))))
                 .collect(),
         }
     }
 
-    fn shard(&self, key: &BlockKey) -> &Mutex<ArcPolicy<Bytes>> {
+    fn shard(&self, key: &BlockKey) -> &Mutex<ShardState> {
         &self.shards[shard_index(key, self.shards.len())].0
     }
 
-    /// The cached block, if any (a reference to the cached buffer).
-    pub fn get(&self, key: &BlockKey, access: Access) -> Option<Bytes> {
-        self.shard(key).lock().get(key, access).cloned()
+    /// The cached block, if any (sharing the cached buffer).
+    pub fn get(&self, key: &BlockKey, class: BlockClass, access: Access) -> Option<Bytes> {
+        self.shard(key)
+            .lock()
+            .policy(class)
+            .get(key, access)
+            .map(to_bytes)
     }
 
-    /// Caches a block just read (and verified) after a miss.
-    pub fn insert(&self, key: BlockKey, data: Bytes, access: Access) {
-        let size = u32::try_from(data.len()).expect("blocks are smaller than 4 GiB");
-        if size == 0 {
+    /// Looks a block up; on a miss, either joins the read in flight or claims the read (the
+    /// caller must then `complete` it, success or not).
+    pub fn lookup(&self, key: &BlockKey, class: BlockClass, access: Access) -> Lookup {
+        let mut shard = self.shard(key).lock();
+        if let Some(buf) = shard.policy(class).get(key, access) {
+            return Lookup::Hit(to_bytes(buf));
+        }
+        if let Some(pending) = shard.inflight.get(key) {
+            return Lookup::InFlight(pending.clone());
+        }
+        let pending = Pending::new(access == Access::Prefetch);
+        shard.inflight.insert(*key, pending.clone());
+        Lookup::Claimed(pending)
+    }
+
+    /// Ends a claimed read: caches the block (if `cache_as` says how) and wakes the waiters.
+    pub fn complete(
+        &self,
+        key: &BlockKey,
+        class: BlockClass,
+        pending: &Arc<Pending>,
+        data: Option<&Bytes>,
+        cache_as: Option<Access>,
+    ) {
+        let buf: Option<Arc<[u8]>> = match (data, cache_as) {
+            (Some(data), Some(_)) if !data.is_empty() => Some(Arc::from(&data[..])),
+            _ => None,
+        };
+        {
+            let mut shard = self.shard(key).lock();
+            let removed = shard.inflight.remove(key);
+            debug_assert!(
+                removed.is_some_and(|removed| Arc::ptr_eq(&removed, pending)),
+                "completed a read that was not claimed"
+            );
+            if let (Some(buf), Some(access)) = (buf, cache_as) {
+                shard.insert(*key, class, buf, access);
+            }
+        }
+        *pending.result.lock() = Some(data.cloned());
+        pending.done.notify_all();
+    }
+
+    /// Caches a block (just read and verified, or just written).
+    pub fn insert(&self, key: BlockKey, class: BlockClass, data: &Bytes, access: Access) {
+        if data.is_empty() {
             return;
         }
-        self.shard(&key).lock().insert(key, size, data, access);
+        let buf: Arc<[u8]> = Arc::from(&data[..]);
+        self.shard(&key).lock().insert(key, class, buf, access);
+    }
+
+    /// Whether a block is cached (no statistics, no reordering).
+    pub fn contains(&self, key: &BlockKey, class: BlockClass) -> bool {
+        self.shard(key).lock().policy(class).contains(key)
     }
 
     /// Forgets a block (its contents are known bad, or its space was reused).
     pub fn remove(&self, key: &BlockKey) {
-        self.shard(key).lock().remove(key);
+        let mut shard = self.shard(key).lock();
+        shard.data.remove(key);
+        shard.meta.remove(key);
     }
 
-    /// Changes the capacity (arc_max, memory pressure): each shard evicts down to its share.
+    /// Forgets every block whose key matches (a pool leaving the process). O(blocks).
+    pub fn remove_matching(&self, matches: impl Fn(&BlockKey) -> bool) -> u64 {
+        let mut removed = 0;
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            let shard = &mut *shard;
+            for policy in [&mut shard.data, &mut shard.meta] {
+                for key in policy.keys() {
+                    if matches(&key) {
+                        policy.remove(&key);
+                        removed += 1;
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// Changes the capacity (arc target, memory pressure): each shard evicts down to its share.
     pub fn set_capacity(&self, capacity_bytes: u64) {
         let share = capacity_bytes / self.shards.len() as u64;
         for shard in self.shards.iter() {
@@ -84,33 +406,15 @@ impl BlockCache {
     pub fn snapshot(&self) -> CacheSnapshot {
         let mut total = CacheSnapshot::default();
         for shard in self.shards.iter() {
-            let policy = shard.0.lock();
-            let (s, z) = (policy.stats(), policy.sizes());
-            let t = &mut total.stats;
-            t.demand_hits += s.demand_hits;
-            t.demand_misses += s.demand_misses;
-            t.prefetch_hits += s.prefetch_hits;
-            t.prefetch_misses += s.prefetch_misses;
-            t.mru_hits += s.mru_hits;
-            t.mfu_hits += s.mfu_hits;
-            t.mru_ghost_hits += s.mru_ghost_hits;
-            t.mfu_ghost_hits += s.mfu_ghost_hits;
-            t.evictions += s.evictions;
-            t.evicted_bytes += s.evicted_bytes;
-            t.admissions += s.admissions;
-            t.evict_skips += s.evict_skips;
-            t.uncacheable += s.uncacheable;
-            let u = &mut total.sizes;
-            u.capacity_bytes += z.capacity_bytes;
-            u.mru_target_bytes += z.mru_target_bytes;
-            u.mru_bytes += z.mru_bytes;
-            u.mfu_bytes += z.mfu_bytes;
-            u.mru_ghost_bytes += z.mru_ghost_bytes;
-            u.mfu_ghost_bytes += z.mfu_ghost_bytes;
-            u.mru_blocks += z.mru_blocks;
-            u.mfu_blocks += z.mfu_blocks;
-            u.ghost_blocks += z.ghost_blocks;
-            u.header_bytes += z.header_bytes;
+            let shard = shard.0.lock();
+            add_stats(&mut total.data.stats, &shard.data.stats());
+            add_sizes(&mut total.data.sizes, &shard.data.sizes());
+            add_stats(&mut total.metadata.stats, &shard.meta.stats());
+            add_sizes(&mut total.metadata.sizes, &shard.meta.sizes());
+            total.capacity_bytes += shard.capacity_bytes;
+            total.meta_target_bytes += shard.meta_target_bytes;
+            total.size_bytes += shard.live_bytes();
+            total.inflight += shard.inflight.len() as u64;
         }
         total
     }
@@ -118,12 +422,229 @@ impl BlockCache {
     /// Checks every shard's invariants (tests).
     pub fn assert_invariants(&self) {
         for shard in self.shards.iter() {
-            let policy = shard.0.lock();
-            policy.assert_invariants();
+            let shard = shard.0.lock();
+            shard.data.assert_invariants();
+            shard.meta.assert_invariants();
+            let pinned = shard.data.pinned_bytes() + shard.meta.pinned_bytes();
             assert!(
-                policy.live_bytes() <= policy.capacity_bytes() + policy.pinned_bytes(),
-                "a shard holds more than its share"
+                shard.live_bytes() <= shard.capacity_bytes + pinned,
+                "a shard holds more than its share: {} > {}",
+                shard.live_bytes(),
+                shard.capacity_bytes
+            );
+            let capacity = shard.capacity_bytes;
+            assert!(
+                shard.meta_target_bytes <= capacity / 4 * 3 + 1
+                    && shard.meta_target_bytes >= capacity / META_MIN_DIVISOR / 2,
+                "metadata target {} outside its bounds for capacity {capacity}",
+                shard.meta_target_bytes
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(fill: u8, len: usize) -> Bytes {
+        Bytes::from(vec![fill; len])
+    }
+
+    #[test]
+    fn metadata_keeps_its_share_against_a_flood_of_data() {
+        let block_len = 4096usize;
+        let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
+        let cache = BlockCache::new(400 * per_block, 1);
+        for i in 0..50u64 {
+            cache.insert(
+                [i, 1],
+                BlockClass::Metadata,
+                &block(1, block_len),
+                Access::Demand,
+            );
+        }
+        for i in 0..10_000u64 {
+            cache.insert(
+                [1 << 40 | i, 1],
+                BlockClass::Data,
+                &block(2, block_len),
+                Access::Demand,
+            );
+        }
+        cache.assert_invariants();
+        let kept = (0..50u64)
+            .filter(|&i| cache.contains(&[i, 1], BlockClass::Metadata))
+            .count();
+        assert_eq!(kept, 50, "metadata under its target was evicted by data");
+        let snapshot = cache.snapshot();
+        assert!(snapshot.size_bytes <= snapshot.capacity_bytes);
+        assert!(snapshot.data.sizes.mru_bytes + snapshot.data.sizes.mfu_bytes > 300 * per_block);
+    }
+
+    #[test]
+    fn data_may_use_what_metadata_leaves_empty_and_metadata_takes_it_back() {
+        let block_len = 4096usize;
+        let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
+        let cache = BlockCache::new(100 * per_block, 1);
+        for i in 0..100u64 {
+            cache.insert(
+                [1 << 40 | i, 1],
+                BlockClass::Data,
+                &block(2, block_len),
+                Access::Demand,
+            );
+        }
+        let data_blocks = |c: &BlockCache| {
+            let s = c.snapshot().data.sizes;
+            s.mru_blocks + s.mfu_blocks
+        };
+        assert_eq!(data_blocks(&cache), 100, "data filled the whole cache");
+        for i in 0..20u64 {
+            cache.insert(
+                [i, 1],
+                BlockClass::Metadata,
+                &block(1, block_len),
+                Access::Demand,
+            );
+        }
+        cache.assert_invariants();
+        assert_eq!(
+            data_blocks(&cache),
+            80,
+            "data over its share gave way to metadata"
+        );
+        assert!((0..20u64).all(|i| cache.contains(&[i, 1], BlockClass::Metadata)));
+    }
+
+    #[test]
+    fn ghost_hits_move_the_metadata_target() {
+        let block_len = 4096usize;
+        let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
+        let cache = BlockCache::new(64 * per_block, 1);
+        let initial = cache.snapshot().meta_target_bytes;
+        // Metadata cycling over more than its share: evicted blocks come back as ghost hits.
+        for round in 0..4 {
+            for i in 0..40u64 {
+                if cache
+                    .get(&[i, 1], BlockClass::Metadata, Access::Demand)
+                    .is_none()
+                {
+                    cache.insert(
+                        [i, 1],
+                        BlockClass::Metadata,
+                        &block(round, block_len),
+                        Access::Demand,
+                    );
+                }
+                let data_key = [1 << 40 | (round as u64 * 40 + i), 1];
+                cache.insert(
+                    data_key,
+                    BlockClass::Data,
+                    &block(2, block_len),
+                    Access::Demand,
+                );
+            }
+        }
+        cache.assert_invariants();
+        let snapshot = cache.snapshot();
+        assert!(
+            snapshot.metadata.stats.mru_ghost_hits + snapshot.metadata.stats.mfu_ghost_hits > 0
+        );
+        assert!(
+            snapshot.meta_target_bytes > initial,
+            "metadata ghost hits did not raise its target ({} <= {initial})",
+            snapshot.meta_target_bytes
+        );
+    }
+
+    #[test]
+    fn a_second_reader_of_a_block_in_flight_waits_for_the_first() {
+        let cache = BlockCache::new(1 << 20, 2);
+        let key = [7, 1];
+        let Lookup::Claimed(pending) = cache.lookup(&key, BlockClass::Data, Access::Prefetch)
+        else {
+            panic!("an empty cache claims the read");
+        };
+        assert!(pending.is_prefetch());
+        let Lookup::InFlight(waiting) = cache.lookup(&key, BlockClass::Data, Access::Demand) else {
+            panic!("the second reader must wait for the read in flight");
+        };
+        assert!(
+            waiting.note_demand(),
+            "the first demand waiter raises the priority"
+        );
+        assert!(!waiting.note_demand(), "only once");
+        let waiter = std::thread::spawn(move || waiting.wait());
+        let data = block(9, 4096);
+        cache.complete(
+            &key,
+            BlockClass::Data,
+            &pending,
+            Some(&data),
+            Some(Access::Demand),
+        );
+        assert_eq!(waiter.join().unwrap(), Some(data.clone()));
+        match cache.lookup(&key, BlockClass::Data, Access::Demand) {
+            Lookup::Hit(hit) => assert_eq!(hit, data),
+            _ => panic!("a completed read is cached"),
+        }
+        assert_eq!(cache.snapshot().inflight, 0);
+    }
+
+    #[test]
+    fn a_failed_read_caches_nothing_and_waiters_read_for_themselves() {
+        let cache = BlockCache::new(1 << 20, 1);
+        let key = [8, 1];
+        let Lookup::Claimed(pending) = cache.lookup(&key, BlockClass::Data, Access::Demand) else {
+            panic!("claimed");
+        };
+        let Lookup::InFlight(waiting) = cache.lookup(&key, BlockClass::Data, Access::Demand) else {
+            panic!("in flight");
+        };
+        cache.complete(&key, BlockClass::Data, &pending, None, Some(Access::Demand));
+        assert_eq!(waiting.wait(), None);
+        assert!(!cache.contains(&key, BlockClass::Data));
+        assert!(matches!(
+            cache.lookup(&key, BlockClass::Data, Access::Demand),
+            Lookup::Claimed(_)
+        ));
+    }
+
+    #[test]
+    fn a_hit_shares_the_cached_buffer() {
+        let cache = BlockCache::new(1 << 20, 1);
+        cache.insert([1, 1], BlockClass::Data, &block(5, 4096), Access::Demand);
+        let a = cache
+            .get(&[1, 1], BlockClass::Data, Access::Demand)
+            .unwrap();
+        let b = cache
+            .get(&[1, 1], BlockClass::Data, Access::Demand)
+            .unwrap();
+        assert_eq!(a.as_ptr(), b.as_ptr(), "two hits, one buffer");
+        assert!(a.iter().all(|&byte| byte == 5));
+    }
+
+    #[test]
+    fn removing_a_pools_blocks_leaves_the_others() {
+        let cache = BlockCache::new(1 << 22, 4);
+        for i in 0..64u64 {
+            cache.insert(
+                [i, 1 << 48 | 5],
+                BlockClass::Data,
+                &block(1, 4096),
+                Access::Demand,
+            );
+            cache.insert(
+                [i, 2 << 48 | 5],
+                BlockClass::Metadata,
+                &block(2, 4096),
+                Access::Demand,
+            );
+        }
+        assert_eq!(cache.remove_matching(|key| key[1] >> 48 == 1), 64);
+        assert!((0..64u64).all(|i| !cache.contains(&[i, 1 << 48 | 5], BlockClass::Data)));
+        assert!((0..64u64).all(|i| cache.contains(&[i, 2 << 48 | 5], BlockClass::Metadata)));
+        cache.assert_invariants();
     }
 }

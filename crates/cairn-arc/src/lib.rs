@@ -11,19 +11,25 @@
 //! - `streams`: sequential-stream detection that decides what to read ahead.
 //! - `replay`: runs a request trace through both, as the read path would (for `bench/cache`
 //!   and the tests).
-//! - `cache`: the policy made concurrent (sharded, no global lock on a hit), for the read path.
+//! - `cache`: the policy made concurrent (sharded, no global lock on a hit), data and metadata
+//!   adapted separately, reads in flight tracked beside the blocks.
+//! - `read`: the read path — `ReadCache` (the process's one cache: budget, read-ahead threads,
+//!   arcstat counters) and `CachedIo` (a pool's door to it), between objects and the pipeline.
+//! - `pressure`: the kernel's memory signals and the controller that moves the cache's target.
 //!
-//! Not yet in the read path: wiring `BlockCache` between objects and the pipeline, its memory
-//! budget (`arc_max`, memory pressure), `primarycache`, and `cairn stat arc` (issue 5); an SSD
-//! tier (L2ARC) will attach to the policy's evictions.
+//! An SSD tier (L2ARC) will attach to the policy's evictions.
 
 pub mod cache;
 pub mod policy;
+pub mod pressure;
+pub mod read;
 pub mod replay;
 mod sketch;
 pub mod streams;
 
+pub use cache::BlockClass;
 pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
+pub use read::{ArcConfig, ArcStats, CacheMode, CachedIo, ReadCache};
 pub use streams::{StreamConfig, StreamDetector};
 
 /// The cache key of a block whose first copy is at (`vdev`, `offset`) and which was born in

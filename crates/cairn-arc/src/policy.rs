@@ -167,6 +167,11 @@ pub struct PolicySizes {
     pub ghost_blocks: u64,
     /// RAM the entries, the index and the sketch take (headers, not data).
     pub header_bytes: u64,
+    /// Of that, the index's buckets, and the entries (cached and ghost) it indexes.
+    pub index_bytes: u64,
+    pub indexed_entries: u64,
+    /// Of that, the frequency sketch (sized for the capacity, not for what is cached).
+    pub sketch_bytes: u64,
 }
 
 pub struct ArcPolicy<V> {
@@ -193,6 +198,12 @@ fn hash(key: &BlockKey) -> u64 {
 
 impl<V> ArcPolicy<V> {
     pub fn new(capacity_bytes: u64) -> ArcPolicy<V> {
+        Self::with_sketch_for(capacity_bytes, capacity_bytes)
+    }
+
+    /// A policy whose frequency sketch is sized for `sketch_capacity_bytes` of blocks (a
+    /// policy that rarely fills its whole capacity needs fewer counters).
+    pub fn with_sketch_for(capacity_bytes: u64, sketch_capacity_bytes: u64) -> ArcPolicy<V> {
         ArcPolicy {
             entries: Vec::new(),
             free_head: NIL,
@@ -205,7 +216,7 @@ impl<V> ArcPolicy<V> {
             }; LISTS],
             capacity_bytes,
             window_target_bytes: capacity_bytes / WINDOW_MIN_DIVISOR,
-            sketch: FrequencySketch::new(capacity_bytes / SKETCH_BLOCK_BYTES),
+            sketch: FrequencySketch::new(sketch_capacity_bytes / SKETCH_BLOCK_BYTES),
             stats: PolicyStats::default(),
         }
     }
@@ -251,6 +262,9 @@ impl<V> ArcPolicy<V> {
             header_bytes: (self.entries.capacity() * Self::entry_bytes()
                 + self.index.capacity() * (std::mem::size_of::<u32>() + 1)
                 + self.sketch.bytes()) as u64,
+            index_bytes: (self.index.capacity() * (std::mem::size_of::<u32>() + 1)) as u64,
+            indexed_entries: self.index.len() as u64,
+            sketch_bytes: self.sketch.bytes() as u64,
         }
     }
 
@@ -287,6 +301,15 @@ impl<V> ArcPolicy<V> {
         };
         self.hit(slot, access);
         self.entries[slot as usize].value.as_ref()
+    }
+
+    /// Every key the policy knows, cached or ghost (for removing a pool's blocks).
+    pub fn keys(&self) -> Vec<BlockKey> {
+        self.entries
+            .iter()
+            .filter(|entry| entry.list != List::Free)
+            .map(|entry| entry.key)
+            .collect()
     }
 
     /// Whether a block is cached (no statistics, no reordering).

@@ -5,7 +5,7 @@
 //! a torn one — and afterwards every shard's invariants hold and the cache is within its size.
 
 use bytes::Bytes;
-use cairn_arc::cache::BlockCache;
+use cairn_arc::cache::{BlockCache, BlockClass};
 use cairn_arc::{Access, BlockKey};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -23,6 +23,15 @@ fn content(key: u64) -> Bytes {
 
 fn block_key(key: u64) -> BlockKey {
     [key << 12, 3]
+}
+
+/// Every fifth key is metadata: both of a shard's policies see traffic.
+fn class(key: u64) -> BlockClass {
+    if key.is_multiple_of(5) {
+        BlockClass::Metadata
+    } else {
+        BlockClass::Data
+    }
 }
 
 #[test]
@@ -53,12 +62,12 @@ fn readers_and_evictors_together_never_see_wrong_data() {
                         Access::Demand
                     };
                     lookups.fetch_add(1, Ordering::Relaxed);
-                    match cache.get(&block_key(key), access) {
+                    match cache.get(&block_key(key), class(key), access) {
                         Some(data) => {
                             assert!(data == content(key), "key {key} returned other bytes");
                             hits.fetch_add(1, Ordering::Relaxed);
                         }
-                        None => cache.insert(block_key(key), content(key), access),
+                        None => cache.insert(block_key(key), class(key), &content(key), access),
                     }
                 }
                 finished.fetch_add(1, Ordering::Relaxed);
@@ -79,15 +88,22 @@ fn readers_and_evictors_together_never_see_wrong_data() {
     });
     cache.assert_invariants();
     let snapshot = cache.snapshot();
-    let cached = snapshot.sizes.mru_bytes + snapshot.sizes.mfu_bytes;
+    let cached = snapshot.size_bytes;
     assert!(cached <= capacity, "{cached} bytes cached in {capacity}");
+    assert!(
+        snapshot.metadata.sizes.mru_blocks + snapshot.metadata.sizes.mfu_blocks > 0,
+        "no metadata cached"
+    );
     let (hits, lookups) = (hits.into_inner(), lookups.into_inner());
     assert!(
         hits > lookups / 10,
         "{hits} hits in {lookups} lookups: the cache kept nothing"
     );
     assert_eq!(
-        snapshot.stats.demand_hits + snapshot.stats.prefetch_hits,
+        snapshot.data.stats.demand_hits
+            + snapshot.data.stats.prefetch_hits
+            + snapshot.metadata.stats.demand_hits
+            + snapshot.metadata.stats.prefetch_hits,
         hits,
         "the shards' hit counters disagree with the readers"
     );

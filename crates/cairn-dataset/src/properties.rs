@@ -7,8 +7,9 @@
 //! `zfs get` does.
 //!
 //! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
-//! blocks off the log devices; writing large sync writes in place is not built yet).
-//! `sync=disabled` is unsafe (acknowledged writes can be lost) and is shown as such.
+//! blocks off the log devices and writes large sync writes once, in place); `primarycache` in
+//! the ARC (what a dataset's reads leave in RAM). `sync=disabled` is unsafe (acknowledged
+//! writes can be lost) and is shown as such.
 
 use crate::{DatasetError, DatasetKind};
 
@@ -103,6 +104,15 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: true,
         inheritable: true,
         description: "independent intent-log chains per volume (takes effect at the next import)",
+    },
+    PropertyDef {
+        name: "primarycache",
+        value_type: ValueType::Choice(&["all", "metadata", "none"]),
+        default: "all",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "what reads leave in the RAM cache (ARC): all blocks, metadata only, or nothing",
     },
     PropertyDef {
         name: "compression",

@@ -280,12 +280,17 @@ impl Volume {
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
-        if let Some(trace) = &self.read_trace {
-            use std::io::Write;
+        self.check_range("read", offset, buf.len() as u64)?;
+        if !buf.is_empty() {
             let block = u64::from(self.block_size);
             let first = offset / block;
             let count = (offset + buf.len() as u64).div_ceil(block) - first;
-            let _ = writeln!(trace.lock(), "{first} {count}");
+            if let Some(trace) = &self.read_trace {
+                use std::io::Write;
+                let _ = writeln!(trace.lock(), "{first} {count}");
+            }
+            // Read-ahead starts before this read waits on the disk, so the two overlap.
+            self.objset.note_read(VOLUME_OBJECT, first, count);
         }
         self.read_unlogged(offset, buf)?;
         self.stats.reads.fetch_add(1, Ordering::Relaxed);

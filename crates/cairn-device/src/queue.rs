@@ -191,6 +191,8 @@ pub struct QueueStats {
     pub fua_writes: u64,
     pub flushes: u64,
     pub discards: u64,
+    /// Pending reads whose class was raised (`promote_reads`).
+    pub promoted_reads: u64,
     /// Failed requests (each request of a failed aggregate counts).
     pub read_errors: u64,
     pub write_errors: u64,
@@ -220,6 +222,7 @@ impl Default for QueueStats {
             fua_writes: 0,
             flushes: 0,
             discards: 0,
+            promoted_reads: 0,
             read_errors: 0,
             write_errors: 0,
             flush_errors: 0,
@@ -673,6 +676,32 @@ impl LeafQueue {
         let result = self.shared.device.discard(offset, len);
         self.shared.sched.lock().stats.discards += 1;
         result
+    }
+
+    /// Raises pending reads at `offset` queued as `from` to class `to` (a demand read that
+    /// finds its block still being read ahead must not wait behind other read-ahead: priority
+    /// inversion). Reads already in service are left alone. Returns how many moved.
+    pub fn promote_reads(&self, offset: u64, from: IoClass, to: IoClass) -> usize {
+        if from == to {
+            return 0;
+        }
+        let mut sched = self.shared.sched.lock();
+        let seqs: Vec<u64> = sched.by_offset[Dir::Read as usize]
+            .range((offset, 0)..(offset, u64::MAX))
+            .map(|&(_, seq)| seq)
+            .filter(|seq| sched.pending[seq].class == from)
+            .collect();
+        for &seq in &seqs {
+            let mut request = sched.dequeue(seq);
+            request.class = to;
+            sched.enqueue(request);
+        }
+        sched.stats.promoted_reads += seqs.len() as u64;
+        drop(sched);
+        if !seqs.is_empty() {
+            self.shared.work.notify_one();
+        }
+        seqs.len()
     }
 
     /// Requests queued or in service (mirrors read from the least busy side).

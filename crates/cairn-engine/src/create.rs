@@ -7,6 +7,7 @@
 use crate::pool::{PoolCore, PoolOptions};
 use crate::sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, Pool, new_guid};
+use cairn_arc::CachedIo;
 use cairn_dataset::directory::creation_properties;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
 use cairn_device::spec::DeviceSpec;
@@ -126,11 +127,8 @@ impl Pool {
         let space = SpaceAllocator::new(&space_layout(&tree))
             .map_err(|err| create_error(format!("space layout: {err}")))?;
         let space = Arc::new(Mutex::new(space));
-        let io = Arc::new(BlockIo::new(
-            tree.clone(),
-            space.clone(),
-            options.metadata_cache_bytes,
-        ));
+        let io = Arc::new(BlockIo::new(tree.clone(), space.clone()));
+        let cached = Arc::new(CachedIo::new(options.cache(), io.clone()));
         let mut directory = DatasetDirectory::default();
         directory.insert(name, DatasetKind::Filesystem, 1, root_properties)?;
         let guid = new_guid();
@@ -139,7 +137,7 @@ impl Pool {
             guid,
             io: io.clone(),
             space,
-            mos: ObjectSet::create(io, ObjsetType::Meta, ChecksumAlgorithm::Fletcher4),
+            mos: ObjectSet::create(cached, ObjsetType::Meta, ChecksumAlgorithm::Fletcher4),
             directory: Mutex::new(directory),
             objsets: Mutex::new(BTreeMap::new()),
             intent_logs: Mutex::new(BTreeMap::new()),

@@ -13,6 +13,7 @@ use crate::create::space_layout;
 use crate::pool::{DIRECTORY_OBJECT, PoolCore, PoolOptions, checksum_from_property};
 use crate::sync::SpaceLogState;
 use crate::{EngineError, Pool};
+use cairn_arc::CachedIo;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
 use cairn_device::DeviceError;
 use cairn_device::file::{FileDevice, FileOptions};
@@ -315,18 +316,15 @@ fn load(
     let space = SpaceAllocator::new(&space_layout(tree))
         .map_err(|err| EngineError::Space(format!("space layout from the label: {err}")))?;
     let space = Arc::new(Mutex::new(space));
-    let io = Arc::new(BlockIo::new(
-        tree.clone(),
-        space.clone(),
-        options.metadata_cache_bytes,
-    ));
+    let io = Arc::new(BlockIo::new(tree.clone(), space.clone()));
+    let cached = Arc::new(CachedIo::new(options.cache(), io.clone()));
     let (chain, blocks) = load_space_log(&io, &ub.space_log_bp)?;
     space
         .lock()
         .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
         .map_err(|err| EngineError::Space(err.to_string()))?;
     let mos = ObjectSet::open(
-        io.clone(),
+        cached.clone(),
         ub.root_bp,
         ChecksumAlgorithm::Fletcher4,
         ub.txg,
@@ -343,7 +341,7 @@ fn load(
         }
         let (checksum, _) = directory.property(&record.name, "checksum")?;
         let objset = ObjectSet::open(
-            io.clone(),
+            cached.clone(),
             record.objset_bp()?,
             checksum_from_property(&checksum),
             ub.txg,

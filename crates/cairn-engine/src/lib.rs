@@ -36,11 +36,15 @@ mod replay;
 mod scrub;
 mod sync;
 
+pub use cairn_arc::pressure::default_arc_min_bytes;
+pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
 pub use import::{DiscoveredPool, ImportSource, discover_pools};
-pub use pool::{DatasetInfo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus};
+pub use pool::{
+    DatasetInfo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus, process_cache,
+};
 pub use scrub::ScrubProgress;
 
 use cairn_device::spec::DeviceSpec;

@@ -8,6 +8,7 @@
 
 use crate::sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, default_opener};
+use cairn_arc::{ArcConfig, CacheMode, ReadCache};
 use cairn_dataset::properties::{VOLBLOCKSIZE_DEFAULT, format_size};
 use cairn_dataset::{
     DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, SyncMode, VOLUME_OBJECT,
@@ -28,7 +29,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct PoolOptions {
     pub txg: TxgConfig,
     pub opener: DeviceOpener,
-    pub metadata_cache_bytes: u64,
+    /// The RAM cache the pool reads through; `None`: the process's (`process_cache`).
+    pub arc: Option<Arc<ReadCache>>,
     /// Open for inspection only: no txg engine, nothing is ever written.
     pub readonly: bool,
     /// Space-log blocks kept before condensing into a checkpoint (tests use tiny values so the
@@ -44,12 +46,30 @@ impl Default for PoolOptions {
         PoolOptions {
             txg: TxgConfig::default(),
             opener: default_opener(),
-            metadata_cache_bytes: 64 << 20,
+            arc: None,
             readonly: false,
             space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
             ignore_missing_log: false,
         }
     }
+}
+
+impl PoolOptions {
+    pub(crate) fn cache(&self) -> Arc<ReadCache> {
+        self.arc.clone().unwrap_or_else(|| process_cache().clone())
+    }
+}
+
+/// The process's one RAM cache, shared by every pool it opens (as ZFS has one ARC per host):
+/// sized for the machine (`ArcConfig::for_this_machine`) and following memory pressure. A
+/// server changes its limits with `ReadCache::set_limits` (`--arc-max`).
+pub fn process_cache() -> &'static Arc<ReadCache> {
+    static CACHE: std::sync::OnceLock<Arc<ReadCache>> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| {
+        let cache = ReadCache::new(ArcConfig::for_this_machine());
+        cache.start_maintenance();
+        cache
+    })
 }
 
 pub(crate) type SyncTask = Box<dyn FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send>;
@@ -142,13 +162,20 @@ impl Pool {
                 Arc::new(crate::sync::PoolSyncer(core.clone())),
             )
         });
-        Pool {
+        let pool = Pool {
             core,
             txg,
             volumes: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
             notes: Vec::new(),
-        }
+        };
+        pool.apply_properties();
+        pool
+    }
+
+    /// The RAM cache this pool reads through.
+    pub fn read_cache(&self) -> &Arc<ReadCache> {
+        self.core.mos.cached_io().cache()
     }
 
     pub fn name(&self) -> &str {
@@ -386,7 +413,7 @@ impl Pool {
             let (checksum, _) = directory.property(&name, "checksum")?;
             drop(directory);
             let objset = Arc::new(ObjectSet::create(
-                core.io.clone(),
+                core.mos.cached_io().clone(),
                 ObjsetType::Volume,
                 checksum_from_property(&checksum),
             ));
@@ -477,6 +504,9 @@ impl Pool {
         for (name, objset) in self.core.objsets.lock().iter() {
             if let Ok((checksum, _)) = directory.property(name, "checksum") {
                 objset.set_checksum(checksum_from_property(&checksum));
+            }
+            if let Ok((primarycache, _)) = directory.property(name, "primarycache") {
+                objset.set_cache_mode(CacheMode::from_property(&primarycache));
             }
         }
         for (name, volume) in self.volumes.lock().iter() {

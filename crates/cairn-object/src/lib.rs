@@ -32,6 +32,7 @@ mod tree;
 pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
 
 use bytes::Bytes;
+use cairn_arc::{CacheMode, CachedIo, StreamConfig, StreamDetector};
 use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_SIZE, DNODES_PER_BLOCK, INDIRECT_SHIFT_DEFAULT};
 use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
@@ -40,6 +41,7 @@ use cairn_pipeline::{BlockIo, PipelineError, WriteBatch};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use thiserror::Error;
 
 #[derive(Debug, Error)]
@@ -119,10 +121,31 @@ impl SyncedObjset {
 }
 
 pub struct ObjectSet {
-    io: Arc<BlockIo>,
+    /// Reads go through the ARC; writes and frees through `io.io()`, the pipeline.
+    io: Arc<CachedIo>,
     objset_type: ObjsetType,
     checksum: Mutex<ChecksumAlgorithm>,
     state: Mutex<State>,
+    /// `primarycache`, as `CacheMode as u8`.
+    cache_mode: AtomicU8,
+    /// Sequential streams per object, for read-ahead (`note_read`).
+    streams: Mutex<StreamDetector>,
+}
+
+fn cache_mode_from_raw(raw: u8) -> CacheMode {
+    match raw {
+        1 => CacheMode::Metadata,
+        2 => CacheMode::None,
+        _ => CacheMode::All,
+    }
+}
+
+fn stream_detector(io: &CachedIo) -> Mutex<StreamDetector> {
+    // Read-ahead distance capped for the cache, counting in the smallest volume blocks.
+    let cache_blocks = io.cache().target_bytes() / 4096;
+    Mutex::new(StreamDetector::new(
+        StreamConfig::default().within_cache(cache_blocks),
+    ))
 }
 
 fn empty_meta_dnode() -> Dnode {
@@ -151,8 +174,10 @@ pub fn is_all_zero(data: &[u8]) -> bool {
 
 impl ObjectSet {
     /// A new, empty object set (nothing on disk until the first sync).
-    pub fn create(io: Arc<BlockIo>, objset_type: ObjsetType, checksum: ChecksumAlgorithm) -> Self {
+    pub fn create(io: Arc<CachedIo>, objset_type: ObjsetType, checksum: ChecksumAlgorithm) -> Self {
         ObjectSet {
+            cache_mode: AtomicU8::new(0),
+            streams: stream_detector(&io),
             io,
             objset_type,
             checksum: Mutex::new(checksum),
@@ -170,14 +195,16 @@ impl ObjectSet {
 
     /// Opens the object set rooted at `root_bp` (read and verified now).
     pub fn open(
-        io: Arc<BlockIo>,
+        io: Arc<CachedIo>,
         root_bp: BlockPointer,
         checksum: ChecksumAlgorithm,
         synced_txg: u64,
         used_bytes: u64,
     ) -> Result<Self, ObjectError> {
-        let phys = read_objset_phys(&io, &root_bp)?;
+        let phys = read_objset_phys(io.io(), &root_bp)?;
         Ok(ObjectSet {
+            cache_mode: AtomicU8::new(0),
+            streams: stream_detector(&io),
             io,
             objset_type: phys.objset_type,
             checksum: Mutex::new(checksum),
@@ -209,8 +236,35 @@ impl ObjectSet {
         self.state.lock().root_bp
     }
 
+    /// The pipeline (writes, frees, uncached reads).
     pub fn io(&self) -> &Arc<BlockIo> {
+        self.io.io()
+    }
+
+    /// The cached read path.
+    pub fn cached_io(&self) -> &Arc<CachedIo> {
         &self.io
+    }
+
+    /// What reads of this object set leave in the cache (`primarycache`).
+    pub fn set_cache_mode(&self, mode: CacheMode) {
+        let raw = match mode {
+            CacheMode::All => 0,
+            CacheMode::Metadata => 1,
+            CacheMode::None => 2,
+        };
+        self.cache_mode.store(raw, Ordering::Relaxed);
+    }
+
+    pub fn cache_mode(&self) -> CacheMode {
+        cache_mode_from_raw(self.cache_mode.load(Ordering::Relaxed))
+    }
+
+    fn reader(&self) -> TreeReader<'_> {
+        TreeReader {
+            io: &self.io,
+            mode: self.cache_mode(),
+        }
     }
 
     /// The intent log's chain header as of the last published txg (what an import would see).
@@ -276,7 +330,7 @@ impl ObjectSet {
             changes.dnodes.insert(object, Dnode::free());
         }
         for bp in dropped {
-            self.io.free_block(&bp, txg);
+            self.io.io().free_block(&bp, txg);
         }
     }
 
@@ -317,7 +371,7 @@ impl ObjectSet {
             fill: 1,
             class: IoClass::SyncWrite,
         };
-        let mut batch = self.io.durable_batch(txg);
+        let mut batch = self.io.io().durable_batch(txg);
         let mut written = Vec::with_capacity(blocks.len());
         let mut result = Ok(());
         for (blkid, data) in &blocks {
@@ -337,7 +391,7 @@ impl ObjectSet {
         let result = result.and(batch.finish());
         if let Err(err) = result {
             for (_, bp) in &written {
-                self.io.free_block(bp, txg);
+                self.io.io().free_block(bp, txg);
             }
             return Err(err.into());
         }
@@ -377,7 +431,7 @@ impl ObjectSet {
                 .insert((object, blkid), change)
         };
         if let Some(bp) = replaced.as_ref().and_then(|old| old.written) {
-            self.io.free_block(&bp, txg);
+            self.io.io().free_block(&bp, txg);
         }
         replaced.is_none()
     }
@@ -399,7 +453,7 @@ impl ObjectSet {
         }
         let block_id = object / DNODES_PER_BLOCK;
         let meta = state.meta_dnode.clone();
-        let dnode = match read_tree_block(&self.io, &meta, block_id)? {
+        let dnode = match read_tree_block(&self.reader(), &meta, block_id)? {
             None => Dnode::free(),
             Some(block) => {
                 let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
@@ -435,7 +489,56 @@ impl ObjectSet {
         if dnode.is_free() {
             return Err(ObjectError::NoSuchObject(object));
         }
-        read_tree_block(&self.io, &dnode, blkid)
+        read_tree_block(&self.reader(), &dnode, blkid)
+    }
+
+    /// Tells the object set a client read blocks `first .. first + count` of `object`: a read
+    /// that continues a sequential stream starts read-ahead of the blocks that follow (read
+    /// in the background into the cache). Read-ahead is a hint: failures are left to the
+    /// demand reads that follow.
+    pub fn note_read(&self, object: u64, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let ahead = self.streams.lock().observe_request(object, first, count);
+        let mode = self.cache_mode();
+        if ahead.is_empty() || mode != CacheMode::All {
+            // Read-ahead of blocks the cache would not keep is wasted work.
+            return;
+        }
+        let dnode = {
+            let mut state = self.state.lock();
+            let mut blkids: Vec<u64> = Vec::with_capacity((ahead.end - ahead.start) as usize);
+            let mut fresh = false;
+            for blkid in ahead {
+                // Blocks changed in an unsynced txg are in memory already.
+                if !state
+                    .changes
+                    .values()
+                    .any(|changes| changes.blocks.contains_key(&(object, blkid)))
+                {
+                    blkids.push(blkid);
+                }
+            }
+            for changes in state.changes.values() {
+                fresh |= changes.dnodes.contains_key(&object);
+            }
+            if fresh || blkids.is_empty() {
+                return;
+            }
+            match self.synced_dnode(&mut state, object) {
+                Ok(dnode) => (dnode, blkids),
+                Err(_) => return,
+            }
+        };
+        let (dnode, blkids) = dnode;
+        let reader = self.reader();
+        let bps: Vec<BlockPointer> = blkids
+            .into_iter()
+            .map_while(|blkid| tree_block_pointer(&reader, &dnode, blkid).ok())
+            .flatten()
+            .collect();
+        self.io.prefetch(&bps, mode);
     }
 
     /// Which of blocks `first .. first + count` of `object` hold data (true) or are holes,
@@ -476,7 +579,7 @@ impl ObjectSet {
             let per = dnode.pointers_per_indirect();
             for (index, bp) in dnode.block_pointers.iter().enumerate() {
                 map_subtree(
-                    &self.io,
+                    &self.reader(),
                     per,
                     bp,
                     index as u64 * top_span,
@@ -521,6 +624,7 @@ impl ObjectSet {
         let mut used = i128::from(used_before);
         let mut writer = TreeWriter {
             io: &self.io,
+            mode: self.cache_mode(),
             batch,
             txg,
             checksum,
@@ -577,7 +681,7 @@ impl ObjectSet {
             let block = match dnode_blocks.entry(block_id) {
                 std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
                 std::collections::btree_map::Entry::Vacant(slot) => slot.insert(
-                    read_tree_block(&self.io, &meta, block_id)?
+                    read_tree_block(&self.reader(), &meta, block_id)?
                         .map(|b| b.to_vec())
                         .unwrap_or_else(|| vec![0u8; DNODE_BLOCK_SIZE as usize]),
                 ),
@@ -605,7 +709,7 @@ impl ObjectSet {
         )?;
         if !old_root.is_hole() {
             used -= i128::from(old_root.allocated_bytes());
-            self.io.free_block(&old_root, txg);
+            self.io.io().free_block(&old_root, txg);
         }
         used += i128::from(root_bp.allocated_bytes());
         assert!(used >= 0, "object set space accounting went negative");
@@ -659,9 +763,9 @@ impl ObjectSet {
             return Ok(());
         }
         let mut freed = Vec::new();
-        tree::collect_blocks(&self.io, &root, &mut freed)?;
+        tree::collect_blocks(self.io.io(), &root, &mut freed)?;
         for bp in freed {
-            self.io.free_block(&bp, txg);
+            self.io.io().free_block(&bp, txg);
         }
         Ok(())
     }
@@ -759,7 +863,7 @@ pub fn read_objset_phys(io: &BlockIo, root_bp: &BlockPointer) -> Result<ObjsetPh
 /// Marks in `map` (indexed from `first`) which level-0 blocks under `bp` hold data, reading only
 /// indirect blocks, and only those that overlap the range.
 fn map_subtree(
-    io: &BlockIo,
+    io: &TreeReader<'_>,
     per: u64,
     bp: &BlockPointer,
     start: u64,
@@ -775,7 +879,7 @@ fn map_subtree(
         map[(start - first) as usize] = true;
         return Ok(());
     }
-    let block = io.read_block(bp, IoClass::SyncRead)?;
+    let block = io.read(bp)?;
     let child_span = span / per;
     for index in 0..per {
         let child_start = start + index * child_span;
@@ -792,11 +896,23 @@ fn map_subtree(
 }
 
 /// Looks up a level-0 block through the dnode's tree.
-pub fn read_tree_block(
-    io: &BlockIo,
+fn read_tree_block(
+    io: &TreeReader<'_>,
     dnode: &Dnode,
     blkid: u64,
 ) -> Result<Option<Bytes>, ObjectError> {
+    match tree_block_pointer(io, dnode, blkid)? {
+        Some(bp) => Ok(Some(io.read(&bp)?)),
+        None => Ok(None),
+    }
+}
+
+/// The pointer to level-0 block `blkid` (`None`: a hole), reading only indirect blocks.
+fn tree_block_pointer(
+    io: &TreeReader<'_>,
+    dnode: &Dnode,
+    blkid: u64,
+) -> Result<Option<BlockPointer>, ObjectError> {
     if dnode.is_free() || blkid >= dnode.capacity_blocks(dnode.levels) {
         return Ok(None);
     }
@@ -806,7 +922,7 @@ pub fn read_tree_block(
     let mut span = top_span;
     let mut within = blkid % top_span;
     while !bp.is_hole() && bp.level > 0 {
-        let block = io.read_block(&bp, IoClass::SyncRead)?;
+        let block = io.read(&bp)?;
         span /= per;
         let index = (within / span) as usize;
         within %= span;
@@ -820,12 +936,25 @@ pub fn read_tree_block(
             "tree deeper than its dnode says".into(),
         ));
     }
-    Ok(Some(io.read_block(&bp, IoClass::SyncRead)?))
+    Ok(Some(bp))
+}
+
+/// Reads tree blocks through the cache under one `primarycache` setting.
+struct TreeReader<'a> {
+    io: &'a CachedIo,
+    mode: CacheMode,
+}
+
+impl TreeReader<'_> {
+    fn read(&self, bp: &BlockPointer) -> Result<Bytes, ObjectError> {
+        Ok(self.io.read_block(bp, self.mode)?)
+    }
 }
 
 /// Rewrites trees copy-on-write for one txg.
 struct TreeWriter<'a, 'b> {
-    io: &'a BlockIo,
+    io: &'a CachedIo,
+    mode: CacheMode,
     batch: &'a mut WriteBatch<'b>,
     txg: u64,
     checksum: ChecksumAlgorithm,
@@ -845,8 +974,8 @@ impl TreeWriter<'_, '_> {
         level: u8,
         fill: u64,
     ) -> Result<BlockPointer, ObjectError> {
-        Ok(self.batch.write(
-            data,
+        let bp = self.batch.write(
+            data.clone(),
             cairn_pipeline::WriteProps {
                 object_type,
                 level,
@@ -855,17 +984,20 @@ impl TreeWriter<'_, '_> {
                 fill,
                 class: IoClass::AsyncWrite,
             },
-        )?)
+        )?;
+        // The next txg reads it back to rewrite it: keep it cached.
+        self.io.insert_written(&bp, &data, self.mode);
+        Ok(bp)
     }
 
     fn free(&self, bp: &BlockPointer) {
-        self.io.free_block(bp, self.txg);
+        self.io.io().free_block(bp, self.txg);
     }
 
     fn free_subtrees(&mut self, dnode: &Dnode) -> Result<(), ObjectError> {
         let mut all = Vec::new();
         for bp in &dnode.block_pointers {
-            tree::collect_tree(self.io, bp, &mut all)?;
+            tree::collect_tree(self.io.io(), bp, &mut all)?;
         }
         for bp in all {
             self.free(&bp);
@@ -1003,7 +1135,7 @@ impl TreeWriter<'_, '_> {
                 Some(data) if !is_all_zero(&data) => {
                     assert_eq!(data.len(), dnode.data_block_size as usize, "partial block");
                     let bp = self.batch.write(
-                        data,
+                        data.clone(),
                         cairn_pipeline::WriteProps {
                             object_type: data_type,
                             level: 0,
@@ -1013,6 +1145,10 @@ impl TreeWriter<'_, '_> {
                             class: IoClass::AsyncWrite,
                         },
                     )?;
+                    if data_type.is_metadata(0) {
+                        // Dnode blocks: read back by the next txg that changes a dnode.
+                        self.io.insert_written(&bp, &data, self.mode);
+                    }
                     *used += i128::from(bp.allocated_bytes());
                     Ok(bp)
                 }
@@ -1027,7 +1163,7 @@ impl TreeWriter<'_, '_> {
                 (0..per).map(|_| Node::Disk(BlockPointer::HOLE)).collect()
             }
             Node::Disk(bp) => {
-                let block = self.io.read_block(&bp, IoClass::SyncRead)?;
+                let block = self.io.read_block(&bp, self.mode)?;
                 let mut children = Vec::with_capacity(per as usize);
                 for index in 0..per as usize {
                     children.push(Node::Disk(tree::child_pointer(&block, index)?));

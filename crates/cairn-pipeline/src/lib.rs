@@ -16,10 +16,9 @@
 //!   batch's txg, and a checksum of exactly the bytes written.
 //! - `read_block` returns bytes whose checksum equals the pointer's, or an error.
 //!
-//! A small cache of metadata blocks keyed by physical identity (first copy, birth txg) lives
-//! here until the ARC arrives; it is bounded and holds only verified blocks.
+//! Nothing here caches: the ARC (`cairn-arc`, the layer above) decides what stays in memory;
+//! scrub and check read through this layer directly, so they always see the devices.
 
-mod cache;
 mod raw;
 mod stats;
 
@@ -89,20 +88,14 @@ pub struct BlockIo {
     /// started keeps the tree it began with).
     tree: RwLock<Arc<VdevTree>>,
     space: Arc<Mutex<SpaceAllocator>>,
-    cache: cache::MetadataCache,
     pub stats: PipelineStats,
 }
 
 impl BlockIo {
-    pub fn new(
-        tree: Arc<VdevTree>,
-        space: Arc<Mutex<SpaceAllocator>>,
-        cache_bytes_max: u64,
-    ) -> BlockIo {
+    pub fn new(tree: Arc<VdevTree>, space: Arc<Mutex<SpaceAllocator>>) -> BlockIo {
         BlockIo {
             tree: RwLock::new(tree),
             space,
-            cache: cache::MetadataCache::new(cache_bytes_max),
             stats: PipelineStats::default(),
         }
     }
@@ -162,11 +155,6 @@ impl BlockIo {
         if bp.compression != Compression::Off {
             return Err(PipelineError::UnsupportedCompression(bp.compression));
         }
-        let metadata = bp.object_type.is_metadata(bp.level);
-        if metadata && let Some(data) = self.cache.get(bp) {
-            self.stats.cache_hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(data);
-        }
         let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
         let mut last_reason = String::from("no readable copy");
         let mut good: Option<Bytes> = None;
@@ -196,10 +184,26 @@ impl BlockIo {
         for (leaf, dva) in bad {
             self.repair(&leaf, &dva, &data);
         }
-        if metadata {
-            self.cache.insert(bp, data.clone());
-        }
         Ok(data)
+    }
+
+    /// Raises the priority of a read of `bp` queued as `from` (read-ahead) to a sync read: a
+    /// demand reader is now waiting for it. Returns how many queued reads moved.
+    pub fn promote_read(&self, bp: &BlockPointer, from: IoClass) -> usize {
+        let tree = self.tree();
+        let mut moved = 0;
+        for dva in bp.copies() {
+            let Some(top) = tree.top_for_dva(dva) else {
+                continue;
+            };
+            for leaf in &top.leaves {
+                if let Some(queue) = leaf.queue() {
+                    moved +=
+                        queue.promote_reads(VDEV_DATA_START + dva.offset, from, IoClass::SyncRead);
+                }
+            }
+        }
+        moved
     }
 
     /// Verifies every copy on every child (scrub), repairing what it can.
@@ -439,9 +443,6 @@ impl WriteBatch<'_> {
         stats
             .bytes_written
             .fetch_add(bp.allocated_bytes(), Ordering::Relaxed);
-        if props.object_type.is_metadata(props.level) {
-            self.io.cache.insert(&bp, data);
-        }
         Ok(bp)
     }
 

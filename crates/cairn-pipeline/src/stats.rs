@@ -15,7 +15,6 @@ pub struct PipelineStats {
     pub checksum_errors: AtomicU64,
     pub repairs: AtomicU64,
     pub unrecoverable: AtomicU64,
-    pub cache_hits: AtomicU64,
     /// Self-describing blocks (intent log) written and read without a block pointer.
     pub raw_writes: AtomicU64,
     pub raw_bytes_written: AtomicU64,

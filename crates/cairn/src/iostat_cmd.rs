@@ -137,7 +137,7 @@ fn print_snapshot(ctx: &Context) -> Result<()> {
 }
 
 /// Splits `[POOL...] [INTERVAL [COUNT]]`.
-fn parse_positional(args: &[String]) -> Result<(Vec<String>, Option<f64>, Option<u64>)> {
+pub(crate) fn parse_positional(args: &[String]) -> Result<(Vec<String>, Option<f64>, Option<u64>)> {
     let first_number = args
         .iter()
         .position(|arg| arg.parse::<f64>().is_ok())

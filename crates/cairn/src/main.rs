@@ -17,6 +17,7 @@ mod human;
 mod iostat_cmd;
 mod pool_cmd;
 mod serve_cmd;
+mod stat_arc_cmd;
 mod stat_cmd;
 mod table;
 mod up_cmd;
@@ -79,6 +80,9 @@ enum StatCommand {
         /// Pools to show (default: every imported pool).
         pools: Vec<String>,
     },
+    /// RAM cache (ARC): hits and misses by demand/prefetch x data/metadata, I/O hits, ghost
+    /// hits, evictions, size and target; with INTERVAL [COUNT], one line per interval.
+    Arc(stat_arc_cmd::StatArcArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -116,6 +120,11 @@ enum PoolCommand {
     Check { pool: String },
     /// Destroy a pool; its devices become free for reuse.
     Destroy { pool: String },
+    /// Write out every pool's dirty data now (a txg sync), like zpool sync.
+    Sync {
+        /// Pools to sync (default: every imported pool).
+        pools: Vec<String>,
+    },
     /// Reset the READ/WRITE/CKSUM error counters of every device.
     Clear { pool: String },
     /// Show the commands that changed a pool.
@@ -274,6 +283,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             PoolCommand::Check { pool } => pool_cmd::check(ctx, &pool),
             PoolCommand::Destroy { pool } => pool_cmd::destroy(ctx, &pool),
             PoolCommand::Clear { pool } => pool_cmd::clear(ctx, &pool),
+            PoolCommand::Sync { pools } => pool_cmd::sync(ctx, &pools),
             PoolCommand::History { pool } => pool_cmd::history(ctx, &pool),
             PoolCommand::Txgs { format, pool } => pool_cmd::txgs(ctx, format, &pool),
             PoolCommand::Iostat(args) => iostat_cmd::iostat(ctx, &args),
@@ -297,6 +307,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),
         Command::Stat(StatCommand::Zil { format, pools }) => stat_cmd::zil(ctx, format, &pools),
+        Command::Stat(StatCommand::Arc(args)) => stat_arc_cmd::arc(ctx, &args),
     }
 }
 
@@ -319,6 +330,7 @@ fn main() -> ExitCode {
         let runs_here = match &cli.command {
             Command::Serve(_) => true,
             Command::Pool(PoolCommand::Iostat(iostat)) => !iostat.snapshot,
+            Command::Stat(StatCommand::Arc(arc)) => arc.runs_here(),
             _ => false,
         };
         if !runs_here && let Some(reply) = control::forward(&state_dir, &args)? {

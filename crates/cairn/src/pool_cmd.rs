@@ -749,6 +749,22 @@ pub fn clear(ctx: &Context, name: &str) -> Result<()> {
     })
 }
 
+pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
+    let names = if pools.is_empty() {
+        ctx.pool_names()?
+    } else {
+        pools.to_vec()
+    };
+    for name in &names {
+        ctx.with_pool(name, false, |pool| {
+            pool.sync()
+                .with_context(|| format!("cannot sync pool '{name}'"))?;
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
 pub fn history(ctx: &Context, name: &str) -> Result<()> {
     let entries = ctx.with_pool(name, true, |pool| Ok(pool.history()))?;
     say!(ctx, "History for '{name}':");

@@ -43,6 +43,37 @@ pub struct ServeArgs {
     /// written (default 60000); idle connections between requests have no deadline.
     #[arg(long, value_name = "MS")]
     pub io_timeout_ms: Option<u64>,
+    /// Most RAM the block cache (ARC) may use, buffers and headers together, e.g. 4G
+    /// (default: half of the machine's memory, or of its cgroup's limit).
+    #[arg(long, value_name = "SIZE", env = "CAIRN_ARC_MAX")]
+    pub arc_max: Option<String>,
+    /// Least the cache shrinks to under memory pressure (default: arc_max/32, at least 32M).
+    #[arg(long, value_name = "SIZE", env = "CAIRN_ARC_MIN")]
+    pub arc_min: Option<String>,
+}
+
+/// Applies `--arc-max`/`--arc-min` to the process's cache.
+pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<()> {
+    if arc_max.is_none() && arc_min.is_none() {
+        return Ok(());
+    }
+    let parse = |flag: &str, text: &str| {
+        cairn_dataset::properties::parse_size(text)
+            .map_err(|err| anyhow::anyhow!("--{flag} {text}: {err}"))
+    };
+    let cache = cairn_engine::process_cache();
+    let stats = cache.stats();
+    let max = match arc_max {
+        Some(text) => parse("arc-max", text)?,
+        None => stats.get("c_max").unwrap_or(0),
+    };
+    let min = match arc_min {
+        Some(text) => parse("arc-min", text)?,
+        None => cairn_engine::default_arc_min_bytes(max),
+    };
+    cache
+        .set_limits(min, max)
+        .map_err(|err| anyhow::anyhow!("{err}"))
 }
 
 impl ServeArgs {
@@ -292,6 +323,7 @@ fn executor(
 }
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
+    apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
     let control_listener = control::bind(state_dir)?;
     let served = Arc::new(ServedPools::default());
     *served.pools.write() = open_pools(ctx, &args.dirs)?;

@@ -34,6 +34,9 @@ pub struct UpArgs {
     /// TCP address to serve on.
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
     pub listen: String,
+    /// Most RAM the block cache (ARC) may use (default: half of the machine's memory).
+    #[arg(long, value_name = "SIZE", env = "CAIRN_ARC_MAX")]
+    pub arc_max: Option<String>,
 }
 
 impl UpArgs {
@@ -44,6 +47,8 @@ impl UpArgs {
             socket: None,
             handshake_timeout_ms: None,
             io_timeout_ms: None,
+            arc_max: self.arc_max.clone(),
+            arc_min: None,
         }
     }
 }

@@ -510,3 +510,37 @@ fn a_durable_write_makes_its_aggregate_a_fua_write() {
     assert_eq!(calls[merged + 1].op, "flush", "{calls:?}");
     assert_eq!(queue.stats().fua_writes, 1);
 }
+
+#[test]
+fn a_promoted_read_ahead_overtakes_what_it_was_queued_behind() {
+    let (device, queue, first) = parked_queue(16 << 20, 0);
+    // Read-ahead at 8 MiB, then a sync write at 1 MiB: strict priority serves the write first,
+    // unless a demand reader raises the read-ahead to a sync read.
+    let read_ahead = queue.read(IoClass::AsyncRead, 8 << 20, 4096);
+    let other_read_ahead = queue.read(IoClass::AsyncRead, 12 << 20, 4096);
+    let write = queue.write(IoClass::SyncWrite, 1 << 20, block(3, 4096));
+    assert_eq!(
+        queue.promote_reads(8 << 20, IoClass::AsyncRead, IoClass::SyncRead),
+        1
+    );
+    assert_eq!(
+        queue.promote_reads(4 << 20, IoClass::AsyncRead, IoClass::SyncRead),
+        0,
+        "nothing queued there"
+    );
+    device.open_gate();
+    first.wait().unwrap();
+    read_ahead.wait().unwrap();
+    write.wait().unwrap();
+    other_read_ahead.wait().unwrap();
+    let order: Vec<(&str, u64)> = device.calls()[1..]
+        .iter()
+        .map(|call| (call.op, call.offset))
+        .collect();
+    assert_eq!(
+        order,
+        [("read", 8 << 20), ("write", 1 << 20), ("read", 12 << 20)],
+        "the promoted read first, the unpromoted one after the write"
+    );
+    assert_eq!(queue.stats().promoted_reads, 1);
+}

@@ -1,0 +1,667 @@
+//! The read path through the ARC: `ReadCache` is the process's one RAM cache (every pool's
+//! blocks, one budget, like ZFS's ARC), `CachedIo` a pool's door to it.
+//!
+//! A demand read looks its block up by physical identity (pool, first copy, birth txg): a hit
+//! hands out the cached buffer; a block another reader is already reading is waited for (an
+//! "I/O hit"), and if that reader is read-ahead, its queued I/O is raised to sync-read priority
+//! first, so a demand read never waits behind read-ahead (ZFS's prefetch priority inversion);
+//! otherwise the reader claims the block, reads and verifies it through the pipeline, caches it
+//! and wakes whoever waited.
+//!
+//! Read-ahead (`CachedIo::prefetch`) claims the blocks not cached or in flight and hands them to
+//! a few prefetch threads that read them at read-ahead priority and cache them flagged as
+//! prefetched (they count as used only once a demand read hits them).
+//!
+//! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
+//! are read, returned and dropped) or `none`. A block already cached is a hit whatever the
+//! setting (another dataset sharing it may cache it).
+//!
+//! Budget: the cache's target size `c` lies in [`arc_min`, `arc_max`]; every block is charged
+//! its bytes plus its headers (`cache::BLOCK_OVERHEAD_BYTES`). The maintenance thread
+//! (`start_maintenance`) reads the kernel's memory signals about once a second and moves `c` in
+//! bounded steps: down when memory is short, back up (after a hold-off) when it is plentiful
+//! and the cache is full. After a shrink it hands freed heap back to the kernel
+//! (`malloc_trim`), so what the cache gives up shows up as free memory at once.
+//!
+//! Keys carry a per-process pool tag (16 bits above the birth txg), so two pools' blocks never
+//! share a key; a pool leaving the process (`CachedIo` dropped) takes its blocks with it.
+
+use crate::cache::{BlockCache, BlockClass, CacheSnapshot, Lookup, SHARDS_DEFAULT};
+use crate::policy::{Access, BlockKey};
+use crate::pressure::{self, Decision, PressureConfig, PressureController};
+use bytes::Bytes;
+use cairn_device::queue::IoClass;
+use cairn_format::BlockPointer;
+use cairn_pipeline::{BlockIo, PipelineError};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Condvar, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Threads reading ahead for every pool of the process.
+pub const PREFETCH_THREADS_DEFAULT: usize = 4;
+/// Read-ahead blocks waiting for a prefetch thread; beyond this, read-ahead is dropped (it is
+/// a hint: a reader that needs the block reads it).
+const PREFETCH_QUEUE_MAX: usize = 4096;
+/// How often the maintenance thread looks at memory.
+const MAINTENANCE_INTERVAL_MS: u64 = 1000;
+
+/// What a dataset's reads leave in the cache (`primarycache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    All,
+    Metadata,
+    None,
+}
+
+impl CacheMode {
+    pub fn from_property(value: &str) -> CacheMode {
+        match value {
+            "metadata" => CacheMode::Metadata,
+            "none" => CacheMode::None,
+            _ => CacheMode::All,
+        }
+    }
+
+    fn caches(self, class: BlockClass) -> bool {
+        match self {
+            CacheMode::All => true,
+            CacheMode::Metadata => class == BlockClass::Metadata,
+            CacheMode::None => false,
+        }
+    }
+}
+
+/// Sizes of the cache: `arc_max` and `arc_min` (see `pressure` for defaults from RAM).
+#[derive(Debug, Clone, Copy)]
+pub struct ArcConfig {
+    pub max_bytes: u64,
+    pub min_bytes: u64,
+    pub shards: usize,
+    pub prefetch_threads: usize,
+}
+
+impl ArcConfig {
+    /// A cache of `max_bytes` (minimum as `pressure::default_arc_min_bytes`).
+    pub fn with_max(max_bytes: u64) -> ArcConfig {
+        ArcConfig {
+            max_bytes,
+            min_bytes: pressure::default_arc_min_bytes(max_bytes),
+            shards: SHARDS_DEFAULT,
+            prefetch_threads: PREFETCH_THREADS_DEFAULT,
+        }
+    }
+
+    /// Sized for this machine: half its usable memory (RAM or the cgroup's limit).
+    pub fn for_this_machine() -> ArcConfig {
+        ArcConfig::with_max(pressure::default_arc_max_bytes(&pressure::read_memory()))
+    }
+}
+
+/// One hit/miss counter per (demand | prefetch) x (data | metadata).
+#[derive(Default)]
+struct ClassCounters {
+    hits: AtomicU64,
+    /// Found in flight (another reader's I/O).
+    iohits: AtomicU64,
+    misses: AtomicU64,
+}
+
+#[derive(Default)]
+struct Counters {
+    /// [demand data, demand metadata, prefetch data, prefetch metadata]
+    classes: [ClassCounters; 4],
+    /// Demand reads that raised a read-ahead I/O's priority.
+    promotions: AtomicU64,
+    /// Read-ahead dropped because the prefetch queue was full.
+    prefetch_dropped: AtomicU64,
+    /// Blocks cached as they were written (metadata at txg sync).
+    written_inserts: AtomicU64,
+    /// Blocks read but not cached (primarycache).
+    uncached_reads: AtomicU64,
+    shrinks: AtomicU64,
+    grows: AtomicU64,
+}
+
+fn class_index(access: Access, class: BlockClass) -> usize {
+    match (access, class) {
+        (Access::Demand, BlockClass::Data) => 0,
+        (Access::Demand, BlockClass::Metadata) => 1,
+        (Access::Prefetch, BlockClass::Data) => 2,
+        (Access::Prefetch, BlockClass::Metadata) => 3,
+    }
+}
+
+/// Everything `cairn stat arc` shows, at one instant.
+#[derive(Debug, Clone, Default)]
+pub struct ArcStats {
+    /// (name, value) in display order; names follow ZFS's arcstats where one exists.
+    pub fields: Vec<(&'static str, u64)>,
+}
+
+impl ArcStats {
+    pub fn get(&self, name: &str) -> Option<u64> {
+        self.fields
+            .iter()
+            .find(|(field, _)| *field == name)
+            .map(|&(_, value)| value)
+    }
+}
+
+struct Limits {
+    min_bytes: u64,
+    max_bytes: u64,
+}
+
+struct Shared {
+    blocks: BlockCache,
+    counters: Counters,
+    limits: Mutex<Limits>,
+    target_bytes: AtomicU64,
+    pressure: Mutex<PressureController>,
+    memory_available_bytes: AtomicU64,
+    /// Time of the last maintenance step (ms since the thread started).
+    last_tick_ms: AtomicU64,
+}
+
+struct PrefetchJob {
+    io: Arc<BlockIo>,
+    bp: BlockPointer,
+    key: BlockKey,
+    class: BlockClass,
+    mode: CacheMode,
+    pending: Arc<crate::cache::Pending>,
+}
+
+/// The maintenance thread and its stop flag.
+type Maintenance = (Arc<(Mutex<bool>, Condvar)>, JoinHandle<()>);
+
+pub struct ReadCache {
+    shared: Arc<Shared>,
+    prefetch_tx: Option<Sender<PrefetchJob>>,
+    prefetch_threads: Vec<JoinHandle<()>>,
+    maintenance: Mutex<Option<Maintenance>>,
+    next_pool_tag: AtomicU16,
+}
+
+impl ReadCache {
+    pub fn new(config: ArcConfig) -> Arc<ReadCache> {
+        assert!(
+            config.min_bytes <= config.max_bytes,
+            "arc_min above arc_max"
+        );
+        let shared = Arc::new(Shared {
+            blocks: BlockCache::new(config.max_bytes, config.shards),
+            counters: Counters::default(),
+            limits: Mutex::new(Limits {
+                min_bytes: config.min_bytes,
+                max_bytes: config.max_bytes,
+            }),
+            target_bytes: AtomicU64::new(config.max_bytes),
+            pressure: Mutex::new(PressureController::new(
+                PressureConfig::default(),
+                config.min_bytes,
+                config.max_bytes,
+            )),
+            memory_available_bytes: AtomicU64::new(0),
+            last_tick_ms: AtomicU64::new(0),
+        });
+        let (tx, rx) = crossbeam_channel::bounded::<PrefetchJob>(PREFETCH_QUEUE_MAX);
+        let prefetch_threads = (0..config.prefetch_threads)
+            .map(|n| {
+                let (shared, rx) = (shared.clone(), rx.clone());
+                std::thread::Builder::new()
+                    .name(format!("cairn-prefetch-{n}"))
+                    .spawn(move || prefetch_worker(&shared, &rx))
+                    .expect("spawning a prefetch thread")
+            })
+            .collect();
+        Arc::new(ReadCache {
+            shared,
+            prefetch_tx: Some(tx),
+            prefetch_threads,
+            maintenance: Mutex::new(None),
+            next_pool_tag: AtomicU16::new(1),
+        })
+    }
+
+    /// Starts the thread that follows memory pressure (a server does; tools need not).
+    pub fn start_maintenance(self: &Arc<Self>) {
+        let mut slot = self.maintenance.lock();
+        if slot.is_some() {
+            return;
+        }
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (shared, stop_seen) = (self.shared.clone(), stop.clone());
+        let handle = std::thread::Builder::new()
+            .name("cairn-arc-maint".into())
+            .spawn(move || {
+                let started = Instant::now();
+                let (lock, wake) = &*stop_seen;
+                let mut stopped = lock.lock();
+                while !*stopped {
+                    wake.wait_for(&mut stopped, Duration::from_millis(MAINTENANCE_INTERVAL_MS));
+                    if *stopped {
+                        break;
+                    }
+                    let now_ms = started.elapsed().as_millis() as u64;
+                    shared.maintain(now_ms, &pressure::read_memory());
+                }
+            })
+            .expect("spawning the ARC maintenance thread");
+        *slot = Some((stop, handle));
+    }
+
+    /// A tag for a pool joining the process (see `CachedIo`).
+    fn claim_pool_tag(&self) -> u16 {
+        let tag = self.next_pool_tag.fetch_add(1, Ordering::Relaxed);
+        assert!(tag != 0, "more than 65535 pool imports in one process");
+        tag
+    }
+
+    /// Sets `arc_max` and `arc_min`; the target follows at once (evicting if it must).
+    pub fn set_limits(&self, min_bytes: u64, max_bytes: u64) -> Result<(), String> {
+        if min_bytes > max_bytes {
+            return Err(format!(
+                "arc_min ({min_bytes} bytes) must not exceed arc_max ({max_bytes} bytes)"
+            ));
+        }
+        *self.shared.limits.lock() = Limits {
+            min_bytes,
+            max_bytes,
+        };
+        self.shared.pressure.lock().set_limits(min_bytes, max_bytes);
+        let target = self
+            .shared
+            .target_bytes
+            .load(Ordering::Relaxed)
+            .clamp(min_bytes, max_bytes);
+        self.shared.set_target(target);
+        Ok(())
+    }
+
+    /// One maintenance step with the given memory reading (tests drive it directly).
+    pub fn maintain(&self, now_ms: u64, reading: &pressure::MemoryReading) {
+        self.shared.maintain(now_ms, reading);
+    }
+
+    pub fn target_bytes(&self) -> u64 {
+        self.shared.target_bytes.load(Ordering::Relaxed)
+    }
+
+    pub fn snapshot(&self) -> CacheSnapshot {
+        self.shared.blocks.snapshot()
+    }
+
+    /// The arcstat-style counters and sizes.
+    pub fn stats(&self) -> ArcStats {
+        self.shared.stats()
+    }
+
+    /// Checks the cache's invariants (tests).
+    pub fn assert_invariants(&self) {
+        self.shared.blocks.assert_invariants();
+    }
+}
+
+impl Drop for ReadCache {
+    fn drop(&mut self) {
+        self.prefetch_tx = None;
+        for handle in self.prefetch_threads.drain(..) {
+            let _ = handle.join();
+        }
+        if let Some((stop, handle)) = self.maintenance.lock().take() {
+            *stop.0.lock() = true;
+            stop.1.notify_all();
+            let _ = handle.join();
+        }
+    }
+}
+
+impl Shared {
+    fn set_target(&self, target_bytes: u64) {
+        self.target_bytes.store(target_bytes, Ordering::Relaxed);
+        self.blocks.set_capacity(target_bytes);
+    }
+
+    fn maintain(&self, now_ms: u64, reading: &pressure::MemoryReading) {
+        self.last_tick_ms.store(now_ms, Ordering::Relaxed);
+        if let Some(available) = reading.ram_available_bytes {
+            self.memory_available_bytes
+                .store(available, Ordering::Relaxed);
+        }
+        let target = self.target_bytes.load(Ordering::Relaxed);
+        let size = self.blocks.snapshot().size_bytes;
+        let decision = self.pressure.lock().tick(now_ms, reading, target, size);
+        match decision {
+            Decision::Shrink { to_bytes, .. } => {
+                self.counters.shrinks.fetch_add(1, Ordering::Relaxed);
+                self.set_target(to_bytes);
+                trim_heap();
+            }
+            Decision::Grow { to_bytes } => {
+                self.counters.grows.fetch_add(1, Ordering::Relaxed);
+                self.set_target(to_bytes);
+            }
+            Decision::Hold => {}
+        }
+    }
+
+    fn count(&self, access: Access, class: BlockClass) -> &ClassCounters {
+        &self.counters.classes[class_index(access, class)]
+    }
+
+    fn stats(&self) -> ArcStats {
+        let snapshot = self.blocks.snapshot();
+        let c = &self.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let class = |access, class| {
+            let counters = self.count(access, class);
+            (
+                load(&counters.hits),
+                load(&counters.iohits),
+                load(&counters.misses),
+            )
+        };
+        let (ddh, ddi, ddm) = class(Access::Demand, BlockClass::Data);
+        let (dmh, dmi, dmm) = class(Access::Demand, BlockClass::Metadata);
+        let (pdh, pdi, pdm) = class(Access::Prefetch, BlockClass::Data);
+        let (pmh, pmi, pmm) = class(Access::Prefetch, BlockClass::Metadata);
+        let (data, meta) = (&snapshot.data, &snapshot.metadata);
+        let limits = self.limits.lock();
+        let pressure = self.pressure.lock();
+        let blocks = data.sizes.mru_blocks
+            + data.sizes.mfu_blocks
+            + meta.sizes.mru_blocks
+            + meta.sizes.mfu_blocks;
+        let header_bytes = data.sizes.header_bytes + meta.sizes.header_bytes;
+        let header_per_block = header_bytes_per_block(&snapshot);
+        let evictions = data.stats.evictions + meta.stats.evictions;
+        ArcStats {
+            fields: vec![
+                ("hits", ddh + dmh + pdh + pmh),
+                ("iohits", ddi + dmi + pdi + pmi),
+                ("misses", ddm + dmm + pdm + pmm),
+                ("demand_data_hits", ddh),
+                ("demand_data_iohits", ddi),
+                ("demand_data_misses", ddm),
+                ("demand_metadata_hits", dmh),
+                ("demand_metadata_iohits", dmi),
+                ("demand_metadata_misses", dmm),
+                ("prefetch_data_hits", pdh),
+                ("prefetch_data_iohits", pdi),
+                ("prefetch_data_misses", pdm),
+                ("prefetch_metadata_hits", pmh),
+                ("prefetch_metadata_iohits", pmi),
+                ("prefetch_metadata_misses", pmm),
+                ("mru_hits", data.stats.mru_hits + meta.stats.mru_hits),
+                ("mfu_hits", data.stats.mfu_hits + meta.stats.mfu_hits),
+                (
+                    "mru_ghost_hits",
+                    data.stats.mru_ghost_hits + meta.stats.mru_ghost_hits,
+                ),
+                (
+                    "mfu_ghost_hits",
+                    data.stats.mfu_ghost_hits + meta.stats.mfu_ghost_hits,
+                ),
+                ("evictions", evictions),
+                (
+                    "evicted_bytes",
+                    data.stats.evicted_bytes + meta.stats.evicted_bytes,
+                ),
+                (
+                    "evict_skip",
+                    data.stats.evict_skips + meta.stats.evict_skips,
+                ),
+                ("prefetch_promotions", load(&c.promotions)),
+                ("prefetch_dropped", load(&c.prefetch_dropped)),
+                ("written_inserts", load(&c.written_inserts)),
+                ("uncached_reads", load(&c.uncached_reads)),
+                ("size", snapshot.size_bytes),
+                ("c", self.target_bytes.load(Ordering::Relaxed)),
+                ("c_min", limits.min_bytes),
+                ("c_max", limits.max_bytes),
+                ("data_size", data.sizes.mru_bytes + data.sizes.mfu_bytes),
+                ("metadata_size", meta.sizes.mru_bytes + meta.sizes.mfu_bytes),
+                ("meta_target", snapshot.meta_target_bytes),
+                ("mru_size", data.sizes.mru_bytes + meta.sizes.mru_bytes),
+                (
+                    "mru_target",
+                    data.sizes.mru_target_bytes + meta.sizes.mru_target_bytes,
+                ),
+                ("mfu_size", data.sizes.mfu_bytes + meta.sizes.mfu_bytes),
+                (
+                    "mru_ghost_size",
+                    data.sizes.mru_ghost_bytes + meta.sizes.mru_ghost_bytes,
+                ),
+                (
+                    "mfu_ghost_size",
+                    data.sizes.mfu_ghost_bytes + meta.sizes.mfu_ghost_bytes,
+                ),
+                ("blocks", blocks),
+                (
+                    "ghost_blocks",
+                    data.sizes.ghost_blocks + meta.sizes.ghost_blocks,
+                ),
+                ("hdr_size", header_bytes),
+                ("hdr_bytes_per_block", header_per_block),
+                ("inflight", snapshot.inflight),
+                ("shrinks", load(&c.shrinks)),
+                ("grows", load(&c.grows)),
+                (
+                    "arc_no_grow",
+                    u64::from(pressure.no_grow(self.last_tick_ms.load(Ordering::Relaxed))),
+                ),
+                (
+                    "memory_available_bytes",
+                    self.memory_available_bytes.load(Ordering::Relaxed),
+                ),
+            ],
+        }
+    }
+}
+
+/// What one cached block costs in headers: its entry in the policy's slab, its share of the
+/// index (buckets per indexed entry, at the table's current load), and the frequency sketch's
+/// share per 4 KiB of capacity (the sketch is sized for the capacity, one slot per 4 KiB).
+/// Ghost entries cost an entry and an index share each too; `hdr_size` counts them.
+fn header_bytes_per_block(snapshot: &CacheSnapshot) -> u64 {
+    let (data, meta) = (&snapshot.data.sizes, &snapshot.metadata.sizes);
+    let entry = crate::ArcPolicy::<Arc<[u8]>>::entry_bytes() as u64;
+    let index = (data.index_bytes + meta.index_bytes)
+        .checked_div(data.indexed_entries + meta.indexed_entries)
+        .unwrap_or(0);
+    let sketch = (data.sketch_bytes + meta.sketch_bytes)
+        .checked_div(snapshot.capacity_bytes / 4096)
+        .unwrap_or(0);
+    entry + index + sketch
+}
+
+fn prefetch_worker(shared: &Shared, jobs: &Receiver<PrefetchJob>) {
+    while let Ok(job) = jobs.recv() {
+        let result = job.io.read_block(&job.bp, IoClass::AsyncRead);
+        // A block a demand reader already waited for has been used: it enters as demanded.
+        let access = if job.pending.note_demand() {
+            Access::Prefetch
+        } else {
+            Access::Demand
+        };
+        let cache_as = job.mode.caches(job.class).then_some(access);
+        shared.blocks.complete(
+            &job.key,
+            job.class,
+            &job.pending,
+            result.as_ref().ok(),
+            cache_as,
+        );
+    }
+}
+
+/// Returns freed heap to the kernel: after a shrink, the memory given up should be free at
+/// once, not kept by the allocator for later.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory at the top of, or inside, glibc's heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// A pool's door to the process's cache.
+pub struct CachedIo {
+    cache: Arc<ReadCache>,
+    io: Arc<BlockIo>,
+    pool_tag: u16,
+}
+
+fn block_class(bp: &BlockPointer) -> BlockClass {
+    if bp.object_type.is_metadata(bp.level) {
+        BlockClass::Metadata
+    } else {
+        BlockClass::Data
+    }
+}
+
+impl CachedIo {
+    pub fn new(cache: Arc<ReadCache>, io: Arc<BlockIo>) -> CachedIo {
+        let pool_tag = cache.claim_pool_tag();
+        CachedIo {
+            cache,
+            io,
+            pool_tag,
+        }
+    }
+
+    /// The pipeline underneath (writes, frees, and reads that must not be cached: scrub).
+    pub fn io(&self) -> &Arc<BlockIo> {
+        &self.io
+    }
+
+    pub fn cache(&self) -> &Arc<ReadCache> {
+        &self.cache
+    }
+
+    fn key(&self, bp: &BlockPointer) -> BlockKey {
+        let first = bp.copies()[0];
+        assert!(bp.birth_txg < 1 << 48, "birth txg beyond the key's 48 bits");
+        let key = crate::block_key(first.vdev, first.offset, bp.birth_txg);
+        [key[0], key[1] | u64::from(self.pool_tag) << 48]
+    }
+
+    /// A demand read of `bp`: verified bytes, from the cache or the pool.
+    pub fn read_block(&self, bp: &BlockPointer, mode: CacheMode) -> Result<Bytes, PipelineError> {
+        assert!(!bp.is_hole(), "read of a hole");
+        let (key, class) = (self.key(bp), block_class(bp));
+        let shared = &self.cache.shared;
+        let counters = shared.count(Access::Demand, class);
+        match shared.blocks.lookup(&key, class, Access::Demand) {
+            Lookup::Hit(data) => {
+                counters.hits.fetch_add(1, Ordering::Relaxed);
+                Ok(data)
+            }
+            Lookup::InFlight(pending) => {
+                counters.iohits.fetch_add(1, Ordering::Relaxed);
+                if pending.is_prefetch() && pending.note_demand() {
+                    shared.counters.promotions.fetch_add(1, Ordering::Relaxed);
+                    self.io.promote_read(bp, IoClass::AsyncRead);
+                }
+                match pending.wait() {
+                    Some(data) => Ok(data),
+                    // The other reader failed: read for ourselves, to get the error first hand
+                    // (or data, if a copy healed meanwhile).
+                    None => self.io.read_block(bp, IoClass::SyncRead),
+                }
+            }
+            Lookup::Claimed(pending) => {
+                counters.misses.fetch_add(1, Ordering::Relaxed);
+                let result = self.io.read_block(bp, IoClass::SyncRead);
+                let caches = mode.caches(class);
+                if !caches {
+                    shared
+                        .counters
+                        .uncached_reads
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                shared.blocks.complete(
+                    &key,
+                    class,
+                    &pending,
+                    result.as_ref().ok(),
+                    caches.then_some(Access::Demand),
+                );
+                result
+            }
+        }
+    }
+
+    /// Reads `bps` ahead in the background (blocks cached or in flight are skipped).
+    pub fn prefetch(&self, bps: &[BlockPointer], mode: CacheMode) {
+        let shared = &self.cache.shared;
+        let Some(tx) = &self.cache.prefetch_tx else {
+            return;
+        };
+        for bp in bps.iter().filter(|bp| !bp.is_hole()) {
+            let (key, class) = (self.key(bp), block_class(bp));
+            let counters = shared.count(Access::Prefetch, class);
+            match shared.blocks.lookup(&key, class, Access::Prefetch) {
+                Lookup::Hit(_) => {
+                    counters.hits.fetch_add(1, Ordering::Relaxed);
+                }
+                Lookup::InFlight(_) => {
+                    counters.iohits.fetch_add(1, Ordering::Relaxed);
+                }
+                Lookup::Claimed(pending) => {
+                    counters.misses.fetch_add(1, Ordering::Relaxed);
+                    let job = PrefetchJob {
+                        io: self.io.clone(),
+                        bp: *bp,
+                        key,
+                        class,
+                        mode,
+                        pending,
+                    };
+                    if let Err(err) = tx.try_send(job) {
+                        let job = err.into_inner();
+                        shared
+                            .counters
+                            .prefetch_dropped
+                            .fetch_add(1, Ordering::Relaxed);
+                        shared
+                            .blocks
+                            .complete(&job.key, job.class, &job.pending, None, None);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Caches a block just written (metadata at txg sync: the next txg reads it back to
+    /// rewrite it), unless `mode` says not to.
+    pub fn insert_written(&self, bp: &BlockPointer, data: &Bytes, mode: CacheMode) {
+        let class = block_class(bp);
+        if !mode.caches(class) {
+            return;
+        }
+        self.cache
+            .shared
+            .counters
+            .written_inserts
+            .fetch_add(1, Ordering::Relaxed);
+        self.cache
+            .shared
+            .blocks
+            .insert(self.key(bp), class, data, Access::Demand);
+    }
+}
+
+impl Drop for CachedIo {
+    fn drop(&mut self) {
+        let tag = u64::from(self.pool_tag);
+        self.cache
+            .shared
+            .blocks
+            .remove_matching(|key| key[1] >> 48 == tag);
+    }
+}

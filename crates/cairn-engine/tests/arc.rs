@@ -1,0 +1,277 @@
+//! The ARC in the read path of a real pool: second reads come from RAM, `primarycache` decides
+//! what stays, sequential reads are read ahead, the cache follows memory pressure in bounded
+//! steps and never holds more than its target, and a pool leaving the process takes its blocks
+//! with it. Each test gives its pool a private cache, so counters are its own.
+
+mod common;
+
+use cairn_arc::pressure::MemoryReading;
+use cairn_engine::{ArcConfig, Pool, PoolOptions, ReadCache};
+use common::*;
+use std::sync::Arc;
+
+const BLOCK: usize = 4096;
+
+fn cache(max_bytes: u64) -> Arc<ReadCache> {
+    ReadCache::new(ArcConfig {
+        max_bytes,
+        min_bytes: max_bytes / 8,
+        shards: 4,
+        prefetch_threads: 2,
+    })
+}
+
+fn pool_with(dir: &std::path::Path, arc: &Arc<ReadCache>) -> Pool {
+    let paths = device_paths(dir, 2);
+    Pool::create(
+        "tank",
+        &[cairn_engine::VdevGroup {
+            mirror: true,
+            log: false,
+            devices: specs(&paths),
+        }],
+        &cairn_engine::CreateOptions {
+            create_size_bytes: Some(DEVICE_SIZE),
+            ..Default::default()
+        },
+        PoolOptions {
+            arc: Some(arc.clone()),
+            ..options(plain_opener())
+        },
+    )
+    .expect("create pool")
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+/// A 4K-block volume holding `blocks` blocks of random data, synced to disk (so reads go
+/// through the tree and the cache, not the in-memory change sets).
+fn volume_with_data(pool: &Pool, blocks: usize) -> Vec<u8> {
+    pool.create_volume(
+        "tank/vol",
+        (blocks * BLOCK) as u64,
+        &[("volblocksize".into(), BLOCK.to_string())],
+    )
+    .unwrap();
+    let data = pattern(blocks * BLOCK, 7);
+    let volume = pool.volume("tank/vol").unwrap();
+    volume.write(0, &data).unwrap();
+    pool.sync().unwrap();
+    data
+}
+
+fn stat(cache: &ReadCache, name: &str) -> u64 {
+    cache
+        .stats()
+        .get(name)
+        .unwrap_or_else(|| panic!("no counter {name}"))
+}
+
+/// Reads every block once, in a scattered order (no sequential stream, so no read-ahead).
+fn read_scattered(pool: &Pool, data: &[u8], blocks: usize) {
+    let volume = pool.volume("tank/vol").unwrap();
+    let mut buf = vec![0u8; BLOCK];
+    for i in 0..blocks {
+        let blkid = (i * 37) % blocks;
+        volume.read((blkid * BLOCK) as u64, &mut buf).unwrap();
+        assert!(
+            buf[..] == data[blkid * BLOCK..(blkid + 1) * BLOCK],
+            "block {blkid} read back other bytes"
+        );
+    }
+}
+
+#[test]
+fn a_second_pass_over_a_working_set_comes_from_ram() {
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = pool_with(dir.path(), &arc);
+    let blocks = 512; // 37 is prime to 512: the scattered order visits every block
+    let data = volume_with_data(&pool, blocks);
+    read_scattered(&pool, &data, blocks);
+    let misses_first = stat(&arc, "demand_data_misses");
+    assert_eq!(
+        misses_first, blocks as u64,
+        "the first pass reads every block"
+    );
+    let hits_before = stat(&arc, "demand_data_hits");
+    read_scattered(&pool, &data, blocks);
+    assert_eq!(
+        stat(&arc, "demand_data_misses"),
+        misses_first,
+        "the second pass missed"
+    );
+    assert_eq!(stat(&arc, "demand_data_hits") - hits_before, blocks as u64);
+    assert_eq!(
+        stat(&arc, "prefetch_data_misses"),
+        0,
+        "scattered reads read nothing ahead"
+    );
+    assert!(
+        stat(&arc, "metadata_size") > 0,
+        "indirect blocks are cached too"
+    );
+    let header = stat(&arc, "hdr_bytes_per_block");
+    assert!(
+        (48..=64).contains(&header),
+        "{header} bytes of header per cached block"
+    );
+    arc.assert_invariants();
+    pool.close().unwrap();
+}
+
+#[test]
+fn primarycache_metadata_reads_data_without_keeping_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = pool_with(dir.path(), &arc);
+    let blocks = 256;
+    let data = volume_with_data(&pool, blocks);
+    pool.set_property("tank/vol", "primarycache", "metadata")
+        .unwrap();
+    read_scattered(&pool, &data, blocks);
+    read_scattered(&pool, &data, blocks);
+    assert_eq!(
+        stat(&arc, "demand_data_misses"),
+        2 * blocks as u64,
+        "data blocks were kept"
+    );
+    assert_eq!(stat(&arc, "data_size"), 0);
+    assert_eq!(stat(&arc, "uncached_reads"), 2 * blocks as u64);
+    assert!(
+        stat(&arc, "demand_metadata_hits") > 0,
+        "metadata stays cached"
+    );
+    pool.set_property("tank/vol", "primarycache", "all")
+        .unwrap();
+    read_scattered(&pool, &data, blocks);
+    read_scattered(&pool, &data, blocks);
+    assert_eq!(stat(&arc, "demand_data_misses"), 3 * blocks as u64);
+    assert!(
+        pool.set_property("tank/vol", "primarycache", "some")
+            .is_err()
+    );
+    pool.close().unwrap();
+}
+
+#[test]
+fn a_sequential_reader_finds_its_blocks_read_ahead() {
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = pool_with(dir.path(), &arc);
+    let blocks = 1024;
+    let data = volume_with_data(&pool, blocks);
+    let volume = pool.volume("tank/vol").unwrap();
+    let mut buf = vec![0u8; BLOCK];
+    for blkid in 0..blocks {
+        volume.read((blkid * BLOCK) as u64, &mut buf).unwrap();
+        assert!(
+            buf[..] == data[blkid * BLOCK..(blkid + 1) * BLOCK],
+            "block {blkid}"
+        );
+    }
+    let (hits, iohits, misses) = (
+        stat(&arc, "demand_data_hits"),
+        stat(&arc, "demand_data_iohits"),
+        stat(&arc, "demand_data_misses"),
+    );
+    assert_eq!(hits + iohits + misses, blocks as u64);
+    assert!(
+        stat(&arc, "prefetch_data_misses") > 0,
+        "nothing was read ahead"
+    );
+    assert!(
+        hits + iohits > misses,
+        "read-ahead served too few reads: {hits} hits, {iohits} I/O hits, {misses} misses"
+    );
+    arc.assert_invariants();
+    pool.close().unwrap();
+}
+
+#[test]
+fn memory_pressure_shrinks_the_cache_in_steps_and_plenty_grows_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let max = 16u64 << 20;
+    let arc = cache(max);
+    let pool = pool_with(dir.path(), &arc);
+    let blocks = 8192; // 32 MiB: twice the cache
+    let data = volume_with_data(&pool, blocks);
+    read_scattered(&pool, &data, blocks);
+    let full = stat(&arc, "size");
+    assert!(full <= max && full > max / 2, "cache of {max} holds {full}");
+    let short = MemoryReading {
+        ram_total_bytes: Some(16 << 30),
+        ram_available_bytes: Some(16 << 20), // far below 1/64 of RAM
+        ..MemoryReading::default()
+    };
+    let mut now_ms = 0;
+    let mut targets = vec![arc.target_bytes()];
+    for _ in 0..200 {
+        now_ms += 1000;
+        arc.maintain(now_ms, &short);
+        targets.push(arc.target_bytes());
+        assert!(
+            stat(&arc, "size") <= arc.target_bytes(),
+            "size above the target"
+        );
+    }
+    let min = stat(&arc, "c_min");
+    assert_eq!(
+        *targets.last().unwrap(),
+        min,
+        "persistent pressure ends at arc_min"
+    );
+    assert!(
+        targets
+            .windows(2)
+            .all(|pair| pair[1] <= pair[0] && pair[0] - pair[1] <= (pair[0] / 32).max(1 << 20)),
+        "a shrink step was not bounded: {targets:?}"
+    );
+    assert!(stat(&arc, "shrinks") >= 3);
+    let plenty = MemoryReading {
+        ram_total_bytes: Some(16 << 30),
+        ram_available_bytes: Some(12 << 30),
+        ..MemoryReading::default()
+    };
+    // Without use, the target holds (no growth for room nobody fills).
+    for _ in 0..20 {
+        now_ms += 1000;
+        arc.maintain(now_ms, &plenty);
+    }
+    let idle_target = arc.target_bytes();
+    // With readers filling it, it grows back to arc_max.
+    for _ in 0..100 {
+        read_scattered(&pool, &data, blocks);
+        now_ms += 1000;
+        arc.maintain(now_ms, &plenty);
+        if arc.target_bytes() == max {
+            break;
+        }
+    }
+    assert!(idle_target < max);
+    assert_eq!(arc.target_bytes(), max, "the cache did not grow back");
+    assert!(stat(&arc, "grows") > 0);
+    arc.assert_invariants();
+    pool.close().unwrap();
+}
+
+#[test]
+fn a_pool_leaving_the_process_takes_its_blocks_along() {
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = pool_with(dir.path(), &arc);
+    let data = volume_with_data(&pool, 128);
+    read_scattered(&pool, &data, 128);
+    assert!(stat(&arc, "blocks") >= 128);
+    pool.export().unwrap();
+    drop(pool);
+    assert_eq!(
+        stat(&arc, "blocks"),
+        0,
+        "an exported pool's blocks stayed cached"
+    );
+    assert_eq!(stat(&arc, "size"), 0);
+}
