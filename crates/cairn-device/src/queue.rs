@@ -235,6 +235,55 @@ impl Default for QueueStats {
     }
 }
 
+fn quantile(histogram: &Histogram<u64>, q: f64) -> u64 {
+    if histogram.is_empty() {
+        0
+    } else {
+        histogram.value_at_quantile(q)
+    }
+}
+
+impl QueueStats {
+    /// Every counter as (name, value), for `cairn stat io`; latencies in microseconds.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("read_requests", self.read_requests),
+            ("read_calls", self.read_calls),
+            ("read_bytes", self.read_bytes),
+            ("write_requests", self.write_requests),
+            ("write_calls", self.write_calls),
+            ("write_bytes", self.write_bytes),
+            ("fua_writes", self.fua_writes),
+            ("flushes", self.flushes),
+            ("discards", self.discards),
+            ("promoted_reads", self.promoted_reads),
+            ("read_errors", self.read_errors),
+            ("write_errors", self.write_errors),
+            ("flush_errors", self.flush_errors),
+            ("queued", self.queued as u64),
+            ("active", self.active as u64),
+            ("read_latency_p50_us", quantile(&self.read_latency_us, 0.5)),
+            ("read_latency_p99_us", quantile(&self.read_latency_us, 0.99)),
+            (
+                "write_latency_p50_us",
+                quantile(&self.write_latency_us, 0.5),
+            ),
+            (
+                "write_latency_p99_us",
+                quantile(&self.write_latency_us, 0.99),
+            ),
+            (
+                "flush_latency_p50_us",
+                quantile(&self.flush_latency_us, 0.5),
+            ),
+            (
+                "flush_latency_p99_us",
+                quantile(&self.flush_latency_us, 0.99),
+            ),
+        ]
+    }
+}
+
 impl fmt::Display for QueueStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let p = |h: &Histogram<u64>, q: f64| {

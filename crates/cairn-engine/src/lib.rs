@@ -43,7 +43,8 @@ pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
 pub use import::{DiscoveredPool, ImportSource, discover_pools};
 pub use pool::{
-    DatasetInfo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus, process_cache,
+    DatasetInfo, LeafIo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus,
+    process_cache,
 };
 pub use scrub::ScrubProgress;
 

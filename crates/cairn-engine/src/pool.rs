@@ -735,7 +735,35 @@ pub struct LogDeviceUse {
     pub flush_latency_p50_us: u64,
 }
 
+/// One leaf device's I/O queue counters (`cairn stat io`).
+#[derive(Debug, Clone)]
+pub struct LeafIo {
+    pub name: String,
+    pub is_log: bool,
+    /// `None`: the device is missing (no queue).
+    pub fields: Option<Vec<(&'static str, u64)>>,
+}
+
 impl Pool {
+    /// The pipeline's counters and every leaf's queue counters (since this process opened
+    /// the pool).
+    pub fn io_stats(&self) -> (Vec<(&'static str, u64)>, Vec<LeafIo>) {
+        let tree = self.core.io.tree();
+        let leaves = tree
+            .tops
+            .iter()
+            .flat_map(|top| {
+                let is_log = top.config.role == cairn_format::VdevRole::Log;
+                top.leaves.iter().map(move |leaf| LeafIo {
+                    name: leaf.spec.to_string(),
+                    is_log,
+                    fields: leaf.queue().map(|queue| queue.stats().fields()),
+                })
+            })
+            .collect();
+        (self.core.io.stats.fields(), leaves)
+    }
+
     /// Counters of every open volume's intent log (since this process opened it).
     pub fn intent_log_stats(&self) -> Vec<(String, cairn_zil::ZilStatsSnapshot)> {
         self.core

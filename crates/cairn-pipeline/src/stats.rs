@@ -1,6 +1,6 @@
 //! Pipeline counters, read by `cairn pool iostat` and `cairn pool status`.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug, Default)]
 pub struct PipelineStats {
@@ -19,4 +19,25 @@ pub struct PipelineStats {
     pub raw_writes: AtomicU64,
     pub raw_bytes_written: AtomicU64,
     pub raw_reads: AtomicU64,
+}
+
+impl PipelineStats {
+    /// Every counter as (name, value), for `cairn stat io`.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        vec![
+            ("blocks_written", load(&self.blocks_written)),
+            ("bytes_written", load(&self.bytes_written)),
+            ("blocks_read", load(&self.blocks_read)),
+            ("direct_reads", load(&self.direct_reads)),
+            ("bytes_read", load(&self.bytes_read)),
+            ("blocks_freed", load(&self.blocks_freed)),
+            ("checksum_errors", load(&self.checksum_errors)),
+            ("repairs", load(&self.repairs)),
+            ("unrecoverable", load(&self.unrecoverable)),
+            ("raw_writes", load(&self.raw_writes)),
+            ("raw_bytes_written", load(&self.raw_bytes_written)),
+            ("raw_reads", load(&self.raw_reads)),
+        ]
+    }
 }

@@ -93,6 +93,38 @@ pub struct ZilStatsSnapshot {
     pub block_fill_mean_percent: f64,
 }
 
+impl ZilStatsSnapshot {
+    /// Every counter as (name, value), for `name<TAB>value` output.
+    pub fn fields(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("lanes", self.lanes as u64),
+            ("records", self.records),
+            ("record_bytes", self.record_bytes),
+            ("records_copied", self.records_copied),
+            ("records_in_place", self.records_in_place),
+            ("in_place_bytes", self.in_place_bytes),
+            ("needcopy_reads", self.needcopy_reads),
+            ("commits", self.commits),
+            ("commit_waits", self.commit_waits),
+            ("batches", self.batches),
+            ("blocks_written", self.blocks_written),
+            ("bytes_written", self.bytes_written),
+            ("blocks_freed", self.blocks_freed),
+            ("fua_writes", self.fua_writes),
+            ("fallbacks", self.fallbacks),
+            ("bulk_syncs", self.bulk_syncs),
+            ("chains_started", self.chains_started),
+            ("commit_latency_p50_us", self.commit_latency_p50_us),
+            ("commit_latency_p99_us", self.commit_latency_p99_us),
+            ("commit_latency_max_us", self.commit_latency_max_us),
+            (
+                "block_fill_mean_percent",
+                self.block_fill_mean_percent.round() as u64,
+            ),
+        ]
+    }
+}
+
 impl ZilStats {
     pub(crate) fn count_record(&self, op: &LogOp) {
         self.records.fetch_add(1, Ordering::Relaxed);

@@ -83,6 +83,14 @@ enum StatCommand {
     /// RAM cache (ARC): hits and misses by demand/prefetch x data/metadata, I/O hits, ghost
     /// hits, evictions, size and target; with INTERVAL [COUNT], one line per interval.
     Arc(stat_arc_cmd::StatArcArgs),
+    /// Pipeline and device I/O: blocks read and written, checksum errors, repairs; per device
+    /// requests against device calls (aggregation), bytes, FUA writes, flushes, latencies.
+    Io {
+        #[command(flatten)]
+        format: ListFormat,
+        /// Pools to show (default: every imported pool).
+        pools: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -308,6 +316,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Set(args) => dataset_cmd::set(ctx, &args),
         Command::Stat(StatCommand::Zil { format, pools }) => stat_cmd::zil(ctx, format, &pools),
         Command::Stat(StatCommand::Arc(args)) => stat_arc_cmd::arc(ctx, &args),
+        Command::Stat(StatCommand::Io { format, pools }) => stat_cmd::io(ctx, format, &pools),
     }
 }
 

@@ -1,6 +1,13 @@
 //! `cairn stat zil [POOL...]`: intent-log counters and latencies of every open volume, and the
-//! use of each separate log device. Run against a server (the usual case) it shows what the
-//! server has done since it opened the pools; without one, the counters start at zero.
+//! use of each separate log device. `cairn stat io [POOL...]`: the pipeline's counters (blocks
+//! read and written, checksum errors, repairs) and every leaf device's queue (requests against
+//! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies).
+//! Run against a server (the usual case) they show what the server has done since it opened the
+//! pools; without one, the counters start at zero.
+//!
+//! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
+//! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter` and
+//! `POOL.leafN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
 
 use crate::ListFormat;
 use crate::context::{Context, say, say_raw};
@@ -49,6 +56,30 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         let (stats, log_devices) = ctx.with_pool(name, false, |pool| {
             Ok((pool.intent_log_stats(), pool.log_devices()))
         })?;
+        if format.scripted {
+            for (dataset, s) in &stats {
+                for (field, value) in s.fields() {
+                    say_raw!(ctx, "{dataset}.{field}\t{value}\n");
+                }
+            }
+            for (index, device) in log_devices.iter().enumerate() {
+                let prefix = format!("{name}.logdev{index}");
+                say_raw!(ctx, "{prefix}.name\t{}\n", device.name);
+                for (field, value) in [
+                    ("size_bytes", device.size_bytes),
+                    ("allocated_bytes", device.allocated_bytes),
+                    ("writes", device.writes),
+                    ("write_bytes", device.write_bytes),
+                    ("flushes", device.flushes),
+                    ("write_latency_p50_us", device.write_latency_p50_us),
+                    ("write_latency_p99_us", device.write_latency_p99_us),
+                    ("flush_latency_p50_us", device.flush_latency_p50_us),
+                ] {
+                    say_raw!(ctx, "{prefix}.{field}\t{value}\n");
+                }
+            }
+            continue;
+        }
         for (dataset, s) in stats {
             logs.push(vec![
                 dataset,
@@ -85,7 +116,10 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             ]);
         }
     }
-    if !format.scripted && ctx.served.is_none() {
+    if format.scripted {
+        return Ok(());
+    }
+    if ctx.served.is_none() {
         say!(
             ctx,
             "no server is running: counters cover only this command (start `cairn serve`)"
@@ -100,5 +134,121 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             "no separate log devices: log blocks go to the pool's disks"
         );
     }
+    Ok(())
+}
+
+pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
+    let names = if pools.is_empty() {
+        ctx.pool_names()?
+    } else {
+        pools.to_vec()
+    };
+    let mut pipeline = Table::new(vec![
+        Column::left("POOL"),
+        Column::right("READ"),
+        Column::right("READ-B"),
+        Column::right("DIRECT"),
+        Column::right("WRITTEN"),
+        Column::right("WRITE-B"),
+        Column::right("FREED"),
+        Column::right("CKSUM"),
+        Column::right("REPAIRS"),
+        Column::right("UNRECOV"),
+        Column::right("LOG-W"),
+    ]);
+    let mut devices = Table::new(vec![
+        Column::left("DEVICE"),
+        Column::right("READS"),
+        Column::right("R-CALLS"),
+        Column::right("READ"),
+        Column::right("WRITES"),
+        Column::right("W-CALLS"),
+        Column::right("WRITTEN"),
+        Column::right("FUA"),
+        Column::right("FLUSH"),
+        Column::right("PROMO"),
+        Column::right("QUEUED"),
+        Column::right("R-P50"),
+        Column::right("R-P99"),
+        Column::right("W-P50"),
+        Column::right("W-P99"),
+    ]);
+    for name in &names {
+        let (counters, leaves) = ctx.with_pool(name, false, |pool| Ok(pool.io_stats()))?;
+        if format.scripted {
+            for (field, value) in &counters {
+                say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
+            }
+            for (index, leaf) in leaves.iter().enumerate() {
+                say_raw!(ctx, "{name}.leaf{index}.name\t{}\n", leaf.name);
+                for (field, value) in leaf.fields.iter().flatten() {
+                    say_raw!(ctx, "{name}.leaf{index}.{field}\t{value}\n");
+                }
+            }
+            continue;
+        }
+        let get = |fields: &[(&str, u64)], wanted: &str| {
+            fields
+                .iter()
+                .find(|(field, _)| *field == wanted)
+                .map_or(0, |&(_, value)| value)
+        };
+        let size = |value: u64| human::size(value, format.exact);
+        let micros = |value: u64| human::micros(value, format.exact);
+        pipeline.push(vec![
+            name.clone(),
+            get(&counters, "blocks_read").to_string(),
+            size(get(&counters, "bytes_read")),
+            get(&counters, "direct_reads").to_string(),
+            get(&counters, "blocks_written").to_string(),
+            size(get(&counters, "bytes_written")),
+            get(&counters, "blocks_freed").to_string(),
+            get(&counters, "checksum_errors").to_string(),
+            get(&counters, "repairs").to_string(),
+            get(&counters, "unrecoverable").to_string(),
+            get(&counters, "raw_writes").to_string(),
+        ]);
+        for leaf in &leaves {
+            let label = format!(
+                "{name}/{}{}",
+                leaf.name,
+                if leaf.is_log { " (log)" } else { "" }
+            );
+            let Some(fields) = &leaf.fields else {
+                let mut row = vec![label, "unavailable".to_string()];
+                row.resize(15, "-".to_string());
+                devices.push(row);
+                continue;
+            };
+            devices.push(vec![
+                label,
+                get(fields, "read_requests").to_string(),
+                get(fields, "read_calls").to_string(),
+                size(get(fields, "read_bytes")),
+                get(fields, "write_requests").to_string(),
+                get(fields, "write_calls").to_string(),
+                size(get(fields, "write_bytes")),
+                get(fields, "fua_writes").to_string(),
+                get(fields, "flushes").to_string(),
+                get(fields, "promoted_reads").to_string(),
+                get(fields, "queued").to_string(),
+                micros(get(fields, "read_latency_p50_us")),
+                micros(get(fields, "read_latency_p99_us")),
+                micros(get(fields, "write_latency_p50_us")),
+                micros(get(fields, "write_latency_p99_us")),
+            ]);
+        }
+    }
+    if format.scripted {
+        return Ok(());
+    }
+    if ctx.served.is_none() {
+        say!(
+            ctx,
+            "no server is running: counters cover only this command (start `cairn serve`)"
+        );
+    }
+    say_raw!(ctx, "{}", pipeline.render(false));
+    say_raw!(ctx, "{}", devices.render(false));
     Ok(())
 }

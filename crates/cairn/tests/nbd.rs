@@ -898,11 +898,19 @@ fn log_devices_come_and_go_while_serving() {
         ],
     );
     let zil = env.ok(&["stat", "zil", "-H", "-p"]);
-    let device = zil
+    let prefix = zil
         .lines()
-        .find(|line| line.contains("slog.img"))
+        .find_map(|line| {
+            let (name, value) = line.split_once('\t')?;
+            (value.ends_with("slog.img")).then(|| name.trim_end_matches(".name").to_string())
+        })
         .unwrap_or_else(|| panic!("the new log device is not listed:\n{zil}"));
-    let writes: u64 = device.split('\t').nth(4).unwrap().parse().unwrap();
+    let writes: u64 = zil
+        .lines()
+        .find_map(|line| line.strip_prefix(&format!("{prefix}.writes\t")))
+        .unwrap_or_else(|| panic!("no {prefix}.writes line:\n{zil}"))
+        .parse()
+        .unwrap();
     assert!(
         writes > 0,
         "FLUSH wrote nothing to the new log device:\n{zil}"

@@ -424,22 +424,44 @@ fn stat_zil_shows_commits_and_the_log_device() {
         ],
     );
     let out = env.ok(&["stat", "zil", "-H", "-p"]);
-    let row: Vec<&str> = out
-        .lines()
-        .find(|line| line.starts_with("tank/vol"))
-        .unwrap_or_else(|| panic!("no tank/vol row:\n{out}"))
-        .split('\t')
-        .collect();
-    // DATASET LANES RECORDS COMMITS WAITED BATCHES BLOCKS LOGGED ...
-    let number = |i: usize| -> u64 { row[i].parse().unwrap_or_else(|_| panic!("{out}")) };
-    assert_eq!(number(1), 1, "one lane: {out}");
-    assert!(number(2) >= 3, "records: {out}");
-    assert!(number(3) >= 3, "commits: {out}");
-    assert!(number(6) >= 2, "log blocks: {out}");
-    let device = out
-        .lines()
-        .find(|line| line.contains("slog.img"))
-        .unwrap_or_else(|| panic!("no log device row:\n{out}"));
-    let writes: u64 = device.split('\t').nth(4).unwrap().parse().unwrap();
+    let value = |name: &str| -> u64 {
+        out.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("no {name} line:\n{out}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number:\n{out}"))
+    };
+    assert_eq!(value("tank/vol.lanes"), 1, "one lane: {out}");
+    assert!(value("tank/vol.records") >= 3, "records: {out}");
+    assert!(value("tank/vol.commits") >= 3, "commits: {out}");
+    assert!(value("tank/vol.blocks_written") >= 2, "log blocks: {out}");
+    assert!(
+        out.lines()
+            .any(|line| line.starts_with("tank.logdev0.name\t") && line.contains("slog.img")),
+        "no log device name line:\n{out}"
+    );
+    let writes = value("tank.logdev0.writes");
+    // Reads and writes through the pipeline and the devices: `stat io`.
+    let io = env.ok(&["stat", "io", "-H", "-p"]);
+    let io_value = |name: &str| -> u64 {
+        io.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}\t")))
+            .unwrap_or_else(|| panic!("no {name} line:\n{io}"))
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} is not a number:\n{io}"))
+    };
+    assert!(
+        io_value("tank.pipeline.raw_writes") >= 2,
+        "log blocks: {io}"
+    );
+    let leaf_writes: u64 = (0..2)
+        .map(|leaf| io_value(&format!("tank.leaf{leaf}.write_requests")))
+        .sum();
+    assert!(leaf_writes >= 2, "device writes: {io}");
+    let human = env.ok(&["stat", "io"]);
+    assert!(
+        human.contains("R-CALLS") && human.contains("slog.img (log)"),
+        "{human}"
+    );
     assert!(writes >= 2, "log blocks went to the log device: {out}");
 }
