@@ -76,6 +76,11 @@ impl Pending {
         self.prefetch
     }
 
+    /// Whether a demand reader waits for this read.
+    pub fn is_demanded(&self) -> bool {
+        self.demanded.load(Ordering::Acquire)
+    }
+
     /// Marks a demand reader waiting; true for the first one (who raises the I/O's priority).
     pub fn note_demand(&self) -> bool {
         !self.demanded.swap(true, Ordering::AcqRel)

@@ -25,6 +25,7 @@ pub mod pressure;
 pub mod read;
 pub mod replay;
 mod sketch;
+mod slab;
 pub mod streams;
 
 pub use cache::BlockClass;

@@ -35,12 +35,14 @@
 //!   never evicted; eviction passes over it. If only pinned blocks remain, the cache overflows
 //!   its capacity until they are unpinned.
 //!
-//! Memory: one 48-byte entry per block (data or ghost) in a slab with intrusive `u32` links,
-//! ~6 bytes of hash index per entry, and 4 bytes of sketch per 4 KiB of capacity; `sizes()`
+//! Memory: one 48-byte entry per block (data or ghost; a `Slab` of fixed chunks, so no doubling
+//! headroom) with intrusive `u32` links, 6–11 bytes of hash index per entry (one 5-byte bucket
+//! per entry at the table's load), and 4 bytes of sketch per 4 KiB of capacity; `sizes()`
 //! reports it. Every list's byte and block totals are kept exact and checked by
 //! `assert_invariants` (the property tests call it after every step).
 
 use crate::sketch::FrequencySketch;
+use crate::slab::Slab;
 use hashbrown::HashTable;
 
 /// A block's physical identity: packed (vdev, offset) and birth txg (see `block_key`).
@@ -175,7 +177,7 @@ pub struct PolicySizes {
 }
 
 pub struct ArcPolicy<V> {
-    entries: Vec<Entry<V>>,
+    entries: Slab<Entry<V>>,
     free_head: u32,
     index: HashTable<u32>,
     lists: [ListHead; LISTS],
@@ -205,7 +207,7 @@ impl<V> ArcPolicy<V> {
     /// policy that rarely fills its whole capacity needs fewer counters).
     pub fn with_sketch_for(capacity_bytes: u64, sketch_capacity_bytes: u64) -> ArcPolicy<V> {
         ArcPolicy {
-            entries: Vec::new(),
+            entries: Slab::new(),
             free_head: NIL,
             index: HashTable::new(),
             lists: [ListHead {

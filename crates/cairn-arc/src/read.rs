@@ -481,7 +481,14 @@ fn header_bytes_per_block(snapshot: &CacheSnapshot) -> u64 {
 
 fn prefetch_worker(shared: &Shared, jobs: &Receiver<PrefetchJob>) {
     while let Ok(job) = jobs.recv() {
-        let result = job.io.read_block(&job.bp, IoClass::AsyncRead);
+        // A demand reader that came while the job waited here found nothing queued to raise:
+        // read at its priority.
+        let class = if job.pending.is_demanded() {
+            IoClass::SyncRead
+        } else {
+            IoClass::AsyncRead
+        };
+        let result = job.io.read_block(&job.bp, class);
         // A block a demand reader already waited for has been used: it enters as demanded.
         let access = if job.pending.note_demand() {
             Access::Prefetch
