@@ -399,6 +399,18 @@ impl BlockCache {
         removed
     }
 
+    /// Sizes the frequency sketches for a cache of at most `max_bytes` (a new `arc_max`):
+    /// counters sized for a much larger cache would cost memory per cached block for nothing,
+    /// for a much smaller one they would overflow. Frequencies seen so far are forgotten.
+    pub fn resize_sketches(&self, max_bytes: u64) {
+        let share = max_bytes / self.shards.len() as u64;
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            shard.data.resize_sketch(share);
+            shard.meta.resize_sketch(share / META_INITIAL_DIVISOR);
+        }
+    }
+
     /// Changes the capacity (arc target, memory pressure): each shard evicts down to its share.
     pub fn set_capacity(&self, capacity_bytes: u64) {
         let share = capacity_bytes / self.shards.len() as u64;

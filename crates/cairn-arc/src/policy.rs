@@ -223,6 +223,12 @@ impl<V> ArcPolicy<V> {
         }
     }
 
+    /// A new frequency sketch sized for `sketch_capacity_bytes` of blocks (what was counted
+    /// is forgotten).
+    pub fn resize_sketch(&mut self, sketch_capacity_bytes: u64) {
+        self.sketch = FrequencySketch::new(sketch_capacity_bytes / SKETCH_BLOCK_BYTES);
+    }
+
     pub fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
@@ -254,11 +260,15 @@ impl<V> ArcPolicy<V> {
         PolicySizes {
             capacity_bytes: self.capacity_bytes,
             mru_target_bytes: self.window_target_bytes,
-            mru_bytes: list(List::Window).bytes,
+            mru_bytes: list(List::Window).bytes
+                + list(List::Candidates).bytes
+                + list(List::Prefetched).bytes,
             mfu_bytes: list(List::Probation).bytes + list(List::Protected).bytes,
             mru_ghost_bytes: list(List::WindowGhost).bytes,
             mfu_ghost_bytes: list(List::MainGhost).bytes,
-            mru_blocks: list(List::Window).blocks,
+            mru_blocks: list(List::Window).blocks
+                + list(List::Candidates).blocks
+                + list(List::Prefetched).blocks,
             mfu_blocks: list(List::Probation).blocks + list(List::Protected).blocks,
             ghost_blocks: list(List::WindowGhost).blocks + list(List::MainGhost).blocks,
             header_bytes: (self.entries.capacity() * Self::entry_bytes()

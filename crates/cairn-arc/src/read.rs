@@ -268,10 +268,17 @@ impl ReadCache {
                 "arc_min ({min_bytes} bytes) must not exceed arc_max ({max_bytes} bytes)"
             ));
         }
-        *self.shared.limits.lock() = Limits {
-            min_bytes,
-            max_bytes,
-        };
+        let old_max_bytes = std::mem::replace(
+            &mut *self.shared.limits.lock(),
+            Limits {
+                min_bytes,
+                max_bytes,
+            },
+        )
+        .max_bytes;
+        if old_max_bytes != max_bytes {
+            self.shared.blocks.resize_sketches(max_bytes);
+        }
         self.shared.pressure.lock().set_limits(min_bytes, max_bytes);
         let target = self
             .shared
@@ -377,7 +384,7 @@ impl Shared {
             + meta.sizes.mru_blocks
             + meta.sizes.mfu_blocks;
         let header_bytes = data.sizes.header_bytes + meta.sizes.header_bytes;
-        let header_per_block = header_bytes_per_block(&snapshot);
+        let header_per_block = header_bytes_per_block(&snapshot, limits.max_bytes);
         let evictions = data.stats.evictions + meta.stats.evictions;
         ArcStats {
             fields: vec![
@@ -465,16 +472,16 @@ impl Shared {
 
 /// What one cached block costs in headers: its entry in the policy's slab, its share of the
 /// index (buckets per indexed entry, at the table's current load), and the frequency sketch's
-/// share per 4 KiB of capacity (the sketch is sized for the capacity, one slot per 4 KiB).
+/// share per 4 KiB of `arc_max` (the sketch is sized for it, one slot per 4 KiB).
 /// Ghost entries cost an entry and an index share each too; `hdr_size` counts them.
-fn header_bytes_per_block(snapshot: &CacheSnapshot) -> u64 {
+fn header_bytes_per_block(snapshot: &CacheSnapshot, max_bytes: u64) -> u64 {
     let (data, meta) = (&snapshot.data.sizes, &snapshot.metadata.sizes);
     let entry = crate::ArcPolicy::<Arc<[u8]>>::entry_bytes() as u64;
     let index = (data.index_bytes + meta.index_bytes)
         .checked_div(data.indexed_entries + meta.indexed_entries)
         .unwrap_or(0);
     let sketch = (data.sketch_bytes + meta.sketch_bytes)
-        .checked_div(snapshot.capacity_bytes / 4096)
+        .checked_div(max_bytes / 4096)
         .unwrap_or(0);
     entry + index + sketch
 }
