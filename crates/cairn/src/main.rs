@@ -145,6 +145,20 @@ enum PoolCommand {
         format: ListFormat,
         pool: String,
     },
+    /// Set a pool setting: arc_max=SIZE | arc_min=SIZE (the RAM cache is the server's, shared
+    /// by every pool: the change applies to all, at once, until the server stops; start it
+    /// with --arc-max to keep a value).
+    Set {
+        /// PROPERTY=VALUE
+        assignment: String,
+        pool: String,
+    },
+    /// Show pool settings (arc_max, arc_min, and the cache's current target and size).
+    Get {
+        #[command(flatten)]
+        format: ListFormat,
+        pool: String,
+    },
 }
 
 /// `-H` and `-p`, shared by every list-style command.
@@ -294,6 +308,8 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             PoolCommand::Sync { pools } => pool_cmd::sync(ctx, &pools),
             PoolCommand::History { pool } => pool_cmd::history(ctx, &pool),
             PoolCommand::Txgs { format, pool } => pool_cmd::txgs(ctx, format, &pool),
+            PoolCommand::Set { assignment, pool } => pool_cmd::set(ctx, &assignment, &pool),
+            PoolCommand::Get { format, pool } => pool_cmd::get(ctx, format, &pool),
             PoolCommand::Iostat(args) => iostat_cmd::iostat(ctx, &args),
         },
         Command::Up(args) => {

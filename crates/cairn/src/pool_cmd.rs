@@ -749,6 +749,71 @@ pub fn clear(ctx: &Context, name: &str) -> Result<()> {
     })
 }
 
+/// `pool set arc_max=SIZE|arc_min=SIZE POOL`: the process's cache limits (see main.rs).
+pub fn set(ctx: &Context, assignment: &str, pool: &str) -> Result<()> {
+    if !ctx.pool_names()?.iter().any(|name| name == pool) {
+        bail!("cannot set property for '{pool}': no such pool");
+    }
+    let (name, value) = assignment
+        .split_once('=')
+        .ok_or_else(|| anyhow!("expected PROPERTY=VALUE, got '{assignment}'"))?;
+    let bytes = parse_size(value).map_err(|err| anyhow!("cannot set {name}={value}: {err}"))?;
+    let cache = cairn_engine::process_cache();
+    let stats = cache.stats();
+    let (mut min, mut max) = (
+        stats.get("c_min").unwrap_or(0),
+        stats.get("c_max").unwrap_or(0),
+    );
+    match name {
+        "arc_max" => {
+            max = bytes;
+            min = min.min(max);
+        }
+        "arc_min" => min = bytes,
+        other => bail!("unknown pool property '{other}' (settable: arc_max, arc_min)"),
+    }
+    cache
+        .set_limits(min, max)
+        .map_err(|err| anyhow!("cannot set {name}={value}: {err}"))?;
+    if ctx.served.is_none() {
+        say!(
+            ctx,
+            "no server is running: the setting lasts for this command only (start `cairn serve --{}`)",
+            name.replace('_', "-")
+        );
+    }
+    Ok(())
+}
+
+/// `pool get POOL`: the cache limits and where the cache stands.
+pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
+    if !ctx.pool_names()?.iter().any(|name| name == pool) {
+        bail!("cannot get properties of '{pool}': no such pool");
+    }
+    let stats = cairn_engine::process_cache().stats();
+    let mut table = Table::new(vec![
+        Column::left("NAME"),
+        Column::left("PROPERTY"),
+        Column::right("VALUE"),
+        Column::left("SOURCE"),
+    ]);
+    for (property, field, source) in [
+        ("arc_max", "c_max", "server"),
+        ("arc_min", "c_min", "server"),
+        ("arc_target", "c", "adaptive"),
+        ("arc_size", "size", "-"),
+    ] {
+        table.push(vec![
+            pool.to_string(),
+            property.to_string(),
+            human::size(stats.get(field).unwrap_or(0), format.exact),
+            source.to_string(),
+        ]);
+    }
+    say_raw!(ctx, "{}", table.render(format.scripted));
+    Ok(())
+}
+
 pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
     let names = if pools.is_empty() {
         ctx.pool_names()?

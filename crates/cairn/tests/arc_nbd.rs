@@ -76,6 +76,30 @@ fn a_second_read_pass_is_served_from_the_arc() {
         "both passes read from the pool: {after:?}"
     );
 
+    // arc_max changes at once for the whole server; a cache over it shrinks.
+    env.ok(&["pool", "set", "arc_max=2M", "tank"]);
+    let shrunk = arc_counters(&env);
+    assert_eq!(shrunk["c_max"], 2 << 20, "{shrunk:?}");
+    assert!(
+        shrunk["size"] <= 2 << 20,
+        "the cache kept {} bytes",
+        shrunk["size"]
+    );
+    let got = env.ok(&["pool", "get", "-H", "-p", "tank"]);
+    assert!(got.contains("arc_max\t2097152\t"), "{got}");
+    let refused = env.cairn(&["pool", "set", "arc_min=4M", "tank"]);
+    assert!(
+        !refused.success() && refused.stderr.contains("must not exceed arc_max"),
+        "{}",
+        refused.describe()
+    );
+    let refused = env.cairn(&["pool", "set", "arc_mx=4M", "tank"]);
+    assert!(
+        !refused.success() && refused.stderr.contains("arc_mx"),
+        "{}",
+        refused.describe()
+    );
+
     // Interval mode polls the server: a header and COUNT lines.
     let out = env.ok(&["stat", "arc", "0.2", "3"]);
     let lines: Vec<&str> = out.lines().collect();
