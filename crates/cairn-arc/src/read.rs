@@ -45,6 +45,8 @@ pub const PREFETCH_THREADS_DEFAULT: usize = 4;
 /// Read-ahead blocks waiting for a prefetch thread; beyond this, read-ahead is dropped (it is
 /// a hint: a reader that needs the block reads it).
 const PREFETCH_QUEUE_MAX: usize = 4096;
+/// Evictions worth 1/this of the target since the last heap trim call for another.
+const HEAP_TRIM_EVICTED_DIVISOR: u64 = 16;
 /// How often the maintenance thread looks at memory.
 const MAINTENANCE_INTERVAL_MS: u64 = 1000;
 
@@ -164,6 +166,9 @@ struct Shared {
     memory_available_bytes: AtomicU64,
     /// Time of the last maintenance step (ms since the thread started).
     last_tick_ms: AtomicU64,
+    /// Bytes evicted as of the last `release_free_heap`.
+    evicted_at_last_trim: AtomicU64,
+    heap_trims: AtomicU64,
 }
 
 struct PrefetchJob {
@@ -207,6 +212,8 @@ impl ReadCache {
             )),
             memory_available_bytes: AtomicU64::new(0),
             last_tick_ms: AtomicU64::new(0),
+            evicted_at_last_trim: AtomicU64::new(0),
+            heap_trims: AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::bounded::<PrefetchJob>(PREFETCH_QUEUE_MAX);
         let prefetch_threads = (0..config.prefetch_threads)
@@ -340,13 +347,16 @@ impl Shared {
                 .store(available, Ordering::Relaxed);
         }
         let target = self.target_bytes.load(Ordering::Relaxed);
-        let size = self.blocks.snapshot().size_bytes;
-        let decision = self.pressure.lock().tick(now_ms, reading, target, size);
+        let snapshot = self.blocks.snapshot();
+        let decision = self
+            .pressure
+            .lock()
+            .tick(now_ms, reading, target, snapshot.size_bytes);
         match decision {
             Decision::Shrink { to_bytes, .. } => {
                 self.counters.shrinks.fetch_add(1, Ordering::Relaxed);
                 self.set_target(to_bytes);
-                trim_heap();
+                self.trim_heap();
             }
             Decision::Grow { to_bytes } => {
                 self.counters.grows.fetch_add(1, Ordering::Relaxed);
@@ -354,6 +364,25 @@ impl Shared {
             }
             Decision::Hold => {}
         }
+        // A cache that keeps evicting frees buffers in every reader thread's heap arena, and
+        // the allocator keeps those pages: once evictions since the last trim reach 1/16 of
+        // the target, give the free pages back, so the process's resident size follows the
+        // cache's (`arc_max` holds for the whole process, not only for what the cache counts).
+        let evicted = snapshot.data.stats.evicted_bytes + snapshot.metadata.stats.evicted_bytes;
+        let since = evicted.saturating_sub(self.evicted_at_last_trim.load(Ordering::Relaxed));
+        if since >= target / HEAP_TRIM_EVICTED_DIVISOR {
+            self.trim_heap();
+        }
+    }
+
+    fn trim_heap(&self) {
+        let snapshot = self.blocks.snapshot();
+        self.evicted_at_last_trim.store(
+            snapshot.data.stats.evicted_bytes + snapshot.metadata.stats.evicted_bytes,
+            Ordering::Relaxed,
+        );
+        self.heap_trims.fetch_add(1, Ordering::Relaxed);
+        release_free_heap();
     }
 
     fn count(&self, access: Access, class: BlockClass) -> &ClassCounters {
@@ -457,6 +486,7 @@ impl Shared {
                 ("inflight", snapshot.inflight),
                 ("shrinks", load(&c.shrinks)),
                 ("grows", load(&c.grows)),
+                ("heap_trims", load(&self.heap_trims)),
                 (
                     "arc_no_grow",
                     u64::from(pressure.no_grow(self.last_tick_ms.load(Ordering::Relaxed))),
@@ -513,9 +543,9 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<PrefetchJob>) {
     }
 }
 
-/// Returns freed heap to the kernel: after a shrink, the memory given up should be free at
-/// once, not kept by the allocator for later.
-fn trim_heap() {
+/// Returns freed heap to the kernel: after a shrink (or a large txg's dirty buffers freed), the
+/// memory given up should be free at once, not kept by the allocator for later.
+pub fn release_free_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory at the top of, or inside, glibc's heaps.
     unsafe {

@@ -31,6 +31,8 @@ use std::sync::atomic::Ordering;
 
 /// Space-log blocks kept before the log is condensed into a checkpoint (default).
 pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
+/// A txg that wrote at least this much hands its freed dirty buffers back to the kernel.
+const HEAP_TRIM_AFTER_BYTES: u64 = 64 << 20;
 /// Granule space-log blocks are rounded to.
 const SPACE_LOG_GRANULE: u32 = 4096;
 
@@ -86,6 +88,7 @@ impl PoolCore {
         for intent_log in intent_logs {
             intent_log.sync_hook(txg);
         }
+        let written_before = self.io.stats.bytes_written.load(Ordering::Relaxed);
         let mut batch = self.io.batch(txg);
         let objsets: Vec<_> = self
             .objsets
@@ -137,6 +140,12 @@ impl PoolCore {
             self.mos.publish(result);
         }
         self.space.lock().sync_done(txg);
+        // The txg's dirty buffers were freed with its change sets: hand a large txg's worth
+        // back to the kernel now rather than leaving it in the allocator's free lists.
+        let written = self.io.stats.bytes_written.load(Ordering::Relaxed) - written_before;
+        if written >= HEAP_TRIM_AFTER_BYTES {
+            cairn_arc::read::release_free_heap();
+        }
         Ok(())
     }
 
