@@ -317,6 +317,22 @@ impl BlockCache {
             .map(to_bytes)
     }
 
+    /// The cached block if there is one (a hit, counted as such); nothing is counted or
+    /// claimed when there is none (a caller that cannot wait for I/O tries this first).
+    pub fn get_if_cached(
+        &self,
+        key: &BlockKey,
+        class: BlockClass,
+        access: Access,
+    ) -> Option<Bytes> {
+        let mut shard = self.shard(key).lock();
+        let policy = shard.policy(class);
+        if !policy.contains(key) {
+            return None;
+        }
+        policy.get(key, access).map(to_bytes)
+    }
+
     /// Looks a block up; on a miss, either joins the read in flight or claims the read (the
     /// caller must then `complete` it, success or not).
     pub fn lookup(&self, key: &BlockKey, class: BlockClass, access: Access) -> Lookup {

@@ -171,6 +171,15 @@ struct Shared {
     heap_trims: AtomicU64,
 }
 
+/// Work for the prefetch threads.
+enum Job {
+    /// Read one block ahead.
+    Block(PrefetchJob),
+    /// Anything else read-ahead needs done off the reader's thread (finding the pointers of
+    /// the blocks to read ahead, which may read indirect blocks).
+    Task(Box<dyn FnOnce() + Send>),
+}
+
 struct PrefetchJob {
     io: Arc<BlockIo>,
     bp: BlockPointer,
@@ -185,7 +194,7 @@ type Maintenance = (Arc<(Mutex<bool>, Condvar)>, JoinHandle<()>);
 
 pub struct ReadCache {
     shared: Arc<Shared>,
-    prefetch_tx: Option<Sender<PrefetchJob>>,
+    prefetch_tx: Option<Sender<Job>>,
     prefetch_threads: Vec<JoinHandle<()>>,
     maintenance: Mutex<Option<Maintenance>>,
     next_pool_tag: AtomicU16,
@@ -215,7 +224,7 @@ impl ReadCache {
             evicted_at_last_trim: AtomicU64::new(0),
             heap_trims: AtomicU64::new(0),
         });
-        let (tx, rx) = crossbeam_channel::bounded::<PrefetchJob>(PREFETCH_QUEUE_MAX);
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(PREFETCH_QUEUE_MAX);
         let prefetch_threads = (0..config.prefetch_threads)
             .map(|n| {
                 let (shared, rx) = (shared.clone(), rx.clone());
@@ -516,8 +525,16 @@ fn header_bytes_per_block(snapshot: &CacheSnapshot, max_bytes: u64) -> u64 {
     entry + index + sketch
 }
 
-fn prefetch_worker(shared: &Shared, jobs: &Receiver<PrefetchJob>) {
+fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
     while let Ok(job) = jobs.recv() {
+        let job = match job {
+            Job::Block(job) => job,
+            Job::Task(task) => {
+                // A failing task loses read-ahead, never the thread.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(task));
+                continue;
+            }
+        };
         // A demand reader that came while the job waited here found nothing queued to raise:
         // read at its priority.
         let class = if job.pending.is_demanded() {
@@ -640,6 +657,36 @@ impl CachedIo {
         }
     }
 
+    /// A demand read that must not wait for I/O (a reader on an async runtime): the block if
+    /// it is cached, counted as a hit; `None` (nothing counted) if it would need a read.
+    pub fn read_cached(&self, bp: &BlockPointer) -> Option<Bytes> {
+        if bp.is_hole() {
+            return None;
+        }
+        let (key, class) = (self.key(bp), block_class(bp));
+        let shared = &self.cache.shared;
+        let data = shared.blocks.get_if_cached(&key, class, Access::Demand)?;
+        shared
+            .count(Access::Demand, class)
+            .hits
+            .fetch_add(1, Ordering::Relaxed);
+        Some(data)
+    }
+
+    /// Runs `task` on a prefetch thread (dropped if they are all busy and their queue is
+    /// full: read-ahead is a hint).
+    pub fn spawn_prefetch_task(&self, task: impl FnOnce() + Send + 'static) {
+        if let Some(tx) = &self.cache.prefetch_tx
+            && tx.try_send(Job::Task(Box::new(task))).is_err()
+        {
+            self.cache
+                .shared
+                .counters
+                .prefetch_dropped
+                .fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// Reads `bps` ahead in the background (blocks cached or in flight are skipped).
     pub fn prefetch(&self, bps: &[BlockPointer], mode: CacheMode) {
         let shared = &self.cache.shared;
@@ -666,8 +713,10 @@ impl CachedIo {
                         mode,
                         pending,
                     };
-                    if let Err(err) = tx.try_send(job) {
-                        let job = err.into_inner();
+                    if let Err(err) = tx.try_send(Job::Block(job)) {
+                        let Job::Block(job) = err.into_inner() else {
+                            unreachable!("a block job came back");
+                        };
                         shared
                             .counters
                             .prefetch_dropped

@@ -282,15 +282,8 @@ impl Volume {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
         self.check_range("read", offset, buf.len() as u64)?;
         if !buf.is_empty() {
-            let block = u64::from(self.block_size);
-            let first = offset / block;
-            let count = (offset + buf.len() as u64).div_ceil(block) - first;
-            if let Some(trace) = &self.read_trace {
-                use std::io::Write;
-                let _ = writeln!(trace.lock(), "{first} {count}");
-            }
             // Read-ahead starts before this read waits on the disk, so the two overlap.
-            self.objset.note_read(VOLUME_OBJECT, first, count);
+            self.note_client_read(offset, buf.len() as u64);
         }
         self.read_unlogged(offset, buf)?;
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
@@ -298,6 +291,42 @@ impl Volume {
             .read_bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// A read served without waiting for I/O (a reader on an async runtime tries it first):
+    /// `None` if some block is not in memory or the request is not valid (the caller then
+    /// calls `read`, which reads what is missing and reports errors). Counted like `read`.
+    pub fn try_read_cached(&self, offset: u64, buf: &mut [u8]) -> Option<()> {
+        if buf.is_empty() || self.check_range("read", offset, buf.len() as u64).is_err() {
+            return None;
+        }
+        let mut cursor = 0;
+        for (blkid, within, take) in self.pieces(offset, buf.len() as u64) {
+            let out = &mut buf[cursor..cursor + take];
+            match self.objset.read_block_cached(VOLUME_OBJECT, blkid)? {
+                Some(block) => out.copy_from_slice(&block[within..within + take]),
+                None => out.fill(0),
+            }
+            cursor += take;
+        }
+        self.note_client_read(offset, buf.len() as u64);
+        self.stats.reads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .read_bytes
+            .fetch_add(buf.len() as u64, Ordering::Relaxed);
+        Some(())
+    }
+
+    /// Tells read-ahead (and the read trace) about a client read.
+    fn note_client_read(&self, offset: u64, len: u64) {
+        let block = u64::from(self.block_size);
+        let first = offset / block;
+        let count = (offset + len).div_ceil(block) - first;
+        if let Some(trace) = &self.read_trace {
+            use std::io::Write;
+            let _ = writeln!(trace.lock(), "{first} {count}");
+        }
+        self.objset.note_read(VOLUME_OBJECT, first, count);
     }
 
     /// A read that is not counted (the intent log fetching data to log).

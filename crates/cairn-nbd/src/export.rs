@@ -46,6 +46,14 @@ pub trait Export: Send + Sync + 'static {
     fn readonly(&self) -> bool;
     /// Fills `buf` with the bytes at `offset`.
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError>;
+    /// `read` if it can be done without blocking (the data is in memory): the server calls it
+    /// on its async worker first and saves a trip through the blocking pool; `false` (the
+    /// default) sends the request the ordinary way. Must not block, and must not fail: an
+    /// error belongs to `read`.
+    fn try_read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let _ = (offset, buf);
+        false
+    }
     /// Writes `data` at `offset`; with `fua`, the data is durable when this returns.
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError>;
     /// `write` of a payload the export may keep (the server hands over the buffer it read the

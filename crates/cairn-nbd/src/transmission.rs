@@ -5,7 +5,9 @@
 //! and spawns one handler task per valid request; handlers run the export call on the blocking
 //! pool (or, when the client waits for stable media, in place with `block_in_place`) and push
 //! their reply into a channel; a single *writer* (same task, joined with the
-//! reader) drains the channel, so replies never interleave on the wire.
+//! reader) drains the channel, so replies never interleave on the wire. A read the export can
+//! serve from memory (`Export::try_read_now`) is answered by the reader itself, with no handler
+//! task: no thread hop at all on a cache hit.
 //!
 //! Invariants:
 //! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
@@ -448,6 +450,18 @@ async fn read_loop<R>(
             None
         };
         let flush_barrier = matches!(op, Op::Flush).then_some(next_write_seq);
+        // A read served from memory is answered from here: no handler task, no thread hop.
+        if let Some((Outcome::Data(offset, data), bytes)) = read_now(session.export.as_ref(), &op) {
+            stats
+                .lock()
+                .record(OpKind::Read, bytes, true, received.elapsed());
+            let _ = tx.send(Reply {
+                cookie: req.cookie,
+                body: Body::Read(offset, data),
+                _permits: permits,
+            });
+            continue;
+        }
         let handler = Handler {
             session: session.clone(),
             stats: stats.clone(),
@@ -517,6 +531,23 @@ impl Handler {
             _permits: permits,
         });
     }
+}
+
+/// A read the export can serve from memory, done here on the async worker (no hop to the
+/// blocking pool and back); `None` for everything else.
+fn read_now(export: &dyn Export, op: &Op) -> Option<(Outcome, u64)> {
+    let Op::Read { offset, len } = *op else {
+        return None;
+    };
+    if len == 0 {
+        return None;
+    }
+    let mut buf = vec![0u8; len as usize];
+    let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        export.try_read_now(offset, &mut buf)
+    }))
+    .unwrap_or(false);
+    done.then(|| (Outcome::Data(offset, buf), u64::from(len)))
 }
 
 enum Outcome {

@@ -283,6 +283,14 @@ fn read_write_simple_and_structured() {
         // Last sector of the export.
         assert_eq!(c.write(VOL_SIZE - 512, &[7u8; 512], 0), 0);
         assert_eq!(c.read(VOL_SIZE - 512, 512).unwrap(), vec![7u8; 512]);
+        // The same reads when the export cannot serve them at once (a cache miss).
+        let served_now = e.reads_now.load(Ordering::SeqCst);
+        assert!(served_now > 0, "no read was served from memory");
+        e.serve_reads_now.store(false, Ordering::SeqCst);
+        assert_eq!(c.read_full(off, data.len() as u32, 0).unwrap().data, data);
+        assert_eq!(c.read(VOL_SIZE - 512, 512).unwrap(), vec![7u8; 512]);
+        assert_eq!(e.reads_now.load(Ordering::SeqCst), served_now);
+        e.serve_reads_now.store(true, Ordering::SeqCst);
         c.disconnect();
     }
     t.stop();

@@ -54,6 +54,9 @@ pub enum ObjectError {
     NoSuchObject(u64),
     #[error("block {blkid} of object {object} is beyond its capacity")]
     OutOfRange { object: u64, blkid: u64 },
+    /// A read that must not wait for I/O found something it needs not in memory.
+    #[error("not in memory")]
+    NotCached,
 }
 
 /// A block's newest version in one txg: its contents as readers see them (`None`: a hole), and,
@@ -264,6 +267,7 @@ impl ObjectSet {
         TreeReader {
             io: &self.io,
             mode: self.cache_mode(),
+            cached_only: false,
         }
     }
 
@@ -467,6 +471,22 @@ impl ObjectSet {
 
     /// Reads block `blkid` of `object`; `None` is a hole (reads as zeros).
     pub fn read_block(&self, object: u64, blkid: u64) -> Result<Option<Bytes>, ObjectError> {
+        self.read_block_with(object, blkid, false)
+    }
+
+    /// `read_block` for a caller that must not wait for I/O (a reader on an async runtime):
+    /// `None` when the block, a pointer on the way to it, or its dnode is not in memory (the
+    /// caller then reads it the ordinary way, which also reports any error).
+    pub fn read_block_cached(&self, object: u64, blkid: u64) -> Option<Option<Bytes>> {
+        self.read_block_with(object, blkid, true).ok()
+    }
+
+    fn read_block_with(
+        &self,
+        object: u64,
+        blkid: u64,
+        cached_only: bool,
+    ) -> Result<Option<Bytes>, ObjectError> {
         let dnode = {
             let mut state = self.state.lock();
             for changes in state.changes.values().rev() {
@@ -484,19 +504,35 @@ impl ObjectSet {
                     }
                 }
             }
-            self.synced_dnode(&mut state, object)?
+            if cached_only {
+                state
+                    .dnodes
+                    .get(&object)
+                    .cloned()
+                    .ok_or(ObjectError::NotCached)?
+            } else {
+                self.synced_dnode(&mut state, object)?
+            }
         };
         if dnode.is_free() {
             return Err(ObjectError::NoSuchObject(object));
         }
-        read_tree_block(&self.reader(), &dnode, blkid)
+        let reader = TreeReader {
+            io: &self.io,
+            mode: self.cache_mode(),
+            cached_only,
+        };
+        read_tree_block(&reader, &dnode, blkid)
     }
 
     /// Tells the object set a client read blocks `first .. first + count` of `object`: a read
     /// that continues a sequential stream starts read-ahead of the blocks that follow (read
     /// in the background into the cache). Read-ahead is a hint: failures are left to the
     /// demand reads that follow.
-    pub fn note_read(&self, object: u64, first: u64, count: u64) {
+    ///
+    /// Never waits for I/O (a reader on an async runtime calls it): finding the pointers of
+    /// the blocks ahead, which may read indirect blocks, happens on a prefetch thread.
+    pub fn note_read(self: &Arc<Self>, object: u64, first: u64, count: u64) {
         if count == 0 {
             return;
         }
@@ -506,6 +542,13 @@ impl ObjectSet {
             // Read-ahead of blocks the cache would not keep is wasted work.
             return;
         }
+        let this = self.clone();
+        self.io
+            .spawn_prefetch_task(move || this.read_ahead(object, ahead, mode));
+    }
+
+    /// Finds the blocks `ahead` of `object` and hands those on disk to the cache's read-ahead.
+    fn read_ahead(&self, object: u64, ahead: std::ops::Range<u64>, mode: CacheMode) {
         let dnode = {
             let mut state = self.state.lock();
             let mut blkids: Vec<u64> = Vec::with_capacity((ahead.end - ahead.start) as usize);
@@ -943,10 +986,15 @@ fn tree_block_pointer(
 struct TreeReader<'a> {
     io: &'a CachedIo,
     mode: CacheMode,
+    /// Only what is cached: `NotCached` rather than a device read.
+    cached_only: bool,
 }
 
 impl TreeReader<'_> {
     fn read(&self, bp: &BlockPointer) -> Result<Bytes, ObjectError> {
+        if self.cached_only {
+            return self.io.read_cached(bp).ok_or(ObjectError::NotCached);
+        }
         Ok(self.io.read_block(bp, self.mode)?)
     }
 }

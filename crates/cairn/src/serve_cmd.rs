@@ -132,6 +132,10 @@ impl Export for VolumeExport {
         self.volume.read(offset, buf).map_err(export_error)
     }
 
+    fn try_read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
+        self.volume.try_read_cached(offset, buf).is_some()
+    }
+
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         self.volume
             .write_with(offset, data, self.options(fua))

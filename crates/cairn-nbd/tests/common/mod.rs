@@ -46,6 +46,10 @@ pub struct MemExport {
     pub read_delay: Mutex<Option<(u64, Duration)>>,
     /// Reads starting at this offset panic.
     pub panic_at: Mutex<Option<u64>>,
+    /// Reads the server served through `try_read_now` (as a cache hit would be).
+    pub reads_now: AtomicU64,
+    /// Whether `try_read_now` serves reads at all.
+    pub serve_reads_now: std::sync::atomic::AtomicBool,
 }
 
 impl MemExport {
@@ -69,6 +73,8 @@ impl MemExport {
             write_delay: Mutex::new(Duration::ZERO),
             read_delay: Mutex::new(None),
             panic_at: Mutex::new(None),
+            reads_now: AtomicU64::new(0),
+            serve_reads_now: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -182,6 +188,19 @@ impl Export for MemExport {
         }
         self.get(offset, buf);
         Ok(())
+    }
+    fn try_read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
+        // Reads with an injected delay or panic, and bad ranges, take the ordinary path.
+        if !self.serve_reads_now.load(Ordering::SeqCst)
+            || self.check(offset, buf.len() as u64).is_err()
+            || *self.panic_at.lock() == Some(offset)
+            || self.read_delay.lock().is_some_and(|(at, _)| at == offset)
+        {
+            return false;
+        }
+        self.get(offset, buf);
+        self.reads_now.fetch_add(1, Ordering::SeqCst);
+        true
     }
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
         if self.readonly {
