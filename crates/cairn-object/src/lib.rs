@@ -542,46 +542,66 @@ impl ObjectSet {
             // Read-ahead of blocks the cache would not keep is wasted work.
             return;
         }
+        // Usually the pointers are in cached indirect blocks: queue the reads now, ahead of
+        // the demand reads that follow. Otherwise a prefetch thread reads the indirects.
+        if let Some(bps) = self.blocks_ahead(object, ahead.clone(), true) {
+            self.io.prefetch(&bps, mode);
+            return;
+        }
         let this = self.clone();
-        self.io
-            .spawn_prefetch_task(move || this.read_ahead(object, ahead, mode));
+        self.io.spawn_prefetch_task(move || {
+            if let Some(bps) = this.blocks_ahead(object, ahead, false) {
+                this.io.prefetch(&bps, mode);
+            }
+        });
     }
 
-    /// Finds the blocks `ahead` of `object` and hands those on disk to the cache's read-ahead.
-    fn read_ahead(&self, object: u64, ahead: std::ops::Range<u64>, mode: CacheMode) {
-        let dnode = {
+    /// The pointers of the blocks `ahead` of `object` that are on disk (blocks changed in an
+    /// unsynced txg are in memory already). With `cached_only`, `None` if finding them would
+    /// need a read (an indirect block or the dnode not in memory); `None` also on errors
+    /// (read-ahead is a hint: the demand reads that follow report them).
+    fn blocks_ahead(
+        &self,
+        object: u64,
+        ahead: std::ops::Range<u64>,
+        cached_only: bool,
+    ) -> Option<Vec<BlockPointer>> {
+        let (dnode, blkids) = {
             let mut state = self.state.lock();
-            let mut blkids: Vec<u64> = Vec::with_capacity((ahead.end - ahead.start) as usize);
-            let mut fresh = false;
-            for blkid in ahead {
-                // Blocks changed in an unsynced txg are in memory already.
-                if !state
-                    .changes
-                    .values()
-                    .any(|changes| changes.blocks.contains_key(&(object, blkid)))
-                {
-                    blkids.push(blkid);
-                }
+            if state
+                .changes
+                .values()
+                .any(|changes| changes.dnodes.contains_key(&object))
+            {
+                return Some(Vec::new());
             }
-            for changes in state.changes.values() {
-                fresh |= changes.dnodes.contains_key(&object);
-            }
-            if fresh || blkids.is_empty() {
-                return;
-            }
-            match self.synced_dnode(&mut state, object) {
-                Ok(dnode) => (dnode, blkids),
-                Err(_) => return,
-            }
+            let blkids: Vec<u64> = ahead
+                .filter(|&blkid| {
+                    !state
+                        .changes
+                        .values()
+                        .any(|changes| changes.blocks.contains_key(&(object, blkid)))
+                })
+                .collect();
+            let dnode = if cached_only {
+                state.dnodes.get(&object).cloned()?
+            } else {
+                self.synced_dnode(&mut state, object).ok()?
+            };
+            (dnode, blkids)
         };
-        let (dnode, blkids) = dnode;
-        let reader = self.reader();
-        let bps: Vec<BlockPointer> = blkids
-            .into_iter()
-            .map_while(|blkid| tree_block_pointer(&reader, &dnode, blkid).ok())
-            .flatten()
-            .collect();
-        self.io.prefetch(&bps, mode);
+        let reader = TreeReader {
+            io: &self.io,
+            mode: self.cache_mode(),
+            cached_only,
+        };
+        let mut bps = Vec::with_capacity(blkids.len());
+        for blkid in blkids {
+            if let Some(bp) = tree_block_pointer(&reader, &dnode, blkid).ok()? {
+                bps.push(bp);
+            }
+        }
+        Some(bps)
     }
 
     /// Which of blocks `first .. first + count` of `object` hold data (true) or are holes,
