@@ -169,6 +169,15 @@ impl Context {
         Ok(self.cache.load()?.into_keys().collect())
     }
 
+    /// The pools a command names, or every imported pool when it names none.
+    pub fn pools_or_all(&self, pools: &[String]) -> Result<Vec<String>> {
+        if pools.is_empty() {
+            self.pool_names()
+        } else {
+            Ok(pools.to_vec())
+        }
+    }
+
     /// The device specs the cache lists for `pool`.
     pub fn cached_devices(&self, pool: &str) -> Result<Vec<DeviceSpec>> {
         let devices = self.cache.devices(pool)?.ok_or_else(|| {

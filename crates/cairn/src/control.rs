@@ -61,6 +61,29 @@ fn read_field(stream: &mut impl Read, limit: u32) -> std::io::Result<Vec<u8>> {
 }
 
 /// Sends the command to a running server, if there is one. `Ok(None)`: no server; run locally.
+/// Runs `args` in the server of `ctx`'s state directory and returns what it printed: for the
+/// client side of commands that poll a server (`pool iostat`, `stat arc` with an interval).
+/// `what` names the command in the error when no server runs.
+pub fn ask_server(ctx: &crate::context::Context, args: &[&str], what: &str) -> Result<String> {
+    let state_dir = ctx
+        .cache
+        .path()
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| anyhow::anyhow!("no state directory"))?;
+    let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+    let reply = forward(&state_dir, &args)?.ok_or_else(|| {
+        anyhow::anyhow!(
+            "no cairn server is running for {}; {what} `cairn serve`",
+            state_dir.display()
+        )
+    })?;
+    if reply.exit_code != 0 {
+        anyhow::bail!("{}", String::from_utf8_lossy(&reply.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&reply.stdout).into_owned())
+}
+
 pub fn forward(state_dir: &Path, args: &[String]) -> Result<Option<Reply>> {
     let path = socket_path(state_dir);
     let Ok(mut stream) = UnixStream::connect(&path) else {

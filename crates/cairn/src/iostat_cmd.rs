@@ -283,27 +283,12 @@ pub fn iostat(ctx: &Context, args: &IostatArgs) -> Result<()> {
         return print_snapshot(ctx);
     }
     let (pools, interval, count) = parse_positional(&args.args)?;
-    let state_dir = ctx
-        .cache
-        .path()
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .ok_or_else(|| anyhow!("no state directory"))?;
     let sample = || -> Result<Snapshot> {
-        let reply = control::forward(
-            &state_dir,
-            &["pool".into(), "iostat".into(), "--snapshot".into()],
-        )?
-        .ok_or_else(|| {
-            anyhow!(
-                "no cairn server is running for {}; pool iostat reports the I/O of `cairn serve`",
-                state_dir.display()
-            )
-        })?;
-        if reply.exit_code != 0 {
-            bail!("{}", String::from_utf8_lossy(&reply.stderr).trim());
-        }
-        parse_snapshot(&String::from_utf8_lossy(&reply.stdout))
+        parse_snapshot(&control::ask_server(
+            ctx,
+            &["pool", "iostat", "--snapshot"],
+            "pool iostat reports the I/O of",
+        )?)
     };
     let mut before = Snapshot::default();
     let mut now = sample()?;

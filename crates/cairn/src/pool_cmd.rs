@@ -815,11 +815,7 @@ pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
 }
 
 pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
-    let names = if pools.is_empty() {
-        ctx.pool_names()?
-    } else {
-        pools.to_vec()
-    };
+    let names = ctx.pools_or_all(pools)?;
     for name in &names {
         ctx.with_pool(name, false, |pool| {
             pool.sync()

@@ -95,27 +95,12 @@ fn interval_mode(ctx: &Context, args: &StatArcArgs) -> Result<()> {
         bail!("expected [INTERVAL [COUNT]], got {}", args.args.join(" "));
     }
     let seconds = interval.expect("interval mode has an interval");
-    let state_dir = ctx
-        .cache
-        .path()
-        .parent()
-        .map(std::path::Path::to_path_buf)
-        .ok_or_else(|| anyhow!("no state directory"))?;
     let sample = || -> Result<Sample> {
-        let reply = control::forward(
-            &state_dir,
-            &["stat".into(), "arc".into(), "--snapshot".into()],
-        )?
-        .ok_or_else(|| {
-            anyhow!(
-                "no cairn server is running for {}; stat arc with an interval watches `cairn serve`",
-                state_dir.display()
-            )
-        })?;
-        if reply.exit_code != 0 {
-            bail!("{}", String::from_utf8_lossy(&reply.stderr).trim());
-        }
-        parse_sample(&String::from_utf8_lossy(&reply.stdout))
+        parse_sample(&control::ask_server(
+            ctx,
+            &["stat", "arc", "--snapshot"],
+            "stat arc with an interval watches",
+        )?)
     };
     let mut before = Sample::new();
     let mut now = sample()?;

@@ -16,11 +16,7 @@ use crate::table::{Column, Table};
 use anyhow::Result;
 
 pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let names = if pools.is_empty() {
-        ctx.pool_names()?
-    } else {
-        pools.to_vec()
-    };
+    let names = ctx.pools_or_all(pools)?;
     let mut logs = Table::new(vec![
         Column::left("DATASET"),
         Column::right("LANES"),
@@ -138,11 +134,7 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
 }
 
 pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let names = if pools.is_empty() {
-        ctx.pool_names()?
-    } else {
-        pools.to_vec()
-    };
+    let names = ctx.pools_or_all(pools)?;
     let mut pipeline = Table::new(vec![
         Column::left("POOL"),
         Column::right("READ"),
