@@ -14,9 +14,16 @@
 //! favoured). The target only decides who gives way when the shard is full: the class over its
 //! target is evicted first, and either class may use room the other leaves empty.
 //!
-//! Eviction happens in the inserting thread, one block at a time and bounded
-//! (`EVICT_SCAN_MAX` entries looked at per step), so no reader waits behind a long eviction; a
-//! capacity change (memory pressure) shrinks one shard at a time.
+//! Eviction. With a background evictor running (`run_evictor`, the read cache's
+//! `cairn-arc-evict` thread), an insert may take a shard past its capacity by a small slack
+//! (1/`EVICT_SLACK_DIVISOR` of it, at most `EVICT_SLACK_MAX_BYTES`) and only wakes the evictor,
+//! which brings the shard back down in batches of at most `EVICT_BATCH_BYTES` per lock hold. A
+//! reader evicts for itself only when the evictor has fallen a whole slack behind, and then
+//! only its own block's worth, so no reader waits behind a long eviction. A capacity change
+//! (memory pressure, `arc_max`) is evicted in the same batches by the thread that made it.
+//! Buffers leave the shard's lock before they are freed (the policies defer their drops).
+//! Without an evictor (a cache used alone, in tests and trace replays) the slack is 0 and
+//! inserts evict down to the capacity themselves.
 //!
 //! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
 //! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader
@@ -29,7 +36,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Shards a cache gets by default: enough that two cores (or sixteen) rarely contend on one.
 pub const SHARDS_DEFAULT: usize = 16;
@@ -43,6 +50,13 @@ const META_BALANCE: u64 = 5;
 const META_MIN_DIVISOR: u64 = 32;
 /// Initial metadata target: 1/`META_INITIAL_DIVISOR` of the capacity.
 const META_INITIAL_DIVISOR: u64 = 4;
+
+/// A shard may go this share of its capacity over it while the background evictor catches up.
+const EVICT_SLACK_DIVISOR: u64 = 64;
+/// ... but never more than this (a shard of a large cache).
+const EVICT_SLACK_MAX_BYTES: u64 = 4 << 20;
+/// The evictor's work per shard-lock hold: a batch of about 256 4 KiB blocks.
+const EVICT_BATCH_BYTES: u64 = 1 << 20;
 
 /// Which of a shard's two policies a block belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,11 +146,22 @@ struct ShardState {
     capacity_bytes: u64,
     meta_target_bytes: u64,
     inflight: HashMap<BlockKey, Arc<Pending>>,
+    /// How far inserts may take the shard past its capacity (0 without a background evictor).
+    slack_bytes: u64,
+    /// Bytes inserts had to evict themselves.
+    inline_evicted_bytes: u64,
+}
+
+/// Buffers evicted under a shard's lock, freed after it is released.
+type Dropped = Vec<Arc<[u8]>>;
+
+fn slack_for(capacity_bytes: u64) -> u64 {
+    (capacity_bytes / EVICT_SLACK_DIVISOR).min(EVICT_SLACK_MAX_BYTES)
 }
 
 impl ShardState {
     fn new(capacity_bytes: u64) -> ShardState {
-        ShardState {
+        let mut state = ShardState {
             data: ArcPolicy::new(capacity_bytes),
             // Metadata is a small share of most caches (its target starts at a quarter):
             // counters for a quarter of the capacity keep its sketch accurate at a quarter
@@ -145,7 +170,27 @@ impl ShardState {
             capacity_bytes,
             meta_target_bytes: capacity_bytes / META_INITIAL_DIVISOR,
             inflight: HashMap::new(),
-        }
+            slack_bytes: 0,
+            inline_evicted_bytes: 0,
+        };
+        state.data.defer_drops();
+        state.meta.defer_drops();
+        state
+    }
+
+    /// What the policies evicted since the last call, to be dropped outside the lock.
+    fn take_dropped(&mut self) -> Dropped {
+        let mut dropped = self.data.take_dropped();
+        dropped.append(&mut self.meta.take_dropped());
+        dropped
+    }
+
+    fn evicted_bytes(&self) -> u64 {
+        self.data.stats().evicted_bytes + self.meta.stats().evicted_bytes
+    }
+
+    fn over_capacity(&self) -> bool {
+        self.live_bytes() > self.capacity_bytes
     }
 
     fn policy(&mut self, class: BlockClass) -> &mut ArcPolicy<Arc<[u8]>> {
@@ -159,43 +204,73 @@ impl ShardState {
         self.data.live_bytes() + self.meta.live_bytes()
     }
 
-    /// Makes room for `incoming_bytes` of `class`: the other class gives back what it holds
-    /// beyond its target first, then `class` may use everything the other does not hold.
-    fn make_room(&mut self, class: BlockClass, incoming_bytes: u64) {
-        let capacity = self.capacity_bytes;
+    /// Makes room for `incoming_bytes` of `class` within `limit_bytes`: the other class gives
+    /// back what it holds beyond its target first, then `class` may use everything the other
+    /// does not hold.
+    fn make_room(&mut self, class: BlockClass, incoming_bytes: u64, limit_bytes: u64) {
         let meta_target = self.meta_target_bytes;
         let (this, other, other_target) = match class {
             BlockClass::Data => (&mut self.data, &mut self.meta, meta_target),
-            BlockClass::Metadata => (&mut self.meta, &mut self.data, capacity - meta_target),
+            BlockClass::Metadata => (
+                &mut self.meta,
+                &mut self.data,
+                self.capacity_bytes.saturating_sub(meta_target),
+            ),
         };
         let total = this.live_bytes() + other.live_bytes() + incoming_bytes;
-        if total > capacity && other.live_bytes() > other_target {
-            let excess = (total - capacity).min(other.live_bytes() - other_target);
+        if total > limit_bytes && other.live_bytes() > other_target {
+            let excess = (total - limit_bytes).min(other.live_bytes() - other_target);
             other.set_capacity(other.live_bytes() - excess);
         }
-        this.set_capacity(capacity.saturating_sub(other.live_bytes()));
+        this.set_capacity(limit_bytes.saturating_sub(other.live_bytes()));
     }
 
-    /// Evicts until both classes fit the capacity, the one over its target first.
-    fn fit(&mut self) {
+    /// Evicts until both classes fit in `limit_bytes`, the one over its target first.
+    fn fit_to(&mut self, limit_bytes: u64) {
         if self.meta.live_bytes() > self.meta_target_bytes {
-            self.make_room(BlockClass::Data, 0);
-            self.make_room(BlockClass::Metadata, 0);
+            self.make_room(BlockClass::Data, 0, limit_bytes);
+            self.make_room(BlockClass::Metadata, 0, limit_bytes);
         } else {
-            self.make_room(BlockClass::Metadata, 0);
-            self.make_room(BlockClass::Data, 0);
+            self.make_room(BlockClass::Metadata, 0, limit_bytes);
+            self.make_room(BlockClass::Data, 0, limit_bytes);
         }
     }
 
-    fn insert(&mut self, key: BlockKey, class: BlockClass, data: Arc<[u8]>, access: Access) {
+    /// One batch of the evictor's work: at most `EVICT_BATCH_BYTES` towards the capacity.
+    fn evict_batch(&mut self) {
+        let live = self.live_bytes();
+        self.fit_to(
+            self.capacity_bytes
+                .max(live.saturating_sub(EVICT_BATCH_BYTES)),
+        );
+    }
+
+    /// Caches a block; returns whether the shard is now over its capacity (the evictor's
+    /// turn). Within the slack, nothing is evicted here; past it (the evictor is behind, or
+    /// the capacity just dropped below what is held), only this block's worth.
+    fn insert(
+        &mut self,
+        key: BlockKey,
+        class: BlockClass,
+        data: Arc<[u8]>,
+        access: Access,
+    ) -> bool {
         let size = charge(data.len());
-        self.make_room(class, u64::from(size));
+        let limit = if self.slack_bytes == 0 {
+            self.capacity_bytes
+        } else {
+            (self.capacity_bytes + self.slack_bytes).max(self.live_bytes())
+        };
+        let evicted_before = self.evicted_bytes();
+        self.make_room(class, u64::from(size), limit);
         let policy = self.policy(class);
         let ghost_hits_before = ghost_hits(&policy.stats());
         policy.insert(key, size, data, access);
         if ghost_hits(&policy.stats()) > ghost_hits_before {
             self.adapt(class, u64::from(size));
         }
+        self.inline_evicted_bytes += self.evicted_bytes() - evicted_before;
+        self.over_capacity()
     }
 
     /// A ghost hit in `class`: had it held more, the block would have been a hit.
@@ -213,12 +288,15 @@ impl ShardState {
         .clamp(low, high);
     }
 
+    /// A new capacity; the caller evicts down to it (`BlockCache::evict_pass`).
     fn set_capacity(&mut self, capacity_bytes: u64) {
         let old = self.capacity_bytes.max(1);
         self.meta_target_bytes = (u128::from(self.meta_target_bytes) * u128::from(capacity_bytes)
             / u128::from(old)) as u64;
         self.capacity_bytes = capacity_bytes;
-        self.fit();
+        if self.slack_bytes > 0 {
+            self.slack_bytes = slack_for(capacity_bytes).max(1);
+        }
     }
 }
 
@@ -233,6 +311,28 @@ struct Shard(Mutex<ShardState>);
 
 pub struct BlockCache {
     shards: Box<[Shard]>,
+    evictor: EvictorSignal,
+}
+
+/// How inserts wake the background evictor, and how it is stopped.
+#[derive(Default)]
+struct EvictorSignal {
+    /// Set by an insert that took a shard over its capacity; cleared by the evictor before a
+    /// pass (so only the first insert over capacity takes the lock below).
+    requested: AtomicBool,
+    state: Mutex<EvictorState>,
+    wake: Condvar,
+    /// Batches the evictor (and capacity changes) evicted, and their bytes.
+    batches: AtomicU64,
+    batch_evicted_bytes: AtomicU64,
+}
+
+#[derive(Default)]
+struct EvictorState {
+    running: bool,
+    wanted: bool,
+    /// Set once, for good.
+    stopping: bool,
 }
 
 /// Counters and sizes of one class, summed over the shards.
@@ -253,6 +353,12 @@ pub struct CacheSnapshot {
     pub size_bytes: u64,
     /// Reads in flight.
     pub inflight: u64,
+    /// Eviction batches run off the readers' path (evictor thread, capacity changes), and the
+    /// bytes they evicted.
+    pub evict_batches: u64,
+    pub evict_batch_bytes: u64,
+    /// Bytes inserting readers evicted themselves (all of them without an evictor).
+    pub evict_inline_bytes: u64,
 }
 
 fn shard_index(key: &BlockKey, shards: usize) -> usize {
@@ -301,6 +407,102 @@ impl BlockCache {
             shards: (0..shards)
                 .map(|_| Shard(Mutex::new(ShardState::new(share))))
                 .collect(),
+            evictor: EvictorSignal::default(),
+        }
+    }
+
+    /// Runs the background evictor in the calling thread until `stop_evictor` (at once if that
+    /// was called already: a stopped cache has no evictor again). While it runs, inserts leave
+    /// eviction to it (within each shard's slack).
+    pub fn run_evictor(&self) {
+        {
+            let mut state = self.evictor.state.lock();
+            assert!(!state.running, "one evictor per cache");
+            if state.stopping {
+                return;
+            }
+            state.running = true;
+        }
+        for shard in self.shards.iter() {
+            let mut shard = shard.0.lock();
+            shard.slack_bytes = slack_for(shard.capacity_bytes).max(1);
+        }
+        loop {
+            {
+                let mut state = self.evictor.state.lock();
+                while !state.wanted && !state.stopping {
+                    self.evictor.wake.wait(&mut state);
+                }
+                if state.stopping {
+                    break;
+                }
+                state.wanted = false;
+                self.evictor.requested.store(false, Ordering::Release);
+            }
+            self.evict_pass();
+        }
+        // Inserts evict for themselves again, and nothing is left over the capacity.
+        for shard in self.shards.iter() {
+            shard.0.lock().slack_bytes = 0;
+        }
+        self.evict_pass();
+        self.evictor.state.lock().running = false;
+    }
+
+    /// Makes `run_evictor` return (after a last pass), or never start.
+    pub fn stop_evictor(&self) {
+        self.evictor.state.lock().stopping = true;
+        self.evictor.wake.notify_all();
+    }
+
+    fn request_eviction(&self) {
+        if !self.evictor.requested.swap(true, Ordering::AcqRel) {
+            self.evictor.state.lock().wanted = true;
+            self.evictor.wake.notify_one();
+        }
+    }
+
+    /// Evicts every shard down to its capacity now, in the calling thread, in batches: the
+    /// lock is released between batches and the evicted buffers are freed outside it.
+    pub fn evict_pass(&self) {
+        for shard in self.shards.iter() {
+            // Bounded by what was over at the start: inserts racing the pass wake the evictor
+            // again rather than keep this loop going.
+            let mut batches_left = u64::MAX;
+            while batches_left > 0 {
+                let (dropped, evicted) = {
+                    let mut shard = shard.0.lock();
+                    if !shard.over_capacity() {
+                        break;
+                    }
+                    let over = shard.live_bytes() - shard.capacity_bytes;
+                    batches_left = batches_left.min(over.div_ceil(EVICT_BATCH_BYTES) + 1) - 1;
+                    let before = shard.evicted_bytes();
+                    shard.evict_batch();
+                    (shard.take_dropped(), shard.evicted_bytes() - before)
+                };
+                drop(dropped);
+                self.evictor.batches.fetch_add(1, Ordering::Relaxed);
+                self.evictor
+                    .batch_evicted_bytes
+                    .fetch_add(evicted, Ordering::Relaxed);
+                if evicted == 0 {
+                    break; // only pinned blocks left over the capacity
+                }
+            }
+        }
+    }
+
+    /// Caches `buf` in its shard, outside of which the evicted buffers are freed.
+    fn insert_in_shard(&self, key: BlockKey, class: BlockClass, buf: Arc<[u8]>, access: Access) {
+        let (over, dropped) = {
+            let mut shard = self.shard(&key).lock();
+            let over = shard.insert(key, class, buf, access);
+            (over, shard.take_dropped())
+        };
+        drop(dropped);
+        if over {
+            self.request_eviction();
         }
     }
 
@@ -361,16 +563,22 @@ impl BlockCache {
             (Some(data), Some(_)) if !data.is_empty() => Some(Arc::from(&data[..])),
             _ => None,
         };
-        {
+        let (over, dropped) = {
             let mut shard = self.shard(key).lock();
             let removed = shard.inflight.remove(key);
             debug_assert!(
                 removed.is_some_and(|removed| Arc::ptr_eq(&removed, pending)),
                 "completed a read that was not claimed"
             );
-            if let (Some(buf), Some(access)) = (buf, cache_as) {
-                shard.insert(*key, class, buf, access);
-            }
+            let over = match (buf, cache_as) {
+                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access),
+                _ => false,
+            };
+            (over, shard.take_dropped())
+        };
+        drop(dropped);
+        if over {
+            self.request_eviction();
         }
         *pending.result.lock() = Some(data.cloned());
         pending.done.notify_all();
@@ -382,7 +590,7 @@ impl BlockCache {
             return;
         }
         let buf: Arc<[u8]> = Arc::from(&data[..]);
-        self.shard(&key).lock().insert(key, class, buf, access);
+        self.insert_in_shard(key, class, buf, access);
     }
 
     /// Whether a block is cached (no statistics, no reordering).
@@ -392,25 +600,31 @@ impl BlockCache {
 
     /// Forgets a block (its contents are known bad, or its space was reused).
     pub fn remove(&self, key: &BlockKey) {
-        let mut shard = self.shard(key).lock();
-        shard.data.remove(key);
-        shard.meta.remove(key);
+        let removed = {
+            let mut shard = self.shard(key).lock();
+            (shard.data.remove(key), shard.meta.remove(key))
+        };
+        drop(removed);
     }
 
     /// Forgets every block whose key matches (a pool leaving the process). O(blocks).
     pub fn remove_matching(&self, matches: impl Fn(&BlockKey) -> bool) -> u64 {
         let mut removed = 0;
         for shard in self.shards.iter() {
-            let mut shard = shard.0.lock();
-            let shard = &mut *shard;
-            for policy in [&mut shard.data, &mut shard.meta] {
-                for key in policy.keys() {
-                    if matches(&key) {
-                        policy.remove(&key);
-                        removed += 1;
+            let mut dropped = Vec::new();
+            {
+                let mut guard = shard.0.lock();
+                let state = &mut *guard;
+                for policy in [&mut state.data, &mut state.meta] {
+                    for key in policy.keys() {
+                        if matches(&key) {
+                            dropped.extend(policy.remove(&key));
+                            removed += 1;
+                        }
                     }
                 }
             }
+            drop(dropped);
         }
         removed
     }
@@ -427,12 +641,14 @@ impl BlockCache {
         }
     }
 
-    /// Changes the capacity (arc target, memory pressure): each shard evicts down to its share.
+    /// Changes the capacity (arc target, memory pressure); the calling thread evicts down to
+    /// it, in batches (`evict_pass`).
     pub fn set_capacity(&self, capacity_bytes: u64) {
         let share = capacity_bytes / self.shards.len() as u64;
         for shard in self.shards.iter() {
             shard.0.lock().set_capacity(share);
         }
+        self.evict_pass();
     }
 
     /// Counters and sizes summed over the shards.
@@ -448,7 +664,10 @@ impl BlockCache {
             total.meta_target_bytes += shard.meta_target_bytes;
             total.size_bytes += shard.live_bytes();
             total.inflight += shard.inflight.len() as u64;
+            total.evict_inline_bytes += shard.inline_evicted_bytes;
         }
+        total.evict_batches = self.evictor.batches.load(Ordering::Relaxed);
+        total.evict_batch_bytes = self.evictor.batch_evicted_bytes.load(Ordering::Relaxed);
         total
     }
 
@@ -460,7 +679,7 @@ impl BlockCache {
             shard.meta.assert_invariants();
             let pinned = shard.data.pinned_bytes() + shard.meta.pinned_bytes();
             assert!(
-                shard.live_bytes() <= shard.capacity_bytes + pinned,
+                shard.live_bytes() <= shard.capacity_bytes + shard.slack_bytes + pinned,
                 "a shard holds more than its share: {} > {}",
                 shard.live_bytes(),
                 shard.capacity_bytes
@@ -656,6 +875,121 @@ mod tests {
             .unwrap();
         assert_eq!(a.as_ptr(), b.as_ptr(), "two hits, one buffer");
         assert!(a.iter().all(|&byte| byte == 5));
+    }
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "timed out waiting: {what}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+    }
+
+    #[test]
+    fn the_background_evictor_brings_inserts_back_within_the_capacity() {
+        let block_len = 4096usize;
+        let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
+        let capacity = 4096 * per_block; // 16 MiB and a bit, 4 shards
+        let cache = Arc::new(BlockCache::new(capacity, 4));
+        let evictor = {
+            let cache = cache.clone();
+            std::thread::spawn(move || cache.run_evictor())
+        };
+        wait_until("slack set", || {
+            cache
+                .shards
+                .iter()
+                .all(|shard| shard.0.lock().slack_bytes > 0)
+        });
+        for i in 0..3 * 4096u64 {
+            cache.insert(
+                [i, 1],
+                BlockClass::Data,
+                &block(1, block_len),
+                Access::Demand,
+            );
+            // Never more than the slack over, whatever the evictor's pace.
+            let snapshot = cache.snapshot();
+            assert!(
+                snapshot.size_bytes <= capacity + slack_for(capacity / 4) * 4 + per_block,
+                "{} bytes held in {capacity} (+ slack)",
+                snapshot.size_bytes
+            );
+        }
+        wait_until("evicted down to the capacity", || {
+            cache.snapshot().size_bytes <= capacity
+        });
+        let snapshot = cache.snapshot();
+        assert!(snapshot.evict_batches > 0, "the evictor never ran");
+        assert_eq!(
+            snapshot.evict_batch_bytes + snapshot.evict_inline_bytes,
+            snapshot.data.stats.evicted_bytes,
+            "every eviction is counted once"
+        );
+        assert!(
+            snapshot.evict_batch_bytes > 0,
+            "readers evicted everything themselves: {snapshot:?}"
+        );
+        cache.stop_evictor();
+        evictor.join().unwrap();
+        // Without the evictor, inserts evict for themselves again and the slack is gone.
+        for i in 0..1024u64 {
+            cache.insert(
+                [1 << 40 | i, 1],
+                BlockClass::Data,
+                &block(2, block_len),
+                Access::Demand,
+            );
+        }
+        assert!(cache.snapshot().size_bytes <= capacity);
+        cache.assert_invariants();
+    }
+
+    #[test]
+    fn a_capacity_drop_is_evicted_by_the_caller_and_inserts_evict_only_their_own_size() {
+        let block_len = 4096usize;
+        let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
+        let capacity = 2048 * per_block;
+        let cache = BlockCache::new(capacity, 1);
+        cache.shards[0].0.lock().slack_bytes = slack_for(capacity); // as under an evictor
+        for i in 0..2048u64 {
+            cache.insert(
+                [i, 1],
+                BlockClass::Data,
+                &block(1, block_len),
+                Access::Demand,
+            );
+        }
+        let full = cache.snapshot().size_bytes;
+        assert_eq!(full, capacity);
+        // A shrink stored without its eviction pass: what a reader sees while a capacity
+        // change is being evicted.
+        cache.shards[0].0.lock().set_capacity(capacity / 4);
+        let inline_before = cache.snapshot().evict_inline_bytes;
+        cache.insert(
+            [1 << 40, 1],
+            BlockClass::Data,
+            &block(2, block_len),
+            Access::Demand,
+        );
+        let snapshot = cache.snapshot();
+        assert_eq!(
+            snapshot.evict_inline_bytes - inline_before,
+            per_block,
+            "the reader evicted more than its own block"
+        );
+        assert_eq!(snapshot.size_bytes, full);
+        cache.set_capacity(capacity / 4);
+        let snapshot = cache.snapshot();
+        assert!(snapshot.size_bytes <= capacity / 4);
+        assert!(
+            snapshot.evict_batches >= (full - capacity / 4) / EVICT_BATCH_BYTES,
+            "evicted in batches of at most {EVICT_BATCH_BYTES} bytes: {snapshot:?}"
+        );
+        cache.assert_invariants();
     }
 
     #[test]

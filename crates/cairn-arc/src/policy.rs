@@ -185,6 +185,8 @@ pub struct ArcPolicy<V> {
     window_target_bytes: u64,
     sketch: FrequencySketch,
     stats: PolicyStats,
+    /// Values of evicted or replaced blocks, kept for the caller to drop (`defer_drops`).
+    dropped: Option<Vec<V>>,
 }
 
 fn hash(key: &BlockKey) -> u64 {
@@ -220,6 +222,28 @@ impl<V> ArcPolicy<V> {
             window_target_bytes: capacity_bytes / WINDOW_MIN_DIVISOR,
             sketch: FrequencySketch::new(sketch_capacity_bytes / SKETCH_BLOCK_BYTES),
             stats: PolicyStats::default(),
+            dropped: None,
+        }
+    }
+
+    /// From now on, the values of blocks this policy evicts or replaces are kept for
+    /// `take_dropped` instead of dropped in place: a concurrent cache frees buffers after
+    /// releasing its lock. The caller must take them after every call that can evict.
+    pub fn defer_drops(&mut self) {
+        self.dropped.get_or_insert_with(Vec::new);
+    }
+
+    /// The values evicted since the last call (empty unless `defer_drops`).
+    pub fn take_dropped(&mut self) -> Vec<V> {
+        match &mut self.dropped {
+            Some(dropped) => std::mem::take(dropped),
+            None => Vec::new(),
+        }
+    }
+
+    fn discard(&mut self, value: Option<V>) {
+        if let (Some(value), Some(dropped)) = (value, &mut self.dropped) {
+            dropped.push(value);
         }
     }
 
@@ -385,7 +409,8 @@ impl<V> ArcPolicy<V> {
             Some(slot) => {
                 let old = self.entries[slot as usize].list;
                 self.unlink(slot);
-                self.release(slot);
+                let replaced = self.release(slot);
+                self.discard(replaced);
                 match (old, access) {
                     (List::Candidates, _) => List::Window,
                     (List::Window | List::Probation | List::Protected | List::Prefetched, _) => old,
@@ -587,12 +612,14 @@ impl<V> ArcPolicy<V> {
         match ghost {
             Some(ghost) => {
                 let entry = &mut self.entries[slot as usize];
-                entry.value = None;
+                let value = entry.value.take();
                 entry.flags = 0;
                 self.push_head(ghost, slot);
+                self.discard(value);
             }
             None => {
-                self.release(slot);
+                let value = self.release(slot);
+                self.discard(value);
             }
         }
     }

@@ -17,7 +17,9 @@
 //! setting (another dataset sharing it may cache it).
 //!
 //! Budget: the cache's target size `c` lies in [`arc_min`, `arc_max`]; every block is charged
-//! its bytes plus its headers (`cache::BLOCK_OVERHEAD_BYTES`). The maintenance thread
+//! its bytes plus its headers (`cache::BLOCK_OVERHEAD_BYTES`). Readers may take the cache a
+//! small slack past `c`; the `cairn-arc-evict` thread brings it back in batches (see `cache`).
+//! The maintenance thread
 //! (`start_maintenance`) reads the kernel's memory signals about once a second and moves `c` in
 //! bounded steps: down when memory is short, back up (after a hold-off) when it is plentiful
 //! and the cache is full. After a shrink it hands freed heap back to the kernel
@@ -196,6 +198,7 @@ pub struct ReadCache {
     shared: Arc<Shared>,
     prefetch_tx: Option<Sender<Job>>,
     prefetch_threads: Vec<JoinHandle<()>>,
+    evictor_thread: Option<JoinHandle<()>>,
     maintenance: Mutex<Option<Maintenance>>,
     next_pool_tag: AtomicU16,
 }
@@ -234,10 +237,16 @@ impl ReadCache {
                     .expect("spawning a prefetch thread")
             })
             .collect();
+        let evictor = shared.clone();
+        let evictor_thread = std::thread::Builder::new()
+            .name("cairn-arc-evict".into())
+            .spawn(move || evictor.blocks.run_evictor())
+            .expect("spawning the ARC evictor thread");
         Arc::new(ReadCache {
             shared,
             prefetch_tx: Some(tx),
             prefetch_threads,
+            evictor_thread: Some(evictor_thread),
             maintenance: Mutex::new(None),
             next_pool_tag: AtomicU16::new(1),
         })
@@ -333,6 +342,10 @@ impl Drop for ReadCache {
     fn drop(&mut self) {
         self.prefetch_tx = None;
         for handle in self.prefetch_threads.drain(..) {
+            let _ = handle.join();
+        }
+        self.shared.blocks.stop_evictor();
+        if let Some(handle) = self.evictor_thread.take() {
             let _ = handle.join();
         }
         if let Some((stop, handle)) = self.maintenance.lock().take() {
@@ -460,6 +473,9 @@ impl Shared {
                     "evict_skip",
                     data.stats.evict_skips + meta.stats.evict_skips,
                 ),
+                ("evict_batches", snapshot.evict_batches),
+                ("evict_batch_bytes", snapshot.evict_batch_bytes),
+                ("evict_inline_bytes", snapshot.evict_inline_bytes),
                 ("prefetch_promotions", load(&c.promotions)),
                 ("prefetch_dropped", load(&c.prefetch_dropped)),
                 ("written_inserts", load(&c.written_inserts)),

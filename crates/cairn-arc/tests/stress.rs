@@ -3,6 +3,7 @@
 //! evictor thread keeps shrinking and growing the capacity (memory pressure coming and going).
 //! Every hit must return exactly the bytes inserted for its key — never another block's, never
 //! a torn one — and afterwards every shard's invariants hold and the cache is within its size.
+//! Run twice: with inserts evicting for themselves, and with the background evictor thread.
 
 use bytes::Bytes;
 use cairn_arc::cache::{BlockCache, BlockClass};
@@ -36,12 +37,22 @@ fn class(key: u64) -> BlockClass {
 
 #[test]
 fn readers_and_evictors_together_never_see_wrong_data() {
+    stress(false);
+}
+
+#[test]
+fn readers_and_the_background_evictor_together_never_see_wrong_data() {
+    stress(true);
+}
+
+fn stress(background: bool) {
     let capacity = 512 * BLOCK as u64;
     let cache = BlockCache::new(capacity, 8);
     let finished = AtomicUsize::new(0);
     let hits = AtomicU64::new(0);
     let lookups = AtomicU64::new(0);
     std::thread::scope(|scope| {
+        let evictor = background.then(|| scope.spawn(|| cache.run_evictor()));
         for reader in 0..4u64 {
             let (cache, finished, hits, lookups) = (&cache, &finished, &hits, &lookups);
             scope.spawn(move || {
@@ -85,11 +96,24 @@ fn readers_and_evictors_together_never_see_wrong_data() {
             cache.set_capacity(capacity);
             assert!(round > 10, "the evictor hardly ran ({round} rounds)");
         });
+        if let Some(evictor) = evictor {
+            while !finished_all(finished) {
+                std::thread::yield_now();
+            }
+            cache.stop_evictor();
+            evictor.join().unwrap();
+        }
     });
     cache.assert_invariants();
     let snapshot = cache.snapshot();
     let cached = snapshot.size_bytes;
     assert!(cached <= capacity, "{cached} bytes cached in {capacity}");
+    if background {
+        assert!(
+            snapshot.evict_batches > 0,
+            "the background evictor never ran"
+        );
+    }
     assert!(
         snapshot.metadata.sizes.mru_blocks + snapshot.metadata.sizes.mfu_blocks > 0,
         "no metadata cached"
@@ -107,4 +131,8 @@ fn readers_and_evictors_together_never_see_wrong_data() {
         hits,
         "the shards' hit counters disagree with the readers"
     );
+}
+
+fn finished_all(finished: &AtomicUsize) -> bool {
+    finished.load(Ordering::Relaxed) >= 4
 }
