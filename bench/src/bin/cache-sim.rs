@@ -60,12 +60,17 @@ fn main() -> Result<()> {
     let sizes = replayer.policy().sizes();
     let blocks = (sizes.mru_blocks + sizes.mfu_blocks + sizes.ghost_blocks).max(1);
     println!(
-        "requests={} demand_misses={} prefetch_reads={} miss_ratio={:.6} header_bytes_per_block={:.1}",
+        "requests={} demand_misses={} prefetch_reads={} prefetch_used={} miss_ratio={:.6} header_bytes_per_block={:.1} window_target_blocks={} admissions={} mru_ghost_hits={} mfu_ghost_hits={}",
         outcome.requests,
         outcome.demand_misses,
         outcome.prefetch_reads,
+        replayer.policy().stats().demand_hit_prefetched,
         outcome.miss_ratio(),
-        sizes.header_bytes as f64 / blocks as f64
+        sizes.header_bytes as f64 / blocks as f64,
+        sizes.mru_target_bytes / u64::from(block_bytes),
+        replayer.policy().stats().admissions,
+        replayer.policy().stats().mru_ghost_hits,
+        replayer.policy().stats().mfu_ghost_hits,
     );
     Ok(())
 }

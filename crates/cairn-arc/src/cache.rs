@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 /// Shards a cache gets by default: enough that two cores (or sixteen) rarely contend on one.
 pub const SHARDS_DEFAULT: usize = 16;
 /// What a cached block costs beyond its data: the policy entry (48 B), its share of the index
-/// (~6–11 B) and of the frequency sketch (~4 B), the buffer's refcounts (16 B) and the
+/// (~6–11 B) and of the frequency sketch (~3.5–6 B), the buffer's refcounts (16 B) and the
 /// allocator's chunk header (~16 B).
 pub const BLOCK_OVERHEAD_BYTES: u32 = 96;
 /// A data ghost hit moves the metadata target by 1/`META_BALANCE` of what a metadata one does.
@@ -372,6 +372,7 @@ fn add_stats(total: &mut PolicyStats, s: &PolicyStats) {
     total.demand_misses += s.demand_misses;
     total.prefetch_hits += s.prefetch_hits;
     total.prefetch_misses += s.prefetch_misses;
+    total.demand_hit_prefetched += s.demand_hit_prefetched;
     total.mru_hits += s.mru_hits;
     total.mfu_hits += s.mfu_hits;
     total.mru_ghost_hits += s.mru_ghost_hits;

@@ -476,6 +476,10 @@ impl Shared {
                 ("evict_batches", snapshot.evict_batches),
                 ("evict_batch_bytes", snapshot.evict_batch_bytes),
                 ("evict_inline_bytes", snapshot.evict_inline_bytes),
+                (
+                    "demand_hit_prefetch",
+                    data.stats.demand_hit_prefetched + meta.stats.demand_hit_prefetched,
+                ),
                 ("prefetch_promotions", load(&c.promotions)),
                 ("prefetch_dropped", load(&c.prefetch_dropped)),
                 ("written_inserts", load(&c.written_inserts)),

@@ -8,13 +8,16 @@
 //! random workload's tail — then never touch the counters, which stay accurate for the blocks
 //! that matter (as TinyLFU does).
 //!
-//! Memory: four counters of one byte per slot and one doorkeeper bit per slot, `width` slots
-//! with `width` the power of two at or above the cache's capacity in blocks: about 4.1 bytes
-//! per cached block.
+//! Memory: per slot, four 4-bit counters (two bytes) and 32 doorkeeper bits, `width` slots with
+//! `width` the power of two at or above the cache's capacity in blocks: 6 bytes per slot, 3.5-6
+//! per block of capacity. The doorkeeper's size matters: at 16 bits per slot it filled up between
+//! two ageings of the recorded volume trace (tens of thousands of blocks read once by a backup)
+//! and let a quarter of first reads through as second ones; at 32, bench/cache's volume trace
+//! misses 0.05% less, the synthetic ones the same.
 
 const ROWS: usize = 4;
 const COUNT_MAX: u8 = 15;
-const DOORKEEPER_BITS_PER_SLOT: usize = 16;
+const DOORKEEPER_BITS_PER_SLOT: usize = 32;
 const DOORKEEPER_HASHES: usize = 4;
 /// Distinct odd multipliers, one per row, to spread one 64-bit hash over the rows.
 const SEEDS: [u64; ROWS] = [
@@ -25,6 +28,8 @@ const SEEDS: [u64; ROWS] = [
 ];
 
 pub struct FrequencySketch {
+    /// Two 4-bit counters per byte: counter `i` is the low nibble of byte `i / 2` when `i` is
+    /// even, the high one when odd.
     counts: Vec<u8>,
     doorkeeper: Vec<u64>,
     mask: u64,
@@ -37,7 +42,7 @@ impl FrequencySketch {
     pub fn new(capacity_blocks: u64) -> FrequencySketch {
         let width = capacity_blocks.clamp(64, 1 << 28).next_power_of_two();
         FrequencySketch {
-            counts: vec![0; width as usize * ROWS],
+            counts: vec![0; width as usize * ROWS / 2],
             doorkeeper: vec![0; (width as usize * DOORKEEPER_BITS_PER_SLOT).div_ceil(64)],
             mask: width - 1,
             additions: 0,
@@ -61,14 +66,25 @@ impl FrequencySketch {
             return;
         }
         let slots: [usize; ROWS] = std::array::from_fn(|row| self.slot(hash, row));
-        let least = slots.iter().map(|&s| self.counts[s]).min().unwrap_or(0);
+        let least = slots.iter().map(|&s| self.count(s)).min().unwrap_or(0);
         if least < COUNT_MAX {
             for &s in &slots {
-                if self.counts[s] == least {
-                    self.counts[s] += 1;
+                if self.count(s) == least {
+                    self.set_count(s, least + 1);
                 }
             }
         }
+    }
+
+    fn count(&self, slot: usize) -> u8 {
+        (self.counts[slot / 2] >> ((slot % 2) * 4)) & 0x0f
+    }
+
+    fn set_count(&mut self, slot: usize, count: u8) {
+        debug_assert!(count <= COUNT_MAX);
+        let shift = (slot % 2) * 4;
+        let byte = &mut self.counts[slot / 2];
+        *byte = (*byte & !(0x0f << shift)) | (count << shift);
     }
 
     /// The doorkeeper's two bits for `hash`.
@@ -95,7 +111,7 @@ impl FrequencySketch {
     /// Estimated reads of the key with hash `hash` since the last ageing or two.
     pub fn estimate(&self, hash: u64) -> u8 {
         let counted = (0..ROWS)
-            .map(|row| self.counts[self.slot(hash, row)])
+            .map(|row| self.count(self.slot(hash, row)))
             .min()
             .unwrap_or(0);
         counted + u8::from(self.doorkeeper_contains(hash))
@@ -107,8 +123,10 @@ impl FrequencySketch {
     }
 
     fn age(&mut self) {
-        for count in &mut self.counts {
-            *count /= 2;
+        for pair in &mut self.counts {
+            // Both nibbles halved at once; the bit shifted from the high one into the low one's
+            // top is masked off.
+            *pair = (*pair >> 1) & 0x77;
         }
         self.doorkeeper.fill(0);
         self.additions /= 2;
@@ -131,6 +149,23 @@ mod tests {
         let hot = sketch.estimate(7u64.wrapping_mul(0x2545_f491_4f6c_dd1d));
         let rare = sketch.estimate(1003u64.wrapping_mul(0x2545_f491_4f6c_dd1d));
         assert!(hot >= 9 && rare <= 2, "hot {hot}, rare {rare}");
+    }
+
+    #[test]
+    fn neighbouring_counters_share_a_byte_without_touching_each_other() {
+        let mut sketch = FrequencySketch::new(64);
+        sketch.set_count(0, 15);
+        sketch.set_count(1, 6);
+        sketch.set_count(2, 1);
+        assert_eq!((sketch.count(0), sketch.count(1), sketch.count(2)), (15, 6, 1));
+        sketch.set_count(0, 3);
+        assert_eq!((sketch.count(0), sketch.count(1)), (3, 6));
+        sketch.age();
+        assert_eq!(
+            (sketch.count(0), sketch.count(1), sketch.count(2)),
+            (1, 3, 0),
+            "each counter halved on its own"
+        );
     }
 
     #[test]
