@@ -157,7 +157,10 @@ mod tests {
         sketch.set_count(0, 15);
         sketch.set_count(1, 6);
         sketch.set_count(2, 1);
-        assert_eq!((sketch.count(0), sketch.count(1), sketch.count(2)), (15, 6, 1));
+        assert_eq!(
+            (sketch.count(0), sketch.count(1), sketch.count(2)),
+            (15, 6, 1)
+        );
         sketch.set_count(0, 3);
         assert_eq!((sketch.count(0), sketch.count(1)), (3, 6));
         sketch.age();
