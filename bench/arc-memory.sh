@@ -73,17 +73,8 @@ log "building cairn (release)"
 (cd "$ROOT" && cargo build --release -p cairn --quiet)
 CAIRN=$ROOT/target/release/cairn
 
-declare -A PID
-cleanup() {
-    local t
-    for t in "${!PID[@]}"; do
-        kill -TERM "${PID[$t]}" 2>/dev/null || true
-    done
-    for t in "${!PID[@]}"; do
-        wait "${PID[$t]}" 2>/dev/null || true
-    done
-}
-trap cleanup EXIT
+# shellcheck source=servers.sh
+source "$ROOT/bench/servers.sh"
 
 rm -rf "$DIR"
 mkdir -p "$DIR/results"
