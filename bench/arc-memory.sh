@@ -66,15 +66,12 @@ DIRTY_MAX=$((MEM_TOTAL / 100 * 10))
 ((DIRTY_MAX <= 4 << 30)) || DIRTY_MAX=$((4 << 30))
 ALLOWANCE=$((64 << 20))
 
-START=$(date +%s)
-log() { printf '[%4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 
-log "building cairn (release)"
-(cd "$ROOT" && cargo build --release -p cairn --quiet)
-CAIRN=$ROOT/target/release/cairn
+build_release
 
-# shellcheck source=servers.sh
-source "$ROOT/bench/servers.sh"
+stop_servers_on_exit
 
 rm -rf "$DIR"
 mkdir -p "$DIR/results"

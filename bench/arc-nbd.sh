@@ -66,18 +66,15 @@ SIZE_BYTES=$(bytes "$SIZE")
 ((WS_BYTES <= SIZE_BYTES)) || { echo "--working-set must be at most the export size $SIZE" >&2; exit 2; }
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || { echo "--rounds must be a positive integer" >&2; exit 2; }
 
-START=$(date +%s)
-log() { printf '[%4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 
 ((WS_BYTES < ARC_MAX_BYTES)) ||
     log "warning: the working set ($WORKING_SET) is not smaller than arc_max ($ARC_MAX); the issue's target assumes it is"
 
-log "building cairn (release)"
-(cd "$ROOT" && cargo build --release -p cairn --quiet)
-CAIRN=$ROOT/target/release/cairn
+build_release
 
-# shellcheck source=servers.sh
-source "$ROOT/bench/servers.sh"
+stop_servers_on_exit
 declare -A URI
 
 rm -rf "$DIR"

@@ -52,15 +52,12 @@ for tool in cargo fio qemu-nbd qemu-io nbdkit python3 timeout; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
 done
 
-START=$(date +%s)
-log() { printf '[%4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 
-log "building cairn (release)"
-(cd "$ROOT" && cargo build --release -p cairn --quiet)
-CAIRN=$ROOT/target/release/cairn
+build_release
 
-# shellcheck source=servers.sh
-source "$ROOT/bench/servers.sh"
+stop_servers_on_exit
 declare -A URI
 
 rm -rf "$DIR"

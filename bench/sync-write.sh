@@ -60,12 +60,10 @@ if [[ -n $ONLY ]]; then IFS=, read -r -a ROWS <<<"$ONLY"; fi
 for tool in cargo fio qemu-nbd python3 timeout; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
 done
-START=$(date +%s)
-log() { printf '[%4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
 
-log "building cairn and nbd-load (release)"
-(cd "$ROOT" && cargo build --release -p cairn -p cairn-bench --quiet)
-CAIRN=$ROOT/target/release/cairn
+build_release -p cairn-bench
 LOAD=$ROOT/target/release/nbd-load
 rm -rf "$DIR"
 mkdir -p "$DIR/results"
