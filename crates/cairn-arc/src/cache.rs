@@ -704,27 +704,26 @@ mod tests {
         Bytes::from(vec![fill; len])
     }
 
+    /// Inserts 4 KiB blocks filled with `fill`, keyed `[base | i, 1]` for each `i` of `range`.
+    fn insert_blocks(
+        cache: &BlockCache,
+        base: u64,
+        range: std::ops::Range<u64>,
+        class: BlockClass,
+        fill: u8,
+    ) {
+        for i in range {
+            cache.insert([base | i, 1], class, &block(fill, 4096), Access::Demand);
+        }
+    }
+
     #[test]
     fn metadata_keeps_its_share_against_a_flood_of_data() {
         let block_len = 4096usize;
         let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
         let cache = BlockCache::new(400 * per_block, 1);
-        for i in 0..50u64 {
-            cache.insert(
-                [i, 1],
-                BlockClass::Metadata,
-                &block(1, block_len),
-                Access::Demand,
-            );
-        }
-        for i in 0..10_000u64 {
-            cache.insert(
-                [1 << 40 | i, 1],
-                BlockClass::Data,
-                &block(2, block_len),
-                Access::Demand,
-            );
-        }
+        insert_blocks(&cache, 0, 0..50u64, BlockClass::Metadata, 1);
+        insert_blocks(&cache, 1 << 40, 0..10_000u64, BlockClass::Data, 2);
         cache.assert_invariants();
         let kept = (0..50u64)
             .filter(|&i| cache.contains(&[i, 1], BlockClass::Metadata))
@@ -740,27 +739,13 @@ mod tests {
         let block_len = 4096usize;
         let per_block = (block_len + BLOCK_OVERHEAD_BYTES as usize) as u64;
         let cache = BlockCache::new(100 * per_block, 1);
-        for i in 0..100u64 {
-            cache.insert(
-                [1 << 40 | i, 1],
-                BlockClass::Data,
-                &block(2, block_len),
-                Access::Demand,
-            );
-        }
+        insert_blocks(&cache, 1 << 40, 0..100u64, BlockClass::Data, 2);
         let data_blocks = |c: &BlockCache| {
             let s = c.snapshot().data.sizes;
             s.mru_blocks + s.mfu_blocks
         };
         assert_eq!(data_blocks(&cache), 100, "data filled the whole cache");
-        for i in 0..20u64 {
-            cache.insert(
-                [i, 1],
-                BlockClass::Metadata,
-                &block(1, block_len),
-                Access::Demand,
-            );
-        }
+        insert_blocks(&cache, 0, 0..20u64, BlockClass::Metadata, 1);
         cache.assert_invariants();
         assert_eq!(
             data_blocks(&cache),
@@ -937,14 +922,7 @@ mod tests {
         cache.stop_evictor();
         evictor.join().unwrap();
         // Without the evictor, inserts evict for themselves again and the slack is gone.
-        for i in 0..1024u64 {
-            cache.insert(
-                [1 << 40 | i, 1],
-                BlockClass::Data,
-                &block(2, block_len),
-                Access::Demand,
-            );
-        }
+        insert_blocks(&cache, 1 << 40, 0..1024u64, BlockClass::Data, 2);
         assert!(cache.snapshot().size_bytes <= capacity);
         cache.assert_invariants();
     }
@@ -956,14 +934,7 @@ mod tests {
         let capacity = 2048 * per_block;
         let cache = BlockCache::new(capacity, 1);
         cache.shards[0].0.lock().slack_bytes = slack_for(capacity); // as under an evictor
-        for i in 0..2048u64 {
-            cache.insert(
-                [i, 1],
-                BlockClass::Data,
-                &block(1, block_len),
-                Access::Demand,
-            );
-        }
+        insert_blocks(&cache, 0, 0..2048u64, BlockClass::Data, 1);
         let full = cache.snapshot().size_bytes;
         assert_eq!(full, capacity);
         // A shrink stored without its eviction pass: what a reader sees while a capacity
