@@ -16,6 +16,7 @@
 
 pub mod directory;
 pub mod properties;
+pub mod space;
 mod volume;
 
 pub use directory::{DatasetDirectory, DatasetRecord, LeafErrorRecord, ScrubRecord};

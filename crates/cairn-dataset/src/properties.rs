@@ -8,7 +8,8 @@
 //!
 //! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
 //! blocks off the log devices and writes large sync writes once, in place); `primarycache` in
-//! the ARC (what a dataset's reads leave in RAM). `sync=disabled` is unsafe (acknowledged
+//! the ARC (what a dataset's reads leave in RAM); `reservation` and `refreservation` in space
+//! accounting (`space.rs`). `sync=disabled` is unsafe (acknowledged
 //! writes can be lost) and is shown as such.
 
 use crate::{DatasetError, DatasetKind};
@@ -59,6 +60,24 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: false,
         inheritable: false,
         description: "block size of the volume (fixed at creation)",
+    },
+    PropertyDef {
+        name: "refreservation",
+        value_type: ValueType::Bytes,
+        default: "0",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: false,
+        description: "space guaranteed to the dataset's own data (a volume gets its full size unless sparse)",
+    },
+    PropertyDef {
+        name: "reservation",
+        value_type: ValueType::Bytes,
+        default: "0",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: false,
+        description: "space guaranteed to the dataset and its descendants",
     },
     PropertyDef {
         name: "checksum",
@@ -159,6 +178,7 @@ impl PropertyDef {
                     Err(invalid(format!("expected one of {}", choices.join(" | "))))
                 }
             }
+            ValueType::Bytes if value == "none" => Ok("0".into()),
             ValueType::Bytes => parse_size(value)
                 .map(|bytes| bytes.to_string())
                 .map_err(invalid),

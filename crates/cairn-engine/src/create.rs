@@ -157,6 +157,7 @@ impl Pool {
             label_state: Mutex::new(PoolState::Active),
             config_dirty: AtomicBool::new(true),
             space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
+            space_view: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

@@ -10,6 +10,7 @@ use crate::sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, default_opener};
 use cairn_arc::{ArcConfig, CacheMode, ReadCache};
 use cairn_dataset::properties::{VOLBLOCKSIZE_DEFAULT, format_size};
+use cairn_dataset::space::SpaceView;
 use cairn_dataset::{
     DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, SyncMode, VOLUME_OBJECT,
     Volume,
@@ -93,6 +94,9 @@ pub(crate) struct PoolCore {
     pub(crate) label_state: Mutex<PoolState>,
     pub(crate) config_dirty: AtomicBool,
     pub(crate) space_log_chain_blocks_max: usize,
+    /// Reservations as of the last directory change (`refresh_space_view`): read by every
+    /// volume write's space check, so it is computed once per change, not per write.
+    pub(crate) space_view: Mutex<Arc<SpaceView>>,
 }
 
 /// MOS object holding the dataset directory.
@@ -155,6 +159,7 @@ pub struct DatasetInfo {
 impl Pool {
     pub(crate) fn assemble(core: PoolCore, last_synced_txg: u64, options: &PoolOptions) -> Pool {
         let core = Arc::new(core);
+        core.refresh_space_view();
         let txg = (!options.readonly).then(|| {
             TxgEngine::start(
                 options.txg.clone(),
@@ -321,12 +326,10 @@ impl Pool {
     pub fn datasets(&self) -> Result<Vec<DatasetInfo>, EngineError> {
         let available = self.core.space.lock().available_bytes();
         let directory = self.core.directory.lock();
+        let view = SpaceView::of(&directory);
         let mut out = Vec::new();
         for record in directory.datasets.values() {
-            let children_used: u64 = directory
-                .children(&record.name)
-                .map(|child| child.used_bytes)
-                .sum();
+            let space = view.datasets.get(&record.name).copied().unwrap_or_default();
             let properties = directory
                 .all_properties(&record.name)?
                 .into_iter()
@@ -339,9 +342,9 @@ impl Pool {
             out.push(DatasetInfo {
                 name: record.name.clone(),
                 kind: record.kind,
-                used_bytes: record.used_bytes + children_used,
-                available_bytes: available,
-                referenced_bytes: record.used_bytes,
+                used_bytes: space.used_bytes(),
+                available_bytes: view.available_bytes(&record.name, available),
+                referenced_bytes: space.referenced_bytes,
                 volsize_bytes: volsize,
                 properties,
             });
@@ -371,13 +374,12 @@ impl Pool {
         let mut requested = requested.to_vec();
         requested.retain(|(key, _)| key != "volsize");
         requested.push(("volsize".into(), size_bytes.to_string()));
-        let properties =
+        let mut properties =
             cairn_dataset::directory::creation_properties(DatasetKind::Volume, &requested)?;
         let block_size: u64 = properties
             .get("volblocksize")
-            .map_or(VOLBLOCKSIZE_DEFAULT, |value| {
-                value.parse().expect("canonical")
-            });
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(VOLBLOCKSIZE_DEFAULT);
         if size_bytes == 0 || !size_bytes.is_multiple_of(block_size) {
             return Err(DatasetError::InvalidProperty {
                 name: "volsize".into(),
@@ -389,6 +391,13 @@ impl Pool {
             }
             .into());
         }
+        // Thick by default, as in ZFS: the volume's every block is promised at creation. A
+        // sparse volume is created with refreservation=none.
+        properties
+            .entry("refreservation".into())
+            .or_insert_with(|| {
+                cairn_object::object_set_bytes_max(block_size, size_bytes / block_size).to_string()
+            });
         {
             // Validate in open context for a prompt error; the task checks again.
             let directory = self.core.directory.lock();
@@ -405,11 +414,16 @@ impl Pool {
                 })?;
             directory.get(parent)?;
         }
+        let mut trial = self.core.directory.lock().clone();
+        trial.insert(name, DatasetKind::Volume, 0, properties.clone())?;
+        self.core.check_reservations(&trial)?;
         let name = name.to_string();
         self.run_sync_task(move |core, txg| {
+            let mut trial = core.directory.lock().clone();
+            trial.insert(&name, DatasetKind::Volume, txg, properties.clone())?;
+            core.check_reservations(&trial)?;
             let mut directory = core.directory.lock();
-            let record = directory.insert(&name, DatasetKind::Volume, txg, properties)?;
-            let _ = record;
+            directory.insert(&name, DatasetKind::Volume, txg, properties)?;
             let (checksum, _) = directory.property(&name, "checksum")?;
             drop(directory);
             let objset = Arc::new(ObjectSet::create(
@@ -484,11 +498,16 @@ impl Pool {
         // Validate first so errors come back without a txg.
         let canonical = {
             let mut trial = self.core.directory.lock().clone();
-            trial.set_property(dataset, property, value)?
+            let canonical = trial.set_property(dataset, property, value)?;
+            self.core.check_reservations(&trial)?;
+            canonical
         };
         let (dataset_name, property_name, value_text) =
             (dataset.to_string(), property.to_string(), value.to_string());
         self.run_sync_task(move |core, _| {
+            let mut trial = core.directory.lock().clone();
+            trial.set_property(&dataset_name, &property_name, &value_text)?;
+            core.check_reservations(&trial)?;
             core.directory
                 .lock()
                 .set_property(&dataset_name, &property_name, &value_text)?;
@@ -559,10 +578,14 @@ impl Pool {
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         let core = self.core.clone();
         let engine_for_check = engine.clone();
+        let dataset = name.to_string();
         let space_check: SpaceCheck = Arc::new(move |bytes| {
+            // Others' unused reservations are held back; this volume's own are its to use.
             let fits = || {
                 let dirty = engine_for_check.dirty_bytes();
-                core.space.lock().can_allocate_user(dirty + bytes)
+                let view = core.space_view.lock().clone();
+                let available = core.space.lock().available_bytes();
+                dirty + bytes <= view.available_bytes(&dataset, available)
             };
             if fits() {
                 return Ok(());
@@ -814,5 +837,20 @@ impl Pool {
                 device
             })
             .collect()
+    }
+}
+
+impl PoolCore {
+    /// Recomputes the reservation view after the directory changed (sync, import).
+    pub(crate) fn refresh_space_view(&self) {
+        let view = SpaceView::of(&self.directory.lock());
+        *self.space_view.lock() = Arc::new(view);
+    }
+
+    /// Refuses a directory whose reservations the pool could not honour. Takes the space lock
+    /// alone, so callers build `trial` without holding the directory lock.
+    fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
+        let available = self.space.lock().available_bytes();
+        SpaceView::of(trial).check_fits(available)
     }
 }

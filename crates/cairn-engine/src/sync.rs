@@ -117,6 +117,7 @@ impl PoolCore {
         }
         directory_changed |= self.persist_leaf_errors();
         if directory_changed {
+            self.refresh_space_view();
             let blob = self.directory.lock().encode();
             self.mos
                 .write_blob(txg, DIRECTORY_OBJECT, ObjectType::DatasetDirectory, &blob)?;

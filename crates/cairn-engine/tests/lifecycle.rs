@@ -50,12 +50,16 @@ fn data_survives_export_and_import_by_directory() {
     let datasets = pool.datasets().unwrap();
     let vol = datasets.iter().find(|d| d.name == "tank/vol").unwrap();
     assert!(
-        vol.used_bytes >= data.len() as u64 - (64 << 10),
-        "used counts written data"
+        vol.referenced_bytes >= data.len() as u64 - (64 << 10),
+        "referenced counts written data"
     );
     assert!(
-        vol.used_bytes < 8 << 20,
-        "unwritten ranges use no space (sparse)"
+        vol.referenced_bytes < 8 << 20,
+        "unwritten ranges reference no space"
+    );
+    assert!(
+        vol.used_bytes > 8 << 20,
+        "USED includes the volume's reservation of its full size"
     );
     assert!(pool.check().unwrap().is_clean());
     pool.destroy().unwrap();
@@ -207,10 +211,14 @@ fn a_full_pool_returns_no_space_and_stays_usable() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 1);
     let pool = create_mirror(&paths, plain_opener());
+    // Sparse: a thick 256 MiB volume could not be created on a 64 MiB pool at all.
     pool.create_volume(
         "tank/big",
         256 << 20,
-        &[("volblocksize".into(), "64K".into())],
+        &[
+            ("volblocksize".into(), "64K".into()),
+            ("refreservation".into(), "none".into()),
+        ],
     )
     .unwrap();
     let volume = pool.volume("tank/big").unwrap();
@@ -253,6 +261,94 @@ fn a_full_pool_returns_no_space_and_stays_usable() {
     pool.volume("tank/again").unwrap().write(0, &chunk).unwrap();
     pool.sync().unwrap();
     assert!(pool.check().unwrap().is_clean());
+    pool.close().unwrap();
+}
+
+/// Writes 1 MiB chunks from offset 0 until the volume refuses one or `limit` are written;
+/// returns how many were written and the refusal.
+fn fill(pool: &Pool, name: &str, limit: u64) -> (u64, Option<String>) {
+    let volume = pool.volume(name).unwrap();
+    let chunk = pattern(1 << 20, 9);
+    for index in 0..limit {
+        if let Err(err) = volume.write(index << 20, &chunk) {
+            return (index, Some(err.to_string()));
+        }
+        if index % 8 == 7 {
+            pool.sync().unwrap();
+        }
+    }
+    pool.sync().unwrap();
+    (limit, None)
+}
+
+#[test]
+fn a_thick_volume_keeps_its_space_while_a_sparse_one_fills_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    let block = ("volblocksize".to_string(), "64K".to_string());
+
+    // A volume larger than the pool cannot be promised; nothing is created.
+    let err = pool
+        .create_volume("tank/huge", 1 << 40, std::slice::from_ref(&block))
+        .expect_err("a 1 TiB thick volume on a 64 MiB pool")
+        .to_string();
+    assert!(err.contains("reservation"), "{err}");
+    assert!(
+        pool.datasets()
+            .unwrap()
+            .iter()
+            .all(|d| d.name != "tank/huge")
+    );
+
+    let root_avail_before = pool.datasets().unwrap()[0].available_bytes;
+    pool.create_volume("tank/thick", 16 << 20, std::slice::from_ref(&block))
+        .unwrap();
+    let datasets = pool.datasets().unwrap();
+    let thick = datasets.iter().find(|d| d.name == "tank/thick").unwrap();
+    let root = datasets.iter().find(|d| d.name == "tank").unwrap();
+    assert!(thick.used_bytes >= 16 << 20, "{thick:?}");
+    assert!(thick.referenced_bytes < 1 << 20, "{thick:?}");
+    assert!(
+        root.available_bytes + (16 << 20) <= root_avail_before,
+        "the promise is taken from everyone else's AVAIL: {} then {}",
+        root_avail_before,
+        root.available_bytes
+    );
+    assert!(
+        thick.available_bytes >= 16 << 20,
+        "the volume itself sees its promise as available: {thick:?}"
+    );
+
+    // A sparse volume fills what is left, and no more.
+    pool.create_volume(
+        "tank/sparse",
+        256 << 20,
+        &[block.clone(), ("refreservation".into(), "none".into())],
+    )
+    .unwrap();
+    let (sparse_mib, refused) = fill(&pool, "tank/sparse", 256);
+    let refused = refused.expect("the sparse volume runs out of room");
+    assert!(refused.contains("space"), "{refused}");
+    assert!(sparse_mib > 8, "the sparse volume took {sparse_mib} MiB");
+
+    // The thick volume still takes every byte it was promised.
+    let (thick_mib, refused) = fill(&pool, "tank/thick", 16);
+    assert_eq!(thick_mib, 16, "refused after {thick_mib} MiB: {refused:?}");
+    assert!(pool.check().unwrap().is_clean());
+
+    // A reservation the pool cannot hold is refused and changes nothing.
+    let err = pool
+        .set_property("tank/sparse", "refreservation", "256M")
+        .expect_err("no room left to promise")
+        .to_string();
+    assert!(err.contains("reservation"), "{err}");
+    let got = pool.properties("tank/sparse").unwrap();
+    let refres = got
+        .iter()
+        .find(|(name, _, _)| *name == "refreservation")
+        .unwrap();
+    assert_eq!(refres.1, "0");
     pool.close().unwrap();
 }
 

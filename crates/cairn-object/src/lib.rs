@@ -167,6 +167,25 @@ fn empty_meta_dnode() -> Dnode {
 }
 
 /// True when every byte of `data` is zero (such a level-0 block is stored as a hole).
+/// The most bytes an object set holding one object of `blocks` data blocks of
+/// `data_block_size` can allocate: every data block written (one copy), every indirect block
+/// at full size (two copies, as all metadata), and the object set's own dnode and root blocks
+/// (two copies). What a volume's full reservation must cover.
+pub fn object_set_bytes_max(data_block_size: u64, blocks: u64) -> u64 {
+    let indirect_bytes = 1u64 << INDIRECT_SHIFT_DEFAULT;
+    let pointers_per_indirect = indirect_bytes / cairn_format::blkptr::BLOCK_POINTER_SIZE as u64;
+    let mut total = data_block_size.saturating_mul(blocks);
+    let mut level_blocks = blocks;
+    while level_blocks > cairn_format::dnode::DNODE_BLOCK_POINTERS as u64 {
+        level_blocks = level_blocks.div_ceil(pointers_per_indirect);
+        total = total.saturating_add(level_blocks * indirect_bytes * 2);
+    }
+    let objset_meta_bytes = u64::from(DNODE_BLOCK_SIZE)
+        + u64::from(cairn_format::dnode::OBJSET_BLOCK_SIZE)
+        + indirect_bytes;
+    total.saturating_add(objset_meta_bytes * 2)
+}
+
 pub fn is_all_zero(data: &[u8]) -> bool {
     let mut chunks = data.chunks_exact(16);
     chunks
@@ -1302,6 +1321,18 @@ impl TreeWriter<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_largest_object_set_counts_every_indirect_level() {
+        let block = 16 * 1024;
+        // 1 GiB of 16 KiB blocks: 65,536 pointers, 64 level-1 blocks, one level-2 block.
+        let bytes = object_set_bytes_max(block, 65_536);
+        let indirect = 128 * 1024 * 2;
+        let meta = (16 * 1024 + 4096 + 128 * 1024) * 2;
+        assert_eq!(bytes, (1 << 30) + 65 * indirect + meta);
+        // Three pointers fit in the dnode: no indirect block.
+        assert_eq!(object_set_bytes_max(block, 3), 3 * block + meta);
+    }
 
     #[test]
     fn zero_detection_sees_a_single_set_byte() {

@@ -24,7 +24,11 @@ const SIZE_PROPERTIES: &[&str] = &[
     "recordsize",
     "quota",
     "reservation",
+    "refreservation",
 ];
+
+/// Size properties for which 0 means "not set" and prints as `none`, as zfs does.
+const NONE_WHEN_ZERO: &[&str] = &["quota", "reservation", "refreservation"];
 
 /// Read-only statistics shown by `get` beside the properties: (name, aliases).
 const STATISTICS: &[(&str, &[&str])] = &[
@@ -46,8 +50,27 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     if !name.contains('/') {
         bail!("cannot create '{name}': a volume is named POOL/NAME");
     }
+    let mut properties = args.properties.clone();
+    if args.sparse {
+        if properties.iter().any(|(key, _)| key == "refreservation") {
+            bail!("cannot create '{name}': -s and -o refreservation= contradict each other");
+        }
+        properties.push(("refreservation".into(), "none".into()));
+    }
     ctx.with_pool(pool_of(name), false, |pool| {
-        pool.create_volume(name, size, &args.properties)
+        pool.create_volume(name, size, &properties)
+            .map_err(|err| {
+                let no_space = matches!(
+                    err,
+                    cairn_engine::EngineError::Dataset(cairn_dataset::DatasetError::NoSpace(_))
+                );
+                let err = anyhow::Error::new(err);
+                if no_space && !args.sparse {
+                    err.context("a volume reserves its full size; create -s -V makes a sparse one")
+                } else {
+                    err
+                }
+            })
             .with_context(|| format!("cannot create volume '{name}'"))?;
         ctx.record(pool)
     })
@@ -85,6 +108,9 @@ pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
 
 /// Formats a canonical property value for output.
 fn display_value(property: &str, value: &str, format: ListFormat) -> String {
+    if NONE_WHEN_ZERO.contains(&property) && value == "0" {
+        return "none".into();
+    }
     if SIZE_PROPERTIES.contains(&property)
         && let Ok(bytes) = value.parse::<u64>()
     {

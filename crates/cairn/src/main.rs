@@ -229,6 +229,9 @@ struct CreateArgs {
     /// Create a volume of this size (e.g. 64M).
     #[arg(short = 'V', value_name = "SIZE")]
     volsize: Option<String>,
+    /// Sparse volume: no reservation of its full size (refreservation=none).
+    #[arg(short = 's', requires = "volsize")]
+    sparse: bool,
     /// Property to set at creation.
     #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
     properties: Vec<(String, String)>,

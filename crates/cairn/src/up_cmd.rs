@@ -96,6 +96,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                 ctx,
                 &CreateArgs {
                     volsize: Some(args.volsize.clone()),
+                    sparse: false,
                     properties: Vec::new(),
                     dataset: VOLUME.into(),
                 },

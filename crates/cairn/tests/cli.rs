@@ -381,6 +381,75 @@ fn emulated_ram_device_is_remembered() {
     assert_eq!(vol[6], "16384", "default volblocksize");
 }
 
+/// `create -V` reserves the volume's full size, as zfs does; `-s` makes a sparse one.
+#[test]
+fn volumes_are_reserved_unless_sparse() {
+    let env = Env::new();
+    env.ok(&[
+        "pool",
+        "create",
+        "--size",
+        "256M",
+        "tank",
+        &env.dev("a.img"),
+    ]);
+    let avail = |name: &str| -> u64 {
+        let list = env.ok(&["list", "-H", "-p", "-o", "name,avail", name]);
+        row(&list, name).expect("listed")[1]
+            .parse()
+            .expect("exact AVAIL")
+    };
+    let root_avail = avail("tank");
+
+    // Larger than the pool: refused, nothing created, and the message says what to do.
+    let err = env.fails(&["create", "-V", "1T", "tank/huge"], 1);
+    assert!(
+        err.contains("tank/huge") && err.contains("reservation") && err.contains("-s"),
+        "{err}"
+    );
+    let list = env.ok(&["list", "-H"]);
+    assert!(row(&list, "tank/huge").is_none(), "{list}");
+
+    // Thick: USED and the pool's AVAIL carry the promise before a byte is written.
+    env.ok(&["create", "-V", "64M", "tank/thick"]);
+    let list = env.ok(&["list", "-H", "-p", "-o", "name,used,refer", "tank/thick"]);
+    let thick = row(&list, "tank/thick").expect("listed");
+    let used: u64 = thick[1].parse().expect("exact USED");
+    let refer: u64 = thick[2].parse().expect("exact REFER");
+    assert!(used >= 64 << 20 && refer < 1 << 20, "{thick:?}");
+    let got = env.ok(&[
+        "get",
+        "-H",
+        "-p",
+        "-o",
+        "value",
+        "refreservation",
+        "tank/thick",
+    ]);
+    assert!(
+        got.trim().parse::<u64>().expect("bytes") >= 64 << 20,
+        "{got}"
+    );
+    assert!(
+        avail("tank") + (64 << 20) <= root_avail,
+        "AVAIL shrinks by the promise"
+    );
+
+    // Sparse: any size, no promise.
+    env.ok(&["create", "-s", "-V", "1T", "tank/sparse"]);
+    assert_eq!(
+        env.ok(&["get", "-H", "-o", "value", "refreservation", "tank/sparse"]),
+        "none\n"
+    );
+    // A second thick volume that does not fit beside the first is refused; giving up the
+    // first one's promise makes room.
+    env.fails(&["create", "-V", "192M", "tank/second"], 1);
+    env.ok(&["set", "refreservation=none", "tank/thick"]);
+    env.ok(&["create", "-V", "192M", "tank/second"]);
+    let err = env.fails(&["set", "refreservation=64M", "tank/thick"], 1);
+    assert!(err.contains("reservation"), "{err}");
+}
+
 #[test]
 fn usage_errors_exit_2() {
     let env = Env::new();

@@ -1,0 +1,256 @@
+//! Space accounting of datasets: USED, AVAIL and what reservations hold back.
+//!
+//! Two properties guarantee space, with ZFS's meanings:
+//! - `refreservation` guarantees the dataset's own data (not its children's). Its unused part,
+//!   `refreservation - referenced` when positive, is counted in the dataset's USED. A volume is
+//!   created with `refreservation` equal to the space it can ever take (`create -V`), unless it
+//!   is sparse (`create -s -V`, `refreservation=none`).
+//! - `reservation` guarantees the dataset together with its descendants: the dataset is
+//!   charged to its parent as `max(reservation, USED)`.
+//!
+//! So `USED(d) = max(referenced, refreservation) + Σ charged(child)` and
+//! `charged(d) = max(reservation, USED(d))`. The pool's *reserved headroom* is what the roots
+//! are charged beyond what every dataset references: space promised but not yet written. A
+//! write of `n` bytes to `d` fits when the pool can hold it plus the headroom left after it,
+//! i.e. when `n ≤ available - headroom + absorbable(d)`, where `absorbable(d)` is the unused
+//! reservation along `d`'s chain (its own refreservation and the reservation slack of `d` and
+//! every ancestor) that the write would use up instead of new promises. That same figure is
+//! the dataset's AVAIL. A change of reservations (create, set) is admitted only if the new
+//! headroom still fits in the pool's available space, so a promise is never made that the
+//! pool cannot keep.
+//!
+//! Everything here is a pure function of the directory (its records' `used_bytes` as of the
+//! last synced txg and their properties); the engine adds the pool's free space and the dirty
+//! data of the open txgs.
+
+use crate::DatasetError;
+use crate::directory::DatasetDirectory;
+use std::collections::BTreeMap;
+
+/// Space figures of one dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DatasetSpace {
+    /// Bytes the dataset's own object set holds.
+    pub referenced_bytes: u64,
+    /// `refreservation` not yet filled by referenced data.
+    pub refreservation_unused_bytes: u64,
+    /// Children's charges (each `max(reservation, USED)`).
+    pub children_bytes: u64,
+    /// The dataset's `reservation` not yet filled by its USED.
+    pub reservation_unused_bytes: u64,
+}
+
+impl DatasetSpace {
+    /// USED: referenced + unused refreservation + children.
+    pub fn used_bytes(&self) -> u64 {
+        self.referenced_bytes + self.refreservation_unused_bytes + self.children_bytes
+    }
+
+    /// What the dataset costs its parent: `max(reservation, USED)`.
+    pub fn charged_bytes(&self) -> u64 {
+        self.used_bytes() + self.reservation_unused_bytes
+    }
+}
+
+/// The space view of a whole directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpaceView {
+    pub datasets: BTreeMap<String, DatasetSpace>,
+    /// Promised but unwritten bytes over the whole pool.
+    pub reserved_headroom_bytes: u64,
+}
+
+impl SpaceView {
+    /// Computes every dataset's figures, children before parents.
+    pub fn of(directory: &DatasetDirectory) -> SpaceView {
+        let mut names: Vec<&str> = directory.datasets.keys().map(String::as_str).collect();
+        names.sort_by_key(|name| std::cmp::Reverse(depth(name)));
+        let mut datasets: BTreeMap<String, DatasetSpace> = BTreeMap::new();
+        for name in names {
+            let record = &directory.datasets[name];
+            let refreservation = property_bytes(directory, name, "refreservation");
+            let reservation = property_bytes(directory, name, "reservation");
+            let children_bytes: u64 = datasets
+                .iter()
+                .filter(|(child, _)| parent_of(child) == Some(name))
+                .map(|(_, space)| space.charged_bytes())
+                .sum();
+            let mut space = DatasetSpace {
+                referenced_bytes: record.used_bytes,
+                refreservation_unused_bytes: refreservation.saturating_sub(record.used_bytes),
+                children_bytes,
+                reservation_unused_bytes: 0,
+            };
+            space.reservation_unused_bytes = reservation.saturating_sub(space.used_bytes());
+            datasets.insert(name.to_string(), space);
+        }
+        let charged_roots: u64 = datasets
+            .iter()
+            .filter(|(name, _)| parent_of(name).is_none())
+            .map(|(_, space)| space.charged_bytes())
+            .sum();
+        let referenced_all: u64 = datasets.values().map(|space| space.referenced_bytes).sum();
+        SpaceView {
+            datasets,
+            reserved_headroom_bytes: charged_roots.saturating_sub(referenced_all),
+        }
+    }
+
+    /// Unused reservation that a write to `name` may consume: its own unused refreservation
+    /// plus the reservation slack of it and each ancestor.
+    pub fn absorbable_bytes(&self, name: &str) -> u64 {
+        let own = self
+            .datasets
+            .get(name)
+            .map_or(0, |space| space.refreservation_unused_bytes);
+        let mut total = own;
+        let mut current = Some(name);
+        while let Some(dataset) = current {
+            if let Some(space) = self.datasets.get(dataset) {
+                total += space.reservation_unused_bytes;
+            }
+            current = parent_of(dataset);
+        }
+        total
+    }
+
+    /// AVAIL of `name` given the pool's available bytes (free minus slop).
+    pub fn available_bytes(&self, name: &str, pool_available_bytes: u64) -> u64 {
+        (pool_available_bytes + self.absorbable_bytes(name))
+            .saturating_sub(self.reserved_headroom_bytes)
+            .min(pool_available_bytes)
+    }
+
+    /// Refuses a directory whose promises exceed what the pool can hold.
+    pub fn check_fits(&self, pool_available_bytes: u64) -> Result<(), DatasetError> {
+        if self.reserved_headroom_bytes > pool_available_bytes {
+            return Err(DatasetError::NoSpace(format!(
+                "reservations would hold back {} but the pool has {} available",
+                crate::properties::format_size(self.reserved_headroom_bytes),
+                crate::properties::format_size(pool_available_bytes)
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn depth(name: &str) -> usize {
+    name.matches('/').count()
+}
+
+fn parent_of(name: &str) -> Option<&str> {
+    name.rsplit_once('/').map(|(parent, _)| parent)
+}
+
+fn property_bytes(directory: &DatasetDirectory, name: &str, property: &str) -> u64 {
+    directory
+        .property(name, property)
+        .ok()
+        .and_then(|(value, _)| value.parse().ok())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::DatasetKind;
+    use crate::directory::creation_properties;
+    use proptest::prelude::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn directory(volumes: &[(&str, u64, u64)]) -> DatasetDirectory {
+        let mut dir = DatasetDirectory::default();
+        dir.insert("tank", DatasetKind::Filesystem, 1, BTreeMap::new())
+            .unwrap();
+        for &(name, refreservation, used) in volumes {
+            let props = creation_properties(
+                DatasetKind::Volume,
+                &[("refreservation".into(), refreservation.to_string())],
+            )
+            .unwrap();
+            dir.insert(name, DatasetKind::Volume, 2, props)
+                .unwrap()
+                .used_bytes = used;
+        }
+        dir
+    }
+
+    #[test]
+    fn unused_refreservation_counts_in_used_and_holds_back_others() {
+        let dir = directory(&[
+            ("tank/thick", 100 * MIB, 10 * MIB),
+            ("tank/sparse", 0, 5 * MIB),
+        ]);
+        let view = SpaceView::of(&dir);
+        let thick = view.datasets["tank/thick"];
+        assert_eq!(thick.used_bytes(), 100 * MIB);
+        assert_eq!(thick.referenced_bytes, 10 * MIB);
+        assert_eq!(view.datasets["tank"].used_bytes(), 105 * MIB);
+        assert_eq!(view.reserved_headroom_bytes, 90 * MIB);
+        // 200 MiB free in the pool: the sparse volume sees what is not promised, the thick one
+        // sees that plus its own promise.
+        assert_eq!(view.available_bytes("tank/sparse", 200 * MIB), 110 * MIB);
+        assert_eq!(view.available_bytes("tank/thick", 200 * MIB), 200 * MIB);
+        assert!(view.check_fits(90 * MIB).is_ok());
+        assert!(view.check_fits(90 * MIB - 1).is_err());
+    }
+
+    #[test]
+    fn a_filled_refreservation_holds_nothing_back() {
+        let dir = directory(&[("tank/full", 10 * MIB, 12 * MIB)]);
+        let view = SpaceView::of(&dir);
+        assert_eq!(view.reserved_headroom_bytes, 0);
+        assert_eq!(view.datasets["tank/full"].used_bytes(), 12 * MIB);
+    }
+
+    #[test]
+    fn reservation_covers_descendants_and_is_charged_to_the_parent() {
+        let mut dir = directory(&[]);
+        dir.insert("tank/fs", DatasetKind::Filesystem, 2, BTreeMap::new())
+            .unwrap();
+        dir.set_property("tank/fs", "reservation", "50M").unwrap();
+        let props = creation_properties(
+            DatasetKind::Volume,
+            &[("refreservation".into(), "0".into())],
+        )
+        .unwrap();
+        dir.insert("tank/fs/v", DatasetKind::Volume, 3, props)
+            .unwrap()
+            .used_bytes = 20 * MIB;
+        let view = SpaceView::of(&dir);
+        assert_eq!(view.datasets["tank/fs"].used_bytes(), 20 * MIB);
+        assert_eq!(view.datasets["tank/fs"].charged_bytes(), 50 * MIB);
+        assert_eq!(view.datasets["tank"].used_bytes(), 50 * MIB);
+        assert_eq!(view.reserved_headroom_bytes, 30 * MIB);
+        // A write below tank/fs may use the reservation's slack; elsewhere it is held back.
+        assert_eq!(view.absorbable_bytes("tank/fs/v"), 30 * MIB);
+        assert_eq!(view.available_bytes("tank/fs/v", 100 * MIB), 100 * MIB);
+        assert_eq!(view.available_bytes("tank", 100 * MIB), 70 * MIB);
+    }
+
+    proptest! {
+        /// Headroom is never less than any chain's absorbable slack, and AVAIL never exceeds
+        /// the pool's available space.
+        #[test]
+        fn headroom_bounds_every_chain(
+            volumes in proptest::collection::vec((0u64..1000, 0u64..1000), 1..6),
+            pool_available in 0u64..5000,
+        ) {
+            let named: Vec<(String, u64, u64)> = volumes
+                .iter()
+                .enumerate()
+                .map(|(i, &(res, used))| (format!("tank/v{i}"), res * MIB, used * MIB))
+                .collect();
+            let borrowed: Vec<(&str, u64, u64)> =
+                named.iter().map(|(n, r, u)| (n.as_str(), *r, *u)).collect();
+            let view = SpaceView::of(&directory(&borrowed));
+            let expected: u64 = named.iter().map(|(_, r, u)| r.saturating_sub(*u)).sum();
+            prop_assert_eq!(view.reserved_headroom_bytes, expected);
+            for (name, _, _) in &named {
+                prop_assert!(view.absorbable_bytes(name) <= view.reserved_headroom_bytes);
+                prop_assert!(view.available_bytes(name, pool_available * MIB) <= pool_available * MIB);
+            }
+        }
+    }
+}
