@@ -1,12 +1,16 @@
 //! The fixed newstyle handshake: greeting, client flags, then option haggling until the client
 //! picks an export (`NBD_OPT_EXPORT_NAME` / `NBD_OPT_GO`), aborts, or misbehaves.
 //!
-//! Shape: one async function per connection, run under the server's handshake timeout, that
-//! returns the negotiated [`Session`] or `None` ("close the connection"). Invariants:
+//! Shape: [`greet`] (greeting, client flags), then [`haggle`] (options) until the client picks an
+//! export ([`Negotiated::Session`]) or has been told yes to `NBD_OPT_STARTTLS`
+//! ([`Negotiated::StartTls`]: the caller runs the TLS handshake and haggles again inside it, with
+//! fresh option state); both run under the server's handshake deadline. Where TLS is required,
+//! every option but STARTTLS and ABORT is refused with `NBD_REP_ERR_TLS_REQD` until it runs.
+//! Invariants:
 //! - memory per connection is bounded: option data above [`MAX_OPTION_DATA`] is streamed to a
 //!   sink (and answered `NBD_REP_ERR_TOO_BIG`), never buffered; at most [`MAX_OPTIONS`] options
 //!   are accepted per handshake;
-//! - every option the server does not implement (STARTTLS included) gets `NBD_REP_ERR_UNSUP` and
+//! - every option the server does not implement (STARTTLS when no TLS is configured) gets `NBD_REP_ERR_UNSUP` and
 //!   haggling continues, as fixed newstyle requires; malformed option payloads get
 //!   `NBD_REP_ERR_INVALID`;
 //! - only protocol violations that make the stream unreadable (bad `IHAVEOPT` magic, unknown client
@@ -80,6 +84,37 @@ pub(crate) struct Session {
     pub stats: Arc<Mutex<ExportStats>>,
 }
 
+/// How option haggling ended well.
+pub(crate) enum Negotiated {
+    /// The client chose an export: transmission follows.
+    Session(Session),
+    /// `NBD_OPT_STARTTLS` was acknowledged: the TLS handshake follows on the same stream.
+    StartTls,
+}
+
+/// Where a connection stands with TLS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsPhase {
+    /// The server has no TLS configured: STARTTLS is unsupported.
+    Unavailable,
+    /// TLS may be started; plain clients are served too.
+    Offered,
+    /// TLS must be started before anything but ABORT.
+    Required,
+    /// Inside TLS.
+    Established,
+}
+
+impl TlsPhase {
+    pub(crate) fn before_starttls(settings: Option<&crate::tls::TlsSettings>) -> TlsPhase {
+        match settings {
+            None => TlsPhase::Unavailable,
+            Some(tls) if tls.require => TlsPhase::Required,
+            Some(_) => TlsPhase::Offered,
+        }
+    }
+}
+
 /// Why a handshake ended without a session.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Ended {
@@ -100,17 +135,13 @@ struct State {
     meta_for: Option<Vec<u8>>,
 }
 
-/// Runs the handshake. I/O errors (including EOF) surface as `Err`.
-pub(crate) async fn negotiate<R, W>(
-    inner: &Arc<Inner>,
-    r: &mut R,
-    w: &mut W,
-) -> std::io::Result<Result<Session, Ended>>
+/// Sends the greeting and reads the client's flags; returns whether the client asked for
+/// `NO_ZEROES`. I/O errors (including EOF) surface as `Err`.
+pub(crate) async fn greet<R, W>(r: &mut R, w: &mut W) -> std::io::Result<Result<bool, Ended>>
 where
-    R: AsyncBufRead + AsyncRead + Unpin,
+    R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin,
 {
-    let mut shutdown = inner.shutdown_rx();
     let mut greeting = Vec::with_capacity(18);
     greeting.extend_from_slice(&NBDMAGIC.to_be_bytes());
     greeting.extend_from_slice(&IHAVEOPT.to_be_bytes());
@@ -122,8 +153,25 @@ where
     if client_flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
         return Ok(Err(Ended::Violation));
     }
+    Ok(Ok(client_flags & FLAG_C_NO_ZEROES != 0))
+}
+
+/// Haggles over options until the client picks an export, is told yes to STARTTLS, aborts or
+/// misbehaves. I/O errors (including EOF) surface as `Err`.
+pub(crate) async fn haggle<R, W>(
+    inner: &Arc<Inner>,
+    r: &mut R,
+    w: &mut W,
+    no_zeroes: bool,
+    tls: TlsPhase,
+) -> std::io::Result<Result<Negotiated, Ended>>
+where
+    R: AsyncBufRead + AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut shutdown = inner.shutdown_rx();
     let mut st = State {
-        no_zeroes: client_flags & FLAG_C_NO_ZEROES != 0,
+        no_zeroes,
         ..State::default()
     };
 
@@ -166,7 +214,36 @@ where
             return Ok(Err(Ended::Shutdown));
         }
 
+        if tls == TlsPhase::Required && option != OPT_STARTTLS && option != OPT_ABORT {
+            if option == OPT_EXPORT_NAME {
+                // No error reply is possible to EXPORT_NAME: close.
+                return Ok(Err(Ended::Violation));
+            }
+            let msg = b"this server requires TLS: start it with NBD_OPT_STARTTLS";
+            reply(w, option, REP_ERR_TLS_REQD, msg).await?;
+            continue;
+        }
+
         match option {
+            OPT_STARTTLS => {
+                let refusal: Option<(u32, &[u8])> = match tls {
+                    TlsPhase::Unavailable => {
+                        Some((REP_ERR_UNSUP, b"TLS is not configured on this server"))
+                    }
+                    _ if !data.is_empty() => {
+                        Some((REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data"))
+                    }
+                    TlsPhase::Established => Some((REP_ERR_INVALID, b"TLS is already running")),
+                    TlsPhase::Offered | TlsPhase::Required => None,
+                };
+                match refusal {
+                    Some((kind, msg)) => reply(w, option, kind, msg).await?,
+                    None => {
+                        reply(w, option, REP_ACK, b"").await?;
+                        return Ok(Ok(Negotiated::StartTls));
+                    }
+                }
+            }
             OPT_EXPORT_NAME => {
                 let Some(name) = parse_name(&data) else {
                     return Ok(Err(Ended::Violation));
@@ -184,7 +261,7 @@ where
                 session.stats.lock().connections += 1;
                 w.write_all(&out).await?;
                 w.flush().await?;
-                return Ok(Ok(session));
+                return Ok(Ok(Negotiated::Session(session)));
             }
             OPT_ABORT => {
                 reply(w, option, REP_ACK, b"").await?;
@@ -268,7 +345,7 @@ where
                 }
                 reply(w, option, REP_ACK, b"").await?;
                 if option == OPT_GO {
-                    return Ok(Ok(session));
+                    return Ok(Ok(Negotiated::Session(session)));
                 }
             }
             OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {

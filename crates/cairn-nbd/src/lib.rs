@@ -13,7 +13,8 @@
 //!
 //! **Protocol.** Fixed newstyle with `NO_ZEROES`; options EXPORT_NAME, GO, INFO (EXPORT, NAME,
 //! DESCRIPTION, BLOCK_SIZE), LIST, ABORT, STRUCTURED_REPLY, LIST/SET_META_CONTEXT
-//! (`base:allocation`); everything else `NBD_REP_ERR_UNSUP`. Commands READ, WRITE, FLUSH, TRIM,
+//! (`base:allocation`), STARTTLS when [`ServerConfig::tls`] is set (`tls`: optional or required,
+//! with optional client certificates); everything else `NBD_REP_ERR_UNSUP`. Commands READ, WRITE, FLUSH, TRIM,
 //! WRITE_ZEROES (NO_HOLE, FAST_ZERO), CACHE, BLOCK_STATUS (REQ_ONE), DISC; `CAN_MULTI_CONN`.
 //! Block size constraints: minimum 512, preferred = the export's (volblocksize), maximum =
 //! [`ServerConfig::max_request_bytes`] (32 MiB).
@@ -34,9 +35,12 @@ mod listen;
 pub mod proto;
 mod server;
 mod stats;
+mod tls;
 mod transmission;
+mod transport;
 
 pub use export::{Export, ExportError, ExportProvider, NBD_STATE_HOLE, NBD_STATE_ZERO};
-pub use listen::bind_unix;
+pub use listen::{bind_unix, bind_unix_std};
 pub use server::{NbdServer, ServerConfig, ServerCounters};
 pub use stats::{ExportStats, OpKind, OpStats};
+pub use tls::{TlsError, TlsSettings};

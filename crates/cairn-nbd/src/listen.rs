@@ -1,4 +1,5 @@
-//! Creating a Unix-socket listener safely: [`bind_unix`].
+//! Creating a Unix-socket listener safely: [`bind_unix`] (Tokio) and [`bind_unix_std`] (for a
+//! blocking accept loop, such as the control socket's).
 //!
 //! The socket must never be reachable with looser permissions than asked, even briefly, and a
 //! stale socket left by a crashed server must not block a restart — but a live server's socket
@@ -17,6 +18,16 @@ use tokio::net::UnixListener;
 /// socket file; fails with `AddrInUse` if a server is answering there and `AlreadyExists` if the
 /// path is not a socket. Must be called from within a Tokio runtime.
 pub fn bind_unix(path: impl AsRef<Path>, mode: u32) -> io::Result<UnixListener> {
+    let std_listener = bind_unix_std(path, mode)?;
+    std_listener.set_nonblocking(true)?;
+    UnixListener::from_std(std_listener)
+}
+
+/// [`bind_unix`] for a blocking listener.
+pub fn bind_unix_std(
+    path: impl AsRef<Path>,
+    mode: u32,
+) -> io::Result<std::os::unix::net::UnixListener> {
     let path = path.as_ref();
     match std::fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
@@ -48,11 +59,10 @@ pub fn bind_unix(path: impl AsRef<Path>, mode: u32) -> io::Result<UnixListener> 
         let std_listener = std::os::unix::net::UnixListener::bind(&tmp)?;
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode & 0o7777))?;
         std::fs::rename(&tmp, path)?;
-        std_listener.set_nonblocking(true)?;
         Ok(std_listener)
     })();
     let _ = std::fs::remove_dir_all(&staging);
-    UnixListener::from_std(result?)
+    result
 }
 
 /// A per-process counter so concurrent binds in one process use distinct staging directories.

@@ -29,9 +29,11 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, watch};
 
 use crate::export::ExportProvider;
-use crate::handshake::{self, Ended};
+use crate::handshake::{self, Ended, Negotiated, TlsPhase};
 use crate::stats::ExportStats;
+use crate::tls::TlsSettings;
 use crate::transmission;
+use crate::transport::{Duplex, Transport};
 
 /// Server limits. `Default` gives the values the protocol recommends for interoperability.
 #[derive(Clone, Debug)]
@@ -54,6 +56,8 @@ pub struct ServerConfig {
     /// Request/reply buffer bytes in flight over all connections (default 1 GiB; raised to
     /// `max_request_bytes` if smaller).
     pub max_total_inflight_bytes: usize,
+    /// TLS offered (or required) through `NBD_OPT_STARTTLS`; `None`: plain only.
+    pub tls: Option<TlsSettings>,
 }
 
 impl Default for ServerConfig {
@@ -66,6 +70,7 @@ impl Default for ServerConfig {
             max_inflight_requests: 64,
             max_inflight_bytes: 64 << 20,
             max_total_inflight_bytes: 1 << 30,
+            tls: None,
         }
     }
 }
@@ -121,6 +126,13 @@ pub(crate) struct Inner {
 impl Inner {
     pub(crate) fn shutdown_rx(&self) -> watch::Receiver<bool> {
         self.shutdown.subscribe()
+    }
+
+    /// Counts a connection closed during its handshake (violation, timeout, I/O error, TLS).
+    pub(crate) fn handshake_failed(&self) {
+        self.counters
+            .handshake_failures
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a transmission-phase connection closed for a protocol violation.
@@ -189,8 +201,7 @@ impl NbdServer {
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         let _ = stream.set_nodelay(true);
-                        let (r, w) = stream.into_split();
-                        self.spawn_connection(r, w);
+                        self.spawn_connection(stream);
                     }
                     Err(e) => accept_pause(&e).await,
                 },
@@ -207,10 +218,7 @@ impl NbdServer {
                 biased;
                 _ = crate::server::shutting_down(&mut shutdown) => return Ok(()),
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => {
-                        let (r, w) = stream.into_split();
-                        self.spawn_connection(r, w);
-                    }
+                    Ok((stream, _)) => self.spawn_connection(stream),
                     Err(e) => accept_pause(&e).await,
                 },
             }
@@ -225,14 +233,10 @@ impl NbdServer {
         R: AsyncRead + Unpin + Send + 'static,
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        self.spawn_connection(reader, writer);
+        self.spawn_connection(Duplex::new(reader, writer));
     }
 
-    fn spawn_connection<R, W>(&self, reader: R, writer: W)
-    where
-        R: AsyncRead + Unpin + Send + 'static,
-        W: AsyncWrite + Unpin + Send + 'static,
-    {
+    fn spawn_connection<S: Transport>(&self, stream: S) {
         let inner = &self.inner;
         if *inner.shutdown.borrow() {
             return;
@@ -253,7 +257,7 @@ impl NbdServer {
         let guard = ConnectionGuard(inner.clone());
         tokio::spawn(async move {
             let inner = guard.0.clone();
-            run_connection(inner, reader, writer).await;
+            run_connection(inner, stream).await;
             drop(guard);
         });
     }
@@ -307,36 +311,98 @@ impl NbdServer {
     }
 }
 
-/// One connection: handshake under its deadline, then transmission.
-async fn run_connection<R, W>(inner: Arc<Inner>, reader: R, writer: W)
-where
-    R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
-{
-    let mut reader = BufReader::with_capacity(16 * 1024, reader);
-    let mut writer = BufWriter::with_capacity(16 * 1024, writer);
-    // A client that connects and says nothing must not hold up shutdown until the handshake
-    // timeout: stop waiting for it as soon as the server shuts down.
-    let mut shutdown = inner.shutdown_rx();
-    let negotiated = tokio::select! {
-        result = tokio::time::timeout(
-            inner.config.handshake_timeout,
-            handshake::negotiate(&inner, &mut reader, &mut writer),
-        ) => result,
-        _ = shutting_down(&mut shutdown) => return,
+/// Buffer size of each direction of a connection.
+const CONNECTION_BUFFER_BYTES: usize = 16 * 1024;
+
+/// One connection: handshake (with STARTTLS, if the client asks and TLS is configured) under
+/// one deadline, then transmission.
+async fn run_connection<S: Transport>(inner: Arc<Inner>, stream: S) {
+    let deadline = tokio::time::Instant::now() + inner.config.handshake_timeout;
+    let (mut reader, mut writer) = buffered(stream);
+    let Some(no_zeroes) =
+        handshake_step(&inner, deadline, handshake::greet(&mut reader, &mut writer)).await
+    else {
+        return;
     };
-    let session = match negotiated {
-        Ok(Ok(Ok(session))) => session,
-        Ok(Ok(Err(Ended::Aborted | Ended::Shutdown))) => return,
-        Ok(Ok(Err(Ended::Violation))) | Ok(Err(_)) | Err(_) => {
-            inner
-                .counters
-                .handshake_failures
-                .fetch_add(1, Ordering::Relaxed);
-            return;
+    let tls = TlsPhase::before_starttls(inner.config.tls.as_ref());
+    let haggled = handshake::haggle(&inner, &mut reader, &mut writer, no_zeroes, tls);
+    match handshake_step(&inner, deadline, haggled).await {
+        None => {}
+        Some(Negotiated::Session(session)) => {
+            transmission::serve(inner, session, reader, writer).await
         }
+        Some(Negotiated::StartTls) => {
+            let Some(stream) = start_tls::<S>(&inner, deadline, reader, writer).await else {
+                return;
+            };
+            let (mut reader, mut writer) = buffered(stream);
+            let haggled = handshake::haggle(
+                &inner,
+                &mut reader,
+                &mut writer,
+                no_zeroes,
+                TlsPhase::Established,
+            );
+            // Inside TLS, STARTTLS is refused, so only a session can come back.
+            if let Some(Negotiated::Session(session)) =
+                handshake_step(&inner, deadline, haggled).await
+            {
+                transmission::serve(inner, session, reader, writer).await
+            }
+        }
+    }
+}
+
+fn buffered<S: Transport>(stream: S) -> (BufReader<S::Read>, BufWriter<S::Write>) {
+    let (read, write) = stream.into_halves();
+    (
+        BufReader::with_capacity(CONNECTION_BUFFER_BYTES, read),
+        BufWriter::with_capacity(CONNECTION_BUFFER_BYTES, write),
+    )
+}
+
+/// Runs one step of the handshake before `deadline`, giving up at once when the server shuts
+/// down (a client that says nothing must not hold shutdown up). `None`: close the connection
+/// (failures counted).
+async fn handshake_step<T>(
+    inner: &Inner,
+    deadline: tokio::time::Instant,
+    step: impl std::future::Future<Output = io::Result<Result<T, Ended>>>,
+) -> Option<T> {
+    let mut shutdown = inner.shutdown_rx();
+    let outcome = tokio::select! {
+        result = tokio::time::timeout_at(deadline, step) => result,
+        _ = shutting_down(&mut shutdown) => return None,
     };
-    transmission::serve(inner, session, reader, writer).await;
+    match outcome {
+        Ok(Ok(Ok(value))) => Some(value),
+        Ok(Ok(Err(Ended::Aborted | Ended::Shutdown))) => None,
+        Ok(Ok(Err(Ended::Violation))) | Ok(Err(_)) | Err(_) => {
+            inner.handshake_failed();
+            None
+        }
+    }
+}
+
+/// The TLS handshake after `NBD_REP_ACK` to STARTTLS, on the joined halves. A client that
+/// sent bytes before it (they would be read as plain text) is closed.
+async fn start_tls<S: Transport>(
+    inner: &Inner,
+    deadline: tokio::time::Instant,
+    reader: BufReader<S::Read>,
+    writer: BufWriter<S::Write>,
+) -> Option<tokio_rustls::server::TlsStream<S>> {
+    let settings = inner.config.tls.as_ref()?;
+    if !reader.buffer().is_empty() || !writer.buffer().is_empty() {
+        inner.handshake_failed();
+        return None;
+    }
+    let Ok(stream) = S::from_halves(reader.into_inner(), writer.into_inner()) else {
+        inner.handshake_failed();
+        return None;
+    };
+    let accept = async { Ok(Ok(settings.acceptor.accept(stream).await?)) };
+    handshake_step(inner, deadline, accept).await
 }
 
 /// After a failed accept: transient per-connection errors retry at once; resource exhaustion

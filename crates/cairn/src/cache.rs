@@ -18,10 +18,13 @@ use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 const FILE_NAME: &str = "pools.cache";
 const HEADER: &str = "# cairn pool cache: POOL<TAB>DEVICE, one line per device";
+/// The cache and its lock are readable by their owner only: they name every pool's devices.
+const PRIVATE_FILE_MODE: u32 = 0o600;
 
 /// Pool name → device specs, in the order they were recorded.
 pub type CacheEntries = BTreeMap<String, Vec<String>>;
@@ -94,13 +97,13 @@ impl PoolCache {
     }
 
     fn modify(&self, change: impl FnOnce(&mut CacheEntries)) -> Result<()> {
-        std::fs::create_dir_all(&self.dir)
-            .with_context(|| format!("cannot create state directory {}", self.dir.display()))?;
+        crate::context::create_private_dir(&self.dir)?;
         let lock_path = self.dir.join(format!("{FILE_NAME}.lock"));
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
+            .mode(PRIVATE_FILE_MODE)
             .open(&lock_path)
             .with_context(|| format!("cannot open {}", lock_path.display()))?;
         lock.lock()
@@ -151,7 +154,12 @@ fn render(entries: &CacheEntries) -> String {
 fn write_atomically(path: &Path, content: &str) -> Result<()> {
     let temp = path.with_extension(format!("tmp.{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
-        let mut file = File::create(&temp)?;
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .mode(PRIVATE_FILE_MODE)
+            .open(&temp)?;
         file.write_all(content.as_bytes())?;
         file.sync_all()?;
         std::fs::rename(&temp, path)?;

@@ -10,13 +10,16 @@
 //!   request:  field count, then each field as length + UTF-8 bytes: cwd, then argv[1..]
 //!   response: exit code (u32), stdout (length + bytes), stderr (length + bytes)
 //!
+//! The socket is created with mode 0600 inside a private staging directory and renamed into
+//! place (no moment where it is open to others), and every connection's peer is checked with
+//! SO_PEERCRED: only the server's own user (and root) may run commands through it.
+//!
 //! Forwarded commands run one at a time (a server-wide lock), because they change the process's
 //! working directory to the client's for relative paths. Field sizes are bounded so a confused
 //! client cannot make the server allocate without limit.
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use std::io::{Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 
@@ -141,23 +144,40 @@ fn read_request(stream: &mut UnixStream) -> std::io::Result<Request> {
     Ok(Request { cwd, args: fields })
 }
 
-/// Binds the control socket (mode 0600), refusing if another server answers on it.
+/// Binds the control socket (mode 0600 from the start), refusing if another server answers on
+/// it.
 pub fn bind(state_dir: &Path) -> Result<UnixListener> {
-    std::fs::create_dir_all(state_dir)
-        .with_context(|| format!("cannot create {}", state_dir.display()))?;
+    crate::context::create_private_dir(state_dir)?;
     let path = socket_path(state_dir);
-    if UnixStream::connect(&path).is_ok() {
-        bail!(
-            "a cairn server is already running for {} (control socket {})",
-            state_dir.display(),
-            path.display()
-        );
+    cairn_nbd::bind_unix_std(&path, 0o600).map_err(|err| {
+        if err.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "a cairn server is already running for {} (control socket {})",
+                state_dir.display(),
+                path.display()
+            )
+        } else {
+            anyhow::Error::new(err).context(format!("cannot bind {}", path.display()))
+        }
+    })
+}
+
+/// Whether the peer of a control connection may run commands: the server's own user, or
+/// root. (The socket's mode already keeps others out; this holds even if the mode or the
+/// directory were loosened.)
+fn peer_allowed(stream: &UnixStream) -> Result<(), String> {
+    let own = rustix::process::getuid();
+    match rustix::net::sockopt::socket_peercred(stream) {
+        Ok(peer) if peer.uid == own || peer.uid.is_root() => Ok(()),
+        Ok(peer) => Err(format!(
+            "cairn: refused: this server runs as uid {}, and uid {} may not control it\n",
+            own.as_raw(),
+            peer.uid.as_raw()
+        )),
+        Err(err) => Err(format!(
+            "cairn: refused: cannot identify the client: {err}\n"
+        )),
     }
-    let _ = std::fs::remove_file(&path);
-    let listener =
-        UnixListener::bind(&path).with_context(|| format!("cannot bind {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
 }
 
 /// Serves forwarded commands until `stop` is set; `execute` runs one request and returns its
@@ -183,7 +203,14 @@ pub fn accept_loop(
                 return;
             };
             let _ = stream.set_read_timeout(None);
-            let reply = execute(request);
+            let reply = match peer_allowed(&stream) {
+                Ok(()) => execute(request),
+                Err(message) => Reply {
+                    exit_code: 1,
+                    stdout: Vec::new(),
+                    stderr: message.into_bytes(),
+                },
+            };
             let _ = stream.write_all(&reply.exit_code.to_le_bytes());
             let _ = write_field(&mut stream, &reply.stdout);
             let _ = write_field(&mut stream, &reply.stderr);

@@ -320,6 +320,10 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             if ctx.served.is_some() || args.no_serve {
                 return Ok(());
             }
+            println!(
+                "cairn up also listens on TCP {} for convenience: every user of this machine can reach it (cairn serve without --listen serves the Unix socket only)",
+                args.listen
+            );
             serve_cmd::serve(ctx, &args.serve_args(), state_dir)
         }
         Command::Serve(args) => {

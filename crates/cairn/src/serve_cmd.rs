@@ -1,6 +1,10 @@
 //! `cairn serve`: the long-running server. Imports the pools it is given (remembered ones from
 //! the pool cache, plus any found with `-d DIR`), and serves every volume as the NBD export
-//! `pool/volume` on a TCP address (loopback by default) and a Unix socket (mode 0600).
+//! `pool/volume` on a Unix socket (mode 0600, so only its owner connects) and, when asked with
+//! `--listen`, on a TCP address. TCP on an address other than loopback is refused without TLS
+//! (`--tls-cert`/`--tls-key`: NBD STARTTLS, plain clients refused unless `--tls allow`;
+//! `--tls-client-ca` makes clients show a certificate), since anyone who can reach the port could
+//! otherwise read and write every volume.
 //!
 //! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA
 //! commit the volume's intent log (the connection's lane for FUA, every lane for FLUSH). On SIGINT or
@@ -16,7 +20,7 @@ use crate::control::{self, Reply, Request};
 use anyhow::{Context as _, Result, bail};
 use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
 use cairn_engine::{ImportSource, Pool, PoolOptions, discover_pools};
-use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig};
+use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig, TlsSettings};
 use clap::{Args, Parser};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -29,9 +33,24 @@ pub struct ServeArgs {
     /// Also import pools found in this directory (repeatable).
     #[arg(short = 'd', value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
-    /// TCP address to listen on; another address than loopback only when asked.
-    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
-    pub listen: String,
+    /// Also serve on TCP at this address (e.g. 127.0.0.1:10809). Off by default: the Unix
+    /// socket, whose file mode limits who connects, is enough on one machine. An address other
+    /// than loopback needs TLS.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// TLS certificate chain (PEM): clients start TLS with NBD STARTTLS (nbds:// URIs).
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// CA certificates (PEM): every client must present a certificate signed by one of them.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+    /// With a certificate: require (the default) refuses clients that do not start TLS, on
+    /// every listener; allow serves them too.
+    #[arg(long, value_enum, value_name = "MODE", requires = "tls_cert")]
+    pub tls: Option<TlsMode>,
     /// Unix socket path (default: STATE_DIR/nbd.sock).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -76,9 +95,46 @@ pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<
         .map_err(|err| anyhow::anyhow!("{err}"))
 }
 
+/// Whether clients must start TLS.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TlsMode {
+    Require,
+    Allow,
+}
+
 impl ServeArgs {
-    fn server_config(&self) -> ServerConfig {
-        let mut config = ServerConfig::default();
+    fn tls_settings(&self) -> Result<Option<TlsSettings>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let require = self.tls != Some(TlsMode::Allow);
+        let settings =
+            TlsSettings::from_pem_files(cert, key, self.tls_client_ca.as_deref(), require)
+                .context("cannot set up TLS")?;
+        Ok(Some(settings))
+    }
+
+    /// Refuses TCP on an address other than loopback without TLS.
+    fn check_listen(&self, address: &str, tls: Option<&TlsSettings>) -> Result<()> {
+        use std::net::ToSocketAddrs;
+        let resolved: Vec<_> = address
+            .to_socket_addrs()
+            .with_context(|| format!("--listen {address}: not an ADDR:PORT"))?
+            .collect();
+        let exposed = resolved.iter().find(|addr| !addr.ip().is_loopback());
+        if let (Some(exposed), None) = (exposed, tls) {
+            bail!(
+                "refusing to serve NBD on {exposed} without TLS: anyone who can reach it could read and write every volume (give --tls-cert and --tls-key, or listen on 127.0.0.1)"
+            );
+        }
+        Ok(())
+    }
+
+    fn server_config(&self, tls: Option<TlsSettings>) -> ServerConfig {
+        let mut config = ServerConfig {
+            tls,
+            ..ServerConfig::default()
+        };
         if let Some(ms) = self.handshake_timeout_ms {
             config.handshake_timeout = std::time::Duration::from_millis(ms);
         }
@@ -328,6 +384,10 @@ fn executor(
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
     apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
+    let tls = args.tls_settings()?;
+    if let Some(address) = &args.listen {
+        args.check_listen(address, tls.as_ref())?;
+    }
     let control_listener = control::bind(state_dir)?;
     let served = Arc::new(ServedPools::default());
     *served.pools.write() = open_pools(ctx, &args.dirs)?;
@@ -345,7 +405,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let server = Arc::new(NbdServer::new(exports.clone(), args.server_config()));
+    let server = Arc::new(NbdServer::new(exports.clone(), args.server_config(tls)));
     let _ = served.nbd.set(server.clone());
     let _ = served.started.set(std::time::Instant::now());
     let stop_control = Arc::new(AtomicBool::new(false));
@@ -358,33 +418,34 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         })
         .context("cannot start the control thread")?;
     let result = runtime.block_on(async {
-        let tcp = tokio::net::TcpListener::bind(&args.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", args.listen))?;
+        let tcp = match &args.listen {
+            Some(address) => Some(
+                tokio::net::TcpListener::bind(address)
+                    .await
+                    .with_context(|| format!("cannot listen on {address}"))?,
+            ),
+            None => None,
+        };
         let unix = cairn_nbd::bind_unix(&socket_path, 0o600)
             .with_context(|| format!("cannot listen on {}", socket_path.display()))?;
-        let exported = exports.list();
-        println!(
-            "cairn: serving {} export(s) on nbd://{} and nbd+unix:///?socket={}",
-            exported.len(),
-            tcp.local_addr()?,
-            socket_path.display()
-        );
-        let address = tcp.local_addr()?;
-        for name in &exported {
-            println!("  nbd://{address}/{name}");
-        }
-        if let Some(first) = exported.first() {
-            println!("connect with, for example:");
-            println!("  nbdinfo --list nbd://{address}");
-            println!("  qemu-io -f raw -c 'read -v 0 512' nbd://{address}/{first}");
-        }
-        println!(
-            "other cairn commands keep working; stop with Ctrl-C (pools are synced and exported)"
+        let tcp_address = tcp.as_ref().map(|tcp| tcp.local_addr()).transpose()?;
+        announce(
+            &exports.list(),
+            &socket_path,
+            tcp_address,
+            server.config().tls.as_ref(),
         );
         // Both listeners and the signal watch run in this one task, so nothing here needs to
         // be Send; the listeners return once the server is shut down.
-        let serving = async { tokio::try_join!(server.serve_tcp(tcp), server.serve_unix(unix)) };
+        let serving = async {
+            let serve_tcp = async {
+                match tcp {
+                    Some(tcp) => server.serve_tcp(tcp).await,
+                    None => Ok(()),
+                }
+            };
+            tokio::try_join!(serve_tcp, server.serve_unix(unix))
+        };
         tokio::pin!(serving);
         tokio::select! {
             result = &mut serving => {
@@ -418,6 +479,73 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         bail!("{}", failures.join("; "));
     }
     Ok(())
+}
+
+/// Prints where the exports are and how to reach them.
+fn announce(
+    exported: &[String],
+    socket_path: &std::path::Path,
+    tcp: Option<std::net::SocketAddr>,
+    tls: Option<&TlsSettings>,
+) {
+    let scheme = if tls.is_some_and(|tls| tls.require) {
+        "nbds"
+    } else {
+        "nbd"
+    };
+    let unix_uri = format!("{scheme}+unix:///?socket={}", socket_path.display());
+    match tcp {
+        Some(address) => println!(
+            "cairn: serving {} export(s) on {scheme}://{address} and {unix_uri}",
+            exported.len()
+        ),
+        None => println!(
+            "cairn: serving {} export(s) on {unix_uri} (TCP only with --listen ADDR:PORT)",
+            exported.len()
+        ),
+    }
+    if let Some(tls) = tls {
+        println!(
+            "TLS: {}{}",
+            if tls.require {
+                "required (plain clients are refused)"
+            } else {
+                "offered (plain clients are served too)"
+            },
+            if tls.verifies_clients {
+                "; clients must present a certificate"
+            } else {
+                ""
+            }
+        );
+    }
+    let export_uri = |name: &str| match tcp {
+        Some(address) => format!("{scheme}://{address}/{name}"),
+        None => format!("{scheme}+unix:///{name}?socket={}", socket_path.display()),
+    };
+    for name in exported {
+        println!("  {}", export_uri(name));
+    }
+    if let Some(first) = exported.first() {
+        println!("connect with, for example:");
+        let certificates = if scheme == "nbds" {
+            // libnbd reads ca-cert.pem (and client-cert.pem, client-key.pem) from DIR.
+            "?tls-certificates=DIR"
+        } else {
+            ""
+        };
+        match tcp {
+            Some(address) => println!("  nbdinfo --list '{scheme}://{address}{certificates}'"),
+            None => println!("  nbdinfo --list '{unix_uri}'"),
+        }
+        if scheme == "nbd" {
+            println!(
+                "  qemu-io -f raw -c 'read -v 0 512' '{}'",
+                export_uri(first)
+            );
+        }
+    }
+    println!("other cairn commands keep working; stop with Ctrl-C (pools are synced and exported)");
 }
 
 async fn wait_for_stop_signal() -> Result<()> {

@@ -31,7 +31,8 @@ pub struct UpArgs {
     /// Set up and show the pool, then exit instead of serving it.
     #[arg(long)]
     pub no_serve: bool,
-    /// TCP address to serve on.
+    /// TCP address to serve on besides the Unix socket (loopback, for convenience: anyone on
+    /// this machine can connect to it; the Unix socket is the private way).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:10809")]
     pub listen: String,
     /// Most RAM the block cache (ARC) may use (default: half of the machine's memory).
@@ -43,7 +44,11 @@ impl UpArgs {
     pub fn serve_args(&self) -> crate::serve_cmd::ServeArgs {
         crate::serve_cmd::ServeArgs {
             dirs: Vec::new(),
-            listen: self.listen.clone(),
+            listen: Some(self.listen.clone()),
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
+            tls: None,
             socket: None,
             handshake_timeout_ms: None,
             io_timeout_ms: None,

@@ -419,13 +419,15 @@ impl Server {
             .unwrap_or_else(|| bad("prefix"));
         let (count, rest) = rest.split_once(' ').unwrap_or_else(|| bad("count"));
         self.announced = count.parse().unwrap_or_else(|_| bad("count"));
-        let rest = rest
-            .strip_prefix("export(s) on nbd://127.0.0.1:")
+        // nbds:// when the server requires TLS.
+        let (scheme, rest) = rest
+            .strip_prefix("export(s) on ")
+            .and_then(|rest| rest.split_once("://127.0.0.1:"))
             .unwrap_or_else(|| bad("tcp address"));
         let (port, rest) = rest.split_once(' ').unwrap_or_else(|| bad("port"));
         self.port = port.parse().unwrap_or_else(|_| bad("port"));
         assert_ne!(self.port, 0, "a real port, not 0: {first}");
-        let expected = format!("and nbd+unix:///?socket={}", self.socket.display());
+        let expected = format!("and {scheme}+unix:///?socket={}", self.socket.display());
         assert_eq!(rest, expected, "the Unix socket in: {first}");
     }
 
