@@ -158,6 +158,7 @@ impl Pool {
             config_dirty: AtomicBool::new(true),
             space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
             space_view: Default::default(),
+            suspend_handle: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

@@ -431,6 +431,7 @@ impl Pool {
                         config_dirty: AtomicBool::new(!options.readonly),
                         space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
                         space_view: Default::default(),
+                        suspend_handle: Default::default(),
                     };
                     let readonly = options.readonly;
                     let log_missing = tree.tops.iter().any(|top| {

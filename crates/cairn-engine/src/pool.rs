@@ -19,7 +19,7 @@ use cairn_format::{ChecksumAlgorithm, ObjectType, ObjsetType, PoolState, Uberblo
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
 use cairn_pool::space::SpaceAllocator;
-use cairn_pool::txg::{TxgConfig, TxgEngine, TxgTiming};
+use cairn_pool::txg::{SuspendHandle, TxgConfig, TxgEngine, TxgTiming};
 use cairn_pool::vdev::{Health, VdevTree};
 use cairn_zil::{IntentLog, ZilConfig};
 use parking_lot::Mutex;
@@ -97,6 +97,9 @@ pub(crate) struct PoolCore {
     /// Reservations as of the last directory change (`refresh_space_view`): read by every
     /// volume write's space check, so it is computed once per change, not per write.
     pub(crate) space_view: Mutex<Arc<SpaceView>>,
+    /// Set once the txg engine runs: how the sync thread suspends I/O when writes reach no
+    /// device, and `pool clear` resumes it.
+    pub(crate) suspend_handle: std::sync::OnceLock<SuspendHandle>,
 }
 
 /// MOS object holding the dataset directory.
@@ -143,6 +146,8 @@ pub struct PoolStatus {
     pub fragmentation_percent: u64,
     pub tops: Vec<TopStatus>,
     pub last_scrub: Option<ScrubRecord>,
+    /// Why the pool refuses writes (I/O suspended until `pool clear`, or a failed sync).
+    pub suspended: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +172,9 @@ impl Pool {
                 Arc::new(crate::sync::PoolSyncer(core.clone())),
             )
         });
+        if let Some(engine) = &txg {
+            let _ = core.suspend_handle.set(engine.suspend_handle());
+        }
         let pool = Pool {
             core,
             txg,
@@ -215,11 +223,37 @@ impl Pool {
     }
 
     /// Resets every leaf's error counters (`cairn pool clear`), durable on return.
+    /// `pool clear`: zeroes the error counters and, if I/O is suspended (a vdev lost every
+    /// child), takes the devices as back: their leaves are tried again, the suspended txg is
+    /// written, and this returns once it is (or fails if the devices still fail).
     pub fn clear_errors(&self) -> Result<(), EngineError> {
-        for leaf in self.core.tree().leaves() {
+        let tree = self.core.tree();
+        for leaf in tree.leaves() {
             leaf.errors.restore(0, 0, 0, 0);
         }
+        if let Some(handle) = self.core.suspend_handle.get()
+            && handle.io_suspended().is_some()
+        {
+            for top in tree
+                .tops
+                .iter()
+                .filter(|top| top.health() == Health::Unavail)
+            {
+                for leaf in &top.leaves {
+                    leaf.unfault();
+                }
+            }
+            handle.resume();
+            self.txg_engine()?
+                .sync_now_forced()
+                .map_err(|err| EngineError::Txg(format!("the pool is still suspended: {err}")))?;
+        }
         self.run_sync_task(|_, _| Ok(())).map(|_| ())
+    }
+
+    /// Why the pool refuses writes (I/O suspended, or a failed sync), if it does.
+    pub fn suspended(&self) -> Option<String> {
+        self.txg.as_ref().and_then(|txg| txg.suspended())
     }
 
     pub fn txg_history(&self) -> Vec<TxgTiming> {
@@ -319,6 +353,7 @@ impl Pool {
             fragmentation_percent: u64::from(stats.fragmentation_percent),
             tops,
             last_scrub: self.core.directory.lock().last_scrub.clone(),
+            suspended: self.suspended(),
         }
     }
 

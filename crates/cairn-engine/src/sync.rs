@@ -132,8 +132,25 @@ impl PoolCore {
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
         let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
-        batch.finish()?;
-        self.commit(txg, root_bp, space_log_head, space_log_blocks)?;
+        self.finish_writes(batch)?;
+        // A new config goes to the labels with this txg's uberblock (taken once: a commit
+        // retried after a suspension writes it again).
+        let config = self
+            .config_dirty
+            .swap(false, Ordering::SeqCst)
+            .then(|| self.label_config(txg));
+        while let Err(err) = self.commit(
+            txg,
+            root_bp,
+            space_log_head,
+            space_log_blocks,
+            config.as_ref(),
+        ) {
+            if !self.data_vdev_unavailable() {
+                return Err(err);
+            }
+            self.suspend_until_cleared(&err.to_string())?;
+        }
         for (_, objset, result) in synced {
             objset.publish(result);
         }
@@ -150,6 +167,44 @@ impl PoolCore {
         Ok(())
     }
 
+    /// Waits for the txg's writes. When some block reached no device (every child of a data
+    /// vdev failed), I/O is suspended until `pool clear` and those writes are issued again: the
+    /// txg is delayed, never half-written (ZFS's `failmode=wait`).
+    fn finish_writes(&self, batch: cairn_pipeline::WriteBatch<'_>) -> Result<(), EngineError> {
+        let mut outcome = batch.finish_retryable();
+        while let Err(failed) = outcome {
+            self.suspend_until_cleared(&failed.reason)?;
+            outcome = failed.retry(&self.io);
+        }
+        Ok(())
+    }
+
+    fn data_vdev_unavailable(&self) -> bool {
+        self.tree().tops.iter().any(|top| {
+            top.config.role != cairn_format::VdevRole::Log
+                && top.health() == cairn_pool::vdev::Health::Unavail
+        })
+    }
+
+    /// Suspends I/O for `reason` and waits for `pool clear`; fails if there is no txg engine
+    /// to suspend or it shuts down meanwhile.
+    fn suspend_until_cleared(&self, reason: &str) -> Result<(), EngineError> {
+        let failed =
+            || EngineError::Pipeline(cairn_pipeline::PipelineError::WriteFailed(reason.into()));
+        let Some(handle) = self.suspend_handle.get() else {
+            return Err(failed());
+        };
+        handle.suspend(format!(
+            "I/O suspended: writes reached no device ({reason}); bring the devices back, then run 'cairn pool clear {}'",
+            self.name
+        ));
+        if handle.wait_resumed() {
+            Ok(())
+        } else {
+            Err(failed())
+        }
+    }
+
     /// Flush, (labels,) uberblock, flush.
     fn commit(
         &self,
@@ -157,16 +212,13 @@ impl PoolCore {
         root_bp: BlockPointer,
         space_log_bp: BlockPointer,
         space_log_blocks: u64,
+        config: Option<&cairn_format::LabelConfig>,
     ) -> Result<(), EngineError> {
         let tree = self.tree();
         tree.flush_all().map_err(EngineError::Txg)?;
         // A new config goes to the first half of the labels before the uberblock and to the
         // second half after it (see `cairn_pool::labels`).
-        let config = self
-            .config_dirty
-            .swap(false, Ordering::SeqCst)
-            .then(|| self.label_config(txg));
-        if let Some(config) = &config {
+        if let Some(config) = config {
             write_pool_config_half(&tree, config, &LABEL_HALVES[0])?;
         }
         let uberblock = Uberblock {
@@ -182,7 +234,7 @@ impl PoolCore {
         };
         commit_uberblock(&tree, &uberblock)?;
         tree.flush_all().map_err(EngineError::Txg)?;
-        if let Some(config) = &config {
+        if let Some(config) = config {
             write_pool_config_half(&tree, config, &LABEL_HALVES[1])?;
         }
         *self.uberblock.lock() = uberblock;

@@ -27,7 +27,6 @@ pub use raw::RawWrites;
 pub use stats::PipelineStats;
 
 use bytes::Bytes;
-use cairn_device::DeviceError;
 use cairn_device::queue::{IoClass, IoHandle};
 use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType};
@@ -120,6 +119,7 @@ impl BlockIo {
             txg,
             durable: false,
             pending: Vec::new(),
+            unissued: Vec::new(),
             staged: BTreeMap::new(),
         }
     }
@@ -385,13 +385,132 @@ struct Staged {
     bytes: u64,
 }
 
+/// One leaf write handed to its queue, with what is needed to issue it again.
+struct PendingWrite {
+    leaf: Arc<Leaf>,
+    class: IoClass,
+    offset: u64,
+    data: Bytes,
+    handle: IoHandle<()>,
+}
+
+/// Writes of a batch that reached no device of their top-level vdev (every child failed), kept
+/// so they can be issued again once the devices are back (`pool clear` after a suspension).
+/// Writes that failed on one side of a mirror whose other side took them are not kept: that
+/// side is faulted and the vdev degraded.
+pub struct FailedWrites {
+    /// Leaf errors, for people.
+    pub reason: String,
+    writes: Vec<(Arc<Leaf>, IoClass, u64, Bytes)>,
+    durable: bool,
+}
+
+impl std::fmt::Debug for FailedWrites {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FailedWrites")
+            .field("reason", &self.reason)
+            .field("writes", &self.writes.len())
+            .finish()
+    }
+}
+
+impl FailedWrites {
+    /// Issues every kept write again on its leaf and waits. A leaf that is still faulted, or
+    /// fails again, is faulted; what still reaches no device of its vdev is returned.
+    pub fn retry(self, io: &BlockIo) -> Result<(), FailedWrites> {
+        // A leaf still faulted (not cleared) cannot take its writes: nothing is issued.
+        if self.writes.iter().any(|(leaf, ..)| leaf.queue().is_none()) {
+            return Err(self);
+        }
+        let mut pending = Vec::with_capacity(self.writes.len());
+        let mut not_issued = Vec::new();
+        for (leaf, class, offset, data) in self.writes {
+            // Faulted again meanwhile (another write failed on it).
+            let Some(queue) = leaf.queue() else {
+                not_issued.push((leaf, class, offset, data));
+                continue;
+            };
+            let handle = match self.durable {
+                true => queue.write_durable(class, offset, data.clone()),
+                false => queue.write(class, offset, data.clone()),
+            };
+            pending.push(PendingWrite {
+                leaf,
+                class,
+                offset,
+                data,
+                handle,
+            });
+        }
+        match (
+            wait_writes(&io.tree(), pending, self.durable),
+            not_issued.is_empty(),
+        ) {
+            (Ok(()), true) => Ok(()),
+            (Ok(()), false) => Err(FailedWrites {
+                reason: self.reason,
+                writes: not_issued,
+                durable: self.durable,
+            }),
+            (Err(mut failed), _) => {
+                failed.writes.extend(not_issued);
+                Err(failed)
+            }
+        }
+    }
+}
+
+/// Waits for `pending`; faults every leaf whose write fails. Fails, keeping the writes of every
+/// top-level vdev left without a usable child, if there are any.
+fn wait_writes(
+    tree: &VdevTree,
+    pending: Vec<PendingWrite>,
+    durable: bool,
+) -> Result<(), FailedWrites> {
+    let mut failures: Vec<String> = Vec::new();
+    let mut failed = Vec::new();
+    for write in pending {
+        if let Err(err) = write.handle.wait() {
+            write.leaf.errors.write.fetch_add(1, Ordering::Relaxed);
+            write.leaf.fault();
+            failures.push(format!("{}: {err}", write.leaf.spec));
+            failed.push((write.leaf, write.class, write.offset, write.data));
+        }
+    }
+    if failures.is_empty() {
+        return Ok(());
+    }
+    // A write is lost only if no child of its vdev took it (the vdev has no usable child left);
+    // on a degraded mirror the failed side is faulted and the write stands on the others.
+    let unavailable: Vec<Arc<Leaf>> = tree
+        .tops
+        .iter()
+        .filter(|top| top.health() == cairn_pool::vdev::Health::Unavail)
+        .flat_map(|top| top.leaves.iter().cloned())
+        .collect();
+    failed.retain(|(leaf, ..)| unavailable.iter().any(|gone| Arc::ptr_eq(gone, leaf)));
+    failures.sort();
+    failures.dedup();
+    let reason = failures.join("; ");
+    if failed.is_empty() {
+        return Ok(());
+    }
+    Err(FailedWrites {
+        reason,
+        writes: failed,
+        durable,
+    })
+}
+
 /// Writes issued for one txg (or one repair pass), waited for together.
 pub struct WriteBatch<'a> {
     io: &'a BlockIo,
     txg: u64,
     /// Every write is FUA (see `BlockIo::durable_batch`).
     durable: bool,
-    pending: Vec<(Arc<Leaf>, IoHandle<()>)>,
+    pending: Vec<PendingWrite>,
+    /// Writes for vdevs with no usable child when they were issued (kept for a retry).
+    unissued: Vec<(Arc<Leaf>, IoClass, u64, Bytes)>,
     /// Writes not yet handed to their leaf's queue, by (leaf guid, class).
     staged: BTreeMap<(u64, IoClass), Staged>,
 }
@@ -486,10 +605,13 @@ impl WriteBatch<'_> {
             issued += 1;
         }
         if issued == 0 {
-            return Err(PipelineError::WriteFailed(format!(
-                "vdev {} has no usable device",
-                top.kind_name()
-            )));
+            // Every child is faulted: the write waits for them to come back (`finish`).
+            let offset = VDEV_DATA_START + dva.offset;
+            self.unissued.extend(
+                top.leaves
+                    .iter()
+                    .map(|leaf| (leaf.clone(), class, offset, data.clone())),
+            );
         }
         Ok(())
     }
@@ -498,6 +620,9 @@ impl WriteBatch<'_> {
         let Some(staged) = self.staged.remove(&(guid, class)) else {
             return;
         };
+        // Kept (buffers are shared, not copied) so a write can be issued again after a
+        // suspension.
+        let retained = staged.writes.clone();
         let handles = match staged.leaf.queue() {
             Some(queue) => queue.write_many(class, staged.writes, self.durable),
             None => return,
@@ -505,39 +630,54 @@ impl WriteBatch<'_> {
         self.pending.extend(
             handles
                 .into_iter()
-                .map(|handle| (staged.leaf.clone(), handle)),
+                .zip(retained)
+                .map(|(handle, (offset, data))| PendingWrite {
+                    leaf: staged.leaf.clone(),
+                    class,
+                    offset,
+                    data,
+                    handle,
+                }),
         );
     }
 
     /// Waits for every write of the batch. A leaf whose write fails is faulted (its copy is
     /// stale now); the batch fails only if some top-level vdev lost every child.
-    pub fn finish(mut self) -> Result<(), PipelineError> {
+    pub fn finish(self) -> Result<(), PipelineError> {
+        self.finish_retryable()
+            .map_err(|failed| PipelineError::WriteFailed(failed.reason))
+    }
+
+    /// `finish`, keeping the writes that reached no device so the caller can issue them again
+    /// (`FailedWrites::retry`) once the devices are back.
+    pub fn finish_retryable(mut self) -> Result<(), FailedWrites> {
         let keys: Vec<_> = self.staged.keys().copied().collect();
         for (guid, class) in keys {
             self.submit_staged(guid, class);
         }
-        let mut failures: Vec<DeviceError> = Vec::new();
-        for (leaf, handle) in self.pending {
-            if let Err(err) = handle.wait() {
-                leaf.errors.write.fetch_add(1, Ordering::Relaxed);
-                leaf.fault();
-                failures.push(err);
+        let tree = self.io.tree();
+        let unissued = std::mem::take(&mut self.unissued);
+        let outcome = wait_writes(&tree, std::mem::take(&mut self.pending), self.durable);
+        if unissued.is_empty() {
+            return outcome;
+        }
+        let reason = unissued
+            .iter()
+            .map(|(leaf, ..)| format!("{} is faulted", leaf.spec))
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect::<Vec<_>>()
+            .join("; ");
+        match outcome {
+            Ok(()) => Err(FailedWrites {
+                reason,
+                writes: unissued,
+                durable: self.durable,
+            }),
+            Err(mut failed) => {
+                failed.writes.extend(unissued);
+                Err(failed)
             }
         }
-        if failures.is_empty() {
-            return Ok(());
-        }
-        for top in &self.io.tree().tops {
-            if top.health() == cairn_pool::vdev::Health::Unavail {
-                return Err(PipelineError::WriteFailed(
-                    failures
-                        .iter()
-                        .map(|err| err.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                ));
-            }
-        }
-        Ok(())
     }
 }

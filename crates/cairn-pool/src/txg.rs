@@ -61,6 +61,15 @@
 //!   hung on a dead pool and get the error from `try_hold`). `hold()` still succeeds while
 //!   suspended so code in the middle of a multi-step change does not panic; front ends should use
 //!   `try_hold`. Recovery is export and re-import (not this module's job).
+//! - A sync that cannot write because devices fail (every copy of some block unwritable) need
+//!   not fail: the syncer may **suspend I/O** instead ([`SuspendHandle::suspend`], ZFS's
+//!   `failmode=wait`) and wait in the middle of its txg ([`SuspendHandle::wait_resumed`]) until
+//!   an administrator brings the devices back and resumes it ([`SuspendHandle::resume`], from
+//!   `pool clear`); the txg then finishes as if nothing happened. While I/O is suspended, callers
+//!   see the same refusals as above (`try_hold`, `wait_synced` fail with `Suspended`; `throttle`
+//!   does not pace), so clients get errors rather than hang, and nothing already synced or
+//!   already in the suspended txg is lost. A shutdown while suspended ends the wait: the syncer
+//!   then fails its txg (fatal suspension, as above).
 //! - `shutdown()` refuses new holds, lets the sync thread quiesce and sync the open txg if it has
 //!   dirty data or live holds (waiting for those holds), then stops the thread and joins it. It is
 //!   idempotent: later calls return the same result (`Ok`, or `Suspended` if the engine was). After
@@ -349,6 +358,8 @@ pub struct TxgStats {
     pub syncs_at_shutdown: u64,
     /// 0 or 1: the first failure suspends the engine.
     pub sync_failures: u64,
+    /// Times the syncer suspended I/O (each ended by a resume or a shutdown).
+    pub io_suspensions: u64,
 }
 
 /// Which txgs are in which state right now.
@@ -414,6 +425,8 @@ struct State {
     /// Highest txg somebody asked to sync now.
     sync_requested_txg: u64,
     suspended: Option<String>,
+    /// I/O suspended by the syncer until `SuspendHandle::resume`: the reason.
+    io_suspended: Option<String>,
     shutdown_requested: bool,
     sync_thread_stopped: bool,
     throttle_last_wakeup: Option<Instant>,
@@ -491,9 +504,14 @@ impl State {
         None
     }
 
+    /// Why new work is refused: the engine failed, or its I/O is suspended.
+    fn refusal(&self) -> Option<&String> {
+        self.suspended.as_ref().or(self.io_suspended.as_ref())
+    }
+
     /// Writers may be paced only while the engine can still sync.
     fn throttle_active(&self) -> bool {
-        self.suspended.is_none() && !self.shutdown_requested
+        self.refusal().is_none() && !self.shutdown_requested
     }
 }
 
@@ -522,7 +540,7 @@ impl Shared {
         if txg <= st.last_synced_txg {
             return Ok(());
         }
-        if let Some(msg) = &st.suspended {
+        if let Some(msg) = st.refusal() {
             return Err(TxgError::Suspended(msg.clone()));
         }
         if st.sync_requested_txg < txg {
@@ -533,7 +551,7 @@ impl Shared {
             if txg <= st.last_synced_txg {
                 return Ok(());
             }
-            if let Some(msg) = &st.suspended {
+            if let Some(msg) = st.refusal() {
                 return Err(TxgError::Suspended(msg.clone()));
             }
             if st.sync_thread_stopped {
@@ -761,6 +779,7 @@ impl TxgEngine {
             dirty_bytes_total: 0,
             sync_requested_txg: 0,
             suspended: None,
+            io_suspended: None,
             shutdown_requested: false,
             sync_thread_stopped: false,
             throttle_last_wakeup: None,
@@ -812,7 +831,7 @@ impl TxgEngine {
         if st.shutdown_requested {
             return Err(TxgError::ShutDown);
         }
-        if let Some(msg) = &st.suspended {
+        if let Some(msg) = st.refusal() {
             return Err(TxgError::Suspended(msg.clone()));
         }
         Ok(self.shared.new_hold(&mut st))
@@ -878,8 +897,21 @@ impl TxgEngine {
     }
 
     /// The suspension message, if a sync failed.
+    /// Why the engine refuses work: it failed, or its I/O is suspended.
     pub fn suspended(&self) -> Option<String> {
-        self.shared.state.lock().suspended.clone()
+        self.shared.state.lock().refusal().cloned()
+    }
+
+    /// Whether I/O is suspended (recoverable by a resume), as opposed to failed for good.
+    pub fn io_suspended(&self) -> bool {
+        self.shared.state.lock().io_suspended.is_some()
+    }
+
+    /// The handle the syncer uses to suspend I/O and an administrator to resume it.
+    pub fn suspend_handle(&self) -> SuspendHandle {
+        SuspendHandle {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Asks for `txg` to sync now if it has not (no waiting for the timeout; a clean open txg is
@@ -896,7 +928,7 @@ impl TxgEngine {
     /// `last_synced_txg` at once without a new txg.
     pub fn sync_now(&self) -> Result<u64, TxgError> {
         let st = self.shared.state.lock();
-        if let Some(msg) = &st.suspended {
+        if let Some(msg) = st.refusal() {
             return Err(TxgError::Suspended(msg.clone()));
         }
         let target = if st.open.dirty_bytes > 0 {
@@ -967,6 +999,54 @@ impl Drop for TxgEngine {
         self.shared.state.lock().shutdown_requested = true;
         self.shared.sync_cv.notify_all();
         self.shared.progress_cv.notify_all();
+    }
+}
+
+/// Suspends and resumes a txg engine's I/O (see the module documentation). Cloneable; holds
+/// the engine's shared state, not the engine, so it may live in the syncer.
+#[derive(Clone)]
+pub struct SuspendHandle {
+    shared: Arc<Shared>,
+}
+
+impl fmt::Debug for SuspendHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SuspendHandle")
+            .field("io_suspended", &self.shared.state.lock().io_suspended)
+            .finish()
+    }
+}
+
+impl SuspendHandle {
+    /// Suspends I/O for `reason`; waiters and new holds are refused from now on.
+    pub fn suspend(&self, reason: String) {
+        let mut st = self.shared.state.lock();
+        if st.io_suspended.is_none() {
+            st.stats.io_suspensions += 1;
+        }
+        st.io_suspended = Some(reason);
+        drop(st);
+        self.shared.progress_cv.notify_all();
+    }
+
+    /// Blocks until `resume` (true) or a shutdown is requested (false).
+    pub fn wait_resumed(&self) -> bool {
+        let mut st = self.shared.state.lock();
+        while st.io_suspended.is_some() && !st.shutdown_requested {
+            self.shared.progress_cv.wait(&mut st);
+        }
+        st.io_suspended.is_none()
+    }
+
+    /// Lets the suspended syncer try again. No effect if I/O is not suspended.
+    pub fn resume(&self) {
+        self.shared.state.lock().io_suspended = None;
+        self.shared.progress_cv.notify_all();
+    }
+
+    /// The reason I/O is suspended, if it is.
+    pub fn io_suspended(&self) -> Option<String> {
+        self.shared.state.lock().io_suspended.clone()
     }
 }
 
@@ -1128,6 +1208,89 @@ mod tests {
             s.returned.push(txg);
             Ok(())
         }
+    }
+
+    /// Suspends I/O in its first sync of `suspend_txg` and finishes that txg once resumed.
+    #[derive(Default)]
+    struct SuspendingSyncer {
+        handle: std::sync::OnceLock<SuspendHandle>,
+        suspend_txg: u64,
+        synced: Mutex<Vec<u64>>,
+    }
+
+    impl TxgSyncer for SuspendingSyncer {
+        fn sync_txg(&self, txg: u64) -> Result<(), String> {
+            if txg == self.suspend_txg {
+                let handle = self.handle.get().expect("handle set before the first sync");
+                handle.suspend(format!("device gone in txg {txg}"));
+                if !handle.wait_resumed() {
+                    return Err("shut down while suspended".into());
+                }
+            }
+            self.synced.lock().push(txg);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn suspended_io_refuses_work_then_resumes_and_finishes_the_txg() {
+        let syncer = Arc::new(SuspendingSyncer {
+            suspend_txg: 1,
+            ..SuspendingSyncer::default()
+        });
+        let engine = TxgEngine::start(quiet_config(), 0, syncer.clone());
+        let handle = engine.suspend_handle();
+        syncer.handle.set(handle.clone()).expect("set once");
+        let first = dirty(&engine, 10);
+        let waiter = {
+            let engine = engine.clone();
+            thread::spawn(move || engine.wait_synced(first))
+        };
+        eventually("I/O suspended", || handle.io_suspended().is_some());
+        // Waiters and new work are refused, not hung.
+        assert!(
+            matches!(waiter.join().unwrap(), Err(TxgError::Suspended(msg)) if msg.contains("device gone"))
+        );
+        assert!(matches!(engine.try_hold(), Err(TxgError::Suspended(_))));
+        assert!(engine.suspended().is_some());
+        assert_eq!(engine.last_synced_txg(), 0);
+        // Resumed: the suspended txg finishes, and the engine takes work again.
+        handle.resume();
+        assert_eq!(engine.wait_synced(first), Ok(()));
+        assert!(engine.suspended().is_none());
+        let second = {
+            let hold = engine.try_hold().expect("holds are accepted again");
+            hold.add_dirty(5);
+            hold.txg()
+        };
+        assert_eq!(engine.wait_synced(second), Ok(()));
+        assert_eq!(*syncer.synced.lock(), vec![1, 2]);
+        assert_eq!(engine.stats().io_suspensions, 1);
+        assert_eq!(engine.stats().sync_failures, 0);
+        engine.shutdown().unwrap();
+    }
+
+    #[test]
+    fn a_shutdown_ends_a_suspension_with_a_failed_txg() {
+        let syncer = Arc::new(SuspendingSyncer {
+            suspend_txg: 1,
+            ..SuspendingSyncer::default()
+        });
+        let engine = TxgEngine::start(quiet_config(), 0, syncer.clone());
+        syncer
+            .handle
+            .set(engine.suspend_handle())
+            .expect("set once");
+        dirty(&engine, 10);
+        engine.sync_now().expect_err("suspended");
+        let result = {
+            let engine = engine.clone();
+            completes("shutdown while suspended", move || engine.shutdown())
+        };
+        assert!(
+            matches!(result, Err(TxgError::Suspended(msg)) if msg.contains("shut down while suspended"))
+        );
+        assert_eq!(engine.last_synced_txg(), 0);
     }
 
     /// Long timeout and a large max: only explicit requests sync, the throttle stays quiet.

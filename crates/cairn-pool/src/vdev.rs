@@ -120,6 +120,15 @@ impl Leaf {
         }
     }
 
+    /// Takes a FAULTED leaf as healthy again (`pool clear` after its device came back); a
+    /// leaf without a device stays as it is.
+    pub fn unfault(&self) {
+        let mut state = self.state.lock();
+        if *state == Health::Faulted && self.queue.lock().is_some() {
+            *state = Health::Online;
+        }
+    }
+
     pub fn queue(&self) -> Option<Arc<LeafQueue>> {
         if self.health() != Health::Online {
             return None;

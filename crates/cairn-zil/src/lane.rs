@@ -131,6 +131,10 @@ struct LaneState {
     /// suspended): every committer gets this error instead of waiting for a batch that no one
     /// will complete.
     failed: Option<String>,
+    /// `failed` came from a pool whose I/O was suspended (not from a dead one): once the pool
+    /// resumes, the next committer clears it with a txg sync that covers every record and
+    /// retires the chain (whose failed block ended it).
+    failed_by_suspension: bool,
     /// Records and write-and-flush time of the last completed batch (for the company wait).
     last_batch_records: usize,
     last_batch_latency: std::time::Duration,
@@ -186,6 +190,7 @@ impl Lane {
                 next_alloc_txg: 0,
                 written: VecDeque::new(),
                 failed: None,
+                failed_by_suspension: false,
                 last_batch_records: 0,
                 last_batch_latency: std::time::Duration::ZERO,
                 last_batch_bytes: 0,
@@ -525,6 +530,14 @@ impl IntentLog {
                 return Ok(());
             }
             if let Some(reason) = &st.failed {
+                if st.failed_by_suspension && self.txg.suspended().is_none() {
+                    st.failed = None;
+                    st.failed_by_suspension = false;
+                    drop(st);
+                    self.fall_back(lane, target)?;
+                    st = lane.state.lock();
+                    continue;
+                }
                 return Err(self.failed(reason.clone()));
             }
             let front_is_ours = st.pending.front().is_some_and(|itx| itx.ticket <= target);
@@ -747,6 +760,7 @@ impl IntentLog {
             Err(err) => {
                 let reason = format!("{what}: {err}");
                 st.failed = Some(reason.clone());
+                st.failed_by_suspension = self.txg.io_suspended();
                 Err(self.failed(reason))
             }
         };

@@ -167,11 +167,21 @@ pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
     })
 }
 
+/// The pool's health as zpool shows it: SUSPENDED while it refuses writes.
+fn health_label(status: &PoolStatus) -> &'static str {
+    match status.suspended {
+        Some(_) => "SUSPENDED",
+        None => status.health.as_str(),
+    }
+}
+
 fn render_status(status: &PoolStatus) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
-    out.push_str(&format!(" state: {}\n", status.health.as_str()));
-    if status.health != cairn_pool::vdev::Health::Online {
+    out.push_str(&format!(" state: {}\n", health_label(status)));
+    if let Some(reason) = &status.suspended {
+        out.push_str(&format!("status: {reason}\n"));
+    } else if status.health != cairn_pool::vdev::Health::Online {
         out.push_str(
             "status: One or more devices are missing or faulted; the pool is not fully redundant.\n",
         );
@@ -202,7 +212,7 @@ fn render_status(status: &PoolStatus) -> String {
     let (r, w, c) = sums(&all_leaves);
     table.push(vec![
         status.name.clone(),
-        status.health.as_str().into(),
+        health_label(status).into(),
         r.to_string(),
         w.to_string(),
         c.to_string(),
@@ -359,7 +369,7 @@ pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
                 human::size(status.free_bytes, format.exact),
                 human::percent_value(status.fragmentation_percent, format.exact),
                 human::percent(status.allocated_bytes, status.size_bytes, format.exact),
-                status.health.as_str().into(),
+                health_label(&status).into(),
             ]),
             Err(err) => failures.push(format!("{err:#}")),
         }
