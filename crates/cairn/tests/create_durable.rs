@@ -5,7 +5,8 @@
 //! `DirSyncFs` is such a file system: a FUSE passthrough over a backing directory (real files,
 //! real data, real fsync) that remembers every name created in a directory since that
 //! directory's last fsync. `cut_power` unmounts it and removes those names from the backing
-//! directory, as a crash of such a file system would. Mounting needs root and /dev/fuse (CI
+//! directory, as a crash of such a file system would. It can also fail file fsyncs with EIO
+//! (`FsyncFault`), as a disk going bad does under a real file system. Mounting needs root and /dev/fuse (CI
 //! runs as root; .ci/run installs fuse3); `fuser` mounts with mount(2) directly.
 
 use fuser::{
@@ -24,6 +25,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// No attribute or entry caching in the kernel: every stat comes to us.
 const TTL: Duration = Duration::ZERO;
 
+/// The tests run one at a time: a process forked by one test (between fork and exec) holds
+/// copies of the other's open files for a moment, which can make its unmount fail as busy.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[derive(Default)]
 struct State {
     /// Inode number → path relative to the backing root ("" is the root).
@@ -35,6 +46,17 @@ struct State {
     unsynced: BTreeMap<PathBuf, BTreeSet<OsString>>,
     /// How many directory fsyncs arrived (so a test can see the shim was exercised).
     dir_syncs: u64,
+    /// File fsyncs seen of files whose name contains `fault.name` (all files when empty).
+    file_syncs: u64,
+    fault: FsyncFault,
+}
+
+/// A disk going bad: file fsyncs fail with EIO from the `fail_from`-th one on (counting from
+/// 0 when the fault is set), for files whose name contains `name`.
+#[derive(Default, Clone)]
+struct FsyncFault {
+    fail_from: Option<u64>,
+    name: String,
 }
 
 #[derive(Clone)]
@@ -109,6 +131,27 @@ impl DirSyncFs {
         let state = self.state.lock().unwrap();
         let file = state.files.get(&fh.0).ok_or(Errno::EBADF)?;
         body(file).map_err(Errno::from)
+    }
+
+    fn set_fault(&self, fault: FsyncFault) {
+        let mut state = self.state.lock().unwrap();
+        state.fault = fault;
+        state.file_syncs = 0;
+    }
+
+    /// Counts a file fsync; true if the fault makes it fail.
+    fn fsync_fails(&self, ino: INodeNo) -> bool {
+        let mut state = self.state.lock().unwrap();
+        let matches = state
+            .paths
+            .get(&ino.0)
+            .is_some_and(|path| path.to_string_lossy().contains(&state.fault.name));
+        if !matches {
+            return false;
+        }
+        let seen = state.file_syncs;
+        state.file_syncs += 1;
+        state.fault.fail_from.is_some_and(|from| seen >= from)
     }
 
     /// Unmounts and drops every name not made durable by a directory fsync.
@@ -424,11 +467,14 @@ impl Filesystem for DirSyncFs {
     fn fsync(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if self.fsync_fails(ino) {
+            return reply.error(Errno::EIO);
+        }
         match self.with_file(fh, File::sync_all) {
             Ok(()) => reply.ok(),
             Err(errno) => reply.error(errno),
@@ -519,6 +565,7 @@ fn ok(state: &Path, cwd: &Path, args: &[&str]) -> String {
 
 #[test]
 fn a_pool_created_before_a_power_cut_survives_lost_directory_entries() {
+    let _serial = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let backing = dir.path().join("backing");
     let mnt = dir.path().join("mnt");
@@ -576,4 +623,102 @@ fn a_pool_created_before_a_power_cut_survives_lost_directory_entries() {
     );
     ok(&state, &disks, &["pool", "check", "tank"]);
     drop(session);
+}
+
+fn run(state: &Path, cwd: &Path, args: &[&str]) -> Option<i32> {
+    cairn(state, cwd, args).status.code()
+}
+
+#[test]
+fn a_create_whose_flushes_fail_with_eio_exits_non_zero_and_leaves_nothing() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("backing");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(backing.join("disks")).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = DirSyncFs::new(&backing);
+    let _session = mount(&fs, &mnt);
+    // The cache lives off the shim: only the devices' flushes fail.
+    let state = dir.path().join("state");
+    let disks = mnt.join("disks");
+    let create = ["pool", "create", "--size", "64M", "tank", "a.img"];
+    // Fail the device's fsyncs from the k-th on, k = 0, 1, ... until a create needs fewer.
+    let mut k = 0;
+    loop {
+        fs.set_fault(FsyncFault {
+            fail_from: Some(k),
+            name: "a.img".into(),
+        });
+        let code = run(&state, &disks, &create);
+        let fsyncs = fs.state.lock().unwrap().file_syncs;
+        if fsyncs <= k {
+            assert_eq!(code, Some(0), "no fsync failed, yet the create failed");
+            break;
+        }
+        assert_eq!(
+            code,
+            Some(1),
+            "fsync {k} of {fsyncs} failed with EIO, yet the create passed"
+        );
+        assert!(
+            !backing.join("disks/a.img").exists(),
+            "k={k}: a.img was left"
+        );
+        assert!(
+            ok(&state, &disks, &["pool", "list", "-H"]).is_empty(),
+            "k={k}: pool recorded"
+        );
+        k += 1;
+        assert!(k < 200, "create never completed");
+    }
+    assert!(k > 2, "the create must have flushed several times ({k})");
+    fs.set_fault(FsyncFault::default());
+    ok(&state, &disks, &["pool", "check", "tank"]);
+
+    // One side of a mirror failing its last flush: no pool that is degraded from birth.
+    let mirror = [
+        "pool", "create", "--size", "64M", "duo", "mirror", "b.img", "c.img",
+    ];
+    fs.set_fault(FsyncFault {
+        fail_from: Some(0),
+        name: "c.img".into(),
+    });
+    let out = cairn(&state, &disks, &mirror);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("c.img"), "{err}");
+    assert!(!backing.join("disks/b.img").exists() && !backing.join("disks/c.img").exists());
+
+    // create -V on the single-device pool: every run that meets a failed flush exits non-zero.
+    let mut k = 0;
+    loop {
+        let volume = format!("tank/vol{k}");
+        fs.set_fault(FsyncFault {
+            fail_from: Some(k),
+            name: "a.img".into(),
+        });
+        let code = run(&state, &disks, &["create", "-V", "8M", &volume]);
+        let fsyncs = fs.state.lock().unwrap().file_syncs;
+        if fsyncs <= k {
+            assert_eq!(code, Some(0), "no fsync failed, yet create -V failed");
+            fs.set_fault(FsyncFault::default());
+            let list = ok(&state, &disks, &["list", "-H"]);
+            assert!(
+                list.lines().any(|l| l.starts_with(&format!("{volume}\t"))),
+                "{list}"
+            );
+            break;
+        }
+        assert_eq!(
+            code,
+            Some(1),
+            "fsync {k} of {fsyncs} failed, yet create -V passed"
+        );
+        k += 1;
+        assert!(k < 200, "create -V never completed");
+    }
+    assert!(k > 2, "create -V must have flushed several times ({k})");
+    fs.set_fault(FsyncFault::default());
+    ok(&state, &disks, &["pool", "check", "tank"]);
 }
