@@ -95,8 +95,10 @@ fn remember_created(ctx: &Context, pool: Pool, created_files: &[PathBuf]) -> Res
 
 /// Refuses, even with -f, a device of a pool this machine has imported, as zpool refuses a
 /// device of an active pool: one the pool cache lists (the same file or block device, by
-/// identity, whatever path names it), or one whose label carries the pool guid of an imported
-/// pool (read from that pool's cached devices). Forcing such a device would fault a live pool.
+/// identity, whatever path names it), or one whose label names a leaf of an imported pool's
+/// current config (pool and leaf guid, read from that pool's cached devices: a copy of a member
+/// counts, as in zpool; a device whose `pool add` was cut short does not). Forcing such a
+/// device would fault a live pool.
 fn refuse_imported_members(
     ctx: &Context,
     groups: &[VdevGroup],
@@ -122,7 +124,11 @@ fn refuse_imported_members(
             }
         }
         for found in discover_pools(&ImportSource::Devices(specs)) {
-            by_guid.insert(found.config.pool_guid, pool.clone());
+            for top in &found.config.tree.tops {
+                for leaf in &top.children {
+                    by_guid.insert((found.config.pool_guid, leaf.guid), pool.clone());
+                }
+            }
         }
     }
     let refuse = |path: &std::path::Path, pool: &str| {
@@ -137,10 +143,10 @@ fn refuse_imported_members(
         }
     }
     for found in discover_pools(&ImportSource::Devices(given)) {
-        if let (Some(pool), Some((spec, _))) =
-            (by_guid.get(&found.config.pool_guid), found.devices.first())
-        {
-            return Err(refuse(&spec.path, pool));
+        for (spec, leaf_guid) in &found.devices {
+            if let Some(pool) = by_guid.get(&(found.config.pool_guid, *leaf_guid)) {
+                return Err(refuse(&spec.path, pool));
+            }
         }
     }
     Ok(())
