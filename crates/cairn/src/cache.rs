@@ -151,7 +151,7 @@ fn render(entries: &CacheEntries) -> String {
 
 /// `create_dir_all`, with each directory it creates made durable by syncing its parent, so a
 /// power cut cannot take away a state directory (and the cache in it) that a command reported.
-fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
