@@ -209,6 +209,55 @@ fn devices_that_hold_data_are_refused_unless_forced() {
     env.ok(&["pool", "check", "tank"]);
 }
 
+/// Runs a formatting tool from e2fsprogs or util-linux on `path`.
+fn format(path: &Path, tool: &str, args: &[&str]) {
+    let file = std::fs::File::create(path).expect("create image");
+    file.set_len(64 << 20).expect("size image");
+    let out = Command::new(tool)
+        .args(args)
+        .arg(path)
+        .output()
+        .unwrap_or_else(|err| panic!("{tool} must be installed: {err}"));
+    assert!(out.status.success(), "{tool}: {out:?}");
+}
+
+#[test]
+fn what_is_found_agrees_with_blkid() {
+    let env = Env::new();
+    let cases: [(&str, &[&str], &str, &str); 4] = [
+        (
+            "mke2fs",
+            &["-q", "-F", "-t", "ext2"],
+            "ext2",
+            "an ext2 file system",
+        ),
+        (
+            "mke2fs",
+            &["-q", "-F", "-t", "ext3"],
+            "ext3",
+            "an ext3 file system",
+        ),
+        (
+            "mke2fs",
+            &["-q", "-F", "-t", "ext4"],
+            "ext4",
+            "an ext4 file system",
+        ),
+        ("mkswap", &["-q"], "swap", "Linux swap space"),
+    ];
+    for (tool, args, blkid, words) in cases {
+        let image = env.path(&format!("{blkid}.img"));
+        format(&image, tool, args);
+        assert_eq!(blkid_type(&image), blkid, "{tool} {args:?}");
+        assert_refused(
+            &env,
+            &["pool", "create", "tank", text(&image)],
+            &[image.as_path()],
+            &[text(&image), words],
+        );
+    }
+}
+
 #[test]
 fn a_device_of_an_imported_pool_is_refused_even_with_force() {
     let env = Env::new();
