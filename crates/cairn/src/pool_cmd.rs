@@ -220,6 +220,7 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
         let names = pool
             .add_log_vdevs(&groups, &options, &default_opener())
             .with_context(fail)?;
+        undo_failed_additions(pool, &names).with_context(fail)?;
         ctx.cache
             .insert(name, &device_specs(pool))
             .with_context(|| format!("the pool cache does not list the new devices of '{name}'"))?;
@@ -236,6 +237,46 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
             Err(err)
         }
     }
+}
+
+/// A log vdev whose device failed while being added (the txg went on without it, as it does
+/// for a log device) is not reported as added: it is removed again and the command fails,
+/// naming the device, rather than exiting 0 with a FAULTED device in the pool.
+fn undo_failed_additions(pool: &Pool, added: &[String]) -> Result<()> {
+    let failed: Vec<(String, Vec<String>)> = pool
+        .status()
+        .tops
+        .into_iter()
+        .filter(|top| added.contains(&top.name))
+        .map(|top| {
+            let leaves = top
+                .leaves
+                .iter()
+                .filter(|leaf| leaf.health != cairn_pool::vdev::Health::Online)
+                .map(|leaf| format!("{} ({})", leaf.name, leaf.health.as_str()))
+                .collect();
+            (top.name, leaves)
+        })
+        .filter(|(_, leaves): &(String, Vec<String>)| !leaves.is_empty())
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let leaves: Vec<&str> = failed
+        .iter()
+        .flat_map(|(_, leaves)| leaves.iter().map(String::as_str))
+        .collect();
+    let mut message = format!("{} failed while being added", leaves.join(", "));
+    for (top, _) in &failed {
+        match pool.remove_log_vdev(top) {
+            Ok(()) => message.push_str(&format!("; {top} was removed again")),
+            Err(err) => message.push_str(&format!(
+                "; {top} could not be removed again ({err}): remove it with cairn pool remove {} {top}",
+                pool.name()
+            )),
+        }
+    }
+    bail!(message)
 }
 
 /// `cairn pool remove POOL VDEV` (log devices).

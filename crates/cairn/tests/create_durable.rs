@@ -722,3 +722,54 @@ fn a_create_whose_flushes_fail_with_eio_exits_non_zero_and_leaves_nothing() {
     fs.set_fault(FsyncFault::default());
     ok(&state, &disks, &["pool", "check", "tank"]);
 }
+
+#[test]
+fn a_log_device_failing_its_flushes_is_not_added() {
+    let _serial = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let backing = dir.path().join("backing");
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir_all(backing.join("disks")).unwrap();
+    std::fs::create_dir(&mnt).unwrap();
+    let fs = DirSyncFs::new(&backing);
+    let _session = mount(&fs, &mnt);
+    let state = dir.path().join("state");
+    let disks = mnt.join("disks");
+    ok(
+        &state,
+        &disks,
+        &["pool", "create", "--size", "64M", "tank", "a.img"],
+    );
+    ok(&state, &disks, &["create", "-V", "8M", "tank/vol"]);
+
+    // A log device whose every flush fails (after the one that makes the new file durable):
+    // the txg goes on without it, so the add must not.
+    fs.set_fault(FsyncFault {
+        fail_from: Some(1),
+        name: "slog.img".into(),
+    });
+    let add = ["pool", "add", "--size", "64M", "tank", "log", "slog.img"];
+    let out = cairn(&state, &disks, &add);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("slog.img") && err.contains("failed while being added"),
+        "{err}"
+    );
+    assert!(
+        !backing.join("disks/slog.img").exists(),
+        "the created file was left"
+    );
+    fs.set_fault(FsyncFault::default());
+    let status = ok(&state, &disks, &["pool", "status", "tank"]);
+    assert!(
+        !status.contains("slog.img") && status.contains("ONLINE"),
+        "{status}"
+    );
+    ok(&state, &disks, &["pool", "check", "tank"]);
+
+    // The same device on a healthy disk is added.
+    ok(&state, &disks, &add);
+    let status = ok(&state, &disks, &["pool", "status", "tank"]);
+    assert!(status.contains("slog.img"), "{status}");
+}
