@@ -49,7 +49,9 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     ctx.with_pool(pool_of(name), false, |pool| {
         pool.create_volume(name, size, &args.properties)
             .with_context(|| format!("cannot create volume '{name}'"))?;
+        // The volume's txg is durable by now: a failure after it must not read as "not created".
         ctx.record(pool)
+            .with_context(|| format!("volume '{name}' was created, but then the pool failed"))
     })
 }
 
