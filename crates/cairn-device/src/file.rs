@@ -30,7 +30,8 @@ use crate::device::{Device, DeviceError, check_range};
 /// How to open a `FileDevice`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FileOptions {
-    /// Create a missing regular file (sparse) of this size, and extend an existing smaller one.
+    /// Create a missing regular file (sparse) of this size. An existing file is never resized:
+    /// it may hold someone's data, and its size is what the user gave us.
     pub create_size_bytes: Option<u64>,
     /// Open with `O_DIRECT`; callers must then align offsets, lengths and buffers.
     pub direct_io: bool,
@@ -85,11 +86,8 @@ impl FileDevice {
         if options.direct_io {
             flags |= OFlags::DIRECT;
         }
-        if options.create_size_bytes.is_some() && !options.read_only {
-            flags |= OFlags::CREATE;
-        }
-        let fd = rustix::fs::open(&path, flags, Mode::from_raw_mode(0o644))
-            .map_err(|e| io_err("open", e))?;
+        let (fd, created) =
+            open_or_create(&path, flags, &options).map_err(|e| io_err("open", e))?;
 
         // Lock before changing anything: a second opener must not extend a file in use.
         if !options.read_only {
@@ -110,11 +108,12 @@ impl FileDevice {
             match FileType::from_raw_mode(stat.st_mode) {
                 FileType::RegularFile => {
                     let mut size = stat.st_size as u64;
-                    if let Some(want) = options.create_size_bytes
-                        && want > size
-                        && !options.read_only
-                    {
-                        rustix::fs::ftruncate(&fd, want).map_err(|e| io_err("extend", e))?;
+                    if created && let Some(want) = options.create_size_bytes {
+                        if let Err(e) = size_new_file(&fd, &path, want) {
+                            // Leave no empty file behind for a creation that failed.
+                            let _ = std::fs::remove_file(&path);
+                            return Err(io_err("create", e));
+                        }
                         size = want;
                     }
                     (Kind::Regular, size, false, 4096)
@@ -219,6 +218,63 @@ impl FileDevice {
             });
         }
         Ok(())
+    }
+}
+
+/// Opens `path`; with `create_size_bytes` (and not read-only) creates it if missing, with
+/// `O_EXCL` so that a file that exists is never taken for a new one. Returns whether it was
+/// created.
+fn open_or_create(
+    path: &Path,
+    flags: OFlags,
+    options: &FileOptions,
+) -> rustix::io::Result<(OwnedFd, bool)> {
+    // A pool's device holds every volume's data: readable by its owner only.
+    let mode = Mode::from_raw_mode(0o600);
+    if options.create_size_bytes.is_none() || options.read_only {
+        return Ok((rustix::fs::open(path, flags, mode)?, false));
+    }
+    loop {
+        match rustix::fs::open(path, flags | OFlags::CREATE | OFlags::EXCL, mode) {
+            Ok(fd) => return Ok((fd, true)),
+            Err(Errno::EXIST) => {}
+            Err(e) => return Err(e),
+        }
+        match rustix::fs::open(path, flags, mode) {
+            Ok(fd) => return Ok((fd, false)),
+            // Removed between the two calls: try creating it again.
+            Err(Errno::NOENT) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Gives a file this open just created its size (sparse) and makes the file durable by name:
+/// the size is in its inode (the first `fdatasync` of the device writes it), its directory
+/// entry only once the directory is synced. Without that a power cut after `pool create`
+/// could leave no device file on a file system that keeps only synced directory entries.
+fn size_new_file(fd: &OwnedFd, path: &Path, size_bytes: u64) -> rustix::io::Result<()> {
+    rustix::fs::ftruncate(fd, size_bytes)?;
+    rustix::fs::fsync(fd)?;
+    sync_parent_dir(path)
+}
+
+/// `fsync` of the directory holding `path` (the current directory for a bare name).
+pub fn sync_parent_dir(path: &Path) -> rustix::io::Result<()> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let dir = rustix::fs::open(
+        parent,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    loop {
+        match rustix::fs::fsync(&dir) {
+            Err(Errno::INTR) => {}
+            other => return other,
+        }
     }
 }
 
@@ -426,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn created_sparse_and_extended() {
+    fn created_sparse_never_resized() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("big");
         let size = 64u64 << 30; // 64 GiB: only possible on disk if sparse
@@ -438,16 +494,15 @@ mod tests {
         assert!(meta.blocks() * 512 < 1 << 20, "file must be sparse");
         drop(dev);
 
-        // An existing smaller file grows; a bigger one keeps its size.
-        std::fs::write(dir.path().join("small"), vec![9u8; 1000]).unwrap();
-        let dev = FileDevice::open(dir.path().join("small"), create(8192)).unwrap();
-        assert_eq!(dev.size_bytes(), 8192);
-        let mut back = [0u8; 2];
-        dev.read_at(999, &mut back).unwrap();
-        assert_eq!(back, [9, 0]);
+        // An existing file keeps its size and its bytes, whether smaller or bigger.
+        let small = dir.path().join("small");
+        std::fs::write(&small, vec![9u8; 1000]).unwrap();
+        let dev = FileDevice::open(&small, create(8192)).unwrap();
+        assert_eq!(dev.size_bytes(), 1000);
         drop(dev);
-        let dev = FileDevice::open(dir.path().join("small"), create(100)).unwrap();
-        assert_eq!(dev.size_bytes(), 8192);
+        assert_eq!(std::fs::read(&small).unwrap(), vec![9u8; 1000]);
+        let dev = FileDevice::open(&small, create(100)).unwrap();
+        assert_eq!(dev.size_bytes(), 1000);
     }
 
     #[test]

@@ -1,15 +1,19 @@
 //! Pool creation: validate the vdev layout, open (and if asked, create) the devices, size the
 //! metaslabs, and commit txg 1 with an empty MOS, the root dataset and a space-log checkpoint.
 //!
-//! A device that carries the label of an active or exported pool is refused unless forced, so a
-//! typo cannot destroy another pool.
+//! A device that holds anything is refused unless forced, so a typo cannot destroy another pool
+//! or a file system: the label of an active or exported pool, a known signature, or non-zero
+//! bytes where the labels go (`probe`). Devices of destroyed pools, and of a create cut short
+//! before its first uberblock, are free.
 
 use crate::pool::{PoolCore, PoolOptions};
+use crate::probe;
 use crate::sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, Pool, new_guid};
 use cairn_arc::CachedIo;
 use cairn_dataset::directory::creation_properties;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
+use cairn_device::Device;
 use cairn_device::spec::DeviceSpec;
 use cairn_format::label::{
     DEVICE_SIZE_MIN, TopVdevConfig, TopVdevKind, VdevRole, data_region_size,
@@ -20,9 +24,9 @@ use cairn_format::{
 };
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
-use cairn_pool::labels::best_config;
+use cairn_pool::labels::{best_config, read_uberblocks};
 use cairn_pool::space::{SpaceAllocator, SpaceClass, VdevSpace, metaslab_shift_for};
-use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
+use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -43,9 +47,12 @@ pub struct CreateOptions {
     /// Create missing backing files (sparse) of this size.
     pub create_size_bytes: Option<u64>,
     pub ashift: u8,
-    /// Reuse devices that carry another pool's label.
+    /// Reuse devices that hold data or carry another pool's label.
     pub force: bool,
     pub root_properties: Vec<(String, String)>,
+    /// Recorded in the pool history by the creating txg itself, so a pool that exists has its
+    /// `create` entry and no later sync (which could fail) is needed for it.
+    pub history_entry: Option<String>,
 }
 
 impl Default for CreateOptions {
@@ -55,6 +62,7 @@ impl Default for CreateOptions {
             ashift: ASHIFT_DEFAULT,
             force: false,
             root_properties: Vec::new(),
+            history_entry: None,
         }
     }
 }
@@ -131,6 +139,9 @@ impl Pool {
         let cached = Arc::new(CachedIo::new(options.cache(), io.clone()));
         let mut directory = DatasetDirectory::default();
         directory.insert(name, DatasetKind::Filesystem, 1, root_properties)?;
+        if let Some(entry) = &create.history_entry {
+            directory.record_history(format!("{} {entry}", crate::now_ms()));
+        }
         let guid = new_guid();
         let core = PoolCore {
             name: name.to_string(),
@@ -164,8 +175,25 @@ impl Pool {
         pool.txg_engine()?
             .sync_now_forced()
             .map_err(|err| create_error(err.to_string()))?;
+        // A mirror side that failed a write or flush of txg 1 was faulted and the txg went on
+        // without it; a new pool that is degraded from birth is not what was asked for.
+        let failed: Vec<String> = tree_leaves_not_online(&pool);
+        if !failed.is_empty() {
+            return Err(create_error(format!(
+                "{} failed while the pool was being written",
+                failed.join(", ")
+            )));
+        }
         Ok(pool)
     }
+}
+
+fn tree_leaves_not_online(pool: &Pool) -> Vec<String> {
+    pool.tree()
+        .leaves()
+        .filter(|leaf| leaf.health() != Health::Online)
+        .map(|leaf| leaf.spec.to_string())
+        .collect()
 }
 
 /// Opens the devices of `group` (creating missing files when asked), checks them, and lays out
@@ -235,19 +263,43 @@ fn open_leaves(
                 "{spec} is {size} bytes; the minimum device size is {DEVICE_SIZE_MIN} bytes"
             )));
         }
-        if !create.force
-            && let Ok(existing) = best_config(device.as_ref())
-            && existing.state != PoolState::Destroyed
-        {
-            return Err(create_error(format!(
-                "{spec} belongs to pool '{}' ({:?}); use --force to overwrite it",
-                existing.pool_name, existing.state
-            )));
+        if !create.force {
+            check_free(spec, device.as_ref())?;
         }
         region = region.min(data_region_size(size));
         leaves.push(Leaf::open(new_guid(), spec.clone(), device));
     }
     Ok(region)
+}
+
+/// Refuses a device that holds something a user may want: another cairn pool's devices (unless
+/// destroyed, or half-created: labels but not one uberblock of that pool, as a create cut short
+/// leaves them), a known file system or partition table, or any non-zero byte where the labels
+/// go. Reads only.
+fn check_free(spec: &DeviceSpec, device: &dyn Device) -> Result<(), EngineError> {
+    if let Ok(existing) = best_config(device) {
+        let committed = read_uberblocks(device)
+            .iter()
+            .any(|ub| ub.pool_guid == existing.pool_guid);
+        if existing.state == PoolState::Destroyed || !committed {
+            return Ok(());
+        }
+        let state = match existing.state {
+            PoolState::Exported => "exported",
+            _ => "active",
+        };
+        return Err(create_error(format!(
+            "{spec} belongs to {state} pool '{}'; use -f (--force) to overwrite it",
+            existing.pool_name
+        )));
+    }
+    let areas = probe::read_label_areas(device)?;
+    match probe::existing_content(&areas) {
+        None => Ok(()),
+        Some(found) => Err(create_error(format!(
+            "{spec} holds {found}; use -f (--force) to overwrite it"
+        ))),
+    }
 }
 
 pub(crate) fn space_layout(tree: &VdevTree) -> Vec<VdevSpace> {

@@ -32,6 +32,7 @@ mod create;
 mod import;
 mod layout;
 mod pool;
+mod probe;
 mod replay;
 mod scrub;
 mod sync;

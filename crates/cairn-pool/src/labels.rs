@@ -18,8 +18,8 @@
 use crate::vdev::VdevTree;
 use cairn_device::{Device, DeviceError};
 use cairn_format::label::{
-    LABEL_CONFIG_OFFSET, LABEL_CONFIG_SIZE, LABEL_COUNT, LABEL_RING_OFFSET, UBERBLOCK_RING_SLOTS,
-    UBERBLOCK_SLOT_SIZE, label_offset, uberblock_offset,
+    LABEL_CONFIG_OFFSET, LABEL_CONFIG_SIZE, LABEL_COUNT, LABEL_RING_OFFSET, LABEL_SIZE,
+    UBERBLOCK_RING_SLOTS, UBERBLOCK_SLOT_SIZE, label_offset, uberblock_offset,
 };
 use cairn_format::{FormatError, LabelConfig, Uberblock};
 use std::sync::atomic::Ordering;
@@ -90,15 +90,13 @@ pub fn write_pool_config_half(
     Ok(())
 }
 
-/// Erases the config in all four labels of `device`, then flushes it: a device that left its
-/// pool no longer claims to belong to it (and can be used elsewhere without `--force`).
+/// Erases all four labels of `device` (configs and uberblock rings), then flushes it: a device
+/// that left its pool no longer claims to belong to it, and its label areas are zero again, so
+/// it can be used elsewhere without `--force` (creation refuses non-zero label areas).
 pub fn clear_labels(device: &dyn Device) -> Result<(), LabelError> {
-    let zeros = vec![0u8; LABEL_CONFIG_SIZE as usize];
+    let zeros = vec![0u8; LABEL_SIZE as usize];
     for index in 0..LABEL_COUNT {
-        device.write_at(
-            label_offset(index, device.size_bytes()) + LABEL_CONFIG_OFFSET,
-            &zeros,
-        )?;
+        device.write_at(label_offset(index, device.size_bytes()), &zeros)?;
     }
     device.flush()?;
     Ok(())

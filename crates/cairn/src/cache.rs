@@ -11,14 +11,15 @@
 //!
 //! Lines of one pool keep their order (the vdev order of the pool). Changes are
 //! read-modify-write under an exclusive lock on a sibling `.lock` file, and the new content is
-//! written to a temporary file, synced and renamed over the old one, so a crash leaves either the
-//! old or the new cache, never a torn one.
+//! written to a temporary file, synced and renamed over the old one, and the directory is synced
+//! (as is the parent of a state directory this creates), so a crash leaves either the old or the
+//! new cache, never a torn or vanished one.
 
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 const FILE_NAME: &str = "pools.cache";
@@ -97,7 +98,8 @@ impl PoolCache {
     }
 
     fn modify(&self, change: impl FnOnce(&mut CacheEntries)) -> Result<()> {
-        crate::context::create_private_dir(&self.dir)?;
+        create_dir_durably(&self.dir)
+            .with_context(|| format!("cannot create state directory {}", self.dir.display()))?;
         let lock_path = self.dir.join(format!("{FILE_NAME}.lock"));
         let lock = OpenOptions::new()
             .create(true)
@@ -149,6 +151,23 @@ fn render(entries: &CacheEntries) -> String {
         }
     }
     out
+}
+
+/// `create_dir_all`, with each directory it creates made durable by syncing its parent, so a
+/// power cut cannot take away a state directory (and the cache in it) that a command reported.
+pub(crate) fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|parent| !parent.as_os_str().is_empty()) {
+        create_dir_durably(parent)?;
+    }
+    // Private: the state it holds (the pool cache, the server's sockets) is its owner's alone.
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => cairn_device::file::sync_parent_dir(dir).map_err(std::io::Error::from),
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(err) => Err(err),
+    }
 }
 
 fn write_atomically(path: &Path, content: &str) -> Result<()> {

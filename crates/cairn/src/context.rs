@@ -291,17 +291,6 @@ pub fn command_line(args: &[String]) -> String {
     words.join(" ")
 }
 
-/// Creates `dir` and any missing parents with mode 0700 (state the server keeps is its
-/// owner's alone); an existing directory keeps its mode.
-pub fn create_private_dir(dir: &std::path::Path) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .with_context(|| format!("cannot create state directory {}", dir.display()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -147,7 +147,8 @@ fn read_request(stream: &mut UnixStream) -> std::io::Result<Request> {
 /// Binds the control socket (mode 0600 from the start), refusing if another server answers on
 /// it.
 pub fn bind(state_dir: &Path) -> Result<UnixListener> {
-    crate::context::create_private_dir(state_dir)?;
+    crate::cache::create_dir_durably(state_dir)
+        .with_context(|| format!("cannot create state directory {}", state_dir.display()))?;
     let path = socket_path(state_dir);
     cairn_nbd::bind_unix_std(&path, 0o600).map_err(|err| {
         if err.kind() == std::io::ErrorKind::AddrInUse {

@@ -72,7 +72,9 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
                 }
             })
             .with_context(|| format!("cannot create volume '{name}'"))?;
+        // The volume's txg is durable by now: a failure after it must not read as "not created".
         ctx.record(pool)
+            .with_context(|| format!("volume '{name}' was created, but then the pool failed"))
     })
 }
 

@@ -177,7 +177,7 @@ struct PoolCreateArgs {
     /// Create missing device files (sparse) of this size, e.g. 2G.
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
-    /// Use devices even if they belong to another pool.
+    /// Use devices even if they hold data or belong to another pool (never one of an imported pool).
     #[arg(short, long)]
     force: bool,
     /// Pool property (ashift=N).
@@ -198,7 +198,7 @@ struct PoolAddArgs {
     /// Create missing device files (sparse) of this size, e.g. 1G.
     #[arg(long, value_name = "SIZE")]
     size: Option<String>,
-    /// Use devices even if they belong to another pool.
+    /// Use devices even if they hold data or belong to another pool (never one of an imported pool).
     #[arg(short, long)]
     force: bool,
     /// Pool name.

@@ -31,11 +31,13 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
         bail!("cannot create pool '{name}': a pool of that name is already imported");
     }
     let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
+    refuse_imported_members(ctx, &groups, None).with_context(fail)?;
     let size = creation_size(args.size.as_deref(), &groups).with_context(fail)?;
     let mut options = CreateOptions {
         create_size_bytes: size,
         force: args.force,
         root_properties: args.root_properties.clone(),
+        history_entry: Some(ctx.command_line.clone()),
         ..CreateOptions::default()
     };
     for (key, value) in &args.pool_properties {
@@ -63,15 +65,102 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             other => anyhow::Error::new(other).context(fail()),
         }
     })?;
-    let recorded = ctx
-        .cache
-        .insert(name, &device_specs(&pool))
-        .with_context(|| format!("pool '{name}' was created but not added to the pool cache; import it with cairn pool import"))
-        .and_then(|()| ctx.record(&pool));
-    let closed = ctx
-        .adopt(pool)
-        .with_context(|| format!("cannot close new pool '{name}'"));
-    recorded.and(closed)
+    remember_created(ctx, pool, &missing)
+}
+
+/// Puts a pool `Pool::create` made durable (history included) into the pool cache. A one-shot
+/// command closes it first: if that fails, the pool is not recorded and the files this command
+/// created are removed, so a failed create leaves nothing half-made behind.
+fn remember_created(ctx: &Context, pool: Pool, created_files: &[PathBuf]) -> Result<()> {
+    let name = pool.name().to_string();
+    let specs = device_specs(&pool);
+    let not_cached = || {
+        format!(
+            "pool '{name}' was created but not added to the pool cache; import it with cairn pool import -d DIR"
+        )
+    };
+    if ctx.served.is_some() {
+        ctx.cache.insert(&name, &specs).with_context(not_cached)?;
+        return ctx.adopt(pool);
+    }
+    if let Err(err) = pool.close() {
+        drop(pool);
+        remove_files(created_files);
+        return Err(anyhow::Error::new(err).context(format!(
+            "cannot create pool '{name}': its final sync failed"
+        )));
+    }
+    ctx.cache.insert(&name, &specs).with_context(not_cached)
+}
+
+/// Refuses, even with -f, a device of a pool this machine has imported, as zpool refuses a
+/// device of an active pool: one the pool cache lists (the same file or block device, by
+/// identity, whatever path names it), or one whose label names a leaf of an imported pool's
+/// current config (pool and leaf guid, read from that pool's cached devices: a copy of a member
+/// counts, as in zpool; a device whose `pool add` was cut short does not). Forcing such a
+/// device would fault a live pool.
+fn refuse_imported_members(
+    ctx: &Context,
+    groups: &[VdevGroup],
+    except: Option<&str>,
+) -> Result<()> {
+    let given: Vec<DeviceSpec> = groups
+        .iter()
+        .flat_map(|group| group.devices.iter().cloned())
+        .collect();
+    let mut by_identity = BTreeMap::new();
+    let mut by_guid = BTreeMap::new();
+    for (pool, devices) in ctx.cache.load()? {
+        if except == Some(pool.as_str()) {
+            continue;
+        }
+        let specs: Vec<DeviceSpec> = devices
+            .iter()
+            .filter_map(|text| parse_device(text).ok())
+            .collect();
+        for spec in &specs {
+            if let Some(identity) = file_identity(&spec.path) {
+                by_identity.insert(identity, pool.clone());
+            }
+        }
+        for found in discover_pools(&ImportSource::Devices(specs)) {
+            for top in &found.config.tree.tops {
+                for leaf in &top.children {
+                    by_guid.insert((found.config.pool_guid, leaf.guid), pool.clone());
+                }
+            }
+        }
+    }
+    let refuse = |path: &std::path::Path, pool: &str| {
+        anyhow!(
+            "{} is part of imported pool '{pool}' and cannot be used, even with -f (export or destroy '{pool}' first)",
+            path.display()
+        )
+    };
+    for spec in &given {
+        if let Some(pool) = file_identity(&spec.path).and_then(|id| by_identity.get(&id)) {
+            return Err(refuse(&spec.path, pool));
+        }
+    }
+    for found in discover_pools(&ImportSource::Devices(given)) {
+        for (spec, leaf_guid) in &found.devices {
+            if let Some(pool) = by_guid.get(&(found.config.pool_guid, *leaf_guid)) {
+                return Err(refuse(&spec.path, pool));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What makes two paths the same device: the block device number, or a file's inode.
+fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(path).ok()?;
+    Some(if meta.file_type().is_block_device() {
+        (u64::MAX, meta.rdev())
+    } else {
+        (meta.dev(), meta.ino())
+    })
 }
 
 /// `--size` parsed; without it every device must exist.
@@ -106,8 +195,9 @@ fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
 
 fn remove_files(paths: &[PathBuf]) {
     for path in paths {
-        if path.is_file() {
-            let _ = std::fs::remove_file(path);
+        if path.is_file() && std::fs::remove_file(path).is_ok() {
+            // Best effort: the removal is durable once the directory is synced.
+            let _ = cairn_device::file::sync_parent_dir(path);
         }
     }
 }
@@ -117,6 +207,8 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
     let name = &args.pool;
     let fail = || format!("cannot add devices to pool '{name}'");
     let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
+    // (Devices of `name` itself are the engine's to refuse: "already in pool".)
+    refuse_imported_members(ctx, &groups, Some(name)).with_context(fail)?;
     let size = creation_size(args.size.as_deref(), &groups).with_context(fail)?;
     let options = CreateOptions {
         create_size_bytes: size,
@@ -128,6 +220,7 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
         let names = pool
             .add_log_vdevs(&groups, &options, &default_opener())
             .with_context(fail)?;
+        undo_failed_additions(pool, &names).with_context(fail)?;
         ctx.cache
             .insert(name, &device_specs(pool))
             .with_context(|| format!("the pool cache does not list the new devices of '{name}'"))?;
@@ -144,6 +237,46 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
             Err(err)
         }
     }
+}
+
+/// A log vdev whose device failed while being added (the txg went on without it, as it does
+/// for a log device) is not reported as added: it is removed again and the command fails,
+/// naming the device, rather than exiting 0 with a FAULTED device in the pool.
+fn undo_failed_additions(pool: &Pool, added: &[String]) -> Result<()> {
+    let failed: Vec<(String, Vec<String>)> = pool
+        .status()
+        .tops
+        .into_iter()
+        .filter(|top| added.contains(&top.name))
+        .map(|top| {
+            let leaves = top
+                .leaves
+                .iter()
+                .filter(|leaf| leaf.health != cairn_pool::vdev::Health::Online)
+                .map(|leaf| format!("{} ({})", leaf.name, leaf.health.as_str()))
+                .collect();
+            (top.name, leaves)
+        })
+        .filter(|(_, leaves): &(String, Vec<String>)| !leaves.is_empty())
+        .collect();
+    if failed.is_empty() {
+        return Ok(());
+    }
+    let leaves: Vec<&str> = failed
+        .iter()
+        .flat_map(|(_, leaves)| leaves.iter().map(String::as_str))
+        .collect();
+    let mut message = format!("{} failed while being added", leaves.join(", "));
+    for (top, _) in &failed {
+        match pool.remove_log_vdev(top) {
+            Ok(()) => message.push_str(&format!("; {top} was removed again")),
+            Err(err) => message.push_str(&format!(
+                "; {top} could not be removed again ({err}): remove it with cairn pool remove {} {top}",
+                pool.name()
+            )),
+        }
+    }
+    bail!(message)
 }
 
 /// `cairn pool remove POOL VDEV` (log devices).

@@ -59,7 +59,8 @@ impl UpArgs {
 }
 
 pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
+    // Durably: the pool's device files go in it.
+    crate::cache::create_dir_durably(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     let data_dir = std::path::absolute(&args.data_dir)?;
     let devices = [data_dir.join("d0.img"), data_dir.join("d1.img")];

@@ -285,6 +285,9 @@ fn defaults_keep_the_volumes_private() {
             & 0o777
     };
     assert_eq!(mode(&env.state()), 0o700, "state directory");
+    for device in ["d0.img", "d1.img"] {
+        assert_eq!(mode(Path::new(&env.dev(device))), 0o600, "{device}");
+    }
     for file in ["pools.cache", "nbd.sock", "control.sock"] {
         assert_eq!(mode(&env.state().join(file)), 0o600, "{file}");
     }
