@@ -113,6 +113,9 @@ pub struct Context {
 pub struct PoolUnavailable {
     pub pool: String,
     pub reason: String,
+    /// A device is locked by another process that has the pool open: the pool is busy, not
+    /// lost, and must not be forgotten.
+    pub busy: bool,
 }
 
 impl std::fmt::Display for PoolUnavailable {
@@ -131,6 +134,23 @@ impl std::error::Error for PoolUnavailable {}
 pub fn unavailable_reason(err: &anyhow::Error) -> Option<&str> {
     err.downcast_ref::<PoolUnavailable>()
         .map(|unavailable| unavailable.reason.as_str())
+}
+
+/// Whether `err` says a remembered pool cannot be opened because another process has it open.
+pub fn unavailable_busy(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<PoolUnavailable>()
+        .is_some_and(|unavailable| unavailable.busy)
+}
+
+/// Whether another process holds `path` with the exclusive lock an open pool device keeps
+/// (`FileDevice` uses `flock`; a shared lock cannot be had while it is held).
+fn locked_by_another_process(path: &std::path::Path) -> bool {
+    std::fs::File::open(path).is_ok_and(|file| {
+        matches!(
+            file.try_lock_shared(),
+            Err(std::fs::TryLockError::WouldBlock)
+        )
+    })
 }
 
 /// The pools a running server holds open, by name, and its NBD server (for iostat).
@@ -263,10 +283,11 @@ impl Context {
     /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written). A
     /// pool the cache lists but that does not open fails with `PoolUnavailable`.
     pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool> {
-        let unavailable = |reason: String| {
+        let unavailable = |reason: String, busy: bool| {
             anyhow::Error::new(PoolUnavailable {
                 pool: pool.to_string(),
                 reason,
+                busy,
             })
         };
         let cached = self
@@ -275,7 +296,7 @@ impl Context {
             .ok_or_else(|| not_imported(pool))?;
         let devices = self
             .parse_cached(pool, &cached)
-            .map_err(|err| unavailable(format!("{err:#}")))?;
+            .map_err(|err| unavailable(format!("{err:#}"), false))?;
         let options = PoolOptions {
             readonly,
             ..PoolOptions::default()
@@ -285,12 +306,18 @@ impl Context {
             .filter(|spec| !spec.path.exists())
             .map(|spec| spec.path.display().to_string())
             .collect();
-        Pool::import(&ImportSource::Devices(devices), pool, options).map_err(|err| {
+        Pool::import(&ImportSource::Devices(devices.clone()), pool, options).map_err(|err| {
             let err = anyhow::Error::new(err);
+            let busy = devices
+                .iter()
+                .any(|spec| locked_by_another_process(&spec.path));
             if absent.is_empty() {
-                unavailable(format!("{err:#}"))
+                unavailable(format!("{err:#}"), busy)
             } else {
-                unavailable(format!("missing devices {}; {err:#}", absent.join(", ")))
+                unavailable(
+                    format!("missing devices {}; {err:#}", absent.join(", ")),
+                    busy,
+                )
             }
         })
     }

@@ -6,7 +6,7 @@
 //! add the pool to the pool cache with the device specs the pool actually ended up using;
 //! `export` and `destroy` remove it once the engine has succeeded.
 
-use crate::context::{Context, device_specs, unavailable_reason};
+use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason};
 use crate::context::{say, say_raw, shout};
 use crate::table::{Column, Table};
 use crate::vdevs::{parse_device, parse_vdevs};
@@ -715,6 +715,11 @@ fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str)
     let Some(reason) = unavailable_reason(&err) else {
         return Err(err);
     };
+    if unavailable_busy(&err) {
+        bail!(
+            "cannot {verb} pool '{name}': another process has it open ({reason}); stop that process first"
+        );
+    }
     ctx.cache
         .remove(name)
         .with_context(|| format!("cannot forget pool '{name}'"))?;
@@ -728,7 +733,9 @@ fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str)
 pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
     let pool = match ctx.take(name) {
         Ok(pool) => pool,
-        Err(err) if force => return forget_unavailable(ctx, name, err, "destroy"),
+        Err(err) if force || unavailable_busy(&err) => {
+            return forget_unavailable(ctx, name, err, "destroy");
+        }
         Err(err) => match unavailable_reason(&err) {
             Some(reason) => bail!(
                 "cannot destroy pool '{name}': it cannot be opened ({reason}); cairn pool destroy -f {name} forgets it without touching its devices"

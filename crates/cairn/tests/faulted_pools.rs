@@ -248,3 +248,57 @@ fn a_pool_whose_device_comes_back_is_served_again() {
     server.terminate();
     env.ok(&["pool", "check", "solo"]);
 }
+
+/// A pool another process has open (here a server of another state directory that remembers
+/// the same devices) is listed UNAVAIL with that reason, but it is busy, not lost: `pool export`
+/// and `pool destroy -f` refuse to forget it.
+#[test]
+fn a_pool_in_use_by_another_process_is_not_forgotten() {
+    let env = Env::new();
+    env.create_pool_of("128M");
+    let other_state = env.path("other-state");
+    std::fs::create_dir(&other_state).unwrap();
+    std::fs::copy(
+        env.state().join("pools.cache"),
+        other_state.join("pools.cache"),
+    )
+    .unwrap();
+    let mut server = env.serve();
+    let other = |args: &[&str]| {
+        run_limited(
+            std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .arg("--state-dir")
+                .arg(&other_state)
+                .args(args)
+                .env_remove("CAIRN_STATE_DIR")
+                .env("HOME", env.dir.path()),
+            TOOL_TIME,
+        )
+    };
+    let list = other(&["pool", "list", "-H"]).ok();
+    assert!(
+        list.stdout.starts_with("tank\t-") && list.stderr.contains("in use by another process"),
+        "{}",
+        list.describe()
+    );
+    for args in [
+        &["pool", "export", "tank"][..],
+        &["pool", "destroy", "-f", "tank"],
+    ] {
+        let run = other(args).failed();
+        assert!(
+            run.stderr.contains("another process has it open"),
+            "{}",
+            run.describe()
+        );
+    }
+    assert!(
+        other(&["pool", "list", "-H"])
+            .ok()
+            .stdout
+            .starts_with("tank\t")
+    );
+    server.terminate();
+    let list = other(&["pool", "list", "-H"]).ok();
+    assert!(list.stdout.contains("ONLINE"), "{}", list.describe());
+}
