@@ -120,11 +120,16 @@ pub struct PoolUnavailable {
 
 impl std::fmt::Display for PoolUnavailable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "pool '{}' is unavailable: {} (see cairn pool status {}; cairn pool export {} forgets it)",
-            self.pool, self.reason, self.pool, self.pool
-        )
+        let pool = &self.pool;
+        if self.busy {
+            write!(f, "pool '{pool}' is unavailable: {}", self.reason)
+        } else {
+            write!(
+                f,
+                "pool '{pool}' is unavailable: {} (see cairn pool status {pool}; cairn pool export {pool} forgets it)",
+                self.reason
+            )
+        }
     }
 }
 

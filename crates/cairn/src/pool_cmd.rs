@@ -320,6 +320,8 @@ enum PoolView {
     Unavailable {
         name: String,
         reason: String,
+        /// Another process has it open (so it is not lost).
+        busy: bool,
         /// The devices the pool cache lists, with whether each file exists.
         devices: Vec<(String, bool)>,
     },
@@ -352,6 +354,7 @@ fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
             Ok(PoolView::Unavailable {
                 name: name.to_string(),
                 reason: reason.to_string(),
+                busy: unavailable_busy(&err),
                 devices,
             })
         }
@@ -400,8 +403,9 @@ pub fn status(ctx: &Context, args: &PoolStatusArgs) -> Result<()> {
             PoolView::Unavailable {
                 name,
                 reason,
+                busy,
                 devices,
-            } => say_raw!(ctx, "{}", render_unavailable(name, reason, devices)),
+            } => say_raw!(ctx, "{}", render_unavailable(name, reason, *busy, devices)),
         }
     }
     combine(failures)
@@ -415,12 +419,18 @@ fn view_name(view: &PoolView) -> &str {
 }
 
 /// `pool status` of a pool that cannot be opened: why, what to do, and its remembered devices.
-fn render_unavailable(name: &str, reason: &str, devices: &[(String, bool)]) -> String {
+fn render_unavailable(name: &str, reason: &str, busy: bool, devices: &[(String, bool)]) -> String {
     let mut out = format!("  pool: {name}\n state: UNAVAIL\n");
     out.push_str(&format!("status: The pool cannot be opened: {reason}\n"));
-    out.push_str(&format!(
-        "action: Make its devices available again and it opens as before, or forget it with\n\t'cairn pool export {name}' (its devices are left as they are).\n"
-    ));
+    if busy {
+        out.push_str(
+            "action: Another process has it open; it opens here once that one closes it.\n",
+        );
+    } else {
+        out.push_str(&format!(
+            "action: Make its devices available again and it opens as before, or forget it with\n\t'cairn pool export {name}' (its devices are left as they are).\n"
+        ));
+    }
     out.push_str("config:\n\n");
     let mut table = Table::new(vec![Column::left("NAME"), Column::left("STATE")]);
     table.push(vec![name.to_string(), "UNAVAIL".into()]);
@@ -472,6 +482,7 @@ fn status_json(view: &PoolView) -> json::PoolStatusEntry {
             name,
             reason,
             devices,
+            ..
         } => json::PoolStatusEntry {
             name: name.clone(),
             state: "UNAVAIL",
