@@ -271,7 +271,7 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
             .iter()
             .map(|info| (info.name.clone(), dataset_json(info)))
             .collect();
-        say_raw!(ctx, "{}", json::datasets("cairn list", &entries));
+        say_raw!(ctx, "{}", json::datasets("cairn list", &entries)?);
         return combine(failures);
     }
     let mut table = Table::new(columns.iter().map(|column| column.column()).collect());

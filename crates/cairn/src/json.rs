@@ -42,15 +42,17 @@ fn version(command: &'static str) -> OutputVersion {
     }
 }
 
-fn to_text(value: &impl Serialize) -> String {
-    // Serializing plain structs of strings, numbers and maps with string keys cannot fail.
-    let mut text = serde_json::to_string_pretty(value).unwrap_or_else(|_| "{}".to_string());
+fn to_text(value: &impl Serialize) -> anyhow::Result<String> {
+    let mut text = serde_json::to_string_pretty(value)?;
     text.push('\n');
-    text
+    Ok(text)
 }
 
 /// `{"output_version": …, "pools": {NAME: pool, …}}`.
-pub fn pools<T: Serialize>(command: &'static str, pools: &BTreeMap<String, T>) -> String {
+pub fn pools<T: Serialize>(
+    command: &'static str,
+    pools: &BTreeMap<String, T>,
+) -> anyhow::Result<String> {
     to_text(&PoolsDocument {
         output_version: version(command),
         pools,
@@ -58,7 +60,10 @@ pub fn pools<T: Serialize>(command: &'static str, pools: &BTreeMap<String, T>) -
 }
 
 /// `{"output_version": …, "datasets": {NAME: dataset, …}}`.
-pub fn datasets<T: Serialize>(command: &'static str, datasets: &BTreeMap<String, T>) -> String {
+pub fn datasets<T: Serialize>(
+    command: &'static str,
+    datasets: &BTreeMap<String, T>,
+) -> anyhow::Result<String> {
     to_text(&DatasetsDocument {
         output_version: version(command),
         datasets,
@@ -173,7 +178,7 @@ mod tests {
                 source: "local".into(),
             },
         );
-        let text = datasets("cairn list", &map);
+        let text = datasets("cairn list", &map).unwrap();
         let value: serde_json::Value = serde_json::from_str(&text).unwrap();
         assert_eq!(value["output_version"]["command"], "cairn list");
         assert_eq!(value["output_version"]["vers_major"], VERSION_MAJOR);

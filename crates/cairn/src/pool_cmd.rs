@@ -382,7 +382,7 @@ pub fn status(ctx: &Context, args: &PoolStatusArgs) -> Result<()> {
             .iter()
             .map(|view| (view_name(view).to_string(), status_json(view)))
             .collect();
-        say_raw!(ctx, "{}", json::pools("cairn pool status", &entries));
+        say_raw!(ctx, "{}", json::pools("cairn pool status", &entries)?);
         return combine(failures);
     }
     if names.is_empty() {
@@ -569,7 +569,7 @@ pub fn list(ctx: &Context, format: ListFormat, as_json: bool, pools: &[String]) 
             .iter()
             .map(|view| (view_name(view).to_string(), list_json(view)))
             .collect();
-        say_raw!(ctx, "{}", json::pools("cairn pool list", &entries));
+        say_raw!(ctx, "{}", json::pools("cairn pool list", &entries)?);
         return combine(failures);
     }
     let mut table = Table::new(vec![

@@ -134,6 +134,22 @@ fn a_pool_whose_devices_are_gone_is_unavail_and_can_be_forgotten() {
     );
     env.create_volume("good/vol2", "8M", &[]);
     ok_run(&env, &["pool", "sync"]);
+    for command in ["io", "zil"] {
+        let stat = ok_run(&env, &["stat", command]);
+        assert!(
+            stat.stderr.contains("pool 'tank' is unavailable"),
+            "{}",
+            stat.describe()
+        );
+    }
+    let io = ok_run(&env, &["stat", "io", "-H", "-p"]);
+    assert!(
+        io.stdout
+            .lines()
+            .any(|line| line.starts_with("good.pipeline.")),
+        "{}",
+        io.describe()
+    );
 
     // Naming the pool where it must open is a clear error; destroy needs -f.
     let err = fails(&env, &["create", "-V", "8M", "tank/v"]);
