@@ -7,7 +7,9 @@
 //!    block's own allocation, which is why its copies are allocated before it is encoded;
 //! 4. every write is waited for and every leaf flushed *before* the uberblock is written, and
 //!    flushed again after: the uberblock never points at blocks that might not be on media;
-//! 5. only then do readers see the new trees (`publish`) and deferred frees move on.
+//! 5. only then do readers see the new trees (`publish`) and deferred frees move on; while
+//!    some are still deferred, the syncer asks for follow-up txgs, so an idle pool syncs empty
+//!    txgs on the txg timeout until its freed space is reusable.
 //!
 //! The space log is a chain of blocks, newest first. Every `SPACE_LOG_CHAIN_BLOCKS_MAX` blocks it
 //! is condensed into a checkpoint (the whole allocated set) and the old chain is freed, which
@@ -56,6 +58,12 @@ pub(crate) struct PoolSyncer(pub(crate) Arc<PoolCore>);
 impl TxgSyncer for PoolSyncer {
     fn sync_txg(&self, txg: u64) -> Result<(), String> {
         self.0.sync(txg).map_err(|err| format!("txg {txg}: {err}"))
+    }
+
+    /// Freed space waits `DEFER_TXGS` txgs before it is reusable: on an idle pool those txgs
+    /// would never come, and ALLOC + FREE would stay short of SIZE until export.
+    fn wants_followup_txg(&self) -> bool {
+        self.0.space.lock().has_releasable_deferred()
     }
 }
 

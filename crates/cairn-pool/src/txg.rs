@@ -40,8 +40,11 @@
 //!    never end.
 //! 2. `Shutdown`: shutdown was asked and N has dirty bytes or live holds.
 //! 3. `DirtyThreshold`: N's dirty bytes exceed `dirty_sync_percent` (20 %) of `dirty_bytes_max`.
-//! 4. `Timeout`: N has dirty bytes and was opened `txg_timeout_ms` (5 000 ms) ago or more. An
-//!    idle, clean txg is never synced on its own.
+//! 4. `Timeout`: N has dirty bytes and was opened `txg_timeout_ms` (5 000 ms) ago or more; or
+//!    N is clean but the syncer said, after the last sync, that it has work only later txgs
+//!    complete (`TxgSyncer::wants_followup_txg`: frees deferred until more txgs have synced),
+//!    so an idle pool still finishes that work, one empty txg per timeout. Otherwise an idle,
+//!    clean txg is never synced on its own.
 //!
 //! ## Who may do what
 //!
@@ -292,6 +295,13 @@ pub trait TxgSyncer: Send + Sync + 'static {
     /// Write everything dirtied in `txg` and commit it (new uberblock). Called on the sync thread
     /// only, one txg at a time, in increasing order.
     fn sync_txg(&self, txg: u64) -> Result<(), String>;
+
+    /// Asked on the sync thread after each successful sync: whether work is pending that only
+    /// later txgs complete even if nothing new is dirtied (frees that become reusable a few
+    /// txgs after they were made). If so, a clean open txg is synced on the timeout.
+    fn wants_followup_txg(&self) -> bool {
+        false
+    }
 }
 
 /// Why waiting for a txg failed.
@@ -424,6 +434,8 @@ struct State {
     dirty_bytes_total: u64,
     /// Highest txg somebody asked to sync now.
     sync_requested_txg: u64,
+    /// The syncer wants clean txgs synced on the timeout (`TxgSyncer::wants_followup_txg`).
+    followup_wanted: bool,
     suspended: Option<String>,
     /// I/O suspended by the syncer until `SuspendHandle::resume`: the reason.
     io_suspended: Option<String>,
@@ -492,16 +504,15 @@ impl State {
         if self.shutdown_requested && (open.dirty_bytes > 0 || open.holds_live > 0) {
             return Some(SyncTrigger::Shutdown);
         }
+        let timed_out = now >= open.opened_at + config.txg_timeout();
         if open.dirty_bytes == 0 {
-            return None;
+            let followup = self.followup_wanted && !self.shutdown_requested && timed_out;
+            return followup.then_some(SyncTrigger::Timeout);
         }
         if open.dirty_bytes > config.dirty_sync_bytes() {
             return Some(SyncTrigger::DirtyThreshold);
         }
-        if now >= open.opened_at + config.txg_timeout() {
-            return Some(SyncTrigger::Timeout);
-        }
-        None
+        timed_out.then_some(SyncTrigger::Timeout)
     }
 
     /// Why new work is refused: the engine failed, or its I/O is suspended.
@@ -578,7 +589,9 @@ impl Shared {
                 Ok(result) => result,
                 Err(payload) => Err(format!("sync_txg panicked: {}", panic_message(&*payload))),
             };
-            self.finish_sync(txg, result);
+            let followup = result.is_ok()
+                && catch_unwind(AssertUnwindSafe(|| syncer.wants_followup_txg())).unwrap_or(false);
+            self.finish_sync(txg, result, followup);
         }
     }
 
@@ -599,7 +612,7 @@ impl Shared {
                 self.progress_cv.notify_all();
                 return None;
             }
-            if st.suspended.is_none() && st.open.dirty_bytes > 0 {
+            if st.suspended.is_none() && (st.open.dirty_bytes > 0 || st.followup_wanted) {
                 let deadline = st.open.opened_at + config.txg_timeout();
                 self.sync_cv.wait_until(&mut st, deadline);
             } else {
@@ -635,7 +648,7 @@ impl Shared {
     }
 
     /// Marks `txg` synced (or suspends the engine) and wakes everybody waiting for progress.
-    fn finish_sync(&self, txg: u64, result: Result<(), String>) {
+    fn finish_sync(&self, txg: u64, result: Result<(), String>, followup_wanted: bool) {
         let config = &self.config;
         let mut st = self.state.lock();
         let flight = st
@@ -646,6 +659,7 @@ impl Shared {
         assert_eq!(flight.phase, Phase::Syncing);
         match result {
             Ok(()) => {
+                st.followup_wanted = followup_wanted;
                 let flight = st.in_flight.take().expect("checked above");
                 assert_eq!(txg, st.last_synced_txg + 1, "txg skipped or reused");
                 st.last_synced_txg = txg;
@@ -778,6 +792,7 @@ impl TxgEngine {
             last_synced_txg,
             dirty_bytes_total: 0,
             sync_requested_txg: 0,
+            followup_wanted: false,
             suspended: None,
             io_suspended: None,
             shutdown_requested: false,
@@ -1149,6 +1164,8 @@ mod tests {
         gate_closed: bool,
         fail_txg: Option<u64>,
         panic_txg: Option<u64>,
+        /// Asks for follow-up txgs until this txg has synced.
+        followups_until_txg: u64,
     }
 
     /// Records calls; can be paused (gate) or told to fail or panic at a given txg.
@@ -1189,6 +1206,11 @@ mod tests {
     }
 
     impl TxgSyncer for FakeSyncer {
+        fn wants_followup_txg(&self) -> bool {
+            let s = self.state.lock();
+            s.returned.last().copied().unwrap_or(0) < s.followups_until_txg
+        }
+
         fn sync_txg(&self, txg: u64) -> Result<(), String> {
             let mut s = self.state.lock();
             if let Some(&prev) = s.entered.last() {
@@ -1533,6 +1555,33 @@ mod tests {
         eventually("second timeout sync", || engine.last_synced_txg() == 2);
         assert_eq!(engine.stats().syncs_by_timeout, 2);
         assert_eq!(engine.history()[1].trigger, SyncTrigger::Timeout);
+        engine.shutdown().unwrap();
+    }
+
+    /// A syncer with deferred work gets clean txgs synced on the timeout until it has none.
+    #[test]
+    fn txg_followups_sync_clean_txgs_until_the_syncer_is_done() {
+        let syncer = FakeSyncer::new();
+        syncer.state.lock().followups_until_txg = 4;
+        let config = TxgConfig {
+            txg_timeout_ms: 20,
+            ..quiet_config()
+        };
+        let engine = TxgEngine::start(config, 0, syncer.clone());
+        // Nothing synced yet, so nothing asked for follow-ups: a clean engine stays idle.
+        thread::sleep(Duration::from_millis(60));
+        assert!(syncer.entered().is_empty());
+        dirty(&engine, 1);
+        eventually("follow-up txgs", || engine.last_synced_txg() == 4);
+        thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            engine.last_synced_txg(),
+            4,
+            "no follow-up once the syncer is done"
+        );
+        let history = engine.history();
+        assert!(history.iter().all(|t| t.trigger == SyncTrigger::Timeout));
+        assert!(history[1..].iter().all(|t| t.dirty_bytes == 0));
         engine.shutdown().unwrap();
     }
 

@@ -53,6 +53,11 @@ impl PoolCache {
         }
     }
 
+    /// The state directory holding the cache.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     pub fn path(&self) -> PathBuf {
         self.dir.join(FILE_NAME)
     }

@@ -4,6 +4,13 @@
 //! The CLI holds a pool open only for the length of one command: `with_pool` imports it from the
 //! devices the cache lists, runs the command, and closes it (which syncs) even when the command
 //! failed, so no run leaves a pool half-open. A pool the cache does not know is "not imported".
+//!
+//! A pool the cache knows but that cannot be opened (device files deleted, labels damaged, a
+//! log device missing) is *unavailable*: opening it fails with a `PoolUnavailable` error (found
+//! with `unavailable_reason`), which `pool list`/`status` show as UNAVAIL, commands over every
+//! pool skip with a note, and `pool export`/`destroy -f` answer by forgetting the pool. It
+//! never stops a command on another pool. A server keeps no unavailable pool open; it tries
+//! again whenever a command names it, so a pool whose devices came back is served again.
 
 use crate::cache::PoolCache;
 use crate::vdevs::parse_device;
@@ -101,6 +108,56 @@ pub struct Context {
     pub served: Option<Arc<ServedPools>>,
 }
 
+/// A remembered pool that cannot be opened, and why (the import error with its causes).
+#[derive(Debug)]
+pub struct PoolUnavailable {
+    pub pool: String,
+    pub reason: String,
+    /// A device is locked by another process that has the pool open: the pool is busy, not
+    /// lost, and must not be forgotten.
+    pub busy: bool,
+}
+
+impl std::fmt::Display for PoolUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pool = &self.pool;
+        if self.busy {
+            write!(f, "pool '{pool}' is unavailable: {}", self.reason)
+        } else {
+            write!(
+                f,
+                "pool '{pool}' is unavailable: {} (see cairn pool status {pool}; cairn pool export {pool} forgets it)",
+                self.reason
+            )
+        }
+    }
+}
+
+impl std::error::Error for PoolUnavailable {}
+
+/// The reason, when `err` says a remembered pool cannot be opened.
+pub fn unavailable_reason(err: &anyhow::Error) -> Option<&str> {
+    err.downcast_ref::<PoolUnavailable>()
+        .map(|unavailable| unavailable.reason.as_str())
+}
+
+/// Whether `err` says a remembered pool cannot be opened because another process has it open.
+pub fn unavailable_busy(err: &anyhow::Error) -> bool {
+    err.downcast_ref::<PoolUnavailable>()
+        .is_some_and(|unavailable| unavailable.busy)
+}
+
+/// Whether another process holds `path` with the exclusive lock an open pool device keeps
+/// (`FileDevice` uses `flock`; a shared lock cannot be had while it is held).
+fn locked_by_another_process(path: &std::path::Path) -> bool {
+    std::fs::File::open(path).is_ok_and(|file| {
+        matches!(
+            file.try_lock_shared(),
+            Err(std::fs::TryLockError::WouldBlock)
+        )
+    })
+}
+
 /// The pools a running server holds open, by name, and its NBD server (for iostat).
 #[derive(Default)]
 pub struct ServedPools {
@@ -136,13 +193,26 @@ impl Context {
     /// opened from its devices.
     pub fn take(&self, pool: &str) -> Result<Arc<Pool>> {
         if let Some(served) = &self.served {
-            return served
-                .pools
-                .write()
-                .remove(pool)
-                .ok_or_else(|| anyhow!("no such pool '{pool}' (not served by this server)"));
+            let handle = self.served_pool(served, pool)?;
+            served.pools.write().remove(pool);
+            return Ok(handle);
         }
         Ok(Arc::new(self.open(pool, false)?))
+    }
+
+    /// The server's live pool `pool`. A remembered pool the server does not hold (it could not
+    /// be opened at start, or since) is opened again now, so one whose devices came back is
+    /// served again; if it still cannot be opened, the error is `PoolUnavailable`.
+    fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>> {
+        if let Some(handle) = served.get(pool) {
+            return Ok(handle);
+        }
+        let handle = Arc::new(self.open(pool, false)?);
+        served
+            .pools
+            .write()
+            .insert(pool.to_string(), handle.clone());
+        Ok(handle)
     }
 
     /// Hands a newly created or imported pool back: the server keeps serving it; a one-shot
@@ -178,11 +248,30 @@ impl Context {
         }
     }
 
+    /// For commands over every pool (the user named none): a pool that cannot be opened is
+    /// noted on stderr and skipped (`Ok(None)`) so the others are still served; when the user
+    /// named it, or for any other failure, the error stands.
+    pub fn skip_unavailable<T>(&self, result: Result<T>, named: bool) -> Result<Option<T>> {
+        match result {
+            Ok(value) => Ok(Some(value)),
+            Err(err) if !named && unavailable_reason(&err).is_some() => {
+                self.err.text(format_args!("cairn: {err:#}\n"));
+                Ok(None)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
     /// The device specs the cache lists for `pool`.
     pub fn cached_devices(&self, pool: &str) -> Result<Vec<DeviceSpec>> {
-        let devices = self.cache.devices(pool)?.ok_or_else(|| {
-            anyhow!("no such pool '{pool}' (not imported; try cairn pool import -d DIR)")
-        })?;
+        let devices = self
+            .cache
+            .devices(pool)?
+            .ok_or_else(|| not_imported(pool))?;
+        self.parse_cached(pool, &devices)
+    }
+
+    fn parse_cached(&self, pool: &str, devices: &[String]) -> Result<Vec<DeviceSpec>> {
         devices
             .iter()
             .map(|text| {
@@ -196,9 +285,23 @@ impl Context {
             .collect()
     }
 
-    /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written).
+    /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written). A
+    /// pool the cache lists but that does not open fails with `PoolUnavailable`.
     pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool> {
-        let devices = self.cached_devices(pool)?;
+        let unavailable = |reason: String, busy: bool| {
+            anyhow::Error::new(PoolUnavailable {
+                pool: pool.to_string(),
+                reason,
+                busy,
+            })
+        };
+        let cached = self
+            .cache
+            .devices(pool)?
+            .ok_or_else(|| not_imported(pool))?;
+        let devices = self
+            .parse_cached(pool, &cached)
+            .map_err(|err| unavailable(format!("{err:#}"), false))?;
         let options = PoolOptions {
             readonly,
             ..PoolOptions::default()
@@ -208,13 +311,17 @@ impl Context {
             .filter(|spec| !spec.path.exists())
             .map(|spec| spec.path.display().to_string())
             .collect();
-        Pool::import(&ImportSource::Devices(devices), pool, options).with_context(|| {
+        Pool::import(&ImportSource::Devices(devices.clone()), pool, options).map_err(|err| {
+            let err = anyhow::Error::new(err);
+            let busy = devices
+                .iter()
+                .any(|spec| locked_by_another_process(&spec.path));
             if absent.is_empty() {
-                format!("cannot open pool '{pool}'")
+                unavailable(format!("{err:#}"), busy)
             } else {
-                format!(
-                    "cannot open pool '{pool}' (missing devices: {})",
-                    absent.join(", ")
+                unavailable(
+                    format!("missing devices {}; {err:#}", absent.join(", ")),
+                    busy,
                 )
             }
         })
@@ -229,9 +336,7 @@ impl Context {
         body: impl FnOnce(&Pool) -> Result<T>,
     ) -> Result<T> {
         if let Some(served) = &self.served {
-            let handle = served.get(pool).ok_or_else(|| {
-                anyhow!("no such pool '{pool}' (the server does not have it imported)")
-            })?;
+            let handle = self.served_pool(served, pool)?;
             return body(&handle);
         }
         let handle = self.open(pool, readonly)?;
@@ -251,6 +356,11 @@ impl Context {
         pool.record_history(self.command_line.clone())
             .with_context(|| format!("cannot record history of pool '{}'", pool.name()))
     }
+}
+
+/// The error for a pool the cache does not know.
+fn not_imported(pool: &str) -> anyhow::Error {
+    anyhow!("no such pool '{pool}' (not imported; try cairn pool import -d DIR)")
 }
 
 /// The device specs a pool is open on, in vdev order, as the cache stores them.

@@ -7,11 +7,11 @@
 //! `sync=disabled` is flagged `(UNSAFE)` for people (never in `-H`/`-p` output, which scripts
 //! compare).
 
-use crate::context::{Context, pool_of};
+use crate::context::{Context, pool_of, unavailable_reason};
 use crate::context::{say_raw, shout};
-use crate::human;
 use crate::table::{Align, Column, Table};
 use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
+use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::{PROPERTIES, lookup, parse_size};
 use cairn_engine::DatasetInfo;
@@ -278,6 +278,11 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
         for pool in ctx.pool_names()? {
             match datasets.pool(&pool) {
                 Ok(infos) => rows.extend(infos.iter().cloned()),
+                // Listing everything: a pool that cannot be opened has nothing to list; say so
+                // and go on with the others.
+                Err(err) if unavailable_reason(&err).is_some() => {
+                    shout!(ctx, "cairn: {err:#}");
+                }
                 Err(err) => failures.push(format!("{err:#}")),
             }
         }
@@ -288,6 +293,14 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
                 Err(err) => failures.push(format!("{err:#}")),
             }
         }
+    }
+    if args.json {
+        let entries = rows
+            .iter()
+            .map(|info| (info.name.clone(), dataset_json(info)))
+            .collect();
+        say_raw!(ctx, "{}", json::datasets("cairn list", &entries)?);
+        return combine(failures);
     }
     let mut table = Table::new(columns.iter().map(|column| column.column()).collect());
     for info in &rows {
@@ -305,10 +318,40 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
     } else if !rows.is_empty() {
         say_raw!(ctx, "{}", table.render(args.format.scripted));
     }
+    combine(failures)
+}
+
+/// Per-dataset failures (already worded) as the command's error.
+fn combine(failures: Vec<String>) -> Result<()> {
     if failures.is_empty() {
         Ok(())
     } else {
         Err(anyhow!(failures.join("\ncairn: ")))
+    }
+}
+
+fn dataset_json(info: &DatasetInfo) -> json::DatasetEntry {
+    json::DatasetEntry {
+        name: info.name.clone(),
+        pool: pool_of(&info.name).to_string(),
+        kind: info.kind.as_str(),
+        used_bytes: info.used_bytes,
+        available_bytes: info.available_bytes,
+        referenced_bytes: info.referenced_bytes,
+        volsize_bytes: info.volsize_bytes,
+        properties: info
+            .properties
+            .iter()
+            .map(|(name, value, source)| {
+                (
+                    name.to_string(),
+                    json::PropertyEntry {
+                        value: value.clone(),
+                        source: source.clone(),
+                    },
+                )
+            })
+            .collect(),
     }
 }
 

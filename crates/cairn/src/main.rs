@@ -15,6 +15,7 @@ mod control;
 mod dataset_cmd;
 mod human;
 mod iostat_cmd;
+mod json;
 mod pool_cmd;
 mod serve_cmd;
 mod stat_arc_cmd;
@@ -107,14 +108,14 @@ enum PoolCommand {
         vdev: String,
     },
     /// Show health, last scrub and the vdev tree.
-    Status {
-        /// Pools to show (default: every imported pool).
-        pools: Vec<String>,
-    },
+    Status(PoolStatusArgs),
     /// List pools with their space and health.
     List {
         #[command(flatten)]
         format: ListFormat,
+        /// JSON output (fields documented in docs/json.md).
+        #[arg(short = 'j', conflicts_with_all = ["scripted", "exact"])]
+        json: bool,
         /// Pools to list (default: every imported pool).
         pools: Vec<String>,
     },
@@ -127,7 +128,12 @@ enum PoolCommand {
     /// Offline check (like zdb -b): checksums of every copy and space accounting.
     Check { pool: String },
     /// Destroy a pool; its devices become free for reuse.
-    Destroy { pool: String },
+    Destroy {
+        /// Forget a pool that cannot be opened (its devices are left as they are).
+        #[arg(short, long)]
+        force: bool,
+        pool: String,
+    },
     /// Write out every pool's dirty data now (a txg sync), like zpool sync.
     Sync {
         /// Pools to sync (default: every imported pool).
@@ -209,6 +215,18 @@ struct PoolAddArgs {
 }
 
 #[derive(Debug, Args)]
+struct PoolStatusArgs {
+    /// List the places with permanent (unrecoverable) data errors.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// JSON output (fields documented in docs/json.md).
+    #[arg(short = 'j')]
+    json: bool,
+    /// Pools to show (default: every imported pool).
+    pools: Vec<String>,
+}
+
+#[derive(Debug, Args)]
 struct PoolImportArgs {
     /// Directory to search for devices (repeatable; default /dev).
     #[arg(short = 'd', value_name = "DIR")]
@@ -243,6 +261,9 @@ struct CreateArgs {
 struct ListArgs {
     #[command(flatten)]
     format: ListFormat,
+    /// JSON output (fields documented in docs/json.md).
+    #[arg(short = 'j', conflicts_with_all = ["scripted", "exact", "columns"])]
+    json: bool,
     /// Columns, comma-separated (name, used, avail, refer, type, volsize, volblocksize or any property).
     #[arg(short = 'o', value_name = "COL,...", value_delimiter = ',')]
     columns: Vec<String>,
@@ -300,13 +321,17 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             PoolCommand::Create(args) => pool_cmd::create(ctx, &args),
             PoolCommand::Add(args) => pool_cmd::add(ctx, &args),
             PoolCommand::Remove { pool, vdev } => pool_cmd::remove(ctx, &pool, &vdev),
-            PoolCommand::Status { pools } => pool_cmd::status(ctx, &pools),
-            PoolCommand::List { format, pools } => pool_cmd::list(ctx, format, &pools),
+            PoolCommand::Status(args) => pool_cmd::status(ctx, &args),
+            PoolCommand::List {
+                format,
+                json,
+                pools,
+            } => pool_cmd::list(ctx, format, json, &pools),
             PoolCommand::Scrub { pool } => pool_cmd::scrub(ctx, &pool),
             PoolCommand::Export { pool } => pool_cmd::export(ctx, &pool),
             PoolCommand::Import(args) => pool_cmd::import(ctx, &args),
             PoolCommand::Check { pool } => pool_cmd::check(ctx, &pool),
-            PoolCommand::Destroy { pool } => pool_cmd::destroy(ctx, &pool),
+            PoolCommand::Destroy { force, pool } => pool_cmd::destroy(ctx, &pool, force),
             PoolCommand::Clear { pool } => pool_cmd::clear(ctx, &pool),
             PoolCommand::Sync { pools } => pool_cmd::sync(ctx, &pools),
             PoolCommand::History { pool } => pool_cmd::history(ctx, &pool),

@@ -6,12 +6,12 @@
 //! add the pool to the pool cache with the device specs the pool actually ended up using;
 //! `export` and `destroy` remove it once the engine has succeeded.
 
-use crate::context::{Context, device_specs};
+use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason};
 use crate::context::{say, say_raw, shout};
-use crate::human;
 use crate::table::{Column, Table};
 use crate::vdevs::{parse_device, parse_vdevs};
-use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, PoolImportArgs};
+use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs};
+use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
@@ -28,7 +28,9 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
     let name = &args.name;
     let fail = || format!("cannot create pool '{name}'");
     if ctx.cache.devices(name)?.is_some() {
-        bail!("cannot create pool '{name}': a pool of that name is already imported");
+        bail!(
+            "cannot create pool '{name}': a pool of that name is already imported (see cairn pool status {name}; cairn pool export {name} forgets one that is UNAVAIL)"
+        );
     }
     let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
     refuse_imported_members(ctx, &groups, None).with_context(fail)?;
@@ -308,7 +310,7 @@ fn health_label(status: &PoolStatus) -> &'static str {
     }
 }
 
-fn render_status(status: &PoolStatus) -> String {
+fn render_status(status: &PoolStatus, verbose: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
     out.push_str(&format!(" state: {}\n", health_label(status)));
@@ -401,8 +403,9 @@ fn render_status(status: &PoolStatus) -> String {
         out.push('\n');
     }
     out.push('\n');
+    // As zpool: the count, and with -v the list of places with permanent errors.
     match &status.last_scrub {
-        Some(scrub) if !scrub.damaged.is_empty() => {
+        Some(scrub) if !scrub.damaged.is_empty() && verbose => {
             out.push_str(&format!(
                 "errors: {} data errors found by the last scrub, in:\n\n",
                 scrub.damaged.len()
@@ -411,6 +414,10 @@ fn render_status(status: &PoolStatus) -> String {
                 out.push_str(&format!("        {place}\n"));
             }
         }
+        Some(scrub) if !scrub.damaged.is_empty() => out.push_str(&format!(
+            "errors: {} data errors found by the last scrub, use '-v' for a list\n",
+            scrub.damaged.len()
+        )),
         _ => out.push_str("errors: No known data errors\n"),
     }
     out
@@ -447,30 +454,246 @@ fn pools_or_all(ctx: &Context, pools: &[String]) -> Result<Vec<String>> {
     }
 }
 
-pub fn status(ctx: &Context, pools: &[String]) -> Result<()> {
-    let names = pools_or_all(ctx, pools)?;
+/// A remembered pool as `pool list` and `pool status` show it: opened, or UNAVAIL.
+enum PoolView {
+    Open {
+        status: Box<PoolStatus>,
+        notes: Vec<String>,
+    },
+    Unavailable {
+        name: String,
+        reason: String,
+        /// Another process has it open (so it is not lost).
+        busy: bool,
+        /// The devices the pool cache lists, with whether each file exists.
+        devices: Vec<(String, bool)>,
+    },
+}
+
+/// Opens `name` read-only for a look; a pool that cannot be opened is a view too, any other
+/// failure (not in the cache) is an error.
+fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
+    match ctx.with_pool(name, true, |pool| {
+        Ok((pool.status(), pool.notes().to_vec()))
+    }) {
+        Ok((status, notes)) => Ok(PoolView::Open {
+            status: Box::new(status),
+            notes,
+        }),
+        Err(err) => {
+            let Some(reason) = unavailable_reason(&err) else {
+                return Err(err);
+            };
+            let devices = ctx
+                .cache
+                .devices(name)?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|text| {
+                    let present = parse_device(&text).is_ok_and(|spec| spec.path.exists());
+                    (text, present)
+                })
+                .collect();
+            Ok(PoolView::Unavailable {
+                name: name.to_string(),
+                reason: reason.to_string(),
+                busy: unavailable_busy(&err),
+                devices,
+            })
+        }
+    }
+}
+
+/// The views of `names`, and the failures (already worded) of those that are not pools.
+fn pool_views(ctx: &Context, names: &[String]) -> (Vec<PoolView>, Vec<String>) {
+    let mut views = Vec::new();
+    let mut failures = Vec::new();
+    for name in names {
+        match pool_view(ctx, name) {
+            Ok(view) => views.push(view),
+            Err(err) => failures.push(format!("{err:#}")),
+        }
+    }
+    (views, failures)
+}
+
+pub fn status(ctx: &Context, args: &PoolStatusArgs) -> Result<()> {
+    let names = pools_or_all(ctx, &args.pools)?;
+    let (views, failures) = pool_views(ctx, &names);
+    if args.json {
+        let entries = views
+            .iter()
+            .map(|view| (view_name(view).to_string(), status_json(view)))
+            .collect();
+        say_raw!(ctx, "{}", json::pools("cairn pool status", &entries)?);
+        return combine(failures);
+    }
     if names.is_empty() {
         say!(ctx, "no pools available");
         return Ok(());
     }
-    let mut failures = Vec::new();
-    for (index, name) in names.iter().enumerate() {
-        match ctx.with_pool(name, true, |pool| {
-            Ok((pool.status(), pool.notes().to_vec()))
-        }) {
-            Ok((status, notes)) => {
-                if index > 0 {
-                    say!(ctx);
-                }
-                say_raw!(ctx, "{}", render_status(&status));
+    for (index, view) in views.iter().enumerate() {
+        if index > 0 {
+            say!(ctx);
+        }
+        match view {
+            PoolView::Open { status, notes } => {
+                say_raw!(ctx, "{}", render_status(status, args.verbose));
                 for note in notes {
                     say!(ctx, "note: {note}");
                 }
             }
-            Err(err) => failures.push(format!("{err:#}")),
+            PoolView::Unavailable {
+                name,
+                reason,
+                busy,
+                devices,
+            } => say_raw!(ctx, "{}", render_unavailable(name, reason, *busy, devices)),
         }
     }
     combine(failures)
+}
+
+fn view_name(view: &PoolView) -> &str {
+    match view {
+        PoolView::Open { status, .. } => &status.name,
+        PoolView::Unavailable { name, .. } => name,
+    }
+}
+
+/// `pool status` of a pool that cannot be opened: why, what to do, and its remembered devices.
+fn render_unavailable(name: &str, reason: &str, busy: bool, devices: &[(String, bool)]) -> String {
+    let mut out = format!("  pool: {name}\n state: UNAVAIL\n");
+    out.push_str(&format!("status: The pool cannot be opened: {reason}\n"));
+    if busy {
+        out.push_str(
+            "action: Another process has it open; it opens here once that one closes it.\n",
+        );
+    } else {
+        out.push_str(&format!(
+            "action: Make its devices available again and it opens as before, or forget it with\n\t'cairn pool export {name}' (its devices are left as they are).\n"
+        ));
+    }
+    out.push_str("config:\n\n");
+    let mut table = Table::new(vec![Column::left("NAME"), Column::left("STATE")]);
+    table.push(vec![name.to_string(), "UNAVAIL".into()]);
+    for (device, present) in devices {
+        let state = if *present { "-" } else { "UNAVAIL (missing)" };
+        table.push(vec![format!("  {device}"), state.into()]);
+    }
+    for line in table.render(false).lines() {
+        out.push('\t');
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+fn status_json(view: &PoolView) -> json::PoolStatusEntry {
+    match view {
+        PoolView::Open { status, notes } => json::PoolStatusEntry {
+            name: status.name.clone(),
+            state: health_label(status),
+            reason: status.suspended.clone(),
+            guid: Some(status.guid.to_string()),
+            txg: Some(status.txg),
+            scan: status.last_scrub.as_ref().map(|scrub| json::ScanEntry {
+                function: "scrub",
+                state: if scrub.canceled {
+                    "canceled"
+                } else {
+                    "finished"
+                },
+                start_time_ms: scrub.started_ms,
+                end_time_ms: scrub.finished_ms,
+                scanned_bytes: scrub.bytes_scanned,
+                scanned_blocks: scrub.blocks_scanned,
+                bad_copies: scrub.bad_copies,
+                repaired_copies: scrub.repaired_copies,
+                repaired_bytes: scrub.repaired_bytes,
+                unrecoverable_blocks: scrub.unrecoverable_blocks,
+            }),
+            vdevs: status.tops.iter().map(top_json).collect(),
+            data_errors: status
+                .last_scrub
+                .as_ref()
+                .map(|scrub| scrub.damaged.clone())
+                .unwrap_or_default(),
+            notes: notes.clone(),
+        },
+        PoolView::Unavailable {
+            name,
+            reason,
+            devices,
+            ..
+        } => json::PoolStatusEntry {
+            name: name.clone(),
+            state: "UNAVAIL",
+            reason: Some(reason.clone()),
+            guid: None,
+            txg: None,
+            scan: None,
+            vdevs: devices
+                .iter()
+                .map(|(device, present)| json::VdevEntry {
+                    name: device.clone(),
+                    vdev_type: "disk",
+                    class: "normal",
+                    state: (!present).then_some("UNAVAIL"),
+                    read_errors: None,
+                    write_errors: None,
+                    checksum_errors: None,
+                    repaired_bytes: None,
+                    children: Vec::new(),
+                })
+                .collect(),
+            data_errors: Vec::new(),
+            notes: Vec::new(),
+        },
+    }
+}
+
+fn leaf_json(leaf: &cairn_engine::LeafStatus) -> json::VdevEntry {
+    json::VdevEntry {
+        name: leaf.name.clone(),
+        vdev_type: "disk",
+        class: "normal",
+        state: Some(leaf.health.as_str()),
+        read_errors: Some(leaf.read_errors),
+        write_errors: Some(leaf.write_errors),
+        checksum_errors: Some(leaf.checksum_errors),
+        repaired_bytes: Some(leaf.repaired_bytes),
+        children: Vec::new(),
+    }
+}
+
+fn top_json(top: &cairn_engine::TopStatus) -> json::VdevEntry {
+    let class = if top.is_log { "log" } else { "normal" };
+    if !top.is_mirror && top.leaves.len() == 1 {
+        return json::VdevEntry {
+            class,
+            ..leaf_json(&top.leaves[0])
+        };
+    }
+    let sum = |count: fn(&cairn_engine::LeafStatus) -> u64| top.leaves.iter().map(count).sum();
+    json::VdevEntry {
+        name: top.name.clone(),
+        vdev_type: "mirror",
+        class,
+        state: Some(top.health.as_str()),
+        read_errors: Some(sum(|leaf| leaf.read_errors)),
+        write_errors: Some(sum(|leaf| leaf.write_errors)),
+        checksum_errors: Some(sum(|leaf| leaf.checksum_errors)),
+        repaired_bytes: Some(sum(|leaf| leaf.repaired_bytes)),
+        children: top
+            .leaves
+            .iter()
+            .map(|leaf| json::VdevEntry {
+                class,
+                ..leaf_json(leaf)
+            })
+            .collect(),
+    }
 }
 
 /// Turns per-pool failures (already reported in full) into the command's error.
@@ -481,8 +704,17 @@ fn combine(failures: Vec<String>) -> Result<()> {
     }
 }
 
-pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
+pub fn list(ctx: &Context, format: ListFormat, as_json: bool, pools: &[String]) -> Result<()> {
     let names = pools_or_all(ctx, pools)?;
+    let (views, failures) = pool_views(ctx, &names);
+    if as_json {
+        let entries = views
+            .iter()
+            .map(|view| (view_name(view).to_string(), list_json(view)))
+            .collect();
+        say_raw!(ctx, "{}", json::pools("cairn pool list", &entries)?);
+        return combine(failures);
+    }
     let mut table = Table::new(vec![
         Column::left("NAME"),
         Column::right("SIZE"),
@@ -492,10 +724,9 @@ pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("CAP"),
         Column::left("HEALTH"),
     ]);
-    let mut failures = Vec::new();
-    for name in &names {
-        match ctx.with_pool(name, true, |pool| Ok(pool.status())) {
-            Ok(status) => table.push(vec![
+    for view in &views {
+        match view {
+            PoolView::Open { status, .. } => table.push(vec![
                 status.name.clone(),
                 human::size(status.size_bytes, format.exact),
                 human::size(status.allocated_bytes, format.exact),
@@ -504,7 +735,14 @@ pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
                 human::percent(status.allocated_bytes, status.size_bytes, format.exact),
                 health_label(&status).into(),
             ]),
-            Err(err) => failures.push(format!("{err:#}")),
+            PoolView::Unavailable { name, reason, .. } => {
+                // As zpool: a row of dashes; the reason goes to stderr, beside the table.
+                let mut row = vec![name.clone()];
+                row.resize(6, "-".to_string());
+                row.push("UNAVAIL".into());
+                table.push(row);
+                shout!(ctx, "cairn: pool '{name}' is UNAVAIL: {reason}");
+            }
         }
     }
     if names.is_empty() && !format.scripted {
@@ -513,6 +751,37 @@ pub fn list(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         say_raw!(ctx, "{}", table.render(format.scripted));
     }
     combine(failures)
+}
+
+fn list_json(view: &PoolView) -> json::PoolListEntry {
+    match view {
+        PoolView::Open { status, .. } => json::PoolListEntry {
+            name: status.name.clone(),
+            state: health_label(status),
+            reason: status.suspended.clone(),
+            guid: Some(status.guid.to_string()),
+            size_bytes: Some(status.size_bytes),
+            allocated_bytes: Some(status.allocated_bytes),
+            free_bytes: Some(status.free_bytes),
+            fragmentation_percent: Some(status.fragmentation_percent),
+            capacity_percent: Some(if status.size_bytes == 0 {
+                0
+            } else {
+                (u128::from(status.allocated_bytes) * 100 / u128::from(status.size_bytes)) as u64
+            }),
+        },
+        PoolView::Unavailable { name, reason, .. } => json::PoolListEntry {
+            name: name.clone(),
+            state: "UNAVAIL",
+            reason: Some(reason.clone()),
+            guid: None,
+            size_bytes: None,
+            allocated_bytes: None,
+            free_bytes: None,
+            fragmentation_percent: None,
+            capacity_percent: None,
+        },
+    }
 }
 
 pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
@@ -579,7 +848,10 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
 }
 
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
-    let pool = ctx.take(name)?;
+    let pool = match ctx.take(name) {
+        Ok(pool) => pool,
+        Err(err) => return forget_unavailable(ctx, name, err, "export"),
+    };
     if let Err(err) = ctx.record(&pool) {
         let _ = pool.close();
         return Err(err);
@@ -590,8 +862,41 @@ pub fn export(ctx: &Context, name: &str) -> Result<()> {
     Ok(())
 }
 
-pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
-    let pool = ctx.take(name)?;
+/// `export` or `destroy -f` of a pool that cannot be opened: nothing can be written to its
+/// devices, so the pool is only forgotten (removed from the pool cache). Any other failure to
+/// open it stays an error.
+fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str) -> Result<()> {
+    let Some(reason) = unavailable_reason(&err) else {
+        return Err(err);
+    };
+    if unavailable_busy(&err) {
+        bail!(
+            "cannot {verb} pool '{name}': another process has it open ({reason}); stop that process first"
+        );
+    }
+    ctx.cache
+        .remove(name)
+        .with_context(|| format!("cannot forget pool '{name}'"))?;
+    shout!(
+        ctx,
+        "cairn: pool '{name}' cannot be opened ({reason}); it is forgotten without {verb}ing it: its devices are left as they are"
+    );
+    Ok(())
+}
+
+pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
+    let pool = match ctx.take(name) {
+        Ok(pool) => pool,
+        Err(err) if force || unavailable_busy(&err) => {
+            return forget_unavailable(ctx, name, err, "destroy");
+        }
+        Err(err) => match unavailable_reason(&err) {
+            Some(reason) => bail!(
+                "cannot destroy pool '{name}': it cannot be opened ({reason}); cairn pool destroy -f {name} forgets it without touching its devices"
+            ),
+            None => return Err(err),
+        },
+    };
     pool.destroy()
         .with_context(|| format!("cannot destroy pool '{name}'"))?;
     ctx.cache.remove(name)?;
@@ -694,7 +999,10 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
             say_raw!(ctx, "{}", render_importable(&pool.config, &pool.devices));
         }
         if shown == 0 {
-            say!(ctx, "no pools available to import (searched {searched})");
+            say!(
+                ctx,
+                "no pools available to import (searched {searched}; use -d DIR to search a directory of device files)"
+            );
         }
         return Ok(());
     };
@@ -713,7 +1021,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
             let hint = if destroyed {
                 " (only a destroyed pool of that name was found; destroyed pools cannot be imported)"
             } else {
-                ""
+                " (use -d DIR to search a directory of device files)"
             };
             bail!("cannot import '{wanted}': no such pool found in {searched}{hint}");
         }
@@ -960,11 +1268,12 @@ pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
 pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
     let names = ctx.pools_or_all(pools)?;
     for name in &names {
-        ctx.with_pool(name, false, |pool| {
+        let synced = ctx.with_pool(name, false, |pool| {
             pool.sync()
                 .with_context(|| format!("cannot sync pool '{name}'"))?;
             Ok(())
-        })?;
+        });
+        ctx.skip_unavailable(synced, !pools.is_empty())?;
     }
     Ok(())
 }

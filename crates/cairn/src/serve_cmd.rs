@@ -5,6 +5,8 @@
 //! (`--tls-cert`/`--tls-key`: NBD STARTTLS, plain clients refused unless `--tls allow`;
 //! `--tls-client-ca` makes clients show a certificate), since anyone who can reach the port could
 //! otherwise read and write every volume.
+//! A remembered pool that cannot be opened is reported at start and not served; it stops
+//! neither the server nor the other pools, and is opened again when a command names it.
 //!
 //! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA
 //! commit the volume's intent log (the connection's lane for FUA, every lane for FLUSH). On SIGINT or
@@ -15,7 +17,7 @@
 //! served as soon as the server's pool knows it.
 
 use crate::cache::PoolCache;
-use crate::context::{Context, Output, ServedPools, device_specs};
+use crate::context::{Context, Output, ServedPools, device_specs, unavailable_reason};
 use crate::control::{self, Reply, Request};
 use anyhow::{Context as _, Result, bail};
 use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
@@ -285,11 +287,22 @@ impl ExportProvider for PoolExports {
     }
 }
 
-/// Opens the remembered pools and imports any new ones found in `dirs`.
+/// Opens the remembered pools and imports any new ones found in `dirs`. A remembered pool that
+/// cannot be opened is reported and left out (the others are served; a later command naming it
+/// tries again, `pool export` forgets it); `dirs` never bring in a pool of that name.
 fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Pool>>> {
     let mut pools = BTreeMap::new();
+    let mut unavailable = Vec::new();
     for name in ctx.pool_names()? {
-        let pool = ctx.open(&name, false)?;
+        let pool = match ctx.open(&name, false) {
+            Ok(pool) => pool,
+            Err(err) if unavailable_reason(&err).is_some() => {
+                eprintln!("cairn: not serving: {err:#}");
+                unavailable.push(name);
+                continue;
+            }
+            Err(err) => return Err(err),
+        };
         for note in pool.notes() {
             eprintln!("cairn: {note}");
         }
@@ -299,7 +312,9 @@ fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Po
         let dir = std::path::absolute(dir)?;
         for found in discover_pools(&ImportSource::Directory(dir.clone())) {
             let name = found.config.pool_name.clone();
-            if pools.contains_key(&name) || found.config.state == cairn_format::PoolState::Destroyed
+            if pools.contains_key(&name)
+                || unavailable.contains(&name)
+                || found.config.state == cairn_format::PoolState::Destroyed
             {
                 continue;
             }
@@ -316,7 +331,7 @@ fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Po
             pools.insert(name, Arc::new(pool));
         }
     }
-    if pools.is_empty() {
+    if pools.is_empty() && unavailable.is_empty() {
         bail!("no pools to serve (create one with cairn pool create, or pass -d DIR)");
     }
     Ok(pools)

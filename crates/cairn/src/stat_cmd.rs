@@ -36,6 +36,7 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("MAX"),
     ]);
     let mut devices = Table::new(vec![
+        Column::left("POOL"),
         Column::left("LOG DEVICE"),
         Column::left("HEALTH"),
         Column::right("SIZE"),
@@ -49,9 +50,12 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     ]);
     let mut device_count = 0;
     for name in &names {
-        let (stats, log_devices) = ctx.with_pool(name, false, |pool| {
+        let opened = ctx.with_pool(name, false, |pool| {
             Ok((pool.intent_log_stats(), pool.log_devices()))
-        })?;
+        });
+        let Some((stats, log_devices)) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
+            continue;
+        };
         if format.scripted {
             for (dataset, s) in &stats {
                 for (field, value) in s.fields() {
@@ -99,7 +103,8 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         for device in log_devices {
             device_count += 1;
             devices.push(vec![
-                format!("{name}/{}", device.name),
+                name.clone(),
+                device.name.clone(),
                 device.health.as_str().to_string(),
                 human::size(device.size_bytes, format.exact),
                 human::size(device.allocated_bytes, format.exact),
@@ -149,6 +154,7 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("LOG-W"),
     ]);
     let mut devices = Table::new(vec![
+        Column::left("POOL"),
         Column::left("DEVICE"),
         Column::right("READS"),
         Column::right("R-CALLS"),
@@ -166,7 +172,10 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("W-P99"),
     ]);
     for name in &names {
-        let (counters, leaves) = ctx.with_pool(name, false, |pool| Ok(pool.io_stats()))?;
+        let opened = ctx.with_pool(name, false, |pool| Ok(pool.io_stats()));
+        let Some((counters, leaves)) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
+            continue;
+        };
         if format.scripted {
             for (field, value) in &counters {
                 say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
@@ -201,18 +210,17 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             get(&counters, "raw_writes").to_string(),
         ]);
         for leaf in &leaves {
-            let label = format!(
-                "{name}/{}{}",
-                leaf.name,
-                if leaf.is_log { " (log)" } else { "" }
-            );
+            // The pool in its own column: a device name is a path, and `tank//dev/sdb`
+            // read badly.
+            let label = format!("{}{}", leaf.name, if leaf.is_log { " (log)" } else { "" });
             let Some(fields) = &leaf.fields else {
-                let mut row = vec![label, "unavailable".to_string()];
-                row.resize(15, "-".to_string());
+                let mut row = vec![name.clone(), label, "unavailable".to_string()];
+                row.resize(16, "-".to_string());
                 devices.push(row);
                 continue;
             };
             devices.push(vec![
+                name.clone(),
                 label,
                 get(fields, "read_requests").to_string(),
                 get(fields, "read_calls").to_string(),

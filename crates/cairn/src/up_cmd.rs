@@ -8,7 +8,7 @@
 
 use crate::context::Context;
 use crate::context::say;
-use crate::{CreateArgs, ListArgs, ListFormat, PoolCreateArgs, PoolImportArgs};
+use crate::{CreateArgs, ListArgs, ListFormat, PoolCreateArgs, PoolImportArgs, PoolStatusArgs};
 use crate::{dataset_cmd, pool_cmd};
 use anyhow::{Context as _, Result};
 use clap::Args;
@@ -109,7 +109,14 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
             )?;
         }
     }
-    pool_cmd::status(ctx, &[POOL.to_string()])?;
+    pool_cmd::status(
+        ctx,
+        &PoolStatusArgs {
+            verbose: false,
+            json: false,
+            pools: vec![POOL.to_string()],
+        },
+    )?;
     say!(ctx);
     dataset_cmd::list(
         ctx,
@@ -118,16 +125,20 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                 scripted: false,
                 exact: false,
             },
+            json: false,
             columns: Vec::new(),
             recursive: true,
             datasets: vec![POOL.into()],
         },
     )?;
     say!(ctx);
+    // The state directory this run really uses: `--state-dir` or CAIRN_STATE_DIR when given,
+    // else the data directory's `state/`.
+    let state_dir = std::path::absolute(ctx.cache.dir())?;
     say!(
         ctx,
         "Pool '{POOL}' is ready. Other commands use it with: cairn --state-dir {} ...",
-        data_dir.join("state").display()
+        state_dir.display()
     );
     Ok(())
 }

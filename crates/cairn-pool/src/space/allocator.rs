@@ -595,6 +595,17 @@ impl SpaceAllocator {
         self.changes.keys().copied().collect()
     }
 
+    /// Whether some deferred free would be released by syncing more txgs (none is held back
+    /// by the release floor): the engine then syncs txgs even while idle, so freed space comes
+    /// back without waiting for new writes.
+    pub fn has_releasable_deferred(&self) -> bool {
+        match (self.deferred_by_txg.keys().next(), self.release_floor) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(&oldest_txg), Some(floor_txg)) => oldest_txg < floor_txg,
+        }
+    }
+
     /// Holds back the reuse of space freed in `txg` or later (`Some`) until released (`None`);
     /// frees already older stay on their normal schedule. Used while a scan walks a tree.
     pub fn set_release_floor(&mut self, txg: Option<u64>) {
