@@ -479,7 +479,7 @@ impl Pool {
                     }
                     return Ok(pool);
                 }
-                Err(err) => failures.push(format!("txg {}: {err}", ub.txg)),
+                Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),
             }
         }
         tree.shutdown();

@@ -139,6 +139,8 @@ pub struct PoolStatus {
     pub fragmentation_percent: u64,
     pub tops: Vec<TopStatus>,
     pub last_scrub: Option<ScrubRecord>,
+    /// Why no txg is committed any more (a failed sync, a refused free), if so.
+    pub suspended: Option<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -314,6 +316,7 @@ impl Pool {
             fragmentation_percent: u64::from(stats.fragmentation_percent),
             tops,
             last_scrub: self.core.directory.lock().last_scrub.clone(),
+            suspended: self.txg.as_ref().and_then(|engine| engine.suspended()),
         }
     }
 

@@ -9,6 +9,11 @@
 //!    flushed again after: the uberblock never points at blocks that might not be on media;
 //! 5. only then do readers see the new trees (`publish`) and deferred frees move on.
 //!
+//! A txg is never committed while the space allocator is faulted (it refused a free: a block
+//! pointer disagrees with the space map, see `SpaceAllocator::fault`): the sync fails before the
+//! uberblock, which suspends the pool (`TxgEngine`): nothing more is written, the last committed
+//! txg stays the pool's state, and `pool status` shows the reason.
+//!
 //! The space log is a chain of blocks, newest first. Every `SPACE_LOG_CHAIN_BLOCKS_MAX` blocks it
 //! is condensed into a checkpoint (the whole allocated set) and the old chain is freed, which
 //! bounds both its size and the work of replaying it at import.
@@ -55,7 +60,9 @@ pub(crate) struct PoolSyncer(pub(crate) Arc<PoolCore>);
 
 impl TxgSyncer for PoolSyncer {
     fn sync_txg(&self, txg: u64) -> Result<(), String> {
-        self.0.sync(txg).map_err(|err| format!("txg {txg}: {err}"))
+        self.0
+            .sync(txg)
+            .map_err(|err| format!("txg {txg}: {}", crate::error_chain(&err)))
     }
 }
 
@@ -132,6 +139,9 @@ impl PoolCore {
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
         let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
         batch.finish()?;
+        if let Some(fault) = self.space.lock().fault() {
+            return Err(EngineError::SpaceFault(fault.clone()));
+        }
         self.commit(txg, root_bp, space_log_head, space_log_blocks)?;
         for (_, objset, result) in synced {
             objset.publish(result);

@@ -171,6 +171,12 @@ fn render_status(status: &PoolStatus) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
     out.push_str(&format!(" state: {}\n", status.health.as_str()));
+    if let Some(reason) = &status.suspended {
+        out.push_str(&format!(
+            "status: SUSPENDED: nothing more is written to the pool; re-import it after \
+             checking it ({reason})\n"
+        ));
+    }
     if status.health != cairn_pool::vdev::Health::Online {
         out.push_str(
             "status: One or more devices are missing or faulted; the pool is not fully redundant.\n",

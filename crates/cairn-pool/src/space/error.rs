@@ -102,6 +102,14 @@ pub enum SpaceError {
         pending_changes: usize,
     },
 
+    /// A free the allocator refused, kept as its fault: the pool must not commit another txg.
+    #[error("a free in txg {txg} was refused")]
+    FreeRefused {
+        txg: u64,
+        #[source]
+        source: Box<SpaceError>,
+    },
+
     /// A space-log entry that contradicts the state built from the entries before it.
     #[error("space log entry #{index} {entry:?} is inconsistent: {source}")]
     Replay {

@@ -1,0 +1,398 @@
+//! Crafted images: a pool is written by the real code, then bytes are patched the way an
+//! attacker or a bug could, with every checksum on the way up recomputed (block, parent pointer,
+//! object-set root, uberblock), so the damage passes verification and reaches the validators.
+//! Each must give a clear error naming what is wrong, or fault the pool, and never panic.
+//!
+//! The patching walks the on-disk tree with `cairn-format`'s own decoders and encoders, so the
+//! images are exactly what a pool with those values would hold.
+
+mod common;
+
+use cairn_dataset::DatasetDirectory;
+use cairn_format::dnode::{DNODE_SIZE, Dnode, ObjsetPhys};
+use cairn_format::label::{LABEL_COUNT, UBERBLOCK_RING_SLOTS, VDEV_DATA_START, uberblock_offset};
+use cairn_format::spacelog::{SpaceLogBlock, SpaceOp};
+use cairn_format::{BlockPointer, Uberblock};
+use common::*;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Object of the dataset directory in the MOS, and of a volume's data in its object set.
+const DIRECTORY_OBJECT: u64 = 1;
+const VOLUME_OBJECT: u64 = cairn_dataset::VOLUME_OBJECT;
+const BLOCK_BYTES: usize = 8192;
+
+/// The one device of a single-device pool, opened for patching.
+struct Image {
+    file: std::fs::File,
+    size_bytes: u64,
+}
+
+impl Image {
+    fn open(path: &Path) -> Image {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .expect("open device file");
+        let size_bytes = file.metadata().expect("stat device").len();
+        Image { file, size_bytes }
+    }
+
+    fn read(&self, bp: &BlockPointer) -> Vec<u8> {
+        let mut data = vec![0u8; bp.psize as usize];
+        self.file
+            .read_exact_at(&mut data, VDEV_DATA_START + bp.dvas[0].offset)
+            .expect("read block");
+        assert_eq!(bp.checksum_algorithm.compute(&data), bp.checksum);
+        data
+    }
+
+    /// Writes `data` over every copy of `bp` and returns the pointer with its new checksum.
+    fn rewrite(&self, bp: &BlockPointer, data: &[u8]) -> BlockPointer {
+        assert_eq!(
+            data.len(),
+            bp.psize as usize,
+            "a patch keeps the block's size"
+        );
+        for dva in bp.copies() {
+            self.file
+                .write_all_at(data, VDEV_DATA_START + dva.offset)
+                .expect("write block");
+        }
+        BlockPointer {
+            checksum: bp.checksum_algorithm.compute(data),
+            ..*bp
+        }
+    }
+
+    /// Every uberblock slot that decodes: (byte offset, uberblock).
+    fn uberblocks(&self) -> Vec<(u64, Uberblock)> {
+        let mut found = Vec::new();
+        for label in 0..LABEL_COUNT {
+            for slot in 0..UBERBLOCK_RING_SLOTS {
+                let offset = uberblock_offset(label, self.size_bytes, slot);
+                let mut bytes = vec![0u8; cairn_format::label::UBERBLOCK_SLOT_SIZE as usize];
+                self.file
+                    .read_exact_at(&mut bytes, offset)
+                    .expect("read slot");
+                if let Ok(ub) = Uberblock::decode(&bytes) {
+                    found.push((offset, ub));
+                }
+            }
+        }
+        found
+    }
+
+    fn newest(&self) -> Uberblock {
+        self.uberblocks()
+            .into_iter()
+            .map(|(_, ub)| ub)
+            .max_by_key(|ub| ub.txg)
+            .expect("an uberblock")
+    }
+
+    /// Rewrites every uberblock through `change` (which returns false to leave one alone);
+    /// returns how many were rewritten.
+    fn patch_uberblocks(&self, change: impl Fn(&mut Uberblock) -> bool) -> usize {
+        let mut patched = 0;
+        for (offset, mut ub) in self.uberblocks() {
+            if change(&mut ub) {
+                self.file
+                    .write_all_at(&ub.encode_slot(), offset)
+                    .expect("write uberblock");
+                patched += 1;
+            }
+        }
+        patched
+    }
+
+    /// Object set root at `root`: the dnode of `object` (its dnode block must be a direct
+    /// pointer of the meta-dnode).
+    fn dnode(&self, root: &BlockPointer, object: u64) -> Dnode {
+        let objset = ObjsetPhys::decode(&self.read(root)).expect("object set root");
+        let (block, slot) = dnode_place(&objset, object);
+        let data = self.read(&objset.meta_dnode.block_pointers[block]);
+        Dnode::decode(&data[slot..slot + DNODE_SIZE]).expect("dnode")
+    }
+
+    /// Replaces the dnode of `object` in the object set at `root`; returns the new root pointer.
+    fn replace_dnode(&self, root: &BlockPointer, object: u64, dnode: &Dnode) -> BlockPointer {
+        let mut objset = ObjsetPhys::decode(&self.read(root)).expect("object set root");
+        let (block, slot) = dnode_place(&objset, object);
+        let bp = objset.meta_dnode.block_pointers[block];
+        let mut data = self.read(&bp);
+        dnode.encode(&mut data[slot..slot + DNODE_SIZE]);
+        objset.meta_dnode.block_pointers[block] = self.rewrite(&bp, &data);
+        self.rewrite(root, &objset.encode_block())
+    }
+
+    /// The MOS root of the newest uberblock.
+    fn mos_root(&self) -> BlockPointer {
+        self.newest().root_bp
+    }
+
+    fn directory(&self) -> (Dnode, Vec<u8>) {
+        let dnode = self.dnode(&self.mos_root(), DIRECTORY_OBJECT);
+        assert_eq!(dnode.levels, 1, "the directory blob fits in direct blocks");
+        let data = self.read(&dnode.block_pointers[0]);
+        (dnode, data)
+    }
+
+    /// Replaces the first block of the directory blob (same length) in the newest MOS and in
+    /// every uberblock that shares it.
+    fn replace_directory_block(&self, dnode: &Dnode, data: &[u8]) {
+        let old_root = self.mos_root();
+        let mut dnode = dnode.clone();
+        dnode.block_pointers[0] = self.rewrite(&dnode.block_pointers[0], data);
+        let new_root = self.replace_dnode(&old_root, DIRECTORY_OBJECT, &dnode);
+        let patched = self.patch_uberblocks(|ub| {
+            let same = ub.root_bp == old_root;
+            if same {
+                ub.root_bp = new_root;
+            }
+            same
+        });
+        assert!(patched > 0);
+    }
+
+    /// Changes one dataset's record in the directory, keeping the blob's length.
+    fn edit_record(&self, dataset: &str, edit: impl FnOnce(&mut cairn_dataset::DatasetRecord)) {
+        let (dnode, mut data) = self.directory();
+        let blob_len = blob_len(&dnode);
+        let mut directory = DatasetDirectory::decode(&data[..blob_len]).expect("directory");
+        edit(directory.datasets.get_mut(dataset).expect("dataset"));
+        let blob = directory.encode();
+        assert_eq!(blob.len(), blob_len, "the edit keeps the blob's length");
+        data[..blob_len].copy_from_slice(&blob);
+        self.replace_directory_block(&dnode, &data);
+    }
+
+    /// The root of `dataset`'s object set, as the directory records it.
+    fn dataset_root(&self, dataset: &str) -> BlockPointer {
+        let (dnode, data) = self.directory();
+        let directory = DatasetDirectory::decode(&data[..blob_len(&dnode)]).expect("directory");
+        directory.get(dataset).unwrap().objset_bp().unwrap()
+    }
+
+    /// Applies `edit` to the volume's data dnode and links the result up to the uberblocks.
+    fn edit_volume_dnode(&self, dataset: &str, edit: impl FnOnce(&mut Dnode)) {
+        let root = self.dataset_root(dataset);
+        let mut dnode = self.dnode(&root, VOLUME_OBJECT);
+        assert_eq!(
+            dnode.levels, 1,
+            "the test volume's blocks are direct pointers"
+        );
+        edit(&mut dnode);
+        let new_root = self.replace_dnode(&root, VOLUME_OBJECT, &dnode);
+        self.edit_record(dataset, |record| record.set_objset_bp(&new_root));
+    }
+}
+
+fn dnode_place(objset: &ObjsetPhys, object: u64) -> (usize, usize) {
+    assert_eq!(
+        objset.meta_dnode.levels, 1,
+        "dnode blocks are direct pointers"
+    );
+    let per_block = cairn_format::dnode::DNODES_PER_BLOCK;
+    (
+        (object / per_block) as usize,
+        (object % per_block) as usize * DNODE_SIZE,
+    )
+}
+
+/// A blob's length is the first 8 bonus bytes of its dnode.
+fn blob_len(dnode: &Dnode) -> usize {
+    u64::from_le_bytes(dnode.bonus[..8].try_into().unwrap()) as usize
+}
+
+/// A single-device pool with `tank/vol` (8 KiB blocks) holding two written blocks, whose newest
+/// uberblock is the only one left (so import cannot fall back to an older, undamaged tree).
+fn pool_with_volume(dir: &Path) -> Vec<PathBuf> {
+    let paths = device_paths(dir, 1);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume(
+        "tank/vol",
+        // Three blocks: the dnode's direct pointers cover it, no indirect block.
+        3 * BLOCK_BYTES as u64,
+        &[("volblocksize".into(), "8K".into())],
+    )
+    .unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    volume.write(0, &[0xa5; 2 * BLOCK_BYTES]).unwrap();
+    pool.sync().unwrap();
+    drop(volume);
+    pool.close().unwrap();
+    let image = Image::open(&paths[0]);
+    let newest = image.newest().txg;
+    for (offset, ub) in image.uberblocks() {
+        if ub.txg != newest {
+            let blank = vec![0u8; cairn_format::label::UBERBLOCK_SLOT_SIZE as usize];
+            image.file.write_all_at(&blank, offset).expect("erase slot");
+        }
+    }
+    paths
+}
+
+/// The error and its sources, as the CLI prints them.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+#[test]
+fn a_volume_with_volblocksize_1000_is_refused_at_import_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pool_with_volume(dir.path());
+    let image = Image::open(&paths[0]);
+    image.edit_record("tank/vol", |record| {
+        record
+            .properties
+            .insert("volblocksize".into(), "1000".into());
+    });
+    drop(image);
+    let err = match import(&paths, plain_opener()) {
+        Ok(_) => panic!("a directory with volblocksize=1000 was accepted"),
+        Err(err) => chain(&err),
+    };
+    assert!(
+        err.contains("tank/vol") && err.contains("volblocksize") && err.contains("1000"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_pointer_outside_the_device_is_an_error_and_its_free_suspends_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pool_with_volume(dir.path());
+    let image = Image::open(&paths[0]);
+    let beyond = image.size_bytes;
+    image.edit_volume_dnode("tank/vol", |dnode| {
+        dnode.block_pointers[0].dvas[0].offset = beyond;
+    });
+    drop(image);
+    let pool = import(&paths, plain_opener()).expect("the damage is below the roots");
+    let volume = pool.volume("tank/vol").unwrap();
+    let mut buf = vec![0u8; BLOCK_BYTES];
+    let err = volume
+        .read(0, &mut buf)
+        .expect_err("a block outside the device cannot be read");
+    assert!(chain(&err).contains("tank/vol"), "{}", chain(&err));
+    let report = pool.check().expect("check runs");
+    assert!(!report.is_clean(), "check must report the bad pointer");
+    // Replacing the block frees the bad pointer: the allocator refuses, the pool suspends.
+    volume.write(0, &[0x5a; BLOCK_BYTES]).unwrap();
+    let err = pool
+        .sync()
+        .expect_err("a txg with a refused free must not commit");
+    let text = chain(&err);
+    assert!(
+        text.contains("suspended") || text.contains("refused"),
+        "{text}"
+    );
+    let reason = pool
+        .status()
+        .suspended
+        .expect("status reports the suspension");
+    assert!(reason.contains("outside its data region"), "{reason}");
+    drop(volume);
+    let _ = pool.close();
+    drop(pool);
+    // Nothing was committed after the damage: the image imports as it was.
+    let again = import(&paths, plain_opener()).expect("re-import");
+    let mut second = vec![0u8; BLOCK_BYTES];
+    again
+        .volume("tank/vol")
+        .unwrap()
+        .read(BLOCK_BYTES as u64, &mut second)
+        .unwrap();
+    assert_eq!(
+        second,
+        vec![0xa5; BLOCK_BYTES],
+        "the intact block reads back"
+    );
+}
+
+#[test]
+fn a_block_referenced_twice_is_reported_and_its_second_free_suspends_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pool_with_volume(dir.path());
+    let image = Image::open(&paths[0]);
+    image.edit_volume_dnode("tank/vol", |dnode| {
+        dnode.block_pointers[1] = dnode.block_pointers[0];
+    });
+    drop(image);
+    let pool = import(&paths, plain_opener()).expect("import");
+    let report = pool.check().expect("check runs");
+    assert!(
+        !report.double_references.is_empty(),
+        "check must see the block referenced twice: {:?}",
+        report.problems()
+    );
+    let volume = pool.volume("tank/vol").unwrap();
+    volume.write(0, &[0x11; 2 * BLOCK_BYTES]).unwrap();
+    assert!(pool.sync().is_err(), "the second free is refused");
+    let reason = pool.status().suspended.expect("suspended");
+    assert!(reason.contains("double free"), "{reason}");
+    // Writes now fail with an error instead of being acknowledged and lost.
+    assert!(volume.write(0, &[0x22; BLOCK_BYTES]).is_err() || pool.sync().is_err());
+    drop(volume);
+    let _ = pool.close();
+}
+
+#[test]
+fn a_double_free_in_the_space_log_is_refused_naming_the_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pool_with_volume(dir.path());
+    let image = Image::open(&paths[0]);
+    let newest = image.newest();
+    let head = newest.space_log_bp;
+    let mut block = SpaceLogBlock::decode(&image.read(&head)).expect("space-log block");
+    let freed = block
+        .entries
+        .iter()
+        .find(|entry| entry.op == SpaceOp::Free)
+        .copied()
+        .or_else(|| {
+            // A checkpoint lists allocations only: free one of them twice.
+            block
+                .entries
+                .first()
+                .map(|entry| cairn_format::SpaceLogEntry {
+                    op: SpaceOp::Free,
+                    ..*entry
+                })
+        })
+        .expect("an entry to repeat");
+    block.entries.push(freed);
+    block.entries.push(freed);
+    let mut data = block.encode(4096);
+    assert!(
+        data.len() <= head.psize as usize,
+        "the patch fits the block"
+    );
+    data.resize(head.psize as usize, 0);
+    let new_head = image.rewrite(&head, &data);
+    let patched = image.patch_uberblocks(|ub| {
+        let same = ub.space_log_bp == head;
+        if same {
+            ub.space_log_bp = new_head;
+        }
+        same
+    });
+    assert!(patched > 0);
+    drop(image);
+    let text = match import(&paths, plain_opener()) {
+        Err(err) => chain(&err),
+        Ok(_) => panic!("a space log with a double free was accepted"),
+    };
+    assert!(
+        text.contains("space log entry") && text.contains("double free"),
+        "{text}"
+    );
+}
