@@ -273,9 +273,25 @@ struct Loaded {
     space_log: SpaceLogState,
 }
 
+/// Checks a pointer read from disk against the pool before following it (`check_pointer`).
+fn check_pointer(
+    io: &BlockIo,
+    bp: &BlockPointer,
+    newest_txg: u64,
+    what: impl FnOnce() -> String,
+) -> Result<(), EngineError> {
+    io.check_pointer(bp, newest_txg).map_err(|problem| {
+        EngineError::Pipeline(cairn_pipeline::PipelineError::InvalidPointer {
+            what: what(),
+            problem,
+        })
+    })
+}
+
 fn load_space_log(
     io: &BlockIo,
     head: &BlockPointer,
+    newest_txg: u64,
 ) -> Result<(Vec<BlockPointer>, Vec<SpaceLogBlock>), EngineError> {
     let mut bps = Vec::new();
     let mut blocks = Vec::new();
@@ -284,9 +300,19 @@ fn load_space_log(
         if next.object_type != cairn_format::ObjectType::SpaceLog || bps.len() > 1_000_000 {
             return Err(EngineError::Space("space log chain is malformed".into()));
         }
+        check_pointer(io, &next, newest_txg, || {
+            format!("space-log block {} from the head", bps.len())
+        })?;
         let data = io.read_block(&next, IoClass::SyncRead)?;
         let block =
             SpaceLogBlock::decode(&data).map_err(|err| EngineError::Space(err.to_string()))?;
+        if block.txg > newest_txg {
+            return Err(EngineError::Space(format!(
+                "space-log block {} is of txg {}, after the uberblock's txg {newest_txg}",
+                bps.len(),
+                block.txg
+            )));
+        }
         bps.push(next);
         next = block.prev;
         let start = block.kind == SpaceLogKind::CheckpointStart;
@@ -318,7 +344,8 @@ fn load(
     let space = Arc::new(Mutex::new(space));
     let io = Arc::new(BlockIo::new(tree.clone(), space.clone()));
     let cached = Arc::new(CachedIo::new(options.cache(), io.clone()));
-    let (chain, blocks) = load_space_log(&io, &ub.space_log_bp)?;
+    check_pointer(&io, &ub.root_bp, ub.txg, || "the MOS root".into())?;
+    let (chain, blocks) = load_space_log(&io, &ub.space_log_bp, ub.txg)?;
     space
         .lock()
         .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
@@ -340,9 +367,13 @@ fn load(
             continue;
         }
         let (checksum, _) = directory.property(&record.name, "checksum")?;
+        let root = record.objset_bp()?;
+        check_pointer(&io, &root, ub.txg, || {
+            format!("the object-set root of dataset '{}'", record.name)
+        })?;
         let objset = ObjectSet::open(
             cached.clone(),
-            record.objset_bp()?,
+            root,
             checksum_from_property(&checksum),
             ub.txg,
             record.used_bytes,

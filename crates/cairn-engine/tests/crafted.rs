@@ -396,3 +396,44 @@ fn a_double_free_in_the_space_log_is_refused_naming_the_entry() {
         "{text}"
     );
 }
+
+#[test]
+fn roots_outside_the_pool_or_from_the_future_are_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pool_with_volume(dir.path());
+    let image = Image::open(&paths[0]);
+    let root = image.dataset_root("tank/vol");
+    image.edit_record("tank/vol", |record| {
+        let mut elsewhere = root;
+        elsewhere.dvas[0].vdev = 7;
+        record.set_objset_bp(&elsewhere);
+    });
+    drop(image);
+    let err = match import(&paths, plain_opener()) {
+        Ok(_) => panic!("an object-set root on a vdev the pool lacks was accepted"),
+        Err(err) => chain(&err),
+    };
+    assert!(
+        err.contains("dataset 'tank/vol'") && err.contains("vdev 7"),
+        "{err}"
+    );
+
+    let future = dir.path().join("future");
+    std::fs::create_dir(&future).unwrap();
+    let paths = pool_with_volume(&future);
+    let image = Image::open(&paths[0]);
+    let patched = image.patch_uberblocks(|ub| {
+        ub.root_bp.birth_txg = ub.txg + 100;
+        true
+    });
+    assert!(patched > 0);
+    drop(image);
+    let err = match import(&paths, plain_opener()) {
+        Ok(_) => panic!("a MOS root born after its uberblock was accepted"),
+        Err(err) => chain(&err),
+    };
+    assert!(
+        err.contains("MOS root") && err.contains("after txg"),
+        "{err}"
+    );
+}

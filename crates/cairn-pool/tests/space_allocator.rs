@@ -699,6 +699,14 @@ fn replay_rejects_inconsistent_logs_naming_the_entry() {
             0,
             "invalid extent",
         ),
+        (
+            vec![
+                entry(SpaceOp::Alloc, 0, 4096, 1),
+                entry(SpaceOp::Free, 0, 4096, 11),
+            ],
+            1,
+            "newer than the imported txg 10",
+        ),
     ];
     for (entries, bad_index, words) in cases {
         let mut space = pool(&[64 * MIB]);

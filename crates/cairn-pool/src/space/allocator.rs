@@ -667,6 +667,12 @@ impl SpaceAllocator {
     }
 
     fn replay_entry(&mut self, entry: &SpaceLogEntry, current_txg: u64) -> Result<(), SpaceError> {
+        if entry.txg > current_txg {
+            return Err(SpaceError::FutureTxg {
+                txg: entry.txg,
+                current_txg,
+            });
+        }
         let index = self.vdev_index(entry.vdev)?;
         let vdev = &mut self.vdevs[index];
         vdev.check_extent(entry.offset, entry.length)?;
