@@ -437,3 +437,100 @@ fn roots_outside_the_pool_or_from_the_future_are_refused_naming_them() {
         "{err}"
     );
 }
+
+/// What a workload on an imported, damaged pool saw: the first error of each step.
+fn workload_errors(paths: &[PathBuf]) -> Vec<String> {
+    let pool = match import(paths, plain_opener()) {
+        Ok(pool) => pool,
+        Err(err) => return vec![format!("import: {}", chain(&err))],
+    };
+    let mut errors = Vec::new();
+    match pool.volume("tank/vol") {
+        Err(err) => errors.push(format!("volume: {}", chain(&err))),
+        Ok(volume) => {
+            let mut buf = vec![0u8; 3 * BLOCK_BYTES];
+            if let Err(err) = volume.read(0, &mut buf) {
+                errors.push(format!("read: {}", chain(&err)));
+            }
+            if let Err(err) = volume.write(0, &[1; 3 * BLOCK_BYTES]) {
+                errors.push(format!("write: {}", chain(&err)));
+            }
+            if let Err(err) = pool.sync() {
+                errors.push(format!("sync: {}", chain(&err)));
+            }
+            match pool.check() {
+                Ok(report) => errors.extend(report.problems()),
+                Err(err) => errors.push(format!("check: {}", chain(&err))),
+            }
+        }
+    }
+    let _ = pool.close();
+    errors
+}
+
+#[test]
+fn a_damaged_volume_dnode_is_an_error_at_first_use_never_a_panic() {
+    type Edit = fn(&mut Dnode);
+    let edits: [(&str, Edit, &str); 12] = [
+        (
+            "block size 512",
+            |d| d.data_block_size = 512,
+            "blocks are 512",
+        ),
+        (
+            "block size 4K",
+            |d| d.data_block_size = 4096,
+            "blocks are 4096",
+        ),
+        (
+            "block size 128K",
+            |d| d.data_block_size = 131_072,
+            "blocks are 131072",
+        ),
+        ("3 levels", |d| d.levels = 3, "3 levels"),
+        ("8 levels", |d| d.levels = 8, "8 levels"),
+        (
+            "max block id",
+            |d| d.max_block_id = u64::MAX,
+            "max block id",
+        ),
+        (
+            "type",
+            |d| d.object_type = cairn_format::ObjectType::SpaceLog,
+            "object SpaceLog",
+        ),
+        ("free", |d| *d = Dnode::free(), "does not exist"),
+        (
+            "pointer level",
+            |d| d.block_pointers[0].level = 1,
+            "is level 1",
+        ),
+        (
+            "pointer size",
+            |d| d.block_pointers[0].lsize = 16384,
+            "holds 16384 bytes",
+        ),
+        (
+            "pointer from the future",
+            |d| d.block_pointers[0].birth_txg = 1000,
+            "txg 1000",
+        ),
+        ("used bytes", |d| d.used_bytes = u64::MAX, "went negative"),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    for (index, (what, edit, expected)) in edits.into_iter().enumerate() {
+        let case_dir = dir.path().join(index.to_string());
+        std::fs::create_dir(&case_dir).unwrap();
+        let paths = pool_with_volume(&case_dir);
+        Image::open(&paths[0]).edit_volume_dnode("tank/vol", edit);
+        let errors = workload_errors(&paths).join("\n");
+        assert!(
+            !errors.contains("panicked"),
+            "{what}: a panic was caught: {errors}"
+        );
+        assert!(errors.contains(expected), "{what}: {errors}");
+        if !errors.contains("went negative") {
+            assert!(errors.contains("tank/vol"), "{what}: {errors}");
+        }
+    }
+}
