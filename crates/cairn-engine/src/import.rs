@@ -19,6 +19,7 @@ use cairn_device::DeviceError;
 use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::queue::IoClass;
 use cairn_device::spec::DeviceSpec;
+use cairn_format::label::data_region_size;
 use cairn_format::{
     BlockPointer, ChecksumAlgorithm, LabelConfig, PoolState, SpaceLogBlock, SpaceLogKind,
     Uberblock, VdevRole,
@@ -212,9 +213,17 @@ fn open_tree(
     options: &PoolOptions,
 ) -> Result<(VdevTree, Vec<String>), EngineError> {
     let name = &found.config.pool_name;
+    found.config.tree.validate().map_err(|err| {
+        import_error(
+            name,
+            format!("the vdev tree in its labels is invalid: {err}"),
+        )
+    })?;
     let mut tops = Vec::new();
     let mut missing = Vec::new();
     for top in &found.config.tree.tops {
+        // Validated above: the data region fits in a u64.
+        let data_size_bytes = top.data_size_bytes().unwrap_or(0);
         let mut leaves = Vec::new();
         for child in &top.children {
             let located = found.devices.iter().find(|(_, guid)| *guid == child.guid);
@@ -226,6 +235,17 @@ fn open_tree(
             let opened: Option<Result<_, DeviceError>> =
                 located.map(|_| (options.opener)(&spec, None));
             match opened {
+                Some(Ok(device)) if data_region_size(device.size_bytes()) < data_size_bytes => {
+                    return Err(import_error(
+                        name,
+                        format!(
+                            "vdev {} claims a data region of {data_size_bytes} bytes, more than \
+                             {spec} holds ({} bytes)",
+                            top.id,
+                            data_region_size(device.size_bytes())
+                        ),
+                    ));
+                }
                 Some(Ok(device)) => leaves.push(Leaf::open(child.guid, spec, device)),
                 Some(Err(err)) => {
                     return Err(import_error(name, format!("cannot open {spec}: {err}")));
@@ -239,7 +259,7 @@ fn open_tree(
         let mut config = top.clone();
         config.children.clear();
         tops.push(TopVdev {
-            data_size_bytes: top.metaslab_count << top.metaslab_shift,
+            data_size_bytes,
             config,
             leaves,
         });

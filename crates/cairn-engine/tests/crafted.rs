@@ -107,6 +107,24 @@ impl Image {
         patched
     }
 
+    /// Rewrites the pool config in all four labels through `change`.
+    fn edit_label_config(&self, change: impl Fn(&mut cairn_format::LabelConfig)) {
+        use cairn_format::label::{LABEL_CONFIG_OFFSET, LABEL_CONFIG_SIZE, label_offset};
+        for label in 0..LABEL_COUNT {
+            let offset = label_offset(label, self.size_bytes) + LABEL_CONFIG_OFFSET;
+            let mut bytes = vec![0u8; LABEL_CONFIG_SIZE as usize];
+            self.file
+                .read_exact_at(&mut bytes, offset)
+                .expect("read label");
+            let mut config = cairn_format::LabelConfig::decode(&bytes).expect("label config");
+            change(&mut config);
+            let encoded = config.encode().expect("encode label config");
+            self.file
+                .write_all_at(&encoded, offset)
+                .expect("write label");
+        }
+    }
+
     /// Object set root at `root`: the dnode of `object` (its dnode block must be a direct
     /// pointer of the meta-dnode).
     fn dnode(&self, root: &BlockPointer, object: u64) -> Dnode {
@@ -531,6 +549,41 @@ fn a_damaged_volume_dnode_is_an_error_at_first_use_never_a_panic() {
         assert!(errors.contains(expected), "{what}: {errors}");
         if !errors.contains("went negative") {
             assert!(errors.contains("tank/vol"), "{what}: {errors}");
+        }
+    }
+}
+
+#[test]
+fn a_vdev_tree_that_does_not_fit_its_devices_is_refused_naming_them() {
+    let dir = tempfile::tempdir().unwrap();
+    type Edit = fn(&mut cairn_format::LabelConfig);
+    let edits: [(Edit, &str); 4] = [
+        (
+            |config| config.tree.tops[0].metaslab_count *= 4,
+            "more than",
+        ),
+        (
+            |config| config.tree.tops[0].metaslab_shift = 70,
+            "metaslab shift",
+        ),
+        (|config| config.tree.tops[0].ashift = 40, "ashift"),
+        (
+            |config| config.tree.tops[0].metaslab_count = u64::MAX,
+            "metaslab shift",
+        ),
+    ];
+    for (index, (edit, expected)) in edits.into_iter().enumerate() {
+        let case_dir = dir.path().join(index.to_string());
+        std::fs::create_dir(&case_dir).unwrap();
+        let paths = pool_with_volume(&case_dir);
+        Image::open(&paths[0]).edit_label_config(edit);
+        let err = match import(&paths, plain_opener()) {
+            Ok(_) => panic!("case {index}: an impossible vdev tree was accepted"),
+            Err(err) => chain(&err),
+        };
+        assert!(err.contains(expected), "case {index}: {err}");
+        if expected == "more than" {
+            assert!(err.contains("d0.img"), "the device is named: {err}");
         }
     }
 }

@@ -4,7 +4,8 @@
 //! whose header gets the right magic, a version no newer than `FORMAT_VERSION`, a payload length
 //! that fits the buffer (the fuzzer's value modulo the room) and the blake3 of that payload.
 //! libFuzzer cannot forge a blake3 hash, so only the repaired copy exercises the postcard
-//! payload decoder. Whatever decodes must survive encode → decode unchanged.
+//! payload decoder. Whatever decodes must survive encode → decode unchanged, and validating its
+//! vdev tree (as import does) must not panic.
 
 use cairn_format::FORMAT_VERSION;
 use cairn_format::checksum::embedded;
@@ -25,6 +26,8 @@ fn round_trip(bytes: &[u8]) {
     let Ok(config) = LabelConfig::decode(bytes) else {
         return;
     };
+    // Import validates the tree of whatever decodes: that must not panic either.
+    let _ = config.tree.validate();
     let encoded = config
         .encode()
         .expect("a decoded label config must encode again");
