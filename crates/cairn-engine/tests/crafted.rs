@@ -587,3 +587,87 @@ fn a_vdev_tree_that_does_not_fit_its_devices_is_refused_naming_them() {
         }
     }
 }
+
+#[test]
+fn a_logged_write_in_place_of_a_foreign_block_is_refused_at_replay() {
+    use cairn_format::{
+        ChainPosition, Dva, IntentLogHeader, LaneHead, LogBlock, LogRecord, LogRecordKind,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let paths = pool_with_volume(dir.path());
+    let image = Image::open(&paths[0]);
+    let newest = image.newest();
+    let root = image.dataset_root("tank/vol");
+    let block0 = image.dnode(&root, VOLUME_OBJECT).block_pointers[0];
+    // The block is real and verifies, but the pointer says it holds other metadata (the log
+    // decoder already refuses a pointer of another level or size).
+    let foreign = BlockPointer {
+        object_type: cairn_format::ObjectType::DatasetDirectory,
+        birth_txg: newest.txg + 1,
+        ..block0
+    };
+    // A log block in free space near the end of the (nearly empty) data region.
+    let mut label = vec![0u8; cairn_format::label::LABEL_CONFIG_SIZE as usize];
+    image
+        .file
+        .read_exact_at(&mut label, cairn_format::label::LABEL_CONFIG_OFFSET)
+        .unwrap();
+    let config = cairn_format::LabelConfig::decode(&label).unwrap();
+    let region = config.tree.tops[0].data_size_bytes().unwrap();
+    let log_offset = region - (1 << 20);
+    let chain_guid = 0xabc;
+    let block = LogBlock {
+        position: ChainPosition {
+            pool_guid: newest.pool_guid,
+            chain_guid,
+            lane: 0,
+            sequence: 1,
+        },
+        next: Dva {
+            vdev: 0,
+            offset: log_offset + (64 << 10),
+            asize: 4096,
+        },
+        records: vec![LogRecord {
+            kind: LogRecordKind::WriteInPlace,
+            sequence: 1,
+            txg: newest.txg + 1,
+            object: VOLUME_OBJECT,
+            offset: 0,
+            length: u64::from(foreign.lsize),
+            data: foreign.to_bytes().to_vec(),
+        }],
+    };
+    let encoded = block.encode(4096);
+    image
+        .file
+        .write_all_at(&encoded, VDEV_DATA_START + log_offset)
+        .unwrap();
+    let header = IntentLogHeader {
+        lanes: vec![LaneHead {
+            chain_guid,
+            sequence: 1,
+            block: Dva {
+                vdev: 0,
+                offset: log_offset,
+                asize: encoded.len() as u32,
+            },
+        }],
+    };
+    let mut objset = ObjsetPhys::decode(&image.read(&root)).unwrap();
+    objset.intent_log_header = header.encode();
+    let new_root = image.rewrite(&root, &objset.encode_block());
+    image.edit_record("tank/vol", |record| record.set_objset_bp(&new_root));
+    drop(image);
+    let err = match import(&paths, plain_opener()) {
+        Ok(pool) => panic!(
+            "a log naming metadata as volume data was replayed: {:?}",
+            pool.notes()
+        ),
+        Err(err) => chain(&err),
+    };
+    assert!(
+        err.contains("tank/vol") && err.contains("logged pointer is a level-0 DatasetDirectory"),
+        "{err}"
+    );
+}
