@@ -667,7 +667,9 @@ impl SpaceAllocator {
     }
 
     fn replay_entry(&mut self, entry: &SpaceLogEntry, current_txg: u64) -> Result<(), SpaceError> {
-        if entry.txg > current_txg {
+        // A free stamped after the imported txg would stay deferred until that txg, leaking
+        // its space (an allocation's stamp decides nothing at replay).
+        if entry.op == SpaceOp::Free && entry.txg > current_txg {
             return Err(SpaceError::FutureTxg {
                 txg: entry.txg,
                 current_txg,

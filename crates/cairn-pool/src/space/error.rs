@@ -86,8 +86,8 @@ pub enum SpaceError {
     #[error("txg {txg} has already synced (last synced txg {synced_txg})")]
     TxgAlreadySynced { txg: u64, synced_txg: u64 },
 
-    /// A space-log entry stamped with a txg after the one being imported.
-    #[error("entry of txg {txg} is newer than the imported txg {current_txg}")]
+    /// A space-log free stamped with a txg after the one being imported.
+    #[error("free of txg {txg} is newer than the imported txg {current_txg}")]
     FutureTxg { txg: u64, current_txg: u64 },
 
     /// A `VdevSpace` the allocator cannot work with.
