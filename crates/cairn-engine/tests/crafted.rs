@@ -671,3 +671,49 @@ fn a_logged_write_in_place_of_a_foreign_block_is_refused_at_replay() {
         "{err}"
     );
 }
+
+/// Not an image: the intent log's own free path. A log block freed behind the log's back
+/// (standing in for any bug or damage that makes the space map disagree) is freed again when
+/// its txg syncs; the allocator refuses, and the pool suspends instead of panicking.
+#[test]
+fn a_log_block_free_the_allocator_refuses_suspends_the_pool() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume("tank/vol", 1 << 20, &[("volblocksize".into(), "8K".into())])
+        .unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    let fua = cairn_dataset::WriteOptions { fua: true, lane: 0 };
+    // The first synchronous write starts the chain (its header must be in a synced txg
+    // before a block is written on it); the second is written to the chain's first block.
+    volume.write_with(0, &[0x41; BLOCK_BYTES], fua).unwrap();
+    pool.sync().unwrap();
+    let header = cairn_format::IntentLogHeader::decode(&volume.objset().synced_intent_log_header())
+        .expect("chain header");
+    let first_block = header.lanes[0].block;
+    assert!(!header.lanes[0].is_empty(), "the chain has started");
+    volume.write_with(0, &[0x42; BLOCK_BYTES], fua).unwrap();
+    let space = pool.io().space().clone();
+    assert!(space.lock().is_allocated(&first_block));
+    {
+        let engine = pool.txg_engine().unwrap();
+        let hold = engine.try_hold().unwrap();
+        space.lock().free(&first_block, hold.txg()).unwrap();
+    }
+    // The log lets go of its blocks in the sync of a txg after the one holding its records.
+    let err = (0..4)
+        .find_map(|_| pool.sync().err())
+        .expect("the log's own free is refused");
+    assert!(chain(&err).contains("double free"), "{}", chain(&err));
+    let reason = pool.status().suspended.expect("suspended");
+    assert!(
+        reason.contains("refused") && !reason.contains("panicked"),
+        "{reason}"
+    );
+    assert!(
+        volume.write(0, &[1; BLOCK_BYTES]).is_err() || volume.flush().is_err(),
+        "nothing more is acknowledged as durable"
+    );
+    drop(volume);
+    let _ = pool.close();
+}
