@@ -221,6 +221,8 @@ fn open_tree(
     })?;
     let mut tops = Vec::new();
     let mut missing = Vec::new();
+    // A device smaller than the tree says: refused once every opened leaf can be shut down.
+    let mut too_small: Option<String> = None;
     for top in &found.config.tree.tops {
         // Validated above: the data region fits in a u64.
         let data_size_bytes = top.data_size_bytes().unwrap_or(0);
@@ -235,18 +237,17 @@ fn open_tree(
             let opened: Option<Result<_, DeviceError>> =
                 located.map(|_| (options.opener)(&spec, None));
             match opened {
-                Some(Ok(device)) if data_region_size(device.size_bytes()) < data_size_bytes => {
-                    return Err(import_error(
-                        name,
-                        format!(
+                Some(Ok(device)) => {
+                    let holds_bytes = data_region_size(device.size_bytes());
+                    if holds_bytes < data_size_bytes && too_small.is_none() {
+                        too_small = Some(format!(
                             "vdev {} claims a data region of {data_size_bytes} bytes, more than \
-                             {spec} holds ({} bytes)",
-                            top.id,
-                            data_region_size(device.size_bytes())
-                        ),
-                    ));
+                             {spec} holds ({holds_bytes} bytes)",
+                            top.id
+                        ));
+                    }
+                    leaves.push(Leaf::open(child.guid, spec, device));
                 }
-                Some(Ok(device)) => leaves.push(Leaf::open(child.guid, spec, device)),
                 Some(Err(err)) => {
                     return Err(import_error(name, format!("cannot open {spec}: {err}")));
                 }
@@ -265,6 +266,10 @@ fn open_tree(
         });
     }
     let tree = VdevTree { tops };
+    if let Some(reason) = too_small {
+        tree.shutdown();
+        return Err(import_error(name, reason));
+    }
     for top in &tree.tops {
         // A missing log device is judged after loading: it matters only if some dataset's
         // intent log still has records (see `Pool::import`).
