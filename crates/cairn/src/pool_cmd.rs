@@ -885,3 +885,33 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
     say_raw!(ctx, "{}", table.render(format.scripted));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_why_a_pool_is_suspended() {
+        let reason = "sync of txg 5 failed: a free in txg 5 was refused";
+        let mut status = PoolStatus {
+            name: "tank".into(),
+            guid: 1,
+            health: cairn_pool::vdev::Health::Online,
+            txg: 4,
+            size_bytes: 1 << 30,
+            allocated_bytes: 1 << 20,
+            free_bytes: (1 << 30) - (1 << 20),
+            fragmentation_percent: 0,
+            tops: Vec::new(),
+            last_scrub: None,
+            suspended: Some(reason.into()),
+        };
+        let text = render_status(&status);
+        assert!(
+            text.contains("SUSPENDED") && text.contains(reason),
+            "{text}"
+        );
+        status.suspended = None;
+        assert!(!render_status(&status).contains("SUSPENDED"));
+    }
+}
