@@ -463,6 +463,11 @@ fn workload_errors(paths: &[PathBuf]) -> Vec<String> {
         Err(err) => return vec![format!("import: {}", chain(&err))],
     };
     let mut errors = Vec::new();
+    // Scrub walks every tree whatever the volume layer thinks of it.
+    match pool.scrub(&mut |_| {}) {
+        Ok(record) => errors.extend(record.damaged),
+        Err(err) => errors.push(format!("scrub: {}", chain(&err))),
+    }
     match pool.volume("tank/vol") {
         Err(err) => errors.push(format!("volume: {}", chain(&err))),
         Ok(volume) => {
