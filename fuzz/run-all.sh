@@ -35,7 +35,9 @@ summary=()
 for target in "${targets[@]}"; do
     echo "=== $target: ${seconds}s"
     log="$logs/$target.log"
-    if "${fuzz[@]}" run --fuzz-dir "$here" "$target" -- \
+    # The first corpus directory is where libFuzzer adds inputs; the committed seeds are read too.
+    mkdir -p "$here/corpus/$target"
+    if "${fuzz[@]}" run --fuzz-dir "$here" "$target" "$here/corpus/$target" "$here/seeds/$target" -- \
         -max_total_time="$seconds" -print_final_stats=1 \
         >"$log" 2>&1; then
         status=ok

@@ -1,20 +1,7 @@
-//! Dataset directory decoder (the postcard blob in the MOS): arbitrary bytes must decode or fail
-//! cleanly, and whatever decodes must survive encode → decode unchanged. Property lookups on a
-//! decoded directory must not panic either, whatever names and values it holds.
+//! cargo-fuzz target `dataset_directory`: the case lives in `cairn_fuzz_cases::dataset_directory` (shared with the stable
+//! replay test that CI runs), which says what it checks.
 #![no_main]
 
-use cairn_dataset::DatasetDirectory;
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(directory) = DatasetDirectory::decode(data) else {
-        return;
-    };
-    let again = DatasetDirectory::decode(&directory.encode())
-        .expect("a re-encoded directory must decode");
-    assert_eq!(again, directory, "directory changed across encode/decode");
-    for name in directory.datasets.keys() {
-        let _ = directory.all_properties(name);
-        let _ = directory.get(name).and_then(|record| record.objset_bp());
-    }
-});
+fuzz_target!(|data: &[u8]| cairn_fuzz_cases::dataset_directory::run(data));

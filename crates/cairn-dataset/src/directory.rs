@@ -2,6 +2,13 @@
 //!
 //! It also carries small pool-wide records: the last scrub's result and the command history
 //! (`cairn pool history`), bounded so the blob stays small.
+//!
+//! `decode` trusts nothing it reads: the blob passed its checksum, but a crafted or buggy image
+//! can still hold values no code path would have written. Every record is validated as `insert`
+//! and `set_property` would have (name, parent, canonical property values, a volume's size a
+//! non-zero multiple of its block size, a decodable object-set pointer), so that later code may
+//! rely on them (`Volume::new` asserts its block size). Property names this build does not know
+//! are kept: a later build may add properties without a format change.
 
 use crate::properties::{self, PROPERTIES};
 use crate::{DatasetError, DatasetKind};
@@ -104,8 +111,75 @@ impl DatasetDirectory {
             if name != &record.name || record.objset_bp.len() != BLOCK_POINTER_SIZE {
                 return Err(DatasetError::Corrupt(format!("record for {name}")));
             }
+            directory
+                .validate_record(record)
+                .map_err(|source| DatasetError::InvalidRecord {
+                    dataset: name.clone(),
+                    source: Box::new(source),
+                })?;
         }
         Ok(directory)
+    }
+
+    /// Checks one decoded record as if it were being inserted now (see the module comment).
+    fn validate_record(&self, record: &DatasetRecord) -> Result<(), DatasetError> {
+        crate::validate_name(&record.name)?;
+        let misplaced = match record.name.rsplit_once('/') {
+            Some((parent, _)) => (self.get(parent)?.kind != DatasetKind::Filesystem)
+                .then(|| format!("parent '{parent}' is a volume")),
+            None => (record.kind != DatasetKind::Filesystem)
+                .then(|| "the pool's root dataset must be a filesystem".to_string()),
+        };
+        if let Some(reason) = misplaced {
+            return Err(DatasetError::InvalidName {
+                name: record.name.clone(),
+                reason,
+            });
+        }
+        for (property, value) in &record.properties {
+            let Ok(def) = properties::lookup(property) else {
+                continue;
+            };
+            if !def.applies_to(record.kind) {
+                return Err(DatasetError::PropertyNotAllowed {
+                    name: property.clone(),
+                    reason: format!("does not apply to {}s", record.kind.as_str()),
+                });
+            }
+            if def.canonical(value)? != *value {
+                return Err(DatasetError::InvalidProperty {
+                    name: property.clone(),
+                    value: value.clone(),
+                    reason: "not in canonical form".into(),
+                });
+            }
+        }
+        if record.kind == DatasetKind::Volume {
+            self.validate_volume_size(record)?;
+        }
+        record.objset_bp().map(|_| ())
+    }
+
+    /// A volume's size must be a non-zero multiple of its block size (as `create -V` demands).
+    fn validate_volume_size(&self, record: &DatasetRecord) -> Result<(), DatasetError> {
+        let number = |property: &str| -> Result<u64, DatasetError> {
+            let (value, _) = self.property(&record.name, property)?;
+            value.parse().map_err(|_| DatasetError::InvalidProperty {
+                name: property.to_string(),
+                value: value.clone(),
+                reason: "not a number".into(),
+            })
+        };
+        let size_bytes = number("volsize")?;
+        let block_bytes = number("volblocksize")?;
+        if size_bytes == 0 || block_bytes == 0 || !size_bytes.is_multiple_of(block_bytes) {
+            return Err(DatasetError::InvalidProperty {
+                name: "volsize".into(),
+                value: size_bytes.to_string(),
+                reason: format!("must be a non-zero multiple of volblocksize ({block_bytes})"),
+            });
+        }
+        Ok(())
     }
 
     pub fn get(&self, name: &str) -> Result<&DatasetRecord, DatasetError> {
@@ -316,6 +390,70 @@ mod tests {
     fn directory_round_trips() {
         let dir = directory();
         assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+    }
+
+    /// The directory with one stored value of `tank/vol` replaced as a crafted image could.
+    fn with_volume_property(property: &str, value: &str) -> Vec<u8> {
+        let mut dir = directory();
+        dir.get_mut("tank/vol")
+            .unwrap()
+            .properties
+            .insert(property.into(), value.into());
+        dir.encode()
+    }
+
+    fn refusal(bytes: &[u8]) -> String {
+        let err = DatasetDirectory::decode(bytes).expect_err("a damaged directory must be refused");
+        let mut text = err.to_string();
+        let mut source = std::error::Error::source(&err);
+        while let Some(cause) = source {
+            text.push_str(&format!(": {cause}"));
+            source = cause.source();
+        }
+        text
+    }
+
+    #[test]
+    fn stored_values_are_validated_at_decode() {
+        let err = refusal(&with_volume_property("volblocksize", "1000"));
+        assert!(
+            err.contains("tank/vol") && err.contains("volblocksize") && err.contains("1000"),
+            "{err}"
+        );
+        let err = refusal(&with_volume_property("volsize", "12288"));
+        assert!(err.contains("volsize") && err.contains("multiple"), "{err}");
+        let err = refusal(&with_volume_property("volsize", "0"));
+        assert!(err.contains("volsize"), "{err}");
+        let err = refusal(&with_volume_property("sync", "sometimes"));
+        assert!(err.contains("sync") && err.contains("sometimes"), "{err}");
+        let err = refusal(&with_volume_property("volblocksize", "8K"));
+        assert!(err.contains("canonical"), "{err}");
+        // A property of a newer build is kept, not refused.
+        let newer = with_volume_property("futureprop", "x");
+        assert!(DatasetDirectory::decode(&newer).is_ok());
+    }
+
+    #[test]
+    fn records_in_impossible_places_are_refused() {
+        let mut dir = directory();
+        let mut child = dir.get("tank/vol").unwrap().clone();
+        child.name = "tank/vol/sub".into();
+        dir.datasets.insert(child.name.clone(), child);
+        let err = refusal(&dir.encode());
+        assert!(
+            err.contains("tank/vol/sub") && err.contains("volume"),
+            "{err}"
+        );
+
+        let mut dir = directory();
+        dir.get_mut("tank").unwrap().kind = DatasetKind::Volume;
+        assert!(refusal(&dir.encode()).contains("root dataset"));
+
+        let mut dir = directory();
+        let mut orphan = dir.get("tank/vol").unwrap().clone();
+        orphan.name = "other/vol".into();
+        dir.datasets.insert(orphan.name.clone(), orphan);
+        assert!(refusal(&dir.encode()).contains("other"));
     }
 
     proptest! {

@@ -74,6 +74,17 @@ pub enum DatasetError {
     Io { name: String, reason: String },
     #[error("dataset directory is damaged: {0}")]
     Corrupt(String),
+    /// A volume whose data object, as read from disk, disagrees with its directory record.
+    #[error("volume '{name}' is damaged: its data object {problem}")]
+    DamagedVolume { name: String, problem: String },
+    /// A record read from disk that checksummed correctly but holds a value this build must not
+    /// use (a crafted or buggy image): the directory is refused as a whole at import.
+    #[error("dataset directory is damaged: the record of dataset '{dataset}' is invalid")]
+    InvalidRecord {
+        dataset: String,
+        #[source]
+        source: Box<DatasetError>,
+    },
 }
 
 /// Checks a dataset name: `pool` or `pool/child[/child…]`, components of letters, digits and

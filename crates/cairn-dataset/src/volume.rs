@@ -745,6 +745,17 @@ impl Volume {
                         record.length, self.block_size
                     )));
                 }
+                // The log block checksummed, but its pointer must still name one level-0
+                // volume block of this volume's size, or the block read would not be one.
+                if bp.lsize != self.block_size
+                    || bp.level != 0
+                    || bp.object_type != cairn_format::ObjectType::VolumeData
+                {
+                    return Err(replay_error(format!(
+                        "the logged pointer is a level-{} {:?} block of {} bytes",
+                        bp.level, bp.object_type, bp.lsize
+                    )));
+                }
                 let data = self
                     .objset
                     .io()

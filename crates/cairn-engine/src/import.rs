@@ -19,6 +19,7 @@ use cairn_device::DeviceError;
 use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::queue::IoClass;
 use cairn_device::spec::DeviceSpec;
+use cairn_format::label::data_region_size;
 use cairn_format::{
     BlockPointer, ChecksumAlgorithm, LabelConfig, PoolState, SpaceLogBlock, SpaceLogKind,
     Uberblock, VdevRole,
@@ -212,9 +213,19 @@ fn open_tree(
     options: &PoolOptions,
 ) -> Result<(VdevTree, Vec<String>), EngineError> {
     let name = &found.config.pool_name;
+    found.config.tree.validate().map_err(|err| {
+        import_error(
+            name,
+            format!("the vdev tree in its labels is invalid: {err}"),
+        )
+    })?;
     let mut tops = Vec::new();
     let mut missing = Vec::new();
+    // A device smaller than the tree says: refused once every opened leaf can be shut down.
+    let mut too_small: Option<String> = None;
     for top in &found.config.tree.tops {
+        // Validated above: the data region fits in a u64.
+        let data_size_bytes = top.data_size_bytes().unwrap_or(0);
         let mut leaves = Vec::new();
         for child in &top.children {
             let located = found.devices.iter().find(|(_, guid)| *guid == child.guid);
@@ -226,7 +237,17 @@ fn open_tree(
             let opened: Option<Result<_, DeviceError>> =
                 located.map(|_| (options.opener)(&spec, None));
             match opened {
-                Some(Ok(device)) => leaves.push(Leaf::open(child.guid, spec, device)),
+                Some(Ok(device)) => {
+                    let holds_bytes = data_region_size(device.size_bytes());
+                    if holds_bytes < data_size_bytes && too_small.is_none() {
+                        too_small = Some(format!(
+                            "vdev {} claims a data region of {data_size_bytes} bytes, more than \
+                             {spec} holds ({holds_bytes} bytes)",
+                            top.id
+                        ));
+                    }
+                    leaves.push(Leaf::open(child.guid, spec, device));
+                }
                 Some(Err(err)) => {
                     return Err(import_error(name, format!("cannot open {spec}: {err}")));
                 }
@@ -239,12 +260,16 @@ fn open_tree(
         let mut config = top.clone();
         config.children.clear();
         tops.push(TopVdev {
-            data_size_bytes: top.metaslab_count << top.metaslab_shift,
+            data_size_bytes,
             config,
             leaves,
         });
     }
     let tree = VdevTree { tops };
+    if let Some(reason) = too_small {
+        tree.shutdown();
+        return Err(import_error(name, reason));
+    }
     for top in &tree.tops {
         // A missing log device is judged after loading: it matters only if some dataset's
         // intent log still has records (see `Pool::import`).
@@ -273,9 +298,25 @@ struct Loaded {
     space_log: SpaceLogState,
 }
 
+/// Checks a pointer read from disk against the pool before following it (`check_pointer`).
+fn check_pointer(
+    io: &BlockIo,
+    bp: &BlockPointer,
+    newest_txg: u64,
+    what: impl FnOnce() -> String,
+) -> Result<(), EngineError> {
+    io.check_pointer(bp, newest_txg).map_err(|problem| {
+        EngineError::Pipeline(cairn_pipeline::PipelineError::InvalidPointer {
+            what: what(),
+            problem,
+        })
+    })
+}
+
 fn load_space_log(
     io: &BlockIo,
     head: &BlockPointer,
+    newest_txg: u64,
 ) -> Result<(Vec<BlockPointer>, Vec<SpaceLogBlock>), EngineError> {
     let mut bps = Vec::new();
     let mut blocks = Vec::new();
@@ -284,9 +325,19 @@ fn load_space_log(
         if next.object_type != cairn_format::ObjectType::SpaceLog || bps.len() > 1_000_000 {
             return Err(EngineError::Space("space log chain is malformed".into()));
         }
+        check_pointer(io, &next, newest_txg, || {
+            format!("space-log block {} from the head", bps.len())
+        })?;
         let data = io.read_block(&next, IoClass::SyncRead)?;
         let block =
             SpaceLogBlock::decode(&data).map_err(|err| EngineError::Space(err.to_string()))?;
+        if block.txg > newest_txg {
+            return Err(EngineError::Space(format!(
+                "space-log block {} is of txg {}, after the uberblock's txg {newest_txg}",
+                bps.len(),
+                block.txg
+            )));
+        }
         bps.push(next);
         next = block.prev;
         let start = block.kind == SpaceLogKind::CheckpointStart;
@@ -318,7 +369,8 @@ fn load(
     let space = Arc::new(Mutex::new(space));
     let io = Arc::new(BlockIo::new(tree.clone(), space.clone()));
     let cached = Arc::new(CachedIo::new(options.cache(), io.clone()));
-    let (chain, blocks) = load_space_log(&io, &ub.space_log_bp)?;
+    check_pointer(&io, &ub.root_bp, ub.txg, || "the MOS root".into())?;
+    let (chain, blocks) = load_space_log(&io, &ub.space_log_bp, ub.txg)?;
     space
         .lock()
         .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
@@ -340,9 +392,13 @@ fn load(
             continue;
         }
         let (checksum, _) = directory.property(&record.name, "checksum")?;
+        let root = record.objset_bp()?;
+        check_pointer(&io, &root, ub.txg, || {
+            format!("the object-set root of dataset '{}'", record.name)
+        })?;
         let objset = ObjectSet::open(
             cached.clone(),
-            record.objset_bp()?,
+            root,
             checksum_from_property(&checksum),
             ub.txg,
             record.used_bytes,
@@ -481,7 +537,7 @@ impl Pool {
                     }
                     return Ok(pool);
                 }
-                Err(err) => failures.push(format!("txg {}: {err}", ub.txg)),
+                Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),
             }
         }
         tree.shutdown();

@@ -78,6 +78,23 @@ pub enum EngineError {
     Space(String),
     #[error("cannot change the pool's devices: {0}")]
     Layout(String),
+    /// The space allocator refused a free (see `SpaceAllocator::fault`); no txg is committed
+    /// after it, so the pool is suspended.
+    #[error("space map and block pointers disagree; the pool is suspended")]
+    SpaceFault(#[source] cairn_pool::space::SpaceError),
+}
+
+/// `err` and every error below it (`source()`), joined with ": ", for the places where an error
+/// becomes text (a suspended txg engine's reason, import failures per uberblock).
+pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 /// Opens the device for a spec; tests substitute emulated devices with power switches.

@@ -146,8 +146,11 @@ pub struct PoolStatus {
     pub fragmentation_percent: u64,
     pub tops: Vec<TopStatus>,
     pub last_scrub: Option<ScrubRecord>,
-    /// Why the pool refuses writes (I/O suspended until `pool clear`, or a failed sync).
+    /// Why the pool refuses writes: I/O suspended until `pool clear` (`suspended_until_clear`),
+    /// or no txg is committed any more (a failed sync, a refused free).
     pub suspended: Option<String>,
+    /// The suspension ends with `pool clear` once the devices are back (else: re-import).
+    pub suspended_until_clear: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -354,6 +357,7 @@ impl Pool {
             tops,
             last_scrub: self.core.directory.lock().last_scrub.clone(),
             suspended: self.suspended(),
+            suspended_until_clear: self.txg.as_ref().is_some_and(|txg| txg.io_suspended()),
         }
     }
 
@@ -578,7 +582,8 @@ impl Pool {
         }
     }
 
-    /// The volume API for a volume dataset.
+    /// The volume API for a volume dataset. Its data object must match its directory record
+    /// (`check_volume_object`): the volume layer relies on both agreeing on the block size.
     pub fn volume(&self, name: &str) -> Result<Arc<Volume>, EngineError> {
         if let Some(volume) = self.volumes.lock().get(name) {
             return Ok(volume.clone());
@@ -611,6 +616,7 @@ impl Pool {
             .get(name)
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
+        check_volume_object(name, &objset, block_size)?;
         let core = self.core.clone();
         let engine_for_check = engine.clone();
         let dataset = name.to_string();
@@ -888,4 +894,33 @@ impl PoolCore {
         let available = self.space.lock().available_bytes();
         SpaceView::of(trial).check_fits(available)
     }
+}
+
+/// Checks that a volume's data object, as read from disk, is what its directory record says:
+/// a volume data object of `volblocksize` blocks. A crafted image could make them disagree,
+/// and every later write would then be a block of the wrong size.
+fn check_volume_object(name: &str, objset: &ObjectSet, block_size: u32) -> Result<(), EngineError> {
+    let damaged = |problem: String| -> EngineError {
+        DatasetError::DamagedVolume {
+            name: name.to_string(),
+            problem,
+        }
+        .into()
+    };
+    let dnode = objset
+        .dnode(VOLUME_OBJECT)
+        .map_err(|err| damaged(format!("cannot be read: {err}")))?;
+    let problem = if dnode.is_free() {
+        "does not exist".to_string()
+    } else if dnode.object_type != ObjectType::VolumeData {
+        format!("has type {:?}", dnode.object_type)
+    } else if dnode.data_block_size != block_size {
+        format!(
+            "has {}-byte blocks, volblocksize is {block_size}",
+            dnode.data_block_size
+        )
+    } else {
+        return Ok(());
+    };
+    Err(damaged(problem))
 }

@@ -11,6 +11,11 @@
 //!    some are still deferred, the syncer asks for follow-up txgs, so an idle pool syncs empty
 //!    txgs on the txg timeout until its freed space is reusable.
 //!
+//! A txg is never committed while the space allocator is faulted (it refused a free: a block
+//! pointer disagrees with the space map, see `SpaceAllocator::fault`): the sync fails before the
+//! uberblock, which suspends the pool (`TxgEngine`): nothing more is written, the last committed
+//! txg stays the pool's state, and `pool status` shows the reason.
+//!
 //! The space log is a chain of blocks, newest first. Every `SPACE_LOG_CHAIN_BLOCKS_MAX` blocks it
 //! is condensed into a checkpoint (the whole allocated set) and the old chain is freed, which
 //! bounds both its size and the work of replaying it at import.
@@ -57,7 +62,9 @@ pub(crate) struct PoolSyncer(pub(crate) Arc<PoolCore>);
 
 impl TxgSyncer for PoolSyncer {
     fn sync_txg(&self, txg: u64) -> Result<(), String> {
-        self.0.sync(txg).map_err(|err| format!("txg {txg}: {err}"))
+        self.0
+            .sync(txg)
+            .map_err(|err| format!("txg {txg}: {}", crate::error_chain(&err)))
     }
 
     /// Freed space waits `DEFER_TXGS` txgs before it is reusable: on an idle pool those txgs
@@ -141,6 +148,9 @@ impl PoolCore {
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
         let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
         self.finish_writes(batch)?;
+        if let Some(fault) = self.space.lock().fault() {
+            return Err(EngineError::SpaceFault(fault.clone()));
+        }
         // A new config goes to the labels with this txg's uberblock (taken once: a commit
         // retried after a suspension writes it again).
         let config = self

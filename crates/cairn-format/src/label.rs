@@ -128,6 +128,57 @@ impl VdevTreeConfig {
             .flat_map(|top| top.children.iter())
             .fold(0u64, |sum, leaf| sum.wrapping_add(leaf.guid))
     }
+
+    /// Checks what the pool assumes of a decoded tree, which the payload checksum alone does
+    /// not guarantee (a crafted label checksums fine): distinct top-level ids, an ashift in
+    /// `ASHIFT_MIN..=ASHIFT_MAX`, a metaslab no smaller than a sector and a data region
+    /// (`metaslab_count << metaslab_shift`) that fits in a u64, and one child for a `Leaf`, at
+    /// least one otherwise. Import calls it before using the tree; whether the region fits on
+    /// the devices is for import to check.
+    pub fn validate(&self) -> Result<(), FormatError> {
+        const WHAT: &str = "vdev tree";
+        let mut ids = std::collections::BTreeSet::new();
+        for top in &self.tops {
+            if !ids.insert(top.id) {
+                return Err(FormatError::invalid(
+                    WHAT,
+                    "duplicate vdev id",
+                    top.id.into(),
+                ));
+            }
+            if !(crate::ASHIFT_MIN..=crate::ASHIFT_MAX).contains(&top.ashift) {
+                return Err(FormatError::invalid(WHAT, "ashift", top.ashift.into()));
+            }
+            if top.metaslab_shift < top.ashift || top.data_size_bytes().is_none() {
+                return Err(FormatError::invalid(
+                    WHAT,
+                    "metaslab shift",
+                    top.metaslab_shift.into(),
+                ));
+            }
+            let children_ok = match top.kind {
+                TopVdevKind::Leaf => top.children.len() == 1,
+                _ => !top.children.is_empty(),
+            };
+            if !children_ok {
+                return Err(FormatError::invalid(
+                    WHAT,
+                    "child count",
+                    top.children.len() as u64,
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TopVdevConfig {
+    /// Bytes of the data region (`metaslab_count << metaslab_shift`); `None` if that does not
+    /// fit in a u64.
+    pub fn data_size_bytes(&self) -> Option<u64> {
+        1u64.checked_shl(self.metaslab_shift.into())
+            .and_then(|metaslab_bytes| self.metaslab_count.checked_mul(metaslab_bytes))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -26,6 +26,12 @@
 //!   their data.
 //! - Sync runs for txgs in strictly increasing order (asserted).
 //! - A level-0 block that is all zeros is stored as a hole: volumes stay sparse.
+//! - What is read from disk is checked before it is used, not only decoded (`check_dnode`,
+//!   `check_child`): a dnode's pointers sit one level below it, carry its object type, hold
+//!   blocks of its block size and were born no later than the last synced txg; a child
+//!   pointer sits one level below its parent, carries its type and was born no later than it
+//!   (copy-on-write rewrites every parent of a changed block). A crafted tree is then an error
+//!   naming the object, never a panic or a walk that goes astray.
 
 mod tree;
 
@@ -224,6 +230,7 @@ impl ObjectSet {
         used_bytes: u64,
     ) -> Result<Self, ObjectError> {
         let phys = read_objset_phys(io.io(), &root_bp)?;
+        check_dnode(&phys.meta_dnode, None, synced_txg)?;
         Ok(ObjectSet {
             cache_mode: AtomicU8::new(0),
             streams: stream_detector(&io),
@@ -480,8 +487,13 @@ impl ObjectSet {
             None => Dnode::free(),
             Some(block) => {
                 let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
-                Dnode::decode(&block[slot..slot + DNODE_SIZE])
-                    .map_err(|err| ObjectError::Corrupt(format!("dnode {object}: {err}")))?
+                let raw = block.get(slot..slot + DNODE_SIZE).ok_or_else(|| {
+                    ObjectError::Corrupt(format!("dnode {object}: dnode block too short"))
+                })?;
+                let dnode = Dnode::decode(raw)
+                    .map_err(|err| ObjectError::Corrupt(format!("dnode {object}: {err}")))?;
+                check_dnode(&dnode, Some(object), state.last_synced_txg)?;
+                dnode
             }
         };
         state.dnodes.insert(object, dnode.clone());
@@ -794,7 +806,12 @@ impl ObjectSet {
             self.io.io().free_block(&old_root, txg);
         }
         used += i128::from(root_bp.allocated_bytes());
-        assert!(used >= 0, "object set space accounting went negative");
+        if used < 0 {
+            // Only a damaged image (a dnode or record claiming more than it holds) gets here.
+            return Err(ObjectError::Corrupt(format!(
+                "object set space accounting went negative ({used} bytes) in txg {txg}"
+            )));
+        }
         Ok(SyncedObjset {
             txg,
             used_bytes: used as u64,
@@ -1008,7 +1025,9 @@ fn tree_block_pointer(
         span /= per;
         let index = (within / span) as usize;
         within %= span;
-        bp = tree::child_pointer(&block, index)?;
+        let child = tree::child_pointer(&block, index)?;
+        check_child(&bp, &child, index)?;
+        bp = child;
     }
     if bp.is_hole() {
         return Ok(None);
@@ -1018,7 +1037,85 @@ fn tree_block_pointer(
             "tree deeper than its dnode says".into(),
         ));
     }
+    if bp.lsize != dnode.data_block_size {
+        return Err(ObjectError::Corrupt(format!(
+            "block {blkid} holds {} bytes, its object's blocks are {}",
+            bp.lsize, dnode.data_block_size
+        )));
+    }
     Ok(Some(bp))
+}
+
+/// Checks a dnode read from disk against its own tree (see the crate's invariants): every
+/// pointer one level below the dnode, of the dnode's object type, born no later than
+/// `newest_txg`, and, for a one-level tree, holding a block of the dnode's block size. `object` is `None` for a meta-dnode.
+fn check_dnode(dnode: &Dnode, object: Option<u64>, newest_txg: u64) -> Result<(), ObjectError> {
+    if dnode.is_free() {
+        return Ok(());
+    }
+    let name = || object.map_or_else(|| "meta-dnode".to_string(), |n| format!("dnode {n}"));
+    for (index, bp) in dnode.block_pointers.iter().enumerate() {
+        if bp.is_hole() {
+            continue;
+        }
+        let problem = if u16::from(bp.level) + 1 != u16::from(dnode.levels) {
+            format!(
+                "is level {}, the dnode has {} levels",
+                bp.level, dnode.levels
+            )
+        } else if bp.object_type != dnode.object_type {
+            format!(
+                "has type {:?}, the dnode's object {:?}",
+                bp.object_type, dnode.object_type
+            )
+        } else if bp.birth_txg > newest_txg {
+            format!("was born in txg {}, after txg {newest_txg}", bp.birth_txg)
+        } else if bp.level == 0 && bp.lsize != dnode.data_block_size {
+            format!(
+                "holds {} bytes, the dnode's blocks are {}",
+                bp.lsize, dnode.data_block_size
+            )
+        } else {
+            continue;
+        };
+        return Err(ObjectError::Corrupt(format!(
+            "{}: block pointer {index} {problem}",
+            name()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks pointer `index` of an indirect block against the pointer to that block: one level
+/// below it, of the same object type, and born no later than it. Bounds every walk by the
+/// root's level.
+fn check_child(
+    parent: &BlockPointer,
+    child: &BlockPointer,
+    index: usize,
+) -> Result<(), ObjectError> {
+    if child.is_hole() {
+        return Ok(());
+    }
+    if u16::from(child.level) + 1 != u16::from(parent.level) {
+        return Err(ObjectError::Corrupt(format!(
+            "indirect entry {index} is level {} under a level-{} block",
+            child.level, parent.level
+        )));
+    }
+    if child.object_type != parent.object_type {
+        return Err(ObjectError::Corrupt(format!(
+            "indirect entry {index} has type {:?} under a block of type {:?}",
+            child.object_type, parent.object_type
+        )));
+    }
+    if child.birth_txg > parent.birth_txg {
+        return Err(ObjectError::Corrupt(format!(
+            "indirect entry {index} was born in txg {}, after its parent (txg {})",
+            child.birth_txg, parent.birth_txg
+        )));
+    }
+    Ok(())
 }
 
 /// Reads tree blocks through the cache under one `primarycache` setting.

@@ -57,6 +57,33 @@ pub enum PipelineError {
     WriteFailed(String),
     #[error("block uses unsupported compression {0:?}")]
     UnsupportedCompression(Compression),
+    /// A decoded block pointer that cannot belong to this pool (`BlockIo::check_pointer`).
+    #[error("{what}: invalid block pointer")]
+    InvalidPointer {
+        what: String,
+        #[source]
+        problem: PointerProblem,
+    },
+}
+
+/// Why a block pointer that decoded cleanly still cannot belong to this pool: the decoder
+/// checks what a pointer says about itself, this what it says about the pool.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum PointerProblem {
+    #[error("copy {copy} names vdev {vdev}, which the pool does not have")]
+    UnknownVdev { copy: usize, vdev: u32 },
+    #[error(
+        "copy {copy} [{offset:#x}, +{asize:#x}) is outside the data region of vdev {vdev} ({size_bytes:#x} bytes)"
+    )]
+    OutOfRange {
+        copy: usize,
+        vdev: u32,
+        offset: u64,
+        asize: u32,
+        size_bytes: u64,
+    },
+    #[error("born in txg {birth_txg}, after txg {newest_txg}, the newest the pool has")]
+    FutureBirth { birth_txg: u64, newest_txg: u64 },
 }
 
 /// What kind of block is being written, and how.
@@ -136,17 +163,53 @@ impl BlockIo {
     }
 
     /// Returns every copy of `bp` to the allocator (deferred, see `SpaceAllocator::free`).
+    /// A copy the allocator refuses (a block pointer that disagrees with the space map: a
+    /// crafted image, or a block referenced twice) becomes the allocator's fault, which keeps
+    /// the txg sync from committing and so suspends the pool; the other copies are still freed.
     pub fn free_block(&self, bp: &BlockPointer, txg: u64) {
         if bp.is_hole() {
             return;
         }
         let mut space = self.space.lock();
         for dva in bp.copies() {
-            space
-                .free(dva, txg)
-                .unwrap_or_else(|err| panic!("freeing {dva:?} of {bp:?} in txg {txg}: {err}"));
+            // Refusal is recorded in `space.fault()`; nothing here can do better.
+            let _ = space.free(dva, txg);
         }
         self.stats.blocks_freed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Checks a decoded pointer against the pool (every copy inside a vdev's data region, born
+    /// no later than `newest_txg`), before anything is read through it or trusted about it:
+    /// import checks the roots it starts from this way. A hole is always valid.
+    pub fn check_pointer(&self, bp: &BlockPointer, newest_txg: u64) -> Result<(), PointerProblem> {
+        if bp.is_hole() {
+            return Ok(());
+        }
+        if bp.birth_txg > newest_txg {
+            return Err(PointerProblem::FutureBirth {
+                birth_txg: bp.birth_txg,
+                newest_txg,
+            });
+        }
+        let tree = self.tree();
+        for (copy, dva) in bp.copies().iter().enumerate() {
+            let Some(top) = tree.top(dva.vdev) else {
+                return Err(PointerProblem::UnknownVdev {
+                    copy,
+                    vdev: dva.vdev,
+                });
+            };
+            if !tree.dva_in_range(dva) {
+                return Err(PointerProblem::OutOfRange {
+                    copy,
+                    vdev: dva.vdev,
+                    offset: dva.offset,
+                    asize: dva.asize,
+                    size_bytes: top.data_size_bytes,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Reads and verifies one block, healing bad copies from a good one.

@@ -352,6 +352,7 @@ fn double_frees_and_bad_extents_are_errors_that_change_nothing() {
     let b = space.allocate(8192, 1, &[]).unwrap();
     space.free(&a, 1).unwrap();
     let before = (space.allocated_extents(), space.deferred_extents());
+    assert!(space.fault().is_none(), "accepted frees are no fault");
 
     let double = space.free(&a, 1).unwrap_err();
     assert!(matches!(double, SpaceError::DoubleFree { vdev: 0, .. }));
@@ -428,6 +429,13 @@ fn double_frees_and_bad_extents_are_errors_that_change_nothing() {
     ));
     space.free(&b, 6).unwrap();
     space.assert_invariants();
+    // The first refusal stays the allocator's fault, whatever came after it.
+    match space.fault() {
+        Some(SpaceError::FreeRefused { txg: 1, source }) => {
+            assert_eq!(**source, double, "the first refused free is kept")
+        }
+        other => panic!("expected the double free as the fault, got {other:?}"),
+    }
 }
 
 #[test]
@@ -690,6 +698,14 @@ fn replay_rejects_inconsistent_logs_naming_the_entry() {
             vec![entry(SpaceOp::Alloc, u64::MAX - 4095, 8192, 1)],
             0,
             "invalid extent",
+        ),
+        (
+            vec![
+                entry(SpaceOp::Alloc, 0, 4096, 1),
+                entry(SpaceOp::Free, 0, 4096, 11),
+            ],
+            1,
+            "newer than the imported txg 10",
         ),
     ];
     for (entries, bad_index, words) in cases {

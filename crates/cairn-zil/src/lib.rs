@@ -26,7 +26,10 @@
 //!   first block is only used after the txg recording its header has synced).
 //! - Records whose txg has synced are never written (they are already on disk) and are dropped.
 //! - Log blocks are freed in the txg whose sync makes all their records redundant, and the
-//!   header then moves past them in the same txg (see `sync_hook`).
+//!   header then moves past them in the same txg (see `sync_hook`). A free the allocator
+//!   refuses (a block the space map does not show allocated) is no panic: it faults the
+//!   allocator, and the txg sync then refuses to commit, suspending the pool
+//!   (`SpaceAllocator::fault`).
 //! - Any log write or flush failure, or a failure to allocate a log block, falls back to forcing
 //!   a txg sync (which covers every record logged before it) and retires the chain; the next
 //!   commit starts a fresh one. A commit therefore never reports success for data it could lose.
@@ -265,9 +268,9 @@ impl IntentLog {
             if !released.is_empty() {
                 let mut space = self.io.space().lock();
                 for dva in &released {
-                    if let Err(err) = space.free(dva, txg) {
-                        panic!("freeing log block {dva:?} in txg {txg}: {err}");
-                    }
+                    // A refused free becomes the allocator's fault, and the txg being synced
+                    // will not commit (the pool suspends): see `SpaceAllocator::fault`.
+                    let _ = space.free(dva, txg);
                 }
                 self.stats
                     .blocks_freed

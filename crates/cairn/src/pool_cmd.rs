@@ -314,9 +314,17 @@ fn render_status(status: &PoolStatus, verbose: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
     out.push_str(&format!(" state: {}\n", health_label(status)));
-    if let Some(reason) = &status.suspended {
-        out.push_str(&format!("status: {reason}\n"));
-    } else if status.health != cairn_pool::vdev::Health::Online {
+    match &status.suspended {
+        Some(reason) if status.suspended_until_clear => {
+            out.push_str(&format!("status: {reason}\n"));
+        }
+        Some(reason) => out.push_str(&format!(
+            "status: SUSPENDED: nothing more is written to the pool; re-import it after \
+             checking it ({reason})\n"
+        )),
+        None => {}
+    }
+    if status.suspended.is_none() && status.health != cairn_pool::vdev::Health::Online {
         out.push_str(
             "status: One or more devices are missing or faulted; the pool is not fully redundant.\n",
         );
@@ -1330,4 +1338,45 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
     }
     say_raw!(ctx, "{}", table.render(format.scripted));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_why_a_pool_is_suspended() {
+        let reason = "sync of txg 5 failed: a free in txg 5 was refused";
+        let mut status = PoolStatus {
+            name: "tank".into(),
+            guid: 1,
+            health: cairn_pool::vdev::Health::Online,
+            txg: 4,
+            size_bytes: 1 << 30,
+            allocated_bytes: 1 << 20,
+            free_bytes: (1 << 30) - (1 << 20),
+            fragmentation_percent: 0,
+            tops: Vec::new(),
+            last_scrub: None,
+            suspended: Some(reason.into()),
+            suspended_until_clear: false,
+        };
+        let text = render_status(&status, false);
+        assert!(
+            text.contains("SUSPENDED") && text.contains(reason) && text.contains("re-import"),
+            "{text}"
+        );
+        // A suspension that `pool clear` ends says so (the reason carries the advice).
+        status.suspended_until_clear = true;
+        status.suspended = Some("I/O suspended: run 'cairn pool clear tank'".into());
+        let text = render_status(&status, false);
+        assert!(
+            text.contains("SUSPENDED")
+                && text.contains("pool clear")
+                && !text.contains("re-import"),
+            "{text}"
+        );
+        status.suspended = None;
+        assert!(!render_status(&status, false).contains("SUSPENDED"));
+    }
 }

@@ -43,6 +43,15 @@
 //! `add_vdev` and `remove_vdev` change the vdev set (`pool add`, `pool remove` of a log device);
 //! a vdev leaves only once nothing on it is allocated, deferred or waiting for the space log.
 //!
+//! Faults: a free the allocator refuses (a double free, an extent outside its vdev, a txg
+//! already synced) means the caller's block pointers disagree with the space map: a crafted or
+//! damaged image, or a bug. Carrying on would either hand out space that is still referenced or
+//! leak it, and panicking would take every other pool of the process down with it. So `free`
+//! keeps the first refusal as the allocator's *fault* (`fault()`, never cleared) besides
+//! returning it; callers that cannot act on an error (the pipeline, the intent log) go on, and
+//! the txg sync refuses to commit a txg while the allocator is faulted, which suspends the pool:
+//! nothing more reaches disk, reads go on, and the reason is reported (`cairn pool status`).
+//!
 //! Determinism: every container is a `Vec` or a `BTreeMap`/`BTreeSet`; the same calls produce
 //! the same placement and the same log entries.
 
@@ -168,6 +177,8 @@ pub struct SpaceAllocator {
     /// after the last used, wrapping): an id rather than an index, so it stays valid whatever
     /// vdevs are added or removed.
     log_rotor_vdev: u32,
+    /// The first free this allocator refused (see "Faults" above); never cleared.
+    fault: Option<SpaceError>,
 }
 
 impl SpaceAllocator {
@@ -196,6 +207,7 @@ impl SpaceAllocator {
             synced_txg: None,
             release_floor: None,
             log_rotor_vdev: 0,
+            fault: None,
         };
         allocator.settle_rotor(true, true);
         Ok(allocator)
@@ -405,8 +417,26 @@ impl SpaceAllocator {
     }
 
     /// Frees a copy in txg `txg`: its space becomes reusable once txg `txg + DEFER_TXGS` has
-    /// synced. Errors (changing nothing) unless every byte of it is allocated. Records a Free.
+    /// synced. Errors (changing nothing) unless every byte of it is allocated; the first such
+    /// refusal also becomes the allocator's fault (see "Faults" above). Records a Free.
     pub fn free(&mut self, dva: &Dva, txg: u64) -> Result<(), SpaceError> {
+        self.free_checked(dva, txg).inspect_err(|err| {
+            if self.fault.is_none() {
+                self.fault = Some(SpaceError::FreeRefused {
+                    txg,
+                    source: Box::new(err.clone()),
+                });
+            }
+        })
+    }
+
+    /// The first free this allocator refused, if any: its space accounting no longer matches
+    /// the block pointers, and no txg may be committed (see "Faults" above).
+    pub fn fault(&self) -> Option<&SpaceError> {
+        self.fault.as_ref()
+    }
+
+    fn free_checked(&mut self, dva: &Dva, txg: u64) -> Result<(), SpaceError> {
         self.check_txg_open(txg)?;
         let index = self.vdev_index(dva.vdev)?;
         let length = u64::from(dva.asize);
@@ -648,6 +678,14 @@ impl SpaceAllocator {
     }
 
     fn replay_entry(&mut self, entry: &SpaceLogEntry, current_txg: u64) -> Result<(), SpaceError> {
+        // A free stamped after the imported txg would stay deferred until that txg, leaking
+        // its space (an allocation's stamp decides nothing at replay).
+        if entry.op == SpaceOp::Free && entry.txg > current_txg {
+            return Err(SpaceError::FutureTxg {
+                txg: entry.txg,
+                current_txg,
+            });
+        }
         let index = self.vdev_index(entry.vdev)?;
         let vdev = &mut self.vdevs[index];
         vdev.check_extent(entry.offset, entry.length)?;

@@ -86,6 +86,10 @@ pub enum SpaceError {
     #[error("txg {txg} has already synced (last synced txg {synced_txg})")]
     TxgAlreadySynced { txg: u64, synced_txg: u64 },
 
+    /// A space-log free stamped with a txg after the one being imported.
+    #[error("free of txg {txg} is newer than the imported txg {current_txg}")]
+    FutureTxg { txg: u64, current_txg: u64 },
+
     /// A `VdevSpace` the allocator cannot work with.
     #[error("invalid space configuration for vdev {vdev}: {reason}")]
     InvalidConfig { vdev: u32, reason: String },
@@ -100,6 +104,14 @@ pub enum SpaceError {
         allocated_bytes: u64,
         deferred_bytes: u64,
         pending_changes: usize,
+    },
+
+    /// A free the allocator refused, kept as its fault: the pool must not commit another txg.
+    #[error("a free in txg {txg} was refused")]
+    FreeRefused {
+        txg: u64,
+        #[source]
+        source: Box<SpaceError>,
     },
 
     /// A space-log entry that contradicts the state built from the entries before it.
