@@ -1028,15 +1028,7 @@ impl IntentLog {
                 data,
             };
             if record.kind == LogRecordKind::Write && record.data.len() > LOG_RECORD_PAYLOAD_MAX {
-                let mut rest = record;
-                while rest.data.len() > LOG_RECORD_PAYLOAD_MAX {
-                    let take = split_point(rest.offset, LOG_RECORD_PAYLOAD_MAX)
-                        .expect("a full record has room for a sector");
-                    let (head, tail) = split_write(rest, take);
-                    records.push(head);
-                    rest = tail;
-                }
-                records.push(rest);
+                split_into_records(record, &mut records);
             } else {
                 records.push(record);
             }
@@ -1059,11 +1051,40 @@ fn split_point(offset: u64, max_bytes: usize) -> Option<usize> {
     (end > offset).then(|| (end - offset) as usize)
 }
 
-/// Splits a write record after `head_bytes` of data.
+/// Splits a write longer than one record can carry into records of at most
+/// `LOG_RECORD_PAYLOAD_MAX` bytes ending on sector boundaries, copying each byte once. (Splitting
+/// the head off again and again would copy the rest each time and leave every head holding the
+/// whole buffer's capacity: a 32 MiB FUA write took seconds and gigabytes that way.)
+fn split_into_records(record: LogRecord, records: &mut Vec<LogRecord>) {
+    let len = record.data.len();
+    let mut start = 0;
+    while start < len {
+        let offset = record.offset + start as u64;
+        let take = if len - start <= LOG_RECORD_PAYLOAD_MAX {
+            len - start
+        } else {
+            split_point(offset, LOG_RECORD_PAYLOAD_MAX)
+                .expect("a full record has room for a sector")
+        };
+        records.push(LogRecord {
+            kind: record.kind,
+            sequence: record.sequence,
+            txg: record.txg,
+            object: record.object,
+            offset,
+            length: take as u64,
+            data: record.data[start..start + take].to_vec(),
+        });
+        start += take;
+    }
+}
+
+/// Splits a write record after `head_bytes` of data; both parts own exactly their bytes.
 fn split_write(record: LogRecord, head_bytes: usize) -> (LogRecord, LogRecord) {
     assert!(head_bytes > 0 && head_bytes < record.data.len());
     let mut data = record.data;
     let tail_data = data.split_off(head_bytes);
+    data.shrink_to_fit();
     let head = LogRecord {
         length: head_bytes as u64,
         data,
@@ -1106,6 +1127,31 @@ mod tests {
         joined.extend_from_slice(&tail.data);
         assert_eq!(joined, record.data);
         assert_eq!((head.sequence, tail.sequence), (9, 9));
+    }
+
+    #[test]
+    fn a_large_write_becomes_records_that_own_only_their_bytes() {
+        let record = write(4096 + 512, 32 << 20);
+        let mut records = Vec::new();
+        split_into_records(record.clone(), &mut records);
+        let mut joined = Vec::with_capacity(record.data.len());
+        let mut offset = record.offset;
+        for piece in &records {
+            assert!(piece.data.len() <= LOG_RECORD_PAYLOAD_MAX);
+            assert_eq!(piece.offset, offset);
+            assert_eq!(piece.length, piece.data.len() as u64);
+            // Each record holds its own bytes, not a share of the whole write's buffer.
+            assert_eq!(piece.data.capacity(), piece.data.len());
+            assert_eq!(piece.sequence, record.sequence);
+            offset += piece.length;
+            joined.extend_from_slice(&piece.data);
+        }
+        for piece in &records[..records.len() - 1] {
+            assert_eq!((piece.offset + piece.length) % SECTOR_BYTES, 0);
+        }
+        assert_eq!(joined, record.data);
+        let (head, _) = split_write(record, 4096);
+        assert_eq!(head.data.capacity(), 4096);
     }
 
     #[test]
