@@ -107,6 +107,8 @@ pub struct ServedPools {
     pub pools: RwLock<BTreeMap<String, Arc<Pool>>>,
     pub nbd: std::sync::OnceLock<Arc<cairn_nbd::NbdServer>>,
     pub started: std::sync::OnceLock<std::time::Instant>,
+    /// The server's memory budget (`cairn stat memory`).
+    pub budget: std::sync::OnceLock<cairn_engine::MemoryBudget>,
 }
 
 impl ServedPools {
@@ -198,11 +200,16 @@ impl Context {
 
     /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written).
     pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool> {
-        let devices = self.cached_devices(pool)?;
         let options = PoolOptions {
             readonly,
             ..PoolOptions::default()
         };
+        self.open_with(pool, options)
+    }
+
+    /// `open` with the caller's options (a server passes its memory budget's txg limits).
+    pub fn open_with(&self, pool: &str, options: PoolOptions) -> Result<Pool> {
+        let devices = self.cached_devices(pool)?;
         let absent: Vec<String> = devices
             .iter()
             .filter(|spec| !spec.path.exists())

@@ -15,7 +15,7 @@ use crate::context::{Context, Output, ServedPools, device_specs};
 use crate::control::{self, Reply, Request};
 use anyhow::{Context as _, Result, bail};
 use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
-use cairn_engine::{ImportSource, Pool, PoolOptions, discover_pools};
+use cairn_engine::{ImportSource, MemoryBudget, Pool, PoolOptions, discover_pools};
 use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig};
 use clap::{Args, Parser};
 use parking_lot::Mutex;
@@ -52,10 +52,11 @@ pub struct ServeArgs {
     pub arc_min: Option<String>,
 }
 
-/// Applies `--arc-max`/`--arc-min` to the process's cache.
-pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<()> {
+/// Applies `--arc-max`/`--arc-min` to the process's cache; returns the cache's `arc_max`.
+pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<u64> {
     if arc_max.is_none() && arc_min.is_none() {
-        return Ok(());
+        let stats = cairn_engine::process_cache().stats();
+        return Ok(stats.get("c_max").unwrap_or(0));
     }
     let parse = |flag: &str, text: &str| {
         cairn_dataset::properties::parse_size(text)
@@ -73,7 +74,42 @@ pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<
     };
     cache
         .set_limits(min, max)
-        .map_err(|err| anyhow::anyhow!("{err}"))
+        .map_err(|err| anyhow::anyhow!("{err}"))?;
+    Ok(max)
+}
+
+/// The server's memory budget for a cache of `arc_max_bytes`, checked against the memory the
+/// process may use when the cache's size was asked for explicitly (the default cache is half
+/// of memory and shrinks under pressure, so its budget is only stated).
+fn memory_budget(
+    arc_max_bytes: u64,
+    explicit: bool,
+    config: &ServerConfig,
+) -> Result<MemoryBudget> {
+    let budget = MemoryBudget::for_arc_max(arc_max_bytes, u64::from(config.max_request_bytes));
+    let usable = cairn_engine::usable_memory_bytes(&cairn_engine::read_memory());
+    if let Err(why) = budget.check_fits(usable) {
+        if explicit {
+            bail!("{why}");
+        }
+        eprintln!("cairn: note: {why}");
+    }
+    Ok(budget)
+}
+
+/// `memory budget: N bytes (SIZE): arc A + dirty D + ...`, every figure exact.
+fn describe_budget(budget: &MemoryBudget) -> String {
+    let parts: Vec<String> = budget
+        .parts()
+        .iter()
+        .map(|(name, bytes)| format!("{name} {bytes}"))
+        .collect();
+    format!(
+        "memory budget: {} bytes ({}): {}",
+        budget.total_bytes(),
+        crate::human::size(budget.total_bytes(), false),
+        parts.join(" + ")
+    )
 }
 
 impl ServeArgs {
@@ -87,6 +123,19 @@ impl ServeArgs {
         }
         config
     }
+}
+
+/// The NBD server's request buffers, per connection and in all, as the budget allows.
+fn apply_budget(budget: &MemoryBudget, config: &mut ServerConfig) {
+    config.max_total_inflight_bytes = budget.request_bytes as usize;
+    config.max_inflight_bytes = budget.connection_request_bytes as usize;
+}
+
+/// Options of a served pool: its dirty data is the budget's.
+fn pool_options(budget: &MemoryBudget) -> PoolOptions {
+    let mut options = PoolOptions::default();
+    options.txg.dirty_bytes_max = budget.dirty_bytes_max;
+    options
 }
 
 /// NBD view of one volume, for one connection.
@@ -230,10 +279,14 @@ impl ExportProvider for PoolExports {
 }
 
 /// Opens the remembered pools and imports any new ones found in `dirs`.
-fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Pool>>> {
+fn open_pools(
+    ctx: &Context,
+    dirs: &[PathBuf],
+    budget: &MemoryBudget,
+) -> Result<BTreeMap<String, Arc<Pool>>> {
     let mut pools = BTreeMap::new();
     for name in ctx.pool_names()? {
-        let pool = ctx.open(&name, false)?;
+        let pool = ctx.open_with(&name, pool_options(budget))?;
         for note in pool.notes() {
             eprintln!("cairn: {note}");
         }
@@ -250,7 +303,7 @@ fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Po
             let pool = Pool::import(
                 &ImportSource::Directory(dir.clone()),
                 &name,
-                PoolOptions::default(),
+                pool_options(budget),
             )
             .with_context(|| format!("cannot import pool '{name}' from {}", dir.display()))?;
             ctx.cache
@@ -327,10 +380,14 @@ fn executor(
 }
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
-    apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
+    let arc_max_bytes = apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
+    let mut config = args.server_config();
+    let budget = memory_budget(arc_max_bytes, args.arc_max.is_some(), &config)?;
+    apply_budget(&budget, &mut config);
     let control_listener = control::bind(state_dir)?;
     let served = Arc::new(ServedPools::default());
-    *served.pools.write() = open_pools(ctx, &args.dirs)?;
+    let _ = served.budget.set(budget);
+    *served.pools.write() = open_pools(ctx, &args.dirs, &budget)?;
     let exports = Arc::new(PoolExports {
         served: served.clone(),
         connections: AtomicUsize::new(0),
@@ -345,7 +402,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let server = Arc::new(NbdServer::new(exports.clone(), args.server_config()));
+    let server = Arc::new(NbdServer::new(exports.clone(), config));
     let _ = served.nbd.set(server.clone());
     let _ = served.started.set(std::time::Instant::now());
     let stop_control = Arc::new(AtomicBool::new(false));
@@ -371,6 +428,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
             socket_path.display()
         );
         let address = tcp.local_addr()?;
+        println!("cairn: {}", describe_budget(&budget));
         for name in &exported {
             println!("  nbd://{address}/{name}");
         }
