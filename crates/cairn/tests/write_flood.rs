@@ -270,7 +270,8 @@ fn a_deep_queue_of_large_writes_keeps_memory_and_latency_bounded() {
     eprintln!("{}", env.cairn(&["pool", "txgs", "tank"]).stdout);
     eprintln!("{}", env.cairn(&["stat", "zil"]).stdout);
     eprintln!(
-        "flood: budget {budget_bytes} B, VmHWM {peak_bytes} B, sampled RSS max {rss_max} B, longest reply gap {longest_gap:?}"
+        "flood: budget {budget_bytes} B, VmHWM {peak_bytes} B, sampled RSS max {rss_max} B, longest reply gap {:.3} s",
+        longest_gap.as_secs_f64()
     );
 
     for (c, report) in reports.iter().enumerate() {
@@ -301,13 +302,17 @@ fn a_deep_queue_of_large_writes_keeps_memory_and_latency_bounded() {
     // After the burst, resident memory falls back to at most a full cache plus the budget's
     // fixed part: dirty data, request buffers and log blocks are all gone.
     let settled_bytes = parts["arc"] + parts["fixed"];
-    let deadline = Instant::now() + SETTLE;
+    let burst_end = Instant::now();
+    let deadline = burst_end + SETTLE;
     let mut rss = memory_of(pid).0;
     while rss > settled_bytes && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(500));
         rss = memory_of(pid).0;
     }
-    eprintln!("flood: resident after the burst {rss} B (limit {settled_bytes} B)");
+    eprintln!(
+        "flood: resident after the burst {rss} B after {:.1} s (limit {settled_bytes} B)",
+        burst_end.elapsed().as_secs_f64()
+    );
     assert!(
         rss <= settled_bytes,
         "resident memory {rss} B did not fall back to {settled_bytes} B within {SETTLE:?}"
