@@ -266,6 +266,29 @@ fn a_deep_queue_of_large_writes_keeps_memory_and_latency_bounded() {
         .map(|r| r.longest_gap)
         .max()
         .unwrap_or_default();
+    // `cairn stat memory` shows the same budget, each part within its limit.
+    let stat = env.ok(&["stat", "memory", "-H", "-p"]);
+    let mut stat_parts = std::collections::BTreeMap::new();
+    for line in stat.lines() {
+        let fields: Vec<&str> = line.split('\t').collect();
+        assert_eq!(fields.len(), 3, "stat memory line {line:?}");
+        stat_parts.insert(
+            fields[0].to_string(),
+            (fields[1].to_string(), fields[2].to_string()),
+        );
+    }
+    assert_eq!(stat_parts["total"].0, budget_bytes.to_string(), "{stat}");
+    for (name, bytes) in &parts {
+        assert_eq!(stat_parts[name].0, bytes.to_string(), "{stat}");
+    }
+    for name in ["arc", "dirty", "requests"] {
+        let (limit, now) = &stat_parts[name];
+        let (limit, now): (u64, u64) = (limit.parse().unwrap(), now.parse().unwrap());
+        assert!(
+            now <= limit,
+            "{name} holds {now} B over its limit {limit} B:\n{stat}"
+        );
+    }
     // What the server saw (shown when the test fails).
     eprintln!("{}", env.cairn(&["pool", "txgs", "tank"]).stdout);
     eprintln!("{}", env.cairn(&["stat", "zil"]).stdout);
