@@ -134,6 +134,8 @@ struct LaneState {
     /// Records and write-and-flush time of the last completed batch (for the company wait).
     last_batch_records: usize,
     last_batch_latency: std::time::Duration,
+    /// The newest txg any record of this lane joined: a txg sync through it covers them all.
+    newest_txg: u64,
     /// Log bytes of the last batch built (sizes the next pre-allocated block).
     last_batch_bytes: usize,
     /// While a builder waits for company: the pending count that ends its wait (else 0).
@@ -189,6 +191,7 @@ impl Lane {
                 last_batch_records: 0,
                 last_batch_latency: std::time::Duration::ZERO,
                 last_batch_bytes: 0,
+                newest_txg: 0,
                 company_wanted: 0,
                 durable_waiters: Vec::new(),
             }),
@@ -215,6 +218,7 @@ impl Lane {
         let ticket = st.next_ticket;
         st.next_ticket += 1;
         let txg = op.txg;
+        st.newest_txg = st.newest_txg.max(txg);
         st.pending.push_back(Itx {
             ticket,
             sequence,
@@ -714,8 +718,18 @@ impl IntentLog {
     /// record logged so far durable, and settles the lane accordingly (retiring its chain if
     /// asked); steps down as builder either way.
     fn sync_as_builder(&self, lane: &Lane, retire: bool, what: &str) -> Result<(), ZilError> {
-        let covered_ticket = lane.state.lock().next_ticket - 1;
-        let synced = self.txg.sync_now_forced();
+        let (covered_ticket, newest_txg) = {
+            let st = lane.state.lock();
+            (st.next_ticket - 1, st.newest_txg)
+        };
+        // Retiring the chain needs a txg of its own (the header changes in it); covering the
+        // records only needs the txgs they joined synced: when those are already synced or in
+        // flight, no empty txg is forced through behind them.
+        let synced = if retire {
+            self.txg.sync_now_forced()
+        } else {
+            self.txg.wait_synced(newest_txg).map(|()| newest_txg)
+        };
         let mut st = lane.state.lock();
         st.building = false;
         self.settle_after_sync(lane, &mut st, synced, covered_ticket, retire, what)
