@@ -111,6 +111,15 @@ pub struct ServedPools {
     pub budget: std::sync::OnceLock<cairn_engine::MemoryBudget>,
 }
 
+/// Pool options under a memory budget (`None`: the engine's defaults).
+pub fn pool_options_for(budget: Option<&cairn_engine::MemoryBudget>) -> PoolOptions {
+    let mut options = PoolOptions::default();
+    if let Some(budget) = budget {
+        options.txg.dirty_bytes_max = budget.dirty_bytes_max;
+    }
+    options
+}
+
 impl ServedPools {
     pub fn get(&self, name: &str) -> Option<Arc<Pool>> {
         self.pools.read().get(name).cloned()
@@ -202,9 +211,16 @@ impl Context {
     pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool> {
         let options = PoolOptions {
             readonly,
-            ..PoolOptions::default()
+            ..self.pool_options()
         };
         self.open_with(pool, options)
+    }
+
+    /// Options for a pool this command opens, creates or imports: inside a server, its dirty
+    /// data is limited by the server's memory budget like the pools the server started with.
+    pub fn pool_options(&self) -> PoolOptions {
+        let budget = self.served.as_ref().and_then(|served| served.budget.get());
+        pool_options_for(budget)
     }
 
     /// `open` with the caller's options (a server passes its memory budget's txg limits).

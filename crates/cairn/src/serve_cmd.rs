@@ -11,11 +11,11 @@
 //! served as soon as the server's pool knows it.
 
 use crate::cache::PoolCache;
-use crate::context::{Context, Output, ServedPools, device_specs};
+use crate::context::{Context, Output, ServedPools, device_specs, pool_options_for};
 use crate::control::{self, Reply, Request};
 use anyhow::{Context as _, Result, bail};
 use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
-use cairn_engine::{ImportSource, MemoryBudget, Pool, PoolOptions, discover_pools};
+use cairn_engine::{ImportSource, MemoryBudget, Pool, discover_pools};
 use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig};
 use clap::{Args, Parser};
 use parking_lot::Mutex;
@@ -129,13 +129,6 @@ impl ServeArgs {
 fn apply_budget(budget: &MemoryBudget, config: &mut ServerConfig) {
     config.max_total_inflight_bytes = budget.request_bytes as usize;
     config.max_inflight_bytes = budget.connection_request_bytes as usize;
-}
-
-/// Options of a served pool: its dirty data is the budget's.
-fn pool_options(budget: &MemoryBudget) -> PoolOptions {
-    let mut options = PoolOptions::default();
-    options.txg.dirty_bytes_max = budget.dirty_bytes_max;
-    options
 }
 
 /// NBD view of one volume, for one connection.
@@ -286,7 +279,7 @@ fn open_pools(
 ) -> Result<BTreeMap<String, Arc<Pool>>> {
     let mut pools = BTreeMap::new();
     for name in ctx.pool_names()? {
-        let pool = ctx.open_with(&name, pool_options(budget))?;
+        let pool = ctx.open_with(&name, pool_options_for(Some(budget)))?;
         for note in pool.notes() {
             eprintln!("cairn: {note}");
         }
@@ -303,7 +296,7 @@ fn open_pools(
             let pool = Pool::import(
                 &ImportSource::Directory(dir.clone()),
                 &name,
-                pool_options(budget),
+                pool_options_for(Some(budget)),
             )
             .with_context(|| format!("cannot import pool '{name}' from {}", dir.display()))?;
             ctx.cache
