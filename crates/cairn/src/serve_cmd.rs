@@ -7,6 +7,9 @@
 //! SIGTERM the server stops accepting, lets every connection finish the requests it has read,
 //! then syncs and exports the pools (they stay remembered, so the next `serve` imports them).
 //!
+//! Memory: one budget derived from `--arc-max` (`MemoryBudget`) limits the pools' dirty data
+//! and the NBD server's request buffers; it is printed at start and shown by `stat memory`.
+//!
 //! Exports are looked up per connection, so a volume created after the server started is
 //! served as soon as the server's pool knows it.
 

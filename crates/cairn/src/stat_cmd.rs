@@ -3,7 +3,8 @@
 //! read and written, checksum errors, repairs) and every leaf device's queue (requests against
 //! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies).
 //! Run against a server (the usual case) they show what the server has done since it opened the
-//! pools; without one, the counters start at zero.
+//! pools; without one, the counters start at zero. `cairn stat memory`: the server's memory
+//! budget, each part's limit against what it holds now, and the process's resident memory.
 //!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
 //! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter` and
@@ -279,10 +280,14 @@ pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
         }
         None => (None, None, None),
     };
-    let budget = budget.unwrap_or_else(|| {
+    let arc_max_bytes = arc.get("c_max").unwrap_or(0);
+    let mut budget = budget.unwrap_or_else(|| {
         let request_bytes = cairn_nbd::ServerConfig::default().max_request_bytes;
-        cairn_engine::MemoryBudget::for_arc_max(arc.get("c_max").unwrap_or(0), request_bytes.into())
+        cairn_engine::MemoryBudget::for_arc_max(arc_max_bytes, request_bytes.into())
     });
+    // `pool set arc_max=` changes the cache's limit live; the other allowances stay as the
+    // server started with them.
+    budget.arc_max_bytes = arc_max_bytes;
     if !format.scripted && ctx.served.is_none() {
         say!(
             ctx,
