@@ -25,6 +25,12 @@
 //! than what remains of an allowance waits for the others to drain and then proceeds alone;
 //! nothing can deadlock on the budget.
 
+/// How long a txg sync may take at the pool's measured speed (`TxgConfig::sync_target_ms` of a
+/// served pool): dirty data is limited further when the pool is slower than its allowance
+/// needs, since a FLUSH or FUA served by a txg sync waits for all of it. 500 ms keeps the
+/// longest reply gap under a flood of 32 MiB writes around a second, whatever `arc_max` is.
+pub const SYNC_TARGET_MS: u64 = 500;
+
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
 

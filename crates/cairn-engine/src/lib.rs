@@ -37,7 +37,7 @@ mod replay;
 mod scrub;
 mod sync;
 
-pub use budget::MemoryBudget;
+pub use budget::{MemoryBudget, SYNC_TARGET_MS};
 pub use cairn_arc::pressure::{default_arc_min_bytes, read_memory, usable_memory_bytes};
 pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
 pub use cairn_zil::ZilStatsSnapshot;
