@@ -6,7 +6,8 @@
 //! quarter of them FUA, with FLUSHes among them — the way a client with a deep queue does.
 //! While they run, the test samples the server's resident memory and every reply's arrival:
 //! - no connection waits 5 s without a reply while it has requests outstanding (common clients
-//!   give up after 5 s of silence);
+//!   give up after 5 s of silence), and a fifth client reading one request at a time meanwhile
+//!   never waits 5 s for a read;
 //! - every request succeeds;
 //! - the server's peak resident memory (`VmHWM`) stays within the memory budget it stated at
 //!   start, and under 4 GiB;
@@ -247,6 +248,26 @@ fn a_deep_queue_of_large_writes_keeps_memory_and_latency_bounded() {
             }
         })
     };
+    // An unrelated client reads meanwhile, one request at a time: FLUSH and FUA waiting for
+    // txg syncs must not hold it up.
+    let reader = {
+        let (socket, flooding) = (server.socket.clone(), flooding.clone());
+        std::thread::spawn(move || {
+            let mut client = RawClient::connect(&socket, "tank/vol").expect("connect");
+            let mut rng = Rng(seed ^ 0x4ead);
+            let (mut reads, mut slowest) = (0u64, Duration::ZERO);
+            while flooding.load(std::sync::atomic::Ordering::SeqCst) {
+                let offset = rng.below(VOLUME_BYTES / 65536) * 65536;
+                let started = Instant::now();
+                let (error, _) = client.request(NBD_CMD_READ, offset, 65536, &[]);
+                slowest = slowest.max(started.elapsed());
+                assert_eq!(error, 0, "read at {offset}");
+                reads += 1;
+            }
+            client.disconnect();
+            (reads, slowest)
+        })
+    };
     let connections: Vec<_> = (0..CONNECTIONS)
         .map(|c| {
             let socket = server.socket.clone();
@@ -260,6 +281,7 @@ fn a_deep_queue_of_large_writes_keeps_memory_and_latency_bounded() {
         .map(|handle| handle.join().expect("connection thread"))
         .collect();
     flooding.store(false, std::sync::atomic::Ordering::SeqCst);
+    let (reads, slowest_read) = reader.join().expect("reader thread");
     sampler.join().expect("sampler");
     let (_, peak_bytes) = memory_of(pid);
     let rss_max = samples.lock().unwrap().iter().copied().max().unwrap_or(0);
@@ -314,6 +336,15 @@ fn a_deep_queue_of_large_writes_keeps_memory_and_latency_bounded() {
             server.logs()
         );
     }
+    eprintln!(
+        "flood: {reads} reads beside it, the slowest {:.3} s",
+        slowest_read.as_secs_f64()
+    );
+    assert!(reads > 0, "the reader never got a reply");
+    assert!(
+        slowest_read < REPLY_GAP_LIMIT,
+        "a read waited {slowest_read:?} behind the flood"
+    );
     assert!(
         longest_gap < REPLY_GAP_LIMIT,
         "a connection waited {longest_gap:?} for a reply with requests outstanding\n{}",
