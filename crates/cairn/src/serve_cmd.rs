@@ -55,30 +55,30 @@ pub struct ServeArgs {
     pub arc_min: Option<String>,
 }
 
-/// Applies `--arc-max`/`--arc-min` to the process's cache; returns the cache's `arc_max`.
-pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<u64> {
+/// The size given to `--FLAG`.
+fn parse_size_flag(flag: &str, text: &str) -> Result<u64> {
+    cairn_dataset::properties::parse_size(text)
+        .map_err(|err| anyhow::anyhow!("--{flag} {text}: {err}"))
+}
+
+/// Applies `--arc-max`/`--arc-min` to the process's cache.
+pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<()> {
     if arc_max.is_none() && arc_min.is_none() {
-        let stats = cairn_engine::process_cache().stats();
-        return Ok(stats.get("c_max").unwrap_or(0));
+        return Ok(());
     }
-    let parse = |flag: &str, text: &str| {
-        cairn_dataset::properties::parse_size(text)
-            .map_err(|err| anyhow::anyhow!("--{flag} {text}: {err}"))
-    };
     let cache = cairn_engine::process_cache();
     let stats = cache.stats();
     let max = match arc_max {
-        Some(text) => parse("arc-max", text)?,
+        Some(text) => parse_size_flag("arc-max", text)?,
         None => stats.get("c_max").unwrap_or(0),
     };
     let min = match arc_min {
-        Some(text) => parse("arc-min", text)?,
+        Some(text) => parse_size_flag("arc-min", text)?,
         None => cairn_engine::default_arc_min_bytes(max),
     };
     cache
         .set_limits(min, max)
-        .map_err(|err| anyhow::anyhow!("{err}"))?;
-    Ok(max)
+        .map_err(|err| anyhow::anyhow!("{err}"))
 }
 
 /// The server's memory budget for a cache of `arc_max_bytes`, checked against the memory the
@@ -376,10 +376,19 @@ fn executor(
 }
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
-    let arc_max_bytes = apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
+    // The budget is checked before the cache takes the new limit (a cache sized for 100T
+    // would size its bookkeeping for it).
+    let arc_max_bytes = match args.arc_max.as_deref() {
+        Some(text) => parse_size_flag("arc-max", text)?,
+        None => cairn_engine::process_cache()
+            .stats()
+            .get("c_max")
+            .unwrap_or(0),
+    };
     let mut config = args.server_config();
     let budget = memory_budget(arc_max_bytes, args.arc_max.is_some(), &config)?;
     apply_budget(&budget, &mut config);
+    apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
     let control_listener = control::bind(state_dir)?;
     let served = Arc::new(ServedPools::default());
     let _ = served.budget.set(budget);

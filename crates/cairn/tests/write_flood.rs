@@ -386,3 +386,16 @@ fn parse_size(text: &str) -> u64 {
         other => panic!("unit {other}"),
     }
 }
+
+#[test]
+fn a_budget_larger_than_memory_is_refused_at_start() {
+    let env = Env::new();
+    env.create_pool_of("256M");
+    let run = env.cairn(&["serve", "--listen", "127.0.0.1:0", "--arc-max", "100T"]);
+    assert!(!run.success(), "cairn serve started:\n{}", run.describe());
+    assert!(
+        run.stderr.contains("memory budget") && run.stderr.contains("--arc-max"),
+        "the refusal names the budget and the flag:\n{}",
+        run.describe()
+    );
+}
