@@ -27,6 +27,7 @@
 //!
 //! See also: `sync::PoolSyncer`, `import::import_pool`, `scrub::scrub`, `check::check`.
 
+mod budget;
 mod check;
 mod create;
 mod import;
@@ -37,7 +38,8 @@ mod replay;
 mod scrub;
 mod sync;
 
-pub use cairn_arc::pressure::default_arc_min_bytes;
+pub use budget::{MemoryBudget, SYNC_TARGET_MS};
+pub use cairn_arc::pressure::{default_arc_min_bytes, read_memory, usable_memory_bytes};
 pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;

@@ -279,6 +279,15 @@ impl NbdServer {
         let _ = rx.wait_for(|n| *n == 0).await;
     }
 
+    /// Request/reply buffer bytes held right now over all connections (at most
+    /// `max_total_inflight_bytes`).
+    pub fn inflight_bytes(&self) -> usize {
+        self.inner
+            .config
+            .max_total_inflight_bytes
+            .saturating_sub(self.inner.global_bytes.available_permits())
+    }
+
     /// Connections currently open (handshake or transmission).
     pub fn connections(&self) -> usize {
         *self.inner.active.borrow()

@@ -822,3 +822,104 @@ fn serve_stream_and_wait_idle() {
         assert_eq!(server.connections(), 0);
     });
 }
+
+/// Sends `count` pipelined writes of `len` bytes on `c` from another thread (the server may
+/// stop reading, which blocks the sender, not the reply reader) and returns once every reply
+/// came back, with the most writes the export had in progress at once meanwhile.
+fn pipelined_writes(t: &TestServer, clients: Vec<Client>, count: u64, len: u32) -> u64 {
+    let e = t.export(VOL);
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (e, done) = (e.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(Ordering::SeqCst) {
+                let started = e.writes_started.load(Ordering::SeqCst);
+                let completed = e.writes_completed.load(Ordering::SeqCst);
+                most = most.max(started.saturating_sub(completed));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            most
+        })
+    };
+    let mut readers = Vec::new();
+    for (n, mut c) in clients.into_iter().enumerate() {
+        let mut stream = c.s.try_clone().expect("clone the stream");
+        let sender = std::thread::spawn(move || {
+            use std::io::Write;
+            let payload = vec![n as u8 + 1; len as usize];
+            for i in 0..count {
+                let req = Request {
+                    flags: 0,
+                    kind: CMD_WRITE,
+                    cookie: 100 + i,
+                    offset: i * u64::from(len),
+                    length: len,
+                };
+                stream.write_all(&req.encode()).expect("send a header");
+                stream.write_all(&payload).expect("send a payload");
+            }
+        });
+        readers.push(std::thread::spawn(move || {
+            for _ in 0..count {
+                let m = c.msg().expect("a reply");
+                assert!(matches!(m, Msg::Simple { error: 0, .. }), "{m:?}");
+            }
+            sender.join().expect("sender");
+            c.disconnect();
+        }));
+    }
+    for reader in readers {
+        reader.join().expect("reader");
+    }
+    done.store(true, Ordering::SeqCst);
+    sampler.join().expect("sampler")
+}
+
+#[test]
+fn a_connection_out_of_buffer_allowance_is_not_read() {
+    // One request's worth of buffers per connection: while a slow write is in progress the
+    // next one stays in the socket, however many the client pipelines.
+    let config = ServerConfig {
+        max_request_bytes: 1 << 20,
+        max_inflight_bytes: 1 << 20,
+        ..ServerConfig::default()
+    };
+    let t = TestServer::start(standard_provider(), config);
+    *t.export(VOL).write_delay.lock() = Duration::from_millis(50);
+    let mut c = t.connect();
+    c.set_timeout(Duration::from_secs(30));
+    c.go(VOL, false, false);
+    let most = pipelined_writes(&t, vec![c], 8, 1 << 20);
+    assert_eq!(most, 1, "writes in progress at once on one connection");
+    assert_eq!(t.export(VOL).writes_completed.load(Ordering::SeqCst), 8);
+    t.stop();
+}
+
+#[test]
+fn connections_share_the_server_wide_allowance_without_deadlock() {
+    // Two connections, each allowed two requests, the server one in all; and an allowance
+    // smaller than one request is raised to it, so every request still proceeds alone.
+    let config = ServerConfig {
+        max_request_bytes: 1 << 20,
+        max_inflight_bytes: 2 << 20,
+        max_total_inflight_bytes: 4096,
+        ..ServerConfig::default()
+    };
+    let t = TestServer::start(standard_provider(), config);
+    assert_eq!(t.server.config().max_total_inflight_bytes, 1 << 20);
+    *t.export(VOL).write_delay.lock() = Duration::from_millis(30);
+    let clients: Vec<Client> = (0..2)
+        .map(|_| {
+            let mut c = t.connect();
+            c.set_timeout(Duration::from_secs(30));
+            c.go(VOL, false, false);
+            c
+        })
+        .collect();
+    let most = pipelined_writes(&t, clients, 6, 1 << 20);
+    assert_eq!(most, 1, "writes in progress at once over both connections");
+    assert_eq!(t.export(VOL).writes_completed.load(Ordering::SeqCst), 12);
+    assert_eq!(t.server.inflight_bytes(), 0, "every buffer was given back");
+    t.stop();
+}

@@ -126,6 +126,13 @@
 //! `TxgStats::writers_blocked_at_max_count`). A single write larger than the max can still pass
 //! when the pool is nearly clean, since blocking looks at current dirty, not dirty + bytes.
 //!
+//! With `sync_target_ms` > 0 the limit in force is smaller when the pool is slow: after each
+//! sync of at least 16 MiB the engine folds the txg's bytes per second of sync time into a
+//! moving average, and the limit (for blocking, the delay curve and the early-sync threshold)
+//! becomes what that rate writes in `sync_target_ms`, between `DIRTY_LIMIT_FLOOR_BYTES` and
+//! `dirty_bytes_max`. Whoever waits for a txg sync (a FLUSH served by one, a writer blocked at
+//! the limit) then waits about that long, not `dirty_bytes_max` / rate (seconds, for a few GiB).
+//!
 //! Dirty bytes leave the total when their txg's sync completes (ZFS releases them block by block
 //! during the sync; a finer-grained release is a possible refinement).
 //!
@@ -135,8 +142,8 @@
 //!   assert durations.
 //! - One mutex protects the state; fine for a user-space pool, a per-CPU hold count would scale
 //!   further.
-//! - `delay_scale_ns` and `dirty_bytes_max` are fixed numbers, not yet tuned from measured device
-//!   speed (see design.md "Where we mean to beat ZFS").
+//! - `delay_scale_ns` is a fixed number; only the dirty limit follows the measured sync speed
+//!   (`sync_target_ms`), and only when asked (see design.md "Where we mean to beat ZFS").
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -174,6 +181,11 @@ pub struct TxgConfig {
     pub delay_max_ns: u64,
     /// Number of synced txgs whose timings `TxgEngine::history` keeps.
     pub history_len: usize,
+    /// When > 0: dirty data is also limited to what the pool was measured to sync in this many
+    /// milliseconds (never below `DIRTY_LIMIT_FLOOR_BYTES`, never above `dirty_bytes_max`), so
+    /// a caller waiting for a txg sync (a FLUSH served by one) waits about this long however
+    /// large the max is. 0: the max alone.
+    pub sync_target_ms: u64,
 }
 
 impl Default for TxgConfig {
@@ -189,6 +201,7 @@ impl Default for TxgConfig {
             delay_scale_ns: 500_000,
             delay_max_ns: 100_000_000,
             history_len: 100,
+            sync_target_ms: 0,
         }
     }
 }
@@ -232,6 +245,26 @@ impl TxgConfig {
     }
 }
 
+/// Least dirty limit `sync_target_ms` may set: room for a couple of the largest writes.
+pub const DIRTY_LIMIT_FLOOR_BYTES: u64 = 64 << 20;
+/// A txg with fewer dirty bytes says little about throughput (fixed costs dominate its sync).
+const RATE_SAMPLE_MIN_BYTES: u64 = 16 << 20;
+
+/// The dirty limit in force: `dirty_bytes_max`, or with `sync_target_ms` what the measured
+/// sync rate writes in that time, within [`DIRTY_LIMIT_FLOOR_BYTES`, `dirty_bytes_max`].
+pub fn dirty_limit_bytes(config: &TxgConfig, sync_bytes_per_sec: Option<u64>) -> u64 {
+    match sync_bytes_per_sec {
+        Some(rate) if config.sync_target_ms > 0 => {
+            let bytes = u128::from(rate) * u128::from(config.sync_target_ms) / 1000;
+            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+            bytes
+                .max(DIRTY_LIMIT_FLOOR_BYTES)
+                .min(config.dirty_bytes_max)
+        }
+        _ => config.dirty_bytes_max,
+    }
+}
+
 fn percent_of(total_bytes: u64, percent: u32) -> u64 {
     assert!(percent <= 100);
     let bytes = u128::from(total_bytes) * u128::from(percent) / 100;
@@ -265,8 +298,12 @@ pub fn default_dirty_bytes_max(mem_total_bytes: Option<u64>) -> u64 {
 /// Pure function of the config; 0 at or below `delay_min_dirty_percent`, `delay_max_ns` at or
 /// above `dirty_bytes_max`, continuous and non-decreasing in between (see module comment).
 pub fn delay_ns(config: &TxgConfig, dirty_bytes: u64) -> u64 {
-    let max_bytes = config.dirty_bytes_max;
-    let min_bytes = config.delay_min_dirty_bytes();
+    delay_ns_within(config, config.dirty_bytes_max, dirty_bytes)
+}
+
+/// `delay_ns` with `max_bytes` in force instead of `dirty_bytes_max`.
+fn delay_ns_within(config: &TxgConfig, max_bytes: u64, dirty_bytes: u64) -> u64 {
+    let min_bytes = percent_of(max_bytes, config.delay_min_dirty_percent);
     if dirty_bytes <= min_bytes {
         return 0;
     }
@@ -444,6 +481,8 @@ struct State {
     throttle_last_wakeup: Option<Instant>,
     history: VecDeque<TxgTiming>,
     stats: TxgStats,
+    /// Dirty bytes per second the syncs of large txgs achieved (moving average).
+    sync_bytes_per_sec: Option<u64>,
 }
 
 impl State {
@@ -509,7 +548,7 @@ impl State {
             let followup = self.followup_wanted && !self.shutdown_requested && timed_out;
             return followup.then_some(SyncTrigger::Timeout);
         }
-        if open.dirty_bytes > config.dirty_sync_bytes() {
+        if open.dirty_bytes > self.dirty_sync_bytes(config) {
             return Some(SyncTrigger::DirtyThreshold);
         }
         timed_out.then_some(SyncTrigger::Timeout)
@@ -518,6 +557,29 @@ impl State {
     /// Why new work is refused: the engine failed, or its I/O is suspended.
     fn refusal(&self) -> Option<&String> {
         self.suspended.as_ref().or(self.io_suspended.as_ref())
+    }
+
+    /// The dirty limit in force (see `dirty_limit_bytes`).
+    fn dirty_limit(&self, config: &TxgConfig) -> u64 {
+        dirty_limit_bytes(config, self.sync_bytes_per_sec)
+    }
+
+    /// Open-txg dirty bytes above which a sync starts: `dirty_sync_percent` of the limit.
+    fn dirty_sync_bytes(&self, config: &TxgConfig) -> u64 {
+        percent_of(self.dirty_limit(config), config.dirty_sync_percent)
+    }
+
+    /// Folds a synced txg's throughput into the moving average (3/4 old, 1/4 new).
+    fn record_sync_rate(&mut self, dirty_bytes: u64, sync_us: u64) {
+        if dirty_bytes < RATE_SAMPLE_MIN_BYTES {
+            return;
+        }
+        let sample = u128::from(dirty_bytes) * 1_000_000 / u128::from(sync_us.max(1));
+        let sample = u64::try_from(sample).unwrap_or(u64::MAX);
+        self.sync_bytes_per_sec = Some(match self.sync_bytes_per_sec {
+            Some(old) => old / 4 * 3 + sample / 4,
+            None => sample,
+        });
     }
 
     /// Writers may be paced only while the engine can still sync.
@@ -668,6 +730,7 @@ impl Shared {
                     .checked_sub(flight.slot.dirty_bytes)
                     .expect("dirty total underflow");
                 let timing = self.timing_of(&flight, Instant::now());
+                st.record_sync_rate(flight.slot.dirty_bytes, timing.sync_us);
                 let stats = &mut st.stats;
                 stats.txgs_synced += 1;
                 stats.bytes_synced_total += flight.slot.dirty_bytes;
@@ -798,6 +861,7 @@ impl TxgEngine {
             shutdown_requested: false,
             sync_thread_stopped: false,
             throttle_last_wakeup: None,
+            sync_bytes_per_sec: None,
             history: VecDeque::with_capacity(config.history_len),
             stats: TxgStats::default(),
         };
@@ -859,17 +923,18 @@ impl TxgEngine {
         let shared = &self.shared;
         let config = &shared.config;
         let mut st = shared.state.lock();
-        if st.throttle_active() && st.dirty_bytes_total >= config.dirty_bytes_max {
+        if st.throttle_active() && st.dirty_bytes_total >= st.dirty_limit(config) {
             st.stats.writers_blocked_at_max_count += 1;
             st.open.writers_blocked_count += 1;
-            while st.throttle_active() && st.dirty_bytes_total >= config.dirty_bytes_max {
+            while st.throttle_active() && st.dirty_bytes_total >= st.dirty_limit(config) {
                 shared.progress_cv.wait(&mut st);
             }
         }
         if !st.throttle_active() {
             return;
         }
-        let delay = delay_ns(config, st.dirty_bytes_total.saturating_add(bytes));
+        let limit = st.dirty_limit(config);
+        let delay = delay_ns_within(config, limit, st.dirty_bytes_total.saturating_add(bytes));
         if delay == 0 {
             return;
         }
@@ -1100,10 +1165,10 @@ impl TxgHold {
         slot.dirty_bytes += bytes;
         let after_bytes = slot.dirty_bytes;
         st.check_invariants(config);
+        let threshold_bytes = st.dirty_sync_bytes(config);
         drop(st);
         // The sync thread sleeps indefinitely on a clean open txg and until the timeout on a
         // dirty one: wake it when the open txg becomes dirty or crosses the sync threshold.
-        let threshold_bytes = config.dirty_sync_bytes();
         let crossed = before_bytes <= threshold_bytes && after_bytes > threshold_bytes;
         if is_open && (before_bytes == 0 || crossed) {
             shared.sync_cv.notify_all();
@@ -1325,6 +1390,7 @@ mod tests {
             delay_scale_ns: 10_000,
             delay_max_ns: 1_000_000,
             history_len: 100,
+            sync_target_ms: 0,
         }
     }
 
@@ -1353,6 +1419,35 @@ mod tests {
         assert_eq!(default_dirty_bytes_max(None), GIB);
         assert_eq!(default_dirty_bytes_max(Some(8 * GIB)), 8 * GIB / 100 * 10);
         assert_eq!(default_dirty_bytes_max(Some(1024 * GIB)), 4 * GIB);
+    }
+
+    #[test]
+    fn the_dirty_limit_follows_the_measured_sync_rate_within_bounds() {
+        let config = TxgConfig {
+            dirty_bytes_max: GIB,
+            sync_target_ms: 1000,
+            ..TxgConfig::default()
+        };
+        // Nothing measured yet, or no target: the max.
+        assert_eq!(dirty_limit_bytes(&config, None), GIB);
+        let fixed = TxgConfig {
+            sync_target_ms: 0,
+            ..config.clone()
+        };
+        assert_eq!(dirty_limit_bytes(&fixed, Some(1 << 20)), GIB);
+        // 200 MiB/s for one second.
+        assert_eq!(dirty_limit_bytes(&config, Some(200 << 20)), 200 << 20);
+        // Never below the floor, never above the max.
+        assert_eq!(dirty_limit_bytes(&config, Some(1)), DIRTY_LIMIT_FLOOR_BYTES);
+        assert_eq!(dirty_limit_bytes(&config, Some(u64::MAX)), GIB);
+        // The delay curve is the same shape within the smaller limit.
+        let limit = 200 << 20;
+        assert_eq!(delay_ns_within(&config, limit, limit / 2), 0);
+        assert_eq!(delay_ns_within(&config, limit, limit), config.delay_max_ns);
+        assert_eq!(
+            delay_ns_within(&config, GIB, GIB / 2),
+            delay_ns(&config, GIB / 2)
+        );
     }
 
     #[test]
@@ -1692,6 +1787,44 @@ mod tests {
         assert_eq!(released.load(Ordering::SeqCst), 1);
         assert_eq!(engine.dirty_bytes(), 1);
         assert_eq!(engine.history()[0].writers_blocked_count, 1);
+        engine.shutdown().unwrap();
+    }
+
+    #[test]
+    fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
+        const MIB: u64 = 1 << 20;
+        let syncer = FakeSyncer::new();
+        let config = TxgConfig {
+            dirty_bytes_max: GIB,
+            dirty_sync_percent: 100,
+            sync_target_ms: 100,
+            ..quiet_config()
+        };
+        let engine = TxgEngine::start(config, 0, syncer.clone());
+        // A 32 MiB txg whose sync takes at least 200 ms: at most 160 MiB/s, so 100 ms of it is
+        // at most 16 MiB and the limit falls to its floor, far below the 1 GiB max.
+        syncer.close_gate();
+        dirty(&engine, 32 * MIB);
+        let sync = {
+            let engine = engine.clone();
+            thread::spawn(move || engine.sync_now())
+        };
+        syncer.wait_entered(1);
+        thread::sleep(Duration::from_millis(200));
+        syncer.open_gate();
+        assert_eq!(sync.join().unwrap(), Ok(1));
+        assert_eq!(engine.stats().writers_blocked_at_max_count, 0);
+
+        dirty(&engine, DIRTY_LIMIT_FLOOR_BYTES);
+        let writer = {
+            let engine = engine.clone();
+            thread::spawn(move || engine.throttle(1))
+        };
+        eventually("writer blocked at the measured limit", || {
+            engine.stats().writers_blocked_at_max_count == 1
+        });
+        assert_eq!(engine.sync_now(), Ok(2));
+        writer.join().unwrap();
         engine.shutdown().unwrap();
     }
 

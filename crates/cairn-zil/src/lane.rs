@@ -138,6 +138,8 @@ struct LaneState {
     /// Records and write-and-flush time of the last completed batch (for the company wait).
     last_batch_records: usize,
     last_batch_latency: std::time::Duration,
+    /// The newest txg any record of this lane joined: a txg sync through it covers them all.
+    newest_txg: u64,
     /// Log bytes of the last batch built (sizes the next pre-allocated block).
     last_batch_bytes: usize,
     /// While a builder waits for company: the pending count that ends its wait (else 0).
@@ -194,6 +196,7 @@ impl Lane {
                 last_batch_records: 0,
                 last_batch_latency: std::time::Duration::ZERO,
                 last_batch_bytes: 0,
+                newest_txg: 0,
                 company_wanted: 0,
                 durable_waiters: Vec::new(),
             }),
@@ -220,6 +223,7 @@ impl Lane {
         let ticket = st.next_ticket;
         st.next_ticket += 1;
         let txg = op.txg;
+        st.newest_txg = st.newest_txg.max(txg);
         st.pending.push_back(Itx {
             ticket,
             sequence,
@@ -727,8 +731,18 @@ impl IntentLog {
     /// record logged so far durable, and settles the lane accordingly (retiring its chain if
     /// asked); steps down as builder either way.
     fn sync_as_builder(&self, lane: &Lane, retire: bool, what: &str) -> Result<(), ZilError> {
-        let covered_ticket = lane.state.lock().next_ticket - 1;
-        let synced = self.txg.sync_now_forced();
+        let (covered_ticket, newest_txg) = {
+            let st = lane.state.lock();
+            (st.next_ticket - 1, st.newest_txg)
+        };
+        // Retiring the chain needs a txg of its own (the header changes in it); covering the
+        // records only needs the txgs they joined synced: when those are already synced or in
+        // flight, no empty txg is forced through behind them.
+        let synced = if retire {
+            self.txg.sync_now_forced()
+        } else {
+            self.txg.wait_synced(newest_txg).map(|()| newest_txg)
+        };
         let mut st = lane.state.lock();
         st.building = false;
         self.settle_after_sync(lane, &mut st, synced, covered_ticket, retire, what)
@@ -1042,15 +1056,7 @@ impl IntentLog {
                 data,
             };
             if record.kind == LogRecordKind::Write && record.data.len() > LOG_RECORD_PAYLOAD_MAX {
-                let mut rest = record;
-                while rest.data.len() > LOG_RECORD_PAYLOAD_MAX {
-                    let take = split_point(rest.offset, LOG_RECORD_PAYLOAD_MAX)
-                        .expect("a full record has room for a sector");
-                    let (head, tail) = split_write(rest, take);
-                    records.push(head);
-                    rest = tail;
-                }
-                records.push(rest);
+                split_into_records(record, &mut records);
             } else {
                 records.push(record);
             }
@@ -1073,11 +1079,40 @@ fn split_point(offset: u64, max_bytes: usize) -> Option<usize> {
     (end > offset).then(|| (end - offset) as usize)
 }
 
-/// Splits a write record after `head_bytes` of data.
+/// Splits a write longer than one record can carry into records of at most
+/// `LOG_RECORD_PAYLOAD_MAX` bytes ending on sector boundaries, copying each byte once. (Splitting
+/// the head off again and again would copy the rest each time and leave every head holding the
+/// whole buffer's capacity: a 32 MiB FUA write took seconds and gigabytes that way.)
+fn split_into_records(record: LogRecord, records: &mut Vec<LogRecord>) {
+    let len = record.data.len();
+    let mut start = 0;
+    while start < len {
+        let offset = record.offset + start as u64;
+        let take = if len - start <= LOG_RECORD_PAYLOAD_MAX {
+            len - start
+        } else {
+            split_point(offset, LOG_RECORD_PAYLOAD_MAX)
+                .expect("a full record has room for a sector")
+        };
+        records.push(LogRecord {
+            kind: record.kind,
+            sequence: record.sequence,
+            txg: record.txg,
+            object: record.object,
+            offset,
+            length: take as u64,
+            data: record.data[start..start + take].to_vec(),
+        });
+        start += take;
+    }
+}
+
+/// Splits a write record after `head_bytes` of data; both parts own exactly their bytes.
 fn split_write(record: LogRecord, head_bytes: usize) -> (LogRecord, LogRecord) {
     assert!(head_bytes > 0 && head_bytes < record.data.len());
     let mut data = record.data;
     let tail_data = data.split_off(head_bytes);
+    data.shrink_to_fit();
     let head = LogRecord {
         length: head_bytes as u64,
         data,
@@ -1120,6 +1155,31 @@ mod tests {
         joined.extend_from_slice(&tail.data);
         assert_eq!(joined, record.data);
         assert_eq!((head.sequence, tail.sequence), (9, 9));
+    }
+
+    #[test]
+    fn a_large_write_becomes_records_that_own_only_their_bytes() {
+        let record = write(4096 + 512, 32 << 20);
+        let mut records = Vec::new();
+        split_into_records(record.clone(), &mut records);
+        let mut joined = Vec::with_capacity(record.data.len());
+        let mut offset = record.offset;
+        for piece in &records {
+            assert!(piece.data.len() <= LOG_RECORD_PAYLOAD_MAX);
+            assert_eq!(piece.offset, offset);
+            assert_eq!(piece.length, piece.data.len() as u64);
+            // Each record holds its own bytes, not a share of the whole write's buffer.
+            assert_eq!(piece.data.capacity(), piece.data.len());
+            assert_eq!(piece.sequence, record.sequence);
+            offset += piece.length;
+            joined.extend_from_slice(&piece.data);
+        }
+        for piece in &records[..records.len() - 1] {
+            assert_eq!((piece.offset + piece.length) % SECTOR_BYTES, 0);
+        }
+        assert_eq!(joined, record.data);
+        let (head, _) = split_write(record, 4096);
+        assert_eq!(head.data.capacity(), 4096);
     }
 
     #[test]

@@ -164,6 +164,19 @@ pub struct ServedPools {
     pub pools: RwLock<BTreeMap<String, Arc<Pool>>>,
     pub nbd: std::sync::OnceLock<Arc<cairn_nbd::NbdServer>>,
     pub started: std::sync::OnceLock<std::time::Instant>,
+    /// The server's memory budget (`cairn stat memory`).
+    pub budget: std::sync::OnceLock<cairn_engine::MemoryBudget>,
+}
+
+/// Pool options under a memory budget (`None`: the engine's defaults): the budget's dirty
+/// data, further limited to what the pool syncs in `SYNC_TARGET_MS`.
+pub fn pool_options_for(budget: Option<&cairn_engine::MemoryBudget>) -> PoolOptions {
+    let mut options = PoolOptions::default();
+    if let Some(budget) = budget {
+        options.txg.dirty_bytes_max = budget.dirty_bytes_max;
+        options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;
+    }
+    options
 }
 
 impl ServedPools {
@@ -288,6 +301,22 @@ impl Context {
     /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written). A
     /// pool the cache lists but that does not open fails with `PoolUnavailable`.
     pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool> {
+        let options = PoolOptions {
+            readonly,
+            ..self.pool_options()
+        };
+        self.open_with(pool, options)
+    }
+
+    /// Options for a pool this command opens, creates or imports: inside a server, its dirty
+    /// data is limited by the server's memory budget like the pools the server started with.
+    pub fn pool_options(&self) -> PoolOptions {
+        let budget = self.served.as_ref().and_then(|served| served.budget.get());
+        pool_options_for(budget)
+    }
+
+    /// `open` with the caller's options (a server passes its memory budget's txg limits).
+    pub fn open_with(&self, pool: &str, options: PoolOptions) -> Result<Pool> {
         let unavailable = |reason: String, busy: bool| {
             anyhow::Error::new(PoolUnavailable {
                 pool: pool.to_string(),
@@ -302,10 +331,6 @@ impl Context {
         let devices = self
             .parse_cached(pool, &cached)
             .map_err(|err| unavailable(format!("{err:#}"), false))?;
-        let options = PoolOptions {
-            readonly,
-            ..PoolOptions::default()
-        };
         let absent: Vec<String> = devices
             .iter()
             .filter(|spec| !spec.path.exists())

@@ -92,6 +92,12 @@ enum StatCommand {
         /// Pools to show (default: every imported pool).
         pools: Vec<String>,
     },
+    /// The server's memory budget: each allowance's limit against what it holds now, and the
+    /// process's resident memory against the whole.
+    Memory {
+        #[command(flatten)]
+        format: ListFormat,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -365,6 +371,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Stat(StatCommand::Zil { format, pools }) => stat_cmd::zil(ctx, format, &pools),
         Command::Stat(StatCommand::Arc(args)) => stat_arc_cmd::arc(ctx, &args),
         Command::Stat(StatCommand::Io { format, pools }) => stat_cmd::io(ctx, format, &pools),
+        Command::Stat(StatCommand::Memory { format }) => stat_cmd::memory(ctx, format),
     }
 }
 

@@ -59,7 +59,7 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
         }
     }
     let missing = missing_files(&groups);
-    let pool = Pool::create(name, &groups, &options, PoolOptions::default()).map_err(|err| {
+    let pool = Pool::create(name, &groups, &options, ctx.pool_options()).map_err(|err| {
         remove_files(&missing);
         match err {
             // The engine's message already says "cannot create pool".
@@ -932,7 +932,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
             wanted,
             PoolOptions {
                 ignore_missing_log: true,
-                ..PoolOptions::default()
+                ..ctx.pool_options()
             },
         )
         .with_context(|| format!("cannot import pool '{wanted}'"))?;
@@ -1059,7 +1059,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         &pool_found.config.pool_guid.to_string(),
         PoolOptions {
             ignore_missing_log: args.ignore_missing_log,
-            ..PoolOptions::default()
+            ..ctx.pool_options()
         },
     )
     .with_context(|| format!("cannot import pool '{name}'"))?;

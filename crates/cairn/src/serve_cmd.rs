@@ -13,15 +13,20 @@
 //! SIGTERM the server stops accepting, lets every connection finish the requests it has read,
 //! then syncs and exports the pools (they stay remembered, so the next `serve` imports them).
 //!
+//! Memory: one budget derived from `--arc-max` (`MemoryBudget`) limits the pools' dirty data
+//! and the NBD server's request buffers; it is printed at start and shown by `stat memory`.
+//!
 //! Exports are looked up per connection, so a volume created after the server started is
 //! served as soon as the server's pool knows it.
 
 use crate::cache::PoolCache;
-use crate::context::{Context, Output, ServedPools, device_specs, unavailable_reason};
+use crate::context::{
+    Context, Output, ServedPools, device_specs, pool_options_for, unavailable_reason,
+};
 use crate::control::{self, Reply, Request};
 use anyhow::{Context as _, Result, bail};
 use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
-use cairn_engine::{ImportSource, Pool, PoolOptions, discover_pools};
+use cairn_engine::{ImportSource, MemoryBudget, Pool, discover_pools};
 use cairn_nbd::{Export, ExportError, ExportProvider, NbdServer, ServerConfig, TlsSettings};
 use clap::{Args, Parser};
 use parking_lot::Mutex;
@@ -73,23 +78,25 @@ pub struct ServeArgs {
     pub arc_min: Option<String>,
 }
 
+/// The size given to `--FLAG`.
+fn parse_size_flag(flag: &str, text: &str) -> Result<u64> {
+    cairn_dataset::properties::parse_size(text)
+        .map_err(|err| anyhow::anyhow!("--{flag} {text}: {err}"))
+}
+
 /// Applies `--arc-max`/`--arc-min` to the process's cache.
 pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<()> {
     if arc_max.is_none() && arc_min.is_none() {
         return Ok(());
     }
-    let parse = |flag: &str, text: &str| {
-        cairn_dataset::properties::parse_size(text)
-            .map_err(|err| anyhow::anyhow!("--{flag} {text}: {err}"))
-    };
     let cache = cairn_engine::process_cache();
     let stats = cache.stats();
     let max = match arc_max {
-        Some(text) => parse("arc-max", text)?,
+        Some(text) => parse_size_flag("arc-max", text)?,
         None => stats.get("c_max").unwrap_or(0),
     };
     let min = match arc_min {
-        Some(text) => parse("arc-min", text)?,
+        Some(text) => parse_size_flag("arc-min", text)?,
         None => cairn_engine::default_arc_min_bytes(max),
     };
     cache
@@ -102,6 +109,40 @@ pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<
 pub enum TlsMode {
     Require,
     Allow,
+}
+
+/// The server's memory budget for a cache of `arc_max_bytes`, checked against the memory the
+/// process may use when the cache's size was asked for explicitly (the default cache is half
+/// of memory and shrinks under pressure, so its budget is only stated).
+fn memory_budget(
+    arc_max_bytes: u64,
+    explicit: bool,
+    config: &ServerConfig,
+) -> Result<MemoryBudget> {
+    let budget = MemoryBudget::for_arc_max(arc_max_bytes, u64::from(config.max_request_bytes));
+    let usable = cairn_engine::usable_memory_bytes(&cairn_engine::read_memory());
+    if let Err(why) = budget.check_fits(usable) {
+        if explicit {
+            bail!("{why}");
+        }
+        eprintln!("cairn: note: {why}");
+    }
+    Ok(budget)
+}
+
+/// `memory budget: N bytes (SIZE): arc A + dirty D + ...`, every figure exact.
+fn describe_budget(budget: &MemoryBudget) -> String {
+    let parts: Vec<String> = budget
+        .parts()
+        .iter()
+        .map(|(name, bytes)| format!("{name} {bytes}"))
+        .collect();
+    format!(
+        "memory budget: {} bytes ({}): {}",
+        budget.total_bytes(),
+        crate::human::size(budget.total_bytes(), false),
+        parts.join(" + ")
+    )
 }
 
 impl ServeArgs {
@@ -145,6 +186,12 @@ impl ServeArgs {
         }
         config
     }
+}
+
+/// The NBD server's request buffers, per connection and in all, as the budget allows.
+fn apply_budget(budget: &MemoryBudget, config: &mut ServerConfig) {
+    config.max_total_inflight_bytes = budget.request_bytes as usize;
+    config.max_inflight_bytes = budget.connection_request_bytes as usize;
 }
 
 /// NBD view of one volume, for one connection.
@@ -290,11 +337,15 @@ impl ExportProvider for PoolExports {
 /// Opens the remembered pools and imports any new ones found in `dirs`. A remembered pool that
 /// cannot be opened is reported and left out (the others are served; a later command naming it
 /// tries again, `pool export` forgets it); `dirs` never bring in a pool of that name.
-fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Pool>>> {
+fn open_pools(
+    ctx: &Context,
+    dirs: &[PathBuf],
+    budget: &MemoryBudget,
+) -> Result<BTreeMap<String, Arc<Pool>>> {
     let mut pools = BTreeMap::new();
     let mut unavailable = Vec::new();
     for name in ctx.pool_names()? {
-        let pool = match ctx.open(&name, false) {
+        let pool = match ctx.open_with(&name, pool_options_for(Some(budget))) {
             Ok(pool) => pool,
             Err(err) if unavailable_reason(&err).is_some() => {
                 eprintln!("cairn: not serving: {err:#}");
@@ -321,7 +372,7 @@ fn open_pools(ctx: &Context, dirs: &[PathBuf]) -> Result<BTreeMap<String, Arc<Po
             let pool = Pool::import(
                 &ImportSource::Directory(dir.clone()),
                 &name,
-                PoolOptions::default(),
+                pool_options_for(Some(budget)),
             )
             .with_context(|| format!("cannot import pool '{name}' from {}", dir.display()))?;
             ctx.cache
@@ -398,14 +449,27 @@ fn executor(
 }
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
-    apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
+    // The budget is checked before the cache takes the new limit (a cache sized for 100T
+    // would size its bookkeeping for it).
+    let arc_max_bytes = match args.arc_max.as_deref() {
+        Some(text) => parse_size_flag("arc-max", text)?,
+        None => cairn_engine::process_cache()
+            .stats()
+            .get("c_max")
+            .unwrap_or(0),
+    };
     let tls = args.tls_settings()?;
     if let Some(address) = &args.listen {
         args.check_listen(address, tls.as_ref())?;
     }
+    let mut config = args.server_config(tls);
+    let budget = memory_budget(arc_max_bytes, args.arc_max.is_some(), &config)?;
+    apply_budget(&budget, &mut config);
+    apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
     let control_listener = control::bind(state_dir)?;
     let served = Arc::new(ServedPools::default());
-    *served.pools.write() = open_pools(ctx, &args.dirs)?;
+    let _ = served.budget.set(budget);
+    *served.pools.write() = open_pools(ctx, &args.dirs, &budget)?;
     let exports = Arc::new(PoolExports {
         served: served.clone(),
         connections: AtomicUsize::new(0),
@@ -420,7 +484,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let server = Arc::new(NbdServer::new(exports.clone(), args.server_config(tls)));
+    let server = Arc::new(NbdServer::new(exports.clone(), config));
     let _ = served.nbd.set(server.clone());
     let _ = served.started.set(std::time::Instant::now());
     let stop_control = Arc::new(AtomicBool::new(false));
@@ -449,6 +513,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
             &socket_path,
             tcp_address,
             server.config().tls.as_ref(),
+            &describe_budget(&budget),
         );
         // Both listeners and the signal watch run in this one task, so nothing here needs to
         // be Send; the listeners return once the server is shut down.
@@ -502,6 +567,7 @@ fn announce(
     socket_path: &std::path::Path,
     tcp: Option<std::net::SocketAddr>,
     tls: Option<&TlsSettings>,
+    budget: &str,
 ) {
     let scheme = if tls.is_some_and(|tls| tls.require) {
         "nbds"
@@ -519,6 +585,7 @@ fn announce(
             exported.len()
         ),
     }
+    println!("cairn: {budget}");
     if let Some(tls) = tls {
         println!(
             "TLS: {}{}",

@@ -3,7 +3,8 @@
 //! read and written, checksum errors, repairs) and every leaf device's queue (requests against
 //! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies).
 //! Run against a server (the usual case) they show what the server has done since it opened the
-//! pools; without one, the counters start at zero.
+//! pools; without one, the counters start at zero. `cairn stat memory`: the server's memory
+//! budget, each part's limit against what it holds now, and the process's resident memory.
 //!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
 //! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter` and
@@ -250,5 +251,84 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     }
     say_raw!(ctx, "{}", pipeline.render(false));
     say_raw!(ctx, "{}", devices.render(false));
+    Ok(())
+}
+
+/// `VmRSS` and `VmHWM` of this process (the server, when the command is forwarded to it).
+fn resident_bytes() -> (Option<u64>, Option<u64>) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
+            .map(|kib| kib * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
+/// `cairn stat memory`: the server's memory budget, each allowance's limit against what it
+/// holds now (where that is counted), and the process's resident memory against the whole.
+/// Without a server it shows the budget a server with this process's cache would state.
+pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
+    let arc = cairn_engine::process_cache().stats();
+    let (budget, nbd_bytes, dirty_bytes) = match &ctx.served {
+        Some(served) => {
+            let dirty: u64 = served
+                .pools
+                .read()
+                .values()
+                .filter_map(|pool| pool.txg_engine().ok().map(|txg| txg.dirty_bytes()))
+                .sum();
+            let nbd = served
+                .nbd
+                .get()
+                .map(|server| server.inflight_bytes() as u64);
+            (served.budget.get().copied(), nbd, Some(dirty))
+        }
+        None => (None, None, None),
+    };
+    let arc_max_bytes = arc.get("c_max").unwrap_or(0);
+    let mut budget = budget.unwrap_or_else(|| {
+        let request_bytes = cairn_nbd::ServerConfig::default().max_request_bytes;
+        cairn_engine::MemoryBudget::for_arc_max(arc_max_bytes, request_bytes.into())
+    });
+    // `pool set arc_max=` changes the cache's limit live; the other allowances stay as the
+    // server started with them.
+    budget.arc_max_bytes = arc_max_bytes;
+    if !format.scripted && ctx.served.is_none() {
+        say!(
+            ctx,
+            "no server is running: this is the budget `cairn serve` would state with this cache"
+        );
+    }
+    let (rss, hwm) = resident_bytes();
+    let now = |part: &str| match part {
+        "arc" => arc.get("size"),
+        "dirty" => dirty_bytes,
+        "requests" => nbd_bytes,
+        _ => None,
+    };
+    let mut rows: Vec<(String, Option<u64>, Option<u64>)> = budget
+        .parts()
+        .iter()
+        .map(|&(name, limit)| (name.to_string(), Some(limit), now(name)))
+        .collect();
+    rows.push(("total".into(), Some(budget.total_bytes()), rss));
+    rows.push(("peak".into(), Some(budget.total_bytes()), hwm));
+    let mut table = Table::new(vec![
+        Column::left("PART"),
+        Column::right("LIMIT"),
+        Column::right("NOW"),
+    ]);
+    let shown = |value: Option<u64>| match value {
+        Some(bytes) if format.scripted => bytes.to_string(),
+        Some(bytes) => human::size(bytes, format.exact),
+        None => "-".into(),
+    };
+    for (name, limit, now) in rows {
+        table.push(vec![name, shown(limit), shown(now)]);
+    }
+    say_raw!(ctx, "{}", table.render(format.scripted));
     Ok(())
 }
