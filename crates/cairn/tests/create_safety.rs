@@ -345,10 +345,10 @@ fn a_create_failing_at_any_device_operation_exits_non_zero_and_leaves_nothing() 
     // create -V (a new name each time: a cut after the volume's txg but before the history
     // entry's fails the command and leaves a whole volume): every cut inside the command, up
     // to its final flush, fails it; the one that completes made its volume, and the pool
-    // stays sound throughout.
+    // stays sound throughout. Sparse, so the volumes left behind do not reserve the pool full.
     let mut ops = 1;
     let volume = |ops: u64| format!("tank/vol{ops}");
-    while cut_after(&env, &["create", "-V", "8M", &volume(ops)], ops) != 0 {
+    while cut_after(&env, &["create", "-s", "-V", "8M", &volume(ops)], ops) != 0 {
         ops += 1;
         assert!(ops < 1000, "create -V never completed");
     }

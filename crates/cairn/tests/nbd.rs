@@ -773,7 +773,7 @@ fn sigterm_answers_requests_in_flight() {
 fn fill_pool(env: &Env) -> Server {
     env.create_pool_of("256M");
     env.create_volume("tank/small", "16M", &[]);
-    env.create_volume("tank/big", "1G", &[]);
+    env.create_volume("tank/big", "1G", &["refreservation=none"]);
     let server = env.serve();
     qemu_io_ok(&server.uri("tank/small"), &["write -P 0x5a 0 1M", "flush"]);
     let source = env.path("fill.img");
