@@ -158,6 +158,8 @@ mod tests {
         assert_eq!(device.describe(), spec.to_string());
         assert_eq!(device.concurrency_hint(), 8);
         device.write_at(0, b"hello").unwrap();
+        // The nvme model has a volatile cache: only a flush puts the bytes in the file.
+        device.flush().unwrap();
         drop(device);
 
         let plain = DeviceSpec::parse(&path.display().to_string()).unwrap();
