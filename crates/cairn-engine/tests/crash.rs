@@ -1,14 +1,18 @@
 //! Crash consistency: a randomized volume workload on emulated disks with volatile write caches
-//! is power-cut at a seeded point (unflushed writes dropped, some torn); the pool must then
-//! import, pass `check`, and hold exactly the contents of the last durable txg — or of the txg
-//! whose commit was in flight when the power went, if its uberblock made it to media.
+//! is power-cut at a seeded point (writes in flight land in part, unflushed writes are dropped
+//! or torn, unflushed discards may be lost); the pool must then import, pass `check`, and hold
+//! exactly the contents of the last durable txg — or of the txg whose commit was in flight when
+//! the power went, if its uberblock made it to media.
 //!
-//! `CAIRN_CRASH_POINTS` sets how many seeded points run (default 200); `CAIRN_CRASH_SEED` runs
-//! one seed only. A failure prints the seed to reproduce it.
+//! Guaranteed per run: `CAIRN_CRASH_POINTS` (default 200) power cuts, each asserted to have
+//! happened mid-workload (the workload saw its sync or write fail before it finished, and the
+//! switch tripped on a device operation of the workload). A seed whose drawn cut point lies
+//! beyond the end of its workload is run again with a point drawn inside it. Each round prints
+//! its seed and what the cut caught; `CAIRN_CRASH_SEED` runs one seed only.
 
 mod common;
 
-use cairn_device::emulated::PowerSwitch;
+use cairn_device::emulated::{CutReport, PowerSwitch};
 use common::*;
 use std::sync::Arc;
 
@@ -108,20 +112,37 @@ fn fresh_pool_with_volume(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     paths
 }
 
-fn run_seed(seed: u64, ops_before_cut: u64) {
+/// How a round ended.
+enum Round {
+    /// The power went mid-workload and the pool came back as it must.
+    Cut(CutReport),
+    /// The workload finished after this many device operations, before the cut point.
+    Finished { ops: u64 },
+}
+
+fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
     let dir = tempfile::tempdir().expect("tempdir");
     let paths = fresh_pool_with_volume(dir.path());
-    let power = Arc::new(PowerSwitch::new());
+    let power = Arc::new(PowerSwitch::with_seed(seed));
     let pool =
         import(&paths, emulated_opener(seed, Some(power.clone()))).expect("import before run");
+    let ops_before = power.ops_seen();
     power.arm_after_ops(ops_before_cut);
     let mut rng = Rng(seed);
     let outcome = workload(&pool, &mut rng);
-    if !power.tripped() {
-        // The workload ended first: cut now, with whatever is still unflushed.
-        power.arm_after_ops(1);
-        let _ = pool.sync();
+    let ops = power.ops_seen() - ops_before;
+    if outcome.in_flight.is_none() {
+        // The workload finished first (the switch may have tripped on background work after
+        // its last sync returned, which is not what this round is for).
+        power.disarm();
+        let _ = pool.close();
+        return Round::Finished { ops };
     }
+    let cut = power.last_cut().expect("a tripped switch reports its cut");
+    assert!(
+        outcome.in_flight.is_some() && cut.tripped_by.is_some(),
+        "seed {seed} cut {ops_before_cut}: the cut did not happen mid-workload ({cut})"
+    );
     drop(pool);
 
     let pool = import(&paths, plain_opener())
@@ -153,6 +174,7 @@ fn run_seed(seed: u64, ops_before_cut: u64) {
             .position(|(a, b)| a != b)
     );
     pool.close().expect("close after check");
+    Round::Cut(cut)
 }
 
 #[test]
@@ -185,8 +207,36 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
         Some(seed) => vec![seed],
         None => (1..=points).collect(),
     };
-    for seed in seeds {
-        let cut = 1 + Rng(seed ^ 0x5eed).below(total_ops + total_ops / 4);
-        run_seed(seed, cut);
+    let (mut cuts, mut torn_in_flight) = (0u64, 0u64);
+    for &seed in &seeds {
+        let mut cut = 1 + Rng(seed ^ 0x5eed).below(total_ops);
+        let mut attempts = 0;
+        let report = loop {
+            attempts += 1;
+            match run_seed(seed, cut) {
+                Round::Cut(report) => break report,
+                // This seed's workload is shorter than the calibration run's: cut inside it.
+                Round::Finished { ops } if attempts < 4 => {
+                    cut = 1 + Rng(seed ^ 0x5eed ^ attempts).below(ops.max(1))
+                }
+                Round::Finished { ops } => panic!(
+                    "seed {seed}: {attempts} attempts finished before their cut point \
+                     (last cut {cut}, {ops} operations)"
+                ),
+            }
+        };
+        eprintln!("crash seed {seed}: {report}");
+        cuts += 1;
+        torn_in_flight += u64::from(report.in_flight_writes > 0);
     }
+    assert_eq!(cuts, seeds.len() as u64, "every round cut mid-workload");
+    if seeds.len() >= 20 {
+        assert!(
+            torn_in_flight * 2 >= cuts,
+            "only {torn_in_flight} of {cuts} cuts caught a write in flight"
+        );
+    }
+    eprintln!(
+        "crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight"
+    );
 }
