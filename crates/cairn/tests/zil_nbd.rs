@@ -3,20 +3,25 @@
 //! A real `cairn serve` runs on a pool of emulated ssd-sata devices (volatile write caches, real
 //! timing) with a separate emulated log device, and with the fault-injection switch armed
 //! (`CAIRN_INJECT_POWER_CUT_AFTER_OPS`): at a seeded device operation every device of the
-//! process loses power — unflushed writes vanish or are torn, later I/O fails. A raw NBD client
-//! keeps QD1 or QD32 requests in flight: 4 KiB writes of unique patterns (a third with FUA) and
-//! FLUSHes, never two writes to the same block in flight at once (one run in three on a volume
-//! with 4K blocks and logbias=throughput, so every FUA write goes in place and only its block
-//! pointer is logged). When the server stops answering (or the workload ends) it is SIGKILLed,
-//! started again without the fault, and every block is read back:
+//! process loses power — writes in flight land in part, unflushed writes vanish or are torn,
+//! later I/O fails. A raw NBD client keeps QD1 or QD32 requests in flight: 4 KiB writes of
+//! unique patterns (a third with FUA) and FLUSHes, never two writes to the same block in flight
+//! at once (one run in three on a volume with 4K blocks and logbias=throughput, so every FUA
+//! write goes in place and only its block pointer is logged). The client keeps sending until
+//! the server stops answering; then the server is SIGKILLed, started again without the fault,
+//! and every block is read back:
 //! - a block whose newest durable acknowledgement (its FUA write, or a write acknowledged
 //!   before a FLUSH was sent whose reply came back) was version D holds version D or a later
 //!   one — never an older one, never anything else;
 //! - after a clean stop, `pool check` is clean.
 //!
 //! `CAIRN_ZIL_NBD_POINTS` sets the number of seeded runs (default 200), `CAIRN_ZIL_NBD_SEED`
-//! replays one. The engine-level test (cairn-engine/tests/zil_crash.rs) covers 200 points per
-//! run through the same volume API; this one proves the whole program, wire to disk.
+//! replays one. Guaranteed per run (default): 160 power cuts, each asserted mid-workload (the
+//! server printed its cut report while the client still had requests to send, and the client
+//! saw the server fail), plus 40 runs (one in five) with no power cut, SIGKILLed mid-workload
+//! with requests in flight (the emulated caches die with the process). Each run prints its seed
+//! and how it ended. The engine-level test (cairn-engine/tests/zil_crash.rs) covers 200 points
+//! per run through the same volume API; this one proves the whole program, wire to disk.
 
 mod nbd_common;
 
@@ -29,7 +34,20 @@ use std::time::Duration;
 const BLOCK: u64 = 4096;
 const SECTOR: usize = 512;
 const VOLUME_BLOCKS: u64 = 2048; // 8 MiB
-const OPS: usize = 1000;
+/// Requests a run sends at most: far more than any cut point needs (QD32 batches many requests
+/// into one device write), so an armed run always ends at its power cut.
+const OPS_MAX: usize = 6000;
+
+/// How a run's workload ends.
+#[derive(Clone, Copy, Debug)]
+enum Plan {
+    /// Keep sending until the server fails (the armed power cut).
+    UntilCut,
+    /// Stop after sending this many requests, with the replies still outstanding (SIGKILL).
+    StopAfter(usize),
+}
+
+const STOPPED_FOR_KILL: &str = "stopped with requests in flight";
 
 struct Rng(u64);
 
@@ -88,8 +106,14 @@ fn read_reply(stream: &mut UnixStream) -> std::io::Result<(u32, u64)> {
     Ok((error, cookie))
 }
 
-/// Runs the workload until it ends or the server fails; returns the model and how it ended.
-fn workload(socket: &std::path::Path, seed: u64, queue_depth: usize) -> (Model, String) {
+/// Runs the workload until the plan ends it or the server fails; returns the model and how it
+/// ended.
+fn workload(
+    socket: &std::path::Path,
+    seed: u64,
+    queue_depth: usize,
+    plan: Plan,
+) -> (Model, String) {
     let client = RawClient::connect(socket, "tank/vol").expect("connect");
     assert_eq!(client.size, VOLUME_BLOCKS * BLOCK);
     let mut stream = client.stream();
@@ -106,8 +130,15 @@ fn workload(socket: &std::path::Path, seed: u64, queue_depth: usize) -> (Model, 
     let mut busy: BTreeSet<u64> = BTreeSet::new();
     let mut cookie = 0u64;
     let mut sent = 0usize;
+    let ops = match plan {
+        Plan::UntilCut => OPS_MAX,
+        Plan::StopAfter(n) => n,
+    };
     let ending = loop {
-        let done_sending = sent >= OPS;
+        let done_sending = sent >= ops;
+        if done_sending && matches!(plan, Plan::StopAfter(_)) {
+            break format!("{STOPPED_FOR_KILL} ({})", pending.len());
+        }
         if done_sending && pending.is_empty() {
             break "workload completed".to_string();
         }
@@ -254,35 +285,52 @@ fn create_pool_with_log(env: &Env, properties: &[&str]) -> String {
     slog
 }
 
-/// Serves the pool with the power switch armed to trip after `trip_after` device operations,
-/// runs the workload until it ends or the server stops answering, and SIGKILLs the server.
-/// Returns the model, how the workload ended, and whether the injected cut happened.
+/// Serves the pool with the power switch armed to trip after `trip_after` device operations
+/// (`None`: no power cut, the workload stops after a seeded number of requests), runs the
+/// workload, asserts it was cut mid-workload, and SIGKILLs the server. Returns the model and
+/// how the workload ended.
 fn cut_run(
     env: &Env,
     seed: u64,
     queue_depth: usize,
-    trip_after: u64,
+    trip_after: Option<u64>,
     label: &str,
-) -> (Model, String, bool) {
-    let mut server = env.serve_with_env(&[
-        ("CAIRN_INJECT_POWER_CUT_AFTER_OPS", trip_after.to_string()),
-        ("CAIRN_INJECT_SEED", seed.to_string()),
-    ]);
-    let (model, ending) = workload(&server.socket, seed, queue_depth);
-    eprintln!("{label}: {ending}");
-    let cut_short = ending != "workload completed";
-    if cut_short {
-        assert!(
-            server.stderr().contains("fault injection: power cut"),
-            "{label}: the workload stopped ({ending}) without the injected power cut\n{}",
+) -> (Model, String) {
+    let mut vars = vec![("CAIRN_INJECT_SEED", seed.to_string())];
+    if let Some(ops) = trip_after {
+        vars.push(("CAIRN_INJECT_POWER_CUT_AFTER_OPS", ops.to_string()));
+    }
+    let mut server = env.serve_with_env(&vars);
+    let plan = match trip_after {
+        Some(_) => Plan::UntilCut,
+        None => Plan::StopAfter(100 + Rng(seed ^ 0x4b1).below(900) as usize),
+    };
+    let (model, ending) = workload(&server.socket, seed, queue_depth, plan);
+    let stderr = server.stderr();
+    let cut_report = stderr
+        .lines()
+        .find(|line| line.contains("fault injection: power cut at operation"));
+    eprintln!(
+        "{label}: {ending}; {}",
+        cut_report.unwrap_or("no power cut")
+    );
+    match trip_after {
+        Some(_) => assert!(
+            cut_report.is_some() && ending != "workload completed",
+            "{label}: the power cut did not happen mid-workload (workload: {ending})\n{}",
             server.logs()
-        );
+        ),
+        None => assert!(
+            ending.starts_with(STOPPED_FOR_KILL) && cut_report.is_none(),
+            "{label}: the workload was to stop for a SIGKILL, yet: {ending}\n{}",
+            server.logs()
+        ),
     }
     server.kill();
-    (model, ending, cut_short)
+    (model, ending)
 }
 
-/// Runs one seed; returns whether the workload was cut short by the injected power failure.
+/// Runs one seed; returns whether it was a power cut (else a SIGKILL alone).
 fn run_seed(seed: u64) -> bool {
     let _heavy = heavy();
     let env = Env::new();
@@ -300,14 +348,14 @@ fn run_seed(seed: u64) -> bool {
     // The others are cut after the server has started: its import and first syncs take about
     // 25 device operations, and a cut before it serves is not what this test is about.
     let trip_after = if seed % 5 == 4 {
-        u64::MAX
+        None
     } else {
-        60 + rng.below(300)
+        Some(60 + rng.below(300))
     };
     let label = format!(
-        "seed {seed} (QD{queue_depth}, writes in place {in_place}, power cut after {trip_after} device ops)"
+        "seed {seed} (QD{queue_depth}, writes in place {in_place}, power cut after {trip_after:?} device ops)"
     );
-    let (model, ending, cut_short) = cut_run(&env, seed, queue_depth, trip_after, &label);
+    let (model, ending) = cut_run(&env, seed, queue_depth, trip_after, &label);
 
     let mut server = env.serve();
     verify(
@@ -319,7 +367,7 @@ fn run_seed(seed: u64) -> bool {
     server.terminate();
     drop(server);
     env.assert_pool_check_clean();
-    cut_short
+    trip_after.is_some()
 }
 
 #[test]
@@ -332,13 +380,11 @@ fn acknowledged_fua_and_flushed_writes_survive_power_cut_and_sigkill() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let cut = (1..=points).filter(|&seed| run_seed(seed)).count() as u64;
-    // The power must really go out mid-workload in most of the runs armed to cut it (one in
-    // five is SIGKILL alone), or this test proves little.
-    let armed = points - points / 5;
-    assert!(
-        cut * 2 >= armed,
-        "only {cut} of the {armed} armed runs were cut short by the power failure"
+    // Each run asserts that its power cut (or SIGKILL) came mid-workload.
+    let cuts = (1..=points).filter(|&seed| run_seed(seed)).count() as u64;
+    eprintln!(
+        "zil nbd test: {cuts} power cuts and {} SIGKILLs, each mid-workload",
+        points - cuts
     );
 }
 
@@ -356,7 +402,7 @@ fn a_lost_log_device_is_a_clear_error_then_the_pool_comes_back_consistent() {
         let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
         let trip_after = 100 + Rng(seed).below(300);
         let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} ops)");
-        let (model, ending, _) = cut_run(&env, seed, queue_depth, trip_after, &label);
+        let (model, ending) = cut_run(&env, seed, queue_depth, Some(trip_after), &label);
         std::fs::remove_file(&slog).unwrap();
 
         // A socket path that cannot be bound: a server that opened the pool stops there

@@ -97,7 +97,11 @@ struct SwitchState {
     devices: Vec<Weak<EmulatedDevice>>,
     rng: SmallRng,
     last_cut: Option<CutReport>,
+    on_trip: Option<TripHook>,
 }
+
+/// Called once with the cut's report when the switch trips.
+type TripHook = Arc<dyn Fn(&CutReport) + Send + Sync>;
 
 /// A shared power supply that can be cut after a chosen number of operations.
 pub struct PowerSwitch {
@@ -137,6 +141,7 @@ impl PowerSwitch {
                 devices: Vec::new(),
                 rng: SmallRng::seed_from_u64(seed),
                 last_cut: None,
+                on_trip: None,
             }),
         }
     }
@@ -183,6 +188,12 @@ impl PowerSwitch {
         self.state.lock().ops_seen
     }
 
+    /// Calls `hook` with the cut's report when the switch trips (after every device is cut), so
+    /// a process can say that its power went and what was caught.
+    pub fn on_trip(&self, hook: impl Fn(&CutReport) + Send + Sync + 'static) {
+        self.state.lock().on_trip = Some(Arc::new(hook));
+    }
+
     /// What the cut caught, once the switch has tripped.
     pub fn last_cut(&self) -> Option<CutReport> {
         self.state.lock().last_cut
@@ -225,6 +236,13 @@ impl PowerSwitch {
         for (device, tear) in victims {
             report.add(device.power_cut(tear));
         }
-        self.state.lock().last_cut = Some(report);
+        let hook = {
+            let mut state = self.state.lock();
+            state.last_cut = Some(report);
+            state.on_trip.clone()
+        };
+        if let Some(hook) = hook {
+            hook(&report);
+        }
     }
 }
