@@ -306,13 +306,24 @@ fn cut_run(
         None => Plan::StopAfter(100 + Rng(seed ^ 0x4b1).below(900) as usize),
     };
     let (model, ending) = workload(&server.socket, seed, queue_depth, plan);
-    let stderr = server.stderr();
-    let cut_report = stderr
-        .lines()
-        .find(|line| line.contains("fault injection: power cut at operation"));
+    // Requests fail as soon as the switch has tripped; the report follows once every device
+    // is cut: give the server a moment to print it.
+    let find_report = |stderr: &str| {
+        stderr
+            .lines()
+            .find(|line| line.contains("fault injection: power cut at operation"))
+            .map(str::to_string)
+    };
+    let mut cut_report = find_report(&server.stderr());
+    let waited = std::time::Instant::now();
+    while trip_after.is_some() && cut_report.is_none() && waited.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        cut_report = find_report(&server.stderr());
+    }
     eprintln!(
         "{label}: {ending}; {}",
-        cut_report.unwrap_or("no power cut")
+        cut_report.as_deref().unwrap_or("no power cut")
     );
     match trip_after {
         Some(_) => assert!(
