@@ -8,7 +8,9 @@
 //! happened mid-workload (the workload saw its sync or write fail before it finished, and the
 //! switch tripped on a device operation of the workload). A seed whose drawn cut point lies
 //! beyond the end of its workload is run again with a point drawn inside it. Each round prints
-//! its seed and what the cut caught; `CAIRN_CRASH_SEED` runs one seed only.
+//! its seed and what the cut caught; `CAIRN_CRASH_SEED` runs one seed only. A failing round
+//! keeps its device write logs and cut point and names the directory and the `replay-cut`
+//! command that rebuilds the crashed images (see `common::CrashRound`).
 
 mod common;
 
@@ -98,10 +100,14 @@ fn admin_change(pool: &cairn_engine::Pool, rng: &mut Rng) -> Result<(), cairn_en
     }
 }
 
-/// A closed mirror pool with an empty `tank/vol`; returns its device paths.
-fn fresh_pool_with_volume(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+/// A closed mirror pool with an empty `tank/vol` (its writes logged in `record` if given);
+/// returns its device paths.
+fn fresh_pool_with_volume(
+    dir: &std::path::Path,
+    record: Option<std::path::PathBuf>,
+) -> Vec<std::path::PathBuf> {
     let paths = device_paths(dir, 2);
-    let pool = create_mirror(&paths, plain_opener());
+    let pool = create_mirror(&paths, recording_opener(0, None, record));
     pool.create_volume(
         "tank/vol",
         VOLUME_SIZE,
@@ -121,11 +127,11 @@ enum Round {
 }
 
 fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let paths = fresh_pool_with_volume(dir.path());
+    let round = CrashRound::new();
+    let paths = fresh_pool_with_volume(round.path(), Some(round.record_dir()));
     let power = Arc::new(PowerSwitch::with_seed(seed));
-    let pool =
-        import(&paths, emulated_opener(seed, Some(power.clone()))).expect("import before run");
+    let opener = recording_opener(seed, Some(power.clone()), Some(round.record_dir()));
+    let pool = import(&paths, opener).expect("import before run");
     let ops_before = power.ops_seen();
     power.arm_after_ops(ops_before_cut);
     let mut rng = Rng(seed);
@@ -139,6 +145,9 @@ fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
         return Round::Finished { ops };
     }
     let cut = power.last_cut().expect("a tripped switch reports its cut");
+    round.write_cut_point(&format!(
+        "crash.rs seed {seed}, armed to cut after {ops_before_cut} operations: {cut}"
+    ));
     assert!(
         outcome.in_flight.is_some() && cut.tripped_by.is_some(),
         "seed {seed} cut {ops_before_cut}: the cut did not happen mid-workload ({cut})"
@@ -189,7 +198,7 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
     // Calibrate: how many device writes and flushes does one full run take?
     let total_ops = {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = fresh_pool_with_volume(dir.path());
+        let paths = fresh_pool_with_volume(dir.path(), None);
         let power = Arc::new(PowerSwitch::new());
         let pool = import(&paths, emulated_opener(1, Some(power.clone()))).expect("import");
         let seen_before = power.ops_seen();

@@ -13,13 +13,17 @@
 //! Each writer owns a disjoint region, so "later" is well defined per sector. Runs
 //! `CAIRN_ZIL_CRASH_POINTS` (default 200) seeds mixing QD1 and 8 writers, with and without a log
 //! device, 4K and 16K volblocksize, logbias latency and throughput (writes in place, only their
-//! block pointers logged); `CAIRN_ZIL_CRASH_SEED` replays one seed. Guaranteed per run: one power
+//! block pointers logged); `CAIRN_ZIL_CRASH_SEED` replays one seed (with
+//! `CAIRN_ZIL_CRASH_TRIP`, at the cut point a failure names). Guaranteed per run: one power
 //! cut per seed, each asserted mid-workload (the switch tripped on a device operation while the
 //! writers ran, and a writer had an operation fail: some operations were acknowledged, not all);
 //! a seed whose drawn cut point lies beyond its workload runs again with a point inside it. Each
-//! round prints its seed and what the cut caught (writes in flight torn, unflushed data). (This test found that a
-//! space-log checkpoint taken while log blocks were being allocated for the next txg
-//! recorded them twice, so an import rewound and lost acknowledged writes.)
+//! round prints its seed and what the cut caught (writes in flight torn, unflushed data). A
+//! failing round keeps its device write logs and cut point and names the directory and the
+//! `replay-cut` command that rebuilds the crashed images (see `common::CrashRound`).
+//!
+//! (This test found that a space-log checkpoint taken while log blocks were being allocated for
+//! the next txg recorded them twice, so an import rewound and lost acknowledged writes.)
 
 mod common;
 
@@ -308,9 +312,11 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         scenario.throughput,
         scenario.trip_after_ops
     );
-    let dir = tempfile::tempdir().expect("tempdir");
+    // Kept, with the write logs and cut point, if this round panics.
+    let dir = common::CrashRound::new();
     let power = Arc::new(PowerSwitch::with_seed(seed));
-    let pool = create_pool(dir.path(), &scenario, opener(seed, Some(power.clone())));
+    let recording = common::recording_opener(seed, Some(power.clone()), Some(dir.record_dir()));
+    let pool = create_pool(dir.path(), &scenario, recording);
     let logbias = if scenario.throughput {
         "throughput"
     } else {
@@ -371,6 +377,8 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
     let cut = power
         .last_cut()
         .expect("a writer failed: the switch tripped");
+    dir.write_cut_point(&format!("zil_crash.rs {label}: {cut}"));
+    eprintln!("zil crash {label}: {cut}");
     assert!(
         cut.tripped_by.is_some(),
         "{label}: the cut did not happen mid-workload ({cut})"
@@ -409,7 +417,6 @@ fn cut_seed(seed: u64) -> (CutReport, u64) {
     for attempt in 1..=4u64 {
         match run_seed(seed, trip) {
             Round::Cut { report, in_place } => {
-                eprintln!("zil crash seed {seed}: {report}");
                 return (report, in_place);
             }
             Round::Finished { ops } => {
@@ -424,7 +431,18 @@ fn cut_seed(seed: u64) -> (CutReport, u64) {
 #[test]
 fn acknowledged_sync_writes_survive_power_cuts() {
     if let Ok(seed) = std::env::var("CAIRN_ZIL_CRASH_SEED") {
-        let (_, in_place) = cut_seed(seed.parse().expect("CAIRN_ZIL_CRASH_SEED is a number"));
+        let seed = seed.parse().expect("CAIRN_ZIL_CRASH_SEED is a number");
+        // The failure message names the cut point; CAIRN_ZIL_CRASH_TRIP replays that one.
+        let trip: Option<u64> = std::env::var("CAIRN_ZIL_CRASH_TRIP")
+            .ok()
+            .map(|v| v.parse().expect("CAIRN_ZIL_CRASH_TRIP is a number"));
+        let in_place = match trip {
+            Some(trip) => match run_seed(seed, Some(trip)) {
+                Round::Cut { in_place, .. } => in_place,
+                Round::Finished { ops } => panic!("finished after {ops} operations, uncut"),
+            },
+            None => cut_seed(seed).1,
+        };
         eprintln!("records written in place: {in_place}");
         return;
     }
