@@ -94,8 +94,11 @@ pub type DeviceOpener =
 /// files are never affected.
 pub fn default_opener() -> DeviceOpener {
     let power = injected_power_cut();
+    // With `CAIRN_INJECT_RECORD_DIR=DIR` as well, emulated devices log what reaches their media
+    // in DIR (`cairn_device::record`), so a crash test can rebuild the images a cut left.
+    let record_dir = std::env::var_os("CAIRN_INJECT_RECORD_DIR").map(std::path::PathBuf::from);
     Arc::new(move |spec, create_size_bytes| {
-        cairn_device::spec::open_device(
+        cairn_device::spec::open_device_recorded(
             spec,
             cairn_device::file::FileOptions {
                 create_size_bytes,
@@ -105,6 +108,7 @@ pub fn default_opener() -> DeviceOpener {
                 power: power.clone(),
                 ..cairn_device::emulated::EmuOptions::default()
             },
+            record_dir.as_deref(),
         )
     })
 }

@@ -20,7 +20,9 @@
 //! server printed its cut report while the client still had requests to send, and the client
 //! saw the server fail), plus 40 runs (one in five) with no power cut, SIGKILLed mid-workload
 //! with requests in flight (the emulated caches die with the process). Each run prints its seed
-//! and how it ended. The engine-level test (cairn-engine/tests/zil_crash.rs) covers 200 points
+//! and how it ended; a failing run keeps the devices' write logs (from pool creation to the
+//! cut) and cut point and names the directory and the `replay-cut` command that rebuilds the
+//! crashed images. The engine-level test (cairn-engine/tests/zil_crash.rs) covers 200 points
 //! per run through the same volume API; this one proves the whole program, wire to disk.
 
 mod nbd_common;
@@ -264,25 +266,67 @@ fn verify(socket: &std::path::Path, model: &Model, label: &str, durable_floor: b
 }
 
 /// A pool of emulated ssd-sata devices with a log device (`devs/slog.img`, returned) and the
-/// test volume, with `properties` (`name=value`).
-fn create_pool_with_log(env: &Env, properties: &[&str]) -> String {
+/// test volume, with `properties` (`name=value`). With `record`, the devices' media writes go to
+/// write logs there from the start (`CAIRN_INJECT_RECORD_DIR`).
+fn create_pool_with_log(
+    env: &Env,
+    properties: &[&str],
+    record: Option<&std::path::Path>,
+) -> String {
     let (d0, slog) = (env.dev("d0.img"), env.dev("slog.img"));
-    env.ok(&[
-        "pool",
-        "create",
-        "--size",
-        "256M",
-        "tank",
-        &format!("emu:ssd-sata:{d0}"),
-        "log",
-        &format!("emu:ssd-sata:{slog}"),
-    ]);
-    env.create_volume(
-        "tank/vol",
-        &format!("{}", VOLUME_BLOCKS * BLOCK),
-        properties,
-    );
+    let size = format!("{}", VOLUME_BLOCKS * BLOCK);
+    let d0_spec = format!("emu:ssd-sata:{d0}");
+    let slog_spec = format!("emu:ssd-sata:{slog}");
+    let create_pool = [
+        "pool", "create", "--size", "256M", "tank", &d0_spec, "log", &slog_spec,
+    ];
+    let mut create_volume = vec!["create", "-V", &size];
+    for property in properties {
+        create_volume.extend(["-o", property]);
+    }
+    create_volume.push("tank/vol");
+    for args in [&create_pool[..], &create_volume[..]] {
+        let mut cmd = env.cairn_command();
+        if let Some(dir) = record {
+            cmd.env("CAIRN_INJECT_RECORD_DIR", dir);
+        }
+        let run = run_limited(cmd.args(args), TOOL_TIME);
+        assert!(run.success(), "cairn {args:?} failed:\n{}", run.describe());
+    }
     slog
+}
+
+/// Where a round's device write logs and cut point go: kept, and named on stderr with the
+/// command that rebuilds the crashed images, if the round panics.
+struct KeptOnFailure(Option<tempfile::TempDir>);
+
+impl KeptOnFailure {
+    fn new() -> KeptOnFailure {
+        KeptOnFailure(Some(
+            tempfile::Builder::new()
+                .prefix("cairn-zil-nbd-record-")
+                .tempdir()
+                .expect("tempdir"),
+        ))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.as_ref().expect("lives as long as the round").path()
+    }
+}
+
+impl Drop for KeptOnFailure {
+    fn drop(&mut self) {
+        if let (true, Some(dir)) = (std::thread::panicking(), self.0.take()) {
+            let kept = dir.keep();
+            eprintln!(
+                "this round's device write logs and cut point are kept in {dir}; rebuild the \
+                 crashed images with:\n  cargo run -p cairn-device --example replay-cut -- {dir}\n\
+                 then inspect them with `cairn pool import -d {dir}/crashed tank`",
+                dir = kept.display()
+            );
+        }
+    }
 }
 
 /// Serves the pool with the power switch armed to trip after `trip_after` device operations
@@ -295,8 +339,12 @@ fn cut_run(
     queue_depth: usize,
     trip_after: Option<u64>,
     label: &str,
+    record: Option<&std::path::Path>,
 ) -> (Model, String) {
     let mut vars = vec![("CAIRN_INJECT_SEED", seed.to_string())];
+    if let Some(dir) = record {
+        vars.push(("CAIRN_INJECT_RECORD_DIR", dir.display().to_string()));
+    }
     if let Some(ops) = trip_after {
         vars.push(("CAIRN_INJECT_POWER_CUT_AFTER_OPS", ops.to_string()));
     }
@@ -321,10 +369,14 @@ fn cut_run(
         std::thread::sleep(Duration::from_millis(20));
         cut_report = find_report(&server.stderr());
     }
-    eprintln!(
+    let summary = format!(
         "{label}: {ending}; {}",
         cut_report.as_deref().unwrap_or("no power cut")
     );
+    eprintln!("{summary}");
+    if let Some(dir) = record {
+        std::fs::write(dir.join("cut.txt"), format!("zil_nbd.rs {summary}\n")).expect("cut.txt");
+    }
     match trip_after {
         Some(_) => assert!(
             cut_report.is_some() && ending != "workload completed",
@@ -352,7 +404,9 @@ fn run_seed(seed: u64) -> bool {
     } else {
         &[]
     };
-    create_pool_with_log(&env, properties);
+    // Declared after `env`, so it is dropped (and kept, on a panic) first.
+    let record = KeptOnFailure::new();
+    create_pool_with_log(&env, properties, Some(record.path()));
     let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
     let mut rng = Rng(seed ^ 0xc0ffee);
     // Some runs are never cut: SIGKILL alone (the emulated caches die with the process).
@@ -366,7 +420,14 @@ fn run_seed(seed: u64) -> bool {
     let label = format!(
         "seed {seed} (QD{queue_depth}, writes in place {in_place}, power cut after {trip_after:?} device ops)"
     );
-    let (model, ending) = cut_run(&env, seed, queue_depth, trip_after, &label);
+    let (model, ending) = cut_run(
+        &env,
+        seed,
+        queue_depth,
+        trip_after,
+        &format!("{label} (write logs in {})", record.path().display()),
+        Some(record.path()),
+    );
 
     let mut server = env.serve();
     verify(
@@ -409,11 +470,11 @@ fn a_lost_log_device_is_a_clear_error_then_the_pool_comes_back_consistent() {
     for seed in 101..=106u64 {
         let _heavy = heavy();
         let env = Env::new();
-        let slog = create_pool_with_log(&env, &[]);
+        let slog = create_pool_with_log(&env, &[], None);
         let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
         let trip_after = 100 + Rng(seed).below(300);
         let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} ops)");
-        let (model, ending) = cut_run(&env, seed, queue_depth, Some(trip_after), &label);
+        let (model, ending) = cut_run(&env, seed, queue_depth, Some(trip_after), &label, None);
         std::fs::remove_file(&slog).unwrap();
 
         // A socket path that cannot be bound: a server that opened the pool stops there
