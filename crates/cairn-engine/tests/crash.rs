@@ -11,6 +11,9 @@
 //! its seed and what the cut caught; `CAIRN_CRASH_SEED` runs one seed only. A failing round
 //! keeps its device write logs and cut point and names the directory and the `replay-cut`
 //! command that rebuilds the crashed images (see `common::CrashRound`).
+//!
+//! A second test cuts every operation of one txg sync in turn (18 on this mirror), so each
+//! write of a sync — data, metadata, space log, every uberblock copy — is torn in flight once.
 
 mod common;
 
@@ -247,5 +250,93 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
     }
     eprintln!(
         "crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight"
+    );
+}
+
+/// Every cut point of one txg sync, one after the other: whichever write the cut catches in
+/// flight and tears (data, metadata, the space log, a label's uberblock copy), the pool imports
+/// at the synced txg or at the one being synced (a torn uberblock copy fails its checksum and
+/// the previous one is used), holds exactly that txg's contents (the new one if the sync
+/// returned Ok), and `check` is clean.
+#[test]
+fn every_cut_point_of_one_sync_leaves_one_of_the_two_txgs() {
+    let write_round = |pool: &cairn_engine::Pool, fill: u8| {
+        let volume = pool.volume("tank/vol").expect("volume");
+        for block in (0..VOLUME_SIZE / BLOCK_SIZE).step_by(7) {
+            let data = vec![fill.wrapping_add(block as u8) | 1; BLOCK_SIZE as usize];
+            volume.write(block * BLOCK_SIZE, &data).expect("write");
+        }
+        let mut contents = vec![0u8; VOLUME_SIZE as usize];
+        volume.read(0, &mut contents).expect("read");
+        contents
+    };
+    let mut sync_ops = None;
+    let (mut cut_point, mut torn, mut new_txg) = (1u64, 0u64, 0u64);
+    while sync_ops.is_none_or(|ops| cut_point <= ops) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = fresh_pool_with_volume(dir.path(), None);
+        let power = Arc::new(PowerSwitch::with_seed(cut_point));
+        let pool = import(&paths, emulated_opener(cut_point, Some(power.clone()))).expect("import");
+        let synced = write_round(&pool, 0x10);
+        pool.sync().expect("first sync");
+        let in_flight = write_round(&pool, 0x80);
+        let before = power.ops_seen();
+        if sync_ops.is_some() {
+            power.arm_after_ops(cut_point);
+        }
+        let outcome = pool.sync();
+        if sync_ops.is_none() {
+            // The first round, not cut, measures how many operations a sync takes.
+            assert!(outcome.is_ok() && !power.tripped(), "the calibration sync");
+            sync_ops = Some(power.ops_seen() - before);
+            power.cut_now();
+            continue;
+        }
+        let label = format!("cut at operation {cut_point} of the sync");
+        let cut = power
+            .last_cut()
+            .unwrap_or_else(|| panic!("{label}: the switch did not trip"));
+        torn += u64::from(cut.in_flight_sectors_landed > 0 && cut.in_flight_sectors_lost > 0);
+        drop(pool);
+        let pool = import(&paths, plain_opener())
+            .unwrap_or_else(|err| panic!("{label} ({cut}): import failed: {err}"));
+        let report = pool.check().expect("check runs");
+        assert!(
+            report.is_clean(),
+            "{label} ({cut}): {:?}",
+            report.problems()
+        );
+        let volume = pool.volume("tank/vol").expect("volume");
+        let mut contents = vec![0u8; VOLUME_SIZE as usize];
+        volume.read(0, &mut contents).expect("read back");
+        // A sync may return Ok although the power went during it: on a mirror, once one side
+        // has its uberblock flushed. Then that txg must be the one imported.
+        assert!(
+            contents == in_flight || (outcome.is_err() && contents == synced),
+            "{label} ({cut}): the volume holds neither the synced txg nor the one in flight \
+             (the sync returned {outcome:?})"
+        );
+        new_txg += u64::from(contents == in_flight);
+        drop(volume);
+        pool.close().expect("close");
+        cut_point += 1;
+    }
+    let ops = sync_ops.expect("calibrated");
+    eprintln!(
+        "one sync: {ops} operations, each cut; {torn} cuts tore a write in part, \
+         {new_txg} left the new txg"
+    );
+    // Cuts before the first uberblock copy lands leave the old txg, later ones the new one.
+    assert!(
+        new_txg > 0 && new_txg < ops,
+        "{new_txg} of {ops} cuts left the new txg"
+    );
+    assert!(
+        ops >= 6,
+        "a sync of data, metadata and uberblocks takes {ops} operations"
+    );
+    assert!(
+        torn * 2 >= ops,
+        "only {torn} of {ops} cuts tore a write in part"
     );
 }
