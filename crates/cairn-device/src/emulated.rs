@@ -7,19 +7,34 @@
 //!    mechanism for the disk, N channels and one link for flash), so concurrent callers queue as
 //!    on real hardware. On a `VirtualClock` nothing sleeps and tests compute IOPS and MB/s from
 //!    virtual time; with no clock there is no latency at all.
-//! 2. Durability. Models with a volatile write cache (hdd-7200, ssd-sata) keep acknowledged
-//!    writes in memory (`cache::WriteCache`) until a flush writes them to the backing device and
-//!    flushes it. Reads overlay cached writes on the backing's bytes. `power_cut` drops the
-//!    cache (optionally tearing some writes: a random subset of their 512-byte sectors lands),
-//!    and from then on every call fails with `PoweredOff`. Killing the process loses the cache
-//!    the same way, because it only ever lived in memory. Optionally a seeded coin destages a
-//!    random cached write early after each write, as real drives do in no particular order.
-//!    Models without a volatile cache write straight through: acknowledged means durable.
-//!    A FUA write (`write_vectored_at_fua`) goes straight to the backing device (dropping any
-//!    older cached copy of its range) and, on the disk, completes once the model has destaged
-//!    it. Every flush ends with a flush of the backing device, so the host's copy is durable too;
-//!    on a real clock a request takes the longer of the model's time and the backing's own time
-//!    (put backing files on tmpfs for what-if runs of fast models).
+//! 2. Durability. Models with a volatile write cache (hdd-7200, ssd-sata, nvme) keep
+//!    acknowledged writes in memory (`cache::WriteCache`) until a flush writes them to the
+//!    backing device and flushes it. Reads overlay cached writes on the backing's bytes.
+//!    Models with power-loss protection (ssd-plp) and the RAM disk keep no volatile state:
+//!    acknowledged means durable. Optionally a seeded coin destages a random cached write early
+//!    after each write, as real drives do in no particular order. A FUA write
+//!    (`write_vectored_at_fua`) goes straight to the backing device (dropping any older cached
+//!    copy of its range) and, on the disk, completes once the model has destaged it. Every flush
+//!    ends with a flush of the backing device, so the host's copy is durable too; on a real
+//!    clock a request takes the longer of the model's time and the backing's own time (put
+//!    backing files on tmpfs for what-if runs of fast models).
+//!
+//!    What a power cut (`power_cut`, or a `PowerSwitch` tripping) leaves, as on real hardware:
+//!    - a write that returned is on media if it was a FUA write, if a flush returned after it,
+//!      or if the model has no volatile cache; a cached one may be lost, or torn (a random
+//!      subset of its 512-byte sectors lands);
+//!    - a write in flight (submitted, not yet returned; FUA and multi-buffer writes included)
+//!      lands in part: each of its sectors independently, whether it was still on its way, in
+//!      the cache or already on the backing device (rolled back from an undo image). It then
+//!      fails with `PoweredOff`, never `Ok`. A write that trips the switch is in flight. Only
+//!      devices fed by a `PowerSwitch` track writes in flight (each keeps a copy of its bytes and
+//!      an undo image until it returns); a bare `power_cut` lands them whole;
+//!    - a discard is durable on return on models without a volatile cache; on the others only
+//!      after a flush, and a cut may lose it. The discard that trips the switch is lost;
+//!    - a sector is never split, and never holds bytes older than an acknowledged durable write.
+//!
+//!    Afterwards every call fails with `PoweredOff`. Killing the process loses the cache the
+//!    same way, because it only ever lived in memory.
 //! 3. Faults. `FaultConfig` (changeable at run time) injects read/write EIO, bit flips in read
 //!    data, misdirected writes, lost writes and a missing device; `corrupt_backing` damages the
 //!    stored bytes directly.
@@ -35,6 +50,7 @@
 
 mod cache;
 mod hdd;
+mod inflight;
 mod model;
 mod power;
 
@@ -48,10 +64,12 @@ use rand::{Rng, SeedableRng};
 
 pub use crate::clock::{Clock, RealClock, VirtualClock};
 use crate::device::{Device, DeviceError, check_range};
+pub use inflight::InFlightTear;
 pub use model::{DeviceModel, ModelTimer, TimedOp};
-pub use power::PowerSwitch;
+pub use power::{CutReport, OpKind, PowerSwitch};
 
 use cache::WriteCache;
+use inflight::InFlight;
 use power::Verdict;
 
 /// Size of the sectors a torn write is made of.
@@ -143,8 +161,49 @@ pub struct EmuStats {
 struct Inner {
     rng: SmallRng,
     cache: WriteCache,
+    /// Discards acknowledged but not yet flushed (models with a volatile cache only): a cut
+    /// may lose them. Never overlap a cached write; newer than the backing's bytes they cover.
+    pending_discards: Vec<(u64, u64)>,
+    /// Writes submitted and not yet returned (only on a device fed by a `PowerSwitch`).
+    in_flight: InFlight,
     faults: FaultConfig,
     stats: EmuStats,
+}
+
+impl Inner {
+    /// A write of `[offset, offset + len)` supersedes the pending discards it overlaps.
+    fn trim_discards(&mut self, offset: u64, len: u64) {
+        if self.pending_discards.is_empty() {
+            return;
+        }
+        let end = offset + len;
+        let mut kept = Vec::with_capacity(self.pending_discards.len() + 1);
+        for &(start, length) in &self.pending_discards {
+            let stop = start + length;
+            if stop <= offset || start >= end {
+                kept.push((start, length));
+                continue;
+            }
+            if start < offset {
+                kept.push((start, offset - start));
+            }
+            if stop > end {
+                kept.push((end, stop - end));
+            }
+        }
+        self.pending_discards = kept;
+    }
+}
+
+/// What one device lost or tore at a power cut.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCut {
+    /// The writes in flight, torn sector by sector.
+    pub in_flight: InFlightTear,
+    /// Acknowledged writes still in the volatile cache (torn or dropped).
+    pub cached_writes: u64,
+    /// Acknowledged discards not yet flushed (each kept or lost).
+    pub pending_discards: u64,
 }
 
 /// A backing device behaving like `model`.
@@ -191,6 +250,8 @@ impl EmulatedDevice {
             inner: Mutex::new(Inner {
                 rng: SmallRng::seed_from_u64(options.seed),
                 cache: WriteCache::default(),
+                pending_discards: Vec::new(),
+                in_flight: InFlight::default(),
                 faults: FaultConfig::default(),
                 stats: EmuStats::default(),
             }),
@@ -242,16 +303,27 @@ impl EmulatedDevice {
         self.power.read().is_none()
     }
 
-    /// Cuts the power: cached writes are lost; with `tear`, a seeded subset of them first gets a
-    /// random subset of their 512-byte sectors onto the backing device. Afterwards every call
-    /// fails with `PoweredOff` and the backing device is released. Idempotent.
-    pub fn power_cut(&self, tear: bool) {
+    /// Cuts the power. Writes in flight (submitted, not returned) land in part: a random
+    /// subset of their sectors. Cached writes are lost; with `tear`, a seeded subset of them
+    /// first gets a random subset of their 512-byte sectors onto the backing device, and each
+    /// unflushed discard happens or not by a coin flip (without `tear`, none does). Afterwards
+    /// every call fails with `PoweredOff` and the backing device is released. Idempotent: a
+    /// second cut reports nothing.
+    pub fn power_cut(&self, tear: bool) -> DeviceCut {
         let mut power = self.power.write();
         let Some(backing) = power.take() else {
-            return;
+            return DeviceCut::default();
         };
         let mut inner = self.inner.lock();
+        let inner = &mut *inner;
+        let mut cut = DeviceCut {
+            in_flight: inner.in_flight.tear(&mut inner.rng, &*backing),
+            ..DeviceCut::default()
+        };
         let pending = inner.cache.drain();
+        cut.cached_writes = pending.len() as u64;
+        let discards = std::mem::take(&mut inner.pending_discards);
+        cut.pending_discards = discards.len() as u64;
         if tear {
             for p in &pending {
                 if !inner.rng.random_bool(0.5) {
@@ -270,8 +342,15 @@ impl EmulatedDevice {
                     pos = piece_end;
                 }
             }
+            for (offset, len) in discards {
+                if inner.rng.random_bool(0.5) {
+                    // As above: a failed discard is a discard that did not happen.
+                    let _ = backing.discard(offset, len);
+                }
+            }
         }
         inner.stats.powered_off = true;
+        cut
     }
 
     /// Flips one random bit in each 4 KiB of `[offset, offset + len)` on the backing device
@@ -317,9 +396,9 @@ impl EmulatedDevice {
         check_range(self, op, offset, len)
     }
 
-    /// Counts a write or flush on the power switch, which may trip now.
-    fn count_on_switch(&self) -> Result<(), DeviceError> {
-        match self.switch.get().map(|s| s.count_op()) {
+    /// Counts a write, flush or discard on the power switch, which may trip now.
+    fn count_on_switch(&self, kind: OpKind) -> Result<(), DeviceError> {
+        match self.switch.get().map(|s| s.count_op(kind)) {
             Some(Verdict::PoweredOff) => Err(self.powered_off()),
             _ => Ok(()),
         }
@@ -337,12 +416,39 @@ impl EmulatedDevice {
         }
     }
 
-    /// A write, with Force Unit Access or not: faults, then the cache (or, for FUA and for
-    /// models without a volatile cache, the backing device), then the model's timing.
+    /// A write, with Force Unit Access or not. On a device fed by a power switch the write is
+    /// registered as in flight before it is counted (so the write that trips the switch is
+    /// torn by the cut) until it returns: one a cut caught fails with `PoweredOff`.
     fn write_impl(&self, offset: u64, bufs: &[&[u8]], fua: bool) -> Result<(), DeviceError> {
         let len: u64 = bufs.iter().map(|b| b.len() as u64).sum();
         self.precheck("write", offset, len)?;
-        self.count_on_switch()?;
+        let tracked = self
+            .switch
+            .get()
+            .map(|_| self.inner.lock().in_flight.begin(offset, bufs));
+        let result = self.write_tracked(offset, bufs, len, fua, tracked);
+        let Some(id) = tracked else {
+            return result;
+        };
+        if !self.inner.lock().in_flight.finish(id) {
+            // A cut caught this write in flight: some of its sectors may be missing.
+            return Err(self.powered_off());
+        }
+        result
+    }
+
+    /// The body of a write: the switch, faults, then the cache (or, for FUA and for models
+    /// without a volatile cache, the backing device), then the model's timing.
+    fn write_tracked(
+        &self,
+        offset: u64,
+        bufs: &[&[u8]],
+        len: u64,
+        fua: bool,
+        tracked: Option<u64>,
+    ) -> Result<(), DeviceError> {
+        let kind = if fua { OpKind::WriteFua } else { OpKind::Write };
+        self.count_on_switch(kind)?;
         let power = self.power.read();
         let Some(backing) = power.as_ref() else {
             return Err(self.powered_off());
@@ -369,38 +475,35 @@ impl EmulatedDevice {
         }
         inner.stats.writes += 1;
         inner.stats.write_bytes += len;
+        let volatile = self.model.has_volatile_cache();
+        let straight_to_media = !lost && (fua || !volatile);
+        if !lost {
+            inner.trim_discards(target, len);
+        }
+        if let Some(id) = tracked {
+            if straight_to_media {
+                let mut undo = vec![0u8; len as usize];
+                backing.read_at(target, &mut undo)?;
+                inner.in_flight.applied(id, target, undo);
+            } else {
+                inner.in_flight.settled(id, target, len);
+            }
+        }
         if lost {
             inner.stats.injected_lost_writes += 1;
-        } else if fua && self.model.has_volatile_cache() {
+        } else if fua && volatile {
             // Straight to the platter: an older cached copy of the range must not be destaged
             // over it later, and the host's copy must be durable too.
             inner.cache.trim(target, len);
             backing.write_vectored_at_fua(target, bufs)?;
-        } else if self.model.has_volatile_cache() {
+        } else if volatile {
             inner.cache.insert(target, bufs.concat());
-            while inner.cache.bytes() > self.model.volatile_cache_bytes() {
-                let oldest = inner.cache.pop_oldest().expect("a non-empty cache");
-                if let Err(e) = backing.write_at(oldest.offset, &oldest.data) {
-                    inner.cache.restore(oldest);
-                    return Err(e);
-                }
-                inner.stats.overflow_destages += 1;
-            }
-            if !inner.cache.is_empty() && roll(&mut inner.rng, self.destage_probability) {
-                let entries = inner.cache.len();
-                let n = inner.rng.random_range(0..entries);
-                let early = inner.cache.remove_nth(n).expect("n < len");
-                if let Err(e) = backing.write_at(early.offset, &early.data) {
-                    inner.cache.restore(early);
-                    return Err(e);
-                }
-                inner.stats.early_destages += 1;
-            }
+            self.destage_for_space(&mut inner, &**backing)?;
         }
         // Never held while waiting for the model: other requests must be able to arrive (and
         // queue on the device) meanwhile.
         drop(inner);
-        if !lost && !self.model.has_volatile_cache() {
+        if straight_to_media && !volatile {
             // No volatile cache: acknowledged means durable, for the host's copy as well when
             // the write asked for it.
             if fua {
@@ -416,6 +519,34 @@ impl EmulatedDevice {
             TimedOp::Write { offset, len }
         };
         self.complete(arrival, op);
+        Ok(())
+    }
+
+    /// After a write into the cache: destages the oldest entries while the cache is over its
+    /// size, then maybe one random entry early (the seeded coin).
+    fn destage_for_space(
+        &self,
+        inner: &mut Inner,
+        backing: &dyn Device,
+    ) -> Result<(), DeviceError> {
+        while inner.cache.bytes() > self.model.volatile_cache_bytes() {
+            let oldest = inner.cache.pop_oldest().expect("a non-empty cache");
+            if let Err(e) = backing.write_at(oldest.offset, &oldest.data) {
+                inner.cache.restore(oldest);
+                return Err(e);
+            }
+            inner.stats.overflow_destages += 1;
+        }
+        if !inner.cache.is_empty() && roll(&mut inner.rng, self.destage_probability) {
+            let entries = inner.cache.len();
+            let n = inner.rng.random_range(0..entries);
+            let early = inner.cache.remove_nth(n).expect("n < len");
+            if let Err(e) = backing.write_at(early.offset, &early.data) {
+                inner.cache.restore(early);
+                return Err(e);
+            }
+            inner.stats.early_destages += 1;
+        }
         Ok(())
     }
 
@@ -490,13 +621,21 @@ impl Device for EmulatedDevice {
 
     fn flush(&self) -> Result<(), DeviceError> {
         self.precheck("flush", 0, 0)?;
-        self.count_on_switch()?;
+        self.count_on_switch(OpKind::Flush)?;
         let power = self.power.read();
         let Some(backing) = power.as_ref() else {
             return Err(self.powered_off());
         };
         let arrival = self.now();
         let mut inner = self.inner.lock();
+        // Discards first: they never overlap a cached write, and are newer than the backing's
+        // bytes they cover.
+        while let Some((offset, len)) = inner.pending_discards.pop() {
+            if let Err(e) = backing.discard(offset, len) {
+                inner.pending_discards.push((offset, len));
+                return Err(e);
+            }
+        }
         while let Some(p) = inner.cache.pop_oldest() {
             if let Err(e) = backing.write_at(p.offset, &p.data) {
                 inner.cache.restore(p);
@@ -511,8 +650,12 @@ impl Device for EmulatedDevice {
         Ok(())
     }
 
+    /// A discard goes through the power switch like a write. On a model with a volatile cache it
+    /// is only durable after a flush (a cut may lose it); on the others once it returns. The
+    /// discard that trips the switch is lost.
     fn discard(&self, offset: u64, len: u64) -> Result<(), DeviceError> {
         self.precheck("discard", offset, len)?;
+        self.count_on_switch(OpKind::Discard)?;
         let power = self.power.read();
         let Some(backing) = power.as_ref() else {
             return Err(self.powered_off());
@@ -520,7 +663,12 @@ impl Device for EmulatedDevice {
         let arrival = self.now();
         let mut inner = self.inner.lock();
         inner.cache.trim(offset, len);
-        backing.discard(offset, len)?;
+        if self.model.has_volatile_cache() {
+            inner.trim_discards(offset, len);
+            inner.pending_discards.push((offset, len));
+        } else {
+            backing.discard(offset, len)?;
+        }
         inner.stats.discards += 1;
         drop(inner);
         drop(power);

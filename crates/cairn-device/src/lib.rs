@@ -13,6 +13,8 @@
 //! - `queue`: one `LeafQueue` per leaf, with priority classes and an offset-ordered view that
 //!   merges adjacent requests into one vectored I/O.
 //! - `spec`: the `emu:MODEL:PATH` device naming used on the command line and in labels.
+//! - `record`: a write log of what reached a device's media, and `replay`, which rebuilds the
+//!   images from it (crash tests keep it for a failing seed).
 //!
 //! Invariant: a successful `flush` means every write that completed before it was issued is on
 //! stable media. Nothing above this layer may assume more than that.
@@ -23,6 +25,7 @@ pub mod emulated;
 pub mod file;
 pub mod mem;
 pub mod queue;
+pub mod record;
 pub mod spec;
 
 pub use clock::{Clock, RealClock, VirtualClock};

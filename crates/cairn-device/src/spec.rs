@@ -91,6 +91,17 @@ pub fn open_device(
     file: FileOptions,
     emu: EmuOptions,
 ) -> Result<Arc<dyn Device>, DeviceError> {
+    open_device_recorded(spec, file, emu, None)
+}
+
+/// Like `open_device`; with `record_dir`, an emulated device's media writes also go to a write
+/// log in that directory (`crate::record`), so a crash test can rebuild what a cut left.
+pub fn open_device_recorded(
+    spec: &DeviceSpec,
+    file: FileOptions,
+    emu: EmuOptions,
+    record_dir: Option<&std::path::Path>,
+) -> Result<Arc<dyn Device>, DeviceError> {
     let model = match &spec.model {
         None => None,
         Some(name) => Some(
@@ -104,10 +115,18 @@ pub fn open_device(
         ),
     };
     let backing = FileDevice::open(&spec.path, file)?;
-    Ok(match model {
-        None => Arc::new(backing),
-        Some(model) => EmulatedDevice::new(Arc::new(backing), model, emu),
-    })
+    let Some(model) = model else {
+        return Ok(Arc::new(backing));
+    };
+    let mut backing: Arc<dyn Device> = Arc::new(backing);
+    if let Some(dir) = record_dir {
+        let name = spec
+            .path
+            .file_name()
+            .map_or("device".into(), |name| name.to_string_lossy().into_owned());
+        backing = Arc::new(crate::record::RecordingDevice::new(backing, dir, &name)?);
+    }
+    Ok(EmulatedDevice::new(backing, model, emu))
 }
 
 #[cfg(test)]
@@ -158,6 +177,8 @@ mod tests {
         assert_eq!(device.describe(), spec.to_string());
         assert_eq!(device.concurrency_hint(), 8);
         device.write_at(0, b"hello").unwrap();
+        // The nvme model has a volatile cache: only a flush puts the bytes in the file.
+        device.flush().unwrap();
         drop(device);
 
         let plain = DeviceSpec::parse(&path.display().to_string()).unwrap();

@@ -107,13 +107,18 @@ pub type DeviceOpener =
 ///
 /// Fault injection for crash tests of the whole program (our `zinject`): when the environment
 /// sets `CAIRN_INJECT_POWER_CUT_AFTER_OPS=N`, every emulated device this process opens is fed
-/// by one power switch that trips at the N-th write or flush across them — unflushed writes
-/// are dropped or torn (seeded by `CAIRN_INJECT_SEED`) and every later operation fails, as if
-/// the machine lost power. Plain files are never affected.
+/// by one power switch that trips at the N-th write, flush or discard across them — writes in
+/// flight land in part, unflushed writes are dropped or torn (seeded by `CAIRN_INJECT_SEED`) and
+/// every later operation fails, as if the machine lost power; the process then prints one line
+/// `cairn: fault injection: power cut at operation N ...` saying what the cut caught. Plain
+/// files are never affected.
 pub fn default_opener() -> DeviceOpener {
     let power = injected_power_cut();
+    // With `CAIRN_INJECT_RECORD_DIR=DIR` as well, emulated devices log what reaches their media
+    // in DIR (`cairn_device::record`), so a crash test can rebuild the images a cut left.
+    let record_dir = std::env::var_os("CAIRN_INJECT_RECORD_DIR").map(std::path::PathBuf::from);
     Arc::new(move |spec, create_size_bytes| {
-        cairn_device::spec::open_device(
+        cairn_device::spec::open_device_recorded(
             spec,
             cairn_device::file::FileOptions {
                 create_size_bytes,
@@ -123,6 +128,7 @@ pub fn default_opener() -> DeviceOpener {
                 power: power.clone(),
                 ..cairn_device::emulated::EmuOptions::default()
             },
+            record_dir.as_deref(),
         )
     })
 }
@@ -144,6 +150,8 @@ fn injected_power_cut() -> Option<Arc<cairn_device::emulated::PowerSwitch>> {
             let switch = Arc::new(cairn_device::emulated::PowerSwitch::with_seed(seed));
             switch.arm_after_ops(ops);
             eprintln!("cairn: fault injection: power cut after {ops} device operations");
+            // Crash tests read this line to prove the power went while they were running.
+            switch.on_trip(|report| eprintln!("cairn: fault injection: power {report}"));
             Some(switch)
         })
         .clone()

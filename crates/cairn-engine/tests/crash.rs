@@ -1,14 +1,23 @@
 //! Crash consistency: a randomized volume workload on emulated disks with volatile write caches
-//! is power-cut at a seeded point (unflushed writes dropped, some torn); the pool must then
-//! import, pass `check`, and hold exactly the contents of the last durable txg — or of the txg
-//! whose commit was in flight when the power went, if its uberblock made it to media.
+//! is power-cut at a seeded point (writes in flight land in part, unflushed writes are dropped
+//! or torn, unflushed discards may be lost); the pool must then import, pass `check`, and hold
+//! exactly the contents of the last durable txg — or of the txg whose commit was in flight when
+//! the power went, if its uberblock made it to media.
 //!
-//! `CAIRN_CRASH_POINTS` sets how many seeded points run (default 200); `CAIRN_CRASH_SEED` runs
-//! one seed only. A failure prints the seed to reproduce it.
+//! Guaranteed per run: `CAIRN_CRASH_POINTS` (default 200) power cuts, each asserted to have
+//! happened mid-workload (the workload saw its sync or write fail before it finished, and the
+//! switch tripped on a device operation of the workload). A seed whose drawn cut point lies
+//! beyond the end of its workload is run again with a point drawn inside it. Each round prints
+//! its seed and what the cut caught; `CAIRN_CRASH_SEED` runs one seed only. A failing round
+//! keeps its device write logs and cut point and names the directory and the `replay-cut`
+//! command that rebuilds the crashed images (see `common::CrashRound`).
+//!
+//! A second test cuts every operation of one txg sync in turn (18 on this mirror), so each
+//! write of a sync — data, metadata, space log, every uberblock copy — is torn in flight once.
 
 mod common;
 
-use cairn_device::emulated::PowerSwitch;
+use cairn_device::emulated::{CutReport, PowerSwitch};
 use common::*;
 use std::sync::Arc;
 
@@ -94,10 +103,14 @@ fn admin_change(pool: &cairn_engine::Pool, rng: &mut Rng) -> Result<(), cairn_en
     }
 }
 
-/// A closed mirror pool with an empty `tank/vol`; returns its device paths.
-fn fresh_pool_with_volume(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+/// A closed mirror pool with an empty `tank/vol` (its writes logged in `record` if given);
+/// returns its device paths.
+fn fresh_pool_with_volume(
+    dir: &std::path::Path,
+    record: Option<std::path::PathBuf>,
+) -> Vec<std::path::PathBuf> {
     let paths = device_paths(dir, 2);
-    let pool = create_mirror(&paths, plain_opener());
+    let pool = create_mirror(&paths, recording_opener(0, None, record));
     pool.create_volume(
         "tank/vol",
         VOLUME_SIZE,
@@ -108,20 +121,40 @@ fn fresh_pool_with_volume(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     paths
 }
 
-fn run_seed(seed: u64, ops_before_cut: u64) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let paths = fresh_pool_with_volume(dir.path());
-    let power = Arc::new(PowerSwitch::new());
-    let pool =
-        import(&paths, emulated_opener(seed, Some(power.clone()))).expect("import before run");
+/// How a round ended.
+enum Round {
+    /// The power went mid-workload and the pool came back as it must.
+    Cut(CutReport),
+    /// The workload finished after this many device operations, before the cut point.
+    Finished { ops: u64 },
+}
+
+fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
+    let round = CrashRound::new();
+    let paths = fresh_pool_with_volume(round.path(), Some(round.record_dir()));
+    let power = Arc::new(PowerSwitch::with_seed(seed));
+    let opener = recording_opener(seed, Some(power.clone()), Some(round.record_dir()));
+    let pool = import(&paths, opener).expect("import before run");
+    let ops_before = power.ops_seen();
     power.arm_after_ops(ops_before_cut);
     let mut rng = Rng(seed);
     let outcome = workload(&pool, &mut rng);
-    if !power.tripped() {
-        // The workload ended first: cut now, with whatever is still unflushed.
-        power.arm_after_ops(1);
-        let _ = pool.sync();
+    let ops = power.ops_seen() - ops_before;
+    if outcome.in_flight.is_none() {
+        // The workload finished first (the switch may have tripped on background work after
+        // its last sync returned, which is not what this round is for).
+        power.disarm();
+        let _ = pool.close();
+        return Round::Finished { ops };
     }
+    let cut = power.last_cut().expect("a tripped switch reports its cut");
+    round.write_cut_point(&format!(
+        "crash.rs seed {seed}, armed to cut after {ops_before_cut} operations: {cut}"
+    ));
+    assert!(
+        outcome.in_flight.is_some() && cut.tripped_by.is_some(),
+        "seed {seed} cut {ops_before_cut}: the cut did not happen mid-workload ({cut})"
+    );
     drop(pool);
 
     let pool = import(&paths, plain_opener())
@@ -153,6 +186,7 @@ fn run_seed(seed: u64, ops_before_cut: u64) {
             .position(|(a, b)| a != b)
     );
     pool.close().expect("close after check");
+    Round::Cut(cut)
 }
 
 #[test]
@@ -167,7 +201,7 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
     // Calibrate: how many device writes and flushes does one full run take?
     let total_ops = {
         let dir = tempfile::tempdir().expect("tempdir");
-        let paths = fresh_pool_with_volume(dir.path());
+        let paths = fresh_pool_with_volume(dir.path(), None);
         let power = Arc::new(PowerSwitch::new());
         let pool = import(&paths, emulated_opener(1, Some(power.clone()))).expect("import");
         let seen_before = power.ops_seen();
@@ -185,8 +219,124 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
         Some(seed) => vec![seed],
         None => (1..=points).collect(),
     };
-    for seed in seeds {
-        let cut = 1 + Rng(seed ^ 0x5eed).below(total_ops + total_ops / 4);
-        run_seed(seed, cut);
+    let (mut cuts, mut torn_in_flight) = (0u64, 0u64);
+    for &seed in &seeds {
+        let mut cut = 1 + Rng(seed ^ 0x5eed).below(total_ops);
+        let mut attempts = 0;
+        let report = loop {
+            attempts += 1;
+            match run_seed(seed, cut) {
+                Round::Cut(report) => break report,
+                // This seed's workload is shorter than the calibration run's: cut inside it.
+                Round::Finished { ops } if attempts < 4 => {
+                    cut = 1 + Rng(seed ^ 0x5eed ^ attempts).below(ops.max(1))
+                }
+                Round::Finished { ops } => panic!(
+                    "seed {seed}: {attempts} attempts finished before their cut point \
+                     (last cut {cut}, {ops} operations)"
+                ),
+            }
+        };
+        eprintln!("crash seed {seed}: {report}");
+        cuts += 1;
+        torn_in_flight += u64::from(report.in_flight_writes > 0);
     }
+    assert_eq!(cuts, seeds.len() as u64, "every round cut mid-workload");
+    if seeds.len() >= 20 {
+        assert!(
+            torn_in_flight * 2 >= cuts,
+            "only {torn_in_flight} of {cuts} cuts caught a write in flight"
+        );
+    }
+    eprintln!(
+        "crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight"
+    );
+}
+
+/// Every cut point of one txg sync, one after the other: whichever write the cut catches in
+/// flight and tears (data, metadata, the space log, a label's uberblock copy), the pool imports
+/// at the synced txg or at the one being synced (a torn uberblock copy fails its checksum and
+/// the previous one is used), holds exactly that txg's contents (the new one if the sync
+/// returned Ok), and `check` is clean.
+#[test]
+fn every_cut_point_of_one_sync_leaves_one_of_the_two_txgs() {
+    let write_round = |pool: &cairn_engine::Pool, fill: u8| {
+        let volume = pool.volume("tank/vol").expect("volume");
+        for block in (0..VOLUME_SIZE / BLOCK_SIZE).step_by(7) {
+            let data = vec![fill.wrapping_add(block as u8) | 1; BLOCK_SIZE as usize];
+            volume.write(block * BLOCK_SIZE, &data).expect("write");
+        }
+        let mut contents = vec![0u8; VOLUME_SIZE as usize];
+        volume.read(0, &mut contents).expect("read");
+        contents
+    };
+    let mut sync_ops = None;
+    let (mut cut_point, mut torn, mut new_txg) = (1u64, 0u64, 0u64);
+    while sync_ops.is_none_or(|ops| cut_point <= ops) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let paths = fresh_pool_with_volume(dir.path(), None);
+        let power = Arc::new(PowerSwitch::with_seed(cut_point));
+        let pool = import(&paths, emulated_opener(cut_point, Some(power.clone()))).expect("import");
+        let synced = write_round(&pool, 0x10);
+        pool.sync().expect("first sync");
+        let in_flight = write_round(&pool, 0x80);
+        let before = power.ops_seen();
+        if sync_ops.is_some() {
+            power.arm_after_ops(cut_point);
+        }
+        let outcome = pool.sync();
+        if sync_ops.is_none() {
+            // The first round, not cut, measures how many operations a sync takes.
+            assert!(outcome.is_ok() && !power.tripped(), "the calibration sync");
+            sync_ops = Some(power.ops_seen() - before);
+            power.cut_now();
+            continue;
+        }
+        let label = format!("cut at operation {cut_point} of the sync");
+        let cut = power
+            .last_cut()
+            .unwrap_or_else(|| panic!("{label}: the switch did not trip"));
+        torn += u64::from(cut.in_flight_sectors_landed > 0 && cut.in_flight_sectors_lost > 0);
+        drop(pool);
+        let pool = import(&paths, plain_opener())
+            .unwrap_or_else(|err| panic!("{label} ({cut}): import failed: {err}"));
+        let report = pool.check().expect("check runs");
+        assert!(
+            report.is_clean(),
+            "{label} ({cut}): {:?}",
+            report.problems()
+        );
+        let volume = pool.volume("tank/vol").expect("volume");
+        let mut contents = vec![0u8; VOLUME_SIZE as usize];
+        volume.read(0, &mut contents).expect("read back");
+        // A sync may return Ok although the power went during it: on a mirror, once one side
+        // has its uberblock flushed. Then that txg must be the one imported.
+        assert!(
+            contents == in_flight || (outcome.is_err() && contents == synced),
+            "{label} ({cut}): the volume holds neither the synced txg nor the one in flight \
+             (the sync returned {outcome:?})"
+        );
+        new_txg += u64::from(contents == in_flight);
+        drop(volume);
+        pool.close().expect("close");
+        cut_point += 1;
+    }
+    let ops = sync_ops.expect("calibrated");
+    eprintln!(
+        "one sync: {ops} operations, each cut; {torn} cuts tore a write in part, \
+         {new_txg} left the new txg"
+    );
+    // Cuts before the first uberblock copy lands leave the old txg, later ones the new one.
+    assert!(
+        new_txg > 0 && new_txg < ops,
+        "{new_txg} of {ops} cuts left the new txg"
+    );
+    assert!(
+        ops >= 6,
+        "a sync of data, metadata and uberblocks takes {ops} operations"
+    );
+    assert!(
+        torn * 2 >= ops,
+        "only {torn} of {ops} cuts tore a write in part"
+    );
 }

@@ -13,14 +13,22 @@
 //! Each writer owns a disjoint region, so "later" is well defined per sector. Runs
 //! `CAIRN_ZIL_CRASH_POINTS` (default 200) seeds mixing QD1 and 8 writers, with and without a log
 //! device, 4K and 16K volblocksize, logbias latency and throughput (writes in place, only their
-//! block pointers logged); `CAIRN_ZIL_CRASH_SEED` replays one seed. (This test found that a
-//! space-log checkpoint taken while log blocks were being allocated for the next txg
-//! recorded them twice, so an import rewound and lost acknowledged writes.)
+//! block pointers logged); `CAIRN_ZIL_CRASH_SEED` replays one seed (with
+//! `CAIRN_ZIL_CRASH_TRIP`, at the cut point a failure names). Guaranteed per run: one power
+//! cut per seed, each asserted mid-workload (the switch tripped on a device operation while the
+//! writers ran, and a writer had an operation fail: some operations were acknowledged, not all);
+//! a seed whose drawn cut point lies beyond its workload runs again with a point inside it. Each
+//! round prints its seed and what the cut caught (writes in flight torn, unflushed data). A
+//! failing round keeps its device write logs and cut point and names the directory and the
+//! `replay-cut` command that rebuilds the crashed images (see `common::CrashRound`).
+//!
+//! (This test found that a space-log checkpoint taken while log blocks were being allocated for
+//! the next txg recorded them twice, so an import rewound and lost acknowledged writes.)
 
 mod common;
 
 use cairn_dataset::{Volume, WriteOptions};
-use cairn_device::emulated::PowerSwitch;
+use cairn_device::emulated::{CutReport, PowerSwitch};
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup};
 use common::Rng;
@@ -282,9 +290,20 @@ fn verify(volume: &cairn_dataset::Volume, regions: &[Region], label: &str) {
     }
 }
 
-/// Runs one seed; returns how many records were writes in place.
-fn run_seed(seed: u64) -> u64 {
-    let scenario = scenario(seed);
+/// How one attempt at a seed ended.
+enum Round {
+    /// Cut mid-workload and verified: what the cut caught, and records written in place.
+    Cut { report: CutReport, in_place: u64 },
+    /// The writers finished (after this many device operations) before the cut point.
+    Finished { ops: u64 },
+}
+
+/// Runs one seed, with its scenario's cut point unless `trip_after_ops` overrides it.
+fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
+    let mut scenario = scenario(seed);
+    if let Some(ops) = trip_after_ops {
+        scenario.trip_after_ops = ops;
+    }
     let label = format!(
         "seed {seed} ({} writers, log device {}, volblocksize {}, throughput {}, trip after {} ops)",
         scenario.writers,
@@ -293,9 +312,11 @@ fn run_seed(seed: u64) -> u64 {
         scenario.throughput,
         scenario.trip_after_ops
     );
-    let dir = tempfile::tempdir().expect("tempdir");
+    // Kept, with the write logs and cut point, if this round panics.
+    let dir = common::CrashRound::new();
     let power = Arc::new(PowerSwitch::with_seed(seed));
-    let pool = create_pool(dir.path(), &scenario, opener(seed, Some(power.clone())));
+    let recording = common::recording_opener(seed, Some(power.clone()), Some(dir.record_dir()));
+    let pool = create_pool(dir.path(), &scenario, recording);
     let logbias = if scenario.throughput {
         "throughput"
     } else {
@@ -311,6 +332,7 @@ fn run_seed(seed: u64) -> u64 {
     )
     .expect("create volume");
     let volume = pool.volume("tank/vol").expect("volume");
+    let ops_before = power.ops_seen();
     power.arm_after_ops(scenario.trip_after_ops);
 
     let sectors_total = VOLUME_BYTES / SECTOR;
@@ -344,8 +366,23 @@ fn run_seed(seed: u64) -> u64 {
         .iter()
         .map(|(_, stats)| stats.records_in_place)
         .sum();
-    // Whatever has not happened yet does not happen: the power goes now.
-    power.cut_now();
+    if !stop.load(Ordering::Relaxed) {
+        // Every writer finished before the cut point: not the round this seed is for.
+        let ops = power.ops_seen() - ops_before;
+        power.disarm();
+        drop(volume);
+        let _ = pool.close();
+        return Round::Finished { ops };
+    }
+    let cut = power
+        .last_cut()
+        .expect("a writer failed: the switch tripped");
+    dir.write_cut_point(&format!("zil_crash.rs {label}: {cut}"));
+    eprintln!("zil crash {label}: {cut}");
+    assert!(
+        cut.tripped_by.is_some(),
+        "{label}: the cut did not happen mid-workload ({cut})"
+    );
     drop(volume);
     drop(pool);
 
@@ -366,14 +403,46 @@ fn run_seed(seed: u64) -> u64 {
     );
     drop(volume);
     pool.close().expect("close");
-    in_place
+    Round::Cut {
+        report: cut,
+        in_place,
+    }
+}
+
+/// Runs `seed` until one attempt cuts mid-workload (a later attempt draws its cut point inside
+/// the operations the previous one issued); returns what that cut caught and the records
+/// written in place.
+fn cut_seed(seed: u64) -> (CutReport, u64) {
+    let mut trip = None;
+    for attempt in 1..=4u64 {
+        match run_seed(seed, trip) {
+            Round::Cut { report, in_place } => {
+                return (report, in_place);
+            }
+            Round::Finished { ops } => {
+                trip = Some(1 + Rng(seed ^ (attempt << 40)).below(ops.max(1)));
+            }
+        }
+    }
+    panic!("seed {seed}: four attempts finished before their cut point");
 }
 
 /// `CAIRN_ZIL_CRASH_POINTS` seeds (default 200), or the one in `CAIRN_ZIL_CRASH_SEED`.
 #[test]
 fn acknowledged_sync_writes_survive_power_cuts() {
     if let Ok(seed) = std::env::var("CAIRN_ZIL_CRASH_SEED") {
-        let in_place = run_seed(seed.parse().expect("CAIRN_ZIL_CRASH_SEED is a number"));
+        let seed = seed.parse().expect("CAIRN_ZIL_CRASH_SEED is a number");
+        // The failure message names the cut point; CAIRN_ZIL_CRASH_TRIP replays that one.
+        let trip: Option<u64> = std::env::var("CAIRN_ZIL_CRASH_TRIP")
+            .ok()
+            .map(|v| v.parse().expect("CAIRN_ZIL_CRASH_TRIP is a number"));
+        let in_place = match trip {
+            Some(trip) => match run_seed(seed, Some(trip)) {
+                Round::Cut { in_place, .. } => in_place,
+                Round::Finished { ops } => panic!("finished after {ops} operations, uncut"),
+            },
+            None => cut_seed(seed).1,
+        };
         eprintln!("records written in place: {in_place}");
         return;
     }
@@ -381,14 +450,24 @@ fn acknowledged_sync_writes_survive_power_cuts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let mut in_place = 0;
+    let (mut in_place, mut cuts, mut torn_in_flight) = (0, 0u64, 0u64);
     for seed in 1..=points {
-        in_place += run_seed(seed);
+        let (report, records) = cut_seed(seed);
+        in_place += records;
+        cuts += 1;
+        torn_in_flight += u64::from(report.in_flight_writes > 0);
     }
+    eprintln!(
+        "zil crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight"
+    );
     if points >= 20 {
         assert!(
             in_place > 0,
             "no seed wrote in place: that path went untested"
+        );
+        assert!(
+            torn_in_flight * 2 >= cuts,
+            "only {torn_in_flight} of {cuts} cuts caught a write in flight"
         );
     }
 }

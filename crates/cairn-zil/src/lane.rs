@@ -174,6 +174,13 @@ struct Built {
     log_bytes: u64,
     /// Log bytes the batch's records needed (headers included).
     total_bytes: usize,
+    /// Holds on the txgs the batch's new blocks were allocated in, kept until the batch is
+    /// written. A txg that records a block's allocation must not sync before the block that
+    /// points to it is on media: else a power cut that catches that write in flight (torn, or
+    /// never issued) leaves the block allocated and unreachable from the chain, a leak. (A
+    /// chain's first block is the exception: its header is synced first, and a chain that
+    /// ends at it frees it at import.)
+    txg_holds: Vec<cairn_pool::txg::TxgHold>,
 }
 
 impl Lane {
@@ -607,14 +614,17 @@ impl IntentLog {
 
             st = lane.state.lock();
             st.building = false;
-            let built = match built {
+            let mut built = match built {
                 Ok(built) if st.chain_epoch == epoch => built,
                 Ok(built) => {
                     // The chain was retired while we built: our blocks hang off a dead chain
                     // and are freed like the rest of it.
                     // Nothing was written to them yet, so they can be freed as they are.
                     drop(st);
-                    lane.state.lock().adopt_orphans(built.orphans());
+                    let orphans = built.orphans();
+                    // The fallback syncs a txg: our holds must not keep it open.
+                    drop(built);
+                    lane.state.lock().adopt_orphans(orphans);
                     lane.cond.notify_all();
                     self.fall_back(lane, last_ticket)?;
                     st = lane.state.lock();
@@ -656,6 +666,9 @@ impl IntentLog {
             lane.cond.notify_all();
 
             let outcome = self.write_out(&built);
+            // Written (or failed for good): the txgs of its allocations may sync now, and must
+            // be free to before a fallback forces one.
+            drop(std::mem::take(&mut built.txg_holds));
             st = lane.state.lock();
             st.mark_done(&built.blocks);
             match outcome {
@@ -855,6 +868,7 @@ impl IntentLog {
             encoded: Vec::new(),
             total_bytes: 0,
             log_bytes: 0,
+            txg_holds: Vec::new(),
         };
         if records.is_empty() {
             return Ok(built);
@@ -913,7 +927,11 @@ impl IntentLog {
             } else {
                 block_size_for(remaining_bytes + LOG_BLOCK_HEADER_SIZE)
             };
-            let (next, alloc_txg) = self.allocate_block(next_size)?;
+            let (next, hold) = self.allocate_block(next_size)?;
+            let alloc_txg = hold.txg();
+            if built.txg_holds.iter().all(|held| held.txg() != alloc_txg) {
+                built.txg_holds.push(hold);
+            }
             let max_txg = block_records.iter().map(|r| r.txg).max().unwrap_or(0);
             let block = LogBlock {
                 position: ChainPosition {

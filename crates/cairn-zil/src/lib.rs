@@ -356,14 +356,16 @@ impl IntentLog {
         }
     }
 
-    /// Allocates a log block of `size_bytes` in the open txg; returns it and that txg.
-    fn allocate_block(&self, size_bytes: u32) -> Result<(Dva, u64), ZilError> {
+    /// Allocates a log block of `size_bytes` in the open txg; returns it and a hold on that
+    /// txg, which the caller keeps until the block that points to the new one is on media (see
+    /// `lane::Built::txg_holds`).
+    fn allocate_block(&self, size_bytes: u32) -> Result<(Dva, cairn_pool::txg::TxgHold), ZilError> {
         let hold = self
             .txg
             .try_hold()
             .map_err(|err| self.failed(err.to_string()))?;
         let txg = hold.txg();
-        Ok((self.allocate_in(size_bytes, txg)?, txg))
+        Ok((self.allocate_in(size_bytes, txg)?, hold))
     }
 
     /// A log block of `size_bytes` for txg `txg` (held by the caller): on a log device when one

@@ -3,20 +3,27 @@
 //! A real `cairn serve` runs on a pool of emulated ssd-sata devices (volatile write caches, real
 //! timing) with a separate emulated log device, and with the fault-injection switch armed
 //! (`CAIRN_INJECT_POWER_CUT_AFTER_OPS`): at a seeded device operation every device of the
-//! process loses power — unflushed writes vanish or are torn, later I/O fails. A raw NBD client
-//! keeps QD1 or QD32 requests in flight: 4 KiB writes of unique patterns (a third with FUA) and
-//! FLUSHes, never two writes to the same block in flight at once (one run in three on a volume
-//! with 4K blocks and logbias=throughput, so every FUA write goes in place and only its block
-//! pointer is logged). When the server stops answering (or the workload ends) it is SIGKILLed,
-//! started again without the fault, and every block is read back:
+//! process loses power — writes in flight land in part, unflushed writes vanish or are torn,
+//! later I/O fails. A raw NBD client keeps QD1 or QD32 requests in flight: 4 KiB writes of
+//! unique patterns (a third with FUA) and FLUSHes, never two writes to the same block in flight
+//! at once (one run in three on a volume with 4K blocks and logbias=throughput, so every FUA
+//! write goes in place and only its block pointer is logged). The client keeps sending until
+//! the server stops answering; then the server is SIGKILLed, started again without the fault,
+//! and every block is read back:
 //! - a block whose newest durable acknowledgement (its FUA write, or a write acknowledged
 //!   before a FLUSH was sent whose reply came back) was version D holds version D or a later
 //!   one — never an older one, never anything else;
 //! - after a clean stop, `pool check` is clean.
 //!
 //! `CAIRN_ZIL_NBD_POINTS` sets the number of seeded runs (default 200), `CAIRN_ZIL_NBD_SEED`
-//! replays one. The engine-level test (cairn-engine/tests/zil_crash.rs) covers 200 points per
-//! run through the same volume API; this one proves the whole program, wire to disk.
+//! replays one. Guaranteed per run (default): 160 power cuts, each asserted mid-workload (the
+//! server printed its cut report while the client still had requests to send, and the client
+//! saw the server fail), plus 40 runs (one in five) with no power cut, SIGKILLed mid-workload
+//! with requests in flight (the emulated caches die with the process). Each run prints its seed
+//! and how it ended; a failing run keeps the devices' write logs (from pool creation to the
+//! cut) and cut point and names the directory and the `replay-cut` command that rebuilds the
+//! crashed images. The engine-level test (cairn-engine/tests/zil_crash.rs) covers 200 points
+//! per run through the same volume API; this one proves the whole program, wire to disk.
 
 mod nbd_common;
 
@@ -29,7 +36,20 @@ use std::time::Duration;
 const BLOCK: u64 = 4096;
 const SECTOR: usize = 512;
 const VOLUME_BLOCKS: u64 = 2048; // 8 MiB
-const OPS: usize = 1000;
+/// Requests a run sends at most: far more than any cut point needs (QD32 batches many requests
+/// into one device write), so an armed run always ends at its power cut.
+const OPS_MAX: usize = 6000;
+
+/// How a run's workload ends.
+#[derive(Clone, Copy, Debug)]
+enum Plan {
+    /// Keep sending until the server fails (the armed power cut).
+    UntilCut,
+    /// Stop after sending this many requests, with the replies still outstanding (SIGKILL).
+    StopAfter(usize),
+}
+
+const STOPPED_FOR_KILL: &str = "stopped with requests in flight";
 
 struct Rng(u64);
 
@@ -88,8 +108,14 @@ fn read_reply(stream: &mut UnixStream) -> std::io::Result<(u32, u64)> {
     Ok((error, cookie))
 }
 
-/// Runs the workload until it ends or the server fails; returns the model and how it ended.
-fn workload(socket: &std::path::Path, seed: u64, queue_depth: usize) -> (Model, String) {
+/// Runs the workload until the plan ends it or the server fails; returns the model and how it
+/// ended.
+fn workload(
+    socket: &std::path::Path,
+    seed: u64,
+    queue_depth: usize,
+    plan: Plan,
+) -> (Model, String) {
     let client = RawClient::connect(socket, "tank/vol").expect("connect");
     assert_eq!(client.size, VOLUME_BLOCKS * BLOCK);
     let mut stream = client.stream();
@@ -106,8 +132,15 @@ fn workload(socket: &std::path::Path, seed: u64, queue_depth: usize) -> (Model, 
     let mut busy: BTreeSet<u64> = BTreeSet::new();
     let mut cookie = 0u64;
     let mut sent = 0usize;
+    let ops = match plan {
+        Plan::UntilCut => OPS_MAX,
+        Plan::StopAfter(n) => n,
+    };
     let ending = loop {
-        let done_sending = sent >= OPS;
+        let done_sending = sent >= ops;
+        if done_sending && matches!(plan, Plan::StopAfter(_)) {
+            break format!("{STOPPED_FOR_KILL} ({})", pending.len());
+        }
         if done_sending && pending.is_empty() {
             break "workload completed".to_string();
         }
@@ -233,56 +266,134 @@ fn verify(socket: &std::path::Path, model: &Model, label: &str, durable_floor: b
 }
 
 /// A pool of emulated ssd-sata devices with a log device (`devs/slog.img`, returned) and the
-/// test volume, with `properties` (`name=value`).
-fn create_pool_with_log(env: &Env, properties: &[&str]) -> String {
+/// test volume, with `properties` (`name=value`). With `record`, the devices' media writes go to
+/// write logs there from the start (`CAIRN_INJECT_RECORD_DIR`).
+fn create_pool_with_log(
+    env: &Env,
+    properties: &[&str],
+    record: Option<&std::path::Path>,
+) -> String {
     let (d0, slog) = (env.dev("d0.img"), env.dev("slog.img"));
-    env.ok(&[
-        "pool",
-        "create",
-        "--size",
-        "256M",
-        "tank",
-        &format!("emu:ssd-sata:{d0}"),
-        "log",
-        &format!("emu:ssd-sata:{slog}"),
-    ]);
-    env.create_volume(
-        "tank/vol",
-        &format!("{}", VOLUME_BLOCKS * BLOCK),
-        properties,
-    );
+    let size = format!("{}", VOLUME_BLOCKS * BLOCK);
+    let d0_spec = format!("emu:ssd-sata:{d0}");
+    let slog_spec = format!("emu:ssd-sata:{slog}");
+    let create_pool = [
+        "pool", "create", "--size", "256M", "tank", &d0_spec, "log", &slog_spec,
+    ];
+    let mut create_volume = vec!["create", "-V", &size];
+    for property in properties {
+        create_volume.extend(["-o", property]);
+    }
+    create_volume.push("tank/vol");
+    for args in [&create_pool[..], &create_volume[..]] {
+        let mut cmd = env.cairn_command();
+        if let Some(dir) = record {
+            cmd.env("CAIRN_INJECT_RECORD_DIR", dir);
+        }
+        let run = run_limited(cmd.args(args), TOOL_TIME);
+        assert!(run.success(), "cairn {args:?} failed:\n{}", run.describe());
+    }
     slog
 }
 
-/// Serves the pool with the power switch armed to trip after `trip_after` device operations,
-/// runs the workload until it ends or the server stops answering, and SIGKILLs the server.
-/// Returns the model, how the workload ended, and whether the injected cut happened.
+/// Where a round's device write logs and cut point go: kept, and named on stderr with the
+/// command that rebuilds the crashed images, if the round panics.
+struct KeptOnFailure(Option<tempfile::TempDir>);
+
+impl KeptOnFailure {
+    fn new() -> KeptOnFailure {
+        KeptOnFailure(Some(
+            tempfile::Builder::new()
+                .prefix("cairn-zil-nbd-record-")
+                .tempdir()
+                .expect("tempdir"),
+        ))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.as_ref().expect("lives as long as the round").path()
+    }
+}
+
+impl Drop for KeptOnFailure {
+    fn drop(&mut self) {
+        if let (true, Some(dir)) = (std::thread::panicking(), self.0.take()) {
+            let kept = dir.keep();
+            eprintln!(
+                "this round's device write logs and cut point are kept in {dir}; rebuild the \
+                 crashed images with:\n  cargo run -p cairn-device --example replay-cut -- {dir}\n\
+                 then inspect them with `cairn pool import -d {dir}/crashed tank`",
+                dir = kept.display()
+            );
+        }
+    }
+}
+
+/// Serves the pool with the power switch armed to trip after `trip_after` device operations
+/// (`None`: no power cut, the workload stops after a seeded number of requests), runs the
+/// workload, asserts it was cut mid-workload, and SIGKILLs the server. Returns the model and
+/// how the workload ended.
 fn cut_run(
     env: &Env,
     seed: u64,
     queue_depth: usize,
-    trip_after: u64,
+    trip_after: Option<u64>,
     label: &str,
-) -> (Model, String, bool) {
-    let mut server = env.serve_with_env(&[
-        ("CAIRN_INJECT_POWER_CUT_AFTER_OPS", trip_after.to_string()),
-        ("CAIRN_INJECT_SEED", seed.to_string()),
-    ]);
-    let (model, ending) = workload(&server.socket, seed, queue_depth);
-    eprintln!("{label}: {ending}");
-    let cut_short = ending != "workload completed";
-    if cut_short {
-        assert!(
-            server.stderr().contains("fault injection: power cut"),
-            "{label}: the workload stopped ({ending}) without the injected power cut\n{}",
+    record: Option<&std::path::Path>,
+) -> (Model, String) {
+    let mut vars = vec![("CAIRN_INJECT_SEED", seed.to_string())];
+    if let Some(dir) = record {
+        vars.push(("CAIRN_INJECT_RECORD_DIR", dir.display().to_string()));
+    }
+    if let Some(ops) = trip_after {
+        vars.push(("CAIRN_INJECT_POWER_CUT_AFTER_OPS", ops.to_string()));
+    }
+    let mut server = env.serve_with_env(&vars);
+    let plan = match trip_after {
+        Some(_) => Plan::UntilCut,
+        None => Plan::StopAfter(100 + Rng(seed ^ 0x4b1).below(900) as usize),
+    };
+    let (model, ending) = workload(&server.socket, seed, queue_depth, plan);
+    // Requests fail as soon as the switch has tripped; the report follows once every device
+    // is cut: give the server a moment to print it.
+    let find_report = |stderr: &str| {
+        stderr
+            .lines()
+            .find(|line| line.contains("fault injection: power cut at operation"))
+            .map(str::to_string)
+    };
+    let mut cut_report = find_report(&server.stderr());
+    let waited = std::time::Instant::now();
+    while trip_after.is_some() && cut_report.is_none() && waited.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(20));
+        cut_report = find_report(&server.stderr());
+    }
+    let summary = format!(
+        "{label}: {ending}; {}",
+        cut_report.as_deref().unwrap_or("no power cut")
+    );
+    eprintln!("{summary}");
+    if let Some(dir) = record {
+        std::fs::write(dir.join("cut.txt"), format!("zil_nbd.rs {summary}\n")).expect("cut.txt");
+    }
+    match trip_after {
+        Some(_) => assert!(
+            cut_report.is_some() && ending != "workload completed",
+            "{label}: the power cut did not happen mid-workload (workload: {ending})\n{}",
             server.logs()
-        );
+        ),
+        None => assert!(
+            ending.starts_with(STOPPED_FOR_KILL) && cut_report.is_none(),
+            "{label}: the workload was to stop for a SIGKILL, yet: {ending}\n{}",
+            server.logs()
+        ),
     }
     server.kill();
-    (model, ending, cut_short)
+    (model, ending)
 }
 
-/// Runs one seed; returns whether the workload was cut short by the injected power failure.
+/// Runs one seed; returns whether it was a power cut (else a SIGKILL alone).
 fn run_seed(seed: u64) -> bool {
     let _heavy = heavy();
     let env = Env::new();
@@ -293,21 +404,30 @@ fn run_seed(seed: u64) -> bool {
     } else {
         &[]
     };
-    create_pool_with_log(&env, properties);
+    // Declared after `env`, so it is dropped (and kept, on a panic) first.
+    let record = KeptOnFailure::new();
+    create_pool_with_log(&env, properties, Some(record.path()));
     let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
     let mut rng = Rng(seed ^ 0xc0ffee);
     // Some runs are never cut: SIGKILL alone (the emulated caches die with the process).
     // The others are cut after the server has started: its import and first syncs take about
     // 25 device operations, and a cut before it serves is not what this test is about.
     let trip_after = if seed % 5 == 4 {
-        u64::MAX
+        None
     } else {
-        60 + rng.below(300)
+        Some(60 + rng.below(300))
     };
     let label = format!(
-        "seed {seed} (QD{queue_depth}, writes in place {in_place}, power cut after {trip_after} device ops)"
+        "seed {seed} (QD{queue_depth}, writes in place {in_place}, power cut after {trip_after:?} device ops)"
     );
-    let (model, ending, cut_short) = cut_run(&env, seed, queue_depth, trip_after, &label);
+    let (model, ending) = cut_run(
+        &env,
+        seed,
+        queue_depth,
+        trip_after,
+        &format!("{label} (write logs in {})", record.path().display()),
+        Some(record.path()),
+    );
 
     let mut server = env.serve();
     verify(
@@ -319,7 +439,7 @@ fn run_seed(seed: u64) -> bool {
     server.terminate();
     drop(server);
     env.assert_pool_check_clean();
-    cut_short
+    trip_after.is_some()
 }
 
 #[test]
@@ -332,13 +452,11 @@ fn acknowledged_fua_and_flushed_writes_survive_power_cut_and_sigkill() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let cut = (1..=points).filter(|&seed| run_seed(seed)).count() as u64;
-    // The power must really go out mid-workload in most of the runs armed to cut it (one in
-    // five is SIGKILL alone), or this test proves little.
-    let armed = points - points / 5;
-    assert!(
-        cut * 2 >= armed,
-        "only {cut} of the {armed} armed runs were cut short by the power failure"
+    // Each run asserts that its power cut (or SIGKILL) came mid-workload.
+    let cuts = (1..=points).filter(|&seed| run_seed(seed)).count() as u64;
+    eprintln!(
+        "zil nbd test: {cuts} power cuts and {} SIGKILLs, each mid-workload",
+        points - cuts
     );
 }
 
@@ -352,11 +470,11 @@ fn a_lost_log_device_is_a_clear_error_then_the_pool_comes_back_consistent() {
     for seed in 101..=106u64 {
         let _heavy = heavy();
         let env = Env::new();
-        let slog = create_pool_with_log(&env, &[]);
+        let slog = create_pool_with_log(&env, &[], None);
         let queue_depth = if seed.is_multiple_of(2) { 1 } else { 32 };
         let trip_after = 100 + Rng(seed).below(300);
         let label = format!("seed {seed} (QD{queue_depth}, power cut after {trip_after} ops)");
-        let (model, ending, _) = cut_run(&env, seed, queue_depth, trip_after, &label);
+        let (model, ending) = cut_run(&env, seed, queue_depth, Some(trip_after), &label, None);
         std::fs::remove_file(&slog).unwrap();
 
         // A socket path that cannot be bound: a server that opened the pool stops there

@@ -9,7 +9,7 @@
 //! | hdd-7200 | seek + rotation + media (see `hdd`) | ~0.1 ms into cache | destage everything | 1 | volatile 16 MiB |
 //! | ssd-sata | 50 us + len / 500 MB/s | 25 us + len / 500 MB/s | 1.5 ms (20 us if clean) | 4 | volatile 32 MiB |
 //! | ssd-plp | 65 us + len / 500 MB/s | 60 us + len / 400 MB/s | 20 us | 4 | none (power-loss protected) |
-//! | nvme | 15 us + len / 2 GB/s | 15 us + len / 2 GB/s | 10 us | 8 | none (enterprise, PLP) |
+//! | nvme | 15 us + len / 2 GB/s | 15 us + len / 2 GB/s | 200 us (10 us if clean) | 8 | volatile 64 MiB |
 //! | ram | 1.5 us + len / 8 GB/s | 1.5 us + len / 8 GB/s | 0 | 8 | none |
 //!
 //! Flash timing: each request takes a free channel (the one free earliest); the transfer is
@@ -37,7 +37,8 @@ pub enum DeviceModel {
     SsdSata,
     /// Enterprise SSD with power-loss protection (the seeds' write-optimised log SSD).
     SsdPlp,
-    /// Enterprise NVMe drive (assumed power-loss protected).
+    /// Consumer NVMe drive: fast, with a DRAM write cache that is lost at a power cut (no
+    /// power-loss protection, as on most client drives; a flush programs it, ~200 us).
     Nvme,
     /// RAM disk / NVRAM.
     Ram,
@@ -70,7 +71,10 @@ impl DeviceModel {
 
     /// True if acknowledged writes are lost at a power cut until a flush completes.
     pub fn has_volatile_cache(self) -> bool {
-        matches!(self, DeviceModel::Hdd7200 | DeviceModel::SsdSata)
+        matches!(
+            self,
+            DeviceModel::Hdd7200 | DeviceModel::SsdSata | DeviceModel::Nvme
+        )
     }
 
     /// Size of the volatile write cache (0 when writes are durable on completion). The emulator
@@ -79,6 +83,7 @@ impl DeviceModel {
         match self {
             DeviceModel::Hdd7200 => hdd::CACHE_BYTES,
             DeviceModel::SsdSata => 32 << 20,
+            DeviceModel::Nvme => 64 << 20,
             _ => 0,
         }
     }
@@ -121,7 +126,7 @@ impl DeviceModel {
                 write_latency_ns: 15_000,
                 read_bytes_per_s: 2_000 * MB,
                 write_bytes_per_s: 2_000 * MB,
-                flush_dirty_ns: 10_000,
+                flush_dirty_ns: 200_000,
                 flush_clean_ns: 10_000,
             },
             DeviceModel::Ram => FlashParams {

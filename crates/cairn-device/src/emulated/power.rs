@@ -1,10 +1,13 @@
 //! `PowerSwitch`: one power supply feeding several emulated devices.
 //!
-//! Crash tests attach every device of a pool to one switch and arm it to trip at the n-th write
-//! or flush (counted across all attached devices). When it trips, every attached device loses
-//! power at once, before that operation is performed: unflushed cache contents vanish (or are
-//! torn, by a seeded coin flip per device) and the operation fails with `PoweredOff`, as do all
+//! Crash tests attach every device of a pool to one switch and arm it to trip at the n-th
+//! write, flush or discard (counted across all attached devices). When it trips, every attached
+//! device loses power at once, in the middle of that operation: a write that trips it is in
+//! flight and lands in part (a random subset of its sectors), like every other write submitted
+//! and not yet returned; unflushed cache contents vanish (or are torn, by a seeded coin flip per
+//! device), unflushed discards may be lost; the operation fails with `PoweredOff`, as do all
 //! later ones. Running the same workload with n = 1, 2, 3, ... cuts power at every point.
+//! `last_cut` reports what the cut caught, so a test can prove it cut mid-workload.
 //!
 //! Invariant: once tripped, the switch stays tripped; every device attached (before or after)
 //! is powered off. Locking: the switch's lock is never held while a device is cut (cutting takes
@@ -16,7 +19,69 @@ use parking_lot::Mutex;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::EmulatedDevice;
+use super::{DeviceCut, EmulatedDevice};
+
+/// The kinds of operation a switch counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Write,
+    WriteFua,
+    Flush,
+    Discard,
+}
+
+/// What a power cut caught, summed over the devices of the switch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CutReport {
+    /// Operations counted when the switch tripped (including the one that tripped it).
+    pub at_op: u64,
+    /// The operation that tripped it (`None` for `cut_now` / `arm_after_ops(0)`).
+    pub tripped_by: Option<OpKind>,
+    /// Writes submitted and not yet returned, torn sector by sector.
+    pub in_flight_writes: u64,
+    pub in_flight_sectors_landed: u64,
+    pub in_flight_sectors_lost: u64,
+    /// Acknowledged writes still in volatile caches (torn or dropped).
+    pub cached_writes: u64,
+    /// Acknowledged discards not yet flushed (kept or lost).
+    pub pending_discards: u64,
+}
+
+impl CutReport {
+    /// True if the cut caught anything not yet durable: a write in flight, an unflushed write
+    /// or discard.
+    pub fn caught_unfinished_work(&self) -> bool {
+        self.in_flight_writes + self.cached_writes + self.pending_discards > 0
+    }
+
+    fn add(&mut self, cut: DeviceCut) {
+        self.in_flight_writes += cut.in_flight.writes;
+        self.in_flight_sectors_landed += cut.in_flight.sectors_landed;
+        self.in_flight_sectors_lost += cut.in_flight.sectors_lost;
+        self.cached_writes += cut.cached_writes;
+        self.pending_discards += cut.pending_discards;
+    }
+}
+
+impl std::fmt::Display for CutReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cut at operation {} ({}): {} writes in flight ({} sectors landed, {} lost), \
+             {} unflushed cached writes, {} unflushed discards",
+            self.at_op,
+            match self.tripped_by {
+                Some(kind) => format!("{kind:?}"),
+                None => "cut by hand".to_string(),
+            },
+            self.in_flight_writes,
+            self.in_flight_sectors_landed,
+            self.in_flight_sectors_lost,
+            self.cached_writes,
+            self.pending_discards
+        )
+    }
+}
 
 /// Outcome of counting one operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +96,12 @@ struct SwitchState {
     tripped: bool,
     devices: Vec<Weak<EmulatedDevice>>,
     rng: SmallRng,
+    last_cut: Option<CutReport>,
+    on_trip: Option<TripHook>,
 }
+
+/// Called once with the cut's report when the switch trips.
+type TripHook = Arc<dyn Fn(&CutReport) + Send + Sync>;
 
 /// A shared power supply that can be cut after a chosen number of operations.
 pub struct PowerSwitch {
@@ -70,6 +140,8 @@ impl PowerSwitch {
                 tripped: false,
                 devices: Vec::new(),
                 rng: SmallRng::seed_from_u64(seed),
+                last_cut: None,
+                on_trip: None,
             }),
         }
     }
@@ -79,7 +151,7 @@ impl PowerSwitch {
     pub fn arm_after_ops(&self, n: u64) {
         let mut state = self.state.lock();
         if n == 0 {
-            self.trip(state);
+            self.trip(state, None);
             return;
         }
         state.trip_at = Some(state.ops_seen + n);
@@ -92,7 +164,7 @@ impl PowerSwitch {
     /// Cuts the power now.
     pub fn cut_now(&self) {
         let state = self.state.lock();
-        self.trip(state);
+        self.trip(state, None);
     }
 
     /// Feeds `device` from this switch. A device counts its operations on the first switch it
@@ -111,26 +183,40 @@ impl PowerSwitch {
         self.state.lock().tripped
     }
 
-    /// Writes and flushes counted so far (including the one that tripped the switch).
+    /// Writes, flushes and discards counted so far (including the one that tripped the switch).
     pub fn ops_seen(&self) -> u64 {
         self.state.lock().ops_seen
     }
 
-    /// Counts one write or flush; trips the switch if this is the armed operation.
-    pub(crate) fn count_op(&self) -> Verdict {
+    /// Calls `hook` with the cut's report when the switch trips (after every device is cut), so
+    /// a process can say that its power went and what was caught.
+    pub fn on_trip(&self, hook: impl Fn(&CutReport) + Send + Sync + 'static) {
+        self.state.lock().on_trip = Some(Arc::new(hook));
+    }
+
+    /// What the cut caught, once the switch has tripped.
+    pub fn last_cut(&self) -> Option<CutReport> {
+        self.state.lock().last_cut
+    }
+
+    /// Counts one operation; trips the switch if this is the armed operation.
+    pub(crate) fn count_op(&self, kind: OpKind) -> Verdict {
         let mut state = self.state.lock();
         if state.tripped {
             return Verdict::PoweredOff;
         }
         state.ops_seen += 1;
         if state.trip_at == Some(state.ops_seen) {
-            self.trip(state);
+            self.trip(state, Some(kind));
             return Verdict::PoweredOff;
         }
         Verdict::Proceed
     }
 
-    fn trip(&self, mut state: parking_lot::MutexGuard<'_, SwitchState>) {
+    fn trip(&self, mut state: parking_lot::MutexGuard<'_, SwitchState>, by: Option<OpKind>) {
+        if state.tripped {
+            return;
+        }
         state.tripped = true;
         let mut victims = Vec::new();
         let devices = std::mem::take(&mut state.devices);
@@ -141,9 +227,22 @@ impl PowerSwitch {
             }
         }
         state.devices = devices;
+        let mut report = CutReport {
+            at_op: state.ops_seen,
+            tripped_by: by,
+            ..CutReport::default()
+        };
         drop(state);
         for (device, tear) in victims {
-            device.power_cut(tear);
+            report.add(device.power_cut(tear));
+        }
+        let hook = {
+            let mut state = self.state.lock();
+            state.last_cut = Some(report);
+            state.on_trip.clone()
+        };
+        if let Some(hook) = hook {
+            hook(&report);
         }
     }
 }

@@ -4,6 +4,7 @@
 
 use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, PowerSwitch};
 use cairn_device::file::{FileDevice, FileOptions};
+use cairn_device::record::RecordingDevice;
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
 use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup};
@@ -16,6 +17,16 @@ pub const DEVICE_SIZE: u64 = 64 << 20;
 /// Emulated devices with volatile caches (no latency), sharing one power switch: hdd-7200, or
 /// ssd-sata for files named `slog*`.
 pub fn emulated_opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpener {
+    recording_opener(seed, power, None)
+}
+
+/// Like `emulated_opener`; with `record`, each device's media writes also go to a write log in
+/// that directory (see `cairn_device::record`), so a failing round can be rebuilt.
+pub fn recording_opener(
+    seed: u64,
+    power: Option<Arc<PowerSwitch>>,
+    record: Option<PathBuf>,
+) -> DeviceOpener {
     let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
     Arc::new(
         move |spec: &DeviceSpec, create: Option<u64>| -> Result<Arc<dyn Device>, DeviceError> {
@@ -26,6 +37,14 @@ pub fn emulated_opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpen
                     ..Default::default()
                 },
             )?;
+            let mut backing: Arc<dyn Device> = Arc::new(backing);
+            if let Some(dir) = &record {
+                let name = spec
+                    .path
+                    .file_name()
+                    .map_or("device".into(), |n| n.to_string_lossy().into_owned());
+                backing = Arc::new(RecordingDevice::new(backing, dir, &name)?);
+            }
             let index = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             // Log devices (files named slog*) are SSDs; everything else is a disk.
             let model = if spec.path.to_string_lossy().contains("slog") {
@@ -34,7 +53,7 @@ pub fn emulated_opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpen
                 "hdd-7200"
             };
             let device: Arc<dyn Device> = EmulatedDevice::new(
-                Arc::new(backing),
+                backing,
                 DeviceModel::named(model).expect("model"),
                 EmuOptions {
                     seed: seed.wrapping_mul(31).wrapping_add(index),
@@ -124,5 +143,62 @@ impl Rng {
 
     pub fn below(&mut self, bound: u64) -> u64 {
         self.next() % bound.max(1)
+    }
+}
+
+/// The scratch directory of one crash round: its device images, and their write logs and cut
+/// point in `record/`. When the round panics the directory is kept and named on stderr, with the
+/// command that rebuilds the crashed images from the logs.
+pub struct CrashRound {
+    dir: Option<tempfile::TempDir>,
+}
+
+impl CrashRound {
+    pub fn new() -> CrashRound {
+        CrashRound {
+            dir: Some(tempfile::tempdir().expect("tempdir")),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir
+            .as_ref()
+            .expect("the directory lives as long as the round")
+            .path()
+    }
+
+    /// Where the write logs and `cut.txt` go.
+    pub fn record_dir(&self) -> PathBuf {
+        self.path().join("record")
+    }
+
+    /// Writes `cut.txt`: what the round was and where its power was cut.
+    pub fn write_cut_point(&self, text: &str) {
+        std::fs::create_dir_all(self.record_dir()).expect("record dir");
+        std::fs::write(self.record_dir().join("cut.txt"), format!("{text}\n")).expect("cut.txt");
+    }
+}
+
+impl Default for CrashRound {
+    fn default() -> Self {
+        CrashRound::new()
+    }
+}
+
+impl Drop for CrashRound {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        if let Some(dir) = self.dir.take() {
+            let kept = dir.keep();
+            eprintln!(
+                "this round's device write logs and cut point are kept in {record}; rebuild the \
+                 crashed images with:\n  cargo run -p cairn-device --example replay-cut -- {record}\n\
+                 then inspect them with `cairn pool import -d {record}/crashed tank` and \
+                 `cairn pool check tank`",
+                record = kept.join("record").display()
+            );
+        }
     }
 }
