@@ -6,7 +6,7 @@
 #
 # Runs the CI test `write_flood` (crates/cairn/tests/write_flood.rs) N times (default 5), each
 # with its own request plan (seeds S, S+1, ...; default 1) and its own fresh pool: a mirror of two
-# 2 GiB files, one 1 GiB volume, four NBD connections pipelining 184 requests of up to 32 MiB
+# 3 GiB files, one 1 GiB volume, four NBD connections pipelining 184 requests of up to 32 MiB
 # with FUA writes and FLUSHes among them. Each run passes when no connection waited 5 s for a
 # reply with requests outstanding, every request succeeded, the server's VmHWM stayed within the
 # memory budget it stated (and under 4 GiB), and its resident memory fell back to the cache's
