@@ -130,23 +130,19 @@ pub struct Volume {
     pub stats: VolumeStats,
 }
 
-/// With `CAIRN_READ_TRACE_DIR` set, every volume opened appends its clients' reads, one line
-/// per request (`first-block block-count`), to `DIR/<pool>_<volume>.trace`: the block trace
-/// that `bench/cache` replays through cache policies. A diagnostic: a formatted line per read.
-fn open_read_trace(name: &str) -> Option<Mutex<std::io::BufWriter<std::fs::File>>> {
-    let dir = std::env::var_os("CAIRN_READ_TRACE_DIR")?;
-    let path = std::path::Path::new(&dir).join(format!("{}.trace", name.replace('/', "_")));
-    match std::fs::OpenOptions::new()
+/// Opens `DIR/<pool>_<volume>.trace` for appending: one line per client read
+/// (`first-block block-count`), the block trace that `bench/cache` replays through cache
+/// policies. A diagnostic: a formatted line per read.
+fn open_read_trace(
+    dir: &std::path::Path,
+    name: &str,
+) -> std::io::Result<Mutex<std::io::BufWriter<std::fs::File>>> {
+    let path = dir.join(format!("{}.trace", name.replace('/', "_")));
+    let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
-        .open(&path)
-    {
-        Ok(file) => Some(Mutex::new(std::io::BufWriter::new(file))),
-        Err(err) => {
-            eprintln!("cairn: cannot open read trace {}: {err}", path.display());
-            None
-        }
-    }
+        .open(&path)?;
+    Ok(Mutex::new(std::io::BufWriter::new(file)))
 }
 
 impl Volume {
@@ -160,7 +156,6 @@ impl Volume {
         space_check: SpaceCheck,
     ) -> Volume {
         assert!(block_size.is_power_of_two() && block_size >= 512);
-        let read_trace = open_read_trace(&name);
         Volume {
             name,
             objset,
@@ -173,9 +168,15 @@ impl Volume {
             stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
             intent_log: None,
             sync_mode: AtomicU8::new(SyncMode::Standard as u8),
-            read_trace,
+            read_trace: None,
             stats: VolumeStats::default(),
         }
+    }
+
+    /// Records every client read in a trace file under `dir` (before the volume is shared).
+    pub fn with_read_trace(mut self, dir: &std::path::Path) -> std::io::Result<Volume> {
+        self.read_trace = Some(open_read_trace(dir, &self.name)?);
+        Ok(self)
     }
 
     /// Gives the volume its intent log (before it is shared).

@@ -103,20 +103,51 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
 pub type DeviceOpener =
     Arc<dyn Fn(&DeviceSpec, Option<u64>) -> Result<Arc<dyn Device>, DeviceError> + Send + Sync>;
 
-/// Opens plain files and block devices, and `emu:MODEL:PATH` specs with real timing.
-///
-/// Fault injection for crash tests of the whole program (our `zinject`): when the environment
-/// sets `CAIRN_INJECT_POWER_CUT_AFTER_OPS=N`, every emulated device this process opens is fed
-/// by one power switch that trips at the N-th write, flush or discard across them — writes in
-/// flight land in part, unflushed writes are dropped or torn (seeded by `CAIRN_INJECT_SEED`) and
-/// every later operation fails, as if the machine lost power; the process then prints one line
-/// `cairn: fault injection: power cut at operation N ...` saying what the cut caught. Plain
-/// files are never affected.
+/// Fault injection for crash tests of the whole program (our `zinject`), chosen by the front
+/// end: with `power_cut_after_ops = Some(N)`, every emulated device an opener made by
+/// [`device_opener`] opens is fed by one power switch that trips at the N-th write, flush or
+/// discard across them — writes in flight land in part, unflushed writes are dropped or torn
+/// (seeded by `seed`) and every later operation fails, as if the machine lost power; `on_trip`
+/// is told what the cut caught. With `record_dir`, emulated devices log what reaches their
+/// media there (`cairn_device::record`), so a crash test can rebuild the images a cut left.
+/// Plain files are never affected.
+#[derive(Clone, Default)]
+pub struct FaultInjection {
+    pub power_cut_after_ops: Option<u64>,
+    pub seed: u64,
+    pub record_dir: Option<std::path::PathBuf>,
+    pub on_trip: Option<Arc<dyn Fn(&cairn_device::emulated::CutReport) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for FaultInjection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FaultInjection")
+            .field("power_cut_after_ops", &self.power_cut_after_ops)
+            .field("seed", &self.seed)
+            .field("record_dir", &self.record_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens plain files and block devices, and `emu:MODEL:PATH` specs with real timing; no faults.
 pub fn default_opener() -> DeviceOpener {
-    let power = injected_power_cut();
-    // With `CAIRN_INJECT_RECORD_DIR=DIR` as well, emulated devices log what reaches their media
-    // in DIR (`cairn_device::record`), so a crash test can rebuild the images a cut left.
-    let record_dir = std::env::var_os("CAIRN_INJECT_RECORD_DIR").map(std::path::PathBuf::from);
+    device_opener(&FaultInjection::default())
+}
+
+/// [`default_opener`] with `injection`'s faults. One opener holds one power switch: a process
+/// that wants every device on the same switch makes one opener and shares it.
+pub fn device_opener(injection: &FaultInjection) -> DeviceOpener {
+    let power = injection.power_cut_after_ops.map(|ops| {
+        let switch = Arc::new(cairn_device::emulated::PowerSwitch::with_seed(
+            injection.seed,
+        ));
+        switch.arm_after_ops(ops);
+        if let Some(on_trip) = injection.on_trip.clone() {
+            switch.on_trip(move |report| on_trip(report));
+        }
+        switch
+    });
+    let record_dir = injection.record_dir.clone();
     Arc::new(move |spec, create_size_bytes| {
         cairn_device::spec::open_device_recorded(
             spec,
@@ -131,30 +162,6 @@ pub fn default_opener() -> DeviceOpener {
             record_dir.as_deref(),
         )
     })
-}
-
-/// The process-wide power switch of `CAIRN_INJECT_POWER_CUT_AFTER_OPS`, if set.
-fn injected_power_cut() -> Option<Arc<cairn_device::emulated::PowerSwitch>> {
-    static SWITCH: std::sync::OnceLock<Option<Arc<cairn_device::emulated::PowerSwitch>>> =
-        std::sync::OnceLock::new();
-    SWITCH
-        .get_or_init(|| {
-            let ops: u64 = std::env::var("CAIRN_INJECT_POWER_CUT_AFTER_OPS")
-                .ok()?
-                .parse()
-                .ok()?;
-            let seed: u64 = std::env::var("CAIRN_INJECT_SEED")
-                .ok()
-                .and_then(|text| text.parse().ok())
-                .unwrap_or(0);
-            let switch = Arc::new(cairn_device::emulated::PowerSwitch::with_seed(seed));
-            switch.arm_after_ops(ops);
-            eprintln!("cairn: fault injection: power cut after {ops} device operations");
-            // Crash tests read this line to prove the power went while they were running.
-            switch.on_trip(|report| eprintln!("cairn: fault injection: power {report}"));
-            Some(switch)
-        })
-        .clone()
 }
 
 pub(crate) use cairn_pool::new_guid;

@@ -40,6 +40,9 @@ pub struct PoolOptions {
     /// Import even if a log device is missing: synchronous writes only it holds are lost and
     /// the pool comes back as of its last synced txg.
     pub ignore_missing_log: bool,
+    /// Every volume opened appends its clients' reads to `DIR/<pool>_<volume>.trace` (a
+    /// diagnostic for `bench/record-volume-trace.sh`).
+    pub read_trace_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for PoolOptions {
@@ -51,6 +54,7 @@ impl Default for PoolOptions {
             readonly: false,
             space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
             ignore_missing_log: false,
+            read_trace_dir: None,
         }
     }
 }
@@ -112,6 +116,7 @@ pub struct Pool {
     closed: AtomicBool,
     /// What import had to say (missing devices, a rewind), for the front end to show once.
     pub(crate) notes: Vec<String>,
+    read_trace_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +189,7 @@ impl Pool {
             volumes: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
             notes: Vec::new(),
+            read_trace_dir: options.read_trace_dir.clone(),
         };
         pool.apply_properties();
         pool
@@ -668,6 +674,15 @@ impl Pool {
             space_check,
         )
         .with_intent_log(intent_log.clone());
+        let volume = match &self.read_trace_dir {
+            Some(dir) => volume
+                .with_read_trace(dir)
+                .map_err(|err| DatasetError::Io {
+                    name: name.to_string(),
+                    reason: format!("cannot open its read trace in {}: {err}", dir.display()),
+                })?,
+            None => volume,
+        };
         volume.set_sync_mode(sync_mode);
         let volume = Arc::new(volume);
         self.core

@@ -180,21 +180,6 @@ impl Pool {
                 .collect(),
         };
         let log = read_log(&self.core.io, self.core.guid, &readable, imported_txg);
-        if std::env::var_os("CAIRN_DEBUG_REPLAY").is_some() {
-            eprintln!(
-                "replay {name}: imported txg {imported_txg}, header {header:?}, {} blocks, ends {:?}, {} records, {} skipped",
-                log.blocks.len(),
-                log.chain_ends,
-                log.records.len(),
-                log.records_skipped
-            );
-            for record in &log.records {
-                eprintln!(
-                    "  record txg {} seq {} {:?} offset {} len {}",
-                    record.txg, record.sequence, record.kind, record.offset, record.length
-                );
-            }
-        }
         let claim_error = |what: &str, dva: &Dva, err: String| EngineError::Import {
             pool: self.core.name.clone(),
             reason: format!(

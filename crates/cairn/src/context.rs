@@ -171,7 +171,12 @@ pub struct ServedPools {
 /// Pool options under a memory budget (`None`: the engine's defaults): the budget's dirty
 /// data, further limited to what the pool syncs in `SYNC_TARGET_MS`.
 pub fn pool_options_for(budget: Option<&cairn_engine::MemoryBudget>) -> PoolOptions {
-    let mut options = PoolOptions::default();
+    let environment = crate::environment::get();
+    let mut options = PoolOptions {
+        opener: environment.opener.clone(),
+        read_trace_dir: environment.read_trace_dir.clone(),
+        ..PoolOptions::default()
+    };
     if let Some(budget) = budget {
         options.txg.dirty_bytes_max = budget.dirty_bytes_max;
         options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;

@@ -13,6 +13,7 @@ mod cache;
 mod context;
 mod control;
 mod dataset_cmd;
+mod environment;
 mod human;
 mod iostat_cmd;
 mod json;

@@ -17,7 +17,7 @@ use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{
     CreateOptions, EngineError, ImportSource, Pool, PoolOptions, PoolStatus, ScrubProgress,
-    VdevGroup, default_opener, discover_pools,
+    VdevGroup, discover_pools,
 };
 use cairn_format::PoolState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -220,7 +220,7 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
     let missing = missing_files(&groups);
     let added = ctx.with_pool(name, false, |pool| {
         let names = pool
-            .add_log_vdevs(&groups, &options, &default_opener())
+            .add_log_vdevs(&groups, &options, &ctx.pool_options().opener)
             .with_context(fail)?;
         undo_failed_additions(pool, &names).with_context(fail)?;
         ctx.cache

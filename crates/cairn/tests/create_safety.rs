@@ -4,7 +4,7 @@
 //! (e2fsprogs), a small text file, a member of an imported pool. Every refused device is
 //! compared byte for byte before and after. Device failures come from the program's own fault
 //! injection (`CAIRN_INJECT_POWER_CUT_AFTER_OPS` on `emu:ram:` devices, see cairn-engine's
-//! `default_opener`), cutting a create at each of its device operations in turn.
+//! `FaultInjection` and cairn's `environment.rs`), cutting a create at each of its device operations in turn.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
