@@ -116,8 +116,11 @@ pub struct FaultInjection {
     pub power_cut_after_ops: Option<u64>,
     pub seed: u64,
     pub record_dir: Option<std::path::PathBuf>,
-    pub on_trip: Option<Arc<dyn Fn(&cairn_device::emulated::CutReport) + Send + Sync>>,
+    pub on_trip: Option<TripHook>,
 }
+
+/// Told what a power cut caught, when it happens.
+pub type TripHook = Arc<dyn Fn(&cairn_device::emulated::CutReport) + Send + Sync>;
 
 impl std::fmt::Debug for FaultInjection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -741,7 +741,7 @@ pub fn list(ctx: &Context, format: ListFormat, as_json: bool, pools: &[String]) 
                 human::size(status.free_bytes, format.exact),
                 human::percent_value(status.fragmentation_percent, format.exact),
                 human::percent(status.allocated_bytes, status.size_bytes, format.exact),
-                health_label(&status).into(),
+                health_label(status).into(),
             ]),
             PoolView::Unavailable { name, reason, .. } => {
                 // As zpool: a row of dashes; the reason goes to stderr, beside the table.
