@@ -54,6 +54,26 @@ pub struct ScrubRecord {
     pub canceled: bool,
 }
 
+/// A resilver: copying the blocks a newly attached mirror side lacks. Kept in the directory,
+/// updated as it goes, so a re-import resumes it where the last synced txg left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResilverRecord {
+    /// The leaf being filled.
+    pub leaf_guid: u64,
+    /// The leaf to detach once it is done (`pool replace`).
+    pub detach_guid: Option<u64>,
+    /// Txg in which the leaf was attached.
+    pub start_txg: u64,
+    pub started_ms: u64,
+    /// Every block below this offset of the vdev's data region is on the leaf (durable).
+    pub next_offset: u64,
+    pub copied_bytes: u64,
+    /// Bytes to copy in all (known once the block tree has been walked).
+    pub total_bytes: u64,
+    /// Set when the resilver completed; the record then only reports.
+    pub finished_ms: Option<u64>,
+}
+
 /// Error counters of one leaf, kept across imports (as `cairn pool status` shows them) until
 /// `cairn pool clear`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -72,6 +92,8 @@ pub struct DatasetDirectory {
     pub history: Vec<String>,
     /// Per-leaf error counters by leaf guid.
     pub leaf_errors: BTreeMap<u64, LeafErrorRecord>,
+    /// The running or last resilver.
+    pub resilver: Option<ResilverRecord>,
 }
 
 /// Where a property's effective value came from.

@@ -18,7 +18,9 @@ pub mod directory;
 pub mod properties;
 mod volume;
 
-pub use directory::{DatasetDirectory, DatasetRecord, LeafErrorRecord, ScrubRecord};
+pub use directory::{
+    DatasetDirectory, DatasetRecord, LeafErrorRecord, ResilverRecord, ScrubRecord,
+};
 pub use volume::{SpaceCheck, SyncMode, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 
 use serde::{Deserialize, Serialize};

@@ -157,6 +157,7 @@ impl Pool {
             label_state: Mutex::new(PoolState::Active),
             config_dirty: AtomicBool::new(true),
             space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
+            scan_floors: Mutex::new(BTreeMap::new()),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?
@@ -218,7 +219,7 @@ pub(crate) fn open_top(
 }
 
 /// Opens and checks the devices of `group` into `leaves`; returns the smallest data region.
-fn open_leaves(
+pub(crate) fn open_leaves(
     group: &VdevGroup,
     create: &CreateOptions,
     opener: &DeviceOpener,

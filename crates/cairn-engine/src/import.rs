@@ -430,12 +430,14 @@ impl Pool {
                         label_state: Mutex::new(PoolState::Active),
                         config_dirty: AtomicBool::new(!options.readonly),
                         space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
+                        scan_floors: Mutex::new(BTreeMap::new()),
                     };
                     let readonly = options.readonly;
                     let log_missing = tree.tops.iter().any(|top| {
                         top.config.role == VdevRole::Log && top.health() == Health::Unavail
                     });
                     let mut pool = Pool::assemble(core, ub.txg, &options);
+                    pool.mark_resilvering_leaf();
                     if log_missing
                         && !readonly
                         && !options.ignore_missing_log
@@ -471,12 +473,13 @@ impl Pool {
                             }
                         }
                     }
-                    pool.notes = notes;
                     if !readonly {
                         pool.txg_engine()?
                             .sync_now_forced()
                             .map_err(|err| import_error(&pool_name, err.to_string()))?;
+                        notes.extend(pool.resume_resilver()?);
                     }
+                    pool.notes = notes;
                     return Ok(pool);
                 }
                 Err(err) => failures.push(format!("txg {}: {err}", ub.txg)),

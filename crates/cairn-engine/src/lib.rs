@@ -33,6 +33,7 @@ mod import;
 mod layout;
 mod pool;
 mod replay;
+mod resilver;
 mod scrub;
 mod sync;
 
@@ -46,6 +47,7 @@ pub use pool::{
     DatasetInfo, LeafIo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus,
     process_cache,
 };
+pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 
 use cairn_device::spec::DeviceSpec;

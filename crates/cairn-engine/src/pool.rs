@@ -93,6 +93,9 @@ pub(crate) struct PoolCore {
     pub(crate) label_state: Mutex<PoolState>,
     pub(crate) config_dirty: AtomicBool,
     pub(crate) space_log_chain_blocks_max: usize,
+    /// Release floors of the scans walking the tree now (`ScanGuard`), by txg: a scrub and a
+    /// resilver may overlap.
+    pub(crate) scan_floors: Mutex<BTreeMap<u64, usize>>,
 }
 
 /// MOS object holding the dataset directory.
@@ -103,6 +106,8 @@ pub struct Pool {
     txg: Option<Arc<TxgEngine>>,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
     closed: AtomicBool,
+    /// The running (or last) resilver's thread (`resilver.rs`).
+    pub(crate) resilver: Mutex<Option<crate::resilver::ResilverTask>>,
     /// What import had to say (missing devices, a rewind), for the front end to show once.
     pub(crate) notes: Vec<String>,
 }
@@ -139,6 +144,7 @@ pub struct PoolStatus {
     pub fragmentation_percent: u64,
     pub tops: Vec<TopStatus>,
     pub last_scrub: Option<ScrubRecord>,
+    pub resilver: Option<crate::resilver::ResilverStatus>,
 }
 
 #[derive(Debug, Clone)]
@@ -167,6 +173,7 @@ impl Pool {
             txg,
             volumes: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
+            resilver: Mutex::new(None),
             notes: Vec::new(),
         };
         pool.apply_properties();
@@ -229,28 +236,7 @@ impl Pool {
         &self,
         task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
     ) -> Result<u64, EngineError> {
-        let engine = self.txg_engine()?;
-        let (reply, outcome) = crossbeam_channel::bounded(1);
-        let txg = {
-            let hold = engine.hold();
-            self.core
-                .tasks
-                .lock()
-                .entry(hold.txg())
-                .or_default()
-                .push((Box::new(task), reply));
-            hold.txg()
-        };
-        engine
-            .wait_synced(txg)
-            .map_err(|err| EngineError::Txg(err.to_string()))?;
-        match outcome.try_recv() {
-            Ok(Ok(())) => Ok(txg),
-            Ok(Err(message)) => Err(EngineError::Txg(message)),
-            Err(_) => Err(EngineError::Txg(format!(
-                "txg {txg} synced without running the task"
-            ))),
-        }
+        run_sync_task_with(&self.core, self.txg_engine()?, task)
     }
 
     /// Forces a txg sync of everything dirty; returns the last synced txg.
@@ -259,6 +245,13 @@ impl Pool {
         engine
             .sync_now()
             .map_err(|err| EngineError::Txg(err.to_string()))
+    }
+
+    /// Stops the resilver thread, if any (its progress stays recorded for the next import).
+    fn stop_resilver(&self) {
+        if let Some(task) = self.resilver.lock().take() {
+            task.stop();
+        }
     }
 
     pub fn record_history(&self, entry: String) -> Result<(), EngineError> {
@@ -276,6 +269,8 @@ impl Pool {
 
     pub fn status(&self) -> PoolStatus {
         let stats = self.core.space.lock().stats();
+        // (Taken alone: `resilver_status` locks the directory too.)
+        let last_scrub = self.core.directory.lock().last_scrub.clone();
         let tops = self
             .core
             .tree()
@@ -313,7 +308,8 @@ impl Pool {
             free_bytes: stats.free_bytes,
             fragmentation_percent: u64::from(stats.fragmentation_percent),
             tops,
-            last_scrub: self.core.directory.lock().last_scrub.clone(),
+            last_scrub,
+            resilver: self.resilver_status(),
         }
     }
 
@@ -619,6 +615,7 @@ impl Pool {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.stop_resilver();
         if let Some(engine) = &self.txg {
             self.release_intent_logs(engine)?;
             if *self.core.label_state.lock() != state {
@@ -675,11 +672,41 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         if !self.closed.load(Ordering::SeqCst) {
+            self.stop_resilver();
             if let Some(engine) = &self.txg {
                 let _ = engine.shutdown();
             }
             self.core.tree().shutdown();
         }
+    }
+}
+
+/// Runs `task` in the sync of the open txg of `engine` and waits until that txg is durable
+/// (`Pool::run_sync_task`, and threads that hold the core rather than the pool).
+pub(crate) fn run_sync_task_with(
+    core: &PoolCore,
+    engine: &TxgEngine,
+    task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
+) -> Result<u64, EngineError> {
+    let (reply, outcome) = crossbeam_channel::bounded(1);
+    let txg = {
+        let hold = engine.hold();
+        core.tasks
+            .lock()
+            .entry(hold.txg())
+            .or_default()
+            .push((Box::new(task), reply));
+        hold.txg()
+    };
+    engine
+        .wait_synced(txg)
+        .map_err(|err| EngineError::Txg(err.to_string()))?;
+    match outcome.try_recv() {
+        Ok(Ok(())) => Ok(txg),
+        Ok(Err(message)) => Err(EngineError::Txg(message)),
+        Err(_) => Err(EngineError::Txg(format!(
+            "txg {txg} synced without running the task"
+        ))),
     }
 }
 
@@ -698,21 +725,38 @@ fn reclaim_deferred(core: &PoolCore, engine: &TxgEngine) -> bool {
 }
 
 /// While alive, space freed after `txg` is not reused, so a scan walking the tree of `txg`
-/// (scrub, check) never reads, or repairs over, space that now holds something else.
+/// (scrub, check, resilver) never reads, or repairs over, space that now holds something else.
+/// Scans may overlap: the allocator keeps the lowest floor of those alive.
 pub(crate) struct ScanGuard<'a> {
     core: &'a PoolCore,
+    floor: u64,
 }
 
 impl<'a> ScanGuard<'a> {
     pub(crate) fn hold(core: &'a PoolCore, txg: u64) -> ScanGuard<'a> {
-        core.space.lock().set_release_floor(Some(txg + 1));
-        ScanGuard { core }
+        let floor = txg + 1;
+        let mut floors = core.scan_floors.lock();
+        *floors.entry(floor).or_default() += 1;
+        core.space
+            .lock()
+            .set_release_floor(floors.keys().next().copied());
+        ScanGuard { core, floor }
     }
 }
 
 impl Drop for ScanGuard<'_> {
     fn drop(&mut self) {
-        self.core.space.lock().set_release_floor(None);
+        let mut floors = self.core.scan_floors.lock();
+        if let Some(count) = floors.get_mut(&self.floor) {
+            *count -= 1;
+            if *count == 0 {
+                floors.remove(&self.floor);
+            }
+        }
+        self.core
+            .space
+            .lock()
+            .set_release_floor(floors.keys().next().copied());
     }
 }
 

@@ -9,6 +9,10 @@
 //! DEGRADED while at least one child is ONLINE, UNAVAIL when none is. The pool takes the worst
 //! state of its top-level vdevs.
 //!
+//! A leaf being resilvered (a side just attached to a mirror) is written like any other but
+//! never read: it lacks the blocks born before its resilver started until the resilver has
+//! copied them (`Leaf::set_resilvering`), and it does not count as a healthy copy.
+//!
 //! Counters (`LeafErrors`) are what `cairn pool status` shows as READ / WRITE / CKSUM; they are
 //! in-memory, reset at import, as in zpool.
 
@@ -19,7 +23,7 @@ use cairn_format::label::{TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig};
 use cairn_format::{Dva, LeafConfig};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Health {
@@ -76,6 +80,8 @@ pub struct Leaf {
     device: Mutex<Option<Arc<dyn Device>>>,
     queue: Mutex<Option<Arc<LeafQueue>>>,
     state: Mutex<Health>,
+    /// Attached but not yet resilvered: written, never read.
+    resilvering: AtomicBool,
     pub errors: LeafErrors,
 }
 
@@ -88,6 +94,7 @@ impl Leaf {
             device: Mutex::new(Some(device)),
             queue: Mutex::new(Some(queue)),
             state: Mutex::new(Health::Online),
+            resilvering: AtomicBool::new(false),
             errors: LeafErrors::default(),
         })
     }
@@ -99,6 +106,7 @@ impl Leaf {
             device: Mutex::new(None),
             queue: Mutex::new(None),
             state: Mutex::new(Health::Unavail),
+            resilvering: AtomicBool::new(false),
             errors: LeafErrors::default(),
         })
     }
@@ -109,6 +117,21 @@ impl Leaf {
 
     pub fn is_usable(&self) -> bool {
         self.health() == Health::Online && self.queue.lock().is_some()
+    }
+
+    /// Whether the leaf still lacks blocks a resilver has to copy to it.
+    pub fn is_resilvering(&self) -> bool {
+        self.resilvering.load(Ordering::SeqCst)
+    }
+
+    /// Marks the leaf as being resilvered (reads avoid it) or done.
+    pub fn set_resilvering(&self, resilvering: bool) {
+        self.resilvering.store(resilvering, Ordering::SeqCst);
+    }
+
+    /// Usable and holding every block: a copy reads may use and detach may rely on.
+    pub fn is_readable(&self) -> bool {
+        self.is_usable() && !self.is_resilvering()
     }
 
     /// Marks the leaf FAULTED after an error that makes its contents untrustworthy (a failed
@@ -187,12 +210,13 @@ impl TopVdev {
         }
     }
 
-    /// Usable children, least busy first: the order mirror reads try them in.
+    /// Readable children (usable, not being resilvered), least busy first: the order mirror
+    /// reads try them in.
     pub fn read_order(&self) -> Vec<Arc<Leaf>> {
         let mut leaves: Vec<_> = self
             .leaves
             .iter()
-            .filter(|leaf| leaf.is_usable())
+            .filter(|leaf| leaf.is_readable())
             .cloned()
             .collect();
         leaves.sort_by_key(|leaf| leaf.load());
@@ -233,6 +257,24 @@ impl VdevTree {
                 .iter()
                 .filter(|top| top.id() != id)
                 .cloned()
+                .collect(),
+        }
+    }
+
+    /// This tree with top-level vdev `top` in place of the one with its id (`pool attach`,
+    /// `detach`: the same vdev with other children).
+    pub fn with_top_replaced(&self, top: TopVdev) -> VdevTree {
+        VdevTree {
+            tops: self
+                .tops
+                .iter()
+                .map(|old| {
+                    if old.id() == top.id() {
+                        top.clone()
+                    } else {
+                        old.clone()
+                    }
+                })
                 .collect(),
         }
     }

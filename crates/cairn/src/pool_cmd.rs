@@ -75,7 +75,7 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
 }
 
 /// `--size` parsed; without it every device must exist.
-fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>> {
+pub(crate) fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>> {
     let size = size
         .map(parse_size)
         .transpose()
@@ -95,7 +95,7 @@ fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>
 }
 
 /// Files that `--size` will create; removed again if the command fails.
-fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
+pub(crate) fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
     groups
         .iter()
         .flat_map(|group| &group.devices)
@@ -104,7 +104,7 @@ fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
         .collect()
 }
 
-fn remove_files(paths: &[PathBuf]) {
+pub(crate) fn remove_files(paths: &[PathBuf]) {
     for path in paths {
         if path.is_file() {
             let _ = std::fs::remove_file(path);
@@ -274,6 +274,16 @@ fn render_status(status: &PoolStatus) -> String {
 }
 
 fn scan_line(status: &PoolStatus) -> String {
+    // A running resilver, or one newer than the last scrub, is what zpool shows too.
+    if let Some(resilver) = &status.resilver
+        && status.last_scrub.as_ref().is_none_or(|scrub| {
+            resilver
+                .finished_ms
+                .is_none_or(|finished| finished >= scrub.finished_ms)
+        })
+    {
+        return crate::mirror_cmd::progress_line(resilver);
+    }
     let Some(scrub) = &status.last_scrub else {
         return "none requested".into();
     };
