@@ -96,6 +96,30 @@ pub struct DatasetDirectory {
     pub resilver: Option<ResilverRecord>,
 }
 
+/// The directory as written before `resilver` was added (same fields, same order, without
+/// it), so those pools still import.
+#[derive(Deserialize)]
+struct DirectoryBeforeResilver {
+    next_id: u64,
+    datasets: BTreeMap<String, DatasetRecord>,
+    last_scrub: Option<ScrubRecord>,
+    history: Vec<String>,
+    leaf_errors: BTreeMap<u64, LeafErrorRecord>,
+}
+
+impl DirectoryBeforeResilver {
+    fn upgrade(self) -> DatasetDirectory {
+        DatasetDirectory {
+            next_id: self.next_id,
+            datasets: self.datasets,
+            last_scrub: self.last_scrub,
+            history: self.history,
+            leaf_errors: self.leaf_errors,
+            resilver: None,
+        }
+    }
+}
+
 /// Where a property's effective value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PropertySource {
@@ -120,8 +144,13 @@ impl DatasetDirectory {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<DatasetDirectory, DatasetError> {
-        let directory: DatasetDirectory =
-            postcard::from_bytes(bytes).map_err(|err| DatasetError::Corrupt(err.to_string()))?;
+        let directory: DatasetDirectory = match postcard::from_bytes(bytes) {
+            Ok(directory) => directory,
+            // Pools made before the resilver field existed end their directory before it.
+            Err(err) => postcard::from_bytes::<DirectoryBeforeResilver>(bytes)
+                .map(DirectoryBeforeResilver::upgrade)
+                .map_err(|_| DatasetError::Corrupt(err.to_string()))?,
+        };
         for (name, record) in &directory.datasets {
             if name != &record.name || record.objset_bp.len() != BLOCK_POINTER_SIZE {
                 return Err(DatasetError::Corrupt(format!("record for {name}")));
@@ -336,8 +365,28 @@ mod tests {
 
     #[test]
     fn directory_round_trips() {
-        let dir = directory();
+        let mut dir = directory();
         assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+        dir.resilver = Some(ResilverRecord {
+            leaf_guid: 7,
+            detach_guid: Some(9),
+            start_txg: 12,
+            started_ms: 1_000,
+            next_offset: 1 << 20,
+            copied_bytes: 4096,
+            total_bytes: 8192,
+            finished_ms: None,
+        });
+        assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+    }
+
+    #[test]
+    fn a_directory_from_before_the_resilver_field_still_decodes() {
+        let dir = directory();
+        let mut old = dir.encode();
+        // The encoding of `resilver: None` is its last byte; older pools end without it.
+        assert_eq!(old.pop(), Some(0));
+        assert_eq!(DatasetDirectory::decode(&old).unwrap(), dir);
     }
 
     proptest! {

@@ -120,6 +120,8 @@ pub struct LeafStatus {
     pub write_errors: u64,
     pub checksum_errors: u64,
     pub repaired_bytes: u64,
+    /// Attached and still being filled by a resilver.
+    pub resilvering: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -293,6 +295,7 @@ impl Pool {
                             write_errors: write,
                             checksum_errors: checksum,
                             repaired_bytes: leaf.errors.repaired_bytes.load(Ordering::Relaxed),
+                            resilvering: leaf.is_resilvering(),
                         }
                     })
                     .collect(),

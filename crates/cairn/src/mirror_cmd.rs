@@ -140,7 +140,7 @@ fn wait(ctx: &Context, pool: &Pool) -> Result<()> {
     let outcome = outcome.map_err(|_| anyhow!("the resilver waiter panicked"))?;
     outcome.with_context(|| format!("resilver of pool '{name}' did not finish"))?;
     // A replace detached the old device at the end: the cache follows.
-    remember_devices(ctx, pool)?;
+    remember_cache(ctx, pool)?;
     if let Some(status) = pool.resilver_status() {
         say!(ctx, "pool '{name}': {}", progress_line(&status));
     }
@@ -197,9 +197,13 @@ fn device_name(word: &str) -> String {
 
 /// Updates the pool cache to the pool's devices now and records the command.
 fn remember_devices(ctx: &Context, pool: &Pool) -> Result<()> {
+    remember_cache(ctx, pool)?;
+    ctx.record(pool)
+}
+
+fn remember_cache(ctx: &Context, pool: &Pool) -> Result<()> {
     let name = pool.name();
     ctx.cache
         .insert(name, &device_specs(pool))
-        .with_context(|| format!("the pool cache does not list the devices of '{name}'"))?;
-    ctx.record(pool)
+        .with_context(|| format!("the pool cache does not list the devices of '{name}'"))
 }

@@ -222,6 +222,9 @@ fn render_status(status: &PoolStatus) -> String {
         }
         let leaf_row = |leaf: &cairn_engine::LeafStatus, indent: &str| {
             let mut name = format!("{indent}{}", leaf.name);
+            if leaf.resilvering {
+                name.push_str(" (resilvering)");
+            }
             if leaf.repaired_bytes > 0 {
                 name.push_str(&format!(
                     " (repaired {})",
