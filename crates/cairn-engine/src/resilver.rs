@@ -415,6 +415,9 @@ impl Pool {
             return Ok(None);
         };
         if record.finished_ms.is_some() {
+            if record.detach_guid.is_some() {
+                detach_replaced(&self.core, self.txg_engine()?)?;
+            }
             return Ok(None);
         }
         let Some((_, leaf)) = find_leaf_by_guid(&self.core.tree(), record.leaf_guid) else {
@@ -653,16 +656,14 @@ impl Resilver<'_> {
         let mut writes = Vec::with_capacity(batch.len());
         let mut bytes = 0;
         for (dva, bp) in batch {
-            let data = match io.read_block(bp, IoClass::Scrub) {
-                Ok(data) => data,
-                Err(_) => {
-                    // No side has it: nothing to give the new one either (reported).
-                    self.progress
-                        .unrecoverable_blocks
-                        .fetch_add(1, Ordering::Relaxed);
-                    continue;
-                }
-            };
+            // A block no side gives back verified stops the resilver here (it is never
+            // recorded as copied): the new side would lack it, and a retry (import, a device
+            // back) may read it.
+            let data = io.read_block(bp, IoClass::Scrub).inspect_err(|_| {
+                self.progress
+                    .unrecoverable_blocks
+                    .fetch_add(1, Ordering::Relaxed);
+            })?;
             bytes += u64::from(dva.asize);
             let handle = io
                 .write_copy(leaf, dva, data)
@@ -726,13 +727,13 @@ impl Resilver<'_> {
         }
     }
 
-    /// Makes the leaf readable and, for a replace, detaches the old side, in one txg.
+    /// Records the resilver as finished; once that txg is durable the leaf becomes readable
+    /// (not before: a write that reached only this leaf must not count as written while a
+    /// crash would still bring it back as lacking data). For a replace, the old side is then
+    /// detached in a txg of its own, so the vdev always has a readable side.
     fn finish(&self, leaf: &Arc<Leaf>) -> Result<(), EngineError> {
         let guid = self.leaf_guid;
         let copied_bytes = self.progress.copied_bytes.load(Ordering::Relaxed);
-        let detached: Arc<Mutex<Option<Arc<Leaf>>>> = Arc::default();
-        let detached_out = detached.clone();
-        let done = leaf.clone();
         run_sync_task_with(self.core, self.engine, move |core, _| {
             let mut directory = core.directory.lock();
             let Some(record) = directory.resilver.as_mut().filter(|r| r.leaf_guid == guid) else {
@@ -741,21 +742,49 @@ impl Resilver<'_> {
             record.finished_ms = Some(crate::now_ms());
             record.copied_bytes = copied_bytes;
             record.total_bytes = copied_bytes;
-            done.set_resilvering(false);
-            if let Some(old) = record.detach_guid {
-                let tree = core.tree();
-                if let Some((top, old_leaf)) = find_leaf_by_guid(&tree, old) {
-                    install_tree(core, tree.with_top_replaced(top_without_leaf(top, old)));
-                    *detached_out.lock() = Some(old_leaf);
-                }
-            }
             Ok(())
         })?;
-        if let Some(old) = detached.lock().take() {
-            release_leaf(&old);
+        leaf.set_resilvering(false);
+        detach_replaced(self.core, self.engine)
+    }
+}
+
+/// Detaches the side a finished replace recorded (after the resilver, or at import when a
+/// crash came between the two txgs).
+pub(crate) fn detach_replaced(
+    core: &Arc<PoolCore>,
+    engine: &Arc<TxgEngine>,
+) -> Result<(), EngineError> {
+    let detached: Arc<Mutex<Option<Arc<Leaf>>>> = Arc::default();
+    let detached_out = detached.clone();
+    run_sync_task_with(core, engine, move |core, _| {
+        let mut directory = core.directory.lock();
+        let Some(record) = directory
+            .resilver
+            .as_mut()
+            .filter(|record| record.finished_ms.is_some())
+        else {
+            return Ok(());
+        };
+        let Some(old) = record.detach_guid.take() else {
+            return Ok(());
+        };
+        let tree = core.tree();
+        if let Some((top, old_leaf)) = find_leaf_by_guid(&tree, old)
+            && top
+                .leaves
+                .iter()
+                .any(|leaf| leaf.guid != old && leaf.is_readable())
+        {
+            install_tree(core, tree.with_top_replaced(top_without_leaf(top, old)));
+            *detached_out.lock() = Some(old_leaf);
         }
         Ok(())
+    })?;
+    if let Some(old) = detached.lock().take() {
+        release_leaf(&old);
     }
+    Ok(())
 }
 
 /// End (exclusive) of the batch starting at `start`: up to `bytes_max` bytes (at least one

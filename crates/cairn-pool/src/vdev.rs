@@ -201,11 +201,14 @@ impl TopVdev {
         self.config.id
     }
 
+    /// UNAVAIL without a readable child: a side still being resilvered is no copy of the
+    /// vdev, so a write that reached only it must not count as written.
     pub fn health(&self) -> Health {
         let usable = self.leaves.iter().filter(|leaf| leaf.is_usable()).count();
-        match (self.config.kind, usable) {
-            (_, 0) => Health::Unavail,
-            (TopVdevKind::Mirror, n) if n < self.leaves.len() => Health::Degraded,
+        let readable = self.leaves.iter().filter(|leaf| leaf.is_readable()).count();
+        match (self.config.kind, readable, usable) {
+            (_, 0, _) => Health::Unavail,
+            (TopVdevKind::Mirror, _, n) if n < self.leaves.len() => Health::Degraded,
             _ => Health::Online,
         }
     }
@@ -374,5 +377,51 @@ impl VdevTree {
         for leaf in self.leaves() {
             leaf.shutdown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_device::mem::MemDevice;
+
+    fn leaf(guid: u64) -> Arc<Leaf> {
+        let spec = DeviceSpec {
+            path: format!("/dev/mem{guid}").into(),
+            model: None,
+        };
+        Leaf::open(guid, spec, Arc::new(MemDevice::new(64 << 20)))
+    }
+
+    #[test]
+    fn a_leaf_being_resilvered_is_written_but_never_read() {
+        let (old, new) = (leaf(1), leaf(2));
+        let top = TopVdev {
+            config: TopVdevConfig {
+                id: 0,
+                guid: 9,
+                kind: TopVdevKind::Mirror,
+                role: VdevRole::Normal,
+                ashift: 12,
+                metaslab_shift: 24,
+                metaslab_count: 3,
+                children: Vec::new(),
+            },
+            // The new side first: were it readable, it would be tried first.
+            leaves: vec![new.clone(), old.clone()],
+            data_size_bytes: 3 << 24,
+        };
+        new.set_resilvering(true);
+        let order: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
+        assert_eq!(order, vec![1]);
+        assert!(
+            new.is_usable() && new.queue().is_some(),
+            "writes still reach it"
+        );
+        assert!(!new.is_readable() && old.is_readable());
+        new.set_resilvering(false);
+        let order: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
+        assert_eq!(order, vec![2, 1]);
+        top.leaves.iter().for_each(|leaf| leaf.shutdown());
     }
 }
