@@ -16,11 +16,12 @@
 //!
 //! Invariants:
 //! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
-//!   healthy copy, so detach cannot leave a vdev without one.
+//!   copy: not for detach, and not for a write (a write that reached only it failed).
 //! - The record's `next_offset` only moves past blocks that were written to the new leaf and
-//!   flushed; a re-import resumes from there (blocks born since were written to every side).
-//! - Completion, and for `replace` the detach of the old side, is one sync task: the leaf
-//!   becomes readable and the old one leaves the tree in the same txg.
+//!   flushed; a block no side can give back stops the resilver there. A re-import resumes
+//!   from `next_offset` (blocks born since were written to every side).
+//! - The leaf becomes readable only once the txg recording the end is durable; a replace then
+//!   detaches the old side in a txg of its own (redone at import if a crash comes between).
 //!
 //! The resilver runs on its own thread, so a server keeps serving (and answering its control
 //! socket) meanwhile; `Pool::wait_resilver` lets a one-shot command wait for it.
