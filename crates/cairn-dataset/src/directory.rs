@@ -61,6 +61,26 @@ pub struct ScrubRecord {
     pub canceled: bool,
 }
 
+/// A resilver: copying the blocks a newly attached mirror side lacks. Kept in the directory,
+/// updated as it goes, so a re-import resumes it where the last synced txg left it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResilverRecord {
+    /// The leaf being filled.
+    pub leaf_guid: u64,
+    /// The leaf to detach once it is done (`pool replace`).
+    pub detach_guid: Option<u64>,
+    /// Txg in which the leaf was attached.
+    pub start_txg: u64,
+    pub started_ms: u64,
+    /// Every block below this offset of the vdev's data region is on the leaf (durable).
+    pub next_offset: u64,
+    pub copied_bytes: u64,
+    /// Bytes to copy in all (known once the block tree has been walked).
+    pub total_bytes: u64,
+    /// Set when the resilver completed; the record then only reports.
+    pub finished_ms: Option<u64>,
+}
+
 /// Error counters of one leaf, kept across imports (as `cairn pool status` shows them) until
 /// `cairn pool clear`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -79,6 +99,32 @@ pub struct DatasetDirectory {
     pub history: Vec<String>,
     /// Per-leaf error counters by leaf guid.
     pub leaf_errors: BTreeMap<u64, LeafErrorRecord>,
+    /// The running or last resilver.
+    pub resilver: Option<ResilverRecord>,
+}
+
+/// The directory as written before `resilver` was added (same fields, same order, without
+/// it), so those pools still import.
+#[derive(Deserialize)]
+struct DirectoryBeforeResilver {
+    next_id: u64,
+    datasets: BTreeMap<String, DatasetRecord>,
+    last_scrub: Option<ScrubRecord>,
+    history: Vec<String>,
+    leaf_errors: BTreeMap<u64, LeafErrorRecord>,
+}
+
+impl DirectoryBeforeResilver {
+    fn upgrade(self) -> DatasetDirectory {
+        DatasetDirectory {
+            next_id: self.next_id,
+            datasets: self.datasets,
+            last_scrub: self.last_scrub,
+            history: self.history,
+            leaf_errors: self.leaf_errors,
+            resilver: None,
+        }
+    }
 }
 
 /// Where a property's effective value came from.
@@ -105,8 +151,13 @@ impl DatasetDirectory {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<DatasetDirectory, DatasetError> {
-        let directory: DatasetDirectory =
-            postcard::from_bytes(bytes).map_err(|err| DatasetError::Corrupt(err.to_string()))?;
+        let directory: DatasetDirectory = match postcard::from_bytes(bytes) {
+            Ok(directory) => directory,
+            // Pools made before the resilver field existed end their directory before it.
+            Err(err) => postcard::from_bytes::<DirectoryBeforeResilver>(bytes)
+                .map(DirectoryBeforeResilver::upgrade)
+                .map_err(|_| DatasetError::Corrupt(err.to_string()))?,
+        };
         for (name, record) in &directory.datasets {
             if name != &record.name || record.objset_bp.len() != BLOCK_POINTER_SIZE {
                 return Err(DatasetError::Corrupt(format!("record for {name}")));
@@ -388,8 +439,28 @@ mod tests {
 
     #[test]
     fn directory_round_trips() {
-        let dir = directory();
+        let mut dir = directory();
         assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+        dir.resilver = Some(ResilverRecord {
+            leaf_guid: 7,
+            detach_guid: Some(9),
+            start_txg: 12,
+            started_ms: 1_000,
+            next_offset: 1 << 20,
+            copied_bytes: 4096,
+            total_bytes: 8192,
+            finished_ms: None,
+        });
+        assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+    }
+
+    #[test]
+    fn a_directory_from_before_the_resilver_field_still_decodes() {
+        let dir = directory();
+        let mut old = dir.encode();
+        // The encoding of `resilver: None` is its last byte; older pools end without it.
+        assert_eq!(old.pop(), Some(0));
+        assert_eq!(DatasetDirectory::decode(&old).unwrap(), dir);
     }
 
     /// The directory with one stored value of `tank/vol` replaced as a crafted image could.

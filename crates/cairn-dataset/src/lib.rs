@@ -19,7 +19,9 @@ pub mod properties;
 pub mod space;
 mod volume;
 
-pub use directory::{DatasetDirectory, DatasetRecord, LeafErrorRecord, ScrubRecord};
+pub use directory::{
+    DatasetDirectory, DatasetRecord, LeafErrorRecord, ResilverRecord, ScrubRecord,
+};
 pub use volume::{SpaceCheck, SyncMode, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 
 use serde::{Deserialize, Serialize};

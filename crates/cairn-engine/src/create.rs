@@ -170,6 +170,7 @@ impl Pool {
             space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
             space_view: Default::default(),
             suspend_handle: Default::default(),
+            scan_floors: Mutex::new(BTreeMap::new()),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?
@@ -248,7 +249,7 @@ pub(crate) fn open_top(
 }
 
 /// Opens and checks the devices of `group` into `leaves`; returns the smallest data region.
-fn open_leaves(
+pub(crate) fn open_leaves(
     group: &VdevGroup,
     create: &CreateOptions,
     opener: &DeviceOpener,

@@ -488,12 +488,14 @@ impl Pool {
                         space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
                         space_view: Default::default(),
                         suspend_handle: Default::default(),
+                        scan_floors: Mutex::new(BTreeMap::new()),
                     };
                     let readonly = options.readonly;
                     let log_missing = tree.tops.iter().any(|top| {
                         top.config.role == VdevRole::Log && top.health() == Health::Unavail
                     });
                     let mut pool = Pool::assemble(core, ub.txg, &options);
+                    pool.mark_resilvering_leaf();
                     if log_missing
                         && !readonly
                         && !options.ignore_missing_log
@@ -529,12 +531,13 @@ impl Pool {
                             }
                         }
                     }
-                    pool.notes = notes;
                     if !readonly {
                         pool.txg_engine()?
                             .sync_now_forced()
                             .map_err(|err| import_error(&pool_name, err.to_string()))?;
+                        notes.extend(pool.resume_resilver()?);
                     }
+                    pool.notes = notes;
                     return Ok(pool);
                 }
                 Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),

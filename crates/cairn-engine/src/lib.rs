@@ -35,6 +35,7 @@ mod layout;
 mod pool;
 mod probe;
 mod replay;
+mod resilver;
 mod scrub;
 mod sync;
 
@@ -49,6 +50,7 @@ pub use pool::{
     DatasetInfo, LeafIo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus,
     process_cache,
 };
+pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 
 use cairn_device::spec::DeviceSpec;

@@ -104,6 +104,9 @@ pub(crate) struct PoolCore {
     /// Set once the txg engine runs: how the sync thread suspends I/O when writes reach no
     /// device, and `pool clear` resumes it.
     pub(crate) suspend_handle: std::sync::OnceLock<SuspendHandle>,
+    /// Release floors of the scans walking the tree now (`ScanGuard`), by txg: a scrub and a
+    /// resilver may overlap.
+    pub(crate) scan_floors: Mutex<BTreeMap<u64, usize>>,
 }
 
 /// MOS object holding the dataset directory.
@@ -114,6 +117,8 @@ pub struct Pool {
     txg: Option<Arc<TxgEngine>>,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
     closed: AtomicBool,
+    /// The running (or last) resilver's thread (`resilver.rs`).
+    pub(crate) resilver: Mutex<Option<crate::resilver::ResilverTask>>,
     /// What import had to say (missing devices, a rewind), for the front end to show once.
     pub(crate) notes: Vec<String>,
     read_trace_dir: Option<std::path::PathBuf>,
@@ -127,6 +132,8 @@ pub struct LeafStatus {
     pub write_errors: u64,
     pub checksum_errors: u64,
     pub repaired_bytes: u64,
+    /// Attached and still being filled by a resilver.
+    pub resilvering: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -156,6 +163,7 @@ pub struct PoolStatus {
     pub suspended: Option<String>,
     /// The suspension ends with `pool clear` once the devices are back (else: re-import).
     pub suspended_until_clear: bool,
+    pub resilver: Option<crate::resilver::ResilverStatus>,
 }
 
 #[derive(Debug, Clone)]
@@ -188,6 +196,7 @@ impl Pool {
             txg,
             volumes: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
+            resilver: Mutex::new(None),
             notes: Vec::new(),
             read_trace_dir: options.read_trace_dir.clone(),
         };
@@ -277,28 +286,7 @@ impl Pool {
         &self,
         task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
     ) -> Result<u64, EngineError> {
-        let engine = self.txg_engine()?;
-        let (reply, outcome) = crossbeam_channel::bounded(1);
-        let txg = {
-            let hold = engine.hold();
-            self.core
-                .tasks
-                .lock()
-                .entry(hold.txg())
-                .or_default()
-                .push((Box::new(task), reply));
-            hold.txg()
-        };
-        engine
-            .wait_synced(txg)
-            .map_err(|err| EngineError::Txg(err.to_string()))?;
-        match outcome.try_recv() {
-            Ok(Ok(())) => Ok(txg),
-            Ok(Err(message)) => Err(EngineError::Txg(message)),
-            Err(_) => Err(EngineError::Txg(format!(
-                "txg {txg} synced without running the task"
-            ))),
-        }
+        run_sync_task_with(&self.core, self.txg_engine()?, task)
     }
 
     /// Forces a txg sync of everything dirty; returns the last synced txg.
@@ -307,6 +295,13 @@ impl Pool {
         engine
             .sync_now()
             .map_err(|err| EngineError::Txg(err.to_string()))
+    }
+
+    /// Stops the resilver thread, if any (its progress stays recorded for the next import).
+    fn stop_resilver(&self) {
+        if let Some(task) = self.resilver.lock().take() {
+            task.stop();
+        }
     }
 
     pub fn record_history(&self, entry: String) -> Result<(), EngineError> {
@@ -324,6 +319,8 @@ impl Pool {
 
     pub fn status(&self) -> PoolStatus {
         let stats = self.core.space.lock().stats();
+        // (Taken alone: `resilver_status` locks the directory too.)
+        let last_scrub = self.core.directory.lock().last_scrub.clone();
         let tops = self
             .core
             .tree()
@@ -346,6 +343,7 @@ impl Pool {
                             write_errors: write,
                             checksum_errors: checksum,
                             repaired_bytes: leaf.errors.repaired_bytes.load(Ordering::Relaxed),
+                            resilvering: leaf.is_resilvering(),
                         }
                     })
                     .collect(),
@@ -361,9 +359,10 @@ impl Pool {
             free_bytes: stats.free_bytes,
             fragmentation_percent: u64::from(stats.fragmentation_percent),
             tops,
-            last_scrub: self.core.directory.lock().last_scrub.clone(),
+            last_scrub,
             suspended: self.suspended(),
             suspended_until_clear: self.txg.as_ref().is_some_and(|txg| txg.io_suspended()),
+            resilver: self.resilver_status(),
         }
     }
 
@@ -698,6 +697,7 @@ impl Pool {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        self.stop_resilver();
         if let Some(engine) = &self.txg {
             self.release_intent_logs(engine)?;
             if *self.core.label_state.lock() != state {
@@ -754,11 +754,41 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         if !self.closed.load(Ordering::SeqCst) {
+            self.stop_resilver();
             if let Some(engine) = &self.txg {
                 let _ = engine.shutdown();
             }
             self.core.tree().shutdown();
         }
+    }
+}
+
+/// Runs `task` in the sync of the open txg of `engine` and waits until that txg is durable
+/// (`Pool::run_sync_task`, and threads that hold the core rather than the pool).
+pub(crate) fn run_sync_task_with(
+    core: &PoolCore,
+    engine: &TxgEngine,
+    task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
+) -> Result<u64, EngineError> {
+    let (reply, outcome) = crossbeam_channel::bounded(1);
+    let txg = {
+        let hold = engine.hold();
+        core.tasks
+            .lock()
+            .entry(hold.txg())
+            .or_default()
+            .push((Box::new(task), reply));
+        hold.txg()
+    };
+    engine
+        .wait_synced(txg)
+        .map_err(|err| EngineError::Txg(err.to_string()))?;
+    match outcome.try_recv() {
+        Ok(Ok(())) => Ok(txg),
+        Ok(Err(message)) => Err(EngineError::Txg(message)),
+        Err(_) => Err(EngineError::Txg(format!(
+            "txg {txg} synced without running the task"
+        ))),
     }
 }
 
@@ -777,21 +807,38 @@ fn reclaim_deferred(core: &PoolCore, engine: &TxgEngine) -> bool {
 }
 
 /// While alive, space freed after `txg` is not reused, so a scan walking the tree of `txg`
-/// (scrub, check) never reads, or repairs over, space that now holds something else.
+/// (scrub, check, resilver) never reads, or repairs over, space that now holds something else.
+/// Scans may overlap: the allocator keeps the lowest floor of those alive.
 pub(crate) struct ScanGuard<'a> {
     core: &'a PoolCore,
+    floor: u64,
 }
 
 impl<'a> ScanGuard<'a> {
     pub(crate) fn hold(core: &'a PoolCore, txg: u64) -> ScanGuard<'a> {
-        core.space.lock().set_release_floor(Some(txg + 1));
-        ScanGuard { core }
+        let floor = txg + 1;
+        let mut floors = core.scan_floors.lock();
+        *floors.entry(floor).or_default() += 1;
+        core.space
+            .lock()
+            .set_release_floor(floors.keys().next().copied());
+        ScanGuard { core, floor }
     }
 }
 
 impl Drop for ScanGuard<'_> {
     fn drop(&mut self) {
-        self.core.space.lock().set_release_floor(None);
+        let mut floors = self.core.scan_floors.lock();
+        if let Some(count) = floors.get_mut(&self.floor) {
+            *count -= 1;
+            if *count == 0 {
+                floors.remove(&self.floor);
+            }
+        }
+        self.core
+            .space
+            .lock()
+            .set_release_floor(floors.keys().next().copied());
     }
 }
 

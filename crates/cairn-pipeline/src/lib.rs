@@ -373,6 +373,14 @@ impl BlockIo {
         Ok(Bytes::from(data))
     }
 
+    /// Writes `data`, the verified contents of the copy at `dva`, to one child of its vdev at
+    /// the copy's offset (resilver: the child lacks it). `None` if the child is unusable; the
+    /// caller waits on the handle and flushes the leaf before relying on the write.
+    pub fn write_copy(&self, leaf: &Arc<Leaf>, dva: &Dva, data: Bytes) -> Option<IoHandle<()>> {
+        let queue = leaf.queue()?;
+        Some(queue.write(IoClass::Scrub, VDEV_DATA_START + dva.offset, data))
+    }
+
     /// Rewrites a bad copy in place with verified data. Safe because the block is live: nothing
     /// else may occupy its space.
     fn repair(&self, leaf: &Arc<Leaf>, dva: &Dva, data: &Bytes) -> bool {

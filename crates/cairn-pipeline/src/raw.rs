@@ -42,6 +42,8 @@ impl RawWrites {
         for (vdev, leaf, outcome) in self.done.into_iter().chain(waited) {
             attempted.insert(vdev);
             match outcome {
+                // A side being resilvered is not a copy reads may use: it does not count.
+                Ok(()) if leaf.is_resilvering() => {}
                 Ok(()) => {
                     written.insert(vdev);
                 }

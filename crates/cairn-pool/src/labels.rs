@@ -181,6 +181,8 @@ pub fn commit_uberblock(tree: &VdevTree, ub: &Uberblock) -> Result<(), LabelErro
                 device.write_at(uberblock_offset(index, size, ub.txg), &slot)
             });
             match result {
+                // A side being resilvered is no copy of the pool yet.
+                Ok(()) if leaf.is_resilvering() => {}
                 Ok(()) => written += 1,
                 Err(err) => {
                     leaf.errors.write.fetch_add(1, Ordering::Relaxed);

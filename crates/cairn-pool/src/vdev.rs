@@ -9,6 +9,10 @@
 //! DEGRADED while at least one child is ONLINE, UNAVAIL when none is. The pool takes the worst
 //! state of its top-level vdevs.
 //!
+//! A leaf being resilvered (a side just attached to a mirror) is written like any other but
+//! never read: it lacks the blocks born before its resilver started until the resilver has
+//! copied them (`Leaf::set_resilvering`), and it does not count as a healthy copy.
+//!
 //! Counters (`LeafErrors`) are what `cairn pool status` shows as READ / WRITE / CKSUM; they are
 //! in-memory, reset at import, as in zpool.
 
@@ -19,7 +23,7 @@ use cairn_format::label::{TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig};
 use cairn_format::{Dva, LeafConfig};
 use parking_lot::Mutex;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Health {
@@ -76,6 +80,8 @@ pub struct Leaf {
     device: Mutex<Option<Arc<dyn Device>>>,
     queue: Mutex<Option<Arc<LeafQueue>>>,
     state: Mutex<Health>,
+    /// Attached but not yet resilvered: written, never read.
+    resilvering: AtomicBool,
     pub errors: LeafErrors,
 }
 
@@ -88,6 +94,7 @@ impl Leaf {
             device: Mutex::new(Some(device)),
             queue: Mutex::new(Some(queue)),
             state: Mutex::new(Health::Online),
+            resilvering: AtomicBool::new(false),
             errors: LeafErrors::default(),
         })
     }
@@ -99,6 +106,7 @@ impl Leaf {
             device: Mutex::new(None),
             queue: Mutex::new(None),
             state: Mutex::new(Health::Unavail),
+            resilvering: AtomicBool::new(false),
             errors: LeafErrors::default(),
         })
     }
@@ -109,6 +117,21 @@ impl Leaf {
 
     pub fn is_usable(&self) -> bool {
         self.health() == Health::Online && self.queue.lock().is_some()
+    }
+
+    /// Whether the leaf still lacks blocks a resilver has to copy to it.
+    pub fn is_resilvering(&self) -> bool {
+        self.resilvering.load(Ordering::SeqCst)
+    }
+
+    /// Marks the leaf as being resilvered (reads avoid it) or done.
+    pub fn set_resilvering(&self, resilvering: bool) {
+        self.resilvering.store(resilvering, Ordering::SeqCst);
+    }
+
+    /// Usable and holding every block: a copy reads may use and detach may rely on.
+    pub fn is_readable(&self) -> bool {
+        self.is_usable() && !self.is_resilvering()
     }
 
     /// Marks the leaf FAULTED after an error that makes its contents untrustworthy (a failed
@@ -187,21 +210,25 @@ impl TopVdev {
         self.config.id
     }
 
+    /// UNAVAIL without a readable child: a side still being resilvered is no copy of the
+    /// vdev, so a write that reached only it must not count as written.
     pub fn health(&self) -> Health {
         let usable = self.leaves.iter().filter(|leaf| leaf.is_usable()).count();
-        match (self.config.kind, usable) {
-            (_, 0) => Health::Unavail,
-            (TopVdevKind::Mirror, n) if n < self.leaves.len() => Health::Degraded,
+        let readable = self.leaves.iter().filter(|leaf| leaf.is_readable()).count();
+        match (self.config.kind, readable, usable) {
+            (_, 0, _) => Health::Unavail,
+            (TopVdevKind::Mirror, _, n) if n < self.leaves.len() => Health::Degraded,
             _ => Health::Online,
         }
     }
 
-    /// Usable children, least busy first: the order mirror reads try them in.
+    /// Readable children (usable, not being resilvered), least busy first: the order mirror
+    /// reads try them in.
     pub fn read_order(&self) -> Vec<Arc<Leaf>> {
         let mut leaves: Vec<_> = self
             .leaves
             .iter()
-            .filter(|leaf| leaf.is_usable())
+            .filter(|leaf| leaf.is_readable())
             .cloned()
             .collect();
         leaves.sort_by_key(|leaf| leaf.load());
@@ -242,6 +269,24 @@ impl VdevTree {
                 .iter()
                 .filter(|top| top.id() != id)
                 .cloned()
+                .collect(),
+        }
+    }
+
+    /// This tree with top-level vdev `top` in place of the one with its id (`pool attach`,
+    /// `detach`: the same vdev with other children).
+    pub fn with_top_replaced(&self, top: TopVdev) -> VdevTree {
+        VdevTree {
+            tops: self
+                .tops
+                .iter()
+                .map(|old| {
+                    if old.id() == top.id() {
+                        top.clone()
+                    } else {
+                        old.clone()
+                    }
+                })
                 .collect(),
         }
     }
@@ -341,5 +386,51 @@ impl VdevTree {
         for leaf in self.leaves() {
             leaf.shutdown();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_device::mem::MemDevice;
+
+    fn leaf(guid: u64) -> Arc<Leaf> {
+        let spec = DeviceSpec {
+            path: format!("/dev/mem{guid}").into(),
+            model: None,
+        };
+        Leaf::open(guid, spec, Arc::new(MemDevice::new(64 << 20)))
+    }
+
+    #[test]
+    fn a_leaf_being_resilvered_is_written_but_never_read() {
+        let (old, new) = (leaf(1), leaf(2));
+        let top = TopVdev {
+            config: TopVdevConfig {
+                id: 0,
+                guid: 9,
+                kind: TopVdevKind::Mirror,
+                role: VdevRole::Normal,
+                ashift: 12,
+                metaslab_shift: 24,
+                metaslab_count: 3,
+                children: Vec::new(),
+            },
+            // The new side first: were it readable, it would be tried first.
+            leaves: vec![new.clone(), old.clone()],
+            data_size_bytes: 3 << 24,
+        };
+        new.set_resilvering(true);
+        let order: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
+        assert_eq!(order, vec![1]);
+        assert!(
+            new.is_usable() && new.queue().is_some(),
+            "writes still reach it"
+        );
+        assert!(!new.is_readable() && old.is_readable());
+        new.set_resilvering(false);
+        let order: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
+        assert_eq!(order, vec![2, 1]);
+        top.leaves.iter().for_each(|leaf| leaf.shutdown());
     }
 }

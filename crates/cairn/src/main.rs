@@ -17,6 +17,7 @@ mod environment;
 mod human;
 mod iostat_cmd;
 mod json;
+mod mirror_cmd;
 mod pool_cmd;
 mod serve_cmd;
 mod stat_arc_cmd;
@@ -114,6 +115,17 @@ enum PoolCommand {
         /// The log vdev: a device path or mirror-N.
         vdev: String,
     },
+    /// Attach NEW beside EXISTING: a single device becomes a two-way mirror, a mirror gains a
+    /// side; the new side is resilvered (only live blocks are copied).
+    Attach(PoolAttachArgs),
+    /// Detach a side of a mirror (refused if no other side holds all the data).
+    Detach {
+        pool: String,
+        /// The device, as `pool status` names it.
+        device: String,
+    },
+    /// Replace OLD by NEW: attach NEW beside OLD, resilver, then detach OLD.
+    Replace(PoolReplaceArgs),
     /// Show health, last scrub and the vdev tree.
     Status(PoolStatusArgs),
     /// List pools with their space and health.
@@ -219,6 +231,46 @@ struct PoolAddArgs {
     /// log PATH... | log mirror PATH PATH... ; PATH may be emu:MODEL:PATH.
     #[arg(required = true, value_name = "VDEV")]
     vdevs: Vec<String>,
+}
+
+/// What `pool attach` and `pool replace` share.
+#[derive(Debug, Args)]
+struct ResilverArgs {
+    /// Create a missing NEW file (sparse) of this size, e.g. 1G.
+    #[arg(long, value_name = "SIZE")]
+    size: Option<String>,
+    /// Use NEW even if it belongs to another pool.
+    #[arg(short, long)]
+    force: bool,
+    /// Copy at most this much per second, e.g. 50M (default: as fast as the devices go).
+    #[arg(long, value_name = "RATE")]
+    resilver_rate: Option<String>,
+    /// Return once the resilver has started instead of waiting for it (a one-shot command
+    /// that does not wait leaves the rest to the next import or `cairn serve`).
+    #[arg(long)]
+    no_wait: bool,
+}
+
+#[derive(Debug, Args)]
+struct PoolAttachArgs {
+    #[command(flatten)]
+    resilver: ResilverArgs,
+    pool: String,
+    /// A device of the pool (a single device or a mirror side).
+    existing: String,
+    /// The new side; PATH may be emu:MODEL:PATH.
+    new: String,
+}
+
+#[derive(Debug, Args)]
+struct PoolReplaceArgs {
+    #[command(flatten)]
+    resilver: ResilverArgs,
+    pool: String,
+    /// The device to replace, as `pool status` names it (it may be missing).
+    old: String,
+    /// The device taking its place; PATH may be emu:MODEL:PATH.
+    new: String,
 }
 
 #[derive(Debug, Args)]
@@ -334,6 +386,9 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
                 json,
                 pools,
             } => pool_cmd::list(ctx, format, json, &pools),
+            PoolCommand::Attach(args) => mirror_cmd::attach(ctx, &args),
+            PoolCommand::Detach { pool, device } => mirror_cmd::detach(ctx, &pool, &device),
+            PoolCommand::Replace(args) => mirror_cmd::replace(ctx, &args),
             PoolCommand::Scrub { pool } => pool_cmd::scrub(ctx, &pool),
             PoolCommand::Export { pool } => pool_cmd::export(ctx, &pool),
             PoolCommand::Import(args) => pool_cmd::import(ctx, &args),

@@ -166,7 +166,7 @@ fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
 }
 
 /// `--size` parsed; without it every device must exist.
-fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>> {
+pub(crate) fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>> {
     let size = size
         .map(parse_size)
         .transpose()
@@ -186,7 +186,7 @@ fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>
 }
 
 /// Files that `--size` will create; removed again if the command fails.
-fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
+pub(crate) fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
     groups
         .iter()
         .flat_map(|group| &group.devices)
@@ -195,7 +195,7 @@ fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
         .collect()
 }
 
-fn remove_files(paths: &[PathBuf]) {
+pub(crate) fn remove_files(paths: &[PathBuf]) {
     for path in paths {
         if path.is_file() && std::fs::remove_file(path).is_ok() {
             // Best effort: the removal is durable once the directory is synced.
@@ -375,6 +375,9 @@ fn render_status(status: &PoolStatus, verbose: bool) -> String {
         }
         let leaf_row = |leaf: &cairn_engine::LeafStatus, indent: &str| {
             let mut name = format!("{indent}{}", leaf.name);
+            if leaf.resilvering {
+                name.push_str(" (resilvering)");
+            }
             if leaf.repaired_bytes > 0 {
                 name.push_str(&format!(
                     " (repaired {})",
@@ -432,6 +435,16 @@ fn render_status(status: &PoolStatus, verbose: bool) -> String {
 }
 
 fn scan_line(status: &PoolStatus) -> String {
+    // A running resilver, or one newer than the last scrub, is what zpool shows too.
+    if let Some(resilver) = &status.resilver
+        && status.last_scrub.as_ref().is_none_or(|scrub| {
+            resilver
+                .finished_ms
+                .is_none_or(|finished| finished >= scrub.finished_ms)
+        })
+    {
+        return crate::mirror_cmd::progress_line(resilver);
+    }
     let Some(scrub) = &status.last_scrub else {
         return "none requested".into();
     };
@@ -1360,6 +1373,7 @@ mod tests {
             last_scrub: None,
             suspended: Some(reason.into()),
             suspended_until_clear: false,
+            resilver: None,
         };
         let text = render_status(&status, false);
         assert!(

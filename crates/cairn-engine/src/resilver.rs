@@ -1,0 +1,801 @@
+//! Mirror sides: `pool attach`, `detach`, `replace`, and the resilver that fills a new side.
+//!
+//! Attach adds a leaf to a top-level vdev (a single device becomes a two-way mirror) the way
+//! `pool add` changes the tree (`layout.rs`): one sync task swaps the tree, marks the label
+//! config dirty and records the resilver in the dataset directory, so the commit writes the
+//! new config to every label (the new leaf's included) and the resilver record in one txg.
+//! From that txg on every write goes to every side, the new one too.
+//!
+//! The resilver then copies what the new side lacks: the blocks born before that. It syncs,
+//! walks the tree of the synced txg `W` (MOS, space log, every dataset, as scrub does) holding
+//! back the reuse of space freed after `W` (`ScanGuard`), collects the copies on the vdev born
+//! at or before `W` (anything born later was written after the swap, to every side), sorts
+//! them by offset and copies them in that order — sequential reads and writes, as seed 002
+//! praises — each read verified against its block pointer. About 200 bytes of memory per block
+//! to copy are held for the sort.
+//!
+//! Invariants:
+//! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
+//!   copy: not for detach, and not for a write (a write that reached only it failed).
+//! - The record's `next_offset` only moves past blocks that were written to the new leaf and
+//!   flushed; a block no side can give back stops the resilver there. A re-import resumes
+//!   from `next_offset` (blocks born since were written to every side).
+//! - The leaf becomes readable only once the txg recording the end is durable; a replace then
+//!   detaches the old side in a txg of its own (redone at import if a crash comes between).
+//!
+//! The resilver runs on its own thread, so a server keeps serving (and answering its control
+//! socket) meanwhile; `Pool::wait_resilver` lets a one-shot command wait for it.
+
+use crate::create::{CreateOptions, VdevGroup, check_groups, open_leaves};
+use crate::pool::{PoolCore, ScanGuard, run_sync_task_with};
+use crate::{DeviceOpener, EngineError, Pool};
+use bytes::Bytes;
+use cairn_dataset::ResilverRecord;
+use cairn_device::queue::IoClass;
+use cairn_device::spec::DeviceSpec;
+use cairn_format::label::{TopVdevKind, VdevRole};
+use cairn_format::{BlockPointer, Dva};
+use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
+use cairn_pipeline::BlockIo;
+use cairn_pool::labels::clear_labels;
+use cairn_pool::txg::TxgEngine;
+use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
+use parking_lot::{Condvar, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Bytes copied between two flushes of the new leaf.
+const BATCH_BYTES_MAX: u64 = 8 << 20;
+/// Progress is made durable (a sync task) at most this often.
+const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Longest sleep between two looks at the cancel flag.
+const SLEEP_SLICE: Duration = Duration::from_millis(50);
+
+/// How a resilver runs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ResilverOptions {
+    /// Copy at most this many bytes per second (none: as fast as the devices go).
+    pub rate_bytes_per_s: Option<u64>,
+}
+
+/// A resilver as `pool status` shows it.
+#[derive(Debug, Clone)]
+pub struct ResilverStatus {
+    /// The leaf being filled.
+    pub leaf: String,
+    /// The leaf it replaces (`pool replace`), detached when done.
+    pub replacing: Option<String>,
+    pub copied_bytes: u64,
+    /// Bytes to copy in all; 0 until the block tree has been walked.
+    pub total_bytes: u64,
+    pub started_ms: u64,
+    pub finished_ms: Option<u64>,
+    /// Bytes per second since this process started (or resumed) it.
+    pub rate_bytes_per_s: u64,
+    /// Blocks no side could give verified data for.
+    pub unrecoverable_blocks: u64,
+    /// Why it stopped, if it stopped before finishing.
+    pub error: Option<String>,
+}
+
+/// Live progress of the running resilver, shared with its thread.
+#[derive(Default)]
+struct Progress {
+    copied_bytes: AtomicU64,
+    total_bytes: AtomicU64,
+    unrecoverable_blocks: AtomicU64,
+    /// Bytes copied by this process (for the rate).
+    copied_here_bytes: AtomicU64,
+    error: Mutex<Option<String>>,
+    finished: Mutex<bool>,
+    finished_cv: Condvar,
+}
+
+/// The resilver thread of a pool.
+pub(crate) struct ResilverTask {
+    leaf_guid: u64,
+    cancel: Arc<AtomicBool>,
+    progress: Arc<Progress>,
+    started: Instant,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl ResilverTask {
+    /// Asks the thread to stop and waits for it; progress made so far stays recorded.
+    pub(crate) fn stop(mut self) {
+        self.cancel.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn layout_error(message: impl Into<String>) -> EngineError {
+    EngineError::Layout(message.into())
+}
+
+/// A leaf of `tree` named by its spec or path, with its top-level vdev.
+fn find_leaf<'a>(tree: &'a VdevTree, name: &str) -> Result<(&'a TopVdev, Arc<Leaf>), EngineError> {
+    tree.tops
+        .iter()
+        .find_map(|top| {
+            top.leaves
+                .iter()
+                .find(|leaf| leaf.spec.to_string() == name || leaf.spec.path.as_os_str() == name)
+                .map(|leaf| (top, leaf.clone()))
+        })
+        .ok_or_else(|| layout_error(format!("no device '{name}' in this pool")))
+}
+
+fn find_leaf_by_guid(tree: &VdevTree, guid: u64) -> Option<(&TopVdev, Arc<Leaf>)> {
+    tree.tops.iter().find_map(|top| {
+        top.leaves
+            .iter()
+            .find(|leaf| leaf.guid == guid)
+            .map(|leaf| (top, leaf.clone()))
+    })
+}
+
+/// `top` with `leaf` added (a single device becomes a mirror).
+fn top_with_leaf(top: &TopVdev, leaf: Arc<Leaf>) -> TopVdev {
+    let mut grown = top.clone();
+    grown.leaves.push(leaf);
+    grown.config.kind = TopVdevKind::Mirror;
+    grown
+}
+
+/// `top` without leaf `guid` (a mirror left with one side becomes a single device).
+fn top_without_leaf(top: &TopVdev, guid: u64) -> TopVdev {
+    let mut shrunk = top.clone();
+    shrunk.leaves.retain(|leaf| leaf.guid != guid);
+    if shrunk.leaves.len() == 1 {
+        shrunk.config.kind = TopVdevKind::Leaf;
+    }
+    shrunk
+}
+
+/// Swaps in `tree` from inside a sync task and marks the label config dirty.
+fn install_tree(core: &PoolCore, tree: VdevTree) {
+    core.io.replace_tree(Arc::new(tree));
+    core.config_dirty.store(true, Ordering::SeqCst);
+}
+
+/// Erases the labels of a leaf that left the pool and closes it.
+fn release_leaf(leaf: &Leaf) {
+    if let Some(device) = leaf.device() {
+        // Best effort: a device that cannot be written is gone anyway, and the pool's labels
+        // no longer name it.
+        let _ = clear_labels(device.as_ref());
+    }
+    leaf.shutdown();
+}
+
+impl Pool {
+    /// Attaches `new` beside `existing` (`pool attach`): a single device becomes a two-way
+    /// mirror, a mirror gains a side. The resilver starts in the background. Returns the
+    /// vdev's name.
+    pub fn attach(
+        &self,
+        existing: &str,
+        new: &DeviceSpec,
+        create: &CreateOptions,
+        opener: &DeviceOpener,
+        options: ResilverOptions,
+    ) -> Result<String, EngineError> {
+        self.attach_leaf(existing, new, create, opener, options, false)
+    }
+
+    /// Replaces `old` by `new` (`pool replace`): attaches `new` beside it, resilvers, then
+    /// detaches `old`, all in the background.
+    pub fn replace(
+        &self,
+        old: &str,
+        new: &DeviceSpec,
+        create: &CreateOptions,
+        opener: &DeviceOpener,
+        options: ResilverOptions,
+    ) -> Result<String, EngineError> {
+        self.attach_leaf(old, new, create, opener, options, true)
+    }
+
+    fn attach_leaf(
+        &self,
+        existing: &str,
+        new: &DeviceSpec,
+        create: &CreateOptions,
+        opener: &DeviceOpener,
+        options: ResilverOptions,
+        replacing: bool,
+    ) -> Result<String, EngineError> {
+        self.txg_engine()?;
+        if self.resilver_running() {
+            return Err(layout_error(
+                "a resilver is running; wait for it to finish (see `cairn pool status`)",
+            ));
+        }
+        let tree = self.core.tree();
+        let (top, old_leaf) = find_leaf(&tree, existing)?;
+        check_attachable(top, existing)?;
+        if !top.leaves.iter().any(|leaf| leaf.is_readable()) {
+            return Err(layout_error(format!(
+                "vdev {} has no healthy device to resilver from",
+                top.kind_name()
+            )));
+        }
+        let group = VdevGroup {
+            mirror: false,
+            log: false,
+            devices: vec![new.clone()],
+        };
+        let in_pool: BTreeSet<PathBuf> = tree.leaves().map(|leaf| leaf.spec.path.clone()).collect();
+        check_groups(std::slice::from_ref(&group), in_pool, |path| {
+            layout_error(format!(
+                "{} is already in pool '{}'",
+                path.display(),
+                self.core.name
+            ))
+        })?;
+        let mut opened = Vec::new();
+        let region = match open_leaves(&group, create, opener, &mut opened) {
+            Ok(region) => region,
+            Err(err) => {
+                opened.iter().for_each(|leaf| leaf.shutdown());
+                return Err(err);
+            }
+        };
+        let leaf = opened.remove(0);
+        if region < top.data_size_bytes {
+            leaf.shutdown();
+            return Err(layout_error(format!(
+                "{new} is too small: vdev {} needs {} bytes of data region, the device has {region}",
+                top.kind_name(),
+                top.data_size_bytes
+            )));
+        }
+        leaf.set_resilvering(true);
+        let top_id = top.id();
+        let added = leaf.clone();
+        let detach_guid = replacing.then_some(old_leaf.guid);
+        let outcome = self.run_sync_task(move |core, txg| {
+            let tree = core.tree();
+            let top = tree
+                .top(top_id)
+                .ok_or_else(|| layout_error("the vdev left the pool"))?;
+            let grown = top_with_leaf(top, added.clone());
+            install_tree(core, tree.with_top_replaced(grown));
+            core.directory.lock().resilver = Some(ResilverRecord {
+                leaf_guid: added.guid,
+                detach_guid,
+                start_txg: txg,
+                started_ms: crate::now_ms(),
+                next_offset: 0,
+                copied_bytes: 0,
+                total_bytes: 0,
+                finished_ms: None,
+            });
+            Ok(())
+        });
+        if let Err(err) = outcome {
+            leaf.shutdown();
+            return Err(err);
+        }
+        self.start_resilver(leaf.guid, options)?;
+        let tree = self.core.tree();
+        Ok(tree
+            .top(top_id)
+            .map_or_else(String::new, TopVdev::kind_name))
+    }
+
+    /// Detaches `device` from its mirror (`pool detach`). Refused if no other side holds
+    /// every block. Detaching a side being resilvered stops the resilver.
+    pub fn detach(&self, device: &str) -> Result<(), EngineError> {
+        self.txg_engine()?;
+        let tree = self.core.tree();
+        let (top, leaf) = find_leaf(&tree, device)?;
+        if top.leaves.len() < 2 {
+            return Err(layout_error(format!(
+                "'{device}' is not a side of a mirror; only mirror sides can be detached"
+            )));
+        }
+        if !top
+            .leaves
+            .iter()
+            .any(|other| other.guid != leaf.guid && other.is_readable())
+        {
+            return Err(layout_error(format!(
+                "detaching '{device}' would leave vdev {} with no healthy copy of its data",
+                top.kind_name()
+            )));
+        }
+        {
+            let mut running = self.resilver.lock();
+            match running.take() {
+                Some(task) if task.leaf_guid == leaf.guid => task.stop(),
+                other => *running = other,
+            }
+        }
+        let (top_id, guid) = (top.id(), leaf.guid);
+        self.run_sync_task(move |core, _| {
+            let tree = core.tree();
+            let top = tree
+                .top(top_id)
+                .ok_or_else(|| layout_error("the vdev left the pool"))?;
+            install_tree(core, tree.with_top_replaced(top_without_leaf(top, guid)));
+            let mut directory = core.directory.lock();
+            if let Some(record) = &mut directory.resilver {
+                if record.leaf_guid == guid && record.finished_ms.is_none() {
+                    directory.resilver = None;
+                } else if record.detach_guid == Some(guid) {
+                    record.detach_guid = None;
+                }
+            }
+            Ok(())
+        })?;
+        release_leaf(&leaf);
+        Ok(())
+    }
+
+    /// Whether a resilver thread is running.
+    fn resilver_running(&self) -> bool {
+        self.resilver
+            .lock()
+            .as_ref()
+            .is_some_and(|task| !*task.progress.finished.lock())
+    }
+
+    /// Waits until the running resilver (if any) has finished or stopped; returns its error.
+    pub fn wait_resilver(&self) -> Result<(), EngineError> {
+        let progress = match self.resilver.lock().as_ref() {
+            Some(task) => task.progress.clone(),
+            None => return Ok(()),
+        };
+        let mut finished = progress.finished.lock();
+        while !*finished {
+            progress.finished_cv.wait(&mut finished);
+        }
+        drop(finished);
+        match progress.error.lock().clone() {
+            Some(error) => Err(layout_error(format!("resilver stopped: {error}"))),
+            None => Ok(()),
+        }
+    }
+
+    /// The running or last resilver, for `pool status`.
+    pub fn resilver_status(&self) -> Option<ResilverStatus> {
+        let record = self.core.directory.lock().resilver.clone()?;
+        let tree = self.core.tree();
+        let name = |guid: u64| {
+            find_leaf_by_guid(&tree, guid)
+                .map_or_else(|| format!("guid {guid}"), |(_, leaf)| leaf.spec.to_string())
+        };
+        let mut status = ResilverStatus {
+            leaf: name(record.leaf_guid),
+            replacing: record.detach_guid.map(name),
+            copied_bytes: record.copied_bytes,
+            total_bytes: record.total_bytes,
+            started_ms: record.started_ms,
+            finished_ms: record.finished_ms,
+            rate_bytes_per_s: 0,
+            unrecoverable_blocks: 0,
+            error: None,
+        };
+        if let Some(task) = self.resilver.lock().as_ref()
+            && task.leaf_guid == record.leaf_guid
+        {
+            let progress = &task.progress;
+            status.copied_bytes = progress.copied_bytes.load(Ordering::Relaxed);
+            status.total_bytes = progress.total_bytes.load(Ordering::Relaxed);
+            status.unrecoverable_blocks = progress.unrecoverable_blocks.load(Ordering::Relaxed);
+            status.error = progress.error.lock().clone();
+            let elapsed_ms = task.started.elapsed().as_millis().max(1) as u64;
+            status.rate_bytes_per_s =
+                progress.copied_here_bytes.load(Ordering::Relaxed) * 1000 / elapsed_ms;
+        }
+        Some(status)
+    }
+
+    /// Marks the leaf of an unfinished resilver recorded in the directory as lacking data, so
+    /// nothing reads it (import, before anything else reads the pool's data).
+    pub(crate) fn mark_resilvering_leaf(&self) {
+        let record = self.core.directory.lock().resilver.clone();
+        if let Some(record) = record
+            && record.finished_ms.is_none()
+            && let Some((_, leaf)) = find_leaf_by_guid(&self.core.tree(), record.leaf_guid)
+        {
+            leaf.set_resilvering(true);
+        }
+    }
+
+    /// Resumes the resilver recorded in the directory, if one is unfinished (import). Returns
+    /// a note for the front end.
+    pub(crate) fn resume_resilver(&self) -> Result<Option<String>, EngineError> {
+        let Some(record) = self.core.directory.lock().resilver.clone() else {
+            return Ok(None);
+        };
+        if record.finished_ms.is_some() {
+            if record.detach_guid.is_some() {
+                detach_replaced(&self.core, self.txg_engine()?)?;
+            }
+            return Ok(None);
+        }
+        let Some((_, leaf)) = find_leaf_by_guid(&self.core.tree(), record.leaf_guid) else {
+            return Ok(None);
+        };
+        if !leaf.is_usable() {
+            return Ok(Some(format!(
+                "pool '{}': cannot resume the resilver of {}: the device is unavailable",
+                self.core.name, leaf.spec
+            )));
+        }
+        self.start_resilver(record.leaf_guid, ResilverOptions::default())?;
+        Ok(Some(format!(
+            "pool '{}': resilver of {} resumed at {} of {} bytes",
+            self.core.name, leaf.spec, record.copied_bytes, record.total_bytes
+        )))
+    }
+
+    fn start_resilver(&self, leaf_guid: u64, options: ResilverOptions) -> Result<(), EngineError> {
+        let engine = self.txg_engine()?.clone();
+        let core = self.core.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let progress = Arc::new(Progress::default());
+        let thread = {
+            let (cancel, progress) = (cancel.clone(), progress.clone());
+            std::thread::Builder::new()
+                .name("cairn-resilver".into())
+                .spawn(move || {
+                    let run = Resilver {
+                        core: &core,
+                        engine: &engine,
+                        leaf_guid,
+                        options,
+                        cancel: &cancel,
+                        progress: &progress,
+                    };
+                    let outcome = run.run();
+                    if let Err(err) = outcome {
+                        *progress.error.lock() = Some(err.to_string());
+                    }
+                    *progress.finished.lock() = true;
+                    progress.finished_cv.notify_all();
+                })
+                .map_err(|err| layout_error(format!("cannot start the resilver: {err}")))?
+        };
+        let task = ResilverTask {
+            leaf_guid,
+            cancel,
+            progress,
+            started: Instant::now(),
+            thread: Some(thread),
+        };
+        let previous = self.resilver.lock().replace(task);
+        if let Some(previous) = previous {
+            previous.stop();
+        }
+        Ok(())
+    }
+}
+
+/// Only data mirrors and single data devices take another side.
+fn check_attachable(top: &TopVdev, name: &str) -> Result<(), EngineError> {
+    if top.config.role != VdevRole::Normal {
+        return Err(layout_error(format!(
+            "'{name}' is a log device; attach works on data devices"
+        )));
+    }
+    if let TopVdevKind::RaidZ { .. } = top.config.kind {
+        return Err(layout_error(format!(
+            "'{name}' is part of a raidz vdev; attach works on mirrors and single devices"
+        )));
+    }
+    Ok(())
+}
+
+/// One copy to resilver: its address and the block it belongs to.
+type Planned = (Dva, BlockPointer);
+
+/// Collects the copies on one vdev born at or before a txg, by offset.
+struct Collector<'a> {
+    io: &'a BlockIo,
+    vdev: u32,
+    born_by_txg: u64,
+    from_offset: u64,
+    copies: BTreeMap<u64, Planned>,
+    unreadable: u64,
+}
+
+impl Collector<'_> {
+    fn note(&mut self, bp: &BlockPointer) {
+        if bp.birth_txg > self.born_by_txg {
+            return;
+        }
+        for dva in bp.copies() {
+            if dva.vdev == self.vdev && dva.offset >= self.from_offset {
+                self.copies.insert(dva.offset, (*dva, *bp));
+            }
+        }
+    }
+}
+
+impl TreeVisitor for Collector<'_> {
+    fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
+        self.note(&block.bp);
+        if !need_data {
+            return None;
+        }
+        match self.io.read_block(&block.bp, IoClass::Scrub) {
+            Ok(data) => Some(data),
+            Err(_) => {
+                self.unreadable += 1;
+                None
+            }
+        }
+    }
+}
+
+/// One run of the resilver thread.
+struct Resilver<'a> {
+    core: &'a Arc<PoolCore>,
+    engine: &'a Arc<TxgEngine>,
+    leaf_guid: u64,
+    options: ResilverOptions,
+    cancel: &'a AtomicBool,
+    progress: &'a Progress,
+}
+
+impl Resilver<'_> {
+    fn run(&self) -> Result<(), EngineError> {
+        let txg_error = |err: cairn_pool::txg::TxgError| EngineError::Txg(err.to_string());
+        // Chains begun before the attach may hold blocks the new side lacks; restart them so
+        // those are freed once their records are in a synced txg.
+        let logs: Vec<_> = self.core.intent_logs.lock().values().cloned().collect();
+        for log in logs {
+            log.restart_chains()
+                .map_err(|err| layout_error(err.to_string()))?;
+        }
+        // Every txg after the one this syncs opened after the attach: its blocks are on
+        // every side. The tree of this txg holds every block that may be missing.
+        self.engine.sync_now_forced().map_err(txg_error)?;
+        let uberblock = self.core.uberblock.lock().clone();
+        let _hold = ScanGuard::hold(self.core, uberblock.txg);
+        let record = self
+            .core
+            .directory
+            .lock()
+            .resilver
+            .clone()
+            .ok_or_else(|| layout_error("the resilver record is gone"))?;
+        let tree = self.core.tree();
+        let (top, leaf) = find_leaf_by_guid(&tree, self.leaf_guid)
+            .ok_or_else(|| layout_error("the device being resilvered left the pool"))?;
+        let mut collector = Collector {
+            io: &self.core.io,
+            vdev: top.id(),
+            born_by_txg: uberblock.txg,
+            from_offset: record.next_offset,
+            copies: BTreeMap::new(),
+            unreadable: 0,
+        };
+        walk_objset(&uberblock.root_bp, &mut collector);
+        let chain = self.core.space_log.lock().chain.clone();
+        chain.iter().for_each(|bp| collector.note(bp));
+        let roots: Vec<BlockPointer> = self
+            .core
+            .directory
+            .lock()
+            .datasets
+            .values()
+            .filter_map(|record| record.objset_bp().ok())
+            .collect();
+        for root in &roots {
+            walk_objset(root, &mut collector);
+        }
+        let remaining: u64 = collector
+            .copies
+            .values()
+            .map(|(dva, _)| u64::from(dva.asize))
+            .sum();
+        let progress = self.progress;
+        progress
+            .unrecoverable_blocks
+            .store(collector.unreadable, Ordering::Relaxed);
+        progress
+            .copied_bytes
+            .store(record.copied_bytes, Ordering::Relaxed);
+        progress
+            .total_bytes
+            .store(record.copied_bytes + remaining, Ordering::Relaxed);
+        let copies: Vec<Planned> = collector.copies.into_values().collect();
+        self.copy_all(&leaf, &copies, top.data_size_bytes)?;
+        self.finish(&leaf)
+    }
+
+    /// Copies `copies` (sorted by offset) in batches, flushing and checkpointing as it goes.
+    /// Stopped (pool closing, detach), it records how far it got first.
+    fn copy_all(
+        &self,
+        leaf: &Arc<Leaf>,
+        copies: &[Planned],
+        end_offset: u64,
+    ) -> Result<(), EngineError> {
+        let started = Instant::now();
+        let mut last_checkpoint = Instant::now();
+        let mut index = 0;
+        let offset_at = |index: usize| copies.get(index).map_or(end_offset, |(dva, _)| dva.offset);
+        while index < copies.len() {
+            if self.cancel.load(Ordering::SeqCst) || !self.pace(started) {
+                self.checkpoint(offset_at(index))?;
+                return Err(layout_error("stopped"));
+            }
+            let batch_end = batch_end(copies, index, self.batch_bytes_max());
+            self.copy_batch(leaf, &copies[index..batch_end])?;
+            index = batch_end;
+            if last_checkpoint.elapsed() >= CHECKPOINT_INTERVAL || index == copies.len() {
+                self.checkpoint(offset_at(index))?;
+                last_checkpoint = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Bytes per batch: smaller under a rate limit, so progress moves (and is recorded)
+    /// steadily.
+    fn batch_bytes_max(&self) -> u64 {
+        self.options
+            .rate_bytes_per_s
+            .map_or(BATCH_BYTES_MAX, |rate| {
+                (rate / 4).clamp(64 << 10, BATCH_BYTES_MAX)
+            })
+    }
+
+    /// Reads (verified) and writes one batch, then flushes the new leaf.
+    fn copy_batch(&self, leaf: &Arc<Leaf>, batch: &[Planned]) -> Result<(), EngineError> {
+        let io = &self.core.io;
+        let mut writes = Vec::with_capacity(batch.len());
+        let mut bytes = 0;
+        for (dva, bp) in batch {
+            // A block no side gives back verified stops the resilver here (it is never
+            // recorded as copied): the new side would lack it, and a retry (import, a device
+            // back) may read it.
+            let data = io.read_block(bp, IoClass::Scrub).inspect_err(|_| {
+                self.progress
+                    .unrecoverable_blocks
+                    .fetch_add(1, Ordering::Relaxed);
+            })?;
+            bytes += u64::from(dva.asize);
+            let handle = io
+                .write_copy(leaf, dva, data)
+                .ok_or_else(|| layout_error(format!("{} is unavailable", leaf.spec)))?;
+            writes.push(handle);
+        }
+        for handle in writes {
+            if let Err(err) = handle.wait() {
+                leaf.errors.write.fetch_add(1, Ordering::Relaxed);
+                leaf.fault();
+                return Err(layout_error(format!(
+                    "write to {} failed: {err}",
+                    leaf.spec
+                )));
+            }
+        }
+        leaf.flush()
+            .map_err(|err| layout_error(format!("flush of {} failed: {err}", leaf.spec)))?;
+        let progress = self.progress;
+        progress.copied_bytes.fetch_add(bytes, Ordering::Relaxed);
+        progress
+            .copied_here_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Records that every block below `next_offset` is on the new leaf (durable on return).
+    fn checkpoint(&self, next_offset: u64) -> Result<(), EngineError> {
+        let copied_bytes = self.progress.copied_bytes.load(Ordering::Relaxed);
+        let total_bytes = self.progress.total_bytes.load(Ordering::Relaxed);
+        let guid = self.leaf_guid;
+        run_sync_task_with(self.core, self.engine, move |core, _| {
+            if let Some(record) = &mut core.directory.lock().resilver
+                && record.leaf_guid == guid
+            {
+                record.next_offset = next_offset;
+                record.copied_bytes = copied_bytes;
+                record.total_bytes = total_bytes;
+            }
+            Ok(())
+        })
+        .map(|_| ())
+    }
+
+    /// Sleeps as long as the rate limit asks; false if asked to stop meanwhile.
+    fn pace(&self, started: Instant) -> bool {
+        let Some(rate) = self.options.rate_bytes_per_s.filter(|rate| *rate > 0) else {
+            return true;
+        };
+        let copied = self.progress.copied_here_bytes.load(Ordering::Relaxed);
+        let due = Duration::from_secs_f64(copied as f64 / rate as f64);
+        loop {
+            if self.cancel.load(Ordering::SeqCst) {
+                return false;
+            }
+            let left = due.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return true;
+            }
+            std::thread::sleep(SLEEP_SLICE.min(left));
+        }
+    }
+
+    /// Records the resilver as finished; once that txg is durable the leaf becomes readable
+    /// (not before: a write that reached only this leaf must not count as written while a
+    /// crash would still bring it back as lacking data). For a replace, the old side is then
+    /// detached in a txg of its own, so the vdev always has a readable side.
+    fn finish(&self, leaf: &Arc<Leaf>) -> Result<(), EngineError> {
+        let guid = self.leaf_guid;
+        let copied_bytes = self.progress.copied_bytes.load(Ordering::Relaxed);
+        run_sync_task_with(self.core, self.engine, move |core, _| {
+            let mut directory = core.directory.lock();
+            let Some(record) = directory.resilver.as_mut().filter(|r| r.leaf_guid == guid) else {
+                return Err(layout_error("the resilver record is gone"));
+            };
+            record.finished_ms = Some(crate::now_ms());
+            record.copied_bytes = copied_bytes;
+            record.total_bytes = copied_bytes;
+            Ok(())
+        })?;
+        leaf.set_resilvering(false);
+        detach_replaced(self.core, self.engine)
+    }
+}
+
+/// Detaches the side a finished replace recorded (after the resilver, or at import when a
+/// crash came between the two txgs).
+pub(crate) fn detach_replaced(
+    core: &Arc<PoolCore>,
+    engine: &Arc<TxgEngine>,
+) -> Result<(), EngineError> {
+    let detached: Arc<Mutex<Option<Arc<Leaf>>>> = Arc::default();
+    let detached_out = detached.clone();
+    run_sync_task_with(core, engine, move |core, _| {
+        let mut directory = core.directory.lock();
+        let Some(record) = directory
+            .resilver
+            .as_mut()
+            .filter(|record| record.finished_ms.is_some())
+        else {
+            return Ok(());
+        };
+        let Some(old) = record.detach_guid.take() else {
+            return Ok(());
+        };
+        let tree = core.tree();
+        if let Some((top, old_leaf)) = find_leaf_by_guid(&tree, old)
+            && top
+                .leaves
+                .iter()
+                .any(|leaf| leaf.guid != old && leaf.is_readable())
+        {
+            install_tree(core, tree.with_top_replaced(top_without_leaf(top, old)));
+            *detached_out.lock() = Some(old_leaf);
+        }
+        Ok(())
+    })?;
+    if let Some(old) = detached.lock().take() {
+        release_leaf(&old);
+    }
+    Ok(())
+}
+
+/// End (exclusive) of the batch starting at `start`: up to `bytes_max` bytes (at least one
+/// copy).
+fn batch_end(copies: &[Planned], start: usize, bytes_max: u64) -> usize {
+    let mut bytes = 0;
+    let mut end = start;
+    while end < copies.len() && (end == start || bytes < bytes_max) {
+        bytes += u64::from(copies[end].0.asize);
+        end += 1;
+    }
+    end
+}
