@@ -9,7 +9,9 @@
 //!
 //! Each allowance is enforced where the memory is held:
 //! - `arc_max_bytes`: the ARC's own limit (`ReadCache::set_limits`);
-//! - `dirty_bytes_max`: `TxgConfig::dirty_bytes_max`, the write throttle's hard limit;
+//! - `dirty_bytes_max`: `TxgConfig::dirty_bytes_max`, the write throttle's hard limit (a write
+//!   that starts below it is admitted whole, so dirty data can pass it by the writes in flight;
+//!   those bytes left the request buffers, so dirty + requests stays within their two limits);
 //! - `sync_io_bytes`: what a txg sync allocates besides the dirty buffers it writes
 //!   (compressed copies, indirect blocks) is at most the txg's dirty data, so it is bounded by
 //!   the same figure;
