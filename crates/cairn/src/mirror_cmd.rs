@@ -14,9 +14,7 @@ use crate::{PoolAttachArgs, PoolReplaceArgs, ResilverArgs};
 use anyhow::{Context as _, Result, anyhow};
 use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
-use cairn_engine::{
-    CreateOptions, Pool, ResilverOptions, ResilverStatus, VdevGroup, default_opener,
-};
+use cairn_engine::{CreateOptions, Pool, ResilverOptions, ResilverStatus, VdevGroup};
 use std::time::{Duration, Instant};
 
 /// How often a waiting command reports progress.
@@ -36,7 +34,7 @@ pub fn attach(ctx: &Context, args: &PoolAttachArgs) -> Result<()> {
         &args.resilver,
         fail,
         |pool, new, create, options| {
-            pool.attach(&existing, new, create, &default_opener(), options)
+            pool.attach(&existing, new, create, &ctx.pool_options().opener, options)
         },
     )
 }
@@ -52,7 +50,9 @@ pub fn replace(ctx: &Context, args: &PoolReplaceArgs) -> Result<()> {
         &args.new,
         &args.resilver,
         fail,
-        |pool, new, create, options| pool.replace(&old, new, create, &default_opener(), options),
+        |pool, new, create, options| {
+            pool.replace(&old, new, create, &ctx.pool_options().opener, options)
+        },
     )
 }
 

@@ -39,22 +39,6 @@ const HWM_LIMIT_BYTES: u64 = 4 << 30;
 /// How long resident memory may take to fall back after the burst.
 const SETTLE: Duration = Duration::from_secs(60);
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
-    }
-}
-
 /// One planned request.
 #[derive(Clone, Copy, Debug)]
 enum Planned {

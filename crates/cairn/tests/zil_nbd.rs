@@ -51,22 +51,6 @@ enum Plan {
 
 const STOPPED_FOR_KILL: &str = "stopped with requests in flight";
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
-    }
-}
-
 fn pattern(tag: u64, block: u64) -> Vec<u8> {
     if tag == 0 {
         return vec![0; BLOCK as usize];
