@@ -180,6 +180,7 @@ pub struct DatasetInfo {
 impl Pool {
     pub(crate) fn assemble(core: PoolCore, last_synced_txg: u64, options: &PoolOptions) -> Pool {
         let core = Arc::new(core);
+        core.io.set_synced_txg(last_synced_txg);
         core.refresh_space_view();
         let txg = (!options.readonly).then(|| {
             TxgEngine::start(

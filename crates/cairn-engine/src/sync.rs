@@ -175,7 +175,15 @@ impl PoolCore {
         if let Some(result) = mos_synced {
             self.mos.publish(result);
         }
-        self.space.lock().sync_done(txg);
+        // Readers now see this txg's trees; a read still running on an older tree keeps the
+        // space it may read from being reused (`BlockIo::oldest_read_txg`).
+        self.io.set_synced_txg(txg);
+        let read_floor = self.io.oldest_read_txg();
+        {
+            let mut space = self.space.lock();
+            space.set_read_floor(read_floor);
+            space.sync_done(txg);
+        }
         // The txg's dirty buffers were freed with its change sets: hand a large txg's worth
         // back to the kernel now rather than leaving it in the allocator's free lists.
         let written = self.io.stats.bytes_written.load(Ordering::Relaxed) - written_before;

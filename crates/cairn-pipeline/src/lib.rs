@@ -115,6 +115,13 @@ pub struct BlockIo {
     tree: RwLock<Arc<VdevTree>>,
     space: Arc<Mutex<SpaceAllocator>>,
     pub stats: PipelineStats,
+    /// Reads in flight, counted by the last synced txg when they started. The block a read
+    /// was given may be freed by a later txg; its space must not be reused (and a self-heal
+    /// must not write over new data) while the read runs, so the txg sync releases no free of
+    /// that txg or later meanwhile (`oldest_read_txg`). Reads can wait longer than a few txgs
+    /// under a write flood.
+    reads_in_flight: Mutex<BTreeMap<u64, usize>>,
+    synced_txg: std::sync::atomic::AtomicU64,
 }
 
 impl BlockIo {
@@ -123,7 +130,25 @@ impl BlockIo {
             tree: RwLock::new(tree),
             space,
             stats: PipelineStats::default(),
+            reads_in_flight: Mutex::new(BTreeMap::new()),
+            synced_txg: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// The last synced txg (the tree readers now see): set by the txg sync once it published.
+    pub fn set_synced_txg(&self, txg: u64) {
+        self.synced_txg.fetch_max(txg, Ordering::SeqCst);
+    }
+
+    /// The synced txg of the oldest read in flight: frees of that txg or later must wait.
+    pub fn oldest_read_txg(&self) -> Option<u64> {
+        self.reads_in_flight.lock().keys().next().copied()
+    }
+
+    fn read_guard(&self) -> ReadGuard<'_> {
+        let txg = self.synced_txg.load(Ordering::SeqCst);
+        *self.reads_in_flight.lock().entry(txg).or_default() += 1;
+        ReadGuard { io: self, txg }
     }
 
     pub fn tree(&self) -> Arc<VdevTree> {
@@ -215,6 +240,7 @@ impl BlockIo {
     /// Reads and verifies one block, healing bad copies from a good one.
     pub fn read_block(&self, bp: &BlockPointer, class: IoClass) -> Result<Bytes, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
+        let _in_flight = self.read_guard();
         if bp.compression != Compression::Off {
             return Err(PipelineError::UnsupportedCompression(bp.compression));
         }
@@ -454,6 +480,24 @@ struct Staged {
     leaf: Arc<Leaf>,
     writes: Vec<(u64, Bytes)>,
     bytes: u64,
+}
+
+/// Counts one read in flight (see `BlockIo::reads_in_flight`).
+struct ReadGuard<'a> {
+    io: &'a BlockIo,
+    txg: u64,
+}
+
+impl Drop for ReadGuard<'_> {
+    fn drop(&mut self) {
+        let mut reads = self.io.reads_in_flight.lock();
+        if let Some(count) = reads.get_mut(&self.txg) {
+            *count -= 1;
+            if *count == 0 {
+                reads.remove(&self.txg);
+            }
+        }
+    }
 }
 
 /// One leaf write handed to its queue, with what is needed to issue it again.

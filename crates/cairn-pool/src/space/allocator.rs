@@ -173,6 +173,8 @@ pub struct SpaceAllocator {
     /// Frees made in this txg or later stay deferred regardless of age while set: a scan
     /// (scrub, check) walking an older tree must never see that space reused.
     release_floor: Option<u64>,
+    /// The same for reads in flight (`set_read_floor`).
+    read_floor: Option<u64>,
     /// Log vdevs with an id at or above this are tried first for the next log block (the one
     /// after the last used, wrapping): an id rather than an index, so it stays valid whatever
     /// vdevs are added or removed.
@@ -206,6 +208,7 @@ impl SpaceAllocator {
             changes: BTreeMap::new(),
             synced_txg: None,
             release_floor: None,
+            read_floor: None,
             log_rotor_vdev: 0,
             fault: None,
         };
@@ -573,7 +576,11 @@ impl SpaceAllocator {
         let Some(mut release_txg_max) = synced_txg.checked_sub(DEFER_TXGS) else {
             return;
         };
-        if let Some(floor) = self.release_floor {
+        let floor = match (self.release_floor, self.read_floor) {
+            (Some(scan), Some(read)) => Some(scan.min(read)),
+            (scan, read) => scan.or(read),
+        };
+        if let Some(floor) = floor {
             let Some(below_floor) = floor.checked_sub(1) else {
                 return;
             };
@@ -640,6 +647,12 @@ impl SpaceAllocator {
     /// frees already older stay on their normal schedule. Used while a scan walks a tree.
     pub fn set_release_floor(&mut self, txg: Option<u64>) {
         self.release_floor = txg;
+    }
+
+    /// Like `set_release_floor`, for reads in flight (the oldest one's synced txg); the lower
+    /// of the two floors holds.
+    pub fn set_read_floor(&mut self, txg: Option<u64>) {
+        self.read_floor = txg;
     }
 
     /// How many entries `take_changes(txg)` would return now (coalesced segments).
