@@ -40,6 +40,9 @@ use std::sync::atomic::AtomicBool;
 pub enum ImportSource {
     /// Every regular file (and block device) directly inside the directory.
     Directory(PathBuf),
+    /// Every regular file and block device directly inside any of these directories: one
+    /// search, so a pool whose devices are spread over several directories is found whole.
+    Directories(Vec<PathBuf>),
     /// These devices (e.g. remembered from an earlier import).
     Devices(Vec<DeviceSpec>),
 }
@@ -48,6 +51,10 @@ impl std::fmt::Display for ImportSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ImportSource::Directory(dir) => write!(f, "{}", dir.display()),
+            ImportSource::Directories(dirs) => {
+                let names: Vec<String> = dirs.iter().map(|dir| dir.display().to_string()).collect();
+                write!(f, "{}", names.join(", "))
+            }
             ImportSource::Devices(specs) => {
                 let names: Vec<String> = specs.iter().map(|spec| spec.to_string()).collect();
                 write!(f, "{}", names.join(", "))
@@ -69,26 +76,33 @@ pub struct DiscoveredPool {
 }
 
 fn candidate_paths(source: &ImportSource) -> Vec<PathBuf> {
-    match source {
-        ImportSource::Devices(specs) => specs.iter().map(|spec| spec.path.clone()).collect(),
-        ImportSource::Directory(dir) => {
-            let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map(|entries| {
-                    entries
-                        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
-                        .filter(|path| {
-                            std::fs::metadata(path).is_ok_and(|meta| {
-                                use std::os::unix::fs::FileTypeExt;
-                                meta.is_file() || meta.file_type().is_block_device()
-                            })
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            paths.sort();
-            paths
+    let mut paths: Vec<PathBuf> = match source {
+        ImportSource::Devices(specs) => {
+            return specs.iter().map(|spec| spec.path.clone()).collect();
         }
-    }
+        ImportSource::Directory(dir) => devices_in(dir),
+        ImportSource::Directories(dirs) => dirs.iter().flat_map(|dir| devices_in(dir)).collect(),
+    };
+    paths.sort();
+    paths.dedup();
+    paths
+}
+
+/// The regular files and block devices directly inside `dir` (none if it cannot be read).
+fn devices_in(dir: &std::path::Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+                .filter(|path| {
+                    std::fs::metadata(path).is_ok_and(|meta| {
+                        use std::os::unix::fs::FileTypeExt;
+                        meta.is_file() || meta.file_type().is_block_device()
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Reads the labels of every candidate device (read-only, no lock) and groups them by pool.

@@ -1,24 +1,18 @@
-//! What every command shares: the pool cache, opening a cached pool, and the command line that
-//! state-changing commands record in the pool's history.
+//! What every command shares: pool access (`cairn_frontend::PoolAccess`: the pool cache, the
+//! server's live pools when a server runs the command), where its output goes, and the command
+//! line that state-changing commands record in the pool's history.
 //!
 //! The CLI holds a pool open only for the length of one command: `with_pool` imports it from the
 //! devices the cache lists, runs the command, and closes it (which syncs) even when the command
 //! failed, so no run leaves a pool half-open. A pool the cache does not know is "not imported".
-//!
-//! A pool the cache knows but that cannot be opened (device files deleted, labels damaged, a
-//! log device missing) is *unavailable*: opening it fails with a `PoolUnavailable` error (found
-//! with `unavailable_reason`), which `pool list`/`status` show as UNAVAIL, commands over every
-//! pool skip with a note, and `pool export`/`destroy -f` answer by forgetting the pool. It
-//! never stops a command on another pool. A server keeps no unavailable pool open; it tries
-//! again whenever a command names it, so a pool whose devices came back is served again.
+//! A remembered pool that cannot be opened is unavailable (`unavailable_reason`): `pool
+//! list`/`status` show it as UNAVAIL, commands over every pool skip it with a note, and `pool
+//! export`/`destroy -f` answer by forgetting it; it never stops a command on another pool.
 
-use crate::cache::PoolCache;
-use crate::vdevs::parse_device;
-use anyhow::{Context as _, Result, anyhow};
-use cairn_device::spec::DeviceSpec;
-use cairn_engine::{ImportSource, Pool, PoolOptions};
-use parking_lot::{Mutex, RwLock};
-use std::collections::BTreeMap;
+use anyhow::{Context as _, Result};
+use cairn_engine::Pool;
+use cairn_frontend::{PoolAccess, PoolsError};
+use parking_lot::Mutex;
 use std::io::Write;
 use std::sync::Arc;
 
@@ -98,106 +92,49 @@ macro_rules! shout {
 pub(crate) use {say, say_raw, shout};
 
 pub struct Context {
-    pub cache: PoolCache,
+    /// The pool cache, the server's live pools when a server runs this command, and the
+    /// options pools are opened with. Commands reach it through `Deref` (`ctx.with_pool`,
+    /// `ctx.cache`): a command's context is pool access plus where its output goes.
+    pub access: PoolAccess,
     /// The command as typed (without `--state-dir`), for `pool history`.
     pub command_line: String,
     pub out: Output,
     pub err: Output,
-    /// Set when a running server executes a forwarded command: its live pools, used instead
-    /// of opening devices (which the server holds).
-    pub served: Option<Arc<ServedPools>>,
 }
 
-/// A remembered pool that cannot be opened, and why (the import error with its causes).
-#[derive(Debug)]
-pub struct PoolUnavailable {
-    pub pool: String,
-    pub reason: String,
-    /// A device is locked by another process that has the pool open: the pool is busy, not
-    /// lost, and must not be forgotten.
-    pub busy: bool,
-}
+impl std::ops::Deref for Context {
+    type Target = PoolAccess;
 
-impl std::fmt::Display for PoolUnavailable {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let pool = &self.pool;
-        if self.busy {
-            write!(f, "pool '{pool}' is unavailable: {}", self.reason)
-        } else {
-            write!(
-                f,
-                "pool '{pool}' is unavailable: {} (see cairn pool status {pool}; cairn pool export {pool} forgets it)",
-                self.reason
-            )
-        }
+    fn deref(&self) -> &PoolAccess {
+        &self.access
     }
 }
 
-impl std::error::Error for PoolUnavailable {}
+/// The unavailability of a remembered pool, when `err` is (or was caused by) one.
+pub fn unavailable(err: &anyhow::Error) -> Option<&cairn_frontend::PoolUnavailable> {
+    err.chain()
+        .find_map(|cause| cause.downcast_ref::<PoolsError>())
+        .and_then(PoolsError::unavailable)
+}
 
 /// The reason, when `err` says a remembered pool cannot be opened.
 pub fn unavailable_reason(err: &anyhow::Error) -> Option<&str> {
-    err.downcast_ref::<PoolUnavailable>()
-        .map(|unavailable| unavailable.reason.as_str())
+    unavailable(err).map(|unavailable| unavailable.reason.as_str())
 }
 
 /// Whether `err` says a remembered pool cannot be opened because another process has it open.
 pub fn unavailable_busy(err: &anyhow::Error) -> bool {
-    err.downcast_ref::<PoolUnavailable>()
-        .is_some_and(|unavailable| unavailable.busy)
-}
-
-/// Whether another process holds `path` with the exclusive lock an open pool device keeps
-/// (`FileDevice` uses `flock`; a shared lock cannot be had while it is held).
-fn locked_by_another_process(path: &std::path::Path) -> bool {
-    std::fs::File::open(path).is_ok_and(|file| {
-        matches!(
-            file.try_lock_shared(),
-            Err(std::fs::TryLockError::WouldBlock)
-        )
-    })
-}
-
-/// The pools a running server holds open, by name, and its NBD server (for iostat).
-#[derive(Default)]
-pub struct ServedPools {
-    pub pools: RwLock<BTreeMap<String, Arc<Pool>>>,
-    pub nbd: std::sync::OnceLock<Arc<cairn_nbd::NbdServer>>,
-    pub started: std::sync::OnceLock<std::time::Instant>,
-    /// The server's memory budget (`cairn stat memory`).
-    pub budget: std::sync::OnceLock<cairn_engine::MemoryBudget>,
-}
-
-/// Pool options under a memory budget (`None`: the engine's defaults): the budget's dirty
-/// data, further limited to what the pool syncs in `SYNC_TARGET_MS`.
-pub fn pool_options_for(budget: Option<&cairn_engine::MemoryBudget>) -> PoolOptions {
-    let environment = crate::environment::get();
-    let mut options = PoolOptions {
-        opener: environment.opener.clone(),
-        read_trace_dir: environment.read_trace_dir.clone(),
-        ..PoolOptions::default()
-    };
-    if let Some(budget) = budget {
-        options.txg.dirty_bytes_max = budget.dirty_bytes_max;
-        options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;
-    }
-    options
-}
-
-impl ServedPools {
-    pub fn get(&self, name: &str) -> Option<Arc<Pool>> {
-        self.pools.read().get(name).cloned()
-    }
+    unavailable(err).is_some_and(|unavailable| unavailable.busy)
 }
 
 impl Context {
-    pub fn new(cache: PoolCache, command_line: String) -> Context {
+    /// A one-shot command's context: output to this process's stdout and stderr.
+    pub fn new(access: PoolAccess, command_line: String) -> Context {
         Context {
-            cache,
+            access,
             command_line,
             out: Output::stdout(),
             err: Output::stderr(),
-            served: None,
         }
     }
 
@@ -205,65 +142,6 @@ impl Context {
     pub fn interactive(&self) -> bool {
         use std::io::IsTerminal;
         self.served.is_none() && std::io::stderr().is_terminal()
-    }
-
-    /// Takes a pool for good (export, destroy): out of the server's set when served, else
-    /// opened from its devices.
-    pub fn take(&self, pool: &str) -> Result<Arc<Pool>> {
-        if let Some(served) = &self.served {
-            let handle = self.served_pool(served, pool)?;
-            served.pools.write().remove(pool);
-            return Ok(handle);
-        }
-        Ok(Arc::new(self.open(pool, false)?))
-    }
-
-    /// The server's live pool `pool`. A remembered pool the server does not hold (it could not
-    /// be opened at start, or since) is opened again now, so one whose devices came back is
-    /// served again; if it still cannot be opened, the error is `PoolUnavailable`.
-    fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>> {
-        if let Some(handle) = served.get(pool) {
-            return Ok(handle);
-        }
-        let handle = Arc::new(self.open(pool, false)?);
-        served
-            .pools
-            .write()
-            .insert(pool.to_string(), handle.clone());
-        Ok(handle)
-    }
-
-    /// Hands a newly created or imported pool back: the server keeps serving it; a one-shot
-    /// command closes it.
-    pub fn adopt(&self, pool: Pool) -> Result<()> {
-        match &self.served {
-            Some(served) => {
-                served
-                    .pools
-                    .write()
-                    .insert(pool.name().to_string(), Arc::new(pool));
-                Ok(())
-            }
-            None => {
-                let name = pool.name().to_string();
-                pool.close()
-                    .with_context(|| format!("cannot close pool '{name}' cleanly"))
-            }
-        }
-    }
-
-    /// Names of every cached pool, sorted.
-    pub fn pool_names(&self) -> Result<Vec<String>> {
-        Ok(self.cache.load()?.into_keys().collect())
-    }
-
-    /// The pools a command names, or every imported pool when it names none.
-    pub fn pools_or_all(&self, pools: &[String]) -> Result<Vec<String>> {
-        if pools.is_empty() {
-            self.pool_names()
-        } else {
-            Ok(pools.to_vec())
-        }
     }
 
     /// For commands over every pool (the user named none): a pool that cannot be opened is
@@ -280,107 +158,6 @@ impl Context {
         }
     }
 
-    /// The device specs the cache lists for `pool`.
-    pub fn cached_devices(&self, pool: &str) -> Result<Vec<DeviceSpec>> {
-        let devices = self
-            .cache
-            .devices(pool)?
-            .ok_or_else(|| not_imported(pool))?;
-        self.parse_cached(pool, &devices)
-    }
-
-    fn parse_cached(&self, pool: &str, devices: &[String]) -> Result<Vec<DeviceSpec>> {
-        devices
-            .iter()
-            .map(|text| {
-                parse_device(text).with_context(|| {
-                    format!(
-                        "pool cache {} lists a bad device for pool '{pool}'",
-                        self.cache.path().display()
-                    )
-                })
-            })
-            .collect()
-    }
-
-    /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written). A
-    /// pool the cache lists but that does not open fails with `PoolUnavailable`.
-    pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool> {
-        let options = PoolOptions {
-            readonly,
-            ..self.pool_options()
-        };
-        self.open_with(pool, options)
-    }
-
-    /// Options for a pool this command opens, creates or imports: inside a server, its dirty
-    /// data is limited by the server's memory budget like the pools the server started with.
-    pub fn pool_options(&self) -> PoolOptions {
-        let budget = self.served.as_ref().and_then(|served| served.budget.get());
-        pool_options_for(budget)
-    }
-
-    /// `open` with the caller's options (a server passes its memory budget's txg limits).
-    pub fn open_with(&self, pool: &str, options: PoolOptions) -> Result<Pool> {
-        let unavailable = |reason: String, busy: bool| {
-            anyhow::Error::new(PoolUnavailable {
-                pool: pool.to_string(),
-                reason,
-                busy,
-            })
-        };
-        let cached = self
-            .cache
-            .devices(pool)?
-            .ok_or_else(|| not_imported(pool))?;
-        let devices = self
-            .parse_cached(pool, &cached)
-            .map_err(|err| unavailable(format!("{err:#}"), false))?;
-        let absent: Vec<String> = devices
-            .iter()
-            .filter(|spec| !spec.path.exists())
-            .map(|spec| spec.path.display().to_string())
-            .collect();
-        Pool::import(&ImportSource::Devices(devices.clone()), pool, options).map_err(|err| {
-            let err = anyhow::Error::new(err);
-            let busy = devices
-                .iter()
-                .any(|spec| locked_by_another_process(&spec.path));
-            if absent.is_empty() {
-                unavailable(format!("{err:#}"), busy)
-            } else {
-                unavailable(
-                    format!("missing devices {}; {err:#}", absent.join(", ")),
-                    busy,
-                )
-            }
-        })
-    }
-
-    /// Opens `pool`, runs `body`, and closes the pool whatever `body` returned. When served,
-    /// `body` runs on the server's live pool, which stays open.
-    pub fn with_pool<T>(
-        &self,
-        pool: &str,
-        readonly: bool,
-        body: impl FnOnce(&Pool) -> Result<T>,
-    ) -> Result<T> {
-        if let Some(served) = &self.served {
-            let handle = self.served_pool(served, pool)?;
-            return body(&handle);
-        }
-        let handle = self.open(pool, readonly)?;
-        let result = body(&handle);
-        let closed = handle
-            .close()
-            .with_context(|| format!("cannot close pool '{pool}' cleanly"));
-        match (result, closed) {
-            (Err(err), _) => Err(err),
-            (Ok(_), Err(err)) => Err(err),
-            (Ok(value), Ok(())) => Ok(value),
-        }
-    }
-
     /// Appends this command line to the pool's history.
     pub fn record(&self, pool: &Pool) -> Result<()> {
         pool.record_history(self.command_line.clone())
@@ -388,18 +165,7 @@ impl Context {
     }
 }
 
-/// The error for a pool the cache does not know.
-fn not_imported(pool: &str) -> anyhow::Error {
-    anyhow!("no such pool '{pool}' (not imported; try cairn pool import -d DIR)")
-}
-
-/// The device specs a pool is open on, in vdev order, as the cache stores them.
-pub fn device_specs(pool: &Pool) -> Vec<String> {
-    pool.tree()
-        .leaves()
-        .map(|leaf| leaf.spec.to_string())
-        .collect()
-}
+pub use cairn_frontend::device_specs;
 
 /// The pool part of a dataset name (`tank` of `tank/vol`).
 pub fn pool_of(dataset: &str) -> &str {

@@ -8,9 +8,13 @@
 //! - `CAIRN_READ_TRACE_DIR=DIR`: every volume served appends its clients' reads to a trace in
 //!   DIR (`bench/record-volume-trace.sh`).
 //!
+//! - `XDG_STATE_HOME`, else `HOME`: where the pool cache lives when `--state-dir` is not given.
+//!
 //! `CAIRN_STATE_DIR`, `CAIRN_ARC_MAX` and `CAIRN_ARC_MIN` are flags' defaults (clap reads them).
 
+use anyhow::{Result, bail};
 use cairn_engine::{DeviceOpener, FaultInjection};
+use cairn_frontend::{PoolAccess, PoolCache};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
@@ -44,5 +48,30 @@ fn read() -> Environment {
     Environment {
         opener: cairn_engine::device_opener(&injection),
         read_trace_dir: std::env::var_os("CAIRN_READ_TRACE_DIR").map(PathBuf::from),
+    }
+}
+
+/// How this process reaches the pools of `state_dir`: with the environment's device opener
+/// and read-trace directory.
+pub fn pool_access(state_dir: PathBuf) -> PoolAccess {
+    let environment = get();
+    PoolAccess {
+        cache: PoolCache::new(state_dir),
+        served: None,
+        opener: environment.opener.clone(),
+        read_trace_dir: environment.read_trace_dir.clone(),
+    }
+}
+
+/// `$XDG_STATE_HOME/cairn`, else `~/.local/state/cairn`.
+pub fn default_state_dir() -> Result<PathBuf> {
+    if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(state).join("cairn"));
+    }
+    match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        Some(home) => Ok(PathBuf::from(home).join(".local/state/cairn")),
+        None => bail!(
+            "cannot place the pool cache: neither $XDG_STATE_HOME nor $HOME is set (use --state-dir DIR)"
+        ),
     }
 }

@@ -10,14 +10,14 @@
 use crate::context::{Context, say, say_raw};
 use crate::human;
 use crate::table::{Column, Table};
-use crate::{ListFormat, control};
+use crate::{ListFormat, remote};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_nbd::{OpKind, OpStats};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
 pub struct IostatArgs {
     #[command(flatten)]
     pub format: ListFormat,
@@ -284,7 +284,7 @@ pub fn iostat(ctx: &Context, args: &IostatArgs) -> Result<()> {
     }
     let (pools, interval, count) = parse_positional(&args.args)?;
     let sample = || -> Result<Snapshot> {
-        parse_snapshot(&control::ask_server(
+        parse_snapshot(&remote::ask_server(
             ctx,
             &["pool", "iostat", "--snapshot"],
             "pool iostat reports the I/O of",

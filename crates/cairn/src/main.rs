@@ -9,9 +9,7 @@
 //! (clap). Each command opens the pool it needs, does its work and closes it again; nothing
 //! stays running between commands (the long-running server is `cairn serve`, later).
 
-mod cache;
 mod context;
-mod control;
 mod dataset_cmd;
 mod environment;
 mod human;
@@ -19,6 +17,7 @@ mod iostat_cmd;
 mod json;
 mod mirror_cmd;
 mod pool_cmd;
+mod remote;
 mod serve_cmd;
 mod stat_arc_cmd;
 mod stat_cmd;
@@ -28,6 +27,7 @@ mod vdevs;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -45,7 +45,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize, Deserialize)]
 enum Command {
     /// The embedded default: create (first run) or import the pool kept in a data directory and
     /// show it.
@@ -74,7 +74,7 @@ enum Command {
     Stat(StatCommand),
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize, Deserialize)]
 enum StatCommand {
     /// Intent log: commits, group commit, log blocks and fill, commit latency, log devices.
     Zil {
@@ -102,7 +102,7 @@ enum StatCommand {
     },
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Subcommand, Serialize, Deserialize)]
 enum PoolCommand {
     /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; PATH may be emu:MODEL:PATH).
     Create(PoolCreateArgs),
@@ -187,7 +187,7 @@ enum PoolCommand {
 }
 
 /// `-H` and `-p`, shared by every list-style command.
-#[derive(Debug, Args, Clone, Copy)]
+#[derive(Debug, Args, Clone, Copy, Serialize, Deserialize)]
 struct ListFormat {
     /// Scripted mode: no header, fields separated by one tab.
     #[arg(short = 'H')]
@@ -197,7 +197,7 @@ struct ListFormat {
     exact: bool,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct PoolCreateArgs {
     /// Create missing device files (sparse) of this size, e.g. 2G.
     #[arg(long, value_name = "SIZE")]
@@ -218,7 +218,7 @@ struct PoolCreateArgs {
     vdevs: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct PoolAddArgs {
     /// Create missing device files (sparse) of this size, e.g. 1G.
     #[arg(long, value_name = "SIZE")]
@@ -234,7 +234,7 @@ struct PoolAddArgs {
 }
 
 /// What `pool attach` and `pool replace` share.
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct ResilverArgs {
     /// Create a missing NEW file (sparse) of this size, e.g. 1G.
     #[arg(long, value_name = "SIZE")]
@@ -251,7 +251,7 @@ struct ResilverArgs {
     no_wait: bool,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct PoolAttachArgs {
     #[command(flatten)]
     resilver: ResilverArgs,
@@ -262,7 +262,7 @@ struct PoolAttachArgs {
     new: String,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct PoolReplaceArgs {
     #[command(flatten)]
     resilver: ResilverArgs,
@@ -273,7 +273,7 @@ struct PoolReplaceArgs {
     new: String,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct PoolStatusArgs {
     /// List the places with permanent (unrecoverable) data errors.
     #[arg(short = 'v')]
@@ -285,7 +285,7 @@ struct PoolStatusArgs {
     pools: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct PoolImportArgs {
     /// Directory to search for devices (repeatable; default /dev).
     #[arg(short = 'd', value_name = "DIR")]
@@ -301,7 +301,7 @@ struct PoolImportArgs {
     pool: Option<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct CreateArgs {
     /// Create a volume of this size (e.g. 64M).
     #[arg(short = 'V', value_name = "SIZE")]
@@ -316,7 +316,7 @@ struct CreateArgs {
     dataset: String,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct ListArgs {
     #[command(flatten)]
     format: ListFormat,
@@ -333,7 +333,7 @@ struct ListArgs {
     datasets: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct GetArgs {
     #[command(flatten)]
     format: ListFormat,
@@ -347,7 +347,7 @@ struct GetArgs {
     datasets: Vec<String>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, Serialize, Deserialize)]
 struct SetArgs {
     /// Properties to set.
     #[arg(required = true, value_name = "PROP=VALUE", value_parser = parse_assignment)]
@@ -369,11 +369,12 @@ fn state_dir(cli: &Cli) -> Result<PathBuf> {
         (Some(dir), _) => dir.clone(),
         // The embedded default keeps its state inside its data directory.
         (None, Command::Up(up)) => up.data_dir.join("state"),
-        (None, _) => cache::PoolCache::default_dir()?,
+        (None, _) => environment::default_state_dir()?,
     })
 }
 
-/// Runs one parsed command with `ctx` (locally, or inside a server for a forwarded command).
+/// Runs one parsed command with `ctx` (locally, or inside a server for a forwarded command,
+/// whose paths the client made absolute: see `remote`).
 fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path) -> Result<()> {
     match command {
         Command::Pool(command) => match command {
@@ -445,6 +446,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = (|| -> Result<ExitCode> {
         let state_dir = state_dir(&cli)?;
+        let command_line = context::command_line(&args);
         // A running server owns the pools: let it run the command. `serve` itself, and the
         // client side of `pool iostat` (which polls the server), run here.
         let runs_here = match &cli.command {
@@ -453,17 +455,21 @@ fn main() -> ExitCode {
             Command::Stat(StatCommand::Arc(arc)) => arc.runs_here(),
             _ => false,
         };
-        if !runs_here && let Some(reply) = control::forward(&state_dir, &args)? {
-            use std::io::Write;
-            let _ = std::io::stdout().write_all(&reply.stdout);
-            let _ = std::io::stderr().write_all(&reply.stderr);
-            return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
-        }
-        let ctx = context::Context::new(
-            cache::PoolCache::new(state_dir.clone()),
-            context::command_line(&args),
-        );
-        execute(&ctx, cli.command, &state_dir)?;
+        let command = if runs_here {
+            cli.command
+        } else {
+            match remote::forward(&state_dir, command_line.clone(), cli.command)? {
+                remote::Forwarded::Done(reply) => {
+                    use std::io::Write;
+                    let _ = std::io::stdout().write_all(&reply.stdout);
+                    let _ = std::io::stderr().write_all(&reply.stderr);
+                    return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
+                }
+                remote::Forwarded::NoServer(command) => command,
+            }
+        };
+        let ctx = context::Context::new(environment::pool_access(state_dir.clone()), command_line);
+        execute(&ctx, command, &state_dir)?;
         Ok(ExitCode::SUCCESS)
     })();
     match outcome {

@@ -16,8 +16,8 @@ use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{
-    CreateOptions, EngineError, ImportSource, Pool, PoolOptions, PoolStatus, ScrubProgress,
-    VdevGroup, discover_pools,
+    CreateOptions, DiscoveredPool, EngineError, ImportSource, Pool, PoolOptions, PoolStatus,
+    ScrubProgress, VdevGroup, discover_pools,
 };
 use cairn_format::PoolState;
 use std::collections::{BTreeMap, BTreeSet};
@@ -83,7 +83,7 @@ fn remember_created(ctx: &Context, pool: Pool, created_files: &[PathBuf]) -> Res
     };
     if ctx.served.is_some() {
         ctx.cache.insert(&name, &specs).with_context(not_cached)?;
-        return ctx.adopt(pool);
+        return Ok(ctx.adopt(pool)?);
     }
     if let Err(err) = pool.close() {
         drop(pool);
@@ -469,7 +469,7 @@ fn scan_line(status: &PoolStatus) -> String {
 /// The named pools, or every cached pool when none is named.
 fn pools_or_all(ctx: &Context, pools: &[String]) -> Result<Vec<String>> {
     if pools.is_empty() {
-        ctx.pool_names()
+        Ok(ctx.pool_names()?)
     } else {
         Ok(pools.to_vec())
     }
@@ -871,7 +871,7 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
     let pool = match ctx.take(name) {
         Ok(pool) => pool,
-        Err(err) => return forget_unavailable(ctx, name, err, "export"),
+        Err(err) => return forget_unavailable(ctx, name, err.into(), "export"),
     };
     if let Err(err) = ctx.record(&pool) {
         let _ = pool.close();
@@ -906,7 +906,7 @@ fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str)
 }
 
 pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
-    let pool = match ctx.take(name) {
+    let pool = match ctx.take(name).map_err(anyhow::Error::from) {
         Ok(pool) => pool,
         Err(err) if force || unavailable_busy(&err) => {
             return forget_unavailable(ctx, name, err, "destroy");
@@ -969,32 +969,9 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         .map(|dir| dir.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    // One entry per pool guid, merging devices found in several directories.
-    let mut found = BTreeMap::new();
-    for dir in &dirs {
-        for pool in discover_pools(&ImportSource::Directory(dir.clone())) {
-            match found.entry(pool.config.pool_guid) {
-                std::collections::btree_map::Entry::Vacant(slot) => {
-                    slot.insert(pool);
-                }
-                std::collections::btree_map::Entry::Occupied(mut slot) => {
-                    let known = slot.get_mut();
-                    if pool.config.txg > known.config.txg {
-                        known.config = pool.config.clone();
-                    }
-                    for device in pool.devices {
-                        if !known
-                            .devices
-                            .iter()
-                            .any(|(spec, _)| spec.path == device.0.path)
-                        {
-                            known.devices.push(device);
-                        }
-                    }
-                }
-            }
-        }
-    }
+    // The engine's one search over every directory: a pool whose devices are spread over
+    // several directories is found whole (the search `cairn serve -d` uses too).
+    let found: Vec<DiscoveredPool> = discover_pools(&ImportSource::Directories(dirs.clone()));
     let Some(wanted) = &args.pool else {
         let imported: BTreeSet<PathBuf> = ctx
             .cache
@@ -1004,7 +981,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
             .filter_map(|text| parse_device(&text).ok().map(|spec| spec.path))
             .collect();
         let mut shown = 0;
-        for pool in found.values() {
+        for pool in &found {
             let destroyed = pool.config.state == PoolState::Destroyed;
             let already = pool
                 .devices
@@ -1028,7 +1005,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         return Ok(());
     };
     let matches: Vec<_> = found
-        .values()
+        .iter()
         .filter(|pool| pool.config.state != PoolState::Destroyed)
         .filter(|pool| {
             pool.config.pool_name == *wanted || pool.config.pool_guid.to_string() == *wanted
@@ -1036,7 +1013,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         .collect();
     let pool_found = match matches.as_slice() {
         [] => {
-            let destroyed = found.values().any(|pool| {
+            let destroyed = found.iter().any(|pool| {
                 pool.config.pool_name == *wanted && pool.config.state == PoolState::Destroyed
             });
             let hint = if destroyed {
@@ -1088,10 +1065,11 @@ fn finish_import(ctx: &Context, pool: Pool) -> Result<()> {
     let recorded = ctx
         .cache
         .insert(&name, &device_specs(&pool))
+        .map_err(anyhow::Error::from)
         .and_then(|()| ctx.record(&pool));
     let closed = ctx
         .adopt(pool)
-        .with_context(|| format!("cannot close pool '{name}' after import"));
+        .with_context(|| format!("cannot keep pool '{name}' after import"));
     recorded.and(closed)
 }
 
@@ -1300,7 +1278,7 @@ pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
 }
 
 pub fn history(ctx: &Context, name: &str) -> Result<()> {
-    let entries = ctx.with_pool(name, true, |pool| Ok(pool.history()))?;
+    let entries = ctx.with_pool(name, true, |pool| anyhow::Ok(pool.history()))?;
     say!(ctx, "History for '{name}':");
     for entry in entries {
         match entry
@@ -1315,7 +1293,7 @@ pub fn history(ctx: &Context, name: &str) -> Result<()> {
 }
 
 pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
-    let timings = ctx.with_pool(name, false, |pool| Ok(pool.txg_history()))?;
+    let timings = ctx.with_pool(name, false, |pool| anyhow::Ok(pool.txg_history()))?;
     let mut table = Table::new(vec![
         Column::right("TXG"),
         Column::left("TRIGGER"),

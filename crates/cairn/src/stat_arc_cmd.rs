@@ -11,13 +11,13 @@
 
 use crate::context::{Context, say, say_raw};
 use crate::table::{Column, Table};
-use crate::{ListFormat, control, human, iostat_cmd};
+use crate::{ListFormat, human, iostat_cmd, remote};
 use anyhow::{Context as _, Result, anyhow, bail};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
 pub struct StatArcArgs {
     #[command(flatten)]
     pub format: ListFormat,
@@ -96,7 +96,7 @@ fn interval_mode(ctx: &Context, args: &StatArcArgs) -> Result<()> {
     }
     let seconds = interval.expect("interval mode has an interval");
     let sample = || -> Result<Sample> {
-        parse_sample(&control::ask_server(
+        parse_sample(&remote::ask_server(
             ctx,
             &["stat", "arc", "--snapshot"],
             "stat arc with an interval watches",

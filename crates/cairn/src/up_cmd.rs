@@ -17,7 +17,7 @@ use std::path::PathBuf;
 const POOL: &str = "cairn";
 const VOLUME: &str = "cairn/vol0";
 
-#[derive(Debug, Args)]
+#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
 pub struct UpArgs {
     /// Where the device files and the pool cache live.
     #[arg(long, value_name = "DIR", default_value = "./cairn-data")]
@@ -60,7 +60,7 @@ impl UpArgs {
 
 pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
     // Durably: the pool's device files go in it.
-    crate::cache::create_dir_durably(&args.data_dir)
+    cairn_frontend::cache::create_dir_durably(&args.data_dir)
         .with_context(|| format!("cannot create data directory {}", args.data_dir.display()))?;
     let data_dir = std::path::absolute(&args.data_dir)?;
     let devices = [data_dir.join("d0.img"), data_dir.join("d1.img")];

@@ -28,6 +28,26 @@ pub fn parse_device(word: &str) -> Result<DeviceSpec> {
     Ok(spec)
 }
 
+/// A device word with its path made absolute; left as it is when it does not parse (the
+/// command reports that).
+pub fn absolute_device_word(word: &str) -> String {
+    parse_device(word).map_or_else(|_| word.to_string(), |spec| spec.to_string())
+}
+
+/// A word of the vdev grammar with any path in it absolute (keywords stay as they are).
+pub fn absolute_vdev_word(word: &str) -> String {
+    let keyword = word.to_ascii_lowercase();
+    let is_keyword = keyword == "log"
+        || keyword == "mirror"
+        || UNSUPPORTED.contains(&keyword.as_str())
+        || keyword.starts_with("draid");
+    if is_keyword {
+        word.to_string()
+    } else {
+        absolute_device_word(word)
+    }
+}
+
 pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
     let mut groups: Vec<VdevGroup> = Vec::new();
     let mut open_mirror: Option<VdevGroup> = None;
@@ -125,6 +145,16 @@ mod tests {
     fn relative_paths_become_absolute() {
         let groups = parse_vdevs(&words("disk.img")).unwrap();
         assert!(groups[0].devices[0].path.is_absolute());
+        let here = std::env::current_dir().unwrap();
+        assert_eq!(
+            absolute_vdev_word("emu:nvme:c.img"),
+            format!("emu:nvme:{}", here.join("c.img").display())
+        );
+        assert_eq!(absolute_vdev_word("mirror"), "mirror");
+        assert_eq!(absolute_vdev_word("LOG"), "LOG");
+        // Made absolute twice, a word does not change: the server may resolve it again.
+        let once = absolute_vdev_word("d0.img");
+        assert_eq!(absolute_vdev_word(&once), once);
     }
 
     #[test]

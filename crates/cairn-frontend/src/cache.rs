@@ -15,7 +15,6 @@
 //! (as is the parent of a state directory this creates), so a crash leaves either the old or the
 //! new cache, never a torn or vanished one.
 
-use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -30,27 +29,50 @@ const PRIVATE_FILE_MODE: u32 = 0o600;
 /// Pool name → device specs, in the order they were recorded.
 pub type CacheEntries = BTreeMap<String, Vec<String>>;
 
+/// Why the pool cache could not be read or changed.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    #[error("pool cache {} is damaged: {problem}", path.display())]
+    Damaged { path: PathBuf, problem: String },
+    #[error("cannot read pool cache {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot record {text:?} in the pool cache: it must be non-empty, without tabs or newlines"
+    )]
+    Unstorable { text: String },
+    #[error("cannot create state directory {}", dir.display())]
+    StateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot lock {}", path.display())]
+    Lock {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write pool cache {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 #[derive(Debug, Clone)]
 pub struct PoolCache {
     dir: PathBuf,
 }
 
 impl PoolCache {
+    /// The cache kept in state directory `dir` (created, private, on the first change).
     pub fn new(dir: PathBuf) -> PoolCache {
         PoolCache { dir }
-    }
-
-    /// `$XDG_STATE_HOME/cairn`, else `~/.local/state/cairn`.
-    pub fn default_dir() -> Result<PathBuf> {
-        if let Some(state) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
-            return Ok(PathBuf::from(state).join("cairn"));
-        }
-        match std::env::var_os("HOME").filter(|v| !v.is_empty()) {
-            Some(home) => Ok(PathBuf::from(home).join(".local/state/cairn")),
-            None => bail!(
-                "cannot place the pool cache: neither $XDG_STATE_HOME nor $HOME is set (use --state-dir DIR)"
-            ),
-        }
     }
 
     /// The state directory holding the cache.
@@ -63,31 +85,27 @@ impl PoolCache {
     }
 
     /// Every cached pool. A missing file is an empty cache.
-    pub fn load(&self) -> Result<CacheEntries> {
+    pub fn load(&self) -> Result<CacheEntries, CacheError> {
         let path = self.path();
         match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                parse(&text).with_context(|| format!("pool cache {} is damaged", path.display()))
-            }
+            Ok(text) => parse(&text, &path),
             Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(CacheEntries::new()),
-            Err(err) => {
-                Err(err).with_context(|| format!("cannot read pool cache {}", path.display()))
-            }
+            Err(source) => Err(CacheError::Read { path, source }),
         }
     }
 
     /// The devices of `pool`, if it is cached.
-    pub fn devices(&self, pool: &str) -> Result<Option<Vec<String>>> {
+    pub fn devices(&self, pool: &str) -> Result<Option<Vec<String>>, CacheError> {
         Ok(self.load()?.remove(pool))
     }
 
     /// Records (or replaces) `pool` with its devices.
-    pub fn insert(&self, pool: &str, devices: &[String]) -> Result<()> {
+    pub fn insert(&self, pool: &str, devices: &[String]) -> Result<(), CacheError> {
         for text in std::iter::once(pool).chain(devices.iter().map(String::as_str)) {
             if text.is_empty() || text.contains(['\t', '\n', '\r']) || text.starts_with('#') {
-                bail!(
-                    "cannot record {text:?} in the pool cache: it must be non-empty, without tabs or newlines"
-                );
+                return Err(CacheError::Unstorable {
+                    text: text.to_string(),
+                });
             }
         }
         self.modify(|entries| {
@@ -96,46 +114,60 @@ impl PoolCache {
     }
 
     /// Forgets `pool`; returns whether it was cached.
-    pub fn remove(&self, pool: &str) -> Result<bool> {
+    pub fn remove(&self, pool: &str) -> Result<bool, CacheError> {
         let mut removed = false;
         self.modify(|entries| removed = entries.remove(pool).is_some())?;
         Ok(removed)
     }
 
-    fn modify(&self, change: impl FnOnce(&mut CacheEntries)) -> Result<()> {
-        create_dir_durably(&self.dir)
-            .with_context(|| format!("cannot create state directory {}", self.dir.display()))?;
+    fn modify(&self, change: impl FnOnce(&mut CacheEntries)) -> Result<(), CacheError> {
+        create_dir_durably(&self.dir).map_err(|source| CacheError::StateDir {
+            dir: self.dir.clone(),
+            source,
+        })?;
         let lock_path = self.dir.join(format!("{FILE_NAME}.lock"));
+        let lock_error = |source| CacheError::Lock {
+            path: lock_path.clone(),
+            source,
+        };
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
             .mode(PRIVATE_FILE_MODE)
             .open(&lock_path)
-            .with_context(|| format!("cannot open {}", lock_path.display()))?;
-        lock.lock()
-            .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+            .map_err(lock_error)?;
+        lock.lock().map_err(lock_error)?;
         let mut entries = self.load()?;
         change(&mut entries);
-        write_atomically(&self.path(), &render(&entries))
+        let path = self.path();
+        write_atomically(&path, &render(&entries))
+            .map_err(|source| CacheError::Write { path, source })
         // The lock is released when `lock` is dropped.
     }
 }
 
-fn parse(text: &str) -> Result<CacheEntries> {
+fn parse(text: &str, path: &Path) -> Result<CacheEntries, CacheError> {
+    let damaged = |problem: String| CacheError::Damaged {
+        path: path.to_path_buf(),
+        problem,
+    };
     let mut entries = CacheEntries::new();
     for (index, line) in text.lines().enumerate() {
         if line.trim().is_empty() || line.starts_with('#') {
             continue;
         }
         let Some((pool, device)) = line.split_once('\t') else {
-            bail!(
+            return Err(damaged(format!(
                 "line {} has no tab between pool and device: {line:?}",
                 index + 1
-            );
+            )));
         };
         if pool.is_empty() || device.is_empty() {
-            bail!("line {} has an empty pool or device: {line:?}", index + 1);
+            return Err(damaged(format!(
+                "line {} has an empty pool or device: {line:?}",
+                index + 1
+            )));
         }
         entries
             .entry(pool.to_string())
@@ -160,7 +192,7 @@ fn render(entries: &CacheEntries) -> String {
 
 /// `create_dir_all`, with each directory it creates made durable by syncing its parent, so a
 /// power cut cannot take away a state directory (and the cache in it) that a command reported.
-pub(crate) fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
+pub fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -175,7 +207,7 @@ pub(crate) fn create_dir_durably(dir: &Path) -> std::io::Result<()> {
     }
 }
 
-fn write_atomically(path: &Path, content: &str) -> Result<()> {
+fn write_atomically(path: &Path, content: &str) -> std::io::Result<()> {
     let temp = path.with_extension(format!("tmp.{}", std::process::id()));
     let result = (|| -> std::io::Result<()> {
         let mut file = OpenOptions::new()
@@ -195,7 +227,7 @@ fn write_atomically(path: &Path, content: &str) -> Result<()> {
     if result.is_err() {
         let _ = std::fs::remove_file(&temp);
     }
-    result.with_context(|| format!("cannot write pool cache {}", path.display()))
+    result
 }
 
 #[cfg(test)]
@@ -223,10 +255,17 @@ mod tests {
 
     #[test]
     fn damaged_lines_and_unstorable_names_are_refused() {
-        assert!(parse("tank /no/tab\n").is_err());
-        assert!(parse("# comment\n\ntank\t/a\n").is_ok());
+        let path = Path::new("pools.cache");
+        assert!(matches!(
+            parse("tank /no/tab\n", path),
+            Err(CacheError::Damaged { .. })
+        ));
+        assert!(parse("# comment\n\ntank\t/a\n", path).is_ok());
         let dir = tempfile::tempdir().unwrap();
         let cache = PoolCache::new(dir.path().to_path_buf());
-        assert!(cache.insert("tank", &["/a\tb".to_string()]).is_err());
+        assert!(matches!(
+            cache.insert("tank", &["/a\tb".to_string()]),
+            Err(CacheError::Unstorable { .. })
+        ));
     }
 }

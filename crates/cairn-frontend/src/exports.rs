@@ -1,0 +1,168 @@
+//! The NBD adapter: every volume of every served pool as an NBD export named `pool/volume`.
+//!
+//! Exports are looked up per connection in the server's registry (`ServedPools`), so a volume
+//! created after the server started is served as soon as its pool knows it. Each connection
+//! gets its own view (`VolumeExport`) holding the intent-log lane its FUA writes commit on:
+//! connections are spread over the volume's lanes so independent clients commit in parallel.
+//!
+//! Errors keep their meaning on the wire: a write to a read-only volume or pool answers EPERM
+//! (NBD has no EROFS; EPERM is its word for it), a full pool ENOSPC, an access past the end
+//! EINVAL, anything else EIO.
+//! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA
+//! commit the volume's intent log (the connection's lane for FUA, every lane for FLUSH).
+
+use crate::pools::ServedPools;
+use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
+use cairn_engine::Pool;
+use cairn_nbd::{Export, ExportError, ExportProvider};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// NBD view of one volume, for one connection.
+pub struct VolumeExport {
+    volume: Arc<Volume>,
+    lane: usize,
+}
+
+/// The NBD error a dataset error is reported as.
+pub fn export_error(err: DatasetError) -> ExportError {
+    match err {
+        DatasetError::ReadOnly(_) => ExportError::ReadOnly,
+        DatasetError::NoSpace(_) => ExportError::NoSpace,
+        DatasetError::OutOfRange { .. } => ExportError::OutOfRange,
+        other => ExportError::Io(other.to_string()),
+    }
+}
+
+impl VolumeExport {
+    pub fn new(volume: Arc<Volume>, lane: usize) -> VolumeExport {
+        VolumeExport { volume, lane }
+    }
+
+    fn options(&self, fua: bool) -> WriteOptions {
+        WriteOptions {
+            fua,
+            lane: self.lane,
+        }
+    }
+}
+
+impl Export for VolumeExport {
+    fn size(&self) -> u64 {
+        self.volume.size_bytes()
+    }
+
+    fn preferred_block_size(&self) -> u32 {
+        self.volume.block_size()
+    }
+
+    fn readonly(&self) -> bool {
+        self.volume.is_readonly()
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.volume.read(offset, buf).map_err(export_error)
+    }
+
+    fn try_read_now(&self, offset: u64, buf: &mut [u8]) -> bool {
+        self.volume.try_read_cached(offset, buf).is_some()
+    }
+
+    fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.volume
+            .write_with(offset, data, self.options(fua))
+            .map_err(export_error)
+    }
+
+    fn write_bytes(&self, offset: u64, data: bytes::Bytes, fua: bool) -> Result<(), ExportError> {
+        self.volume
+            .write_bytes_with(offset, data, self.options(fua))
+            .map_err(export_error)
+    }
+
+    fn flush(&self) -> Result<(), ExportError> {
+        self.volume.flush().map_err(export_error)
+    }
+
+    fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ExportError> {
+        self.volume
+            .trim_with(offset, len, self.options(fua))
+            .map_err(export_error)
+    }
+
+    /// Zeros are stored as holes whatever the client asks: they read back as zeros either way
+    /// and use no space (NO_HOLE is a hint about allocation, which a copy-on-write pool cannot
+    /// honour anyway).
+    fn write_zeroes(
+        &self,
+        offset: u64,
+        len: u64,
+        fua: bool,
+        _may_trim: bool,
+    ) -> Result<(), ExportError> {
+        self.volume
+            .write_zeroes_with(offset, len, self.options(fua))
+            .map_err(export_error)
+    }
+
+    fn block_status(&self, offset: u64, len: u64) -> Result<Vec<(u64, u32)>, ExportError> {
+        const HOLE: u32 = 1;
+        const ZERO: u32 = 2;
+        let runs = self
+            .volume
+            .block_status(offset, len)
+            .map_err(export_error)?;
+        Ok(runs
+            .into_iter()
+            .map(|(run_len, hole)| (run_len, if hole { HOLE | ZERO } else { 0 }))
+            .collect())
+    }
+}
+
+/// Every volume of every served pool.
+pub struct PoolExports {
+    served: Arc<ServedPools>,
+    /// Connections opened so far (picks each one's log lane).
+    connections: AtomicUsize,
+}
+
+impl PoolExports {
+    pub fn new(served: Arc<ServedPools>) -> PoolExports {
+        PoolExports {
+            served,
+            connections: AtomicUsize::new(0),
+        }
+    }
+
+    fn pool_for(&self, export: &str) -> Option<Arc<Pool>> {
+        self.served.get(export.split('/').next()?)
+    }
+}
+
+impl ExportProvider for PoolExports {
+    fn list(&self) -> Vec<String> {
+        self.served
+            .all()
+            .iter()
+            .filter_map(|pool| pool.datasets().ok())
+            .flatten()
+            .filter(|dataset| dataset.kind == DatasetKind::Volume)
+            .map(|dataset| dataset.name)
+            .collect()
+    }
+
+    fn open(&self, name: &str) -> Option<Arc<dyn Export>> {
+        let volume = self.pool_for(name)?.volume(name).ok()?;
+        let lane = self.connections.fetch_add(1, Ordering::Relaxed);
+        Some(Arc::new(VolumeExport::new(volume, lane)))
+    }
+
+    fn description(&self, name: &str) -> Option<String> {
+        let volume = self.pool_for(name)?.volume(name).ok()?;
+        Some(format!(
+            "cairn volume {name} ({} bytes, volblocksize {})",
+            volume.size_bytes(),
+            volume.block_size()
+        ))
+    }
+}

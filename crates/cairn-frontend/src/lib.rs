@@ -1,0 +1,35 @@
+//! # cairn-frontend: what every front end of a cairn server shares
+//!
+//! The layers below (engine, datasets, NBD protocol) know nothing of processes, sockets or
+//! users. A front end — the CLI's one-shot commands, `cairn serve`, and later the FUSE
+//! filesystem, the metrics endpoint and the web page — needs the same few things around them,
+//! and this crate holds them so each front end attaches to one implementation:
+//!
+//! - `cache`: the pool cache (which pools this machine imported, on which devices), durable
+//!   across power cuts;
+//! - `pools`: `PoolAccess`, the one way to get hold of a pool by name (opened for one task, or
+//!   the server's live one), and `ServedPools`, the registry of a running server's pools that
+//!   every front end reads, so a volume created through one is visible to all at once;
+//!   pools that cannot be opened are first-class (`PoolUnavailable`), never blocking others;
+//! - `exports`: the NBD adapter, every volume of every served pool as an export;
+//! - `control`: the control socket's typed request protocol, generic over the command type of
+//!   the front end that parses commands;
+//! - `serve`: a server's life, in the order that keeps it safe (bind, open, listen, drain,
+//!   export).
+//!
+//! Rules: options come in as parameters (no environment variables are read here), nothing is
+//! printed (a server's notes go to the caller's sink, command output is the caller's), and
+//! errors are typed (`thiserror`, causes kept as sources) so a front end can both explain and
+//! classify them. Dependencies point down only: this crate uses the engine, dataset, device,
+//! format and NBD crates; only front ends use it.
+
+pub mod cache;
+pub mod control;
+pub mod exports;
+pub mod pools;
+pub mod serve;
+
+pub use cache::{CacheError, PoolCache};
+pub use control::{ControlError, ControlRequest, Reply};
+pub use pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
+pub use serve::{Note, Ready, ServeError, ServeSettings};

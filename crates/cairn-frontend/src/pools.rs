@@ -1,0 +1,379 @@
+//! Which pools a front end works on, and how it gets hold of one.
+//!
+//! `PoolAccess` is the one way every front end reaches a pool: by name, through the pool cache
+//! (the pools this machine imported and their devices). In a one-shot process it opens the pool
+//! from those devices for the length of one task and closes it again; inside a server it hands
+//! out the server's live pool from `ServedPools`, the registry that the NBD adapter, forwarded
+//! commands and (later) FUSE mounts and the metrics page all share, so every front end sees a
+//! volume or pool the moment another one creates it.
+//!
+//! A pool the cache knows but that cannot be opened (device files deleted, labels damaged, a
+//! log device missing) is *unavailable*: opening it fails with `PoolsError::Unavailable`, which
+//! front ends list as UNAVAIL, skip when working over every pool, and answer `export` by
+//! forgetting the pool. It never stops work on another pool. A server keeps no unavailable
+//! pool open; it tries again whenever a pool is asked for by name, so a pool whose devices came
+//! back is served again.
+//!
+//! Options come in as parameters (the device opener, a read-trace directory, a memory budget):
+//! this library reads no environment and prints nothing.
+
+use crate::cache::{CacheError, PoolCache};
+use cairn_device::spec::DeviceSpec;
+use cairn_engine::{
+    DeviceOpener, EngineError, ImportSource, MemoryBudget, Pool, PoolOptions, default_opener,
+};
+use parking_lot::RwLock;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+/// The pools a running server holds open, by name, with what its front ends share.
+#[derive(Default)]
+pub struct ServedPools {
+    pub pools: RwLock<BTreeMap<String, Arc<Pool>>>,
+    /// The NBD server (per-export I/O statistics).
+    pub nbd: OnceLock<Arc<cairn_nbd::NbdServer>>,
+    pub started: OnceLock<std::time::Instant>,
+    /// The server's memory budget.
+    pub budget: OnceLock<MemoryBudget>,
+}
+
+impl ServedPools {
+    pub fn get(&self, name: &str) -> Option<Arc<Pool>> {
+        self.pools.read().get(name).cloned()
+    }
+
+    pub fn insert(&self, pool: Arc<Pool>) {
+        self.pools.write().insert(pool.name().to_string(), pool);
+    }
+
+    /// Every served pool, in name order.
+    pub fn all(&self) -> Vec<Arc<Pool>> {
+        self.pools.read().values().cloned().collect()
+    }
+}
+
+/// A remembered pool that cannot be opened, and why (the import error with its causes).
+#[derive(Debug)]
+pub struct PoolUnavailable {
+    pub pool: String,
+    pub reason: String,
+    /// A device is locked by another process that has the pool open: the pool is busy, not
+    /// lost, and must not be forgotten.
+    pub busy: bool,
+}
+
+impl std::fmt::Display for PoolUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pool = &self.pool;
+        write!(f, "pool '{pool}' is unavailable: {}", self.reason)?;
+        if !self.busy {
+            // The hint names the CLI's commands, the front end users meet first.
+            write!(
+                f,
+                " (see cairn pool status {pool}; cairn pool export {pool} forgets it)"
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PoolUnavailable {}
+
+/// Why a pool could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolsError {
+    #[error("no such pool '{0}' (not imported; try cairn pool import -d DIR)")]
+    NotImported(String),
+    #[error(transparent)]
+    Unavailable(#[from] PoolUnavailable),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    #[error("pool cache lists a bad device for pool '{pool}'")]
+    BadCachedDevice {
+        pool: String,
+        #[source]
+        source: cairn_device::DeviceError,
+    },
+    #[error("cannot close pool '{pool}' cleanly")]
+    Close {
+        pool: String,
+        #[source]
+        source: EngineError,
+    },
+}
+
+impl PoolsError {
+    /// The reason, when this says a remembered pool cannot be opened.
+    pub fn unavailable(&self) -> Option<&PoolUnavailable> {
+        match self {
+            PoolsError::Unavailable(unavailable) => Some(unavailable),
+            _ => None,
+        }
+    }
+}
+
+/// `err` and its causes, one line (`a: b: c`), as a pool's unavailability reason.
+fn chain_text(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
+    }
+    text
+}
+
+/// Whether another process holds `path` with the exclusive lock an open pool device keeps
+/// (`FileDevice` uses `flock`; a shared lock cannot be had while it is held).
+fn locked_by_another_process(path: &std::path::Path) -> bool {
+    std::fs::File::open(path).is_ok_and(|file| {
+        matches!(
+            file.try_lock_shared(),
+            Err(std::fs::TryLockError::WouldBlock)
+        )
+    })
+}
+
+/// A device as the pool cache stores it, path made absolute.
+pub fn parse_cached_device(text: &str) -> Result<DeviceSpec, cairn_device::DeviceError> {
+    let mut spec = DeviceSpec::parse(text)?;
+    if let Ok(path) = std::path::absolute(&spec.path) {
+        spec.path = path;
+    }
+    Ok(spec)
+}
+
+/// The device specs a pool is open on, in vdev order, as the cache stores them.
+pub fn device_specs(pool: &Pool) -> Vec<String> {
+    pool.tree()
+        .leaves()
+        .map(|leaf| leaf.spec.to_string())
+        .collect()
+}
+
+/// How a front end reaches pools: the cache, the server's registry when there is one, and the
+/// options every pool it opens gets.
+pub struct PoolAccess {
+    pub cache: PoolCache,
+    /// Set inside a server: its live pools, used instead of opening devices (which it holds).
+    pub served: Option<Arc<ServedPools>>,
+    /// Opens every device of every pool (one power switch for all of them under fault
+    /// injection).
+    pub opener: DeviceOpener,
+    /// Volumes append their clients' reads to traces here (a benchmark diagnostic).
+    pub read_trace_dir: Option<PathBuf>,
+}
+
+impl PoolAccess {
+    /// Access through `cache` with the engine's default device opener, no server.
+    pub fn new(cache: PoolCache) -> PoolAccess {
+        PoolAccess {
+            cache,
+            served: None,
+            opener: default_opener(),
+            read_trace_dir: None,
+        }
+    }
+
+    /// Options for a pool opened, created or imported here: inside a server, its dirty data
+    /// is limited by the server's memory budget like the pools the server started with.
+    pub fn pool_options(&self) -> PoolOptions {
+        let budget = self.served.as_ref().and_then(|served| served.budget.get());
+        self.pool_options_under(budget)
+    }
+
+    /// Options under a memory budget (`None`: the engine's defaults): the budget's dirty
+    /// data, further limited to what the pool syncs in `SYNC_TARGET_MS`.
+    pub fn pool_options_under(&self, budget: Option<&MemoryBudget>) -> PoolOptions {
+        let mut options = PoolOptions {
+            opener: self.opener.clone(),
+            read_trace_dir: self.read_trace_dir.clone(),
+            ..PoolOptions::default()
+        };
+        if let Some(budget) = budget {
+            options.txg.dirty_bytes_max = budget.dirty_bytes_max;
+            options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;
+        }
+        options
+    }
+
+    /// Names of every cached pool, sorted.
+    pub fn pool_names(&self) -> Result<Vec<String>, PoolsError> {
+        Ok(self.cache.load()?.into_keys().collect())
+    }
+
+    /// The pools named, or every imported pool when none is.
+    pub fn pools_or_all(&self, pools: &[String]) -> Result<Vec<String>, PoolsError> {
+        if pools.is_empty() {
+            self.pool_names()
+        } else {
+            Ok(pools.to_vec())
+        }
+    }
+
+    /// The device specs the cache lists for `pool`.
+    pub fn cached_devices(&self, pool: &str) -> Result<Vec<DeviceSpec>, PoolsError> {
+        let devices = self
+            .cache
+            .devices(pool)?
+            .ok_or_else(|| PoolsError::NotImported(pool.to_string()))?;
+        devices
+            .iter()
+            .map(|text| {
+                parse_cached_device(text).map_err(|source| PoolsError::BadCachedDevice {
+                    pool: pool.to_string(),
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written). A
+    /// pool the cache lists but that does not open fails with `PoolsError::Unavailable`.
+    pub fn open(&self, pool: &str, readonly: bool) -> Result<Pool, PoolsError> {
+        let options = PoolOptions {
+            readonly,
+            ..self.pool_options()
+        };
+        self.open_with(pool, options)
+    }
+
+    /// `open` with the caller's options.
+    pub fn open_with(&self, pool: &str, options: PoolOptions) -> Result<Pool, PoolsError> {
+        let unavailable = |reason: String, busy: bool| {
+            PoolsError::Unavailable(PoolUnavailable {
+                pool: pool.to_string(),
+                reason,
+                busy,
+            })
+        };
+        let devices = match self.cached_devices(pool) {
+            Ok(devices) => devices,
+            Err(err @ PoolsError::BadCachedDevice { .. }) => {
+                return Err(unavailable(chain_text(&err), false));
+            }
+            Err(err) => return Err(err),
+        };
+        let absent: Vec<String> = devices
+            .iter()
+            .filter(|spec| !spec.path.exists())
+            .map(|spec| spec.path.display().to_string())
+            .collect();
+        Pool::import(&ImportSource::Devices(devices.clone()), pool, options).map_err(|err| {
+            let busy = devices
+                .iter()
+                .any(|spec| locked_by_another_process(&spec.path));
+            let reason = chain_text(&err);
+            if absent.is_empty() {
+                unavailable(reason, busy)
+            } else {
+                unavailable(
+                    format!("missing devices {}; {reason}", absent.join(", ")),
+                    busy,
+                )
+            }
+        })
+    }
+
+    /// The server's live pool `pool`. A remembered pool the server does not hold (it could not
+    /// be opened at start, or since) is opened again now.
+    fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>, PoolsError> {
+        if let Some(handle) = served.get(pool) {
+            return Ok(handle);
+        }
+        let handle = Arc::new(self.open(pool, false)?);
+        served.insert(handle.clone());
+        Ok(handle)
+    }
+
+    /// Takes a pool for good (export, destroy): out of the server's set when served, else
+    /// opened from its devices.
+    pub fn take(&self, pool: &str) -> Result<Arc<Pool>, PoolsError> {
+        if let Some(served) = &self.served {
+            let handle = self.served_pool(served, pool)?;
+            served.pools.write().remove(pool);
+            return Ok(handle);
+        }
+        Ok(Arc::new(self.open(pool, false)?))
+    }
+
+    /// Hands a newly created or imported pool back: a server keeps serving it; a one-shot
+    /// process closes it.
+    pub fn adopt(&self, pool: Pool) -> Result<(), PoolsError> {
+        match &self.served {
+            Some(served) => {
+                served.insert(Arc::new(pool));
+                Ok(())
+            }
+            None => {
+                let name = pool.name().to_string();
+                pool.close()
+                    .map_err(|source| PoolsError::Close { pool: name, source })
+            }
+        }
+    }
+
+    /// Opens `pool`, runs `body`, and closes the pool whatever `body` returned. When served,
+    /// `body` runs on the server's live pool, which stays open.
+    pub fn with_pool<T, E: From<PoolsError>>(
+        &self,
+        pool: &str,
+        readonly: bool,
+        body: impl FnOnce(&Pool) -> Result<T, E>,
+    ) -> Result<T, E> {
+        if let Some(served) = &self.served {
+            let handle = self.served_pool(served, pool)?;
+            return body(&handle);
+        }
+        let handle = self.open(pool, readonly)?;
+        let result = body(&handle);
+        let closed = handle.close().map_err(|source| PoolsError::Close {
+            pool: pool.to_string(),
+            source,
+        });
+        match (result, closed) {
+            (Err(err), _) => Err(err),
+            (Ok(_), Err(err)) => Err(err.into()),
+            (Ok(value), Ok(())) => Ok(value),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pool_the_cache_does_not_know_is_not_imported() {
+        let dir = tempfile::tempdir().unwrap();
+        let access = PoolAccess::new(PoolCache::new(dir.path().to_path_buf()));
+        assert!(matches!(
+            access.open("tank", true),
+            Err(PoolsError::NotImported(name)) if name == "tank"
+        ));
+        assert!(access.pool_names().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_remembered_pool_whose_devices_are_gone_is_unavailable_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = PoolCache::new(dir.path().join("state"));
+        let gone = dir.path().join("gone.img");
+        cache.insert("tank", &[gone.display().to_string()]).unwrap();
+        let access = PoolAccess::new(cache);
+        let Err(err) = access.open("tank", false) else {
+            panic!("a pool without devices opened");
+        };
+        let unavailable = err.unavailable().expect("unavailable");
+        assert!(!unavailable.busy);
+        assert!(
+            unavailable.reason.contains("missing devices")
+                && unavailable.reason.contains("gone.img"),
+            "{}",
+            unavailable.reason
+        );
+        assert!(err.to_string().contains("cairn pool export"), "{err}");
+    }
+}

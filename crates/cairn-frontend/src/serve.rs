@@ -1,0 +1,425 @@
+//! The server's life: open the pools, serve them over NBD and the control socket, and on the
+//! stop signal finish what clients sent, then sync and export every pool.
+//!
+//! Order matters and is kept here so every front end gets it right:
+//! 1. the control socket is bound first (refusing a second server for the same state
+//!    directory before any pool is opened, whose device locks would give a worse message);
+//! 2. remembered pools are opened; one that cannot be is reported (`Note::NotServing`) and left
+//!    out, it stops neither the server nor the other pools; then pools found in `dirs` by the
+//!    engine's one import search (the same `pool import -d` uses) are imported and remembered;
+//! 3. the NBD listeners start, and the front end is told where (`Ready`);
+//! 4. on stop: listeners close, connections finish the requests they have read, the control
+//!    thread ends, and each pool is synced and exported (it stays remembered, so the next
+//!    server imports it again).
+//!
+//! Memory: the budget's request allowance becomes the NBD server's in-flight limits, and its
+//! dirty-data allowance the pools' (`PoolAccess::pool_options_under`).
+//! This module prints nothing: what the user should hear arrives at the caller's note sink.
+
+use crate::control::{self, ControlError, ControlRequest, Reply};
+use crate::exports::PoolExports;
+use crate::pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
+use cairn_engine::{EngineError, ImportSource, MemoryBudget, Pool, discover_pools};
+use cairn_format::PoolState;
+use cairn_nbd::{ExportProvider, NbdServer, ServerConfig, TlsSettings};
+use serde::de::DeserializeOwned;
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What a server is asked to do.
+pub struct ServeSettings {
+    pub state_dir: PathBuf,
+    /// Also import the pools found in these directories (absolute paths).
+    pub dirs: Vec<PathBuf>,
+    pub socket_path: PathBuf,
+    /// TCP address to serve on as well (checked with `check_listen`).
+    pub listen: Option<String>,
+    pub nbd: ServerConfig,
+    pub budget: MemoryBudget,
+    /// Recorded in the history of pools this server imports.
+    pub command_line: String,
+}
+
+/// What a server has to tell its user.
+#[derive(Debug)]
+pub enum Note {
+    /// A remembered pool that cannot be opened is not served.
+    NotServing(PoolUnavailable),
+    /// Something import had to say about a pool (degraded, rewound, resilvering).
+    Pool(String),
+    /// The stop signal came: requests in flight are being finished.
+    Stopping,
+    /// A pool is being synced and exported.
+    Exporting(String),
+}
+
+impl std::fmt::Display for Note {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Note::NotServing(unavailable) => write!(f, "not serving: {unavailable}"),
+            Note::Pool(text) => f.write_str(text),
+            Note::Stopping => f.write_str("stopping: finishing requests in flight"),
+            Note::Exporting(pool) => write!(f, "syncing and exporting pool '{pool}'"),
+        }
+    }
+}
+
+/// Where the server is reachable, once it is.
+pub struct Ready<'a> {
+    pub exports: Vec<String>,
+    pub socket_path: &'a Path,
+    pub tcp: Option<SocketAddr>,
+    pub tls: Option<&'a TlsSettings>,
+}
+
+/// Why a server could not start or stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Control(#[from] ControlError),
+    #[error(transparent)]
+    Pools(#[from] PoolsError),
+    #[error("cannot import pool '{pool}'")]
+    Import {
+        pool: String,
+        #[source]
+        source: EngineError,
+    },
+    #[error("cannot remember pool '{pool}'")]
+    Remember {
+        pool: String,
+        #[source]
+        source: crate::cache::CacheError,
+    },
+    #[error("cannot record history of pool '{pool}'")]
+    History {
+        pool: String,
+        #[source]
+        source: EngineError,
+    },
+    #[error("no pools to serve (create one with cairn pool create, or pass -d DIR)")]
+    NoPools,
+    #[error("--listen {address}: not an ADDR:PORT")]
+    BadAddress {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "refusing to serve NBD on {address} without TLS: anyone who can reach it could read and write every volume (give --tls-cert and --tls-key, or listen on 127.0.0.1)"
+    )]
+    ExposedWithoutTls { address: SocketAddr },
+    #[error("cannot listen on {address}")]
+    Listen {
+        address: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the server's {what}")]
+    Start {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the NBD listeners failed")]
+    Listeners(#[source] std::io::Error),
+    #[error("cannot watch for the stop signal")]
+    Signal(#[source] std::io::Error),
+    #[error("cannot export pool '{pool}'")]
+    Export {
+        pool: String,
+        #[source]
+        source: EngineError,
+    },
+}
+
+/// Refuses TCP on an address other than loopback without TLS.
+pub fn check_listen(address: &str, tls: Option<&TlsSettings>) -> Result<(), ServeError> {
+    use std::net::ToSocketAddrs;
+    let resolved: Vec<SocketAddr> = address
+        .to_socket_addrs()
+        .map_err(|source| ServeError::BadAddress {
+            address: address.to_string(),
+            source,
+        })?
+        .collect();
+    let exposed = resolved.iter().find(|addr| !addr.ip().is_loopback());
+    if let (Some(exposed), None) = (exposed, tls) {
+        return Err(ServeError::ExposedWithoutTls { address: *exposed });
+    }
+    Ok(())
+}
+
+/// The NBD server's request buffers, per connection and in all, as the budget allows.
+pub fn apply_budget(budget: &MemoryBudget, config: &mut ServerConfig) {
+    config.max_total_inflight_bytes = usize::try_from(budget.request_bytes).unwrap_or(usize::MAX);
+    config.max_inflight_bytes =
+        usize::try_from(budget.connection_request_bytes).unwrap_or(usize::MAX);
+}
+
+/// Opens the remembered pools and imports any new ones found in `dirs`.
+pub fn open_pools(
+    access: &PoolAccess,
+    dirs: &[PathBuf],
+    budget: &MemoryBudget,
+    command_line: &str,
+    notes: &dyn Fn(Note),
+) -> Result<BTreeMap<String, Arc<Pool>>, ServeError> {
+    let mut pools = BTreeMap::new();
+    let mut unavailable = Vec::new();
+    for name in access.pool_names()? {
+        let pool = match access.open_with(&name, access.pool_options_under(Some(budget))) {
+            Ok(pool) => pool,
+            Err(PoolsError::Unavailable(why)) => {
+                notes(Note::NotServing(why));
+                unavailable.push(name);
+                continue;
+            }
+            Err(err) => return Err(err.into()),
+        };
+        for note in pool.notes() {
+            notes(Note::Pool(note.clone()));
+        }
+        pools.insert(name, Arc::new(pool));
+    }
+    if !dirs.is_empty() {
+        let source = ImportSource::Directories(dirs.to_vec());
+        for found in discover_pools(&source) {
+            let name = found.config.pool_name.clone();
+            if pools.contains_key(&name)
+                || unavailable.contains(&name)
+                || found.config.state == PoolState::Destroyed
+            {
+                continue;
+            }
+            let pool = import_found(access, &found, budget, command_line)?;
+            pools.insert(name, Arc::new(pool));
+        }
+    }
+    if pools.is_empty() && unavailable.is_empty() {
+        return Err(ServeError::NoPools);
+    }
+    Ok(pools)
+}
+
+/// Imports a pool the search found, by guid from exactly its devices, and remembers it.
+fn import_found(
+    access: &PoolAccess,
+    found: &cairn_engine::DiscoveredPool,
+    budget: &MemoryBudget,
+    command_line: &str,
+) -> Result<Pool, ServeError> {
+    let name = found.config.pool_name.clone();
+    let specs = found.devices.iter().map(|(spec, _)| spec.clone()).collect();
+    let pool = Pool::import(
+        &ImportSource::Devices(specs),
+        &found.config.pool_guid.to_string(),
+        access.pool_options_under(Some(budget)),
+    )
+    .map_err(|source| ServeError::Import {
+        pool: name.clone(),
+        source,
+    })?;
+    access
+        .cache
+        .insert(&name, &device_specs(&pool))
+        .map_err(|source| ServeError::Remember {
+            pool: name.clone(),
+            source,
+        })?;
+    pool.record_history(command_line.to_string())
+        .map_err(|source| ServeError::History { pool: name, source })?;
+    Ok(pool)
+}
+
+/// Runs forwarded commands; built by the front end that parses them.
+pub type Executor<C> = Arc<dyn Fn(ControlRequest<C>) -> Reply + Send + Sync>;
+
+/// Serves until `stop` resolves, then syncs and exports every pool. `access` gives the pool
+/// cache and options (its `served` is ignored: the server makes its own registry, which
+/// `executor` receives to run forwarded commands against).
+pub fn serve<C, Stop, StopFuture>(
+    access: &PoolAccess,
+    settings: ServeSettings,
+    executor: impl FnOnce(Arc<ServedPools>) -> Executor<C>,
+    notes: &dyn Fn(Note),
+    ready: impl FnOnce(&Ready<'_>),
+    stop: Stop,
+) -> Result<(), ServeError>
+where
+    C: DeserializeOwned + 'static,
+    Stop: FnOnce() -> StopFuture,
+    StopFuture: Future<Output = std::io::Result<()>>,
+{
+    if let Some(address) = &settings.listen {
+        check_listen(address, settings.nbd.tls.as_ref())?;
+    }
+    let mut config = settings.nbd;
+    apply_budget(&settings.budget, &mut config);
+    let control_listener = control::bind(&settings.state_dir)?;
+    let served = Arc::new(ServedPools::default());
+    let _ = served.budget.set(settings.budget);
+    *served.pools.write() = open_pools(
+        access,
+        &settings.dirs,
+        &settings.budget,
+        &settings.command_line,
+        notes,
+    )?;
+    let exports = Arc::new(PoolExports::new(served.clone()));
+    let server = Arc::new(NbdServer::new(exports.clone(), config));
+    let _ = served.nbd.set(server.clone());
+    let _ = served.started.set(std::time::Instant::now());
+    let stop_control = Arc::new(AtomicBool::new(false));
+    let control_thread = std::thread::Builder::new()
+        .name("cairn-control".into())
+        .spawn({
+            let stop = stop_control.clone();
+            let execute = executor(served.clone());
+            move || control::accept_loop(control_listener, stop, execute)
+        })
+        .map_err(|source| ServeError::Start {
+            what: "control thread",
+            source,
+        })?;
+    let listeners = Listeners {
+        listen: &settings.listen,
+        socket_path: &settings.socket_path,
+        server: &server,
+        exports: &exports,
+    };
+    let result = listeners.run(notes, ready, stop);
+    let _ = std::fs::remove_file(&settings.socket_path);
+    stop_control.store(true, Ordering::SeqCst);
+    control::wake(&settings.state_dir);
+    let _ = control_thread.join();
+    let _ = std::fs::remove_file(control::socket_path(&settings.state_dir));
+    let exported = export_all(&served, notes);
+    result.and(exported)
+}
+
+/// The NBD side of a server.
+struct Listeners<'a> {
+    listen: &'a Option<String>,
+    socket_path: &'a Path,
+    server: &'a Arc<NbdServer>,
+    exports: &'a PoolExports,
+}
+
+impl Listeners<'_> {
+    /// Runs the NBD listeners on their own runtime until `stop`, then lets connections finish.
+    fn run<Stop, StopFuture>(
+        &self,
+        notes: &dyn Fn(Note),
+        ready: impl FnOnce(&Ready<'_>),
+        stop: Stop,
+    ) -> Result<(), ServeError>
+    where
+        Stop: FnOnce() -> StopFuture,
+        StopFuture: Future<Output = std::io::Result<()>>,
+    {
+        let Listeners {
+            listen,
+            socket_path,
+            server,
+            exports,
+        } = *self;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cairn-nbd")
+            .enable_all()
+            .build()
+            .map_err(|source| ServeError::Start {
+                what: "async runtime",
+                source,
+            })?;
+        runtime.block_on(async {
+            let tcp = match listen {
+                Some(address) => Some(tokio::net::TcpListener::bind(address).await.map_err(
+                    |source| ServeError::Listen {
+                        address: address.clone(),
+                        source,
+                    },
+                )?),
+                None => None,
+            };
+            let unix =
+                cairn_nbd::bind_unix(socket_path, 0o600).map_err(|source| ServeError::Listen {
+                    address: socket_path.display().to_string(),
+                    source,
+                })?;
+            let tcp_address = tcp
+                .as_ref()
+                .map(|tcp| tcp.local_addr())
+                .transpose()
+                .map_err(ServeError::Listeners)?;
+            ready(&Ready {
+                exports: exports.list(),
+                socket_path,
+                tcp: tcp_address,
+                tls: server.config().tls.as_ref(),
+            });
+            // Both listeners and the stop watch run in this one task, so nothing here needs to
+            // be Send; the listeners return once the server is shut down.
+            let serving = async {
+                let serve_tcp = async {
+                    match tcp {
+                        Some(tcp) => server.serve_tcp(tcp).await,
+                        None => Ok(()),
+                    }
+                };
+                tokio::try_join!(serve_tcp, server.serve_unix(unix))
+            };
+            tokio::pin!(serving);
+            tokio::select! {
+                result = &mut serving => {
+                    result.map_err(ServeError::Listeners)?;
+                }
+                signal = stop() => {
+                    signal.map_err(ServeError::Signal)?;
+                    notes(Note::Stopping);
+                    server.shutdown();
+                    serving.await.map_err(ServeError::Listeners)?;
+                }
+            }
+            server.wait_idle().await;
+            Ok(())
+        })
+    }
+}
+
+/// Syncs and exports every served pool (each stays remembered); the first failure is
+/// returned, after every pool had its turn.
+fn export_all(served: &ServedPools, notes: &dyn Fn(Note)) -> Result<(), ServeError> {
+    let pools = std::mem::take(&mut *served.pools.write());
+    let mut first_failure = None;
+    for (name, pool) in pools {
+        notes(Note::Exporting(name.clone()));
+        if let Err(source) = pool.export() {
+            first_failure.get_or_insert(ServeError::Export { pool: name, source });
+        }
+    }
+    first_failure.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tcp_beyond_loopback_needs_tls() {
+        assert!(check_listen("127.0.0.1:10809", None).is_ok());
+        assert!(matches!(
+            check_listen("0.0.0.0:10809", None),
+            Err(ServeError::ExposedWithoutTls { .. })
+        ));
+        assert!(matches!(
+            check_listen("no port here", None),
+            Err(ServeError::BadAddress { .. })
+        ));
+    }
+}
