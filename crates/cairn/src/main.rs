@@ -1,13 +1,16 @@
 //! # cairn: the command-line front end
 //!
-//! `cairn pool …` mirrors zpool and `cairn create|destroy|list|get|set` mirror zfs. The binary is
-//! glue: argument parsing (clap), the pool cache (`cache`), and output formatting (`table`,
-//! `human`); all storage work is done by `cairn-engine`.
+//! `cairn pool …` mirrors zpool and `cairn create|destroy|list|get|set` mirror zfs. The binary
+//! parses and renders: argument parsing (clap), output formatting (`table`, `human`, `json`),
+//! and the environment read once (`environment`). What front ends share (the pool cache, pool
+//! access, the NBD adapter, the control protocol, the server's life) is `cairn-frontend`; all
+//! storage work is done by `cairn-engine`.
 //!
 //! Process contract: output on stdout, progress and diagnostics on stderr; exit 0 on success,
 //! 1 on any error (printed once as `cairn: <message>` with its causes), 2 on a usage error
-//! (clap). Each command opens the pool it needs, does its work and closes it again; nothing
-//! stays running between commands (the long-running server is `cairn serve`, later).
+//! (clap). Without a server, each command opens the pool it needs, does its work and closes it
+//! again; while `cairn serve` runs for the state directory, commands are parsed here and sent
+//! to it as typed requests (`remote`), and it runs them on its live pools.
 
 mod context;
 mod dataset_cmd;

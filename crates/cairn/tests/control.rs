@@ -16,7 +16,11 @@ fn ok_in(env: &Env, cwd: &Path, args: &[&str]) -> String {
     let mut cmd = env.cairn_command();
     cmd.current_dir(cwd).args(args);
     let run = run_limited(&mut cmd, std::time::Duration::from_secs(120));
-    assert!(run.success(), "cairn {args:?} in {cwd:?} failed:\n{}", run.describe());
+    assert!(
+        run.success(),
+        "cairn {args:?} in {cwd:?} failed:\n{}",
+        run.describe()
+    );
     run.stdout
 }
 
@@ -31,13 +35,28 @@ fn forwarded_commands_use_the_clients_directory_for_relative_paths() {
     std::fs::create_dir(&other).unwrap();
 
     // Two clients in two directories, both with relative paths, through the one server.
-    ok_in(&env, &work, &["pool", "create", "--size", "256M", "alpha", "a0.img"]);
-    ok_in(&env, &other, &["pool", "create", "--size", "256M", "beta", "b0.img"]);
-    ok_in(&env, &work, &["pool", "add", "--size", "64M", "alpha", "log", "alog.img"]);
+    ok_in(
+        &env,
+        &work,
+        &["pool", "create", "--size", "256M", "alpha", "a0.img"],
+    );
+    ok_in(
+        &env,
+        &other,
+        &["pool", "create", "--size", "256M", "beta", "b0.img"],
+    );
+    ok_in(
+        &env,
+        &work,
+        &["pool", "add", "--size", "64M", "alpha", "log", "alog.img"],
+    );
     assert!(work.join("a0.img").is_file() && work.join("alog.img").is_file());
     assert!(other.join("b0.img").is_file());
     for stray in ["a0.img", "b0.img", "alog.img"] {
-        assert!(!env.path(stray).exists(), "{stray} was created in the server's directory");
+        assert!(
+            !env.path(stray).exists(),
+            "{stray} was created in the server's directory"
+        );
         assert!(!env.path("devs").join(stray).exists());
     }
     let status = ok_in(&env, &other, &["pool", "status", "alpha"]);
