@@ -1,0 +1,476 @@
+//! The in-RAM index: which blocks the cache devices hold, and where, in 12 bytes per block.
+//!
+//! A block is known by its key (first copy's address and birth txg: `cairn_arc::block_key`'s
+//! two words). The index does not keep the key itself but a 60-bit fingerprint of it beside a
+//! 4-bit device number (one u64), and the block's place on that device in 512-byte sectors
+//! (one u32: 2 TiB per device). Two different keys can share a fingerprint (about one pair in
+//! 2^60 per lookup); that would only make a lookup answer with another block's place, and every
+//! block read from a cache device is verified against the caller's block pointer, so the
+//! mistake becomes a miss. Nothing else depends on the fingerprint being unique.
+//!
+//! Layout: open addressing with linear probing kept in Robin Hood order (an entry never sits
+//! further from its home slot than the entry it displaced), deletion by backward shift (no
+//! tombstones), fingerprints and places in two parallel arrays (no padding). A slot whose word
+//! is 0 is empty (fingerprints are never 0). The table grows by 1.2× when 92% full, so between
+//! growths it is 77–92% full: 12 B / 0.77 ≤ 15.6 B of RAM per indexed block at worst, the
+//! measure `bytes_per_entry` reports. Robin Hood order keeps probes short at that load (a
+//! lookup stops as soon as it meets an entry closer to its home than the key would be).
+//!
+//! Capacity is explicit: `entries_max` is the most entries the caller's RAM cap allows; an
+//! insert beyond it is refused (the caller then frees a segment's worth of entries first).
+
+/// Bits of the device number inside an entry's word.
+const DEVICE_BITS: u32 = 4;
+/// Most cache devices one index can address.
+pub const DEVICES_MAX: usize = 1 << DEVICE_BITS;
+/// Fill at which the table grows, in thousandths.
+const LOAD_MAX_PERMILLE: usize = 920;
+/// Growth factor when full, in thousandths (×1.2).
+const GROWTH_PERMILLE: usize = 1200;
+/// Smallest table.
+const SLOTS_MIN: usize = 64;
+/// RAM per slot: the u64 word and the u32 place.
+pub const SLOT_BYTES: usize = 12;
+
+/// Where a block is: which cache device, and its first 512-byte sector there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Place {
+    pub device: u8,
+    pub sector: u32,
+}
+
+/// Mixes a block key into a fingerprint: never 0, the low bits free for the device number.
+pub(crate) fn fingerprint(key: [u64; 2]) -> u64 {
+    // Two rounds of a 64-bit finalizer (splitmix64's) over both words: every key bit moves
+    // every fingerprint bit, so home slots spread evenly whatever the addresses look like.
+    let mix = |mut z: u64| {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let hash = mix(mix(key[0]) ^ key[1].rotate_left(32));
+    let fingerprint = hash & !((1 << DEVICE_BITS) - 1);
+    if fingerprint == 0 {
+        1 << DEVICE_BITS
+    } else {
+        fingerprint
+    }
+}
+
+fn word(fingerprint: u64, device: u8) -> u64 {
+    fingerprint | u64::from(device)
+}
+
+fn device_of(word: u64) -> u8 {
+    // Masked to DEVICE_BITS (4), so the value fits a u8.
+    (word & ((1 << DEVICE_BITS) - 1)) as u8
+}
+
+/// Why an insert was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IndexFull {
+    #[error("the index holds its most entries ({0})")]
+    AtCap(usize),
+}
+
+pub struct Index {
+    words: Vec<u64>,
+    places: Vec<u32>,
+    len: usize,
+    entries_max: usize,
+}
+
+impl Index {
+    /// An empty index that will hold at most `entries_max` entries.
+    pub fn new(entries_max: usize) -> Index {
+        Index {
+            words: vec![0; SLOTS_MIN],
+            places: vec![0; SLOTS_MIN],
+            len: 0,
+            entries_max,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn entries_max(&self) -> usize {
+        self.entries_max
+    }
+
+    /// RAM the table uses now.
+    pub fn ram_bytes(&self) -> usize {
+        self.words.len() * SLOT_BYTES
+    }
+
+    fn home(&self, fingerprint: u64) -> usize {
+        // The table size is arbitrary (growth by 1.2×): map the high bits onto it.
+        ((u128::from(fingerprint) * self.words.len() as u128) >> 64) as usize
+    }
+
+    fn distance(&self, slot: usize, word: u64) -> usize {
+        let home = self.home(word & !((1 << DEVICE_BITS) - 1));
+        (slot + self.words.len() - home) % self.words.len()
+    }
+
+    fn find(&self, key: [u64; 2]) -> Option<usize> {
+        let fingerprint = fingerprint(key);
+        let mask = !((1u64 << DEVICE_BITS) - 1);
+        let slots = self.words.len();
+        let mut slot = self.home(fingerprint);
+        for distance in 0..slots {
+            let word = self.words[slot];
+            if word == 0 || self.distance(slot, word) < distance {
+                return None;
+            }
+            if word & mask == fingerprint {
+                return Some(slot);
+            }
+            slot = (slot + 1) % slots;
+        }
+        None
+    }
+
+    /// Where the block of `key` is, if indexed.
+    pub fn get(&self, key: [u64; 2]) -> Option<Place> {
+        self.find(key).map(|slot| Place {
+            device: device_of(self.words[slot]),
+            sector: self.places[slot],
+        })
+    }
+
+    /// Records (or moves) the block of `key` to `place`.
+    pub fn insert(&mut self, key: [u64; 2], place: Place) -> Result<(), IndexFull> {
+        assert!(
+            usize::from(place.device) < DEVICES_MAX,
+            "device {} beyond the index's {DEVICES_MAX}",
+            place.device
+        );
+        if let Some(slot) = self.find(key) {
+            self.words[slot] = word(fingerprint(key), place.device);
+            self.places[slot] = place.sector;
+            return Ok(());
+        }
+        if self.len >= self.entries_max {
+            return Err(IndexFull::AtCap(self.entries_max));
+        }
+        if (self.len + 1) * 1000 > self.words.len() * LOAD_MAX_PERMILLE {
+            self.grow();
+        }
+        self.place(word(fingerprint(key), place.device), place.sector);
+        self.len += 1;
+        Ok(())
+    }
+
+    /// Puts an entry known to be absent, in Robin Hood order.
+    fn place(&mut self, mut word: u64, mut sector: u32) {
+        let slots = self.words.len();
+        let mut slot = self.home(word & !((1 << DEVICE_BITS) - 1));
+        let mut distance = 0;
+        loop {
+            let here = self.words[slot];
+            if here == 0 {
+                self.words[slot] = word;
+                self.places[slot] = sector;
+                return;
+            }
+            let here_distance = self.distance(slot, here);
+            if here_distance < distance {
+                std::mem::swap(&mut self.words[slot], &mut word);
+                std::mem::swap(&mut self.places[slot], &mut sector);
+                distance = here_distance;
+            }
+            slot = (slot + 1) % slots;
+            distance += 1;
+        }
+    }
+
+    fn grow(&mut self) {
+        let slots = (self.words.len() * GROWTH_PERMILLE / 1000).max(self.words.len() + 1);
+        let words = std::mem::replace(&mut self.words, vec![0; slots]);
+        let places = std::mem::replace(&mut self.places, vec![0; slots]);
+        for (word, sector) in words.into_iter().zip(places).filter(|(word, _)| *word != 0) {
+            self.place(word, sector);
+        }
+    }
+
+    /// Forgets the block of `key`; returns where it was.
+    pub fn remove(&mut self, key: [u64; 2]) -> Option<Place> {
+        let slot = self.find(key)?;
+        let removed = Place {
+            device: device_of(self.words[slot]),
+            sector: self.places[slot],
+        };
+        self.remove_slot(slot);
+        Some(removed)
+    }
+
+    /// Empties `slot` and shifts the run after it back by one (no tombstones).
+    fn remove_slot(&mut self, mut slot: usize) {
+        let slots = self.words.len();
+        loop {
+            let next = (slot + 1) % slots;
+            let word = self.words[next];
+            if word == 0 || self.distance(next, word) == 0 {
+                self.words[slot] = 0;
+                self.places[slot] = 0;
+                break;
+            }
+            self.words[slot] = word;
+            self.places[slot] = self.places[next];
+            slot = next;
+        }
+        self.len -= 1;
+    }
+
+    /// Forgets the block of `key` only if it is at `place` (a newer copy elsewhere stays).
+    pub fn remove_at(&mut self, key: [u64; 2], place: Place) -> bool {
+        match self.find(key) {
+            Some(slot)
+                if device_of(self.words[slot]) == place.device
+                    && self.places[slot] == place.sector =>
+            {
+                self.remove_slot(slot);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Keeps only the entries `keep` accepts (a device gone, a segment whose summary could not
+    /// be read back): a sweep of the whole table, for rare events only.
+    pub fn retain(&mut self, mut keep: impl FnMut(Place) -> bool) {
+        let mut slot = 0;
+        while slot < self.words.len() {
+            let word = self.words[slot];
+            if word != 0
+                && !keep(Place {
+                    device: device_of(word),
+                    sector: self.places[slot],
+                })
+            {
+                // The backward shift may move another entry into `slot`: look at it again.
+                self.remove_slot(slot);
+                continue;
+            }
+            slot += 1;
+        }
+    }
+
+    /// Checks the Robin Hood invariants (tests).
+    pub fn assert_invariants(&self) {
+        let mut counted = 0;
+        for slot in 0..self.words.len() {
+            let word = self.words[slot];
+            if word == 0 {
+                continue;
+            }
+            counted += 1;
+            let previous = (slot + self.words.len() - 1) % self.words.len();
+            let distance = self.distance(slot, word);
+            if distance > 0 {
+                let before = self.words[previous];
+                assert!(before != 0, "slot {slot} is displaced after an empty slot");
+                assert!(
+                    self.distance(previous, before) + 1 >= distance,
+                    "slot {slot} breaks Robin Hood order"
+                );
+            }
+        }
+        assert_eq!(counted, self.len, "entry count");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn key(n: u64) -> [u64; 2] {
+        [n << 9, 1 + n % 7]
+    }
+
+    #[test]
+    fn entries_come_back_and_go() {
+        let mut index = Index::new(10_000);
+        for n in 0..5_000 {
+            index
+                .insert(
+                    key(n),
+                    Place {
+                        device: (n % 3) as u8,
+                        sector: n as u32,
+                    },
+                )
+                .unwrap();
+        }
+        index.assert_invariants();
+        for n in 0..5_000 {
+            assert_eq!(
+                index.get(key(n)),
+                Some(Place {
+                    device: (n % 3) as u8,
+                    sector: n as u32
+                })
+            );
+        }
+        assert_eq!(index.get(key(9_999)), None);
+        for n in (0..5_000).step_by(2) {
+            assert!(index.remove(key(n)).is_some());
+        }
+        index.assert_invariants();
+        assert_eq!(index.len(), 2_500);
+        assert!(index.get(key(2)).is_none() && index.get(key(3)).is_some());
+    }
+
+    #[test]
+    fn ram_per_entry_stays_under_16_bytes_once_filled() {
+        let mut index = Index::new(1 << 20);
+        let mut worst = 0.0f64;
+        for n in 0..200_000u64 {
+            index
+                .insert(
+                    key(n),
+                    Place {
+                        device: 0,
+                        sector: n as u32,
+                    },
+                )
+                .unwrap();
+            if n >= 1_000 {
+                worst = worst.max(index.ram_bytes() as f64 / index.len() as f64);
+            }
+        }
+        assert!(worst <= 16.0, "worst RAM per entry {worst:.2} B");
+    }
+
+    #[test]
+    fn the_cap_refuses_new_keys_but_not_moves() {
+        let mut index = Index::new(2);
+        index
+            .insert(
+                key(1),
+                Place {
+                    device: 0,
+                    sector: 1,
+                },
+            )
+            .unwrap();
+        index
+            .insert(
+                key(2),
+                Place {
+                    device: 0,
+                    sector: 2,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            index.insert(
+                key(3),
+                Place {
+                    device: 0,
+                    sector: 3
+                }
+            ),
+            Err(IndexFull::AtCap(2))
+        );
+        index
+            .insert(
+                key(2),
+                Place {
+                    device: 1,
+                    sector: 9,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            index.get(key(2)),
+            Some(Place {
+                device: 1,
+                sector: 9
+            })
+        );
+        assert!(!index.remove_at(
+            key(2),
+            Place {
+                device: 0,
+                sector: 2
+            }
+        ));
+        assert!(index.remove_at(
+            key(2),
+            Place {
+                device: 1,
+                sector: 9
+            }
+        ));
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u16, u8, u32),
+        Remove(u16),
+        RemoveAt(u16, u8, u32),
+        DropDevice(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (any::<u16>(), 0u8..4, any::<u32>()).prop_map(|(k, d, s)| Op::Insert(k, d, s)),
+            2 => any::<u16>().prop_map(Op::Remove),
+            1 => (any::<u16>(), 0u8..4, any::<u32>()).prop_map(|(k, d, s)| Op::RemoveAt(k, d, s)),
+            1 => (0u8..4).prop_map(Op::DropDevice),
+        ]
+    }
+
+    proptest! {
+        /// The index answers exactly as a map from key to place does, under any sequence of
+        /// inserts, moves, removals and device sweeps, with its invariants intact.
+        #[test]
+        fn behaves_like_a_map(ops in proptest::collection::vec(op(), 1..600), cap in 1usize..400) {
+            let mut index = Index::new(cap);
+            let mut model: HashMap<u16, Place> = HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, device, sector) => {
+                        let place = Place { device, sector };
+                        let result = index.insert(key(u64::from(k)), place);
+                        if model.contains_key(&k) || model.len() < cap {
+                            prop_assert!(result.is_ok());
+                            model.insert(k, place);
+                        } else {
+                            prop_assert_eq!(result, Err(IndexFull::AtCap(cap)));
+                        }
+                    }
+                    Op::Remove(k) => {
+                        prop_assert_eq!(index.remove(key(u64::from(k))), model.remove(&k));
+                    }
+                    Op::RemoveAt(k, device, sector) => {
+                        let place = Place { device, sector };
+                        let expected = model.get(&k) == Some(&place);
+                        prop_assert_eq!(index.remove_at(key(u64::from(k)), place), expected);
+                        if expected {
+                            model.remove(&k);
+                        }
+                    }
+                    Op::DropDevice(device) => {
+                        index.retain(|place| place.device != device);
+                        model.retain(|_, place| place.device != device);
+                    }
+                }
+                prop_assert_eq!(index.len(), model.len());
+            }
+            index.assert_invariants();
+            for k in 0..=u16::MAX {
+                prop_assert_eq!(index.get(key(u64::from(k))), model.get(&k).copied());
+            }
+        }
+    }
+}

@@ -1,0 +1,657 @@
+//! # cairn-l2arc: the SSD tier of the hybrid storage pool
+//!
+//! Between the RAM cache (ARC) and the pool's disks sit a pool's cache devices: fast, cheap
+//! per byte, and never trusted. The ARC offers every block it reads on demand (`offer`); the
+//! cache devices keep copies; an ARC miss asks here (`read`) before going to the pool.
+//!
+//! ## Shape
+//! - `layout`: the bytes on a cache device: two superblocks, then equal segments, each filled
+//!   front to back and sealed with a summary of what it holds (24 B per block) and a header.
+//! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in a Robin Hood
+//!   table kept 77–92% full, so ≤ 16 B of RAM per cached block everything included, and a cap
+//!   (`L2Config::index_bytes_max`) independent of the devices' size: when the index is full,
+//!   the least valued segment is dropped to make room, so a huge device costs bounded RAM.
+//! - `segments`: per device, what each segment holds and what it is worth (hits, aged).
+//! - this file: `L2Arc`, a pool's set of cache devices: feeding, reading, rebuilding.
+//!
+//! ## Feeding
+//! `offer` never waits: it queues the block for one device's writer (round robin over the
+//! devices, so feeding scales with their number) and drops it when that queue is full, so the
+//! cache can never slow the reads that feed it. Each writer batches blocks into writes of
+//! `write_chunk_bytes` (or whatever arrived within `feed_linger_ms`), appends them to its
+//! filling segment, and only then indexes them: an index entry always points at written
+//! bytes. A full segment is sealed (summary, header, flush) and the next one taken is the
+//! least valued: its entries leave the index (read back from its summary) before its space is
+//! written. An optional write budget per day (`write_bytes_per_day`, counted after a first
+//! fill of the device) protects flash endurance: over budget, offers are dropped.
+//!
+//! ## Reading, and never trusting
+//! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
+//! the caller's block pointer checksum. A mismatch or read error is a miss: the entry is
+//! dropped, the device's error counted, and the caller reads from the pool. A device with
+//! `errors_max_faulted` consecutive failed I/Os is FAULTED: its entries leave the index and it
+//! is used no more. Nothing is ever lost: the cache holds only copies of blocks the pool has.
+//!
+//! ## Persistence
+//! At open, each device's superblock is checked against the pool, then a background rebuild
+//! scans the segment headers (4 KiB each) and reads the sealed segments' summaries, most hit
+//! first, indexing as it goes: hits come back segment by segment while it runs, opening never
+//! waits for it, and a damaged segment is only skipped. A block's key (first copy's address
+//! and birth txg) cannot name other contents later, since a freed address is only reused by a
+//! block with a newer birth txg; and the read-time checksum catches everything else.
+//!
+//! ## Known gaps
+//! Reads go to the device directly, not through its `LeafQueue` at an L2 priority; segment hit
+//! counts are persisted only when a segment is sealed (a restart forgets later heat); the ARC
+//! does not yet feed blocks ahead of its eviction end (it offers on demand reads).
+
+pub mod index;
+pub mod layout;
+pub mod segments;
+mod writer;
+
+use crate::index::{Index, Place};
+use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
+use crate::segments::{SegmentState, SegmentTable};
+use bytes::Bytes;
+use cairn_device::{Device, DeviceError};
+use cairn_format::BlockPointer;
+use parking_lot::{Mutex, RwLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+/// Index shards (lookups from many readers do not share one lock).
+const SHARDS: usize = 16;
+
+/// How a pool's cache tier behaves.
+#[derive(Debug, Clone)]
+pub struct L2Config {
+    /// Segment size on new cache devices (a power of two, 64 KiB to 1 GiB).
+    pub segment_bytes: u64,
+    /// RAM the index may use at most, whatever the devices' size.
+    pub index_bytes_max: u64,
+    /// Size of the writes that feed a device.
+    pub write_chunk_bytes: usize,
+    /// How long a writer waits for more blocks before writing a partial chunk.
+    pub feed_linger_ms: u64,
+    /// Blocks queued per device before offers are dropped.
+    pub feed_queue_blocks: usize,
+    /// Largest block cached (bigger ones are read from the pool).
+    pub block_bytes_max: u32,
+    /// Bytes a device may be written per day after its first fill (`None`: no limit).
+    pub write_bytes_per_day: Option<u64>,
+    /// Consecutive failed I/Os that fault a device.
+    pub errors_max_faulted: u64,
+}
+
+impl Default for L2Config {
+    fn default() -> Self {
+        L2Config {
+            segment_bytes: 16 << 20,
+            index_bytes_max: 1 << 30,
+            write_chunk_bytes: 1 << 20,
+            feed_linger_ms: 50,
+            feed_queue_blocks: 4096,
+            block_bytes_max: 1 << 20,
+            write_bytes_per_day: None,
+            errors_max_faulted: 8,
+        }
+    }
+}
+
+/// Why a cache device could not be added or opened.
+#[derive(Debug, thiserror::Error)]
+pub enum L2Error {
+    #[error("cache device {device}")]
+    Device {
+        device: String,
+        #[source]
+        source: DeviceError,
+    },
+    #[error("cache device {device}: {source}")]
+    Layout {
+        device: String,
+        #[source]
+        source: layout::LayoutError,
+    },
+    #[error("cache device {device} belongs to another pool (guid {found}, not {expected})")]
+    OtherPool {
+        device: String,
+        found: u64,
+        expected: u64,
+    },
+    #[error("a pool has at most {max} cache devices", max = index::DEVICES_MAX)]
+    TooMany,
+    #[error("no cache device {0}")]
+    NoSuchDevice(String),
+}
+
+/// Health of a cache device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L2Health {
+    Online,
+    Faulted,
+}
+
+/// Counters of a pool's cache tier (monotonic unless named as a level).
+#[derive(Debug, Default)]
+pub struct L2Counters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub hit_bytes: AtomicU64,
+    pub feed_blocks: AtomicU64,
+    pub feed_bytes: AtomicU64,
+    pub feed_dropped: AtomicU64,
+    pub feed_ineligible: AtomicU64,
+    pub feed_over_budget: AtomicU64,
+    pub evicted_segments: AtomicU64,
+    pub evicted_blocks: AtomicU64,
+    pub bad_reads: AtomicU64,
+    pub rebuild_segments: AtomicU64,
+    pub rebuild_blocks: AtomicU64,
+    pub rebuild_failed: AtomicU64,
+}
+
+/// One cache device, as its writer and readers share it.
+pub struct CacheDevice {
+    pub name: String,
+    slot: u8,
+    device: Arc<dyn Device>,
+    superblock: Superblock,
+    segments: Mutex<SegmentTable>,
+    health: AtomicU8,
+    /// Consecutive failed I/Os (reset by a success).
+    failures_in_row: AtomicU64,
+    pub read_errors: AtomicU64,
+    pub write_errors: AtomicU64,
+    pub checksum_errors: AtomicU64,
+    /// Segments whose summaries the rebuild has still to read.
+    rebuild_pending: AtomicUsize,
+}
+
+/// What `stat l2arc` and `pool status` show of one device.
+#[derive(Debug, Clone)]
+pub struct DeviceReport {
+    pub name: String,
+    pub size_bytes: u64,
+    pub alloc_bytes: u64,
+    pub health: L2Health,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    pub segments: usize,
+    pub segments_sealed: usize,
+    pub rebuild_pending: usize,
+}
+
+impl CacheDevice {
+    pub fn health(&self) -> L2Health {
+        match self.health.load(Ordering::Acquire) {
+            0 => L2Health::Online,
+            _ => L2Health::Faulted,
+        }
+    }
+
+    fn usable(&self) -> bool {
+        self.health() == L2Health::Online
+    }
+
+    fn report(&self) -> DeviceReport {
+        let segments = self.segments.lock();
+        DeviceReport {
+            name: self.name.clone(),
+            size_bytes: self.device.size_bytes(),
+            alloc_bytes: segments.used_bytes(),
+            health: self.health(),
+            read_errors: self.read_errors.load(Ordering::Relaxed),
+            write_errors: self.write_errors.load(Ordering::Relaxed),
+            checksum_errors: self.checksum_errors.load(Ordering::Relaxed),
+            segments: segments.len(),
+            segments_sealed: segments.count(SegmentState::Sealed),
+            rebuild_pending: self.rebuild_pending.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// What the writers, readers and rebuilds of one pool share.
+pub(crate) struct Shared {
+    config: L2Config,
+    shards: Box<[Mutex<Index>]>,
+    counters: L2Counters,
+    /// Cache devices by slot (the device number in index entries).
+    devices: RwLock<Vec<Option<Arc<CacheDevice>>>>,
+}
+
+fn shard_of(key: [u64; 2]) -> usize {
+    // Bits just above the device number: independent of the bits that pick home slots.
+    ((index::fingerprint(key) >> 4) as usize) % SHARDS
+}
+
+/// The L2 key of a block: its first copy's address and its birth txg (`None` for a pointer
+/// with no copy, which nothing caches).
+pub fn block_key(bp: &BlockPointer) -> Option<[u64; 2]> {
+    let first = bp.copies().first()?;
+    Some([(u64::from(first.vdev) << 48) | first.offset, bp.birth_txg])
+}
+
+impl Shared {
+    fn index_insert(&self, key: [u64; 2], place: Place) -> Result<(), index::IndexFull> {
+        self.shards[shard_of(key)].lock().insert(key, place)
+    }
+
+    fn index_get(&self, key: [u64; 2]) -> Option<Place> {
+        self.shards[shard_of(key)].lock().get(key)
+    }
+
+    fn index_remove_at(&self, key: [u64; 2], place: Place) -> bool {
+        self.shards[shard_of(key)].lock().remove_at(key, place)
+    }
+
+    fn index_retain(&self, keep: impl Fn(Place) -> bool) {
+        for shard in self.shards.iter() {
+            shard.lock().retain(&keep);
+        }
+    }
+
+    fn device(&self, slot: u8) -> Option<Arc<CacheDevice>> {
+        self.devices.read().get(usize::from(slot))?.clone()
+    }
+
+    /// Counts a failed I/O of `device`; faults it after too many in a row.
+    fn failed(&self, device: &CacheDevice) {
+        let in_row = device.failures_in_row.fetch_add(1, Ordering::AcqRel) + 1;
+        if in_row >= self.config.errors_max_faulted && device.health.swap(1, Ordering::AcqRel) == 0
+        {
+            let slot = device.slot;
+            self.index_retain(|place| place.device != slot);
+        }
+    }
+
+    fn succeeded(&self, device: &CacheDevice) {
+        device.failures_in_row.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A pool's cache tier.
+pub struct L2Arc {
+    shared: Arc<Shared>,
+    writers: Mutex<Vec<writer::WriterHandle>>,
+    next_writer: AtomicUsize,
+}
+
+impl L2Arc {
+    pub fn new(config: L2Config) -> L2Arc {
+        let per_shard = (config.index_bytes_max as usize / index::SLOT_BYTES * 77 / 100) / SHARDS;
+        let shards = (0..SHARDS)
+            .map(|_| Mutex::new(Index::new(per_shard.max(1))))
+            .collect();
+        L2Arc {
+            shared: Arc::new(Shared {
+                config,
+                shards,
+                counters: L2Counters::default(),
+                devices: RwLock::new(Vec::new()),
+            }),
+            writers: Mutex::new(Vec::new()),
+            next_writer: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn config(&self) -> &L2Config {
+        &self.shared.config
+    }
+
+    pub fn counters(&self) -> &L2Counters {
+        &self.shared.counters
+    }
+
+    /// Writes a new cache device's superblocks (it must belong to no pool: the caller checks)
+    /// and starts using it.
+    pub fn add_new(
+        &self,
+        name: &str,
+        device: Arc<dyn Device>,
+        device_guid: u64,
+        pool_guid: u64,
+    ) -> Result<(), L2Error> {
+        let superblock = Superblock::for_device(
+            device.size_bytes(),
+            self.shared.config.segment_bytes,
+            device_guid,
+            pool_guid,
+        )
+        .map_err(|source| L2Error::Layout {
+            device: name.to_string(),
+            source,
+        })?;
+        let device_error = |source| L2Error::Device {
+            device: name.to_string(),
+            source,
+        };
+        // No old segment header may survive into the new layout's first segment slots.
+        let blank = vec![0u8; layout::HEADER_BYTES as usize];
+        for segment in 0..superblock.segment_count.min(u64::from(u32::MAX)) as u32 {
+            device
+                .write_at(superblock.segment_offset(segment), &blank)
+                .map_err(device_error)?;
+        }
+        let encoded = superblock.encode();
+        device.write_at(0, &encoded).map_err(device_error)?;
+        device
+            .write_at(layout::SUPER_BYTES, &encoded)
+            .map_err(device_error)?;
+        device.flush().map_err(device_error)?;
+        self.attach(name, device, superblock, false)
+    }
+
+    /// Opens a cache device written before (by `add_new`), checks it belongs to `pool_guid`,
+    /// and rebuilds its index entries in the background.
+    pub fn open_existing(
+        &self,
+        name: &str,
+        device: Arc<dyn Device>,
+        pool_guid: u64,
+    ) -> Result<(), L2Error> {
+        let superblock = read_superblock(name, device.as_ref())?;
+        if superblock.pool_guid != pool_guid {
+            return Err(L2Error::OtherPool {
+                device: name.to_string(),
+                found: superblock.pool_guid,
+                expected: pool_guid,
+            });
+        }
+        self.attach(name, device, superblock, true)
+    }
+
+    fn attach(
+        &self,
+        name: &str,
+        device: Arc<dyn Device>,
+        superblock: Superblock,
+        rebuild: bool,
+    ) -> Result<(), L2Error> {
+        let segment_count = usize::try_from(superblock.segment_count).unwrap_or(usize::MAX);
+        let mut devices = self.shared.devices.write();
+        let slot = match devices.iter().position(Option::is_none) {
+            Some(slot) => slot,
+            None if devices.len() < index::DEVICES_MAX => {
+                devices.push(None);
+                devices.len() - 1
+            }
+            None => return Err(L2Error::TooMany),
+        };
+        let cache_device = Arc::new(CacheDevice {
+            name: name.to_string(),
+            // Below DEVICES_MAX (16).
+            slot: slot as u8,
+            device,
+            superblock,
+            segments: Mutex::new(SegmentTable::new(segment_count)),
+            health: AtomicU8::new(0),
+            failures_in_row: AtomicU64::new(0),
+            read_errors: AtomicU64::new(0),
+            write_errors: AtomicU64::new(0),
+            checksum_errors: AtomicU64::new(0),
+            rebuild_pending: AtomicUsize::new(0),
+        });
+        devices[slot] = Some(cache_device.clone());
+        drop(devices);
+        let handle = writer::start(self.shared.clone(), cache_device, rebuild);
+        self.writers.lock().push(handle);
+        Ok(())
+    }
+
+    /// Stops using the device `name`: its writer ends, its entries leave the index.
+    pub fn remove(&self, name: &str) -> Result<(), L2Error> {
+        let handle = {
+            let mut writers = self.writers.lock();
+            let position = writers
+                .iter()
+                .position(|writer| writer.device.name == name)
+                .ok_or_else(|| L2Error::NoSuchDevice(name.to_string()))?;
+            writers.remove(position)
+        };
+        let slot = handle.device.slot;
+        handle.stop();
+        self.shared.index_retain(|place| place.device != slot);
+        self.shared.devices.write()[usize::from(slot)] = None;
+        Ok(())
+    }
+
+    /// Every device, in the order they were added.
+    pub fn devices(&self) -> Vec<Arc<CacheDevice>> {
+        self.writers
+            .lock()
+            .iter()
+            .map(|writer| writer.device.clone())
+            .collect()
+    }
+
+    pub fn reports(&self) -> Vec<DeviceReport> {
+        self.devices()
+            .iter()
+            .map(|device| device.report())
+            .collect()
+    }
+
+    /// Blocks indexed now, and the RAM the index uses.
+    pub fn index_usage(&self) -> (u64, u64) {
+        self.shared
+            .shards
+            .iter()
+            .fold((0, 0), |(entries, bytes), shard| {
+                let shard = shard.lock();
+                (
+                    entries + shard.len() as u64,
+                    bytes + shard.ram_bytes() as u64,
+                )
+            })
+    }
+
+    /// Whether a block of this size may be cached here.
+    pub fn eligible(&self, bp: &BlockPointer) -> bool {
+        bp.psize > 0
+            && bp.psize <= self.shared.config.block_bytes_max
+            && !bp.is_hole()
+            && !bp.copies().is_empty()
+    }
+
+    /// Offers a block just read from the pool (`data`: its `psize` bytes as on disk). Never
+    /// waits: dropped when the writers are behind or over their budget.
+    pub fn offer(&self, bp: &BlockPointer, data: &Bytes) {
+        let counters = &self.shared.counters;
+        if !self.eligible(bp) || data.len() != bp.psize as usize {
+            counters.feed_ineligible.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let Some(key) = block_key(bp) else {
+            return;
+        };
+        if self.shared.index_get(key).is_some() {
+            return;
+        }
+        let writers = self.writers.lock();
+        if writers.is_empty() {
+            return;
+        }
+        let start = self.next_writer.fetch_add(1, Ordering::Relaxed);
+        let item = writer::FeedItem {
+            key,
+            data: data.clone(),
+        };
+        let mut item = Some(item);
+        for turn in 0..writers.len() {
+            let writer = &writers[(start + turn) % writers.len()];
+            if !writer.device.usable() {
+                continue;
+            }
+            match writer.try_send(item.take().expect("item present until sent")) {
+                Ok(()) => return,
+                Err(back) => item = Some(back),
+            }
+        }
+        counters.feed_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The block of `bp`, verified, if a cache device holds it; `None` sends the caller to
+    /// the pool (not cached, or the copy was unreadable or wrong, which is counted).
+    pub fn read(&self, bp: &BlockPointer) -> Option<Bytes> {
+        let counters = &self.shared.counters;
+        let Some(place) = block_key(bp).and_then(|key| Some((key, self.shared.index_get(key)?)))
+        else {
+            counters.misses.fetch_add(1, Ordering::Relaxed);
+            return None;
+        };
+        let (key, place) = place;
+        match self.read_place(bp, key, place) {
+            Some(data) => {
+                counters.hits.fetch_add(1, Ordering::Relaxed);
+                counters
+                    .hit_bytes
+                    .fetch_add(u64::from(bp.psize), Ordering::Relaxed);
+                Some(data)
+            }
+            None => {
+                counters.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+        }
+    }
+
+    fn read_place(&self, bp: &BlockPointer, key: [u64; 2], place: Place) -> Option<Bytes> {
+        let device = self.shared.device(place.device)?;
+        if !device.usable() {
+            return None;
+        }
+        let superblock = device.superblock;
+        let segment = superblock.segment_of(place.sector);
+        let generation = device.segments.lock().generation(segment);
+        let mut buf = vec![0u8; bp.psize as usize];
+        let result = device
+            .device
+            .read_at(superblock.sector_offset(place.sector), &mut buf);
+        let raced = || device.segments.lock().generation(segment) != generation;
+        match result {
+            Ok(()) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
+                self.shared.succeeded(&device);
+                device.segments.lock().note_hit(segment);
+                Some(Bytes::from(buf))
+            }
+            Ok(()) => {
+                if !raced() {
+                    device.checksum_errors.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .counters
+                        .bad_reads
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.shared.index_remove_at(key, place);
+                    self.shared.failed(&device);
+                }
+                None
+            }
+            Err(_) => {
+                if !raced() {
+                    device.read_errors.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .counters
+                        .bad_reads
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.shared.index_remove_at(key, place);
+                    self.shared.failed(&device);
+                }
+                None
+            }
+        }
+    }
+
+    /// Waits until every queued block is written and indexed and every rebuild is done
+    /// (tests and benchmarks; a server never needs to).
+    pub fn settle(&self) {
+        let writers: Vec<_> = self
+            .writers
+            .lock()
+            .iter()
+            .map(|writer| writer.settle_request())
+            .collect();
+        for done in writers {
+            let _ = done.recv();
+        }
+    }
+
+    /// Seals every filling segment (so what is cached survives a restart) and stops the
+    /// writers. The devices stay attached until dropped.
+    pub fn shutdown(&self) {
+        let writers = std::mem::take(&mut *self.writers.lock());
+        for writer in writers {
+            writer.stop();
+        }
+    }
+}
+
+impl Drop for L2Arc {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn read_superblock(name: &str, device: &dyn Device) -> Result<Superblock, L2Error> {
+    let mut first_error = None;
+    for offset in [0, layout::SUPER_BYTES] {
+        let mut buf = vec![0u8; layout::SUPER_BYTES as usize];
+        if let Err(source) = device.read_at(offset, &mut buf) {
+            first_error.get_or_insert(L2Error::Device {
+                device: name.to_string(),
+                source,
+            });
+            continue;
+        }
+        match Superblock::decode(&buf) {
+            Ok(superblock) => return Ok(superblock),
+            Err(source) => {
+                first_error.get_or_insert(L2Error::Layout {
+                    device: name.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Err(first_error.unwrap_or_else(|| L2Error::NoSuchDevice(name.to_string())))
+}
+
+/// Reads every segment header of a device opened again (on its writer thread, so opening
+/// never waits): sealed segments become `Unindexed`, their summaries read next, most hit first.
+pub(crate) fn scan_headers(shared: &Shared, device: &CacheDevice) {
+    let superblock = device.superblock;
+    let mut found = 0;
+    let mut buf = vec![0u8; layout::HEADER_BYTES as usize];
+    for segment in 0..superblock.segment_count as u32 {
+        let offset = superblock.segment_offset(segment);
+        if device.device.read_at(offset, &mut buf).is_err() {
+            device.read_errors.fetch_add(1, Ordering::Relaxed);
+            shared.failed(device);
+            if !device.usable() {
+                return;
+            }
+            continue;
+        }
+        if let Ok(Some(header)) = SegmentHeader::decode(&buf, superblock.segment_bytes) {
+            device.segments.lock().found_sealed(
+                segment,
+                header.sequence,
+                header.hits,
+                header.entries,
+            );
+            found += 1;
+        }
+    }
+    device.rebuild_pending.store(found, Ordering::Relaxed);
+}
+
+/// Sectors a block of `bytes` takes.
+fn sectors_for(bytes: usize) -> u32 {
+    // Blocks are at most `block_bytes_max` (≤ a segment), far below 2^41 bytes.
+    (bytes as u64).div_ceil(SECTOR_BYTES) as u32
+}
+
+#[cfg(test)]
+mod tests;

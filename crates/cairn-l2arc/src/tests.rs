@@ -1,0 +1,304 @@
+//! The cache tier against real (in-memory and emulated) devices: what is offered comes back
+//! verified, survives a restart, is evicted by value, and faults never yield wrong data.
+
+use super::*;
+use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
+use cairn_device::mem::MemDevice;
+use cairn_format::{ChecksumAlgorithm, Dva, ObjectType};
+
+const POOL: u64 = 0xfeed;
+
+fn small_config() -> L2Config {
+    L2Config {
+        segment_bytes: 256 << 10,
+        write_chunk_bytes: 64 << 10,
+        feed_linger_ms: 5,
+        ..L2Config::default()
+    }
+}
+
+/// Block `n` of 4 KiB: its bytes and a pointer that verifies them.
+fn block(n: u64) -> (BlockPointer, Bytes) {
+    let data: Vec<u8> = (0..4096u64)
+        .map(|i| (i.wrapping_mul(31) ^ n.wrapping_mul(0x9e37)) as u8)
+        .collect();
+    let mut bp = BlockPointer::HOLE;
+    bp.dvas[0] = Dva {
+        vdev: 0,
+        offset: n * 4096,
+        asize: 4096,
+    };
+    bp.lsize = 4096;
+    bp.psize = 4096;
+    bp.birth_txg = 7;
+    bp.object_type = ObjectType::VolumeData;
+    bp.checksum_algorithm = ChecksumAlgorithm::Fletcher4;
+    bp.checksum = ChecksumAlgorithm::Fletcher4.compute(&data);
+    (bp, Bytes::from(data))
+}
+
+fn new_cache(device: Arc<dyn Device>, config: L2Config) -> L2Arc {
+    let l2 = L2Arc::new(config);
+    l2.add_new("c0", device, 1, POOL).unwrap();
+    l2
+}
+
+fn feed(l2: &L2Arc, blocks: impl Iterator<Item = u64>) {
+    for n in blocks {
+        let (bp, data) = block(n);
+        l2.offer(&bp, &data);
+    }
+    l2.settle();
+}
+
+fn hits(l2: &L2Arc, blocks: impl Iterator<Item = u64>) -> usize {
+    blocks
+        .filter(|n| {
+            let (bp, data) = block(*n);
+            match l2.read(&bp) {
+                Some(read) => {
+                    assert_eq!(read, data, "block {n} read back wrong");
+                    true
+                }
+                None => false,
+            }
+        })
+        .count()
+}
+
+#[test]
+fn offered_blocks_come_back_verified() {
+    let l2 = new_cache(Arc::new(MemDevice::new(8 << 20)), small_config());
+    feed(&l2, 0..200);
+    assert_eq!(hits(&l2, 0..200), 200);
+    assert_eq!(hits(&l2, 200..210), 0);
+    let counters = l2.counters();
+    assert_eq!(counters.hits.load(Ordering::Relaxed), 200);
+    assert_eq!(counters.feed_blocks.load(Ordering::Relaxed), 200);
+    // The same address with a newer birth txg is another block: never served from the old.
+    let (mut bp, _) = block(3);
+    bp.birth_txg = 8;
+    assert!(l2.read(&bp).is_none());
+    let (entries, ram) = l2.index_usage();
+    assert_eq!(entries, 200);
+    assert!(ram > 0);
+}
+
+#[test]
+fn a_restart_finds_what_was_cached() {
+    let backing: Arc<dyn Device> = Arc::new(MemDevice::new(8 << 20));
+    {
+        let l2 = new_cache(backing.clone(), small_config());
+        feed(&l2, 0..300);
+        l2.shutdown();
+    }
+    let l2 = L2Arc::new(small_config());
+    l2.open_existing("c0", backing.clone(), POOL).unwrap();
+    l2.settle();
+    assert_eq!(hits(&l2, 0..300), 300);
+    assert!(l2.counters().rebuild_segments.load(Ordering::Relaxed) >= 4);
+    // A device of another pool is refused, not used.
+    let other = L2Arc::new(small_config());
+    assert!(matches!(
+        other.open_existing("c0", backing, POOL + 1),
+        Err(L2Error::OtherPool { .. })
+    ));
+}
+
+#[test]
+fn damaged_segments_are_skipped_at_restart() {
+    let backing = Arc::new(MemDevice::new(8 << 20));
+    let superblock;
+    {
+        let l2 = new_cache(backing.clone(), small_config());
+        feed(&l2, 0..300);
+        superblock = l2.devices()[0].superblock;
+        l2.shutdown();
+    }
+    // Tear segment 0's summary and wipe segment 1's header.
+    let header = {
+        let mut raw = vec![0u8; 4096];
+        backing
+            .read_at(superblock.segment_offset(0), &mut raw)
+            .unwrap();
+        SegmentHeader::decode(&raw, superblock.segment_bytes)
+            .unwrap()
+            .unwrap()
+    };
+    let summary_at = superblock.segment_offset(0) + u64::from(header.summary_offset_bytes);
+    backing.write_at(summary_at + 5, &[0xff; 7]).unwrap();
+    backing
+        .write_at(superblock.segment_offset(1), &[0u8; 4096])
+        .unwrap();
+    let l2 = L2Arc::new(small_config());
+    l2.open_existing("c0", backing.clone(), POOL).unwrap();
+    l2.settle();
+    let found = hits(&l2, 0..300);
+    assert!(found > 100 && found < 300, "{found} of 300 after damage");
+    assert_eq!(l2.counters().rebuild_failed.load(Ordering::Relaxed), 1);
+    // Both superblocks gone: the device is refused with a reason.
+    backing.write_at(0, &[0u8; 8192]).unwrap();
+    let again = L2Arc::new(small_config());
+    assert!(matches!(
+        again.open_existing("c0", backing, POOL),
+        Err(L2Error::Layout { .. })
+    ));
+}
+
+fn emulated(faults: FaultConfig) -> Arc<EmulatedDevice> {
+    let device = EmulatedDevice::new(
+        Arc::new(MemDevice::new(8 << 20)),
+        DeviceModel::Ram,
+        EmuOptions {
+            clock: None,
+            seed: 11,
+            ..EmuOptions::default()
+        },
+    );
+    device.set_faults(faults);
+    device
+}
+
+#[test]
+fn bit_flips_and_read_errors_are_misses_never_wrong_data() {
+    let device = emulated(FaultConfig::default());
+    // Not faulted by a run of bad reads here: this test follows each bad read's entry.
+    let config = L2Config {
+        errors_max_faulted: u64::MAX,
+        ..small_config()
+    };
+    let l2 = new_cache(device.clone(), config);
+    feed(&l2, 0..200);
+    device.set_faults(FaultConfig {
+        read_bit_flip_probability: 0.3,
+        read_eio_probability: 0.1,
+        ..FaultConfig::default()
+    });
+    // `hits` asserts every block read back is the right one.
+    let found = hits(&l2, 0..200);
+    assert!(found < 200, "faults injected but every read hit");
+    let report = &l2.reports()[0];
+    let bad = report.checksum_errors + report.read_errors;
+    assert_eq!(
+        found as u64 + bad,
+        200,
+        "every miss is a counted device error"
+    );
+    // Bad entries were dropped: with the faults gone, they are misses, the rest hits.
+    device.set_faults(FaultConfig::default());
+    assert_eq!(hits(&l2, 0..200), found);
+}
+
+#[test]
+fn a_vanished_device_faults_and_is_no_longer_read() {
+    let device = emulated(FaultConfig::default());
+    let l2 = new_cache(device.clone(), small_config());
+    feed(&l2, 0..100);
+    device.set_faults(FaultConfig {
+        missing: true,
+        ..FaultConfig::default()
+    });
+    assert_eq!(hits(&l2, 0..100), 0);
+    assert_eq!(l2.reports()[0].health, L2Health::Faulted);
+    assert_eq!(
+        l2.index_usage().0,
+        0,
+        "a faulted device's entries stay indexed"
+    );
+    // Offers to a faulted device are dropped; nothing waits or fails.
+    feed(&l2, 100..150);
+    assert_eq!(hits(&l2, 100..150), 0);
+}
+
+#[test]
+fn write_errors_lose_only_the_copies() {
+    let device = emulated(FaultConfig {
+        write_eio_probability: 1.0,
+        ..FaultConfig::default()
+    });
+    let l2 = L2Arc::new(small_config());
+    // Superblocks cannot be written: adding fails with the device's error.
+    assert!(matches!(
+        l2.add_new("c0", device.clone(), 1, POOL),
+        Err(L2Error::Device { .. })
+    ));
+    device.set_faults(FaultConfig::default());
+    l2.add_new("c0", device.clone(), 1, POOL).unwrap();
+    device.set_faults(FaultConfig {
+        write_eio_probability: 1.0,
+        ..FaultConfig::default()
+    });
+    feed(&l2, 0..100);
+    assert_eq!(hits(&l2, 0..100), 0);
+    assert!(l2.reports()[0].write_errors > 0);
+}
+
+#[test]
+fn a_full_device_reuses_its_least_valued_segments_and_keeps_the_hot_ones() {
+    // 2 MiB of segments of 256 KiB: about 450 blocks of 4 KiB fit.
+    let config = small_config();
+    let l2 = new_cache(Arc::new(MemDevice::new((1 << 20) + (2 << 20))), config);
+    let hot = 0..120u64;
+    feed(&l2, hot.clone());
+    for _ in 0..20 {
+        assert_eq!(hits(&l2, hot.clone()), 120);
+    }
+    // A scan of 1,000 blocks read once each: the device fills and reuses segments.
+    for start in (1_000..2_000).step_by(100) {
+        feed(&l2, start..start + 100);
+        hits(&l2, hot.clone());
+    }
+    let counters = l2.counters();
+    assert!(counters.evicted_segments.load(Ordering::Relaxed) > 0);
+    assert_eq!(hits(&l2, hot), 120, "the hot set was evicted by a scan");
+    let report = &l2.reports()[0];
+    assert!(report.alloc_bytes <= report.size_bytes);
+}
+
+#[test]
+fn the_index_cap_bounds_ram_whatever_the_device() {
+    let config = L2Config {
+        index_bytes_max: 64 << 10,
+        ..small_config()
+    };
+    let l2 = new_cache(Arc::new(MemDevice::new(64 << 20)), config);
+    feed(&l2, 0..8_000);
+    let (entries, ram) = l2.index_usage();
+    assert!(ram <= 64 << 10, "index uses {ram} B over its cap");
+    assert!(entries > 1_000, "only {entries} entries under the cap");
+    assert!(ram as f64 / entries as f64 <= 16.0, "{ram} B for {entries}");
+    // What is indexed reads back; the rest is a miss.
+    let found = hits(&l2, 0..8_000);
+    assert_eq!(found as u64, entries);
+}
+
+#[test]
+fn the_write_budget_drops_feeds_once_spent() {
+    let config = L2Config {
+        write_bytes_per_day: Some(1),
+        ..small_config()
+    };
+    // A 3 MiB device: its first fill (768 blocks of 4 KiB) is free, then almost nothing.
+    let l2 = new_cache(Arc::new(MemDevice::new(3 << 20)), config);
+    feed(&l2, 0..2_000);
+    let counters = l2.counters();
+    assert!(counters.feed_over_budget.load(Ordering::Relaxed) >= 1_200);
+    assert!(counters.feed_blocks.load(Ordering::Relaxed) <= 768);
+}
+
+#[test]
+fn removing_a_device_forgets_its_blocks() {
+    let l2 = L2Arc::new(small_config());
+    l2.add_new("c0", Arc::new(MemDevice::new(8 << 20)), 1, POOL)
+        .unwrap();
+    l2.add_new("c1", Arc::new(MemDevice::new(8 << 20)), 2, POOL)
+        .unwrap();
+    feed(&l2, 0..400);
+    assert_eq!(hits(&l2, 0..400), 400);
+    let per_device: Vec<u64> = l2.reports().iter().map(|r| r.alloc_bytes).collect();
+    assert!(per_device.iter().all(|bytes| *bytes > 0), "{per_device:?}");
+    l2.remove("c0").unwrap();
+    let left = hits(&l2, 0..400);
+    assert!(left > 0 && left < 400, "{left}");
+    assert!(matches!(l2.remove("c0"), Err(L2Error::NoSuchDevice(_))));
+}

@@ -1,0 +1,522 @@
+//! One cache device's writer thread: batches offered blocks into large sequential writes,
+//! fills and seals segments, reuses the least valued one, and rebuilds the index of a device
+//! opened again (between feeds, most hit segments first).
+//!
+//! Only this thread changes the device's segments and writes to it, so a segment's life
+//! (taken, filled, sealed, reused) needs no lock beyond the short ones on the segment table
+//! that readers also take. Index entries are inserted only after the bytes they point to are
+//! written, and removed before those bytes are overwritten (a reuse moves the segment's
+//! generation first, so a reader racing the reuse sees a miss, not a device error).
+
+use crate::index::{IndexFull, Place};
+use crate::layout::{
+    self, HEADER_BYTES, SECTOR_BYTES, SUMMARY_ENTRY_BYTES, SegmentHeader, SummaryEntry,
+};
+use crate::segments::SegmentState;
+use crate::{CacheDevice, Shared, sectors_for};
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+pub(crate) struct FeedItem {
+    pub key: [u64; 2],
+    pub data: Bytes,
+}
+
+enum Message {
+    Feed(FeedItem),
+    Settle(Sender<()>),
+    Stop,
+}
+
+pub(crate) struct WriterHandle {
+    pub device: Arc<CacheDevice>,
+    tx: Sender<Message>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl WriterHandle {
+    /// Queues `item`, or gives it back when the queue is full.
+    pub fn try_send(&self, item: FeedItem) -> Result<(), FeedItem> {
+        match self.tx.try_send(Message::Feed(item)) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(Message::Feed(item)))
+            | Err(TrySendError::Disconnected(Message::Feed(item))) => Err(item),
+            Err(_) => unreachable!("a feed message came back as another kind"),
+        }
+    }
+
+    /// A channel answered once everything queued before is written and any rebuild is done.
+    pub fn settle_request(&self) -> Receiver<()> {
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let _ = self.tx.send(Message::Settle(done_tx));
+        done_rx
+    }
+
+    /// Writes what is queued, seals the filling segment, and ends the thread.
+    pub fn stop(mut self) {
+        let _ = self.tx.send(Message::Stop);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+pub(crate) fn start(shared: Arc<Shared>, device: Arc<CacheDevice>, rebuild: bool) -> WriterHandle {
+    let (tx, rx) = crossbeam_channel::bounded(shared.config.feed_queue_blocks.max(1));
+    let thread = std::thread::Builder::new()
+        .name(format!("cairn-l2-{}", device.slot))
+        .spawn({
+            let device = device.clone();
+            move || Writer::new(shared, device, rebuild).run(rx)
+        })
+        .ok();
+    WriterHandle { device, tx, thread }
+}
+
+/// The segment being filled.
+struct Filling {
+    segment: u32,
+    /// Next free byte in the segment.
+    cursor_bytes: u64,
+    entries: Vec<SummaryEntry>,
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    device: Arc<CacheDevice>,
+    filling: Option<Filling>,
+    /// Blocks waiting to be written, padded to sectors, and their entries (offsets within
+    /// the chunk).
+    chunk: Vec<u8>,
+    chunk_entries: Vec<SummaryEntry>,
+    chunk_bytes_max: usize,
+    rebuilding: bool,
+    settles_waiting: Vec<Sender<()>>,
+    /// Write budget: bytes that may be written now (`None`: no budget).
+    allowance_bytes: Option<f64>,
+    allowance_at: Instant,
+}
+
+impl Writer {
+    fn new(shared: Arc<Shared>, device: Arc<CacheDevice>, rebuilding: bool) -> Writer {
+        let segment_bytes = device.superblock.segment_bytes;
+        let chunk_bytes_max = (shared.config.write_chunk_bytes as u64)
+            .clamp(SECTOR_BYTES, segment_bytes / 2) as usize;
+        // A first fill of the device is free; the budget counts from there.
+        let allowance_bytes = shared
+            .config
+            .write_bytes_per_day
+            .map(|_| device.device.size_bytes() as f64);
+        Writer {
+            shared,
+            device,
+            filling: None,
+            chunk: Vec::with_capacity(chunk_bytes_max),
+            chunk_entries: Vec::new(),
+            chunk_bytes_max,
+            rebuilding,
+            settles_waiting: Vec::new(),
+            allowance_bytes,
+            allowance_at: Instant::now(),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Message>) {
+        if self.rebuilding {
+            crate::scan_headers(&self.shared, &self.device);
+        }
+        let linger = Duration::from_millis(self.shared.config.feed_linger_ms.max(1));
+        loop {
+            let message = if self.rebuilding {
+                match rx.try_recv() {
+                    Ok(message) => Some(message),
+                    Err(crossbeam_channel::TryRecvError::Empty) => None,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => Some(Message::Stop),
+                }
+            } else {
+                match rx.recv_timeout(linger) {
+                    Ok(message) => Some(message),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => Some(Message::Stop),
+                }
+            };
+            match message {
+                Some(Message::Feed(item)) => self.append(item),
+                Some(Message::Settle(done)) => {
+                    self.write_chunk();
+                    if self.rebuilding {
+                        self.settles_waiting.push(done);
+                    } else {
+                        let _ = done.send(());
+                    }
+                }
+                Some(Message::Stop) => {
+                    self.write_chunk();
+                    self.seal();
+                    for done in self.settles_waiting.drain(..) {
+                        let _ = done.send(());
+                    }
+                    return;
+                }
+                None => self.write_chunk(),
+            }
+            if self.rebuilding {
+                self.rebuild_one();
+            }
+        }
+    }
+
+    fn usable(&self) -> bool {
+        self.device.usable()
+    }
+
+    /// Whether `bytes` more may be written under the day's budget (and takes them).
+    fn within_budget(&mut self, bytes: usize) -> bool {
+        let Some(per_day) = self.shared.config.write_bytes_per_day else {
+            return true;
+        };
+        let Some(allowance) = self.allowance_bytes.as_mut() else {
+            return true;
+        };
+        let now = Instant::now();
+        let refill =
+            now.duration_since(self.allowance_at).as_secs_f64() * per_day as f64 / 86_400.0;
+        self.allowance_at = now;
+        let ceiling = (per_day as f64).max(self.device.device.size_bytes() as f64);
+        *allowance = (*allowance + refill).min(ceiling);
+        if *allowance < bytes as f64 {
+            return false;
+        }
+        *allowance -= bytes as f64;
+        true
+    }
+
+    fn append(&mut self, item: FeedItem) {
+        let shared = self.shared.clone();
+        let counters = &shared.counters;
+        if !self.usable() {
+            counters.feed_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let padded = sectors_for(item.data.len()) as usize * SECTOR_BYTES as usize;
+        if padded > self.chunk_bytes_max / 2 {
+            counters.feed_ineligible.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if !self.within_budget(padded) {
+            counters.feed_over_budget.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if self.chunk.len() + padded > self.chunk_bytes_max {
+            self.write_chunk();
+        }
+        let offset_sectors = (self.chunk.len() as u64 / SECTOR_BYTES) as u32;
+        self.chunk.extend_from_slice(&item.data);
+        self.chunk
+            .resize(self.chunk.len() + padded - item.data.len(), 0);
+        self.chunk_entries.push(SummaryEntry {
+            key: item.key,
+            offset_sectors,
+            psize: item.data.len() as u32,
+        });
+        if self.chunk.len() >= self.chunk_bytes_max {
+            self.write_chunk();
+        }
+    }
+
+    /// Whether the filling segment has room for the chunk and the summary it would then need.
+    fn fits(&self) -> bool {
+        let Some(filling) = &self.filling else {
+            return false;
+        };
+        let entries = filling.entries.len() + self.chunk_entries.len();
+        let end =
+            filling.cursor_bytes + self.chunk.len() as u64 + (entries * SUMMARY_ENTRY_BYTES) as u64;
+        end <= self.device.superblock.segment_bytes
+    }
+
+    fn write_chunk(&mut self) {
+        if self.chunk.is_empty() {
+            return;
+        }
+        if !self.fits() {
+            self.seal();
+            self.take_segment();
+        }
+        let chunk = std::mem::take(&mut self.chunk);
+        let entries = std::mem::take(&mut self.chunk_entries);
+        self.chunk = Vec::with_capacity(self.chunk_bytes_max);
+        if !self.usable() || !self.fits_after_take(&chunk, entries.len()) {
+            self.shared
+                .counters
+                .feed_dropped
+                .fetch_add(entries.len() as u64, Ordering::Relaxed);
+            return;
+        }
+        let Some(filling) = self.filling.as_mut() else {
+            return;
+        };
+        let superblock = self.device.superblock;
+        let offset = superblock.segment_offset(filling.segment) + filling.cursor_bytes;
+        if self.device.device.write_at(offset, &chunk).is_err() {
+            self.device.write_errors.fetch_add(1, Ordering::Relaxed);
+            self.shared.failed(&self.device);
+            self.shared
+                .counters
+                .feed_dropped
+                .fetch_add(entries.len() as u64, Ordering::Relaxed);
+            return;
+        }
+        self.shared.succeeded(&self.device);
+        let base_sectors = (filling.cursor_bytes / SECTOR_BYTES) as u32;
+        let segment_sectors = filling.segment * superblock.sectors_per_segment();
+        filling.cursor_bytes += chunk.len() as u64;
+        let segment = filling.segment;
+        let mut written = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let entry = SummaryEntry {
+                offset_sectors: base_sectors + entry.offset_sectors,
+                ..entry
+            };
+            let place = Place {
+                device: self.device.slot,
+                sector: segment_sectors + entry.offset_sectors,
+            };
+            if self.index_insert(entry.key, place) {
+                written.push(entry);
+            }
+        }
+        let bytes: u64 = written.iter().map(|entry| u64::from(entry.psize)).sum();
+        let counters = &self.shared.counters;
+        counters
+            .feed_blocks
+            .fetch_add(written.len() as u64, Ordering::Relaxed);
+        counters.feed_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.device
+            .segments
+            .lock()
+            .appended(segment, written.len() as u32, chunk.len() as u64);
+        if let Some(filling) = self.filling.as_mut() {
+            filling.entries.extend(written);
+        }
+    }
+
+    fn fits_after_take(&self, chunk: &[u8], entries: usize) -> bool {
+        let Some(filling) = &self.filling else {
+            return false;
+        };
+        let end = filling.cursor_bytes
+            + chunk.len() as u64
+            + ((filling.entries.len() + entries) * SUMMARY_ENTRY_BYTES) as u64;
+        end <= self.device.superblock.segment_bytes
+    }
+
+    /// Indexes a written block; a full index gives up its least valued segment first.
+    fn index_insert(&mut self, key: [u64; 2], place: Place) -> bool {
+        match self.shared.index_insert(key, place) {
+            Ok(()) => true,
+            Err(IndexFull::AtCap(_)) => {
+                let victim = {
+                    let segments = self.device.segments.lock();
+                    segments
+                        .victim()
+                        .filter(|segment| segments.meta(*segment).state == SegmentState::Sealed)
+                };
+                match victim {
+                    Some(segment) => {
+                        self.drop_segment(segment);
+                        self.device.segments.lock().abandon(segment);
+                        self.shared.index_insert(key, place).is_ok()
+                    }
+                    None => false,
+                }
+            }
+        }
+    }
+
+    /// Writes the filling segment's summary and header, making it survive a restart.
+    fn seal(&mut self) {
+        let Some(filling) = self.filling.take() else {
+            return;
+        };
+        if filling.entries.is_empty() {
+            self.device.segments.lock().abandon(filling.segment);
+            return;
+        }
+        let superblock = self.device.superblock;
+        let summary = layout::encode_summary(&filling.entries);
+        let (sequence, hits) = {
+            let segments = self.device.segments.lock();
+            (segments.next_sequence(), segments.hits(filling.segment))
+        };
+        let header = SegmentHeader {
+            sequence,
+            hits,
+            summary_offset_bytes: filling.cursor_bytes as u32,
+            entries: filling.entries.len() as u32,
+            summary_checksum: cairn_format::checksum::embedded(&summary),
+        };
+        let start = superblock.segment_offset(filling.segment);
+        let written = self
+            .device
+            .device
+            .write_at(start + filling.cursor_bytes, &summary)
+            .and_then(|()| self.device.device.write_at(start, &header.encode()))
+            .and_then(|()| self.device.device.flush());
+        match written {
+            Ok(()) => self.shared.succeeded(&self.device),
+            Err(_) => {
+                self.device.write_errors.fetch_add(1, Ordering::Relaxed);
+                self.shared.failed(&self.device);
+            }
+        }
+        // Sealed in RAM either way: its blocks are written and indexed; only a restart
+        // would not find them.
+        self.device.segments.lock().seal(filling.segment);
+    }
+
+    /// Takes the least valued segment for filling, dropping what it held.
+    fn take_segment(&mut self) {
+        let (segment, before) = {
+            let mut segments = self.device.segments.lock();
+            let Some(segment) = segments.victim() else {
+                return;
+            };
+            let before = segments.start_filling(segment);
+            (segment, before)
+        };
+        match before.state {
+            SegmentState::Sealed => self.drop_entries(segment),
+            SegmentState::Unindexed => {
+                self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);
+            }
+            SegmentState::Free | SegmentState::Filling => {}
+        }
+        if before.state != SegmentState::Free {
+            let counters = &self.shared.counters;
+            counters.evicted_segments.fetch_add(1, Ordering::Relaxed);
+            counters
+                .evicted_blocks
+                .fetch_add(u64::from(before.entries), Ordering::Relaxed);
+        }
+        // The old header must not outlive the old contents: a restart would index blocks
+        // the new contents overwrote (they would fail verification, as errors).
+        let superblock = self.device.superblock;
+        let blank = vec![0u8; HEADER_BYTES as usize];
+        let invalidated = self
+            .device
+            .device
+            .write_at(superblock.segment_offset(segment), &blank)
+            .and_then(|()| self.device.device.flush());
+        if invalidated.is_err() {
+            self.device.write_errors.fetch_add(1, Ordering::Relaxed);
+            self.shared.failed(&self.device);
+            self.device.segments.lock().abandon(segment);
+            return;
+        }
+        self.filling = Some(Filling {
+            segment,
+            cursor_bytes: HEADER_BYTES,
+            entries: Vec::new(),
+        });
+    }
+
+    /// Removes a sealed segment's blocks from the index and counts them evicted.
+    fn drop_segment(&mut self, segment: u32) {
+        let entries = u64::from(self.device.segments.lock().meta(segment).entries);
+        self.drop_entries(segment);
+        let counters = &self.shared.counters;
+        counters.evicted_segments.fetch_add(1, Ordering::Relaxed);
+        counters
+            .evicted_blocks
+            .fetch_add(entries, Ordering::Relaxed);
+    }
+
+    /// Removes `segment`'s blocks from the index: by its summary, read back, or by a sweep of
+    /// the index when the summary cannot be read.
+    fn drop_entries(&self, segment: u32) {
+        let superblock = self.device.superblock;
+        let segment_sectors = segment * superblock.sectors_per_segment();
+        match self.read_summary(segment) {
+            Some(entries) => {
+                for entry in entries {
+                    let place = Place {
+                        device: self.device.slot,
+                        sector: segment_sectors + entry.offset_sectors,
+                    };
+                    self.shared.index_remove_at(entry.key, place);
+                }
+            }
+            None => {
+                let slot = self.device.slot;
+                let end = segment_sectors + superblock.sectors_per_segment();
+                self.shared.index_retain(|place| {
+                    place.device != slot || !(segment_sectors..end).contains(&place.sector)
+                });
+            }
+        }
+    }
+
+    fn read_summary(&self, segment: u32) -> Option<Vec<SummaryEntry>> {
+        let superblock = self.device.superblock;
+        let start = superblock.segment_offset(segment);
+        let mut raw = vec![0u8; HEADER_BYTES as usize];
+        self.device.device.read_at(start, &mut raw).ok()?;
+        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
+        let mut summary = vec![0u8; header.summary_bytes()];
+        self.device
+            .device
+            .read_at(start + u64::from(header.summary_offset_bytes), &mut summary)
+            .ok()?;
+        layout::decode_summary(&summary, &header).ok()
+    }
+
+    /// Indexes the most valued segment still unindexed; ends the rebuild when none is left.
+    fn rebuild_one(&mut self) {
+        let next = {
+            let segments = self.device.segments.lock();
+            (0..segments.len() as u32)
+                .filter(|segment| segments.meta(*segment).state == SegmentState::Unindexed)
+                .max_by_key(|segment| (segments.hits(*segment), segments.meta(*segment).sequence))
+        };
+        let Some(segment) = next.filter(|_| self.usable()) else {
+            self.rebuilding = false;
+            self.device.rebuild_pending.store(0, Ordering::Relaxed);
+            for done in self.settles_waiting.drain(..) {
+                let _ = done.send(());
+            }
+            return;
+        };
+        let counters = &self.shared.counters;
+        let Some(entries) = self.read_summary(segment) else {
+            counters.rebuild_failed.fetch_add(1, Ordering::Relaxed);
+            self.device.segments.lock().abandon(segment);
+            self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);
+            return;
+        };
+        let superblock = self.device.superblock;
+        let segment_sectors = segment * superblock.sectors_per_segment();
+        let mut used_bytes = 0;
+        let mut indexed = 0;
+        for entry in &entries {
+            let place = Place {
+                device: self.device.slot,
+                sector: segment_sectors + entry.offset_sectors,
+            };
+            if self.shared.index_insert(entry.key, place).is_err() {
+                break;
+            }
+            indexed += 1;
+            used_bytes += u64::from(sectors_for(entry.psize as usize)) * SECTOR_BYTES;
+        }
+        counters.rebuild_segments.fetch_add(1, Ordering::Relaxed);
+        counters
+            .rebuild_blocks
+            .fetch_add(indexed, Ordering::Relaxed);
+        self.device.segments.lock().indexed(segment, used_bytes);
+        self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
