@@ -2,8 +2,14 @@
 //! its sequential prefetch as the read path uses it) and prints what it read from disk.
 //!
 //! ```text
-//! cache-sim --trace FILE --capacity BLOCKS [--block-bytes N] [--no-prefetch]
+//! cache-sim --trace FILE --capacity BLOCKS [--block-bytes N] [--no-prefetch] [--l2-capacity BLOCKS]
 //! ```
+//!
+//! With `--l2-capacity`, the real SSD tier (`cairn-l2arc`, on an in-memory device sized for that
+//! many blocks of 512 bytes, segments of 64 KiB) sits below the RAM policy: RAM misses look it
+//! up (a verified read), demand misses from disk are offered to it, and its writer is settled
+//! every 32 offers (the feed lags the reads a little, as it does in a server). It adds
+//! `l2_hits`, `l2_blocks_max` and `l2_ram_bytes_per_block` to the output.
 //!
 //! The trace is text, one request per line: its first block number and, optionally, how many
 //! blocks it reads (default 1). With one block per line it is the format libCacheSim reads as
@@ -14,8 +20,11 @@
 //! header_bytes_per_block.
 
 use anyhow::{Context, Result, bail};
+use bytes::Bytes;
 use cairn_arc::StreamConfig;
-use cairn_arc::replay::Replayer;
+use cairn_arc::replay::{Replayer, SecondTier};
+use cairn_format::{BlockPointer, ChecksumAlgorithm, Dva, ObjectType};
+use cairn_l2arc::{L2Arc, L2Config};
 use std::io::{BufRead, BufReader};
 
 fn main() -> Result<()> {
@@ -23,6 +32,7 @@ fn main() -> Result<()> {
     let mut capacity_blocks = None;
     let mut block_bytes = 4096u32;
     let mut prefetch = true;
+    let mut l2_capacity_blocks = None;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = || args.next().with_context(|| format!("{arg} needs a value"));
@@ -31,6 +41,7 @@ fn main() -> Result<()> {
             "--capacity" => capacity_blocks = Some(value()?.parse::<u64>()?),
             "--block-bytes" => block_bytes = value()?.parse()?,
             "--no-prefetch" => prefetch = false,
+            "--l2-capacity" => l2_capacity_blocks = Some(value()?.parse::<u64>()?),
             other => bail!("unknown argument {other}"),
         }
     }
@@ -41,6 +52,15 @@ fn main() -> Result<()> {
         block_bytes,
         prefetch.then(StreamConfig::default),
     );
+    let l2 = match l2_capacity_blocks {
+        Some(blocks) => {
+            let tier = SsdTier::new(blocks)?;
+            let l2 = tier.l2.clone();
+            replayer = replayer.with_second_tier(Box::new(tier));
+            Some(l2)
+        }
+        None => None,
+    };
     let file = std::fs::File::open(&trace).with_context(|| format!("opening {trace}"))?;
     for (number, line) in BufReader::new(file).lines().enumerate() {
         let line = line.with_context(|| format!("reading {trace}"))?;
@@ -57,10 +77,22 @@ fn main() -> Result<()> {
         replayer.request(first, count);
     }
     let outcome = replayer.outcome();
+    let l2_fields = match &l2 {
+        Some(l2) => {
+            l2.settle();
+            let (entries, ram_bytes) = l2.index_usage();
+            format!(
+                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1}",
+                outcome.second_tier_hits,
+                ram_bytes as f64 / entries.max(1) as f64
+            )
+        }
+        None => String::new(),
+    };
     let sizes = replayer.policy().sizes();
     let blocks = (sizes.mru_blocks + sizes.mfu_blocks + sizes.ghost_blocks).max(1);
     println!(
-        "requests={} demand_misses={} prefetch_reads={} prefetch_used={} miss_ratio={:.6} header_bytes_per_block={:.1} window_target_blocks={} admissions={} mru_ghost_hits={} mfu_ghost_hits={}",
+        "requests={} demand_misses={} prefetch_reads={} prefetch_used={} miss_ratio={:.6} header_bytes_per_block={:.1} window_target_blocks={} admissions={} mru_ghost_hits={} mfu_ghost_hits={}{l2_fields}",
         outcome.requests,
         outcome.demand_misses,
         outcome.prefetch_reads,
@@ -73,4 +105,85 @@ fn main() -> Result<()> {
         replayer.policy().stats().mfu_ghost_hits,
     );
     Ok(())
+}
+
+/// Bytes of a simulated block on the SSD tier (small, so a trace's tier stays small in RAM).
+const SSD_BLOCK_BYTES: usize = 512;
+/// Segment size of the simulated cache device.
+const SSD_SEGMENT_BYTES: u64 = 64 << 10;
+/// Offers between two waits for the writer.
+const OFFERS_PER_SETTLE: u32 = 32;
+
+/// The real SSD tier on an in-memory device, addressed by block number.
+struct SsdTier {
+    l2: std::sync::Arc<L2Arc>,
+    offers_since_settle: u32,
+}
+
+impl SsdTier {
+    fn new(capacity_blocks: u64) -> Result<SsdTier> {
+        // Each segment holds a 4 KiB header, then blocks and their 24-byte summary entries.
+        let per_segment = (SSD_SEGMENT_BYTES - 4096) / (SSD_BLOCK_BYTES as u64 + 24);
+        let segments = capacity_blocks.div_ceil(per_segment).max(2);
+        let device_bytes = (1 << 20) + segments * SSD_SEGMENT_BYTES;
+        let config = L2Config {
+            segment_bytes: SSD_SEGMENT_BYTES,
+            write_chunk_bytes: 16 << 10,
+            // Chunks are written when full or settled, never by a timer: runs repeat exactly.
+            feed_linger_ms: 3_600_000,
+            ..L2Config::default()
+        };
+        let l2 = std::sync::Arc::new(L2Arc::new(config));
+        let device = std::sync::Arc::new(cairn_device::mem::MemDevice::new(device_bytes));
+        l2.add_new("sim", device, 1, 1)
+            .context("setting up the simulated cache device")?;
+        Ok(SsdTier {
+            l2,
+            offers_since_settle: 0,
+        })
+    }
+
+    fn block(blkid: u64) -> (BlockPointer, Bytes) {
+        let mut data = vec![0u8; SSD_BLOCK_BYTES];
+        data[..8].copy_from_slice(&blkid.to_le_bytes());
+        let mut bp = BlockPointer::HOLE;
+        bp.dvas[0] = Dva {
+            vdev: 0,
+            offset: blkid * SSD_BLOCK_BYTES as u64,
+            asize: SSD_BLOCK_BYTES as u32,
+        };
+        bp.lsize = SSD_BLOCK_BYTES as u32;
+        bp.psize = SSD_BLOCK_BYTES as u32;
+        bp.birth_txg = 1;
+        bp.object_type = ObjectType::VolumeData;
+        bp.checksum_algorithm = ChecksumAlgorithm::Fletcher4;
+        bp.checksum = ChecksumAlgorithm::Fletcher4.compute(&data);
+        (bp, Bytes::from(data))
+    }
+}
+
+impl SecondTier for SsdTier {
+    fn read(&mut self, blkid: u64) -> bool {
+        let (bp, data) = SsdTier::block(blkid);
+        match self.l2.read(&bp) {
+            Some(read) => {
+                assert_eq!(
+                    read, data,
+                    "the SSD tier returned another block for {blkid}"
+                );
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn offer(&mut self, blkid: u64) {
+        let (bp, data) = SsdTier::block(blkid);
+        self.l2.offer(&bp, &data);
+        self.offers_since_settle += 1;
+        if self.offers_since_settle >= OFFERS_PER_SETTLE {
+            self.l2.settle();
+            self.offers_since_settle = 0;
+        }
+    }
 }

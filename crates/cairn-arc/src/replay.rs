@@ -7,6 +7,12 @@
 //! The outcome counts *blocks read from disk* (demand misses plus prefetch reads), not only
 //! demand misses: prefetch hides latency but reads the same blocks, so a policy compared
 //! against others on a trace must be charged for them.
+//!
+//! With a second tier (`SecondTier`: the SSD cache, as `bench/cache` drives it), a block the
+//! RAM policy misses is looked up there first and counts as read from disk only if it misses
+//! there too. Blocks are offered to it as the RAM policy evicts them (a victim cache: what RAM
+//! holds is not duplicated below while it is hot there), blocks read on demand only: read-ahead
+//! that no demand read used is not eligible (the read path's rule).
 
 use crate::policy::{Access, ArcPolicy, BlockKey};
 use crate::streams::{StreamConfig, StreamDetector};
@@ -16,6 +22,16 @@ pub struct ReplayOutcome {
     pub requests: u64,
     pub demand_misses: u64,
     pub prefetch_reads: u64,
+    /// Blocks the RAM policy missed and the second tier served (demand and read-ahead).
+    pub second_tier_hits: u64,
+}
+
+/// A cache below the RAM policy, by block number.
+pub trait SecondTier {
+    /// Whether it holds `blkid` (a hit is served from it, not from disk).
+    fn read(&mut self, blkid: u64) -> bool;
+    /// `blkid` was just read from disk on demand.
+    fn offer(&mut self, blkid: u64);
 }
 
 impl ReplayOutcome {
@@ -27,11 +43,18 @@ impl ReplayOutcome {
 
 /// A trace replayer: a policy of `capacity_blocks` blocks of `block_bytes`, with prefetch on
 /// or off.
+/// What the replayer keeps per cached block: its number, and whether a demand read brought or
+/// used it (eligible for the second tier).
+type Cached = (u64, bool);
+
 pub struct Replayer {
-    policy: ArcPolicy<()>,
+    policy: ArcPolicy<Cached>,
     streams: Option<StreamDetector>,
     block_bytes: u32,
     outcome: ReplayOutcome,
+    second: Option<Box<dyn SecondTier>>,
+    /// Blocks read ahead that a demand read then used, while cached.
+    used_read_ahead: std::collections::HashSet<u64>,
 }
 
 fn key(blkid: u64) -> BlockKey {
@@ -40,13 +63,47 @@ fn key(blkid: u64) -> BlockKey {
 
 impl Replayer {
     pub fn new(capacity_blocks: u64, block_bytes: u32, prefetch: Option<StreamConfig>) -> Self {
+        let mut policy = ArcPolicy::new(capacity_blocks * u64::from(block_bytes));
+        policy.defer_drops();
         Replayer {
-            policy: ArcPolicy::new(capacity_blocks * u64::from(block_bytes)),
+            policy,
             streams: prefetch
                 .map(|config| StreamDetector::new(config.within_cache(capacity_blocks))),
             block_bytes,
             outcome: ReplayOutcome::default(),
+            second: None,
+            used_read_ahead: std::collections::HashSet::new(),
         }
+    }
+
+    /// The same replayer with `second` below the RAM policy.
+    pub fn with_second_tier(mut self, second: Box<dyn SecondTier>) -> Self {
+        self.second = Some(second);
+        self
+    }
+
+    /// Offers what the RAM policy evicted to the second tier (the eligible blocks).
+    fn feed_evicted(&mut self) {
+        let evicted = self.policy.take_dropped();
+        if let Some(second) = self.second.as_mut() {
+            for (blkid, demand) in evicted {
+                if self.used_read_ahead.remove(&blkid) || demand {
+                    second.offer(blkid);
+                }
+            }
+        }
+    }
+
+    /// Whether the second tier serves `blkid` (counted).
+    fn second_tier_hit(&mut self, blkid: u64) -> bool {
+        let hit = self
+            .second
+            .as_mut()
+            .is_some_and(|second| second.read(blkid));
+        if hit {
+            self.outcome.second_tier_hits += 1;
+        }
+        hit
     }
 
     /// One client request for `count` blocks from `first` (each block counts as a request in
@@ -55,18 +112,35 @@ impl Replayer {
         if let Some(streams) = &mut self.streams {
             for ahead in streams.observe_request(0, first, count) {
                 if self.policy.get(&key(ahead), Access::Prefetch).is_none() {
-                    self.outcome.prefetch_reads += 1;
-                    self.policy
-                        .insert(key(ahead), self.block_bytes, (), Access::Prefetch);
+                    if !self.second_tier_hit(ahead) {
+                        self.outcome.prefetch_reads += 1;
+                    }
+                    self.policy.insert(
+                        key(ahead),
+                        self.block_bytes,
+                        (ahead, false),
+                        Access::Prefetch,
+                    );
+                    self.feed_evicted();
                 }
             }
         }
         for blkid in first..first + count {
             self.outcome.requests += 1;
-            if self.policy.get(&key(blkid), Access::Demand).is_none() {
-                self.outcome.demand_misses += 1;
-                self.policy
-                    .insert(key(blkid), self.block_bytes, (), Access::Demand);
+            match self.policy.get(&key(blkid), Access::Demand).copied() {
+                Some((_, true)) => {}
+                Some((_, false)) => {
+                    // Read ahead, now used on demand: eligible from here on.
+                    self.used_read_ahead.insert(blkid);
+                }
+                None => {
+                    if !self.second_tier_hit(blkid) {
+                        self.outcome.demand_misses += 1;
+                    }
+                    self.policy
+                        .insert(key(blkid), self.block_bytes, (blkid, true), Access::Demand);
+                    self.feed_evicted();
+                }
             }
         }
     }
@@ -75,7 +149,47 @@ impl Replayer {
         self.outcome
     }
 
-    pub fn policy(&self) -> &ArcPolicy<()> {
+    pub fn policy(&self) -> &ArcPolicy<Cached> {
         &self.policy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// A second tier that keeps everything offered.
+    struct Unbounded(HashSet<u64>);
+
+    impl SecondTier for Unbounded {
+        fn read(&mut self, blkid: u64) -> bool {
+            self.0.contains(&blkid)
+        }
+
+        fn offer(&mut self, blkid: u64) {
+            self.0.insert(blkid);
+        }
+    }
+
+    #[test]
+    fn a_second_tier_serves_what_ram_evicted() {
+        let mut alone = Replayer::new(10, 4096, None);
+        let mut tiered =
+            Replayer::new(10, 4096, None).with_second_tier(Box::new(Unbounded(HashSet::new())));
+        for _ in 0..3 {
+            for blkid in 0..100 {
+                alone.request(blkid, 1);
+                tiered.request(blkid, 1);
+            }
+        }
+        // Only the first pass reads from disk; every later RAM miss comes from the second tier.
+        let ram_misses = alone.outcome().demand_misses;
+        assert!(
+            ram_misses > 200,
+            "a 10-block cache kept most of a 100-block loop"
+        );
+        assert_eq!(tiered.outcome().demand_misses, 100);
+        assert_eq!(tiered.outcome().second_tier_hits, ram_misses - 100);
     }
 }
