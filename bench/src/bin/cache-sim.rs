@@ -56,7 +56,7 @@ fn main() -> Result<()> {
         Some(blocks) => {
             let tier = SsdTier::new(blocks)?;
             let l2 = tier.l2.clone();
-            replayer = replayer.with_second_tier(Box::new(tier));
+            replayer = replayer.with_second_tier(Box::new(tier), blocks);
             Some(l2)
         }
         None => None,
@@ -81,10 +81,18 @@ fn main() -> Result<()> {
         Some(l2) => {
             l2.settle();
             let (entries, ram_bytes) = l2.index_usage();
+            let counters = l2.counters();
+            let load = |counter: &std::sync::atomic::AtomicU64| {
+                counter.load(std::sync::atomic::Ordering::Relaxed)
+            };
             format!(
-                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1}",
+                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_evicted_segments={} l2_copied_forward={}",
                 outcome.second_tier_hits,
-                ram_bytes as f64 / entries.max(1) as f64
+                ram_bytes as f64 / entries.max(1) as f64,
+                load(&counters.feed_blocks),
+                load(&counters.feed_dropped),
+                load(&counters.evicted_segments),
+                load(&counters.copied_forward),
             )
         }
         None => String::new(),

@@ -355,6 +355,12 @@ impl<V> ArcPolicy<V> {
             .collect()
     }
 
+    /// How often demand reads asked for `key` lately, as the admission sketch estimates it
+    /// (saturating at the sketch's counter limit): what an SSD tier below admits by.
+    pub fn frequency(&self, key: &BlockKey) -> u8 {
+        self.sketch.estimate(hash(key))
+    }
+
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.find(key)

@@ -57,6 +57,9 @@ pub struct Replayer {
     used_read_ahead: std::collections::HashSet<u64>,
 }
 
+/// Least sketch frequency for a block evicted from RAM to be offered to the second tier.
+pub const L2_ADMIT_FREQUENCY_MIN: u8 = 2;
+
 fn key(blkid: u64) -> BlockKey {
     [blkid, 1]
 }
@@ -76,20 +79,32 @@ impl Replayer {
         }
     }
 
-    /// The same replayer with `second` below the RAM policy.
-    pub fn with_second_tier(mut self, second: Box<dyn SecondTier>) -> Self {
+    /// The same replayer with `second` (of `second_capacity_blocks`) below the RAM policy; the
+    /// admission sketch then counts over both tiers' blocks, as it must to tell which evicted
+    /// blocks are worth the second tier.
+    pub fn with_second_tier(
+        mut self,
+        second: Box<dyn SecondTier>,
+        second_capacity_blocks: u64,
+    ) -> Self {
+        let total_bytes =
+            self.policy.capacity_bytes() + second_capacity_blocks * u64::from(self.block_bytes);
+        self.policy.resize_sketch(total_bytes);
         self.second = Some(second);
         self
     }
 
-    /// Offers what the RAM policy evicted to the second tier (the eligible blocks).
+    /// Offers what the RAM policy evicted to the second tier: blocks read on demand, asked
+    /// for at least `L2_ADMIT_FREQUENCY_MIN` times lately (one-hit wonders would only churn it).
     fn feed_evicted(&mut self) {
         let evicted = self.policy.take_dropped();
-        if let Some(second) = self.second.as_mut() {
-            for (blkid, demand) in evicted {
-                if self.used_read_ahead.remove(&blkid) || demand {
-                    second.offer(blkid);
-                }
+        let Some(second) = self.second.as_mut() else {
+            return;
+        };
+        for (blkid, demand) in evicted {
+            let eligible = self.used_read_ahead.remove(&blkid) || demand;
+            if eligible && self.policy.frequency(&key(blkid)) >= L2_ADMIT_FREQUENCY_MIN {
+                second.offer(blkid);
             }
         }
     }
@@ -175,8 +190,8 @@ mod tests {
     #[test]
     fn a_second_tier_serves_what_ram_evicted() {
         let mut alone = Replayer::new(10, 4096, None);
-        let mut tiered =
-            Replayer::new(10, 4096, None).with_second_tier(Box::new(Unbounded(HashSet::new())));
+        let mut tiered = Replayer::new(10, 4096, None)
+            .with_second_tier(Box::new(Unbounded(HashSet::new())), 1000);
         for _ in 0..3 {
             for blkid in 0..100 {
                 alone.request(blkid, 1);

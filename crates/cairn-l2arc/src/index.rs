@@ -1,9 +1,10 @@
 //! The in-RAM index: which blocks the cache devices hold, and where, in 12 bytes per block.
 //!
 //! A block is known by its key (first copy's address and birth txg: `cairn_arc::block_key`'s
-//! two words). The index does not keep the key itself but a 60-bit fingerprint of it beside a
-//! 4-bit device number (one u64), and the block's place on that device in 512-byte sectors
-//! (one u32: 2 TiB per device). Two different keys can share a fingerprint (about one pair in
+//! two words). The index does not keep the key itself but a 59-bit fingerprint of it beside a
+//! hit bit (set when the block is read from the cache; the writer copies such blocks forward
+//! when it reuses their segment) and a 4-bit device number (one u64), and the block's place on
+//! that device in 512-byte sectors (one u32: 2 TiB per device). Two different keys can share a fingerprint (about one pair in
 //! 2^60 per lookup); that would only make a lookup answer with another block's place, and every
 //! block read from a cache device is verified against the caller's block pointer, so the
 //! mistake becomes a miss. Nothing else depends on the fingerprint being unique.
@@ -11,22 +12,33 @@
 //! Layout: open addressing with linear probing kept in Robin Hood order (an entry never sits
 //! further from its home slot than the entry it displaced), deletion by backward shift (no
 //! tombstones), fingerprints and places in two parallel arrays (no padding). A slot whose word
-//! is 0 is empty (fingerprints are never 0). The table grows by 1.2× when 92% full, so between
-//! growths it is 77–92% full: 12 B / 0.77 ≤ 15.6 B of RAM per indexed block at worst, the
-//! measure `bytes_per_entry` reports. Robin Hood order keeps probes short at that load (a
-//! lookup stops as soon as it meets an entry closer to its home than the key would be).
+//! is 0 is empty (fingerprints are never 0). The table grows by 1.2× when 92% full and shrinks
+//! to 88% full when removals leave it under 75%, so once past its smallest size it stays
+//! 75–92% full: 13–16 B of RAM per indexed block (`ram_bytes` / `len`). Robin Hood order keeps probes short
+//! at that load (a lookup stops as soon as it meets an entry closer to its home than the key
+//! would be).
 //!
 //! Capacity is explicit: `entries_max` is the most entries the caller's RAM cap allows; an
 //! insert beyond it is refused (the caller then frees a segment's worth of entries first).
 
 /// Bits of the device number inside an entry's word.
 const DEVICE_BITS: u32 = 4;
+/// The hit bit, just above the device number.
+const HIT_BIT: u64 = 1 << DEVICE_BITS;
+/// Low bits of a word that are not the fingerprint (device number and hit bit).
+pub(crate) const TAG_BITS: u32 = DEVICE_BITS + 1;
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 /// Most cache devices one index can address.
 pub const DEVICES_MAX: usize = 1 << DEVICE_BITS;
 /// Fill at which the table grows, in thousandths.
 const LOAD_MAX_PERMILLE: usize = 920;
 /// Growth factor when full, in thousandths (×1.2).
 const GROWTH_PERMILLE: usize = 1200;
+/// Fill under which the table shrinks, and the fill it shrinks to, in thousandths.
+const LOAD_MIN_PERMILLE: usize = 750;
+const LOAD_AFTER_SHRINK_PERMILLE: usize = 880;
+/// Worst RAM per entry the fill limits allow (12 B at 75%): what a cap must be divided by.
+pub const ENTRY_BYTES_WORST: u64 = 16;
 /// Smallest table.
 const SLOTS_MIN: usize = 64;
 /// RAM per slot: the u64 word and the u32 place.
@@ -49,9 +61,9 @@ pub(crate) fn fingerprint(key: [u64; 2]) -> u64 {
         z ^ (z >> 31)
     };
     let hash = mix(mix(key[0]) ^ key[1].rotate_left(32));
-    let fingerprint = hash & !((1 << DEVICE_BITS) - 1);
+    let fingerprint = hash & !TAG_MASK;
     if fingerprint == 0 {
-        1 << DEVICE_BITS
+        TAG_MASK + 1
     } else {
         fingerprint
     }
@@ -114,13 +126,13 @@ impl Index {
     }
 
     fn distance(&self, slot: usize, word: u64) -> usize {
-        let home = self.home(word & !((1 << DEVICE_BITS) - 1));
+        let home = self.home(word & !TAG_MASK);
         (slot + self.words.len() - home) % self.words.len()
     }
 
     fn find(&self, key: [u64; 2]) -> Option<usize> {
         let fingerprint = fingerprint(key);
-        let mask = !((1u64 << DEVICE_BITS) - 1);
+        let mask = !TAG_MASK;
         let slots = self.words.len();
         let mut slot = self.home(fingerprint);
         for distance in 0..slots {
@@ -170,7 +182,7 @@ impl Index {
     /// Puts an entry known to be absent, in Robin Hood order.
     fn place(&mut self, mut word: u64, mut sector: u32) {
         let slots = self.words.len();
-        let mut slot = self.home(word & !((1 << DEVICE_BITS) - 1));
+        let mut slot = self.home(word & !TAG_MASK);
         let mut distance = 0;
         loop {
             let here = self.words[slot];
@@ -192,6 +204,26 @@ impl Index {
 
     fn grow(&mut self) {
         let slots = (self.words.len() * GROWTH_PERMILLE / 1000).max(self.words.len() + 1);
+        self.resize(slots);
+    }
+
+    /// Shrinks a table that removals left under `LOAD_MIN_PERMILLE` full.
+    fn shrink_if_sparse(&mut self) {
+        let slots = self.words.len();
+        if slots > SLOTS_MIN && self.len * 1000 < slots * LOAD_MIN_PERMILLE {
+            let target = (self.len * 1000 / LOAD_AFTER_SHRINK_PERMILLE).max(SLOTS_MIN);
+            if target < slots {
+                self.resize(target);
+            }
+        }
+    }
+
+    fn resize(&mut self, slots: usize) {
+        assert!(
+            slots > self.len,
+            "a table of {slots} slots cannot hold {}",
+            self.len
+        );
         let words = std::mem::replace(&mut self.words, vec![0; slots]);
         let places = std::mem::replace(&mut self.places, vec![0; slots]);
         for (word, sector) in words.into_iter().zip(places).filter(|(word, _)| *word != 0) {
@@ -207,6 +239,7 @@ impl Index {
             sector: self.places[slot],
         };
         self.remove_slot(slot);
+        self.shrink_if_sparse();
         Some(removed)
     }
 
@@ -230,15 +263,26 @@ impl Index {
 
     /// Forgets the block of `key` only if it is at `place` (a newer copy elsewhere stays).
     pub fn remove_at(&mut self, key: [u64; 2], place: Place) -> bool {
-        match self.find(key) {
-            Some(slot)
-                if device_of(self.words[slot]) == place.device
-                    && self.places[slot] == place.sector =>
-            {
-                self.remove_slot(slot);
-                true
-            }
-            _ => false,
+        self.take_at(key, place).is_some()
+    }
+
+    /// Like `remove_at`, and tells whether the block was hit since it was placed there.
+    pub fn take_at(&mut self, key: [u64; 2], place: Place) -> Option<bool> {
+        let slot = self.find(key)?;
+        let word = self.words[slot];
+        if device_of(word) != place.device || self.places[slot] != place.sector {
+            return None;
+        }
+        self.remove_slot(slot);
+        self.shrink_if_sparse();
+        Some(word & HIT_BIT != 0)
+    }
+
+    /// Notes a read of the block of `key` from its place (the writer copies hit blocks forward
+    /// when their segment is reused).
+    pub fn mark_hit(&mut self, key: [u64; 2]) {
+        if let Some(slot) = self.find(key) {
+            self.words[slot] |= HIT_BIT;
         }
     }
 
@@ -260,6 +304,7 @@ impl Index {
             }
             slot += 1;
         }
+        self.shrink_if_sparse();
     }
 
     /// Checks the Robin Hood invariants (tests).
@@ -330,6 +375,34 @@ mod tests {
     }
 
     #[test]
+    fn removals_shrink_the_table() {
+        let mut index = Index::new(1 << 20);
+        for n in 0..100_000u64 {
+            index
+                .insert(
+                    key(n),
+                    Place {
+                        device: 0,
+                        sector: n as u32,
+                    },
+                )
+                .unwrap();
+        }
+        for n in 0..90_000u64 {
+            index.remove(key(n)).unwrap();
+            if index.len() > 1_000 {
+                let per_entry = index.ram_bytes() as f64 / index.len() as f64;
+                assert!(
+                    per_entry <= ENTRY_BYTES_WORST as f64,
+                    "{per_entry:.1} B per entry"
+                );
+            }
+        }
+        index.assert_invariants();
+        assert!(index.get(key(95_000)).is_some());
+    }
+
+    #[test]
     fn ram_per_entry_stays_under_16_bytes_once_filled() {
         let mut index = Index::new(1 << 20);
         let mut worst = 0.0f64;
@@ -348,6 +421,48 @@ mod tests {
             }
         }
         assert!(worst <= 16.0, "worst RAM per entry {worst:.2} B");
+    }
+
+    #[test]
+    fn hit_bits_are_told_when_an_entry_is_taken() {
+        let mut index = Index::new(10);
+        let place = Place {
+            device: 2,
+            sector: 7,
+        };
+        index.insert(key(1), place).unwrap();
+        index.insert(key(2), place).unwrap();
+        index.mark_hit(key(1));
+        assert_eq!(
+            index.get(key(1)),
+            Some(place),
+            "the hit bit changed the place"
+        );
+        assert_eq!(index.take_at(key(1), place), Some(true));
+        assert_eq!(index.take_at(key(2), place), Some(false));
+        assert_eq!(index.take_at(key(2), place), None);
+        // A moved entry starts unhit.
+        index.insert(key(3), place).unwrap();
+        index.mark_hit(key(3));
+        index
+            .insert(
+                key(3),
+                Place {
+                    device: 1,
+                    sector: 9,
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            index.take_at(
+                key(3),
+                Place {
+                    device: 1,
+                    sector: 9
+                }
+            ),
+            Some(false)
+        );
     }
 
     #[test]

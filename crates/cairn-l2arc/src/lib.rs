@@ -7,10 +7,10 @@
 //! ## Shape
 //! - `layout`: the bytes on a cache device: two superblocks, then equal segments, each filled
 //!   front to back and sealed with a summary of what it holds (24 B per block) and a header.
-//! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in a Robin Hood
-//!   table kept 77–92% full, so ≤ 16 B of RAM per cached block everything included, and a cap
-//!   (`L2Config::index_bytes_max`) independent of the devices' size: when the index is full,
-//!   the least valued segment is dropped to make room, so a huge device costs bounded RAM.
+//! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in Robin Hood
+//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block everything included, and a cap (`L2Config::index_bytes_max`) independent of the devices' size: when
+//!   the index is full, the least valued segment is dropped to make room, so a huge device
+//!   costs bounded RAM.
 //! - `segments`: per device, what each segment holds and what it is worth (hits, aged).
 //! - this file: `L2Arc`, a pool's set of cache devices: feeding, reading, rebuilding.
 //!
@@ -22,7 +22,10 @@
 //! filling segment, and only then indexes them: an index entry always points at written
 //! bytes. A full segment is sealed (summary, header, flush) and the next one taken is the
 //! least valued: its entries leave the index (read back from its summary) before its space is
-//! written. An optional write budget per day (`write_bytes_per_day`, counted after a first
+//! written, and those of its blocks that were read from the cache since they were written (a
+//! hit bit in their index entry) are copied forward into the new segment (at most half a
+//! segment's worth per reuse), so a hot block outlives its segment: segment-granular space
+//! management with block-granular second chances. An optional write budget per day (`write_bytes_per_day`, counted after a first
 //! fill of the device) protects flash endurance: over budget, offers are dropped.
 //!
 //! ## Reading, and never trusting
@@ -146,6 +149,8 @@ pub struct L2Counters {
     pub feed_over_budget: AtomicU64,
     pub evicted_segments: AtomicU64,
     pub evicted_blocks: AtomicU64,
+    /// Blocks hit since they were written, moved to a new segment when theirs was reused.
+    pub copied_forward: AtomicU64,
     pub bad_reads: AtomicU64,
     pub rebuild_segments: AtomicU64,
     pub rebuild_blocks: AtomicU64,
@@ -217,14 +222,18 @@ impl CacheDevice {
 pub(crate) struct Shared {
     config: L2Config,
     shards: Box<[Mutex<Index>]>,
+    /// Entries in all shards, and the most the RAM cap allows.
+    entries: AtomicUsize,
+    entries_max: usize,
     counters: L2Counters,
     /// Cache devices by slot (the device number in index entries).
     devices: RwLock<Vec<Option<Arc<CacheDevice>>>>,
 }
 
 fn shard_of(key: [u64; 2]) -> usize {
-    // Bits just above the device number: independent of the bits that pick home slots.
-    ((index::fingerprint(key) >> 4) as usize) % SHARDS
+    // The fingerprint's lowest bits (just above the tag): independent of the high bits that
+    // pick home slots.
+    ((index::fingerprint(key) >> index::TAG_BITS) as usize) % SHARDS
 }
 
 /// The L2 key of a block: its first copy's address and its birth txg (`None` for a pointer
@@ -235,8 +244,19 @@ pub fn block_key(bp: &BlockPointer) -> Option<[u64; 2]> {
 }
 
 impl Shared {
+    /// Indexes `key` at `place`; a new key beyond the index's cap (over all shards) is
+    /// refused.
     fn index_insert(&self, key: [u64; 2], place: Place) -> Result<(), index::IndexFull> {
-        self.shards[shard_of(key)].lock().insert(key, place)
+        let mut shard = self.shards[shard_of(key)].lock();
+        let before = shard.len();
+        if shard.get(key).is_none() && self.entries.load(Ordering::Relaxed) >= self.entries_max {
+            return Err(index::IndexFull::AtCap(self.entries_max));
+        }
+        shard.insert(key, place)?;
+        if shard.len() > before {
+            self.entries.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     fn index_get(&self, key: [u64; 2]) -> Option<Place> {
@@ -244,12 +264,25 @@ impl Shared {
     }
 
     fn index_remove_at(&self, key: [u64; 2], place: Place) -> bool {
-        self.shards[shard_of(key)].lock().remove_at(key, place)
+        self.index_take_at(key, place).is_some()
+    }
+
+    /// Removes the entry of `key` at `place`; `Some(hit)` if it was there.
+    fn index_take_at(&self, key: [u64; 2], place: Place) -> Option<bool> {
+        let taken = self.shards[shard_of(key)].lock().take_at(key, place);
+        if taken.is_some() {
+            self.entries.fetch_sub(1, Ordering::Relaxed);
+        }
+        taken
     }
 
     fn index_retain(&self, keep: impl Fn(Place) -> bool) {
         for shard in self.shards.iter() {
-            shard.lock().retain(&keep);
+            let mut shard = shard.lock();
+            let before = shard.len();
+            shard.retain(&keep);
+            self.entries
+                .fetch_sub(before - shard.len(), Ordering::Relaxed);
         }
     }
 
@@ -281,14 +314,18 @@ pub struct L2Arc {
 
 impl L2Arc {
     pub fn new(config: L2Config) -> L2Arc {
-        let per_shard = (config.index_bytes_max as usize / index::SLOT_BYTES * 77 / 100) / SHARDS;
+        // Each shard's table is 75–92% full (see `index`): the worst case bounds the cap.
+        let entries_max = usize::try_from(config.index_bytes_max / index::ENTRY_BYTES_WORST)
+            .unwrap_or(usize::MAX);
         let shards = (0..SHARDS)
-            .map(|_| Mutex::new(Index::new(per_shard.max(1))))
+            .map(|_| Mutex::new(Index::new(usize::MAX)))
             .collect();
         L2Arc {
             shared: Arc::new(Shared {
                 config,
                 shards,
+                entries: AtomicUsize::new(0),
+                entries_max: entries_max.max(1),
                 counters: L2Counters::default(),
                 devices: RwLock::new(Vec::new()),
             }),
@@ -535,6 +572,7 @@ impl L2Arc {
             Ok(()) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
                 self.shared.succeeded(&device);
                 device.segments.lock().note_hit(segment);
+                self.shared.shards[shard_of(key)].lock().mark_hit(key);
                 Some(Bytes::from(buf))
             }
             Ok(()) => {
@@ -655,3 +693,16 @@ fn sectors_for(bytes: usize) -> u32 {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+impl L2Arc {
+    pub(crate) fn shard_fill(&self) -> Vec<(usize, usize)> {
+        self.shared
+            .shards
+            .iter()
+            .map(|shard| {
+                let shard = shard.lock();
+                (shard.len(), shard.ram_bytes() / index::SLOT_BYTES)
+            })
+            .collect()
+    }
+}

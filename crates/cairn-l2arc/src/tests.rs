@@ -264,7 +264,11 @@ fn the_index_cap_bounds_ram_whatever_the_device() {
     let l2 = new_cache(Arc::new(MemDevice::new(64 << 20)), config);
     feed(&l2, 0..8_000);
     let (entries, ram) = l2.index_usage();
-    assert!(ram <= 64 << 10, "index uses {ram} B over its cap");
+    assert!(
+        ram <= 64 << 10,
+        "index uses {ram} B over its cap: {:?}",
+        l2.shard_fill()
+    );
     assert!(entries > 1_000, "only {entries} entries under the cap");
     assert!(ram as f64 / entries as f64 <= 16.0, "{ram} B for {entries}");
     // What is indexed reads back; the rest is a miss.

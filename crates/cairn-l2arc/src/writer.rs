@@ -95,6 +95,8 @@ struct Writer {
     chunk_bytes_max: usize,
     rebuilding: bool,
     settles_waiting: Vec<Sender<()>>,
+    /// Hot blocks of a reused segment, to be written again.
+    survivors: std::collections::VecDeque<FeedItem>,
     /// Write budget: bytes that may be written now (`None`: no budget).
     allowance_bytes: Option<f64>,
     allowance_at: Instant,
@@ -119,6 +121,7 @@ impl Writer {
             chunk_bytes_max,
             rebuilding,
             settles_waiting: Vec::new(),
+            survivors: std::collections::VecDeque::new(),
             allowance_bytes,
             allowance_at: Instant::now(),
         }
@@ -146,6 +149,9 @@ impl Writer {
             match message {
                 Some(Message::Feed(item)) => self.append(item),
                 Some(Message::Settle(done)) => {
+                    while let Some(item) = self.survivors.pop_front() {
+                        self.append(item);
+                    }
                     self.write_chunk();
                     if self.rebuilding {
                         self.settles_waiting.push(done);
@@ -162,6 +168,9 @@ impl Writer {
                     return;
                 }
                 None => self.write_chunk(),
+            }
+            while let Some(item) = self.survivors.pop_front() {
+                self.append(item);
             }
             if self.rebuilding {
                 self.rebuild_one();
@@ -389,7 +398,10 @@ impl Writer {
             (segment, before)
         };
         match before.state {
-            SegmentState::Sealed => self.drop_entries(segment),
+            SegmentState::Sealed => {
+                let hot = self.drop_entries(segment);
+                self.copy_forward(segment, hot);
+            }
             SegmentState::Unindexed => {
                 self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);
             }
@@ -424,6 +436,36 @@ impl Writer {
         });
     }
 
+    /// Reads the hot blocks of `segment` (just taken for reuse, not yet overwritten) so they
+    /// are written again: at most half a segment's worth.
+    fn copy_forward(&mut self, segment: u32, hot: Vec<SummaryEntry>) {
+        let superblock = self.device.superblock;
+        let start = superblock.segment_offset(segment);
+        let mut budget = superblock.segment_bytes / 2;
+        for entry in hot {
+            let padded = u64::from(sectors_for(entry.psize as usize)) * SECTOR_BYTES;
+            if padded > budget {
+                break;
+            }
+            budget -= padded;
+            let mut data = vec![0u8; entry.psize as usize];
+            let offset = start + u64::from(entry.offset_sectors) * SECTOR_BYTES;
+            if self.device.device.read_at(offset, &mut data).is_err() {
+                self.device.read_errors.fetch_add(1, Ordering::Relaxed);
+                self.shared.failed(&self.device);
+                return;
+            }
+            self.shared
+                .counters
+                .copied_forward
+                .fetch_add(1, Ordering::Relaxed);
+            self.survivors.push_back(FeedItem {
+                key: entry.key,
+                data: Bytes::from(data),
+            });
+        }
+    }
+
     /// Removes a sealed segment's blocks from the index and counts them evicted.
     fn drop_segment(&mut self, segment: u32) {
         let entries = u64::from(self.device.segments.lock().meta(segment).entries);
@@ -436,26 +478,28 @@ impl Writer {
     }
 
     /// Removes `segment`'s blocks from the index: by its summary, read back, or by a sweep of
-    /// the index when the summary cannot be read.
-    fn drop_entries(&self, segment: u32) {
+    /// the index when the summary cannot be read. Returns the blocks that had been hit.
+    fn drop_entries(&self, segment: u32) -> Vec<SummaryEntry> {
         let superblock = self.device.superblock;
         let segment_sectors = segment * superblock.sectors_per_segment();
         match self.read_summary(segment) {
-            Some(entries) => {
-                for entry in entries {
+            Some(entries) => entries
+                .into_iter()
+                .filter(|entry| {
                     let place = Place {
                         device: self.device.slot,
                         sector: segment_sectors + entry.offset_sectors,
                     };
-                    self.shared.index_remove_at(entry.key, place);
-                }
-            }
+                    self.shared.index_take_at(entry.key, place) == Some(true)
+                })
+                .collect(),
             None => {
                 let slot = self.device.slot;
                 let end = segment_sectors + superblock.sectors_per_segment();
                 self.shared.index_retain(|place| {
                     place.device != slot || !(segment_sectors..end).contains(&place.sector)
                 });
+                Vec::new()
             }
         }
     }
