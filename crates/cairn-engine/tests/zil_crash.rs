@@ -786,7 +786,12 @@ fn logbias_chooses_where_log_blocks_go() {
 fn a_panicking_commit_fails_the_log_instead_of_wedging_it() {
     struct PanickingSource;
     impl cairn_zil::LogSource for PanickingSource {
-        fn read_for_log(&self, _object: u64, _offset: u64, _buf: &mut [u8]) -> Result<(), String> {
+        fn read_for_log(
+            &self,
+            _object: u64,
+            _offset: u64,
+            _buf: &mut [u8],
+        ) -> Result<(), cairn_zil::LogSourceError> {
             panic!("injected panic while reading data to log");
         }
     }

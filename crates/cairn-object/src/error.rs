@@ -2,6 +2,7 @@
 //! failure stays the source (not text), so callers above can still tell a device error from a
 //! full pool.
 
+use cairn_device::ErrorClass;
 use cairn_pipeline::PipelineError;
 use thiserror::Error;
 
@@ -18,4 +19,19 @@ pub enum ObjectError {
     /// A read that must not wait for I/O found something it needs not in memory.
     #[error("not in memory")]
     NotCached,
+}
+
+impl ObjectError {
+    /// What the failure means to a client (see `cairn_device::ErrorClass`): the pipeline's own
+    /// class for its errors; damaged metadata and a vanished object are I/O errors (the data
+    /// cannot be read, whatever was asked); a block past the object's capacity is a bad request.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            ObjectError::Pipeline(err) => err.class(),
+            ObjectError::OutOfRange { .. } => ErrorClass::Invalid,
+            ObjectError::Corrupt(_) | ObjectError::NoSuchObject(_) | ObjectError::NotCached => {
+                ErrorClass::Io
+            }
+        }
+    }
 }

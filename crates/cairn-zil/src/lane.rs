@@ -1058,7 +1058,13 @@ impl IntentLog {
                     let mut buf = vec![0u8; op.length as usize];
                     source
                         .read_for_log(op.object, op.offset, &mut buf)
-                        .map_err(|err| self.failed(format!("reading data to log: {err}")))?;
+                        .map_err(|err| ZilError::SourceRead {
+                            dataset: self.dataset.clone(),
+                            object: op.object,
+                            offset: op.offset,
+                            len: buf.len(),
+                            source: std::sync::Arc::from(err),
+                        })?;
                     self.stats.needcopy_reads.fetch_add(1, Ordering::Relaxed);
                     buf
                 }

@@ -56,11 +56,38 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
+/// Clone because a lane's failure is handed to every committer waiting on it; a cause that is
+/// not text is shared behind an `Arc` for the same reason.
 #[derive(Debug, Error, Clone)]
 pub enum ZilError {
     #[error("intent log of {dataset}: {reason}")]
     Failed { dataset: String, reason: String },
+    /// Reading the dataset's data for a record logged without it failed; the source is the
+    /// dataset's own error (a device error stays one).
+    #[error(
+        "intent log of {dataset}: reading {len} bytes at offset {offset} of object {object} to log"
+    )]
+    SourceRead {
+        dataset: String,
+        object: u64,
+        offset: u64,
+        len: usize,
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
+
+impl ZilError {
+    /// Every failure to make a record durable is an I/O error to a client: the write itself
+    /// was accepted, only its durability failed (ZFS answers a failed ZIL commit with EIO too).
+    pub fn class(&self) -> cairn_device::ErrorClass {
+        cairn_device::ErrorClass::Io
+    }
+}
+
+/// What `LogSource::read_for_log` fails with: the dataset's own error, boxed because this crate
+/// sits below the datasets and cannot name their type; the box keeps it whole (`source()`).
+pub type LogSourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Tunables of one dataset's log.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +132,7 @@ pub enum ItxData {
 
 /// Reads a dataset's current contents for records logged without their data.
 pub trait LogSource {
-    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), String>;
+    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), LogSourceError>;
 }
 
 /// Identifies one logged record: commit it to make it durable.
