@@ -44,7 +44,8 @@ use thiserror::Error;
 /// read the whole chain.
 #[derive(Debug, Error)]
 pub enum PipelineError {
-    #[error("no space")]
+    /// The allocator refused the block: almost always a full pool (`SpaceError::NoSpace`).
+    #[error("cannot allocate the block")]
     NoSpace(#[source] SpaceError),
     /// No copy of the block verified; the source is why the last copy tried failed.
     #[error(
@@ -84,7 +85,9 @@ impl PipelineError {
     /// ZFS).
     pub fn class(&self) -> ErrorClass {
         match self {
-            PipelineError::NoSpace(_) => ErrorClass::NoSpace,
+            PipelineError::NoSpace(SpaceError::NoSpace { .. }) => ErrorClass::NoSpace,
+            // Any other refusal is a bug or damage in the space maps, not a full pool.
+            PipelineError::NoSpace(_) => ErrorClass::Io,
             PipelineError::Unrecoverable { .. }
             | PipelineError::WriteFailed { .. }
             | PipelineError::UnsupportedCompression(_)
