@@ -232,7 +232,7 @@ impl PoolCore {
             return false;
         };
         handle.suspend(format!(
-            "I/O suspended: writes reached no device ({reason}); bring the devices back, then run 'cairn pool clear {}'",
+            "writes reached no device ({reason}); bring the devices back, then run 'cairn pool clear {}'",
             self.name
         ));
         handle.wait_resumed()

@@ -1,7 +1,8 @@
 //! Open-context changes: creating, freeing and writing objects and blocks under a txg hold.
-//! Nothing here touches disk except `write_blocks_in_place` (a synchronous write placed
+//! Nothing here writes to disk except `write_blocks_in_place` (a synchronous write placed
 //! durably ahead of its txg); everything else only lands in the txg's change set, which the
-//! sync later writes copy-on-write.
+//! sync later writes copy-on-write, or in the allocator's frees of the txg (`free_all` reads
+//! the whole tree to find what to free).
 
 use crate::read::blob_len;
 use crate::{BlockChange, ObjectError, ObjectSet, is_all_zero, tree};

@@ -56,6 +56,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU8;
 
+// The in-memory model of an object set is declared here, at the root, because every module
+// (reading, open-context changes, sync) works on its fields and privacy is per module: the
+// modules below see them, the crate's users do not.
+
 /// A block's newest version in one txg: its contents as readers see them (`None`: a hole), and,
 /// for a block already written to its final place in open context (a synchronous write in
 /// place, `write_blocks_in_place`), where: the txg sync then uses that pointer instead of

@@ -59,11 +59,12 @@
 //! ## Failure and shutdown
 //!
 //! - If `sync_txg` returns `Err` (or panics), the engine is **suspended**: the txg stays unsynced,
-//!   no later txg is synced, every current and future waiter gets `TxgError::Suspended(msg)`,
-//!   `try_hold` fails with it, and `throttle` stops pacing (it returns at once, so writers are not
-//!   hung on a dead pool and get the error from `try_hold`). `hold()` still succeeds while
-//!   suspended so code in the middle of a multi-step change does not panic; front ends should use
-//!   `try_hold`. Recovery is export and re-import (not this module's job).
+//!   no later txg is synced, every current and future waiter gets `TxgError::Suspended` (a
+//!   `Suspension` whose source is the syncer's error, whole), `try_hold` fails with it, and
+//!   `throttle` stops pacing (it returns at once, so writers are not hung on a dead pool and
+//!   get the error from `try_hold`). `hold()` still succeeds while suspended so code in the
+//!   middle of a multi-step change does not panic; front ends should use `try_hold`. Recovery
+//!   is export and re-import (not this module's job).
 //! - A sync that cannot write because devices fail (every copy of some block unwritable) need
 //!   not fail: the syncer may **suspend I/O** instead ([`SuspendHandle::suspend`], ZFS's
 //!   `failmode=wait`) and wait in the middle of its txg ([`SuspendHandle::wait_resumed`]) until
