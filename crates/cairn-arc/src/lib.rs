@@ -30,7 +30,7 @@ pub mod streams;
 
 pub use cache::BlockClass;
 pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
-pub use read::{ArcConfig, ArcStats, CacheMode, CachedIo, ReadCache};
+pub use read::{ArcConfig, ArcStats, CacheMode, CachedIo, LimitsError, ReadCache};
 pub use streams::{StreamConfig, StreamDetector};
 
 /// The cache key of a block whose first copy is at (`vdev`, `offset`) and which was born in

@@ -194,6 +194,13 @@ struct PrefetchJob {
 /// The maintenance thread and its stop flag.
 type Maintenance = (Arc<(Mutex<bool>, Condvar)>, JoinHandle<()>);
 
+/// Limits `ReadCache::set_limits` refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    #[error("arc_min ({min_bytes} bytes) must not exceed arc_max ({max_bytes} bytes)")]
+    MinAboveMax { min_bytes: u64, max_bytes: u64 },
+}
+
 pub struct ReadCache {
     shared: Arc<Shared>,
     prefetch_tx: Option<Sender<Job>>,
@@ -287,11 +294,12 @@ impl ReadCache {
     }
 
     /// Sets `arc_max` and `arc_min`; the target follows at once (evicting if it must).
-    pub fn set_limits(&self, min_bytes: u64, max_bytes: u64) -> Result<(), String> {
+    pub fn set_limits(&self, min_bytes: u64, max_bytes: u64) -> Result<(), LimitsError> {
         if min_bytes > max_bytes {
-            return Err(format!(
-                "arc_min ({min_bytes} bytes) must not exceed arc_max ({max_bytes} bytes)"
-            ));
+            return Err(LimitsError::MinAboveMax {
+                min_bytes,
+                max_bytes,
+            });
         }
         let old_max_bytes = std::mem::replace(
             &mut *self.shared.limits.lock(),

@@ -24,6 +24,7 @@ pub use directory::{
 };
 pub use volume::{SpaceCheck, SyncMode, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 
+use cairn_device::ErrorClass;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -72,8 +73,32 @@ pub enum DatasetError {
     },
     #[error("out of space in pool: {0}")]
     NoSpace(String),
-    #[error("{name}: I/O error: {reason}")]
-    Io { name: String, reason: String },
+    /// Reading or writing the dataset failed below it; the source says why (a device error,
+    /// a block no copy of which verifies, a suspended pool), whole.
+    #[error("{name}: I/O error")]
+    Io {
+        name: String,
+        #[source]
+        source: IoCause,
+    },
+    /// Replaying a logged write in place found a record or block that cannot be applied; the
+    /// source, if any, is the read of the logged block that failed.
+    #[error("{name}: replaying the write in place at offset {offset} (txg {txg}): {problem}")]
+    Replay {
+        name: String,
+        offset: u64,
+        txg: u64,
+        problem: String,
+        #[source]
+        source: Option<Box<cairn_pipeline::PipelineError>>,
+    },
+    #[error("{name}: cannot open its read trace in {dir}")]
+    ReadTrace {
+        name: String,
+        dir: String,
+        #[source]
+        source: std::io::Error,
+    },
     #[error("dataset directory is damaged: {0}")]
     Corrupt(String),
     /// A volume whose data object, as read from disk, disagrees with its directory record.
@@ -87,6 +112,69 @@ pub enum DatasetError {
         #[source]
         source: Box<DatasetError>,
     },
+}
+
+/// Where an I/O error of a dataset came from. Transparent: each cause reads as itself, and its
+/// own sources follow it in the chain.
+#[derive(Debug, Error)]
+pub enum IoCause {
+    #[error(transparent)]
+    Object(#[from] cairn_object::ObjectError),
+    #[error(transparent)]
+    Pipeline(#[from] cairn_pipeline::PipelineError),
+    #[error(transparent)]
+    Log(#[from] cairn_zil::ZilError),
+    #[error(transparent)]
+    Txg(#[from] cairn_pool::txg::TxgError),
+}
+
+impl IoCause {
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            IoCause::Object(err) => err.class(),
+            IoCause::Pipeline(err) => err.class(),
+            IoCause::Log(err) => err.class(),
+            IoCause::Txg(err) => err.class(),
+        }
+    }
+}
+
+impl DatasetError {
+    /// What the failure means to a client such as an NBD export (`ErrorClass::errno`), decided
+    /// by the error's type down its chain of causes, never by its text:
+    /// - a full pool or quota is `NoSpace` (ENOSPC), from the space check or the allocator;
+    /// - a read-only dataset, or a pool imported read-only, is `ReadOnly` (EROFS);
+    /// - a device error, unverifiable data, damaged metadata and a failed log commit are `Io`;
+    /// - a suspended or faulted pool is `Io` (EIO) too, not `ReadOnly`: the export is not
+    ///   read-only, its pool cannot write *now*, and `pool clear` may bring it back. ZFS with
+    ///   `failmode=wait` would block the caller instead; a network client that blocks
+    ///   forever holds the kernel's queue, so this pool answers at once (ZFS's
+    ///   `failmode=continue`);
+    /// - a bad range, name or value is `Invalid` (EINVAL).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            DatasetError::UnknownProperty { .. }
+            | DatasetError::InvalidProperty { .. }
+            | DatasetError::PropertyNotAllowed { .. }
+            | DatasetError::InvalidName { .. }
+            | DatasetError::OutOfRange { .. } => ErrorClass::Invalid,
+            DatasetError::NoSuchDataset(_) => ErrorClass::NotFound,
+            DatasetError::Exists(_) => ErrorClass::Exists,
+            DatasetError::ReadOnly(_) => ErrorClass::ReadOnly,
+            DatasetError::NoSpace(_) => ErrorClass::NoSpace,
+            DatasetError::Io { source, .. } => source.class(),
+            DatasetError::Replay { .. }
+            | DatasetError::ReadTrace { .. }
+            | DatasetError::Corrupt(_)
+            | DatasetError::DamagedVolume { .. }
+            | DatasetError::InvalidRecord { .. } => ErrorClass::Io,
+        }
+    }
+
+    /// `class` as a POSIX errno.
+    pub fn errno(&self) -> i32 {
+        self.class().errno()
+    }
 }
 
 /// Checks a dataset name: `pool` or `pool/child[/child…]`, components of letters, digits and

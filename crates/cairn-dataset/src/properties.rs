@@ -181,9 +181,9 @@ impl PropertyDef {
             ValueType::Bytes if value == "none" => Ok("0".into()),
             ValueType::Bytes => parse_size(value)
                 .map(|bytes| bytes.to_string())
-                .map_err(invalid),
+                .map_err(|err| invalid(err.to_string())),
             ValueType::PowerOfTwoBytes { min, max } => {
-                let bytes = parse_size(value).map_err(invalid)?;
+                let bytes = parse_size(value).map_err(|err| invalid(err.to_string()))?;
                 if !bytes.is_power_of_two() || bytes < min || bytes > max {
                     return Err(invalid(format!(
                         "must be a power of two between {} and {}",
@@ -197,9 +197,20 @@ impl PropertyDef {
     }
 }
 
+/// A size `parse_size` refuses; the text is as given (trimmed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("'{0}' is not a size (examples: 4096, 16K, 1.5G)")]
+    NotASize(String),
+    #[error("'{0}' is too large")]
+    TooLarge(String),
+    #[error("'{0}' is out of range")]
+    OutOfRange(String),
+}
+
 /// Parses zfs-style sizes: plain bytes, or a number with K, M, G, T, P (powers of 1024, an
 /// optional trailing B or iB); fractions allowed (`1.5G`).
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     let text = text.trim();
     let upper = text.to_ascii_uppercase();
     let trimmed = upper
@@ -215,19 +226,19 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         _ => (trimmed, 0),
     };
     if number.is_empty() {
-        return Err(format!("'{text}' is not a size"));
+        return Err(SizeError::NotASize(text.to_string()));
     }
     if let Ok(whole) = number.parse::<u64>() {
         return whole
             .checked_mul(1u64 << shift)
-            .ok_or_else(|| format!("'{text}' is too large"));
+            .ok_or_else(|| SizeError::TooLarge(text.to_string()));
     }
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("'{text}' is not a size (examples: 4096, 16K, 1.5G)"))?;
+        .map_err(|_| SizeError::NotASize(text.to_string()))?;
     let bytes = value * (1u64 << shift) as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(format!("'{text}' is out of range"));
+        return Err(SizeError::OutOfRange(text.to_string()));
     }
     Ok(bytes.round() as u64)
 }

@@ -25,9 +25,9 @@
 use crate::DatasetError;
 use bytes::Bytes;
 use cairn_format::{LogRecord, LogRecordKind};
-use cairn_object::{ObjectError, ObjectSet, is_all_zero};
+use cairn_object::{ObjectSet, is_all_zero};
 use cairn_pool::txg::{TxgEngine, TxgHold};
-use cairn_zil::{IntentLog, ItxData, LogOp, LogSource, Ticket, ZilError};
+use cairn_zil::{IntentLog, ItxData, LogOp, LogSource, Ticket};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
@@ -250,10 +250,10 @@ impl Volume {
         Ok(())
     }
 
-    fn io_error(&self, err: ObjectError) -> DatasetError {
+    fn io_error(&self, err: impl Into<crate::IoCause>) -> DatasetError {
         DatasetError::Io {
             name: self.name.clone(),
-            reason: err.to_string(),
+            source: err.into(),
         }
     }
 
@@ -673,10 +673,7 @@ impl Volume {
             (self.space_check)(len)?;
         }
         self.txg.throttle(len);
-        let hold = self.txg.try_hold().map_err(|err| DatasetError::Io {
-            name: self.name.clone(),
-            reason: err.to_string(),
-        })?;
+        let hold = self.txg.try_hold().map_err(|err| self.io_error(err))?;
         let logged = change_fn(&hold)?;
         debug_assert_eq!(logged.iter().map(|part| part.length).sum::<u64>(), len);
         let Some(log) = &self.intent_log else {
@@ -705,17 +702,8 @@ impl Volume {
             return Ok(());
         }
         match (ticket, &self.intent_log) {
-            (Some(ticket), Some(log)) => {
-                log.commit(ticket, self).map_err(|err| self.zil_error(err))
-            }
+            (Some(ticket), Some(log)) => log.commit(ticket, self).map_err(|err| self.io_error(err)),
             _ => self.wait_for_txg(),
-        }
-    }
-
-    fn zil_error(&self, err: ZilError) -> DatasetError {
-        DatasetError::Io {
-            name: self.name.clone(),
-            reason: err.to_string(),
         }
     }
 
@@ -728,23 +716,26 @@ impl Volume {
         match record.kind {
             LogRecordKind::Write => self.apply_write(hold, record.offset, &record.data, None),
             LogRecordKind::WriteInPlace => {
-                let replay_error = |reason: String| DatasetError::Io {
+                let replay_error = |problem: String, source| DatasetError::Replay {
                     name: self.name.clone(),
-                    reason: format!(
-                        "replaying the write in place at offset {} (txg {}): {reason}",
-                        record.offset, record.txg
-                    ),
+                    offset: record.offset,
+                    txg: record.txg,
+                    problem,
+                    source,
                 };
                 let bp = record
                     .block_pointer()
-                    .ok_or_else(|| replay_error("no block pointer".into()))?;
+                    .ok_or_else(|| replay_error("no block pointer".into(), None))?;
                 if record.length != u64::from(self.block_size)
                     || !record.offset.is_multiple_of(u64::from(self.block_size))
                 {
-                    return Err(replay_error(format!(
-                        "{} bytes is not one block of {}",
-                        record.length, self.block_size
-                    )));
+                    return Err(replay_error(
+                        format!(
+                            "{} bytes is not one block of {}",
+                            record.length, self.block_size
+                        ),
+                        None,
+                    ));
                 }
                 // The log block checksummed, but its pointer must still name one level-0
                 // volume block of this volume's size, or the block read would not be one.
@@ -752,16 +743,21 @@ impl Volume {
                     || bp.level != 0
                     || bp.object_type != cairn_format::ObjectType::VolumeData
                 {
-                    return Err(replay_error(format!(
-                        "the logged pointer is a level-{} {:?} block of {} bytes",
-                        bp.level, bp.object_type, bp.lsize
-                    )));
+                    return Err(replay_error(
+                        format!(
+                            "the logged pointer is a level-{} {:?} block of {} bytes",
+                            bp.level, bp.object_type, bp.lsize
+                        ),
+                        None,
+                    ));
                 }
                 let data = self
                     .objset
                     .io()
                     .read_block(&bp, cairn_device::queue::IoClass::SyncRead)
-                    .map_err(|err| replay_error(err.to_string()))?;
+                    .map_err(|err| {
+                        replay_error("reading the logged block".into(), Some(Box::new(err)))
+                    })?;
                 self.apply_write(hold, record.offset, &data, Some(&data))
             }
             LogRecordKind::Zero | LogRecordKind::Trim => {
@@ -805,7 +801,7 @@ impl Volume {
             return Ok(());
         }
         match &self.intent_log {
-            Some(log) => log.commit_all(self).map_err(|err| self.zil_error(err)),
+            Some(log) => log.commit_all(self).map_err(|err| self.io_error(err)),
             None => self.wait_for_txg(),
         }
     }
@@ -816,19 +812,23 @@ impl Volume {
         if txg == 0 || txg <= self.txg.last_synced_txg() {
             return Ok(());
         }
-        self.txg.wait_synced(txg).map_err(|err| DatasetError::Io {
-            name: self.name.clone(),
-            reason: err.to_string(),
-        })
+        self.txg.wait_synced(txg).map_err(|err| self.io_error(err))
     }
 }
 
 impl LogSource for Volume {
-    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), String> {
+    fn read_for_log(
+        &self,
+        object: u64,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<(), cairn_zil::LogSourceError> {
         if object != VOLUME_OBJECT {
-            return Err(format!("{}: no object {object} in a volume", self.name));
+            return Err(Box::new(DatasetError::Io {
+                name: self.name.clone(),
+                source: cairn_object::ObjectError::NoSuchObject(object).into(),
+            }));
         }
-        self.read_unlogged(offset, buf)
-            .map_err(|err| err.to_string())
+        Ok(self.read_unlogged(offset, buf)?)
     }
 }

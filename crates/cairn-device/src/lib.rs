@@ -19,6 +19,7 @@
 //! Invariant: a successful `flush` means every write that completed before it was issued is on
 //! stable media. Nothing above this layer may assume more than that.
 
+pub mod class;
 pub mod clock;
 pub mod device;
 pub mod emulated;
@@ -28,6 +29,7 @@ pub mod queue;
 pub mod record;
 pub mod spec;
 
+pub use class::{ErrorClass, error_chain, find_os_error};
 pub use clock::{Clock, RealClock, VirtualClock};
 pub use device::{Device, DeviceError};
 pub use emulated::{

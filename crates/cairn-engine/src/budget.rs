@@ -111,16 +111,27 @@ impl MemoryBudget {
     }
 
     /// Checks the budget against the memory the process may use (`None`: unknown, no check).
-    pub fn check_fits(&self, usable_bytes: Option<u64>) -> Result<(), String> {
+    pub fn check_fits(&self, usable_bytes: Option<u64>) -> Result<(), BudgetError> {
         match usable_bytes {
-            Some(usable) if self.total_bytes() > usable => Err(format!(
-                "the memory budget of {} bytes exceeds the {usable} bytes this process may use; \
-                 lower --arc-max",
-                self.total_bytes()
-            )),
+            Some(usable) if self.total_bytes() > usable => Err(BudgetError::TooLarge {
+                budget_bytes: self.total_bytes(),
+                usable_bytes: usable,
+            }),
             _ => Ok(()),
         }
     }
+}
+
+/// A memory budget the process cannot afford.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetError {
+    #[error(
+        "the memory budget of {budget_bytes} bytes exceeds the {usable_bytes} bytes this process may use; lower --arc-max"
+    )]
+    TooLarge {
+        budget_bytes: u64,
+        usable_bytes: u64,
+    },
 }
 
 #[cfg(test)]
@@ -165,6 +176,6 @@ mod tests {
         assert!(budget.check_fits(None).is_ok());
         assert!(budget.check_fits(Some(64 * GIB)).is_ok());
         let err = budget.check_fits(Some(GIB)).unwrap_err();
-        assert!(err.contains("--arc-max"), "{err}");
+        assert!(err.to_string().contains("--arc-max"), "{err}");
     }
 }

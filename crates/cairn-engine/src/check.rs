@@ -214,12 +214,12 @@ impl Pool {
         let _freeze = match self.txg_engine() {
             Ok(engine) => {
                 self.sync()?;
-                let hold = engine
-                    .try_hold()
-                    .map_err(|err| EngineError::Txg(err.to_string()))?;
+                let hold = engine.try_hold().map_err(EngineError::Txg)?;
                 while engine.last_synced_txg() + 1 < hold.txg() {
-                    if let Some(reason) = engine.suspended() {
-                        return Err(EngineError::Txg(reason));
+                    if let Some(suspension) = engine.suspension() {
+                        return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(
+                            suspension,
+                        )));
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }

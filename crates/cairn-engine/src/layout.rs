@@ -158,9 +158,7 @@ impl Pool {
             if vdev_empty(&self.core, id)? {
                 return Ok(());
             }
-            engine
-                .sync_now_forced()
-                .map_err(|err| EngineError::Txg(err.to_string()))?;
+            engine.sync_now_forced().map_err(EngineError::Txg)?;
         }
         if vdev_empty(&self.core, id)? {
             return Ok(());

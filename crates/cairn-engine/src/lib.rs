@@ -54,7 +54,7 @@ pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 
 use cairn_device::spec::DeviceSpec;
-use cairn_device::{Device, DeviceError};
+use cairn_device::{Device, DeviceError, ErrorClass};
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -64,14 +64,21 @@ pub enum EngineError {
     Device(#[from] DeviceError),
     #[error(transparent)]
     Dataset(#[from] cairn_dataset::DatasetError),
-    #[error("{0}")]
+    #[error(transparent)]
     Label(#[from] cairn_pool::labels::LabelError),
     #[error(transparent)]
     Object(#[from] cairn_object::ObjectError),
     #[error(transparent)]
     Pipeline(#[from] cairn_pipeline::PipelineError),
-    #[error("{0}")]
-    Txg(String),
+    #[error(transparent)]
+    Txg(#[from] cairn_pool::txg::TxgError),
+    /// `pool clear` resumed I/O, but the txg it forced could not sync.
+    #[error("the pool is still suspended")]
+    StillSuspended(#[source] cairn_pool::txg::TxgError),
+    #[error(transparent)]
+    Flush(#[from] cairn_pool::vdev::FlushError),
+    #[error("txg {txg} synced without running its task")]
+    TaskNotRun { txg: u64 },
     #[error("pool '{pool}' cannot be imported: {reason}")]
     Import { pool: String, reason: String },
     #[error("cannot create pool: {0}")]
@@ -91,14 +98,37 @@ pub enum EngineError {
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
 /// becomes text (a suspended txg engine's reason, import failures per uberblock).
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
+    cairn_device::error_chain(err)
+}
+
+impl EngineError {
+    /// What the failure means to a client (see `cairn_device::ErrorClass` and
+    /// `DatasetError::class`, which documents the choices): wrapped errors answer for
+    /// themselves; a pool opened read-only is `ReadOnly`; a suspended pool is `Io`; a bad
+    /// request to create or reshape a pool is `Invalid`; everything else is damage or a
+    /// device failure, `Io`.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            EngineError::Device(err) => err.class(),
+            EngineError::Dataset(err) => err.class(),
+            EngineError::Object(err) => err.class(),
+            EngineError::Pipeline(err) => err.class(),
+            EngineError::Txg(err) | EngineError::StillSuspended(err) => err.class(),
+            EngineError::ReadOnlyPool(_) => ErrorClass::ReadOnly,
+            EngineError::Create(_) | EngineError::Layout(_) => ErrorClass::Invalid,
+            EngineError::Label(_)
+            | EngineError::Flush(_)
+            | EngineError::TaskNotRun { .. }
+            | EngineError::Import { .. }
+            | EngineError::Space(_)
+            | EngineError::SpaceFault(_) => ErrorClass::Io,
+        }
     }
-    text
+
+    /// `class` as a POSIX errno.
+    pub fn errno(&self) -> i32 {
+        self.class().errno()
+    }
 }
 
 /// Opens the device for a spec; tests substitute emulated devices with power switches.

@@ -78,7 +78,7 @@ pub fn process_cache() -> &'static Arc<ReadCache> {
 }
 
 pub(crate) type SyncTask = Box<dyn FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send>;
-type TaskReply = crossbeam_channel::Sender<Result<(), String>>;
+type TaskReply = crossbeam_channel::Sender<Result<(), EngineError>>;
 
 pub(crate) struct PoolCore {
     pub(crate) name: String,
@@ -265,7 +265,7 @@ impl Pool {
             handle.resume();
             self.txg_engine()?
                 .sync_now_forced()
-                .map_err(|err| EngineError::Txg(format!("the pool is still suspended: {err}")))?;
+                .map_err(EngineError::StillSuspended)?;
         }
         self.run_sync_task(|_, _| Ok(())).map(|_| ())
     }
@@ -293,9 +293,7 @@ impl Pool {
     /// Forces a txg sync of everything dirty; returns the last synced txg.
     pub fn sync(&self) -> Result<u64, EngineError> {
         let engine = self.txg_engine()?;
-        engine
-            .sync_now()
-            .map_err(|err| EngineError::Txg(err.to_string()))
+        engine.sync_now().map_err(EngineError::Txg)
     }
 
     /// Stops the resilver thread, if any (its progress stays recorded for the next import).
@@ -677,9 +675,10 @@ impl Pool {
         let volume = match &self.read_trace_dir {
             Some(dir) => volume
                 .with_read_trace(dir)
-                .map_err(|err| DatasetError::Io {
+                .map_err(|source| DatasetError::ReadTrace {
                     name: name.to_string(),
-                    reason: format!("cannot open its read trace in {}: {err}", dir.display()),
+                    dir: dir.display().to_string(),
+                    source,
                 })?,
             None => volume,
         };
@@ -704,13 +703,9 @@ impl Pool {
             if *self.core.label_state.lock() != state {
                 self.core.config_dirty.store(true, Ordering::SeqCst);
                 *self.core.label_state.lock() = state;
-                engine
-                    .sync_now_forced()
-                    .map_err(|err| EngineError::Txg(err.to_string()))?;
+                engine.sync_now_forced().map_err(EngineError::Txg)?;
             }
-            engine
-                .shutdown()
-                .map_err(|err| EngineError::Txg(err.to_string()))?;
+            engine.shutdown().map_err(EngineError::Txg)?;
         }
         self.core.tree().shutdown();
         Ok(())
@@ -724,7 +719,7 @@ impl Pool {
         if !logs.iter().any(|log| log.has_chains()) {
             return Ok(());
         }
-        let txg_error = |err: cairn_pool::txg::TxgError| EngineError::Txg(err.to_string());
+        let txg_error = EngineError::Txg;
         engine.sync_now().map_err(txg_error)?;
         {
             let hold = engine.try_hold().map_err(txg_error)?;
@@ -781,15 +776,11 @@ pub(crate) fn run_sync_task_with(
             .push((Box::new(task), reply));
         hold.txg()
     };
-    engine
-        .wait_synced(txg)
-        .map_err(|err| EngineError::Txg(err.to_string()))?;
+    engine.wait_synced(txg).map_err(EngineError::Txg)?;
     match outcome.try_recv() {
         Ok(Ok(())) => Ok(txg),
-        Ok(Err(message)) => Err(EngineError::Txg(message)),
-        Err(_) => Err(EngineError::Txg(format!(
-            "txg {txg} synced without running the task"
-        ))),
+        Ok(Err(err)) => Err(err),
+        Err(_) => Err(EngineError::TaskNotRun { txg }),
     }
 }
 

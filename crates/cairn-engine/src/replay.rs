@@ -74,9 +74,7 @@ impl Pool {
         }
         if !logs.is_empty() {
             let engine = self.txg_engine()?.clone();
-            let hold = engine
-                .try_hold()
-                .map_err(|err| EngineError::Txg(err.to_string()))?;
+            let hold = engine.try_hold().map_err(EngineError::Txg)?;
             let txg = hold.txg();
             let mut claimed = Vec::with_capacity(logs.len());
             for (name, header) in &logs {
@@ -86,9 +84,7 @@ impl Pool {
                 notes.push(self.replay_volume(name, replay, &hold, imported_txg, apply)?);
             }
             drop(hold);
-            engine
-                .wait_synced(txg)
-                .map_err(|err| EngineError::Txg(err.to_string()))?;
+            engine.wait_synced(txg).map_err(EngineError::Txg)?;
         }
         self.sweep_log_devices()?;
         Ok(notes)
@@ -110,9 +106,7 @@ impl Pool {
             return Ok(());
         }
         let engine = self.txg_engine()?.clone();
-        let hold = engine
-            .try_hold()
-            .map_err(|err| EngineError::Txg(err.to_string()))?;
+        let hold = engine.try_hold().map_err(EngineError::Txg)?;
         let txg = hold.txg();
         let mut swept = 0usize;
         {
@@ -143,9 +137,7 @@ impl Pool {
         }
         drop(hold);
         if swept > 0 {
-            engine
-                .wait_synced(txg)
-                .map_err(|err| EngineError::Txg(err.to_string()))?;
+            engine.wait_synced(txg).map_err(EngineError::Txg)?;
         }
         Ok(())
     }

@@ -548,7 +548,7 @@ struct Resilver<'a> {
 
 impl Resilver<'_> {
     fn run(&self) -> Result<(), EngineError> {
-        let txg_error = |err: cairn_pool::txg::TxgError| EngineError::Txg(err.to_string());
+        let txg_error = EngineError::Txg;
         // Chains begun before the attach may hold blocks the new side lacks; restart them so
         // those are freed once their records are in a synced txg.
         let logs: Vec<_> = self.core.intent_logs.lock().values().cloned().collect();

@@ -31,7 +31,7 @@ use cairn_format::{
 };
 use cairn_pipeline::{WriteBatch, WriteProps};
 use cairn_pool::labels::{LABEL_HALVES, commit_uberblock, write_pool_config_half};
-use cairn_pool::txg::TxgSyncer;
+use cairn_pool::txg::{SyncError, TxgSyncer};
 use cairn_pool::vdev::VdevTree;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -61,10 +61,10 @@ impl SpaceLogState {
 pub(crate) struct PoolSyncer(pub(crate) Arc<PoolCore>);
 
 impl TxgSyncer for PoolSyncer {
-    fn sync_txg(&self, txg: u64) -> Result<(), String> {
-        self.0
-            .sync(txg)
-            .map_err(|err| format!("txg {txg}: {}", crate::error_chain(&err)))
+    /// The engine's error goes up whole: the suspension it causes keeps it as its source, so
+    /// clients of a suspended pool can still be told what failed.
+    fn sync_txg(&self, txg: u64) -> Result<(), SyncError> {
+        self.0.sync(txg).map_err(SyncError::from)
     }
 
     /// Freed space waits `DEFER_TXGS` txgs before it is reusable: on an idle pool those txgs
@@ -94,8 +94,7 @@ impl PoolCore {
         let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
         let mut directory_changed = !tasks.is_empty() || self.mos.root_bp().is_hole();
         for (task, reply) in tasks {
-            let result = task(self, txg).map_err(|err| err.to_string());
-            let _ = reply.send(result);
+            let _ = reply.send(task(self, txg));
         }
         // Before the object sets: the logs free blocks made redundant by this txg and move
         // their chain headers, which dirties the object sets in this txg.
@@ -164,10 +163,11 @@ impl PoolCore {
             space_log_blocks,
             config.as_ref(),
         ) {
-            if !self.data_vdev_unavailable() {
+            if !self.data_vdev_unavailable()
+                || !self.wait_for_clear(&cairn_device::error_chain(&err))
+            {
                 return Err(err);
             }
-            self.suspend_until_cleared(&err.to_string())?;
         }
         for (_, objset, result) in synced {
             objset.publish(result);
@@ -199,7 +199,19 @@ impl PoolCore {
     fn finish_writes(&self, batch: cairn_pipeline::WriteBatch<'_>) -> Result<(), EngineError> {
         let mut outcome = batch.finish_retryable();
         while let Err(failed) = outcome {
-            self.suspend_until_cleared(&failed.reason)?;
+            let cause = failed
+                .source
+                .as_ref()
+                .map(|err| format!(": {}", cairn_device::error_chain(err)))
+                .unwrap_or_default();
+            if !self.wait_for_clear(&format!("{}{cause}", failed.reason)) {
+                return Err(EngineError::Pipeline(
+                    cairn_pipeline::PipelineError::WriteFailed {
+                        reason: failed.reason,
+                        source: failed.source,
+                    },
+                ));
+            }
             outcome = failed.retry(&self.io);
         }
         Ok(())
@@ -212,23 +224,18 @@ impl PoolCore {
         })
     }
 
-    /// Suspends I/O for `reason` and waits for `pool clear`; fails if there is no txg engine
-    /// to suspend or it shuts down meanwhile.
-    fn suspend_until_cleared(&self, reason: &str) -> Result<(), EngineError> {
-        let failed =
-            || EngineError::Pipeline(cairn_pipeline::PipelineError::WriteFailed(reason.into()));
+    /// Suspends I/O (writes reached no device, for `reason`) and waits for `pool clear`: true
+    /// once resumed, false if there is no txg engine to suspend or it shuts down meanwhile
+    /// (the caller then fails the txg with the error it has).
+    fn wait_for_clear(&self, reason: &str) -> bool {
         let Some(handle) = self.suspend_handle.get() else {
-            return Err(failed());
+            return false;
         };
         handle.suspend(format!(
-            "I/O suspended: writes reached no device ({reason}); bring the devices back, then run 'cairn pool clear {}'",
+            "writes reached no device ({reason}); bring the devices back, then run 'cairn pool clear {}'",
             self.name
         ));
-        if handle.wait_resumed() {
-            Ok(())
-        } else {
-            Err(failed())
-        }
+        handle.wait_resumed()
     }
 
     /// Flush, (labels,) uberblock, flush.
@@ -241,7 +248,7 @@ impl PoolCore {
         config: Option<&cairn_format::LabelConfig>,
     ) -> Result<(), EngineError> {
         let tree = self.tree();
-        tree.flush_all().map_err(EngineError::Txg)?;
+        tree.flush_all()?;
         // A new config goes to the first half of the labels before the uberblock and to the
         // second half after it (see `cairn_pool::labels`).
         if let Some(config) = config {
@@ -259,7 +266,7 @@ impl PoolCore {
             allocated_bytes: self.space.lock().stats().allocated_bytes,
         };
         commit_uberblock(&tree, &uberblock)?;
-        tree.flush_all().map_err(EngineError::Txg)?;
+        tree.flush_all()?;
         if let Some(config) = config {
             write_pool_config_half(&tree, config, &LABEL_HALVES[1])?;
         }

@@ -24,13 +24,22 @@ pub struct VolumeExport {
     lane: usize,
 }
 
-/// The NBD error a dataset error is reported as.
+/// The NBD reply to a volume's error, chosen by its class (decided by the error's type down its
+/// chain of causes: `DatasetError::class`), so a device EIO, a full pool and a read-only target
+/// each get their own errno whatever layer they came through. NBD has no EROFS: a write to a
+/// read-only target is EPERM on the wire. A suspended pool is EIO (see `DatasetError::class`).
 pub fn export_error(err: DatasetError) -> ExportError {
-    match err {
-        DatasetError::ReadOnly(_) => ExportError::ReadOnly,
-        DatasetError::NoSpace(_) => ExportError::NoSpace,
-        DatasetError::OutOfRange { .. } => ExportError::OutOfRange,
-        other => ExportError::Io(other.to_string()),
+    use cairn_device::ErrorClass;
+    match err.class() {
+        ErrorClass::ReadOnly => ExportError::ReadOnly,
+        ErrorClass::NoSpace => ExportError::NoSpace,
+        ErrorClass::Invalid if matches!(err, DatasetError::OutOfRange { .. }) => {
+            ExportError::OutOfRange
+        }
+        ErrorClass::Invalid => ExportError::Invalid(cairn_device::error_chain(&err)),
+        ErrorClass::Io | ErrorClass::NotFound | ErrorClass::Exists => {
+            ExportError::Io(cairn_device::error_chain(&err))
+        }
     }
 }
 

@@ -99,7 +99,7 @@ pub enum PoolsError {
     Close {
         pool: String,
         #[source]
-        source: EngineError,
+        source: Box<EngineError>,
     },
 }
 
@@ -309,8 +309,10 @@ impl PoolAccess {
             }
             None => {
                 let name = pool.name().to_string();
-                pool.close()
-                    .map_err(|source| PoolsError::Close { pool: name, source })
+                pool.close().map_err(|source| PoolsError::Close {
+                    pool: name,
+                    source: Box::new(source),
+                })
             }
         }
     }
@@ -331,7 +333,7 @@ impl PoolAccess {
         let result = body(&handle);
         let closed = handle.close().map_err(|source| PoolsError::Close {
             pool: pool.to_string(),
-            source,
+            source: Box::new(source),
         });
         match (result, closed) {
             (Err(err), _) => Err(err),

@@ -87,7 +87,7 @@ pub enum ServeError {
     Import {
         pool: String,
         #[source]
-        source: EngineError,
+        source: Box<EngineError>,
     },
     #[error("cannot remember pool '{pool}'")]
     Remember {
@@ -99,7 +99,7 @@ pub enum ServeError {
     History {
         pool: String,
         #[source]
-        source: EngineError,
+        source: Box<EngineError>,
     },
     #[error("no pools to serve (create one with cairn pool create, or pass -d DIR)")]
     NoPools,
@@ -133,7 +133,7 @@ pub enum ServeError {
     Export {
         pool: String,
         #[source]
-        source: EngineError,
+        source: Box<EngineError>,
     },
 }
 
@@ -222,7 +222,7 @@ fn import_found(
     )
     .map_err(|source| ServeError::Import {
         pool: name.clone(),
-        source,
+        source: Box::new(source),
     })?;
     access
         .cache
@@ -232,7 +232,10 @@ fn import_found(
             source,
         })?;
     pool.record_history(command_line.to_string())
-        .map_err(|source| ServeError::History { pool: name, source })?;
+        .map_err(|source| ServeError::History {
+            pool: name,
+            source: Box::new(source),
+        })?;
     Ok(pool)
 }
 
@@ -400,7 +403,10 @@ fn export_all(served: &ServedPools, notes: &dyn Fn(Note)) -> Result<(), ServeErr
     for (name, pool) in pools {
         notes(Note::Exporting(name.clone()));
         if let Err(source) = pool.export() {
-            first_failure.get_or_insert(ServeError::Export { pool: name, source });
+            first_failure.get_or_insert(ServeError::Export {
+                pool: name,
+                source: Box::new(source),
+            });
         }
     }
     first_failure.map_or(Ok(()), Err)

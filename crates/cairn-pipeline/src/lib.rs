@@ -28,9 +28,10 @@ pub use stats::PipelineStats;
 
 use bytes::Bytes;
 use cairn_device::queue::{IoClass, IoHandle};
+use cairn_device::{DeviceError, ErrorClass};
 use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType};
-use cairn_pool::space::SpaceAllocator;
+use cairn_pool::space::{SpaceAllocator, SpaceError};
 use cairn_pool::vdev::{Leaf, VdevTree};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
@@ -38,12 +39,17 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use thiserror::Error;
 
+/// Errors keep what caused them as their `source()` (a device's error, the allocator's
+/// refusal), never as text: the layers above classify them (`class`) for clients, and people
+/// read the whole chain.
 #[derive(Debug, Error)]
 pub enum PipelineError {
-    #[error("no space: {0}")]
-    NoSpace(String),
+    /// The allocator refused the block: almost always a full pool (`SpaceError::NoSpace`).
+    #[error("cannot allocate the block")]
+    NoSpace(#[source] SpaceError),
+    /// No copy of the block verified; the source is why the last copy tried failed.
     #[error(
-        "unrecoverable block (type {object_type:?} level {level}, birth txg {birth_txg}, first copy vdev {vdev} offset {offset}): {reason}"
+        "unrecoverable block (type {object_type:?} level {level}, birth txg {birth_txg}, first copy vdev {vdev} offset {offset})"
     )]
     Unrecoverable {
         object_type: ObjectType,
@@ -51,10 +57,17 @@ pub enum PipelineError {
         birth_txg: u64,
         vdev: u32,
         offset: u64,
-        reason: String,
+        #[source]
+        cause: Box<CopyError>,
     },
-    #[error("write failed on every copy: {0}")]
-    WriteFailed(String),
+    /// Some top-level vdev got no copy of a write; the source is a device error behind it (none
+    /// when every child was faulted before the write was issued).
+    #[error("write failed on every copy: {reason}")]
+    WriteFailed {
+        reason: String,
+        #[source]
+        source: Option<Box<DeviceError>>,
+    },
     #[error("block uses unsupported compression {0:?}")]
     UnsupportedCompression(Compression),
     /// A decoded block pointer that cannot belong to this pool (`BlockIo::check_pointer`).
@@ -64,6 +77,38 @@ pub enum PipelineError {
         #[source]
         problem: PointerProblem,
     },
+}
+
+impl PipelineError {
+    /// What the failure means to a client: a full pool is "no space"; everything else here is
+    /// data that could not be read or written (a block no copy of which verifies is EIO, as in
+    /// ZFS).
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            PipelineError::NoSpace(SpaceError::NoSpace { .. }) => ErrorClass::NoSpace,
+            // Any other refusal is a bug or damage in the space maps, not a full pool.
+            PipelineError::NoSpace(_) => ErrorClass::Io,
+            PipelineError::Unrecoverable { .. }
+            | PipelineError::WriteFailed { .. }
+            | PipelineError::UnsupportedCompression(_)
+            | PipelineError::InvalidPointer { .. } => ErrorClass::Io,
+        }
+    }
+}
+
+/// Why one copy of a block could not be used.
+#[derive(Debug, Error)]
+pub enum CopyError {
+    #[error("{device}: device unavailable")]
+    Unavailable { device: String },
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    #[error("checksum mismatch on {device} at offset {offset}")]
+    Checksum { device: String, offset: u64 },
+    #[error("copy at vdev {vdev} offset {offset} is outside the pool")]
+    OutsidePool { vdev: u32, offset: u64 },
+    #[error("no readable copy")]
+    NoCopy,
 }
 
 /// Why a block pointer that decoded cleanly still cannot belong to this pool: the decoder
@@ -245,7 +290,7 @@ impl BlockIo {
             return Err(PipelineError::UnsupportedCompression(bp.compression));
         }
         let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
-        let mut last_reason = String::from("no readable copy");
+        let mut last_reason = CopyError::NoCopy;
         let mut good: Option<Bytes> = None;
         let tree = self.tree();
         'copies: for dva in bp.copies() {
@@ -329,7 +374,7 @@ impl BlockIo {
         let problems = survey
             .bad
             .into_iter()
-            .map(|(_, _, reason)| reason)
+            .map(|(_, _, reason)| reason.to_string())
             .collect();
         (survey.checked, problems, survey.good)
     }
@@ -361,10 +406,10 @@ impl BlockIo {
         dva: &Dva,
         bp: &BlockPointer,
         class: IoClass,
-    ) -> Result<Bytes, String> {
-        let queue = leaf
-            .queue()
-            .ok_or_else(|| "device unavailable".to_string())?;
+    ) -> Result<Bytes, CopyError> {
+        let queue = leaf.queue().ok_or_else(|| CopyError::Unavailable {
+            device: leaf.spec.to_string(),
+        })?;
         let offset = VDEV_DATA_START + dva.offset;
         let device = queue.device();
         // A synchronous read from flash gains nothing from the queue (no seek to order, nothing
@@ -381,7 +426,7 @@ impl BlockIo {
             Ok(data) => data,
             Err(err) => {
                 leaf.errors.read.fetch_add(1, Ordering::Relaxed);
-                return Err(err.to_string());
+                return Err(CopyError::Device(err));
             }
         };
         self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
@@ -391,10 +436,10 @@ impl BlockIo {
         if bp.checksum_algorithm.compute(&data) != bp.checksum {
             leaf.errors.checksum.fetch_add(1, Ordering::Relaxed);
             self.stats.checksum_errors.fetch_add(1, Ordering::Relaxed);
-            return Err(format!(
-                "checksum mismatch on {} at offset {offset}",
-                leaf.spec
-            ));
+            return Err(CopyError::Checksum {
+                device: leaf.spec.to_string(),
+                offset,
+            });
         }
         Ok(Bytes::from(data))
     }
@@ -438,14 +483,14 @@ struct CopySurvey {
     good: Option<Bytes>,
     /// Copies that failed, with the leaf that returned them (none if the copy's address is
     /// outside the pool) and why.
-    bad: Vec<(Option<Arc<Leaf>>, Dva, String)>,
+    bad: Vec<(Option<Arc<Leaf>>, Dva, CopyError)>,
 }
 
-fn outside_pool(dva: &Dva) -> String {
-    format!(
-        "copy at vdev {} offset {} is outside the pool",
-        dva.vdev, dva.offset
-    )
+fn outside_pool(dva: &Dva) -> CopyError {
+    CopyError::OutsidePool {
+        vdev: dva.vdev,
+        offset: dva.offset,
+    }
 }
 
 fn block_psize(data: &Bytes) -> u32 {
@@ -458,7 +503,7 @@ fn block_psize(data: &Bytes) -> u32 {
     len as u32
 }
 
-fn unrecoverable(bp: &BlockPointer, reason: String) -> PipelineError {
+fn unrecoverable(bp: &BlockPointer, cause: CopyError) -> PipelineError {
     let first = bp.copies().first().copied().unwrap_or_default();
     PipelineError::Unrecoverable {
         object_type: bp.object_type,
@@ -466,7 +511,7 @@ fn unrecoverable(bp: &BlockPointer, reason: String) -> PipelineError {
         birth_txg: bp.birth_txg,
         vdev: first.vdev,
         offset: first.offset,
-        reason,
+        cause: Box::new(cause),
     }
 }
 
@@ -514,8 +559,10 @@ struct PendingWrite {
 /// Writes that failed on one side of a mirror whose other side took them are not kept: that
 /// side is faulted and the vdev degraded.
 pub struct FailedWrites {
-    /// Leaf errors, for people.
+    /// Which leaves failed, for people.
     pub reason: String,
+    /// The first device error behind the failure (none if every child was faulted already).
+    pub source: Option<Box<DeviceError>>,
     writes: Vec<(Arc<Leaf>, IoClass, u64, Bytes)>,
     durable: bool,
 }
@@ -564,6 +611,7 @@ impl FailedWrites {
             (Ok(()), true) => Ok(()),
             (Ok(()), false) => Err(FailedWrites {
                 reason: self.reason,
+                source: self.source,
                 writes: not_issued,
                 durable: self.durable,
             }),
@@ -583,12 +631,14 @@ fn wait_writes(
     durable: bool,
 ) -> Result<(), FailedWrites> {
     let mut failures: Vec<String> = Vec::new();
+    let mut errors: Vec<(Arc<Leaf>, DeviceError)> = Vec::new();
     let mut failed = Vec::new();
     for write in pending {
         if let Err(err) = write.handle.wait() {
             write.leaf.errors.write.fetch_add(1, Ordering::Relaxed);
             write.leaf.fault();
-            failures.push(format!("{}: {err}", write.leaf.spec));
+            failures.push(format!("writes to {} failed", write.leaf.spec));
+            errors.push((write.leaf.clone(), err));
             failed.push((write.leaf, write.class, write.offset, write.data));
         }
     }
@@ -610,8 +660,14 @@ fn wait_writes(
     if failed.is_empty() {
         return Ok(());
     }
+    // The cause kept is an error of a leaf whose vdev is lost (the one that matters).
+    let source = errors
+        .into_iter()
+        .find(|(leaf, _)| unavailable.iter().any(|gone| Arc::ptr_eq(gone, leaf)))
+        .map(|(_, err)| Box::new(err));
     Err(FailedWrites {
         reason,
+        source,
         writes: failed,
         durable,
     })
@@ -689,7 +745,7 @@ impl WriteBatch<'_> {
                 Ok(dva) => dvas[index] = dva,
                 // Extra copies are best effort: a nearly full pool still gets one.
                 Err(_) if index > 0 => break,
-                Err(err) => return Err(PipelineError::NoSpace(err.to_string())),
+                Err(err) => return Err(PipelineError::NoSpace(err)),
             }
         }
         Ok(dvas)
@@ -760,7 +816,10 @@ impl WriteBatch<'_> {
     /// stale now); the batch fails only if some top-level vdev lost every child.
     pub fn finish(self) -> Result<(), PipelineError> {
         self.finish_retryable()
-            .map_err(|failed| PipelineError::WriteFailed(failed.reason))
+            .map_err(|failed| PipelineError::WriteFailed {
+                reason: failed.reason,
+                source: failed.source,
+            })
     }
 
     /// `finish`, keeping the writes that reached no device so the caller can issue them again
@@ -786,6 +845,7 @@ impl WriteBatch<'_> {
         match outcome {
             Ok(()) => Err(FailedWrites {
                 reason,
+                source: None,
                 writes: unissued,
                 durable: self.durable,
             }),

@@ -5,6 +5,7 @@
 
 use crate::{BlockIo, PipelineError, outside_pool};
 use bytes::Bytes;
+use cairn_device::DeviceError;
 use cairn_device::queue::{IoClass, IoHandle, LeafQueue};
 use cairn_format::Dva;
 use cairn_format::label::VDEV_DATA_START;
@@ -18,7 +19,7 @@ use std::sync::atomic::Ordering;
 pub struct RawWrites {
     pending: Vec<(u32, Arc<Leaf>, IoHandle<()>)>,
     /// Writes already done in the caller's thread (`write_raw_durable`).
-    done: Vec<(u32, Arc<Leaf>, Result<(), String>)>,
+    done: Vec<(u32, Arc<Leaf>, Result<(), DeviceError>)>,
 }
 
 impl RawWrites {
@@ -34,11 +35,11 @@ impl RawWrites {
     pub fn wait(self) -> Result<(), PipelineError> {
         let mut written: BTreeSet<u32> = BTreeSet::new();
         let mut attempted: BTreeSet<u32> = BTreeSet::new();
-        let mut last_error = String::new();
+        let mut last_error: Option<DeviceError> = None;
         let waited = self
             .pending
             .into_iter()
-            .map(|(vdev, leaf, handle)| (vdev, leaf, handle.wait().map_err(|e| e.to_string())));
+            .map(|(vdev, leaf, handle)| (vdev, leaf, handle.wait()));
         for (vdev, leaf, outcome) in self.done.into_iter().chain(waited) {
             attempted.insert(vdev);
             match outcome {
@@ -50,14 +51,15 @@ impl RawWrites {
                 Err(err) => {
                     leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                     leaf.fault();
-                    last_error = err;
+                    last_error = Some(err);
                 }
             }
         }
         match attempted.difference(&written).next() {
-            Some(vdev) => Err(PipelineError::WriteFailed(format!(
-                "vdev {vdev}: {last_error}"
-            ))),
+            Some(vdev) => Err(PipelineError::WriteFailed {
+                reason: format!("vdev {vdev} got no copy"),
+                source: last_error.map(Box::new),
+            }),
             None => Ok(()),
         }
     }
@@ -113,9 +115,7 @@ impl BlockIo {
                 writes.pending.push((vdev, leaf, handle));
             }
         }
-        let result = queue
-            .write_direct(offset, bufs, true)
-            .map_err(|err| err.to_string());
+        let result = queue.write_direct(offset, bufs, true);
         writes.done.push((vdev, leaf, result));
         Ok(())
     }
@@ -135,7 +135,10 @@ impl BlockIo {
         let tree = self.tree();
         let top = tree
             .top_for_dva(dva)
-            .ok_or_else(|| PipelineError::WriteFailed(outside_pool(dva)))?;
+            .ok_or_else(|| PipelineError::WriteFailed {
+                reason: outside_pool(dva).to_string(),
+                source: None,
+            })?;
         let mut issued = 0;
         for leaf in top.leaves.iter().filter(|leaf| leaf.is_usable()) {
             let Some(queue) = leaf.queue() else { continue };
@@ -143,10 +146,10 @@ impl BlockIo {
             issued += 1;
         }
         if issued == 0 {
-            return Err(PipelineError::WriteFailed(format!(
-                "vdev {} has no usable device",
-                top.kind_name()
-            )));
+            return Err(PipelineError::WriteFailed {
+                reason: format!("vdev {} has no usable device", top.kind_name()),
+                source: None,
+            });
         }
         self.stats.raw_writes.fetch_add(1, Ordering::Relaxed);
         self.stats

@@ -31,8 +31,15 @@ pub enum LabelError {
     Device(#[from] DeviceError),
     #[error("{device}: no valid cairn label found ({detail})")]
     NoValidLabel { device: String, detail: String },
-    #[error("{0}")]
-    Commit(String),
+    /// The uberblock of `txg` reached no device of a data vdev; the source is the last
+    /// device error on that vdev (none if every leaf was faulted already).
+    #[error("txg {txg}: uberblock reached no device of vdev {vdev}")]
+    UberblockLost {
+        txg: u64,
+        vdev: String,
+        #[source]
+        source: Option<DeviceError>,
+    },
 }
 
 /// Writes `config` into the given labels of one device (no flush).
@@ -172,6 +179,7 @@ pub fn commit_uberblock(tree: &VdevTree, ub: &Uberblock) -> Result<(), LabelErro
     let slot = ub.encode_slot();
     for top in &tree.tops {
         let mut written = 0;
+        let mut last_error = None;
         for leaf in top.leaves.iter().filter(|leaf| leaf.is_usable()) {
             let Some(device) = leaf.device() else {
                 continue;
@@ -188,16 +196,17 @@ pub fn commit_uberblock(tree: &VdevTree, ub: &Uberblock) -> Result<(), LabelErro
                     leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                     leaf.fault();
                     eprintln!("cairn: uberblock write failed, leaf faulted: {err}");
+                    last_error = Some(err);
                 }
             }
         }
         // A lost log device is not needed to import the pool (see `VdevTree::flush_all`).
         if written == 0 && top.config.role != cairn_format::VdevRole::Log {
-            return Err(LabelError::Commit(format!(
-                "txg {}: uberblock reached no device of vdev {}",
-                ub.txg,
-                top.kind_name()
-            )));
+            return Err(LabelError::UberblockLost {
+                txg: ub.txg,
+                vdev: top.kind_name(),
+                source: last_error,
+            });
         }
     }
     Ok(())

@@ -59,11 +59,12 @@
 //! ## Failure and shutdown
 //!
 //! - If `sync_txg` returns `Err` (or panics), the engine is **suspended**: the txg stays unsynced,
-//!   no later txg is synced, every current and future waiter gets `TxgError::Suspended(msg)`,
-//!   `try_hold` fails with it, and `throttle` stops pacing (it returns at once, so writers are not
-//!   hung on a dead pool and get the error from `try_hold`). `hold()` still succeeds while
-//!   suspended so code in the middle of a multi-step change does not panic; front ends should use
-//!   `try_hold`. Recovery is export and re-import (not this module's job).
+//!   no later txg is synced, every current and future waiter gets `TxgError::Suspended` (a
+//!   `Suspension` whose source is the syncer's error, whole), `try_hold` fails with it, and
+//!   `throttle` stops pacing (it returns at once, so writers are not hung on a dead pool and
+//!   get the error from `try_hold`). `hold()` still succeeds while suspended so code in the
+//!   middle of a multi-step change does not panic; front ends should use `try_hold`. Recovery
+//!   is export and re-import (not this module's job).
 //! - A sync that cannot write because devices fail (every copy of some block unwritable) need
 //!   not fail: the syncer may **suspend I/O** instead ([`SuspendHandle::suspend`], ZFS's
 //!   `failmode=wait`) and wait in the middle of its txg ([`SuspendHandle::wait_resumed`]) until
@@ -208,24 +209,24 @@ impl Default for TxgConfig {
 
 impl TxgConfig {
     /// Checks the relations between the tunables; `TxgEngine::start` asserts this is `Ok`.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), TxgConfigError> {
         if self.txg_timeout_ms == 0 {
-            return Err("txg_timeout_ms must be > 0".into());
+            return Err(TxgConfigError::Zero("txg_timeout_ms"));
         }
         if self.dirty_bytes_max == 0 {
-            return Err("dirty_bytes_max must be > 0".into());
+            return Err(TxgConfigError::Zero("dirty_bytes_max"));
         }
         if self.dirty_sync_percent > 100 {
-            return Err(format!(
-                "dirty_sync_percent {} > 100",
-                self.dirty_sync_percent
-            ));
+            return Err(TxgConfigError::PercentOver100 {
+                name: "dirty_sync_percent",
+                value: self.dirty_sync_percent,
+            });
         }
         if self.delay_min_dirty_percent > 100 {
-            return Err(format!(
-                "delay_min_dirty_percent {} > 100",
-                self.delay_min_dirty_percent
-            ));
+            return Err(TxgConfigError::PercentOver100 {
+                name: "delay_min_dirty_percent",
+                value: self.delay_min_dirty_percent,
+            });
         }
         Ok(())
     }
@@ -327,11 +328,25 @@ fn next_wakeup(now: Instant, last_wakeup: Option<Instant>, delay: Duration) -> I
     base + delay
 }
 
+/// A tunable of `TxgConfig` out of its range.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TxgConfigError {
+    #[error("{0} must be > 0")]
+    Zero(&'static str),
+    #[error("{name} {value} > 100")]
+    PercentOver100 { name: &'static str, value: u32 },
+}
+
+/// Why a txg sync failed, as the syncer (the layer above) reports it. Boxed because the pool
+/// cannot name the syncer's error type; the box keeps it whole, so the suspension that follows
+/// still holds the device error (or full pool) that caused it, for `source()` and downcasts.
+pub type SyncError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Writes and commits one txg. Implemented by the layer above the pool (objects, datasets).
 pub trait TxgSyncer: Send + Sync + 'static {
     /// Write everything dirtied in `txg` and commit it (new uberblock). Called on the sync thread
     /// only, one txg at a time, in increasing order.
-    fn sync_txg(&self, txg: u64) -> Result<(), String>;
+    fn sync_txg(&self, txg: u64) -> Result<(), SyncError>;
 
     /// Asked on the sync thread after each successful sync: whether work is pending that only
     /// later txgs complete even if nothing new is dirtied (frees that become reusable a few
@@ -341,15 +356,84 @@ pub trait TxgSyncer: Send + Sync + 'static {
     }
 }
 
+/// Why the engine refuses work: a sync failed (for good), or the syncer suspended I/O until
+/// devices come back. Every waiter gets a copy, hence the `Arc` (errors are not `Clone`); the
+/// cause keeps its own type, so `source()` leads to the device error (or whatever it was) and
+/// a front end can still tell what happened.
+#[derive(Clone, Debug)]
+pub struct Suspension {
+    what: String,
+    cause: std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>,
+}
+
+/// A suspension reason that is only text: a panic's message, or the syncer's own account of
+/// an I/O suspension (`SuspendHandle::suspend`).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct SuspendReason(pub String);
+
+impl Suspension {
+    pub fn new(
+        what: impl Into<String>,
+        cause: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Suspension {
+        Suspension {
+            what: what.into(),
+            cause: std::sync::Arc::from(cause.into()),
+        }
+    }
+
+    /// What made the engine stop (the first error of the chain below this one).
+    pub fn cause(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.cause
+    }
+
+    /// The whole story as text: what stopped and every cause below it.
+    pub fn reason(&self) -> String {
+        cairn_device::error_chain(self)
+    }
+}
+
+impl fmt::Display for Suspension {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.what)
+    }
+}
+
+impl std::error::Error for Suspension {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.cause)
+    }
+}
+
+/// Two suspensions are the same when they tell the same story (waiters compare results).
+impl PartialEq for Suspension {
+    fn eq(&self, other: &Suspension) -> bool {
+        std::sync::Arc::ptr_eq(&self.cause, &other.cause) || self.reason() == other.reason()
+    }
+}
+
+impl Eq for Suspension {}
+
 /// Why waiting for a txg failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TxgError {
     /// A sync failed: the pool stops syncing and every waiter gets the error.
-    #[error("pool suspended: {0}")]
-    Suspended(String),
+    #[error("pool suspended")]
+    Suspended(#[source] Suspension),
     /// The engine was shut down before the txg synced (or a hold was asked after shutdown).
     #[error("txg engine shut down")]
     ShutDown,
+}
+
+impl TxgError {
+    /// Both are I/O errors to a client: the pool cannot write now. A suspension is not "read
+    /// only" (the target still takes writes once the devices are back and `pool clear` ran).
+    pub fn class(&self) -> cairn_device::ErrorClass {
+        match self {
+            TxgError::Suspended(_) | TxgError::ShutDown => cairn_device::ErrorClass::Io,
+        }
+    }
 }
 
 /// What made the sync thread quiesce a txg.
@@ -473,9 +557,9 @@ struct State {
     sync_requested_txg: u64,
     /// The syncer wants clean txgs synced on the timeout (`TxgSyncer::wants_followup_txg`).
     followup_wanted: bool,
-    suspended: Option<String>,
+    suspended: Option<Suspension>,
     /// I/O suspended by the syncer until `SuspendHandle::resume`: the reason.
-    io_suspended: Option<String>,
+    io_suspended: Option<Suspension>,
     shutdown_requested: bool,
     sync_thread_stopped: bool,
     throttle_last_wakeup: Option<Instant>,
@@ -555,7 +639,7 @@ impl State {
     }
 
     /// Why new work is refused: the engine failed, or its I/O is suspended.
-    fn refusal(&self) -> Option<&String> {
+    fn refusal(&self) -> Option<&Suspension> {
         self.suspended.as_ref().or(self.io_suspended.as_ref())
     }
 
@@ -649,7 +733,10 @@ impl Shared {
         while let Some(txg) = self.quiesce_next() {
             let result = match catch_unwind(AssertUnwindSafe(|| syncer.sync_txg(txg))) {
                 Ok(result) => result,
-                Err(payload) => Err(format!("sync_txg panicked: {}", panic_message(&*payload))),
+                Err(payload) => Err(SyncError::from(SuspendReason(format!(
+                    "sync_txg panicked: {}",
+                    panic_message(&*payload)
+                )))),
             };
             let followup = result.is_ok()
                 && catch_unwind(AssertUnwindSafe(|| syncer.wants_followup_txg())).unwrap_or(false);
@@ -710,7 +797,7 @@ impl Shared {
     }
 
     /// Marks `txg` synced (or suspends the engine) and wakes everybody waiting for progress.
-    fn finish_sync(&self, txg: u64, result: Result<(), String>, followup_wanted: bool) {
+    fn finish_sync(&self, txg: u64, result: Result<(), SyncError>, followup_wanted: bool) {
         let config = &self.config;
         let mut st = self.state.lock();
         let flight = st
@@ -747,9 +834,9 @@ impl Shared {
                     st.history.push_back(timing);
                 }
             }
-            Err(msg) => {
+            Err(cause) => {
                 st.stats.sync_failures += 1;
-                st.suspended = Some(format!("sync of txg {txg} failed: {msg}"));
+                st.suspended = Some(Suspension::new(format!("sync of txg {txg} failed"), cause));
             }
         }
         st.check_invariants(config);
@@ -812,7 +899,10 @@ impl Drop for SyncThreadExitGuard {
     fn drop(&mut self) {
         let mut st = self.shared.state.lock();
         if std::thread::panicking() && st.suspended.is_none() {
-            st.suspended = Some("txg sync thread panicked".to_string());
+            st.suspended = Some(Suspension::new(
+                "txg sync thread panicked",
+                SuspendReason("the sync thread ended without finishing its txg".into()),
+            ));
         }
         st.shutdown_requested = true;
         st.sync_thread_stopped = true;
@@ -844,8 +934,8 @@ impl TxgEngine {
         last_synced_txg: u64,
         syncer: Arc<dyn TxgSyncer>,
     ) -> Arc<TxgEngine> {
-        if let Err(msg) = config.validate() {
-            panic!("invalid TxgConfig: {msg}");
+        if let Err(err) = config.validate() {
+            panic!("invalid TxgConfig: {err}");
         }
         assert!(last_synced_txg < u64::MAX - 2, "txg number space exhausted");
         let now = Instant::now();
@@ -979,6 +1069,11 @@ impl TxgEngine {
     /// The suspension message, if a sync failed.
     /// Why the engine refuses work: it failed, or its I/O is suspended.
     pub fn suspended(&self) -> Option<String> {
+        self.shared.state.lock().refusal().map(Suspension::reason)
+    }
+
+    /// `suspended`, as the error waiters get (its cause intact).
+    pub fn suspension(&self) -> Option<Suspension> {
         self.shared.state.lock().refusal().cloned()
     }
 
@@ -1067,7 +1162,7 @@ impl TxgEngine {
             shared.progress_cv.wait(&mut st);
         }
         match &st.suspended {
-            Some(msg) => Err(TxgError::Suspended(msg.clone())),
+            Some(suspension) => Err(TxgError::Suspended(suspension.clone())),
             None => Ok(()),
         }
     }
@@ -1104,7 +1199,7 @@ impl SuspendHandle {
         if st.io_suspended.is_none() {
             st.stats.io_suspensions += 1;
         }
-        st.io_suspended = Some(reason);
+        st.io_suspended = Some(Suspension::new("I/O suspended", SuspendReason(reason)));
         drop(st);
         self.shared.progress_cv.notify_all();
     }
@@ -1126,7 +1221,12 @@ impl SuspendHandle {
 
     /// The reason I/O is suspended, if it is.
     pub fn io_suspended(&self) -> Option<String> {
-        self.shared.state.lock().io_suspended.clone()
+        self.shared
+            .state
+            .lock()
+            .io_suspended
+            .as_ref()
+            .map(Suspension::reason)
     }
 }
 
@@ -1276,7 +1376,7 @@ mod tests {
             s.returned.last().copied().unwrap_or(0) < s.followups_until_txg
         }
 
-        fn sync_txg(&self, txg: u64) -> Result<(), String> {
+        fn sync_txg(&self, txg: u64) -> Result<(), SyncError> {
             let mut s = self.state.lock();
             if let Some(&prev) = s.entered.last() {
                 assert_eq!(txg, prev + 1, "syncer called out of order");
@@ -1290,7 +1390,7 @@ mod tests {
                 panic!("fake syncer told to panic at {txg}");
             }
             if s.fail_txg == Some(txg) {
-                return Err(format!("injected failure at txg {txg}"));
+                return Err(format!("injected failure at txg {txg}").into());
             }
             s.returned.push(txg);
             Ok(())
@@ -1306,7 +1406,7 @@ mod tests {
     }
 
     impl TxgSyncer for SuspendingSyncer {
-        fn sync_txg(&self, txg: u64) -> Result<(), String> {
+        fn sync_txg(&self, txg: u64) -> Result<(), SyncError> {
             if txg == self.suspend_txg {
                 let handle = self.handle.get().expect("handle set before the first sync");
                 handle.suspend(format!("device gone in txg {txg}"));
@@ -1336,7 +1436,7 @@ mod tests {
         eventually("I/O suspended", || handle.io_suspended().is_some());
         // Waiters and new work are refused, not hung.
         assert!(
-            matches!(waiter.join().unwrap(), Err(TxgError::Suspended(msg)) if msg.contains("device gone"))
+            matches!(waiter.join().unwrap(), Err(TxgError::Suspended(msg)) if msg.reason().contains("device gone"))
         );
         assert!(matches!(engine.try_hold(), Err(TxgError::Suspended(_))));
         assert!(engine.suspended().is_some());
@@ -1375,7 +1475,7 @@ mod tests {
             completes("shutdown while suspended", move || engine.shutdown())
         };
         assert!(
-            matches!(result, Err(TxgError::Suspended(msg)) if msg.contains("shut down while suspended"))
+            matches!(result, Err(TxgError::Suspended(msg)) if msg.reason().contains("shut down while suspended"))
         );
         assert_eq!(engine.last_synced_txg(), 0);
     }
@@ -1847,7 +1947,7 @@ mod tests {
         syncer.open_gate();
         for w in waiters {
             match w.join().unwrap() {
-                Err(TxgError::Suspended(msg)) => assert!(msg.contains("injected failure")),
+                Err(TxgError::Suspended(msg)) => assert!(msg.reason().contains("injected failure")),
                 other => panic!("expected Suspended, got {other:?}"),
             }
         }
@@ -1888,7 +1988,7 @@ mod tests {
         let engine = TxgEngine::start(quiet_config(), 0, syncer.clone());
         dirty(&engine, 1);
         match engine.sync_now() {
-            Err(TxgError::Suspended(msg)) => assert!(msg.contains("panicked")),
+            Err(TxgError::Suspended(msg)) => assert!(msg.reason().contains("panicked")),
             other => panic!("expected Suspended, got {other:?}"),
         }
         assert!(engine.shutdown().is_err());

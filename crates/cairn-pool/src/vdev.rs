@@ -25,6 +25,16 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+/// A flush that left some data vdev with no working device: the txg cannot commit. The
+/// device error that took its last leaf is the source (none if the leaves were gone already).
+#[derive(Debug, thiserror::Error)]
+#[error("vdev {vdev} has no working device")]
+pub struct FlushError {
+    pub vdev: String,
+    #[source]
+    pub source: Option<DeviceError>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Health {
     Online,
@@ -347,7 +357,7 @@ impl VdevTree {
 
     /// Flushes every usable leaf, in parallel; leaves whose flush fails are faulted. Fails only
     /// if some top-level vdev is left with no leaf that flushed.
-    pub fn flush_all(&self) -> Result<(), String> {
+    pub fn flush_all(&self) -> Result<(), FlushError> {
         let results: Vec<(Arc<Leaf>, Result<(), DeviceError>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = self
                 .leaves()
@@ -365,18 +375,28 @@ impl VdevTree {
                 .map(|handle| handle.join().expect("flush thread panicked"))
                 .collect()
         });
+        // The failures, by leaf guid: the cause of a vdev lost now is its leaves' last error.
+        let mut failures: Vec<(u64, DeviceError)> = Vec::new();
         for (leaf, result) in results {
             if let Err(err) = result {
                 leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                 leaf.fault();
                 eprintln!("cairn: flush failed, leaf faulted: {err}");
+                failures.push((leaf.guid, err));
             }
         }
         // A lost log device holds nothing a txg needs (the intent log falls back to the
         // pool's disks); any other vdev without a working device fails the sync.
         for top in &self.tops {
             if top.health() == Health::Unavail && top.config.role != VdevRole::Log {
-                return Err(format!("vdev {} has no working device", top.kind_name()));
+                let source = failures
+                    .iter()
+                    .position(|(guid, _)| top.leaves.iter().any(|leaf| leaf.guid == *guid))
+                    .map(|index| failures.swap_remove(index).1);
+                return Err(FlushError {
+                    vdev: top.kind_name(),
+                    source,
+                });
             }
         }
         Ok(())

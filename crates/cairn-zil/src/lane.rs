@@ -785,10 +785,10 @@ impl IntentLog {
                 Ok(())
             }
             Err(err) => {
-                let reason = format!("{what}: {err}");
-                st.failed = Some(reason.clone());
+                // Later committers read the lane's failure as text; this one gets it whole.
+                st.failed = Some(format!("{what}: {}", cairn_device::error_chain(&err)));
                 st.failed_by_suspension = self.txg.io_suspended();
-                Err(self.failed(reason))
+                Err(self.txg_failed(what, err))
             }
         };
         wake(lane.publish(st));
@@ -803,7 +803,7 @@ impl IntentLog {
         let hold = self
             .txg
             .try_hold()
-            .map_err(|err| self.failed(err.to_string()))?;
+            .map_err(|err| self.txg_failed("holding the open txg", err))?;
         let txg = hold.txg();
         let dva = self.allocate_in(size, txg)?;
         let chain = Chain {
@@ -831,7 +831,7 @@ impl IntentLog {
         drop(hold);
         self.txg
             .wait_synced(txg)
-            .map_err(|err| self.failed(format!("recording a new log chain: {err}")))?;
+            .map_err(|err| self.txg_failed("recording a new log chain", err))?;
         self.stats.chains_started.fetch_add(1, Ordering::Relaxed);
         Ok((chain, txg))
     }
@@ -1058,7 +1058,13 @@ impl IntentLog {
                     let mut buf = vec![0u8; op.length as usize];
                     source
                         .read_for_log(op.object, op.offset, &mut buf)
-                        .map_err(|err| self.failed(format!("reading data to log: {err}")))?;
+                        .map_err(|err| ZilError::SourceRead {
+                            dataset: self.dataset.clone(),
+                            object: op.object,
+                            offset: op.offset,
+                            len: buf.len(),
+                            source: std::sync::Arc::from(err),
+                        })?;
                     self.stats.needcopy_reads.fetch_add(1, Ordering::Relaxed);
                     buf
                 }

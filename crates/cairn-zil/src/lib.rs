@@ -56,11 +56,55 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use thiserror::Error;
 
+/// Clone because a lane's failure is handed to every committer waiting on it; a cause that is
+/// not text is shared behind an `Arc` for the same reason.
 #[derive(Debug, Error, Clone)]
 pub enum ZilError {
+    /// The lane failed earlier (a committer before this one met the cause): every later
+    /// committer gets its account, as text, from the lane's shared state.
     #[error("intent log of {dataset}: {reason}")]
     Failed { dataset: String, reason: String },
+    /// The txg engine refused (suspended, or shut down) what the log needed from it.
+    #[error("intent log of {dataset}: {what}")]
+    Txg {
+        dataset: String,
+        what: String,
+        #[source]
+        source: cairn_pool::txg::TxgError,
+    },
+    /// The allocator gave no log block (`SpaceError::NoSpace`: the pool is full).
+    #[error("intent log of {dataset}: allocating a log block")]
+    Allocate {
+        dataset: String,
+        #[source]
+        source: cairn_pool::space::SpaceError,
+    },
+    /// Reading the dataset's data for a record logged without it failed; the source is the
+    /// dataset's own error (a device error stays one).
+    #[error(
+        "intent log of {dataset}: reading {len} bytes at offset {offset} of object {object} to log"
+    )]
+    SourceRead {
+        dataset: String,
+        object: u64,
+        offset: u64,
+        len: usize,
+        #[source]
+        source: Arc<dyn std::error::Error + Send + Sync + 'static>,
+    },
 }
+
+impl ZilError {
+    /// Every failure to make a record durable is an I/O error to a client: the write itself
+    /// was accepted, only its durability failed (ZFS answers a failed ZIL commit with EIO too).
+    pub fn class(&self) -> cairn_device::ErrorClass {
+        cairn_device::ErrorClass::Io
+    }
+}
+
+/// What `LogSource::read_for_log` fails with: the dataset's own error, boxed because this crate
+/// sits below the datasets and cannot name their type; the box keeps it whole (`source()`).
+pub type LogSourceError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// Tunables of one dataset's log.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +149,7 @@ pub enum ItxData {
 
 /// Reads a dataset's current contents for records logged without their data.
 pub trait LogSource {
-    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), String>;
+    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), LogSourceError>;
 }
 
 /// Identifies one logged record: commit it to make it durable.
@@ -349,6 +393,14 @@ impl IntentLog {
         }
     }
 
+    fn txg_failed(&self, what: &str, source: cairn_pool::txg::TxgError) -> ZilError {
+        ZilError::Txg {
+            dataset: self.dataset.clone(),
+            what: what.to_string(),
+            source,
+        }
+    }
+
     fn failed(&self, reason: impl Into<String>) -> ZilError {
         ZilError::Failed {
             dataset: self.dataset.clone(),
@@ -363,7 +415,7 @@ impl IntentLog {
         let hold = self
             .txg
             .try_hold()
-            .map_err(|err| self.failed(err.to_string()))?;
+            .map_err(|err| self.txg_failed("holding the open txg", err))?;
         let txg = hold.txg();
         Ok((self.allocate_in(size_bytes, txg)?, hold))
     }
@@ -373,8 +425,9 @@ impl IntentLog {
     /// failed is skipped.
     pub(crate) fn allocate_in(&self, size_bytes: u32, txg: u64) -> Result<Dva, ZilError> {
         let mut space = self.io.space().lock();
-        let failed = |err: cairn_pool::space::SpaceError| {
-            self.failed(format!("allocating a log block: {err}"))
+        let failed = |source: cairn_pool::space::SpaceError| ZilError::Allocate {
+            dataset: self.dataset.clone(),
+            source,
         };
         if !self.use_log_devices.load(Ordering::Relaxed) {
             return space.allocate_log_on_pool(size_bytes, txg).map_err(failed);

@@ -273,7 +273,8 @@ fn undo_failed_additions(pool: &Pool, added: &[String]) -> Result<()> {
         match pool.remove_log_vdev(top) {
             Ok(()) => message.push_str(&format!("; {top} was removed again")),
             Err(err) => message.push_str(&format!(
-                "; {top} could not be removed again ({err}): remove it with cairn pool remove {} {top}",
+                "; {top} could not be removed again ({}): remove it with cairn pool remove {} {top}",
+                cairn_device::error_chain(&err),
                 pool.name()
             )),
         }

@@ -1,0 +1,223 @@
+//! Open-context changes: creating, freeing and writing objects and blocks under a txg hold.
+//! Nothing here writes to disk except `write_blocks_in_place` (a synchronous write placed
+//! durably ahead of its txg); everything else only lands in the txg's change set, which the
+//! sync later writes copy-on-write, or in the allocator's frees of the txg (`free_all` reads
+//! the whole tree to find what to free).
+
+use crate::read::blob_len;
+use crate::{BlockChange, ObjectError, ObjectSet, is_all_zero, tree};
+use bytes::Bytes;
+use cairn_device::queue::IoClass;
+use cairn_format::dnode::DNODE_BLOCK_SIZE;
+use cairn_format::{BlockPointer, Dnode, ObjectType};
+
+impl ObjectSet {
+    pub fn create_object(
+        &self,
+        txg: u64,
+        object: u64,
+        object_type: ObjectType,
+        data_block_size: u32,
+        capacity_blocks: u64,
+    ) {
+        assert!(object > 0, "object 0 is the meta-dnode");
+        let mut dnode = Dnode::free();
+        dnode.object_type = object_type;
+        dnode.data_block_size = data_block_size;
+        dnode.birth_txg = txg;
+        dnode.levels = 1;
+        while dnode.capacity_blocks(dnode.levels) < capacity_blocks.max(1) {
+            dnode.levels += 1;
+        }
+        let mut state = self.state.lock();
+        state
+            .changes
+            .entry(txg)
+            .or_default()
+            .dnodes
+            .insert(object, dnode);
+    }
+
+    /// Frees object `object` and every block beneath it, in `txg`.
+    pub fn free_object(&self, txg: u64, object: u64) {
+        let mut dropped = Vec::new();
+        {
+            let mut state = self.state.lock();
+            let changes = state.changes.entry(txg).or_default();
+            changes.blocks.retain(|(obj, _), change| {
+                if *obj == object {
+                    dropped.extend(change.written);
+                }
+                *obj != object
+            });
+            changes.dnodes.insert(object, Dnode::free());
+        }
+        for bp in dropped {
+            self.io.io().free_block(&bp, txg);
+        }
+    }
+
+    /// Replaces a whole block in `txg` (`data.len()` must equal the object's block size).
+    /// Returns whether the block was not yet changed in `txg`.
+    pub fn write_block(&self, txg: u64, object: u64, blkid: u64, data: Bytes) -> bool {
+        self.record_block(txg, object, blkid, BlockChange::data(data))
+    }
+
+    /// Writes whole blocks of `object` to their final place now, durably (FUA), for the open
+    /// txg `txg` (held by the caller, so its sync cannot have started), and records them as
+    /// changed in `txg` at those addresses: the txg sync links them into the tree without
+    /// writing them again. For large synchronous writes, whose pointers alone are then logged.
+    /// Returns each block's pointer and whether it was newly dirty in `txg`. All-zero blocks
+    /// must not be passed (they are holes). On error nothing is recorded and whatever was
+    /// allocated is freed.
+    pub fn write_blocks_in_place(
+        &self,
+        txg: u64,
+        object: u64,
+        blocks: Vec<(u64, Bytes)>,
+    ) -> Result<Vec<(BlockPointer, bool)>, ObjectError> {
+        let dnode = self.dnode(object)?;
+        if dnode.is_free() {
+            return Err(ObjectError::NoSuchObject(object));
+        }
+        let object_type = match dnode.object_type {
+            ObjectType::None => ObjectType::VolumeData,
+            other => other,
+        };
+        let props = cairn_pipeline::WriteProps {
+            object_type,
+            level: 0,
+            checksum: dnode
+                .checksum_algorithm
+                .unwrap_or_else(|| *self.checksum.lock()),
+            copies: if object_type.is_metadata(0) { 2 } else { 1 },
+            fill: 1,
+            class: IoClass::SyncWrite,
+        };
+        let mut batch = self.io.io().durable_batch(txg);
+        let mut written = Vec::with_capacity(blocks.len());
+        let mut result = Ok(());
+        for (blkid, data) in &blocks {
+            assert_eq!(data.len(), dnode.data_block_size as usize, "partial block");
+            assert!(
+                !is_all_zero(data),
+                "an all-zero block is a hole, not a write"
+            );
+            match batch.write(data.clone(), props) {
+                Ok(bp) => written.push((*blkid, bp)),
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        let result = result.and(batch.finish());
+        if let Err(err) = result {
+            for (_, bp) in &written {
+                self.io.io().free_block(bp, txg);
+            }
+            return Err(err.into());
+        }
+        Ok(written
+            .into_iter()
+            .zip(blocks)
+            .map(|((blkid, bp), (_, data))| {
+                let change = BlockChange {
+                    data: Some(data),
+                    written: Some(bp),
+                };
+                (bp, self.record_block(txg, object, blkid, change))
+            })
+            .collect())
+    }
+
+    /// Turns a block into a hole in `txg`. Returns whether the block was not yet changed in
+    /// `txg` (as `write_block`).
+    pub fn free_block(&self, txg: u64, object: u64, blkid: u64) -> bool {
+        self.record_block(txg, object, blkid, BlockChange::hole())
+    }
+
+    /// Records the block's newest version in `txg`, replacing an earlier one of the same txg
+    /// (only the last version of a block in a txg is ever written). Returns whether the block
+    /// is newly dirty in `txg`, so callers count each block's dirty bytes once per txg.
+    /// A version written in place that is replaced before its txg syncs is never linked into
+    /// the tree: its space is freed in `txg`, deferred like any free, so it is not reused
+    /// before `txg` syncs (until then a logged pointer may still lead replay to it).
+    fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
+        let replaced = {
+            let mut state = self.state.lock();
+            state
+                .changes
+                .entry(txg)
+                .or_default()
+                .blocks
+                .insert((object, blkid), change)
+        };
+        if let Some(bp) = replaced.as_ref().and_then(|old| old.written) {
+            self.io.io().free_block(&bp, txg);
+        }
+        replaced.is_none()
+    }
+
+    /// Frees every block of the object set (used by dataset destroy), in `txg`.
+    pub fn free_all(&self, txg: u64) -> Result<(), ObjectError> {
+        let root = self.root_bp();
+        if root.is_hole() {
+            return Ok(());
+        }
+        let mut freed = Vec::new();
+        tree::collect_blocks(self.io.io(), &root, &mut freed)?;
+        for bp in freed {
+            self.io.io().free_block(&bp, txg);
+        }
+        Ok(())
+    }
+
+    /// Writes `blob` into `object` as whole blocks, freeing blocks past its end; the length goes
+    /// in the dnode's bonus. Used for small pool metadata (the dataset directory).
+    pub fn write_blob(
+        &self,
+        txg: u64,
+        object: u64,
+        object_type: ObjectType,
+        blob: &[u8],
+    ) -> Result<(), ObjectError> {
+        let block_size = DNODE_BLOCK_SIZE as usize;
+        let blocks_needed = blob.len().div_ceil(block_size) as u64;
+        let old = self.dnode(object)?;
+        let old_blocks = if old.is_free() {
+            0
+        } else {
+            blob_len(&old).div_ceil(block_size as u64)
+        };
+        let mut dnode = if old.is_free() {
+            let mut dnode = Dnode::free();
+            dnode.object_type = object_type;
+            dnode.data_block_size = DNODE_BLOCK_SIZE;
+            dnode.levels = 1;
+            dnode.birth_txg = txg;
+            dnode
+        } else {
+            old
+        };
+        dnode.bonus = (blob.len() as u64).to_le_bytes().to_vec();
+        while dnode.capacity_blocks(dnode.levels) < blocks_needed.max(1) {
+            dnode.levels += 1;
+        }
+        let mut state = self.state.lock();
+        let changes = state.changes.entry(txg).or_default();
+        for (blkid, chunk) in blob.chunks(block_size).enumerate() {
+            let mut block = vec![0u8; block_size];
+            block[..chunk.len()].copy_from_slice(chunk);
+            changes.blocks.insert(
+                (object, blkid as u64),
+                BlockChange::data(Bytes::from(block)),
+            );
+        }
+        for blkid in blocks_needed..old_blocks {
+            changes.blocks.insert((object, blkid), BlockChange::hole());
+        }
+        changes.dnodes.insert(object, dnode);
+        Ok(())
+    }
+}

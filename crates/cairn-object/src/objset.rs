@@ -1,0 +1,222 @@
+//! Building and opening object sets, their settings, and the sizing helpers datasets use to
+//! reserve space. The in-memory model itself (`ObjectSet`, `State`, the per-txg change sets) is
+//! declared in the crate root so every module of the crate shares its fields.
+
+use crate::check::check_dnode;
+use crate::read::{TreeReader, read_objset_phys};
+use crate::{ObjectError, ObjectSet, State};
+use cairn_arc::{CacheMode, CachedIo, StreamConfig, StreamDetector};
+use cairn_format::dnode::{DNODE_BLOCK_SIZE, INDIRECT_SHIFT_DEFAULT};
+use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
+use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjectType, ObjsetType};
+use cairn_pipeline::BlockIo;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+fn cache_mode_from_raw(raw: u8) -> CacheMode {
+    match raw {
+        1 => CacheMode::Metadata,
+        2 => CacheMode::None,
+        _ => CacheMode::All,
+    }
+}
+
+fn stream_detector(io: &CachedIo) -> Mutex<StreamDetector> {
+    // Read-ahead distance capped for the cache, counting in the smallest volume blocks.
+    let cache_blocks = io.cache().target_bytes() / 4096;
+    Mutex::new(StreamDetector::new(
+        StreamConfig::default().within_cache(cache_blocks),
+    ))
+}
+
+fn empty_meta_dnode() -> Dnode {
+    Dnode {
+        object_type: ObjectType::DnodeBlock,
+        levels: 1,
+        indirect_shift: INDIRECT_SHIFT_DEFAULT,
+        checksum_algorithm: None,
+        data_block_size: DNODE_BLOCK_SIZE,
+        max_block_id: 0,
+        used_bytes: 0,
+        birth_txg: 0,
+        block_pointers: [BlockPointer::HOLE; 3],
+        bonus: Vec::new(),
+    }
+}
+
+/// The most bytes an object set holding one object of `blocks` data blocks of
+/// `data_block_size` can allocate: every data block written (one copy), every indirect block
+/// at full size (two copies, as all metadata), and the object set's own dnode and root blocks
+/// (two copies). What a volume's full reservation must cover.
+pub fn object_set_bytes_max(data_block_size: u64, blocks: u64) -> u64 {
+    let indirect_bytes = 1u64 << INDIRECT_SHIFT_DEFAULT;
+    let pointers_per_indirect = indirect_bytes / cairn_format::blkptr::BLOCK_POINTER_SIZE as u64;
+    let mut total = data_block_size.saturating_mul(blocks);
+    let mut level_blocks = blocks;
+    while level_blocks > cairn_format::dnode::DNODE_BLOCK_POINTERS as u64 {
+        level_blocks = level_blocks.div_ceil(pointers_per_indirect);
+        total = total.saturating_add(level_blocks * indirect_bytes * 2);
+    }
+    let objset_meta_bytes = u64::from(DNODE_BLOCK_SIZE)
+        + u64::from(cairn_format::dnode::OBJSET_BLOCK_SIZE)
+        + indirect_bytes;
+    total.saturating_add(objset_meta_bytes * 2)
+}
+
+/// True when every byte of `data` is zero (such a level-0 block is stored as a hole).
+pub fn is_all_zero(data: &[u8]) -> bool {
+    let mut chunks = data.chunks_exact(16);
+    chunks
+        .by_ref()
+        .all(|chunk| u128::from_ne_bytes(chunk.try_into().expect("chunk of 16")) == 0)
+        && chunks.remainder().iter().all(|&byte| byte == 0)
+}
+
+impl ObjectSet {
+    /// A new, empty object set (nothing on disk until the first sync).
+    pub fn create(io: Arc<CachedIo>, objset_type: ObjsetType, checksum: ChecksumAlgorithm) -> Self {
+        ObjectSet {
+            cache_mode: AtomicU8::new(0),
+            streams: stream_detector(&io),
+            io,
+            objset_type,
+            checksum: Mutex::new(checksum),
+            state: Mutex::new(State {
+                root_bp: BlockPointer::HOLE,
+                meta_dnode: empty_meta_dnode(),
+                dnodes: BTreeMap::new(),
+                changes: BTreeMap::new(),
+                last_synced_txg: 0,
+                used_bytes: 0,
+                intent_log_header: [0; INTENT_LOG_HEADER_SIZE],
+            }),
+        }
+    }
+
+    /// Opens the object set rooted at `root_bp` (read and verified now).
+    pub fn open(
+        io: Arc<CachedIo>,
+        root_bp: BlockPointer,
+        checksum: ChecksumAlgorithm,
+        synced_txg: u64,
+        used_bytes: u64,
+    ) -> Result<Self, ObjectError> {
+        let phys = read_objset_phys(io.io(), &root_bp)?;
+        check_dnode(&phys.meta_dnode, None, synced_txg)?;
+        Ok(ObjectSet {
+            cache_mode: AtomicU8::new(0),
+            streams: stream_detector(&io),
+            io,
+            objset_type: phys.objset_type,
+            checksum: Mutex::new(checksum),
+            state: Mutex::new(State {
+                root_bp,
+                meta_dnode: if phys.meta_dnode.is_free() {
+                    empty_meta_dnode()
+                } else {
+                    phys.meta_dnode
+                },
+                dnodes: BTreeMap::new(),
+                changes: BTreeMap::new(),
+                last_synced_txg: synced_txg,
+                used_bytes,
+                intent_log_header: phys.intent_log_header,
+            }),
+        })
+    }
+
+    pub fn objset_type(&self) -> ObjsetType {
+        self.objset_type
+    }
+
+    pub fn set_checksum(&self, checksum: ChecksumAlgorithm) {
+        *self.checksum.lock() = checksum;
+    }
+
+    pub fn root_bp(&self) -> BlockPointer {
+        self.state.lock().root_bp
+    }
+
+    /// The pipeline (writes, frees, uncached reads).
+    pub fn io(&self) -> &Arc<BlockIo> {
+        self.io.io()
+    }
+
+    /// The cached read path.
+    pub fn cached_io(&self) -> &Arc<CachedIo> {
+        &self.io
+    }
+
+    /// What reads of this object set leave in the cache (`primarycache`).
+    pub fn set_cache_mode(&self, mode: CacheMode) {
+        let raw = match mode {
+            CacheMode::All => 0,
+            CacheMode::Metadata => 1,
+            CacheMode::None => 2,
+        };
+        self.cache_mode.store(raw, Ordering::Relaxed);
+    }
+
+    pub fn cache_mode(&self) -> CacheMode {
+        cache_mode_from_raw(self.cache_mode.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn reader(&self) -> TreeReader<'_> {
+        TreeReader {
+            io: &self.io,
+            mode: self.cache_mode(),
+            cached_only: false,
+        }
+    }
+
+    /// The intent log's chain header as of the last published txg (what an import would see).
+    pub fn synced_intent_log_header(&self) -> [u8; INTENT_LOG_HEADER_SIZE] {
+        self.state.lock().intent_log_header
+    }
+
+    /// Records a new intent-log chain header for `txg` (which makes the object set dirty in
+    /// it). The caller must hold `txg` open, or be the sync thread about to sync it.
+    pub fn set_intent_log_header(&self, txg: u64, header: [u8; INTENT_LOG_HEADER_SIZE]) {
+        let mut state = self.state.lock();
+        assert!(
+            txg > state.last_synced_txg,
+            "intent log header for synced txg {txg}"
+        );
+        state.changes.entry(txg).or_default().intent_log_header = Some(header);
+    }
+
+    /// True when `txg` has changes waiting to be synced.
+    pub fn is_dirty(&self, txg: u64) -> bool {
+        self.state.lock().changes.contains_key(&txg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_object_set_counts_every_indirect_level() {
+        let block = 16 * 1024;
+        // 1 GiB of 16 KiB blocks: 65,536 pointers, 64 level-1 blocks, one level-2 block.
+        let bytes = object_set_bytes_max(block, 65_536);
+        let indirect = 128 * 1024 * 2;
+        let meta = (16 * 1024 + 4096 + 128 * 1024) * 2;
+        assert_eq!(bytes, (1 << 30) + 65 * indirect + meta);
+        // Three pointers fit in the dnode: no indirect block.
+        assert_eq!(object_set_bytes_max(block, 3), 3 * block + meta);
+    }
+
+    #[test]
+    fn zero_detection_sees_a_single_set_byte() {
+        let mut block = vec![0u8; 8192];
+        assert!(is_all_zero(&block));
+        block[8191] = 1;
+        assert!(!is_all_zero(&block));
+        block[8191] = 0;
+        block[3] = 1;
+        assert!(!is_all_zero(&block));
+    }
+}

@@ -1,0 +1,389 @@
+//! Reading: dnodes, level-0 blocks, allocation maps and blobs, newest version first (the
+//! pending change sets, then the published tree), and the walk down a dnode's indirect blocks
+//! to one block pointer. Every pointer taken from disk is checked (`check`) before it is
+//! followed.
+
+use crate::check::{check_child, check_dnode};
+use crate::{ObjectError, ObjectSet, State, tree};
+use bytes::Bytes;
+use cairn_arc::{CacheMode, CachedIo};
+use cairn_device::queue::IoClass;
+use cairn_format::dnode::{DNODE_SIZE, DNODES_PER_BLOCK};
+use cairn_format::{BlockPointer, Dnode, ObjectType, ObjsetPhys};
+use cairn_pipeline::BlockIo;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+impl ObjectSet {
+    /// The newest version of a dnode: pending changes first, then the synced tree.
+    pub fn dnode(&self, object: u64) -> Result<Dnode, ObjectError> {
+        let mut state = self.state.lock();
+        for changes in state.changes.values().rev() {
+            if let Some(dnode) = changes.dnodes.get(&object) {
+                return Ok(dnode.clone());
+            }
+        }
+        self.synced_dnode(&mut state, object)
+    }
+
+    pub(crate) fn synced_dnode(
+        &self,
+        state: &mut State,
+        object: u64,
+    ) -> Result<Dnode, ObjectError> {
+        if let Some(dnode) = state.dnodes.get(&object) {
+            return Ok(dnode.clone());
+        }
+        let block_id = object / DNODES_PER_BLOCK;
+        let meta = state.meta_dnode.clone();
+        let dnode = match read_tree_block(&self.reader(), &meta, block_id)? {
+            None => Dnode::free(),
+            Some(block) => {
+                let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+                let raw = block.get(slot..slot + DNODE_SIZE).ok_or_else(|| {
+                    ObjectError::Corrupt(format!("dnode {object}: dnode block too short"))
+                })?;
+                let dnode = Dnode::decode(raw)
+                    .map_err(|err| ObjectError::Corrupt(format!("dnode {object}: {err}")))?;
+                check_dnode(&dnode, Some(object), state.last_synced_txg)?;
+                dnode
+            }
+        };
+        state.dnodes.insert(object, dnode.clone());
+        Ok(dnode)
+    }
+
+    /// Reads block `blkid` of `object`; `None` is a hole (reads as zeros).
+    pub fn read_block(&self, object: u64, blkid: u64) -> Result<Option<Bytes>, ObjectError> {
+        self.read_block_with(object, blkid, false)
+    }
+
+    /// `read_block` for a caller that must not wait for I/O (a reader on an async runtime):
+    /// `None` when the block, a pointer on the way to it, or its dnode is not in memory (the
+    /// caller then reads it the ordinary way, which also reports any error).
+    pub fn read_block_cached(&self, object: u64, blkid: u64) -> Option<Option<Bytes>> {
+        self.read_block_with(object, blkid, true).ok()
+    }
+
+    fn read_block_with(
+        &self,
+        object: u64,
+        blkid: u64,
+        cached_only: bool,
+    ) -> Result<Option<Bytes>, ObjectError> {
+        let dnode = {
+            let mut state = self.state.lock();
+            for changes in state.changes.values().rev() {
+                if let Some(change) = changes.blocks.get(&(object, blkid)) {
+                    return Ok(change.data.clone());
+                }
+                if let Some(dnode) = changes.dnodes.get(&object) {
+                    // Object (re)created or freed after its last synced version: nothing older
+                    // is visible.
+                    if dnode.is_free() {
+                        return Err(ObjectError::NoSuchObject(object));
+                    }
+                    if dnode.birth_txg > state.last_synced_txg {
+                        return Ok(None);
+                    }
+                }
+            }
+            if cached_only {
+                state
+                    .dnodes
+                    .get(&object)
+                    .cloned()
+                    .ok_or(ObjectError::NotCached)?
+            } else {
+                self.synced_dnode(&mut state, object)?
+            }
+        };
+        if dnode.is_free() {
+            return Err(ObjectError::NoSuchObject(object));
+        }
+        let reader = TreeReader {
+            io: &self.io,
+            mode: self.cache_mode(),
+            cached_only,
+        };
+        read_tree_block(&reader, &dnode, blkid)
+    }
+
+    /// Tells the object set a client read blocks `first .. first + count` of `object`: a read
+    /// that continues a sequential stream starts read-ahead of the blocks that follow (read
+    /// in the background into the cache). Read-ahead is a hint: failures are left to the
+    /// demand reads that follow.
+    ///
+    /// Never waits for I/O (a reader on an async runtime calls it): finding the pointers of
+    /// the blocks ahead, which may read indirect blocks, happens on a prefetch thread.
+    pub fn note_read(self: &Arc<Self>, object: u64, first: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let ahead = self.streams.lock().observe_request(object, first, count);
+        let mode = self.cache_mode();
+        if ahead.is_empty() || mode != CacheMode::All {
+            // Read-ahead of blocks the cache would not keep is wasted work.
+            return;
+        }
+        // Usually the pointers are in cached indirect blocks: queue the reads now, ahead of
+        // the demand reads that follow. Otherwise a prefetch thread reads the indirects.
+        if let Some(bps) = self.blocks_ahead(object, ahead.clone(), true) {
+            self.io.prefetch(&bps, mode);
+            return;
+        }
+        let this = self.clone();
+        self.io.spawn_prefetch_task(move || {
+            if let Some(bps) = this.blocks_ahead(object, ahead, false) {
+                this.io.prefetch(&bps, mode);
+            }
+        });
+    }
+
+    /// The pointers of the blocks `ahead` of `object` that are on disk (blocks changed in an
+    /// unsynced txg are in memory already). With `cached_only`, `None` if finding them would
+    /// need a read (an indirect block or the dnode not in memory); `None` also on errors
+    /// (read-ahead is a hint: the demand reads that follow report them).
+    fn blocks_ahead(
+        &self,
+        object: u64,
+        ahead: std::ops::Range<u64>,
+        cached_only: bool,
+    ) -> Option<Vec<BlockPointer>> {
+        let (dnode, blkids) = {
+            let mut state = self.state.lock();
+            if state
+                .changes
+                .values()
+                .any(|changes| changes.dnodes.contains_key(&object))
+            {
+                return Some(Vec::new());
+            }
+            let blkids: Vec<u64> = ahead
+                .filter(|&blkid| {
+                    !state
+                        .changes
+                        .values()
+                        .any(|changes| changes.blocks.contains_key(&(object, blkid)))
+                })
+                .collect();
+            let dnode = if cached_only {
+                state.dnodes.get(&object).cloned()?
+            } else {
+                self.synced_dnode(&mut state, object).ok()?
+            };
+            (dnode, blkids)
+        };
+        let reader = TreeReader {
+            io: &self.io,
+            mode: self.cache_mode(),
+            cached_only,
+        };
+        let mut bps = Vec::with_capacity(blkids.len());
+        for blkid in blkids {
+            if let Some(bp) = tree_block_pointer(&reader, &dnode, blkid).ok()? {
+                bps.push(bp);
+            }
+        }
+        Some(bps)
+    }
+
+    /// Which of blocks `first .. first + count` of `object` hold data (true) or are holes,
+    /// as a reader would see them now: pending changes first, then the synced tree. Reads no
+    /// data blocks, only the indirect blocks covering the range.
+    pub fn block_map(&self, object: u64, first: u64, count: u64) -> Result<Vec<bool>, ObjectError> {
+        let (dnode, overlay) = {
+            let mut state = self.state.lock();
+            let mut overlay: BTreeMap<u64, bool> = BTreeMap::new();
+            let mut fresh = false;
+            for changes in state.changes.values().rev() {
+                for (&(_, blkid), change) in changes
+                    .blocks
+                    .range((object, first)..(object, first.saturating_add(count)))
+                {
+                    overlay.entry(blkid).or_insert(change.data.is_some());
+                }
+                if let Some(dnode) = changes.dnodes.get(&object) {
+                    if dnode.is_free() {
+                        return Err(ObjectError::NoSuchObject(object));
+                    }
+                    if dnode.birth_txg > state.last_synced_txg {
+                        fresh = true;
+                        break;
+                    }
+                }
+            }
+            let dnode = if fresh {
+                None
+            } else {
+                Some(self.synced_dnode(&mut state, object)?)
+            };
+            (dnode, overlay)
+        };
+        let mut map = vec![false; count as usize];
+        if let Some(dnode) = dnode.filter(|dnode| !dnode.is_free()) {
+            let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+            let per = dnode.pointers_per_indirect();
+            for (index, bp) in dnode.block_pointers.iter().enumerate() {
+                map_subtree(
+                    &self.reader(),
+                    per,
+                    bp,
+                    index as u64 * top_span,
+                    top_span,
+                    first,
+                    &mut map,
+                )?;
+            }
+        }
+        for (blkid, has_data) in overlay {
+            map[(blkid - first) as usize] = has_data;
+        }
+        Ok(map)
+    }
+
+    /// Reads a blob written by `write_blob`; `None` if the object does not exist.
+    pub fn read_blob(&self, object: u64) -> Result<Option<Vec<u8>>, ObjectError> {
+        let dnode = self.dnode(object)?;
+        if dnode.is_free() {
+            return Ok(None);
+        }
+        let len = blob_len(&dnode);
+        let block_size = u64::from(dnode.data_block_size);
+        if len > block_size * dnode.capacity_blocks(dnode.levels) {
+            return Err(ObjectError::Corrupt(format!(
+                "blob {object} claims {len} bytes"
+            )));
+        }
+        let mut out = Vec::with_capacity(len as usize);
+        for blkid in 0..len.div_ceil(block_size) {
+            let want = (len - blkid * block_size).min(block_size) as usize;
+            match self.read_block(object, blkid)? {
+                Some(block) => out.extend_from_slice(&block[..want.min(block.len())]),
+                None => out.resize(out.len() + want, 0),
+            }
+        }
+        Ok(Some(out))
+    }
+}
+
+pub(crate) fn blob_len(dnode: &Dnode) -> u64 {
+    dnode.bonus.get(..8).map_or(0, |raw| {
+        u64::from_le_bytes(raw.try_into().expect("8 bytes"))
+    })
+}
+
+pub fn read_objset_phys(io: &BlockIo, root_bp: &BlockPointer) -> Result<ObjsetPhys, ObjectError> {
+    if root_bp.object_type != ObjectType::ObjsetRoot || root_bp.level != 0 {
+        return Err(ObjectError::Corrupt(format!(
+            "object set root pointer has type {:?} level {}",
+            root_bp.object_type, root_bp.level
+        )));
+    }
+    let data = io.read_block(root_bp, IoClass::SyncRead)?;
+    ObjsetPhys::decode(&data).map_err(|err| ObjectError::Corrupt(format!("object set root: {err}")))
+}
+
+/// Marks in `map` (indexed from `first`) which level-0 blocks under `bp` hold data, reading only
+/// indirect blocks, and only those that overlap the range.
+fn map_subtree(
+    io: &TreeReader<'_>,
+    per: u64,
+    bp: &BlockPointer,
+    start: u64,
+    span: u64,
+    first: u64,
+    map: &mut [bool],
+) -> Result<(), ObjectError> {
+    let end = first + map.len() as u64;
+    if bp.is_hole() || start >= end || start + span <= first {
+        return Ok(());
+    }
+    if bp.level == 0 {
+        map[(start - first) as usize] = true;
+        return Ok(());
+    }
+    let block = io.read(bp)?;
+    let child_span = span / per;
+    for index in 0..per {
+        let child_start = start + index * child_span;
+        if child_start >= end {
+            break;
+        }
+        if child_start + child_span <= first {
+            continue;
+        }
+        let child = tree::child_pointer(&block, index as usize)?;
+        map_subtree(io, per, &child, child_start, child_span, first, map)?;
+    }
+    Ok(())
+}
+
+/// Looks up a level-0 block through the dnode's tree.
+pub(crate) fn read_tree_block(
+    io: &TreeReader<'_>,
+    dnode: &Dnode,
+    blkid: u64,
+) -> Result<Option<Bytes>, ObjectError> {
+    match tree_block_pointer(io, dnode, blkid)? {
+        Some(bp) => Ok(Some(io.read(&bp)?)),
+        None => Ok(None),
+    }
+}
+
+/// The pointer to level-0 block `blkid` (`None`: a hole), reading only indirect blocks.
+fn tree_block_pointer(
+    io: &TreeReader<'_>,
+    dnode: &Dnode,
+    blkid: u64,
+) -> Result<Option<BlockPointer>, ObjectError> {
+    if dnode.is_free() || blkid >= dnode.capacity_blocks(dnode.levels) {
+        return Ok(None);
+    }
+    let per = dnode.pointers_per_indirect();
+    let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+    let mut bp = dnode.block_pointers[(blkid / top_span) as usize];
+    let mut span = top_span;
+    let mut within = blkid % top_span;
+    while !bp.is_hole() && bp.level > 0 {
+        let block = io.read(&bp)?;
+        span /= per;
+        let index = (within / span) as usize;
+        within %= span;
+        let child = tree::child_pointer(&block, index)?;
+        check_child(&bp, &child, index)?;
+        bp = child;
+    }
+    if bp.is_hole() {
+        return Ok(None);
+    }
+    if bp.level != 0 {
+        return Err(ObjectError::Corrupt(
+            "tree deeper than its dnode says".into(),
+        ));
+    }
+    if bp.lsize != dnode.data_block_size {
+        return Err(ObjectError::Corrupt(format!(
+            "block {blkid} holds {} bytes, its object's blocks are {}",
+            bp.lsize, dnode.data_block_size
+        )));
+    }
+    Ok(Some(bp))
+}
+
+/// Reads tree blocks through the cache under one `primarycache` setting.
+pub(crate) struct TreeReader<'a> {
+    pub(crate) io: &'a CachedIo,
+    pub(crate) mode: CacheMode,
+    /// Only what is cached: `NotCached` rather than a device read.
+    pub(crate) cached_only: bool,
+}
+
+impl TreeReader<'_> {
+    pub(crate) fn read(&self, bp: &BlockPointer) -> Result<Bytes, ObjectError> {
+        if self.cached_only {
+            return self.io.read_cached(bp).ok_or(ObjectError::NotCached);
+        }
+        Ok(self.io.read_block(bp, self.mode)?)
+    }
+}

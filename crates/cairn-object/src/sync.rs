@@ -1,0 +1,179 @@
+//! The txg sync of one object set: gather the txg's changes, rewrite the affected trees
+//! copy-on-write (`cow`), write the dnode blocks and a new root, and hand back a
+//! `SyncedObjset` that `publish` makes current once the pool has committed the txg.
+
+use crate::cow::TreeWriter;
+use crate::read::read_tree_block;
+use crate::{BlockChange, ObjectError, ObjectSet, SyncedObjset};
+use bytes::Bytes;
+use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_SIZE, DNODES_PER_BLOCK};
+use cairn_format::{Dnode, ObjectType, ObjsetPhys};
+use cairn_pipeline::WriteBatch;
+use std::collections::BTreeMap;
+
+impl ObjectSet {
+    /// returns the new root, to be `publish`ed once the txg is durable.
+    pub fn sync(&self, txg: u64, batch: &mut WriteBatch<'_>) -> Result<SyncedObjset, ObjectError> {
+        let checksum = *self.checksum.lock();
+        let (blocks, dnode_changes, meta_dnode, old_root, used_before, intent_log_header) = {
+            let state = self.state.lock();
+            assert!(
+                txg > state.last_synced_txg,
+                "sync of txg {txg} after {}",
+                state.last_synced_txg
+            );
+            let changes = state.changes.get(&txg);
+            (
+                changes.map(|c| c.blocks.clone()).unwrap_or_default(),
+                changes.map(|c| c.dnodes.clone()).unwrap_or_default(),
+                state.meta_dnode.clone(),
+                state.root_bp,
+                state.used_bytes,
+                state
+                    .changes
+                    .range(..=txg)
+                    .rev()
+                    .find_map(|(_, c)| c.intent_log_header)
+                    .unwrap_or(state.intent_log_header),
+            )
+        };
+        let mut used = i128::from(used_before);
+        let mut writer = TreeWriter {
+            io: &self.io,
+            mode: self.cache_mode(),
+            batch,
+            txg,
+            checksum,
+        };
+        // Objects touched this txg, with their starting dnode.
+        let mut objects: BTreeMap<u64, Dnode> = BTreeMap::new();
+        for (&object, change) in &dnode_changes {
+            let synced = self.dnode_before(object, txg)?;
+            let created_or_freed = change.is_free() || change.birth_txg == txg;
+            if !synced.is_free() && created_or_freed {
+                // Replaced or freed: everything under the old dnode goes.
+                writer.free_subtrees(&synced)?;
+            }
+            let dnode = if created_or_freed || synced.is_free() {
+                change.clone()
+            } else {
+                // Attribute change only: the tree is whatever the last sync left.
+                let mut dnode = synced;
+                dnode.bonus = change.bonus.clone();
+                dnode
+            };
+            objects.insert(object, dnode);
+        }
+        for &(object, _) in blocks.keys() {
+            if let std::collections::btree_map::Entry::Vacant(slot) = objects.entry(object) {
+                slot.insert(self.dnode_before(object, txg)?);
+            }
+        }
+        let mut new_dnodes = BTreeMap::new();
+        for (object, mut dnode) in objects {
+            used -= i128::from(self.dnode_before(object, txg)?.used_bytes);
+            if !dnode.is_free() {
+                let updates: Vec<(u64, BlockChange)> = blocks
+                    .range((object, 0)..=(object, u64::MAX))
+                    .map(|(&(_, blkid), change)| (blkid, change.clone()))
+                    .collect();
+                writer.apply(&mut dnode, ObjectType::VolumeData, updates)?;
+            } else {
+                // Blocks written in place for an object freed since are linked nowhere.
+                for (_, change) in blocks.range((object, 0)..=(object, u64::MAX)) {
+                    if let Some(bp) = &change.written {
+                        writer.free(bp);
+                    }
+                }
+            }
+            used += i128::from(dnode.used_bytes);
+            new_dnodes.insert(object, dnode);
+        }
+        // Write the changed dnodes into the meta-dnode's blocks.
+        let mut meta = meta_dnode;
+        let mut dnode_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for (&object, dnode) in &new_dnodes {
+            let block_id = object / DNODES_PER_BLOCK;
+            let block = match dnode_blocks.entry(block_id) {
+                std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
+                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(
+                    read_tree_block(&self.reader(), &meta, block_id)?
+                        .map(|b| b.to_vec())
+                        .unwrap_or_else(|| vec![0u8; DNODE_BLOCK_SIZE as usize]),
+                ),
+            };
+            let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+            dnode.encode(&mut block[slot..slot + DNODE_SIZE]);
+        }
+        let meta_updates: Vec<(u64, BlockChange)> = dnode_blocks
+            .into_iter()
+            .map(|(block_id, block)| (block_id, BlockChange::data(Bytes::from(block))))
+            .collect();
+        used -= i128::from(meta.used_bytes);
+        writer.apply(&mut meta, ObjectType::DnodeBlock, meta_updates)?;
+        used += i128::from(meta.used_bytes);
+        let phys = ObjsetPhys {
+            meta_dnode: meta.clone(),
+            objset_type: self.objset_type,
+            intent_log_header,
+        };
+        let root_bp = writer.write_meta(
+            Bytes::from(phys.encode_block()),
+            ObjectType::ObjsetRoot,
+            0,
+            1,
+        )?;
+        if !old_root.is_hole() {
+            used -= i128::from(old_root.allocated_bytes());
+            self.io.io().free_block(&old_root, txg);
+        }
+        used += i128::from(root_bp.allocated_bytes());
+        if used < 0 {
+            // Only a damaged image (a dnode or record claiming more than it holds) gets here.
+            return Err(ObjectError::Corrupt(format!(
+                "object set space accounting went negative ({used} bytes) in txg {txg}"
+            )));
+        }
+        Ok(SyncedObjset {
+            txg,
+            used_bytes: used as u64,
+            root_bp,
+            meta_dnode: meta,
+            dnodes: new_dnodes,
+            intent_log_header,
+        })
+    }
+
+    /// The dnode as of the end of the previous txg (pending older txgs included).
+    fn dnode_before(&self, object: u64, txg: u64) -> Result<Dnode, ObjectError> {
+        let mut state = self.state.lock();
+        for (_, changes) in state.changes.range(..txg).rev() {
+            if let Some(dnode) = changes.dnodes.get(&object) {
+                return Ok(dnode.clone());
+            }
+        }
+        self.synced_dnode(&mut state, object)
+    }
+
+    /// Makes a synced txg's tree current and forgets its change set.
+    pub fn publish(&self, synced: SyncedObjset) {
+        let mut state = self.state.lock();
+        assert!(synced.txg > state.last_synced_txg);
+        state.root_bp = synced.root_bp;
+        state.used_bytes = synced.used_bytes;
+        state.meta_dnode = synced.meta_dnode;
+        for (object, dnode) in synced.dnodes {
+            state.dnodes.insert(object, dnode);
+        }
+        state.changes.remove(&synced.txg);
+        state.last_synced_txg = synced.txg;
+        state.intent_log_header = synced.intent_log_header;
+    }
+
+    /// Marks a txg in which this object set had nothing to sync as done.
+    pub fn skip_txg(&self, txg: u64) {
+        let mut state = self.state.lock();
+        assert!(!state.changes.contains_key(&txg), "skipping a dirty txg");
+        state.last_synced_txg = state.last_synced_txg.max(txg);
+    }
+}
