@@ -133,7 +133,7 @@ impl SsdTier {
         // Each segment holds a 4 KiB header, then blocks and their 24-byte summary entries.
         let per_segment = (SSD_SEGMENT_BYTES - 4096) / (SSD_BLOCK_BYTES as u64 + 24);
         let segments = capacity_blocks.div_ceil(per_segment).max(2);
-        let device_bytes = (1 << 20) + segments * SSD_SEGMENT_BYTES;
+        let device_bytes = (2 << 20) + segments * SSD_SEGMENT_BYTES;
         let config = L2Config {
             segment_bytes: SSD_SEGMENT_BYTES,
             write_chunk_bytes: 16 << 10,

@@ -17,7 +17,8 @@
 //!   arcstat counters) and `CachedIo` (a pool's door to it), between objects and the pipeline.
 //! - `pressure`: the kernel's memory signals and the controller that moves the cache's target.
 //!
-//! An SSD tier (L2ARC) will attach to the policy's evictions.
+//! The SSD tier (`cairn-l2arc`, the pool's cache devices) sits below: `CachedIo` looks there on
+//! a miss before the pool, and offers it the blocks demand reads had to take from the pool.
 
 pub mod cache;
 pub mod policy;
@@ -30,7 +31,7 @@ pub mod streams;
 
 pub use cache::BlockClass;
 pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
-pub use read::{ArcConfig, ArcStats, CacheMode, CachedIo, LimitsError, ReadCache};
+pub use read::{ArcConfig, ArcStats, CacheMode, CachePolicy, CachedIo, LimitsError, ReadCache};
 pub use streams::{StreamConfig, StreamDetector};
 
 /// The cache key of a block whose first copy is at (`vdev`, `offset`) and which was born in

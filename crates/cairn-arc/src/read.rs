@@ -34,6 +34,7 @@ use crate::pressure::{self, Decision, PressureConfig, PressureController};
 use bytes::Bytes;
 use cairn_device::queue::IoClass;
 use cairn_format::BlockPointer;
+use cairn_l2arc::L2Arc;
 use cairn_pipeline::{BlockIo, PipelineError};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Condvar, Mutex};
@@ -76,6 +77,22 @@ impl CacheMode {
             CacheMode::None => false,
         }
     }
+}
+
+/// What a dataset's reads may leave in each cache tier: RAM (`primarycache`) and the pool's
+/// cache devices (`secondarycache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePolicy {
+    pub primary: CacheMode,
+    pub secondary: CacheMode,
+}
+
+impl CachePolicy {
+    /// Both tiers take everything (the properties' defaults).
+    pub const ALL: CachePolicy = CachePolicy {
+        primary: CacheMode::All,
+        secondary: CacheMode::All,
+    };
 }
 
 /// Sizes of the cache: `arc_max` and `arc_min` (see `pressure` for defaults from RAM).
@@ -184,10 +201,12 @@ enum Job {
 
 struct PrefetchJob {
     io: Arc<BlockIo>,
+    /// The pool's cache devices, read before the pool when the block may be there.
+    l2: Option<Arc<L2Arc>>,
     bp: BlockPointer,
     key: BlockKey,
     class: BlockClass,
-    mode: CacheMode,
+    policy: CachePolicy,
     pending: Arc<crate::cache::Pending>,
 }
 
@@ -570,14 +589,24 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
         } else {
             IoClass::AsyncRead
         };
-        let result = job.io.read_block(&job.bp, class);
+        // Read-ahead is served by the cache devices when they hold the block, and never fed to
+        // them (prefetched blocks are not eligible).
+        let from_l2 = job
+            .l2
+            .as_ref()
+            .filter(|_| job.policy.secondary.caches(job.class))
+            .and_then(|l2| l2.read(&job.bp));
+        let result = match from_l2 {
+            Some(data) => Ok(data),
+            None => job.io.read_block(&job.bp, class),
+        };
         // A block a demand reader already waited for has been used: it enters as demanded.
         let access = if job.pending.note_demand() {
             Access::Prefetch
         } else {
             Access::Demand
         };
-        let cache_as = job.mode.caches(job.class).then_some(access);
+        let cache_as = job.policy.primary.caches(job.class).then_some(access);
         shared.blocks.complete(
             &job.key,
             job.class,
@@ -598,11 +627,13 @@ pub fn release_free_heap() {
     }
 }
 
-/// A pool's door to the process's cache.
+/// A pool's door to the process's cache, and to the pool's cache devices below it.
 pub struct CachedIo {
     cache: Arc<ReadCache>,
     io: Arc<BlockIo>,
     pool_tag: u16,
+    /// The pool's SSD tier, once the pool set it up (writable pools; it may have no devices).
+    l2: std::sync::OnceLock<Arc<L2Arc>>,
 }
 
 fn block_class(bp: &BlockPointer) -> BlockClass {
@@ -620,7 +651,18 @@ impl CachedIo {
             cache,
             io,
             pool_tag,
+            l2: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Puts the pool's cache-device tier below the RAM cache (once).
+    pub fn set_l2(&self, l2: Arc<L2Arc>) {
+        let _ = self.l2.set(l2);
+    }
+
+    /// The pool's cache-device tier, when it has one with devices.
+    pub fn l2(&self) -> Option<&Arc<L2Arc>> {
+        self.l2.get().filter(|l2| l2.has_devices())
     }
 
     /// The pipeline underneath (writes, frees, and reads that must not be cached: scrub).
@@ -640,7 +682,11 @@ impl CachedIo {
     }
 
     /// A demand read of `bp`: verified bytes, from the cache or the pool.
-    pub fn read_block(&self, bp: &BlockPointer, mode: CacheMode) -> Result<Bytes, PipelineError> {
+    pub fn read_block(
+        &self,
+        bp: &BlockPointer,
+        policy: CachePolicy,
+    ) -> Result<Bytes, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
         let (key, class) = (self.key(bp), block_class(bp));
         let shared = &self.cache.shared;
@@ -665,8 +711,8 @@ impl CachedIo {
             }
             Lookup::Claimed(pending) => {
                 counters.misses.fetch_add(1, Ordering::Relaxed);
-                let result = self.io.read_block(bp, IoClass::SyncRead);
-                let caches = mode.caches(class);
+                let result = self.read_below(bp, class, policy.secondary);
+                let caches = policy.primary.caches(class);
                 if !caches {
                     shared
                         .counters
@@ -683,6 +729,26 @@ impl CachedIo {
                 result
             }
         }
+    }
+
+    /// An ARC miss: the cache devices first when the block may be there, else the pool; a
+    /// block the pool had to give is offered to the cache devices (demand reads only: the
+    /// feeding rule that keeps read-ahead and scans from washing the SSD tier).
+    fn read_below(
+        &self,
+        bp: &BlockPointer,
+        class: BlockClass,
+        secondary: CacheMode,
+    ) -> Result<Bytes, PipelineError> {
+        let l2 = self.l2().filter(|_| secondary.caches(class));
+        if let Some(data) = l2.and_then(|l2| l2.read(bp)) {
+            return Ok(data);
+        }
+        let result = self.io.read_block(bp, IoClass::SyncRead);
+        if let (Some(l2), Ok(data)) = (l2, &result) {
+            l2.offer(bp, data);
+        }
+        result
     }
 
     /// A demand read that must not wait for I/O (a reader on an async runtime): the block if
@@ -716,7 +782,7 @@ impl CachedIo {
     }
 
     /// Reads `bps` ahead in the background (blocks cached or in flight are skipped).
-    pub fn prefetch(&self, bps: &[BlockPointer], mode: CacheMode) {
+    pub fn prefetch(&self, bps: &[BlockPointer], policy: CachePolicy) {
         let shared = &self.cache.shared;
         let Some(tx) = &self.cache.prefetch_tx else {
             return;
@@ -735,10 +801,11 @@ impl CachedIo {
                     counters.misses.fetch_add(1, Ordering::Relaxed);
                     let job = PrefetchJob {
                         io: self.io.clone(),
+                        l2: self.l2().cloned(),
                         bp: *bp,
                         key,
                         class,
-                        mode,
+                        policy,
                         pending,
                     };
                     if let Err(err) = tx.try_send(Job::Block(job)) {

@@ -8,7 +8,7 @@
 //!
 //! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
 //! blocks off the log devices and writes large sync writes once, in place); `primarycache` in
-//! the ARC (what a dataset's reads leave in RAM); `reservation` and `refreservation` in space
+//! the ARC (what a dataset's reads leave in RAM); `secondarycache` on the pool's cache devices; `reservation` and `refreservation` in space
 //! accounting (`space.rs`). `sync=disabled` is unsafe (acknowledged
 //! writes can be lost) and is shown as such.
 
@@ -132,6 +132,15 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: true,
         inheritable: true,
         description: "what reads leave in the RAM cache (ARC): all blocks, metadata only, or nothing",
+    },
+    PropertyDef {
+        name: "secondarycache",
+        value_type: ValueType::Choice(&["all", "metadata", "none"]),
+        default: "all",
+        applies_to: None,
+        settable_after_create: true,
+        inheritable: true,
+        description: "what reads may leave on the pool's cache devices (L2ARC): all blocks, metadata only, or nothing",
     },
     PropertyDef {
         name: "compression",

@@ -277,7 +277,7 @@ pub(crate) fn open_leaves(
 /// destroyed, or half-created: labels but not one uberblock of that pool, as a create cut short
 /// leaves them), a known file system or partition table, or any non-zero byte where the labels
 /// go. Reads only.
-fn check_free(spec: &DeviceSpec, device: &dyn Device) -> Result<(), EngineError> {
+pub(crate) fn check_free(spec: &DeviceSpec, device: &dyn Device) -> Result<(), EngineError> {
     if let Ok(existing) = best_config(device) {
         let committed = read_uberblocks(device)
             .iter()

@@ -75,7 +75,7 @@ pub struct DiscoveredPool {
     pub devices: Vec<(DeviceSpec, u64)>,
 }
 
-fn candidate_paths(source: &ImportSource) -> Vec<PathBuf> {
+pub(crate) fn candidate_paths(source: &ImportSource) -> Vec<PathBuf> {
     let mut paths: Vec<PathBuf> = match source {
         ImportSource::Devices(specs) => {
             return specs.iter().map(|spec| spec.path.clone()).collect();
@@ -552,6 +552,7 @@ impl Pool {
                         notes.extend(pool.resume_resilver()?);
                     }
                     pool.notes = notes;
+                    pool.find_cache_devices(source, &options);
                     return Ok(pool);
                 }
                 Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),

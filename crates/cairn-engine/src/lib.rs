@@ -28,6 +28,7 @@
 //! See also: `sync::PoolSyncer`, `import::import_pool`, `scrub::scrub`, `check::check`.
 
 mod budget;
+mod cache_devices;
 mod check;
 mod create;
 mod import;
@@ -40,8 +41,10 @@ mod scrub;
 mod sync;
 
 pub use budget::{MemoryBudget, SYNC_TARGET_MS};
+pub use cache_devices::CacheDeviceStatus;
 pub use cairn_arc::pressure::{default_arc_min_bytes, read_memory, usable_memory_bytes};
 pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
+pub use cairn_l2arc::{DeviceReport, L2Config, L2Health};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
@@ -89,6 +92,8 @@ pub enum EngineError {
     Space(String),
     #[error("cannot change the pool's devices: {0}")]
     Layout(String),
+    #[error(transparent)]
+    Cache(#[from] cairn_l2arc::L2Error),
     /// The space allocator refused a free (see `SpaceAllocator::fault`); no txg is committed
     /// after it, so the pool is suspended.
     #[error("space map and block pointers disagree; the pool is suspended")]
@@ -116,6 +121,8 @@ impl EngineError {
             EngineError::Txg(err) | EngineError::StillSuspended(err) => err.class(),
             EngineError::ReadOnlyPool(_) => ErrorClass::ReadOnly,
             EngineError::Create(_) | EngineError::Layout(_) => ErrorClass::Invalid,
+            EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
+            EngineError::Cache(_) => ErrorClass::Invalid,
             EngineError::Label(_)
             | EngineError::Flush(_)
             | EngineError::TaskNotRun { .. }

@@ -43,6 +43,11 @@ pub struct PoolOptions {
     /// Every volume opened appends its clients' reads to `DIR/<pool>_<volume>.trace` (a
     /// diagnostic for `bench/record-volume-trace.sh`).
     pub read_trace_dir: Option<std::path::PathBuf>,
+    /// The pool's cache devices, as remembered by the front end (import reopens them; one
+    /// that is missing leaves the pool ONLINE).
+    pub cache_devices: Vec<cairn_device::spec::DeviceSpec>,
+    /// How the cache-device tier behaves (segment size, index RAM cap, write budget).
+    pub l2: cairn_l2arc::L2Config,
 }
 
 impl Default for PoolOptions {
@@ -55,6 +60,8 @@ impl Default for PoolOptions {
             space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
             ignore_missing_log: false,
             read_trace_dir: None,
+            cache_devices: Vec::new(),
+            l2: cairn_l2arc::L2Config::default(),
         }
     }
 }
@@ -122,6 +129,10 @@ pub struct Pool {
     /// What import had to say (missing devices, a rewind), for the front end to show once.
     pub(crate) notes: Vec<String>,
     read_trace_dir: Option<std::path::PathBuf>,
+    /// The SSD tier below the RAM cache (`cache_devices.rs`); none when opened read-only.
+    pub(crate) l2: Option<Arc<cairn_l2arc::L2Arc>>,
+    /// Cache devices by spec, with the reason of one found missing at import.
+    pub(crate) cache_devices: Mutex<Vec<(cairn_device::spec::DeviceSpec, Option<String>)>>,
 }
 
 #[derive(Debug, Clone)]
@@ -192,6 +203,11 @@ impl Pool {
         if let Some(engine) = &txg {
             let _ = core.suspend_handle.set(engine.suspend_handle());
         }
+        let l2 = (!options.readonly).then(|| {
+            let tier = Arc::new(cairn_l2arc::L2Arc::new(options.l2.clone()));
+            core.mos.cached_io().set_l2(tier.clone());
+            tier
+        });
         let pool = Pool {
             core,
             txg,
@@ -200,6 +216,8 @@ impl Pool {
             resilver: Mutex::new(None),
             notes: Vec::new(),
             read_trace_dir: options.read_trace_dir.clone(),
+            l2,
+            cache_devices: Mutex::new(Vec::new()),
         };
         pool.apply_properties();
         pool
@@ -570,6 +588,9 @@ impl Pool {
             if let Ok((primarycache, _)) = directory.property(name, "primarycache") {
                 objset.set_cache_mode(CacheMode::from_property(&primarycache));
             }
+            if let Ok((secondarycache, _)) = directory.property(name, "secondarycache") {
+                objset.set_secondary_cache_mode(CacheMode::from_property(&secondarycache));
+            }
         }
         for (name, volume) in self.volumes.lock().iter() {
             if let Ok((readonly, _)) = directory.property(name, "readonly") {
@@ -698,6 +719,10 @@ impl Pool {
             return Ok(());
         }
         self.stop_resilver();
+        // Seal what the cache devices are writing, so the next import finds it.
+        if let Some(tier) = &self.l2 {
+            tier.shutdown();
+        }
         if let Some(engine) = &self.txg {
             self.release_intent_logs(engine)?;
             if *self.core.label_state.lock() != state {
@@ -751,6 +776,9 @@ impl Drop for Pool {
     fn drop(&mut self) {
         if !self.closed.load(Ordering::SeqCst) {
             self.stop_resilver();
+            if let Some(tier) = &self.l2 {
+                tier.shutdown();
+            }
             if let Some(engine) = &self.txg {
                 let _ = engine.shutdown();
             }

@@ -1,8 +1,8 @@
 //! The bytes on a cache device.
 //!
 //! ```text
-//! 0        4 KiB     8 KiB              data_start
-//! | super A | super B | (reserved)       | segment 0 | segment 1 | ... | segment N-1 |
+//! 0        4 KiB     8 KiB              data_start                                 end
+//! | super A | super B | (zeroed)         | segment 0 | segment 1 | ... | segment N-1 | (zeroed, 1 MiB) |
 //!
 //! segment: | header (4 KiB) | block | block | ... | summary (24 B per block) | free |
 //! ```
@@ -33,6 +33,9 @@ pub const HEADER_BYTES: u64 = 4096;
 pub const SUMMARY_ENTRY_BYTES: usize = 24;
 /// Segments start here (room for both superblocks, aligned for large writes).
 pub const DATA_START: u64 = 1 << 20;
+/// Kept unused (and zeroed when the device is added) at the device's end, so no label of an
+/// earlier use survives there to be mistaken for a pool member.
+pub const TAIL_RESERVED_BYTES: u64 = 1 << 20;
 /// Smallest segment: a header, a few blocks and their summary.
 pub const SEGMENT_BYTES_MIN: u64 = 64 << 10;
 /// Largest segment (offsets within a segment are u32 sectors... and summaries stay small).
@@ -71,7 +74,8 @@ impl Superblock {
         pool_guid: u64,
     ) -> Result<Superblock, LayoutError> {
         check_segment_bytes(segment_bytes)?;
-        let segment_count = device_bytes.saturating_sub(DATA_START) / segment_bytes;
+        let segment_count =
+            device_bytes.saturating_sub(DATA_START + TAIL_RESERVED_BYTES) / segment_bytes;
         if segment_count == 0 {
             return Err(LayoutError::Range {
                 what: "device size (no room for one segment)",
@@ -314,7 +318,7 @@ mod tests {
     #[test]
     fn superblocks_round_trip_and_damage_is_named() {
         let superblock = Superblock::for_device(64 << 20, 1 << 20, 7, 9).unwrap();
-        assert_eq!(superblock.segment_count, 63);
+        assert_eq!(superblock.segment_count, 62);
         let mut bytes = superblock.encode();
         assert_eq!(Superblock::decode(&bytes), Ok(superblock));
         bytes[33] ^= 1;

@@ -365,13 +365,20 @@ impl L2Arc {
             device: name.to_string(),
             source,
         };
-        // No old segment header may survive into the new layout's first segment slots.
+        // Nothing of an earlier use may survive where it could be read as ours (an old
+        // segment header) or as a pool member's label (the first and last MiB).
         let blank = vec![0u8; layout::HEADER_BYTES as usize];
         for segment in 0..superblock.segment_count.min(u64::from(u32::MAX)) as u32 {
             device
                 .write_at(superblock.segment_offset(segment), &blank)
                 .map_err(device_error)?;
         }
+        let zeros = vec![0u8; layout::DATA_START as usize];
+        device.write_at(0, &zeros).map_err(device_error)?;
+        let tail = layout::TAIL_RESERVED_BYTES.min(device.size_bytes());
+        device
+            .write_at(device.size_bytes() - tail, &zeros[..tail as usize])
+            .map_err(device_error)?;
         let encoded = superblock.encode();
         device.write_at(0, &encoded).map_err(device_error)?;
         device
@@ -453,6 +460,11 @@ impl L2Arc {
         self.shared.index_retain(|place| place.device != slot);
         self.shared.devices.write()[usize::from(slot)] = None;
         Ok(())
+    }
+
+    /// Whether any cache device is attached (an empty tier is skipped by readers).
+    pub fn has_devices(&self) -> bool {
+        !self.writers.lock().is_empty()
     }
 
     /// Every device, in the order they were added.

@@ -4,7 +4,7 @@
 
 use crate::{BlockChange, ObjectError, is_all_zero, tree};
 use bytes::Bytes;
-use cairn_arc::{CacheMode, CachedIo};
+use cairn_arc::{CachePolicy, CachedIo};
 use cairn_device::queue::IoClass;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjectType};
 use cairn_pipeline::WriteBatch;
@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 /// Rewrites trees copy-on-write for one txg.
 pub(crate) struct TreeWriter<'a, 'b> {
     pub(crate) io: &'a CachedIo,
-    pub(crate) mode: CacheMode,
+    pub(crate) mode: CachePolicy,
     pub(crate) batch: &'a mut WriteBatch<'b>,
     pub(crate) txg: u64,
     pub(crate) checksum: ChecksumAlgorithm,
@@ -45,7 +45,7 @@ impl TreeWriter<'_, '_> {
             },
         )?;
         // The next txg reads it back to rewrite it: keep it cached.
-        self.io.insert_written(&bp, &data, self.mode);
+        self.io.insert_written(&bp, &data, self.mode.primary);
         Ok(bp)
     }
 
@@ -206,7 +206,7 @@ impl TreeWriter<'_, '_> {
                     )?;
                     if data_type.is_metadata(0) {
                         // Dnode blocks: read back by the next txg that changes a dnode.
-                        self.io.insert_written(&bp, &data, self.mode);
+                        self.io.insert_written(&bp, &data, self.mode.primary);
                     }
                     *used += i128::from(bp.allocated_bytes());
                     Ok(bp)

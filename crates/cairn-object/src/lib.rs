@@ -130,7 +130,7 @@ pub struct ObjectSet {
     objset_type: ObjsetType,
     checksum: Mutex<ChecksumAlgorithm>,
     state: Mutex<State>,
-    /// `primarycache`, as `CacheMode as u8`.
+    /// `primarycache` in the low two bits, `secondarycache` in the next two (`objset.rs`).
     cache_mode: AtomicU8,
     /// Sequential streams per object, for read-ahead (`note_read`).
     streams: Mutex<StreamDetector>,

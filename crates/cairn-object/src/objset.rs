@@ -5,7 +5,7 @@
 use crate::check::check_dnode;
 use crate::read::{TreeReader, read_objset_phys};
 use crate::{ObjectError, ObjectSet, State};
-use cairn_arc::{CacheMode, CachedIo, StreamConfig, StreamDetector};
+use cairn_arc::{CacheMode, CachePolicy, CachedIo, StreamConfig, StreamDetector};
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, INDIRECT_SHIFT_DEFAULT};
 use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjectType, ObjsetType};
@@ -16,12 +16,23 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 fn cache_mode_from_raw(raw: u8) -> CacheMode {
-    match raw {
+    match raw & 0b11 {
         1 => CacheMode::Metadata,
         2 => CacheMode::None,
         _ => CacheMode::All,
     }
 }
+
+fn cache_mode_raw(mode: CacheMode) -> u8 {
+    match mode {
+        CacheMode::All => 0,
+        CacheMode::Metadata => 1,
+        CacheMode::None => 2,
+    }
+}
+
+/// Bits of the secondary (cache-device) mode in the packed policy; the primary's are below.
+const SECONDARY_SHIFT: u32 = 2;
 
 fn stream_detector(io: &CachedIo) -> Mutex<StreamDetector> {
     // Read-ahead distance capped for the cache, counting in the smallest volume blocks.
@@ -149,18 +160,31 @@ impl ObjectSet {
         &self.io
     }
 
-    /// What reads of this object set leave in the cache (`primarycache`).
+    /// What reads of this object set leave in the RAM cache (`primarycache`).
     pub fn set_cache_mode(&self, mode: CacheMode) {
-        let raw = match mode {
-            CacheMode::All => 0,
-            CacheMode::Metadata => 1,
-            CacheMode::None => 2,
-        };
-        self.cache_mode.store(raw, Ordering::Relaxed);
+        let _ = self
+            .cache_mode
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |raw| {
+                Some((raw & !0b11) | cache_mode_raw(mode))
+            });
     }
 
-    pub fn cache_mode(&self) -> CacheMode {
-        cache_mode_from_raw(self.cache_mode.load(Ordering::Relaxed))
+    /// What reads of this object set may leave on the pool's cache devices (`secondarycache`).
+    pub fn set_secondary_cache_mode(&self, mode: CacheMode) {
+        let _ = self
+            .cache_mode
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |raw| {
+                Some((raw & 0b11) | cache_mode_raw(mode) << SECONDARY_SHIFT)
+            });
+    }
+
+    /// Both tiers' settings.
+    pub fn cache_mode(&self) -> CachePolicy {
+        let raw = self.cache_mode.load(Ordering::Relaxed);
+        CachePolicy {
+            primary: cache_mode_from_raw(raw),
+            secondary: cache_mode_from_raw(raw >> SECONDARY_SHIFT),
+        }
     }
 
     pub(crate) fn reader(&self) -> TreeReader<'_> {

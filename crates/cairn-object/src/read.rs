@@ -6,7 +6,7 @@
 use crate::check::{check_child, check_dnode};
 use crate::{ObjectError, ObjectSet, State, tree};
 use bytes::Bytes;
-use cairn_arc::{CacheMode, CachedIo};
+use cairn_arc::{CacheMode, CachePolicy, CachedIo};
 use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_SIZE, DNODES_PER_BLOCK};
 use cairn_format::{BlockPointer, Dnode, ObjectType, ObjsetPhys};
@@ -122,7 +122,7 @@ impl ObjectSet {
         }
         let ahead = self.streams.lock().observe_request(object, first, count);
         let mode = self.cache_mode();
-        if ahead.is_empty() || mode != CacheMode::All {
+        if ahead.is_empty() || mode.primary != CacheMode::All {
             // Read-ahead of blocks the cache would not keep is wasted work.
             return;
         }
@@ -371,10 +371,10 @@ fn tree_block_pointer(
     Ok(Some(bp))
 }
 
-/// Reads tree blocks through the cache under one `primarycache` setting.
+/// Reads tree blocks through the caches under one `primarycache`/`secondarycache` setting.
 pub(crate) struct TreeReader<'a> {
     pub(crate) io: &'a CachedIo,
-    pub(crate) mode: CacheMode,
+    pub(crate) mode: CachePolicy,
     /// Only what is cached: `NotCached` rather than a device read.
     pub(crate) cached_only: bool,
 }
