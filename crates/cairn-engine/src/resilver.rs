@@ -7,16 +7,19 @@
 //! From that txg on every write goes to every side, the new one too.
 //!
 //! The resilver then copies what the new side lacks: the blocks born before that. It syncs,
-//! walks the tree of the synced txg `W` (MOS, space log, every dataset, as scrub does) holding
-//! back the reuse of space freed after `W` (`ScanGuard`), collects the copies on the vdev born
-//! at or before `W` (anything born later was written after the swap, to every side), sorts
-//! them by offset and copies them in that order — sequential reads and writes, as seed 002
-//! praises — each read verified against its block pointer. About 200 bytes of memory per block
-//! to copy are held for the sort.
+//! walks the tree of the synced txg `W` (MOS, space log, every dataset, as scrub does; every
+//! root taken from that one txg, `SyncedTree`) holding back the reuse of space freed after `W`
+//! (`ScanGuard`), collects the copies on the vdev born at or before `W` (anything born later
+//! was written after the swap, to every side), sorts them by offset and copies them in that
+//! order — sequential reads and writes, as seed 002 praises — each read verified against its
+//! block pointer. About 200 bytes of memory per block to copy are held for the sort.
 //!
 //! Invariants:
 //! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
 //!   copy: not for detach, and not for a write (a write that reached only it failed).
+//! - The walk must read every block of the tree: one it cannot read hides the blocks below it,
+//!   so the resilver stops there, unfinished, rather than record a side it never filled as
+//!   complete.
 //! - The record's `next_offset` only moves past blocks that were written to the new leaf and
 //!   flushed; a block no side can give back stops the resilver there. A re-import resumes
 //!   from `next_offset` (blocks born since were written to every side).
@@ -27,7 +30,7 @@
 //! socket) meanwhile; `Pool::wait_resilver` lets a one-shot command wait for it.
 
 use crate::create::{CreateOptions, VdevGroup, check_groups, open_leaves};
-use crate::pool::{PoolCore, ScanGuard, run_sync_task_with};
+use crate::pool::{PoolCore, SyncedTree, run_sync_task_with};
 use crate::{DeviceOpener, EngineError, Pool};
 use bytes::Bytes;
 use cairn_dataset::ResilverRecord;
@@ -92,6 +95,22 @@ struct Progress {
     error: Mutex<Option<String>>,
     finished: Mutex<bool>,
     finished_cv: Condvar,
+}
+
+/// Sets `Progress::finished` (and wakes the waiters) when the resilver thread's run ends.
+struct FinishOnDrop<'a>(&'a Progress);
+
+impl Drop for FinishOnDrop<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0
+                .error
+                .lock()
+                .get_or_insert_with(|| "the resilver thread panicked".to_string());
+        }
+        *self.0.finished.lock() = true;
+        self.0.finished_cv.notify_all();
+    }
 }
 
 /// The resilver thread of a pool.
@@ -447,6 +466,9 @@ impl Pool {
             std::thread::Builder::new()
                 .name("cairn-resilver".into())
                 .spawn(move || {
+                    // Marks the run finished however it ends, a panic included: a waiter
+                    // (`wait_resilver`) must never wait for a thread that is gone.
+                    let _finished = FinishOnDrop(&progress);
                     let run = Resilver {
                         core: &core,
                         engine: &engine,
@@ -459,8 +481,6 @@ impl Pool {
                     if let Err(err) = outcome {
                         *progress.error.lock() = Some(err.to_string());
                     }
-                    *progress.finished.lock() = true;
-                    progress.finished_cv.notify_all();
                 })
                 .map_err(|err| layout_error(format!("cannot start the resilver: {err}")))?
         };
@@ -557,10 +577,13 @@ impl Resilver<'_> {
                 .map_err(|err| layout_error(err.to_string()))?;
         }
         // Every txg after the one this syncs opened after the attach: its blocks are on
-        // every side. The tree of this txg holds every block that may be missing.
+        // every side. The tree of this txg (or of a later one) holds every block that may be
+        // missing.
         self.engine.sync_now_forced().map_err(txg_error)?;
-        let uberblock = self.core.uberblock.lock().clone();
-        let _hold = ScanGuard::hold(self.core, uberblock.txg);
+        // All roots of one synced txg: the live directory names blocks of a txg still being
+        // synced, which cannot be read yet, and a walk that skips them would leave their
+        // subtrees uncopied.
+        let synced = SyncedTree::take(self.core, Some(self.engine))?;
         let record = self
             .core
             .directory
@@ -574,34 +597,35 @@ impl Resilver<'_> {
         let mut collector = Collector {
             io: &self.core.io,
             vdev: top.id(),
-            born_by_txg: uberblock.txg,
+            born_by_txg: synced.uberblock.txg,
             from_offset: record.next_offset,
             copies: BTreeMap::new(),
             unreadable: 0,
         };
-        walk_objset(&uberblock.root_bp, &mut collector);
-        let chain = self.core.space_log.lock().chain.clone();
-        chain.iter().for_each(|bp| collector.note(bp));
-        let roots: Vec<BlockPointer> = self
-            .core
-            .directory
-            .lock()
-            .datasets
-            .values()
-            .filter_map(|record| record.objset_bp().ok())
-            .collect();
-        for root in &roots {
+        walk_objset(&synced.uberblock.root_bp, &mut collector);
+        synced.chain.iter().for_each(|bp| collector.note(bp));
+        for (_, root) in &synced.roots {
             walk_objset(root, &mut collector);
+        }
+        let progress = self.progress;
+        progress
+            .unrecoverable_blocks
+            .store(collector.unreadable, Ordering::Relaxed);
+        // A block the walk could not read hides the blocks below it: the new side cannot be
+        // known complete, so it stays unreadable (and the record unfinished) until a later
+        // run, with the device back or the damage repaired, walks the whole tree.
+        if collector.unreadable > 0 {
+            return Err(layout_error(format!(
+                "{} blocks of the pool's tree could not be read from any other side; {} \
+                 stays incomplete",
+                collector.unreadable, leaf.spec
+            )));
         }
         let remaining: u64 = collector
             .copies
             .values()
             .map(|(dva, _)| u64::from(dva.asize))
             .sum();
-        let progress = self.progress;
-        progress
-            .unrecoverable_blocks
-            .store(collector.unreadable, Ordering::Relaxed);
         progress
             .copied_bytes
             .store(record.copied_bytes, Ordering::Relaxed);
@@ -735,7 +759,16 @@ impl Resilver<'_> {
     fn finish(&self, leaf: &Arc<Leaf>) -> Result<(), EngineError> {
         let guid = self.leaf_guid;
         let copied_bytes = self.progress.copied_bytes.load(Ordering::Relaxed);
+        let filled = leaf.clone();
         run_sync_task_with(self.core, self.engine, move |core, _| {
+            // A leaf faulted since the copies (a write to it failed) lacks what that write
+            // carried, and nothing records which txgs it missed: it is not complete.
+            if !filled.is_usable() {
+                return Err(layout_error(format!(
+                    "{} failed during the resilver; it stays incomplete",
+                    filled.spec
+                )));
+            }
             let mut directory = core.directory.lock();
             let Some(record) = directory.resilver.as_mut().filter(|r| r.leaf_guid == guid) else {
                 return Err(layout_error("the resilver record is gone"));
