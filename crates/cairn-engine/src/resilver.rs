@@ -12,7 +12,10 @@
 //! (`ScanGuard`), collects the copies on the vdev born at or before `W` (anything born later
 //! was written after the swap, to every side), sorts them by offset and copies them in that
 //! order — sequential reads and writes, as seed 002 praises — each read verified against its
-//! block pointer. About 200 bytes of memory per block to copy are held for the sort.
+//! block pointer. About 200 bytes of memory per block to copy are held for the sort, for at
+//! most `PLANNED_COPIES_MAX` blocks: a vdev holding more is done in windows of offsets, the
+//! lowest first, each planned by a walk of a newer synced txg's tree from where the previous
+//! one ended (what lies below was copied, or written to every side since).
 //!
 //! Invariants:
 //! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
@@ -54,6 +57,9 @@ use std::time::{Duration, Instant};
 const BATCH_BYTES_MAX: u64 = 8 << 20;
 /// Progress is made durable (a sync task) at most this often.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Copies planned at once by default: about 200 bytes of memory each, so some 50 MiB, which
+/// covers 32 GiB of 128 KiB blocks per walk of the tree.
+pub const PLANNED_COPIES_MAX: usize = 1 << 18;
 /// Longest sleep between two looks at the cancel flag.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
@@ -62,6 +68,9 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 pub struct ResilverOptions {
     /// Copy at most this many bytes per second (none: as fast as the devices go).
     pub rate_bytes_per_s: Option<u64>,
+    /// Most copies planned (held in memory, sorted) at once (none: `PLANNED_COPIES_MAX`). A
+    /// vdev with more is resilvered in windows of offsets, one walk of the tree each.
+    pub planned_copies_max: Option<usize>,
 }
 
 /// A resilver as `pool status` shows it.
@@ -517,13 +526,20 @@ fn check_attachable(top: &TopVdev, name: &str) -> Result<(), EngineError> {
 /// One copy to resilver: its address and the block it belongs to.
 type Planned = (Dva, BlockPointer);
 
-/// Collects the copies on one vdev born at or before a txg, by offset.
+/// Collects the copies on one vdev born at or before a txg, by offset: those from
+/// `from_offset` on, at most `planned_max` of them, the lowest offsets first (`window_end`
+/// shrinks to the first offset left out).
 struct Collector<'a> {
     io: &'a BlockIo,
+    cancel: &'a AtomicBool,
     vdev: u32,
     born_by_txg: u64,
     from_offset: u64,
+    window_end: u64,
+    planned_max: usize,
     copies: BTreeMap<u64, Planned>,
+    /// Bytes of every copy from `from_offset` on, planned or not (the resilver's total).
+    remaining_bytes: u64,
     unreadable: u64,
 }
 
@@ -533,8 +549,18 @@ impl Collector<'_> {
             return;
         }
         for dva in bp.copies() {
-            if dva.vdev == self.vdev && dva.offset >= self.from_offset {
-                self.copies.insert(dva.offset, (*dva, *bp));
+            if dva.vdev != self.vdev || dva.offset < self.from_offset {
+                continue;
+            }
+            self.remaining_bytes += u64::from(dva.asize);
+            if dva.offset >= self.window_end {
+                continue;
+            }
+            self.copies.insert(dva.offset, (*dva, *bp));
+            if self.copies.len() > self.planned_max
+                && let Some((offset, _)) = self.copies.pop_last()
+            {
+                self.window_end = offset;
             }
         }
     }
@@ -543,7 +569,9 @@ impl Collector<'_> {
 impl TreeVisitor for Collector<'_> {
     fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
         self.note(&block.bp);
-        if !need_data {
+        // Asked to stop (pool closing, detach): descend no further, so a walk of a large
+        // tree does not hold up the close.
+        if !need_data || self.cancel.load(Ordering::SeqCst) {
             return None;
         }
         match self.io.read_block(&block.bp, IoClass::Scrub) {
@@ -568,7 +596,6 @@ struct Resilver<'a> {
 
 impl Resilver<'_> {
     fn run(&self) -> Result<(), EngineError> {
-        let txg_error = |err: cairn_pool::txg::TxgError| EngineError::Txg(err.to_string());
         // Chains begun before the attach may hold blocks the new side lacks; restart them so
         // those are freed once their records are in a synced txg.
         let logs: Vec<_> = self.core.intent_logs.lock().values().cloned().collect();
@@ -576,6 +603,21 @@ impl Resilver<'_> {
             log.restart_chains()
                 .map_err(|err| layout_error(err.to_string()))?;
         }
+        // The rate limit counts from here, over every window.
+        let started = Instant::now();
+        loop {
+            if let Some(leaf) = self.copy_window(started)? {
+                return self.finish(&leaf);
+            }
+        }
+    }
+
+    /// Plans and copies the next window of offsets; the leaf once the window reached the end
+    /// of the vdev. Each window walks the tree of a synced txg afresh: the copies below the
+    /// window's start are on the new side already (or were born after an earlier window's
+    /// txg, and so written to every side).
+    fn copy_window(&self, started: Instant) -> Result<Option<Arc<Leaf>>, EngineError> {
+        let txg_error = |err: cairn_pool::txg::TxgError| EngineError::Txg(err.to_string());
         // Every txg after the one this syncs opened after the attach: its blocks are on
         // every side. The tree of this txg (or of a later one) holds every block that may be
         // missing.
@@ -590,22 +632,34 @@ impl Resilver<'_> {
             .lock()
             .resilver
             .clone()
+            .filter(|record| record.leaf_guid == self.leaf_guid)
             .ok_or_else(|| layout_error("the resilver record is gone"))?;
         let tree = self.core.tree();
         let (top, leaf) = find_leaf_by_guid(&tree, self.leaf_guid)
             .ok_or_else(|| layout_error("the device being resilvered left the pool"))?;
         let mut collector = Collector {
             io: &self.core.io,
+            cancel: self.cancel,
             vdev: top.id(),
             born_by_txg: synced.uberblock.txg,
             from_offset: record.next_offset,
+            window_end: top.data_size_bytes,
+            planned_max: self
+                .options
+                .planned_copies_max
+                .unwrap_or(PLANNED_COPIES_MAX)
+                .max(1),
             copies: BTreeMap::new(),
+            remaining_bytes: 0,
             unreadable: 0,
         };
         walk_objset(&synced.uberblock.root_bp, &mut collector);
         synced.chain.iter().for_each(|bp| collector.note(bp));
         for (_, root) in &synced.roots {
             walk_objset(root, &mut collector);
+        }
+        if self.cancel.load(Ordering::SeqCst) {
+            return Err(layout_error("stopped"));
         }
         let progress = self.progress;
         progress
@@ -621,31 +675,29 @@ impl Resilver<'_> {
                 collector.unreadable, leaf.spec
             )));
         }
-        let remaining: u64 = collector
-            .copies
-            .values()
-            .map(|(dva, _)| u64::from(dva.asize))
-            .sum();
         progress
             .copied_bytes
             .store(record.copied_bytes, Ordering::Relaxed);
-        progress
-            .total_bytes
-            .store(record.copied_bytes + remaining, Ordering::Relaxed);
+        progress.total_bytes.store(
+            record.copied_bytes + collector.remaining_bytes,
+            Ordering::Relaxed,
+        );
+        let window_end = collector.window_end;
         let copies: Vec<Planned> = collector.copies.into_values().collect();
-        self.copy_all(&leaf, &copies, top.data_size_bytes)?;
-        self.finish(&leaf)
+        self.copy_all(&leaf, &copies, window_end, started)?;
+        Ok((window_end >= top.data_size_bytes).then_some(leaf))
     }
 
-    /// Copies `copies` (sorted by offset) in batches, flushing and checkpointing as it goes.
-    /// Stopped (pool closing, detach), it records how far it got first.
+    /// Copies `copies` (sorted by offset, all below `end_offset`) in batches, flushing and
+    /// checkpointing as it goes; the last checkpoint records `end_offset`. Stopped (pool
+    /// closing, detach), it records how far it got first.
     fn copy_all(
         &self,
         leaf: &Arc<Leaf>,
         copies: &[Planned],
         end_offset: u64,
+        started: Instant,
     ) -> Result<(), EngineError> {
-        let started = Instant::now();
         let mut last_checkpoint = Instant::now();
         let mut index = 0;
         let offset_at = |index: usize| copies.get(index).map_or(end_offset, |(dva, _)| dva.offset);
