@@ -415,7 +415,9 @@ fn import_dir(dir: &Path, seed: u64, context: &str) -> Pool {
 /// It once failed about one run in three: the resilver took the dataset roots from the live
 /// directory, which a txg sync running meanwhile had already pointed at blocks still being
 /// written; the walk could not read them, skipped their subtrees, and the resilver recorded a
-/// new side holding almost none of the volume as complete (`SyncedTree`).
+/// new side holding almost none of the volume as complete (`SyncedTree`). It also hung now and
+/// then in `wait_resilver`: the resilver waited for an intent-log lane failed by the cut to go
+/// quiet before restarting its chain, which a failed lane never does.
 #[test]
 fn a_power_cut_during_attach_or_resilver_loses_nothing() {
     let ops_total = {
