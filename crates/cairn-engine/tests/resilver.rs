@@ -355,6 +355,7 @@ fn attach_while_writing(
     dir: &Path,
     power: &Arc<PowerSwitch>,
     seed: u64,
+    options: ResilverOptions,
 ) -> (Result<(), cairn_engine::EngineError>, u64) {
     let acked = AtomicU64::new(SECTORS_BEFORE);
     let done = AtomicBool::new(false);
@@ -378,7 +379,7 @@ fn attach_while_writing(
                 &spec(&dir.join("d1.img")),
                 &sized(),
                 &opener,
-                ResilverOptions::default(),
+                options,
             )
             .and_then(|_| pool.wait_resilver());
         done.store(true, Ordering::SeqCst);
@@ -420,17 +421,45 @@ fn import_dir(dir: &Path, seed: u64, context: &str) -> Pool {
 /// quiet before restarting its chain, which a failed lane never does.
 #[test]
 fn a_power_cut_during_attach_or_resilver_loses_nothing() {
+    power_cut_rounds(ResilverOptions::default());
+}
+
+/// The same with the resilver done in windows of a few copies, each ended by a checkpoint: cuts
+/// land between checkpoints, and the resilver resumed at import starts from the last durable
+/// one.
+#[test]
+fn a_power_cut_during_a_windowed_resilver_loses_nothing() {
+    power_cut_rounds(ResilverOptions {
+        planned_copies_max: Some(8),
+        ..Default::default()
+    });
+}
+
+/// Whether an import note says a resilver resumed with part of it done and part left
+/// ("resumed at N of M bytes").
+fn resumed_midway_note(note: &str) -> bool {
+    let Some((_, rest)) = note.split_once("resumed at ") else {
+        return false;
+    };
+    let words: Vec<&str> = rest.split_whitespace().collect();
+    let number = |index: usize| words.get(index).and_then(|word| word.parse::<u64>().ok());
+    matches!((number(0), number(2)), (Some(copied), Some(total)) if copied > 0 && copied < total)
+}
+
+/// One round per cut point spread over an attach and its resilver run with `options`.
+fn power_cut_rounds(options: ResilverOptions) {
     let ops_total = {
         let dir = tempfile::tempdir().unwrap();
         let power = Arc::new(PowerSwitch::with_seed(1));
         let pool = pool_on_switch(dir.path(), 1, &power);
         let before = power.ops_seen();
-        let (outcome, _) = attach_while_writing(&pool, dir.path(), &power, 1);
+        let (outcome, _) = attach_while_writing(&pool, dir.path(), &power, 1, options);
         outcome.expect("attach and resilver");
         power.ops_seen() - before
     };
     let step = (ops_total / 30).max(1);
     let mut outcomes = std::collections::BTreeMap::<usize, usize>::new();
+    let mut resumed_midway = 0;
     for trip in (1..=ops_total + 2).step_by(step as usize) {
         if let Ok(only) = std::env::var("CAIRN_RESILVER_TRIP")
             && only != trip.to_string()
@@ -443,7 +472,7 @@ fn a_power_cut_during_attach_or_resilver_loses_nothing() {
         let power = Arc::new(PowerSwitch::with_seed(seed));
         let pool = pool_on_switch(dir.path(), seed, &power);
         power.arm_after_ops(trip);
-        let (outcome, acked) = attach_while_writing(&pool, dir.path(), &power, seed);
+        let (outcome, acked) = attach_while_writing(&pool, dir.path(), &power, seed, options);
         let completed = outcome.is_ok() && !power.tripped();
         power.cut_now();
         drop(pool);
@@ -461,6 +490,9 @@ fn a_power_cut_during_attach_or_resilver_loses_nothing() {
                 .collect::<Vec<_>>()
         );
         assert_sectors(&pool, acked, &context);
+        if pool.notes().iter().any(|note| resumed_midway_note(note)) {
+            resumed_midway += 1;
+        }
         pool.wait_resilver()
             .unwrap_or_else(|err| panic!("{context}: resumed resilver: {err}"));
         let report = pool.check().unwrap();
@@ -478,9 +510,17 @@ fn a_power_cut_during_attach_or_resilver_loses_nothing() {
             pool.close().unwrap();
         }
     }
-    eprintln!("outcomes (devices after import): {outcomes:?}");
+    eprintln!(
+        "outcomes (devices after import): {outcomes:?}; resilvers resumed midway: {resumed_midway}"
+    );
     assert!(
         outcomes.contains_key(&1) && outcomes.contains_key(&2),
         "cuts should land both before and after the attach: {outcomes:?}"
     );
+    if options.planned_copies_max.is_some() {
+        assert!(
+            resumed_midway > 0,
+            "cuts should land between the checkpoints of a windowed resilver"
+        );
+    }
 }
