@@ -826,6 +826,62 @@ fn reclaim_deferred(core: &PoolCore, engine: &TxgEngine) -> bool {
     true
 }
 
+/// The roots of one synced txg, all of the same txg, with its blocks kept from reuse: what a
+/// scan (scrub, resilver) walks.
+pub(crate) struct SyncedTree<'a> {
+    pub(crate) uberblock: Uberblock,
+    /// Every dataset's object-set root, by name, as the directory of `uberblock.txg` has it.
+    pub(crate) roots: Vec<(String, cairn_format::BlockPointer)>,
+    /// The space-log chain of `uberblock.txg`.
+    pub(crate) chain: Vec<cairn_format::BlockPointer>,
+    pub(crate) _guard: ScanGuard<'a>,
+}
+
+impl<'a> SyncedTree<'a> {
+    /// Takes the roots of the last synced txg. The directory and the space-log chain in
+    /// memory are changed by the txg sync *before* its uberblock is committed (a dataset's
+    /// root then names blocks still being written), so a sync running meanwhile would mix
+    /// two txgs: the open txg is held (it cannot start syncing) and any sync already in
+    /// flight is waited for, just while the roots are read. The guard is taken before the
+    /// hold is let go, so no free of a later txg is released before it is in place.
+    pub(crate) fn take(
+        core: &'a PoolCore,
+        engine: Option<&TxgEngine>,
+    ) -> Result<SyncedTree<'a>, EngineError> {
+        let _freeze = match engine {
+            Some(engine) => {
+                let hold = engine.try_hold().map_err(EngineError::Txg)?;
+                while engine.last_synced_txg() + 1 < hold.txg() {
+                    if let Some(suspension) = engine.suspension() {
+                        return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(
+                            suspension,
+                        )));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                Some(hold)
+            }
+            None => None,
+        };
+        let uberblock = core.uberblock.lock().clone();
+        let guard = ScanGuard::hold(core, uberblock.txg);
+        let roots = core
+            .directory
+            .lock()
+            .datasets
+            .values()
+            .filter_map(|record| record.objset_bp().ok().map(|bp| (record.name.clone(), bp)))
+            .collect();
+        let chain = core.space_log.lock().chain.clone();
+        Ok(SyncedTree {
+            uberblock,
+            roots,
+            chain,
+            _guard: guard,
+        })
+    }
+}
+
 /// While alive, space freed after `txg` is not reused, so a scan walking the tree of `txg`
 /// (scrub, check, resilver) never reads, or repairs over, space that now holds something else.
 /// Scans may overlap: the allocator keeps the lowest floor of those alive.

@@ -7,16 +7,22 @@
 //! From that txg on every write goes to every side, the new one too.
 //!
 //! The resilver then copies what the new side lacks: the blocks born before that. It syncs,
-//! walks the tree of the synced txg `W` (MOS, space log, every dataset, as scrub does) holding
-//! back the reuse of space freed after `W` (`ScanGuard`), collects the copies on the vdev born
-//! at or before `W` (anything born later was written after the swap, to every side), sorts
-//! them by offset and copies them in that order — sequential reads and writes, as seed 002
-//! praises — each read verified against its block pointer. About 200 bytes of memory per block
-//! to copy are held for the sort.
+//! walks the tree of the synced txg `W` (MOS, space log, every dataset, as scrub does; every
+//! root taken from that one txg, `SyncedTree`) holding back the reuse of space freed after `W`
+//! (`ScanGuard`), collects the copies on the vdev born at or before `W` (anything born later
+//! was written after the swap, to every side), sorts them by offset and copies them in that
+//! order — sequential reads and writes, as seed 002 praises — each read verified against its
+//! block pointer. About 200 bytes of memory per block to copy are held for the sort, for at
+//! most `PLANNED_COPIES_MAX` blocks: a vdev holding more is done in windows of offsets, the
+//! lowest first, each planned by a walk of a newer synced txg's tree from where the previous
+//! one ended (what lies below was copied, or written to every side since).
 //!
 //! Invariants:
 //! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
 //!   copy: not for detach, and not for a write (a write that reached only it failed).
+//! - The walk must read every block of the tree: one it cannot read hides the blocks below it,
+//!   so the resilver stops there, unfinished, rather than record a side it never filled as
+//!   complete.
 //! - The record's `next_offset` only moves past blocks that were written to the new leaf and
 //!   flushed; a block no side can give back stops the resilver there. A re-import resumes
 //!   from `next_offset` (blocks born since were written to every side).
@@ -27,7 +33,7 @@
 //! socket) meanwhile; `Pool::wait_resilver` lets a one-shot command wait for it.
 
 use crate::create::{CreateOptions, VdevGroup, check_groups, open_leaves};
-use crate::pool::{PoolCore, ScanGuard, run_sync_task_with};
+use crate::pool::{PoolCore, SyncedTree, run_sync_task_with};
 use crate::{DeviceOpener, EngineError, Pool};
 use bytes::Bytes;
 use cairn_dataset::ResilverRecord;
@@ -51,6 +57,9 @@ use std::time::{Duration, Instant};
 const BATCH_BYTES_MAX: u64 = 8 << 20;
 /// Progress is made durable (a sync task) at most this often.
 const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+/// Copies planned at once by default: about 200 bytes of memory each, so some 50 MiB, which
+/// covers 32 GiB of 128 KiB blocks per walk of the tree.
+pub const PLANNED_COPIES_MAX: usize = 1 << 18;
 /// Longest sleep between two looks at the cancel flag.
 const SLEEP_SLICE: Duration = Duration::from_millis(50);
 
@@ -59,6 +68,9 @@ const SLEEP_SLICE: Duration = Duration::from_millis(50);
 pub struct ResilverOptions {
     /// Copy at most this many bytes per second (none: as fast as the devices go).
     pub rate_bytes_per_s: Option<u64>,
+    /// Most copies planned (held in memory, sorted) at once (none: `PLANNED_COPIES_MAX`). A
+    /// vdev with more is resilvered in windows of offsets, one walk of the tree each.
+    pub planned_copies_max: Option<usize>,
 }
 
 /// A resilver as `pool status` shows it.
@@ -92,6 +104,22 @@ struct Progress {
     error: Mutex<Option<String>>,
     finished: Mutex<bool>,
     finished_cv: Condvar,
+}
+
+/// Sets `Progress::finished` (and wakes the waiters) when the resilver thread's run ends.
+struct FinishOnDrop<'a>(&'a Progress);
+
+impl Drop for FinishOnDrop<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0
+                .error
+                .lock()
+                .get_or_insert_with(|| "the resilver thread panicked".to_string());
+        }
+        *self.0.finished.lock() = true;
+        self.0.finished_cv.notify_all();
+    }
 }
 
 /// The resilver thread of a pool.
@@ -447,6 +475,9 @@ impl Pool {
             std::thread::Builder::new()
                 .name("cairn-resilver".into())
                 .spawn(move || {
+                    // Marks the run finished however it ends, a panic included: a waiter
+                    // (`wait_resilver`) must never wait for a thread that is gone.
+                    let _finished = FinishOnDrop(&progress);
                     let run = Resilver {
                         core: &core,
                         engine: &engine,
@@ -459,8 +490,6 @@ impl Pool {
                     if let Err(err) = outcome {
                         *progress.error.lock() = Some(err.to_string());
                     }
-                    *progress.finished.lock() = true;
-                    progress.finished_cv.notify_all();
                 })
                 .map_err(|err| layout_error(format!("cannot start the resilver: {err}")))?
         };
@@ -497,13 +526,20 @@ fn check_attachable(top: &TopVdev, name: &str) -> Result<(), EngineError> {
 /// One copy to resilver: its address and the block it belongs to.
 type Planned = (Dva, BlockPointer);
 
-/// Collects the copies on one vdev born at or before a txg, by offset.
+/// Collects the copies on one vdev born at or before a txg, by offset: those from
+/// `from_offset` on, at most `planned_max` of them, the lowest offsets first (`window_end`
+/// shrinks to the first offset left out).
 struct Collector<'a> {
     io: &'a BlockIo,
+    cancel: &'a AtomicBool,
     vdev: u32,
     born_by_txg: u64,
     from_offset: u64,
+    window_end: u64,
+    planned_max: usize,
     copies: BTreeMap<u64, Planned>,
+    /// Bytes of every copy from `from_offset` on, planned or not (the resilver's total).
+    remaining_bytes: u64,
     unreadable: u64,
 }
 
@@ -513,8 +549,18 @@ impl Collector<'_> {
             return;
         }
         for dva in bp.copies() {
-            if dva.vdev == self.vdev && dva.offset >= self.from_offset {
-                self.copies.insert(dva.offset, (*dva, *bp));
+            if dva.vdev != self.vdev || dva.offset < self.from_offset {
+                continue;
+            }
+            self.remaining_bytes += u64::from(dva.asize);
+            if dva.offset >= self.window_end {
+                continue;
+            }
+            self.copies.insert(dva.offset, (*dva, *bp));
+            if self.copies.len() > self.planned_max
+                && let Some((offset, _)) = self.copies.pop_last()
+            {
+                self.window_end = offset;
             }
         }
     }
@@ -523,7 +569,9 @@ impl Collector<'_> {
 impl TreeVisitor for Collector<'_> {
     fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
         self.note(&block.bp);
-        if !need_data {
+        // Asked to stop (pool closing, detach): descend no further, so a walk of a large
+        // tree does not hold up the close.
+        if !need_data || self.cancel.load(Ordering::SeqCst) {
             return None;
         }
         match self.io.read_block(&block.bp, IoClass::Scrub) {
@@ -548,7 +596,6 @@ struct Resilver<'a> {
 
 impl Resilver<'_> {
     fn run(&self) -> Result<(), EngineError> {
-        let txg_error = EngineError::Txg;
         // Chains begun before the attach may hold blocks the new side lacks; restart them so
         // those are freed once their records are in a synced txg.
         let logs: Vec<_> = self.core.intent_logs.lock().values().cloned().collect();
@@ -556,72 +603,101 @@ impl Resilver<'_> {
             log.restart_chains()
                 .map_err(|err| layout_error(err.to_string()))?;
         }
+        // The rate limit counts from here, over every window.
+        let started = Instant::now();
+        loop {
+            if let Some(leaf) = self.copy_window(started)? {
+                return self.finish(&leaf);
+            }
+        }
+    }
+
+    /// Plans and copies the next window of offsets; the leaf once the window reached the end
+    /// of the vdev. Each window walks the tree of a synced txg afresh: the copies below the
+    /// window's start are on the new side already (or were born after an earlier window's
+    /// txg, and so written to every side).
+    fn copy_window(&self, started: Instant) -> Result<Option<Arc<Leaf>>, EngineError> {
+        let txg_error = EngineError::Txg;
         // Every txg after the one this syncs opened after the attach: its blocks are on
-        // every side. The tree of this txg holds every block that may be missing.
+        // every side. The tree of this txg (or of a later one) holds every block that may be
+        // missing.
         self.engine.sync_now_forced().map_err(txg_error)?;
-        let uberblock = self.core.uberblock.lock().clone();
-        let _hold = ScanGuard::hold(self.core, uberblock.txg);
+        // All roots of one synced txg: the live directory names blocks of a txg still being
+        // synced, which cannot be read yet, and a walk that skips them would leave their
+        // subtrees uncopied.
+        let synced = SyncedTree::take(self.core, Some(self.engine))?;
         let record = self
             .core
             .directory
             .lock()
             .resilver
             .clone()
+            .filter(|record| record.leaf_guid == self.leaf_guid)
             .ok_or_else(|| layout_error("the resilver record is gone"))?;
         let tree = self.core.tree();
         let (top, leaf) = find_leaf_by_guid(&tree, self.leaf_guid)
             .ok_or_else(|| layout_error("the device being resilvered left the pool"))?;
         let mut collector = Collector {
             io: &self.core.io,
+            cancel: self.cancel,
             vdev: top.id(),
-            born_by_txg: uberblock.txg,
+            born_by_txg: synced.uberblock.txg,
             from_offset: record.next_offset,
+            window_end: top.data_size_bytes,
+            planned_max: self
+                .options
+                .planned_copies_max
+                .unwrap_or(PLANNED_COPIES_MAX)
+                .max(1),
             copies: BTreeMap::new(),
+            remaining_bytes: 0,
             unreadable: 0,
         };
-        walk_objset(&uberblock.root_bp, &mut collector);
-        let chain = self.core.space_log.lock().chain.clone();
-        chain.iter().for_each(|bp| collector.note(bp));
-        let roots: Vec<BlockPointer> = self
-            .core
-            .directory
-            .lock()
-            .datasets
-            .values()
-            .filter_map(|record| record.objset_bp().ok())
-            .collect();
-        for root in &roots {
+        walk_objset(&synced.uberblock.root_bp, &mut collector);
+        synced.chain.iter().for_each(|bp| collector.note(bp));
+        for (_, root) in &synced.roots {
             walk_objset(root, &mut collector);
         }
-        let remaining: u64 = collector
-            .copies
-            .values()
-            .map(|(dva, _)| u64::from(dva.asize))
-            .sum();
+        if self.cancel.load(Ordering::SeqCst) {
+            return Err(layout_error("stopped"));
+        }
         let progress = self.progress;
         progress
             .unrecoverable_blocks
             .store(collector.unreadable, Ordering::Relaxed);
+        // A block the walk could not read hides the blocks below it: the new side cannot be
+        // known complete, so it stays unreadable (and the record unfinished) until a later
+        // run, with the device back or the damage repaired, walks the whole tree.
+        if collector.unreadable > 0 {
+            return Err(layout_error(format!(
+                "{} blocks of the pool's tree could not be read from any other side; {} \
+                 stays incomplete",
+                collector.unreadable, leaf.spec
+            )));
+        }
         progress
             .copied_bytes
             .store(record.copied_bytes, Ordering::Relaxed);
-        progress
-            .total_bytes
-            .store(record.copied_bytes + remaining, Ordering::Relaxed);
+        progress.total_bytes.store(
+            record.copied_bytes + collector.remaining_bytes,
+            Ordering::Relaxed,
+        );
+        let window_end = collector.window_end;
         let copies: Vec<Planned> = collector.copies.into_values().collect();
-        self.copy_all(&leaf, &copies, top.data_size_bytes)?;
-        self.finish(&leaf)
+        self.copy_all(&leaf, &copies, window_end, started)?;
+        Ok((window_end >= top.data_size_bytes).then_some(leaf))
     }
 
-    /// Copies `copies` (sorted by offset) in batches, flushing and checkpointing as it goes.
-    /// Stopped (pool closing, detach), it records how far it got first.
+    /// Copies `copies` (sorted by offset, all below `end_offset`) in batches, flushing and
+    /// checkpointing as it goes; the last checkpoint records `end_offset`. Stopped (pool
+    /// closing, detach), it records how far it got first.
     fn copy_all(
         &self,
         leaf: &Arc<Leaf>,
         copies: &[Planned],
         end_offset: u64,
+        started: Instant,
     ) -> Result<(), EngineError> {
-        let started = Instant::now();
         let mut last_checkpoint = Instant::now();
         let mut index = 0;
         let offset_at = |index: usize| copies.get(index).map_or(end_offset, |(dva, _)| dva.offset);
@@ -735,7 +811,16 @@ impl Resilver<'_> {
     fn finish(&self, leaf: &Arc<Leaf>) -> Result<(), EngineError> {
         let guid = self.leaf_guid;
         let copied_bytes = self.progress.copied_bytes.load(Ordering::Relaxed);
+        let filled = leaf.clone();
         run_sync_task_with(self.core, self.engine, move |core, _| {
+            // A leaf faulted since the copies (a write to it failed) lacks what that write
+            // carried, and nothing records which txgs it missed: it is not complete.
+            if !filled.is_usable() {
+                return Err(layout_error(format!(
+                    "{} failed during the resilver; it stays incomplete",
+                    filled.spec
+                )));
+            }
             let mut directory = core.directory.lock();
             let Some(record) = directory.resilver.as_mut().filter(|r| r.leaf_guid == guid) else {
                 return Err(layout_error("the resilver record is gone"));

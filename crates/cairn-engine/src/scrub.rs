@@ -102,17 +102,13 @@ impl Pool {
     ) -> Result<ScrubRecord, EngineError> {
         self.sync()?;
         let started_ms = crate::now_ms();
-        let uberblock = self.core.uberblock.lock().clone();
-        let _hold = crate::pool::ScanGuard::hold(&self.core, uberblock.txg);
-        let roots: Vec<(String, cairn_format::BlockPointer)> = {
-            let directory = self.core.directory.lock();
-            directory
-                .datasets
-                .values()
-                .filter_map(|record| record.objset_bp().ok().map(|bp| (record.name.clone(), bp)))
-                .collect()
-        };
-        let chain = self.core.space_log.lock().chain.clone();
+        // The roots of one synced txg (a sync running meanwhile would hand out roots whose
+        // blocks are still being written: reported unrecoverable, their subtrees unscrubbed).
+        let synced =
+            crate::pool::SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
+        let uberblock = synced.uberblock.clone();
+        let roots = synced.roots.clone();
+        let chain = synced.chain.clone();
         let mut visitor = ScrubVisitor {
             io: &self.core.io,
             dataset: format!("{} (pool metadata)", self.core.name),

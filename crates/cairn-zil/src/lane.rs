@@ -730,6 +730,11 @@ impl IntentLog {
     pub(crate) fn restart_chain(&self, lane: &Lane) -> Result<(), ZilError> {
         let mut st = lane.state.lock();
         while st.building || !st.in_flight.is_empty() {
+            // A failed lane keeps the batch whose write failed in flight for good (nothing
+            // can make it durable any more): waiting for a quiet moment would never end.
+            if let Some(reason) = &st.failed {
+                return Err(self.failed(reason.clone()));
+            }
             lane.cond.wait(&mut st);
         }
         if st.chain.is_none() {

@@ -102,6 +102,7 @@ fn start(
             .map(parse_size)
             .transpose()
             .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
+        ..ResilverOptions::default()
     };
     let missing = missing_files(&groups);
     let outcome = ctx.with_pool(name, false, |pool| {
