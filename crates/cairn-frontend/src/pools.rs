@@ -136,8 +136,13 @@ fn locked_by_another_process(path: &std::path::Path) -> bool {
     })
 }
 
-/// A device as the pool cache stores it, path made absolute.
+/// How the pool cache marks a cache device (the SSD tier) among a pool's devices.
+pub const CACHE_DEVICE_PREFIX: &str = "cache:";
+
+/// A device as the pool cache stores it (a cache device's `cache:` mark taken off), path made
+/// absolute.
 pub fn parse_cached_device(text: &str) -> Result<DeviceSpec, cairn_device::DeviceError> {
+    let text = text.strip_prefix(CACHE_DEVICE_PREFIX).unwrap_or(text);
     let mut spec = DeviceSpec::parse(text)?;
     if let Ok(path) = std::path::absolute(&spec.path) {
         spec.path = path;
@@ -145,11 +150,17 @@ pub fn parse_cached_device(text: &str) -> Result<DeviceSpec, cairn_device::Devic
     Ok(spec)
 }
 
-/// The device specs a pool is open on, in vdev order, as the cache stores them.
+/// The device specs a pool is open on, in vdev order, then its cache devices (marked), as the
+/// cache stores them.
 pub fn device_specs(pool: &Pool) -> Vec<String> {
     pool.tree()
         .leaves()
         .map(|leaf| leaf.spec.to_string())
+        .chain(
+            pool.cache_specs()
+                .iter()
+                .map(|spec| format!("{CACHE_DEVICE_PREFIX}{spec}")),
+        )
         .collect()
 }
 
@@ -213,21 +224,33 @@ impl PoolAccess {
         }
     }
 
-    /// The device specs the cache lists for `pool`.
+    /// The device specs the cache lists for `pool`: its vdev tree's devices.
     pub fn cached_devices(&self, pool: &str) -> Result<Vec<DeviceSpec>, PoolsError> {
+        Ok(self.cached_device_sets(pool)?.0)
+    }
+
+    /// The cache lists for `pool`: its vdev tree's devices, and its cache devices.
+    pub fn cached_device_sets(
+        &self,
+        pool: &str,
+    ) -> Result<(Vec<DeviceSpec>, Vec<DeviceSpec>), PoolsError> {
         let devices = self
             .cache
             .devices(pool)?
             .ok_or_else(|| PoolsError::NotImported(pool.to_string()))?;
-        devices
-            .iter()
-            .map(|text| {
-                parse_cached_device(text).map_err(|source| PoolsError::BadCachedDevice {
-                    pool: pool.to_string(),
-                    source,
-                })
-            })
-            .collect()
+        let (mut members, mut cache) = (Vec::new(), Vec::new());
+        for text in &devices {
+            let spec = parse_cached_device(text).map_err(|source| PoolsError::BadCachedDevice {
+                pool: pool.to_string(),
+                source,
+            })?;
+            if text.starts_with(CACHE_DEVICE_PREFIX) {
+                cache.push(spec);
+            } else {
+                members.push(spec);
+            }
+        }
+        Ok((members, cache))
     }
 
     /// Opens a cached pool; `readonly` opens it for inspection only (nothing is written). A
@@ -240,8 +263,8 @@ impl PoolAccess {
         self.open_with(pool, options)
     }
 
-    /// `open` with the caller's options.
-    pub fn open_with(&self, pool: &str, options: PoolOptions) -> Result<Pool, PoolsError> {
+    /// `open` with the caller's options (its cache devices are the ones the pool cache lists).
+    pub fn open_with(&self, pool: &str, mut options: PoolOptions) -> Result<Pool, PoolsError> {
         let unavailable = |reason: String, busy: bool| {
             PoolsError::Unavailable(PoolUnavailable {
                 pool: pool.to_string(),
@@ -249,8 +272,11 @@ impl PoolAccess {
                 busy,
             })
         };
-        let devices = match self.cached_devices(pool) {
-            Ok(devices) => devices,
+        let devices = match self.cached_device_sets(pool) {
+            Ok((devices, cache_devices)) => {
+                options.cache_devices = cache_devices;
+                devices
+            }
             Err(err @ PoolsError::BadCachedDevice { .. }) => {
                 return Err(unavailable(chain_text(&err), false));
             }

@@ -196,7 +196,7 @@ pub fn open_pools(
             {
                 continue;
             }
-            let pool = import_found(access, &found, budget, command_line)?;
+            let pool = import_found(access, &source, &found, budget, command_line)?;
             pools.insert(name, Arc::new(pool));
         }
     }
@@ -206,17 +206,18 @@ pub fn open_pools(
     Ok(pools)
 }
 
-/// Imports a pool the search found, by guid from exactly its devices, and remembers it.
+/// Imports a pool the search found, by guid (from the directories searched, which also holds
+/// its cache devices), and remembers it.
 fn import_found(
     access: &PoolAccess,
+    source: &ImportSource,
     found: &cairn_engine::DiscoveredPool,
     budget: &MemoryBudget,
     command_line: &str,
 ) -> Result<Pool, ServeError> {
     let name = found.config.pool_name.clone();
-    let specs = found.devices.iter().map(|(spec, _)| spec.clone()).collect();
     let pool = Pool::import(
-        &ImportSource::Devices(specs),
+        source,
         &found.config.pool_guid.to_string(),
         access.pool_options_under(Some(budget)),
     )

@@ -97,6 +97,14 @@ enum StatCommand {
         /// Pools to show (default: every imported pool).
         pools: Vec<String>,
     },
+    /// The SSD tier (cache devices): size, hits and misses, feeding, evictions, errors, the
+    /// index's blocks and RAM per block, rebuild progress after an import.
+    L2arc {
+        #[command(flatten)]
+        format: ListFormat,
+        /// Pools to show (default: every imported pool).
+        pools: Vec<String>,
+    },
     /// The server's memory budget: each allowance's limit against what it holds now, and the
     /// process's resident memory against the whole.
     Memory {
@@ -107,12 +115,14 @@ enum StatCommand {
 
 #[derive(Debug, Subcommand, Serialize, Deserialize)]
 enum PoolCommand {
-    /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; PATH may be emu:MODEL:PATH).
+    /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; then optionally log ...
+    /// and cache PATH...; PATH may be emu:MODEL:PATH).
     Create(PoolCreateArgs),
-    /// Add separate log devices to a pool: NAME log [mirror] PATH...
+    /// Add separate log devices or cache devices to a pool: NAME log [mirror] PATH... |
+    /// NAME cache PATH...
     Add(PoolAddArgs),
-    /// Remove a log device (its name in `pool status`, e.g. a path or mirror-N); what it
-    /// holds is made durable in the pool first, so nothing is lost.
+    /// Remove a log device (its name in `pool status`, e.g. a path or mirror-N; what it holds
+    /// is made durable in the pool first, so nothing is lost) or a cache device.
     Remove {
         pool: String,
         /// The log vdev: a device path or mirror-N.
@@ -216,7 +226,7 @@ struct PoolCreateArgs {
     root_properties: Vec<(String, String)>,
     /// Pool name.
     name: String,
-    /// PATH... | mirror PATH PATH... ; PATH may be emu:MODEL:PATH (hdd-7200, ssd-sata, ssd-plp, nvme, ram).
+    /// PATH... | mirror PATH PATH... [log ...] [cache PATH...] ; PATH may be emu:MODEL:PATH (hdd-7200, ssd-sata, ssd-plp, nvme, ram).
     #[arg(required = true, value_name = "VDEV")]
     vdevs: Vec<String>,
 }
@@ -231,7 +241,7 @@ struct PoolAddArgs {
     force: bool,
     /// Pool name.
     pool: String,
-    /// log PATH... | log mirror PATH PATH... ; PATH may be emu:MODEL:PATH.
+    /// log PATH... | log mirror PATH PATH... | cache PATH... ; PATH may be emu:MODEL:PATH.
     #[arg(required = true, value_name = "VDEV")]
     vdevs: Vec<String>,
 }
@@ -431,6 +441,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Stat(StatCommand::Zil { format, pools }) => stat_cmd::zil(ctx, format, &pools),
         Command::Stat(StatCommand::Arc(args)) => stat_arc_cmd::arc(ctx, &args),
         Command::Stat(StatCommand::Io { format, pools }) => stat_cmd::io(ctx, format, &pools),
+        Command::Stat(StatCommand::L2arc { format, pools }) => stat_cmd::l2arc(ctx, format, &pools),
         Command::Stat(StatCommand::Memory { format }) => stat_cmd::memory(ctx, format),
     }
 }

@@ -9,17 +9,19 @@
 use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason};
 use crate::context::{say, say_raw, shout};
 use crate::table::{Column, Table};
-use crate::vdevs::{parse_device, parse_vdevs};
+use crate::vdevs::parse_vdevs;
 use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
+use cairn_engine::CacheDeviceStatus;
 use cairn_engine::{
     CreateOptions, DiscoveredPool, EngineError, ImportSource, Pool, PoolOptions, PoolStatus,
     ScrubProgress, VdevGroup, discover_pools,
 };
 use cairn_format::PoolState;
+use cairn_frontend::pools::parse_cached_device;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,9 +34,17 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             "cannot create pool '{name}': a pool of that name is already imported (see cairn pool status {name}; cairn pool export {name} forgets one that is UNAVAIL)"
         );
     }
-    let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
-    refuse_imported_members(ctx, &groups, None).with_context(fail)?;
-    let size = creation_size(args.size.as_deref(), &groups).with_context(fail)?;
+    let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
+    if vdevs.groups.is_empty() {
+        bail!(
+            "{}: no data devices given (cache devices alone hold no pool)",
+            fail()
+        );
+    }
+    let every = vdevs.all_as_groups();
+    refuse_imported_members(ctx, &every, None).with_context(fail)?;
+    let size = creation_size(args.size.as_deref(), &every).with_context(fail)?;
+    let groups = vdevs.groups;
     let mut options = CreateOptions {
         create_size_bytes: size,
         force: args.force,
@@ -58,7 +68,7 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             ),
         }
     }
-    let missing = missing_files(&groups);
+    let missing = missing_files(&every);
     let pool = Pool::create(name, &groups, &options, ctx.pool_options()).map_err(|err| {
         remove_files(&missing);
         match err {
@@ -67,6 +77,16 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             other => anyhow::Error::new(other).context(fail()),
         }
     })?;
+    if !vdevs.cache.is_empty()
+        && let Err(err) =
+            pool.add_cache_devices(&vdevs.cache, size, args.force, &ctx.pool_options().opener)
+    {
+        // All or nothing: the pool just made is destroyed again.
+        let _ = pool.destroy();
+        drop(pool);
+        remove_files(&missing);
+        return Err(anyhow::Error::new(err).context(fail()));
+    }
     remember_created(ctx, pool, &missing)
 }
 
@@ -118,7 +138,7 @@ fn refuse_imported_members(
         }
         let specs: Vec<DeviceSpec> = devices
             .iter()
-            .filter_map(|text| parse_device(text).ok())
+            .filter_map(|text| parse_cached_device(text).ok())
             .collect();
         for spec in &specs {
             if let Some(identity) = file_identity(&spec.path) {
@@ -208,21 +228,42 @@ pub(crate) fn remove_files(paths: &[PathBuf]) {
 pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
     let name = &args.pool;
     let fail = || format!("cannot add devices to pool '{name}'");
-    let groups = parse_vdevs(&args.vdevs).with_context(fail)?;
+    let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
+    if vdevs.groups.iter().any(|group| !group.log) {
+        bail!(
+            "{}: only log and cache devices can be added (data vdevs: not supported yet)",
+            fail()
+        );
+    }
+    let every = vdevs.all_as_groups();
     // (Devices of `name` itself are the engine's to refuse: "already in pool".)
-    refuse_imported_members(ctx, &groups, Some(name)).with_context(fail)?;
-    let size = creation_size(args.size.as_deref(), &groups).with_context(fail)?;
+    refuse_imported_members(ctx, &every, Some(name)).with_context(fail)?;
+    let size = creation_size(args.size.as_deref(), &every).with_context(fail)?;
     let options = CreateOptions {
         create_size_bytes: size,
         force: args.force,
         ..CreateOptions::default()
     };
-    let missing = missing_files(&groups);
+    let missing = missing_files(&every);
+    let groups = vdevs.groups;
     let added = ctx.with_pool(name, false, |pool| {
-        let names = pool
-            .add_log_vdevs(&groups, &options, &ctx.pool_options().opener)
-            .with_context(fail)?;
-        undo_failed_additions(pool, &names).with_context(fail)?;
+        let opener = &ctx.pool_options().opener;
+        let mut names = Vec::new();
+        if !groups.is_empty() {
+            names = pool
+                .add_log_vdevs(&groups, &options, opener)
+                .with_context(fail)?;
+            undo_failed_additions(pool, &names).with_context(fail)?;
+            names = names
+                .into_iter()
+                .map(|name| format!("log {name}"))
+                .collect();
+        }
+        if !vdevs.cache.is_empty() {
+            pool.add_cache_devices(&vdevs.cache, size, args.force, opener)
+                .with_context(fail)?;
+            names.extend(vdevs.cache.iter().map(|spec| format!("cache {spec}")));
+        }
         ctx.cache
             .insert(name, &device_specs(pool))
             .with_context(|| format!("the pool cache does not list the new devices of '{name}'"))?;
@@ -231,7 +272,7 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
     });
     match added {
         Ok(names) => {
-            say!(ctx, "pool '{name}': added log {}", names.join(", "));
+            say!(ctx, "pool '{name}': added {}", names.join(", "));
             Ok(())
         }
         Err(err) => {
@@ -282,7 +323,7 @@ fn undo_failed_additions(pool: &Pool, added: &[String]) -> Result<()> {
     bail!(message)
 }
 
-/// `cairn pool remove POOL VDEV` (log devices).
+/// `cairn pool remove POOL VDEV` (log and cache devices).
 pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
     // A device may be named by a relative path; the pool knows absolute ones.
     let absolute = std::path::Path::new(vdev)
@@ -292,15 +333,72 @@ pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
         .map(|path| path.display().to_string());
     let vdev = absolute.as_deref().unwrap_or(vdev);
     ctx.with_pool(name, false, |pool| {
-        pool.remove_log_vdev(vdev)
-            .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
+        let is_cache = pool
+            .cache_specs()
+            .iter()
+            .any(|spec| spec.to_string() == vdev || spec.path.display().to_string() == vdev);
+        let what = if is_cache {
+            pool.remove_cache_device(vdev)
+                .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
+            "cache device"
+        } else {
+            pool.remove_log_vdev(vdev)
+                .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
+            "log device"
+        };
         ctx.cache
             .insert(name, &device_specs(pool))
             .with_context(|| format!("the pool cache still lists '{vdev}' for '{name}'"))?;
         ctx.record(pool)?;
-        say!(ctx, "pool '{name}': removed log device {vdev}");
+        say!(ctx, "pool '{name}': removed {what} {vdev}");
         Ok(())
     })
+}
+
+/// The `cache` section of `pool status`: each cache device with its size, what it holds,
+/// and its health (a missing one is UNAVAIL and costs the pool nothing).
+fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
+    if cache.is_empty() {
+        return;
+    }
+    let blank = || vec![String::new(); 4];
+    let mut header = vec!["cache".to_string()];
+    header.extend(blank());
+    table.push(header);
+    for device in cache {
+        let row = match (&device.report, &device.missing) {
+            (Some(report), _) => vec![
+                format!(
+                    "  {} ({}, {} used)",
+                    device.name,
+                    human::size(report.size_bytes, false),
+                    human::size(report.alloc_bytes, false)
+                ),
+                match report.health {
+                    cairn_engine::L2Health::Online => "ONLINE".into(),
+                    cairn_engine::L2Health::Faulted => "FAULTED".into(),
+                },
+                report.read_errors.to_string(),
+                report.write_errors.to_string(),
+                report.checksum_errors.to_string(),
+            ],
+            (None, Some(reason)) => vec![
+                format!("  {} ({reason})", device.name),
+                "UNAVAIL".into(),
+                "0".into(),
+                "0".into(),
+                "0".into(),
+            ],
+            (None, None) => vec![
+                format!("  {}", device.name),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ],
+        };
+        table.push(row);
+    }
 }
 
 /// The pool's health as zpool shows it: SUSPENDED while it refuses writes.
@@ -311,7 +409,7 @@ fn health_label(status: &PoolStatus) -> &'static str {
     }
 }
 
-fn render_status(status: &PoolStatus, verbose: bool) -> String {
+fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
     out.push_str(&format!(" state: {}\n", health_label(status)));
@@ -409,6 +507,7 @@ fn render_status(status: &PoolStatus, verbose: bool) -> String {
             table.push(leaf_row(&top.leaves[0], "  "));
         }
     }
+    push_cache_rows(&mut table, cache);
     for line in table.render(false).lines() {
         out.push('\t');
         out.push_str(line);
@@ -481,6 +580,8 @@ enum PoolView {
     Open {
         status: Box<PoolStatus>,
         notes: Vec<String>,
+        /// Its cache devices (details only from a pool with its tier running: a server's).
+        cache: Vec<CacheDeviceStatus>,
     },
     Unavailable {
         name: String,
@@ -496,11 +597,17 @@ enum PoolView {
 /// failure (not in the cache) is an error.
 fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
     match ctx.with_pool(name, true, |pool| {
-        Ok((pool.status(), pool.notes().to_vec()))
+        let cache = if pool.l2().is_some() {
+            pool.cache_status()
+        } else {
+            remembered_cache_devices(ctx, name)
+        };
+        Ok((pool.status(), pool.notes().to_vec(), cache))
     }) {
-        Ok((status, notes)) => Ok(PoolView::Open {
+        Ok((status, notes, cache)) => Ok(PoolView::Open {
             status: Box::new(status),
             notes,
+            cache,
         }),
         Err(err) => {
             let Some(reason) = unavailable_reason(&err) else {
@@ -512,7 +619,7 @@ fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
                 .unwrap_or_default()
                 .into_iter()
                 .map(|text| {
-                    let present = parse_device(&text).is_ok_and(|spec| spec.path.exists());
+                    let present = parse_cached_device(&text).is_ok_and(|spec| spec.path.exists());
                     (text, present)
                 })
                 .collect();
@@ -524,6 +631,23 @@ fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
             })
         }
     }
+}
+
+/// The cache devices the pool cache lists for `name`, as far as a look without opening them
+/// can tell (a pool opened read-only has no cache tier running).
+fn remembered_cache_devices(ctx: &Context, name: &str) -> Vec<CacheDeviceStatus> {
+    let cache = ctx
+        .cached_device_sets(name)
+        .map(|(_, cache)| cache)
+        .unwrap_or_default();
+    cache
+        .into_iter()
+        .map(|spec| CacheDeviceStatus {
+            name: spec.to_string(),
+            report: None,
+            missing: (!spec.path.exists()).then(|| "no such file".to_string()),
+        })
+        .collect()
 }
 
 /// The views of `names`, and the failures (already worded) of those that are not pools.
@@ -559,8 +683,12 @@ pub fn status(ctx: &Context, args: &PoolStatusArgs) -> Result<()> {
             say!(ctx);
         }
         match view {
-            PoolView::Open { status, notes } => {
-                say_raw!(ctx, "{}", render_status(status, args.verbose));
+            PoolView::Open {
+                status,
+                notes,
+                cache,
+            } => {
+                say_raw!(ctx, "{}", render_status(status, cache, args.verbose));
                 for note in notes {
                     say!(ctx, "note: {note}");
                 }
@@ -613,7 +741,7 @@ fn render_unavailable(name: &str, reason: &str, busy: bool, devices: &[(String, 
 
 fn status_json(view: &PoolView) -> json::PoolStatusEntry {
     match view {
-        PoolView::Open { status, notes } => json::PoolStatusEntry {
+        PoolView::Open { status, notes, .. } => json::PoolStatusEntry {
             name: status.name.clone(),
             state: health_label(status),
             reason: status.suspended.clone(),
@@ -979,7 +1107,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
             .load()?
             .into_values()
             .flatten()
-            .filter_map(|text| parse_device(&text).ok().map(|spec| spec.path))
+            .filter_map(|text| parse_cached_device(&text).ok().map(|spec| spec.path))
             .collect();
         let mut shown = 0;
         for pool in &found {
@@ -1040,13 +1168,10 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
     if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log {
         bail!("cannot import '{wanted}': a pool named '{name}' is already imported");
     }
-    let specs: Vec<DeviceSpec> = pool_found
-        .devices
-        .iter()
-        .map(|(spec, _)| spec.clone())
-        .collect();
+    // By guid from the directories searched: the one search, which also finds the pool's
+    // cache devices there.
     let pool = Pool::import(
-        &ImportSource::Devices(specs),
+        &ImportSource::Directories(dirs.clone()),
         &pool_found.config.pool_guid.to_string(),
         PoolOptions {
             ignore_missing_log: args.ignore_missing_log,
@@ -1354,7 +1479,7 @@ mod tests {
             suspended_until_clear: false,
             resilver: None,
         };
-        let text = render_status(&status, false);
+        let text = render_status(&status, &[], false);
         assert!(
             text.contains("SUSPENDED") && text.contains(reason) && text.contains("re-import"),
             "{text}"
@@ -1362,7 +1487,7 @@ mod tests {
         // A suspension that `pool clear` ends says so (the reason carries the advice).
         status.suspended_until_clear = true;
         status.suspended = Some("I/O suspended: run 'cairn pool clear tank'".into());
-        let text = render_status(&status, false);
+        let text = render_status(&status, &[], false);
         assert!(
             text.contains("SUSPENDED")
                 && text.contains("pool clear")
@@ -1370,6 +1495,6 @@ mod tests {
             "{text}"
         );
         status.suspended = None;
-        assert!(!render_status(&status, false).contains("SUSPENDED"));
+        assert!(!render_status(&status, &[], false).contains("SUSPENDED"));
     }
 }

@@ -5,6 +5,9 @@
 //! Run against a server (the usual case) they show what the server has done since it opened the
 //! pools; without one, the counters start at zero. `cairn stat memory`: the server's memory
 //! budget, each part's limit against what it holds now, and the process's resident memory.
+//! `cairn stat l2arc [POOL...]`: each pool's SSD tier (cache devices): hits and misses,
+//! blocks fed, dropped (the feed never waits) and copied forward, segments reused, bad reads,
+//! blocks indexed and the index's RAM per block, segments still to rebuild after an import.
 //!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
 //! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter` and
@@ -330,5 +333,129 @@ pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
         table.push(vec![name, shown(limit), shown(now)]);
     }
     say_raw!(ctx, "{}", table.render(format.scripted));
+    Ok(())
+}
+
+/// One pool's SSD-tier figures, in `-H` order.
+fn l2arc_fields(pool: &cairn_engine::Pool) -> Option<Vec<(&'static str, u64)>> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let tier = pool.l2()?;
+    let counters = tier.counters();
+    let reports = tier.reports();
+    let (blocks, ram_bytes) = tier.index_usage();
+    Some(vec![
+        ("devices", reports.len() as u64),
+        ("size_bytes", reports.iter().map(|r| r.size_bytes).sum()),
+        ("alloc_bytes", reports.iter().map(|r| r.alloc_bytes).sum()),
+        ("hits", counters.hits.load(Relaxed)),
+        ("misses", counters.misses.load(Relaxed)),
+        ("hit_bytes", counters.hit_bytes.load(Relaxed)),
+        ("feed_blocks", counters.feed_blocks.load(Relaxed)),
+        ("feed_bytes", counters.feed_bytes.load(Relaxed)),
+        ("feed_dropped", counters.feed_dropped.load(Relaxed)),
+        ("feed_over_budget", counters.feed_over_budget.load(Relaxed)),
+        ("copied_forward", counters.copied_forward.load(Relaxed)),
+        ("evicted_segments", counters.evicted_segments.load(Relaxed)),
+        ("evicted_blocks", counters.evicted_blocks.load(Relaxed)),
+        ("bad_reads", counters.bad_reads.load(Relaxed)),
+        ("rebuild_segments", counters.rebuild_segments.load(Relaxed)),
+        ("rebuild_blocks", counters.rebuild_blocks.load(Relaxed)),
+        (
+            "rebuild_pending_segments",
+            reports.iter().map(|r| r.rebuild_pending as u64).sum(),
+        ),
+        ("indexed_blocks", blocks),
+        ("index_ram_bytes", ram_bytes),
+        ("faulted_devices", {
+            reports
+                .iter()
+                .filter(|r| r.health == cairn_engine::L2Health::Faulted)
+                .count() as u64
+        }),
+    ])
+}
+
+pub fn l2arc(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
+    let names = ctx.pools_or_all(pools)?;
+    let mut table = Table::new(vec![
+        Column::left("POOL"),
+        Column::right("DEVICES"),
+        Column::right("SIZE"),
+        Column::right("ALLOC"),
+        Column::right("HITS"),
+        Column::right("MISSES"),
+        Column::right("HIT%"),
+        Column::right("FED"),
+        Column::right("DROPPED"),
+        Column::right("COPIED"),
+        Column::right("REUSED"),
+        Column::right("BAD"),
+        Column::right("BLOCKS"),
+        Column::right("RAM/BLOCK"),
+        Column::right("REBUILD"),
+    ]);
+    for name in &names {
+        let opened = ctx.with_pool(name, false, |pool| Ok(l2arc_fields(pool)));
+        let Some(fields) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
+            continue;
+        };
+        let Some(fields) = fields else {
+            continue;
+        };
+        if format.scripted {
+            for (field, value) in &fields {
+                say_raw!(ctx, "{name}.{field}\t{value}\n");
+            }
+            continue;
+        }
+        let get = |wanted: &str| {
+            fields
+                .iter()
+                .find(|(field, _)| *field == wanted)
+                .map_or(0, |(_, value)| *value)
+        };
+        let size = |bytes: u64| human::size(bytes, format.exact);
+        let count = |n: u64| n.to_string();
+        let (hits, misses) = (get("hits"), get("misses"));
+        let lookups = hits + misses;
+        let blocks = get("indexed_blocks");
+        table.push(vec![
+            name.clone(),
+            get("devices").to_string(),
+            size(get("size_bytes")),
+            size(get("alloc_bytes")),
+            count(hits),
+            count(misses),
+            if lookups == 0 {
+                "-".into()
+            } else {
+                format!("{:.1}", 100.0 * hits as f64 / lookups as f64)
+            },
+            count(get("feed_blocks")),
+            count(get("feed_dropped")),
+            count(get("copied_forward")),
+            count(get("evicted_segments")),
+            count(get("bad_reads")),
+            count(blocks),
+            if blocks == 0 {
+                "-".into()
+            } else {
+                format!("{:.1} B", get("index_ram_bytes") as f64 / blocks as f64)
+            },
+            match get("rebuild_pending_segments") {
+                0 => "done".into(),
+                pending => format!("{pending} seg"),
+            },
+        ]);
+    }
+    if !format.scripted {
+        say_raw!(ctx, "{}", table.render(false));
+        if ctx.served.is_none() {
+            say!(
+                ctx,
+                "(no server runs: these counters are this command's own; run with cairn serve to see the server's)"
+            );
+        }
+    }
     Ok(())
 }

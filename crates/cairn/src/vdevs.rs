@@ -1,12 +1,13 @@
 //! The vdev grammar of `cairn pool create`, as zpool spells it:
 //!
 //! ```text
-//! VDEVS  := GROUP... [log GROUP...]
+//! VDEVS  := GROUP... [log GROUP...] [cache DEVICE...]
 //! GROUP  := DEVICE | mirror DEVICE DEVICE...
 //! DEVICE := PATH | emu:MODEL:PATH
 //! ```
 //!
-//! Groups after `log` are separate intent-log devices. `raidz`, `cache`, `spare`, `special` and
+//! Groups after `log` are separate intent-log devices; devices after `cache` are cache devices
+//! (the SSD read tier: copies only, so never mirrored). `raidz`, `spare`, `special` and
 //! `dedup` are recognised and refused with a clear "not supported yet" rather than being taken
 //! for file names. Paths are made absolute here, so
 //! the pool cache names the same files whatever directory later commands run in.
@@ -17,8 +18,31 @@ use cairn_engine::VdevGroup;
 
 /// Keywords zpool knows that cairn does not implement yet.
 const UNSUPPORTED: &[&str] = &[
-    "raidz", "raidz1", "raidz2", "raidz3", "draid", "cache", "spare", "special", "dedup",
+    "raidz", "raidz1", "raidz2", "raidz3", "draid", "spare", "special", "dedup",
 ];
+
+/// What a vdev list names: groups of the vdev tree (data and log), and cache devices.
+#[derive(Debug, Default)]
+pub struct Vdevs {
+    pub groups: Vec<VdevGroup>,
+    pub cache: Vec<DeviceSpec>,
+}
+
+impl Vdevs {
+    /// Every device given, as groups (cache devices as one plain group): for the checks that
+    /// apply to any device a command is about to write (free, not another pool's, exists).
+    pub fn all_as_groups(&self) -> Vec<VdevGroup> {
+        let mut groups = self.groups.clone();
+        if !self.cache.is_empty() {
+            groups.push(VdevGroup {
+                mirror: false,
+                log: false,
+                devices: self.cache.clone(),
+            });
+        }
+        groups
+    }
+}
 
 /// Parses one device name and makes its path absolute.
 pub fn parse_device(word: &str) -> Result<DeviceSpec> {
@@ -38,6 +62,7 @@ pub fn absolute_device_word(word: &str) -> String {
 pub fn absolute_vdev_word(word: &str) -> String {
     let keyword = word.to_ascii_lowercase();
     let is_keyword = keyword == "log"
+        || keyword == "cache"
         || keyword == "mirror"
         || UNSUPPORTED.contains(&keyword.as_str())
         || keyword.starts_with("draid");
@@ -48,12 +73,29 @@ pub fn absolute_vdev_word(word: &str) -> String {
     }
 }
 
-pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
+pub fn parse_vdevs(words: &[String]) -> Result<Vdevs> {
     let mut groups: Vec<VdevGroup> = Vec::new();
     let mut open_mirror: Option<VdevGroup> = None;
     let mut log = false;
+    let mut cache: Option<Vec<DeviceSpec>> = None;
     for word in words {
         let keyword = word.to_ascii_lowercase();
+        if let Some(cache) = cache.as_mut() {
+            match keyword.as_str() {
+                "mirror" => bail!("cache devices cannot be mirrored (they hold copies only)"),
+                "log" => bail!("log devices go before 'cache'"),
+                "cache" => bail!("'cache' is given twice"),
+                _ => cache.push(parse_device(word)?),
+            }
+            continue;
+        }
+        if keyword == "cache" {
+            if let Some(mirror) = open_mirror.take() {
+                groups.push(finish_mirror(mirror, groups.len())?);
+            }
+            cache = Some(Vec::new());
+            continue;
+        }
         if UNSUPPORTED.contains(&keyword.as_str()) || keyword.starts_with("draid") {
             bail!(
                 "'{word}' vdevs are not supported yet (supported: plain devices, mirror and log)"
@@ -93,10 +135,13 @@ pub fn parse_vdevs(words: &[String]) -> Result<Vec<VdevGroup>> {
     if let Some(mirror) = open_mirror.take() {
         groups.push(finish_mirror(mirror, groups.len())?);
     }
-    if groups.is_empty() {
-        bail!("no devices given (grammar: PATH... | mirror PATH PATH...)");
+    let cache = cache.unwrap_or_default();
+    if groups.is_empty() && cache.is_empty() {
+        bail!(
+            "no devices given (grammar: PATH... | mirror PATH PATH... [log ...] [cache PATH...])"
+        );
     }
-    Ok(groups)
+    Ok(Vdevs { groups, cache })
 }
 
 fn finish_mirror(mirror: VdevGroup, index: usize) -> Result<VdevGroup> {
@@ -119,18 +164,22 @@ mod tests {
 
     #[test]
     fn mirrors_and_plain_devices_group_like_zpool() {
-        let groups = parse_vdevs(&words("mirror /a /b mirror /c /d /e /f")).unwrap();
+        let groups = parse_vdevs(&words("mirror /a /b mirror /c /d /e /f"))
+            .unwrap()
+            .groups;
         let shape: Vec<(bool, usize)> =
             groups.iter().map(|g| (g.mirror, g.devices.len())).collect();
         // A plain device after a mirror belongs to that mirror, as in zpool.
         assert_eq!(shape, vec![(true, 2), (true, 4)]);
-        let groups = parse_vdevs(&words("/a /b")).unwrap();
+        let groups = parse_vdevs(&words("/a /b")).unwrap().groups;
         assert!(groups.iter().all(|g| !g.mirror && g.devices.len() == 1));
     }
 
     #[test]
     fn groups_after_log_are_log_devices() {
-        let groups = parse_vdevs(&words("mirror /a /b log /c mirror /d /e")).unwrap();
+        let groups = parse_vdevs(&words("mirror /a /b log /c mirror /d /e"))
+            .unwrap()
+            .groups;
         let shape: Vec<(bool, bool, usize)> = groups
             .iter()
             .map(|g| (g.mirror, g.log, g.devices.len()))
@@ -142,8 +191,22 @@ mod tests {
     }
 
     #[test]
+    fn devices_after_cache_are_cache_devices() {
+        let vdevs = parse_vdevs(&words("mirror /a /b log /s cache /c0 emu:nvme:/c1")).unwrap();
+        assert_eq!(vdevs.groups.len(), 2);
+        let cache: Vec<String> = vdevs.cache.iter().map(|spec| spec.to_string()).collect();
+        assert_eq!(cache, vec!["/c0", "emu:nvme:/c1"]);
+        assert_eq!(vdevs.all_as_groups().len(), 3);
+        let only_cache = parse_vdevs(&words("cache /c0")).unwrap();
+        assert!(only_cache.groups.is_empty() && only_cache.cache.len() == 1);
+        assert!(parse_vdevs(&words("/a cache mirror /c0 /c1")).is_err());
+        assert!(parse_vdevs(&words("/a cache /c0 log /s")).is_err());
+        assert!(parse_vdevs(&words("/a cache /c0 cache /c1")).is_err());
+    }
+
+    #[test]
     fn relative_paths_become_absolute() {
-        let groups = parse_vdevs(&words("disk.img")).unwrap();
+        let groups = parse_vdevs(&words("disk.img")).unwrap().groups;
         assert!(groups[0].devices[0].path.is_absolute());
         let here = std::env::current_dir().unwrap();
         assert_eq!(
@@ -159,9 +222,9 @@ mod tests {
 
     #[test]
     fn unsupported_keywords_and_short_mirrors_are_refused() {
-        let err = parse_vdevs(&words("/a cache /b")).unwrap_err().to_string();
+        let err = parse_vdevs(&words("/a spare /b")).unwrap_err().to_string();
         assert!(
-            err.contains("'cache'") && err.contains("not supported yet"),
+            err.contains("'spare'") && err.contains("not supported yet"),
             "{err}"
         );
         assert!(parse_vdevs(&words("/a log /b log /c")).is_err());
