@@ -628,13 +628,16 @@ impl L2Arc {
         }
     }
 
-    /// Seals every filling segment (so what is cached survives a restart) and stops the
-    /// writers. The devices stay attached until dropped.
+    /// Seals every filling segment (so what is cached survives a restart), stops the writers
+    /// and lets go of the devices (closing them, so the next import can open them) and of the
+    /// index. The tier is empty afterwards; reads miss.
     pub fn shutdown(&self) {
         let writers = std::mem::take(&mut *self.writers.lock());
         for writer in writers {
             writer.stop();
         }
+        self.shared.devices.write().clear();
+        self.shared.index_retain(|_| false);
     }
 }
 
