@@ -216,7 +216,7 @@ fn find_top(tree: &VdevTree, name: &str) -> Result<u32, EngineError> {
             .ok_or_else(|| layout_error(format!("no vdev '{name}' in this pool")))?;
     if top.config.role != VdevRole::Log {
         return Err(layout_error(format!(
-            "'{name}' holds pool data; only log devices can be removed so far"
+            "'{name}' holds pool data; only log and cache devices can be removed so far"
         )));
     }
     Ok(top.id())

@@ -332,13 +332,13 @@ fn devices_of_another_pool_need_force() {
             "64M",
             "more",
             &a,
-            "cache",
+            "spare",
             &env.dev("l.img"),
         ],
         1,
     );
     assert!(
-        err.contains("'cache'") && err.contains("not supported yet"),
+        err.contains("'spare'") && err.contains("not supported yet"),
         "{err}"
     );
 
@@ -637,7 +637,7 @@ fn log_devices_are_added_and_removed_with_pool_add_and_remove() {
         &["pool", "add", "--size", "64M", "tank", &env.dev("d1.img")],
         1,
     );
-    assert!(err.contains("only log devices"), "{err}");
+    assert!(err.contains("only log and cache devices"), "{err}");
     assert!(
         !env.devs().join("d1.img").exists(),
         "a refused add leaves no file behind"
@@ -647,7 +647,7 @@ fn log_devices_are_added_and_removed_with_pool_add_and_remove() {
     let err = env.fails(&["pool", "remove", "tank", "nosuch"], 1);
     assert!(err.contains("no vdev 'nosuch'"), "{err}");
     let err = env.fails(&["pool", "remove", "tank", &d0], 1);
-    assert!(err.contains("only log devices"), "{err}");
+    assert!(err.contains("only log and cache devices"), "{err}");
 
     // Named relative to the working directory (the test runs in the temp dir).
     env.ok(&["pool", "remove", "tank", "devs/s1.img"]);
