@@ -231,8 +231,9 @@ def two_tier_table(args, paths, blocks_for_libcachesim, tiers, distinct):
     print(f"{args.requests:,} requests per synthetic trace over {args.catalogue:,} blocks, seed "
           f"{args.seed}; miss ratio = blocks read from disk per request. cairn: its RAM policy "
           f"({ram_percent:g}%) with the real SSD tier below it ({ssd_percent:g}%: cairn-l2arc on an "
-          f"in-memory device, 64 KiB segments, 512-byte blocks, demand misses fed, the feed settled "
-          f"every 32 offers), no read-ahead. References: libCacheSim's policies as a single tier "
+          f"in-memory device, 64 KiB segments, 512-byte blocks; blocks offered as the RAM policy evicts "
+          f"them, demand-read ones its sketch saw at least twice; the feed settled every 32 offers), "
+          f"no read-ahead. References: libCacheSim's policies as a single tier "
           f"of {total_percent:g}%.")
 
 
