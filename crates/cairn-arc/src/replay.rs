@@ -187,24 +187,45 @@ mod tests {
         }
     }
 
+    /// A second tier that never holds anything (the RAM policy alone, sized the same way).
+    struct Empty;
+
+    impl SecondTier for Empty {
+        fn read(&mut self, _blkid: u64) -> bool {
+            false
+        }
+
+        fn offer(&mut self, _blkid: u64) {}
+    }
+
     #[test]
     fn a_second_tier_serves_what_ram_evicted() {
-        let mut alone = Replayer::new(10, 4096, None);
+        let mut alone = Replayer::new(10, 4096, None).with_second_tier(Box::new(Empty), 1000);
         let mut tiered = Replayer::new(10, 4096, None)
             .with_second_tier(Box::new(Unbounded(HashSet::new())), 1000);
-        for _ in 0..3 {
+        for _ in 0..4 {
             for blkid in 0..100 {
                 alone.request(blkid, 1);
                 tiered.request(blkid, 1);
             }
         }
-        // Only the first pass reads from disk; every later RAM miss comes from the second tier.
+        // The RAM policy behaves the same either way (a block from the second tier enters RAM
+        // as one from disk does): each of its misses is served by one tier or the other.
         let ram_misses = alone.outcome().demand_misses;
         assert!(
-            ram_misses > 200,
+            ram_misses > 300,
             "a 10-block cache kept most of a 100-block loop"
         );
-        assert_eq!(tiered.outcome().demand_misses, 100);
-        assert_eq!(tiered.outcome().second_tier_hits, ram_misses - 100);
+        let tiered = tiered.outcome();
+        assert_eq!(tiered.second_tier_hits + tiered.demand_misses, ram_misses);
+        // Blocks go below once the sketch saw them twice: the later passes come from there.
+        assert!(
+            tiered.demand_misses >= 100,
+            "a first read came from nowhere"
+        );
+        assert!(
+            tiered.second_tier_hits >= 100,
+            "the last pass did not come from the second tier: {tiered:?}"
+        );
     }
 }

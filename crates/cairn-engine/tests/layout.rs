@@ -156,7 +156,7 @@ fn log_devices_are_added_and_removed_without_losing_a_write() {
     assert!(pool.remove_log_vdev("no-such-device").is_err());
     let d0 = dir.path().join("d0.img").display().to_string();
     let err = pool.remove_log_vdev(&d0).unwrap_err().to_string();
-    assert!(err.contains("only log devices"), "{err}");
+    assert!(err.contains("only log and cache devices"), "{err}");
     write_flushed(&pool, 24..40);
 
     let slog_a = dir.path().join("slog-a.img").display().to_string();
