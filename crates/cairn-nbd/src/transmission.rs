@@ -8,9 +8,9 @@
 //! reader) drains the channel, so replies never interleave on the wire. The reader answers
 //! some requests itself, with no handler task and no thread hop: a read the export serves from
 //! memory (`Export::try_read_now`), a plain write it takes at once (`Export::try_write_now`),
-//! and, when nothing else of the connection is in flight, a FLUSH or FUA request (in place,
-//! `block_in_place`): its reply then leaves from the thread that computed it instead of after
-//! a wake-up of another one.
+//! and, for a client that waits for each reply (QD1: its last requests each found nothing else
+//! in flight), a FLUSH or FUA request (in place, `block_in_place`): its reply then leaves from
+//! the thread that computed it instead of after a wake-up of another one.
 //! - Flush ahead: once a client has sent a FLUSH after each of its last few writes (fio's
 //!   `fsync=1`, a database's write + fdatasync), the reader commits right after answering its
 //!   next write, while the reply travels and the FLUSH comes back; that FLUSH then finds
@@ -340,6 +340,12 @@ where
 /// fdatasync) this many times in a row make the reader commit ahead of the next FLUSH.
 const PAIRS_BEFORE_FLUSH_AHEAD: u32 = 4;
 
+/// Requests in a row that found nothing else of their connection in flight, after which the
+/// client is taken for one that waits for each reply (QD1) and the reader may block on its
+/// requests: no other request of it is coming meanwhile. A client that pipelines keeps
+/// breaking the streak, and its FLUSHes go to handlers, never holding up its other requests.
+const SERIAL_STREAK: u32 = 8;
+
 /// What the reader has seen of the client's FLUSH habit: whether it sends one after each write.
 #[derive(Default)]
 struct FlushHabit {
@@ -383,6 +389,8 @@ struct Reader<'a> {
     tracker: Arc<WriteTracker>,
     next_write_seq: u64,
     habit: FlushHabit,
+    /// Requests in a row that arrived with nothing else in flight (capped at `SERIAL_STREAK`).
+    serial_streak: u32,
 }
 
 /// What the reader does after taking one request.
@@ -467,6 +475,7 @@ impl<'a> Reader<'a> {
             }),
             next_write_seq: 0,
             habit: FlushHabit::default(),
+            serial_streak: 0,
         }
     }
 
@@ -497,6 +506,10 @@ impl<'a> Reader<'a> {
         let Ok(slot) = self.slots.clone().acquire_owned().await else {
             return Next::Stop;
         };
+        self.serial_streak = match self.idle() {
+            true => (self.serial_streak + 1).min(SERIAL_STREAK),
+            false => 0,
+        };
         let op = match validate(&req, self.session) {
             Ok(op) => op,
             Err(refusal) => return self.refuse(r, &req, refusal, slot).await,
@@ -521,8 +534,8 @@ impl<'a> Reader<'a> {
         if let Some((result, by_write_now)) = self.answer_now(op, &payload) {
             let ahead = by_write_now && result.is_ok() && self.habit.expects_flush();
             self.reply(req.cookie, op.kind(), result, permits, received);
-            // Only while nothing else is in flight: the commit ahead blocks this reader.
-            return if ahead && self.idle() {
+            // Only for a client that waits for each reply: the commit ahead blocks this reader.
+            return if ahead && self.serial() {
                 Next::FlushAhead
             } else {
                 Next::Read
@@ -599,10 +612,17 @@ impl<'a> Reader<'a> {
         self.slots.available_permits() + 1 == self.slot_count
     }
 
+    /// The client waits for each reply before its next request (see `SERIAL_STREAK`), and
+    /// nothing else of it is in flight now: the reader may block on the request it holds.
+    fn serial(&self) -> bool {
+        self.serial_streak >= SERIAL_STREAK && self.idle()
+    }
+
     /// Carries out a request on the reader itself, with no handler task and no thread hop,
     /// when that cannot hold up the connection for long: a read served from memory, a plain
-    /// write the export takes at once, or — when nothing else of this connection is in flight
-    /// (so no earlier write either) — a request whose client waits for stable media, in place.
+    /// write the export takes at once, or — for a client that waits for each reply, with
+    /// nothing else of it in flight (so no earlier write either) — a request that waits for
+    /// stable media, in place.
     /// Returns the result and whether it came from `Export::try_write_now`; `None` sends the
     /// request to a handler.
     fn answer_now(&self, op: Op, payload: &Bytes) -> Option<(ExportResult, bool)> {
@@ -617,7 +637,7 @@ impl<'a> Reader<'a> {
                 let result = write_now(export, offset, payload)?;
                 Some((result.map(|()| (Outcome::Done, u64::from(len))), true))
             }
-            _ if op.waits_for_media() && self.idle() => {
+            _ if op.waits_for_media() && self.serial() => {
                 let payload = payload.clone();
                 Some((run_in_place(|| execute(export, op, payload)), false))
             }
