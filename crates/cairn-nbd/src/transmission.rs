@@ -11,11 +11,10 @@
 //! and, for a client that waits for each reply (QD1: its last requests each found nothing else
 //! in flight), a FLUSH or FUA request (in place, `block_in_place`): its reply then leaves from
 //! the thread that computed it instead of after a wake-up of another one.
-//! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
-//!   last few writes (fio's `fsync=1`, a database's write + fdatasync), the connection commits
-//!   as soon as the reply to its next write is on the wire, while the reply travels and the
-//!   FLUSH comes back; that FLUSH then finds nothing left to commit. Durability is unchanged:
-//!   the FLUSH still calls `Export::flush`.
+//! - Flush ahead: once a client has sent a FLUSH after each of its last few writes (fio's
+//!   `fsync=1`, a database's write + fdatasync), the reader commits right after answering its
+//!   next write, while the reply travels and the FLUSH comes back; that FLUSH then finds
+//!   nothing left to commit. Durability is unchanged: the FLUSH still calls `Export::flush`.
 //!
 //! Invariants:
 //! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
@@ -292,8 +291,6 @@ struct Reply {
     cookie: u64,
     body: Body,
     _permits: Permits,
-    /// Commit ahead once this reply is on the wire (see `Reader::commit_ahead`).
-    then_flush: Option<Arc<dyn Export>>,
 }
 
 /// Write-like requests still running on this connection, by arrival sequence number.
@@ -396,10 +393,12 @@ struct Reader<'a> {
     serial_streak: u32,
 }
 
-/// Whether the reader goes on after taking one request.
+/// What the reader does after taking one request.
 enum Next {
     /// Read the next request.
     Read,
+    /// Commit ahead of the FLUSH the client is expected to send, then read it.
+    FlushAhead,
     /// Stop reading: the stream is out of sync or the connection is going away.
     Stop,
 }
@@ -416,7 +415,11 @@ async fn read_loop<R>(
 {
     let mut reader = Reader::new(inner, session, stats, tx);
     let mut shutdown = inner.shutdown_rx();
+    let mut next = Next::Read;
     loop {
+        if matches!(next, Next::FlushAhead) {
+            reader.flush_ahead().await;
+        }
         if !request_arrives(r, &mut shutdown, dead).await {
             break;
         }
@@ -426,7 +429,8 @@ async fn read_loop<R>(
         if req.kind == CMD_DISC {
             break;
         }
-        if matches!(reader.take(r, req).await, Next::Stop) {
+        next = reader.take(r, req).await;
+        if matches!(next, Next::Stop) {
             break;
         }
     }
@@ -528,12 +532,14 @@ impl<'a> Reader<'a> {
         };
         self.habit.note(&op);
         if let Some((result, by_write_now)) = self.answer_now(op, &payload) {
+            let ahead = by_write_now && result.is_ok() && self.habit.expects_flush();
+            self.reply(req.cookie, op.kind(), result, permits, received);
             // Only for a client that waits for each reply: the commit ahead blocks this reader.
-            let ahead =
-                by_write_now && result.is_ok() && self.habit.expects_flush() && self.serial();
-            let then_flush = ahead.then(|| self.session.export.clone());
-            self.reply(req.cookie, op.kind(), result, permits, received, then_flush);
-            return Next::Read;
+            return if ahead && self.serial() {
+                Next::FlushAhead
+            } else {
+                Next::Read
+            };
         }
         self.spawn_handler(req.cookie, op, payload, permits, received);
         Next::Read
@@ -573,7 +579,6 @@ impl<'a> Reader<'a> {
                 _slot: slot,
                 _bytes: None,
             },
-            then_flush: None,
         });
         Next::Read
     }
@@ -640,8 +645,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Records a request answered by the reader and queues its reply (with, if given, the
-    /// export to commit ahead once the reply is on the wire).
+    /// Records a request answered by the reader and queues its reply.
     fn reply(
         &self,
         cookie: u64,
@@ -649,7 +653,6 @@ impl<'a> Reader<'a> {
         result: ExportResult,
         permits: Permits,
         received: Instant,
-        then_flush: Option<Arc<dyn Export>>,
     ) {
         let meta_id = self.session.meta_context.unwrap_or(META_BASE_ALLOCATION_ID);
         let (body, bytes, ok) = reply_body(result, meta_id);
@@ -660,7 +663,6 @@ impl<'a> Reader<'a> {
             cookie,
             body,
             _permits: permits,
-            then_flush,
         });
     }
 
@@ -702,6 +704,20 @@ impl<'a> Reader<'a> {
             flush_barrier,
             received,
         ));
+    }
+
+    /// Commits what this connection wrote before the client's FLUSH arrives (the client
+    /// answered so far has a FLUSH after every write): the commit then runs while the write's
+    /// reply travels and the FLUSH comes back, and the FLUSH finds nothing left to commit. Safe
+    /// whatever the client does next (making data durable early is never wrong); a mistaken
+    /// guess costs one log commit, and the habit has to be seen again before the next.
+    async fn flush_ahead(&self) {
+        // Let the writer put the write's reply on the wire first, so the client turns round
+        // while the commit runs.
+        tokio::task::yield_now().await;
+        let export = self.session.export.as_ref();
+        // A failure here is the FLUSH's to report: it commits (and fails) again.
+        let _ = run_in_place(|| export.flush());
     }
 }
 
@@ -749,7 +765,6 @@ impl Handler {
             cookie,
             body,
             _permits: permits,
-            then_flush: None,
         });
     }
 }
@@ -927,17 +942,6 @@ fn normalize_extents(raw: &[(u64, u32)], len: u32, req_one: bool) -> Vec<(u32, u
     out
 }
 
-/// Commits what the connection wrote before the client's FLUSH arrives: the client has sent a
-/// FLUSH after each of its last writes, and the reply to its latest write has just left. The
-/// commit then runs while the reply travels and the FLUSH comes back, and the FLUSH finds
-/// nothing left to commit. Safe whatever the client does next (making data durable early is
-/// never wrong); a wrong guess costs one log commit, and the habit has to be seen again before
-/// the next. Runs in place, holding up this connection only (whose client waits anyway).
-fn commit_ahead(export: &dyn Export) {
-    // A failure here is the FLUSH's to report: it commits (and fails) again.
-    let _ = run_in_place(|| export.flush());
-}
-
 /// Drains the reply channel onto the socket. After a write error or timeout it keeps draining
 /// (dropping replies, releasing their permits) so handlers and the reader never wait on a dead
 /// client, and tells the reader to stop.
@@ -953,9 +957,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         if !alive {
             continue;
         }
-        // A commit ahead waits for its reply to be on the wire: the client turns round
-        // meanwhile.
-        let more_queued = !rx.is_empty() && reply.then_flush.is_none();
+        let more_queued = !rx.is_empty();
         let sent = tokio::time::timeout(io_timeout, async {
             send_reply(&mut w, &reply, structured).await?;
             if !more_queued {
@@ -967,8 +969,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         if !matches!(sent, Ok(Ok(()))) {
             alive = false;
             dead.notify_one();
-        } else if let Some(export) = &reply.then_flush {
-            commit_ahead(export.as_ref());
         }
     }
     if alive {
