@@ -11,10 +11,12 @@
 //! and, for a client that waits for each reply (QD1: its last requests each found nothing else
 //! in flight), a FLUSH or FUA request (in place, `block_in_place`): its reply then leaves from
 //! the thread that computed it instead of after a wake-up of another one.
-//! - Flush ahead: once a client has sent a FLUSH after each of its last few writes (fio's
-//!   `fsync=1`, a database's write + fdatasync), the reader commits right after answering its
-//!   next write, while the reply travels and the FLUSH comes back; that FLUSH then finds
-//!   nothing left to commit. Durability is unchanged: the FLUSH still calls `Export::flush`.
+//! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
+//!   last few writes (fio's `fsync=1`, a database's write + fdatasync), the reader commits
+//!   right after the reply to its next write has gone out, while the reply travels and the
+//!   FLUSH comes back; that FLUSH then finds nothing left to commit, and the reader, done with
+//!   the commit, reads it at once (no thread has to be woken for it). Durability is
+//!   unchanged: the FLUSH still calls `Export::flush`.
 //!
 //! Invariants:
 //! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
