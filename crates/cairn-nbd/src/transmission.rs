@@ -12,11 +12,12 @@
 //! in flight), a FLUSH or FUA request (in place, `block_in_place`): its reply then leaves from
 //! the thread that computed it instead of after a wake-up of another one.
 //! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
-//!   last few writes (fio's `fsync=1`, a database's write + fdatasync), the reader commits
-//!   right after the reply to its next write has gone out, while the reply travels and the
-//!   FLUSH comes back; that FLUSH then finds nothing left to commit, and the reader, done with
-//!   the commit, reads it at once (no thread has to be woken for it). Durability is
-//!   unchanged: the FLUSH still calls `Export::flush`.
+//! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
+//!   last few writes (fio's `fsync=1`, a database's write + fdatasync), the connection commits
+//!   as soon as the reply to its next write is on the wire, while the reply travels and the
+//!   FLUSH comes back; that FLUSH then finds nothing left to commit, and the reader, polled
+//!   again right after the commit, reads it at once (no thread has to be woken for it).
+//!   Durability is unchanged: the FLUSH still calls `Export::flush`.
 //!
 //! Invariants:
 //! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
@@ -43,6 +44,8 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -293,6 +296,8 @@ struct Reply {
     cookie: u64,
     body: Body,
     _permits: Permits,
+    /// Commit ahead once this reply is on the wire (see `Reader::commit_ahead`).
+    then_flush: Option<Arc<dyn Export>>,
 }
 
 /// Write-like requests still running on this connection, by arrival sequence number.
@@ -324,6 +329,7 @@ where
     let session = Arc::new(session);
     let (tx, rx) = mpsc::unbounded_channel::<Reply>();
     let dead = Notify::new();
+    let again = AtomicBool::new(false);
     let reading = read_loop(&inner, &session, &stats, &mut reader, tx, &dead);
     let writing = write_loop(
         rx,
@@ -331,11 +337,43 @@ where
         session.structured,
         inner.config.io_timeout,
         &dead,
+        &again,
     );
-    // The reader first: a reply it queued while answering a request itself goes out in the
-    // same poll, from the thread that computed it, rather than after a wake-up of the task
-    // (which, after a `block_in_place`, is a wake-up of another thread).
-    tokio::join!(biased; reading, writing);
+    drive(reading, writing, &again).await;
+}
+
+/// Polls a connection's reader and writer until both are done. The reader goes first, so a
+/// reply it queued while answering a request itself goes out in the same poll, from the thread
+/// that computed it, rather than after a wake-up of the task (which, after a `block_in_place`,
+/// is a wake-up of another thread). When the writer has just run a commit ahead (`again`),
+/// the client's FLUSH has most likely arrived meanwhile: the reader is polled again at once,
+/// for the same reason.
+async fn drive(
+    reading: impl Future<Output = ()>,
+    writing: impl Future<Output = ()>,
+    again: &AtomicBool,
+) {
+    let mut reading = std::pin::pin!(reading);
+    let mut writing = std::pin::pin!(writing);
+    let (mut read_done, mut write_done) = (false, false);
+    std::future::poll_fn(|cx| {
+        loop {
+            again.store(false, Ordering::Relaxed);
+            if !read_done {
+                read_done = reading.as_mut().poll(cx).is_ready();
+            }
+            if !write_done {
+                write_done = writing.as_mut().poll(cx).is_ready();
+            }
+            if read_done && write_done {
+                return Poll::Ready(());
+            }
+            if read_done || !again.load(Ordering::Relaxed) {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await
 }
 
 /// Client FLUSHes following its writes one for one (fio's `fsync=1`, a database's write then
@@ -395,12 +433,10 @@ struct Reader<'a> {
     serial_streak: u32,
 }
 
-/// What the reader does after taking one request.
+/// Whether the reader goes on after taking one request.
 enum Next {
     /// Read the next request.
     Read,
-    /// Commit ahead of the FLUSH the client is expected to send, then read it.
-    FlushAhead,
     /// Stop reading: the stream is out of sync or the connection is going away.
     Stop,
 }
@@ -417,11 +453,7 @@ async fn read_loop<R>(
 {
     let mut reader = Reader::new(inner, session, stats, tx);
     let mut shutdown = inner.shutdown_rx();
-    let mut next = Next::Read;
     loop {
-        if matches!(next, Next::FlushAhead) {
-            reader.flush_ahead().await;
-        }
         if !request_arrives(r, &mut shutdown, dead).await {
             break;
         }
@@ -431,8 +463,7 @@ async fn read_loop<R>(
         if req.kind == CMD_DISC {
             break;
         }
-        next = reader.take(r, req).await;
-        if matches!(next, Next::Stop) {
+        if matches!(reader.take(r, req).await, Next::Stop) {
             break;
         }
     }
@@ -534,14 +565,12 @@ impl<'a> Reader<'a> {
         };
         self.habit.note(&op);
         if let Some((result, by_write_now)) = self.answer_now(op, &payload) {
-            let ahead = by_write_now && result.is_ok() && self.habit.expects_flush();
-            self.reply(req.cookie, op.kind(), result, permits, received);
             // Only for a client that waits for each reply: the commit ahead blocks this reader.
-            return if ahead && self.serial() {
-                Next::FlushAhead
-            } else {
-                Next::Read
-            };
+            let ahead =
+                by_write_now && result.is_ok() && self.habit.expects_flush() && self.serial();
+            let then_flush = ahead.then(|| self.session.export.clone());
+            self.reply(req.cookie, op.kind(), result, permits, received, then_flush);
+            return Next::Read;
         }
         self.spawn_handler(req.cookie, op, payload, permits, received);
         Next::Read
@@ -581,6 +610,7 @@ impl<'a> Reader<'a> {
                 _slot: slot,
                 _bytes: None,
             },
+            then_flush: None,
         });
         Next::Read
     }
@@ -647,7 +677,8 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Records a request answered by the reader and queues its reply.
+    /// Records a request answered by the reader and queues its reply (with, if given, the
+    /// export to commit ahead once the reply is on the wire).
     fn reply(
         &self,
         cookie: u64,
@@ -655,6 +686,7 @@ impl<'a> Reader<'a> {
         result: ExportResult,
         permits: Permits,
         received: Instant,
+        then_flush: Option<Arc<dyn Export>>,
     ) {
         let meta_id = self.session.meta_context.unwrap_or(META_BASE_ALLOCATION_ID);
         let (body, bytes, ok) = reply_body(result, meta_id);
@@ -665,6 +697,7 @@ impl<'a> Reader<'a> {
             cookie,
             body,
             _permits: permits,
+            then_flush,
         });
     }
 
@@ -706,20 +739,6 @@ impl<'a> Reader<'a> {
             flush_barrier,
             received,
         ));
-    }
-
-    /// Commits what this connection wrote before the client's FLUSH arrives (the client
-    /// answered so far has a FLUSH after every write): the commit then runs while the write's
-    /// reply travels and the FLUSH comes back, and the FLUSH finds nothing left to commit. Safe
-    /// whatever the client does next (making data durable early is never wrong); a mistaken
-    /// guess costs one log commit, and the habit has to be seen again before the next.
-    async fn flush_ahead(&self) {
-        // Let the writer put the write's reply on the wire first, so the client turns round
-        // while the commit runs.
-        tokio::task::yield_now().await;
-        let export = self.session.export.as_ref();
-        // A failure here is the FLUSH's to report: it commits (and fails) again.
-        let _ = run_in_place(|| export.flush());
     }
 }
 
@@ -767,6 +786,7 @@ impl Handler {
             cookie,
             body,
             _permits: permits,
+            then_flush: None,
         });
     }
 }
@@ -944,6 +964,17 @@ fn normalize_extents(raw: &[(u64, u32)], len: u32, req_one: bool) -> Vec<(u32, u
     out
 }
 
+/// Commits what the connection wrote before the client's FLUSH arrives: the client has sent a
+/// FLUSH after each of its last writes, and the reply to its latest write has just left. The
+/// commit then runs while the reply travels and the FLUSH comes back, and the FLUSH finds
+/// nothing left to commit. Safe whatever the client does next (making data durable early is
+/// never wrong); a wrong guess costs one log commit, and the habit has to be seen again before
+/// the next. Runs in place, holding up this connection only (whose client waits anyway).
+fn commit_ahead(export: &dyn Export) {
+    // A failure here is the FLUSH's to report: it commits (and fails) again.
+    let _ = run_in_place(|| export.flush());
+}
+
 /// Drains the reply channel onto the socket. After a write error or timeout it keeps draining
 /// (dropping replies, releasing their permits) so handlers and the reader never wait on a dead
 /// client, and tells the reader to stop.
@@ -953,13 +984,16 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     structured: bool,
     io_timeout: Duration,
     dead: &Notify,
+    again: &AtomicBool,
 ) {
     let mut alive = true;
     while let Some(reply) = rx.recv().await {
         if !alive {
             continue;
         }
-        let more_queued = !rx.is_empty();
+        // A commit ahead waits for its reply to be on the wire: the client turns round
+        // meanwhile.
+        let more_queued = !rx.is_empty() && reply.then_flush.is_none();
         let sent = tokio::time::timeout(io_timeout, async {
             send_reply(&mut w, &reply, structured).await?;
             if !more_queued {
@@ -971,6 +1005,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         if !matches!(sent, Ok(Ok(()))) {
             alive = false;
             dead.notify_one();
+        } else if let Some(export) = &reply.then_flush {
+            commit_ahead(export.as_ref());
+            again.store(true, Ordering::Relaxed);
         }
     }
     if alive {
