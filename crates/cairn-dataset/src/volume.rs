@@ -95,8 +95,15 @@ pub struct WriteOptions {
     pub lane: usize,
 }
 
-/// Asks the pool whether `bytes` more of user data may be dirtied.
-pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), DatasetError> + Send + Sync>;
+/// Asks the pool whether `bytes` more of user data may be dirtied: `check(bytes, may_wait)`.
+/// With `may_wait` false the check must not block (no txg sync to make room): an error then
+/// only means "not known to fit without waiting", and the caller asks again with `true`.
+pub type SpaceCheck = Arc<dyn Fn(u64, bool) -> Result<(), DatasetError> + Send + Sync>;
+
+/// Largest plain write `try_write_now` carries out on its caller's thread: it only files whole
+/// blocks (slices of the caller's buffer) under a txg hold, but a bigger one would still keep
+/// an async worker from its other connections for the bookkeeping of many blocks.
+const WRITE_NOW_BYTES_MAX: u64 = 256 << 10;
 
 #[derive(Debug, Default)]
 pub struct VolumeStats {
@@ -412,6 +419,46 @@ impl Volume {
         self.write_from(offset, &data, Some(&data), options)
     }
 
+    /// A plain (not FUA) write of whole blocks carried out only if nothing in it has to wait:
+    /// no throttle delay, room known without a txg sync, no old block to read, no commit
+    /// (`sync=always`). A front end on an async runtime tries it first and saves handing the
+    /// write to a thread that may block. `None` when it would wait or the request is not
+    /// plainly valid: nothing was changed, and the caller makes the ordinary call (which waits,
+    /// or reports the error). Once it returns `Some` the write was made (or failed) exactly as
+    /// `write_bytes_with` would have made it.
+    pub fn try_write_now(
+        &self,
+        offset: u64,
+        data: &Bytes,
+        options: WriteOptions,
+    ) -> Option<Result<(), DatasetError>> {
+        let len = data.len() as u64;
+        let block = u64::from(self.block_size);
+        let whole_blocks = offset.is_multiple_of(block) && len.is_multiple_of(block);
+        if len == 0
+            || len > WRITE_NOW_BYTES_MAX
+            || !whole_blocks
+            || options.fua
+            || self.wants_commit(options)
+            || self.check_writable().is_err()
+            || self.check_range("write", offset, len).is_err()
+            || (self.space_check)(len, false).is_err()
+        {
+            return None;
+        }
+        let hold = self.txg.try_hold_now(len)?;
+        Some(self.apply_write(&hold, offset, data, Some(data)).map(|()| {
+            let logged = vec![self.logged_write(offset, data, Some(data), false)];
+            self.log_change(&hold, logged, options);
+            self.count_write(len);
+        }))
+    }
+
+    fn count_write(&self, len: u64) {
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats.write_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+
     /// `data`, and `shared` when the same bytes may be kept.
     fn write_from(
         &self,
@@ -434,10 +481,7 @@ impl Volume {
             self.apply_write(hold, offset, data, shared)?;
             Ok(vec![self.logged_write(offset, data, shared, commit)])
         })?;
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.count_write(len);
         self.finish(ticket, commit)
     }
 
@@ -518,7 +562,9 @@ impl Volume {
     }
 
     /// The record of an ordinary write: its data copied now when it is small and about to be
-    /// committed, else read back from the volume at commit.
+    /// committed, or kept when it is small and the write's whole blocks keep the same buffer
+    /// anyway (no memory the dirty blocks do not hold already, and a FLUSH after the write
+    /// finds its record ready instead of reading the data back); else read back at commit.
     fn logged_write(
         &self,
         offset: u64,
@@ -526,14 +572,21 @@ impl Volume {
         shared: Option<&Bytes>,
         commit: bool,
     ) -> Logged {
+        let block = u64::from(self.block_size);
+        let small = data.len() <= self.copy_bytes_max();
+        let kept_by_blocks = shared.is_some()
+            && offset.is_multiple_of(block)
+            && (data.len() as u64).is_multiple_of(block);
         Logged {
             kind: LogRecordKind::Write,
             offset,
             length: data.len() as u64,
-            data: if commit && data.len() <= self.copy_bytes_max() {
-                ItxData::Copied(shared.map_or_else(|| Bytes::copy_from_slice(data), Bytes::clone))
-            } else {
-                ItxData::NeedCopy
+            data: match shared {
+                Some(bytes) if small && (commit || kept_by_blocks) => {
+                    ItxData::Copied(bytes.clone())
+                }
+                None if small && commit => ItxData::Copied(Bytes::copy_from_slice(data)),
+                _ => ItxData::NeedCopy,
             },
         }
     }
@@ -670,15 +723,24 @@ impl Volume {
             return Ok(None);
         }
         if change == Change::Write {
-            (self.space_check)(len)?;
+            (self.space_check)(len, true)?;
         }
         self.txg.throttle(len);
         let hold = self.txg.try_hold().map_err(|err| self.io_error(err))?;
         let logged = change_fn(&hold)?;
         debug_assert_eq!(logged.iter().map(|part| part.length).sum::<u64>(), len);
-        let Some(log) = &self.intent_log else {
-            return Ok(None);
-        };
+        Ok(self.log_change(&hold, logged, options))
+    }
+
+    /// Appends the records of a change just made under `hold` to the log; the last one's
+    /// ticket (no log: `None`).
+    fn log_change(
+        &self,
+        hold: &TxgHold,
+        logged: Vec<Logged>,
+        options: WriteOptions,
+    ) -> Option<Ticket> {
+        let log = self.intent_log.as_ref()?;
         let mut ticket = None;
         for part in logged {
             ticket = Some(log.log(
@@ -693,7 +755,7 @@ impl Volume {
                 },
             ));
         }
-        Ok(ticket)
+        ticket
     }
 
     /// Commits `ticket` when the operation must be durable on return.

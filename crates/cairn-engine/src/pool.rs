@@ -645,7 +645,7 @@ impl Pool {
         let core = self.core.clone();
         let engine_for_check = engine.clone();
         let dataset = name.to_string();
-        let space_check: SpaceCheck = Arc::new(move |bytes| {
+        let space_check: SpaceCheck = Arc::new(move |bytes, may_wait| {
             // Others' unused reservations are held back; this volume's own are its to use.
             let fits = || {
                 let dirty = engine_for_check.dirty_bytes();
@@ -655,6 +655,12 @@ impl Pool {
             };
             if fits() {
                 return Ok(());
+            }
+            if !may_wait {
+                return Err(DatasetError::NoSpace(format!(
+                    "pool '{}' has no room for {bytes} more bytes without a txg sync",
+                    core.name
+                )));
             }
             // The estimate counts every dirty byte as new space, though overwrites free as
             // much as they take, and space freed in the last few txgs is not reusable yet (on

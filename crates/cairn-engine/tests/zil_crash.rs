@@ -196,8 +196,15 @@ fn run_writer(
             for sector in first..first + count {
                 region.record(sector, tag);
             }
-            volume
-                .write_with(first * SECTOR, &data, options)
+            // Plain writes go the way the NBD server sends them: taken at once when the
+            // volume can (whole blocks, nothing to wait for), else the ordinary call.
+            let data = bytes::Bytes::from(data);
+            let offset = first * SECTOR;
+            let now = match options.fua {
+                true => None,
+                false => volume.try_write_now(offset, &data, options),
+            };
+            now.unwrap_or_else(|| volume.write_bytes_with(offset, data, options))
                 .map(|()| options.fua)
         } else if choice < 80 {
             for sector in first..first + count {
@@ -565,6 +572,53 @@ fn flush_commits_the_log_without_a_txg_sync_and_replay_restores_it() {
     let mut found = vec![0u8; SECTOR as usize];
     volume.read(100 * SECTOR, &mut found).unwrap();
     assert_eq!(found, pattern(99, 100));
+    assert!(pool.check().unwrap().is_clean());
+    drop(volume);
+    pool.close().unwrap();
+}
+
+/// Plain writes taken at once (`try_write_now`, the NBD server's fast path) are logged with
+/// their data: a FLUSH after them reads nothing back, and replay after a power cut restores
+/// them.
+#[test]
+fn plain_writes_taken_at_once_are_flushed_from_their_records_and_replayed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let power = Arc::new(PowerSwitch::with_seed(11));
+    let properties = [("volblocksize".to_string(), "4K".to_string())];
+    let (pool, volume) = single_writer_volume(dir.path(), 11, true, Some(&power), &properties);
+    const BLOCK: u64 = 4096;
+    let block = |i: u64| -> Vec<u8> { (0..BLOCK / SECTOR).flat_map(|s| pattern(i, s)).collect() };
+    let options = WriteOptions {
+        fua: false,
+        lane: 0,
+    };
+    for i in 0..40u64 {
+        let data = bytes::Bytes::from(block(i + 1));
+        let result = volume.try_write_now(i * BLOCK, &data, options);
+        assert!(matches!(result, Some(Ok(()))), "write {i}: {result:?}");
+        volume.flush().unwrap();
+    }
+    // Partial blocks and FUA writes are not taken at once (the former may read the disk, the
+    // latter commits): nothing changed, the caller makes the ordinary call.
+    let partial = bytes::Bytes::from(vec![7u8; SECTOR as usize]);
+    assert!(volume.try_write_now(0, &partial, options).is_none());
+    let fua = WriteOptions { fua: true, lane: 0 };
+    let whole = bytes::Bytes::from(block(99));
+    assert!(volume.try_write_now(0, &whole, fua).is_none());
+    let stats = &pool.intent_log_stats()[0].1;
+    assert_eq!(stats.needcopy_reads, 0, "{stats:?}");
+    assert_eq!(stats.fallbacks, 0, "{stats:?}");
+    power.cut_now();
+    drop(volume);
+    drop(pool);
+
+    let pool = import_after_cut(dir.path(), 11, false).expect("import");
+    let volume = pool.volume("tank/vol").unwrap();
+    for i in 0..40u64 {
+        let mut found = vec![0u8; BLOCK as usize];
+        volume.read(i * BLOCK, &mut found).unwrap();
+        assert_eq!(found, block(i + 1), "block {i}");
+    }
     assert!(pool.check().unwrap().is_clean());
     drop(volume);
     pool.close().unwrap();

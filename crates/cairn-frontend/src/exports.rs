@@ -89,6 +89,12 @@ impl Export for VolumeExport {
             .map_err(export_error)
     }
 
+    fn try_write_now(&self, offset: u64, data: &bytes::Bytes) -> Option<Result<(), ExportError>> {
+        self.volume
+            .try_write_now(offset, data, self.options(false))
+            .map(|result| result.map_err(export_error))
+    }
+
     fn flush(&self) -> Result<(), ExportError> {
         self.volume.flush().map_err(export_error)
     }

@@ -62,6 +62,15 @@ pub trait Export: Send + Sync + 'static {
     fn write_bytes(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), ExportError> {
         self.write(offset, &data, fua)
     }
+    /// A plain (not FUA) `write_bytes` done only if it can be done without blocking (no
+    /// throttle, no disk read, no commit): the server calls it on its async worker first and
+    /// saves a trip through the blocking pool. `None` (the default) means it would block and
+    /// nothing was changed: the server then calls `write_bytes`. `Some` is the write's
+    /// outcome, exactly as `write_bytes` would have reported it. Must not block.
+    fn try_write_now(&self, offset: u64, data: &Bytes) -> Option<Result<(), ExportError>> {
+        let _ = (offset, data);
+        None
+    }
     /// Makes every write completed before this call durable (export-wide).
     fn flush(&self) -> Result<(), ExportError>;
     /// Discards a range (a hint; the contents afterwards are unspecified until rewritten).

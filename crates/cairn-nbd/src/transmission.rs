@@ -5,9 +5,19 @@
 //! and spawns one handler task per valid request; handlers run the export call on the blocking
 //! pool (or, when the client waits for stable media, in place with `block_in_place`) and push
 //! their reply into a channel; a single *writer* (same task, joined with the
-//! reader) drains the channel, so replies never interleave on the wire. A read the export can
-//! serve from memory (`Export::try_read_now`) is answered by the reader itself, with no handler
-//! task: no thread hop at all on a cache hit.
+//! reader) drains the channel, so replies never interleave on the wire. The reader answers
+//! some requests itself, with no handler task and no thread hop: a read the export serves from
+//! memory (`Export::try_read_now`), a plain write it takes at once (`Export::try_write_now`),
+//! and, for a client that waits for each reply (QD1: its last requests each found nothing else
+//! in flight), a FLUSH or FUA request (in place, `block_in_place`): its reply then leaves from
+//! the thread that computed it instead of after a wake-up of another one.
+//! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
+//! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
+//!   last few writes (fio's `fsync=1`, a database's write + fdatasync), the connection commits
+//!   as soon as the reply to its next write is on the wire, while the reply travels and the
+//!   FLUSH comes back; that FLUSH then finds nothing left to commit, and the reader, polled
+//!   again right after the commit, reads it at once (no thread has to be woken for it).
+//!   Durability is unchanged: the FLUSH still calls `Export::flush`.
 //!
 //! Invariants:
 //! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
@@ -21,6 +31,8 @@
 //!   export-wide `Export::flush`. So a flush covers every write received before it on this
 //!   connection (stronger than the protocol's "replied before"), and — because `flush` is
 //!   export-wide — every write any other connection has been answered for (`CAN_MULTI_CONN`).
+//!   A write the reader carries out itself has returned before the next request is even read,
+//!   so it needs no place in the set; a FLUSH runs on the reader only when nothing is in flight.
 //! - Validation happens before any export call: alignment to 512, range, size limits, read-only,
 //!   command flags. Bad requests get an error reply and the connection carries on; only a bad
 //!   request magic, truncation or a stalled transfer (the stream cannot be resynchronised)
@@ -32,6 +44,8 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -51,7 +65,7 @@ use crate::stats::{ExportStats, OpKind};
 const MAX_EXTENTS: usize = 1 << 20;
 
 /// What a validated request asks for.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
     Read {
         offset: u64,
@@ -282,6 +296,8 @@ struct Reply {
     cookie: u64,
     body: Body,
     _permits: Permits,
+    /// Commit ahead once this reply is on the wire (see `Reader::commit_ahead`).
+    then_flush: Option<Arc<dyn Export>>,
 }
 
 /// Write-like requests still running on this connection, by arrival sequence number.
@@ -313,6 +329,7 @@ where
     let session = Arc::new(session);
     let (tx, rx) = mpsc::unbounded_channel::<Reply>();
     let dead = Notify::new();
+    let again = AtomicBool::new(false);
     let reading = read_loop(&inner, &session, &stats, &mut reader, tx, &dead);
     let writing = write_loop(
         rx,
@@ -320,8 +337,108 @@ where
         session.structured,
         inner.config.io_timeout,
         &dead,
+        &again,
     );
-    tokio::join!(reading, writing);
+    drive(reading, writing, &again).await;
+}
+
+/// Polls a connection's reader and writer until both are done. The reader goes first, so a
+/// reply it queued while answering a request itself goes out in the same poll, from the thread
+/// that computed it, rather than after a wake-up of the task (which, after a `block_in_place`,
+/// is a wake-up of another thread). When the writer has just run a commit ahead (`again`),
+/// the client's FLUSH has most likely arrived meanwhile: the reader is polled again at once,
+/// for the same reason.
+async fn drive(
+    reading: impl Future<Output = ()>,
+    writing: impl Future<Output = ()>,
+    again: &AtomicBool,
+) {
+    let mut reading = std::pin::pin!(reading);
+    let mut writing = std::pin::pin!(writing);
+    let (mut read_done, mut write_done) = (false, false);
+    std::future::poll_fn(|cx| {
+        loop {
+            again.store(false, Ordering::Relaxed);
+            if !read_done {
+                read_done = reading.as_mut().poll(cx).is_ready();
+            }
+            if !write_done {
+                write_done = writing.as_mut().poll(cx).is_ready();
+            }
+            if read_done && write_done {
+                return Poll::Ready(());
+            }
+            if read_done || !again.load(Ordering::Relaxed) {
+                return Poll::Pending;
+            }
+        }
+    })
+    .await
+}
+
+/// Client FLUSHes following its writes one for one (fio's `fsync=1`, a database's write then
+/// fdatasync) this many times in a row make the reader commit ahead of the next FLUSH.
+const PAIRS_BEFORE_FLUSH_AHEAD: u32 = 4;
+
+/// Requests in a row that found nothing else of their connection in flight, after which the
+/// client is taken for one that waits for each reply (QD1) and the reader may block on its
+/// requests: no other request of it is coming meanwhile. A client that pipelines keeps
+/// breaking the streak, and its FLUSHes go to handlers, never holding up its other requests.
+const SERIAL_STREAK: u32 = 8;
+
+/// What the reader has seen of the client's FLUSH habit: whether it sends one after each write.
+#[derive(Default)]
+struct FlushHabit {
+    writes_since_flush: u32,
+    /// FLUSHes in a row that each followed exactly one write (capped).
+    paired_flushes: u32,
+}
+
+impl FlushHabit {
+    fn note(&mut self, op: &Op) {
+        if op.is_write_like() {
+            self.writes_since_flush = self.writes_since_flush.saturating_add(1);
+            if self.writes_since_flush > 1 {
+                self.paired_flushes = 0;
+            }
+        } else if matches!(op, Op::Flush) {
+            self.paired_flushes = match self.writes_since_flush {
+                1 => (self.paired_flushes + 1).min(PAIRS_BEFORE_FLUSH_AHEAD),
+                _ => 0,
+            };
+            self.writes_since_flush = 0;
+        }
+    }
+
+    /// The last request was a write and, by the habit, a FLUSH comes next.
+    fn expects_flush(&self) -> bool {
+        self.paired_flushes >= PAIRS_BEFORE_FLUSH_AHEAD && self.writes_since_flush == 1
+    }
+}
+
+/// The reading side of one connection: its limits, its writes in flight and the client's
+/// FLUSH habit.
+struct Reader<'a> {
+    inner: &'a Arc<Inner>,
+    session: &'a Arc<Session>,
+    stats: &'a Arc<Mutex<ExportStats>>,
+    tx: mpsc::UnboundedSender<Reply>,
+    slots: Arc<Semaphore>,
+    slot_count: usize,
+    conn_bytes: Arc<Semaphore>,
+    tracker: Arc<WriteTracker>,
+    next_write_seq: u64,
+    habit: FlushHabit,
+    /// Requests in a row that arrived with nothing else in flight (capped at `SERIAL_STREAK`).
+    serial_streak: u32,
+}
+
+/// Whether the reader goes on after taking one request.
+enum Next {
+    /// Read the next request.
+    Read,
+    /// Stop reading: the stream is out of sync or the connection is going away.
+    Stop,
 }
 
 async fn read_loop<R>(
@@ -334,142 +451,287 @@ async fn read_loop<R>(
 ) where
     R: AsyncBufRead + AsyncRead + Unpin + Send,
 {
-    let cfg = &inner.config;
-    let slots = Arc::new(Semaphore::new(cfg.max_inflight_requests.max(1)));
-    let conn_bytes = Arc::new(Semaphore::new(
-        cfg.max_inflight_bytes.max(cfg.max_request_bytes as usize),
-    ));
-    let tracker = Arc::new(WriteTracker {
-        inflight: watch::Sender::new(BTreeSet::new()),
-    });
-    let mut next_write_seq = 0u64;
+    let mut reader = Reader::new(inner, session, stats, tx);
     let mut shutdown = inner.shutdown_rx();
-
     loop {
-        // Idle between requests: wait for the first byte of the next one without a deadline.
-        tokio::select! {
-            biased;
-            _ = crate::server::shutting_down(&mut shutdown) => break,
-            _ = dead.notified() => break,
-            buf = r.fill_buf() => match buf {
-                Ok(b) if !b.is_empty() => {}
-                _ => break,
-            },
+        if !request_arrives(r, &mut shutdown, dead).await {
+            break;
         }
-        let mut hdr = [0u8; REQUEST_LEN];
-        match tokio::time::timeout(cfg.io_timeout, r.read_exact(&mut hdr)).await {
-            Ok(Ok(_)) => {}
-            _ => {
-                inner.protocol_error();
-                break;
-            }
-        }
-        let Some(req) = Request::decode(&hdr) else {
-            inner.protocol_error();
+        let Some(req) = reader.read_header(r).await else {
             break;
         };
         if req.kind == CMD_DISC {
             break;
         }
+        if matches!(reader.take(r, req).await, Next::Stop) {
+            break;
+        }
+    }
+}
+
+/// Waits, with no deadline (the connection is idle between requests), for the first byte of
+/// the next request; false when the connection is closing instead.
+async fn request_arrives<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    shutdown: &mut watch::Receiver<bool>,
+    dead: &Notify,
+) -> bool {
+    tokio::select! {
+        biased;
+        _ = crate::server::shutting_down(shutdown) => false,
+        _ = dead.notified() => false,
+        buf = r.fill_buf() => matches!(buf, Ok(b) if !b.is_empty()),
+    }
+}
+
+impl<'a> Reader<'a> {
+    fn new(
+        inner: &'a Arc<Inner>,
+        session: &'a Arc<Session>,
+        stats: &'a Arc<Mutex<ExportStats>>,
+        tx: mpsc::UnboundedSender<Reply>,
+    ) -> Reader<'a> {
+        let cfg = &inner.config;
+        let slot_count = cfg.max_inflight_requests.max(1);
+        Reader {
+            inner,
+            session,
+            stats,
+            tx,
+            slots: Arc::new(Semaphore::new(slot_count)),
+            slot_count,
+            conn_bytes: Arc::new(Semaphore::new(
+                cfg.max_inflight_bytes.max(cfg.max_request_bytes as usize),
+            )),
+            tracker: Arc::new(WriteTracker {
+                inflight: watch::Sender::new(BTreeSet::new()),
+            }),
+            next_write_seq: 0,
+            habit: FlushHabit::default(),
+            serial_streak: 0,
+        }
+    }
+
+    /// Reads and decodes a request header (its first byte has arrived); `None` on a protocol
+    /// error (counted), after which the stream cannot be trusted.
+    async fn read_header<R: AsyncRead + Unpin>(&self, r: &mut R) -> Option<Request> {
+        let mut hdr = [0u8; REQUEST_LEN];
+        let decoded = match tokio::time::timeout(
+            self.inner.config.io_timeout,
+            r.read_exact(&mut hdr),
+        )
+        .await
+        {
+            Ok(Ok(_)) => Request::decode(&hdr),
+            _ => None,
+        };
+        if decoded.is_none() {
+            self.inner.protocol_error();
+        }
+        decoded
+    }
+
+    /// Takes one request whose header has been read: validates it, reads its payload, and
+    /// answers it here or hands it to a handler task.
+    async fn take<R: AsyncRead + Unpin>(&mut self, r: &mut R, req: Request) -> Next {
         let received = Instant::now();
         // A request slot bounds the reply queue even for requests refused without an export call.
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            break;
+        let Ok(slot) = self.slots.clone().acquire_owned().await else {
+            return Next::Stop;
         };
-        let op = match validate(&req, session) {
+        self.serial_streak = match self.idle() {
+            true => (self.serial_streak + 1).min(SERIAL_STREAK),
+            false => 0,
+        };
+        let op = match validate(&req, self.session) {
             Ok(op) => op,
-            Err(refusal) => {
-                if req.kind == CMD_WRITE {
-                    // Keep the stream in sync: stream the refused payload into nothing.
-                    let n = u64::from(req.length);
-                    if !matches!(
-                        tokio::time::timeout(cfg.io_timeout, discard(r, n)).await,
-                        Ok(Ok(()))
-                    ) {
-                        inner.protocol_error();
-                        break;
-                    }
-                }
-                {
-                    let mut st = stats.lock();
-                    match refusal.kind {
-                        Some(k) => st.record_refused(k),
-                        None => st.invalid_requests += 1,
-                    }
-                }
-                let permits = Permits {
-                    _slot: slot,
-                    _bytes: None,
-                };
-                let body = Body::Error(refusal.errno, refusal.message);
-                let _ = tx.send(Reply {
-                    cookie: req.cookie,
-                    body,
-                    _permits: permits,
-                });
-                continue;
-            }
+            Err(refusal) => return self.refuse(r, &req, refusal, slot).await,
         };
+        let Some(permits) = self.permits_for(&op, slot).await else {
+            return Next::Stop;
+        };
+        let payload = match op {
+            Op::Write { len, .. } => {
+                let timeout = self.inner.config.io_timeout;
+                match tokio::time::timeout(timeout, read_payload(r, len as usize)).await {
+                    Ok(Ok(data)) => data,
+                    _ => {
+                        self.inner.protocol_error();
+                        return Next::Stop;
+                    }
+                }
+            }
+            _ => Bytes::new(),
+        };
+        self.habit.note(&op);
+        if let Some((result, by_write_now)) = self.answer_now(op, &payload) {
+            // Only for a client that waits for each reply: the commit ahead blocks this reader.
+            let ahead =
+                by_write_now && result.is_ok() && self.habit.expects_flush() && self.serial();
+            let then_flush = ahead.then(|| self.session.export.clone());
+            self.reply(req.cookie, op.kind(), result, permits, received, then_flush);
+            return Next::Read;
+        }
+        self.spawn_handler(req.cookie, op, payload, permits, received);
+        Next::Read
+    }
+
+    /// Answers a request the reader cannot carry out: an error reply, and for a WRITE its
+    /// payload streamed into nothing so the stream stays in sync.
+    async fn refuse<R: AsyncRead + Unpin>(
+        &self,
+        r: &mut R,
+        req: &Request,
+        refusal: Refusal,
+        slot: OwnedSemaphorePermit,
+    ) -> Next {
+        if req.kind == CMD_WRITE {
+            let n = u64::from(req.length);
+            let timeout = self.inner.config.io_timeout;
+            if !matches!(
+                tokio::time::timeout(timeout, discard(r, n)).await,
+                Ok(Ok(()))
+            ) {
+                self.inner.protocol_error();
+                return Next::Stop;
+            }
+        }
+        {
+            let mut st = self.stats.lock();
+            match refusal.kind {
+                Some(k) => st.record_refused(k),
+                None => st.invalid_requests += 1,
+            }
+        }
+        let _ = self.tx.send(Reply {
+            cookie: req.cookie,
+            body: Body::Error(refusal.errno, refusal.message),
+            _permits: Permits {
+                _slot: slot,
+                _bytes: None,
+            },
+            then_flush: None,
+        });
+        Next::Read
+    }
+
+    /// The request's slot plus, for data transfers, its bytes of the connection's and the
+    /// server's budgets (taken before its buffer is allocated); `None` once the server is
+    /// closing the budgets.
+    async fn permits_for(&self, op: &Op, slot: OwnedSemaphorePermit) -> Option<Permits> {
         let bytes = op.buffer_bytes();
         let byte_permits = if bytes > 0 {
-            let c = conn_bytes.clone().acquire_many_owned(bytes).await;
-            let g = inner.global_bytes.clone().acquire_many_owned(bytes).await;
-            match (c, g) {
-                (Ok(c), Ok(g)) => Some((c, g)),
-                _ => break,
-            }
+            let c = self.conn_bytes.clone().acquire_many_owned(bytes).await;
+            let g = self
+                .inner
+                .global_bytes
+                .clone()
+                .acquire_many_owned(bytes)
+                .await;
+            Some((c.ok()?, g.ok()?))
         } else {
             None
         };
-        let permits = Permits {
+        Some(Permits {
             _slot: slot,
             _bytes: byte_permits,
-        };
-        let payload = if let Op::Write { len, .. } = op {
-            match tokio::time::timeout(cfg.io_timeout, read_payload(r, len as usize)).await {
-                Ok(Ok(data)) => data,
-                _ => {
-                    inner.protocol_error();
-                    break;
-                }
+        })
+    }
+
+    /// No other request of this connection is in flight (its reply included): the one being
+    /// taken holds the only slot in use.
+    fn idle(&self) -> bool {
+        self.slots.available_permits() + 1 == self.slot_count
+    }
+
+    /// The client waits for each reply before its next request (see `SERIAL_STREAK`), and
+    /// nothing else of it is in flight now: the reader may block on the request it holds.
+    fn serial(&self) -> bool {
+        self.serial_streak >= SERIAL_STREAK && self.idle()
+    }
+
+    /// Carries out a request on the reader itself, with no handler task and no thread hop,
+    /// when that cannot hold up the connection for long: a read served from memory, a plain
+    /// write the export takes at once, or — for a client that waits for each reply, with
+    /// nothing else of it in flight (so no earlier write either) — a request that waits for
+    /// stable media, in place.
+    /// Returns the result and whether it came from `Export::try_write_now`; `None` sends the
+    /// request to a handler.
+    fn answer_now(&self, op: Op, payload: &Bytes) -> Option<(ExportResult, bool)> {
+        let export = self.session.export.as_ref();
+        match op {
+            Op::Read { .. } => read_now(export, &op).map(|outcome| (Ok(outcome), false)),
+            Op::Write {
+                offset,
+                len,
+                fua: false,
+            } => {
+                let result = write_now(export, offset, payload)?;
+                Some((result.map(|()| (Outcome::Done, u64::from(len))), true))
             }
-        } else {
-            Bytes::new()
-        };
-        let write_guard = if op.is_write_like() {
-            let seq = next_write_seq;
-            next_write_seq += 1;
-            tracker.inflight.send_modify(|s| {
+            _ if op.waits_for_media() && self.serial() => {
+                let payload = payload.clone();
+                Some((run_in_place(|| execute(export, op, payload)), false))
+            }
+            _ => None,
+        }
+    }
+
+    /// Records a request answered by the reader and queues its reply (with, if given, the
+    /// export to commit ahead once the reply is on the wire).
+    fn reply(
+        &self,
+        cookie: u64,
+        kind: OpKind,
+        result: ExportResult,
+        permits: Permits,
+        received: Instant,
+        then_flush: Option<Arc<dyn Export>>,
+    ) {
+        let meta_id = self.session.meta_context.unwrap_or(META_BASE_ALLOCATION_ID);
+        let (body, bytes, ok) = reply_body(result, meta_id);
+        self.stats
+            .lock()
+            .record(kind, bytes, ok, received.elapsed());
+        let _ = self.tx.send(Reply {
+            cookie,
+            body,
+            _permits: permits,
+            then_flush,
+        });
+    }
+
+    /// Hands a request to a task of its own. A write-like request enters the in-flight set
+    /// (in arrival order) until its export call returns; a FLUSH waits for every write
+    /// received before it to leave that set.
+    fn spawn_handler(
+        &mut self,
+        cookie: u64,
+        op: Op,
+        payload: Bytes,
+        permits: Permits,
+        received: Instant,
+    ) {
+        let write_guard = op.is_write_like().then(|| {
+            let seq = self.next_write_seq;
+            self.next_write_seq += 1;
+            self.tracker.inflight.send_modify(|s| {
                 s.insert(seq);
             });
-            Some(WriteGuard {
-                tracker: tracker.clone(),
+            WriteGuard {
+                tracker: self.tracker.clone(),
                 seq,
-            })
-        } else {
-            None
-        };
-        let flush_barrier = matches!(op, Op::Flush).then_some(next_write_seq);
-        // A read served from memory is answered from here: no handler task, no thread hop.
-        if let Some((Outcome::Data(offset, data), bytes)) = read_now(session.export.as_ref(), &op) {
-            stats
-                .lock()
-                .record(OpKind::Read, bytes, true, received.elapsed());
-            let _ = tx.send(Reply {
-                cookie: req.cookie,
-                body: Body::Read(offset, data),
-                _permits: permits,
-            });
-            continue;
-        }
+            }
+        });
+        let flush_barrier = matches!(op, Op::Flush).then_some(self.next_write_seq);
         let handler = Handler {
-            session: session.clone(),
-            stats: stats.clone(),
-            tracker: tracker.clone(),
-            tx: tx.clone(),
+            session: self.session.clone(),
+            stats: self.stats.clone(),
+            tracker: self.tracker.clone(),
+            tx: self.tx.clone(),
         };
         tokio::spawn(handler.run(
-            req.cookie,
+            cookie,
             op,
             payload,
             permits,
@@ -518,17 +780,13 @@ impl Handler {
         // The write is complete (or failed): a flush waiting on it may go ahead.
         drop(write_guard);
         let latency = received.elapsed();
-        let (body, bytes, ok) = match result {
-            Ok((Outcome::Done, bytes)) => (Body::Ok, bytes, true),
-            Ok((Outcome::Data(off, d), bytes)) => (Body::Read(off, d), bytes, true),
-            Ok((Outcome::Extents(e), bytes)) => (Body::BlockStatus(meta_id, e), bytes, true),
-            Err(e) => (Body::Error(e.errno(), e.to_string()), 0, false),
-        };
+        let (body, bytes, ok) = reply_body(result, meta_id);
         self.stats.lock().record(kind, bytes, ok, latency);
         let _ = self.tx.send(Reply {
             cookie,
             body,
             _permits: permits,
+            then_flush: None,
         });
     }
 }
@@ -549,6 +807,31 @@ fn read_now(export: &dyn Export, op: &Op) -> Option<(Outcome, u64)> {
     .unwrap_or(false);
     done.then(|| (Outcome::Data(offset, buf), u64::from(len)))
 }
+
+/// A plain write the export takes at once (`Export::try_write_now`), done here on the async
+/// worker; `None` when it would block (nothing was changed). A panic becomes `EIO`.
+fn write_now(export: &dyn Export, offset: u64, payload: &Bytes) -> Option<Result<(), ExportError>> {
+    if payload.is_empty() {
+        return None;
+    }
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        export.try_write_now(offset, payload)
+    }))
+    .unwrap_or_else(|_| Some(Err(ExportError::Io("export operation panicked".into()))))
+}
+
+/// A reply's body, the bytes it covered and whether it succeeded.
+fn reply_body(result: ExportResult, meta_id: u32) -> (Body, u64, bool) {
+    match result {
+        Ok((Outcome::Done, bytes)) => (Body::Ok, bytes, true),
+        Ok((Outcome::Data(off, d), bytes)) => (Body::Read(off, d), bytes, true),
+        Ok((Outcome::Extents(e), bytes)) => (Body::BlockStatus(meta_id, e), bytes, true),
+        Err(e) => (Body::Error(e.errno(), e.to_string()), 0, false),
+    }
+}
+
+/// What an export call produced and the bytes it covered.
+type ExportResult = Result<(Outcome, u64), ExportError>;
 
 enum Outcome {
     Done,
@@ -589,7 +872,7 @@ async fn run_blocking<T: Send + 'static>(
 }
 
 /// Carries out a validated operation; returns the outcome and the bytes it covered.
-fn execute(export: &dyn Export, op: Op, payload: Bytes) -> Result<(Outcome, u64), ExportError> {
+fn execute(export: &dyn Export, op: Op, payload: Bytes) -> ExportResult {
     match op {
         Op::Read { offset, len } => {
             let mut buf = vec![0u8; len as usize];
@@ -681,6 +964,17 @@ fn normalize_extents(raw: &[(u64, u32)], len: u32, req_one: bool) -> Vec<(u32, u
     out
 }
 
+/// Commits what the connection wrote before the client's FLUSH arrives: the client has sent a
+/// FLUSH after each of its last writes, and the reply to its latest write has just left. The
+/// commit then runs while the reply travels and the FLUSH comes back, and the FLUSH finds
+/// nothing left to commit. Safe whatever the client does next (making data durable early is
+/// never wrong); a wrong guess costs one log commit, and the habit has to be seen again before
+/// the next. Runs in place, holding up this connection only (whose client waits anyway).
+fn commit_ahead(export: &dyn Export) {
+    // A failure here is the FLUSH's to report: it commits (and fails) again.
+    let _ = run_in_place(|| export.flush());
+}
+
 /// Drains the reply channel onto the socket. After a write error or timeout it keeps draining
 /// (dropping replies, releasing their permits) so handlers and the reader never wait on a dead
 /// client, and tells the reader to stop.
@@ -690,13 +984,16 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     structured: bool,
     io_timeout: Duration,
     dead: &Notify,
+    again: &AtomicBool,
 ) {
     let mut alive = true;
     while let Some(reply) = rx.recv().await {
         if !alive {
             continue;
         }
-        let more_queued = !rx.is_empty();
+        // A commit ahead waits for its reply to be on the wire: the client turns round
+        // meanwhile.
+        let more_queued = !rx.is_empty() && reply.then_flush.is_none();
         let sent = tokio::time::timeout(io_timeout, async {
             send_reply(&mut w, &reply, structured).await?;
             if !more_queued {
@@ -708,6 +1005,9 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         if !matches!(sent, Ok(Ok(()))) {
             alive = false;
             dead.notify_one();
+        } else if let Some(export) = &reply.then_flush {
+            commit_ahead(export.as_ref());
+            again.store(true, Ordering::Relaxed);
         }
     }
     if alive {
@@ -980,6 +1280,41 @@ mod tests {
             .map(|i| (1, (i % 2) as u32))
             .collect();
         assert_eq!(normalize_extents(&many, u32::MAX, false).len(), MAX_EXTENTS);
+    }
+
+    #[test]
+    fn flush_habit_needs_pairs_in_a_row() {
+        let write = Op::Write {
+            offset: 0,
+            len: 512,
+            fua: false,
+        };
+        let mut habit = FlushHabit::default();
+        for _ in 0..PAIRS_BEFORE_FLUSH_AHEAD {
+            habit.note(&write);
+            assert!(!habit.expects_flush());
+            habit.note(&Op::Flush);
+        }
+        habit.note(&write);
+        assert!(habit.expects_flush());
+        // Reads in between change nothing; a second write breaks the habit.
+        habit.note(&Op::Read {
+            offset: 0,
+            len: 512,
+        });
+        assert!(habit.expects_flush());
+        habit.note(&write);
+        assert!(!habit.expects_flush());
+        habit.note(&Op::Flush);
+        habit.note(&write);
+        assert!(!habit.expects_flush());
+        // A FLUSH with no write before it does not count as a pair either.
+        let mut habit = FlushHabit::default();
+        for _ in 0..PAIRS_BEFORE_FLUSH_AHEAD {
+            habit.note(&Op::Flush);
+        }
+        habit.note(&write);
+        assert!(!habit.expects_flush());
     }
 
     #[test]

@@ -581,6 +581,55 @@ fn flush_waits_for_writes_in_flight() {
     t.stop();
 }
 
+/// Plain writes the export takes at once are answered by the reader, and a client that sends a
+/// FLUSH after each write gets its commits started ahead of the FLUSH: every flush, ahead or
+/// asked for, comes after the write it covers, and a client whose writes stop pairing with
+/// FLUSHes gets no more commits ahead.
+#[test]
+fn writes_served_now_and_flush_ahead_of_paired_flushes() {
+    let t = TestServer::standard();
+    let e = t.export(VOL);
+    let mut c = t.connect();
+    c.go(VOL, true, false);
+    const PAIRS: u64 = 8;
+    for i in 0..PAIRS {
+        assert_eq!(c.write(i * 4096, &pattern(i, 4096), 0), 0);
+        assert_eq!(c.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+        // Every flush the export saw so far came after the writes answered before it.
+        assert!(e.flush_saw.lock().iter().all(|&seen| seen >= 1));
+        assert_eq!(*e.flush_saw.lock().last().unwrap(), i + 1);
+    }
+    assert_eq!(e.writes_now.load(Ordering::SeqCst), PAIRS);
+    for i in 0..PAIRS {
+        assert_eq!(c.read(i * 4096, 4096).unwrap(), pattern(i, 4096));
+    }
+    // Four pairs make the habit; the writes after that got a commit ahead of their FLUSH.
+    let flushes = e.flushes.load(Ordering::SeqCst);
+    assert_eq!(flushes, PAIRS + (PAIRS - 4), "flushes {flushes}");
+    let saw = e.flush_saw.lock().clone();
+    assert!(saw.windows(2).all(|w| w[0] <= w[1]), "{saw:?}");
+    // Two writes without a FLUSH: the first still gets a commit ahead (the habit's one wrong
+    // guess), the second breaks the habit, and the next pairs get none until it has been seen
+    // four times again.
+    assert_eq!(c.write(0, &[1u8; 4096], 0), 0);
+    assert_eq!(c.write(4096, &[2u8; 4096], 0), 0);
+    assert_eq!(c.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    assert_eq!(e.flushes.load(Ordering::SeqCst), flushes + 2);
+    for i in 0..4 {
+        assert_eq!(c.write(i * 4096, &[3u8; 4096], 0), 0);
+        assert_eq!(c.cmd(CMD_FLUSH, 0, 0, 0, &[]), 0);
+    }
+    assert_eq!(e.flushes.load(Ordering::SeqCst), flushes + 6);
+    // A write the export cannot take at once goes the ordinary way.
+    e.serve_writes_now.store(false, Ordering::SeqCst);
+    let now = e.writes_now.load(Ordering::SeqCst);
+    assert_eq!(c.write(8192, &[4u8; 4096], 0), 0);
+    assert_eq!(e.writes_now.load(Ordering::SeqCst), now);
+    assert_eq!(c.read(8192, 4096).unwrap(), vec![4u8; 4096]);
+    c.disconnect();
+    t.stop();
+}
+
 #[test]
 fn multi_conn_flush_and_visibility() {
     let t = TestServer::standard();

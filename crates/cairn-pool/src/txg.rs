@@ -1041,6 +1041,24 @@ impl TxgEngine {
         std::thread::sleep(sleep);
     }
 
+    /// `throttle(bytes)` then `try_hold()` for a caller that must not wait (a write done on an
+    /// async worker): a hold only when the throttle would neither block nor delay a writer of
+    /// `bytes` and the engine takes holds; otherwise `None`, and the caller takes the ordinary
+    /// path (which waits, or reports why the engine refuses).
+    pub fn try_hold_now(&self, bytes: u64) -> Option<TxgHold> {
+        let config = &self.shared.config;
+        let mut st = self.shared.state.lock();
+        if !st.throttle_active() {
+            return None;
+        }
+        let limit = st.dirty_limit(config);
+        let dirty = st.dirty_bytes_total;
+        if dirty >= limit || delay_ns_within(config, limit, dirty.saturating_add(bytes)) > 0 {
+            return None;
+        }
+        Some(self.shared.new_hold(&mut st))
+    }
+
     pub fn open_txg(&self) -> u64 {
         self.shared.state.lock().open.txg
     }
@@ -1853,6 +1871,32 @@ mod tests {
         assert_eq!(engine.sync_now(), Ok(1));
         assert_eq!(engine.history()[0].writer_delays_count, 2);
         engine.shutdown().unwrap();
+    }
+
+    #[test]
+    fn txg_try_hold_now_only_where_the_throttle_would_not_wait() {
+        let syncer = FakeSyncer::new();
+        let config = TxgConfig {
+            dirty_sync_percent: 100,
+            ..quiet_config()
+        };
+        let engine = TxgEngine::start(config, 0, syncer.clone());
+        let hold = engine.hold();
+        hold.add_dirty(500_000); // 50 %: below the 60 % knee
+        let now = engine.try_hold_now(1_000).expect("no delay below the knee");
+        assert_eq!(now.txg(), hold.txg());
+        drop(now);
+        // A write that would take dirty data past the knee would be delayed: no hold.
+        assert!(engine.try_hold_now(200_000).is_none());
+        hold.add_dirty(200_000); // 70 %
+        assert!(engine.try_hold_now(1).is_none());
+        // Nothing was counted as a delay: the caller takes the ordinary path for that.
+        assert_eq!(engine.stats().writer_delays_count, 0);
+        drop(hold);
+        assert_eq!(engine.sync_now(), Ok(1));
+        assert!(engine.try_hold_now(1).is_some());
+        engine.shutdown().unwrap();
+        assert!(engine.try_hold_now(1).is_none());
     }
 
     #[test]

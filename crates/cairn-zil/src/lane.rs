@@ -15,7 +15,7 @@ use cairn_format::intent_log::{
 };
 use cairn_format::{ChainPosition, Dva, LaneHead, LogBlock, LogRecord, LogRecordKind};
 use cairn_pipeline::{PipelineError, RawWrites};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::Thread;
@@ -163,6 +163,36 @@ pub(crate) struct Lane {
     failed_published: AtomicBool,
 }
 
+/// What a builder took for one batch, and the lane's chain as it was when it did.
+struct BatchPlan {
+    chain: Option<Chain>,
+    /// `chain_epoch` then: a different one afterwards means the chain was retired meanwhile.
+    epoch: u64,
+    next_alloc_txg: u64,
+    last_ticket: u64,
+    previous_batch_bytes: usize,
+    records: usize,
+    started: Instant,
+}
+
+impl BatchPlan {
+    /// Takes the pending records of one batch (at least one: the caller saw its own pending).
+    fn take(st: &mut LaneState, bytes_max: usize) -> (BatchPlan, Vec<Itx>) {
+        let started = Instant::now();
+        let itxs = st.take_batch(bytes_max);
+        let plan = BatchPlan {
+            chain: st.chain,
+            epoch: st.chain_epoch,
+            next_alloc_txg: st.next_alloc_txg,
+            last_ticket: itxs.last().expect("at least one record").ticket,
+            previous_batch_bytes: st.last_batch_bytes,
+            records: itxs.len(),
+            started,
+        };
+        (plan, itxs)
+    }
+}
+
 /// What a builder produced.
 struct Built {
     last_ticket: u64,
@@ -272,15 +302,16 @@ impl Lane {
     /// Parks the calling committer until `ticket` is durable or the lane has failed. The
     /// caller checked, under the lock it hands in, that neither is true yet and that its
     /// record is in a batch (no builder needs it); the lock is released while parked.
-    fn wait_durable(&self, mut st: parking_lot::MutexGuard<'_, LaneState>, ticket: u64) {
+    fn wait_durable(&self, st: &mut MutexGuard<'_, LaneState>, ticket: u64) {
         st.durable_waiters.push((ticket, std::thread::current()));
-        drop(st);
-        // Unparks that arrive before `park` are kept as a token; spurious returns loop.
-        while self.durable_published.load(Ordering::Acquire) < ticket
-            && !self.failed_published.load(Ordering::Acquire)
-        {
-            std::thread::park();
-        }
+        MutexGuard::unlocked(st, || {
+            // Unparks that arrive before `park` are kept as a token; spurious returns loop.
+            while self.durable_published.load(Ordering::Acquire) < ticket
+                && !self.failed_published.load(Ordering::Acquire)
+            {
+                std::thread::park();
+            }
+        });
     }
 
     /// The newest ticket not yet durable, if any.
@@ -435,6 +466,23 @@ impl LaneState {
         }
     }
 
+    /// Registers a built batch as in flight and moves the chain's end past its blocks;
+    /// returns the batch's id.
+    fn launch(&mut self, built: &Built) -> u64 {
+        let batch_id = self.next_batch_id;
+        self.next_batch_id += 1;
+        self.in_flight.push_back(Batch {
+            id: batch_id,
+            last_ticket: built.last_ticket,
+            done: false,
+        });
+        self.chain = Some(built.chain);
+        self.next_alloc_txg = built.next_alloc_txg;
+        self.last_batch_bytes = built.total_bytes;
+        self.written.extend(built.blocks.iter().copied());
+        batch_id
+    }
+
     fn complete(&mut self, batch_id: u64) {
         if let Some(batch) = self.in_flight.iter_mut().find(|batch| batch.id == batch_id) {
             batch.done = true;
@@ -525,6 +573,9 @@ fn block_size_for(bytes: usize) -> u32 {
 }
 
 impl IntentLog {
+    /// Makes the lane's tickets up to `target` durable: waits while others build or while its
+    /// record is in a batch in flight, and otherwise becomes the lane's builder and commits a
+    /// batch itself; after a failure, recovers (a resumed pool) or reports it.
     pub(crate) fn commit_lane(
         &self,
         lane: &Lane,
@@ -534,166 +585,201 @@ impl IntentLog {
         let started = Instant::now();
         let _fail_on_panic = FailOnPanic { lane };
         let mut st = lane.state.lock();
-        loop {
-            if st.durable_ticket >= target {
-                drop(st);
-                self.stats.count_commit(started.elapsed());
-                return Ok(());
+        while st.durable_ticket < target {
+            if st.failed.is_some() {
+                self.recover_from_failure(lane, &mut st, target)?;
+            } else if self.take_builder_role(lane, &mut st, target) {
+                self.commit_as_builder(lane, &mut st, target, source)?;
             }
-            if let Some(reason) = &st.failed {
-                if st.failed_by_suspension && self.txg.suspended().is_none() {
-                    st.failed = None;
-                    st.failed_by_suspension = false;
-                    drop(st);
-                    self.fall_back(lane, target)?;
-                    st = lane.state.lock();
-                    continue;
-                }
-                return Err(self.failed(reason.clone()));
-            }
-            let front_is_ours = st.pending.front().is_some_and(|itx| itx.ticket <= target);
-            if !front_is_ours {
-                // Our record is in a batch: only its completion (or a failure) concerns us.
-                self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
-                lane.wait_durable(st, target);
-                st = lane.state.lock();
-                continue;
-            }
-            let may_build = !st.building && st.in_flight.len() < IN_FLIGHT_MAX;
-            if !may_build {
-                // Someone is building, or our record is in a batch in flight: wait for either.
-                self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
-                lane.cond.wait(&mut st);
-                continue;
-            }
-            st.building = true;
-            st.drop_synced_front(self.txg.last_synced_txg());
-            wake(lane.publish(&mut st));
-            if st.pending.payload_bytes >= self.config.bulk_sync_bytes {
-                drop(st);
-                self.sync_instead(lane)?;
-                st = lane.state.lock();
-                continue;
-            }
-            // Group commit with company: when the last batch carried several records (several
-            // committers are active), wait up to a tenth of its write time for the others to
-            // arrive, so one write serves them all instead of every other batch carrying only
-            // the early ones. A lone committer (last batch of one) never waits.
-            if st.last_batch_records > 1 {
-                let deadline = Instant::now() + st.last_batch_latency / COMPANY_WAIT_DIVISOR;
-                st.company_wanted = st.last_batch_records;
-                while st.pending.len() < st.company_wanted && Instant::now() < deadline {
-                    lane.company.wait_until(&mut st, deadline);
-                }
-                st.company_wanted = 0;
-            }
-            // A fallback meanwhile may have made everything durable (and emptied `pending`).
-            if st.pending.front().is_none_or(|itx| itx.ticket > target) {
-                st.building = false;
-                lane.cond.notify_all();
-                continue;
-            }
-            let batch_started = Instant::now();
-            let itxs = st.take_batch(self.config.batch_bytes_max);
-            let batch_records = itxs.len();
-            let chain = st.chain;
-            let epoch = st.chain_epoch;
-            let next_alloc_txg = st.next_alloc_txg;
-            let last_ticket = itxs.last().expect("at least one record").ticket;
-            let previous_batch_bytes = st.last_batch_bytes;
-            drop(st);
+        }
+        drop(st);
+        self.stats.count_commit(started.elapsed());
+        Ok(())
+    }
 
-            let built = self.build(
+    /// The lane has failed: if only because the pool's I/O was suspended and the pool has
+    /// resumed since, clears the failure and makes `target` durable with a txg sync; otherwise
+    /// the failure is the commit's.
+    fn recover_from_failure(
+        &self,
+        lane: &Lane,
+        st: &mut MutexGuard<'_, LaneState>,
+        target: u64,
+    ) -> Result<(), ZilError> {
+        let reason = st.failed.clone().unwrap_or_default();
+        if !st.failed_by_suspension || self.txg.suspended().is_some() {
+            return Err(self.failed(reason));
+        }
+        st.failed = None;
+        st.failed_by_suspension = false;
+        MutexGuard::unlocked(st, || self.fall_back(lane, target))
+    }
+
+    /// Becomes the lane's builder if `target`'s record is still pending and no one else is
+    /// building (nor too many batches in flight); otherwise waits for what concerns it — its
+    /// batch's completion, or a change of builder — and returns false to look again.
+    fn take_builder_role(
+        &self,
+        lane: &Lane,
+        st: &mut MutexGuard<'_, LaneState>,
+        target: u64,
+    ) -> bool {
+        let front_is_ours = st.pending.front().is_some_and(|itx| itx.ticket <= target);
+        if !front_is_ours {
+            // Our record is in a batch: only its completion (or a failure) concerns us.
+            self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
+            lane.wait_durable(st, target);
+            return false;
+        }
+        if st.building || st.in_flight.len() >= IN_FLIGHT_MAX {
+            // Someone is building, or our record is in a batch in flight: wait for either.
+            self.stats.commit_waits.fetch_add(1, Ordering::Relaxed);
+            lane.cond.wait(st);
+            return false;
+        }
+        st.building = true;
+        true
+    }
+
+    /// As the lane's builder: commits one batch of pending records (or serves a bulk commit by
+    /// a txg sync), then steps down. `target` may still not be durable afterwards (the batch
+    /// was cut at `batch_bytes_max`); the caller looks again.
+    fn commit_as_builder(
+        &self,
+        lane: &Lane,
+        st: &mut MutexGuard<'_, LaneState>,
+        target: u64,
+        source: &dyn LogSource,
+    ) -> Result<(), ZilError> {
+        st.drop_synced_front(self.txg.last_synced_txg());
+        wake(lane.publish(st));
+        if st.pending.payload_bytes >= self.config.bulk_sync_bytes {
+            return MutexGuard::unlocked(st, || self.sync_instead(lane));
+        }
+        self.wait_for_company(lane, st);
+        // A fallback meanwhile may have made everything durable (and emptied `pending`).
+        if st.pending.front().is_none_or(|itx| itx.ticket > target) {
+            st.building = false;
+            lane.cond.notify_all();
+            return Ok(());
+        }
+        let (plan, itxs) = BatchPlan::take(st, self.config.batch_bytes_max);
+        let built = MutexGuard::unlocked(st, || {
+            self.build(
                 lane,
                 itxs,
-                chain,
-                next_alloc_txg,
-                previous_batch_bytes,
+                plan.chain,
+                plan.next_alloc_txg,
+                plan.previous_batch_bytes,
                 source,
-            );
+            )
+        });
+        st.building = false;
+        match self.accept_built(lane, st, built, &plan)? {
+            Some(built) => self.write_batch(lane, st, built, &plan),
+            None => Ok(()),
+        }
+    }
 
-            st = lane.state.lock();
-            st.building = false;
-            let mut built = match built {
-                Ok(built) if st.chain_epoch == epoch => built,
-                Ok(built) => {
-                    // The chain was retired while we built: our blocks hang off a dead chain
-                    // and are freed like the rest of it.
-                    // Nothing was written to them yet, so they can be freed as they are.
-                    drop(st);
-                    let orphans = built.orphans();
-                    // The fallback syncs a txg: our holds must not keep it open.
-                    drop(built);
-                    lane.state.lock().adopt_orphans(orphans);
-                    lane.cond.notify_all();
-                    self.fall_back(lane, last_ticket)?;
-                    st = lane.state.lock();
-                    continue;
-                }
-                Err(err) => {
-                    if st.chain_epoch != epoch
-                        && let Some(chain) = chain
+    /// Group commit with company: when the last batch carried several records (several
+    /// committers are active), waits up to a tenth of its write time for the others to arrive,
+    /// so one write serves them all instead of every other batch carrying only the early ones.
+    /// A lone committer (last batch of one) never waits.
+    fn wait_for_company(&self, lane: &Lane, st: &mut MutexGuard<'_, LaneState>) {
+        if st.last_batch_records <= 1 {
+            return;
+        }
+        let deadline = Instant::now() + st.last_batch_latency / COMPANY_WAIT_DIVISOR;
+        st.company_wanted = st.last_batch_records;
+        while st.pending.len() < st.company_wanted && Instant::now() < deadline {
+            lane.company.wait_until(st, deadline);
+        }
+        st.company_wanted = 0;
+    }
+
+    /// A builder's result, back under the lock: the blocks to write, or `None` when the batch
+    /// was instead made durable by a txg sync — the chain was retired while it was built (its
+    /// blocks hang off a dead chain), or building failed.
+    fn accept_built(
+        &self,
+        lane: &Lane,
+        st: &mut MutexGuard<'_, LaneState>,
+        built: Result<Built, ZilError>,
+        plan: &BatchPlan,
+    ) -> Result<Option<Built>, ZilError> {
+        let retired = st.chain_epoch != plan.epoch;
+        match built {
+            Ok(built) if !retired => Ok(Some(built)),
+            Ok(built) => {
+                // Our blocks are freed like the rest of the dead chain: nothing was written to
+                // them yet, so they can be freed as they are.
+                let orphans = built.orphans();
+                // The fallback syncs a txg: our holds must not keep it open.
+                MutexGuard::unlocked(st, || drop(built));
+                st.adopt_orphans(orphans);
+                lane.cond.notify_all();
+                MutexGuard::unlocked(st, || self.fall_back(lane, plan.last_ticket))?;
+                Ok(None)
+            }
+            Err(err) => {
+                if retired && let Some(chain) = plan.chain {
+                    // Retired while we built: the next block we held is ours to release.
+                    if let Some(block) = st.written.iter_mut().find(|block| block.dva == chain.next)
                     {
-                        // Retired while we built: the next block we held is ours to release.
-                        if let Some(block) =
-                            st.written.iter_mut().find(|block| block.dva == chain.next)
-                        {
-                            block.done = true;
-                        }
+                        block.done = true;
                     }
-                    drop(st);
-                    lane.cond.notify_all();
+                }
+                lane.cond.notify_all();
+                MutexGuard::unlocked(st, || {
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                     eprintln!("cairn: {err}; falling back to a txg sync");
-                    self.fall_back(lane, last_ticket)?;
-                    st = lane.state.lock();
-                    continue;
-                }
-            };
-            let batch_id = st.next_batch_id;
-            st.next_batch_id += 1;
-            st.in_flight.push_back(Batch {
-                id: batch_id,
-                last_ticket: built.last_ticket,
-                done: false,
-            });
-            st.chain = Some(built.chain);
-            st.next_alloc_txg = built.next_alloc_txg;
-            st.last_batch_bytes = built.total_bytes;
-            st.written.extend(built.blocks.iter().copied());
-            drop(st);
-            // The next builder may start now, while our blocks are in flight.
-            lane.cond.notify_all();
+                    self.fall_back(lane, plan.last_ticket)
+                })?;
+                Ok(None)
+            }
+        }
+    }
 
+    /// Puts a built batch in flight (the next builder may start at once, its blocks following
+    /// ours), writes it out, and completes it: its committers are released once every earlier
+    /// batch is done too; a failed write falls back to a txg sync.
+    fn write_batch(
+        &self,
+        lane: &Lane,
+        st: &mut MutexGuard<'_, LaneState>,
+        mut built: Built,
+        plan: &BatchPlan,
+    ) -> Result<(), ZilError> {
+        let batch_id = st.launch(&built);
+        // The next builder may start now, while our blocks are in flight.
+        lane.cond.notify_all();
+        let outcome = MutexGuard::unlocked(st, || {
             let outcome = self.write_out(&built);
             // Written (or failed for good): the txgs of its allocations may sync now, and must
             // be free to before a fallback forces one.
             drop(std::mem::take(&mut built.txg_holds));
-            st = lane.state.lock();
-            st.mark_done(&built.blocks);
-            match outcome {
-                Ok(()) => {
-                    self.stats.count_batch(&built.blocks, built.log_bytes);
-                    st.last_batch_records = batch_records;
-                    st.last_batch_latency = batch_started.elapsed();
-                    st.complete(batch_id);
-                    let to_wake = lane.publish(&mut st);
-                    lane.cond.notify_all();
-                    drop(st);
-                    wake(to_wake);
-                    st = lane.state.lock();
-                }
-                Err(err) => {
-                    drop(st);
-                    self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-                    eprintln!(
-                        "cairn: intent log of {}: {err}; falling back to a txg sync",
-                        self.dataset
-                    );
-                    self.fall_back(lane, built.last_ticket)?;
-                    st = lane.state.lock();
-                }
+            outcome
+        });
+        st.mark_done(&built.blocks);
+        match outcome {
+            Ok(()) => {
+                self.stats.count_batch(&built.blocks, built.log_bytes);
+                st.last_batch_records = plan.records;
+                st.last_batch_latency = plan.started.elapsed();
+                st.complete(batch_id);
+                let to_wake = lane.publish(st);
+                lane.cond.notify_all();
+                MutexGuard::unlocked(st, || wake(to_wake));
+                Ok(())
             }
+            Err(err) => MutexGuard::unlocked(st, || {
+                self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "cairn: intent log of {}: {err}; falling back to a txg sync",
+                    self.dataset
+                );
+                self.fall_back(lane, built.last_ticket)
+            }),
         }
     }
 

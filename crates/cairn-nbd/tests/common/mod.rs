@@ -50,6 +50,10 @@ pub struct MemExport {
     pub reads_now: AtomicU64,
     /// Whether `try_read_now` serves reads at all.
     pub serve_reads_now: std::sync::atomic::AtomicBool,
+    /// Plain writes the server made through `try_write_now` (as a volume takes whole blocks).
+    pub writes_now: AtomicU64,
+    /// Whether `try_write_now` takes writes at all.
+    pub serve_writes_now: std::sync::atomic::AtomicBool,
 }
 
 impl MemExport {
@@ -75,6 +79,8 @@ impl MemExport {
             panic_at: Mutex::new(None),
             reads_now: AtomicU64::new(0),
             serve_reads_now: std::sync::atomic::AtomicBool::new(true),
+            writes_now: AtomicU64::new(0),
+            serve_writes_now: std::sync::atomic::AtomicBool::new(true),
         }
     }
 
@@ -215,6 +221,22 @@ impl Export for MemExport {
         self.put(offset, data);
         self.wrote(fua);
         Ok(())
+    }
+    fn try_write_now(&self, offset: u64, data: &bytes::Bytes) -> Option<Result<(), ExportError>> {
+        // Writes with an injected delay (they "block"), refused ones and bad ranges take the
+        // ordinary path, which reports the error.
+        if !self.serve_writes_now.load(Ordering::SeqCst)
+            || self.readonly
+            || self.check(offset, data.len() as u64).is_err()
+            || !self.write_delay.lock().is_zero()
+        {
+            return None;
+        }
+        self.writes_started.fetch_add(1, Ordering::SeqCst);
+        self.put(offset, data);
+        self.wrote(false);
+        self.writes_now.fetch_add(1, Ordering::SeqCst);
+        Some(Ok(()))
     }
     fn flush(&self) -> Result<(), ExportError> {
         let seen = self.writes_completed.load(Ordering::SeqCst);
