@@ -31,8 +31,9 @@
 //! `BLOCK_OVERHEAD_BYTES` (entry, index, sketch, refcounts, allocator slack), so the capacity is
 //! one budget for buffers and headers.
 
-use crate::policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
+use crate::policy::{Access, ArcPolicy, BlockKey, Eviction, PolicySizes, PolicyStats};
 use bytes::Bytes;
+use cairn_l2arc::L2Arc;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -152,8 +153,12 @@ struct ShardState {
     inline_evicted_bytes: u64,
 }
 
-/// Buffers evicted under a shard's lock, freed after it is released.
-type Dropped = Vec<Arc<[u8]>>;
+/// Buffers evicted under a shard's lock, freed after it is released, and the evictions (counted
+/// by their SSD-tier state after the lock is released).
+struct Dropped {
+    buffers: Vec<Arc<[u8]>>,
+    evictions: Vec<Eviction>,
+}
 
 fn slack_for(capacity_bytes: u64) -> u64 {
     (capacity_bytes / EVICT_SLACK_DIVISOR).min(EVICT_SLACK_MAX_BYTES)
@@ -175,14 +180,18 @@ impl ShardState {
         };
         state.data.defer_drops();
         state.meta.defer_drops();
+        state.data.record_evictions();
+        state.meta.record_evictions();
         state
     }
 
     /// What the policies evicted since the last call, to be dropped outside the lock.
     fn take_dropped(&mut self) -> Dropped {
-        let mut dropped = self.data.take_dropped();
-        dropped.append(&mut self.meta.take_dropped());
-        dropped
+        let mut buffers = self.data.take_dropped();
+        buffers.append(&mut self.meta.take_dropped());
+        let mut evictions = self.data.take_evictions();
+        evictions.append(&mut self.meta.take_evictions());
+        Dropped { buffers, evictions }
     }
 
     fn evicted_bytes(&self) -> u64 {
@@ -312,6 +321,20 @@ struct Shard(Mutex<ShardState>);
 pub struct BlockCache {
     shards: Box<[Shard]>,
     evictor: EvictorSignal,
+    /// Each pool's SSD tier, by the pool tag in its keys: evictions are counted by whether the
+    /// tier held the block (arcstat's evict_l2_*).
+    l2_tiers: parking_lot::RwLock<HashMap<u16, std::sync::Weak<L2Arc>>>,
+    pub(crate) evict_l2: EvictL2Counters,
+}
+
+/// Bytes evicted from RAM by the block's state in its pool's SSD tier (pools with cache
+/// devices only): already there, not there though eligible (read on demand, not too large),
+/// not eligible.
+#[derive(Default)]
+pub(crate) struct EvictL2Counters {
+    pub(crate) cached: AtomicU64,
+    pub(crate) eligible: AtomicU64,
+    pub(crate) ineligible: AtomicU64,
 }
 
 /// How inserts wake the background evictor, and how it is stopped.
@@ -409,6 +432,50 @@ impl BlockCache {
                 .map(|_| Shard(Mutex::new(ShardState::new(share))))
                 .collect(),
             evictor: EvictorSignal::default(),
+            l2_tiers: parking_lot::RwLock::new(HashMap::new()),
+            evict_l2: EvictL2Counters::default(),
+        }
+    }
+
+    /// Counts evictions of the blocks of pool `pool_tag` by their state in `tier`.
+    pub fn register_l2(&self, pool_tag: u16, tier: &Arc<L2Arc>) {
+        self.l2_tiers.write().insert(pool_tag, Arc::downgrade(tier));
+    }
+
+    pub fn unregister_l2(&self, pool_tag: u16) {
+        self.l2_tiers.write().remove(&pool_tag);
+    }
+
+    /// Frees what a shard dropped and counts its evictions by SSD-tier state (outside the
+    /// shard's lock: the tier has locks of its own).
+    fn release(&self, dropped: Dropped) {
+        drop(dropped.buffers);
+        if dropped.evictions.is_empty() {
+            return;
+        }
+        let tiers = self.l2_tiers.read();
+        if tiers.is_empty() {
+            return;
+        }
+        for eviction in &dropped.evictions {
+            let tag = (eviction.key[1] >> 48) as u16;
+            let Some(tier) = tiers
+                .get(&tag)
+                .and_then(std::sync::Weak::upgrade)
+                .filter(|tier| tier.has_devices())
+            else {
+                continue;
+            };
+            let key = [eviction.key[0], eviction.key[1] & ((1 << 48) - 1)];
+            let bytes = u64::from(eviction.size_bytes);
+            let counter = if tier.contains(key) {
+                &self.evict_l2.cached
+            } else if eviction.demand_used && eviction.size_bytes <= tier.config().block_bytes_max {
+                &self.evict_l2.eligible
+            } else {
+                &self.evict_l2.ineligible
+            };
+            counter.fetch_add(bytes, Ordering::Relaxed);
         }
     }
 
@@ -482,7 +549,7 @@ impl BlockCache {
                     shard.evict_batch();
                     (shard.take_dropped(), shard.evicted_bytes() - before)
                 };
-                drop(dropped);
+                self.release(dropped);
                 self.evictor.batches.fetch_add(1, Ordering::Relaxed);
                 self.evictor
                     .batch_evicted_bytes
@@ -501,7 +568,7 @@ impl BlockCache {
             let over = shard.insert(key, class, buf, access);
             (over, shard.take_dropped())
         };
-        drop(dropped);
+        self.release(dropped);
         if over {
             self.request_eviction();
         }
@@ -577,7 +644,7 @@ impl BlockCache {
             };
             (over, shard.take_dropped())
         };
-        drop(dropped);
+        self.release(dropped);
         if over {
             self.request_eviction();
         }

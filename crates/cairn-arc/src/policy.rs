@@ -183,6 +183,15 @@ pub struct PolicySizes {
     pub sketch_bytes: u64,
 }
 
+/// A block the policy evicted (not a ghost dropped): its key and size, and whether a demand
+/// read used it (read-ahead never used is not eligible for the SSD tier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Eviction {
+    pub key: BlockKey,
+    pub size_bytes: u32,
+    pub demand_used: bool,
+}
+
 pub struct ArcPolicy<V> {
     entries: Slab<Entry<V>>,
     free_head: u32,
@@ -194,6 +203,8 @@ pub struct ArcPolicy<V> {
     stats: PolicyStats,
     /// Values of evicted or replaced blocks, kept for the caller to drop (`defer_drops`).
     dropped: Option<Vec<V>>,
+    /// Evictions since `take_evictions`, when `record_evictions` asked for them.
+    evictions: Option<Vec<Eviction>>,
 }
 
 fn hash(key: &BlockKey) -> u64 {
@@ -230,6 +241,7 @@ impl<V> ArcPolicy<V> {
             sketch: FrequencySketch::new(sketch_capacity_bytes / SKETCH_BLOCK_BYTES),
             stats: PolicyStats::default(),
             dropped: None,
+            evictions: None,
         }
     }
 
@@ -238,6 +250,20 @@ impl<V> ArcPolicy<V> {
     /// releasing its lock. The caller must take them after every call that can evict.
     pub fn defer_drops(&mut self) {
         self.dropped.get_or_insert_with(Vec::new);
+    }
+
+    /// From now on, every eviction is recorded for `take_evictions` (what the SSD tier below
+    /// counts: was the block already there?).
+    pub fn record_evictions(&mut self) {
+        self.evictions.get_or_insert_with(Vec::new);
+    }
+
+    /// The evictions since the last call (empty unless `record_evictions`).
+    pub fn take_evictions(&mut self) -> Vec<Eviction> {
+        match &mut self.evictions {
+            Some(evictions) => std::mem::take(evictions),
+            None => Vec::new(),
+        }
     }
 
     /// The values evicted since the last call (empty unless `defer_drops`).
@@ -620,6 +646,14 @@ impl<V> ArcPolicy<V> {
     /// Evicts a live block, leaving its key on `ghost` (or nothing).
     fn evict(&mut self, slot: u32, ghost: Option<List>) {
         let size = self.entries[slot as usize].size_bytes;
+        if let Some(evictions) = &mut self.evictions {
+            let entry = &self.entries[slot as usize];
+            evictions.push(Eviction {
+                key: entry.key,
+                size_bytes: size,
+                demand_used: entry.list != List::Prefetched,
+            });
+        }
         self.stats.evictions += 1;
         self.stats.evicted_bytes += u64::from(size);
         self.unlink(slot);

@@ -501,6 +501,12 @@ impl Shared {
                     data.stats.evict_skips + meta.stats.evict_skips,
                 ),
                 ("evict_batches", snapshot.evict_batches),
+                ("evict_l2_cached", load(&self.blocks.evict_l2.cached)),
+                ("evict_l2_eligible", load(&self.blocks.evict_l2.eligible)),
+                (
+                    "evict_l2_ineligible",
+                    load(&self.blocks.evict_l2.ineligible),
+                ),
                 ("evict_batch_bytes", snapshot.evict_batch_bytes),
                 ("evict_inline_bytes", snapshot.evict_inline_bytes),
                 (
@@ -657,6 +663,7 @@ impl CachedIo {
 
     /// Puts the pool's cache-device tier below the RAM cache (once).
     pub fn set_l2(&self, l2: Arc<L2Arc>) {
+        self.cache.shared.blocks.register_l2(self.pool_tag, &l2);
         let _ = self.l2.set(l2);
     }
 
@@ -846,6 +853,7 @@ impl CachedIo {
 
 impl Drop for CachedIo {
     fn drop(&mut self) {
+        self.cache.shared.blocks.unregister_l2(self.pool_tag);
         let tag = u64::from(self.pool_tag);
         self.cache
             .shared

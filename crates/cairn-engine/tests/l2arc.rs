@@ -288,3 +288,37 @@ fn a_restart_finds_the_cache_and_damaged_cache_devices_cost_only_hits() {
     assert_eq!(pool.status().health, cairn_pool::vdev::Health::Online);
     pool.close().unwrap();
 }
+
+#[test]
+fn ram_evictions_are_counted_by_whether_the_cache_device_had_the_block() {
+    let dir = tempfile::tempdir().unwrap();
+    let devices = devices();
+    // RAM for a fraction of the volume, so the passes below evict.
+    let small = ReadCache::new(ArcConfig {
+        max_bytes: 1 << 20,
+        min_bytes: 1 << 19,
+        shards: 1,
+        prefetch_threads: 1,
+    });
+    let (pool, data) = pool_with_cache(dir.path(), &devices, &small);
+    pool.set_property("tank/vol", "primarycache", "all")
+        .unwrap();
+    let stat = |name: &str| small.stats().get(name).unwrap_or(0);
+    read_all(&pool, &data);
+    pool.l2().unwrap().settle();
+    read_all(&pool, &data);
+    pool.l2().unwrap().settle();
+    read_all(&pool, &data);
+    let (cached, eligible) = (stat("evict_l2_cached"), stat("evict_l2_eligible"));
+    assert!(
+        cached > 0,
+        "no eviction found its block on the cache device"
+    );
+    // Demand reads feed the tier as they miss, so by the time RAM evicts a block it is
+    // usually there already.
+    assert!(
+        cached > 4 * eligible,
+        "evicted while on the cache device {cached} B, eligible but not there {eligible} B"
+    );
+    pool.close().unwrap();
+}

@@ -46,7 +46,9 @@
 //! ## Known gaps
 //! Reads go to the device directly, not through its `LeafQueue` at an L2 priority; segment hit
 //! counts are persisted only when a segment is sealed (a restart forgets later heat); the ARC
-//! does not yet feed blocks ahead of its eviction end (it offers on demand reads).
+//! does not yet feed blocks ahead of its eviction end (it offers on demand reads; the ARC counts
+//! its evictions by whether the block was here, `evict_l2_*`, without knowing a dataset's
+//! `secondarycache`); the daily write budget is a config field with no command to set it.
 
 pub mod index;
 pub mod layout;
@@ -460,6 +462,11 @@ impl L2Arc {
         self.shared.index_retain(|place| place.device != slot);
         self.shared.devices.write()[usize::from(slot)] = None;
         Ok(())
+    }
+
+    /// Whether the block of `key` (`block_key`) is indexed on a cache device.
+    pub fn contains(&self, key: [u64; 2]) -> bool {
+        self.shared.index_get(key).is_some()
     }
 
     /// Whether any cache device is attached (an empty tier is skipped by readers).

@@ -39,6 +39,7 @@ impl StatArcArgs {
 fn is_size(name: &str) -> bool {
     name.ends_with("size")
         || name.ends_with("_bytes")
+        || name.starts_with("evict_l2_")
         || matches!(name, "c" | "c_min" | "c_max" | "meta_target" | "mru_target")
 }
 
