@@ -311,6 +311,8 @@ impl Shared {
 pub struct L2Arc {
     shared: Arc<Shared>,
     writers: Mutex<Vec<writer::WriterHandle>>,
+    /// `writers.len()`, read without the lock on every RAM miss and eviction.
+    device_count: AtomicUsize,
     next_writer: AtomicUsize,
 }
 
@@ -332,6 +334,7 @@ impl L2Arc {
                 devices: RwLock::new(Vec::new()),
             }),
             writers: Mutex::new(Vec::new()),
+            device_count: AtomicUsize::new(0),
             next_writer: AtomicUsize::new(0),
         }
     }
@@ -443,7 +446,9 @@ impl L2Arc {
         devices[slot] = Some(cache_device.clone());
         drop(devices);
         let handle = writer::start(self.shared.clone(), cache_device, rebuild);
-        self.writers.lock().push(handle);
+        let mut writers = self.writers.lock();
+        writers.push(handle);
+        self.device_count.store(writers.len(), Ordering::Release);
         Ok(())
     }
 
@@ -455,7 +460,9 @@ impl L2Arc {
                 .iter()
                 .position(|writer| writer.device.name == name)
                 .ok_or_else(|| L2Error::NoSuchDevice(name.to_string()))?;
-            writers.remove(position)
+            let handle = writers.remove(position);
+            self.device_count.store(writers.len(), Ordering::Release);
+            handle
         };
         let slot = handle.device.slot;
         handle.stop();
@@ -471,7 +478,7 @@ impl L2Arc {
 
     /// Whether any cache device is attached (an empty tier is skipped by readers).
     pub fn has_devices(&self) -> bool {
-        !self.writers.lock().is_empty()
+        self.device_count.load(Ordering::Acquire) > 0
     }
 
     /// Every device, in the order they were added.
@@ -639,7 +646,11 @@ impl L2Arc {
     /// and lets go of the devices (closing them, so the next import can open them) and of the
     /// index. The tier is empty afterwards; reads miss.
     pub fn shutdown(&self) {
-        let writers = std::mem::take(&mut *self.writers.lock());
+        let writers = {
+            let mut writers = self.writers.lock();
+            self.device_count.store(0, Ordering::Release);
+            std::mem::take(&mut *writers)
+        };
         for writer in writers {
             writer.stop();
         }
