@@ -102,8 +102,9 @@ enum StatCommand {
     L2arc {
         #[command(flatten)]
         format: ListFormat,
-        /// Pools to show (default: every imported pool).
-        pools: Vec<String>,
+        /// [POOL...] [INTERVAL [COUNT]]: with INTERVAL, one line per pool and interval (rates),
+        /// from the running server.
+        args: Vec<String>,
     },
     /// The server's memory budget: each allowance's limit against what it holds now, and the
     /// process's resident memory against the whole.
@@ -441,7 +442,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Stat(StatCommand::Zil { format, pools }) => stat_cmd::zil(ctx, format, &pools),
         Command::Stat(StatCommand::Arc(args)) => stat_arc_cmd::arc(ctx, &args),
         Command::Stat(StatCommand::Io { format, pools }) => stat_cmd::io(ctx, format, &pools),
-        Command::Stat(StatCommand::L2arc { format, pools }) => stat_cmd::l2arc(ctx, format, &pools),
+        Command::Stat(StatCommand::L2arc { format, args }) => stat_cmd::l2arc(ctx, format, &args),
         Command::Stat(StatCommand::Memory { format }) => stat_cmd::memory(ctx, format),
     }
 }
@@ -467,6 +468,7 @@ fn main() -> ExitCode {
             Command::Serve(_) => true,
             Command::Pool(PoolCommand::Iostat(iostat)) => !iostat.snapshot,
             Command::Stat(StatCommand::Arc(arc)) => arc.runs_here(),
+            Command::Stat(StatCommand::L2arc { args, .. }) => stat_cmd::l2arc_watches(args),
             _ => false,
         };
         let command = if runs_here {

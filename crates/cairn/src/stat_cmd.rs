@@ -375,7 +375,110 @@ fn l2arc_fields(pool: &cairn_engine::Pool) -> Option<Vec<(&'static str, u64)>> {
     ])
 }
 
-pub fn l2arc(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
+/// Whether `stat l2arc ARGS` is the interval mode (run here, polling the server).
+pub fn l2arc_watches(args: &[String]) -> bool {
+    crate::iostat_cmd::parse_positional(args).is_ok_and(|(_, interval, _)| interval.is_some())
+}
+
+pub fn l2arc(ctx: &Context, format: ListFormat, args: &[String]) -> Result<()> {
+    let (pools, interval, count) = crate::iostat_cmd::parse_positional(args)?;
+    match interval {
+        Some(seconds) => l2arc_interval(ctx, format, &pools, seconds, count),
+        None => l2arc_table(ctx, format, &pools),
+    }
+}
+
+type L2Sample = std::collections::BTreeMap<String, u64>;
+
+/// The server's `stat l2arc -H` of `pools`, as `POOL.field -> value`.
+fn l2arc_sample(ctx: &Context, pools: &[String]) -> Result<L2Sample> {
+    let mut args = vec!["stat", "l2arc", "-H", "-p"];
+    args.extend(pools.iter().map(String::as_str));
+    let text = crate::remote::ask_server(ctx, &args, "stat l2arc with an interval watches")?;
+    text.lines()
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let (name, value) = line
+                .split_once('\t')
+                .ok_or_else(|| anyhow::anyhow!("malformed counter line {line:?}"))?;
+            Ok((name.to_string(), value.parse()?))
+        })
+        .collect()
+}
+
+/// One line per pool and interval: lookups, hit ratio, bytes read from the devices, blocks
+/// fed and dropped per second; blocks indexed at the interval's end.
+fn l2arc_interval(
+    ctx: &Context,
+    format: ListFormat,
+    pools: &[String],
+    seconds: f64,
+    count: Option<u64>,
+) -> Result<()> {
+    let mut before = L2Sample::new();
+    let mut now = l2arc_sample(ctx, pools)?;
+    let mut printed = 0;
+    loop {
+        let mut table = Table::new(vec![
+            Column::left("POOL"),
+            Column::right("HITS/S"),
+            Column::right("MISS/S"),
+            Column::right("HIT%"),
+            Column::right("READ/S"),
+            Column::right("FED/S"),
+            Column::right("DROP/S"),
+            Column::right("BLOCKS"),
+            Column::right("ALLOC"),
+        ]);
+        let names: std::collections::BTreeSet<&str> = now
+            .keys()
+            .filter_map(|key| key.split_once('.').map(|(pool, _)| pool))
+            .collect();
+        // The first line covers the server's whole life, as zpool iostat's does.
+        let span = if printed == 0 { 1.0 } else { seconds };
+        for pool in names {
+            let delta = |field: &str| {
+                let key = format!("{pool}.{field}");
+                now.get(&key)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(before.get(&key).copied().unwrap_or(0))
+            };
+            let at = |field: &str| now.get(&format!("{pool}.{field}")).copied().unwrap_or(0);
+            let rate = |value: u64| format!("{:.0}", value as f64 / span);
+            let (hits, misses) = (delta("hits"), delta("misses"));
+            table.push(vec![
+                pool.to_string(),
+                rate(hits),
+                rate(misses),
+                human::percent(hits, hits + misses, format.exact),
+                human::size((delta("hit_bytes") as f64 / span) as u64, format.exact),
+                rate(delta("feed_blocks")),
+                rate(delta("feed_dropped")),
+                at("indexed_blocks").to_string(),
+                human::size(at("alloc_bytes"), format.exact),
+            ]);
+        }
+        let text = table.render(format.scripted);
+        let text = if printed == 0 || format.scripted {
+            text
+        } else {
+            text.lines()
+                .skip(1)
+                .map(|line| format!("{line}\n"))
+                .collect()
+        };
+        say_raw!(ctx, "{text}");
+        printed += 1;
+        if count.is_some_and(|count| printed >= count) {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+        before = std::mem::replace(&mut now, l2arc_sample(ctx, pools)?);
+    }
+}
+
+fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let names = ctx.pools_or_all(pools)?;
     let mut table = Table::new(vec![
         Column::left("POOL"),
