@@ -601,31 +601,28 @@ impl L2Arc {
                 self.shared.shards[shard_of(key)].lock().mark_hit(key);
                 Some(Bytes::from(buf))
             }
-            Ok(()) => {
-                if !raced() {
-                    device.checksum_errors.fetch_add(1, Ordering::Relaxed);
-                    self.shared
-                        .counters
-                        .bad_reads
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.shared.index_remove_at(key, place);
-                    self.shared.failed(&device);
-                }
+            // A read that raced a reuse of its segment is a plain miss; any other bad read
+            // drops the entry and counts against the device.
+            Ok(()) if !raced() => {
+                self.bad_read(&device, &device.checksum_errors, key, place);
                 None
             }
-            Err(_) => {
-                if !raced() {
-                    device.read_errors.fetch_add(1, Ordering::Relaxed);
-                    self.shared
-                        .counters
-                        .bad_reads
-                        .fetch_add(1, Ordering::Relaxed);
-                    self.shared.index_remove_at(key, place);
-                    self.shared.failed(&device);
-                }
+            Err(_) if !raced() => {
+                self.bad_read(&device, &device.read_errors, key, place);
                 None
             }
+            Ok(()) | Err(_) => None,
         }
+    }
+
+    fn bad_read(&self, device: &CacheDevice, errors: &AtomicU64, key: [u64; 2], place: Place) {
+        errors.fetch_add(1, Ordering::Relaxed);
+        self.shared
+            .counters
+            .bad_reads
+            .fetch_add(1, Ordering::Relaxed);
+        self.shared.index_remove_at(key, place);
+        self.shared.failed(device);
     }
 
     /// Waits until every queued block is written and indexed and every rebuild is done

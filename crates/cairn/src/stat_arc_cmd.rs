@@ -108,16 +108,7 @@ fn interval_mode(ctx: &Context, args: &StatArcArgs) -> Result<()> {
     let mut printed = 0;
     loop {
         let table = interval_table(&before, &now, args.format.exact);
-        let text = table.render(args.format.scripted);
-        // The header once, then only rows (as arcstat does).
-        let text = if printed == 0 || args.format.scripted {
-            text
-        } else {
-            text.lines()
-                .skip(1)
-                .map(|line| format!("{line}\n"))
-                .collect()
-        };
+        let text = crate::table::interval_text(&table, printed == 0, args.format.scripted);
         say_raw!(ctx, "{text}");
         printed += 1;
         if count.is_some_and(|count| printed >= count) {

@@ -459,15 +459,7 @@ fn l2arc_interval(
                 human::size(at("alloc_bytes"), format.exact),
             ]);
         }
-        let text = table.render(format.scripted);
-        let text = if printed == 0 || format.scripted {
-            text
-        } else {
-            text.lines()
-                .skip(1)
-                .map(|line| format!("{line}\n"))
-                .collect()
-        };
+        let text = crate::table::interval_text(&table, printed == 0, format.scripted);
         say_raw!(ctx, "{text}");
         printed += 1;
         if count.is_some_and(|count| printed >= count) {

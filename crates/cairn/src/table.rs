@@ -110,6 +110,19 @@ impl Table {
     }
 }
 
+/// A table rendered for an interval report: the header only on the first report (and never
+/// in scripted mode, which has none), as arcstat and zpool iostat print it.
+pub fn interval_text(table: &Table, first: bool, scripted: bool) -> String {
+    let text = table.render(scripted);
+    if first || scripted {
+        return text;
+    }
+    text.lines()
+        .skip(1)
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
