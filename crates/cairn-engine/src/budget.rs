@@ -20,6 +20,8 @@
 //!   connection out of allowance is not read until replies free some;
 //! - `intent_log_bytes`: log batches in flight (`ZilConfig::batch_bytes_max` times the batches a
 //!   lane keeps in flight, for a few lanes committing at once);
+//! - `l2_index_bytes`: the RAM index of a pool's cache devices (`L2Config::index_bytes_max`,
+//!   ≤ 16 B per cached block; a full index gives up its least valued segment rather than grow);
 //! - `fixed_bytes`: code, thread stacks, metadata and allocator slack that do not grow with
 //!   the load.
 //!
@@ -54,6 +56,11 @@ const CONNECTION_REQUESTS: u64 = 2;
 const INTENT_LOG_BYTES: u64 = 4 * 4 * 4 * MIB;
 /// Code, stacks, metadata (space maps, dnodes, directory), allocator slack.
 const FIXED_BYTES: u64 = 256 * MIB;
+/// The cache devices' index: an eighth of the RAM cache (at 16 B per block, 1 GiB of ARC
+/// indexes 8M blocks: 64 GiB of 8 KiB blocks on SSD), within these bounds.
+const L2_INDEX_DIVISOR: u64 = 8;
+const L2_INDEX_BYTES_MIN: u64 = 16 * MIB;
+const L2_INDEX_BYTES_CAP: u64 = 8 * GIB;
 
 /// The limits of one process, in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +71,7 @@ pub struct MemoryBudget {
     pub request_bytes: u64,
     pub connection_request_bytes: u64,
     pub intent_log_bytes: u64,
+    pub l2_index_bytes: u64,
     pub fixed_bytes: u64,
 }
 
@@ -84,6 +92,8 @@ impl MemoryBudget {
             request_bytes: dirty_bytes_max.max(connection_request_bytes),
             connection_request_bytes,
             intent_log_bytes: INTENT_LOG_BYTES,
+            l2_index_bytes: (arc_max_bytes / L2_INDEX_DIVISOR)
+                .clamp(L2_INDEX_BYTES_MIN, L2_INDEX_BYTES_CAP),
             fixed_bytes: FIXED_BYTES,
         }
     }
@@ -93,19 +103,21 @@ impl MemoryBudget {
         self.parts().iter().map(|(_, bytes)| bytes).sum()
     }
 
-    /// What the process keeps when idle at most: a full cache and the fixed part.
+    /// What the process keeps when idle at most: a full cache, a full cache-device index and
+    /// the fixed part.
     pub fn idle_bytes(&self) -> u64 {
-        self.arc_max_bytes + self.fixed_bytes
+        self.arc_max_bytes + self.l2_index_bytes + self.fixed_bytes
     }
 
     /// The allowances by name, in the order they are shown.
-    pub fn parts(&self) -> [(&'static str, u64); 6] {
+    pub fn parts(&self) -> [(&'static str, u64); 7] {
         [
             ("arc", self.arc_max_bytes),
             ("dirty", self.dirty_bytes_max),
             ("sync_io", self.sync_io_bytes),
             ("requests", self.request_bytes),
             ("intent_log", self.intent_log_bytes),
+            ("l2_index", self.l2_index_bytes),
             ("fixed", self.fixed_bytes),
         ]
     }
@@ -145,9 +157,10 @@ mod tests {
         assert_eq!(budget.sync_io_bytes, 128 * MIB);
         assert_eq!(budget.request_bytes, 128 * MIB);
         assert_eq!(budget.connection_request_bytes, 64 * MIB);
+        assert_eq!(budget.l2_index_bytes, 512 * MIB / L2_INDEX_DIVISOR);
         assert_eq!(
             budget.total_bytes(),
-            512 * MIB + 3 * 128 * MIB + INTENT_LOG_BYTES + FIXED_BYTES
+            512 * MIB + 3 * 128 * MIB + INTENT_LOG_BYTES + budget.l2_index_bytes + FIXED_BYTES
         );
         let large = MemoryBudget::for_arc_max(4 * GIB, 32 * MIB);
         assert_eq!(large.dirty_bytes_max, GIB);

@@ -196,7 +196,8 @@ impl PoolAccess {
     }
 
     /// Options under a memory budget (`None`: the engine's defaults): the budget's dirty
-    /// data, further limited to what the pool syncs in `SYNC_TARGET_MS`.
+    /// data, further limited to what the pool syncs in `SYNC_TARGET_MS`, and its cache-device
+    /// index allowance.
     pub fn pool_options_under(&self, budget: Option<&MemoryBudget>) -> PoolOptions {
         let mut options = PoolOptions {
             opener: self.opener.clone(),
@@ -206,6 +207,7 @@ impl PoolAccess {
         if let Some(budget) = budget {
             options.txg.dirty_bytes_max = budget.dirty_bytes_max;
             options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;
+            options.l2.index_bytes_max = budget.l2_index_bytes;
         }
         options
     }

@@ -275,21 +275,29 @@ fn resident_bytes() -> (Option<u64>, Option<u64>) {
 /// Without a server it shows the budget a server with this process's cache would state.
 pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
     let arc = cairn_engine::process_cache().stats();
-    let (budget, nbd_bytes, dirty_bytes) = match &ctx.served {
+    let (budget, nbd_bytes, dirty_bytes, l2_index_bytes) = match &ctx.served {
         Some(served) => {
-            let dirty: u64 = served
-                .pools
-                .read()
-                .values()
+            let pools = served.all();
+            let dirty: u64 = pools
+                .iter()
                 .filter_map(|pool| pool.txg_engine().ok().map(|txg| txg.dirty_bytes()))
+                .sum();
+            let l2_index: u64 = pools
+                .iter()
+                .filter_map(|pool| pool.l2().map(|tier| tier.index_usage().1))
                 .sum();
             let nbd = served
                 .nbd
                 .get()
                 .map(|server| server.inflight_bytes() as u64);
-            (served.budget.get().copied(), nbd, Some(dirty))
+            (
+                served.budget.get().copied(),
+                nbd,
+                Some(dirty),
+                Some(l2_index),
+            )
         }
-        None => (None, None, None),
+        None => (None, None, None, None),
     };
     let arc_max_bytes = arc.get("c_max").unwrap_or(0);
     let mut budget = budget.unwrap_or_else(|| {
@@ -310,6 +318,7 @@ pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
         "arc" => arc.get("size"),
         "dirty" => dirty_bytes,
         "requests" => nbd_bytes,
+        "l2_index" => l2_index_bytes,
         _ => None,
     };
     let mut rows: Vec<(String, Option<u64>, Option<u64>)> = budget
