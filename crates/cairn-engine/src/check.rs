@@ -214,16 +214,7 @@ impl Pool {
         let _freeze = match self.txg_engine() {
             Ok(engine) => {
                 self.sync()?;
-                let hold = engine.try_hold().map_err(EngineError::Txg)?;
-                while engine.last_synced_txg() + 1 < hold.txg() {
-                    if let Some(suspension) = engine.suspension() {
-                        return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(
-                            suspension,
-                        )));
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Some(hold)
+                Some(crate::pool::freeze_syncs(engine)?)
             }
             Err(_) => None,
         };

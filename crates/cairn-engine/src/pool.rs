@@ -843,6 +843,22 @@ pub(crate) struct SyncedTree<'a> {
     pub(crate) _guard: ScanGuard<'a>,
 }
 
+/// Holds the open txg (it cannot start syncing) and waits out any sync already in flight:
+/// while the hold lives, the last synced txg's uberblock, roots and allocator agree. Writers
+/// keep going into the open txg meanwhile.
+pub(crate) fn freeze_syncs(engine: &TxgEngine) -> Result<cairn_pool::txg::TxgHold, EngineError> {
+    let hold = engine.try_hold().map_err(EngineError::Txg)?;
+    while engine.last_synced_txg() + 1 < hold.txg() {
+        if let Some(suspension) = engine.suspension() {
+            return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(
+                suspension,
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(hold)
+}
+
 impl<'a> SyncedTree<'a> {
     /// Takes the roots of the last synced txg. The directory and the space-log chain in
     /// memory are changed by the txg sync *before* its uberblock is committed (a dataset's
@@ -854,21 +870,7 @@ impl<'a> SyncedTree<'a> {
         core: &'a PoolCore,
         engine: Option<&TxgEngine>,
     ) -> Result<SyncedTree<'a>, EngineError> {
-        let _freeze = match engine {
-            Some(engine) => {
-                let hold = engine.try_hold().map_err(EngineError::Txg)?;
-                while engine.last_synced_txg() + 1 < hold.txg() {
-                    if let Some(suspension) = engine.suspension() {
-                        return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(
-                            suspension,
-                        )));
-                    }
-                    std::thread::sleep(std::time::Duration::from_millis(5));
-                }
-                Some(hold)
-            }
-            None => None,
-        };
+        let _freeze = engine.map(freeze_syncs).transpose()?;
         let uberblock = core.uberblock.lock().clone();
         let guard = ScanGuard::hold(core, uberblock.txg);
         let roots = core
