@@ -62,6 +62,18 @@ pub const PROPERTIES: &[PropertyDef] = &[
         description: "block size of the volume (fixed at creation)",
     },
     PropertyDef {
+        name: "recordsize",
+        value_type: ValueType::PowerOfTwoBytes {
+            min: 512,
+            max: 1024 * 1024,
+        },
+        default: "131072",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "block size of files larger than one block (new files take it at their first block past it)",
+    },
+    PropertyDef {
         name: "refreservation",
         value_type: ValueType::Bytes,
         default: "0",

@@ -123,6 +123,8 @@ pub struct Pool {
     pub(crate) core: Arc<PoolCore>,
     txg: Option<Arc<TxgEngine>>,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
+    /// Filesystems opened so far (`filesystems.rs`).
+    pub(crate) filesystems: Mutex<BTreeMap<String, Arc<cairn_fs::Filesystem>>>,
     closed: AtomicBool,
     /// The running (or last) resilver's thread (`resilver.rs`).
     pub(crate) resilver: Mutex<Option<crate::resilver::ResilverTask>>,
@@ -212,6 +214,7 @@ impl Pool {
             core,
             txg,
             volumes: Mutex::new(BTreeMap::new()),
+            filesystems: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
             resilver: Mutex::new(None),
             notes: Vec::new(),
@@ -301,6 +304,10 @@ impl Pool {
     }
 
     /// Runs `task` in the sync of the open txg and waits until that txg is durable.
+    pub(crate) fn txg_engine_arc(&self) -> Result<Arc<TxgEngine>, EngineError> {
+        self.txg_engine().cloned()
+    }
+
     pub(crate) fn run_sync_task(
         &self,
         task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
@@ -529,6 +536,7 @@ impl Pool {
         if let Some(volume) = self.volumes.lock().remove(name) {
             volume.set_readonly(true);
         }
+        self.filesystems.lock().remove(name);
         let intent_log = self.core.intent_logs.lock().remove(name);
         // Everything already written to the dataset reaches disk first, so the task frees a
         // tree that no other sync is still changing.
@@ -575,6 +583,11 @@ impl Pool {
             Ok(())
         })?;
         self.apply_properties();
+        // Inherited values may change below `dataset` too.
+        let open: Vec<String> = self.filesystems.lock().keys().cloned().collect();
+        for name in open {
+            self.refresh_filesystem(&name)?;
+        }
         Ok(canonical)
     }
 
@@ -1036,7 +1049,7 @@ impl PoolCore {
 
     /// Refuses a directory whose reservations the pool could not honour. Takes the space lock
     /// alone, so callers build `trial` without holding the directory lock.
-    fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
+    pub(crate) fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
         let available = self.space.lock().available_bytes();
         SpaceView::of(trial).check_fits(available)
     }
