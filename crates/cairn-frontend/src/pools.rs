@@ -36,6 +36,8 @@ pub struct ServedPools {
     pub started: OnceLock<std::time::Instant>,
     /// The server's memory budget.
     pub budget: OnceLock<MemoryBudget>,
+    /// Filesystems mounted through FUSE.
+    pub mounts: crate::fuse::Mounts,
 }
 
 impl ServedPools {
@@ -100,6 +102,12 @@ pub enum PoolsError {
         pool: String,
         #[source]
         source: Box<EngineError>,
+    },
+    #[error("cannot unmount a filesystem of pool '{pool}'")]
+    Unmount {
+        pool: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -307,7 +315,7 @@ impl PoolAccess {
 
     /// The server's live pool `pool`. A remembered pool the server does not hold (it could not
     /// be opened at start, or since) is opened again now.
-    fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>, PoolsError> {
+    pub fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>, PoolsError> {
         if let Some(handle) = served.get(pool) {
             return Ok(handle);
         }
@@ -321,6 +329,13 @@ impl PoolAccess {
     pub fn take(&self, pool: &str) -> Result<Arc<Pool>, PoolsError> {
         if let Some(served) = &self.served {
             let handle = self.served_pool(served, pool)?;
+            // Its filesystems go first: nothing may reach a pool being exported.
+            for (_, result) in served.mounts.unmount_all(Some(pool)) {
+                result.map_err(|source| PoolsError::Unmount {
+                    pool: pool.to_string(),
+                    source,
+                })?;
+            }
             served.pools.write().remove(pool);
             return Ok(handle);
         }

@@ -41,9 +41,7 @@ const STATISTICS: &[(&str, &[&str])] = &[
 pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     let name = &args.dataset;
     let Some(size_text) = &args.volsize else {
-        bail!(
-            "cannot create '{name}': only volumes can be created so far; give their size with -V SIZE"
-        );
+        return create_filesystem(ctx, args);
     };
     let size = parse_size(size_text)
         .map_err(|err| anyhow!("cannot create '{name}': invalid -V: {err}"))?;
@@ -75,6 +73,20 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
         // The volume's txg is durable by now: a failure after it must not read as "not created".
         ctx.record(pool)
             .with_context(|| format!("volume '{name}' was created, but then the pool failed"))
+    })
+}
+
+fn create_filesystem(ctx: &Context, args: &CreateArgs) -> Result<()> {
+    let name = &args.dataset;
+    if !name.contains('/') {
+        bail!("cannot create '{name}': a filesystem is named POOL/NAME");
+    }
+    ctx.with_pool(pool_of(name), false, |pool| {
+        // As in ZFS, a new filesystem's root directory is root's, mode 0755.
+        pool.create_filesystem(name, &args.properties, (0, 0), 0o755)
+            .with_context(|| format!("cannot create filesystem '{name}'"))?;
+        ctx.record(pool)
+            .with_context(|| format!("filesystem '{name}' was created, but then the pool failed"))
     })
 }
 
