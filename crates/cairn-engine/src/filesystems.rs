@@ -86,7 +86,11 @@ impl Pool {
             .get(name)
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
-        let fs = Arc::new(Filesystem::open(name.to_string(), objset, engine, config)?);
+        let check = self.space_check(name, &engine);
+        let fs = Filesystem::open(name.to_string(), objset, engine, config)?.with_space_check(
+            Arc::new(move |bytes| check(bytes, true).map_err(|err| err.to_string())),
+        );
+        let fs = Arc::new(fs);
         open.insert(name.to_string(), fs.clone());
         Ok(fs)
     }

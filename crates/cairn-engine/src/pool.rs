@@ -655,41 +655,7 @@ impl Pool {
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         check_volume_object(name, &objset, block_size)?;
-        let core = self.core.clone();
-        let engine_for_check = engine.clone();
-        let dataset = name.to_string();
-        let space_check: SpaceCheck = Arc::new(move |bytes, may_wait| {
-            // Others' unused reservations are held back; this volume's own are its to use.
-            let fits = || {
-                let dirty = engine_for_check.dirty_bytes();
-                let view = core.space_view.lock().clone();
-                let available = core.space.lock().available_bytes();
-                dirty + bytes <= view.available_bytes(&dataset, available)
-            };
-            if fits() {
-                return Ok(());
-            }
-            if !may_wait {
-                return Err(DatasetError::NoSpace(format!(
-                    "pool '{}' has no room for {bytes} more bytes without a txg sync",
-                    core.name
-                )));
-            }
-            // The estimate counts every dirty byte as new space, though overwrites free as
-            // much as they take, and space freed in the last few txgs is not reusable yet (on
-            // an idle pool nothing would sync those txgs). Before refusing, write the dirty
-            // data out and drive the txgs that release deferred frees, then look again.
-            let _ = engine_for_check.sync_now();
-            reclaim_deferred(&core, &engine_for_check);
-            if fits() {
-                Ok(())
-            } else {
-                Err(DatasetError::NoSpace(format!(
-                    "pool '{}' has no room for {bytes} more bytes",
-                    core.name
-                )))
-            }
-        });
+        let space_check = self.space_check(name, &engine);
         let intent_log = Arc::new(IntentLog::new(
             name.to_string(),
             self.core.guid,
@@ -730,6 +696,47 @@ impl Pool {
             .insert(name.to_string(), intent_log);
         self.volumes.lock().insert(name.to_string(), volume.clone());
         Ok(volume)
+    }
+
+    /// The space check of dataset `name`'s writes: others' unused reservations are held
+    /// back, the dataset's own are its to use; before refusing, dirty data is synced and
+    /// deferred frees released, then the check runs again.
+    pub(crate) fn space_check(&self, name: &str, engine: &Arc<TxgEngine>) -> SpaceCheck {
+        let core = self.core.clone();
+        let engine_for_check = engine.clone();
+        let dataset = name.to_string();
+        Arc::new(move |bytes, may_wait| {
+            // Others' unused reservations are held back; this volume's own are its to use.
+            let fits = || {
+                let dirty = engine_for_check.dirty_bytes();
+                let view = core.space_view.lock().clone();
+                let available = core.space.lock().available_bytes();
+                dirty + bytes <= view.available_bytes(&dataset, available)
+            };
+            if fits() {
+                return Ok(());
+            }
+            if !may_wait {
+                return Err(DatasetError::NoSpace(format!(
+                    "pool '{}' has no room for {bytes} more bytes without a txg sync",
+                    core.name
+                )));
+            }
+            // The estimate counts every dirty byte as new space, though overwrites free as
+            // much as they take, and space freed in the last few txgs is not reusable yet (on
+            // an idle pool nothing would sync those txgs). Before refusing, write the dirty
+            // data out and drive the txgs that release deferred frees, then look again.
+            let _ = engine_for_check.sync_now();
+            reclaim_deferred(&core, &engine_for_check);
+            if fits() {
+                Ok(())
+            } else {
+                Err(DatasetError::NoSpace(format!(
+                    "pool '{}' has no room for {bytes} more bytes",
+                    core.name
+                )))
+            }
+        })
     }
 
     /// Syncs, writes the given label state and stops the txg engine and device queues.

@@ -439,3 +439,53 @@ fn random_operations_match_a_model() {
         check(&fs);
     }
 }
+
+#[test]
+fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755).unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let root = fs.root();
+    let chunk = pattern(1 << 20, 9);
+    let mut written = 0u64;
+    let mut files = 0;
+    let refusal = loop {
+        let name = format!("f{files}");
+        let (object, _) = match fs.create(root, name.as_bytes(), file(0o644)) {
+            Ok(made) => made,
+            Err(err) => break err,
+        };
+        files += 1;
+        let mut offset = 0;
+        let result = loop {
+            match fs.write(object, offset, &chunk) {
+                Ok(_) => offset += chunk.len() as u64,
+                Err(err) => break Err(err),
+            }
+            if offset >= 8 << 20 {
+                break Ok(());
+            }
+        };
+        written += offset;
+        if let Err(err) = result {
+            break err;
+        }
+        assert!(written < 1 << 30, "the 64 MiB pool never filled");
+    };
+    assert!(matches!(refusal, FsError::NoSpace(_)), "{refusal:?}");
+    assert_eq!(refusal.errno(), libc::ENOSPC);
+    assert!(written > 16 << 20, "refused too early: {written} bytes");
+    // The pool stays writable: syncs go through, and a delete makes room for more.
+    assert!(pool.status().suspended.is_none(), "{:?}", pool.status().suspended);
+    pool.sync().unwrap();
+    for index in 0..files {
+        fs.unlink(root, format!("f{index}").as_bytes()).unwrap();
+    }
+    pool.sync().unwrap();
+    let (object, _) = fs.create(root, b"after", file(0o644)).unwrap();
+    fs.write(object, 0, &chunk).unwrap();
+    pool.sync().unwrap();
+    assert_eq!(fs.read(object, 0, chunk.len()).unwrap(), chunk);
+}

@@ -157,6 +157,14 @@ fn class_errno(class: ErrorClass) -> i32 {
     }
 }
 
+/// Asks the pool whether `bytes` more may be dirtied (it may sync to find room); the error
+/// explains why not. Deletes never ask: they must work on a full pool.
+pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
+
+/// What a namespace change may add to the pool, metadata copies included (a dnode block and
+/// a few directory blocks, two copies each): asked of the space check before it starts.
+const NAMESPACE_CHANGE_BYTES: u64 = 64 << 10;
+
 /// How a filesystem behaves (its dataset properties).
 #[derive(Debug, Clone)]
 pub struct FsConfig {
@@ -259,6 +267,7 @@ pub struct Filesystem {
     opens: Mutex<HashMap<u64, u64>>,
     /// Last txg each inode changed in (what its `fsync` waits for).
     dirty_txg: Mutex<HashMap<u64, u64>>,
+    space_check: Option<SpaceCheck>,
     stats: FsStats,
 }
 
@@ -392,6 +401,7 @@ impl Filesystem {
             rename_lock: Mutex::new(()),
             opens: Mutex::new(HashMap::new()),
             dirty_txg: Mutex::new(HashMap::new()),
+            space_check: None,
             stats: FsStats::default(),
         };
         if !fs.config.read().readonly {
@@ -400,8 +410,23 @@ impl Filesystem {
         Ok(fs)
     }
 
+    /// Gives the filesystem the pool's space check (before it is shared). Without one, a full
+    /// pool is only found by a failing txg sync.
+    pub fn with_space_check(mut self, check: SpaceCheck) -> Filesystem {
+        self.space_check = Some(check);
+        self
+    }
+
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Fails with `NoSpace` when `bytes` more would not fit the pool.
+    fn check_space(&self, bytes: u64) -> Result<(), FsError> {
+        match &self.space_check {
+            Some(check) => check(bytes).map_err(FsError::NoSpace),
+            None => Ok(()),
+        }
     }
 
     pub fn objset(&self) -> &Arc<ObjectSet> {
@@ -640,6 +665,7 @@ impl Filesystem {
     ) -> Result<(u64, InodeAttrs), FsError> {
         check_name(name)?;
         self.check_writable()?;
+        self.check_space(NAMESPACE_CHANGE_BYTES + symlink_target.len() as u64)?;
         let object = self.next_object.fetch_add(1, Ordering::Relaxed);
         let (hold, _guards) = self.hold_locked(&[dir, object], 3 * u64::from(MAP_BLOCK_BYTES))?;
         let txg = hold.txg();
@@ -717,6 +743,7 @@ impl Filesystem {
     pub fn link(&self, object: u64, dir: u64, name: &[u8]) -> Result<InodeAttrs, FsError> {
         check_name(name)?;
         self.check_writable()?;
+        self.check_space(NAMESPACE_CHANGE_BYTES)?;
         let (hold, _guards) = self.hold_locked(&[dir, object], 2 * u64::from(MAP_BLOCK_BYTES))?;
         let mut attrs = self.getattr(object)?;
         if attrs.kind == FileKind::Directory {
@@ -1095,6 +1122,8 @@ impl Filesystem {
             .checked_add(data.len() as u64)
             .filter(|end| *end <= i64::MAX as u64)
             .ok_or(FsError::TooLarge)?;
+        // Data, its indirect blocks and the dnode's, with room to spare.
+        self.check_space(data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES)?;
         let (hold, _guards) = self.hold_locked(&[object], data.len() as u64)?;
         let mut attrs = self.getattr(object)?;
         match attrs.kind {
