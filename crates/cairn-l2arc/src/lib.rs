@@ -43,9 +43,18 @@
 //! and birth txg) cannot name other contents later, since a freed address is only reused by a
 //! block with a newer birth txg; and the read-time checksum catches everything else.
 //!
+//! ## I/O
+//! Each cache device has its own `LeafQueue`, and every I/O of the tier goes through it: a
+//! lookup's read at `IoClass::CacheRead` (FIFO, issued before anything else queued there), the
+//! writer's chunks, summaries and headers at `IoClass::CacheWrite` (FIFO, at most two in
+//! service, so feeding never holds every worker), the writer's own reads (rebuild, summaries,
+//! copy-forward) at `IoClass::AsyncRead`, between the two. A reader waits behind at most the
+//! writes already in service, never behind queued feeding. Order that matters is kept by
+//! waiting: the writer waits for each write, and a header invalidation is flushed (the queue's
+//! flush waits for earlier writes) before its segment's space is written again.
+//!
 //! ## Known gaps
-//! Reads go to the device directly, not through its `LeafQueue` at an L2 priority; segment hit
-//! counts are persisted only when a segment is sealed (a restart forgets later heat); the ARC
+//! Segment hit counts are persisted only when a segment is sealed (a restart forgets later heat); the ARC
 //! does not yet feed blocks ahead of its eviction end (it offers on demand reads; the ARC counts
 //! its evictions by whether the block was here, `evict_l2_*`, without knowing a dataset's
 //! `secondarycache`); the daily write budget is a config field with no command to set it.
@@ -59,7 +68,7 @@ use crate::index::{Index, Place};
 use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
 use crate::segments::{SegmentState, SegmentTable};
 use bytes::Bytes;
-use cairn_device::{Device, DeviceError};
+use cairn_device::{Device, DeviceError, IoClass, LeafQueue};
 use cairn_format::BlockPointer;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
@@ -163,7 +172,10 @@ pub struct L2Counters {
 pub struct CacheDevice {
     pub name: String,
     slot: u8,
-    device: Arc<dyn Device>,
+    /// Every I/O of the device goes through its queue: readers' at `IoClass::CacheRead`, the
+    /// writer's feed at `IoClass::CacheWrite`, the writer's own reads (rebuild, summaries,
+    /// copy-forward) at `IoClass::AsyncRead`.
+    queue: Arc<LeafQueue>,
     superblock: Superblock,
     segments: Mutex<SegmentTable>,
     health: AtomicU8,
@@ -203,11 +215,35 @@ impl CacheDevice {
         self.health() == L2Health::Online
     }
 
+    fn size_bytes(&self) -> u64 {
+        self.queue.device().size_bytes()
+    }
+
+    /// The device queue's counters (`cairn stat io`).
+    pub fn queue_stats(&self) -> cairn_device::QueueStats {
+        self.queue.stats()
+    }
+
+    /// Reads `len` bytes at `offset` through the device's queue, at `class`.
+    fn read_at(&self, class: IoClass, offset: u64, len: usize) -> Result<Vec<u8>, DeviceError> {
+        self.queue.read_sync(class, offset, len)
+    }
+
+    /// Writes `data` at `offset` as feeding (`IoClass::CacheWrite`) and waits for it.
+    fn write_at(&self, offset: u64, data: Bytes) -> Result<(), DeviceError> {
+        self.queue.write_sync(IoClass::CacheWrite, offset, data)
+    }
+
+    /// Makes every write completed before it durable (the queue waits for earlier writes).
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.queue.flush()
+    }
+
     fn report(&self) -> DeviceReport {
         let segments = self.segments.lock();
         DeviceReport {
             name: self.name.clone(),
-            size_bytes: self.device.size_bytes(),
+            size_bytes: self.size_bytes(),
             alloc_bytes: segments.used_bytes(),
             health: self.health(),
             read_errors: self.read_errors.load(Ordering::Relaxed),
@@ -370,27 +406,37 @@ impl L2Arc {
             device: name.to_string(),
             source,
         };
+        let size_bytes = device.size_bytes();
+        let queue = LeafQueue::new(device);
+        let wait_all = |handles: Vec<cairn_device::IoHandle<()>>| {
+            handles
+                .into_iter()
+                .try_for_each(|handle| handle.wait())
+                .map_err(device_error)
+        };
         // Nothing of an earlier use may survive where it could be read as ours (an old
-        // segment header) or as a pool member's label (the first and last MiB).
-        let blank = vec![0u8; layout::HEADER_BYTES as usize];
-        for segment in 0..superblock.segment_count.min(u64::from(u32::MAX)) as u32 {
-            device
-                .write_at(superblock.segment_offset(segment), &blank)
-                .map_err(device_error)?;
-        }
-        let zeros = vec![0u8; layout::DATA_START as usize];
-        device.write_at(0, &zeros).map_err(device_error)?;
-        let tail = layout::TAIL_RESERVED_BYTES.min(device.size_bytes());
-        device
-            .write_at(device.size_bytes() - tail, &zeros[..tail as usize])
-            .map_err(device_error)?;
-        let encoded = superblock.encode();
-        device.write_at(0, &encoded).map_err(device_error)?;
-        device
-            .write_at(layout::SUPER_BYTES, &encoded)
-            .map_err(device_error)?;
-        device.flush().map_err(device_error)?;
-        self.attach(name, device, superblock, false)
+        // segment header) or as a pool member's label (the first and last MiB). One zeroed
+        // buffer serves every write (the queue hands `Bytes` to the device as they are).
+        let blank = Bytes::from(vec![0u8; layout::DATA_START as usize]);
+        let header_blank = blank.slice(..layout::HEADER_BYTES as usize);
+        let tail = layout::TAIL_RESERVED_BYTES.min(size_bytes);
+        let blanks = (0..superblock.segment_count.min(u64::from(u32::MAX)) as u32)
+            .map(|segment| (superblock.segment_offset(segment), header_blank.clone()))
+            .chain([
+                (0, blank.clone()),
+                (size_bytes - tail, blank.slice(..tail as usize)),
+            ])
+            .collect();
+        wait_all(queue.write_many(IoClass::CacheWrite, blanks, false))?;
+        // The superblocks overwrite zeros written above: only once those are done.
+        let encoded = Bytes::from(superblock.encode());
+        wait_all(queue.write_many(
+            IoClass::CacheWrite,
+            vec![(0, encoded.clone()), (layout::SUPER_BYTES, encoded)],
+            false,
+        ))?;
+        queue.flush().map_err(device_error)?;
+        self.attach(name, queue, superblock, false)
     }
 
     /// Opens a cache device written before (by `add_new`), checks it belongs to `pool_guid`,
@@ -401,7 +447,8 @@ impl L2Arc {
         device: Arc<dyn Device>,
         pool_guid: u64,
     ) -> Result<(), L2Error> {
-        let superblock = read_superblock(name, device.as_ref())?;
+        let queue = LeafQueue::new(device);
+        let superblock = read_superblock(name, &queue)?;
         if superblock.pool_guid != pool_guid {
             return Err(L2Error::OtherPool {
                 device: name.to_string(),
@@ -409,13 +456,13 @@ impl L2Arc {
                 expected: pool_guid,
             });
         }
-        self.attach(name, device, superblock, true)
+        self.attach(name, queue, superblock, true)
     }
 
     fn attach(
         &self,
         name: &str,
-        device: Arc<dyn Device>,
+        queue: Arc<LeafQueue>,
         superblock: Superblock,
         rebuild: bool,
     ) -> Result<(), L2Error> {
@@ -433,7 +480,7 @@ impl L2Arc {
             name: name.to_string(),
             // Below DEVICES_MAX (16).
             slot: slot as u8,
-            device,
+            queue,
             superblock,
             segments: Mutex::new(SegmentTable::new(segment_count)),
             health: AtomicU8::new(0),
@@ -589,13 +636,15 @@ impl L2Arc {
         let superblock = device.superblock;
         let segment = superblock.segment_of(place.sector);
         let generation = device.segments.lock().generation(segment);
-        let mut buf = vec![0u8; bp.psize as usize];
-        let result = device
-            .device
-            .read_at(superblock.sector_offset(place.sector), &mut buf);
+        // A reader waits on this read: it goes ahead of whatever feeding is queued.
+        let result = device.read_at(
+            IoClass::CacheRead,
+            superblock.sector_offset(place.sector),
+            bp.psize as usize,
+        );
         let raced = || device.segments.lock().generation(segment) != generation;
         match result {
-            Ok(()) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
+            Ok(buf) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
                 self.shared.succeeded(&device);
                 device.segments.lock().note_hit(segment);
                 self.shared.shards[shard_of(key)].lock().mark_hit(key);
@@ -603,7 +652,7 @@ impl L2Arc {
             }
             // A read that raced a reuse of its segment is a plain miss; any other bad read
             // drops the entry and counts against the device.
-            Ok(()) if !raced() => {
+            Ok(_) if !raced() => {
                 self.bad_read(&device, &device.checksum_errors, key, place);
                 None
             }
@@ -611,7 +660,7 @@ impl L2Arc {
                 self.bad_read(&device, &device.read_errors, key, place);
                 None
             }
-            Ok(()) | Err(_) => None,
+            Ok(_) | Err(_) => None,
         }
     }
 
@@ -662,17 +711,19 @@ impl Drop for L2Arc {
     }
 }
 
-fn read_superblock(name: &str, device: &dyn Device) -> Result<Superblock, L2Error> {
+fn read_superblock(name: &str, queue: &LeafQueue) -> Result<Superblock, L2Error> {
     let mut first_error = None;
     for offset in [0, layout::SUPER_BYTES] {
-        let mut buf = vec![0u8; layout::SUPER_BYTES as usize];
-        if let Err(source) = device.read_at(offset, &mut buf) {
-            first_error.get_or_insert(L2Error::Device {
-                device: name.to_string(),
-                source,
-            });
-            continue;
-        }
+        let buf = match queue.read_sync(IoClass::SyncRead, offset, layout::SUPER_BYTES as usize) {
+            Ok(buf) => buf,
+            Err(source) => {
+                first_error.get_or_insert(L2Error::Device {
+                    device: name.to_string(),
+                    source,
+                });
+                continue;
+            }
+        };
         match Superblock::decode(&buf) {
             Ok(superblock) => return Ok(superblock),
             Err(source) => {
@@ -691,28 +742,53 @@ fn read_superblock(name: &str, device: &dyn Device) -> Result<Superblock, L2Erro
 pub(crate) fn scan_headers(shared: &Shared, device: &CacheDevice) {
     let superblock = device.superblock;
     let mut found = 0;
-    let mut buf = vec![0u8; layout::HEADER_BYTES as usize];
-    for segment in 0..superblock.segment_count as u32 {
-        let offset = superblock.segment_offset(segment);
-        if device.device.read_at(offset, &mut buf).is_err() {
-            device.read_errors.fetch_add(1, Ordering::Relaxed);
-            shared.failed(device);
-            if !device.usable() {
-                return;
+    let segments: Vec<u32> = (0..superblock.segment_count as u32).collect();
+    // A window of header reads in flight at once: the device serves them in parallel.
+    for window in segments.chunks(SCAN_READS_IN_FLIGHT) {
+        let reads: Vec<_> = window
+            .iter()
+            .map(|&segment| {
+                let offset = superblock.segment_offset(segment);
+                let read =
+                    device
+                        .queue
+                        .read(IoClass::AsyncRead, offset, layout::HEADER_BYTES as usize);
+                (segment, read)
+            })
+            .collect();
+        for (segment, read) in reads {
+            match read.wait() {
+                Ok(buf) => found += scan_header(device, segment, &buf),
+                Err(_) => {
+                    device.read_errors.fetch_add(1, Ordering::Relaxed);
+                    shared.failed(device);
+                }
             }
-            continue;
         }
-        if let Ok(Some(header)) = SegmentHeader::decode(&buf, superblock.segment_bytes) {
+        if !device.usable() {
+            return;
+        }
+    }
+    device.rebuild_pending.store(found, Ordering::Relaxed);
+}
+
+/// Header reads in flight while scanning a device opened again.
+const SCAN_READS_IN_FLIGHT: usize = 32;
+
+/// Notes `segment` as sealed if `buf` is a valid header; 1 if it was, else 0.
+fn scan_header(device: &CacheDevice, segment: u32, buf: &[u8]) -> usize {
+    match SegmentHeader::decode(buf, device.superblock.segment_bytes) {
+        Ok(Some(header)) => {
             device.segments.lock().found_sealed(
                 segment,
                 header.sequence,
                 header.hits,
                 header.entries,
             );
-            found += 1;
+            1
         }
+        _ => 0,
     }
-    device.rebuild_pending.store(found, Ordering::Relaxed);
 }
 
 /// Sectors a block of `bytes` takes.

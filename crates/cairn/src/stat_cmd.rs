@@ -1,7 +1,8 @@
 //! `cairn stat zil [POOL...]`: intent-log counters and latencies of every open volume, and the
 //! use of each separate log device. `cairn stat io [POOL...]`: the pipeline's counters (blocks
 //! read and written, checksum errors, repairs) and every leaf device's queue (requests against
-//! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies).
+//! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies),
+//! cache devices' queues included (their reads are the tier's hits, their writes its feed).
 //! Run against a server (the usual case) they show what the server has done since it opened the
 //! pools; without one, the counters start at zero. `cairn stat memory`: the server's memory
 //! budget, each part's limit against what it holds now, and the process's resident memory.
@@ -10,8 +11,8 @@
 //! blocks indexed and the index's RAM per block, segments still to rebuild after an import.
 //!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
-//! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter` and
-//! `POOL.leafN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
+//! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter`,
+//! `POOL.leafN.counter` and `POOL.cacheN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
 
 use crate::ListFormat;
 use crate::context::{Context, say, say_raw};
@@ -184,10 +185,13 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             for (field, value) in &counters {
                 say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
             }
-            for (index, leaf) in leaves.iter().enumerate() {
-                say_raw!(ctx, "{name}.leaf{index}.name\t{}\n", leaf.name);
-                for (field, value) in leaf.fields.iter().flatten() {
-                    say_raw!(ctx, "{name}.leaf{index}.{field}\t{value}\n");
+            let (caches, leaves): (Vec<_>, Vec<_>) = leaves.iter().partition(|leaf| leaf.is_cache);
+            for (kind, list) in [("leaf", leaves), ("cache", caches)] {
+                for (index, leaf) in list.iter().enumerate() {
+                    say_raw!(ctx, "{name}.{kind}{index}.name\t{}\n", leaf.name);
+                    for (field, value) in leaf.fields.iter().flatten() {
+                        say_raw!(ctx, "{name}.{kind}{index}.{field}\t{value}\n");
+                    }
                 }
             }
             continue;
@@ -216,7 +220,12 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         for leaf in &leaves {
             // The pool in its own column: a device name is a path, and `tank//dev/sdb`
             // read badly.
-            let label = format!("{}{}", leaf.name, if leaf.is_log { " (log)" } else { "" });
+            let role = match (leaf.is_log, leaf.is_cache) {
+                (true, _) => " (log)",
+                (_, true) => " (cache)",
+                _ => "",
+            };
+            let label = format!("{}{role}", leaf.name);
             let Some(fields) = &leaf.fields else {
                 let mut row = vec![name.clone(), label, "unavailable".to_string()];
                 row.resize(16, "-".to_string());

@@ -54,6 +54,19 @@ fn cache_devices_are_added_listed_used_kept_across_restarts_and_removed() {
     assert!(fields["feed_blocks"] > 0, "nothing fed: {fields:?}");
     assert!(fields["hits"] > 0, "no hits: {fields:?}");
     assert_eq!(fields["devices"], 2);
+    // The tier's I/O goes through the cache devices' queues: their reads are the hits.
+    let io = env.ok(&["stat", "io", "-H", "tank"]);
+    let cache_reads: u64 = io
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once('\t')?;
+            let name = name.strip_prefix("tank.cache")?;
+            name.ends_with(".read_requests")
+                .then(|| value.parse::<u64>().ok())?
+        })
+        .sum();
+    assert!(cache_reads >= fields["hits"], "{io}");
+    assert!(io.contains("tank.cache1.name\t"), "{io}");
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(
         status.contains("used)") && status.contains("ONLINE"),
