@@ -54,10 +54,11 @@
 //! flush waits for earlier writes) before its segment's space is written again.
 //!
 //! ## Known gaps
-//! Segment hit counts are persisted only when a segment is sealed (a restart forgets later heat); the ARC
-//! does not yet feed blocks ahead of its eviction end (it offers on demand reads; the ARC counts
-//! its evictions by whether the block was here, `evict_l2_*`, without knowing a dataset's
-//! `secondarycache`); the daily write budget is a config field with no command to set it.
+//! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
+//! heat); the ARC does not feed blocks ahead of its eviction end: it offers what demand reads
+//! take from the pool, and counts its evictions by whether the block was here (`evict_l2_*`:
+//! cached, uncached though eligible, ineligible — read ahead, written, or excluded by its
+//! dataset's `secondarycache`).
 
 pub mod index;
 pub mod layout;
