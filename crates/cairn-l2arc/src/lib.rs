@@ -25,8 +25,12 @@
 //! written, and those of its blocks that were read from the cache since they were written (a
 //! hit bit in their index entry) are copied forward into the new segment (at most half a
 //! segment's worth per reuse), so a hot block outlives its segment: segment-granular space
-//! management with block-granular second chances. An optional write budget per day (`write_bytes_per_day`, counted after a first
-//! fill of the device) protects flash endurance: over budget, offers are dropped.
+//! management with block-granular second chances.
+//!
+//! An optional write budget per day (`write_bytes_per_day`, set by `cairn serve
+//! --l2-write-max-per-day`) protects flash endurance: each device has an allowance that starts
+//! at its size (the first fill is free), refills continuously at the daily rate up to a day's
+//! budget or the device's size, whichever is more; over it, offers are dropped.
 //!
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
@@ -187,7 +191,53 @@ pub struct CacheDevice {
     pub checksum_errors: AtomicU64,
     /// Segments whose summaries the rebuild has still to read.
     rebuild_pending: AtomicUsize,
+    /// What the daily write budget lets the writer write now (unused without a budget).
+    allowance: Mutex<Allowance>,
 }
+
+/// A device's write allowance: a bucket filled at `write_bytes_per_day` (continuously, not at
+/// midnight), holding at most a day's budget or the device's size, whichever is more, and
+/// starting full with the device's size (its first fill is free).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowance {
+    bytes: f64,
+    at: std::time::Instant,
+}
+
+impl Allowance {
+    fn new(size_bytes: u64) -> Allowance {
+        Allowance {
+            bytes: size_bytes as f64,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// Bytes that may be written at `now`.
+    fn left_bytes(&self, per_day: u64, size_bytes: u64, now: std::time::Instant) -> f64 {
+        let refill =
+            now.saturating_duration_since(self.at).as_secs_f64() * per_day as f64 / SECONDS_PER_DAY;
+        (self.bytes + refill).min((per_day as f64).max(size_bytes as f64))
+    }
+
+    /// Takes `bytes` of the allowance if that much is left at `now`.
+    pub(crate) fn take(
+        &mut self,
+        bytes: u64,
+        per_day: u64,
+        size_bytes: u64,
+        now: std::time::Instant,
+    ) -> bool {
+        self.bytes = self.left_bytes(per_day, size_bytes, now);
+        self.at = now;
+        if self.bytes < bytes as f64 {
+            return false;
+        }
+        self.bytes -= bytes as f64;
+        true
+    }
+}
+
+const SECONDS_PER_DAY: f64 = 86_400.0;
 
 /// What `stat l2arc` and `pool status` show of one device.
 #[derive(Debug, Clone)]
@@ -202,6 +252,8 @@ pub struct DeviceReport {
     pub segments: usize,
     pub segments_sealed: usize,
     pub rebuild_pending: usize,
+    /// Bytes the daily write budget lets the device be written now (`None`: no budget).
+    pub write_budget_left_bytes: Option<u64>,
 }
 
 impl CacheDevice {
@@ -240,7 +292,13 @@ impl CacheDevice {
         self.queue.flush()
     }
 
-    fn report(&self) -> DeviceReport {
+    fn report(&self, config: &L2Config) -> DeviceReport {
+        let write_budget_left_bytes = config.write_bytes_per_day.map(|per_day| {
+            self.allowance
+                .lock()
+                .left_bytes(per_day, self.size_bytes(), std::time::Instant::now())
+                as u64
+        });
         let segments = self.segments.lock();
         DeviceReport {
             name: self.name.clone(),
@@ -253,6 +311,7 @@ impl CacheDevice {
             segments: segments.len(),
             segments_sealed: segments.count(SegmentState::Sealed),
             rebuild_pending: self.rebuild_pending.load(Ordering::Relaxed),
+            write_budget_left_bytes,
         }
     }
 }
@@ -468,6 +527,7 @@ impl L2Arc {
         rebuild: bool,
     ) -> Result<(), L2Error> {
         let segment_count = usize::try_from(superblock.segment_count).unwrap_or(usize::MAX);
+        let size_bytes = queue.device().size_bytes();
         let mut devices = self.shared.devices.write();
         let slot = match devices.iter().position(Option::is_none) {
             Some(slot) => slot,
@@ -490,6 +550,7 @@ impl L2Arc {
             write_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
             rebuild_pending: AtomicUsize::new(0),
+            allowance: Mutex::new(Allowance::new(size_bytes)),
         });
         devices[slot] = Some(cache_device.clone());
         drop(devices);
@@ -541,7 +602,7 @@ impl L2Arc {
     pub fn reports(&self) -> Vec<DeviceReport> {
         self.devices()
             .iter()
-            .map(|device| device.report())
+            .map(|device| device.report(&self.shared.config))
             .collect()
     }
 

@@ -100,9 +100,6 @@ struct Writer {
     settles_waiting: Vec<Sender<()>>,
     /// Hot blocks of a reused segment, to be written again.
     survivors: std::collections::VecDeque<FeedItem>,
-    /// Write budget: bytes that may be written now (`None`: no budget).
-    allowance_bytes: Option<f64>,
-    allowance_at: Instant,
 }
 
 impl Writer {
@@ -110,11 +107,6 @@ impl Writer {
         let segment_bytes = device.superblock.segment_bytes;
         let chunk_bytes_max = (shared.config.write_chunk_bytes as u64)
             .clamp(SECTOR_BYTES, segment_bytes / 2) as usize;
-        // A first fill of the device is free; the budget counts from there.
-        let allowance_bytes = shared
-            .config
-            .write_bytes_per_day
-            .map(|_| device.size_bytes() as f64);
         Writer {
             shared,
             device,
@@ -125,8 +117,6 @@ impl Writer {
             rebuilding,
             settles_waiting: Vec::new(),
             survivors: std::collections::VecDeque::new(),
-            allowance_bytes,
-            allowance_at: Instant::now(),
         }
     }
 
@@ -190,20 +180,12 @@ impl Writer {
         let Some(per_day) = self.shared.config.write_bytes_per_day else {
             return true;
         };
-        let Some(allowance) = self.allowance_bytes.as_mut() else {
-            return true;
-        };
-        let now = Instant::now();
-        let refill =
-            now.duration_since(self.allowance_at).as_secs_f64() * per_day as f64 / 86_400.0;
-        self.allowance_at = now;
-        let ceiling = (per_day as f64).max(self.device.size_bytes() as f64);
-        *allowance = (*allowance + refill).min(ceiling);
-        if *allowance < bytes as f64 {
-            return false;
-        }
-        *allowance -= bytes as f64;
-        true
+        self.device.allowance.lock().take(
+            bytes as u64,
+            per_day,
+            self.device.size_bytes(),
+            Instant::now(),
+        )
     }
 
     fn append(&mut self, item: FeedItem) {

@@ -8,7 +8,9 @@
 //! budget, each part's limit against what it holds now, and the process's resident memory.
 //! `cairn stat l2arc [POOL...]`: each pool's SSD tier (cache devices): hits and misses,
 //! blocks fed, dropped (the feed never waits) and copied forward, segments reused, bad reads,
-//! blocks indexed and the index's RAM per block, segments still to rebuild after an import.
+//! blocks indexed and the index's RAM per block, segments still to rebuild after an import,
+//! and the daily write budget (`serve --l2-write-max-per-day`, per device) with what the
+//! devices may still be written now.
 //!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
 //! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter`,
@@ -390,6 +392,18 @@ fn l2arc_fields(pool: &cairn_engine::Pool) -> Option<Vec<(&'static str, u64)>> {
                 .filter(|r| r.health == cairn_engine::L2Health::Faulted)
                 .count() as u64
         }),
+        // Per device and day (0: no budget), and what all devices may still be written now.
+        (
+            "write_budget_bytes_per_day",
+            tier.config().write_bytes_per_day.unwrap_or(0),
+        ),
+        (
+            "write_budget_left_bytes",
+            reports
+                .iter()
+                .filter_map(|r| r.write_budget_left_bytes)
+                .sum(),
+        ),
     ])
 }
 
@@ -506,6 +520,8 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
         Column::right("BLOCKS"),
         Column::right("RAM/BLOCK"),
         Column::right("REBUILD"),
+        Column::right("BUDGET/DAY"),
+        Column::right("LEFT"),
     ]);
     for name in &names {
         let opened = ctx.with_pool(name, false, |pool| Ok(l2arc_fields(pool)));
@@ -558,6 +574,14 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
             match get("rebuild_pending_segments") {
                 0 => "done".into(),
                 pending => format!("{pending} seg"),
+            },
+            match get("write_budget_bytes_per_day") {
+                0 => "-".into(),
+                per_day => size(per_day),
+            },
+            match get("write_budget_bytes_per_day") {
+                0 => "-".into(),
+                _ => size(get("write_budget_left_bytes")),
             },
         ]);
     }
