@@ -263,6 +263,7 @@ impl ShardState {
         class: BlockClass,
         data: Arc<[u8]>,
         access: Access,
+        tier_eligible: bool,
     ) -> bool {
         let size = charge(data.len());
         let limit = if self.slack_bytes == 0 {
@@ -274,7 +275,7 @@ impl ShardState {
         self.make_room(class, u64::from(size), limit);
         let policy = self.policy(class);
         let ghost_hits_before = ghost_hits(&policy.stats());
-        policy.insert(key, size, data, access);
+        policy.insert_for_tier(key, size, data, access, tier_eligible);
         if ghost_hits(&policy.stats()) > ghost_hits_before {
             self.adapt(class, u64::from(size));
         }
@@ -328,8 +329,9 @@ pub struct BlockCache {
 }
 
 /// Bytes evicted from RAM by the block's state in its pool's SSD tier (pools with cache
-/// devices only): already there, not there though eligible (read on demand, not too large),
-/// not eligible.
+/// devices only): already there, not there though eligible (read from the pool on demand, not
+/// too large, its dataset's `secondarycache` takes it: the feed was offered it), not eligible
+/// (read ahead, written, excluded by `secondarycache`, too large).
 #[derive(Default)]
 pub(crate) struct EvictL2Counters {
     pub(crate) cached: AtomicU64,
@@ -470,7 +472,10 @@ impl BlockCache {
             let bytes = u64::from(eviction.size_bytes);
             let counter = if tier.contains(key) {
                 &self.evict_l2.cached
-            } else if eviction.demand_used && eviction.size_bytes <= tier.config().block_bytes_max {
+            } else if eviction.demand_used
+                && eviction.tier_eligible
+                && eviction.size_bytes <= tier.config().block_bytes_max
+            {
                 &self.evict_l2.eligible
             } else {
                 &self.evict_l2.ineligible
@@ -562,10 +567,17 @@ impl BlockCache {
     }
 
     /// Caches `buf` in its shard, outside of which the evicted buffers are freed.
-    fn insert_in_shard(&self, key: BlockKey, class: BlockClass, buf: Arc<[u8]>, access: Access) {
+    fn insert_in_shard(
+        &self,
+        key: BlockKey,
+        class: BlockClass,
+        buf: Arc<[u8]>,
+        access: Access,
+        tier_eligible: bool,
+    ) {
         let (over, dropped) = {
             let mut shard = self.shard(&key).lock();
-            let over = shard.insert(key, class, buf, access);
+            let over = shard.insert(key, class, buf, access, tier_eligible);
             (over, shard.take_dropped())
         };
         self.release(dropped);
@@ -627,6 +639,20 @@ impl BlockCache {
         data: Option<&Bytes>,
         cache_as: Option<Access>,
     ) {
+        self.complete_for_tier(key, class, pending, data, cache_as, true);
+    }
+
+    /// `complete`, saying whether the SSD tier's feeding rules take the block (its eviction
+    /// is counted as such: `evict_l2_*`).
+    pub fn complete_for_tier(
+        &self,
+        key: &BlockKey,
+        class: BlockClass,
+        pending: &Arc<Pending>,
+        data: Option<&Bytes>,
+        cache_as: Option<Access>,
+        tier_eligible: bool,
+    ) {
         let buf: Option<Arc<[u8]>> = match (data, cache_as) {
             (Some(data), Some(_)) if !data.is_empty() => Some(Arc::from(&data[..])),
             _ => None,
@@ -639,7 +665,7 @@ impl BlockCache {
                 "completed a read that was not claimed"
             );
             let over = match (buf, cache_as) {
-                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access),
+                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access, tier_eligible),
                 _ => false,
             };
             (over, shard.take_dropped())
@@ -654,11 +680,23 @@ impl BlockCache {
 
     /// Caches a block (just read and verified, or just written).
     pub fn insert(&self, key: BlockKey, class: BlockClass, data: &Bytes, access: Access) {
+        self.insert_for_tier(key, class, data, access, true);
+    }
+
+    /// `insert`, saying whether the SSD tier's feeding rules take the block.
+    pub fn insert_for_tier(
+        &self,
+        key: BlockKey,
+        class: BlockClass,
+        data: &Bytes,
+        access: Access,
+        tier_eligible: bool,
+    ) {
         if data.is_empty() {
             return;
         }
         let buf: Arc<[u8]> = Arc::from(&data[..]);
-        self.insert_in_shard(key, class, buf, access);
+        self.insert_in_shard(key, class, buf, access, tier_eligible);
     }
 
     /// Whether a block is cached (no statistics, no reordering).

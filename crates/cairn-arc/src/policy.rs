@@ -91,9 +91,13 @@ const LISTS: usize = 7;
 /// past that the oldest go (a stream that stopped early leaves its read-ahead behind).
 const PREFETCH_SHARE_DIVISOR: u64 = 8;
 const NIL: u32 = u32::MAX;
-/// Entry flags.
+/// Entry flags: a state (one of these two, or none)...
 const PREFETCHED: u8 = 1;
 const STREAMED: u8 = 2;
+const STATE_FLAGS: u8 = PREFETCHED | STREAMED;
+/// ...and a mark kept for the block's life: the SSD tier below never feeds it (read ahead,
+/// written rather than read, or its dataset's `secondarycache` excludes it).
+const NOT_FOR_TIER: u8 = 4;
 /// Entries an eviction looks at from a list's tail before giving up on it (pinned ones are
 /// passed over): bounds the work of one insert.
 const EVICT_SCAN_MAX: usize = 64;
@@ -183,13 +187,15 @@ pub struct PolicySizes {
     pub sketch_bytes: u64,
 }
 
-/// A block the policy evicted (not a ghost dropped): its key and size, and whether a demand
-/// read used it (read-ahead never used is not eligible for the SSD tier).
+/// A block the policy evicted (not a ghost dropped): its key and size, whether a demand read
+/// used it, and whether the SSD tier's feeding rules take it (`insert_for_tier`; read-ahead,
+/// used or not, is never fed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Eviction {
     pub key: BlockKey,
     pub size_bytes: u32,
     pub demand_used: bool,
+    pub tier_eligible: bool,
 }
 
 pub struct ArcPolicy<V> {
@@ -409,14 +415,14 @@ impl<V> ArcPolicy<V> {
         match list {
             List::Prefetched => {
                 // First use of a block read ahead: used once, as streams use their blocks.
-                debug_assert_eq!(flags, PREFETCHED);
+                debug_assert_eq!(flags & STATE_FLAGS, PREFETCHED);
                 self.stats.demand_hit_prefetched += 1;
-                self.entries[slot as usize].flags = STREAMED;
+                self.entries[slot as usize].flags = (flags & NOT_FOR_TIER) | STREAMED;
                 self.push_tail(List::Window, slot);
                 self.trim_ghosts();
             }
             List::Window | List::Candidates => {
-                self.entries[slot as usize].flags = 0;
+                self.entries[slot as usize].flags &= NOT_FOR_TIER;
                 self.push_head(List::Window, slot);
                 self.trim_ghosts();
             }
@@ -444,6 +450,19 @@ impl<V> ArcPolicy<V> {
     /// Caches `value` (a block of `size_bytes`) after a miss, evicting as needed. A key already
     /// cached is replaced in place (same list).
     pub fn insert(&mut self, key: BlockKey, size_bytes: u32, value: V, access: Access) {
+        self.insert_for_tier(key, size_bytes, value, access, true);
+    }
+
+    /// `insert`, saying whether the SSD tier below feeds this block (reported with its
+    /// eviction, `Eviction::tier_eligible`; read-ahead never is).
+    pub fn insert_for_tier(
+        &mut self,
+        key: BlockKey,
+        size_bytes: u32,
+        value: V,
+        access: Access,
+        tier_eligible: bool,
+    ) {
         assert!(size_bytes > 0, "a cached block has a size");
         let list = match self.find(&key) {
             Some(slot) => {
@@ -488,6 +507,10 @@ impl<V> ArcPolicy<V> {
                 PREFETCHED
             } else {
                 0
+            } | if tier_eligible && access == Access::Demand {
+                0
+            } else {
+                NOT_FOR_TIER
             },
             pins: 0,
             value: Some(value),
@@ -559,7 +582,7 @@ impl<V> ArcPolicy<V> {
             let Some(slot) = self.unpinned_tail(List::Window) else {
                 break;
             };
-            self.entries[slot as usize].flags = 0;
+            self.entries[slot as usize].flags &= NOT_FOR_TIER;
             self.unlink(slot);
             self.push_head(List::Candidates, slot);
         }
@@ -652,6 +675,7 @@ impl<V> ArcPolicy<V> {
                 key: entry.key,
                 size_bytes: size,
                 demand_used: entry.list != List::Prefetched,
+                tier_eligible: entry.flags & NOT_FOR_TIER == 0,
             });
         }
         self.stats.evictions += 1;
@@ -806,12 +830,12 @@ impl<V> ArcPolicy<V> {
                 );
                 assert!(live || entry.pins == 0, "a ghost is pinned");
                 assert_eq!(
-                    entry.flags == PREFETCHED,
+                    entry.flags & STATE_FLAGS == PREFETCHED,
                     entry.list == List::Prefetched,
                     "read-ahead blocks, and only they, are flagged as such"
                 );
                 assert!(
-                    entry.flags != STREAMED || entry.list == List::Window,
+                    entry.flags & STATE_FLAGS != STREAMED || entry.list == List::Window,
                     "a streamed block outside the recency list"
                 );
                 assert!(

@@ -14,7 +14,11 @@
 //!
 //! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
 //! are read, returned and dropped) or `none`. A block already cached is a hit whatever the
-//! setting (another dataset sharing it may cache it).
+//! setting (another dataset sharing it may cache it). `secondarycache` decides the same for
+//! the pool's cache devices (`cairn-l2arc`): whether a miss looks there and whether a block read
+//! from the pool is offered to them. Each cached block remembers whether the tier's feeding
+//! rules take it (read on demand from a dataset whose `secondarycache` takes it), so its
+//! eviction is counted as the tier sees it (`evict_l2_cached`, `_eligible`, `_ineligible`).
 //!
 //! Budget: the cache's target size `c` lies in [`arc_min`, `arc_max`]; every block is charged
 //! its bytes plus its headers (`cache::BLOCK_OVERHEAD_BYTES`). Readers may take the cache a
@@ -596,29 +600,36 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
             IoClass::AsyncRead
         };
         // Read-ahead is served by the cache devices when they hold the block, and never fed to
-        // them (prefetched blocks are not eligible).
-        let from_l2 = job
+        // them (prefetched blocks are not eligible)...
+        let l2 = job
             .l2
             .as_ref()
-            .filter(|_| job.policy.secondary.caches(job.class))
-            .and_then(|l2| l2.read(&job.bp));
+            .filter(|_| job.policy.secondary.caches(job.class));
+        let from_l2 = l2.and_then(|l2| l2.read(&job.bp));
+        let from_pool = from_l2.is_none();
         let result = match from_l2 {
             Some(data) => Ok(data),
             None => job.io.read_block(&job.bp, class),
         };
-        // A block a demand reader already waited for has been used: it enters as demanded.
-        let access = if job.pending.note_demand() {
-            Access::Prefetch
-        } else {
+        // A block a demand reader already waited for has been used: it enters as demanded...
+        let demanded = !job.pending.note_demand();
+        let access = if demanded {
             Access::Demand
+        } else {
+            Access::Prefetch
         };
+        // ...and was a demand read: fed like one.
+        if let (Some(l2), true, true, Ok(data)) = (l2, demanded, from_pool, &result) {
+            l2.offer(&job.bp, data);
+        }
         let cache_as = job.policy.primary.caches(job.class).then_some(access);
-        shared.blocks.complete(
+        shared.blocks.complete_for_tier(
             &job.key,
             job.class,
             &job.pending,
             result.as_ref().ok(),
             cache_as,
+            demanded && job.policy.secondary.caches(job.class),
         );
     }
 }
@@ -726,12 +737,14 @@ impl CachedIo {
                         .uncached_reads
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                shared.blocks.complete(
+                // Its eviction counts for the SSD tier only if the tier may hold it.
+                shared.blocks.complete_for_tier(
                     &key,
                     class,
                     &pending,
                     result.as_ref().ok(),
                     caches.then_some(Access::Demand),
+                    policy.secondary.caches(class),
                 );
                 result
             }
@@ -844,10 +857,11 @@ impl CachedIo {
             .counters
             .written_inserts
             .fetch_add(1, Ordering::Relaxed);
+        // Written, not read: the feed never sees it (its eviction is not the feed's miss).
         self.cache
             .shared
             .blocks
-            .insert(self.key(bp), class, data, Access::Demand);
+            .insert_for_tier(self.key(bp), class, data, Access::Demand, false);
     }
 }
 

@@ -970,13 +970,15 @@ pub struct LogDeviceUse {
 pub struct LeafIo {
     pub name: String,
     pub is_log: bool,
+    /// A cache device (the SSD tier), listed after the pool's leaves.
+    pub is_cache: bool,
     /// `None`: the device is missing (no queue).
     pub fields: Option<Vec<(&'static str, u64)>>,
 }
 
 impl Pool {
-    /// The pipeline's counters and every leaf's queue counters (since this process opened
-    /// the pool).
+    /// The pipeline's counters and every leaf's queue counters, then every cache device's
+    /// (since this process opened the pool).
     pub fn io_stats(&self) -> (Vec<(&'static str, u64)>, Vec<LeafIo>) {
         let tree = self.core.io.tree();
         let leaves = tree
@@ -987,9 +989,21 @@ impl Pool {
                 top.leaves.iter().map(move |leaf| LeafIo {
                     name: leaf.spec.to_string(),
                     is_log,
+                    is_cache: false,
                     fields: leaf.queue().map(|queue| queue.stats().fields()),
                 })
             })
+            .chain(
+                self.l2
+                    .iter()
+                    .flat_map(|tier| tier.devices())
+                    .map(|device| LeafIo {
+                        name: device.name.clone(),
+                        is_log: false,
+                        is_cache: true,
+                        fields: Some(device.queue_stats().fields()),
+                    }),
+            )
             .collect();
         (self.core.io.stats.fields(), leaves)
     }

@@ -183,6 +183,9 @@ pub struct PoolAccess {
     pub opener: DeviceOpener,
     /// Volumes append their clients' reads to traces here (a benchmark diagnostic).
     pub read_trace_dir: Option<PathBuf>,
+    /// Bytes each cache device may be written per day after its first fill (`cairn serve
+    /// --l2-write-max-per-day`; `None`: no limit).
+    pub l2_write_bytes_per_day: Option<u64>,
 }
 
 impl PoolAccess {
@@ -193,6 +196,7 @@ impl PoolAccess {
             served: None,
             opener: default_opener(),
             read_trace_dir: None,
+            l2_write_bytes_per_day: None,
         }
     }
 
@@ -205,13 +209,14 @@ impl PoolAccess {
 
     /// Options under a memory budget (`None`: the engine's defaults): the budget's dirty
     /// data, further limited to what the pool syncs in `SYNC_TARGET_MS`, and its cache-device
-    /// index allowance.
+    /// index allowance; and the cache devices' daily write budget.
     pub fn pool_options_under(&self, budget: Option<&MemoryBudget>) -> PoolOptions {
         let mut options = PoolOptions {
             opener: self.opener.clone(),
             read_trace_dir: self.read_trace_dir.clone(),
             ..PoolOptions::default()
         };
+        options.l2.write_bytes_per_day = self.l2_write_bytes_per_day;
         if let Some(budget) = budget {
             options.txg.dirty_bytes_max = budget.dirty_bytes_max;
             options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;
