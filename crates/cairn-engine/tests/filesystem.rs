@@ -445,7 +445,8 @@ fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755).unwrap();
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+        .unwrap();
     let fs = pool.filesystem("tank/fs").unwrap();
     let root = fs.root();
     let chunk = pattern(1 << 20, 9);
@@ -478,7 +479,11 @@ fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
     assert_eq!(refusal.errno(), libc::ENOSPC);
     assert!(written > 16 << 20, "refused too early: {written} bytes");
     // The pool stays writable: syncs go through, and a delete makes room for more.
-    assert!(pool.status().suspended.is_none(), "{:?}", pool.status().suspended);
+    assert!(
+        pool.status().suspended.is_none(),
+        "{:?}",
+        pool.status().suspended
+    );
     pool.sync().unwrap();
     for index in 0..files {
         fs.unlink(root, format!("f{index}").as_bytes()).unwrap();
