@@ -494,3 +494,68 @@ fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
     pool.sync().unwrap();
     assert_eq!(fs.read(object, 0, chunk.len()).unwrap(), chunk);
 }
+
+fn check_read_only(paths: &[std::path::PathBuf]) -> cairn_engine::CheckReport {
+    let pool = Pool::import(
+        &cairn_engine::ImportSource::Devices(specs(paths)),
+        "tank",
+        cairn_engine::PoolOptions {
+            readonly: true,
+            ..options(plain_opener())
+        },
+    )
+    .unwrap();
+    let report = pool.check().unwrap();
+    pool.close().unwrap();
+    report
+}
+
+#[test]
+fn pool_check_walks_the_namespace_and_finds_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let victim;
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+            .unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        let root = fs.root();
+        let (sub, _) = fs.mkdir(root, b"sub", dir_inode()).unwrap();
+        let (f, _) = fs.create(sub, b"f", file(0o644)).unwrap();
+        fs.write(f, 0, b"data").unwrap();
+        fs.link(f, root, b"second").unwrap();
+        fs.symlink(sub, b"l", b"f", file(0)).unwrap();
+        // An open file unlinked: in the delete queue, not an orphan.
+        let (open, _) = fs.create(root, b"open", file(0o644)).unwrap();
+        fs.open_inode(open).unwrap();
+        fs.unlink(root, b"open").unwrap();
+        victim = f;
+        pool.export().unwrap();
+    }
+    let report = check_read_only(&paths);
+    assert_eq!(report.filesystems_checked, 1);
+    assert!(report.is_clean(), "{:?}", report.problems());
+    // Damage: a file whose link count no longer matches its names.
+    {
+        let pool = import(&paths, plain_opener()).unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        let mut attrs = fs.getattr(victim).unwrap();
+        attrs.links = 5;
+        let engine = pool.txg_engine().unwrap();
+        let hold = engine.hold();
+        fs.objset()
+            .set_bonus(hold.txg(), victim, attrs.encode())
+            .unwrap();
+        drop(hold);
+        pool.export().unwrap();
+    }
+    let report = check_read_only(&paths);
+    let problems = report.problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains(&format!("inode {victim} has 5 links and 2 names"))),
+        "{problems:?}"
+    );
+}

@@ -37,6 +37,7 @@
 //! yet. Space is checked only by the pool (a full pool fails a txg sync, not the write).
 
 pub mod attrs;
+pub mod check;
 pub mod dirmap;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
@@ -373,22 +374,10 @@ impl Filesystem {
         txg: Arc<TxgEngine>,
         config: FsConfig,
     ) -> Result<Filesystem, FsError> {
-        let master = objset.dnode(MASTER_OBJECT)?;
-        if master.is_free() || master.object_type != ObjectType::FsMaster {
-            return Err(FsError::Corrupt(format!("{name}: no master node")));
-        }
-        let bonus = &master.bonus;
-        let magic = bonus
-            .get(..8)
-            .map(|raw| u64::from_le_bytes(raw.try_into().unwrap_or([0; 8])));
-        let version = bonus
-            .get(8..12)
-            .map(|raw| u32::from_le_bytes(raw.try_into().unwrap_or([0; 4])));
-        if magic != Some(MASTER_MAGIC) || version != Some(FORMAT_VERSION) {
-            return Err(FsError::Corrupt(format!(
-                "{name}: master node of an unknown format (version {version:?})"
-            )));
-        }
+        master_ok(&objset).map_err(|err| match err {
+            FsError::Corrupt(what) => FsError::Corrupt(format!("{name}: {what}")),
+            other => other,
+        })?;
         check_recordsize(config.recordsize_bytes)?;
         let next = objset.object_id_bound().max(FIRST_INODE_OBJECT);
         let fs = Filesystem {
@@ -1383,6 +1372,27 @@ impl Filesystem {
             dirty.retain(|_, txg| *txg > synced);
         }
     }
+}
+
+/// Checks that `objset` holds a filesystem of this format (its master node).
+fn master_ok(objset: &ObjectSet) -> Result<(), FsError> {
+    let master = objset.dnode(MASTER_OBJECT)?;
+    if master.is_free() || master.object_type != ObjectType::FsMaster {
+        return Err(FsError::Corrupt("no master node".into()));
+    }
+    let bonus = &master.bonus;
+    let magic = bonus
+        .get(..8)
+        .map(|raw| u64::from_le_bytes(raw.try_into().unwrap_or([0; 8])));
+    let version = bonus
+        .get(8..12)
+        .map(|raw| u32::from_le_bytes(raw.try_into().unwrap_or([0; 4])));
+    if magic != Some(MASTER_MAGIC) || version != Some(FORMAT_VERSION) {
+        return Err(FsError::Corrupt(format!(
+            "master node of an unknown format (version {version:?})"
+        )));
+    }
+    Ok(())
 }
 
 fn not_found_if_missing(err: ObjectError) -> FsError {
