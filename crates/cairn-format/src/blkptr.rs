@@ -126,6 +126,8 @@ pub enum ObjectType {
     PoolRecords = 11,
     /// A filesystem's master node: where its root directory and delete queue are.
     FsMaster = 12,
+    /// An inode's extended attributes (a hashed map, as directories).
+    Xattrs = 13,
 }
 
 impl ObjectType {
@@ -144,6 +146,7 @@ impl ObjectType {
             10 => Self::DeadList,
             11 => Self::PoolRecords,
             12 => Self::FsMaster,
+            13 => Self::Xattrs,
             other => {
                 return Err(FormatError::invalid(
                     "object type",

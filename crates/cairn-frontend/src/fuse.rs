@@ -17,12 +17,14 @@
 //! run on them and block on the pool as they must (the filesystem's locks order them).
 
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
-use cairn_fs::{Filesystem, FsError, NewInode, ROOT_OBJECT, RenameMode, SetAttrs};
+use cairn_fs::{
+    Fallocate, Filesystem, FsError, NewInode, ROOT_OBJECT, RenameMode, SetAttrs, XattrMode,
+};
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
     MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
-    WriteFlags,
+    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    SessionACL, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -375,6 +377,17 @@ impl FuseAdapter {
     }
 }
 
+/// Answers an xattr query: its size when asked with size 0, ERANGE when it does not fit.
+fn sized(reply: ReplyXattr, size: u32, value: &[u8]) {
+    if size == 0 {
+        reply.size(value.len() as u32);
+    } else if value.len() > size as usize {
+        reply.error(Errno::ERANGE);
+    } else {
+        reply.data(value);
+    }
+}
+
 fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
     match result {
         Ok(()) => reply.ok(),
@@ -692,6 +705,101 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         empty(reply, self.fs.fsync(object_of(ino)));
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        let mode = if flags & libc::XATTR_CREATE != 0 {
+            XattrMode::Create
+        } else if flags & libc::XATTR_REPLACE != 0 {
+            XattrMode::Replace
+        } else {
+            XattrMode::Any
+        };
+        empty(
+            reply,
+            self.fs
+                .setxattr(object_of(ino), name.as_bytes(), value, mode),
+        );
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.fs.getxattr(object_of(ino), name.as_bytes()) {
+            Ok(value) => sized(reply, size, &value),
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.fs.listxattr(object_of(ino)) {
+            Ok(names) => {
+                let mut list = Vec::new();
+                for name in names {
+                    list.extend_from_slice(&name);
+                    list.push(0);
+                }
+                sized(reply, size, &list);
+            }
+            Err(err) => reply.error(errno(&err)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        empty(reply, self.fs.removexattr(object_of(ino), name.as_bytes()));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let op = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => Fallocate::Allocate { keep_size },
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => Fallocate::PunchHole,
+            libc::FALLOC_FL_ZERO_RANGE => Fallocate::ZeroRange { keep_size },
+            _ => return reply.error(Errno::EOPNOTSUPP),
+        };
+        let result = self.fs.fallocate(object_of(ino), offset, length, op);
+        empty(reply, result.map(|_| ()));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            // The kernel handles the other kinds itself.
+            _ => return reply.error(Errno::EINVAL),
+        };
+        let Ok(offset) = u64::try_from(offset) else {
+            return reply.error(Errno::ENXIO);
+        };
+        match self.fs.seek_data_or_hole(object_of(ino), offset, data) {
+            Ok(found) => reply.offset(found as i64),
+            Err(FsError::NotFound) => reply.error(Errno::ENXIO),
+            Err(err) => reply.error(errno(&err)),
+        }
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -6,7 +6,7 @@
 //! of FUSE or NFS: front ends (the FUSE adapter in `cairn-frontend`) call `Filesystem` with
 //! object numbers and names.
 //!
-//! ## Objects
+//! ## Objects (see docs/format.md, "Filesystems")
 //! - 1: the master node (bonus: format version, root directory, delete queue).
 //! - 2: the root directory. 3: the delete queue, a map of inodes whose last name went away
 //!   while they were open; they are freed at their last close or, after a crash, when the
@@ -32,9 +32,11 @@
 //! to sync (the intent log for files is the next step; see Known gaps).
 //!
 //! ## Known gaps
-//! No intent log yet: `fsync` costs a txg sync. Partial-block writes read the old block
-//! first. No quotas or reservations. Extended attributes, ACLs and `fallocate` are not here
-//! yet. Space is checked only by the pool (a full pool fails a txg sync, not the write).
+//! No intent log yet: `fsync` costs a txg sync (the next step: namespace and data records in
+//! the dataset's log, replayed at import, so fsync costs one log write as for volumes).
+//! Partial-block writes read the old block first. No quotas or reservations. Extended
+//! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
+//! stored as any attribute but not enforced. No file locks beyond what the kernel keeps.
 
 pub mod attrs;
 pub mod check;
@@ -117,6 +119,10 @@ pub enum FsError {
     TooLarge,
     #[error("read-only filesystem")]
     ReadOnly,
+    #[error("no such extended attribute")]
+    NoAttribute,
+    #[error("value too large: {0}")]
+    ValueTooLarge(String),
     #[error("no space: {0}")]
     NoSpace(String),
     #[error("corrupt filesystem metadata: {0}")]
@@ -141,6 +147,8 @@ impl FsError {
             FsError::TooManyLinks => libc::EMLINK,
             FsError::TooLarge => libc::EFBIG,
             FsError::ReadOnly => libc::EROFS,
+            FsError::NoAttribute => libc::ENODATA,
+            FsError::ValueTooLarge(_) => libc::E2BIG,
             FsError::NoSpace(_) => libc::ENOSPC,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Object(err) => class_errno(err.class()),
@@ -218,6 +226,30 @@ pub enum RenameMode {
     NoReplace,
     /// Swap source and target, both of which must exist (RENAME_EXCHANGE).
     Exchange,
+}
+
+/// How `setxattr` treats an existing attribute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XattrMode {
+    /// Create or replace.
+    #[default]
+    Any,
+    /// Fail with `Exists` if it exists (XATTR_CREATE).
+    Create,
+    /// Fail with `NoAttribute` if it does not (XATTR_REPLACE).
+    Replace,
+}
+
+/// What `fallocate` does to a range.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fallocate {
+    /// Make the range readable and writable (extends the size unless `keep_size`). Space is
+    /// not reserved ahead: copy-on-write allocates at write time, as in ZFS.
+    Allocate { keep_size: bool },
+    /// Turn the range into holes (the size stays).
+    PunchHole,
+    /// Make the range read as zeros (extends the size unless `keep_size`).
+    ZeroRange { keep_size: bool },
 }
 
 /// One directory entry as `readdir` returns it.
@@ -1234,6 +1266,209 @@ impl Filesystem {
     fn put_attrs(&self, hold: &TxgHold, object: u64, attrs: &InodeAttrs) -> Result<(), FsError> {
         self.objset.set_bonus(hold.txg(), object, attrs.encode())?;
         Ok(())
+    }
+
+    // ----- extended attributes -----
+
+    /// The value of extended attribute `name` of inode `object`.
+    pub fn getxattr(&self, object: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
+        let _guard = self.stripe(object).read();
+        let attrs = self.getattr(object)?;
+        if attrs.xattr_object == 0 {
+            return Err(FsError::NoAttribute);
+        }
+        DirMap::new(&self.objset, attrs.xattr_object)
+            .get(name)?
+            .map(|entry| entry.value)
+            .ok_or(FsError::NoAttribute)
+    }
+
+    /// The names of inode `object`'s extended attributes.
+    pub fn listxattr(&self, object: u64) -> Result<Vec<Vec<u8>>, FsError> {
+        let _guard = self.stripe(object).read();
+        let attrs = self.getattr(object)?;
+        let mut names = Vec::new();
+        if attrs.xattr_object != 0 {
+            DirMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
+                names.push(entry.name.clone());
+                true
+            })?;
+        }
+        Ok(names)
+    }
+
+    /// Sets extended attribute `name` of inode `object`.
+    pub fn setxattr(
+        &self,
+        object: u64,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<(), FsError> {
+        if name.is_empty() || name.len() > dirmap::NAME_BYTES_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if value.len() > dirmap::VALUE_BYTES_MAX {
+            return Err(FsError::ValueTooLarge(format!(
+                "an extended attribute of {} bytes (at most {})",
+                value.len(),
+                dirmap::VALUE_BYTES_MAX
+            )));
+        }
+        self.check_writable()?;
+        self.check_space(NAMESPACE_CHANGE_BYTES)?;
+        let new_map = self.next_object.fetch_add(1, Ordering::Relaxed);
+        let (hold, _guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
+        let mut attrs = self.getattr(object)?;
+        if attrs.xattr_object == 0 {
+            if mode == XattrMode::Replace {
+                return Err(FsError::NoAttribute);
+            }
+            self.objset
+                .create_object(hold.txg(), new_map, ObjectType::Xattrs, MAP_BLOCK_BYTES, 1);
+            DirMap::new(&self.objset, new_map).create(Tx::held(&hold), new_map ^ hold.txg())?;
+            attrs.xattr_object = new_map;
+        }
+        let map = DirMap::new(&self.objset, attrs.xattr_object);
+        match (map.get(name)?.is_some(), mode) {
+            (true, XattrMode::Create) => return Err(FsError::Exists),
+            (false, XattrMode::Replace) => return Err(FsError::NoAttribute),
+            (true, _) => map.set_value(Tx::held(&hold), name, value)?,
+            (false, _) => {
+                map.insert(Tx::held(&hold), name, value)?;
+            }
+        }
+        attrs.ctime = Timestamp::now();
+        self.put_attrs(&hold, object, &attrs)?;
+        self.note_dirty(&[object], hold.txg());
+        Ok(())
+    }
+
+    /// Removes extended attribute `name` of inode `object`.
+    pub fn removexattr(&self, object: u64, name: &[u8]) -> Result<(), FsError> {
+        self.check_writable()?;
+        let (hold, _guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
+        let mut attrs = self.getattr(object)?;
+        if attrs.xattr_object == 0 {
+            return Err(FsError::NoAttribute);
+        }
+        DirMap::new(&self.objset, attrs.xattr_object)
+            .remove(Tx::held(&hold), name)?
+            .ok_or(FsError::NoAttribute)?;
+        attrs.ctime = Timestamp::now();
+        self.put_attrs(&hold, object, &attrs)?;
+        self.note_dirty(&[object], hold.txg());
+        Ok(())
+    }
+
+    // ----- ranges: fallocate, holes -----
+
+    /// `fallocate(2)` on file `object`.
+    pub fn fallocate(
+        &self,
+        object: u64,
+        offset: u64,
+        len: u64,
+        op: Fallocate,
+    ) -> Result<InodeAttrs, FsError> {
+        self.check_writable()?;
+        let end = offset
+            .checked_add(len)
+            .filter(|end| *end <= i64::MAX as u64)
+            .ok_or(FsError::TooLarge)?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of no bytes".into()));
+        }
+        let (hold, _guards) = self.hold_locked(&[object], 0)?;
+        let mut attrs = self.getattr(object)?;
+        match attrs.kind {
+            FileKind::File => {}
+            FileKind::Directory => return Err(FsError::IsDirectory),
+            _ => return Err(FsError::Invalid("not a regular file".into())),
+        }
+        let now = Timestamp::now();
+        let keep_size = match op {
+            Fallocate::Allocate { keep_size } => keep_size,
+            Fallocate::PunchHole => true,
+            Fallocate::ZeroRange { keep_size } => {
+                self.zero_range(&hold, object, offset, end.min(attrs.size))?;
+                keep_size
+            }
+        };
+        if op == Fallocate::PunchHole {
+            self.zero_range(&hold, object, offset, end.min(attrs.size))?;
+        }
+        if !keep_size && end > attrs.size {
+            attrs.size = end;
+        }
+        if !matches!(op, Fallocate::Allocate { .. }) || !keep_size {
+            attrs.mtime = now;
+            attrs.ctime = now;
+        }
+        self.put_attrs(&hold, object, &attrs)?;
+        self.note_dirty(&[object], hold.txg());
+        Ok(attrs)
+    }
+
+    /// Makes `offset .. end` of a file read as zeros: whole blocks become holes, the edges of
+    /// partly covered blocks are zeroed in place.
+    fn zero_range(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        offset: u64,
+        end: u64,
+    ) -> Result<(), FsError> {
+        if offset >= end {
+            return Ok(());
+        }
+        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
+        let mut position = offset;
+        while position < end {
+            let blkid = position / block_bytes;
+            let within = (position % block_bytes) as usize;
+            let take = (block_bytes - within as u64).min(end - position) as usize;
+            if take as u64 == block_bytes {
+                if self.objset.free_block(hold.txg(), object, blkid) {
+                    hold.add_dirty(block_bytes);
+                }
+            } else if let Some(old) = self.objset.read_block(object, blkid)? {
+                let mut block = old.to_vec();
+                block[within..within + take].fill(0);
+                self.write_block(hold, object, blkid, block);
+            }
+            position += take as u64;
+        }
+        Ok(())
+    }
+
+    /// `lseek` with SEEK_DATA (`data` true) or SEEK_HOLE from `offset`: the first offset at
+    /// or after it that holds data (or is a hole; the end of the file counts as a hole).
+    /// `NotFound` (ENXIO to the caller) when `offset` is at or past the end, or no data follows.
+    pub fn seek_data_or_hole(&self, object: u64, offset: u64, data: bool) -> Result<u64, FsError> {
+        const BLOCKS_PER_LOOK: u64 = 1 << 14;
+        let _guard = self.stripe(object).read();
+        let attrs = self.getattr(object)?;
+        if offset >= attrs.size {
+            return Err(FsError::NotFound);
+        }
+        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
+        let last = (attrs.size - 1) / block_bytes;
+        let mut blkid = offset / block_bytes;
+        while blkid <= last {
+            let count = (last + 1 - blkid).min(BLOCKS_PER_LOOK);
+            let map = self.objset.block_map(object, blkid, count)?;
+            if let Some(index) = map.iter().position(|has_data| *has_data == data) {
+                let found = (blkid + index as u64) * block_bytes;
+                return Ok(found.max(offset));
+            }
+            blkid += count;
+        }
+        if data {
+            Err(FsError::NotFound)
+        } else {
+            Ok(attrs.size)
+        }
     }
 
     // ----- open files and durability -----

@@ -179,3 +179,112 @@ fn mount_without_a_server_starts_one() {
     assert!(!env.control_socket().exists(), "the server did not stop");
     env.assert_pool_check_clean();
 }
+
+fn c_path(path: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn xattrs_holes_and_fallocate_through_fuse() {
+    use std::os::fd::AsRawFd;
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "-o", "recordsize=8K", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(&at);
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let file = at.join("f");
+    std::fs::write(&file, vec![7u8; 64 << 10]).unwrap();
+    let path = c_path(&file);
+    // Extended attributes: set, create-only, replace-only, list, get, remove.
+    let (name, value) = (c"user.colour", b"blue");
+    // SAFETY: valid C strings and a buffer of the given length, for all the calls below.
+    unsafe {
+        assert_eq!(
+            libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), 4, 0),
+            0
+        );
+        assert_eq!(
+            libc::setxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                4,
+                libc::XATTR_CREATE
+            ),
+            -1
+        );
+        assert_eq!(errno(), libc::EEXIST);
+        assert_eq!(
+            libc::setxattr(
+                path.as_ptr(),
+                c"user.none".as_ptr(),
+                value.as_ptr().cast(),
+                4,
+                libc::XATTR_REPLACE
+            ),
+            -1
+        );
+        assert_eq!(errno(), libc::ENODATA);
+        let mut buf = [0u8; 64];
+        let got = libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        );
+        assert_eq!(&buf[..got as usize], value);
+        assert_eq!(
+            libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0),
+            4
+        );
+        let listed = libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..listed as usize], b"user.colour\0");
+        assert_eq!(libc::removexattr(path.as_ptr(), name.as_ptr()), 0);
+        assert_eq!(
+            libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64),
+            -1
+        );
+        assert_eq!(errno(), libc::ENODATA);
+    }
+    // Punch a hole of two whole records plus part of a third; SEEK_HOLE and SEEK_DATA find it.
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .unwrap();
+    let fd = handle.as_raw_fd();
+    // SAFETY: an open descriptor; offsets within the file.
+    unsafe {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        assert_eq!(
+            libc::fallocate(fd, mode, 16 << 10, (16 << 10) + 100),
+            0,
+            "{}",
+            errno()
+        );
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_HOLE), 16 << 10);
+        assert_eq!(libc::lseek(fd, 16 << 10, libc::SEEK_DATA), 32 << 10);
+        assert_eq!(libc::lseek(fd, 40 << 10, libc::SEEK_HOLE), 64 << 10);
+        assert_eq!(libc::lseek(fd, 64 << 10, libc::SEEK_DATA), -1);
+        assert_eq!(errno(), libc::ENXIO);
+        // Allocating past the end extends the file.
+        assert_eq!(libc::fallocate(fd, 0, 60 << 10, 20 << 10), 0, "{}", errno());
+    }
+    drop(handle);
+    let contents = std::fs::read(&file).unwrap();
+    assert_eq!(contents.len(), 80 << 10);
+    assert!(contents[..16 << 10].iter().all(|b| *b == 7));
+    assert!(contents[16 << 10..(32 << 10) + 100].iter().all(|b| *b == 0));
+    assert!(contents[(32 << 10) + 100..64 << 10].iter().all(|b| *b == 7));
+    assert!(contents[64 << 10..].iter().all(|b| *b == 0));
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
