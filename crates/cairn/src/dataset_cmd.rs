@@ -13,6 +13,7 @@ use crate::table::{Align, Column, Table};
 use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_dataset::DatasetKind;
 use cairn_dataset::properties::{PROPERTIES, lookup, parse_size};
 use cairn_engine::DatasetInfo;
 use std::collections::BTreeMap;
@@ -274,14 +275,37 @@ impl ListColumn {
     }
 }
 
+/// The kinds `list -t` names (none: all).
+fn listed_kinds(types: &[String]) -> Result<Vec<DatasetKind>> {
+    let mut kinds = Vec::new();
+    for text in types {
+        match text.trim() {
+            "filesystem" | "fs" => kinds.push(DatasetKind::Filesystem),
+            "volume" | "vol" => kinds.push(DatasetKind::Volume),
+            "all" => kinds.extend([DatasetKind::Filesystem, DatasetKind::Volume]),
+            other => bail!("unknown dataset type '{other}' (filesystem, volume or all)"),
+        }
+    }
+    Ok(kinds)
+}
+
 pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
-    let columns: Vec<ListColumn> = if args.columns.is_empty() {
-        ListColumn::DEFAULT.to_vec()
-    } else {
+    let kinds = listed_kinds(&args.types)?;
+    let columns: Vec<ListColumn> = if !args.columns.is_empty() {
         args.columns
             .iter()
             .map(|text| ListColumn::parse(text))
             .collect::<Result<_>>()?
+    } else if kinds == [DatasetKind::Filesystem] {
+        vec![
+            ListColumn::Name,
+            ListColumn::Used,
+            ListColumn::Avail,
+            ListColumn::Refer,
+            ListColumn::Property("mountpoint"),
+        ]
+    } else {
+        ListColumn::DEFAULT.to_vec()
     };
     let mut datasets = Datasets::new(ctx);
     let mut rows: Vec<DatasetInfo> = Vec::new();
@@ -305,6 +329,9 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
                 Err(err) => failures.push(format!("{err:#}")),
             }
         }
+    }
+    if !kinds.is_empty() {
+        rows.retain(|info| kinds.contains(&info.kind));
     }
     if args.json {
         let entries = rows

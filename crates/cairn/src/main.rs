@@ -357,6 +357,9 @@ struct ListArgs {
     /// Include the children of the named datasets.
     #[arg(short = 'r')]
     recursive: bool,
+    /// Dataset types to list, comma-separated: filesystem, volume, all (default all).
+    #[arg(short = 't', value_name = "TYPE,...", value_delimiter = ',')]
+    types: Vec<String>,
     /// Datasets to list (default: every dataset of every imported pool).
     datasets: Vec<String>,
 }

@@ -128,6 +128,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
             },
             json: false,
             columns: Vec::new(),
+            types: Vec::new(),
             recursive: true,
             datasets: vec![POOL.into()],
         },
