@@ -716,6 +716,7 @@ impl Volume {
         let change = match kind {
             LogRecordKind::Write | LogRecordKind::WriteInPlace => Change::Write,
             LogRecordKind::Zero | LogRecordKind::Trim => Change::Discard,
+            LogRecordKind::Fs => panic!("a volume logs no filesystem changes"),
         };
         self.check_writable()?;
         self.check_range(change.name(), offset, len)?;
@@ -825,6 +826,13 @@ impl Volume {
             LogRecordKind::Zero | LogRecordKind::Trim => {
                 self.apply_discard(hold, record.offset, record.length)
             }
+            LogRecordKind::Fs => Err(DatasetError::Replay {
+                name: self.name.clone(),
+                offset: record.offset,
+                txg: record.txg,
+                problem: "a filesystem change in a volume's log".into(),
+                source: None,
+            }),
         }
     }
 

@@ -2,9 +2,10 @@
 //! crash leaves it whole or absent) and opening it for a front end (`cairn-fs::Filesystem`,
 //! one per dataset, shared by every mount of it in this process).
 //!
-//! Properties reach the filesystem at open (`recordsize`, `readonly`); `set_property` passes
-//! later changes on (`refresh_filesystem`). Known gaps: no intent log for files yet, so a
-//! filesystem's `fsync` waits for a txg sync; quotas and reservations are not enforced on
+//! Properties reach the filesystem at open (`recordsize`, `readonly`, `sync`, `logbias`);
+//! `set_property` passes later changes on (`refresh_filesystem`). Each open filesystem has an
+//! intent log of one lane (see `cairn-fs`'s durability module), replayed at import with the
+//! volumes' (`replay.rs`). Known gap: quotas and reservations are not enforced on
 //! filesystems.
 
 use crate::EngineError;
@@ -12,8 +13,9 @@ use crate::pool::Pool;
 use crate::pool::checksum_from_property;
 use cairn_dataset::{DatasetError, DatasetKind};
 use cairn_format::ObjsetType;
-use cairn_fs::{Filesystem, FsConfig, NewInode, Tx};
+use cairn_fs::{Filesystem, FsConfig, FsSync, NewInode, Tx};
 use cairn_object::ObjectSet;
+use cairn_zil::{IntentLog, ZilConfig};
 use std::sync::Arc;
 
 impl Pool {
@@ -71,12 +73,41 @@ impl Pool {
         Ok(())
     }
 
-    /// The filesystem dataset `name`, opened on first use.
+    /// The filesystem dataset `name`, opened on first use with its intent log (after any
+    /// replay: import replays first), its delete queue drained.
     pub fn filesystem(&self, name: &str) -> Result<Arc<Filesystem>, EngineError> {
         let mut open = self.filesystems.lock();
         if let Some(fs) = open.get(name) {
             return Ok(fs.clone());
         }
+        let engine = self.txg_engine_arc()?;
+        let fs = self.build_filesystem(name)?;
+        let use_log_devices = self.core.directory.lock().property(name, "logbias")?.0 == "latency";
+        let intent_log = Arc::new(IntentLog::new(
+            name.to_string(),
+            self.core.guid,
+            self.core.io.clone(),
+            engine,
+            fs.objset().clone(),
+            ZilConfig {
+                lanes: 1,
+                ..ZilConfig::default()
+            },
+        ));
+        intent_log.set_use_log_devices(use_log_devices);
+        let fs = fs.with_intent_log(intent_log.clone());
+        fs.drain_delete_queue()?;
+        self.core
+            .intent_logs
+            .lock()
+            .insert(name.to_string(), intent_log);
+        let fs = Arc::new(fs);
+        open.insert(name.to_string(), fs.clone());
+        Ok(fs)
+    }
+
+    /// The filesystem `name` with no intent log (replay, tools).
+    pub(crate) fn build_filesystem(&self, name: &str) -> Result<Filesystem, EngineError> {
         let engine = self.txg_engine_arc()?;
         let config = self.filesystem_config(name)?;
         let objset = self
@@ -87,12 +118,11 @@ impl Pool {
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         let check = self.space_check(name, &engine);
-        let fs = Filesystem::open(name.to_string(), objset, engine, config)?.with_space_check(
-            Arc::new(move |bytes| check(bytes, true).map_err(|err| err.to_string())),
-        );
-        let fs = Arc::new(fs);
-        open.insert(name.to_string(), fs.clone());
-        Ok(fs)
+        Ok(
+            Filesystem::open(name.to_string(), objset, engine, config)?.with_space_check(Arc::new(
+                move |bytes| check(bytes, true).map_err(|err| err.to_string()),
+            )),
+        )
     }
 
     /// Passes a property change on to the open filesystem `name`, if any.
@@ -120,9 +150,15 @@ impl Pool {
             .parse()
             .unwrap_or(128 << 10);
         let readonly = directory.property(name, "readonly")?.0 == "on";
+        let sync = match directory.property(name, "sync")?.0.as_str() {
+            "always" => FsSync::Always,
+            "disabled" => FsSync::Disabled,
+            _ => FsSync::Standard,
+        };
         Ok(FsConfig {
             recordsize_bytes: recordsize,
             readonly,
+            sync,
         })
     }
 }

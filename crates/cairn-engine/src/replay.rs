@@ -48,7 +48,9 @@ impl Pool {
             directory
                 .datasets
                 .values()
-                .filter(|record| record.kind == DatasetKind::Volume)
+                .filter(|record| {
+                    matches!(record.kind, DatasetKind::Volume | DatasetKind::Filesystem)
+                })
                 .map(|record| record.name.clone())
                 .collect()
         };
@@ -223,17 +225,27 @@ impl Pool {
         imported_txg: u64,
         apply: bool,
     ) -> Result<String, EngineError> {
-        let volume = self.volume(name)?;
+        let is_filesystem = self.core.directory.lock().get(name)?.kind == DatasetKind::Filesystem;
         let txg = hold.txg();
         let ClaimedLog { log, to_free } = claimed;
-        let applied = if apply {
-            for record in &log.records {
-                volume.replay_record(hold, record)?;
+        let objset = if is_filesystem {
+            let fs = self.build_filesystem(name)?;
+            if apply {
+                for record in &log.records {
+                    fs.replay_record(hold, record)?;
+                }
             }
-            log.records.len()
+            fs.objset().clone()
         } else {
-            0
+            let volume = self.volume(name)?;
+            if apply {
+                for record in &log.records {
+                    volume.replay_record(hold, record)?;
+                }
+            }
+            volume.objset().clone()
         };
+        let applied = if apply { log.records.len() } else { 0 };
         {
             let mut space = self.core.space.lock();
             for dva in &to_free {
@@ -243,7 +255,6 @@ impl Pool {
                 })?;
             }
         }
-        let objset = volume.objset().clone();
         objset.set_intent_log_header(txg, [0; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE]);
         let in_place = log
             .records

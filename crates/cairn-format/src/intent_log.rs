@@ -118,13 +118,17 @@ pub enum LogRecordKind {
     /// A whole block written to its final place before the record: the payload is its block
     /// pointer (`BLOCK_POINTER_SIZE` bytes), `offset` and `length` the range it covers.
     WriteInPlace = 4,
+    /// A filesystem change (create, link, remove, rename, attributes, extended attributes,
+    /// fallocate): the payload (`length` bytes) is the change as `cairn-fs` encodes it;
+    /// `offset` is 0 and `object` the inode it is about.
+    Fs = 5,
 }
 
 impl LogRecordKind {
     /// Payload bytes a record of this kind covering `length` bytes carries.
     pub fn payload_bytes(self, length: u64) -> usize {
         match self {
-            LogRecordKind::Write => length as usize,
+            LogRecordKind::Write | LogRecordKind::Fs => length as usize,
             LogRecordKind::Zero | LogRecordKind::Trim => 0,
             LogRecordKind::WriteInPlace => BLOCK_POINTER_SIZE,
         }
@@ -320,13 +324,16 @@ fn decode_records(mut bytes: &[u8], count: u32) -> Result<Vec<LogRecord>, Format
             2 => LogRecordKind::Zero,
             3 => LogRecordKind::Trim,
             4 => LogRecordKind::WriteInPlace,
+            5 => LogRecordKind::Fs,
             other => return Err(FormatError::invalid(WHAT, "kind", u64::from(other))),
         };
         let (offset, length) = (phys.offset.get(), phys.length.get());
         if length == 0 || offset.checked_add(length).is_none() {
             return Err(FormatError::invalid(WHAT, "extent", offset));
         }
-        if kind == LogRecordKind::Write && length > LOG_RECORD_PAYLOAD_MAX as u64 {
+        if matches!(kind, LogRecordKind::Write | LogRecordKind::Fs)
+            && length > LOG_RECORD_PAYLOAD_MAX as u64
+        {
             return Err(FormatError::invalid(WHAT, "length", length));
         }
         let payload_bytes = kind.payload_bytes(length);

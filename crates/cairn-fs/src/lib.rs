@@ -40,14 +40,17 @@
 
 pub mod attrs;
 pub mod check;
+mod data;
 pub mod dirmap;
+mod durability;
+pub mod log;
+mod namespace;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
-use bytes::Bytes;
 use cairn_device::ErrorClass;
 use cairn_format::{BLOCK_SIZE_GRANULE, ObjectType};
-use cairn_object::{ObjectError, ObjectSet, is_all_zero};
+use cairn_object::{ObjectError, ObjectSet};
 use cairn_pool::txg::{TxgEngine, TxgError, TxgHold};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use std::collections::HashMap;
@@ -131,6 +134,8 @@ pub enum FsError {
     Object(#[from] ObjectError),
     #[error(transparent)]
     Txg(#[from] TxgError),
+    #[error(transparent)]
+    Log(#[from] cairn_zil::ZilError),
 }
 
 impl FsError {
@@ -153,6 +158,7 @@ impl FsError {
             FsError::Corrupt(_) => libc::EIO,
             FsError::Object(err) => class_errno(err.class()),
             FsError::Txg(err) => class_errno(err.class()),
+            FsError::Log(err) => class_errno(err.class()),
         }
     }
 }
@@ -174,12 +180,25 @@ pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
 /// a few directory blocks, two copies each): asked of the space check before it starts.
 const NAMESPACE_CHANGE_BYTES: u64 = 64 << 10;
 
+/// The `sync` property, as filesystems use it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FsSync {
+    /// `fsync`, O_SYNC and O_DSYNC commit the intent log.
+    #[default]
+    Standard,
+    /// Every change commits the intent log before it returns.
+    Always,
+    /// Nothing is committed (UNSAFE: changes are lost if the machine stops before a txg sync).
+    Disabled,
+}
+
 /// How a filesystem behaves (its dataset properties).
 #[derive(Debug, Clone)]
 pub struct FsConfig {
     /// Block size of files larger than one block (a power of two, 512 B to 1 MiB).
     pub recordsize_bytes: u32,
     pub readonly: bool,
+    pub sync: FsSync,
 }
 
 impl Default for FsConfig {
@@ -187,6 +206,7 @@ impl Default for FsConfig {
         FsConfig {
             recordsize_bytes: 128 << 10,
             readonly: false,
+            sync: FsSync::Standard,
         }
     }
 }
@@ -203,7 +223,7 @@ pub struct NewInode {
 }
 
 /// Attribute changes (`setattr`); `None` leaves a field as it is.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SetAttrs {
     pub mode: Option<u32>,
     pub uid: Option<u32>,
@@ -301,6 +321,9 @@ pub struct Filesystem {
     /// Last txg each inode changed in (what its `fsync` waits for).
     dirty_txg: Mutex<HashMap<u64, u64>>,
     space_check: Option<SpaceCheck>,
+    intent_log: Option<Arc<cairn_zil::IntentLog>>,
+    /// The newest record logged: committing it commits every change before it.
+    last_ticket: Mutex<Option<cairn_zil::Ticket>>,
     stats: FsStats,
 }
 
@@ -398,8 +421,7 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Opens the filesystem in `objset` and frees what its delete queue holds (inodes whose
-    /// last name went away while open, before a crash).
+    /// Opens the filesystem in `objset` (the delete queue is drained by `drain_delete_queue`).
     pub fn open(
         name: String,
         objset: Arc<ObjectSet>,
@@ -423,11 +445,10 @@ impl Filesystem {
             opens: Mutex::new(HashMap::new()),
             dirty_txg: Mutex::new(HashMap::new()),
             space_check: None,
+            intent_log: None,
+            last_ticket: Mutex::new(None),
             stats: FsStats::default(),
         };
-        if !fs.config.read().readonly {
-            fs.drain_delete_queue()?;
-        }
         Ok(fs)
     }
 
@@ -616,861 +637,6 @@ impl Filesystem {
         }
     }
 
-    // ----- namespace changes -----
-
-    /// Creates `name` in directory `dir`: a file, device, fifo or socket (`mkdir` and
-    /// `symlink` have their own calls).
-    pub fn create(
-        &self,
-        dir: u64,
-        name: &[u8],
-        new: NewInode,
-    ) -> Result<(u64, InodeAttrs), FsError> {
-        if matches!(new.kind, FileKind::Directory | FileKind::Symlink) {
-            return Err(FsError::Invalid(
-                "create makes files, devices, fifos and sockets".into(),
-            ));
-        }
-        self.make(dir, name, new, &[])
-    }
-
-    pub fn mkdir(
-        &self,
-        dir: u64,
-        name: &[u8],
-        new: NewInode,
-    ) -> Result<(u64, InodeAttrs), FsError> {
-        self.make(
-            dir,
-            name,
-            NewInode {
-                kind: FileKind::Directory,
-                ..new
-            },
-            &[],
-        )
-    }
-
-    pub fn symlink(
-        &self,
-        dir: u64,
-        name: &[u8],
-        target: &[u8],
-        new: NewInode,
-    ) -> Result<(u64, InodeAttrs), FsError> {
-        if target.is_empty() || target.len() > SYMLINK_BYTES_MAX {
-            return Err(if target.is_empty() {
-                FsError::NotFound
-            } else {
-                FsError::NameTooLong
-            });
-        }
-        self.make(
-            dir,
-            name,
-            NewInode {
-                kind: FileKind::Symlink,
-                mode: 0o777,
-                ..new
-            },
-            target,
-        )
-    }
-
-    fn make(
-        &self,
-        dir: u64,
-        name: &[u8],
-        new: NewInode,
-        symlink_target: &[u8],
-    ) -> Result<(u64, InodeAttrs), FsError> {
-        check_name(name)?;
-        self.check_writable()?;
-        self.check_space(NAMESPACE_CHANGE_BYTES + symlink_target.len() as u64)?;
-        let object = self.next_object.fetch_add(1, Ordering::Relaxed);
-        let (hold, _guards) = self.hold_locked(&[dir, object], 3 * u64::from(MAP_BLOCK_BYTES))?;
-        let txg = hold.txg();
-        let mut dir_attrs = self.getattr(dir)?;
-        if dir_attrs.kind != FileKind::Directory {
-            return Err(FsError::NotDirectory);
-        }
-        if dir_attrs.links == 0 {
-            // A directory removed while a process still had it as its working directory.
-            return Err(FsError::NotFound);
-        }
-        let map = DirMap::new(&self.objset, dir);
-        if map.get(name)?.is_some() {
-            return Err(FsError::Exists);
-        }
-        let is_dir = new.kind == FileKind::Directory;
-        if is_dir && dir_attrs.links >= u64::from(u32::MAX) {
-            return Err(FsError::TooManyLinks);
-        }
-        let now = Timestamp::now();
-        let attrs = InodeAttrs {
-            kind: new.kind,
-            mode: new.mode & 0o7777,
-            uid: new.uid,
-            gid: new.gid,
-            links: if is_dir { 2 } else { 1 },
-            size: symlink_target.len() as u64,
-            atime: now,
-            mtime: now,
-            ctime: now,
-            crtime: now,
-            generation: txg,
-            parent: dir,
-            rdev: new.rdev,
-            xattr_object: 0,
-        };
-        let (object_type, block_bytes) = match new.kind {
-            FileKind::Directory => (ObjectType::Directory, MAP_BLOCK_BYTES),
-            FileKind::Symlink => (
-                ObjectType::FileData,
-                small_block_bytes(symlink_target.len() as u64, u32::MAX),
-            ),
-            _ => (ObjectType::FileData, BLOCK_SIZE_GRANULE),
-        };
-        self.objset.create_object_with_bonus(
-            txg,
-            object,
-            object_type,
-            block_bytes,
-            attrs.encode(),
-        )?;
-        if is_dir {
-            DirMap::new(&self.objset, object)
-                .create(Tx::held(&hold), object ^ txg.rotate_left(32))?;
-        }
-        if !symlink_target.is_empty() {
-            let mut block = vec![0u8; block_bytes as usize];
-            block[..symlink_target.len()].copy_from_slice(symlink_target);
-            self.write_block(&hold, object, 0, block);
-        }
-        map.insert(Tx::held(&hold), name, &encode_entry_value(object, new.kind))?;
-        dir_attrs.size += 1;
-        if is_dir {
-            dir_attrs.links += 1;
-        }
-        dir_attrs.mtime = now;
-        dir_attrs.ctime = now;
-        self.put_attrs(&hold, dir, &dir_attrs)?;
-        self.note_dirty(&[dir, object], txg);
-        self.stats.creates.fetch_add(1, Ordering::Relaxed);
-        Ok((object, attrs))
-    }
-
-    /// A new name `name` in `dir` for inode `object` (not a directory).
-    pub fn link(&self, object: u64, dir: u64, name: &[u8]) -> Result<InodeAttrs, FsError> {
-        check_name(name)?;
-        self.check_writable()?;
-        self.check_space(NAMESPACE_CHANGE_BYTES)?;
-        let (hold, _guards) = self.hold_locked(&[dir, object], 2 * u64::from(MAP_BLOCK_BYTES))?;
-        let mut attrs = self.getattr(object)?;
-        if attrs.kind == FileKind::Directory {
-            return Err(FsError::Invalid("hard links to directories".into()));
-        }
-        if attrs.links == 0 {
-            return Err(FsError::NotFound);
-        }
-        if attrs.links >= u64::from(u32::MAX) {
-            return Err(FsError::TooManyLinks);
-        }
-        let mut dir_attrs = self.getattr(dir)?;
-        if dir_attrs.kind != FileKind::Directory {
-            return Err(FsError::NotDirectory);
-        }
-        if dir_attrs.links == 0 {
-            return Err(FsError::NotFound);
-        }
-        DirMap::new(&self.objset, dir).insert(
-            Tx::held(&hold),
-            name,
-            &encode_entry_value(object, attrs.kind),
-        )?;
-        let now = Timestamp::now();
-        attrs.links += 1;
-        attrs.ctime = now;
-        self.put_attrs(&hold, object, &attrs)?;
-        dir_attrs.size += 1;
-        dir_attrs.mtime = now;
-        dir_attrs.ctime = now;
-        self.put_attrs(&hold, dir, &dir_attrs)?;
-        self.note_dirty(&[dir, object], hold.txg());
-        Ok(attrs)
-    }
-
-    /// Removes `name` (not a directory) from `dir`.
-    pub fn unlink(&self, dir: u64, name: &[u8]) -> Result<(), FsError> {
-        self.remove(dir, name, false)
-    }
-
-    /// Removes the empty directory `name` from `dir`.
-    pub fn rmdir(&self, dir: u64, name: &[u8]) -> Result<(), FsError> {
-        self.remove(dir, name, true)
-    }
-
-    fn remove(&self, dir: u64, name: &[u8], want_dir: bool) -> Result<(), FsError> {
-        if name == b"." {
-            return Err(FsError::Invalid("removing '.'".into()));
-        }
-        if name == b".." {
-            return Err(FsError::NotEmpty);
-        }
-        check_name(name)?;
-        self.check_writable()?;
-        loop {
-            // The child is found before locking it; if it changed meanwhile, look again.
-            let (child, _) = self.lookup(dir, name)?;
-            let (hold, _guards) =
-                self.hold_locked(&[dir, child], 2 * u64::from(MAP_BLOCK_BYTES))?;
-            let map = DirMap::new(&self.objset, dir);
-            let Some(entry) = map.get(name)? else {
-                return Err(FsError::NotFound);
-            };
-            let (object, kind) = decode_entry_value(&entry.value)?;
-            if object != child {
-                continue;
-            }
-            let mut attrs = self.getattr(object)?;
-            match (want_dir, kind == FileKind::Directory) {
-                (true, false) => return Err(FsError::NotDirectory),
-                (false, true) => return Err(FsError::IsDirectory),
-                (true, true) if !DirMap::new(&self.objset, object).is_empty()? => {
-                    return Err(FsError::NotEmpty);
-                }
-                _ => {}
-            }
-            map.remove(Tx::held(&hold), name)?;
-            let now = Timestamp::now();
-            let mut dir_attrs = self.getattr(dir)?;
-            dir_attrs.size = dir_attrs.size.saturating_sub(1);
-            if want_dir {
-                dir_attrs.links = dir_attrs.links.saturating_sub(1);
-            }
-            dir_attrs.mtime = now;
-            dir_attrs.ctime = now;
-            self.put_attrs(&hold, dir, &dir_attrs)?;
-            attrs.links = if want_dir {
-                0
-            } else {
-                attrs.links.saturating_sub(1)
-            };
-            attrs.ctime = now;
-            self.drop_link(&hold, object, attrs)?;
-            self.note_dirty(&[dir, object], hold.txg());
-            self.stats.removes.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-    }
-
-    /// Stores `attrs` after a link went away: an inode with no links left is freed now, or
-    /// queued for deletion while it is open.
-    fn drop_link(&self, hold: &TxgHold, object: u64, attrs: InodeAttrs) -> Result<(), FsError> {
-        if attrs.links > 0 {
-            return self.put_attrs(hold, object, &attrs);
-        }
-        if self.opens.lock().get(&object).copied().unwrap_or(0) > 0 {
-            self.put_attrs(hold, object, &attrs)?;
-            let name = object.to_string();
-            match DirMap::new(&self.objset, DELETE_QUEUE_OBJECT).insert(
-                Tx::held(hold),
-                name.as_bytes(),
-                &[],
-            ) {
-                Ok(_) | Err(FsError::Exists) => Ok(()),
-                Err(err) => Err(err),
-            }
-        } else {
-            self.free_inode(hold, object, &attrs);
-            Ok(())
-        }
-    }
-
-    fn free_inode(&self, hold: &TxgHold, object: u64, attrs: &InodeAttrs) {
-        if attrs.xattr_object != 0 {
-            self.objset.free_object(hold.txg(), attrs.xattr_object);
-        }
-        self.objset.free_object(hold.txg(), object);
-        self.dirty_txg.lock().remove(&object);
-    }
-
-    /// Renames `old_dir/old_name` to `new_dir/new_name`.
-    pub fn rename(
-        &self,
-        old_dir: u64,
-        old_name: &[u8],
-        new_dir: u64,
-        new_name: &[u8],
-        mode: RenameMode,
-    ) -> Result<(), FsError> {
-        check_name(old_name)?;
-        check_name(new_name)?;
-        self.check_writable()?;
-        // Directory moves are serialised: the loop check must see a stable tree.
-        let _rename = self.rename_lock.lock();
-        let (source, _) = self.lookup(old_dir, old_name)?;
-        let target = match self.lookup(new_dir, new_name) {
-            Ok((object, _)) => Some(object),
-            Err(FsError::NotFound) => None,
-            Err(err) => return Err(err),
-        };
-        let mut objects = vec![old_dir, new_dir, source];
-        objects.extend(target);
-        let (hold, _guards) = self.hold_locked(&objects, 4 * u64::from(MAP_BLOCK_BYTES))?;
-        let old_map = DirMap::new(&self.objset, old_dir);
-        let new_map = DirMap::new(&self.objset, new_dir);
-        // Looked up again under the locks: only renames change names without the rename
-        // lock... no: creates and unlinks do too, so check that nothing moved.
-        let source_entry = old_map.get(old_name)?.ok_or(FsError::NotFound)?;
-        let (source_now, source_kind) = decode_entry_value(&source_entry.value)?;
-        let target_entry = new_map.get(new_name)?;
-        let target_now = target_entry
-            .as_ref()
-            .map(|entry| decode_entry_value(&entry.value))
-            .transpose()?;
-        if source_now != source || target_now.map(|(object, _)| object) != target {
-            drop(_guards);
-            drop(hold);
-            drop(_rename);
-            return self.rename(old_dir, old_name, new_dir, new_name, mode);
-        }
-        let new_dir_attrs = self.getattr(new_dir)?;
-        if new_dir_attrs.kind != FileKind::Directory {
-            return Err(FsError::NotDirectory);
-        }
-        if source_kind == FileKind::Directory && old_dir != new_dir {
-            self.check_not_ancestor(source, new_dir)?;
-        }
-        if let (RenameMode::Exchange, Some((target_object, FileKind::Directory))) =
-            (mode, target_now)
-            && old_dir != new_dir
-        {
-            self.check_not_ancestor(target_object, old_dir)?;
-        }
-        if source == target.unwrap_or(0) {
-            // Two names of one inode: POSIX says do nothing.
-            return Ok(());
-        }
-        let now = Timestamp::now();
-        match (mode, target_now) {
-            (RenameMode::Exchange, None) => return Err(FsError::NotFound),
-            (RenameMode::NoReplace, Some(_)) => return Err(FsError::Exists),
-            (RenameMode::Exchange, Some((target_object, target_kind))) => {
-                old_map.set_value(
-                    Tx::held(&hold),
-                    old_name,
-                    &encode_entry_value(target_object, target_kind),
-                )?;
-                new_map.set_value(
-                    Tx::held(&hold),
-                    new_name,
-                    &encode_entry_value(source, source_kind),
-                )?;
-                if old_dir != new_dir {
-                    let source_is_dir = source_kind == FileKind::Directory;
-                    let target_is_dir = target_kind == FileKind::Directory;
-                    self.reparent(&hold, source, new_dir, now)?;
-                    self.reparent(&hold, target_object, old_dir, now)?;
-                    if source_is_dir != target_is_dir {
-                        let (gains, loses) = if source_is_dir {
-                            (new_dir, old_dir)
-                        } else {
-                            (old_dir, new_dir)
-                        };
-                        self.adjust_dir(&hold, gains, 0, 1, now)?;
-                        self.adjust_dir(&hold, loses, 0, -1, now)?;
-                    }
-                } else {
-                    self.touch_ctime(&hold, source, now)?;
-                    self.touch_ctime(&hold, target_object, now)?;
-                }
-                self.adjust_dir(&hold, old_dir, 0, 0, now)?;
-                self.adjust_dir(&hold, new_dir, 0, 0, now)?;
-            }
-            (_, target_now) => {
-                if let Some((target_object, target_kind)) = target_now {
-                    let mut target_attrs = self.getattr(target_object)?;
-                    match (
-                        source_kind == FileKind::Directory,
-                        target_kind == FileKind::Directory,
-                    ) {
-                        (true, false) => return Err(FsError::NotDirectory),
-                        (false, true) => return Err(FsError::IsDirectory),
-                        (true, true) if !DirMap::new(&self.objset, target_object).is_empty()? => {
-                            return Err(FsError::NotEmpty);
-                        }
-                        _ => {}
-                    }
-                    new_map.remove(Tx::held(&hold), new_name)?;
-                    let target_is_dir = target_kind == FileKind::Directory;
-                    self.adjust_dir(&hold, new_dir, -1, if target_is_dir { -1 } else { 0 }, now)?;
-                    target_attrs.links = if target_is_dir {
-                        0
-                    } else {
-                        target_attrs.links.saturating_sub(1)
-                    };
-                    target_attrs.ctime = now;
-                    self.drop_link(&hold, target_object, target_attrs)?;
-                }
-                old_map.remove(Tx::held(&hold), old_name)?;
-                new_map.insert(
-                    Tx::held(&hold),
-                    new_name,
-                    &encode_entry_value(source, source_kind),
-                )?;
-                let is_dir = source_kind == FileKind::Directory;
-                self.adjust_dir(&hold, old_dir, -1, if is_dir { -1 } else { 0 }, now)?;
-                self.adjust_dir(&hold, new_dir, 1, if is_dir { 1 } else { 0 }, now)?;
-                if old_dir != new_dir {
-                    self.reparent(&hold, source, new_dir, now)?;
-                } else {
-                    self.touch_ctime(&hold, source, now)?;
-                }
-            }
-        }
-        self.note_dirty(&objects, hold.txg());
-        self.stats.renames.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// Fails with `Invalid` when `dir` is `ancestor` or lies beneath it (a directory cannot
-    /// move into itself).
-    fn check_not_ancestor(&self, ancestor: u64, dir: u64) -> Result<(), FsError> {
-        let mut at = dir;
-        for _ in 0..(1 << 16) {
-            if at == ancestor {
-                return Err(FsError::Invalid(
-                    "a directory cannot move beneath itself".into(),
-                ));
-            }
-            if at == ROOT_OBJECT {
-                return Ok(());
-            }
-            at = self.getattr(at)?.parent;
-        }
-        Err(FsError::Corrupt(format!("the parents of {dir} loop")))
-    }
-
-    fn adjust_dir(
-        &self,
-        hold: &TxgHold,
-        dir: u64,
-        entries: i64,
-        links: i64,
-        now: Timestamp,
-    ) -> Result<(), FsError> {
-        let mut attrs = self.getattr(dir)?;
-        attrs.size = attrs.size.saturating_add_signed(entries);
-        attrs.links = attrs.links.saturating_add_signed(links);
-        attrs.mtime = now;
-        attrs.ctime = now;
-        self.put_attrs(hold, dir, &attrs)
-    }
-
-    fn reparent(
-        &self,
-        hold: &TxgHold,
-        object: u64,
-        parent: u64,
-        now: Timestamp,
-    ) -> Result<(), FsError> {
-        let mut attrs = self.getattr(object)?;
-        attrs.parent = parent;
-        attrs.ctime = now;
-        self.put_attrs(hold, object, &attrs)
-    }
-
-    fn touch_ctime(&self, hold: &TxgHold, object: u64, now: Timestamp) -> Result<(), FsError> {
-        let mut attrs = self.getattr(object)?;
-        attrs.ctime = now;
-        self.put_attrs(hold, object, &attrs)
-    }
-
-    // ----- attributes and data -----
-
-    /// Changes attributes; a size change truncates or extends the file.
-    pub fn setattr(&self, object: u64, changes: SetAttrs) -> Result<InodeAttrs, FsError> {
-        self.check_writable()?;
-        let (hold, _guards) = self.hold_locked(&[object], 0)?;
-        let mut attrs = self.getattr(object)?;
-        let now = Timestamp::now();
-        if let Some(size) = changes.size {
-            match attrs.kind {
-                FileKind::File => {}
-                FileKind::Directory => return Err(FsError::IsDirectory),
-                _ => return Err(FsError::Invalid("truncating a special file".into())),
-            }
-            if size != attrs.size {
-                self.resize(&hold, object, attrs.size, size)?;
-                attrs.size = size;
-            }
-            attrs.mtime = now;
-            attrs.ctime = now;
-        }
-        if let Some(mode) = changes.mode {
-            attrs.mode = mode & 0o7777;
-            attrs.ctime = now;
-        }
-        if let Some(uid) = changes.uid {
-            attrs.uid = uid;
-            attrs.ctime = now;
-        }
-        if let Some(gid) = changes.gid {
-            attrs.gid = gid;
-            attrs.ctime = now;
-        }
-        if let Some(atime) = changes.atime {
-            attrs.atime = atime;
-            attrs.ctime = now;
-        }
-        if let Some(mtime) = changes.mtime {
-            attrs.mtime = mtime;
-            attrs.ctime = now;
-        }
-        if let Some(ctime) = changes.ctime {
-            attrs.ctime = ctime;
-        }
-        self.put_attrs(&hold, object, &attrs)?;
-        self.note_dirty(&[object], hold.txg());
-        Ok(attrs)
-    }
-
-    /// Writes `data` into file `object` at `offset`; returns the new attributes.
-    pub fn write(&self, object: u64, offset: u64, data: &[u8]) -> Result<InodeAttrs, FsError> {
-        self.check_writable()?;
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|end| *end <= i64::MAX as u64)
-            .ok_or(FsError::TooLarge)?;
-        // Data, its indirect blocks and the dnode's, with room to spare.
-        self.check_space(data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES)?;
-        let (hold, _guards) = self.hold_locked(&[object], data.len() as u64)?;
-        let mut attrs = self.getattr(object)?;
-        match attrs.kind {
-            FileKind::File => {}
-            FileKind::Directory => return Err(FsError::IsDirectory),
-            _ => return Err(FsError::Invalid("not a regular file".into())),
-        }
-        if data.is_empty() {
-            return Ok(attrs);
-        }
-        let block_bytes = self.grow_block(&hold, object, attrs.size, end)?;
-        let mut position = offset;
-        let mut taken = 0usize;
-        while position < end {
-            let blkid = position / block_bytes;
-            let within = (position % block_bytes) as usize;
-            let take = ((block_bytes - within as u64).min(end - position)) as usize;
-            let piece = &data[taken..taken + take];
-            let block = if take as u64 == block_bytes {
-                piece.to_vec()
-            } else {
-                let mut block = match self.objset.read_block(object, blkid)? {
-                    Some(old) => old.to_vec(),
-                    None => vec![0u8; block_bytes as usize],
-                };
-                block[within..within + take].copy_from_slice(piece);
-                block
-            };
-            self.write_block(&hold, object, blkid, block);
-            position += take as u64;
-            taken += take;
-        }
-        let now = Timestamp::now();
-        attrs.size = attrs.size.max(end);
-        attrs.mtime = now;
-        attrs.ctime = now;
-        // Writing by someone other than the owner would clear set-id bits; the kernel asks
-        // for that through setattr (FUSE's handle_killpriv is off).
-        self.put_attrs(&hold, object, &attrs)?;
-        self.note_dirty(&[object], hold.txg());
-        self.stats.writes.fetch_add(1, Ordering::Relaxed);
-        self.stats
-            .write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        Ok(attrs)
-    }
-
-    /// Makes the file's block big enough for a file of `end` bytes (a single small block
-    /// grows up to `recordsize`); returns the block size.
-    fn grow_block(&self, hold: &TxgHold, object: u64, size: u64, end: u64) -> Result<u64, FsError> {
-        let recordsize = self.config.read().recordsize_bytes;
-        let dnode = self.objset.dnode(object)?;
-        let current = dnode.data_block_size;
-        if current >= recordsize || end <= u64::from(current) {
-            return Ok(u64::from(current));
-        }
-        let wanted = if end > u64::from(recordsize) {
-            recordsize
-        } else {
-            small_block_bytes(end.max(size), recordsize)
-        };
-        if wanted <= current {
-            return Ok(u64::from(current));
-        }
-        let old = self.objset.read_block(object, 0)?;
-        self.objset.set_block_size(hold.txg(), object, wanted)?;
-        if let Some(old) = old {
-            let mut block = vec![0u8; wanted as usize];
-            block[..old.len()].copy_from_slice(&old);
-            self.write_block(hold, object, 0, block);
-        }
-        Ok(u64::from(wanted))
-    }
-
-    /// Truncates or extends a file's contents from `old_size` to `new_size`.
-    fn resize(
-        &self,
-        hold: &TxgHold,
-        object: u64,
-        old_size: u64,
-        new_size: u64,
-    ) -> Result<(), FsError> {
-        if new_size > i64::MAX as u64 {
-            return Err(FsError::TooLarge);
-        }
-        if new_size >= old_size {
-            // Extending is a hole; a single small block grows only when written.
-            return Ok(());
-        }
-        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
-        let first_free = new_size.div_ceil(block_bytes);
-        self.objset
-            .free_blocks_from(hold.txg(), object, first_free)?;
-        let tail = (new_size % block_bytes) as usize;
-        if tail > 0 {
-            let blkid = new_size / block_bytes;
-            if let Some(old) = self.objset.read_block(object, blkid)? {
-                let mut block = old.to_vec();
-                block[tail..].fill(0);
-                self.write_block(hold, object, blkid, block);
-            }
-        }
-        Ok(())
-    }
-
-    fn write_block(&self, hold: &TxgHold, object: u64, blkid: u64, block: Vec<u8>) {
-        let bytes = block.len() as u64;
-        let newly_dirty = if is_all_zero(&block) {
-            self.objset.free_block(hold.txg(), object, blkid)
-        } else {
-            self.objset
-                .write_block(hold.txg(), object, blkid, Bytes::from(block))
-        };
-        if newly_dirty {
-            hold.add_dirty(bytes);
-        }
-    }
-
-    fn put_attrs(&self, hold: &TxgHold, object: u64, attrs: &InodeAttrs) -> Result<(), FsError> {
-        self.objset.set_bonus(hold.txg(), object, attrs.encode())?;
-        Ok(())
-    }
-
-    // ----- extended attributes -----
-
-    /// The value of extended attribute `name` of inode `object`.
-    pub fn getxattr(&self, object: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
-        let _guard = self.stripe(object).read();
-        let attrs = self.getattr(object)?;
-        if attrs.xattr_object == 0 {
-            return Err(FsError::NoAttribute);
-        }
-        DirMap::new(&self.objset, attrs.xattr_object)
-            .get(name)?
-            .map(|entry| entry.value)
-            .ok_or(FsError::NoAttribute)
-    }
-
-    /// The names of inode `object`'s extended attributes.
-    pub fn listxattr(&self, object: u64) -> Result<Vec<Vec<u8>>, FsError> {
-        let _guard = self.stripe(object).read();
-        let attrs = self.getattr(object)?;
-        let mut names = Vec::new();
-        if attrs.xattr_object != 0 {
-            DirMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
-                names.push(entry.name.clone());
-                true
-            })?;
-        }
-        Ok(names)
-    }
-
-    /// Sets extended attribute `name` of inode `object`.
-    pub fn setxattr(
-        &self,
-        object: u64,
-        name: &[u8],
-        value: &[u8],
-        mode: XattrMode,
-    ) -> Result<(), FsError> {
-        if name.is_empty() || name.len() > dirmap::NAME_BYTES_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        if value.len() > dirmap::VALUE_BYTES_MAX {
-            return Err(FsError::ValueTooLarge(format!(
-                "an extended attribute of {} bytes (at most {})",
-                value.len(),
-                dirmap::VALUE_BYTES_MAX
-            )));
-        }
-        self.check_writable()?;
-        self.check_space(NAMESPACE_CHANGE_BYTES)?;
-        let new_map = self.next_object.fetch_add(1, Ordering::Relaxed);
-        let (hold, _guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
-        let mut attrs = self.getattr(object)?;
-        if attrs.xattr_object == 0 {
-            if mode == XattrMode::Replace {
-                return Err(FsError::NoAttribute);
-            }
-            self.objset
-                .create_object(hold.txg(), new_map, ObjectType::Xattrs, MAP_BLOCK_BYTES, 1);
-            DirMap::new(&self.objset, new_map).create(Tx::held(&hold), new_map ^ hold.txg())?;
-            attrs.xattr_object = new_map;
-        }
-        let map = DirMap::new(&self.objset, attrs.xattr_object);
-        match (map.get(name)?.is_some(), mode) {
-            (true, XattrMode::Create) => return Err(FsError::Exists),
-            (false, XattrMode::Replace) => return Err(FsError::NoAttribute),
-            (true, _) => map.set_value(Tx::held(&hold), name, value)?,
-            (false, _) => {
-                map.insert(Tx::held(&hold), name, value)?;
-            }
-        }
-        attrs.ctime = Timestamp::now();
-        self.put_attrs(&hold, object, &attrs)?;
-        self.note_dirty(&[object], hold.txg());
-        Ok(())
-    }
-
-    /// Removes extended attribute `name` of inode `object`.
-    pub fn removexattr(&self, object: u64, name: &[u8]) -> Result<(), FsError> {
-        self.check_writable()?;
-        let (hold, _guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
-        let mut attrs = self.getattr(object)?;
-        if attrs.xattr_object == 0 {
-            return Err(FsError::NoAttribute);
-        }
-        DirMap::new(&self.objset, attrs.xattr_object)
-            .remove(Tx::held(&hold), name)?
-            .ok_or(FsError::NoAttribute)?;
-        attrs.ctime = Timestamp::now();
-        self.put_attrs(&hold, object, &attrs)?;
-        self.note_dirty(&[object], hold.txg());
-        Ok(())
-    }
-
-    // ----- ranges: fallocate, holes -----
-
-    /// `fallocate(2)` on file `object`.
-    pub fn fallocate(
-        &self,
-        object: u64,
-        offset: u64,
-        len: u64,
-        op: Fallocate,
-    ) -> Result<InodeAttrs, FsError> {
-        self.check_writable()?;
-        let end = offset
-            .checked_add(len)
-            .filter(|end| *end <= i64::MAX as u64)
-            .ok_or(FsError::TooLarge)?;
-        if len == 0 {
-            return Err(FsError::Invalid("fallocate of no bytes".into()));
-        }
-        let (hold, _guards) = self.hold_locked(&[object], 0)?;
-        let mut attrs = self.getattr(object)?;
-        match attrs.kind {
-            FileKind::File => {}
-            FileKind::Directory => return Err(FsError::IsDirectory),
-            _ => return Err(FsError::Invalid("not a regular file".into())),
-        }
-        let now = Timestamp::now();
-        let keep_size = match op {
-            Fallocate::Allocate { keep_size } => keep_size,
-            Fallocate::PunchHole => true,
-            Fallocate::ZeroRange { keep_size } => {
-                self.zero_range(&hold, object, offset, end.min(attrs.size))?;
-                keep_size
-            }
-        };
-        if op == Fallocate::PunchHole {
-            self.zero_range(&hold, object, offset, end.min(attrs.size))?;
-        }
-        if !keep_size && end > attrs.size {
-            attrs.size = end;
-        }
-        if !matches!(op, Fallocate::Allocate { .. }) || !keep_size {
-            attrs.mtime = now;
-            attrs.ctime = now;
-        }
-        self.put_attrs(&hold, object, &attrs)?;
-        self.note_dirty(&[object], hold.txg());
-        Ok(attrs)
-    }
-
-    /// Makes `offset .. end` of a file read as zeros: whole blocks become holes, the edges of
-    /// partly covered blocks are zeroed in place.
-    fn zero_range(
-        &self,
-        hold: &TxgHold,
-        object: u64,
-        offset: u64,
-        end: u64,
-    ) -> Result<(), FsError> {
-        if offset >= end {
-            return Ok(());
-        }
-        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
-        let mut position = offset;
-        while position < end {
-            let blkid = position / block_bytes;
-            let within = (position % block_bytes) as usize;
-            let take = (block_bytes - within as u64).min(end - position) as usize;
-            if take as u64 == block_bytes {
-                if self.objset.free_block(hold.txg(), object, blkid) {
-                    hold.add_dirty(block_bytes);
-                }
-            } else if let Some(old) = self.objset.read_block(object, blkid)? {
-                let mut block = old.to_vec();
-                block[within..within + take].fill(0);
-                self.write_block(hold, object, blkid, block);
-            }
-            position += take as u64;
-        }
-        Ok(())
-    }
-
-    /// `lseek` with SEEK_DATA (`data` true) or SEEK_HOLE from `offset`: the first offset at
-    /// or after it that holds data (or is a hole; the end of the file counts as a hole).
-    /// `NotFound` (ENXIO to the caller) when `offset` is at or past the end, or no data follows.
-    pub fn seek_data_or_hole(&self, object: u64, offset: u64, data: bool) -> Result<u64, FsError> {
-        const BLOCKS_PER_LOOK: u64 = 1 << 14;
-        let _guard = self.stripe(object).read();
-        let attrs = self.getattr(object)?;
-        if offset >= attrs.size {
-            return Err(FsError::NotFound);
-        }
-        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
-        let last = (attrs.size - 1) / block_bytes;
-        let mut blkid = offset / block_bytes;
-        while blkid <= last {
-            let count = (last + 1 - blkid).min(BLOCKS_PER_LOOK);
-            let map = self.objset.block_map(object, blkid, count)?;
-            if let Some(index) = map.iter().position(|has_data| *has_data == data) {
-                let found = (blkid + index as u64) * block_bytes;
-                return Ok(found.max(offset));
-            }
-            blkid += count;
-        }
-        if data {
-            Err(FsError::NotFound)
-        } else {
-            Ok(attrs.size)
-        }
-    }
-
     // ----- open files and durability -----
 
     /// A front end opened inode `object`.
@@ -1512,26 +678,12 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Makes every change of inode `object` durable.
-    pub fn fsync(&self, object: u64) -> Result<(), FsError> {
-        self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-        let txg = self.dirty_txg.lock().get(&object).copied();
-        if let Some(txg) = txg
-            && txg > self.txg.last_synced_txg()
-        {
-            self.txg.sync_now()?;
-            self.txg.wait_synced(txg)?;
+    /// Frees what the delete queue holds (inodes whose last name went away while open, before
+    /// a crash or an export): the front end calls it once, after any replay, before use.
+    pub fn drain_delete_queue(&self) -> Result<(), FsError> {
+        if self.config.read().readonly {
+            return Ok(());
         }
-        Ok(())
-    }
-
-    /// Makes every change of the filesystem durable.
-    pub fn sync_all(&self) -> Result<(), FsError> {
-        self.txg.sync_now()?;
-        Ok(())
-    }
-
-    fn drain_delete_queue(&self) -> Result<(), FsError> {
         let queue = DirMap::new(&self.objset, DELETE_QUEUE_OBJECT);
         let mut names = Vec::new();
         queue.for_each_from(0, |entry| {

@@ -1134,7 +1134,9 @@ impl IntentLog {
                 continue;
             }
             let data = match (&op.kind, op.data) {
-                (LogRecordKind::Write, ItxData::Copied(bytes)) => bytes.to_vec(),
+                (LogRecordKind::Write | LogRecordKind::Fs, ItxData::Copied(bytes)) => {
+                    bytes.to_vec()
+                }
                 (LogRecordKind::WriteInPlace, ItxData::Pointer(bp)) => {
                     assert_eq!(
                         bp.birth_txg, op.txg,

@@ -139,7 +139,7 @@ impl ZilStats {
                 self.records_in_place.fetch_add(1, Ordering::Relaxed);
                 self.in_place_bytes.fetch_add(op.length, Ordering::Relaxed);
             }
-            LogRecordKind::Zero | LogRecordKind::Trim => {}
+            LogRecordKind::Zero | LogRecordKind::Trim | LogRecordKind::Fs => {}
         }
     }
 

@@ -1,0 +1,526 @@
+//! Attributes and data: setattr (truncation included), writes, extended attributes,
+//! fallocate and holes. As in `namespace.rs`, each changing call has a `do_*` twin that replay
+//! uses with the logged times; file data is logged as `Write` records.
+
+use crate::attrs::{FileKind, InodeAttrs, Timestamp};
+use crate::dirmap::{self, DirMap, MAP_BLOCK_BYTES};
+use crate::log::FsOp;
+use crate::{
+    Fallocate, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, SetAttrs, Tx, XattrMode,
+    small_block_bytes,
+};
+use bytes::Bytes;
+use cairn_format::ObjectType;
+use cairn_object::is_all_zero;
+use cairn_pool::txg::TxgHold;
+use std::sync::atomic::Ordering;
+
+impl Filesystem {
+    /// Changes attributes; a size change truncates or extends the file.
+    pub fn setattr(&self, object: u64, changes: SetAttrs) -> Result<InodeAttrs, FsError> {
+        self.check_writable()?;
+        let (hold, guards) = self.hold_locked(&[object], 0)?;
+        let time = Timestamp::now();
+        let attrs = self.do_setattr(&hold, object, changes, time)?;
+        self.logged(
+            &hold,
+            FsOp::SetAttrs {
+                object,
+                changes,
+                time,
+            },
+        );
+        self.note_dirty(&[object], hold.txg());
+        drop(guards);
+        self.commit_if_always(hold)?;
+        Ok(attrs)
+    }
+
+    pub(crate) fn do_setattr(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        changes: SetAttrs,
+        now: Timestamp,
+    ) -> Result<InodeAttrs, FsError> {
+        let mut attrs = self.getattr(object)?;
+        if let Some(size) = changes.size {
+            match attrs.kind {
+                FileKind::File => {}
+                FileKind::Directory => return Err(FsError::IsDirectory),
+                _ => return Err(FsError::Invalid("truncating a special file".into())),
+            }
+            if size != attrs.size {
+                self.resize(hold, object, attrs.size, size)?;
+                attrs.size = size;
+            }
+            attrs.mtime = now;
+            attrs.ctime = now;
+        }
+        if let Some(mode) = changes.mode {
+            attrs.mode = mode & 0o7777;
+            attrs.ctime = now;
+        }
+        if let Some(uid) = changes.uid {
+            attrs.uid = uid;
+            attrs.ctime = now;
+        }
+        if let Some(gid) = changes.gid {
+            attrs.gid = gid;
+            attrs.ctime = now;
+        }
+        if let Some(atime) = changes.atime {
+            attrs.atime = atime;
+            attrs.ctime = now;
+        }
+        if let Some(mtime) = changes.mtime {
+            attrs.mtime = mtime;
+            attrs.ctime = now;
+        }
+        if let Some(ctime) = changes.ctime {
+            attrs.ctime = ctime;
+        }
+        self.put_attrs(hold, object, &attrs)?;
+        Ok(attrs)
+    }
+
+    /// Writes `data` into file `object` at `offset`; returns the new attributes.
+    pub fn write(&self, object: u64, offset: u64, data: &[u8]) -> Result<InodeAttrs, FsError> {
+        self.check_writable()?;
+        offset
+            .checked_add(data.len() as u64)
+            .filter(|end| *end <= i64::MAX as u64)
+            .ok_or(FsError::TooLarge)?;
+        // Data, its indirect blocks and the dnode's, with room to spare.
+        self.check_space(data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES)?;
+        let (hold, guards) = self.hold_locked(&[object], data.len() as u64)?;
+        let attrs = self.do_write(&hold, object, offset, data, Timestamp::now())?;
+        if !data.is_empty() {
+            self.logged_write(&hold, object, offset, data);
+        }
+        self.note_dirty(&[object], hold.txg());
+        self.stats.writes.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .write_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        drop(guards);
+        self.commit_if_always(hold)?;
+        Ok(attrs)
+    }
+
+    /// Writes `data` at `offset` (the live call and replay of a `Write` record).
+    pub(crate) fn do_write(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        offset: u64,
+        data: &[u8],
+        now: Timestamp,
+    ) -> Result<InodeAttrs, FsError> {
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|end| *end <= i64::MAX as u64)
+            .ok_or(FsError::TooLarge)?;
+        let mut attrs = self.getattr(object)?;
+        match attrs.kind {
+            FileKind::File => {}
+            FileKind::Directory => return Err(FsError::IsDirectory),
+            _ => return Err(FsError::Invalid("not a regular file".into())),
+        }
+        if data.is_empty() {
+            return Ok(attrs);
+        }
+        let block_bytes = self.grow_block(hold, object, attrs.size, end)?;
+        let mut position = offset;
+        let mut taken = 0usize;
+        while position < end {
+            let blkid = position / block_bytes;
+            let within = (position % block_bytes) as usize;
+            let take = ((block_bytes - within as u64).min(end - position)) as usize;
+            let piece = &data[taken..taken + take];
+            let block = if take as u64 == block_bytes {
+                piece.to_vec()
+            } else {
+                let mut block = match self.objset.read_block(object, blkid)? {
+                    Some(old) => old.to_vec(),
+                    None => vec![0u8; block_bytes as usize],
+                };
+                block[within..within + take].copy_from_slice(piece);
+                block
+            };
+            self.write_block(hold, object, blkid, block);
+            position += take as u64;
+            taken += take;
+        }
+        attrs.size = attrs.size.max(end);
+        attrs.mtime = now;
+        attrs.ctime = now;
+        // Writing by someone other than the owner would clear set-id bits; the kernel asks
+        // for that through setattr (FUSE's handle_killpriv is off).
+        self.put_attrs(hold, object, &attrs)?;
+        Ok(attrs)
+    }
+
+    /// Makes the file's block big enough for a file of `end` bytes (a single small block
+    /// grows up to `recordsize`); returns the block size.
+    pub(crate) fn grow_block(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        size: u64,
+        end: u64,
+    ) -> Result<u64, FsError> {
+        let recordsize = self.config.read().recordsize_bytes;
+        let dnode = self.objset.dnode(object)?;
+        let current = dnode.data_block_size;
+        if current >= recordsize || end <= u64::from(current) {
+            return Ok(u64::from(current));
+        }
+        let wanted = if end > u64::from(recordsize) {
+            recordsize
+        } else {
+            small_block_bytes(end.max(size), recordsize)
+        };
+        if wanted <= current {
+            return Ok(u64::from(current));
+        }
+        let old = self.objset.read_block(object, 0)?;
+        self.objset.set_block_size(hold.txg(), object, wanted)?;
+        if let Some(old) = old {
+            let mut block = vec![0u8; wanted as usize];
+            block[..old.len()].copy_from_slice(&old);
+            self.write_block(hold, object, 0, block);
+        }
+        Ok(u64::from(wanted))
+    }
+
+    /// Truncates or extends a file's contents from `old_size` to `new_size`.
+    pub(crate) fn resize(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        old_size: u64,
+        new_size: u64,
+    ) -> Result<(), FsError> {
+        if new_size > i64::MAX as u64 {
+            return Err(FsError::TooLarge);
+        }
+        if new_size >= old_size {
+            // Extending is a hole; a single small block grows only when written.
+            return Ok(());
+        }
+        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
+        let first_free = new_size.div_ceil(block_bytes);
+        self.objset
+            .free_blocks_from(hold.txg(), object, first_free)?;
+        let tail = (new_size % block_bytes) as usize;
+        if tail > 0 {
+            let blkid = new_size / block_bytes;
+            if let Some(old) = self.objset.read_block(object, blkid)? {
+                let mut block = old.to_vec();
+                block[tail..].fill(0);
+                self.write_block(hold, object, blkid, block);
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn write_block(&self, hold: &TxgHold, object: u64, blkid: u64, block: Vec<u8>) {
+        let bytes = block.len() as u64;
+        let newly_dirty = if is_all_zero(&block) {
+            self.objset.free_block(hold.txg(), object, blkid)
+        } else {
+            self.objset
+                .write_block(hold.txg(), object, blkid, Bytes::from(block))
+        };
+        if newly_dirty {
+            hold.add_dirty(bytes);
+        }
+    }
+
+    pub(crate) fn put_attrs(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        attrs: &InodeAttrs,
+    ) -> Result<(), FsError> {
+        self.objset.set_bonus(hold.txg(), object, attrs.encode())?;
+        Ok(())
+    }
+
+    // ----- extended attributes -----
+
+    /// The value of extended attribute `name` of inode `object`.
+    pub fn getxattr(&self, object: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
+        let _guard = self.stripe(object).read();
+        let attrs = self.getattr(object)?;
+        if attrs.xattr_object == 0 {
+            return Err(FsError::NoAttribute);
+        }
+        DirMap::new(&self.objset, attrs.xattr_object)
+            .get(name)?
+            .map(|entry| entry.value)
+            .ok_or(FsError::NoAttribute)
+    }
+
+    /// The names of inode `object`'s extended attributes.
+    pub fn listxattr(&self, object: u64) -> Result<Vec<Vec<u8>>, FsError> {
+        let _guard = self.stripe(object).read();
+        let attrs = self.getattr(object)?;
+        let mut names = Vec::new();
+        if attrs.xattr_object != 0 {
+            DirMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
+                names.push(entry.name.clone());
+                true
+            })?;
+        }
+        Ok(names)
+    }
+
+    /// Sets extended attribute `name` of inode `object`.
+    pub fn setxattr(
+        &self,
+        object: u64,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+    ) -> Result<(), FsError> {
+        if name.is_empty() || name.len() > dirmap::NAME_BYTES_MAX {
+            return Err(FsError::NameTooLong);
+        }
+        if value.len() > dirmap::VALUE_BYTES_MAX {
+            return Err(FsError::ValueTooLarge(format!(
+                "an extended attribute of {} bytes (at most {})",
+                value.len(),
+                dirmap::VALUE_BYTES_MAX
+            )));
+        }
+        self.check_writable()?;
+        self.check_space(NAMESPACE_CHANGE_BYTES)?;
+        let new_map = self.next_object.fetch_add(1, Ordering::Relaxed);
+        let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
+        let time = Timestamp::now();
+        self.do_setxattr(&hold, object, new_map, name, value, mode, time)?;
+        self.logged(
+            &hold,
+            FsOp::SetXattr {
+                object,
+                map_object: new_map,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                mode,
+                time,
+            },
+        );
+        self.note_dirty(&[object], hold.txg());
+        drop(guards);
+        self.commit_if_always(hold)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn do_setxattr(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        new_map: u64,
+        name: &[u8],
+        value: &[u8],
+        mode: XattrMode,
+        now: Timestamp,
+    ) -> Result<(), FsError> {
+        let mut attrs = self.getattr(object)?;
+        if attrs.xattr_object == 0 {
+            if mode == XattrMode::Replace {
+                return Err(FsError::NoAttribute);
+            }
+            self.objset
+                .create_object(hold.txg(), new_map, ObjectType::Xattrs, MAP_BLOCK_BYTES, 1);
+            DirMap::new(&self.objset, new_map).create(Tx::held(hold), new_map ^ hold.txg())?;
+            attrs.xattr_object = new_map;
+        }
+        let map = DirMap::new(&self.objset, attrs.xattr_object);
+        match (map.get(name)?.is_some(), mode) {
+            (true, XattrMode::Create) => return Err(FsError::Exists),
+            (false, XattrMode::Replace) => return Err(FsError::NoAttribute),
+            (true, _) => map.set_value(Tx::held(hold), name, value)?,
+            (false, _) => {
+                map.insert(Tx::held(hold), name, value)?;
+            }
+        }
+        attrs.ctime = now;
+        self.put_attrs(hold, object, &attrs)
+    }
+
+    /// Removes extended attribute `name` of inode `object`.
+    pub fn removexattr(&self, object: u64, name: &[u8]) -> Result<(), FsError> {
+        self.check_writable()?;
+        let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
+        let time = Timestamp::now();
+        self.do_removexattr(&hold, object, name, time)?;
+        self.logged(
+            &hold,
+            FsOp::RemoveXattr {
+                object,
+                name: name.to_vec(),
+                time,
+            },
+        );
+        self.note_dirty(&[object], hold.txg());
+        drop(guards);
+        self.commit_if_always(hold)
+    }
+
+    pub(crate) fn do_removexattr(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        name: &[u8],
+        now: Timestamp,
+    ) -> Result<(), FsError> {
+        let mut attrs = self.getattr(object)?;
+        if attrs.xattr_object == 0 {
+            return Err(FsError::NoAttribute);
+        }
+        DirMap::new(&self.objset, attrs.xattr_object)
+            .remove(Tx::held(hold), name)?
+            .ok_or(FsError::NoAttribute)?;
+        attrs.ctime = now;
+        self.put_attrs(hold, object, &attrs)
+    }
+
+    // ----- ranges: fallocate, holes -----
+
+    /// `fallocate(2)` on file `object`.
+    pub fn fallocate(
+        &self,
+        object: u64,
+        offset: u64,
+        len: u64,
+        op: Fallocate,
+    ) -> Result<InodeAttrs, FsError> {
+        self.check_writable()?;
+        offset
+            .checked_add(len)
+            .filter(|end| *end <= i64::MAX as u64)
+            .ok_or(FsError::TooLarge)?;
+        if len == 0 {
+            return Err(FsError::Invalid("fallocate of no bytes".into()));
+        }
+        let (hold, guards) = self.hold_locked(&[object], 0)?;
+        let time = Timestamp::now();
+        let attrs = self.do_fallocate(&hold, object, offset, len, op, time)?;
+        self.logged(
+            &hold,
+            FsOp::Fallocate {
+                object,
+                offset,
+                len,
+                op,
+                time,
+            },
+        );
+        self.note_dirty(&[object], hold.txg());
+        drop(guards);
+        self.commit_if_always(hold)?;
+        Ok(attrs)
+    }
+
+    pub(crate) fn do_fallocate(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        offset: u64,
+        len: u64,
+        op: Fallocate,
+        now: Timestamp,
+    ) -> Result<InodeAttrs, FsError> {
+        let end = offset.saturating_add(len);
+        let mut attrs = self.getattr(object)?;
+        match attrs.kind {
+            FileKind::File => {}
+            FileKind::Directory => return Err(FsError::IsDirectory),
+            _ => return Err(FsError::Invalid("not a regular file".into())),
+        }
+        let keep_size = match op {
+            Fallocate::Allocate { keep_size } => keep_size,
+            Fallocate::PunchHole => true,
+            Fallocate::ZeroRange { keep_size } => {
+                self.zero_range(hold, object, offset, end.min(attrs.size))?;
+                keep_size
+            }
+        };
+        if op == Fallocate::PunchHole {
+            self.zero_range(hold, object, offset, end.min(attrs.size))?;
+        }
+        if !keep_size && end > attrs.size {
+            attrs.size = end;
+        }
+        if !matches!(op, Fallocate::Allocate { .. }) || !keep_size {
+            attrs.mtime = now;
+            attrs.ctime = now;
+        }
+        self.put_attrs(hold, object, &attrs)?;
+        Ok(attrs)
+    }
+
+    /// Makes `offset .. end` of a file read as zeros: whole blocks become holes, the edges of
+    /// partly covered blocks are zeroed in place.
+    pub(crate) fn zero_range(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        offset: u64,
+        end: u64,
+    ) -> Result<(), FsError> {
+        if offset >= end {
+            return Ok(());
+        }
+        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
+        let mut position = offset;
+        while position < end {
+            let blkid = position / block_bytes;
+            let within = (position % block_bytes) as usize;
+            let take = (block_bytes - within as u64).min(end - position) as usize;
+            if take as u64 == block_bytes {
+                if self.objset.free_block(hold.txg(), object, blkid) {
+                    hold.add_dirty(block_bytes);
+                }
+            } else if let Some(old) = self.objset.read_block(object, blkid)? {
+                let mut block = old.to_vec();
+                block[within..within + take].fill(0);
+                self.write_block(hold, object, blkid, block);
+            }
+            position += take as u64;
+        }
+        Ok(())
+    }
+
+    /// `lseek` with SEEK_DATA (`data` true) or SEEK_HOLE from `offset`: the first offset at
+    /// or after it that holds data (or is a hole; the end of the file counts as a hole).
+    /// `NotFound` (ENXIO to the caller) when `offset` is at or past the end, or no data follows.
+    pub fn seek_data_or_hole(&self, object: u64, offset: u64, data: bool) -> Result<u64, FsError> {
+        const BLOCKS_PER_LOOK: u64 = 1 << 14;
+        let _guard = self.stripe(object).read();
+        let attrs = self.getattr(object)?;
+        if offset >= attrs.size {
+            return Err(FsError::NotFound);
+        }
+        let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
+        let last = (attrs.size - 1) / block_bytes;
+        let mut blkid = offset / block_bytes;
+        while blkid <= last {
+            let count = (last + 1 - blkid).min(BLOCKS_PER_LOOK);
+            let map = self.objset.block_map(object, blkid, count)?;
+            if let Some(index) = map.iter().position(|has_data| *has_data == data) {
+                let found = (blkid + index as u64) * block_bytes;
+                return Ok(found.max(offset));
+            }
+            blkid += count;
+        }
+        if data {
+            Err(FsError::NotFound)
+        } else {
+            Ok(attrs.size)
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Durability of a filesystem: its intent log (every change logged inside the txg hold that
+//! made it, so a record names its txg), `fsync` and `sync`, and replay at import.
+//!
+//! One log lane: records commit in the order the changes were made, so committing the newest
+//! record commits every change before it, the ones an fsync'ed file depends on (its directory
+//! entries, a rename of its parent) included. That over-commits a little on a busy filesystem
+//! and never under-commits. `sync=always` commits after every change, `disabled` never (an
+//! `fsync` then returns at once; changes are lost if the machine stops before their txg
+//! syncs, as with ZFS). Without a log (a filesystem opened for tools) `fsync` waits for a txg
+//! sync.
+//!
+//! Replay applies, in order, the records of txgs that never synced, each with the `do_*` twin
+//! of the live call and the object numbers and times the record carries: what was
+//! acknowledged is rebuilt exactly once (the engine runs all of it in one txg; see
+//! `cairn-engine`'s replay).
+
+use crate::attrs::Timestamp;
+use crate::log::FsOp;
+use crate::{Filesystem, FsError, FsSync};
+use bytes::Bytes;
+use cairn_format::{LogRecord, LogRecordKind};
+use cairn_pool::txg::TxgHold;
+use cairn_zil::{IntentLog, ItxData, LogOp, LogSource, LogSourceError};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+impl Filesystem {
+    /// Gives the filesystem its intent log (before it is shared).
+    pub fn with_intent_log(mut self, log: Arc<IntentLog>) -> Filesystem {
+        self.intent_log = Some(log);
+        self
+    }
+
+    pub fn intent_log(&self) -> Option<&Arc<IntentLog>> {
+        self.intent_log.as_ref()
+    }
+
+    /// Logs `op`, made under `hold`.
+    pub(crate) fn logged(&self, hold: &TxgHold, op: FsOp) {
+        let payload = op.encode();
+        self.log_op(LogOp {
+            kind: LogRecordKind::Fs,
+            txg: hold.txg(),
+            object: op.object(),
+            offset: 0,
+            length: payload.len() as u64,
+            data: ItxData::Copied(Bytes::from(payload)),
+        });
+    }
+
+    /// Logs a write of `data` at `offset` of `object`, made under `hold`.
+    pub(crate) fn logged_write(&self, hold: &TxgHold, object: u64, offset: u64, data: &[u8]) {
+        self.log_op(LogOp {
+            kind: LogRecordKind::Write,
+            txg: hold.txg(),
+            object,
+            offset,
+            length: data.len() as u64,
+            data: ItxData::Copied(Bytes::copy_from_slice(data)),
+        });
+    }
+
+    fn log_op(&self, op: LogOp) {
+        if let Some(log) = &self.intent_log {
+            let ticket = log.log(0, op);
+            *self.last_ticket.lock() = Some(ticket);
+        }
+    }
+
+    /// Ends a change: lets its txg go, and under `sync=always` commits it.
+    pub(crate) fn commit_if_always(&self, hold: TxgHold) -> Result<(), FsError> {
+        drop(hold);
+        if self.config.read().sync == FsSync::Always {
+            self.commit_log()?;
+        }
+        Ok(())
+    }
+
+    /// Commits every change logged so far.
+    fn commit_log(&self) -> Result<(), FsError> {
+        let ticket = *self.last_ticket.lock();
+        match (&self.intent_log, ticket) {
+            (Some(log), Some(ticket)) => log.commit(ticket, self).map_err(FsError::from),
+            (Some(_), None) => Ok(()),
+            (None, _) => self.wait_for_txg(),
+        }
+    }
+
+    fn wait_for_txg(&self) -> Result<(), FsError> {
+        let txg = self.txg.sync_now()?;
+        self.txg.wait_synced(txg)?;
+        Ok(())
+    }
+
+    /// Makes every change of inode `object` durable, and every change it depends on.
+    pub fn fsync(&self, object: u64) -> Result<(), FsError> {
+        self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
+        if self.config.read().sync == FsSync::Disabled {
+            return Ok(());
+        }
+        if self.intent_log.is_none() {
+            let txg = self.dirty_txg.lock().get(&object).copied();
+            if let Some(txg) = txg
+                && txg > self.txg.last_synced_txg()
+            {
+                self.txg.sync_now()?;
+                self.txg.wait_synced(txg)?;
+            }
+            return Ok(());
+        }
+        self.commit_log()
+    }
+
+    /// Makes every change of the filesystem durable.
+    pub fn sync_all(&self) -> Result<(), FsError> {
+        if self.config.read().sync == FsSync::Disabled {
+            return Ok(());
+        }
+        self.commit_log()
+    }
+
+    /// Applies one replayed record under `hold` (import; nothing is logged).
+    pub fn replay_record(&self, hold: &TxgHold, record: &LogRecord) -> Result<(), FsError> {
+        match record.kind {
+            LogRecordKind::Write => {
+                // Writes carry no time: the file's mtime becomes the replay's.
+                self.do_write(
+                    hold,
+                    record.object,
+                    record.offset,
+                    &record.data,
+                    Timestamp::now(),
+                )?;
+            }
+            LogRecordKind::Fs => self.replay_op(hold, record.txg, FsOp::decode(&record.data)?)?,
+            other => {
+                return Err(FsError::Corrupt(format!(
+                    "a {other:?} record in a filesystem's log"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn replay_op(&self, hold: &TxgHold, txg: u64, op: FsOp) -> Result<(), FsError> {
+        match op {
+            FsOp::Create {
+                dir,
+                name,
+                object,
+                kind,
+                mode,
+                uid,
+                gid,
+                rdev,
+                time,
+                target,
+            } => {
+                let new = crate::NewInode {
+                    kind,
+                    mode,
+                    uid,
+                    gid,
+                    rdev,
+                };
+                self.do_create(hold, dir, &name, object, new, &target, time, txg)?;
+            }
+            FsOp::Link {
+                object,
+                dir,
+                name,
+                time,
+            } => {
+                self.do_link(hold, object, dir, &name, time)?;
+            }
+            FsOp::Remove {
+                dir,
+                name,
+                directory,
+                time,
+            } => {
+                self.do_remove(hold, dir, &name, directory, time, None)?;
+            }
+            FsOp::Rename {
+                old_dir,
+                old_name,
+                new_dir,
+                new_name,
+                mode,
+                time,
+            } => {
+                self.do_rename(
+                    hold, old_dir, &old_name, new_dir, &new_name, mode, time, None,
+                )?;
+            }
+            FsOp::SetAttrs {
+                object,
+                changes,
+                time,
+            } => {
+                self.do_setattr(hold, object, changes, time)?;
+            }
+            FsOp::SetXattr {
+                object,
+                map_object,
+                name,
+                value,
+                mode,
+                time,
+            } => self.do_setxattr(hold, object, map_object, &name, &value, mode, time)?,
+            FsOp::RemoveXattr { object, name, time } => {
+                self.do_removexattr(hold, object, &name, time)?
+            }
+            FsOp::Fallocate {
+                object,
+                offset,
+                len,
+                op,
+                time,
+            } => {
+                self.do_fallocate(hold, object, offset, len, op, time)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LogSource for Filesystem {
+    fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), LogSourceError> {
+        let data = self.read(object, offset, buf.len())?;
+        buf[..data.len()].copy_from_slice(&data);
+        buf[data.len()..].fill(0);
+        Ok(())
+    }
+}
