@@ -1136,6 +1136,17 @@ impl TxgEngine {
         Ok(target)
     }
 
+    /// Asks for a sync of the open txg without waiting for it (a log that holds many blocks
+    /// wants them released soon, without stalling the commit that noticed).
+    pub fn request_sync(&self) {
+        let mut st = self.shared.state.lock();
+        let target = st.open.txg;
+        if st.sync_requested_txg < target {
+            st.sync_requested_txg = target;
+            self.shared.sync_cv.notify_all();
+        }
+    }
+
     /// Syncs the currently open txg even if it is clean (a new uberblock, e.g. after a config
     /// change) and returns it.
     pub fn sync_now_forced(&self) -> Result<u64, TxgError> {

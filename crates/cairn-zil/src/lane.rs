@@ -653,7 +653,19 @@ impl IntentLog {
     ) -> Result<(), ZilError> {
         st.drop_synced_front(self.txg.last_synced_txg());
         wake(lane.publish(st));
-        if st.pending.payload_bytes >= self.config.bulk_sync_bytes {
+        // Log blocks held for unsynced txgs: past the limit a txg sync is asked for (it
+        // releases them shortly); past twice the limit the commit waits for one.
+        let held_bytes: u64 = st
+            .written
+            .iter()
+            .map(|block| u64::from(block.dva.asize))
+            .sum();
+        if held_bytes >= self.config.held_bytes_max {
+            self.txg.request_sync();
+        }
+        if st.pending.payload_bytes >= self.config.bulk_sync_bytes
+            || held_bytes >= 2 * self.config.held_bytes_max
+        {
             return MutexGuard::unlocked(st, || self.sync_instead(lane));
         }
         self.wait_for_company(lane, st);

@@ -120,6 +120,11 @@ pub struct ZilConfig {
     /// after a burst of asynchronous writes) forces a txg sync instead: the log would write
     /// the data now and the txg again later, the txg sync writes it once.
     pub bulk_sync_bytes: u64,
+    /// A commit that finds at least this many bytes of log blocks held by its lane (written
+    /// for txgs not synced yet) asks for a txg sync, which releases them; at twice this it
+    /// waits for one. Without it a stream of small commits between txg syncs could fill a
+    /// small pool with log blocks, leaving no room for the replay that needs them.
+    pub held_bytes_max: u64,
 }
 
 impl Default for ZilConfig {
@@ -129,6 +134,7 @@ impl Default for ZilConfig {
             batch_bytes_max: 4 << 20,
             copy_bytes_max: 32 << 10,
             bulk_sync_bytes: 64 << 20,
+            held_bytes_max: 64 << 20,
         }
     }
 }

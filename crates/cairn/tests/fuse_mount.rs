@@ -288,3 +288,73 @@ fn xattrs_holes_and_fallocate_through_fuse() {
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
+
+#[test]
+fn fsynced_files_survive_sigkill_of_the_server() {
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "-o", "recordsize=16K", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(&at);
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    std::fs::create_dir(at.join("d")).unwrap();
+    // A writer that creates, writes and fsyncs files (and their directory), and renames
+    // every other one, recording what each fsync acknowledged, until the server dies.
+    let writer = {
+        let at = at.clone();
+        std::thread::spawn(move || {
+            let mut acknowledged: Vec<(String, Vec<u8>)> = Vec::new();
+            for index in 0u64.. {
+                let data = pattern(1000 + (index as usize * 7919) % 60_000, index);
+                let name = format!("f{index}");
+                let path = at.join("d").join(&name);
+                let done = (|| -> std::io::Result<String> {
+                    let mut file = std::fs::File::create(&path)?;
+                    file.write_all(&data)?;
+                    let name = if index % 2 == 1 {
+                        let renamed = format!("r{index}");
+                        std::fs::rename(&path, at.join("d").join(&renamed))?;
+                        renamed
+                    } else {
+                        name
+                    };
+                    file.sync_all()?;
+                    std::fs::File::open(at.join("d"))?.sync_all()?;
+                    Ok(name)
+                })();
+                match done {
+                    Ok(name) => acknowledged.push((name, data)),
+                    Err(_) => break,
+                }
+                if index > 100_000 {
+                    break;
+                }
+            }
+            acknowledged
+        })
+    };
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    server.signal(libc::SIGKILL);
+    let acknowledged = writer.join().unwrap();
+    assert!(
+        acknowledged.len() > 10,
+        "only {} files before the kill",
+        acknowledged.len()
+    );
+    eprintln!("{} files acknowledged before SIGKILL", acknowledged.len());
+    let _ = server.stop(libc::SIGKILL, std::time::Duration::from_secs(10));
+    // The dead server's mount answers nothing: take it away, then serve and mount again.
+    drop(Unmount(&at));
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    for (name, data) in &acknowledged {
+        let found = std::fs::read(at.join("d").join(name))
+            .unwrap_or_else(|err| panic!("{name} acknowledged by fsync, lost: {err}"));
+        assert!(&found == data, "{name}: contents differ after the kill");
+    }
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
