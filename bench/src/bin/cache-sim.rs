@@ -24,7 +24,7 @@ use bytes::Bytes;
 use cairn_arc::StreamConfig;
 use cairn_arc::replay::{Replayer, SecondTier};
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Dva, ObjectType};
-use cairn_l2arc::{L2Arc, L2Config};
+use cairn_l2arc::{Admission, L2Arc, L2Config};
 use std::io::{BufRead, BufReader};
 
 fn main() -> Result<()> {
@@ -86,11 +86,12 @@ fn main() -> Result<()> {
                 counter.load(std::sync::atomic::Ordering::Relaxed)
             };
             format!(
-                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_evicted_segments={} l2_copied_forward={}",
+                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_refused={} l2_evicted_segments={} l2_copied_forward={}",
                 outcome.second_tier_hits,
                 ram_bytes as f64 / entries.max(1) as f64,
                 load(&counters.feed_blocks),
                 load(&counters.feed_dropped),
+                load(&counters.feed_refused),
                 load(&counters.evicted_segments),
                 load(&counters.copied_forward),
             )
@@ -173,7 +174,7 @@ impl SsdTier {
 impl SecondTier for SsdTier {
     fn read(&mut self, blkid: u64) -> bool {
         let (bp, data) = SsdTier::block(blkid);
-        match self.l2.read(&bp) {
+        match self.l2.read_into_ram(&bp) {
             Some(read) => {
                 assert_eq!(
                     read, data,
@@ -185,9 +186,9 @@ impl SecondTier for SsdTier {
         }
     }
 
-    fn offer(&mut self, blkid: u64) {
+    fn offer(&mut self, blkid: u64, frequency: u8, epoch: u64) {
         let (bp, data) = SsdTier::block(blkid);
-        self.l2.offer(&bp, &data);
+        self.l2.offer_with(&bp, &data, Admission { frequency, epoch });
         self.offers_since_settle += 1;
         if self.offers_since_settle >= OFFERS_PER_SETTLE {
             self.l2.settle();

@@ -387,6 +387,12 @@ impl<V> ArcPolicy<V> {
         self.sketch.estimate(hash(key))
     }
 
+    /// The admission sketch's epoch (how many times it halved its counts): `frequency` told at
+    /// different epochs compares after halving the older once per epoch between.
+    pub fn frequency_epoch(&self) -> u64 {
+        self.sketch.epoch()
+    }
+
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.find(key)

@@ -35,6 +35,8 @@ pub struct FrequencySketch {
     mask: u64,
     additions: u64,
     sample: u64,
+    /// Times the counts were halved (the sketch's epoch).
+    ages: u64,
 }
 
 impl FrequencySketch {
@@ -47,6 +49,7 @@ impl FrequencySketch {
             mask: width - 1,
             additions: 0,
             sample: width * 10,
+            ages: 0,
         }
     }
 
@@ -117,6 +120,12 @@ impl FrequencySketch {
         counted + u8::from(self.doorkeeper_contains(hash))
     }
 
+    /// Times the counts were halved so far: an estimate told at epoch `e` counts half as much
+    /// at `e + 1` (what a tier below that keeps estimates needs to compare them with new ones).
+    pub fn epoch(&self) -> u64 {
+        self.ages
+    }
+
     /// Bytes the counters take.
     pub fn bytes(&self) -> usize {
         self.counts.len() + self.doorkeeper.len() * 8
@@ -130,6 +139,7 @@ impl FrequencySketch {
         }
         self.doorkeeper.fill(0);
         self.additions /= 2;
+        self.ages += 1;
     }
 }
 
@@ -183,5 +193,6 @@ mod tests {
             sketch.record((other + 5000).wrapping_mul(0x2545_f491_4f6c_dd1d));
         }
         assert!(sketch.estimate(key) < before, "no ageing");
+        assert!(sketch.epoch() >= 1, "an ageing not counted as an epoch");
     }
 }

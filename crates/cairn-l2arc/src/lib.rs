@@ -55,7 +55,7 @@ pub mod layout;
 pub mod segments;
 mod writer;
 
-use crate::index::{Index, Place};
+use crate::index::{EntryState, Index, Place};
 use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
 use crate::segments::{SegmentState, SegmentTable};
 use bytes::Bytes;
@@ -87,6 +87,9 @@ pub struct L2Config {
     pub write_bytes_per_day: Option<u64>,
     /// Consecutive failed I/Os that fault a device.
     pub errors_max_faulted: u64,
+    /// Least frequency (reads lately, by the RAM tier's sketch) for an offered block to be
+    /// admitted (`offer_with`): a block read once is not worth a write.
+    pub admit_frequency_min: u8,
 }
 
 impl Default for L2Config {
@@ -100,8 +103,18 @@ impl Default for L2Config {
             block_bytes_max: 1 << 20,
             write_bytes_per_day: None,
             errors_max_faulted: 8,
+            admit_frequency_min: 2,
         }
     }
+}
+
+/// What the RAM tier knows of a block it offers (`L2Arc::offer_with`): how often it was read
+/// lately by its frequency sketch, and that sketch's epoch (how many times it has halved its
+/// counts), so frequencies told at different times compare on one scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub frequency: u8,
+    pub epoch: u64,
 }
 
 /// Why a cache device could not be added or opened.
@@ -149,9 +162,13 @@ pub struct L2Counters {
     pub feed_dropped: AtomicU64,
     pub feed_ineligible: AtomicU64,
     pub feed_over_budget: AtomicU64,
+    /// Offers refused: read too rarely, or less often than what they would displace.
+    pub feed_refused: AtomicU64,
+    /// Hits whose block went up to RAM (its copy here is then the first space reused).
+    pub promoted: AtomicU64,
     pub evicted_segments: AtomicU64,
     pub evicted_blocks: AtomicU64,
-    /// Blocks hit since they were written, moved to a new segment when theirs was reused.
+    /// Blocks worth keeping, moved to a new segment when theirs was reused.
     pub copied_forward: AtomicU64,
     pub bad_reads: AtomicU64,
     pub rebuild_segments: AtomicU64,
@@ -230,6 +247,25 @@ pub(crate) struct Shared {
     counters: L2Counters,
     /// Cache devices by slot (the device number in index entries).
     devices: RwLock<Vec<Option<Arc<CacheDevice>>>>,
+    /// The RAM tier's sketch epoch, as last told by an offer.
+    epoch: AtomicU64,
+    /// The admission bar: an offered block must be read more often than the blocks the last
+    /// segment reuse dropped (`(epoch << 8) | frequency`, aged like a segment's value).
+    bar: AtomicU64,
+}
+
+/// What a block adds to its segment's value: its frequency, unless it went up to RAM.
+fn worth(state: EntryState) -> u64 {
+    if state.promoted {
+        0
+    } else {
+        u64::from(state.frequency)
+    }
+}
+
+/// `frequency` × `scale`, within what an index entry keeps.
+fn scaled(frequency: u8, scale: u32) -> u8 {
+    (u32::from(frequency) * scale).min(u32::from(index::FREQUENCY_MAX)) as u8
 }
 
 fn shard_of(key: [u64; 2]) -> usize {
@@ -246,31 +282,87 @@ pub fn block_key(bp: &BlockPointer) -> Option<[u64; 2]> {
 }
 
 impl Shared {
-    /// Indexes `key` at `place`; a new key beyond the index's cap (over all shards) is
-    /// refused.
-    fn index_insert(&self, key: [u64; 2], place: Place) -> Result<(), index::IndexFull> {
+    fn index_get(&self, key: [u64; 2]) -> Option<Place> {
+        self.shards[shard_of(key)].lock().get(key)
+    }
+
+    fn index_get_state(&self, key: [u64; 2]) -> Option<(Place, EntryState)> {
+        self.shards[shard_of(key)].lock().get_state(key)
+    }
+
+    /// Changes the state of the entry of `key` at `place` (`change` is given the state and the
+    /// multiplier that takes a frequency told now to the segment's scale) and its segment's
+    /// value to match.
+    fn revalue(
+        &self,
+        key: [u64; 2],
+        place: Place,
+        change: impl FnOnce(EntryState, u32) -> EntryState,
+    ) {
+        let Some(device) = self.device(place.device) else {
+            return;
+        };
+        let segment = device.superblock.segment_of(place.sector);
+        let segments = device.segments.lock();
+        // A frequency told at a later epoch than the segment's counts double per epoch.
+        let shift = self.epoch().saturating_sub(segments.meta(segment).epoch).min(4) as u32;
+        let mut after = None;
+        let before = self.shards[shard_of(key)]
+            .lock()
+            .update_at(key, place, |state| {
+                let new = change(state, 1 << shift);
+                after = Some(new);
+                new
+            });
+        let (Some(before), Some(after)) = (before, after) else {
+            return;
+        };
+        let (was, is) = (worth(before), worth(after));
+        if is > was {
+            segments.add_value(segment, is - was);
+        } else {
+            segments.sub_value(segment, was - is);
+        }
+    }
+
+    /// Indexes `key` at `place` with `state`; a new key beyond the index's cap (over all
+    /// shards) is refused.
+    fn index_insert(
+        &self,
+        key: [u64; 2],
+        place: Place,
+        state: EntryState,
+    ) -> Result<(), index::IndexFull> {
         let mut shard = self.shards[shard_of(key)].lock();
         let before = shard.len();
         if shard.get(key).is_none() && self.entries.load(Ordering::Relaxed) >= self.entries_max {
             return Err(index::IndexFull::AtCap(self.entries_max));
         }
-        shard.insert(key, place)?;
+        shard.insert_with(key, place, state)?;
         if shard.len() > before {
             self.entries.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    fn index_get(&self, key: [u64; 2]) -> Option<Place> {
-        self.shards[shard_of(key)].lock().get(key)
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
-    fn index_remove_at(&self, key: [u64; 2], place: Place) -> bool {
-        self.index_take_at(key, place).is_some()
+    /// The admission bar now (see `bar`).
+    fn bar(&self) -> u8 {
+        let bar = self.bar.load(Ordering::Relaxed);
+        // The low byte is the frequency.
+        segments::aged(bar & 0xff, bar >> 8, self.epoch()) as u8
     }
 
-    /// Removes the entry of `key` at `place`; `Some(hit)` if it was there.
-    fn index_take_at(&self, key: [u64; 2], place: Place) -> Option<bool> {
+    fn set_bar(&self, frequency: u8) {
+        self.bar
+            .store(self.epoch() << 8 | u64::from(frequency), Ordering::Relaxed);
+    }
+
+    /// Removes the entry of `key` at `place`; its state if it was there.
+    fn index_take_at(&self, key: [u64; 2], place: Place) -> Option<EntryState> {
         let taken = self.shards[shard_of(key)].lock().take_at(key, place);
         if taken.is_some() {
             self.entries.fetch_sub(1, Ordering::Relaxed);
@@ -332,6 +424,8 @@ impl L2Arc {
                 entries_max: entries_max.max(1),
                 counters: L2Counters::default(),
                 devices: RwLock::new(Vec::new()),
+                epoch: AtomicU64::new(0),
+                bar: AtomicU64::new(0),
             }),
             writers: Mutex::new(Vec::new()),
             device_count: AtomicUsize::new(0),
@@ -519,9 +613,24 @@ impl L2Arc {
             && !bp.copies().is_empty()
     }
 
-    /// Offers a block just read from the pool (`data`: its `psize` bytes as on disk). Never
-    /// waits: dropped when the writers are behind or over their budget.
+    /// Offers a block (`data`: its `psize` bytes as on disk) with nothing known of how often
+    /// it is read: admitted if the writers keep up, as a block read once. Never waits:
+    /// dropped when the writers are behind or over their budget.
     pub fn offer(&self, bp: &BlockPointer, data: &Bytes) {
+        self.offer_item(bp, data, None);
+    }
+
+    /// Offers a block the RAM tier is letting go of (the feed of a victim cache), with what
+    /// its sketch knows of it. A block already here that had gone up to RAM is simply valued
+    /// again (nothing is written). Otherwise it is admitted only if read at least
+    /// `admit_frequency_min` times lately and more often than the blocks the last segment
+    /// reuse had to drop (TinyLFU's admission, at segment granularity): a loop or a scan
+    /// larger than the tier cannot wash out what it holds.
+    pub fn offer_with(&self, bp: &BlockPointer, data: &Bytes, admission: Admission) {
+        self.offer_item(bp, data, Some(admission));
+    }
+
+    fn offer_item(&self, bp: &BlockPointer, data: &Bytes, admission: Option<Admission>) {
         let counters = &self.shared.counters;
         if !self.eligible(bp) || data.len() != bp.psize as usize {
             counters.feed_ineligible.fetch_add(1, Ordering::Relaxed);
@@ -530,7 +639,24 @@ impl L2Arc {
         let Some(key) = block_key(bp) else {
             return;
         };
-        if self.shared.index_get(key).is_some() {
+        if let Some(admission) = admission {
+            self.shared
+                .epoch
+                .fetch_max(admission.epoch, Ordering::Relaxed);
+        }
+        let frequency = admission.map_or(1, |admission| admission.frequency.max(1));
+        if let Some((place, _)) = self.shared.index_get_state(key) {
+            self.shared.revalue(key, place, |state, scale| EntryState {
+                promoted: false,
+                frequency: state.frequency.max(scaled(frequency, scale)),
+            });
+            return;
+        }
+        if admission.is_some()
+            && (frequency < self.shared.config.admit_frequency_min
+                || frequency <= self.shared.bar())
+        {
+            counters.feed_refused.fetch_add(1, Ordering::Relaxed);
             return;
         }
         let writers = self.writers.lock();
@@ -541,6 +667,7 @@ impl L2Arc {
         let item = writer::FeedItem {
             key,
             data: data.clone(),
+            frequency,
         };
         let mut item = Some(item);
         for turn in 0..writers.len() {
@@ -557,8 +684,20 @@ impl L2Arc {
     }
 
     /// The block of `bp`, verified, if a cache device holds it; `None` sends the caller to
-    /// the pool (not cached, or the copy was unreadable or wrong, which is counted).
+    /// the pool (not cached, or the copy was unreadable or wrong, which is counted). For a
+    /// caller that does not keep the block in RAM: the hit adds to the block's value here.
     pub fn read(&self, bp: &BlockPointer) -> Option<Bytes> {
+        self.read_for(bp, false)
+    }
+
+    /// Like `read`, for a caller that keeps the block in RAM from now on: the copy here is
+    /// marked promoted (a duplicate while RAM holds it, the first space a reuse takes back);
+    /// when RAM lets the block go and offers it again, it is valued again without a write.
+    pub fn read_into_ram(&self, bp: &BlockPointer) -> Option<Bytes> {
+        self.read_for(bp, true)
+    }
+
+    fn read_for(&self, bp: &BlockPointer, promote: bool) -> Option<Bytes> {
         let counters = &self.shared.counters;
         let Some(place) = block_key(bp).and_then(|key| Some((key, self.shared.index_get(key)?)))
         else {
@@ -566,7 +705,7 @@ impl L2Arc {
             return None;
         };
         let (key, place) = place;
-        match self.read_place(bp, key, place) {
+        match self.read_place(bp, key, place, promote) {
             Some(data) => {
                 counters.hits.fetch_add(1, Ordering::Relaxed);
                 counters
@@ -581,7 +720,13 @@ impl L2Arc {
         }
     }
 
-    fn read_place(&self, bp: &BlockPointer, key: [u64; 2], place: Place) -> Option<Bytes> {
+    fn read_place(
+        &self,
+        bp: &BlockPointer,
+        key: [u64; 2],
+        place: Place,
+        promote: bool,
+    ) -> Option<Bytes> {
         let device = self.shared.device(place.device)?;
         if !device.usable() {
             return None;
@@ -598,7 +743,25 @@ impl L2Arc {
             Ok(()) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
                 self.shared.succeeded(&device);
                 device.segments.lock().note_hit(segment);
-                self.shared.shards[shard_of(key)].lock().mark_hit(key);
+                if promote {
+                    self.shared
+                        .counters
+                        .promoted
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                self.shared.revalue(key, place, |state, scale| {
+                    if promote {
+                        EntryState {
+                            promoted: true,
+                            ..state
+                        }
+                    } else {
+                        EntryState {
+                            frequency: state.frequency.saturating_add(scaled(1, scale)),
+                            ..state
+                        }
+                    }
+                });
                 Some(Bytes::from(buf))
             }
             // A read that raced a reuse of its segment is a plain miss; any other bad read
@@ -621,7 +784,10 @@ impl L2Arc {
             .counters
             .bad_reads
             .fetch_add(1, Ordering::Relaxed);
-        self.shared.index_remove_at(key, place);
+        if let Some(state) = self.shared.index_take_at(key, place) {
+            let segment = device.superblock.segment_of(place.sector);
+            device.segments.lock().sub_value(segment, worth(state));
+        }
         self.shared.failed(device);
     }
 
