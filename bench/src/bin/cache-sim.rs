@@ -86,7 +86,7 @@ fn main() -> Result<()> {
                 counter.load(std::sync::atomic::Ordering::Relaxed)
             };
             format!(
-                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_refused={} l2_evicted_segments={} l2_copied_forward={}",
+                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_refused={} l2_evicted_segments={} l2_copied_forward={} l2_promoted={}",
                 outcome.second_tier_hits,
                 ram_bytes as f64 / entries.max(1) as f64,
                 load(&counters.feed_blocks),
@@ -94,6 +94,7 @@ fn main() -> Result<()> {
                 load(&counters.feed_refused),
                 load(&counters.evicted_segments),
                 load(&counters.copied_forward),
+                l2.promoted_blocks(),
             )
         }
         None => String::new(),

@@ -372,6 +372,14 @@ impl Index {
         self.shrink_if_sparse();
     }
 
+    /// Entries marked promoted (their blocks went up to RAM): a sweep of the table.
+    pub fn promoted(&self) -> usize {
+        self.words
+            .iter()
+            .filter(|word| **word != 0 && state_of(**word).promoted)
+            .count()
+    }
+
     /// Checks the Robin Hood invariants (tests).
     pub fn assert_invariants(&self) {
         let mut counted = 0;

@@ -103,7 +103,7 @@ impl Default for L2Config {
             block_bytes_max: 1 << 20,
             write_bytes_per_day: None,
             errors_max_faulted: 8,
-            admit_frequency_min: 2,
+            admit_frequency_min: 1,
         }
     }
 }
@@ -603,6 +603,16 @@ impl L2Arc {
                     bytes + shard.ram_bytes() as u64,
                 )
             })
+    }
+
+    /// Blocks indexed whose copies are marked promoted (read up into RAM since written): what
+    /// RAM and the cache devices both hold, as far as this tier knows. A sweep of the index.
+    pub fn promoted_blocks(&self) -> u64 {
+        self.shared
+            .shards
+            .iter()
+            .map(|shard| shard.lock().promoted() as u64)
+            .sum()
     }
 
     /// Whether a block of this size may be cached here.

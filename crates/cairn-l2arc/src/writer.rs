@@ -249,42 +249,90 @@ impl Writer {
         }
     }
 
-    /// Whether the filling segment has room for the chunk and the summary it would then need.
-    fn fits(&self) -> bool {
+    /// How many of `entries` (the first ones of `chunk`, in order) fit in what is left of the
+    /// filling segment, with the summary entries they add.
+    fn entries_that_fit(&self, chunk: &[u8], entries: &[SummaryEntry]) -> usize {
         let Some(filling) = &self.filling else {
-            return false;
+            return 0;
         };
-        let entries = filling.entries.len() + self.chunk_entries.len();
-        let end =
-            filling.cursor_bytes + self.chunk.len() as u64 + (entries * SUMMARY_ENTRY_BYTES) as u64;
-        end <= self.device.superblock.segment_bytes
+        let summary = (filling.entries.len() * SUMMARY_ENTRY_BYTES) as u64;
+        let room = self
+            .device
+            .superblock
+            .segment_bytes
+            .saturating_sub(filling.cursor_bytes + summary);
+        (0..entries.len())
+            .take_while(|&i| {
+                let end = entries
+                    .get(i + 1)
+                    .map_or(chunk.len() as u64, |next| {
+                        u64::from(next.offset_sectors) * SECTOR_BYTES
+                    });
+                end + ((i + 1) * SUMMARY_ENTRY_BYTES) as u64 <= room
+            })
+            .count()
     }
 
+    /// Writes the chunk: as much as fits into the filling segment, then the rest into the
+    /// next one (a segment is filled to its end, not sealed with a chunk's worth unused).
     fn write_chunk(&mut self) {
         if self.chunk.is_empty() {
             return;
         }
-        if !self.fits() {
-            self.seal();
-            self.take_segment();
-        }
-        let chunk = std::mem::take(&mut self.chunk);
-        let entries = std::mem::take(&mut self.chunk_entries);
-        let frequencies = std::mem::take(&mut self.chunk_frequencies);
+        let mut chunk = std::mem::take(&mut self.chunk);
+        let mut entries = std::mem::take(&mut self.chunk_entries);
+        let mut frequencies = std::mem::take(&mut self.chunk_frequencies);
         self.chunk = Vec::with_capacity(self.chunk_bytes_max);
-        if !self.usable() || !self.fits_after_take(&chunk, entries.len()) {
-            self.shared
-                .counters
-                .feed_dropped
-                .fetch_add(entries.len() as u64, Ordering::Relaxed);
-            return;
+        let mut fresh = false;
+        while !entries.is_empty() {
+            let fit = if self.usable() {
+                self.entries_that_fit(&chunk, &entries)
+            } else {
+                0
+            };
+            if fit == 0 {
+                if fresh || !self.usable() {
+                    // Not even an empty segment takes the first block, or the device failed.
+                    break;
+                }
+                self.seal();
+                self.take_segment();
+                fresh = true;
+                continue;
+            }
+            let end = entries.get(fit).map_or(chunk.len(), |next| {
+                next.offset_sectors as usize * SECTOR_BYTES as usize
+            });
+            let rest = chunk.split_off(end);
+            let rest_entries = entries.split_off(fit);
+            let rest_frequencies = frequencies.split_off(fit);
+            self.write_part(&chunk, entries, frequencies);
+            let base = (end as u64 / SECTOR_BYTES) as u32;
+            chunk = rest;
+            entries = rest_entries
+                .into_iter()
+                .map(|entry| SummaryEntry {
+                    offset_sectors: entry.offset_sectors - base,
+                    ..entry
+                })
+                .collect();
+            frequencies = rest_frequencies;
+            fresh = false;
         }
+        self.shared
+            .counters
+            .feed_dropped
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Writes `chunk` (which fits) at the filling segment's cursor and indexes its entries.
+    fn write_part(&mut self, chunk: &[u8], entries: Vec<SummaryEntry>, frequencies: Vec<u8>) {
         let Some(filling) = self.filling.as_mut() else {
             return;
         };
         let superblock = self.device.superblock;
         let offset = superblock.segment_offset(filling.segment) + filling.cursor_bytes;
-        if self.device.device.write_at(offset, &chunk).is_err() {
+        if self.device.device.write_at(offset, chunk).is_err() {
             self.device.write_errors.fetch_add(1, Ordering::Relaxed);
             self.shared.failed(&self.device);
             self.shared
@@ -332,16 +380,6 @@ impl Writer {
         if let Some(filling) = self.filling.as_mut() {
             filling.entries.extend(written);
         }
-    }
-
-    fn fits_after_take(&self, chunk: &[u8], entries: usize) -> bool {
-        let Some(filling) = &self.filling else {
-            return false;
-        };
-        let end = filling.cursor_bytes
-            + chunk.len() as u64
-            + ((filling.entries.len() + entries) * SUMMARY_ENTRY_BYTES) as u64;
-        end <= self.device.superblock.segment_bytes
     }
 
     /// Indexes a written block; a full index gives up its least valued segment first.
@@ -502,6 +540,9 @@ impl Writer {
                 data: Bytes::from(data),
                 frequency,
             });
+        }
+        if std::env::var_os("L2DEBUG").is_some() {
+            eprintln!("reuse seg {segment} epoch {epoch} now {now} bar {bar} budget_left {budget}");
         }
         self.shared.set_bar(bar);
     }
