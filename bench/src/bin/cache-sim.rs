@@ -189,7 +189,8 @@ impl SecondTier for SsdTier {
 
     fn offer(&mut self, blkid: u64, frequency: u8, epoch: u64) {
         let (bp, data) = SsdTier::block(blkid);
-        self.l2.offer_with(&bp, &data, Admission { frequency, epoch });
+        self.l2
+            .offer_with(&bp, &data, Admission { frequency, epoch });
         self.offers_since_settle += 1;
         if self.offers_since_settle >= OFFERS_PER_SETTLE {
             self.l2.settle();

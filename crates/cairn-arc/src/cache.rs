@@ -157,7 +157,7 @@ struct ShardState {
 /// by their SSD-tier state after the lock is released).
 struct Dropped {
     buffers: Vec<Arc<[u8]>>,
-    evictions: Vec<Eviction>,
+    evictions: Vec<Eviction<Arc<[u8]>>>,
 }
 
 fn slack_for(capacity_bytes: u64) -> u64 {
@@ -263,6 +263,7 @@ impl ShardState {
         class: BlockClass,
         data: Arc<[u8]>,
         access: Access,
+        second_tier: bool,
     ) -> bool {
         let size = charge(data.len());
         let limit = if self.slack_bytes == 0 {
@@ -275,6 +276,9 @@ impl ShardState {
         let policy = self.policy(class);
         let ghost_hits_before = ghost_hits(&policy.stats());
         policy.insert(key, size, data, access);
+        if !second_tier {
+            policy.forbid_second_tier(&key);
+        }
         if ghost_hits(&policy.stats()) > ghost_hits_before {
             self.adapt(class, u64::from(size));
         }
@@ -446,8 +450,12 @@ impl BlockCache {
         self.l2_tiers.write().remove(&pool_tag);
     }
 
-    /// Frees what a shard dropped and counts its evictions by SSD-tier state (outside the
-    /// shard's lock: the tier has locks of its own).
+    /// Frees what a shard dropped, counts its evictions by SSD-tier state and offers the
+    /// eligible ones to their pool's SSD tier (outside the shard's lock: the tier has locks of
+    /// its own). The tier is fed as RAM lets blocks go (a victim cache): a block read on
+    /// demand, that `secondarycache` lets below, with its admission sketch's frequency; the
+    /// tier admits it by value (see `cairn_l2arc::L2Arc::offer_with`), or values again the copy
+    /// it already has.
     fn release(&self, dropped: Dropped) {
         drop(dropped.buffers);
         if dropped.evictions.is_empty() {
@@ -457,7 +465,7 @@ impl BlockCache {
         if tiers.is_empty() {
             return;
         }
-        for eviction in &dropped.evictions {
+        for eviction in dropped.evictions {
             let tag = (eviction.key[1] >> 48) as u16;
             let Some(tier) = tiers
                 .get(&tag)
@@ -468,14 +476,24 @@ impl BlockCache {
             };
             let key = [eviction.key[0], eviction.key[1] & ((1 << 48) - 1)];
             let bytes = u64::from(eviction.size_bytes);
+            let eligible = eviction.demand_used
+                && eviction.second_tier
+                && eviction.size_bytes <= tier.config().block_bytes_max;
             let counter = if tier.contains(key) {
                 &self.evict_l2.cached
-            } else if eviction.demand_used && eviction.size_bytes <= tier.config().block_bytes_max {
+            } else if eligible {
                 &self.evict_l2.eligible
             } else {
                 &self.evict_l2.ineligible
             };
             counter.fetch_add(bytes, Ordering::Relaxed);
+            if let (true, Some(buf)) = (eligible, &eviction.value) {
+                let admission = cairn_l2arc::Admission {
+                    frequency: eviction.frequency,
+                    epoch: eviction.epoch,
+                };
+                tier.offer_evicted(key, to_bytes(buf), admission);
+            }
         }
     }
 
@@ -565,7 +583,8 @@ impl BlockCache {
     fn insert_in_shard(&self, key: BlockKey, class: BlockClass, buf: Arc<[u8]>, access: Access) {
         let (over, dropped) = {
             let mut shard = self.shard(&key).lock();
-            let over = shard.insert(key, class, buf, access);
+            // Blocks cached as written (not read on demand) are not for the SSD tier.
+            let over = shard.insert(key, class, buf, access, false);
             (over, shard.take_dropped())
         };
         self.release(dropped);
@@ -619,6 +638,7 @@ impl BlockCache {
     }
 
     /// Ends a claimed read: caches the block (if `cache_as` says how) and wakes the waiters.
+    /// The block may go to the SSD tier when evicted.
     pub fn complete(
         &self,
         key: &BlockKey,
@@ -626,6 +646,20 @@ impl BlockCache {
         pending: &Arc<Pending>,
         data: Option<&Bytes>,
         cache_as: Option<Access>,
+    ) {
+        self.complete_for_tiers(key, class, pending, data, cache_as, true);
+    }
+
+    /// `complete`, saying whether the block may go to the SSD tier when evicted
+    /// (`secondarycache`).
+    pub fn complete_for_tiers(
+        &self,
+        key: &BlockKey,
+        class: BlockClass,
+        pending: &Arc<Pending>,
+        data: Option<&Bytes>,
+        cache_as: Option<Access>,
+        second_tier: bool,
     ) {
         let buf: Option<Arc<[u8]>> = match (data, cache_as) {
             (Some(data), Some(_)) if !data.is_empty() => Some(Arc::from(&data[..])),
@@ -639,7 +673,7 @@ impl BlockCache {
                 "completed a read that was not claimed"
             );
             let over = match (buf, cache_as) {
-                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access),
+                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access, second_tier),
                 _ => false,
             };
             (over, shard.take_dropped())
@@ -659,6 +693,14 @@ impl BlockCache {
         }
         let buf: Arc<[u8]> = Arc::from(&data[..]);
         self.insert_in_shard(key, class, buf, access);
+    }
+
+    /// How often demand reads asked for `key` lately by its shard's admission sketch, and
+    /// that sketch's epoch (what the SSD tier admits by).
+    pub fn frequency(&self, key: &BlockKey, class: BlockClass) -> (u8, u64) {
+        let mut shard = self.shard(key).lock();
+        let policy = shard.policy(class);
+        (policy.frequency(key), policy.frequency_epoch())
     }
 
     /// Whether a block is cached (no statistics, no reordering).

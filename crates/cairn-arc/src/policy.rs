@@ -94,6 +94,9 @@ const NIL: u32 = u32::MAX;
 /// Entry flags.
 const PREFETCHED: u8 = 1;
 const STREAMED: u8 = 2;
+/// The block may not go to the tier below when evicted (`secondarycache` excludes it). Kept
+/// across the other flags' changes.
+const NO_SECOND_TIER: u8 = 4;
 /// Entries an eviction looks at from a list's tail before giving up on it (pinned ones are
 /// passed over): bounds the work of one insert.
 const EVICT_SCAN_MAX: usize = 64;
@@ -183,13 +186,19 @@ pub struct PolicySizes {
     pub sketch_bytes: u64,
 }
 
-/// A block the policy evicted (not a ghost dropped): its key and size, and whether a demand
-/// read used it (read-ahead never used is not eligible for the SSD tier).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Eviction {
+/// A block the policy evicted (not a ghost dropped): its key and size, whether a demand read
+/// used it (read-ahead never used is not eligible for the SSD tier) and whether the tier below
+/// may have it at all (`forbid_second_tier`), how often it was read lately by the admission
+/// sketch (and the sketch's epoch), and its value (the SSD tier's feed writes it from there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction<V> {
     pub key: BlockKey,
     pub size_bytes: u32,
     pub demand_used: bool,
+    pub second_tier: bool,
+    pub frequency: u8,
+    pub epoch: u64,
+    pub value: Option<V>,
 }
 
 pub struct ArcPolicy<V> {
@@ -204,7 +213,7 @@ pub struct ArcPolicy<V> {
     /// Values of evicted or replaced blocks, kept for the caller to drop (`defer_drops`).
     dropped: Option<Vec<V>>,
     /// Evictions since `take_evictions`, when `record_evictions` asked for them.
-    evictions: Option<Vec<Eviction>>,
+    evictions: Option<Vec<Eviction<V>>>,
 }
 
 fn hash(key: &BlockKey) -> u64 {
@@ -252,14 +261,14 @@ impl<V> ArcPolicy<V> {
         self.dropped.get_or_insert_with(Vec::new);
     }
 
-    /// From now on, every eviction is recorded for `take_evictions` (what the SSD tier below
-    /// counts: was the block already there?).
+    /// From now on, every eviction is recorded for `take_evictions`, with the evicted value
+    /// (the SSD tier below is fed from there, and counts: was the block already there?).
     pub fn record_evictions(&mut self) {
         self.evictions.get_or_insert_with(Vec::new);
     }
 
     /// The evictions since the last call (empty unless `record_evictions`).
-    pub fn take_evictions(&mut self) -> Vec<Eviction> {
+    pub fn take_evictions(&mut self) -> Vec<Eviction<V>> {
         match &mut self.evictions {
             Some(evictions) => std::mem::take(evictions),
             None => Vec::new(),
@@ -393,6 +402,15 @@ impl<V> ArcPolicy<V> {
         self.sketch.epoch()
     }
 
+    /// The cached block `key` may not go to the tier below when evicted (`secondarycache`).
+    pub fn forbid_second_tier(&mut self, key: &BlockKey) {
+        if let Some(slot) = self.find(key)
+            && self.entries[slot as usize].list.is_live()
+        {
+            self.entries[slot as usize].flags |= NO_SECOND_TIER;
+        }
+    }
+
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.find(key)
@@ -415,14 +433,15 @@ impl<V> ArcPolicy<V> {
         match list {
             List::Prefetched => {
                 // First use of a block read ahead: used once, as streams use their blocks.
-                debug_assert_eq!(flags, PREFETCHED);
+                debug_assert_eq!(flags & !NO_SECOND_TIER, PREFETCHED);
                 self.stats.demand_hit_prefetched += 1;
-                self.entries[slot as usize].flags = STREAMED;
+                let entry = &mut self.entries[slot as usize];
+                entry.flags = (entry.flags & NO_SECOND_TIER) | STREAMED;
                 self.push_tail(List::Window, slot);
                 self.trim_ghosts();
             }
             List::Window | List::Candidates => {
-                self.entries[slot as usize].flags = 0;
+                self.entries[slot as usize].flags &= NO_SECOND_TIER;
                 self.push_head(List::Window, slot);
                 self.trim_ghosts();
             }
@@ -565,7 +584,7 @@ impl<V> ArcPolicy<V> {
             let Some(slot) = self.unpinned_tail(List::Window) else {
                 break;
             };
-            self.entries[slot as usize].flags = 0;
+            self.entries[slot as usize].flags &= NO_SECOND_TIER;
             self.unlink(slot);
             self.push_head(List::Candidates, slot);
         }
@@ -651,30 +670,36 @@ impl<V> ArcPolicy<V> {
 
     /// Evicts a live block, leaving its key on `ghost` (or nothing).
     fn evict(&mut self, slot: u32, ghost: Option<List>) {
-        let size = self.entries[slot as usize].size_bytes;
-        if let Some(evictions) = &mut self.evictions {
+        let (key, size, list, flags) = {
             let entry = &self.entries[slot as usize];
-            evictions.push(Eviction {
-                key: entry.key,
-                size_bytes: size,
-                demand_used: entry.list != List::Prefetched,
-            });
-        }
+            (entry.key, entry.size_bytes, entry.list, entry.flags)
+        };
         self.stats.evictions += 1;
         self.stats.evicted_bytes += u64::from(size);
         self.unlink(slot);
-        match ghost {
+        let value = match ghost {
             Some(ghost) => {
                 let entry = &mut self.entries[slot as usize];
                 let value = entry.value.take();
                 entry.flags = 0;
                 self.push_head(ghost, slot);
-                self.discard(value);
+                value
             }
-            None => {
-                let value = self.release(slot);
-                self.discard(value);
+            None => self.release(slot),
+        };
+        match &mut self.evictions {
+            Some(evictions) => {
+                evictions.push(Eviction {
+                    key,
+                    size_bytes: size,
+                    demand_used: list != List::Prefetched,
+                    second_tier: flags & NO_SECOND_TIER == 0,
+                    frequency: self.sketch.estimate(hash(&key)),
+                    epoch: self.sketch.epoch(),
+                    value,
+                });
             }
+            None => self.discard(value),
         }
     }
 
@@ -812,12 +837,12 @@ impl<V> ArcPolicy<V> {
                 );
                 assert!(live || entry.pins == 0, "a ghost is pinned");
                 assert_eq!(
-                    entry.flags == PREFETCHED,
+                    entry.flags & !NO_SECOND_TIER == PREFETCHED,
                     entry.list == List::Prefetched,
                     "read-ahead blocks, and only they, are flagged as such"
                 );
                 assert!(
-                    entry.flags != STREAMED || entry.list == List::Window,
+                    entry.flags & !NO_SECOND_TIER != STREAMED || entry.list == List::Window,
                     "a streamed block outside the recency list"
                 );
                 assert!(

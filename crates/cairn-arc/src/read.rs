@@ -595,13 +595,13 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
         } else {
             IoClass::AsyncRead
         };
-        // Read-ahead is served by the cache devices when they hold the block, and never fed to
-        // them (prefetched blocks are not eligible).
+        // Read-ahead is served by the cache devices when they hold the block (leaving its value
+        // there as it was), and fed to them only if a demand read used it before RAM let it go.
         let from_l2 = job
             .l2
             .as_ref()
             .filter(|_| job.policy.secondary.caches(job.class))
-            .and_then(|l2| l2.read(&job.bp));
+            .and_then(|l2| l2.read_ahead(&job.bp));
         let result = match from_l2 {
             Some(data) => Ok(data),
             None => job.io.read_block(&job.bp, class),
@@ -613,12 +613,13 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
             Access::Demand
         };
         let cache_as = job.policy.primary.caches(job.class).then_some(access);
-        shared.blocks.complete(
+        shared.blocks.complete_for_tiers(
             &job.key,
             job.class,
             &job.pending,
             result.as_ref().ok(),
             cache_as,
+            job.policy.secondary.caches(job.class),
         );
     }
 }
@@ -718,7 +719,7 @@ impl CachedIo {
             }
             Lookup::Claimed(pending) => {
                 counters.misses.fetch_add(1, Ordering::Relaxed);
-                let result = self.read_below(bp, class, policy.secondary);
+                let result = self.read_below(bp, &key, class, policy);
                 let caches = policy.primary.caches(class);
                 if !caches {
                     shared
@@ -726,34 +727,48 @@ impl CachedIo {
                         .uncached_reads
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                shared.blocks.complete(
+                shared.blocks.complete_for_tiers(
                     &key,
                     class,
                     &pending,
                     result.as_ref().ok(),
                     caches.then_some(Access::Demand),
+                    policy.secondary.caches(class),
                 );
                 result
             }
         }
     }
 
-    /// An ARC miss: the cache devices first when the block may be there, else the pool; a
-    /// block the pool had to give is offered to the cache devices (demand reads only: the
-    /// feeding rule that keeps read-ahead and scans from washing the SSD tier).
+    /// An ARC miss: the cache devices first when the block may be there, else the pool. The
+    /// cache devices are fed as RAM lets blocks go (`BlockCache`'s eviction, a victim cache),
+    /// so a block RAM will keep is not offered here; one RAM does not keep (`primarycache`)
+    /// is let go at once: offered now. Demand reads only: read-ahead is never fed, which keeps
+    /// scans from washing the SSD tier. A block served by the cache devices into RAM leaves
+    /// its copy there marked as a duplicate (the first space reused).
     fn read_below(
         &self,
         bp: &BlockPointer,
+        key: &BlockKey,
         class: BlockClass,
-        secondary: CacheMode,
+        policy: CachePolicy,
     ) -> Result<Bytes, PipelineError> {
-        let l2 = self.l2().filter(|_| secondary.caches(class));
-        if let Some(data) = l2.and_then(|l2| l2.read(bp)) {
+        let Some(l2) = self.l2().filter(|_| policy.secondary.caches(class)) else {
+            return self.io.read_block(bp, IoClass::SyncRead);
+        };
+        let kept = policy.primary.caches(class);
+        let from_l2 = if kept {
+            l2.read_into_ram(bp)
+        } else {
+            l2.read(bp)
+        };
+        if let Some(data) = from_l2 {
             return Ok(data);
         }
         let result = self.io.read_block(bp, IoClass::SyncRead);
-        if let (Some(l2), Ok(data)) = (l2, &result) {
-            l2.offer(bp, data);
+        if let (false, Ok(data)) = (kept, &result) {
+            let (frequency, epoch) = self.cache.shared.blocks.frequency(key, class);
+            l2.offer_with(bp, data, cairn_l2arc::Admission { frequency, epoch });
         }
         result
     }

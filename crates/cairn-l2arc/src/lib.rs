@@ -108,6 +108,17 @@ impl Default for L2Config {
     }
 }
 
+/// Who a read from the cache devices is for (see `L2Arc::read`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadUse {
+    /// A caller that does not keep the block: a hit adds to its value here.
+    Caller,
+    /// RAM keeps the block from now on: the copy here is a duplicate meanwhile.
+    Ram,
+    /// Read-ahead: nothing known yet of whether the block is wanted.
+    ReadAhead,
+}
+
 /// What the RAM tier knows of a block it offers (`L2Arc::offer_with`): how often it was read
 /// lately by its frequency sketch, and that sketch's epoch (how many times it has halved its
 /// counts), so frequencies told at different times compare on one scale.
@@ -305,7 +316,10 @@ impl Shared {
         let segment = device.superblock.segment_of(place.sector);
         let segments = device.segments.lock();
         // A frequency told at a later epoch than the segment's counts double per epoch.
-        let shift = self.epoch().saturating_sub(segments.meta(segment).epoch).min(4) as u32;
+        let shift = self
+            .epoch()
+            .saturating_sub(segments.meta(segment).epoch)
+            .min(4) as u32;
         let mut after = None;
         let before = self.shards[shard_of(key)]
             .lock()
@@ -640,6 +654,20 @@ impl L2Arc {
         self.offer_item(bp, data, Some(admission));
     }
 
+    /// `offer_with` for a block known by its key (`block_key`) only, as RAM's eviction knows
+    /// it: `data` must be its bytes as on disk (the read checks them against the block pointer
+    /// anyway; a wrong copy would only cost a miss and a counted error).
+    pub fn offer_evicted(&self, key: [u64; 2], data: Bytes, admission: Admission) {
+        if data.is_empty() || data.len() > self.shared.config.block_bytes_max as usize {
+            self.shared
+                .counters
+                .feed_ineligible
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.offer_key(key, data, Some(admission));
+    }
+
     fn offer_item(&self, bp: &BlockPointer, data: &Bytes, admission: Option<Admission>) {
         let counters = &self.shared.counters;
         if !self.eligible(bp) || data.len() != bp.psize as usize {
@@ -649,6 +677,11 @@ impl L2Arc {
         let Some(key) = block_key(bp) else {
             return;
         };
+        self.offer_key(key, data.clone(), admission);
+    }
+
+    fn offer_key(&self, key: [u64; 2], data: Bytes, admission: Option<Admission>) {
+        let counters = &self.shared.counters;
         if let Some(admission) = admission {
             self.shared
                 .epoch
@@ -676,7 +709,7 @@ impl L2Arc {
         let start = self.next_writer.fetch_add(1, Ordering::Relaxed);
         let item = writer::FeedItem {
             key,
-            data: data.clone(),
+            data,
             frequency,
         };
         let mut item = Some(item);
@@ -697,17 +730,23 @@ impl L2Arc {
     /// the pool (not cached, or the copy was unreadable or wrong, which is counted). For a
     /// caller that does not keep the block in RAM: the hit adds to the block's value here.
     pub fn read(&self, bp: &BlockPointer) -> Option<Bytes> {
-        self.read_for(bp, false)
+        self.read_for(bp, ReadUse::Caller)
     }
 
     /// Like `read`, for a caller that keeps the block in RAM from now on: the copy here is
     /// marked promoted (a duplicate while RAM holds it, the first space a reuse takes back);
     /// when RAM lets the block go and offers it again, it is valued again without a write.
     pub fn read_into_ram(&self, bp: &BlockPointer) -> Option<Bytes> {
-        self.read_for(bp, true)
+        self.read_for(bp, ReadUse::Ram)
     }
 
-    fn read_for(&self, bp: &BlockPointer, promote: bool) -> Option<Bytes> {
+    /// Like `read`, for read-ahead (which may never be used): the block's value is left as
+    /// it was.
+    pub fn read_ahead(&self, bp: &BlockPointer) -> Option<Bytes> {
+        self.read_for(bp, ReadUse::ReadAhead)
+    }
+
+    fn read_for(&self, bp: &BlockPointer, promote: ReadUse) -> Option<Bytes> {
         let counters = &self.shared.counters;
         let Some(place) = block_key(bp).and_then(|key| Some((key, self.shared.index_get(key)?)))
         else {
@@ -735,7 +774,7 @@ impl L2Arc {
         bp: &BlockPointer,
         key: [u64; 2],
         place: Place,
-        promote: bool,
+        promote: ReadUse,
     ) -> Option<Bytes> {
         let device = self.shared.device(place.device)?;
         if !device.usable() {
@@ -753,25 +792,23 @@ impl L2Arc {
             Ok(()) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
                 self.shared.succeeded(&device);
                 device.segments.lock().note_hit(segment);
-                if promote {
-                    self.shared
-                        .counters
-                        .promoted
-                        .fetch_add(1, Ordering::Relaxed);
-                }
-                self.shared.revalue(key, place, |state, scale| {
-                    if promote {
-                        EntryState {
+                match promote {
+                    ReadUse::Ram => {
+                        self.shared
+                            .counters
+                            .promoted
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.shared.revalue(key, place, |state, _| EntryState {
                             promoted: true,
                             ..state
-                        }
-                    } else {
-                        EntryState {
-                            frequency: state.frequency.saturating_add(scaled(1, scale)),
-                            ..state
-                        }
+                        });
                     }
-                });
+                    ReadUse::Caller => self.shared.revalue(key, place, |state, scale| EntryState {
+                        frequency: state.frequency.saturating_add(scaled(1, scale)),
+                        ..state
+                    }),
+                    ReadUse::ReadAhead => {}
+                }
                 Some(Bytes::from(buf))
             }
             // A read that raced a reuse of its segment is a plain miss; any other bad read

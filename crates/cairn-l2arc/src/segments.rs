@@ -181,11 +181,9 @@ impl SegmentTable {
                 let meta = &self.meta[segment];
                 let rank = match meta.state {
                     SegmentState::Free => (0u8, 0u64, 0u64),
-                    SegmentState::Unindexed => (
-                        1,
-                        self.hits[segment].load(Ordering::Relaxed),
-                        meta.sequence,
-                    ),
+                    SegmentState::Unindexed => {
+                        (1, self.hits[segment].load(Ordering::Relaxed), meta.sequence)
+                    }
                     SegmentState::Sealed => (2, self.value(segment as u32, now), meta.sequence),
                     SegmentState::Filling => return None,
                 };

@@ -101,8 +101,8 @@ struct Writer {
     /// the chunk).
     chunk: Vec<u8>,
     chunk_entries: Vec<SummaryEntry>,
-    /// The frequency of each of `chunk_entries`.
-    chunk_frequencies: Vec<u8>,
+    /// The state of each of `chunk_entries`.
+    chunk_states: Vec<EntryState>,
     chunk_bytes_max: usize,
     rebuilding: bool,
     settles_waiting: Vec<Sender<()>>,
@@ -129,7 +129,7 @@ impl Writer {
             filling: None,
             chunk: Vec::with_capacity(chunk_bytes_max),
             chunk_entries: Vec::new(),
-            chunk_frequencies: Vec::new(),
+            chunk_states: Vec::new(),
             chunk_bytes_max,
             rebuilding,
             settles_waiting: Vec::new(),
@@ -243,7 +243,10 @@ impl Writer {
             offset_sectors,
             psize: item.data.len() as u32,
         });
-        self.chunk_frequencies.push(item.frequency.max(1));
+        self.chunk_states.push(EntryState {
+            promoted: false,
+            frequency: item.frequency.max(1),
+        });
         if self.chunk.len() >= self.chunk_bytes_max {
             self.write_chunk();
         }
@@ -263,11 +266,9 @@ impl Writer {
             .saturating_sub(filling.cursor_bytes + summary);
         (0..entries.len())
             .take_while(|&i| {
-                let end = entries
-                    .get(i + 1)
-                    .map_or(chunk.len() as u64, |next| {
-                        u64::from(next.offset_sectors) * SECTOR_BYTES
-                    });
+                let end = entries.get(i + 1).map_or(chunk.len() as u64, |next| {
+                    u64::from(next.offset_sectors) * SECTOR_BYTES
+                });
                 end + ((i + 1) * SUMMARY_ENTRY_BYTES) as u64 <= room
             })
             .count()
@@ -281,7 +282,7 @@ impl Writer {
         }
         let mut chunk = std::mem::take(&mut self.chunk);
         let mut entries = std::mem::take(&mut self.chunk_entries);
-        let mut frequencies = std::mem::take(&mut self.chunk_frequencies);
+        let mut frequencies = std::mem::take(&mut self.chunk_states);
         self.chunk = Vec::with_capacity(self.chunk_bytes_max);
         let mut fresh = false;
         while !entries.is_empty() {
@@ -326,7 +327,12 @@ impl Writer {
     }
 
     /// Writes `chunk` (which fits) at the filling segment's cursor and indexes its entries.
-    fn write_part(&mut self, chunk: &[u8], entries: Vec<SummaryEntry>, frequencies: Vec<u8>) {
+    fn write_part(
+        &mut self,
+        chunk: &[u8],
+        entries: Vec<SummaryEntry>,
+        frequencies: Vec<EntryState>,
+    ) {
         let Some(filling) = self.filling.as_mut() else {
             return;
         };
@@ -348,7 +354,7 @@ impl Writer {
         let segment = filling.segment;
         let mut written = Vec::with_capacity(entries.len());
         let mut value = 0;
-        for (entry, frequency) in entries.into_iter().zip(frequencies) {
+        for (entry, state) in entries.into_iter().zip(frequencies) {
             let entry = SummaryEntry {
                 offset_sectors: base_sectors + entry.offset_sectors,
                 ..entry
@@ -357,13 +363,9 @@ impl Writer {
                 device: self.device.slot,
                 sector: segment_sectors + entry.offset_sectors,
             };
-            let state = EntryState {
-                promoted: false,
-                frequency,
-            };
             if self.index_insert(entry.key, place, state) {
                 written.push(entry);
-                value += u64::from(frequency);
+                value += crate::worth(state);
             }
         }
         let bytes: u64 = written.iter().map(|entry| u64::from(entry.psize)).sum();
@@ -540,9 +542,6 @@ impl Writer {
                 data: Bytes::from(data),
                 frequency,
             });
-        }
-        if std::env::var_os("L2DEBUG").is_some() {
-            eprintln!("reuse seg {segment} epoch {epoch} now {now} bar {bar} budget_left {budget}");
         }
         self.shared.set_bar(bar);
     }
