@@ -877,3 +877,56 @@ impl<V> ArcPolicy<V> {
             .sum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BLOCK: u32 = 4096;
+
+    #[test]
+    fn evictions_tell_what_the_tier_below_needs() {
+        // A window of 2 blocks (1% of 200).
+        let mut policy: ArcPolicy<u64> = ArcPolicy::new(200 * u64::from(BLOCK));
+        policy.record_evictions();
+        for n in 0..4u64 {
+            policy.insert([n, 1], BLOCK, n, Access::Demand);
+        }
+        policy.forbid_second_tier(&[3, 1]);
+        // A hit in the window resets the block's other flags: the mark stays. Then more
+        // blocks push it through the contest to the frequency list, and it is hit there.
+        for round in 0..5u64 {
+            assert_eq!(policy.get(&[3, 1], Access::Demand), Some(&3));
+            assert_eq!(policy.get(&[1, 1], Access::Demand), Some(&1));
+            policy.insert([100 + round, 1], BLOCK, round, Access::Demand);
+        }
+        policy.insert([10, 1], BLOCK, 10, Access::Prefetch);
+        policy.assert_invariants();
+        // A capacity drop lets every block go.
+        policy.set_capacity(0);
+        policy.assert_invariants();
+        let evictions = policy.take_evictions();
+        let find = |n: u64| {
+            evictions
+                .iter()
+                .find(|eviction| eviction.key == [n, 1])
+                .unwrap_or_else(|| panic!("block {n} was not evicted"))
+        };
+        assert!(!find(3).second_tier, "secondarycache's mark was lost");
+        assert!(find(1).second_tier && find(0).second_tier);
+        assert!(!find(10).demand_used, "read-ahead never used counts as used");
+        assert!(find(0).demand_used);
+        assert_eq!(find(1).value, Some(1), "the evicted value is handed over");
+        assert!(
+            find(1).frequency >= 4 && find(0).frequency <= 2,
+            "frequencies {} and {}",
+            find(1).frequency,
+            find(0).frequency
+        );
+        assert_eq!(find(1).epoch, policy.frequency_epoch());
+        assert!(
+            policy.take_dropped().is_empty(),
+            "values both handed over and dropped"
+        );
+    }
+}
