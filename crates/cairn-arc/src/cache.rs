@@ -329,6 +329,9 @@ pub struct BlockCache {
     /// tier held the block (arcstat's evict_l2_*).
     l2_tiers: parking_lot::RwLock<HashMap<u16, std::sync::Weak<L2Arc>>>,
     pub(crate) evict_l2: EvictL2Counters,
+    /// The SSD tiers' capacity the data sketches are sized for beyond the cache's own (their
+    /// admission needs frequencies of blocks RAM no longer holds).
+    below_bytes: AtomicU64,
 }
 
 /// Bytes evicted from RAM by the block's state in its pool's SSD tier (pools with cache
@@ -438,6 +441,7 @@ impl BlockCache {
             evictor: EvictorSignal::default(),
             l2_tiers: parking_lot::RwLock::new(HashMap::new()),
             evict_l2: EvictL2Counters::default(),
+            below_bytes: AtomicU64::new(0),
         }
     }
 
@@ -448,6 +452,30 @@ impl BlockCache {
 
     pub fn unregister_l2(&self, pool_tag: u16) {
         self.l2_tiers.write().remove(&pool_tag);
+    }
+
+    /// The registered SSD tiers' capacity (`L2Arc::capacity_bytes`), summed.
+    pub fn second_tier_bytes(&self) -> u64 {
+        self.l2_tiers
+            .read()
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|tier| tier.capacity_bytes())
+            .sum()
+    }
+
+    /// Sizes the data sketches for a cache of `max_bytes` with SSD tiers of the registered
+    /// capacity below it, if that capacity moved by more than an eighth since they were sized
+    /// (frequencies seen so far are forgotten). Returns whether they were resized.
+    pub fn follow_second_tiers(&self, max_bytes: u64) -> bool {
+        let below = self.second_tier_bytes();
+        let sized = self.below_bytes.load(Ordering::Relaxed);
+        if below.abs_diff(sized) <= sized / 8 && !(sized == 0 && below > 0) {
+            return false;
+        }
+        self.below_bytes.store(below, Ordering::Relaxed);
+        self.resize_sketches(max_bytes);
+        true
     }
 
     /// Frees what a shard dropped, counts its evictions by SSD-tier state and offers the
@@ -744,9 +772,11 @@ impl BlockCache {
     /// for a much smaller one they would overflow. Frequencies seen so far are forgotten.
     pub fn resize_sketches(&self, max_bytes: u64) {
         let share = max_bytes / self.shards.len() as u64;
+        // The data sketches also count for the SSD tiers below (see `follow_second_tiers`).
+        let below = self.below_bytes.load(Ordering::Relaxed) / self.shards.len() as u64;
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
-            shard.data.resize_sketch(share);
+            shard.data.resize_sketch(share + below);
             shard.meta.resize_sketch(share / META_INITIAL_DIVISOR);
         }
     }
@@ -1094,5 +1124,56 @@ mod tests {
         assert!((0..64u64).all(|i| !cache.contains(&[i, 1 << 48 | 5], BlockClass::Data)));
         assert!((0..64u64).all(|i| cache.contains(&[i, 2 << 48 | 5], BlockClass::Metadata)));
         cache.assert_invariants();
+    }
+
+    #[test]
+    fn evictions_feed_the_ssd_tier_and_its_capacity_sizes_the_sketches() {
+        let cache = BlockCache::new(64 * 4096, 1);
+        let tier = Arc::new(L2Arc::new(cairn_l2arc::L2Config {
+            segment_bytes: 256 << 10,
+            write_chunk_bytes: 64 << 10,
+            feed_linger_ms: 5,
+            ..cairn_l2arc::L2Config::default()
+        }));
+        let tag = 3u16;
+        cache.register_l2(tag, &tier);
+        let sketch_before = cache.snapshot().data.sizes.sketch_bytes;
+        assert!(!cache.follow_second_tiers(64 * 4096), "no devices yet");
+        let device = Arc::new(cairn_device::mem::MemDevice::new(16 << 20));
+        tier.add_new("c0", device, 1, 1).unwrap();
+        assert!(cache.follow_second_tiers(64 * 4096));
+        assert!(
+            cache.snapshot().data.sizes.sketch_bytes > sketch_before * 8,
+            "the sketch does not count for the cache device"
+        );
+        assert!(!cache.follow_second_tiers(64 * 4096), "resized for nothing");
+        let key = |n: u64| [n << 12, 5 | u64::from(tag) << 48];
+        for n in 0..200u64 {
+            let data = block(n as u8, 4096);
+            match cache.lookup(&key(n), BlockClass::Data, Access::Demand) {
+                Lookup::Claimed(pending) => {
+                    // Every third block's dataset keeps it off the cache devices.
+                    cache.complete_for_tiers(
+                        &key(n),
+                        BlockClass::Data,
+                        &pending,
+                        Some(&data),
+                        Some(Access::Demand),
+                        n % 3 != 0,
+                    );
+                }
+                _ => panic!("block {n} was cached already"),
+            }
+        }
+        tier.settle();
+        let below = |n: u64| tier.contains([n << 12, 5]);
+        let fed: Vec<u64> = (0..200).filter(|n| below(*n)).collect();
+        // About 140 evicted, two in three of them eligible.
+        assert!(fed.len() >= 80, "only {} evicted blocks fed", fed.len());
+        assert!(
+            fed.iter().all(|n| n % 3 != 0),
+            "a block secondarycache excluded was fed"
+        );
+        assert!(cache.evict_l2.eligible.load(Ordering::Relaxed) > 0);
     }
 }

@@ -914,7 +914,10 @@ mod tests {
         };
         assert!(!find(3).second_tier, "secondarycache's mark was lost");
         assert!(find(1).second_tier && find(0).second_tier);
-        assert!(!find(10).demand_used, "read-ahead never used counts as used");
+        assert!(
+            !find(10).demand_used,
+            "read-ahead never used counts as used"
+        );
         assert!(find(0).demand_used);
         assert_eq!(find(1).value, Some(1), "the evicted value is handed over");
         assert!(

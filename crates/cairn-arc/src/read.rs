@@ -341,6 +341,13 @@ impl ReadCache {
         Ok(())
     }
 
+    /// Sizes the admission sketches for the pools' cache devices as they are now (cache
+    /// devices added or removed; the maintenance thread also checks every second).
+    pub fn follow_second_tiers(&self) {
+        let max_bytes = self.shared.limits.lock().max_bytes;
+        self.shared.blocks.follow_second_tiers(max_bytes);
+    }
+
     /// One maintenance step with the given memory reading (tests drive it directly).
     pub fn maintain(&self, now_ms: u64, reading: &pressure::MemoryReading) {
         self.shared.maintain(now_ms, reading);
@@ -391,6 +398,9 @@ impl Shared {
 
     fn maintain(&self, now_ms: u64, reading: &pressure::MemoryReading) {
         self.last_tick_ms.store(now_ms, Ordering::Relaxed);
+        // Cache devices come and go: the admission sketches count for them too.
+        let max_bytes = self.limits.lock().max_bytes;
+        self.blocks.follow_second_tiers(max_bytes);
         if let Some(available) = reading.ram_available_bytes {
             self.memory_available_bytes
                 .store(available, Ordering::Relaxed);
@@ -664,8 +674,12 @@ impl CachedIo {
 
     /// Puts the pool's cache-device tier below the RAM cache (once).
     pub fn set_l2(&self, l2: Arc<L2Arc>) {
-        self.cache.shared.blocks.register_l2(self.pool_tag, &l2);
+        let shared = &self.cache.shared;
+        shared.blocks.register_l2(self.pool_tag, &l2);
         let _ = self.l2.set(l2);
+        shared
+            .blocks
+            .follow_second_tiers(shared.limits.lock().max_bytes);
     }
 
     /// The pool's cache-device tier, when it has one with devices.

@@ -619,6 +619,18 @@ impl L2Arc {
             })
     }
 
+    /// What the RAM tier's admission sketch should count for this tier: its devices' segment
+    /// bytes, at most what the index cap can address in blocks of 4 KiB (the sketch's unit).
+    pub fn capacity_bytes(&self) -> u64 {
+        let devices: u64 = self
+            .devices()
+            .iter()
+            .filter(|device| device.usable())
+            .map(|device| device.superblock.segment_count * device.superblock.segment_bytes)
+            .sum();
+        devices.min(self.shared.entries_max as u64 * 4096)
+    }
+
     /// Blocks indexed whose copies are marked promoted (read up into RAM since written): what
     /// RAM and the cache devices both hold, as far as this tier knows. A sweep of the index.
     pub fn promoted_blocks(&self) -> u64 {

@@ -362,7 +362,10 @@ fn offers_less_frequent_than_what_a_reuse_dropped_are_refused() {
     // Fill the device with blocks read 6 times lately, then offer as many again.
     feed_with(&l2, 0..1_000, 6);
     let counters = l2.counters();
-    assert!(load(&counters.evicted_segments) > 0, "the device never filled");
+    assert!(
+        load(&counters.evicted_segments) > 0,
+        "the device never filled"
+    );
     let cached: Vec<u64> = (0..1_000)
         .filter(|n| l2.contains(block_key(&block(*n).0).unwrap()))
         .collect();
@@ -397,7 +400,11 @@ fn copies_gone_up_to_ram_are_reused_first_and_valued_again_when_offered() {
     // the oldest), its valued blocks copied forward.
     feed_with(&l2, 1_000..1_100, 5);
     assert!(hits(&l2, 1_000..1_100) >= 95);
-    assert_eq!(l2.promoted_blocks(), 0, "the promoted copies were not reused");
+    assert_eq!(
+        l2.promoted_blocks(),
+        0,
+        "the promoted copies were not reused"
+    );
     let valued = (0..134).chain(186..420);
     assert_eq!(hits(&l2, valued.clone()), valued.count());
 }
