@@ -513,7 +513,7 @@ impl Writer {
                 (frequency, entry)
             })
             .collect();
-        ranked.sort_by(|a, b| b.0.cmp(&a.0));
+        ranked.sort_by_key(|(frequency, _)| std::cmp::Reverse(*frequency));
         let superblock = self.device.superblock;
         let start = superblock.segment_offset(segment);
         let mut budget = superblock.segment_bytes / 2;
