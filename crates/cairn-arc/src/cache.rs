@@ -25,6 +25,13 @@
 //! Without an evictor (a cache used alone, in tests and trace replays) the slack is 0 and
 //! inserts evict down to the capacity themselves.
 //!
+//! The SSD tier. Evictions are recorded with their buffers, their admission sketch's frequency
+//! and whether the block may go below (read on demand, `secondarycache`: a flag kept on the
+//! cached entry); after the shard's lock is released, each is counted by its state in its
+//! pool's SSD tier (`evict_l2_*`) and the eligible ones are offered to it (`release`). The
+//! data sketches are sized for the SSD tiers' capacity beside the cache's own
+//! (`follow_second_tiers`).
+//!
 //! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
 //! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader
 //! holds it lives until that reader drops it. Each block is charged its length plus

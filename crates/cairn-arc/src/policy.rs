@@ -32,6 +32,9 @@
 //!   is the first to leave the window for the contest (which a block read once loses); a later
 //!   demand read makes it an ordinary block again. Read-ahead never used waits in a list of its
 //!   own (at most 1/8 of the capacity before its oldest go) and leaves without a ghost.
+//! - **The tier below.** With `record_evictions`, every eviction is handed over with its value,
+//!   its sketch frequency and epoch, and whether the block may go below (a block read ahead and
+//!   never used, or marked by `forbid_second_tier`, may not): the SSD tier is fed from there.
 //! - **Pins.** A pinned block (a read still being copied out, a block the L2 feed holds) is
 //!   never evicted; eviction passes over it. If only pinned blocks remain, the cache overflows
 //!   its capacity until they are unpinned.

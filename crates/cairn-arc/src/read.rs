@@ -12,6 +12,13 @@
 //! a few prefetch threads that read them at read-ahead priority and cache them flagged as
 //! prefetched (they count as used only once a demand read hits them).
 //!
+//! The SSD tier (a pool's cache devices, `cairn_l2arc`) sits below: an ARC miss asks it before
+//! the pool (a hit into RAM marks the tier's copy a duplicate), and it is fed as the ARC evicts
+//! (`cache`: a victim cache; blocks RAM does not keep are offered as they are read), each block
+//! with its admission sketch's frequency, which the tier admits by. The data sketches are sized
+//! for the tiers below too (`ReadCache::follow_second_tiers`): the tier's admission needs
+//! frequencies of blocks RAM no longer holds.
+//!
 //! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
 //! are read, returned and dropped) or `none`. A block already cached is a hit whatever the
 //! setting (another dataset sharing it may cache it).
@@ -757,8 +764,8 @@ impl CachedIo {
     /// An ARC miss: the cache devices first when the block may be there, else the pool. The
     /// cache devices are fed as RAM lets blocks go (`BlockCache`'s eviction, a victim cache),
     /// so a block RAM will keep is not offered here; one RAM does not keep (`primarycache`)
-    /// is let go at once: offered now. Demand reads only: read-ahead is never fed, which keeps
-    /// scans from washing the SSD tier. A block served by the cache devices into RAM leaves
+    /// is let go at once: offered now. Read-ahead no demand read used is never fed, and the
+    /// tier admits by frequency, which keeps scans from washing it. A block served by the cache devices into RAM leaves
     /// its copy there marked as a duplicate (the first space reused).
     fn read_below(
         &self,

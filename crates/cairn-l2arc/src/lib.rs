@@ -1,32 +1,56 @@
 //! # cairn-l2arc: the SSD tier of the hybrid storage pool
 //!
 //! Between the RAM cache (ARC) and the pool's disks sit a pool's cache devices: fast, cheap
-//! per byte, and never trusted. The ARC offers every block it reads on demand (`offer`); the
-//! cache devices keep copies; an ARC miss asks here (`read`) before going to the pool.
+//! per byte, and never trusted. The ARC offers the blocks it lets go (`offer_with`: a victim
+//! cache, with how often each was read lately); the cache devices keep copies of those worth
+//! it; an ARC miss asks here (`read_into_ram`, `read`) before going to the pool.
 //!
 //! ## Shape
 //! - `layout`: the bytes on a cache device: two superblocks, then equal segments, each filled
 //!   front to back and sealed with a summary of what it holds (24 B per block) and a header.
 //! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in Robin Hood
-//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block everything included, and a cap (`L2Config::index_bytes_max`) independent of the devices' size: when
-//!   the index is full, the least valued segment is dropped to make room, so a huge device
-//!   costs bounded RAM.
-//! - `segments`: per device, what each segment holds and what it is worth (hits, aged).
-//! - this file: `L2Arc`, a pool's set of cache devices: feeding, reading, rebuilding.
+//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block for the index, and a cap
+//!   (`L2Config::index_bytes_max`) independent of the devices' size: when the index is full,
+//!   the least valued segment is dropped to make room, so a huge device costs bounded RAM.
+//!   Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
+//! - `segments`: per device, what each segment holds and what it is worth (the frequencies of
+//!   its blocks still wanted here, aged).
+//! - this file: `L2Arc`, a pool's set of cache devices: admission, feeding, reading,
+//!   rebuilding.
+//!
+//! ## What is kept: value, admission, and no duplicates
+//! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
+//! was read lately; every offer carries that frequency and the sketch's epoch (how often it has
+//! halved its counts), so frequencies told at different times compare on one scale (`segments`
+//! halves a segment's values once per epoch since it was filled). The tier is managed like
+//! TinyLFU's main space, a segment at a time:
+//! - **Admission.** An offered block is admitted only if read more often than the blocks the
+//!   last segment reuse had to drop (the *bar*), and at least `admit_frequency_min` times. A
+//!   loop or a scan larger than the tier, whose blocks are no more frequent than what is
+//!   cached, is refused instead of washing the tier out.
+//! - **No duplicates.** A block read from here into RAM (`read_into_ram`) stays indexed but is
+//!   marked *promoted*: worth nothing here while RAM holds it, so its segment is the first
+//!   reused and the copy dropped then. If RAM lets it go first, its offer finds the copy and
+//!   values it again, with no write. RAM and SSD together hold about as many distinct blocks
+//!   as their sizes add up to.
+//! - **Reuse by value.** The segment reused is the one worth least (the sum of its not
+//!   promoted blocks' aged frequencies); its most valued blocks (at most half a segment) are
+//!   copied forward into the new one, the rest dropped, and the highest frequency among the
+//!   dropped becomes the bar.
 //!
 //! ## Feeding
-//! `offer` never waits: it queues the block for one device's writer (round robin over the
-//! devices, so feeding scales with their number) and drops it when that queue is full, so the
-//! cache can never slow the reads that feed it. Each writer batches blocks into writes of
+//! Offers never wait: a block is queued for one device's writer (round robin over the devices,
+//! so feeding scales with their number) and dropped when that queue is full, so the cache can
+//! never slow the reads and evictions that feed it. Each writer batches blocks into writes of
 //! `write_chunk_bytes` (or whatever arrived within `feed_linger_ms`), appends them to its
-//! filling segment, and only then indexes them: an index entry always points at written
-//! bytes. A full segment is sealed (summary, header, flush) and the next one taken is the
-//! least valued: its entries leave the index (read back from its summary) before its space is
-//! written, and those of its blocks that were read from the cache since they were written (a
-//! hit bit in their index entry) are copied forward into the new segment (at most half a
-//! segment's worth per reuse), so a hot block outlives its segment: segment-granular space
-//! management with block-granular second chances. An optional write budget per day (`write_bytes_per_day`, counted after a first
-//! fill of the device) protects flash endurance: over budget, offers are dropped.
+//! filling segment (splitting a chunk at the segment's end, so segments fill to the block), and
+//! only then indexes them: an index entry always points at written bytes. A full segment is
+//! sealed (summary, header, flush) and the next one taken is the least valued: its entries
+//! leave the index (read back from its summary) before its space is written, and its valued
+//! blocks are copied forward as above: segment-granular space management with block-granular
+//! second chances. An optional write budget per day (`write_bytes_per_day`, counted after a
+//! first fill of the device) protects flash endurance: over budget, offers are dropped.
+//! `offer` (no frequency known) admits without the bar, as a block read once.
 //!
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
@@ -34,6 +58,8 @@
 //! dropped, the device's error counted, and the caller reads from the pool. A device with
 //! `errors_max_faulted` consecutive failed I/Os is FAULTED: its entries leave the index and it
 //! is used no more. Nothing is ever lost: the cache holds only copies of blocks the pool has.
+//! A hit for a caller that does not keep the block in RAM (`read`) adds to its frequency; one
+//! for read-ahead (`read_ahead`) leaves its value alone.
 //!
 //! ## Persistence
 //! At open, each device's superblock is checked against the pool, then a background rebuild
@@ -41,14 +67,16 @@
 //! first, indexing as it goes: hits come back segment by segment while it runs, opening never
 //! waits for it, and a damaged segment is only skipped. A block's key (first copy's address
 //! and birth txg) cannot name other contents later, since a freed address is only reused by a
-//! block with a newer birth txg; and the read-time checksum catches everything else.
+//! block with a newer birth txg; and the read-time checksum catches everything else. Rebuilt
+//! blocks start at frequency 1 (frequencies are not persisted).
 //!
 //! ## Known gaps
 //! Reads go to the device directly, not through its `LeafQueue` at an L2 priority; segment hit
-//! counts are persisted only when a segment is sealed (a restart forgets later heat); the ARC
-//! does not yet feed blocks ahead of its eviction end (it offers on demand reads; the ARC counts
-//! its evictions by whether the block was here, `evict_l2_*`, without knowing a dataset's
-//! `secondarycache`); the daily write budget is a config field with no command to set it.
+//! counts are persisted only when a segment is sealed (a restart forgets later heat), and block
+//! frequencies not at all; blocks reach the tier only as RAM lets them go (no feeding ahead of
+//! the eviction end); the admission sketch the ARC sizes for both tiers costs RAM per cached
+//! block on top of the index's (see BENCHMARKS.md); the daily write budget is a config field
+//! with no command to set it.
 
 pub mod index;
 pub mod layout;
