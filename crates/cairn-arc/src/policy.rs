@@ -295,7 +295,11 @@ impl<V> ArcPolicy<V> {
     /// A new frequency sketch sized for `sketch_capacity_bytes` of blocks (what was counted
     /// is forgotten).
     pub fn resize_sketch(&mut self, sketch_capacity_bytes: u64) {
+        let epoch = self.sketch.epoch();
         self.sketch = FrequencySketch::new(sketch_capacity_bytes / SKETCH_BLOCK_BYTES);
+        // Its epoch goes on (counts told before are worth less than any told from now), so a
+        // tier below that keeps frequencies by epoch keeps ageing them.
+        self.sketch.continue_after(epoch);
     }
 
     pub fn capacity_bytes(&self) -> u64 {
@@ -930,6 +934,9 @@ mod tests {
             find(0).frequency
         );
         assert_eq!(find(1).epoch, policy.frequency_epoch());
+        // A new sketch goes on from the old one's epoch.
+        policy.resize_sketch(1 << 20);
+        assert_eq!(policy.frequency_epoch(), find(1).epoch + 1);
         assert!(
             policy.take_dropped().is_empty(),
             "values both handed over and dropped"

@@ -126,6 +126,11 @@ impl FrequencySketch {
         self.ages
     }
 
+    /// Starts this (new, empty) sketch's epochs after `epoch`, those of the sketch it replaces.
+    pub fn continue_after(&mut self, epoch: u64) {
+        self.ages = epoch + 1;
+    }
+
     /// Bytes the counters take.
     pub fn bytes(&self) -> usize {
         self.counts.len() + self.doorkeeper.len() * 8
