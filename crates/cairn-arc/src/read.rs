@@ -17,7 +17,9 @@
 //! (`cache`: a victim cache; blocks RAM does not keep are offered as they are read), each block
 //! with its admission sketch's frequency, which the tier admits by. The data sketches are sized
 //! for the tiers below too (`ReadCache::follow_second_tiers`): the tier's admission needs
-//! frequencies of blocks RAM no longer holds.
+//! frequencies of blocks RAM no longer holds. That costs 6 B per 4 KiB of the tiers' capacity,
+//! bounded by their index caps (`L2Arc::capacity_bytes`: at most 6 B per index entry, beside
+//! the entry's own 12–16 B), and it is not charged to `arc_max` (known gap).
 //!
 //! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
 //! are read, returned and dropped) or `none`. A block already cached is a hit whatever the

@@ -8,6 +8,10 @@
 //! random workload's tail — then never touch the counters, which stay accurate for the blocks
 //! that matter (as TinyLFU does).
 //!
+//! Each ageing starts a new *epoch* (`epoch`, carried on when a sketch is replaced by a resized
+//! one): an SSD tier below that keeps the estimates it was told halves them once per epoch
+//! since, to compare them with estimates told now.
+//!
 //! Memory: per slot, four 4-bit counters (two bytes) and 32 doorkeeper bits, `width` slots with
 //! `width` the power of two at or above the cache's capacity in blocks: 6 bytes per slot, 3.5-6
 //! per block of capacity. The doorkeeper's size matters: at 16 bits per slot it filled up between
