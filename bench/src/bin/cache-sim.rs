@@ -89,11 +89,10 @@ fn main() -> Result<()> {
             let load = |counter: &std::sync::atomic::AtomicU64| {
                 counter.load(std::sync::atomic::Ordering::Relaxed)
             };
-            let ram_only_sketch = cairn_arc::ArcPolicy::<()>::new(
-                replayer.policy().capacity_bytes(),
-            )
-            .sizes()
-            .sketch_bytes;
+            let ram_only_sketch =
+                cairn_arc::ArcPolicy::<()>::new(replayer.policy().capacity_bytes())
+                    .sizes()
+                    .sketch_bytes;
             let sketch_extra = replayer
                 .policy()
                 .sizes()
