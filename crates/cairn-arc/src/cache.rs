@@ -26,11 +26,12 @@
 //! inserts evict down to the capacity themselves.
 //!
 //! The SSD tier. Evictions are recorded with their buffers, their admission sketch's frequency
-//! and whether the block may go below (read on demand, `secondarycache`: a flag kept on the
-//! cached entry); after the shard's lock is released, each is counted by its state in its
-//! pool's SSD tier (`evict_l2_*`) and the eligible ones are offered to it (`release`). The
-//! data sketches are sized for the SSD tiers' capacity beside the cache's own
-//! (`follow_second_tiers`).
+//! and whether the block may go below (read on demand or used once read ahead, and not marked
+//! otherwise when cached: written, or excluded by `secondarycache`; one flag bit kept on the
+//! cached entry). After the shard's lock is released, the eligible ones are offered to their
+//! pool's SSD tier, and each eviction is counted by what the tier made of it (`evict_l2_*`:
+//! held or accepted, eligible but neither, ineligible; `release`). The data sketches are sized
+//! for the SSD tiers' capacity beside the cache's own (`follow_second_tiers`).
 //!
 //! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
 //! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader
@@ -270,7 +271,7 @@ impl ShardState {
         class: BlockClass,
         data: Arc<[u8]>,
         access: Access,
-        second_tier: bool,
+        tier_eligible: bool,
     ) -> bool {
         let size = charge(data.len());
         let limit = if self.slack_bytes == 0 {
@@ -282,10 +283,7 @@ impl ShardState {
         self.make_room(class, u64::from(size), limit);
         let policy = self.policy(class);
         let ghost_hits_before = ghost_hits(&policy.stats());
-        policy.insert(key, size, data, access);
-        if !second_tier {
-            policy.forbid_second_tier(&key);
-        }
+        policy.insert_for_tier(key, size, data, access, tier_eligible);
         if ghost_hits(&policy.stats()) > ghost_hits_before {
             self.adapt(class, u64::from(size));
         }
@@ -342,8 +340,14 @@ pub struct BlockCache {
 }
 
 /// Bytes evicted from RAM by the block's state in its pool's SSD tier (pools with cache
-/// devices only): already there, not there though eligible (read on demand, not too large),
-/// not eligible.
+/// devices only), as the eviction's offer (the tier's feed) finds it:
+/// - `cached`: the tier holds the block, or accepted it (queued for writing);
+/// - `eligible` ("uncached eligible"): the feeding rules take it (read on demand, or read ahead
+///   and then used; not too large; its dataset's `secondarycache` takes it) but the tier
+///   neither holds nor accepted it: refused by admission (read too rarely), or dropped
+///   because the writers were behind or no device was usable;
+/// - `ineligible`: read ahead and never used, written rather than read, excluded by
+///   `secondarycache`, or too large (and not held by the tier anyway).
 #[derive(Default)]
 pub(crate) struct EvictL2Counters {
     pub(crate) cached: AtomicU64,
@@ -512,9 +516,21 @@ impl BlockCache {
             let key = [eviction.key[0], eviction.key[1] & ((1 << 48) - 1)];
             let bytes = u64::from(eviction.size_bytes);
             let eligible = eviction.demand_used
-                && eviction.second_tier
+                && eviction.tier_eligible
                 && eviction.size_bytes <= tier.config().block_bytes_max;
-            let counter = if tier.contains(key) {
+            // An eligible block is offered (the offer finds a copy the tier holds, or queues
+            // one for writing, or refuses it); the others are only looked up.
+            let taken = match (&eviction.value, eligible) {
+                (Some(buf), true) => {
+                    let admission = cairn_l2arc::Admission {
+                        frequency: eviction.frequency,
+                        epoch: eviction.epoch,
+                    };
+                    tier.offer_evicted(key, to_bytes(buf), admission)
+                }
+                _ => tier.contains(key),
+            };
+            let counter = if taken {
                 &self.evict_l2.cached
             } else if eligible {
                 &self.evict_l2.eligible
@@ -522,13 +538,6 @@ impl BlockCache {
                 &self.evict_l2.ineligible
             };
             counter.fetch_add(bytes, Ordering::Relaxed);
-            if let (true, Some(buf)) = (eligible, &eviction.value) {
-                let admission = cairn_l2arc::Admission {
-                    frequency: eviction.frequency,
-                    epoch: eviction.epoch,
-                };
-                tier.offer_evicted(key, to_bytes(buf), admission);
-            }
         }
     }
 
@@ -615,11 +624,17 @@ impl BlockCache {
     }
 
     /// Caches `buf` in its shard, outside of which the evicted buffers are freed.
-    fn insert_in_shard(&self, key: BlockKey, class: BlockClass, buf: Arc<[u8]>, access: Access) {
+    fn insert_in_shard(
+        &self,
+        key: BlockKey,
+        class: BlockClass,
+        buf: Arc<[u8]>,
+        access: Access,
+        tier_eligible: bool,
+    ) {
         let (over, dropped) = {
             let mut shard = self.shard(&key).lock();
-            // Blocks cached as written (not read on demand) are not for the SSD tier.
-            let over = shard.insert(key, class, buf, access, false);
+            let over = shard.insert(key, class, buf, access, tier_eligible);
             (over, shard.take_dropped())
         };
         self.release(dropped);
@@ -682,19 +697,19 @@ impl BlockCache {
         data: Option<&Bytes>,
         cache_as: Option<Access>,
     ) {
-        self.complete_for_tiers(key, class, pending, data, cache_as, true);
+        self.complete_for_tier(key, class, pending, data, cache_as, true);
     }
 
-    /// `complete`, saying whether the block may go to the SSD tier when evicted
-    /// (`secondarycache`).
-    pub fn complete_for_tiers(
+    /// `complete`, saying whether the SSD tier's feeding rules take the block (its eviction
+    /// is counted as such: `evict_l2_*`).
+    pub fn complete_for_tier(
         &self,
         key: &BlockKey,
         class: BlockClass,
         pending: &Arc<Pending>,
         data: Option<&Bytes>,
         cache_as: Option<Access>,
-        second_tier: bool,
+        tier_eligible: bool,
     ) {
         let buf: Option<Arc<[u8]>> = match (data, cache_as) {
             (Some(data), Some(_)) if !data.is_empty() => Some(Arc::from(&data[..])),
@@ -708,7 +723,7 @@ impl BlockCache {
                 "completed a read that was not claimed"
             );
             let over = match (buf, cache_as) {
-                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access, second_tier),
+                (Some(buf), Some(access)) => shard.insert(*key, class, buf, access, tier_eligible),
                 _ => false,
             };
             (over, shard.take_dropped())
@@ -723,11 +738,23 @@ impl BlockCache {
 
     /// Caches a block (just read and verified, or just written).
     pub fn insert(&self, key: BlockKey, class: BlockClass, data: &Bytes, access: Access) {
+        self.insert_for_tier(key, class, data, access, true);
+    }
+
+    /// `insert`, saying whether the SSD tier's feeding rules take the block.
+    pub fn insert_for_tier(
+        &self,
+        key: BlockKey,
+        class: BlockClass,
+        data: &Bytes,
+        access: Access,
+        tier_eligible: bool,
+    ) {
         if data.is_empty() {
             return;
         }
         let buf: Arc<[u8]> = Arc::from(&data[..]);
-        self.insert_in_shard(key, class, buf, access);
+        self.insert_in_shard(key, class, buf, access, tier_eligible);
     }
 
     /// How often demand reads asked for `key` lately by its shard's admission sketch, and
@@ -1160,7 +1187,7 @@ mod tests {
             match cache.lookup(&key(n), BlockClass::Data, Access::Demand) {
                 Lookup::Claimed(pending) => {
                     // Every third block's dataset keeps it off the cache devices.
-                    cache.complete_for_tiers(
+                    cache.complete_for_tier(
                         &key(n),
                         BlockClass::Data,
                         &pending,
@@ -1181,6 +1208,48 @@ mod tests {
             fed.iter().all(|n| n % 3 != 0),
             "a block secondarycache excluded was fed"
         );
-        assert!(cache.evict_l2.eligible.load(Ordering::Relaxed) > 0);
+        // Offered and taken counts as cached; kept off by secondarycache, as ineligible.
+        let counted = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        assert!(counted(&cache.evict_l2.cached) >= fed.len() as u64 * 4096);
+        assert!(counted(&cache.evict_l2.ineligible) > 0);
+    }
+
+    /// An eligible block the tier refuses (admission) is "uncached eligible".
+    #[test]
+    fn evictions_the_tier_refuses_count_as_uncached_eligible() {
+        let cache = BlockCache::new(16 * 4096, 1);
+        let tier = Arc::new(L2Arc::new(cairn_l2arc::L2Config {
+            segment_bytes: 256 << 10,
+            write_chunk_bytes: 64 << 10,
+            feed_linger_ms: 5,
+            // Blocks read once are not worth the device.
+            admit_frequency_min: 3,
+            ..cairn_l2arc::L2Config::default()
+        }));
+        let tag = 4u16;
+        cache.register_l2(tag, &tier);
+        let device = Arc::new(cairn_device::mem::MemDevice::new(16 << 20));
+        tier.add_new("c0", device, 1, 1).unwrap();
+        let key = |n: u64| [n << 12, 5 | u64::from(tag) << 48];
+        for n in 0..64u64 {
+            let data = block(n as u8, 4096);
+            if let Lookup::Claimed(pending) =
+                cache.lookup(&key(n), BlockClass::Data, Access::Demand)
+            {
+                cache.complete(
+                    &key(n),
+                    BlockClass::Data,
+                    &pending,
+                    Some(&data),
+                    Some(Access::Demand),
+                );
+            }
+        }
+        tier.settle();
+        let counted = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        assert!(counted(&cache.evict_l2.eligible) >= 40 * 4096);
+        assert_eq!(counted(&cache.evict_l2.cached), 0);
+        assert_eq!(counted(&cache.evict_l2.ineligible), 0);
+        assert!((0..64).all(|n| !tier.contains([n << 12, 5])));
     }
 }

@@ -33,8 +33,10 @@
 //!   demand read makes it an ordinary block again. Read-ahead never used waits in a list of its
 //!   own (at most 1/8 of the capacity before its oldest go) and leaves without a ghost.
 //! - **The tier below.** With `record_evictions`, every eviction is handed over with its value,
-//!   its sketch frequency and epoch, and whether the block may go below (a block read ahead and
-//!   never used, or marked by `forbid_second_tier`, may not): the SSD tier is fed from there.
+//!   its sketch frequency and epoch, and whether the block may go below: a block read ahead and
+//!   never used may not, nor one inserted as not for it (`insert_for_tier`: written rather than
+//!   read, or excluded by `secondarycache`; one flag bit kept for the block's life). The SSD
+//!   tier is fed from there.
 //! - **Pins.** A pinned block (a read still being copied out, a block the L2 feed holds) is
 //!   never evicted; eviction passes over it. If only pinned blocks remain, the cache overflows
 //!   its capacity until they are unpinned.
@@ -94,12 +96,13 @@ const LISTS: usize = 7;
 /// past that the oldest go (a stream that stopped early leaves its read-ahead behind).
 const PREFETCH_SHARE_DIVISOR: u64 = 8;
 const NIL: u32 = u32::MAX;
-/// Entry flags.
+/// Entry flags: a state (one of these two, or none)...
 const PREFETCHED: u8 = 1;
 const STREAMED: u8 = 2;
-/// The block may not go to the tier below when evicted (`secondarycache` excludes it). Kept
-/// across the other flags' changes.
-const NO_SECOND_TIER: u8 = 4;
+const STATE_FLAGS: u8 = PREFETCHED | STREAMED;
+/// ...and a mark kept for the block's life: the SSD tier below may not have it when it is
+/// evicted (written rather than read, or its dataset's `secondarycache` excludes it).
+const NOT_FOR_TIER: u8 = 4;
 /// Entries an eviction looks at from a list's tail before giving up on it (pinned ones are
 /// passed over): bounds the work of one insert.
 const EVICT_SCAN_MAX: usize = 64;
@@ -190,15 +193,15 @@ pub struct PolicySizes {
 }
 
 /// A block the policy evicted (not a ghost dropped): its key and size, whether a demand read
-/// used it (read-ahead never used is not eligible for the SSD tier) and whether the tier below
-/// may have it at all (`forbid_second_tier`), how often it was read lately by the admission
-/// sketch (and the sketch's epoch), and its value (the SSD tier's feed writes it from there).
+/// used it (read-ahead never used is not eligible for the SSD tier), whether the tier below
+/// may have it at all (`insert_for_tier`), how often it was read lately by the admission sketch
+/// (and the sketch's epoch), and its value (the SSD tier's feed writes it from there).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Eviction<V> {
     pub key: BlockKey,
     pub size_bytes: u32,
     pub demand_used: bool,
-    pub second_tier: bool,
+    pub tier_eligible: bool,
     pub frequency: u8,
     pub epoch: u64,
     pub value: Option<V>,
@@ -409,15 +412,6 @@ impl<V> ArcPolicy<V> {
         self.sketch.epoch()
     }
 
-    /// The cached block `key` may not go to the tier below when evicted (`secondarycache`).
-    pub fn forbid_second_tier(&mut self, key: &BlockKey) {
-        if let Some(slot) = self.find(key)
-            && self.entries[slot as usize].list.is_live()
-        {
-            self.entries[slot as usize].flags |= NO_SECOND_TIER;
-        }
-    }
-
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.find(key)
@@ -440,15 +434,14 @@ impl<V> ArcPolicy<V> {
         match list {
             List::Prefetched => {
                 // First use of a block read ahead: used once, as streams use their blocks.
-                debug_assert_eq!(flags & !NO_SECOND_TIER, PREFETCHED);
+                debug_assert_eq!(flags & STATE_FLAGS, PREFETCHED);
                 self.stats.demand_hit_prefetched += 1;
-                let entry = &mut self.entries[slot as usize];
-                entry.flags = (entry.flags & NO_SECOND_TIER) | STREAMED;
+                self.entries[slot as usize].flags = (flags & NOT_FOR_TIER) | STREAMED;
                 self.push_tail(List::Window, slot);
                 self.trim_ghosts();
             }
             List::Window | List::Candidates => {
-                self.entries[slot as usize].flags &= NO_SECOND_TIER;
+                self.entries[slot as usize].flags &= NOT_FOR_TIER;
                 self.push_head(List::Window, slot);
                 self.trim_ghosts();
             }
@@ -476,6 +469,20 @@ impl<V> ArcPolicy<V> {
     /// Caches `value` (a block of `size_bytes`) after a miss, evicting as needed. A key already
     /// cached is replaced in place (same list).
     pub fn insert(&mut self, key: BlockKey, size_bytes: u32, value: V, access: Access) {
+        self.insert_for_tier(key, size_bytes, value, access, true);
+    }
+
+    /// `insert`, saying whether the SSD tier below may have this block when it is evicted
+    /// (reported with its eviction, `Eviction::tier_eligible`, a mark kept whatever hits it takes;
+    /// read-ahead is fed only once a demand read used it, `Eviction::demand_used`).
+    pub fn insert_for_tier(
+        &mut self,
+        key: BlockKey,
+        size_bytes: u32,
+        value: V,
+        access: Access,
+        tier_eligible: bool,
+    ) {
         assert!(size_bytes > 0, "a cached block has a size");
         let list = match self.find(&key) {
             Some(slot) => {
@@ -520,7 +527,7 @@ impl<V> ArcPolicy<V> {
                 PREFETCHED
             } else {
                 0
-            },
+            } | if tier_eligible { 0 } else { NOT_FOR_TIER },
             pins: 0,
             value: Some(value),
         });
@@ -591,7 +598,7 @@ impl<V> ArcPolicy<V> {
             let Some(slot) = self.unpinned_tail(List::Window) else {
                 break;
             };
-            self.entries[slot as usize].flags &= NO_SECOND_TIER;
+            self.entries[slot as usize].flags &= NOT_FOR_TIER;
             self.unlink(slot);
             self.push_head(List::Candidates, slot);
         }
@@ -700,7 +707,7 @@ impl<V> ArcPolicy<V> {
                     key,
                     size_bytes: size,
                     demand_used: list != List::Prefetched,
-                    second_tier: flags & NO_SECOND_TIER == 0,
+                    tier_eligible: flags & NOT_FOR_TIER == 0,
                     frequency: self.sketch.estimate(hash(&key)),
                     epoch: self.sketch.epoch(),
                     value,
@@ -844,12 +851,12 @@ impl<V> ArcPolicy<V> {
                 );
                 assert!(live || entry.pins == 0, "a ghost is pinned");
                 assert_eq!(
-                    entry.flags & !NO_SECOND_TIER == PREFETCHED,
+                    entry.flags & STATE_FLAGS == PREFETCHED,
                     entry.list == List::Prefetched,
                     "read-ahead blocks, and only they, are flagged as such"
                 );
                 assert!(
-                    entry.flags & !NO_SECOND_TIER != STREAMED || entry.list == List::Window,
+                    entry.flags & STATE_FLAGS != STREAMED || entry.list == List::Window,
                     "a streamed block outside the recency list"
                 );
                 assert!(
@@ -897,9 +904,9 @@ mod tests {
         let mut policy: ArcPolicy<u64> = ArcPolicy::new(200 * u64::from(BLOCK));
         policy.record_evictions();
         for n in 0..4u64 {
-            policy.insert([n, 1], BLOCK, n, Access::Demand);
+            // Block 3's dataset keeps it off the tier below (`secondarycache`).
+            policy.insert_for_tier([n, 1], BLOCK, n, Access::Demand, n != 3);
         }
-        policy.forbid_second_tier(&[3, 1]);
         // A hit in the window resets the block's other flags: the mark stays. Then more
         // blocks push it through the contest to the frequency list, and it is hit there.
         for round in 0..5u64 {
@@ -919,8 +926,8 @@ mod tests {
                 .find(|eviction| eviction.key == [n, 1])
                 .unwrap_or_else(|| panic!("block {n} was not evicted"))
         };
-        assert!(!find(3).second_tier, "secondarycache's mark was lost");
-        assert!(find(1).second_tier && find(0).second_tier);
+        assert!(!find(3).tier_eligible, "secondarycache's mark was lost");
+        assert!(find(1).tier_eligible && find(0).tier_eligible);
         assert!(
             !find(10).demand_used,
             "read-ahead never used counts as used"

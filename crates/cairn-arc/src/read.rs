@@ -23,7 +23,13 @@
 //!
 //! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
 //! are read, returned and dropped) or `none`. A block already cached is a hit whatever the
-//! setting (another dataset sharing it may cache it).
+//! setting (another dataset sharing it may cache it). `secondarycache` decides the same for
+//! the pool's cache devices (`cairn-l2arc`): whether a miss looks there and whether a block
+//! RAM lets go is offered to them. Each cached block remembers whether the tier may have it
+//! (`complete_for_tier`, `insert_for_tier`: not if written rather than read, nor if its
+//! dataset's `secondarycache` excludes it), so its eviction is offered, and counted, as the
+//! tier sees it (`evict_l2_cached`: held or accepted; `_eligible`: offered but neither held nor
+//! accepted; `_ineligible`).
 //!
 //! Budget: the cache's target size `c` lies in [`arc_min`, `arc_max`]; every block is charged
 //! its bytes plus its headers (`cache::BLOCK_OVERHEAD_BYTES`). Readers may take the cache a
@@ -625,14 +631,15 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
             Some(data) => Ok(data),
             None => job.io.read_block(&job.bp, class),
         };
-        // A block a demand reader already waited for has been used: it enters as demanded.
+        // A block a demand reader already waited for has been used: it enters as demanded (and
+        // is fed like one when RAM lets it go).
         let access = if job.pending.note_demand() {
             Access::Prefetch
         } else {
             Access::Demand
         };
         let cache_as = job.policy.primary.caches(job.class).then_some(access);
-        shared.blocks.complete_for_tiers(
+        shared.blocks.complete_for_tier(
             &job.key,
             job.class,
             &job.pending,
@@ -750,7 +757,9 @@ impl CachedIo {
                         .uncached_reads
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                shared.blocks.complete_for_tiers(
+                // Its eviction is offered to the SSD tier (and counted) only if the tier may
+                // have it.
+                shared.blocks.complete_for_tier(
                     &key,
                     class,
                     &pending,
@@ -767,8 +776,9 @@ impl CachedIo {
     /// cache devices are fed as RAM lets blocks go (`BlockCache`'s eviction, a victim cache),
     /// so a block RAM will keep is not offered here; one RAM does not keep (`primarycache`)
     /// is let go at once: offered now. Read-ahead no demand read used is never fed, and the
-    /// tier admits by frequency, which keeps scans from washing it. A block served by the cache devices into RAM leaves
-    /// its copy there marked as a duplicate (the first space reused).
+    /// tier admits by frequency, which keeps scans from washing it. A block served by the
+    /// cache devices into RAM leaves its copy there marked as a duplicate (the first space
+    /// reused).
     fn read_below(
         &self,
         bp: &BlockPointer,
@@ -882,10 +892,11 @@ impl CachedIo {
             .counters
             .written_inserts
             .fetch_add(1, Ordering::Relaxed);
+        // Written, not read: the feed never sees it (its eviction is not the feed's miss).
         self.cache
             .shared
             .blocks
-            .insert(self.key(bp), class, data, Access::Demand);
+            .insert_for_tier(self.key(bp), class, data, Access::Demand, false);
     }
 }
 

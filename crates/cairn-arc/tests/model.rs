@@ -216,3 +216,42 @@ fn a_demand_scan_keeps_most_frequent_blocks() {
         hot.len()
     );
 }
+
+/// Whether the SSD tier may have a block is decided when it is inserted and reported with its
+/// eviction, whatever hits it took meanwhile; read-ahead is fed only once a demand read used it
+/// (`demand_used`), and then like any block read on demand.
+#[test]
+fn evictions_report_whether_the_tier_feeds_the_block() {
+    const BLOCK: u32 = 4096;
+    let mut policy: ArcPolicy<()> = ArcPolicy::new(8 * u64::from(BLOCK));
+    policy.record_evictions();
+    policy.insert(k(1), BLOCK, (), Access::Demand);
+    policy.insert_for_tier(k(2), BLOCK, (), Access::Demand, false);
+    policy.insert(k(3), BLOCK, (), Access::Prefetch);
+    for key in [k(1), k(2), k(3), k(2), k(3)] {
+        assert!(policy.get(&key, Access::Demand).is_some());
+    }
+    // Read ahead and never used: not fed, though its dataset would let it go below.
+    policy.insert(k(4), BLOCK, (), Access::Prefetch);
+    policy.assert_invariants();
+    // A cache of nothing evicts every block.
+    policy.set_capacity(0);
+    policy.assert_invariants();
+    let evictions = policy.take_evictions();
+    let fed = |key: BlockKey| {
+        evictions
+            .iter()
+            .find(|eviction| eviction.key == key)
+            .map(|eviction| (eviction.demand_used, eviction.tier_eligible))
+    };
+    assert_eq!(fed(k(1)), Some((true, true)));
+    assert_eq!(fed(k(2)), Some((true, false)));
+    assert_eq!(fed(k(3)), Some((true, true)));
+    assert_eq!(fed(k(4)), Some((false, true)));
+    assert!(
+        evictions
+            .iter()
+            .filter(|e| e.key[0] >= 100)
+            .all(|e| e.tier_eligible)
+    );
+}

@@ -23,6 +23,8 @@ enum ValueType {
     },
     Bytes,
     Choice(&'static [&'static str]),
+    /// An absolute path, or `none`.
+    PathOrNone,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +62,27 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: false,
         inheritable: false,
         description: "block size of the volume (fixed at creation)",
+    },
+    PropertyDef {
+        name: "mountpoint",
+        value_type: ValueType::PathOrNone,
+        default: "none",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: false,
+        description: "where cairn serve mounts the filesystem (an absolute path), or none",
+    },
+    PropertyDef {
+        name: "recordsize",
+        value_type: ValueType::PowerOfTwoBytes {
+            min: 512,
+            max: 1024 * 1024,
+        },
+        default: "131072",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "block size of files larger than one block (new files take it at their first block past it)",
     },
     PropertyDef {
         name: "refreservation",
@@ -186,6 +209,20 @@ impl PropertyDef {
                 } else {
                     Err(invalid(format!("expected one of {}", choices.join(" | "))))
                 }
+            }
+            ValueType::PathOrNone if value == "none" => Ok(value.to_string()),
+            ValueType::PathOrNone => {
+                let path = std::path::Path::new(value);
+                if !path.is_absolute() || value.contains('\0') {
+                    return Err(invalid("must be an absolute path or none".into()));
+                }
+                Ok(value.trim_end_matches('/').to_string()).map(|text| {
+                    if text.is_empty() {
+                        "/".to_string()
+                    } else {
+                        text
+                    }
+                })
             }
             ValueType::Bytes if value == "none" => Ok("0".into()),
             ValueType::Bytes => parse_size(value)

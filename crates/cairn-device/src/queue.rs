@@ -4,12 +4,18 @@
 //! (`cairn-io-Q.N`). Callers submit reads and writes with a priority class and get an `IoHandle`
 //! to wait on; they never call the device directly for data I/O.
 //!
-//! Scheduling. Pending requests are kept per class: FIFO for `SyncRead`, `SyncWrite` and `Log`
-//! (latency matters, and the caller chose the order), offset-ordered for `AsyncRead`,
-//! `AsyncWrite` and `Scrub` (served in elevator order from the last issued offset, which is what
-//! rotational media want). A free worker takes the highest-priority class that has pending work
-//! and is below its cap of active requests (`IoClass::max_active`): sync classes before async,
-//! scrub last. Strict priority means a saturating sync load starves scrub; that is intended.
+//! Scheduling. Pending requests are kept per class: FIFO for `SyncRead`, `CacheRead`,
+//! `SyncWrite`, `Log` and `CacheWrite` (latency matters, or the caller chose the order),
+//! offset-ordered for `AsyncRead`, `AsyncWrite` and `Scrub` (served in elevator order from the
+//! last issued offset, which is what rotational media want). A free worker takes the
+//! highest-priority class that has pending work and is below its cap of active requests
+//! (`IoClass::max_active`): sync classes before async, scrub last. Strict priority means a
+//! saturating sync load starves scrub; that is intended.
+//!
+//! The cache tier's classes only meet on a cache device's queue: `CacheRead` (a read that
+//! stands in for a pool read a caller waits on) right after `SyncRead`, and `CacheWrite`
+//! (feeding the tier: nobody waits on it but its writer) just above scrub, with two in service
+//! at most, so a demand read queued behind a feed is the next request issued.
 //!
 //! Aggregation. The request taken is merged with pending requests of the same direction that
 //! touch it (any class), in both directions of the offset order: writes must be exactly
@@ -55,31 +61,42 @@ pub const READ_GAP_MAX_BYTES: u64 = 32 << 10;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum IoClass {
     SyncRead,
+    /// A read from a cache device for a reader waiting on it.
+    CacheRead,
     SyncWrite,
     Log,
     AsyncRead,
     AsyncWrite,
+    /// Feeding a cache device (and its segment headers and summaries).
+    CacheWrite,
     Scrub,
 }
 
+/// Number of classes.
+const CLASSES: usize = IoClass::ALL.len();
+
 impl IoClass {
     /// All classes in priority order.
-    pub const ALL: [IoClass; 6] = [
+    pub const ALL: [IoClass; 8] = [
         IoClass::SyncRead,
+        IoClass::CacheRead,
         IoClass::SyncWrite,
         IoClass::Log,
         IoClass::AsyncRead,
         IoClass::AsyncWrite,
+        IoClass::CacheWrite,
         IoClass::Scrub,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             IoClass::SyncRead => "sync-read",
+            IoClass::CacheRead => "cache-read",
             IoClass::SyncWrite => "sync-write",
             IoClass::Log => "log",
             IoClass::AsyncRead => "async-read",
             IoClass::AsyncWrite => "async-write",
+            IoClass::CacheWrite => "cache-write",
             IoClass::Scrub => "scrub",
         }
     }
@@ -87,16 +104,23 @@ impl IoClass {
     /// Most aggregates of this class in service at once.
     pub fn max_active(self) -> usize {
         match self {
-            IoClass::SyncRead | IoClass::SyncWrite | IoClass::Log => 10,
+            IoClass::SyncRead | IoClass::CacheRead | IoClass::SyncWrite | IoClass::Log => 10,
             IoClass::AsyncWrite => 10,
             IoClass::AsyncRead => 3,
-            IoClass::Scrub => 2,
+            IoClass::CacheWrite | IoClass::Scrub => 2,
         }
     }
 
     /// FIFO classes keep submission order; the others are served by offset.
     pub fn is_fifo(self) -> bool {
-        matches!(self, IoClass::SyncRead | IoClass::SyncWrite | IoClass::Log)
+        matches!(
+            self,
+            IoClass::SyncRead
+                | IoClass::CacheRead
+                | IoClass::SyncWrite
+                | IoClass::Log
+                | IoClass::CacheWrite
+        )
     }
 
     fn index(self) -> usize {
@@ -330,10 +354,10 @@ struct Aggregate {
 struct Sched {
     pending: BTreeMap<u64, Request>,
     /// Per class: (seq, seq) for FIFO classes, (offset, seq) for the others.
-    class_queue: [BTreeSet<(u64, u64)>; 6],
+    class_queue: [BTreeSet<(u64, u64)>; CLASSES],
     /// Per direction: (offset, seq) of every pending request.
     by_offset: [BTreeSet<(u64, u64)>; 2],
-    active: [usize; 6],
+    active: [usize; CLASSES],
     active_requests: usize,
     /// Elevator position for offset-ordered classes: the end of the last aggregate issued.
     last_offset: u64,
@@ -494,7 +518,7 @@ impl LeafQueue {
                 pending: BTreeMap::new(),
                 class_queue: Default::default(),
                 by_offset: Default::default(),
-                active: [0; 6],
+                active: [0; CLASSES],
                 active_requests: 0,
                 last_offset: 0,
                 unfinished_writes: BTreeSet::new(),

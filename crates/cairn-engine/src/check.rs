@@ -35,6 +35,10 @@ pub struct CheckReport {
     pub references_to_free_space: Vec<String>,
     pub leaks: Vec<String>,
     pub used_mismatches: Vec<String>,
+    /// Filesystems whose namespace was walked (not on a live pool: operations in flight
+    /// would show half-made changes), and what the walks found.
+    pub filesystems_checked: u64,
+    pub namespace_problems: Vec<String>,
 }
 
 impl CheckReport {
@@ -44,6 +48,7 @@ impl CheckReport {
             && self.references_to_free_space.is_empty()
             && self.leaks.is_empty()
             && self.used_mismatches.is_empty()
+            && self.namespace_problems.is_empty()
     }
 
     pub fn problems(&self) -> Vec<String> {
@@ -54,6 +59,7 @@ impl CheckReport {
             ("reference to free space", &self.references_to_free_space),
             ("leaked space", &self.leaks),
             ("used mismatch", &self.used_mismatches),
+            ("namespace", &self.namespace_problems),
         ];
         for (label, items) in sections {
             out.extend(items.iter().map(|item| format!("{label}: {item}")));
@@ -206,6 +212,36 @@ impl Pool {
         Ok(collector.blocks)
     }
 
+    /// Walks the namespace of every filesystem (`cairn_fs::check::check_namespace`).
+    fn check_namespaces(&self, report: &mut CheckReport) {
+        let filesystems: Vec<(String, std::sync::Arc<cairn_object::ObjectSet>)> = {
+            let directory = self.core.directory.lock();
+            let objsets = self.core.objsets.lock();
+            directory
+                .datasets
+                .values()
+                .filter(|record| record.kind == cairn_dataset::DatasetKind::Filesystem)
+                .filter_map(|record| {
+                    objsets
+                        .get(&record.name)
+                        .map(|objset| (record.name.clone(), objset.clone()))
+                })
+                .collect()
+        };
+        for (name, objset) in filesystems {
+            report.filesystems_checked += 1;
+            match cairn_fs::check::check_namespace(&objset) {
+                Ok(found) => report.namespace_problems.extend(
+                    found
+                        .problems
+                        .into_iter()
+                        .map(|problem| format!("{name}: {problem}")),
+                ),
+                Err(err) => report.namespace_problems.push(format!("{name}: {err}")),
+            }
+        }
+    }
+
     /// Verifies every block and the space accounting of the last synced txg.
     pub fn check(&self) -> Result<CheckReport, EngineError> {
         // On a live pool, freeze txg syncs for the duration: hold the open txg (it cannot
@@ -286,6 +322,9 @@ impl Pool {
         }
         visitor.extents.extend(log_extents);
         let mut report = visitor.report;
+        if self.txg_engine().is_err() {
+            self.check_namespaces(&mut report);
+        }
         let referenced = coalesce(visitor.extents, &mut report.double_references);
         report.allocated_bytes = allocated.iter().map(|extent| extent.2).sum();
         for (vdev, offset, len) in subtract(&allocated, &referenced) {

@@ -402,7 +402,8 @@ fn load(
     let directory = DatasetDirectory::decode(&blob)?;
     let mut objsets = BTreeMap::new();
     for record in directory.datasets.values() {
-        if record.kind != DatasetKind::Volume {
+        // The pool's own root dataset has no object set (yet); every other dataset has one.
+        if record.kind != DatasetKind::Volume && record.objset_bp.iter().all(|byte| *byte == 0) {
             continue;
         }
         let (checksum, _) = directory.property(&record.name, "checksum")?;

@@ -31,6 +31,7 @@ mod budget;
 mod cache_devices;
 mod check;
 mod create;
+mod filesystems;
 mod import;
 mod layout;
 mod pool;
@@ -98,6 +99,15 @@ pub enum EngineError {
     /// after it, so the pool is suspended.
     #[error("space map and block pointers disagree; the pool is suspended")]
     SpaceFault(#[source] cairn_pool::space::SpaceError),
+    #[error(transparent)]
+    Fs(#[from] cairn_fs::FsError),
+}
+
+/// The errno values `FsError::errno` gives that map to classes.
+mod libc_errno {
+    pub const EIO: i32 = 5;
+    pub const ENOSPC: i32 = 28;
+    pub const EROFS: i32 = 30;
 }
 
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
@@ -123,6 +133,12 @@ impl EngineError {
             EngineError::Create(_) | EngineError::Layout(_) => ErrorClass::Invalid,
             EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
             EngineError::Cache(_) => ErrorClass::Invalid,
+            EngineError::Fs(err) => match err.errno() {
+                libc_errno::ENOSPC => ErrorClass::NoSpace,
+                libc_errno::EROFS => ErrorClass::ReadOnly,
+                libc_errno::EIO => ErrorClass::Io,
+                _ => ErrorClass::Invalid,
+            },
             EngineError::Label(_)
             | EngineError::Flush(_)
             | EngineError::TaskNotRun { .. }

@@ -123,6 +123,8 @@ pub struct Pool {
     pub(crate) core: Arc<PoolCore>,
     txg: Option<Arc<TxgEngine>>,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
+    /// Filesystems opened so far (`filesystems.rs`).
+    pub(crate) filesystems: Mutex<BTreeMap<String, Arc<cairn_fs::Filesystem>>>,
     closed: AtomicBool,
     /// The running (or last) resilver's thread (`resilver.rs`).
     pub(crate) resilver: Mutex<Option<crate::resilver::ResilverTask>>,
@@ -212,6 +214,7 @@ impl Pool {
             core,
             txg,
             volumes: Mutex::new(BTreeMap::new()),
+            filesystems: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
             resilver: Mutex::new(None),
             notes: Vec::new(),
@@ -301,6 +304,10 @@ impl Pool {
     }
 
     /// Runs `task` in the sync of the open txg and waits until that txg is durable.
+    pub(crate) fn txg_engine_arc(&self) -> Result<Arc<TxgEngine>, EngineError> {
+        self.txg_engine().cloned()
+    }
+
     pub(crate) fn run_sync_task(
         &self,
         task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
@@ -529,6 +536,7 @@ impl Pool {
         if let Some(volume) = self.volumes.lock().remove(name) {
             volume.set_readonly(true);
         }
+        self.filesystems.lock().remove(name);
         let intent_log = self.core.intent_logs.lock().remove(name);
         // Everything already written to the dataset reaches disk first, so the task frees a
         // tree that no other sync is still changing.
@@ -575,6 +583,11 @@ impl Pool {
             Ok(())
         })?;
         self.apply_properties();
+        // Inherited values may change below `dataset` too.
+        let open: Vec<String> = self.filesystems.lock().keys().cloned().collect();
+        for name in open {
+            self.refresh_filesystem(&name)?;
+        }
         Ok(canonical)
     }
 
@@ -642,41 +655,7 @@ impl Pool {
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         check_volume_object(name, &objset, block_size)?;
-        let core = self.core.clone();
-        let engine_for_check = engine.clone();
-        let dataset = name.to_string();
-        let space_check: SpaceCheck = Arc::new(move |bytes, may_wait| {
-            // Others' unused reservations are held back; this volume's own are its to use.
-            let fits = || {
-                let dirty = engine_for_check.dirty_bytes();
-                let view = core.space_view.lock().clone();
-                let available = core.space.lock().available_bytes();
-                dirty + bytes <= view.available_bytes(&dataset, available)
-            };
-            if fits() {
-                return Ok(());
-            }
-            if !may_wait {
-                return Err(DatasetError::NoSpace(format!(
-                    "pool '{}' has no room for {bytes} more bytes without a txg sync",
-                    core.name
-                )));
-            }
-            // The estimate counts every dirty byte as new space, though overwrites free as
-            // much as they take, and space freed in the last few txgs is not reusable yet (on
-            // an idle pool nothing would sync those txgs). Before refusing, write the dirty
-            // data out and drive the txgs that release deferred frees, then look again.
-            let _ = engine_for_check.sync_now();
-            reclaim_deferred(&core, &engine_for_check);
-            if fits() {
-                Ok(())
-            } else {
-                Err(DatasetError::NoSpace(format!(
-                    "pool '{}' has no room for {bytes} more bytes",
-                    core.name
-                )))
-            }
-        });
+        let space_check = self.space_check(name, &engine);
         let intent_log = Arc::new(IntentLog::new(
             name.to_string(),
             self.core.guid,
@@ -717,6 +696,47 @@ impl Pool {
             .insert(name.to_string(), intent_log);
         self.volumes.lock().insert(name.to_string(), volume.clone());
         Ok(volume)
+    }
+
+    /// The space check of dataset `name`'s writes: others' unused reservations are held
+    /// back, the dataset's own are its to use; before refusing, dirty data is synced and
+    /// deferred frees released, then the check runs again.
+    pub(crate) fn space_check(&self, name: &str, engine: &Arc<TxgEngine>) -> SpaceCheck {
+        let core = self.core.clone();
+        let engine_for_check = engine.clone();
+        let dataset = name.to_string();
+        Arc::new(move |bytes, may_wait| {
+            // Others' unused reservations are held back; this volume's own are its to use.
+            let fits = || {
+                let dirty = engine_for_check.dirty_bytes();
+                let view = core.space_view.lock().clone();
+                let available = core.space.lock().available_bytes();
+                dirty + bytes <= view.available_bytes(&dataset, available)
+            };
+            if fits() {
+                return Ok(());
+            }
+            if !may_wait {
+                return Err(DatasetError::NoSpace(format!(
+                    "pool '{}' has no room for {bytes} more bytes without a txg sync",
+                    core.name
+                )));
+            }
+            // The estimate counts every dirty byte as new space, though overwrites free as
+            // much as they take, and space freed in the last few txgs is not reusable yet (on
+            // an idle pool nothing would sync those txgs). Before refusing, write the dirty
+            // data out and drive the txgs that release deferred frees, then look again.
+            let _ = engine_for_check.sync_now();
+            reclaim_deferred(&core, &engine_for_check);
+            if fits() {
+                Ok(())
+            } else {
+                Err(DatasetError::NoSpace(format!(
+                    "pool '{}' has no room for {bytes} more bytes",
+                    core.name
+                )))
+            }
+        })
     }
 
     /// Syncs, writes the given label state and stops the txg engine and device queues.
@@ -950,13 +970,15 @@ pub struct LogDeviceUse {
 pub struct LeafIo {
     pub name: String,
     pub is_log: bool,
+    /// A cache device (the SSD tier), listed after the pool's leaves.
+    pub is_cache: bool,
     /// `None`: the device is missing (no queue).
     pub fields: Option<Vec<(&'static str, u64)>>,
 }
 
 impl Pool {
-    /// The pipeline's counters and every leaf's queue counters (since this process opened
-    /// the pool).
+    /// The pipeline's counters and every leaf's queue counters, then every cache device's
+    /// (since this process opened the pool).
     pub fn io_stats(&self) -> (Vec<(&'static str, u64)>, Vec<LeafIo>) {
         let tree = self.core.io.tree();
         let leaves = tree
@@ -967,9 +989,21 @@ impl Pool {
                 top.leaves.iter().map(move |leaf| LeafIo {
                     name: leaf.spec.to_string(),
                     is_log,
+                    is_cache: false,
                     fields: leaf.queue().map(|queue| queue.stats().fields()),
                 })
             })
+            .chain(
+                self.l2
+                    .iter()
+                    .flat_map(|tier| tier.devices())
+                    .map(|device| LeafIo {
+                        name: device.name.clone(),
+                        is_log: false,
+                        is_cache: true,
+                        fields: Some(device.queue_stats().fields()),
+                    }),
+            )
             .collect();
         (self.core.io.stats.fields(), leaves)
     }
@@ -1036,7 +1070,7 @@ impl PoolCore {
 
     /// Refuses a directory whose reservations the pool could not honour. Takes the space lock
     /// alone, so callers build `trial` without holding the directory lock.
-    fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
+    pub(crate) fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
         let available = self.space.lock().available_bytes();
         SpaceView::of(trial).check_fits(available)
     }

@@ -308,8 +308,9 @@ fn ram_evictions_are_counted_by_whether_the_cache_device_had_the_block() {
     pool.l2().unwrap().settle();
     read_all(&pool, &data);
     pool.l2().unwrap().settle();
-    // While the first passes ran, RAM evicted blocks whose copy was still being written (the
-    // feed is asynchronous); by now every block is on the cache device.
+    // The tier is fed as RAM evicts: during the first passes the evicted blocks were offered
+    // (and taken, counted as cached, unless refused or dropped); by now the cache device holds
+    // them, and an eviction of a block it holds counts as cached.
     let (cached_before, eligible_before) = (stat("evict_l2_cached"), stat("evict_l2_eligible"));
     read_all(&pool, &data);
     let cached = stat("evict_l2_cached") - cached_before;
@@ -321,6 +322,36 @@ fn ram_evictions_are_counted_by_whether_the_cache_device_had_the_block() {
     assert!(
         eligible * 4 < cached,
         "evicted while on the cache device {cached} B, eligible but not there {eligible} B"
+    );
+    pool.close().unwrap();
+}
+
+#[test]
+fn evictions_of_blocks_secondarycache_excludes_are_ineligible() {
+    let dir = tempfile::tempdir().unwrap();
+    let devices = devices();
+    let small = ReadCache::new(ArcConfig {
+        max_bytes: 1 << 20,
+        min_bytes: 1 << 19,
+        shards: 1,
+        prefetch_threads: 1,
+    });
+    let (pool, data) = pool_with_cache(dir.path(), &devices, &small);
+    pool.set_property("tank/vol", "primarycache", "all")
+        .unwrap();
+    pool.set_property("tank/vol", "secondarycache", "none")
+        .unwrap();
+    pool.l2().unwrap().settle();
+    let stat = |name: &str| small.stats().get(name).unwrap_or(0);
+    let before = [stat("evict_l2_eligible"), stat("evict_l2_ineligible")];
+    read_all(&pool, &data);
+    read_all(&pool, &data);
+    let eligible = stat("evict_l2_eligible") - before[0];
+    let ineligible = stat("evict_l2_ineligible") - before[1];
+    assert!(ineligible > 0, "nothing evicted");
+    assert_eq!(
+        eligible, 0,
+        "blocks the dataset keeps off the cache devices counted as the feed's misses"
     );
     pool.close().unwrap();
 }

@@ -114,9 +114,9 @@ pub enum ObjectType {
     SpaceLog = 5,
     /// Reserved: intent-log blocks.
     IntentLog = 6,
-    /// Reserved: file contents.
+    /// File contents (and symlink targets).
     FileData = 7,
-    /// Reserved: directory entries.
+    /// Directory entries (a hashed map, see `cairn-fs`).
     Directory = 8,
     /// Reserved: dedup table.
     DedupTable = 9,
@@ -124,6 +124,10 @@ pub enum ObjectType {
     DeadList = 10,
     /// Pool-wide records: scrub results, history.
     PoolRecords = 11,
+    /// A filesystem's master node: where its root directory and delete queue are.
+    FsMaster = 12,
+    /// An inode's extended attributes (a hashed map, as directories).
+    Xattrs = 13,
 }
 
 impl ObjectType {
@@ -141,6 +145,8 @@ impl ObjectType {
             9 => Self::DedupTable,
             10 => Self::DeadList,
             11 => Self::PoolRecords,
+            12 => Self::FsMaster,
+            13 => Self::Xattrs,
             other => {
                 return Err(FormatError::invalid(
                     "object type",

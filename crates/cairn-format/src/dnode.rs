@@ -2,8 +2,10 @@
 //!
 //! An object set is an array of objects, each described by a 512-byte dnode. The dnodes live in
 //! the data blocks of the object set's *meta-dnode*, which is embedded in the object set's root
-//! block (`ObjsetPhys`). Each dnode roots a tree: up to `DNODE_BLOCK_POINTERS` top-level block
+//! block (`ObjsetPhys`). Each dnode roots a tree: 1 to `DNODE_BLOCK_POINTERS` top-level block
 //! pointers at level `levels - 1`; indirect blocks hold `2^(indirect_shift - 7)` pointers each.
+//! A dnode with fewer top-level pointers gives their room to its bonus (a file's attributes
+//! need more than 64 bytes): the bonus always starts right after the last pointer.
 //!
 //! ```text
 //! dnode (512 bytes)
@@ -14,8 +16,8 @@
 //!      8    4 data block size (bytes)            12 2 bonus length  14 2 reserved
 //!     16    8 max block id        24 8 used bytes (allocated, all copies)
 //!     32    8 birth txg of the object            40 24 reserved
-//!     64  384 block pointers[3]
-//!    448   64 bonus
+//!     64  384 block pointers[count], then the bonus (448 - 128 * count bytes)
+//!         (count 3: pointers at 64, 192, 320 and a 64-byte bonus at 448)
 //!
 //! object set root (1024 bytes, stored in a 4 KiB block)
 //!      0  512 meta-dnode
@@ -33,6 +35,10 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout, Unaligned};
 pub const DNODE_SIZE: usize = 512;
 pub const DNODE_BLOCK_POINTERS: usize = 3;
 pub const DNODE_BONUS_SIZE: usize = 64;
+/// Bonus room of a dnode with a single top-level block pointer.
+pub const DNODE_BONUS_SIZE_MAX: usize = DNODE_BONUS_SIZE + 2 * BLOCK_POINTER_SIZE;
+/// Offset of the first block pointer in a dnode.
+const DNODE_TAIL_OFFSET: usize = 64;
 /// Data block size of the meta-dnode: 32 dnodes per block.
 pub const DNODE_BLOCK_SIZE: u32 = 16 * 1024;
 pub const DNODES_PER_BLOCK: u64 = (DNODE_BLOCK_SIZE as u64) / (DNODE_SIZE as u64);
@@ -62,11 +68,15 @@ struct DnodePhys {
     used_bytes: U64,
     birth_txg: U64,
     reserved1: [u8; 24],
-    block_pointers: [[u8; BLOCK_POINTER_SIZE]; DNODE_BLOCK_POINTERS],
-    bonus: [u8; DNODE_BONUS_SIZE],
+    /// `block_pointer_count` pointers, then the bonus.
+    tail: [u8; DNODE_SIZE - DNODE_TAIL_OFFSET],
 }
 
 const _: () = assert!(std::mem::size_of::<DnodePhys>() == DNODE_SIZE);
+const _: () = assert!(std::mem::offset_of!(DnodePhys, tail) == DNODE_TAIL_OFFSET);
+const _: () = assert!(
+    DNODE_TAIL_OFFSET + DNODE_BLOCK_POINTERS * BLOCK_POINTER_SIZE + DNODE_BONUS_SIZE == DNODE_SIZE
+);
 const _: () = assert!((DNODE_BLOCK_SIZE as usize).is_multiple_of(DNODE_SIZE));
 
 /// In-memory form of a dnode. `levels == 0` means the slot is free.
@@ -81,6 +91,9 @@ pub struct Dnode {
     pub max_block_id: u64,
     pub used_bytes: u64,
     pub birth_txg: u64,
+    /// Top-level pointers in use (1 to `DNODE_BLOCK_POINTERS`); the rest of `block_pointers`
+    /// are holes, and their room on disk belongs to the bonus.
+    pub block_pointer_count: u8,
     pub block_pointers: [BlockPointer; DNODE_BLOCK_POINTERS],
     pub bonus: Vec<u8>,
 }
@@ -96,9 +109,25 @@ impl Dnode {
             max_block_id: 0,
             used_bytes: 0,
             birth_txg: 0,
+            block_pointer_count: DNODE_BLOCK_POINTERS as u8,
             block_pointers: [BlockPointer::HOLE; DNODE_BLOCK_POINTERS],
             bonus: Vec::new(),
         }
+    }
+
+    /// Bonus bytes a dnode with `block_pointer_count` top-level pointers can hold.
+    pub fn bonus_capacity_for(block_pointer_count: u8) -> usize {
+        DNODE_SIZE - DNODE_TAIL_OFFSET - usize::from(block_pointer_count) * BLOCK_POINTER_SIZE
+    }
+
+    /// Bonus bytes this dnode can hold.
+    pub fn bonus_capacity(&self) -> usize {
+        Dnode::bonus_capacity_for(self.block_pointer_count)
+    }
+
+    /// Level-0 blocks under each top-level pointer.
+    pub fn top_span(&self) -> u64 {
+        self.capacity_blocks(self.levels) / u64::from(self.block_pointer_count)
     }
 
     pub fn is_free(&self) -> bool {
@@ -113,7 +142,7 @@ impl Dnode {
     /// How many level-0 blocks a tree of `levels` levels can address.
     pub fn capacity_blocks(&self, levels: u8) -> u64 {
         let per = self.pointers_per_indirect();
-        let mut span = DNODE_BLOCK_POINTERS as u64;
+        let mut span = u64::from(self.block_pointer_count);
         for _ in 1..levels {
             span = span.saturating_mul(per);
         }
@@ -122,17 +151,26 @@ impl Dnode {
 
     pub fn encode(&self, out: &mut [u8]) {
         assert_eq!(out.len(), DNODE_SIZE);
-        assert!(self.bonus.len() <= DNODE_BONUS_SIZE);
-        let mut block_pointers = [[0u8; BLOCK_POINTER_SIZE]; DNODE_BLOCK_POINTERS];
-        for (raw, bp) in block_pointers.iter_mut().zip(self.block_pointers.iter()) {
+        let count = usize::from(self.block_pointer_count);
+        assert!((1..=DNODE_BLOCK_POINTERS).contains(&count));
+        assert!(self.bonus.len() <= self.bonus_capacity());
+        assert!(
+            self.block_pointers[count..].iter().all(|bp| bp.is_hole()),
+            "a pointer past the dnode's count"
+        );
+        let mut tail = [0u8; DNODE_SIZE - DNODE_TAIL_OFFSET];
+        let (pointers, bonus) = tail.split_at_mut(count * BLOCK_POINTER_SIZE);
+        for (raw, bp) in pointers
+            .chunks_exact_mut(BLOCK_POINTER_SIZE)
+            .zip(self.block_pointers.iter())
+        {
             bp.encode(raw);
         }
-        let mut bonus = [0u8; DNODE_BONUS_SIZE];
         bonus[..self.bonus.len()].copy_from_slice(&self.bonus);
         let phys = DnodePhys {
             object_type: self.object_type as u8,
             levels: self.levels,
-            block_pointer_count: DNODE_BLOCK_POINTERS as u8,
+            block_pointer_count: self.block_pointer_count,
             indirect_shift: self.indirect_shift,
             checksum_algorithm: self.checksum_algorithm.map_or(0, |alg| alg as u8),
             compression: 0,
@@ -145,8 +183,7 @@ impl Dnode {
             used_bytes: self.used_bytes.into(),
             birth_txg: self.birth_txg.into(),
             reserved1: [0; 24],
-            block_pointers,
-            bonus,
+            tail,
         };
         out.copy_from_slice(phys.as_bytes());
     }
@@ -159,7 +196,8 @@ impl Dnode {
         if phys.levels == 0 {
             return Ok(Dnode::free());
         }
-        if phys.block_pointer_count as usize != DNODE_BLOCK_POINTERS {
+        let count = usize::from(phys.block_pointer_count);
+        if !(1..=DNODE_BLOCK_POINTERS).contains(&count) {
             return Err(FormatError::invalid(
                 WHAT,
                 "block pointer count",
@@ -185,15 +223,19 @@ impl Dnode {
             ));
         }
         let bonus_len = phys.bonus_len.get() as usize;
-        if bonus_len > DNODE_BONUS_SIZE {
+        if bonus_len > Dnode::bonus_capacity_for(phys.block_pointer_count) {
             return Err(FormatError::invalid(WHAT, "bonus length", bonus_len as u64));
         }
         let checksum_algorithm = match phys.checksum_algorithm {
             0 => None,
             value => Some(ChecksumAlgorithm::from_u8(value)?),
         };
+        let (pointers, bonus) = phys.tail.split_at(count * BLOCK_POINTER_SIZE);
         let mut block_pointers = [BlockPointer::HOLE; DNODE_BLOCK_POINTERS];
-        for (bp, raw) in block_pointers.iter_mut().zip(phys.block_pointers.iter()) {
+        for (bp, raw) in block_pointers
+            .iter_mut()
+            .zip(pointers.chunks_exact(BLOCK_POINTER_SIZE))
+        {
             *bp = BlockPointer::decode(raw)?;
         }
         let dnode = Dnode {
@@ -205,8 +247,9 @@ impl Dnode {
             max_block_id: phys.max_block_id.get(),
             used_bytes: phys.used_bytes.get(),
             birth_txg: phys.birth_txg.get(),
+            block_pointer_count: phys.block_pointer_count,
             block_pointers,
-            bonus: phys.bonus[..bonus_len].to_vec(),
+            bonus: bonus[..bonus_len].to_vec(),
         };
         if dnode.levels > crate::blkptr::LEVEL_MAX + 1 {
             return Err(FormatError::invalid(
@@ -320,6 +363,7 @@ mod tests {
             max_block_id: 2000,
             used_bytes: 12345 * 512,
             birth_txg: 7,
+            block_pointer_count: 3,
             block_pointers: [BlockPointer::HOLE; 3],
             bonus: vec![1, 2, 3],
         }
@@ -331,6 +375,28 @@ mod tests {
         let mut raw = [0u8; DNODE_SIZE];
         dnode.encode(&mut raw);
         assert_eq!(Dnode::decode(&raw).unwrap(), dnode);
+    }
+
+    #[test]
+    fn one_pointer_dnode_gives_its_room_to_the_bonus() {
+        let mut dnode = volume_dnode();
+        dnode.block_pointer_count = 1;
+        dnode.max_block_id = 1000;
+        dnode.bonus = (0..DNODE_BONUS_SIZE_MAX).map(|i| i as u8).collect();
+        assert_eq!(dnode.bonus_capacity(), DNODE_BONUS_SIZE_MAX);
+        let mut raw = [0u8; DNODE_SIZE];
+        dnode.encode(&mut raw);
+        // The bonus starts right after the one pointer.
+        assert_eq!(raw[DNODE_TAIL_OFFSET + BLOCK_POINTER_SIZE], 0);
+        assert_eq!(raw[DNODE_SIZE - 1], (DNODE_BONUS_SIZE_MAX - 1) as u8);
+        assert_eq!(Dnode::decode(&raw).unwrap(), dnode);
+        assert_eq!(dnode.capacity_blocks(2), 1024);
+        assert_eq!(dnode.top_span(), 1024);
+        // A bonus longer than the count leaves room for is refused.
+        raw[2] = 2;
+        assert!(Dnode::decode(&raw).is_err());
+        raw[2] = 0;
+        assert!(Dnode::decode(&raw).is_err());
     }
 
     #[test]

@@ -58,6 +58,7 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         dnode::DNODE_SIZE,
         dnode::DNODE_BLOCK_POINTERS,
         dnode::DNODE_BONUS_SIZE,
+        dnode::DNODE_BONUS_SIZE_MAX,
         dnode::DNODE_BLOCK_SIZE,
         dnode::DNODES_PER_BLOCK,
         dnode::INDIRECT_SHIFT_DEFAULT,

@@ -26,6 +26,7 @@
 pub mod cache;
 pub mod control;
 pub mod exports;
+pub mod fuse;
 pub mod pools;
 pub mod serve;
 

@@ -36,6 +36,8 @@ pub struct ServedPools {
     pub started: OnceLock<std::time::Instant>,
     /// The server's memory budget.
     pub budget: OnceLock<MemoryBudget>,
+    /// Filesystems mounted through FUSE.
+    pub mounts: crate::fuse::Mounts,
 }
 
 impl ServedPools {
@@ -100,6 +102,12 @@ pub enum PoolsError {
         pool: String,
         #[source]
         source: Box<EngineError>,
+    },
+    #[error("cannot unmount a filesystem of pool '{pool}'")]
+    Unmount {
+        pool: String,
+        #[source]
+        source: std::io::Error,
     },
 }
 
@@ -175,6 +183,9 @@ pub struct PoolAccess {
     pub opener: DeviceOpener,
     /// Volumes append their clients' reads to traces here (a benchmark diagnostic).
     pub read_trace_dir: Option<PathBuf>,
+    /// Bytes each cache device may be written per day after its first fill (`cairn serve
+    /// --l2-write-max-per-day`; `None`: no limit).
+    pub l2_write_bytes_per_day: Option<u64>,
 }
 
 impl PoolAccess {
@@ -185,6 +196,7 @@ impl PoolAccess {
             served: None,
             opener: default_opener(),
             read_trace_dir: None,
+            l2_write_bytes_per_day: None,
         }
     }
 
@@ -197,13 +209,14 @@ impl PoolAccess {
 
     /// Options under a memory budget (`None`: the engine's defaults): the budget's dirty
     /// data, further limited to what the pool syncs in `SYNC_TARGET_MS`, and its cache-device
-    /// index allowance.
+    /// index allowance; and the cache devices' daily write budget.
     pub fn pool_options_under(&self, budget: Option<&MemoryBudget>) -> PoolOptions {
         let mut options = PoolOptions {
             opener: self.opener.clone(),
             read_trace_dir: self.read_trace_dir.clone(),
             ..PoolOptions::default()
         };
+        options.l2.write_bytes_per_day = self.l2_write_bytes_per_day;
         if let Some(budget) = budget {
             options.txg.dirty_bytes_max = budget.dirty_bytes_max;
             options.txg.sync_target_ms = cairn_engine::SYNC_TARGET_MS;
@@ -307,7 +320,7 @@ impl PoolAccess {
 
     /// The server's live pool `pool`. A remembered pool the server does not hold (it could not
     /// be opened at start, or since) is opened again now.
-    fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>, PoolsError> {
+    pub fn served_pool(&self, served: &ServedPools, pool: &str) -> Result<Arc<Pool>, PoolsError> {
         if let Some(handle) = served.get(pool) {
             return Ok(handle);
         }
@@ -321,6 +334,13 @@ impl PoolAccess {
     pub fn take(&self, pool: &str) -> Result<Arc<Pool>, PoolsError> {
         if let Some(served) = &self.served {
             let handle = self.served_pool(served, pool)?;
+            // Its filesystems go first: nothing may reach a pool being exported.
+            for (_, result) in served.mounts.unmount_all(Some(pool)) {
+                result.map_err(|source| PoolsError::Unmount {
+                    pool: pool.to_string(),
+                    source,
+                })?;
+            }
             served.pools.write().remove(pool);
             return Ok(handle);
         }

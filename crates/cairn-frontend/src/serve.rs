@@ -274,6 +274,7 @@ where
         &settings.command_line,
         notes,
     )?;
+    mount_all(&served, notes);
     let exports = Arc::new(PoolExports::new(served.clone()));
     let server = Arc::new(NbdServer::new(exports.clone(), config));
     let _ = served.nbd.set(server.clone());
@@ -302,6 +303,12 @@ where
     control::wake(&settings.state_dir);
     let _ = control_thread.join();
     let _ = std::fs::remove_file(control::socket_path(&settings.state_dir));
+    for (dataset, result) in served.mounts.unmount_all(None) {
+        notes(Note::Pool(match result {
+            Ok(()) => format!("unmounted {dataset}"),
+            Err(err) => format!("cannot unmount {dataset}: {err}"),
+        }));
+    }
     let exported = export_all(&served, notes);
     result.and(exported)
 }
@@ -393,6 +400,33 @@ impl Listeners<'_> {
             server.wait_idle().await;
             Ok(())
         })
+    }
+}
+
+/// Mounts every filesystem of the served pools that has a mountpoint; one that cannot be
+/// mounted is reported and left (the others and the volumes are served).
+fn mount_all(served: &ServedPools, notes: &dyn Fn(Note)) {
+    for pool in served.all() {
+        let Ok(datasets) = pool.datasets() else {
+            continue;
+        };
+        for info in datasets {
+            if info.kind != cairn_dataset::DatasetKind::Filesystem || !info.name.contains('/') {
+                continue;
+            }
+            match served.mounts.mount(&pool, &info.name, None) {
+                Ok(at) => notes(Note::Pool(format!(
+                    "mounted {} at {}",
+                    info.name,
+                    at.display()
+                ))),
+                Err(crate::fuse::MountError::NoMountpoint { .. }) => {}
+                Err(err) => notes(Note::Pool(format!(
+                    "not mounted: {}",
+                    cairn_device::error_chain(&err)
+                ))),
+            }
+        }
     }
 }
 

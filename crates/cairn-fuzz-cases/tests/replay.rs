@@ -214,6 +214,7 @@ mod seeds {
             max_block_id: 200,
             used_bytes: 3 * 131_072,
             birth_txg: 7,
+            block_pointer_count: 3,
             block_pointers: [
                 block_pointer(ObjectType::VolumeData, 1, 0x10000, 2),
                 BlockPointer::HOLE,
@@ -233,6 +234,7 @@ mod seeds {
             max_block_id: 0,
             used_bytes: 8192,
             birth_txg: 3,
+            block_pointer_count: 3,
             block_pointers: [
                 block_pointer(ObjectType::DnodeBlock, 0, 0x4000, 2),
                 BlockPointer::HOLE,

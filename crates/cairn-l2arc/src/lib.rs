@@ -48,9 +48,16 @@
 //! sealed (summary, header, flush) and the next one taken is the least valued: its entries
 //! leave the index (read back from its summary) before its space is written, and its valued
 //! blocks are copied forward as above: segment-granular space management with block-granular
-//! second chances. An optional write budget per day (`write_bytes_per_day`, counted after a
-//! first fill of the device) protects flash endurance: over budget, offers are dropped.
-//! `offer` (no frequency known) admits without the bar, as a block read once.
+//! second chances. `offer` (no frequency known) admits without the bar, as a block read once.
+//! `offer_evicted` tells the RAM tier whether the block is here or on its way (held, or queued
+//! for a writer) rather than refused or dropped: what the ARC counts its evictions by
+//! (`evict_l2_cached` against `evict_l2_eligible`, "uncached eligible").
+//!
+//! An optional write budget per day (`write_bytes_per_day`, set by `cairn serve
+//! --l2-write-max-per-day`) protects flash endurance: each device has an allowance that starts
+//! at its size (the first fill is free), refills continuously at the daily rate up to a day's
+//! budget or the device's size, whichever is more; over it, blocks are dropped as the writer
+//! comes to them (`feed_over_budget`).
 //!
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
@@ -70,13 +77,23 @@
 //! block with a newer birth txg; and the read-time checksum catches everything else. Rebuilt
 //! blocks start at frequency 1 (frequencies are not persisted).
 //!
+//! ## I/O
+//! Each cache device has its own `LeafQueue`, and every I/O of the tier goes through it: a
+//! lookup's read at `IoClass::CacheRead` (FIFO, issued before anything else queued there), the
+//! writer's chunks, summaries and headers at `IoClass::CacheWrite` (FIFO, at most two in
+//! service, so feeding never holds every worker), the writer's own reads (rebuild, summaries,
+//! copy-forward) at `IoClass::AsyncRead`, between the two. A reader waits behind at most the
+//! writes already in service, never behind queued feeding. Order that matters is kept by
+//! waiting: the writer waits for each write, and a header invalidation is flushed (the queue's
+//! flush waits for earlier writes) before its segment's space is written again.
+//!
 //! ## Known gaps
-//! Reads go to the device directly, not through its `LeafQueue` at an L2 priority; segment hit
-//! counts are persisted only when a segment is sealed (a restart forgets later heat), and block
-//! frequencies not at all; blocks reach the tier only as RAM lets them go (no feeding ahead of
-//! the eviction end); the admission sketch the ARC sizes for both tiers costs RAM per cached
-//! block on top of the index's (see BENCHMARKS.md); the daily write budget is a config field
-//! with no command to set it.
+//! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
+//! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
+//! feeding ahead of the eviction end); the admission sketch the ARC sizes for both tiers costs
+//! RAM per cached block on top of the index's (see BENCHMARKS.md); a block queued for a writer
+//! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
+//! it.
 
 pub mod index;
 pub mod layout;
@@ -87,7 +104,7 @@ use crate::index::{EntryState, Index, Place};
 use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
 use crate::segments::{SegmentState, SegmentTable};
 use bytes::Bytes;
-use cairn_device::{Device, DeviceError};
+use cairn_device::{Device, DeviceError, IoClass, LeafQueue};
 use cairn_format::BlockPointer;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
@@ -219,7 +236,10 @@ pub struct L2Counters {
 pub struct CacheDevice {
     pub name: String,
     slot: u8,
-    device: Arc<dyn Device>,
+    /// Every I/O of the device goes through its queue: readers' at `IoClass::CacheRead`, the
+    /// writer's feed at `IoClass::CacheWrite`, the writer's own reads (rebuild, summaries,
+    /// copy-forward) at `IoClass::AsyncRead`.
+    queue: Arc<LeafQueue>,
     superblock: Superblock,
     segments: Mutex<SegmentTable>,
     health: AtomicU8,
@@ -230,7 +250,53 @@ pub struct CacheDevice {
     pub checksum_errors: AtomicU64,
     /// Segments whose summaries the rebuild has still to read.
     rebuild_pending: AtomicUsize,
+    /// What the daily write budget lets the writer write now (unused without a budget).
+    allowance: Mutex<Allowance>,
 }
+
+/// A device's write allowance: a bucket filled at `write_bytes_per_day` (continuously, not at
+/// midnight), holding at most a day's budget or the device's size, whichever is more, and
+/// starting full with the device's size (its first fill is free).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Allowance {
+    bytes: f64,
+    at: std::time::Instant,
+}
+
+impl Allowance {
+    fn new(size_bytes: u64) -> Allowance {
+        Allowance {
+            bytes: size_bytes as f64,
+            at: std::time::Instant::now(),
+        }
+    }
+
+    /// Bytes that may be written at `now`.
+    fn left_bytes(&self, per_day: u64, size_bytes: u64, now: std::time::Instant) -> f64 {
+        let refill =
+            now.saturating_duration_since(self.at).as_secs_f64() * per_day as f64 / SECONDS_PER_DAY;
+        (self.bytes + refill).min((per_day as f64).max(size_bytes as f64))
+    }
+
+    /// Takes `bytes` of the allowance if that much is left at `now`.
+    pub(crate) fn take(
+        &mut self,
+        bytes: u64,
+        per_day: u64,
+        size_bytes: u64,
+        now: std::time::Instant,
+    ) -> bool {
+        self.bytes = self.left_bytes(per_day, size_bytes, now);
+        self.at = now;
+        if self.bytes < bytes as f64 {
+            return false;
+        }
+        self.bytes -= bytes as f64;
+        true
+    }
+}
+
+const SECONDS_PER_DAY: f64 = 86_400.0;
 
 /// What `stat l2arc` and `pool status` show of one device.
 #[derive(Debug, Clone)]
@@ -245,6 +311,8 @@ pub struct DeviceReport {
     pub segments: usize,
     pub segments_sealed: usize,
     pub rebuild_pending: usize,
+    /// Bytes the daily write budget lets the device be written now (`None`: no budget).
+    pub write_budget_left_bytes: Option<u64>,
 }
 
 impl CacheDevice {
@@ -259,11 +327,41 @@ impl CacheDevice {
         self.health() == L2Health::Online
     }
 
-    fn report(&self) -> DeviceReport {
+    fn size_bytes(&self) -> u64 {
+        self.queue.device().size_bytes()
+    }
+
+    /// The device queue's counters (`cairn stat io`).
+    pub fn queue_stats(&self) -> cairn_device::QueueStats {
+        self.queue.stats()
+    }
+
+    /// Reads `len` bytes at `offset` through the device's queue, at `class`.
+    fn read_at(&self, class: IoClass, offset: u64, len: usize) -> Result<Vec<u8>, DeviceError> {
+        self.queue.read_sync(class, offset, len)
+    }
+
+    /// Writes `data` at `offset` as feeding (`IoClass::CacheWrite`) and waits for it.
+    fn write_at(&self, offset: u64, data: Bytes) -> Result<(), DeviceError> {
+        self.queue.write_sync(IoClass::CacheWrite, offset, data)
+    }
+
+    /// Makes every write completed before it durable (the queue waits for earlier writes).
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.queue.flush()
+    }
+
+    fn report(&self, config: &L2Config) -> DeviceReport {
+        let write_budget_left_bytes = config.write_bytes_per_day.map(|per_day| {
+            self.allowance
+                .lock()
+                .left_bytes(per_day, self.size_bytes(), std::time::Instant::now())
+                as u64
+        });
         let segments = self.segments.lock();
         DeviceReport {
             name: self.name.clone(),
-            size_bytes: self.device.size_bytes(),
+            size_bytes: self.size_bytes(),
             alloc_bytes: segments.used_bytes(),
             health: self.health(),
             read_errors: self.read_errors.load(Ordering::Relaxed),
@@ -272,6 +370,7 @@ impl CacheDevice {
             segments: segments.len(),
             segments_sealed: segments.count(SegmentState::Sealed),
             rebuild_pending: self.rebuild_pending.load(Ordering::Relaxed),
+            write_budget_left_bytes,
         }
     }
 }
@@ -506,27 +605,37 @@ impl L2Arc {
             device: name.to_string(),
             source,
         };
+        let size_bytes = device.size_bytes();
+        let queue = LeafQueue::new(device);
+        let wait_all = |handles: Vec<cairn_device::IoHandle<()>>| {
+            handles
+                .into_iter()
+                .try_for_each(|handle| handle.wait())
+                .map_err(device_error)
+        };
         // Nothing of an earlier use may survive where it could be read as ours (an old
-        // segment header) or as a pool member's label (the first and last MiB).
-        let blank = vec![0u8; layout::HEADER_BYTES as usize];
-        for segment in 0..superblock.segment_count.min(u64::from(u32::MAX)) as u32 {
-            device
-                .write_at(superblock.segment_offset(segment), &blank)
-                .map_err(device_error)?;
-        }
-        let zeros = vec![0u8; layout::DATA_START as usize];
-        device.write_at(0, &zeros).map_err(device_error)?;
-        let tail = layout::TAIL_RESERVED_BYTES.min(device.size_bytes());
-        device
-            .write_at(device.size_bytes() - tail, &zeros[..tail as usize])
-            .map_err(device_error)?;
-        let encoded = superblock.encode();
-        device.write_at(0, &encoded).map_err(device_error)?;
-        device
-            .write_at(layout::SUPER_BYTES, &encoded)
-            .map_err(device_error)?;
-        device.flush().map_err(device_error)?;
-        self.attach(name, device, superblock, false)
+        // segment header) or as a pool member's label (the first and last MiB). One zeroed
+        // buffer serves every write (the queue hands `Bytes` to the device as they are).
+        let blank = Bytes::from(vec![0u8; layout::DATA_START as usize]);
+        let header_blank = blank.slice(..layout::HEADER_BYTES as usize);
+        let tail = layout::TAIL_RESERVED_BYTES.min(size_bytes);
+        let blanks = (0..superblock.segment_count.min(u64::from(u32::MAX)) as u32)
+            .map(|segment| (superblock.segment_offset(segment), header_blank.clone()))
+            .chain([
+                (0, blank.clone()),
+                (size_bytes - tail, blank.slice(..tail as usize)),
+            ])
+            .collect();
+        wait_all(queue.write_many(IoClass::CacheWrite, blanks, false))?;
+        // The superblocks overwrite zeros written above: only once those are done.
+        let encoded = Bytes::from(superblock.encode());
+        wait_all(queue.write_many(
+            IoClass::CacheWrite,
+            vec![(0, encoded.clone()), (layout::SUPER_BYTES, encoded)],
+            false,
+        ))?;
+        queue.flush().map_err(device_error)?;
+        self.attach(name, queue, superblock, false)
     }
 
     /// Opens a cache device written before (by `add_new`), checks it belongs to `pool_guid`,
@@ -537,7 +646,8 @@ impl L2Arc {
         device: Arc<dyn Device>,
         pool_guid: u64,
     ) -> Result<(), L2Error> {
-        let superblock = read_superblock(name, device.as_ref())?;
+        let queue = LeafQueue::new(device);
+        let superblock = read_superblock(name, &queue)?;
         if superblock.pool_guid != pool_guid {
             return Err(L2Error::OtherPool {
                 device: name.to_string(),
@@ -545,17 +655,18 @@ impl L2Arc {
                 expected: pool_guid,
             });
         }
-        self.attach(name, device, superblock, true)
+        self.attach(name, queue, superblock, true)
     }
 
     fn attach(
         &self,
         name: &str,
-        device: Arc<dyn Device>,
+        queue: Arc<LeafQueue>,
         superblock: Superblock,
         rebuild: bool,
     ) -> Result<(), L2Error> {
         let segment_count = usize::try_from(superblock.segment_count).unwrap_or(usize::MAX);
+        let size_bytes = queue.device().size_bytes();
         let mut devices = self.shared.devices.write();
         let slot = match devices.iter().position(Option::is_none) {
             Some(slot) => slot,
@@ -569,7 +680,7 @@ impl L2Arc {
             name: name.to_string(),
             // Below DEVICES_MAX (16).
             slot: slot as u8,
-            device,
+            queue,
             superblock,
             segments: Mutex::new(SegmentTable::new(segment_count)),
             health: AtomicU8::new(0),
@@ -578,6 +689,7 @@ impl L2Arc {
             write_errors: AtomicU64::new(0),
             checksum_errors: AtomicU64::new(0),
             rebuild_pending: AtomicUsize::new(0),
+            allowance: Mutex::new(Allowance::new(size_bytes)),
         });
         devices[slot] = Some(cache_device.clone());
         drop(devices);
@@ -629,7 +741,7 @@ impl L2Arc {
     pub fn reports(&self) -> Vec<DeviceReport> {
         self.devices()
             .iter()
-            .map(|device| device.report())
+            .map(|device| device.report(&self.shared.config))
             .collect()
     }
 
@@ -696,16 +808,19 @@ impl L2Arc {
 
     /// `offer_with` for a block known by its key (`block_key`) only, as RAM's eviction knows
     /// it: `data` must be its bytes as on disk (the read checks them against the block pointer
-    /// anyway; a wrong copy would only cost a miss and a counted error).
-    pub fn offer_evicted(&self, key: [u64; 2], data: Bytes, admission: Admission) {
+    /// anyway; a wrong copy would only cost a miss and a counted error). Returns whether the
+    /// tier has the block now or took it (queued for a writer), rather than refused it
+    /// (admission, size) or dropped it (writers behind, no usable device): what the RAM tier
+    /// counts as cached against "uncached eligible".
+    pub fn offer_evicted(&self, key: [u64; 2], data: Bytes, admission: Admission) -> bool {
         if data.is_empty() || data.len() > self.shared.config.block_bytes_max as usize {
             self.shared
                 .counters
                 .feed_ineligible
                 .fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
-        self.offer_key(key, data, Some(admission));
+        self.offer_key(key, data, Some(admission))
     }
 
     fn offer_item(&self, bp: &BlockPointer, data: &Bytes, admission: Option<Admission>) {
@@ -720,7 +835,8 @@ impl L2Arc {
         self.offer_key(key, data.clone(), admission);
     }
 
-    fn offer_key(&self, key: [u64; 2], data: Bytes, admission: Option<Admission>) {
+    /// Offers a block by key; whether the tier holds it or queued it for a writer.
+    fn offer_key(&self, key: [u64; 2], data: Bytes, admission: Option<Admission>) -> bool {
         let counters = &self.shared.counters;
         if let Some(admission) = admission {
             self.shared
@@ -733,18 +849,18 @@ impl L2Arc {
                 promoted: false,
                 frequency: state.frequency.max(scaled(frequency, scale)),
             });
-            return;
+            return true;
         }
         if admission.is_some()
             && (frequency < self.shared.config.admit_frequency_min
                 || frequency <= self.shared.bar())
         {
             counters.feed_refused.fetch_add(1, Ordering::Relaxed);
-            return;
+            return false;
         }
         let writers = self.writers.lock();
         if writers.is_empty() {
-            return;
+            return false;
         }
         let start = self.next_writer.fetch_add(1, Ordering::Relaxed);
         let item = writer::FeedItem {
@@ -759,11 +875,12 @@ impl L2Arc {
                 continue;
             }
             match writer.try_send(item.take().expect("item present until sent")) {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(back) => item = Some(back),
             }
         }
         counters.feed_dropped.fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     /// The block of `bp`, verified, if a cache device holds it; `None` sends the caller to
@@ -823,13 +940,15 @@ impl L2Arc {
         let superblock = device.superblock;
         let segment = superblock.segment_of(place.sector);
         let generation = device.segments.lock().generation(segment);
-        let mut buf = vec![0u8; bp.psize as usize];
-        let result = device
-            .device
-            .read_at(superblock.sector_offset(place.sector), &mut buf);
+        // A reader waits on this read: it goes ahead of whatever feeding is queued.
+        let result = device.read_at(
+            IoClass::CacheRead,
+            superblock.sector_offset(place.sector),
+            bp.psize as usize,
+        );
         let raced = || device.segments.lock().generation(segment) != generation;
         match result {
-            Ok(()) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
+            Ok(buf) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
                 self.shared.succeeded(&device);
                 device.segments.lock().note_hit(segment);
                 match promote {
@@ -853,7 +972,7 @@ impl L2Arc {
             }
             // A read that raced a reuse of its segment is a plain miss; any other bad read
             // drops the entry and counts against the device.
-            Ok(()) if !raced() => {
+            Ok(_) if !raced() => {
                 self.bad_read(&device, &device.checksum_errors, key, place);
                 None
             }
@@ -861,7 +980,7 @@ impl L2Arc {
                 self.bad_read(&device, &device.read_errors, key, place);
                 None
             }
-            Ok(()) | Err(_) => None,
+            Ok(_) | Err(_) => None,
         }
     }
 
@@ -915,17 +1034,19 @@ impl Drop for L2Arc {
     }
 }
 
-fn read_superblock(name: &str, device: &dyn Device) -> Result<Superblock, L2Error> {
+fn read_superblock(name: &str, queue: &LeafQueue) -> Result<Superblock, L2Error> {
     let mut first_error = None;
     for offset in [0, layout::SUPER_BYTES] {
-        let mut buf = vec![0u8; layout::SUPER_BYTES as usize];
-        if let Err(source) = device.read_at(offset, &mut buf) {
-            first_error.get_or_insert(L2Error::Device {
-                device: name.to_string(),
-                source,
-            });
-            continue;
-        }
+        let buf = match queue.read_sync(IoClass::SyncRead, offset, layout::SUPER_BYTES as usize) {
+            Ok(buf) => buf,
+            Err(source) => {
+                first_error.get_or_insert(L2Error::Device {
+                    device: name.to_string(),
+                    source,
+                });
+                continue;
+            }
+        };
         match Superblock::decode(&buf) {
             Ok(superblock) => return Ok(superblock),
             Err(source) => {
@@ -944,28 +1065,53 @@ fn read_superblock(name: &str, device: &dyn Device) -> Result<Superblock, L2Erro
 pub(crate) fn scan_headers(shared: &Shared, device: &CacheDevice) {
     let superblock = device.superblock;
     let mut found = 0;
-    let mut buf = vec![0u8; layout::HEADER_BYTES as usize];
-    for segment in 0..superblock.segment_count as u32 {
-        let offset = superblock.segment_offset(segment);
-        if device.device.read_at(offset, &mut buf).is_err() {
-            device.read_errors.fetch_add(1, Ordering::Relaxed);
-            shared.failed(device);
-            if !device.usable() {
-                return;
+    let segments: Vec<u32> = (0..superblock.segment_count as u32).collect();
+    // A window of header reads in flight at once: the device serves them in parallel.
+    for window in segments.chunks(SCAN_READS_IN_FLIGHT) {
+        let reads: Vec<_> = window
+            .iter()
+            .map(|&segment| {
+                let offset = superblock.segment_offset(segment);
+                let read =
+                    device
+                        .queue
+                        .read(IoClass::AsyncRead, offset, layout::HEADER_BYTES as usize);
+                (segment, read)
+            })
+            .collect();
+        for (segment, read) in reads {
+            match read.wait() {
+                Ok(buf) => found += scan_header(device, segment, &buf),
+                Err(_) => {
+                    device.read_errors.fetch_add(1, Ordering::Relaxed);
+                    shared.failed(device);
+                }
             }
-            continue;
         }
-        if let Ok(Some(header)) = SegmentHeader::decode(&buf, superblock.segment_bytes) {
+        if !device.usable() {
+            return;
+        }
+    }
+    device.rebuild_pending.store(found, Ordering::Relaxed);
+}
+
+/// Header reads in flight while scanning a device opened again.
+const SCAN_READS_IN_FLIGHT: usize = 32;
+
+/// Notes `segment` as sealed if `buf` is a valid header; 1 if it was, else 0.
+fn scan_header(device: &CacheDevice, segment: u32, buf: &[u8]) -> usize {
+    match SegmentHeader::decode(buf, device.superblock.segment_bytes) {
+        Ok(Some(header)) => {
             device.segments.lock().found_sealed(
                 segment,
                 header.sequence,
                 header.hits,
                 header.entries,
             );
-            found += 1;
+            1
         }
+        _ => 0,
     }
-    device.rebuild_pending.store(found, Ordering::Relaxed);
 }
 
 /// Sectors a block of `bytes` takes.

@@ -288,6 +288,42 @@ fn the_write_budget_drops_feeds_once_spent() {
     let counters = l2.counters();
     assert!(counters.feed_over_budget.load(Ordering::Relaxed) >= 1_200);
     assert!(counters.feed_blocks.load(Ordering::Relaxed) <= 768);
+    // What is left is less than one more block.
+    let left = l2.reports()[0].write_budget_left_bytes.unwrap();
+    assert!(left < 4096, "{left} B left");
+}
+
+#[test]
+fn the_write_allowance_refills_at_the_daily_rate_up_to_a_day_or_a_fill() {
+    use std::time::{Duration, Instant};
+    let (per_day, size) = (86_400, 10_000);
+    let start = Instant::now();
+    let mut allowance = Allowance::new(size);
+    assert!(
+        allowance.take(size, per_day, size, start),
+        "the first fill is free"
+    );
+    assert!(!allowance.take(1, per_day, size, start));
+    // A byte a second.
+    let later = start + Duration::from_secs(100);
+    assert!(!allowance.take(101, per_day, size, later));
+    assert!(allowance.take(100, per_day, size, later));
+    // Idle for days: never more than the larger of a day's budget and the device.
+    let idle = later + Duration::from_secs(10 * 86_400);
+    assert_eq!(allowance.left_bytes(per_day, size, idle), 86_400.0);
+    let big = 1_000_000;
+    let mut allowance = Allowance::new(big);
+    assert!(allowance.take(big, per_day, big, start));
+    let idle = start + Duration::from_secs(20 * 86_400);
+    assert_eq!(allowance.left_bytes(per_day, big, idle), big as f64);
+}
+
+#[test]
+fn without_a_budget_nothing_is_over_it() {
+    let l2 = new_cache(Arc::new(MemDevice::new(3 << 20)), small_config());
+    feed(&l2, 0..2_000);
+    assert_eq!(l2.counters().feed_over_budget.load(Ordering::Relaxed), 0);
+    assert_eq!(l2.reports()[0].write_budget_left_bytes, None);
 }
 
 #[test]

@@ -22,6 +22,7 @@ use crate::layout::{
 use crate::segments::{self, SegmentState};
 use crate::{CacheDevice, Shared, sectors_for};
 use bytes::Bytes;
+use cairn_device::IoClass;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -64,12 +65,14 @@ impl WriterHandle {
         done_rx
     }
 
-    /// Writes what is queued, seals the filling segment, and ends the thread.
+    /// Writes what is queued, seals the filling segment, ends the thread, and stops the
+    /// device's queue (its workers let go of the device; a reader still holding it misses).
     pub fn stop(mut self) {
         let _ = self.tx.send(Message::Stop);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+        self.device.queue.shutdown();
     }
 }
 
@@ -108,9 +111,6 @@ struct Writer {
     settles_waiting: Vec<Sender<()>>,
     /// Hot blocks of a reused segment, to be written again.
     survivors: std::collections::VecDeque<FeedItem>,
-    /// Write budget: bytes that may be written now (`None`: no budget).
-    allowance_bytes: Option<f64>,
-    allowance_at: Instant,
 }
 
 impl Writer {
@@ -118,11 +118,6 @@ impl Writer {
         let segment_bytes = device.superblock.segment_bytes;
         let chunk_bytes_max = (shared.config.write_chunk_bytes as u64)
             .clamp(SECTOR_BYTES, segment_bytes / 2) as usize;
-        // A first fill of the device is free; the budget counts from there.
-        let allowance_bytes = shared
-            .config
-            .write_bytes_per_day
-            .map(|_| device.device.size_bytes() as f64);
         Writer {
             shared,
             device,
@@ -134,8 +129,6 @@ impl Writer {
             rebuilding,
             settles_waiting: Vec::new(),
             survivors: std::collections::VecDeque::new(),
-            allowance_bytes,
-            allowance_at: Instant::now(),
         }
     }
 
@@ -199,20 +192,12 @@ impl Writer {
         let Some(per_day) = self.shared.config.write_bytes_per_day else {
             return true;
         };
-        let Some(allowance) = self.allowance_bytes.as_mut() else {
-            return true;
-        };
-        let now = Instant::now();
-        let refill =
-            now.duration_since(self.allowance_at).as_secs_f64() * per_day as f64 / 86_400.0;
-        self.allowance_at = now;
-        let ceiling = (per_day as f64).max(self.device.device.size_bytes() as f64);
-        *allowance = (*allowance + refill).min(ceiling);
-        if *allowance < bytes as f64 {
-            return false;
-        }
-        *allowance -= bytes as f64;
-        true
+        self.device.allowance.lock().take(
+            bytes as u64,
+            per_day,
+            self.device.size_bytes(),
+            Instant::now(),
+        )
     }
 
     fn append(&mut self, item: FeedItem) {
@@ -280,7 +265,7 @@ impl Writer {
         if self.chunk.is_empty() {
             return;
         }
-        let mut chunk = std::mem::take(&mut self.chunk);
+        let mut chunk = Bytes::from(std::mem::take(&mut self.chunk));
         let mut entries = std::mem::take(&mut self.chunk_entries);
         let mut frequencies = std::mem::take(&mut self.chunk_states);
         self.chunk = Vec::with_capacity(self.chunk_bytes_max);
@@ -307,7 +292,7 @@ impl Writer {
             let rest = chunk.split_off(end);
             let rest_entries = entries.split_off(fit);
             let rest_frequencies = frequencies.split_off(fit);
-            self.write_part(&chunk, entries, frequencies);
+            self.write_part(chunk, entries, frequencies);
             let base = (end as u64 / SECTOR_BYTES) as u32;
             chunk = rest;
             entries = rest_entries
@@ -329,7 +314,7 @@ impl Writer {
     /// Writes `chunk` (which fits) at the filling segment's cursor and indexes its entries.
     fn write_part(
         &mut self,
-        chunk: &[u8],
+        chunk: Bytes,
         entries: Vec<SummaryEntry>,
         frequencies: Vec<EntryState>,
     ) {
@@ -338,7 +323,8 @@ impl Writer {
         };
         let superblock = self.device.superblock;
         let offset = superblock.segment_offset(filling.segment) + filling.cursor_bytes;
-        if self.device.device.write_at(offset, chunk).is_err() {
+        let chunk_bytes = chunk.len() as u64;
+        if self.device.write_at(offset, chunk).is_err() {
             self.device.write_errors.fetch_add(1, Ordering::Relaxed);
             self.shared.failed(&self.device);
             self.shared
@@ -350,7 +336,7 @@ impl Writer {
         self.shared.succeeded(&self.device);
         let base_sectors = (filling.cursor_bytes / SECTOR_BYTES) as u32;
         let segment_sectors = filling.segment * superblock.sectors_per_segment();
-        filling.cursor_bytes += chunk.len() as u64;
+        filling.cursor_bytes += chunk_bytes;
         let segment = filling.segment;
         let mut written = Vec::with_capacity(entries.len());
         let mut value = 0;
@@ -377,7 +363,7 @@ impl Writer {
         {
             let mut segments = self.device.segments.lock();
             segments.add_value(segment, value);
-            segments.appended(segment, written.len() as u32, chunk.len() as u64);
+            segments.appended(segment, written.len() as u32, chunk_bytes);
         }
         if let Some(filling) = self.filling.as_mut() {
             filling.entries.extend(written);
@@ -430,12 +416,13 @@ impl Writer {
             summary_checksum: cairn_format::checksum::embedded(&summary),
         };
         let start = superblock.segment_offset(filling.segment);
+        // Summary before header: a header names a summary already written (the flush makes
+        // both durable; a torn pair fails the summary's checksum at rebuild, never misleads).
         let written = self
             .device
-            .device
-            .write_at(start + filling.cursor_bytes, &summary)
-            .and_then(|()| self.device.device.write_at(start, &header.encode()))
-            .and_then(|()| self.device.device.flush());
+            .write_at(start + filling.cursor_bytes, Bytes::from(summary))
+            .and_then(|()| self.device.write_at(start, Bytes::from(header.encode())))
+            .and_then(|()| self.device.flush());
         match written {
             Ok(()) => self.shared.succeeded(&self.device),
             Err(_) => {
@@ -479,12 +466,11 @@ impl Writer {
         // The old header must not outlive the old contents: a restart would index blocks
         // the new contents overwrote (they would fail verification, as errors).
         let superblock = self.device.superblock;
-        let blank = vec![0u8; HEADER_BYTES as usize];
+        let blank = Bytes::from(vec![0u8; HEADER_BYTES as usize]);
         let invalidated = self
             .device
-            .device
-            .write_at(superblock.segment_offset(segment), &blank)
-            .and_then(|()| self.device.device.flush());
+            .write_at(superblock.segment_offset(segment), blank)
+            .and_then(|()| self.device.flush());
         if invalidated.is_err() {
             self.device.write_errors.fetch_add(1, Ordering::Relaxed);
             self.shared.failed(&self.device);
@@ -526,13 +512,15 @@ impl Writer {
                 continue;
             }
             budget -= padded;
-            let mut data = vec![0u8; entry.psize as usize];
             let offset = start + u64::from(entry.offset_sectors) * SECTOR_BYTES;
-            if self.device.device.read_at(offset, &mut data).is_err() {
+            let Ok(data) = self
+                .device
+                .read_at(IoClass::AsyncRead, offset, entry.psize as usize)
+            else {
                 self.device.read_errors.fetch_add(1, Ordering::Relaxed);
                 self.shared.failed(&self.device);
                 return;
-            }
+            };
             self.shared
                 .counters
                 .copied_forward
@@ -589,13 +577,18 @@ impl Writer {
     fn read_summary(&self, segment: u32) -> Option<Vec<SummaryEntry>> {
         let superblock = self.device.superblock;
         let start = superblock.segment_offset(segment);
-        let mut raw = vec![0u8; HEADER_BYTES as usize];
-        self.device.device.read_at(start, &mut raw).ok()?;
-        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
-        let mut summary = vec![0u8; header.summary_bytes()];
-        self.device
+        let raw = self
             .device
-            .read_at(start + u64::from(header.summary_offset_bytes), &mut summary)
+            .read_at(IoClass::AsyncRead, start, HEADER_BYTES as usize)
+            .ok()?;
+        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
+        let summary = self
+            .device
+            .read_at(
+                IoClass::AsyncRead,
+                start + u64::from(header.summary_offset_bytes),
+                header.summary_bytes(),
+            )
             .ok()?;
         layout::decode_summary(&summary, &header).ok()
     }

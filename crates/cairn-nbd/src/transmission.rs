@@ -12,12 +12,15 @@
 //! in flight), a FLUSH or FUA request (in place, `block_in_place`): its reply then leaves from
 //! the thread that computed it instead of after a wake-up of another one.
 //! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
-//! - Flush ahead: once a client that waits for each reply has sent a FLUSH after each of its
 //!   last few writes (fio's `fsync=1`, a database's write + fdatasync), the connection commits
 //!   as soon as the reply to its next write is on the wire, while the reply travels and the
 //!   FLUSH comes back; that FLUSH then finds nothing left to commit, and the reader, polled
 //!   again right after the commit, reads it at once (no thread has to be woken for it).
 //!   Durability is unchanged: the FLUSH still calls `Export::flush`.
+//! - Spin for the next request: after a FLUSH or FUA request of a client that waits for each
+//!   reply, the reader looks for the next request for a moment (`ServerConfig::serial_spin`)
+//!   before letting its thread sleep, yielding to the runtime between looks: the request then
+//!   finds an awake thread instead of paying for a wake-up.
 //!
 //! Invariants:
 //! - Bounded: every request holds a slot of the connection's `max_inflight_requests` semaphore
@@ -431,6 +434,9 @@ struct Reader<'a> {
     habit: FlushHabit,
     /// Requests in a row that arrived with nothing else in flight (capped at `SERIAL_STREAK`).
     serial_streak: u32,
+    /// The last request came from a serial client and waited for stable media: its next
+    /// request follows the reply closely, and the reader spins for it.
+    spin_next: bool,
 }
 
 /// Whether the reader goes on after taking one request.
@@ -454,7 +460,11 @@ async fn read_loop<R>(
     let mut reader = Reader::new(inner, session, stats, tx);
     let mut shutdown = inner.shutdown_rx();
     loop {
-        if !request_arrives(r, &mut shutdown, dead).await {
+        if let Some(found) = reader.spin_for_request(r).await {
+            if !found {
+                break;
+            }
+        } else if !request_arrives(r, &mut shutdown, dead).await {
             break;
         }
         let Some(req) = reader.read_header(r).await else {
@@ -485,6 +495,33 @@ async fn request_arrives<R: AsyncBufRead + Unpin>(
 }
 
 impl<'a> Reader<'a> {
+    /// For a serial client whose request that waited for stable media was just answered: looks
+    /// for its next request for up to `ServerConfig::serial_spin` without letting the thread
+    /// sleep. Each look yields to the runtime, which polls its I/O driver without blocking
+    /// before coming back, so other tasks run meanwhile. `Some(false)`: the connection is
+    /// closing; `None`: nothing came (or no spin is due), and the caller waits as usual.
+    async fn spin_for_request<R: AsyncBufRead + Unpin>(&self, r: &mut R) -> Option<bool> {
+        let budget = self.inner.config.serial_spin;
+        if budget.is_zero() || !self.spin_next {
+            return None;
+        }
+        let start = Instant::now();
+        loop {
+            let polled = std::future::poll_fn(|cx| {
+                Poll::Ready(match std::pin::Pin::new(&mut *r).poll_fill_buf(cx) {
+                    Poll::Ready(Ok(b)) => Some(!b.is_empty()),
+                    Poll::Ready(Err(_)) => Some(false),
+                    Poll::Pending => None,
+                })
+            })
+            .await;
+            if polled.is_some() || start.elapsed() >= budget {
+                return polled;
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
     fn new(
         inner: &'a Arc<Inner>,
         session: &'a Arc<Session>,
@@ -508,6 +545,7 @@ impl<'a> Reader<'a> {
             }),
             next_write_seq: 0,
             habit: FlushHabit::default(),
+            spin_next: false,
             serial_streak: 0,
         }
     }
@@ -535,6 +573,7 @@ impl<'a> Reader<'a> {
     /// answers it here or hands it to a handler task.
     async fn take<R: AsyncRead + Unpin>(&mut self, r: &mut R, req: Request) -> Next {
         let received = Instant::now();
+        self.spin_next = false;
         // A request slot bounds the reply queue even for requests refused without an export call.
         let Ok(slot) = self.slots.clone().acquire_owned().await else {
             return Next::Stop;
@@ -564,6 +603,7 @@ impl<'a> Reader<'a> {
             _ => Bytes::new(),
         };
         self.habit.note(&op);
+        self.spin_next = op.waits_for_media() && self.serial_streak >= SERIAL_STREAK;
         if let Some((result, by_write_now)) = self.answer_now(op, &payload) {
             // Only for a client that waits for each reply: the commit ahead blocks this reader.
             let ahead =

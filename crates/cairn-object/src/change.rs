@@ -8,7 +8,7 @@ use crate::read::blob_len;
 use crate::{BlockChange, ObjectError, ObjectSet, is_all_zero, tree};
 use bytes::Bytes;
 use cairn_device::queue::IoClass;
-use cairn_format::dnode::DNODE_BLOCK_SIZE;
+use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
 impl ObjectSet {
@@ -36,6 +36,177 @@ impl ObjectSet {
             .or_default()
             .dnodes
             .insert(object, dnode);
+    }
+
+    /// Creates `object` with a bonus (a file's attributes), in `txg`. A bonus larger than
+    /// `DNODE_BONUS_SIZE` takes the room of two top-level block pointers (the tree then grows
+    /// from one pointer, a level sooner).
+    pub fn create_object_with_bonus(
+        &self,
+        txg: u64,
+        object: u64,
+        object_type: ObjectType,
+        data_block_size: u32,
+        bonus: Vec<u8>,
+    ) -> Result<(), ObjectError> {
+        assert!(object > 0, "object 0 is the meta-dnode");
+        let mut dnode = Dnode::free();
+        dnode.object_type = object_type;
+        dnode.data_block_size = data_block_size;
+        dnode.birth_txg = txg;
+        dnode.levels = 1;
+        if bonus.len() > DNODE_BONUS_SIZE {
+            dnode.block_pointer_count = 1;
+        }
+        if bonus.len() > dnode.bonus_capacity() {
+            return Err(ObjectError::Refused {
+                object,
+                what: format!("a bonus of {} bytes does not fit a dnode", bonus.len()),
+            });
+        }
+        dnode.bonus = bonus;
+        let mut state = self.state.lock();
+        let changes = state.changes.entry(txg).or_default();
+        changes.dnodes.insert(object, dnode);
+        Ok(())
+    }
+
+    /// Replaces `object`'s bonus in `txg` (its tree is left as it is).
+    pub fn set_bonus(&self, txg: u64, object: u64, bonus: Vec<u8>) -> Result<(), ObjectError> {
+        self.change_dnode(txg, object, |dnode| {
+            if bonus.len() > dnode.bonus_capacity() {
+                return Err(format!(
+                    "a bonus of {} bytes does not fit its dnode ({} bytes)",
+                    bonus.len(),
+                    dnode.bonus_capacity()
+                ));
+            }
+            dnode.bonus = bonus;
+            Ok(())
+        })
+    }
+
+    /// Changes the block size of an object that holds at most its block 0, in `txg` (a small
+    /// file growing, as a file's single block is sized to its contents). Block 0 of the old
+    /// size is dropped from the tree: the caller writes block 0 at the new size in `txg`, or
+    /// it reads as a hole. The txg sync replaces the object's tree as a whole.
+    pub fn set_block_size(
+        &self,
+        txg: u64,
+        object: u64,
+        data_block_size: u32,
+    ) -> Result<(), ObjectError> {
+        self.change_dnode(txg, object, |dnode| {
+            if dnode.max_block_id > 0 {
+                return Err(format!(
+                    "holds blocks past block 0 (up to {}): its block size stays {}",
+                    dnode.max_block_id, dnode.data_block_size
+                ));
+            }
+            if dnode.data_block_size != data_block_size {
+                dnode.data_block_size = data_block_size;
+                dnode.levels = 1;
+                dnode.block_pointers =
+                    [BlockPointer::HOLE; cairn_format::dnode::DNODE_BLOCK_POINTERS];
+                dnode.used_bytes = 0;
+            }
+            Ok(())
+        })?;
+        // Pending versions of block 0 in `txg` at the old size cannot be written any more.
+        let stale = {
+            let mut state = self.state.lock();
+            let changes = state.changes.entry(txg).or_default();
+            match changes.blocks.get(&(object, 0)) {
+                Some(change)
+                    if change
+                        .data
+                        .as_ref()
+                        .is_some_and(|data| data.len() != data_block_size as usize) =>
+                {
+                    changes.blocks.remove(&(object, 0))
+                }
+                _ => None,
+            }
+        };
+        if let Some(bp) = stale.and_then(|change| change.written) {
+            self.io.io().free_block(&bp, txg);
+        }
+        Ok(())
+    }
+
+    /// The newest version of `object`'s dnode, changed by `change` and recorded in `txg`.
+    fn change_dnode(
+        &self,
+        txg: u64,
+        object: u64,
+        change: impl FnOnce(&mut Dnode) -> Result<(), String>,
+    ) -> Result<(), ObjectError> {
+        let mut dnode = self.dnode(object)?;
+        if dnode.is_free() {
+            return Err(ObjectError::NoSuchObject(object));
+        }
+        change(&mut dnode).map_err(|what| ObjectError::Refused { object, what })?;
+        let mut state = self.state.lock();
+        state
+            .changes
+            .entry(txg)
+            .or_default()
+            .dnodes
+            .insert(object, dnode);
+        Ok(())
+    }
+
+    /// Turns every block of `object` from `first` on into a hole, in `txg` (a file truncated).
+    /// Looks only at blocks that hold data, so a huge sparse object costs what it holds.
+    pub fn free_blocks_from(&self, txg: u64, object: u64, first: u64) -> Result<(), ObjectError> {
+        const CHUNK_BLOCKS: u64 = 1 << 16;
+        let dnode = self.dnode(object)?;
+        if dnode.is_free() {
+            return Err(ObjectError::NoSuchObject(object));
+        }
+        let pending: Vec<u64> = {
+            let state = self.state.lock();
+            let mut blkids: Vec<u64> = state
+                .changes
+                .values()
+                .flat_map(|changes| {
+                    changes
+                        .blocks
+                        .range((object, first)..=(object, u64::MAX))
+                        .map(|(&(_, blkid), _)| blkid)
+                })
+                .collect();
+            blkids.sort_unstable();
+            blkids.dedup();
+            blkids
+        };
+        let synced_end = {
+            let mut state = self.state.lock();
+            let synced = self.synced_dnode(&mut state, object)?;
+            if synced.is_free() {
+                0
+            } else {
+                synced.max_block_id + 1
+            }
+        };
+        let mut start = first;
+        while start < synced_end {
+            let count = (synced_end - start).min(CHUNK_BLOCKS);
+            for (index, has_data) in self
+                .block_map(object, start, count)?
+                .into_iter()
+                .enumerate()
+            {
+                if has_data {
+                    self.free_block(txg, object, start + index as u64);
+                }
+            }
+            start += count;
+        }
+        for blkid in pending {
+            self.free_block(txg, object, blkid);
+        }
+        Ok(())
     }
 
     /// Frees object `object` and every block beneath it, in `txg`.

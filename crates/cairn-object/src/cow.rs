@@ -102,7 +102,7 @@ impl TreeWriter<'_, '_> {
                 "tree too deep"
             );
         }
-        let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+        let top_span = dnode.top_span();
         let top_level = dnode.levels - 1;
         let mut used_delta: i128 = 0;
         let mut updates = updates.into_iter().peekable();

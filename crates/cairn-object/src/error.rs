@@ -19,6 +19,10 @@ pub enum ObjectError {
     /// A read that must not wait for I/O found something it needs not in memory.
     #[error("not in memory")]
     NotCached,
+    /// A bonus larger than the object's dnode has room for, or a block size change of an
+    /// object that holds more than one block: the caller's mistake, refused before any change.
+    #[error("object {object}: {what}")]
+    Refused { object: u64, what: String },
 }
 
 impl ObjectError {
@@ -28,7 +32,7 @@ impl ObjectError {
     pub fn class(&self) -> ErrorClass {
         match self {
             ObjectError::Pipeline(err) => err.class(),
-            ObjectError::OutOfRange { .. } => ErrorClass::Invalid,
+            ObjectError::OutOfRange { .. } | ObjectError::Refused { .. } => ErrorClass::Invalid,
             ObjectError::Corrupt(_) | ObjectError::NoSuchObject(_) | ObjectError::NotCached => {
                 ErrorClass::Io
             }

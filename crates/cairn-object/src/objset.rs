@@ -52,6 +52,7 @@ fn empty_meta_dnode() -> Dnode {
         max_block_id: 0,
         used_bytes: 0,
         birth_txg: 0,
+        block_pointer_count: 3,
         block_pointers: [BlockPointer::HOLE; 3],
         bonus: Vec::new(),
     }
@@ -209,6 +210,25 @@ impl ObjectSet {
             "intent log header for synced txg {txg}"
         );
         state.changes.entry(txg).or_default().intent_log_header = Some(header);
+    }
+
+    /// An object number above every object that exists or is pending: the meta-dnode's
+    /// dnode blocks as synced, and every dnode changed since. A new object may take any
+    /// number from here up.
+    pub fn object_id_bound(&self) -> u64 {
+        let state = self.state.lock();
+        let synced = if state.meta_dnode.is_free() || state.root_bp.is_hole() {
+            0
+        } else {
+            (state.meta_dnode.max_block_id + 1) * cairn_format::dnode::DNODES_PER_BLOCK
+        };
+        let pending = state
+            .changes
+            .values()
+            .filter_map(|changes| changes.dnodes.keys().next_back())
+            .max()
+            .map_or(0, |object| object + 1);
+        synced.max(pending)
     }
 
     /// True when `txg` has changes waiting to be synced.

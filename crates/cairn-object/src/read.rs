@@ -222,7 +222,7 @@ impl ObjectSet {
         };
         let mut map = vec![false; count as usize];
         if let Some(dnode) = dnode.filter(|dnode| !dnode.is_free()) {
-            let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+            let top_span = dnode.top_span();
             let per = dnode.pointers_per_indirect();
             for (index, bp) in dnode.block_pointers.iter().enumerate() {
                 map_subtree(
@@ -341,7 +341,7 @@ fn tree_block_pointer(
         return Ok(None);
     }
     let per = dnode.pointers_per_indirect();
-    let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+    let top_span = dnode.top_span();
     let mut bp = dnode.block_pointers[(blkid / top_span) as usize];
     let mut span = top_span;
     let mut within = blkid % top_span;

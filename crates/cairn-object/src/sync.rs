@@ -49,7 +49,10 @@ impl ObjectSet {
         let mut objects: BTreeMap<u64, Dnode> = BTreeMap::new();
         for (&object, change) in &dnode_changes {
             let synced = self.dnode_before(object, txg)?;
-            let created_or_freed = change.is_free() || change.birth_txg == txg;
+            // A block size change (`set_block_size`) replaces the tree like a new object.
+            let created_or_freed = change.is_free()
+                || change.birth_txg == txg
+                || (!synced.is_free() && change.data_block_size != synced.data_block_size);
             if !synced.is_free() && created_or_freed {
                 // Replaced or freed: everything under the old dnode goes.
                 writer.free_subtrees(&synced)?;

@@ -70,7 +70,7 @@ fn walk_dnode(dnode: &Dnode, object: u64, visitor: &mut dyn TreeVisitor) {
     if dnode.is_free() {
         return;
     }
-    let top_span = dnode.capacity_blocks(dnode.levels) / 3;
+    let top_span = dnode.top_span();
     for (index, bp) in dnode.block_pointers.iter().enumerate() {
         walk_bp(
             dnode,

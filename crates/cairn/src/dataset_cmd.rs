@@ -13,6 +13,7 @@ use crate::table::{Align, Column, Table};
 use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_dataset::DatasetKind;
 use cairn_dataset::properties::{PROPERTIES, lookup, parse_size};
 use cairn_engine::DatasetInfo;
 use std::collections::BTreeMap;
@@ -41,9 +42,7 @@ const STATISTICS: &[(&str, &[&str])] = &[
 pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     let name = &args.dataset;
     let Some(size_text) = &args.volsize else {
-        bail!(
-            "cannot create '{name}': only volumes can be created so far; give their size with -V SIZE"
-        );
+        return create_filesystem(ctx, args);
     };
     let size = parse_size(size_text)
         .map_err(|err| anyhow!("cannot create '{name}': invalid -V: {err}"))?;
@@ -75,6 +74,20 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
         // The volume's txg is durable by now: a failure after it must not read as "not created".
         ctx.record(pool)
             .with_context(|| format!("volume '{name}' was created, but then the pool failed"))
+    })
+}
+
+fn create_filesystem(ctx: &Context, args: &CreateArgs) -> Result<()> {
+    let name = &args.dataset;
+    if !name.contains('/') {
+        bail!("cannot create '{name}': a filesystem is named POOL/NAME");
+    }
+    ctx.with_pool(pool_of(name), false, |pool| {
+        // As in ZFS, a new filesystem's root directory is root's, mode 0755.
+        pool.create_filesystem(name, &args.properties, (0, 0), 0o755)
+            .with_context(|| format!("cannot create filesystem '{name}'"))?;
+        ctx.record(pool)
+            .with_context(|| format!("filesystem '{name}' was created, but then the pool failed"))
     })
 }
 
@@ -262,14 +275,37 @@ impl ListColumn {
     }
 }
 
+/// The kinds `list -t` names (none: all).
+fn listed_kinds(types: &[String]) -> Result<Vec<DatasetKind>> {
+    let mut kinds = Vec::new();
+    for text in types {
+        match text.trim() {
+            "filesystem" | "fs" => kinds.push(DatasetKind::Filesystem),
+            "volume" | "vol" => kinds.push(DatasetKind::Volume),
+            "all" => kinds.extend([DatasetKind::Filesystem, DatasetKind::Volume]),
+            other => bail!("unknown dataset type '{other}' (filesystem, volume or all)"),
+        }
+    }
+    Ok(kinds)
+}
+
 pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
-    let columns: Vec<ListColumn> = if args.columns.is_empty() {
-        ListColumn::DEFAULT.to_vec()
-    } else {
+    let kinds = listed_kinds(&args.types)?;
+    let columns: Vec<ListColumn> = if !args.columns.is_empty() {
         args.columns
             .iter()
             .map(|text| ListColumn::parse(text))
             .collect::<Result<_>>()?
+    } else if kinds == [DatasetKind::Filesystem] {
+        vec![
+            ListColumn::Name,
+            ListColumn::Used,
+            ListColumn::Avail,
+            ListColumn::Refer,
+            ListColumn::Property("mountpoint"),
+        ]
+    } else {
+        ListColumn::DEFAULT.to_vec()
     };
     let mut datasets = Datasets::new(ctx);
     let mut rows: Vec<DatasetInfo> = Vec::new();
@@ -293,6 +329,9 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
                 Err(err) => failures.push(format!("{err:#}")),
             }
         }
+    }
+    if !kinds.is_empty() {
+        rows.retain(|info| kinds.contains(&info.kind));
     }
     if args.json {
         let entries = rows

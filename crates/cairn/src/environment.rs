@@ -60,6 +60,7 @@ pub fn pool_access(state_dir: PathBuf) -> PoolAccess {
         served: None,
         opener: environment.opener.clone(),
         read_trace_dir: environment.read_trace_dir.clone(),
+        l2_write_bytes_per_day: None,
     }
 }
 

@@ -19,6 +19,7 @@ mod human;
 mod iostat_cmd;
 mod json;
 mod mirror_cmd;
+mod mount_cmd;
 mod pool_cmd;
 mod remote;
 mod serve_cmd;
@@ -59,8 +60,21 @@ enum Command {
     /// Pool administration (like zpool).
     #[command(subcommand)]
     Pool(PoolCommand),
-    /// Create a volume: cairn create -V SIZE [-o prop=value]... POOL/NAME.
+    /// Create a filesystem (cairn create [-o prop=value]... POOL/NAME) or a volume
+    /// (cairn create -V SIZE [-s] [-o prop=value]... POOL/NAME).
     Create(CreateArgs),
+    /// Mount a filesystem through FUSE (in the running server; one is started if none runs).
+    Mount {
+        /// POOL/NAME
+        dataset: String,
+        /// Where (default: the dataset's mountpoint property).
+        mountpoint: Option<PathBuf>,
+    },
+    /// Unmount a filesystem mounted by the server.
+    Unmount {
+        /// POOL/NAME or the mountpoint.
+        target: String,
+    },
     /// Destroy a dataset.
     Destroy {
         /// POOL/NAME
@@ -343,6 +357,9 @@ struct ListArgs {
     /// Include the children of the named datasets.
     #[arg(short = 'r')]
     recursive: bool,
+    /// Dataset types to list, comma-separated: filesystem, volume, all (default all).
+    #[arg(short = 't', value_name = "TYPE,...", value_delimiter = ',')]
+    types: Vec<String>,
     /// Datasets to list (default: every dataset of every imported pool).
     datasets: Vec<String>,
 }
@@ -435,6 +452,11 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             serve_cmd::serve(ctx, &args, state_dir)
         }
         Command::Create(args) => dataset_cmd::create(ctx, &args),
+        Command::Mount {
+            dataset,
+            mountpoint,
+        } => mount_cmd::mount(ctx, &dataset, mountpoint.as_deref()),
+        Command::Unmount { target } => mount_cmd::unmount(ctx, &target),
         Command::Destroy { dataset } => dataset_cmd::destroy(ctx, &dataset),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
@@ -480,6 +502,28 @@ fn main() -> ExitCode {
                     let _ = std::io::stdout().write_all(&reply.stdout);
                     let _ = std::io::stderr().write_all(&reply.stderr);
                     return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
+                }
+                remote::Forwarded::NoServer(Command::Mount {
+                    dataset,
+                    mountpoint,
+                }) => {
+                    // A mount lives in a server: start one for this state directory.
+                    mount_cmd::start_server(&state_dir)?;
+                    let command = Command::Mount {
+                        dataset,
+                        mountpoint,
+                    };
+                    match remote::forward(&state_dir, command_line.clone(), command)? {
+                        remote::Forwarded::Done(reply) => {
+                            use std::io::Write;
+                            let _ = std::io::stdout().write_all(&reply.stdout);
+                            let _ = std::io::stderr().write_all(&reply.stderr);
+                            return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
+                        }
+                        remote::Forwarded::NoServer(_) => {
+                            anyhow::bail!("the server started for the mount went away")
+                        }
+                    }
                 }
                 remote::Forwarded::NoServer(command) => command,
             }

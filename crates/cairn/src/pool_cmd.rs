@@ -1304,6 +1304,13 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         human::size(report.referenced_bytes, false),
         report.referenced_bytes
     );
+    if report.filesystems_checked > 0 {
+        say!(
+            ctx,
+            "  filesystems:      {} namespaces walked",
+            report.filesystems_checked
+        );
+    }
     if report.is_clean() {
         say!(ctx, "no problems found");
         return Ok(());

@@ -80,6 +80,14 @@ fn with_absolute_paths(mut command: Command) -> Result<Command> {
             }
             _ => {}
         },
+        Command::Mount {
+            mountpoint: Some(path),
+            ..
+        } => *path = std::path::absolute(&*path)?,
+        // A mountpoint given as a path here (a dataset name is not one).
+        Command::Unmount { target } if Path::new(target).exists() => {
+            *target = std::path::absolute(&*target)?.display().to_string();
+        }
         _ => {}
     }
     Ok(command)

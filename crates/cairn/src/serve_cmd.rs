@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// Least the cache shrinks to under memory pressure (default: arc_max/32, at least 32M).
     #[arg(long, value_name = "SIZE", env = "CAIRN_ARC_MIN")]
     pub arc_min: Option<String>,
+    /// Most bytes each cache device may be written per day once it has been filled once, to
+    /// spare flash endurance, e.g. 50G (default: no limit). Feeding beyond it is dropped;
+    /// `stat l2arc` shows what is left.
+    #[arg(long, value_name = "SIZE")]
+    pub l2_write_max_per_day: Option<String>,
 }
 
 /// The size given to `--FLAG`.
@@ -170,6 +175,7 @@ fn executor(
 ) -> impl FnOnce(Arc<ServedPools>) -> Executor<crate::Command> {
     let opener = base.opener.clone();
     let read_trace_dir = base.read_trace_dir.clone();
+    let l2_write_bytes_per_day = base.l2_write_bytes_per_day;
     move |served: Arc<ServedPools>| -> Executor<crate::Command> {
         let one_at_a_time = Arc::new(Mutex::new(()));
         Arc::new(move |request: ControlRequest<crate::Command>| {
@@ -182,6 +188,7 @@ fn executor(
                     served: Some(served.clone()),
                     opener: opener.clone(),
                     read_trace_dir: read_trace_dir.clone(),
+                    l2_write_bytes_per_day,
                 },
                 command_line: request.command_line,
                 out,
@@ -221,7 +228,20 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     }
     let config = args.server_config(tls);
     let budget = memory_budget(arc_max_bytes, args.arc_max.is_some(), &config)?;
+    let l2_write_bytes_per_day = args
+        .l2_write_max_per_day
+        .as_deref()
+        .map(|text| parse_size_flag("l2-write-max-per-day", text))
+        .transpose()?;
     apply_arc_limits(args.arc_max.as_deref(), args.arc_min.as_deref())?;
+    // The pools this server opens, imports or creates get the cache devices' write budget.
+    let access = PoolAccess {
+        cache: ctx.access.cache.clone(),
+        served: None,
+        opener: ctx.access.opener.clone(),
+        read_trace_dir: ctx.access.read_trace_dir.clone(),
+        l2_write_bytes_per_day,
+    };
     let dirs = args
         .dirs
         .iter()
@@ -243,9 +263,9 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     let notes = |note: Note| eprintln!("cairn: {note}");
     let budget_line = describe_budget(&budget);
     cairn_frontend::serve::serve(
-        &ctx.access,
+        &access,
         settings,
-        executor(state_dir.to_path_buf(), &ctx.access),
+        executor(state_dir.to_path_buf(), &access),
         &notes,
         |ready: &Ready<'_>| announce(ready, &budget_line),
         wait_for_stop_signal,

@@ -1,17 +1,20 @@
 //! `cairn stat zil [POOL...]`: intent-log counters and latencies of every open volume, and the
 //! use of each separate log device. `cairn stat io [POOL...]`: the pipeline's counters (blocks
 //! read and written, checksum errors, repairs) and every leaf device's queue (requests against
-//! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies).
+//! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies),
+//! cache devices' queues included (their reads are the tier's hits, their writes its feed).
 //! Run against a server (the usual case) they show what the server has done since it opened the
 //! pools; without one, the counters start at zero. `cairn stat memory`: the server's memory
 //! budget, each part's limit against what it holds now, and the process's resident memory.
 //! `cairn stat l2arc [POOL...]`: each pool's SSD tier (cache devices): hits and misses,
 //! blocks fed, dropped (the feed never waits) and copied forward, segments reused, bad reads,
-//! blocks indexed and the index's RAM per block, segments still to rebuild after an import.
+//! blocks indexed and the index's RAM per block, segments still to rebuild after an import,
+//! and the daily write budget (`serve --l2-write-max-per-day`, per device) with what the
+//! devices may still be written now.
 //!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
-//! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter` and
-//! `POOL.leafN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
+//! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter`,
+//! `POOL.leafN.counter` and `POOL.cacheN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
 
 use crate::ListFormat;
 use crate::context::{Context, say, say_raw};
@@ -184,10 +187,13 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             for (field, value) in &counters {
                 say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
             }
-            for (index, leaf) in leaves.iter().enumerate() {
-                say_raw!(ctx, "{name}.leaf{index}.name\t{}\n", leaf.name);
-                for (field, value) in leaf.fields.iter().flatten() {
-                    say_raw!(ctx, "{name}.leaf{index}.{field}\t{value}\n");
+            let (caches, leaves): (Vec<_>, Vec<_>) = leaves.iter().partition(|leaf| leaf.is_cache);
+            for (kind, list) in [("leaf", leaves), ("cache", caches)] {
+                for (index, leaf) in list.iter().enumerate() {
+                    say_raw!(ctx, "{name}.{kind}{index}.name\t{}\n", leaf.name);
+                    for (field, value) in leaf.fields.iter().flatten() {
+                        say_raw!(ctx, "{name}.{kind}{index}.{field}\t{value}\n");
+                    }
                 }
             }
             continue;
@@ -216,7 +222,12 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         for leaf in &leaves {
             // The pool in its own column: a device name is a path, and `tank//dev/sdb`
             // read badly.
-            let label = format!("{}{}", leaf.name, if leaf.is_log { " (log)" } else { "" });
+            let role = match (leaf.is_log, leaf.is_cache) {
+                (true, _) => " (log)",
+                (_, true) => " (cache)",
+                _ => "",
+            };
+            let label = format!("{}{role}", leaf.name);
             let Some(fields) = &leaf.fields else {
                 let mut row = vec![name.clone(), label, "unavailable".to_string()];
                 row.resize(16, "-".to_string());
@@ -381,6 +392,18 @@ fn l2arc_fields(pool: &cairn_engine::Pool) -> Option<Vec<(&'static str, u64)>> {
                 .filter(|r| r.health == cairn_engine::L2Health::Faulted)
                 .count() as u64
         }),
+        // Per device and day (0: no budget), and what all devices may still be written now.
+        (
+            "write_budget_bytes_per_day",
+            tier.config().write_bytes_per_day.unwrap_or(0),
+        ),
+        (
+            "write_budget_left_bytes",
+            reports
+                .iter()
+                .filter_map(|r| r.write_budget_left_bytes)
+                .sum(),
+        ),
     ])
 }
 
@@ -497,6 +520,8 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
         Column::right("BLOCKS"),
         Column::right("RAM/BLOCK"),
         Column::right("REBUILD"),
+        Column::right("BUDGET/DAY"),
+        Column::right("LEFT"),
     ]);
     for name in &names {
         let opened = ctx.with_pool(name, false, |pool| Ok(l2arc_fields(pool)));
@@ -549,6 +574,14 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
             match get("rebuild_pending_segments") {
                 0 => "done".into(),
                 pending => format!("{pending} seg"),
+            },
+            match get("write_budget_bytes_per_day") {
+                0 => "-".into(),
+                per_day => size(per_day),
+            },
+            match get("write_budget_bytes_per_day") {
+                0 => "-".into(),
+                _ => size(get("write_budget_left_bytes")),
             },
         ]);
     }

@@ -54,6 +54,7 @@ impl UpArgs {
             io_timeout_ms: None,
             arc_max: self.arc_max.clone(),
             arc_min: None,
+            l2_write_max_per_day: None,
         }
     }
 }
@@ -127,6 +128,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
             },
             json: false,
             columns: Vec::new(),
+            types: Vec::new(),
             recursive: true,
             datasets: vec![POOL.into()],
         },

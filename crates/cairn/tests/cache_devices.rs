@@ -2,7 +2,8 @@
 //! cache`, `pool status` and `stat l2arc` while `cairn serve` reads through them, a restart
 //! that finds the cache warm, and `pool remove` of a cache device. The volume keeps its data
 //! out of RAM (`primarycache=metadata`), so reads over NBD (qemu-io, Debian package qemu-utils;
-//! a missing tool fails the test) go below the ARC.
+//! a missing tool fails the test) go below the ARC. `serve --l2-write-max-per-day` limits
+//! what the cache devices are written once full, and `stat l2arc` shows it.
 
 mod nbd_common;
 
@@ -54,6 +55,23 @@ fn cache_devices_are_added_listed_used_kept_across_restarts_and_removed() {
     assert!(fields["feed_blocks"] > 0, "nothing fed: {fields:?}");
     assert!(fields["hits"] > 0, "no hits: {fields:?}");
     assert_eq!(fields["devices"], 2);
+    assert_eq!(
+        fields["write_budget_bytes_per_day"], 0,
+        "no budget unless asked"
+    );
+    // The tier's I/O goes through the cache devices' queues: their reads are the hits.
+    let io = env.ok(&["stat", "io", "-H", "tank"]);
+    let cache_reads: u64 = io
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once('\t')?;
+            let name = name.strip_prefix("tank.cache")?;
+            name.ends_with(".read_requests")
+                .then(|| value.parse::<u64>().ok())?
+        })
+        .sum();
+    assert!(cache_reads >= fields["hits"], "{io}");
+    assert!(io.contains("tank.cache1.name\t"), "{io}");
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(
         status.contains("used)") && status.contains("ONLINE"),
@@ -87,5 +105,52 @@ fn cache_devices_are_added_listed_used_kept_across_restarts_and_removed() {
     );
     let mut server = env.serve();
     qemu_io_ok(&server.uri("tank/vol"), &["read -P 0x6b 0 32M"]);
+    server.terminate();
+}
+
+#[test]
+fn the_daily_write_budget_is_set_by_serve_and_shown_by_stat_l2arc() {
+    let env = Env::new();
+    let (d0, c0) = (env.dev("d0.img"), env.dev("c0.img"));
+    env.ok(&["pool", "create", "--size", "512M", "tank", &d0]);
+    env.ok(&["pool", "add", "--size", "64M", "tank", "cache", &c0]);
+    env.create_volume(
+        "tank/vol",
+        "128M",
+        &["volblocksize=16K", "primarycache=metadata"],
+    );
+    let refused = env
+        .cairn(&["serve", "--l2-write-max-per-day", "lots"])
+        .failed();
+    assert!(
+        refused.stderr.contains("--l2-write-max-per-day lots"),
+        "{}",
+        refused.describe()
+    );
+
+    let mut server = env.serve_with_args(&["--l2-write-max-per-day", "1M"]);
+    let uri = server.uri("tank/vol");
+    qemu_io_ok(&uri, &["write -P 0x3c 0 128M"]);
+    env.ok(&["pool", "sync", "tank"]);
+    // Twice the cache device's size read from the pool: its first fill is free, the rest is
+    // over a budget of 1 MiB a day.
+    qemu_io_ok(&uri, &["read -P 0x3c 0 128M"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let fields = loop {
+        let fields = l2_fields(&env);
+        if fields["feed_over_budget"] > 0 || std::time::Instant::now() > deadline {
+            break fields;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(fields["write_budget_bytes_per_day"], 1 << 20, "{fields:?}");
+    assert!(fields["feed_over_budget"] > 0, "{fields:?}");
+    assert!(fields["feed_bytes"] <= 65 << 20, "{fields:?}");
+    assert!(fields["write_budget_left_bytes"] < 64 << 10, "{fields:?}");
+    let table = env.ok(&["stat", "l2arc", "tank"]);
+    assert!(
+        table.contains("BUDGET/DAY") && table.contains("LEFT"),
+        "{table}"
+    );
     server.terminate();
 }

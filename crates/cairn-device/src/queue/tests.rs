@@ -544,3 +544,63 @@ fn a_promoted_read_ahead_overtakes_what_it_was_queued_behind() {
     );
     assert_eq!(queue.stats().promoted_reads, 1);
 }
+
+#[test]
+fn a_cache_read_overtakes_queued_feed_writes() {
+    let device = Recorder::new(64 << 20, 1);
+    let queue = LeafQueue::new(device.clone());
+    let first = queue.write(IoClass::CacheWrite, 0, block(0xEE, 4096));
+    device.wait_for_calls(1);
+    // Feed writes queued behind the parked one (apart: nothing merges), then a demand read.
+    let writes: Vec<_> = (1..=5u64)
+        .map(|i| queue.write(IoClass::CacheWrite, i << 20, block(i as u8, 4096)))
+        .collect();
+    let read = queue.read(IoClass::CacheRead, 32 << 20, 4096);
+    device.open_gate();
+    first.wait().unwrap();
+    read.wait().unwrap();
+    for write in writes {
+        write.wait().unwrap();
+    }
+    let order: Vec<(&str, u64)> = device
+        .calls()
+        .iter()
+        .map(|call| (call.op, call.offset))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            ("write", 0),
+            ("read", 32 << 20),
+            ("write", 1 << 20),
+            ("write", 2 << 20),
+            ("write", 3 << 20),
+            ("write", 4 << 20),
+            ("write", 5 << 20),
+        ],
+        "the read right after the write in service, the feed in submission order after it"
+    );
+}
+
+#[test]
+fn feed_writes_leave_workers_free_for_cache_reads() {
+    let device = Recorder::new(64 << 20, 4);
+    let queue = LeafQueue::new(device.clone());
+    let max = IoClass::CacheWrite.max_active();
+    let writes: Vec<_> = (0..6u64)
+        .map(|i| queue.write(IoClass::CacheWrite, i << 20, block(i as u8, 4096)))
+        .collect();
+    // The feed holds as many workers as its class may, and no more, however much is queued.
+    device.wait_for_calls(max);
+    assert!(max < 4, "the feed must not take every worker");
+    let read = queue.read(IoClass::CacheRead, 32 << 20, 4096);
+    device.wait_for_calls(max + 1);
+    let calls = device.calls();
+    assert_eq!(calls.len(), max + 1, "{calls:?}");
+    assert_eq!((calls[max].op, calls[max].offset), ("read", 32 << 20));
+    device.open_gate();
+    read.wait().unwrap();
+    for write in writes {
+        write.wait().unwrap();
+    }
+}

@@ -1,0 +1,561 @@
+//! Filesystem datasets through the engine: namespace operations, file contents in small and
+//! record-sized blocks, persistence across export and import, a large directory, and a
+//! random sequence of operations checked against an in-memory model.
+
+mod common;
+
+use cairn_engine::Pool;
+use cairn_fs::attrs::FileKind;
+use cairn_fs::{FsError, NewInode, RenameMode, SetAttrs};
+use common::*;
+use std::collections::BTreeMap;
+
+fn file(mode: u32) -> NewInode {
+    NewInode {
+        kind: FileKind::File,
+        mode,
+        uid: 1000,
+        gid: 1000,
+        rdev: 0,
+    }
+}
+
+fn dir_inode() -> NewInode {
+    NewInode {
+        kind: FileKind::Directory,
+        mode: 0o755,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+    }
+}
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+fn names(fs: &cairn_fs::Filesystem, dir: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    fs.readdir(dir, 0, |entry| {
+        out.push(String::from_utf8_lossy(&entry.name).into_owned());
+        true
+    })
+    .unwrap();
+    out.sort();
+    out
+}
+
+#[test]
+fn namespace_and_contents_survive_export_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let big = pattern(1_000_000, 7);
+    let small = b"hello, cairn".to_vec();
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_filesystem(
+            "tank/home",
+            &[("recordsize".into(), "64K".into())],
+            (0, 0),
+            0o755,
+        )
+        .unwrap();
+        let fs = pool.filesystem("tank/home").unwrap();
+        let root = fs.root();
+        let (docs, attrs) = fs.mkdir(root, b"docs", dir_inode()).unwrap();
+        assert_eq!(attrs.kind, FileKind::Directory);
+        assert_eq!(fs.getattr(root).unwrap().links, 3);
+        let (a, _) = fs.create(docs, b"a.txt", file(0o644)).unwrap();
+        fs.write(a, 0, &small).unwrap();
+        // A small file is one block of its own size.
+        assert_eq!(fs.objset().dnode(a).unwrap().data_block_size, 512);
+        let (b, _) = fs.create(docs, b"big.bin", file(0o600)).unwrap();
+        // Written in pieces that grow the single block, then past a record.
+        fs.write(b, 0, &big[..3000]).unwrap();
+        assert_eq!(fs.objset().dnode(b).unwrap().data_block_size, 3072);
+        fs.write(b, 3000, &big[3000..]).unwrap();
+        assert_eq!(fs.objset().dnode(b).unwrap().data_block_size, 64 << 10);
+        assert_eq!(fs.read(b, 0, big.len() + 10).unwrap(), big);
+        fs.symlink(root, b"link", b"docs/a.txt", file(0)).unwrap();
+        fs.link(a, root, b"hard").unwrap();
+        assert_eq!(fs.getattr(a).unwrap().links, 2);
+        fs.rename(docs, b"big.bin", root, b"moved.bin", RenameMode::Replace)
+            .unwrap();
+        let err = fs.rmdir(root, b"docs").unwrap_err();
+        assert!(matches!(err, FsError::NotEmpty), "{err:?}");
+        pool.export().unwrap();
+    }
+    let pool = import(&paths, plain_opener()).unwrap();
+    let fs = pool.filesystem("tank/home").unwrap();
+    let root = fs.root();
+    assert_eq!(
+        names(&fs, root),
+        [".", "..", "docs", "hard", "link", "moved.bin"]
+    );
+    let (moved, attrs) = fs.lookup(root, b"moved.bin").unwrap();
+    assert_eq!(attrs.size, big.len() as u64);
+    assert_eq!(attrs.mode, 0o600);
+    assert_eq!(fs.read(moved, 0, big.len()).unwrap(), big);
+    let (link, _) = fs.lookup(root, b"link").unwrap();
+    assert_eq!(fs.readlink(link).unwrap(), b"docs/a.txt");
+    let (docs, _) = fs
+        .lookup(root, b".")
+        .and_then(|_| fs.lookup(root, b"docs"))
+        .unwrap();
+    let (a, _) = fs.lookup(docs, b"a.txt").unwrap();
+    assert_eq!(fs.read(a, 0, 100).unwrap(), small);
+    assert_eq!(fs.lookup(docs, b"..").unwrap().0, root);
+    // Unlink both names: the inode goes away.
+    fs.unlink(docs, b"a.txt").unwrap();
+    assert_eq!(fs.getattr(a).unwrap().links, 1);
+    fs.unlink(root, b"hard").unwrap();
+    assert!(matches!(fs.getattr(a), Err(FsError::NotFound)));
+    fs.rmdir(root, b"docs").unwrap();
+    assert_eq!(fs.getattr(root).unwrap().links, 2);
+    assert_eq!(names(&fs, root), [".", "..", "link", "moved.bin"]);
+}
+
+#[test]
+fn truncate_and_sparse_files_read_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_filesystem(
+        "tank/fs",
+        &[("recordsize".into(), "8K".into())],
+        (0, 0),
+        0o755,
+    )
+    .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let (f, _) = fs.create(fs.root(), b"f", file(0o644)).unwrap();
+    let data = pattern(40_000, 3);
+    fs.write(f, 100_000, &data).unwrap();
+    let all = fs.read(f, 0, 200_000).unwrap();
+    assert_eq!(all.len(), 140_000);
+    assert!(all[..100_000].iter().all(|b| *b == 0));
+    assert_eq!(&all[100_000..], &data[..]);
+    fs.setattr(
+        f,
+        SetAttrs {
+            size: Some(110_001),
+            ..SetAttrs::default()
+        },
+    )
+    .unwrap();
+    fs.setattr(
+        f,
+        SetAttrs {
+            size: Some(150_000),
+            ..SetAttrs::default()
+        },
+    )
+    .unwrap();
+    let all = fs.read(f, 0, 200_000).unwrap();
+    assert_eq!(all.len(), 150_000);
+    assert_eq!(&all[100_000..110_001], &data[..10_001]);
+    assert!(
+        all[110_001..].iter().all(|b| *b == 0),
+        "truncation left old bytes"
+    );
+    pool.sync().unwrap();
+    let all = fs.read(f, 0, 200_000).unwrap();
+    assert!(all[110_001..].iter().all(|b| *b == 0));
+}
+
+#[test]
+fn open_unlinked_file_lives_until_release_and_crash_drains_the_queue() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let object;
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+            .unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        let (f, _) = fs.create(fs.root(), b"tmp", file(0o644)).unwrap();
+        object = f;
+        fs.write(f, 0, &pattern(300_000, 1)).unwrap();
+        fs.open_inode(f).unwrap();
+        fs.unlink(fs.root(), b"tmp").unwrap();
+        // Still readable through the open handle.
+        assert_eq!(fs.read(f, 0, 10).unwrap().len(), 10);
+        assert_eq!(fs.getattr(f).unwrap().links, 0);
+        // The pool goes away with the file still open (as a crash would leave it).
+        pool.export().unwrap();
+    }
+    let pool = import(&paths, plain_opener()).unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    assert!(matches!(fs.getattr(object), Err(FsError::NotFound)));
+    // And the normal path: the last release frees it.
+    let (g, _) = fs.create(fs.root(), b"g", file(0o644)).unwrap();
+    fs.open_inode(g).unwrap();
+    fs.unlink(fs.root(), b"g").unwrap();
+    assert!(fs.getattr(g).is_ok());
+    fs.release_inode(g).unwrap();
+    assert!(matches!(fs.getattr(g), Err(FsError::NotFound)));
+}
+
+#[test]
+fn rename_modes_and_loops() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+        .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let root = fs.root();
+    let (a, _) = fs.mkdir(root, b"a", dir_inode()).unwrap();
+    let (b, _) = fs.mkdir(a, b"b", dir_inode()).unwrap();
+    let (x, _) = fs.create(root, b"x", file(0o644)).unwrap();
+    let (y, _) = fs.create(b, b"y", file(0o644)).unwrap();
+    // A directory cannot move beneath itself.
+    let err = fs
+        .rename(root, b"a", b, b"a2", RenameMode::Replace)
+        .unwrap_err();
+    assert!(matches!(err, FsError::Invalid(_)), "{err:?}");
+    // NOREPLACE refuses an existing target.
+    fs.create(root, b"z", file(0o644)).unwrap();
+    let err = fs
+        .rename(root, b"x", root, b"z", RenameMode::NoReplace)
+        .unwrap_err();
+    assert!(matches!(err, FsError::Exists), "{err:?}");
+    // EXCHANGE swaps a file and a directory across directories; link counts follow.
+    fs.rename(root, b"x", a, b"b", RenameMode::Exchange)
+        .unwrap();
+    assert_eq!(fs.lookup(root, b"x").unwrap().0, b);
+    assert_eq!(fs.lookup(a, b"b").unwrap().0, x);
+    assert_eq!(fs.lookup(b, b"..").unwrap().0, root);
+    assert_eq!(fs.getattr(a).unwrap().links, 2);
+    assert_eq!(fs.getattr(root).unwrap().links, 4);
+    assert_eq!(fs.lookup(b, b"y").unwrap().0, y);
+    // Replacing a file frees the old one.
+    fs.rename(root, b"z", a, b"b", RenameMode::Replace).unwrap();
+    assert!(matches!(fs.getattr(x), Err(FsError::NotFound)));
+    // A directory over a non-empty one is refused.
+    fs.mkdir(root, b"c", dir_inode()).unwrap();
+    let err = fs
+        .rename(root, b"c", root, b"x", RenameMode::Replace)
+        .unwrap_err();
+    assert!(matches!(err, FsError::NotEmpty), "{err:?}");
+}
+
+/// Names long enough that a leaf holds a few dozen: the table outgrows the header early.
+fn long_name(i: u64) -> String {
+    format!("{}-{i:06}", "n".repeat(90))
+}
+
+#[test]
+fn a_large_directory_splits_and_lists_every_name_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+        .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let root = fs.root();
+    let count = 20_000;
+    for i in 0..count {
+        fs.create(root, long_name(i).as_bytes(), file(0o644))
+            .unwrap();
+    }
+    assert_eq!(fs.getattr(root).unwrap().size, count);
+    // The hash table outgrew the header block (depth > 8): block 1 holds its first slots.
+    assert!(fs.objset().read_block(root, 1).unwrap().is_some());
+    // Listing in small batches resumes from cookies and sees every name once, while names
+    // are removed behind the cursor.
+    let mut seen = Vec::new();
+    let mut cookie = 2;
+    loop {
+        let mut batch = Vec::new();
+        fs.readdir(root, cookie, |entry| {
+            batch.push(entry.clone());
+            batch.len() < 100
+        })
+        .unwrap();
+        let Some(last) = batch.last() else { break };
+        cookie = last.cookie;
+        for entry in &batch {
+            seen.push(String::from_utf8_lossy(&entry.name).into_owned());
+        }
+        if seen.len() % 1000 == 0 {
+            fs.unlink(root, batch[0].name.as_slice()).unwrap();
+        }
+    }
+    let mut sorted = seen.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), seen.len(), "a name listed twice");
+    assert_eq!(seen.len() as u64, count);
+    pool.sync().unwrap();
+    for i in (0..count).step_by(997) {
+        let name = long_name(i);
+        match fs.lookup(root, name.as_bytes()) {
+            Ok((_, attrs)) => assert_eq!(attrs.kind, FileKind::File),
+            Err(FsError::NotFound) => {}
+            Err(err) => panic!("{name}: {err}"),
+        }
+    }
+}
+
+/// One step of the random workload.
+#[derive(Debug, Clone)]
+enum Step {
+    Create(u8),
+    Write(u8, u32, u16),
+    Truncate(u8, u32),
+    Unlink(u8),
+    Rename(u8, u8),
+    Sync,
+}
+
+fn steps(seed: u64, count: usize) -> Vec<Step> {
+    let mut rng = Rng(seed);
+    (0..count)
+        .map(|_| {
+            let name = rng.below(12) as u8;
+            match rng.below(12) {
+                0..=2 => Step::Create(name),
+                3..=6 => Step::Write(name, rng.below(400_000) as u32, rng.below(20_000) as u16),
+                7 => Step::Truncate(name, rng.below(400_000) as u32),
+                8 => Step::Unlink(name),
+                9 | 10 => Step::Rename(name, rng.below(12) as u8),
+                _ => Step::Sync,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn random_operations_match_a_model() {
+    for seed in 1..=4u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = device_paths(dir.path(), 2);
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_filesystem(
+            "tank/fs",
+            &[("recordsize".into(), "16K".into())],
+            (0, 0),
+            0o755,
+        )
+        .unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        let root = fs.root();
+        let mut model: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
+        let name = |n: u8| format!("f{n}").into_bytes();
+        for (index, step) in steps(seed, 400).into_iter().enumerate() {
+            match step {
+                Step::Create(n) => {
+                    let result = fs.create(root, &name(n), file(0o644));
+                    match model.entry(n) {
+                        std::collections::btree_map::Entry::Occupied(_) => {
+                            assert!(matches!(result, Err(FsError::Exists)));
+                        }
+                        std::collections::btree_map::Entry::Vacant(slot) => {
+                            result.unwrap();
+                            slot.insert(Vec::new());
+                        }
+                    }
+                }
+                Step::Write(n, offset, len) => {
+                    let Some(contents) = model.get_mut(&n) else {
+                        continue;
+                    };
+                    let (object, _) = fs.lookup(root, &name(n)).unwrap();
+                    let data = pattern(len as usize, seed * 1000 + index as u64);
+                    fs.write(object, u64::from(offset), &data).unwrap();
+                    let end = offset as usize + data.len();
+                    if !data.is_empty() && contents.len() < end {
+                        contents.resize(end, 0);
+                    }
+                    contents[offset as usize..offset as usize + data.len()].copy_from_slice(&data);
+                }
+                Step::Truncate(n, size) => {
+                    let Some(contents) = model.get_mut(&n) else {
+                        continue;
+                    };
+                    let (object, _) = fs.lookup(root, &name(n)).unwrap();
+                    fs.setattr(
+                        object,
+                        SetAttrs {
+                            size: Some(u64::from(size)),
+                            ..SetAttrs::default()
+                        },
+                    )
+                    .unwrap();
+                    contents.resize(size as usize, 0);
+                }
+                Step::Unlink(n) => {
+                    let result = fs.unlink(root, &name(n));
+                    if model.remove(&n).is_some() {
+                        result.unwrap();
+                    } else {
+                        assert!(matches!(result, Err(FsError::NotFound)));
+                    }
+                }
+                Step::Rename(from, to) => {
+                    let result = fs.rename(root, &name(from), root, &name(to), RenameMode::Replace);
+                    match model.remove(&from) {
+                        Some(contents) => {
+                            result.unwrap();
+                            model.insert(to, contents);
+                        }
+                        None => assert!(matches!(result, Err(FsError::NotFound))),
+                    }
+                }
+                Step::Sync => {
+                    pool.sync().unwrap();
+                }
+            }
+        }
+        let check = |fs: &cairn_fs::Filesystem| {
+            let listed: Vec<String> = names(fs, root).into_iter().skip(2).collect();
+            let expected: Vec<String> = {
+                let mut v: Vec<String> = model
+                    .keys()
+                    .map(|n| String::from_utf8(name(*n)).unwrap())
+                    .collect();
+                v.sort();
+                v
+            };
+            assert_eq!(listed, expected, "seed {seed}");
+            for (n, contents) in &model {
+                let (object, attrs) = fs.lookup(root, &name(*n)).unwrap();
+                assert_eq!(attrs.size, contents.len() as u64, "seed {seed} f{n}");
+                assert_eq!(
+                    &fs.read(object, 0, contents.len() + 1).unwrap(),
+                    contents,
+                    "seed {seed} f{n}"
+                );
+            }
+        };
+        check(&fs);
+        drop(fs);
+        pool.export().unwrap();
+        drop(pool);
+        let pool: Pool = import(&paths, plain_opener()).unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        check(&fs);
+    }
+}
+
+#[test]
+fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+        .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let root = fs.root();
+    let chunk = pattern(1 << 20, 9);
+    let mut written = 0u64;
+    let mut files = 0;
+    let refusal = loop {
+        let name = format!("f{files}");
+        let (object, _) = match fs.create(root, name.as_bytes(), file(0o644)) {
+            Ok(made) => made,
+            Err(err) => break err,
+        };
+        files += 1;
+        let mut offset = 0;
+        let result = loop {
+            match fs.write(object, offset, &chunk) {
+                Ok(_) => offset += chunk.len() as u64,
+                Err(err) => break Err(err),
+            }
+            if offset >= 8 << 20 {
+                break Ok(());
+            }
+        };
+        written += offset;
+        if let Err(err) = result {
+            break err;
+        }
+        assert!(written < 1 << 30, "the 64 MiB pool never filled");
+    };
+    assert!(matches!(refusal, FsError::NoSpace(_)), "{refusal:?}");
+    assert_eq!(refusal.errno(), libc::ENOSPC);
+    assert!(written > 16 << 20, "refused too early: {written} bytes");
+    // The pool stays writable: syncs go through, and a delete makes room for more.
+    assert!(
+        pool.status().suspended.is_none(),
+        "{:?}",
+        pool.status().suspended
+    );
+    pool.sync().unwrap();
+    for index in 0..files {
+        fs.unlink(root, format!("f{index}").as_bytes()).unwrap();
+    }
+    pool.sync().unwrap();
+    let (object, _) = fs.create(root, b"after", file(0o644)).unwrap();
+    fs.write(object, 0, &chunk).unwrap();
+    pool.sync().unwrap();
+    assert_eq!(fs.read(object, 0, chunk.len()).unwrap(), chunk);
+}
+
+fn check_read_only(paths: &[std::path::PathBuf]) -> cairn_engine::CheckReport {
+    let pool = Pool::import(
+        &cairn_engine::ImportSource::Devices(specs(paths)),
+        "tank",
+        cairn_engine::PoolOptions {
+            readonly: true,
+            ..options(plain_opener())
+        },
+    )
+    .unwrap();
+    let report = pool.check().unwrap();
+    pool.close().unwrap();
+    report
+}
+
+#[test]
+fn pool_check_walks_the_namespace_and_finds_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let victim;
+    {
+        let pool = create_mirror(&paths, plain_opener());
+        pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+            .unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        let root = fs.root();
+        let (sub, _) = fs.mkdir(root, b"sub", dir_inode()).unwrap();
+        let (f, _) = fs.create(sub, b"f", file(0o644)).unwrap();
+        fs.write(f, 0, b"data").unwrap();
+        fs.link(f, root, b"second").unwrap();
+        fs.symlink(sub, b"l", b"f", file(0)).unwrap();
+        // An open file unlinked: in the delete queue, not an orphan.
+        let (open, _) = fs.create(root, b"open", file(0o644)).unwrap();
+        fs.open_inode(open).unwrap();
+        fs.unlink(root, b"open").unwrap();
+        victim = f;
+        pool.export().unwrap();
+    }
+    let report = check_read_only(&paths);
+    assert_eq!(report.filesystems_checked, 1);
+    assert!(report.is_clean(), "{:?}", report.problems());
+    // Damage: a file whose link count no longer matches its names.
+    {
+        let pool = import(&paths, plain_opener()).unwrap();
+        let fs = pool.filesystem("tank/fs").unwrap();
+        let mut attrs = fs.getattr(victim).unwrap();
+        attrs.links = 5;
+        let engine = pool.txg_engine().unwrap();
+        let hold = engine.hold();
+        fs.objset()
+            .set_bonus(hold.txg(), victim, attrs.encode())
+            .unwrap();
+        drop(hold);
+        pool.export().unwrap();
+    }
+    let report = check_read_only(&paths);
+    let problems = report.problems();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains(&format!("inode {victim} has 5 links and 2 names"))),
+        "{problems:?}"
+    );
+}

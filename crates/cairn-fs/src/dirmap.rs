@@ -1,0 +1,551 @@
+//! Hashed name → value maps stored in one object: directories, and later extended attributes
+//! and the delete queue.
+//!
+//! Extendible hashing. Each name has a 62-bit *key*: 54 bits of a keyed BLAKE3 hash of the
+//! name (the key is the map's salt, so names cannot be chosen to collide in every directory),
+//! then an 8-bit collision number, the smallest one no other entry with the same hash holds.
+//! Keys are unique within a map and never change while the entry lives, so they double as
+//! `readdir` cookies: a listing resumed from a key sees every entry that stayed in the map,
+//! once, whatever was added or removed meanwhile.
+//!
+//! ```text
+//! block 0          header: magic, version, depth D, entries, leaves, salt, and while D ≤ 8
+//!                  the table itself (2^D leaf numbers)
+//! blocks 1..       the table once D > 8 (512 leaf numbers per block)
+//! blocks 2^24..    leaves: a local depth d ≤ D and entries sorted by key
+//!                  (key u64, name length u8, value length u16, name, value)
+//! ```
+//! A key's top D bits index the table, which names its leaf; a leaf of local depth d is named
+//! by the 2^(D−d) consecutive table slots sharing its top d bits. A full leaf splits in two on
+//! its next key bit (doubling the table first when d = D). So a lookup reads the header, at
+//! most one table block and one leaf, at any size: O(1) blocks, and an insert dirties at most
+//! the header, the leaf, its new sibling and the table slots that change.
+//!
+//! Invariants: every table slot names an allocated leaf; every entry of a leaf has the leaf's
+//! top d key bits; entries within a leaf are sorted by key and keys are unique; `entries` in
+//! the header is the number of entries of all leaves. The caller serialises changes of one map
+//! (the directory's lock) and passes the txg hold each change joins.
+//!
+//! Known gaps: leaves never merge and the table never shrinks (as in ZFS, a directory that
+//! once held a million entries keeps its leaves); values are small (`VALUE_BYTES_MAX`).
+
+use crate::FsError;
+use crate::Tx;
+use bytes::Bytes;
+use cairn_object::ObjectSet;
+
+/// Block size of a map object.
+pub const MAP_BLOCK_BYTES: u32 = 4096;
+/// Longest name.
+pub const NAME_BYTES_MAX: usize = 255;
+/// Largest value.
+pub const VALUE_BYTES_MAX: usize = 1024;
+
+const MAP_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNMAP");
+const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"LEAF");
+const MAP_VERSION: u32 = 1;
+const HEADER_BLKID: u64 = 0;
+const TABLE_START_BLKID: u64 = 1;
+const LEAF_START_BLKID: u64 = 1 << 24;
+const HEADER_FIXED_BYTES: usize = 40;
+const INLINE_DEPTH_MAX: u32 = 8;
+const DEPTH_MAX: u32 = 40;
+const KEY_BITS: u32 = 62;
+const HASH_BITS: u32 = 54;
+const COLLISION_BITS: u32 = KEY_BITS - HASH_BITS;
+const SLOTS_PER_TABLE_BLOCK: u64 = MAP_BLOCK_BYTES as u64 / 8;
+const LEAF_HEADER_BYTES: usize = 8;
+const ENTRY_FIXED_BYTES: usize = 11;
+
+const _: () = assert!(HEADER_FIXED_BYTES + (8 << INLINE_DEPTH_MAX) <= MAP_BLOCK_BYTES as usize);
+const _: () = assert!(
+    LEAF_HEADER_BYTES + 2 * (ENTRY_FIXED_BYTES + NAME_BYTES_MAX + VALUE_BYTES_MAX)
+        <= MAP_BLOCK_BYTES as usize
+);
+
+/// One entry of a map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub key: u64,
+    pub name: Vec<u8>,
+    pub value: Vec<u8>,
+}
+
+impl Entry {
+    fn bytes(&self) -> usize {
+        ENTRY_FIXED_BYTES + self.name.len() + self.value.len()
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Header {
+    depth: u32,
+    entries: u64,
+    leaves: u64,
+    salt: u64,
+    /// The table while `depth ≤ INLINE_DEPTH_MAX`; empty otherwise.
+    inline_table: Vec<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct Leaf {
+    local_depth: u32,
+    entries: Vec<Entry>,
+}
+
+impl Leaf {
+    fn bytes(&self) -> usize {
+        LEAF_HEADER_BYTES + self.entries.iter().map(Entry::bytes).sum::<usize>()
+    }
+}
+
+/// A map stored in `object` of `objset`.
+pub struct DirMap<'a> {
+    objset: &'a ObjectSet,
+    object: u64,
+}
+
+impl<'a> DirMap<'a> {
+    pub fn new(objset: &'a ObjectSet, object: u64) -> DirMap<'a> {
+        DirMap { objset, object }
+    }
+
+    /// Writes an empty map into `object` (created by the caller with `MAP_BLOCK_BYTES`
+    /// blocks).
+    pub fn create(&self, tx: Tx<'_>, salt: u64) -> Result<(), FsError> {
+        let header = Header {
+            depth: 0,
+            entries: 0,
+            leaves: 1,
+            salt,
+            inline_table: vec![0],
+        };
+        self.write_leaf(
+            tx,
+            0,
+            &Leaf {
+                local_depth: 0,
+                entries: Vec::new(),
+            },
+        );
+        self.write_header(tx, &header);
+        Ok(())
+    }
+
+    /// Entries in the map.
+    pub fn len(&self) -> Result<u64, FsError> {
+        Ok(self.header()?.entries)
+    }
+
+    pub fn is_empty(&self) -> Result<bool, FsError> {
+        Ok(self.len()? == 0)
+    }
+
+    /// The entry named `name`.
+    pub fn get(&self, name: &[u8]) -> Result<Option<Entry>, FsError> {
+        let header = self.header()?;
+        let hash = self.hash(&header, name);
+        let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
+        let leaf = self.leaf(leaf_number)?;
+        Ok(leaf
+            .entries
+            .into_iter()
+            .find(|entry| entry.key >> COLLISION_BITS == hash && entry.name == name))
+    }
+
+    /// Adds `name` → `value`; `Exists` if the name is there. Returns the new entry's key.
+    pub fn insert(&self, tx: Tx<'_>, name: &[u8], value: &[u8]) -> Result<u64, FsError> {
+        check_sizes(name, value)?;
+        let mut header = self.header()?;
+        let hash = self.hash(&header, name);
+        loop {
+            let slot = bucket(&header, hash << COLLISION_BITS);
+            let leaf_number = self.table_get(&header, slot)?;
+            let mut leaf = self.leaf(leaf_number)?;
+            let same_hash: Vec<&Entry> = leaf
+                .entries
+                .iter()
+                .filter(|entry| entry.key >> COLLISION_BITS == hash)
+                .collect();
+            if same_hash.iter().any(|entry| entry.name == name) {
+                return Err(FsError::Exists);
+            }
+            let collision = (0..1u64 << COLLISION_BITS)
+                .find(|cd| {
+                    !same_hash
+                        .iter()
+                        .any(|entry| entry.key & ((1 << COLLISION_BITS) - 1) == *cd)
+                })
+                .ok_or_else(|| FsError::NoSpace("too many names with one hash".into()))?;
+            let entry = Entry {
+                key: hash << COLLISION_BITS | collision,
+                name: name.to_vec(),
+                value: value.to_vec(),
+            };
+            if leaf.bytes() + entry.bytes() <= MAP_BLOCK_BYTES as usize {
+                let key = entry.key;
+                let at = leaf.entries.partition_point(|e| e.key < key);
+                leaf.entries.insert(at, entry);
+                self.write_leaf(tx, leaf_number, &leaf);
+                header.entries += 1;
+                self.write_header(tx, &header);
+                return Ok(key);
+            }
+            self.split(tx, &mut header, hash << COLLISION_BITS, leaf_number, leaf)?;
+        }
+    }
+
+    /// Removes `name`; its entry, or `None` if it was not there.
+    pub fn remove(&self, tx: Tx<'_>, name: &[u8]) -> Result<Option<Entry>, FsError> {
+        let mut header = self.header()?;
+        let hash = self.hash(&header, name);
+        let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
+        let mut leaf = self.leaf(leaf_number)?;
+        let Some(at) = leaf
+            .entries
+            .iter()
+            .position(|entry| entry.key >> COLLISION_BITS == hash && entry.name == name)
+        else {
+            return Ok(None);
+        };
+        let entry = leaf.entries.remove(at);
+        self.write_leaf(tx, leaf_number, &leaf);
+        header.entries = header.entries.saturating_sub(1);
+        self.write_header(tx, &header);
+        Ok(Some(entry))
+    }
+
+    /// Replaces the value of an existing entry (its key stays).
+    pub fn set_value(&self, tx: Tx<'_>, name: &[u8], value: &[u8]) -> Result<(), FsError> {
+        check_sizes(name, value)?;
+        let header = self.header()?;
+        let hash = self.hash(&header, name);
+        let slot = bucket(&header, hash << COLLISION_BITS);
+        let leaf_number = self.table_get(&header, slot)?;
+        let mut leaf = self.leaf(leaf_number)?;
+        let entry = leaf
+            .entries
+            .iter_mut()
+            .find(|entry| entry.key >> COLLISION_BITS == hash && entry.name == name)
+            .ok_or(FsError::NotFound)?;
+        let grows = value.len().saturating_sub(entry.value.len());
+        entry.value = value.to_vec();
+        if leaf.bytes() > MAP_BLOCK_BYTES as usize {
+            // Rare (values of one size in directories): remove and insert again.
+            debug_assert!(grows > 0);
+            self.remove(tx, name)?;
+            self.insert(tx, name, value)?;
+            return Ok(());
+        }
+        self.write_leaf(tx, leaf_number, &leaf);
+        Ok(())
+    }
+
+    /// Calls `visit` with each entry whose key is at least `start`, in key order, until it
+    /// returns false.
+    pub fn for_each_from(
+        &self,
+        start: u64,
+        mut visit: impl FnMut(&Entry) -> bool,
+    ) -> Result<(), FsError> {
+        let header = self.header()?;
+        let slots = 1u64 << header.depth;
+        let mut slot = bucket(&header, start.min((1 << KEY_BITS) - 1));
+        while slot < slots {
+            let leaf = self.leaf(self.table_get(&header, slot)?)?;
+            for entry in leaf.entries.iter().filter(|entry| entry.key >= start) {
+                if !visit(entry) {
+                    return Ok(());
+                }
+            }
+            // The leaf covers the aligned run of 2^(D - d) slots around `slot`.
+            let run = 1u64 << (header.depth - leaf.local_depth.min(header.depth));
+            slot = (slot / run + 1) * run;
+        }
+        Ok(())
+    }
+
+    /// Splits the full leaf that `key` falls in on its next key bit, doubling the table first
+    /// if needed.
+    fn split(
+        &self,
+        tx: Tx<'_>,
+        header: &mut Header,
+        key: u64,
+        leaf_number: u64,
+        leaf: Leaf,
+    ) -> Result<(), FsError> {
+        if leaf.local_depth >= DEPTH_MAX {
+            return Err(FsError::NoSpace(format!(
+                "directory object {}: a hash bucket is full at depth {DEPTH_MAX}",
+                self.object
+            )));
+        }
+        if leaf.local_depth == header.depth {
+            self.double_table(tx, header)?;
+        }
+        let new_depth = leaf.local_depth + 1;
+        let bit = KEY_BITS - new_depth;
+        let (high, low): (Vec<Entry>, Vec<Entry>) = leaf
+            .entries
+            .into_iter()
+            .partition(|entry| entry.key >> bit & 1 == 1);
+        let sibling = header.leaves;
+        header.leaves += 1;
+        self.write_leaf(
+            tx,
+            leaf_number,
+            &Leaf {
+                local_depth: new_depth,
+                entries: low,
+            },
+        );
+        self.write_leaf(
+            tx,
+            sibling,
+            &Leaf {
+                local_depth: new_depth,
+                entries: high,
+            },
+        );
+        // The old leaf's slots: the aligned run of 2^(D - d) around the key's slot; its upper
+        // half now names the sibling.
+        let slot = bucket(header, key);
+        let run = 1u64 << (header.depth - leaf.local_depth);
+        let first = slot / run * run;
+        self.table_set_range(tx, header, first + run / 2, run / 2, sibling)?;
+        self.write_header(tx, header);
+        Ok(())
+    }
+
+    /// Doubles the table: slot i of depth D + 1 names what slot i / 2 named.
+    fn double_table(&self, tx: Tx<'_>, header: &mut Header) -> Result<(), FsError> {
+        let old_slots = 1u64 << header.depth;
+        let mut table = Vec::with_capacity(old_slots as usize * 2);
+        for slot in 0..old_slots {
+            let leaf = self.table_get(header, slot)?;
+            table.push(leaf);
+            table.push(leaf);
+        }
+        header.depth += 1;
+        if header.depth <= INLINE_DEPTH_MAX {
+            header.inline_table = table;
+        } else {
+            header.inline_table = Vec::new();
+            for (index, chunk) in table.chunks(SLOTS_PER_TABLE_BLOCK as usize).enumerate() {
+                let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
+                for (raw, leaf) in block.chunks_exact_mut(8).zip(chunk) {
+                    raw.copy_from_slice(&leaf.to_le_bytes());
+                }
+                self.write(tx, TABLE_START_BLKID + index as u64, block);
+            }
+        }
+        Ok(())
+    }
+
+    fn table_get(&self, header: &Header, slot: u64) -> Result<u64, FsError> {
+        let leaf = if header.depth <= INLINE_DEPTH_MAX {
+            *header
+                .inline_table
+                .get(slot as usize)
+                .ok_or_else(|| self.corrupt("table slot past the table"))?
+        } else {
+            let block = self.read(TABLE_START_BLKID + slot / SLOTS_PER_TABLE_BLOCK)?;
+            let at = (slot % SLOTS_PER_TABLE_BLOCK) as usize * 8;
+            u64::from_le_bytes(
+                block[at..at + 8]
+                    .try_into()
+                    .map_err(|_| self.corrupt("short table block"))?,
+            )
+        };
+        if leaf >= header.leaves {
+            return Err(self.corrupt(&format!("table names leaf {leaf} of {}", header.leaves)));
+        }
+        Ok(leaf)
+    }
+
+    fn table_set_range(
+        &self,
+        tx: Tx<'_>,
+        header: &mut Header,
+        first: u64,
+        count: u64,
+        leaf: u64,
+    ) -> Result<(), FsError> {
+        if header.depth <= INLINE_DEPTH_MAX {
+            for slot in first..first + count {
+                header.inline_table[slot as usize] = leaf;
+            }
+            return Ok(());
+        }
+        let mut slot = first;
+        while slot < first + count {
+            let blkid = TABLE_START_BLKID + slot / SLOTS_PER_TABLE_BLOCK;
+            let mut block = self.read(blkid)?.to_vec();
+            while slot < first + count && TABLE_START_BLKID + slot / SLOTS_PER_TABLE_BLOCK == blkid
+            {
+                let at = (slot % SLOTS_PER_TABLE_BLOCK) as usize * 8;
+                block[at..at + 8].copy_from_slice(&leaf.to_le_bytes());
+                slot += 1;
+            }
+            self.write(tx, blkid, block);
+        }
+        Ok(())
+    }
+
+    fn hash(&self, header: &Header, name: &[u8]) -> u64 {
+        let mut key = [0u8; 32];
+        key[..8].copy_from_slice(&header.salt.to_le_bytes());
+        key[8..16].copy_from_slice(&self.object.to_le_bytes());
+        let digest = blake3::keyed_hash(&key, name);
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest.as_bytes()[..8]);
+        u64::from_le_bytes(first) >> (64 - HASH_BITS)
+    }
+
+    fn header(&self) -> Result<Header, FsError> {
+        let block = self.read(HEADER_BLKID)?;
+        let u64_at = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().unwrap_or([0; 8]));
+        let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().unwrap_or([0; 4]));
+        if u64_at(0) != MAP_MAGIC || u32_at(8) != MAP_VERSION {
+            return Err(self.corrupt("bad header magic or version"));
+        }
+        let depth = u32_at(12);
+        if depth > DEPTH_MAX {
+            return Err(self.corrupt(&format!("depth {depth}")));
+        }
+        let mut header = Header {
+            depth,
+            entries: u64_at(16),
+            leaves: u64_at(24),
+            salt: u64_at(32),
+            inline_table: Vec::new(),
+        };
+        if header.leaves == 0 || header.leaves > LEAF_START_BLKID {
+            return Err(self.corrupt(&format!("{} leaves", header.leaves)));
+        }
+        if depth <= INLINE_DEPTH_MAX {
+            header.inline_table = (0..1usize << depth)
+                .map(|slot| u64_at(HEADER_FIXED_BYTES + slot * 8))
+                .collect();
+        }
+        Ok(header)
+    }
+
+    fn write_header(&self, tx: Tx<'_>, header: &Header) {
+        let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
+        block[0..8].copy_from_slice(&MAP_MAGIC.to_le_bytes());
+        block[8..12].copy_from_slice(&MAP_VERSION.to_le_bytes());
+        block[12..16].copy_from_slice(&header.depth.to_le_bytes());
+        block[16..24].copy_from_slice(&header.entries.to_le_bytes());
+        block[24..32].copy_from_slice(&header.leaves.to_le_bytes());
+        block[32..40].copy_from_slice(&header.salt.to_le_bytes());
+        for (slot, leaf) in header.inline_table.iter().enumerate() {
+            let at = HEADER_FIXED_BYTES + slot * 8;
+            block[at..at + 8].copy_from_slice(&leaf.to_le_bytes());
+        }
+        self.write(tx, HEADER_BLKID, block);
+    }
+
+    fn leaf(&self, number: u64) -> Result<Leaf, FsError> {
+        let block = self.read(LEAF_START_BLKID + number)?;
+        let magic = u32::from_le_bytes(block[0..4].try_into().unwrap_or([0; 4]));
+        if magic != LEAF_MAGIC {
+            return Err(self.corrupt(&format!("leaf {number}: bad magic")));
+        }
+        let local_depth = u32::from(block[4]);
+        let count = u16::from_le_bytes([block[6], block[7]]) as usize;
+        let mut entries = Vec::with_capacity(count);
+        let mut at = LEAF_HEADER_BYTES;
+        for _ in 0..count {
+            let fixed = block
+                .get(at..at + ENTRY_FIXED_BYTES)
+                .ok_or_else(|| self.corrupt(&format!("leaf {number}: entry past its end")))?;
+            let key = u64::from_le_bytes(fixed[0..8].try_into().unwrap_or([0; 8]));
+            let name_len = fixed[8] as usize;
+            let value_len = u16::from_le_bytes([fixed[9], fixed[10]]) as usize;
+            let name_at = at + ENTRY_FIXED_BYTES;
+            let value_at = name_at + name_len;
+            let end = value_at + value_len;
+            if end > block.len() || value_len > VALUE_BYTES_MAX || key >> KEY_BITS != 0 {
+                return Err(self.corrupt(&format!("leaf {number}: entry out of bounds")));
+            }
+            entries.push(Entry {
+                key,
+                name: block[name_at..value_at].to_vec(),
+                value: block[value_at..end].to_vec(),
+            });
+            at = end;
+        }
+        if !entries.windows(2).all(|pair| pair[0].key < pair[1].key) {
+            return Err(self.corrupt(&format!("leaf {number}: keys out of order")));
+        }
+        Ok(Leaf {
+            local_depth,
+            entries,
+        })
+    }
+
+    fn write_leaf(&self, tx: Tx<'_>, number: u64, leaf: &Leaf) {
+        assert!(leaf.bytes() <= MAP_BLOCK_BYTES as usize, "leaf overflow");
+        let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
+        block[0..4].copy_from_slice(&LEAF_MAGIC.to_le_bytes());
+        block[4] = leaf.local_depth as u8;
+        block[6..8].copy_from_slice(&(leaf.entries.len() as u16).to_le_bytes());
+        let mut at = LEAF_HEADER_BYTES;
+        for entry in &leaf.entries {
+            block[at..at + 8].copy_from_slice(&entry.key.to_le_bytes());
+            block[at + 8] = entry.name.len() as u8;
+            block[at + 9..at + 11].copy_from_slice(&(entry.value.len() as u16).to_le_bytes());
+            at += ENTRY_FIXED_BYTES;
+            block[at..at + entry.name.len()].copy_from_slice(&entry.name);
+            at += entry.name.len();
+            block[at..at + entry.value.len()].copy_from_slice(&entry.value);
+            at += entry.value.len();
+        }
+        self.write(tx, LEAF_START_BLKID + number, block);
+    }
+
+    fn read(&self, blkid: u64) -> Result<Bytes, FsError> {
+        match self.objset.read_block(self.object, blkid)? {
+            Some(block) if block.len() == MAP_BLOCK_BYTES as usize => Ok(block),
+            Some(block) => Err(self.corrupt(&format!("block {blkid} of {} bytes", block.len()))),
+            None => Err(self.corrupt(&format!("block {blkid} is a hole"))),
+        }
+    }
+
+    fn write(&self, tx: Tx<'_>, blkid: u64, block: Vec<u8>) {
+        if self
+            .objset
+            .write_block(tx.txg, self.object, blkid, Bytes::from(block))
+        {
+            tx.add_dirty(u64::from(MAP_BLOCK_BYTES));
+        }
+    }
+
+    fn corrupt(&self, what: &str) -> FsError {
+        FsError::Corrupt(format!("directory object {}: {what}", self.object))
+    }
+}
+
+/// The table slot of `key` at the map's depth.
+fn bucket(header: &Header, key: u64) -> u64 {
+    if header.depth == 0 {
+        0
+    } else {
+        key >> (KEY_BITS - header.depth)
+    }
+}
+
+fn check_sizes(name: &[u8], value: &[u8]) -> Result<(), FsError> {
+    if name.is_empty() || name.len() > NAME_BYTES_MAX {
+        return Err(FsError::NameTooLong);
+    }
+    if value.len() > VALUE_BYTES_MAX {
+        return Err(FsError::Invalid(format!(
+            "a value of {} bytes (at most {VALUE_BYTES_MAX})",
+            value.len()
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,290 @@
+//! Filesystem datasets through the real kernel FUSE (issue 15, first step): `cairn create` of a
+//! filesystem, `cairn mount` (with a server, and starting one when none runs), ordinary file
+//! operations from this process through the kernel, `cairn unmount`, and everything still
+//! there after the server restarts (mounting by the `mountpoint` property) and in `pool check`.
+//! Mounting needs root and /dev/fuse (CI runs as root; .ci/run installs fuse3).
+
+mod nbd_common;
+
+use nbd_common::*;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed;
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u8
+        })
+        .collect()
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Leaves nothing mounted if the test fails halfway.
+struct Unmount<'a>(&'a Path);
+
+impl Drop for Unmount<'_> {
+    fn drop(&mut self) {
+        let path = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; MNT_DETACH never blocks.
+        unsafe {
+            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
+
+#[test]
+fn files_written_through_fuse_survive_unmount_and_restart() {
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "-o", "recordsize=32K", "tank/home"]);
+    let listed = env.ok(&["list"]);
+    assert!(
+        listed.contains("tank/home") && listed.contains("filesystem"),
+        "{listed}"
+    );
+    let at = env.path("mnt");
+    let _cleanup = Unmount(&at);
+    let mut server = env.serve();
+    let out = env.ok(&["mount", "tank/home", at.to_str().unwrap()]);
+    assert!(out.contains("mounted tank/home"), "{out}");
+
+    // Ordinary programs' file operations, through the kernel.
+    let big = pattern(3 << 20, 1);
+    std::fs::write(at.join("big.bin"), &big).unwrap();
+    std::fs::create_dir(at.join("docs")).unwrap();
+    std::fs::write(at.join("docs/note.txt"), b"cairn").unwrap();
+    std::os::unix::fs::symlink("docs/note.txt", at.join("link")).unwrap();
+    std::fs::hard_link(at.join("docs/note.txt"), at.join("hard")).unwrap();
+    std::fs::rename(at.join("big.bin"), at.join("docs/big.bin")).unwrap();
+    {
+        // A rewrite in the middle, then fsync.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(at.join("docs/big.bin"))
+            .unwrap();
+        file.seek(SeekFrom::Start(1_000_000)).unwrap();
+        file.write_all(b"in the middle").unwrap();
+        file.sync_all().unwrap();
+    }
+    let mut expected = big.clone();
+    expected[1_000_000..1_000_013].copy_from_slice(b"in the middle");
+    std::fs::set_permissions(at.join("hard"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::write(at.join("gone"), b"x").unwrap();
+    std::fs::remove_file(at.join("gone")).unwrap();
+    assert_eq!(names(&at), ["docs", "hard", "link"]);
+    assert_eq!(
+        std::fs::metadata(at.join("docs/note.txt")).unwrap().nlink(),
+        2
+    );
+    assert_eq!(
+        std::fs::read_link(at.join("link")).unwrap(),
+        Path::new("docs/note.txt")
+    );
+    assert_eq!(std::fs::read(at.join("link")).unwrap(), b"cairn");
+    let err = std::fs::remove_dir(at.join("docs")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::ENOTEMPTY));
+    let err = std::fs::create_dir(at.join("docs")).unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EEXIST));
+    // An open file outlives its name.
+    let mut open = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(at.join("tmp"))
+        .unwrap();
+    open.write_all(b"still here").unwrap();
+    std::fs::remove_file(at.join("tmp")).unwrap();
+    let mut back = String::new();
+    open.seek(SeekFrom::Start(0)).unwrap();
+    open.read_to_string(&mut back).unwrap();
+    assert_eq!(back, "still here");
+    drop(open);
+
+    let out = env.ok(&["unmount", "tank/home"]);
+    assert!(out.contains("unmounted"), "{out}");
+    assert!(!at.join("docs").exists(), "still mounted after unmount");
+    // The next server mounts it by its property.
+    env.ok(&["set", &format!("mountpoint={}", at.display()), "tank/home"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    let mut server = env.serve();
+    assert!(
+        at.join("docs").exists(),
+        "not mounted at start:\n{}",
+        server.logs()
+    );
+    assert_eq!(std::fs::read(at.join("docs/big.bin")).unwrap(), expected);
+    assert_eq!(std::fs::read(at.join("hard")).unwrap(), b"cairn");
+    assert_eq!(
+        std::fs::metadata(at.join("hard"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777,
+        0o640
+    );
+    assert!(!at.join("gone").exists() && !at.join("tmp").exists());
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    assert!(!at.join("docs").exists(), "a stopped server left its mount");
+    env.assert_pool_check_clean();
+}
+
+#[test]
+fn mount_without_a_server_starts_one() {
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(&at);
+    let run = env.cairn(&["mount", "tank/fs", at.to_str().unwrap()]);
+    assert!(run.success(), "{}", run.describe());
+    assert!(
+        run.stderr.contains("started a server"),
+        "{}",
+        run.describe()
+    );
+    std::fs::write(at.join("f"), b"data").unwrap();
+    assert_eq!(std::fs::read(at.join("f")).unwrap(), b"data");
+    // Other commands go to that server while it runs.
+    let listed = env.ok(&["list", "tank/fs"]);
+    assert!(listed.contains("tank/fs"), "{listed}");
+    env.ok(&["unmount", at.to_str().unwrap()]);
+    let run = env.cairn(&["unmount", "tank/fs"]);
+    assert!(!run.success(), "a second unmount succeeded");
+    // Stop the server the mount started (it keeps running until told to).
+    let status = std::process::Command::new("pkill")
+        .args(["-INT", "-f", &format!("{} serve", env.state().display())])
+        .status()
+        .unwrap();
+    assert!(status.success(), "no server to stop");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while env.control_socket().exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(!env.control_socket().exists(), "the server did not stop");
+    env.assert_pool_check_clean();
+}
+
+fn c_path(path: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+#[test]
+fn xattrs_holes_and_fallocate_through_fuse() {
+    use std::os::fd::AsRawFd;
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "-o", "recordsize=8K", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(&at);
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let file = at.join("f");
+    std::fs::write(&file, vec![7u8; 64 << 10]).unwrap();
+    let path = c_path(&file);
+    // Extended attributes: set, create-only, replace-only, list, get, remove.
+    let (name, value) = (c"user.colour", b"blue");
+    // SAFETY: valid C strings and a buffer of the given length, for all the calls below.
+    unsafe {
+        assert_eq!(
+            libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), 4, 0),
+            0
+        );
+        assert_eq!(
+            libc::setxattr(
+                path.as_ptr(),
+                name.as_ptr(),
+                value.as_ptr().cast(),
+                4,
+                libc::XATTR_CREATE
+            ),
+            -1
+        );
+        assert_eq!(errno(), libc::EEXIST);
+        assert_eq!(
+            libc::setxattr(
+                path.as_ptr(),
+                c"user.none".as_ptr(),
+                value.as_ptr().cast(),
+                4,
+                libc::XATTR_REPLACE
+            ),
+            -1
+        );
+        assert_eq!(errno(), libc::ENODATA);
+        let mut buf = [0u8; 64];
+        let got = libc::getxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        );
+        assert_eq!(&buf[..got as usize], value);
+        assert_eq!(
+            libc::getxattr(path.as_ptr(), name.as_ptr(), std::ptr::null_mut(), 0),
+            4
+        );
+        let listed = libc::listxattr(path.as_ptr(), buf.as_mut_ptr().cast(), buf.len());
+        assert_eq!(&buf[..listed as usize], b"user.colour\0");
+        assert_eq!(libc::removexattr(path.as_ptr(), name.as_ptr()), 0);
+        assert_eq!(
+            libc::getxattr(path.as_ptr(), name.as_ptr(), buf.as_mut_ptr().cast(), 64),
+            -1
+        );
+        assert_eq!(errno(), libc::ENODATA);
+    }
+    // Punch a hole of two whole records plus part of a third; SEEK_HOLE and SEEK_DATA find it.
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&file)
+        .unwrap();
+    let fd = handle.as_raw_fd();
+    // SAFETY: an open descriptor; offsets within the file.
+    unsafe {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        assert_eq!(
+            libc::fallocate(fd, mode, 16 << 10, (16 << 10) + 100),
+            0,
+            "{}",
+            errno()
+        );
+        assert_eq!(libc::lseek(fd, 0, libc::SEEK_HOLE), 16 << 10);
+        assert_eq!(libc::lseek(fd, 16 << 10, libc::SEEK_DATA), 32 << 10);
+        assert_eq!(libc::lseek(fd, 40 << 10, libc::SEEK_HOLE), 64 << 10);
+        assert_eq!(libc::lseek(fd, 64 << 10, libc::SEEK_DATA), -1);
+        assert_eq!(errno(), libc::ENXIO);
+        // Allocating past the end extends the file.
+        assert_eq!(libc::fallocate(fd, 0, 60 << 10, 20 << 10), 0, "{}", errno());
+    }
+    drop(handle);
+    let contents = std::fs::read(&file).unwrap();
+    assert_eq!(contents.len(), 80 << 10);
+    assert!(contents[..16 << 10].iter().all(|b| *b == 7));
+    assert!(contents[16 << 10..(32 << 10) + 100].iter().all(|b| *b == 0));
+    assert!(contents[(32 << 10) + 100..64 << 10].iter().all(|b| *b == 7));
+    assert!(contents[64 << 10..].iter().all(|b| *b == 0));
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
