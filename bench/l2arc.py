@@ -12,8 +12,10 @@ engine reads them at random, 8 KiB at QD8:
 1. cache: warm-up for WARM s, IOPS logged per second: the time to 90% of the steady rate, and the
    steady rate (the last STEADY s); `stat l2arc` gives hits, misses, RAM per cached block, and
    `stat arc` the RAM cache's evictions by the block's state in the SSD tier over a steady run
-   of STEADY s: "uncached eligible" (a block the feed was offered but had not written when RAM
-   let it go) as a share of the eligible ones (cached + uncached eligible), target <= 5%.
+   of STEADY s: "uncached eligible" (a block the feeding rules take that RAM let go while the
+   tier neither held it nor accepted it: the tier is fed as RAM evicts, so that is an offer
+   refused by admission or dropped because the writers were behind) as a share of the eligible
+   ones (cached + uncached eligible), target <= 5%.
 2. no cache: the same pool without a cache device, STEADY s: the disk alone.
 3. restart: the cached server is stopped and started again; a 10 s random read run samples
    `stat l2arc` every 0.25 s: the hit ratio in the first second against the steady one.

@@ -6,10 +6,14 @@
 //! ```
 //!
 //! With `--l2-capacity`, the real SSD tier (`cairn-l2arc`, on an in-memory device sized for that
-//! many blocks of 512 bytes, segments of 64 KiB) sits below the RAM policy: RAM misses look it
-//! up (a verified read), demand misses from disk are offered to it, and its writer is settled
-//! every 32 offers (the feed lags the reads a little, as it does in a server). It adds
-//! `l2_hits`, `l2_blocks_max` and `l2_ram_bytes_per_block` to the output.
+//! many blocks of 512 bytes, segments of 64 KiB) sits below the RAM policy, as in a server: RAM
+//! misses look it up (a verified read; a hit goes up to RAM and its copy is marked promoted),
+//! blocks the RAM policy evicts are offered to it with their sketch frequency (`offer_with`:
+//! the tier admits by value), the RAM policy's sketch is sized for both tiers, and the writer is
+//! settled every 32 offers (the feed lags a little, as it does in a server). It adds `l2_hits`,
+//! `l2_blocks`, `l2_ram_bytes_per_block` (the tier's index), `l2_sketch_bytes_per_block` (what
+//! sizing the RAM policy's sketch for both tiers adds, per block cached in the tier) and the
+//! tier's counters to the output.
 //!
 //! The trace is text, one request per line: its first block number and, optionally, how many
 //! blocks it reads (default 1). With one block per line it is the format libCacheSim reads as
@@ -24,7 +28,7 @@ use bytes::Bytes;
 use cairn_arc::StreamConfig;
 use cairn_arc::replay::{Replayer, SecondTier};
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Dva, ObjectType};
-use cairn_l2arc::{L2Arc, L2Config};
+use cairn_l2arc::{Admission, L2Arc, L2Config};
 use std::io::{BufRead, BufReader};
 
 fn main() -> Result<()> {
@@ -85,14 +89,26 @@ fn main() -> Result<()> {
             let load = |counter: &std::sync::atomic::AtomicU64| {
                 counter.load(std::sync::atomic::Ordering::Relaxed)
             };
+            let ram_only_sketch =
+                cairn_arc::ArcPolicy::<()>::new(replayer.policy().capacity_bytes())
+                    .sizes()
+                    .sketch_bytes;
+            let sketch_extra = replayer
+                .policy()
+                .sizes()
+                .sketch_bytes
+                .saturating_sub(ram_only_sketch);
             format!(
-                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_evicted_segments={} l2_copied_forward={}",
+                " l2_hits={} l2_blocks={entries} l2_ram_bytes_per_block={:.1} l2_sketch_bytes_per_block={:.1} l2_fed={} l2_dropped={} l2_refused={} l2_evicted_segments={} l2_copied_forward={} l2_promoted={}",
                 outcome.second_tier_hits,
                 ram_bytes as f64 / entries.max(1) as f64,
+                sketch_extra as f64 / entries.max(1) as f64,
                 load(&counters.feed_blocks),
                 load(&counters.feed_dropped),
+                load(&counters.feed_refused),
                 load(&counters.evicted_segments),
                 load(&counters.copied_forward),
+                l2.promoted_blocks(),
             )
         }
         None => String::new(),
@@ -173,7 +189,7 @@ impl SsdTier {
 impl SecondTier for SsdTier {
     fn read(&mut self, blkid: u64) -> bool {
         let (bp, data) = SsdTier::block(blkid);
-        match self.l2.read(&bp) {
+        match self.l2.read_into_ram(&bp) {
             Some(read) => {
                 assert_eq!(
                     read, data,
@@ -185,9 +201,10 @@ impl SecondTier for SsdTier {
         }
     }
 
-    fn offer(&mut self, blkid: u64) {
+    fn offer(&mut self, blkid: u64, frequency: u8, epoch: u64) {
         let (bp, data) = SsdTier::block(blkid);
-        self.l2.offer(&bp, &data);
+        self.l2
+            .offer_with(&bp, &data, Admission { frequency, epoch });
         self.offers_since_settle += 1;
         if self.offers_since_settle >= OFFERS_PER_SETTLE {
             self.l2.settle();

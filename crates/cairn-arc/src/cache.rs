@@ -25,6 +25,14 @@
 //! Without an evictor (a cache used alone, in tests and trace replays) the slack is 0 and
 //! inserts evict down to the capacity themselves.
 //!
+//! The SSD tier. Evictions are recorded with their buffers, their admission sketch's frequency
+//! and whether the block may go below (read on demand or used once read ahead, and not marked
+//! otherwise when cached: written, or excluded by `secondarycache`; one flag bit kept on the
+//! cached entry). After the shard's lock is released, the eligible ones are offered to their
+//! pool's SSD tier, and each eviction is counted by what the tier made of it (`evict_l2_*`:
+//! held or accepted, eligible but neither, ineligible; `release`). The data sketches are sized
+//! for the SSD tiers' capacity beside the cache's own (`follow_second_tiers`).
+//!
 //! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
 //! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader
 //! holds it lives until that reader drops it. Each block is charged its length plus
@@ -157,7 +165,7 @@ struct ShardState {
 /// by their SSD-tier state after the lock is released).
 struct Dropped {
     buffers: Vec<Arc<[u8]>>,
-    evictions: Vec<Eviction>,
+    evictions: Vec<Eviction<Arc<[u8]>>>,
 }
 
 fn slack_for(capacity_bytes: u64) -> u64 {
@@ -326,12 +334,20 @@ pub struct BlockCache {
     /// tier held the block (arcstat's evict_l2_*).
     l2_tiers: parking_lot::RwLock<HashMap<u16, std::sync::Weak<L2Arc>>>,
     pub(crate) evict_l2: EvictL2Counters,
+    /// The SSD tiers' capacity the data sketches are sized for beyond the cache's own (their
+    /// admission needs frequencies of blocks RAM no longer holds).
+    below_bytes: AtomicU64,
 }
 
 /// Bytes evicted from RAM by the block's state in its pool's SSD tier (pools with cache
-/// devices only): already there, not there though eligible (read from the pool on demand, not
-/// too large, its dataset's `secondarycache` takes it: the feed was offered it), not eligible
-/// (read ahead, written, excluded by `secondarycache`, too large).
+/// devices only), as the eviction's offer (the tier's feed) finds it:
+/// - `cached`: the tier holds the block, or accepted it (queued for writing);
+/// - `eligible` ("uncached eligible"): the feeding rules take it (read on demand, or read ahead
+///   and then used; not too large; its dataset's `secondarycache` takes it) but the tier
+///   neither holds nor accepted it: refused by admission (read too rarely), or dropped
+///   because the writers were behind or no device was usable;
+/// - `ineligible`: read ahead and never used, written rather than read, excluded by
+///   `secondarycache`, or too large (and not held by the tier anyway).
 #[derive(Default)]
 pub(crate) struct EvictL2Counters {
     pub(crate) cached: AtomicU64,
@@ -436,6 +452,7 @@ impl BlockCache {
             evictor: EvictorSignal::default(),
             l2_tiers: parking_lot::RwLock::new(HashMap::new()),
             evict_l2: EvictL2Counters::default(),
+            below_bytes: AtomicU64::new(0),
         }
     }
 
@@ -448,8 +465,36 @@ impl BlockCache {
         self.l2_tiers.write().remove(&pool_tag);
     }
 
-    /// Frees what a shard dropped and counts its evictions by SSD-tier state (outside the
-    /// shard's lock: the tier has locks of its own).
+    /// The registered SSD tiers' capacity (`L2Arc::capacity_bytes`), summed.
+    pub fn second_tier_bytes(&self) -> u64 {
+        self.l2_tiers
+            .read()
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|tier| tier.capacity_bytes())
+            .sum()
+    }
+
+    /// Sizes the data sketches for a cache of `max_bytes` with SSD tiers of the registered
+    /// capacity below it, if that capacity moved by more than an eighth since they were sized
+    /// (frequencies seen so far are forgotten). Returns whether they were resized.
+    pub fn follow_second_tiers(&self, max_bytes: u64) -> bool {
+        let below = self.second_tier_bytes();
+        let sized = self.below_bytes.load(Ordering::Relaxed);
+        if below.abs_diff(sized) <= sized / 8 && !(sized == 0 && below > 0) {
+            return false;
+        }
+        self.below_bytes.store(below, Ordering::Relaxed);
+        self.resize_sketches(max_bytes);
+        true
+    }
+
+    /// Frees what a shard dropped, counts its evictions by SSD-tier state and offers the
+    /// eligible ones to their pool's SSD tier (outside the shard's lock: the tier has locks of
+    /// its own). The tier is fed as RAM lets blocks go (a victim cache): a block read on
+    /// demand, that `secondarycache` lets below, with its admission sketch's frequency; the
+    /// tier admits it by value (see `cairn_l2arc::L2Arc::offer_with`), or values again the copy
+    /// it already has.
     fn release(&self, dropped: Dropped) {
         drop(dropped.buffers);
         if dropped.evictions.is_empty() {
@@ -459,7 +504,7 @@ impl BlockCache {
         if tiers.is_empty() {
             return;
         }
-        for eviction in &dropped.evictions {
+        for eviction in dropped.evictions {
             let tag = (eviction.key[1] >> 48) as u16;
             let Some(tier) = tiers
                 .get(&tag)
@@ -470,12 +515,24 @@ impl BlockCache {
             };
             let key = [eviction.key[0], eviction.key[1] & ((1 << 48) - 1)];
             let bytes = u64::from(eviction.size_bytes);
-            let counter = if tier.contains(key) {
-                &self.evict_l2.cached
-            } else if eviction.demand_used
+            let eligible = eviction.demand_used
                 && eviction.tier_eligible
-                && eviction.size_bytes <= tier.config().block_bytes_max
-            {
+                && eviction.size_bytes <= tier.config().block_bytes_max;
+            // An eligible block is offered (the offer finds a copy the tier holds, or queues
+            // one for writing, or refuses it); the others are only looked up.
+            let taken = match (&eviction.value, eligible) {
+                (Some(buf), true) => {
+                    let admission = cairn_l2arc::Admission {
+                        frequency: eviction.frequency,
+                        epoch: eviction.epoch,
+                    };
+                    tier.offer_evicted(key, to_bytes(buf), admission)
+                }
+                _ => tier.contains(key),
+            };
+            let counter = if taken {
+                &self.evict_l2.cached
+            } else if eligible {
                 &self.evict_l2.eligible
             } else {
                 &self.evict_l2.ineligible
@@ -631,6 +688,7 @@ impl BlockCache {
     }
 
     /// Ends a claimed read: caches the block (if `cache_as` says how) and wakes the waiters.
+    /// The block may go to the SSD tier when evicted.
     pub fn complete(
         &self,
         key: &BlockKey,
@@ -699,6 +757,14 @@ impl BlockCache {
         self.insert_in_shard(key, class, buf, access, tier_eligible);
     }
 
+    /// How often demand reads asked for `key` lately by its shard's admission sketch, and
+    /// that sketch's epoch (what the SSD tier admits by).
+    pub fn frequency(&self, key: &BlockKey, class: BlockClass) -> (u8, u64) {
+        let mut shard = self.shard(key).lock();
+        let policy = shard.policy(class);
+        (policy.frequency(key), policy.frequency_epoch())
+    }
+
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey, class: BlockClass) -> bool {
         self.shard(key).lock().policy(class).contains(key)
@@ -740,9 +806,11 @@ impl BlockCache {
     /// for a much smaller one they would overflow. Frequencies seen so far are forgotten.
     pub fn resize_sketches(&self, max_bytes: u64) {
         let share = max_bytes / self.shards.len() as u64;
+        // The data sketches also count for the SSD tiers below (see `follow_second_tiers`).
+        let below = self.below_bytes.load(Ordering::Relaxed) / self.shards.len() as u64;
         for shard in self.shards.iter() {
             let mut shard = shard.0.lock();
-            shard.data.resize_sketch(share);
+            shard.data.resize_sketch(share + below);
             shard.meta.resize_sketch(share / META_INITIAL_DIVISOR);
         }
     }
@@ -1090,5 +1158,98 @@ mod tests {
         assert!((0..64u64).all(|i| !cache.contains(&[i, 1 << 48 | 5], BlockClass::Data)));
         assert!((0..64u64).all(|i| cache.contains(&[i, 2 << 48 | 5], BlockClass::Metadata)));
         cache.assert_invariants();
+    }
+
+    #[test]
+    fn evictions_feed_the_ssd_tier_and_its_capacity_sizes_the_sketches() {
+        let cache = BlockCache::new(64 * 4096, 1);
+        let tier = Arc::new(L2Arc::new(cairn_l2arc::L2Config {
+            segment_bytes: 256 << 10,
+            write_chunk_bytes: 64 << 10,
+            feed_linger_ms: 5,
+            ..cairn_l2arc::L2Config::default()
+        }));
+        let tag = 3u16;
+        cache.register_l2(tag, &tier);
+        let sketch_before = cache.snapshot().data.sizes.sketch_bytes;
+        assert!(!cache.follow_second_tiers(64 * 4096), "no devices yet");
+        let device = Arc::new(cairn_device::mem::MemDevice::new(16 << 20));
+        tier.add_new("c0", device, 1, 1).unwrap();
+        assert!(cache.follow_second_tiers(64 * 4096));
+        assert!(
+            cache.snapshot().data.sizes.sketch_bytes > sketch_before * 8,
+            "the sketch does not count for the cache device"
+        );
+        assert!(!cache.follow_second_tiers(64 * 4096), "resized for nothing");
+        let key = |n: u64| [n << 12, 5 | u64::from(tag) << 48];
+        for n in 0..200u64 {
+            let data = block(n as u8, 4096);
+            match cache.lookup(&key(n), BlockClass::Data, Access::Demand) {
+                Lookup::Claimed(pending) => {
+                    // Every third block's dataset keeps it off the cache devices.
+                    cache.complete_for_tier(
+                        &key(n),
+                        BlockClass::Data,
+                        &pending,
+                        Some(&data),
+                        Some(Access::Demand),
+                        n % 3 != 0,
+                    );
+                }
+                _ => panic!("block {n} was cached already"),
+            }
+        }
+        tier.settle();
+        let below = |n: u64| tier.contains([n << 12, 5]);
+        let fed: Vec<u64> = (0..200).filter(|n| below(*n)).collect();
+        // About 140 evicted, two in three of them eligible.
+        assert!(fed.len() >= 80, "only {} evicted blocks fed", fed.len());
+        assert!(
+            fed.iter().all(|n| n % 3 != 0),
+            "a block secondarycache excluded was fed"
+        );
+        // Offered and taken counts as cached; kept off by secondarycache, as ineligible.
+        let counted = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        assert!(counted(&cache.evict_l2.cached) >= fed.len() as u64 * 4096);
+        assert!(counted(&cache.evict_l2.ineligible) > 0);
+    }
+
+    /// An eligible block the tier refuses (admission) is "uncached eligible".
+    #[test]
+    fn evictions_the_tier_refuses_count_as_uncached_eligible() {
+        let cache = BlockCache::new(16 * 4096, 1);
+        let tier = Arc::new(L2Arc::new(cairn_l2arc::L2Config {
+            segment_bytes: 256 << 10,
+            write_chunk_bytes: 64 << 10,
+            feed_linger_ms: 5,
+            // Blocks read once are not worth the device.
+            admit_frequency_min: 3,
+            ..cairn_l2arc::L2Config::default()
+        }));
+        let tag = 4u16;
+        cache.register_l2(tag, &tier);
+        let device = Arc::new(cairn_device::mem::MemDevice::new(16 << 20));
+        tier.add_new("c0", device, 1, 1).unwrap();
+        let key = |n: u64| [n << 12, 5 | u64::from(tag) << 48];
+        for n in 0..64u64 {
+            let data = block(n as u8, 4096);
+            if let Lookup::Claimed(pending) =
+                cache.lookup(&key(n), BlockClass::Data, Access::Demand)
+            {
+                cache.complete(
+                    &key(n),
+                    BlockClass::Data,
+                    &pending,
+                    Some(&data),
+                    Some(Access::Demand),
+                );
+            }
+        }
+        tier.settle();
+        let counted = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        assert!(counted(&cache.evict_l2.eligible) >= 40 * 4096);
+        assert_eq!(counted(&cache.evict_l2.cached), 0);
+        assert_eq!(counted(&cache.evict_l2.ineligible), 0);
+        assert!((0..64).all(|n| !tier.contains([n << 12, 5])));
     }
 }

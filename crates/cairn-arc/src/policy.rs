@@ -32,6 +32,11 @@
 //!   is the first to leave the window for the contest (which a block read once loses); a later
 //!   demand read makes it an ordinary block again. Read-ahead never used waits in a list of its
 //!   own (at most 1/8 of the capacity before its oldest go) and leaves without a ghost.
+//! - **The tier below.** With `record_evictions`, every eviction is handed over with its value,
+//!   its sketch frequency and epoch, and whether the block may go below: a block read ahead and
+//!   never used may not, nor one inserted as not for it (`insert_for_tier`: written rather than
+//!   read, or excluded by `secondarycache`; one flag bit kept for the block's life). The SSD
+//!   tier is fed from there.
 //! - **Pins.** A pinned block (a read still being copied out, a block the L2 feed holds) is
 //!   never evicted; eviction passes over it. If only pinned blocks remain, the cache overflows
 //!   its capacity until they are unpinned.
@@ -95,8 +100,8 @@ const NIL: u32 = u32::MAX;
 const PREFETCHED: u8 = 1;
 const STREAMED: u8 = 2;
 const STATE_FLAGS: u8 = PREFETCHED | STREAMED;
-/// ...and a mark kept for the block's life: the SSD tier below never feeds it (read ahead,
-/// written rather than read, or its dataset's `secondarycache` excludes it).
+/// ...and a mark kept for the block's life: the SSD tier below may not have it when it is
+/// evicted (written rather than read, or its dataset's `secondarycache` excludes it).
 const NOT_FOR_TIER: u8 = 4;
 /// Entries an eviction looks at from a list's tail before giving up on it (pinned ones are
 /// passed over): bounds the work of one insert.
@@ -188,14 +193,18 @@ pub struct PolicySizes {
 }
 
 /// A block the policy evicted (not a ghost dropped): its key and size, whether a demand read
-/// used it, and whether the SSD tier's feeding rules take it (`insert_for_tier`; read-ahead,
-/// used or not, is never fed).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Eviction {
+/// used it (read-ahead never used is not eligible for the SSD tier), whether the tier below
+/// may have it at all (`insert_for_tier`), how often it was read lately by the admission sketch
+/// (and the sketch's epoch), and its value (the SSD tier's feed writes it from there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Eviction<V> {
     pub key: BlockKey,
     pub size_bytes: u32,
     pub demand_used: bool,
     pub tier_eligible: bool,
+    pub frequency: u8,
+    pub epoch: u64,
+    pub value: Option<V>,
 }
 
 pub struct ArcPolicy<V> {
@@ -210,7 +219,7 @@ pub struct ArcPolicy<V> {
     /// Values of evicted or replaced blocks, kept for the caller to drop (`defer_drops`).
     dropped: Option<Vec<V>>,
     /// Evictions since `take_evictions`, when `record_evictions` asked for them.
-    evictions: Option<Vec<Eviction>>,
+    evictions: Option<Vec<Eviction<V>>>,
 }
 
 fn hash(key: &BlockKey) -> u64 {
@@ -258,14 +267,14 @@ impl<V> ArcPolicy<V> {
         self.dropped.get_or_insert_with(Vec::new);
     }
 
-    /// From now on, every eviction is recorded for `take_evictions` (what the SSD tier below
-    /// counts: was the block already there?).
+    /// From now on, every eviction is recorded for `take_evictions`, with the evicted value
+    /// (the SSD tier below is fed from there, and counts: was the block already there?).
     pub fn record_evictions(&mut self) {
         self.evictions.get_or_insert_with(Vec::new);
     }
 
     /// The evictions since the last call (empty unless `record_evictions`).
-    pub fn take_evictions(&mut self) -> Vec<Eviction> {
+    pub fn take_evictions(&mut self) -> Vec<Eviction<V>> {
         match &mut self.evictions {
             Some(evictions) => std::mem::take(evictions),
             None => Vec::new(),
@@ -289,7 +298,11 @@ impl<V> ArcPolicy<V> {
     /// A new frequency sketch sized for `sketch_capacity_bytes` of blocks (what was counted
     /// is forgotten).
     pub fn resize_sketch(&mut self, sketch_capacity_bytes: u64) {
+        let epoch = self.sketch.epoch();
         self.sketch = FrequencySketch::new(sketch_capacity_bytes / SKETCH_BLOCK_BYTES);
+        // Its epoch goes on (counts told before are worth less than any told from now), so a
+        // tier below that keeps frequencies by epoch keeps ageing them.
+        self.sketch.continue_after(epoch);
     }
 
     pub fn capacity_bytes(&self) -> u64 {
@@ -393,6 +406,12 @@ impl<V> ArcPolicy<V> {
         self.sketch.estimate(hash(key))
     }
 
+    /// The admission sketch's epoch (how many times it halved its counts): `frequency` told at
+    /// different epochs compares after halving the older once per epoch between.
+    pub fn frequency_epoch(&self) -> u64 {
+        self.sketch.epoch()
+    }
+
     /// Whether a block is cached (no statistics, no reordering).
     pub fn contains(&self, key: &BlockKey) -> bool {
         self.find(key)
@@ -453,8 +472,9 @@ impl<V> ArcPolicy<V> {
         self.insert_for_tier(key, size_bytes, value, access, true);
     }
 
-    /// `insert`, saying whether the SSD tier below feeds this block (reported with its
-    /// eviction, `Eviction::tier_eligible`; read-ahead never is).
+    /// `insert`, saying whether the SSD tier below may have this block when it is evicted
+    /// (reported with its eviction, `Eviction::tier_eligible`, a mark kept whatever hits it takes;
+    /// read-ahead is fed only once a demand read used it, `Eviction::demand_used`).
     pub fn insert_for_tier(
         &mut self,
         key: BlockKey,
@@ -507,11 +527,7 @@ impl<V> ArcPolicy<V> {
                 PREFETCHED
             } else {
                 0
-            } | if tier_eligible && access == Access::Demand {
-                0
-            } else {
-                NOT_FOR_TIER
-            },
+            } | if tier_eligible { 0 } else { NOT_FOR_TIER },
             pins: 0,
             value: Some(value),
         });
@@ -668,31 +684,36 @@ impl<V> ArcPolicy<V> {
 
     /// Evicts a live block, leaving its key on `ghost` (or nothing).
     fn evict(&mut self, slot: u32, ghost: Option<List>) {
-        let size = self.entries[slot as usize].size_bytes;
-        if let Some(evictions) = &mut self.evictions {
+        let (key, size, list, flags) = {
             let entry = &self.entries[slot as usize];
-            evictions.push(Eviction {
-                key: entry.key,
-                size_bytes: size,
-                demand_used: entry.list != List::Prefetched,
-                tier_eligible: entry.flags & NOT_FOR_TIER == 0,
-            });
-        }
+            (entry.key, entry.size_bytes, entry.list, entry.flags)
+        };
         self.stats.evictions += 1;
         self.stats.evicted_bytes += u64::from(size);
         self.unlink(slot);
-        match ghost {
+        let value = match ghost {
             Some(ghost) => {
                 let entry = &mut self.entries[slot as usize];
                 let value = entry.value.take();
                 entry.flags = 0;
                 self.push_head(ghost, slot);
-                self.discard(value);
+                value
             }
-            None => {
-                let value = self.release(slot);
-                self.discard(value);
+            None => self.release(slot),
+        };
+        match &mut self.evictions {
+            Some(evictions) => {
+                evictions.push(Eviction {
+                    key,
+                    size_bytes: size,
+                    demand_used: list != List::Prefetched,
+                    tier_eligible: flags & NOT_FOR_TIER == 0,
+                    frequency: self.sketch.estimate(hash(&key)),
+                    epoch: self.sketch.epoch(),
+                    value,
+                });
             }
+            None => self.discard(value),
         }
     }
 
@@ -868,5 +889,64 @@ impl<V> ArcPolicy<V> {
             .filter(|entry| entry.pins > 0 && entry.list.is_live())
             .map(|entry| u64::from(entry.size_bytes))
             .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BLOCK: u32 = 4096;
+
+    #[test]
+    fn evictions_tell_what_the_tier_below_needs() {
+        // A window of 2 blocks (1% of 200).
+        let mut policy: ArcPolicy<u64> = ArcPolicy::new(200 * u64::from(BLOCK));
+        policy.record_evictions();
+        for n in 0..4u64 {
+            // Block 3's dataset keeps it off the tier below (`secondarycache`).
+            policy.insert_for_tier([n, 1], BLOCK, n, Access::Demand, n != 3);
+        }
+        // A hit in the window resets the block's other flags: the mark stays. Then more
+        // blocks push it through the contest to the frequency list, and it is hit there.
+        for round in 0..5u64 {
+            assert_eq!(policy.get(&[3, 1], Access::Demand), Some(&3));
+            assert_eq!(policy.get(&[1, 1], Access::Demand), Some(&1));
+            policy.insert([100 + round, 1], BLOCK, round, Access::Demand);
+        }
+        policy.insert([10, 1], BLOCK, 10, Access::Prefetch);
+        policy.assert_invariants();
+        // A capacity drop lets every block go.
+        policy.set_capacity(0);
+        policy.assert_invariants();
+        let evictions = policy.take_evictions();
+        let find = |n: u64| {
+            evictions
+                .iter()
+                .find(|eviction| eviction.key == [n, 1])
+                .unwrap_or_else(|| panic!("block {n} was not evicted"))
+        };
+        assert!(!find(3).tier_eligible, "secondarycache's mark was lost");
+        assert!(find(1).tier_eligible && find(0).tier_eligible);
+        assert!(
+            !find(10).demand_used,
+            "read-ahead never used counts as used"
+        );
+        assert!(find(0).demand_used);
+        assert_eq!(find(1).value, Some(1), "the evicted value is handed over");
+        assert!(
+            find(1).frequency >= 4 && find(0).frequency <= 2,
+            "frequencies {} and {}",
+            find(1).frequency,
+            find(0).frequency
+        );
+        assert_eq!(find(1).epoch, policy.frequency_epoch());
+        // A new sketch goes on from the old one's epoch.
+        policy.resize_sketch(1 << 20);
+        assert_eq!(policy.frequency_epoch(), find(1).epoch + 1);
+        assert!(
+            policy.take_dropped().is_empty(),
+            "values both handed over and dropped"
+        );
     }
 }

@@ -12,13 +12,24 @@
 //! a few prefetch threads that read them at read-ahead priority and cache them flagged as
 //! prefetched (they count as used only once a demand read hits them).
 //!
+//! The SSD tier (a pool's cache devices, `cairn_l2arc`) sits below: an ARC miss asks it before
+//! the pool (a hit into RAM marks the tier's copy a duplicate), and it is fed as the ARC evicts
+//! (`cache`: a victim cache; blocks RAM does not keep are offered as they are read), each block
+//! with its admission sketch's frequency, which the tier admits by. The data sketches are sized
+//! for the tiers below too (`ReadCache::follow_second_tiers`): the tier's admission needs
+//! frequencies of blocks RAM no longer holds. That costs 6 B per 4 KiB of the tiers' capacity,
+//! bounded by their index caps (`L2Arc::capacity_bytes`: at most 6 B per index entry, beside
+//! the entry's own 12–16 B), and it is not charged to `arc_max` (known gap).
+//!
 //! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
 //! are read, returned and dropped) or `none`. A block already cached is a hit whatever the
 //! setting (another dataset sharing it may cache it). `secondarycache` decides the same for
-//! the pool's cache devices (`cairn-l2arc`): whether a miss looks there and whether a block read
-//! from the pool is offered to them. Each cached block remembers whether the tier's feeding
-//! rules take it (read on demand from a dataset whose `secondarycache` takes it), so its
-//! eviction is counted as the tier sees it (`evict_l2_cached`, `_eligible`, `_ineligible`).
+//! the pool's cache devices (`cairn-l2arc`): whether a miss looks there and whether a block
+//! RAM lets go is offered to them. Each cached block remembers whether the tier may have it
+//! (`complete_for_tier`, `insert_for_tier`: not if written rather than read, nor if its
+//! dataset's `secondarycache` excludes it), so its eviction is offered, and counted, as the
+//! tier sees it (`evict_l2_cached`: held or accepted; `_eligible`: offered but neither held nor
+//! accepted; `_ineligible`).
 //!
 //! Budget: the cache's target size `c` lies in [`arc_min`, `arc_max`]; every block is charged
 //! its bytes plus its headers (`cache::BLOCK_OVERHEAD_BYTES`). Readers may take the cache a
@@ -345,6 +356,13 @@ impl ReadCache {
         Ok(())
     }
 
+    /// Sizes the admission sketches for the pools' cache devices as they are now (cache
+    /// devices added or removed; the maintenance thread also checks every second).
+    pub fn follow_second_tiers(&self) {
+        let max_bytes = self.shared.limits.lock().max_bytes;
+        self.shared.blocks.follow_second_tiers(max_bytes);
+    }
+
     /// One maintenance step with the given memory reading (tests drive it directly).
     pub fn maintain(&self, now_ms: u64, reading: &pressure::MemoryReading) {
         self.shared.maintain(now_ms, reading);
@@ -395,6 +413,9 @@ impl Shared {
 
     fn maintain(&self, now_ms: u64, reading: &pressure::MemoryReading) {
         self.last_tick_ms.store(now_ms, Ordering::Relaxed);
+        // Cache devices come and go: the admission sketches count for them too.
+        let max_bytes = self.limits.lock().max_bytes;
+        self.blocks.follow_second_tiers(max_bytes);
         if let Some(available) = reading.ram_available_bytes {
             self.memory_available_bytes
                 .store(available, Ordering::Relaxed);
@@ -599,29 +620,24 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
         } else {
             IoClass::AsyncRead
         };
-        // Read-ahead is served by the cache devices when they hold the block, and never fed to
-        // them (prefetched blocks are not eligible)...
-        let l2 = job
+        // Read-ahead is served by the cache devices when they hold the block (leaving its value
+        // there as it was), and fed to them only if a demand read used it before RAM let it go.
+        let from_l2 = job
             .l2
             .as_ref()
-            .filter(|_| job.policy.secondary.caches(job.class));
-        let from_l2 = l2.and_then(|l2| l2.read(&job.bp));
-        let from_pool = from_l2.is_none();
+            .filter(|_| job.policy.secondary.caches(job.class))
+            .and_then(|l2| l2.read_ahead(&job.bp));
         let result = match from_l2 {
             Some(data) => Ok(data),
             None => job.io.read_block(&job.bp, class),
         };
-        // A block a demand reader already waited for has been used: it enters as demanded...
-        let demanded = !job.pending.note_demand();
-        let access = if demanded {
-            Access::Demand
-        } else {
+        // A block a demand reader already waited for has been used: it enters as demanded (and
+        // is fed like one when RAM lets it go).
+        let access = if job.pending.note_demand() {
             Access::Prefetch
+        } else {
+            Access::Demand
         };
-        // ...and was a demand read: fed like one.
-        if let (Some(l2), true, true, Ok(data)) = (l2, demanded, from_pool, &result) {
-            l2.offer(&job.bp, data);
-        }
         let cache_as = job.policy.primary.caches(job.class).then_some(access);
         shared.blocks.complete_for_tier(
             &job.key,
@@ -629,7 +645,7 @@ fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
             &job.pending,
             result.as_ref().ok(),
             cache_as,
-            demanded && job.policy.secondary.caches(job.class),
+            job.policy.secondary.caches(job.class),
         );
     }
 }
@@ -674,8 +690,12 @@ impl CachedIo {
 
     /// Puts the pool's cache-device tier below the RAM cache (once).
     pub fn set_l2(&self, l2: Arc<L2Arc>) {
-        self.cache.shared.blocks.register_l2(self.pool_tag, &l2);
+        let shared = &self.cache.shared;
+        shared.blocks.register_l2(self.pool_tag, &l2);
         let _ = self.l2.set(l2);
+        shared
+            .blocks
+            .follow_second_tiers(shared.limits.lock().max_bytes);
     }
 
     /// The pool's cache-device tier, when it has one with devices.
@@ -729,7 +749,7 @@ impl CachedIo {
             }
             Lookup::Claimed(pending) => {
                 counters.misses.fetch_add(1, Ordering::Relaxed);
-                let result = self.read_below(bp, class, policy.secondary);
+                let result = self.read_below(bp, &key, class, policy);
                 let caches = policy.primary.caches(class);
                 if !caches {
                     shared
@@ -737,7 +757,8 @@ impl CachedIo {
                         .uncached_reads
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                // Its eviction counts for the SSD tier only if the tier may hold it.
+                // Its eviction is offered to the SSD tier (and counted) only if the tier may
+                // have it.
                 shared.blocks.complete_for_tier(
                     &key,
                     class,
@@ -751,22 +772,36 @@ impl CachedIo {
         }
     }
 
-    /// An ARC miss: the cache devices first when the block may be there, else the pool; a
-    /// block the pool had to give is offered to the cache devices (demand reads only: the
-    /// feeding rule that keeps read-ahead and scans from washing the SSD tier).
+    /// An ARC miss: the cache devices first when the block may be there, else the pool. The
+    /// cache devices are fed as RAM lets blocks go (`BlockCache`'s eviction, a victim cache),
+    /// so a block RAM will keep is not offered here; one RAM does not keep (`primarycache`)
+    /// is let go at once: offered now. Read-ahead no demand read used is never fed, and the
+    /// tier admits by frequency, which keeps scans from washing it. A block served by the
+    /// cache devices into RAM leaves its copy there marked as a duplicate (the first space
+    /// reused).
     fn read_below(
         &self,
         bp: &BlockPointer,
+        key: &BlockKey,
         class: BlockClass,
-        secondary: CacheMode,
+        policy: CachePolicy,
     ) -> Result<Bytes, PipelineError> {
-        let l2 = self.l2().filter(|_| secondary.caches(class));
-        if let Some(data) = l2.and_then(|l2| l2.read(bp)) {
+        let Some(l2) = self.l2().filter(|_| policy.secondary.caches(class)) else {
+            return self.io.read_block(bp, IoClass::SyncRead);
+        };
+        let kept = policy.primary.caches(class);
+        let from_l2 = if kept {
+            l2.read_into_ram(bp)
+        } else {
+            l2.read(bp)
+        };
+        if let Some(data) = from_l2 {
             return Ok(data);
         }
         let result = self.io.read_block(bp, IoClass::SyncRead);
-        if let (Some(l2), Ok(data)) = (l2, &result) {
-            l2.offer(bp, data);
+        if let (false, Ok(data)) = (kept, &result) {
+            let (frequency, epoch) = self.cache.shared.blocks.frequency(key, class);
+            l2.offer_with(bp, data, cairn_l2arc::Admission { frequency, epoch });
         }
         result
     }

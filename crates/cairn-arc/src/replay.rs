@@ -10,9 +10,11 @@
 //!
 //! With a second tier (`SecondTier`: the SSD cache, as `bench/cache` drives it), a block the
 //! RAM policy misses is looked up there first and counts as read from disk only if it misses
-//! there too. Blocks are offered to it as the RAM policy evicts them (a victim cache: what RAM
-//! holds is not duplicated below while it is hot there), blocks read on demand only: read-ahead
-//! that no demand read used is not eligible (the read path's rule).
+//! there too; a block it serves goes up to RAM (the second tier then counts its copy as a
+//! duplicate, the first space it takes back). Blocks are offered to it as the RAM policy evicts
+//! them (a victim cache: what RAM holds is not duplicated below while it is hot there), with
+//! the admission sketch's frequency and epoch so the tier can admit by value; blocks read on
+//! demand only: read-ahead that no demand read used is not eligible (the read path's rule).
 
 use crate::policy::{Access, ArcPolicy, BlockKey};
 use crate::streams::{StreamConfig, StreamDetector};
@@ -28,10 +30,11 @@ pub struct ReplayOutcome {
 
 /// A cache below the RAM policy, by block number.
 pub trait SecondTier {
-    /// Whether it holds `blkid` (a hit is served from it, not from disk).
+    /// Whether it holds `blkid` (a hit is served from it, not from disk, and goes up to RAM).
     fn read(&mut self, blkid: u64) -> bool;
-    /// `blkid` was just read from disk on demand.
-    fn offer(&mut self, blkid: u64);
+    /// The RAM policy let `blkid` go (a block a demand read used), read `frequency` times
+    /// lately by its sketch at sketch epoch `epoch`.
+    fn offer(&mut self, blkid: u64, frequency: u8, epoch: u64);
 }
 
 impl ReplayOutcome {
@@ -56,9 +59,6 @@ pub struct Replayer {
     /// Blocks read ahead that a demand read then used, while cached.
     used_read_ahead: std::collections::HashSet<u64>,
 }
-
-/// Least sketch frequency for a block evicted from RAM to be offered to the second tier.
-pub const L2_ADMIT_FREQUENCY_MIN: u8 = 2;
 
 fn key(blkid: u64) -> BlockKey {
     [blkid, 1]
@@ -94,8 +94,8 @@ impl Replayer {
         self
     }
 
-    /// Offers what the RAM policy evicted to the second tier: blocks read on demand, asked
-    /// for at least `L2_ADMIT_FREQUENCY_MIN` times lately (one-hit wonders would only churn it).
+    /// Offers what the RAM policy evicted to the second tier: blocks read on demand, with how
+    /// often they were asked for lately (the tier decides what is worth admitting).
     fn feed_evicted(&mut self) {
         let evicted = self.policy.take_dropped();
         let Some(second) = self.second.as_mut() else {
@@ -103,8 +103,9 @@ impl Replayer {
         };
         for (blkid, demand) in evicted {
             let eligible = self.used_read_ahead.remove(&blkid) || demand;
-            if eligible && self.policy.frequency(&key(blkid)) >= L2_ADMIT_FREQUENCY_MIN {
-                second.offer(blkid);
+            if eligible {
+                let frequency = self.policy.frequency(&key(blkid));
+                second.offer(blkid, frequency, self.policy.frequency_epoch());
             }
         }
     }
@@ -182,8 +183,10 @@ mod tests {
             self.0.contains(&blkid)
         }
 
-        fn offer(&mut self, blkid: u64) {
-            self.0.insert(blkid);
+        fn offer(&mut self, blkid: u64, frequency: u8, _epoch: u64) {
+            if frequency >= 2 {
+                self.0.insert(blkid);
+            }
         }
     }
 
@@ -195,7 +198,7 @@ mod tests {
             false
         }
 
-        fn offer(&mut self, _blkid: u64) {}
+        fn offer(&mut self, _blkid: u64, _frequency: u8, _epoch: u64) {}
     }
 
     #[test]

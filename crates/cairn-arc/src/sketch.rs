@@ -8,6 +8,10 @@
 //! random workload's tail — then never touch the counters, which stay accurate for the blocks
 //! that matter (as TinyLFU does).
 //!
+//! Each ageing starts a new *epoch* (`epoch`, carried on when a sketch is replaced by a resized
+//! one): an SSD tier below that keeps the estimates it was told halves them once per epoch
+//! since, to compare them with estimates told now.
+//!
 //! Memory: per slot, four 4-bit counters (two bytes) and 32 doorkeeper bits, `width` slots with
 //! `width` the power of two at or above the cache's capacity in blocks: 6 bytes per slot, 3.5-6
 //! per block of capacity. The doorkeeper's size matters: at 16 bits per slot it filled up between
@@ -35,6 +39,8 @@ pub struct FrequencySketch {
     mask: u64,
     additions: u64,
     sample: u64,
+    /// Times the counts were halved (the sketch's epoch).
+    ages: u64,
 }
 
 impl FrequencySketch {
@@ -47,6 +53,7 @@ impl FrequencySketch {
             mask: width - 1,
             additions: 0,
             sample: width * 10,
+            ages: 0,
         }
     }
 
@@ -117,6 +124,17 @@ impl FrequencySketch {
         counted + u8::from(self.doorkeeper_contains(hash))
     }
 
+    /// Times the counts were halved so far: an estimate told at epoch `e` counts half as much
+    /// at `e + 1` (what a tier below that keeps estimates needs to compare them with new ones).
+    pub fn epoch(&self) -> u64 {
+        self.ages
+    }
+
+    /// Starts this (new, empty) sketch's epochs after `epoch`, those of the sketch it replaces.
+    pub fn continue_after(&mut self, epoch: u64) {
+        self.ages = epoch + 1;
+    }
+
     /// Bytes the counters take.
     pub fn bytes(&self) -> usize {
         self.counts.len() + self.doorkeeper.len() * 8
@@ -130,6 +148,7 @@ impl FrequencySketch {
         }
         self.doorkeeper.fill(0);
         self.additions /= 2;
+        self.ages += 1;
     }
 }
 
@@ -183,5 +202,6 @@ mod tests {
             sketch.record((other + 5000).wrapping_mul(0x2545_f491_4f6c_dd1d));
         }
         assert!(sketch.estimate(key) < before, "no ageing");
+        assert!(sketch.epoch() >= 1, "an ageing not counted as an epoch");
     }
 }

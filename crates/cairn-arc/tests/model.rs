@@ -217,8 +217,9 @@ fn a_demand_scan_keeps_most_frequent_blocks() {
     );
 }
 
-/// Whether the SSD tier feeds a block is decided when it is inserted and reported with its
-/// eviction, whatever hits it took meanwhile; read-ahead is never fed, even once used.
+/// Whether the SSD tier may have a block is decided when it is inserted and reported with its
+/// eviction, whatever hits it took meanwhile; read-ahead is fed only once a demand read used it
+/// (`demand_used`), and then like any block read on demand.
 #[test]
 fn evictions_report_whether_the_tier_feeds_the_block() {
     const BLOCK: u32 = 4096;
@@ -230,6 +231,8 @@ fn evictions_report_whether_the_tier_feeds_the_block() {
     for key in [k(1), k(2), k(3), k(2), k(3)] {
         assert!(policy.get(&key, Access::Demand).is_some());
     }
+    // Read ahead and never used: not fed, though its dataset would let it go below.
+    policy.insert(k(4), BLOCK, (), Access::Prefetch);
     policy.assert_invariants();
     // A cache of nothing evicts every block.
     policy.set_capacity(0);
@@ -243,7 +246,8 @@ fn evictions_report_whether_the_tier_feeds_the_block() {
     };
     assert_eq!(fed(k(1)), Some((true, true)));
     assert_eq!(fed(k(2)), Some((true, false)));
-    assert_eq!(fed(k(3)), Some((true, false)));
+    assert_eq!(fed(k(3)), Some((true, true)));
+    assert_eq!(fed(k(4)), Some((false, true)));
     assert!(
         evictions
             .iter()

@@ -87,6 +87,7 @@ impl Pool {
                 self.cache_devices
                     .lock()
                     .extend(specs.iter().map(|spec| (spec.clone(), None::<String>)));
+                self.follow_cache_devices();
                 Ok(())
             }
             Err(err) => {
@@ -114,8 +115,15 @@ impl Pool {
             && let Some(tier) = &self.l2
         {
             tier.remove(&spec.to_string()).map_err(EngineError::Cache)?;
+            self.follow_cache_devices();
         }
         Ok(())
+    }
+
+    /// The RAM cache's admission sketches count for the cache devices too: sized anew when
+    /// they change.
+    fn follow_cache_devices(&self) {
+        self.core.mos.cached_io().cache().follow_second_tiers();
     }
 
     /// The cache devices the pool knows (attached or missing), as the pool cache lists them.
@@ -166,6 +174,7 @@ impl Pool {
             }
         }
         if matches!(source, ImportSource::Devices(_)) {
+            self.follow_cache_devices();
             return;
         }
         let known: Vec<std::path::PathBuf> = self
@@ -181,6 +190,7 @@ impl Pool {
             // A file of the directory that is not one of our cache devices is simply not one.
             let _ = self.open_cache_device(&DeviceSpec { path, model: None }, &options.opener);
         }
+        self.follow_cache_devices();
     }
 
     fn open_cache_device(

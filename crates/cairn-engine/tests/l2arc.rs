@@ -308,8 +308,9 @@ fn ram_evictions_are_counted_by_whether_the_cache_device_had_the_block() {
     pool.l2().unwrap().settle();
     read_all(&pool, &data);
     pool.l2().unwrap().settle();
-    // While the first passes ran, RAM evicted blocks whose copy was still being written (the
-    // feed is asynchronous); by now every block is on the cache device.
+    // The tier is fed as RAM evicts: during the first passes the evicted blocks were offered
+    // (and taken, counted as cached, unless refused or dropped); by now the cache device holds
+    // them, and an eviction of a block it holds counts as cached.
     let (cached_before, eligible_before) = (stat("evict_l2_cached"), stat("evict_l2_eligible"));
     read_all(&pool, &data);
     let cached = stat("evict_l2_cached") - cached_before;

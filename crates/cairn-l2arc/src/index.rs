@@ -1,13 +1,16 @@
 //! The in-RAM index: which blocks the cache devices hold, and where, in 12 bytes per block.
 //!
 //! A block is known by its key (first copy's address and birth txg: `cairn_arc::block_key`'s
-//! two words). The index does not keep the key itself but a 59-bit fingerprint of it beside a
-//! hit bit (set when the block is read from the cache; the writer copies such blocks forward
-//! when it reuses their segment) and a 4-bit device number (one u64), and the block's place on
-//! that device in 512-byte sectors (one u32: 2 TiB per device). Two different keys can share a fingerprint (about one pair in
-//! 2^60 per lookup); that would only make a lookup answer with another block's place, and every
-//! block read from a cache device is verified against the caller's block pointer, so the
-//! mistake becomes a miss. Nothing else depends on the fingerprint being unique.
+//! two words). The index does not keep the key itself but a 55-bit fingerprint of it beside
+//! the block's state (one u64): a 4-bit device number, a *promoted* bit (the block was read
+//! from here into RAM, so while RAM holds it its copy here is a duplicate, the first space a
+//! segment reuse takes back) and a 4-bit *frequency* (how often the block was read lately, as
+//! the RAM tier's sketch told when it offered the block, on its segment's scale: see
+//! `segments`), and the block's place on that device in 512-byte sectors (one u32: 2 TiB per
+//! device). Two different keys can share a fingerprint (about one pair in 2^56 per lookup);
+//! that would only make a lookup answer with another block's place, and every block read from
+//! a cache device is verified against the caller's block pointer, so the mistake becomes a
+//! miss. Nothing else depends on the fingerprint being unique.
 //!
 //! Layout: open addressing with linear probing kept in Robin Hood order (an entry never sits
 //! further from its home slot than the entry it displaced), deletion by backward shift (no
@@ -23,10 +26,15 @@
 
 /// Bits of the device number inside an entry's word.
 const DEVICE_BITS: u32 = 4;
-/// The hit bit, just above the device number.
-const HIT_BIT: u64 = 1 << DEVICE_BITS;
-/// Low bits of a word that are not the fingerprint (device number and hit bit).
-pub(crate) const TAG_BITS: u32 = DEVICE_BITS + 1;
+/// The promoted bit, just above the device number.
+const PROMOTED_BIT: u64 = 1 << DEVICE_BITS;
+/// The frequency's 4 bits, above the promoted bit.
+const FREQUENCY_SHIFT: u32 = DEVICE_BITS + 1;
+const FREQUENCY_MASK: u64 = 0xf << FREQUENCY_SHIFT;
+/// The largest frequency an entry keeps.
+pub const FREQUENCY_MAX: u8 = 15;
+/// Low bits of a word that are not the fingerprint (device number, promoted bit, frequency).
+pub(crate) const TAG_BITS: u32 = FREQUENCY_SHIFT + 4;
 const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
 /// Most cache devices one index can address.
 pub const DEVICES_MAX: usize = 1 << DEVICE_BITS;
@@ -71,6 +79,29 @@ pub(crate) fn fingerprint(key: [u64; 2]) -> u64 {
 
 fn word(fingerprint: u64, device: u8) -> u64 {
     fingerprint | u64::from(device)
+}
+
+/// What an entry knows of its block besides its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EntryState {
+    /// Read from here into RAM since it was placed (or last offered again).
+    pub promoted: bool,
+    /// Reads lately, on its segment's scale (0 to `FREQUENCY_MAX`).
+    pub frequency: u8,
+}
+
+fn state_of(word: u64) -> EntryState {
+    EntryState {
+        promoted: word & PROMOTED_BIT != 0,
+        // Masked to 4 bits.
+        frequency: ((word & FREQUENCY_MASK) >> FREQUENCY_SHIFT) as u8,
+    }
+}
+
+fn with_state(word: u64, state: EntryState) -> u64 {
+    let frequency = u64::from(state.frequency.min(FREQUENCY_MAX)) << FREQUENCY_SHIFT;
+    let promoted = if state.promoted { PROMOTED_BIT } else { 0 };
+    (word & !(PROMOTED_BIT | FREQUENCY_MASK)) | frequency | promoted
 }
 
 fn device_of(word: u64) -> u8 {
@@ -156,15 +187,26 @@ impl Index {
         })
     }
 
-    /// Records (or moves) the block of `key` to `place`.
+    /// Records (or moves) the block of `key` to `place`, not promoted, of frequency 0.
     pub fn insert(&mut self, key: [u64; 2], place: Place) -> Result<(), IndexFull> {
+        self.insert_with(key, place, EntryState::default())
+    }
+
+    /// Records (or moves) the block of `key` to `place` with `state`.
+    pub fn insert_with(
+        &mut self,
+        key: [u64; 2],
+        place: Place,
+        state: EntryState,
+    ) -> Result<(), IndexFull> {
         assert!(
             usize::from(place.device) < DEVICES_MAX,
             "device {} beyond the index's {DEVICES_MAX}",
             place.device
         );
+        let new_word = with_state(word(fingerprint(key), place.device), state);
         if let Some(slot) = self.find(key) {
-            self.words[slot] = word(fingerprint(key), place.device);
+            self.words[slot] = new_word;
             self.places[slot] = place.sector;
             return Ok(());
         }
@@ -174,7 +216,7 @@ impl Index {
         if (self.len + 1) * 1000 > self.words.len() * LOAD_MAX_PERMILLE {
             self.grow();
         }
-        self.place(word(fingerprint(key), place.device), place.sector);
+        self.place(new_word, place.sector);
         self.len += 1;
         Ok(())
     }
@@ -266,8 +308,8 @@ impl Index {
         self.take_at(key, place).is_some()
     }
 
-    /// Like `remove_at`, and tells whether the block was hit since it was placed there.
-    pub fn take_at(&mut self, key: [u64; 2], place: Place) -> Option<bool> {
+    /// Like `remove_at`, and tells the entry's state.
+    pub fn take_at(&mut self, key: [u64; 2], place: Place) -> Option<EntryState> {
         let slot = self.find(key)?;
         let word = self.words[slot];
         if device_of(word) != place.device || self.places[slot] != place.sector {
@@ -275,15 +317,38 @@ impl Index {
         }
         self.remove_slot(slot);
         self.shrink_if_sparse();
-        Some(word & HIT_BIT != 0)
+        Some(state_of(word))
     }
 
-    /// Notes a read of the block of `key` from its place (the writer copies hit blocks forward
-    /// when their segment is reused).
-    pub fn mark_hit(&mut self, key: [u64; 2]) {
-        if let Some(slot) = self.find(key) {
-            self.words[slot] |= HIT_BIT;
+    /// The place and state of the block of `key`, if indexed.
+    pub fn get_state(&self, key: [u64; 2]) -> Option<(Place, EntryState)> {
+        self.find(key).map(|slot| {
+            let word = self.words[slot];
+            (
+                Place {
+                    device: device_of(word),
+                    sector: self.places[slot],
+                },
+                state_of(word),
+            )
+        })
+    }
+
+    /// Changes the state of the block of `key` if it is at `place`; returns the state it had.
+    pub fn update_at(
+        &mut self,
+        key: [u64; 2],
+        place: Place,
+        change: impl FnOnce(EntryState) -> EntryState,
+    ) -> Option<EntryState> {
+        let slot = self.find(key)?;
+        let word = self.words[slot];
+        if device_of(word) != place.device || self.places[slot] != place.sector {
+            return None;
         }
+        let before = state_of(word);
+        self.words[slot] = with_state(word, change(before));
+        Some(before)
     }
 
     /// Keeps only the entries `keep` accepts (a device gone, a segment whose summary could not
@@ -305,6 +370,14 @@ impl Index {
             slot += 1;
         }
         self.shrink_if_sparse();
+    }
+
+    /// Entries marked promoted (their blocks went up to RAM): a sweep of the table.
+    pub fn promoted(&self) -> usize {
+        self.words
+            .iter()
+            .filter(|word| **word != 0 && state_of(**word).promoted)
+            .count()
     }
 
     /// Checks the Robin Hood invariants (tests).
@@ -424,45 +497,66 @@ mod tests {
     }
 
     #[test]
-    fn hit_bits_are_told_when_an_entry_is_taken() {
+    fn entry_states_are_kept_told_and_reset_by_a_move() {
         let mut index = Index::new(10);
         let place = Place {
             device: 2,
             sector: 7,
         };
-        index.insert(key(1), place).unwrap();
+        let hot = EntryState {
+            promoted: false,
+            frequency: 9,
+        };
+        index.insert_with(key(1), place, hot).unwrap();
         index.insert(key(2), place).unwrap();
-        index.mark_hit(key(1));
+        let before = index.update_at(key(1), place, |state| EntryState {
+            promoted: true,
+            ..state
+        });
+        assert_eq!(before, Some(hot));
         assert_eq!(
             index.get(key(1)),
             Some(place),
-            "the hit bit changed the place"
+            "the state changed the place"
         );
-        assert_eq!(index.take_at(key(1), place), Some(true));
-        assert_eq!(index.take_at(key(2), place), Some(false));
-        assert_eq!(index.take_at(key(2), place), None);
-        // A moved entry starts unhit.
-        index.insert(key(3), place).unwrap();
-        index.mark_hit(key(3));
-        index
-            .insert(
-                key(3),
-                Place {
-                    device: 1,
-                    sector: 9,
-                },
-            )
-            .unwrap();
+        // Frequencies saturate at 4 bits without touching the other bits.
+        index.update_at(key(2), place, |state| EntryState {
+            frequency: 200,
+            ..state
+        });
+        // Another place is another copy: not changed.
+        let elsewhere = Place {
+            device: 1,
+            sector: 7,
+        };
+        assert_eq!(index.update_at(key(2), elsewhere, |state| state), None);
         assert_eq!(
-            index.take_at(
-                key(3),
-                Place {
-                    device: 1,
-                    sector: 9
-                }
-            ),
-            Some(false)
+            index.take_at(key(1), place),
+            Some(EntryState {
+                promoted: true,
+                frequency: 9
+            })
         );
+        assert_eq!(
+            index.get_state(key(2)),
+            Some((
+                place,
+                EntryState {
+                    promoted: false,
+                    frequency: FREQUENCY_MAX
+                }
+            ))
+        );
+        assert_eq!(index.take_at(key(2), place).map(|s| s.frequency), Some(15));
+        assert_eq!(index.take_at(key(2), place), None);
+        // A moved entry starts afresh.
+        index.insert_with(key(3), place, hot).unwrap();
+        index.insert(key(3), elsewhere).unwrap();
+        assert_eq!(
+            index.take_at(key(3), elsewhere),
+            Some(EntryState::default())
+        );
+        index.assert_invariants();
     }
 
     #[test]

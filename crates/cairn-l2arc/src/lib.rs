@@ -1,36 +1,63 @@
 //! # cairn-l2arc: the SSD tier of the hybrid storage pool
 //!
 //! Between the RAM cache (ARC) and the pool's disks sit a pool's cache devices: fast, cheap
-//! per byte, and never trusted. The ARC offers every block it reads on demand (`offer`); the
-//! cache devices keep copies; an ARC miss asks here (`read`) before going to the pool.
+//! per byte, and never trusted. The ARC offers the blocks it lets go (`offer_with`: a victim
+//! cache, with how often each was read lately); the cache devices keep copies of those worth
+//! it; an ARC miss asks here (`read_into_ram`, `read`) before going to the pool.
 //!
 //! ## Shape
 //! - `layout`: the bytes on a cache device: two superblocks, then equal segments, each filled
 //!   front to back and sealed with a summary of what it holds (24 B per block) and a header.
 //! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in Robin Hood
-//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block everything included, and a cap (`L2Config::index_bytes_max`) independent of the devices' size: when
-//!   the index is full, the least valued segment is dropped to make room, so a huge device
-//!   costs bounded RAM.
-//! - `segments`: per device, what each segment holds and what it is worth (hits, aged).
-//! - this file: `L2Arc`, a pool's set of cache devices: feeding, reading, rebuilding.
+//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block for the index, and a cap
+//!   (`L2Config::index_bytes_max`) independent of the devices' size: when the index is full,
+//!   the least valued segment is dropped to make room, so a huge device costs bounded RAM.
+//!   Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
+//! - `segments`: per device, what each segment holds and what it is worth (the frequencies of
+//!   its blocks still wanted here, aged).
+//! - this file: `L2Arc`, a pool's set of cache devices: admission, feeding, reading,
+//!   rebuilding.
+//!
+//! ## What is kept: value, admission, and no duplicates
+//! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
+//! was read lately; every offer carries that frequency and the sketch's epoch (how often it has
+//! halved its counts), so frequencies told at different times compare on one scale (`segments`
+//! halves a segment's values once per epoch since it was filled). The tier is managed like
+//! TinyLFU's main space, a segment at a time:
+//! - **Admission.** An offered block is admitted only if read more often than the blocks the
+//!   last segment reuse had to drop (the *bar*), and at least `admit_frequency_min` times. A
+//!   loop or a scan larger than the tier, whose blocks are no more frequent than what is
+//!   cached, is refused instead of washing the tier out.
+//! - **No duplicates.** A block read from here into RAM (`read_into_ram`) stays indexed but is
+//!   marked *promoted*: worth nothing here while RAM holds it, so its segment is the first
+//!   reused and the copy dropped then. If RAM lets it go first, its offer finds the copy and
+//!   values it again, with no write. RAM and SSD together hold about as many distinct blocks
+//!   as their sizes add up to.
+//! - **Reuse by value.** The segment reused is the one worth least (the sum of its not
+//!   promoted blocks' aged frequencies); its most valued blocks (at most half a segment) are
+//!   copied forward into the new one, the rest dropped, and the highest frequency among the
+//!   dropped becomes the bar.
 //!
 //! ## Feeding
-//! `offer` never waits: it queues the block for one device's writer (round robin over the
-//! devices, so feeding scales with their number) and drops it when that queue is full, so the
-//! cache can never slow the reads that feed it. Each writer batches blocks into writes of
+//! Offers never wait: a block is queued for one device's writer (round robin over the devices,
+//! so feeding scales with their number) and dropped when that queue is full, so the cache can
+//! never slow the reads and evictions that feed it. Each writer batches blocks into writes of
 //! `write_chunk_bytes` (or whatever arrived within `feed_linger_ms`), appends them to its
-//! filling segment, and only then indexes them: an index entry always points at written
-//! bytes. A full segment is sealed (summary, header, flush) and the next one taken is the
-//! least valued: its entries leave the index (read back from its summary) before its space is
-//! written, and those of its blocks that were read from the cache since they were written (a
-//! hit bit in their index entry) are copied forward into the new segment (at most half a
-//! segment's worth per reuse), so a hot block outlives its segment: segment-granular space
-//! management with block-granular second chances.
+//! filling segment (splitting a chunk at the segment's end, so segments fill to the block), and
+//! only then indexes them: an index entry always points at written bytes. A full segment is
+//! sealed (summary, header, flush) and the next one taken is the least valued: its entries
+//! leave the index (read back from its summary) before its space is written, and its valued
+//! blocks are copied forward as above: segment-granular space management with block-granular
+//! second chances. `offer` (no frequency known) admits without the bar, as a block read once.
+//! `offer_evicted` tells the RAM tier whether the block is here or on its way (held, or queued
+//! for a writer) rather than refused or dropped: what the ARC counts its evictions by
+//! (`evict_l2_cached` against `evict_l2_eligible`, "uncached eligible").
 //!
 //! An optional write budget per day (`write_bytes_per_day`, set by `cairn serve
 //! --l2-write-max-per-day`) protects flash endurance: each device has an allowance that starts
 //! at its size (the first fill is free), refills continuously at the daily rate up to a day's
-//! budget or the device's size, whichever is more; over it, offers are dropped.
+//! budget or the device's size, whichever is more; over it, blocks are dropped as the writer
+//! comes to them (`feed_over_budget`).
 //!
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
@@ -38,6 +65,8 @@
 //! dropped, the device's error counted, and the caller reads from the pool. A device with
 //! `errors_max_faulted` consecutive failed I/Os is FAULTED: its entries leave the index and it
 //! is used no more. Nothing is ever lost: the cache holds only copies of blocks the pool has.
+//! A hit for a caller that does not keep the block in RAM (`read`) adds to its frequency; one
+//! for read-ahead (`read_ahead`) leaves its value alone.
 //!
 //! ## Persistence
 //! At open, each device's superblock is checked against the pool, then a background rebuild
@@ -45,7 +74,8 @@
 //! first, indexing as it goes: hits come back segment by segment while it runs, opening never
 //! waits for it, and a damaged segment is only skipped. A block's key (first copy's address
 //! and birth txg) cannot name other contents later, since a freed address is only reused by a
-//! block with a newer birth txg; and the read-time checksum catches everything else.
+//! block with a newer birth txg; and the read-time checksum catches everything else. Rebuilt
+//! blocks start at frequency 1 (frequencies are not persisted).
 //!
 //! ## I/O
 //! Each cache device has its own `LeafQueue`, and every I/O of the tier goes through it: a
@@ -59,17 +89,18 @@
 //!
 //! ## Known gaps
 //! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
-//! heat); the ARC does not feed blocks ahead of its eviction end: it offers what demand reads
-//! take from the pool, and counts its evictions by whether the block was here (`evict_l2_*`:
-//! cached, uncached though eligible, ineligible — read ahead, written, or excluded by its
-//! dataset's `secondarycache`).
+//! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
+//! feeding ahead of the eviction end); the admission sketch the ARC sizes for both tiers costs
+//! RAM per cached block on top of the index's (see BENCHMARKS.md); a block queued for a writer
+//! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
+//! it.
 
 pub mod index;
 pub mod layout;
 pub mod segments;
 mod writer;
 
-use crate::index::{Index, Place};
+use crate::index::{EntryState, Index, Place};
 use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
 use crate::segments::{SegmentState, SegmentTable};
 use bytes::Bytes;
@@ -101,6 +132,9 @@ pub struct L2Config {
     pub write_bytes_per_day: Option<u64>,
     /// Consecutive failed I/Os that fault a device.
     pub errors_max_faulted: u64,
+    /// Least frequency (reads lately, by the RAM tier's sketch) for an offered block to be
+    /// admitted (`offer_with`): a block read once is not worth a write.
+    pub admit_frequency_min: u8,
 }
 
 impl Default for L2Config {
@@ -114,8 +148,29 @@ impl Default for L2Config {
             block_bytes_max: 1 << 20,
             write_bytes_per_day: None,
             errors_max_faulted: 8,
+            admit_frequency_min: 1,
         }
     }
+}
+
+/// Who a read from the cache devices is for (see `L2Arc::read`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReadUse {
+    /// A caller that does not keep the block: a hit adds to its value here.
+    Caller,
+    /// RAM keeps the block from now on: the copy here is a duplicate meanwhile.
+    Ram,
+    /// Read-ahead: nothing known yet of whether the block is wanted.
+    ReadAhead,
+}
+
+/// What the RAM tier knows of a block it offers (`L2Arc::offer_with`): how often it was read
+/// lately by its frequency sketch, and that sketch's epoch (how many times it has halved its
+/// counts), so frequencies told at different times compare on one scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Admission {
+    pub frequency: u8,
+    pub epoch: u64,
 }
 
 /// Why a cache device could not be added or opened.
@@ -163,9 +218,13 @@ pub struct L2Counters {
     pub feed_dropped: AtomicU64,
     pub feed_ineligible: AtomicU64,
     pub feed_over_budget: AtomicU64,
+    /// Offers refused: read too rarely, or less often than what they would displace.
+    pub feed_refused: AtomicU64,
+    /// Hits whose block went up to RAM (its copy here is then the first space reused).
+    pub promoted: AtomicU64,
     pub evicted_segments: AtomicU64,
     pub evicted_blocks: AtomicU64,
-    /// Blocks hit since they were written, moved to a new segment when theirs was reused.
+    /// Blocks worth keeping, moved to a new segment when theirs was reused.
     pub copied_forward: AtomicU64,
     pub bad_reads: AtomicU64,
     pub rebuild_segments: AtomicU64,
@@ -326,6 +385,25 @@ pub(crate) struct Shared {
     counters: L2Counters,
     /// Cache devices by slot (the device number in index entries).
     devices: RwLock<Vec<Option<Arc<CacheDevice>>>>,
+    /// The RAM tier's sketch epoch, as last told by an offer.
+    epoch: AtomicU64,
+    /// The admission bar: an offered block must be read more often than the blocks the last
+    /// segment reuse dropped (`(epoch << 8) | frequency`, aged like a segment's value).
+    bar: AtomicU64,
+}
+
+/// What a block adds to its segment's value: its frequency, unless it went up to RAM.
+fn worth(state: EntryState) -> u64 {
+    if state.promoted {
+        0
+    } else {
+        u64::from(state.frequency)
+    }
+}
+
+/// `frequency` × `scale`, within what an index entry keeps.
+fn scaled(frequency: u8, scale: u32) -> u8 {
+    (u32::from(frequency) * scale).min(u32::from(index::FREQUENCY_MAX)) as u8
 }
 
 fn shard_of(key: [u64; 2]) -> usize {
@@ -342,31 +420,90 @@ pub fn block_key(bp: &BlockPointer) -> Option<[u64; 2]> {
 }
 
 impl Shared {
-    /// Indexes `key` at `place`; a new key beyond the index's cap (over all shards) is
-    /// refused.
-    fn index_insert(&self, key: [u64; 2], place: Place) -> Result<(), index::IndexFull> {
+    fn index_get(&self, key: [u64; 2]) -> Option<Place> {
+        self.shards[shard_of(key)].lock().get(key)
+    }
+
+    fn index_get_state(&self, key: [u64; 2]) -> Option<(Place, EntryState)> {
+        self.shards[shard_of(key)].lock().get_state(key)
+    }
+
+    /// Changes the state of the entry of `key` at `place` (`change` is given the state and the
+    /// multiplier that takes a frequency told now to the segment's scale) and its segment's
+    /// value to match.
+    fn revalue(
+        &self,
+        key: [u64; 2],
+        place: Place,
+        change: impl FnOnce(EntryState, u32) -> EntryState,
+    ) {
+        let Some(device) = self.device(place.device) else {
+            return;
+        };
+        let segment = device.superblock.segment_of(place.sector);
+        let segments = device.segments.lock();
+        // A frequency told at a later epoch than the segment's counts double per epoch.
+        let shift = self
+            .epoch()
+            .saturating_sub(segments.meta(segment).epoch)
+            .min(4) as u32;
+        let mut after = None;
+        let before = self.shards[shard_of(key)]
+            .lock()
+            .update_at(key, place, |state| {
+                let new = change(state, 1 << shift);
+                after = Some(new);
+                new
+            });
+        let (Some(before), Some(after)) = (before, after) else {
+            return;
+        };
+        let (was, is) = (worth(before), worth(after));
+        if is > was {
+            segments.add_value(segment, is - was);
+        } else {
+            segments.sub_value(segment, was - is);
+        }
+    }
+
+    /// Indexes `key` at `place` with `state`; a new key beyond the index's cap (over all
+    /// shards) is refused.
+    fn index_insert(
+        &self,
+        key: [u64; 2],
+        place: Place,
+        state: EntryState,
+    ) -> Result<(), index::IndexFull> {
         let mut shard = self.shards[shard_of(key)].lock();
         let before = shard.len();
         if shard.get(key).is_none() && self.entries.load(Ordering::Relaxed) >= self.entries_max {
             return Err(index::IndexFull::AtCap(self.entries_max));
         }
-        shard.insert(key, place)?;
+        shard.insert_with(key, place, state)?;
         if shard.len() > before {
             self.entries.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    fn index_get(&self, key: [u64; 2]) -> Option<Place> {
-        self.shards[shard_of(key)].lock().get(key)
+    fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Relaxed)
     }
 
-    fn index_remove_at(&self, key: [u64; 2], place: Place) -> bool {
-        self.index_take_at(key, place).is_some()
+    /// The admission bar now (see `bar`).
+    fn bar(&self) -> u8 {
+        let bar = self.bar.load(Ordering::Relaxed);
+        // The low byte is the frequency.
+        segments::aged(bar & 0xff, bar >> 8, self.epoch()) as u8
     }
 
-    /// Removes the entry of `key` at `place`; `Some(hit)` if it was there.
-    fn index_take_at(&self, key: [u64; 2], place: Place) -> Option<bool> {
+    fn set_bar(&self, frequency: u8) {
+        self.bar
+            .store(self.epoch() << 8 | u64::from(frequency), Ordering::Relaxed);
+    }
+
+    /// Removes the entry of `key` at `place`; its state if it was there.
+    fn index_take_at(&self, key: [u64; 2], place: Place) -> Option<EntryState> {
         let taken = self.shards[shard_of(key)].lock().take_at(key, place);
         if taken.is_some() {
             self.entries.fetch_sub(1, Ordering::Relaxed);
@@ -428,6 +565,8 @@ impl L2Arc {
                 entries_max: entries_max.max(1),
                 counters: L2Counters::default(),
                 devices: RwLock::new(Vec::new()),
+                epoch: AtomicU64::new(0),
+                bar: AtomicU64::new(0),
             }),
             writers: Mutex::new(Vec::new()),
             device_count: AtomicUsize::new(0),
@@ -620,6 +759,28 @@ impl L2Arc {
             })
     }
 
+    /// What the RAM tier's admission sketch should count for this tier: its devices' segment
+    /// bytes, at most what the index cap can address in blocks of 4 KiB (the sketch's unit).
+    pub fn capacity_bytes(&self) -> u64 {
+        let devices: u64 = self
+            .devices()
+            .iter()
+            .filter(|device| device.usable())
+            .map(|device| device.superblock.segment_count * device.superblock.segment_bytes)
+            .sum();
+        devices.min(self.shared.entries_max as u64 * 4096)
+    }
+
+    /// Blocks indexed whose copies are marked promoted (read up into RAM since written): what
+    /// RAM and the cache devices both hold, as far as this tier knows. A sweep of the index.
+    pub fn promoted_blocks(&self) -> u64 {
+        self.shared
+            .shards
+            .iter()
+            .map(|shard| shard.lock().promoted() as u64)
+            .sum()
+    }
+
     /// Whether a block of this size may be cached here.
     pub fn eligible(&self, bp: &BlockPointer) -> bool {
         bp.psize > 0
@@ -628,9 +789,41 @@ impl L2Arc {
             && !bp.copies().is_empty()
     }
 
-    /// Offers a block just read from the pool (`data`: its `psize` bytes as on disk). Never
-    /// waits: dropped when the writers are behind or over their budget.
+    /// Offers a block (`data`: its `psize` bytes as on disk) with nothing known of how often
+    /// it is read: admitted if the writers keep up, as a block read once. Never waits:
+    /// dropped when the writers are behind or over their budget.
     pub fn offer(&self, bp: &BlockPointer, data: &Bytes) {
+        self.offer_item(bp, data, None);
+    }
+
+    /// Offers a block the RAM tier is letting go of (the feed of a victim cache), with what
+    /// its sketch knows of it. A block already here that had gone up to RAM is simply valued
+    /// again (nothing is written). Otherwise it is admitted only if read at least
+    /// `admit_frequency_min` times lately and more often than the blocks the last segment
+    /// reuse had to drop (TinyLFU's admission, at segment granularity): a loop or a scan
+    /// larger than the tier cannot wash out what it holds.
+    pub fn offer_with(&self, bp: &BlockPointer, data: &Bytes, admission: Admission) {
+        self.offer_item(bp, data, Some(admission));
+    }
+
+    /// `offer_with` for a block known by its key (`block_key`) only, as RAM's eviction knows
+    /// it: `data` must be its bytes as on disk (the read checks them against the block pointer
+    /// anyway; a wrong copy would only cost a miss and a counted error). Returns whether the
+    /// tier has the block now or took it (queued for a writer), rather than refused it
+    /// (admission, size) or dropped it (writers behind, no usable device): what the RAM tier
+    /// counts as cached against "uncached eligible".
+    pub fn offer_evicted(&self, key: [u64; 2], data: Bytes, admission: Admission) -> bool {
+        if data.is_empty() || data.len() > self.shared.config.block_bytes_max as usize {
+            self.shared
+                .counters
+                .feed_ineligible
+                .fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        self.offer_key(key, data, Some(admission))
+    }
+
+    fn offer_item(&self, bp: &BlockPointer, data: &Bytes, admission: Option<Admission>) {
         let counters = &self.shared.counters;
         if !self.eligible(bp) || data.len() != bp.psize as usize {
             counters.feed_ineligible.fetch_add(1, Ordering::Relaxed);
@@ -639,17 +832,41 @@ impl L2Arc {
         let Some(key) = block_key(bp) else {
             return;
         };
-        if self.shared.index_get(key).is_some() {
-            return;
+        self.offer_key(key, data.clone(), admission);
+    }
+
+    /// Offers a block by key; whether the tier holds it or queued it for a writer.
+    fn offer_key(&self, key: [u64; 2], data: Bytes, admission: Option<Admission>) -> bool {
+        let counters = &self.shared.counters;
+        if let Some(admission) = admission {
+            self.shared
+                .epoch
+                .fetch_max(admission.epoch, Ordering::Relaxed);
+        }
+        let frequency = admission.map_or(1, |admission| admission.frequency.max(1));
+        if let Some((place, _)) = self.shared.index_get_state(key) {
+            self.shared.revalue(key, place, |state, scale| EntryState {
+                promoted: false,
+                frequency: state.frequency.max(scaled(frequency, scale)),
+            });
+            return true;
+        }
+        if admission.is_some()
+            && (frequency < self.shared.config.admit_frequency_min
+                || frequency <= self.shared.bar())
+        {
+            counters.feed_refused.fetch_add(1, Ordering::Relaxed);
+            return false;
         }
         let writers = self.writers.lock();
         if writers.is_empty() {
-            return;
+            return false;
         }
         let start = self.next_writer.fetch_add(1, Ordering::Relaxed);
         let item = writer::FeedItem {
             key,
-            data: data.clone(),
+            data,
+            frequency,
         };
         let mut item = Some(item);
         for turn in 0..writers.len() {
@@ -658,16 +875,35 @@ impl L2Arc {
                 continue;
             }
             match writer.try_send(item.take().expect("item present until sent")) {
-                Ok(()) => return,
+                Ok(()) => return true,
                 Err(back) => item = Some(back),
             }
         }
         counters.feed_dropped.fetch_add(1, Ordering::Relaxed);
+        false
     }
 
     /// The block of `bp`, verified, if a cache device holds it; `None` sends the caller to
-    /// the pool (not cached, or the copy was unreadable or wrong, which is counted).
+    /// the pool (not cached, or the copy was unreadable or wrong, which is counted). For a
+    /// caller that does not keep the block in RAM: the hit adds to the block's value here.
     pub fn read(&self, bp: &BlockPointer) -> Option<Bytes> {
+        self.read_for(bp, ReadUse::Caller)
+    }
+
+    /// Like `read`, for a caller that keeps the block in RAM from now on: the copy here is
+    /// marked promoted (a duplicate while RAM holds it, the first space a reuse takes back);
+    /// when RAM lets the block go and offers it again, it is valued again without a write.
+    pub fn read_into_ram(&self, bp: &BlockPointer) -> Option<Bytes> {
+        self.read_for(bp, ReadUse::Ram)
+    }
+
+    /// Like `read`, for read-ahead (which may never be used): the block's value is left as
+    /// it was.
+    pub fn read_ahead(&self, bp: &BlockPointer) -> Option<Bytes> {
+        self.read_for(bp, ReadUse::ReadAhead)
+    }
+
+    fn read_for(&self, bp: &BlockPointer, promote: ReadUse) -> Option<Bytes> {
         let counters = &self.shared.counters;
         let Some(place) = block_key(bp).and_then(|key| Some((key, self.shared.index_get(key)?)))
         else {
@@ -675,7 +911,7 @@ impl L2Arc {
             return None;
         };
         let (key, place) = place;
-        match self.read_place(bp, key, place) {
+        match self.read_place(bp, key, place, promote) {
             Some(data) => {
                 counters.hits.fetch_add(1, Ordering::Relaxed);
                 counters
@@ -690,7 +926,13 @@ impl L2Arc {
         }
     }
 
-    fn read_place(&self, bp: &BlockPointer, key: [u64; 2], place: Place) -> Option<Bytes> {
+    fn read_place(
+        &self,
+        bp: &BlockPointer,
+        key: [u64; 2],
+        place: Place,
+        promote: ReadUse,
+    ) -> Option<Bytes> {
         let device = self.shared.device(place.device)?;
         if !device.usable() {
             return None;
@@ -709,7 +951,23 @@ impl L2Arc {
             Ok(buf) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
                 self.shared.succeeded(&device);
                 device.segments.lock().note_hit(segment);
-                self.shared.shards[shard_of(key)].lock().mark_hit(key);
+                match promote {
+                    ReadUse::Ram => {
+                        self.shared
+                            .counters
+                            .promoted
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.shared.revalue(key, place, |state, _| EntryState {
+                            promoted: true,
+                            ..state
+                        });
+                    }
+                    ReadUse::Caller => self.shared.revalue(key, place, |state, scale| EntryState {
+                        frequency: state.frequency.saturating_add(scaled(1, scale)),
+                        ..state
+                    }),
+                    ReadUse::ReadAhead => {}
+                }
                 Some(Bytes::from(buf))
             }
             // A read that raced a reuse of its segment is a plain miss; any other bad read
@@ -732,7 +990,10 @@ impl L2Arc {
             .counters
             .bad_reads
             .fetch_add(1, Ordering::Relaxed);
-        self.shared.index_remove_at(key, place);
+        if let Some(state) = self.shared.index_take_at(key, place) {
+            let segment = device.superblock.segment_of(place.sector);
+            device.segments.lock().sub_value(segment, worth(state));
+        }
         self.shared.failed(device);
     }
 

@@ -342,3 +342,105 @@ fn removing_a_device_forgets_its_blocks() {
     assert!(left > 0 && left < 400, "{left}");
     assert!(matches!(l2.remove("c0"), Err(L2Error::NoSuchDevice(_))));
 }
+
+fn admission(frequency: u8) -> Admission {
+    Admission {
+        frequency,
+        epoch: 0,
+    }
+}
+
+fn feed_with(l2: &L2Arc, blocks: impl Iterator<Item = u64>, frequency: u8) {
+    for n in blocks {
+        let (bp, data) = block(n);
+        l2.offer_with(&bp, &data, admission(frequency));
+    }
+    l2.settle();
+}
+
+fn load(counter: &AtomicU64) -> u64 {
+    counter.load(Ordering::Relaxed)
+}
+
+/// 2 MiB of segments of 256 KiB (beside the 1 MiB reserved at each end): 8 segments of 62
+/// blocks of 4 KiB.
+fn small_device() -> Arc<dyn Device> {
+    Arc::new(MemDevice::new((2 << 20) + (2 << 20)))
+}
+
+#[test]
+fn segments_fill_to_their_end_whatever_the_chunk_size() {
+    // Chunks of 25 blocks do not divide a segment of 62: the third of each is split (not
+    // written whole into the next segment, leaving 12 blocks' room unused).
+    let config = L2Config {
+        write_chunk_bytes: 25 * 4096,
+        ..small_config()
+    };
+    let l2 = new_cache(small_device(), config);
+    feed(&l2, 0..2_000);
+    let superblock = l2.devices()[0].superblock;
+    let per_segment =
+        (superblock.segment_bytes - layout::HEADER_BYTES) / (4096 + SUMMARY_BYTES_PER_BLOCK);
+    let capacity = superblock.segment_count * per_segment;
+    let (entries, _) = l2.index_usage();
+    // All segments but the one filling are full to the block.
+    assert!(
+        entries + per_segment >= capacity,
+        "{entries} blocks cached of {capacity} that fit"
+    );
+}
+
+const SUMMARY_BYTES_PER_BLOCK: u64 = layout::SUMMARY_ENTRY_BYTES as u64;
+
+#[test]
+fn offers_less_frequent_than_what_a_reuse_dropped_are_refused() {
+    let l2 = new_cache(small_device(), small_config());
+    // Fill the device with blocks read 6 times lately, then offer as many again.
+    feed_with(&l2, 0..1_000, 6);
+    let counters = l2.counters();
+    assert!(
+        load(&counters.evicted_segments) > 0,
+        "the device never filled"
+    );
+    let cached: Vec<u64> = (0..1_000)
+        .filter(|n| l2.contains(block_key(&block(*n).0).unwrap()))
+        .collect();
+    // A loop over more blocks than fit, as often read as what is cached: refused, so what is
+    // cached stays.
+    let refused = load(&counters.feed_refused);
+    feed_with(&l2, 1_000..2_000, 6);
+    assert!(load(&counters.feed_refused) - refused >= 990);
+    assert_eq!(hits(&l2, cached.iter().copied()), cached.len());
+    // Blocks read more often are admitted.
+    feed_with(&l2, 2_000..2_050, 9);
+    assert!(hits(&l2, 2_000..2_050) >= 45);
+}
+
+#[test]
+fn copies_gone_up_to_ram_are_reused_first_and_valued_again_when_offered() {
+    let l2 = new_cache(small_device(), small_config());
+    feed_with(&l2, 0..420, 3);
+    let counters = l2.counters();
+    let written = load(&counters.feed_blocks);
+    // The third segment's blocks go up to RAM: their copies are duplicates now.
+    let promoted = 124..186u64;
+    for n in promoted.clone() {
+        assert!(l2.read_into_ram(&block(n).0).is_some());
+    }
+    assert_eq!(l2.promoted_blocks(), 62);
+    // RAM lets ten of them go: valued again, nothing written.
+    feed_with(&l2, 124..134, 3);
+    assert_eq!(load(&counters.feed_blocks), written);
+    assert_eq!(l2.promoted_blocks(), 52);
+    // New blocks, more often read, need a segment: the one of promoted copies is reused (not
+    // the oldest), its valued blocks copied forward.
+    feed_with(&l2, 1_000..1_100, 5);
+    assert!(hits(&l2, 1_000..1_100) >= 95);
+    assert_eq!(
+        l2.promoted_blocks(),
+        0,
+        "the promoted copies were not reused"
+    );
+    let valued = (0..134).chain(186..420);
+    assert_eq!(hits(&l2, valued.clone()), valued.count());
+}

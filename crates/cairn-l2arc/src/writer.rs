@@ -2,17 +2,24 @@
 //! fills and seals segments, reuses the least valued one, and rebuilds the index of a device
 //! opened again (between feeds, most hit segments first).
 //!
+//! Reusing a segment: its blocks leave the index (read back from its summary); those that
+//! went up to RAM are dropped (RAM holds them; if it lets them go, they are offered again);
+//! of the others, the most valued (frequency, aged to the current epoch, at least the
+//! admission minimum) are copied forward into the new segment, at most half a segment's
+//! worth, and the highest frequency among those dropped becomes the admission bar: an offered
+//! block is admitted only if read more often than what was just given up for room.
+//!
 //! Only this thread changes the device's segments and writes to it, so a segment's life
 //! (taken, filled, sealed, reused) needs no lock beyond the short ones on the segment table
 //! that readers also take. Index entries are inserted only after the bytes they point to are
 //! written, and removed before those bytes are overwritten (a reuse moves the segment's
 //! generation first, so a reader racing the reuse sees a miss, not a device error).
 
-use crate::index::{IndexFull, Place};
+use crate::index::{EntryState, IndexFull, Place};
 use crate::layout::{
     self, HEADER_BYTES, SECTOR_BYTES, SUMMARY_ENTRY_BYTES, SegmentHeader, SummaryEntry,
 };
-use crate::segments::SegmentState;
+use crate::segments::{self, SegmentState};
 use crate::{CacheDevice, Shared, sectors_for};
 use bytes::Bytes;
 use cairn_device::IoClass;
@@ -24,6 +31,8 @@ use std::time::{Duration, Instant};
 pub(crate) struct FeedItem {
     pub key: [u64; 2],
     pub data: Bytes,
+    /// Reads lately, as the RAM tier's sketch told (1 when not known).
+    pub frequency: u8,
 }
 
 enum Message {
@@ -95,6 +104,8 @@ struct Writer {
     /// the chunk).
     chunk: Vec<u8>,
     chunk_entries: Vec<SummaryEntry>,
+    /// The state of each of `chunk_entries`.
+    chunk_states: Vec<EntryState>,
     chunk_bytes_max: usize,
     rebuilding: bool,
     settles_waiting: Vec<Sender<()>>,
@@ -113,6 +124,7 @@ impl Writer {
             filling: None,
             chunk: Vec::with_capacity(chunk_bytes_max),
             chunk_entries: Vec::new(),
+            chunk_states: Vec::new(),
             chunk_bytes_max,
             rebuilding,
             settles_waiting: Vec::new(),
@@ -216,40 +228,96 @@ impl Writer {
             offset_sectors,
             psize: item.data.len() as u32,
         });
+        self.chunk_states.push(EntryState {
+            promoted: false,
+            frequency: item.frequency.max(1),
+        });
         if self.chunk.len() >= self.chunk_bytes_max {
             self.write_chunk();
         }
     }
 
-    /// Whether the filling segment has room for the chunk and the summary it would then need.
-    fn fits(&self) -> bool {
+    /// How many of `entries` (the first ones of `chunk`, in order) fit in what is left of the
+    /// filling segment, with the summary entries they add.
+    fn entries_that_fit(&self, chunk: &[u8], entries: &[SummaryEntry]) -> usize {
         let Some(filling) = &self.filling else {
-            return false;
+            return 0;
         };
-        let entries = filling.entries.len() + self.chunk_entries.len();
-        let end =
-            filling.cursor_bytes + self.chunk.len() as u64 + (entries * SUMMARY_ENTRY_BYTES) as u64;
-        end <= self.device.superblock.segment_bytes
+        let summary = (filling.entries.len() * SUMMARY_ENTRY_BYTES) as u64;
+        let room = self
+            .device
+            .superblock
+            .segment_bytes
+            .saturating_sub(filling.cursor_bytes + summary);
+        (0..entries.len())
+            .take_while(|&i| {
+                let end = entries.get(i + 1).map_or(chunk.len() as u64, |next| {
+                    u64::from(next.offset_sectors) * SECTOR_BYTES
+                });
+                end + ((i + 1) * SUMMARY_ENTRY_BYTES) as u64 <= room
+            })
+            .count()
     }
 
+    /// Writes the chunk: as much as fits into the filling segment, then the rest into the
+    /// next one (a segment is filled to its end, not sealed with a chunk's worth unused).
     fn write_chunk(&mut self) {
         if self.chunk.is_empty() {
             return;
         }
-        if !self.fits() {
-            self.seal();
-            self.take_segment();
-        }
-        let chunk = Bytes::from(std::mem::take(&mut self.chunk));
-        let entries = std::mem::take(&mut self.chunk_entries);
+        let mut chunk = Bytes::from(std::mem::take(&mut self.chunk));
+        let mut entries = std::mem::take(&mut self.chunk_entries);
+        let mut frequencies = std::mem::take(&mut self.chunk_states);
         self.chunk = Vec::with_capacity(self.chunk_bytes_max);
-        if !self.usable() || !self.fits_after_take(&chunk, entries.len()) {
-            self.shared
-                .counters
-                .feed_dropped
-                .fetch_add(entries.len() as u64, Ordering::Relaxed);
-            return;
+        let mut fresh = false;
+        while !entries.is_empty() {
+            let fit = if self.usable() {
+                self.entries_that_fit(&chunk, &entries)
+            } else {
+                0
+            };
+            if fit == 0 {
+                if fresh || !self.usable() {
+                    // Not even an empty segment takes the first block, or the device failed.
+                    break;
+                }
+                self.seal();
+                self.take_segment();
+                fresh = true;
+                continue;
+            }
+            let end = entries.get(fit).map_or(chunk.len(), |next| {
+                next.offset_sectors as usize * SECTOR_BYTES as usize
+            });
+            let rest = chunk.split_off(end);
+            let rest_entries = entries.split_off(fit);
+            let rest_frequencies = frequencies.split_off(fit);
+            self.write_part(chunk, entries, frequencies);
+            let base = (end as u64 / SECTOR_BYTES) as u32;
+            chunk = rest;
+            entries = rest_entries
+                .into_iter()
+                .map(|entry| SummaryEntry {
+                    offset_sectors: entry.offset_sectors - base,
+                    ..entry
+                })
+                .collect();
+            frequencies = rest_frequencies;
+            fresh = false;
         }
+        self.shared
+            .counters
+            .feed_dropped
+            .fetch_add(entries.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Writes `chunk` (which fits) at the filling segment's cursor and indexes its entries.
+    fn write_part(
+        &mut self,
+        chunk: Bytes,
+        entries: Vec<SummaryEntry>,
+        frequencies: Vec<EntryState>,
+    ) {
         let Some(filling) = self.filling.as_mut() else {
             return;
         };
@@ -271,7 +339,8 @@ impl Writer {
         filling.cursor_bytes += chunk_bytes;
         let segment = filling.segment;
         let mut written = Vec::with_capacity(entries.len());
-        for entry in entries {
+        let mut value = 0;
+        for (entry, state) in entries.into_iter().zip(frequencies) {
             let entry = SummaryEntry {
                 offset_sectors: base_sectors + entry.offset_sectors,
                 ..entry
@@ -280,8 +349,9 @@ impl Writer {
                 device: self.device.slot,
                 sector: segment_sectors + entry.offset_sectors,
             };
-            if self.index_insert(entry.key, place) {
+            if self.index_insert(entry.key, place, state) {
                 written.push(entry);
+                value += crate::worth(state);
             }
         }
         let bytes: u64 = written.iter().map(|entry| u64::from(entry.psize)).sum();
@@ -290,41 +360,32 @@ impl Writer {
             .feed_blocks
             .fetch_add(written.len() as u64, Ordering::Relaxed);
         counters.feed_bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.device
-            .segments
-            .lock()
-            .appended(segment, written.len() as u32, chunk_bytes);
+        {
+            let mut segments = self.device.segments.lock();
+            segments.add_value(segment, value);
+            segments.appended(segment, written.len() as u32, chunk_bytes);
+        }
         if let Some(filling) = self.filling.as_mut() {
             filling.entries.extend(written);
         }
     }
 
-    fn fits_after_take(&self, chunk: &[u8], entries: usize) -> bool {
-        let Some(filling) = &self.filling else {
-            return false;
-        };
-        let end = filling.cursor_bytes
-            + chunk.len() as u64
-            + ((filling.entries.len() + entries) * SUMMARY_ENTRY_BYTES) as u64;
-        end <= self.device.superblock.segment_bytes
-    }
-
     /// Indexes a written block; a full index gives up its least valued segment first.
-    fn index_insert(&mut self, key: [u64; 2], place: Place) -> bool {
-        match self.shared.index_insert(key, place) {
+    fn index_insert(&mut self, key: [u64; 2], place: Place, state: EntryState) -> bool {
+        match self.shared.index_insert(key, place, state) {
             Ok(()) => true,
             Err(IndexFull::AtCap(_)) => {
                 let victim = {
                     let segments = self.device.segments.lock();
                     segments
-                        .victim()
+                        .victim(self.shared.epoch())
                         .filter(|segment| segments.meta(*segment).state == SegmentState::Sealed)
                 };
                 match victim {
                     Some(segment) => {
                         self.drop_segment(segment);
                         self.device.segments.lock().abandon(segment);
-                        self.shared.index_insert(key, place).is_ok()
+                        self.shared.index_insert(key, place, state).is_ok()
                     }
                     None => false,
                 }
@@ -378,16 +439,17 @@ impl Writer {
     fn take_segment(&mut self) {
         let (segment, before) = {
             let mut segments = self.device.segments.lock();
-            let Some(segment) = segments.victim() else {
+            let now = self.shared.epoch();
+            let Some(segment) = segments.victim(now) else {
                 return;
             };
-            let before = segments.start_filling(segment);
+            let before = segments.start_filling(segment, now);
             (segment, before)
         };
         match before.state {
             SegmentState::Sealed => {
-                let hot = self.drop_entries(segment);
-                self.copy_forward(segment, hot);
+                let live = self.drop_entries(segment);
+                self.copy_forward(segment, before.epoch, live);
             }
             SegmentState::Unindexed => {
                 self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);
@@ -422,16 +484,32 @@ impl Writer {
         });
     }
 
-    /// Reads the hot blocks of `segment` (just taken for reuse, not yet overwritten) so they
-    /// are written again: at most half a segment's worth.
-    fn copy_forward(&mut self, segment: u32, hot: Vec<SummaryEntry>) {
+    /// Copies forward the most valued of `live` (the blocks of `segment`, filled at epoch
+    /// `epoch`, just taken for reuse and not yet overwritten, that had not gone up to RAM): at
+    /// most half a segment's worth, each read at least `admit_frequency_min` times lately.
+    /// The highest frequency among the others becomes the admission bar.
+    fn copy_forward(&mut self, segment: u32, epoch: u64, live: Vec<(SummaryEntry, EntryState)>) {
+        let now = self.shared.epoch();
+        let minimum = self.shared.config.admit_frequency_min.max(1);
+        let mut ranked: Vec<(u8, SummaryEntry)> = live
+            .into_iter()
+            .filter(|(_, state)| !state.promoted)
+            .map(|(entry, state)| {
+                let frequency = segments::aged(u64::from(state.frequency), epoch, now) as u8;
+                (frequency, entry)
+            })
+            .collect();
+        ranked.sort_by_key(|(frequency, _)| std::cmp::Reverse(*frequency));
         let superblock = self.device.superblock;
         let start = superblock.segment_offset(segment);
         let mut budget = superblock.segment_bytes / 2;
-        for entry in hot {
+        let mut bar = 0u8;
+        for (frequency, entry) in ranked {
             let padded = u64::from(sectors_for(entry.psize as usize)) * SECTOR_BYTES;
-            if padded > budget {
-                break;
+            if frequency < minimum || padded > budget {
+                bar = bar.max(frequency);
+                budget = 0;
+                continue;
             }
             budget -= padded;
             let offset = start + u64::from(entry.offset_sectors) * SECTOR_BYTES;
@@ -450,8 +528,10 @@ impl Writer {
             self.survivors.push_back(FeedItem {
                 key: entry.key,
                 data: Bytes::from(data),
+                frequency,
             });
         }
+        self.shared.set_bar(bar);
     }
 
     /// Removes a sealed segment's blocks from the index and counts them evicted.
@@ -466,19 +546,21 @@ impl Writer {
     }
 
     /// Removes `segment`'s blocks from the index: by its summary, read back, or by a sweep of
-    /// the index when the summary cannot be read. Returns the blocks that had been hit.
-    fn drop_entries(&self, segment: u32) -> Vec<SummaryEntry> {
+    /// the index when the summary cannot be read. Returns the blocks that were indexed there,
+    /// with their state.
+    fn drop_entries(&self, segment: u32) -> Vec<(SummaryEntry, EntryState)> {
         let superblock = self.device.superblock;
         let segment_sectors = segment * superblock.sectors_per_segment();
         match self.read_summary(segment) {
             Some(entries) => entries
                 .into_iter()
-                .filter(|entry| {
+                .filter_map(|entry| {
                     let place = Place {
                         device: self.device.slot,
                         sector: segment_sectors + entry.offset_sectors,
                     };
-                    self.shared.index_take_at(entry.key, place) == Some(true)
+                    let state = self.shared.index_take_at(entry.key, place)?;
+                    Some((entry, state))
                 })
                 .collect(),
             None => {
@@ -543,7 +625,11 @@ impl Writer {
                 device: self.device.slot,
                 sector: segment_sectors + entry.offset_sectors,
             };
-            if self.shared.index_insert(entry.key, place).is_err() {
+            let state = EntryState {
+                promoted: false,
+                frequency: 1,
+            };
+            if self.shared.index_insert(entry.key, place, state).is_err() {
                 break;
             }
             indexed += 1;
@@ -553,7 +639,10 @@ impl Writer {
         counters
             .rebuild_blocks
             .fetch_add(indexed, Ordering::Relaxed);
-        self.device.segments.lock().indexed(segment, used_bytes);
+        self.device
+            .segments
+            .lock()
+            .indexed(segment, used_bytes, indexed, self.shared.epoch());
         self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);
     }
 }
