@@ -1,0 +1,229 @@
+#!/usr/bin/env bash
+# bench/fs.sh: filesystem datasets against peers in the same run (issue 15). Each system is
+# mounted on a 4 GiB plain file laid out in full on the same file system (target/):
+#
+#   cairn     cairn pool on the file, a filesystem dataset mounted through FUSE (release build)
+#   zfs-fuse  zfs-fuse 0.7 (Debian) pool on the file, its filesystem
+#   ext4      ext4 on a loop device over the file: the kernel's upper bound
+#
+# Rows (fio unless noted; each for RUNTIME seconds after a 2 s ramp, one round):
+#   dsync-1      8 KiB random writes, O_DSYNC, QD1, one job, 256 MiB file
+#   dsync-16     the same with 16 jobs
+#   rewrite-128k 8 KiB random rewrites (no O_DSYNC) into a file of 128 KiB records
+#                (recordsize=128K on cairn and zfs-fuse): the partial-write path
+#   aligned-8k   the same with recordsize=8K, for the ratio the issue asks for
+#   read-cached  8 KiB random reads of a file just written (in the caches)
+#   seq-write    1 MiB sequential writes, end with fsync
+#   seq-read     1 MiB sequential reads after dropping the page cache
+#   creates      files created per second (4 KiB each, one directory, 20,000 files; a shell
+#                loop of this script, not fio)
+#
+# pgbench and dbench rows are not here yet. Prints a markdown table and the ratios the issue
+# asks for. Needs root (mounts); installs nothing itself: run .ci/run's packages plus
+# `apt-get install zfs-fuse` first.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DIR=$ROOT/target/bench-fs
+RUNTIME=15
+ONLY=
+SYSTEMS=(cairn zfs-fuse ext4)
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --dir) DIR=$2; shift 2 ;;
+        --runtime) RUNTIME=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        --systems) IFS=, read -r -a SYSTEMS <<<"$2"; shift 2 ;;
+        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+ROWS=(dsync-1 dsync-16 rewrite-128k aligned-8k read-cached seq-write seq-read creates)
+if [[ -n $ONLY ]]; then IFS=, read -r -a ROWS <<<"$ONLY"; fi
+for tool in fio python3 mkfs.ext4 losetup; do
+    command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
+done
+if [[ " ${SYSTEMS[*]} " == *" zfs-fuse "* ]] && ! command -v zfs-fuse >/dev/null; then
+    echo "zfs-fuse is not installed (apt-get install zfs-fuse), or pass --systems cairn,ext4" >&2
+    exit 1
+fi
+# shellcheck source=lib.sh
+source "$ROOT/bench/lib.sh"
+build_release
+rm -rf "$DIR"
+mkdir -p "$DIR/results"
+DIR=$(cd "$DIR" && pwd)
+MNT=$DIR/mnt
+mkdir -p "$MNT"
+LOOP=
+ZFS_PID=
+CAIRN_STATE=$DIR/cairn-state
+
+cleanup() {
+    umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+    [[ -n $LOOP ]] && losetup -d "$LOOP" 2>/dev/null || true
+    if [[ -S $CAIRN_STATE/control.sock ]]; then
+        pkill -INT -f "$CAIRN_STATE serve" 2>/dev/null || true
+        sleep 2
+    fi
+    if [[ -n $ZFS_PID ]]; then
+        zpool export -f zbench 2>/dev/null || true
+        kill "$ZFS_PID" 2>/dev/null || true
+        wait "$ZFS_PID" 2>/dev/null || true
+        ZFS_PID=
+    fi
+}
+trap cleanup EXIT
+
+# mount_system SYSTEM RECORDSIZE: a fresh file system of SYSTEM at $MNT.
+mount_system() {
+    local system=$1 recordsize=$2 image=$DIR/$1.img
+    cleanup
+    rm -f "$image"
+    dd if=/dev/zero of="$image" bs=1M count=4096 conv=fsync status=none
+    case $system in
+        cairn)
+            rm -rf "$CAIRN_STATE"
+            "$CAIRN" --state-dir "$CAIRN_STATE" pool create -f tank "$image" >/dev/null
+            "$CAIRN" --state-dir "$CAIRN_STATE" create -o "recordsize=$recordsize" tank/fs
+            "$CAIRN" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
+            ;;
+        zfs-fuse)
+            zfs-fuse --no-daemon >"$DIR/zfs-fuse.log" 2>&1 &
+            ZFS_PID=$!
+            sleep 2
+            zpool create -f -m "$MNT" zbench "$image"
+            zfs set "recordsize=$recordsize" zbench
+            ;;
+        ext4)
+            LOOP=$(losetup --find --show "$image")
+            mkfs.ext4 -q -F "$LOOP"
+            mount "$LOOP" "$MNT"
+            ;;
+    esac
+    chmod 777 "$MNT"
+}
+
+# run_fio SYSTEM ROW ARGS...: one fio job on $MNT, JSON to results/SYSTEM.ROW.json.
+run_fio() {
+    local system=$1 row=$2
+    shift 2
+    timeout $((RUNTIME + 600)) fio --name="$row" --directory="$MNT" --output-format=json \
+        --output="$DIR/results/$system.$row.json" --group_reporting=1 "$@" \
+        2>"$DIR/results/$system.$row.stderr"
+}
+
+# creates SYSTEM: files per second for 20,000 creates of 4 KiB in one directory.
+creates() {
+    local system=$1 start end
+    mkdir "$MNT/many"
+    start=$(date +%s.%N)
+    python3 - "$MNT/many" <<'EOF'
+import os, sys
+d = sys.argv[1]
+block = b"x" * 4096
+for i in range(20000):
+    with open(os.path.join(d, f"f{i:06d}"), "wb") as f:
+        f.write(block)
+EOF
+    sync -f "$MNT/many"
+    end=$(date +%s.%N)
+    python3 -c "print(20000 / ($end - $start))" >"$DIR/results/$system.creates.txt"
+}
+
+for system in "${SYSTEMS[@]}"; do
+    for row in "${ROWS[@]}"; do
+        log "$system: $row"
+        case $row in
+            dsync-1 | dsync-16)
+                mount_system "$system" 128K
+                jobs=${row#dsync-}
+                run_fio "$system" "$row" --rw=randwrite --bs=8k --size=256m --numjobs="$jobs" \
+                    --iodepth=1 --ioengine=psync --sync=dsync --time_based=1 --runtime="$RUNTIME" \
+                    --ramp_time=2
+                ;;
+            rewrite-128k | aligned-8k)
+                if [[ $row == rewrite-128k ]]; then mount_system "$system" 128K; else mount_system "$system" 8K; fi
+                # Lay the file out first (whole records), then rewrite 8 KiB pieces at random.
+                fio --name=layout --directory="$MNT" --filename=rw.dat --rw=write --bs=1m \
+                    --size=512m --end_fsync=1 >/dev/null
+                if [[ $system == cairn ]]; then
+                    "$CAIRN" --state-dir "$CAIRN_STATE" pool sync tank >/dev/null
+                fi
+                run_fio "$system" "$row" --filename=rw.dat --rw=randwrite --bs=8k --size=512m \
+                    --iodepth=1 --ioengine=psync --time_based=1 --runtime="$RUNTIME" \
+                    --ramp_time=2 --end_fsync=1
+                ;;
+            read-cached)
+                mount_system "$system" 128K
+                fio --name=layout --directory="$MNT" --filename=rd.dat --rw=write --bs=1m \
+                    --size=256m --end_fsync=1 >/dev/null
+                run_fio "$system" "$row" --filename=rd.dat --rw=randread --bs=8k --size=256m \
+                    --iodepth=1 --ioengine=psync --time_based=1 --runtime="$RUNTIME" --ramp_time=2
+                ;;
+            seq-write)
+                mount_system "$system" 128K
+                run_fio "$system" "$row" --filename=seq.dat --rw=write --bs=1m --size=1g \
+                    --ioengine=psync --end_fsync=1
+                ;;
+            seq-read)
+                mount_system "$system" 128K
+                fio --name=layout --directory="$MNT" --filename=seq.dat --rw=write --bs=1m \
+                    --size=1g --end_fsync=1 >/dev/null
+                sync
+                echo 3 >/proc/sys/vm/drop_caches
+                run_fio "$system" "$row" --filename=seq.dat --rw=read --bs=1m --size=1g \
+                    --ioengine=psync
+                ;;
+            creates)
+                mount_system "$system" 128K
+                creates "$system"
+                ;;
+        esac
+    done
+    cleanup
+done
+
+python3 - "$DIR/results" "${SYSTEMS[@]}" -- "${ROWS[@]}" <<'EOF'
+import json, os, sys
+results = sys.argv[1]
+split = sys.argv.index("--")
+systems, rows = sys.argv[2:split], sys.argv[split + 1:]
+
+def value(system, row):
+    if row == "creates":
+        path = os.path.join(results, f"{system}.creates.txt")
+        return float(open(path).read()) if os.path.exists(path) else None
+    path = os.path.join(results, f"{system}.{row}.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        job = json.load(open(path))["jobs"][0]
+    except (ValueError, KeyError, IndexError):
+        return None
+    if row.startswith("seq"):
+        side = job["write"] if row == "seq-write" else job["read"]
+        return side["bw_bytes"] / 2**20
+    side = job["read"] if row.startswith("read") else job["write"]
+    return side["iops"]
+
+units = {"seq-write": "MiB/s", "seq-read": "MiB/s", "creates": "files/s"}
+print("| row | unit | " + " | ".join(systems) + " | cairn / zfs-fuse | cairn / ext4 |")
+print("|---|---|" + "---:|" * len(systems) + "---:|---:|")
+table = {}
+for row in rows:
+    cells, values = [], {}
+    for system in systems:
+        v = value(system, row)
+        values[system] = v
+        cells.append("–" if v is None else f"{v:,.0f}")
+    table[row] = values
+    def ratio(a, b):
+        x, y = values.get(a), values.get(b)
+        return "–" if not x or not y else f"{x / y:.2f}×"
+    print(f"| {row} | {units.get(row, 'IOPS')} | " + " | ".join(cells)
+          + f" | {ratio('cairn', 'zfs-fuse')} | {ratio('cairn', 'ext4')} |")
+r = table.get("rewrite-128k", {}).get("cairn"), table.get("aligned-8k", {}).get("cairn")
+if all(r):
+    print(f"\ncairn 8 KiB rewrites into 128K records / into 8K records: {r[0] / r[1]:.2f}× (target: within 2×, i.e. ≥ 0.5×)")
+EOF
