@@ -166,17 +166,25 @@ fn mount_without_a_server_starts_one() {
     env.ok(&["unmount", at.to_str().unwrap()]);
     let run = env.cairn(&["unmount", "tank/fs"]);
     assert!(!run.success(), "a second unmount succeeded");
-    // Stop the server the mount started (it keeps running until told to).
+    // Stop the server the mount started (it keeps running until told to), and wait for the
+    // process to end: it exports the pool after its control socket is gone.
+    let pattern = format!("{} serve", env.state().display());
     let status = std::process::Command::new("pkill")
-        .args(["-INT", "-f", &format!("{} serve", env.state().display())])
+        .args(["-INT", "-f", &pattern])
         .status()
         .unwrap();
     assert!(status.success(), "no server to stop");
+    let running = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", &pattern])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while env.control_socket().exists() && std::time::Instant::now() < deadline {
+    while running() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(!env.control_socket().exists(), "the server did not stop");
+    assert!(!running(), "the server did not stop");
     env.assert_pool_check_clean();
 }
 
