@@ -640,3 +640,64 @@ fn fsynced_changes_survive_a_power_cut_through_the_intent_log() {
     let report = check_read_only(&paths);
     assert!(report.is_clean(), "{:?}", report.problems());
 }
+
+#[test]
+fn writes_and_truncations_match_a_model_while_txgs_sync_underneath() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = Arc::new(create_mirror(&paths, plain_opener()));
+    pool.create_filesystem(
+        "tank/fs",
+        &[("recordsize".into(), "16K".into())],
+        (0, 0),
+        0o755,
+    )
+    .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let (object, _) = fs.create(fs.root(), b"f", file(0o644)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let syncer = {
+        let (pool, stop) = (pool.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                pool.sync().unwrap();
+            }
+        })
+    };
+    let mut model: Vec<u8> = Vec::new();
+    let mut rng = Rng(77);
+    for step in 0..20_000u64 {
+        match rng.below(4) {
+            0 | 1 => {
+                let offset = rng.below(256 << 10) as usize;
+                let len = 1 + rng.below(64 << 10) as usize;
+                let data = pattern(len, step);
+                fs.write(object, offset as u64, &data).unwrap();
+                if model.len() < offset + len {
+                    model.resize(offset + len, 0);
+                }
+                model[offset..offset + len].copy_from_slice(&data);
+            }
+            2 => {
+                let size = rng.below(256 << 10) as usize;
+                fs.setattr(
+                    object,
+                    SetAttrs {
+                        size: Some(size as u64),
+                        ..SetAttrs::default()
+                    },
+                )
+                .unwrap();
+                model.resize(size, 0);
+            }
+            _ => {
+                let got = fs.read(object, 0, 512 << 10).unwrap();
+                assert!(got == model, "step {step}: contents differ from the model");
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    syncer.join().unwrap();
+}
