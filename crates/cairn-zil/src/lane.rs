@@ -660,12 +660,15 @@ impl IntentLog {
             .iter()
             .map(|block| u64::from(block.dva.asize))
             .sum();
-        if held_bytes >= self.config.held_bytes_max {
+        // The limit shrinks with the pool's free space: replay needs room beside the log.
+        let held_max = self
+            .config
+            .held_bytes_max
+            .min(self.io.space().lock().available_bytes() / 8);
+        if held_bytes >= held_max {
             self.txg.request_sync();
         }
-        if st.pending.payload_bytes >= self.config.bulk_sync_bytes
-            || held_bytes >= 2 * self.config.held_bytes_max
-        {
+        if st.pending.payload_bytes >= self.config.bulk_sync_bytes || held_bytes >= 2 * held_max {
             return MutexGuard::unlocked(st, || self.sync_instead(lane));
         }
         self.wait_for_company(lane, st);

@@ -121,8 +121,8 @@ pub struct ZilConfig {
     /// the data now and the txg again later, the txg sync writes it once.
     pub bulk_sync_bytes: u64,
     /// A commit that finds at least this many bytes of log blocks held by its lane (written
-    /// for txgs not synced yet) asks for a txg sync, which releases them; at twice this it
-    /// waits for one. Without it a stream of small commits between txg syncs could fill a
+    /// for txgs not synced yet), or an eighth of the pool's free space if less, asks for a txg
+    /// sync, which releases them; at twice that it waits for one. Without it a stream of small commits between txg syncs could fill a
     /// small pool with log blocks, leaving no room for the replay that needs them.
     pub held_bytes_max: u64,
 }
@@ -134,7 +134,7 @@ impl Default for ZilConfig {
             batch_bytes_max: 4 << 20,
             copy_bytes_max: 32 << 10,
             bulk_sync_bytes: 64 << 20,
-            held_bytes_max: 64 << 20,
+            held_bytes_max: 512 << 20,
         }
     }
 }
