@@ -73,17 +73,18 @@ impl ObjectSet {
     ) -> Result<Option<Bytes>, ObjectError> {
         let dnode = {
             let mut state = self.state.lock();
-            for changes in state.changes.values().rev() {
+            for (&txg, changes) in state.changes.iter().rev() {
                 if let Some(change) = changes.blocks.get(&(object, blkid)) {
                     return Ok(change.data.clone());
                 }
                 if let Some(dnode) = changes.dnodes.get(&object) {
-                    // Object (re)created or freed after its last synced version: nothing older
-                    // is visible.
+                    // Object freed, or (re)created in this very txg: nothing older is visible.
+                    // A dnode changed in a later txg than its birth (a bonus, a block size)
+                    // hides nothing: older txgs' blocks still count.
                     if dnode.is_free() {
                         return Err(ObjectError::NoSuchObject(object));
                     }
-                    if dnode.birth_txg > state.last_synced_txg {
+                    if dnode.birth_txg == txg {
                         return Ok(None);
                     }
                 }
@@ -196,7 +197,7 @@ impl ObjectSet {
             let mut state = self.state.lock();
             let mut overlay: BTreeMap<u64, bool> = BTreeMap::new();
             let mut fresh = false;
-            for changes in state.changes.values().rev() {
+            for (&txg, changes) in state.changes.iter().rev() {
                 for (&(_, blkid), change) in changes
                     .blocks
                     .range((object, first)..(object, first.saturating_add(count)))
@@ -207,7 +208,8 @@ impl ObjectSet {
                     if dnode.is_free() {
                         return Err(ObjectError::NoSuchObject(object));
                     }
-                    if dnode.birth_txg > state.last_synced_txg {
+                    // Created in this txg: nothing older counts (as in `read_block_with`).
+                    if dnode.birth_txg == txg {
                         fresh = true;
                         break;
                     }
