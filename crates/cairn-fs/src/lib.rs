@@ -35,8 +35,7 @@
 //! fallocate, holes), `check.rs` (the namespace check of `pool check`).
 //!
 //! ## Known gaps
-//! An fsx run on a FUSE mount finds a record read back as a hole after ~35,000 operations
-//! (see BENCHMARKS.md): not yet understood. The log has one lane (fsync over-commits on a
+//! The log has one lane (fsync over-commits on a
 //! busy filesystem). Data in `Write` records is always copied (no read-back at commit).
 //! Partial-block writes read the old block first. No quotas or reservations. Extended
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
