@@ -30,21 +30,7 @@ impl Pool {
     ) -> Result<(), EngineError> {
         let properties =
             cairn_dataset::directory::creation_properties(DatasetKind::Filesystem, requested)?;
-        {
-            let directory = self.core.directory.lock();
-            if directory.datasets.contains_key(name) {
-                return Err(DatasetError::Exists(name.to_string()).into());
-            }
-            cairn_dataset::validate_name(name)?;
-            let parent = name
-                .rsplit_once('/')
-                .map(|(parent, _)| parent)
-                .ok_or_else(|| DatasetError::InvalidName {
-                    name: name.into(),
-                    reason: "a filesystem must be inside a pool (pool/name)".into(),
-                })?;
-            directory.get(parent)?;
-        }
+        self.check_new_dataset(name, DatasetKind::Filesystem)?;
         let name = name.to_string();
         let root = NewInode {
             kind: cairn_fs::attrs::FileKind::Directory,

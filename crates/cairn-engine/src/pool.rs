@@ -466,22 +466,8 @@ impl Pool {
             .or_insert_with(|| {
                 cairn_object::object_set_bytes_max(block_size, size_bytes / block_size).to_string()
             });
-        {
-            // Validate in open context for a prompt error; the task checks again.
-            let directory = self.core.directory.lock();
-            if directory.datasets.contains_key(name) {
-                return Err(DatasetError::Exists(name.to_string()).into());
-            }
-            cairn_dataset::validate_name(name)?;
-            let parent = name
-                .rsplit_once('/')
-                .map(|(parent, _)| parent)
-                .ok_or_else(|| DatasetError::InvalidName {
-                    name: name.into(),
-                    reason: "a volume must be inside a pool (pool/name)".into(),
-                })?;
-            directory.get(parent)?;
-        }
+        // Validated in open context for a prompt error; the task checks again.
+        self.check_new_dataset(name, DatasetKind::Volume)?;
         let mut trial = self.core.directory.lock().clone();
         trial.insert(name, DatasetKind::Volume, 0, properties.clone())?;
         self.core.check_reservations(&trial)?;
@@ -510,6 +496,28 @@ impl Pool {
             core.objsets.lock().insert(name, objset);
             Ok(())
         })?;
+        Ok(())
+    }
+
+    /// Fails unless `name` is free, well formed and inside an existing dataset.
+    pub(crate) fn check_new_dataset(
+        &self,
+        name: &str,
+        kind: DatasetKind,
+    ) -> Result<(), EngineError> {
+        let directory = self.core.directory.lock();
+        if directory.datasets.contains_key(name) {
+            return Err(DatasetError::Exists(name.to_string()).into());
+        }
+        cairn_dataset::validate_name(name)?;
+        let parent = name
+            .rsplit_once('/')
+            .map(|(parent, _)| parent)
+            .ok_or_else(|| DatasetError::InvalidName {
+                name: name.into(),
+                reason: format!("a {} must be inside a pool (pool/name)", kind.as_str()),
+            })?;
+        directory.get(parent)?;
         Ok(())
     }
 

@@ -26,19 +26,6 @@ fn fsx() -> std::path::PathBuf {
     tool("fsx", "(crates.io) fsx: cargo install fsx --locked")
 }
 
-/// Leaves nothing mounted if the test fails halfway.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let path = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path; MNT_DETACH never blocks.
-        unsafe {
-            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
-        }
-    }
-}
-
 /// The fsx configuration: its defaults, or with the mmap operations off.
 fn config(mmap: bool) -> String {
     let map_weight = if mmap { 10 } else { 0 };

@@ -32,19 +32,6 @@ fn names(dir: &Path) -> Vec<String> {
     names
 }
 
-/// Leaves nothing mounted if the test fails halfway.
-struct Unmount<'a>(&'a Path);
-
-impl Drop for Unmount<'_> {
-    fn drop(&mut self) {
-        let path = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path; MNT_DETACH never blocks.
-        unsafe {
-            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
-        }
-    }
-}
-
 #[test]
 fn files_written_through_fuse_survive_unmount_and_restart() {
     let _heavy = heavy();
@@ -57,7 +44,7 @@ fn files_written_through_fuse_survive_unmount_and_restart() {
         "{listed}"
     );
     let at = env.path("mnt");
-    let _cleanup = Unmount(&at);
+    let _cleanup = Unmount(at.clone());
     let mut server = env.serve();
     let out = env.ok(&["mount", "tank/home", at.to_str().unwrap()]);
     assert!(out.contains("mounted tank/home"), "{out}");
@@ -150,7 +137,7 @@ fn mount_without_a_server_starts_one() {
     env.create_pool();
     env.ok(&["create", "tank/fs"]);
     let at = env.path("mnt");
-    let _cleanup = Unmount(&at);
+    let _cleanup = Unmount(at.clone());
     let run = env.cairn(&["mount", "tank/fs", at.to_str().unwrap()]);
     assert!(run.success(), "{}", run.describe());
     assert!(
@@ -204,7 +191,7 @@ fn xattrs_holes_and_fallocate_through_fuse() {
     env.create_pool();
     env.ok(&["create", "-o", "recordsize=8K", "tank/fs"]);
     let at = env.path("mnt");
-    let _cleanup = Unmount(&at);
+    let _cleanup = Unmount(at.clone());
     let mut server = env.serve();
     env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
     let file = at.join("f");
@@ -304,7 +291,7 @@ fn fsynced_files_survive_sigkill_of_the_server() {
     env.create_pool();
     env.ok(&["create", "-o", "recordsize=16K", "tank/fs"]);
     let at = env.path("mnt");
-    let _cleanup = Unmount(&at);
+    let _cleanup = Unmount(at.clone());
     let mut server = env.serve();
     env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
     std::fs::create_dir(at.join("d")).unwrap();
@@ -354,7 +341,7 @@ fn fsynced_files_survive_sigkill_of_the_server() {
     eprintln!("{} files acknowledged before SIGKILL", acknowledged.len());
     let _ = server.stop(libc::SIGKILL, std::time::Duration::from_secs(10));
     // The dead server's mount answers nothing: take it away, then serve and mount again.
-    drop(Unmount(&at));
+    drop(Unmount(at.clone()));
     let mut server = env.serve();
     env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
     for (name, data) in &acknowledged {

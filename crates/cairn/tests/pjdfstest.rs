@@ -78,19 +78,6 @@ fn ensure_dummy_users() {
     }
 }
 
-/// Leaves nothing mounted if the test fails halfway.
-struct Unmount(std::path::PathBuf);
-
-impl Drop for Unmount {
-    fn drop(&mut self) {
-        let path = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a valid NUL-terminated path; MNT_DETACH never blocks.
-        unsafe {
-            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
-        }
-    }
-}
-
 #[test]
 fn pjdfstest_passes_on_a_cairn_mount() {
     let _heavy = heavy();

@@ -1171,3 +1171,19 @@ impl Rng {
         self.next() % bound.max(1)
     }
 }
+
+/// Detaches whatever is mounted at the path when dropped, so a test that fails halfway leaves
+/// nothing mounted (FUSE tests).
+pub struct Unmount(pub PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let Ok(path) = std::ffi::CString::new(self.0.as_os_str().as_encoded_bytes()) else {
+            return;
+        };
+        // SAFETY: a valid NUL-terminated path; MNT_DETACH never blocks.
+        unsafe {
+            libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+        }
+    }
+}
