@@ -7,7 +7,7 @@
 #   ext4      ext4 on a loop device over the file: the kernel's upper bound
 #
 # Rows (fio unless noted; each for RUNTIME seconds after a 2 s ramp, one round):
-#   dsync-1      8 KiB random writes, O_DSYNC, QD1, one job, 256 MiB file
+#   dsync-1      8 KiB random writes, O_DSYNC, QD1, one job, 128 MiB file per job
 #   dsync-16     the same with 16 jobs
 #   rewrite-128k 8 KiB random rewrites (no O_DSYNC) into a file of 128 KiB records
 #                (recordsize=128K on cairn and zfs-fuse): the partial-write path
@@ -138,7 +138,7 @@ for system in "${SYSTEMS[@]}"; do
             dsync-1 | dsync-16)
                 mount_system "$system" 128K
                 jobs=${row#dsync-}
-                run_fio "$system" "$row" --rw=randwrite --bs=8k --size=256m --numjobs="$jobs" \
+                run_fio "$system" "$row" --rw=randwrite --bs=8k --size=128m --numjobs="$jobs" \
                     --iodepth=1 --ioengine=psync --sync=dsync --time_based=1 --runtime="$RUNTIME" \
                     --ramp_time=2
                 ;;
