@@ -10,11 +10,8 @@
 
 use crate::EngineError;
 use crate::pool::Pool;
-use crate::pool::checksum_from_property;
 use cairn_dataset::{DatasetError, DatasetKind};
-use cairn_format::ObjsetType;
 use cairn_fs::{Filesystem, FsConfig, FsSync, NewInode, Tx};
-use cairn_object::ObjectSet;
 use cairn_zil::{IntentLog, ZilConfig};
 use std::sync::Arc;
 
@@ -40,18 +37,7 @@ impl Pool {
             rdev: 0,
         };
         self.run_sync_task(move |core, txg| {
-            let mut trial = core.directory.lock().clone();
-            trial.insert(&name, DatasetKind::Filesystem, txg, properties.clone())?;
-            core.check_reservations(&trial)?;
-            let mut directory = core.directory.lock();
-            directory.insert(&name, DatasetKind::Filesystem, txg, properties)?;
-            let (checksum, _) = directory.property(&name, "checksum")?;
-            drop(directory);
-            let objset = Arc::new(ObjectSet::create(
-                core.mos.cached_io().clone(),
-                ObjsetType::Filesystem,
-                checksum_from_property(&checksum),
-            ));
+            let objset = core.insert_dataset(&name, DatasetKind::Filesystem, txg, properties)?;
             Filesystem::format(&objset, Tx::syncing(txg), root)?;
             core.objsets.lock().insert(name, objset);
             Ok(())

@@ -473,18 +473,7 @@ impl Pool {
         self.core.check_reservations(&trial)?;
         let name = name.to_string();
         self.run_sync_task(move |core, txg| {
-            let mut trial = core.directory.lock().clone();
-            trial.insert(&name, DatasetKind::Volume, txg, properties.clone())?;
-            core.check_reservations(&trial)?;
-            let mut directory = core.directory.lock();
-            directory.insert(&name, DatasetKind::Volume, txg, properties)?;
-            let (checksum, _) = directory.property(&name, "checksum")?;
-            drop(directory);
-            let objset = Arc::new(ObjectSet::create(
-                core.mos.cached_io().clone(),
-                ObjsetType::Volume,
-                checksum_from_property(&checksum),
-            ));
+            let objset = core.insert_dataset(&name, DatasetKind::Volume, txg, properties)?;
             let capacity_blocks = size_bytes / block_size;
             objset.create_object(
                 txg,
@@ -1078,6 +1067,33 @@ impl PoolCore {
 
     /// Refuses a directory whose reservations the pool could not honour. Takes the space lock
     /// alone, so callers build `trial` without holding the directory lock.
+    /// In a sync task of `txg`: records dataset `name` in the directory (its reservations
+    /// checked again) and creates its empty object set, which the caller fills and registers.
+    pub(crate) fn insert_dataset(
+        &self,
+        name: &str,
+        kind: DatasetKind,
+        txg: u64,
+        properties: BTreeMap<String, String>,
+    ) -> Result<Arc<ObjectSet>, EngineError> {
+        let mut trial = self.directory.lock().clone();
+        trial.insert(name, kind, txg, properties.clone())?;
+        self.check_reservations(&trial)?;
+        let mut directory = self.directory.lock();
+        directory.insert(name, kind, txg, properties)?;
+        let (checksum, _) = directory.property(name, "checksum")?;
+        drop(directory);
+        let objset_type = match kind {
+            DatasetKind::Volume => ObjsetType::Volume,
+            DatasetKind::Filesystem => ObjsetType::Filesystem,
+        };
+        Ok(Arc::new(ObjectSet::create(
+            self.mos.cached_io().clone(),
+            objset_type,
+            checksum_from_property(&checksum),
+        )))
+    }
+
     pub(crate) fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
         let available = self.space.lock().available_bytes();
         SpaceView::of(trial).check_fits(available)
