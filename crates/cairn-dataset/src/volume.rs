@@ -1,9 +1,10 @@
 //! Block volumes at byte granularity over object 1 of an object set.
 //!
 //! Every operation is split at `volblocksize` boundaries. A write covering a whole block replaces
-//! it; a partial write reads the current block (pending change or on disk), patches it and
-//! dirties the whole block, holding the block's stripe lock across the read-modify-write. Trim
-//! and write-zeroes punch holes for whole blocks and zero the covered bytes of partial ones.
+//! it; a partial write gives the object set only its bytes (`ObjectSet::write_partial`): the
+//! old block is not read in the writer's path but merged in when the txg syncs (or patched at
+//! once when it is in memory), under the block's stripe lock. Trim and write-zeroes punch
+//! holes for whole blocks and zero the covered bytes of partial ones.
 //!
 //! Writers call `TxgEngine::throttle` before joining a txg, so a burst of writes slows smoothly
 //! as dirty data approaches its limit instead of stalling at it. Space is checked before any
@@ -264,12 +265,6 @@ impl Volume {
         }
     }
 
-    fn read_block(&self, blkid: u64) -> Result<Option<Bytes>, DatasetError> {
-        self.objset
-            .read_block(VOLUME_OBJECT, blkid)
-            .map_err(|err| self.io_error(err))
-    }
-
     /// Splits `[offset, offset+len)` into (blkid, offset in block, length) pieces.
     fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, usize, usize)> + use<> {
         let block = u64::from(self.block_size);
@@ -343,10 +338,10 @@ impl Volume {
         let mut cursor = 0;
         for (blkid, within, take) in self.pieces(offset, buf.len() as u64) {
             let out = &mut buf[cursor..cursor + take];
-            match self.read_block(blkid)? {
-                Some(block) => out.copy_from_slice(&block[within..within + take]),
-                None => out.fill(0),
-            }
+            // A piece that pending partial writes cover is read without the old block.
+            self.objset
+                .read_block_range(VOLUME_OBJECT, blkid, within..within + take, out)
+                .map_err(|err| self.io_error(err))?;
             cursor += take;
         }
         Ok(())
@@ -372,14 +367,18 @@ impl Volume {
                     None => self.objset.free_block(txg, VOLUME_OBJECT, blkid),
                 }
             } else {
+                // The old block is merged in later, not read now (cairn-object's `patch.rs`).
                 let _stripe = self.stripes[blkid as usize % STRIPE_LOCKS].lock();
-                let mut block = match self.read_block(blkid)? {
-                    Some(existing) => existing.to_vec(),
-                    None => vec![0u8; block_size],
-                };
-                fill(&mut block[within..within + take], cursor);
                 self.objset
-                    .write_block(txg, VOLUME_OBJECT, blkid, Bytes::from(block))
+                    .write_partial(
+                        txg,
+                        VOLUME_OBJECT,
+                        blkid,
+                        self.block_size,
+                        within..within + take,
+                        |piece| fill(piece, cursor),
+                    )
+                    .map_err(|err| self.io_error(err))?
             };
             // A block changed again in the same txg replaces its earlier version in memory and
             // is written once: its dirty bytes count once per txg.

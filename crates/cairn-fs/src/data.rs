@@ -138,17 +138,14 @@ impl Filesystem {
             let within = (position % block_bytes) as usize;
             let take = ((block_bytes - within as u64).min(end - position)) as usize;
             let piece = &data[taken..taken + take];
-            let block = if take as u64 == block_bytes {
-                piece.to_vec()
+            if take as u64 == block_bytes {
+                self.write_block(hold, object, blkid, piece.to_vec());
             } else {
-                let mut block = match self.objset.read_block(object, blkid)? {
-                    Some(old) => old.to_vec(),
-                    None => vec![0u8; block_bytes as usize],
-                };
-                block[within..within + take].copy_from_slice(piece);
-                block
-            };
-            self.write_block(hold, object, blkid, block);
+                let range = within..within + take;
+                self.write_part(hold, object, blkid, block_bytes, range, |out| {
+                    out.copy_from_slice(piece)
+                })?;
+            }
             position += take as u64;
             taken += take;
         }
@@ -216,11 +213,28 @@ impl Filesystem {
         let tail = (new_size % block_bytes) as usize;
         if tail > 0 {
             let blkid = new_size / block_bytes;
-            if let Some(old) = self.objset.read_block(object, blkid)? {
-                let mut block = old.to_vec();
-                block[tail..].fill(0);
-                self.write_block(hold, object, blkid, block);
-            }
+            let range = tail..block_bytes as usize;
+            self.write_part(hold, object, blkid, block_bytes, range, |out| out.fill(0))?;
+        }
+        Ok(())
+    }
+
+    /// Writes bytes `range` of a block through `fill` without reading the old block first:
+    /// the object set merges it in later (cairn-object's `patch.rs`).
+    fn write_part(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        blkid: u64,
+        block_bytes: u64,
+        range: std::ops::Range<usize>,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<(), FsError> {
+        let newly_dirty =
+            self.objset
+                .write_partial(hold.txg(), object, blkid, block_bytes as u32, range, fill)?;
+        if newly_dirty {
+            hold.add_dirty(block_bytes);
         }
         Ok(())
     }
@@ -485,10 +499,9 @@ impl Filesystem {
                 if self.objset.free_block(hold.txg(), object, blkid) {
                     hold.add_dirty(block_bytes);
                 }
-            } else if let Some(old) = self.objset.read_block(object, blkid)? {
-                let mut block = old.to_vec();
-                block[within..within + take].fill(0);
-                self.write_block(hold, object, blkid, block);
+            } else {
+                let range = within..within + take;
+                self.write_part(hold, object, blkid, block_bytes, range, |out| out.fill(0))?;
             }
             position += take as u64;
         }

@@ -608,10 +608,10 @@ impl Filesystem {
             let blkid = position / block_bytes;
             let within = (position % block_bytes) as usize;
             let take = ((block_bytes - within as u64).min(end - position)) as usize;
-            match self.objset.read_block(object, blkid)? {
-                Some(block) => out.extend_from_slice(&block[within..within + take]),
-                None => out.resize(out.len() + take, 0),
-            }
+            let start = out.len();
+            out.resize(start + take, 0);
+            self.objset
+                .read_block_range(object, blkid, within..within + take, &mut out[start..])?;
             position += take as u64;
         }
         self.stats

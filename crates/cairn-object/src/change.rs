@@ -121,7 +121,9 @@ impl ObjectSet {
                     if change
                         .data
                         .as_ref()
-                        .is_some_and(|data| data.len() != data_block_size as usize) =>
+                        .map(|data| data.len())
+                        .or(change.patch.as_ref().map(|patch| patch.block_bytes()))
+                        .is_some_and(|len| len != data_block_size as usize) =>
                 {
                     changes.blocks.remove(&(object, 0))
                 }
@@ -296,6 +298,7 @@ impl ObjectSet {
                 let change = BlockChange {
                     data: Some(data),
                     written: Some(bp),
+                    patch: None,
                 };
                 (bp, self.record_block(txg, object, blkid, change))
             })

@@ -181,6 +181,10 @@ impl TreeWriter<'_, '_> {
                 *used -= i128::from(old.allocated_bytes());
                 self.free(&old);
             }
+            assert!(
+                change.patch.is_none(),
+                "a partial write reached the tree unmerged"
+            );
             if let Some(bp) = change.written {
                 assert_eq!(
                     bp.birth_txg, self.txg,

@@ -38,12 +38,14 @@ mod check;
 mod cow;
 mod error;
 mod objset;
+mod patch;
 mod read;
 mod sync;
 mod tree;
 
 pub use error::ObjectError;
 pub use objset::{is_all_zero, object_set_bytes_max};
+pub use patch::PatchStats;
 pub use read::read_objset_phys;
 pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
 
@@ -63,11 +65,13 @@ use std::sync::atomic::AtomicU8;
 /// A block's newest version in one txg: its contents as readers see them (`None`: a hole), and,
 /// for a block already written to its final place in open context (a synchronous write in
 /// place, `write_blocks_in_place`), where: the txg sync then uses that pointer instead of
-/// writing the data again.
+/// writing the data again. With `patch`, the version is only the bytes a partial write gave
+/// (`patch.rs`): the rest is the block's older version, merged on read and at the txg sync.
 #[derive(Clone, Default)]
 struct BlockChange {
     data: Option<Bytes>,
     written: Option<BlockPointer>,
+    patch: Option<Box<patch::Patch>>,
 }
 
 impl BlockChange {
@@ -75,6 +79,7 @@ impl BlockChange {
         BlockChange {
             data: Some(data),
             written: None,
+            patch: None,
         }
     }
 
@@ -134,4 +139,5 @@ pub struct ObjectSet {
     cache_mode: AtomicU8,
     /// Sequential streams per object, for read-ahead (`note_read`).
     streams: Mutex<StreamDetector>,
+    patch_counters: patch::PatchCounters,
 }

@@ -92,6 +92,7 @@ impl ObjectSet {
         ObjectSet {
             cache_mode: AtomicU8::new(0),
             streams: stream_detector(&io),
+            patch_counters: Default::default(),
             io,
             objset_type,
             checksum: Mutex::new(checksum),
@@ -120,6 +121,7 @@ impl ObjectSet {
         Ok(ObjectSet {
             cache_mode: AtomicU8::new(0),
             streams: stream_detector(&io),
+            patch_counters: Default::default(),
             io,
             objset_type: phys.objset_type,
             checksum: Mutex::new(checksum),

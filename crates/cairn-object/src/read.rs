@@ -4,6 +4,7 @@
 //! followed.
 
 use crate::check::{check_child, check_dnode};
+use crate::patch::{Base, cloned_patches, merge, version_chain};
 use crate::{ObjectError, ObjectSet, State, tree};
 use bytes::Bytes;
 use cairn_arc::{CacheMode, CachePolicy, CachedIo};
@@ -65,38 +66,39 @@ impl ObjectSet {
         self.read_block_with(object, blkid, true).ok()
     }
 
-    fn read_block_with(
+    pub(crate) fn read_block_with(
         &self,
         object: u64,
         blkid: u64,
         cached_only: bool,
     ) -> Result<Option<Bytes>, ObjectError> {
-        let dnode = {
+        self.read_version(object, blkid, None, cached_only)
+    }
+
+    /// The block as of the versions below txg `below` (all with `None`): pending patches
+    /// (`patch.rs`) applied over the newest whole version, pending or synced.
+    pub(crate) fn read_version(
+        &self,
+        object: u64,
+        blkid: u64,
+        below: Option<u64>,
+        cached_only: bool,
+    ) -> Result<Option<Bytes>, ObjectError> {
+        let (patches, dnode) = {
             let mut state = self.state.lock();
-            for (&txg, changes) in state.changes.iter().rev() {
-                if let Some(change) = changes.blocks.get(&(object, blkid)) {
-                    return Ok(change.data.clone());
+            let (txgs, base) = version_chain(&state, object, blkid, below)?;
+            let patches = cloned_patches(&state, object, blkid, &txgs);
+            match base {
+                Base::Version(version) => return Ok(merge(version, &patches)),
+                Base::Tree if cached_only => {
+                    let dnode = state
+                        .dnodes
+                        .get(&object)
+                        .cloned()
+                        .ok_or(ObjectError::NotCached)?;
+                    (patches, dnode)
                 }
-                if let Some(dnode) = changes.dnodes.get(&object) {
-                    // Object freed, or (re)created in this very txg: nothing older is visible.
-                    // A dnode changed in a later txg than its birth (a bonus, a block size)
-                    // hides nothing: older txgs' blocks still count.
-                    if dnode.is_free() {
-                        return Err(ObjectError::NoSuchObject(object));
-                    }
-                    if dnode.birth_txg == txg {
-                        return Ok(None);
-                    }
-                }
-            }
-            if cached_only {
-                state
-                    .dnodes
-                    .get(&object)
-                    .cloned()
-                    .ok_or(ObjectError::NotCached)?
-            } else {
-                self.synced_dnode(&mut state, object)?
+                Base::Tree => (patches, self.synced_dnode(&mut state, object)?),
             }
         };
         if dnode.is_free() {
@@ -107,7 +109,7 @@ impl ObjectSet {
             mode: self.cache_mode(),
             cached_only,
         };
-        read_tree_block(&reader, &dnode, blkid)
+        Ok(merge(read_tree_block(&reader, &dnode, blkid)?, &patches))
     }
 
     /// Tells the object set a client read blocks `first .. first + count` of `object`: a read
@@ -202,7 +204,9 @@ impl ObjectSet {
                     .blocks
                     .range((object, first)..(object, first.saturating_add(count)))
                 {
-                    overlay.entry(blkid).or_insert(change.data.is_some());
+                    overlay
+                        .entry(blkid)
+                        .or_insert(change.data.is_some() || change.patch.is_some());
                 }
                 if let Some(dnode) = changes.dnodes.get(&object) {
                     if dnode.is_free() {
@@ -334,7 +338,7 @@ pub(crate) fn read_tree_block(
 }
 
 /// The pointer to level-0 block `blkid` (`None`: a hole), reading only indirect blocks.
-fn tree_block_pointer(
+pub(crate) fn tree_block_pointer(
     io: &TreeReader<'_>,
     dnode: &Dnode,
     blkid: u64,

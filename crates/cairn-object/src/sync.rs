@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 impl ObjectSet {
     /// returns the new root, to be `publish`ed once the txg is durable.
     pub fn sync(&self, txg: u64, batch: &mut WriteBatch<'_>) -> Result<SyncedObjset, ObjectError> {
+        // Partial writes meet their older versions first: the tree below sees whole blocks.
+        self.resolve_patches(txg)?;
         let checksum = *self.checksum.lock();
         let (blocks, dnode_changes, meta_dnode, old_root, used_before, intent_log_header) = {
             let state = self.state.lock();
