@@ -133,12 +133,18 @@ fn random_partial_full_and_zeroing_writes_match_a_model_across_syncs() {
                 }
             }
         }
-        assert!(read_all(&pool) == model, "seed {seed}: before the last sync");
+        assert!(
+            read_all(&pool) == model,
+            "seed {seed}: before the last sync"
+        );
         pool.sync().unwrap();
         assert!(read_all(&pool) == model, "seed {seed}: after the last sync");
         let stats = volume.objset().patch_stats();
         assert!(stats.deferred > 0, "seed {seed}: the deferred path ran");
-        assert!(stats.merged_at_write > 0, "seed {seed}: the in-memory path ran");
+        assert!(
+            stats.merged_at_write > 0,
+            "seed {seed}: the in-memory path ran"
+        );
         assert_eq!(stats.bases_lost, 0);
         drop(volume);
         pool.export().unwrap();
@@ -168,7 +174,10 @@ fn flushed_partial_writes_survive_a_power_cut_through_the_intent_log() {
             volume.write(offset as u64, &data).unwrap();
             model[offset..offset + len].copy_from_slice(&data);
         }
-        assert!(volume.objset().patch_stats().deferred > 0, "writes deferred");
+        assert!(
+            volume.objset().patch_stats().deferred > 0,
+            "writes deferred"
+        );
         // The flush commits the log (reading back what it must copy: the patches cover it);
         // the txg never syncs before the cut.
         volume.flush().unwrap();

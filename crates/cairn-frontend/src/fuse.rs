@@ -138,6 +138,10 @@ impl Mounts {
             });
         }
         let fs = pool.filesystem(dataset).map_err(open_error)?;
+        // A mount a killed server left there answers nothing: take it away first.
+        if dead_cairn_mounts().contains(&mountpoint) {
+            detach(&mountpoint);
+        }
         std::fs::create_dir_all(&mountpoint).map_err(|source| MountError::Mount {
             dataset: dataset.to_string(),
             mountpoint: mountpoint.display().to_string(),
@@ -201,6 +205,87 @@ impl Mounts {
     }
 }
 
+/// The mount type of cairn's mounts (`fuser`'s subtype), as /proc/self/mountinfo shows it.
+const MOUNT_TYPE: &str = "fuse.cairn";
+
+/// Mountpoints of cairn mounts whose server is gone (a server killed, or crashed, leaves its
+/// mounts behind, answering every call with ENOTCONN). A live mount, this server's or another
+/// one's, answers and is never listed.
+pub fn dead_cairn_mounts() -> Vec<std::path::PathBuf> {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    table
+        .lines()
+        .filter_map(parse_mountinfo_line)
+        .filter(|(fstype, _)| fstype == MOUNT_TYPE)
+        .map(|(_, mountpoint)| mountpoint)
+        .filter(|mountpoint| {
+            std::fs::metadata(mountpoint)
+                .err()
+                .is_some_and(|err| err.raw_os_error() == Some(libc::ENOTCONN))
+        })
+        .collect()
+}
+
+/// Detaches the mounts of `dead_cairn_mounts` (at server start); returns their mountpoints.
+pub fn clear_dead_cairn_mounts() -> Vec<std::path::PathBuf> {
+    let dead = dead_cairn_mounts();
+    for mountpoint in &dead {
+        detach(mountpoint);
+    }
+    dead
+}
+
+/// A lazy unmount: never blocks, even on a mount whose server is gone.
+fn detach(mountpoint: &Path) {
+    let Ok(path) = std::ffi::CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: a valid NUL-terminated path; umount2 only reads it.
+    unsafe {
+        libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+    }
+}
+
+/// (filesystem type, mountpoint) of one /proc/self/mountinfo line; the mountpoint's octal
+/// escapes (`\040` for a space) decoded.
+fn parse_mountinfo_line(line: &str) -> Option<(String, std::path::PathBuf)> {
+    let (before, after) = line.split_once(" - ")?;
+    let mountpoint = before.split(' ').nth(4)?;
+    let fstype = after.split(' ').next()?;
+    Some((fstype.to_string(), unescape_octal(mountpoint)))
+}
+
+fn unescape_octal(field: &str) -> std::path::PathBuf {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let escaped = bytes
+            .get(index + 1..index + 4)
+            .filter(|digits| {
+                bytes[index] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d))
+            })
+            .map(|digits| {
+                digits
+                    .iter()
+                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'))
+            });
+        match escaped {
+            Some(value) if value <= 0xff => {
+                out.push(value as u8);
+                index += 4;
+            }
+            _ => {
+                out.push(bytes[index]);
+                index += 1;
+            }
+        }
+    }
+    std::path::PathBuf::from(OsStr::from_bytes(&out))
+}
+
 /// Mounts `fs` at `mountpoint` (an existing directory) in the background.
 pub fn mount(
     fs: Arc<Filesystem>,
@@ -210,7 +295,12 @@ pub fn mount(
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName(fs.name().to_string()),
-        MountOption::Subtype("cairn".into()),
+        // As a kernel option, so that the mount's type reads `fuse.cairn` (fuser's `Subtype`
+        // reaches only fusermount, not a mount made directly by root).
+        MountOption::CUSTOM(format!(
+            "subtype={}",
+            MOUNT_TYPE.trim_start_matches("fuse.")
+        )),
         MountOption::DefaultPermissions,
     ];
     config.acl = SessionACL::All;
@@ -849,5 +939,15 @@ mod tests {
         ] {
             assert_eq!(timestamp(system_time(t)), t);
         }
+    }
+
+    #[test]
+    fn mountinfo_lines_give_type_and_unescaped_mountpoint() {
+        let line = "98 29 0:52 / /srv/my\\040db rw,nosuid,nodev,relatime shared:1 - fuse.cairn tank/db rw,user_id=0,group_id=0,default_permissions,allow_other";
+        let (fstype, mountpoint) = parse_mountinfo_line(line).unwrap();
+        assert_eq!(fstype, "fuse.cairn");
+        assert_eq!(mountpoint, Path::new("/srv/my db"));
+        assert!(parse_mountinfo_line("garbage").is_none());
+        assert_eq!(unescape_octal("a\\134b\\9"), Path::new("a\\b\\9"));
     }
 }

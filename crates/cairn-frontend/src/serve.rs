@@ -406,6 +406,13 @@ impl Listeners<'_> {
 /// Mounts every filesystem of the served pools that has a mountpoint; one that cannot be
 /// mounted is reported and left (the others and the volumes are served).
 fn mount_all(served: &ServedPools, notes: &dyn Fn(Note)) {
+    // Mounts a killed server left behind answer nothing (ENOTCONN): they go first.
+    for dead in crate::fuse::clear_dead_cairn_mounts() {
+        notes(Note::Pool(format!(
+            "detached the dead mount at {} (its server had stopped without unmounting)",
+            dead.display()
+        )));
+    }
     for pool in served.all() {
         let Ok(datasets) = pool.datasets() else {
             continue;

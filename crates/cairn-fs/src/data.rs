@@ -230,9 +230,14 @@ impl Filesystem {
         range: std::ops::Range<usize>,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), FsError> {
-        let newly_dirty =
-            self.objset
-                .write_partial(hold.txg(), object, blkid, block_bytes as u32, range, fill)?;
+        let newly_dirty = self.objset.write_partial(
+            hold.txg(),
+            object,
+            blkid,
+            block_bytes as u32,
+            range,
+            fill,
+        )?;
         if newly_dirty {
             hold.add_dirty(block_bytes);
         }

@@ -610,8 +610,12 @@ impl Filesystem {
             let take = ((block_bytes - within as u64).min(end - position)) as usize;
             let start = out.len();
             out.resize(start + take, 0);
-            self.objset
-                .read_block_range(object, blkid, within..within + take, &mut out[start..])?;
+            self.objset.read_block_range(
+                object,
+                blkid,
+                within..within + take,
+                &mut out[start..],
+            )?;
             position += take as u64;
         }
         self.stats

@@ -298,7 +298,7 @@ impl ObjectSet {
                 let change = BlockChange {
                     data: Some(data),
                     written: Some(bp),
-                    patch: None,
+                    ..BlockChange::default()
                 };
                 (bp, self.record_block(txg, object, blkid, change))
             })

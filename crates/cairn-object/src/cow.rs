@@ -208,8 +208,9 @@ impl TreeWriter<'_, '_> {
                             class: IoClass::AsyncWrite,
                         },
                     )?;
-                    if data_type.is_metadata(0) {
-                        // Dnode blocks: read back by the next txg that changes a dnode.
+                    if data_type.is_metadata(0) || change.cache_written {
+                        // Dnode blocks: read back by the next txg that changes a dnode; blocks
+                        // partial writes changed: merged with by the next one.
                         self.io.insert_written(&bp, &data, self.mode.primary);
                     }
                     *used += i128::from(bp.allocated_bytes());

@@ -301,6 +301,9 @@ impl ObjectSet {
         fill: &mut Option<impl FnOnce(&mut [u8])>,
         synced: Synced,
     ) -> Result<Step, ObjectError> {
+        if let Some(step) = self.patch_own_version(state, (txg, object, blkid), range, fill) {
+            return Ok(step);
+        }
         let (patched, base) = version_chain(state, object, blkid, Some(txg + 1))?;
         let version = match (patched.is_empty(), base, synced) {
             (true, Base::Version(version), _) | (true, Base::Tree, Synced::Cached(version)) => {
@@ -308,7 +311,15 @@ impl ObjectSet {
             }
             (true, Base::Tree, Synced::Unknown) => return Ok(Step::NeedTree),
             // A pending patch (this txg's or an older one) or nothing in memory: defer.
-            _ => return Ok(self.defer_partial(state, (txg, object, blkid), block_bytes, range, fill)),
+            _ => {
+                return Ok(self.defer_partial(
+                    state,
+                    (txg, object, blkid),
+                    block_bytes,
+                    range,
+                    fill,
+                ));
+            }
         };
         let mut block = match version {
             Some(data) if data.len() == block_bytes => data.to_vec(),
@@ -316,18 +327,61 @@ impl ObjectSet {
         };
         let fill = fill.take().expect("fill used once");
         fill(&mut block[range.clone()]);
+        let change = BlockChange {
+            cache_written: true,
+            ..BlockChange::data(Bytes::from(block))
+        };
         let replaced = state
             .changes
             .entry(txg)
             .or_default()
             .blocks
-            .insert((object, blkid), BlockChange::data(Bytes::from(block)));
+            .insert((object, blkid), change);
         self.patch_counters
             .merged_at_write
             .fetch_add(1, Ordering::Relaxed);
         Ok(Step::Done {
             newly_dirty: replaced.is_none(),
             freed: replaced.and_then(|old| old.written),
+        })
+    }
+
+    /// A whole version of this very txg is patched where it lies (copied only if a reader or
+    /// the front end's buffer shares it). `None` when the txg has no whole version.
+    fn patch_own_version(
+        &self,
+        state: &mut State,
+        (txg, object, blkid): (u64, u64, u64),
+        range: &Range<usize>,
+        fill: &mut Option<impl FnOnce(&mut [u8])>,
+    ) -> Option<Step> {
+        let change = state
+            .changes
+            .get_mut(&txg)?
+            .blocks
+            .get_mut(&(object, blkid))?;
+        if change.patch.is_some() || change.written.is_some() {
+            return None;
+        }
+        let data = change.data.take()?;
+        let mut block = match data.try_into_mut() {
+            Ok(unique) => unique,
+            Err(shared) => bytes::BytesMut::from(&shared[..]),
+        };
+        if range.end > block.len() {
+            // A version of another block size (never kept past `set_block_size`): leave it.
+            change.data = Some(block.freeze());
+            return None;
+        }
+        (fill.take().expect("fill used once"))(&mut block[range.clone()]);
+        change.data = Some(block.freeze());
+        change.cache_written = true;
+        self.patch_counters
+            .merged_at_write
+            .fetch_add(1, Ordering::Relaxed);
+        Some(Step::Done {
+            newly_dirty: false,
+            freed: None,
         })
     }
 
@@ -343,10 +397,13 @@ impl ObjectSet {
     ) -> Step {
         let blocks = &mut state.changes.entry(txg).or_default().blocks;
         let newly_dirty = !blocks.contains_key(&(object, blkid));
-        let change = blocks.entry((object, blkid)).or_insert_with(|| BlockChange {
-            patch: Some(Box::new(Patch::new(block_bytes))),
-            ..BlockChange::default()
-        });
+        let change = blocks
+            .entry((object, blkid))
+            .or_insert_with(|| BlockChange {
+                patch: Some(Box::new(Patch::new(block_bytes))),
+                cache_written: true,
+                ..BlockChange::default()
+            });
         let patch = change.patch.as_mut().expect("the txg's version is a patch");
         assert_eq!(patch.block_bytes(), block_bytes, "patch of another size");
         patch.fill(range.clone(), fill.take().expect("fill used once"));
@@ -532,8 +589,11 @@ mod tests {
         old.fill(0..8, |b| b.fill(1));
         let mut new = Patch::new(16);
         new.fill(4..12, |b| b.fill(2));
-        let merged = merge(Some(Bytes::from(vec![9u8; 16])), &[new.clone(), old.clone()])
-            .expect("a block");
+        let merged = merge(
+            Some(Bytes::from(vec![9u8; 16])),
+            &[new.clone(), old.clone()],
+        )
+        .expect("a block");
         assert_eq!(
             &merged[..],
             &[1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 9, 9, 9, 9]

@@ -48,6 +48,13 @@ fn files_written_through_fuse_survive_unmount_and_restart() {
     let mut server = env.serve();
     let out = env.ok(&["mount", "tank/home", at.to_str().unwrap()]);
     assert!(out.contains("mounted tank/home"), "{out}");
+    // The mount names its dataset and its type, as `mount` and `df -T` show them.
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = table
+        .lines()
+        .find(|line| line.contains(&format!(" {} ", at.display())))
+        .unwrap_or_else(|| panic!("{} not in mountinfo:\n{table}", at.display()));
+    assert!(line.contains(" - fuse.cairn tank/home "), "{line}");
 
     // Ordinary programs' file operations, through the kernel.
     let big = pattern(3 << 20, 1);
@@ -340,8 +347,10 @@ fn fsynced_files_survive_sigkill_of_the_server() {
     );
     eprintln!("{} files acknowledged before SIGKILL", acknowledged.len());
     let _ = server.stop(libc::SIGKILL, std::time::Duration::from_secs(10));
-    // The dead server's mount answers nothing: take it away, then serve and mount again.
-    drop(Unmount(at.clone()));
+    // The dead server's mount answers nothing (ENOTCONN) until the next server detaches it.
+    let dead = std::fs::metadata(&at).expect_err("a dead mount answers nothing");
+    assert_eq!(dead.raw_os_error(), Some(libc::ENOTCONN), "{dead}");
+    let _guard = Unmount(at.clone());
     let mut server = env.serve();
     env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
     for (name, data) in &acknowledged {
