@@ -10,32 +10,47 @@
 //!
 //! Caching: attributes and entries are cached by the kernel for `ATTR_TTL`; every change goes
 //! through this process, which is the only writer, so the kernel's copy is only stale for
-//! changes it did not see (none). No writeback cache yet: each write(2) reaches the
-//! filesystem, so `fsync` is the durability point and `close` is not.
+//! changes it did not see (none). Listings are readdirplus (names with their attributes), and
+//! reads, writes and read-ahead go up to 1 MiB per request (`init`). No writeback cache: each
+//! write(2) reaches the filesystem, so `sync=always` holds per write, `fsync` is the
+//! durability point and `close` is not.
+//!
+//! Observability: each call is timed from its arrival to its answer and recorded in the
+//! filesystem's statistics (`cairn_fs::ops`), which `pool iostat` and `stat fs` show.
+//!
+//! Mounts have type `fuse.cairn` and the dataset as their source. A server killed without
+//! unmounting leaves mounts that answer ENOTCONN; the next server detaches them
+//! (`clear_dead_cairn_mounts`), and a mount over one detaches it first.
 //!
 //! Threads: `fuser` runs `FUSE_THREADS` loops, each with its own /dev/fuse descriptor; calls
 //! run on them and block on the pool as they must (the filesystem's locks order them).
 
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
+use cairn_fs::ops::FsOpKind;
 use cairn_fs::{
     Fallocate, Filesystem, FsError, NewInode, ROOT_OBJECT, RenameMode, SetAttrs, XattrMode,
 };
 use fuser::{
-    Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, LockOwner,
-    MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    SessionACL, TimeOrNow, WriteFlags,
+    Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may keep attributes and names without asking again.
 const ATTR_TTL: Duration = Duration::from_secs(1);
 /// Event loops (each with its own /dev/fuse descriptor).
 const FUSE_THREADS: usize = 2;
+/// Largest read and write the kernel is asked to send in one request (and read-ahead).
+const LARGE_IO_BYTES: u32 = 1 << 20;
+/// Entries one readdirplus call gathers before looking up their attributes (the kernel's
+/// buffer takes a page or so; what does not fit is read again from its cookie next time).
+const READDIRPLUS_ENTRIES_MAX: usize = 128;
 /// Block size `stat` and `statfs` report.
 const REPORTED_BLOCK_BYTES: u32 = 4096;
 
@@ -68,11 +83,16 @@ pub enum MountError {
 pub struct FuseMount {
     session: Option<fuser::BackgroundSession>,
     mountpoint: std::path::PathBuf,
+    fs: Arc<Filesystem>,
 }
 
 impl FuseMount {
     pub fn mountpoint(&self) -> &Path {
         &self.mountpoint
+    }
+
+    pub fn filesystem(&self) -> &Arc<Filesystem> {
+        &self.fs
     }
 
     /// Unmounts and waits for the session's threads to end. Fails (leaving nothing mounted
@@ -195,6 +215,15 @@ impl Mounts {
             .collect()
     }
 
+    /// Every mounted filesystem, by dataset name (for statistics).
+    pub fn filesystems(&self) -> Vec<(String, Arc<Filesystem>)> {
+        self.mounts
+            .lock()
+            .iter()
+            .map(|(dataset, mount)| (dataset.clone(), mount.fs.clone()))
+            .collect()
+    }
+
     /// Dataset and mountpoint of every mount.
     pub fn list(&self) -> Vec<(String, std::path::PathBuf)> {
         self.mounts
@@ -307,7 +336,10 @@ pub fn mount(
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
     let dataset = fs.name().to_string();
-    let adapter = FuseAdapter { fs, space };
+    let adapter = FuseAdapter {
+        fs: fs.clone(),
+        space,
+    };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
             dataset,
@@ -317,6 +349,7 @@ pub fn mount(
     Ok(FuseMount {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
+        fs,
     })
 }
 
@@ -418,6 +451,22 @@ fn file_attr(object: u64, attrs: &InodeAttrs, allocated_bytes: u64) -> FileAttr 
 }
 
 impl FuseAdapter {
+    /// Runs one call of the filesystem, recording its latency and outcome (`cairn_fs::ops`).
+    fn timed<T>(
+        &self,
+        kind: FsOpKind,
+        call: impl FnOnce() -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        let started = Instant::now();
+        let result = call();
+        self.record(kind, started, 0, result.is_ok());
+        result
+    }
+
+    fn record(&self, kind: FsOpKind, started: Instant, bytes: u64, ok: bool) {
+        self.fs.record_op(kind, bytes, ok, started.elapsed());
+    }
+
     fn attr(&self, object: u64, attrs: &InodeAttrs) -> FileAttr {
         let allocated = self
             .fs
@@ -486,13 +535,35 @@ fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
 }
 
 impl fuser::Filesystem for FuseAdapter {
+    /// Asks the kernel for readdirplus (a listing carries attributes: no lookup per name),
+    /// parallel directory calls (the filesystem's own locks order them) and 1 MiB reads,
+    /// writes and read-ahead. The kernel's writeback cache stays off: every write(2) reaches
+    /// the filesystem, so `sync=always` holds for each write and `fsync` sees all data.
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_PARALLEL_DIROPS;
+        // What this kernel lacks is simply not used.
+        let _ = config.add_capabilities(wanted & config.capabilities());
+        if let Err(nearest) = config.set_max_write(LARGE_IO_BYTES) {
+            let _ = config.set_max_write(nearest);
+        }
+        if let Err(nearest) = config.set_max_readahead(LARGE_IO_BYTES) {
+            let _ = config.set_max_readahead(nearest);
+        }
+        Ok(())
+    }
+
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.entry(reply, self.fs.lookup(object_of(parent), name.as_bytes()));
+        let found = self.timed(FsOpKind::Lookup, || {
+            self.fs.lookup(object_of(parent), name.as_bytes())
+        });
+        self.entry(reply, found);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let object = object_of(ino);
-        match self.fs.getattr(object) {
+        match self.timed(FsOpKind::Getattr, || self.fs.getattr(object)) {
             Ok(attrs) => reply.attr(&ATTR_TTL, &self.attr(object, &attrs)),
             Err(err) => reply.error(errno(&err)),
         }
@@ -526,14 +597,14 @@ impl fuser::Filesystem for FuseAdapter {
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(timestamp),
         };
-        match self.fs.setattr(object, changes) {
+        match self.timed(FsOpKind::Setattr, || self.fs.setattr(object, changes)) {
             Ok(attrs) => reply.attr(&ATTR_TTL, &self.attr(object, &attrs)),
             Err(err) => reply.error(errno(&err)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.fs.readlink(object_of(ino)) {
+        match self.timed(FsOpKind::Other, || self.fs.readlink(object_of(ino))) {
             Ok(target) => reply.data(&target),
             Err(err) => reply.error(errno(&err)),
         }
@@ -557,7 +628,10 @@ impl fuser::Filesystem for FuseAdapter {
         }
         let parent = object_of(parent);
         let new = self.new_inode(req, parent, kind, mode & !umask, u64::from(rdev));
-        self.entry(reply, self.fs.create(parent, name.as_bytes(), new));
+        let made = self.timed(FsOpKind::Create, || {
+            self.fs.create(parent, name.as_bytes(), new)
+        });
+        self.entry(reply, made);
     }
 
     fn mkdir(
@@ -571,15 +645,24 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let parent = object_of(parent);
         let new = self.new_inode(req, parent, FileKind::Directory, mode & !umask, 0);
-        self.entry(reply, self.fs.mkdir(parent, name.as_bytes(), new));
+        let made = self.timed(FsOpKind::Create, || {
+            self.fs.mkdir(parent, name.as_bytes(), new)
+        });
+        self.entry(reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.fs.unlink(object_of(parent), name.as_bytes()));
+        let removed = self.timed(FsOpKind::Remove, || {
+            self.fs.unlink(object_of(parent), name.as_bytes())
+        });
+        empty(reply, removed);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.fs.rmdir(object_of(parent), name.as_bytes()));
+        let removed = self.timed(FsOpKind::Remove, || {
+            self.fs.rmdir(object_of(parent), name.as_bytes())
+        });
+        empty(reply, removed);
     }
 
     fn symlink(
@@ -593,10 +676,10 @@ impl fuser::Filesystem for FuseAdapter {
         let parent = object_of(parent);
         let new = self.new_inode(req, parent, FileKind::Symlink, 0o777, 0);
         let target = target.as_os_str().as_bytes();
-        self.entry(
-            reply,
-            self.fs.symlink(parent, link_name.as_bytes(), target, new),
-        );
+        let made = self.timed(FsOpKind::Create, || {
+            self.fs.symlink(parent, link_name.as_bytes(), target, new)
+        });
+        self.entry(reply, made);
     }
 
     fn rename(
@@ -618,16 +701,16 @@ impl fuser::Filesystem for FuseAdapter {
         } else {
             return reply.error(Errno::EINVAL);
         };
-        empty(
-            reply,
+        let renamed = self.timed(FsOpKind::Rename, || {
             self.fs.rename(
                 object_of(parent),
                 name.as_bytes(),
                 object_of(newparent),
                 newname.as_bytes(),
                 mode,
-            ),
-        );
+            )
+        });
+        empty(reply, renamed);
     }
 
     fn link(
@@ -639,16 +722,17 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         let object = object_of(ino);
-        let result = self
-            .fs
-            .link(object, object_of(newparent), newname.as_bytes())
-            .map(|attrs| (object, attrs));
+        let result = self.timed(FsOpKind::Create, || {
+            self.fs
+                .link(object, object_of(newparent), newname.as_bytes())
+                .map(|attrs| (object, attrs))
+        });
         self.entry(reply, result);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let object = object_of(ino);
-        match self.fs.open_inode(object) {
+        match self.timed(FsOpKind::Other, || self.fs.open_inode(object)) {
             Ok(()) => reply.opened(FileHandle(object), FopenFlags::empty()),
             Err(err) => reply.error(errno(&err)),
         }
@@ -667,10 +751,11 @@ impl fuser::Filesystem for FuseAdapter {
         let parent = object_of(parent);
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::File);
         let new = self.new_inode(req, parent, kind, mode & !umask, 0);
-        let made = self
-            .fs
-            .create(parent, name.as_bytes(), new)
-            .and_then(|(object, attrs)| self.fs.open_inode(object).map(|()| (object, attrs)));
+        let made = self.timed(FsOpKind::Create, || {
+            self.fs
+                .create(parent, name.as_bytes(), new)
+                .and_then(|(object, attrs)| self.fs.open_inode(object).map(|()| (object, attrs)))
+        });
         match made {
             Ok((object, attrs)) => {
                 let attr = self.attr(object, &attrs);
@@ -697,7 +782,11 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.fs.read(object_of(ino), offset, size as usize) {
+        let started = Instant::now();
+        let result = self.fs.read(object_of(ino), offset, size as usize);
+        let bytes = result.as_ref().map_or(0, |data| data.len() as u64);
+        self.record(FsOpKind::Read, started, bytes, result.is_ok());
+        match result {
             Ok(data) => reply.data(&data),
             Err(err) => reply.error(errno(&err)),
         }
@@ -716,6 +805,7 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyWrite,
     ) {
         let object = object_of(ino);
+        let started = Instant::now();
         let written = self.fs.write(object, offset, data).and_then(|_| {
             // O_SYNC / O_DSYNC: durable before the write returns.
             if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
@@ -723,6 +813,7 @@ impl fuser::Filesystem for FuseAdapter {
             }
             Ok(())
         });
+        self.record(FsOpKind::Write, started, data.len() as u64, written.is_ok());
         match written {
             Ok(()) => reply.written(data.len() as u32),
             Err(err) => reply.error(errno(&err)),
@@ -750,7 +841,8 @@ impl fuser::Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.release_inode(object_of(ino)));
+        let released = self.timed(FsOpKind::Other, || self.fs.release_inode(object_of(ino)));
+        empty(reply, released);
     }
 
     fn fsync(
@@ -761,7 +853,8 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.fsync(object_of(ino)));
+        let synced = self.timed(FsOpKind::Fsync, || self.fs.fsync(object_of(ino)));
+        empty(reply, synced);
     }
 
     fn readdir(
@@ -772,18 +865,60 @@ impl fuser::Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let result = self.fs.readdir(object_of(ino), offset, |entry| {
-            !reply.add(
-                ino_of(entry.object),
-                entry.cookie,
-                file_type(entry.kind),
-                OsStr::from_bytes(&entry.name),
-            )
+        let result = self.timed(FsOpKind::Readdir, || {
+            self.fs.readdir(object_of(ino), offset, |entry| {
+                !reply.add(
+                    ino_of(entry.object),
+                    entry.cookie,
+                    file_type(entry.kind),
+                    OsStr::from_bytes(&entry.name),
+                )
+            })
         });
         match result {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
         }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        // Entries first, attributes after: no inode is looked at while the directory is read.
+        let mut entries = Vec::new();
+        let listed = self.timed(FsOpKind::Readdir, || {
+            self.fs.readdir(object_of(ino), offset, |entry| {
+                entries.push(entry.clone());
+                entries.len() < READDIRPLUS_ENTRIES_MAX
+            })
+        });
+        if let Err(err) = listed {
+            return reply.error(errno(&err));
+        }
+        for entry in entries {
+            // An entry removed since it was listed is left out, as a later listing would.
+            let Ok(attrs) = self.fs.getattr(entry.object) else {
+                continue;
+            };
+            let attr = self.attr(entry.object, &attrs);
+            let full = reply.add(
+                ino_of(entry.object),
+                entry.cookie,
+                OsStr::from_bytes(&entry.name),
+                &ATTR_TTL,
+                &attr,
+                Generation(attrs.generation),
+            );
+            if full {
+                break;
+            }
+        }
+        reply.ok();
     }
 
     fn fsyncdir(
@@ -794,7 +929,8 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.fsync(object_of(ino)));
+        let synced = self.timed(FsOpKind::Fsync, || self.fs.fsync(object_of(ino)));
+        empty(reply, synced);
     }
 
     fn setxattr(
@@ -814,22 +950,24 @@ impl fuser::Filesystem for FuseAdapter {
         } else {
             XattrMode::Any
         };
-        empty(
-            reply,
+        let set = self.timed(FsOpKind::Xattr, || {
             self.fs
-                .setxattr(object_of(ino), name.as_bytes(), value, mode),
-        );
+                .setxattr(object_of(ino), name.as_bytes(), value, mode)
+        });
+        empty(reply, set);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.fs.getxattr(object_of(ino), name.as_bytes()) {
+        match self.timed(FsOpKind::Xattr, || {
+            self.fs.getxattr(object_of(ino), name.as_bytes())
+        }) {
             Ok(value) => sized(reply, size, &value),
             Err(err) => reply.error(errno(&err)),
         }
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.fs.listxattr(object_of(ino)) {
+        match self.timed(FsOpKind::Xattr, || self.fs.listxattr(object_of(ino))) {
             Ok(names) => {
                 let mut list = Vec::new();
                 for name in names {
@@ -843,7 +981,10 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        empty(reply, self.fs.removexattr(object_of(ino), name.as_bytes()));
+        let removed = self.timed(FsOpKind::Xattr, || {
+            self.fs.removexattr(object_of(ino), name.as_bytes())
+        });
+        empty(reply, removed);
     }
 
     fn fallocate(
@@ -863,7 +1004,9 @@ impl fuser::Filesystem for FuseAdapter {
             libc::FALLOC_FL_ZERO_RANGE => Fallocate::ZeroRange { keep_size },
             _ => return reply.error(Errno::EOPNOTSUPP),
         };
-        let result = self.fs.fallocate(object_of(ino), offset, length, op);
+        let result = self.timed(FsOpKind::Fallocate, || {
+            self.fs.fallocate(object_of(ino), offset, length, op)
+        });
         empty(reply, result.map(|_| ()));
     }
 
@@ -885,7 +1028,9 @@ impl fuser::Filesystem for FuseAdapter {
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(Errno::ENXIO);
         };
-        match self.fs.seek_data_or_hole(object_of(ino), offset, data) {
+        match self.timed(FsOpKind::Other, || {
+            self.fs.seek_data_or_hole(object_of(ino), offset, data)
+        }) {
             Ok(found) => reply.offset(found as i64),
             Err(FsError::NotFound) => reply.error(Errno::ENXIO),
             Err(err) => reply.error(errno(&err)),

@@ -48,6 +48,7 @@ pub mod dirmap;
 mod durability;
 pub mod log;
 mod namespace;
+pub mod ops;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
@@ -328,6 +329,7 @@ pub struct Filesystem {
     /// The newest record logged: committing it commits every change before it.
     last_ticket: Mutex<Option<cairn_zil::Ticket>>,
     stats: FsStats,
+    op_stats: Mutex<ops::FsOpStats>,
 }
 
 fn encode_entry_value(object: u64, kind: FileKind) -> [u8; 9] {
@@ -451,6 +453,7 @@ impl Filesystem {
             intent_log: None,
             last_ticket: Mutex::new(None),
             stats: FsStats::default(),
+            op_stats: Mutex::default(),
         };
         Ok(fs)
     }
@@ -476,6 +479,27 @@ impl Filesystem {
 
     pub fn objset(&self) -> &Arc<ObjectSet> {
         &self.objset
+    }
+
+    /// Records one call a front end answered (see `ops`).
+    pub fn record_op(
+        &self,
+        kind: ops::FsOpKind,
+        bytes: u64,
+        ok: bool,
+        latency: std::time::Duration,
+    ) {
+        self.op_stats.lock().record(kind, bytes, ok, latency);
+    }
+
+    /// A snapshot of the calls front ends answered.
+    pub fn op_stats(&self) -> ops::FsOpStats {
+        self.op_stats.lock().clone()
+    }
+
+    /// What the partial-write path did (blocks merged later instead of read first).
+    pub fn patch_stats(&self) -> cairn_object::PatchStats {
+        self.objset.patch_stats()
     }
 
     pub fn stats(&self) -> &FsStats {

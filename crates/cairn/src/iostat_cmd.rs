@@ -1,5 +1,7 @@
-//! `cairn pool iostat [-v] [-H] [-p] [POOL...] [INTERVAL [COUNT]]`: per-volume NBD traffic of a
-//! running server, like `zpool iostat`.
+//! `cairn pool iostat [-v] [-H] [-p] [POOL...] [INTERVAL [COUNT]]`: per-dataset traffic of a
+//! running server, like `zpool iostat`: each volume's NBD requests and each mounted
+//! filesystem's calls (reads, writes, fsyncs as flushes, fallocate as trims, and every namespace
+//! call — lookups, creates, renames... — as META).
 //!
 //! The statistics live in the server. The client asks it for cumulative snapshots over the
 //! control socket (`pool iostat --snapshot`, one line per export and operation) and prints the
@@ -37,6 +39,8 @@ const OPS: [(OpKind, &str); 4] = [
     (OpKind::Flush, "flush"),
     (OpKind::Trim, "trim"),
 ];
+/// Names of the snapshot's operations: the NBD ones, and filesystems' namespace calls.
+const OP_NAMES: [&str; 5] = ["read", "write", "flush", "trim", "meta"];
 
 /// Cumulative counters of one operation kind of one export.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -70,7 +74,42 @@ struct Snapshot {
 }
 
 fn op_name(text: &str) -> Option<&'static str> {
-    OPS.iter().map(|(_, name)| *name).find(|name| *name == text)
+    OP_NAMES.iter().copied().find(|name| *name == text)
+}
+
+/// A filesystem's calls as iostat's operations (`OP_NAMES`).
+fn filesystem_ops(stats: &cairn_fs::ops::FsOpStats) -> Vec<(&'static str, OpStats)> {
+    use cairn_fs::ops::FsOpKind;
+    let mut meta = OpStats::default();
+    for (kind, op) in stats.iter() {
+        if !matches!(
+            kind,
+            FsOpKind::Read | FsOpKind::Write | FsOpKind::Fsync | FsOpKind::Fallocate
+        ) {
+            meta.merge(op);
+        }
+    }
+    vec![
+        ("read", stats.op(FsOpKind::Read).clone()),
+        ("write", stats.op(FsOpKind::Write).clone()),
+        ("flush", stats.op(FsOpKind::Fsync).clone()),
+        ("trim", stats.op(FsOpKind::Fallocate).clone()),
+        ("meta", meta),
+    ]
+}
+
+fn say_counters(ctx: &Context, export: &str, name: &str, stats: &OpStats) {
+    let c = Counters::from_stats(stats);
+    say!(
+        ctx,
+        "{export}\t{name}\t{}\t{}\t{}\t{:.0}\t{}\t{}",
+        c.ops,
+        c.bytes,
+        c.errors,
+        c.latency_sum_us,
+        c.p50_us,
+        c.p99_us
+    );
 }
 
 fn parse_snapshot(text: &str) -> Result<Snapshot> {
@@ -110,27 +149,21 @@ fn print_snapshot(ctx: &Context) -> Result<()> {
         .served
         .as_ref()
         .ok_or_else(|| anyhow!("--snapshot is answered by a running server only"))?;
-    let Some(server) = served.nbd.get() else {
-        return Ok(());
-    };
     let uptime = served
         .started
         .get()
         .map_or(0.0, |started| started.elapsed().as_secs_f64());
     say!(ctx, "uptime_s\t{uptime:.3}");
-    for (export, stats) in server.stats() {
-        for (kind, name) in OPS {
-            let c = Counters::from_stats(stats.op(kind));
-            say!(
-                ctx,
-                "{export}\t{name}\t{}\t{}\t{}\t{:.0}\t{}\t{}",
-                c.ops,
-                c.bytes,
-                c.errors,
-                c.latency_sum_us,
-                c.p50_us,
-                c.p99_us
-            );
+    if let Some(server) = served.nbd.get() {
+        for (export, stats) in server.stats() {
+            for (kind, name) in OPS {
+                say_counters(ctx, &export, name, stats.op(kind));
+            }
+        }
+    }
+    for (dataset, fs) in served.mounts.filesystems() {
+        for (name, stats) in filesystem_ops(&fs.op_stats()) {
+            say_counters(ctx, &dataset, name, &stats);
         }
     }
     Ok(())
@@ -174,13 +207,14 @@ fn render(
     seconds: f64,
 ) {
     let mut columns = vec![
-        Column::left("VOLUME"),
+        Column::left("DATASET"),
         Column::right("R-OPS/S"),
         Column::right("W-OPS/S"),
         Column::right("R-BW/S"),
         Column::right("W-BW/S"),
         Column::right("FLUSH/S"),
         Column::right("TRIM/S"),
+        Column::right("META/S"),
         Column::right("R-LAT"),
         Column::right("W-LAT"),
         Column::right("F-LAT"),
@@ -245,6 +279,7 @@ fn render(
         let (write, write_total) = delta("write");
         let (flush, flush_total) = delta("flush");
         let (trim, _) = delta("trim");
+        let (meta, _) = delta("meta");
         let mut row = vec![
             export.clone(),
             ops(read.ops),
@@ -253,10 +288,11 @@ fn render(
             bandwidth(write.bytes),
             ops(flush.ops),
             ops(trim.ops),
+            ops(meta.ops),
             latency(&read),
             latency(&write),
             latency(&flush),
-            (read.errors + write.errors + flush.errors + trim.errors).to_string(),
+            (read.errors + write.errors + flush.errors + trim.errors + meta.errors).to_string(),
         ];
         if args.verbose {
             for value in [
@@ -272,7 +308,7 @@ fn render(
         table.push(row);
     }
     if table.is_empty() {
-        say!(ctx, "no volumes served");
+        say!(ctx, "no volumes served, no filesystems mounted");
     } else {
         say_raw!(ctx, "{}", table.render(args.format.scripted));
     }

@@ -120,6 +120,15 @@ enum StatCommand {
         /// from the running server.
         args: Vec<String>,
     },
+    /// Mounted filesystems: calls by kind (lookups, creates, reads, writes, fsyncs...) with
+    /// bytes, errors and latency percentiles, and the partial-write path (writes merged later
+    /// instead of read first).
+    Fs {
+        #[command(flatten)]
+        format: ListFormat,
+        /// Pools to show (default: every pool with a mounted filesystem).
+        pools: Vec<String>,
+    },
     /// The server's memory budget: each allowance's limit against what it holds now, and the
     /// process's resident memory against the whole.
     Memory {
@@ -466,6 +475,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Stat(StatCommand::Io { format, pools }) => stat_cmd::io(ctx, format, &pools),
         Command::Stat(StatCommand::L2arc { format, args }) => stat_cmd::l2arc(ctx, format, &args),
         Command::Stat(StatCommand::Memory { format }) => stat_cmd::memory(ctx, format),
+        Command::Stat(StatCommand::Fs { format, pools }) => stat_cmd::fs(ctx, format, &pools),
     }
 }
 

@@ -12,6 +12,11 @@
 //! and the daily write budget (`serve --l2-write-max-per-day`, per device) with what the
 //! devices may still be written now.
 //!
+//! `cairn stat fs [POOL...]`: each mounted filesystem's calls by kind (count, bytes, errors,
+//! p50/p99/max latency as its front end answered them) and its partial-write path: writes
+//! recorded without reading their block first, merged at once with a block in memory, merged
+//! by a txg sync, and merges whose old block could not be read.
+//!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
 //! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter`,
 //! `POOL.leafN.counter` and `POOL.cacheN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
@@ -284,6 +289,106 @@ fn resident_bytes() -> (Option<u64>, Option<u64>) {
 /// `cairn stat memory`: the server's memory budget, each allowance's limit against what it
 /// holds now (where that is counted), and the process's resident memory against the whole.
 /// Without a server it shows the budget a server with this process's cache would state.
+pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
+    let mut calls = Table::new(vec![
+        Column::left("DATASET"),
+        Column::left("CALL"),
+        Column::right("COUNT"),
+        Column::right("BYTES"),
+        Column::right("ERRORS"),
+        Column::right("P50"),
+        Column::right("P99"),
+        Column::right("MAX"),
+    ]);
+    let mut partial = Table::new(vec![
+        Column::left("DATASET"),
+        Column::right("DEFERRED"),
+        Column::right("MERGED-NOW"),
+        Column::right("MERGED-AT-SYNC"),
+        Column::right("LOST"),
+    ]);
+    let mounted = ctx
+        .served
+        .as_ref()
+        .map(|served| served.mounts.filesystems())
+        .unwrap_or_default();
+    let exact = format.exact;
+    for (dataset, fs) in mounted {
+        if !pools.is_empty()
+            && !pools
+                .iter()
+                .any(|pool| dataset.split('/').next() == Some(pool))
+        {
+            continue;
+        }
+        let ops = fs.op_stats();
+        for (kind, op) in ops.iter() {
+            let max_us = if op.latency_us.is_empty() {
+                0
+            } else {
+                op.latency_us.max()
+            };
+            if format.scripted {
+                for (field, value) in [
+                    ("count", op.ops),
+                    ("bytes", op.bytes),
+                    ("errors", op.errors),
+                    ("p50_us", op.latency_quantile_us(0.5)),
+                    ("p99_us", op.latency_quantile_us(0.99)),
+                    ("max_us", max_us),
+                ] {
+                    say_raw!(ctx, "{dataset}.{}.{field}\t{value}\n", kind.name());
+                }
+                continue;
+            }
+            if op.ops == 0 {
+                continue;
+            }
+            calls.push(vec![
+                dataset.clone(),
+                kind.name().to_string(),
+                op.ops.to_string(),
+                human::size(op.bytes, exact),
+                op.errors.to_string(),
+                human::micros(op.latency_quantile_us(0.5), exact),
+                human::micros(op.latency_quantile_us(0.99), exact),
+                human::micros(max_us, exact),
+            ]);
+        }
+        let patches = fs.patch_stats();
+        let fields = [
+            ("partial_deferred", patches.deferred),
+            ("partial_merged_at_write", patches.merged_at_write),
+            ("partial_merged_at_sync", patches.resolved),
+            ("partial_bases_lost", patches.bases_lost),
+        ];
+        if format.scripted {
+            for (field, value) in fields {
+                say_raw!(ctx, "{dataset}.{field}\t{value}\n");
+            }
+            continue;
+        }
+        let mut row = vec![dataset.clone()];
+        row.extend(fields.iter().map(|(_, value)| value.to_string()));
+        partial.push(row);
+    }
+    if format.scripted {
+        return Ok(());
+    }
+    if partial.is_empty() {
+        say!(ctx, "no filesystems mounted");
+        return Ok(());
+    }
+    say_raw!(ctx, "{}", calls.render(false));
+    say!(ctx);
+    say!(
+        ctx,
+        "partial writes (blocks merged later instead of read first):"
+    );
+    say_raw!(ctx, "{}", partial.render(false));
+    Ok(())
+}
+
 pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
     let arc = cairn_engine::process_cache().stats();
     let (budget, nbd_bytes, dirty_bytes, l2_index_bytes) = match &ctx.served {

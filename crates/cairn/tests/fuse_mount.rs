@@ -81,6 +81,34 @@ fn files_written_through_fuse_survive_unmount_and_restart() {
     std::fs::write(at.join("gone"), b"x").unwrap();
     std::fs::remove_file(at.join("gone")).unwrap();
     assert_eq!(names(&at), ["docs", "hard", "link"]);
+    // The server counts the filesystem's calls: iostat's row for it and `stat fs`.
+    let iostat = env.ok(&["pool", "iostat", "-H", "-p"]);
+    let row: Vec<&str> = iostat
+        .lines()
+        .map(|line| line.split('\t').collect::<Vec<_>>())
+        .find(|fields| fields[0] == "tank/home")
+        .unwrap_or_else(|| panic!("tank/home in iostat:\n{iostat}"));
+    let number =
+        |index: usize| -> f64 { row[index].parse().unwrap_or_else(|_| panic!("{iostat}")) };
+    assert!(number(4) > 0.0, "W-BW/S of a written filesystem: {iostat}");
+    assert!(number(5) > 0.0, "FLUSH/S of a filesystem fsynced: {iostat}");
+    assert!(
+        number(7) > 0.0,
+        "META/S of a filesystem with creates: {iostat}"
+    );
+    let stat = env.ok(&["stat", "fs", "-H", "-p"]);
+    let field = |name: &str| -> u64 {
+        stat.lines()
+            .find_map(|line| line.strip_prefix(&format!("tank/home.{name}\t")))
+            .unwrap_or_else(|| panic!("{name} in stat fs:\n{stat}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(field("write.bytes") >= big.len() as u64, "{stat}");
+    assert!(field("create.count") >= 4, "{stat}");
+    assert_eq!(field("remove.count"), 1, "{stat}");
+    assert!(field("fsync.count") >= 1, "{stat}");
+    assert!(field("write.p99_us") > 0, "{stat}");
     assert_eq!(
         std::fs::metadata(at.join("docs/note.txt")).unwrap().nlink(),
         2

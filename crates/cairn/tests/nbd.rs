@@ -620,12 +620,12 @@ fn commands_are_forwarded_while_serving() {
         .map(|line| line.split('\t').collect::<Vec<_>>())
         .find(|fields| fields[0] == "tank/vol2")
         .unwrap_or_else(|| panic!("tank/vol2 in iostat:\n{iostat}"));
-    assert_eq!(row.len(), 11, "{iostat}");
+    assert_eq!(row.len(), 12, "{iostat}");
     let write_bw: f64 = row[4]
         .parse()
         .unwrap_or_else(|_| panic!("W-BW/S: {iostat}"));
     assert!(write_bw > 0.0, "tank/vol2 was written: {iostat}");
-    assert_eq!(row[10], "0", "no errors: {iostat}");
+    assert_eq!(row[11], "0", "no errors: {iostat}");
     // Over TCP as well as the socket.
     qemu_io_ok(&server.tcp_uri("tank/vol2"), &["read -P 0x21 0 1M"]);
 
