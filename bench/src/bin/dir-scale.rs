@@ -1,0 +1,142 @@
+//! `dir-scale`: one directory of a cairn filesystem growing to a million files (issue 15: "a
+//! directory of 1,000,000 files: creation rate, and lookup time of a random name at 1k, 100k
+//! and 1M entries, flat within 2×").
+//!
+//! A pool on one sparse file (under `--dir`), a filesystem dataset, one directory. Files are
+//! created (empty, as `touch` would) through the filesystem layer itself, not FUSE (the kernel
+//! round trip would hide the directory's cost); at each checkpoint the creation rate since the
+//! previous one is printed, then `--lookups` lookups of random existing names are timed one by
+//! one: mean and p99 in microseconds, the cache warm as a running server's would be. Txgs sync
+//! on their usual schedule underneath. The last line gives the ratio of the mean lookup at the
+//! largest size to the smallest (the target: ≤ 2).
+//!
+//! `cargo run --release -p cairn-bench --bin dir-scale -- [--dir DIR] [--files N] [--lookups K]`
+
+use anyhow::{Context, Result, bail};
+use cairn_device::spec::DeviceSpec;
+use cairn_engine::{CreateOptions, Pool, PoolOptions, VdevGroup};
+use cairn_fs::NewInode;
+use cairn_fs::attrs::FileKind;
+use std::time::Instant;
+
+struct Args {
+    dir: std::path::PathBuf,
+    files: u64,
+    lookups: u64,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut args = Args {
+        dir: std::path::PathBuf::from("target/bench-dir-scale"),
+        files: 1_000_000,
+        lookups: 20_000,
+    };
+    let mut given = std::env::args().skip(1);
+    while let Some(flag) = given.next() {
+        let value = given.next().with_context(|| format!("{flag} needs a value"))?;
+        match flag.as_str() {
+            "--dir" => args.dir = value.into(),
+            "--files" => args.files = value.parse().context("--files")?,
+            "--lookups" => args.lookups = value.parse().context("--lookups")?,
+            other => bail!("unknown argument {other}"),
+        }
+    }
+    Ok(args)
+}
+
+fn name(index: u64) -> Vec<u8> {
+    format!("file-{index:08}").into_bytes()
+}
+
+/// A small deterministic generator (splitmix64): the same names are looked up in every run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, bound: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % bound.max(1)
+    }
+}
+
+fn main() -> Result<()> {
+    let args = parse_args()?;
+    if args.dir.exists() {
+        std::fs::remove_dir_all(&args.dir).with_context(|| format!("clear {:?}", args.dir))?;
+    }
+    std::fs::create_dir_all(&args.dir)?;
+    let device = args.dir.join("pool.img");
+    let pool = Pool::create(
+        "dirs",
+        &[VdevGroup {
+            mirror: false,
+            log: false,
+            devices: vec![DeviceSpec {
+                path: device,
+                model: None,
+            }],
+        }],
+        &CreateOptions {
+            create_size_bytes: Some(16 << 30),
+            ..CreateOptions::default()
+        },
+        PoolOptions::default(),
+    )?;
+    pool.create_filesystem("dirs/fs", &[], (0, 0), 0o755)?;
+    let fs = pool.filesystem("dirs/fs")?;
+    let inode = |kind, mode| NewInode {
+        kind,
+        mode,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+    };
+    let (dir, _) = fs.mkdir(fs.root(), b"big", inode(FileKind::Directory, 0o755))?;
+    let mut checkpoints: Vec<u64> = [1_000, 10_000, 100_000, 1_000_000]
+        .into_iter()
+        .filter(|&n| n < args.files)
+        .collect();
+    checkpoints.push(args.files);
+    println!("| entries | creates/s (since the previous row) | lookup mean (µs) | lookup p99 (µs) |");
+    println!("|---:|---:|---:|---:|");
+    let mut created = 0u64;
+    let mut rng = Rng(42);
+    let mut means = Vec::new();
+    for target in checkpoints {
+        let started = Instant::now();
+        let before = created;
+        while created < target {
+            fs.create(dir, &name(created), inode(FileKind::File, 0o644))?;
+            created += 1;
+        }
+        let creates_per_s = (created - before) as f64 / started.elapsed().as_secs_f64();
+        let mut latencies_us = Vec::with_capacity(args.lookups as usize);
+        for _ in 0..args.lookups {
+            let wanted = name(rng.below(created));
+            let asked = Instant::now();
+            let (object, _) = fs.lookup(dir, &wanted)?;
+            latencies_us.push(asked.elapsed().as_secs_f64() * 1e6);
+            std::hint::black_box(object);
+        }
+        latencies_us.sort_by(f64::total_cmp);
+        let mean = latencies_us.iter().sum::<f64>() / latencies_us.len().max(1) as f64;
+        let p99 = latencies_us
+            .get(latencies_us.len() * 99 / 100)
+            .copied()
+            .unwrap_or(0.0);
+        println!("| {target} | {creates_per_s:.0} | {mean:.2} | {p99:.2} |");
+        means.push((target, mean));
+    }
+    if let (Some((small, first)), Some((large, last))) = (means.first(), means.last()) {
+        println!(
+            "\nmean lookup at {large} entries / at {small}: {:.2}× (target: ≤ 2×)",
+            last / first
+        );
+    }
+    drop(fs);
+    pool.export()?;
+    std::fs::remove_dir_all(&args.dir)?;
+    Ok(())
+}
