@@ -19,6 +19,13 @@
 //! headroom still fits in the pool's available space, so a promise is never made that the
 //! pool cannot keep.
 //!
+//! Two properties limit space, with ZFS's meanings: `quota` caps USED (the dataset with its
+//! descendants and unused reservations), `refquota` caps what the dataset itself references.
+//! cairn has no snapshots, so on a dataset without children the two differ only in that
+//! `quota` also counts an unused `refreservation`. A dataset's AVAIL is the least of what the
+//! pool leaves it and what its quotas and its ancestors' quotas leave (`quota_room`). A limit
+//! is refused below what is already used or reserved (`check_limits`).
+//!
 //! Everything here is a pure function of the directory (its records' `used_bytes` as of the
 //! last synced txg and their properties); the engine adds the pool's free space and the dirty
 //! data of the open txgs.
@@ -30,6 +37,13 @@ use std::collections::BTreeMap;
 /// Space figures of one dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DatasetSpace {
+    /// `quota`: the most USED may reach (0: none).
+    pub quota_bytes: u64,
+    /// `refquota`: the most the dataset may reference (0: none).
+    pub refquota_bytes: u64,
+    /// `reservation` and `refreservation` as set (0: none).
+    pub reservation_bytes: u64,
+    pub refreservation_bytes: u64,
     /// Bytes the dataset's own object set holds.
     pub referenced_bytes: u64,
     /// `refreservation` not yet filled by referenced data.
@@ -50,6 +64,17 @@ impl DatasetSpace {
     pub fn charged_bytes(&self) -> u64 {
         self.used_bytes() + self.reservation_unused_bytes
     }
+}
+
+/// How much a quota leaves a dataset, and which quota it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaRoom {
+    pub bytes: u64,
+    /// The dataset whose limit binds (the dataset itself or an ancestor).
+    pub dataset: String,
+    /// `quota` or `refquota`.
+    pub property: &'static str,
+    pub limit_bytes: u64,
 }
 
 /// The space view of a whole directory.
@@ -76,6 +101,10 @@ impl SpaceView {
                 .map(|(_, space)| space.charged_bytes())
                 .sum();
             let mut space = DatasetSpace {
+                quota_bytes: property_bytes(directory, name, "quota"),
+                refquota_bytes: property_bytes(directory, name, "refquota"),
+                reservation_bytes: reservation,
+                refreservation_bytes: refreservation,
                 referenced_bytes: record.used_bytes,
                 refreservation_unused_bytes: refreservation.saturating_sub(record.used_bytes),
                 children_bytes,
@@ -114,11 +143,121 @@ impl SpaceView {
         total
     }
 
-    /// AVAIL of `name` given the pool's available bytes (free minus slop).
+    /// AVAIL of `name` given the pool's available bytes (free minus slop): what the pool
+    /// can give it without breaking others' reservations, and no more than its quotas (and
+    /// its ancestors') leave.
     pub fn available_bytes(&self, name: &str, pool_available_bytes: u64) -> u64 {
-        (pool_available_bytes + self.absorbable_bytes(name))
+        let pool = (pool_available_bytes + self.absorbable_bytes(name))
             .saturating_sub(self.reserved_headroom_bytes)
-            .min(pool_available_bytes)
+            .min(pool_available_bytes);
+        let referenced = self
+            .datasets
+            .get(name)
+            .map_or(0, |space| space.referenced_bytes);
+        match self.quota_room(name, referenced) {
+            Some(room) => pool.min(room.bytes),
+            None => pool,
+        }
+    }
+
+    /// The tightest quota on writes to `name` (its `refquota` and `quota`, its ancestors'
+    /// `quota`) when the dataset references `live_referenced_bytes` (the view's figure
+    /// plus what has not synced yet): how many more bytes it may take, and which limit says
+    /// so. `None`: no quota applies. Growth not yet in the view is charged to every
+    /// ancestor in full, although a reservation might absorb some of it (errs low).
+    pub fn quota_room(&self, name: &str, live_referenced_bytes: u64) -> Option<QuotaRoom> {
+        let own = self.datasets.get(name)?;
+        let growth = live_referenced_bytes.saturating_sub(own.referenced_bytes);
+        let mut tightest: Option<QuotaRoom> = None;
+        let mut consider = |bytes: u64, dataset: &str, property: &'static str, limit: u64| {
+            if tightest.as_ref().is_none_or(|room| bytes < room.bytes) {
+                tightest = Some(QuotaRoom {
+                    bytes,
+                    dataset: dataset.to_string(),
+                    property,
+                    limit_bytes: limit,
+                });
+            }
+        };
+        if own.refquota_bytes > 0 {
+            let room = own.refquota_bytes.saturating_sub(live_referenced_bytes);
+            consider(room, name, "refquota", own.refquota_bytes);
+        }
+        if own.quota_bytes > 0 {
+            // Writes fill the unused refreservation before USED grows.
+            let used = live_referenced_bytes + own.children_bytes;
+            consider(
+                own.quota_bytes.saturating_sub(used),
+                name,
+                "quota",
+                own.quota_bytes,
+            );
+        }
+        let mut current = parent_of(name);
+        while let Some(ancestor) = current {
+            if let Some(space) = self.datasets.get(ancestor)
+                && space.quota_bytes > 0
+            {
+                let room = space
+                    .quota_bytes
+                    .saturating_sub(space.used_bytes() + growth);
+                consider(room, ancestor, "quota", space.quota_bytes);
+            }
+            current = parent_of(ancestor);
+        }
+        tightest
+    }
+
+    /// Refuses limits on `name` that contradict each other or what it already holds (as
+    /// ZFS: a quota below USED or below the reservation, a refquota below what it
+    /// references or below the refreservation).
+    pub fn check_limits(&self, name: &str) -> Result<(), DatasetError> {
+        let Some(space) = self.datasets.get(name) else {
+            return Ok(());
+        };
+        let size = crate::properties::format_size;
+        let (reservation, refreservation) = (space.reservation_bytes, space.refreservation_bytes);
+        let refuse = |what: String| Err(DatasetError::NoSpace(format!("{name}: {what}")));
+        if space.quota_bytes > 0 {
+            if space.quota_bytes < space.used_bytes() {
+                return refuse(format!(
+                    "quota {} is less than what the dataset uses ({})",
+                    size(space.quota_bytes),
+                    size(space.used_bytes())
+                ));
+            }
+            if space.quota_bytes < reservation {
+                return refuse(format!(
+                    "quota {} is less than the reservation ({})",
+                    size(space.quota_bytes),
+                    size(reservation)
+                ));
+            }
+            if space.quota_bytes < refreservation {
+                return refuse(format!(
+                    "quota {} is less than the refreservation ({})",
+                    size(space.quota_bytes),
+                    size(refreservation)
+                ));
+            }
+        }
+        if space.refquota_bytes > 0 {
+            if space.refquota_bytes < space.referenced_bytes {
+                return refuse(format!(
+                    "refquota {} is less than what the dataset references ({})",
+                    size(space.refquota_bytes),
+                    size(space.referenced_bytes)
+                ));
+            }
+            if space.refquota_bytes < refreservation {
+                return refuse(format!(
+                    "refquota {} is less than the refreservation ({})",
+                    size(space.refquota_bytes),
+                    size(refreservation)
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a directory whose promises exceed what the pool can hold.

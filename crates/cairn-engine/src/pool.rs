@@ -470,7 +470,7 @@ impl Pool {
         self.check_new_dataset(name, DatasetKind::Volume)?;
         let mut trial = self.core.directory.lock().clone();
         trial.insert(name, DatasetKind::Volume, 0, properties.clone())?;
-        self.core.check_reservations(&trial)?;
+        self.core.check_reservations(&trial, Some(name))?;
         let name = name.to_string();
         self.run_sync_task(move |core, txg| {
             let objset = core.insert_dataset(&name, DatasetKind::Volume, txg, properties)?;
@@ -565,7 +565,8 @@ impl Pool {
         let canonical = {
             let mut trial = self.core.directory.lock().clone();
             let canonical = trial.set_property(dataset, property, value)?;
-            self.core.check_reservations(&trial)?;
+            self.core
+                .check_reservations(&trial, limits_changed(dataset, property))?;
             canonical
         };
         let (dataset_name, property_name, value_text) =
@@ -573,7 +574,7 @@ impl Pool {
         self.run_sync_task(move |core, _| {
             let mut trial = core.directory.lock().clone();
             trial.set_property(&dataset_name, &property_name, &value_text)?;
-            core.check_reservations(&trial)?;
+            core.check_reservations(&trial, limits_changed(&dataset_name, &property_name))?;
             core.directory
                 .lock()
                 .set_property(&dataset_name, &property_name, &value_text)?;
@@ -1078,7 +1079,7 @@ impl PoolCore {
     ) -> Result<Arc<ObjectSet>, EngineError> {
         let mut trial = self.directory.lock().clone();
         trial.insert(name, kind, txg, properties.clone())?;
-        self.check_reservations(&trial)?;
+        self.check_reservations(&trial, Some(name))?;
         let mut directory = self.directory.lock();
         directory.insert(name, kind, txg, properties)?;
         let (checksum, _) = directory.property(name, "checksum")?;
@@ -1094,10 +1095,29 @@ impl PoolCore {
         )))
     }
 
-    pub(crate) fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
+    /// Also checks the limits of dataset `limits_of` (a new dataset, or one whose quota or
+    /// reservation is being set) against each other and its use.
+    pub(crate) fn check_reservations(
+        &self,
+        trial: &DatasetDirectory,
+        limits_of: Option<&str>,
+    ) -> Result<(), DatasetError> {
         let available = self.space.lock().available_bytes();
-        SpaceView::of(trial).check_fits(available)
+        let view = SpaceView::of(trial);
+        if let Some(name) = limits_of {
+            view.check_limits(name)?;
+        }
+        view.check_fits(available)
     }
+}
+
+/// The dataset whose limits a change of `property` on `dataset` must be checked for.
+fn limits_changed<'a>(dataset: &'a str, property: &str) -> Option<&'a str> {
+    matches!(
+        property,
+        "quota" | "refquota" | "reservation" | "refreservation"
+    )
+    .then_some(dataset)
 }
 
 /// Checks that a volume's data object, as read from disk, is what its directory record says:

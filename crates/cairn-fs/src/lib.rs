@@ -131,6 +131,8 @@ pub enum FsError {
     ValueTooLarge(String),
     #[error("no space: {0}")]
     NoSpace(String),
+    #[error("disk quota exceeded: {0}")]
+    QuotaExceeded(String),
     #[error("corrupt filesystem metadata: {0}")]
     Corrupt(String),
     #[error(transparent)]
@@ -158,6 +160,7 @@ impl FsError {
             FsError::NoAttribute => libc::ENODATA,
             FsError::ValueTooLarge(_) => libc::E2BIG,
             FsError::NoSpace(_) => libc::ENOSPC,
+            FsError::QuotaExceeded(_) => libc::EDQUOT,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Object(err) => class_errno(err.class()),
             FsError::Txg(err) => class_errno(err.class()),
@@ -176,8 +179,57 @@ fn class_errno(class: ErrorClass) -> i32 {
 }
 
 /// Asks the pool whether `bytes` more may be dirtied (it may sync to find room); the error
-/// explains why not. Deletes never ask: they must work on a full pool.
-pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), String> + Send + Sync>;
+/// explains why not. Deletes, truncation to a smaller size, punching holes and attribute
+/// changes that take no room never ask: they must work on a full pool and at a quota.
+pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), SpaceRefusal> + Send + Sync>;
+
+/// Why a space check said no.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpaceRefusal {
+    /// The pool is full (ENOSPC).
+    Pool(String),
+    /// A `quota` or `refquota` would be exceeded (EDQUOT).
+    Quota(String),
+}
+
+/// The `atime` property: when reads update a file's access time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AtimeMode {
+    /// Every read or directory listing.
+    On,
+    /// As Linux's `relatime`: only when the access time is not newer than the last
+    /// modification or change, or is a day old.
+    #[default]
+    Relatime,
+    /// Never.
+    Off,
+}
+
+/// How old an access time `relatime` refreshes anyway.
+const RELATIME_REFRESH_SECS: i64 = 24 * 60 * 60;
+
+impl AtimeMode {
+    pub fn from_property(value: &str) -> AtimeMode {
+        match value {
+            "on" => AtimeMode::On,
+            "off" => AtimeMode::Off,
+            _ => AtimeMode::Relatime,
+        }
+    }
+
+    /// Whether a read at `now` updates the access time of an inode with `attrs`.
+    pub fn due(self, attrs: &InodeAttrs, now: Timestamp) -> bool {
+        match self {
+            AtimeMode::Off => false,
+            AtimeMode::On => attrs.atime != now,
+            AtimeMode::Relatime => {
+                attrs.atime <= attrs.mtime
+                    || attrs.atime <= attrs.ctime
+                    || now.secs.saturating_sub(attrs.atime.secs) >= RELATIME_REFRESH_SECS
+            }
+        }
+    }
+}
 
 /// What a namespace change may add to the pool, metadata copies included (a dnode block and
 /// a few directory blocks, two copies each): asked of the space check before it starts.
@@ -202,6 +254,7 @@ pub struct FsConfig {
     pub recordsize_bytes: u32,
     pub readonly: bool,
     pub sync: FsSync,
+    pub atime: AtimeMode,
 }
 
 impl Default for FsConfig {
@@ -210,6 +263,7 @@ impl Default for FsConfig {
             recordsize_bytes: 128 << 10,
             readonly: false,
             sync: FsSync::Standard,
+            atime: AtimeMode::default(),
         }
     }
 }
@@ -466,10 +520,14 @@ impl Filesystem {
         &self.name
     }
 
-    /// Fails with `NoSpace` when `bytes` more would not fit the pool.
+    /// Fails with `QuotaExceeded` when `bytes` more would exceed a quota, `NoSpace` when
+    /// they would not fit the pool.
     fn check_space(&self, bytes: u64) -> Result<(), FsError> {
         match &self.space_check {
-            Some(check) => check(bytes).map_err(FsError::NoSpace),
+            Some(check) => check(bytes).map_err(|refusal| match refusal {
+                SpaceRefusal::Pool(why) => FsError::NoSpace(why),
+                SpaceRefusal::Quota(why) => FsError::QuotaExceeded(why),
+            }),
             None => Ok(()),
         }
     }
@@ -584,6 +642,10 @@ impl Filesystem {
                 }
             },
         )?;
+        drop(_guard);
+        if failure.is_none() {
+            self.touch_atime(dir, &attrs);
+        }
         failure.map_or(Ok(()), Err)
     }
 
@@ -617,6 +679,8 @@ impl Filesystem {
         self.stats
             .read_bytes
             .fetch_add(out.len() as u64, Ordering::Relaxed);
+        drop(_guard);
+        self.touch_atime(object, &attrs);
         Ok(out)
     }
 
@@ -628,6 +692,7 @@ impl Filesystem {
         }
         let block = self.objset.read_block(object, 0)?.unwrap_or_default();
         let len = (attrs.size as usize).min(block.len());
+        self.touch_atime(object, &attrs);
         Ok(block[..len].to_vec())
     }
 

@@ -317,12 +317,28 @@ impl ObjectSet {
     fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
         let replaced = {
             let mut state = self.state.lock();
-            state
+            // Metadata (directories, xattr maps) is written twice; the type is known when
+            // the dnode is loaded or changed (else: counted once).
+            let copies = state
                 .changes
-                .entry(txg)
-                .or_default()
-                .blocks
-                .insert((object, blkid), change)
+                .get(&txg)
+                .and_then(|changes| changes.dnodes.get(&object))
+                .or_else(|| state.dnodes.get(&object))
+                .map_or(1, |dnode| {
+                    if dnode.object_type.is_metadata(0) {
+                        2
+                    } else {
+                        1
+                    }
+                });
+            let new_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64) * copies;
+            let changes = state.changes.entry(txg).or_default();
+            let replaced = changes.blocks.insert((object, blkid), change);
+            if replaced.is_none() && new_bytes > 0 {
+                changes.new_data_bytes += new_bytes;
+                changes.new_data_blocks += 1;
+            }
+            replaced
         };
         if let Some(bp) = replaced.as_ref().and_then(|old| old.written) {
             self.io.io().free_block(&bp, txg);

@@ -43,7 +43,7 @@ mod sync;
 mod tree;
 
 pub use error::ObjectError;
-pub use objset::{is_all_zero, object_set_bytes_max};
+pub use objset::{ObjsetSpace, is_all_zero, object_set_bytes_max};
 pub use read::read_objset_phys;
 pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
 
@@ -89,6 +89,11 @@ struct TxgChanges {
     dnodes: BTreeMap<u64, Dnode>,
     /// The intent log's chain header as of this txg, if it changed in it.
     intent_log_header: Option<[u8; INTENT_LOG_HEADER_SIZE]>,
+    /// Bytes of the blocks newly given data in this txg, times their copies (each block
+    /// counted once per txg, as the txg engine's dirty bytes): what `space_estimate` adds.
+    new_data_bytes: u64,
+    /// How many blocks those are (each may add a block pointer to an indirect block).
+    new_data_blocks: u64,
 }
 
 struct State {

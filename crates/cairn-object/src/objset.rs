@@ -58,6 +58,17 @@ fn empty_meta_dnode() -> Dnode {
     }
 }
 
+/// An object set's space: `ObjectSet::space_estimate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObjsetSpace {
+    /// Bytes allocated (all copies) as of the last published txg.
+    pub used_bytes: u64,
+    /// Estimated growth from the txgs not yet published.
+    pub unsynced_bytes: u64,
+    /// Txgs with changes not yet published.
+    pub unsynced_txgs: u64,
+}
+
 /// The most bytes an object set holding one object of `blocks` data blocks of
 /// `data_block_size` can allocate: every data block written (one copy), every indirect block
 /// at full size (two copies, as all metadata), and the object set's own dnode and root blocks
@@ -229,6 +240,33 @@ impl ObjectSet {
             .max()
             .map_or(0, |object| object + 1);
         synced.max(pending)
+    }
+
+    /// What the object set takes on disk as of its last published txg, and an estimate of
+    /// what its unsynced txgs will add (for quotas): blocks newly given data (all copies),
+    /// two block pointers per such block for its indirect blocks (two copies each), and
+    /// every changed dnode (two copies). Overwrites count as growth, frees as nothing, so the
+    /// estimate errs high until the txgs sync; indirect blocks newly created are counted only
+    /// by those pointers. Both figures are taken under one lock: a txg leaves the estimate
+    /// in the same step its bytes join `used_bytes` (`publish`).
+    pub fn space_estimate(&self) -> ObjsetSpace {
+        let state = self.state.lock();
+        let pointer_bytes = 2 * 2 * cairn_format::blkptr::BLOCK_POINTER_SIZE as u64;
+        let dnode_bytes = 2 * cairn_format::dnode::DNODE_SIZE as u64;
+        let unsynced_bytes = state
+            .changes
+            .values()
+            .map(|changes| {
+                changes.new_data_bytes
+                    + changes.new_data_blocks * pointer_bytes
+                    + changes.dnodes.len() as u64 * dnode_bytes
+            })
+            .sum();
+        ObjsetSpace {
+            used_bytes: state.used_bytes,
+            unsynced_bytes,
+            unsynced_txgs: state.changes.len() as u64,
+        }
     }
 
     /// True when `txg` has changes waiting to be synced.
