@@ -23,8 +23,8 @@
 
 use crate::EngineError;
 use crate::pool::Pool;
-use cairn_dataset::{DatasetError, DatasetKind};
 use cairn_dataset::properties::format_size;
+use cairn_dataset::{DatasetError, DatasetKind};
 use cairn_fs::{AtimeMode, Filesystem, FsConfig, FsSync, NewInode, SpaceRefusal, Tx};
 use cairn_object::ObjectSet;
 use cairn_pool::txg::TxgEngine;

@@ -11,6 +11,84 @@ use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
+/// An estimate of the indirect blocks (two copies each) that giving block `blkid` of `object`
+/// data in `txg` creates, for `ObjectSet::space_estimate`. On `blkid`'s path: each level
+/// whose span holds no block of the synced tree (taken as dense, blocks 0 to its
+/// `max_block_id`) and no other block changed in `txg` in it (charged with that one). And
+/// when the tree gains levels, the new parents of what it held (block 0's path).
+/// Sparse files are under-counted (their blocks are taken as dense).
+fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -> u64 {
+    let current = state
+        .changes
+        .range(..=txg)
+        .rev()
+        .find_map(|(_, changes)| changes.dnodes.get(&object))
+        .or_else(|| state.dnodes.get(&object));
+    let Some(dnode) = current else {
+        return 0;
+    };
+    let synced = state.dnodes.get(&object).filter(|synced| {
+        !synced.is_free()
+            && synced.used_bytes > 0
+            && synced.birth_txg == dnode.birth_txg
+            && synced.data_block_size == dnode.data_block_size
+    });
+    let per = dnode.pointers_per_indirect().max(2);
+    let direct = u64::from(dnode.block_pointer_count.max(1));
+    let indirect_bytes = 2 * (1u64 << dnode.indirect_shift);
+    // Tree levels a block needs: 1 while the dnode's pointers reach it.
+    let levels_for = |block: u64| -> u32 {
+        let (mut capacity, mut levels) = (direct, 1);
+        while block >= capacity && capacity != u64::MAX {
+            capacity = capacity.saturating_mul(per);
+            levels += 1;
+        }
+        levels
+    };
+    let dirty = state.changes.get(&txg).map(|changes| &changes.blocks);
+    let dirty_max = dirty.and_then(|blocks| {
+        blocks
+            .range((object, 0)..=(object, u64::MAX))
+            .next_back()
+            .map(|(&(_, block), _)| block)
+    });
+    let existing_max = synced.map(|synced| synced.max_block_id);
+    let old_levels = [
+        synced.map(|synced| u32::from(synced.levels).max(levels_for(synced.max_block_id))),
+        dirty_max.map(levels_for),
+    ]
+    .into_iter()
+    .flatten()
+    .max();
+    let new_levels = levels_for(blkid).max(old_levels.unwrap_or(1));
+    let mut total = 0;
+    let mut span = 1u64;
+    for level in 1..new_levels {
+        span = span.saturating_mul(per);
+        let start = blkid / span * span;
+        if old_levels.is_none_or(|old| level >= old) {
+            // A level the tree did not have: `blkid`'s indirect block is new, and so is the
+            // one above what the tree held (block 0's path) unless it is the same.
+            total += indirect_bytes;
+            if old_levels.is_some() && start != 0 {
+                total += indirect_bytes;
+            }
+            continue;
+        }
+        // Another block changed in `txg` in the same span charged it already.
+        let shared = dirty.is_some_and(|blocks| {
+            blocks
+                .range((object, start)..(object, start.saturating_add(span)))
+                .next()
+                .is_some()
+        });
+        if existing_max.is_none_or(|max| start > max) && !shared {
+            total += indirect_bytes;
+        }
+    }
+    total
+}
+
 impl ObjectSet {
     pub fn create_object(
         &self,
@@ -331,12 +409,14 @@ impl ObjectSet {
                         1
                     }
                 });
-            let new_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64) * copies;
+            let mut new_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64) * copies;
+            if new_bytes > 0 {
+                new_bytes += new_indirect_bytes(&state, txg, object, blkid);
+            }
             let changes = state.changes.entry(txg).or_default();
             let replaced = changes.blocks.insert((object, blkid), change);
-            if replaced.is_none() && new_bytes > 0 {
+            if replaced.is_none() {
                 changes.new_data_bytes += new_bytes;
-                changes.new_data_blocks += 1;
             }
             replaced
         };

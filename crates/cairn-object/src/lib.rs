@@ -90,10 +90,9 @@ struct TxgChanges {
     /// The intent log's chain header as of this txg, if it changed in it.
     intent_log_header: Option<[u8; INTENT_LOG_HEADER_SIZE]>,
     /// Bytes of the blocks newly given data in this txg, times their copies (each block
-    /// counted once per txg, as the txg engine's dirty bytes): what `space_estimate` adds.
+    /// counted once per txg, as the txg engine's dirty bytes), with the indirect blocks they
+    /// create: what `space_estimate` adds.
     new_data_bytes: u64,
-    /// How many blocks those are (each may add a block pointer to an indirect block).
-    new_data_blocks: u64,
 }
 
 struct State {

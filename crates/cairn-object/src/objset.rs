@@ -244,23 +244,18 @@ impl ObjectSet {
 
     /// What the object set takes on disk as of its last published txg, and an estimate of
     /// what its unsynced txgs will add (for quotas): blocks newly given data (all copies),
-    /// two block pointers per such block for its indirect blocks (two copies each), and
-    /// every changed dnode (two copies). Overwrites count as growth, frees as nothing, so the
-    /// estimate errs high until the txgs sync; indirect blocks newly created are counted only
-    /// by those pointers. Both figures are taken under one lock: a txg leaves the estimate
-    /// in the same step its bytes join `used_bytes` (`publish`).
+    /// the indirect blocks they create, and every changed dnode (two copies). Overwrites
+    /// count as growth and frees as nothing, so the estimate errs high until the txgs sync
+    /// (low only for the indirect blocks of sparse files). Both figures are taken under one
+    /// lock: a txg leaves the estimate in the same step its bytes join `used_bytes`
+    /// (`publish`).
     pub fn space_estimate(&self) -> ObjsetSpace {
         let state = self.state.lock();
-        let pointer_bytes = 2 * 2 * cairn_format::blkptr::BLOCK_POINTER_SIZE as u64;
         let dnode_bytes = 2 * cairn_format::dnode::DNODE_SIZE as u64;
         let unsynced_bytes = state
             .changes
             .values()
-            .map(|changes| {
-                changes.new_data_bytes
-                    + changes.new_data_blocks * pointer_bytes
-                    + changes.dnodes.len() as u64 * dnode_bytes
-            })
+            .map(|changes| changes.new_data_bytes + changes.dnodes.len() as u64 * dnode_bytes)
             .sum();
         ObjsetSpace {
             used_bytes: state.used_bytes,
