@@ -12,14 +12,15 @@
 //! would be exceeded, and then asks the pool's check (ENOSPC, reservations of others held
 //! back, the dataset's own reservations its to use). The dataset's use is its object set's
 //! bytes as of the last synced txg plus an estimate of its unsynced txgs (`ObjectSet::
-//! space_estimate`: new blocks with their copies, pointers and dnodes; overwrites counted as
-//! growth). Slack: the estimate errs high while txgs are unsynced (a quota refusal first
-//! syncs and looks again, so frees and overwrites count as soon as they are written out),
-//! and low by whatever indirect blocks the unsynced txgs create beyond their pointers (at
-//! most a few hundred KiB per large file per txg); each change asks for room for its data
-//! and 64 KiB of metadata, so a filesystem stops that much short of its quota. Changes that
-//! free space never ask. Replay never asks: acknowledged writes are replayed even over a
-//! quota lowered since.
+//! space_estimate`: new blocks with their copies, the indirect blocks they create, dnodes;
+//! within 0.5 % of what the sync then allocates for sequential files and new directories).
+//! Slack: the estimate errs high while txgs are unsynced, as overwrites count as growth and
+//! frees as nothing (a quota refusal first syncs and looks again, so they count as soon as
+//! they are written out; an overwrite of data at the quota is refused, as in ZFS), and low
+//! for the indirect blocks of sparse files. Each write asks for room for its data, an eighth
+//! more and 64 KiB, other changes for 64 KiB, so a filesystem stops that much short of its
+//! quota. Changes that free space never ask. Replay never asks: acknowledged writes are
+//! replayed even over a quota lowered since.
 
 use crate::EngineError;
 use crate::pool::Pool;

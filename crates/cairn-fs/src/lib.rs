@@ -34,10 +34,22 @@
 //! `namespace.rs` (create, link, remove, rename), `data.rs` (attributes, writes, xattrs,
 //! fallocate, holes), `check.rs` (the namespace check of `pool check`).
 //!
+//! ## Space and access times
+//! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
+//! before it starts (so a refusal changes nothing): writes, creates, links, xattr sets,
+//! extending truncation and `fallocate` (which only checks that the range would fit now: it
+//! reserves nothing). The engine answers EDQUOT for a quota, ENOSPC for a full pool.
+//! Deletes, truncation to a smaller size, punching holes and other attribute changes never
+//! ask, so they work at a quota and on a full pool. Reads, `readlink` and `readdir` update
+//! the access time as the `atime` property says (`AtimeMode`); the update joins the txg and
+//! is logged (kept ctime included), but nothing waits for it to be committed.
+//!
 //! ## Known gaps
 //! The log has one lane (fsync over-commits on a
 //! busy filesystem). Data in `Write` records is always copied (no read-back at commit).
-//! Partial-block writes read the old block first. No quotas or reservations. Extended
+//! Partial-block writes read the old block first. A directory's map puts its leaves at
+//! block 2^24, so an empty directory takes about 1.3 MiB (five 128 KiB indirect blocks, two
+//! copies each), which counts against quotas. Extended
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
 //! stored as any attribute but not enforced. No file locks beyond what the kernel keeps.
 
