@@ -147,9 +147,7 @@ impl SpaceView {
     /// can give it without breaking others' reservations, and no more than its quotas (and
     /// its ancestors') leave.
     pub fn available_bytes(&self, name: &str, pool_available_bytes: u64) -> u64 {
-        let pool = (pool_available_bytes + self.absorbable_bytes(name))
-            .saturating_sub(self.reserved_headroom_bytes)
-            .min(pool_available_bytes);
+        let pool = self.pool_available_bytes(name, pool_available_bytes);
         let referenced = self
             .datasets
             .get(name)
@@ -158,6 +156,14 @@ impl SpaceView {
             Some(room) => pool.min(room.bytes),
             None => pool,
         }
+    }
+
+    /// What the pool can give `name` without breaking others' reservations (its AVAIL but
+    /// for quotas): what a pool-wide space check compares the pool's dirty bytes with.
+    pub fn pool_available_bytes(&self, name: &str, pool_available_bytes: u64) -> u64 {
+        (pool_available_bytes + self.absorbable_bytes(name))
+            .saturating_sub(self.reserved_headroom_bytes)
+            .min(pool_available_bytes)
     }
 
     /// The tightest quota on writes to `name` (its `refquota` and `quota`, its ancestors'

@@ -118,7 +118,7 @@ impl Pool {
         engine: &Arc<TxgEngine>,
         objset: Arc<ObjectSet>,
     ) -> cairn_fs::SpaceCheck {
-        let pool_check = self.space_check(name, engine);
+        let pool_check = self.space_check(name, engine, false);
         let core = self.core.clone();
         let engine = engine.clone();
         let dataset = name.to_string();

@@ -2,7 +2,7 @@
 //! EDQUOT before any change while deletes keep working, a raised quota takes effect on the
 //! open filesystem, reservations are refused when the pool cannot honour them and are held
 //! back from other datasets, AVAIL and the `statfs` figures follow from USED and the limits;
-//! and the `atime` modes.
+//! and the `atime` modes. A quota counts its own dataset only, and binds volumes below it.
 
 mod common;
 
@@ -590,4 +590,58 @@ fn an_access_time_update_is_consistent_after_a_power_cut() {
     assert_eq!(attrs.atime, read_atime);
     assert_eq!(attrs.ctime, ctime);
     assert!(fs.lookup(fs.root(), b"g").is_ok());
+}
+
+#[test]
+fn a_quota_counts_its_own_dataset_only_and_binds_volumes_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
+    pool.create_filesystem("tank/q", &[("quota".into(), "12M".into())], (0, 0), 0o755)
+        .unwrap();
+    pool.create_filesystem("tank/other", &[], (0, 0), 0o755)
+        .unwrap();
+    let q = pool.filesystem("tank/q").unwrap();
+    let other = pool.filesystem("tank/other").unwrap();
+    pool.sync().unwrap();
+    let room = 12 * MIB - info(&pool, "tank/q").used_bytes;
+    let chunk = pattern(MIB as usize, 10);
+    // Dirty data of another dataset (the test pool syncs only when asked, or when a check
+    // needs room) does not count against this quota.
+    let (busy, _) = other.create(other.root(), b"busy", file(0o644)).unwrap();
+    for step in 0..(room / MIB + 4) {
+        other.write(busy, step * MIB, &chunk).unwrap();
+    }
+    let (object, _) = q.create(q.root(), b"f", file(0o644)).unwrap();
+    let fits = (room - MIB) / MIB;
+    for step in 0..fits {
+        q.write(object, step * MIB, &chunk).unwrap();
+    }
+    let err = q.write(object, fits * MIB, &[&chunk[..], &chunk[..]].concat());
+    assert!(is_quota(&err.unwrap_err()));
+
+    // A quota on the pool's root dataset binds a volume below it (ENOSPC over NBD).
+    pool.sync().unwrap();
+    let root_used = info(&pool, "tank").used_bytes;
+    pool.set_property("tank", "quota", &(root_used + 4 * MIB).to_string())
+        .unwrap();
+    pool.create_volume(
+        "tank/vol",
+        32 * MIB,
+        &[("refreservation".into(), "none".into())],
+    )
+    .unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    let block = pattern(1 << 16, 11);
+    let mut offset = 0;
+    let refusal = loop {
+        match volume.write(offset, &block) {
+            Ok(()) => offset += block.len() as u64,
+            Err(err) => break err,
+        }
+        assert!(offset < 32 * MIB, "the root's quota never bound the volume");
+    };
+    assert!(refusal.to_string().contains("quota"), "{refusal}");
+    assert!(offset >= MIB && offset <= 4 * MIB, "{offset}");
+    pool.sync().unwrap();
+    assert!(info(&pool, "tank").used_bytes <= root_used + 4 * MIB);
 }

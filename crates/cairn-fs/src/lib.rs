@@ -708,11 +708,12 @@ impl Filesystem {
         Ok(block[..len].to_vec())
     }
 
-    /// Space for `statfs`, given the pool's own figures.
-    pub fn space(&self, pool_total_bytes: u64, pool_available_bytes: u64) -> FsSpace {
+    /// Space for `statfs`, given the dataset's size and available bytes (the engine's
+    /// `Pool::filesystem_space`: its quota when one binds, else what it uses plus AVAIL).
+    pub fn space(&self, total_bytes: u64, available_bytes: u64) -> FsSpace {
         FsSpace {
-            total_bytes: pool_total_bytes,
-            available_bytes: pool_available_bytes,
+            total_bytes,
+            available_bytes,
             used_objects: self.next_object.load(Ordering::Relaxed),
         }
     }
