@@ -641,7 +641,7 @@ fn a_quota_counts_its_own_dataset_only_and_binds_volumes_below() {
         assert!(offset < 32 * MIB, "the root's quota never bound the volume");
     };
     assert!(refusal.to_string().contains("quota"), "{refusal}");
-    assert!(offset >= MIB && offset <= 4 * MIB, "{offset}");
+    assert!((MIB..=4 * MIB).contains(&offset), "{offset}");
     pool.sync().unwrap();
     assert!(info(&pool, "tank").used_bytes <= root_used + 4 * MIB);
 }
