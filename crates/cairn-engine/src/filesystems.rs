@@ -124,8 +124,10 @@ impl Pool {
         let dataset = name.to_string();
         Arc::new(move |bytes| {
             let over_quota = || {
-                let live = objset.space_estimate();
                 let view = core.space_view.lock().clone();
+                // No quota on the chain: no need to look at the object set.
+                view.quota_room(&dataset, 0)?;
+                let live = objset.space_estimate();
                 view.quota_room(&dataset, live.used_bytes + live.unsynced_bytes)
                     .filter(|room| bytes > room.bytes)
             };

@@ -195,6 +195,16 @@ fn a_quota_refuses_growth_with_edquot_and_deletes_make_room() {
     assert_eq!(fs.read(last, 0, before.size as usize).unwrap(), content);
     assert_eq!(listing(&fs), names);
 
+    // fallocate inside the file asks for nothing (only the part past its end counts).
+    fs.fallocate(
+        last,
+        0,
+        before.size,
+        Fallocate::Allocate { keep_size: false },
+    )
+    .unwrap();
+    assert_eq!(fs.getattr(last).unwrap().size, before.size);
+
     // What frees space works at the quota: punch a hole, truncate, unlink, rmdir.
     fs.fallocate(last, 0, MIB, Fallocate::PunchHole).unwrap();
     fs.setattr(

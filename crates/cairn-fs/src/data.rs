@@ -458,9 +458,14 @@ impl Filesystem {
             return Err(FsError::Invalid("fallocate of no bytes".into()));
         }
         if let Fallocate::Allocate { .. } = op {
-            // Nothing is reserved (copy-on-write allocates when data is written), but a
-            // range that would not fit now is refused, quota included.
-            self.check_space(len.saturating_add(NAMESPACE_CHANGE_BYTES))?;
+            // Nothing is reserved (copy-on-write allocates when data is written), but the
+            // part of the range past the end of the file is refused if it would not fit
+            // now, quota included (holes inside the file are not counted).
+            let end = offset.saturating_add(len);
+            let beyond = end.saturating_sub(offset.max(self.getattr(object)?.size));
+            if beyond > 0 {
+                self.check_space(beyond.saturating_add(NAMESPACE_CHANGE_BYTES))?;
+            }
         }
         let (hold, guards) = self.hold_locked(&[object], 0)?;
         let time = Timestamp::now();

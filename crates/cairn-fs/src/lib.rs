@@ -37,8 +37,8 @@
 //! ## Space and access times
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
 //! before it starts (so a refusal changes nothing): writes, creates, links, xattr sets,
-//! extending truncation and `fallocate` (which only checks that the range would fit now: it
-//! reserves nothing). The engine answers EDQUOT for a quota, ENOSPC for a full pool.
+//! extending truncation and `fallocate` (which only checks that the part of the range past
+//! the end of the file would fit now: it reserves nothing). The engine answers EDQUOT for a quota, ENOSPC for a full pool.
 //! Deletes, truncation to a smaller size, punching holes and other attribute changes never
 //! ask, so they work at a quota and on a full pool. Reads, `readlink` and `readdir` update
 //! the access time as the `atime` property says (`AtimeMode`); the update joins the txg and
