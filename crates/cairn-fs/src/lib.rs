@@ -661,8 +661,21 @@ impl Filesystem {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Reads up to `len` bytes of file `object` from `offset` (short at its end).
+    /// Reads up to `len` bytes of file `object` from `offset` (short at its end), and
+    /// updates its access time as the `atime` property says.
     pub fn read(&self, object: u64, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
+        let (data, attrs) = self.read_data(object, offset, len)?;
+        self.touch_atime(object, &attrs);
+        Ok(data)
+    }
+
+    /// `read` without the access time (the intent log reading data back).
+    pub(crate) fn read_data(
+        &self,
+        object: u64,
+        offset: u64,
+        len: usize,
+    ) -> Result<(Vec<u8>, InodeAttrs), FsError> {
         let _guard = self.stripe(object).read();
         let attrs = self.getattr(object)?;
         match attrs.kind {
@@ -672,7 +685,7 @@ impl Filesystem {
         }
         self.stats.reads.fetch_add(1, Ordering::Relaxed);
         if offset >= attrs.size {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), attrs));
         }
         let end = attrs.size.min(offset.saturating_add(len as u64));
         let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
@@ -691,9 +704,7 @@ impl Filesystem {
         self.stats
             .read_bytes
             .fetch_add(out.len() as u64, Ordering::Relaxed);
-        drop(_guard);
-        self.touch_atime(object, &attrs);
-        Ok(out)
+        Ok((out, attrs))
     }
 
     /// The target of symlink `object`.

@@ -2,7 +2,8 @@
 //! filesystem, `cairn mount` (with a server, and starting one when none runs), ordinary file
 //! operations from this process through the kernel, `cairn unmount`, and everything still
 //! there after the server restarts (mounting by the `mountpoint` property) and in `pool check`.
-//! A quota set on the live mount gives EDQUOT to `dd` and shows as the size `df` reports.
+//! A quota set on the live mount gives EDQUOT to `dd` and shows as the size `df` reports;
+//! `atime` set on the live mount decides whether reads update access times.
 //! Mounting needs root and /dev/fuse (CI runs as root; .ci/run installs fuse3).
 
 mod nbd_common;
@@ -460,6 +461,24 @@ fn a_quota_set_on_a_mounted_filesystem_gives_edquot_and_df_shows_it() {
     assert!(df(&at).0 > 400 << 20);
     let (ok, stderr) = dd(&at.join("big"), 48);
     assert!(ok, "dd without a quota: {stderr}");
+
+    // atime=off (set above) leaves access times alone; atime=on, set on the live mount,
+    // updates them on reads. (The kernel keeps attributes for a second.)
+    let accessed = |path: &Path| {
+        let meta = std::fs::metadata(path).unwrap();
+        (meta.atime(), meta.atime_nsec())
+    };
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(1100));
+    let file = at.join("after");
+    let before = accessed(&file);
+    pause();
+    assert_eq!(std::fs::read(&file).unwrap().len(), 16 << 20);
+    pause();
+    assert_eq!(accessed(&file), before);
+    env.ok(&["set", "atime=on", "tank/home"]);
+    std::fs::read(&file).unwrap();
+    pause();
+    assert!(accessed(&file) > before, "atime=on did not update it");
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
