@@ -655,3 +655,63 @@ fn a_quota_counts_its_own_dataset_only_and_binds_volumes_below() {
     pool.sync().unwrap();
     assert!(info(&pool, "tank").used_bytes <= root_used + 4 * MIB);
 }
+
+/// What a quota check counts for unsynced txgs, against what their sync then allocates.
+#[test]
+fn the_unsynced_estimate_follows_what_the_sync_allocates() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+        .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    pool.sync().unwrap();
+    let root = fs.root();
+    let chunk = pattern(MIB as usize, 12);
+    let (object, _) = fs.create(root, b"seq", file(0o644)).unwrap();
+    let measure = |what: &str, change: &dyn Fn()| {
+        pool.sync().unwrap();
+        let before = fs.objset().space_estimate();
+        assert_eq!(before.unsynced_bytes, 0, "{what}: {before:?}");
+        change();
+        let estimate = fs.objset().space_estimate().unsynced_bytes;
+        pool.sync().unwrap();
+        let grown = fs.objset().space_estimate().used_bytes - before.used_bytes;
+        eprintln!("{what}: estimate {estimate}, allocated {grown}");
+        (estimate, grown)
+    };
+    // Sequential writes: the first one creates the file's indirect block.
+    for step in 0..3 {
+        let (estimate, grown) = measure("1 MiB", &|| {
+            fs.write(object, step * MIB, &chunk).unwrap();
+        });
+        assert!(
+            estimate >= grown && estimate - grown <= grown / 200,
+            "{estimate} {grown}"
+        );
+    }
+    // New directories (each map's blocks far apart, under several indirect levels).
+    let (estimate, grown) = measure("10 directories", &|| {
+        for index in 0..10 {
+            fs.mkdir(root, format!("d{index}").as_bytes(), dir_inode())
+                .unwrap();
+        }
+    });
+    assert!(
+        estimate >= grown && estimate - grown <= grown / 200,
+        "{estimate} {grown}"
+    );
+    // Small files: a block of whole sectors each, dnodes, map entries, the dnode array's
+    // indirect block.
+    let (estimate, grown) = measure("200 small files", &|| {
+        for index in 0..200 {
+            let (made, _) = fs
+                .create(root, format!("s{index}").as_bytes(), file(0o644))
+                .unwrap();
+            fs.write(made, 0, &chunk[..1000]).unwrap();
+        }
+    });
+    assert!(
+        estimate >= grown && estimate - grown <= grown / 20,
+        "{estimate} {grown}"
+    );
+}

@@ -12,11 +12,7 @@ use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
 /// An estimate of the indirect blocks (two copies each) that giving block `blkid` of `object`
-/// data in `txg` creates, for `ObjectSet::space_estimate`. On `blkid`'s path: each level
-/// whose span holds no block of the synced tree (taken as dense, blocks 0 to its
-/// `max_block_id`) and no other block changed in `txg` in it (charged with that one). And
-/// when the tree gains levels, the new parents of what it held (block 0's path).
-/// Sparse files are under-counted (their blocks are taken as dense).
+/// data in `txg` creates, for `ObjectSet::space_estimate`: see `indirect_growth`.
 fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -> u64 {
     let current = state
         .changes
@@ -33,6 +29,49 @@ fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -
             && synced.birth_txg == dnode.birth_txg
             && synced.data_block_size == dnode.data_block_size
     });
+    let dirty = state.changes.get(&txg).map(|changes| &changes.blocks);
+    let dirty_max = dirty.and_then(|blocks| {
+        blocks
+            .range((object, 0)..=(object, u64::MAX))
+            .next_back()
+            .map(|(&(_, block), _)| block)
+    });
+    let held = [
+        synced.map(|synced| (u32::from(synced.levels), synced.max_block_id)),
+        dirty_max.map(|block| (1, block)),
+    ];
+    let shared = |start: u64, span: u64| {
+        dirty.is_some_and(|blocks| {
+            blocks
+                .range((object, start)..(object, start.saturating_add(span)))
+                .next()
+                .is_some()
+        })
+    };
+    indirect_growth(
+        dnode,
+        &held,
+        synced.map(|synced| synced.max_block_id),
+        blkid,
+        shared,
+    )
+}
+
+/// The indirect blocks (two copies each, in bytes) that block `blkid` of a tree shaped by
+/// `dnode` adds, when the tree already holds `held` (levels and highest block, of the synced
+/// tree and of blocks changed before in the same txg), its synced blocks reach
+/// `existing_max` (taken as dense) and `shared(start, span)` says whether a block changed
+/// before in the same txg lies in a span (and so paid for its indirect block). On `blkid`'s
+/// path each level whose span is new is charged; a level the tree did not have is charged
+/// twice when it also becomes the parent of what the tree held (block 0's path). Sparse
+/// trees are under-counted.
+pub(crate) fn indirect_growth(
+    dnode: &Dnode,
+    held: &[Option<(u32, u64)>],
+    existing_max: Option<u64>,
+    blkid: u64,
+    shared: impl Fn(u64, u64) -> bool,
+) -> u64 {
     let per = dnode.pointers_per_indirect().max(2);
     let direct = u64::from(dnode.block_pointer_count.max(1));
     let indirect_bytes = 2 * (1u64 << dnode.indirect_shift);
@@ -45,21 +84,11 @@ fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -
         }
         levels
     };
-    let dirty = state.changes.get(&txg).map(|changes| &changes.blocks);
-    let dirty_max = dirty.and_then(|blocks| {
-        blocks
-            .range((object, 0)..=(object, u64::MAX))
-            .next_back()
-            .map(|(&(_, block), _)| block)
-    });
-    let existing_max = synced.map(|synced| synced.max_block_id);
-    let old_levels = [
-        synced.map(|synced| u32::from(synced.levels).max(levels_for(synced.max_block_id))),
-        dirty_max.map(levels_for),
-    ]
-    .into_iter()
-    .flatten()
-    .max();
+    let old_levels = held
+        .iter()
+        .flatten()
+        .map(|&(levels, max)| levels.max(levels_for(max)))
+        .max();
     let new_levels = levels_for(blkid).max(old_levels.unwrap_or(1));
     let mut total = 0;
     let mut span = 1u64;
@@ -75,14 +104,7 @@ fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -
             }
             continue;
         }
-        // Another block changed in `txg` in the same span charged it already.
-        let shared = dirty.is_some_and(|blocks| {
-            blocks
-                .range((object, start)..(object, start.saturating_add(span)))
-                .next()
-                .is_some()
-        });
-        if existing_max.is_none_or(|max| start > max) && !shared {
+        if existing_max.is_none_or(|max| start > max) && !shared(start, span) {
             total += indirect_bytes;
         }
     }
@@ -393,6 +415,7 @@ impl ObjectSet {
     /// the tree: its space is freed in `txg`, deferred like any free, so it is not reused
     /// before `txg` syncs (until then a logged pointer may still lead replay to it).
     fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
+        let sector_bytes = self.sector_bytes();
         let replaced = {
             let mut state = self.state.lock();
             // Metadata (directories, xattr maps) is written twice; the type is known when
@@ -409,7 +432,12 @@ impl ObjectSet {
                         1
                     }
                 });
-            let mut new_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64) * copies;
+            // On disk each copy takes whole sectors.
+            let mut new_bytes = change
+                .data
+                .as_ref()
+                .map_or(0, |data| (data.len() as u64).next_multiple_of(sector_bytes))
+                * copies;
             if new_bytes > 0 {
                 new_bytes += new_indirect_bytes(&state, txg, object, blkid);
             }
