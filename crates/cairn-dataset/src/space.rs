@@ -374,6 +374,48 @@ mod tests {
         assert_eq!(view.available_bytes("tank", 100 * MIB), 70 * MIB);
     }
 
+    #[test]
+    fn quotas_bound_avail_along_the_chain_and_refuse_contradictions() {
+        let mut dir = directory(&[]);
+        dir.insert("tank/home", DatasetKind::Filesystem, 2, BTreeMap::new())
+            .unwrap()
+            .used_bytes = 30 * MIB;
+        dir.set_property("tank/home", "quota", "100M").unwrap();
+        dir.set_property("tank/home", "refquota", "60M").unwrap();
+        let view = SpaceView::of(&dir);
+        // refquota binds first: 60 - 30.
+        let room = view.quota_room("tank/home", 30 * MIB).unwrap();
+        assert_eq!((room.bytes, room.property), (30 * MIB, "refquota"));
+        assert_eq!(view.available_bytes("tank/home", 500 * MIB), 30 * MIB);
+        // Unsynced growth counts; a pool with less room than the quota wins.
+        assert_eq!(
+            view.quota_room("tank/home", 50 * MIB).unwrap().bytes,
+            10 * MIB
+        );
+        assert_eq!(view.available_bytes("tank/home", 20 * MIB), 20 * MIB);
+        // An ancestor's quota binds a child, counting the child's unsynced growth.
+        dir.set_property("tank", "quota", "40M").unwrap();
+        let view = SpaceView::of(&dir);
+        let room = view.quota_room("tank/home", 35 * MIB).unwrap();
+        assert_eq!((room.bytes, room.dataset.as_str()), (5 * MIB, "tank"));
+        assert!(view.check_limits("tank/home").is_ok());
+        // Below what is used, or below a reservation: refused.
+        dir.set_property("tank/home", "quota", "20M").unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_err());
+        dir.set_property("tank/home", "quota", "none").unwrap();
+        dir.set_property("tank/home", "reservation", "80M").unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_ok());
+        dir.set_property("tank/home", "quota", "70M").unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_err());
+        dir.set_property("tank/home", "quota", "none").unwrap();
+        dir.set_property("tank/home", "refreservation", "61M")
+            .unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_err());
+        // No quota anywhere: no room figure.
+        let plain = directory(&[("tank/v", 0, MIB)]);
+        assert!(SpaceView::of(&plain).quota_room("tank/v", MIB).is_none());
+    }
+
     proptest! {
         /// Headroom is never less than any chain's absorbable slack, and AVAIL never exceeds
         /// the pool's available space.
