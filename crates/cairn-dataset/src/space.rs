@@ -223,44 +223,64 @@ impl SpaceView {
         };
         let size = crate::properties::format_size;
         let (reservation, refreservation) = (space.reservation_bytes, space.refreservation_bytes);
-        let refuse = |what: String| Err(DatasetError::NoSpace(format!("{name}: {what}")));
+        let refuse = |property: &str, what: String| {
+            Err(DatasetError::PropertyNotAllowed {
+                name: property.to_string(),
+                reason: format!("of {name}: {what}"),
+            })
+        };
         if space.quota_bytes > 0 {
             if space.quota_bytes < space.used_bytes() {
-                return refuse(format!(
-                    "quota {} is less than what the dataset uses ({})",
-                    size(space.quota_bytes),
-                    size(space.used_bytes())
-                ));
+                return refuse(
+                    "quota",
+                    format!(
+                        "{} is less than what the dataset uses ({})",
+                        size(space.quota_bytes),
+                        size(space.used_bytes())
+                    ),
+                );
             }
             if space.quota_bytes < reservation {
-                return refuse(format!(
-                    "quota {} is less than the reservation ({})",
-                    size(space.quota_bytes),
-                    size(reservation)
-                ));
+                return refuse(
+                    "quota",
+                    format!(
+                        "{} is less than the reservation ({})",
+                        size(space.quota_bytes),
+                        size(reservation)
+                    ),
+                );
             }
             if space.quota_bytes < refreservation {
-                return refuse(format!(
-                    "quota {} is less than the refreservation ({})",
-                    size(space.quota_bytes),
-                    size(refreservation)
-                ));
+                return refuse(
+                    "quota",
+                    format!(
+                        "{} is less than the refreservation ({})",
+                        size(space.quota_bytes),
+                        size(refreservation)
+                    ),
+                );
             }
         }
         if space.refquota_bytes > 0 {
             if space.refquota_bytes < space.referenced_bytes {
-                return refuse(format!(
-                    "refquota {} is less than what the dataset references ({})",
-                    size(space.refquota_bytes),
-                    size(space.referenced_bytes)
-                ));
+                return refuse(
+                    "refquota",
+                    format!(
+                        "{} is less than what the dataset references ({})",
+                        size(space.refquota_bytes),
+                        size(space.referenced_bytes)
+                    ),
+                );
             }
             if space.refquota_bytes < refreservation {
-                return refuse(format!(
-                    "refquota {} is less than the refreservation ({})",
-                    size(space.refquota_bytes),
-                    size(refreservation)
-                ));
+                return refuse(
+                    "refquota",
+                    format!(
+                        "{} is less than the refreservation ({})",
+                        size(space.refquota_bytes),
+                        size(refreservation)
+                    ),
+                );
             }
         }
         Ok(())
