@@ -33,7 +33,9 @@ fn parse_args() -> Result<Args> {
     };
     let mut given = std::env::args().skip(1);
     while let Some(flag) = given.next() {
-        let value = given.next().with_context(|| format!("{flag} needs a value"))?;
+        let value = given
+            .next()
+            .with_context(|| format!("{flag} needs a value"))?;
         match flag.as_str() {
             "--dir" => args.dir = value.into(),
             "--files" => args.files = value.parse().context("--files")?,
@@ -99,7 +101,9 @@ fn main() -> Result<()> {
         .filter(|&n| n < args.files)
         .collect();
     checkpoints.push(args.files);
-    println!("| entries | creates/s (since the previous row) | lookup mean (µs) | lookup p99 (µs) |");
+    println!(
+        "| entries | creates/s (since the previous row) | lookup mean (µs) | lookup p99 (µs) |"
+    );
     println!("|---:|---:|---:|---:|");
     let mut created = 0u64;
     let mut rng = Rng(42);

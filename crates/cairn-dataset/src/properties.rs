@@ -8,8 +8,8 @@
 //!
 //! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
 //! blocks off the log devices and writes large sync writes once, in place); `primarycache` in
-//! the ARC (what a dataset's reads leave in RAM); `secondarycache` on the pool's cache devices; `reservation` and `refreservation` in space
-//! accounting (`space.rs`). `sync=disabled` is unsafe (acknowledged
+//! the ARC (what a dataset's reads leave in RAM); `secondarycache` on the pool's cache devices; `reservation`, `refreservation`, `quota` and
+//! `refquota` in space accounting (`space.rs`); `atime` in the filesystem layer (`cairn-fs`). `sync=disabled` is unsafe (acknowledged
 //! writes can be lost) and is shown as such.
 
 use crate::{DatasetError, DatasetKind};
@@ -101,6 +101,33 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: true,
         inheritable: false,
         description: "space guaranteed to the dataset and its descendants",
+    },
+    PropertyDef {
+        name: "quota",
+        value_type: ValueType::Bytes,
+        default: "0",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: false,
+        description: "most space the dataset and its descendants may use (USED); writes beyond fail with EDQUOT (none: no limit)",
+    },
+    PropertyDef {
+        name: "refquota",
+        value_type: ValueType::Bytes,
+        default: "0",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: false,
+        description: "most space the dataset's own data may take (REFER); writes beyond fail with EDQUOT (none: no limit)",
+    },
+    PropertyDef {
+        name: "atime",
+        value_type: ValueType::Choice(&["relatime", "on", "off"]),
+        default: "relatime",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "access times on reads: on (every read), relatime (when older than the last change or a day old), off (never)",
     },
     PropertyDef {
         name: "checksum",

@@ -19,6 +19,13 @@
 //! headroom still fits in the pool's available space, so a promise is never made that the
 //! pool cannot keep.
 //!
+//! Two properties limit space, with ZFS's meanings: `quota` caps USED (the dataset with its
+//! descendants and unused reservations), `refquota` caps what the dataset itself references.
+//! cairn has no snapshots, so on a dataset without children the two differ only in that
+//! `quota` also counts an unused `refreservation`. A dataset's AVAIL is the least of what the
+//! pool leaves it and what its quotas and its ancestors' quotas leave (`quota_room`). A limit
+//! is refused below what is already used or reserved (`check_limits`).
+//!
 //! Everything here is a pure function of the directory (its records' `used_bytes` as of the
 //! last synced txg and their properties); the engine adds the pool's free space and the dirty
 //! data of the open txgs.
@@ -30,6 +37,13 @@ use std::collections::BTreeMap;
 /// Space figures of one dataset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DatasetSpace {
+    /// `quota`: the most USED may reach (0: none).
+    pub quota_bytes: u64,
+    /// `refquota`: the most the dataset may reference (0: none).
+    pub refquota_bytes: u64,
+    /// `reservation` and `refreservation` as set (0: none).
+    pub reservation_bytes: u64,
+    pub refreservation_bytes: u64,
     /// Bytes the dataset's own object set holds.
     pub referenced_bytes: u64,
     /// `refreservation` not yet filled by referenced data.
@@ -50,6 +64,17 @@ impl DatasetSpace {
     pub fn charged_bytes(&self) -> u64 {
         self.used_bytes() + self.reservation_unused_bytes
     }
+}
+
+/// How much a quota leaves a dataset, and which quota it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaRoom {
+    pub bytes: u64,
+    /// The dataset whose limit binds (the dataset itself or an ancestor).
+    pub dataset: String,
+    /// `quota` or `refquota`.
+    pub property: &'static str,
+    pub limit_bytes: u64,
 }
 
 /// The space view of a whole directory.
@@ -76,6 +101,10 @@ impl SpaceView {
                 .map(|(_, space)| space.charged_bytes())
                 .sum();
             let mut space = DatasetSpace {
+                quota_bytes: property_bytes(directory, name, "quota"),
+                refquota_bytes: property_bytes(directory, name, "refquota"),
+                reservation_bytes: reservation,
+                refreservation_bytes: refreservation,
                 referenced_bytes: record.used_bytes,
                 refreservation_unused_bytes: refreservation.saturating_sub(record.used_bytes),
                 children_bytes,
@@ -114,11 +143,147 @@ impl SpaceView {
         total
     }
 
-    /// AVAIL of `name` given the pool's available bytes (free minus slop).
+    /// AVAIL of `name` given the pool's available bytes (free minus slop): what the pool
+    /// can give it without breaking others' reservations, and no more than its quotas (and
+    /// its ancestors') leave.
     pub fn available_bytes(&self, name: &str, pool_available_bytes: u64) -> u64 {
+        let pool = self.pool_available_bytes(name, pool_available_bytes);
+        let referenced = self
+            .datasets
+            .get(name)
+            .map_or(0, |space| space.referenced_bytes);
+        match self.quota_room(name, referenced) {
+            Some(room) => pool.min(room.bytes),
+            None => pool,
+        }
+    }
+
+    /// What the pool can give `name` without breaking others' reservations (its AVAIL but
+    /// for quotas): what a pool-wide space check compares the pool's dirty bytes with.
+    pub fn pool_available_bytes(&self, name: &str, pool_available_bytes: u64) -> u64 {
         (pool_available_bytes + self.absorbable_bytes(name))
             .saturating_sub(self.reserved_headroom_bytes)
             .min(pool_available_bytes)
+    }
+
+    /// The tightest quota on writes to `name` (its `refquota` and `quota`, its ancestors'
+    /// `quota`) when the dataset references `live_referenced_bytes` (the view's figure
+    /// plus what has not synced yet): how many more bytes it may take, and which limit says
+    /// so. `None`: no quota applies. Growth not yet in the view is charged to every
+    /// ancestor in full, although a reservation might absorb some of it (errs low).
+    pub fn quota_room(&self, name: &str, live_referenced_bytes: u64) -> Option<QuotaRoom> {
+        let own = self.datasets.get(name)?;
+        let growth = live_referenced_bytes.saturating_sub(own.referenced_bytes);
+        let mut tightest: Option<QuotaRoom> = None;
+        let mut consider = |bytes: u64, dataset: &str, property: &'static str, limit: u64| {
+            if tightest.as_ref().is_none_or(|room| bytes < room.bytes) {
+                tightest = Some(QuotaRoom {
+                    bytes,
+                    dataset: dataset.to_string(),
+                    property,
+                    limit_bytes: limit,
+                });
+            }
+        };
+        if own.refquota_bytes > 0 {
+            let room = own.refquota_bytes.saturating_sub(live_referenced_bytes);
+            consider(room, name, "refquota", own.refquota_bytes);
+        }
+        if own.quota_bytes > 0 {
+            // Writes fill the unused refreservation before USED grows.
+            let used = live_referenced_bytes + own.children_bytes;
+            consider(
+                own.quota_bytes.saturating_sub(used),
+                name,
+                "quota",
+                own.quota_bytes,
+            );
+        }
+        let mut current = parent_of(name);
+        while let Some(ancestor) = current {
+            if let Some(space) = self.datasets.get(ancestor)
+                && space.quota_bytes > 0
+            {
+                let room = space
+                    .quota_bytes
+                    .saturating_sub(space.used_bytes() + growth);
+                consider(room, ancestor, "quota", space.quota_bytes);
+            }
+            current = parent_of(ancestor);
+        }
+        tightest
+    }
+
+    /// Refuses limits on `name` that contradict each other or what it already holds (as
+    /// ZFS: a quota below USED or below the reservation, a refquota below what it
+    /// references or below the refreservation).
+    pub fn check_limits(&self, name: &str) -> Result<(), DatasetError> {
+        let Some(space) = self.datasets.get(name) else {
+            return Ok(());
+        };
+        let size = crate::properties::format_size;
+        let (reservation, refreservation) = (space.reservation_bytes, space.refreservation_bytes);
+        let refuse = |property: &str, what: String| {
+            Err(DatasetError::PropertyNotAllowed {
+                name: property.to_string(),
+                reason: format!("of {name}: {what}"),
+            })
+        };
+        if space.quota_bytes > 0 {
+            if space.quota_bytes < space.used_bytes() {
+                return refuse(
+                    "quota",
+                    format!(
+                        "{} is less than what the dataset uses ({})",
+                        size(space.quota_bytes),
+                        size(space.used_bytes())
+                    ),
+                );
+            }
+            if space.quota_bytes < reservation {
+                return refuse(
+                    "quota",
+                    format!(
+                        "{} is less than the reservation ({})",
+                        size(space.quota_bytes),
+                        size(reservation)
+                    ),
+                );
+            }
+            if space.quota_bytes < refreservation {
+                return refuse(
+                    "quota",
+                    format!(
+                        "{} is less than the refreservation ({})",
+                        size(space.quota_bytes),
+                        size(refreservation)
+                    ),
+                );
+            }
+        }
+        if space.refquota_bytes > 0 {
+            if space.refquota_bytes < space.referenced_bytes {
+                return refuse(
+                    "refquota",
+                    format!(
+                        "{} is less than what the dataset references ({})",
+                        size(space.refquota_bytes),
+                        size(space.referenced_bytes)
+                    ),
+                );
+            }
+            if space.refquota_bytes < refreservation {
+                return refuse(
+                    "refquota",
+                    format!(
+                        "{} is less than the refreservation ({})",
+                        size(space.refquota_bytes),
+                        size(refreservation)
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a directory whose promises exceed what the pool can hold.
@@ -227,6 +392,48 @@ mod tests {
         assert_eq!(view.absorbable_bytes("tank/fs/v"), 30 * MIB);
         assert_eq!(view.available_bytes("tank/fs/v", 100 * MIB), 100 * MIB);
         assert_eq!(view.available_bytes("tank", 100 * MIB), 70 * MIB);
+    }
+
+    #[test]
+    fn quotas_bound_avail_along_the_chain_and_refuse_contradictions() {
+        let mut dir = directory(&[]);
+        dir.insert("tank/home", DatasetKind::Filesystem, 2, BTreeMap::new())
+            .unwrap()
+            .used_bytes = 30 * MIB;
+        dir.set_property("tank/home", "quota", "100M").unwrap();
+        dir.set_property("tank/home", "refquota", "60M").unwrap();
+        let view = SpaceView::of(&dir);
+        // refquota binds first: 60 - 30.
+        let room = view.quota_room("tank/home", 30 * MIB).unwrap();
+        assert_eq!((room.bytes, room.property), (30 * MIB, "refquota"));
+        assert_eq!(view.available_bytes("tank/home", 500 * MIB), 30 * MIB);
+        // Unsynced growth counts; a pool with less room than the quota wins.
+        assert_eq!(
+            view.quota_room("tank/home", 50 * MIB).unwrap().bytes,
+            10 * MIB
+        );
+        assert_eq!(view.available_bytes("tank/home", 20 * MIB), 20 * MIB);
+        // An ancestor's quota binds a child, counting the child's unsynced growth.
+        dir.set_property("tank", "quota", "40M").unwrap();
+        let view = SpaceView::of(&dir);
+        let room = view.quota_room("tank/home", 35 * MIB).unwrap();
+        assert_eq!((room.bytes, room.dataset.as_str()), (5 * MIB, "tank"));
+        assert!(view.check_limits("tank/home").is_ok());
+        // Below what is used, or below a reservation: refused.
+        dir.set_property("tank/home", "quota", "20M").unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_err());
+        dir.set_property("tank/home", "quota", "none").unwrap();
+        dir.set_property("tank/home", "reservation", "80M").unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_ok());
+        dir.set_property("tank/home", "quota", "70M").unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_err());
+        dir.set_property("tank/home", "quota", "none").unwrap();
+        dir.set_property("tank/home", "refreservation", "61M")
+            .unwrap();
+        assert!(SpaceView::of(&dir).check_limits("tank/home").is_err());
+        // No quota anywhere: no room figure.
+        let plain = directory(&[("tank/v", 0, MIB)]);
+        assert!(SpaceView::of(&plain).quota_room("tank/v", MIB).is_none());
     }
 
     proptest! {

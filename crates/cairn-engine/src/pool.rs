@@ -470,7 +470,7 @@ impl Pool {
         self.check_new_dataset(name, DatasetKind::Volume)?;
         let mut trial = self.core.directory.lock().clone();
         trial.insert(name, DatasetKind::Volume, 0, properties.clone())?;
-        self.core.check_reservations(&trial)?;
+        self.core.check_reservations(&trial, Some(name))?;
         let name = name.to_string();
         self.run_sync_task(move |core, txg| {
             let objset = core.insert_dataset(&name, DatasetKind::Volume, txg, properties)?;
@@ -565,7 +565,8 @@ impl Pool {
         let canonical = {
             let mut trial = self.core.directory.lock().clone();
             let canonical = trial.set_property(dataset, property, value)?;
-            self.core.check_reservations(&trial)?;
+            self.core
+                .check_reservations(&trial, limits_changed(dataset, property))?;
             canonical
         };
         let (dataset_name, property_name, value_text) =
@@ -573,7 +574,7 @@ impl Pool {
         self.run_sync_task(move |core, _| {
             let mut trial = core.directory.lock().clone();
             trial.set_property(&dataset_name, &property_name, &value_text)?;
-            core.check_reservations(&trial)?;
+            core.check_reservations(&trial, limits_changed(&dataset_name, &property_name))?;
             core.directory
                 .lock()
                 .set_property(&dataset_name, &property_name, &value_text)?;
@@ -652,7 +653,7 @@ impl Pool {
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         check_volume_object(name, &objset, block_size)?;
-        let space_check = self.space_check(name, &engine);
+        let space_check = self.space_check(name, &engine, true);
         let intent_log = Arc::new(IntentLog::new(
             name.to_string(),
             self.core.guid,
@@ -697,27 +698,67 @@ impl Pool {
 
     /// The space check of dataset `name`'s writes: others' unused reservations are held
     /// back, the dataset's own are its to use; before refusing, dirty data is synced and
-    /// deferred frees released, then the check runs again.
-    pub(crate) fn space_check(&self, name: &str, engine: &Arc<TxgEngine>) -> SpaceCheck {
+    /// deferred frees released, then the check runs again. The pool's dirty bytes are
+    /// compared with what the pool leaves the dataset; with `quotas`, the dataset's own
+    /// growth (`ObjectSet::space_estimate`) also with what its ancestors' quotas leave (a
+    /// volume below a filesystem with a quota; filesystems check their quotas first, with
+    /// their own error).
+    pub(crate) fn space_check(
+        &self,
+        name: &str,
+        engine: &Arc<TxgEngine>,
+        quotas: bool,
+    ) -> SpaceCheck {
         let core = self.core.clone();
         let engine_for_check = engine.clone();
         let dataset = name.to_string();
         Arc::new(move |bytes, may_wait| {
             // Others' unused reservations are held back; this volume's own are its to use.
-            let fits = || {
+            // Err: the quota that binds, if that is what refuses.
+            let fits = || -> Result<(), Option<String>> {
                 let dirty = engine_for_check.dirty_bytes();
                 let view = core.space_view.lock().clone();
                 let available = core.space.lock().available_bytes();
-                dirty + bytes <= view.available_bytes(&dataset, available)
+                if dirty + bytes > view.pool_available_bytes(&dataset, available) {
+                    return Err(None);
+                }
+                let referenced = view
+                    .datasets
+                    .get(&dataset)
+                    .map_or(0, |space| space.referenced_bytes);
+                if !quotas || view.quota_room(&dataset, referenced).is_none() {
+                    return Ok(());
+                }
+                let objset = core.objsets.lock().get(&dataset).cloned();
+                let live = objset
+                    .map(|objset| objset.space_estimate())
+                    .unwrap_or_default();
+                match view.quota_room(&dataset, live.used_bytes + live.unsynced_bytes) {
+                    Some(room) if bytes > room.bytes => Err(Some(format!(
+                        "{} of {} ({}) leaves {}",
+                        room.property,
+                        room.dataset,
+                        format_size(room.limit_bytes),
+                        format_size(room.bytes)
+                    ))),
+                    _ => Ok(()),
+                }
             };
-            if fits() {
-                return Ok(());
-            }
+            let refusal = |quota: Option<String>, later: &str| {
+                DatasetError::NoSpace(match quota {
+                    Some(quota) => format!("{dataset}: no room for {bytes} more bytes: {quota}"),
+                    None => format!(
+                        "pool '{}' has no room for {bytes} more bytes{later}",
+                        core.name
+                    ),
+                })
+            };
+            let quota = match fits() {
+                Ok(()) => return Ok(()),
+                Err(quota) => quota,
+            };
             if !may_wait {
-                return Err(DatasetError::NoSpace(format!(
-                    "pool '{}' has no room for {bytes} more bytes without a txg sync",
-                    core.name
-                )));
+                return Err(refusal(quota, " without a txg sync"));
             }
             // The estimate counts every dirty byte as new space, though overwrites free as
             // much as they take, and space freed in the last few txgs is not reusable yet (on
@@ -725,14 +766,7 @@ impl Pool {
             // data out and drive the txgs that release deferred frees, then look again.
             let _ = engine_for_check.sync_now();
             reclaim_deferred(&core, &engine_for_check);
-            if fits() {
-                Ok(())
-            } else {
-                Err(DatasetError::NoSpace(format!(
-                    "pool '{}' has no room for {bytes} more bytes",
-                    core.name
-                )))
-            }
+            fits().map_err(|quota| refusal(quota, ""))
         })
     }
 
@@ -1078,7 +1112,7 @@ impl PoolCore {
     ) -> Result<Arc<ObjectSet>, EngineError> {
         let mut trial = self.directory.lock().clone();
         trial.insert(name, kind, txg, properties.clone())?;
-        self.check_reservations(&trial)?;
+        self.check_reservations(&trial, Some(name))?;
         let mut directory = self.directory.lock();
         directory.insert(name, kind, txg, properties)?;
         let (checksum, _) = directory.property(name, "checksum")?;
@@ -1094,10 +1128,29 @@ impl PoolCore {
         )))
     }
 
-    pub(crate) fn check_reservations(&self, trial: &DatasetDirectory) -> Result<(), DatasetError> {
+    /// Also checks the limits of dataset `limits_of` (a new dataset, or one whose quota or
+    /// reservation is being set) against each other and its use.
+    pub(crate) fn check_reservations(
+        &self,
+        trial: &DatasetDirectory,
+        limits_of: Option<&str>,
+    ) -> Result<(), DatasetError> {
         let available = self.space.lock().available_bytes();
-        SpaceView::of(trial).check_fits(available)
+        let view = SpaceView::of(trial);
+        if let Some(name) = limits_of {
+            view.check_limits(name)?;
+        }
+        view.check_fits(available)
     }
+}
+
+/// The dataset whose limits a change of `property` on `dataset` must be checked for.
+fn limits_changed<'a>(dataset: &'a str, property: &str) -> Option<&'a str> {
+    matches!(
+        property,
+        "quota" | "refquota" | "reservation" | "refreservation"
+    )
+    .then_some(dataset)
 }
 
 /// Checks that a volume's data object, as read from disk, is what its directory record says:

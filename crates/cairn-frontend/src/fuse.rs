@@ -54,7 +54,7 @@ const READDIRPLUS_ENTRIES_MAX: usize = 128;
 /// Block size `stat` and `statfs` report.
 const REPORTED_BLOCK_BYTES: u32 = 4096;
 
-/// Pool size and free bytes, for `statfs`.
+/// Size and available bytes of the mounted dataset, for `statfs`.
 pub type SpaceFn = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 
 /// Why a mount failed.
@@ -168,9 +168,16 @@ impl Mounts {
             source,
         })?;
         let space_pool = pool.clone();
+        let space_dataset = dataset.to_string();
         let space: SpaceFn = Arc::new(move || {
-            let status = space_pool.status();
-            (status.size_bytes, status.free_bytes)
+            // The dataset's size and AVAIL (a quota shows as its size, as `df` on ZFS); the
+            // pool's figures if the dataset went away under the mount.
+            space_pool
+                .filesystem_space(&space_dataset)
+                .unwrap_or_else(|_| {
+                    let status = space_pool.status();
+                    (status.size_bytes, status.free_bytes)
+                })
         });
         let mounted = mount(fs, &mountpoint, space)?;
         mounts.insert(dataset.to_string(), mounted);

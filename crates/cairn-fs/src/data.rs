@@ -6,7 +6,7 @@ use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{self, DirMap, MAP_BLOCK_BYTES};
 use crate::log::FsOp;
 use crate::{
-    Fallocate, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, SetAttrs, Tx, XattrMode,
+    AtimeMode, Fallocate, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, SetAttrs, Tx, XattrMode,
     small_block_bytes,
 };
 use bytes::Bytes;
@@ -19,6 +19,13 @@ impl Filesystem {
     /// Changes attributes; a size change truncates or extends the file.
     pub fn setattr(&self, object: u64, changes: SetAttrs) -> Result<InodeAttrs, FsError> {
         self.check_writable()?;
+        if let Some(size) = changes.size
+            && size > self.getattr(object)?.size
+        {
+            // Extending makes a hole (no data), but the change itself needs room: at a
+            // quota or on a full pool it is refused, as every growth is.
+            self.check_space(NAMESPACE_CHANGE_BYTES)?;
+        }
         let (hold, guards) = self.hold_locked(&[object], 0)?;
         let time = Timestamp::now();
         let attrs = self.do_setattr(&hold, object, changes, time)?;
@@ -82,6 +89,50 @@ impl Filesystem {
         }
         self.put_attrs(hold, object, &attrs)?;
         Ok(attrs)
+    }
+
+    /// Updates the access time of inode `object` after a read, as the `atime` property says
+    /// (`seen`: its attributes as the read found them). Best effort: a read never fails for
+    /// it (a read-only filesystem or a suspended pool leaves the time as it is). The change
+    /// joins the open txg and is logged as a `SetAttrs` record keeping the ctime, like any
+    /// change (consistent after a crash), but is not committed on its own: neither
+    /// `sync=always` nor the file's next `fsync` waits for it, as Linux does not for atime.
+    pub(crate) fn touch_atime(&self, object: u64, seen: &InodeAttrs) {
+        let (mode, readonly) = {
+            let config = self.config.read();
+            (config.atime, config.readonly)
+        };
+        let now = Timestamp::now();
+        if readonly || !mode.due(seen, now) {
+            return;
+        }
+        let _ = self.update_atime(object, mode, now);
+    }
+
+    fn update_atime(&self, object: u64, mode: AtimeMode, now: Timestamp) -> Result<(), FsError> {
+        // Not throttled: a bonus change adds no dirty data, and a read must not wait for
+        // writers' backpressure.
+        let _guard = self.stripe(object).write();
+        let hold = self.txg.try_hold()?;
+        let attrs = self.getattr(object)?;
+        if !mode.due(&attrs, now) {
+            return Ok(());
+        }
+        let changes = SetAttrs {
+            atime: Some(now),
+            ctime: Some(attrs.ctime),
+            ..SetAttrs::default()
+        };
+        self.do_setattr(&hold, object, changes, now)?;
+        self.logged(
+            &hold,
+            FsOp::SetAttrs {
+                object,
+                changes,
+                time: now,
+            },
+        );
+        Ok(())
     }
 
     /// Writes `data` into file `object` at `offset`; returns the new attributes.
@@ -424,6 +475,16 @@ impl Filesystem {
             .ok_or(FsError::TooLarge)?;
         if len == 0 {
             return Err(FsError::Invalid("fallocate of no bytes".into()));
+        }
+        if let Fallocate::Allocate { .. } = op {
+            // Nothing is reserved (copy-on-write allocates when data is written), but the
+            // part of the range past the end of the file is refused if it would not fit
+            // now, quota included (holes inside the file are not counted).
+            let end = offset.saturating_add(len);
+            let beyond = end.saturating_sub(offset.max(self.getattr(object)?.size));
+            if beyond > 0 {
+                self.check_space(beyond.saturating_add(NAMESPACE_CHANGE_BYTES))?;
+            }
         }
         let (hold, guards) = self.hold_locked(&[object], 0)?;
         let time = Timestamp::now();

@@ -11,6 +11,106 @@ use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
+/// An estimate of the indirect blocks (two copies each) that giving block `blkid` of `object`
+/// data in `txg` creates, for `ObjectSet::space_estimate`: see `indirect_growth`.
+fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -> u64 {
+    let current = state
+        .changes
+        .range(..=txg)
+        .rev()
+        .find_map(|(_, changes)| changes.dnodes.get(&object))
+        .or_else(|| state.dnodes.get(&object));
+    let Some(dnode) = current else {
+        return 0;
+    };
+    let synced = state.dnodes.get(&object).filter(|synced| {
+        !synced.is_free()
+            && synced.used_bytes > 0
+            && synced.birth_txg == dnode.birth_txg
+            && synced.data_block_size == dnode.data_block_size
+    });
+    let dirty = state.changes.get(&txg).map(|changes| &changes.blocks);
+    let dirty_max = dirty.and_then(|blocks| {
+        blocks
+            .range((object, 0)..=(object, u64::MAX))
+            .next_back()
+            .map(|(&(_, block), _)| block)
+    });
+    let held = [
+        synced.map(|synced| (u32::from(synced.levels), synced.max_block_id)),
+        dirty_max.map(|block| (1, block)),
+    ];
+    let shared = |start: u64, span: u64| {
+        dirty.is_some_and(|blocks| {
+            blocks
+                .range((object, start)..(object, start.saturating_add(span)))
+                .next()
+                .is_some()
+        })
+    };
+    indirect_growth(
+        dnode,
+        &held,
+        synced.map(|synced| synced.max_block_id),
+        blkid,
+        shared,
+    )
+}
+
+/// The indirect blocks (two copies each, in bytes) that block `blkid` of a tree shaped by
+/// `dnode` adds, when the tree already holds `held` (levels and highest block, of the synced
+/// tree and of blocks changed before in the same txg), its synced blocks reach
+/// `existing_max` (taken as dense) and `shared(start, span)` says whether a block changed
+/// before in the same txg lies in a span (and so paid for its indirect block). On `blkid`'s
+/// path each level whose span is new is charged; a level the tree did not have is charged
+/// twice when it also becomes the parent of what the tree held (block 0's path). Sparse
+/// trees are under-counted.
+pub(crate) fn indirect_growth(
+    dnode: &Dnode,
+    held: &[Option<(u32, u64)>],
+    existing_max: Option<u64>,
+    blkid: u64,
+    shared: impl Fn(u64, u64) -> bool,
+) -> u64 {
+    let per = dnode.pointers_per_indirect().max(2);
+    let direct = u64::from(dnode.block_pointer_count.max(1));
+    let indirect_bytes = 2 * (1u64 << dnode.indirect_shift);
+    // Tree levels a block needs: 1 while the dnode's pointers reach it.
+    let levels_for = |block: u64| -> u32 {
+        let (mut capacity, mut levels) = (direct, 1);
+        while block >= capacity && capacity != u64::MAX {
+            capacity = capacity.saturating_mul(per);
+            levels += 1;
+        }
+        levels
+    };
+    let old_levels = held
+        .iter()
+        .flatten()
+        .map(|&(levels, max)| levels.max(levels_for(max)))
+        .max();
+    let new_levels = levels_for(blkid).max(old_levels.unwrap_or(1));
+    let mut total = 0;
+    let mut span = 1u64;
+    for level in 1..new_levels {
+        span = span.saturating_mul(per);
+        let start = blkid / span * span;
+        if old_levels.is_none_or(|old| level >= old) {
+            // A level the tree did not have: `blkid`'s indirect block is new, and so is the
+            // one above what the tree held (block 0's path) unless it is the same.
+            total += indirect_bytes;
+            if old_levels.is_some() && start != 0 {
+                total += indirect_bytes;
+            }
+            continue;
+        }
+        if existing_max.is_none_or(|max| start > max) && !shared(start, span) {
+            total += indirect_bytes;
+        }
+    }
+    total
+}
+
 impl ObjectSet {
     pub fn create_object(
         &self,
@@ -320,17 +420,50 @@ impl ObjectSet {
     fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
         let replaced = {
             let mut state = self.state.lock();
-            state
-                .changes
-                .entry(txg)
-                .or_default()
-                .blocks
-                .insert((object, blkid), change)
+            let data_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64);
+            let new_bytes = self.new_block_bytes(&state, txg, object, blkid, data_bytes);
+            let changes = state.changes.entry(txg).or_default();
+            let replaced = changes.blocks.insert((object, blkid), change);
+            if replaced.is_none() {
+                changes.new_data_bytes += new_bytes;
+            }
+            replaced
         };
         if let Some(bp) = replaced.as_ref().and_then(|old| old.written) {
             self.io.io().free_block(&bp, txg);
         }
         replaced.is_none()
+    }
+
+    /// What a block of `data_bytes` newly given data in `txg` will take on disk, for
+    /// `space_estimate`: whole sectors per copy, and the indirect blocks it creates.
+    pub(crate) fn new_block_bytes(
+        &self,
+        state: &crate::State,
+        txg: u64,
+        object: u64,
+        blkid: u64,
+        data_bytes: u64,
+    ) -> u64 {
+        if data_bytes == 0 {
+            return 0;
+        }
+        // Metadata (directories, xattr maps) is written twice; the type is known when the
+        // dnode is loaded or changed (else: counted once).
+        let copies = state
+            .changes
+            .get(&txg)
+            .and_then(|changes| changes.dnodes.get(&object))
+            .or_else(|| state.dnodes.get(&object))
+            .map_or(1, |dnode| {
+                if dnode.object_type.is_metadata(0) {
+                    2
+                } else {
+                    1
+                }
+            });
+        data_bytes.next_multiple_of(self.sector_bytes()) * copies
+            + new_indirect_bytes(state, txg, object, blkid)
     }
 
     /// Frees every block of the object set (used by dataset destroy), in `txg`.

@@ -44,7 +44,7 @@ mod sync;
 mod tree;
 
 pub use error::ObjectError;
-pub use objset::{is_all_zero, object_set_bytes_max};
+pub use objset::{ObjsetSpace, is_all_zero, object_set_bytes_max};
 pub use patch::PatchStats;
 pub use read::read_objset_phys;
 pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
@@ -96,6 +96,10 @@ struct TxgChanges {
     dnodes: BTreeMap<u64, Dnode>,
     /// The intent log's chain header as of this txg, if it changed in it.
     intent_log_header: Option<[u8; INTENT_LOG_HEADER_SIZE]>,
+    /// Bytes of the blocks newly given data in this txg, times their copies (each block
+    /// counted once per txg, as the txg engine's dirty bytes), with the indirect blocks they
+    /// create: what `space_estimate` adds.
+    new_data_bytes: u64,
 }
 
 struct State {

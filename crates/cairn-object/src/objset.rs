@@ -58,6 +58,17 @@ fn empty_meta_dnode() -> Dnode {
     }
 }
 
+/// An object set's space: `ObjectSet::space_estimate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ObjsetSpace {
+    /// Bytes allocated (all copies) as of the last published txg.
+    pub used_bytes: u64,
+    /// Estimated growth from the txgs not yet published.
+    pub unsynced_bytes: u64,
+    /// Txgs with changes not yet published.
+    pub unsynced_txgs: u64,
+}
+
 /// The most bytes an object set holding one object of `blocks` data blocks of
 /// `data_block_size` can allocate: every data block written (one copy), every indirect block
 /// at full size (two copies, as all metadata), and the object set's own dnode and root blocks
@@ -231,6 +242,60 @@ impl ObjectSet {
             .max()
             .map_or(0, |object| object + 1);
         synced.max(pending)
+    }
+
+    /// What the object set takes on disk as of its last published txg, and an estimate of
+    /// what its unsynced txgs will add (for quotas): blocks newly given data (all copies, in
+    /// whole sectors), the indirect blocks they create, every changed dnode (two copies) and
+    /// the dnode array's new indirect blocks. Overwrites
+    /// count as growth and frees as nothing, so the estimate errs high until the txgs sync
+    /// (low only for the indirect blocks of sparse files). Both figures are taken under one
+    /// lock: a txg leaves the estimate in the same step its bytes join `used_bytes`
+    /// (`publish`).
+    pub fn space_estimate(&self) -> ObjsetSpace {
+        let state = self.state.lock();
+        let dnode_bytes = 2 * cairn_format::dnode::DNODE_SIZE as u64;
+        let mut unsynced_bytes: u64 = state
+            .changes
+            .values()
+            .map(|changes| changes.new_data_bytes + changes.dnodes.len() as u64 * dnode_bytes)
+            .sum();
+        // The dnode array's own indirect blocks, for its highest changed dnode block.
+        let highest = state
+            .changes
+            .values()
+            .filter_map(|changes| changes.dnodes.keys().next_back())
+            .max();
+        if let Some(object) = highest {
+            let meta = &state.meta_dnode;
+            let synced = (!meta.is_free() && !state.root_bp.is_hole())
+                .then_some((u32::from(meta.levels), meta.max_block_id));
+            unsynced_bytes += crate::change::indirect_growth(
+                meta,
+                &[synced],
+                synced.map(|(_, max)| max),
+                object / cairn_format::dnode::DNODES_PER_BLOCK,
+                |_, _| false,
+            );
+        }
+        ObjsetSpace {
+            used_bytes: state.used_bytes,
+            unsynced_bytes,
+            unsynced_txgs: state.changes.len() as u64,
+        }
+    }
+
+    /// The allocation unit of data blocks: the largest sector of the pool's data vdevs.
+    pub(crate) fn sector_bytes(&self) -> u64 {
+        self.io
+            .io()
+            .tree()
+            .tops
+            .iter()
+            .filter(|top| top.config.role != cairn_format::VdevRole::Log)
+            .map(|top| 1u64 << top.config.ashift)
+            .max()
+            .unwrap_or(u64::from(cairn_format::BLOCK_SIZE_GRANULE))
     }
 
     /// True when `txg` has changes waiting to be synced.

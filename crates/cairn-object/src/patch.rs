@@ -331,12 +331,12 @@ impl ObjectSet {
             cache_written: true,
             ..BlockChange::data(Bytes::from(block))
         };
-        let replaced = state
-            .changes
-            .entry(txg)
-            .or_default()
-            .blocks
-            .insert((object, blkid), change);
+        let new_bytes = self.new_block_bytes(state, txg, object, blkid, block_bytes as u64);
+        let changes = state.changes.entry(txg).or_default();
+        let replaced = changes.blocks.insert((object, blkid), change);
+        if replaced.is_none() {
+            changes.new_data_bytes += new_bytes;
+        }
         self.patch_counters
             .merged_at_write
             .fetch_add(1, Ordering::Relaxed);
@@ -395,9 +395,14 @@ impl ObjectSet {
         range: &Range<usize>,
         fill: &mut Option<impl FnOnce(&mut [u8])>,
     ) -> Step {
-        let blocks = &mut state.changes.entry(txg).or_default().blocks;
-        let newly_dirty = !blocks.contains_key(&(object, blkid));
-        let change = blocks
+        let new_bytes = self.new_block_bytes(state, txg, object, blkid, block_bytes as u64);
+        let changes = state.changes.entry(txg).or_default();
+        let newly_dirty = !changes.blocks.contains_key(&(object, blkid));
+        if newly_dirty {
+            changes.new_data_bytes += new_bytes;
+        }
+        let change = changes
+            .blocks
             .entry((object, blkid))
             .or_insert_with(|| BlockChange {
                 patch: Some(Box::new(Patch::new(block_bytes))),

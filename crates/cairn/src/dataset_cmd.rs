@@ -24,12 +24,13 @@ const SIZE_PROPERTIES: &[&str] = &[
     "volblocksize",
     "recordsize",
     "quota",
+    "refquota",
     "reservation",
     "refreservation",
 ];
 
 /// Size properties for which 0 means "not set" and prints as `none`, as zfs does.
-const NONE_WHEN_ZERO: &[&str] = &["quota", "reservation", "refreservation"];
+const NONE_WHEN_ZERO: &[&str] = &["quota", "refquota", "reservation", "refreservation"];
 
 /// Read-only statistics shown by `get` beside the properties: (name, aliases).
 const STATISTICS: &[(&str, &[&str])] = &[

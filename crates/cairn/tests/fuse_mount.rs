@@ -2,6 +2,8 @@
 //! filesystem, `cairn mount` (with a server, and starting one when none runs), ordinary file
 //! operations from this process through the kernel, `cairn unmount`, and everything still
 //! there after the server restarts (mounting by the `mountpoint` property) and in `pool check`.
+//! A quota set on the live mount gives EDQUOT to `dd` and shows as the size `df` reports;
+//! `atime` set on the live mount decides whether reads update access times.
 //! Mounting needs root and /dev/fuse (CI runs as root; .ci/run installs fuse3).
 
 mod nbd_common;
@@ -112,7 +114,10 @@ fn files_written_through_fuse_survive_unmount_and_restart() {
     // Large requests (`init` asks for 1 MiB): the 3 MiB file came in a few writes, not in
     // dozens of 128 KiB ones.
     let mean_write_bytes = field("write.bytes") / field("write.count");
-    assert!(mean_write_bytes >= 256 << 10, "mean write {mean_write_bytes} B: {stat}");
+    assert!(
+        mean_write_bytes >= 256 << 10,
+        "mean write {mean_write_bytes} B: {stat}"
+    );
     assert_eq!(
         std::fs::metadata(at.join("docs/note.txt")).unwrap().nlink(),
         2
@@ -391,6 +396,133 @@ fn fsynced_files_survive_sigkill_of_the_server() {
         assert!(&found == data, "{name}: contents differ after the kill");
     }
     env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
+
+/// `df -B1 --output=size,avail` of `at`: (size, available) in bytes.
+fn df(at: &Path) -> (u64, u64) {
+    let out = std::process::Command::new("df")
+        .args(["-B1", "--output=size,avail"])
+        .arg(at)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let numbers: Vec<u64> = text
+        .lines()
+        .nth(1)
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|field| field.parse().unwrap())
+        .collect();
+    assert_eq!(numbers.len(), 2, "{text}");
+    (numbers[0], numbers[1])
+}
+
+/// `dd` of `mib` MiB of random bytes into `file`: (succeeded, stderr).
+fn dd(file: &Path, mib: u64) -> (bool, String) {
+    let out = std::process::Command::new("dd")
+        .arg("if=/dev/urandom")
+        .arg(format!("of={}", file.display()))
+        .args(["bs=1M", &format!("count={mib}")])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `cairn list -H -p -o used,avail,refer` of `dataset`.
+fn used_avail_refer(env: &Env, dataset: &str) -> (u64, u64, u64) {
+    let out = env.ok(&["list", "-H", "-p", "-o", "used,avail,refer", dataset]);
+    let fields: Vec<u64> = out
+        .split_whitespace()
+        .map(|field| field.parse().unwrap())
+        .collect();
+    assert_eq!(fields.len(), 3, "{out}");
+    (fields[0], fields[1], fields[2])
+}
+
+#[test]
+fn a_quota_set_on_a_mounted_filesystem_gives_edquot_and_df_shows_it() {
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "tank/home"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(at.clone());
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/home", at.to_str().unwrap()]);
+    let (pool_size, _) = df(&at);
+    assert!(pool_size > 400 << 20, "df before the quota: {pool_size}");
+    let quota: u64 = 32 << 20;
+    env.ok(&["set", "quota=32M", "tank/home"]);
+    env.ok(&["set", "atime=off", "tank/home"]);
+    let got = env.ok(&["get", "-H", "-o", "value", "quota,atime", "tank/home"]);
+    assert_eq!(got.split_whitespace().collect::<Vec<_>>(), ["32M", "off"]);
+    let listed = env.ok(&["list", "-t", "filesystem"]);
+    for column in ["USED", "AVAIL", "REFER", "MOUNTPOINT"] {
+        assert!(listed.contains(column), "{listed}");
+    }
+    // The quota is the filesystem's size to df, on the live mount.
+    let (size, avail) = df(&at);
+    assert_eq!(size, quota);
+    let (used, list_avail, _) = used_avail_refer(&env, "tank/home");
+    assert_eq!(avail, quota - used);
+    assert_eq!(list_avail, quota - used);
+
+    // dd runs into the quota with EDQUOT ("Disk quota exceeded"), not ENOSPC.
+    let (ok, stderr) = dd(&at.join("big"), 64);
+    assert!(!ok, "dd of 64 MiB into a 32 MiB quota succeeded: {stderr}");
+    assert!(stderr.contains("Disk quota exceeded"), "{stderr}");
+    let written = std::fs::metadata(at.join("big")).unwrap().len();
+    assert!(written > 24 << 20 && written < quota, "{written} bytes");
+    env.ok(&["pool", "sync", "tank"]);
+    let (used, list_avail, refer) = used_avail_refer(&env, "tank/home");
+    assert!(used <= quota && used >= written, "USED {used}");
+    assert_eq!(refer, used);
+    assert_eq!(list_avail, quota - used);
+    let (size, avail) = df(&at);
+    assert_eq!((size, avail), (quota, quota - used));
+    // Small changes are refused too once nothing fits; deletes work.
+    let (ok, stderr) = dd(&at.join("more"), 4);
+    assert!(!ok && stderr.contains("Disk quota exceeded"), "{stderr}");
+    let rm = std::process::Command::new("rm")
+        .arg(at.join("big"))
+        .arg(at.join("more"))
+        .output()
+        .unwrap();
+    assert!(rm.status.success(), "{rm:?}");
+    let (ok, stderr) = dd(&at.join("after"), 16);
+    assert!(ok, "dd after rm: {stderr}");
+    env.ok(&["pool", "sync", "tank"]);
+    let (used, _, _) = used_avail_refer(&env, "tank/home");
+    assert!(used < 24 << 20, "USED {used} after rm and 16 MiB");
+    // Raised live: the size df shows follows.
+    env.ok(&["set", "quota=none", "tank/home"]);
+    assert!(df(&at).0 > 400 << 20);
+    let (ok, stderr) = dd(&at.join("big"), 48);
+    assert!(ok, "dd without a quota: {stderr}");
+
+    // atime=off (set above) leaves access times alone; atime=on, set on the live mount,
+    // updates them on reads. (The kernel keeps attributes for a second.)
+    let accessed = |path: &Path| {
+        let meta = std::fs::metadata(path).unwrap();
+        (meta.atime(), meta.atime_nsec())
+    };
+    let pause = || std::thread::sleep(std::time::Duration::from_millis(1100));
+    let file = at.join("after");
+    let before = accessed(&file);
+    pause();
+    assert_eq!(std::fs::read(&file).unwrap().len(), 16 << 20);
+    pause();
+    assert_eq!(accessed(&file), before);
+    env.ok(&["set", "atime=on", "tank/home"]);
+    std::fs::read(&file).unwrap();
+    pause();
+    assert!(accessed(&file) > before, "atime=on did not update it");
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
