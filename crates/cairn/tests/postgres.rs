@@ -8,7 +8,9 @@
 //! - the cluster has data checksums (`initdb -k`): a page that is not what PostgreSQL wrote
 //!   fails its checksum when read (during recovery, by `pg_amcheck`, or by the queries below);
 //! - `pg_amcheck --heapallindexed --rootdescend` checks every heap page and B-tree of every
-//!   database, and that each heap tuple is in its indexes;
+//!   database, and that each heap tuple is in its indexes; after a clean stop at the end,
+//!   `pg_checksums --check` reads every page of every relation file;
+//! - PostgreSQL's log from the restart on holds no ERROR or PANIC (an EIO from the mount would);
 //! - pgbench's TPC-B-like transaction adds the same delta to one account, one teller, one
 //!   branch and appends it to the history, all at once, from all-zero balances: the four sums
 //!   are equal in any state that holds whole transactions only;
@@ -138,7 +140,10 @@ impl Cluster {
             .arg(&self.data)
             .args(["-p", PORT, "-c", "listen_addresses="])
             .arg("-c")
-            .arg(format!("unix_socket_directories={}", self.socket_dir.display()))
+            .arg(format!(
+                "unix_socket_directories={}",
+                self.socket_dir.display()
+            ))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log file"))
             .stderr(log)
@@ -247,8 +252,7 @@ fn postgres_survives_sigkill_of_cairn_during_pgbench() {
     // PostgreSQL runs as another user: it must reach the mount and its socket directory.
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     env.create_pool_of("4G");
     // As a user would set up a database dataset: records of PostgreSQL's page size.
@@ -359,6 +363,7 @@ fn postgres_survives_sigkill_of_cairn_during_pgbench() {
     let mut server = env.serve();
     env.ok(&["mount", "tank/pg", at.to_str().unwrap()]);
     let started = Instant::now();
+    let log_before_restart = std::fs::metadata(&cluster.log).map_or(0, |m| m.len()) as usize;
     cluster.start();
     let logs = cluster.logs();
     assert!(
@@ -433,6 +438,31 @@ fn postgres_survives_sigkill_of_cairn_during_pgbench() {
     );
     cluster.query("CHECKPOINT");
     cluster.stop();
+    // From the restart on, PostgreSQL met no error (an EIO or a bad page would be logged).
+    let log = std::fs::read_to_string(&cluster.log).unwrap_or_default();
+    let errors: Vec<&str> = log
+        .get(log_before_restart..)
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| line.contains("ERROR:") || line.contains("PANIC:"))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "PostgreSQL logged errors after the restart:\n{}",
+        errors.join("\n")
+    );
+    // Offline, every page of every relation file (maps and TOAST included) against its
+    // checksum.
+    let checksums = cluster.run_ok(
+        "pg_checksums",
+        &["--check", "-D", data.to_str().unwrap()],
+        Duration::from_secs(300),
+    );
+    assert!(
+        checksums.stdout.contains("Bad checksums:  0"),
+        "{}",
+        checksums.describe()
+    );
     env.ok(&["unmount", "tank/pg"]);
     server.stop(libc::SIGINT, Duration::from_secs(60));
     env.assert_pool_check_clean();
