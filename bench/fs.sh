@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
         --dbench-runtime) DBENCH_RUNTIME=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
         --systems) IFS=, read -r -a SYSTEMS <<<"$2"; shift 2 ;;
-        -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
