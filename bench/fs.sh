@@ -17,32 +17,51 @@
 #   seq-read     1 MiB sequential reads after dropping the page cache
 #   creates      files created per second (4 KiB each, one directory, 20,000 files; a shell
 #                loop of this script, not fio)
+#   pgbench      PostgreSQL 15 (Debian) transactions per second: initdb onto the mount
+#                (recordsize=8K on cairn and zfs-fuse, PostgreSQL's page size; default
+#                settings: fsync on, synchronous_commit on), `pgbench -i -s 10`, then
+#                PGBENCH_RUNTIME (60) seconds of the TPC-B-like script with 4 clients, 2 threads
+#   dbench-4     dbench 4 clients (its NetBench load file) for DBENCH_RUNTIME (60) seconds, MB/s
 #
-# pgbench and dbench rows are not here yet. Prints a markdown table and the ratios the issue
-# asks for. Needs root (mounts); installs nothing itself: run .ci/run's packages plus
-# `apt-get install zfs-fuse` first.
+# --only ROW,ROW runs some rows; --systems SYS,SYS some systems. Prints a markdown table and the
+# ratios the issue asks for. Needs root (mounts; PostgreSQL runs as the `postgres` user);
+# installs nothing itself: run .ci/run's packages plus `apt-get install zfs-fuse dbench` first.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 DIR=$ROOT/target/bench-fs
 RUNTIME=15
+PGBENCH_RUNTIME=60
+DBENCH_RUNTIME=60
 ONLY=
 SYSTEMS=(cairn zfs-fuse ext4)
 while [[ $# -gt 0 ]]; do
     case $1 in
         --dir) DIR=$2; shift 2 ;;
         --runtime) RUNTIME=$2; shift 2 ;;
+        --pgbench-runtime) PGBENCH_RUNTIME=$2; shift 2 ;;
+        --dbench-runtime) DBENCH_RUNTIME=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
         --systems) IFS=, read -r -a SYSTEMS <<<"$2"; shift 2 ;;
-        -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-ROWS=(dsync-1 dsync-16 rewrite-128k aligned-8k read-cached seq-write seq-read creates)
+ROWS=(dsync-1 dsync-16 rewrite-128k aligned-8k read-cached seq-write seq-read creates pgbench
+    dbench-4)
 if [[ -n $ONLY ]]; then IFS=, read -r -a ROWS <<<"$ONLY"; fi
-for tool in fio python3 mkfs.ext4 losetup; do
+for tool in fio python3 mkfs.ext4 losetup setpriv; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
 done
+PG_BIN=/usr/lib/postgresql/15/bin
+if [[ " ${ROWS[*]} " == *" pgbench "* ]] && ! [[ -x $PG_BIN/pgbench && -x $PG_BIN/postgres ]]; then
+    echo "PostgreSQL 15 is not installed (apt-get install postgresql-15 postgresql-client-15)" >&2
+    exit 1
+fi
+if [[ " ${ROWS[*]} " == *" dbench-4 "* ]] && ! command -v dbench >/dev/null; then
+    echo "dbench is not installed (apt-get install dbench)" >&2
+    exit 1
+fi
 if [[ " ${SYSTEMS[*]} " == *" zfs-fuse "* ]] && ! command -v zfs-fuse >/dev/null; then
     echo "zfs-fuse is not installed (apt-get install zfs-fuse), or pass --systems cairn,ext4" >&2
     exit 1
@@ -58,8 +77,18 @@ mkdir -p "$MNT"
 LOOP=
 ZFS_PID=
 CAIRN_STATE=$DIR/cairn-state
+PG_SOCK=$DIR/pgsock
+PG_DATA=$MNT/pgdata
+
+# as_postgres CMD ARGS...: runs a PostgreSQL program as the `postgres` user (it refuses root).
+as_postgres() {
+    setpriv --reuid=postgres --regid=postgres --init-groups -- "$@"
+}
 
 cleanup() {
+    if [[ -f $PG_DATA/postmaster.pid ]]; then
+        as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
     umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
     [[ -n $LOOP ]] && losetup -d "$LOOP" 2>/dev/null || true
     if [[ -S $CAIRN_STATE/control.sock ]]; then
@@ -131,6 +160,24 @@ EOF
     python3 -c "print(20000 / ($end - $start))" >"$DIR/results/$system.creates.txt"
 }
 
+# pgbench SYSTEM: a PostgreSQL cluster on $MNT, `pgbench -i -s 10`, then PGBENCH_RUNTIME seconds
+# of 4 clients; pgbench's report to results/SYSTEM.pgbench.txt.
+pgbench_row() {
+    local system=$1 out=$DIR/results/$1.pgbench
+    mkdir -p "$PG_SOCK" "$PG_DATA"
+    chown postgres: "$PG_SOCK" "$PG_DATA"
+    chmod 700 "$PG_DATA"
+    as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -A trust -U postgres --no-instructions \
+        >"$out.initdb.log" 2>&1
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_SOCK/$system.log" -w -t 300 \
+        -o "-p 5432 -k $PG_SOCK -c listen_addresses=''" start >/dev/null
+    local connect=(-h "$PG_SOCK" -p 5432 -U postgres)
+    as_postgres "$PG_BIN/pgbench" "${connect[@]}" -i -s 10 -q postgres >"$out.init.log" 2>&1
+    as_postgres "$PG_BIN/pgbench" "${connect[@]}" -c 4 -j 2 -T "$PGBENCH_RUNTIME" postgres \
+        >"$out.txt" 2>"$out.stderr"
+    as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 300 stop >/dev/null
+}
+
 for system in "${SYSTEMS[@]}"; do
     for row in "${ROWS[@]}"; do
         log "$system: $row"
@@ -179,9 +226,20 @@ for system in "${SYSTEMS[@]}"; do
                 mount_system "$system" 128K
                 creates "$system"
                 ;;
+            pgbench)
+                mount_system "$system" 8K
+                pgbench_row "$system"
+                ;;
+            dbench-4)
+                mount_system "$system" 128K
+                timeout $((DBENCH_RUNTIME + 600)) dbench -D "$MNT" -t "$DBENCH_RUNTIME" 4 \
+                    >"$DIR/results/$system.dbench-4.txt" 2>&1
+                ;;
         esac
     done
     cleanup
+    # One 4 GiB image at a time on the disk.
+    rm -f "$DIR/$system.img"
 done
 
 python3 - "$DIR/results" "${SYSTEMS[@]}" -- "${ROWS[@]}" <<'EOF'
@@ -190,7 +248,23 @@ results = sys.argv[1]
 split = sys.argv.index("--")
 systems, rows = sys.argv[2:split], sys.argv[split + 1:]
 
+def reported(path, prefix):
+    """The number after `prefix` on the first line of a tool's report that starts with it."""
+    if not os.path.exists(path):
+        return None
+    for line in open(path):
+        if line.strip().startswith(prefix):
+            try:
+                return float(line.strip()[len(prefix):].split()[0])
+            except (ValueError, IndexError):
+                return None
+    return None
+
 def value(system, row):
+    if row == "pgbench":
+        return reported(os.path.join(results, f"{system}.pgbench.txt"), "tps = ")
+    if row == "dbench-4":
+        return reported(os.path.join(results, f"{system}.dbench-4.txt"), "Throughput ")
     if row == "creates":
         path = os.path.join(results, f"{system}.creates.txt")
         return float(open(path).read()) if os.path.exists(path) else None
@@ -207,7 +281,8 @@ def value(system, row):
     side = job["read"] if row.startswith("read") else job["write"]
     return side["iops"]
 
-units = {"seq-write": "MiB/s", "seq-read": "MiB/s", "creates": "files/s"}
+units = {"seq-write": "MiB/s", "seq-read": "MiB/s", "creates": "files/s", "pgbench": "tps",
+         "dbench-4": "MB/s"}
 print("| row | unit | " + " | ".join(systems) + " | cairn / zfs-fuse | cairn / ext4 |")
 print("|---|---|" + "---:|" * len(systems) + "---:|---:|")
 table = {}
