@@ -494,6 +494,15 @@ impl FuseAdapter {
         }
     }
 
+    /// The creator's mode with its umask applied, unless `parent` has a default ACL (which
+    /// then decides, as POSIX asks; the kernel leaves the umask to a filesystem with ACLs).
+    fn masked(&self, parent: u64, mode: u32, umask: u32) -> u32 {
+        match self.fs.default_acl(parent) {
+            Ok(Some(_)) => mode,
+            _ => mode & !umask,
+        }
+    }
+
     /// Owner and group of a new inode made by `req` in `parent`, and the mode adjusted for a
     /// set-group-ID parent (its group and, for a directory, the bit itself pass on).
     fn new_inode(
@@ -543,13 +552,18 @@ fn empty(reply: ReplyEmpty, result: Result<(), FsError>) {
 
 impl fuser::Filesystem for FuseAdapter {
     /// Asks the kernel for readdirplus (a listing carries attributes: no lookup per name),
-    /// parallel directory calls (the filesystem's own locks order them) and 1 MiB reads,
+    /// parallel directory calls (the filesystem's own locks order them), POSIX ACLs (the
+    /// kernel enforces them; `cairn_fs::acl` keeps mode and ACL agreeing and inherits default
+    /// ACLs), and 1 MiB reads,
     /// writes and read-ahead. The kernel's writeback cache stays off: every write(2) reaches
     /// the filesystem, so `sync=always` holds for each write and `fsync` sees all data.
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_PARALLEL_DIROPS;
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_POSIX_ACL
+            // The umask is ours to apply (`masked`): a default ACL replaces it.
+            | InitFlags::FUSE_DONT_MASK;
         // What this kernel lacks is simply not used.
         let _ = config.add_capabilities(wanted & config.capabilities());
         if let Err(nearest) = config.set_max_write(LARGE_IO_BYTES) {
@@ -634,7 +648,8 @@ impl fuser::Filesystem for FuseAdapter {
             return reply.error(Errno::EINVAL);
         }
         let parent = object_of(parent);
-        let new = self.new_inode(req, parent, kind, mode & !umask, u64::from(rdev));
+        let mode = self.masked(parent, mode, umask);
+        let new = self.new_inode(req, parent, kind, mode, u64::from(rdev));
         let made = self.timed(FsOpKind::Create, || {
             self.fs.create(parent, name.as_bytes(), new)
         });
@@ -651,7 +666,8 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEntry,
     ) {
         let parent = object_of(parent);
-        let new = self.new_inode(req, parent, FileKind::Directory, mode & !umask, 0);
+        let mode = self.masked(parent, mode, umask);
+        let new = self.new_inode(req, parent, FileKind::Directory, mode, 0);
         let made = self.timed(FsOpKind::Create, || {
             self.fs.mkdir(parent, name.as_bytes(), new)
         });
@@ -757,7 +773,8 @@ impl fuser::Filesystem for FuseAdapter {
     ) {
         let parent = object_of(parent);
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::File);
-        let new = self.new_inode(req, parent, kind, mode & !umask, 0);
+        let mode = self.masked(parent, mode, umask);
+        let new = self.new_inode(req, parent, kind, mode, 0);
         let made = self.timed(FsOpKind::Create, || {
             self.fs
                 .create(parent, name.as_bytes(), new)

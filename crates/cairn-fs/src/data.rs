@@ -2,6 +2,7 @@
 //! fallocate and holes. As in `namespace.rs`, each changing call has a `do_*` twin that replay
 //! uses with the logged times; file data is logged as `Write` records.
 
+use crate::acl::{self, Acl};
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{self, DirMap, MAP_BLOCK_BYTES};
 use crate::log::FsOp;
@@ -67,6 +68,7 @@ impl Filesystem {
         if let Some(mode) = changes.mode {
             attrs.mode = mode & 0o7777;
             attrs.ctime = now;
+            self.chmod_access_acl(hold, &attrs)?;
         }
         if let Some(uid) = changes.uid {
             attrs.uid = uid;
@@ -399,6 +401,16 @@ impl Filesystem {
         now: Timestamp,
     ) -> Result<(), FsError> {
         let mut attrs = self.getattr(object)?;
+        // A POSIX ACL is checked, and an access ACL sets the mode (`acl.rs`).
+        if name == acl::ACCESS_XATTR {
+            let bits = Acl::parse(value)?.mode_bits();
+            attrs.mode = (attrs.mode & !0o777) | bits;
+        } else if name == acl::DEFAULT_XATTR {
+            Acl::parse(value)?;
+            if attrs.kind != FileKind::Directory {
+                return Err(FsError::Invalid("a default ACL on a non-directory".into()));
+            }
+        }
         if attrs.xattr_object == 0 {
             if mode == XattrMode::Replace {
                 return Err(FsError::NoAttribute);
@@ -419,6 +431,28 @@ impl Filesystem {
         }
         attrs.ctime = now;
         self.put_attrs(hold, object, &attrs)
+    }
+
+    /// A chmod of an inode with an access ACL rewrites the ACL's three classes (`acl.rs`).
+    fn chmod_access_acl(&self, hold: &TxgHold, attrs: &InodeAttrs) -> Result<(), FsError> {
+        if attrs.xattr_object == 0 {
+            return Ok(());
+        }
+        let map = DirMap::new(&self.objset, attrs.xattr_object);
+        let Some(entry) = map.get(acl::ACCESS_XATTR)? else {
+            return Ok(());
+        };
+        let acl = Acl::parse(&entry.value)?.with_mode(attrs.mode);
+        map.set_value(Tx::held(hold), acl::ACCESS_XATTR, &acl.encode())
+    }
+
+    /// The default ACL of directory `dir`, if it has one (what new inodes in it inherit).
+    pub fn default_acl(&self, dir: u64) -> Result<Option<Acl>, FsError> {
+        match self.getxattr(dir, acl::DEFAULT_XATTR) {
+            Ok(raw) => Acl::parse(&raw).map(Some),
+            Err(FsError::NoAttribute) => Ok(None),
+            Err(err) => Err(err),
+        }
     }
 
     /// Removes extended attribute `name` of inode `object`.

@@ -53,6 +53,7 @@
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
 //! stored as any attribute but not enforced. No file locks beyond what the kernel keeps.
 
+pub mod acl;
 pub mod attrs;
 pub mod check;
 mod data;

@@ -2,13 +2,14 @@
 //! joins the open txg, makes the change through its `do_*` twin (which replay calls too, with
 //! the logged object numbers and times) and logs it (`FsOp`).
 
+use crate::acl;
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
 use crate::log::FsOp;
 use crate::{
     DELETE_QUEUE_OBJECT, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, NewInode, ROOT_OBJECT,
-    RenameMode, SYMLINK_BYTES_MAX, Tx, check_name, decode_entry_value, encode_entry_value,
-    small_block_bytes,
+    RenameMode, SYMLINK_BYTES_MAX, Tx, XattrMode, check_name, decode_entry_value,
+    encode_entry_value, small_block_bytes,
 };
 use cairn_format::{BLOCK_SIZE_GRANULE, ObjectType};
 use cairn_pool::txg::TxgHold;
@@ -74,7 +75,43 @@ impl Filesystem {
         )
     }
 
+    /// Creates an inode, inheriting the directory's default ACL (`acl.rs`): the mode the
+    /// creator asked for limits the inherited entries, the inode's mode comes from the result,
+    /// and the ACLs are set on it right after.
     pub(crate) fn make(
+        &self,
+        dir: u64,
+        name: &[u8],
+        mut new: NewInode,
+        symlink_target: &[u8],
+    ) -> Result<(u64, InodeAttrs), FsError> {
+        let inherited = match new.kind {
+            FileKind::Symlink => None,
+            _ => self.default_acl(dir)?,
+        };
+        let access = inherited.clone().map(|default| {
+            let (access, mode) = default.inherited(new.mode);
+            new.mode = mode;
+            access
+        });
+        let (object, attrs) = self.make_inode(dir, name, new, symlink_target)?;
+        let mut acls = Vec::new();
+        if let Some(access) = access.filter(|access| !access.is_minimal()) {
+            acls.push((acl::ACCESS_XATTR, access));
+        }
+        if let (Some(default), FileKind::Directory) = (inherited, new.kind) {
+            acls.push((acl::DEFAULT_XATTR, default));
+        }
+        if acls.is_empty() {
+            return Ok((object, attrs));
+        }
+        for (name, acl) in acls {
+            self.setxattr(object, name, &acl.encode(), XattrMode::Any)?;
+        }
+        Ok((object, self.getattr(object)?))
+    }
+
+    fn make_inode(
         &self,
         dir: u64,
         name: &[u8],

@@ -526,3 +526,88 @@ fn a_quota_set_on_a_mounted_filesystem_gives_edquot_and_df_shows_it() {
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
+
+/// Runs `argv` as user nobody (uid/gid 65534); whether it succeeded, and its output.
+fn as_nobody(argv: &[&str]) -> (bool, String) {
+    let run = run_limited(
+        std::process::Command::new(tool("setpriv", "util-linux"))
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(argv),
+        std::time::Duration::from_secs(30),
+    );
+    (run.success(), format!("{}{}", run.stdout, run.stderr))
+}
+
+fn acl_tool(name: &str, args: &[&str], at: &Path) -> String {
+    let run = run_limited(
+        std::process::Command::new(tool(name, "acl"))
+            .args(args)
+            .current_dir(at),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(run.success(), "{name} {args:?}: {}", run.describe());
+    run.stdout
+}
+
+#[test]
+fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
+    let _heavy = heavy();
+    let env = Env::new();
+    // Another user must be able to reach the mount.
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.create_pool();
+    env.ok(&["create", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(at.clone());
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = at.join("secret");
+    std::fs::write(&secret, b"for nobody's eyes").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let path = secret.to_str().unwrap();
+    let (read, out) = as_nobody(&["cat", path]);
+    assert!(!read, "mode 0600 keeps nobody out: {out}");
+    // A named entry lets one user in; the mode's group bits show the mask.
+    acl_tool("setfacl", &["-m", "u:nobody:r", "secret"], &at);
+    let (read, out) = as_nobody(&["cat", path]);
+    assert!(read && out.contains("for nobody's eyes"), "{out}");
+    let mode = std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o640, "group bits are the mask r--");
+    // chmod rewrites the mask: g-r takes nobody's read away again.
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let listed = acl_tool("getfacl", &["-c", "secret"], &at);
+    assert!(listed.contains("mask::---"), "{listed}");
+    let (read, out) = as_nobody(&["cat", path]);
+    assert!(!read, "the mask limits the named entry: {out}");
+    // A default ACL: new files and directories inherit it, the umask does not apply.
+    std::fs::create_dir(at.join("shared")).unwrap();
+    acl_tool(
+        "setfacl",
+        &["-d", "-m", "u:nobody:rwx,m::rwx", "shared"],
+        &at,
+    );
+    std::fs::write(at.join("shared/new"), b"x").unwrap();
+    std::fs::create_dir(at.join("shared/sub")).unwrap();
+    let file_acl = acl_tool("getfacl", &["-c", "shared/new"], &at);
+    assert!(file_acl.contains("user:nobody:rwx"), "{file_acl}");
+    let dir_acl = acl_tool("getfacl", &["-c", "shared/sub"], &at);
+    assert!(dir_acl.contains("default:user:nobody:rwx"), "{dir_acl}");
+    let (wrote, out) = as_nobody(&[
+        "sh",
+        "-c",
+        &format!("echo hi >> {}/shared/new", at.display()),
+    ]);
+    assert!(wrote, "nobody writes through the inherited entry: {out}");
+    // Everything holds after a restart (the ACLs are xattrs of the pool, the modes agree).
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let (read, _) = as_nobody(&["cat", path]);
+    assert!(!read, "after the restart the mask still limits");
+    assert_eq!(std::fs::read(at.join("shared/new")).unwrap(), b"xhi\n");
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
