@@ -11,6 +11,20 @@ use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
+/// Indirect blocks of 4 KiB (32 pointers) for the hashed maps of filesystems (directories,
+/// extended attributes): their blocks are few and sparse (leaves from block 2^24), and with
+/// 128 KiB indirect blocks (two copies each) the path to the first leaf alone took 1.3 MiB per
+/// directory. Everything else keeps 128 KiB (fewer levels over large files and volumes).
+fn indirect_shift_for(object_type: ObjectType) -> u8 {
+    match object_type {
+        ObjectType::Directory | ObjectType::Xattrs => MAP_INDIRECT_SHIFT,
+        _ => cairn_format::dnode::INDIRECT_SHIFT_DEFAULT,
+    }
+}
+
+/// log2 of the indirect block size of filesystems' hashed maps (`indirect_shift_for`).
+const MAP_INDIRECT_SHIFT: u8 = 12;
+
 /// An estimate of the indirect blocks (two copies each) that giving block `blkid` of `object`
 /// data in `txg` creates, for `ObjectSet::space_estimate`: see `indirect_growth`.
 fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -> u64 {
@@ -123,6 +137,7 @@ impl ObjectSet {
         assert!(object > 0, "object 0 is the meta-dnode");
         let mut dnode = Dnode::free();
         dnode.object_type = object_type;
+        dnode.indirect_shift = indirect_shift_for(object_type);
         dnode.data_block_size = data_block_size;
         dnode.birth_txg = txg;
         dnode.levels = 1;
@@ -152,6 +167,7 @@ impl ObjectSet {
         assert!(object > 0, "object 0 is the meta-dnode");
         let mut dnode = Dnode::free();
         dnode.object_type = object_type;
+        dnode.indirect_shift = indirect_shift_for(object_type);
         dnode.data_block_size = data_block_size;
         dnode.birth_txg = txg;
         dnode.levels = 1;
