@@ -393,8 +393,6 @@ pub struct Filesystem {
     dirty_txg: Mutex<HashMap<u64, u64>>,
     space_check: Option<SpaceCheck>,
     intent_log: Option<Arc<cairn_zil::IntentLog>>,
-    /// The newest record logged: committing it commits every change before it.
-    last_ticket: Mutex<Option<cairn_zil::Ticket>>,
     stats: FsStats,
     op_stats: Mutex<ops::FsOpStats>,
 }
@@ -518,7 +516,6 @@ impl Filesystem {
             dirty_txg: Mutex::new(HashMap::new()),
             space_check: None,
             intent_log: None,
-            last_ticket: Mutex::new(None),
             stats: FsStats::default(),
             op_stats: Mutex::default(),
         };
