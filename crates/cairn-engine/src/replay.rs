@@ -229,10 +229,21 @@ impl Pool {
         let txg = hold.txg();
         let ClaimedLog { log, to_free } = claimed;
         let objset = if is_filesystem {
-            let fs = self.build_filesystem(name)?;
+            let fs = self.build_filesystem(name)?.for_replay();
             if apply {
                 for record in &log.records {
-                    fs.replay_record(hold, record)?;
+                    fs.replay_record(hold, record)
+                        .map_err(|err| EngineError::Import {
+                            pool: self.core.name.clone(),
+                            reason: format!(
+                                "{name}: replaying intent-log record {} ({:?}, txg {}, object {}): {}",
+                                record.sequence,
+                                record.kind,
+                                record.txg,
+                                record.object,
+                                crate::error_chain(&err)
+                            ),
+                        })?;
                 }
             }
             fs.objset().clone()

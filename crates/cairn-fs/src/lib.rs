@@ -393,6 +393,9 @@ pub struct Filesystem {
     dirty_txg: Mutex<HashMap<u64, u64>>,
     space_check: Option<SpaceCheck>,
     intent_log: Option<Arc<cairn_zil::IntentLog>>,
+    /// Built to replay the intent log (`for_replay`): an inode whose last name goes is queued
+    /// for deletion instead of freed, as if open.
+    replaying: bool,
     stats: FsStats,
     op_stats: Mutex<ops::FsOpStats>,
 }
@@ -516,6 +519,7 @@ impl Filesystem {
             dirty_txg: Mutex::new(HashMap::new()),
             space_check: None,
             intent_log: None,
+            replaying: false,
             stats: FsStats::default(),
             op_stats: Mutex::default(),
         };
