@@ -58,7 +58,7 @@ use cairn_fs::attrs::FileKind;
 use cairn_fs::{Fallocate, Filesystem, FsError, NewInode, RenameMode, SetAttrs, XattrMode};
 use common::Rng;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -107,6 +107,9 @@ struct Tree {
     /// Open files whose last name went away: still written, truncated and fsynced, gone
     /// after a crash (the delete queue is drained at import).
     orphans: BTreeMap<u64, Node>,
+    /// A create that failed (the power went): it may have happened all the same (its record
+    /// reached the log), under an object number it never returned: (directory, name, inode).
+    unsure_create: Option<(u64, Vec<u8>, Node)>,
 }
 
 /// An inode with what is derived from the tree's shape: what `getattr` must say.
@@ -128,6 +131,7 @@ impl Tree {
             nodes,
             open: Vec::new(),
             orphans: BTreeMap::new(),
+            unsure_create: None,
         }
     }
 
@@ -222,6 +226,31 @@ impl Tree {
                 self.orphans.insert(object, node);
             }
         }
+    }
+
+    /// True when `found` shows this state (with a failed create, either without it or with
+    /// it under whatever object number `found` gives it).
+    fn shows(&self, found: &BTreeMap<u64, Seen>) -> bool {
+        if self.seen() == *found {
+            return true;
+        }
+        let Some((dir, name, node)) = &self.unsure_create else {
+            return false;
+        };
+        let Some(object) = found
+            .get(dir)
+            .and_then(|seen| seen.node.entries.get(name))
+            .copied()
+        else {
+            return false;
+        };
+        if self.nodes.contains_key(&object) {
+            return false;
+        }
+        let mut made = self.clone();
+        made.nodes.insert(object, node.clone());
+        made.node_mut(*dir).entries.insert(name.clone(), object);
+        made.seen() == *found
     }
 
     /// What `getattr` and reads must show for every inode of the subtree.
@@ -479,6 +508,11 @@ fn step(
                 _ => fs.symlink(dir, &name, &target, new_inode(kind, 0)),
             };
             let text = format!("{kind:?} {dir}/{}", show(&name));
+            let mode = match kind {
+                FileKind::File => mode,
+                FileKind::Directory => mode | 0o700,
+                _ => 0o777,
+            };
             match result {
                 Ok((object, attrs)) => {
                     let node = match kind {
@@ -489,7 +523,15 @@ fn step(
                     model.node_mut(dir).entries.insert(name, object);
                     (format!("{text} = {object}"), false, Ok(()))
                 }
-                Err(err) => (text, false, Err(err)),
+                Err(err) => {
+                    let data = if kind == FileKind::Symlink {
+                        target
+                    } else {
+                        Vec::new()
+                    };
+                    model.unsure_create = Some((dir, name, Node::new(kind, mode, data)));
+                    (text, false, Err(err))
+                }
             }
         }
         17..=41 => {
@@ -734,9 +776,10 @@ fn run_thread(
     top: u64,
     seed: u64,
     thread: usize,
-    recordsize: u64,
+    scenario: &Scenario,
     power: &PowerSwitch,
 ) -> ThreadRun {
+    let recordsize = scenario.recordsize;
     let mut rng = Rng(seed.wrapping_mul(7919).wrapping_add(thread as u64));
     let mut run = ThreadRun {
         states: vec![Tree::new(top)],
@@ -759,7 +802,8 @@ fn run_thread(
         match result {
             Ok(()) => {
                 model = next;
-                if is_fsync {
+                // Under sync=always every change is durable when it returns.
+                if is_fsync || scenario.sync_always {
                     run.fsynced = run.started;
                 }
             }
@@ -826,21 +870,35 @@ fn import(dir: &Path, log_device: bool, readonly: bool) -> Result<Pool, cairn_en
 struct Scenario {
     log_device: bool,
     recordsize: u64,
+    /// `sync=always` (one seed in five): every change commits the log before it returns.
+    sync_always: bool,
     trip_after_ops: u64,
 }
 
 fn scenario(seed: u64) -> Scenario {
     let mut rng = Rng(seed ^ 0xf5c4);
+    let sync_always = seed % 5 == 4;
     Scenario {
         log_device: seed % 2 == 1,
         recordsize: [4 << 10, 16 << 10, 128 << 10][(seed % 3) as usize],
-        trip_after_ops: 1 + rng.below(400),
+        sync_always,
+        // Workloads take 150 to 300 device operations (many more under sync=always).
+        trip_after_ops: 1 + rng.below(if sync_always { 600 } else { 200 }),
     }
+}
+
+/// Where a thread's subtree landed after a cut: it matched the state after `matched`
+/// operations, of which `fsynced` were promised durable and `started` begun.
+#[derive(Debug, Clone, Copy)]
+struct Landed {
+    fsynced: usize,
+    matched: usize,
+    started: usize,
 }
 
 enum Round {
     /// Cut mid-workload and verified.
-    Cut(CutReport),
+    Cut(CutReport, Vec<Landed>),
     /// Every thread finished before the cut point, after this many device operations.
     Finished { ops: u64 },
 }
@@ -851,20 +909,36 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         scenario.trip_after_ops = trip;
     }
     let label = format!(
-        "seed {seed} (recordsize {}K, log device {}, trip after {} ops; replay with \
+        "seed {seed} (recordsize {}K, sync {}, log device {}, trip after {} ops; replay with \
          CAIRN_FS_CRASH_SEED={seed} CAIRN_FS_CRASH_TRIP={})",
         scenario.recordsize >> 10,
+        if scenario.sync_always {
+            "always"
+        } else {
+            "standard"
+        },
         scenario.log_device,
         scenario.trip_after_ops,
         scenario.trip_after_ops
     );
-    let dir = common::CrashRound::new();
+    let dir = match scratch_parent() {
+        Some(parent) => common::CrashRound::new_in(&parent),
+        None => common::CrashRound::new(),
+    };
     let power = Arc::new(PowerSwitch::with_seed(seed));
     let opener = common::recording_opener(seed, Some(power.clone()), Some(dir.record_dir()));
     let pool = create_pool(dir.path(), scenario.log_device, opener);
+    let sync = if scenario.sync_always {
+        "always"
+    } else {
+        "standard"
+    };
     pool.create_filesystem(
         "tank/fs",
-        &[("recordsize".into(), format!("{}", scenario.recordsize))],
+        &[
+            ("recordsize".into(), format!("{}", scenario.recordsize)),
+            ("sync".into(), sync.into()),
+        ],
         (0, 0),
         0o755,
     )
@@ -895,9 +969,9 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
             .enumerate()
             .map(|(thread, &top)| {
                 let (fs, power, finished, failed) = (&fs, &power, &finished, &failed);
-                let recordsize = scenario.recordsize;
+                let scenario = &scenario;
                 scope.spawn(move || {
-                    let run = run_thread(fs, top, seed, thread, recordsize, power);
+                    let run = run_thread(fs, top, seed, thread, scenario, power);
                     if run.failure.is_some() {
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -960,12 +1034,22 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         .unwrap_or_else(|err| panic!("{label}: import after the cut: {err}"));
     let notes = pool.notes().join("; ");
     let fs = pool.filesystem("tank/fs").expect("filesystem after import");
+    let mut landed = Vec::new();
     for (thread, run) in runs.iter().enumerate() {
         let found = read_tree(&fs, tops[thread])
             .unwrap_or_else(|err| panic!("{label}: thread {thread}: {err}; import: {notes}"));
-        let matched = (run.fsynced..=run.started).find(|&m| run.states[m].seen() == found);
-        if matched.is_none() {
-            let earlier = (0..run.fsynced).rev().find(|&m| run.states[m].seen() == found);
+        // The latest match: an operation that changed nothing matches twice.
+        let matched = (run.fsynced..=run.started)
+            .rev()
+            .find(|&m| run.states[m].shows(&found));
+        if let Some(matched) = matched {
+            landed.push(Landed {
+                fsynced: run.fsynced,
+                matched,
+                started: run.started,
+            });
+        } else {
+            let earlier = (0..run.fsynced).rev().find(|&m| run.states[m].shows(&found));
             let ops: Vec<String> = run
                 .described
                 .iter()
@@ -1002,16 +1086,34 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         report.problems()
     );
     pool.close().expect("close");
-    Round::Cut(cut)
+    Round::Cut(cut, landed)
+}
+
+/// A RAM file system for the rounds' device files when there is room (the devices are
+/// emulated, power cuts included, so the backing files' own `fdatasync`s buy nothing, and on
+/// a disk they take most of a round's time); `None`: the temporary directory.
+fn scratch_parent() -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    const ROOM_BYTES: u64 = 2 << 30;
+    let parent = PathBuf::from("/dev/shm");
+    let path = std::ffi::CString::new(parent.as_os_str().as_bytes()).ok()?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and `stat` is a valid, writable statvfs.
+    let rc = unsafe { libc::statvfs(path.as_ptr(), &mut stat) };
+    let free_bytes = u64::from(stat.f_bavail).saturating_mul(stat.f_frsize);
+    (rc == 0 && free_bytes >= ROOM_BYTES && tempfile::tempdir_in(&parent).is_ok())
+        .then_some(parent)
 }
 
 /// Runs `seed` until an attempt cuts mid-workload (a later attempt draws its cut point inside
-/// the device operations the previous one issued).
-fn cut_seed(seed: u64) -> CutReport {
+/// the device operations the previous one issued); returns the cut, where each thread
+/// landed, and the attempts it took.
+fn cut_seed(seed: u64) -> (CutReport, Vec<Landed>, u64) {
     let mut trip = None;
     for attempt in 1..=4u64 {
         match run_seed(seed, trip) {
-            Round::Cut(report) => return report,
+            Round::Cut(report, landed) => return (report, landed, attempt),
             Round::Finished { ops } => {
                 trip = Some(1 + Rng(seed ^ (attempt << 40)).below(ops.max(1)));
             }
@@ -1035,7 +1137,8 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
                 }
             }
             None => {
-                cut_seed(seed);
+                let (report, landed, attempts) = cut_seed(seed);
+                eprintln!("{report}; {attempts} attempts; {landed:?}");
             }
         }
         return;
@@ -1044,20 +1147,34 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let (mut cuts, mut torn) = (0u64, 0u64);
+    let (mut cuts, mut torn, mut attempts) = (0u64, 0u64, 0u64);
+    let (mut subtrees, mut promised, mut beyond, mut all_started) = (0u64, 0u64, 0u64, 0u64);
     for seed in 1..=points {
-        let report = cut_seed(seed);
+        let (report, landed, tries) = cut_seed(seed);
         cuts += 1;
+        attempts += tries;
         torn += u64::from(report.in_flight_writes > 0);
+        for thread in landed {
+            subtrees += 1;
+            promised += u64::from(thread.fsynced > 0);
+            beyond += u64::from(thread.matched > thread.fsynced);
+            all_started += u64::from(thread.matched == thread.started);
+        }
     }
     eprintln!(
-        "filesystem crash test: {cuts} power cuts, each mid-workload; {torn} tore a write in flight"
+        "filesystem crash test: {cuts} power cuts ({attempts} rounds), each mid-workload; \
+         {torn} tore a write in flight; of {subtrees} subtrees checked, {promised} had fsynced \
+         changes to keep, {beyond} kept changes past their last fsync, {all_started} kept \
+         every operation started"
     );
     if points >= 20 {
+        // The check must have had something to check, at both ends.
         assert!(
             torn * 4 >= cuts,
             "only {torn} of {cuts} cuts caught a write in flight"
         );
+        assert!(promised * 2 >= subtrees, "few fsyncs returned before the cuts");
+        assert!(beyond > 0 && beyond < subtrees, "{beyond} of {subtrees}");
     }
 }
 
