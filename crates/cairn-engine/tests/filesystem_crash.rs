@@ -335,7 +335,11 @@ fn read_tree(fs: &Filesystem, top: u64) -> Result<BTreeMap<u64, Seen>, String> {
                 let mut failure = None;
                 fs.readdir(object, 0, |entry| {
                     if entry.name != b"." && entry.name != b".." {
-                        if node.entries.insert(entry.name.clone(), entry.object).is_some() {
+                        if node
+                            .entries
+                            .insert(entry.name.clone(), entry.object)
+                            .is_some()
+                        {
                             failure = Some(format!(
                                 "directory {object} lists {:?} twice",
                                 String::from_utf8_lossy(&entry.name)
@@ -423,8 +427,14 @@ fn difference(found: &BTreeMap<u64, Seen>, model: &BTreeMap<u64, Seen>) -> Strin
         if a.xattrs != b.xattrs {
             return format!(
                 "inode {object}: xattrs {:?}, model {:?}",
-                a.xattrs.keys().map(|k| String::from_utf8_lossy(k)).collect::<Vec<_>>(),
-                b.xattrs.keys().map(|k| String::from_utf8_lossy(k)).collect::<Vec<_>>()
+                a.xattrs
+                    .keys()
+                    .map(|k| String::from_utf8_lossy(k))
+                    .collect::<Vec<_>>(),
+                b.xattrs
+                    .keys()
+                    .map(|k| String::from_utf8_lossy(k))
+                    .collect::<Vec<_>>()
             );
         }
         if a.data != b.data {
@@ -503,7 +513,7 @@ fn step(
     let dirs = model.dirs();
     let choice = rng.below(100);
     Some(match choice {
-        0..=9 | 10..=13 | 14..=16 => {
+        0..=16 => {
             let kind = match choice {
                 0..=9 => FileKind::File,
                 10..=13 => FileKind::Directory,
@@ -642,21 +652,29 @@ fn step(
                     if target_dir && old_dir != new_dir && model.within(target, old_dir) {
                         return None;
                     }
-                    model.node_mut(old_dir).entries.insert(old_name.clone(), target);
-                    model.node_mut(new_dir).entries.insert(new_name.clone(), source);
+                    model
+                        .node_mut(old_dir)
+                        .entries
+                        .insert(old_name.clone(), target);
+                    model
+                        .node_mut(new_dir)
+                        .entries
+                        .insert(new_name.clone(), source);
                 }
                 (_, target) => {
                     if let Some(target) = target {
                         let target_node = model.node(target);
                         let target_dir = target_node.kind == FileKind::Directory;
-                        if source_dir != target_dir
-                            || target_dir && !target_node.entries.is_empty()
+                        if source_dir != target_dir || target_dir && !target_node.entries.is_empty()
                         {
                             return None;
                         }
                     }
                     model.node_mut(old_dir).entries.remove(&old_name);
-                    model.node_mut(new_dir).entries.insert(new_name.clone(), source);
+                    model
+                        .node_mut(new_dir)
+                        .entries
+                        .insert(new_name.clone(), source);
                     model.collect();
                 }
             }
@@ -764,13 +782,11 @@ fn step(
         84..=86 => {
             // Open a named file, or let go of one (an orphan is then freed).
             if !model.open.is_empty() && rng.below(2) == 0 {
-                let object = model.open.remove(rng.below(model.open.len() as u64) as usize);
+                let object = model
+                    .open
+                    .remove(rng.below(model.open.len() as u64) as usize);
                 model.orphans.remove(&object);
-                (
-                    format!("release {object}"),
-                    false,
-                    fs.release_inode(object),
-                )
+                (format!("release {object}"), false, fs.release_inode(object))
             } else {
                 let closed = model.named_of(|node| node.kind == FileKind::File);
                 let closed: Vec<u64> = closed
@@ -1041,7 +1057,9 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         }
         return Round::Finished { ops };
     }
-    let cut = power.last_cut().expect("a thread failed: the switch tripped");
+    let cut = power
+        .last_cut()
+        .expect("a thread failed: the switch tripped");
     dir.write_cut_point(&format!("filesystem_crash.rs {label}: {cut}"));
     assert!(
         cut.tripped_by.is_some(),
@@ -1053,7 +1071,7 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
     // One seed in three: the power goes again during the first import (its replay, or the
     // txgs after it); the next import must find the same log and apply it once.
     let mut import_cut = false;
-    if seed % 3 == 0 {
+    if seed.is_multiple_of(3) {
         let power = Arc::new(PowerSwitch::with_seed(seed ^ 0x1a));
         power.arm_after_ops(1 + Rng(seed ^ 0x1a).below(30));
         let first = Pool::import(
@@ -1090,7 +1108,9 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
                 started: run.started,
             });
         } else {
-            let earlier = (0..run.fsynced).rev().find(|&m| run.states[m].shows(&found));
+            let earlier = (0..run.fsynced)
+                .rev()
+                .find(|&m| run.states[m].shows(&found));
             let ops: Vec<String> = run
                 .described
                 .iter()
@@ -1142,9 +1162,8 @@ fn scratch_parent() -> Option<PathBuf> {
     let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: `path` is NUL-terminated and `stat` is a valid, writable statvfs.
     let rc = unsafe { libc::statvfs(path.as_ptr(), &mut stat) };
-    let free_bytes = u64::from(stat.f_bavail).saturating_mul(stat.f_frsize);
-    (rc == 0 && free_bytes >= ROOM_BYTES && tempfile::tempdir_in(&parent).is_ok())
-        .then_some(parent)
+    let free_bytes = stat.f_bavail.saturating_mul(stat.f_frsize);
+    (rc == 0 && free_bytes >= ROOM_BYTES && tempfile::tempdir_in(&parent).is_ok()).then_some(parent)
 }
 
 /// Runs `seed` until an attempt cuts mid-workload (a later attempt draws its cut point inside
@@ -1181,9 +1200,7 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
             }
             None => {
                 let (report, landed, attempts, import_cut) = cut_seed(seed);
-                eprintln!(
-                    "{report}; {attempts} attempts; {landed:?}; import cut: {import_cut}"
-                );
+                eprintln!("{report}; {attempts} attempts; {landed:?}; import cut: {import_cut}");
             }
         }
         return;
@@ -1223,7 +1240,10 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
             torn * 4 >= cuts,
             "only {torn} of {cuts} cuts caught a write in flight"
         );
-        assert!(promised * 2 >= subtrees, "few fsyncs returned before the cuts");
+        assert!(
+            promised * 2 >= subtrees,
+            "few fsyncs returned before the cuts"
+        );
         assert!(beyond > 0 && beyond < subtrees, "{beyond} of {subtrees}");
         assert!(imports_cut > 0, "no power cut fell in an import");
     }
@@ -1272,7 +1292,10 @@ fn fsync_commits_a_newer_txg_record_logged_before_an_older_txg_one() {
         let synced_before = engine.phases().last_synced_txg;
         let syncer = scope.spawn(|| pool.sync().expect("sync"));
         while engine.phases().quiescing_txg.is_none() {
-            assert!(!syncer.is_finished(), "the sync did not wait for the long write");
+            assert!(
+                !syncer.is_finished(),
+                "the sync did not wait for the long write"
+            );
             std::thread::yield_now();
         }
         fs.write(small, 0, b"new").expect("write into T + 1");
@@ -1330,7 +1353,8 @@ fn changes_to_a_file_unlinked_while_open_replay_and_the_file_goes() {
     fs.write(orphan, 0, &pattern(70_000, 1)).expect("write");
     fs.open_inode(orphan).expect("open");
     fs.unlink(root, b"orphan").expect("unlink while open");
-    fs.write(orphan, 10, b"still open").expect("write to the orphan");
+    fs.write(orphan, 10, b"still open")
+        .expect("write to the orphan");
     fs.setattr(
         orphan,
         SetAttrs {
