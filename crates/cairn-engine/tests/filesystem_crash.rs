@@ -496,7 +496,8 @@ struct ThreadRun {
 }
 
 /// One step: builds a valid operation from the model, applies it to the model and to the
-/// filesystem. `Ok(None)` when the drawn kind had nothing to act on.
+/// filesystem; returns what it was, whether it was an fsync, and the filesystem's answer.
+/// `None` when the drawn kind had nothing to act on.
 fn step(
     fs: &Filesystem,
     model: &mut Tree,
@@ -544,10 +545,10 @@ fn step(
                 _ => 0o777,
             };
             match result {
-                Ok((object, attrs)) => {
+                Ok((object, _)) => {
                     let node = match kind {
-                        FileKind::Symlink => Node::new(kind, 0o777, target),
-                        _ => Node::new(kind, attrs.mode, Vec::new()),
+                        FileKind::Symlink => Node::new(kind, mode, target),
+                        _ => Node::new(kind, mode, Vec::new()),
                     };
                     model.nodes.insert(object, node);
                     model.node_mut(dir).entries.insert(name, object);

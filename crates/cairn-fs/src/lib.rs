@@ -52,6 +52,8 @@
 //! copies each), which counts against quotas. Extended
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
 //! stored as any attribute but not enforced. No file locks beyond what the kernel keeps.
+//! A replayed write sets its file's mtime and ctime to the time of the replay (`Write`
+//! records carry no time).
 
 pub mod acl;
 pub mod attrs;
