@@ -37,8 +37,12 @@
 //! entries that reach it included; and at most the count it started, so nothing appears that
 //! was never written, no operation is half applied, no byte is garbage. (The operation that
 //! failed when the power went may or may not have happened; a create among them may have
-//! happened under an object number it never returned.) Files unlinked while open are gone
-//! after the import. Timestamps are not compared: a replayed write sets mtime to the replay's
+//! happened under an object number it never returned.) One relaxation: a write after the
+//! last fsync may come back torn at a 512-byte boundary of the file, its head new and its
+//! tail old, since the log splits long writes into records at absolute sector boundaries and
+//! the durable part of the log can end between two of them (as a disk keeps some sectors of
+//! a write in flight; ZFS's log splits writes the same way). Such a write was never
+//! acknowledged as durable. Files unlinked while open are gone after the import. Timestamps are not compared: a replayed write sets mtime to the replay's
 //! time (`Write` records carry no time). If filesystems ever log on several lanes the prefix
 //! holds per lane only, and this check must be relaxed to the files fsynced.
 //!
@@ -92,6 +96,8 @@ const DIRS_PER_THREAD_MAX: usize = 4;
 /// Names every kind of entry draws from, so renames and creates collide.
 const NAMES: [&[u8]; 8] = [b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"];
 const XATTR_NAMES: [&[u8]; 3] = [b"user.one", b"user.two", b"user.three"];
+/// Where the log may split a write (see `Tree::shows_torn`).
+const SECTOR_BYTES: u64 = 512;
 
 /// One inode as a model keeps it (and as it is read back).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -130,6 +136,9 @@ struct Tree {
     /// A create that failed (the power went): it may have happened all the same (its record
     /// reached the log), under an object number it never returned: (directory, name, inode).
     unsure_create: Option<(u64, Vec<u8>, Node)>,
+    /// The write that made this state from the one before, if it was one: (object, offset,
+    /// length, seed of its bytes).
+    last_write: Option<(u64, u64, u64, u64)>,
 }
 
 /// An inode with what is derived from the tree's shape: what `getattr` must say.
@@ -152,6 +161,7 @@ impl Tree {
             open: Vec::new(),
             orphans: BTreeMap::new(),
             unsure_create: None,
+            last_write: None,
         }
     }
 
@@ -271,6 +281,41 @@ impl Tree {
         made.nodes.insert(object, node.clone());
         made.node_mut(*dir).entries.insert(name.clone(), object);
         made.seen() == *found
+    }
+
+    /// True when `found` shows this state with a prefix of `write` (the next operation)
+    /// applied, cut at a 512-byte boundary of the file strictly inside it: the log splits a
+    /// long write into records at absolute sector boundaries, and a durable prefix of the log
+    /// can end between two of them.
+    fn shows_torn(&self, write: (u64, u64, u64, u64), found: &BTreeMap<u64, Seen>) -> bool {
+        let (object, offset, len, seed) = write;
+        let Some(seen) = found.get(&object) else {
+            return false;
+        };
+        if !self.nodes.contains_key(&object) {
+            return false;
+        }
+        let data = pattern(len as usize, seed);
+        let held = data
+            .iter()
+            .enumerate()
+            .take_while(|(at, byte)| seen.node.data.get(offset as usize + at) == Some(byte))
+            .count() as u64;
+        // Bytes after the cut may equal the write's by chance: try the boundary below too.
+        let last = (offset + held) / SECTOR_BYTES * SECTOR_BYTES;
+        [last, last.saturating_sub(SECTOR_BYTES)]
+            .into_iter()
+            .filter(|cut| *cut > offset && *cut < offset + len)
+            .any(|cut| {
+                let mut torn = self.clone();
+                let contents = Arc::make_mut(&mut torn.node_mut(object).data);
+                if (contents.len() as u64) < cut {
+                    contents.resize(cut as usize, 0);
+                }
+                contents[offset as usize..cut as usize]
+                    .copy_from_slice(&data[..(cut - offset) as usize]);
+                torn.shows(found)
+            })
     }
 
     /// What `getattr` and reads must show for every inode of the subtree.
@@ -438,20 +483,85 @@ fn difference(found: &BTreeMap<u64, Seen>, model: &BTreeMap<u64, Seen>) -> Strin
             );
         }
         if a.data != b.data {
-            let first = a
-                .data
-                .iter()
-                .zip(b.data.iter())
-                .position(|(x, y)| x != y)
-                .unwrap_or(a.data.len().min(b.data.len()));
             return format!(
-                "inode {object}: {} bytes, model {}; first difference at byte {first}",
+                "inode {object}: {} bytes, model {}; differing ranges (found all zeros?): {}",
                 a.data.len(),
-                b.data.len()
+                b.data.len(),
+                differing_ranges(&a.data, &b.data)
             );
         }
     }
     "no difference".into()
+}
+
+/// For each file whose bytes match neither `a` nor `b`: its 512-byte sectors as runs of
+/// `=` (both agree), `a`, `b`, `0` (zeros, neither), `?` (neither).
+fn sector_maps(
+    found: &BTreeMap<u64, Seen>,
+    a: &BTreeMap<u64, Seen>,
+    b: &BTreeMap<u64, Seen>,
+) -> String {
+    let mut out = String::new();
+    for (object, seen) in found {
+        let (Some(sa), Some(sb)) = (a.get(object), b.get(object)) else {
+            continue;
+        };
+        let data = &seen.node.data;
+        if seen.node.kind != FileKind::File || *data == sa.node.data || *data == sb.node.data {
+            continue;
+        }
+        let mut runs: Vec<(char, usize, usize)> = Vec::new();
+        for start in (0..data.len()).step_by(512) {
+            let end = (start + 512).min(data.len());
+            let sector = &data[start..end];
+            let in_a = sa.node.data.get(start..end) == Some(sector);
+            let in_b = sb.node.data.get(start..end) == Some(sector);
+            let class = match (in_a, in_b) {
+                (true, true) => '=',
+                (true, false) => 'a',
+                (false, true) => 'b',
+                _ if sector.iter().all(|byte| *byte == 0) => '0',
+                _ => '?',
+            };
+            match runs.last_mut() {
+                Some((last, _, run_end)) if *last == class => *run_end = end,
+                _ => runs.push((class, start, end)),
+            }
+        }
+        let text: Vec<String> = runs
+            .iter()
+            .map(|(class, start, end)| format!("{class} {start}..{end}"))
+            .collect();
+        out.push_str(&format!("\ninode {object}: {}", text.join(", ")));
+    }
+    out
+}
+
+/// The first few byte ranges where `found` and `want` differ, each marked with whether
+/// `found` holds zeros there.
+fn differing_ranges(found: &[u8], want: &[u8]) -> String {
+    let mut ranges: Vec<String> = Vec::new();
+    let mut start = None;
+    let len = found.len().max(want.len());
+    for at in 0..=len {
+        let differs = at < len && found.get(at) != want.get(at);
+        match (differs, start) {
+            (true, None) => start = Some(at),
+            (false, Some(first)) => {
+                let zeros = found
+                    .get(first..at.min(found.len()))
+                    .is_some_and(|bytes| bytes.iter().all(|b| *b == 0));
+                ranges.push(format!("{first}..{at} ({zeros})"));
+                start = None;
+                if ranges.len() == 8 {
+                    ranges.push("...".into());
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    ranges.join(", ")
 }
 
 fn printable(entries: &BTreeMap<Vec<u8>, u64>) -> Vec<(String, u64)> {
@@ -588,6 +698,7 @@ fn step(
                 contents.resize(end, 0);
             }
             contents[offset as usize..end].copy_from_slice(&data);
+            model.last_write = Some((object, offset, len, data_seed));
             (
                 format!("write {object} at {offset}, {len} bytes"),
                 false,
@@ -829,6 +940,7 @@ fn run_thread(
     while run.started < OPS_PER_THREAD {
         let data_seed = (seed << 32) | ((thread as u64) << 20) | run.started as u64;
         let mut next = model.clone();
+        next.last_write = None;
         let Some((text, is_fsync, result)) = step(fs, &mut next, &mut rng, recordsize, data_seed)
         else {
             continue;
@@ -931,6 +1043,8 @@ struct Landed {
     fsynced: usize,
     matched: usize,
     started: usize,
+    /// With operation `matched + 1`, a write, torn where the log split it.
+    torn: bool,
 }
 
 enum Round {
@@ -1111,11 +1225,21 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         let matched = (run.fsynced..=run.started)
             .rev()
             .find(|&m| run.states[m].shows(&found));
-        if let Some(matched) = matched {
+        // Else a write after the last fsync, torn where the log split it (`shows_torn`).
+        let torn = matched.is_none().then(|| {
+            (run.fsynced..run.started).rev().find(|&m| {
+                run.states[m + 1]
+                    .last_write
+                    .is_some_and(|write| run.states[m].shows_torn(write, &found))
+            })
+        });
+        let torn = torn.flatten();
+        if let Some(matched) = matched.or(torn) {
             landed.push(Landed {
                 fsynced: run.fsynced,
                 matched,
                 started: run.started,
+                torn: torn.is_some(),
             });
         } else {
             let earlier = (0..run.fsynced)
@@ -1130,7 +1254,8 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
             panic!(
                 "{label}: {cut}; import: {notes}\nthread {thread}'s subtree is not its state \
                  after any of operations {}..={} ({}).\nAgainst the last fsynced state: {}\n\
-                 Against the last started: {}\nOperations:\n{}",
+                 Against the last started: {}\nSectors (a: last fsynced, b: last started):{}\n\
+                 Operations:\n{}",
                 run.fsynced,
                 run.started,
                 match earlier {
@@ -1141,6 +1266,11 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
                 },
                 difference(&found, &run.states[run.fsynced].seen()),
                 difference(&found, &run.states[run.started].seen()),
+                sector_maps(
+                    &found,
+                    &run.states[run.fsynced].seen(),
+                    &run.states[run.started].seen()
+                ),
                 ops.join("\n")
             );
         }
@@ -1215,11 +1345,12 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
             .ok()
             .map(|v| v.parse().expect("CAIRN_FS_CRASH_TRIP is a number"));
         match trip {
-            Some(trip) => {
-                if let Round::Finished { ops } = run_seed(seed, Some(trip)) {
-                    panic!("finished after {ops} device operations, uncut");
+            Some(trip) => match run_seed(seed, Some(trip)) {
+                Round::Finished { ops } => panic!("finished after {ops} device operations, uncut"),
+                Round::Cut(report, landed, import_cut) => {
+                    eprintln!("{report}; {landed:?}; import cut: {import_cut}");
                 }
-            }
+            },
             None => {
                 let (report, landed, attempts, import_cut) = cut_seed(seed);
                 eprintln!("{report}; {attempts} attempts; {landed:?}; import cut: {import_cut}");
@@ -1237,6 +1368,7 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
         .unwrap_or(1);
     let (mut cuts, mut torn, mut attempts, mut imports_cut) = (0u64, 0u64, 0u64, 0u64);
     let (mut subtrees, mut promised, mut beyond, mut all_started) = (0u64, 0u64, 0u64, 0u64);
+    let mut torn_writes = 0u64;
     for seed in first..first + points {
         let (report, landed, tries, import_cut) = cut_seed(seed);
         cuts += 1;
@@ -1248,13 +1380,14 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
             promised += u64::from(thread.fsynced > 0);
             beyond += u64::from(thread.matched > thread.fsynced);
             all_started += u64::from(thread.matched == thread.started);
+            torn_writes += u64::from(thread.torn);
         }
     }
     eprintln!(
         "filesystem crash test: {cuts} power cuts ({attempts} rounds), each mid-workload; \
          {torn} tore a write in flight; {imports_cut} more cut the first import; of {subtrees} subtrees checked, {promised} had fsynced \
          changes to keep, {beyond} kept changes past their last fsync, {all_started} kept \
-         every operation started"
+         every operation started, {torn_writes} ended in a write torn at a sector boundary"
     );
     if points >= 20 {
         // The check must have had something to check, at both ends.
