@@ -1322,18 +1322,22 @@ fn scratch_parent() -> Option<PathBuf> {
 /// the device operations the previous one issued); returns the cut, where each thread
 /// landed, and the attempts it took.
 fn cut_seed(seed: u64) -> (CutReport, Vec<Landed>, u64, bool) {
+    const ATTEMPTS: u64 = 8;
     let mut trip = None;
-    for attempt in 1..=4u64 {
+    for attempt in 1..=ATTEMPTS {
         match run_seed(seed, trip) {
             Round::Cut(report, landed, import_cut) => {
                 return (report, landed, attempt, import_cut);
             }
+            // The last operations may be the syncer's alone, or the threads' that touch no
+            // device: later attempts draw from the first half.
             Round::Finished { ops } => {
-                trip = Some(1 + Rng(seed ^ (attempt << 40)).below(ops.max(1)));
+                let within = if attempt == 1 { ops } else { ops / 2 };
+                trip = Some(1 + Rng(seed ^ (attempt << 40)).below(within.max(1)));
             }
         }
     }
-    panic!("seed {seed}: four attempts finished before their cut point");
+    panic!("seed {seed}: {ATTEMPTS} attempts finished before their cut point");
 }
 
 /// `CAIRN_FS_CRASH_POINTS` seeds (default 200), or the one in `CAIRN_FS_CRASH_SEED`.
