@@ -604,11 +604,14 @@ impl Filesystem {
             let blkid = position / block_bytes;
             let within = (position % block_bytes) as usize;
             let take = (block_bytes - within as u64).min(end - position) as usize;
-            if take as u64 == block_bytes {
+            if !self.holds_data(object, blkid)? {
+                // A hole already: freeing it would record a block past a small file's
+                // single one (which then could never grow), zeroing part of it would make one.
+            } else if take as u64 == block_bytes {
                 if self.objset.free_block(hold.txg(), object, blkid) {
                     hold.add_dirty(block_bytes);
                 }
-            } else if self.holds_data(object, blkid)? {
+            } else {
                 let range = within..within + take;
                 self.write_part(hold, object, blkid, block_bytes, range, |out| out.fill(0))?;
             }
