@@ -47,7 +47,7 @@
 //! ## Known gaps
 //! The log has one lane (fsync over-commits on a
 //! busy filesystem). Data in `Write` records is always copied (no read-back at commit).
-//! Partial-block writes read the old block first. A directory's map puts its leaves at
+//! A directory's map puts its leaves at
 //! block 2^24, so an empty directory takes about 1.3 MiB (five 128 KiB indirect blocks, two
 //! copies each), which counts against quotas. Extended
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
