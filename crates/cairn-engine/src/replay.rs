@@ -9,8 +9,8 @@
 //! if the machine stops before that txg is durable, the next import finds the same header, the
 //! same blocks and the same imported txg, and replays the same records again.
 //!
-//! `CAIRN_DEBUG_REPLAY` (any value) prints what each replay found and applied, record by
-//! record, to stderr: for chasing a crash-test failure after the fact.
+//! A record that cannot be applied fails the import with an error naming the dataset and the
+//! record (sequence, kind, txg, object).
 //!
 //! With `ignore_missing_log` and a log device missing, nothing is applied (the pool comes back
 //! as of its last synced txg, as the user accepted); chains on present devices are still walked
@@ -229,10 +229,21 @@ impl Pool {
         let txg = hold.txg();
         let ClaimedLog { log, to_free } = claimed;
         let objset = if is_filesystem {
-            let fs = self.build_filesystem(name)?;
+            let fs = self.build_filesystem(name)?.for_replay();
             if apply {
                 for record in &log.records {
-                    fs.replay_record(hold, record)?;
+                    fs.replay_record(hold, record)
+                        .map_err(|err| EngineError::Import {
+                            pool: self.core.name.clone(),
+                            reason: format!(
+                                "{name}: replaying intent-log record {} ({:?}, txg {}, object {}): {}",
+                                record.sequence,
+                                record.kind,
+                                record.txg,
+                                record.object,
+                                crate::error_chain(&err)
+                            ),
+                        })?;
                 }
             }
             fs.objset().clone()

@@ -264,12 +264,21 @@ impl Filesystem {
         self.objset
             .free_blocks_from(hold.txg(), object, first_free)?;
         let tail = (new_size % block_bytes) as usize;
-        if tail > 0 {
-            let blkid = new_size / block_bytes;
+        let blkid = new_size / block_bytes;
+        if tail > 0 && self.holds_data(object, blkid)? {
             let range = tail..block_bytes as usize;
             self.write_part(hold, object, blkid, block_bytes, range, |out| out.fill(0))?;
         }
         Ok(())
+    }
+
+    /// Whether block `blkid` of `object` holds data (a pending version or patch, or a block of
+    /// the synced tree), from block pointers only. Zeroing part of a hole must not make a
+    /// block: past a small file's single block (a file extended by truncation) it would be
+    /// one of the small size, which the file's next growth to records would leave behind.
+    fn holds_data(&self, object: u64, blkid: u64) -> Result<bool, FsError> {
+        let map = self.objset.block_map(object, blkid, 1)?;
+        Ok(map.first().copied().unwrap_or(false))
     }
 
     /// Writes bytes `range` of a block through `fill` without reading the old block first:
@@ -595,7 +604,10 @@ impl Filesystem {
             let blkid = position / block_bytes;
             let within = (position % block_bytes) as usize;
             let take = (block_bytes - within as u64).min(end - position) as usize;
-            if take as u64 == block_bytes {
+            if !self.holds_data(object, blkid)? {
+                // A hole already: freeing it would record a block past a small file's
+                // single one (which then could never grow), zeroing part of it would make one.
+            } else if take as u64 == block_bytes {
                 if self.objset.free_block(hold.txg(), object, blkid) {
                     hold.add_dirty(block_bytes);
                 }

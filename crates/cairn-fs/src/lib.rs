@@ -47,11 +47,13 @@
 //! ## Known gaps
 //! The log has one lane (fsync over-commits on a
 //! busy filesystem). Data in `Write` records is always copied (no read-back at commit).
-//! Partial-block writes read the old block first. A directory's map puts its leaves at
+//! A directory's map puts its leaves at
 //! block 2^24, so an empty directory takes about 1.3 MiB (five 128 KiB indirect blocks, two
 //! copies each), which counts against quotas. Extended
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
 //! stored as any attribute but not enforced. No file locks beyond what the kernel keeps.
+//! A replayed write sets its file's mtime and ctime to the time of the replay (`Write`
+//! records carry no time).
 
 pub mod acl;
 pub mod attrs;
@@ -393,8 +395,9 @@ pub struct Filesystem {
     dirty_txg: Mutex<HashMap<u64, u64>>,
     space_check: Option<SpaceCheck>,
     intent_log: Option<Arc<cairn_zil::IntentLog>>,
-    /// The newest record logged: committing it commits every change before it.
-    last_ticket: Mutex<Option<cairn_zil::Ticket>>,
+    /// Built to replay the intent log (`for_replay`): an inode whose last name goes is queued
+    /// for deletion instead of freed, as if open.
+    replaying: bool,
     stats: FsStats,
     op_stats: Mutex<ops::FsOpStats>,
 }
@@ -518,7 +521,7 @@ impl Filesystem {
             dirty_txg: Mutex::new(HashMap::new()),
             space_check: None,
             intent_log: None,
-            last_ticket: Mutex::new(None),
+            replaying: false,
             stats: FsStats::default(),
             op_stats: Mutex::default(),
         };

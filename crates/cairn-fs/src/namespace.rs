@@ -392,7 +392,7 @@ impl Filesystem {
     }
 
     /// Stores `attrs` after a link went away: an inode with no links left is freed now, or
-    /// queued for deletion while it is open.
+    /// queued for deletion while it is open (and always during replay: see `for_replay`).
     pub(crate) fn drop_link(
         &self,
         hold: &TxgHold,
@@ -402,7 +402,7 @@ impl Filesystem {
         if attrs.links > 0 {
             return self.put_attrs(hold, object, &attrs);
         }
-        if self.opens.lock().get(&object).copied().unwrap_or(0) > 0 {
+        if self.replaying || self.opens.lock().get(&object).copied().unwrap_or(0) > 0 {
             self.put_attrs(hold, object, &attrs)?;
             let name = object.to_string();
             match DirMap::new(&self.objset, DELETE_QUEUE_OBJECT).insert(

@@ -160,6 +160,13 @@ impl CrashRound {
         }
     }
 
+    /// A round whose scratch directory is made in `parent`.
+    pub fn new_in(parent: &Path) -> CrashRound {
+        CrashRound {
+            dir: Some(tempfile::tempdir_in(parent).expect("tempdir")),
+        }
+    }
+
     pub fn path(&self) -> &Path {
         self.dir
             .as_ref()
