@@ -696,7 +696,7 @@ fn the_unsynced_estimate_follows_what_the_sync_allocates() {
                 .unwrap();
         }
     });
-    // With 4 KiB indirect blocks the maps' paths are deep and sparse: the estimate may run a
+    // The maps' paths (16 KiB indirect blocks) are deep and sparse: the estimate may run a
     // few percent over (never under).
     assert!(
         estimate >= grown && estimate - grown <= grown / 20,

@@ -11,10 +11,12 @@ use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
-/// Indirect blocks of 4 KiB (32 pointers) for the hashed maps of filesystems (directories,
+/// Indirect blocks of 16 KiB (128 pointers) for the hashed maps of filesystems (directories,
 /// extended attributes): their blocks are few and sparse (leaves from block 2^24), and with
 /// 128 KiB indirect blocks (two copies each) the path to the first leaf alone took 1.3 MiB per
-/// directory. Everything else keeps 128 KiB (fewer levels over large files and volumes).
+/// directory. 16 KiB keeps that path to four levels (a lookup in a million-entry directory
+/// walks one more cached indirect block than before); 4 KiB would save a little more space
+/// for six levels. Everything else keeps 128 KiB (fewer levels over large files and volumes).
 fn indirect_shift_for(object_type: ObjectType) -> u8 {
     match object_type {
         ObjectType::Directory | ObjectType::Xattrs => MAP_INDIRECT_SHIFT,
@@ -23,7 +25,7 @@ fn indirect_shift_for(object_type: ObjectType) -> u8 {
 }
 
 /// log2 of the indirect block size of filesystems' hashed maps (`indirect_shift_for`).
-const MAP_INDIRECT_SHIFT: u8 = 12;
+const MAP_INDIRECT_SHIFT: u8 = 14;
 
 /// An estimate of the indirect blocks (two copies each) that giving block `blkid` of `object`
 /// data in `txg` creates, for `ObjectSet::space_estimate`: see `indirect_growth`.
