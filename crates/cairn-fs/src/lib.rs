@@ -19,9 +19,11 @@
 //! block of its own size rounded up to 512 bytes (as in ZFS): the block grows with the file
 //! (`ObjectSet::set_block_size`) until it reaches `recordsize`, and from then on the file is
 //! records. So while a file's block is smaller than `recordsize`, all its data sits in block 0.
-//! A write covering part of a block reads the block first (read-modify-write); a block that
-//! becomes all zeros is a hole. Truncation frees whole blocks past the end and zeroes the tail
-//! of the last one.
+//! A write covering part of a block hands the object set only its bytes
+//! (`ObjectSet::write_partial`): the old block is merged in when the txg syncs, not read in
+//! the writer's path. A block that becomes all zeros is a hole. Truncation frees whole blocks
+//! past the end and zeroes the tail of the last one (only if it holds data: zeroing a hole
+//! would make a block there).
 //!
 //! ## Changes, locks, durability
 //! Every change joins the open txg under one `TxgHold` (`throttle` first), so a change is
@@ -45,13 +47,14 @@
 //! is logged (kept ctime included), but nothing waits for it to be committed.
 //!
 //! ## Known gaps
-//! The log has one lane (fsync over-commits on a
-//! busy filesystem). Data in `Write` records is always copied (no read-back at commit).
-//! A directory's map puts its leaves at
-//! block 2^24, so an empty directory takes about 1.3 MiB (five 128 KiB indirect blocks, two
-//! copies each), which counts against quotas. Extended
-//! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond); POSIX ACLs are
-//! stored as any attribute but not enforced. No file locks beyond what the kernel keeps.
+//! The log has one lane and fsync commits everything logged before it, other files' writes
+//! included (correct, but a busy filesystem over-commits: PostgreSQL's WAL fsyncs carry data
+//! file writes). Data in `Write` records is always copied (no read-back at commit). A
+//! directory's map puts its leaves at block 2^24: with 16 KiB indirect blocks (two copies
+//! each) an empty directory still takes about 250 KiB, which counts against quotas. Extended
+//! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond). POSIX ACLs are
+//! enforced by the kernel and kept true here (`acl.rs`; inheritance is two logged changes). No
+//! file locks beyond what the kernel keeps.
 //! A replayed write sets its file's mtime and ctime to the time of the replay (`Write`
 //! records carry no time).
 
