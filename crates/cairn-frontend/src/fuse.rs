@@ -12,8 +12,10 @@
 //! through this process, which is the only writer, so the kernel's copy is only stale for
 //! changes it did not see (none). Listings are readdirplus (names with their attributes), and
 //! reads, writes and read-ahead go up to 1 MiB per request (`init`). No writeback cache: each
-//! write(2) reaches the filesystem, so `sync=always` holds per write, `fsync` is the
-//! durability point and `close` is not.
+//! write(2) reaches the filesystem, so `sync=always` holds per write, a full pool or a quota
+//! answers that write with ENOSPC or EDQUOT (with the kernel's writeback cache the refusal
+//! came at writeback, and `close` reported EIO: tried, and the quota test failed), `fsync` is
+//! the durability point and `close` is not.
 //!
 //! Observability: each call is timed from its arrival to its answer and recorded in the
 //! filesystem's statistics (`cairn_fs::ops`), which `pool iostat` and `stat fs` show.

@@ -587,6 +587,11 @@ impl Filesystem {
         ROOT_OBJECT
     }
 
+    /// The `sync` property now.
+    pub fn sync_mode(&self) -> FsSync {
+        self.config.read().sync
+    }
+
     /// Changes the properties that may change while mounted.
     pub fn set_config(&self, config: FsConfig) -> Result<(), FsError> {
         check_recordsize(config.recordsize_bytes)?;
