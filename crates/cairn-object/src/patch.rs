@@ -301,7 +301,9 @@ impl ObjectSet {
         fill: &mut Option<impl FnOnce(&mut [u8])>,
         synced: Synced,
     ) -> Result<Step, ObjectError> {
-        if let Some(step) = self.patch_own_version(state, (txg, object, blkid), range, fill) {
+        if let Some(step) =
+            self.patch_own_version(state, (txg, object, blkid), block_bytes, range, fill)
+        {
             return Ok(step);
         }
         let (patched, base) = version_chain(state, object, blkid, Some(txg + 1))?;
@@ -323,7 +325,15 @@ impl ObjectSet {
         };
         let mut block = match version {
             Some(data) if data.len() == block_bytes => data.to_vec(),
-            _ => vec![0u8; block_bytes],
+            None => vec![0u8; block_bytes],
+            // Never zeros in place of data: `set_block_size` replaces block 0 in the same txg.
+            Some(data) => {
+                return Err(ObjectError::Corrupt(format!(
+                    "block {blkid} of object {object}: a pending version of {} bytes, blocks are \
+                     {block_bytes}",
+                    data.len()
+                )));
+            }
         };
         let fill = fill.take().expect("fill used once");
         fill(&mut block[range.clone()]);
@@ -352,6 +362,7 @@ impl ObjectSet {
         &self,
         state: &mut State,
         (txg, object, blkid): (u64, u64, u64),
+        block_bytes: usize,
         range: &Range<usize>,
         fill: &mut Option<impl FnOnce(&mut [u8])>,
     ) -> Option<Step> {
@@ -360,7 +371,15 @@ impl ObjectSet {
             .get_mut(&txg)?
             .blocks
             .get_mut(&(object, blkid))?;
-        if change.patch.is_some() || change.written.is_some() {
+        if change.patch.is_some()
+            || change.written.is_some()
+            || change
+                .data
+                .as_ref()
+                .is_none_or(|data| data.len() != block_bytes)
+        {
+            // A patch, a block written in place, a hole, or (never kept past
+            // `set_block_size`) a version of another size: the general path decides.
             return None;
         }
         let data = change.data.take()?;
@@ -368,11 +387,6 @@ impl ObjectSet {
             Ok(unique) => unique,
             Err(shared) => bytes::BytesMut::from(&shared[..]),
         };
-        if range.end > block.len() {
-            // A version of another block size (never kept past `set_block_size`): leave it.
-            change.data = Some(block.freeze());
-            return None;
-        }
         (fill.take().expect("fill used once"))(&mut block[range.clone()]);
         change.data = Some(block.freeze());
         change.cache_written = true;
