@@ -42,11 +42,6 @@ fn pool_with(dir: &std::path::Path, arc: &Arc<ReadCache>) -> Pool {
     .expect("create pool")
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
-}
-
 /// A 4K-block volume holding `blocks` blocks of random data, synced to disk (so reads go
 /// through the tree and the cache, not the in-memory change sets).
 fn volume_with_data(pool: &Pool, blocks: usize) -> Vec<u8> {

@@ -10,16 +10,6 @@ use cairn_fs::{FsError, NewInode, RenameMode, SetAttrs};
 use common::*;
 use std::collections::BTreeMap;
 
-fn file(mode: u32) -> NewInode {
-    NewInode {
-        kind: FileKind::File,
-        mode,
-        uid: 1000,
-        gid: 1000,
-        rdev: 0,
-    }
-}
-
 fn dir_inode() -> NewInode {
     NewInode {
         kind: FileKind::Directory,
@@ -28,11 +18,6 @@ fn dir_inode() -> NewInode {
         gid: 0,
         rdev: 0,
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
 }
 
 fn names(fs: &cairn_fs::Filesystem, dir: u64) -> Vec<String> {

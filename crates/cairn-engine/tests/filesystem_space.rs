@@ -13,26 +13,11 @@ use common::*;
 
 const MIB: u64 = 1 << 20;
 
-fn file(mode: u32) -> NewInode {
-    NewInode {
-        kind: FileKind::File,
-        mode,
-        uid: 1000,
-        gid: 1000,
-        rdev: 0,
-    }
-}
-
 fn dir_inode() -> NewInode {
     NewInode {
         kind: FileKind::Directory,
         ..file(0o755)
     }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
 }
 
 fn info(pool: &Pool, name: &str) -> DatasetInfo {

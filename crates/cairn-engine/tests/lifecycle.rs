@@ -9,11 +9,6 @@ use cairn_pool::vdev::Health;
 use common::*;
 use std::os::unix::fs::FileExt;
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
-}
-
 fn read_all(pool: &Pool, name: &str, len: usize) -> Vec<u8> {
     let volume = pool.volume(name).unwrap();
     let mut buf = vec![0u8; len];

@@ -15,11 +15,6 @@ fn volume_properties() -> Vec<(String, String)> {
     vec![("volblocksize".into(), BLOCK.to_string())]
 }
 
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed);
-    (0..len).map(|_| rng.next() as u8).collect()
-}
-
 fn read_all(pool: &Pool) -> Vec<u8> {
     let volume = pool.volume("tank/vol").unwrap();
     let mut buf = vec![0u8; VOLUME_BYTES];

@@ -209,3 +209,20 @@ impl Drop for CrashRound {
         }
     }
 }
+
+/// `len` deterministic bytes for test data, one stream per seed.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    (0..len).map(|_| rng.next() as u8).collect()
+}
+
+/// A new regular file of uid/gid 1000 with permission bits `mode` (filesystem tests).
+pub fn file(mode: u32) -> cairn_fs::NewInode {
+    cairn_fs::NewInode {
+        kind: cairn_fs::attrs::FileKind::File,
+        mode,
+        uid: 1000,
+        gid: 1000,
+        rdev: 0,
+    }
+}
