@@ -39,14 +39,7 @@ fn namespace_and_contents_survive_export_and_import() {
     let small = b"hello, cairn".to_vec();
     {
         let pool = create_mirror(&paths, plain_opener());
-        pool.create_filesystem(
-            "tank/home",
-            &[("recordsize".into(), "64K".into())],
-            (0, 0),
-            0o755,
-        )
-        .unwrap();
-        let fs = pool.filesystem("tank/home").unwrap();
+        let fs = new_filesystem(&pool, "tank/home", &[("recordsize", "64K")]);
         let root = fs.root();
         let (docs, attrs) = fs.mkdir(root, b"docs", dir_inode()).unwrap();
         assert_eq!(attrs.kind, FileKind::Directory);
@@ -106,14 +99,7 @@ fn truncate_and_sparse_files_read_zeros() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_filesystem(
-        "tank/fs",
-        &[("recordsize".into(), "8K".into())],
-        (0, 0),
-        0o755,
-    )
-    .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[("recordsize", "8K")]);
     let (f, _) = fs.create(fs.root(), b"f", file(0o644)).unwrap();
     let data = pattern(40_000, 3);
     fs.write(f, 100_000, &data).unwrap();
@@ -156,9 +142,7 @@ fn open_unlinked_file_lives_until_release_and_crash_drains_the_queue() {
     let object;
     {
         let pool = create_mirror(&paths, plain_opener());
-        pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-            .unwrap();
-        let fs = pool.filesystem("tank/fs").unwrap();
+        let fs = new_filesystem(&pool, "tank/fs", &[]);
         let (f, _) = fs.create(fs.root(), b"tmp", file(0o644)).unwrap();
         object = f;
         fs.write(f, 0, &pattern(300_000, 1)).unwrap();
@@ -187,9 +171,7 @@ fn rename_modes_and_loops() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-        .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
     let root = fs.root();
     let (a, _) = fs.mkdir(root, b"a", dir_inode()).unwrap();
     let (b, _) = fs.mkdir(a, b"b", dir_inode()).unwrap();
@@ -236,9 +218,7 @@ fn a_large_directory_splits_and_lists_every_name_once() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-        .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
     let root = fs.root();
     let count = 20_000;
     for i in 0..count {
@@ -318,14 +298,7 @@ fn random_operations_match_a_model() {
         let dir = tempfile::tempdir().unwrap();
         let paths = device_paths(dir.path(), 2);
         let pool = create_mirror(&paths, plain_opener());
-        pool.create_filesystem(
-            "tank/fs",
-            &[("recordsize".into(), "16K".into())],
-            (0, 0),
-            0o755,
-        )
-        .unwrap();
-        let fs = pool.filesystem("tank/fs").unwrap();
+        let fs = new_filesystem(&pool, "tank/fs", &[("recordsize", "16K")]);
         let root = fs.root();
         let mut model: BTreeMap<u8, Vec<u8>> = BTreeMap::new();
         let name = |n: u8| format!("f{n}").into_bytes();
@@ -430,9 +403,7 @@ fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-        .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
     let root = fs.root();
     let chunk = pattern(1 << 20, 9);
     let mut written = 0u64;
@@ -502,9 +473,7 @@ fn pool_check_walks_the_namespace_and_finds_damage() {
     let victim;
     {
         let pool = create_mirror(&paths, plain_opener());
-        pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-            .unwrap();
-        let fs = pool.filesystem("tank/fs").unwrap();
+        let fs = new_filesystem(&pool, "tank/fs", &[]);
         let root = fs.root();
         let (sub, _) = fs.mkdir(root, b"sub", dir_inode()).unwrap();
         let (f, _) = fs.create(sub, b"f", file(0o644)).unwrap();
@@ -556,14 +525,7 @@ fn fsynced_changes_survive_a_power_cut_through_the_intent_log() {
     let (kept, renamed_dir);
     {
         let pool = create_mirror(&paths, emulated_opener(5, Some(power.clone())));
-        pool.create_filesystem(
-            "tank/fs",
-            &[("recordsize".into(), "16K".into())],
-            (0, 0),
-            0o755,
-        )
-        .unwrap();
-        let fs = pool.filesystem("tank/fs").unwrap();
+        let fs = new_filesystem(&pool, "tank/fs", &[("recordsize", "16K")]);
         let root = fs.root();
         // Nothing below is in a synced txg (the test pool syncs only when asked): what
         // survives comes from the log.
@@ -633,14 +595,7 @@ fn writes_and_truncations_match_a_model_while_txgs_sync_underneath() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = Arc::new(create_mirror(&paths, plain_opener()));
-    pool.create_filesystem(
-        "tank/fs",
-        &[("recordsize".into(), "16K".into())],
-        (0, 0),
-        0o755,
-    )
-    .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[("recordsize", "16K")]);
     let (object, _) = fs.create(fs.root(), b"f", file(0o644)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let syncer = {
@@ -695,9 +650,7 @@ fn a_later_bonus_change_does_not_hide_blocks_of_an_unsynced_creating_txg() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);
     let pool = create_mirror(&paths, plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-        .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
     let objset = fs.objset().clone();
     let engine = pool.txg_engine().unwrap().clone();
     let object = 1_000_000;

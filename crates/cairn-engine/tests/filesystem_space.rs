@@ -63,14 +63,7 @@ fn a_quota_refuses_growth_with_edquot_and_deletes_make_room() {
     let dir = tempfile::tempdir().unwrap();
     let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
     let quota = 12 * MIB;
-    pool.create_filesystem(
-        "tank/home",
-        &[("quota".into(), "12M".into())],
-        (0, 0),
-        0o755,
-    )
-    .unwrap();
-    let fs = pool.filesystem("tank/home").unwrap();
+    let fs = new_filesystem(&pool, "tank/home", &[("quota", "12M")]);
     pool.sync().unwrap();
     let empty_used = info(&pool, "tank/home").used_bytes;
     let root = fs.root();
@@ -222,9 +215,7 @@ fn a_quota_refuses_growth_with_edquot_and_deletes_make_room() {
 fn a_raised_quota_takes_effect_on_the_open_filesystem() {
     let dir = tempfile::tempdir().unwrap();
     let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-        .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
     let root = fs.root();
     let chunk = pattern(MIB as usize, 5);
     let (object, _) = fs.create(root, b"a", file(0o644)).unwrap();
@@ -283,14 +274,7 @@ fn a_refquota_limits_what_the_dataset_references() {
     let dir = tempfile::tempdir().unwrap();
     let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
     let refquota = 8 * MIB;
-    pool.create_filesystem(
-        "tank/fs",
-        &[("refquota".into(), "8M".into())],
-        (0, 0),
-        0o755,
-    )
-    .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[("refquota", "8M")]);
     let chunk = pattern(256 << 10, 6);
     let (written, refusal) = fill(&fs, fs.root(), "r", &chunk, 4 * refquota);
     assert!(is_quota(&refusal), "{refusal:?}");
@@ -557,9 +541,7 @@ fn an_access_time_update_is_consistent_after_a_power_cut() {
     let (object, read_atime, ctime);
     {
         let pool = create_mirror(&paths, emulated_opener(7, Some(power.clone())));
-        pool.create_filesystem("tank/fs", &[("atime".into(), "on".into())], (0, 0), 0o755)
-            .unwrap();
-        let fs = pool.filesystem("tank/fs").unwrap();
+        let fs = new_filesystem(&pool, "tank/fs", &[("atime", "on")]);
         let root = fs.root();
         let (made, _) = fs.create(root, b"f", file(0o644)).unwrap();
         fs.write(made, 0, b"contents").unwrap();
@@ -646,9 +628,7 @@ fn a_quota_counts_its_own_dataset_only_and_binds_volumes_below() {
 fn the_unsynced_estimate_follows_what_the_sync_allocates() {
     let dir = tempfile::tempdir().unwrap();
     let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
-    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
-        .unwrap();
-    let fs = pool.filesystem("tank/fs").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
     pool.sync().unwrap();
     let root = fs.root();
     let chunk = pattern(MIB as usize, 12);

@@ -226,3 +226,19 @@ pub fn file(mode: u32) -> cairn_fs::NewInode {
         rdev: 0,
     }
 }
+
+/// Creates filesystem `name` (root directory owned by root, mode 0755) with `properties`, and
+/// opens it.
+pub fn new_filesystem(
+    pool: &Pool,
+    name: &str,
+    properties: &[(&str, &str)],
+) -> Arc<cairn_fs::Filesystem> {
+    let properties: Vec<(String, String)> = properties
+        .iter()
+        .map(|(key, value)| (key.to_string(), value.to_string()))
+        .collect();
+    pool.create_filesystem(name, &properties, (0, 0), 0o755)
+        .expect("create filesystem");
+    pool.filesystem(name).expect("open filesystem")
+}
