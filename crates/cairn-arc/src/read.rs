@@ -67,6 +67,12 @@ const PREFETCH_QUEUE_MAX: usize = 4096;
 const HEAP_TRIM_EVICTED_DIVISOR: u64 = 16;
 /// How often the maintenance thread looks at memory.
 const MAINTENANCE_INTERVAL_MS: u64 = 1000;
+/// A large free (`ReadCache::note_heap_freed`) is handed back to the kernel once no other has
+/// come for this long: a steady writer reuses the freed pages for the next txg instead of
+/// faulting in (and the kernel zeroing) fresh ones every txg.
+const HEAP_TRIM_QUIET_MS: u64 = 2 * MAINTENANCE_INTERVAL_MS;
+/// `Shared::heap_freed_at_ms` when no large free waits for a trim.
+const NO_FREE_PENDING: u64 = u64::MAX;
 
 /// What a dataset's reads leave in the cache (`primarycache`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +208,8 @@ struct Shared {
     last_tick_ms: AtomicU64,
     /// Bytes evicted as of the last `release_free_heap`.
     evicted_at_last_trim: AtomicU64,
+    /// Maintenance time of the latest large free not yet trimmed, or `NO_FREE_PENDING`.
+    heap_freed_at_ms: AtomicU64,
     heap_trims: AtomicU64,
 }
 
@@ -266,6 +274,7 @@ impl ReadCache {
             memory_available_bytes: AtomicU64::new(0),
             last_tick_ms: AtomicU64::new(0),
             evicted_at_last_trim: AtomicU64::new(0),
+            heap_freed_at_ms: AtomicU64::new(NO_FREE_PENDING),
             heap_trims: AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::bounded::<Job>(PREFETCH_QUEUE_MAX);
@@ -291,6 +300,20 @@ impl ReadCache {
             maintenance: Mutex::new(None),
             next_pool_tag: AtomicU16::new(1),
         })
+    }
+
+    /// Someone freed a large amount of heap (a synced txg's dirty buffers): with the
+    /// maintenance thread running, the pages go back to the kernel once such frees pause for
+    /// `HEAP_TRIM_QUIET_MS` (a writer that keeps going reuses them); without it, at once.
+    pub fn note_heap_freed(&self) {
+        if self.maintenance.lock().is_some() {
+            let now_ms = self.shared.last_tick_ms.load(Ordering::Relaxed);
+            self.shared
+                .heap_freed_at_ms
+                .store(now_ms, Ordering::Relaxed);
+        } else {
+            self.shared.trim_heap();
+        }
     }
 
     /// Starts the thread that follows memory pressure (a server does; tools need not).
@@ -445,6 +468,21 @@ impl Shared {
         let evicted = snapshot.data.stats.evicted_bytes + snapshot.metadata.stats.evicted_bytes;
         let since = evicted.saturating_sub(self.evicted_at_last_trim.load(Ordering::Relaxed));
         if since >= target / HEAP_TRIM_EVICTED_DIVISOR {
+            self.trim_heap();
+        }
+        let freed_at_ms = self.heap_freed_at_ms.load(Ordering::Relaxed);
+        if freed_at_ms != NO_FREE_PENDING
+            && now_ms >= freed_at_ms.saturating_add(HEAP_TRIM_QUIET_MS)
+            && self
+                .heap_freed_at_ms
+                .compare_exchange(
+                    freed_at_ms,
+                    NO_FREE_PENDING,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        {
             self.trim_heap();
         }
     }

@@ -60,6 +60,8 @@ impl Pool {
             core.objsets.lock().insert(name, objset);
             Ok(())
         })?;
+        // Properties given at create (primarycache, checksum...) hold from the first write.
+        self.apply_properties();
         Ok(())
     }
 

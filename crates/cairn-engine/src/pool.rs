@@ -485,6 +485,8 @@ impl Pool {
             core.objsets.lock().insert(name, objset);
             Ok(())
         })?;
+        // Properties given at create (primarycache, checksum...) hold from the first write.
+        self.apply_properties();
         Ok(())
     }
 
@@ -590,7 +592,7 @@ impl Pool {
     }
 
     /// Pushes property values that have an in-memory effect to open objects.
-    fn apply_properties(&self) {
+    pub(crate) fn apply_properties(&self) {
         let directory = self.core.directory.lock();
         for (name, objset) in self.core.objsets.lock().iter() {
             if let Ok((checksum, _)) = directory.property(name, "checksum") {

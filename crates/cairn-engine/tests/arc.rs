@@ -43,12 +43,24 @@ fn pool_with(dir: &std::path::Path, arc: &Arc<ReadCache>) -> Pool {
 }
 
 /// A 4K-block volume holding `blocks` blocks of random data, synced to disk (so reads go
-/// through the tree and the cache, not the in-memory change sets).
+/// through the tree and the cache, not the in-memory change sets). Written with
+/// `primarycache=metadata`, then set to `all`: written blocks would stay in the cache, and
+/// these tests count what reads bring in.
 fn volume_with_data(pool: &Pool, blocks: usize) -> Vec<u8> {
+    let data = volume_written_with(pool, blocks, "metadata");
+    pool.set_property("tank/vol", "primarycache", "all")
+        .unwrap();
+    data
+}
+
+fn volume_written_with(pool: &Pool, blocks: usize, primarycache: &str) -> Vec<u8> {
     pool.create_volume(
         "tank/vol",
         (blocks * BLOCK) as u64,
-        &[("volblocksize".into(), BLOCK.to_string())],
+        &[
+            ("volblocksize".into(), BLOCK.to_string()),
+            ("primarycache".into(), primarycache.to_string()),
+        ],
     )
     .unwrap();
     let data = pattern(blocks * BLOCK, 7);
@@ -114,6 +126,28 @@ fn a_second_pass_over_a_working_set_comes_from_ram() {
         (48..=64).contains(&header),
         "{header} bytes of header per cached block"
     );
+    arc.assert_invariants();
+    pool.close().unwrap();
+}
+
+#[test]
+fn written_blocks_stay_in_ram_for_the_next_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = pool_with(dir.path(), &arc);
+    let blocks = 256;
+    let data = volume_written_with(&pool, blocks, "all");
+    assert!(
+        stat(&arc, "written_inserts") >= blocks as u64,
+        "the txg sync kept what it wrote"
+    );
+    read_scattered(&pool, &data, blocks);
+    assert_eq!(
+        stat(&arc, "demand_data_misses"),
+        0,
+        "a read after the write went to disk"
+    );
+    assert_eq!(stat(&arc, "demand_data_hits"), blocks as u64);
     arc.assert_invariants();
     pool.close().unwrap();
 }

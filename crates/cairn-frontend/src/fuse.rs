@@ -565,7 +565,12 @@ impl fuser::Filesystem for FuseAdapter {
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_POSIX_ACL
             // The umask is ours to apply (`masked`): a default ACL replaces it.
-            | InitFlags::FUSE_DONT_MASK;
+            | InitFlags::FUSE_DONT_MASK
+            // Set-ID bits and capabilities are ours to take away on write, truncate and
+            // chown (`Filesystem::remove_privileges`). In return the kernel may remember that
+            // a file has none (S_NOSEC) instead of asking for `security.capability` before
+            // every write: a second round trip per write(2) without it.
+            | InitFlags::FUSE_HANDLE_KILLPRIV_V2;
         // What this kernel lacks is simply not used.
         let _ = config.add_capabilities(wanted & config.capabilities());
         if let Err(nearest) = config.set_max_write(LARGE_IO_BYTES) {
@@ -594,7 +599,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -611,6 +616,16 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyAttr,
     ) {
         let object = object_of(ino);
+        // handle_killpriv_v2 (`init`): a truncate by an unprivileged caller and any change of
+        // owner take away set-ID bits and capabilities here, not in the kernel. fuser does not
+        // pass the kernel's FATTR_KILL_SUIDGID, which it sets for a truncate by a caller
+        // without CAP_FSETID: a caller other than root stands for that.
+        let kills = (size.is_some() && req.uid() != 0) || uid.is_some() || gid.is_some();
+        if kills
+            && let Err(err) = self.timed(FsOpKind::Setattr, || self.fs.remove_privileges(object))
+        {
+            return reply.error(errno(&err));
+        }
         let changes = SetAttrs {
             mode: mode.map(|mode| mode & 0o7777),
             uid,
@@ -825,20 +840,29 @@ impl fuser::Filesystem for FuseAdapter {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
+        write_flags: WriteFlags,
         flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
         let object = object_of(ino);
         let started = Instant::now();
-        let written = self.fs.write(object, offset, data).and_then(|_| {
-            // O_SYNC / O_DSYNC: durable before the write returns.
-            if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-                self.fs.fsync(object)?;
-            }
+        // handle_killpriv_v2: the kernel marks a write by a caller without CAP_FSETID into a
+        // set-ID file; the bits (and capabilities) go before the data lands.
+        let killed = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
+            self.fs.remove_privileges(object)
+        } else {
             Ok(())
-        });
+        };
+        let written = killed
+            .and_then(|()| self.fs.write(object, offset, data))
+            .and_then(|_| {
+                // O_SYNC / O_DSYNC: durable before the write returns.
+                if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+                    self.fs.fsync(object)?;
+                }
+                Ok(())
+            });
         self.record(FsOpKind::Write, started, data.len() as u64, written.is_ok());
         match written {
             Ok(()) => reply.written(data.len() as u32),

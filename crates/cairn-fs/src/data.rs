@@ -16,6 +16,9 @@ use cairn_object::is_all_zero;
 use cairn_pool::txg::TxgHold;
 use std::sync::atomic::Ordering;
 
+/// File capabilities: the extended attribute a write by an unprivileged caller removes.
+const CAPABILITY_XATTR: &[u8] = b"security.capability";
+
 impl Filesystem {
     /// Changes attributes; a size change truncates or extends the file.
     pub fn setattr(&self, object: u64, changes: SetAttrs) -> Result<InodeAttrs, FsError> {
@@ -42,6 +45,38 @@ impl Filesystem {
         drop(guards);
         self.commit_if_always(hold)?;
         Ok(attrs)
+    }
+
+    /// Takes away what a write, truncate or change of owner by an unprivileged caller must
+    /// not leave on a regular file (as Linux's `file_remove_privs` does for local
+    /// filesystems): set-user-ID, set-group-ID when the group may execute (without it the bit
+    /// means mandatory locking), and file capabilities (`security.capability`). For front
+    /// ends whose protocol leaves this to the filesystem (FUSE's handle_killpriv_v2, NFS).
+    /// Each removal is an ordinary logged change; nothing is logged when there is nothing to
+    /// remove.
+    pub fn remove_privileges(&self, object: u64) -> Result<(), FsError> {
+        let attrs = self.getattr(object)?;
+        if attrs.kind != FileKind::File {
+            return Ok(());
+        }
+        let mut mode = attrs.mode & !libc::S_ISUID;
+        if attrs.mode & libc::S_IXGRP != 0 {
+            mode &= !libc::S_ISGID;
+        }
+        if mode != attrs.mode {
+            let changes = SetAttrs {
+                mode: Some(mode),
+                ..SetAttrs::default()
+            };
+            self.setattr(object, changes)?;
+        }
+        if attrs.xattr_object != 0 {
+            match self.removexattr(object, CAPABILITY_XATTR) {
+                Ok(()) | Err(FsError::NoAttribute) => {}
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn do_setattr(

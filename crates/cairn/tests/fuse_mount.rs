@@ -611,3 +611,103 @@ fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
+
+fn mode_of(path: &Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+/// The mount asks the kernel to leave set-ID bits and capabilities to the filesystem
+/// (handle_killpriv_v2, so that a write need not ask for `security.capability` first): a write
+/// or truncate by an unprivileged user and any chown must still take them away, as on a local
+/// filesystem, and a write by root must not.
+#[test]
+fn set_id_bits_and_capabilities_go_on_unprivileged_write_truncate_and_chown() {
+    let _heavy = heavy();
+    let env = Env::new();
+    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    env.create_pool();
+    env.ok(&["create", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(at.clone());
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let file = |name: &str, mode: u32| {
+        let path = at.join(name);
+        std::fs::write(&path, b"0123456789").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        assert_eq!(mode_of(&path), mode, "{name}: mode as set");
+        path
+    };
+    let append = |path: &Path| format!("echo more >> {}", path.display());
+
+    // A write by nobody: set-user-ID goes, set-group-ID too when the group may execute.
+    let both = file("both", 0o6777);
+    let (ok, out) = as_nobody(&["sh", "-c", &append(&both)]);
+    assert!(ok, "{out}");
+    assert_eq!(mode_of(&both), 0o0777, "set-ID bits after nobody's write");
+    // Set-group-ID without group execute marks mandatory locking: it stays.
+    let locking = file("locking", 0o2766);
+    let (ok, out) = as_nobody(&["sh", "-c", &append(&locking)]);
+    assert!(ok, "{out}");
+    assert_eq!(
+        mode_of(&locking),
+        0o2766,
+        "set-GID without g+x after nobody's write"
+    );
+    // A truncate by nobody.
+    let truncated = file("truncated", 0o4777);
+    let (ok, out) = as_nobody(&["truncate", "-s", "3", truncated.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    assert_eq!(std::fs::metadata(&truncated).unwrap().len(), 3);
+    assert_eq!(
+        mode_of(&truncated),
+        0o0777,
+        "set-UID after nobody's truncate"
+    );
+    // Root keeps them on its own writes (CAP_FSETID), loses them on chown.
+    let rooted = file("rooted", 0o4755);
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&rooted)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"root"))
+        .unwrap();
+    assert_eq!(mode_of(&rooted), 0o4755, "root's write keeps set-UID");
+    std::os::unix::fs::chown(&rooted, Some(65534), None).unwrap();
+    assert_eq!(mode_of(&rooted), 0o0755, "chown takes set-UID away");
+    // File capabilities go with an unprivileged write too.
+    let capable = file("capable", 0o0777);
+    let setcap = run_limited(
+        std::process::Command::new(tool("setcap", "libcap2-bin"))
+            .args(["cap_net_raw+ep", capable.to_str().unwrap()]),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(setcap.success(), "setcap: {}", setcap.describe());
+    let getcap = |path: &Path| {
+        let run = run_limited(
+            std::process::Command::new(tool("getcap", "libcap2-bin")).arg(path),
+            std::time::Duration::from_secs(30),
+        );
+        assert!(run.success(), "getcap: {}", run.describe());
+        run.stdout
+    };
+    assert!(getcap(&capable).contains("cap_net_raw"), "capability set");
+    let (ok, out) = as_nobody(&["sh", "-c", &append(&capable)]);
+    assert!(ok, "{out}");
+    assert!(
+        !getcap(&capable).contains("cap_net_raw"),
+        "capability after nobody's write: {}",
+        getcap(&capable)
+    );
+    // And all of it as the pool keeps it, after a restart.
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    assert_eq!(mode_of(&at.join("both")), 0o0777);
+    assert_eq!(mode_of(&at.join("locking")), 0o2766);
+    assert_eq!(mode_of(&at.join("rooted")), 0o0755);
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
