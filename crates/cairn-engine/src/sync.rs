@@ -38,8 +38,9 @@ use std::sync::atomic::Ordering;
 
 /// Space-log blocks kept before the log is condensed into a checkpoint (default).
 pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
-/// A txg that wrote at least this much hands its freed dirty buffers back to the kernel.
-const HEAP_TRIM_AFTER_BYTES: u64 = 64 << 20;
+/// A txg that wrote at least this much has its freed dirty buffers handed back to the kernel
+/// once writing pauses (`ReadCache::note_heap_freed`).
+const HEAP_TRIM_AFTER_BYTES: u64 = 1 << 20;
 /// Granule space-log blocks are rounded to.
 const SPACE_LOG_GRANULE: u32 = 4096;
 
