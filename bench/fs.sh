@@ -23,8 +23,10 @@
 #                PGBENCH_RUNTIME (60) seconds of the TPC-B-like script with 4 clients, 2 threads
 #   dbench-4     dbench 4 clients (its NetBench load file) for DBENCH_RUNTIME (60) seconds, MB/s
 #
-# --only ROW,ROW runs some rows; --systems SYS,SYS some systems. Prints a markdown table and the
-# ratios the issue asks for. Needs root (mounts; PostgreSQL runs as the `postgres` user);
+# --only ROW,ROW runs some rows; --systems SYS,SYS some systems; --rounds N repeats the whole set
+# N times, systems interleaved within each round (the disk under them is shared and its state
+# drifts: single rounds of the same build varied by up to 1.5x here), and reports medians. Prints
+# a markdown table and the ratios the issue asks for. Needs root (mounts; PostgreSQL runs as the `postgres` user);
 # installs nothing itself: run .ci/run's packages plus `apt-get install zfs-fuse dbench` first.
 set -euo pipefail
 
@@ -34,6 +36,7 @@ RUNTIME=15
 PGBENCH_RUNTIME=60
 DBENCH_RUNTIME=60
 ONLY=
+ROUNDS=1
 SYSTEMS=(cairn zfs-fuse ext4)
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -42,8 +45,9 @@ while [[ $# -gt 0 ]]; do
         --pgbench-runtime) PGBENCH_RUNTIME=$2; shift 2 ;;
         --dbench-runtime) DBENCH_RUNTIME=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
+        --rounds) ROUNDS=$2; shift 2 ;;
         --systems) IFS=, read -r -a SYSTEMS <<<"$2"; shift 2 ;;
-        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -72,6 +76,7 @@ build_release
 rm -rf "$DIR"
 mkdir -p "$DIR/results"
 DIR=$(cd "$DIR" && pwd)
+RESULTS=$DIR/results/r1
 MNT=$DIR/mnt
 mkdir -p "$MNT"
 LOOP=
@@ -138,8 +143,8 @@ run_fio() {
     local system=$1 row=$2
     shift 2
     timeout $((RUNTIME + 600)) fio --name="$row" --directory="$MNT" --output-format=json \
-        --output="$DIR/results/$system.$row.json" --group_reporting=1 "$@" \
-        2>"$DIR/results/$system.$row.stderr"
+        --output="$RESULTS/$system.$row.json" --group_reporting=1 "$@" \
+        2>"$RESULTS/$system.$row.stderr"
 }
 
 # creates SYSTEM: files per second for 20,000 creates of 4 KiB in one directory.
@@ -157,13 +162,13 @@ for i in range(20000):
 EOF
     sync -f "$MNT/many"
     end=$(date +%s.%N)
-    python3 -c "print(20000 / ($end - $start))" >"$DIR/results/$system.creates.txt"
+    python3 -c "print(20000 / ($end - $start))" >"$RESULTS/$system.creates.txt"
 }
 
 # pgbench SYSTEM: a PostgreSQL cluster on $MNT, `pgbench -i -s 10`, then PGBENCH_RUNTIME seconds
 # of 4 clients; pgbench's report to results/SYSTEM.pgbench.txt.
 pgbench_row() {
-    local system=$1 out=$DIR/results/$1.pgbench
+    local system=$1 out=$RESULTS/$1.pgbench
     mkdir -p "$PG_SOCK" "$PG_DATA"
     chown postgres: "$PG_SOCK" "$PG_DATA"
     chmod 700 "$PG_DATA"
@@ -178,9 +183,12 @@ pgbench_row() {
     as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m fast -w -t 300 stop >/dev/null
 }
 
+for round in $(seq 1 "$ROUNDS"); do
+RESULTS=$DIR/results/r$round
+mkdir -p "$RESULTS"
 for system in "${SYSTEMS[@]}"; do
     for row in "${ROWS[@]}"; do
-        log "$system: $row"
+        log "round $round/$ROUNDS, $system: $row"
         case $row in
             dsync-1 | dsync-16)
                 mount_system "$system" 128K
@@ -233,7 +241,7 @@ for system in "${SYSTEMS[@]}"; do
             dbench-4)
                 mount_system "$system" 128K
                 timeout $((DBENCH_RUNTIME + 600)) dbench -D "$MNT" -t "$DBENCH_RUNTIME" 4 \
-                    >"$DIR/results/$system.dbench-4.txt" 2>&1
+                    >"$RESULTS/$system.dbench-4.txt" 2>&1
                 ;;
         esac
     done
@@ -241,10 +249,12 @@ for system in "${SYSTEMS[@]}"; do
     # One 4 GiB image at a time on the disk.
     rm -f "$DIR/$system.img"
 done
+done
 
 python3 - "$DIR/results" "${SYSTEMS[@]}" -- "${ROWS[@]}" <<'EOF'
-import json, os, sys
-results = sys.argv[1]
+import json, os, statistics, sys
+results_root = sys.argv[1]
+rounds = sorted(os.path.join(results_root, d) for d in os.listdir(results_root))
 split = sys.argv.index("--")
 systems, rows = sys.argv[2:split], sys.argv[split + 1:]
 
@@ -261,6 +271,14 @@ def reported(path, prefix):
     return None
 
 def value(system, row):
+    """The median over rounds of the row's figure (None when no round has one)."""
+    found = [v for v in (round_value(results, system, row) for results in rounds) if v]
+    return statistics.median(found) if found else None
+
+def each_round(system, row):
+    return [round_value(results, system, row) for results in rounds]
+
+def round_value(results, system, row):
     if row == "pgbench":
         return reported(os.path.join(results, f"{system}.pgbench.txt"), "tps = ")
     if row == "dbench-4":
@@ -298,6 +316,14 @@ for row in rows:
         return "–" if not x or not y else f"{x / y:.2f}×"
     print(f"| {row} | {units.get(row, 'IOPS')} | " + " | ".join(cells)
           + f" | {ratio('cairn', 'zfs-fuse')} | {ratio('cairn', 'ext4')} |")
+if len(rounds) > 1:
+    print(f"\nMedians of {len(rounds)} rounds; each round's figures:\n")
+    print("| row | " + " | ".join(systems) + " |")
+    print("|---|" + "---|" * len(systems))
+    for row in rows:
+        cells = [", ".join("–" if v is None else f"{v:,.0f}" for v in each_round(s, row))
+                 for s in systems]
+        print(f"| {row} | " + " | ".join(cells) + " |")
 r = table.get("rewrite-128k", {}).get("cairn"), table.get("aligned-8k", {}).get("cairn")
 if all(r):
     print(f"\ncairn 8 KiB rewrites into 128K records / into 8K records: {r[0] / r[1]:.2f}× (target: within 2×, i.e. ≥ 0.5×)")
