@@ -249,7 +249,7 @@ impl ObjectSet {
             }
         };
         if let Some(bp) = stale.and_then(|change| change.written) {
-            self.io.io().free_block(&bp, txg);
+            self.io.free_block(&bp, txg);
         }
         Ok(())
     }
@@ -344,7 +344,7 @@ impl ObjectSet {
             changes.dnodes.insert(object, Dnode::free());
         }
         for bp in dropped {
-            self.io.io().free_block(&bp, txg);
+            self.io.free_block(&bp, txg);
         }
     }
 
@@ -405,7 +405,7 @@ impl ObjectSet {
         let result = result.and(batch.finish());
         if let Err(err) = result {
             for (_, bp) in &written {
-                self.io.io().free_block(bp, txg);
+                self.io.free_block(bp, txg);
             }
             return Err(err.into());
         }
@@ -448,7 +448,7 @@ impl ObjectSet {
             replaced
         };
         if let Some(bp) = replaced.as_ref().and_then(|old| old.written) {
-            self.io.io().free_block(&bp, txg);
+            self.io.free_block(&bp, txg);
         }
         replaced.is_none()
     }
@@ -493,7 +493,7 @@ impl ObjectSet {
         let mut freed = Vec::new();
         tree::collect_blocks(self.io.io(), &root, &mut freed)?;
         for bp in freed {
-            self.io.io().free_block(&bp, txg);
+            self.io.free_block(&bp, txg);
         }
         Ok(())
     }

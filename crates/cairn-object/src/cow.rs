@@ -50,7 +50,7 @@ impl TreeWriter<'_, '_> {
     }
 
     pub(crate) fn free(&self, bp: &BlockPointer) {
-        self.io.io().free_block(bp, self.txg);
+        self.io.free_block(bp, self.txg);
     }
 
     pub(crate) fn free_subtrees(&mut self, dnode: &Dnode) -> Result<(), ObjectError> {

@@ -270,7 +270,7 @@ impl ObjectSet {
             match step {
                 Step::Done { newly_dirty, freed } => {
                     if let Some(bp) = freed {
-                        self.io.io().free_block(&bp, txg);
+                        self.io.free_block(&bp, txg);
                     }
                     if deferring {
                         self.prefetch_base(object, blkid);

@@ -130,7 +130,7 @@ impl ObjectSet {
         )?;
         if !old_root.is_hole() {
             used -= i128::from(old_root.allocated_bytes());
-            self.io.io().free_block(&old_root, txg);
+            self.io.free_block(&old_root, txg);
         }
         used += i128::from(root_bp.allocated_bytes());
         if used < 0 {
