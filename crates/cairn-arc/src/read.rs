@@ -920,10 +920,10 @@ impl CachedIo {
 
     /// Frees `bp`'s space in `txg` and drops its block from RAM: no new reader will ask for
     /// it (it was rewritten elsewhere, or its object truncated or deleted). Without the drop,
-    /// every rewrite left its old version in the cache until eviction: a cache of dead blocks
-    /// that kept growing, and with it the fresh memory every new version needed (8K rewrites
-    /// into 128K records ran 4-5x slower; ZFS drops a freed block's buffer too). A reader still
-    /// on an older tree reads it from disk, whose space is kept for it.
+    /// every rewrite of a cached block left its old version in the cache until eviction: a
+    /// cache of dead blocks that kept growing, and with it the fresh memory every new version
+    /// needed (ZFS drops a freed block's buffer too). A reader still on an older tree reads it
+    /// from disk, whose space is kept for it.
     pub fn free_block(&self, bp: &BlockPointer, txg: u64) {
         if bp.is_hole() {
             return;

@@ -208,11 +208,11 @@ impl TreeWriter<'_, '_> {
                             class: IoClass::AsyncWrite,
                         },
                     )?;
-                    // Every written block stays in the ARC (as ZFS's written buffers do), as
-                    // `primarycache` allows: dnode blocks are read back by the next txg that
-                    // changes a dnode, and a data block is the base the next partial write
-                    // into it merges with at once instead of reading it back from disk.
-                    self.io.insert_written(&bp, &data, self.mode.primary);
+                    if data_type.is_metadata(0) || change.cache_written {
+                        // Dnode blocks: read back by the next txg that changes a dnode; blocks
+                        // partial writes changed: merged with by the next one.
+                        self.io.insert_written(&bp, &data, self.mode.primary);
+                    }
                     *used += i128::from(bp.allocated_bytes());
                     Ok(bp)
                 }

@@ -67,11 +67,14 @@ use std::sync::atomic::AtomicU8;
 /// place, `write_blocks_in_place`), where: the txg sync then uses that pointer instead of
 /// writing the data again. With `patch`, the version is only the bytes a partial write gave
 /// (`patch.rs`): the rest is the block's older version, merged on read and at the txg sync.
+/// `cache_written`: the txg sync leaves the written block in the ARC (a block partial writes
+/// changed is likely to be changed again; with it cached, the next one merges at once).
 #[derive(Clone, Default)]
 struct BlockChange {
     data: Option<Bytes>,
     written: Option<BlockPointer>,
     patch: Option<Box<patch::Patch>>,
+    cache_written: bool,
 }
 
 impl BlockChange {

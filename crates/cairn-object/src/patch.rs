@@ -337,7 +337,10 @@ impl ObjectSet {
         };
         let fill = fill.take().expect("fill used once");
         fill(&mut block[range.clone()]);
-        let change = BlockChange::data(Bytes::from(block));
+        let change = BlockChange {
+            cache_written: true,
+            ..BlockChange::data(Bytes::from(block))
+        };
         let new_bytes = self.new_block_bytes(state, txg, object, blkid, block_bytes as u64);
         let changes = state.changes.entry(txg).or_default();
         let replaced = changes.blocks.insert((object, blkid), change);
@@ -386,6 +389,7 @@ impl ObjectSet {
         };
         (fill.take().expect("fill used once"))(&mut block[range.clone()]);
         change.data = Some(block.freeze());
+        change.cache_written = true;
         self.patch_counters
             .merged_at_write
             .fetch_add(1, Ordering::Relaxed);
@@ -416,6 +420,7 @@ impl ObjectSet {
             .entry((object, blkid))
             .or_insert_with(|| BlockChange {
                 patch: Some(Box::new(Patch::new(block_bytes))),
+                cache_written: true,
                 ..BlockChange::default()
             });
         let patch = change.patch.as_mut().expect("the txg's version is a patch");
