@@ -11,7 +11,7 @@ mod nbd_common;
 use nbd_common::*;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 fn pattern(len: usize, seed: u64) -> Vec<u8> {
     let mut state = seed;
@@ -549,19 +549,25 @@ fn acl_tool(name: &str, args: &[&str], at: &Path) -> String {
     run.stdout
 }
 
-#[test]
-fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
-    let _heavy = heavy();
-    let env = Env::new();
-    // Another user must be able to reach the mount.
+/// A pool with filesystem tank/fs mounted by a server, reachable by other users (the test
+/// directory opened to them, the mount's root given `root_mode`).
+fn mounted_for_others(env: &Env, root_mode: u32) -> (PathBuf, Unmount, Server) {
     std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     env.create_pool();
     env.ok(&["create", "tank/fs"]);
     let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
+    let cleanup = Unmount(at.clone());
+    let server = env.serve();
     env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
-    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(root_mode)).unwrap();
+    (at, cleanup, server)
+}
+
+#[test]
+fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) = mounted_for_others(&env, 0o755);
     let secret = at.join("secret");
     std::fs::write(&secret, b"for nobody's eyes").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -624,14 +630,7 @@ fn mode_of(path: &Path) -> u32 {
 fn set_id_bits_and_capabilities_go_on_unprivileged_write_truncate_and_chown() {
     let _heavy = heavy();
     let env = Env::new();
-    std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    env.create_pool();
-    env.ok(&["create", "tank/fs"]);
-    let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
-    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
-    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (at, _cleanup, mut server) = mounted_for_others(&env, 0o777);
     let file = |name: &str, mode: u32| {
         let path = at.join(name);
         std::fs::write(&path, b"0123456789").unwrap();
