@@ -185,8 +185,8 @@ impl PoolCore {
             space.set_read_floor(read_floor);
             space.sync_done(txg);
         }
-        // The txg's dirty buffers were freed with its change sets: a large txg's worth goes back
-        // to the kernel once writing pauses, not left in the allocator's free lists for good
+        // The txg's dirty buffers were freed with its change sets: they go back to the kernel
+        // once writing pauses (2 s), not left in the allocator's free lists for good
         // (trimming after every txg made a steady writer fault in and zero fresh pages for each
         // one: 40% of the server's CPU under 8K rewrites into 128K records).
         let written = self.io.stats.bytes_written.load(Ordering::Relaxed) - written_before;
