@@ -135,6 +135,58 @@ impl Pool {
             .collect()
     }
 
+    /// The cache tier's counters as (name, value), for `cairn stat l2arc` and the analytics
+    /// (`None`: no tier, the pool is open read-only). Sizes in bytes; the rest are counts.
+    pub fn l2arc_fields(&self) -> Option<Vec<(&'static str, u64)>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let tier = self.l2()?;
+        let counters = tier.counters();
+        let reports = tier.reports();
+        let (blocks, ram_bytes) = tier.index_usage();
+        Some(vec![
+            ("devices", reports.len() as u64),
+            ("size_bytes", reports.iter().map(|r| r.size_bytes).sum()),
+            ("alloc_bytes", reports.iter().map(|r| r.alloc_bytes).sum()),
+            ("hits", counters.hits.load(Relaxed)),
+            ("misses", counters.misses.load(Relaxed)),
+            ("hit_bytes", counters.hit_bytes.load(Relaxed)),
+            ("feed_blocks", counters.feed_blocks.load(Relaxed)),
+            ("feed_bytes", counters.feed_bytes.load(Relaxed)),
+            ("feed_dropped", counters.feed_dropped.load(Relaxed)),
+            ("feed_over_budget", counters.feed_over_budget.load(Relaxed)),
+            ("copied_forward", counters.copied_forward.load(Relaxed)),
+            ("evicted_segments", counters.evicted_segments.load(Relaxed)),
+            ("evicted_blocks", counters.evicted_blocks.load(Relaxed)),
+            ("bad_reads", counters.bad_reads.load(Relaxed)),
+            ("rebuild_segments", counters.rebuild_segments.load(Relaxed)),
+            ("rebuild_blocks", counters.rebuild_blocks.load(Relaxed)),
+            (
+                "rebuild_pending_segments",
+                reports.iter().map(|r| r.rebuild_pending as u64).sum(),
+            ),
+            ("indexed_blocks", blocks),
+            ("index_ram_bytes", ram_bytes),
+            ("faulted_devices", {
+                reports
+                    .iter()
+                    .filter(|r| r.health == cairn_l2arc::L2Health::Faulted)
+                    .count() as u64
+            }),
+            // Per device and day (0: no budget), and what all devices may still be written now.
+            (
+                "write_budget_bytes_per_day",
+                tier.config().write_bytes_per_day.unwrap_or(0),
+            ),
+            (
+                "write_budget_left_bytes",
+                reports
+                    .iter()
+                    .filter_map(|r| r.write_budget_left_bytes)
+                    .sum(),
+            ),
+        ])
+    }
+
     /// Each cache device's state, in the order they were added.
     pub fn cache_status(&self) -> Vec<CacheDeviceStatus> {
         let reports = self

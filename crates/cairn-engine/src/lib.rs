@@ -51,8 +51,8 @@ pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
 pub use import::{DiscoveredPool, ImportSource, discover_pools};
 pub use pool::{
-    DatasetInfo, LeafIo, LeafStatus, LogDeviceUse, Pool, PoolOptions, PoolStatus, TopStatus,
-    process_cache,
+    DatasetInfo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, Pool, PoolOptions,
+    PoolStatus, TopStatus, process_cache,
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;

@@ -998,6 +998,37 @@ pub struct LogDeviceUse {
     pub flush_latency_p50_us: u64,
 }
 
+/// What a device is to its pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceRole {
+    Data,
+    Log,
+    Cache,
+}
+
+impl DeviceRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceRole::Data => "data",
+            DeviceRole::Log => "log",
+            DeviceRole::Cache => "cache",
+        }
+    }
+}
+
+/// One device's health, error counts and whole I/O queue statistics (`Pool::device_queues`).
+#[derive(Debug, Clone)]
+pub struct DeviceQueue {
+    pub name: String,
+    pub role: DeviceRole,
+    pub health: String,
+    pub read_errors: u64,
+    pub write_errors: u64,
+    pub checksum_errors: u64,
+    /// `None`: the device is missing (no queue).
+    pub queue: Option<cairn_device::QueueStats>,
+}
+
 /// One leaf device's I/O queue counters (`cairn stat io`).
 #[derive(Debug, Clone)]
 pub struct LeafIo {
@@ -1039,6 +1070,67 @@ impl Pool {
             )
             .collect();
         (self.core.io.stats.fields(), leaves)
+    }
+
+    /// Every device's I/O queue, whole (latency histograms included): the pool's leaves in
+    /// tree order, then its cache devices. For the analytics; `io_stats` is the flat view.
+    pub fn device_queues(&self) -> Vec<DeviceQueue> {
+        let tree = self.core.io.tree();
+        let mut out: Vec<DeviceQueue> = tree
+            .tops
+            .iter()
+            .flat_map(|top| {
+                let role = if top.config.role == cairn_format::VdevRole::Log {
+                    DeviceRole::Log
+                } else {
+                    DeviceRole::Data
+                };
+                top.leaves.iter().map(move |leaf| {
+                    let (read_errors, write_errors, checksum_errors) = leaf.errors.snapshot();
+                    DeviceQueue {
+                        name: leaf.spec.to_string(),
+                        role,
+                        health: leaf.health().as_str().to_string(),
+                        read_errors,
+                        write_errors,
+                        checksum_errors,
+                        queue: leaf.queue().map(|queue| queue.stats()),
+                    }
+                })
+            })
+            .collect();
+        if let Some(tier) = &self.l2 {
+            let reports = tier.reports();
+            for device in tier.devices() {
+                let report = reports.iter().find(|r| r.name == device.name);
+                out.push(DeviceQueue {
+                    name: device.name.clone(),
+                    role: DeviceRole::Cache,
+                    health: match report.map(|r| r.health) {
+                        Some(cairn_l2arc::L2Health::Online) => "ONLINE",
+                        Some(cairn_l2arc::L2Health::Faulted) => "FAULTED",
+                        None => "UNKNOWN",
+                    }
+                    .to_string(),
+                    read_errors: report.map_or(0, |r| r.read_errors),
+                    write_errors: report.map_or(0, |r| r.write_errors),
+                    checksum_errors: report.map_or(0, |r| r.checksum_errors),
+                    queue: Some(device.queue_stats()),
+                });
+            }
+        }
+        out
+    }
+
+    /// Latency of every commit of each open volume's and filesystem's intent log, in
+    /// microseconds (since this process opened it).
+    pub fn intent_log_latency(&self) -> Vec<(String, hdrhistogram::Histogram<u64>)> {
+        self.core
+            .intent_logs
+            .lock()
+            .iter()
+            .map(|(name, log)| (name.clone(), log.commit_latency_us()))
+            .collect()
     }
 
     /// Counters of every open volume's intent log (since this process opened it).

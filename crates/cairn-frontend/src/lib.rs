@@ -14,6 +14,7 @@
 //! - `exports`: the NBD adapter, every volume of every served pool as an export;
 //! - `control`: the control socket's typed request protocol, generic over the command type of
 //!   the front end that parses commands;
+//! - `analytics`: Prometheus metrics, a bounded history and the live page (`serve --http`);
 //! - `serve`: a server's life, in the order that keeps it safe (bind, open, listen, drain,
 //!   export).
 //!
@@ -23,6 +24,7 @@
 //! classify them. Dependencies point down only: this crate uses the engine, dataset, device,
 //! format and NBD crates; only front ends use it.
 
+pub mod analytics;
 pub mod cache;
 pub mod control;
 pub mod exports;

@@ -42,6 +42,9 @@ pub struct ServeSettings {
     pub budget: MemoryBudget,
     /// Recorded in the history of pools this server imports.
     pub command_line: String,
+    /// Serve metrics and the analytics page on this TCP address (`--http`); loopback unless
+    /// the NBD TLS settings are given, which then make it HTTPS.
+    pub http: Option<String>,
 }
 
 /// What a server has to tell its user.
@@ -74,6 +77,8 @@ pub struct Ready<'a> {
     pub socket_path: &'a Path,
     pub tcp: Option<SocketAddr>,
     pub tls: Option<&'a TlsSettings>,
+    /// Where the analytics endpoint listens, if it is on.
+    pub http: Option<SocketAddr>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -125,6 +130,12 @@ pub enum ServeError {
         #[source]
         source: std::io::Error,
     },
+    #[error(
+        "refusing to serve metrics and the analytics page on {address} without TLS: anyone who can reach it could watch every pool (give --tls-cert and --tls-key, or use 127.0.0.1)"
+    )]
+    HttpExposedWithoutTls { address: SocketAddr },
+    #[error(transparent)]
+    Analytics(#[from] crate::analytics::AnalyticsError),
     #[error("the NBD listeners failed")]
     Listeners(#[source] std::io::Error),
     #[error("cannot watch for the stop signal")]
@@ -152,6 +163,16 @@ pub fn check_listen(address: &str, tls: Option<&TlsSettings>) -> Result<(), Serv
         return Err(ServeError::ExposedWithoutTls { address: *exposed });
     }
     Ok(())
+}
+
+/// Refuses the analytics endpoint on an address other than loopback without TLS.
+pub fn check_http_listen(address: &str, tls: Option<&TlsSettings>) -> Result<(), ServeError> {
+    match check_listen(address, tls) {
+        Err(ServeError::ExposedWithoutTls { address }) => {
+            Err(ServeError::HttpExposedWithoutTls { address })
+        }
+        other => other,
+    }
 }
 
 /// The NBD server's request buffers, per connection and in all, as the budget allows.
@@ -262,6 +283,9 @@ where
     if let Some(address) = &settings.listen {
         check_listen(address, settings.nbd.tls.as_ref())?;
     }
+    if let Some(address) = &settings.http {
+        check_http_listen(address, settings.nbd.tls.as_ref())?;
+    }
     let mut config = settings.nbd;
     apply_budget(&settings.budget, &mut config);
     let control_listener = control::bind(&settings.state_dir)?;
@@ -279,6 +303,18 @@ where
     let server = Arc::new(NbdServer::new(exports.clone(), config));
     let _ = served.nbd.set(server.clone());
     let _ = served.started.set(std::time::Instant::now());
+    let analytics = match &settings.http {
+        Some(address) => Some(crate::analytics::start(
+            served.clone(),
+            address,
+            server
+                .config()
+                .tls
+                .as_ref()
+                .map(|tls| tls.acceptor().clone()),
+        )?),
+        None => None,
+    };
     let stop_control = Arc::new(AtomicBool::new(false));
     let control_thread = std::thread::Builder::new()
         .name("cairn-control".into())
@@ -296,8 +332,12 @@ where
         socket_path: &settings.socket_path,
         server: &server,
         exports: &exports,
+        http: analytics.as_ref().map(|a| a.local_addr()),
     };
     let result = listeners.run(notes, ready, stop);
+    if let Some(analytics) = analytics {
+        analytics.stop();
+    }
     let _ = std::fs::remove_file(&settings.socket_path);
     stop_control.store(true, Ordering::SeqCst);
     control::wake(&settings.state_dir);
@@ -319,6 +359,7 @@ struct Listeners<'a> {
     socket_path: &'a Path,
     server: &'a Arc<NbdServer>,
     exports: &'a PoolExports,
+    http: Option<SocketAddr>,
 }
 
 impl Listeners<'_> {
@@ -338,6 +379,7 @@ impl Listeners<'_> {
             socket_path,
             server,
             exports,
+            http,
         } = *self;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -373,6 +415,7 @@ impl Listeners<'_> {
                 socket_path,
                 tcp: tcp_address,
                 tls: server.config().tls.as_ref(),
+                http,
             });
             // Both listeners and the stop watch run in this one task, so nothing here needs to
             // be Send; the listeners return once the server is shut down.

@@ -53,6 +53,14 @@ pub struct TlsSettings {
     pub verifies_clients: bool,
 }
 
+impl TlsSettings {
+    /// The TLS acceptor, for another listener of the same server (the analytics endpoint
+    /// serves HTTPS with the NBD certificate, and asks for client certificates alike).
+    pub fn acceptor(&self) -> &TlsAcceptor {
+        &self.acceptor
+    }
+}
+
 impl fmt::Debug for TlsSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsSettings")

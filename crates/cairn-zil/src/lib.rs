@@ -380,6 +380,11 @@ impl IntentLog {
         self.stats.snapshot(self.lanes.len())
     }
 
+    /// Latency of every commit so far, in microseconds.
+    pub fn commit_latency_us(&self) -> hdrhistogram::Histogram<u64> {
+        self.stats.commit_latency_us()
+    }
+
     /// Records lane `lane`'s head for the header of txg `txg` (the object set becomes dirty in
     /// `txg` only if the header changed).
     fn set_head(&self, lane: u32, head: LaneHead, txg: u64) {

@@ -166,6 +166,12 @@ impl ZilStats {
         self.bytes_written.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Every commit's latency so far, in microseconds (a copy: the analytics export the whole
+    /// distribution, not the percentiles of the snapshot).
+    pub fn commit_latency_us(&self) -> Histogram<u64> {
+        self.commit_latency_us.lock().clone()
+    }
+
     pub fn snapshot(&self, lanes: usize) -> ZilStatsSnapshot {
         let latency = self.commit_latency_us.lock();
         let fill = self.block_fill_percent.lock();

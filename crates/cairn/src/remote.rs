@@ -15,6 +15,8 @@ use clap::Parser;
 use std::path::Path;
 
 /// What became of a command offered to a server.
+// Made once per process and matched by value (the command moves on): boxing buys nothing.
+#[allow(clippy::large_enum_variant)]
 pub enum Forwarded {
     /// A server ran it.
     Done(Reply),

@@ -45,6 +45,11 @@ pub struct ServeArgs {
     /// every listener; allow serves them too.
     #[arg(long, value_enum, value_name = "MODE", requires = "tls_cert")]
     pub tls: Option<TlsMode>,
+    /// Serve Prometheus metrics (/metrics) and the live analytics page (/) on this address,
+    /// e.g. 127.0.0.1:9440 (off by default). An address other than loopback needs TLS
+    /// (--tls-cert/--tls-key), which makes it HTTPS.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<String>,
     /// Unix socket path (default: STATE_DIR/nbd.sock).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -226,6 +231,9 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     if let Some(address) = &args.listen {
         cairn_frontend::serve::check_listen(address, tls.as_ref())?;
     }
+    if let Some(address) = &args.http {
+        cairn_frontend::serve::check_http_listen(address, tls.as_ref())?;
+    }
     let config = args.server_config(tls);
     let budget = memory_budget(arc_max_bytes, args.arc_max.is_some(), &config)?;
     let l2_write_bytes_per_day = args
@@ -259,6 +267,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         nbd: config,
         budget,
         command_line: ctx.command_line.clone(),
+        http: args.http.clone(),
     };
     let notes = |note: Note| eprintln!("cairn: {note}");
     let budget_line = describe_budget(&budget);
@@ -296,6 +305,12 @@ fn announce(ready: &Ready<'_>, budget: &str) {
         ),
     }
     println!("cairn: {budget}");
+    if let Some(http) = ready.http {
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        println!(
+            "cairn: metrics on {scheme}://{http}/metrics, analytics page on {scheme}://{http}/"
+        );
+    }
     if let Some(tls) = tls {
         println!(
             "TLS: {}{}",

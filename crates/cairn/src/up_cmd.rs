@@ -38,6 +38,9 @@ pub struct UpArgs {
     /// Most RAM the block cache (ARC) may use (default: half of the machine's memory).
     #[arg(long, value_name = "SIZE", env = "CAIRN_ARC_MAX")]
     pub arc_max: Option<String>,
+    /// Also serve Prometheus metrics and the live analytics page here (e.g. 127.0.0.1:9440).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<String>,
 }
 
 impl UpArgs {
@@ -55,6 +58,7 @@ impl UpArgs {
             arc_max: self.arc_max.clone(),
             arc_min: None,
             l2_write_max_per_day: None,
+            http: self.http.clone(),
         }
     }
 }

@@ -1,0 +1,634 @@
+//! A `Sample` in the OpenMetrics text format, through `prometheus-client`'s encoder (names,
+//! escaping, `_total` and histogram series are the crate's, not hand-formatted).
+//!
+//! Naming: every metric starts with `cairn_`, then the layer (`dataset`, `zil`, `device`,
+//! `pool`, `pipeline`, `arc`, `l2arc`, `process`); units are in the name (`_bytes`,
+//! `_seconds`, `_ratio`); counters get `_total` from the encoder. Labels: `pool`, `dataset`,
+//! `protocol` (nbd, fuse), `op`, `device`, `role` (data, log, cache), `state`. Latencies are
+//! histograms on the analytics' shared buckets (1 µs to 67 s, powers of two). Health is a
+//! state set: one series per possible state, 1 for the current one, so an alert can match
+//! `cairn_pool_health{state!="ONLINE"} == 1`.
+//!
+//! Families are gathered first and encoded afterwards: the format wants all series of one
+//! metric together, and one metric's series come from many pools.
+
+use super::sample::{LatencyBuckets, Sample};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use std::collections::BTreeMap;
+
+type Labels = Vec<(&'static str, String)>;
+
+enum Values {
+    Counter(Vec<(Labels, u64)>),
+    Gauge(Vec<(Labels, f64)>),
+    Histogram(Vec<(Labels, LatencyBuckets)>),
+}
+
+struct Family {
+    help: &'static str,
+    values: Values,
+}
+
+/// Metric families by name (sorted, so scrapes are stable).
+#[derive(Default)]
+struct Families(BTreeMap<String, Family>);
+
+impl Families {
+    fn counter(&mut self, name: impl Into<String>, help: &'static str, labels: Labels, v: u64) {
+        let family = self.0.entry(name.into()).or_insert_with(|| Family {
+            help,
+            values: Values::Counter(Vec::new()),
+        });
+        if let Values::Counter(rows) = &mut family.values {
+            rows.push((labels, v));
+        }
+    }
+
+    fn gauge(&mut self, name: impl Into<String>, help: &'static str, labels: Labels, v: f64) {
+        let family = self.0.entry(name.into()).or_insert_with(|| Family {
+            help,
+            values: Values::Gauge(Vec::new()),
+        });
+        if let Values::Gauge(rows) = &mut family.values {
+            rows.push((labels, v));
+        }
+    }
+
+    fn histogram(
+        &mut self,
+        name: impl Into<String>,
+        help: &'static str,
+        labels: Labels,
+        v: &LatencyBuckets,
+    ) {
+        let family = self.0.entry(name.into()).or_insert_with(|| Family {
+            help,
+            values: Values::Histogram(Vec::new()),
+        });
+        if let Values::Histogram(rows) = &mut family.values {
+            rows.push((labels, v.clone()));
+        }
+    }
+
+    /// A state set: 1 for `current`, 0 for the other `states`.
+    fn state_set(
+        &mut self,
+        name: &str,
+        help: &'static str,
+        labels: &Labels,
+        states: &[&str],
+        current: &str,
+    ) {
+        for state in states {
+            let mut labels = labels.clone();
+            labels.push(("state", (*state).to_string()));
+            self.gauge(name, help, labels, f64::from(u8::from(*state == current)));
+        }
+    }
+}
+
+struct Histogram<'a>(&'a LatencyBuckets);
+
+impl std::fmt::Debug for Histogram<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Histogram")
+            .field("count", &self.0.count())
+            .finish()
+    }
+}
+
+impl EncodeMetric for Histogram<'_> {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let mut buckets: Vec<(f64, u64)> = self
+            .0
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(k, count)| (LatencyBuckets::bound_seconds(k), *count))
+            .collect();
+        buckets.push((f64::INFINITY, self.0.overflow));
+        encoder.encode_histogram::<NoLabelSet>(self.0.sum_us / 1e6, self.0.count(), &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
+    }
+}
+
+fn encode_families(
+    families: &Families,
+    mut encoder: DescriptorEncoder,
+) -> Result<(), std::fmt::Error> {
+    use prometheus_client::metrics::counter::ConstCounter;
+    use prometheus_client::metrics::gauge::ConstGauge;
+    for (name, family) in &families.0 {
+        let kind = match family.values {
+            Values::Counter(_) => MetricType::Counter,
+            Values::Gauge(_) => MetricType::Gauge,
+            Values::Histogram(_) => MetricType::Histogram,
+        };
+        let mut metric = encoder.encode_descriptor(name, family.help, None, kind)?;
+        match &family.values {
+            Values::Counter(rows) => {
+                for (labels, v) in rows {
+                    ConstCounter::new(*v).encode(metric.encode_family(labels)?)?;
+                }
+            }
+            Values::Gauge(rows) => {
+                for (labels, v) in rows {
+                    ConstGauge::new(*v).encode(metric.encode_family(labels)?)?;
+                }
+            }
+            Values::Histogram(rows) => {
+                for (labels, v) in rows {
+                    Histogram(v).encode(metric.encode_family(labels)?)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// ARC fields that are levels (bytes or counts now), not counters; sizes get `_bytes`.
+const ARC_GAUGES: &[(&str, &str)] = &[
+    ("size", "size_bytes"),
+    ("c", "target_bytes"),
+    ("c_min", "target_min_bytes"),
+    ("c_max", "target_max_bytes"),
+    ("data_size", "data_bytes"),
+    ("metadata_size", "metadata_bytes"),
+    ("meta_target", "metadata_target_bytes"),
+    ("mru_size", "mru_bytes"),
+    ("mru_target", "mru_target_bytes"),
+    ("mfu_size", "mfu_bytes"),
+    ("mru_ghost_size", "mru_ghost_bytes"),
+    ("mfu_ghost_size", "mfu_ghost_bytes"),
+    ("blocks", "blocks"),
+    ("ghost_blocks", "ghost_blocks"),
+    ("hdr_size", "header_bytes"),
+    ("hdr_bytes_per_block", "header_bytes_per_block"),
+    ("inflight", "inflight_reads"),
+    ("arc_no_grow", "no_grow"),
+    ("memory_available_bytes", "memory_available_bytes"),
+];
+
+/// L2ARC fields that are levels, not counters.
+const L2ARC_GAUGES: &[&str] = &[
+    "devices",
+    "size_bytes",
+    "alloc_bytes",
+    "rebuild_pending_segments",
+    "indexed_blocks",
+    "index_ram_bytes",
+    "faulted_devices",
+    "write_budget_bytes_per_day",
+    "write_budget_left_bytes",
+];
+
+/// Whether an ARC field is a level (not a counter).
+pub(crate) fn is_arc_level(field: &str) -> bool {
+    ARC_GAUGES.iter().any(|(name, _)| *name == field)
+}
+
+/// Whether an L2ARC field is a level (not a counter).
+pub(crate) fn is_l2arc_level(field: &str) -> bool {
+    L2ARC_GAUGES.contains(&field)
+}
+
+/// A counter's name for a field (`_total` is added by the encoder).
+fn counter_name(prefix: &str, field: &str) -> String {
+    format!("{prefix}_{field}")
+}
+
+fn arc(families: &mut Families, fields: &[(&'static str, u64)]) {
+    for (field, value) in fields {
+        if let Some((_, name)) = ARC_GAUGES.iter().find(|(f, _)| f == field) {
+            families.gauge(
+                format!("cairn_arc_{name}"),
+                "ARC level (see cairn stat arc)",
+                Vec::new(),
+                *value as f64,
+            );
+        } else {
+            families.counter(
+                counter_name("cairn_arc", field),
+                "ARC counter (see cairn stat arc)",
+                Vec::new(),
+                *value,
+            );
+        }
+    }
+}
+
+const OP_HELP: &str = "operations answered by the dataset's front end";
+
+fn datasets(families: &mut Families, pool: &str, sample: &super::sample::PoolSample) {
+    for dataset in &sample.datasets {
+        for op in &dataset.ops {
+            let labels = vec![
+                ("pool", pool.to_string()),
+                ("dataset", dataset.dataset.clone()),
+                ("protocol", dataset.protocol.to_string()),
+                ("op", op.op.to_string()),
+            ];
+            families.counter("cairn_dataset_operations", OP_HELP, labels.clone(), op.ops);
+            families.counter(
+                "cairn_dataset_bytes",
+                "bytes moved by successful operations",
+                labels.clone(),
+                op.bytes,
+            );
+            families.counter(
+                "cairn_dataset_errors",
+                "operations answered with an error",
+                labels.clone(),
+                op.errors,
+            );
+            families.histogram(
+                "cairn_dataset_latency_seconds",
+                "latency of operations, as the front end answered them",
+                labels,
+                &op.latency,
+            );
+        }
+    }
+    for log in &sample.intent_logs {
+        let labels = vec![("pool", pool.to_string()), ("dataset", log.dataset.clone())];
+        for (field, value) in log.stats.fields() {
+            match field {
+                "lanes" => families.gauge(
+                    "cairn_zil_lanes",
+                    "intent log lanes",
+                    labels.clone(),
+                    value as f64,
+                ),
+                "block_fill_mean_percent" => families.gauge(
+                    "cairn_zil_block_fill_ratio",
+                    "mean fill of log blocks written",
+                    labels.clone(),
+                    value as f64 / 100.0,
+                ),
+                // Percentiles are the histogram's business here.
+                f if f.starts_with("commit_latency_") => {}
+                f => families.counter(
+                    counter_name("cairn_zil", f),
+                    "intent log counter (see cairn stat zil)",
+                    labels.clone(),
+                    value,
+                ),
+            }
+        }
+        families.histogram(
+            "cairn_zil_commit_latency_seconds",
+            "latency of intent log commits (synchronous writes, fsync, FLUSH)",
+            labels,
+            &log.commit_latency,
+        );
+    }
+}
+
+const HEALTH_STATES: &[&str] = &[
+    "ONLINE", "DEGRADED", "FAULTED", "OFFLINE", "UNAVAIL", "REMOVED",
+];
+
+fn devices(families: &mut Families, pool: &str, sample: &super::sample::PoolSample) {
+    for d in &sample.devices {
+        let device = &d.device;
+        let labels = vec![
+            ("pool", pool.to_string()),
+            ("device", device.name.clone()),
+            ("role", device.role.as_str().to_string()),
+        ];
+        let with = |extra: (&'static str, &str)| {
+            let mut labels = labels.clone();
+            labels.push((extra.0, extra.1.to_string()));
+            labels
+        };
+        families.state_set(
+            "cairn_device_health",
+            "device health (1 for the current state)",
+            &labels,
+            HEALTH_STATES,
+            &device.health,
+        );
+        for (kind, count) in [
+            ("read", device.read_errors),
+            ("write", device.write_errors),
+            ("checksum", device.checksum_errors),
+        ] {
+            families.counter(
+                "cairn_device_errors",
+                "errors charged to the device (as pool status shows them)",
+                with(("kind", kind)),
+                count,
+            );
+        }
+        let Some(q) = &device.queue else { continue };
+        for (op, requests, calls, bytes) in [
+            ("read", q.read_requests, q.read_calls, q.read_bytes),
+            ("write", q.write_requests, q.write_calls, q.write_bytes),
+        ] {
+            families.counter(
+                "cairn_device_requests",
+                "I/O requests queued to the device",
+                with(("op", op)),
+                requests,
+            );
+            families.counter(
+                "cairn_device_calls",
+                "device calls made for them (fewer when requests aggregate)",
+                with(("op", op)),
+                calls,
+            );
+            families.counter(
+                "cairn_device_bytes",
+                "bytes read or written",
+                with(("op", op)),
+                bytes,
+            );
+        }
+        for (op, errors) in [
+            ("read", q.read_errors),
+            ("write", q.write_errors),
+            ("flush", q.flush_errors),
+        ] {
+            families.counter(
+                "cairn_device_io_errors",
+                "failed requests",
+                with(("op", op)),
+                errors,
+            );
+        }
+        families.counter(
+            "cairn_device_flushes",
+            "cache flushes",
+            labels.clone(),
+            q.flushes,
+        );
+        families.counter(
+            "cairn_device_fua_writes",
+            "writes made durable on their own",
+            labels.clone(),
+            q.fua_writes,
+        );
+        families.counter(
+            "cairn_device_discards",
+            "discards",
+            labels.clone(),
+            q.discards,
+        );
+        families.gauge(
+            "cairn_device_queued_requests",
+            "requests waiting in the queue",
+            labels.clone(),
+            q.queued as f64,
+        );
+        families.gauge(
+            "cairn_device_active_requests",
+            "requests in service",
+            labels.clone(),
+            q.active as f64,
+        );
+        for (op, buckets) in [
+            ("read", &d.read_latency),
+            ("write", &d.write_latency),
+            ("flush", &d.flush_latency),
+        ] {
+            families.histogram(
+                "cairn_device_latency_seconds",
+                "device request latency, submission to completion",
+                with(("op", op)),
+                buckets,
+            );
+        }
+    }
+}
+
+fn pool(families: &mut Families, sample: &super::sample::PoolSample) {
+    let name = &sample.name;
+    let labels = vec![("pool", name.clone())];
+    let status = &sample.status;
+    families.state_set(
+        "cairn_pool_health",
+        "pool health (1 for the current state)",
+        &labels,
+        HEALTH_STATES,
+        status.health.as_str(),
+    );
+    for (metric, value) in [
+        ("cairn_pool_size_bytes", status.size_bytes),
+        ("cairn_pool_allocated_bytes", status.allocated_bytes),
+        ("cairn_pool_free_bytes", status.free_bytes),
+        ("cairn_pool_dirty_bytes", sample.dirty_bytes),
+        ("cairn_pool_synced_txg", status.txg),
+    ] {
+        families.gauge(metric, "pool level", labels.clone(), value as f64);
+    }
+    families.gauge(
+        "cairn_pool_fragmentation_ratio",
+        "free space fragmentation",
+        labels.clone(),
+        status.fragmentation_percent as f64 / 100.0,
+    );
+    families.gauge(
+        "cairn_pool_suspended",
+        "1 while the pool refuses writes",
+        labels.clone(),
+        f64::from(u8::from(status.suspended.is_some())),
+    );
+    if let Some(txg) = &sample.txg_stats {
+        families.counter(
+            "cairn_pool_txgs_synced",
+            "txgs synced",
+            labels.clone(),
+            txg.txgs_synced,
+        );
+        families.counter(
+            "cairn_pool_synced_bytes",
+            "dirty bytes carried to disk by txg syncs",
+            labels.clone(),
+            txg.bytes_synced_total,
+        );
+        families.counter(
+            "cairn_pool_writer_delays",
+            "writers delayed by the write throttle",
+            labels.clone(),
+            txg.writer_delays_count,
+        );
+        families.gauge(
+            "cairn_pool_writer_delay_seconds_total",
+            "total delay the write throttle imposed",
+            labels.clone(),
+            txg.writer_delay_ns_total as f64 / 1e9,
+        );
+        for (trigger, count) in [
+            ("timeout", txg.syncs_by_timeout),
+            ("dirty", txg.syncs_by_dirty_threshold),
+            ("request", txg.syncs_by_request),
+            ("shutdown", txg.syncs_at_shutdown),
+        ] {
+            let mut labels = labels.clone();
+            labels.push(("trigger", trigger.to_string()));
+            families.counter(
+                "cairn_pool_txg_syncs",
+                "txg syncs by what started them",
+                labels,
+                count,
+            );
+        }
+    }
+    for (field, value) in &sample.pipeline {
+        families.counter(
+            counter_name("cairn_pipeline", field),
+            "block pipeline counter (see cairn stat io)",
+            labels.clone(),
+            *value,
+        );
+    }
+    if let Some(fields) = &sample.l2arc {
+        for (field, value) in fields {
+            if L2ARC_GAUGES.contains(field) {
+                families.gauge(
+                    format!("cairn_l2arc_{field}"),
+                    "L2ARC level (see cairn stat l2arc)",
+                    labels.clone(),
+                    *value as f64,
+                );
+            } else {
+                families.counter(
+                    counter_name("cairn_l2arc", field),
+                    "L2ARC counter (see cairn stat l2arc)",
+                    labels.clone(),
+                    *value,
+                );
+            }
+        }
+    }
+}
+
+fn families_of(sample: &Sample) -> Families {
+    let mut families = Families::default();
+    families.gauge(
+        "cairn_uptime_seconds",
+        "time since the server started",
+        Vec::new(),
+        sample.uptime_s,
+    );
+    if let Some(bytes) = sample.resident_bytes {
+        families.gauge(
+            "cairn_process_resident_memory_bytes",
+            "resident memory of the server",
+            Vec::new(),
+            bytes as f64,
+        );
+    }
+    arc(&mut families, &sample.arc);
+    for p in &sample.pools {
+        pool(&mut families, p);
+        datasets(&mut families, &p.name, p);
+        devices(&mut families, &p.name, p);
+    }
+    families
+}
+
+/// The registry wants a collector that owns what it encodes: the families are built before
+/// the scrape's `encode` and handed over once.
+struct OneScrape(std::sync::Mutex<Option<Families>>);
+
+impl std::fmt::Debug for OneScrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OneScrape")
+    }
+}
+
+impl prometheus_client::collector::Collector for OneScrape {
+    fn encode(&self, encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let families = self
+            .0
+            .lock()
+            .map_err(|_| std::fmt::Error)?
+            .take()
+            .unwrap_or_default();
+        encode_families(&families, encoder)
+    }
+}
+
+fn encode_text(families: Families) -> Result<String, std::fmt::Error> {
+    let mut registry = prometheus_client::registry::Registry::default();
+    registry.register_collector(Box::new(OneScrape(std::sync::Mutex::new(Some(families)))));
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// The sample as an OpenMetrics text exposition (ends with `# EOF`).
+pub fn render(sample: &Sample) -> Result<String, std::fmt::Error> {
+    encode_text(families_of(sample))
+}
+
+/// The content type of `render`'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_arc_gauge_names_a_field_the_arc_reports() {
+        let fields = cairn_engine::process_cache().stats().fields;
+        for (gauge, _) in ARC_GAUGES {
+            assert!(
+                fields.iter().any(|(name, _)| name == gauge),
+                "ARC_GAUGES lists {gauge}, which the ARC no longer reports"
+            );
+        }
+    }
+
+    #[test]
+    fn histograms_and_counters_come_out_in_the_openmetrics_form() {
+        let mut families = Families::default();
+        let mut buckets = LatencyBuckets::empty();
+        buckets.counts[3] = 2;
+        buckets.overflow = 1;
+        buckets.sum_us = 70_000_000.0;
+        families.histogram(
+            "cairn_x_latency_seconds",
+            "x",
+            vec![("pool", "tank".into())],
+            &buckets,
+        );
+        families.counter("cairn_x_ops", "x", vec![("op", "read".into())], 7);
+        let sample = Sample {
+            unix_ms: 0,
+            uptime_s: 1.5,
+            resident_bytes: None,
+            arc: vec![("hits", 3), ("size", 4096)],
+            pools: Vec::new(),
+        };
+        let text = render(&sample).unwrap();
+        assert!(text.contains("cairn_arc_hits_total 3"), "{text}");
+        assert!(text.contains("cairn_arc_size_bytes 4096"), "{text}");
+        assert!(text.contains("cairn_uptime_seconds 1.5"), "{text}");
+        assert!(text.trim_end().ends_with("# EOF"), "{text}");
+        let out = encode_text(families).unwrap();
+        assert!(out.contains("cairn_x_ops_total{op=\"read\"} 7"), "{out}");
+        // The encoder puts `le` first; label order carries no meaning.
+        assert!(
+            out.contains("cairn_x_latency_seconds_bucket{le=\"0.000008\",pool=\"tank\"} 2"),
+            "{out}"
+        );
+        assert!(
+            out.contains("cairn_x_latency_seconds_bucket{le=\"+Inf\",pool=\"tank\"} 3"),
+            "{out}"
+        );
+        assert!(
+            out.contains("cairn_x_latency_seconds_count{pool=\"tank\"} 3"),
+            "{out}"
+        );
+        assert!(
+            out.contains("cairn_x_latency_seconds_sum{pool=\"tank\"} 70.0"),
+            "{out}"
+        );
+    }
+}

@@ -1,0 +1,125 @@
+//! The state panels' data (`/api/status`): what is true now rather than a rate — each pool's
+//! vdev tree with health and error counts, cache devices, scrub and resilver progress, the most
+//! recent txgs (open, quiesce and sync times, dirty bytes, throttle), and the names the page
+//! offers to drill into (datasets with their protocol, devices with their role).
+
+use super::sample::Sample;
+use serde_json::{Value, json};
+
+fn trigger_name(trigger: cairn_pool::txg::SyncTrigger) -> &'static str {
+    use cairn_pool::txg::SyncTrigger;
+    match trigger {
+        SyncTrigger::Requested => "request",
+        SyncTrigger::Shutdown => "shutdown",
+        SyncTrigger::DirtyThreshold => "dirty",
+        SyncTrigger::Timeout => "timeout",
+    }
+}
+
+fn pool_json(pool: &super::sample::PoolSample) -> Value {
+    let status = &pool.status;
+    let tops: Vec<Value> = status
+        .tops
+        .iter()
+        .map(|top| {
+            json!({
+                "name": top.name,
+                "health": top.health.as_str(),
+                "log": top.is_log,
+                "mirror": top.is_mirror,
+                "leaves": top.leaves.iter().map(|leaf| json!({
+                    "name": leaf.name,
+                    "health": leaf.health.as_str(),
+                    "read_errors": leaf.read_errors,
+                    "write_errors": leaf.write_errors,
+                    "checksum_errors": leaf.checksum_errors,
+                    "repaired_bytes": leaf.repaired_bytes,
+                    "resilvering": leaf.resilvering,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let cache: Vec<Value> = pool
+        .devices
+        .iter()
+        .filter(|d| d.device.role == cairn_engine::DeviceRole::Cache)
+        .map(|d| {
+            json!({
+                "name": d.device.name,
+                "health": d.device.health,
+                "read_errors": d.device.read_errors,
+                "write_errors": d.device.write_errors,
+                "checksum_errors": d.device.checksum_errors,
+            })
+        })
+        .collect();
+    let txgs: Vec<Value> = pool
+        .txg_history
+        .iter()
+        .map(|t| {
+            json!({
+                "txg": t.txg,
+                "trigger": trigger_name(t.trigger),
+                "dirty_bytes": t.dirty_bytes,
+                "opened_at_us": t.opened_at_us,
+                "open_us": t.open_us,
+                "quiesce_us": t.quiesce_us,
+                "sync_us": t.sync_us,
+                "writer_delays": t.writer_delays_count,
+                "writer_delay_us": t.writer_delay_ns_total / 1000,
+                "writers_blocked": t.writers_blocked_count,
+            })
+        })
+        .collect();
+    let scrub = status.last_scrub.as_ref().map(|s| {
+        json!({
+            "started_ms": s.started_ms,
+            "finished_ms": s.finished_ms,
+            "bytes_scanned": s.bytes_scanned,
+            "repaired_bytes": s.repaired_bytes,
+            "unrecoverable_blocks": s.unrecoverable_blocks,
+            "canceled": s.canceled,
+        })
+    });
+    let resilver = status.resilver.as_ref().map(|r| {
+        json!({
+            "leaf": r.leaf,
+            "copied_bytes": r.copied_bytes,
+            "total_bytes": r.total_bytes,
+            "rate_bytes_per_s": r.rate_bytes_per_s,
+            "finished_ms": r.finished_ms,
+            "error": r.error,
+        })
+    });
+    json!({
+        "name": pool.name,
+        "health": status.health.as_str(),
+        "size_bytes": status.size_bytes,
+        "allocated_bytes": status.allocated_bytes,
+        "free_bytes": status.free_bytes,
+        "fragmentation_percent": status.fragmentation_percent,
+        "txg": status.txg,
+        "dirty_bytes": pool.dirty_bytes,
+        "suspended": status.suspended,
+        "tops": tops,
+        "cache": cache,
+        "scrub": scrub,
+        "resilver": resilver,
+        "txgs": txgs,
+        "datasets": pool.datasets.iter().map(|d| json!({"name": d.dataset, "protocol": d.protocol})).collect::<Vec<_>>(),
+        "intent_logs": pool.intent_logs.iter().map(|l| l.dataset.clone()).collect::<Vec<_>>(),
+        "devices": pool.devices.iter().map(|d| json!({"name": d.device.name, "role": d.device.role.as_str()})).collect::<Vec<_>>(),
+        "l2arc": pool.l2arc.as_ref().map(|fields| fields.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>()),
+    })
+}
+
+/// The latest sample's state, as the page reads it.
+pub fn to_json(sample: &Sample) -> Value {
+    json!({
+        "t": sample.unix_ms,
+        "uptime_s": sample.uptime_s,
+        "resident_bytes": sample.resident_bytes,
+        "arc": sample.arc.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
+        "pools": sample.pools.iter().map(pool_json).collect::<Vec<_>>(),
+    })
+}
