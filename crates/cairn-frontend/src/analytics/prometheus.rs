@@ -201,9 +201,24 @@ fn counter_name(prefix: &str, field: &str) -> String {
     format!("{prefix}_{field}")
 }
 
+/// ARC evictions by what the SSD tier made of each evicted block, in bytes (arcstat's
+/// `evict_l2_*`): one labeled family, as seed 002's Analytics broke evictions down.
+const ARC_EVICTED_BY_L2_STATE: &[(&str, &str)] = &[
+    ("evict_l2_cached", "cached"),
+    ("evict_l2_eligible", "eligible"),
+    ("evict_l2_ineligible", "ineligible"),
+];
+
 fn arc(families: &mut Families, fields: &[(&'static str, u64)]) {
     for (field, value) in fields {
-        if let Some((_, name)) = ARC_GAUGES.iter().find(|(f, _)| f == field) {
+        if let Some((_, state)) = ARC_EVICTED_BY_L2_STATE.iter().find(|(f, _)| f == field) {
+            families.counter(
+                "cairn_arc_evicted_by_l2_state_bytes",
+                "bytes the ARC evicted, by L2 state: cached (on a cache device or on its way), eligible (not cached: a feed miss) or ineligible",
+                vec![("state", (*state).to_string())],
+                *value,
+            );
+        } else if let Some((_, name)) = ARC_GAUGES.iter().find(|(f, _)| f == field) {
             families.gauge(
                 format!("cairn_arc_{name}"),
                 "ARC level (see cairn stat arc)",
@@ -577,7 +592,7 @@ mod tests {
     #[test]
     fn every_arc_gauge_names_a_field_the_arc_reports() {
         let fields = cairn_engine::process_cache().stats().fields;
-        for (gauge, _) in ARC_GAUGES {
+        for (gauge, _) in ARC_GAUGES.iter().chain(ARC_EVICTED_BY_L2_STATE) {
             assert!(
                 fields.iter().any(|(name, _)| name == gauge),
                 "ARC_GAUGES lists {gauge}, which the ARC no longer reports"

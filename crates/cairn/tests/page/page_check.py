@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Opens cairn's analytics page in headless Chromium (Selenium + chromedriver) and checks it.
 
-    page_check.py URL SCREENSHOT.png
+    page_check.py URL SCREENSHOT.png [FULL_PAGE.png]
 
 Run by crates/cairn/tests/analytics.rs while a workload runs against the server. Prints one JSON
 line with what it saw and exits non-zero when a check fails:
@@ -9,7 +9,8 @@ line with what it saw and exits non-zero when a check fails:
 - a latency heatmap has cells (the workload's operations, drawn);
 - the panels update: two updates arrive, the second within 2 s of the first;
 - the browser logged no console errors;
-and saves a screenshot to SCREENSHOT.png.
+and saves a screenshot to SCREENSHOT.png (the 1280x800 view), and with FULL_PAGE.png one of the
+whole page at 1280 wide (how docs/analytics.png is made).
 """
 
 import json
@@ -23,6 +24,7 @@ from selenium.webdriver.chrome.service import Service
 
 def main():
     url, screenshot = sys.argv[1], sys.argv[2]
+    full_page = sys.argv[3] if len(sys.argv) > 3 else None
     options = Options()
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                  "--window-size=1280,800"):
@@ -72,6 +74,11 @@ def main():
         if scroll_width > width + 1:
             failures.append(f"the page is wider than 1280 px ({scroll_width} > {width})")
         driver.save_screenshot(screenshot)
+        if full_page:
+            height = driver.execute_script("return document.documentElement.scrollHeight")
+            driver.set_window_size(1280, height + 140)
+            time.sleep(1.5)
+            driver.save_screenshot(full_page)
         console = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         seen["console_errors"] = [entry["message"] for entry in console]
         if console:

@@ -126,6 +126,7 @@ function lineChart(canvas, lines, format) {
   ctx.fillText(format(max), 2, top + 4);
   ctx.fillText(format(0), 2, bottom);
   const x = (i, count) => left + (w - left) * (n - count + i) / n;
+  let legendX = left + 6;
   lines.forEach((line, index) => {
     const color = line.color || PALETTE[index % PALETTE.length];
     ctx.strokeStyle = color;
@@ -141,7 +142,9 @@ function lineChart(canvas, lines, format) {
     ctx.stroke();
     const last = line.values.filter((v) => v !== null && v !== undefined).pop();
     ctx.fillStyle = color;
-    ctx.fillText(line.label + (last !== undefined ? " " + format(last) : ""), left + 6 + index * 150, 10);
+    const label = line.label + (last !== undefined ? " " + format(last) : "");
+    ctx.fillText(label, legendX, 10);
+    legendX += ctx.measureText(label).width + 14;
   });
 }
 
@@ -327,15 +330,20 @@ function drawArc() {
     { label: "target", values: column("arc:c") },
     { label: "L2 alloc", values: column(l2 + "alloc_bytes") },
   ], fmtBytes);
-  const hits = column("arc:hits"), misses = column("arc:misses");
-  const hitPercent = hits.map((v, i) => (v === null || v + misses[i] === 0 ? null : 100 * v / (v + misses[i])));
   lineChart($("arc-evict"), [
     { label: "evicted, on L2", values: column("arc:evict_l2_cached") },
-    { label: "evicted, eligible not on L2", values: column("arc:evict_l2_eligible") },
-    { label: "evicted, ineligible", values: column("arc:evict_l2_ineligible") },
-    { label: "L2 feed blocks/s", values: column(l2 + "feed_blocks") },
-    { label: "ARC hit %", values: hitPercent },
-  ], fmtNum);
+    { label: "eligible, not on L2", values: column("arc:evict_l2_eligible") },
+    { label: "ineligible", values: column("arc:evict_l2_ineligible") },
+    { label: "L2 feed", values: column(l2 + "feed_bytes") },
+  ].map((line) => ({ label: line.label + " B/s", values: line.values })), fmtBytes);
+  const percent = (hitKey, missKey) => {
+    const hits = column(hitKey), misses = column(missKey);
+    return hits.map((v, i) => (v === null || misses[i] === null || v + misses[i] === 0 ? null : 100 * v / (v + misses[i])));
+  };
+  lineChart($("arc-hits"), [
+    { label: "ARC hit %", values: percent("arc:hits", "arc:misses") },
+    { label: "L2 hit % (of ARC misses)", values: percent(l2 + "hits", l2 + "misses") },
+  ], (v) => v.toFixed(0));
 }
 
 function cell(text, className) {
