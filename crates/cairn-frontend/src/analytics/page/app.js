@@ -315,6 +315,19 @@ function drawZil() {
   $("zil-title").textContent = d || "";
   const z = "zil:" + d + ":";
   const perBatch = ratio(z + "blocks", z + "batches");
+  // The log devices' write latency (all of the pool's log devices together).
+  const pool = currentPool();
+  const logs = pool ? pool.devices.filter((dev) => dev.role === "log") : [];
+  $("logdev-title").textContent = logs.length
+    ? "log device writes: " + logs.map((dev) => dev.name).join(", ")
+    : "no separate log device: log blocks go to the pool's disks (their writes are in the device panel)";
+  const columns = logs.map((dev) => heatColumns("dlat:" + pool.name + ":" + dev.name + ":write"));
+  const merged = state.t.map((_, i) => {
+    const present = columns.map((c) => c[i]).filter((c) => c);
+    if (present.length === 0) return null;
+    return BOUNDS.map((_, k) => present.reduce((total, c) => total + c[k], 0));
+  });
+  state.page.heatCells += heatmap($("heat-logdev"), merged, BOUNDS);
   lineChart($("zil"), [
     { label: "commits/s", values: column(z + "commits") },
     { label: "batches/s", values: column(z + "batches") },
