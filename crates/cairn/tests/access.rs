@@ -234,6 +234,77 @@ fn tls_allow_serves_both_kinds_of_client() {
     }
 }
 
+/// The analytics endpoint (`--http`) with a certificate is HTTPS only, with the NBD
+/// certificate: a TLS client reads the metrics, a plain HTTP request gets no answer.
+#[test]
+fn the_analytics_endpoint_speaks_https_with_the_servers_certificate() {
+    let env = Env::new();
+    let (pki, _, _) = make_certificates(&env);
+    env.create_pool();
+    env.create_volume(EXPORT, "16M", &[]);
+    let args = tls_args(&pki, &["--http", "127.0.0.1:0"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let server = env.serve_with_args(&args);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let address = loop {
+        let out = server.stdout();
+        if let Some(rest) = out.split("metrics on https://").nth(1)
+            && let Some((address, _)) = rest.split_once("/metrics")
+        {
+            break address.to_string();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no https address announced:\n{}",
+            server.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    // openssl s_client verifies the server against the CA and sends the request over TLS.
+    let mut client = Command::new(tool("openssl", "openssl"));
+    client
+        .args(["s_client", "-quiet", "-verify_return_error", "-connect"])
+        .arg(&address)
+        .arg("-CAfile")
+        .arg(pki.join("ca-cert.pem"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = client.spawn().expect("openssl s_client");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .expect("send request");
+    }
+    let output = child.wait_with_output().expect("s_client output");
+    let response = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        response.starts_with("HTTP/1.0 200") && response.contains("cairn_pool_health"),
+        "metrics over TLS:\n{response}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // Plain HTTP on the same port: the TLS acceptor refuses it; no HTTP answer comes back.
+    let mut plain = std::net::TcpStream::connect(&address).expect("connect");
+    plain
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .expect("timeout");
+    {
+        use std::io::{Read, Write};
+        plain
+            .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+            .expect("send plain request");
+        let mut answer = Vec::new();
+        let _ = plain.read_to_end(&mut answer);
+        assert!(
+            !String::from_utf8_lossy(&answer).contains("HTTP/1"),
+            "a plain HTTP request was answered: {}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+}
+
 /// TCP is off unless asked for, never exposed beyond loopback without TLS, and everything the
 /// server creates is its owner's alone.
 #[test]
