@@ -731,6 +731,34 @@ impl LeafQueue {
         result
     }
 
+    /// Reads `len` bytes at `offset` in the caller's thread, bypassing the queue but not its
+    /// accounting (counted under `class`, with no queue wait): for a synchronous read from
+    /// flash, where the queue has no seek to order and nothing to merge while the caller
+    /// waits, and two thread hops cost more than the read.
+    pub fn read_direct(
+        &self,
+        class: IoClass,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, DeviceError> {
+        let started = self.shared.clock.now();
+        let mut buf = vec![0u8; len];
+        let result = self.shared.device.read_at(offset, &mut buf);
+        let latency = self.shared.clock.now().saturating_sub(started);
+        let mut sched = self.shared.sched.lock();
+        let stats = &mut sched.stats;
+        stats.classes[class.index()]
+            .read
+            .record_request(len as u64, 0, nanos(latency));
+        stats.read_requests += 1;
+        stats.read_calls += 1;
+        stats.read_bytes += len as u64;
+        stats.read_errors += u64::from(result.is_err());
+        stats.read_latency_us.saturating_record(micros(latency));
+        drop(sched);
+        result.map(|()| buf)
+    }
+
     pub fn read_sync(
         &self,
         class: IoClass,

@@ -637,6 +637,11 @@ fn per_class_statistics_show_queue_depths_waits_and_sizes() {
     queue
         .write_direct(12 << 20, &[&[7u8; 4096], &[8u8; 4096]], true)
         .unwrap();
+    // A direct read counts under its class, with no queue wait.
+    let direct = queue
+        .read_direct(IoClass::SyncRead, 12 << 20, 4096)
+        .unwrap();
+    assert!(direct.iter().all(|&byte| byte == 7));
 
     let stats = queue.stats();
     let written = stats.class(IoClass::AsyncWrite).write;
@@ -665,11 +670,12 @@ fn per_class_statistics_show_queue_depths_waits_and_sizes() {
     );
 
     let read = stats.class(IoClass::SyncRead).read;
-    assert_eq!(read.requests, 2);
+    assert_eq!(read.requests, 3);
     assert_eq!(
         read.request_size_bytes.counts[SizeHistogram::bucket_of(4096)],
-        2
+        3
     );
+    assert_eq!(read.total_wait_us.total(), 3);
     assert_eq!(stats.class(IoClass::SyncRead).write.requests, 0);
 
     // A direct write counts as a log write that never queued.
