@@ -25,7 +25,8 @@ use std::time::Duration;
 pub struct IostatArgs {
     #[command(flatten)]
     pub format: ListFormat,
-    /// Add latency percentiles (cumulative since the server started).
+    /// Add latency percentiles (cumulative since the server started); with -l, -q, -w or -r,
+    /// every vdev and device.
     #[arg(short = 'v')]
     pub verbose: bool,
     /// Print the server's raw cumulative counters (used by the client side of iostat).

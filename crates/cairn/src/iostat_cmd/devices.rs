@@ -35,8 +35,9 @@
 //! Where the numbers come from: a running server answers `pool iostat --device-snapshot`
 //! with cumulative counters as JSON; the client prints the difference between consecutive
 //! snapshots (histograms bucket by bucket), the first report covering everything since the
-//! server opened the pool. Without a server the pools are opened here, read-only, and the
-//! counters start from zero at that moment (said on stderr).
+//! server opened the pool. Without a server the pools are opened here, read-only (so without
+//! their cache devices, which a read-only pool does not open), and the counters start from
+//! zero at that moment (said on stderr).
 
 use super::{IostatArgs, parse_positional};
 use crate::context::{Context, say, say_raw, shout};
