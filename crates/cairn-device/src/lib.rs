@@ -12,6 +12,7 @@
 //! - `clock`: real and virtual time, so models can be measured without waiting.
 //! - `queue`: one `LeafQueue` per leaf, with priority classes and an offset-ordered view that
 //!   merges adjacent requests into one vectored I/O.
+//! - `iostats`: the queue's per-class waits, sizes and queue depths (power-of-two histograms).
 //! - `spec`: the `emu:MODEL:PATH` device naming used on the command line and in labels.
 //! - `record`: a write log of what reached a device's media, and `replay`, which rebuilds the
 //!   images from it (crash tests keep it for a failing seed).
@@ -24,6 +25,7 @@ pub mod clock;
 pub mod device;
 pub mod emulated;
 pub mod file;
+pub mod iostats;
 pub mod mem;
 pub mod queue;
 pub mod record;
@@ -37,6 +39,10 @@ pub use emulated::{
     TimedOp,
 };
 pub use file::{FileDevice, FileOptions};
+pub use iostats::{
+    ClassStats, DirectionStats, LATENCY_BUCKETS, LatencyHistogram, Pow2Histogram, SIZE_BUCKETS,
+    SizeHistogram,
+};
 pub use mem::MemDevice;
 pub use queue::{IoClass, IoHandle, LeafQueue, QueueStats};
 pub use spec::{DeviceSpec, open_device};

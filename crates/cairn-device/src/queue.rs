@@ -31,6 +31,12 @@
 //! Direct writes (`write_direct`) run in the caller's thread, optionally as FUA writes that are
 //! durable on return; the intent log writes its blocks that way and never flushes.
 //!
+//! Statistics. Besides the totals and latency percentiles of `cairn stat io`, `QueueStats`
+//! carries per class and direction the queue wait, disk wait and total wait of every request,
+//! request and aggregate sizes, and the pending and active requests of each class at the
+//! snapshot (`iostats`, for `cairn pool iostat -l/-w/-q/-r`). All of it is recorded under the
+//! lock the bookkeeping takes anyway, into fixed arrays.
+//!
 //! Invariants: a request is in exactly one place (pending in its class queue and the offset
 //! index, or active in one aggregate); `unfinished_writes` holds exactly the writes submitted
 //! and not yet completed; the queue's lock is never held during a device call.
@@ -49,6 +55,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::clock::{Clock, RealClock};
 use crate::device::{Device, DeviceError};
+use crate::iostats::ClassStats;
 
 /// Largest aggregate, gaps included.
 pub const AGGREGATE_MAX_BYTES: u64 = 1 << 20;
@@ -73,7 +80,7 @@ pub enum IoClass {
 }
 
 /// Number of classes.
-const CLASSES: usize = IoClass::ALL.len();
+pub const CLASSES: usize = IoClass::ALL.len();
 
 impl IoClass {
     /// All classes in priority order.
@@ -123,7 +130,8 @@ impl IoClass {
         )
     }
 
-    fn index(self) -> usize {
+    /// The class's place in `ALL` (and in `QueueStats::classes`).
+    pub fn index(self) -> usize {
         self as usize
     }
 }
@@ -227,6 +235,10 @@ pub struct QueueStats {
     pub read_latency_us: Histogram<u64>,
     pub write_latency_us: Histogram<u64>,
     pub flush_latency_us: Histogram<u64>,
+    /// Per priority class, indexed by `IoClass::index` (see `class`): queue depths now, and
+    /// waits and sizes so far. Direct writes (`write_direct`) count as `IoClass::Log`, with
+    /// no queue wait.
+    pub classes: [ClassStats; CLASSES],
 }
 
 fn latency_histogram() -> Histogram<u64> {
@@ -255,6 +267,7 @@ impl Default for QueueStats {
             read_latency_us: latency_histogram(),
             write_latency_us: latency_histogram(),
             flush_latency_us: latency_histogram(),
+            classes: [ClassStats::default(); CLASSES],
         }
     }
 }
@@ -268,6 +281,11 @@ fn quantile(histogram: &Histogram<u64>, q: f64) -> u64 {
 }
 
 impl QueueStats {
+    /// The statistics of one priority class.
+    pub fn class(&self, class: IoClass) -> &ClassStats {
+        &self.classes[class.index()]
+    }
+
     /// Every counter as (name, value), for `cairn stat io`; latencies in microseconds.
     pub fn fields(&self) -> Vec<(&'static str, u64)> {
         vec![
@@ -349,6 +367,8 @@ struct Aggregate {
     class: IoClass,
     dir: Dir,
     members: Vec<Request>,
+    /// When the device call was made (set by `execute`).
+    issued: Duration,
 }
 
 struct Sched {
@@ -359,6 +379,8 @@ struct Sched {
     by_offset: [BTreeSet<(u64, u64)>; 2],
     active: [usize; CLASSES],
     active_requests: usize,
+    /// Requests in service by their own class (an aggregate may carry several classes).
+    active_requests_by_class: [usize; CLASSES],
     /// Elevator position for offset-ordered classes: the end of the last aggregate issued.
     last_offset: u64,
     unfinished_writes: BTreeSet<u64>,
@@ -473,11 +495,15 @@ impl Sched {
         let members: Vec<Request> = order.map(|s| self.dequeue(s)).collect();
         self.active[class.index()] += 1;
         self.active_requests += members.len();
+        for member in &members {
+            self.active_requests_by_class[member.class.index()] += 1;
+        }
         self.last_offset = end;
         Aggregate {
             class,
             dir,
             members,
+            issued: Duration::ZERO,
         }
     }
 }
@@ -520,6 +546,7 @@ impl LeafQueue {
                 by_offset: Default::default(),
                 active: [0; CLASSES],
                 active_requests: 0,
+                active_requests_by_class: [0; CLASSES],
                 last_offset: 0,
                 unfinished_writes: BTreeSet::new(),
                 next_seq: 0,
@@ -670,7 +697,7 @@ impl LeafQueue {
     }
 
     /// Writes `bufs` at `offset` in the caller's thread, bypassing the queue but not its
-    /// accounting: for a lone latency-critical write (an intent-log block at QD1) two thread
+    /// accounting (as class `Log`, its one user, with no queue wait): for a lone latency-critical write (an intent-log block at QD1) two thread
     /// hops cost more than anything the queue could merge or reorder. With `durable` it is a
     /// FUA write (`Device::write_vectored_at_fua`): its bytes are on stable media when it
     /// returns, and several such writes may be in flight at once (a flush is one at a time);
@@ -687,16 +714,49 @@ impl LeafQueue {
         } else {
             self.shared.device.write_vectored_at(offset, bufs)
         };
-        let latency_us = micros(self.shared.clock.now().saturating_sub(started));
+        let latency = self.shared.clock.now().saturating_sub(started);
+        let latency_us = micros(latency);
+        let bytes = bufs.iter().map(|buf| buf.len() as u64).sum::<u64>();
         let mut sched = self.shared.sched.lock();
         let stats = &mut sched.stats;
+        stats.classes[IoClass::Log.index()]
+            .write
+            .record_request(bytes, 0, nanos(latency));
         stats.write_requests += 1;
         stats.write_calls += 1;
-        stats.write_bytes += bufs.iter().map(|buf| buf.len() as u64).sum::<u64>();
+        stats.write_bytes += bytes;
         stats.fua_writes += u64::from(durable);
         stats.write_errors += u64::from(result.is_err());
         stats.write_latency_us.saturating_record(latency_us);
         result
+    }
+
+    /// Reads `len` bytes at `offset` in the caller's thread, bypassing the queue but not its
+    /// accounting (counted under `class`, with no queue wait): for a synchronous read from
+    /// flash, where the queue has no seek to order and nothing to merge while the caller
+    /// waits, and two thread hops cost more than the read.
+    pub fn read_direct(
+        &self,
+        class: IoClass,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>, DeviceError> {
+        let started = self.shared.clock.now();
+        let mut buf = vec![0u8; len];
+        let result = self.shared.device.read_at(offset, &mut buf);
+        let latency = self.shared.clock.now().saturating_sub(started);
+        let mut sched = self.shared.sched.lock();
+        let stats = &mut sched.stats;
+        stats.classes[class.index()]
+            .read
+            .record_request(len as u64, 0, nanos(latency));
+        stats.read_requests += 1;
+        stats.read_calls += 1;
+        stats.read_bytes += len as u64;
+        stats.read_errors += u64::from(result.is_err());
+        stats.read_latency_us.saturating_record(micros(latency));
+        drop(sched);
+        result.map(|()| buf)
     }
 
     pub fn read_sync(
@@ -785,11 +845,17 @@ impl LeafQueue {
 
     pub fn stats(&self) -> QueueStats {
         let sched = self.shared.sched.lock();
-        QueueStats {
+        let mut stats = QueueStats {
             queued: sched.pending.len(),
             active: sched.active_requests,
             ..sched.stats.clone()
+        };
+        for class in IoClass::ALL {
+            let ci = class.index();
+            stats.classes[ci].pending_requests = sched.class_queue[ci].len() as u64;
+            stats.classes[ci].active_requests = sched.active_requests_by_class[ci] as u64;
         }
+        stats
     }
 
     /// Flushes waiting for earlier writes (for tests that must observe a waiting flush).
@@ -831,6 +897,10 @@ fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX).max(1)
 }
 
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
 fn worker(shared: &Shared) {
     loop {
         let aggregate = {
@@ -850,7 +920,8 @@ fn worker(shared: &Shared) {
 }
 
 /// Issues one aggregate as one vectored device call and completes its requests.
-fn execute(shared: &Shared, aggregate: Aggregate) {
+fn execute(shared: &Shared, mut aggregate: Aggregate) {
+    aggregate.issued = shared.clock.now();
     let start = aggregate.members[0].offset;
     let mut outputs: Vec<Vec<u8>> = Vec::new();
     let result = match aggregate.dir {
@@ -915,9 +986,20 @@ fn complete(
         let mut sched = shared.sched.lock();
         sched.active[aggregate.class.index()] -= 1;
         sched.active_requests -= aggregate.members.len();
+        for r in &aggregate.members {
+            sched.active_requests_by_class[r.class.index()] -= 1;
+        }
         let stats = &mut sched.stats;
+        let disk_wait_ns = nanos(now.saturating_sub(aggregate.issued));
         for r in &aggregate.members {
             let latency_us = micros(now.saturating_sub(r.submitted));
+            let queue_wait_ns = nanos(aggregate.issued.saturating_sub(r.submitted));
+            let class = &mut stats.classes[r.class.index()];
+            let direction = match aggregate.dir {
+                Dir::Read => &mut class.read,
+                Dir::Write => &mut class.write,
+            };
+            direction.record_request(r.len(), queue_wait_ns, disk_wait_ns);
             match aggregate.dir {
                 Dir::Read => {
                     stats.read_requests += 1;
@@ -931,6 +1013,20 @@ fn complete(
                     stats.write_errors += u64::from(failed);
                     stats.write_latency_us.saturating_record(latency_us);
                 }
+            }
+        }
+        if aggregate.members.len() > 1 {
+            let span = aggregate
+                .members
+                .iter()
+                .map(Request::end)
+                .max()
+                .unwrap_or(0)
+                - aggregate.members[0].offset;
+            let class = &mut stats.classes[aggregate.class.index()];
+            match aggregate.dir {
+                Dir::Read => class.read.aggregate_size_bytes.record(span),
+                Dir::Write => class.write.aggregate_size_bytes.record(span),
             }
         }
         match aggregate.dir {

@@ -51,8 +51,8 @@ pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
 pub use import::{DiscoveredPool, ImportSource, discover_pools};
 pub use pool::{
-    DatasetInfo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, Pool, PoolOptions,
-    PoolStatus, TopStatus, process_cache,
+    DatasetInfo, DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, Pool,
+    PoolDeviceIo, PoolOptions, PoolStatus, TopIo, TopStatus, process_cache,
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;

@@ -1040,7 +1040,95 @@ pub struct LeafIo {
     pub fields: Option<Vec<(&'static str, u64)>>,
 }
 
+/// One device's queue statistics, for `pool iostat -l/-w/-q/-r`.
+#[derive(Debug, Clone)]
+pub struct DeviceIo {
+    pub name: String,
+    /// `None`: the device is missing (no queue).
+    pub queue: Option<cairn_device::QueueStats>,
+}
+
+/// A top-level vdev (or a cache device) with its space and its leaves' I/O.
+#[derive(Debug, Clone)]
+pub struct TopIo {
+    /// `mirror-0`, or the leaf's name when the vdev is one device.
+    pub name: String,
+    pub is_log: bool,
+    pub is_cache: bool,
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    pub leaves: Vec<DeviceIo>,
+}
+
+/// A pool's space and every device's queue statistics (since this process opened it).
+#[derive(Debug, Clone)]
+pub struct PoolDeviceIo {
+    pub size_bytes: u64,
+    pub allocated_bytes: u64,
+    pub free_bytes: u64,
+    /// Data and log vdevs in tree order, then cache devices (`is_cache`, one leaf each).
+    pub tops: Vec<TopIo>,
+}
+
 impl Pool {
+    /// The space and the per-class queue statistics of every device: `pool iostat`'s device
+    /// views (`-l`, `-w`, `-q`, `-r`).
+    pub fn device_io(&self) -> PoolDeviceIo {
+        let stats = self.core.space.lock().stats();
+        let mut tops: Vec<TopIo> = self
+            .core
+            .tree()
+            .tops
+            .iter()
+            .map(|top| {
+                let space = stats.vdevs.iter().find(|v| v.vdev == top.id());
+                TopIo {
+                    name: top.kind_name(),
+                    is_log: top.config.role == cairn_format::VdevRole::Log,
+                    is_cache: false,
+                    size_bytes: space.map_or(0, |v| v.size_bytes),
+                    allocated_bytes: space.map_or(0, |v| v.allocated_bytes),
+                    free_bytes: space.map_or(0, |v| v.free_bytes),
+                    leaves: top
+                        .leaves
+                        .iter()
+                        .map(|leaf| DeviceIo {
+                            name: leaf.spec.to_string(),
+                            queue: leaf.queue().map(|queue| queue.stats()),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        if let Some(tier) = &self.l2 {
+            let reports = tier.reports();
+            for device in tier.devices() {
+                let report = reports.iter().find(|report| report.name == device.name);
+                let size_bytes = report.map_or(0, |report| report.size_bytes);
+                let allocated_bytes = report.map_or(0, |report| report.alloc_bytes);
+                tops.push(TopIo {
+                    name: device.name.clone(),
+                    is_log: false,
+                    is_cache: true,
+                    size_bytes,
+                    allocated_bytes,
+                    free_bytes: size_bytes.saturating_sub(allocated_bytes),
+                    leaves: vec![DeviceIo {
+                        name: device.name.clone(),
+                        queue: Some(device.queue_stats()),
+                    }],
+                });
+            }
+        }
+        PoolDeviceIo {
+            size_bytes: stats.size_bytes,
+            allocated_bytes: stats.allocated_bytes,
+            free_bytes: stats.free_bytes,
+            tops,
+        }
+    }
+
     /// The pipeline's counters and every leaf's queue counters, then every cache device's
     /// (since this process opened the pool).
     pub fn io_stats(&self) -> (Vec<(&'static str, u64)>, Vec<LeafIo>) {

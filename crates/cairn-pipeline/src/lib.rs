@@ -417,8 +417,7 @@ impl BlockIo {
         let direct = class == IoClass::SyncRead && !device.is_rotational();
         let result = if direct {
             self.stats.direct_reads.fetch_add(1, Ordering::Relaxed);
-            let mut buf = vec![0u8; bp.psize as usize];
-            device.read_at(offset, &mut buf).map(|()| buf)
+            queue.read_direct(class, offset, bp.psize as usize)
         } else {
             queue.read(class, offset, bp.psize as usize).wait()
         };

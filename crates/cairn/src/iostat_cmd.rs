@@ -1,5 +1,5 @@
 //! `cairn pool iostat [-v] [-H] [-p] [POOL...] [INTERVAL [COUNT]]`: per-dataset traffic of a
-//! running server, like `zpool iostat`: each volume's NBD requests and each mounted
+//! running server (with `-l`, `-q`, `-w` or `-r`: zpool's per-device views, see `devices`), like `zpool iostat`: each volume's NBD requests and each mounted
 //! filesystem's calls (reads, writes, fsyncs as flushes, fallocate as trims, and every namespace
 //! call — lookups, creates, renames... — as META).
 //!
@@ -8,6 +8,8 @@
 //! difference between consecutive snapshots, so each line covers exactly one interval; the first
 //! report covers everything since the server started, as zpool's does. Mean latencies per
 //! interval come from the difference of (mean × count); `-v` adds cumulative p50/p99 latencies.
+
+mod devices;
 
 use crate::context::{Context, say, say_raw};
 use crate::human;
@@ -23,12 +25,28 @@ use std::time::Duration;
 pub struct IostatArgs {
     #[command(flatten)]
     pub format: ListFormat,
-    /// Add latency percentiles (cumulative since the server started).
+    /// Add latency percentiles (cumulative since the server started); with -l, -q, -w or -r,
+    /// every vdev and device.
     #[arg(short = 'v')]
     pub verbose: bool,
     /// Print the server's raw cumulative counters (used by the client side of iostat).
     #[arg(long, hide = true)]
     pub snapshot: bool,
+    /// Per device: average total, disk and queue waits (zpool iostat -l).
+    #[arg(short = 'l')]
+    pub latency: bool,
+    /// Per class: requests pending in the queue and active on the device (zpool iostat -q).
+    #[arg(short = 'q')]
+    pub queues: bool,
+    /// Latency histograms: total, disk and queue waits in power-of-two buckets (zpool -w).
+    #[arg(short = 'w')]
+    pub latency_histograms: bool,
+    /// Request size histograms per class: individual and aggregated I/O (zpool -r).
+    #[arg(short = 'r')]
+    pub request_sizes: bool,
+    /// Print every device's raw cumulative counters as JSON (the client side of -l/-q/-w/-r).
+    #[arg(long, hide = true)]
+    pub device_snapshot: bool,
     /// [POOL...] [INTERVAL [COUNT]]
     pub args: Vec<String>,
 }
@@ -315,8 +333,14 @@ fn render(
 }
 
 pub fn iostat(ctx: &Context, args: &IostatArgs) -> Result<()> {
+    if args.device_snapshot {
+        return devices::print_snapshot(ctx, &args.args);
+    }
     if args.snapshot {
         return print_snapshot(ctx);
+    }
+    if devices::wanted(args) {
+        return devices::iostat(ctx, args);
     }
     let (pools, interval, count) = parse_positional(&args.args)?;
     let sample = || -> Result<Snapshot> {

@@ -519,7 +519,9 @@ fn main() -> ExitCode {
         // client side of `pool iostat` (which polls the server), run here.
         let runs_here = match &cli.command {
             Command::Serve(_) => true,
-            Command::Pool(PoolCommand::Iostat(iostat)) => !iostat.snapshot,
+            Command::Pool(PoolCommand::Iostat(iostat)) => {
+                !iostat.snapshot && !iostat.device_snapshot
+            }
             Command::Stat(StatCommand::Arc(arc)) => arc.runs_here(),
             Command::Stat(StatCommand::L2arc { args, .. }) => stat_cmd::l2arc_watches(args),
             _ => false,

@@ -40,22 +40,32 @@ pub fn forward(state_dir: &Path, command_line: String, command: Command) -> Resu
 /// client side of commands that poll a server (`pool iostat`, `stat arc` with an interval).
 /// `what` names the command in the error when no server runs.
 pub fn ask_server(ctx: &crate::context::Context, args: &[&str], what: &str) -> Result<String> {
+    try_ask_server(ctx, args)?.ok_or_else(|| {
+        anyhow!(
+            "no cairn server is running for {}; {what} `cairn serve`",
+            ctx.cache.dir().display()
+        )
+    })
+}
+
+/// `ask_server`, with `None` when no server runs (for commands that can also work alone).
+pub fn try_ask_server(ctx: &crate::context::Context, args: &[&str]) -> Result<Option<String>> {
     let state_dir = ctx.cache.dir();
+    if !control::socket_path(state_dir).exists() {
+        return Ok(None);
+    }
     let argv = std::iter::once("cairn").chain(args.iter().copied());
     let cli = Cli::try_parse_from(argv).with_context(|| format!("cannot build `{args:?}`"))?;
     let command_line =
         crate::context::command_line(&args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>());
     let request = ControlRequest::new(command_line, cli.command);
-    let reply = control::forward(state_dir, &request)?.ok_or_else(|| {
-        anyhow!(
-            "no cairn server is running for {}; {what} `cairn serve`",
-            state_dir.display()
-        )
-    })?;
+    let Some(reply) = control::forward(state_dir, &request)? else {
+        return Ok(None);
+    };
     if reply.exit_code != 0 {
         return Err(anyhow!("{}", String::from_utf8_lossy(&reply.stderr).trim()));
     }
-    Ok(String::from_utf8_lossy(&reply.stdout).into_owned())
+    Ok(Some(String::from_utf8_lossy(&reply.stdout).into_owned()))
 }
 
 /// `command` with every path in it absolute (against this process's working directory).

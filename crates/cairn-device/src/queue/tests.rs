@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicBool;
 use proptest::prelude::*;
 
 use super::*;
+use crate::iostats::SizeHistogram;
 use crate::mem::MemDevice;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -603,4 +604,95 @@ fn feed_writes_leave_workers_free_for_cache_reads() {
     for write in writes {
         write.wait().unwrap();
     }
+}
+
+#[test]
+fn per_class_statistics_show_queue_depths_waits_and_sizes() {
+    let (device, queue, first) = parked_queue(16 << 20, 0);
+    // 16 contiguous 8 KiB async writes (one 128 KiB aggregate) and two sync reads, queued
+    // behind the parked write.
+    let writes: Vec<_> = (0..16u64)
+        .map(|i| queue.write(IoClass::AsyncWrite, (1 << 20) + i * 8192, block(1, 8192)))
+        .collect();
+    let reads: Vec<_> = [4u64 << 20, 8 << 20]
+        .iter()
+        .map(|&offset| queue.read(IoClass::SyncRead, offset, 4096))
+        .collect();
+    let parked = queue.stats();
+    let async_write = parked.class(IoClass::AsyncWrite);
+    assert_eq!(async_write.pending_requests, 16);
+    assert_eq!(async_write.active_requests, 1);
+    assert_eq!(parked.class(IoClass::SyncRead).pending_requests, 2);
+    assert_eq!(parked.class(IoClass::SyncRead).active_requests, 0);
+    assert_eq!(async_write.write.requests, 0, "nothing completed yet");
+
+    device.open_gate();
+    first.wait().unwrap();
+    for handle in writes {
+        handle.wait().unwrap();
+    }
+    for handle in reads {
+        handle.wait().unwrap();
+    }
+    queue
+        .write_direct(12 << 20, &[&[7u8; 4096], &[8u8; 4096]], true)
+        .unwrap();
+    // A direct read counts under its class, with no queue wait.
+    let direct = queue
+        .read_direct(IoClass::SyncRead, 12 << 20, 4096)
+        .unwrap();
+    assert!(direct.iter().all(|&byte| byte == 7));
+
+    let stats = queue.stats();
+    let written = stats.class(IoClass::AsyncWrite).write;
+    assert_eq!(written.requests, 17);
+    assert_eq!(written.bytes, 512 + 16 * 8192);
+    let eight_k = SizeHistogram::bucket_of(8192);
+    assert_eq!(written.request_size_bytes.counts[eight_k], 16);
+    assert_eq!(written.request_size_bytes.counts[0], 1);
+    assert_eq!(written.request_size_bytes.total(), 17);
+    // The 16 writes went down as one 128 KiB call; the parked write alone is no aggregate.
+    let aggregate = SizeHistogram::bucket_of(16 * 8192);
+    assert_eq!(written.aggregate_size_bytes.counts[aggregate], 1);
+    assert_eq!(written.aggregate_size_bytes.total(), 1);
+    for histogram in [
+        &written.queue_wait_us,
+        &written.disk_wait_us,
+        &written.total_wait_us,
+    ] {
+        assert_eq!(histogram.total(), 17);
+    }
+    assert!(written.queue_wait_ns > 0, "the queued writes waited");
+    assert!(written.disk_wait_ns <= written.total_wait_ns);
+    assert_eq!(
+        written.total_wait_ns,
+        written.queue_wait_ns + written.disk_wait_ns
+    );
+
+    let read = stats.class(IoClass::SyncRead).read;
+    assert_eq!(read.requests, 3);
+    assert_eq!(
+        read.request_size_bytes.counts[SizeHistogram::bucket_of(4096)],
+        3
+    );
+    assert_eq!(read.total_wait_us.total(), 3);
+    assert_eq!(stats.class(IoClass::SyncRead).write.requests, 0);
+
+    // A direct write counts as a log write that never queued.
+    let log = stats.class(IoClass::Log).write;
+    assert_eq!(log.requests, 1);
+    assert_eq!(log.bytes, 8192);
+    assert_eq!(log.queue_wait_ns, 0);
+    assert_eq!(log.total_wait_us.total(), 1);
+
+    for class in IoClass::ALL {
+        assert_eq!(stats.class(class).pending_requests, 0, "{}", class.name());
+        assert_eq!(stats.class(class).active_requests, 0, "{}", class.name());
+    }
+    // The per-class counts agree with the totals.
+    let (reads, writes): (u64, u64) = stats.classes.iter().fold((0, 0), |(r, w), c| {
+        (r + c.read.requests, w + c.write.requests)
+    });
+    assert_eq!(reads, stats.read_requests);
+    assert_eq!(writes, stats.write_requests);
 }
