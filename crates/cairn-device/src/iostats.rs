@@ -98,9 +98,17 @@ pub struct DirectionStats {
     /// Device calls of this class (the class of the request an aggregate was built around)
     /// that carried more than one request, by size, gaps included (zpool's "agg").
     pub aggregate_size_bytes: SizeHistogram,
+    /// Bytes of those device calls, gaps included (the sum behind `aggregate_size_bytes`).
+    pub aggregate_bytes: u64,
 }
 
 impl DirectionStats {
+    /// Records one device call that carried more than one request, `span_bytes` long.
+    pub fn record_aggregate(&mut self, span_bytes: u64) {
+        self.aggregate_size_bytes.record(span_bytes);
+        self.aggregate_bytes = self.aggregate_bytes.saturating_add(span_bytes);
+    }
+
     /// Records one completed request.
     pub fn record_request(&mut self, bytes: u64, queue_wait_ns: u64, disk_wait_ns: u64) {
         let total_ns = queue_wait_ns.saturating_add(disk_wait_ns);
@@ -132,6 +140,7 @@ impl DirectionStats {
             aggregate_size_bytes: self
                 .aggregate_size_bytes
                 .saturating_sub(&earlier.aggregate_size_bytes),
+            aggregate_bytes: self.aggregate_bytes.saturating_sub(earlier.aggregate_bytes),
         }
     }
 
@@ -147,6 +156,7 @@ impl DirectionStats {
         self.total_wait_us.add(&other.total_wait_us);
         self.request_size_bytes.add(&other.request_size_bytes);
         self.aggregate_size_bytes.add(&other.aggregate_size_bytes);
+        self.aggregate_bytes = self.aggregate_bytes.saturating_add(other.aggregate_bytes);
     }
 }
 

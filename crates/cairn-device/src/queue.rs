@@ -1025,8 +1025,8 @@ fn complete(
                 - aggregate.members[0].offset;
             let class = &mut stats.classes[aggregate.class.index()];
             match aggregate.dir {
-                Dir::Read => class.read.aggregate_size_bytes.record(span),
-                Dir::Write => class.write.aggregate_size_bytes.record(span),
+                Dir::Read => class.read.record_aggregate(span),
+                Dir::Write => class.write.record_aggregate(span),
             }
         }
         match aggregate.dir {

@@ -382,6 +382,8 @@ fn the_endpoint_answers_what_it_serves_and_refuses_exposure_without_tls() {
     );
     let server = env.serve_with_args(&["--http", "127.0.0.1:0"]);
     let address = analytics_address(&server);
+    // A synchronous write opens the volume and its intent log.
+    qemu_io_ok(&server.uri("tank/vol"), &["write 0 64k", "flush"]);
     let (status, head, body) = http_get(&address, "/metrics");
     assert_eq!(status, 200);
     assert!(
@@ -395,10 +397,23 @@ fn the_endpoint_answers_what_it_serves_and_refuses_exposure_without_tls() {
         "{body}"
     );
     assert!(
-        body.contains("cairn_dataset_operations_total{pool=\"tank\",dataset=\"tank/vol\"")
-            || !body.contains("dataset=\"tank/vol\""),
+        body.contains(
+            "cairn_dataset_bytes_total{pool=\"tank\",dataset=\"tank/vol\",protocol=\"nbd\",op=\"write\"} 65536"
+        ),
         "{body}"
     );
+    for family in [
+        "# TYPE cairn_device_wait_seconds histogram",
+        "# TYPE cairn_device_request_size_bytes histogram",
+        "# TYPE cairn_device_class_pending_requests gauge",
+        "# TYPE cairn_zil_commit_latency_seconds histogram",
+        "# TYPE cairn_arc_evicted_by_l2_state_bytes counter",
+    ] {
+        assert!(
+            body.contains(family),
+            "{family} missing from /metrics:\n{body}"
+        );
+    }
     assert_eq!(http_get(&address, "/nothing-here").0, 404);
     assert_eq!(http_request(&address, "POST", "/metrics").0, 405);
     let (status, _, page) = http_get(&address, "/");

@@ -38,6 +38,9 @@ pub struct Observed {
 /// - `zil:DATASET:commits|batches|blocks|bytes`, `zlat:DATASET` (commit latency);
 /// - `dev:POOL:DEVICE:read|write.ops|calls|bytes`, `dev:POOL:DEVICE:flushes`,
 ///   `dev:POOL:DEVICE:queued|active`, `dlat:POOL:DEVICE:read|write`;
+/// - `dsz:POOL:DEVICE:read|write.ind|agg`: sizes of requests as submitted (ind) and of device
+///   calls that merged several (agg), heat on the device queue's size buckets (512 B << i)
+///   rather than latency buckets;
 /// - `pool:POOL:alloc|size|dirty|txgs|synced_bytes|delays|delay_ms`;
 /// - `arc:FIELD` (every ARC field: levels for sizes, counters otherwise),
 ///   `l2:POOL:FIELD` (the same for the cache tier).
@@ -100,6 +103,23 @@ pub fn observe(sample: &Sample) -> Observed {
                 }
                 o.levels.push((format!("{prefix}:queued"), q.queued as f64));
                 o.levels.push((format!("{prefix}:active"), q.active as f64));
+                let mut read = cairn_device::iostats::DirectionStats::default();
+                let mut write = cairn_device::iostats::DirectionStats::default();
+                for class in &q.classes {
+                    read.add(&class.read);
+                    write.add(&class.write);
+                }
+                for (op, direction) in [("read", &read), ("write", &write)] {
+                    for (kind, histogram) in [
+                        ("ind", &direction.request_size_bytes),
+                        ("agg", &direction.aggregate_size_bytes),
+                    ] {
+                        o.heat.push((
+                            format!("dsz:{name}:{dev}:{op}.{kind}"),
+                            LatencyBuckets::from_counts(&histogram.counts),
+                        ));
+                    }
+                }
             }
             o.heat.push((
                 format!("dlat:{name}:{dev}:read"),

@@ -19,10 +19,62 @@ use std::collections::BTreeMap;
 
 type Labels = Vec<(&'static str, String)>;
 
+/// A histogram as the format wants it: finite upper bounds, a count per bucket (one more than
+/// bounds: the last is `+Inf`), and the sum of the observed values.
+#[derive(Debug, Clone)]
+struct HistogramValue {
+    upper_bounds: Vec<f64>,
+    counts: Vec<u64>,
+    sum: f64,
+}
+
+impl HistogramValue {
+    /// The shared latency buckets (µs, bucket k = (2^(k-1), 2^k]), in seconds.
+    fn latency(buckets: &LatencyBuckets) -> HistogramValue {
+        let mut counts = buckets.counts.clone();
+        counts.push(buckets.overflow);
+        HistogramValue {
+            upper_bounds: (0..buckets.counts.len())
+                .map(LatencyBuckets::bound_seconds)
+                .collect(),
+            counts,
+            sum: buckets.sum_us / 1e6,
+        }
+    }
+
+    /// A device queue's power-of-two histogram (bucket i = [floor(i), floor(i+1)), the first
+    /// also holding smaller values, the last larger ones), scaled by `unit` (1e-6 for µs to
+    /// seconds, 1 for bytes). Bucket i's values are all below floor(i+1): that is its `le`
+    /// bound, less one for whole numbers (sizes: an 8 KiB request is counted at le=16383, not
+    /// at le=16384 with the 16 KiB ones).
+    fn pow2<const N: usize, const BASE_LOG2: u32>(
+        histogram: &cairn_device::iostats::Pow2Histogram<N, BASE_LOG2>,
+        unit: f64,
+        sum: f64,
+        whole_numbers: bool,
+    ) -> HistogramValue {
+        type H<const N: usize, const B: u32> = cairn_device::iostats::Pow2Histogram<N, B>;
+        let below = if whole_numbers { 1.0 } else { 0.0 };
+        HistogramValue {
+            upper_bounds: (1..N)
+                .map(|i| (H::<N, BASE_LOG2>::bucket_floor(i) as f64 - below) * unit)
+                .collect(),
+            counts: histogram.counts.to_vec(),
+            sum,
+        }
+    }
+
+    fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
 enum Values {
     Counter(Vec<(Labels, u64)>),
+    /// Counters of seconds (sums of durations).
+    SecondsCounter(Vec<(Labels, f64)>),
     Gauge(Vec<(Labels, f64)>),
-    Histogram(Vec<(Labels, LatencyBuckets)>),
+    Histogram(Vec<(Labels, HistogramValue)>),
 }
 
 struct Family {
@@ -45,6 +97,23 @@ impl Families {
         }
     }
 
+    /// A counter of seconds; `name` without `_total` (the encoder adds it).
+    fn seconds_counter(
+        &mut self,
+        name: impl Into<String>,
+        help: &'static str,
+        labels: Labels,
+        seconds: f64,
+    ) {
+        let family = self.0.entry(name.into()).or_insert_with(|| Family {
+            help,
+            values: Values::SecondsCounter(Vec::new()),
+        });
+        if let Values::SecondsCounter(rows) = &mut family.values {
+            rows.push((labels, seconds));
+        }
+    }
+
     fn gauge(&mut self, name: impl Into<String>, help: &'static str, labels: Labels, v: f64) {
         let family = self.0.entry(name.into()).or_insert_with(|| Family {
             help,
@@ -62,12 +131,22 @@ impl Families {
         labels: Labels,
         v: &LatencyBuckets,
     ) {
+        self.histogram_value(name, help, labels, HistogramValue::latency(v));
+    }
+
+    fn histogram_value(
+        &mut self,
+        name: impl Into<String>,
+        help: &'static str,
+        labels: Labels,
+        v: HistogramValue,
+    ) {
         let family = self.0.entry(name.into()).or_insert_with(|| Family {
             help,
             values: Values::Histogram(Vec::new()),
         });
         if let Values::Histogram(rows) = &mut family.values {
-            rows.push((labels, v.clone()));
+            rows.push((labels, v));
         }
     }
 
@@ -88,7 +167,7 @@ impl Families {
     }
 }
 
-struct Histogram<'a>(&'a LatencyBuckets);
+struct Histogram<'a>(&'a HistogramValue);
 
 impl std::fmt::Debug for Histogram<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,15 +179,15 @@ impl std::fmt::Debug for Histogram<'_> {
 
 impl EncodeMetric for Histogram<'_> {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
-        let mut buckets: Vec<(f64, u64)> = self
+        let buckets: Vec<(f64, u64)> = self
             .0
-            .counts
+            .upper_bounds
             .iter()
-            .enumerate()
-            .map(|(k, count)| (LatencyBuckets::bound_seconds(k), *count))
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.0.counts.iter().copied())
             .collect();
-        buckets.push((f64::INFINITY, self.0.overflow));
-        encoder.encode_histogram::<NoLabelSet>(self.0.sum_us / 1e6, self.0.count(), &buckets, None)
+        encoder.encode_histogram::<NoLabelSet>(self.0.sum, self.0.count(), &buckets, None)
     }
 
     fn metric_type(&self) -> MetricType {
@@ -124,13 +203,18 @@ fn encode_families(
     use prometheus_client::metrics::gauge::ConstGauge;
     for (name, family) in &families.0 {
         let kind = match family.values {
-            Values::Counter(_) => MetricType::Counter,
+            Values::Counter(_) | Values::SecondsCounter(_) => MetricType::Counter,
             Values::Gauge(_) => MetricType::Gauge,
             Values::Histogram(_) => MetricType::Histogram,
         };
         let mut metric = encoder.encode_descriptor(name, family.help, None, kind)?;
         match &family.values {
             Values::Counter(rows) => {
+                for (labels, v) in rows {
+                    ConstCounter::new(*v).encode(metric.encode_family(labels)?)?;
+                }
+            }
+            Values::SecondsCounter(rows) => {
                 for (labels, v) in rows {
                     ConstCounter::new(*v).encode(metric.encode_family(labels)?)?;
                 }
@@ -405,6 +489,7 @@ fn devices(families: &mut Families, pool: &str, sample: &super::sample::PoolSamp
             labels.clone(),
             q.active as f64,
         );
+        queue_classes(families, &labels, q);
         for (op, buckets) in [
             ("read", &d.read_latency),
             ("write", &d.write_latency),
@@ -417,6 +502,89 @@ fn devices(families: &mut Families, pool: &str, sample: &super::sample::PoolSamp
                 buckets,
             );
         }
+    }
+}
+
+/// A device queue's per-class statistics (`pool iostat -l/-q/-w/-r`'s source): waits and sizes
+/// as histograms summed over the classes (per direction, so a device has a few histograms,
+/// not one per class), and per class its requests, wait sums and queue depths.
+fn queue_classes(families: &mut Families, labels: &Labels, q: &cairn_device::QueueStats) {
+    use cairn_device::IoClass;
+    use cairn_device::iostats::DirectionStats;
+    let with = |extra: &[(&'static str, &str)]| {
+        let mut labels = labels.clone();
+        labels.extend(extra.iter().map(|(k, v)| (*k, (*v).to_string())));
+        labels
+    };
+    let mut read = DirectionStats::default();
+    let mut write = DirectionStats::default();
+    for class in IoClass::ALL {
+        let stats = q.class(class);
+        read.add(&stats.read);
+        write.add(&stats.write);
+        let name = class.name();
+        families.gauge(
+            "cairn_device_class_pending_requests",
+            "requests of the class waiting in the device's queue",
+            with(&[("class", name)]),
+            stats.pending_requests as f64,
+        );
+        families.gauge(
+            "cairn_device_class_active_requests",
+            "requests of the class in device calls",
+            with(&[("class", name)]),
+            stats.active_requests as f64,
+        );
+        for (op, direction) in [("read", &stats.read), ("write", &stats.write)] {
+            families.counter(
+                "cairn_device_class_requests",
+                "requests of the class completed",
+                with(&[("class", name), ("op", op)]),
+                direction.requests,
+            );
+            for (wait, ns) in [
+                ("queue", direction.queue_wait_ns),
+                ("disk", direction.disk_wait_ns),
+            ] {
+                families.seconds_counter(
+                    "cairn_device_class_wait_seconds",
+                    "time the class's requests spent queued (queue) and in device calls (disk)",
+                    with(&[("class", name), ("op", op), ("wait", wait)]),
+                    ns as f64 / 1e9,
+                );
+            }
+        }
+    }
+    for (op, direction) in [("read", &read), ("write", &write)] {
+        for (wait, histogram, ns) in [
+            ("queue", &direction.queue_wait_us, direction.queue_wait_ns),
+            ("disk", &direction.disk_wait_us, direction.disk_wait_ns),
+            ("total", &direction.total_wait_us, direction.total_wait_ns),
+        ] {
+            families.histogram_value(
+                "cairn_device_wait_seconds",
+                "per request: queued (queue), in the device call (disk), both (total)",
+                with(&[("op", op), ("wait", wait)]),
+                HistogramValue::pow2(histogram, 1e-6, ns as f64 / 1e9, false),
+            );
+        }
+        families.histogram_value(
+            "cairn_device_request_size_bytes",
+            "sizes of requests as submitted (individual) and of device calls that merged several (aggregated)",
+            with(&[("op", op), ("kind", "individual")]),
+            HistogramValue::pow2(&direction.request_size_bytes, 1.0, direction.bytes as f64, true),
+        );
+        families.histogram_value(
+            "cairn_device_request_size_bytes",
+            "sizes of requests as submitted (individual) and of device calls that merged several (aggregated)",
+            with(&[("op", op), ("kind", "aggregated")]),
+            HistogramValue::pow2(
+                &direction.aggregate_size_bytes,
+                1.0,
+                direction.aggregate_bytes as f64,
+                true,
+            ),
+        );
     }
 }
 
@@ -471,8 +639,8 @@ fn pool(families: &mut Families, sample: &super::sample::PoolSample) {
             labels.clone(),
             txg.writer_delays_count,
         );
-        families.gauge(
-            "cairn_pool_writer_delay_seconds_total",
+        families.seconds_counter(
+            "cairn_pool_writer_delay_seconds",
             "total delay the write throttle imposed",
             labels.clone(),
             txg.writer_delay_ns_total as f64 / 1e9,

@@ -54,6 +54,15 @@ impl LatencyBuckets {
         out
     }
 
+    /// Counts already in buckets (another histogram's, e.g. a device queue's sizes), no sum.
+    pub fn from_counts(counts: &[u64]) -> LatencyBuckets {
+        LatencyBuckets {
+            counts: counts.to_vec(),
+            overflow: 0,
+            sum_us: 0.0,
+        }
+    }
+
     pub fn count(&self) -> u64 {
         self.counts.iter().sum::<u64>() + self.overflow
     }

@@ -145,6 +145,8 @@ struct DirectionSample {
     total_wait_us: Vec<u64>,
     request_size_bytes: Vec<u64>,
     aggregate_size_bytes: Vec<u64>,
+    #[serde(default)]
+    aggregate_bytes: u64,
 }
 
 impl DirectionSample {
@@ -160,6 +162,7 @@ impl DirectionSample {
             total_wait_us: stats.total_wait_us.counts.to_vec(),
             request_size_bytes: stats.request_size_bytes.counts.to_vec(),
             aggregate_size_bytes: stats.aggregate_size_bytes.counts.to_vec(),
+            aggregate_bytes: stats.aggregate_bytes,
         }
     }
 
@@ -184,6 +187,7 @@ impl DirectionSample {
             total_wait_us: histogram(&self.total_wait_us)?,
             request_size_bytes: histogram(&self.request_size_bytes)?,
             aggregate_size_bytes: histogram(&self.aggregate_size_bytes)?,
+            aggregate_bytes: self.aggregate_bytes,
         })
     }
 }

@@ -272,12 +272,56 @@ function drawDevice() {
   $("device-title").textContent = dev ? dev : "";
   if (!pool || !dev) return;
   const p = "dev:" + pool.name + ":" + dev + ":";
+  drawSizes(pool, dev);
   lineChart($("device-size"), [
     { label: "write request", values: ratio(p + "write.bytes", p + "write.ops") },
     { label: "write device call", values: ratio(p + "write.bytes", p + "write.calls") },
     { label: "read request", values: ratio(p + "read.bytes", p + "read.ops") },
     { label: "read device call", values: ratio(p + "read.bytes", p + "read.calls") },
   ], fmtBytes);
+}
+
+const SIZE_LABELS = ["512", "1K", "2K", "4K", "8K", "16K", "32K", "64K", "128K", "256K", "512K", "1M", "2M", "4M", "8M", "16M+"];
+
+// The device's I/O size distribution over the chart's window: requests as submitted against
+// device calls that merged several (how many 8K writes became 1M calls), writes and reads.
+function drawSizes(pool, dev) {
+  const canvas = $("size-dist");
+  const ctx = prepare(canvas);
+  const w = canvas.width / (window.devicePixelRatio || 1), h = Number(canvas.dataset.height);
+  const p = "dsz:" + pool.name + ":" + dev + ":";
+  const series = [
+    { label: "write requests", key: p + "write.ind", color: "#1f77b4" },
+    { label: "write calls merging several", key: p + "write.agg", color: "#d62728" },
+    { label: "read requests", key: p + "read.ind", color: "#2ca02c" },
+    { label: "read calls merging several", key: p + "read.agg", color: "#ff7f0e" },
+  ].map((s) => {
+    const totals = SIZE_LABELS.map(() => 0);
+    for (const col of heatColumns(s.key)) if (col) SIZE_LABELS.forEach((_, i) => { totals[i] += col[i] || 0; });
+    return Object.assign(s, { totals });
+  }).filter((s) => s.totals.some((c) => c > 0));
+  let max = 0;
+  for (const s of series) for (const c of s.totals) max = Math.max(max, c);
+  if (max === 0) { ctx.fillStyle = "#7d8a97"; ctx.fillText("no device I/O in this range", 50, h / 2); return; }
+  const left = 44, top = 14, bottom = h - 14;
+  const groupW = (w - left) / SIZE_LABELS.length, barW = Math.max(1, (groupW - 4) / Math.max(1, series.length));
+  const scale = (c) => (c <= 0 ? 0 : (bottom - top) * Math.log(1 + c) / Math.log(1 + max));
+  series.forEach((s, j) => {
+    ctx.fillStyle = s.color;
+    s.totals.forEach((c, i) => {
+      const bh = scale(c);
+      ctx.fillRect(left + i * groupW + 2 + j * barW, bottom - bh, barW - 0.5, bh);
+    });
+  });
+  ctx.fillStyle = "#4a5866";
+  SIZE_LABELS.forEach((label, i) => ctx.fillText(label, left + i * groupW + 2, h - 2));
+  ctx.fillText(fmtNum(max), 2, top + 4);
+  let x = left + 6;
+  for (const s of series) {
+    ctx.fillStyle = s.color;
+    ctx.fillText(s.label, x, 10);
+    x += ctx.measureText(s.label).width + 14;
+  }
 }
 
 function drawTxgs() {
