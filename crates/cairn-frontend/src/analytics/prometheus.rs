@@ -352,6 +352,45 @@ fn datasets(families: &mut Families, pool: &str, sample: &super::sample::PoolSam
             );
         }
     }
+    for dataset in sample.datasets.iter().filter(|d| !d.calls.is_empty()) {
+        for call in &dataset.calls {
+            let labels = vec![
+                ("pool", pool.to_string()),
+                ("dataset", dataset.dataset.clone()),
+                ("call", call.op.to_string()),
+            ];
+            families.counter(
+                "cairn_fs_calls",
+                "filesystem calls by kind (cairn stat fs)",
+                labels.clone(),
+                call.ops,
+            );
+            families.counter(
+                "cairn_fs_call_errors",
+                "filesystem calls answered with an error",
+                labels.clone(),
+                call.errors,
+            );
+            families.histogram(
+                "cairn_fs_call_latency_seconds",
+                "filesystem call latency by kind",
+                labels,
+                &call.latency,
+            );
+        }
+        for (path, count) in &dataset.partial_writes {
+            families.counter(
+                "cairn_fs_partial_writes",
+                "writes covering part of a record: recorded without a read (deferred), merged at once with a block in memory, merged by a txg sync, or whose old block could not be read (bases_lost)",
+                vec![
+                    ("pool", pool.to_string()),
+                    ("dataset", dataset.dataset.clone()),
+                    ("path", (*path).to_string()),
+                ],
+                *count,
+            );
+        }
+    }
     for log in &sample.intent_logs {
         let labels = vec![("pool", pool.to_string()), ("dataset", log.dataset.clone())];
         for (field, value) in log.stats.fields() {
@@ -707,6 +746,23 @@ fn families_of(sample: &Sample) -> Families {
         );
     }
     arc(&mut families, &sample.arc);
+    for part in &sample.memory {
+        let labels = vec![("part", part.part.to_string())];
+        families.gauge(
+            "cairn_memory_limit_bytes",
+            "the server's memory budget by part (cairn stat memory)",
+            labels.clone(),
+            part.limit_bytes as f64,
+        );
+        if let Some(used) = part.used_bytes {
+            families.gauge(
+                "cairn_memory_used_bytes",
+                "what each part of the memory budget holds now",
+                labels,
+                used as f64,
+            );
+        }
+    }
     for p in &sample.pools {
         pool(&mut families, p);
         datasets(&mut families, &p.name, p);
@@ -787,6 +843,7 @@ mod tests {
             uptime_s: 1.5,
             resident_bytes: None,
             arc: vec![("hits", 3), ("size", 4096)],
+            memory: Vec::new(),
             pools: Vec::new(),
         };
         let text = render(&sample).unwrap();

@@ -114,7 +114,21 @@ impl OpSample {
 pub struct DatasetSample {
     pub dataset: String,
     pub protocol: &'static str,
+    /// The NBD operation kinds (filesystems' calls grouped onto them, namespace calls as
+    /// `meta`), so volumes and filesystems compare.
     pub ops: Vec<OpSample>,
+    /// A filesystem's calls by kind (`cairn stat fs`), empty for volumes.
+    pub calls: Vec<OpSample>,
+    /// A filesystem's partial-write path (`stat fs`): (counter, value).
+    pub partial_writes: Vec<(&'static str, u64)>,
+}
+
+/// The server's memory budget: each part's limit and what it holds now, if known.
+#[derive(Debug, Clone)]
+pub struct MemoryPart {
+    pub part: &'static str,
+    pub limit_bytes: u64,
+    pub used_bytes: Option<u64>,
 }
 
 /// One dataset's intent log.
@@ -159,6 +173,7 @@ pub struct Sample {
     /// The process's resident memory now, if the system tells.
     pub resident_bytes: Option<u64>,
     pub arc: Vec<(&'static str, u64)>,
+    pub memory: Vec<MemoryPart>,
     pub pools: Vec<PoolSample>,
 }
 
@@ -273,6 +288,48 @@ fn pool_sample(pool: &Pool, datasets: Vec<DatasetSample>) -> PoolSample {
     }
 }
 
+/// The budget's parts (`cairn stat memory`), with what the cache, dirty data, NBD requests and
+/// the cache devices' index hold now.
+fn memory_parts(served: &ServedPools, arc: &[(&'static str, u64)]) -> Vec<MemoryPart> {
+    let Some(budget) = served.budget.get().copied() else {
+        return Vec::new();
+    };
+    let field = |name: &str| arc.iter().find(|(f, _)| *f == name).map(|(_, v)| *v);
+    let pools = served.all();
+    let dirty: u64 = pools
+        .iter()
+        .filter_map(|pool| pool.txg_engine().ok().map(|txg| txg.dirty_bytes()))
+        .sum();
+    let l2_index: u64 = pools
+        .iter()
+        .filter_map(|pool| pool.l2().map(|tier| tier.index_usage().1))
+        .sum();
+    let requests = served
+        .nbd
+        .get()
+        .map(|server| server.inflight_bytes() as u64);
+    budget
+        .parts()
+        .iter()
+        .map(|&(part, limit_bytes)| MemoryPart {
+            part,
+            // `pool set arc_max=` moves the cache's limit live; the budget keeps its start.
+            limit_bytes: if part == "arc" {
+                field("c_max").unwrap_or(limit_bytes)
+            } else {
+                limit_bytes
+            },
+            used_bytes: match part {
+                "arc" => field("size"),
+                "dirty" => Some(dirty),
+                "requests" => requests,
+                "l2_index" => Some(l2_index),
+                _ => None,
+            },
+        })
+        .collect()
+}
+
 impl Sample {
     /// Reads every served pool's counters now.
     pub fn take(served: &ServedPools) -> Sample {
@@ -286,12 +343,26 @@ impl Sample {
                         .collect(),
                     dataset: export,
                     protocol: "nbd",
+                    calls: Vec::new(),
+                    partial_writes: Vec::new(),
                 });
             }
         }
         for (dataset, fs) in served.mounts.filesystems() {
+            let stats = fs.op_stats();
+            let patch = fs.patch_stats();
             datasets.push(DatasetSample {
-                ops: filesystem_ops(&fs.op_stats()),
+                ops: filesystem_ops(&stats),
+                calls: stats
+                    .iter()
+                    .map(|(kind, op)| OpSample::of(kind.name(), op))
+                    .collect(),
+                partial_writes: vec![
+                    ("deferred", patch.deferred),
+                    ("merged_at_write", patch.merged_at_write),
+                    ("merged_at_sync", patch.resolved),
+                    ("bases_lost", patch.bases_lost),
+                ],
                 dataset,
                 protocol: "fuse",
             });
@@ -308,14 +379,16 @@ impl Sample {
                 pool_sample(pool, mine)
             })
             .collect();
+        let arc = cairn_engine::process_cache().stats().fields;
         Sample {
+            memory: memory_parts(served, &arc),
             unix_ms: unix_ms(),
             uptime_s: served
                 .started
                 .get()
                 .map_or(0.0, |started| started.elapsed().as_secs_f64()),
             resident_bytes: resident_bytes(),
-            arc: cairn_engine::process_cache().stats().fields,
+            arc,
             pools,
         }
     }
