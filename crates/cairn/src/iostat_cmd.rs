@@ -95,27 +95,6 @@ fn op_name(text: &str) -> Option<&'static str> {
     OP_NAMES.iter().copied().find(|name| *name == text)
 }
 
-/// A filesystem's calls as iostat's operations (`OP_NAMES`).
-fn filesystem_ops(stats: &cairn_fs::ops::FsOpStats) -> Vec<(&'static str, OpStats)> {
-    use cairn_fs::ops::FsOpKind;
-    let mut meta = OpStats::default();
-    for (kind, op) in stats.iter() {
-        if !matches!(
-            kind,
-            FsOpKind::Read | FsOpKind::Write | FsOpKind::Fsync | FsOpKind::Fallocate
-        ) {
-            meta.merge(op);
-        }
-    }
-    vec![
-        ("read", stats.op(FsOpKind::Read).clone()),
-        ("write", stats.op(FsOpKind::Write).clone()),
-        ("flush", stats.op(FsOpKind::Fsync).clone()),
-        ("trim", stats.op(FsOpKind::Fallocate).clone()),
-        ("meta", meta),
-    ]
-}
-
 fn say_counters(ctx: &Context, export: &str, name: &str, stats: &OpStats) {
     let c = Counters::from_stats(stats);
     say!(
@@ -180,7 +159,8 @@ fn print_snapshot(ctx: &Context) -> Result<()> {
         }
     }
     for (dataset, fs) in served.mounts.filesystems() {
-        for (name, stats) in filesystem_ops(&fs.op_stats()) {
+        for (name, stats) in cairn_frontend::analytics::sample::filesystem_op_groups(&fs.op_stats())
+        {
             say_counters(ctx, &dataset, name, &stats);
         }
     }

@@ -391,38 +391,28 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
 
 pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
     let arc = cairn_engine::process_cache().stats();
-    let (budget, nbd_bytes, dirty_bytes, l2_index_bytes) = match &ctx.served {
-        Some(served) => {
-            let pools = served.all();
-            let dirty: u64 = pools
-                .iter()
-                .filter_map(|pool| pool.txg_engine().ok().map(|txg| txg.dirty_bytes()))
-                .sum();
-            let l2_index: u64 = pools
-                .iter()
-                .filter_map(|pool| pool.l2().map(|tier| tier.index_usage().1))
-                .sum();
-            let nbd = served
-                .nbd
-                .get()
-                .map(|server| server.inflight_bytes() as u64);
-            (
-                served.budget.get().copied(),
-                nbd,
-                Some(dirty),
-                Some(l2_index),
-            )
-        }
-        None => (None, None, None, None),
-    };
     let arc_max_bytes = arc.get("c_max").unwrap_or(0);
-    let mut budget = budget.unwrap_or_else(|| {
-        let request_bytes = cairn_nbd::ServerConfig::default().max_request_bytes;
-        cairn_engine::MemoryBudget::for_arc_max(arc_max_bytes, request_bytes.into())
-    });
-    // `pool set arc_max=` changes the cache's limit live; the other allowances stay as the
-    // server started with them.
-    budget.arc_max_bytes = arc_max_bytes;
+    // A server states its budget and what each part holds (shared with its analytics); without
+    // one, this is the budget `cairn serve` would state with this cache.
+    let parts = ctx
+        .served
+        .as_ref()
+        .map(|served| cairn_frontend::analytics::sample::memory_parts(served, &arc.fields))
+        .filter(|parts| !parts.is_empty())
+        .unwrap_or_else(|| {
+            let request_bytes = cairn_nbd::ServerConfig::default().max_request_bytes;
+            cairn_engine::MemoryBudget::for_arc_max(arc_max_bytes, request_bytes.into())
+                .parts()
+                .iter()
+                .map(
+                    |&(part, limit_bytes)| cairn_frontend::analytics::sample::MemoryPart {
+                        part,
+                        limit_bytes,
+                        used_bytes: (part == "arc").then(|| arc.get("size")).flatten(),
+                    },
+                )
+                .collect()
+        });
     if !format.scripted && ctx.served.is_none() {
         say!(
             ctx,
@@ -430,20 +420,19 @@ pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
         );
     }
     let (rss, hwm) = resident_bytes();
-    let now = |part: &str| match part {
-        "arc" => arc.get("size"),
-        "dirty" => dirty_bytes,
-        "requests" => nbd_bytes,
-        "l2_index" => l2_index_bytes,
-        _ => None,
-    };
-    let mut rows: Vec<(String, Option<u64>, Option<u64>)> = budget
-        .parts()
+    let total_bytes: u64 = parts.iter().map(|part| part.limit_bytes).sum();
+    let mut rows: Vec<(String, Option<u64>, Option<u64>)> = parts
         .iter()
-        .map(|&(name, limit)| (name.to_string(), Some(limit), now(name)))
+        .map(|part| {
+            (
+                part.part.to_string(),
+                Some(part.limit_bytes),
+                part.used_bytes,
+            )
+        })
         .collect();
-    rows.push(("total".into(), Some(budget.total_bytes()), rss));
-    rows.push(("peak".into(), Some(budget.total_bytes()), hwm));
+    rows.push(("total".into(), Some(total_bytes), rss));
+    rows.push(("peak".into(), Some(total_bytes), hwm));
     let mut table = Table::new(vec![
         Column::left("PART"),
         Column::right("LIMIT"),

@@ -186,8 +186,8 @@ const NBD_OPS: [(cairn_nbd::OpKind, &str); 4] = [
 ];
 
 /// A filesystem's calls grouped as the NBD ones are (fsync as flush, fallocate as trim) and
-/// every namespace call as `meta`.
-fn filesystem_ops(stats: &cairn_fs::ops::FsOpStats) -> Vec<OpSample> {
+/// every namespace call as `meta` (`pool iostat` and the analytics show them so).
+pub fn filesystem_op_groups(stats: &cairn_fs::ops::FsOpStats) -> Vec<(&'static str, OpStats)> {
     use cairn_fs::ops::FsOpKind;
     let mut meta = OpStats::default();
     for (kind, op) in stats.iter() {
@@ -199,12 +199,19 @@ fn filesystem_ops(stats: &cairn_fs::ops::FsOpStats) -> Vec<OpSample> {
         }
     }
     vec![
-        OpSample::of("read", stats.op(FsOpKind::Read)),
-        OpSample::of("write", stats.op(FsOpKind::Write)),
-        OpSample::of("flush", stats.op(FsOpKind::Fsync)),
-        OpSample::of("trim", stats.op(FsOpKind::Fallocate)),
-        OpSample::of("meta", &meta),
+        ("read", stats.op(FsOpKind::Read).clone()),
+        ("write", stats.op(FsOpKind::Write).clone()),
+        ("flush", stats.op(FsOpKind::Fsync).clone()),
+        ("trim", stats.op(FsOpKind::Fallocate).clone()),
+        ("meta", meta),
     ]
+}
+
+fn filesystem_ops(stats: &cairn_fs::ops::FsOpStats) -> Vec<OpSample> {
+    filesystem_op_groups(stats)
+        .iter()
+        .map(|(name, op)| OpSample::of(name, op))
+        .collect()
 }
 
 fn pool_of(dataset: &str) -> &str {
@@ -290,7 +297,7 @@ fn pool_sample(pool: &Pool, datasets: Vec<DatasetSample>) -> PoolSample {
 
 /// The budget's parts (`cairn stat memory`), with what the cache, dirty data, NBD requests and
 /// the cache devices' index hold now.
-fn memory_parts(served: &ServedPools, arc: &[(&'static str, u64)]) -> Vec<MemoryPart> {
+pub fn memory_parts(served: &ServedPools, arc: &[(&'static str, u64)]) -> Vec<MemoryPart> {
     let Some(budget) = served.budget.get().copied() else {
         return Vec::new();
     };
