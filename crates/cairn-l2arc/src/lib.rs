@@ -8,15 +8,25 @@
 //! ## Shape
 //! - `layout`: the bytes on a cache device: two superblocks, then equal segments, each filled
 //!   front to back and sealed with a summary of what it holds (24 B per block) and a header.
-//! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in Robin Hood
-//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block for the index, and a cap
-//!   (`L2Config::index_bytes_max`) independent of the devices' size: when the index is full,
-//!   the least valued segment is dropped to make room, so a huge device costs bounded RAM.
-//!   Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
+//! - `index`: which blocks are cached and where, in RAM: 10 bytes per block (a 39-bit
+//!   fingerprint, the state and the place packed in a u64 and a u16) in Robin Hood tables kept
+//!   80–95% full, about 11 B of RAM per cached block for the index (12.5 B at worst), and a
+//!   cap (`L2Config::index_bytes_max`) independent of the devices' size: when the index is
+//!   full, the least valued segment is dropped to make room, so a huge device costs bounded
+//!   RAM. Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
 //! - `segments`: per device, what each segment holds and what it is worth (the frequencies of
 //!   its blocks still wanted here, aged).
 //! - this file: `L2Arc`, a pool's set of cache devices: admission, feeding, reading,
 //!   rebuilding.
+//!
+//! ## RAM per cached block, everything included
+//! The index (about 11 B per block) and the tier's share of the RAM tier's admission sketch,
+//! which is sized for both tiers: 4 B per 4 KiB of the devices' capacity (`cairn_arc`'s
+//! sketch: four rows of 4-bit counters and 16 doorkeeper bits per slot, exactly one slot per
+//! 4 KiB, no power-of-two rounding). With 4 KiB blocks and the tier full: about 15 B per
+//! cached block in all (bench/cache's two-tier replays: 15.1–15.5 B), under the 16 B target;
+//! larger blocks pay less sketch per block. The sketch is sized for the capacity, not for what
+//! is cached, so a tier far from full pays more per block it holds (`stat l2arc` reports it).
 //!
 //! ## What is kept: value, admission, and no duplicates
 //! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
@@ -25,7 +35,8 @@
 //! halves a segment's values once per epoch since it was filled). The tier is managed like
 //! TinyLFU's main space, a segment at a time:
 //! - **Admission.** An offered block is admitted only if read more often than the blocks the
-//!   last segment reuse had to drop (the *bar*), and at least `admit_frequency_min` times. A
+//!   last segment reuse had to drop (the *bar*, as often as they were read then: it is not
+//!   halved when the sketch ages, see `Shared::bar`), and at least `admit_frequency_min` times. A
 //!   loop or a scan larger than the tier, whose blocks are no more frequent than what is
 //!   cached, is refused instead of washing the tier out.
 //! - **No duplicates.** A block read from here into RAM (`read_into_ram`) stays indexed but is
@@ -90,8 +101,9 @@
 //! ## Known gaps
 //! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
 //! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
-//! feeding ahead of the eviction end); the admission sketch the ARC sizes for both tiers costs
-//! RAM per cached block on top of the index's (see BENCHMARKS.md); a block queued for a writer
+//! feeding ahead of the eviction end); the admission sketch's share is sized for the devices'
+//! capacity in 4 KiB units, so blocks smaller than 4 KiB, or a tier far from full, cost more
+//! than 16 B per cached block; a block queued for a writer
 //! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
 //! it.
 
@@ -388,8 +400,9 @@ pub(crate) struct Shared {
     /// The RAM tier's sketch epoch, as last told by an offer.
     epoch: AtomicU64,
     /// The admission bar: an offered block must be read more often than the blocks the last
-    /// segment reuse dropped (`(epoch << 8) | frequency`, aged like a segment's value).
-    bar: AtomicU64,
+    /// segment reuse dropped, as often as they were read when they were dropped. Not aged
+    /// when the sketch halves its counts (see `bar`).
+    bar: AtomicU8,
 }
 
 /// What a block adds to its segment's value: its frequency, unless it went up to RAM.
@@ -490,16 +503,23 @@ impl Shared {
         self.epoch.load(Ordering::Relaxed)
     }
 
-    /// The admission bar now (see `bar`).
+    /// The admission bar now: the highest frequency the last segment reuse dropped, on the
+    /// scale of its epoch. It is deliberately not halved when the sketch ages. Right after an
+    /// ageing every count is halved, and then climbs again with each read; a halved bar let
+    /// those climbing counts pass it well before they reached what the dropped blocks had, so
+    /// each ageing set off a round of admissions of blocks no more frequent than the ones they
+    /// displaced (on a loop: a fifth of the tier rewritten, copies forward included, for
+    /// nothing). Kept as it was, it asks newcomers to be read as often as the blocks it
+    /// dropped were, whatever the sketch's epoch. It cannot shut the tier: it is at most
+    /// `FREQUENCY_MAX` (index frequencies are 4 bits), while a block read more often than the
+    /// sketch's counters hold is told one more (the doorkeeper's read), so it always passes;
+    /// and the next reuse sets the bar afresh.
     fn bar(&self) -> u8 {
-        let bar = self.bar.load(Ordering::Relaxed);
-        // The low byte is the frequency.
-        segments::aged(bar & 0xff, bar >> 8, self.epoch()) as u8
+        self.bar.load(Ordering::Relaxed)
     }
 
     fn set_bar(&self, frequency: u8) {
-        self.bar
-            .store(self.epoch() << 8 | u64::from(frequency), Ordering::Relaxed);
+        self.bar.store(frequency, Ordering::Relaxed);
     }
 
     /// Removes the entry of `key` at `place`; its state if it was there.
@@ -566,7 +586,7 @@ impl L2Arc {
                 counters: L2Counters::default(),
                 devices: RwLock::new(Vec::new()),
                 epoch: AtomicU64::new(0),
-                bar: AtomicU64::new(0),
+                bar: AtomicU8::new(0),
             }),
             writers: Mutex::new(Vec::new()),
             device_count: AtomicUsize::new(0),
