@@ -8,12 +8,20 @@
 //! (how often the block was read lately, as the RAM tier's sketch told when it offered the
 //! block, on its segment's scale: see `segments`) and the low 16 bits of the block's place on
 //! that device in 512-byte sectors. The place's high 16 bits sit in a parallel u16 array: 32
-//! bits of sectors, 2 TiB per device. Two different keys share a fingerprint with odds of
-//! 2^-39 per entry a lookup compares with (a lookup compares a handful: about one false match
-//! in 10^11 lookups); that would only make a lookup answer with another block's place, and
-//! every block read from a cache device is verified against the caller's block pointer, so the
-//! mistake becomes a miss. Nothing else depends on the fingerprint being unique, so it needs
-//! no more bits than keep such misses negligible; the bits saved hold the place instead.
+//! bits of sectors, 2 TiB per device.
+//!
+//! Two different keys can share a fingerprint. The entries a lookup compares with sit near its
+//! home slot, so they share the fingerprint's high bits that chose that home, and all of a
+//! shard's entries share the 4 bits that chose the shard (see `shard_of`): of the 39 bits,
+//! about 35 − log2(the shard's slots) tell them apart. A lookup of a block not indexed then
+//! finds a false match about once in 2^25 with bench/cache's 1,300 slots per shard, once in
+//! 2^15 at a million (100 GiB of 8 KiB blocks), once in 2^12 at 6 million (the default 1 GiB
+//! cap, full). A false match costs a read, never a wrong answer: every block read from a
+//! cache device is verified against the caller's block pointer, and on a mismatch the
+//! segment's summary tells a block other than the caller's at that place (a collision, a
+//! plain miss: `fingerprint_collisions`) from a bad copy (an error of the device). The 12-byte
+//! slots this replaced had 55 bits (once in 2^28 at 6 million slots per shard) but cost 3.3 B
+//! more per block, which with the RAM tier's sketch put the tier over 16 B per block.
 //!
 //! Layout: open addressing with linear probing kept in Robin Hood order (an entry never sits
 //! further from its home slot than the entry it displaced), deletion by backward shift (no
@@ -22,8 +30,8 @@
 //! to 90% full when removals leave it under 80%, so once past its smallest size it stays
 //! 80–95% full: 10.5–12.5 B of RAM per indexed block (`ram_bytes` / `len`), about 11 B in
 //! steady use. Robin Hood order keeps probes short at that load (a lookup stops as soon as it
-//! meets an entry closer to its home than the key would be; at 95% a lookup looks at about ten
-//! slots, each 10 bytes, mostly in one or two cache lines).
+//! meets an entry closer to its home than the key would be; at 95% a lookup reads about ten
+//! words, 80 bytes, one or two cache lines, and the u16 half of the one it finds).
 //!
 //! Capacity is explicit: `entries_max` is the most entries the caller's RAM cap allows; an
 //! insert beyond it is refused (the caller then frees a segment's worth of entries first).
@@ -465,7 +473,14 @@ mod tests {
     fn places_split_across_the_word_and_the_high_half_come_back_whole() {
         let mut index = Index::new(100);
         // Same low 16 bits, different high ones; and the extremes.
-        let sectors = [0x0001_2345, 0x0002_2345, 0, u32::MAX, 0xffff_0000, 0x0000_ffff];
+        let sectors = [
+            0x0001_2345,
+            0x0002_2345,
+            0,
+            u32::MAX,
+            0xffff_0000,
+            0x0000_ffff,
+        ];
         for (n, &sector) in sectors.iter().enumerate() {
             let place = Place {
                 device: (DEVICES_MAX - 1 - n) as u8,

@@ -73,7 +73,9 @@
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
 //! the caller's block pointer checksum. A mismatch or read error is a miss: the entry is
-//! dropped, the device's error counted, and the caller reads from the pool. A device with
+//! dropped, the device's error counted, and the caller reads from the pool. (A mismatch whose
+//! segment's summary shows another block at that place is an index fingerprint collision,
+//! not a bad copy: a plain miss, counted apart, the other block's entry kept.) A device with
 //! `errors_max_faulted` consecutive failed I/Os is FAULTED: its entries leave the index and it
 //! is used no more. Nothing is ever lost: the cache holds only copies of blocks the pool has.
 //! A hit for a caller that does not keep the block in RAM (`read`) adds to its frequency; one
@@ -239,6 +241,9 @@ pub struct L2Counters {
     /// Blocks worth keeping, moved to a new segment when theirs was reused.
     pub copied_forward: AtomicU64,
     pub bad_reads: AtomicU64,
+    /// Lookups that matched another block's entry by fingerprint (its segment's summary told):
+    /// plain misses, not errors.
+    pub fingerprint_collisions: AtomicU64,
     pub rebuild_segments: AtomicU64,
     pub rebuild_blocks: AtomicU64,
     pub rebuild_failed: AtomicU64,
@@ -341,6 +346,24 @@ impl CacheDevice {
 
     fn size_bytes(&self) -> u64 {
         self.queue.device().size_bytes()
+    }
+
+    /// A sealed segment's summary, read back (header, then summary) at `class`.
+    fn read_summary(&self, segment: u32, class: IoClass) -> Option<Vec<layout::SummaryEntry>> {
+        let superblock = self.superblock;
+        let start = superblock.segment_offset(segment);
+        let raw = self
+            .read_at(class, start, layout::HEADER_BYTES as usize)
+            .ok()?;
+        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
+        let summary = self
+            .read_at(
+                class,
+                start + u64::from(header.summary_offset_bytes),
+                header.summary_bytes(),
+            )
+            .ok()?;
+        layout::decode_summary(&summary, &header).ok()
     }
 
     /// The device queue's counters (`cairn stat io`).
@@ -990,10 +1013,18 @@ impl L2Arc {
                 }
                 Some(Bytes::from(buf))
             }
-            // A read that raced a reuse of its segment is a plain miss; any other bad read
-            // drops the entry and counts against the device.
+            // A read that raced a reuse of its segment is a plain miss; so is a fingerprint
+            // collision (the place holds another block, as its segment's summary says); any
+            // other bad read drops the entry and counts against the device.
             Ok(_) if !raced() => {
-                self.bad_read(&device, &device.checksum_errors, key, place);
+                if self.holds_another_block(&device, segment, key, place) {
+                    self.shared
+                        .counters
+                        .fingerprint_collisions
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.bad_read(&device, &device.checksum_errors, key, place);
+                }
                 None
             }
             Err(_) if !raced() => {
@@ -1002,6 +1033,29 @@ impl L2Arc {
             }
             Ok(_) | Err(_) => None,
         }
+    }
+
+    /// Whether a sealed segment's summary says `place` holds another block than `key`'s: the
+    /// index matched `key` to another block's entry by fingerprint (see `index`), not a bad
+    /// copy. Read only after a checksum mismatch (rare), at the reader's priority. A block in
+    /// the filling segment has no summary on the device yet: such a mismatch counts as bad.
+    fn holds_another_block(
+        &self,
+        device: &CacheDevice,
+        segment: u32,
+        key: [u64; 2],
+        place: Place,
+    ) -> bool {
+        if device.segments.lock().meta(segment).state != SegmentState::Sealed {
+            return false;
+        }
+        let Some(entries) = device.read_summary(segment, IoClass::CacheRead) else {
+            return false;
+        };
+        let offset_sectors = place.sector - segment * device.superblock.sectors_per_segment();
+        entries
+            .iter()
+            .any(|entry| entry.offset_sectors == offset_sectors && entry.key != key)
     }
 
     fn bad_read(&self, device: &CacheDevice, errors: &AtomicU64, key: [u64; 2], place: Place) {

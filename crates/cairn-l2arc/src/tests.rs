@@ -444,3 +444,42 @@ fn copies_gone_up_to_ram_are_reused_first_and_valued_again_when_offered() {
     let valued = (0..134).chain(186..420);
     assert_eq!(hits(&l2, valued.clone()), valued.count());
 }
+
+/// Two block numbers whose keys share a fingerprint (the index cannot tell them apart).
+fn colliding_blocks() -> (u64, u64) {
+    let mut seen = std::collections::HashMap::new();
+    for n in 0..8_000_000u64 {
+        let (bp, _) = block(n);
+        let key = block_key(&bp).unwrap();
+        if let Some(first) = seen.insert(index::fingerprint(key), n) {
+            return (first, n);
+        }
+    }
+    panic!("no two of 8 million keys share a 39-bit fingerprint");
+}
+
+#[test]
+fn a_fingerprint_collision_is_a_plain_miss_not_a_device_error() {
+    let (cached, other) = colliding_blocks();
+    let l2 = new_cache(Arc::new(MemDevice::new(8 << 20)), small_config());
+    // The cached block, then enough others to seal its segment (its summary is then on the
+    // device: what tells a collision from a bad copy).
+    feed(
+        &l2,
+        std::iter::once(cached).chain(20_000_000..20_000_000 + 200),
+    );
+    let (other_bp, _) = block(other);
+    assert!(l2.read(&other_bp).is_none(), "another block's copy served");
+    let counters = l2.counters();
+    assert_eq!(load(&counters.fingerprint_collisions), 1);
+    assert_eq!(
+        load(&counters.bad_reads),
+        0,
+        "a collision counted as a bad read"
+    );
+    let devices = l2.reports();
+    assert_eq!(devices[0].checksum_errors, 0);
+    assert_eq!(devices[0].health, L2Health::Online);
+    // The entry that matched belongs to the cached block, which is still served.
+    assert_eq!(hits(&l2, std::iter::once(cached)), 1);
+}

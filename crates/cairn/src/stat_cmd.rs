@@ -485,6 +485,10 @@ fn l2arc_fields(pool: &cairn_engine::Pool) -> Option<Vec<(&'static str, u64)>> {
         ("evicted_segments", counters.evicted_segments.load(Relaxed)),
         ("evicted_blocks", counters.evicted_blocks.load(Relaxed)),
         ("bad_reads", counters.bad_reads.load(Relaxed)),
+        (
+            "fingerprint_collisions",
+            counters.fingerprint_collisions.load(Relaxed),
+        ),
         ("rebuild_segments", counters.rebuild_segments.load(Relaxed)),
         ("rebuild_blocks", counters.rebuild_blocks.load(Relaxed)),
         (
