@@ -16,9 +16,10 @@
 //!   block's size, scaled by how much larger B2 is, as in ARC; one in B2 shrinks it likewise.
 //!   Bounds: 1% of the capacity to all of it.
 //! - **Eviction**: while the recency list is over its target, its least recent block competes
-//!   with the frequency list's victim (probation's tail, else protected's): the block read more
-//!   often by the sketch, by at least `ADMIT_MARGIN_READS` more reads for the newcomer, stays
-//!   (the loser goes to its ghost list; a winner from the recency list joins probation).
+//!   with the frequency list's victim (probation's tail, else protected's): the newcomer wins
+//!   only if the sketch counts it more than `ADMIT_MARGIN_READS` (1) reads above the victim,
+//!   so two at least (the loser goes to its ghost list; a winner from the recency list joins
+//!   probation).
 //!   Otherwise the frequency list's victim goes. Ties and near-ties keep the incumbent: on a
 //!   loop larger than the cache every block has the same true frequency, and a one-read edge
 //!   only says the walk passed the newcomer more recently, so admitting on it turns the
