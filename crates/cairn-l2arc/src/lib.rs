@@ -24,9 +24,12 @@
 //! which is sized for both tiers: 4 B per 4 KiB of the devices' capacity (`cairn_arc`'s
 //! sketch: four rows of 4-bit counters and 16 doorkeeper bits per slot, exactly one slot per
 //! 4 KiB, no power-of-two rounding). With 4 KiB blocks and the tier full: about 15 B per
-//! cached block in all (bench/cache's two-tier replays: 15.1–15.5 B), under the 16 B target;
-//! larger blocks pay less sketch per block. The sketch is sized for the capacity, not for what
-//! is cached, so a tier far from full pays more per block it holds (`stat l2arc` reports it).
+//! cached block in all (bench/cache's two-tier replays: 15.1–15.5 B), under the 16 B target.
+//! The sketch counts the devices' capacity in 4 KiB units whatever the blocks' size, so larger
+//! blocks pay more per block (8 B per 8 KiB block: 19 B in all on a full device), and it is
+//! sized for the capacity, not for what is cached, so a tier far from full pays more per block
+//! it holds (`stat l2arc` reports it: 137 B per block in bench/l2arc, whose 1 GiB device holds
+//! 64 MiB).
 //!
 //! ## What is kept: value, admission, and no duplicates
 //! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
@@ -104,8 +107,9 @@
 //! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
 //! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
 //! feeding ahead of the eviction end); the admission sketch's share is sized for the devices'
-//! capacity in 4 KiB units, so blocks smaller than 4 KiB, or a tier far from full, cost more
-//! than 16 B per cached block; a block queued for a writer
+//! capacity in 4 KiB units, so blocks larger than 4 KiB, or a tier far from full, cost more
+//! than 16 B per cached block (sizing it by the blocks the tier holds would fix the first); a
+//! block queued for a writer
 //! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
 //! it.
 
