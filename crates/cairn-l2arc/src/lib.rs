@@ -21,15 +21,13 @@
 //!
 //! ## RAM per cached block, everything included
 //! The index (about 11 B per block) and the tier's share of the RAM tier's admission sketch,
-//! which is sized for both tiers: 4 B per 4 KiB of the devices' capacity (`cairn_arc`'s
-//! sketch: four rows of 4-bit counters and 16 doorkeeper bits per slot, exactly one slot per
-//! 4 KiB, no power-of-two rounding). With 4 KiB blocks and the tier full: about 15 B per
-//! cached block in all (bench/cache's two-tier replays: 15.1–15.5 B), under the 16 B target.
-//! The sketch counts the devices' capacity in 4 KiB units whatever the blocks' size, so larger
-//! blocks pay more per block (8 B per 8 KiB block: 19 B in all on a full device), and it is
-//! sized for the capacity, not for what is cached, so a tier far from full pays more per block
-//! it holds (`stat l2arc` reports it: 137 B per block in bench/l2arc, whose 1 GiB device holds
-//! 64 MiB).
+//! which is sized for both tiers: one sketch slot of 4 B (four rows of 4-bit counters and 16
+//! doorkeeper bits, `cairn_arc`'s sketch, exactly as wide as asked: no power-of-two rounding)
+//! per block the devices can hold (`capacity_bytes`: at the mean size of the blocks fed, at
+//! least 4 KiB). With the tier full: about 15 B per cached block in all (bench/cache's
+//! two-tier replays: 15.1–15.5 B), under the 16 B target. The sketch is sized for the
+//! capacity, not for what is cached, so a tier far from full pays more per block it holds
+//! (`stat l2arc` reports it: 75 B per block in bench/l2arc, whose 1 GiB device holds 64 MiB).
 //!
 //! ## What is kept: value, admission, and no duplicates
 //! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
@@ -107,9 +105,8 @@
 //! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
 //! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
 //! feeding ahead of the eviction end); the admission sketch's share is sized for the devices'
-//! capacity in 4 KiB units, so blocks larger than 4 KiB, or a tier far from full, cost more
-//! than 16 B per cached block (sizing it by the blocks the tier holds would fix the first); a
-//! block queued for a writer
+//! capacity, so a tier far from full costs more than 16 B per cached block, and blocks smaller
+//! than 4 KiB get less than a sketch slot each; a block queued for a writer
 //! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
 //! it.
 
@@ -127,6 +124,10 @@ use cairn_format::BlockPointer;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+/// The RAM tier's admission sketch counts capacity in blocks of this size (see
+/// `L2Arc::capacity_bytes`).
+const SKETCH_UNIT_BYTES: u64 = 4096;
 
 /// Index shards (lookups from many readers do not share one lock).
 const SHARDS: usize = 16;
@@ -806,8 +807,12 @@ impl L2Arc {
             })
     }
 
-    /// What the RAM tier's admission sketch should count for this tier: its devices' segment
-    /// bytes, at most what the index cap can address in blocks of 4 KiB (the sketch's unit).
+    /// What the RAM tier's admission sketch should count for this tier, in its unit of 4 KiB
+    /// per block: the blocks the devices' segments can hold at the mean size of the blocks fed
+    /// so far (`mean_block_bytes`), at most what the index cap allows, times 4 KiB. One sketch
+    /// slot per block the tier can hold, so blocks larger than 4 KiB cost no more sketch per
+    /// block than 4 KiB ones (counting the devices' bytes in 4 KiB units gave 8 KiB blocks two
+    /// slots each).
     pub fn capacity_bytes(&self) -> u64 {
         let devices: u64 = self
             .devices()
@@ -815,7 +820,23 @@ impl L2Arc {
             .filter(|device| device.usable())
             .map(|device| device.superblock.segment_count * device.superblock.segment_bytes)
             .sum();
-        devices.min(self.shared.entries_max as u64 * 4096)
+        let blocks = (devices / self.mean_block_bytes()).min(self.shared.entries_max as u64);
+        blocks * SKETCH_UNIT_BYTES
+    }
+
+    /// The mean size of the blocks fed so far, rounded down to a power of two and at least the
+    /// sketch's 4 KiB (before any is fed: 4 KiB). Rounded so that it settles at once and moves
+    /// the sketch's size (which forgets what it counted) only when blocks change size for good.
+    fn mean_block_bytes(&self) -> u64 {
+        let counters = &self.shared.counters;
+        let blocks = counters.feed_blocks.load(Ordering::Relaxed);
+        let bytes = counters.feed_bytes.load(Ordering::Relaxed);
+        let mean = bytes
+            .checked_div(blocks)
+            .unwrap_or(0)
+            .max(SKETCH_UNIT_BYTES);
+        // `mean` ≥ 4096, so its highest bit is set.
+        1 << (63 - mean.leading_zeros())
     }
 
     /// Blocks indexed whose copies are marked promoted (read up into RAM since written): what

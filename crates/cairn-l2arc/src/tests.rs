@@ -483,3 +483,30 @@ fn a_fingerprint_collision_is_a_plain_miss_not_a_device_error() {
     // The entry that matched belongs to the cached block, which is still served.
     assert_eq!(hits(&l2, std::iter::once(cached)), 1);
 }
+
+#[test]
+fn the_sketch_counts_one_slot_per_block_the_devices_can_hold() {
+    let l2 = new_cache(Arc::new(MemDevice::new(8 << 20)), small_config());
+    let empty = l2.capacity_bytes();
+    // Nothing fed yet: 4 KiB per block.
+    assert!(empty > 4 << 20 && empty <= 8 << 20, "{empty}");
+    // 8 KiB blocks: half as many blocks fit, so half the sketch.
+    for n in 0..50u64 {
+        let data = Bytes::from(vec![(n % 251) as u8; 8192]);
+        let mut bp = BlockPointer::HOLE;
+        bp.dvas[0] = Dva {
+            vdev: 0,
+            offset: (1 << 30) + n * 8192,
+            asize: 8192,
+        };
+        bp.lsize = 8192;
+        bp.psize = 8192;
+        bp.birth_txg = 7;
+        bp.object_type = ObjectType::VolumeData;
+        bp.checksum_algorithm = ChecksumAlgorithm::Fletcher4;
+        bp.checksum = ChecksumAlgorithm::Fletcher4.compute(&data);
+        l2.offer(&bp, &data);
+    }
+    l2.settle();
+    assert_eq!(l2.capacity_bytes(), empty / 2 / 4096 * 4096);
+}
