@@ -27,7 +27,7 @@
 //! least 4 KiB). With the tier full: about 15 B per cached block in all (bench/cache's
 //! two-tier replays: 15.1–15.5 B), under the 16 B target. The sketch is sized for the
 //! capacity, not for what is cached, so a tier far from full pays more per block it holds
-//! (`stat l2arc` reports it: 75 B per block in bench/l2arc, whose 1 GiB device holds 64 MiB).
+//! (`stat l2arc` reports it: 74 B per block in bench/l2arc, whose 1 GiB device holds 64 MiB).
 //!
 //! ## What is kept: value, admission, and no duplicates
 //! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
