@@ -187,6 +187,11 @@ def main():
             results["steady_hit_ratio"] = hits / max(1, hits + misses)
             results["warm_seconds"] = warm_at
             results["ram_per_block"] = after["index_ram_bytes"] / max(1, after["indexed_blocks"])
+            # Everything included: the tier's share of the RAM tier's admission sketch too
+            # (sized for the device's capacity, not for what it holds).
+            results["ram_per_block_all"] = ((after["index_ram_bytes"]
+                                             + after.get("sketch_ram_bytes", 0))
+                                            / max(1, after["indexed_blocks"]))
             results["indexed_blocks"] = after["indexed_blocks"]
             cairn.stop()
 
@@ -241,9 +246,12 @@ def main():
           f"{'met' if uncached <= 0.05 else 'NOT met'} |")
     print(f"| L2 hit ratio in the first second after a restart | {restart:.3f} | >= 0.9 x steady "
           f"({0.9 * steady_ratio:.3f}) | {'met' if restart >= 0.9 * steady_ratio else 'NOT met'} |")
-    print(f"| RAM per cached block ({results['indexed_blocks']:,} blocks) | "
+    print(f"| RAM per cached block, index ({results['indexed_blocks']:,} blocks) | "
           f"{results['ram_per_block']:.1f} B | <= 16 B | "
           f"{'met' if results['ram_per_block'] <= 16 else 'NOT met'} |")
+    print(f"| RAM per cached block, everything included (index + the admission sketch's share, "
+          f"sized for the whole device) | {results['ram_per_block_all']:.1f} B | <= 16 B | "
+          f"{'met' if results['ram_per_block_all'] <= 16 else 'NOT met'} |")
     print(f"| L2 hit ratio after a scan of 2x the working set | "
           f"{results['after_scan_hit_ratio']:.3f} | hot set kept | "
           f"{'met' if results['after_scan_hit_ratio'] >= 0.9 * steady_ratio else 'NOT met'} |")

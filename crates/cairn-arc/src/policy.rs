@@ -16,9 +16,19 @@
 //!   block's size, scaled by how much larger B2 is, as in ARC; one in B2 shrinks it likewise.
 //!   Bounds: 1% of the capacity to all of it.
 //! - **Eviction**: while the recency list is over its target, its least recent block competes
-//!   with the frequency list's victim (probation's tail, else protected's): whichever the sketch
-//!   says was read more often stays (the loser goes to its ghost list; a winner from the
-//!   recency list joins probation). Otherwise the frequency list's victim goes.
+//!   with the frequency list's victim (probation's tail, else protected's): the newcomer wins
+//!   only if the sketch counts it more than `ADMIT_MARGIN_READS` (1) reads above the victim,
+//!   so two at least (the loser goes to its ghost list; a winner from the recency list joins
+//!   probation).
+//!   Otherwise the frequency list's victim goes. Ties and near-ties keep the incumbent: on a
+//!   loop larger than the cache every block has the same true frequency, and a one-read edge
+//!   only says the walk passed the newcomer more recently, so admitting on it turns the
+//!   frequency list into an LRU that a loop defeats.
+//! - **Back from B2**: a block read again after the frequency list let it go joins probation
+//!   only if it beats that list's victim the same way, else it enters the recency list like a
+//!   new block. (Straight back into probation, as ARC does, on a loop it pushed out another
+//!   block that came back the same way a round later: a tenth of the frequency list went
+//!   round in circles and served no hit.)
 //!
 //! So recency-heavy workloads grow the window through B1 hits, as ARC would, while under
 //! skewed popularity a block only displaces one that is read less often — what makes TinyLFU
@@ -43,7 +53,7 @@
 //!
 //! Memory: one 48-byte entry per block (data or ghost; a `Slab` of fixed chunks, so no doubling
 //! headroom) with intrusive `u32` links, 6–11 bytes of hash index per entry (one 5-byte bucket
-//! per entry at the table's load), and 3.5-6 bytes of sketch per 4 KiB of capacity; `sizes()`
+//! per entry at the table's load), and 4 bytes of sketch per 4 KiB of capacity; `sizes()`
 //! reports it. Every list's byte and block totals are kept exact and checked by
 //! `assert_invariants` (the property tests call it after every step).
 
@@ -122,6 +132,16 @@ const WINDOW_STEP_DIVISOR: u64 = 16;
 const PROTECTED_PERCENT: u64 = 90;
 /// Cache capacity in blocks, as the frequency sketch is sized: blocks are at least this large.
 const SKETCH_BLOCK_BYTES: u64 = 4096;
+/// Reads by which a block must outnumber the frequency list's victim to take its place: one
+/// read more is within the noise of *when* the two were read (a loop's blocks all have the same
+/// frequency, but those the walk passed this round count one more than those it has not yet).
+const ADMIT_MARGIN_READS: u8 = 1;
+
+/// RAM the admission sketch of a cache takes for each `capacity_bytes` of capacity it is sized
+/// for: what sizing a cache's data sketches for an SSD tier of that capacity below adds.
+pub fn sketch_bytes_for(capacity_bytes: u64) -> u64 {
+    (capacity_bytes / SKETCH_BLOCK_BYTES) * crate::sketch::BYTES_PER_SLOT
+}
 
 struct Entry<V> {
     key: BlockKey,
@@ -501,7 +521,11 @@ impl<V> ArcPolicy<V> {
                     (List::MainGhost, Access::Demand) => {
                         self.stats.mfu_ghost_hits += 1;
                         self.shrink_window(size_bytes);
-                        List::Probation
+                        if self.outreads_victim(&key) {
+                            List::Probation
+                        } else {
+                            List::Window
+                        }
                     }
                     (_, Access::Prefetch) => List::Prefetched,
                     (_, Access::Demand) => List::Window,
@@ -637,7 +661,9 @@ impl<V> ArcPolicy<V> {
                     hash(&self.entries[candidate as usize].key),
                     hash(&self.entries[victim as usize].key),
                 );
-                if self.sketch.estimate(c) > self.sketch.estimate(v) {
+                if self.sketch.estimate(c)
+                    > self.sketch.estimate(v).saturating_add(ADMIT_MARGIN_READS)
+                {
                     self.stats.admissions += 1;
                     self.evict(victim, Some(List::MainGhost));
                     self.unlink(candidate);
@@ -663,6 +689,24 @@ impl<V> ArcPolicy<V> {
             }
         }
         true
+    }
+
+    /// Whether `key` was read more often lately than the frequency list's victim, by the
+    /// admission margin (or the frequency list is empty): a block back from the frequency
+    /// list's ghosts may take its place straight away; otherwise it enters the window and
+    /// contests at its exit like a new block.
+    fn outreads_victim(&self, key: &BlockKey) -> bool {
+        let tail = |list: List| Some(self.lists[list as usize].tail).filter(|&slot| slot != NIL);
+        match tail(List::Probation).or_else(|| tail(List::Protected)) {
+            None => true,
+            Some(victim) => {
+                self.sketch.estimate(hash(key))
+                    > self
+                        .sketch
+                        .estimate(hash(&self.entries[victim as usize].key))
+                        .saturating_add(ADMIT_MARGIN_READS)
+            }
+        }
     }
 
     /// The least recent unpinned block of `list`, looking at most `EVICT_SCAN_MAX` entries.

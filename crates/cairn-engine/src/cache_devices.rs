@@ -158,6 +158,10 @@ impl Pool {
             ("evicted_segments", counters.evicted_segments.load(Relaxed)),
             ("evicted_blocks", counters.evicted_blocks.load(Relaxed)),
             ("bad_reads", counters.bad_reads.load(Relaxed)),
+            (
+                "fingerprint_collisions",
+                counters.fingerprint_collisions.load(Relaxed),
+            ),
             ("rebuild_segments", counters.rebuild_segments.load(Relaxed)),
             ("rebuild_blocks", counters.rebuild_blocks.load(Relaxed)),
             (
@@ -166,6 +170,12 @@ impl Pool {
             ),
             ("indexed_blocks", blocks),
             ("index_ram_bytes", ram_bytes),
+            // The tier's share of the RAM tier's admission sketch (sized for both tiers): RAM
+            // the tier costs beside its index.
+            (
+                "sketch_ram_bytes",
+                crate::sketch_bytes_for(tier.capacity_bytes()),
+            ),
             ("faulted_devices", {
                 reports
                     .iter()

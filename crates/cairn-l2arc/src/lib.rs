@@ -8,15 +8,26 @@
 //! ## Shape
 //! - `layout`: the bytes on a cache device: two superblocks, then equal segments, each filled
 //!   front to back and sealed with a summary of what it holds (24 B per block) and a header.
-//! - `index`: which blocks are cached and where, in RAM: 12 bytes per block in Robin Hood
-//!   tables kept 75–92% full, so ≤ 16 B of RAM per cached block for the index, and a cap
-//!   (`L2Config::index_bytes_max`) independent of the devices' size: when the index is full,
-//!   the least valued segment is dropped to make room, so a huge device costs bounded RAM.
-//!   Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
+//! - `index`: which blocks are cached and where, in RAM: 10 bytes per block (a 39-bit
+//!   fingerprint, the state and the place packed in a u64 and a u16) in Robin Hood tables kept
+//!   80–95% full, about 11 B of RAM per cached block for the index (12.5 B at worst), and a
+//!   cap (`L2Config::index_bytes_max`) independent of the devices' size: when the index is
+//!   full, the least valued segment is dropped to make room, so a huge device costs bounded
+//!   RAM. Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
 //! - `segments`: per device, what each segment holds and what it is worth (the frequencies of
 //!   its blocks still wanted here, aged).
 //! - this file: `L2Arc`, a pool's set of cache devices: admission, feeding, reading,
 //!   rebuilding.
+//!
+//! ## RAM per cached block, everything included
+//! The index (about 11 B per block) and the tier's share of the RAM tier's admission sketch,
+//! which is sized for both tiers: one sketch slot of 4 B (four rows of 4-bit counters and 16
+//! doorkeeper bits, `cairn_arc`'s sketch, exactly as wide as asked: no power-of-two rounding)
+//! per block the devices can hold (`capacity_bytes`: at the mean size of the blocks fed, at
+//! least 4 KiB). With the tier full: about 15 B per cached block in all (bench/cache's
+//! two-tier replays: 15.1–15.5 B), under the 16 B target. The sketch is sized for the
+//! capacity, not for what is cached, so a tier far from full pays more per block it holds
+//! (`stat l2arc` reports it: 74 B per block in bench/l2arc, whose 1 GiB device holds 64 MiB).
 //!
 //! ## What is kept: value, admission, and no duplicates
 //! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
@@ -25,7 +36,8 @@
 //! halves a segment's values once per epoch since it was filled). The tier is managed like
 //! TinyLFU's main space, a segment at a time:
 //! - **Admission.** An offered block is admitted only if read more often than the blocks the
-//!   last segment reuse had to drop (the *bar*), and at least `admit_frequency_min` times. A
+//!   last segment reuse had to drop (the *bar*, as often as they were read then: it is not
+//!   halved when the sketch ages, see `Shared::bar`), and at least `admit_frequency_min` times. A
 //!   loop or a scan larger than the tier, whose blocks are no more frequent than what is
 //!   cached, is refused instead of washing the tier out.
 //! - **No duplicates.** A block read from here into RAM (`read_into_ram`) stays indexed but is
@@ -62,7 +74,9 @@
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
 //! the caller's block pointer checksum. A mismatch or read error is a miss: the entry is
-//! dropped, the device's error counted, and the caller reads from the pool. A device with
+//! dropped, the device's error counted, and the caller reads from the pool. (A mismatch whose
+//! segment's summary shows another block at that place is an index fingerprint collision,
+//! not a bad copy: a plain miss, counted apart, the other block's entry kept.) A device with
 //! `errors_max_faulted` consecutive failed I/Os is FAULTED: its entries leave the index and it
 //! is used no more. Nothing is ever lost: the cache holds only copies of blocks the pool has.
 //! A hit for a caller that does not keep the block in RAM (`read`) adds to its frequency; one
@@ -90,8 +104,9 @@
 //! ## Known gaps
 //! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
 //! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
-//! feeding ahead of the eviction end); the admission sketch the ARC sizes for both tiers costs
-//! RAM per cached block on top of the index's (see BENCHMARKS.md); a block queued for a writer
+//! feeding ahead of the eviction end); the admission sketch's share is sized for the devices'
+//! capacity, so a tier far from full costs more than 16 B per cached block, and blocks smaller
+//! than 4 KiB get less than a sketch slot each; a block queued for a writer
 //! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
 //! it.
 
@@ -109,6 +124,10 @@ use cairn_format::BlockPointer;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+
+/// The RAM tier's admission sketch counts capacity in blocks of this size (see
+/// `L2Arc::capacity_bytes`).
+const SKETCH_UNIT_BYTES: u64 = 4096;
 
 /// Index shards (lookups from many readers do not share one lock).
 const SHARDS: usize = 16;
@@ -227,6 +246,9 @@ pub struct L2Counters {
     /// Blocks worth keeping, moved to a new segment when theirs was reused.
     pub copied_forward: AtomicU64,
     pub bad_reads: AtomicU64,
+    /// Lookups that matched another block's entry by fingerprint (its segment's summary told):
+    /// plain misses, not errors.
+    pub fingerprint_collisions: AtomicU64,
     pub rebuild_segments: AtomicU64,
     pub rebuild_blocks: AtomicU64,
     pub rebuild_failed: AtomicU64,
@@ -331,6 +353,24 @@ impl CacheDevice {
         self.queue.device().size_bytes()
     }
 
+    /// A sealed segment's summary, read back (header, then summary) at `class`.
+    fn read_summary(&self, segment: u32, class: IoClass) -> Option<Vec<layout::SummaryEntry>> {
+        let superblock = self.superblock;
+        let start = superblock.segment_offset(segment);
+        let raw = self
+            .read_at(class, start, layout::HEADER_BYTES as usize)
+            .ok()?;
+        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
+        let summary = self
+            .read_at(
+                class,
+                start + u64::from(header.summary_offset_bytes),
+                header.summary_bytes(),
+            )
+            .ok()?;
+        layout::decode_summary(&summary, &header).ok()
+    }
+
     /// The device queue's counters (`cairn stat io`).
     pub fn queue_stats(&self) -> cairn_device::QueueStats {
         self.queue.stats()
@@ -388,8 +428,9 @@ pub(crate) struct Shared {
     /// The RAM tier's sketch epoch, as last told by an offer.
     epoch: AtomicU64,
     /// The admission bar: an offered block must be read more often than the blocks the last
-    /// segment reuse dropped (`(epoch << 8) | frequency`, aged like a segment's value).
-    bar: AtomicU64,
+    /// segment reuse dropped, as often as they were read when they were dropped. Not aged
+    /// when the sketch halves its counts (see `bar`).
+    bar: AtomicU8,
 }
 
 /// What a block adds to its segment's value: its frequency, unless it went up to RAM.
@@ -490,16 +531,23 @@ impl Shared {
         self.epoch.load(Ordering::Relaxed)
     }
 
-    /// The admission bar now (see `bar`).
+    /// The admission bar now: the highest frequency the last segment reuse dropped, on the
+    /// scale of its epoch. It is deliberately not halved when the sketch ages. Right after an
+    /// ageing every count is halved, and then climbs again with each read; a halved bar let
+    /// those climbing counts pass it well before they reached what the dropped blocks had, so
+    /// each ageing set off a round of admissions of blocks no more frequent than the ones they
+    /// displaced (on a loop: a fifth of the tier rewritten, copies forward included, for
+    /// nothing). Kept as it was, it asks newcomers to be read as often as the blocks it
+    /// dropped were, whatever the sketch's epoch. It cannot shut the tier: it is at most
+    /// `FREQUENCY_MAX` (index frequencies are 4 bits), while a block read more often than the
+    /// sketch's counters hold is told one more (the doorkeeper's read), so it always passes;
+    /// and the next reuse sets the bar afresh.
     fn bar(&self) -> u8 {
-        let bar = self.bar.load(Ordering::Relaxed);
-        // The low byte is the frequency.
-        segments::aged(bar & 0xff, bar >> 8, self.epoch()) as u8
+        self.bar.load(Ordering::Relaxed)
     }
 
     fn set_bar(&self, frequency: u8) {
-        self.bar
-            .store(self.epoch() << 8 | u64::from(frequency), Ordering::Relaxed);
+        self.bar.store(frequency, Ordering::Relaxed);
     }
 
     /// Removes the entry of `key` at `place`; its state if it was there.
@@ -566,7 +614,7 @@ impl L2Arc {
                 counters: L2Counters::default(),
                 devices: RwLock::new(Vec::new()),
                 epoch: AtomicU64::new(0),
-                bar: AtomicU64::new(0),
+                bar: AtomicU8::new(0),
             }),
             writers: Mutex::new(Vec::new()),
             device_count: AtomicUsize::new(0),
@@ -759,8 +807,12 @@ impl L2Arc {
             })
     }
 
-    /// What the RAM tier's admission sketch should count for this tier: its devices' segment
-    /// bytes, at most what the index cap can address in blocks of 4 KiB (the sketch's unit).
+    /// What the RAM tier's admission sketch should count for this tier, in its unit of 4 KiB
+    /// per block: the blocks the devices' segments can hold at the mean size of the blocks fed
+    /// so far (`mean_block_bytes`), at most what the index cap allows, times 4 KiB. One sketch
+    /// slot per block the tier can hold, so blocks larger than 4 KiB cost no more sketch per
+    /// block than 4 KiB ones (counting the devices' bytes in 4 KiB units gave 8 KiB blocks two
+    /// slots each).
     pub fn capacity_bytes(&self) -> u64 {
         let devices: u64 = self
             .devices()
@@ -768,7 +820,23 @@ impl L2Arc {
             .filter(|device| device.usable())
             .map(|device| device.superblock.segment_count * device.superblock.segment_bytes)
             .sum();
-        devices.min(self.shared.entries_max as u64 * 4096)
+        let blocks = (devices / self.mean_block_bytes()).min(self.shared.entries_max as u64);
+        blocks * SKETCH_UNIT_BYTES
+    }
+
+    /// The mean size of the blocks fed so far, rounded down to a power of two and at least the
+    /// sketch's 4 KiB (before any is fed: 4 KiB). Rounded so that it settles at once and moves
+    /// the sketch's size (which forgets what it counted) only when blocks change size for good.
+    fn mean_block_bytes(&self) -> u64 {
+        let counters = &self.shared.counters;
+        let blocks = counters.feed_blocks.load(Ordering::Relaxed);
+        let bytes = counters.feed_bytes.load(Ordering::Relaxed);
+        let mean = bytes
+            .checked_div(blocks)
+            .unwrap_or(0)
+            .max(SKETCH_UNIT_BYTES);
+        // `mean` ≥ 4096, so its highest bit is set.
+        1 << (63 - mean.leading_zeros())
     }
 
     /// Blocks indexed whose copies are marked promoted (read up into RAM since written): what
@@ -970,10 +1038,18 @@ impl L2Arc {
                 }
                 Some(Bytes::from(buf))
             }
-            // A read that raced a reuse of its segment is a plain miss; any other bad read
-            // drops the entry and counts against the device.
+            // A read that raced a reuse of its segment is a plain miss; so is a fingerprint
+            // collision (the place holds another block, as its segment's summary says); any
+            // other bad read drops the entry and counts against the device.
             Ok(_) if !raced() => {
-                self.bad_read(&device, &device.checksum_errors, key, place);
+                if self.holds_another_block(&device, segment, key, place) {
+                    self.shared
+                        .counters
+                        .fingerprint_collisions
+                        .fetch_add(1, Ordering::Relaxed);
+                } else {
+                    self.bad_read(&device, &device.checksum_errors, key, place);
+                }
                 None
             }
             Err(_) if !raced() => {
@@ -982,6 +1058,29 @@ impl L2Arc {
             }
             Ok(_) | Err(_) => None,
         }
+    }
+
+    /// Whether a sealed segment's summary says `place` holds another block than `key`'s: the
+    /// index matched `key` to another block's entry by fingerprint (see `index`), not a bad
+    /// copy. Read only after a checksum mismatch (rare), at the reader's priority. A block in
+    /// the filling segment has no summary on the device yet: such a mismatch counts as bad.
+    fn holds_another_block(
+        &self,
+        device: &CacheDevice,
+        segment: u32,
+        key: [u64; 2],
+        place: Place,
+    ) -> bool {
+        if device.segments.lock().meta(segment).state != SegmentState::Sealed {
+            return false;
+        }
+        let Some(entries) = device.read_summary(segment, IoClass::CacheRead) else {
+            return false;
+        };
+        let offset_sectors = place.sector - segment * device.superblock.sectors_per_segment();
+        entries
+            .iter()
+            .any(|entry| entry.offset_sectors == offset_sectors && entry.key != key)
     }
 
     fn bad_read(&self, device: &CacheDevice, errors: &AtomicU64, key: [u64; 2], place: Place) {

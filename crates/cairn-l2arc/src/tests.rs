@@ -444,3 +444,69 @@ fn copies_gone_up_to_ram_are_reused_first_and_valued_again_when_offered() {
     let valued = (0..134).chain(186..420);
     assert_eq!(hits(&l2, valued.clone()), valued.count());
 }
+
+/// Two block numbers whose keys share a fingerprint (the index cannot tell them apart).
+fn colliding_blocks() -> (u64, u64) {
+    let mut seen = std::collections::HashMap::new();
+    for n in 0..8_000_000u64 {
+        let (bp, _) = block(n);
+        let key = block_key(&bp).unwrap();
+        if let Some(first) = seen.insert(index::fingerprint(key), n) {
+            return (first, n);
+        }
+    }
+    panic!("no two of 8 million keys share a 39-bit fingerprint");
+}
+
+#[test]
+fn a_fingerprint_collision_is_a_plain_miss_not_a_device_error() {
+    let (cached, other) = colliding_blocks();
+    let l2 = new_cache(Arc::new(MemDevice::new(8 << 20)), small_config());
+    // The cached block, then enough others to seal its segment (its summary is then on the
+    // device: what tells a collision from a bad copy).
+    feed(
+        &l2,
+        std::iter::once(cached).chain(20_000_000..20_000_000 + 200),
+    );
+    let (other_bp, _) = block(other);
+    assert!(l2.read(&other_bp).is_none(), "another block's copy served");
+    let counters = l2.counters();
+    assert_eq!(load(&counters.fingerprint_collisions), 1);
+    assert_eq!(
+        load(&counters.bad_reads),
+        0,
+        "a collision counted as a bad read"
+    );
+    let devices = l2.reports();
+    assert_eq!(devices[0].checksum_errors, 0);
+    assert_eq!(devices[0].health, L2Health::Online);
+    // The entry that matched belongs to the cached block, which is still served.
+    assert_eq!(hits(&l2, std::iter::once(cached)), 1);
+}
+
+#[test]
+fn the_sketch_counts_one_slot_per_block_the_devices_can_hold() {
+    let l2 = new_cache(Arc::new(MemDevice::new(8 << 20)), small_config());
+    let empty = l2.capacity_bytes();
+    // Nothing fed yet: 4 KiB per block.
+    assert!(empty > 4 << 20 && empty <= 8 << 20, "{empty}");
+    // 8 KiB blocks: half as many blocks fit, so half the sketch.
+    for n in 0..50u64 {
+        let data = Bytes::from(vec![(n % 251) as u8; 8192]);
+        let mut bp = BlockPointer::HOLE;
+        bp.dvas[0] = Dva {
+            vdev: 0,
+            offset: (1 << 30) + n * 8192,
+            asize: 8192,
+        };
+        bp.lsize = 8192;
+        bp.psize = 8192;
+        bp.birth_txg = 7;
+        bp.object_type = ObjectType::VolumeData;
+        bp.checksum_algorithm = ChecksumAlgorithm::Fletcher4;
+        bp.checksum = ChecksumAlgorithm::Fletcher4.compute(&data);
+        l2.offer(&bp, &data);
+    }
+    l2.settle();
+    assert_eq!(l2.capacity_bytes(), empty / 2 / 4096 * 4096);
+}

@@ -551,7 +551,7 @@ impl Writer {
     fn drop_entries(&self, segment: u32) -> Vec<(SummaryEntry, EntryState)> {
         let superblock = self.device.superblock;
         let segment_sectors = segment * superblock.sectors_per_segment();
-        match self.read_summary(segment) {
+        match self.device.read_summary(segment, IoClass::AsyncRead) {
             Some(entries) => entries
                 .into_iter()
                 .filter_map(|entry| {
@@ -574,25 +574,6 @@ impl Writer {
         }
     }
 
-    fn read_summary(&self, segment: u32) -> Option<Vec<SummaryEntry>> {
-        let superblock = self.device.superblock;
-        let start = superblock.segment_offset(segment);
-        let raw = self
-            .device
-            .read_at(IoClass::AsyncRead, start, HEADER_BYTES as usize)
-            .ok()?;
-        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
-        let summary = self
-            .device
-            .read_at(
-                IoClass::AsyncRead,
-                start + u64::from(header.summary_offset_bytes),
-                header.summary_bytes(),
-            )
-            .ok()?;
-        layout::decode_summary(&summary, &header).ok()
-    }
-
     /// Indexes the most valued segment still unindexed; ends the rebuild when none is left.
     fn rebuild_one(&mut self) {
         let next = {
@@ -610,7 +591,7 @@ impl Writer {
             return;
         };
         let counters = &self.shared.counters;
-        let Some(entries) = self.read_summary(segment) else {
+        let Some(entries) = self.device.read_summary(segment, IoClass::AsyncRead) else {
             counters.rebuild_failed.fetch_add(1, Ordering::Relaxed);
             self.device.segments.lock().abandon(segment);
             self.device.rebuild_pending.fetch_sub(1, Ordering::Relaxed);

@@ -112,7 +112,8 @@ enum StatCommand {
         pools: Vec<String>,
     },
     /// The SSD tier (cache devices): size, hits and misses, feeding, evictions, errors, the
-    /// index's blocks and RAM per block, rebuild progress after an import.
+    /// blocks indexed and RAM per block (index and admission sketch share), rebuild progress
+    /// after an import.
     L2arc {
         #[command(flatten)]
         format: ListFormat,

@@ -8,7 +8,9 @@
 //! budget, each part's limit against what it holds now, and the process's resident memory.
 //! `cairn stat l2arc [POOL...]`: each pool's SSD tier (cache devices): hits and misses,
 //! blocks fed, dropped (the feed never waits) and copied forward, segments reused, bad reads,
-//! blocks indexed and the index's RAM per block, segments still to rebuild after an import,
+//! blocks indexed and the tier's RAM per block (everything included: its index and its share of
+//! the RAM tier's admission sketch, `index_ram_bytes` and `sketch_ram_bytes` with `-H`),
+//! segments still to rebuild after an import,
 //! and the daily write budget (`serve --l2-write-max-per-day`, per device) with what the
 //! devices may still be written now.
 //!
@@ -613,7 +615,10 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
             if blocks == 0 {
                 "-".into()
             } else {
-                format!("{:.1} B", get("index_ram_bytes") as f64 / blocks as f64)
+                format!(
+                    "{:.1} B",
+                    (get("index_ram_bytes") + get("sketch_ram_bytes")) as f64 / blocks as f64
+                )
             },
             match get("rebuild_pending_segments") {
                 0 => "done".into(),

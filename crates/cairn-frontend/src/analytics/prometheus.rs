@@ -265,6 +265,7 @@ const L2ARC_GAUGES: &[&str] = &[
     "rebuild_pending_segments",
     "indexed_blocks",
     "index_ram_bytes",
+    "sketch_ram_bytes",
     "faulted_devices",
     "write_budget_bytes_per_day",
     "write_budget_left_bytes",
