@@ -9,11 +9,11 @@
 //! many blocks of 512 bytes, segments of 64 KiB) sits below the RAM policy, as in a server: RAM
 //! misses look it up (a verified read; a hit goes up to RAM and its copy is marked promoted),
 //! blocks the RAM policy evicts are offered to it with their sketch frequency (`offer_with`:
-//! the tier admits by value), the RAM policy's sketch is sized for both tiers, and the writer is
-//! settled every 32 offers (the feed lags a little, as it does in a server). It adds `l2_hits`,
-//! `l2_blocks`, `l2_ram_bytes_per_block` (the tier's index), `l2_sketch_bytes_per_block` (what
-//! sizing the RAM policy's sketch for both tiers adds, per block cached in the tier) and the
-//! tier's counters to the output.
+//! the tier admits by value), the RAM policy's sketch grows with the blocks the tier holds (as
+//! in the server, keeping its counts), and the writer is settled every 32 offers (the feed lags
+//! a little, as it does in a server). It adds `l2_hits`, `l2_blocks`, `l2_ram_bytes_per_block`
+//! (the tier's index), `l2_sketch_bytes_per_block` (what the RAM policy's sketch takes beyond
+//! its own capacity's need, per block cached in the tier) and the tier's counters to the output.
 //!
 //! The trace is text, one request per line: its first block number and, optionally, how many
 //! blocks it reads (default 1). With one block per line it is the format libCacheSim reads as
@@ -60,7 +60,7 @@ fn main() -> Result<()> {
         Some(blocks) => {
             let tier = SsdTier::new(blocks)?;
             let l2 = tier.l2.clone();
-            replayer = replayer.with_second_tier(Box::new(tier), blocks);
+            replayer = replayer.with_second_tier(Box::new(tier));
             Some(l2)
         }
         None => None,
@@ -210,5 +210,9 @@ impl SecondTier for SsdTier {
             self.l2.settle();
             self.offers_since_settle = 0;
         }
+    }
+
+    fn held_blocks(&self) -> u64 {
+        self.l2.indexed_blocks()
     }
 }

@@ -39,7 +39,9 @@
 //! `BLOCK_OVERHEAD_BYTES` (entry, index, sketch, refcounts, allocator slack), so the capacity is
 //! one budget for buffers and headers.
 
-use crate::policy::{Access, ArcPolicy, BlockKey, Eviction, PolicySizes, PolicyStats};
+use crate::policy::{
+    Access, ArcPolicy, BlockKey, Eviction, PolicySizes, PolicyStats, SKETCH_GROW_MIN_SLOTS,
+};
 use bytes::Bytes;
 use cairn_l2arc::L2Arc;
 use parking_lot::{Condvar, Mutex};
@@ -66,6 +68,9 @@ const EVICT_SLACK_DIVISOR: u64 = 64;
 const EVICT_SLACK_MAX_BYTES: u64 = 4 << 20;
 /// The evictor's work per shard-lock hold: a batch of about 256 4 KiB blocks.
 const EVICT_BATCH_BYTES: u64 = 1 << 20;
+/// The sketch's unit: a slot counts for a block of up to 4 KiB (`policy`'s sketch sizing).
+const SKETCH_SLOT_BYTES: u64 = 4096;
+
 
 /// Which of a shard's two policies a block belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,8 +339,9 @@ pub struct BlockCache {
     /// tier held the block (arcstat's evict_l2_*).
     l2_tiers: parking_lot::RwLock<HashMap<u16, std::sync::Weak<L2Arc>>>,
     pub(crate) evict_l2: EvictL2Counters,
-    /// The SSD tiers' capacity the data sketches are sized for beyond the cache's own (their
-    /// admission needs frequencies of blocks RAM no longer holds).
+    /// What the SSD tiers held (4 KiB per block) when the data sketches were last sized for
+    /// them, beyond the cache's own capacity (their admission needs frequencies of blocks RAM
+    /// no longer holds).
     below_bytes: AtomicU64,
 }
 
@@ -465,28 +471,53 @@ impl BlockCache {
         self.l2_tiers.write().remove(&pool_tag);
     }
 
-    /// The registered SSD tiers' capacity (`L2Arc::capacity_bytes`), summed.
-    pub fn second_tier_bytes(&self) -> u64 {
+    /// Blocks the registered SSD tiers hold now (indexed, `L2Arc::indexed_blocks`), summed.
+    pub fn second_tier_blocks(&self) -> u64 {
         self.l2_tiers
             .read()
             .values()
             .filter_map(std::sync::Weak::upgrade)
-            .map(|tier| tier.capacity_bytes())
+            .filter(|tier| tier.has_devices())
+            .map(|tier| tier.indexed_blocks())
             .sum()
     }
 
-    /// Sizes the data sketches for a cache of `max_bytes` with SSD tiers of the registered
-    /// capacity below it, if that capacity moved by more than an eighth since they were sized
-    /// (frequencies seen so far are forgotten). Returns whether they were resized.
+    /// Follows what the SSD tiers below hold with the data sketches, sized for a cache of
+    /// `max_bytes` plus one 4 KiB slot per block held below: widened, keeping their counts and
+    /// epoch, once the tiers hold a tenth more blocks than they were sized for (and at least
+    /// `SKETCH_GROW_MIN_SLOTS` per shard more); sized anew (forgetting) only when the tiers
+    /// hold under half of it (cache devices removed). Never below the cache's own need.
+    /// Returns whether they changed.
     pub fn follow_second_tiers(&self, max_bytes: u64) -> bool {
-        let below = self.second_tier_bytes();
+        let held = self.second_tier_blocks() * SKETCH_SLOT_BYTES;
         let sized = self.below_bytes.load(Ordering::Relaxed);
-        if below.abs_diff(sized) <= sized / 8 && !(sized == 0 && below > 0) {
-            return false;
+        let grow_min = SKETCH_GROW_MIN_SLOTS * SKETCH_SLOT_BYTES * self.shards.len() as u64;
+        if crate::policy::sketch_outgrown(held, sized, grow_min) {
+            self.below_bytes.store(held, Ordering::Relaxed);
+            let share = (max_bytes + held) / self.shards.len() as u64;
+            for shard in self.shards.iter() {
+                shard.0.lock().data.grow_sketch(share);
+            }
+            return true;
         }
-        self.below_bytes.store(below, Ordering::Relaxed);
-        self.resize_sketches(max_bytes);
-        true
+        if held < sized / 2 {
+            self.below_bytes.store(held, Ordering::Relaxed);
+            self.resize_sketches(max_bytes);
+            return true;
+        }
+        false
+    }
+
+    /// RAM the data sketches take beyond what a cache of `max_bytes` alone would need: the
+    /// SSD tiers' share of them.
+    pub fn second_tier_sketch_bytes(&self, max_bytes: u64) -> u64 {
+        let alone = ArcPolicy::<Arc<[u8]>>::sketch_bytes_sized_for(
+            max_bytes / self.shards.len() as u64,
+        );
+        self.shards
+            .iter()
+            .map(|shard| shard.0.lock().data.sizes().sketch_bytes.saturating_sub(alone))
+            .sum()
     }
 
     /// Frees what a shard dropped, counts its evictions by SSD-tier state and offers the
@@ -1161,7 +1192,7 @@ mod tests {
     }
 
     #[test]
-    fn evictions_feed_the_ssd_tier_and_its_capacity_sizes_the_sketches() {
+    fn evictions_feed_the_ssd_tier_and_what_it_holds_sizes_the_sketches() {
         let cache = BlockCache::new(64 * 4096, 1);
         let tier = Arc::new(L2Arc::new(cairn_l2arc::L2Config {
             segment_bytes: 256 << 10,
@@ -1175,12 +1206,10 @@ mod tests {
         assert!(!cache.follow_second_tiers(64 * 4096), "no devices yet");
         let device = Arc::new(cairn_device::mem::MemDevice::new(16 << 20));
         tier.add_new("c0", device, 1, 1).unwrap();
-        assert!(cache.follow_second_tiers(64 * 4096));
-        assert!(
-            cache.snapshot().data.sizes.sketch_bytes > sketch_before * 8,
-            "the sketch does not count for the cache device"
-        );
-        assert!(!cache.follow_second_tiers(64 * 4096), "resized for nothing");
+        // An empty device holds nothing the sketch must count for.
+        assert!(!cache.follow_second_tiers(64 * 4096), "sized for an empty device");
+        assert_eq!(cache.snapshot().data.sizes.sketch_bytes, sketch_before);
+        assert_eq!(cache.second_tier_sketch_bytes(64 * 4096), 0);
         let key = |n: u64| [n << 12, 5 | u64::from(tag) << 48];
         for n in 0..200u64 {
             let data = block(n as u8, 4096);
@@ -1212,6 +1241,22 @@ mod tests {
         let counted = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         assert!(counted(&cache.evict_l2.cached) >= fed.len() as u64 * 4096);
         assert!(counted(&cache.evict_l2.ineligible) > 0);
+        // The sketch grows by one slot per block the tier now holds, and no more.
+        let hot = key(fed[fed.len() - 1]);
+        let policy_hash_estimate = |cache: &BlockCache| cache.shards[0].0.lock().data.frequency(&hot);
+        let estimate_before = policy_hash_estimate(&cache);
+        let held = tier.indexed_blocks();
+        assert!(cache.follow_second_tiers(64 * 4096), "not grown for {held} blocks");
+        let share = cache.second_tier_sketch_bytes(64 * 4096);
+        assert!(
+            (held * 4..held * 4 + 8).contains(&share),
+            "{share} B of sketch for {held} blocks held below"
+        );
+        assert!(
+            policy_hash_estimate(&cache) >= estimate_before,
+            "growing forgot what the sketch counted"
+        );
+        assert!(!cache.follow_second_tiers(64 * 4096), "grown for nothing");
     }
 
     /// An eligible block the tier refuses (admission) is "uncached eligible".

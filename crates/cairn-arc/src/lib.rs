@@ -30,7 +30,7 @@ mod slab;
 pub mod streams;
 
 pub use cache::BlockClass;
-pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats, sketch_bytes_for};
+pub use policy::{Access, ArcPolicy, BlockKey, PolicySizes, PolicyStats};
 pub use read::{ArcConfig, ArcStats, CacheMode, CachePolicy, CachedIo, LimitsError, ReadCache};
 pub use streams::{StreamConfig, StreamDetector};
 

@@ -15,11 +15,12 @@
 //! The SSD tier (a pool's cache devices, `cairn_l2arc`) sits below: an ARC miss asks it before
 //! the pool (a hit into RAM marks the tier's copy a duplicate), and it is fed as the ARC evicts
 //! (`cache`: a victim cache; blocks RAM does not keep are offered as they are read), each block
-//! with its admission sketch's frequency, which the tier admits by. The data sketches are sized
+//! with its admission sketch's frequency, which the tier admits by. The data sketches count
 //! for the tiers below too (`ReadCache::follow_second_tiers`): the tier's admission needs
-//! frequencies of blocks RAM no longer holds. That costs 6 B per 4 KiB of the tiers' capacity,
-//! bounded by their index caps (`L2Arc::capacity_bytes`: at most 6 B per index entry, beside
-//! the entry's own 12–16 B), and it is not charged to `arc_max` (known gap).
+//! frequencies of blocks RAM no longer holds. They grow, keeping their counts, with the blocks
+//! the tiers hold (indexed; checked by the maintenance thread each second), so the tiers pay
+//! 3.6–4 B of sketch per block they hold, at any fill, beside their index; it is not charged
+//! to `arc_max` (known gap).
 //!
 //! `primarycache` decides what a dataset's reads leave behind: `all`, `metadata` (data blocks
 //! are read, returned and dropped) or `none`. A block already cached is a hit whatever the
@@ -379,11 +380,23 @@ impl ReadCache {
         Ok(())
     }
 
-    /// Sizes the admission sketches for the pools' cache devices as they are now (cache
-    /// devices added or removed; the maintenance thread also checks every second).
+    /// Follows what the pools' cache devices hold with the admission sketches (grown as they
+    /// fill, sized anew when devices are removed; the maintenance thread also checks every
+    /// second).
     pub fn follow_second_tiers(&self) {
         let max_bytes = self.shared.limits.lock().max_bytes;
         self.shared.blocks.follow_second_tiers(max_bytes);
+    }
+
+    /// RAM the data sketches take for the SSD tiers below (beyond what `arc_max` alone
+    /// needs), and the blocks those tiers held when last counted: a tier's share of the
+    /// sketch is the first in proportion of its blocks in the second.
+    pub fn second_tier_sketch(&self) -> (u64, u64) {
+        let max_bytes = self.shared.limits.lock().max_bytes;
+        (
+            self.shared.blocks.second_tier_sketch_bytes(max_bytes),
+            self.shared.blocks.second_tier_blocks(),
+        )
     }
 
     /// One maintenance step with the given memory reading (tests drive it directly).

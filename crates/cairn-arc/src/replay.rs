@@ -16,7 +16,7 @@
 //! the admission sketch's frequency and epoch so the tier can admit by value; blocks read on
 //! demand only: read-ahead that no demand read used is not eligible (the read path's rule).
 
-use crate::policy::{Access, ArcPolicy, BlockKey};
+use crate::policy::{Access, ArcPolicy, BlockKey, SKETCH_GROW_MIN_SLOTS};
 use crate::streams::{StreamConfig, StreamDetector};
 
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
@@ -35,7 +35,13 @@ pub trait SecondTier {
     /// The RAM policy let `blkid` go (a block a demand read used), read `frequency` times
     /// lately by its sketch at sketch epoch `epoch`.
     fn offer(&mut self, blkid: u64, frequency: u8, epoch: u64);
+    /// Blocks it holds now (the RAM policy's sketch grows to count for them).
+    fn held_blocks(&self) -> u64;
 }
+
+/// Requests between two looks at what the second tier holds (the server's maintenance thread
+/// looks once a second).
+const SECOND_TIER_CHECK_REQUESTS: u64 = 4096;
 
 impl ReplayOutcome {
     /// Blocks read from disk per request.
@@ -58,6 +64,8 @@ pub struct Replayer {
     second: Option<Box<dyn SecondTier>>,
     /// Blocks read ahead that a demand read then used, while cached.
     used_read_ahead: std::collections::HashSet<u64>,
+    /// Blocks the second tier held when the sketch was last grown for it.
+    second_sized_blocks: u64,
 }
 
 fn key(blkid: u64) -> BlockKey {
@@ -76,22 +84,33 @@ impl Replayer {
             outcome: ReplayOutcome::default(),
             second: None,
             used_read_ahead: std::collections::HashSet::new(),
+            second_sized_blocks: 0,
         }
     }
 
-    /// The same replayer with `second` (of `second_capacity_blocks`) below the RAM policy; the
-    /// admission sketch then counts over both tiers' blocks, as it must to tell which evicted
-    /// blocks are worth the second tier.
-    pub fn with_second_tier(
-        mut self,
-        second: Box<dyn SecondTier>,
-        second_capacity_blocks: u64,
-    ) -> Self {
-        let total_bytes =
-            self.policy.capacity_bytes() + second_capacity_blocks * u64::from(self.block_bytes);
-        self.policy.resize_sketch(total_bytes);
+    /// The same replayer with `second` below the RAM policy; the admission sketch then counts
+    /// over both tiers' blocks, as it must to tell which evicted blocks are worth the second
+    /// tier: it grows with the blocks the second tier holds, as the server's does
+    /// (`BlockCache::follow_second_tiers`: a tenth more than it was sized for, at least
+    /// `SKETCH_GROW_MIN_SLOTS`), looked at every `SECOND_TIER_CHECK_REQUESTS` requests.
+    pub fn with_second_tier(mut self, second: Box<dyn SecondTier>) -> Self {
         self.second = Some(second);
         self
+    }
+
+    /// Grows the sketch for what the second tier holds now, when it outgrew what it was sized
+    /// for.
+    fn follow_second_tier(&mut self) {
+        let Some(second) = &self.second else {
+            return;
+        };
+        let held = second.held_blocks();
+        if crate::policy::sketch_outgrown(held, self.second_sized_blocks, SKETCH_GROW_MIN_SLOTS) {
+            self.second_sized_blocks = held;
+            // One 4 KiB slot per block held below, whatever the block size (as the server).
+            self.policy
+                .grow_sketch(self.policy.capacity_bytes() + held * 4096);
+        }
     }
 
     /// Offers what the RAM policy evicted to the second tier: blocks read on demand, with how
@@ -143,6 +162,9 @@ impl Replayer {
         }
         for blkid in first..first + count {
             self.outcome.requests += 1;
+            if self.outcome.requests % SECOND_TIER_CHECK_REQUESTS == 0 {
+                self.follow_second_tier();
+            }
             match self.policy.get(&key(blkid), Access::Demand).copied() {
                 Some((_, true)) => {}
                 Some((_, false)) => {
@@ -188,6 +210,10 @@ mod tests {
                 self.0.insert(blkid);
             }
         }
+
+        fn held_blocks(&self) -> u64 {
+            self.0.len() as u64
+        }
     }
 
     /// A second tier that never holds anything (the RAM policy alone, sized the same way).
@@ -199,13 +225,17 @@ mod tests {
         }
 
         fn offer(&mut self, _blkid: u64, _frequency: u8, _epoch: u64) {}
+
+        fn held_blocks(&self) -> u64 {
+            0
+        }
     }
 
     #[test]
     fn a_second_tier_serves_what_ram_evicted() {
-        let mut alone = Replayer::new(10, 4096, None).with_second_tier(Box::new(Empty), 1000);
+        let mut alone = Replayer::new(10, 4096, None).with_second_tier(Box::new(Empty));
         let mut tiered = Replayer::new(10, 4096, None)
-            .with_second_tier(Box::new(Unbounded(HashSet::new())), 1000);
+            .with_second_tier(Box::new(Unbounded(HashSet::new())));
         for _ in 0..4 {
             for blkid in 0..100 {
                 alone.request(blkid, 1);

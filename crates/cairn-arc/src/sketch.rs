@@ -40,7 +40,8 @@ const WIDTH_MIN: u64 = 64;
 /// Largest width (counters addressed by u32 row offsets times rows stay in a usize anyway).
 const WIDTH_MAX: u64 = 1 << 28;
 /// RAM per slot: `ROWS` 4-bit counters and the doorkeeper's bits.
-pub const BYTES_PER_SLOT: u64 = (ROWS as u64 * 4 + DOORKEEPER_BITS_PER_SLOT as u64) / 8;
+#[cfg(test)]
+const BYTES_PER_SLOT: u64 = (ROWS as u64 * 4 + DOORKEEPER_BITS_PER_SLOT as u64) / 8;
 /// Distinct odd multipliers, one per row, to spread one 64-bit hash over the rows.
 const SEEDS: [u64; ROWS] = [
     0x9e37_79b9_7f4a_7c15,
@@ -76,12 +77,10 @@ impl FrequencySketch {
     }
 
     fn slot(&self, hash: u64, row: usize) -> usize {
-        // The high 32 bits of the mixed hash, scaled onto 0..width (multiply-high): uniform
-        // for any width, where a mask needs a power of two.
-        let mixed = hash.wrapping_mul(SEEDS[row]);
-        let column = ((mixed >> 32) * self.width) >> 32;
+        // The high 32 bits of the mixed hash, onto 0..width by linear hashing (`column`).
+        let mixed = hash.wrapping_mul(SEEDS[row]) >> 32;
         // Below the width (≤ 2^28), so it fits a usize.
-        row * self.width as usize + column as usize
+        row * self.width as usize + column(mixed, self.width) as usize
     }
 
     /// Counts one read of the key with hash `hash` (conservative update: only the smallest
@@ -116,10 +115,16 @@ impl FrequencySketch {
         *byte = (*byte & !(0x0f << shift)) | (count << shift);
     }
 
-    /// The doorkeeper's two bits for `hash`.
+    /// The doorkeeper's bits for `hash`: the hash turned half over (so they do not follow the
+    /// counters' columns) and mixed again, onto the filter's bits by linear hashing like the
+    /// columns, so a wider filter's bits split from the bits they widen.
     fn doorkeeper_bits(&self, hash: u64) -> [usize; DOORKEEPER_HASHES] {
-        let bits = self.doorkeeper.len() * 64;
-        std::array::from_fn(|i| (hash.wrapping_mul(SEEDS[i]) >> 20) as usize % bits)
+        let bits = self.doorkeeper.len() as u64 * 64;
+        std::array::from_fn(|i| {
+            let mixed = hash.rotate_left(32).wrapping_mul(SEEDS[i]) >> 32;
+            // Below `bits` (≤ 2^32), so it fits a usize.
+            column(mixed, bits) as usize
+        })
     }
 
     fn doorkeeper_contains(&self, hash: u64) -> bool {
@@ -157,9 +162,58 @@ impl FrequencySketch {
         self.ages = epoch + 1;
     }
 
+    /// Widens the sketch for about `capacity_blocks` blocks (no-op unless that is wider),
+    /// keeping what it counted exactly: columns are found by linear hashing (`column`), so
+    /// each column of the wider sketch holds a part of the keys of one column of the narrower
+    /// one (its `column` at the old width) and starts with its counts; doorkeeper bits
+    /// likewise. Every key's estimate is the same after as before (count-min's invariant,
+    /// never below the true count, holds as it did). The epoch and the reads counted towards
+    /// the next ageing go on; the ageing period grows with the width.
+    pub fn grow(&mut self, capacity_blocks: u64) {
+        let width = capacity_blocks.clamp(WIDTH_MIN, WIDTH_MAX);
+        if width <= self.width {
+            return;
+        }
+        let old_width = self.width;
+        let mut counts = vec![0u8; width as usize * ROWS / 2];
+        for row in 0..ROWS {
+            for new_column in 0..width {
+                let old_column = column(new_column, old_width);
+                let count = self.count(row * old_width as usize + old_column as usize);
+                let slot = row * width as usize + new_column as usize;
+                counts[slot / 2] |= count << ((slot % 2) * 4);
+            }
+        }
+        let old_bits = self.doorkeeper.len() as u64 * 64;
+        let mut doorkeeper = vec![0u64; (width as usize * DOORKEEPER_BITS_PER_SLOT).div_ceil(64)];
+        let bits = doorkeeper.len() as u64 * 64;
+        for bit in 0..bits {
+            let old_bit = column(bit, old_bits);
+            if self.doorkeeper[(old_bit / 64) as usize] & (1 << (old_bit % 64)) != 0 {
+                doorkeeper[(bit / 64) as usize] |= 1 << (bit % 64);
+            }
+        }
+        self.counts = counts;
+        self.doorkeeper = doorkeeper;
+        self.width = width;
+        self.sample = width * SAMPLE_PER_SLOT;
+    }
+
+    /// Width the sketch has (slots per row).
+    #[cfg(test)]
+    pub fn width(&self) -> u64 {
+        self.width
+    }
+
     /// Bytes the counters take.
     pub fn bytes(&self) -> usize {
         self.counts.len() + self.doorkeeper.len() * 8
+    }
+
+    /// Bytes a sketch for about `capacity_blocks` blocks takes (`bytes` of `new`).
+    pub fn bytes_for(capacity_blocks: u64) -> u64 {
+        let width = capacity_blocks.clamp(WIDTH_MIN, WIDTH_MAX);
+        width * ROWS as u64 / 2 + (width * DOORKEEPER_BITS_PER_SLOT as u64).div_ceil(64) * 8
     }
 
     fn age(&mut self) {
@@ -172,6 +226,19 @@ impl FrequencySketch {
         self.additions /= 2;
         self.ages += 1;
     }
+}
+
+/// Where `value` falls among `width` columns, by linear hashing: its low bits modulo the
+/// power of two at or above the width, folded onto the lower half when past the width. Going
+/// from width `w` to `w + 1` splits one column (`w - 2^k`, for `2^k` ≤ `w` < `2^(k+1)`) in two
+/// and leaves the others as they were, so the values of column `c` at any width are among
+/// those of column `column(c, narrower)` at a narrower one: a sketch widens without mixing
+/// keys. Columns not yet split take twice the keys of the split ones (a count-min with up to
+/// about an eighth more collisions than an even spread over the same width).
+fn column(value: u64, width: u64) -> u64 {
+    let above = width.next_power_of_two();
+    let low = value & (above - 1);
+    if low < width { low } else { low - above / 2 }
 }
 
 #[cfg(test)]
@@ -233,6 +300,103 @@ mod tests {
             seen[slot - 1000] = true;
         }
         assert!(seen.iter().all(|&s| s), "a column never used");
+    }
+
+    /// A small deterministic generator (xorshift*), for random keys.
+    fn random_keys(seed: u64, count: usize) -> Vec<u64> {
+        let mut x = seed | 1;
+        (0..count)
+            .map(|_| {
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_column_holds_part_of_the_keys_of_its_column_at_any_narrower_width() {
+        for (narrow, wide) in [(64u64, 65u64), (64, 128), (1000, 1250), (5000, 25_000), (3, 1 << 20)] {
+            let mut seen = vec![false; wide as usize];
+            for value in random_keys(narrow * 7 + wide, 50_000)
+                .into_iter()
+                .map(|k| k >> 32)
+                .chain([0, u64::from(u32::MAX)])
+            {
+                let at_wide = column(value, wide);
+                assert!(at_wide < wide);
+                assert_eq!(
+                    column(at_wide, narrow),
+                    column(value, narrow),
+                    "{narrow} -> {wide}: value {value}"
+                );
+                seen[at_wide as usize] = true;
+            }
+            if wide <= 1250 {
+                assert!(seen.iter().all(|&s| s), "{wide}: a column never used");
+            }
+        }
+    }
+
+    #[test]
+    fn growing_keeps_every_estimate_as_it_was_and_never_below_the_true_count() {
+        for (from, to) in [(1000u64, 1250u64), (1000, 1001), (5000, 16_000), (64, 100_000)] {
+            let mut sketch = FrequencySketch::new(from);
+            // Skewed reads of random keys, few enough that no ageing happens (the true
+            // counts are then exact reads, capped by the counters' limit).
+            let keys = random_keys(from + to, (from * 2) as usize);
+            let mut truth = std::collections::HashMap::new();
+            let mut x = 0x1234_5678u64;
+            for _ in 0..from * 8 {
+                x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                // Squared uniform: key i is read about as often as 1/sqrt(i).
+                let u = (x >> 33) as f64 / (1u64 << 31) as f64;
+                let key = keys[((u * u) * keys.len() as f64) as usize % keys.len()];
+                sketch.record(key);
+                *truth.entry(key).or_insert(0u32) += 1;
+            }
+            assert_eq!(sketch.epoch(), 0, "aged during the test's reads");
+            let before: Vec<u8> = keys.iter().map(|&k| sketch.estimate(k)).collect();
+            sketch.grow(to);
+            assert_eq!(sketch.width(), to.max(WIDTH_MIN));
+            assert_eq!(sketch.epoch(), 0, "growing is no ageing");
+            for (key, &was) in keys.iter().zip(&before) {
+                let now = sketch.estimate(*key);
+                let true_count = truth
+                    .get(key)
+                    .copied()
+                    .unwrap_or(0)
+                    .min(u32::from(COUNT_MAX) + 1);
+                assert!(
+                    u32::from(now) >= true_count,
+                    "{from} -> {to}: estimate {now} below the true count {true_count}"
+                );
+                // Not only close to before: the same.
+                assert_eq!(now, was, "{from} -> {to}: the estimate moved");
+            }
+        }
+    }
+
+    #[test]
+    fn a_grown_sketch_counts_on_and_ages_on_its_own_period() {
+        let mut sketch = FrequencySketch::new(64);
+        let key = 42u64.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        for _ in 0..5 {
+            sketch.record(key);
+        }
+        sketch.grow(1000);
+        assert_eq!(sketch.bytes() as u64, 1000 * BYTES_PER_SLOT);
+        sketch.record(key);
+        assert!(sketch.estimate(key) >= 6, "{}", sketch.estimate(key));
+        // A thousand slots' period: 64 slots' worth of reads no longer ages it.
+        for other in 0..64 * SAMPLE_PER_SLOT {
+            sketch.record((other + 5000).wrapping_mul(0x2545_f491_4f6c_dd1d));
+        }
+        assert_eq!(sketch.epoch(), 0);
+        // Narrower asks change nothing.
+        sketch.grow(500);
+        assert_eq!(sketch.width(), 1000);
     }
 
     #[test]

@@ -170,12 +170,16 @@ impl Pool {
             ),
             ("indexed_blocks", blocks),
             ("index_ram_bytes", ram_bytes),
-            // The tier's share of the RAM tier's admission sketch (sized for both tiers): RAM
-            // the tier costs beside its index.
-            (
-                "sketch_ram_bytes",
-                crate::sketch_bytes_for(tier.capacity_bytes()),
-            ),
+            // The tier's share of the RAM tier's admission sketch (grown with the blocks the
+            // tiers below hold; shared by the pools' tiers by their blocks): RAM the tier costs
+            // beside its index.
+            ("sketch_ram_bytes", {
+                let (sketch_bytes, below_blocks) =
+                    self.core.mos.cached_io().cache().second_tier_sketch();
+                (u128::from(sketch_bytes) * u128::from(blocks))
+                    .checked_div(u128::from(below_blocks))
+                    .map_or(0, |share| share.min(u128::from(sketch_bytes)) as u64)
+            }),
             ("faulted_devices", {
                 reports
                     .iter()

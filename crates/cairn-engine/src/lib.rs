@@ -44,7 +44,7 @@ mod sync;
 pub use budget::{MemoryBudget, SYNC_TARGET_MS};
 pub use cache_devices::CacheDeviceStatus;
 pub use cairn_arc::pressure::{default_arc_min_bytes, read_memory, usable_memory_bytes};
-pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache, sketch_bytes_for};
+pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
 pub use cairn_l2arc::{DeviceReport, L2Config, L2Health};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;

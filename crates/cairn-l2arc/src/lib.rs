@@ -807,6 +807,16 @@ impl L2Arc {
             })
     }
 
+    /// Blocks indexed now (a sweep of the index's shards, each locked in turn): what the RAM
+    /// tier's admission sketch grows to count for this tier (one slot per block held).
+    pub fn indexed_blocks(&self) -> u64 {
+        self.shared
+            .shards
+            .iter()
+            .map(|shard| shard.lock().len() as u64)
+            .sum()
+    }
+
     /// What the RAM tier's admission sketch should count for this tier, in its unit of 4 KiB
     /// per block: the blocks the devices' segments can hold at the mean size of the blocks fed
     /// so far (`mean_block_bytes`), at most what the index cap allows, times 4 KiB. One sketch
