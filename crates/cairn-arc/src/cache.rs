@@ -71,7 +71,6 @@ const EVICT_BATCH_BYTES: u64 = 1 << 20;
 /// The sketch's unit: a slot counts for a block of up to 4 KiB (`policy`'s sketch sizing).
 const SKETCH_SLOT_BYTES: u64 = 4096;
 
-
 /// Which of a shard's two policies a block belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BlockClass {
@@ -511,12 +510,19 @@ impl BlockCache {
     /// RAM the data sketches take beyond what a cache of `max_bytes` alone would need: the
     /// SSD tiers' share of them.
     pub fn second_tier_sketch_bytes(&self, max_bytes: u64) -> u64 {
-        let alone = ArcPolicy::<Arc<[u8]>>::sketch_bytes_sized_for(
-            max_bytes / self.shards.len() as u64,
-        );
+        let alone =
+            ArcPolicy::<Arc<[u8]>>::sketch_bytes_sized_for(max_bytes / self.shards.len() as u64);
         self.shards
             .iter()
-            .map(|shard| shard.0.lock().data.sizes().sketch_bytes.saturating_sub(alone))
+            .map(|shard| {
+                shard
+                    .0
+                    .lock()
+                    .data
+                    .sizes()
+                    .sketch_bytes
+                    .saturating_sub(alone)
+            })
             .sum()
     }
 
@@ -1207,7 +1213,10 @@ mod tests {
         let device = Arc::new(cairn_device::mem::MemDevice::new(16 << 20));
         tier.add_new("c0", device, 1, 1).unwrap();
         // An empty device holds nothing the sketch must count for.
-        assert!(!cache.follow_second_tiers(64 * 4096), "sized for an empty device");
+        assert!(
+            !cache.follow_second_tiers(64 * 4096),
+            "sized for an empty device"
+        );
         assert_eq!(cache.snapshot().data.sizes.sketch_bytes, sketch_before);
         assert_eq!(cache.second_tier_sketch_bytes(64 * 4096), 0);
         let key = |n: u64| [n << 12, 5 | u64::from(tag) << 48];
@@ -1243,10 +1252,14 @@ mod tests {
         assert!(counted(&cache.evict_l2.ineligible) > 0);
         // The sketch grows by one slot per block the tier now holds, and no more.
         let hot = key(fed[fed.len() - 1]);
-        let policy_hash_estimate = |cache: &BlockCache| cache.shards[0].0.lock().data.frequency(&hot);
+        let policy_hash_estimate =
+            |cache: &BlockCache| cache.shards[0].0.lock().data.frequency(&hot);
         let estimate_before = policy_hash_estimate(&cache);
         let held = tier.indexed_blocks();
-        assert!(cache.follow_second_tiers(64 * 4096), "not grown for {held} blocks");
+        assert!(
+            cache.follow_second_tiers(64 * 4096),
+            "not grown for {held} blocks"
+        );
         let share = cache.second_tier_sketch_bytes(64 * 4096);
         assert!(
             (held * 4..held * 4 + 8).contains(&share),

@@ -53,7 +53,9 @@
 //!
 //! Memory: one 48-byte entry per block (data or ghost; a `Slab` of fixed chunks, so no doubling
 //! headroom) with intrusive `u32` links, 6–11 bytes of hash index per entry (one 5-byte bucket
-//! per entry at the table's load), and 4 bytes of sketch per 4 KiB of capacity; `sizes()`
+//! per entry at the table's load), and 4 bytes of sketch per 4 KiB of capacity (plus 4 per
+//! block held by an SSD tier below, once the sketch grew for it: `grow_sketch`, driven by
+//! `sketch_outgrown`); `sizes()`
 //! reports it. Every list's byte and block totals are kept exact and checked by
 //! `assert_invariants` (the property tests call it after every step).
 

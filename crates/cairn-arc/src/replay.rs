@@ -162,7 +162,7 @@ impl Replayer {
         }
         for blkid in first..first + count {
             self.outcome.requests += 1;
-            if self.outcome.requests % SECOND_TIER_CHECK_REQUESTS == 0 {
+            if self.outcome.requests.is_multiple_of(SECOND_TIER_CHECK_REQUESTS) {
                 self.follow_second_tier();
             }
             match self.policy.get(&key(blkid), Access::Demand).copied() {
@@ -234,8 +234,8 @@ mod tests {
     #[test]
     fn a_second_tier_serves_what_ram_evicted() {
         let mut alone = Replayer::new(10, 4096, None).with_second_tier(Box::new(Empty));
-        let mut tiered = Replayer::new(10, 4096, None)
-            .with_second_tier(Box::new(Unbounded(HashSet::new())));
+        let mut tiered =
+            Replayer::new(10, 4096, None).with_second_tier(Box::new(Unbounded(HashSet::new())));
         for _ in 0..4 {
             for blkid in 0..100 {
                 alone.request(blkid, 1);

@@ -9,15 +9,24 @@
 //! that matter (as TinyLFU does).
 //!
 //! Each ageing starts a new *epoch* (`epoch`, carried on when a sketch is replaced by a resized
-//! one): an SSD tier below that keeps the estimates it was told halves them once per epoch
-//! since, to compare them with estimates told now.
+//! one, and kept when it grows): an SSD tier below that keeps the estimates it was told halves
+//! them once per epoch since, to compare them with estimates told now.
 //!
 //! Memory: `width` slots, exactly the capacity in blocks (at least 64): per slot four 4-bit
-//! counters (two bytes) and 16 doorkeeper bits, so 4 bytes per block of capacity, and no more
-//! (a row is indexed by the multiply-high of a hash and the width, not by a mask, so the width
-//! need not be a power of two). The sketch counts for the SSD tier below too (sized for both
-//! tiers' capacity), so each byte here is paid per block cached on the SSD as well: that tier's
-//! whole RAM bill (its index included) is held under 16 B per block with this.
+//! counters (two bytes) and 16 doorkeeper bits, so 4 bytes per block of capacity, and no more.
+//! A row's column is found by linear hashing (`column`: the hash's low bits modulo the power
+//! of two above the width, folded back when past it), so the width need not be a power of two,
+//! and the sketch can *grow* (`grow`) without forgetting: each column of the wider sketch takes
+//! a part of the keys of one column of the narrower one and starts with its counts, so every
+//! estimate is the same after as before (count-min's invariant, never below the true count,
+//! holds). It was a multiply-high of the hash and the width (an even spread), under which a
+//! widened column straddles two old ones: taking the larger count kept the invariant but
+//! raised a fifth of the estimates, and the two-tier replays of bench/cache lost 1–3% to it;
+//! linear hashing's unsplit columns take twice the keys of split ones, which cost 0–0.6% with
+//! the sketch sized up front. The sketch counts for the SSD tier below too, growing with the
+//! blocks that tier holds (see `policy::sketch_outgrown`), so each byte here is paid per block
+//! cached on the SSD as well: that tier's whole RAM bill (its index included) is held under
+//! 16 B per block with this, at any fill.
 //!
 //! The ageing period (`sample`) is 16 reads per slot. It matters more than the width: with 10
 //! reads per slot of an exact width (a power-of-two width gave 10 to 20 per block of capacity)
@@ -317,7 +326,13 @@ mod tests {
 
     #[test]
     fn a_column_holds_part_of_the_keys_of_its_column_at_any_narrower_width() {
-        for (narrow, wide) in [(64u64, 65u64), (64, 128), (1000, 1250), (5000, 25_000), (3, 1 << 20)] {
+        for (narrow, wide) in [
+            (64u64, 65u64),
+            (64, 128),
+            (1000, 1250),
+            (5000, 25_000),
+            (3, 1 << 20),
+        ] {
             let mut seen = vec![false; wide as usize];
             for value in random_keys(narrow * 7 + wide, 50_000)
                 .into_iter()
@@ -341,7 +356,12 @@ mod tests {
 
     #[test]
     fn growing_keeps_every_estimate_as_it_was_and_never_below_the_true_count() {
-        for (from, to) in [(1000u64, 1250u64), (1000, 1001), (5000, 16_000), (64, 100_000)] {
+        for (from, to) in [
+            (1000u64, 1250u64),
+            (1000, 1001),
+            (5000, 16_000),
+            (64, 100_000),
+        ] {
             let mut sketch = FrequencySketch::new(from);
             // Skewed reads of random keys, few enough that no ageing happens (the true
             // counts are then exact reads, capped by the counters' limit).

@@ -21,13 +21,15 @@
 //!
 //! ## RAM per cached block, everything included
 //! The index (about 11 B per block) and the tier's share of the RAM tier's admission sketch,
-//! which is sized for both tiers: one sketch slot of 4 B (four rows of 4-bit counters and 16
+//! which counts for both tiers: one sketch slot of 4 B (four rows of 4-bit counters and 16
 //! doorkeeper bits, `cairn_arc`'s sketch, exactly as wide as asked: no power-of-two rounding)
-//! per block the devices can hold (`capacity_bytes`: at the mean size of the blocks fed, at
-//! least 4 KiB). With the tier full: about 15 B per cached block in all (bench/cache's
-//! two-tier replays: 15.1–15.5 B), under the 16 B target. The sketch is sized for the
-//! capacity, not for what is cached, so a tier far from full pays more per block it holds
-//! (`stat l2arc` reports it: 74 B per block in bench/l2arc, whose 1 GiB device holds 64 MiB).
+//! per block the tier holds (`indexed_blocks`). The RAM tier's maintenance grows the sketch,
+//! keeping its counts and epoch, once the tier holds a tenth more blocks than it was sized for,
+//! so the share is 3.6–4 B per cached block at any fill: about 15 B per cached block in all,
+//! under the 16 B target, whether the tier is full (bench/cache's two-tier replays) or holds a
+//! sliver of its devices (bench/l2arc). `stat l2arc` reports it (`sketch_ram_bytes`: the
+//! sketch's bytes beyond what the RAM tier alone needs, shared by the pools' tiers by their
+//! blocks). `capacity_bytes` (the blocks the devices can hold) no longer sizes the sketch.
 //!
 //! ## What is kept: value, admission, and no duplicates
 //! The RAM tier's frequency sketch (TinyLFU's, sized for both tiers) tells how often a block
@@ -104,9 +106,9 @@
 //! ## Known gaps
 //! Segment hit counts are persisted only when a segment is sealed (a restart forgets later
 //! heat), and block frequencies not at all; blocks reach the tier only as RAM lets them go (no
-//! feeding ahead of the eviction end); the admission sketch's share is sized for the devices'
-//! capacity, so a tier far from full costs more than 16 B per cached block, and blocks smaller
-//! than 4 KiB get less than a sketch slot each; a block queued for a writer
+//! feeding ahead of the eviction end); the admission sketch grows with the blocks the tier
+//! holds but shrinks only when they fall under half of what it was sized for (cache devices
+//! removed), forgetting its counts then; a block queued for a writer
 //! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
 //! it.
 
