@@ -237,11 +237,11 @@ def two_tier_table(args, paths, blocks_for_libcachesim, tiers, distinct):
           f"({ram_percent:g}%) with the real SSD tier below it ({ssd_percent:g}%: cairn-l2arc on an "
           f"in-memory device, 64 KiB segments, 512-byte blocks), as the server runs them: blocks "
           f"offered as the RAM policy evicts them (read on demand), with its sketch's frequency "
-          f"(the sketch sized for both tiers); the tier admits by value, marks blocks it serves "
+          f"(the sketch grows with the blocks the tier holds); the tier admits by value, marks blocks it serves "
           f"into RAM as duplicates and reuses their space first; the feed settled every 32 offers; "
           f"no read-ahead. SSD writes: blocks written to the tier, of which copied forward at "
-          f"segment reuse. RAM per SSD block: the tier's index, plus what sizing the RAM "
-          f"policy's sketch for both tiers adds, per block in the tier. References: "
+          f"segment reuse. RAM per SSD block: the tier's index, plus what the RAM "
+          f"policy's sketch takes beyond its own capacity's need, per block in the tier. References: "
           f"libCacheSim's policies as a single tier of {total_percent:g}%.")
 
 if __name__ == "__main__":

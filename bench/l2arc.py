@@ -250,7 +250,7 @@ def main():
           f"{results['ram_per_block']:.1f} B | <= 16 B | "
           f"{'met' if results['ram_per_block'] <= 16 else 'NOT met'} |")
     print(f"| RAM per cached block, everything included (index + the admission sketch's share, "
-          f"sized for the whole device) | {results['ram_per_block_all']:.1f} B | <= 16 B | "
+          f"grown with the blocks the tier holds) | {results['ram_per_block_all']:.1f} B | <= 16 B | "
           f"{'met' if results['ram_per_block_all'] <= 16 else 'NOT met'} |")
     print(f"| L2 hit ratio after a scan of 2x the working set | "
           f"{results['after_scan_hit_ratio']:.3f} | hot set kept | "
