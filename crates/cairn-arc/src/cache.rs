@@ -30,8 +30,9 @@
 //! otherwise when cached: written, or excluded by `secondarycache`; one flag bit kept on the
 //! cached entry). After the shard's lock is released, the eligible ones are offered to their
 //! pool's SSD tier, and each eviction is counted by what the tier made of it (`evict_l2_*`:
-//! held or accepted, eligible but neither, ineligible; `release`). The data sketches are sized
-//! for the SSD tiers' capacity beside the cache's own (`follow_second_tiers`).
+//! held or accepted, eligible but neither, ineligible; `release`). The data sketches count
+//! for the blocks the SSD tiers hold beside the cache's own capacity, grown as the tiers fill
+//! (`follow_second_tiers`).
 //!
 //! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
 //! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader

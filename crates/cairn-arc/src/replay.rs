@@ -162,7 +162,11 @@ impl Replayer {
         }
         for blkid in first..first + count {
             self.outcome.requests += 1;
-            if self.outcome.requests.is_multiple_of(SECOND_TIER_CHECK_REQUESTS) {
+            if self
+                .outcome
+                .requests
+                .is_multiple_of(SECOND_TIER_CHECK_REQUESTS)
+            {
                 self.follow_second_tier();
             }
             match self.policy.get(&key(blkid), Access::Demand).copied() {
