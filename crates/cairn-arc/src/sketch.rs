@@ -22,7 +22,7 @@
 //! holds). It was a multiply-high of the hash and the width (an even spread), under which a
 //! widened column straddles two old ones: taking the larger count kept the invariant but
 //! raised a fifth of the estimates, and the two-tier replays of bench/cache lost 1–3% to it;
-//! linear hashing's unsplit columns take twice the keys of split ones, which cost 0–0.6% with
+//! linear hashing's unsplit columns take twice the keys of split ones, which cost 0–0.7% with
 //! the sketch sized up front. The sketch counts for the SSD tier below too, growing with the
 //! blocks that tier holds (see `policy::sketch_outgrown`), so each byte here is paid per block
 //! cached on the SSD as well: that tier's whole RAM bill (its index included) is held under
