@@ -135,6 +135,8 @@ pub struct Pool {
     pub(crate) l2: Option<Arc<cairn_l2arc::L2Arc>>,
     /// Cache devices by spec, with the reason of one found missing at import.
     pub(crate) cache_devices: Mutex<Vec<(cairn_device::spec::DeviceSpec, Option<String>)>>,
+    /// A scrub's progress while one runs (`scrub.rs`), for watchers other than its caller.
+    pub(crate) scrub_running: Mutex<Option<crate::scrub::ScrubProgress>>,
 }
 
 #[derive(Debug, Clone)]
@@ -221,6 +223,7 @@ impl Pool {
             read_trace_dir: options.read_trace_dir.clone(),
             l2,
             cache_devices: Mutex::new(Vec::new()),
+            scrub_running: Mutex::new(None),
         };
         pool.apply_properties();
         pool

@@ -95,8 +95,35 @@ impl TreeVisitor for ScrubVisitor<'_> {
 }
 
 impl Pool {
-    /// Scrubs the whole pool, calling `report` with progress now and then.
+    /// The progress of the scrub running now, if one is (what `report` last heard).
+    pub fn scrub_progress(&self) -> Option<ScrubProgress> {
+        self.scrub_running.lock().clone()
+    }
+
+    /// Scrubs the whole pool, calling `report` with progress now and then (and keeping it for
+    /// `scrub_progress`, so a server's analytics see a scrub another command started).
     pub fn scrub(
+        &self,
+        report: &mut dyn FnMut(&ScrubProgress),
+    ) -> Result<ScrubRecord, EngineError> {
+        /// Clears the shared progress however the scrub ends.
+        struct Running<'a>(&'a parking_lot::Mutex<Option<ScrubProgress>>);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                *self.0.lock() = None;
+            }
+        }
+        *self.scrub_running.lock() = Some(ScrubProgress::default());
+        let _running = Running(&self.scrub_running);
+        let shared = &self.scrub_running;
+        let mut report = |progress: &ScrubProgress| {
+            *shared.lock() = Some(progress.clone());
+            report(progress);
+        };
+        self.scrub_with(&mut report)
+    }
+
+    fn scrub_with(
         &self,
         report: &mut dyn FnMut(&ScrubProgress),
     ) -> Result<ScrubRecord, EngineError> {

@@ -212,3 +212,30 @@ fn scrubs_during_writes_report_no_phantom_damage() {
     );
     pool.close().unwrap();
 }
+
+/// While a scrub runs, others (a server's analytics) see its progress; once it ends, nothing.
+#[test]
+fn a_running_scrub_shows_its_progress_to_others_and_none_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let (paths, _, blocks) = populated_pool(dir.path());
+    let pool = import(&paths, plain_opener()).unwrap();
+    assert!(pool.scrub_progress().is_none(), "no scrub yet");
+    let mut seen = Vec::new();
+    let record = pool
+        .scrub(&mut |progress| {
+            let shared = pool.scrub_progress().expect("progress shown while running");
+            assert_eq!(shared.scanned_bytes, progress.scanned_bytes);
+            seen.push(shared.blocks);
+        })
+        .unwrap();
+    assert!(
+        seen.len() >= 2 && seen.windows(2).all(|w| w[0] <= w[1]),
+        "progress reported and growing: {seen:?}"
+    );
+    assert!(seen.last().copied().unwrap_or(0) >= blocks.len() as u64);
+    assert_eq!(record.unrecoverable_blocks, 0);
+    assert!(
+        pool.scrub_progress().is_none(),
+        "nothing once the scrub ended"
+    );
+}

@@ -15,9 +15,7 @@
 //! keep, when a scrape or the once-a-second sampler asks (the sampler runs only while the
 //! endpoint is on), under the same short locks `cairn stat` takes.
 //!
-//! Known gaps: the history is not persisted (a restarted server starts with an empty past);
-//! a scrub in progress is not shown (only the last finished one), since the scrub reports its
-//! progress to its caller only.
+//! Known gaps: the history is not persisted (a restarted server starts with an empty past).
 
 pub mod history;
 pub mod http;

@@ -655,6 +655,26 @@ fn pool(families: &mut Families, sample: &super::sample::PoolSample) {
         status.fragmentation_percent as f64 / 100.0,
     );
     families.gauge(
+        "cairn_pool_scrub_running",
+        "1 while a scrub runs",
+        labels.clone(),
+        f64::from(u8::from(sample.scrub_running.is_some())),
+    );
+    if let Some(progress) = &sample.scrub_running {
+        for (metric, value) in [
+            ("cairn_pool_scrub_scanned_bytes", progress.scanned_bytes),
+            ("cairn_pool_scrub_total_bytes", progress.total_bytes),
+            ("cairn_pool_scrub_repaired_bytes", progress.repaired_bytes),
+        ] {
+            families.gauge(
+                metric,
+                "the running scrub's progress",
+                labels.clone(),
+                value as f64,
+            );
+        }
+    }
+    families.gauge(
         "cairn_pool_suspended",
         "1 while the pool refuses writes",
         labels.clone(),

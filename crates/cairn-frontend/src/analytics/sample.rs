@@ -162,6 +162,8 @@ pub struct PoolSample {
     /// The most recent txgs, oldest first.
     pub txg_history: Vec<TxgTiming>,
     pub l2arc: Option<Vec<(&'static str, u64)>>,
+    /// The scrub running now, if any.
+    pub scrub_running: Option<cairn_engine::ScrubProgress>,
 }
 
 /// Everything a server can show, at one moment.
@@ -292,6 +294,7 @@ fn pool_sample(pool: &Pool, datasets: Vec<DatasetSample>) -> PoolSample {
         dirty_bytes: engine.map_or(0, |engine| engine.dirty_bytes()),
         txg_history,
         l2arc: pool.l2arc_fields(),
+        scrub_running: pool.scrub_progress(),
     }
 }
 

@@ -81,6 +81,14 @@ fn pool_json(pool: &super::sample::PoolSample) -> Value {
             "canceled": s.canceled,
         })
     });
+    let scrub_running = pool.scrub_running.as_ref().map(|p| {
+        json!({
+            "scanned_bytes": p.scanned_bytes,
+            "total_bytes": p.total_bytes,
+            "repaired_bytes": p.repaired_bytes,
+            "unrecoverable_blocks": p.unrecoverable_blocks,
+        })
+    });
     let resilver = status.resilver.as_ref().map(|r| {
         json!({
             "leaf": r.leaf,
@@ -104,6 +112,7 @@ fn pool_json(pool: &super::sample::PoolSample) -> Value {
         "tops": tops,
         "cache": cache,
         "scrub": scrub,
+        "scrub_running": scrub_running,
         "resilver": resilver,
         "txgs": txgs,
         "datasets": pool.datasets.iter().map(|d| json!({"name": d.dataset, "protocol": d.protocol})).collect::<Vec<_>>(),

@@ -448,6 +448,12 @@ function drawHealth() {
     const pct = r.total_bytes ? (100 * r.copied_bytes / r.total_bytes).toFixed(1) + "%" : "scanning";
     parts.push("resilver of " + r.leaf + ": " + (r.finished_ms ? "done" : pct + " at " + fmtBytes(r.rate_bytes_per_s) + "/s") + (r.error ? " (" + r.error + ")" : ""));
   }
+  if (pool.scrub_running) {
+    const s = pool.scrub_running;
+    const pct = s.total_bytes ? (100 * s.scanned_bytes / s.total_bytes).toFixed(1) + "%" : "starting";
+    parts.push("scrub in progress: " + pct + " (" + fmtBytes(s.scanned_bytes) + " of " + fmtBytes(s.total_bytes) +
+      "), " + fmtBytes(s.repaired_bytes) + " repaired, " + s.unrecoverable_blocks + " unrecoverable");
+  }
   if (pool.scrub) {
     const s = pool.scrub;
     parts.push("last scrub " + (s.canceled ? "canceled" : "finished") + " " + new Date(s.finished_ms).toLocaleString() + ": " + fmtBytes(s.bytes_scanned) +
