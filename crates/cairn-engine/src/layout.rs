@@ -136,7 +136,10 @@ impl Pool {
             if let Some(device) = leaf.device()
                 && let Err(err) = clear_labels(device.as_ref())
             {
-                eprintln!("cairn: could not erase the labels of {}: {err}", leaf.spec);
+                cairn_metrics::events::record(
+                    "engine",
+                    format!("could not erase the labels of {}: {err}", leaf.spec),
+                );
             }
         }
         shutdown_top(removed);

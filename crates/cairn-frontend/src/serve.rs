@@ -58,6 +58,8 @@ pub enum Note {
     Stopping,
     /// A pool is being synced and exported.
     Exporting(String),
+    /// Something a layer recorded (`cairn_metrics::events`): a fault, a fallback.
+    Event(String),
 }
 
 impl std::fmt::Display for Note {
@@ -67,6 +69,7 @@ impl std::fmt::Display for Note {
             Note::Pool(text) => f.write_str(text),
             Note::Stopping => f.write_str("stopping: finishing requests in flight"),
             Note::Exporting(pool) => write!(f, "syncing and exporting pool '{pool}'"),
+            Note::Event(text) => f.write_str(text),
         }
     }
 }
@@ -335,6 +338,8 @@ where
         http: analytics.as_ref().map(|a| a.local_addr()),
     };
     let result = listeners.run(notes, ready, stop);
+    // The listeners passed on every event up to their end.
+    let events_shown = cairn_metrics::events::latest_seq();
     if let Some(analytics) = analytics {
         analytics.stop();
     }
@@ -350,6 +355,8 @@ where
         }));
     }
     let exported = export_all(&served, notes);
+    // What unmounting and exporting had to say (a device that failed its last flush).
+    pass_on_events(events_shown, notes);
     result.and(exported)
 }
 
@@ -429,21 +436,51 @@ impl Listeners<'_> {
                 tokio::try_join!(serve_tcp, server.serve_unix(unix))
             };
             tokio::pin!(serving);
-            tokio::select! {
-                result = &mut serving => {
-                    result.map_err(ServeError::Listeners)?;
-                }
-                signal = stop() => {
-                    signal.map_err(ServeError::Signal)?;
-                    notes(Note::Stopping);
-                    server.shutdown();
-                    serving.await.map_err(ServeError::Listeners)?;
+            let stop = stop();
+            tokio::pin!(stop);
+            // Events the layers record (faults, fallbacks) reach the user as they come.
+            let mut events = tokio::time::interval(EVENT_POLL);
+            let mut events_seen = 0;
+            loop {
+                tokio::select! {
+                    result = &mut serving => {
+                        result.map_err(ServeError::Listeners)?;
+                        break;
+                    }
+                    signal = &mut stop => {
+                        signal.map_err(ServeError::Signal)?;
+                        notes(Note::Stopping);
+                        server.shutdown();
+                        serving.await.map_err(ServeError::Listeners)?;
+                        break;
+                    }
+                    _ = events.tick() => events_seen = pass_on_events(events_seen, notes),
                 }
             }
             server.wait_idle().await;
+            pass_on_events(events_seen, notes);
             Ok(())
         })
     }
+}
+
+/// How often a server looks for new events to pass on.
+const EVENT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Passes the events recorded after `seen` to `notes`; returns the newest one's number.
+pub fn pass_on_events(seen: u64, notes: &dyn Fn(Note)) -> u64 {
+    let mut newest = seen;
+    for event in cairn_metrics::events::since(seen) {
+        if event.seq > newest + 1 && newest > 0 {
+            notes(Note::Event(format!(
+                "{} events were dropped before they could be shown",
+                event.seq - newest - 1
+            )));
+        }
+        newest = event.seq;
+        notes(Note::Event(event.message));
+    }
+    newest
 }
 
 /// Mounts every filesystem of the served pools that has a mountpoint; one that cannot be

@@ -5,8 +5,11 @@
 //! is one kind of operation: how many, bytes, errors, and an HDR histogram of latencies in
 //! microseconds (two significant digits: 1 % resolution, ~20 KiB each, saturating at one
 //! minute). Snapshots are plain clones; [`OpStats::since`] gives what happened between two of
-//! them, as `iostat` prints it. Recording takes `&mut self`: the owner keeps it behind the lock
+//! them, as `iostat` prints it. `events` is the process's bounded log of notable events (faults,
+//! fallbacks): what libraries have to tell a person, since they print nothing. Recording takes `&mut self`: the owner keeps it behind the lock
 //! it already holds for the operation's bookkeeping, held for the record only.
+
+pub mod events;
 
 use hdrhistogram::Histogram;
 use std::time::Duration;

@@ -195,7 +195,10 @@ pub fn commit_uberblock(tree: &VdevTree, ub: &Uberblock) -> Result<(), LabelErro
                 Err(err) => {
                     leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                     leaf.fault();
-                    eprintln!("cairn: uberblock write failed, leaf faulted: {err}");
+                    cairn_metrics::events::record(
+                        "pool",
+                        format!("uberblock write failed, leaf faulted: {err}"),
+                    );
                     last_error = Some(err);
                 }
             }

@@ -150,6 +150,11 @@ impl Leaf {
         let mut state = self.state.lock();
         if *state == Health::Online {
             *state = Health::Faulted;
+            drop(state);
+            cairn_metrics::events::record(
+                "pool",
+                format!("device {} FAULTED after a failed write or flush", self.spec),
+            );
         }
     }
 
@@ -381,7 +386,7 @@ impl VdevTree {
             if let Err(err) = result {
                 leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                 leaf.fault();
-                eprintln!("cairn: flush failed, leaf faulted: {err}");
+                cairn_metrics::events::record("pool", format!("flush failed, leaf faulted: {err}"));
                 failures.push((leaf.guid, err));
             }
         }

@@ -747,7 +747,10 @@ impl IntentLog {
                 lane.cond.notify_all();
                 MutexGuard::unlocked(st, || {
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-                    eprintln!("cairn: {err}; falling back to a txg sync");
+                    cairn_metrics::events::record(
+                        "zil",
+                        format!("intent log of {}: {err}; falling back to a txg sync", self.dataset),
+                    );
                     self.fall_back(lane, plan.last_ticket)
                 })?;
                 Ok(None)
@@ -789,9 +792,12 @@ impl IntentLog {
             }
             Err(err) => MutexGuard::unlocked(st, || {
                 self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
-                eprintln!(
-                    "cairn: intent log of {}: {err}; falling back to a txg sync",
-                    self.dataset
+                cairn_metrics::events::record(
+                    "zil",
+                    format!(
+                        "intent log of {}: {err}; falling back to a txg sync",
+                        self.dataset
+                    ),
                 );
                 self.fall_back(lane, built.last_ticket)
             }),

@@ -563,7 +563,16 @@ fn main() -> ExitCode {
             }
         };
         let ctx = context::Context::new(environment::pool_access(state_dir.clone()), command_line);
-        execute(&ctx, command, &state_dir)?;
+        // A server passes events on as they come (its notes); any other command tells what
+        // its own work caused (a device that faulted, a log that fell back), once, at its end.
+        let serves = matches!(command, Command::Serve(_) | Command::Up(_));
+        let result = execute(&ctx, command, &state_dir);
+        if !serves {
+            for event in cairn_metrics::events::since(0) {
+                eprintln!("cairn: {}", event.message);
+            }
+        }
+        result?;
         Ok(ExitCode::SUCCESS)
     })();
     match outcome {

@@ -190,4 +190,16 @@ fn a_mirror_losing_a_side_degrades_and_keeps_serving() {
     for mib in 1..4 {
         assert_pattern(&uri, 0x20 + mib as u8, mib);
     }
+    // The fault is an event the server passes on to its user (libraries print nothing).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !server.stderr().contains("FAULTED after a failed write or flush")
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        server.stderr().contains("FAULTED after a failed write or flush"),
+        "the fault was not told:\n{}",
+        server.logs()
+    );
 }

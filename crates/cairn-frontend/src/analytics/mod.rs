@@ -8,7 +8,7 @@
 //! - `prometheus`: a sample as OpenMetrics text (`/metrics`) for monitoring systems;
 //! - `history`: a bounded memory of per-second and per-minute points (rates, levels, latency
 //!   heat) so the page shows the past on first load;
-//! - `status`: the state panels' data (vdev tree, health, txgs);
+//! - `status`: the state panels' data (vdev tree, health, txgs, recent events);
 //! - `http`: the endpoint (`cairn serve --http ADDR`) serving all of it and the page.
 //!
 //! Cost: nothing is added to any I/O path. Everything is read from counters the layers already

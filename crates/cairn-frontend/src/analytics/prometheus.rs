@@ -767,6 +767,14 @@ fn families_of(sample: &Sample) -> Families {
         );
     }
     arc(&mut families, &sample.arc);
+    for (source, count) in &sample.event_counts {
+        families.counter(
+            "cairn_events",
+            "notable events recorded (faults, intent-log fallbacks), by the layer that recorded them",
+            vec![("source", (*source).to_string())],
+            *count,
+        );
+    }
     for part in &sample.memory {
         let labels = vec![("part", part.part.to_string())];
         families.gauge(
@@ -865,12 +873,15 @@ mod tests {
             resident_bytes: None,
             arc: vec![("hits", 3), ("size", 4096)],
             memory: Vec::new(),
+            events: Vec::new(),
+            event_counts: vec![("pool", 2)],
             pools: Vec::new(),
         };
         let text = render(&sample).unwrap();
         assert!(text.contains("cairn_arc_hits_total 3"), "{text}");
         assert!(text.contains("cairn_arc_size_bytes 4096"), "{text}");
         assert!(text.contains("cairn_uptime_seconds 1.5"), "{text}");
+        assert!(text.contains("cairn_events_total{source=\"pool\"} 2"), "{text}");
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
         let out = encode_text(families).unwrap();
         assert!(out.contains("cairn_x_ops_total{op=\"read\"} 7"), "{out}");

@@ -177,7 +177,13 @@ pub struct Sample {
     pub arc: Vec<(&'static str, u64)>,
     pub memory: Vec<MemoryPart>,
     pub pools: Vec<PoolSample>,
+    /// The most recent events (`cairn_metrics::events`), oldest first, and counts by source.
+    pub events: Vec<cairn_metrics::events::Event>,
+    pub event_counts: Vec<(&'static str, u64)>,
 }
+
+/// How many recent events a sample carries.
+const EVENTS_SHOWN: usize = 50;
 
 /// The NBD front end's operation kinds as the analytics name them.
 const NBD_OPS: [(cairn_nbd::OpKind, &str); 4] = [
@@ -390,7 +396,13 @@ impl Sample {
             })
             .collect();
         let arc = cairn_engine::process_cache().stats().fields;
+        let mut events = cairn_metrics::events::since(0);
+        if events.len() > EVENTS_SHOWN {
+            events.drain(..events.len() - EVENTS_SHOWN);
+        }
         Sample {
+            events,
+            event_counts: cairn_metrics::events::counts_by_source(),
             memory: memory_parts(served, &arc),
             unix_ms: unix_ms(),
             uptime_s: served

@@ -130,5 +130,11 @@ pub fn to_json(sample: &Sample) -> Value {
         "resident_bytes": sample.resident_bytes,
         "arc": sample.arc.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "pools": sample.pools.iter().map(pool_json).collect::<Vec<_>>(),
+        "events": sample.events.iter().map(|e| json!({
+            "seq": e.seq,
+            "unix_ms": e.unix_ms,
+            "source": e.source,
+            "message": e.message,
+        })).collect::<Vec<_>>(),
     })
 }

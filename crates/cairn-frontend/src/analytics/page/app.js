@@ -463,6 +463,20 @@ function drawHealth() {
   }
   notes.textContent = parts.join("; ");
   host.appendChild(notes);
+  const events = (state.status.events || []).slice(-8).reverse();
+  if (events.length) {
+    const list = document.createElement("ul");
+    list.className = "legend";
+    for (const e of events) {
+      const item = document.createElement("li");
+      item.textContent = new Date(e.unix_ms).toLocaleTimeString() + " [" + e.source + "] " + e.message;
+      list.appendChild(item);
+    }
+    const title = document.createElement("p");
+    title.className = "legend";
+    title.textContent = "recent events:";
+    host.append(title, list);
+  }
 }
 
 function drawAll() {
