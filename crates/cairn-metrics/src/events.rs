@@ -50,7 +50,9 @@ fn log() -> std::sync::MutexGuard<'static, Log> {
 pub fn record(source: &'static str, message: String) {
     let unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX));
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        });
     let mut log = log();
     let seq = log.next_seq;
     log.next_seq += 1;
@@ -109,7 +111,11 @@ mod tests {
             .into_iter()
             .find(|(source, _)| *source == "test-flood")
             .map_or(0, |(_, count)| count);
-        assert_eq!(counted, (EVENTS_KEPT + 10) as u64, "dropped events still counted");
+        assert_eq!(
+            counted,
+            (EVENTS_KEPT + 10) as u64,
+            "dropped events still counted"
+        );
         assert_eq!(since(latest_seq()), Vec::new());
     }
 }

@@ -749,7 +749,10 @@ impl IntentLog {
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
                     cairn_metrics::events::record(
                         "zil",
-                        format!("intent log of {}: {err}; falling back to a txg sync", self.dataset),
+                        format!(
+                            "intent log of {}: {err}; falling back to a txg sync",
+                            self.dataset
+                        ),
                     );
                     self.fall_back(lane, plan.last_ticket)
                 })?;

@@ -192,13 +192,17 @@ fn a_mirror_losing_a_side_degrades_and_keeps_serving() {
     }
     // The fault is an event the server passes on to its user (libraries print nothing).
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while !server.stderr().contains("FAULTED after a failed write or flush")
+    while !server
+        .stderr()
+        .contains("FAULTED after a failed write or flush")
         && std::time::Instant::now() < deadline
     {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(
-        server.stderr().contains("FAULTED after a failed write or flush"),
+        server
+            .stderr()
+            .contains("FAULTED after a failed write or flush"),
         "the fault was not told:\n{}",
         server.logs()
     );

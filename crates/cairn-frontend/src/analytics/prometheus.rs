@@ -881,7 +881,10 @@ mod tests {
         assert!(text.contains("cairn_arc_hits_total 3"), "{text}");
         assert!(text.contains("cairn_arc_size_bytes 4096"), "{text}");
         assert!(text.contains("cairn_uptime_seconds 1.5"), "{text}");
-        assert!(text.contains("cairn_events_total{source=\"pool\"} 2"), "{text}");
+        assert!(
+            text.contains("cairn_events_total{source=\"pool\"} 2"),
+            "{text}"
+        );
         assert!(text.trim_end().ends_with("# EOF"), "{text}");
         let out = encode_text(families).unwrap();
         assert!(out.contains("cairn_x_ops_total{op=\"read\"} 7"), "{out}");
