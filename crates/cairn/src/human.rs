@@ -84,6 +84,26 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
+/// `value` over `seconds` as a rate of operations: one decimal, or whole with `exact`.
+pub fn per_second_count(value: u64, seconds: f64, exact: bool) -> String {
+    let rate = value as f64 / seconds;
+    if exact {
+        format!("{rate:.0}")
+    } else {
+        format!("{rate:.1}")
+    }
+}
+
+/// `value` bytes over `seconds` as a rate: human units, or whole bytes with `exact`.
+pub fn per_second_bytes(value: u64, seconds: f64, exact: bool) -> String {
+    let rate = value as f64 / seconds;
+    if exact {
+        format!("{rate:.0}")
+    } else {
+        size(rate as u64, false)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

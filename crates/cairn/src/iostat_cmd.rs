@@ -248,21 +248,8 @@ fn render(
             };
             (diff, current)
         };
-        let rate = |value: u64| value as f64 / seconds;
-        let ops = |value: u64| {
-            if exact {
-                format!("{:.0}", rate(value))
-            } else {
-                format!("{:.1}", rate(value))
-            }
-        };
-        let bandwidth = |value: u64| {
-            if exact {
-                format!("{:.0}", rate(value))
-            } else {
-                human::size(rate(value) as u64, false)
-            }
-        };
+        let ops = |value: u64| human::per_second_count(value, seconds, exact);
+        let bandwidth = |value: u64| human::per_second_bytes(value, seconds, exact);
         let latency = |counters: &Counters| -> String {
             if counters.ops == 0 {
                 "-".into()

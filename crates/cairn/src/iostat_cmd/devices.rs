@@ -618,21 +618,8 @@ fn device_table(args: &IostatArgs, rows: &[Row], seconds: f64) -> Table {
         let sum = |write: bool, pick: fn(&DirectionStats) -> u64| -> u64 {
             row.directions(&IoClass::ALL, Some(write)).map(pick).sum()
         };
-        let rate = |value: u64| value as f64 / seconds;
-        let ops = |value: u64| {
-            if exact {
-                format!("{:.0}", rate(value))
-            } else {
-                format!("{:.1}", rate(value))
-            }
-        };
-        let bandwidth = |value: u64| {
-            if exact {
-                format!("{:.0}", rate(value))
-            } else {
-                human::size(rate(value) as u64, false)
-            }
-        };
+        let ops = |value: u64| human::per_second_count(value, seconds, exact);
+        let bandwidth = |value: u64| human::per_second_bytes(value, seconds, exact);
         let mut cells = vec![
             name,
             alloc,
