@@ -49,6 +49,13 @@ impl ServedPools {
         self.pools.write().insert(pool.name().to_string(), pool);
     }
 
+    /// Seconds since the server started (0 before it has).
+    pub fn uptime_s(&self) -> f64 {
+        self.started
+            .get()
+            .map_or(0.0, |started| started.elapsed().as_secs_f64())
+    }
+
     /// Every served pool, in name order.
     pub fn all(&self) -> Vec<Arc<Pool>> {
         self.pools.read().values().cloned().collect()

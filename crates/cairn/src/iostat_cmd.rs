@@ -146,10 +146,7 @@ fn print_snapshot(ctx: &Context) -> Result<()> {
         .served
         .as_ref()
         .ok_or_else(|| anyhow!("--snapshot is answered by a running server only"))?;
-    let uptime = served
-        .started
-        .get()
-        .map_or(0.0, |started| started.elapsed().as_secs_f64());
+    let uptime = served.uptime_s();
     say!(ctx, "uptime_s\t{uptime:.3}");
     if let Some(server) = served.nbd.get() {
         for (export, stats) in server.stats() {

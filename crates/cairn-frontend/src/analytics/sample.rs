@@ -405,10 +405,7 @@ impl Sample {
             event_counts: cairn_metrics::events::counts_by_source(),
             memory: memory_parts(served, &arc),
             unix_ms: unix_ms(),
-            uptime_s: served
-                .started
-                .get()
-                .map_or(0.0, |started| started.elapsed().as_secs_f64()),
+            uptime_s: served.uptime_s(),
             resident_bytes: resident_bytes(),
             arc,
             pools,

@@ -254,10 +254,7 @@ pub(super) fn print_snapshot(ctx: &Context, pools: &[String]) -> Result<()> {
         .served
         .as_ref()
         .ok_or_else(|| anyhow!("--device-snapshot is answered by a running server only"))?;
-    let uptime_s = served
-        .started
-        .get()
-        .map_or(0.0, |started| started.elapsed().as_secs_f64());
+    let uptime_s = served.uptime_s();
     let mut snapshot = Snapshot {
         uptime_s,
         pools: Vec::new(),
