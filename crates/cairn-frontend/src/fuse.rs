@@ -15,7 +15,8 @@
 //! write(2) reaches the filesystem, so `sync=always` holds per write, a full pool or a quota
 //! answers that write with ENOSPC or EDQUOT (with the kernel's writeback cache the refusal
 //! came at writeback, and `close` reported EIO: tried, and the quota test failed), `fsync` is
-//! the durability point and `close` is not.
+//! the durability point and `close` is not. A file opened O_SYNC or O_DSYNC bypasses the page
+//! cache altogether (`FuseAdapter::open_flags`), so each of its writes is one round trip.
 //!
 //! Round trips: each one costs two context switches, which on a small machine is most of a
 //! small call's time, so the kernel is spared those it can do without: FLUSH at close (there is
@@ -52,8 +53,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may keep attributes and names without asking again.
 const ATTR_TTL: Duration = Duration::from_secs(1);
-/// Event loops (each with its own /dev/fuse descriptor).
-const FUSE_THREADS: usize = 2;
+/// Event loops (each with its own /dev/fuse descriptor). A loop blocks for the whole of its
+/// call, a log commit included, so this bounds the synchronous writes the server holds at
+/// once, and with them what one log commit can group: with 2 loops, 16 writers doing O_DSYNC
+/// writes made 5,800 writes/s here, with 16 loops 9,200. Idle loops cost a sleeping thread
+/// and a 1 MiB request buffer each.
+const FUSE_THREADS: usize = 16;
 /// Largest read and write the kernel is asked to send in one request (and read-ahead).
 const LARGE_IO_BYTES: u32 = 1 << 20;
 /// Entries one readdirplus call gathers before looking up their attributes (the kernel's
@@ -355,6 +360,7 @@ pub fn mount(
         fs: fs.clone(),
         space,
         opendir_skippable: false,
+        sync_opens_direct: false,
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -375,6 +381,10 @@ struct FuseAdapter {
     /// The kernel agreed to open directories without asking (FUSE_NO_OPENDIR_SUPPORT): an
     /// `opendir` answered ENOSYS then means "never ask again", not an error.
     opendir_skippable: bool,
+    /// The kernel lets files opened with direct I/O be mapped shared
+    /// (FUSE_DIRECT_IO_ALLOW_MMAP), so synchronous opens can bypass the page cache
+    /// (`open_flags`) without breaking `mmap`.
+    sync_opens_direct: bool,
 }
 
 /// FUSE inode number → object number.
@@ -470,6 +480,20 @@ fn file_attr(object: u64, attrs: &InodeAttrs, allocated_bytes: u64) -> FileAttr 
 }
 
 impl FuseAdapter {
+    /// How an open file is served. A file opened O_SYNC or O_DSYNC bypasses the page cache
+    /// (FOPEN_DIRECT_IO): each write(2) is then one WRITE carrying the flag, made durable
+    /// before it is answered (`write`), where through the page cache the kernel follows
+    /// every such write with an FSYNC, a second round trip that finds nothing left to do.
+    /// Reads of that descriptor come from the ARC instead of the page cache; the kernel drops
+    /// cached pages a direct write overlaps, so other descriptors of the file stay coherent.
+    fn open_flags(&self, open_flags: i32) -> FopenFlags {
+        if self.sync_opens_direct && open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+            FopenFlags::FOPEN_DIRECT_IO
+        } else {
+            FopenFlags::empty()
+        }
+    }
+
     /// Runs one call of the filesystem, recording its latency and outcome (`cairn_fs::ops`).
     fn timed<T>(
         &self,
@@ -582,11 +606,15 @@ impl fuser::Filesystem for FuseAdapter {
             // every write: a second round trip per write(2) without it.
             | InitFlags::FUSE_HANDLE_KILLPRIV_V2
             // Directories need no open call (`opendir`): two round trips per listing saved.
-            | InitFlags::FUSE_NO_OPENDIR_SUPPORT;
+            | InitFlags::FUSE_NO_OPENDIR_SUPPORT
+            // Files opened for synchronous writes bypass the page cache (`open_flags`);
+            // they may still be mapped shared.
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         // What this kernel lacks is simply not used.
         let granted = wanted & config.capabilities();
         let _ = config.add_capabilities(granted);
         self.opendir_skippable = granted.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
+        self.sync_opens_direct = granted.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
         if let Err(nearest) = config.set_max_write(LARGE_IO_BYTES) {
             let _ = config.set_max_write(nearest);
         }
@@ -784,10 +812,10 @@ impl fuser::Filesystem for FuseAdapter {
         self.entry(reply, result);
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let object = object_of(ino);
         match self.timed(FsOpKind::Other, || self.fs.open_inode(object)) {
-            Ok(()) => reply.opened(FileHandle(object), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(object), self.open_flags(flags.0)),
             Err(err) => reply.error(errno(&err)),
         }
     }
@@ -799,7 +827,7 @@ impl fuser::Filesystem for FuseAdapter {
         name: &OsStr,
         mode: u32,
         umask: u32,
-        _flags: i32,
+        flags: i32,
         reply: ReplyCreate,
     ) {
         let parent = object_of(parent);
@@ -819,7 +847,7 @@ impl fuser::Filesystem for FuseAdapter {
                     &attr,
                     Generation(attrs.generation),
                     FileHandle(object),
-                    FopenFlags::empty(),
+                    self.open_flags(flags),
                 );
             }
             Err(err) => reply.error(errno(&err)),

@@ -182,9 +182,17 @@ impl Filesystem {
         // Data, its indirect blocks and the dnode's, with room to spare.
         self.check_space(data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES)?;
         let (hold, guards) = self.hold_locked(&[object], data.len() as u64)?;
-        let attrs = self.do_write(&hold, object, offset, data, Timestamp::now())?;
+        let mut whole_blocks = Vec::new();
+        let attrs = self.do_write(
+            &hold,
+            object,
+            offset,
+            data,
+            Timestamp::now(),
+            Some(&mut whole_blocks),
+        )?;
         if !data.is_empty() {
-            self.logged_write(&hold, object, offset, data);
+            self.logged_write(&hold, object, offset, data, whole_blocks);
         }
         self.note_dirty(&[object], hold.txg());
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -196,7 +204,8 @@ impl Filesystem {
         Ok(attrs)
     }
 
-    /// Writes `data` at `offset` (the live call and replay of a `Write` record).
+    /// Writes `data` at `offset` (the live call and replay of a `Write` record). The buffers
+    /// of whole blocks stored go to `whole_blocks` (file offset, bytes), for the log to share.
     pub(crate) fn do_write(
         &self,
         hold: &TxgHold,
@@ -204,6 +213,7 @@ impl Filesystem {
         offset: u64,
         data: &[u8],
         now: Timestamp,
+        mut whole_blocks: Option<&mut Vec<(u64, Bytes)>>,
     ) -> Result<InodeAttrs, FsError> {
         let end = offset
             .checked_add(data.len() as u64)
@@ -227,7 +237,10 @@ impl Filesystem {
             let take = ((block_bytes - within as u64).min(end - position)) as usize;
             let piece = &data[taken..taken + take];
             if take as u64 == block_bytes {
-                self.write_block(hold, object, blkid, piece.to_vec());
+                let stored = self.write_block(hold, object, blkid, piece.to_vec());
+                if let (Some(out), Some(bytes)) = (whole_blocks.as_deref_mut(), stored) {
+                    out.push((position, bytes));
+                }
             } else {
                 let range = within..within + take;
                 self.write_part(hold, object, blkid, block_bytes, range, |out| {
@@ -341,17 +354,28 @@ impl Filesystem {
         Ok(())
     }
 
-    pub(crate) fn write_block(&self, hold: &TxgHold, object: u64, blkid: u64, block: Vec<u8>) {
+    /// Stores a whole block (a hole when it is all zeros); returns the buffer stored, if any.
+    pub(crate) fn write_block(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        blkid: u64,
+        block: Vec<u8>,
+    ) -> Option<Bytes> {
         let bytes = block.len() as u64;
-        let newly_dirty = if is_all_zero(&block) {
-            self.objset.free_block(hold.txg(), object, blkid)
+        let (newly_dirty, stored) = if is_all_zero(&block) {
+            (self.objset.free_block(hold.txg(), object, blkid), None)
         } else {
-            self.objset
-                .write_block(hold.txg(), object, blkid, Bytes::from(block))
+            let block = Bytes::from(block);
+            let newly_dirty = self
+                .objset
+                .write_block(hold.txg(), object, blkid, block.clone());
+            (newly_dirty, Some(block))
         };
         if newly_dirty {
             hold.add_dirty(bytes);
         }
+        stored
     }
 
     pub(crate) fn put_attrs(

@@ -61,16 +61,49 @@ impl Filesystem {
         });
     }
 
-    /// Logs a write of `data` at `offset` of `object`, made under `hold`.
-    pub(crate) fn logged_write(&self, hold: &TxgHold, object: u64, offset: u64, data: &[u8]) {
-        self.log_op(LogOp {
+    /// Logs a write of `data` at `offset` of `object`, made under `hold`, as records in
+    /// offset order: the whole blocks it stored share their buffers (`whole_blocks`, in
+    /// offset order: no copy, and no memory the dirty blocks do not hold already), and the
+    /// rest (parts of blocks, holes) is copied. Each record is exactly the bytes written, so
+    /// the log describes the same change however it is cut into records.
+    pub(crate) fn logged_write(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        offset: u64,
+        data: &[u8],
+        whole_blocks: Vec<(u64, Bytes)>,
+    ) {
+        if self.intent_log.is_none() {
+            return;
+        }
+        let end = offset + data.len() as u64;
+        let mut position = offset;
+        let record = |at: u64, bytes: Bytes| LogOp {
             kind: LogRecordKind::Write,
             txg: hold.txg(),
             object,
-            offset,
-            length: data.len() as u64,
-            data: ItxData::Copied(Bytes::copy_from_slice(data)),
-        });
+            offset: at,
+            length: bytes.len() as u64,
+            data: ItxData::Copied(bytes),
+        };
+        let copied = |from: u64, to: u64| {
+            Bytes::copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize])
+        };
+        for (at, bytes) in whole_blocks {
+            assert!(
+                at >= position && at + bytes.len() as u64 <= end,
+                "a stored block outside its write, or out of order"
+            );
+            if at > position {
+                self.log_op(record(position, copied(position, at)));
+            }
+            position = at + bytes.len() as u64;
+            self.log_op(record(at, bytes));
+        }
+        if position < end {
+            self.log_op(record(position, copied(position, end)));
+        }
     }
 
     fn log_op(&self, op: LogOp) {
@@ -144,6 +177,7 @@ impl Filesystem {
                     record.offset,
                     &record.data,
                     Timestamp::now(),
+                    None,
                 )?;
             }
             LogRecordKind::Fs => self.replay_op(hold, record.txg, FsOp::decode(&record.data)?)?,

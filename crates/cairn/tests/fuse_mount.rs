@@ -710,3 +710,107 @@ fn set_id_bits_and_capabilities_go_on_unprivileged_write_truncate_and_chown() {
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
+
+/// Calls of `kind` the server counted for its filesystems (`stat fs`; a kind never called
+/// has no row).
+fn calls_counted(env: &Env, kind: &str) -> u64 {
+    let out = env.ok(&["stat", "fs"]);
+    out.lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|fields| fields.get(1) == Some(&kind))
+        .map_or(0, |fields| fields[2].parse().expect("a count"))
+}
+
+/// A file opened O_DSYNC is served without the page cache: each write(2) is one WRITE made
+/// durable before it is answered (no FSYNC follows it), a descriptor reading through the page
+/// cache sees every such write, the file can still be mapped shared, and every acknowledged
+/// write survives SIGKILL of the server.
+#[test]
+fn o_dsync_writes_are_durable_coherent_and_need_no_fsync() {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let _heavy = heavy();
+    let env = Env::new();
+    env.create_pool();
+    env.ok(&["create", "-o", "recordsize=16K", "tank/fs"]);
+    let at = env.path("mnt");
+    let _cleanup = Unmount(at.clone());
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    const FILE_BYTES: usize = 256 << 10;
+    const PIECE: usize = 8192;
+    let path = at.join("db");
+    let mut expected = pattern(FILE_BYTES, 1);
+    std::fs::write(&path, &expected).unwrap();
+    std::fs::File::open(&path).unwrap().sync_all().unwrap();
+    // A reader through the page cache, its pages filled now.
+    let reader = std::fs::File::open(&path).unwrap();
+    let mut seen = vec![0u8; FILE_BYTES];
+    reader.read_exact_at(&mut seen, 0).unwrap();
+    assert!(seen == expected);
+    let synced = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DSYNC)
+        .open(&path)
+        .unwrap();
+    let fsyncs_before = calls_counted(&env, "fsync");
+    for step in 0..64u64 {
+        let offset = (step as usize * 5 * PIECE) % (FILE_BYTES - PIECE);
+        let piece = pattern(PIECE, 100 + step);
+        synced.write_all_at(&piece, offset as u64).unwrap();
+        expected[offset..offset + PIECE].copy_from_slice(&piece);
+        let mut cached = vec![0u8; PIECE];
+        reader.read_exact_at(&mut cached, offset as u64).unwrap();
+        assert!(
+            cached == piece,
+            "step {step}: the page cache reader did not see an O_DSYNC write at {offset}"
+        );
+    }
+    assert_eq!(
+        calls_counted(&env, "fsync"),
+        fsyncs_before,
+        "O_DSYNC writes were followed by FSYNC round trips"
+    );
+    // Mapped shared through the O_DSYNC descriptor: the kernel allows it and shows the data.
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared read-only mapping of an open file of FILE_BYTES bytes,
+        // read within its length and unmapped before the descriptor closes.
+        unsafe {
+            let map = libc::mmap(
+                std::ptr::null_mut(),
+                FILE_BYTES,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                synced.as_raw_fd(),
+                0,
+            );
+            assert_ne!(
+                map,
+                libc::MAP_FAILED,
+                "mmap: {}",
+                std::io::Error::last_os_error()
+            );
+            let mapped = std::slice::from_raw_parts(map as *const u8, FILE_BYTES);
+            assert!(
+                mapped == expected.as_slice(),
+                "the mapping shows other data"
+            );
+            libc::munmap(map, FILE_BYTES);
+        }
+    }
+    server.signal(libc::SIGKILL);
+    let _ = server.stop(libc::SIGKILL, std::time::Duration::from_secs(10));
+    drop((reader, synced));
+    let _guard = Unmount(at.clone());
+    let mut server = env.serve();
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let found = std::fs::read(&path).unwrap();
+    assert!(
+        found == expected,
+        "acknowledged O_DSYNC writes lost or changed by SIGKILL"
+    );
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
