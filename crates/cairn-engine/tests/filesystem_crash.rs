@@ -16,7 +16,9 @@
 //! random meanwhile, so some changes reach the pool through txgs and others only through the
 //! log. The pool is a mirror of two emulated 7200 rpm disks with volatile caches (odd seeds
 //! add an SSD log device); recordsize is 4K, 16K or 128K by seed; `sync=standard`, except
-//! one seed in five with `sync=always`.
+//! one seed in five with `sync=always`; `logbias=throughput` in half the seeds. One write in
+//! four is synchronous (`write_sync`, a file opened O_DSYNC: an fsync with it), so under
+//! `logbias=throughput` its whole blocks go in place and the log holds their pointers.
 //!
 //! ## What is promised, and what is checked
 //! POSIX promises less than cairn: `fsync(fd)` makes that file's data and attributes
@@ -699,11 +701,21 @@ fn step(
             }
             contents[offset as usize..end].copy_from_slice(&data);
             model.last_write = Some((object, offset, len, data_seed));
-            (
-                format!("write {object} at {offset}, {len} bytes"),
-                false,
-                fs.write(object, offset, &data).map(|_| ()),
-            )
+            // One write in four is synchronous (a file opened O_DSYNC): durable on return,
+            // its whole blocks written in place under logbias=throughput.
+            if rng.below(4) == 0 {
+                (
+                    format!("sync write {object} at {offset}, {len} bytes"),
+                    true,
+                    fs.write_sync(object, offset, &data).map(|_| ()),
+                )
+            } else {
+                (
+                    format!("write {object} at {offset}, {len} bytes"),
+                    false,
+                    fs.write(object, offset, &data).map(|_| ()),
+                )
+            }
         }
         42..=46 => {
             let object = pick(rng, &files)?;
@@ -1021,6 +1033,9 @@ struct Scenario {
     recordsize: u64,
     /// `sync=always` (one seed in five): every change commits the log before it returns.
     sync_always: bool,
+    /// `logbias=throughput` (half the seeds, independent of the log device): synchronous
+    /// writes put their whole blocks in place and log only pointers.
+    throughput: bool,
     trip_after_ops: u64,
 }
 
@@ -1029,6 +1044,7 @@ fn scenario(seed: u64) -> Scenario {
     let sync_always = seed % 5 == 4;
     Scenario {
         log_device: seed % 2 == 1,
+        throughput: (seed / 2) % 2 == 1,
         recordsize: [4 << 10, 16 << 10, 128 << 10][(seed % 3) as usize],
         sync_always,
         // Workloads take 150 to 300 device operations (many more under sync=always).
@@ -1060,7 +1076,7 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         scenario.trip_after_ops = trip;
     }
     let label = format!(
-        "seed {seed} (recordsize {}K, sync {}, log device {}, trip after {} ops; replay with \
+        "seed {seed} (recordsize {}K, sync {}, log device {}, throughput {}, trip after {} ops; replay with \
          CAIRN_FS_CRASH_SEED={seed} CAIRN_FS_CRASH_TRIP={})",
         scenario.recordsize >> 10,
         if scenario.sync_always {
@@ -1069,6 +1085,7 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
             "standard"
         },
         scenario.log_device,
+        scenario.throughput,
         scenario.trip_after_ops,
         scenario.trip_after_ops
     );
@@ -1089,6 +1106,15 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         &[
             ("recordsize".into(), format!("{}", scenario.recordsize)),
             ("sync".into(), sync.into()),
+            (
+                "logbias".into(),
+                if scenario.throughput {
+                    "throughput"
+                } else {
+                    "latency"
+                }
+                .into(),
+            ),
         ],
         (0, 0),
         0o755,
@@ -1637,6 +1663,77 @@ fn punching_a_hole_past_a_small_block_lets_the_file_grow_later() {
     expected.extend_from_slice(&data);
     pool.sync().expect("sync");
     assert!(fs.read(file, 0, 40_000).expect("read") == expected);
+    drop(fs);
+    pool.close().expect("close");
+    let pool = import(dir.path(), false, true).expect("read-only import");
+    let report = pool.check().expect("check");
+    assert!(report.is_clean(), "{:?}", report.problems());
+    pool.close().expect("close");
+}
+
+/// Under `logbias=throughput` a synchronous write's whole blocks go to their final place at
+/// once and the log holds only their pointers (its partial blocks, at both ends, go in the
+/// log as data); after a power cut before any txg synced them, the import replays the write
+/// from those blocks, whole, and `pool check` is clean.
+#[test]
+fn sync_writes_in_place_replay_from_their_blocks_after_a_power_cut() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let power = Arc::new(PowerSwitch::with_seed(5));
+    let pool = create_pool(
+        dir.path(),
+        false,
+        common::emulated_opener(5, Some(power.clone())),
+    );
+    pool.create_filesystem(
+        "tank/fs",
+        &[
+            ("recordsize".into(), "16K".into()),
+            ("logbias".into(), "throughput".into()),
+        ],
+        (0, 0),
+        0o755,
+    )
+    .expect("create filesystem");
+    let fs = pool.filesystem("tank/fs").expect("filesystem");
+    let root = fs.root();
+    let (file, _) = fs
+        .create(root, b"db", new_inode(FileKind::File, 0o644))
+        .expect("create");
+    // The first commit starts the log's chain (with a txg sync of its own).
+    fs.fsync(file).expect("fsync");
+    let log = fs.intent_log().expect("a log").clone();
+    let before = log.stats_snapshot();
+    // From 1,000: part of block 0, blocks 1 to 5 whole, part of block 6.
+    let data = pattern(100_000, 7);
+    fs.write_sync(file, 1000, &data).expect("sync write");
+    let after = log.stats_snapshot();
+    assert_eq!(fs.stats().in_place_writes.load(Ordering::Relaxed), 1);
+    assert_eq!(fs.stats().in_place_fallbacks.load(Ordering::Relaxed), 0);
+    assert_eq!(
+        after.records_in_place - before.records_in_place,
+        5,
+        "the five whole blocks were not logged as pointers"
+    );
+    assert_eq!(
+        after.records_copied - before.records_copied,
+        2,
+        "the two partial blocks were not logged as data"
+    );
+    power.cut_now();
+    drop(fs);
+    drop(pool);
+
+    let pool = import(dir.path(), false, false).expect("import");
+    let fs = pool.filesystem("tank/fs").expect("filesystem");
+    let (found, attrs) = fs.lookup(root, b"db").expect("lookup");
+    assert_eq!(found, file);
+    assert_eq!(attrs.size, 101_000);
+    let mut want = vec![0u8; 1000];
+    want.extend_from_slice(&data);
+    assert!(
+        fs.read(file, 0, 101_000).expect("read") == want,
+        "the write in place came back different"
+    );
     drop(fs);
     pool.close().expect("close");
     let pool = import(dir.path(), false, true).expect("read-only import");

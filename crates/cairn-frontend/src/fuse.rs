@@ -896,15 +896,15 @@ impl fuser::Filesystem for FuseAdapter {
         } else {
             Ok(())
         };
-        let written = killed
-            .and_then(|()| self.fs.write(object, offset, data))
-            .and_then(|_| {
-                // O_SYNC / O_DSYNC: durable before the write returns.
-                if flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-                    self.fs.fsync(object)?;
-                }
-                Ok(())
-            });
+        // O_SYNC / O_DSYNC: durable before the write returns.
+        let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        let written = killed.and_then(|()| {
+            if sync {
+                self.fs.write_sync(object, offset, data).map(|_| ())
+            } else {
+                self.fs.write(object, offset, data).map(|_| ())
+            }
+        });
         self.record(FsOpKind::Write, started, data.len() as u64, written.is_ok());
         match written {
             Ok(()) => reply.written(data.len() as u32),

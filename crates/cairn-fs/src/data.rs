@@ -11,10 +11,24 @@ use crate::{
     small_block_bytes,
 };
 use bytes::Bytes;
-use cairn_format::ObjectType;
+use cairn_format::{BlockPointer, ObjectType};
 use cairn_object::is_all_zero;
 use cairn_pool::txg::TxgHold;
 use std::sync::atomic::Ordering;
+
+/// The whole blocks a write stored, by file offset, for its log records.
+pub(crate) struct StoredBlocks {
+    /// Write non-zero whole blocks in place (`write_in_place`).
+    pub(crate) in_place: bool,
+    pub(crate) blocks: Vec<(u64, StoredBlock)>,
+}
+
+pub(crate) enum StoredBlock {
+    /// Stored as a dirty block: its buffer, shared with the log record.
+    Shared(Bytes),
+    /// Written in place: its pointer, all the log record carries.
+    InPlace(BlockPointer),
+}
 
 /// File capabilities: the extended attribute a write by an unprivileged caller removes.
 const CAPABILITY_XATTR: &[u8] = b"security.capability";
@@ -174,6 +188,26 @@ impl Filesystem {
 
     /// Writes `data` into file `object` at `offset`; returns the new attributes.
     pub fn write(&self, object: u64, offset: u64, data: &[u8]) -> Result<InodeAttrs, FsError> {
+        self.write_with(object, offset, data, false)
+    }
+
+    /// A synchronous write (a file opened O_SYNC or O_DSYNC): the data, and every change it
+    /// depends on, are durable when this returns. Under `logbias=throughput` its whole blocks
+    /// go to their final place now and only their pointers are logged (written once, not in
+    /// the log and again at the txg sync), as for volumes.
+    pub fn write_sync(&self, object: u64, offset: u64, data: &[u8]) -> Result<InodeAttrs, FsError> {
+        let attrs = self.write_with(object, offset, data, true)?;
+        self.fsync(object)?;
+        Ok(attrs)
+    }
+
+    fn write_with(
+        &self,
+        object: u64,
+        offset: u64,
+        data: &[u8],
+        sync: bool,
+    ) -> Result<InodeAttrs, FsError> {
         self.check_writable()?;
         offset
             .checked_add(data.len() as u64)
@@ -182,17 +216,20 @@ impl Filesystem {
         // Data, its indirect blocks and the dnode's, with room to spare.
         self.check_space(data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES)?;
         let (hold, guards) = self.hold_locked(&[object], data.len() as u64)?;
-        let mut whole_blocks = Vec::new();
+        let mut stored = StoredBlocks {
+            in_place: self.writes_in_place(sync),
+            blocks: Vec::new(),
+        };
         let attrs = self.do_write(
             &hold,
             object,
             offset,
             data,
             Timestamp::now(),
-            Some(&mut whole_blocks),
+            Some(&mut stored),
         )?;
         if !data.is_empty() {
-            self.logged_write(&hold, object, offset, data, whole_blocks);
+            self.logged_write(&hold, object, offset, data, stored.blocks);
         }
         self.note_dirty(&[object], hold.txg());
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -204,8 +241,9 @@ impl Filesystem {
         Ok(attrs)
     }
 
-    /// Writes `data` at `offset` (the live call and replay of a `Write` record). The buffers
-    /// of whole blocks stored go to `whole_blocks` (file offset, bytes), for the log to share.
+    /// Writes `data` at `offset` (the live call and replay of a `Write` record). The whole
+    /// blocks stored are reported to `stored`, for the log to share their buffers or, when
+    /// `stored.in_place`, written in place first.
     pub(crate) fn do_write(
         &self,
         hold: &TxgHold,
@@ -213,7 +251,7 @@ impl Filesystem {
         offset: u64,
         data: &[u8],
         now: Timestamp,
-        mut whole_blocks: Option<&mut Vec<(u64, Bytes)>>,
+        mut stored: Option<&mut StoredBlocks>,
     ) -> Result<InodeAttrs, FsError> {
         let end = offset
             .checked_add(data.len() as u64)
@@ -229,6 +267,8 @@ impl Filesystem {
             return Ok(attrs);
         }
         let block_bytes = self.grow_block(hold, object, attrs.size, end)?;
+        let in_place = stored.as_ref().is_some_and(|stored| stored.in_place);
+        let mut for_in_place: Vec<(u64, Bytes)> = Vec::new();
         let mut position = offset;
         let mut taken = 0usize;
         while position < end {
@@ -237,9 +277,13 @@ impl Filesystem {
             let take = ((block_bytes - within as u64).min(end - position)) as usize;
             let piece = &data[taken..taken + take];
             if take as u64 == block_bytes {
-                let stored = self.write_block(hold, object, blkid, piece.to_vec());
-                if let (Some(out), Some(bytes)) = (whole_blocks.as_deref_mut(), stored) {
-                    out.push((position, bytes));
+                if in_place && !is_all_zero(piece) {
+                    for_in_place.push((blkid, Bytes::copy_from_slice(piece)));
+                } else {
+                    let kept = self.write_block(hold, object, blkid, piece.to_vec());
+                    if let (Some(out), Some(bytes)) = (stored.as_deref_mut(), kept) {
+                        out.blocks.push((position, StoredBlock::Shared(bytes)));
+                    }
                 }
             } else {
                 let range = within..within + take;
@@ -249,6 +293,9 @@ impl Filesystem {
             }
             position += take as u64;
             taken += take;
+        }
+        if let Some(out) = stored {
+            self.write_in_place(hold, object, block_bytes, for_in_place, out);
         }
         attrs.size = attrs.size.max(end);
         attrs.mtime = now;
@@ -352,6 +399,69 @@ impl Filesystem {
             hold.add_dirty(block_bytes);
         }
         Ok(())
+    }
+
+    /// Whether a write's whole blocks go to their final place at once: a write that is to be
+    /// durable on return (`sync`, or any under `sync=always`) on a filesystem whose log
+    /// writes in place (`logbias=throughput`).
+    fn writes_in_place(&self, sync: bool) -> bool {
+        let mode = self.config.read().sync;
+        let durable = match mode {
+            crate::FsSync::Disabled => false,
+            crate::FsSync::Always => true,
+            crate::FsSync::Standard => sync,
+        };
+        durable
+            && self
+                .intent_log
+                .as_ref()
+                .is_some_and(|log| log.writes_in_place())
+    }
+
+    /// Writes `blocks` (block number, whole non-zero block) in place, durably, and reports
+    /// them to `stored` in file offset order; if that fails (no room, a device error) they
+    /// are stored the ordinary way and reach the log as data.
+    fn write_in_place(
+        &self,
+        hold: &TxgHold,
+        object: u64,
+        block_bytes: u64,
+        blocks: Vec<(u64, Bytes)>,
+        stored: &mut StoredBlocks,
+    ) {
+        if blocks.is_empty() {
+            return;
+        }
+        let blkids: Vec<u64> = blocks.iter().map(|(blkid, _)| *blkid).collect();
+        match self
+            .objset
+            .write_blocks_in_place(hold.txg(), object, blocks.clone())
+        {
+            Ok(written) => {
+                for (blkid, (bp, newly_dirty)) in blkids.into_iter().zip(written) {
+                    if newly_dirty {
+                        hold.add_dirty(block_bytes);
+                    }
+                    let at = blkid * block_bytes;
+                    stored.blocks.push((at, StoredBlock::InPlace(bp)));
+                }
+                self.stats.in_place_writes.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.stats
+                    .in_place_fallbacks
+                    .fetch_add(1, Ordering::Relaxed);
+                for (blkid, bytes) in blocks {
+                    let kept = self.write_block(hold, object, blkid, bytes.to_vec());
+                    if let Some(bytes) = kept {
+                        stored
+                            .blocks
+                            .push((blkid * block_bytes, StoredBlock::Shared(bytes)));
+                    }
+                }
+            }
+        }
+        stored.blocks.sort_by_key(|(at, _)| *at);
     }
 
     /// Stores a whole block (a hole when it is all zeros); returns the buffer stored, if any.

@@ -9,6 +9,14 @@
 //! syncs, as with ZFS). Without a log (a filesystem opened for tools) `fsync` waits for a txg
 //! sync.
 //!
+//! Write records: a write's whole blocks share their buffers with the dirty blocks (no copy),
+//! the rest is copied. A synchronous write (`write_sync`: a file opened O_SYNC or O_DSYNC, or
+//! any write under `sync=always`) under `logbias=throughput` writes its whole non-zero blocks
+//! in place first and logs only their pointers (`WriteInPlace`), as volumes do: the data is
+//! written once, not in the log and again by the txg. Replay reads such a block, verified
+//! against its pointer, and writes it again the ordinary way; the engine claims its space
+//! for the replay and frees it after.
+//!
 //! Replay applies, in order, the records of txgs that never synced, each with the `do_*` twin
 //! of the live call and the object numbers and times the record carries: what was
 //! acknowledged is rebuilt exactly once (the engine runs all of it in one txg; see
@@ -18,10 +26,12 @@
 //! drained when the filesystem is next opened.
 
 use crate::attrs::Timestamp;
+use crate::data::StoredBlock;
 use crate::log::FsOp;
 use crate::{Filesystem, FsError, FsSync};
 use bytes::Bytes;
-use cairn_format::{LogRecord, LogRecordKind};
+use cairn_device::queue::IoClass;
+use cairn_format::{LogRecord, LogRecordKind, ObjectType};
 use cairn_pool::txg::TxgHold;
 use cairn_zil::{IntentLog, ItxData, LogOp, LogSource, LogSourceError};
 use std::sync::Arc;
@@ -62,47 +72,72 @@ impl Filesystem {
     }
 
     /// Logs a write of `data` at `offset` of `object`, made under `hold`, as records in
-    /// offset order: the whole blocks it stored share their buffers (`whole_blocks`, in
-    /// offset order: no copy, and no memory the dirty blocks do not hold already), and the
-    /// rest (parts of blocks, holes) is copied. Each record is exactly the bytes written, so
-    /// the log describes the same change however it is cut into records.
+    /// offset order: the whole blocks it stored (`stored`, in offset order) share their
+    /// buffers (no copy, and no memory the dirty blocks do not hold already) or, written in
+    /// place, are logged as their pointers; the rest (parts of blocks, holes) is copied. The
+    /// records cover exactly the bytes written, so the log describes the same change however
+    /// it is cut into records.
     pub(crate) fn logged_write(
         &self,
         hold: &TxgHold,
         object: u64,
         offset: u64,
         data: &[u8],
-        whole_blocks: Vec<(u64, Bytes)>,
+        stored: Vec<(u64, StoredBlock)>,
     ) {
         if self.intent_log.is_none() {
             return;
         }
         let end = offset + data.len() as u64;
         let mut position = offset;
-        let record = |at: u64, bytes: Bytes| LogOp {
-            kind: LogRecordKind::Write,
-            txg: hold.txg(),
-            object,
-            offset: at,
-            length: bytes.len() as u64,
-            data: ItxData::Copied(bytes),
-        };
         let copied = |from: u64, to: u64| {
             Bytes::copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize])
         };
-        for (at, bytes) in whole_blocks {
+        let record = |at: u64, length: u64, kind: LogRecordKind, data: ItxData| LogOp {
+            kind,
+            txg: hold.txg(),
+            object,
+            offset: at,
+            length,
+            data,
+        };
+        for (at, block) in stored {
+            let (length, kind, data) = match block {
+                StoredBlock::Shared(bytes) => (
+                    bytes.len() as u64,
+                    LogRecordKind::Write,
+                    ItxData::Copied(bytes),
+                ),
+                StoredBlock::InPlace(bp) => (
+                    u64::from(bp.lsize),
+                    LogRecordKind::WriteInPlace,
+                    ItxData::Pointer(bp),
+                ),
+            };
             assert!(
-                at >= position && at + bytes.len() as u64 <= end,
+                at >= position && at + length <= end,
                 "a stored block outside its write, or out of order"
             );
             if at > position {
-                self.log_op(record(position, copied(position, at)));
+                let gap = copied(position, at);
+                self.log_op(record(
+                    position,
+                    gap.len() as u64,
+                    LogRecordKind::Write,
+                    ItxData::Copied(gap),
+                ));
             }
-            position = at + bytes.len() as u64;
-            self.log_op(record(at, bytes));
+            position = at + length;
+            self.log_op(record(at, length, kind, data));
         }
         if position < end {
-            self.log_op(record(position, copied(position, end)));
+            let tail = copied(position, end);
+            self.log_op(record(
+                position,
+                tail.len() as u64,
+                LogRecordKind::Write,
+                ItxData::Copied(tail),
+            ));
         }
     }
 
@@ -180,6 +215,17 @@ impl Filesystem {
                     None,
                 )?;
             }
+            LogRecordKind::WriteInPlace => {
+                let data = self.read_in_place_block(record)?;
+                self.do_write(
+                    hold,
+                    record.object,
+                    record.offset,
+                    &data,
+                    Timestamp::now(),
+                    None,
+                )?;
+            }
             LogRecordKind::Fs => self.replay_op(hold, record.txg, FsOp::decode(&record.data)?)?,
             other => {
                 return Err(FsError::Corrupt(format!(
@@ -188,6 +234,35 @@ impl Filesystem {
             }
         }
         Ok(())
+    }
+
+    /// The block a replayed write in place names (its space claimed by the caller, which
+    /// frees it once the replay wrote the data again). The log block checksummed, but its
+    /// pointer must still name one level-0 block of file data of the record's length, and the
+    /// block must verify against it: the change it carries was acknowledged.
+    fn read_in_place_block(&self, record: &LogRecord) -> Result<Bytes, FsError> {
+        let corrupt = |problem: String| {
+            FsError::Corrupt(format!(
+                "write in place at offset {} of object {} (txg {}): {problem}",
+                record.offset, record.object, record.txg
+            ))
+        };
+        let bp = record
+            .block_pointer()
+            .ok_or_else(|| corrupt("no block pointer".into()))?;
+        if bp.level != 0
+            || bp.object_type != ObjectType::FileData
+            || u64::from(bp.lsize) != record.length
+        {
+            return Err(corrupt(format!(
+                "the logged pointer is a level-{} {:?} block of {} bytes",
+                bp.level, bp.object_type, bp.lsize
+            )));
+        }
+        self.objset
+            .io()
+            .read_block(&bp, IoClass::SyncRead)
+            .map_err(|err| corrupt(format!("reading the logged block: {err}")))
     }
 
     fn replay_op(&self, hold: &TxgHold, txg: u64, op: FsOp) -> Result<(), FsError> {

@@ -381,6 +381,10 @@ pub struct FsStats {
     pub writes: AtomicU64,
     pub write_bytes: AtomicU64,
     pub fsyncs: AtomicU64,
+    /// Synchronous writes whose whole blocks went in place (`logbias=throughput`).
+    pub in_place_writes: AtomicU64,
+    /// Of those, writes that could not go in place and were logged with their data.
+    pub in_place_fallbacks: AtomicU64,
 }
 
 /// A mounted filesystem dataset.

@@ -723,8 +723,9 @@ fn calls_counted(env: &Env, kind: &str) -> u64 {
 
 /// A file opened O_DSYNC is served without the page cache: each write(2) is one WRITE made
 /// durable before it is answered (no FSYNC follows it), a descriptor reading through the page
-/// cache sees every such write, the file can still be mapped shared, and every acknowledged
-/// write survives SIGKILL of the server.
+/// cache sees every such write, whole records go in place under `logbias=throughput`, the
+/// file can still be mapped shared, and every acknowledged write survives SIGKILL of the
+/// server.
 #[test]
 fn o_dsync_writes_are_durable_coherent_and_need_no_fsync() {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -770,6 +771,29 @@ fn o_dsync_writes_are_durable_coherent_and_need_no_fsync() {
         calls_counted(&env, "fsync"),
         fsyncs_before,
         "O_DSYNC writes were followed by FSYNC round trips"
+    );
+    // Under logbias=throughput, set on the live mount, whole records of such writes go in
+    // place and the log holds their pointers.
+    env.ok(&["set", "logbias=throughput", "tank/fs"]);
+    const RECORD: usize = 16 << 10;
+    for step in 0..4u64 {
+        let offset = step as usize * 3 * RECORD;
+        let piece = pattern(2 * RECORD, 200 + step);
+        synced.write_all_at(&piece, offset as u64).unwrap();
+        expected[offset..offset + 2 * RECORD].copy_from_slice(&piece);
+    }
+    let zil = env.ok(&["stat", "zil"]);
+    let header: Vec<&str> = zil.lines().next().unwrap().split_whitespace().collect();
+    let row: Vec<&str> = zil
+        .lines()
+        .find(|line| line.starts_with("tank/fs"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let column = header.iter().position(|name| *name == "INPLACE").unwrap();
+    assert!(
+        row[column] != "0",
+        "no record written in place under logbias=throughput:\n{zil}"
     );
     // Mapped shared through the O_DSYNC descriptor: the kernel allows it and shows the data.
     {
