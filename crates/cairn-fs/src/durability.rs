@@ -181,7 +181,7 @@ impl Filesystem {
             return Ok(());
         }
         if self.intent_log.is_none() {
-            let txg = self.dirty_txg.lock().get(&object).copied();
+            let txg = self.dirty_txg.lock().txgs.get(&object).copied();
             if let Some(txg) = txg
                 && txg > self.txg.last_synced_txg()
             {

@@ -399,7 +399,7 @@ pub struct Filesystem {
     /// Open handles per inode; an inode with no links is freed at its last close.
     opens: Mutex<HashMap<u64, u64>>,
     /// Last txg each inode changed in (what its `fsync` waits for).
-    dirty_txg: Mutex<HashMap<u64, u64>>,
+    dirty_txg: Mutex<DirtyTxgs>,
     space_check: Option<SpaceCheck>,
     intent_log: Option<Arc<cairn_zil::IntentLog>>,
     /// Built to replay the intent log (`for_replay`): an inode whose last name goes is queued
@@ -525,7 +525,7 @@ impl Filesystem {
             stripes: (0..LOCK_STRIPES).map(|_| RwLock::new(())).collect(),
             rename_lock: Mutex::new(()),
             opens: Mutex::new(HashMap::new()),
-            dirty_txg: Mutex::new(HashMap::new()),
+            dirty_txg: Mutex::new(DirtyTxgs::default()),
             space_check: None,
             intent_log: None,
             replaying: false,
@@ -886,15 +886,29 @@ impl Filesystem {
     fn note_dirty(&self, objects: &[u64], txg: u64) {
         let mut dirty = self.dirty_txg.lock();
         for object in objects {
-            let slot = dirty.entry(*object).or_insert(txg);
+            let slot = dirty.txgs.entry(*object).or_insert(txg);
             *slot = (*slot).max(txg);
         }
-        // Forget what has synced, so the map stays the size of what is dirty.
-        if dirty.len() > 4096 {
+        // Forget what has synced, so the map stays the size of what is dirty. Only once it
+        // has doubled since the last sweep: when everything in it is still dirty (20,000
+        // files made within one txg) a sweep per call made each call walk the whole map.
+        if dirty.txgs.len() > dirty.sweep_at_len.max(DIRTY_SWEEP_LEN_MIN) {
             let synced = self.txg.last_synced_txg();
-            dirty.retain(|_, txg| *txg > synced);
+            dirty.txgs.retain(|_, txg| *txg > synced);
+            dirty.sweep_at_len = 2 * dirty.txgs.len();
         }
     }
+}
+
+/// Sweeps of `DirtyTxgs` start at this many inodes.
+const DIRTY_SWEEP_LEN_MIN: usize = 4096;
+
+/// The last txg each inode changed in, swept of synced txgs as it grows (`note_dirty`).
+#[derive(Default)]
+struct DirtyTxgs {
+    txgs: HashMap<u64, u64>,
+    /// The next sweep comes when the map is longer than this.
+    sweep_at_len: usize,
 }
 
 /// Checks that `objset` holds a filesystem of this format (its master node).

@@ -424,7 +424,7 @@ impl Filesystem {
             self.objset.free_object(hold.txg(), attrs.xattr_object);
         }
         self.objset.free_object(hold.txg(), object);
-        self.dirty_txg.lock().remove(&object);
+        self.dirty_txg.lock().txgs.remove(&object);
     }
 
     /// Renames `old_dir/old_name` to `new_dir/new_name`.
