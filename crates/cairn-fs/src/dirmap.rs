@@ -146,11 +146,18 @@ impl<'a> DirMap<'a> {
         let header = self.header()?;
         let hash = self.hash(&header, name);
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
-        let leaf = self.leaf(leaf_number)?;
-        Ok(leaf
-            .entries
-            .into_iter()
-            .find(|entry| entry.key >> COLLISION_BITS == hash && entry.name == name))
+        let block = self.read(LEAF_START_BLKID + leaf_number)?;
+        let mut found = None;
+        self.scan_leaf(leaf_number, &block, |key, entry_name, value| {
+            if found.is_none() && key >> COLLISION_BITS == hash && entry_name == name {
+                found = Some(Entry {
+                    key,
+                    name: entry_name.to_vec(),
+                    value: value.to_vec(),
+                });
+            }
+        })?;
+        Ok(found)
     }
 
     /// Adds `name` → `value`; `Exists` if the name is there. Returns the new entry's key.
@@ -449,14 +456,38 @@ impl<'a> DirMap<'a> {
 
     fn leaf(&self, number: u64) -> Result<Leaf, FsError> {
         let block = self.read(LEAF_START_BLKID + number)?;
+        let mut entries = Vec::new();
+        let local_depth = self.scan_leaf(number, &block, |key, name, value| {
+            entries.push(Entry {
+                key,
+                name: name.to_vec(),
+                value: value.to_vec(),
+            });
+        })?;
+        Ok(Leaf {
+            local_depth,
+            entries,
+        })
+    }
+
+    /// Walks leaf `number`'s entries in `block` in place, checking each against the block's
+    /// bounds and the keys' order (a damaged leaf is an error, never a guess), and hands each
+    /// to `each` without copying it; returns the leaf's local depth. Lookups use it directly:
+    /// decoding a whole leaf into owned entries cost an allocation per name for every lookup.
+    fn scan_leaf(
+        &self,
+        number: u64,
+        block: &[u8],
+        mut each: impl FnMut(u64, &[u8], &[u8]),
+    ) -> Result<u32, FsError> {
         let magic = u32::from_le_bytes(block[0..4].try_into().unwrap_or([0; 4]));
         if magic != LEAF_MAGIC {
             return Err(self.corrupt(&format!("leaf {number}: bad magic")));
         }
         let local_depth = u32::from(block[4]);
         let count = u16::from_le_bytes([block[6], block[7]]) as usize;
-        let mut entries = Vec::with_capacity(count);
         let mut at = LEAF_HEADER_BYTES;
+        let mut previous_key = None;
         for _ in 0..count {
             let fixed = block
                 .get(at..at + ENTRY_FIXED_BYTES)
@@ -470,20 +501,14 @@ impl<'a> DirMap<'a> {
             if end > block.len() || value_len > VALUE_BYTES_MAX || key >> KEY_BITS != 0 {
                 return Err(self.corrupt(&format!("leaf {number}: entry out of bounds")));
             }
-            entries.push(Entry {
-                key,
-                name: block[name_at..value_at].to_vec(),
-                value: block[value_at..end].to_vec(),
-            });
+            if previous_key.is_some_and(|previous| previous >= key) {
+                return Err(self.corrupt(&format!("leaf {number}: keys out of order")));
+            }
+            previous_key = Some(key);
+            each(key, &block[name_at..value_at], &block[value_at..end]);
             at = end;
         }
-        if !entries.windows(2).all(|pair| pair[0].key < pair[1].key) {
-            return Err(self.corrupt(&format!("leaf {number}: keys out of order")));
-        }
-        Ok(Leaf {
-            local_depth,
-            entries,
-        })
+        Ok(local_depth)
     }
 
     fn write_leaf(&self, tx: Tx<'_>, number: u64, leaf: &Leaf) {
