@@ -90,9 +90,6 @@ impl Filesystem {
         }
         let end = offset + data.len() as u64;
         let mut position = offset;
-        let copied = |from: u64, to: u64| {
-            Bytes::copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize])
-        };
         let record = |at: u64, length: u64, kind: LogRecordKind, data: ItxData| LogOp {
             kind,
             txg: hold.txg(),
@@ -100,6 +97,16 @@ impl Filesystem {
             offset: at,
             length,
             data,
+        };
+        let copied = |from: u64, to: u64| {
+            let bytes =
+                Bytes::copy_from_slice(&data[(from - offset) as usize..(to - offset) as usize]);
+            record(
+                from,
+                to - from,
+                LogRecordKind::Write,
+                ItxData::Copied(bytes),
+            )
         };
         for (at, block) in stored {
             let (length, kind, data) = match block {
@@ -119,25 +126,13 @@ impl Filesystem {
                 "a stored block outside its write, or out of order"
             );
             if at > position {
-                let gap = copied(position, at);
-                self.log_op(record(
-                    position,
-                    gap.len() as u64,
-                    LogRecordKind::Write,
-                    ItxData::Copied(gap),
-                ));
+                self.log_op(copied(position, at));
             }
             position = at + length;
             self.log_op(record(at, length, kind, data));
         }
         if position < end {
-            let tail = copied(position, end);
-            self.log_op(record(
-                position,
-                tail.len() as u64,
-                LogRecordKind::Write,
-                ItxData::Copied(tail),
-            ));
+            self.log_op(copied(position, end));
         }
     }
 
