@@ -1039,6 +1039,16 @@ struct Scenario {
     trip_after_ops: u64,
 }
 
+/// Closes `pool`, opens it read-only and asserts its `check` (what `cairn pool check` runs)
+/// is clean; `what` names the case in the message.
+fn assert_clean_after_close(pool: Pool, dir: &Path, what: &str) {
+    pool.close().expect("close");
+    let pool = import(dir, false, true).expect("read-only import");
+    let report = pool.check().expect("check");
+    assert!(report.is_clean(), "{what}: {:?}", report.problems());
+    pool.close().expect("close");
+}
+
 fn scenario(seed: u64) -> Scenario {
     let mut rng = Rng(seed ^ 0xf5c4);
     let sync_always = seed % 5 == 4;
@@ -1566,11 +1576,7 @@ fn changes_to_a_file_unlinked_while_open_replay_and_the_file_goes() {
         "the delete queue was drained"
     );
     drop(fs);
-    pool.close().expect("close");
-    let pool = import(dir.path(), false, true).expect("read-only import");
-    let report = pool.check().expect("check");
-    assert!(report.is_clean(), "{:?}", report.problems());
-    pool.close().expect("close");
+    assert_clean_after_close(pool, dir.path(), "");
 }
 
 /// Truncating (or punching) inside what is a hole past a small file's single block creates no
@@ -1623,11 +1629,7 @@ fn truncating_into_a_hole_past_a_small_block_creates_no_block_there() {
             "{name}: contents"
         );
         drop(fs);
-        pool.close().expect("close");
-        let pool = import(dir.path(), false, true).expect("read-only import");
-        let report = pool.check().expect("check");
-        assert!(report.is_clean(), "{name}: {:?}", report.problems());
-        pool.close().expect("close");
+        assert_clean_after_close(pool, dir.path(), name);
     }
 }
 
@@ -1664,11 +1666,7 @@ fn punching_a_hole_past_a_small_block_lets_the_file_grow_later() {
     pool.sync().expect("sync");
     assert!(fs.read(file, 0, 40_000).expect("read") == expected);
     drop(fs);
-    pool.close().expect("close");
-    let pool = import(dir.path(), false, true).expect("read-only import");
-    let report = pool.check().expect("check");
-    assert!(report.is_clean(), "{:?}", report.problems());
-    pool.close().expect("close");
+    assert_clean_after_close(pool, dir.path(), "");
 }
 
 /// Under `logbias=throughput` a synchronous write's whole blocks go to their final place at
@@ -1735,9 +1733,5 @@ fn sync_writes_in_place_replay_from_their_blocks_after_a_power_cut() {
         "the write in place came back different"
     );
     drop(fs);
-    pool.close().expect("close");
-    let pool = import(dir.path(), false, true).expect("read-only import");
-    let report = pool.check().expect("check");
-    assert!(report.is_clean(), "{:?}", report.problems());
-    pool.close().expect("close");
+    assert_clean_after_close(pool, dir.path(), "");
 }
