@@ -6,9 +6,16 @@
 //! created (empty, as `touch` would) through the filesystem layer itself, not FUSE (the kernel
 //! round trip would hide the directory's cost); at each checkpoint the creation rate since the
 //! previous one is printed, then `--lookups` lookups of random existing names are timed one by
-//! one: mean and p99 in microseconds, the cache warm as a running server's would be. Txgs sync
-//! on their usual schedule underneath. The last line gives the ratio of the mean lookup at the
-//! largest size to the smallest (the target: ≤ 2).
+//! one, twice: right away, while the newest entries are still dirty in memory (txgs sync on
+//! their usual schedule underneath), and after a txg sync, the directory at rest (the lookups
+//! then read the published tree, through the object set's memo). Mean and p99 in
+//! microseconds, the cache warm as a running server's would be. Then the ratio of the mean
+//! lookup at the largest size to the smallest (the target: ≤ 2).
+//!
+//! A control follows: as many files again in directories of the smallest size, and lookups
+//! of random names in random ones of them. They touch as much memory as the lookups in the
+//! large directory, so the ratio of the two separates what a directory's size costs from
+//! what a working set larger than the CPU's caches costs any structure.
 //!
 //! `cargo run --release -p cairn-bench --bin dir-scale -- [--dir DIR] [--files N] [--lookups K]`
 
@@ -63,6 +70,35 @@ impl Rng {
     }
 }
 
+/// Times `count` lookups of random existing names one by one: (mean, p99) in microseconds.
+fn time_lookups(
+    fs: &cairn_fs::Filesystem,
+    dir: u64,
+    created: u64,
+    count: u64,
+    rng: &mut Rng,
+) -> Result<(f64, f64)> {
+    let mut latencies_us = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let wanted = name(rng.below(created));
+        let asked = Instant::now();
+        let (object, _) = fs.lookup(dir, &wanted)?;
+        latencies_us.push(asked.elapsed().as_secs_f64() * 1e6);
+        std::hint::black_box(object);
+    }
+    Ok(mean_and_p99(latencies_us))
+}
+
+fn mean_and_p99(mut latencies_us: Vec<f64>) -> (f64, f64) {
+    latencies_us.sort_by(f64::total_cmp);
+    let mean = latencies_us.iter().sum::<f64>() / latencies_us.len().max(1) as f64;
+    let p99 = latencies_us
+        .get(latencies_us.len() * 99 / 100)
+        .copied()
+        .unwrap_or(0.0);
+    (mean, p99)
+}
+
 fn main() -> Result<()> {
     let args = parse_args()?;
     if args.dir.exists() {
@@ -102,9 +138,9 @@ fn main() -> Result<()> {
         .collect();
     checkpoints.push(args.files);
     println!(
-        "| entries | creates/s (since the previous row) | lookup mean (µs) | lookup p99 (µs) |"
+        "| entries | creates/s (since the previous row) | lookup mean (µs) | lookup p99 (µs) | newest dirty: mean (µs) | p99 (µs) |"
     );
-    println!("|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|");
     let mut created = 0u64;
     let mut rng = Rng(42);
     let mut means = Vec::new();
@@ -116,29 +152,77 @@ fn main() -> Result<()> {
             created += 1;
         }
         let creates_per_s = (created - before) as f64 / started.elapsed().as_secs_f64();
-        let mut latencies_us = Vec::with_capacity(args.lookups as usize);
-        for _ in 0..args.lookups {
-            let wanted = name(rng.below(created));
-            let asked = Instant::now();
-            let (object, _) = fs.lookup(dir, &wanted)?;
-            latencies_us.push(asked.elapsed().as_secs_f64() * 1e6);
-            std::hint::black_box(object);
-        }
-        latencies_us.sort_by(f64::total_cmp);
-        let mean = latencies_us.iter().sum::<f64>() / latencies_us.len().max(1) as f64;
-        let p99 = latencies_us
-            .get(latencies_us.len() * 99 / 100)
-            .copied()
-            .unwrap_or(0.0);
-        println!("| {target} | {creates_per_s:.0} | {mean:.2} | {p99:.2} |");
-        means.push((target, mean));
-    }
-    if let (Some((small, first)), Some((large, last))) = (means.first(), means.last()) {
+        // First while the newest entries are still dirty (as a busy server sees them), then
+        // once all of them are synced (a directory at rest: what the target is about).
+        let (dirty_mean, dirty_p99) = time_lookups(&fs, dir, created, args.lookups, &mut rng)?;
+        pool.sync()?;
+        let (mean, p99) = time_lookups(&fs, dir, created, args.lookups, &mut rng)?;
         println!(
-            "\nmean lookup at {large} entries / at {small}: {:.2}× (target: ≤ 2×)",
-            last / first
+            "| {target} | {creates_per_s:.0} | {mean:.2} | {p99:.2} | {dirty_mean:.2} | {dirty_p99:.2} |"
+        );
+        means.push((target, mean, dirty_mean));
+    }
+    if let (Some((small, first, first_dirty)), Some((large, last, last_dirty))) =
+        (means.first(), means.last())
+    {
+        println!(
+            "\nmean lookup at {large} entries / at {small}: {:.2}× synced (target: ≤ 2×), {:.2}× with the newest entries dirty",
+            last / first,
+            last_dirty / first_dirty
         );
     }
+    // The control: as many files again, in directories of the smallest size. Lookups over
+    // them touch as much memory as lookups in the one large directory, so the difference
+    // between the two is what the directory's size costs, apart from the CPU's caches.
+    let small = means.first().map_or(1_000, |(entries, _, _)| *entries);
+    let directories = (args.files / small).max(1);
+    let started = Instant::now();
+    let mut small_dirs = Vec::with_capacity(directories as usize);
+    for d in 0..directories {
+        let (sub, _) = fs.mkdir(
+            fs.root(),
+            format!("small-{d:06}").as_bytes(),
+            inode(FileKind::Directory, 0o755),
+        )?;
+        for index in 0..small {
+            fs.create(sub, &name(index), inode(FileKind::File, 0o644))?;
+        }
+        small_dirs.push(sub);
+    }
+    let control_creates_per_s = (directories * small) as f64 / started.elapsed().as_secs_f64();
+    pool.sync()?;
+    let mut latencies_us = Vec::with_capacity(args.lookups as usize);
+    for _ in 0..args.lookups {
+        let sub = small_dirs[rng.below(directories) as usize];
+        let wanted = name(rng.below(small));
+        let asked = Instant::now();
+        let (object, _) = fs.lookup(sub, &wanted)?;
+        latencies_us.push(asked.elapsed().as_secs_f64() * 1e6);
+        std::hint::black_box(object);
+    }
+    let (control_mean, control_p99) = mean_and_p99(latencies_us);
+    println!(
+        "\ncontrol: {directories} directories of {small} entries ({control_creates_per_s:.0} creates/s), synced: lookup mean {control_mean:.2} µs, p99 {control_p99:.2} µs"
+    );
+    if let Some((large, last, _)) = means.last() {
+        println!(
+            "mean lookup in one directory of {large} / in directories of {small} holding as many files: {:.2}×",
+            last / control_mean
+        );
+    }
+    let memo = fs.objset().memo_stats();
+    println!(
+        "object set memos at the end: dnodes {} ({} MiB, {} hits, {} misses), blocks {} ({} MiB, {} hits, {} misses), generation budget {} MiB",
+        memo.dnodes.entries,
+        memo.dnodes.bytes >> 20,
+        memo.dnodes.hits,
+        memo.dnodes.misses,
+        memo.blocks.entries,
+        memo.blocks.bytes >> 20,
+        memo.blocks.hits,
+        memo.blocks.misses,
+        memo.generation_bytes_max >> 20
+    );
     drop(fs);
     pool.export()?;
     std::fs::remove_dir_all(&args.dir)?;

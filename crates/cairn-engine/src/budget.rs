@@ -28,7 +28,9 @@
 //! Known gaps: the dirty-data limit is enforced per pool (each pool has its own txg engine), so
 //! a server whose several pools are all flooded at once can hold that many times `dirty` (and
 //! `sync_io`); the intent-log allowance assumes at most four lanes commit at once, which many
-//! busy volumes can exceed. Both wait for a process-wide accounting of dirty data.
+//! busy volumes can exceed. Both wait for a process-wide accounting of dirty data. Each object
+//! set's memo of published dnodes and directory blocks (`cairn-object`'s `memo`) is bounded
+//! by a fraction of the ARC's target per object set, not counted here.
 //!
 //! Invariant: every allowance is at least what one largest request needs, so a request larger
 //! than what remains of an allowance waits for the others to drain and then proceeds alone;

@@ -148,14 +148,16 @@ impl<'a> DirMap<'a> {
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
         let block = self.read(LEAF_START_BLKID + leaf_number)?;
         let mut found = None;
+        // Entries are sorted by key: the scan stops at the first key past the name's hash.
         self.scan_leaf(leaf_number, &block, |key, entry_name, value| {
-            if found.is_none() && key >> COLLISION_BITS == hash && entry_name == name {
+            if key >> COLLISION_BITS == hash && entry_name == name {
                 found = Some(Entry {
                     key,
                     name: entry_name.to_vec(),
                     value: value.to_vec(),
                 });
             }
+            found.is_none() && key >> COLLISION_BITS <= hash
         })?;
         Ok(found)
     }
@@ -463,6 +465,7 @@ impl<'a> DirMap<'a> {
                 name: name.to_vec(),
                 value: value.to_vec(),
             });
+            true
         })?;
         Ok(Leaf {
             local_depth,
@@ -472,13 +475,14 @@ impl<'a> DirMap<'a> {
 
     /// Walks leaf `number`'s entries in `block` in place, checking each against the block's
     /// bounds and the keys' order (a damaged leaf is an error, never a guess), and hands each
-    /// to `each` without copying it; returns the leaf's local depth. Lookups use it directly:
-    /// decoding a whole leaf into owned entries cost an allocation per name for every lookup.
+    /// to `each` without copying it, until `each` returns false; returns the leaf's local
+    /// depth. Lookups use it directly: decoding a whole leaf into owned entries cost an
+    /// allocation per name for every lookup.
     fn scan_leaf(
         &self,
         number: u64,
         block: &[u8],
-        mut each: impl FnMut(u64, &[u8], &[u8]),
+        mut each: impl FnMut(u64, &[u8], &[u8]) -> bool,
     ) -> Result<u32, FsError> {
         let magic = u32::from_le_bytes(block[0..4].try_into().unwrap_or([0; 4]));
         if magic != LEAF_MAGIC {
@@ -505,7 +509,9 @@ impl<'a> DirMap<'a> {
                 return Err(self.corrupt(&format!("leaf {number}: keys out of order")));
             }
             previous_key = Some(key);
-            each(key, &block[name_at..value_at], &block[value_at..end]);
+            if !each(key, &block[name_at..value_at], &block[value_at..end]) {
+                break;
+            }
             at = end;
         }
         Ok(local_depth)

@@ -607,17 +607,22 @@ impl Filesystem {
 
     /// The attributes of inode `object`.
     pub fn getattr(&self, object: u64) -> Result<InodeAttrs, FsError> {
-        let dnode = self.objset.dnode(object).map_err(not_found_if_missing)?;
-        if dnode.is_free()
-            || !matches!(
-                dnode.object_type,
-                ObjectType::FileData | ObjectType::Directory
-            )
-            || object <= DELETE_QUEUE_OBJECT && object != ROOT_OBJECT
-        {
+        if object <= DELETE_QUEUE_OBJECT && object != ROOT_OBJECT {
             return Err(FsError::NotFound);
         }
-        InodeAttrs::decode(object, &dnode.bonus)
+        self.objset
+            .with_dnode(object, |dnode| {
+                if dnode.is_free()
+                    || !matches!(
+                        dnode.object_type,
+                        ObjectType::FileData | ObjectType::Directory
+                    )
+                {
+                    return Err(FsError::NotFound);
+                }
+                InodeAttrs::decode(object, &dnode.bonus)
+            })
+            .map_err(not_found_if_missing)?
     }
 
     /// The inode `name` in directory `dir` names.

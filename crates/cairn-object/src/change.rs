@@ -35,11 +35,11 @@ fn new_indirect_bytes(state: &crate::State, txg: u64, object: u64, blkid: u64) -
         .range(..=txg)
         .rev()
         .find_map(|(_, changes)| changes.dnodes.get(&object))
-        .or_else(|| state.dnodes.get(&object));
+        .or_else(|| state.dnodes.peek(object));
     let Some(dnode) = current else {
         return 0;
     };
-    let synced = state.dnodes.get(&object).filter(|synced| {
+    let synced = state.dnodes.peek(object).filter(|synced| {
         !synced.is_free()
             && synced.used_bytes > 0
             && synced.birth_txg == dnode.birth_txg
@@ -472,7 +472,7 @@ impl ObjectSet {
             .changes
             .get(&txg)
             .and_then(|changes| changes.dnodes.get(&object))
-            .or_else(|| state.dnodes.get(&object))
+            .or_else(|| state.dnodes.peek(object))
             .map_or(1, |dnode| {
                 if dnode.object_type.is_metadata(0) {
                     2

@@ -37,6 +37,7 @@ mod change;
 mod check;
 mod cow;
 mod error;
+mod memo;
 mod objset;
 mod patch;
 mod read;
@@ -44,6 +45,7 @@ mod sync;
 mod tree;
 
 pub use error::ObjectError;
+pub use memo::{MEMO_GENERATION_ARC_DIVISOR, MEMO_GENERATION_BYTES_MIN, MemoCounts, MemoStats};
 pub use objset::{ObjsetSpace, is_all_zero, object_set_bytes_max};
 pub use patch::PatchStats;
 pub use read::read_objset_phys;
@@ -90,6 +92,25 @@ impl BlockChange {
     }
 }
 
+/// A memoised level-0 block, valid while its object's synced dnode has this birth txg and
+/// block size (the meta-dnode's blocks: 0 and 0).
+#[derive(Clone)]
+struct MemoBlock {
+    birth_txg: u64,
+    data_block_size: u32,
+    data: Bytes,
+}
+
+/// A generation a memo replaced (see `memo`), held only to be dropped outside the lock.
+#[allow(dead_code)]
+enum Retired {
+    Dnodes(memo::Retired<u64, Dnode>),
+    Blocks(memo::Retired<(u64, u64), MemoBlock>),
+}
+
+/// The memo's object number for the meta-dnode's own blocks (no object has it).
+const MEMO_META_OBJECT: u64 = u64::MAX;
+
 #[derive(Default)]
 struct TxgChanges {
     blocks: BTreeMap<(u64, u64), BlockChange>,
@@ -105,8 +126,13 @@ struct TxgChanges {
 struct State {
     root_bp: BlockPointer,
     meta_dnode: Dnode,
-    /// Synced dnodes loaded so far.
-    dnodes: BTreeMap<u64, Dnode>,
+    /// Synced dnodes recently used (bounded; a miss reads the tree: `memo`).
+    dnodes: memo::Memo<u64, Dnode>,
+    /// Level-0 blocks of the published tree, of hashed maps and of the meta-dnode
+    /// (`MEMO_META_OBJECT`), recently used (`memo`).
+    blocks: memo::Memo<(u64, u64), MemoBlock>,
+    /// Memo generations replaced under the lock, dropped outside it.
+    retired: Vec<Retired>,
     changes: BTreeMap<u64, TxgChanges>,
     last_synced_txg: u64,
     /// Bytes allocated by the whole object set (all copies), as of the last publish.

@@ -3,6 +3,7 @@
 //! declared in the crate root so every module of the crate shares its fields.
 
 use crate::check::check_dnode;
+use crate::memo::Memo;
 use crate::read::{TreeReader, read_objset_phys};
 use crate::{ObjectError, ObjectSet, State};
 use cairn_arc::{CacheMode, CachePolicy, CachedIo, StreamConfig, StreamDetector};
@@ -110,7 +111,9 @@ impl ObjectSet {
             state: Mutex::new(State {
                 root_bp: BlockPointer::HOLE,
                 meta_dnode: empty_meta_dnode(),
-                dnodes: BTreeMap::new(),
+                dnodes: Memo::new(),
+                blocks: Memo::new(),
+                retired: Vec::new(),
                 changes: BTreeMap::new(),
                 last_synced_txg: 0,
                 used_bytes: 0,
@@ -143,7 +146,9 @@ impl ObjectSet {
                 } else {
                     phys.meta_dnode
                 },
-                dnodes: BTreeMap::new(),
+                dnodes: Memo::new(),
+                blocks: Memo::new(),
+                retired: Vec::new(),
                 changes: BTreeMap::new(),
                 last_synced_txg: synced_txg,
                 used_bytes,

@@ -440,7 +440,7 @@ impl ObjectSet {
         if policy.primary != CacheMode::All {
             return;
         }
-        let dnode = match self.state.lock().dnodes.get(&object) {
+        let dnode = match self.state.lock().dnodes.peek(object) {
             Some(dnode) => dnode.clone(),
             None => return,
         };

@@ -4,8 +4,9 @@
 //! followed.
 
 use crate::check::{check_child, check_dnode};
+use crate::memo::{self, block_memo_bytes, dnode_memo_bytes, memoised, unlock_dropping_retired};
 use crate::patch::{Base, cloned_patches, merge, version_chain};
-use crate::{ObjectError, ObjectSet, State, tree};
+use crate::{MEMO_META_OBJECT, MemoBlock, ObjectError, ObjectSet, Retired, State, tree};
 use bytes::Bytes;
 use cairn_arc::{CacheMode, CachePolicy, CachedIo};
 use cairn_device::queue::IoClass;
@@ -18,13 +19,36 @@ use std::sync::Arc;
 impl ObjectSet {
     /// The newest version of a dnode: pending changes first, then the synced tree.
     pub fn dnode(&self, object: u64) -> Result<Dnode, ObjectError> {
-        let mut state = self.state.lock();
-        for changes in state.changes.values().rev() {
-            if let Some(dnode) = changes.dnodes.get(&object) {
-                return Ok(dnode.clone());
+        self.with_dnode(object, Dnode::clone)
+    }
+
+    /// Calls `f` with the dnode of `object` as `dnode` would return it, without copying it
+    /// (a file's attributes are read on every lookup; the copy was most of its cost).
+    pub fn with_dnode<R>(
+        &self,
+        object: u64,
+        f: impl FnOnce(&Dnode) -> R,
+    ) -> Result<R, ObjectError> {
+        let budget = self.memo_generation_bytes_max();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        let result = if let Some(dnode) = state
+            .changes
+            .values()
+            .rev()
+            .find_map(|changes| changes.dnodes.get(&object))
+        {
+            Ok(f(dnode))
+        } else {
+            let (hit, retired) = state.dnodes.get(object, budget);
+            state.retired.extend(retired.map(Retired::Dnodes));
+            match hit {
+                Some(dnode) => Ok(f(dnode)),
+                None => self.synced_dnode(state, object).map(|dnode| f(&dnode)),
             }
-        }
-        self.synced_dnode(&mut state, object)
+        };
+        unlock_dropping_retired(guard);
+        result
     }
 
     pub(crate) fn synced_dnode(
@@ -32,12 +56,15 @@ impl ObjectSet {
         state: &mut State,
         object: u64,
     ) -> Result<Dnode, ObjectError> {
-        if let Some(dnode) = state.dnodes.get(&object) {
-            return Ok(dnode.clone());
+        let budget = self.memo_generation_bytes_max();
+        let (hit, retired) = state.dnodes.get(object, budget);
+        let hit = hit.cloned();
+        state.retired.extend(retired.map(Retired::Dnodes));
+        if let Some(dnode) = hit {
+            return Ok(dnode);
         }
         let block_id = object / DNODES_PER_BLOCK;
-        let meta = state.meta_dnode.clone();
-        let dnode = match read_tree_block(&self.reader(), &meta, block_id)? {
+        let dnode = match self.meta_block(state, block_id, budget)? {
             None => Dnode::free(),
             Some(block) => {
                 let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
@@ -50,8 +77,58 @@ impl ObjectSet {
                 dnode
             }
         };
-        state.dnodes.insert(object, dnode.clone());
+        let retired = state
+            .dnodes
+            .insert(object, dnode.clone(), dnode_memo_bytes(&dnode), budget);
+        state.retired.extend(retired.map(Retired::Dnodes));
         Ok(dnode)
+    }
+
+    /// Block `block_id` of the meta-dnode (32 dnodes), from the memo or the tree.
+    fn meta_block(
+        &self,
+        state: &mut State,
+        block_id: u64,
+        budget: u64,
+    ) -> Result<Option<Bytes>, ObjectError> {
+        let key = (MEMO_META_OBJECT, block_id);
+        let (hit, retired) = state.blocks.get(key, budget);
+        let hit = hit.map(|memo| memo.data.clone());
+        state.retired.extend(retired.map(Retired::Blocks));
+        if hit.is_some() {
+            return Ok(hit);
+        }
+        let meta = state.meta_dnode.clone();
+        let block = read_tree_block(&self.reader(), &meta, block_id)?;
+        if let Some(data) = &block
+            && self.cache_mode().primary != CacheMode::None
+        {
+            let memo = MemoBlock {
+                birth_txg: 0,
+                data_block_size: 0,
+                data: data.clone(),
+            };
+            let retired = state
+                .blocks
+                .insert(key, memo, block_memo_bytes(data), budget);
+            state.retired.extend(retired.map(Retired::Blocks));
+        }
+        Ok(block)
+    }
+
+    /// The memos' sizes and use (`memo`).
+    pub fn memo_stats(&self) -> memo::MemoStats {
+        let state = self.state.lock();
+        memo::MemoStats {
+            dnodes: state.dnodes.counts(),
+            blocks: state.blocks.counts(),
+            generation_bytes_max: self.memo_generation_bytes_max(),
+        }
+    }
+
+    /// A memo generation's byte budget now (`memo`): it follows the ARC's target.
+    pub(crate) fn memo_generation_bytes_max(&self) -> u64 {
+        memo::generation_bytes_max(self.io.cache().target_bytes())
     }
 
     /// Reads block `blkid` of `object`; `None` is a hole (reads as zeros).
@@ -84,32 +161,98 @@ impl ObjectSet {
         below: Option<u64>,
         cached_only: bool,
     ) -> Result<Option<Bytes>, ObjectError> {
-        let (patches, dnode) = {
-            let mut state = self.state.lock();
-            let (txgs, base) = version_chain(&state, object, blkid, below)?;
-            let patches = cloned_patches(&state, object, blkid, &txgs);
-            match base {
-                Base::Version(version) => return Ok(merge(version, &patches)),
-                Base::Tree if cached_only => {
-                    let dnode = state
-                        .dnodes
-                        .get(&object)
-                        .cloned()
-                        .ok_or(ObjectError::NotCached)?;
-                    (patches, dnode)
-                }
-                Base::Tree => (patches, self.synced_dnode(&mut state, object)?),
+        let (patches, dnode, published) = {
+            let mut guard = self.state.lock();
+            let state = &mut *guard;
+            let (txgs, base) = version_chain(state, object, blkid, below)?;
+            let patches = cloned_patches(state, object, blkid, &txgs);
+            if matches!(base, Base::Tree)
+                && let Some(hit) = self.memoised_block(state, object, blkid)
+            {
+                unlock_dropping_retired(guard);
+                return hit.map(|data| merge(Some(data), &patches));
             }
+            let dnode = match base {
+                Base::Version(version) => return Ok(merge(version, &patches)),
+                Base::Tree if cached_only => state
+                    .dnodes
+                    .peek(object)
+                    .cloned()
+                    .ok_or(ObjectError::NotCached)?,
+                Base::Tree => self.synced_dnode(state, object)?,
+            };
+            if dnode.is_free() {
+                unlock_dropping_retired(guard);
+                return Err(ObjectError::NoSuchObject(object));
+            }
+            let published = state.last_synced_txg;
+            unlock_dropping_retired(guard);
+            (patches, dnode, published)
         };
-        if dnode.is_free() {
-            return Err(ObjectError::NoSuchObject(object));
-        }
+        let mode = self.cache_mode();
         let reader = TreeReader {
             io: &self.io,
-            mode: self.cache_mode(),
+            mode,
             cached_only,
         };
-        Ok(merge(read_tree_block(&reader, &dnode, blkid)?, &patches))
+        let block = read_tree_block(&reader, &dnode, blkid)?;
+        if let Some(data) = &block
+            && memoised(&dnode)
+            && mode.primary != CacheMode::None
+        {
+            self.memoise_block(object, blkid, &dnode, data, published);
+        }
+        Ok(merge(block, &patches))
+    }
+
+    /// The published version of a block when both its dnode and the block are in the memo
+    /// (the common case for a directory at rest: no copy of the dnode, no walk); `None` when
+    /// either is not.
+    fn memoised_block(
+        &self,
+        state: &mut State,
+        object: u64,
+        blkid: u64,
+    ) -> Option<Result<Bytes, ObjectError>> {
+        let budget = self.memo_generation_bytes_max();
+        let (dnode, retired) = state.dnodes.get(object, budget);
+        state.retired.extend(retired.map(Retired::Dnodes));
+        let dnode = dnode?;
+        if dnode.is_free() {
+            return Some(Err(ObjectError::NoSuchObject(object)));
+        }
+        if !memoised(dnode) {
+            return None;
+        }
+        let (block, retired) = state.blocks.get((object, blkid), budget);
+        let data = block
+            .filter(|memo| {
+                memo.birth_txg == dnode.birth_txg && memo.data_block_size == dnode.data_block_size
+            })
+            .map(|memo| memo.data.clone());
+        state.retired.extend(retired.map(Retired::Blocks));
+        data.map(Ok)
+    }
+
+    /// Keeps a block just read from the published tree in the memo, unless a txg was published
+    /// since the read began (the block may have changed: see `memo`).
+    fn memoise_block(&self, object: u64, blkid: u64, dnode: &Dnode, data: &Bytes, published: u64) {
+        let budget = self.memo_generation_bytes_max();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        if state.last_synced_txg != published {
+            return;
+        }
+        let memo = MemoBlock {
+            birth_txg: dnode.birth_txg,
+            data_block_size: dnode.data_block_size,
+            data: data.clone(),
+        };
+        let retired = state
+            .blocks
+            .insert((object, blkid), memo, block_memo_bytes(data), budget);
+        state.retired.extend(retired.map(Retired::Blocks));
+        unlock_dropping_retired(guard);
     }
 
     /// Tells the object set a client read blocks `first .. first + count` of `object`: a read
@@ -171,7 +314,7 @@ impl ObjectSet {
                 })
                 .collect();
             let dnode = if cached_only {
-                state.dnodes.get(&object).cloned()?
+                state.dnodes.peek(object).cloned()?
             } else {
                 self.synced_dnode(&mut state, object).ok()?
             };

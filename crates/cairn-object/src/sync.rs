@@ -3,9 +3,14 @@
 //! `SyncedObjset` that `publish` makes current once the pool has committed the txg.
 
 use crate::cow::TreeWriter;
+use crate::memo::{block_memo_bytes, dnode_memo_bytes, memoised, unlock_dropping_retired};
 use crate::read::read_tree_block;
-use crate::{BlockChange, ObjectError, ObjectSet, SyncedObjset};
+use crate::{
+    BlockChange, MEMO_META_OBJECT, MemoBlock, ObjectError, ObjectSet, Retired, SyncedObjset,
+    is_all_zero,
+};
 use bytes::Bytes;
+use cairn_arc::CacheMode;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_SIZE, DNODES_PER_BLOCK};
 use cairn_format::{Dnode, ObjectType, ObjsetPhys};
 use cairn_pipeline::WriteBatch;
@@ -162,17 +167,58 @@ impl ObjectSet {
 
     /// Makes a synced txg's tree current and forgets its change set.
     pub fn publish(&self, synced: SyncedObjset) {
-        let mut state = self.state.lock();
+        let budget = self.memo_generation_bytes_max();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
         assert!(synced.txg > state.last_synced_txg);
         state.root_bp = synced.root_bp;
         state.used_bytes = synced.used_bytes;
         state.meta_dnode = synced.meta_dnode;
-        for (object, dnode) in synced.dnodes {
-            state.dnodes.insert(object, dnode);
+        // The memo holds the published tree: what this txg changed is replaced by its new
+        // version (the blocks a lookup reads next are the ones just written), or forgotten.
+        let memo_on = self.cache_mode().primary != CacheMode::None;
+        if let Some(changes) = state.changes.get(&synced.txg) {
+            for (&(object, blkid), change) in &changes.blocks {
+                let dnode = synced.dnodes.get(&object);
+                match (&change.data, dnode) {
+                    (Some(data), Some(dnode))
+                        if memo_on
+                            && memoised(dnode)
+                            && change.patch.is_none()
+                            && !is_all_zero(data) =>
+                    {
+                        let memo = MemoBlock {
+                            birth_txg: dnode.birth_txg,
+                            data_block_size: dnode.data_block_size,
+                            data: data.clone(),
+                        };
+                        let bytes = block_memo_bytes(data);
+                        let retired = state.blocks.insert((object, blkid), memo, bytes, budget);
+                        state.retired.extend(retired.map(Retired::Blocks));
+                    }
+                    _ => state.blocks.remove((object, blkid)),
+                }
+            }
         }
-        state.changes.remove(&synced.txg);
+        // The dnodes themselves go into their own memo below, so rewritten dnode blocks are
+        // only forgotten (memoising them too pushed directory blocks out for nothing).
+        if state.blocks.len() > 0 {
+            for &object in synced.dnodes.keys() {
+                state
+                    .blocks
+                    .remove((MEMO_META_OBJECT, object / DNODES_PER_BLOCK));
+            }
+        }
+        for (object, dnode) in synced.dnodes {
+            let bytes = dnode_memo_bytes(&dnode);
+            let retired = state.dnodes.insert(object, dnode, bytes, budget);
+            state.retired.extend(retired.map(Retired::Dnodes));
+        }
+        let published_changes = state.changes.remove(&synced.txg);
         state.last_synced_txg = synced.txg;
         state.intent_log_header = synced.intent_log_header;
+        unlock_dropping_retired(guard);
+        drop(published_changes);
     }
 
     /// Marks a txg in which this object set had nothing to sync as done.

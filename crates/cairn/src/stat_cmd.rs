@@ -288,9 +288,8 @@ fn resident_bytes() -> (Option<u64>, Option<u64>) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// `cairn stat memory`: the server's memory budget, each allowance's limit against what it
-/// holds now (where that is counted), and the process's resident memory against the whole.
-/// Without a server it shows the budget a server with this process's cache would state.
+/// `cairn stat fs`: calls each mounted filesystem answered, its partial writes, and its object
+/// set's memo of published dnodes and directory blocks.
 pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let mut calls = Table::new(vec![
         Column::left("DATASET"),
@@ -308,6 +307,17 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("MERGED-NOW"),
         Column::right("MERGED-AT-SYNC"),
         Column::right("LOST"),
+    ]);
+    let mut memos = Table::new(vec![
+        Column::left("DATASET"),
+        Column::right("DNODES"),
+        Column::right("SIZE"),
+        Column::right("HITS"),
+        Column::right("MISSES"),
+        Column::right("BLOCKS"),
+        Column::right("SIZE"),
+        Column::right("HITS"),
+        Column::right("MISSES"),
     ]);
     let mounted = ctx
         .served
@@ -364,8 +374,19 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             ("partial_merged_at_sync", patches.resolved),
             ("partial_bases_lost", patches.bases_lost),
         ];
+        let memo = fs.objset().memo_stats();
+        let memo_fields = [
+            ("memo_dnodes", memo.dnodes.entries),
+            ("memo_dnode_bytes", memo.dnodes.bytes),
+            ("memo_dnode_hits", memo.dnodes.hits),
+            ("memo_dnode_misses", memo.dnodes.misses),
+            ("memo_blocks", memo.blocks.entries),
+            ("memo_block_bytes", memo.blocks.bytes),
+            ("memo_block_hits", memo.blocks.hits),
+            ("memo_block_misses", memo.blocks.misses),
+        ];
         if format.scripted {
-            for (field, value) in fields {
+            for (field, value) in fields.iter().chain(&memo_fields) {
                 say_raw!(ctx, "{dataset}.{field}\t{value}\n");
             }
             continue;
@@ -373,6 +394,16 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         let mut row = vec![dataset.clone()];
         row.extend(fields.iter().map(|(_, value)| value.to_string()));
         partial.push(row);
+        let mut row = vec![dataset.clone()];
+        row.extend(memo_fields.iter().enumerate().map(|(index, (_, value))| {
+            // Sizes in bytes are the second and sixth columns.
+            if index % 4 == 1 {
+                human::size(*value, exact)
+            } else {
+                value.to_string()
+            }
+        }));
+        memos.push(row);
     }
     if format.scripted {
         return Ok(());
@@ -388,9 +419,18 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         "partial writes (blocks merged later instead of read first):"
     );
     say_raw!(ctx, "{}", partial.render(false));
+    say!(ctx);
+    say!(
+        ctx,
+        "memo of the published tree (dnodes; directory and dnode blocks), bounded by the ARC's target:"
+    );
+    say_raw!(ctx, "{}", memos.render(false));
     Ok(())
 }
 
+/// `cairn stat memory`: the server's memory budget, each allowance's limit against what it
+/// holds now (where that is counted), and the process's resident memory against the whole.
+/// Without a server it shows the budget a server with this process's cache would state.
 pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
     let arc = cairn_engine::process_cache().stats();
     let arc_max_bytes = arc.get("c_max").unwrap_or(0);

@@ -98,6 +98,8 @@ fn files_written_through_fuse_survive_unmount_and_restart() {
         number(7) > 0.0,
         "META/S of a filesystem with creates: {iostat}"
     );
+    // A txg sync publishes the new files' dnodes into the object set's memo.
+    env.ok(&["pool", "sync", "tank"]);
     let stat = env.ok(&["stat", "fs", "-H", "-p"]);
     let field = |name: &str| -> u64 {
         stat.lines()
@@ -111,6 +113,11 @@ fn files_written_through_fuse_survive_unmount_and_restart() {
     assert_eq!(field("remove.count"), 1, "{stat}");
     assert!(field("fsync.count") >= 1, "{stat}");
     assert!(field("write.p99_us") > 0, "{stat}");
+    assert!(field("memo_dnodes") >= 4, "{stat}");
+    assert!(
+        field("memo_dnode_bytes") >= field("memo_dnodes") * 256,
+        "{stat}"
+    );
     // Large requests (`init` asks for 1 MiB): the 3 MiB file came in a few writes, not in
     // dozens of 128 KiB ones.
     let mean_write_bytes = field("write.bytes") / field("write.count");
