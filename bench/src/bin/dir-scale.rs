@@ -70,33 +70,29 @@ impl Rng {
     }
 }
 
-/// Times `count` lookups of random existing names one by one: (mean, p99) in microseconds.
+/// Times `count` lookups one by one, each of the (directory, name) `pick` draws: (mean, p99)
+/// in microseconds.
 fn time_lookups(
     fs: &cairn_fs::Filesystem,
-    dir: u64,
-    created: u64,
     count: u64,
     rng: &mut Rng,
+    mut pick: impl FnMut(&mut Rng) -> (u64, Vec<u8>),
 ) -> Result<(f64, f64)> {
     let mut latencies_us = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let wanted = name(rng.below(created));
+        let (dir, wanted) = pick(rng);
         let asked = Instant::now();
         let (object, _) = fs.lookup(dir, &wanted)?;
         latencies_us.push(asked.elapsed().as_secs_f64() * 1e6);
         std::hint::black_box(object);
     }
-    Ok(mean_and_p99(latencies_us))
-}
-
-fn mean_and_p99(mut latencies_us: Vec<f64>) -> (f64, f64) {
     latencies_us.sort_by(f64::total_cmp);
     let mean = latencies_us.iter().sum::<f64>() / latencies_us.len().max(1) as f64;
     let p99 = latencies_us
         .get(latencies_us.len() * 99 / 100)
         .copied()
         .unwrap_or(0.0);
-    (mean, p99)
+    Ok((mean, p99))
 }
 
 fn main() -> Result<()> {
@@ -138,7 +134,7 @@ fn main() -> Result<()> {
         .collect();
     checkpoints.push(args.files);
     println!(
-        "| entries | creates/s (since the previous row) | lookup mean (µs) | lookup p99 (µs) | newest dirty: mean (µs) | p99 (µs) |"
+        "| entries | creates/s (since the previous row) | at rest: lookup mean (µs) | p99 (µs) | newest dirty: mean (µs) | p99 (µs) |"
     );
     println!("|---:|---:|---:|---:|---:|---:|");
     let mut created = 0u64;
@@ -154,9 +150,10 @@ fn main() -> Result<()> {
         let creates_per_s = (created - before) as f64 / started.elapsed().as_secs_f64();
         // First while the newest entries are still dirty (as a busy server sees them), then
         // once all of them are synced (a directory at rest: what the target is about).
-        let (dirty_mean, dirty_p99) = time_lookups(&fs, dir, created, args.lookups, &mut rng)?;
+        let pick = |rng: &mut Rng| (dir, name(rng.below(created)));
+        let (dirty_mean, dirty_p99) = time_lookups(&fs, args.lookups, &mut rng, pick)?;
         pool.sync()?;
-        let (mean, p99) = time_lookups(&fs, dir, created, args.lookups, &mut rng)?;
+        let (mean, p99) = time_lookups(&fs, args.lookups, &mut rng, pick)?;
         println!(
             "| {target} | {creates_per_s:.0} | {mean:.2} | {p99:.2} | {dirty_mean:.2} | {dirty_p99:.2} |"
         );
@@ -191,16 +188,10 @@ fn main() -> Result<()> {
     }
     let control_creates_per_s = (directories * small) as f64 / started.elapsed().as_secs_f64();
     pool.sync()?;
-    let mut latencies_us = Vec::with_capacity(args.lookups as usize);
-    for _ in 0..args.lookups {
+    let (control_mean, control_p99) = time_lookups(&fs, args.lookups, &mut rng, |rng| {
         let sub = small_dirs[rng.below(directories) as usize];
-        let wanted = name(rng.below(small));
-        let asked = Instant::now();
-        let (object, _) = fs.lookup(sub, &wanted)?;
-        latencies_us.push(asked.elapsed().as_secs_f64() * 1e6);
-        std::hint::black_box(object);
-    }
-    let (control_mean, control_p99) = mean_and_p99(latencies_us);
+        (sub, name(rng.below(small)))
+    })?;
     println!(
         "\ncontrol: {directories} directories of {small} entries ({control_creates_per_s:.0} creates/s), synced: lookup mean {control_mean:.2} µs, p99 {control_p99:.2} µs"
     );
