@@ -806,3 +806,73 @@ fn directory_memo_follows_every_change_across_syncs() {
     );
     pool.export().unwrap();
 }
+
+/// A memoised block belongs to one life of its object: once the object is freed and created
+/// again under the same number, a block the new object never wrote reads as a hole, not as
+/// the old object's memoised block; and a block rewritten by a later txg reads new.
+#[test]
+fn a_memoised_block_dies_with_its_object() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
+    let objset = fs.objset().clone();
+    let engine = pool.txg_engine().unwrap().clone();
+    let object = 2_000_000;
+    // These writes bypass the filesystem, so the txg engine does not count them dirty: each
+    // sync is forced.
+    let sync = || {
+        engine.sync_now_forced().unwrap();
+    };
+    let create = |fill: u8| {
+        let hold = engine.hold();
+        let txg = hold.txg();
+        objset.create_object(txg, object, cairn_format::ObjectType::Directory, 4096, 64);
+        objset.write_block(txg, object, 0, bytes::Bytes::from(vec![fill; 4096]));
+        if fill == 1 {
+            objset.write_block(txg, object, 5, bytes::Bytes::from(vec![fill; 4096]));
+        }
+    };
+    create(1);
+    sync();
+    let before = objset.memo_stats().blocks;
+    assert_eq!(
+        objset.read_block(object, 5).unwrap().as_deref(),
+        Some(&[1u8; 4096][..])
+    );
+    assert_eq!(
+        objset.read_block(object, 5).unwrap().as_deref(),
+        Some(&[1u8; 4096][..])
+    );
+    assert!(
+        objset.memo_stats().blocks.hits > before.hits,
+        "block 5 was not served from the memo: {:?}",
+        objset.memo_stats()
+    );
+    {
+        let hold = engine.hold();
+        objset.write_block(hold.txg(), object, 5, bytes::Bytes::from(vec![3u8; 4096]));
+    }
+    sync();
+    assert_eq!(
+        objset.read_block(object, 5).unwrap().as_deref(),
+        Some(&[3u8; 4096][..])
+    );
+    {
+        let hold = engine.hold();
+        objset.free_object(hold.txg(), object);
+    }
+    sync();
+    create(2);
+    sync();
+    assert_eq!(
+        objset.read_block(object, 0).unwrap().as_deref(),
+        Some(&[2u8; 4096][..])
+    );
+    let stale = objset.read_block(object, 5).unwrap();
+    assert!(
+        stale.is_none(),
+        "the freed object's block showed through the memo: {:?}",
+        stale.map(|block| block[0])
+    );
+}
