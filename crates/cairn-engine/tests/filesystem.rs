@@ -642,17 +642,28 @@ fn writes_and_truncations_match_a_model_while_txgs_sync_underneath() {
     syncer.join().unwrap();
 }
 
+/// A pool with one filesystem whose object set a test drives directly, and its txg engine
+/// (the temporary directory must outlive the pool).
+fn raw_objset() -> (
+    tempfile::TempDir,
+    Pool,
+    std::sync::Arc<cairn_object::ObjectSet>,
+    std::sync::Arc<cairn_pool::txg::TxgEngine>,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    let objset = new_filesystem(&pool, "tank/fs", &[]).objset().clone();
+    let engine = pool.txg_engine().unwrap().clone();
+    (dir, pool, objset, engine)
+}
+
 /// A dnode changed in a later txg than the one that created it (a bonus change while the
 /// creating txg has not synced yet) hides none of the blocks written in the creating txg.
 /// (Both `cairn create` of 20,000 files through FUSE and fsx found such blocks read as holes.)
 #[test]
 fn a_later_bonus_change_does_not_hide_blocks_of_an_unsynced_creating_txg() {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = device_paths(dir.path(), 2);
-    let pool = create_mirror(&paths, plain_opener());
-    let fs = new_filesystem(&pool, "tank/fs", &[]);
-    let objset = fs.objset().clone();
-    let engine = pool.txg_engine().unwrap().clone();
+    let (_dir, pool, objset, engine) = raw_objset();
     let object = 1_000_000;
     {
         let hold = engine.hold();
@@ -812,12 +823,7 @@ fn directory_memo_follows_every_change_across_syncs() {
 /// the old object's memoised block; and a block rewritten by a later txg reads new.
 #[test]
 fn a_memoised_block_dies_with_its_object() {
-    let dir = tempfile::tempdir().unwrap();
-    let paths = device_paths(dir.path(), 2);
-    let pool = create_mirror(&paths, plain_opener());
-    let fs = new_filesystem(&pool, "tank/fs", &[]);
-    let objset = fs.objset().clone();
-    let engine = pool.txg_engine().unwrap().clone();
+    let (_dir, _pool, objset, engine) = raw_objset();
     let object = 2_000_000;
     // These writes bypass the filesystem, so the txg engine does not count them dirty: each
     // sync is forced.
