@@ -16,6 +16,17 @@ use cairn_pipeline::BlockIo;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+/// What `ObjectSet::memo_lookup` found. Made and matched at once, never stored: a boxed
+/// dnode would cost an allocation on every read.
+#[allow(clippy::large_enum_variant)]
+enum MemoLookup {
+    /// The block (or the object is gone).
+    Block(Result<Bytes, ObjectError>),
+    /// Only the block's dnode.
+    Dnode(Dnode),
+    Miss,
+}
+
 impl ObjectSet {
     /// The newest version of a dnode: pending changes first, then the synced tree.
     pub fn dnode(&self, object: u64) -> Result<Dnode, ObjectError> {
@@ -44,7 +55,7 @@ impl ObjectSet {
             state.retired.extend(retired.map(Retired::Dnodes));
             match hit {
                 Some(dnode) => Ok(f(dnode)),
-                None => self.synced_dnode(state, object).map(|dnode| f(&dnode)),
+                None => self.load_dnode(state, object).map(|dnode| f(&dnode)),
             }
         };
         unlock_dropping_retired(guard);
@@ -60,9 +71,15 @@ impl ObjectSet {
         let (hit, retired) = state.dnodes.get(object, budget);
         let hit = hit.cloned();
         state.retired.extend(retired.map(Retired::Dnodes));
-        if let Some(dnode) = hit {
-            return Ok(dnode);
+        match hit {
+            Some(dnode) => Ok(dnode),
+            None => self.load_dnode(state, object),
         }
+    }
+
+    /// Reads a synced dnode the memo does not hold from its dnode block, and memoises it.
+    fn load_dnode(&self, state: &mut State, object: u64) -> Result<Dnode, ObjectError> {
+        let budget = self.memo_generation_bytes_max();
         let block_id = object / DNODES_PER_BLOCK;
         let dnode = match self.meta_block(state, block_id, budget)? {
             None => Dnode::free(),
@@ -166,20 +183,17 @@ impl ObjectSet {
             let state = &mut *guard;
             let (txgs, base) = version_chain(state, object, blkid, below)?;
             let patches = cloned_patches(state, object, blkid, &txgs);
-            if matches!(base, Base::Tree)
-                && let Some(hit) = self.memoised_block(state, object, blkid)
-            {
-                unlock_dropping_retired(guard);
-                return hit.map(|data| merge(Some(data), &patches));
-            }
             let dnode = match base {
                 Base::Version(version) => return Ok(merge(version, &patches)),
-                Base::Tree if cached_only => state
-                    .dnodes
-                    .peek(object)
-                    .cloned()
-                    .ok_or(ObjectError::NotCached)?,
-                Base::Tree => self.synced_dnode(state, object)?,
+                Base::Tree => match self.memo_lookup(state, object, blkid) {
+                    MemoLookup::Block(hit) => {
+                        unlock_dropping_retired(guard);
+                        return hit.map(|data| merge(Some(data), &patches));
+                    }
+                    MemoLookup::Dnode(dnode) => dnode,
+                    MemoLookup::Miss if cached_only => return Err(ObjectError::NotCached),
+                    MemoLookup::Miss => self.load_dnode(state, object)?,
+                },
             };
             if dnode.is_free() {
                 unlock_dropping_retired(guard);
@@ -205,24 +219,21 @@ impl ObjectSet {
         Ok(merge(block, &patches))
     }
 
-    /// The published version of a block when both its dnode and the block are in the memo
-    /// (the common case for a directory at rest: no copy of the dnode, no walk); `None` when
-    /// either is not.
-    fn memoised_block(
-        &self,
-        state: &mut State,
-        object: u64,
-        blkid: u64,
-    ) -> Option<Result<Bytes, ObjectError>> {
+    /// What the memo holds for block `blkid` of `object`: the block itself when both its dnode
+    /// and the block are there (the common case for a directory at rest: no copy of the dnode,
+    /// no walk), else the dnode when it is there (one lookup on every read of a file or volume).
+    fn memo_lookup(&self, state: &mut State, object: u64, blkid: u64) -> MemoLookup {
         let budget = self.memo_generation_bytes_max();
         let (dnode, retired) = state.dnodes.get(object, budget);
         state.retired.extend(retired.map(Retired::Dnodes));
-        let dnode = dnode?;
+        let Some(dnode) = dnode else {
+            return MemoLookup::Miss;
+        };
         if dnode.is_free() {
-            return Some(Err(ObjectError::NoSuchObject(object)));
+            return MemoLookup::Block(Err(ObjectError::NoSuchObject(object)));
         }
         if !memoised(dnode) {
-            return None;
+            return MemoLookup::Dnode(dnode.clone());
         }
         let (block, retired) = state.blocks.get((object, blkid), budget);
         let data = block
@@ -231,7 +242,10 @@ impl ObjectSet {
             })
             .map(|memo| memo.data.clone());
         state.retired.extend(retired.map(Retired::Blocks));
-        data.map(Ok)
+        match data {
+            Some(data) => MemoLookup::Block(Ok(data)),
+            None => MemoLookup::Dnode(dnode.clone()),
+        }
     }
 
     /// Keeps a block just read from the published tree in the memo, unless a txg was published
