@@ -1483,8 +1483,16 @@ fn fsync_commits_a_newer_txg_record_logged_before_an_older_txg_one() {
             fs.write(big, 0, big_data).expect("long write");
             big_done.store(true, Ordering::SeqCst);
         });
-        // The long write holds the open txg T; a sync closes T to new holds and waits.
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        // The long write holds the open txg T once it has dirtied some of it (nothing else
+        // is dirty: the fsync above synced); a sync then closes T to new holds and waits.
+        // (A fixed 20 ms sleep here failed under CI's load: the writer had not started.)
+        while engine.dirty_bytes() < 1 << 20 {
+            assert!(
+                !big_done.load(Ordering::SeqCst),
+                "the long write ended before it was seen"
+            );
+            std::thread::yield_now();
+        }
         let synced_before = engine.phases().last_synced_txg;
         let syncer = scope.spawn(|| pool.sync().expect("sync"));
         while engine.phases().quiescing_txg.is_none() {
