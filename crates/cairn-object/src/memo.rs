@@ -14,8 +14,9 @@
 //! milliseconds).
 //!
 //! Invariants (kept by `ObjectSet`, under its state lock): an entry is the published tree's
-//! version. `publish` removes every block the txg changed and the dnode blocks holding the
-//! dnodes it changed before it makes the new tree current; a reader that walked the tree
+//! version. `publish` replaces or removes every map block the txg changed (no other
+//! object's blocks are memoised) and removes the dnode blocks holding the dnodes it changed,
+//! before it makes the new tree current; a reader that walked the tree
 //! outside the lock inserts only if no publish happened meanwhile; a block entry carries the
 //! birth txg and block size of its object's dnode and is ignored if they differ (the object
 //! was freed and created again, or its block size changed). A miss is never an error: the

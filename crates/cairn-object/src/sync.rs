@@ -174,29 +174,29 @@ impl ObjectSet {
         state.root_bp = synced.root_bp;
         state.used_bytes = synced.used_bytes;
         state.meta_dnode = synced.meta_dnode;
-        // The memo holds the published tree: what this txg changed is replaced by its new
-        // version (the blocks a lookup reads next are the ones just written), or forgotten.
+        // The memo holds the published tree: the blocks this txg changed in hashed maps are
+        // replaced by their new versions (the blocks a lookup reads next are the ones just
+        // written), or forgotten. Other objects' blocks are never memoised (an object number
+        // reused by another type is caught by the birth-txg check), so the walk costs one step
+        // per changed object, not per changed block: a volume's txg may hold 100,000 blocks.
         let memo_on = self.cache_mode().primary != CacheMode::None;
         if let Some(changes) = state.changes.get(&synced.txg) {
-            for (&(object, blkid), change) in &changes.blocks {
-                let dnode = synced.dnodes.get(&object);
-                match (&change.data, dnode) {
-                    (Some(data), Some(dnode))
-                        if memo_on
-                            && memoised(dnode)
-                            && change.patch.is_none()
-                            && !is_all_zero(data) =>
-                    {
-                        let memo = MemoBlock {
-                            birth_txg: dnode.birth_txg,
-                            data_block_size: dnode.data_block_size,
-                            data: data.clone(),
-                        };
-                        let bytes = block_memo_bytes(data);
-                        let retired = state.blocks.insert((object, blkid), memo, bytes, budget);
-                        state.retired.extend(retired.map(Retired::Blocks));
+            for (&object, dnode) in synced.dnodes.iter().filter(|(_, d)| memoised(d)) {
+                for (&(_, blkid), change) in changes.blocks.range((object, 0)..=(object, u64::MAX))
+                {
+                    match &change.data {
+                        Some(data) if memo_on && change.patch.is_none() && !is_all_zero(data) => {
+                            let memo = MemoBlock {
+                                birth_txg: dnode.birth_txg,
+                                data_block_size: dnode.data_block_size,
+                                data: data.clone(),
+                            };
+                            let bytes = block_memo_bytes(data);
+                            let retired = state.blocks.insert((object, blkid), memo, bytes, budget);
+                            state.retired.extend(retired.map(Retired::Blocks));
+                        }
+                        _ => state.blocks.remove((object, blkid)),
                     }
-                    _ => state.blocks.remove((object, blkid)),
                 }
             }
         }
