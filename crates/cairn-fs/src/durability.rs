@@ -345,7 +345,7 @@ impl Filesystem {
 
 impl LogSource for Filesystem {
     fn read_for_log(&self, object: u64, offset: u64, buf: &mut [u8]) -> Result<(), LogSourceError> {
-        let (data, _) = self.read_data(object, offset, buf.len())?;
+        let (data, _) = self.read_data(object, offset, buf.len(), crate::ReadAhead::None)?;
         buf[..data.len()].copy_from_slice(&data);
         buf[data.len()..].fill(0);
         Ok(())

@@ -348,6 +348,15 @@ pub enum Fallocate {
     ZeroRange { keep_size: bool },
 }
 
+/// Whether a read tells the object set's stream detector about itself (read-ahead).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReadAhead {
+    /// A client's read: a sequential stream of them is read ahead.
+    Hint,
+    /// An internal read (the intent log copying data): no stream of a client's.
+    None,
+}
+
 /// One directory entry as `readdir` returns it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
@@ -707,19 +716,22 @@ impl Filesystem {
     }
 
     /// Reads up to `len` bytes of file `object` from `offset` (short at its end), and
-    /// updates its access time as the `atime` property says.
+    /// updates its access time as the `atime` property says. A client's read: it feeds the
+    /// object set's sequential-stream detector, so a file read in order is read ahead.
     pub fn read(&self, object: u64, offset: u64, len: usize) -> Result<Vec<u8>, FsError> {
-        let (data, attrs) = self.read_data(object, offset, len)?;
+        let (data, attrs) = self.read_data(object, offset, len, ReadAhead::Hint)?;
         self.touch_atime(object, &attrs);
         Ok(data)
     }
 
-    /// `read` without the access time (the intent log reading data back).
+    /// `read` without the access time (the intent log reading data back, with no read-ahead:
+    /// it is not a client's stream).
     pub(crate) fn read_data(
         &self,
         object: u64,
         offset: u64,
         len: usize,
+        read_ahead: ReadAhead,
     ) -> Result<(Vec<u8>, InodeAttrs), FsError> {
         let _guard = self.stripe(object).read();
         let attrs = self.getattr(object)?;
@@ -734,6 +746,13 @@ impl Filesystem {
         }
         let end = attrs.size.min(offset.saturating_add(len as u64));
         let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
+        if read_ahead == ReadAhead::Hint {
+            // Before the demand reads, so the blocks past this request are on their way while
+            // it is served (FUSE's own read-ahead keeps only a request or two in flight).
+            let first = offset / block_bytes;
+            self.objset
+                .note_read(object, first, end.div_ceil(block_bytes) - first);
+        }
         let mut out = Vec::with_capacity((end - offset) as usize);
         let mut position = offset;
         while position < end {

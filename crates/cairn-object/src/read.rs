@@ -312,11 +312,18 @@ impl ObjectSet {
     ) -> Option<Vec<BlockPointer>> {
         let (dnode, blkids) = {
             let mut state = self.state.lock();
-            if state
-                .changes
-                .values()
-                .any(|changes| changes.dnodes.contains_key(&object))
-            {
+            // A pending change of the dnode (a file's access time, its size) leaves the synced
+            // tree valid for every block no pending txg changed, as reads see it; only an
+            // object freed or created in a pending txg has no synced tree to read ahead in.
+            // (Skipping every dirty dnode skipped every file read with atime on: each read
+            // dirtied its dnode.)
+            let unsynced = state.changes.iter().any(|(&txg, changes)| {
+                changes
+                    .dnodes
+                    .get(&object)
+                    .is_some_and(|dnode| dnode.is_free() || dnode.birth_txg == txg)
+            });
+            if unsynced {
                 return Some(Vec::new());
             }
             let blkids: Vec<u64> = ahead
