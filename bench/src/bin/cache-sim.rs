@@ -192,7 +192,8 @@ impl SecondTier for SsdTier {
         match self.l2.read_into_ram(&bp) {
             Some(read) => {
                 assert_eq!(
-                    read, data,
+                    read[..],
+                    data[..],
                     "the SSD tier returned another block for {blkid}"
                 );
                 true

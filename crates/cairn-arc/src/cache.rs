@@ -36,7 +36,10 @@
 //!
 //! Memory. Blocks are kept as `Arc<[u8]>` (16 bytes in the entry, refcounts beside the data) and
 //! handed out as `Bytes` that share the cached buffer — no copy; a block evicted while a reader
-//! holds it lives until that reader drops it. Each block is charged its length plus
+//! holds it lives until that reader drops it. A block read from a device is kept in the very
+//! buffer the read filled (`ReadBuf`, exactly the block's length): no copy on the way in
+//! either; only written blocks are copied (their bytes are slices of larger client buffers,
+//! which a cached slice would pin). Each block is charged its length plus
 //! `BLOCK_OVERHEAD_BYTES` (entry, index, sketch, refcounts, allocator slack), so the capacity is
 //! one budget for buffers and headers.
 
@@ -44,6 +47,7 @@ use crate::policy::{
     Access, ArcPolicy, BlockKey, Eviction, PolicySizes, PolicyStats, SKETCH_GROW_MIN_SLOTS,
 };
 use bytes::Bytes;
+use cairn_device::ReadBuf;
 use cairn_l2arc::L2Arc;
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
@@ -732,7 +736,7 @@ impl BlockCache {
         key: &BlockKey,
         class: BlockClass,
         pending: &Arc<Pending>,
-        data: Option<&Bytes>,
+        data: Option<&ReadBuf>,
         cache_as: Option<Access>,
     ) {
         self.complete_for_tier(key, class, pending, data, cache_as, true);
@@ -745,12 +749,13 @@ impl BlockCache {
         key: &BlockKey,
         class: BlockClass,
         pending: &Arc<Pending>,
-        data: Option<&Bytes>,
+        data: Option<&ReadBuf>,
         cache_as: Option<Access>,
         tier_eligible: bool,
     ) {
+        // The buffer the read filled is kept as it is: it holds exactly the block.
         let buf: Option<Arc<[u8]>> = match (data, cache_as) {
-            (Some(data), Some(_)) if !data.is_empty() => Some(Arc::from(&data[..])),
+            (Some(data), Some(_)) if !data.is_empty() => Some(data.clone()),
             _ => None,
         };
         let (over, dropped) = {
@@ -770,7 +775,7 @@ impl BlockCache {
         if over {
             self.request_eviction();
         }
-        *pending.result.lock() = Some(data.cloned());
+        *pending.result.lock() = Some(data.map(to_bytes));
         pending.done.notify_all();
     }
 
@@ -1030,7 +1035,7 @@ mod tests {
             &key,
             BlockClass::Data,
             &pending,
-            Some(&data),
+            Some(&ReadBuf::from(&data[..])),
             Some(Access::Demand),
         );
         assert_eq!(waiter.join().unwrap(), Some(data.clone()));
@@ -1230,7 +1235,7 @@ mod tests {
                         &key(n),
                         BlockClass::Data,
                         &pending,
-                        Some(&data),
+                        Some(&ReadBuf::from(&data[..])),
                         Some(Access::Demand),
                         n % 3 != 0,
                     );
@@ -1299,7 +1304,7 @@ mod tests {
                     &key(n),
                     BlockClass::Data,
                     &pending,
-                    Some(&data),
+                    Some(&ReadBuf::from(&data[..])),
                     Some(Access::Demand),
                 );
             }

@@ -44,5 +44,5 @@ pub use iostats::{
     SizeHistogram,
 };
 pub use mem::MemDevice;
-pub use queue::{IoClass, IoHandle, LeafQueue, QueueStats};
+pub use queue::{IoClass, IoHandle, LeafQueue, QueueStats, ReadBuf};
 pub use spec::{DeviceSpec, open_device};

@@ -22,7 +22,8 @@
 //! contiguous, reads may leave gaps of up to 32 KiB (read into a scratch buffer and dropped).
 //! An aggregate spans at most 1 MiB and 64 buffers and is ONE vectored device call: write
 //! buffers are the callers' `Bytes` (no copy), and each read lands directly in its own request's
-//! `Vec`. Every merged request completes with the aggregate's result.
+//! `ReadBuf`: a shared buffer of exactly the request's length, which the caches above keep as
+//! it is (a block read for the ARC is never copied again on its way in). Every merged request completes with the aggregate's result.
 //!
 //! Flush. `flush()` waits until every write submitted before it has completed, then calls the
 //! device's flush from the caller's thread. It reports the flush's result only: write errors
@@ -144,10 +145,26 @@ enum Dir {
 
 type Reply<T> = Sender<Result<T, DeviceError>>;
 
+/// What a read returns: its bytes in a shared buffer of exactly their length, so a cache can
+/// keep the very buffer the device filled (no copy) and hand out references to it.
+pub type ReadBuf = Arc<[u8]>;
+
+/// A zero-filled buffer of `len` bytes for a read to fill (zeroed memory from the allocator:
+/// large buffers come straight from the kernel, already zero, with no pass over them here).
+fn zeroed_read_buf(len: usize) -> ReadBuf {
+    // SAFETY: every bit pattern, zero included, is a valid u8.
+    unsafe { Arc::<[u8]>::new_zeroed_slice(len).assume_init() }
+}
+
+/// The bytes of a buffer from `zeroed_read_buf`, not shared with anyone yet.
+fn fresh_read_buf_mut(buf: &mut ReadBuf) -> &mut [u8] {
+    Arc::get_mut(buf).expect("a read buffer is not shared before its read completes")
+}
+
 enum Payload {
     Read {
         len: u64,
-        reply: Reply<Vec<u8>>,
+        reply: Reply<ReadBuf>,
     },
     /// `durable`: a FUA write (see `write_durable`).
     Write {
@@ -622,7 +639,7 @@ impl LeafQueue {
     }
 
     /// Queues a read of `len` bytes at `offset`.
-    pub fn read(&self, class: IoClass, offset: u64, len: usize) -> IoHandle<Vec<u8>> {
+    pub fn read(&self, class: IoClass, offset: u64, len: usize) -> IoHandle<ReadBuf> {
         self.submit(class, offset, |reply| Payload::Read {
             len: len as u64,
             reply,
@@ -740,10 +757,13 @@ impl LeafQueue {
         class: IoClass,
         offset: u64,
         len: usize,
-    ) -> Result<Vec<u8>, DeviceError> {
+    ) -> Result<ReadBuf, DeviceError> {
         let started = self.shared.clock.now();
-        let mut buf = vec![0u8; len];
-        let result = self.shared.device.read_at(offset, &mut buf);
+        let mut buf = zeroed_read_buf(len);
+        let result = self
+            .shared
+            .device
+            .read_at(offset, fresh_read_buf_mut(&mut buf));
         let latency = self.shared.clock.now().saturating_sub(started);
         let mut sched = self.shared.sched.lock();
         let stats = &mut sched.stats;
@@ -764,7 +784,7 @@ impl LeafQueue {
         class: IoClass,
         offset: u64,
         len: usize,
-    ) -> Result<Vec<u8>, DeviceError> {
+    ) -> Result<ReadBuf, DeviceError> {
         self.read(class, offset, len).wait()
     }
 
@@ -923,7 +943,7 @@ fn worker(shared: &Shared) {
 fn execute(shared: &Shared, mut aggregate: Aggregate) {
     aggregate.issued = shared.clock.now();
     let start = aggregate.members[0].offset;
-    let mut outputs: Vec<Vec<u8>> = Vec::new();
+    let mut outputs: Vec<ReadBuf> = Vec::new();
     let result = match aggregate.dir {
         Dir::Write => {
             let mut durable = false;
@@ -950,7 +970,7 @@ fn execute(shared: &Shared, mut aggregate: Aggregate) {
             outputs = aggregate
                 .members
                 .iter()
-                .map(|r| vec![0u8; r.len() as usize])
+                .map(|r| zeroed_read_buf(r.len() as usize))
                 .collect();
             let gaps: Vec<usize> = aggregate
                 .members
@@ -966,7 +986,7 @@ fn execute(shared: &Shared, mut aggregate: Aggregate) {
                     bufs.push(gap);
                     scratch_rest = rest;
                 }
-                bufs.push(out.as_mut_slice());
+                bufs.push(fresh_read_buf_mut(out));
             }
             shared.device.read_vectored_at(start, &mut bufs)
         }
@@ -978,7 +998,7 @@ fn complete(
     shared: &Shared,
     aggregate: Aggregate,
     result: Result<(), DeviceError>,
-    outputs: Vec<Vec<u8>>,
+    outputs: Vec<ReadBuf>,
 ) {
     let now = shared.clock.now();
     let failed = result.is_err();

@@ -338,3 +338,110 @@ fn a_pool_leaving_the_process_takes_its_blocks_along() {
     );
     assert_eq!(stat(&arc, "size"), 0);
 }
+
+/// An emulated SATA SSD with its latency (real time): a read queued behind another waits, as
+/// on a real device, so what the queue merges shows.
+fn ssd_with_latency_opener() -> cairn_engine::DeviceOpener {
+    use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice};
+    use cairn_device::file::{FileDevice, FileOptions};
+    use cairn_device::{Device, RealClock};
+    Arc::new(
+        move |spec: &cairn_device::spec::DeviceSpec,
+              create: Option<u64>|
+              -> Result<Arc<dyn Device>, cairn_device::DeviceError> {
+            let backing = FileDevice::open(
+                &spec.path,
+                FileOptions {
+                    create_size_bytes: create,
+                    ..Default::default()
+                },
+            )?;
+            let device: Arc<dyn Device> = EmulatedDevice::new(
+                Arc::new(backing),
+                DeviceModel::named("ssd-sata").expect("model"),
+                EmuOptions {
+                    seed: 1,
+                    clock: Some(Arc::new(RealClock::new())),
+                    destage_per_write_probability: 0.0,
+                    power: None,
+                },
+            );
+            Ok(device)
+        },
+    )
+}
+
+/// Client reads of a file feed read-ahead, and read-ahead keeps its reads in flight together:
+/// the device queue merges neighbours, so a file read in order costs far fewer device calls
+/// than blocks. (With one read at a time per prefetch thread, the two counts were close.)
+#[test]
+fn a_file_read_in_order_is_read_ahead_in_merged_device_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = Pool::create(
+        "tank",
+        &[cairn_engine::VdevGroup {
+            mirror: false,
+            log: false,
+            devices: specs(&device_paths(dir.path(), 1)),
+        }],
+        &cairn_engine::CreateOptions {
+            create_size_bytes: Some(DEVICE_SIZE),
+            ..Default::default()
+        },
+        PoolOptions {
+            arc: Some(arc.clone()),
+            ..options(ssd_with_latency_opener())
+        },
+    )
+    .expect("create pool");
+    // Written with nothing cached, then cached: what the reads below bring in is counted.
+    let fs = new_filesystem(
+        &pool,
+        "tank/fs",
+        &[("recordsize", "4K"), ("primarycache", "metadata")],
+    );
+    let blocks = 1024;
+    let data = pattern(blocks * BLOCK, 11);
+    let (object, _) = fs.create(fs.root(), b"seq", file(0o644)).unwrap();
+    for chunk in 0..blocks / 64 {
+        let at = chunk * 64 * BLOCK;
+        fs.write(object, at as u64, &data[at..at + 64 * BLOCK])
+            .unwrap();
+    }
+    pool.sync().unwrap();
+    pool.set_property("tank/fs", "primarycache", "all").unwrap();
+    let device_reads = |pool: &Pool| {
+        let (_, leaves) = pool.io_stats();
+        let fields = leaves[0].fields.clone().expect("device present");
+        let field = |name: &str| fields.iter().find(|(n, _)| *n == name).unwrap().1;
+        (field("read_requests"), field("read_calls"))
+    };
+    let (requests_before, calls_before) = device_reads(&pool);
+    for blkid in 0..blocks {
+        let got = fs.read(object, (blkid * BLOCK) as u64, BLOCK).unwrap();
+        assert!(
+            got[..] == data[blkid * BLOCK..(blkid + 1) * BLOCK],
+            "block {blkid}"
+        );
+    }
+    let (requests_after, calls_after) = device_reads(&pool);
+    let (requests, calls) = (requests_after - requests_before, calls_after - calls_before);
+    assert!(
+        stat(&arc, "prefetch_data_misses") > blocks as u64 / 2,
+        "the file was not read ahead: {} blocks ({} demand misses, {} hits)",
+        stat(&arc, "prefetch_data_misses"),
+        stat(&arc, "demand_data_misses"),
+        stat(&arc, "demand_data_hits")
+    );
+    assert!(
+        requests >= blocks as u64,
+        "{requests} reads for {blocks} blocks"
+    );
+    assert!(
+        calls * 4 <= requests,
+        "{calls} device calls for {requests} reads: read-ahead's reads were not merged"
+    );
+    arc.assert_invariants();
+    pool.close().unwrap();
+}

@@ -121,7 +121,7 @@ use crate::index::{EntryState, Index, Place};
 use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
 use crate::segments::{SegmentState, SegmentTable};
 use bytes::Bytes;
-use cairn_device::{Device, DeviceError, IoClass, LeafQueue};
+use cairn_device::{Device, DeviceError, IoClass, LeafQueue, ReadBuf};
 use cairn_format::BlockPointer;
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
@@ -379,7 +379,7 @@ impl CacheDevice {
     }
 
     /// Reads `len` bytes at `offset` through the device's queue, at `class`.
-    fn read_at(&self, class: IoClass, offset: u64, len: usize) -> Result<Vec<u8>, DeviceError> {
+    fn read_at(&self, class: IoClass, offset: u64, len: usize) -> Result<ReadBuf, DeviceError> {
         self.queue.read_sync(class, offset, len)
     }
 
@@ -966,24 +966,24 @@ impl L2Arc {
     /// The block of `bp`, verified, if a cache device holds it; `None` sends the caller to
     /// the pool (not cached, or the copy was unreadable or wrong, which is counted). For a
     /// caller that does not keep the block in RAM: the hit adds to the block's value here.
-    pub fn read(&self, bp: &BlockPointer) -> Option<Bytes> {
+    pub fn read(&self, bp: &BlockPointer) -> Option<ReadBuf> {
         self.read_for(bp, ReadUse::Caller)
     }
 
     /// Like `read`, for a caller that keeps the block in RAM from now on: the copy here is
     /// marked promoted (a duplicate while RAM holds it, the first space a reuse takes back);
     /// when RAM lets the block go and offers it again, it is valued again without a write.
-    pub fn read_into_ram(&self, bp: &BlockPointer) -> Option<Bytes> {
+    pub fn read_into_ram(&self, bp: &BlockPointer) -> Option<ReadBuf> {
         self.read_for(bp, ReadUse::Ram)
     }
 
     /// Like `read`, for read-ahead (which may never be used): the block's value is left as
     /// it was.
-    pub fn read_ahead(&self, bp: &BlockPointer) -> Option<Bytes> {
+    pub fn read_ahead(&self, bp: &BlockPointer) -> Option<ReadBuf> {
         self.read_for(bp, ReadUse::ReadAhead)
     }
 
-    fn read_for(&self, bp: &BlockPointer, promote: ReadUse) -> Option<Bytes> {
+    fn read_for(&self, bp: &BlockPointer, promote: ReadUse) -> Option<ReadBuf> {
         let counters = &self.shared.counters;
         let Some(place) = block_key(bp).and_then(|key| Some((key, self.shared.index_get(key)?)))
         else {
@@ -1012,7 +1012,7 @@ impl L2Arc {
         key: [u64; 2],
         place: Place,
         promote: ReadUse,
-    ) -> Option<Bytes> {
+    ) -> Option<ReadBuf> {
         let device = self.shared.device(place.device)?;
         if !device.usable() {
             return None;
@@ -1048,7 +1048,7 @@ impl L2Arc {
                     }),
                     ReadUse::ReadAhead => {}
                 }
-                Some(Bytes::from(buf))
+                Some(buf)
             }
             // A read that raced a reuse of its segment is a plain miss; so is a fingerprint
             // collision (the place holds another block, as its segment's summary says); any

@@ -57,7 +57,7 @@ fn hits(l2: &L2Arc, blocks: impl Iterator<Item = u64>) -> usize {
             let (bp, data) = block(*n);
             match l2.read(&bp) {
                 Some(read) => {
-                    assert_eq!(read, data, "block {n} read back wrong");
+                    assert_eq!(read[..], data[..], "block {n} read back wrong");
                     true
                 }
                 None => false,

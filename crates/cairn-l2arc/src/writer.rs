@@ -527,7 +527,7 @@ impl Writer {
                 .fetch_add(1, Ordering::Relaxed);
             self.survivors.push_back(FeedItem {
                 key: entry.key,
-                data: Bytes::from(data),
+                data: Bytes::from_owner(data),
                 frequency,
             });
         }

@@ -28,7 +28,7 @@ pub use stats::PipelineStats;
 
 use bytes::Bytes;
 use cairn_device::queue::{IoClass, IoHandle};
-use cairn_device::{DeviceError, ErrorClass};
+use cairn_device::{DeviceError, ErrorClass, ReadBuf};
 use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType};
 use cairn_pool::space::{SpaceAllocator, SpaceError};
@@ -191,9 +191,27 @@ impl BlockIo {
     }
 
     fn read_guard(&self) -> ReadGuard<'_> {
+        ReadGuard {
+            io: self,
+            txg: self.enter_read(),
+        }
+    }
+
+    /// Counts a read in flight under the last synced txg, which it returns; `leave_read` ends it.
+    fn enter_read(&self) -> u64 {
         let txg = self.synced_txg.load(Ordering::SeqCst);
         *self.reads_in_flight.lock().entry(txg).or_default() += 1;
-        ReadGuard { io: self, txg }
+        txg
+    }
+
+    fn leave_read(&self, txg: u64) {
+        let mut reads = self.reads_in_flight.lock();
+        if let Some(count) = reads.get_mut(&txg) {
+            *count -= 1;
+            if *count == 0 {
+                reads.remove(&txg);
+            }
+        }
     }
 
     pub fn tree(&self) -> Arc<VdevTree> {
@@ -284,6 +302,15 @@ impl BlockIo {
 
     /// Reads and verifies one block, healing bad copies from a good one.
     pub fn read_block(&self, bp: &BlockPointer, class: IoClass) -> Result<Bytes, PipelineError> {
+        self.read_block_buf(bp, class).map(Bytes::from_owner)
+    }
+
+    /// `read_block`, returning the very buffer the device filled: a cache keeps it as it is.
+    pub fn read_block_buf(
+        &self,
+        bp: &BlockPointer,
+        class: IoClass,
+    ) -> Result<ReadBuf, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
         let _in_flight = self.read_guard();
         if bp.compression != Compression::Off {
@@ -291,7 +318,7 @@ impl BlockIo {
         }
         let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
         let mut last_reason = CopyError::NoCopy;
-        let mut good: Option<Bytes> = None;
+        let mut good: Option<ReadBuf> = None;
         let tree = self.tree();
         'copies: for dva in bp.copies() {
             let Some(top) = tree.top_for_dva(dva) else {
@@ -315,10 +342,54 @@ impl BlockIo {
             self.stats.unrecoverable.fetch_add(1, Ordering::Relaxed);
             return Err(unrecoverable(bp, last_reason));
         };
-        for (leaf, dva) in bad {
-            self.repair(&leaf, &dva, &data);
+        if !bad.is_empty() {
+            let verified = Bytes::from_owner(data.clone());
+            for (leaf, dva) in bad {
+                self.repair(&leaf, &dva, &verified);
+            }
         }
         Ok(data)
+    }
+
+    /// Queues a read of `bp`'s first readable copy and returns without waiting, for a caller
+    /// that has many blocks to read (read-ahead): queued together, neighbours are merged into
+    /// one device call and the device has them all in flight. `None` when no copy can be
+    /// queued; the caller then reads with `read_block_buf`. `finish_read` completes it.
+    pub fn queue_read(self: &Arc<Self>, bp: &BlockPointer, class: IoClass) -> Option<QueuedRead> {
+        assert!(!bp.is_hole(), "read of a hole");
+        let dva = *bp.copies().first()?;
+        let leaf = self
+            .tree()
+            .top_for_dva(&dva)?
+            .read_order()
+            .into_iter()
+            .next()?;
+        let queue = leaf.queue()?;
+        let txg = self.enter_read();
+        let handle = queue.read(class, VDEV_DATA_START + dva.offset, bp.psize as usize);
+        Some(QueuedRead {
+            io: self.clone(),
+            txg,
+            leaf,
+            dva,
+            bp: *bp,
+            class,
+            handle: Some(handle),
+        })
+    }
+
+    /// Waits for a read `queue_read` queued and verifies it; a failed or damaged copy is read
+    /// again the full way (`read_block_buf`: every copy, healing the bad ones).
+    pub fn finish_read(&self, mut queued: QueuedRead) -> Result<ReadBuf, PipelineError> {
+        let Some(handle) = queued.handle.take() else {
+            return self.read_block_buf(&queued.bp, queued.class);
+        };
+        let offset = VDEV_DATA_START + queued.dva.offset;
+        match self.verify_copy(&queued.leaf, offset, &queued.bp, handle.wait()) {
+            Ok(data) => Ok(data),
+            // `queued` stays alive (its read counted in flight) until the full read is done.
+            Err(_) => self.read_block_buf(&queued.bp, queued.class),
+        }
     }
 
     /// Raises the priority of a read of `bp` queued as `from` (read-ahead) to a sync read: a
@@ -392,7 +463,7 @@ impl BlockIo {
                 survey.checked += 1;
                 survey.bytes_read += u64::from(bp.psize);
                 match self.read_copy(&leaf, dva, bp, IoClass::Scrub) {
-                    Ok(data) => survey.good = Some(data),
+                    Ok(data) => survey.good = Some(Bytes::from_owner(data)),
                     Err(reason) => survey.bad.push((Some(leaf), *dva, reason)),
                 }
             }
@@ -406,7 +477,7 @@ impl BlockIo {
         dva: &Dva,
         bp: &BlockPointer,
         class: IoClass,
-    ) -> Result<Bytes, CopyError> {
+    ) -> Result<ReadBuf, CopyError> {
         let queue = leaf.queue().ok_or_else(|| CopyError::Unavailable {
             device: leaf.spec.to_string(),
         })?;
@@ -421,6 +492,17 @@ impl BlockIo {
         } else {
             queue.read(class, offset, bp.psize as usize).wait()
         };
+        self.verify_copy(leaf, offset, bp, result)
+    }
+
+    /// Counts a copy's read and checks it against the block pointer.
+    fn verify_copy(
+        &self,
+        leaf: &Arc<Leaf>,
+        offset: u64,
+        bp: &BlockPointer,
+        result: Result<ReadBuf, DeviceError>,
+    ) -> Result<ReadBuf, CopyError> {
         let data = match result {
             Ok(data) => data,
             Err(err) => {
@@ -440,7 +522,7 @@ impl BlockIo {
                 offset,
             });
         }
-        Ok(Bytes::from(data))
+        Ok(data)
     }
 
     /// Writes `data`, the verified contents of the copy at `dva`, to one child of its vdev at
@@ -534,13 +616,26 @@ struct ReadGuard<'a> {
 
 impl Drop for ReadGuard<'_> {
     fn drop(&mut self) {
-        let mut reads = self.io.reads_in_flight.lock();
-        if let Some(count) = reads.get_mut(&self.txg) {
-            *count -= 1;
-            if *count == 0 {
-                reads.remove(&self.txg);
-            }
-        }
+        self.io.leave_read(self.txg);
+    }
+}
+
+/// A read `BlockIo::queue_read` queued, counted in flight (its block's space is not reused)
+/// until `BlockIo::finish_read` is done with it or it is dropped.
+pub struct QueuedRead {
+    io: Arc<BlockIo>,
+    txg: u64,
+    leaf: Arc<Leaf>,
+    dva: Dva,
+    bp: BlockPointer,
+    class: IoClass,
+    handle: Option<IoHandle<ReadBuf>>,
+}
+
+impl Drop for QueuedRead {
+    fn drop(&mut self) {
+        // A read dropped unwaited still runs in the queue, harmlessly: nothing uses its bytes.
+        self.io.leave_read(self.txg);
     }
 }
 

@@ -203,7 +203,7 @@ fn nearby_reads_merge_across_small_gaps() {
     for (rel, h) in handles {
         let data = h.wait().unwrap();
         assert_eq!(
-            data,
+            data[..],
             pattern[rel as usize..rel as usize + 8192],
             "read at +{rel}"
         );
