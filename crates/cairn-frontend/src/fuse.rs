@@ -11,7 +11,10 @@
 //! Caching: attributes and entries are cached by the kernel for `ATTR_TTL`; every change goes
 //! through this process, which is the only writer, so the kernel's copy is only stale for
 //! changes it did not see (none). Listings are readdirplus (names with their attributes), and
-//! reads, writes and read-ahead go up to 1 MiB per request (`init`). No writeback cache: each
+//! reads and writes go up to 1 MiB per request (`init`). The kernel's own read-ahead on the
+//! mount stays at what it offers (128 KiB here: asking for more is capped); sequential readers
+//! are read ahead below instead, by the object set's stream detector, which file reads feed.
+//! No writeback cache: each
 //! write(2) reaches the filesystem, so `sync=always` holds per write, a full pool or a quota
 //! answers that write with ENOSPC or EDQUOT (with the kernel's writeback cache the refusal
 //! came at writeback, and `close` reported EIO: tried, and the quota test failed), `fsync` is
@@ -594,8 +597,8 @@ impl fuser::Filesystem for FuseAdapter {
     /// Asks the kernel for readdirplus (a listing carries attributes: no lookup per name),
     /// parallel directory calls (the filesystem's own locks order them), POSIX ACLs (the
     /// kernel enforces them; `cairn_fs::acl` keeps mode and ACL agreeing and inherits default
-    /// ACLs), and 1 MiB reads,
-    /// writes and read-ahead. The kernel's writeback cache stays off: every write(2) reaches
+    /// ACLs), and 1 MiB reads and
+    /// writes (read-ahead as large as the kernel allows). The kernel's writeback cache stays off: every write(2) reaches
     /// the filesystem, so `sync=always` holds for each write and `fsync` sees all data.
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
