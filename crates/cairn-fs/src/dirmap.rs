@@ -99,6 +99,28 @@ impl Leaf {
     }
 }
 
+/// One pass of `DirMap::scan_hash` over a leaf.
+struct HashScan {
+    /// The entry with the name looked for, and its bytes in the block.
+    found: Option<(Entry, std::ops::Range<usize>)>,
+    /// Keys and starts of the entries with the name's hash, in key order.
+    same_hash: Vec<(u64, usize)>,
+    /// The bytes of those entries; empty at their place when there are none.
+    hash_run: std::ops::Range<usize>,
+    /// Where the leaf's last entry ends.
+    used_end: usize,
+}
+
+/// Appends one leaf entry in its on-disk form (docs/format.md: key, name length, value
+/// length, name, value).
+fn encode_entry(out: &mut Vec<u8>, key: u64, name: &[u8], value: &[u8]) {
+    out.extend_from_slice(&key.to_le_bytes());
+    out.push(name.len() as u8);
+    out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+    out.extend_from_slice(name);
+    out.extend_from_slice(value);
+}
+
 /// A map stored in `object` of `objset`.
 pub struct DirMap<'a> {
     objset: &'a ObjectSet,
@@ -170,36 +192,43 @@ impl<'a> DirMap<'a> {
         loop {
             let slot = bucket(&header, hash << COLLISION_BITS);
             let leaf_number = self.table_get(&header, slot)?;
-            let mut leaf = self.leaf(leaf_number)?;
-            let same_hash: Vec<&Entry> = leaf
-                .entries
-                .iter()
-                .filter(|entry| entry.key >> COLLISION_BITS == hash)
-                .collect();
-            if same_hash.iter().any(|entry| entry.name == name) {
+            let block = self.read(LEAF_START_BLKID + leaf_number)?;
+            let scan = self.scan_hash(leaf_number, &block, hash, name)?;
+            if scan.found.is_some() {
                 return Err(FsError::Exists);
             }
             let collision = (0..1u64 << COLLISION_BITS)
                 .find(|cd| {
-                    !same_hash
+                    !scan
+                        .same_hash
                         .iter()
-                        .any(|entry| entry.key & ((1 << COLLISION_BITS) - 1) == *cd)
+                        .any(|&(key, _)| key & ((1 << COLLISION_BITS) - 1) == *cd)
                 })
                 .ok_or_else(|| FsError::NoSpace("too many names with one hash".into()))?;
-            let entry = Entry {
-                key: hash << COLLISION_BITS | collision,
-                name: name.to_vec(),
-                value: value.to_vec(),
-            };
-            if leaf.bytes() + entry.bytes() <= MAP_BLOCK_BYTES as usize {
-                let key = entry.key;
-                let at = leaf.entries.partition_point(|e| e.key < key);
-                leaf.entries.insert(at, entry);
-                self.write_leaf(tx, leaf_number, &leaf);
+            let key = hash << COLLISION_BITS | collision;
+            let entry_bytes = ENTRY_FIXED_BYTES + name.len() + value.len();
+            if scan.used_end + entry_bytes <= MAP_BLOCK_BYTES as usize {
+                // The common case, without decoding the leaf: the entry is spliced into the
+                // encoded block at its key's place (decoding every entry of the leaf into
+                // owned names and values cost two allocations per name for each create).
+                let at = scan
+                    .same_hash
+                    .iter()
+                    .find(|&&(other, _)| other > key)
+                    .map_or(scan.hash_run.end, |&(_, start)| start);
+                let mut spliced = Vec::with_capacity(MAP_BLOCK_BYTES as usize);
+                spliced.extend_from_slice(&block[..at]);
+                encode_entry(&mut spliced, key, name, value);
+                spliced.extend_from_slice(&block[at..scan.used_end]);
+                spliced.resize(MAP_BLOCK_BYTES as usize, 0);
+                let count = u16::from_le_bytes([block[6], block[7]]) + 1;
+                spliced[6..8].copy_from_slice(&count.to_le_bytes());
+                self.write(tx, LEAF_START_BLKID + leaf_number, spliced);
                 header.entries += 1;
                 self.write_header(tx, &header);
                 return Ok(key);
             }
+            let leaf = self.decode_leaf(leaf_number, &block)?;
             self.split(tx, &mut header, hash << COLLISION_BITS, leaf_number, leaf)?;
         }
     }
@@ -209,16 +238,19 @@ impl<'a> DirMap<'a> {
         let mut header = self.header()?;
         let hash = self.hash(&header, name);
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
-        let mut leaf = self.leaf(leaf_number)?;
-        let Some(at) = leaf
-            .entries
-            .iter()
-            .position(|entry| entry.key >> COLLISION_BITS == hash && entry.name == name)
-        else {
+        let block = self.read(LEAF_START_BLKID + leaf_number)?;
+        let scan = self.scan_hash(leaf_number, &block, hash, name)?;
+        let Some((entry, place)) = scan.found else {
             return Ok(None);
         };
-        let entry = leaf.entries.remove(at);
-        self.write_leaf(tx, leaf_number, &leaf);
+        // Cut out of the encoded block, as `insert` splices in.
+        let mut cut = Vec::with_capacity(MAP_BLOCK_BYTES as usize);
+        cut.extend_from_slice(&block[..place.start]);
+        cut.extend_from_slice(&block[place.end..scan.used_end]);
+        cut.resize(MAP_BLOCK_BYTES as usize, 0);
+        let count = u16::from_le_bytes([block[6], block[7]]).saturating_sub(1);
+        cut[6..8].copy_from_slice(&count.to_le_bytes());
+        self.write(tx, LEAF_START_BLKID + leaf_number, cut);
         header.entries = header.entries.saturating_sub(1);
         self.write_header(tx, &header);
         Ok(Some(entry))
@@ -458,8 +490,13 @@ impl<'a> DirMap<'a> {
 
     fn leaf(&self, number: u64) -> Result<Leaf, FsError> {
         let block = self.read(LEAF_START_BLKID + number)?;
+        self.decode_leaf(number, &block)
+    }
+
+    /// Leaf `number`'s entries in `block`, owned (for a split, or a change of value).
+    fn decode_leaf(&self, number: u64, block: &[u8]) -> Result<Leaf, FsError> {
         let mut entries = Vec::new();
-        let local_depth = self.scan_leaf(number, &block, |key, name, value| {
+        let local_depth = self.scan_leaf(number, block, |key, name, value| {
             entries.push(Entry {
                 key,
                 name: name.to_vec(),
@@ -471,6 +508,52 @@ impl<'a> DirMap<'a> {
             local_depth,
             entries,
         })
+    }
+
+    /// What `insert` and `remove` need of leaf `number` for a name of hash `hash`, in one
+    /// pass over the encoded block: the entry of that name with its byte range, the keys and
+    /// starts of the entries sharing the hash, the byte range of their run (empty, where such
+    /// entries would go, when there are none), and where the leaf's entries end.
+    fn scan_hash(
+        &self,
+        number: u64,
+        block: &[u8],
+        hash: u64,
+        name: &[u8],
+    ) -> Result<HashScan, FsError> {
+        let mut scan = HashScan {
+            found: None,
+            same_hash: Vec::new(),
+            hash_run: LEAF_HEADER_BYTES..LEAF_HEADER_BYTES,
+            used_end: LEAF_HEADER_BYTES,
+        };
+        let mut run_started = false;
+        self.scan_leaf(number, block, |key, entry_name, value| {
+            let start = scan.used_end;
+            let end = start + ENTRY_FIXED_BYTES + entry_name.len() + value.len();
+            let entry_hash = key >> COLLISION_BITS;
+            if entry_hash < hash {
+                scan.hash_run = end..end;
+            } else if entry_hash == hash {
+                if !run_started {
+                    scan.hash_run = start..start;
+                    run_started = true;
+                }
+                scan.hash_run.end = end;
+                scan.same_hash.push((key, start));
+                if entry_name == name {
+                    let entry = Entry {
+                        key,
+                        name: entry_name.to_vec(),
+                        value: value.to_vec(),
+                    };
+                    scan.found = Some((entry, start..end));
+                }
+            }
+            scan.used_end = end;
+            true
+        })?;
+        Ok(scan)
     }
 
     /// Walks leaf `number`'s entries in `block` in place, checking each against the block's
@@ -523,17 +606,11 @@ impl<'a> DirMap<'a> {
         block[0..4].copy_from_slice(&LEAF_MAGIC.to_le_bytes());
         block[4] = leaf.local_depth as u8;
         block[6..8].copy_from_slice(&(leaf.entries.len() as u16).to_le_bytes());
-        let mut at = LEAF_HEADER_BYTES;
+        block.truncate(LEAF_HEADER_BYTES);
         for entry in &leaf.entries {
-            block[at..at + 8].copy_from_slice(&entry.key.to_le_bytes());
-            block[at + 8] = entry.name.len() as u8;
-            block[at + 9..at + 11].copy_from_slice(&(entry.value.len() as u16).to_le_bytes());
-            at += ENTRY_FIXED_BYTES;
-            block[at..at + entry.name.len()].copy_from_slice(&entry.name);
-            at += entry.name.len();
-            block[at..at + entry.value.len()].copy_from_slice(&entry.value);
-            at += entry.value.len();
+            encode_entry(&mut block, entry.key, &entry.name, &entry.value);
         }
+        block.resize(MAP_BLOCK_BYTES as usize, 0);
         self.write(tx, LEAF_START_BLKID + number, block);
     }
 
