@@ -77,6 +77,8 @@ if [[ " ${SYSTEMS[*]} " == *" zfs-fuse "* ]] && ! command -v zfs-fuse >/dev/null
 fi
 # shellcheck source=lib.sh
 source "$ROOT/bench/lib.sh"
+# shellcheck source=fs-lib.sh
+source "$ROOT/bench/fs-lib.sh"
 build_release
 rm -rf "$DIR"
 mkdir -p "$DIR/results"
@@ -99,49 +101,9 @@ cleanup() {
     if [[ -f $PG_DATA/postmaster.pid ]]; then
         as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate -w stop >/dev/null 2>&1 || true
     fi
-    umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
-    [[ -n $LOOP ]] && losetup -d "$LOOP" 2>/dev/null || true
-    if [[ -S $CAIRN_STATE/control.sock ]]; then
-        pkill -INT -f "$CAIRN_STATE serve" 2>/dev/null || true
-        sleep 2
-    fi
-    if [[ -n $ZFS_PID ]]; then
-        zpool export -f zbench 2>/dev/null || true
-        kill "$ZFS_PID" 2>/dev/null || true
-        wait "$ZFS_PID" 2>/dev/null || true
-        ZFS_PID=
-    fi
+    cleanup_mounts
 }
 trap cleanup EXIT
-
-# mount_system SYSTEM RECORDSIZE: a fresh file system of SYSTEM at $MNT.
-mount_system() {
-    local system=$1 recordsize=$2 image=$DIR/$1.img
-    cleanup
-    rm -f "$image"
-    dd if=/dev/zero of="$image" bs=1M count=4096 conv=fsync status=none
-    case $system in
-        cairn)
-            rm -rf "$CAIRN_STATE"
-            "$CAIRN" --state-dir "$CAIRN_STATE" pool create -f tank "$image" >/dev/null
-            "$CAIRN" --state-dir "$CAIRN_STATE" create -o "recordsize=$recordsize" tank/fs
-            "$CAIRN" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
-            ;;
-        zfs-fuse)
-            zfs-fuse --no-daemon >"$DIR/zfs-fuse.log" 2>&1 &
-            ZFS_PID=$!
-            sleep 2
-            zpool create -f -m "$MNT" zbench "$image"
-            zfs set "recordsize=$recordsize" zbench
-            ;;
-        ext4)
-            LOOP=$(losetup --find --show "$image")
-            mkfs.ext4 -q -F "$LOOP"
-            mount "$LOOP" "$MNT"
-            ;;
-    esac
-    chmod 777 "$MNT"
-}
 
 # remount_cold SYSTEM: the file system at $MNT stopped and started again with empty caches.
 remount_cold() {

@@ -1,0 +1,50 @@
+# Sourced by the file-system bench scripts (after lib.sh, with DIR, MNT, CAIRN_STATE and CAIRN
+# set, LOOP and ZFS_PID empty, and a `cleanup` of their own that calls `cleanup_mounts`): a
+# fresh cairn, zfs-fuse or ext4 file system at $MNT on a 4 GiB file under $DIR, and all of it
+# torn down again.
+
+# cleanup_mounts: unmounts $MNT and stops whatever served it.
+cleanup_mounts() {
+    umount "$MNT" 2>/dev/null || umount -l "$MNT" 2>/dev/null || true
+    [[ -n $LOOP ]] && losetup -d "$LOOP" 2>/dev/null || true
+    LOOP=
+    if [[ -S $CAIRN_STATE/control.sock ]]; then
+        pkill -INT -f "$CAIRN_STATE serve" 2>/dev/null || true
+        sleep 2
+    fi
+    if [[ -n $ZFS_PID ]]; then
+        zpool export -f zbench 2>/dev/null || true
+        kill "$ZFS_PID" 2>/dev/null || true
+        wait "$ZFS_PID" 2>/dev/null || true
+        ZFS_PID=
+    fi
+}
+
+# mount_system SYSTEM RECORDSIZE [EXT4_INODES]: a fresh file system of SYSTEM at $MNT.
+mount_system() {
+    local system=$1 recordsize=$2 inodes=${3:-} image=$DIR/$1.img
+    cleanup
+    rm -f "$image"
+    dd if=/dev/zero of="$image" bs=1M count=4096 conv=fsync status=none
+    case $system in
+        cairn)
+            rm -rf "$CAIRN_STATE"
+            "$CAIRN" --state-dir "$CAIRN_STATE" pool create -f tank "$image" >/dev/null
+            "$CAIRN" --state-dir "$CAIRN_STATE" create -o "recordsize=$recordsize" tank/fs
+            "$CAIRN" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
+            ;;
+        zfs-fuse)
+            zfs-fuse --no-daemon >"$DIR/zfs-fuse.log" 2>&1 &
+            ZFS_PID=$!
+            sleep 2
+            zpool create -f -m "$MNT" zbench "$image"
+            zfs set "recordsize=$recordsize" zbench
+            ;;
+        ext4)
+            LOOP=$(losetup --find --show "$image")
+            mkfs.ext4 -q -F ${inodes:+-N "$inodes"} "$LOOP"
+            mount "$LOOP" "$MNT"
+            ;;
+    esac
+    chmod 777 "$MNT"
+}
