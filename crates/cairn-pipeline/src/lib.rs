@@ -357,6 +357,10 @@ impl BlockIo {
     /// queued; the caller then reads with `read_block_buf`. `finish_read` completes it.
     pub fn queue_read(self: &Arc<Self>, bp: &BlockPointer, class: IoClass) -> Option<QueuedRead> {
         assert!(!bp.is_hole(), "read of a hole");
+        if bp.compression != Compression::Off {
+            // `read_block_buf` reports it.
+            return None;
+        }
         let dva = *bp.copies().first()?;
         let leaf = self
             .tree()
