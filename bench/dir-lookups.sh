@@ -27,23 +27,12 @@ done
 for tool in python3 mkfs.ext4 losetup; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
 done
-if [[ " ${SYSTEMS[*]} " == *" zfs-fuse "* ]] && ! command -v zfs-fuse >/dev/null; then
-    echo "zfs-fuse is not installed (apt-get install zfs-fuse), or pass --systems cairn,ext4" >&2
-    exit 1
-fi
 # shellcheck source=lib.sh
 source "$ROOT/bench/lib.sh"
 # shellcheck source=fs-lib.sh
 source "$ROOT/bench/fs-lib.sh"
-build_release
-rm -rf "$DIR"
-mkdir -p "$DIR/results"
-DIR=$(cd "$DIR" && pwd)
-MNT=$DIR/mnt
-mkdir -p "$MNT"
-LOOP=
-ZFS_PID=
-CAIRN_STATE=$DIR/cairn-state
+require_systems "${SYSTEMS[@]}"
+prepare_bench_dir
 
 cleanup() { cleanup_mounts; }
 trap cleanup EXIT

@@ -1,7 +1,7 @@
-# Sourced by the file-system bench scripts (after lib.sh, with DIR, MNT, CAIRN_STATE and CAIRN
-# set, LOOP and ZFS_PID empty, and a `cleanup` of their own that calls `cleanup_mounts`): a
-# fresh cairn, zfs-fuse or ext4 file system at $MNT on a 4 GiB file under $DIR, and all of it
-# torn down again.
+# Sourced by the file-system bench scripts (after lib.sh, with DIR set, and a `cleanup` of their
+# own that calls `cleanup_mounts`): their checks and setup (`require_systems`,
+# `prepare_bench_dir`), a fresh cairn, zfs-fuse or ext4 file system at $MNT on a 4 GiB file
+# under $DIR, and all of it torn down again.
 
 # cleanup_mounts: unmounts $MNT and stops whatever served it.
 cleanup_mounts() {
@@ -47,4 +47,29 @@ mount_system() {
             ;;
     esac
     chmod 777 "$MNT"
+}
+
+# require_systems SYSTEM...: exits with what to install when a system's tools are missing.
+require_systems() {
+    local system
+    for system in "$@"; do
+        if [[ $system == zfs-fuse ]] && ! command -v zfs-fuse >/dev/null; then
+            echo "zfs-fuse is not installed (apt-get install zfs-fuse), or pass --systems cairn,ext4" >&2
+            exit 1
+        fi
+    done
+}
+
+# prepare_bench_dir: the release build, an empty $DIR (made absolute) with results/, and the
+# mount point and state the helpers above use.
+prepare_bench_dir() {
+    build_release
+    rm -rf "$DIR"
+    mkdir -p "$DIR/results"
+    DIR=$(cd "$DIR" && pwd)
+    MNT=$DIR/mnt
+    mkdir -p "$MNT"
+    LOOP=
+    ZFS_PID=
+    CAIRN_STATE=$DIR/cairn-state
 }

@@ -71,24 +71,13 @@ if [[ " ${ROWS[*]} " == *" dbench-4 "* ]] && ! command -v dbench >/dev/null; the
     echo "dbench is not installed (apt-get install dbench)" >&2
     exit 1
 fi
-if [[ " ${SYSTEMS[*]} " == *" zfs-fuse "* ]] && ! command -v zfs-fuse >/dev/null; then
-    echo "zfs-fuse is not installed (apt-get install zfs-fuse), or pass --systems cairn,ext4" >&2
-    exit 1
-fi
 # shellcheck source=lib.sh
 source "$ROOT/bench/lib.sh"
 # shellcheck source=fs-lib.sh
 source "$ROOT/bench/fs-lib.sh"
-build_release
-rm -rf "$DIR"
-mkdir -p "$DIR/results"
-DIR=$(cd "$DIR" && pwd)
+require_systems "${SYSTEMS[@]}"
+prepare_bench_dir
 RESULTS=$DIR/results/r1
-MNT=$DIR/mnt
-mkdir -p "$MNT"
-LOOP=
-ZFS_PID=
-CAIRN_STATE=$DIR/cairn-state
 PG_SOCK=$DIR/pgsock
 PG_DATA=$MNT/pgdata
 

@@ -339,38 +339,6 @@ fn a_pool_leaving_the_process_takes_its_blocks_along() {
     assert_eq!(stat(&arc, "size"), 0);
 }
 
-/// An emulated SATA SSD with its latency (real time): a read queued behind another waits, as
-/// on a real device, so what the queue merges shows.
-fn ssd_with_latency_opener() -> cairn_engine::DeviceOpener {
-    use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice};
-    use cairn_device::file::{FileDevice, FileOptions};
-    use cairn_device::{Device, RealClock};
-    Arc::new(
-        move |spec: &cairn_device::spec::DeviceSpec,
-              create: Option<u64>|
-              -> Result<Arc<dyn Device>, cairn_device::DeviceError> {
-            let backing = FileDevice::open(
-                &spec.path,
-                FileOptions {
-                    create_size_bytes: create,
-                    ..Default::default()
-                },
-            )?;
-            let device: Arc<dyn Device> = EmulatedDevice::new(
-                Arc::new(backing),
-                DeviceModel::named("ssd-sata").expect("model"),
-                EmuOptions {
-                    seed: 1,
-                    clock: Some(Arc::new(RealClock::new())),
-                    destage_per_write_probability: 0.0,
-                    power: None,
-                },
-            );
-            Ok(device)
-        },
-    )
-}
-
 /// Client reads of a file feed read-ahead, and read-ahead keeps its reads in flight together:
 /// the device queue merges neighbours, so a file read in order costs far fewer device calls
 /// than blocks. (With one read at a time per prefetch thread, the two counts were close.)
@@ -391,7 +359,9 @@ fn a_file_read_in_order_is_read_ahead_in_merged_device_calls() {
         },
         PoolOptions {
             arc: Some(arc.clone()),
-            ..options(ssd_with_latency_opener())
+            // An SSD with its latency: a read queued behind another waits, so what the queue
+            // merges shows.
+            ..options(latency_opener("ssd-sata"))
         },
     )
     .expect("create pool");

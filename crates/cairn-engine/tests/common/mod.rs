@@ -30,14 +30,7 @@ pub fn recording_opener(
     let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
     Arc::new(
         move |spec: &DeviceSpec, create: Option<u64>| -> Result<Arc<dyn Device>, DeviceError> {
-            let backing = FileDevice::open(
-                &spec.path,
-                FileOptions {
-                    create_size_bytes: create,
-                    ..Default::default()
-                },
-            )?;
-            let mut backing: Arc<dyn Device> = Arc::new(backing);
+            let mut backing: Arc<dyn Device> = Arc::new(backing_file(spec, create)?);
             if let Some(dir) = &record {
                 let name = spec
                     .path
@@ -122,6 +115,37 @@ pub fn import(paths: &[PathBuf], opener: DeviceOpener) -> Result<Pool, cairn_eng
         &ImportSource::Devices(specs(paths)),
         "tank",
         options(opener),
+    )
+}
+
+/// The file under an emulated device: `spec`'s path, created sparse at `create` bytes.
+pub fn backing_file(spec: &DeviceSpec, create: Option<u64>) -> Result<FileDevice, DeviceError> {
+    FileDevice::open(
+        &spec.path,
+        FileOptions {
+            create_size_bytes: create,
+            ..Default::default()
+        },
+    )
+}
+
+/// Emulated `model` devices with their latency in real time (a request queued behind another
+/// waits, as on the real device) and no volatile-cache losses.
+pub fn latency_opener(model: &'static str) -> DeviceOpener {
+    Arc::new(
+        move |spec: &DeviceSpec, create: Option<u64>| -> Result<Arc<dyn Device>, DeviceError> {
+            let device: Arc<dyn Device> = EmulatedDevice::new(
+                Arc::new(backing_file(spec, create)?),
+                DeviceModel::named(model).expect("model"),
+                EmuOptions {
+                    seed: 1,
+                    clock: Some(Arc::new(cairn_device::RealClock::new())),
+                    destage_per_write_probability: 0.0,
+                    power: None,
+                },
+            );
+            Ok(device)
+        },
     )
 }
 
