@@ -35,6 +35,7 @@ use cairn_pool::space::{SpaceAllocator, SpaceError};
 use cairn_pool::vdev::{Leaf, VdevTree};
 use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use thiserror::Error;
@@ -190,28 +191,13 @@ impl BlockIo {
         self.reads_in_flight.lock().keys().next().copied()
     }
 
-    fn read_guard(&self) -> ReadGuard<'_> {
-        ReadGuard {
-            io: self,
-            txg: self.enter_read(),
-        }
-    }
-
-    /// Counts a read in flight under the last synced txg, which it returns; `leave_read` ends it.
-    fn enter_read(&self) -> u64 {
-        let txg = self.synced_txg.load(Ordering::SeqCst);
-        *self.reads_in_flight.lock().entry(txg).or_default() += 1;
-        txg
-    }
-
-    fn leave_read(&self, txg: u64) {
-        let mut reads = self.reads_in_flight.lock();
-        if let Some(count) = reads.get_mut(&txg) {
-            *count -= 1;
-            if *count == 0 {
-                reads.remove(&txg);
-            }
-        }
+    /// Counts a read in flight under the last synced txg until the guard drops. `io` is how
+    /// the guard reaches this `BlockIo`: a borrow for a read that ends in the caller's frame,
+    /// an `Arc` for one queued now and finished later (`QueuedRead`).
+    fn read_guard<D: Deref<Target = BlockIo>>(io: D) -> ReadGuard<D> {
+        let txg = io.synced_txg.load(Ordering::SeqCst);
+        *io.reads_in_flight.lock().entry(txg).or_default() += 1;
+        ReadGuard { io, txg }
     }
 
     pub fn tree(&self) -> Arc<VdevTree> {
@@ -312,7 +298,7 @@ impl BlockIo {
         class: IoClass,
     ) -> Result<ReadBuf, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
-        let _in_flight = self.read_guard();
+        let _in_flight = Self::read_guard(self);
         if bp.compression != Compression::Off {
             return Err(PipelineError::UnsupportedCompression(bp.compression));
         }
@@ -369,30 +355,34 @@ impl BlockIo {
             .into_iter()
             .next()?;
         let queue = leaf.queue()?;
-        let txg = self.enter_read();
+        let in_flight = Self::read_guard(self.clone());
         let handle = queue.read(class, VDEV_DATA_START + dva.offset, bp.psize as usize);
         Some(QueuedRead {
-            io: self.clone(),
-            txg,
+            _in_flight: in_flight,
             leaf,
             dva,
             bp: *bp,
             class,
-            handle: Some(handle),
+            handle,
         })
     }
 
     /// Waits for a read `queue_read` queued and verifies it; a failed or damaged copy is read
     /// again the full way (`read_block_buf`: every copy, healing the bad ones).
-    pub fn finish_read(&self, mut queued: QueuedRead) -> Result<ReadBuf, PipelineError> {
-        let Some(handle) = queued.handle.take() else {
-            return self.read_block_buf(&queued.bp, queued.class);
-        };
-        let offset = VDEV_DATA_START + queued.dva.offset;
-        match self.verify_copy(&queued.leaf, offset, &queued.bp, handle.wait()) {
+    pub fn finish_read(&self, queued: QueuedRead) -> Result<ReadBuf, PipelineError> {
+        let QueuedRead {
+            _in_flight,
+            leaf,
+            dva,
+            bp,
+            class,
+            handle,
+        } = queued;
+        let offset = VDEV_DATA_START + dva.offset;
+        match self.verify_copy(&leaf, offset, &bp, handle.wait()) {
             Ok(data) => Ok(data),
-            // `queued` stays alive (its read counted in flight) until the full read is done.
-            Err(_) => self.read_block_buf(&queued.bp, queued.class),
+            // The queued read stays counted in flight until the full read is done.
+            Err(_) => self.read_block_buf(&bp, class),
         }
     }
 
@@ -613,34 +603,33 @@ struct Staged {
 }
 
 /// Counts one read in flight (see `BlockIo::reads_in_flight`).
-struct ReadGuard<'a> {
-    io: &'a BlockIo,
+struct ReadGuard<D: Deref<Target = BlockIo>> {
+    io: D,
     txg: u64,
 }
 
-impl Drop for ReadGuard<'_> {
+impl<D: Deref<Target = BlockIo>> Drop for ReadGuard<D> {
     fn drop(&mut self) {
-        self.io.leave_read(self.txg);
+        let mut reads = self.io.reads_in_flight.lock();
+        if let Some(count) = reads.get_mut(&self.txg) {
+            *count -= 1;
+            if *count == 0 {
+                reads.remove(&self.txg);
+            }
+        }
     }
 }
 
 /// A read `BlockIo::queue_read` queued, counted in flight (its block's space is not reused)
-/// until `BlockIo::finish_read` is done with it or it is dropped.
+/// until `BlockIo::finish_read` is done with it or it is dropped (a read dropped unwaited still
+/// runs in the queue, harmlessly: nothing uses its bytes).
 pub struct QueuedRead {
-    io: Arc<BlockIo>,
-    txg: u64,
+    _in_flight: ReadGuard<Arc<BlockIo>>,
     leaf: Arc<Leaf>,
     dva: Dva,
     bp: BlockPointer,
     class: IoClass,
-    handle: Option<IoHandle<ReadBuf>>,
-}
-
-impl Drop for QueuedRead {
-    fn drop(&mut self) {
-        // A read dropped unwaited still runs in the queue, harmlessly: nothing uses its bytes.
-        self.io.leave_read(self.txg);
-    }
+    handle: IoHandle<ReadBuf>,
 }
 
 /// One leaf write handed to its queue, with what is needed to issue it again.
