@@ -43,7 +43,13 @@
 //! (`start_maintenance`) reads the kernel's memory signals about once a second and moves `c` in
 //! bounded steps: down when memory is short, back up (after a hold-off) when it is plentiful
 //! and the cache is full. After a shrink it hands freed heap back to the kernel
-//! (`malloc_trim`), so what the cache gives up shows up as free memory at once.
+//! (`malloc_trim`), so what the cache gives up shows up as free memory at once. The heap a
+//! burst of writes freed (a synced txg's dirty buffers, `note_heap_freed`) is handed back once
+//! writing pauses, but only what the cache has no room for: memory the process holds already
+//! is what the cache fills into and the next burst writes into, and fresh memory costs a page
+//! fault and a zeroed page per 4 KiB (a fresh server wrote 1 MiB sequential writes at ~1,000
+//! MiB/s against ~1,550 with its heap warm). Resident memory still stays within the cache's
+//! target plus what the rest of the budget allows.
 //!
 //! Keys carry a per-process pool tag (16 bits above the birth txg), so two pools' blocks never
 //! share a key; a pool leaving the process (`CachedIo` dropped) takes its blocks with it.
@@ -76,8 +82,9 @@ const HEAP_TRIM_EVICTED_DIVISOR: u64 = 16;
 /// How often the maintenance thread looks at memory.
 const MAINTENANCE_INTERVAL_MS: u64 = 1000;
 /// A large free (`ReadCache::note_heap_freed`) is handed back to the kernel once no other has
-/// come for this long: a steady writer reuses the freed pages for the next txg instead of
-/// faulting in (and the kernel zeroing) fresh ones every txg.
+/// come for this long (and the cache has no room for it, `keeps_freed_heap`): a steady writer
+/// reuses the freed pages for the next txg instead of faulting in (and the kernel zeroing)
+/// fresh ones every txg.
 const HEAP_TRIM_QUIET_MS: u64 = 2 * MAINTENANCE_INTERVAL_MS;
 /// `Shared::heap_freed_at_ms` when no large free waits for a trim.
 const NO_FREE_PENDING: u64 = u64::MAX;
@@ -219,6 +226,9 @@ struct Shared {
     /// Maintenance time of the latest large free not yet trimmed, or `NO_FREE_PENDING`.
     heap_freed_at_ms: AtomicU64,
     heap_trims: AtomicU64,
+    /// Quiet points after a large free where the free heap fit in the cache's room and was
+    /// kept.
+    heap_kept: AtomicU64,
 }
 
 /// Work for the prefetch threads.
@@ -284,6 +294,7 @@ impl ReadCache {
             evicted_at_last_trim: AtomicU64::new(0),
             heap_freed_at_ms: AtomicU64::new(NO_FREE_PENDING),
             heap_trims: AtomicU64::new(0),
+            heap_kept: AtomicU64::new(0),
         });
         let (tx, rx) = crossbeam_channel::bounded::<Job>(PREFETCH_QUEUE_MAX);
         let prefetch_threads = (0..config.prefetch_threads)
@@ -312,7 +323,8 @@ impl ReadCache {
 
     /// Someone freed a large amount of heap (a synced txg's dirty buffers): with the
     /// maintenance thread running, the pages go back to the kernel once such frees pause for
-    /// `HEAP_TRIM_QUIET_MS` (a writer that keeps going reuses them); without it, at once.
+    /// `HEAP_TRIM_QUIET_MS` (a writer that keeps going reuses them), unless the cache has room
+    /// for all the free heap (`keeps_freed_heap`: it will fill into it); without it, at once.
     pub fn note_heap_freed(&self) {
         if self.maintenance.lock().is_some() {
             let now_ms = self.shared.last_tick_ms.load(Ordering::Relaxed);
@@ -503,7 +515,12 @@ impl Shared {
                 )
                 .is_ok()
         {
-            self.trim_heap();
+            let cached_bytes = snapshot.size_bytes;
+            if free_heap_bytes().is_some_and(|free| keeps_freed_heap(cached_bytes, free, target)) {
+                self.heap_kept.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.trim_heap();
+            }
         }
     }
 
@@ -632,6 +649,7 @@ impl Shared {
                 ("shrinks", load(&c.shrinks)),
                 ("grows", load(&c.grows)),
                 ("heap_trims", load(&self.heap_trims)),
+                ("heap_kept", load(&self.heap_kept)),
                 (
                     "arc_no_grow",
                     u64::from(pressure.no_grow(self.last_tick_ms.load(Ordering::Relaxed))),
@@ -751,6 +769,27 @@ pub fn release_free_heap() {
     unsafe {
         libc::malloc_trim(0);
     }
+}
+
+/// Bytes the allocator holds free in its heaps (`None`: not known on this platform).
+pub fn free_heap_bytes() -> Option<u64> {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 only reads glibc's malloc statistics.
+        let info = unsafe { libc::mallinfo2() };
+        Some(info.fordblks as u64)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        None
+    }
+}
+
+/// Whether heap freed by a burst of writes (`free_heap_bytes` of it in all) is kept rather
+/// than handed back: only while the cache, holding `cached_bytes`, has room for all of it
+/// under its `target_bytes`, so resident memory stays within the target.
+pub fn keeps_freed_heap(cached_bytes: u64, free_heap_bytes: u64, target_bytes: u64) -> bool {
+    cached_bytes.saturating_add(free_heap_bytes) <= target_bytes
 }
 
 /// A pool's door to the process's cache, and to the pool's cache devices below it.
@@ -1016,5 +1055,22 @@ impl Drop for CachedIo {
             .shared
             .blocks
             .remove_matching(|key| key[1] >> 48 == tag);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn freed_heap_is_kept_only_while_the_cache_has_room_for_all_of_it() {
+        let target = 1 << 30;
+        assert!(keeps_freed_heap(0, target, target));
+        assert!(keeps_freed_heap(target / 2, target / 2, target));
+        assert!(!keeps_freed_heap(target / 2, target / 2 + 1, target));
+        assert!(!keeps_freed_heap(target, 1, target));
+        // A cache over its target (readers' slack) keeps nothing, and sizes never wrap.
+        assert!(!keeps_freed_heap(target + 1, 0, target));
+        assert!(!keeps_freed_heap(1, u64::MAX, u64::MAX - 1));
     }
 }

@@ -39,7 +39,7 @@ use std::sync::atomic::Ordering;
 /// Space-log blocks kept before the log is condensed into a checkpoint (default).
 pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
 /// A txg that wrote at least this much has its freed dirty buffers handed back to the kernel
-/// once writing pauses (`ReadCache::note_heap_freed`).
+/// once writing pauses, unless the cache has room for them (`ReadCache::note_heap_freed`).
 const HEAP_TRIM_AFTER_BYTES: u64 = 1 << 20;
 /// Granule space-log blocks are rounded to.
 const SPACE_LOG_GRANULE: u32 = 4096;
@@ -186,9 +186,10 @@ impl PoolCore {
             space.sync_done(txg);
         }
         // The txg's dirty buffers were freed with its change sets: they go back to the kernel
-        // once writing pauses (2 s), not left in the allocator's free lists for good
-        // (trimming after every txg made a steady writer fault in and zero fresh pages for each
-        // one: 40% of the server's CPU under 8K rewrites into 128K records).
+        // once writing pauses (2 s) if the cache has no room for them, not left in the
+        // allocator's free lists for good (trimming after every txg made a steady writer fault
+        // in and zero fresh pages for each one: 40% of the server's CPU under 8K rewrites into
+        // 128K records).
         let written = self.io.stats.bytes_written.load(Ordering::Relaxed) - written_before;
         if written >= HEAP_TRIM_AFTER_BYTES {
             self.mos.cached_io().cache().note_heap_freed();
