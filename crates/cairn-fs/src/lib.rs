@@ -759,14 +759,8 @@ impl Filesystem {
             let blkid = position / block_bytes;
             let within = (position % block_bytes) as usize;
             let take = ((block_bytes - within as u64).min(end - position)) as usize;
-            let start = out.len();
-            out.resize(start + take, 0);
-            self.objset.read_block_range(
-                object,
-                blkid,
-                within..within + take,
-                &mut out[start..],
-            )?;
+            self.objset
+                .append_block_range(object, blkid, within..within + take, &mut out)?;
             position += take as u64;
         }
         self.stats

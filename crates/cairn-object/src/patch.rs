@@ -464,25 +464,50 @@ impl ObjectSet {
         out: &mut [u8],
     ) -> Result<(), ObjectError> {
         assert_eq!(out.len(), window.len(), "window and buffer differ");
+        self.block_range(object, blkid, window, RangeOut::Slice(out))
+    }
+
+    /// `read_block_range` appending to `out`: the bytes are copied once, with no zeroed
+    /// buffer to copy them over (a file read's reply is built this way).
+    pub fn append_block_range(
+        &self,
+        object: u64,
+        blkid: u64,
+        window: Range<usize>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), ObjectError> {
+        self.block_range(object, blkid, window, RangeOut::Append(out))
+    }
+
+    fn block_range(
+        &self,
+        object: u64,
+        blkid: u64,
+        window: Range<usize>,
+        mut out: RangeOut<'_>,
+    ) -> Result<(), ObjectError> {
         {
             let state = self.state.lock();
             let (txgs, _) = version_chain(&state, object, blkid, None)?;
             let patches = patches_of(&state, object, blkid, &txgs);
             if !patches.is_empty() && covered(&patches, &window) {
+                let target = out.zeroed(window.len());
                 for patch in patches.iter().rev() {
-                    patch.apply_window(&window, out);
+                    patch.apply_window(&window, target);
                 }
                 return Ok(());
             }
         }
         match self.read_block(object, blkid)? {
-            Some(block) if block.len() >= window.end => out.copy_from_slice(&block[window]),
+            Some(block) if block.len() >= window.end => out.copy(&block[window]),
             Some(_) => {
                 return Err(ObjectError::Corrupt(format!(
                     "block {blkid} of object {object} is shorter than a read of {window:?}"
                 )));
             }
-            None => out.fill(0),
+            None => {
+                out.zeroed(window.len());
+            }
         }
         Ok(())
     }
@@ -583,6 +608,37 @@ pub(crate) fn cloned_patches(state: &State, object: u64, blkid: u64, txgs: &[u64
         .into_iter()
         .cloned()
         .collect()
+}
+
+/// Where `block_range` puts the bytes: over a caller's buffer of the window's length, or
+/// appended to a growing one.
+enum RangeOut<'a> {
+    Slice(&'a mut [u8]),
+    Append(&'a mut Vec<u8>),
+}
+
+impl RangeOut<'_> {
+    fn copy(&mut self, bytes: &[u8]) {
+        match self {
+            RangeOut::Slice(out) => out.copy_from_slice(bytes),
+            RangeOut::Append(out) => out.extend_from_slice(bytes),
+        }
+    }
+
+    /// The `len` bytes to write, zeroed.
+    fn zeroed(&mut self, len: usize) -> &mut [u8] {
+        match self {
+            RangeOut::Slice(out) => {
+                out.fill(0);
+                out
+            }
+            RangeOut::Append(out) => {
+                let start = out.len();
+                out.resize(start + len, 0);
+                &mut out[start..]
+            }
+        }
+    }
 }
 
 #[cfg(test)]
