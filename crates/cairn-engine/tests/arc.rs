@@ -22,24 +22,11 @@ fn cache(max_bytes: u64) -> Arc<ReadCache> {
 }
 
 fn pool_with(dir: &std::path::Path, arc: &Arc<ReadCache>) -> Pool {
-    let paths = device_paths(dir, 2);
-    Pool::create(
-        "tank",
-        &[cairn_engine::VdevGroup {
-            mirror: true,
-            log: false,
-            devices: specs(&paths),
-        }],
-        &cairn_engine::CreateOptions {
-            create_size_bytes: Some(DEVICE_SIZE),
-            ..Default::default()
-        },
-        PoolOptions {
-            arc: Some(arc.clone()),
-            ..options(plain_opener())
-        },
-    )
-    .expect("create pool")
+    let options = PoolOptions {
+        arc: Some(arc.clone()),
+        ..options(plain_opener())
+    };
+    create_mirror_with(&device_paths(dir, 2), options)
 }
 
 /// A 4K-block volume holding `blocks` blocks of random data, synced to disk (so reads go

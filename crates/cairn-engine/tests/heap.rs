@@ -22,24 +22,11 @@ fn stat(cache: &ReadCache, name: &str) -> u64 {
 }
 
 fn pool_with(dir: &std::path::Path, arc: &Arc<ReadCache>) -> Pool {
-    let paths = device_paths(dir, 1);
-    Pool::create(
-        "tank",
-        &[cairn_engine::VdevGroup {
-            mirror: false,
-            log: false,
-            devices: specs(&paths),
-        }],
-        &cairn_engine::CreateOptions {
-            create_size_bytes: Some(DEVICE_SIZE),
-            ..Default::default()
-        },
-        PoolOptions {
-            arc: Some(arc.clone()),
-            ..options(plain_opener())
-        },
-    )
-    .expect("create pool")
+    let options = PoolOptions {
+        arc: Some(arc.clone()),
+        ..options(plain_opener())
+    };
+    create_mirror_with(&device_paths(dir, 1), options)
 }
 
 /// Writes `VOLUME_BYTES` to volume `name` and syncs: a txg whose dirty buffers are then freed.

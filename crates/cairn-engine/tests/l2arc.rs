@@ -93,21 +93,10 @@ fn cache_spec(dir: &Path) -> DeviceSpec {
 /// A pool of one device with one cache device and a volume of `BLOCKS` random blocks whose
 /// data the ARC does not keep.
 fn pool_with_cache(dir: &Path, devices: &Devices, arc: &Arc<ReadCache>) -> (Pool, Vec<u8>) {
-    let paths = device_paths(dir, 1);
-    let pool = Pool::create(
-        "tank",
-        &[cairn_engine::VdevGroup {
-            mirror: false,
-            log: false,
-            devices: specs(&paths),
-        }],
-        &cairn_engine::CreateOptions {
-            create_size_bytes: Some(DEVICE_SIZE),
-            ..Default::default()
-        },
+    let pool = create_mirror_with(
+        &device_paths(dir, 1),
         pool_options(devices, arc, Vec::new()),
-    )
-    .expect("create pool");
+    );
     pool.add_cache_devices(
         &[cache_spec(dir)],
         Some(CACHE_DEVICE_SIZE),

@@ -93,14 +93,7 @@ pub fn fletcher4(data: &[u8]) -> Checksum {
         word[..tail.len()].copy_from_slice(tail);
         sums.add(u32::from_le_bytes(word));
     }
-    let mut out = [0u8; 32];
-    for (slot, sum) in out
-        .chunks_exact_mut(8)
-        .zip([sums.a, sums.b, sums.c, sums.d])
-    {
-        slot.copy_from_slice(&sum.to_le_bytes());
-    }
-    Checksum(out)
+    sums.checksum()
 }
 
 /// Interleaved streams of `fletcher4`.
@@ -121,6 +114,18 @@ impl Sums {
         self.b = self.b.wrapping_add(self.a);
         self.c = self.c.wrapping_add(self.b);
         self.d = self.d.wrapping_add(self.c);
+    }
+
+    /// The stored form: `a`, `b`, `c`, `d`, each little-endian.
+    fn checksum(self) -> Checksum {
+        let mut out = [0u8; 32];
+        for (slot, sum) in out
+            .chunks_exact_mut(8)
+            .zip([self.a, self.b, self.c, self.d])
+        {
+            slot.copy_from_slice(&sum.to_le_bytes());
+        }
+        Checksum(out)
     }
 }
 
@@ -251,14 +256,7 @@ mod tests {
             word[..chunk.len()].copy_from_slice(chunk);
             sums.add(u32::from_le_bytes(word));
         }
-        let mut out = [0u8; 32];
-        for (slot, sum) in out
-            .chunks_exact_mut(8)
-            .zip([sums.a, sums.b, sums.c, sums.d])
-        {
-            slot.copy_from_slice(&sum.to_le_bytes());
-        }
-        Checksum(out)
+        sums.checksum()
     }
 
     #[test]

@@ -94,6 +94,11 @@ pub fn specs(paths: &[PathBuf]) -> Vec<DeviceSpec> {
 }
 
 pub fn create_mirror(paths: &[PathBuf], opener: DeviceOpener) -> Pool {
+    create_mirror_with(paths, options(opener))
+}
+
+/// Pool `tank` on `paths` (a mirror of them when there are several) of `DEVICE_SIZE` each.
+pub fn create_mirror_with(paths: &[PathBuf], options: PoolOptions) -> Pool {
     Pool::create(
         "tank",
         &[VdevGroup {
@@ -105,7 +110,7 @@ pub fn create_mirror(paths: &[PathBuf], opener: DeviceOpener) -> Pool {
             create_size_bytes: Some(DEVICE_SIZE),
             ..Default::default()
         },
-        options(opener),
+        options,
     )
     .expect("create pool")
 }
