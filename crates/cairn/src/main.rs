@@ -502,10 +502,10 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
 fn tune_allocator() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        let arenas = std::thread::available_parallelism()
-            .map_or(ARENAS_MIN, |cores| cores.get())
+        let cores = std::thread::available_parallelism().map_or(1, |cores| cores.get());
+        let arenas = libc::c_int::try_from(cores)
+            .unwrap_or(ARENAS_MAX)
             .clamp(ARENAS_MIN, ARENAS_MAX);
-        let arenas = libc::c_int::try_from(arenas).unwrap_or(ARENAS_MIN as libc::c_int);
         // SAFETY: mallopt only changes glibc's malloc parameters; called before any other
         // thread exists.
         unsafe {
@@ -518,9 +518,9 @@ fn tune_allocator() {
 
 /// Fewest and most heaps the allocator keeps (`tune_allocator`).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS_MIN: usize = 2;
+const ARENAS_MIN: libc::c_int = 2;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-const ARENAS_MAX: usize = 16;
+const ARENAS_MAX: libc::c_int = 16;
 
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away
