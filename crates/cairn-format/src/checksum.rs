@@ -83,16 +83,7 @@ impl std::fmt::Debug for Checksum {
 /// every word elsewhere, go through the plain recurrence.
 pub fn fletcher4(data: &[u8]) -> Checksum {
     let (mut sums, rest) = grouped_sums(data);
-    let mut words = rest.chunks_exact(4);
-    for word in &mut words {
-        sums.add(u32::from_le_bytes([word[0], word[1], word[2], word[3]]));
-    }
-    let tail = words.remainder();
-    if !tail.is_empty() {
-        let mut word = [0u8; 4];
-        word[..tail.len()].copy_from_slice(tail);
-        sums.add(u32::from_le_bytes(word));
-    }
+    sums.add_words(rest);
     sums.checksum()
 }
 
@@ -114,6 +105,15 @@ impl Sums {
         self.b = self.b.wrapping_add(self.a);
         self.c = self.c.wrapping_add(self.b);
         self.d = self.d.wrapping_add(self.c);
+    }
+
+    /// Adds `bytes` as little-endian words, a final partial word zero-padded.
+    fn add_words(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(4) {
+            let mut word = [0u8; 4];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.add(u32::from_le_bytes(word));
+        }
     }
 
     /// The stored form: `a`, `b`, `c`, `d`, each little-endian.
@@ -191,8 +191,7 @@ unsafe fn lane_sums_avx2(data: &[u8]) -> [Sums; LANES] {
 /// carry: each global sum is then a fixed combination of the streams' sums.
 fn combine(lanes: &[Sums; LANES]) -> Sums {
     let mut total = Sums::default();
-    for (lane, sums) in lanes.iter().enumerate() {
-        let [b, c, d] = weights(lane as i64);
+    for (sums, [b, c, d]) in lanes.iter().zip(WEIGHTS) {
         let dot = |w: [i64; 4]| {
             [sums.a, sums.b, sums.c, sums.d]
                 .iter()
@@ -208,6 +207,17 @@ fn combine(lanes: &[Sums; LANES]) -> Sums {
     }
     total
 }
+
+/// `weights` of every stream, worked out when compiling.
+const WEIGHTS: [[[i64; 4]; 3]; LANES] = {
+    let mut table = [[[0; 4]; 3]; LANES];
+    let mut lane = 0;
+    while lane < LANES {
+        table[lane] = weights(lane as i64);
+        lane += 1;
+    }
+    table
+};
 
 /// For stream `k`, the weights of its `(a, b, c, d)` in the global `b`, `c` and `d`.
 ///
@@ -249,14 +259,14 @@ mod tests {
     use super::*;
 
     /// The definition, one word at a time.
-    fn fletcher4_reference(data: &[u8]) -> Checksum {
+    fn one_stream(data: &[u8]) -> Sums {
         let mut sums = Sums::default();
-        for chunk in data.chunks(4) {
-            let mut word = [0u8; 4];
-            word[..chunk.len()].copy_from_slice(chunk);
-            sums.add(u32::from_le_bytes(word));
-        }
-        sums.checksum()
+        sums.add_words(data);
+        sums
+    }
+
+    fn fletcher4_reference(data: &[u8]) -> Checksum {
+        one_stream(data).checksum()
     }
 
     #[test]
@@ -285,31 +295,27 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn fletcher4_streams_in_vector_registers_are_the_streams() {
+        let data: Vec<u8> = (0..(64u32 << 10)).map(|i| (i * 31 + 7) as u8).collect();
         if !std::arch::is_x86_feature_detected!("avx2") {
+            // Without AVX2 every word takes the plain recurrence.
+            assert_eq!(grouped_sums(&data), (Sums::default(), &data[..]));
             return;
         }
-        let data: Vec<u8> = (0..(64u32 << 10)).map(|i| (i * 31 + 7) as u8).collect();
         // SAFETY: the CPU has AVX2 (checked above).
         let lanes = unsafe { lane_sums_avx2(&data) };
         assert_eq!(lanes, lane_sums_reference(&data));
-        assert_eq!(combine(&lanes), {
-            let mut sums = Sums::default();
-            for word in data.chunks_exact(4) {
-                sums.add(u32::from_le_bytes([word[0], word[1], word[2], word[3]]));
-            }
-            sums
-        });
+        assert_eq!(combine(&lanes), one_stream(&data));
     }
 
     #[test]
     fn combined_streams_are_the_one_stream_whatever_the_cpu() {
         for len in [16usize, 32, 4096, 131_072] {
             let data: Vec<u8> = (0..len as u32).map(|i| (i * 13 + 5) as u8).collect();
-            let mut sums = Sums::default();
-            for word in data.chunks_exact(4) {
-                sums.add(u32::from_le_bytes([word[0], word[1], word[2], word[3]]));
-            }
-            assert_eq!(combine(&lane_sums_reference(&data)), sums, "length {len}");
+            assert_eq!(
+                combine(&lane_sums_reference(&data)),
+                one_stream(&data),
+                "length {len}"
+            );
         }
     }
 
