@@ -226,8 +226,10 @@ fn a_large_directory_splits_and_lists_every_name_once() {
             .unwrap();
     }
     assert_eq!(fs.getattr(root).unwrap().size, count);
-    // The hash table outgrew the header block (depth > 8): block 1 holds its first slots.
-    assert!(fs.objset().read_block(root, 1).unwrap().is_some());
+    // The hash table outgrew the header block (depth > 8): its first slots are in the
+    // first table block, after the leaves.
+    let table_start = cairn_fs::dirmap::TABLE_START_BLKID;
+    assert!(fs.objset().read_block(root, table_start).unwrap().is_some());
     // Listing in small batches resumes from cookies and sees every name once, while names
     // are removed behind the cursor.
     let mut seen = Vec::new();
@@ -262,6 +264,72 @@ fn a_large_directory_splits_and_lists_every_name_once() {
             Err(err) => panic!("{name}: {err}"),
         }
     }
+}
+
+/// A map written in the first layout (version 1: table from block 1, leaves from block 2^24,
+/// as docs/format.md keeps it) is still read and grown in that layout: an object holding the
+/// header and empty first leaf that layout wrote takes 20,000 names, enough for table blocks,
+/// and gives every one back by lookup and in one listing.
+#[test]
+fn a_version_1_map_is_read_and_grown_in_its_own_layout() {
+    use cairn_fs::Tx;
+    use cairn_fs::dirmap::{DirMap, MAP_BLOCK_BYTES};
+    let (_dir, pool, objset, engine) = raw_objset();
+    let object = 1_000_000;
+    let v1_leaf_start = 1u64 << 24;
+    {
+        let hold = engine.hold();
+        let txg = hold.txg();
+        objset.create_object(
+            txg,
+            object,
+            cairn_format::ObjectType::Directory,
+            MAP_BLOCK_BYTES,
+            1,
+        );
+        // Header: magic, version 1, depth 0, no entries, one leaf, salt 7, slot 0 → leaf 0.
+        let mut header = vec![0u8; MAP_BLOCK_BYTES as usize];
+        header[0..8].copy_from_slice(b"CAIRNMAP");
+        header[8..12].copy_from_slice(&1u32.to_le_bytes());
+        header[24..32].copy_from_slice(&1u64.to_le_bytes());
+        header[32..40].copy_from_slice(&7u64.to_le_bytes());
+        objset.write_block(txg, object, 0, bytes::Bytes::from(header));
+        let mut leaf = vec![0u8; MAP_BLOCK_BYTES as usize];
+        leaf[0..4].copy_from_slice(b"LEAF");
+        objset.write_block(txg, object, v1_leaf_start, bytes::Bytes::from(leaf));
+    }
+    pool.sync().unwrap();
+    let map = DirMap::new(&objset, object);
+    assert!(map.is_empty().unwrap());
+    let count = 20_000u64;
+    for batch in (0..count).collect::<Vec<_>>().chunks(1000) {
+        let hold = engine.hold();
+        for &i in batch {
+            map.insert(Tx::held(&hold), long_name(i).as_bytes(), &i.to_le_bytes())
+                .unwrap();
+        }
+    }
+    pool.sync().unwrap();
+    assert_eq!(map.len().unwrap(), count);
+    // Leaves and table blocks went where version 1 puts them: new leaves after 2^24, the
+    // table in block 1 (where version 2 keeps its first leaf).
+    let block = |blkid: u64| objset.read_block(object, blkid).unwrap().unwrap();
+    assert_eq!(&block(v1_leaf_start + 1)[..4], b"LEAF");
+    let table = block(1);
+    assert_ne!(&table[..4], b"LEAF");
+    assert!(u64::from_le_bytes(table[8..16].try_into().unwrap()) < 1 << 24);
+    for i in (0..count).step_by(101) {
+        let entry = map.get(long_name(i).as_bytes()).unwrap().unwrap();
+        assert_eq!(entry.value, i.to_le_bytes());
+    }
+    let mut listed = Vec::new();
+    map.for_each_from(0, |entry| {
+        listed.push(u64::from_le_bytes(entry.value[..8].try_into().unwrap()));
+        true
+    })
+    .unwrap();
+    listed.sort_unstable();
+    assert_eq!(listed, (0..count).collect::<Vec<_>>());
 }
 
 /// One step of the random workload.

@@ -49,9 +49,7 @@
 //! ## Known gaps
 //! The log has one lane and fsync commits everything logged before it, other files' writes
 //! included (correct, but a busy filesystem over-commits: PostgreSQL's WAL fsyncs carry data
-//! file writes). Data in `Write` records is always copied (no read-back at commit). A
-//! directory's map puts its leaves at block 2^24: with 16 KiB indirect blocks (two copies
-//! each) an empty directory still takes about 250 KiB, which counts against quotas. Extended
+//! file writes). Data in `Write` records is always copied (no read-back at commit). Extended
 //! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond). POSIX ACLs are
 //! enforced by the kernel and kept true here (`acl.rs`; inheritance is two logged changes). No
 //! file locks beyond what the kernel keeps.

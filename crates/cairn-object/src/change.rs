@@ -8,15 +8,16 @@ use crate::read::blob_len;
 use crate::{BlockChange, ObjectError, ObjectSet, is_all_zero, tree};
 use bytes::Bytes;
 use cairn_device::queue::IoClass;
-use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_BONUS_SIZE};
+use cairn_format::dnode::{DNODE_BLOCK_POINTERS, DNODE_BLOCK_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
 /// Indirect blocks of 16 KiB (128 pointers) for the hashed maps of filesystems (directories,
-/// extended attributes): their blocks are few and sparse (leaves from block 2^24), and with
-/// 128 KiB indirect blocks (two copies each) the path to the first leaf alone took 1.3 MiB per
-/// directory. 16 KiB keeps that path to four levels (a lookup in a million-entry directory
-/// walks one more cached indirect block than before); 4 KiB would save a little more space
-/// for six levels. Everything else keeps 128 KiB (fewer levels over large files and volumes).
+/// extended attributes): their blocks are 4 KiB and mostly few, and a large map's table sits
+/// at block 2^24 (version 1 maps had their leaves there, and with 128 KiB indirect blocks (two
+/// copies each) the path to the first leaf alone took 1.3 MiB per directory). 16 KiB keeps
+/// the path to block 2^24 to four levels (a lookup in a million-entry directory walks one more
+/// cached indirect block than with 128 KiB); 4 KiB would save a little more space for six
+/// levels. Everything else keeps 128 KiB (fewer levels over large files and volumes).
 fn indirect_shift_for(object_type: ObjectType) -> u8 {
     match object_type {
         ObjectType::Directory | ObjectType::Xattrs => MAP_INDIRECT_SHIFT,
@@ -156,8 +157,8 @@ impl ObjectSet {
     }
 
     /// Creates `object` with a bonus (a file's attributes), in `txg`. A bonus larger than
-    /// `DNODE_BONUS_SIZE` takes the room of two top-level block pointers (the tree then grows
-    /// from one pointer, a level sooner).
+    /// `DNODE_BONUS_SIZE` takes the room of one or two top-level block pointers (the tree then
+    /// grows from fewer pointers, a level sooner).
     pub fn create_object_with_bonus(
         &self,
         txg: u64,
@@ -173,9 +174,13 @@ impl ObjectSet {
         dnode.data_block_size = data_block_size;
         dnode.birth_txg = txg;
         dnode.levels = 1;
-        if bonus.len() > DNODE_BONUS_SIZE {
-            dnode.block_pointer_count = 1;
-        }
+        // As many top-level pointers as leave room for the bonus: a file's or directory's
+        // attributes (120 bytes) leave two, so its first two blocks need no indirect block
+        // (an empty directory is its map's header and first leaf, blocks 0 and 1).
+        dnode.block_pointer_count = (1..=DNODE_BLOCK_POINTERS as u8)
+            .rev()
+            .find(|&count| Dnode::bonus_capacity_for(count) >= bonus.len())
+            .unwrap_or(1);
         if bonus.len() > dnode.bonus_capacity() {
             return Err(ObjectError::Refused {
                 object,
