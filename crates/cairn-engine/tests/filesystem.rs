@@ -266,17 +266,100 @@ fn a_large_directory_splits_and_lists_every_name_once() {
     }
 }
 
-/// A map written in the first layout (version 1: table from block 1, leaves from block 2^24,
-/// as docs/format.md keeps it) is still read and grown in that layout: an object holding the
-/// header and empty first leaf that layout wrote takes 20,000 names, enough for table blocks,
-/// and gives every one back by lookup and in one listing.
+/// A small directory is one block (its lone leaf inside the header block); its first split
+/// moves that leaf to block 1, its sibling to block 2, and no name is lost or listed twice on
+/// the way, through removals and syncs, or after export and import.
 #[test]
-fn a_version_1_map_is_read_and_grown_in_its_own_layout() {
+fn a_small_directory_is_one_block_until_its_first_split() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
+    let (small, _) = fs.mkdir(fs.root(), b"small", dir_inode()).unwrap();
+    let block = |blkid: u64| fs.objset().read_block(small, blkid).unwrap();
+    let mut made = Vec::new();
+    let mut split_at = None;
+    for i in 0..200u64 {
+        let name = long_name(i);
+        fs.create(small, name.as_bytes(), file(0o644)).unwrap();
+        made.push(name);
+        if i % 7 == 0 {
+            pool.sync().unwrap();
+        }
+        match block(1) {
+            None => assert!(split_at.is_none(), "leaf block 1 went away"),
+            Some(leaf) => {
+                assert_eq!(&leaf[..4], b"LEAF");
+                split_at.get_or_insert(i);
+            }
+        }
+    }
+    let split_at = split_at.expect("200 long names never split the first leaf");
+    assert!(
+        split_at >= 20,
+        "split after {split_at} names: the lone leaf holds too little"
+    );
+    assert_eq!(&block(2).unwrap()[..4], b"LEAF");
+    for name in made.iter().step_by(3) {
+        fs.unlink(small, name.as_bytes()).unwrap();
+    }
+    let kept: Vec<String> = made
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| i % 3 != 0)
+        .map(|(_, name)| name.clone())
+        .collect();
+    let listed = |fs: &cairn_fs::Filesystem, small: u64| {
+        let mut listed = names(fs, small);
+        listed.retain(|name| name != "." && name != "..");
+        listed
+    };
+    assert_eq!(listed(&fs, small), kept);
+    drop(fs);
+    pool.export().unwrap();
+    let pool = import(&paths, plain_opener()).unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let (small, _) = fs.lookup(fs.root(), b"small").unwrap();
+    assert_eq!(listed(&fs, small), kept);
+    for name in &kept {
+        fs.lookup(small, name.as_bytes()).unwrap();
+    }
+}
+
+/// Maps written in earlier layouts are still read and grown in their own: version 1 (table
+/// from block 1, leaves from block 2^24) and version 2 (leaves from block 1, table from 2^24,
+/// the first leaf in a block of its own), as docs/format.md keeps them. An object holding the
+/// header and empty first leaf such a version wrote takes 20,000 names, enough for table
+/// blocks, and gives every one back by lookup and in one listing.
+#[test]
+fn maps_of_earlier_versions_are_read_and_grown_in_their_own_layout() {
+    let v1_leaf_start = 1u64 << 24;
+    let table_start = cairn_fs::dirmap::TABLE_START_BLKID;
+    grow_a_hand_written_map(1, v1_leaf_start, |block| {
+        // New leaves after 2^24, the table in block 1.
+        assert_eq!(&block(v1_leaf_start + 1)[..4], b"LEAF");
+        assert_ne!(&block(1)[..4], b"LEAF");
+    });
+    grow_a_hand_written_map(2, 1, |block| {
+        // Leaves from block 1 (the first one still there), the table at 2^24.
+        assert_eq!(&block(1)[..4], b"LEAF");
+        assert_eq!(&block(2)[..4], b"LEAF");
+        assert_ne!(&block(table_start)[..4], b"LEAF");
+    });
+}
+
+/// Writes an empty map of `version` by hand (its header, and its empty first leaf at block
+/// `first_leaf_blkid`), fills it through `DirMap`, and checks every name and the layout
+/// (`check_layout` gets a reader of the map's blocks).
+fn grow_a_hand_written_map(
+    version: u32,
+    first_leaf_blkid: u64,
+    check_layout: impl Fn(&dyn Fn(u64) -> bytes::Bytes),
+) {
     use cairn_fs::Tx;
     use cairn_fs::dirmap::{DirMap, MAP_BLOCK_BYTES};
     let (_dir, pool, objset, engine) = raw_objset();
     let object = 1_000_000;
-    let v1_leaf_start = 1u64 << 24;
     {
         let hold = engine.hold();
         let txg = hold.txg();
@@ -287,16 +370,16 @@ fn a_version_1_map_is_read_and_grown_in_its_own_layout() {
             MAP_BLOCK_BYTES,
             1,
         );
-        // Header: magic, version 1, depth 0, no entries, one leaf, salt 7, slot 0 → leaf 0.
+        // Header: magic, version, depth 0, no entries, one leaf, salt 7, slot 0 → leaf 0.
         let mut header = vec![0u8; MAP_BLOCK_BYTES as usize];
         header[0..8].copy_from_slice(b"CAIRNMAP");
-        header[8..12].copy_from_slice(&1u32.to_le_bytes());
+        header[8..12].copy_from_slice(&version.to_le_bytes());
         header[24..32].copy_from_slice(&1u64.to_le_bytes());
         header[32..40].copy_from_slice(&7u64.to_le_bytes());
         objset.write_block(txg, object, 0, bytes::Bytes::from(header));
         let mut leaf = vec![0u8; MAP_BLOCK_BYTES as usize];
         leaf[0..4].copy_from_slice(b"LEAF");
-        objset.write_block(txg, object, v1_leaf_start, bytes::Bytes::from(leaf));
+        objset.write_block(txg, object, first_leaf_blkid, bytes::Bytes::from(leaf));
     }
     pool.sync().unwrap();
     let map = DirMap::new(&objset, object);
@@ -310,14 +393,8 @@ fn a_version_1_map_is_read_and_grown_in_its_own_layout() {
         }
     }
     pool.sync().unwrap();
-    assert_eq!(map.len().unwrap(), count);
-    // Leaves and table blocks went where version 1 puts them: new leaves after 2^24, the
-    // table in block 1 (where version 2 keeps its first leaf).
-    let block = |blkid: u64| objset.read_block(object, blkid).unwrap().unwrap();
-    assert_eq!(&block(v1_leaf_start + 1)[..4], b"LEAF");
-    let table = block(1);
-    assert_ne!(&table[..4], b"LEAF");
-    assert!(u64::from_le_bytes(table[8..16].try_into().unwrap()) < 1 << 24);
+    assert_eq!(map.len().unwrap(), count, "version {version}");
+    check_layout(&|blkid| objset.read_block(object, blkid).unwrap().unwrap());
     for i in (0..count).step_by(101) {
         let entry = map.get(long_name(i).as_bytes()).unwrap().unwrap();
         assert_eq!(entry.value, i.to_le_bytes());
@@ -329,7 +406,7 @@ fn a_version_1_map_is_read_and_grown_in_its_own_layout() {
     })
     .unwrap();
     listed.sort_unstable();
-    assert_eq!(listed, (0..count).collect::<Vec<_>>());
+    assert_eq!(listed, (0..count).collect::<Vec<_>>(), "version {version}");
 }
 
 /// One step of the random workload.

@@ -15,13 +15,15 @@
 //!                  (key u64, name length u8, value length u16, name, value)
 //! blocks 2^24..    the table once D > 8 (512 leaf numbers per block)
 //! ```
-//! Leaves come first so that a small map is a few dense blocks: an empty one is the header
-//! and one leaf, which the dnode's own pointers reach without any indirect block. Version 1
-//! maps had it the other way round (table from block 1, leaves from 2^24), so every map, even
-//! an empty directory or the extended attributes of one file, paid for the chain of indirect
+//! Leaves come first so that a small map is a few dense blocks, and while a map has a single
+//! leaf (up to ~100 short names) that leaf sits in the header block itself, after byte
+//! `EMBEDDED_LEAF_OFFSET`: an empty directory, or a file's few extended attributes, is one
+//! block. Its first split moves the leaf to block 1 and puts its sibling in block 2 (leaves
+//! never merge, so a map does not go back). Version 1 maps had the table from block 1 and
+//! leaves from 2^24, so every map, even an empty directory, paid for the chain of indirect
 //! blocks down to block 2^24: ~240 KiB each (measured: 1,000 empty directories took 235 MB).
-//! Version 1 maps are still read and changed in their own layout (`Layout`); new maps are
-//! version 2.
+//! Version 2 maps had the dense layout with the first leaf in block 1. Both are still read and
+//! changed in their own layout (`Layout`); new maps are version 3.
 //!
 //! A key's top D bits index the table, which names its leaf; a leaf of local depth d is named
 //! by the 2^(D−d) consecutive table slots sharing its top d bits. A full leaf splits in two on
@@ -52,9 +54,9 @@ pub const VALUE_BYTES_MAX: usize = 1024;
 const MAP_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNMAP");
 const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"LEAF");
 /// The version new maps are written with; `Layout::of_version` knows every one still read.
-const MAP_VERSION: u32 = 2;
+const MAP_VERSION: u32 = 3;
 const HEADER_BLKID: u64 = 0;
-/// Where a version 2 map's table blocks start (its leaves fill the blocks before).
+/// Where a version 2 or 3 map's table blocks start (its leaves fill the blocks before).
 pub const TABLE_START_BLKID: u64 = 1 << 24;
 const HEADER_FIXED_BYTES: usize = 40;
 const INLINE_DEPTH_MAX: u32 = 8;
@@ -80,6 +82,8 @@ struct Layout {
     leaf_start_blkid: u64,
     /// Leaves the layout has room for (in version 2 they must stay below the table).
     leaves_max: u64,
+    /// A map with a single leaf keeps it in the header block (`EMBEDDED_LEAF_OFFSET`).
+    first_leaf_embedded: bool,
 }
 
 impl Layout {
@@ -89,6 +93,7 @@ impl Layout {
         table_start_blkid: 1,
         leaf_start_blkid: 1 << 24,
         leaves_max: 1 << 24,
+        first_leaf_embedded: false,
     };
     /// Version 2: leaves from block 1, table from block 2^24.
     const V2: Layout = Layout {
@@ -96,12 +101,20 @@ impl Layout {
         table_start_blkid: TABLE_START_BLKID,
         leaf_start_blkid: 1,
         leaves_max: TABLE_START_BLKID - 1,
+        first_leaf_embedded: false,
+    };
+    /// Version 3: as version 2, with a lone first leaf in the header block.
+    const V3: Layout = Layout {
+        version: 3,
+        first_leaf_embedded: true,
+        ..Layout::V2
     };
 
     fn of_version(version: u32) -> Option<Layout> {
         match version {
             1 => Some(Layout::V1),
             2 => Some(Layout::V2),
+            3 => Some(Layout::V3),
             _ => None,
         }
     }
@@ -116,7 +129,15 @@ impl Layout {
     }
 }
 
-const _: () = assert!(Layout::V2.version == MAP_VERSION);
+const _: () = assert!(Layout::V3.version == MAP_VERSION);
+/// Where a lone first leaf starts in the header block (after the fixed fields and the one
+/// slot of a depth-0 table).
+const EMBEDDED_LEAF_OFFSET: usize = 64;
+const _: () = assert!(HEADER_FIXED_BYTES + 8 <= EMBEDDED_LEAF_OFFSET);
+const _: () = assert!(
+    LEAF_HEADER_BYTES + 2 * (ENTRY_FIXED_BYTES + NAME_BYTES_MAX + VALUE_BYTES_MAX)
+        <= MAP_BLOCK_BYTES as usize - EMBEDDED_LEAF_OFFSET
+);
 // A version 2 table as deep as `DEPTH_MAX` allows still fits below u64's end.
 const _: () = assert!(
     TABLE_START_BLKID
@@ -147,6 +168,22 @@ struct Header {
     salt: u64,
     /// The table while `depth ≤ INLINE_DEPTH_MAX`; empty otherwise.
     inline_table: Vec<u64>,
+}
+
+impl Header {
+    /// The map's only leaf is in the header block.
+    fn leaf_embedded(&self) -> bool {
+        self.layout.first_leaf_embedded && self.leaves == 1
+    }
+
+    /// Bytes a leaf may take: its block, or what the header block leaves of itself.
+    fn leaf_capacity(&self) -> usize {
+        if self.leaf_embedded() {
+            MAP_BLOCK_BYTES as usize - EMBEDDED_LEAF_OFFSET
+        } else {
+            MAP_BLOCK_BYTES as usize
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -183,6 +220,20 @@ fn encode_entry(out: &mut Vec<u8>, key: u64, name: &[u8], value: &[u8]) {
     out.extend_from_slice(value);
 }
 
+/// A leaf in its on-disk form, unpadded (docs/format.md: magic, local depth, count, entries).
+fn encode_leaf(leaf: &Leaf) -> Vec<u8> {
+    let mut out = Vec::with_capacity(MAP_BLOCK_BYTES as usize);
+    out.extend_from_slice(&LEAF_MAGIC.to_le_bytes());
+    out.push(leaf.local_depth as u8);
+    out.push(0);
+    out.extend_from_slice(&(leaf.entries.len() as u16).to_le_bytes());
+    for entry in &leaf.entries {
+        encode_entry(&mut out, entry.key, &entry.name, &entry.value);
+    }
+    debug_assert_eq!(out.len(), leaf.bytes());
+    out
+}
+
 /// A map stored in `object` of `objset`.
 pub struct DirMap<'a> {
     objset: &'a ObjectSet,
@@ -198,23 +249,18 @@ impl<'a> DirMap<'a> {
     /// blocks).
     pub fn create(&self, tx: Tx<'_>, salt: u64) -> Result<(), FsError> {
         let header = Header {
-            layout: Layout::V2,
+            layout: Layout::V3,
             depth: 0,
             entries: 0,
             leaves: 1,
             salt,
             inline_table: vec![0],
         };
-        self.write_leaf(
-            tx,
-            &header,
-            0,
-            &Leaf {
-                local_depth: 0,
-                entries: Vec::new(),
-            },
-        );
-        self.write_header(tx, &header);
+        let empty = Leaf {
+            local_depth: 0,
+            entries: Vec::new(),
+        };
+        self.write_leaf_bytes(tx, &header, 0, encode_leaf(&empty), true);
         Ok(())
     }
 
@@ -232,7 +278,7 @@ impl<'a> DirMap<'a> {
         let header = self.header()?;
         let hash = self.hash(&header, name);
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
-        let block = self.read(header.layout.leaf_blkid(leaf_number))?;
+        let block = self.leaf_block(&header, leaf_number)?;
         let mut found = None;
         // Entries are sorted by key: the scan stops at the first key past the name's hash.
         self.scan_leaf(leaf_number, &block, |key, entry_name, value| {
@@ -256,7 +302,7 @@ impl<'a> DirMap<'a> {
         loop {
             let slot = bucket(&header, hash << COLLISION_BITS);
             let leaf_number = self.table_get(&header, slot)?;
-            let block = self.read(header.layout.leaf_blkid(leaf_number))?;
+            let block = self.leaf_block(&header, leaf_number)?;
             let scan = self.scan_hash(leaf_number, &block, hash, name)?;
             if scan.found.is_some() {
                 return Err(FsError::Exists);
@@ -271,7 +317,7 @@ impl<'a> DirMap<'a> {
                 .ok_or_else(|| FsError::NoSpace("too many names with one hash".into()))?;
             let key = hash << COLLISION_BITS | collision;
             let entry_bytes = ENTRY_FIXED_BYTES + name.len() + value.len();
-            if scan.used_end + entry_bytes <= MAP_BLOCK_BYTES as usize {
+            if scan.used_end + entry_bytes <= header.leaf_capacity() {
                 // The common case, without decoding the leaf: the entry is spliced into the
                 // encoded block at its key's place (decoding every entry of the leaf into
                 // owned names and values cost two allocations per name for each create).
@@ -284,12 +330,10 @@ impl<'a> DirMap<'a> {
                 spliced.extend_from_slice(&block[..at]);
                 encode_entry(&mut spliced, key, name, value);
                 spliced.extend_from_slice(&block[at..scan.used_end]);
-                spliced.resize(MAP_BLOCK_BYTES as usize, 0);
                 let count = u16::from_le_bytes([block[6], block[7]]) + 1;
                 spliced[6..8].copy_from_slice(&count.to_le_bytes());
-                self.write(tx, header.layout.leaf_blkid(leaf_number), spliced);
                 header.entries += 1;
-                self.write_header(tx, &header);
+                self.write_leaf_bytes(tx, &header, leaf_number, spliced, true);
                 return Ok(key);
             }
             let leaf = self.decode_leaf(leaf_number, &block)?;
@@ -302,7 +346,7 @@ impl<'a> DirMap<'a> {
         let mut header = self.header()?;
         let hash = self.hash(&header, name);
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
-        let block = self.read(header.layout.leaf_blkid(leaf_number))?;
+        let block = self.leaf_block(&header, leaf_number)?;
         let scan = self.scan_hash(leaf_number, &block, hash, name)?;
         let Some((entry, place)) = scan.found else {
             return Ok(None);
@@ -311,12 +355,10 @@ impl<'a> DirMap<'a> {
         let mut cut = Vec::with_capacity(MAP_BLOCK_BYTES as usize);
         cut.extend_from_slice(&block[..place.start]);
         cut.extend_from_slice(&block[place.end..scan.used_end]);
-        cut.resize(MAP_BLOCK_BYTES as usize, 0);
         let count = u16::from_le_bytes([block[6], block[7]]).saturating_sub(1);
         cut[6..8].copy_from_slice(&count.to_le_bytes());
-        self.write(tx, header.layout.leaf_blkid(leaf_number), cut);
         header.entries = header.entries.saturating_sub(1);
-        self.write_header(tx, &header);
+        self.write_leaf_bytes(tx, &header, leaf_number, cut, true);
         Ok(Some(entry))
     }
 
@@ -335,14 +377,14 @@ impl<'a> DirMap<'a> {
             .ok_or(FsError::NotFound)?;
         let grows = value.len().saturating_sub(entry.value.len());
         entry.value = value.to_vec();
-        if leaf.bytes() > MAP_BLOCK_BYTES as usize {
+        if leaf.bytes() > header.leaf_capacity() {
             // Rare (values of one size in directories): remove and insert again.
             debug_assert!(grows > 0);
             self.remove(tx, name)?;
             self.insert(tx, name, value)?;
             return Ok(());
         }
-        self.write_leaf(tx, &header, leaf_number, &leaf);
+        self.write_leaf_bytes(tx, &header, leaf_number, encode_leaf(&leaf), false);
         Ok(())
     }
 
@@ -404,24 +446,15 @@ impl<'a> DirMap<'a> {
             .partition(|entry| entry.key >> bit & 1 == 1);
         let sibling = header.leaves;
         header.leaves += 1;
-        self.write_leaf(
-            tx,
-            header,
-            leaf_number,
-            &Leaf {
+        // With two leaves the first one leaves the header block (if it was there) for block 1.
+        debug_assert!(!header.leaf_embedded());
+        for (number, entries) in [(leaf_number, low), (sibling, high)] {
+            let leaf = Leaf {
                 local_depth: new_depth,
-                entries: low,
-            },
-        );
-        self.write_leaf(
-            tx,
-            header,
-            sibling,
-            &Leaf {
-                local_depth: new_depth,
-                entries: high,
-            },
-        );
+                entries,
+            };
+            self.write_leaf_bytes(tx, header, number, encode_leaf(&leaf), false);
+        }
         // The old leaf's slots: the aligned run of 2^(D - d) around the key's slot; its upper
         // half now names the sibling.
         let slot = bucket(header, key);
@@ -541,6 +574,9 @@ impl<'a> DirMap<'a> {
         if header.leaves == 0 || header.leaves > layout.leaves_max {
             return Err(self.corrupt(&format!("{} leaves", header.leaves)));
         }
+        if header.leaf_embedded() && depth != 0 {
+            return Err(self.corrupt(&format!("one leaf at depth {depth}")));
+        }
         if depth <= INLINE_DEPTH_MAX {
             header.inline_table = (0..1usize << depth)
                 .map(|slot| u64_at(HEADER_FIXED_BYTES + slot * 8))
@@ -549,7 +585,14 @@ impl<'a> DirMap<'a> {
         Ok(header)
     }
 
+    /// Writes the header block; a lone first leaf in it is written with it
+    /// (`write_leaf_bytes`), never by this alone.
     fn write_header(&self, tx: Tx<'_>, header: &Header) {
+        debug_assert!(!header.leaf_embedded());
+        self.write(tx, HEADER_BLKID, self.encode_header(header));
+    }
+
+    fn encode_header(&self, header: &Header) -> Vec<u8> {
         let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
         block[0..8].copy_from_slice(&MAP_MAGIC.to_le_bytes());
         block[8..12].copy_from_slice(&header.layout.version.to_le_bytes());
@@ -561,11 +604,22 @@ impl<'a> DirMap<'a> {
             let at = HEADER_FIXED_BYTES + slot * 8;
             block[at..at + 8].copy_from_slice(&leaf.to_le_bytes());
         }
-        self.write(tx, HEADER_BLKID, block);
+        block
+    }
+
+    /// Leaf `number`'s encoded bytes: its block, or the tail of the header block.
+    fn leaf_block(&self, header: &Header, number: u64) -> Result<Bytes, FsError> {
+        if header.leaf_embedded() {
+            if number != 0 {
+                return Err(self.corrupt(&format!("leaf {number} of a one-leaf map")));
+            }
+            return Ok(self.read(HEADER_BLKID)?.slice(EMBEDDED_LEAF_OFFSET..));
+        }
+        self.read(header.layout.leaf_blkid(number))
     }
 
     fn leaf(&self, header: &Header, number: u64) -> Result<Leaf, FsError> {
-        let block = self.read(header.layout.leaf_blkid(number))?;
+        let block = self.leaf_block(header, number)?;
         self.decode_leaf(number, &block)
     }
 
@@ -676,18 +730,30 @@ impl<'a> DirMap<'a> {
         Ok(local_depth)
     }
 
-    fn write_leaf(&self, tx: Tx<'_>, header: &Header, number: u64, leaf: &Leaf) {
-        assert!(leaf.bytes() <= MAP_BLOCK_BYTES as usize, "leaf overflow");
-        let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
-        block[0..4].copy_from_slice(&LEAF_MAGIC.to_le_bytes());
-        block[4] = leaf.local_depth as u8;
-        block[6..8].copy_from_slice(&(leaf.entries.len() as u16).to_le_bytes());
-        block.truncate(LEAF_HEADER_BYTES);
-        for entry in &leaf.entries {
-            encode_entry(&mut block, entry.key, &entry.name, &entry.value);
+    /// Writes leaf `number` (its encoded bytes, at most `leaf_capacity`), and the header
+    /// too when `header_changed`. A lone first leaf and the header are one block, always
+    /// written together.
+    fn write_leaf_bytes(
+        &self,
+        tx: Tx<'_>,
+        header: &Header,
+        number: u64,
+        mut leaf: Vec<u8>,
+        header_changed: bool,
+    ) {
+        assert!(leaf.len() <= header.leaf_capacity(), "leaf overflow");
+        if header.leaf_embedded() {
+            debug_assert_eq!(number, 0);
+            let mut block = self.encode_header(header);
+            block[EMBEDDED_LEAF_OFFSET..EMBEDDED_LEAF_OFFSET + leaf.len()].copy_from_slice(&leaf);
+            self.write(tx, HEADER_BLKID, block);
+            return;
         }
-        block.resize(MAP_BLOCK_BYTES as usize, 0);
-        self.write(tx, header.layout.leaf_blkid(number), block);
+        leaf.resize(MAP_BLOCK_BYTES as usize, 0);
+        self.write(tx, header.layout.leaf_blkid(number), leaf);
+        if header_changed {
+            self.write_header(tx, header);
+        }
     }
 
     fn read(&self, blkid: u64) -> Result<Bytes, FsError> {
