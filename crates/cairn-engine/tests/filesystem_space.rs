@@ -751,3 +751,32 @@ fn empty_directories_and_small_xattr_maps_take_a_few_blocks() {
         assert_eq!(fs.getxattr(object, b"user.tag").unwrap(), b"v");
     }
 }
+
+/// A file past its first two records pays for one indirect block of its own, two copies:
+/// with 128 KiB indirect blocks that was 256 KiB, and a 300 KB file took 640 KiB. Its
+/// pointers now stay within a tenth of its data.
+#[test]
+fn a_file_of_a_few_records_takes_little_more_than_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
+    let fs = new_filesystem(&pool, "tank/fs", &[("recordsize", "128K")]);
+    pool.sync().unwrap();
+    let record_bytes = 128 * 1024u64;
+    let count = 20u64;
+    let data = pattern(300_000, 5);
+    let before = info(&pool, "tank/fs").used_bytes;
+    for index in 0..count {
+        let (object, _) = fs
+            .create(fs.root(), format!("f{index}").as_bytes(), file(0o644))
+            .unwrap();
+        fs.write(object, 0, &data).unwrap();
+    }
+    pool.sync().unwrap();
+    let per_file = (info(&pool, "tank/fs").used_bytes - before) / count;
+    let data_bytes = (data.len() as u64).div_ceil(record_bytes) * record_bytes;
+    assert!(per_file >= data_bytes, "{per_file} bytes per file");
+    assert!(
+        per_file <= data_bytes + data_bytes / 10,
+        "a file of {data_bytes} bytes of records takes {per_file}"
+    );
+}

@@ -11,22 +11,24 @@ use cairn_device::queue::IoClass;
 use cairn_format::dnode::{DNODE_BLOCK_POINTERS, DNODE_BLOCK_SIZE};
 use cairn_format::{BlockPointer, Dnode, ObjectType};
 
-/// Indirect blocks of 16 KiB (128 pointers) for the hashed maps of filesystems (directories,
-/// extended attributes): their blocks are 4 KiB and mostly few, and a large map's table sits
-/// at block 2^24 (version 1 maps had their leaves there, and with 128 KiB indirect blocks (two
-/// copies each) the path to the first leaf alone took 1.3 MiB per directory). 16 KiB keeps
-/// the path to block 2^24 to four levels (a lookup in a million-entry directory walks one more
-/// cached indirect block than with 128 KiB); 4 KiB would save a little more space for six
-/// levels. Everything else keeps 128 KiB (fewer levels over large files and volumes).
+/// Indirect blocks of 16 KiB (128 pointers) for filesystems' objects: files, and the hashed
+/// maps of directories and extended attributes. Blocks are written uncompressed and twice,
+/// so a 128 KiB indirect block cost every file past its first two records 256 KiB (a 300 KB
+/// file took 640 KiB, measured), where 16 KiB costs 32 KiB; a large map's table sits at block
+/// 2^24, and 16 KiB keeps the path there to four levels. Past that first block the share is
+/// the same (two pointer bytes per 1,024 data bytes at 128K records, or 128 per 8 KiB at 8K),
+/// and a txg that changes a few records of a large file rewrites 16 KiB indirect blocks, not
+/// 128 KiB ones; what it costs is a level more over very large files (four levels reach
+/// 512 GiB of 128K records). Volumes keep 128 KiB (fewer levels over devices of terabytes).
 fn indirect_shift_for(object_type: ObjectType) -> u8 {
     match object_type {
-        ObjectType::Directory | ObjectType::Xattrs => MAP_INDIRECT_SHIFT,
+        ObjectType::FileData | ObjectType::Directory | ObjectType::Xattrs => FS_INDIRECT_SHIFT,
         _ => cairn_format::dnode::INDIRECT_SHIFT_DEFAULT,
     }
 }
 
-/// log2 of the indirect block size of filesystems' hashed maps (`indirect_shift_for`).
-const MAP_INDIRECT_SHIFT: u8 = 14;
+/// log2 of the indirect block size of filesystems' objects (`indirect_shift_for`).
+const FS_INDIRECT_SHIFT: u8 = 14;
 
 /// An estimate of the indirect blocks (two copies each) that giving block `blkid` of `object`
 /// data in `txg` creates, for `ObjectSet::space_estimate`: see `indirect_growth`.
