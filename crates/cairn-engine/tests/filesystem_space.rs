@@ -780,3 +780,65 @@ fn a_file_of_a_few_records_takes_little_more_than_its_data() {
         "a file of {data_bytes} bytes of records takes {per_file}"
     );
 }
+
+/// An access ACL the mode alone says (owner, owning group, other: what `cp -a` sets on every
+/// file it copies) sets the mode and is not stored, so it costs no map; one with named entries
+/// is stored, and a minimal one set later takes it away again, other attributes staying.
+#[test]
+fn a_minimal_access_acl_is_the_mode_and_takes_no_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
+    let acl = |entries: &[(u16, u16, u32)]| {
+        let mut raw = 2u32.to_le_bytes().to_vec();
+        for &(tag, perm, id) in entries {
+            raw.extend_from_slice(&tag.to_le_bytes());
+            raw.extend_from_slice(&perm.to_le_bytes());
+            raw.extend_from_slice(&id.to_le_bytes());
+        }
+        raw
+    };
+    // Tags: owner 1, named user 2, owning group 4, mask 0x10, other 0x20.
+    let minimal = acl(&[(1, 6, 0), (4, 4, 0), (0x20, 0, 0)]);
+    let named = acl(&[
+        (1, 7, 0),
+        (2, 7, 65534),
+        (4, 5, 0),
+        (0x10, 5, 0),
+        (0x20, 1, 0),
+    ]);
+    let access = cairn_fs::acl::ACCESS_XATTR;
+    let (object, _) = fs.create(fs.root(), b"copied", file(0o777)).unwrap();
+    pool.sync().unwrap();
+    let before = info(&pool, "tank/fs").used_bytes;
+    fs.setxattr(object, access, &minimal, XattrMode::Any)
+        .unwrap();
+    let attrs = fs.getattr(object).unwrap();
+    assert_eq!(attrs.mode & 0o777, 0o640);
+    assert_eq!(attrs.xattr_object, 0, "a map made for a minimal ACL");
+    assert!(matches!(
+        fs.getxattr(object, access),
+        Err(FsError::NoAttribute)
+    ));
+    pool.sync().unwrap();
+    let grown = info(&pool, "tank/fs").used_bytes.saturating_sub(before);
+    assert!(
+        grown < u64::from(cairn_fs::dirmap::MAP_BLOCK_BYTES),
+        "a minimal ACL took {grown} bytes"
+    );
+    // Named entries are kept; a minimal ACL then removes them, other attributes stay.
+    fs.setxattr(object, b"user.keep", b"1", XattrMode::Any)
+        .unwrap();
+    fs.setxattr(object, access, &named, XattrMode::Any).unwrap();
+    assert_eq!(fs.getxattr(object, access).unwrap(), named);
+    assert_eq!(fs.getattr(object).unwrap().mode & 0o777, 0o751);
+    fs.setxattr(object, access, &minimal, XattrMode::Any)
+        .unwrap();
+    assert!(matches!(
+        fs.getxattr(object, access),
+        Err(FsError::NoAttribute)
+    ));
+    assert_eq!(fs.getattr(object).unwrap().mode & 0o777, 0o640);
+    assert_eq!(fs.getxattr(object, b"user.keep").unwrap(), b"1");
+    assert_eq!(fs.listxattr(object).unwrap(), vec![b"user.keep".to_vec()]);
+}

@@ -9,6 +9,10 @@
 //!   other from other); a chmod of a file with an access ACL rewrites those three entries.
 //!   Both happen inside the call's own change (`do_setxattr`, `do_setattr`), so replay of the
 //!   intent log repeats them.
+//! - **A minimal access ACL is the mode.** One with only the owner, owning-group and other
+//!   entries sets the mode and is not stored (a stored one goes), as ext4 and ZFS do: reading
+//!   it back gives ENODATA and the kernel shows the mode as the ACL. Default ACLs are always
+//!   stored (even a minimal one replaces the umask of what is created below).
 //! - **Inheritance.** A file or directory created in a directory with a default ACL gets that
 //!   ACL as its access ACL, each class limited by the mode the creator asked for (the umask is
 //!   not applied: the default ACL replaces it); a directory also inherits the default ACL.

@@ -579,10 +579,20 @@ impl Filesystem {
         now: Timestamp,
     ) -> Result<(), FsError> {
         let mut attrs = self.getattr(object)?;
-        // A POSIX ACL is checked, and an access ACL sets the mode (`acl.rs`).
+        // A POSIX ACL is checked, and an access ACL sets the mode (`acl.rs`). One that the
+        // mode alone says (owner, group, other) is not kept: what `cp -a` and `tar --acls`
+        // set on every file they copy would otherwise cost each one a map of its own.
         if name == acl::ACCESS_XATTR {
-            let bits = Acl::parse(value)?.mode_bits();
-            attrs.mode = (attrs.mode & !0o777) | bits;
+            let access = Acl::parse(value)?;
+            attrs.mode = (attrs.mode & !0o777) | access.mode_bits();
+            if access.is_minimal() {
+                if attrs.xattr_object != 0 {
+                    DirMap::new(&self.objset, attrs.xattr_object)
+                        .remove(Tx::held(hold), acl::ACCESS_XATTR)?;
+                }
+                attrs.ctime = now;
+                return self.put_attrs(hold, object, &attrs);
+            }
         } else if name == acl::DEFAULT_XATTR {
             Acl::parse(value)?;
             if attrs.kind != FileKind::Directory {

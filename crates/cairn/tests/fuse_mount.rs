@@ -593,6 +593,15 @@ fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
     assert!(listed.contains("mask::---"), "{listed}");
     let (read, out) = as_nobody(&["cat", path]);
     assert!(!read, "the mask limits the named entry: {out}");
+    // An ACL the mode alone says sets the mode and is not kept: getfacl shows the mode.
+    std::fs::write(at.join("minimal"), b"m").unwrap();
+    acl_tool("setfacl", &["--set", "u::rw,g::r,o::-", "minimal"], &at);
+    assert_eq!(mode_of(&at.join("minimal")) & 0o777, 0o640);
+    let listed = acl_tool("getfacl", &["-c", "minimal"], &at);
+    assert!(
+        listed.contains("user::rw-") && listed.contains("group::r--") && !listed.contains("mask"),
+        "{listed}"
+    );
     // A default ACL: new files and directories inherit it, the umask does not apply.
     std::fs::create_dir(at.join("shared")).unwrap();
     acl_tool(
