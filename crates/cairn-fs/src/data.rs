@@ -32,6 +32,8 @@ pub(crate) enum StoredBlock {
 
 /// File capabilities: the extended attribute a write by an unprivileged caller removes.
 const CAPABILITY_XATTR: &[u8] = b"security.capability";
+/// No object (object 0 is the object set's own dnode array, never a filesystem's).
+const NO_OBJECT: u64 = 0;
 
 impl Filesystem {
     /// Changes attributes; a size change truncates or extends the file.
@@ -547,8 +549,17 @@ impl Filesystem {
         }
         self.check_writable()?;
         self.check_space(NAMESPACE_CHANGE_BYTES)?;
-        let new_map = self.next_object.fetch_add(1, Ordering::Relaxed);
         let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
+        // An object number only for a map this change will make (under the inode's lock, so
+        // the answer holds): numbers taken for nothing leave holes in the dnode array, and
+        // `cp -a` sets an ACL on every file it copies.
+        let makes_map = self.getattr(object)?.xattr_object == 0
+            && !(name == acl::ACCESS_XATTR && Acl::parse(value).is_ok_and(|a| a.is_minimal()));
+        let new_map = if makes_map {
+            self.next_object.fetch_add(1, Ordering::Relaxed)
+        } else {
+            NO_OBJECT
+        };
         let time = Timestamp::now();
         self.do_setxattr(&hold, object, new_map, name, value, mode, time)?;
         self.logged(
@@ -567,6 +578,8 @@ impl Filesystem {
         self.commit_if_always(hold)
     }
 
+    /// `new_map` is the object a first attribute makes for the inode's map, `NO_OBJECT` when
+    /// the change makes none (the inode has a map, or a minimal access ACL is only its mode).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn do_setxattr(
         &self,
@@ -602,6 +615,12 @@ impl Filesystem {
         if attrs.xattr_object == 0 {
             if mode == XattrMode::Replace {
                 return Err(FsError::NoAttribute);
+            }
+            if new_map == NO_OBJECT {
+                // Replay of a record whose change made no map, now asked to make one.
+                return Err(FsError::Corrupt(format!(
+                    "an extended attribute of object {object} needs a map no object was taken for"
+                )));
             }
             self.objset
                 .create_object(hold.txg(), new_map, ObjectType::Xattrs, MAP_BLOCK_BYTES, 1);
