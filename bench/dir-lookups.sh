@@ -24,18 +24,11 @@ while [[ $# -gt 0 ]]; do
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
-for tool in python3 mkfs.ext4 losetup; do
-    command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
-done
 # shellcheck source=lib.sh
 source "$ROOT/bench/lib.sh"
 # shellcheck source=fs-lib.sh
 source "$ROOT/bench/fs-lib.sh"
-require_systems "${SYSTEMS[@]}"
-prepare_bench_dir
-
-cleanup() { cleanup_mounts; }
-trap cleanup EXIT
+start_fs_bench python3 mkfs.ext4 losetup
 
 for system in "${SYSTEMS[@]}"; do
     log "$system"

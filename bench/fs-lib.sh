@@ -73,3 +73,17 @@ prepare_bench_dir() {
     ZFS_PID=
     CAIRN_STATE=$DIR/cairn-state
 }
+
+# start_fs_bench TOOL...: the common start of a file-system bench script that needs nothing
+# torn down beyond the mounts: exits naming a missing TOOL or system, prepares $DIR (see
+# `prepare_bench_dir`) and unmounts everything on exit.
+start_fs_bench() {
+    local tool
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
+    done
+    require_systems "${SYSTEMS[@]}"
+    prepare_bench_dir
+    cleanup() { cleanup_mounts; }
+    trap cleanup EXIT
+}
