@@ -80,7 +80,7 @@ struct Layout {
     version: u32,
     table_start_blkid: u64,
     leaf_start_blkid: u64,
-    /// Leaves the layout has room for (in version 2 they must stay below the table).
+    /// Leaves the layout has room for (from version 2 on they must stay below the table).
     leaves_max: u64,
     /// A map with a single leaf keeps it in the header block (`EMBEDDED_LEAF_OFFSET`).
     first_leaf_embedded: bool,
@@ -138,7 +138,7 @@ const _: () = assert!(
     LEAF_HEADER_BYTES + 2 * (ENTRY_FIXED_BYTES + NAME_BYTES_MAX + VALUE_BYTES_MAX)
         <= MAP_BLOCK_BYTES as usize - EMBEDDED_LEAF_OFFSET
 );
-// A version 2 table as deep as `DEPTH_MAX` allows still fits below u64's end.
+// A version 2 or 3 table as deep as `DEPTH_MAX` allows still fits below u64's end.
 const _: () = assert!(
     TABLE_START_BLKID
         .checked_add((1u64 << DEPTH_MAX) / SLOTS_PER_TABLE_BLOCK)
