@@ -783,8 +783,8 @@ fn a_file_of_a_few_records_takes_little_more_than_its_data() {
 
 /// An access ACL the mode alone says (owner, owning group, other: what `cp -a` sets on every
 /// file it copies) sets the mode and is not stored, so it costs no map (nor an object number);
-/// one with named entries
-/// is stored, and a minimal one set later takes it away again, other attributes staying.
+/// one with named entries is stored, and a minimal one set later takes it away again, other
+/// attributes staying.
 #[test]
 fn a_minimal_access_acl_is_the_mode_and_takes_no_space() {
     let dir = tempfile::tempdir().unwrap();
