@@ -14,22 +14,39 @@
 //! reads and writes go up to 1 MiB per request (`init`). The kernel's own read-ahead on the
 //! mount stays at what it offers (128 KiB here: asking for more is capped); sequential readers
 //! are read ahead below instead, by the object set's stream detector, which file reads feed.
-//! No writeback cache: each
-//! write(2) reaches the filesystem, so `sync=always` holds per write, a full pool or a quota
-//! answers that write with ENOSPC or EDQUOT (with the kernel's writeback cache the refusal
-//! came at writeback, and `close` reported EIO: tried, and the quota test failed), `fsync` is
-//! the durability point and `close` is not. A file opened O_SYNC or O_DSYNC bypasses the page
-//! cache altogether (`FuseAdapter::open_flags`), so each of its writes is one round trip.
+//!
+//! Writes: the kernel's writeback cache is on, and used where it is safe
+//! (`FuseAdapter::open_flags`). A file opened for writing on a dataset that is not
+//! `sync=always` and has room for all the kernel may hold back (`WRITEBACK_HEADROOM_*`) has its
+//! write(2)s kept in the page cache and written back in large calls; `fsync` writes them back
+//! and commits, the durability point as on any file system. Everywhere else a file opened for
+//! writing is opened direct (FOPEN_DIRECT_IO), so each write(2) reaches the filesystem and gets
+//! its own answer: durable under `sync=always`, ENOSPC or EDQUOT when there is no room. Such a
+//! file's reads come from the ARC, and it can still be mapped shared
+//! (FUSE_DIRECT_IO_ALLOW_MMAP, without which the writeback cache stays off). A file opened
+//! O_SYNC or O_DSYNC is always direct, so each of its writes is one round trip.
+//!
+//! What is decided at open stays for that descriptor. A file opened with room that then fills
+//! the dataset learns of the refusal at writeback: the kernel reports it from `fsync` and
+//! `close` (as ENOSPC, so a quota's EDQUOT is told as ENOSPC, EIO being the kernel's word for
+//! anything else), and the refused pages are dropped from the cache (`drop_refused_pages`), so
+//! nothing the pool did not take is read back, as over NFS. Likewise `sync=always` set while a
+//! file is open applies to that file from its next open; until then its writes are durable
+//! from its next `fsync` or `close`. The headroom is per mount: mounts of several datasets of
+//! one pool each count their own.
 //!
 //! Round trips: each one costs two context switches, which on a small machine is most of a
-//! small call's time, so the kernel is spared those it can do without: FLUSH at close (there is
-//! nothing to flush), opening directories (`FUSE_NO_OPENDIR_SUPPORT`), and asking for
-//! `security.capability` before every write (`FUSE_HANDLE_KILLPRIV_V2`: set-ID bits and
-//! capabilities are taken away here, `Filesystem::remove_privileges`). What a small-file create
-//! still costs (measured): a negative LOOKUP, a GETATTR of the directory (its attributes were
-//! invalidated by the previous create, and `default_permissions` needs them for the search
-//! permission), CREATE, one GETXATTR of `security.capability` at the inode's first write
-//! (the kernel then marks it S_NOSEC), WRITE, and RELEASE after close (not waited for).
+//! small call's time, so the kernel is spared those it can do without: FLUSH at close (the
+//! kernel writes a file's cached pages back itself first; nothing is left to do here),
+//! opening directories (`FUSE_NO_OPENDIR_SUPPORT`), and asking for `security.capability`
+//! before every write (`FUSE_HANDLE_KILLPRIV_V2`: set-ID bits and capabilities are taken away
+//! here, `Filesystem::remove_privileges`). What a small-file create still costs (measured): a
+//! negative LOOKUP, CREATE, an IOCTL if the program asks whether the file is a terminal
+//! (Python's `open` does; answered ENOSYS, which the kernel does not remember), one GETXATTR
+//! of `security.capability` at the inode's first write (the kernel then marks it S_NOSEC),
+//! WRITE (at close, from the writeback cache), RELEASE after close (not waited for), and a
+//! GETATTR of the directory before the next create (each create invalidates its attributes,
+//! and `default_permissions` needs them for the search permission).
 //!
 //! Observability: each call is timed from its arrival to its answer and recorded in the
 //! filesystem's statistics (`cairn_fs::ops`), which `pool iostat` and `stat fs` show.
@@ -44,18 +61,19 @@
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::ops::FsOpKind;
 use cairn_fs::{
-    Fallocate, Filesystem, FsError, NewInode, ROOT_OBJECT, RenameMode, SetAttrs, XattrMode,
+    Fallocate, Filesystem, FsError, FsSync, NewInode, ROOT_OBJECT, RenameMode, SetAttrs, XattrMode,
 };
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, LockOwner, MountOption, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
+    KernelConfig, LockOwner, MountOption, Notifier, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate,
     ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen,
     ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long the kernel may keep attributes and names without asking again.
@@ -73,6 +91,13 @@ const LARGE_IO_BYTES: u32 = 1 << 20;
 const READDIRPLUS_ENTRIES_MAX: usize = 128;
 /// Block size `stat` and `statfs` report.
 const REPORTED_BLOCK_BYTES: u32 = 4096;
+/// Least room a dataset must have for a file opened for writing to go through the kernel's
+/// writeback cache (`FuseAdapter::open_flags`). The kernel holds at most its per-mount dirty
+/// limit of such writes unanswered (the mount's bdi `max_bytes`, ~45 MB here: 1% of the
+/// machine's dirty threshold); the headroom is the larger of this and four times that limit.
+const WRITEBACK_HEADROOM_MIN_BYTES: u64 = 128 << 20;
+/// Headroom over the kernel's per-mount dirty limit (see `WRITEBACK_HEADROOM_MIN_BYTES`).
+const WRITEBACK_HEADROOM_DIRTY_LIMITS: u64 = 4;
 
 /// Size and available bytes of the mounted dataset, for `statfs`.
 pub type SpaceFn = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
@@ -276,12 +301,19 @@ pub fn dead_cairn_mounts() -> Vec<std::path::PathBuf> {
         .filter_map(parse_mountinfo_line)
         .filter(|(fstype, _)| fstype == MOUNT_TYPE)
         .map(|(_, mountpoint)| mountpoint)
-        .filter(|mountpoint| {
-            std::fs::metadata(mountpoint)
-                .err()
-                .is_some_and(|err| err.raw_os_error() == Some(libc::ENOTCONN))
-        })
+        .filter(|mountpoint| statfs_errno(mountpoint) == Some(libc::ENOTCONN))
         .collect()
+}
+
+/// The error `statfs(2)` of `path` gives, if any. Asked with statfs because the kernel
+/// always sends that to the server: a `stat` can be answered from the attributes it keeps
+/// (for up to `ATTR_TTL`), even after the server died.
+fn statfs_errno(path: &Path) -> Option<i32> {
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut buf = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: a valid NUL-terminated path and a buffer of the type statfs fills.
+    let status = unsafe { libc::statfs(path.as_ptr(), buf.as_mut_ptr()) };
+    (status != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
 /// Detaches the mounts of `dead_cairn_mounts` (at server start); returns their mountpoints.
@@ -363,11 +395,16 @@ pub fn mount(
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
     let dataset = fs.name().to_string();
+    let headroom_bytes = Arc::new(AtomicU64::new(WRITEBACK_HEADROOM_MIN_BYTES));
+    let notifier = Arc::new(OnceLock::new());
     let adapter = FuseAdapter {
         fs: fs.clone(),
         space,
         opendir_skippable: false,
         sync_opens_direct: false,
+        writeback: false,
+        headroom_bytes: headroom_bytes.clone(),
+        notifier: notifier.clone(),
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -375,11 +412,31 @@ pub fn mount(
             mountpoint: mountpoint.display().to_string(),
             source,
         })?;
+    let _ = notifier.set(session.notifier());
+    if let Some(dirty_limit) = mount_dirty_limit_bytes(mountpoint) {
+        headroom_bytes.fetch_max(
+            dirty_limit.saturating_mul(WRITEBACK_HEADROOM_DIRTY_LIMITS),
+            Ordering::Relaxed,
+        );
+    }
     Ok(FuseMount {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
         fs,
     })
+}
+
+/// The most dirty data the kernel keeps for the mount at `mountpoint` before writers wait
+/// for writeback (its bdi's `max_bytes`, in sysfs since Linux 6.2), if it says.
+fn mount_dirty_limit_bytes(mountpoint: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mountpoint).ok()?.dev();
+    let path = format!(
+        "/sys/class/bdi/{}:{}/max_bytes",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 struct FuseAdapter {
@@ -392,6 +449,13 @@ struct FuseAdapter {
     /// (FUSE_DIRECT_IO_ALLOW_MMAP), so synchronous opens can bypass the page cache
     /// (`open_flags`) without breaking `mmap`.
     sync_opens_direct: bool,
+    /// The kernel keeps written pages and writes them back later (FUSE_WRITEBACK_CACHE);
+    /// files are opened through it only where that is safe (`open_flags`).
+    writeback: bool,
+    /// Room a dataset must have for writes to go through the writeback cache.
+    headroom_bytes: Arc<AtomicU64>,
+    /// Tells the kernel to drop pages (set once the session runs).
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 /// FUSE inode number → object number.
@@ -493,12 +557,51 @@ impl FuseAdapter {
     /// every such write with an FSYNC, a second round trip that finds nothing left to do.
     /// Reads of that descriptor come from the ARC instead of the page cache; the kernel drops
     /// cached pages a direct write overlaps, so other descriptors of the file stay coherent.
+    ///
+    /// With the writeback cache, a file opened for writing goes through it only where that is
+    /// safe (`writeback_safe`); elsewhere it is opened direct, so that each write(2) reaches
+    /// the filesystem and gets its answer: durable under `sync=always`, ENOSPC or EDQUOT
+    /// when there is no room.
     fn open_flags(&self, open_flags: i32) -> FopenFlags {
-        if self.sync_opens_direct && open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+        let sync_open = open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        let writable = open_flags & libc::O_ACCMODE != libc::O_RDONLY;
+        let direct = sync_open || (self.writeback && writable && !self.writeback_safe());
+        if self.sync_opens_direct && direct {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
         }
+    }
+
+    /// Whether a file opened now for writing may go through the writeback cache: the
+    /// dataset is not `sync=always` (each write durable when it returns), and it has room
+    /// for all the kernel may hold back (`headroom_bytes`), so that the writes it answers
+    /// now will find room when they arrive. A file opened with room keeps its cache mode:
+    /// if it then fills the dataset, the refusal comes at writeback and is reported by
+    /// `fsync` and `close` (ENOSPC, as over NFS), and the refused pages are dropped
+    /// (`write`).
+    fn writeback_safe(&self) -> bool {
+        if self.fs.sync_mode() == FsSync::Always {
+            return false;
+        }
+        let (_, available) = (self.space)();
+        available >= self.headroom_bytes.load(Ordering::Relaxed)
+    }
+
+    /// After a refused writeback: tells the kernel (from another thread, once the refusal
+    /// has been answered: the kernel waits for that before it can drop the pages) to drop
+    /// the cached pages of `ino` from `offset` for `len` bytes, so that what the pool did
+    /// not take is not read back from the cache.
+    fn drop_refused_pages(&self, ino: INodeNo, offset: u64, len: usize) {
+        let Some(notifier) = self.notifier.get().cloned() else {
+            return;
+        };
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        std::thread::spawn(move || {
+            // The file may be gone by now (ENOENT): nothing cached is left to drop.
+            let _ = notifier.inval_inode(ino, offset, len);
+        });
     }
 
     /// Runs one call of the filesystem, recording its latency and outcome (`cairn_fs::ops`).
@@ -597,9 +700,8 @@ impl fuser::Filesystem for FuseAdapter {
     /// Asks the kernel for readdirplus (a listing carries attributes: no lookup per name),
     /// parallel directory calls (the filesystem's own locks order them), POSIX ACLs (the
     /// kernel enforces them; `cairn_fs::acl` keeps mode and ACL agreeing and inherits default
-    /// ACLs), and 1 MiB reads and
-    /// writes (read-ahead as large as the kernel allows). The kernel's writeback cache stays off: every write(2) reaches
-    /// the filesystem, so `sync=always` holds for each write and `fsync` sees all data.
+    /// ACLs), 1 MiB reads and writes (read-ahead as large as the kernel allows), and the
+    /// writeback cache, for the files opened where it is safe (`open_flags`).
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_READDIRPLUS_AUTO
@@ -616,12 +718,21 @@ impl fuser::Filesystem for FuseAdapter {
             | InitFlags::FUSE_NO_OPENDIR_SUPPORT
             // Files opened for synchronous writes bypass the page cache (`open_flags`);
             // they may still be mapped shared.
-            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+            | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
+            // Writes of files opened where it is safe are kept by the kernel and written
+            // back in large calls (`open_flags`).
+            | InitFlags::FUSE_WRITEBACK_CACHE;
         // What this kernel lacks is simply not used.
-        let granted = wanted & config.capabilities();
+        let mut granted = wanted & config.capabilities();
+        // Without direct opens that can still be mapped, there is no safe way out of the
+        // writeback cache for a file: leave it off.
+        if !granted.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP) {
+            granted.remove(InitFlags::FUSE_WRITEBACK_CACHE);
+        }
         let _ = config.add_capabilities(granted);
         self.opendir_skippable = granted.contains(InitFlags::FUSE_NO_OPENDIR_SUPPORT);
         self.sync_opens_direct = granted.contains(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP);
+        self.writeback = granted.contains(InitFlags::FUSE_WRITEBACK_CACHE);
         if let Err(nearest) = config.set_max_write(LARGE_IO_BYTES) {
             let _ = config.set_max_write(nearest);
         }
@@ -915,13 +1026,24 @@ impl fuser::Filesystem for FuseAdapter {
         self.record(FsOpKind::Write, started, data.len() as u64, written.is_ok());
         match written {
             Ok(()) => reply.written(data.len() as u32),
+            Err(err) if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) => {
+                // Written back from the page cache: the kernel keeps this error for the
+                // file's next `fsync` and `close`, as ENOSPC if it is that and EIO otherwise,
+                // so a quota's refusal is told as ENOSPC ("no space") rather than EIO.
+                let code = match errno(&err) {
+                    Errno::EDQUOT => Errno::ENOSPC,
+                    code => code,
+                };
+                reply.error(code);
+                self.drop_refused_pages(ino, offset, data.len());
+            }
             Err(err) => reply.error(errno(&err)),
         }
     }
 
-    /// Nothing to do at close: writes reach the filesystem as they are made (no writeback
-    /// cache), and file locks are the kernel's (no `setlk` here), so there are none to drop.
-    /// ENOSYS tells the kernel to stop sending FLUSH: one round trip fewer per close(2).
+    /// Nothing to do at close: the kernel writes the file's cached pages back before it would
+    /// send FLUSH, and file locks are the kernel's (no `setlk` here), so there are none to
+    /// drop. ENOSYS tells the kernel to stop sending FLUSH: one round trip fewer per close(2).
     fn flush(
         &self,
         _req: &Request,

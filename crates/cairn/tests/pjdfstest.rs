@@ -3,6 +3,11 @@
 //! is listed in the assertion message when the count changes: remounting read-only (EROFS
 //! tests, not allowed by the configuration) and LINK_MAX (not reported by FUSE).
 //!
+//! `naptime` (the pause between changes whose timestamps are compared) must exceed the
+//! filesystem's timestamp granularity, as the suite says: with the kernel's writeback cache
+//! the kernel keeps a regular file's ctime and mtime itself, from its clock tick (4 ms at
+//! HZ=250), so 10 ms.
+//!
 //! Needs root, /dev/fuse, the `pjdfstest` binary (`.ci/run` installs it with `cargo install
 //! pjdfstest`) and its dummy users `nobody` and `tests` (created here when missing).
 
@@ -20,7 +25,7 @@ rename_ctime = {}
 utimensat = {}
 utime_now = {}
 [settings]
-naptime = 0.001
+naptime = 0.01
 allow_remount = false
 [dummy_auth]
 entries = [["nobody", "nogroup"], ["tests", "tests"]]
