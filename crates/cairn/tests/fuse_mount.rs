@@ -876,8 +876,9 @@ fn write_pieces(file: &std::fs::File, pieces: usize, piece: usize, seed: u64) ->
     data
 }
 
-/// The kernel's writeback cache is used only where it is safe: a file opened with room on a
-/// `sync=standard` dataset has its small writes gathered into few WRITE calls; under
+/// The kernel's writeback cache is used only where it is safe: a file opened again with room
+/// on a `sync=standard` dataset has its small writes gathered into few WRITE calls (one being
+/// created is written through); under
 /// `sync=always` (set live) each write(2) is its own WRITE, durable when it returns (SIGKILL
 /// loses none); near a quota each write(2) reaches the server and gets EDQUOT itself. A file
 /// opened with room that then runs into a quota gets ENOSPC from `fsync`, and what the pool
@@ -895,17 +896,33 @@ fn the_writeback_cache_is_used_only_where_it_is_safe() {
     let _cleanup = Unmount(at.clone());
     let mut server = env.serve();
     env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    // Opens an existing file (made first if missing): how it is served is decided by the
+    // dataset's state, not by its being created.
     let open = |name: &str| {
+        let path = at.join(name);
+        if !path.exists() {
+            drop(std::fs::File::create(&path).unwrap());
+        }
         std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .create(true)
-            .truncate(false)
-            .open(at.join(name))
+            .open(path)
             .unwrap()
     };
 
-    // With room and sync=standard: gathered by the kernel, fsync makes it all durable.
+    // A file being created is written through: its first writer mostly fills it once.
+    let before = writes_counted(&env);
+    let created = std::fs::File::create(at.join("cached")).unwrap();
+    write_pieces(&created, PIECES / 4, PIECE, 0);
+    assert_eq!(
+        writes_counted(&env) - before,
+        PIECES as u64 / 4,
+        "writes into a file as it is created were held in the kernel's cache"
+    );
+    drop(created);
+
+    // Opened again, with room and sync=standard: gathered by the kernel, fsync makes it all
+    // durable.
     let before = writes_counted(&env);
     let cached = open("cached");
     let cached_data = write_pieces(&cached, PIECES, PIECE, 1);
