@@ -396,7 +396,7 @@ pub fn mount(
     config.clone_fd = true;
     let dataset = fs.name().to_string();
     let headroom_bytes = Arc::new(AtomicU64::new(WRITEBACK_HEADROOM_MIN_BYTES));
-    let notifier = Arc::new(OnceLock::new());
+    let page_drops = Arc::new(OnceLock::new());
     let adapter = FuseAdapter {
         fs: fs.clone(),
         space,
@@ -404,7 +404,7 @@ pub fn mount(
         sync_opens_direct: false,
         writeback: false,
         headroom_bytes: headroom_bytes.clone(),
-        notifier: notifier.clone(),
+        page_drops: page_drops.clone(),
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -412,7 +412,7 @@ pub fn mount(
             mountpoint: mountpoint.display().to_string(),
             source,
         })?;
-    let _ = notifier.set(session.notifier());
+    let _ = page_drops.set(spawn_page_dropper(session.notifier()));
     if let Some(dirty_limit) = mount_dirty_limit_bytes(mountpoint) {
         headroom_bytes.fetch_max(
             dirty_limit.saturating_mul(WRITEBACK_HEADROOM_DIRTY_LIMITS),
@@ -439,6 +439,23 @@ fn mount_dirty_limit_bytes(mountpoint: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// Ranges of a file's cached pages for the kernel to drop: (inode, offset, length).
+type PageDrops = std::sync::mpsc::Sender<(INodeNo, i64, i64)>;
+
+/// A thread that has the kernel drop the page ranges sent to it (FUSE_NOTIFY_INVAL_INODE), one
+/// after another, until the session's adapter goes. Not done in the call that refuses a
+/// writeback: the kernel waits for that call's answer before it can drop those pages.
+fn spawn_page_dropper(notifier: Notifier) -> PageDrops {
+    let (sender, receiver) = std::sync::mpsc::channel::<(INodeNo, i64, i64)>();
+    std::thread::spawn(move || {
+        for (ino, offset, len) in receiver {
+            // The file may be gone by now (ENOENT): nothing cached is left to drop.
+            let _ = notifier.inval_inode(ino, offset, len);
+        }
+    });
+    sender
+}
+
 struct FuseAdapter {
     fs: Arc<Filesystem>,
     space: SpaceFn,
@@ -454,8 +471,9 @@ struct FuseAdapter {
     writeback: bool,
     /// Room a dataset must have for writes to go through the writeback cache.
     headroom_bytes: Arc<AtomicU64>,
-    /// Tells the kernel to drop pages (set once the session runs).
-    notifier: Arc<OnceLock<Notifier>>,
+    /// Ranges of pages for the kernel to drop (`spawn_page_dropper`; set once the session
+    /// runs).
+    page_drops: Arc<OnceLock<PageDrops>>,
 }
 
 /// FUSE inode number → object number.
@@ -595,20 +613,16 @@ impl FuseAdapter {
         available >= self.headroom_bytes.load(Ordering::Relaxed)
     }
 
-    /// After a refused writeback: tells the kernel (from another thread, once the refusal
-    /// has been answered: the kernel waits for that before it can drop the pages) to drop
-    /// the cached pages of `ino` from `offset` for `len` bytes, so that what the pool did
-    /// not take is not read back from the cache.
+    /// After a refused writeback: has the kernel drop the cached pages of `ino` from
+    /// `offset` for `len` bytes (`spawn_page_dropper`), so that what the pool did not take is
+    /// not read back from the cache.
     fn drop_refused_pages(&self, ino: INodeNo, offset: u64, len: usize) {
-        let Some(notifier) = self.notifier.get().cloned() else {
-            return;
-        };
-        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-        let len = i64::try_from(len).unwrap_or(i64::MAX);
-        std::thread::spawn(move || {
-            // The file may be gone by now (ENOENT): nothing cached is left to drop.
-            let _ = notifier.inval_inode(ino, offset, len);
-        });
+        if let Some(drops) = self.page_drops.get() {
+            let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+            let len = i64::try_from(len).unwrap_or(i64::MAX);
+            // The dropper ends only with the session, which ends after this call.
+            let _ = drops.send((ino, offset, len));
+        }
     }
 
     /// Runs one call of the filesystem, recording its latency and outcome (`cairn_fs::ops`).
