@@ -589,8 +589,9 @@ impl FuseAdapter {
     fn open_flags(&self, open_flags: i32, created: bool) -> FopenFlags {
         let sync_open = open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let writable = open_flags & libc::O_ACCMODE != libc::O_RDONLY;
-        let cached = !created && self.writeback_safe();
-        let direct = sync_open || (self.writeback && writable && !cached);
+        // Only a file opened again for writing asks what the dataset's state allows.
+        let direct =
+            sync_open || (self.writeback && writable && (created || !self.writeback_safe()));
         if self.sync_opens_direct && direct {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
