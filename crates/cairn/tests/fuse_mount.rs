@@ -239,12 +239,7 @@ fn xattrs_holes_and_fallocate_through_fuse() {
     use std::os::fd::AsRawFd;
     let _heavy = heavy();
     let env = Env::new();
-    env.create_pool();
-    env.ok(&["create", "-o", "recordsize=8K", "tank/fs"]);
-    let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
-    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &["recordsize=8K"]);
     let file = at.join("f");
     std::fs::write(&file, vec![7u8; 64 << 10]).unwrap();
     let path = c_path(&file);
@@ -339,12 +334,7 @@ fn xattrs_holes_and_fallocate_through_fuse() {
 fn fsynced_files_survive_sigkill_of_the_server() {
     let _heavy = heavy();
     let env = Env::new();
-    env.create_pool();
-    env.ok(&["create", "-o", "recordsize=16K", "tank/fs"]);
-    let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
-    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &["recordsize=16K"]);
     std::fs::create_dir(at.join("d")).unwrap();
     // A writer that creates, writes and fsyncs files (and their directory), and renames
     // every other one, recording what each fsync acknowledged, until the server dies.
@@ -462,12 +452,7 @@ fn used_avail_refer(env: &Env, dataset: &str) -> (u64, u64, u64) {
 fn a_quota_set_on_a_mounted_filesystem_gives_edquot_and_df_shows_it() {
     let _heavy = heavy();
     let env = Env::new();
-    env.create_pool();
-    env.ok(&["create", "tank/home"]);
-    let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
-    env.ok(&["mount", "tank/home", at.to_str().unwrap()]);
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/home", &[]);
     let (pool_size, _) = df(&at);
     assert!(pool_size > 400 << 20, "df before the quota: {pool_size}");
     let quota: u64 = 32 << 20;
@@ -566,13 +551,25 @@ fn acl_tool(name: &str, args: &[&str], at: &Path) -> String {
 /// directory opened to them, the mount's root given `root_mode`).
 fn mounted_for_others(env: &Env, root_mode: u32) -> (PathBuf, Unmount, Server) {
     std::fs::set_permissions(env.dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (at, cleanup, server) = served_mount(env, "tank/fs", &[]);
+    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(root_mode)).unwrap();
+    (at, cleanup, server)
+}
+
+/// A pool with filesystem `dataset` (made with `properties`, each `NAME=VALUE`) mounted at
+/// `mnt` by a server: the mountpoint, its unmount guard and the server.
+fn served_mount(env: &Env, dataset: &str, properties: &[&str]) -> (PathBuf, Unmount, Server) {
     env.create_pool();
-    env.ok(&["create", "tank/fs"]);
+    let mut create = vec!["create"];
+    for property in properties {
+        create.extend(["-o", property]);
+    }
+    create.push(dataset);
+    env.ok(&create);
     let at = env.path("mnt");
     let cleanup = Unmount(at.clone());
     let server = env.serve();
-    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
-    std::fs::set_permissions(&at, std::fs::Permissions::from_mode(root_mode)).unwrap();
+    env.ok(&["mount", dataset, at.to_str().unwrap()]);
     (at, cleanup, server)
 }
 
@@ -753,12 +750,7 @@ fn o_dsync_writes_are_durable_coherent_and_need_no_fsync() {
     use std::os::unix::fs::{FileExt, OpenOptionsExt};
     let _heavy = heavy();
     let env = Env::new();
-    env.create_pool();
-    env.ok(&["create", "-o", "recordsize=16K", "tank/fs"]);
-    let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
-    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &["recordsize=16K"]);
     const FILE_BYTES: usize = 256 << 10;
     const PIECE: usize = 8192;
     let path = at.join("db");
@@ -890,12 +882,7 @@ fn the_writeback_cache_is_used_only_where_it_is_safe() {
     const PIECES: usize = 256;
     let _heavy = heavy();
     let env = Env::new();
-    env.create_pool();
-    env.ok(&["create", "tank/fs"]);
-    let at = env.path("mnt");
-    let _cleanup = Unmount(at.clone());
-    let mut server = env.serve();
-    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &[]);
     // Opens an existing file (made first if missing): how it is served is decided by the
     // dataset's state, not by its being created.
     let open = |name: &str| {
