@@ -134,8 +134,21 @@
 //! `dirty_bytes_max`. Whoever waits for a txg sync (a FLUSH served by one, a writer blocked at
 //! the limit) then waits about that long, not `dirty_bytes_max` / rate (seconds, for a few GiB).
 //!
-//! Dirty bytes leave the total when their txg's sync completes (ZFS releases them block by block
-//! during the sync; a finer-grained release is a possible refinement).
+//! Dirty bytes leave the total when their txg's sync completes: that total is what memory holds,
+//! and it is held to `dirty_bytes_max`. Under a sync target the limit in force is held instead
+//! against what a txg-sync waiter would wait for: the open txg's bytes plus what the syncing
+//! txg has left to write, estimated as its bytes less what the measured rate writes in the time
+//! its sync has run (ZFS releases dirty bytes block by block as their writes complete, for the
+//! same reason). Without it a syncing txg counted whole until its last write, and the writers
+//! of the next one were delayed for bytes already on their way out. Partial writes showed what
+//! that costs: 8 KiB rewrites into 128 KiB records dirty a whole record each, so the txg's size
+//! decides how many rewrites each record written absorbs, and holding the open txg to what the
+//! sync in flight had *started* with kept txgs at a third of the limit (BENCHMARKS.md, "Txgs
+//! that count what is left to sync"). The throttle takes the larger delay of the two levels and
+//! blocks at either limit; a writer blocked only by the estimate looks again every millisecond.
+//! The estimate trusts the rate: a sync slower than it was measured to be lets the next txg grow
+//! to the limit while it still runs, so a waiter may then wait for both (bounded by the memory
+//! level all the same).
 //!
 //! ## Known gaps
 //!
@@ -264,6 +277,17 @@ pub fn dirty_limit_bytes(config: &TxgConfig, sync_bytes_per_sec: Option<u64>) ->
         }
         _ => config.dirty_bytes_max,
     }
+}
+
+/// How often a writer blocked only by the estimate of a sync's progress looks again.
+const THROTTLE_RECHECK: Duration = Duration::from_millis(1);
+
+/// Of a syncing txg's `dirty_bytes`, what is left to write after `elapsed` at
+/// `bytes_per_sec` (an estimate: 0 once the sync is overdue).
+pub fn sync_left_bytes(dirty_bytes: u64, bytes_per_sec: u64, elapsed: Duration) -> u64 {
+    let written = u128::from(bytes_per_sec) * elapsed.as_micros() / 1_000_000;
+    let written = u64::try_from(written).unwrap_or(u64::MAX);
+    dirty_bytes.saturating_sub(written)
 }
 
 fn percent_of(total_bytes: u64, percent: u32) -> u64 {
@@ -648,6 +672,63 @@ impl State {
         dirty_limit_bytes(config, self.sync_bytes_per_sec)
     }
 
+    /// The levels the throttle holds writers to, each as (bytes, limit): all dirty bytes
+    /// against `dirty_bytes_max` (memory), and with a sync target and a measured rate, the
+    /// bytes a txg-sync waiter would wait for against the limit in force (latency).
+    fn throttle_levels(&self, config: &TxgConfig, now: Instant) -> [(u64, u64); 2] {
+        let memory = (self.dirty_bytes_total, config.dirty_bytes_max);
+        let latency = if self.sync_draining(config) {
+            let left = self.in_flight_left_bytes(now);
+            (self.open.dirty_bytes + left, self.dirty_limit(config))
+        } else {
+            (self.dirty_bytes_total, self.dirty_limit(config))
+        };
+        [memory, latency]
+    }
+
+    /// Whether any throttle level is at its limit (writers block).
+    fn at_limit(&self, config: &TxgConfig, now: Instant) -> bool {
+        self.throttle_levels(config, now)
+            .iter()
+            .any(|&(bytes, limit)| bytes >= limit)
+    }
+
+    /// A writer's delay for `bytes` more: the larger of the levels' delays.
+    fn delay_ns_for(&self, config: &TxgConfig, now: Instant, bytes: u64) -> u64 {
+        self.throttle_levels(config, now)
+            .iter()
+            .map(|&(dirty, limit)| delay_ns_within(config, limit, dirty.saturating_add(bytes)))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the latency level counts the in-flight txg by what it has left to write: a
+    /// sync target, a measured rate and a txg syncing.
+    fn sync_draining(&self, config: &TxgConfig) -> bool {
+        config.sync_target_ms > 0
+            && self.sync_bytes_per_sec.is_some()
+            && self
+                .in_flight
+                .as_ref()
+                .is_some_and(|flight| flight.phase == Phase::Syncing)
+    }
+
+    /// The in-flight txg's dirty bytes less what the measured rate has written since its
+    /// sync started (all of them while it quiesces, or with no rate yet).
+    fn in_flight_left_bytes(&self, now: Instant) -> u64 {
+        let Some(flight) = &self.in_flight else {
+            return 0;
+        };
+        match (flight.sync_started_at, self.sync_bytes_per_sec) {
+            (Some(started), Some(rate)) => sync_left_bytes(
+                flight.slot.dirty_bytes,
+                rate,
+                now.saturating_duration_since(started),
+            ),
+            _ => flight.slot.dirty_bytes,
+        }
+    }
+
     /// Open-txg dirty bytes above which a sync starts: `dirty_sync_percent` of the limit.
     fn dirty_sync_bytes(&self, config: &TxgConfig) -> u64 {
         percent_of(self.dirty_limit(config), config.dirty_sync_percent)
@@ -1006,29 +1087,34 @@ impl TxgEngine {
         Ok(self.shared.new_hold(&mut st))
     }
 
-    /// Call before `hold()` when about to dirty `bytes`: blocks while dirty data is at or above
-    /// `dirty_bytes_max` (until a sync frees room), then sleeps per `delay_ns` scheduled after
-    /// the previous delayed writer. Returns at once if the engine is suspended or shut down.
+    /// Call before `hold()` when about to dirty `bytes`: blocks while dirty data is at a limit
+    /// (until a sync frees room, or the in-flight sync has written enough by the measured rate),
+    /// then sleeps per `delay_ns` scheduled after the previous delayed writer. Returns at once
+    /// if the engine is suspended or shut down.
     pub fn throttle(&self, bytes: u64) {
         let shared = &self.shared;
         let config = &shared.config;
         let mut st = shared.state.lock();
-        if st.throttle_active() && st.dirty_bytes_total >= st.dirty_limit(config) {
+        if st.throttle_active() && st.at_limit(config, Instant::now()) {
             st.stats.writers_blocked_at_max_count += 1;
             st.open.writers_blocked_count += 1;
-            while st.throttle_active() && st.dirty_bytes_total >= st.dirty_limit(config) {
-                shared.progress_cv.wait(&mut st);
+            while st.throttle_active() && st.at_limit(config, Instant::now()) {
+                if st.sync_draining(config) {
+                    // The estimate of what is left to write falls as time passes.
+                    shared.progress_cv.wait_for(&mut st, THROTTLE_RECHECK);
+                } else {
+                    shared.progress_cv.wait(&mut st);
+                }
             }
         }
         if !st.throttle_active() {
             return;
         }
-        let limit = st.dirty_limit(config);
-        let delay = delay_ns_within(config, limit, st.dirty_bytes_total.saturating_add(bytes));
+        let now = Instant::now();
+        let delay = st.delay_ns_for(config, now, bytes);
         if delay == 0 {
             return;
         }
-        let now = Instant::now();
         let wakeup = next_wakeup(now, st.throttle_last_wakeup, Duration::from_nanos(delay));
         st.throttle_last_wakeup = Some(wakeup);
         let sleep = wakeup - now;
@@ -1051,9 +1137,8 @@ impl TxgEngine {
         if !st.throttle_active() {
             return None;
         }
-        let limit = st.dirty_limit(config);
-        let dirty = st.dirty_bytes_total;
-        if dirty >= limit || delay_ns_within(config, limit, dirty.saturating_add(bytes)) > 0 {
+        let now = Instant::now();
+        if st.at_limit(config, now) || st.delay_ns_for(config, now, bytes) > 0 {
             return None;
         }
         Some(self.shared.new_hold(&mut st))
@@ -1980,6 +2065,78 @@ mod tests {
         });
         assert_eq!(engine.sync_now(), Ok(2));
         writer.join().unwrap();
+        engine.shutdown().unwrap();
+    }
+
+    #[test]
+    fn txg_sync_left_bytes_falls_with_the_rate_and_stops_at_zero() {
+        assert_eq!(sync_left_bytes(1000, 100, Duration::ZERO), 1000);
+        assert_eq!(sync_left_bytes(1000, 100, Duration::from_secs(4)), 600);
+        assert_eq!(sync_left_bytes(1000, 100, Duration::from_secs(10)), 0);
+        assert_eq!(sync_left_bytes(1000, 100, Duration::from_secs(60)), 0);
+        assert_eq!(sync_left_bytes(1000, u64::MAX, Duration::from_secs(1)), 0);
+    }
+
+    #[test]
+    fn txg_a_syncing_txg_counts_what_it_has_left_to_write_under_a_sync_target() {
+        const MIB: u64 = 1 << 20;
+        let syncer = FakeSyncer::new();
+        let config = TxgConfig {
+            dirty_bytes_max: 96 * MIB,
+            dirty_sync_percent: 100,
+            sync_target_ms: 100,
+            ..quiet_config()
+        };
+        let engine = TxgEngine::start(config, 0, syncer.clone());
+        let sync_in_background = |engine: &Arc<TxgEngine>| {
+            let engine = engine.clone();
+            thread::spawn(move || engine.sync_now())
+        };
+        // A rate: 32 MiB synced in at least 500 ms, at most 64 MiB/s, so the limit in force
+        // is its 64 MiB floor.
+        syncer.close_gate();
+        dirty(&engine, 32 * MIB);
+        let sync = sync_in_background(&engine);
+        syncer.wait_entered(1);
+        thread::sleep(Duration::from_millis(500));
+        syncer.open_gate();
+        assert_eq!(sync.join().unwrap(), Ok(1));
+
+        // Txg 2 is over the limit and stays syncing: a writer blocks on it at first, and goes
+        // once the rate would have written the 24 MiB over (under 2 s), the sync still running.
+        syncer.close_gate();
+        dirty(&engine, 88 * MIB);
+        let sync = sync_in_background(&engine);
+        syncer.wait_entered(2);
+        let writer = {
+            let engine = engine.clone();
+            thread::spawn(move || engine.throttle(1))
+        };
+        eventually("writer blocked at the limit in force", || {
+            engine.stats().writers_blocked_at_max_count == 1
+        });
+        eventually("writer let through by the sync's progress", || {
+            writer.is_finished()
+        });
+        writer.join().unwrap();
+        assert_eq!(engine.last_synced_txg(), 1, "txg 2 is still syncing");
+
+        // Memory still counts the syncing txg whole: 88 + 40 MiB pass the 96 MiB max, though
+        // a waiter would wait for less than the limit in force.
+        dirty(&engine, 40 * MIB);
+        let writer = {
+            let engine = engine.clone();
+            thread::spawn(move || engine.throttle(1))
+        };
+        eventually("writer blocked at the memory max", || {
+            engine.stats().writers_blocked_at_max_count == 2
+        });
+        thread::sleep(Duration::from_millis(30));
+        assert!(!writer.is_finished(), "writer passed the memory max");
+        syncer.open_gate();
+        assert_eq!(sync.join().unwrap(), Ok(2));
+        writer.join().unwrap();
+        assert_eq!(engine.dirty_bytes(), 40 * MIB);
         engine.shutdown().unwrap();
     }
 
