@@ -21,10 +21,19 @@ cleanup_mounts() {
 }
 
 # mount_system SYSTEM RECORDSIZE [EXT4_INODES]: a fresh file system of SYSTEM at $MNT.
+# `raw` is the file system the images are on, used directly: an empty directory of it
+# bind-mounted at $MNT (what the other systems' devices can do at best).
 mount_system() {
     local system=$1 recordsize=$2 inodes=${3:-} image=$DIR/$1.img
     cleanup
     rm -f "$image"
+    rm -rf "$DIR/raw-fs"
+    if [[ $system == raw ]]; then
+        mkdir "$DIR/raw-fs"
+        mount --bind "$DIR/raw-fs" "$MNT"
+        chmod 777 "$MNT"
+        return
+    fi
     dd if=/dev/zero of="$image" bs=1M count=4096 conv=fsync status=none
     case $system in
         cairn)

@@ -5,6 +5,8 @@
 #   cairn     cairn pool on the file, a filesystem dataset mounted through FUSE (release build)
 #   zfs-fuse  zfs-fuse 0.7 (Debian) pool on the file, its filesystem
 #   ext4      ext4 on a loop device over the file: the kernel's upper bound
+#   raw       the file system the files are on, used directly (a directory of it bind-mounted):
+#             what the device under the pools does for the same load, no pool in between
 #
 # Rows (fio unless noted; each for RUNTIME seconds after a 2 s ramp, one round):
 #   dsync-1      8 KiB random writes, O_DSYNC, QD1, one job, 128 MiB file per job
@@ -42,7 +44,7 @@ PGBENCH_RUNTIME=60
 DBENCH_RUNTIME=60
 ONLY=
 ROUNDS=1
-SYSTEMS=(cairn zfs-fuse ext4)
+SYSTEMS=(cairn zfs-fuse ext4 raw)
 while [[ $# -gt 0 ]]; do
     case $1 in
         --dir) DIR=$2; shift 2 ;;
@@ -119,6 +121,7 @@ remount_cold() {
             umount "$MNT"
             mount "$LOOP" "$MNT"
             ;;
+        raw) ;; # its only cache is the kernel's, dropped below
     esac
     sync
     echo 3 >/proc/sys/vm/drop_caches
@@ -240,8 +243,9 @@ for system in "${SYSTEMS[@]}"; do
         esac
     done
     cleanup
-    # One 4 GiB image at a time on the disk.
+    # One 4 GiB image (or the raw system's files) at a time on the disk.
     rm -f "$DIR/$system.img"
+    rm -rf "$DIR/raw-fs"
 done
 done
 
@@ -295,8 +299,10 @@ def round_value(results, system, row):
 
 units = {"seq-write": "MiB/s", "seq-read": "MiB/s", "creates": "files/s", "pgbench": "tps",
          "dbench-4": "MB/s"}
-print("| row | unit | " + " | ".join(systems) + " | cairn / zfs-fuse | cairn / ext4 |")
-print("|---|---|" + "---:|" * len(systems) + "---:|---:|")
+against = [peer for peer in ("zfs-fuse", "ext4", "raw") if peer in systems]
+print("| row | unit | " + " | ".join(systems) + " | "
+      + " | ".join(f"cairn / {peer}" for peer in against) + " |")
+print("|---|---|" + "---:|" * (len(systems) + len(against)))
 table = {}
 for row in rows:
     cells, values = [], {}
@@ -308,8 +314,8 @@ for row in rows:
     def ratio(a, b):
         x, y = values.get(a), values.get(b)
         return "–" if not x or not y else f"{x / y:.2f}×"
-    print(f"| {row} | {units.get(row, 'IOPS')} | " + " | ".join(cells)
-          + f" | {ratio('cairn', 'zfs-fuse')} | {ratio('cairn', 'ext4')} |")
+    print(f"| {row} | {units.get(row, 'IOPS')} | " + " | ".join(cells) + " | "
+          + " | ".join(ratio("cairn", peer) for peer in against) + " |")
 if len(rounds) > 1:
     print(f"\nMedians of {len(rounds)} rounds; each round's figures:\n")
     print("| row | " + " | ".join(systems) + " |")
