@@ -686,11 +686,27 @@ impl State {
         [memory, latency]
     }
 
-    /// Whether any throttle level is at its limit (writers block).
-    fn at_limit(&self, config: &TxgConfig, now: Instant) -> bool {
-        self.throttle_levels(config, now)
-            .iter()
-            .any(|&(bytes, limit)| bytes >= limit)
+    /// Whether writers block at a throttle level's limit, and if so whether only the latency
+    /// level's estimate holds them, which falls as the sync runs (`Some(true)`: look again
+    /// soon; `Some(false)`: only a finished sync frees room).
+    fn at_limit(&self, config: &TxgConfig, now: Instant) -> Option<bool> {
+        let [(dirty, max), (waited_for, limit)] = self.throttle_levels(config, now);
+        if dirty >= max {
+            Some(false)
+        } else if waited_for >= limit {
+            Some(self.sync_draining(config))
+        } else {
+            None
+        }
+    }
+
+    /// `at_limit`, or `None` when the throttle does not pace (engine refusing or stopping).
+    fn blocked(&self, config: &TxgConfig) -> Option<bool> {
+        if self.throttle_active() {
+            self.at_limit(config, Instant::now())
+        } else {
+            None
+        }
     }
 
     /// A writer's delay for `bytes` more: the larger of the levels' delays.
@@ -1095,17 +1111,18 @@ impl TxgEngine {
         let shared = &self.shared;
         let config = &shared.config;
         let mut st = shared.state.lock();
-        if st.throttle_active() && st.at_limit(config, Instant::now()) {
+        let mut blocked = st.blocked(config);
+        if blocked.is_some() {
             st.stats.writers_blocked_at_max_count += 1;
             st.open.writers_blocked_count += 1;
-            while st.throttle_active() && st.at_limit(config, Instant::now()) {
-                if st.sync_draining(config) {
-                    // The estimate of what is left to write falls as time passes.
-                    shared.progress_cv.wait_for(&mut st, THROTTLE_RECHECK);
-                } else {
-                    shared.progress_cv.wait(&mut st);
-                }
+        }
+        while let Some(estimate_falls) = blocked {
+            if estimate_falls {
+                shared.progress_cv.wait_for(&mut st, THROTTLE_RECHECK);
+            } else {
+                shared.progress_cv.wait(&mut st);
             }
+            blocked = st.blocked(config);
         }
         if !st.throttle_active() {
             return;
@@ -1138,7 +1155,7 @@ impl TxgEngine {
             return None;
         }
         let now = Instant::now();
-        if st.at_limit(config, now) || st.delay_ns_for(config, now, bytes) > 0 {
+        if st.at_limit(config, now).is_some() || st.delay_ns_for(config, now, bytes) > 0 {
             return None;
         }
         Some(self.shared.new_hold(&mut st))
