@@ -202,7 +202,8 @@ enum PoolCommand {
     History { pool: String },
     /// Per-volume I/O statistics of a running server: operations, bandwidth, latency.
     Iostat(iostat_cmd::IostatArgs),
-    /// Show recent txg timings.
+    /// Show recent txg timings, and the writers the write throttle delayed (how many, for how
+    /// long in all) or blocked while each txg was open.
     Txgs {
         #[command(flatten)]
         format: ListFormat,

@@ -1435,6 +1435,9 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
         Column::right("OPEN"),
         Column::right("QUIESCE"),
         Column::right("SYNC"),
+        Column::right("DELAYS"),
+        Column::right("DELAYED"),
+        Column::right("BLOCKED"),
     ]);
     for timing in &timings {
         table.push(vec![
@@ -1445,6 +1448,9 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
             human::micros(timing.open_us, format.exact),
             human::micros(timing.quiesce_us, format.exact),
             human::micros(timing.sync_us, format.exact),
+            timing.writer_delays_count.to_string(),
+            human::micros(timing.writer_delay_ns_total / 1000, format.exact),
+            timing.writers_blocked_count.to_string(),
         ]);
     }
     if timings.is_empty() && !format.scripted {
