@@ -60,7 +60,7 @@ use crate::pressure::{self, Decision, PressureConfig, PressureController};
 use bytes::Bytes;
 use cairn_device::ReadBuf;
 use cairn_device::queue::IoClass;
-use cairn_format::BlockPointer;
+use cairn_format::{BlockPointer, Compression};
 use cairn_l2arc::L2Arc;
 use cairn_pipeline::{BlockIo, PipelineError};
 use crossbeam_channel::{Receiver, Sender};
@@ -844,10 +844,16 @@ impl CachedIo {
         &self.cache
     }
 
+    /// The cache key of `bp`: the SSD tier's key (which says whether the block is stored
+    /// compressed, for the tier to store it the same way when RAM lets it go) and the pool's tag.
     fn key(&self, bp: &BlockPointer) -> BlockKey {
         let first = bp.copies()[0];
         assert!(bp.birth_txg < 1 << 48, "birth txg beyond the key's 48 bits");
-        let key = crate::block_key(first.vdev, first.offset, bp.birth_txg);
+        let mut key = crate::block_key(first.vdev, first.offset, bp.birth_txg);
+        if bp.compression == Compression::Lz4 {
+            key[0] |= cairn_l2arc::KEY_LZ4;
+        }
+        debug_assert_eq!(Some(key), cairn_l2arc::block_key(bp));
         [key[0], key[1] | u64::from(self.pool_tag) << 48]
     }
 

@@ -15,7 +15,7 @@ use cairn_dataset::{
     DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, SyncMode, VOLUME_OBJECT,
     Volume,
 };
-use cairn_format::{ChecksumAlgorithm, ObjectType, ObjsetType, PoolState, Uberblock};
+use cairn_format::{ChecksumAlgorithm, Compression, ObjectType, ObjsetType, PoolState, Uberblock};
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
 use cairn_pool::space::SpaceAllocator;
@@ -601,6 +601,9 @@ impl Pool {
             if let Ok((checksum, _)) = directory.property(name, "checksum") {
                 objset.set_checksum(checksum_from_property(&checksum));
             }
+            if let Ok((compression, _)) = directory.property(name, "compression") {
+                objset.set_compression(compression_from_property(&compression));
+            }
             if let Ok((primarycache, _)) = directory.property(name, "primarycache") {
                 objset.set_cache_mode(CacheMode::from_property(&primarycache));
             }
@@ -984,6 +987,14 @@ impl Drop for ScanGuard<'_> {
 
 pub(crate) fn checksum_from_property(value: &str) -> ChecksumAlgorithm {
     ChecksumAlgorithm::from_name(value).unwrap_or(ChecksumAlgorithm::Fletcher4)
+}
+
+/// The codec of a `compression` property value (`on` is lz4).
+pub(crate) fn compression_from_property(value: &str) -> Compression {
+    match value {
+        "on" | "lz4" => Compression::Lz4,
+        _ => Compression::Off,
+    }
 }
 
 /// Intent-log use of one log device (a top-level vdev of role `log`).

@@ -77,6 +77,7 @@ impl TxgSyncer for PoolSyncer {
 
 fn space_log_props() -> WriteProps {
     WriteProps {
+        compression: cairn_format::Compression::Off,
         object_type: ObjectType::SpaceLog,
         level: 0,
         checksum: ChecksumAlgorithm::Fletcher4,

@@ -144,7 +144,8 @@ fn a_full_pool_is_no_space() {
     pool.create_volume("tank/big", 256 << 20, &volume_props())
         .unwrap();
     let volume = pool.volume("tank/big").unwrap();
-    let chunk = vec![0x33; 1 << 20];
+    // Random bytes: a pattern would compress to nothing and never fill the pool.
+    let chunk = pattern(1 << 20, 0x33);
     let mut refused = None;
     for index in 0..256u64 {
         if let Err(err) = volume.write(index << 20, &chunk) {

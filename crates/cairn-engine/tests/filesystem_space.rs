@@ -774,7 +774,8 @@ fn a_file_of_a_few_records_takes_little_more_than_its_data() {
     pool.sync().unwrap();
     let per_file = (info(&pool, "tank/fs").used_bytes - before) / count;
     let data_bytes = (data.len() as u64).div_ceil(record_bytes) * record_bytes;
-    assert!(per_file >= data_bytes, "{per_file} bytes per file");
+    // At least the data itself: the zeros after it in its last record compress away.
+    assert!(per_file >= data.len() as u64, "{per_file} bytes per file");
     assert!(
         per_file <= data_bytes + data_bytes / 10,
         "a file of {data_bytes} bytes of records takes {per_file}"

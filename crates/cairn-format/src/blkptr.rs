@@ -75,7 +75,7 @@ pub struct Dva {
 pub enum Compression {
     #[default]
     Off = 0,
-    /// Reserved: not yet written by this build.
+    /// lz4 block format behind a length header (`docs/format.md`, "Compression").
     Lz4 = 1,
     /// Reserved: not yet written by this build.
     Zstd = 2,

@@ -27,6 +27,7 @@
 
 pub mod blkptr;
 pub mod checksum;
+pub mod compress;
 pub mod dnode;
 pub mod error;
 pub mod intent_log;

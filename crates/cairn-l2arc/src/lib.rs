@@ -73,6 +73,14 @@
 //! budget or the device's size, whichever is more; over it, blocks are dropped as the writer
 //! comes to them (`feed_over_budget`).
 //!
+//! ## Compressed blocks
+//! The tier keeps every block as the pool stores it (`psize` bytes), compressed or not, so a
+//! compressed block takes its compressed size here too. RAM holds blocks decompressed: a
+//! block offered from RAM whose pointer says lz4 is encoded again by the writer thread
+//! (`cairn_format::compress::encode`, deterministic, so the bytes are the pool's), and a hit
+//! is decompressed after its checksum verified. RAM's eviction knows a block by its key only,
+//! so the key carries it: `KEY_LZ4`.
+//!
 //! ## Reading, and never trusting
 //! A lookup gives a device and a sector; the block is read (`psize` bytes) and verified against
 //! the caller's block pointer checksum. A mismatch or read error is a miss: the entry is
@@ -122,7 +130,7 @@ use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
 use crate::segments::{SegmentState, SegmentTable};
 use bytes::Bytes;
 use cairn_device::{Device, DeviceError, IoClass, LeafQueue, ReadBuf};
-use cairn_format::BlockPointer;
+use cairn_format::{BlockPointer, Compression, compress};
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -455,11 +463,32 @@ fn shard_of(key: [u64; 2]) -> usize {
     ((index::fingerprint(key) >> index::TAG_BITS) as usize) % SHARDS
 }
 
-/// The L2 key of a block: its first copy's address and its birth txg (`None` for a pointer
-/// with no copy, which nothing caches).
+/// Bit of a key's first word set for a block the pool stores lz4-compressed. Offsets are
+/// multiples of 512, so the bit is free; keys of uncompressed blocks are as before.
+pub const KEY_LZ4: u64 = 1;
+
+/// The L2 key of a block: its first copy's address and its birth txg, and whether it is
+/// stored lz4-compressed (`KEY_LZ4`); `None` for a pointer with no copy, which nothing caches.
 pub fn block_key(bp: &BlockPointer) -> Option<[u64; 2]> {
     let first = bp.copies().first()?;
-    Some([(u64::from(first.vdev) << 48) | first.offset, bp.birth_txg])
+    debug_assert_eq!(first.offset & KEY_LZ4, 0, "an odd block offset");
+    let lz4 = match bp.compression {
+        Compression::Lz4 => KEY_LZ4,
+        _ => 0,
+    };
+    Some([
+        (u64::from(first.vdev) << 48) | first.offset | lz4,
+        bp.birth_txg,
+    ])
+}
+
+/// How the pool stores the block of `key` (what the writer encodes RAM's copy with).
+fn stored_compression(key: [u64; 2]) -> Compression {
+    if key[0] & KEY_LZ4 != 0 {
+        Compression::Lz4
+    } else {
+        Compression::Off
+    }
 }
 
 impl Shared {
@@ -861,15 +890,16 @@ impl L2Arc {
             .sum()
     }
 
-    /// Whether a block of this size may be cached here.
+    /// Whether a block of this size and kind may be cached here.
     pub fn eligible(&self, bp: &BlockPointer) -> bool {
-        bp.psize > 0
+        matches!(bp.compression, Compression::Off | Compression::Lz4)
+            && bp.psize > 0
             && bp.psize <= self.shared.config.block_bytes_max
             && !bp.is_hole()
             && !bp.copies().is_empty()
     }
 
-    /// Offers a block (`data`: its `psize` bytes as on disk) with nothing known of how often
+    /// Offers a block (`data`: its `lsize` bytes, as reads return it) with nothing known of how often
     /// it is read: admitted if the writers keep up, as a block read once. Never waits:
     /// dropped when the writers are behind or over their budget.
     pub fn offer(&self, bp: &BlockPointer, data: &Bytes) {
@@ -887,8 +917,9 @@ impl L2Arc {
     }
 
     /// `offer_with` for a block known by its key (`block_key`) only, as RAM's eviction knows
-    /// it: `data` must be its bytes as on disk (the read checks them against the block pointer
-    /// anyway; a wrong copy would only cost a miss and a counted error). Returns whether the
+    /// it: `data` must be its contents, as reads return them (the read checks the stored form
+    /// against the block pointer anyway; a wrong copy would only cost a miss and a counted
+    /// error). Returns whether the
     /// tier has the block now or took it (queued for a writer), rather than refused it
     /// (admission, size) or dropped it (writers behind, no usable device): what the RAM tier
     /// counts as cached against "uncached eligible".
@@ -905,7 +936,7 @@ impl L2Arc {
 
     fn offer_item(&self, bp: &BlockPointer, data: &Bytes, admission: Option<Admission>) {
         let counters = &self.shared.counters;
-        if !self.eligible(bp) || data.len() != bp.psize as usize {
+        if !self.eligible(bp) || data.len() != bp.lsize as usize {
             counters.feed_ineligible.fetch_add(1, Ordering::Relaxed);
             return;
         }
@@ -946,6 +977,7 @@ impl L2Arc {
         let item = writer::FeedItem {
             key,
             data,
+            encode: stored_compression(key),
             frequency,
         };
         let mut item = Some(item);
@@ -1048,7 +1080,14 @@ impl L2Arc {
                     }),
                     ReadUse::ReadAhead => {}
                 }
-                Some(buf)
+                match bp.compression {
+                    Compression::Off => Some(buf),
+                    // Verified, so the pool's own bytes: one that will not decompress is sent
+                    // to the pool, whose read reports it.
+                    stored => compress::decompress(&buf, stored, bp.lsize as usize)
+                        .ok()
+                        .map(ReadBuf::from),
+                }
             }
             // A read that raced a reuse of its segment is a plain miss; so is a fingerprint
             // collision (the place holds another block, as its segment's summary says); any

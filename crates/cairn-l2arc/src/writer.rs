@@ -23,6 +23,7 @@ use crate::segments::{self, SegmentState};
 use crate::{CacheDevice, Shared, sectors_for};
 use bytes::Bytes;
 use cairn_device::IoClass;
+use cairn_format::Compression;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -30,7 +31,11 @@ use std::time::{Duration, Instant};
 
 pub(crate) struct FeedItem {
     pub key: [u64; 2],
+    /// The block as RAM holds it (to be encoded with `encode` first) or as stored.
     pub data: Bytes,
+    /// How the pool stores the block when `data` is its contents (`Off`: `data` is already
+    /// the stored form). The writer encodes, so that the RAM tier's eviction does not.
+    pub encode: Compression,
     /// Reads lately, as the RAM tier's sketch told (1 when not known).
     pub frequency: u8,
 }
@@ -200,12 +205,23 @@ impl Writer {
         )
     }
 
-    fn append(&mut self, item: FeedItem) {
+    fn append(&mut self, mut item: FeedItem) {
         let shared = self.shared.clone();
         let counters = &shared.counters;
         if !self.usable() {
             counters.feed_dropped.fetch_add(1, Ordering::Relaxed);
             return;
+        }
+        if item.encode != Compression::Off {
+            // The same bytes the pool wrote (the encoding is deterministic); a read checks
+            // them against the block pointer's checksum all the same.
+            match cairn_format::compress::encode(&item.data, item.encode) {
+                Some(physical) => item.data = Bytes::from(physical),
+                None => {
+                    counters.feed_ineligible.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
         }
         let padded = sectors_for(item.data.len()) as usize * SECTOR_BYTES as usize;
         if padded > self.chunk_bytes_max / 2 {
@@ -528,6 +544,7 @@ impl Writer {
             self.survivors.push_back(FeedItem {
                 key: entry.key,
                 data: Bytes::from_owner(data),
+                encode: Compression::Off,
                 frequency,
             });
         }

@@ -391,6 +391,7 @@ impl ObjectSet {
             copies: if object_type.is_metadata(0) { 2 } else { 1 },
             fill: 1,
             class: IoClass::SyncWrite,
+            compression: crate::cow::data_compression(object_type, *self.compression.lock()),
         };
         let mut batch = self.io.io().durable_batch(txg);
         let mut written = Vec::with_capacity(blocks.len());

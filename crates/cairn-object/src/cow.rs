@@ -6,7 +6,7 @@ use crate::{BlockChange, ObjectError, is_all_zero, tree};
 use bytes::Bytes;
 use cairn_arc::{CachePolicy, CachedIo};
 use cairn_device::queue::IoClass;
-use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjectType};
+use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dnode, ObjectType};
 use cairn_pipeline::WriteBatch;
 use std::collections::BTreeMap;
 
@@ -17,6 +17,17 @@ pub(crate) struct TreeWriter<'a, 'b> {
     pub(crate) batch: &'a mut WriteBatch<'b>,
     pub(crate) txg: u64,
     pub(crate) checksum: ChecksumAlgorithm,
+    /// Tried on level-0 file and volume data blocks (`data_compression`).
+    pub(crate) compression: Compression,
+}
+
+/// The compression a level-0 block of `data_type` is written with: file and volume contents
+/// take the dataset's; metadata (dnodes, directories, xattrs) is written as it is for now.
+pub(crate) fn data_compression(data_type: ObjectType, dataset: Compression) -> Compression {
+    match data_type {
+        ObjectType::FileData | ObjectType::VolumeData => dataset,
+        _ => Compression::Off,
+    }
 }
 
 /// A tree node during rewrite: on disk, or built in memory this txg (tree growth).
@@ -42,6 +53,7 @@ impl TreeWriter<'_, '_> {
                 copies: 2,
                 fill,
                 class: IoClass::AsyncWrite,
+                compression: Compression::Off,
             },
         )?;
         // The next txg reads it back to rewrite it: keep it cached.
@@ -206,6 +218,7 @@ impl TreeWriter<'_, '_> {
                             copies: if data_type.is_metadata(0) { 2 } else { 1 },
                             fill: 1,
                             class: IoClass::AsyncWrite,
+                            compression: data_compression(data_type, self.compression),
                         },
                     )?;
                     if data_type.is_metadata(0) || change.cache_written {

@@ -54,7 +54,7 @@ pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
 use bytes::Bytes;
 use cairn_arc::{CachedIo, StreamDetector};
 use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
-use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjsetType};
+use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dnode, ObjsetType};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -166,6 +166,8 @@ pub struct ObjectSet {
     io: Arc<CachedIo>,
     objset_type: ObjsetType,
     checksum: Mutex<ChecksumAlgorithm>,
+    /// Compression of new file and volume data blocks (the `compression` property).
+    compression: Mutex<Compression>,
     state: Mutex<State>,
     /// `primarycache` in the low two bits, `secondarycache` in the next two (`objset.rs`).
     cache_mode: AtomicU8,

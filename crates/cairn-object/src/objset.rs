@@ -9,7 +9,7 @@ use crate::{ObjectError, ObjectSet, State};
 use cairn_arc::{CacheMode, CachePolicy, CachedIo, StreamConfig, StreamDetector};
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, INDIRECT_SHIFT_DEFAULT};
 use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
-use cairn_format::{BlockPointer, ChecksumAlgorithm, Dnode, ObjectType, ObjsetType};
+use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dnode, ObjectType, ObjsetType};
 use cairn_pipeline::BlockIo;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -108,6 +108,7 @@ impl ObjectSet {
             io,
             objset_type,
             checksum: Mutex::new(checksum),
+            compression: Mutex::new(Compression::Off),
             state: Mutex::new(State {
                 root_bp: BlockPointer::HOLE,
                 meta_dnode: empty_meta_dnode(),
@@ -139,6 +140,7 @@ impl ObjectSet {
             io,
             objset_type: phys.objset_type,
             checksum: Mutex::new(checksum),
+            compression: Mutex::new(Compression::Off),
             state: Mutex::new(State {
                 root_bp,
                 meta_dnode: if phys.meta_dnode.is_free() {
@@ -163,6 +165,12 @@ impl ObjectSet {
 
     pub fn set_checksum(&self, checksum: ChecksumAlgorithm) {
         *self.checksum.lock() = checksum;
+    }
+
+    /// Compression tried on data blocks written from the next txg sync on (metadata is not
+    /// compressed yet). Blocks already written keep theirs.
+    pub fn set_compression(&self, compression: Compression) {
+        *self.compression.lock() = compression;
     }
 
     pub fn root_bp(&self) -> BlockPointer {

@@ -22,6 +22,7 @@ impl ObjectSet {
         // Partial writes meet their older versions first: the tree below sees whole blocks.
         self.resolve_patches(txg)?;
         let checksum = *self.checksum.lock();
+        let compression = *self.compression.lock();
         let (blocks, dnode_changes, meta_dnode, old_root, used_before, intent_log_header) = {
             let state = self.state.lock();
             assert!(
@@ -51,6 +52,7 @@ impl ObjectSet {
             batch,
             txg,
             checksum,
+            compression,
         };
         // Objects touched this txg, with their starting dnode.
         let mut objects: BTreeMap<u64, Dnode> = BTreeMap::new();

@@ -1,7 +1,7 @@
 //! # cairn-pipeline: from bytes to verified blocks and back
 //!
-//! Every block the upper layers write goes through `WriteBatch::write`: checksum, allocate one
-//! or more copies (`Dva`s), issue the writes to every child of each copy's top-level vdev, and
+//! Every block the upper layers write goes through `WriteBatch::write`: compress (when asked,
+//! and only when it saves space: `compress`), checksum, allocate one or more copies (`Dva`s), issue the writes to every child of each copy's top-level vdev, and
 //! hand back the `BlockPointer` at once — before the I/O completes. The pointer already holds the
 //! checksum, so parents can be built while children are still in flight; `WriteBatch::finish`
 //! waits for the whole batch, which a txg sync does once before flushing.
@@ -9,18 +9,23 @@
 //! Every read goes through `BlockIo::read_block`: try the copies (and, within a mirror, the least
 //! busy child first) until one verifies against the pointer's checksum; then rewrite the copies
 //! that failed (self-heal) and count the error on the leaf that returned bad data. If no copy
-//! verifies, the caller gets `PipelineError::Unrecoverable` — never unverified bytes.
+//! verifies, the caller gets `PipelineError::Unrecoverable` — never unverified bytes. A
+//! compressed block is verified as stored and then decompressed: checksums, scrub and repair
+//! deal in physical bytes, every reader above in logical ones.
 //!
 //! Invariants:
 //! - A block pointer handed out by `write` names space the allocator marked allocated in the
 //!   batch's txg, and a checksum of exactly the bytes written.
-//! - `read_block` returns bytes whose checksum equals the pointer's, or an error.
+//! - `read_block` returns bytes whose stored form's checksum equals the pointer's, `lsize` of
+//!   them, or an error.
 //!
 //! Nothing here caches: the ARC (`cairn-arc`, the layer above) decides what stays in memory;
 //! scrub and check read through this layer directly, so they always see the devices.
 
 mod raw;
 mod stats;
+
+pub use cairn_format::compress::DecompressError;
 
 pub use raw::RawWrites;
 
@@ -29,6 +34,7 @@ pub use stats::PipelineStats;
 use bytes::Bytes;
 use cairn_device::queue::{IoClass, IoHandle};
 use cairn_device::{DeviceError, ErrorClass, ReadBuf};
+use cairn_format::compress;
 use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType};
 use cairn_pool::space::{SpaceAllocator, SpaceError};
@@ -69,8 +75,18 @@ pub enum PipelineError {
         #[source]
         source: Option<Box<DeviceError>>,
     },
-    #[error("block uses unsupported compression {0:?}")]
-    UnsupportedCompression(Compression),
+    /// A copy verified against its checksum but would not decompress: the block was written
+    /// wrongly (or by a newer build), so no other copy can be better.
+    #[error(
+        "block (type {object_type:?} level {level}, birth txg {birth_txg}) cannot be decompressed"
+    )]
+    Decompress {
+        object_type: ObjectType,
+        level: u8,
+        birth_txg: u64,
+        #[source]
+        cause: DecompressError,
+    },
     /// A decoded block pointer that cannot belong to this pool (`BlockIo::check_pointer`).
     #[error("{what}: invalid block pointer")]
     InvalidPointer {
@@ -91,7 +107,7 @@ impl PipelineError {
             PipelineError::NoSpace(_) => ErrorClass::Io,
             PipelineError::Unrecoverable { .. }
             | PipelineError::WriteFailed { .. }
-            | PipelineError::UnsupportedCompression(_)
+            | PipelineError::Decompress { .. }
             | PipelineError::InvalidPointer { .. } => ErrorClass::Io,
         }
     }
@@ -143,6 +159,9 @@ pub struct WriteProps {
     /// Level-0 blocks under this pointer that are not holes (1 for a data block).
     pub fill: u64,
     pub class: IoClass,
+    /// Compression to try (`Off` for none); the block is stored compressed only if it saves
+    /// space (`compress`).
+    pub compression: Compression,
 }
 
 /// Result of verifying every copy of one block (scrub).
@@ -202,6 +221,20 @@ impl BlockIo {
 
     pub fn tree(&self) -> Arc<VdevTree> {
         self.tree.read().clone()
+    }
+
+    /// The largest sector of the pool's top-level vdevs: compression must save whole sectors
+    /// of it to be worth keeping (a block may be placed on any of them).
+    pub fn sector_bytes_max(&self) -> usize {
+        let ashift = self
+            .tree
+            .read()
+            .tops
+            .iter()
+            .map(|top| top.config.ashift)
+            .max()
+            .unwrap_or(cairn_format::ASHIFT_MIN);
+        1usize << ashift
     }
 
     /// Makes `tree` the pool's vdev tree. A tree with a new vdev must be in place before the
@@ -299,9 +332,6 @@ impl BlockIo {
     ) -> Result<ReadBuf, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
         let _in_flight = Self::read_guard(self);
-        if bp.compression != Compression::Off {
-            return Err(PipelineError::UnsupportedCompression(bp.compression));
-        }
         let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
         let mut last_reason = CopyError::NoCopy;
         let mut good: Option<ReadBuf> = None;
@@ -334,7 +364,7 @@ impl BlockIo {
                 self.repair(&leaf, &dva, &verified);
             }
         }
-        Ok(data)
+        logical(bp, data)
     }
 
     /// Queues a read of `bp`'s first readable copy and returns without waiting, for a caller
@@ -343,10 +373,6 @@ impl BlockIo {
     /// queued; the caller then reads with `read_block_buf`. `finish_read` completes it.
     pub fn queue_read(self: &Arc<Self>, bp: &BlockPointer, class: IoClass) -> Option<QueuedRead> {
         assert!(!bp.is_hole(), "read of a hole");
-        if bp.compression != Compression::Off {
-            // `read_block_buf` reports it.
-            return None;
-        }
         let dva = *bp.copies().first()?;
         let leaf = self
             .tree()
@@ -380,7 +406,7 @@ impl BlockIo {
         } = queued;
         let offset = VDEV_DATA_START + dva.offset;
         match self.verify_copy(&leaf, offset, &bp, handle.wait()) {
-            Ok(data) => Ok(data),
+            Ok(data) => logical(&bp, data),
             // The queued read stays counted in flight until the full read is done.
             Err(_) => self.read_block_buf(&bp, class),
         }
@@ -405,9 +431,10 @@ impl BlockIo {
         moved
     }
 
-    /// Verifies every copy on every child (scrub), repairing what it can.
+    /// Verifies every copy on every child (scrub), repairing what it can. The bytes returned
+    /// are the block's logical contents (decompressed).
     pub fn scrub_block(&self, bp: &BlockPointer) -> (ScrubOutcome, Option<Bytes>) {
-        let survey = self.survey_copies(bp);
+        let mut survey = self.survey_copies(bp);
         let mut outcome = ScrubOutcome {
             copies_checked: survey.checked,
             bytes_read: survey.bytes_read,
@@ -429,19 +456,34 @@ impl BlockIo {
                 self.stats.unrecoverable.fetch_add(1, Ordering::Relaxed);
             }
         }
-        (outcome, survey.good)
+        match survey.logical(bp) {
+            Ok(good) => (outcome, good),
+            Err(_) => {
+                outcome.unrecoverable = true;
+                self.stats.unrecoverable.fetch_add(1, Ordering::Relaxed);
+                (outcome, None)
+            }
+        }
     }
 
     /// Verifies every copy of `bp` on every child without repairing anything (offline check).
     /// Returns the number of copies checked, the descriptions of bad ones, and good data.
     pub fn verify_all_copies(&self, bp: &BlockPointer) -> (u64, Vec<String>, Option<Bytes>) {
-        let survey = self.survey_copies(bp);
-        let problems = survey
+        let mut survey = self.survey_copies(bp);
+        let good = survey.logical(bp);
+        let mut problems: Vec<String> = survey
             .bad
             .into_iter()
             .map(|(_, _, reason)| reason.to_string())
             .collect();
-        (survey.checked, problems, survey.good)
+        let good = match good {
+            Ok(good) => good,
+            Err(err) => {
+                problems.push(error_chain(&err));
+                None
+            }
+        };
+        (survey.checked, problems, good)
     }
 
     /// Reads and verifies every copy of `bp` on every child of its vdevs.
@@ -559,6 +601,51 @@ struct CopySurvey {
     /// Copies that failed, with the leaf that returned them (none if the copy's address is
     /// outside the pool) and why.
     bad: Vec<(Option<Arc<Leaf>>, Dva, CopyError)>,
+}
+
+impl CopySurvey {
+    /// The good copy's logical bytes (taken out of the survey).
+    fn logical(&mut self, bp: &BlockPointer) -> Result<Option<Bytes>, PipelineError> {
+        match self.good.take() {
+            Some(physical) if bp.compression != Compression::Off => {
+                let data = compress::decompress(&physical, bp.compression, bp.lsize as usize)
+                    .map_err(|cause| decompress_error(bp, cause))?;
+                Ok(Some(Bytes::from(data)))
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// A verified physical block as its logical bytes (the same buffer when not compressed).
+fn logical(bp: &BlockPointer, physical: ReadBuf) -> Result<ReadBuf, PipelineError> {
+    if bp.compression == Compression::Off {
+        return Ok(physical);
+    }
+    compress::decompress(&physical, bp.compression, bp.lsize as usize)
+        .map(ReadBuf::from)
+        .map_err(|cause| decompress_error(bp, cause))
+}
+
+fn decompress_error(bp: &BlockPointer, cause: DecompressError) -> PipelineError {
+    PipelineError::Decompress {
+        object_type: bp.object_type,
+        level: bp.level,
+        birth_txg: bp.birth_txg,
+        cause,
+    }
+}
+
+/// An error and its sources, one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 fn outside_pool(dva: &Dva) -> CopyError {
@@ -778,10 +865,17 @@ impl WriteBatch<'_> {
         self.txg
     }
 
-    /// Checksums, allocates and issues `data`; returns its pointer immediately.
+    /// Compresses (if asked and worth it), checksums, allocates and issues `data`; returns its
+    /// pointer immediately.
     pub fn write(&mut self, data: Bytes, props: WriteProps) -> Result<BlockPointer, PipelineError> {
-        let dvas = self.allocate(block_psize(&data), props.copies)?;
-        self.write_preallocated(dvas, data, props)
+        let lsize = block_psize(&data);
+        let (physical, compression) =
+            match compress::compress(&data, props.compression, self.io.sector_bytes_max()) {
+                Some(packed) => (Bytes::from(packed), props.compression),
+                None => (data, Compression::Off),
+            };
+        let dvas = self.allocate(block_psize(&physical), props.copies)?;
+        self.write_physical(dvas, physical, lsize, compression, props)
     }
 
     /// Allocates copies for a block of `psize` bytes without writing it, for blocks that must
@@ -790,7 +884,8 @@ impl WriteBatch<'_> {
         self.allocate(psize, copies)
     }
 
-    /// Writes `data` to copies obtained from `preallocate` (with the same psize).
+    /// Writes `data` to copies obtained from `preallocate` (with the same psize), as it is:
+    /// the caller sized the block itself, so it is never compressed.
     pub fn write_preallocated(
         &mut self,
         dvas: [Dva; 3],
@@ -798,16 +893,33 @@ impl WriteBatch<'_> {
         props: WriteProps,
     ) -> Result<BlockPointer, PipelineError> {
         let psize = block_psize(&data);
+        self.write_physical(dvas, data, psize, Compression::Off, props)
+    }
+
+    /// Checksums and issues the stored form of a block of `lsize` logical bytes.
+    fn write_physical(
+        &mut self,
+        dvas: [Dva; 3],
+        data: Bytes,
+        lsize: u32,
+        compression: Compression,
+        props: WriteProps,
+    ) -> Result<BlockPointer, PipelineError> {
+        let psize = block_psize(&data);
         assert!(dvas[0].asize >= psize, "preallocated copy too small");
+        assert!(
+            compression != Compression::Off || psize == lsize,
+            "an uncompressed block of {psize} bytes said to hold {lsize}"
+        );
         let checksum = props.checksum.compute(&data);
         for dva in dvas.iter().filter(|dva| dva.asize != 0) {
             self.issue(dva, &data, props.class)?;
         }
         let bp = BlockPointer {
             dvas,
-            lsize: psize,
+            lsize,
             psize,
-            compression: Compression::Off,
+            compression,
             checksum_algorithm: props.checksum,
             object_type: props.object_type,
             level: props.level,

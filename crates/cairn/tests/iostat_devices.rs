@@ -71,11 +71,16 @@ fn device_views_show_the_workload_sizes_waits_and_queues() {
     env.ok(&[
         "pool", "create", "--size", "512M", "tank", "mirror", &d0, &d1, "log", &log,
     ]);
-    // primarycache=metadata: reads of its data go to the devices.
+    // primarycache=metadata: reads of its data go to the devices; compression=off: each
+    // 8 KiB block of the pattern is written as 8 KiB.
     env.create_volume(
         "tank/vol",
         "64M",
-        &["volblocksize=8K", "primarycache=metadata"],
+        &[
+            "volblocksize=8K",
+            "primarycache=metadata",
+            "compression=off",
+        ],
     );
     let mut server = env.serve();
     let uri = server.uri("tank/vol");
