@@ -194,12 +194,12 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "compression",
-        value_type: ValueType::Choice(&["on", "off", "lz4"]),
-        default: "on",
+        value_type: ValueType::Choice(&["off", "on", "lz4"]),
+        default: "off",
         applies_to: None,
         settable_after_create: true,
         inheritable: true,
-        description: "compression of new file and volume data blocks: on (lz4, as OpenZFS 2.2 defaults to), lz4 or off; a block is kept compressed only if it saves an eighth of its size",
+        description: "compression of new file and volume data blocks: off, on (lz4) or lz4; a block is kept compressed only if it saves an eighth of its size",
     },
 ];
 

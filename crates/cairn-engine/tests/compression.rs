@@ -1,4 +1,4 @@
-//! Compression (`compression=on`, the default, is lz4): compressible data blocks are stored
+//! Compression (`compression=on` is lz4): compressible data blocks are stored
 //! smaller and read back the same after an import; incompressible ones and datasets with
 //! `compression=off` are stored as they are; a damaged compressed copy is detected against its
 //! checksum and healed from the other side like any block.
@@ -89,9 +89,9 @@ fn compressible_blocks_are_stored_smaller_and_read_back_after_import() {
     let noise = pattern(VOLUME_BYTES, 2);
     {
         let pool = create_mirror(&paths, plain_opener());
-        volume_with(&pool, "tank/text", &[], &text);
-        volume_with(&pool, "tank/plain", &[("compression", "off")], &text);
-        volume_with(&pool, "tank/noise", &[], &noise);
+        volume_with(&pool, "tank/text", &[("compression", "on")], &text);
+        volume_with(&pool, "tank/plain", &[], &text);
+        volume_with(&pool, "tank/noise", &[("compression", "lz4")], &noise);
         pool.sync().unwrap();
 
         let text_blocks = data_blocks(&pool, "tank/text");
@@ -140,7 +140,7 @@ fn partial_writes_into_compressed_blocks_merge_with_the_decompressed_block() {
     let mut model = compressible(VOLUME_BYTES, 5);
     {
         let pool = create_mirror(&paths, plain_opener());
-        volume_with(&pool, "tank/text", &[], &model);
+        volume_with(&pool, "tank/text", &[("compression", "lz4")], &model);
         pool.export().unwrap();
     }
     // Cold: every block is on disk only, compressed; 4 KiB writes land inside them.
@@ -173,7 +173,7 @@ fn a_damaged_compressed_copy_is_detected_and_healed_from_the_other_side() {
     let text = compressible(VOLUME_BYTES, 9);
     let blocks = {
         let pool = create_mirror(&paths, plain_opener());
-        volume_with(&pool, "tank/text", &[], &text);
+        volume_with(&pool, "tank/text", &[("compression", "on")], &text);
         pool.sync().unwrap();
         let blocks = data_blocks(&pool, "tank/text");
         pool.close().unwrap();
@@ -205,5 +205,44 @@ fn a_damaged_compressed_copy_is_detected_and_healed_from_the_other_side() {
     let again = pool.scrub(&mut |_| {}).unwrap();
     assert_eq!(again.bad_copies, 0);
     assert!(pool.check().unwrap().is_clean());
+    pool.close().unwrap();
+}
+
+#[test]
+fn the_property_applies_to_blocks_written_after_it_changes() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    let mut model = compressible(VOLUME_BYTES, 11);
+    volume_with(&pool, "tank/text", &[], &model);
+    pool.sync().unwrap();
+    assert!(
+        data_blocks(&pool, "tank/text")
+            .iter()
+            .all(|bp| bp.compression == Compression::Off),
+        "off by default"
+    );
+    assert!(
+        pool.set_property("tank/text", "compression", "zstd")
+            .is_err()
+    );
+    assert_eq!(
+        pool.set_property("tank/text", "compression", "on").unwrap(),
+        "on"
+    );
+    // Rewrite the first half: those blocks are compressed, the rest stay as they were.
+    let half = compressible(VOLUME_BYTES / 2, 12);
+    pool.volume("tank/text").unwrap().write(0, &half).unwrap();
+    model[..half.len()].copy_from_slice(&half);
+    pool.sync().unwrap();
+    let blocks = data_blocks(&pool, "tank/text");
+    let packed = blocks
+        .iter()
+        .filter(|bp| bp.compression == Compression::Lz4)
+        .count();
+    assert_eq!(packed, VOLUME_BYTES / 2 / BLOCK, "{blocks:?}");
+    pool.export().unwrap();
+    let pool = import(&paths, plain_opener()).unwrap();
+    assert!(read_all(&pool, "tank/text") == model);
     pool.close().unwrap();
 }

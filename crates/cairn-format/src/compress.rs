@@ -1,7 +1,8 @@
 //! # Block compression: the physical layout of compressed blocks
 //!
-//! The codec behind the `compression` property (`lz4`, and `on`, its default, which means
-//! lz4 as in OpenZFS 2.2). It lives with the format because what it writes is on disk: the
+//! The codec behind the `compression` property (`lz4`, and `on`, which means lz4 as in
+//! OpenZFS; the default is `off` for now, see README). It lives with the format because what
+//! it writes is on disk: the
 //! pipeline compresses blocks here before their checksum and allocation (the checksum covers
 //! the physical bytes, so scrub and self-heal never decompress), and the SSD cache tier encodes
 //! a block RAM holds decompressed back into exactly those bytes (`encode`), to keep it as the
@@ -22,6 +23,7 @@
 //!   checksum verified, so an error means a block written wrongly, never a bad disk.
 
 use crate::{BLOCK_SIZE_GRANULE, Compression};
+use std::cell::RefCell;
 use thiserror::Error;
 
 /// Bytes of the length header in front of the lz4 data.
@@ -44,24 +46,52 @@ fn round_up(bytes: usize, unit: usize) -> usize {
     bytes.div_ceil(unit) * unit
 }
 
+/// Encoder output kept per thread up to this size (room for a 1 MiB block): most blocks that
+/// fail to compress then cost no allocation at all. Larger blocks use a buffer of their own.
+const SCRATCH_BYTES_MAX: usize = 1 << 21;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `data` encoded with `algorithm` into the physical layout if `keep` accepts the resulting
+/// physical size (before any copy of the output is made).
+fn encode_if(
+    data: &[u8],
+    algorithm: Compression,
+    keep: impl FnOnce(usize) -> bool,
+) -> Option<Vec<u8>> {
+    if algorithm != Compression::Lz4 {
+        return None;
+    }
+    let need = lz4_flex::block::get_maximum_output_size(data.len());
+    let pack = |scratch: &mut Vec<u8>| {
+        if scratch.len() < need {
+            scratch.resize(need, 0);
+        }
+        let packed = lz4_flex::block::compress_into(data, &mut scratch[..need]).ok()?;
+        let header = u32::try_from(packed).ok()?.to_le_bytes();
+        let physical = round_up(LZ4_HEADER_BYTES + packed, BLOCK_SIZE_GRANULE as usize);
+        if !keep(physical) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(physical);
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&scratch[..packed]);
+        out.resize(physical, 0);
+        Some(out)
+    };
+    if need <= SCRATCH_BYTES_MAX {
+        SCRATCH.with_borrow_mut(pack)
+    } else {
+        pack(&mut Vec::new())
+    }
+}
+
 /// The physical form of `data` compressed with `algorithm`, whatever its size (`None` for
 /// `Off` and for codecs this build does not write).
 pub fn encode(data: &[u8], algorithm: Compression) -> Option<Vec<u8>> {
-    match algorithm {
-        Compression::Lz4 => {
-            let mut out =
-                vec![0u8; LZ4_HEADER_BYTES + lz4_flex::block::get_maximum_output_size(data.len())];
-            let packed = lz4_flex::block::compress_into(data, &mut out[LZ4_HEADER_BYTES..]).ok()?;
-            let header = u32::try_from(packed).ok()?.to_le_bytes();
-            out[..LZ4_HEADER_BYTES].copy_from_slice(&header);
-            let used = LZ4_HEADER_BYTES + packed;
-            out.truncate(round_up(used, BLOCK_SIZE_GRANULE as usize));
-            // The encoder may have written past `used` while searching; padding must be zeros.
-            out[used..].fill(0);
-            Some(out)
-        }
-        Compression::Off | Compression::Zstd => None,
-    }
+    encode_if(data, algorithm, |_| true)
 }
 
 /// `data` compressed with `algorithm` in the physical layout, if that saves at least an eighth
@@ -77,8 +107,9 @@ pub fn compress(data: &[u8], algorithm: Compression, sector_bytes: usize) -> Opt
     if round_up(LZ4_HEADER_BYTES + 1, sector_bytes) > allowed {
         return None;
     }
-    let physical = encode(data, algorithm)?;
-    (round_up(physical.len(), sector_bytes) <= allowed).then_some(physical)
+    encode_if(data, algorithm, |physical| {
+        round_up(physical, sector_bytes) <= allowed
+    })
 }
 
 /// The `lsize` logical bytes of a verified physical block stored with `algorithm`.

@@ -35,7 +35,11 @@ fn cache_devices_are_added_listed_used_kept_across_restarts_and_removed() {
     env.create_volume(
         "tank/vol",
         "64M",
-        &["volblocksize=16K", "primarycache=metadata"],
+        &[
+            "volblocksize=16K",
+            "primarycache=metadata",
+            "compression=on",
+        ],
     );
     let status = env.ok(&["pool", "status", "tank"]);
     assert!(
@@ -53,8 +57,8 @@ fn cache_devices_are_added_listed_used_kept_across_restarts_and_removed() {
     qemu_io_ok(&uri, &["read -P 0x6b 0 32M"]);
     let fields = l2_fields(&env);
     assert!(fields["feed_blocks"] > 0, "nothing fed: {fields:?}");
-    // The pattern compresses (compression=on by default): the cache devices keep the blocks
-    // as the pool does, a sector or so each instead of 16 KiB.
+    // The pattern compresses: the cache devices keep the blocks as the pool does, a sector or
+    // so each instead of 16 KiB.
     assert!(
         fields["feed_bytes"] * 8 < fields["feed_blocks"] * (16 << 10),
         "blocks fed uncompressed: {fields:?}"
