@@ -5,7 +5,7 @@
 
 mod common;
 
-use cairn_engine::{DatasetInfo, Pool};
+use cairn_engine::Pool;
 use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, Compression, ObjectType};
 use common::*;
@@ -34,14 +34,6 @@ fn compressible(len: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(len);
     out
-}
-
-fn info(pool: &Pool, name: &str) -> DatasetInfo {
-    pool.datasets()
-        .unwrap()
-        .into_iter()
-        .find(|info| info.name == name)
-        .unwrap()
 }
 
 fn data_blocks(pool: &Pool, name: &str) -> Vec<BlockPointer> {

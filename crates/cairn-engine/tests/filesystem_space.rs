@@ -6,7 +6,6 @@
 
 mod common;
 
-use cairn_engine::{DatasetInfo, Pool};
 use cairn_fs::attrs::FileKind;
 use cairn_fs::{Fallocate, Filesystem, FsError, NewInode, SetAttrs, XattrMode};
 use common::*;
@@ -18,14 +17,6 @@ fn dir_inode() -> NewInode {
         kind: FileKind::Directory,
         ..file(0o755)
     }
-}
-
-fn info(pool: &Pool, name: &str) -> DatasetInfo {
-    pool.datasets()
-        .unwrap()
-        .into_iter()
-        .find(|info| info.name == name)
-        .unwrap()
 }
 
 fn is_quota(err: &FsError) -> bool {

@@ -479,7 +479,7 @@ impl BlockIo {
         let good = match good {
             Ok(good) => good,
             Err(err) => {
-                problems.push(error_chain(&err));
+                problems.push(cairn_device::error_chain(&err));
                 None
             }
         };
@@ -634,18 +634,6 @@ fn decompress_error(bp: &BlockPointer, cause: DecompressError) -> PipelineError 
         birth_txg: bp.birth_txg,
         cause,
     }
-}
-
-/// An error and its sources, one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 fn outside_pool(dva: &Dva) -> CopyError {

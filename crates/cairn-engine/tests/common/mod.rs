@@ -7,7 +7,9 @@ use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::record::RecordingDevice;
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
-use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup};
+use cairn_engine::{
+    CreateOptions, DatasetInfo, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup,
+};
 use cairn_pool::txg::TxgConfig;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -270,4 +272,13 @@ pub fn new_filesystem(
     pool.create_filesystem(name, &properties, (0, 0), 0o755)
         .expect("create filesystem");
     pool.filesystem(name).expect("open filesystem")
+}
+
+/// The dataset `name` as `Pool::datasets` lists it (USED, REFER...).
+pub fn info(pool: &Pool, name: &str) -> DatasetInfo {
+    pool.datasets()
+        .unwrap()
+        .into_iter()
+        .find(|info| info.name == name)
+        .unwrap()
 }
