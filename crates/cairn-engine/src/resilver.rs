@@ -736,14 +736,15 @@ impl Resilver<'_> {
             // A block no side gives back verified stops the resilver here (it is never
             // recorded as copied): the new side would lack it, and a retry (import, a device
             // back) may read it.
-            let data = io.read_block(bp, IoClass::Scrub).inspect_err(|_| {
+            // As stored: a compressed block is copied compressed.
+            let data = io.read_block_stored(bp, IoClass::Scrub).inspect_err(|_| {
                 self.progress
                     .unrecoverable_blocks
                     .fetch_add(1, Ordering::Relaxed);
             })?;
             bytes += u64::from(dva.asize);
             let handle = io
-                .write_copy(leaf, dva, data)
+                .write_copy(leaf, dva, Bytes::from_owner(data))
                 .ok_or_else(|| layout_error(format!("{} is unavailable", leaf.spec)))?;
             writes.push(handle);
         }

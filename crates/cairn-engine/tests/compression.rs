@@ -238,3 +238,47 @@ fn the_property_applies_to_blocks_written_after_it_changes() {
     assert!(read_all(&pool, "tank/text") == model);
     pool.close().unwrap();
 }
+
+/// A resilver copies blocks as they are stored: the new side alone then holds every byte (a
+/// copy written decompressed would fail its checksum, and overrun its space).
+#[test]
+fn a_resilver_copies_compressed_blocks_as_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let text = compressible(VOLUME_BYTES, 21);
+    let pool = create_mirror(&paths[..1], plain_opener());
+    volume_with(&pool, "tank/text", &[("compression", "on")], &text);
+    pool.sync().unwrap();
+    assert!(
+        data_blocks(&pool, "tank/text")
+            .iter()
+            .all(|bp| bp.compression == Compression::Lz4)
+    );
+    let new_side = cairn_device::spec::DeviceSpec {
+        path: paths[1].clone(),
+        model: None,
+    };
+    let sized = cairn_engine::CreateOptions {
+        create_size_bytes: Some(DEVICE_SIZE),
+        ..Default::default()
+    };
+    pool.attach(
+        &paths[0].display().to_string(),
+        &new_side,
+        &sized,
+        &plain_opener(),
+        cairn_engine::ResilverOptions::default(),
+    )
+    .unwrap();
+    pool.wait_resilver().unwrap();
+    assert_eq!(pool.resilver_status().unwrap().unrecoverable_blocks, 0);
+    pool.close().unwrap();
+
+    std::fs::remove_file(&paths[0]).unwrap();
+    let pool = import(&paths[1..], plain_opener()).unwrap();
+    assert!(read_all(&pool, "tank/text") == text, "the new side alone");
+    let scrub = pool.scrub(&mut |_| {}).unwrap();
+    assert_eq!((scrub.bad_copies, scrub.unrecoverable_blocks), (0, 0));
+    assert!(pool.check().unwrap().is_clean());
+    pool.close().unwrap();
+}

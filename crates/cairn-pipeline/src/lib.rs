@@ -1,10 +1,11 @@
 //! # cairn-pipeline: from bytes to verified blocks and back
 //!
 //! Every block the upper layers write goes through `WriteBatch::write`: compress (when asked,
-//! and only when it saves space: `compress`), checksum, allocate one or more copies (`Dva`s), issue the writes to every child of each copy's top-level vdev, and
-//! hand back the `BlockPointer` at once — before the I/O completes. The pointer already holds the
-//! checksum, so parents can be built while children are still in flight; `WriteBatch::finish`
-//! waits for the whole batch, which a txg sync does once before flushing.
+//! and only when it saves space), checksum, allocate one or more copies (`Dva`s), issue the
+//! writes to every child of each copy's top-level vdev, and hand back the `BlockPointer` at
+//! once — before the I/O completes. The pointer already holds the checksum, so parents can be
+//! built while children are still in flight; `WriteBatch::finish` waits for the whole batch,
+//! which a txg sync does once before flushing.
 //!
 //! Every read goes through `BlockIo::read_block`: try the copies (and, within a mirror, the least
 //! busy child first) until one verifies against the pointer's checksum; then rewrite the copies
@@ -324,8 +325,21 @@ impl BlockIo {
         self.read_block_buf(bp, class).map(Bytes::from_owner)
     }
 
-    /// `read_block`, returning the very buffer the device filled: a cache keeps it as it is.
+    /// `read_block`, returning the very buffer the device filled (unless the block is
+    /// compressed): a cache keeps it as it is.
     pub fn read_block_buf(
+        &self,
+        bp: &BlockPointer,
+        class: IoClass,
+    ) -> Result<ReadBuf, PipelineError> {
+        let stored = self.read_block_stored(bp, class)?;
+        logical(bp, stored)
+    }
+
+    /// Reads and verifies one block as it is stored (`psize` bytes, compressed if it is),
+    /// healing bad copies from a good one: what a copy of the block elsewhere must hold
+    /// (resilver).
+    pub fn read_block_stored(
         &self,
         bp: &BlockPointer,
         class: IoClass,
@@ -364,7 +378,7 @@ impl BlockIo {
                 self.repair(&leaf, &dva, &verified);
             }
         }
-        logical(bp, data)
+        Ok(data)
     }
 
     /// Queues a read of `bp`'s first readable copy and returns without waiting, for a caller
