@@ -899,9 +899,9 @@ impl L2Arc {
             && !bp.copies().is_empty()
     }
 
-    /// Offers a block (`data`: its `lsize` bytes, as reads return it) with nothing known of how often
-    /// it is read: admitted if the writers keep up, as a block read once. Never waits:
-    /// dropped when the writers are behind or over their budget.
+    /// Offers a block (`data`: its `lsize` bytes, as reads return it) with nothing known of
+    /// how often it is read: admitted if the writers keep up, as a block read once. Never
+    /// waits: dropped when the writers are behind or over their budget.
     pub fn offer(&self, bp: &BlockPointer, data: &Bytes) {
         self.offer_item(bp, data, None);
     }
@@ -919,10 +919,9 @@ impl L2Arc {
     /// `offer_with` for a block known by its key (`block_key`) only, as RAM's eviction knows
     /// it: `data` must be its contents, as reads return them (the read checks the stored form
     /// against the block pointer anyway; a wrong copy would only cost a miss and a counted
-    /// error). Returns whether the
-    /// tier has the block now or took it (queued for a writer), rather than refused it
-    /// (admission, size) or dropped it (writers behind, no usable device): what the RAM tier
-    /// counts as cached against "uncached eligible".
+    /// error). Returns whether the tier has the block now or took it (queued for a writer),
+    /// rather than refused it (admission, size) or dropped it (writers behind, no usable
+    /// device): what the RAM tier counts as cached against "uncached eligible".
     pub fn offer_evicted(&self, key: [u64; 2], data: Bytes, admission: Admission) -> bool {
         if data.is_empty() || data.len() > self.shared.config.block_bytes_max as usize {
             self.shared
