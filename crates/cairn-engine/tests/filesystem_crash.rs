@@ -16,7 +16,8 @@
 //! random meanwhile, so some changes reach the pool through txgs and others only through the
 //! log. The pool is a mirror of two emulated 7200 rpm disks with volatile caches (odd seeds
 //! add an SSD log device); recordsize is 4K, 16K or 128K by seed; `sync=standard`, except
-//! one seed in five with `sync=always`; `logbias=throughput` in half the seeds. One write in
+//! one seed in five with `sync=always`; `logbias=throughput` in half the seeds; `compression=on`
+//! in three seeds in seven. One write in
 //! four is synchronous (`write_sync`, a file opened O_DSYNC: an fsync with it), so under
 //! `logbias=throughput` its whole blocks go in place and the log holds their pointers.
 //!
@@ -1036,6 +1037,9 @@ struct Scenario {
     /// `logbias=throughput` (half the seeds, independent of the log device): synchronous
     /// writes put their whole blocks in place and log only pointers.
     throughput: bool,
+    /// `compression=on` (three seeds in seven): records with zeros left in them (short
+    /// files, holes, zeroed ranges) are stored compressed, through txgs and in place.
+    compression: bool,
     trip_after_ops: u64,
 }
 
@@ -1057,6 +1061,7 @@ fn scenario(seed: u64) -> Scenario {
         throughput: (seed / 2) % 2 == 1,
         recordsize: [4 << 10, 16 << 10, 128 << 10][(seed % 3) as usize],
         sync_always,
+        compression: seed % 7 < 3,
         // Workloads take 150 to 300 device operations (many more under sync=always).
         trip_after_ops: 1 + rng.below(if sync_always { 400 } else { 120 }),
     }
@@ -1086,8 +1091,8 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         scenario.trip_after_ops = trip;
     }
     let label = format!(
-        "seed {seed} (recordsize {}K, sync {}, log device {}, throughput {}, trip after {} ops; replay with \
-         CAIRN_FS_CRASH_SEED={seed} CAIRN_FS_CRASH_TRIP={})",
+        "seed {seed} (recordsize {}K, sync {}, log device {}, throughput {}, compression {}, trip after {} ops; \
+         replay with CAIRN_FS_CRASH_SEED={seed} CAIRN_FS_CRASH_TRIP={})",
         scenario.recordsize >> 10,
         if scenario.sync_always {
             "always"
@@ -1096,6 +1101,7 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         },
         scenario.log_device,
         scenario.throughput,
+        scenario.compression,
         scenario.trip_after_ops,
         scenario.trip_after_ops
     );
@@ -1124,6 +1130,10 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
                     "latency"
                 }
                 .into(),
+            ),
+            (
+                "compression".into(),
+                if scenario.compression { "on" } else { "off" }.into(),
             ),
         ],
         (0, 0),

@@ -13,7 +13,7 @@
 //! Each writer owns a disjoint region, so "later" is well defined per sector. Runs
 //! `CAIRN_ZIL_CRASH_POINTS` (default 200) seeds mixing QD1 and 8 writers, with and without a log
 //! device, 4K and 16K volblocksize, logbias latency and throughput (writes in place, only their
-//! block pointers logged); `CAIRN_ZIL_CRASH_SEED` replays one seed (with
+//! block pointers logged), compression off and on; `CAIRN_ZIL_CRASH_SEED` replays one seed (with
 //! `CAIRN_ZIL_CRASH_TRIP`, at the cut point a failure names). Guaranteed per run: one power
 //! cut per seed, each asserted mid-workload (the switch tripped on a device operation while the
 //! writers ran, and a writer had an operation fail: some operations were acknowledged, not all);
@@ -116,6 +116,9 @@ struct Scenario {
     volblocksize: &'static str,
     /// `logbias=throughput`: every whole block of a synchronous write goes in place.
     throughput: bool,
+    /// `compression=on`: a 16K block with zeroed (never written, trimmed) sectors is stored
+    /// compressed, through the txg and in place.
+    compression: bool,
     trip_after_ops: u64,
 }
 
@@ -126,6 +129,7 @@ fn scenario(seed: u64) -> Scenario {
         log_device: seed % 4 < 2,
         volblocksize: if seed.is_multiple_of(3) { "16K" } else { "4K" },
         throughput: seed % 5 < 2,
+        compression: seed % 7 < 3,
         trip_after_ops: 20 + rng.below(600),
     }
 }
@@ -299,8 +303,13 @@ fn verify(volume: &cairn_dataset::Volume, regions: &[Region], label: &str) {
 
 /// How one attempt at a seed ended.
 enum Round {
-    /// Cut mid-workload and verified: what the cut caught, and records written in place.
-    Cut { report: CutReport, in_place: u64 },
+    /// Cut mid-workload and verified: what the cut caught, records written in place, and
+    /// the volume's blocks stored compressed after the replay.
+    Cut {
+        report: CutReport,
+        in_place: u64,
+        compressed: u64,
+    },
     /// The writers finished (after this many device operations) before the cut point.
     Finished { ops: u64 },
 }
@@ -335,6 +344,10 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
         &[
             ("volblocksize".into(), scenario.volblocksize.into()),
             ("logbias".into(), logbias.into()),
+            (
+                "compression".into(),
+                if scenario.compression { "on" } else { "off" }.into(),
+            ),
         ],
     )
     .expect("create volume");
@@ -402,6 +415,12 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
     let label = format!("{label}; import notes: {:?}", pool.notes());
     let volume = pool.volume("tank/vol").expect("volume after import");
     verify(&volume, &regions, &label);
+    let compressed = pool
+        .dataset_blocks("tank/vol")
+        .expect("the volume's blocks")
+        .iter()
+        .filter(|bp| bp.level == 0 && bp.compression != cairn_format::Compression::Off)
+        .count() as u64;
     let report = pool.check().expect("check");
     assert!(
         report.is_clean(),
@@ -413,21 +432,26 @@ fn run_seed(seed: u64, trip_after_ops: Option<u64>) -> Round {
     Round::Cut {
         report: cut,
         in_place,
+        compressed,
     }
 }
 
 /// Runs `seed` until one attempt cuts mid-workload (a later attempt draws its cut point inside
 /// the fewest operations an earlier one issued: how many a run issues depends on timing, so
 /// drawing inside only the last one's let all four attempts of seed 153 finish uncut once);
-/// returns what that cut caught and the records written in place.
-fn cut_seed(seed: u64) -> (CutReport, u64) {
+/// returns what that cut caught, the records written in place and the blocks compressed.
+fn cut_seed(seed: u64) -> (CutReport, u64, u64) {
     const ATTEMPTS: u64 = 8;
     let mut trip = None;
     let mut fewest_ops = u64::MAX;
     for attempt in 1..=ATTEMPTS {
         match run_seed(seed, trip) {
-            Round::Cut { report, in_place } => {
-                return (report, in_place);
+            Round::Cut {
+                report,
+                in_place,
+                compressed,
+            } => {
+                return (report, in_place, compressed);
             }
             Round::Finished { ops } => {
                 fewest_ops = fewest_ops.min(ops);
@@ -461,20 +485,25 @@ fn acknowledged_sync_writes_survive_power_cuts() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
-    let (mut in_place, mut cuts, mut torn_in_flight) = (0, 0u64, 0u64);
+    let (mut in_place, mut cuts, mut torn_in_flight, mut compressed) = (0, 0u64, 0u64, 0u64);
     for seed in 1..=points {
-        let (report, records) = cut_seed(seed);
+        let (report, records, packed) = cut_seed(seed);
         in_place += records;
+        compressed += packed;
         cuts += 1;
         torn_in_flight += u64::from(report.in_flight_writes > 0);
     }
     eprintln!(
-        "zil crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight"
+        "zil crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight; {compressed} blocks stored compressed after replay"
     );
     if points >= 20 {
         assert!(
             in_place > 0,
             "no seed wrote in place: that path went untested"
+        );
+        assert!(
+            compressed > 0,
+            "no seed left a compressed block: that path went untested"
         );
         assert!(
             torn_in_flight * 2 >= cuts,
@@ -497,6 +526,7 @@ fn single_writer_volume(
         log_device,
         volblocksize: "4K",
         throughput: false,
+        compression: false,
         trip_after_ops: 0,
     };
     let pool = create_pool(dir, &scenario, opener(seed, power.cloned()));
