@@ -871,11 +871,15 @@ impl WriteBatch<'_> {
     /// pointer immediately.
     pub fn write(&mut self, data: Bytes, props: WriteProps) -> Result<BlockPointer, PipelineError> {
         let lsize = block_psize(&data);
-        let (physical, compression) =
-            match compress::compress(&data, props.compression, self.io.sector_bytes_max()) {
-                Some(packed) => (Bytes::from(packed), props.compression),
-                None => (data, Compression::Off),
-            };
+        let packed = match props.compression {
+            // No look at the vdev tree for the common case.
+            Compression::Off => None,
+            codec => compress::compress(&data, codec, self.io.sector_bytes_max()),
+        };
+        let (physical, compression) = match packed {
+            Some(packed) => (Bytes::from(packed), props.compression),
+            None => (data, Compression::Off),
+        };
         let dvas = self.allocate(block_psize(&physical), props.copies)?;
         self.write_physical(dvas, physical, lsize, compression, props)
     }
