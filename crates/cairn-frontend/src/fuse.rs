@@ -26,6 +26,13 @@
 //! (FUSE_DIRECT_IO_ALLOW_MMAP, without which the writeback cache stays off). A file opened
 //! O_SYNC or O_DSYNC is always direct, so each of its writes is one round trip.
 //!
+//! While a file has opens through the writeback cache, the kernel may hold written pages of
+//! it that the filesystem has not seen. `lseek`'s SEEK_DATA and SEEK_HOLE would call them
+//! holes, so they first have the kernel write the file's pages back (on the kernel worker
+//! thread, so no event loop waits for the WRITEs that brings). `stat` counts data not yet
+//! synced in the file's blocks and reports the file's block size as `st_blksize`, the unit
+//! SEEK_DATA and SEEK_HOLE answer in.
+//!
 //! What is decided at open stays for that descriptor. A file opened with room that then fills
 //! the dataset learns of the refusal at writeback: the kernel reports it from `fsync` and
 //! `close` (as ENOSPC, so a quota's EDQUOT is told as ENOSPC, EIO being the kernel's word for
@@ -61,7 +68,8 @@
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::ops::FsOpKind;
 use cairn_fs::{
-    Fallocate, Filesystem, FsError, FsSync, NewInode, ROOT_OBJECT, RenameMode, SetAttrs, XattrMode,
+    Fallocate, Filesystem, FsError, FsSync, InodeStorage, NewInode, ROOT_OBJECT, RenameMode,
+    SetAttrs, XattrMode,
 };
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
@@ -89,7 +97,7 @@ const LARGE_IO_BYTES: u32 = 1 << 20;
 /// Entries one readdirplus call gathers before looking up their attributes (the kernel's
 /// buffer takes a page or so; what does not fit is read again from its cookie next time).
 const READDIRPLUS_ENTRIES_MAX: usize = 128;
-/// Block size `stat` and `statfs` report.
+/// Block size `statfs` reports (`stat` reports each file's own).
 const REPORTED_BLOCK_BYTES: u32 = 4096;
 /// Least room a dataset must have for a file opened for writing to go through the kernel's
 /// writeback cache (`FuseAdapter::open_flags`). The kernel holds at most its per-mount dirty
@@ -396,7 +404,7 @@ pub fn mount(
     config.clone_fd = true;
     let dataset = fs.name().to_string();
     let headroom_bytes = Arc::new(AtomicU64::new(WRITEBACK_HEADROOM_MIN_BYTES));
-    let page_drops = Arc::new(OnceLock::new());
+    let kernel_jobs = Arc::new(OnceLock::new());
     let adapter = FuseAdapter {
         fs: fs.clone(),
         space,
@@ -404,7 +412,8 @@ pub fn mount(
         sync_opens_direct: false,
         writeback: false,
         headroom_bytes: headroom_bytes.clone(),
-        page_drops: page_drops.clone(),
+        kernel_jobs: kernel_jobs.clone(),
+        cached_writers: Arc::default(),
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -412,7 +421,7 @@ pub fn mount(
             mountpoint: mountpoint.display().to_string(),
             source,
         })?;
-    let _ = page_drops.set(spawn_page_dropper(session.notifier()));
+    let _ = kernel_jobs.set(spawn_kernel_worker(session.notifier()));
     if let Some(dirty_limit) = mount_dirty_limit_bytes(mountpoint) {
         headroom_bytes.fetch_max(
             dirty_limit.saturating_mul(WRITEBACK_HEADROOM_DIRTY_LIMITS),
@@ -439,21 +448,56 @@ fn mount_dirty_limit_bytes(mountpoint: &Path) -> Option<u64> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// Ranges of a file's cached pages for the kernel to drop: (inode, offset, length).
-type PageDrops = std::sync::mpsc::Sender<(INodeNo, i64, i64)>;
+/// Work that tells the kernel something (`Notifier`), done on a thread of its own
+/// (`spawn_kernel_worker`).
+type KernelJob = Box<dyn FnOnce(&Notifier) + Send>;
+type KernelJobs = std::sync::mpsc::Sender<KernelJob>;
 
-/// A thread that has the kernel drop the page ranges sent to it (FUSE_NOTIFY_INVAL_INODE), one
-/// after another, until the session's adapter goes. Not done in the call that refuses a
-/// writeback: the kernel waits for that call's answer before it can drop those pages.
-fn spawn_page_dropper(notifier: Notifier) -> PageDrops {
-    let (sender, receiver) = std::sync::mpsc::channel::<(INodeNo, i64, i64)>();
+/// A thread that runs the jobs sent to it one after another, until the session's adapter
+/// goes: having the kernel drop a file's refused pages (FUSE_NOTIFY_INVAL_INODE), or write
+/// its dirty pages back before an `lseek` is answered. Never done in a FUSE call itself:
+/// the kernel waits for that call's answer before it can drop those pages, and the pages it
+/// writes back come as WRITE calls that need a free event loop.
+fn spawn_kernel_worker(notifier: Notifier) -> KernelJobs {
+    let (sender, receiver) = std::sync::mpsc::channel::<KernelJob>();
     std::thread::spawn(move || {
-        for (ino, offset, len) in receiver {
-            // The file may be gone by now (ENOENT): nothing cached is left to drop.
-            let _ = notifier.inval_inode(ino, offset, len);
+        for job in receiver {
+            job(&notifier);
         }
     });
     sender
+}
+
+/// Bit of a file handle that marks an open for writing served through the kernel's
+/// writeback cache (`FuseAdapter::open_flags`); the rest is the object number.
+const CACHED_WRITER_FH_BIT: u64 = 1 << 63;
+
+/// Opens for writing through the writeback cache, per object: while a file has any, the
+/// kernel may hold data of it the filesystem has not seen (`lseek`).
+#[derive(Default)]
+struct CachedWriters {
+    opens: parking_lot::Mutex<std::collections::HashMap<u64, u32>>,
+}
+
+impl CachedWriters {
+    fn opened(&self, object: u64) {
+        *self.opens.lock().entry(object).or_insert(0) += 1;
+    }
+
+    fn released(&self, object: u64) {
+        let mut opens = self.opens.lock();
+        if let Some(count) = opens.get_mut(&object) {
+            assert!(*count > 0, "cached writers of object {object} underflow");
+            *count -= 1;
+            if *count == 0 {
+                opens.remove(&object);
+            }
+        }
+    }
+
+    fn any(&self, object: u64) -> bool {
+        self.opens.lock().contains_key(&object)
+    }
 }
 
 struct FuseAdapter {
@@ -471,9 +515,10 @@ struct FuseAdapter {
     writeback: bool,
     /// Room a dataset must have for writes to go through the writeback cache.
     headroom_bytes: Arc<AtomicU64>,
-    /// Ranges of pages for the kernel to drop (`spawn_page_dropper`; set once the session
-    /// runs).
-    page_drops: Arc<OnceLock<PageDrops>>,
+    /// Jobs for the kernel worker (`spawn_kernel_worker`; set once the session runs).
+    kernel_jobs: Arc<OnceLock<KernelJobs>>,
+    /// Opens through the writeback cache, per object.
+    cached_writers: Arc<CachedWriters>,
 }
 
 /// FUSE inode number → object number.
@@ -548,11 +593,11 @@ fn file_type(kind: FileKind) -> FileType {
     }
 }
 
-fn file_attr(object: u64, attrs: &InodeAttrs, allocated_bytes: u64) -> FileAttr {
+fn file_attr(object: u64, attrs: &InodeAttrs, storage: InodeStorage) -> FileAttr {
     FileAttr {
         ino: ino_of(object),
         size: attrs.size,
-        blocks: allocated_bytes.div_ceil(512),
+        blocks: storage.allocated_bytes.div_ceil(512),
         atime: system_time(attrs.atime),
         mtime: system_time(attrs.mtime),
         ctime: system_time(attrs.ctime),
@@ -563,7 +608,7 @@ fn file_attr(object: u64, attrs: &InodeAttrs, allocated_bytes: u64) -> FileAttr 
         uid: attrs.uid,
         gid: attrs.gid,
         rdev: attrs.rdev as u32,
-        blksize: REPORTED_BLOCK_BYTES,
+        blksize: u32::try_from(storage.block_bytes).unwrap_or(u32::MAX),
         flags: 0,
     }
 }
@@ -581,22 +626,34 @@ impl FuseAdapter {
     /// the filesystem and gets its answer: durable under `sync=always`, ENOSPC or EDQUOT
     /// when there is no room.
     ///
-    /// A file `created` by this open is opened direct too: its first writer most often writes
-    /// it once from start to end (a copy, an archive, a compiler), which the cache does not
-    /// help, and with the cache `close` costs one more round trip, a SETATTR of the times the
-    /// kernel kept (measured: small files created 6% slower). The cache is for files opened
-    /// again, where small writes gather.
-    fn open_flags(&self, open_flags: i32, created: bool) -> FopenFlags {
+    /// A file being created goes through the cache like any other. (It was opened direct
+    /// once, to spare a SETATTR of the kept times at close; but a shared mapping of a file
+    /// goes through the page cache whatever the open says, and a direct pwrite beside it
+    /// could be undone by the mapping's page written back later with the old bytes around
+    /// what it changed: xfstests' holetest lost writes that way.)
+    ///
+    /// Returns the flags and the file handle: the object number, with
+    /// `CACHED_WRITER_FH_BIT` for an open for writing through the cache (counted in
+    /// `cached_writers` until it is released).
+    fn open_flags(&self, object: u64, open_flags: i32) -> (FopenFlags, FileHandle) {
         let sync_open = open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let writable = open_flags & libc::O_ACCMODE != libc::O_RDONLY;
-        // Only a file opened again for writing asks what the dataset's state allows.
-        let direct =
-            sync_open || (self.writeback && writable && (created || !self.writeback_safe()));
-        if self.sync_opens_direct && direct {
+        // Only a file opened for writing asks what the dataset's state allows.
+        let direct = sync_open || (self.writeback && writable && !self.writeback_safe());
+        let direct = self.sync_opens_direct && direct;
+        if self.writeback && writable && !direct {
+            self.cached_writers.opened(object);
+            return (
+                FopenFlags::empty(),
+                FileHandle(object | CACHED_WRITER_FH_BIT),
+            );
+        }
+        let flags = if direct {
             FopenFlags::FOPEN_DIRECT_IO
         } else {
             FopenFlags::empty()
-        }
+        };
+        (flags, FileHandle(object))
     }
 
     /// Whether a file opened now for writing may go through the writeback cache: the
@@ -615,14 +672,26 @@ impl FuseAdapter {
     }
 
     /// After a refused writeback: has the kernel drop the cached pages of `ino` from
-    /// `offset` for `len` bytes (`spawn_page_dropper`), so that what the pool did not take is
+    /// `offset` for `len` bytes (on the kernel worker), so that what the pool did not take is
     /// not read back from the cache.
     fn drop_refused_pages(&self, ino: INodeNo, offset: u64, len: usize) {
-        if let Some(drops) = self.page_drops.get() {
-            let offset = i64::try_from(offset).unwrap_or(i64::MAX);
-            let len = i64::try_from(len).unwrap_or(i64::MAX);
-            // The dropper ends only with the session, which ends after this call.
-            let _ = drops.send((ino, offset, len));
+        let offset = i64::try_from(offset).unwrap_or(i64::MAX);
+        let len = i64::try_from(len).unwrap_or(i64::MAX);
+        self.kernel_job(Box::new(move |notifier| {
+            // The file may be gone by now (ENOENT): nothing cached is left to drop.
+            let _ = notifier.inval_inode(ino, offset, len);
+        }));
+    }
+
+    /// Runs `job` on the kernel worker (`spawn_kernel_worker`). Before the session has
+    /// started (no file can be open, nothing is cached) there is nothing for it to do.
+    fn kernel_job(&self, job: KernelJob) {
+        match self.kernel_jobs.get() {
+            // The worker ends only with the session, which ends after this call.
+            Some(jobs) => {
+                let _ = jobs.send(job);
+            }
+            None => drop(job),
         }
     }
 
@@ -642,14 +711,14 @@ impl FuseAdapter {
         self.fs.record_op(kind, bytes, ok, started.elapsed());
     }
 
+    /// The attributes the kernel is given: blocks count data not yet synced, and the block
+    /// size is the file's own, the granularity of SEEK_DATA and SEEK_HOLE.
     fn attr(&self, object: u64, attrs: &InodeAttrs) -> FileAttr {
-        let allocated = self
-            .fs
-            .objset()
-            .dnode(object)
-            .map(|dnode| dnode.used_bytes)
-            .unwrap_or(0);
-        file_attr(object, attrs, allocated)
+        let storage = self.fs.storage(object).unwrap_or(InodeStorage {
+            allocated_bytes: 0,
+            block_bytes: u64::from(REPORTED_BLOCK_BYTES),
+        });
+        file_attr(object, attrs, storage)
     }
 
     fn entry(&self, reply: ReplyEntry, result: Result<(u64, InodeAttrs), FsError>) {
@@ -955,7 +1024,10 @@ impl fuser::Filesystem for FuseAdapter {
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let object = object_of(ino);
         match self.timed(FsOpKind::Other, || self.fs.open_inode(object)) {
-            Ok(()) => reply.opened(FileHandle(object), self.open_flags(flags.0, false)),
+            Ok(()) => {
+                let (open_flags, fh) = self.open_flags(object, flags.0);
+                reply.opened(fh, open_flags);
+            }
             Err(err) => reply.error(errno(&err)),
         }
     }
@@ -982,12 +1054,13 @@ impl fuser::Filesystem for FuseAdapter {
         match made {
             Ok((object, attrs)) => {
                 let attr = self.attr(object, &attrs);
+                let (open_flags, fh) = self.open_flags(object, flags);
                 reply.created(
                     &ATTR_TTL,
                     &attr,
                     Generation(attrs.generation),
-                    FileHandle(object),
-                    self.open_flags(flags, true),
+                    fh,
+                    open_flags,
                 );
             }
             Err(err) => reply.error(errno(&err)),
@@ -1091,12 +1164,16 @@ impl fuser::Filesystem for FuseAdapter {
         &self,
         _req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // The kernel has written the file's cached pages back before the last release.
+        if fh.0 & CACHED_WRITER_FH_BIT != 0 {
+            self.cached_writers.released(object_of(ino));
+        }
         let released = self.timed(FsOpKind::Other, || self.fs.release_inode(object_of(ino)));
         empty(reply, released);
     }
@@ -1284,13 +1361,30 @@ impl fuser::Filesystem for FuseAdapter {
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(Errno::ENXIO);
         };
-        match self.timed(FsOpKind::Other, || {
-            self.fs.seek_data_or_hole(object_of(ino), offset, data)
-        }) {
-            Ok(found) => reply.offset(found as i64),
-            Err(FsError::NotFound) => reply.error(Errno::ENXIO),
-            Err(err) => reply.error(errno(&err)),
+        let object = object_of(ino);
+        let fs = self.fs.clone();
+        let answer = move |reply: ReplyLseek| {
+            let started = Instant::now();
+            let found = fs.seek_data_or_hole(object, offset, data);
+            fs.record_op(FsOpKind::Other, 0, found.is_ok(), started.elapsed());
+            match found {
+                Ok(found) => reply.offset(found as i64),
+                Err(FsError::NotFound) => reply.error(Errno::ENXIO),
+                Err(err) => reply.error(errno(&err)),
+            }
+        };
+        if !self.cached_writers.any(object) {
+            return answer(reply);
         }
+        // The kernel may hold written pages of this file that the filesystem has not seen,
+        // which it would call holes: have them written back first (invalidating the file's
+        // pages launders the dirty ones, each a WRITE answered by the event loops), then
+        // answer, on the kernel worker, so that no event loop waits for the writeback.
+        self.kernel_job(Box::new(move |notifier| {
+            // A file gone meanwhile (ENOENT) has nothing cached left.
+            let _ = notifier.inval_inode(ino, 0, 0);
+            answer(reply);
+        }));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

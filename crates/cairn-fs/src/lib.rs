@@ -373,6 +373,19 @@ pub struct FsSpace {
     pub used_objects: u64,
 }
 
+/// A file's storage as `stat` reports it (`Filesystem::storage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InodeStorage {
+    /// Bytes it takes on disk, data not yet synced included (`st_blocks`).
+    pub allocated_bytes: u64,
+    /// Its block size: the unit in which it is allocated, and so in which SEEK_DATA and
+    /// SEEK_HOLE answer (`st_blksize`; at least a page, the kernel's unit of caching).
+    pub block_bytes: u64,
+}
+
+/// Least block size `stat` reports: a page.
+const REPORTED_BLOCK_BYTES_MIN: u64 = 4096;
+
 /// Cookies 1 and 2 are `.` and `..`; entries' cookies follow their map keys.
 const COOKIE_FIRST_ENTRY: u64 = 3;
 
@@ -630,6 +643,22 @@ impl Filesystem {
                 InodeAttrs::decode(object, &dnode.bonus)
             })
             .map_err(not_found_if_missing)?
+    }
+
+    /// What inode `object` takes on disk and its block size (see `InodeStorage`).
+    pub fn storage(&self, object: u64) -> Result<InodeStorage, FsError> {
+        let allocated_bytes = self
+            .objset
+            .allocated_bytes_estimate(object)
+            .map_err(not_found_if_missing)?;
+        let block_bytes = self
+            .objset
+            .with_dnode(object, |dnode| u64::from(dnode.data_block_size))
+            .map_err(not_found_if_missing)?;
+        Ok(InodeStorage {
+            allocated_bytes,
+            block_bytes: block_bytes.max(REPORTED_BLOCK_BYTES_MIN),
+        })
     }
 
     /// The inode `name` in directory `dir` names.

@@ -28,6 +28,72 @@ enum MemoLookup {
 }
 
 impl ObjectSet {
+    /// What `object` takes on disk as `stat`'s block count should show it: its synced
+    /// `used_bytes`, plus the blocks its unsynced txgs give data beyond the synced tree's last
+    /// block (appends, or every block of an object with no synced data), each in whole
+    /// sectors. Without the second part a file just written shows no blocks until its txg
+    /// syncs, and tools that take "no blocks" for "all hole" (GNU tar's `--sparse`, cp, backup
+    /// tools) store it as zeros. Holes filled inside the synced range and overwrites add
+    /// nothing until they sync (so the figure errs low there, never to zero for a file with
+    /// data); frees subtract nothing until they sync.
+    pub fn allocated_bytes_estimate(&self, object: u64) -> Result<u64, ObjectError> {
+        let sector_bytes = self.sector_bytes();
+        let mut guard = self.state.lock();
+        let state = &mut *guard;
+        // Each block's newest pending version: has data, and its size.
+        let mut newest: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        let mut newest_dnode: Option<Dnode> = None;
+        let mut fresh = false;
+        for (&txg, changes) in state.changes.iter().rev() {
+            let dnode = changes.dnodes.get(&object);
+            if newest_dnode.is_none() {
+                newest_dnode = dnode.cloned();
+            }
+            let patch_bytes = newest_dnode
+                .as_ref()
+                .or(dnode)
+                .map_or(0, |dnode| u64::from(dnode.data_block_size));
+            for (&(_, blkid), change) in changes.blocks.range((object, 0)..=(object, u64::MAX)) {
+                newest
+                    .entry(blkid)
+                    .or_insert(match (&change.data, &change.patch) {
+                        (Some(data), _) => Some(data.len() as u64),
+                        (None, Some(_)) => Some(patch_bytes),
+                        (None, None) => None,
+                    });
+            }
+            if let Some(dnode) = dnode {
+                if dnode.is_free() {
+                    return Err(ObjectError::NoSuchObject(object));
+                }
+                // Created in this txg: nothing older counts.
+                if dnode.birth_txg == txg {
+                    fresh = true;
+                    break;
+                }
+            }
+        }
+        let synced = if fresh {
+            None
+        } else {
+            let dnode = self.synced_dnode(state, object)?;
+            (!dnode.is_free()).then_some(dnode)
+        };
+        unlock_dropping_retired(guard);
+        let synced_bytes = synced.as_ref().map_or(0, |dnode| dnode.used_bytes);
+        let synced_last_block = synced
+            .as_ref()
+            .filter(|dnode| dnode.used_bytes > 0)
+            .map(|dnode| dnode.max_block_id);
+        let pending_bytes: u64 = newest
+            .into_iter()
+            .filter(|(blkid, _)| synced_last_block.is_none_or(|last| *blkid > last))
+            .filter_map(|(_, bytes)| bytes)
+            .map(|bytes| bytes.next_multiple_of(sector_bytes))
+            .sum();
+        Ok(synced_bytes + pending_bytes)
+    }
+
     /// The newest version of a dnode: pending changes first, then the synced tree.
     pub fn dnode(&self, object: u64) -> Result<Dnode, ObjectError> {
         self.with_dnode(object, Dnode::clone)

@@ -556,23 +556,6 @@ fn mounted_for_others(env: &Env, root_mode: u32) -> (PathBuf, Unmount, Server) {
     (at, cleanup, server)
 }
 
-/// A pool with filesystem `dataset` (made with `properties`, each `NAME=VALUE`) mounted at
-/// `mnt` by a server: the mountpoint, its unmount guard and the server.
-fn served_mount(env: &Env, dataset: &str, properties: &[&str]) -> (PathBuf, Unmount, Server) {
-    env.create_pool();
-    let mut create = vec!["create"];
-    for property in properties {
-        create.extend(["-o", property]);
-    }
-    create.push(dataset);
-    env.ok(&create);
-    let at = env.path("mnt");
-    let cleanup = Unmount(at.clone());
-    let server = env.serve();
-    env.ok(&["mount", dataset, at.to_str().unwrap()]);
-    (at, cleanup, server)
-}
-
 #[test]
 fn posix_acls_are_enforced_kept_with_the_mode_and_inherited() {
     let _heavy = heavy();
@@ -869,8 +852,8 @@ fn write_pieces(file: &std::fs::File, pieces: usize, piece: usize, seed: u64) ->
 }
 
 /// The kernel's writeback cache is used only where it is safe: a file opened again with room
-/// on a `sync=standard` dataset has its small writes gathered into few WRITE calls (one being
-/// created is written through); under
+/// on a `sync=standard` dataset (or being created there) has its small writes gathered into
+/// few WRITE calls; under
 /// `sync=always` (set live) each write(2) is its own WRITE, durable when it returns (SIGKILL
 /// loses none); near a quota each write(2) reaches the server and gets EDQUOT itself. A file
 /// opened with room that then runs into a quota gets ENOSPC from `fsync`, and what the pool
@@ -897,16 +880,17 @@ fn the_writeback_cache_is_used_only_where_it_is_safe() {
             .unwrap()
     };
 
-    // A file being created is written through: its first writer mostly fills it once.
+    // A file being created goes through the cache too (a shared mapping of it would go
+    // through the page cache anyway: see fuse_faults.rs).
     let before = writes_counted(&env);
     let created = std::fs::File::create(at.join("cached")).unwrap();
-    write_pieces(&created, PIECES / 4, PIECE, 0);
-    assert_eq!(
-        writes_counted(&env) - before,
-        PIECES as u64 / 4,
-        "writes into a file as it is created were held in the kernel's cache"
-    );
+    write_pieces(&created, PIECES, PIECE, 0);
     drop(created);
+    let gathered = writes_counted(&env) - before;
+    assert!(
+        gathered < PIECES as u64 / 4,
+        "{gathered} WRITE calls for {PIECES} small writes into a file being created"
+    );
 
     // Opened again, with room and sync=standard: gathered by the kernel, fsync makes it all
     // durable.

@@ -1187,3 +1187,20 @@ impl Drop for Unmount {
         }
     }
 }
+
+/// A pool with filesystem `dataset` (made with `properties`, each `NAME=VALUE`) mounted at
+/// `mnt` by a server: the mountpoint, its unmount guard and the server.
+pub fn served_mount(env: &Env, dataset: &str, properties: &[&str]) -> (PathBuf, Unmount, Server) {
+    env.create_pool();
+    let mut create = vec!["create"];
+    for property in properties {
+        create.extend(["-o", property]);
+    }
+    create.push(dataset);
+    env.ok(&create);
+    let at = env.path("mnt");
+    let cleanup = Unmount(at.clone());
+    let server = env.serve();
+    env.ok(&["mount", dataset, at.to_str().unwrap()]);
+    (at, cleanup, server)
+}

@@ -1,0 +1,255 @@
+//! What testing cairn's FUSE mounts from outside found (issue 32), each held here through the
+//! real kernel FUSE mount of a served filesystem, as the tools that found it use it:
+//! - data just written counts in `st_blocks` before its txg syncs, so GNU tar's `--sparse`
+//!   (which takes a file with no blocks for one hole) archives it whole;
+//! - a pwrite beside a shared mapping of a freshly created file is never undone by the
+//!   mapping's page written back later (xfstests' holetest);
+//! - SEEK_DATA never calls data a hole while the kernel still holds it unwritten, and
+//!   answers at the `st_blksize` granularity.
+//!
+//! Mounting needs root and /dev/fuse (CI runs as root; .ci/run installs fuse3).
+
+mod nbd_common;
+
+use nbd_common::*;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        })
+        .collect()
+}
+
+/// `tar --sparse -cf ARCHIVE -C DIR NAME`, then extracts it into `into`.
+fn tar_round_trip(dir: &Path, name: &str, archive: &Path, into: &Path) {
+    let tar = tool("tar", "tar");
+    let create = run_limited(
+        std::process::Command::new(&tar)
+            .arg("--sparse")
+            .arg("-cf")
+            .arg(archive)
+            .arg("-C")
+            .arg(dir)
+            .arg(name),
+        std::time::Duration::from_secs(60),
+    );
+    assert!(create.success(), "tar -c: {}", create.describe());
+    std::fs::create_dir_all(into).unwrap();
+    let extract = run_limited(
+        std::process::Command::new(&tar)
+            .arg("-xf")
+            .arg(archive)
+            .arg("-C")
+            .arg(into),
+        std::time::Duration::from_secs(60),
+    );
+    assert!(extract.success(), "tar -x: {}", extract.describe());
+}
+
+/// Data not yet synced counts in `st_blocks` (and `du`) from the moment it is written, so a
+/// tar --sparse archive made right after the write holds it.
+#[test]
+fn unsynced_data_counts_in_blocks_and_tar_sparse_keeps_it() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &[]);
+    let data = pattern(2 << 20, 7);
+    // A file written from start to end, and one with a hole before its data (appended past
+    // an extending truncate).
+    std::fs::write(at.join("b"), &data).unwrap();
+    let blocks = std::fs::metadata(at.join("b")).unwrap().blocks();
+    assert!(
+        blocks * 512 >= data.len() as u64,
+        "{blocks} blocks for {} bytes just written",
+        data.len()
+    );
+    let holed = std::fs::File::create(at.join("holed")).unwrap();
+    holed.set_len(4 << 20).unwrap();
+    holed.write_all_at(&data[..1 << 20], 4 << 20).unwrap();
+    drop(holed);
+    let holed_blocks = std::fs::metadata(at.join("holed")).unwrap().blocks();
+    assert!(
+        holed_blocks * 512 >= 1 << 20 && holed_blocks * 512 < 4 << 20,
+        "{holed_blocks} blocks for 1 MiB of data after a 4 MiB hole"
+    );
+    let out = env.path("out");
+    tar_round_trip(&at, "b", &env.path("b.tar"), &out);
+    assert!(
+        std::fs::read(out.join("b")).unwrap() == data,
+        "tar --sparse of a file just written did not keep its data"
+    );
+    tar_round_trip(&at, "holed", &env.path("holed.tar"), &out);
+    let extracted = std::fs::read(out.join("holed")).unwrap();
+    assert_eq!(extracted.len(), 5 << 20);
+    assert!(extracted[..4 << 20].iter().all(|byte| *byte == 0));
+    assert!(extracted[4 << 20..] == data[..1 << 20]);
+    // Once synced the figure is what the pool took.
+    env.ok(&["pool", "sync", "tank"]);
+    let synced = std::fs::metadata(at.join("b")).unwrap().blocks();
+    assert!(synced * 512 >= data.len() as u64, "{synced} blocks synced");
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
+
+/// xfstests' holetest, in short: one thread pwrite()s into each page of a freshly created
+/// file while another writes through a shared mapping of it, each to its own slot of the
+/// page; every slot must hold what was written to it, through the mapping, through read and
+/// after a remount.
+#[test]
+fn pwrites_beside_a_shared_mapping_are_all_kept() {
+    const PAGE: usize = 4096;
+    const PAGES: usize = 256;
+    const ROUNDS: u64 = 24;
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &[]);
+    let slot_value = |round: u64, writer: u64, page: usize| -> u64 {
+        (round << 40) | (writer << 32) | page as u64 | 1 << 63
+    };
+    for round in 0..ROUNDS {
+        let path = at.join(format!("holetest-{round}"));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        file.set_len((PAGE * PAGES) as u64).unwrap();
+        // SAFETY: a fresh shared mapping of the whole file, unmapped below; nothing else
+        // maps it.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PAGE * PAGES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED, "mmap");
+        let map_addr = map as usize;
+        let pwrites_done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            let file = &file;
+            let pwrites_done = &pwrites_done;
+            scope.spawn(move || {
+                for page in 0..PAGES {
+                    let value = slot_value(round, 0, page);
+                    file.write_all_at(&value.to_le_bytes(), (page * PAGE) as u64)
+                        .unwrap();
+                }
+                pwrites_done.store(true, std::sync::atomic::Ordering::Release);
+            });
+            // The mapping's writer keeps every page dirty while the pwrites go on, so that
+            // pages are written back from the mapping all through them.
+            scope.spawn(move || {
+                loop {
+                    let last_pass = pwrites_done.load(std::sync::atomic::Ordering::Acquire);
+                    for page in 0..PAGES {
+                        let value = slot_value(round, 1, page);
+                        let at = map_addr + page * PAGE + 8;
+                        // SAFETY: inside the mapping, 8-byte aligned, written by this
+                        // thread only.
+                        unsafe { std::ptr::write_volatile(at as *mut u64, value) };
+                    }
+                    if last_pass {
+                        break;
+                    }
+                }
+            });
+        });
+        // SAFETY: the mapping made above, whole.
+        unsafe {
+            assert_eq!(libc::msync(map, PAGE * PAGES, libc::MS_SYNC), 0);
+            libc::munmap(map, PAGE * PAGES);
+        }
+        file.sync_all().unwrap();
+        drop(file);
+        let contents = std::fs::read(&path).unwrap();
+        for page in 0..PAGES {
+            for writer in 0..2u64 {
+                let at = page * PAGE + writer as usize * 8;
+                let found = u64::from_le_bytes(contents[at..at + 8].try_into().unwrap());
+                assert_eq!(
+                    found,
+                    slot_value(round, writer, page),
+                    "round {round}: writer {writer}'s slot of page {page} lost ({})",
+                    if writer == 0 { "pwrite" } else { "mapping" }
+                );
+            }
+        }
+    }
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
+
+fn lseek(file: &std::fs::File, offset: i64, whence: i32) -> Result<i64, i32> {
+    // SAFETY: a valid descriptor; lseek touches no memory.
+    let found = unsafe { libc::lseek(file.as_raw_fd(), offset, whence) };
+    if found < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    } else {
+        Ok(found)
+    }
+}
+
+/// SEEK_DATA and SEEK_HOLE never call data a hole, while the kernel still holds written
+/// pages the server has not seen (a file opened again goes through the writeback cache),
+/// and answer at the granularity `st_blksize` reports.
+#[test]
+fn seek_data_finds_data_the_kernel_still_holds() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &[]);
+    let path = at.join("sparse");
+    std::fs::write(&path, b"").unwrap();
+    const DATA_AT: i64 = 6 << 20;
+    const SIZE: u64 = 8 << 20;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    file.set_len(SIZE).unwrap();
+    file.write_all_at(b"x", DATA_AT as u64).unwrap();
+    let data = lseek(&file, 0, libc::SEEK_DATA);
+    let blksize = std::fs::metadata(&path).unwrap().blksize() as i64;
+    assert!(
+        matches!(data, Ok(found) if found <= DATA_AT && found > DATA_AT - blksize),
+        "SEEK_DATA from 0 gave {data:?}, data at {DATA_AT} (st_blksize {blksize})"
+    );
+    let hole = lseek(&file, DATA_AT, libc::SEEK_HOLE);
+    assert!(
+        matches!(hole, Ok(found) if found > DATA_AT && found % blksize == 0),
+        "SEEK_HOLE from {DATA_AT} gave {hole:?} (st_blksize {blksize})"
+    );
+    assert_eq!(lseek(&file, 0, libc::SEEK_HOLE), Ok(0));
+    // Past the data: a hole up to the end, and no data.
+    let after = hole.unwrap();
+    if (after as u64) < SIZE {
+        assert_eq!(lseek(&file, after, libc::SEEK_DATA), Err(libc::ENXIO));
+    }
+    // The same answers from another descriptor, and with the pages written back.
+    let reader = std::fs::File::open(&path).unwrap();
+    assert_eq!(lseek(&reader, 0, libc::SEEK_DATA), data);
+    file.sync_all().unwrap();
+    assert_eq!(lseek(&file, 0, libc::SEEK_DATA), data);
+    let mut byte = [0u8; 1];
+    reader.read_exact_at(&mut byte, DATA_AT as u64).unwrap();
+    assert_eq!(&byte, b"x");
+    drop((file, reader));
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
