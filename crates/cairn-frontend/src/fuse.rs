@@ -414,6 +414,7 @@ pub fn mount(
         headroom_bytes: headroom_bytes.clone(),
         kernel_jobs: kernel_jobs.clone(),
         cached_writers: Arc::default(),
+        removed_dirs: RemovedDirs::default(),
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -468,6 +469,50 @@ fn spawn_kernel_worker(notifier: Notifier) -> KernelJobs {
     sender
 }
 
+/// Most removed directories remembered for the kernel (`RemovedDirs`).
+const REMOVED_DIRS_MAX: usize = 4096;
+
+/// Directories removed (rmdir, or replaced by a rename) that the kernel may still hold open:
+/// their last attributes with no links, until the kernel forgets the inode. Directories need
+/// no open call here (FUSE_NO_OPENDIR_SUPPORT), so the filesystem frees one at once; without
+/// this, `fstat` of a descriptor still open on it would fail with ENOENT where ext4 shows
+/// a link count of 0. Bounded: past `REMOVED_DIRS_MAX` the oldest is dropped.
+#[derive(Default)]
+struct RemovedDirs {
+    dirs: parking_lot::Mutex<std::collections::BTreeMap<u64, (u64, InodeAttrs)>>,
+    next_order: AtomicU64,
+}
+
+impl RemovedDirs {
+    fn removed(&self, object: u64, mut attrs: InodeAttrs) {
+        attrs.links = 0;
+        attrs.size = 0;
+        let order = self.next_order.fetch_add(1, Ordering::Relaxed);
+        let mut dirs = self.dirs.lock();
+        dirs.insert(object, (order, attrs));
+        if dirs.len() > REMOVED_DIRS_MAX {
+            let oldest = dirs
+                .iter()
+                .min_by_key(|(_, (order, _))| *order)
+                .map(|(object, _)| *object);
+            if let Some(oldest) = oldest {
+                dirs.remove(&oldest);
+            }
+        }
+    }
+
+    fn get(&self, object: u64) -> Option<InodeAttrs> {
+        self.dirs
+            .lock()
+            .get(&object)
+            .map(|(_, attrs)| attrs.clone())
+    }
+
+    fn forgotten(&self, object: u64) {
+        self.dirs.lock().remove(&object);
+    }
+}
+
 /// Bit of a file handle that marks an open for writing served through the kernel's
 /// writeback cache (`FuseAdapter::open_flags`); the rest is the object number.
 const CACHED_WRITER_FH_BIT: u64 = 1 << 63;
@@ -519,6 +564,8 @@ struct FuseAdapter {
     kernel_jobs: Arc<OnceLock<KernelJobs>>,
     /// Opens through the writeback cache, per object.
     cached_writers: Arc<CachedWriters>,
+    /// Removed directories the kernel may still hold.
+    removed_dirs: RemovedDirs,
 }
 
 /// FUSE inode number → object number.
@@ -590,6 +637,28 @@ fn file_type(kind: FileKind) -> FileType {
         FileKind::BlockDevice => FileType::BlockDevice,
         FileKind::Fifo => FileType::NamedPipe,
         FileKind::Socket => FileType::Socket,
+    }
+}
+
+/// The attributes of a regular file that is gone (no links, empty), with the times
+/// `changes` gives: the answer to the kernel writing back the times of a removed file.
+fn gone_file_attrs(changes: &SetAttrs) -> InodeAttrs {
+    let now = Timestamp::now();
+    InodeAttrs {
+        kind: FileKind::File,
+        mode: 0,
+        uid: 0,
+        gid: 0,
+        links: 0,
+        size: 0,
+        atime: changes.atime.unwrap_or(now),
+        mtime: changes.mtime.unwrap_or(now),
+        ctime: changes.ctime.unwrap_or(now),
+        crtime: now,
+        generation: 0,
+        parent: 0,
+        rdev: 0,
+        xattr_object: 0,
     }
 }
 
@@ -842,10 +911,20 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let object = object_of(ino);
-        match self.timed(FsOpKind::Getattr, || self.fs.getattr(object)) {
+        let found = self.timed(FsOpKind::Getattr, || self.fs.getattr(object));
+        let found = match found {
+            Err(FsError::NotFound) => self.removed_dirs.get(object).ok_or(FsError::NotFound),
+            other => other,
+        };
+        match found {
             Ok(attrs) => reply.attr(&ATTR_TTL, &self.attr(object, &attrs)),
             Err(err) => reply.error(errno(&err)),
         }
+    }
+
+    /// (fuser's `batch_forget` comes here for each inode.)
+    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+        self.removed_dirs.forgotten(object_of(ino));
     }
 
     fn setattr(
@@ -886,8 +965,23 @@ impl fuser::Filesystem for FuseAdapter {
             mtime: mtime.map(time_or_now),
             ctime: ctime.map(timestamp),
         };
+        let times_only = changes.mode.is_none()
+            && changes.uid.is_none()
+            && changes.gid.is_none()
+            && changes.size.is_none();
+        let fallback = changes;
         match self.timed(FsOpKind::Setattr, || self.fs.setattr(object, changes)) {
             Ok(attrs) => reply.attr(&ATTR_TTL, &self.attr(object, &attrs)),
+            // The kernel writing back the times it kept for an inode removed meanwhile (at
+            // `syncfs`, or when it lets the inode go): nothing is left to change, and failing
+            // would fail the caller's `syncfs` for a file it no longer has.
+            Err(FsError::NotFound) if times_only => {
+                let attrs = self
+                    .removed_dirs
+                    .get(object)
+                    .unwrap_or_else(|| gone_file_attrs(&fallback));
+                reply.attr(&ATTR_TTL, &self.attr(object, &attrs));
+            }
             Err(err) => reply.error(errno(&err)),
         }
     }
@@ -950,8 +1044,14 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let parent = object_of(parent);
         let removed = self.timed(FsOpKind::Remove, || {
-            self.fs.rmdir(object_of(parent), name.as_bytes())
+            let found = self.fs.lookup(parent, name.as_bytes());
+            self.fs.rmdir(parent, name.as_bytes())?;
+            if let Ok((object, attrs)) = found {
+                self.removed_dirs.removed(object, attrs);
+            }
+            Ok(())
         });
         empty(reply, removed);
     }
@@ -992,14 +1092,25 @@ impl fuser::Filesystem for FuseAdapter {
         } else {
             return reply.error(Errno::EINVAL);
         };
+        let (parent, newparent) = (object_of(parent), object_of(newparent));
         let renamed = self.timed(FsOpKind::Rename, || {
-            self.fs.rename(
-                object_of(parent),
-                name.as_bytes(),
-                object_of(newparent),
-                newname.as_bytes(),
-                mode,
-            )
+            // A directory this replaces is gone once the rename is done.
+            let replaced = match mode {
+                RenameMode::Replace => self
+                    .fs
+                    .lookup(newparent, newname.as_bytes())
+                    .ok()
+                    .filter(|(_, attrs)| attrs.kind == FileKind::Directory),
+                _ => None,
+            };
+            self.fs
+                .rename(parent, name.as_bytes(), newparent, newname.as_bytes(), mode)?;
+            if let Some((object, attrs)) = replaced
+                && self.fs.getattr(object).is_err()
+            {
+                self.removed_dirs.removed(object, attrs);
+            }
+            Ok(())
         });
         empty(reply, renamed);
     }

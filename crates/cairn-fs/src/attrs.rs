@@ -87,20 +87,23 @@ pub struct Timestamp {
 }
 
 impl Timestamp {
+    /// The time now, from the kernel's coarse real-time clock (its last tick): the clock the
+    /// kernel itself stamps a FUSE file's times with when it keeps them (the writeback cache:
+    /// writes, links). With one clock for every stamp, a change made after another never
+    /// carries an earlier time; the fine clock runs up to a tick ahead of the coarse one, so
+    /// mixing them put a link's ctime ~3 ms before that of the write made just before it.
     pub fn now() -> Timestamp {
-        match std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            Ok(since) => Timestamp {
-                secs: since.as_secs() as i64,
-                nanos: since.subsec_nanos(),
-            },
-            Err(before) => {
-                let d = before.duration();
-                let (secs, nanos) = match d.subsec_nanos() {
-                    0 => (-(d.as_secs() as i64), 0),
-                    n => (-(d.as_secs() as i64) - 1, 1_000_000_000 - n),
-                };
-                Timestamp { secs, nanos }
-            }
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec for the kernel to fill; the clock exists on every Linux
+        // since 2.6.32.
+        let status = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) };
+        assert_eq!(status, 0, "clock_gettime(CLOCK_REALTIME_COARSE) failed");
+        Timestamp {
+            secs: now.tv_sec,
+            nanos: u32::try_from(now.tv_nsec).unwrap_or(0),
         }
     }
 }

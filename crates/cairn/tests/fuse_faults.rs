@@ -253,3 +253,126 @@ fn seek_data_finds_data_the_kernel_still_holds() {
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
+
+fn ctime_of(path: &Path) -> (i64, i64) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    (meta.ctime(), meta.ctime_nsec())
+}
+
+fn mtime_of(path: &Path) -> (i64, i64) {
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    (meta.mtime(), meta.mtime_nsec())
+}
+
+/// A mounted filesystem for one of the POSIX tests below; `check` runs on its mountpoint.
+fn on_a_mount(check: impl FnOnce(&Path)) {
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &[]);
+    check(&at);
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
+
+/// A file created and written in one open has the write's mtime after close, as on ext4
+/// (xfstests 003).
+#[test]
+fn a_write_after_create_in_one_open_sets_mtime() {
+    on_a_mount(|at| {
+        let path = at.join("written-later");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let created = mtime_of(&path);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        std::io::Write::write_all(&mut file, b"aaa\n").unwrap();
+        drop(file);
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let written = mtime_of(&path);
+        let nanos = |(secs, nanos): (i64, i64)| secs * 1_000_000_000 + nanos;
+        assert!(
+            nanos(written) >= nanos(created) + 400_000_000,
+            "mtime {written:?} still the creation time {created:?} after a later write"
+        );
+    });
+}
+
+/// A change never carries an earlier ctime than the change before it (xfstests 423): one
+/// clock for the kernel's stamps (a link) and the server's (a chmod, a write).
+#[test]
+fn a_link_never_goes_back_in_ctime() {
+    on_a_mount(|at| {
+        for round in 0..200 {
+            let name = at.join(format!("c{round}"));
+            let file = std::fs::File::create(&name).unwrap();
+            file.write_all_at(b"x", 0).unwrap();
+            if round % 2 == 1 {
+                drop(file);
+                let mode = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+                std::fs::set_permissions(&name, mode).unwrap();
+            } else {
+                file.sync_all().unwrap();
+                drop(file);
+            }
+            let before = ctime_of(&name);
+            std::fs::hard_link(&name, at.join(format!("l{round}"))).unwrap();
+            let after = ctime_of(&name);
+            assert!(
+                after >= before,
+                "round {round}: ctime went back from {before:?} to {after:?} at link"
+            );
+            // A chmod (the server's stamp) and a write through the cache right after it
+            // (the kernel's).
+            let file = std::fs::OpenOptions::new().write(true).open(&name).unwrap();
+            let mode = std::os::unix::fs::PermissionsExt::from_mode(0o640);
+            std::fs::set_permissions(&name, mode).unwrap();
+            let before = ctime_of(&name);
+            file.write_all_at(b"y", 1).unwrap();
+            let after = ctime_of(&name);
+            assert!(
+                after >= before,
+                "round {round}: ctime went back from {before:?} to {after:?} at a write"
+            );
+        }
+    });
+}
+
+/// `syncfs` after an unlink succeeds (the kernel writing back the times it kept of the
+/// file gone meanwhile must not fail it).
+#[test]
+fn syncfs_after_an_unlink_succeeds() {
+    on_a_mount(|at| {
+        for round in 0..3 {
+            std::fs::write(at.join("gone"), b"x").unwrap();
+            std::fs::remove_file(at.join("gone")).unwrap();
+            let dir = std::fs::File::open(at).unwrap();
+            // SAFETY: a valid descriptor.
+            let synced = unsafe { libc::syncfs(dir.as_raw_fd()) };
+            let error = std::io::Error::last_os_error();
+            assert_eq!(synced, 0, "round {round}: syncfs: {error}");
+        }
+    });
+}
+
+/// `fstat` of a descriptor open on a directory removed, or replaced by a rename, shows no
+/// links, as on ext4 (xfstests 035), not ENOENT.
+#[test]
+fn an_open_directory_removed_or_renamed_over_shows_no_links() {
+    on_a_mount(|at| {
+        std::fs::create_dir(at.join("removed")).unwrap();
+        let removed = std::fs::File::open(at.join("removed")).unwrap();
+        std::fs::remove_dir(at.join("removed")).unwrap();
+        let meta = removed.metadata().expect("fstat of a removed directory");
+        assert_eq!(meta.nlink(), 0);
+        assert!(meta.is_dir());
+        std::fs::create_dir(at.join("replaced")).unwrap();
+        let replaced = std::fs::File::open(at.join("replaced")).unwrap();
+        std::fs::create_dir(at.join("new")).unwrap();
+        std::fs::rename(at.join("new"), at.join("replaced")).unwrap();
+        let meta = replaced
+            .metadata()
+            .expect("fstat of a directory renamed over");
+        assert_eq!(meta.nlink(), 0);
+        // The directory that took its name is a live one.
+        assert!(std::fs::metadata(at.join("replaced")).unwrap().nlink() >= 2);
+    });
+}
