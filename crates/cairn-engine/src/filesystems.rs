@@ -125,13 +125,16 @@ impl Pool {
         let core = self.core.clone();
         let engine = engine.clone();
         let dataset = name.to_string();
-        Arc::new(move |bytes| {
+        Arc::new(move |bytes, quota_margin_bytes| {
             let over_quota = || {
                 let view = core.space_view.lock().clone();
                 // No quota on the chain: no need to look at the object set.
                 view.quota_room(&dataset, 0)?;
                 let live = objset.space_estimate();
-                view.quota_room(&dataset, live.used_bytes + live.unsynced_bytes)
+                // A margin past the quotas counts as that much less referenced.
+                let referenced =
+                    (live.used_bytes + live.unsynced_bytes).saturating_sub(quota_margin_bytes);
+                view.quota_room(&dataset, referenced)
                     .filter(|room| bytes > room.bytes)
             };
             if over_quota().is_some() {

@@ -33,14 +33,24 @@
 //! synced in the file's blocks and reports the file's block size as `st_blksize`, the unit
 //! SEEK_DATA and SEEK_HOLE answer in.
 //!
-//! What is decided at open stays for that descriptor. A file opened with room that then fills
-//! the dataset learns of the refusal at writeback: the kernel reports it from `fsync` and
-//! `close` (as ENOSPC, so a quota's EDQUOT is told as ENOSPC, EIO being the kernel's word for
-//! anything else), and the refused pages are dropped from the cache (`drop_refused_pages`), so
-//! nothing the pool did not take is read back, as over NFS. Likewise `sync=always` set while a
-//! file is open applies to that file from its next open; until then its writes are durable
-//! from its next `fsync` or `close`. The headroom is per mount: mounts of several datasets of
-//! one pool each count their own.
+//! What is decided at open stays for that descriptor. A file opened with room that then
+//! nears the dataset's limit (a quota, or the pool's room) is stopped before anything it was
+//! told was written can be refused: once a written-back call leaves the dataset less room
+//! than the kernel may hold acknowledged (its per-mount dirty limit and 8 MiB), the file's
+//! cached write(2)s fail with EDQUOT or ENOSPC (`stop_cached_writers_if_short`: the kernel
+//! asks for a file's attributes before a cached write once they are stale, and that request
+//! names the writer's handle, which `getattr` answers with the error). What the kernel still
+//! holds is written back after and taken, up to that margin past a quota (a quota set live
+//! below what is cached is the one way to use it); so the file's size and contents are what
+//! write(2) acknowledged. Should even that not fit (the pool itself full), the refusal is
+//! reported by `fsync` and `close` (as ENOSPC: the kernel reports anything else as EIO at
+//! `close`) and the refused pages are dropped from the cache (`drop_refused_pages`), so
+//! nothing the pool did not take is read back. The stop also fails a read at the end of
+//! the file through that handle (the kernel asks for the size there too), until room
+//! returns or the file's cached writers close. `sync=always` set while a file is open
+//! applies to that file from its next open; until then its writes are durable from its next
+//! `fsync` or `close`. The headroom is per mount: mounts of several datasets of one pool
+//! each count their own.
 //!
 //! Round trips: each one costs two context switches, which on a small machine is most of a
 //! small call's time, so the kernel is spared those it can do without: FLUSH at close (the
@@ -106,6 +116,12 @@ const REPORTED_BLOCK_BYTES: u32 = 4096;
 const WRITEBACK_HEADROOM_MIN_BYTES: u64 = 128 << 20;
 /// Headroom over the kernel's per-mount dirty limit (see `WRITEBACK_HEADROOM_MIN_BYTES`).
 const WRITEBACK_HEADROOM_DIRTY_LIMITS: u64 = 4;
+/// What the kernel may have acknowledged through the writeback cache and not yet sent, over
+/// its per-mount dirty limit: writers overshoot the limit a little between the kernel's
+/// checks, and pages being written back count apart.
+const ACKNOWLEDGED_SLACK_BYTES: u64 = 8 << 20;
+/// `ACKNOWLEDGED_SLACK_BYTES` plus the dirty limit, when the kernel does not say its limit.
+const ACKNOWLEDGED_DEFAULT_BYTES: u64 = 64 << 20;
 
 /// Size and available bytes of the mounted dataset, for `statfs`.
 pub type SpaceFn = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
@@ -405,6 +421,7 @@ pub fn mount(
     let dataset = fs.name().to_string();
     let headroom_bytes = Arc::new(AtomicU64::new(WRITEBACK_HEADROOM_MIN_BYTES));
     let kernel_jobs = Arc::new(OnceLock::new());
+    let acknowledged_max_bytes = Arc::new(AtomicU64::new(ACKNOWLEDGED_DEFAULT_BYTES));
     let adapter = FuseAdapter {
         fs: fs.clone(),
         space,
@@ -415,6 +432,8 @@ pub fn mount(
         kernel_jobs: kernel_jobs.clone(),
         cached_writers: Arc::default(),
         removed_dirs: RemovedDirs::default(),
+        acknowledged_max_bytes: acknowledged_max_bytes.clone(),
+        stopped_writers: parking_lot::Mutex::default(),
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -426,6 +445,10 @@ pub fn mount(
     if let Some(dirty_limit) = mount_dirty_limit_bytes(mountpoint) {
         headroom_bytes.fetch_max(
             dirty_limit.saturating_mul(WRITEBACK_HEADROOM_DIRTY_LIMITS),
+            Ordering::Relaxed,
+        );
+        acknowledged_max_bytes.store(
+            dirty_limit.saturating_add(ACKNOWLEDGED_SLACK_BYTES),
             Ordering::Relaxed,
         );
     }
@@ -529,15 +552,19 @@ impl CachedWriters {
         *self.opens.lock().entry(object).or_insert(0) += 1;
     }
 
-    fn released(&self, object: u64) {
+    /// Returns whether that was the object's last.
+    fn released(&self, object: u64) -> bool {
         let mut opens = self.opens.lock();
-        if let Some(count) = opens.get_mut(&object) {
-            assert!(*count > 0, "cached writers of object {object} underflow");
-            *count -= 1;
-            if *count == 0 {
-                opens.remove(&object);
-            }
+        let Some(count) = opens.get_mut(&object) else {
+            return false;
+        };
+        assert!(*count > 0, "cached writers of object {object} underflow");
+        *count -= 1;
+        if *count > 0 {
+            return false;
         }
+        opens.remove(&object);
+        true
     }
 
     fn any(&self, object: u64) -> bool {
@@ -566,6 +593,13 @@ struct FuseAdapter {
     cached_writers: Arc<CachedWriters>,
     /// Removed directories the kernel may still hold.
     removed_dirs: RemovedDirs,
+    /// The most the kernel may have acknowledged through the writeback cache and not yet
+    /// sent (its per-mount dirty limit and `ACKNOWLEDGED_SLACK_BYTES`): how far written-back
+    /// data may go past a quota, and the room below which cached writers are stopped.
+    acknowledged_max_bytes: Arc<AtomicU64>,
+    /// Files whose cached writers are to be stopped, with the error their write(2)s get
+    /// (`stop_cached_writers_if_short`).
+    stopped_writers: parking_lot::Mutex<std::collections::HashMap<u64, i32>>,
 }
 
 /// FUSE inode number → object number.
@@ -752,6 +786,47 @@ impl FuseAdapter {
         }));
     }
 
+    /// After a cached write reached the filesystem: when the dataset has less room left than
+    /// the kernel may have acknowledged and not yet sent, stops the file's cached writers
+    /// before what they are told was written could be refused. Their write(2)s then fail
+    /// with EDQUOT (or ENOSPC): the kernel asks for the file's attributes before a cached
+    /// write once they are stale (told at once here), and `getattr` answers such a request,
+    /// which names a cached writer's handle, with the error (`stopped_error`). What the
+    /// kernel still holds reaches the filesystem after, and fits.
+    fn stop_cached_writers_if_short(&self, ino: INodeNo, object: u64) {
+        let margin = self.acknowledged_max_bytes.load(Ordering::Relaxed);
+        if self.stopped_writers.lock().contains_key(&object) {
+            return;
+        }
+        let (_, available) = (self.space)();
+        if available >= margin {
+            return;
+        }
+        let Some(refusal) = self.fs.space_refusal(margin) else {
+            return;
+        };
+        self.stopped_writers
+            .lock()
+            .insert(object, errno(&refusal).code());
+        self.kernel_job(Box::new(move |notifier| {
+            // Attributes only (a negative offset): the cached pages stay.
+            let _ = notifier.inval_inode(ino, -1, 0);
+        }));
+    }
+
+    /// The error a cached writer of `object` is stopped with, if it is and the dataset has
+    /// not found room again meanwhile (files deleted, a quota raised).
+    fn stopped_error(&self, object: u64) -> Option<Errno> {
+        let code = *self.stopped_writers.lock().get(&object)?;
+        let margin = self.acknowledged_max_bytes.load(Ordering::Relaxed);
+        let (_, available) = (self.space)();
+        if available >= margin {
+            self.stopped_writers.lock().remove(&object);
+            return None;
+        }
+        Some(Errno::from_i32(code))
+    }
+
     /// Runs `job` on the kernel worker (`spawn_kernel_worker`). Before the session has
     /// started (no file can be open, nothing is cached) there is nothing for it to do.
     fn kernel_job(&self, job: KernelJob) {
@@ -909,8 +984,16 @@ impl fuser::Filesystem for FuseAdapter {
         self.entry(reply, found);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         let object = object_of(ino);
+        // Asked with a cached writer's handle: the kernel is about to take a write(2) into
+        // its cache (see `stop_cached_writers_if_short`).
+        if let Some(fh) = fh
+            && fh.0 & CACHED_WRITER_FH_BIT != 0
+            && let Some(code) = self.stopped_error(object)
+        {
+            return reply.error(code);
+        }
         let found = self.timed(FsOpKind::Getattr, || self.fs.getattr(object));
         let found = match found {
             Err(FsError::NotFound) => self.removed_dirs.get(object).ok_or(FsError::NotFound),
@@ -1222,17 +1305,29 @@ impl fuser::Filesystem for FuseAdapter {
         };
         // O_SYNC / O_DSYNC: durable before the write returns.
         let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
+        // Written back from the kernel's cache: acknowledged to the writer already.
+        let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let written = killed.and_then(|()| {
             if sync {
                 self.fs.write_sync(object, offset, data).map(|_| ())
+            } else if cached {
+                let margin = self.acknowledged_max_bytes.load(Ordering::Relaxed);
+                self.fs
+                    .write_acknowledged(object, offset, data, margin)
+                    .map(|_| ())
             } else {
                 self.fs.write(object, offset, data).map(|_| ())
             }
         });
         self.record(FsOpKind::Write, started, data.len() as u64, written.is_ok());
         match written {
-            Ok(()) => reply.written(data.len() as u32),
-            Err(err) if write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) => {
+            Ok(()) => {
+                reply.written(data.len() as u32);
+                if cached {
+                    self.stop_cached_writers_if_short(ino, object);
+                }
+            }
+            Err(err) if cached => {
                 // Written back from the page cache: the kernel keeps this error for the
                 // file's next `fsync` and `close`, as ENOSPC if it is that and EIO otherwise,
                 // so a quota's refusal is told as ENOSPC ("no space") rather than EIO.
@@ -1282,8 +1377,8 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyEmpty,
     ) {
         // The kernel has written the file's cached pages back before the last release.
-        if fh.0 & CACHED_WRITER_FH_BIT != 0 {
-            self.cached_writers.released(object_of(ino));
+        if fh.0 & CACHED_WRITER_FH_BIT != 0 && self.cached_writers.released(object_of(ino)) {
+            self.stopped_writers.lock().remove(&object_of(ino));
         }
         let released = self.timed(FsOpKind::Other, || self.fs.release_inode(object_of(ino)));
         empty(reply, released);

@@ -190,7 +190,22 @@ impl Filesystem {
 
     /// Writes `data` into file `object` at `offset`; returns the new attributes.
     pub fn write(&self, object: u64, offset: u64, data: &[u8]) -> Result<InodeAttrs, FsError> {
-        self.write_with(object, offset, data, false)
+        self.write_with(object, offset, data, false, 0)
+    }
+
+    /// Writes data a front end has already acknowledged to its writer (the kernel's
+    /// writeback cache answers write(2) before the data reaches the filesystem): refusing it
+    /// now would lose it, so a quota may be exceeded by up to `quota_margin_bytes`, what the
+    /// front end can have acknowledged at most before it stops (see cairn-frontend's
+    /// `fuse.rs`). The pool's own room is never exceeded.
+    pub fn write_acknowledged(
+        &self,
+        object: u64,
+        offset: u64,
+        data: &[u8],
+        quota_margin_bytes: u64,
+    ) -> Result<InodeAttrs, FsError> {
+        self.write_with(object, offset, data, false, quota_margin_bytes)
     }
 
     /// A synchronous write (a file opened O_SYNC or O_DSYNC): the data, and every change it
@@ -198,7 +213,7 @@ impl Filesystem {
     /// go to their final place now and only their pointers are logged (written once, not in
     /// the log and again at the txg sync), as for volumes.
     pub fn write_sync(&self, object: u64, offset: u64, data: &[u8]) -> Result<InodeAttrs, FsError> {
-        let attrs = self.write_with(object, offset, data, true)?;
+        let attrs = self.write_with(object, offset, data, true, 0)?;
         self.fsync(object)?;
         Ok(attrs)
     }
@@ -209,6 +224,7 @@ impl Filesystem {
         offset: u64,
         data: &[u8],
         sync: bool,
+        quota_margin_bytes: u64,
     ) -> Result<InodeAttrs, FsError> {
         self.check_writable()?;
         offset
@@ -216,7 +232,10 @@ impl Filesystem {
             .filter(|end| *end <= i64::MAX as u64)
             .ok_or(FsError::TooLarge)?;
         // Data, its indirect blocks and the dnode's, with room to spare.
-        self.check_space(data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES)?;
+        self.check_space_past_quota(
+            data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES,
+            quota_margin_bytes,
+        )?;
         let (hold, guards) = self.hold_locked(&[object], data.len() as u64)?;
         let mut stored = StoredBlocks {
             in_place: self.writes_in_place(sync),

@@ -40,7 +40,10 @@
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
 //! before it starts (so a refusal changes nothing): writes, creates, links, xattr sets,
 //! extending truncation and `fallocate` (which only checks that the part of the range past
-//! the end of the file would fit now: it reserves nothing). The engine answers EDQUOT for a quota, ENOSPC for a full pool.
+//! the end of the file would fit now: it reserves nothing). The engine answers EDQUOT for a
+//! quota, ENOSPC for a full pool. Data a front end acknowledged before it could ask
+//! (`write_acknowledged`: the kernel's writeback cache) may go past a quota by a margin the
+//! front end states, never past the pool's room.
 //! Deletes, truncation to a smaller size, punching holes and other attribute changes never
 //! ask, so they work at a quota and on a full pool. Reads, `readlink` and `readdir` update
 //! the access time as the `atime` property says (`AtimeMode`); the update joins the txg and
@@ -196,9 +199,12 @@ fn class_errno(class: ErrorClass) -> i32 {
 }
 
 /// Asks the pool whether `bytes` more may be dirtied (it may sync to find room); the error
-/// explains why not. Deletes, truncation to a smaller size, punching holes and attribute
-/// changes that take no room never ask: they must work on a full pool and at a quota.
-pub type SpaceCheck = Arc<dyn Fn(u64) -> Result<(), SpaceRefusal> + Send + Sync>;
+/// explains why not. The second argument is how far past a quota the change may go
+/// (`quota_margin_bytes`: 0 but for data a front end acknowledged before it could ask, see
+/// `Filesystem::write_acknowledged`); the pool's own room is never exceeded. Deletes,
+/// truncation to a smaller size, punching holes and attribute changes that take no room
+/// never ask: they must work on a full pool and at a quota.
+pub type SpaceCheck = Arc<dyn Fn(u64, u64) -> Result<(), SpaceRefusal> + Send + Sync>;
 
 /// Why a space check said no.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -569,8 +575,13 @@ impl Filesystem {
     /// Fails with `QuotaExceeded` when `bytes` more would exceed a quota, `NoSpace` when
     /// they would not fit the pool.
     fn check_space(&self, bytes: u64) -> Result<(), FsError> {
+        self.check_space_past_quota(bytes, 0)
+    }
+
+    /// `check_space`, letting a quota be exceeded by up to `quota_margin_bytes`.
+    fn check_space_past_quota(&self, bytes: u64, quota_margin_bytes: u64) -> Result<(), FsError> {
         match &self.space_check {
-            Some(check) => check(bytes).map_err(|refusal| match refusal {
+            Some(check) => check(bytes, quota_margin_bytes).map_err(|refusal| match refusal {
                 SpaceRefusal::Pool(why) => FsError::NoSpace(why),
                 SpaceRefusal::Quota(why) => FsError::QuotaExceeded(why),
             }),
@@ -659,6 +670,13 @@ impl Filesystem {
             allocated_bytes,
             block_bytes: block_bytes.max(REPORTED_BLOCK_BYTES_MIN),
         })
+    }
+
+    /// Why `bytes` more could not be written now (a quota's `QuotaExceeded`, the pool's
+    /// `NoSpace`), if they could not: what a front end that acknowledges writes before they
+    /// reach the filesystem asks, to stop acknowledging them before there is no room.
+    pub fn space_refusal(&self, bytes: u64) -> Option<FsError> {
+        self.check_space(bytes).err()
     }
 
     /// The inode `name` in directory `dir` names.
