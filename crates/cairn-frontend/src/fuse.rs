@@ -674,6 +674,29 @@ fn file_type(kind: FileKind) -> FileType {
     }
 }
 
+/// The extended attribute a file's access ACL is set through.
+const ACCESS_ACL_XATTR: &[u8] = b"system.posix_acl_access";
+
+/// Whether the caller of `req` is in group `gid`: its group, or one of its supplementary
+/// groups (read from /proc: the request carries only the caller's pid, uid and gid). A
+/// caller gone meanwhile counts as outside.
+fn caller_in_group(req: &Request, gid: u32) -> bool {
+    if req.gid() == gid {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", req.pid())) else {
+        return false;
+    };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .is_some_and(|groups| {
+            groups
+                .split_whitespace()
+                .any(|group| group.parse::<u32>() == Ok(gid))
+        })
+}
+
 /// The attributes of a regular file that is gone (no links, empty), with the times
 /// `changes` gives: the answer to the kernel writing back the times of a removed file.
 fn gone_file_attrs(changes: &SetAttrs) -> InodeAttrs {
@@ -1284,7 +1307,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1298,11 +1321,17 @@ impl fuser::Filesystem for FuseAdapter {
         let started = Instant::now();
         // handle_killpriv_v2: the kernel marks a write by a caller without CAP_FSETID into a
         // set-ID file; the bits (and capabilities) go before the data lands.
-        let killed = if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) {
-            self.fs.remove_privileges(object)
-        } else {
-            Ok(())
-        };
+        // The kernel does not mark a direct (O_DIRECT) write: a caller other than root stands
+        // for one without CAP_FSETID, as for truncation in `setattr`. (Written back from the
+        // cache, the caller is the kernel's flusher: the mark above was its say.)
+        let unprivileged_direct =
+            !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) && req.uid() != 0;
+        let killed =
+            if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) || unprivileged_direct {
+                self.fs.remove_privileges(object)
+            } else {
+                Ok(())
+            };
         // O_SYNC / O_DSYNC: durable before the write returns.
         let sync = flags.0 & (libc::O_SYNC | libc::O_DSYNC) != 0;
         // Written back from the kernel's cache: acknowledged to the writer already.
@@ -1474,7 +1503,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         name: &OsStr,
         value: &[u8],
@@ -1489,9 +1518,19 @@ impl fuser::Filesystem for FuseAdapter {
         } else {
             XattrMode::Any
         };
+        let object = object_of(ino);
         let set = self.timed(FsOpKind::Xattr, || {
-            self.fs
-                .setxattr(object_of(ino), name.as_bytes(), value, mode)
+            self.fs.setxattr(object, name.as_bytes(), value, mode)?;
+            // An access ACL set by a caller outside the file's group (and not root) takes
+            // set-group-ID away, as on a local filesystem: the kernel leaves that to a FUSE
+            // server only through FUSE_SETXATTR_EXT, which fuser cannot parse.
+            if name.as_bytes() == ACCESS_ACL_XATTR
+                && req.uid() != 0
+                && !caller_in_group(req, self.fs.getattr(object)?.gid)
+            {
+                self.fs.remove_set_group_id(object)?;
+            }
+            Ok(())
         });
         empty(reply, set);
     }
@@ -1528,7 +1567,7 @@ impl fuser::Filesystem for FuseAdapter {
 
     fn fallocate(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -1543,8 +1582,15 @@ impl fuser::Filesystem for FuseAdapter {
             libc::FALLOC_FL_ZERO_RANGE => Fallocate::ZeroRange { keep_size },
             _ => return reply.error(Errno::EOPNOTSUPP),
         };
+        let object = object_of(ino);
         let result = self.timed(FsOpKind::Fallocate, || {
-            self.fs.fallocate(object_of(ino), offset, length, op)
+            // Every kind of fallocate is a change of the file's contents, which takes set-ID
+            // bits and capabilities away from a caller without CAP_FSETID (root stands for
+            // it, as in `setattr`).
+            if req.uid() != 0 {
+                self.fs.remove_privileges(object)?;
+            }
+            self.fs.fallocate(object, offset, length, op)
         });
         empty(reply, result.map(|_| ()));
     }

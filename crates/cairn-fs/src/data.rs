@@ -63,16 +63,18 @@ impl Filesystem {
         Ok(attrs)
     }
 
-    /// Takes away what a write, truncate or change of owner by an unprivileged caller must
-    /// not leave on a regular file (as Linux's `file_remove_privs` does for local
+    /// Takes away what a write, truncate, `fallocate` or change of owner by an unprivileged
+    /// caller must not leave on a file (as Linux's `file_remove_privs` does for local
     /// filesystems): set-user-ID, set-group-ID when the group may execute (without it the bit
-    /// means mandatory locking), and file capabilities (`security.capability`). For front
-    /// ends whose protocol leaves this to the filesystem (FUSE's handle_killpriv_v2, NFS).
-    /// Each removal is an ordinary logged change; nothing is logged when there is nothing to
+    /// means mandatory locking), and file capabilities (`security.capability`). A change of
+    /// owner takes them from every kind of inode but a directory (fifos, sockets and devices
+    /// too, as Linux's `chown`); the other changes only reach regular files. For front ends
+    /// whose protocol leaves this to the filesystem (FUSE's handle_killpriv_v2, NFS). Each
+    /// removal is an ordinary logged change; nothing is logged when there is nothing to
     /// remove.
     pub fn remove_privileges(&self, object: u64) -> Result<(), FsError> {
         let attrs = self.getattr(object)?;
-        if attrs.kind != FileKind::File {
+        if attrs.kind == FileKind::Directory || attrs.kind == FileKind::Symlink {
             return Ok(());
         }
         let mut mode = attrs.mode & !libc::S_ISUID;
@@ -673,6 +675,21 @@ impl Filesystem {
     }
 
     /// The default ACL of directory `dir`, if it has one (what new inodes in it inherit).
+    /// Takes set-group-ID away from `object` (after an access ACL set by a caller outside
+    /// the file's group without CAP_FSETID, as Linux's `posix_acl_update_mode`); nothing is
+    /// logged when it is not set.
+    pub fn remove_set_group_id(&self, object: u64) -> Result<(), FsError> {
+        let attrs = self.getattr(object)?;
+        if attrs.mode & libc::S_ISGID == 0 {
+            return Ok(());
+        }
+        let changes = SetAttrs {
+            mode: Some(attrs.mode & !libc::S_ISGID),
+            ..SetAttrs::default()
+        };
+        self.setattr(object, changes).map(|_| ())
+    }
+
     pub fn default_acl(&self, dir: u64) -> Result<Option<Acl>, FsError> {
         match self.getxattr(dir, acl::DEFAULT_XATTR) {
             Ok(raw) => Acl::parse(&raw).map(Some),
