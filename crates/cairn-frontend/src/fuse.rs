@@ -139,6 +139,12 @@ pub enum MountError {
     AlreadyMounted { dataset: String, mountpoint: String },
     #[error("{dataset} has no mountpoint (set one, or give one to mount)")]
     NoMountpoint { dataset: String },
+    #[error("cannot mount {dataset} at {mountpoint}: {other} is mounted there")]
+    MountpointTaken {
+        dataset: String,
+        mountpoint: String,
+        other: String,
+    },
     #[error("cannot mount {dataset} at {mountpoint}: {source}")]
     Mount {
         dataset: String,
@@ -152,8 +158,15 @@ pub enum MountError {
 pub struct FuseMount {
     session: Option<fuser::BackgroundSession>,
     mountpoint: std::path::PathBuf,
+    /// The mount's device number (each FUSE mount has its own): what tells it from
+    /// whatever is mounted at the same path once it is gone.
+    dev: Option<u64>,
     fs: Arc<Filesystem>,
 }
+
+/// How long a mount whose path no longer shows it may take to see its session end (a plain
+/// `umount` of it: the kernel ends the session, its threads then stop).
+const SESSION_END_WAIT: Duration = Duration::from_secs(2);
 
 impl FuseMount {
     pub fn mountpoint(&self) -> &Path {
@@ -164,32 +177,136 @@ impl FuseMount {
         &self.fs
     }
 
-    /// Unmounts and waits for the session's threads to end. Fails (leaving nothing mounted
-    /// by us, but the kernel's mount in place) when the mount is busy.
-    pub fn unmount(mut self) -> std::io::Result<()> {
+    /// Whether the kernel has let this mount go (a plain `umount`, `fusermount -u`, or a
+    /// lazy unmount): its session ended. A mount whose path shows another device is given
+    /// a moment for its session to end; if it does not, something is mounted over it and
+    /// it counts as still there.
+    fn ended(&self) -> bool {
+        let Some(session) = &self.session else {
+            return true;
+        };
+        if session.guard.is_finished() {
+            return true;
+        }
+        if path_dev(&self.mountpoint) == self.dev {
+            return false;
+        }
+        let waited = Instant::now();
+        while waited.elapsed() < SESSION_END_WAIT {
+            if session.guard.is_finished() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Unmounts and waits for the session's threads to end. When the mount is busy (or
+    /// something else is mounted over it) it fails and the mount stays as it was, served.
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        if !self.ended() {
+            if path_dev(&self.mountpoint) != self.dev {
+                return Err(std::io::Error::other(format!(
+                    "something else is mounted over {}",
+                    self.mountpoint.display()
+                )));
+            }
+            let path = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())
+                .map_err(std::io::Error::other)?;
+            // SAFETY: a valid NUL-terminated path; umount2 only reads it.
+            if unsafe { libc::umount2(path.as_ptr(), 0) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        // The kernel's mount is gone: only the session's threads are left to end (fuser's
+        // own unmount could race the kernel's teardown and try the path again).
         match self.session.take() {
-            Some(session) => session.umount_and_join(),
+            Some(session) => session.join(),
             None => Ok(()),
         }
     }
 }
 
+/// The device number of what is mounted at `path` (its root's `st_dev`).
+fn path_dev(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|meta| meta.dev())
+}
+
 impl Drop for FuseMount {
     fn drop(&mut self) {
         if let Some(session) = self.session.take() {
-            // Nothing to report to at drop; `unmount` is the way to see a failure.
+            // Nothing to report to at drop; `unmount` is the way to see a failure. (fuser
+            // unmounts only a mount of its own session, never one that took its place.)
             let _ = session.umount_and_join();
         }
     }
 }
 
-/// The mounts of a server, by dataset name.
+/// What `Mounts::unmount` found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmounted {
+    /// Unmounted now.
+    Now { dataset: String },
+    /// It had been unmounted from outside (`umount`); forgotten now.
+    Already { dataset: String },
+}
+
+/// The mounts of a server, by dataset name. A mount the kernel let go from outside (a plain
+/// `umount`) is forgotten at the next look, so the server never believes a dataset is
+/// mounted when it is not; a mount that could not be unmounted (busy) stays known. With a
+/// record (`keep_record`), the mountpoints are also kept in a file, so that a server started
+/// after this one was killed detaches only the dead mounts that were its own.
 #[derive(Default)]
 pub struct Mounts {
     mounts: parking_lot::Mutex<std::collections::BTreeMap<String, FuseMount>>,
+    record: parking_lot::Mutex<Option<std::path::PathBuf>>,
 }
 
 impl Mounts {
+    /// Keeps the mountpoints in the file at `path` from now on (`clear_dead_cairn_mounts`
+    /// reads it).
+    pub fn keep_record(&self, path: &Path) {
+        *self.record.lock() = Some(path.to_path_buf());
+        self.write_record(&self.mounts.lock());
+    }
+
+    fn write_record(&self, mounts: &std::collections::BTreeMap<String, FuseMount>) {
+        let Some(path) = self.record.lock().clone() else {
+            return;
+        };
+        let mut text = Vec::new();
+        for mount in mounts.values() {
+            let bytes = mount.mountpoint.as_os_str().as_bytes();
+            if !bytes.contains(&b'\n') {
+                text.extend_from_slice(bytes);
+                text.push(b'\n');
+            }
+        }
+        // A record that cannot be written only means a later server detaches less.
+        let _ = std::fs::write(path, text);
+    }
+
+    /// Forgets the mounts the kernel let go; returns their datasets.
+    fn forget_ended(
+        &self,
+        mounts: &mut std::collections::BTreeMap<String, FuseMount>,
+    ) -> Vec<String> {
+        let ended: Vec<String> = mounts
+            .iter()
+            .filter(|(_, mount)| mount.ended())
+            .map(|(dataset, _)| dataset.clone())
+            .collect();
+        for dataset in &ended {
+            // Its session has ended: dropping it only joins the threads.
+            mounts.remove(dataset);
+        }
+        if !ended.is_empty() {
+            self.write_record(mounts);
+        }
+        ended
+    }
+
     /// Mounts the filesystem dataset `dataset` of `pool` at `mountpoint` (or its `mountpoint`
     /// property), creating the directory if missing.
     pub fn mount(
@@ -220,10 +337,21 @@ impl Mounts {
             }
         };
         let mut mounts = self.mounts.lock();
+        self.forget_ended(&mut mounts);
         if let Some(existing) = mounts.get(dataset) {
             return Err(MountError::AlreadyMounted {
                 dataset: dataset.to_string(),
                 mountpoint: existing.mountpoint.display().to_string(),
+            });
+        }
+        if let Some((other, _)) = mounts
+            .iter()
+            .find(|(_, mount)| mount.mountpoint == mountpoint)
+        {
+            return Err(MountError::MountpointTaken {
+                dataset: dataset.to_string(),
+                mountpoint: mountpoint.display().to_string(),
+                other: other.clone(),
             });
         }
         let fs = pool.filesystem(dataset).map_err(open_error)?;
@@ -250,45 +378,72 @@ impl Mounts {
         });
         let mounted = mount(fs, &mountpoint, space)?;
         mounts.insert(dataset.to_string(), mounted);
+        self.write_record(&mounts);
         Ok(mountpoint)
     }
 
-    /// Unmounts the dataset named `target`, or the one mounted at `target`; returns the
-    /// dataset, or `None` if nothing matches.
-    pub fn unmount(&self, target: &str) -> std::io::Result<Option<String>> {
-        let taken = {
-            let mut mounts = self.mounts.lock();
-            let key = mounts
-                .iter()
-                .find(|(dataset, mount)| {
-                    dataset.as_str() == target || mount.mountpoint == Path::new(target)
-                })
-                .map(|(dataset, _)| dataset.clone());
-            key.and_then(|key| mounts.remove(&key).map(|mount| (key, mount)))
-        };
-        match taken {
-            Some((dataset, mount)) => mount.unmount().map(|()| Some(dataset)),
-            None => Ok(None),
+    /// Unmounts the dataset named `target`, or the one mounted at `target`; `None` if
+    /// nothing matches. A busy mount stays mounted and known (the error says so).
+    pub fn unmount(&self, target: &str) -> std::io::Result<Option<Unmounted>> {
+        let mut mounts = self.mounts.lock();
+        let matches =
+            |dataset: &str, mountpoint: &Path| dataset == target || mountpoint == Path::new(target);
+        let ended: Vec<(String, std::path::PathBuf)> = mounts
+            .iter()
+            .filter(|(_, mount)| mount.ended())
+            .map(|(dataset, mount)| (dataset.clone(), mount.mountpoint.clone()))
+            .collect();
+        self.forget_ended(&mut mounts);
+        if let Some((dataset, _)) = ended
+            .into_iter()
+            .find(|(dataset, mountpoint)| matches(dataset, mountpoint))
+        {
+            return Ok(Some(Unmounted::Already { dataset }));
         }
+        let Some(dataset) = mounts
+            .iter()
+            .find(|(dataset, mount)| matches(dataset, &mount.mountpoint))
+            .map(|(dataset, _)| dataset.clone())
+        else {
+            return Ok(None);
+        };
+        let Some(mount) = mounts.get_mut(&dataset) else {
+            return Ok(None);
+        };
+        mount.unmount()?;
+        mounts.remove(&dataset);
+        self.write_record(&mounts);
+        Ok(Some(Unmounted::Now { dataset }))
     }
 
-    /// Unmounts everything of `pool` (before it is exported), or everything.
-    pub fn unmount_all(&self, pool: Option<&str>) -> Vec<(String, std::io::Result<()>)> {
-        let taken: Vec<(String, FuseMount)> = {
-            let mut mounts = self.mounts.lock();
-            let keys: Vec<String> = mounts
-                .keys()
-                .filter(|dataset| pool.is_none_or(|pool| dataset.split('/').next() == Some(pool)))
-                .cloned()
-                .collect();
-            keys.into_iter()
-                .filter_map(|key| mounts.remove(&key).map(|mount| (key, mount)))
-                .collect()
-        };
-        taken
-            .into_iter()
-            .map(|(dataset, mount)| (dataset, mount.unmount()))
-            .collect()
+    /// Unmounts everything of `pool` (before it is exported), or everything: each dataset
+    /// with its mountpoint and what unmounting it gave. Those that could not be unmounted
+    /// (busy) stay mounted and known.
+    pub fn unmount_all(
+        &self,
+        pool: Option<&str>,
+    ) -> Vec<(String, std::path::PathBuf, std::io::Result<()>)> {
+        let mut mounts = self.mounts.lock();
+        self.forget_ended(&mut mounts);
+        let keys: Vec<String> = mounts
+            .keys()
+            .filter(|dataset| pool.is_none_or(|pool| dataset.split('/').next() == Some(pool)))
+            .cloned()
+            .collect();
+        let mut outcomes = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Some(mount) = mounts.get_mut(&key) else {
+                continue;
+            };
+            let mountpoint = mount.mountpoint.clone();
+            let result = mount.unmount();
+            if result.is_ok() {
+                mounts.remove(&key);
+            }
+            outcomes.push((key, mountpoint, result));
+        }
+        self.write_record(&mounts);
+        outcomes
     }
 
     /// Every mounted filesystem, by dataset name (for statistics).
@@ -300,10 +455,11 @@ impl Mounts {
             .collect()
     }
 
-    /// Dataset and mountpoint of every mount.
+    /// Dataset and mountpoint of every mount (mounts let go from outside forgotten first).
     pub fn list(&self) -> Vec<(String, std::path::PathBuf)> {
-        self.mounts
-            .lock()
+        let mut mounts = self.mounts.lock();
+        self.forget_ended(&mut mounts);
+        mounts
             .iter()
             .map(|(dataset, mount)| (dataset.clone(), mount.mountpoint.clone()))
             .collect()
@@ -340,9 +496,23 @@ fn statfs_errno(path: &Path) -> Option<i32> {
     (status != 0).then(|| std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
 }
 
-/// Detaches the mounts of `dead_cairn_mounts` (at server start); returns their mountpoints.
-pub fn clear_dead_cairn_mounts() -> Vec<std::path::PathBuf> {
-    let dead = dead_cairn_mounts();
+/// Detaches the mounts of `dead_cairn_mounts` that the record at `record` (written by
+/// `Mounts::keep_record` of an earlier server with the same record) lists (at server start):
+/// a dead mount of another server (another state directory) is that server's to clear.
+/// Returns their mountpoints.
+pub fn clear_dead_cairn_mounts(record: &Path) -> Vec<std::path::PathBuf> {
+    let Ok(text) = std::fs::read(record) else {
+        return Vec::new();
+    };
+    let ours: Vec<&Path> = text
+        .split(|byte| *byte == b'\n')
+        .filter(|line| !line.is_empty())
+        .map(|line| Path::new(OsStr::from_bytes(line)))
+        .collect();
+    let dead: Vec<std::path::PathBuf> = dead_cairn_mounts()
+        .into_iter()
+        .filter(|mountpoint| ours.contains(&mountpoint.as_path()))
+        .collect();
     for mountpoint in &dead {
         detach(mountpoint);
     }
@@ -455,6 +625,7 @@ pub fn mount(
     Ok(FuseMount {
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
+        dev: path_dev(mountpoint),
         fs,
     })
 }

@@ -110,13 +110,18 @@ pub enum PoolsError {
         #[source]
         source: Box<EngineError>,
     },
-    #[error("cannot unmount a filesystem of pool '{pool}'")]
+    #[error("cannot unmount {dataset} at {mountpoint}: pool '{pool}' stays imported")]
     Unmount {
         pool: String,
+        dataset: String,
+        mountpoint: String,
         #[source]
         source: std::io::Error,
     },
 }
+
+/// A filesystem unmounted on the way: its dataset and where it was mounted.
+pub type UnmountedAt = (String, PathBuf);
 
 impl PoolsError {
     /// The reason, when this says a remembered pool cannot be opened.
@@ -337,21 +342,36 @@ impl PoolAccess {
     }
 
     /// Takes a pool for good (export, destroy): out of the server's set when served, else
-    /// opened from its devices.
-    pub fn take(&self, pool: &str) -> Result<Arc<Pool>, PoolsError> {
+    /// opened from its devices. Its mounted filesystems are unmounted first; returns the
+    /// pool and the (dataset, mountpoint) of each one unmounted. If one cannot be unmounted
+    /// (busy), the pool stays imported and served with it mounted (those unmounted before it
+    /// stay unmounted).
+    pub fn take(&self, pool: &str) -> Result<(Arc<Pool>, Vec<UnmountedAt>), PoolsError> {
         if let Some(served) = &self.served {
             let handle = self.served_pool(served, pool)?;
             // Its filesystems go first: nothing may reach a pool being exported.
-            for (_, result) in served.mounts.unmount_all(Some(pool)) {
-                result.map_err(|source| PoolsError::Unmount {
-                    pool: pool.to_string(),
-                    source,
-                })?;
+            let mut unmounted = Vec::new();
+            let mut refusal = None;
+            for (dataset, mountpoint, result) in served.mounts.unmount_all(Some(pool)) {
+                match result {
+                    Ok(()) => unmounted.push((dataset, mountpoint)),
+                    Err(source) => {
+                        refusal.get_or_insert(PoolsError::Unmount {
+                            pool: pool.to_string(),
+                            dataset,
+                            mountpoint: mountpoint.display().to_string(),
+                            source,
+                        });
+                    }
+                }
+            }
+            if let Some(refusal) = refusal {
+                return Err(refusal);
             }
             served.pools.write().remove(pool);
-            return Ok(handle);
+            return Ok((handle, unmounted));
         }
-        Ok(Arc::new(self.open(pool, false)?))
+        Ok((Arc::new(self.open(pool, false)?), Vec::new()))
     }
 
     /// Hands a newly created or imported pool back: a server keeps serving it; a one-shot

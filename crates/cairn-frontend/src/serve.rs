@@ -301,7 +301,7 @@ where
         &settings.command_line,
         notes,
     )?;
-    mount_all(&served, notes);
+    mount_all(&served, &settings.state_dir.join(MOUNT_RECORD_FILE), notes);
     let exports = Arc::new(PoolExports::new(served.clone()));
     let server = Arc::new(NbdServer::new(exports.clone(), config));
     let _ = served.nbd.set(server.clone());
@@ -348,7 +348,7 @@ where
     control::wake(&settings.state_dir);
     let _ = control_thread.join();
     let _ = std::fs::remove_file(control::socket_path(&settings.state_dir));
-    for (dataset, result) in served.mounts.unmount_all(None) {
+    for (dataset, _, result) in served.mounts.unmount_all(None) {
         notes(Note::Pool(match result {
             Ok(()) => format!("unmounted {dataset}"),
             Err(err) => format!("cannot unmount {dataset}: {err}"),
@@ -483,16 +483,22 @@ pub fn pass_on_events(seen: u64, notes: &dyn Fn(Note)) -> u64 {
     newest
 }
 
+/// The file in the state directory listing the server's mountpoints
+/// (`Mounts::keep_record`).
+const MOUNT_RECORD_FILE: &str = "mounts";
+
 /// Mounts every filesystem of the served pools that has a mountpoint; one that cannot be
 /// mounted is reported and left (the others and the volumes are served).
-fn mount_all(served: &ServedPools, notes: &dyn Fn(Note)) {
-    // Mounts a killed server left behind answer nothing (ENOTCONN): they go first.
-    for dead in crate::fuse::clear_dead_cairn_mounts() {
+fn mount_all(served: &ServedPools, record: &Path, notes: &dyn Fn(Note)) {
+    // Mounts a killed server of this state directory left behind answer nothing (ENOTCONN):
+    // they go first. The record then follows this server's mounts.
+    for dead in crate::fuse::clear_dead_cairn_mounts(record) {
         notes(Note::Pool(format!(
             "detached the dead mount at {} (its server had stopped without unmounting)",
             dead.display()
         )));
     }
+    served.mounts.keep_record(record);
     for pool in served.all() {
         let Ok(datasets) = pool.datasets() else {
             continue;

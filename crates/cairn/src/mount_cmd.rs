@@ -31,8 +31,15 @@ pub fn unmount(ctx: &Context, target: &str) -> Result<()> {
         bail!("cannot unmount '{target}': no server runs (nothing cairn mounted is mounted)");
     };
     match served.mounts.unmount(target) {
-        Ok(Some(dataset)) => {
+        Ok(Some(cairn_frontend::fuse::Unmounted::Now { dataset })) => {
             say!(ctx, "unmounted {dataset}");
+            Ok(())
+        }
+        Ok(Some(cairn_frontend::fuse::Unmounted::Already { dataset })) => {
+            say!(
+                ctx,
+                "{dataset} had been unmounted from outside cairn; forgotten as mounted"
+            );
             Ok(())
         }
         Ok(None) => bail!("cannot unmount '{target}': not mounted by this server"),

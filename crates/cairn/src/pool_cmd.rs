@@ -999,7 +999,10 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
 
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
     let pool = match ctx.take(name) {
-        Ok(pool) => pool,
+        Ok((pool, unmounted)) => {
+            say_unmounted(ctx, &unmounted);
+            pool
+        }
         Err(err) => return forget_unavailable(ctx, name, err.into(), "export"),
     };
     if let Err(err) = ctx.record(&pool) {
@@ -1010,6 +1013,13 @@ pub fn export(ctx: &Context, name: &str) -> Result<()> {
         .with_context(|| format!("cannot export pool '{name}'"))?;
     ctx.cache.remove(name)?;
     Ok(())
+}
+
+/// Says which filesystems an export or destroy unmounted first.
+fn say_unmounted(ctx: &Context, unmounted: &[(String, std::path::PathBuf)]) {
+    for (dataset, mountpoint) in unmounted {
+        say!(ctx, "unmounted {dataset} from {}", mountpoint.display());
+    }
 }
 
 /// `export` or `destroy -f` of a pool that cannot be opened: nothing can be written to its
@@ -1036,7 +1046,10 @@ fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str)
 
 pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
     let pool = match ctx.take(name).map_err(anyhow::Error::from) {
-        Ok(pool) => pool,
+        Ok((pool, unmounted)) => {
+            say_unmounted(ctx, &unmounted);
+            pool
+        }
         Err(err) if force || unavailable_busy(&err) => {
             return forget_unavailable(ctx, name, err, "destroy");
         }
