@@ -1150,7 +1150,9 @@ impl fuser::Filesystem for FuseAdapter {
             | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP
             // Writes of files opened where it is safe are kept by the kernel and written
             // back in large calls (`open_flags`).
-            | InitFlags::FUSE_WRITEBACK_CACHE;
+            | InitFlags::FUSE_WRITEBACK_CACHE
+            // Inodes can be found again from file handles (`lookup` of ".").
+            | InitFlags::FUSE_EXPORT_SUPPORT;
         // What this kernel lacks is simply not used.
         let mut granted = wanted & config.capabilities();
         // Without direct opens that can still be mapped, there is no safe way out of the
@@ -1171,9 +1173,16 @@ impl fuser::Filesystem for FuseAdapter {
         Ok(())
     }
 
+    /// Also how the kernel finds an inode it no longer caches from a file handle
+    /// (`open_by_handle_at`, NFS exports of the mount; FUSE_EXPORT_SUPPORT): it looks up "."
+    /// in the inode itself, of any kind, and checks the generation it gets against the
+    /// handle's. Inode numbers are object numbers, so handles outlive a remount; an object
+    /// number reused by a new file has a new generation, so a handle of the old one is stale.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let found = self.timed(FsOpKind::Lookup, || {
-            self.fs.lookup(object_of(parent), name.as_bytes())
+        let parent = object_of(parent);
+        let found = self.timed(FsOpKind::Lookup, || match name.as_bytes() {
+            b"." => self.fs.getattr(parent).map(|attrs| (parent, attrs)),
+            name => self.fs.lookup(parent, name),
         });
         self.entry(reply, found);
     }

@@ -572,3 +572,100 @@ fn set_id_bits_go_at_chown_of_special_files_direct_writes_fallocate_and_acls() {
     server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
     env.assert_pool_check_clean();
 }
+
+/// A file handle from `name_to_handle_at`, as raw bytes (`struct file_handle`).
+fn name_to_handle(path: &Path) -> Vec<u8> {
+    const HANDLE_BYTES_MAX: usize = 128;
+    let mut handle = vec![0u8; 8 + HANDLE_BYTES_MAX];
+    handle[..4].copy_from_slice(&(HANDLE_BYTES_MAX as u32).to_ne_bytes());
+    let mut mount_id: libc::c_int = 0;
+    let c_path = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
+    // SAFETY: a NUL-terminated path, a buffer of the size its header states, an int.
+    let status = unsafe {
+        libc::syscall(
+            libc::SYS_name_to_handle_at,
+            libc::AT_FDCWD,
+            c_path.as_ptr(),
+            handle.as_mut_ptr(),
+            &mut mount_id as *mut libc::c_int,
+            0,
+        )
+    };
+    assert_eq!(
+        status,
+        0,
+        "name_to_handle_at {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    handle
+}
+
+/// `open_by_handle_at` of `handle` on the mount at `mountpoint`, read whole.
+fn read_by_handle(mountpoint: &Path, handle: &mut [u8]) -> Result<Vec<u8>, i32> {
+    use std::io::Read;
+    use std::os::unix::io::FromRawFd;
+    let mount = std::fs::File::open(mountpoint).unwrap();
+    // SAFETY: a valid descriptor and a handle buffer as name_to_handle_at filled it.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_open_by_handle_at,
+            mount.as_raw_fd(),
+            handle.as_mut_ptr(),
+            libc::O_RDONLY,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    }
+    // SAFETY: a descriptor open_by_handle_at just returned, owned from here.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd as i32) };
+    let mut contents = Vec::new();
+    if !file.metadata().unwrap().is_dir() {
+        file.read_to_end(&mut contents).unwrap();
+    }
+    Ok(contents)
+}
+
+/// Drops the kernel's cached dentries and inodes (root only).
+fn drop_kernel_caches() {
+    std::fs::write("/proc/sys/vm/drop_caches", b"2").unwrap();
+}
+
+/// File handles (`open_by_handle_at`, what NFS servers of a mount use) work for inodes the
+/// kernel no longer caches and after a remount; a handle of a deleted file is stale
+/// (xfstests 426, 467, 477).
+#[test]
+fn file_handles_outlive_the_kernels_cache_and_a_remount() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) = served_mount(&env, "tank/fs", &[]);
+    std::fs::create_dir(at.join("dir")).unwrap();
+    std::fs::write(at.join("dir/file"), b"by handle").unwrap();
+    std::fs::write(at.join("gone"), b"x").unwrap();
+    let mut file_handle = name_to_handle(&at.join("dir/file"));
+    let mut dir_handle = name_to_handle(&at.join("dir"));
+    let mut gone_handle = name_to_handle(&at.join("gone"));
+    std::fs::remove_file(at.join("gone")).unwrap();
+    drop_kernel_caches();
+    assert_eq!(
+        read_by_handle(&at, &mut file_handle),
+        Ok(b"by handle".to_vec())
+    );
+    assert!(read_by_handle(&at, &mut dir_handle).is_ok());
+    assert_eq!(read_by_handle(&at, &mut gone_handle), Err(libc::ESTALE));
+    // A new file may take the deleted one's object number: the old handle stays stale.
+    for round in 0..8 {
+        std::fs::write(at.join(format!("new{round}")), b"y").unwrap();
+    }
+    assert_eq!(read_by_handle(&at, &mut gone_handle), Err(libc::ESTALE));
+    env.ok(&["unmount", "tank/fs"]);
+    env.ok(&["mount", "tank/fs", at.to_str().unwrap()]);
+    assert_eq!(
+        read_by_handle(&at, &mut file_handle),
+        Ok(b"by handle".to_vec())
+    );
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
