@@ -1062,22 +1062,28 @@ fn label_state(state: PoolState) -> &'static str {
 }
 
 pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
-    // A remembered pool that no longer opens because a log device is gone: its error sends
-    // the user here with --ignore-missing-log; the devices are the remembered ones.
+    if args.dry_run && args.pool.is_none() {
+        bail!("-F -n needs the pool to look at (cairn pool import -d DIR -F -n POOL)");
+    }
+    // A remembered pool that no longer opens because a log device is gone, or because it would
+    // have to rewind: its error sends the user here with --ignore-missing-log or -F; the
+    // devices are the remembered ones.
     if let Some(wanted) = &args.pool
-        && args.ignore_missing_log
+        && (args.ignore_missing_log || args.rewind)
         && args.dirs.is_empty()
         && ctx.cache.devices(wanted)?.is_some()
     {
-        let pool = Pool::import(
-            &ImportSource::Devices(ctx.cached_devices(wanted)?),
-            wanted,
-            PoolOptions {
-                ignore_missing_log: true,
-                ..ctx.pool_options()
-            },
-        )
-        .with_context(|| format!("cannot import pool '{wanted}'"))?;
+        let source = ImportSource::Devices(ctx.cached_devices(wanted)?);
+        let options = PoolOptions {
+            ignore_missing_log: args.ignore_missing_log,
+            rewind: args.rewind,
+            ..ctx.pool_options()
+        };
+        if args.dry_run {
+            return preview_rewind(ctx, &source, wanted, wanted, &options);
+        }
+        let pool = Pool::import(&source, wanted, options)
+            .with_context(|| format!("cannot import pool '{wanted}'"))?;
         return finish_import(ctx, pool);
     }
     let dirs: Vec<PathBuf> = if args.dirs.is_empty() {
@@ -1123,7 +1129,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
                 say!(ctx);
             }
             shown += 1;
-            say_raw!(ctx, "{}", render_importable(&pool.config, &pool.devices));
+            say_raw!(ctx, "{}", render_importable(pool));
         }
         if shown == 0 {
             say!(
@@ -1163,23 +1169,46 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         ),
     };
     let name = pool_found.config.pool_name.clone();
-    // (With --ignore-missing-log a remembered pool may be imported again from these devices:
-    // it could not be opened, or its devices' locks make this import fail.)
-    if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log {
+    // (With --ignore-missing-log or -F a remembered pool may be imported again from these
+    // devices: it could not be opened, or its devices' locks make this import fail.)
+    if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log && !args.rewind {
         bail!("cannot import '{wanted}': a pool named '{name}' is already imported");
     }
     // By guid from the directories searched: the one search, which also finds the pool's
     // cache devices there.
-    let pool = Pool::import(
-        &ImportSource::Directories(dirs.clone()),
-        &pool_found.config.pool_guid.to_string(),
-        PoolOptions {
-            ignore_missing_log: args.ignore_missing_log,
-            ..ctx.pool_options()
-        },
-    )
-    .with_context(|| format!("cannot import pool '{name}'"))?;
+    let source = ImportSource::Directories(dirs.clone());
+    let guid = pool_found.config.pool_guid.to_string();
+    let options = PoolOptions {
+        ignore_missing_log: args.ignore_missing_log,
+        rewind: args.rewind,
+        ..ctx.pool_options()
+    };
+    if args.dry_run {
+        return preview_rewind(ctx, &source, &guid, &name, &options);
+    }
+    let pool = Pool::import(&source, &guid, options)
+        .with_context(|| format!("cannot import pool '{name}'"))?;
     finish_import(ctx, pool)
+}
+
+/// `import -F -n`: what a rewind would open and lose; nothing is committed or remembered.
+fn preview_rewind(
+    ctx: &Context,
+    source: &ImportSource,
+    wanted: &str,
+    name: &str,
+    options: &PoolOptions,
+) -> Result<()> {
+    match Pool::preview_import(source, wanted, options)
+        .with_context(|| format!("cannot import pool '{name}', even with -F"))?
+    {
+        Some(rewind) => say!(ctx, "{}", rewind.preview()),
+        None => say!(
+            ctx,
+            "pool '{name}' needs no rewind: its newest committed txg opens (import it without -F)"
+        ),
+    }
+    Ok(())
 }
 
 /// Shows what import had to say, remembers the pool and its devices, records the command.
@@ -1199,7 +1228,8 @@ fn finish_import(ctx: &Context, pool: Pool) -> Result<()> {
     recorded.and(closed)
 }
 
-fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec, u64)]) -> String {
+fn render_importable(pool: &DiscoveredPool) -> String {
+    let (config, devices) = (&pool.config, &pool.devices);
     let mut table = Table::new(vec![Column::left("NAME"), Column::left("STATE")]);
     let mut rows = Vec::new();
     let mut pool_ok = true;
@@ -1249,7 +1279,10 @@ fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec,
             );
         }
     }
-    let pool_state = match (pool_ok, pool_degraded) {
+    // No uberblock on any device: a `pool create` cut before its first commit (labels in their
+    // first half only), or rings damaged beyond use. Either way there is nothing to import.
+    let no_uberblock = pool.newest_uberblock.is_none();
+    let pool_state = match (pool_ok && !no_uberblock, pool_degraded) {
         (false, _) => "UNAVAIL",
         (true, true) => "DEGRADED",
         (true, false) => "ONLINE",
@@ -1258,14 +1291,34 @@ fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec,
     for (name, state) in rows {
         table.push(vec![name, state.into()]);
     }
-    let mut out = format!(
-        "   pool: {}\n     id: {}\n  state: {} ({})\n",
-        config.pool_name,
-        config.pool_guid,
-        pool_state,
-        label_state(config.state)
-    );
+    let mut out = if no_uberblock {
+        format!(
+            "   pool: {}\n     id: {}\n  state: {pool_state}\n",
+            config.pool_name, config.pool_guid
+        )
+    } else {
+        format!(
+            "   pool: {}\n     id: {}\n  state: {} ({})\n",
+            config.pool_name,
+            config.pool_guid,
+            pool_state,
+            label_state(config.state)
+        )
+    };
+    if pool.creation_incomplete() {
+        out.push_str(
+            " status: The pool's creation did not complete (no uberblock was written).\n \
+             action: The pool cannot be imported: create it again (pool create reuses these \
+             devices without -f).\n",
+        );
+    } else if no_uberblock {
+        out.push_str(
+            " status: No uberblock of the pool verifies on any of its devices (the labels are \
+             damaged).\n action: The pool cannot be imported.\n",
+        );
+    }
     out.push_str(match (pool_ok, config.state) {
+        _ if no_uberblock => "",
         (false, _) => " action: The pool cannot be imported: a vdev has no device present.\n",
         (true, PoolState::Destroyed) => " action: The pool was destroyed and cannot be imported.\n",
         (true, PoolState::Active) => {
