@@ -1367,7 +1367,7 @@ fn check_volume_object(name: &str, objset: &ObjectSet, block_size: u32) -> Resul
     };
     let dnode = objset
         .dnode(VOLUME_OBJECT)
-        .map_err(|err| damaged(format!("cannot be read: {err}")))?;
+        .map_err(|err| damaged(format!("cannot be read: {}", crate::error_chain(&err))))?;
     let problem = if dnode.is_free() {
         "does not exist".to_string()
     } else if dnode.object_type != ObjectType::VolumeData {

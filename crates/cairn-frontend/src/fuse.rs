@@ -115,7 +115,7 @@ pub enum MountError {
     AlreadyMounted { dataset: String, mountpoint: String },
     #[error("{dataset} has no mountpoint (set one, or give one to mount)")]
     NoMountpoint { dataset: String },
-    #[error("cannot mount {dataset} at {mountpoint}: {source}")]
+    #[error("cannot mount {dataset} at {mountpoint}")]
     Mount {
         dataset: String,
         mountpoint: String,

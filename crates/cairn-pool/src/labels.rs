@@ -141,7 +141,7 @@ pub fn best_config(device: &dyn Device) -> Result<LabelConfig, LabelError> {
                     best = Some(config);
                 }
             }
-            Err(err) => problems.push(err.to_string()),
+            Err(err) => problems.push(cairn_device::error_chain(&err)),
         }
     }
     best.ok_or_else(|| LabelError::NoValidLabel {

@@ -356,10 +356,13 @@ pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
 }
 
 /// The `cache` section of `pool status`: each cache device with its size, what it holds,
-/// and its health (a missing one is UNAVAIL and costs the pool nothing).
-fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
+/// and its health (a missing one is UNAVAIL and costs the pool nothing). Returns the notes
+/// for below the tree: why each UNAVAIL one is (as zpool, the NAME column holds names only; a
+/// device error is long).
+fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) -> Vec<String> {
+    let mut notes = Vec::new();
     if cache.is_empty() {
-        return;
+        return notes;
     }
     let blank = || vec![String::new(); 4];
     let mut header = vec!["cache".to_string()];
@@ -382,13 +385,19 @@ fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
                 report.write_errors.to_string(),
                 report.checksum_errors.to_string(),
             ],
-            (None, Some(reason)) => vec![
-                format!("  {} ({reason})", device.name),
-                "UNAVAIL".into(),
-                "0".into(),
-                "0".into(),
-                "0".into(),
-            ],
+            (None, Some(reason)) => {
+                // The engine's reason may name the device already.
+                let prefix = format!("cache device {}: ", device.name);
+                let reason = reason.strip_prefix(&prefix).unwrap_or(reason);
+                notes.push(format!("cache device {} is UNAVAIL: {reason}", device.name));
+                vec![
+                    format!("  {}", device.name),
+                    "UNAVAIL".into(),
+                    "0".into(),
+                    "0".into(),
+                    "0".into(),
+                ]
+            }
             (None, None) => vec![
                 format!("  {}", device.name),
                 "-".into(),
@@ -399,6 +408,7 @@ fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
         };
         table.push(row);
     }
+    notes
 }
 
 /// The pool's health as zpool shows it: SUSPENDED while it refuses writes.
@@ -507,13 +517,16 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
             table.push(leaf_row(&top.leaves[0], "  "));
         }
     }
-    push_cache_rows(&mut table, cache);
+    let notes = push_cache_rows(&mut table, cache);
     for line in table.render(false).lines() {
         out.push('\t');
         out.push_str(line);
         out.push('\n');
     }
     out.push('\n');
+    for note in &notes {
+        out.push_str(&format!("  note: {note}\n"));
+    }
     // As zpool: the count, and with -v the list of places with permanent errors.
     match &status.last_scrub {
         Some(scrub) if !scrub.damaged.is_empty() && verbose => {
