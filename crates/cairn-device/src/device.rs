@@ -9,7 +9,7 @@ use thiserror::Error;
 
 #[derive(Debug, Error)]
 pub enum DeviceError {
-    #[error("{device}: {op} at offset {offset} failed: {source}")]
+    #[error("{device}: {op} at offset {offset} failed")]
     Io {
         device: String,
         op: &'static str,

@@ -158,7 +158,7 @@ impl Device for RecordingDevice {
 /// Errors of `replay`.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         path: PathBuf,
         #[source]

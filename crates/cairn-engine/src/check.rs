@@ -237,7 +237,9 @@ impl Pool {
                         .into_iter()
                         .map(|problem| format!("{name}: {problem}")),
                 ),
-                Err(err) => report.namespace_problems.push(format!("{name}: {err}")),
+                Err(err) => report
+                    .namespace_problems
+                    .push(format!("{name}: {}", crate::error_chain(&err))),
             }
         }
     }

@@ -175,7 +175,7 @@ impl Pool {
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?
             .sync_now_forced()
-            .map_err(|err| create_error(err.to_string()))?;
+            .map_err(|err| create_error(crate::error_chain(&err)))?;
         // A mirror side that failed a write or flush of txg 1 was faulted and the txg went on
         // without it; a new pool that is degraded from birth is not what was asked for.
         let failed: Vec<String> = tree_leaves_not_online(&pool);

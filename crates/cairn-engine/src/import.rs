@@ -8,6 +8,22 @@
 //! Falling back past the newest uberblock is safe for as long as the frees of the newer txgs
 //! were still deferred (`DEFER_TXGS`); older fallbacks are refused rather than risk reading
 //! reused space.
+//!
+//! Never a silent rewind. Opening an older txg than the newest one the labels prove committed
+//! gives up txgs whose writes were acknowledged, so import refuses it, naming the txg it would
+//! open and what would be lost, unless asked (`PoolOptions::rewind`, the CLI's `-F`;
+//! `Pool::preview_import` says what it would do). What counts as proof must survive the
+//! normal crash, a power cut in the middle of a commit, without a refusal:
+//! - an uberblock that verifies: it is written only after its txg's blocks were flushed, so if
+//!   its tree does not verify, the damage came later (a torn uberblock fails its checksum and
+//!   proves nothing: a header readable inside a torn slot is not trusted);
+//! - a config in the second half of the labels (1 and 3): a commit writes it only after its
+//!   txg's uberblock was flushed, so its txg was committed even when every copy of that
+//!   uberblock has since been damaged. The first half is written before the uberblock and
+//!   proves nothing.
+//!
+//! A rewind that writes first zeroes the rings' uberblocks newer than the txg it opens, since
+//! the next txgs reuse their numbers and a later import must not pick one of them again.
 
 use crate::create::space_layout;
 use crate::pool::{DIRECTORY_OBJECT, PoolCore, PoolOptions, checksum_from_property};
@@ -26,7 +42,9 @@ use cairn_format::{
 };
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
-use cairn_pool::labels::{best_config, read_configs, read_uberblocks};
+use cairn_pool::labels::{
+    LABEL_HALVES, best_config, discard_uberblocks_after, read_configs, read_uberblocks,
+};
 use cairn_pool::space::{DEFER_TXGS, SpaceAllocator};
 use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
 use parking_lot::Mutex;
@@ -73,6 +91,44 @@ pub struct DiscoveredPool {
     pub configs: Vec<LabelConfig>,
     /// Present devices with their leaf guid.
     pub devices: Vec<(DeviceSpec, u64)>,
+    /// The newest uberblock of the pool that verifies on any of its devices (whatever its vdev
+    /// tree), and a device holding it; `None`: not one, as a `pool create` cut before its
+    /// first uberblock leaves them.
+    pub newest_uberblock: Option<(Uberblock, PathBuf)>,
+    /// The newest txg a config in the second half of some label records, and where: that half
+    /// is written only after the txg's uberblock was flushed (`cairn_pool::labels`), so that
+    /// txg was committed. `None`: no such config (a create cut short writes only the first
+    /// half).
+    pub committed_config: Option<(u64, String)>,
+}
+
+impl DiscoveredPool {
+    /// True if the labels show a pool whose creation never committed its first txg: configs
+    /// in the first half of the labels only, and no uberblock anywhere.
+    pub fn creation_incomplete(&self) -> bool {
+        self.newest_uberblock.is_none() && self.committed_config.is_none()
+    }
+
+    /// The newest txg the labels prove committed, and what proves it: a verified uberblock
+    /// (written only after its txg's blocks were flushed) or a config of the labels' second
+    /// half (written after its txg's uberblock was flushed). A torn uberblock fails its
+    /// checksum and proves nothing, so a power cut never raises this past what is durable.
+    pub fn committed_txg(&self) -> Option<(u64, String)> {
+        let from_uberblock = self.newest_uberblock.as_ref().map(|(ub, path)| {
+            (
+                ub.txg,
+                format!(
+                    "the uberblock of txg {} on {} verifies",
+                    ub.txg,
+                    path.display()
+                ),
+            )
+        });
+        [from_uberblock, self.committed_config.clone()]
+            .into_iter()
+            .flatten()
+            .max_by_key(|(txg, _)| *txg)
+    }
 }
 
 pub(crate) fn candidate_paths(source: &ImportSource) -> Vec<PathBuf> {
@@ -119,26 +175,62 @@ pub fn discover_pools(source: &ImportSource) -> Vec<DiscoveredPool> {
         let Ok(config) = best_config(&device) else {
             continue;
         };
-        let spec = DeviceSpec { path, model: None };
         let entry = pools
             .entry(config.pool_guid)
             .or_insert_with(|| DiscoveredPool {
                 config: config.clone(),
                 configs: Vec::new(),
                 devices: Vec::new(),
+                newest_uberblock: None,
+                committed_config: None,
             });
         if config.txg > entry.config.txg {
             entry.config = config.clone();
         }
-        for other in read_configs(&device).into_iter().flatten() {
+        for (index, other) in read_configs(&device).into_iter().enumerate() {
+            let Ok(other) = other else {
+                continue;
+            };
+            if other.pool_guid != config.pool_guid {
+                continue;
+            }
+            let second_half = LABEL_HALVES[1].contains(&index);
+            if second_half
+                && entry
+                    .committed_config
+                    .as_ref()
+                    .is_none_or(|(txg, _)| other.txg > *txg)
+            {
+                entry.committed_config = Some((
+                    other.txg,
+                    format!(
+                        "label {index} of {} records txg {}, written once that txg's uberblock \
+                         was durable",
+                        path.display(),
+                        other.txg
+                    ),
+                ));
+            }
             let known = entry
                 .configs
                 .iter()
                 .any(|seen| seen.txg == other.txg && seen.tree.guid_sum() == other.tree.guid_sum());
-            if other.pool_guid == config.pool_guid && !known {
+            if !known {
                 entry.configs.push(other);
             }
         }
+        if let Some(newest) = read_uberblocks(&device)
+            .into_iter()
+            .filter(|ub| ub.pool_guid == config.pool_guid)
+            .max_by_key(|ub| ub.txg)
+            && entry
+                .newest_uberblock
+                .as_ref()
+                .is_none_or(|(seen, _)| newest.txg > seen.txg)
+        {
+            entry.newest_uberblock = Some((newest, path.clone()));
+        }
+        let spec = DeviceSpec { path, model: None };
         entry.devices.push((spec, config.leaf_guid));
     }
     let mut pools: Vec<DiscoveredPool> = pools.into_values().collect();
@@ -263,7 +355,10 @@ fn open_tree(
                     leaves.push(Leaf::open(child.guid, spec, device));
                 }
                 Some(Err(err)) => {
-                    return Err(import_error(name, format!("cannot open {spec}: {err}")));
+                    return Err(import_error(
+                        name,
+                        format!("cannot open {spec}: {}", crate::error_chain(&err)),
+                    ));
                 }
                 None => {
                     missing.push(spec.to_string());
@@ -343,8 +438,8 @@ fn load_space_log(
             format!("space-log block {} from the head", bps.len())
         })?;
         let data = io.read_block(&next, IoClass::SyncRead)?;
-        let block =
-            SpaceLogBlock::decode(&data).map_err(|err| EngineError::Space(err.to_string()))?;
+        let block = SpaceLogBlock::decode(&data)
+            .map_err(|err| EngineError::Space(crate::error_chain(&err)))?;
         if block.txg > newest_txg {
             return Err(EngineError::Space(format!(
                 "space-log block {} is of txg {}, after the uberblock's txg {newest_txg}",
@@ -388,7 +483,7 @@ fn load(
     space
         .lock()
         .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
-        .map_err(|err| EngineError::Space(err.to_string()))?;
+        .map_err(|err| EngineError::Space(crate::error_chain(&err)))?;
     let mos = ObjectSet::open(
         cached.clone(),
         ub.root_bp,
@@ -433,7 +528,208 @@ fn load(
     })
 }
 
+/// What an import gives up when the newest txg the labels prove committed cannot be opened
+/// and an older one can: a rewind (ZFS's `zpool import -F`). Import refuses it unless asked
+/// (`PoolOptions::rewind`), since the txgs in between were acknowledged to writers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewind {
+    pub pool: String,
+    /// The newest txg the labels prove committed.
+    pub committed_txg: u64,
+    /// What proves it (a label's config, a verified uberblock).
+    pub evidence: String,
+    /// The txg the import opens instead.
+    pub to_txg: u64,
+    /// When `to_txg` was committed (milliseconds since the Unix epoch; 0 if unknown).
+    pub to_timestamp_ms: u64,
+    /// When the newest uberblock that verifies was written, if it is newer than `to_txg` (its
+    /// tree did not verify); `None` when no newer uberblock can be read.
+    pub newest_timestamp_ms: Option<u64>,
+    /// Why each newer uberblock that verifies could not be opened.
+    pub failures: Vec<String>,
+}
+
+impl Rewind {
+    /// How many committed txgs the rewind gives up.
+    pub fn lost_txgs(&self) -> u64 {
+        self.committed_txg.saturating_sub(self.to_txg)
+    }
+
+    /// "txg 10 (committed 2026-12-02 05:40:17 UTC)".
+    fn target(&self) -> String {
+        if self.to_timestamp_ms == 0 {
+            format!("txg {}", self.to_txg)
+        } else {
+            format!(
+                "txg {} (committed {})",
+                self.to_txg,
+                cairn_metrics::time::utc_date(self.to_timestamp_ms)
+            )
+        }
+    }
+
+    /// "txgs 11–27 (17 txgs, at least 42 s of changes)".
+    fn loss(&self) -> String {
+        let lost = self.lost_txgs();
+        let txgs = if lost == 1 {
+            format!("txg {} (1 txg", self.committed_txg)
+        } else {
+            format!(
+                "txgs {}–{} ({lost} txgs",
+                self.to_txg + 1,
+                self.committed_txg
+            )
+        };
+        let span = match self.newest_timestamp_ms {
+            Some(newest_ms) if self.to_timestamp_ms > 0 && newest_ms > self.to_timestamp_ms => {
+                format!(
+                    ", at least {} of changes",
+                    cairn_metrics::time::rough_duration(newest_ms - self.to_timestamp_ms)
+                )
+            }
+            _ => ", every change made since then".to_string(),
+        };
+        format!("{txgs}{span})")
+    }
+
+    fn why(&self) -> String {
+        if self.failures.is_empty() {
+            format!(
+                "no uberblock newer than txg {} can be read on any device",
+                self.to_txg
+            )
+        } else {
+            format!("no newer txg opens ({})", self.failures.join("; "))
+        }
+    }
+
+    /// Why import refuses, what a rewind would lose, and how to ask for it.
+    pub fn refusal(&self) -> String {
+        format!(
+            "its labels show txg {} was committed ({}), but {}: importing would rewind to {} and \
+             lose {}; import with -F to rewind (-F -n shows what it would do, changing nothing)",
+            self.committed_txg,
+            self.evidence,
+            self.why(),
+            self.target(),
+            self.loss()
+        )
+    }
+
+    /// What a rewind would do, for `import -F -n`.
+    pub fn preview(&self) -> String {
+        format!(
+            "pool '{}' would be rewound to {}, losing {}: its labels show txg {} was committed \
+             ({}), but {}",
+            self.pool,
+            self.target(),
+            self.loss(),
+            self.committed_txg,
+            self.evidence,
+            self.why()
+        )
+    }
+
+    /// The note an import that rewound leaves.
+    fn note(&self) -> String {
+        let mut note = format!(
+            "pool '{}' rewound to {} as asked (-F): lost {}",
+            self.pool,
+            self.target(),
+            self.loss()
+        );
+        if self.lost_txgs() > DEFER_TXGS {
+            note.push_str(&format!(
+                "; space those txgs freed may have been reused since: run 'cairn pool scrub {}'",
+                self.pool
+            ));
+        }
+        note
+    }
+}
+
+/// The newest uberblock of the pool's tree whose tree verifies, loaded, and the rewind that
+/// opening it means if the labels prove a newer txg committed. Falls back past an uberblock
+/// whose tree does not verify for as long as the frees of the newer txgs were still deferred
+/// (`DEFER_TXGS`). Reads only.
+fn open_newest(
+    found: &DiscoveredPool,
+    tree: &Arc<VdevTree>,
+    options: &PoolOptions,
+) -> Result<(Uberblock, Loaded, Option<Rewind>), EngineError> {
+    let pool_name = &found.config.pool_name;
+    let guid_sum = found.config.tree.guid_sum();
+    let mut candidates: Vec<Uberblock> = tree
+        .leaves()
+        .filter_map(|leaf| leaf.device())
+        .flat_map(|device| read_uberblocks(device.as_ref()))
+        .filter(|ub| ub.pool_guid == found.config.pool_guid && ub.guid_sum == guid_sum)
+        .collect();
+    candidates.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
+    candidates.dedup_by(|a, b| a.txg == b.txg);
+    let newest = candidates.first().map_or(0, |ub| ub.txg);
+    let mut failures = Vec::new();
+    for ub in candidates
+        .iter()
+        .take_while(|ub| ub.txg + DEFER_TXGS >= newest)
+    {
+        match load(tree, ub, options) {
+            Ok(loaded) => {
+                let newest_timestamp_ms = candidates
+                    .iter()
+                    .chain(found.newest_uberblock.as_ref().map(|(ub, _)| ub))
+                    .filter(|newer| newer.txg > ub.txg)
+                    .map(|newer| newer.timestamp_ms)
+                    .max();
+                let rewind = found
+                    .committed_txg()
+                    .filter(|(committed_txg, _)| *committed_txg > ub.txg)
+                    .map(|(committed_txg, evidence)| Rewind {
+                        pool: pool_name.clone(),
+                        committed_txg,
+                        evidence,
+                        to_txg: ub.txg,
+                        to_timestamp_ms: ub.timestamp_ms,
+                        newest_timestamp_ms,
+                        failures: failures.clone(),
+                    });
+                return Ok((ub.clone(), loaded, rewind));
+            }
+            Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),
+        }
+    }
+    Err(import_error(
+        pool_name,
+        if !failures.is_empty() {
+            format!("no uberblock whose tree verifies ({})", failures.join("; "))
+        } else if found.creation_incomplete() {
+            "its creation did not complete (no uberblock was written): create it again (pool \
+             create reuses these devices without -f)"
+                .to_string()
+        } else {
+            "no valid uberblock found".to_string()
+        },
+    ))
+}
+
 impl Pool {
+    /// What `import` with `PoolOptions::rewind` would open, committing nothing: `None` if the
+    /// newest txg the labels prove committed opens, else the rewind it would take. An error
+    /// if the pool cannot be imported even so.
+    pub fn preview_import(
+        source: &ImportSource,
+        name: &str,
+        options: &PoolOptions,
+    ) -> Result<Option<Rewind>, EngineError> {
+        let mut found = find_pool(source, name)?;
+        found.config = committed_config(&found);
+        let (tree, _) = open_tree(&found, options)?;
+        let tree = Arc::new(tree);
+        let outcome = open_newest(&found, &tree, options).map(|(_, _, rewind)| rewind);
+        tree.shutdown();
+        outcome
+    }
+
     /// Imports the pool called `name` (or with that guid) from `source`.
     pub fn import(
         source: &ImportSource,
@@ -452,121 +748,111 @@ impl Pool {
                 missing.join(", ")
             ));
         }
-        let guid_sum = found.config.tree.guid_sum();
-        let mut candidates: Vec<Uberblock> = tree
-            .leaves()
-            .filter_map(|leaf| leaf.device())
-            .flat_map(|device| read_uberblocks(device.as_ref()))
-            .filter(|ub| ub.pool_guid == found.config.pool_guid && ub.guid_sum == guid_sum)
-            .collect();
-        candidates.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
-        candidates.dedup_by(|a, b| a.txg == b.txg);
-        let newest = candidates.first().map_or(0, |ub| ub.txg);
-        let mut failures = Vec::new();
-        for ub in candidates
-            .iter()
-            .take_while(|ub| ub.txg + DEFER_TXGS >= newest)
-        {
-            match load(&tree, ub, &options) {
-                Ok(loaded) => {
-                    if ub.txg != newest {
-                        notes.push(format!(
-                            "pool '{pool_name}': txg {newest} is damaged ({}); rewound to txg {}",
-                            failures.join("; "),
-                            ub.txg
-                        ));
-                    }
-                    for leaf in tree.leaves() {
-                        if let Some(record) = loaded.directory.leaf_errors.get(&leaf.guid) {
-                            leaf.errors.restore(
-                                record.read,
-                                record.write,
-                                record.checksum,
-                                record.repaired_bytes,
-                            );
-                        }
-                    }
-                    let core = PoolCore {
-                        name: pool_name.clone(),
-                        guid: found.config.pool_guid,
-                        io: loaded.io,
-                        space: loaded.space,
-                        mos: loaded.mos,
-                        directory: Mutex::new(loaded.directory),
-                        objsets: Mutex::new(loaded.objsets),
-                        intent_logs: Mutex::new(BTreeMap::new()),
-                        tasks: Mutex::new(BTreeMap::new()),
-                        space_log: Mutex::new(loaded.space_log),
-                        uberblock: Mutex::new(ub.clone()),
-                        label_state: Mutex::new(PoolState::Active),
-                        config_dirty: AtomicBool::new(!options.readonly),
-                        space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
-                        space_view: Default::default(),
-                        suspend_handle: Default::default(),
-                        scan_floors: Mutex::new(BTreeMap::new()),
-                    };
-                    let readonly = options.readonly;
-                    let log_missing = tree.tops.iter().any(|top| {
-                        top.config.role == VdevRole::Log && top.health() == Health::Unavail
-                    });
-                    let mut pool = Pool::assemble(core, ub.txg, &options);
-                    pool.mark_resilvering_leaf();
-                    if log_missing
-                        && !readonly
-                        && !options.ignore_missing_log
-                        && pool.has_pending_intent_logs()
-                    {
-                        let _ = pool.close();
-                        return Err(import_error(
-                            &pool_name,
-                            format!(
-                                "log device {} is missing and the intent log is not empty: \
-                                 synchronous writes acknowledged since txg {} may exist only \
-                                 there and would be lost; import with --ignore-missing-log to \
-                                 accept that (the pool then comes back as of txg {})",
-                                missing.join(", "),
-                                ub.txg,
-                                ub.txg
-                            ),
-                        ));
-                    }
-                    if log_missing {
-                        notes.push(format!(
-                            "pool '{pool_name}': log device missing ({}); log blocks go to the \
-                             pool's disks",
-                            missing.join(", ")
-                        ));
-                    }
-                    if !readonly {
-                        match pool.replay_intent_logs(ub.txg, !log_missing) {
-                            Ok(replayed) => notes.extend(replayed),
-                            Err(err) => {
-                                let _ = pool.close();
-                                return Err(err);
-                            }
-                        }
-                    }
-                    if !readonly {
-                        pool.txg_engine()?
-                            .sync_now_forced()
-                            .map_err(|err| import_error(&pool_name, err.to_string()))?;
-                        notes.extend(pool.resume_resilver()?);
-                    }
-                    pool.notes = notes;
-                    pool.find_cache_devices(source, &options);
-                    return Ok(pool);
+        let (ub, loaded, rewind) = match open_newest(&found, &tree, &options) {
+            Ok(opened) => opened,
+            Err(err) => {
+                tree.shutdown();
+                return Err(err);
+            }
+        };
+        if let Some(rewind) = &rewind {
+            if !options.rewind {
+                drop(loaded);
+                tree.shutdown();
+                return Err(import_error(&pool_name, rewind.refusal()));
+            }
+            if !options.readonly {
+                // Before the first commit, which reuses the numbers of the txgs given up.
+                if let Err(err) = discard_uberblocks_after(&tree, found.config.pool_guid, ub.txg) {
+                    drop(loaded);
+                    tree.shutdown();
+                    return Err(import_error(
+                        &pool_name,
+                        format!(
+                            "cannot discard the uberblocks of the txgs a rewind gives up: {}",
+                            crate::error_chain(&err)
+                        ),
+                    ));
                 }
-                Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),
+            }
+            notes.push(rewind.note());
+        }
+        for leaf in tree.leaves() {
+            if let Some(record) = loaded.directory.leaf_errors.get(&leaf.guid) {
+                leaf.errors.restore(
+                    record.read,
+                    record.write,
+                    record.checksum,
+                    record.repaired_bytes,
+                );
             }
         }
-        tree.shutdown();
-        Err(import_error(
-            &pool_name,
-            if failures.is_empty() {
-                "no valid uberblock found".to_string()
-            } else {
-                format!("no uberblock whose tree verifies ({})", failures.join("; "))
-            },
-        ))
+        let core = PoolCore {
+            name: pool_name.clone(),
+            guid: found.config.pool_guid,
+            io: loaded.io,
+            space: loaded.space,
+            mos: loaded.mos,
+            directory: Mutex::new(loaded.directory),
+            objsets: Mutex::new(loaded.objsets),
+            intent_logs: Mutex::new(BTreeMap::new()),
+            tasks: Mutex::new(BTreeMap::new()),
+            space_log: Mutex::new(loaded.space_log),
+            uberblock: Mutex::new(ub.clone()),
+            label_state: Mutex::new(PoolState::Active),
+            config_dirty: AtomicBool::new(!options.readonly),
+            space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
+            space_view: Default::default(),
+            suspend_handle: Default::default(),
+            scan_floors: Mutex::new(BTreeMap::new()),
+        };
+        let readonly = options.readonly;
+        let log_missing = tree
+            .tops
+            .iter()
+            .any(|top| top.config.role == VdevRole::Log && top.health() == Health::Unavail);
+        let mut pool = Pool::assemble(core, ub.txg, &options);
+        pool.mark_resilvering_leaf();
+        if log_missing && !readonly && !options.ignore_missing_log && pool.has_pending_intent_logs()
+        {
+            let _ = pool.close();
+            return Err(import_error(
+                &pool_name,
+                format!(
+                    "log device {} is missing and the intent log is not empty: \
+                     synchronous writes acknowledged since txg {} may exist only \
+                     there and would be lost; import with --ignore-missing-log to \
+                     accept that (the pool then comes back as of txg {})",
+                    missing.join(", "),
+                    ub.txg,
+                    ub.txg
+                ),
+            ));
+        }
+        if log_missing {
+            notes.push(format!(
+                "pool '{pool_name}': log device missing ({}); log blocks go to the \
+                 pool's disks",
+                missing.join(", ")
+            ));
+        }
+        if !readonly {
+            match pool.replay_intent_logs(ub.txg, !log_missing) {
+                Ok(replayed) => notes.extend(replayed),
+                Err(err) => {
+                    let _ = pool.close();
+                    return Err(err);
+                }
+            }
+        }
+        if !readonly {
+            pool.txg_engine()?
+                .sync_now_forced()
+                .map_err(|err| import_error(&pool_name, crate::error_chain(&err)))?;
+            notes.extend(pool.resume_resilver()?);
+        }
+        pool.notes = notes;
+        pool.find_cache_devices(source, &options);
+        Ok(pool)
     }
 }

@@ -79,7 +79,7 @@ impl Pool {
                     for added in done.into_iter().chain([vdev]) {
                         let _ = space.remove_vdev(added);
                     }
-                    return Err(layout_error(err.to_string()));
+                    return Err(layout_error(crate::error_chain(&err)));
                 }
                 done.push(vdev);
             }
@@ -98,7 +98,7 @@ impl Pool {
         for top in &tops {
             space
                 .set_allocatable(top.id(), true)
-                .map_err(|err| layout_error(err.to_string()))?;
+                .map_err(|err| layout_error(crate::error_chain(&err)))?;
         }
         Ok(names)
     }
@@ -113,13 +113,15 @@ impl Pool {
             .space
             .lock()
             .set_allocatable(id, false)
-            .map_err(|err| layout_error(err.to_string()))?;
+            .map_err(|err| layout_error(crate::error_chain(&err)))?;
         let result = self.empty_log_vdev(id).and_then(|()| {
             self.run_sync_task(move |core, _| {
-                core.space
-                    .lock()
-                    .remove_vdev(id)
-                    .map_err(|err| layout_error(format!("the log device is not empty: {err}")))?;
+                core.space.lock().remove_vdev(id).map_err(|err| {
+                    layout_error(format!(
+                        "the log device is not empty: {}",
+                        crate::error_chain(&err)
+                    ))
+                })?;
                 core.io.replace_tree(Arc::new(core.tree().without_top(id)));
                 core.config_dirty.store(true, Ordering::SeqCst);
                 core.space_log.lock().condense_next = true;
@@ -138,7 +140,11 @@ impl Pool {
             {
                 cairn_metrics::events::record(
                     "engine",
-                    format!("could not erase the labels of {}: {err}", leaf.spec),
+                    format!(
+                        "could not erase the labels of {}: {}",
+                        leaf.spec,
+                        crate::error_chain(&err)
+                    ),
                 );
             }
         }
@@ -153,7 +159,7 @@ impl Pool {
         let logs: Vec<_> = self.core.intent_logs.lock().values().cloned().collect();
         for log in logs {
             log.restart_chains()
-                .map_err(|err| layout_error(err.to_string()))?;
+                .map_err(|err| layout_error(crate::error_chain(&err)))?;
         }
         // Blocks freed in txg N are reusable (and out of the deferred set) once N + DEFER_TXGS
         // has synced; a few more for frees that land in the txg being synced meanwhile.
@@ -171,7 +177,7 @@ impl Pool {
             .space
             .lock()
             .vdev_in_use(id)
-            .map_err(|err| layout_error(err.to_string()))?;
+            .map_err(|err| layout_error(crate::error_chain(&err)))?;
         Err(layout_error(format!(
             "the log device still holds {allocated} allocated and {deferred} deferred bytes \
              after {} txg syncs",
@@ -230,7 +236,7 @@ fn vdev_empty(core: &PoolCore, id: u32) -> Result<bool, EngineError> {
         .space
         .lock()
         .vdev_in_use(id)
-        .map_err(|err| layout_error(err.to_string()))?;
+        .map_err(|err| layout_error(crate::error_chain(&err)))?;
     Ok(allocated == 0 && deferred == 0)
 }
 

@@ -49,7 +49,7 @@ pub use cairn_l2arc::{DeviceReport, L2Config, L2Health};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
-pub use import::{DiscoveredPool, ImportSource, discover_pools};
+pub use import::{DiscoveredPool, ImportSource, Rewind, discover_pools};
 pub use pool::{
     DatasetInfo, DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, Pool,
     PoolDeviceIo, PoolOptions, PoolStatus, TopIo, TopStatus, process_cache,

@@ -40,6 +40,10 @@ pub struct PoolOptions {
     /// Import even if a log device is missing: synchronous writes only it holds are lost and
     /// the pool comes back as of its last synced txg.
     pub ignore_missing_log: bool,
+    /// Import even if the newest txg the labels prove committed cannot be opened, at the newest
+    /// one that can (ZFS's `zpool import -F`); without it such an import is refused, naming
+    /// what a rewind would lose (`import::Rewind`).
+    pub rewind: bool,
     /// Every volume opened appends its clients' reads to `DIR/<pool>_<volume>.trace` (a
     /// diagnostic for `bench/record-volume-trace.sh`).
     pub read_trace_dir: Option<std::path::PathBuf>,
@@ -59,6 +63,7 @@ impl Default for PoolOptions {
             readonly: false,
             space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
             ignore_missing_log: false,
+            rewind: false,
             read_trace_dir: None,
             cache_devices: Vec::new(),
             l2: cairn_l2arc::L2Config::default(),
@@ -1362,7 +1367,7 @@ fn check_volume_object(name: &str, objset: &ObjectSet, block_size: u32) -> Resul
     };
     let dnode = objset
         .dnode(VOLUME_OBJECT)
-        .map_err(|err| damaged(format!("cannot be read: {err}")))?;
+        .map_err(|err| damaged(format!("cannot be read: {}", crate::error_chain(&err))))?;
     let problem = if dnode.is_free() {
         "does not exist".to_string()
     } else if dnode.object_type != ObjectType::VolumeData {

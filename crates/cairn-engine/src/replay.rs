@@ -130,7 +130,7 @@ impl Pool {
                     };
                     space.free(&dva, txg).map_err(|err| EngineError::Import {
                         pool: self.core.name.clone(),
-                        reason: format!("freeing leftover log space: {err}"),
+                        reason: format!("freeing leftover log space: {}", crate::error_chain(&err)),
                     })?;
                     start += piece;
                 }
@@ -186,7 +186,7 @@ impl Pool {
         for dva in &log.blocks {
             space
                 .claim(dva, txg)
-                .map_err(|err| claim_error("intent log block", dva, err.to_string()))?;
+                .map_err(|err| claim_error("intent log block", dva, crate::error_chain(&err)))?;
             to_free.push(*dva);
         }
         for dva in &log.chain_ends {
@@ -205,7 +205,7 @@ impl Pool {
             for dva in bp.copies() {
                 if usable(dva)
                     && space.claim(dva, txg).map_err(|err| {
-                        claim_error("block written in place", dva, err.to_string())
+                        claim_error("block written in place", dva, crate::error_chain(&err))
                     })?
                 {
                     to_free.push(*dva);
@@ -262,7 +262,10 @@ impl Pool {
             for dva in &to_free {
                 space.free(dva, txg).map_err(|err| EngineError::Import {
                     pool: self.core.name.clone(),
-                    reason: format!("{name}: freeing a replayed log block: {err}"),
+                    reason: format!(
+                        "{name}: freeing a replayed log block: {}",
+                        crate::error_chain(&err)
+                    ),
                 })?;
             }
         }

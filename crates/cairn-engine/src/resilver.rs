@@ -488,10 +488,15 @@ impl Pool {
                     };
                     let outcome = run.run();
                     if let Err(err) = outcome {
-                        *progress.error.lock() = Some(err.to_string());
+                        *progress.error.lock() = Some(crate::error_chain(&err));
                     }
                 })
-                .map_err(|err| layout_error(format!("cannot start the resilver: {err}")))?
+                .map_err(|err| {
+                    layout_error(format!(
+                        "cannot start the resilver: {}",
+                        crate::error_chain(&err)
+                    ))
+                })?
         };
         let task = ResilverTask {
             leaf_guid,
@@ -601,7 +606,7 @@ impl Resilver<'_> {
         let logs: Vec<_> = self.core.intent_logs.lock().values().cloned().collect();
         for log in logs {
             log.restart_chains()
-                .map_err(|err| layout_error(err.to_string()))?;
+                .map_err(|err| layout_error(crate::error_chain(&err)))?;
         }
         // The rate limit counts from here, over every window.
         let started = Instant::now();
@@ -753,13 +758,19 @@ impl Resilver<'_> {
                 leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                 leaf.fault();
                 return Err(layout_error(format!(
-                    "write to {} failed: {err}",
-                    leaf.spec
+                    "write to {} failed: {}",
+                    leaf.spec,
+                    crate::error_chain(&err)
                 )));
             }
         }
-        leaf.flush()
-            .map_err(|err| layout_error(format!("flush of {} failed: {err}", leaf.spec)))?;
+        leaf.flush().map_err(|err| {
+            layout_error(format!(
+                "flush of {} failed: {}",
+                leaf.spec,
+                crate::error_chain(&err)
+            ))
+        })?;
         let progress = self.progress;
         progress.copied_bytes.fetch_add(bytes, Ordering::Relaxed);
         progress

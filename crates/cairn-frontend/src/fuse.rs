@@ -145,7 +145,7 @@ pub enum MountError {
         mountpoint: String,
         other: String,
     },
-    #[error("cannot mount {dataset} at {mountpoint}: {source}")]
+    #[error("cannot mount {dataset} at {mountpoint}")]
     Mount {
         dataset: String,
         mountpoint: String,

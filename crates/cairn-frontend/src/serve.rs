@@ -351,7 +351,10 @@ where
     for (dataset, _, result) in served.mounts.unmount_all(None) {
         notes(Note::Pool(match result {
             Ok(()) => format!("unmounted {dataset}"),
-            Err(err) => format!("cannot unmount {dataset}: {err}"),
+            Err(err) => format!(
+                "cannot unmount {dataset}: {}",
+                cairn_device::error_chain(&err)
+            ),
         }));
     }
     let exported = export_all(&served, notes);

@@ -67,7 +67,10 @@ impl Walk<'_> {
             entries.push(entry.clone());
             true
         }) {
-            self.problem(format!("directory {dir}: {err}"));
+            self.problem(format!(
+                "directory {dir}: {}",
+                cairn_device::error_chain(&err)
+            ));
             return;
         }
         if entries.len() as u64 != attrs.size {
@@ -82,7 +85,10 @@ impl Walk<'_> {
             let (object, kind) = match decode_entry_value(&entry.value) {
                 Ok(found) => found,
                 Err(err) => {
-                    self.problem(format!("directory {dir} entry '{name}': {err}"));
+                    self.problem(format!(
+                        "directory {dir} entry '{name}': {}",
+                        cairn_device::error_chain(&err)
+                    ));
                     continue;
                 }
             };
@@ -95,7 +101,10 @@ impl Walk<'_> {
                     continue;
                 }
                 Err(err) => {
-                    self.problem(format!("directory {dir} entry '{name}': {err}"));
+                    self.problem(format!(
+                        "directory {dir} entry '{name}': {}",
+                        cairn_device::error_chain(&err)
+                    ));
                     continue;
                 }
             };
@@ -147,7 +156,10 @@ pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
                 continue;
             }
             Err(err) => {
-                walk.problem(format!("directory {dir}: {err}"));
+                walk.problem(format!(
+                    "directory {dir}: {}",
+                    cairn_device::error_chain(&err)
+                ));
                 continue;
             }
         };

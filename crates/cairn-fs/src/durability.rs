@@ -257,7 +257,12 @@ impl Filesystem {
         self.objset
             .io()
             .read_block(&bp, IoClass::SyncRead)
-            .map_err(|err| corrupt(format!("reading the logged block: {err}")))
+            .map_err(|err| {
+                corrupt(format!(
+                    "reading the logged block: {}",
+                    cairn_device::error_chain(&err)
+                ))
+            })
     }
 
     fn replay_op(&self, hold: &TxgHold, txg: u64, op: FsOp) -> Result<(), FsError> {

@@ -211,7 +211,7 @@ pub enum L2Error {
         #[source]
         source: DeviceError,
     },
-    #[error("cache device {device}: {source}")]
+    #[error("cache device {device}")]
     Layout {
         device: String,
         #[source]

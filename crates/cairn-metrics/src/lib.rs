@@ -10,6 +10,7 @@
 //! it already holds for the operation's bookkeeping, held for the record only.
 
 pub mod events;
+pub mod time;
 
 use hdrhistogram::Histogram;
 use std::time::Duration;

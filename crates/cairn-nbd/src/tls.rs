@@ -24,7 +24,7 @@ use tokio_rustls::TlsAcceptor;
 /// Why TLS settings could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    #[error("cannot read {what} {path}: {source}")]
+    #[error("cannot read {what} {path}")]
     Pem {
         what: &'static str,
         path: PathBuf,
@@ -33,9 +33,9 @@ pub enum TlsError {
     },
     #[error("{path} holds no certificate")]
     NoCertificate { path: PathBuf },
-    #[error("the TLS configuration is refused: {0}")]
+    #[error("the TLS configuration is refused")]
     Rustls(#[from] rustls::Error),
-    #[error("the client CA {path} cannot verify clients: {source}")]
+    #[error("the client CA {path} cannot verify clients")]
     ClientCa {
         path: PathBuf,
         #[source]

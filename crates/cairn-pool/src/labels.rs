@@ -141,7 +141,7 @@ pub fn best_config(device: &dyn Device) -> Result<LabelConfig, LabelError> {
                     best = Some(config);
                 }
             }
-            Err(err) => problems.push(err.to_string()),
+            Err(err) => problems.push(cairn_device::error_chain(&err)),
         }
     }
     best.ok_or_else(|| LabelError::NoValidLabel {
@@ -170,6 +170,47 @@ pub fn read_uberblocks(device: &dyn Device) -> Vec<Uberblock> {
     found.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
     found.dedup_by(|a, b| a == b);
     found
+}
+
+/// Zeroes every ring slot of every usable leaf that holds a verifying uberblock of `pool_guid`
+/// newer than `txg`, then flushes those leaves; returns how many slots were cleared. A rewind
+/// to `txg` does this before its first commit: the txgs it gives up would otherwise stay the
+/// newest in the rings (the new txgs reuse their numbers), and a later import would pick one
+/// of them again.
+pub fn discard_uberblocks_after(
+    tree: &VdevTree,
+    pool_guid: u64,
+    txg: u64,
+) -> Result<usize, LabelError> {
+    let ring_bytes = (UBERBLOCK_SLOT_SIZE * UBERBLOCK_RING_SLOTS) as usize;
+    let zeros = vec![0u8; UBERBLOCK_SLOT_SIZE as usize];
+    let mut cleared = 0;
+    for leaf in tree.leaves().filter(|leaf| leaf.is_usable()) {
+        let Some(device) = leaf.device() else {
+            continue;
+        };
+        let size = device.size_bytes();
+        let mut wrote = false;
+        for index in 0..LABEL_COUNT {
+            let ring_offset = label_offset(index, size) + LABEL_RING_OFFSET;
+            let mut ring = vec![0u8; ring_bytes];
+            device.read_at(ring_offset, &mut ring)?;
+            for (slot_index, slot) in ring.chunks_exact(UBERBLOCK_SLOT_SIZE as usize).enumerate() {
+                let newer = Uberblock::decode(slot)
+                    .is_ok_and(|ub| ub.pool_guid == pool_guid && ub.txg > txg);
+                if newer {
+                    let slot_offset = ring_offset + slot_index as u64 * UBERBLOCK_SLOT_SIZE;
+                    device.write_at(slot_offset, &zeros)?;
+                    cleared += 1;
+                    wrote = true;
+                }
+            }
+        }
+        if wrote {
+            device.flush()?;
+        }
+    }
+    Ok(cleared)
 }
 
 /// Writes `ub` into its ring slot in all four labels of every usable leaf. Must be preceded and

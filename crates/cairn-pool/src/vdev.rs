@@ -386,7 +386,13 @@ impl VdevTree {
             if let Err(err) = result {
                 leaf.errors.write.fetch_add(1, Ordering::Relaxed);
                 leaf.fault();
-                cairn_metrics::events::record("pool", format!("flush failed, leaf faulted: {err}"));
+                cairn_metrics::events::record(
+                    "pool",
+                    format!(
+                        "flush failed, leaf faulted: {}",
+                        cairn_device::error_chain(&err)
+                    ),
+                );
                 failures.push((leaf.guid, err));
             }
         }

@@ -750,8 +750,9 @@ impl IntentLog {
                     cairn_metrics::events::record(
                         "zil",
                         format!(
-                            "intent log of {}: {err}; falling back to a txg sync",
-                            self.dataset
+                            "intent log of {}: {}; falling back to a txg sync",
+                            self.dataset,
+                            cairn_device::error_chain(&err)
                         ),
                     );
                     self.fall_back(lane, plan.last_ticket)
@@ -798,8 +799,9 @@ impl IntentLog {
                 cairn_metrics::events::record(
                     "zil",
                     format!(
-                        "intent log of {}: {err}; falling back to a txg sync",
-                        self.dataset
+                        "intent log of {}: {}; falling back to a txg sync",
+                        self.dataset,
+                        cairn_device::error_chain(&err)
                     ),
                 );
                 self.fall_back(lane, built.last_ticket)

@@ -336,6 +336,15 @@ struct PoolImportArgs {
     /// synchronous writes only it holds are lost, the pool comes back as of its last txg.
     #[arg(long)]
     ignore_missing_log: bool,
+    /// Rewind: when the newest txg the labels show committed cannot be opened, import at the
+    /// newest one that can, losing the txgs in between (refused without -F).
+    #[arg(short = 'F')]
+    #[serde(default)]
+    rewind: bool,
+    /// With -F: say what a rewind would do and lose, changing nothing.
+    #[arg(short = 'n', requires = "rewind")]
+    #[serde(default)]
+    dry_run: bool,
     /// Pool name or guid to import; without it, list what could be imported.
     pool: Option<String>,
 }

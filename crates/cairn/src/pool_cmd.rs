@@ -356,10 +356,13 @@ pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
 }
 
 /// The `cache` section of `pool status`: each cache device with its size, what it holds,
-/// and its health (a missing one is UNAVAIL and costs the pool nothing).
-fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
+/// and its health (a missing one is UNAVAIL and costs the pool nothing). Returns the notes
+/// for below the tree: why each UNAVAIL one is (as zpool, the NAME column holds names only; a
+/// device error is long).
+fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) -> Vec<String> {
+    let mut notes = Vec::new();
     if cache.is_empty() {
-        return;
+        return notes;
     }
     let blank = || vec![String::new(); 4];
     let mut header = vec!["cache".to_string()];
@@ -382,13 +385,19 @@ fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
                 report.write_errors.to_string(),
                 report.checksum_errors.to_string(),
             ],
-            (None, Some(reason)) => vec![
-                format!("  {} ({reason})", device.name),
-                "UNAVAIL".into(),
-                "0".into(),
-                "0".into(),
-                "0".into(),
-            ],
+            (None, Some(reason)) => {
+                // The engine's reason may name the device already.
+                let prefix = format!("cache device {}: ", device.name);
+                let reason = reason.strip_prefix(&prefix).unwrap_or(reason);
+                notes.push(format!("cache device {} is UNAVAIL: {reason}", device.name));
+                vec![
+                    format!("  {}", device.name),
+                    "UNAVAIL".into(),
+                    "0".into(),
+                    "0".into(),
+                    "0".into(),
+                ]
+            }
             (None, None) => vec![
                 format!("  {}", device.name),
                 "-".into(),
@@ -399,6 +408,7 @@ fn push_cache_rows(table: &mut Table, cache: &[CacheDeviceStatus]) {
         };
         table.push(row);
     }
+    notes
 }
 
 /// The pool's health as zpool shows it: SUSPENDED while it refuses writes.
@@ -507,13 +517,16 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
             table.push(leaf_row(&top.leaves[0], "  "));
         }
     }
-    push_cache_rows(&mut table, cache);
+    let notes = push_cache_rows(&mut table, cache);
     for line in table.render(false).lines() {
         out.push('\t');
         out.push_str(line);
         out.push('\n');
     }
     out.push('\n');
+    for note in &notes {
+        out.push_str(&format!("  note: {note}\n"));
+    }
     // As zpool: the count, and with -v the list of places with permanent errors.
     match &status.last_scrub {
         Some(scrub) if !scrub.damaged.is_empty() && verbose => {
@@ -1075,22 +1088,28 @@ fn label_state(state: PoolState) -> &'static str {
 }
 
 pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
-    // A remembered pool that no longer opens because a log device is gone: its error sends
-    // the user here with --ignore-missing-log; the devices are the remembered ones.
+    if args.dry_run && args.pool.is_none() {
+        bail!("-F -n needs the pool to look at (cairn pool import -d DIR -F -n POOL)");
+    }
+    // A remembered pool that no longer opens because a log device is gone, or because it would
+    // have to rewind: its error sends the user here with --ignore-missing-log or -F; the
+    // devices are the remembered ones.
     if let Some(wanted) = &args.pool
-        && args.ignore_missing_log
+        && (args.ignore_missing_log || args.rewind)
         && args.dirs.is_empty()
         && ctx.cache.devices(wanted)?.is_some()
     {
-        let pool = Pool::import(
-            &ImportSource::Devices(ctx.cached_devices(wanted)?),
-            wanted,
-            PoolOptions {
-                ignore_missing_log: true,
-                ..ctx.pool_options()
-            },
-        )
-        .with_context(|| format!("cannot import pool '{wanted}'"))?;
+        let source = ImportSource::Devices(ctx.cached_devices(wanted)?);
+        let options = PoolOptions {
+            ignore_missing_log: args.ignore_missing_log,
+            rewind: args.rewind,
+            ..ctx.pool_options()
+        };
+        if args.dry_run {
+            return preview_rewind(ctx, &source, wanted, wanted, &options);
+        }
+        let pool = Pool::import(&source, wanted, options)
+            .with_context(|| format!("cannot import pool '{wanted}'"))?;
         return finish_import(ctx, pool);
     }
     let dirs: Vec<PathBuf> = if args.dirs.is_empty() {
@@ -1136,7 +1155,7 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
                 say!(ctx);
             }
             shown += 1;
-            say_raw!(ctx, "{}", render_importable(&pool.config, &pool.devices));
+            say_raw!(ctx, "{}", render_importable(pool));
         }
         if shown == 0 {
             say!(
@@ -1176,23 +1195,46 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         ),
     };
     let name = pool_found.config.pool_name.clone();
-    // (With --ignore-missing-log a remembered pool may be imported again from these devices:
-    // it could not be opened, or its devices' locks make this import fail.)
-    if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log {
+    // (With --ignore-missing-log or -F a remembered pool may be imported again from these
+    // devices: it could not be opened, or its devices' locks make this import fail.)
+    if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log && !args.rewind {
         bail!("cannot import '{wanted}': a pool named '{name}' is already imported");
     }
     // By guid from the directories searched: the one search, which also finds the pool's
     // cache devices there.
-    let pool = Pool::import(
-        &ImportSource::Directories(dirs.clone()),
-        &pool_found.config.pool_guid.to_string(),
-        PoolOptions {
-            ignore_missing_log: args.ignore_missing_log,
-            ..ctx.pool_options()
-        },
-    )
-    .with_context(|| format!("cannot import pool '{name}'"))?;
+    let source = ImportSource::Directories(dirs.clone());
+    let guid = pool_found.config.pool_guid.to_string();
+    let options = PoolOptions {
+        ignore_missing_log: args.ignore_missing_log,
+        rewind: args.rewind,
+        ..ctx.pool_options()
+    };
+    if args.dry_run {
+        return preview_rewind(ctx, &source, &guid, &name, &options);
+    }
+    let pool = Pool::import(&source, &guid, options)
+        .with_context(|| format!("cannot import pool '{name}'"))?;
     finish_import(ctx, pool)
+}
+
+/// `import -F -n`: what a rewind would open and lose; nothing is committed or remembered.
+fn preview_rewind(
+    ctx: &Context,
+    source: &ImportSource,
+    wanted: &str,
+    name: &str,
+    options: &PoolOptions,
+) -> Result<()> {
+    match Pool::preview_import(source, wanted, options)
+        .with_context(|| format!("cannot import pool '{name}', even with -F"))?
+    {
+        Some(rewind) => say!(ctx, "{}", rewind.preview()),
+        None => say!(
+            ctx,
+            "pool '{name}' needs no rewind: its newest committed txg opens (import it without -F)"
+        ),
+    }
+    Ok(())
 }
 
 /// Shows what import had to say, remembers the pool and its devices, records the command.
@@ -1212,7 +1254,8 @@ fn finish_import(ctx: &Context, pool: Pool) -> Result<()> {
     recorded.and(closed)
 }
 
-fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec, u64)]) -> String {
+fn render_importable(pool: &DiscoveredPool) -> String {
+    let (config, devices) = (&pool.config, &pool.devices);
     let mut table = Table::new(vec![Column::left("NAME"), Column::left("STATE")]);
     let mut rows = Vec::new();
     let mut pool_ok = true;
@@ -1262,7 +1305,10 @@ fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec,
             );
         }
     }
-    let pool_state = match (pool_ok, pool_degraded) {
+    // No uberblock on any device: a `pool create` cut before its first commit (labels in their
+    // first half only), or rings damaged beyond use. Either way there is nothing to import.
+    let no_uberblock = pool.newest_uberblock.is_none();
+    let pool_state = match (pool_ok && !no_uberblock, pool_degraded) {
         (false, _) => "UNAVAIL",
         (true, true) => "DEGRADED",
         (true, false) => "ONLINE",
@@ -1271,14 +1317,34 @@ fn render_importable(config: &cairn_format::LabelConfig, devices: &[(DeviceSpec,
     for (name, state) in rows {
         table.push(vec![name, state.into()]);
     }
-    let mut out = format!(
-        "   pool: {}\n     id: {}\n  state: {} ({})\n",
-        config.pool_name,
-        config.pool_guid,
-        pool_state,
-        label_state(config.state)
-    );
+    let mut out = if no_uberblock {
+        format!(
+            "   pool: {}\n     id: {}\n  state: {pool_state}\n",
+            config.pool_name, config.pool_guid
+        )
+    } else {
+        format!(
+            "   pool: {}\n     id: {}\n  state: {} ({})\n",
+            config.pool_name,
+            config.pool_guid,
+            pool_state,
+            label_state(config.state)
+        )
+    };
+    if pool.creation_incomplete() {
+        out.push_str(
+            " status: The pool's creation did not complete (no uberblock was written).\n \
+             action: The pool cannot be imported: create it again (pool create reuses these \
+             devices without -f).\n",
+        );
+    } else if no_uberblock {
+        out.push_str(
+            " status: No uberblock of the pool verifies on any of its devices (the labels are \
+             damaged).\n action: The pool cannot be imported.\n",
+        );
+    }
     out.push_str(match (pool_ok, config.state) {
+        _ if no_uberblock => "",
         (false, _) => " action: The pool cannot be imported: a vdev has no device present.\n",
         (true, PoolState::Destroyed) => " action: The pool was destroyed and cannot be imported.\n",
         (true, PoolState::Active) => {

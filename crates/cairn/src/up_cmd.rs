@@ -78,6 +78,8 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                     dirs: vec![data_dir.clone()],
                     destroyed: false,
                     ignore_missing_log: false,
+                    rewind: false,
+                    dry_run: false,
                     pool: Some(POOL.into()),
                 },
             )?;

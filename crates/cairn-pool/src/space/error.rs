@@ -115,7 +115,7 @@ pub enum SpaceError {
     },
 
     /// A space-log entry that contradicts the state built from the entries before it.
-    #[error("space log entry #{index} {entry:?} is inconsistent: {source}")]
+    #[error("space log entry #{index} {entry:?} is inconsistent")]
     Replay {
         index: usize,
         entry: SpaceLogEntry,
