@@ -29,6 +29,11 @@
 #                settings: fsync on, synchronous_commit on), `pgbench -i -s 10`, then
 #                PGBENCH_RUNTIME (60) seconds of the TPC-B-like script with 4 clients, 2 threads
 #   dbench-4     dbench 4 clients (its NetBench load file) for DBENCH_RUNTIME (60) seconds, MB/s
+#   ls-l         `ls -l` of one directory of 100,000 empty files, warm (listed once before),
+#                files per second (a shell command of this script, as the rows below)
+#   rm-rf        `rm -rf` of that directory (listed once before), files per second
+#   find-ls      `find -ls` of a replica of /usr/share (its names, sizes and links, files
+#                sparse: the tree's metadata, not its data), warm, entries per second
 #
 # --only ROW,ROW runs some rows; --systems SYS,SYS some systems; --rounds N repeats the whole set
 # N times, systems interleaved within each round (the disk under them is shared and its state
@@ -59,7 +64,7 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 ROWS=(dsync-1 dsync-16 rewrite-128k aligned-8k read-cached read-uncached seq-write seq-read creates
-    pgbench dbench-4)
+    pgbench dbench-4 ls-l rm-rf find-ls)
 if [[ -n $ONLY ]]; then IFS=, read -r -a ROWS <<<"$ONLY"; fi
 for tool in fio python3 mkfs.ext4 losetup setpriv; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
@@ -154,6 +159,59 @@ EOF
     python3 -c "print(20000 / ($end - $start))" >"$RESULTS/$system.creates.txt"
 }
 
+# many_files: 100,000 empty files in $MNT/many, synced.
+many_files() {
+    mkdir "$MNT/many"
+    python3 - "$MNT/many" <<'EOF'
+import os, sys
+d = sys.argv[1]
+for i in range(100000):
+    os.close(os.open(os.path.join(d, f"f{i:06d}"), os.O_CREAT | os.O_WRONLY, 0o644))
+EOF
+    sync -f "$MNT/many"
+}
+
+# timed_rate SYSTEM ROW COUNT CMD...: runs CMD (output dropped) and writes COUNT per second
+# of its run to results/SYSTEM.ROW.txt.
+timed_rate() {
+    local system=$1 row=$2 count=$3 start end
+    shift 3
+    start=$(date +%s.%N)
+    "$@" >/dev/null
+    end=$(date +%s.%N)
+    python3 -c "print($count / ($end - $start))" >"$RESULTS/$system.$row.txt"
+}
+
+# usr_share_replica DIR: /usr/share's tree under DIR (directories, symlinks, and files of the
+# same sizes left sparse); prints the number of entries.
+usr_share_replica() {
+    python3 - /usr/share "$1" <<'EOF'
+import os, sys
+source, target = sys.argv[1], sys.argv[2]
+entries = 0
+for root, dirs, files in os.walk(source):
+    into = os.path.join(target, os.path.relpath(root, source))
+    os.makedirs(into, exist_ok=True)
+    entries += 1
+    for name in files:
+        path, copy = os.path.join(root, name), os.path.join(into, name)
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), copy)
+        elif os.path.isfile(path):
+            with open(copy, "wb") as f:
+                f.truncate(os.path.getsize(path))
+        else:
+            continue
+        entries += 1
+    for name in dirs:
+        path = os.path.join(root, name)
+        if os.path.islink(path):
+            os.symlink(os.readlink(path), os.path.join(into, name))
+            entries += 1
+print(entries)
+EOF
+}
+
 # pgbench SYSTEM: a PostgreSQL cluster on $MNT, `pgbench -i -s 10`, then PGBENCH_RUNTIME seconds
 # of 4 clients; pgbench's report to results/SYSTEM.pgbench.txt.
 pgbench_row() {
@@ -240,6 +298,23 @@ for system in "${SYSTEMS[@]}"; do
                 timeout $((DBENCH_RUNTIME + 600)) dbench -D "$MNT" -t "$DBENCH_RUNTIME" 4 \
                     >"$RESULTS/$system.dbench-4.txt" 2>&1
                 ;;
+            ls-l | rm-rf)
+                mount_system "$system" 128K
+                many_files
+                ls -l "$MNT/many" >/dev/null
+                if [[ $row == ls-l ]]; then
+                    timed_rate "$system" "$row" 100000 ls -l "$MNT/many"
+                else
+                    timed_rate "$system" "$row" 100000 rm -rf "$MNT/many"
+                fi
+                ;;
+            find-ls)
+                mount_system "$system" 128K
+                entries=$(usr_share_replica "$MNT/share")
+                sync -f "$MNT/share"
+                find "$MNT/share" -ls >/dev/null
+                timed_rate "$system" "$row" "$entries" find "$MNT/share" -ls
+                ;;
         esac
     done
     cleanup
@@ -281,8 +356,8 @@ def round_value(results, system, row):
         return reported(os.path.join(results, f"{system}.pgbench.txt"), "tps = ")
     if row == "dbench-4":
         return reported(os.path.join(results, f"{system}.dbench-4.txt"), "Throughput ")
-    if row == "creates":
-        path = os.path.join(results, f"{system}.creates.txt")
+    if row in ("creates", "ls-l", "rm-rf", "find-ls"):
+        path = os.path.join(results, f"{system}.{row}.txt")
         return float(open(path).read()) if os.path.exists(path) else None
     path = os.path.join(results, f"{system}.{row}.json")
     if not os.path.exists(path):
@@ -298,7 +373,7 @@ def round_value(results, system, row):
     return side["iops"]
 
 units = {"seq-write": "MiB/s", "seq-read": "MiB/s", "creates": "files/s", "pgbench": "tps",
-         "dbench-4": "MB/s"}
+         "dbench-4": "MB/s", "ls-l": "files/s", "rm-rf": "files/s", "find-ls": "entries/s"}
 against = [peer for peer in ("zfs-fuse", "ext4", "raw") if peer in systems]
 print("| row | unit | " + " | ".join(systems) + " | "
       + " | ".join(f"cairn / {peer}" for peer in against) + " |")

@@ -94,8 +94,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// How long the kernel may keep attributes and names without asking again.
-const ATTR_TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may keep attributes and names without asking again. Every change of
+/// a name or of attributes goes through the kernel, which updates or drops what it keeps,
+/// but for those the filesystem makes on its own (access times, set-ID bits taken away),
+/// which it invalidates itself (`Filesystem::observe_own_changes`); so the kernel's copy is
+/// not stale, and a long time spares a round trip per name and per `stat` (`ls -l`, `find
+/// -ls` and `rm -rf` of large trees; the kernel also drops a file's cached ACL whenever it
+/// asks again, so ACL lookups cost one more). Bounded all the same, so that what some
+/// unforeseen change left stale does not stay.
+const ATTR_TTL: Duration = Duration::from_secs(60);
 /// Event loops (each with its own /dev/fuse descriptor). A loop blocks for the whole of its
 /// call, a log commit included, so this bounds the synchronous writes the server holds at
 /// once, and with them what one log commit can group: with 2 loops, 16 writers doing O_DSYNC
@@ -218,6 +225,7 @@ impl FuseMount {
                 return Err(std::io::Error::last_os_error());
             }
         }
+        self.fs.observe_own_changes(None);
         // The kernel's mount is gone: only the session's threads are left to end (fuser's
         // own unmount could race the kernel's teardown and try the path again).
         match self.session.take() {
@@ -236,6 +244,7 @@ fn path_dev(path: &Path) -> Option<u64> {
 impl Drop for FuseMount {
     fn drop(&mut self) {
         if let Some(session) = self.session.take() {
+            self.fs.observe_own_changes(None);
             // Nothing to report to at drop; `unmount` is the way to see a failure. (fuser
             // unmounts only a mount of its own session, never one that took its place.)
             let _ = session.umount_and_join();
@@ -611,7 +620,17 @@ pub fn mount(
             mountpoint: mountpoint.display().to_string(),
             source,
         })?;
-    let _ = kernel_jobs.set(spawn_kernel_worker(session.notifier()));
+    let jobs = spawn_kernel_worker(session.notifier());
+    let _ = kernel_jobs.set(jobs.clone());
+    // Attribute changes the filesystem makes on its own: the kernel's copy is dropped.
+    let jobs = parking_lot::Mutex::new(jobs);
+    fs.observe_own_changes(Some(Arc::new(move |object| {
+        let ino = ino_of(object);
+        // The worker ends with the session, after which nothing is cached to drop.
+        let _ = jobs.lock().send(Box::new(move |notifier: &Notifier| {
+            let _ = notifier.inval_inode(ino, -1, 0);
+        }));
+    })));
     if let Some(dirty_limit) = mount_dirty_limit_bytes(mountpoint) {
         headroom_bytes.fetch_max(
             dirty_limit.saturating_mul(WRITEBACK_HEADROOM_DIRTY_LIMITS),
@@ -1132,8 +1151,10 @@ impl fuser::Filesystem for FuseAdapter {
     /// ACLs), 1 MiB reads and writes (read-ahead as large as the kernel allows), and the
     /// writeback cache, for the files opened where it is safe (`open_flags`).
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        // Readdirplus for every listing (not only its first part, as READDIRPLUS_AUTO would):
+        // `ls -l`, `find` and `rm -rf` read a large directory whole before they look at its
+        // entries, which would then each cost a LOOKUP.
         let wanted = InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_POSIX_ACL
             // The umask is ours to apply (`masked`): a default ACL replaces it.

@@ -81,18 +81,24 @@ impl Filesystem {
         if attrs.mode & libc::S_IXGRP != 0 {
             mode &= !libc::S_ISGID;
         }
+        let mut changed = false;
         if mode != attrs.mode {
             let changes = SetAttrs {
                 mode: Some(mode),
                 ..SetAttrs::default()
             };
             self.setattr(object, changes)?;
+            changed = true;
         }
         if attrs.xattr_object != 0 {
             match self.removexattr(object, CAPABILITY_XATTR) {
-                Ok(()) | Err(FsError::NoAttribute) => {}
+                Ok(()) => changed = true,
+                Err(FsError::NoAttribute) => {}
                 Err(err) => return Err(err),
             }
+        }
+        if changed {
+            self.changed_on_own(object);
         }
         Ok(())
     }
@@ -161,17 +167,20 @@ impl Filesystem {
         if readonly || !mode.due(seen, now) {
             return;
         }
-        let _ = self.update_atime(object, mode, now);
+        if let Ok(true) = self.update_atime(object, mode, now) {
+            self.changed_on_own(object);
+        }
     }
 
-    fn update_atime(&self, object: u64, mode: AtimeMode, now: Timestamp) -> Result<(), FsError> {
+    /// Returns whether the access time changed.
+    fn update_atime(&self, object: u64, mode: AtimeMode, now: Timestamp) -> Result<bool, FsError> {
         // Not throttled: a bonus change adds no dirty data, and a read must not wait for
         // writers' backpressure.
         let _guard = self.stripe(object).write();
         let hold = self.txg.try_hold()?;
         let attrs = self.getattr(object)?;
         if !mode.due(&attrs, now) {
-            return Ok(());
+            return Ok(false);
         }
         let changes = SetAttrs {
             atime: Some(now),
@@ -187,7 +196,7 @@ impl Filesystem {
                 time: now,
             },
         );
-        Ok(())
+        Ok(true)
     }
 
     /// Writes `data` into file `object` at `offset`; returns the new attributes.
@@ -687,7 +696,9 @@ impl Filesystem {
             mode: Some(attrs.mode & !libc::S_ISGID),
             ..SetAttrs::default()
         };
-        self.setattr(object, changes).map(|_| ())
+        self.setattr(object, changes)?;
+        self.changed_on_own(object);
+        Ok(())
     }
 
     pub fn default_acl(&self, dir: u64) -> Result<Option<Acl>, FsError> {

@@ -206,6 +206,12 @@ fn class_errno(class: ErrorClass) -> i32 {
 /// never ask: they must work on a full pool and at a quota.
 pub type SpaceCheck = Arc<dyn Fn(u64, u64) -> Result<(), SpaceRefusal> + Send + Sync>;
 
+/// Told the inode whose attributes the filesystem changed on its own: not as the answer to
+/// a caller's change (which returns the new attributes), but as a side effect (an access
+/// time a read updated, set-ID bits a write took away). A front end whose clients cache
+/// attributes (the kernel, over FUSE) invalidates them. Called with no lock held.
+pub type OwnChanges = Arc<dyn Fn(u64) + Send + Sync>;
+
 /// Why a space check said no.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpaceRefusal {
@@ -427,6 +433,8 @@ pub struct Filesystem {
     /// Last txg each inode changed in (what its `fsync` waits for).
     dirty_txg: Mutex<DirtyTxgs>,
     space_check: Option<SpaceCheck>,
+    /// Told the inode of each attribute change the filesystem makes on its own (`OwnChanges`).
+    own_changes: RwLock<Option<OwnChanges>>,
     intent_log: Option<Arc<cairn_zil::IntentLog>>,
     /// Built to replay the intent log (`for_replay`): an inode whose last name goes is queued
     /// for deletion instead of freed, as if open.
@@ -555,6 +563,7 @@ impl Filesystem {
             space_check: None,
             intent_log: None,
             replaying: false,
+            own_changes: RwLock::new(None),
             stats: FsStats::default(),
             op_stats: Mutex::default(),
         };
@@ -563,6 +572,20 @@ impl Filesystem {
 
     /// Gives the filesystem the pool's space check (before it is shared). Without one, a full
     /// pool is only found by a failing txg sync.
+    /// Tells `observer` of the attribute changes the filesystem makes on its own from now on
+    /// (`None`: no one); one observer at a time (the front end that mounts it).
+    pub fn observe_own_changes(&self, observer: Option<OwnChanges>) {
+        *self.own_changes.write() = observer;
+    }
+
+    /// Reports an attribute change of `object` made on the filesystem's own (`OwnChanges`).
+    pub(crate) fn changed_on_own(&self, object: u64) {
+        let observer = self.own_changes.read().clone();
+        if let Some(observer) = observer {
+            observer(object);
+        }
+    }
+
     pub fn with_space_check(mut self, check: SpaceCheck) -> Filesystem {
         self.space_check = Some(check);
         self
