@@ -9,7 +9,8 @@
 //! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
 //! blocks off the log devices and writes large sync writes once, in place); `primarycache` in
 //! the ARC (what a dataset's reads leave in RAM); `secondarycache` on the pool's cache devices; `reservation`, `refreservation`, `quota` and
-//! `refquota` in space accounting (`space.rs`); `atime` in the filesystem layer (`cairn-fs`). `sync=disabled` is unsafe (acknowledged
+//! `refquota` in space accounting (`space.rs`); `atime` in the filesystem layer (`cairn-fs`);
+//! `devices`, `setuid`, `exec` and `readonly` as the FUSE mount's flags (cairn-frontend). `sync=disabled` is unsafe (acknowledged
 //! writes can be lost) and is shown as such.
 
 use crate::{DatasetError, DatasetKind};
@@ -128,6 +129,33 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: true,
         inheritable: true,
         description: "access times on reads: on (every read), relatime (when older than the last change or a day old), off (never)",
+    },
+    PropertyDef {
+        name: "devices",
+        value_type: ValueType::Choice(&["on", "off"]),
+        default: "on",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "device files on the mount can be opened (off: mounted nodev)",
+    },
+    PropertyDef {
+        name: "setuid",
+        value_type: ValueType::Choice(&["on", "off"]),
+        default: "on",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "set-user-ID and set-group-ID bits take effect on the mount (off: nosuid)",
+    },
+    PropertyDef {
+        name: "exec",
+        value_type: ValueType::Choice(&["on", "off"]),
+        default: "on",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "programs on the mount can be run (off: mounted noexec)",
     },
     PropertyDef {
         name: "checksum",

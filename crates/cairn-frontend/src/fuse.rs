@@ -146,6 +146,12 @@ pub enum MountError {
     AlreadyMounted { dataset: String, mountpoint: String },
     #[error("{dataset} has no mountpoint (set one, or give one to mount)")]
     NoMountpoint { dataset: String },
+    #[error("cannot mount {dataset}")]
+    Options {
+        dataset: String,
+        #[source]
+        source: MountOptionError,
+    },
     #[error("cannot mount {dataset} at {mountpoint}: {other} is mounted there")]
     MountpointTaken {
         dataset: String,
@@ -161,6 +167,109 @@ pub enum MountError {
     },
 }
 
+/// The flags a mount is made with: the dataset's `readonly`, `devices`, `setuid` and `exec`
+/// properties, as ZFS applies them, unless the mount asks otherwise (`cairn mount -o`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MountFlags {
+    pub read_only: bool,
+    pub no_devices: bool,
+    pub no_setuid: bool,
+    pub no_exec: bool,
+}
+
+impl MountFlags {
+    /// The flags the dataset's properties ask for.
+    pub fn of_dataset(
+        pool: &cairn_engine::Pool,
+        dataset: &str,
+    ) -> Result<MountFlags, cairn_engine::EngineError> {
+        let properties = pool.properties(dataset)?;
+        let is = |name: &str, value: &str| {
+            properties
+                .iter()
+                .any(|(key, found, _)| *key == name && found == value)
+        };
+        Ok(MountFlags {
+            read_only: is("readonly", "on"),
+            no_devices: is("devices", "off"),
+            no_setuid: is("setuid", "off"),
+            no_exec: is("exec", "off"),
+        })
+    }
+
+    /// These flags with the mount options `options` (`ro`, `rw`, `dev`, `nodev`, `suid`,
+    /// `nosuid`, `exec`, `noexec`, comma-separated, as mount(8) takes them) applied over
+    /// them. Options that only say what mount(8) says by default (`defaults`, `auto`,
+    /// `noauto`, `nofail`, `user`-less `_netdev`...) are taken and ignored.
+    pub fn with_options(mut self, options: &str) -> Result<MountFlags, MountOptionError> {
+        for option in options.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+            match option {
+                "ro" => self.read_only = true,
+                "rw" => self.read_only = false,
+                "dev" => self.no_devices = false,
+                "nodev" => self.no_devices = true,
+                "suid" => self.no_setuid = false,
+                "nosuid" => self.no_setuid = true,
+                "exec" => self.no_exec = false,
+                "noexec" => self.no_exec = true,
+                "defaults" | "auto" | "noauto" | "nofail" | "_netdev" => {}
+                other => return Err(MountOptionError(other.to_string())),
+            }
+        }
+        Ok(self)
+    }
+
+    /// The flags as mount(2) takes them, for a remount of the mount's own flags.
+    fn remount_flags(self) -> libc::c_ulong {
+        let mut flags = libc::MS_REMOUNT | libc::MS_BIND;
+        if self.read_only {
+            flags |= libc::MS_RDONLY;
+        }
+        if self.no_devices {
+            flags |= libc::MS_NODEV;
+        }
+        if self.no_setuid {
+            flags |= libc::MS_NOSUID;
+        }
+        if self.no_exec {
+            flags |= libc::MS_NOEXEC;
+        }
+        flags
+    }
+
+    fn mount_options(self) -> Vec<MountOption> {
+        vec![
+            if self.read_only {
+                MountOption::RO
+            } else {
+                MountOption::RW
+            },
+            if self.no_devices {
+                MountOption::NoDev
+            } else {
+                MountOption::Dev
+            },
+            if self.no_setuid {
+                MountOption::NoSuid
+            } else {
+                MountOption::Suid
+            },
+            if self.no_exec {
+                MountOption::NoExec
+            } else {
+                MountOption::Exec
+            },
+        ]
+    }
+}
+
+/// A mount option `cairn mount -o` does not take.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "unknown mount option '{0}' (known: ro, rw, dev, nodev, suid, nosuid, exec, noexec; the rest are properties: cairn set)"
+)]
+pub struct MountOptionError(pub String);
+
 /// A mounted filesystem; dropping it unmounts.
 pub struct FuseMount {
     session: Option<fuser::BackgroundSession>,
@@ -168,6 +277,8 @@ pub struct FuseMount {
     /// The mount's device number (each FUSE mount has its own): what tells it from
     /// whatever is mounted at the same path once it is gone.
     dev: Option<u64>,
+    /// The flags it is mounted with now.
+    flags: MountFlags,
     fs: Arc<Filesystem>,
 }
 
@@ -232,6 +343,40 @@ impl FuseMount {
             Some(session) => session.join(),
             None => Ok(()),
         }
+    }
+}
+
+impl FuseMount {
+    /// Changes the mount's flags in place (a remount of the mount, as `mount -o remount`),
+    /// when they differ.
+    fn set_flags(&mut self, flags: MountFlags) -> std::io::Result<()> {
+        if flags == self.flags {
+            return Ok(());
+        }
+        if path_dev(&self.mountpoint) != self.dev {
+            return Err(std::io::Error::other(format!(
+                "something else is mounted over {}",
+                self.mountpoint.display()
+            )));
+        }
+        let path = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())
+            .map_err(std::io::Error::other)?;
+        // SAFETY: a valid NUL-terminated path; no source, type or data for a remount of the
+        // mount's own flags.
+        let status = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                path.as_ptr(),
+                std::ptr::null(),
+                flags.remount_flags(),
+                std::ptr::null(),
+            )
+        };
+        if status != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.flags = flags;
+        Ok(())
     }
 }
 
@@ -318,16 +463,26 @@ impl Mounts {
 
     /// Mounts the filesystem dataset `dataset` of `pool` at `mountpoint` (or its `mountpoint`
     /// property), creating the directory if missing.
+    /// `options`: mount options over the dataset's properties for this mount
+    /// (`MountFlags::with_options`).
     pub fn mount(
         &self,
         pool: &Arc<cairn_engine::Pool>,
         dataset: &str,
         mountpoint: Option<&Path>,
+        options: &str,
     ) -> Result<std::path::PathBuf, MountError> {
         let open_error = |source| MountError::Open {
             dataset: dataset.to_string(),
             source: Box::new(source),
         };
+        let flags = MountFlags::of_dataset(pool, dataset)
+            .map_err(open_error)?
+            .with_options(options)
+            .map_err(|source| MountError::Options {
+                dataset: dataset.to_string(),
+                source,
+            })?;
         let mountpoint = match mountpoint {
             Some(path) => path.to_path_buf(),
             None => {
@@ -385,7 +540,7 @@ impl Mounts {
                     (status.size_bytes, status.free_bytes)
                 })
         });
-        let mounted = mount(fs, &mountpoint, space)?;
+        let mounted = mount(fs, &mountpoint, space, flags)?;
         mounts.insert(dataset.to_string(), mounted);
         self.write_record(&mounts);
         Ok(mountpoint)
@@ -453,6 +608,35 @@ impl Mounts {
         }
         self.write_record(&mounts);
         outcomes
+    }
+
+    /// Makes the flags of the mounts of `pool`'s datasets what their properties now say
+    /// (after `readonly`, `devices`, `setuid` or `exec` changed; what `cairn mount -o` asked
+    /// for is replaced, as ZFS does). Returns the datasets whose mount could not be changed,
+    /// with why.
+    pub fn apply_properties(&self, pool: &cairn_engine::Pool) -> Vec<(String, std::io::Error)> {
+        let mut mounts = self.mounts.lock();
+        self.forget_ended(&mut mounts);
+        let mut failures = Vec::new();
+        for (dataset, mount) in mounts.iter_mut() {
+            if dataset.split('/').next() != Some(pool.name()) {
+                continue;
+            }
+            let result = MountFlags::of_dataset(pool, dataset)
+                .map_err(|err| std::io::Error::other(err.to_string()))
+                .and_then(|flags| mount.set_flags(flags));
+            if let Err(err) = result {
+                failures.push((dataset.clone(), err));
+            }
+        }
+        failures
+    }
+
+    /// Whether `dataset` is mounted by this server now.
+    pub fn is_mounted(&self, dataset: &str) -> bool {
+        let mut mounts = self.mounts.lock();
+        self.forget_ended(&mut mounts);
+        mounts.contains_key(dataset)
     }
 
     /// Every mounted filesystem, by dataset name (for statistics).
@@ -582,6 +766,7 @@ pub fn mount(
     fs: Arc<Filesystem>,
     mountpoint: &Path,
     space: SpaceFn,
+    flags: MountFlags,
 ) -> Result<FuseMount, MountError> {
     let mut config = Config::default();
     config.mount_options = vec![
@@ -594,6 +779,7 @@ pub fn mount(
         )),
         MountOption::DefaultPermissions,
     ];
+    config.mount_options.extend(flags.mount_options());
     config.acl = SessionACL::All;
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;
@@ -645,6 +831,7 @@ pub fn mount(
         session: Some(session),
         mountpoint: mountpoint.to_path_buf(),
         dev: path_dev(mountpoint),
+        flags,
         fs,
     })
 }

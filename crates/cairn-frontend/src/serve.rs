@@ -510,7 +510,7 @@ fn mount_all(served: &ServedPools, record: &Path, notes: &dyn Fn(Note)) {
             if info.kind != cairn_dataset::DatasetKind::Filesystem || !info.name.contains('/') {
                 continue;
             }
-            match served.mounts.mount(&pool, &info.name, None) {
+            match served.mounts.mount(&pool, &info.name, None, "") {
                 Ok(at) => notes(Note::Pool(format!(
                     "mounted {} at {}",
                     info.name,

@@ -38,7 +38,11 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("used", &[]),
     ("available", &["avail"]),
     ("referenced", &["refer"]),
+    ("mounted", &[]),
 ];
+
+/// Properties that are a mount's flags (applied to live mounts when set).
+const MOUNT_FLAG_PROPERTIES: &[&str] = &["readonly", "devices", "setuid", "exec"];
 
 pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     let name = &args.dataset;
@@ -118,6 +122,19 @@ pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
                 );
             }
         }
+        // Mount flags follow their properties on the live mounts (children inherit them).
+        let flags_changed = args
+            .assignments
+            .iter()
+            .any(|(property, _)| MOUNT_FLAG_PROPERTIES.contains(&property.as_str()));
+        if flags_changed && let Some(served) = &ctx.served {
+            for (mounted, err) in served.mounts.apply_properties(pool) {
+                shout!(
+                    ctx,
+                    "cairn: cannot change the mount flags of {mounted}: {err}; they apply from its next mount"
+                );
+            }
+        }
         ctx.record(pool)
     })
 }
@@ -154,11 +171,24 @@ impl<'a> Datasets<'a> {
 
     fn pool(&mut self, pool: &str) -> Result<&[DatasetInfo]> {
         if !self.pools.contains_key(pool) {
-            let datasets = self.ctx.with_pool(pool, true, |handle| {
+            let mut datasets = self.ctx.with_pool(pool, true, |handle| {
                 handle
                     .datasets()
                     .with_context(|| format!("cannot read the datasets of pool '{pool}'"))
             })?;
+            // `mounted`: whether this state directory's server has it mounted now.
+            for info in &mut datasets {
+                if info.kind == DatasetKind::Filesystem {
+                    let mounted = self
+                        .ctx
+                        .served
+                        .as_ref()
+                        .is_some_and(|served| served.mounts.is_mounted(&info.name));
+                    let value = if mounted { "yes" } else { "no" };
+                    info.properties
+                        .push(("mounted", value.to_string(), "-".to_string()));
+                }
+            }
             self.pools.insert(pool.to_string(), datasets);
         }
         Ok(&self.pools[pool])
@@ -212,6 +242,7 @@ impl ListColumn {
             "type" => ListColumn::Type,
             "volsize" => ListColumn::Volsize,
             "volblock" | "volblocksize" => ListColumn::Volblock,
+            "mounted" => ListColumn::Property("mounted"),
             other => ListColumn::Property(
                 lookup(other)
                     .map_err(|_| {

@@ -65,10 +65,21 @@ enum Command {
     Create(CreateArgs),
     /// Mount a filesystem through FUSE (in the running server; one is started if none runs).
     Mount {
+        /// Mount options for this mount, over the dataset's properties: ro, rw, dev, nodev,
+        /// suid, nosuid, exec, noexec (comma-separated).
+        #[arg(short = 'o', default_value = "")]
+        options: String,
         /// POOL/NAME
         dataset: String,
         /// Where (default: the dataset's mountpoint property).
         mountpoint: Option<PathBuf>,
+    },
+    /// Install `mount.fuse.cairn` (a link to this program) in DIR, so that `mount -t
+    /// fuse.cairn POOL/NAME DIR` and /etc/fstab lines mount through cairn.
+    InstallMountHelper {
+        /// Where mount(8) looks for helpers.
+        #[arg(long, default_value = "/sbin")]
+        dir: PathBuf,
     },
     /// Unmount a filesystem mounted by the server.
     Unmount {
@@ -473,10 +484,12 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         }
         Command::Create(args) => dataset_cmd::create(ctx, &args),
         Command::Mount {
+            options,
             dataset,
             mountpoint,
-        } => mount_cmd::mount(ctx, &dataset, mountpoint.as_deref()),
+        } => mount_cmd::mount(ctx, &dataset, mountpoint.as_deref(), &options),
         Command::Unmount { target } => mount_cmd::unmount(ctx, &target),
+        Command::InstallMountHelper { dir } => mount_cmd::install_helper(ctx, &dir),
         Command::Destroy { dataset } => dataset_cmd::destroy(ctx, &dataset),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
@@ -540,11 +553,20 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     tune_allocator();
-    let args: Vec<String> = std::env::args_os()
+    let argv: Vec<std::ffi::OsString> = match mount_cmd::helper_argv(std::env::args_os()) {
+        Ok(argv) => argv,
+        Err(err) => {
+            eprintln!("mount.fuse.cairn: {err:#}");
+            // mount(8)'s code for a usage error.
+            return ExitCode::from(1);
+        }
+    };
+    let args: Vec<String> = argv
+        .iter()
         .skip(1)
         .map(|arg| arg.to_string_lossy().into_owned())
         .collect();
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(argv);
     let outcome = (|| -> Result<ExitCode> {
         let state_dir = state_dir(&cli)?;
         let command_line = context::command_line(&args);
@@ -570,12 +592,14 @@ fn main() -> ExitCode {
                     return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
                 }
                 remote::Forwarded::NoServer(Command::Mount {
+                    options,
                     dataset,
                     mountpoint,
                 }) => {
                     // A mount lives in a server: start one for this state directory.
                     mount_cmd::start_server(&state_dir)?;
                     let command = Command::Mount {
+                        options,
                         dataset,
                         mountpoint,
                     };

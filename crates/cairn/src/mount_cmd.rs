@@ -1,6 +1,11 @@
 //! `cairn mount` and `cairn unmount`: filesystems mounted through FUSE live in the server that
 //! owns their pool (the one process that may write it). Without a server, `mount` starts one
 //! for the state directory (`start_server`), which keeps running and serving until stopped.
+//!
+//! Run as `mount.fuse.cairn` (a link `cairn install-mount-helper` makes where mount(8) looks),
+//! the program takes mount(8)'s helper arguments (`SOURCE DIR [-n] [-v] [-o OPTIONS]`), so
+//! `mount -t fuse.cairn tank/home /mnt` and /etc/fstab lines of type `fuse.cairn` work; the
+//! state directory is `CAIRN_STATE_DIR`'s or the default, as for any cairn command.
 
 use crate::context::{Context, pool_of, say};
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -10,7 +15,7 @@ use std::time::{Duration, Instant};
 /// How long `mount` waits for a server it started to take commands.
 const SERVER_START_WAIT: Duration = Duration::from_secs(30);
 
-pub fn mount(ctx: &Context, dataset: &str, mountpoint: Option<&Path>) -> Result<()> {
+pub fn mount(ctx: &Context, dataset: &str, mountpoint: Option<&Path>, options: &str) -> Result<()> {
     let served = ctx
         .served
         .as_ref()
@@ -20,7 +25,7 @@ pub fn mount(ctx: &Context, dataset: &str, mountpoint: Option<&Path>) -> Result<
         .with_context(|| format!("cannot mount '{dataset}'"))?;
     let at = served
         .mounts
-        .mount(&pool, dataset, mountpoint)
+        .mount(&pool, dataset, mountpoint, options)
         .with_context(|| format!("cannot mount '{dataset}'"))?;
     say!(ctx, "mounted {dataset} at {}", at.display());
     Ok(())
@@ -45,6 +50,87 @@ pub fn unmount(ctx: &Context, target: &str) -> Result<()> {
         Ok(None) => bail!("cannot unmount '{target}': not mounted by this server"),
         Err(err) => Err(anyhow!(err).context(format!("cannot unmount '{target}' (busy?)"))),
     }
+}
+
+/// The name mount(8) runs a helper for mounts of type `fuse.cairn` by.
+const MOUNT_HELPER_NAME: &str = "mount.fuse.cairn";
+
+/// Options mount(8) and /etc/fstab use for themselves, which reach a helper and mean nothing
+/// to the mount.
+fn fstab_only_option(option: &str) -> bool {
+    matches!(
+        option,
+        "defaults" | "auto" | "noauto" | "nofail" | "_netdev" | "user" | "nouser" | "users"
+    ) || option.starts_with("x-")
+        || option.starts_with("comment=")
+}
+
+/// The program's arguments as clap should read them: as given, unless the program was run
+/// as `mount.fuse.cairn` (by mount(8)), whose arguments become `cairn mount -o OPTIONS
+/// SOURCE DIR`.
+pub fn helper_argv(
+    argv: impl Iterator<Item = std::ffi::OsString>,
+) -> Result<Vec<std::ffi::OsString>> {
+    let argv: Vec<std::ffi::OsString> = argv.collect();
+    let invoked_as = argv
+        .first()
+        .and_then(|arg0| Path::new(arg0).file_name())
+        .map(|name| name.to_string_lossy().into_owned());
+    if invoked_as.as_deref() != Some(MOUNT_HELPER_NAME) {
+        return Ok(argv);
+    }
+    let mut positional = Vec::new();
+    let mut options: Vec<String> = Vec::new();
+    let mut rest = argv.into_iter().skip(1);
+    while let Some(arg) = rest.next() {
+        match arg.to_str() {
+            Some("-o") => {
+                let list = rest.next().ok_or_else(|| anyhow!("-o without options"))?;
+                options.extend(
+                    list.to_string_lossy()
+                        .split(',')
+                        .filter(|option| !option.is_empty() && !fstab_only_option(option))
+                        .map(str::to_string),
+                );
+            }
+            // mount(8)'s own flags: no mtab (-n), verbose (-v), sloppy (-s), fake (-f).
+            Some("-n" | "-v" | "-s" | "-f") => {}
+            Some("-t") => {
+                rest.next();
+            }
+            _ => positional.push(arg),
+        }
+    }
+    let [source, dir] = <[std::ffi::OsString; 2]>::try_from(positional).map_err(|args| {
+        anyhow!("usage: {MOUNT_HELPER_NAME} POOL/NAME DIR [-o OPTIONS] (got {args:?})")
+    })?;
+    let mut cairn = vec!["cairn".into(), "mount".into()];
+    if !options.is_empty() {
+        cairn.extend(["-o".into(), options.join(",").into()]);
+    }
+    cairn.extend([source, dir]);
+    Ok(cairn)
+}
+
+/// `cairn install-mount-helper`: links `DIR/mount.fuse.cairn` to this program.
+pub fn install_helper(ctx: &Context, dir: &Path) -> Result<()> {
+    let exe = std::env::current_exe().context("cannot find the cairn executable")?;
+    let link = dir.join(MOUNT_HELPER_NAME);
+    match std::fs::remove_file(&link) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+        Err(err) => {
+            return Err(err).with_context(|| format!("cannot replace {}", link.display()));
+        }
+    }
+    std::os::unix::fs::symlink(&exe, &link)
+        .with_context(|| format!("cannot link {} to {}", link.display(), exe.display()))?;
+    say!(
+        ctx,
+        "installed {} (mount -t fuse.cairn POOL/NAME DIR now mounts through cairn)",
+        link.display()
+    );
+    Ok(())
 }
 
 /// Starts `cairn serve` for `state_dir` in the background (its output in `serve.log` there)

@@ -140,3 +140,112 @@ fn a_server_detaches_only_its_own_dead_mounts() {
     );
     restarted.stop(libc::SIGINT, std::time::Duration::from_secs(60));
 }
+
+/// The mount options of the mount at `mountpoint` (mountinfo's per-mount field).
+fn mount_options_at(mountpoint: &Path) -> Vec<String> {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    // The last line for the path: the mount on top.
+    table
+        .lines()
+        .rev()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(' ').collect();
+            (fields.get(4) == mountpoint.to_str().as_ref())
+                .then(|| fields[5].split(',').map(str::to_string).collect())
+        })
+        .unwrap_or_default()
+}
+
+fn mounted_column(env: &Env) -> String {
+    env.ok(&["list", "-H", "-t", "filesystem", "-o", "name,mounted"])
+}
+
+/// `readonly`, `devices`, `setuid` and `exec` are the mount's flags (at mount, and changed
+/// live by `cairn set`); `cairn mount -o` overrides them for one mount; `mounted` says what
+/// is mounted; `mount -t fuse.cairn` works through the helper `cairn install-mount-helper`
+/// makes.
+#[test]
+fn mount_options_follow_properties_and_mount_by_type_works() {
+    use std::os::unix::fs::PermissionsExt;
+    let _heavy = heavy();
+    let env = Env::new();
+    let (at, _cleanup, mut server) =
+        served_mount(&env, "tank/fs", &["exec=off", "setuid=off", "devices=off"]);
+    let options = mount_options_at(&at);
+    for flag in ["noexec", "nosuid", "nodev", "rw"] {
+        assert!(
+            options.contains(&flag.to_string()),
+            "{flag} not in {options:?}"
+        );
+    }
+    let script = at.join("run.sh");
+    std::fs::write(&script, b"#!/bin/sh\necho ran\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = std::process::Command::new(&script).output();
+    assert_eq!(
+        run.as_ref().err().and_then(std::io::Error::raw_os_error),
+        Some(libc::EACCES),
+        "ran a program on an exec=off mount: {run:?}"
+    );
+    // Changed live.
+    env.ok(&["set", "exec=on", "tank/fs"]);
+    assert!(!mount_options_at(&at).contains(&"noexec".to_string()));
+    let ran = std::process::Command::new(&script).output().unwrap();
+    assert_eq!(ran.stdout, b"ran\n");
+    env.ok(&["set", "readonly=on", "tank/fs"]);
+    assert!(mount_options_at(&at).contains(&"ro".to_string()));
+    let refused = std::fs::write(at.join("new"), b"x").unwrap_err();
+    assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
+    env.ok(&["set", "readonly=off", "tank/fs"]);
+    std::fs::write(at.join("new"), b"x").unwrap();
+
+    // `-o` for one mount, over the properties.
+    env.ok(&["create", "tank/other"]);
+    let other = env.path("other");
+    let _other_cleanup = Unmount(other.clone());
+    assert!(mounted_column(&env).contains("tank/other\tno"));
+    env.ok(&[
+        "mount",
+        "-o",
+        "ro,noexec",
+        "tank/other",
+        other.to_str().unwrap(),
+    ]);
+    let options = mount_options_at(&other);
+    assert!(options.contains(&"ro".to_string()) && options.contains(&"noexec".to_string()));
+    assert_eq!(
+        env.ok(&["get", "-H", "-o", "value", "readonly,mounted", "tank/other"])
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["off", "yes"]
+    );
+    let listed = mounted_column(&env);
+    assert!(
+        listed.contains("tank/fs\tyes") && listed.contains("tank/other\tyes"),
+        "{listed}"
+    );
+    let bad = env.cairn(&["mount", "-o", "frobnicate", "tank/fs", "/nonexistent"]);
+    assert!(
+        !bad.success() && bad.describe().contains("frobnicate"),
+        "{}",
+        bad.describe()
+    );
+    env.ok(&["unmount", "tank/other"]);
+
+    // mount -t fuse.cairn through the helper, options and all.
+    env.ok(&["install-mount-helper", "--dir", "/sbin"]);
+    let mount = run_limited(
+        std::process::Command::new(tool("mount", "mount"))
+            .args(["-t", "fuse.cairn", "-o", "nosuid", "tank/other"])
+            .arg(&other)
+            .env("CAIRN_STATE_DIR", env.state()),
+        std::time::Duration::from_secs(60),
+    );
+    assert!(mount.success(), "mount -t fuse.cairn: {}", mount.describe());
+    assert!(mount_options_at(&other).contains(&"nosuid".to_string()));
+    assert!(mounted_column(&env).contains("tank/other\tyes"));
+    env.ok(&["unmount", "tank/other"]);
+    env.ok(&["unmount", "tank/fs"]);
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    env.assert_pool_check_clean();
+}
