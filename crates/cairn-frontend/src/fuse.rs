@@ -8,10 +8,14 @@
 //! are the kernel's (`default_permissions`); the mount admits every user (`allow_other`),
 //! which needs root, as `cairn serve` runs.
 //!
-//! Caching: attributes and entries are cached by the kernel for `ATTR_TTL`; every change goes
-//! through this process, which is the only writer, so the kernel's copy is only stale for
-//! changes it did not see (none). Listings are readdirplus (names with their attributes), and
-//! reads and writes go up to 1 MiB per request (`init`). The kernel's own read-ahead on the
+//! Caching: attributes and entries are cached by the kernel for `ATTR_TTL` (a minute); every
+//! change goes through this process, which is the only writer, and the changes the
+//! filesystem makes on its own (access times, set-ID bits taken away) are invalidated as they
+//! happen (`Filesystem::observe_own_changes`), so the kernel's copy is not stale. Listings are
+//! readdirplus (names with their attributes), and reads and writes go up to 1 MiB per request
+//! (`init`). Inodes the kernel no longer caches are found again from file handles
+//! (FUSE_EXPORT_SUPPORT, `lookup` of "."). A directory removed while the kernel still holds
+//! it answers `getattr` with no links until the kernel forgets it (`RemovedDirs`). The kernel's own read-ahead on the
 //! mount stays at what it offers (128 KiB here: asking for more is capped); sequential readers
 //! are read ahead below instead, by the object set's stream detector, which file reads feed.
 //!
@@ -68,9 +72,14 @@
 //! Observability: each call is timed from its arrival to its answer and recorded in the
 //! filesystem's statistics (`cairn_fs::ops`), which `pool iostat` and `stat fs` show.
 //!
-//! Mounts have type `fuse.cairn` and the dataset as their source. A server killed without
-//! unmounting leaves mounts that answer ENOTCONN; the next server detaches them
-//! (`clear_dead_cairn_mounts`), and a mount over one detaches it first.
+//! Mounts have type `fuse.cairn` and the dataset as their source, and the flags the dataset's
+//! `readonly`, `devices`, `setuid` and `exec` properties ask for (`MountFlags`; `cairn mount
+//! -o` overrides them for one mount, `cairn set` changes them live by a remount). The server's
+//! list of its mounts (`Mounts`) follows the kernel's: a mount let go from outside (a plain
+//! `umount`) is forgotten at the next look, a busy one stays listed. A server killed without
+//! unmounting leaves mounts that answer ENOTCONN; the next server of the same state directory
+//! detaches those its record lists (`clear_dead_cairn_mounts`), and a mount over one detaches
+//! it first.
 //!
 //! Threads: `fuser` runs `FUSE_THREADS` loops, each with its own /dev/fuse descriptor; calls
 //! run on them and block on the pool as they must (the filesystem's locks order them).
