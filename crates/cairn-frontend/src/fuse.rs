@@ -332,14 +332,7 @@ impl FuseMount {
     /// something else is mounted over it) it fails and the mount stays as it was, served.
     pub fn unmount(&mut self) -> std::io::Result<()> {
         if !self.ended() {
-            if path_dev(&self.mountpoint) != self.dev {
-                return Err(std::io::Error::other(format!(
-                    "something else is mounted over {}",
-                    self.mountpoint.display()
-                )));
-            }
-            let path = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())
-                .map_err(std::io::Error::other)?;
+            let path = self.own_path()?;
             // SAFETY: a valid NUL-terminated path; umount2 only reads it.
             if unsafe { libc::umount2(path.as_ptr(), 0) } != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -356,20 +349,26 @@ impl FuseMount {
 }
 
 impl FuseMount {
-    /// Changes the mount's flags in place (a remount of the mount, as `mount -o remount`),
-    /// when they differ.
-    fn set_flags(&mut self, flags: MountFlags) -> std::io::Result<()> {
-        if flags == self.flags {
-            return Ok(());
-        }
+    /// The mountpoint as a C path, once it is checked to show this mount (not one mounted
+    /// over it since): what an unmount or a remount by path may act on.
+    fn own_path(&self) -> std::io::Result<std::ffi::CString> {
         if path_dev(&self.mountpoint) != self.dev {
             return Err(std::io::Error::other(format!(
                 "something else is mounted over {}",
                 self.mountpoint.display()
             )));
         }
-        let path = std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())
-            .map_err(std::io::Error::other)?;
+        std::ffi::CString::new(self.mountpoint.as_os_str().as_bytes())
+            .map_err(std::io::Error::other)
+    }
+
+    /// Changes the mount's flags in place (a remount of the mount, as `mount -o remount`),
+    /// when they differ.
+    fn set_flags(&mut self, flags: MountFlags) -> std::io::Result<()> {
+        if flags == self.flags {
+            return Ok(());
+        }
+        let path = self.own_path()?;
         // SAFETY: a valid NUL-terminated path; no source, type or data for a remount of the
         // mount's own flags.
         let status = unsafe {

@@ -447,17 +447,6 @@ fn a_quota_holds_through_the_writeback_cache_and_loses_nothing_acknowledged() {
     env.ok(&["unmount", "tank/fs"]);
 }
 
-/// Runs `argv` as user nobody (uid/gid 65534); whether it succeeded, and its output.
-fn as_nobody(argv: &[&str]) -> (bool, String) {
-    let run = run_limited(
-        std::process::Command::new(tool("setpriv", "util-linux"))
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .args(argv),
-        std::time::Duration::from_secs(30),
-    );
-    (run.success(), format!("{}{}", run.stdout, run.stderr))
-}
-
 fn mode_of(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).unwrap().mode() & 0o7777
 }

@@ -525,17 +525,6 @@ fn a_quota_set_on_a_mounted_filesystem_gives_edquot_and_df_shows_it() {
     env.assert_pool_check_clean();
 }
 
-/// Runs `argv` as user nobody (uid/gid 65534); whether it succeeded, and its output.
-fn as_nobody(argv: &[&str]) -> (bool, String) {
-    let run = run_limited(
-        std::process::Command::new(tool("setpriv", "util-linux"))
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .args(argv),
-        std::time::Duration::from_secs(30),
-    );
-    (run.success(), format!("{}{}", run.stdout, run.stderr))
-}
-
 fn acl_tool(name: &str, args: &[&str], at: &Path) -> String {
     let run = run_limited(
         std::process::Command::new(tool(name, "acl"))

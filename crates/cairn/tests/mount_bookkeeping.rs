@@ -31,6 +31,14 @@ fn umount(mountpoint: &Path) -> Run {
     )
 }
 
+/// After an export: the server stopped, the pool imported by this process and checked.
+fn imported_again_clean(env: &Env, server: &mut Server) {
+    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
+    let devs = env.path("devs");
+    env.ok(&["pool", "import", "-d", devs.to_str().unwrap(), "tank"]);
+    env.assert_pool_check_clean();
+}
+
 #[test]
 fn a_plain_umount_is_noticed() {
     let _heavy = heavy();
@@ -55,15 +63,7 @@ fn a_plain_umount_is_noticed() {
     let run = umount(&at);
     assert!(run.success(), "umount: {}", run.describe());
     env.ok(&["pool", "export", "tank"]);
-    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
-    env.ok(&[
-        "pool",
-        "import",
-        "-d",
-        env.path("devs").to_str().unwrap(),
-        "tank",
-    ]);
-    env.assert_pool_check_clean();
+    imported_again_clean(&env, &mut server);
 }
 
 #[test]
@@ -104,15 +104,7 @@ fn a_busy_export_names_the_mount_and_leaves_it_known() {
         "the export does not say what it unmounted: {out}"
     );
     assert_eq!(cairn_mounts_at(&at), 0);
-    server.stop(libc::SIGINT, std::time::Duration::from_secs(60));
-    env.ok(&[
-        "pool",
-        "import",
-        "-d",
-        env.path("devs").to_str().unwrap(),
-        "tank",
-    ]);
-    env.assert_pool_check_clean();
+    imported_again_clean(&env, &mut server);
 }
 
 #[test]

@@ -1204,3 +1204,14 @@ pub fn served_mount(env: &Env, dataset: &str, properties: &[&str]) -> (PathBuf, 
     env.ok(&["mount", dataset, at.to_str().unwrap()]);
     (at, cleanup, server)
 }
+
+/// Runs `argv` as user nobody (uid/gid 65534); whether it succeeded, and its output.
+pub fn as_nobody(argv: &[&str]) -> (bool, String) {
+    let run = run_limited(
+        std::process::Command::new(tool("setpriv", "util-linux"))
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(argv),
+        std::time::Duration::from_secs(30),
+    );
+    (run.success(), format!("{}{}", run.stdout, run.stderr))
+}
