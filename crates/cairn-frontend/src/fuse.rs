@@ -585,6 +585,11 @@ pub fn mount(
         )),
         MountOption::DefaultPermissions,
     ];
+    if fs.is_readonly() {
+        // The kernel then refuses every change with EROFS itself, before a write could sit in
+        // its page cache with nowhere to go.
+        config.mount_options.push(MountOption::RO);
+    }
     config.acl = SessionACL::All;
     config.n_threads = Some(FUSE_THREADS);
     config.clone_fd = true;

@@ -345,6 +345,12 @@ struct PoolImportArgs {
     #[arg(short = 'n', requires = "rewind")]
     #[serde(default)]
     dry_run: bool,
+    /// Import option: readonly=on imports the pool read-only to copy data off (nothing is
+    /// ever written; the space log is not read, so a damaged one does not stop it; the
+    /// intent log is not replayed).
+    #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
+    #[serde(default)]
+    options: Vec<(String, String)>,
     /// Pool name or guid to import; without it, list what could be imported.
     pool: Option<String>,
 }

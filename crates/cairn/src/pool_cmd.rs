@@ -21,7 +21,7 @@ use cairn_engine::{
     ScrubProgress, VdevGroup, discover_pools,
 };
 use cairn_format::PoolState;
-use cairn_frontend::pools::parse_cached_device;
+use cairn_frontend::pools::{READONLY_ENTRY, parse_cached_device};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -422,7 +422,16 @@ fn health_label(status: &PoolStatus) -> &'static str {
 fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
-    out.push_str(&format!(" state: {}\n", health_label(status)));
+    if status.imported_readonly {
+        out.push_str(&format!(" state: {} (read-only)\n", health_label(status)));
+        out.push_str(
+            "status: Imported read-only (-o readonly=on): nothing is written to its devices; its \
+             space log was not read and its intent log not replayed. Copy the data off, then \
+             export it.\n",
+        );
+    } else {
+        out.push_str(&format!(" state: {}\n", health_label(status)));
+    }
     match &status.suspended {
         Some(reason) if status.suspended_until_clear => {
             out.push_str(&format!("status: {reason}\n"));
@@ -631,6 +640,7 @@ fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
                 .devices(name)?
                 .unwrap_or_default()
                 .into_iter()
+                .filter(|text| text != READONLY_ENTRY)
                 .map(|text| {
                     let present = parse_cached_device(&text).is_ok_and(|spec| spec.path.exists());
                     (text, present)
@@ -783,6 +793,7 @@ fn status_json(view: &PoolView) -> json::PoolStatusEntry {
                 .map(|scrub| scrub.damaged.clone())
                 .unwrap_or_default(),
             notes: notes.clone(),
+            readonly: status.imported_readonly,
         },
         PoolView::Unavailable {
             name,
@@ -812,6 +823,7 @@ fn status_json(view: &PoolView) -> json::PoolStatusEntry {
                 .collect(),
             data_errors: Vec::new(),
             notes: Vec::new(),
+            readonly: false,
         },
     }
 }
@@ -1087,10 +1099,27 @@ fn label_state(state: PoolState) -> &'static str {
     }
 }
 
+/// `-o readonly=on|off`: whether the import is read-only.
+fn import_readonly(args: &PoolImportArgs) -> Result<bool> {
+    let mut readonly = false;
+    for (key, value) in &args.options {
+        match (key.as_str(), value.as_str()) {
+            ("readonly", "on") => readonly = true,
+            ("readonly", "off") => readonly = false,
+            ("readonly", other) => {
+                bail!("cannot import: invalid value '{other}' for readonly (on or off)")
+            }
+            (other, _) => bail!("cannot import: unknown import option '{other}' (known: readonly)"),
+        }
+    }
+    Ok(readonly)
+}
+
 pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
     if args.dry_run && args.pool.is_none() {
         bail!("-F -n needs the pool to look at (cairn pool import -d DIR -F -n POOL)");
     }
+    let readonly = import_readonly(args)?;
     // A remembered pool that no longer opens because a log device is gone, or because it would
     // have to rewind: its error sends the user here with --ignore-missing-log or -F; the
     // devices are the remembered ones.
@@ -1103,6 +1132,8 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         let options = PoolOptions {
             ignore_missing_log: args.ignore_missing_log,
             rewind: args.rewind,
+            readonly,
+            without_space_log: readonly,
             ..ctx.pool_options()
         };
         if args.dry_run {
@@ -1207,6 +1238,8 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
     let options = PoolOptions {
         ignore_missing_log: args.ignore_missing_log,
         rewind: args.rewind,
+        readonly,
+        without_space_log: readonly,
         ..ctx.pool_options()
     };
     if args.dry_run {
@@ -1570,6 +1603,7 @@ mod tests {
             suspended: Some(reason.into()),
             suspended_until_clear: false,
             resilver: None,
+            imported_readonly: false,
         };
         let text = render_status(&status, &[], false);
         assert!(
