@@ -573,7 +573,11 @@ fn load(tree: &Arc<VdevTree>, ub: &Uberblock, options: &PoolOptions) -> Result<L
 }
 
 /// The MOS, the dataset directory and every dataset's object set, by name.
-type Objects = (ObjectSet, DatasetDirectory, BTreeMap<String, Arc<ObjectSet>>);
+type Objects = (
+    ObjectSet,
+    DatasetDirectory,
+    BTreeMap<String, Arc<ObjectSet>>,
+);
 
 /// The MOS, the dataset directory and every dataset's object set of `ub`.
 fn load_objects(

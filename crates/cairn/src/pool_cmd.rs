@@ -10,7 +10,9 @@ use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason
 use crate::context::{say, say_raw, shout};
 use crate::table::{Column, Table};
 use crate::vdevs::parse_vdevs;
-use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs};
+use crate::{
+    ListFormat, PoolAddArgs, PoolCheckArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs,
+};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::parse_size;
@@ -1396,11 +1398,16 @@ fn render_importable(pool: &DiscoveredPool) -> String {
     out
 }
 
-pub fn check(ctx: &Context, name: &str) -> Result<()> {
-    let report = ctx.with_pool(name, true, |pool| {
-        pool.check()
-            .with_context(|| format!("cannot check pool '{name}'"))
-    })?;
+pub fn check(ctx: &Context, args: &PoolCheckArgs) -> Result<()> {
+    let name = args.pool.as_str();
+    let report = if args.dirs.is_empty() {
+        ctx.with_pool(name, true, |pool| {
+            pool.check()
+                .with_context(|| format!("cannot check pool '{name}'"))
+        })?
+    } else {
+        check_exported(ctx, name, &args.dirs)?
+    };
     say!(ctx, "pool '{name}' at txg {}:", report.txg);
     say!(ctx, "  blocks:           {}", report.blocks);
     say!(ctx, "  copies verified:  {}", report.copies_verified);
@@ -1416,6 +1423,14 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         human::size(report.referenced_bytes, false),
         report.referenced_bytes
     );
+    if report.intent_log_bytes > 0 {
+        say!(
+            ctx,
+            "  intent log:       {} ({} bytes, of the referenced; in no dataset's used)",
+            human::size(report.intent_log_bytes, false),
+            report.intent_log_bytes
+        );
+    }
     if report.filesystems_checked > 0 {
         say!(
             ctx,
@@ -1433,6 +1448,43 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         say!(ctx, "  {problem}");
     }
     bail!("pool '{name}' has {} problems", problems.len())
+}
+
+/// `pool check -d DIR POOL` (zdb -e): checks a pool that is not imported from the devices
+/// found in `dirs`, opened read-only (no txg, no self-heal, labels untouched) and closed
+/// again; it stays exported. An imported pool is checked through its owner instead: its
+/// devices may be changing under a server.
+fn check_exported(
+    ctx: &Context,
+    name: &str,
+    dirs: &[PathBuf],
+) -> Result<cairn_engine::CheckReport> {
+    let fail = || format!("cannot check pool '{name}'");
+    if ctx.cache.devices(name)?.is_some() {
+        bail!(
+            "{}: it is imported; check it with cairn pool check {name} (-d is for pools that are not imported)",
+            fail()
+        );
+    }
+    let dirs: Vec<PathBuf> = dirs
+        .iter()
+        .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+        .collect();
+    for dir in &dirs {
+        if !dir.is_dir() {
+            bail!("{}: {} is not a directory", fail(), dir.display());
+        }
+    }
+    let options = PoolOptions {
+        readonly: true,
+        ..ctx.pool_options()
+    };
+    let pool = Pool::import(&ImportSource::Directories(dirs), name, options).with_context(fail)?;
+    let report = pool.check().with_context(fail);
+    let closed = pool.close().with_context(fail);
+    let report = report?;
+    closed?;
+    Ok(report)
 }
 
 /// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear).
