@@ -72,6 +72,13 @@ impl Pool {
         if let Some(fs) = open.get(name) {
             return Ok(fs.clone());
         }
+        if self.is_readonly() {
+            // No intent log (it would allocate log blocks) and nothing to drain: a read-only
+            // filesystem refuses every change (EROFS).
+            let fs = Arc::new(self.build_filesystem(name)?);
+            open.insert(name.to_string(), fs.clone());
+            return Ok(fs);
+        }
         let engine = self.txg_engine_arc()?;
         let fs = self.build_filesystem(name)?;
         let use_log_devices = self.core.directory.lock().property(name, "logbias")?.0 == "latency";
@@ -100,7 +107,7 @@ impl Pool {
 
     /// The filesystem `name` with no intent log (replay, tools).
     pub(crate) fn build_filesystem(&self, name: &str) -> Result<Filesystem, EngineError> {
-        let engine = self.txg_engine_arc()?;
+        let engine = self.readers_engine();
         let config = self.filesystem_config(name)?;
         let objset = self
             .core
@@ -208,7 +215,7 @@ impl Pool {
             .0
             .parse()
             .unwrap_or(128 << 10);
-        let readonly = directory.property(name, "readonly")?.0 == "on";
+        let readonly = self.is_readonly() || directory.property(name, "readonly")?.0 == "on";
         let sync = match directory.property(name, "sync")?.0.as_str() {
             "always" => FsSync::Always,
             "disabled" => FsSync::Disabled,

@@ -5,6 +5,12 @@
 //! imports from `-d DIR`. A top-level vdev with no present device makes the pool unimportable (a
 //! clear error naming what is missing); a mirror with a side missing imports DEGRADED.
 //!
+//! Import stays where it was told to look. A leaf not found there is never looked for at the
+//! path its label remembers: that file may be a stale copy of the side, or a like-named pool's
+//! device, and opening it would rejoin it stale and write to it. Such a leaf is shown by its
+//! label's path but marked *unlocated* (`Pool::is_unlocated`), so the front end does not
+//! remember that path in the pool cache and no later open tries it.
+//!
 //! Falling back past the newest uberblock is safe for as long as the frees of the newer txgs
 //! were still deferred (`DEFER_TXGS`); older fallbacks are refused rather than risk reading
 //! reused space.
@@ -313,11 +319,35 @@ pub(crate) fn find_pool(source: &ImportSource, name: &str) -> Result<DiscoveredP
     }
 }
 
-/// Opens every present leaf; returns the tree and the devices that are missing.
+/// Whether `path` is one of the places `source` names: a device it lists, or a file directly
+/// inside a directory it searches.
+fn within(source: &ImportSource, path: &std::path::Path) -> bool {
+    let absolute = |path: &std::path::Path| std::path::absolute(path).unwrap_or(path.to_path_buf());
+    let in_dir = |dir: &PathBuf| path.parent().map(absolute) == Some(absolute(dir));
+    match source {
+        ImportSource::Devices(specs) => specs
+            .iter()
+            .any(|spec| absolute(&spec.path) == absolute(path)),
+        ImportSource::Directory(dir) => in_dir(dir),
+        ImportSource::Directories(dirs) => dirs.iter().any(in_dir),
+    }
+}
+
+/// The tree `open_tree` opened, with what it could not find.
+struct OpenedTree {
+    tree: VdevTree,
+    /// Missing leaves, as their labels name them (with a note for the unlocated ones).
+    missing: Vec<String>,
+    /// Guids of missing leaves whose label's path lies outside `source` (`Pool::is_unlocated`).
+    unlocated: std::collections::BTreeSet<u64>,
+}
+
+/// Opens every present leaf found in `source`, and nothing else.
 fn open_tree(
     found: &DiscoveredPool,
+    source: &ImportSource,
     options: &PoolOptions,
-) -> Result<(VdevTree, Vec<String>), EngineError> {
+) -> Result<OpenedTree, EngineError> {
     let name = &found.config.pool_name;
     found.config.tree.validate().map_err(|err| {
         import_error(
@@ -327,6 +357,7 @@ fn open_tree(
     })?;
     let mut tops = Vec::new();
     let mut missing = Vec::new();
+    let mut unlocated = std::collections::BTreeSet::new();
     // A device smaller than the tree says: refused once every opened leaf can be shut down.
     let mut too_small: Option<String> = None;
     for top in &found.config.tree.tops {
@@ -361,7 +392,14 @@ fn open_tree(
                     ));
                 }
                 None => {
-                    missing.push(spec.to_string());
+                    if within(source, &spec.path) {
+                        missing.push(spec.to_string());
+                    } else {
+                        missing.push(format!(
+                            "{spec} (not found in {source}; not looked for elsewhere)"
+                        ));
+                        unlocated.insert(child.guid);
+                    }
                     leaves.push(Leaf::missing(child.guid, spec));
                 }
             }
@@ -394,7 +432,11 @@ fn open_tree(
             ));
         }
     }
-    Ok((tree, missing))
+    Ok(OpenedTree {
+        tree,
+        missing,
+        unlocated,
+    })
 }
 
 /// Everything loaded from one uberblock.
@@ -468,22 +510,81 @@ fn load_space_log(
     Ok((bps, blocks))
 }
 
-fn load(
-    tree: &Arc<VdevTree>,
-    ub: &Uberblock,
-    options: &PoolOptions,
-) -> Result<Loaded, EngineError> {
+/// Why `load` failed, and whether the failure was in the space log (which a read-only import
+/// does not need: the error then says so).
+struct LoadError {
+    error: EngineError,
+    in_space_log: bool,
+}
+
+impl From<EngineError> for LoadError {
+    fn from(error: EngineError) -> LoadError {
+        LoadError {
+            error,
+            in_space_log: false,
+        }
+    }
+}
+
+fn load(tree: &Arc<VdevTree>, ub: &Uberblock, options: &PoolOptions) -> Result<Loaded, LoadError> {
     let space = SpaceAllocator::new(&space_layout(tree))
         .map_err(|err| EngineError::Space(format!("space layout from the label: {err}")))?;
     let space = Arc::new(Mutex::new(space));
     let io = Arc::new(BlockIo::new(tree.clone(), space.clone()));
+    if options.readonly {
+        io.set_read_only();
+    }
     let cached = Arc::new(CachedIo::new(options.cache(), io.clone()));
     check_pointer(&io, &ub.root_bp, ub.txg, || "the MOS root".into())?;
-    let (chain, blocks) = load_space_log(&io, &ub.space_log_bp, ub.txg)?;
-    space
-        .lock()
-        .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
-        .map_err(|err| EngineError::Space(crate::error_chain(&err)))?;
+    // A read-only rescue allocates nothing, so it reads no allocator state: a damaged space
+    // log does not stand between a user and their data.
+    let chain = if options.without_space_log {
+        assert!(
+            options.readonly,
+            "a pool opened without its space log must be read-only"
+        );
+        Vec::new()
+    } else {
+        let in_space_log = |error| LoadError {
+            error,
+            in_space_log: true,
+        };
+        let (chain, blocks) =
+            load_space_log(&io, &ub.space_log_bp, ub.txg).map_err(in_space_log)?;
+        space
+            .lock()
+            .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
+            .map_err(|err| in_space_log(EngineError::Space(crate::error_chain(&err))))?;
+        chain
+    };
+    load_objects(&io, &cached, ub)
+        .map(|(mos, directory, objsets)| Loaded {
+            space,
+            io: io.clone(),
+            mos,
+            directory,
+            objsets,
+            space_log: SpaceLogState {
+                chain,
+                condense_next: false,
+            },
+        })
+        .map_err(LoadError::from)
+}
+
+/// The MOS, the dataset directory and every dataset's object set, by name.
+type Objects = (
+    ObjectSet,
+    DatasetDirectory,
+    BTreeMap<String, Arc<ObjectSet>>,
+);
+
+/// The MOS, the dataset directory and every dataset's object set of `ub`.
+fn load_objects(
+    io: &BlockIo,
+    cached: &Arc<CachedIo>,
+    ub: &Uberblock,
+) -> Result<Objects, EngineError> {
     let mos = ObjectSet::open(
         cached.clone(),
         ub.root_bp,
@@ -503,7 +604,7 @@ fn load(
         }
         let (checksum, _) = directory.property(&record.name, "checksum")?;
         let root = record.objset_bp()?;
-        check_pointer(&io, &root, ub.txg, || {
+        check_pointer(io, &root, ub.txg, || {
             format!("the object-set root of dataset '{}'", record.name)
         })?;
         let objset = ObjectSet::open(
@@ -515,17 +616,7 @@ fn load(
         )?;
         objsets.insert(record.name.clone(), Arc::new(objset));
     }
-    Ok(Loaded {
-        space,
-        io,
-        mos,
-        directory,
-        objsets,
-        space_log: SpaceLogState {
-            chain,
-            condense_next: false,
-        },
-    })
+    Ok((mos, directory, objsets))
 }
 
 /// What an import gives up when the newest txg the labels prove committed cannot be opened
@@ -547,6 +638,9 @@ pub struct Rewind {
     pub newest_timestamp_ms: Option<u64>,
     /// Why each newer uberblock that verifies could not be opened.
     pub failures: Vec<String>,
+    /// Some newer txg failed in its space log only: a read-only import (which needs no
+    /// allocator state) could open it.
+    pub space_log_damaged: bool,
 }
 
 impl Rewind {
@@ -607,12 +701,17 @@ impl Rewind {
     pub fn refusal(&self) -> String {
         format!(
             "its labels show txg {} was committed ({}), but {}: importing would rewind to {} and \
-             lose {}; import with -F to rewind (-F -n shows what it would do, changing nothing)",
+             lose {}; import with -F to rewind (-F -n shows what it would do, changing nothing){}",
             self.committed_txg,
             self.evidence,
             self.why(),
             self.target(),
-            self.loss()
+            self.loss(),
+            if self.space_log_damaged {
+                READONLY_HINT
+            } else {
+                ""
+            }
         )
     }
 
@@ -648,6 +747,11 @@ impl Rewind {
     }
 }
 
+/// Said when a txg fails to open because of its space log: the allocator state is needed only
+/// to write.
+const READONLY_HINT: &str = "; the space log (allocator state) is damaged: import with -o \
+     readonly=on to read the data without it and copy it off";
+
 /// The newest uberblock of the pool's tree whose tree verifies, loaded, and the rewind that
 /// opening it means if the labels prove a newer txg committed. Falls back past an uberblock
 /// whose tree does not verify for as long as the frees of the newer txgs were still deferred
@@ -669,6 +773,7 @@ fn open_newest(
     candidates.dedup_by(|a, b| a.txg == b.txg);
     let newest = candidates.first().map_or(0, |ub| ub.txg);
     let mut failures = Vec::new();
+    let mut space_log_failed = false;
     for ub in candidates
         .iter()
         .take_while(|ub| ub.txg + DEFER_TXGS >= newest)
@@ -692,16 +797,28 @@ fn open_newest(
                         to_timestamp_ms: ub.timestamp_ms,
                         newest_timestamp_ms,
                         failures: failures.clone(),
+                        space_log_damaged: space_log_failed,
                     });
                 return Ok((ub.clone(), loaded, rewind));
             }
-            Err(err) => failures.push(format!("txg {}: {}", ub.txg, crate::error_chain(&err))),
+            Err(err) => {
+                space_log_failed |= err.in_space_log;
+                failures.push(format!(
+                    "txg {}: {}",
+                    ub.txg,
+                    crate::error_chain(&err.error)
+                ));
+            }
         }
     }
+    let rescue_hint = if space_log_failed { READONLY_HINT } else { "" };
     Err(import_error(
         pool_name,
         if !failures.is_empty() {
-            format!("no uberblock whose tree verifies ({})", failures.join("; "))
+            format!(
+                "no uberblock whose tree verifies ({}){rescue_hint}",
+                failures.join("; ")
+            )
         } else if found.creation_incomplete() {
             "its creation did not complete (no uberblock was written): create it again (pool \
              create reuses these devices without -f)"
@@ -723,8 +840,7 @@ impl Pool {
     ) -> Result<Option<Rewind>, EngineError> {
         let mut found = find_pool(source, name)?;
         found.config = committed_config(&found);
-        let (tree, _) = open_tree(&found, options)?;
-        let tree = Arc::new(tree);
+        let tree = Arc::new(open_tree(&found, source, options)?.tree);
         let outcome = open_newest(&found, &tree, options).map(|(_, _, rewind)| rewind);
         tree.shutdown();
         outcome
@@ -739,7 +855,11 @@ impl Pool {
         let mut found = find_pool(source, name)?;
         found.config = committed_config(&found);
         let pool_name = found.config.pool_name.clone();
-        let (tree, missing) = open_tree(&found, &options)?;
+        let OpenedTree {
+            tree,
+            missing,
+            unlocated,
+        } = open_tree(&found, source, &options)?;
         let tree = Arc::new(tree);
         let mut notes = Vec::new();
         if !missing.is_empty() {
@@ -812,6 +932,7 @@ impl Pool {
             .iter()
             .any(|top| top.config.role == VdevRole::Log && top.health() == Health::Unavail);
         let mut pool = Pool::assemble(core, ub.txg, &options);
+        pool.unlocated_leaves = unlocated;
         pool.mark_resilvering_leaf();
         if log_missing && !readonly && !options.ignore_missing_log && pool.has_pending_intent_logs()
         {
@@ -835,6 +956,20 @@ impl Pool {
                  pool's disks",
                 missing.join(", ")
             ));
+        }
+        if options.without_space_log {
+            notes.push(format!(
+                "pool '{pool_name}' imported read-only as of txg {}: nothing is written to its \
+                 devices, its space log was not read (space figures count nothing as allocated)",
+                ub.txg
+            ));
+            if pool.has_pending_intent_logs() {
+                notes.push(format!(
+                    "pool '{pool_name}': the intent log was not replayed (read-only): \
+                     synchronous writes acknowledged after txg {} are not visible",
+                    ub.txg
+                ));
+            }
         }
         if !readonly {
             match pool.replay_intent_logs(ub.txg, !log_missing) {

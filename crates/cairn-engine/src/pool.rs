@@ -32,8 +32,13 @@ pub struct PoolOptions {
     pub opener: DeviceOpener,
     /// The RAM cache the pool reads through; `None`: the process's (`process_cache`).
     pub arc: Option<Arc<ReadCache>>,
-    /// Open for inspection only: no txg engine, nothing is ever written.
+    /// Open for inspection only: no txg engine, nothing is ever written (not even a self-heal
+    /// of a bad copy); volumes and filesystems open read-only.
     pub readonly: bool,
+    /// Load no allocator state: the space log is not read (`pool import -o readonly=on`, the
+    /// rescue of a pool whose space log is damaged; needs `readonly`). Space figures then
+    /// count nothing as allocated.
+    pub without_space_log: bool,
     /// Space-log blocks kept before condensing into a checkpoint (tests use tiny values so the
     /// condense path runs often).
     pub space_log_chain_blocks_max: usize,
@@ -61,6 +66,7 @@ impl Default for PoolOptions {
             opener: default_opener(),
             arc: None,
             readonly: false,
+            without_space_log: false,
             space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
             ignore_missing_log: false,
             rewind: false,
@@ -127,6 +133,11 @@ pub(crate) const DIRECTORY_OBJECT: u64 = 1;
 pub struct Pool {
     pub(crate) core: Arc<PoolCore>,
     txg: Option<Arc<TxgEngine>>,
+    /// A pool opened read-only: its volumes' and filesystems' engine (`readers_engine`), which
+    /// commits nothing.
+    frozen_txg: std::sync::OnceLock<Arc<TxgEngine>>,
+    /// Opened without its space log (`PoolOptions::without_space_log`).
+    without_space_log: bool,
     volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
     /// Filesystems opened so far (`filesystems.rs`).
     pub(crate) filesystems: Mutex<BTreeMap<String, Arc<cairn_fs::Filesystem>>>,
@@ -142,6 +153,9 @@ pub struct Pool {
     pub(crate) cache_devices: Mutex<Vec<(cairn_device::spec::DeviceSpec, Option<String>)>>,
     /// A scrub's progress while one runs (`scrub.rs`), for watchers other than its caller.
     pub(crate) scrub_running: Mutex<Option<crate::scrub::ScrubProgress>>,
+    /// Leaves missing at import whose label's path lies outside where import looked
+    /// (`import.rs`): shown by that path, never opened there, never remembered.
+    pub(crate) unlocated_leaves: std::collections::BTreeSet<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -184,6 +198,9 @@ pub struct PoolStatus {
     /// The suspension ends with `pool clear` once the devices are back (else: re-import).
     pub suspended_until_clear: bool,
     pub resilver: Option<crate::resilver::ResilverStatus>,
+    /// Imported read-only (`pool import -o readonly=on`): nothing is written, the space log
+    /// was not read (so the space figures count nothing as allocated).
+    pub imported_readonly: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -220,6 +237,8 @@ impl Pool {
         let pool = Pool {
             core,
             txg,
+            frozen_txg: std::sync::OnceLock::new(),
+            without_space_log: options.without_space_log,
             volumes: Mutex::new(BTreeMap::new()),
             filesystems: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
@@ -229,6 +248,7 @@ impl Pool {
             l2,
             cache_devices: Mutex::new(Vec::new()),
             scrub_running: Mutex::new(None),
+            unlocated_leaves: Default::default(),
         };
         pool.apply_properties();
         pool
@@ -241,6 +261,13 @@ impl Pool {
 
     pub fn name(&self) -> &str {
         &self.core.name
+    }
+
+    /// Whether leaf `guid` was missing at import and its label's path lies outside where
+    /// import looked: that path is only a name, never a device of this pool to open or to
+    /// remember (`import.rs`).
+    pub fn is_unlocated(&self, guid: u64) -> bool {
+        self.unlocated_leaves.contains(&guid)
     }
 
     pub fn guid(&self) -> u64 {
@@ -314,6 +341,35 @@ impl Pool {
     /// Runs `task` in the sync of the open txg and waits until that txg is durable.
     pub(crate) fn txg_engine_arc(&self) -> Result<Arc<TxgEngine>, EngineError> {
         self.txg_engine().cloned()
+    }
+
+    /// True if the pool was opened read-only: nothing is ever written to its devices.
+    pub fn is_readonly(&self) -> bool {
+        self.txg.is_none()
+    }
+
+    /// True if the pool was opened without its space log (a read-only rescue import).
+    pub fn without_space_log(&self) -> bool {
+        self.without_space_log
+    }
+
+    /// The engine volumes and filesystems are built on: the pool's, or for a pool opened
+    /// read-only one that commits nothing (`FrozenSyncer`): they open read-only there, so no
+    /// writer ever joins one of its txgs.
+    pub(crate) fn readers_engine(&self) -> Arc<TxgEngine> {
+        if let Some(engine) = &self.txg {
+            return engine.clone();
+        }
+        self.frozen_txg
+            .get_or_init(|| {
+                let last_synced_txg = self.core.uberblock.lock().txg;
+                TxgEngine::start(
+                    TxgConfig::default(),
+                    last_synced_txg,
+                    Arc::new(FrozenSyncer),
+                )
+            })
+            .clone()
     }
 
     pub(crate) fn run_sync_task(
@@ -395,6 +451,7 @@ impl Pool {
             suspended: self.suspended(),
             suspended_until_clear: self.txg.as_ref().is_some_and(|txg| txg.io_suspended()),
             resilver: self.resilver_status(),
+            imported_readonly: self.without_space_log,
         }
     }
 
@@ -618,7 +675,7 @@ impl Pool {
         }
         for (name, volume) in self.volumes.lock().iter() {
             if let Ok((readonly, _)) = directory.property(name, "readonly") {
-                volume.set_readonly(readonly == "on");
+                volume.set_readonly(self.is_readonly() || readonly == "on");
             }
             if let Ok((sync, _)) = directory.property(name, "sync") {
                 volume.set_sync_mode(SyncMode::from_property(&sync));
@@ -637,7 +694,7 @@ impl Pool {
         if let Some(volume) = self.volumes.lock().get(name) {
             return Ok(volume.clone());
         }
-        let engine = self.txg_engine()?.clone();
+        let engine = self.readers_engine();
         let directory = self.core.directory.lock();
         let record = directory.get(name)?;
         if record.kind != DatasetKind::Volume {
@@ -653,7 +710,7 @@ impl Pool {
             .0
             .parse()
             .unwrap_or(VOLBLOCKSIZE_DEFAULT as u32);
-        let readonly = directory.property(name, "readonly")?.0 == "on";
+        let readonly = self.is_readonly() || directory.property(name, "readonly")?.0 == "on";
         let sync_mode = SyncMode::from_property(&directory.property(name, "sync")?.0);
         let lanes: usize = directory.property(name, "loglanes")?.0.parse().unwrap_or(1);
         let use_log_devices = directory.property(name, "logbias")?.0 == "latency";
@@ -667,18 +724,22 @@ impl Pool {
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         check_volume_object(name, &objset, block_size)?;
         let space_check = self.space_check(name, &engine, true);
-        let intent_log = Arc::new(IntentLog::new(
-            name.to_string(),
-            self.core.guid,
-            self.core.io.clone(),
-            engine.clone(),
-            objset.clone(),
-            ZilConfig {
-                lanes,
-                ..ZilConfig::default()
-            },
-        ));
-        intent_log.set_use_log_devices(use_log_devices);
+        // A read-only pool's volume has no intent log: it would allocate log blocks.
+        let intent_log = (!self.is_readonly()).then(|| {
+            let intent_log = Arc::new(IntentLog::new(
+                name.to_string(),
+                self.core.guid,
+                self.core.io.clone(),
+                engine.clone(),
+                objset.clone(),
+                ZilConfig {
+                    lanes,
+                    ..ZilConfig::default()
+                },
+            ));
+            intent_log.set_use_log_devices(use_log_devices);
+            intent_log
+        });
         let volume = Volume::new(
             name.to_string(),
             objset,
@@ -687,8 +748,11 @@ impl Pool {
             block_size,
             readonly,
             space_check,
-        )
-        .with_intent_log(intent_log.clone());
+        );
+        let volume = match &intent_log {
+            Some(intent_log) => volume.with_intent_log(intent_log.clone()),
+            None => volume,
+        };
         let volume = match &self.read_trace_dir {
             Some(dir) => volume
                 .with_read_trace(dir)
@@ -701,10 +765,12 @@ impl Pool {
         };
         volume.set_sync_mode(sync_mode);
         let volume = Arc::new(volume);
-        self.core
-            .intent_logs
-            .lock()
-            .insert(name.to_string(), intent_log);
+        if let Some(intent_log) = intent_log {
+            self.core
+                .intent_logs
+                .lock()
+                .insert(name.to_string(), intent_log);
+        }
         self.volumes.lock().insert(name.to_string(), volume.clone());
         Ok(volume)
     }
@@ -783,6 +849,13 @@ impl Pool {
         })
     }
 
+    /// Stops the engine of a read-only pool's volumes and filesystems, if one was started.
+    fn stop_frozen_engine(&self) {
+        if let Some(engine) = self.frozen_txg.get() {
+            let _ = engine.shutdown();
+        }
+    }
+
     /// Syncs, writes the given label state and stops the txg engine and device queues.
     fn shut(&self, state: PoolState) -> Result<(), EngineError> {
         if self.closed.swap(true, Ordering::SeqCst) {
@@ -802,6 +875,7 @@ impl Pool {
             }
             engine.shutdown().map_err(EngineError::Txg)?;
         }
+        self.stop_frozen_engine();
         self.core.tree().shutdown();
         Ok(())
     }
@@ -852,8 +926,20 @@ impl Drop for Pool {
             if let Some(engine) = &self.txg {
                 let _ = engine.shutdown();
             }
+            self.stop_frozen_engine();
             self.core.tree().shutdown();
         }
+    }
+}
+
+/// The syncer of a read-only pool's engine (`Pool::readers_engine`): commits nothing. Its
+/// volumes and filesystems open read-only and refuse every change before it joins a txg, so
+/// the txgs it is asked to sync are empty; nothing reaches a device either way.
+struct FrozenSyncer;
+
+impl cairn_pool::txg::TxgSyncer for FrozenSyncer {
+    fn sync_txg(&self, _txg: u64) -> Result<(), cairn_pool::txg::SyncError> {
+        Ok(())
     }
 }
 

@@ -176,7 +176,9 @@ fn writes_to_a_read_only_volume_or_pool_are_read_only() {
         assert_eq!(err.errno(), libc::EROFS);
         pool.close().unwrap();
     }
-    // A pool imported read-only opens no volume for writing at all.
+    // A pool imported read-only opens its volumes read-only, whatever their property says;
+    // changes to the pool itself are refused too.
+    pool_readonly_off(&paths);
     let pool = Pool::import(
         &cairn_engine::ImportSource::Devices(specs(&paths)),
         "tank",
@@ -186,11 +188,31 @@ fn writes_to_a_read_only_volume_or_pool_are_read_only() {
         },
     )
     .unwrap();
-    let Err(err) = pool.volume("tank/vol") else {
-        panic!("a read-only pool opened a volume for writing");
+    let volume = pool.volume("tank/vol").unwrap();
+    assert!(volume.is_readonly());
+    let mut buf = vec![0u8; 4096];
+    volume.read(0, &mut buf).unwrap();
+    let err = volume.write(0, &[1u8; 4096]).expect_err("a read-only pool");
+    assert_eq!(err.class(), ErrorClass::ReadOnly, "{err}");
+    assert_eq!(err.errno(), libc::EROFS);
+    let Err(err) = pool.create_volume("tank/other", 4 << 20, &volume_props()) else {
+        panic!("a read-only pool created a volume");
     };
     assert!(matches!(err, EngineError::ReadOnlyPool(_)), "{err:?}");
     assert_eq!(err.class(), ErrorClass::ReadOnly);
+    pool.close().unwrap();
+}
+
+/// Sets `readonly=off` on tank/vol again, so only the pool's read-only import makes it so.
+fn pool_readonly_off(paths: &[std::path::PathBuf]) {
+    let pool = Pool::import(
+        &cairn_engine::ImportSource::Devices(specs(paths)),
+        "tank",
+        options(plain_opener()),
+    )
+    .unwrap();
+    pool.set_property("tank/vol", "readonly", "off").unwrap();
+    pool.close().unwrap();
 }
 
 /// A pool whose only device fails its writes suspends I/O until `pool clear` (failmode=wait

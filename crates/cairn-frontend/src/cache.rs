@@ -7,7 +7,13 @@
 //! # cairn pool cache: POOL<TAB>DEVICE, one line per device
 //! tank<TAB>/var/lib/cairn/a.img
 //! tank<TAB>emu:hdd-7200:/var/lib/cairn/b.img
+//! rescued<TAB>/mnt/old/c.img
+//! rescued<TAB>option:readonly=on
 //! ```
+//!
+//! A device line names exactly a device the pool was found on (never a path only a label
+//! remembers: `pool import -d DIR` stays in DIR). `option:readonly=on` marks a pool imported
+//! read-only (`pools::READONLY_ENTRY`): every later open is read-only too.
 //!
 //! Lines of one pool keep their order (the vdev order of the pool). Changes are
 //! read-modify-write under an exclusive lock on a sibling `.lock` file, and the new content is

@@ -630,9 +630,15 @@ impl Mounts {
             if dataset.split('/').next() != Some(pool.name()) {
                 continue;
             }
+            let readonly = mount.fs.is_readonly();
             let result = MountFlags::of_dataset(pool, dataset)
                 .map_err(|err| std::io::Error::other(err.to_string()))
-                .and_then(|flags| mount.set_flags(flags));
+                .and_then(|flags| {
+                    mount.set_flags(MountFlags {
+                        read_only: flags.read_only || readonly,
+                        ..flags
+                    })
+                });
             if let Err(err) = result {
                 failures.push((dataset.clone(), err));
             }
@@ -787,6 +793,13 @@ pub fn mount(
         )),
         MountOption::DefaultPermissions,
     ];
+    // A read-only filesystem (the property, or a pool imported read-only) mounts `ro`: the
+    // kernel then refuses every change with EROFS itself, before a write could sit in its
+    // page cache with nowhere to go.
+    let flags = MountFlags {
+        read_only: flags.read_only || fs.is_readonly(),
+        ..flags
+    };
     config.mount_options.extend(flags.mount_options());
     config.acl = SessionACL::All;
     config.n_threads = Some(FUSE_THREADS);

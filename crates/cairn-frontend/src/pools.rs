@@ -159,6 +159,10 @@ fn locked_by_another_process(path: &std::path::Path) -> bool {
 /// How the pool cache marks a cache device (the SSD tier) among a pool's devices.
 pub const CACHE_DEVICE_PREFIX: &str = "cache:";
 
+/// The pool cache's line for a pool imported read-only (`pool import -o readonly=on`): every
+/// later open is read-only too, without its space log, until it is exported.
+pub const READONLY_ENTRY: &str = "option:readonly=on";
+
 /// A device as the pool cache stores it (a cache device's `cache:` mark taken off), path made
 /// absolute.
 pub fn parse_cached_device(text: &str) -> Result<DeviceSpec, cairn_device::DeviceError> {
@@ -171,16 +175,20 @@ pub fn parse_cached_device(text: &str) -> Result<DeviceSpec, cairn_device::Devic
 }
 
 /// The device specs a pool is open on, in vdev order, then its cache devices (marked), as the
-/// cache stores them.
+/// cache stores them. A leaf import did not find where it looked is left out: the path its
+/// label remembers may be a stale copy or another pool's device (`Pool::is_unlocated`), so
+/// no later open may try it; the pool opens DEGRADED without it until imported again.
 pub fn device_specs(pool: &Pool) -> Vec<String> {
     pool.tree()
         .leaves()
+        .filter(|leaf| !pool.is_unlocated(leaf.guid))
         .map(|leaf| leaf.spec.to_string())
         .chain(
             pool.cache_specs()
                 .iter()
                 .map(|spec| format!("{CACHE_DEVICE_PREFIX}{spec}")),
         )
+        .chain(pool.without_space_log().then(|| READONLY_ENTRY.to_string()))
         .collect()
 }
 
@@ -266,7 +274,7 @@ impl PoolAccess {
             .devices(pool)?
             .ok_or_else(|| PoolsError::NotImported(pool.to_string()))?;
         let (mut members, mut cache) = (Vec::new(), Vec::new());
-        for text in &devices {
+        for text in devices.iter().filter(|text| *text != READONLY_ENTRY) {
             let spec = parse_cached_device(text).map_err(|source| PoolsError::BadCachedDevice {
                 pool: pool.to_string(),
                 source,
@@ -290,8 +298,21 @@ impl PoolAccess {
         self.open_with(pool, options)
     }
 
+    /// Whether `pool` was imported read-only (`READONLY_ENTRY`).
+    pub fn imported_readonly(&self, pool: &str) -> Result<bool, PoolsError> {
+        Ok(self
+            .cache
+            .devices(pool)?
+            .is_some_and(|devices| devices.iter().any(|text| text == READONLY_ENTRY)))
+    }
+
     /// `open` with the caller's options (its cache devices are the ones the pool cache lists).
+    /// A pool imported read-only opens read-only, without its space log, whatever is asked.
     pub fn open_with(&self, pool: &str, mut options: PoolOptions) -> Result<Pool, PoolsError> {
+        if self.imported_readonly(pool)? {
+            options.readonly = true;
+            options.without_space_log = true;
+        }
         let unavailable = |reason: String, busy: bool| {
             PoolsError::Unavailable(PoolUnavailable {
                 pool: pool.to_string(),

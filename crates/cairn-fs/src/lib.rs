@@ -651,6 +651,11 @@ impl Filesystem {
     }
 
     /// Changes the properties that may change while mounted.
+    /// Whether the filesystem refuses every change (`readonly`, or its pool is read-only).
+    pub fn is_readonly(&self) -> bool {
+        self.config.read().readonly
+    }
+
     pub fn set_config(&self, config: FsConfig) -> Result<(), FsError> {
         check_recordsize(config.recordsize_bytes)?;
         *self.config.write() = config;

@@ -188,6 +188,8 @@ pub struct BlockIo {
     /// under a write flood.
     reads_in_flight: Mutex<BTreeMap<u64, usize>>,
     synced_txg: std::sync::atomic::AtomicU64,
+    /// A pool opened read-only: a bad copy is reported, never rewritten (`set_read_only`).
+    read_only: std::sync::atomic::AtomicBool,
 }
 
 impl BlockIo {
@@ -198,7 +200,15 @@ impl BlockIo {
             stats: PipelineStats::default(),
             reads_in_flight: Mutex::new(BTreeMap::new()),
             synced_txg: std::sync::atomic::AtomicU64::new(0),
+            read_only: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Makes reads write nothing: a bad copy found while another verifies is counted but not
+    /// healed. A pool opened read-only promises that no device byte changes (its devices may
+    /// be evidence, or about to be copied off).
+    pub fn set_read_only(&self) {
+        self.read_only.store(true, Ordering::SeqCst);
     }
 
     /// The last synced txg (the tree readers now see): set by the txg sync once it published.
@@ -586,6 +596,9 @@ impl BlockIo {
     /// Rewrites a bad copy in place with verified data. Safe because the block is live: nothing
     /// else may occupy its space.
     fn repair(&self, leaf: &Arc<Leaf>, dva: &Dva, data: &Bytes) -> bool {
+        if self.read_only.load(Ordering::SeqCst) {
+            return false;
+        }
         let Some(queue) = leaf.queue() else {
             return false;
         };

@@ -107,6 +107,8 @@ pub struct PoolStatusEntry {
     pub data_errors: Vec<String>,
     /// Notes the import had (missing devices, a rewind).
     pub notes: Vec<String>,
+    /// Imported read-only (`pool import -o readonly=on`): nothing is written to it.
+    pub readonly: bool,
 }
 
 #[derive(Serialize)]

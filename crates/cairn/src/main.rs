@@ -193,8 +193,9 @@ enum PoolCommand {
     Export { pool: String },
     /// List pools found on devices, or import one by name or guid.
     Import(PoolImportArgs),
-    /// Offline check (like zdb -b): checksums of every copy and space accounting.
-    Check { pool: String },
+    /// Check (like zdb -b): checksums of every copy and space accounting; of an exported
+    /// pool with -d (like zdb -e), never writing.
+    Check(PoolCheckArgs),
     /// Destroy a pool; its devices become free for reuse.
     Destroy {
         /// Forget a pool that cannot be opened (its devices are left as they are).
@@ -356,8 +357,25 @@ struct PoolImportArgs {
     #[arg(short = 'n', requires = "rewind")]
     #[serde(default)]
     dry_run: bool,
+    /// Import option: readonly=on imports the pool read-only to copy data off (nothing is
+    /// ever written; the space log is not read, so a damaged one does not stop it; the
+    /// intent log is not replayed).
+    #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
+    #[serde(default)]
+    options: Vec<(String, String)>,
     /// Pool name or guid to import; without it, list what could be imported.
     pool: Option<String>,
+}
+
+#[derive(Debug, Args, Serialize, Deserialize)]
+struct PoolCheckArgs {
+    /// Check an exported pool found in this directory (repeatable), read-only, without
+    /// importing it (like zdb -e).
+    #[arg(short = 'd', value_name = "DIR")]
+    #[serde(default)]
+    dirs: Vec<PathBuf>,
+    /// Pool name (or, with -d, guid).
+    pool: String,
 }
 
 #[derive(Debug, Args, Serialize, Deserialize)]
@@ -455,7 +473,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             PoolCommand::Scrub { pool } => pool_cmd::scrub(ctx, &pool),
             PoolCommand::Export { pool } => pool_cmd::export(ctx, &pool),
             PoolCommand::Import(args) => pool_cmd::import(ctx, &args),
-            PoolCommand::Check { pool } => pool_cmd::check(ctx, &pool),
+            PoolCommand::Check(args) => pool_cmd::check(ctx, &args),
             PoolCommand::Destroy { force, pool } => pool_cmd::destroy(ctx, &pool, force),
             PoolCommand::Clear { pool } => pool_cmd::clear(ctx, &pool),
             PoolCommand::Sync { pools } => pool_cmd::sync(ctx, &pools),

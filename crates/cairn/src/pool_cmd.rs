@@ -10,7 +10,9 @@ use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason
 use crate::context::{say, say_raw, shout};
 use crate::table::{Column, Table};
 use crate::vdevs::parse_vdevs;
-use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs};
+use crate::{
+    ListFormat, PoolAddArgs, PoolCheckArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs,
+};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::properties::parse_size;
@@ -21,7 +23,7 @@ use cairn_engine::{
     ScrubProgress, VdevGroup, discover_pools,
 };
 use cairn_format::PoolState;
-use cairn_frontend::pools::parse_cached_device;
+use cairn_frontend::pools::{READONLY_ENTRY, parse_cached_device};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -422,7 +424,16 @@ fn health_label(status: &PoolStatus) -> &'static str {
 fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
-    out.push_str(&format!(" state: {}\n", health_label(status)));
+    if status.imported_readonly {
+        out.push_str(&format!(" state: {} (read-only)\n", health_label(status)));
+        out.push_str(
+            "status: Imported read-only (-o readonly=on): nothing is written to its devices; its \
+             space log was not read and its intent log not replayed. Copy the data off, then \
+             export it.\n",
+        );
+    } else {
+        out.push_str(&format!(" state: {}\n", health_label(status)));
+    }
     match &status.suspended {
         Some(reason) if status.suspended_until_clear => {
             out.push_str(&format!("status: {reason}\n"));
@@ -631,6 +642,7 @@ fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
                 .devices(name)?
                 .unwrap_or_default()
                 .into_iter()
+                .filter(|text| text != READONLY_ENTRY)
                 .map(|text| {
                     let present = parse_cached_device(&text).is_ok_and(|spec| spec.path.exists());
                     (text, present)
@@ -783,6 +795,7 @@ fn status_json(view: &PoolView) -> json::PoolStatusEntry {
                 .map(|scrub| scrub.damaged.clone())
                 .unwrap_or_default(),
             notes: notes.clone(),
+            readonly: status.imported_readonly,
         },
         PoolView::Unavailable {
             name,
@@ -812,6 +825,7 @@ fn status_json(view: &PoolView) -> json::PoolStatusEntry {
                 .collect(),
             data_errors: Vec::new(),
             notes: Vec::new(),
+            readonly: false,
         },
     }
 }
@@ -1087,10 +1101,27 @@ fn label_state(state: PoolState) -> &'static str {
     }
 }
 
+/// `-o readonly=on|off`: whether the import is read-only.
+fn import_readonly(args: &PoolImportArgs) -> Result<bool> {
+    let mut readonly = false;
+    for (key, value) in &args.options {
+        match (key.as_str(), value.as_str()) {
+            ("readonly", "on") => readonly = true,
+            ("readonly", "off") => readonly = false,
+            ("readonly", other) => {
+                bail!("cannot import: invalid value '{other}' for readonly (on or off)")
+            }
+            (other, _) => bail!("cannot import: unknown import option '{other}' (known: readonly)"),
+        }
+    }
+    Ok(readonly)
+}
+
 pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
     if args.dry_run && args.pool.is_none() {
         bail!("-F -n needs the pool to look at (cairn pool import -d DIR -F -n POOL)");
     }
+    let readonly = import_readonly(args)?;
     // A remembered pool that no longer opens because a log device is gone, or because it would
     // have to rewind: its error sends the user here with --ignore-missing-log or -F; the
     // devices are the remembered ones.
@@ -1103,6 +1134,8 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         let options = PoolOptions {
             ignore_missing_log: args.ignore_missing_log,
             rewind: args.rewind,
+            readonly,
+            without_space_log: readonly,
             ..ctx.pool_options()
         };
         if args.dry_run {
@@ -1207,6 +1240,8 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
     let options = PoolOptions {
         ignore_missing_log: args.ignore_missing_log,
         rewind: args.rewind,
+        readonly,
+        without_space_log: readonly,
         ..ctx.pool_options()
     };
     if args.dry_run {
@@ -1363,11 +1398,16 @@ fn render_importable(pool: &DiscoveredPool) -> String {
     out
 }
 
-pub fn check(ctx: &Context, name: &str) -> Result<()> {
-    let report = ctx.with_pool(name, true, |pool| {
-        pool.check()
-            .with_context(|| format!("cannot check pool '{name}'"))
-    })?;
+pub fn check(ctx: &Context, args: &PoolCheckArgs) -> Result<()> {
+    let name = args.pool.as_str();
+    let report = if args.dirs.is_empty() {
+        ctx.with_pool(name, true, |pool| {
+            pool.check()
+                .with_context(|| format!("cannot check pool '{name}'"))
+        })?
+    } else {
+        check_exported(ctx, name, &args.dirs)?
+    };
     say!(ctx, "pool '{name}' at txg {}:", report.txg);
     say!(ctx, "  blocks:           {}", report.blocks);
     say!(ctx, "  copies verified:  {}", report.copies_verified);
@@ -1383,6 +1423,14 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         human::size(report.referenced_bytes, false),
         report.referenced_bytes
     );
+    if report.intent_log_bytes > 0 {
+        say!(
+            ctx,
+            "  intent log:       {} ({} bytes, of the referenced; in no dataset's used)",
+            human::size(report.intent_log_bytes, false),
+            report.intent_log_bytes
+        );
+    }
     if report.filesystems_checked > 0 {
         say!(
             ctx,
@@ -1400,6 +1448,43 @@ pub fn check(ctx: &Context, name: &str) -> Result<()> {
         say!(ctx, "  {problem}");
     }
     bail!("pool '{name}' has {} problems", problems.len())
+}
+
+/// `pool check -d DIR POOL` (zdb -e): checks a pool that is not imported from the devices
+/// found in `dirs`, opened read-only (no txg, no self-heal, labels untouched) and closed
+/// again; it stays exported. An imported pool is checked through its owner instead: its
+/// devices may be changing under a server.
+fn check_exported(
+    ctx: &Context,
+    name: &str,
+    dirs: &[PathBuf],
+) -> Result<cairn_engine::CheckReport> {
+    let fail = || format!("cannot check pool '{name}'");
+    if ctx.cache.devices(name)?.is_some() {
+        bail!(
+            "{}: it is imported; check it with cairn pool check {name} (-d is for pools that are not imported)",
+            fail()
+        );
+    }
+    let dirs: Vec<PathBuf> = dirs
+        .iter()
+        .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
+        .collect();
+    for dir in &dirs {
+        if !dir.is_dir() {
+            bail!("{}: {} is not a directory", fail(), dir.display());
+        }
+    }
+    let options = PoolOptions {
+        readonly: true,
+        ..ctx.pool_options()
+    };
+    let pool = Pool::import(&ImportSource::Directories(dirs), name, options).with_context(fail)?;
+    let report = pool.check().with_context(fail);
+    let closed = pool.close().with_context(fail);
+    let report = report?;
+    closed?;
+    Ok(report)
 }
 
 /// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear).
@@ -1570,6 +1655,7 @@ mod tests {
             suspended: Some(reason.into()),
             suspended_until_clear: false,
             resilver: None,
+            imported_readonly: false,
         };
         let text = render_status(&status, &[], false);
         assert!(

@@ -90,6 +90,11 @@ fn with_absolute_paths(mut command: Command) -> Result<Command> {
                     *dir = std::path::absolute(&*dir)?;
                 }
             }
+            PoolCommand::Check(args) => {
+                for dir in &mut args.dirs {
+                    *dir = std::path::absolute(&*dir)?;
+                }
+            }
             _ => {}
         },
         Command::Mount {

@@ -80,6 +80,7 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                     ignore_missing_log: false,
                     rewind: false,
                     dry_run: false,
+                    options: Vec::new(),
                     pool: Some(POOL.into()),
                 },
             )?;
