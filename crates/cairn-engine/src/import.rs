@@ -462,6 +462,14 @@ impl Pool {
         candidates.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
         candidates.dedup_by(|a, b| a.txg == b.txg);
         let newest = candidates.first().map_or(0, |ub| ub.txg);
+        // A side whose uberblocks stop before a sibling's missed the txgs after (it failed
+        // while the pool went on): nothing is read from it, the tree's blocks included.
+        let leaf_newest = crate::missed::newest_uberblocks(&tree, found.config.pool_guid);
+        for guid in crate::missed::label_gaps(&tree, &leaf_newest, newest).keys() {
+            if let Some(leaf) = tree.leaves().find(|leaf| leaf.guid == *guid) {
+                leaf.set_resilvering(true);
+            }
+        }
         let mut failures = Vec::new();
         for ub in candidates
             .iter()
@@ -504,6 +512,7 @@ impl Pool {
                         space_view: Default::default(),
                         suspend_handle: Default::default(),
                         scan_floors: Mutex::new(BTreeMap::new()),
+                        clean_through: Mutex::new(BTreeMap::new()),
                     };
                     let readonly = options.readonly;
                     let log_missing = tree.tops.iter().any(|top| {
@@ -511,6 +520,10 @@ impl Pool {
                     });
                     let mut pool = Pool::assemble(core, ub.txg, &options);
                     pool.mark_resilvering_leaf();
+                    let gaps = crate::missed::label_gaps(&tree, &leaf_newest, ub.txg);
+                    let (changed_missed, missed_notes) =
+                        pool.settle_missed_at_import(&gaps, ub.txg);
+                    notes.extend(missed_notes);
                     if log_missing
                         && !readonly
                         && !options.ignore_missing_log
@@ -550,7 +563,7 @@ impl Pool {
                         pool.txg_engine()?
                             .sync_now_forced()
                             .map_err(|err| import_error(&pool_name, err.to_string()))?;
-                        notes.extend(pool.resume_resilver()?);
+                        notes.extend(pool.resume_resilver(&changed_missed)?);
                     }
                     pool.notes = notes;
                     pool.find_cache_devices(source, &options);

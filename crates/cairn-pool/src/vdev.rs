@@ -9,9 +9,10 @@
 //! DEGRADED while at least one child is ONLINE, UNAVAIL when none is. The pool takes the worst
 //! state of its top-level vdevs.
 //!
-//! A leaf being resilvered (a side just attached to a mirror) is written like any other but
-//! never read: it lacks the blocks born before its resilver started until the resilver has
-//! copied them (`Leaf::set_resilvering`), and it does not count as a healthy copy.
+//! A leaf being resilvered (a side just attached to a mirror, or one back after missing
+//! writes) is written like any other but never read: it lacks blocks until the resilver has
+//! copied them (`Leaf::set_resilvering`), and it does not count as a healthy copy (its mirror
+//! stays DEGRADED until it is done).
 //!
 //! Counters (`LeafErrors`) are what `cairn pool status` shows as READ / WRITE / CKSUM; they are
 //! in-memory, reset at import, as in zpool.
@@ -226,13 +227,14 @@ impl TopVdev {
     }
 
     /// UNAVAIL without a readable child: a side still being resilvered is no copy of the
-    /// vdev, so a write that reached only it must not count as written.
+    /// vdev, so a write that reached only it must not count as written. For the same reason a
+    /// mirror is DEGRADED, not ONLINE, while a side is being resilvered: it is no redundancy
+    /// until it holds every block.
     pub fn health(&self) -> Health {
-        let usable = self.leaves.iter().filter(|leaf| leaf.is_usable()).count();
         let readable = self.leaves.iter().filter(|leaf| leaf.is_readable()).count();
-        match (self.config.kind, readable, usable) {
-            (_, 0, _) => Health::Unavail,
-            (TopVdevKind::Mirror, _, n) if n < self.leaves.len() => Health::Degraded,
+        match (self.config.kind, readable) {
+            (_, 0) => Health::Unavail,
+            (TopVdevKind::Mirror, n) if n < self.leaves.len() => Health::Degraded,
             _ => Health::Online,
         }
     }
