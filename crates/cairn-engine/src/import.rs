@@ -462,14 +462,11 @@ impl Pool {
         candidates.sort_by_key(|ub| std::cmp::Reverse(ub.txg));
         candidates.dedup_by(|a, b| a.txg == b.txg);
         let newest = candidates.first().map_or(0, |ub| ub.txg);
-        // A side whose uberblocks stop before a sibling's missed the txgs after (it failed
-        // while the pool went on): nothing is read from it, the tree's blocks included.
+        // A side whose uberblocks stop before a complete sibling's missed the txgs after (it
+        // failed while the pool went on); which siblings are complete, the directory says.
+        // Until then reads may reach a stale copy: each is verified against its pointer, and
+        // another copy is read instead.
         let leaf_newest = crate::missed::newest_uberblocks(&tree, found.config.pool_guid);
-        for guid in crate::missed::label_gaps(&tree, &leaf_newest, newest).keys() {
-            if let Some(leaf) = tree.leaves().find(|leaf| leaf.guid == *guid) {
-                leaf.set_resilvering(true);
-            }
-        }
         let mut failures = Vec::new();
         for ub in candidates
             .iter()
@@ -520,9 +517,8 @@ impl Pool {
                     });
                     let mut pool = Pool::assemble(core, ub.txg, &options);
                     pool.mark_resilvering_leaf();
-                    let gaps = crate::missed::label_gaps(&tree, &leaf_newest, ub.txg);
                     let (changed_missed, missed_notes) =
-                        pool.settle_missed_at_import(&gaps, ub.txg);
+                        pool.settle_missed_at_import(&leaf_newest, ub.txg);
                     notes.extend(missed_notes);
                     if log_missing
                         && !readonly

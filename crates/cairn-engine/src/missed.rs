@@ -140,17 +140,23 @@ pub(crate) fn newest_uberblocks(tree: &VdevTree, pool_guid: u64) -> BTreeMap<u64
         .collect()
 }
 
-/// The leaves of data vdevs whose newest uberblock is older than `txg` while a sibling's is
-/// not: they were out when a later txg was committed (a fault the directory of `txg` may not
-/// record yet). By leaf guid, the first txg each may lack.
+/// The leaves of data vdevs whose newest uberblock is older than `txg` while a complete
+/// sibling's is not: they were out when a later txg was committed (a fault the directory of
+/// `txg` may not record yet; or only that txg's uberblock write, cut by a crash, which costs a
+/// needless copy of that txg's blocks). `incomplete` leaves (an attached side not yet filled,
+/// sides already missing txgs) prove no gap: a crash cut between two uberblock writes can
+/// leave one of them newer than a complete side. By leaf guid, the first txg each may lack.
 pub(crate) fn label_gaps(
     tree: &VdevTree,
     newest: &BTreeMap<u64, u64>,
+    incomplete: &[u64],
     txg: u64,
 ) -> BTreeMap<u64, u64> {
     let mut gaps = BTreeMap::new();
     for top in data_tops(tree) {
-        let current = |leaf: &Arc<Leaf>| newest.get(&leaf.guid).is_some_and(|&ub| ub >= txg);
+        let current = |leaf: &Arc<Leaf>| {
+            !incomplete.contains(&leaf.guid) && newest.get(&leaf.guid).is_some_and(|&ub| ub >= txg)
+        };
         for leaf in &top.leaves {
             let Some(&leaf_newest) = newest.get(&leaf.guid) else {
                 continue;
@@ -169,14 +175,14 @@ pub(crate) fn label_gaps(
 }
 
 impl Pool {
-    /// Import, once the directory of `txg` is loaded: adds the label gaps to the recorded
-    /// ranges, closes the ranges of leaves present again at `txg` (from the next txg on every
+    /// Import, once the directory of `txg` is loaded: adds the label gaps (`label_gaps` of
+    /// each leaf's `newest` uberblock) to the recorded ranges, closes the ranges of leaves present again at `txg` (from the next txg on every
     /// write reaches them), drops those of leaves no longer in the tree, and marks every
     /// present leaf with a range as resilvering. Returns the leaves whose range changed (their
     /// resilver starts over) and notes for the front end.
     pub(crate) fn settle_missed_at_import(
         &self,
-        gaps: &BTreeMap<u64, u64>,
+        newest: &BTreeMap<u64, u64>,
         txg: u64,
     ) -> (Vec<u64>, Vec<String>) {
         let tree = self.core.tree();
@@ -192,17 +198,18 @@ impl Pool {
             .as_ref()
             .filter(|record| record.finished_ms.is_none())
             .map(|record| record.leaf_guid);
+        let incomplete: Vec<u64> = directory
+            .missed_txgs
+            .leaves
+            .keys()
+            .copied()
+            .chain(unfilled_attach)
+            .collect();
+        let gaps = label_gaps(&tree, newest, &incomplete, txg);
         for top in data_tops(&tree) {
             for leaf in &top.leaves {
                 if !leaf.is_usable() {
                     continue;
-                }
-                // Marked before the load for a gap at a newer txg than the one opened.
-                if !gaps.contains_key(&leaf.guid)
-                    && !directory.missed_txgs.leaves.contains_key(&leaf.guid)
-                    && unfilled_attach != Some(leaf.guid)
-                {
-                    leaf.set_resilvering(false);
                 }
                 let mut leaf_changed = false;
                 if let Some(&first_txg) = gaps.get(&leaf.guid) {

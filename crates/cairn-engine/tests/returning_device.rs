@@ -259,3 +259,41 @@ fn an_interrupted_resilver_of_a_returned_side_resumes_at_import() {
     assert_contents(&pool, &contents);
     assert_d1_alone_holds(pool, &paths, &contents, &devices);
 }
+
+/// The side fails while the last txg before a crash syncs: that txg is durable without a
+/// record of the fault (the directory was written before the write failed). Import finds the
+/// gap from the side's uberblocks, older than its sibling's.
+#[test]
+fn a_side_that_failed_in_the_last_txg_before_a_crash_is_found_by_its_labels() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let devices = Devices::default();
+    let (pool, mut contents) = populated(&paths, &devices);
+    devices.fail(&paths[1]);
+    let fresh = seeded(512 << 10, 77);
+    pool.volume("tank/vol")
+        .unwrap()
+        .write(3 << 20, &fresh)
+        .unwrap();
+    contents[3 << 20..(3 << 20) + fresh.len()].copy_from_slice(&fresh);
+    let txg = pool.sync().unwrap();
+    assert_eq!(leaf(&pool, &paths[1]).health.as_str(), "FAULTED");
+    // Gone without another txg (nothing dirty, no clean close).
+    drop(pool);
+
+    let pool = import(&paths, devices.opener()).unwrap();
+    let expected = format!("missing txgs {txg}..={txg}");
+    assert!(
+        pool.notes().iter().any(|note| note.contains(&expected)),
+        "{expected} not in {:?}",
+        pool.notes()
+    );
+    pool.wait_resilver().unwrap();
+    let status = pool.resilver_status().unwrap();
+    assert!(
+        status.finished_ms.is_some() && status.copied_bytes >= 512 << 10,
+        "{status:?}"
+    );
+    assert_contents(&pool, &contents);
+    assert_d1_alone_holds(pool, &paths, &contents, &devices);
+}
