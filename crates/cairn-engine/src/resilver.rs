@@ -1,4 +1,5 @@
-//! Mirror sides: `pool attach`, `detach`, `replace`, and the resilver that fills a new side.
+//! Mirror sides: `pool attach`, `detach`, `replace`, and the resilver that fills a new side —
+//! or a side back after missing txgs (`missed.rs`), for the blocks born in those txgs only.
 //!
 //! Attach adds a leaf to a top-level vdev (a single device becomes a two-way mirror) the way
 //! `pool add` changes the tree (`layout.rs`): one sync task swaps the tree, marks the label
@@ -16,6 +17,13 @@
 //! most `PLANNED_COPIES_MAX` blocks: a vdev holding more is done in windows of offsets, the
 //! lowest first, each planned by a walk of a newer synced txg's tree from where the previous
 //! one ended (what lies below was copied, or written to every side since).
+//!
+//! A side back from a fault (`pool clear`, import) runs the same machinery with the copies
+//! restricted to the blocks born in its recorded missed range (`Collector::born_from_txg`):
+//! the range was closed before its record was written, so every later block reached it. Its
+//! finish removes the range in the same txg as it marks the record done, and only if the range
+//! is still the one it copied (the side did not go out again meanwhile). One thread resilvers
+//! one side at a time; when it is done it goes on with the next returned side, if any.
 //!
 //! Invariants:
 //! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
