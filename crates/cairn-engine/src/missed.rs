@@ -6,7 +6,8 @@
 //! block born before it left, none born while it was out. It must not be read for those, nor
 //! counted as a copy, until they have been copied to it: it rejoins *resilvering* (written,
 //! never read, its mirror DEGRADED) and the resilver (`resilver.rs`, the machinery of `pool
-//! attach`) copies only the blocks born in its missed range, then clears the range.
+//! attach`) copies only the blocks born in its missed range, then clears the range. Blocks
+//! born outside the range it holds, and it is read for them.
 //!
 //! The range (`MissedTxgs`, one interval per leaf) lives in the dataset directory, so it is
 //! written with the txg and survives a restart (`docs/format.md`):
@@ -25,8 +26,10 @@
 //! - a side attached and never filled (its resilver unfinished) that goes out gets a range
 //!   from txg 0: its resilver must start over in full.
 //!
-//! Invariants: a leaf with a range is never read (`Leaf::is_resilvering`) while a sibling
-//! that is readable exists; the range only grows until the resilver that covered all of it
+//! Invariants: a leaf with a range is never read for a block born in it (`Leaf::can_read`,
+//! `Leaf::set_missed`) while a complete sibling exists, and never counts as a copy
+//! (`Leaf::is_readable`); it is read for blocks born outside it, which it holds (an intent-log
+//! block or a block written after it came back may have no other good copy); the range only grows until the resilver that covered all of it
 //! finishes; a range is cleared only with the resilver record's end, in one txg.
 
 use crate::pool::PoolCore;
@@ -66,6 +69,14 @@ pub(crate) fn record_missed(
     directory.missed_txgs.leaves.insert(guid, merged) != Some(merged)
 }
 
+/// A range as the leaf keeps it (inclusive; `u64::MAX` while open).
+pub(crate) fn leaf_range(range: MissedTxgs) -> (u64, u64) {
+    (range.first_txg, range.last_txg.unwrap_or(u64::MAX))
+}
+
+/// Everything: what a side lacks until its range is known.
+const EVERY_TXG: (u64, u64) = (0, u64::MAX);
+
 /// Whether some other side of `top` is readable (holds every block).
 fn has_readable_sibling(top: &TopVdev, guid: u64) -> bool {
     top.leaves
@@ -102,6 +113,10 @@ impl PoolCore {
                         last_txg: None,
                     },
                 );
+                // Not read while out anyway; should it be taken back by any path, it is
+                // not read for what it lacks.
+                let range = directory.missed_txgs.leaves.get(&leaf.guid).copied();
+                leaf.set_missed(range.map(leaf_range));
             }
         }
         changed
@@ -176,10 +191,11 @@ pub(crate) fn label_gaps(
 
 impl Pool {
     /// Import, once the directory of `txg` is loaded: adds the label gaps (`label_gaps` of
-    /// each leaf's `newest` uberblock) to the recorded ranges, closes the ranges of leaves present again at `txg` (from the next txg on every
-    /// write reaches them), drops those of leaves no longer in the tree, and marks every
-    /// present leaf with a range as resilvering. Returns the leaves whose range changed (their
-    /// resilver starts over) and notes for the front end.
+    /// each leaf's `newest` uberblock) to the recorded ranges, closes the ranges of leaves
+    /// present again at `txg` (from the next txg on every write reaches them), drops those of
+    /// leaves no longer in the tree, and marks every present leaf with a range and a complete
+    /// sibling as resilvering. Returns the leaves whose range changed (their resilver starts
+    /// over) and notes for the front end.
     pub(crate) fn settle_missed_at_import(
         &self,
         newest: &BTreeMap<u64, u64>,
@@ -233,17 +249,18 @@ impl Pool {
                 let others_complete = top.leaves.iter().any(|other| {
                     other.guid != leaf.guid
                         && other.is_usable()
+                        && unfilled_attach != Some(other.guid)
                         && !directory.missed_txgs.leaves.contains_key(&other.guid)
                 });
                 if others_complete {
-                    leaf.set_resilvering(true);
+                    leaf.set_missed(Some(leaf_range(range)));
                     if leaf_changed {
                         changed.push(leaf.guid);
                     }
                 } else {
                     // Nothing else holds those blocks: reads go to it (each verified), and
                     // it is resilvered if a complete side comes back.
-                    leaf.set_resilvering(false);
+                    leaf.set_missed(None);
                     notes.push(format!(
                         "pool '{}': {} may lack blocks born in txgs {}..={txg} and no other \
                          side holds them",
@@ -255,9 +272,10 @@ impl Pool {
         (changed, notes)
     }
 
-    /// `pool clear`: faulted sides of data mirrors whose device answers again rejoin
-    /// resilvering (`rejoin`), as do `returning` (leaves already taken back by the resume of
-    /// suspended I/O, marked resilvering before; the txg open after that is `last_txg`).
+    /// `pool clear`: faulted sides of data mirrors whose device answers again (and that have a
+    /// readable sibling) rejoin resilvering, as do `returning` (sides with a range that the
+    /// resume of suspended I/O took back, marked resilvering before). Their ranges are closed
+    /// at the txg open now, and their resilver starts.
     pub(crate) fn bring_back_sides(
         &self,
         returning: Vec<Arc<Leaf>>,
@@ -274,7 +292,7 @@ impl Pool {
                 {
                     continue;
                 }
-                leaf.set_resilvering(true);
+                leaf.set_missed(Some(EVERY_TXG));
                 leaf.unfault();
                 back.push(leaf.clone());
             }
@@ -295,6 +313,7 @@ impl Pool {
         let sync_guids = guids.clone();
         self.run_sync_task(move |core, _| {
             let clean_through = core.clean_through.lock().clone();
+            let tree = core.tree();
             let mut directory = core.directory.lock();
             for guid in sync_guids {
                 let first_txg = clean_through
@@ -314,6 +333,10 @@ impl Pool {
                 );
                 if let Some(range) = directory.missed_txgs.leaves.get_mut(&guid) {
                     range.last_txg = Some(last_txg);
+                    // Read again for every block born outside what it missed.
+                    if let Some(leaf) = tree.leaves().find(|leaf| leaf.guid == guid) {
+                        leaf.set_missed(Some(leaf_range(*range)));
+                    }
                 }
             }
             Ok(())

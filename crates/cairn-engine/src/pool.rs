@@ -316,7 +316,7 @@ impl Pool {
                     // A side that was out before the others failed lacks what they took
                     // meanwhile: it comes back resilvering, never read for it.
                     if missed.contains(&leaf.guid) && leaf.health() == Health::Faulted {
-                        leaf.set_resilvering(true);
+                        leaf.set_missed(Some((0, u64::MAX)));
                         returning.push(leaf.clone());
                     }
                     leaf.unfault();

@@ -945,6 +945,7 @@ impl Resilver<'_> {
             Ok(())
         })?;
         leaf.set_resilvering(false);
+        leaf.set_missed(None);
         detach_replaced(self.core, self.engine)
     }
 }

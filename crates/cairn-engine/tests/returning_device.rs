@@ -297,3 +297,39 @@ fn a_side_that_failed_in_the_last_txg_before_a_crash_is_found_by_its_labels() {
     assert_contents(&pool, &contents);
     assert_d1_alone_holds(pool, &paths, &contents, &devices);
 }
+
+/// d1 goes out (its range recorded), then d0 too: no side left, the pool suspends. Both back,
+/// `pool clear` resumes the suspended txg on both, but d1 still lacks what d0 took alone: it
+/// comes back resilvering, and d0 stays the copy reads use.
+#[test]
+fn a_side_out_before_the_pool_suspended_is_resilvered_after_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let devices = Devices::default();
+    let (pool, mut contents) = populated(&paths, &devices);
+    write_while_d1_fails(&pool, &mut contents, &paths, &devices);
+
+    devices.fail(&paths[0]);
+    let fresh = seeded(128 << 10, 55);
+    pool.volume("tank/vol")
+        .unwrap()
+        .write(7 << 20, &fresh)
+        .unwrap();
+    contents[7 << 20..(7 << 20) + fresh.len()].copy_from_slice(&fresh);
+    std::thread::scope(|scope| {
+        let syncing = scope.spawn(|| pool.sync());
+        while pool.suspended().is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        devices.heal(&paths[0]);
+        devices.heal(&paths[1]);
+        pool.clear_errors().unwrap();
+        // Its waiter was told of the suspension; the txg itself was kept and written after.
+        let _ = syncing.join().unwrap();
+    });
+    pool.sync().unwrap();
+    pool.wait_resilver().unwrap();
+    assert_resilvered_only_what_was_missed(&pool);
+    assert_contents(&pool, &contents);
+    assert_d1_alone_holds(pool, &paths, &contents, &devices);
+}

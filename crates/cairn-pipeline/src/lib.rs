@@ -355,7 +355,7 @@ impl BlockIo {
                 last_reason = outside_pool(dva);
                 continue;
             };
-            for leaf in top.read_order() {
+            for leaf in top.read_order_for(bp.birth_txg) {
                 match self.read_copy(&leaf, dva, bp, class) {
                     Ok(data) => {
                         good = Some(data);
@@ -391,7 +391,7 @@ impl BlockIo {
         let leaf = self
             .tree()
             .top_for_dva(&dva)?
-            .read_order()
+            .read_order_for(bp.birth_txg)
             .into_iter()
             .next()?;
         let queue = leaf.queue()?;
@@ -509,7 +509,7 @@ impl BlockIo {
                 survey.bad.push((None, *dva, outside_pool(dva)));
                 continue;
             };
-            for leaf in top.read_order() {
+            for leaf in top.read_order_for(bp.birth_txg) {
                 survey.checked += 1;
                 survey.bytes_read += u64::from(bp.psize);
                 match self.read_copy(&leaf, dva, bp, IoClass::Scrub) {
