@@ -497,7 +497,8 @@ impl Pool {
         let Some((_, leaf)) = find_leaf_by_guid(&self.core.tree(), record.leaf_guid) else {
             return Ok(None);
         };
-        if changed.contains(&record.leaf_guid) {
+        let restarted = changed.contains(&record.leaf_guid);
+        if restarted {
             // What it lacks grew since the record was written: start over.
             crate::missed::fresh_record(&self.core, self.txg_engine()?, record.leaf_guid)?;
         }
@@ -508,6 +509,12 @@ impl Pool {
             )));
         }
         self.start_resilver(record.leaf_guid, ResilverOptions::default())?;
+        if restarted {
+            return Ok(Some(format!(
+                "pool '{}': resilver of {} restarted: it missed more txgs since it began",
+                self.core.name, leaf.spec
+            )));
+        }
         Ok(Some(format!(
             "pool '{}': resilver of {} resumed at {} of {} bytes",
             self.core.name, leaf.spec, record.copied_bytes, record.total_bytes
