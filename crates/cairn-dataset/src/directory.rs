@@ -91,6 +91,73 @@ pub struct LeafErrorRecord {
     pub repaired_bytes: u64,
 }
 
+/// Version of `MissedTxgsTable` this build writes and reads.
+pub const MISSED_TXGS_VERSION: u32 = 1;
+
+/// The txgs whose blocks one leaf may lack: it could not be written (faulted, missing) while
+/// they were written to the other sides of its mirror. A leaf with a range is resilvered for
+/// the blocks born in it before it counts as a copy again (ZFS's dirty-time log, kept as one
+/// interval: a superset of what it missed, never less).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissedTxgs {
+    /// The first txg it may lack blocks of (0: every txg — a side attached and never filled).
+    pub first_txg: u64,
+    /// The last one; none while the leaf is still out (it misses every txg synced meanwhile).
+    pub last_txg: Option<u64>,
+}
+
+impl MissedTxgs {
+    /// The union of two ranges as one interval (still missing if either is).
+    pub fn merged(self, other: MissedTxgs) -> MissedTxgs {
+        MissedTxgs {
+            first_txg: self.first_txg.min(other.first_txg),
+            last_txg: self.last_txg.zip(other.last_txg).map(|(a, b)| a.max(b)),
+        }
+    }
+
+    /// Whether a block born in `txg` may be missing.
+    pub fn contains(&self, txg: u64) -> bool {
+        txg >= self.first_txg && self.last_txg.is_none_or(|last| txg <= last)
+    }
+}
+
+/// Missed ranges by leaf guid, with the version of their layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MissedTxgsTable {
+    pub version: u32,
+    pub leaves: BTreeMap<u64, MissedTxgs>,
+}
+
+impl Default for MissedTxgsTable {
+    fn default() -> Self {
+        MissedTxgsTable {
+            version: MISSED_TXGS_VERSION,
+            leaves: BTreeMap::new(),
+        }
+    }
+}
+
+impl MissedTxgsTable {
+    /// Refuses what no build writes: another version, a zero guid, a range ending before it
+    /// starts.
+    fn validate(&self) -> Result<(), DatasetError> {
+        if self.version != MISSED_TXGS_VERSION {
+            return Err(DatasetError::Corrupt(format!(
+                "missed-txgs table version {} (this build reads {MISSED_TXGS_VERSION})",
+                self.version
+            )));
+        }
+        for (guid, range) in &self.leaves {
+            if *guid == 0 || range.last_txg.is_some_and(|last| last < range.first_txg) {
+                return Err(DatasetError::Corrupt(format!(
+                    "missed txgs of leaf {guid}: {range:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct DatasetDirectory {
     pub next_id: u64,
@@ -101,6 +168,34 @@ pub struct DatasetDirectory {
     pub leaf_errors: BTreeMap<u64, LeafErrorRecord>,
     /// The running or last resilver.
     pub resilver: Option<ResilverRecord>,
+    /// What each leaf that was out may lack (`MissedTxgs`); a leaf is absent once it holds
+    /// everything.
+    pub missed_txgs: MissedTxgsTable,
+}
+
+/// The directory as written before `missed_txgs` was added (it ended after `resilver`).
+#[derive(Deserialize)]
+struct DirectoryBeforeMissedTxgs {
+    next_id: u64,
+    datasets: BTreeMap<String, DatasetRecord>,
+    last_scrub: Option<ScrubRecord>,
+    history: Vec<String>,
+    leaf_errors: BTreeMap<u64, LeafErrorRecord>,
+    resilver: Option<ResilverRecord>,
+}
+
+impl DirectoryBeforeMissedTxgs {
+    fn upgrade(self) -> DatasetDirectory {
+        DatasetDirectory {
+            next_id: self.next_id,
+            datasets: self.datasets,
+            last_scrub: self.last_scrub,
+            history: self.history,
+            leaf_errors: self.leaf_errors,
+            resilver: self.resilver,
+            missed_txgs: MissedTxgsTable::default(),
+        }
+    }
 }
 
 /// The directory as written before `resilver` was added (same fields, same order, without
@@ -123,6 +218,7 @@ impl DirectoryBeforeResilver {
             history: self.history,
             leaf_errors: self.leaf_errors,
             resilver: None,
+            missed_txgs: MissedTxgsTable::default(),
         }
     }
 }
@@ -153,11 +249,17 @@ impl DatasetDirectory {
     pub fn decode(bytes: &[u8]) -> Result<DatasetDirectory, DatasetError> {
         let directory: DatasetDirectory = match postcard::from_bytes(bytes) {
             Ok(directory) => directory,
-            // Pools made before the resilver field existed end their directory before it.
-            Err(err) => postcard::from_bytes::<DirectoryBeforeResilver>(bytes)
-                .map(DirectoryBeforeResilver::upgrade)
+            // Pools made before the missed-txgs (or the resilver) field existed end their
+            // directory before it.
+            Err(err) => postcard::from_bytes::<DirectoryBeforeMissedTxgs>(bytes)
+                .map(DirectoryBeforeMissedTxgs::upgrade)
+                .or_else(|_| {
+                    postcard::from_bytes::<DirectoryBeforeResilver>(bytes)
+                        .map(DirectoryBeforeResilver::upgrade)
+                })
                 .map_err(|_| DatasetError::Corrupt(err.to_string()))?,
         };
+        directory.missed_txgs.validate()?;
         for (name, record) in &directory.datasets {
             if name != &record.name || record.objset_bp.len() != BLOCK_POINTER_SIZE {
                 return Err(DatasetError::Corrupt(format!("record for {name}")));
@@ -452,15 +554,99 @@ mod tests {
             finished_ms: None,
         });
         assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
+        dir.missed_txgs.leaves.insert(
+            7,
+            MissedTxgs {
+                first_txg: 10,
+                last_txg: Some(14),
+            },
+        );
+        dir.missed_txgs.leaves.insert(
+            8,
+            MissedTxgs {
+                first_txg: 0,
+                last_txg: None,
+            },
+        );
+        assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
     }
+
+    /// The empty table's encoding: version 1 (varint), no entries.
+    const EMPTY_MISSED_TXGS: [u8; 2] = [1, 0];
 
     #[test]
     fn a_directory_from_before_the_resilver_field_still_decodes() {
         let dir = directory();
         let mut old = dir.encode();
+        assert!(old.ends_with(&EMPTY_MISSED_TXGS));
+        old.truncate(old.len() - EMPTY_MISSED_TXGS.len());
         // The encoding of `resilver: None` is its last byte; older pools end without it.
         assert_eq!(old.pop(), Some(0));
         assert_eq!(DatasetDirectory::decode(&old).unwrap(), dir);
+    }
+
+    #[test]
+    fn a_directory_from_before_the_missed_txgs_field_still_decodes() {
+        let mut dir = directory();
+        dir.resilver = Some(ResilverRecord {
+            leaf_guid: 7,
+            detach_guid: None,
+            start_txg: 12,
+            started_ms: 1_000,
+            next_offset: 0,
+            copied_bytes: 0,
+            total_bytes: 0,
+            finished_ms: Some(2_000),
+        });
+        let mut old = dir.encode();
+        old.truncate(old.len() - EMPTY_MISSED_TXGS.len());
+        assert_eq!(DatasetDirectory::decode(&old).unwrap(), dir);
+    }
+
+    #[test]
+    fn impossible_missed_txgs_are_refused() {
+        let mut dir = directory();
+        dir.missed_txgs.leaves.insert(
+            7,
+            MissedTxgs {
+                first_txg: 10,
+                last_txg: Some(9),
+            },
+        );
+        assert!(DatasetDirectory::decode(&dir.encode()).is_err());
+        let mut dir = directory();
+        dir.missed_txgs.version = 2;
+        assert!(DatasetDirectory::decode(&dir.encode()).is_err());
+        let mut dir = directory();
+        dir.missed_txgs.leaves.insert(
+            0,
+            MissedTxgs {
+                first_txg: 1,
+                last_txg: None,
+            },
+        );
+        assert!(DatasetDirectory::decode(&dir.encode()).is_err());
+    }
+
+    #[test]
+    fn missed_ranges_merge_into_one_interval() {
+        let a = MissedTxgs {
+            first_txg: 10,
+            last_txg: Some(14),
+        };
+        let b = MissedTxgs {
+            first_txg: 20,
+            last_txg: Some(25),
+        };
+        let merged = a.merged(b);
+        assert_eq!((merged.first_txg, merged.last_txg), (10, Some(25)));
+        assert!(merged.contains(17) && !merged.contains(9) && !merged.contains(26));
+        let out = MissedTxgs {
+            first_txg: 30,
+            last_txg: None,
+        };
+        assert_eq!(a.merged(out).last_txg, None);
+        assert!(a.merged(out).contains(u64::MAX));
     }
 
     /// The directory with one stored value of `tank/vol` replaced as a crafted image could.

@@ -20,7 +20,8 @@ pub mod space;
 mod volume;
 
 pub use directory::{
-    DatasetDirectory, DatasetRecord, LeafErrorRecord, ResilverRecord, ScrubRecord,
+    DatasetDirectory, DatasetRecord, LeafErrorRecord, MISSED_TXGS_VERSION, MissedTxgs,
+    MissedTxgsTable, ResilverRecord, ScrubRecord,
 };
 pub use volume::{SpaceCheck, SyncMode, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 

@@ -171,6 +171,7 @@ impl Pool {
             space_view: Default::default(),
             suspend_handle: Default::default(),
             scan_floors: Mutex::new(BTreeMap::new()),
+            clean_through: Mutex::new(BTreeMap::new()),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

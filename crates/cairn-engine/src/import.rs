@@ -868,6 +868,11 @@ impl Pool {
                 missing.join(", ")
             ));
         }
+        // A side whose uberblocks stop before a complete sibling's missed the txgs after (it
+        // failed while the pool went on); which siblings are complete, the directory says.
+        // Until then reads may reach a stale copy: each is verified against its pointer, and
+        // another copy is read instead.
+        let leaf_newest = crate::missed::newest_uberblocks(&tree, found.config.pool_guid);
         let (ub, loaded, rewind) = match open_newest(&found, &tree, &options) {
             Ok(opened) => opened,
             Err(err) => {
@@ -925,6 +930,7 @@ impl Pool {
             space_view: Default::default(),
             suspend_handle: Default::default(),
             scan_floors: Mutex::new(BTreeMap::new()),
+            clean_through: Mutex::new(BTreeMap::new()),
         };
         let readonly = options.readonly;
         let log_missing = tree
@@ -934,6 +940,8 @@ impl Pool {
         let mut pool = Pool::assemble(core, ub.txg, &options);
         pool.unlocated_leaves = unlocated;
         pool.mark_resilvering_leaf();
+        let (changed_missed, missed_notes) = pool.settle_missed_at_import(&leaf_newest, ub.txg);
+        notes.extend(missed_notes);
         if log_missing && !readonly && !options.ignore_missing_log && pool.has_pending_intent_logs()
         {
             let _ = pool.close();
@@ -984,7 +992,7 @@ impl Pool {
             pool.txg_engine()?
                 .sync_now_forced()
                 .map_err(|err| import_error(&pool_name, crate::error_chain(&err)))?;
-            notes.extend(pool.resume_resilver()?);
+            notes.extend(pool.resume_resilver(&changed_missed)?);
         }
         pool.notes = notes;
         pool.find_cache_devices(source, &options);

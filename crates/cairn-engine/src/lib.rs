@@ -34,6 +34,7 @@ mod create;
 mod filesystems;
 mod import;
 mod layout;
+mod missed;
 mod pool;
 mod probe;
 mod replay;

@@ -125,6 +125,9 @@ pub(crate) struct PoolCore {
     /// Release floors of the scans walking the tree now (`ScanGuard`), by txg: a scrub and a
     /// resilver may overlap.
     pub(crate) scan_floors: Mutex<BTreeMap<u64, usize>>,
+    /// By leaf guid, the last txg the leaf was seen to take whole (readable at the end of its
+    /// sync): where the range of txgs it misses starts if it goes out (`missed.rs`).
+    pub(crate) clean_through: Mutex<BTreeMap<u64, u64>>,
 }
 
 /// MOS object holding the dataset directory.
@@ -218,6 +221,12 @@ impl Pool {
     pub(crate) fn assemble(core: PoolCore, last_synced_txg: u64, options: &PoolOptions) -> Pool {
         let core = Arc::new(core);
         core.io.set_synced_txg(last_synced_txg);
+        // Every leaf opened holds the opened txg (or has a missed range saying otherwise).
+        *core.clean_through.lock() = core
+            .tree()
+            .leaves()
+            .map(|leaf| (leaf.guid, last_synced_txg))
+            .collect();
         core.refresh_space_view();
         let txg = (!options.readonly).then(|| {
             TxgEngine::start(
@@ -302,19 +311,46 @@ impl Pool {
     /// child), takes the devices as back: their leaves are tried again, the suspended txg is
     /// written, and this returns once it is (or fails if the devices still fail).
     pub fn clear_errors(&self) -> Result<(), EngineError> {
+        self.clear_errors_with(crate::resilver::ResilverOptions::default())
+    }
+
+    ///
+    /// A faulted mirror side whose device answers again (reads its labels, flushes) rejoins
+    /// too, as a side being resilvered for the txgs it missed (`missed.rs`): written at once,
+    /// read and counted as a copy only once the resilver is done.
+    pub fn clear_errors_with(
+        &self,
+        options: crate::resilver::ResilverOptions,
+    ) -> Result<(), EngineError> {
         let tree = self.core.tree();
         for leaf in tree.leaves() {
             leaf.errors.restore(0, 0, 0, 0);
         }
+        let mut returning = Vec::new();
         if let Some(handle) = self.core.suspend_handle.get()
             && handle.io_suspended().is_some()
         {
+            let missed: Vec<u64> = self
+                .core
+                .directory
+                .lock()
+                .missed_txgs
+                .leaves
+                .keys()
+                .copied()
+                .collect();
             for top in tree
                 .tops
                 .iter()
                 .filter(|top| top.health() == Health::Unavail)
             {
                 for leaf in &top.leaves {
+                    // A side that was out before the others failed lacks what they took
+                    // meanwhile: it comes back resilvering, never read for it.
+                    if missed.contains(&leaf.guid) && leaf.health() == Health::Faulted {
+                        leaf.set_missed(Some((0, u64::MAX)));
+                        returning.push(leaf.clone());
+                    }
                     leaf.unfault();
                 }
             }
@@ -323,7 +359,8 @@ impl Pool {
                 .sync_now_forced()
                 .map_err(EngineError::StillSuspended)?;
         }
-        self.run_sync_task(|_, _| Ok(())).map(|_| ())
+        self.run_sync_task(|_, _| Ok(()))?;
+        self.bring_back_sides(returning, options)
     }
 
     /// Why the pool refuses writes (I/O suspended, or a failed sync), if it does.
@@ -386,7 +423,7 @@ impl Pool {
     }
 
     /// Stops the resilver thread, if any (its progress stays recorded for the next import).
-    fn stop_resilver(&self) {
+    pub(crate) fn stop_resilver(&self) {
         if let Some(task) = self.resilver.lock().take() {
             task.stop();
         }

@@ -1,4 +1,5 @@
-//! Mirror sides: `pool attach`, `detach`, `replace`, and the resilver that fills a new side.
+//! Mirror sides: `pool attach`, `detach`, `replace`, and the resilver that fills a new side —
+//! or a side back after missing txgs (`missed.rs`), for the blocks born in those txgs only.
 //!
 //! Attach adds a leaf to a top-level vdev (a single device becomes a two-way mirror) the way
 //! `pool add` changes the tree (`layout.rs`): one sync task swaps the tree, marks the label
@@ -16,6 +17,13 @@
 //! most `PLANNED_COPIES_MAX` blocks: a vdev holding more is done in windows of offsets, the
 //! lowest first, each planned by a walk of a newer synced txg's tree from where the previous
 //! one ended (what lies below was copied, or written to every side since).
+//!
+//! A side back from a fault (`pool clear`, import) runs the same machinery with the copies
+//! restricted to the blocks born in its recorded missed range (`Collector::born_from_txg`):
+//! the range was closed before its record was written, so every later block reached it. Its
+//! finish removes the range in the same txg as it marks the record done, and only if the range
+//! is still the one it copied (the side did not go out again meanwhile). One thread resilvers
+//! one side at a time; when it is done it goes on with the next returned side, if any.
 //!
 //! Invariants:
 //! - A leaf being resilvered is never read (`Leaf::is_resilvering`) and never counts as a
@@ -36,7 +44,7 @@ use crate::create::{CreateOptions, VdevGroup, check_groups, open_leaves};
 use crate::pool::{PoolCore, SyncedTree, run_sync_task_with};
 use crate::{DeviceOpener, EngineError, Pool};
 use bytes::Bytes;
-use cairn_dataset::ResilverRecord;
+use cairn_dataset::{MissedTxgs, ResilverRecord};
 use cairn_device::queue::IoClass;
 use cairn_device::spec::DeviceSpec;
 use cairn_format::label::{TopVdevKind, VdevRole};
@@ -106,6 +114,15 @@ struct Progress {
     finished_cv: Condvar,
 }
 
+impl Progress {
+    /// Zeroes the counters for the next leaf of the same thread.
+    fn reset(&self) {
+        self.copied_bytes.store(0, Ordering::Relaxed);
+        self.total_bytes.store(0, Ordering::Relaxed);
+        self.unrecoverable_blocks.store(0, Ordering::Relaxed);
+    }
+}
+
 /// Sets `Progress::finished` (and wakes the waiters) when the resilver thread's run ends.
 struct FinishOnDrop<'a>(&'a Progress);
 
@@ -124,7 +141,8 @@ impl Drop for FinishOnDrop<'_> {
 
 /// The resilver thread of a pool.
 pub(crate) struct ResilverTask {
-    leaf_guid: u64,
+    /// The leaf being filled now (the thread goes on to the next returned side when done).
+    leaf_guid: Arc<AtomicU64>,
     cancel: Arc<AtomicBool>,
     progress: Arc<Progress>,
     started: Instant,
@@ -132,6 +150,10 @@ pub(crate) struct ResilverTask {
 }
 
 impl ResilverTask {
+    fn leaf_guid(&self) -> u64 {
+        self.leaf_guid.load(Ordering::SeqCst)
+    }
+
     /// Asks the thread to stop and waits for it; progress made so far stays recorded.
     pub(crate) fn stop(mut self) {
         self.cancel.store(true, Ordering::SeqCst);
@@ -341,7 +363,7 @@ impl Pool {
         {
             let mut running = self.resilver.lock();
             match running.take() {
-                Some(task) if task.leaf_guid == leaf.guid => task.stop(),
+                Some(task) if task.leaf_guid() == leaf.guid => task.stop(),
                 other => *running = other,
             }
         }
@@ -353,6 +375,8 @@ impl Pool {
                 .ok_or_else(|| layout_error("the vdev left the pool"))?;
             install_tree(core, tree.with_top_replaced(top_without_leaf(top, guid)));
             let mut directory = core.directory.lock();
+            // A side that leaves owes nothing more.
+            directory.missed_txgs.leaves.remove(&guid);
             if let Some(record) = &mut directory.resilver {
                 if record.leaf_guid == guid && record.finished_ms.is_none() {
                     directory.resilver = None;
@@ -411,7 +435,7 @@ impl Pool {
             error: None,
         };
         if let Some(task) = self.resilver.lock().as_ref()
-            && task.leaf_guid == record.leaf_guid
+            && task.leaf_guid() == record.leaf_guid
         {
             let progress = &task.progress;
             status.copied_bytes = progress.copied_bytes.load(Ordering::Relaxed);
@@ -437,21 +461,47 @@ impl Pool {
         }
     }
 
-    /// Resumes the resilver recorded in the directory, if one is unfinished (import). Returns
-    /// a note for the front end.
-    pub(crate) fn resume_resilver(&self) -> Result<Option<String>, EngineError> {
-        let Some(record) = self.core.directory.lock().resilver.clone() else {
-            return Ok(None);
-        };
-        if record.finished_ms.is_some() {
-            if record.detach_guid.is_some() {
-                detach_replaced(&self.core, self.txg_engine()?)?;
-            }
-            return Ok(None);
+    /// Resumes the resilver recorded in the directory, if one is unfinished (import), or
+    /// starts that of a side found back (`changed`: leaves whose missed range import changed,
+    /// whose resilver starts over). Returns a note for the front end.
+    pub(crate) fn resume_resilver(&self, changed: &[u64]) -> Result<Option<String>, EngineError> {
+        let record = self.core.directory.lock().resilver.clone();
+        if let Some(record) = &record
+            && record.finished_ms.is_some()
+            && record.detach_guid.is_some()
+        {
+            detach_replaced(&self.core, self.txg_engine()?)?;
         }
+        let returned = crate::missed::next_returned_leaf(&self.core);
+        let Some(record) = record.filter(|record| {
+            record.finished_ms.is_none()
+                && find_leaf_by_guid(&self.core.tree(), record.leaf_guid)
+                    .is_some_and(|(_, leaf)| leaf.is_usable() || returned.is_none())
+        }) else {
+            let Some(guid) = returned else {
+                return Ok(None);
+            };
+            crate::missed::fresh_record(&self.core, self.txg_engine()?, guid)?;
+            self.start_resilver(guid, ResilverOptions::default())?;
+            let tree = self.core.tree();
+            let name = find_leaf_by_guid(&tree, guid)
+                .map_or_else(|| format!("guid {guid}"), |(_, leaf)| leaf.spec.to_string());
+            let range = self.core.missed_range(guid);
+            return Ok(Some(format!(
+                "pool '{}': {name} is back after missing txgs {}..={}; resilvering it",
+                self.core.name,
+                range.map_or(0, |range| range.first_txg),
+                range.and_then(|range| range.last_txg).unwrap_or(0)
+            )));
+        };
         let Some((_, leaf)) = find_leaf_by_guid(&self.core.tree(), record.leaf_guid) else {
             return Ok(None);
         };
+        let restarted = changed.contains(&record.leaf_guid);
+        if restarted {
+            // What it lacks grew since the record was written: start over.
+            crate::missed::fresh_record(&self.core, self.txg_engine()?, record.leaf_guid)?;
+        }
         if !leaf.is_usable() {
             return Ok(Some(format!(
                 "pool '{}': cannot resume the resilver of {}: the device is unavailable",
@@ -459,36 +509,66 @@ impl Pool {
             )));
         }
         self.start_resilver(record.leaf_guid, ResilverOptions::default())?;
+        if restarted {
+            return Ok(Some(format!(
+                "pool '{}': resilver of {} restarted: it missed more txgs since it began",
+                self.core.name, leaf.spec
+            )));
+        }
         Ok(Some(format!(
             "pool '{}': resilver of {} resumed at {} of {} bytes",
             self.core.name, leaf.spec, record.copied_bytes, record.total_bytes
         )))
     }
 
-    fn start_resilver(&self, leaf_guid: u64, options: ResilverOptions) -> Result<(), EngineError> {
+    pub(crate) fn start_resilver(
+        &self,
+        leaf_guid: u64,
+        options: ResilverOptions,
+    ) -> Result<(), EngineError> {
         let engine = self.txg_engine()?.clone();
         let core = self.core.clone();
         let cancel = Arc::new(AtomicBool::new(false));
         let progress = Arc::new(Progress::default());
+        let current_guid = Arc::new(AtomicU64::new(leaf_guid));
         let thread = {
-            let (cancel, progress) = (cancel.clone(), progress.clone());
+            let (cancel, progress, current) =
+                (cancel.clone(), progress.clone(), current_guid.clone());
             std::thread::Builder::new()
                 .name("cairn-resilver".into())
                 .spawn(move || {
                     // Marks the run finished however it ends, a panic included: a waiter
                     // (`wait_resilver`) must never wait for a thread that is gone.
                     let _finished = FinishOnDrop(&progress);
-                    let run = Resilver {
-                        core: &core,
-                        engine: &engine,
-                        leaf_guid,
-                        options,
-                        cancel: &cancel,
-                        progress: &progress,
-                    };
-                    let outcome = run.run();
-                    if let Err(err) = outcome {
-                        *progress.error.lock() = Some(crate::error_chain(&err));
+                    let mut guid = leaf_guid;
+                    loop {
+                        let run = Resilver {
+                            core: &core,
+                            engine: &engine,
+                            leaf_guid: guid,
+                            missed: core.missed_range(guid),
+                            options,
+                            cancel: &cancel,
+                            progress: &progress,
+                        };
+                        if let Err(err) = run.run() {
+                            *progress.error.lock() = Some(crate::error_chain(&err));
+                            return;
+                        }
+                        // Another returned side waiting its turn: one resilver at a time.
+                        let Some(next) = crate::missed::next_returned_leaf(&core) else {
+                            return;
+                        };
+                        if cancel.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        if let Err(err) = crate::missed::fresh_record(&core, &engine, next) {
+                            *progress.error.lock() = Some(crate::error_chain(&err));
+                            return;
+                        }
+                        progress.reset();
+                        current.store(next, Ordering::SeqCst);
+                        guid = next;
                     }
                 })
                 .map_err(|err| {
@@ -499,7 +579,7 @@ impl Pool {
                 })?
         };
         let task = ResilverTask {
-            leaf_guid,
+            leaf_guid: current_guid,
             cancel,
             progress,
             started: Instant::now(),
@@ -531,13 +611,16 @@ fn check_attachable(top: &TopVdev, name: &str) -> Result<(), EngineError> {
 /// One copy to resilver: its address and the block it belongs to.
 type Planned = (Dva, BlockPointer);
 
-/// Collects the copies on one vdev born at or before a txg, by offset: those from
+/// Collects the copies on one vdev born in a range of txgs, by offset: those from
 /// `from_offset` on, at most `planned_max` of them, the lowest offsets first (`window_end`
 /// shrinks to the first offset left out).
 struct Collector<'a> {
     io: &'a BlockIo,
     cancel: &'a AtomicBool,
     vdev: u32,
+    /// Copies born in `born_from_txg..=born_by_txg` are planned (a returned side lacks only
+    /// its missed txgs; an attached one everything).
+    born_from_txg: u64,
     born_by_txg: u64,
     from_offset: u64,
     window_end: u64,
@@ -550,7 +633,7 @@ struct Collector<'a> {
 
 impl Collector<'_> {
     fn note(&mut self, bp: &BlockPointer) {
-        if bp.birth_txg > self.born_by_txg {
+        if bp.birth_txg > self.born_by_txg || bp.birth_txg < self.born_from_txg {
             return;
         }
         for dva in bp.copies() {
@@ -594,6 +677,9 @@ struct Resilver<'a> {
     core: &'a Arc<PoolCore>,
     engine: &'a Arc<TxgEngine>,
     leaf_guid: u64,
+    /// What a returned side lacks, as recorded when the run started (none: an attached side,
+    /// lacking everything). The run ends it only if it is still what is recorded.
+    missed: Option<MissedTxgs>,
     options: ResilverOptions,
     cancel: &'a AtomicBool,
     progress: &'a Progress,
@@ -642,11 +728,36 @@ impl Resilver<'_> {
         let tree = self.core.tree();
         let (top, leaf) = find_leaf_by_guid(&tree, self.leaf_guid)
             .ok_or_else(|| layout_error("the device being resilvered left the pool"))?;
+        // A returned side lacks only the blocks born while it was out; one attached (no
+        // range) every block born before the walked txg.
+        let (born_from_txg, born_by_txg) = match self.missed {
+            Some(MissedTxgs {
+                first_txg,
+                last_txg: Some(last_txg),
+            }) => {
+                // The range was closed before the record of this resilver was written, and
+                // the walked txg was synced after that.
+                assert!(
+                    last_txg <= synced.uberblock.txg,
+                    "missed txgs end at {last_txg}, after the walked txg {}",
+                    synced.uberblock.txg
+                );
+                (first_txg, last_txg)
+            }
+            Some(_) => {
+                return Err(layout_error(format!(
+                    "{} is out again; it is resilvered once back",
+                    leaf.spec
+                )));
+            }
+            None => (0, synced.uberblock.txg),
+        };
         let mut collector = Collector {
             io: &self.core.io,
             cancel: self.cancel,
             vdev: top.id(),
-            born_by_txg: synced.uberblock.txg,
+            born_from_txg,
+            born_by_txg,
             from_offset: record.next_offset,
             window_end: top.data_size_bytes,
             planned_max: self
@@ -824,6 +935,7 @@ impl Resilver<'_> {
         let guid = self.leaf_guid;
         let copied_bytes = self.progress.copied_bytes.load(Ordering::Relaxed);
         let filled = leaf.clone();
+        let covered = self.missed;
         run_sync_task_with(self.core, self.engine, move |core, _| {
             // A leaf faulted since the copies (a write to it failed) lacks what that write
             // carried, and nothing records which txgs it missed: it is not complete.
@@ -834,6 +946,14 @@ impl Resilver<'_> {
                 )));
             }
             let mut directory = core.directory.lock();
+            // The side went out and came back meanwhile: a newer run covers the new range.
+            if directory.missed_txgs.leaves.get(&guid).copied() != covered {
+                return Err(layout_error(format!(
+                    "{} missed more txgs during the resilver; it stays incomplete",
+                    filled.spec
+                )));
+            }
+            directory.missed_txgs.leaves.remove(&guid);
             let Some(record) = directory.resilver.as_mut().filter(|r| r.leaf_guid == guid) else {
                 return Err(layout_error("the resilver record is gone"));
             };
@@ -843,6 +963,7 @@ impl Resilver<'_> {
             Ok(())
         })?;
         leaf.set_resilvering(false);
+        leaf.set_missed(None);
         detach_replaced(self.core, self.engine)
     }
 }

@@ -132,6 +132,8 @@ impl PoolCore {
             directory_changed = true;
         }
         directory_changed |= self.persist_leaf_errors();
+        // Sides that are out now miss this txg: on record before the directory is encoded.
+        directory_changed |= self.note_missed_txgs();
         if directory_changed {
             self.refresh_space_view();
             let blob = self.directory.lock().encode();
@@ -186,6 +188,7 @@ impl PoolCore {
             space.set_read_floor(read_floor);
             space.sync_done(txg);
         }
+        self.note_clean_through(txg);
         // The txg's dirty buffers were freed with its change sets: they go back to the kernel
         // once writing pauses (2 s) if the cache has no room for them, not left in the
         // allocator's free lists for good (trimming after every txg made a steady writer fault

@@ -365,7 +365,7 @@ impl BlockIo {
                 last_reason = outside_pool(dva);
                 continue;
             };
-            for leaf in top.read_order() {
+            for leaf in top.read_order_for(bp.birth_txg) {
                 match self.read_copy(&leaf, dva, bp, class) {
                     Ok(data) => {
                         good = Some(data);
@@ -401,7 +401,7 @@ impl BlockIo {
         let leaf = self
             .tree()
             .top_for_dva(&dva)?
-            .read_order()
+            .read_order_for(bp.birth_txg)
             .into_iter()
             .next()?;
         let queue = leaf.queue()?;
@@ -519,7 +519,7 @@ impl BlockIo {
                 survey.bad.push((None, *dva, outside_pool(dva)));
                 continue;
             };
-            for leaf in top.read_order() {
+            for leaf in top.read_order_for(bp.birth_txg) {
                 survey.checked += 1;
                 survey.bytes_read += u64::from(bp.psize);
                 match self.read_copy(&leaf, dva, bp, IoClass::Scrub) {

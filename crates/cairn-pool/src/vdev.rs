@@ -9,9 +9,13 @@
 //! DEGRADED while at least one child is ONLINE, UNAVAIL when none is. The pool takes the worst
 //! state of its top-level vdevs.
 //!
-//! A leaf being resilvered (a side just attached to a mirror) is written like any other but
-//! never read: it lacks the blocks born before its resilver started until the resilver has
-//! copied them (`Leaf::set_resilvering`), and it does not count as a healthy copy.
+//! A leaf being resilvered (a side just attached to a mirror, or one back after missing
+//! writes) is written like any other but never read: it lacks blocks until the resilver has
+//! copied them (`Leaf::set_resilvering`), and it does not count as a healthy copy (its mirror
+//! stays DEGRADED until it is done). A side back after missing some txgs (`Leaf::set_missed`)
+//! lacks only the blocks born in them: it is read for every other block (it may hold the only
+//! good copy of a block born after it came back, or of an intent-log block), never for those.
+//! `TopVdev::read_order_for` takes the birth txg for that reason.
 //!
 //! Counters (`LeafErrors`) are what `cairn pool status` shows as READ / WRITE / CKSUM; they are
 //! in-memory, reset at import, as in zpool.
@@ -92,6 +96,9 @@ pub struct Leaf {
     state: Mutex<Health>,
     /// Attached but not yet resilvered: written, never read.
     resilvering: AtomicBool,
+    /// Back after missing txgs `first..=last` (inclusive; `u64::MAX` while open): not read
+    /// for blocks born in them until a resilver has copied those.
+    missed: Mutex<Option<(u64, u64)>>,
     pub errors: LeafErrors,
 }
 
@@ -105,6 +112,7 @@ impl Leaf {
             queue: Mutex::new(Some(queue)),
             state: Mutex::new(Health::Online),
             resilvering: AtomicBool::new(false),
+            missed: Mutex::new(None),
             errors: LeafErrors::default(),
         })
     }
@@ -117,6 +125,7 @@ impl Leaf {
             queue: Mutex::new(None),
             state: Mutex::new(Health::Unavail),
             resilvering: AtomicBool::new(false),
+            missed: Mutex::new(None),
             errors: LeafErrors::default(),
         })
     }
@@ -129,9 +138,30 @@ impl Leaf {
         self.health() == Health::Online && self.queue.lock().is_some()
     }
 
-    /// Whether the leaf still lacks blocks a resilver has to copy to it.
+    /// Whether the leaf still lacks blocks a resilver has to copy to it (all of them, or
+    /// those born in txgs it missed).
     pub fn is_resilvering(&self) -> bool {
-        self.resilvering.load(Ordering::SeqCst)
+        self.resilvering.load(Ordering::SeqCst) || self.missed.lock().is_some()
+    }
+
+    /// Records the txgs `first..=last` whose blocks the leaf lacks (`last` `u64::MAX`: every
+    /// txg from `first` on), or none once it holds them all again.
+    pub fn set_missed(&self, range: Option<(u64, u64)>) {
+        if let Some((first, last)) = range {
+            assert!(first <= last, "missed txgs {first}..={last}");
+        }
+        *self.missed.lock() = range;
+    }
+
+    /// Whether a read of a block born in `birth_txg` may be served by this leaf: usable, not
+    /// waiting for a full resilver, and not lacking that txg.
+    pub fn can_read(&self, birth_txg: u64) -> bool {
+        self.is_usable()
+            && !self.resilvering.load(Ordering::SeqCst)
+            && !self
+                .missed
+                .lock()
+                .is_some_and(|(first, last)| (first..=last).contains(&birth_txg))
     }
 
     /// Marks the leaf as being resilvered (reads avoid it) or done.
@@ -226,27 +256,42 @@ impl TopVdev {
     }
 
     /// UNAVAIL without a readable child: a side still being resilvered is no copy of the
-    /// vdev, so a write that reached only it must not count as written.
+    /// vdev, so a write that reached only it must not count as written. For the same reason a
+    /// mirror is DEGRADED, not ONLINE, while a side is being resilvered: it is no redundancy
+    /// until it holds every block.
     pub fn health(&self) -> Health {
-        let usable = self.leaves.iter().filter(|leaf| leaf.is_usable()).count();
         let readable = self.leaves.iter().filter(|leaf| leaf.is_readable()).count();
-        match (self.config.kind, readable, usable) {
-            (_, 0, _) => Health::Unavail,
-            (TopVdevKind::Mirror, _, n) if n < self.leaves.len() => Health::Degraded,
+        match (self.config.kind, readable) {
+            (_, 0) => Health::Unavail,
+            (TopVdevKind::Mirror, n) if n < self.leaves.len() => Health::Degraded,
             _ => Health::Online,
         }
     }
 
-    /// Readable children (usable, not being resilvered), least busy first: the order mirror
-    /// reads try them in.
+    /// The children that may be read for a block born in `birth_txg` (usable, not lacking
+    /// it), least busy first: the order mirror reads try them in.
+    pub fn read_order_for(&self, birth_txg: u64) -> Vec<Arc<Leaf>> {
+        let mut leaves: Vec<_> = self
+            .leaves
+            .iter()
+            .filter(|leaf| leaf.can_read(birth_txg))
+            .cloned()
+            .collect();
+        leaves.sort_by_key(|leaf| leaf.load());
+        leaves
+    }
+
+    /// For reads of unknown birth (self-checksummed blocks, verified by their reader): the
+    /// complete children least busy first, then those back from missing txgs (which hold
+    /// every block born outside them), never a side waiting for a full resilver.
     pub fn read_order(&self) -> Vec<Arc<Leaf>> {
         let mut leaves: Vec<_> = self
             .leaves
             .iter()
-            .filter(|leaf| leaf.is_readable())
+            .filter(|leaf| leaf.is_usable() && !leaf.resilvering.load(Ordering::SeqCst))
             .cloned()
             .collect();
-        leaves.sort_by_key(|leaf| leaf.load());
+        leaves.sort_by_key(|leaf| (!leaf.is_readable(), leaf.load()));
         leaves
     }
 
@@ -431,6 +476,45 @@ mod tests {
             model: None,
         };
         Leaf::open(guid, spec, Arc::new(MemDevice::new(64 << 20)))
+    }
+
+    #[test]
+    fn a_leaf_back_from_missed_txgs_is_read_only_outside_them() {
+        let (complete, back) = (leaf(1), leaf(2));
+        let top = TopVdev {
+            config: TopVdevConfig {
+                id: 0,
+                guid: 9,
+                kind: TopVdevKind::Mirror,
+                role: VdevRole::Normal,
+                ashift: 12,
+                metaslab_shift: 24,
+                metaslab_count: 3,
+                children: Vec::new(),
+            },
+            leaves: vec![back.clone(), complete.clone()],
+            data_size_bytes: 3 << 24,
+        };
+        back.set_missed(Some((10, 20)));
+        let order = |txg: u64| -> Vec<u64> {
+            top.read_order_for(txg)
+                .iter()
+                .map(|leaf| leaf.guid)
+                .collect()
+        };
+        assert_eq!(order(15), vec![1]);
+        assert_eq!(order(10), vec![1]);
+        assert_eq!(order(20), vec![1]);
+        assert_eq!(order(9), vec![2, 1]);
+        assert_eq!(order(21), vec![2, 1]);
+        // No redundancy until it is resilvered; reads of unknown birth try it last.
+        assert!(back.is_resilvering() && !back.is_readable());
+        assert_eq!(top.health(), Health::Degraded);
+        let any: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
+        assert_eq!(any, vec![1, 2]);
+        back.set_missed(None);
+        assert_eq!(top.health(), Health::Online);
+        top.leaves.iter().for_each(|leaf| leaf.shutdown());
     }
 
     #[test]

@@ -208,8 +208,15 @@ enum PoolCommand {
         /// Pools to sync (default: every imported pool).
         pools: Vec<String>,
     },
-    /// Reset the READ/WRITE/CKSUM error counters of every device.
-    Clear { pool: String },
+    /// Reset the READ/WRITE/CKSUM error counters of every device; a faulted mirror side
+    /// whose device answers again rejoins and is resilvered for what it missed.
+    Clear {
+        pool: String,
+        /// Resilver returning sides at most this fast, e.g. 50M (default: as fast as the
+        /// devices go).
+        #[arg(long, value_name = "RATE")]
+        resilver_rate: Option<String>,
+    },
     /// Show the commands that changed a pool.
     History { pool: String },
     /// Per-volume I/O statistics of a running server: operations, bandwidth, latency.
@@ -475,7 +482,10 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             PoolCommand::Import(args) => pool_cmd::import(ctx, &args),
             PoolCommand::Check(args) => pool_cmd::check(ctx, &args),
             PoolCommand::Destroy { force, pool } => pool_cmd::destroy(ctx, &pool, force),
-            PoolCommand::Clear { pool } => pool_cmd::clear(ctx, &pool),
+            PoolCommand::Clear {
+                pool,
+                resilver_rate,
+            } => pool_cmd::clear(ctx, &pool, resilver_rate.as_deref()),
             PoolCommand::Sync { pools } => pool_cmd::sync(ctx, &pools),
             PoolCommand::History { pool } => pool_cmd::history(ctx, &pool),
             PoolCommand::Txgs { format, pool } => pool_cmd::txgs(ctx, format, &pool),

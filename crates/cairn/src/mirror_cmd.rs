@@ -121,7 +121,7 @@ fn start(
 }
 
 /// Waits for the pool's resilver, reporting progress on a terminal now and then.
-fn wait(ctx: &Context, pool: &Pool) -> Result<()> {
+pub(crate) fn wait(ctx: &Context, pool: &Pool) -> Result<()> {
     let name = pool.name().to_string();
     let outcome = std::thread::scope(|scope| {
         let waiting = scope.spawn(|| pool.wait_resilver());

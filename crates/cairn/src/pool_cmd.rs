@@ -1487,12 +1487,32 @@ fn check_exported(
     Ok(report)
 }
 
-/// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear).
-pub fn clear(ctx: &Context, name: &str) -> Result<()> {
+/// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear); faulted mirror
+/// sides whose devices answer again rejoin, resilvered for the txgs they missed. A one-shot
+/// command waits for that resilver (it would stop with the process); a server goes on with it
+/// in the background.
+pub fn clear(ctx: &Context, name: &str, resilver_rate: Option<&str>) -> Result<()> {
+    let options = cairn_engine::ResilverOptions {
+        rate_bytes_per_s: resilver_rate
+            .map(parse_size)
+            .transpose()
+            .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
+        ..cairn_engine::ResilverOptions::default()
+    };
     ctx.with_pool(name, false, |pool| {
-        pool.clear_errors()
+        pool.clear_errors_with(options)
             .with_context(|| format!("cannot clear errors of pool '{name}'"))?;
-        ctx.record(pool)
+        ctx.record(pool)?;
+        let resilvering = pool
+            .resilver_status()
+            .is_some_and(|status| status.finished_ms.is_none() && status.error.is_none());
+        if resilvering {
+            say!(ctx, "pool '{name}': resilvering the devices that came back");
+            if ctx.served.is_none() {
+                crate::mirror_cmd::wait(ctx, pool)?;
+            }
+        }
+        Ok(())
     })
 }
 

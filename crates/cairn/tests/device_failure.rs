@@ -5,8 +5,12 @@
 //!
 //! The failing device is real to cairn: a file served by the kernel's FUSE (`nbdfuse`, Debian
 //! package libnbd-bin) from an nbdkit `file` export behind nbdkit's `error` filter (package
-//! nbdkit), which fails every write with EIO while a trigger file exists. Removing the trigger
-//! brings the device back.
+//! nbdkit), which fails every write (or every operation) with EIO while a trigger file exists.
+//! Removing the trigger brings the device back.
+//!
+//! A mirror side that failed every I/O while writes went on and then came back (issue 32,
+//! point 19) must be resilvered for what it missed — after `pool clear` and after a restart —
+//! shown as resilvering meanwhile; proved by detaching the other side and reading every byte.
 
 mod nbd_common;
 
@@ -18,7 +22,8 @@ use std::time::{Duration, Instant};
 const EXPORT: &str = "tank/vol";
 const MIB: u64 = 1 << 20;
 
-/// A FUSE-mounted file whose writes fail while `trigger` exists.
+/// A FUSE-mounted file whose writes (or, `every_op`, all operations) fail while `trigger`
+/// exists.
 struct FailingDisk {
     mount_dir: PathBuf,
     trigger: PathBuf,
@@ -27,6 +32,10 @@ struct FailingDisk {
 
 impl FailingDisk {
     fn new(env: &Env, name: &str, size_bytes: u64) -> FailingDisk {
+        FailingDisk::failing(env, name, size_bytes, false)
+    }
+
+    fn failing(env: &Env, name: &str, size_bytes: u64, every_op: bool) -> FailingDisk {
         let backing = env.path(&format!("{name}.backing"));
         std::fs::File::create(&backing)
             .and_then(|file| file.set_len(size_bytes))
@@ -35,12 +44,14 @@ impl FailingDisk {
         std::fs::create_dir_all(&mount_dir).expect("mount dir");
         let trigger = env.path(&format!("{name}.fail"));
         tool("nbdkit", "nbdkit");
+        let prefix = if every_op { "error" } else { "error-pwrite" };
         let nbdfuse = Command::new(tool("nbdfuse", "libnbd-bin"))
             .arg(mount_dir.join("disk"))
             .args(["--command", "nbdkit", "-s", "--filter=error", "file"])
             .arg(&backing)
-            .args(["error-pwrite=EIO", "error-pwrite-rate=100%"])
-            .arg(format!("error-pwrite-file={}", trigger.display()))
+            .arg(format!("{prefix}=EIO"))
+            .arg(format!("{prefix}-rate=100%"))
+            .arg(format!("{prefix}-file={}", trigger.display()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -206,4 +217,115 @@ fn a_mirror_losing_a_side_degrades_and_keeps_serving() {
         "the fault was not told:\n{}",
         server.logs()
     );
+}
+
+/// A mirror of a disk that is about to fail every I/O (d0) and a plain file (d1), with 2 MiB
+/// written before and 6 MiB while d0 fails; returns what each MiB holds.
+fn mirror_with_a_side_out(env: &Env, disk: &FailingDisk, server: &Server) -> Vec<(u64, u8)> {
+    let uri = server.uri(EXPORT);
+    let mut written = Vec::new();
+    for mib in 0..2 {
+        let pattern = 0x10 + mib as u8;
+        assert!(write_durably(&uri, pattern, mib).success());
+        written.push((mib, pattern));
+    }
+    disk.fail_writes();
+    for mib in 2..8 {
+        let pattern = 0x30 + mib as u8;
+        let run = write_durably(&uri, pattern, mib);
+        assert!(
+            run.success(),
+            "a degraded mirror refused a write:\n{}",
+            run.describe()
+        );
+        written.push((mib, pattern));
+    }
+    let status = pool_status(env);
+    assert!(status.contains("DEGRADED"), "{status}");
+    written
+}
+
+fn mirror_env() -> (Env, FailingDisk, String) {
+    let env = Env::new();
+    let disk = FailingDisk::failing(&env, "d0", 256 * MIB, true);
+    let plain = env.dev("d1.img");
+    std::fs::File::create(&plain)
+        .and_then(|file| file.set_len(256 * MIB))
+        .expect("plain side");
+    env.ok(&["pool", "create", "tank", "mirror", &disk.path(), &plain]);
+    env.create_volume(EXPORT, "32M", &[]);
+    (env, disk, plain)
+}
+
+/// Polls `pool status` until the resilver of `device` is reported done.
+fn wait_resilvered(env: &Env, device: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = pool_status(env);
+        if status.contains("scan: resilvered") {
+            assert!(status.contains(device), "{status}");
+            return status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the returned side was not resilvered:\n{status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The returned side alone: the other one detached, the server restarted (nothing cached),
+/// every MiB reads back, and the pool checks clean.
+fn assert_returned_side_alone_holds(
+    env: &Env,
+    mut server: Server,
+    plain: &str,
+    written: &[(u64, u8)],
+) {
+    env.ok(&["pool", "detach", "tank", plain]);
+    server.terminate();
+    env.assert_pool_check_clean();
+    let server = env.serve();
+    let uri = server.uri(EXPORT);
+    for &(mib, pattern) in written {
+        assert_pattern(&uri, pattern, mib);
+    }
+}
+
+#[test]
+fn a_side_back_after_clear_is_resilvered_before_it_counts() {
+    let (env, disk, plain) = mirror_env();
+    let server = env.serve();
+    let written = mirror_with_a_side_out(&env, &disk, &server);
+
+    disk.heal();
+    env.ok(&["pool", "clear", "tank", "--resilver-rate", "1M"]);
+    // Back, but resilvering: not read, not counted as a copy.
+    let status = pool_status(&env);
+    assert!(
+        status.contains("(resilvering)") && status.contains("resilver in progress"),
+        "{status}"
+    );
+    assert!(status.contains("DEGRADED"), "{status}");
+    // Detaching the only complete side is refused meanwhile.
+    let refused = env.cairn(&["pool", "detach", "tank", &plain]);
+    assert!(!refused.success(), "{}", refused.describe());
+    let done = wait_resilvered(&env, &disk.path());
+    assert!(done.contains("state: ONLINE"), "{done}");
+    assert!(!done.contains("(resilvering)"), "{done}");
+    assert_returned_side_alone_holds(&env, server, &plain, &written);
+}
+
+#[test]
+fn a_side_back_after_a_restart_is_resilvered_before_it_counts() {
+    let (env, disk, plain) = mirror_env();
+    let mut server = env.serve();
+    let written = mirror_with_a_side_out(&env, &disk, &server);
+    server.terminate();
+
+    disk.heal();
+    let server = env.serve();
+    let done = wait_resilvered(&env, &disk.path());
+    assert!(done.contains("state: ONLINE"), "{done}");
+    assert_returned_side_alone_holds(&env, server, &plain, &written);
 }
