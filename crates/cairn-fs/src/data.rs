@@ -683,7 +683,6 @@ impl Filesystem {
         map.set_value(Tx::held(hold), acl::ACCESS_XATTR, &acl.encode())
     }
 
-    /// The default ACL of directory `dir`, if it has one (what new inodes in it inherit).
     /// Takes set-group-ID away from `object` (after an access ACL set by a caller outside
     /// the file's group without CAP_FSETID, as Linux's `posix_acl_update_mode`); nothing is
     /// logged when it is not set.
@@ -701,6 +700,7 @@ impl Filesystem {
         Ok(())
     }
 
+    /// The default ACL of directory `dir`, if it has one (what new inodes in it inherit).
     pub fn default_acl(&self, dir: u64) -> Result<Option<Acl>, FsError> {
         match self.getxattr(dir, acl::DEFAULT_XATTR) {
             Ok(raw) => Acl::parse(&raw).map(Some),

@@ -570,8 +570,6 @@ impl Filesystem {
         Ok(fs)
     }
 
-    /// Gives the filesystem the pool's space check (before it is shared). Without one, a full
-    /// pool is only found by a failing txg sync.
     /// Tells `observer` of the attribute changes the filesystem makes on its own from now on
     /// (`None`: no one); one observer at a time (the front end that mounts it).
     pub fn observe_own_changes(&self, observer: Option<OwnChanges>) {
@@ -586,6 +584,8 @@ impl Filesystem {
         }
     }
 
+    /// Gives the filesystem the pool's space check (before it is shared). Without one, a full
+    /// pool is only found by a failing txg sync.
     pub fn with_space_check(mut self, check: SpaceCheck) -> Filesystem {
         self.space_check = Some(check);
         self
@@ -650,12 +650,12 @@ impl Filesystem {
         self.config.read().sync
     }
 
-    /// Changes the properties that may change while mounted.
     /// Whether the filesystem refuses every change (`readonly`, or its pool is read-only).
     pub fn is_readonly(&self) -> bool {
         self.config.read().readonly
     }
 
+    /// Changes the properties that may change while mounted.
     pub fn set_config(&self, config: FsConfig) -> Result<(), FsError> {
         check_recordsize(config.recordsize_bytes)?;
         *self.config.write() = config;
