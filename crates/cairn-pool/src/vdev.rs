@@ -478,10 +478,9 @@ mod tests {
         Leaf::open(guid, spec, Arc::new(MemDevice::new(64 << 20)))
     }
 
-    #[test]
-    fn a_leaf_back_from_missed_txgs_is_read_only_outside_them() {
-        let (complete, back) = (leaf(1), leaf(2));
-        let top = TopVdev {
+    /// A mirror of `leaves`, in that order.
+    fn mirror(leaves: Vec<Arc<Leaf>>) -> TopVdev {
+        TopVdev {
             config: TopVdevConfig {
                 id: 0,
                 guid: 9,
@@ -492,9 +491,15 @@ mod tests {
                 metaslab_count: 3,
                 children: Vec::new(),
             },
-            leaves: vec![back.clone(), complete.clone()],
+            leaves,
             data_size_bytes: 3 << 24,
-        };
+        }
+    }
+
+    #[test]
+    fn a_leaf_back_from_missed_txgs_is_read_only_outside_them() {
+        let (complete, back) = (leaf(1), leaf(2));
+        let top = mirror(vec![back.clone(), complete.clone()]);
         back.set_missed(Some((10, 20)));
         let order = |txg: u64| -> Vec<u64> {
             top.read_order_for(txg)
@@ -520,21 +525,8 @@ mod tests {
     #[test]
     fn a_leaf_being_resilvered_is_written_but_never_read() {
         let (old, new) = (leaf(1), leaf(2));
-        let top = TopVdev {
-            config: TopVdevConfig {
-                id: 0,
-                guid: 9,
-                kind: TopVdevKind::Mirror,
-                role: VdevRole::Normal,
-                ashift: 12,
-                metaslab_shift: 24,
-                metaslab_count: 3,
-                children: Vec::new(),
-            },
-            // The new side first: were it readable, it would be tried first.
-            leaves: vec![new.clone(), old.clone()],
-            data_size_bytes: 3 << 24,
-        };
+        // The new side first: were it readable, it would be tried first.
+        let top = mirror(vec![new.clone(), old.clone()]);
         new.set_resilvering(true);
         let order: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
         assert_eq!(order, vec![1]);

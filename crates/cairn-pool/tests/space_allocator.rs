@@ -711,14 +711,22 @@ fn replay_rejects_inconsistent_logs_naming_the_entry() {
     for (entries, bad_index, words) in cases {
         let mut space = pool(&[64 * MIB]);
         let error = space.replay(entries.clone(), 10).unwrap_err();
-        let SpaceError::Replay { index, entry, .. } = &error else {
+        let SpaceError::Replay {
+            index,
+            entry,
+            source,
+        } = &error
+        else {
             panic!("{error:?}");
         };
         assert_eq!(*index, bad_index);
         assert_eq!(*entry, entries[bad_index]);
+        // The entry in the error's own message, why in its cause (said once).
         let message = error.to_string();
         assert!(message.contains(&format!("#{bad_index}")), "{message}");
-        assert!(message.contains(words), "{message}");
+        let why = source.to_string();
+        assert!(why.contains(words), "{message}: {why}");
+        assert!(!message.contains(words), "the cause said twice: {message}");
         space.assert_invariants();
     }
 }

@@ -257,12 +257,14 @@ fn mirror_env() -> (Env, FailingDisk, String) {
     (env, disk, plain)
 }
 
-/// Polls `pool status` until the resilver of `device` is reported done.
+/// Polls `pool status` until the resilver of `device` is reported done and the side counts
+/// again (the record of the end is made in a txg; the side is read only once that txg is
+/// durable, so for a moment status can show both).
 fn wait_resilvered(env: &Env, device: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let status = pool_status(env);
-        if status.contains("scan: resilvered") {
+        if status.contains("scan: resilvered") && !status.contains("(resilvering)") {
             assert!(status.contains(device), "{status}");
             return status;
         }
