@@ -81,6 +81,28 @@ pub struct ResilverRecord {
     pub finished_ms: Option<u64>,
 }
 
+impl ResilverRecord {
+    /// A resilver of `leaf_guid` starting now (`started_ms`), in txg `start_txg`: nothing
+    /// copied yet.
+    pub fn starting(
+        leaf_guid: u64,
+        detach_guid: Option<u64>,
+        start_txg: u64,
+        started_ms: u64,
+    ) -> ResilverRecord {
+        ResilverRecord {
+            leaf_guid,
+            detach_guid,
+            start_txg,
+            started_ms,
+            next_offset: 0,
+            copied_bytes: 0,
+            total_bytes: 0,
+            finished_ms: None,
+        }
+    }
+}
+
 /// Error counters of one leaf, kept across imports (as `cairn pool status` shows them) until
 /// `cairn pool clear`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -211,15 +233,15 @@ struct DirectoryBeforeResilver {
 
 impl DirectoryBeforeResilver {
     fn upgrade(self) -> DatasetDirectory {
-        DatasetDirectory {
+        DirectoryBeforeMissedTxgs {
             next_id: self.next_id,
             datasets: self.datasets,
             last_scrub: self.last_scrub,
             history: self.history,
             leaf_errors: self.leaf_errors,
             resilver: None,
-            missed_txgs: MissedTxgsTable::default(),
         }
+        .upgrade()
     }
 }
 

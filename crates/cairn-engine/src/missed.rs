@@ -393,16 +393,12 @@ pub(crate) fn fresh_record(
             .as_ref()
             .filter(|record| record.leaf_guid == guid && record.finished_ms.is_none())
             .and_then(|record| record.detach_guid);
-        directory.resilver = Some(ResilverRecord {
-            leaf_guid: guid,
+        directory.resilver = Some(ResilverRecord::starting(
+            guid,
             detach_guid,
-            start_txg: txg,
-            started_ms: crate::now_ms(),
-            next_offset: 0,
-            copied_bytes: 0,
-            total_bytes: 0,
-            finished_ms: None,
-        });
+            txg,
+            crate::now_ms(),
+        ));
         Ok(())
     })
     .map(|_| ())

@@ -316,16 +316,12 @@ impl Pool {
                 .ok_or_else(|| layout_error("the vdev left the pool"))?;
             let grown = top_with_leaf(top, added.clone());
             install_tree(core, tree.with_top_replaced(grown));
-            core.directory.lock().resilver = Some(ResilverRecord {
-                leaf_guid: added.guid,
+            core.directory.lock().resilver = Some(ResilverRecord::starting(
+                added.guid,
                 detach_guid,
-                start_txg: txg,
-                started_ms: crate::now_ms(),
-                next_offset: 0,
-                copied_bytes: 0,
-                total_bytes: 0,
-                finished_ms: None,
-            });
+                txg,
+                crate::now_ms(),
+            ));
             Ok(())
         });
         if let Err(err) = outcome {
