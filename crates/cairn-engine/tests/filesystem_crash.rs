@@ -865,7 +865,13 @@ fn step(
                     fs.removexattr(object, name),
                 )
             } else {
-                let value = pattern(rng.below(300) as usize, data_seed);
+                // One value in four too large for the attribute map (its own object).
+                let len = if rng.below(4) == 0 {
+                    1025 + rng.below((64 << 10) - 1024)
+                } else {
+                    rng.below(300)
+                };
+                let value = pattern(len as usize, data_seed);
                 model
                     .node_mut(object)
                     .xattrs

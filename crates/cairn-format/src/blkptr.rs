@@ -128,6 +128,9 @@ pub enum ObjectType {
     FsMaster = 12,
     /// An inode's extended attributes (a hashed map, as directories).
     Xattrs = 13,
+    /// One extended attribute value too large for its map's entry (a blob: length in the
+    /// bonus).
+    XattrValue = 14,
 }
 
 impl ObjectType {
@@ -147,6 +150,7 @@ impl ObjectType {
             11 => Self::PoolRecords,
             12 => Self::FsMaster,
             13 => Self::Xattrs,
+            14 => Self::XattrValue,
             other => {
                 return Err(FormatError::invalid(
                     "object type",

@@ -3,14 +3,18 @@
 //! is the directory that names it, its size is its entry count and its links are 2 plus its
 //! subdirectories; any other inode's links equal the names it has; and no inode is left that
 //! no name reaches, except those in the delete queue (inodes unlinked while open, freed at
-//! their last close or the next open of the filesystem).
+//! their last close or the next open of the filesystem). Extended attributes: each inode's
+//! map reads, every value object its entries name is a live `XattrValue` object of a size
+//! only an object holds, and every `Xattrs` or `XattrValue` object belongs to exactly one
+//! inode (one left behind is leaked space).
 //!
 //! It reads what an `ObjectSet` shows (on a pool opened for checking, exactly what is on
 //! disk) and never writes. Problems are reported as text naming the objects; a read that
 //! fails is a problem too, and the walk goes on where it can.
 
 use crate::attrs::{FileKind, InodeAttrs};
-use crate::dirmap::DirMap;
+use crate::dirmap::{self, DirMap, ValueKind};
+use crate::xattr::{XATTR_VALUE_BYTES_MAX, indirect_object};
 use crate::{
     DELETE_QUEUE_OBJECT, FIRST_INODE_OBJECT, FsError, ROOT_OBJECT, decode_entry_value, master_ok,
 };
@@ -135,6 +139,90 @@ impl Walk<'_> {
     }
 }
 
+/// The extended attribute objects (maps and values) found, and those inodes reach.
+#[derive(Default)]
+struct XattrObjects {
+    found: BTreeSet<u64>,
+    owned: BTreeSet<u64>,
+}
+
+impl Walk<'_> {
+    /// Checks inode `inode`'s extended attribute map `map` and the value objects it names.
+    fn xattrs(&mut self, inode: u64, map: u64, objects: &mut XattrObjects) {
+        if !objects.owned.insert(map) {
+            self.problem(format!(
+                "inode {inode}'s extended attribute map {map} belongs to another inode too"
+            ));
+            return;
+        }
+        if !self.object_is(map, ObjectType::Xattrs) {
+            self.problem(format!(
+                "inode {inode}'s extended attribute map {map} is not a live map"
+            ));
+            return;
+        }
+        let mut values = Vec::new();
+        if let Err(err) = DirMap::new(self.objset, map).for_each_from(0, |entry| {
+            if entry.kind == ValueKind::Indirect {
+                values.push(indirect_object(inode, entry));
+            }
+            true
+        }) {
+            self.problem(format!(
+                "inode {inode}'s extended attributes: {}",
+                cairn_device::error_chain(&err)
+            ));
+            return;
+        }
+        for value in values {
+            let value = match value {
+                Ok(value) => value,
+                Err(err) => {
+                    self.problem(err.to_string());
+                    continue;
+                }
+            };
+            if !objects.owned.insert(value) {
+                self.problem(format!(
+                    "extended attribute value object {value} (inode {inode}) is named twice"
+                ));
+            } else if !self.object_is(value, ObjectType::XattrValue) {
+                self.problem(format!(
+                    "inode {inode}'s extended attribute value object {value} is not a live value"
+                ));
+            } else {
+                self.value_size(inode, value);
+            }
+        }
+    }
+
+    fn object_is(&self, object: u64, object_type: ObjectType) -> bool {
+        self.objset
+            .dnode(object)
+            .is_ok_and(|dnode| !dnode.is_free() && dnode.object_type == object_type)
+    }
+
+    /// A value object holds more than a map entry could, and no more than the VFS allows.
+    fn value_size(&mut self, inode: u64, value: u64) {
+        match self.objset.read_blob(value) {
+            Ok(Some(bytes))
+                if bytes.len() > dirmap::VALUE_BYTES_MAX
+                    && bytes.len() <= XATTR_VALUE_BYTES_MAX => {}
+            Ok(Some(bytes)) => self.problem(format!(
+                "inode {inode}'s extended attribute value object {value} holds {} bytes",
+                bytes.len()
+            )),
+            Ok(None) => self.problem(format!(
+                "inode {inode}'s extended attribute value object {value} is free"
+            )),
+            Err(err) => self.problem(format!(
+                "inode {inode}'s extended attribute value object {value}: {}",
+                cairn_device::error_chain(&err)
+            )),
+        }
+    }
+}
+
 /// Checks the namespace of the filesystem in `objset`.
 pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
     master_ok(objset)?;
@@ -186,15 +274,19 @@ pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
         true
     })?;
     let bound = objset.object_id_bound();
+    let mut xattr_objects = XattrObjects::default();
     for object in FIRST_INODE_OBJECT..bound {
         let dnode = objset.dnode(object)?;
-        if dnode.is_free()
-            || !matches!(
-                dnode.object_type,
-                ObjectType::FileData | ObjectType::Directory
-            )
-        {
+        if dnode.is_free() {
             continue;
+        }
+        match dnode.object_type {
+            ObjectType::FileData | ObjectType::Directory => {}
+            ObjectType::Xattrs | ObjectType::XattrValue => {
+                xattr_objects.found.insert(object);
+                continue;
+            }
+            _ => continue,
         }
         walk.report.inodes += 1;
         let attrs = match InodeAttrs::decode(object, &dnode.bonus) {
@@ -204,6 +296,9 @@ pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
                 continue;
             }
         };
+        if attrs.xattr_object != 0 {
+            walk.xattrs(object, attrs.xattr_object, &mut xattr_objects);
+        }
         let names = walk.names.get(&object).copied().unwrap_or(0);
         if names == 0 {
             if !(queued.contains(&object) && attrs.links == 0) {
@@ -218,6 +313,11 @@ pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
                 attrs.links
             ));
         }
+    }
+    for object in xattr_objects.found.difference(&xattr_objects.owned) {
+        walk.problem(format!(
+            "extended attribute object {object} belongs to no inode (leaked)"
+        ));
     }
     if walk.dropped_problems > 0 {
         let more = walk.dropped_problems;

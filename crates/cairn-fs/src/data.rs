@@ -1,17 +1,14 @@
-//! Attributes and data: setattr (truncation included), writes, extended attributes,
-//! fallocate and holes. As in `namespace.rs`, each changing call has a `do_*` twin that replay
+//! Attributes and data: setattr (truncation included), writes, fallocate and holes
+//! (extended attributes are `xattr.rs`'s). As in `namespace.rs`, each changing call has a `do_*` twin that replay
 //! uses with the logged times; file data is logged as `Write` records.
 
-use crate::acl::{self, Acl};
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
-use crate::dirmap::{self, DirMap, MAP_BLOCK_BYTES};
 use crate::log::FsOp;
 use crate::{
-    AtimeMode, Fallocate, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, SetAttrs, Tx, XattrMode,
-    small_block_bytes,
+    AtimeMode, Fallocate, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, SetAttrs, small_block_bytes,
 };
 use bytes::Bytes;
-use cairn_format::{BlockPointer, ObjectType};
+use cairn_format::BlockPointer;
 use cairn_object::is_all_zero;
 use cairn_pool::txg::TxgHold;
 use std::sync::atomic::Ordering;
@@ -32,8 +29,6 @@ pub(crate) enum StoredBlock {
 
 /// File capabilities: the extended attribute a write by an unprivileged caller removes.
 const CAPABILITY_XATTR: &[u8] = b"security.capability";
-/// No object (object 0 is the object set's own dnode array, never a filesystem's).
-const NO_OBJECT: u64 = 0;
 
 impl Filesystem {
     /// Changes attributes; a size change truncates or extends the file.
@@ -127,7 +122,7 @@ impl Filesystem {
         if let Some(mode) = changes.mode {
             attrs.mode = mode & 0o7777;
             attrs.ctime = now;
-            self.chmod_access_acl(hold, &attrs)?;
+            self.chmod_access_acl(hold, object, &attrs)?;
         }
         if let Some(uid) = changes.uid {
             attrs.uid = uid;
@@ -528,222 +523,6 @@ impl Filesystem {
     ) -> Result<(), FsError> {
         self.objset.set_bonus(hold.txg(), object, attrs.encode())?;
         Ok(())
-    }
-
-    // ----- extended attributes -----
-
-    /// The value of extended attribute `name` of inode `object`.
-    pub fn getxattr(&self, object: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
-        let _guard = self.stripe(object).read();
-        let attrs = self.getattr(object)?;
-        if attrs.xattr_object == 0 {
-            return Err(FsError::NoAttribute);
-        }
-        DirMap::new(&self.objset, attrs.xattr_object)
-            .get(name)?
-            .map(|entry| entry.value)
-            .ok_or(FsError::NoAttribute)
-    }
-
-    /// The names of inode `object`'s extended attributes.
-    pub fn listxattr(&self, object: u64) -> Result<Vec<Vec<u8>>, FsError> {
-        let _guard = self.stripe(object).read();
-        let attrs = self.getattr(object)?;
-        let mut names = Vec::new();
-        if attrs.xattr_object != 0 {
-            DirMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
-                names.push(entry.name.clone());
-                true
-            })?;
-        }
-        Ok(names)
-    }
-
-    /// Sets extended attribute `name` of inode `object`.
-    pub fn setxattr(
-        &self,
-        object: u64,
-        name: &[u8],
-        value: &[u8],
-        mode: XattrMode,
-    ) -> Result<(), FsError> {
-        if name.is_empty() || name.len() > dirmap::NAME_BYTES_MAX {
-            return Err(FsError::NameTooLong);
-        }
-        if value.len() > dirmap::VALUE_BYTES_MAX {
-            return Err(FsError::ValueTooLarge(format!(
-                "an extended attribute of {} bytes (at most {})",
-                value.len(),
-                dirmap::VALUE_BYTES_MAX
-            )));
-        }
-        self.check_writable()?;
-        self.check_space(NAMESPACE_CHANGE_BYTES)?;
-        let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
-        // An object number only for a map this change will make (under the inode's lock, so
-        // the answer holds): numbers taken for nothing leave holes in the dnode array, and
-        // `cp -a` sets an ACL on every file it copies.
-        let makes_map = self.getattr(object)?.xattr_object == 0
-            && !(name == acl::ACCESS_XATTR && Acl::parse(value).is_ok_and(|a| a.is_minimal()));
-        let new_map = if makes_map {
-            self.next_object.fetch_add(1, Ordering::Relaxed)
-        } else {
-            NO_OBJECT
-        };
-        let time = Timestamp::now();
-        self.do_setxattr(&hold, object, new_map, name, value, mode, time)?;
-        self.logged(
-            &hold,
-            FsOp::SetXattr {
-                object,
-                map_object: new_map,
-                name: name.to_vec(),
-                value: value.to_vec(),
-                mode,
-                time,
-            },
-        );
-        self.note_dirty(&[object], hold.txg());
-        drop(guards);
-        self.commit_if_always(hold)
-    }
-
-    /// `new_map` is the object a first attribute makes for the inode's map, `NO_OBJECT` when
-    /// the change makes none (the inode has a map, or a minimal access ACL is only its mode).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn do_setxattr(
-        &self,
-        hold: &TxgHold,
-        object: u64,
-        new_map: u64,
-        name: &[u8],
-        value: &[u8],
-        mode: XattrMode,
-        now: Timestamp,
-    ) -> Result<(), FsError> {
-        let mut attrs = self.getattr(object)?;
-        // A POSIX ACL is checked, and an access ACL sets the mode (`acl.rs`). One that the
-        // mode alone says (owner, group, other) is not kept: what `cp -a` and `tar --acls`
-        // set on every file they copy would otherwise cost each one a map of its own.
-        if name == acl::ACCESS_XATTR {
-            let access = Acl::parse(value)?;
-            attrs.mode = (attrs.mode & !0o777) | access.mode_bits();
-            if access.is_minimal() {
-                if attrs.xattr_object != 0 {
-                    DirMap::new(&self.objset, attrs.xattr_object)
-                        .remove(Tx::held(hold), acl::ACCESS_XATTR)?;
-                }
-                attrs.ctime = now;
-                return self.put_attrs(hold, object, &attrs);
-            }
-        } else if name == acl::DEFAULT_XATTR {
-            Acl::parse(value)?;
-            if attrs.kind != FileKind::Directory {
-                return Err(FsError::Invalid("a default ACL on a non-directory".into()));
-            }
-        }
-        if attrs.xattr_object == 0 {
-            if mode == XattrMode::Replace {
-                return Err(FsError::NoAttribute);
-            }
-            if new_map == NO_OBJECT {
-                // Replay of a record whose change made no map, now asked to make one.
-                return Err(FsError::Corrupt(format!(
-                    "an extended attribute of object {object} needs a map no object was taken for"
-                )));
-            }
-            self.objset
-                .create_object(hold.txg(), new_map, ObjectType::Xattrs, MAP_BLOCK_BYTES, 1);
-            DirMap::new(&self.objset, new_map).create(Tx::held(hold), new_map ^ hold.txg())?;
-            attrs.xattr_object = new_map;
-        }
-        let map = DirMap::new(&self.objset, attrs.xattr_object);
-        match (map.get(name)?.is_some(), mode) {
-            (true, XattrMode::Create) => return Err(FsError::Exists),
-            (false, XattrMode::Replace) => return Err(FsError::NoAttribute),
-            (true, _) => map.set_value(Tx::held(hold), name, value)?,
-            (false, _) => {
-                map.insert(Tx::held(hold), name, value)?;
-            }
-        }
-        attrs.ctime = now;
-        self.put_attrs(hold, object, &attrs)
-    }
-
-    /// A chmod of an inode with an access ACL rewrites the ACL's three classes (`acl.rs`).
-    fn chmod_access_acl(&self, hold: &TxgHold, attrs: &InodeAttrs) -> Result<(), FsError> {
-        if attrs.xattr_object == 0 {
-            return Ok(());
-        }
-        let map = DirMap::new(&self.objset, attrs.xattr_object);
-        let Some(entry) = map.get(acl::ACCESS_XATTR)? else {
-            return Ok(());
-        };
-        let acl = Acl::parse(&entry.value)?.with_mode(attrs.mode);
-        map.set_value(Tx::held(hold), acl::ACCESS_XATTR, &acl.encode())
-    }
-
-    /// Takes set-group-ID away from `object` (after an access ACL set by a caller outside
-    /// the file's group without CAP_FSETID, as Linux's `posix_acl_update_mode`); nothing is
-    /// logged when it is not set.
-    pub fn remove_set_group_id(&self, object: u64) -> Result<(), FsError> {
-        let attrs = self.getattr(object)?;
-        if attrs.mode & libc::S_ISGID == 0 {
-            return Ok(());
-        }
-        let changes = SetAttrs {
-            mode: Some(attrs.mode & !libc::S_ISGID),
-            ..SetAttrs::default()
-        };
-        self.setattr(object, changes)?;
-        self.changed_on_own(object);
-        Ok(())
-    }
-
-    /// The default ACL of directory `dir`, if it has one (what new inodes in it inherit).
-    pub fn default_acl(&self, dir: u64) -> Result<Option<Acl>, FsError> {
-        match self.getxattr(dir, acl::DEFAULT_XATTR) {
-            Ok(raw) => Acl::parse(&raw).map(Some),
-            Err(FsError::NoAttribute) => Ok(None),
-            Err(err) => Err(err),
-        }
-    }
-
-    /// Removes extended attribute `name` of inode `object`.
-    pub fn removexattr(&self, object: u64, name: &[u8]) -> Result<(), FsError> {
-        self.check_writable()?;
-        let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
-        let time = Timestamp::now();
-        self.do_removexattr(&hold, object, name, time)?;
-        self.logged(
-            &hold,
-            FsOp::RemoveXattr {
-                object,
-                name: name.to_vec(),
-                time,
-            },
-        );
-        self.note_dirty(&[object], hold.txg());
-        drop(guards);
-        self.commit_if_always(hold)
-    }
-
-    pub(crate) fn do_removexattr(
-        &self,
-        hold: &TxgHold,
-        object: u64,
-        name: &[u8],
-        now: Timestamp,
-    ) -> Result<(), FsError> {
-        let mut attrs = self.getattr(object)?;
-        if attrs.xattr_object == 0 {
-            return Err(FsError::NoAttribute);
-        }
-        DirMap::new(&self.objset, attrs.xattr_object)
-            .remove(Tx::held(hold), name)?
-            .ok_or(FsError::NoAttribute)?;
-        attrs.ctime = now;
-        self.put_attrs(hold, object, &attrs)
     }
 
     // ----- ranges: fallocate, holes -----

@@ -36,8 +36,14 @@
 //! the header is the number of entries of all leaves. The caller serialises changes of one map
 //! (the directory's lock) and passes the txg hold each change joins.
 //!
+//! An entry's value is at most `VALUE_BYTES_MAX` bytes, so that two entries of the longest
+//! name always fit a leaf. A caller with larger values (extended attributes, up to the VFS's
+//! 64 KiB) keeps them in objects of their own and stores the object's number as an
+//! *indirect* value (`ValueKind::Indirect`: the top bit of the entry's value length); the
+//! map only carries the flag, what it means is the caller's.
+//!
 //! Known gaps: leaves never merge and the table never shrinks (as in ZFS, a directory that
-//! once held a million entries keeps its leaves); values are small (`VALUE_BYTES_MAX`).
+//! once held a million entries keeps its leaves).
 
 use crate::FsError;
 use crate::Tx;
@@ -50,6 +56,8 @@ pub const MAP_BLOCK_BYTES: u32 = 4096;
 pub const NAME_BYTES_MAX: usize = 255;
 /// Largest value.
 pub const VALUE_BYTES_MAX: usize = 1024;
+/// The bit of an entry's value length that marks an indirect value (`ValueKind::Indirect`).
+const VALUE_INDIRECT_BIT: u16 = 1 << 15;
 
 const MAP_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNMAP");
 const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"LEAF");
@@ -69,6 +77,7 @@ const LEAF_HEADER_BYTES: usize = 8;
 const ENTRY_FIXED_BYTES: usize = 11;
 
 const _: () = assert!(HEADER_FIXED_BYTES + (8 << INLINE_DEPTH_MAX) <= MAP_BLOCK_BYTES as usize);
+const _: () = assert!(VALUE_BYTES_MAX < VALUE_INDIRECT_BIT as usize);
 const _: () = assert!(
     LEAF_HEADER_BYTES + 2 * (ENTRY_FIXED_BYTES + NAME_BYTES_MAX + VALUE_BYTES_MAX)
         <= MAP_BLOCK_BYTES as usize
@@ -145,12 +154,23 @@ const _: () = assert!(
         .is_some()
 );
 
+/// What an entry's value bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValueKind {
+    /// The value itself.
+    #[default]
+    Inline,
+    /// A reference, in the caller's encoding, to where the value is kept.
+    Indirect,
+}
+
 /// One entry of a map.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
     pub key: u64,
     pub name: Vec<u8>,
     pub value: Vec<u8>,
+    pub kind: ValueKind,
 }
 
 impl Entry {
@@ -212,10 +232,15 @@ struct HashScan {
 
 /// Appends one leaf entry in its on-disk form (docs/format.md: key, name length, value
 /// length, name, value).
-fn encode_entry(out: &mut Vec<u8>, key: u64, name: &[u8], value: &[u8]) {
+fn encode_entry(out: &mut Vec<u8>, key: u64, name: &[u8], value: &[u8], kind: ValueKind) {
+    debug_assert!(value.len() <= VALUE_BYTES_MAX && name.len() <= NAME_BYTES_MAX);
+    let flag = match kind {
+        ValueKind::Inline => 0,
+        ValueKind::Indirect => VALUE_INDIRECT_BIT,
+    };
     out.extend_from_slice(&key.to_le_bytes());
     out.push(name.len() as u8);
-    out.extend_from_slice(&(value.len() as u16).to_le_bytes());
+    out.extend_from_slice(&(value.len() as u16 | flag).to_le_bytes());
     out.extend_from_slice(name);
     out.extend_from_slice(value);
 }
@@ -228,7 +253,7 @@ fn encode_leaf(leaf: &Leaf) -> Vec<u8> {
     out.push(0);
     out.extend_from_slice(&(leaf.entries.len() as u16).to_le_bytes());
     for entry in &leaf.entries {
-        encode_entry(&mut out, entry.key, &entry.name, &entry.value);
+        encode_entry(&mut out, entry.key, &entry.name, &entry.value, entry.kind);
     }
     debug_assert_eq!(out.len(), leaf.bytes());
     out
@@ -281,12 +306,13 @@ impl<'a> DirMap<'a> {
         let block = self.leaf_block(&header, leaf_number)?;
         let mut found = None;
         // Entries are sorted by key: the scan stops at the first key past the name's hash.
-        self.scan_leaf(leaf_number, &block, |key, entry_name, value| {
+        self.scan_leaf(leaf_number, &block, |key, entry_name, value, kind| {
             if key >> COLLISION_BITS == hash && entry_name == name {
                 found = Some(Entry {
                     key,
                     name: entry_name.to_vec(),
                     value: value.to_vec(),
+                    kind,
                 });
             }
             found.is_none() && key >> COLLISION_BITS <= hash
@@ -296,6 +322,17 @@ impl<'a> DirMap<'a> {
 
     /// Adds `name` → `value`; `Exists` if the name is there. Returns the new entry's key.
     pub fn insert(&self, tx: Tx<'_>, name: &[u8], value: &[u8]) -> Result<u64, FsError> {
+        self.insert_as(tx, name, value, ValueKind::Inline)
+    }
+
+    /// `insert` of a value of kind `kind`.
+    pub fn insert_as(
+        &self,
+        tx: Tx<'_>,
+        name: &[u8],
+        value: &[u8],
+        kind: ValueKind,
+    ) -> Result<u64, FsError> {
         check_sizes(name, value)?;
         let mut header = self.header()?;
         let hash = self.hash(&header, name);
@@ -328,7 +365,7 @@ impl<'a> DirMap<'a> {
                     .map_or(scan.hash_run.end, |&(_, start)| start);
                 let mut spliced = Vec::with_capacity(MAP_BLOCK_BYTES as usize);
                 spliced.extend_from_slice(&block[..at]);
-                encode_entry(&mut spliced, key, name, value);
+                encode_entry(&mut spliced, key, name, value, kind);
                 spliced.extend_from_slice(&block[at..scan.used_end]);
                 let count = u16::from_le_bytes([block[6], block[7]]) + 1;
                 spliced[6..8].copy_from_slice(&count.to_le_bytes());
@@ -364,6 +401,17 @@ impl<'a> DirMap<'a> {
 
     /// Replaces the value of an existing entry (its key stays).
     pub fn set_value(&self, tx: Tx<'_>, name: &[u8], value: &[u8]) -> Result<(), FsError> {
+        self.set_value_as(tx, name, value, ValueKind::Inline)
+    }
+
+    /// `set_value` with a value of kind `kind`.
+    pub fn set_value_as(
+        &self,
+        tx: Tx<'_>,
+        name: &[u8],
+        value: &[u8],
+        kind: ValueKind,
+    ) -> Result<(), FsError> {
         check_sizes(name, value)?;
         let header = self.header()?;
         let hash = self.hash(&header, name);
@@ -377,11 +425,12 @@ impl<'a> DirMap<'a> {
             .ok_or(FsError::NotFound)?;
         let grows = value.len().saturating_sub(entry.value.len());
         entry.value = value.to_vec();
+        entry.kind = kind;
         if leaf.bytes() > header.leaf_capacity() {
             // Rare (values of one size in directories): remove and insert again.
             debug_assert!(grows > 0);
             self.remove(tx, name)?;
-            self.insert(tx, name, value)?;
+            self.insert_as(tx, name, value, kind)?;
             return Ok(());
         }
         self.write_leaf_bytes(tx, &header, leaf_number, encode_leaf(&leaf), false);
@@ -626,11 +675,12 @@ impl<'a> DirMap<'a> {
     /// Leaf `number`'s entries in `block`, owned (for a split, or a change of value).
     fn decode_leaf(&self, number: u64, block: &[u8]) -> Result<Leaf, FsError> {
         let mut entries = Vec::new();
-        let local_depth = self.scan_leaf(number, block, |key, name, value| {
+        let local_depth = self.scan_leaf(number, block, |key, name, value, kind| {
             entries.push(Entry {
                 key,
                 name: name.to_vec(),
                 value: value.to_vec(),
+                kind,
             });
             true
         })?;
@@ -658,7 +708,7 @@ impl<'a> DirMap<'a> {
             used_end: LEAF_HEADER_BYTES,
         };
         let mut run_started = false;
-        self.scan_leaf(number, block, |key, entry_name, value| {
+        self.scan_leaf(number, block, |key, entry_name, value, kind| {
             let start = scan.used_end;
             let end = start + ENTRY_FIXED_BYTES + entry_name.len() + value.len();
             let entry_hash = key >> COLLISION_BITS;
@@ -676,6 +726,7 @@ impl<'a> DirMap<'a> {
                         key,
                         name: entry_name.to_vec(),
                         value: value.to_vec(),
+                        kind,
                     };
                     scan.found = Some((entry, start..end));
                 }
@@ -695,7 +746,7 @@ impl<'a> DirMap<'a> {
         &self,
         number: u64,
         block: &[u8],
-        mut each: impl FnMut(u64, &[u8], &[u8]) -> bool,
+        mut each: impl FnMut(u64, &[u8], &[u8], ValueKind) -> bool,
     ) -> Result<u32, FsError> {
         let magic = u32::from_le_bytes(block[0..4].try_into().unwrap_or([0; 4]));
         if magic != LEAF_MAGIC {
@@ -711,7 +762,13 @@ impl<'a> DirMap<'a> {
                 .ok_or_else(|| self.corrupt(&format!("leaf {number}: entry past its end")))?;
             let key = u64::from_le_bytes(fixed[0..8].try_into().unwrap_or([0; 8]));
             let name_len = fixed[8] as usize;
-            let value_len = u16::from_le_bytes([fixed[9], fixed[10]]) as usize;
+            let value_field = u16::from_le_bytes([fixed[9], fixed[10]]);
+            let kind = if value_field & VALUE_INDIRECT_BIT == 0 {
+                ValueKind::Inline
+            } else {
+                ValueKind::Indirect
+            };
+            let value_len = usize::from(value_field & !VALUE_INDIRECT_BIT);
             let name_at = at + ENTRY_FIXED_BYTES;
             let value_at = name_at + name_len;
             let end = value_at + value_len;
@@ -722,7 +779,7 @@ impl<'a> DirMap<'a> {
                 return Err(self.corrupt(&format!("leaf {number}: keys out of order")));
             }
             previous_key = Some(key);
-            if !each(key, &block[name_at..value_at], &block[value_at..end]) {
+            if !each(key, &block[name_at..value_at], &block[value_at..end], kind) {
                 break;
             }
             at = end;

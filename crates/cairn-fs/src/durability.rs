@@ -28,6 +28,7 @@
 use crate::attrs::Timestamp;
 use crate::data::StoredBlock;
 use crate::log::FsOp;
+use crate::xattr::NewObjects;
 use crate::{Filesystem, FsError, FsSync};
 use bytes::Bytes;
 use cairn_device::queue::IoClass;
@@ -326,11 +327,18 @@ impl Filesystem {
             FsOp::SetXattr {
                 object,
                 map_object,
+                value_object,
                 name,
                 value,
                 mode,
                 time,
-            } => self.do_setxattr(hold, object, map_object, &name, &value, mode, time)?,
+            } => {
+                let new = NewObjects {
+                    map: map_object,
+                    value: value_object,
+                };
+                self.do_setxattr(hold, object, new, &name, &value, mode, time)?
+            }
             FsOp::RemoveXattr { object, name, time } => {
                 self.do_removexattr(hold, object, &name, time)?
             }

@@ -33,8 +33,9 @@
 //! (the loop check walks `parent` links). Every change is also logged in the dataset's intent
 //! log inside its hold (`log.rs` encodes it, `durability.rs` logs, commits and replays it):
 //! `fsync` commits the log, and replay at import rebuilds what was acknowledged. Modules:
-//! `namespace.rs` (create, link, remove, rename), `data.rs` (attributes, writes, xattrs,
-//! fallocate, holes), `check.rs` (the namespace check of `pool check`).
+//! `namespace.rs` (create, link, remove, rename), `data.rs` (attributes, writes,
+//! fallocate, holes), `xattr.rs` (extended attributes, large values in objects of their own),
+//! `check.rs` (the namespace check of `pool check`).
 //!
 //! ## Space and access times
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
@@ -53,7 +54,8 @@
 //! The log has one lane and fsync commits everything logged before it, other files' writes
 //! included (correct, but a busy filesystem over-commits: PostgreSQL's WAL fsyncs carry data
 //! file writes). Data in `Write` records is always copied (no read-back at commit). Extended
-//! attribute values are at most `dirmap::VALUE_BYTES_MAX` bytes (E2BIG beyond). POSIX ACLs are
+//! attribute values are at most `XATTR_VALUE_BYTES_MAX` (64 KiB, the VFS's limit; E2BIG
+//! beyond). POSIX ACLs are
 //! enforced by the kernel and kept true here (`acl.rs`; inheritance is two logged changes). No
 //! file locks beyond what the kernel keeps.
 //! A replayed write sets its file's mtime and ctime to the time of the replay (`Write`
@@ -68,6 +70,9 @@ mod durability;
 pub mod log;
 mod namespace;
 pub mod ops;
+mod xattr;
+
+pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
@@ -88,6 +93,8 @@ pub const ROOT_OBJECT: u64 = 2;
 pub const DELETE_QUEUE_OBJECT: u64 = 3;
 /// First object number handed to new inodes.
 const FIRST_INODE_OBJECT: u64 = 16;
+/// No object (object 0 is the object set's own dnode array, never a filesystem's).
+const NO_OBJECT: u64 = 0;
 const MASTER_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNFS\0");
 const FORMAT_VERSION: u32 = 1;
 const LOCK_STRIPES: usize = 256;

@@ -9,7 +9,9 @@
 //! Encoding: a tag byte, then fixed-width little-endian fields and length-prefixed byte
 //! strings (u16 lengths), in the order of the variant's fields. Decoding checks every length
 //! against the payload and refuses trailing bytes: a damaged record is an error, never a
-//! guess.
+//! guess. `SetXattr` has two tags: 6 for a value kept in the map (no value object; the
+//! layout logs written before large values had), 9 for one with a value object, whose value
+//! has a u32 length (the VFS's 64 KiB does not fit a u16).
 
 use crate::attrs::{FileKind, Timestamp};
 use crate::{Fallocate, FsError, RenameMode, SetAttrs, XattrMode};
@@ -58,6 +60,8 @@ pub enum FsOp {
         object: u64,
         /// The object a first attribute creates for the inode's map.
         map_object: u64,
+        /// The object a value too large for the map is kept in (`xattr.rs`; 0: none).
+        value_object: u64,
         name: Vec<u8>,
         value: Vec<u8>,
         mode: XattrMode,
@@ -182,16 +186,26 @@ impl FsOp {
             FsOp::SetXattr {
                 object,
                 map_object,
+                value_object,
                 name,
                 value,
                 mode,
                 time,
             } => {
-                out.u8(6);
-                out.u64(*object);
-                out.u64(*map_object);
-                out.bytes(name);
-                out.bytes(value);
+                if *value_object == 0 && value.len() <= usize::from(u16::MAX) {
+                    out.u8(6);
+                    out.u64(*object);
+                    out.u64(*map_object);
+                    out.bytes(name);
+                    out.bytes(value);
+                } else {
+                    out.u8(9);
+                    out.u64(*object);
+                    out.u64(*map_object);
+                    out.u64(*value_object);
+                    out.bytes(name);
+                    out.long_bytes(value);
+                }
                 out.u8(match mode {
                     XattrMode::Any => 0,
                     XattrMode::Create => 1,
@@ -285,14 +299,19 @@ impl FsOp {
             6 => FsOp::SetXattr {
                 object: input.u64()?,
                 map_object: input.u64()?,
+                value_object: 0,
                 name: input.bytes()?,
                 value: input.bytes()?,
-                mode: match input.u8()? {
-                    0 => XattrMode::Any,
-                    1 => XattrMode::Create,
-                    2 => XattrMode::Replace,
-                    _ => return Err(bad("xattr mode")),
-                },
+                mode: input.xattr_mode()?,
+                time: input.time()?,
+            },
+            9 => FsOp::SetXattr {
+                object: input.u64()?,
+                map_object: input.u64()?,
+                value_object: input.u64()?,
+                name: input.bytes()?,
+                value: input.long_bytes()?,
+                mode: input.xattr_mode()?,
                 time: input.time()?,
             },
             7 => FsOp::RemoveXattr {
@@ -355,6 +374,11 @@ impl Encoder {
             .extend_from_slice(&(bytes.len() as u16).to_le_bytes());
         self.0.extend_from_slice(bytes);
     }
+    fn long_bytes(&mut self, bytes: &[u8]) {
+        let len = u32::try_from(bytes.len()).expect("a logged value under 4 GiB");
+        self.u32(len);
+        self.0.extend_from_slice(bytes);
+    }
     fn option_u32(&mut self, value: Option<u32>) {
         self.u8(u8::from(value.is_some()));
         self.u32(value.unwrap_or(0));
@@ -414,6 +438,18 @@ impl Decoder<'_> {
         raw.copy_from_slice(self.take(2)?);
         let len = usize::from(u16::from_le_bytes(raw));
         Ok(self.take(len)?.to_vec())
+    }
+    fn long_bytes(&mut self) -> Result<Vec<u8>, FsError> {
+        let len = self.u32()? as usize;
+        Ok(self.take(len)?.to_vec())
+    }
+    fn xattr_mode(&mut self) -> Result<XattrMode, FsError> {
+        match self.u8()? {
+            0 => Ok(XattrMode::Any),
+            1 => Ok(XattrMode::Create),
+            2 => Ok(XattrMode::Replace),
+            _ => Err(bad("xattr mode")),
+        }
     }
     fn option<T>(
         &mut self,
@@ -492,9 +528,20 @@ mod tests {
             FsOp::SetXattr {
                 object: 5,
                 map_object: 77,
+                value_object: 0,
                 name: b"user.x".to_vec(),
                 value: vec![0; 1024],
                 mode: XattrMode::Replace,
+                time: t(11),
+            },
+            // A value of its own object, as large as the VFS allows (a u32 length).
+            FsOp::SetXattr {
+                object: 5,
+                map_object: 0,
+                value_object: 78,
+                name: b"user.y".to_vec(),
+                value: vec![9; 64 << 10],
+                mode: XattrMode::Any,
                 time: t(11),
             },
             FsOp::RemoveXattr {

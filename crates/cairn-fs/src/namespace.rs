@@ -420,9 +420,7 @@ impl Filesystem {
     }
 
     pub(crate) fn free_inode(&self, hold: &TxgHold, object: u64, attrs: &InodeAttrs) {
-        if attrs.xattr_object != 0 {
-            self.objset.free_object(hold.txg(), attrs.xattr_object);
-        }
+        self.free_xattrs(hold, object, attrs);
         self.objset.free_object(hold.txg(), object);
         self.dirty_txg.lock().txgs.remove(&object);
     }

@@ -1028,10 +1028,15 @@ impl IntentLog {
                 }
                 break;
             }
-            // A block smaller than one sector of payload (never allocated that small) would
-            // take nothing; a zero-record block is still a valid link, so the chain goes on.
+            // A block takes nothing only when the next record is larger than all of it: a
+            // filesystem change (an extended attribute of up to 64 KiB) cannot be split, and
+            // the chain's pre-allocated block may be smaller. A zero-record block is still a
+            // valid link, and the next one is sized for what is left, so the chain goes on.
             debug_assert!(
-                !block_records.is_empty(),
+                !block_records.is_empty()
+                    || queue.front().is_some_and(|record| {
+                        LOG_BLOCK_HEADER_SIZE + record.encoded_size() > capacity
+                    }),
                 "a log block of {capacity} bytes took no record"
             );
             // The next block is sized for what is left of this batch, or, at its end, for the
