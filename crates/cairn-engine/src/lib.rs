@@ -25,7 +25,8 @@
 //! - Allocated space (space log) equals referenced space (block pointers): `check` proves it.
 //! - A pool opened read-only (`check`) writes nothing at all.
 //!
-//! See also: `sync::PoolSyncer`, `import::import_pool`, `scrub::scrub`, `check::check`.
+//! See also: `sync::PoolSyncer`, `Pool::import` (import.rs), `Pool::scrub` (scrub.rs),
+//! `Pool::check` (check.rs).
 
 mod budget;
 mod cache_devices;

@@ -1,9 +1,10 @@
 //! # cairn-frontend: what every front end of a cairn server shares
 //!
-//! The layers below (engine, datasets, NBD protocol) know nothing of processes, sockets or
-//! users. A front end — the CLI's one-shot commands, `cairn serve`, and later the FUSE
-//! filesystem, the metrics endpoint and the web page — needs the same few things around them,
-//! and this crate holds them so each front end attaches to one implementation:
+//! The layers below (engine, datasets, filesystems, NBD protocol) know nothing of processes,
+//! sockets or users. A front end — the CLI's one-shot commands, `cairn serve` with its NBD
+//! exports, FUSE mounts and analytics (Prometheus metrics, the live page) — needs the same few
+//! things around them, and this crate holds them so each front end attaches to one
+//! implementation:
 //!
 //! - `cache`: the pool cache (which pools this machine imported, on which devices), durable
 //!   across power cuts;
@@ -12,6 +13,8 @@
 //!   every front end reads, so a volume created through one is visible to all at once;
 //!   pools that cannot be opened are first-class (`PoolUnavailable`), never blocking others;
 //! - `exports`: the NBD adapter, every volume of every served pool as an export;
+//! - `fuse`: the FUSE adapter, a filesystem dataset mounted through the kernel, and the
+//!   server's list of mounts;
 //! - `control`: the control socket's typed request protocol, generic over the command type of
 //!   the front end that parses commands;
 //! - `analytics`: Prometheus metrics, a bounded history and the live page (`serve --http`);
@@ -21,8 +24,8 @@
 //! Rules: options come in as parameters (no environment variables are read here), nothing is
 //! printed (a server's notes go to the caller's sink, command output is the caller's), and
 //! errors are typed (`thiserror`, causes kept as sources) so a front end can both explain and
-//! classify them. Dependencies point down only: this crate uses the engine, dataset, device,
-//! format and NBD crates; only front ends use it.
+//! classify them. Dependencies point down only: this crate uses the engine, dataset, filesystem,
+//! pool, device, format, metrics and NBD crates; only front ends use it.
 
 pub mod analytics;
 pub mod cache;
