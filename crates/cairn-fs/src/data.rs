@@ -203,7 +203,7 @@ impl Filesystem {
     /// writeback cache answers write(2) before the data reaches the filesystem): refusing it
     /// now would lose it, so a quota may be exceeded by up to `quota_margin_bytes`, what the
     /// front end can have acknowledged at most before it stops (see cairn-frontend's
-    /// `fuse.rs`). The pool's own room is never exceeded.
+    /// `fuse/policy.rs`). The pool's own room is never exceeded.
     pub fn write_acknowledged(
         &self,
         object: u64,
