@@ -421,7 +421,7 @@ impl IntentLog {
 
     /// Allocates a log block of `size_bytes` in the open txg; returns it and a hold on that
     /// txg, which the caller keeps until the block that points to the new one is on media (see
-    /// `lane::Built::txg_holds`).
+    /// `lane::build::Built::txg_holds`).
     fn allocate_block(&self, size_bytes: u32) -> Result<(Dva, cairn_pool::txg::TxgHold), ZilError> {
         let hold = self
             .txg
