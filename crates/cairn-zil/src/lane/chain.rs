@@ -68,8 +68,6 @@ impl Lane {
         st.chain.is_some() || !st.written.is_empty()
     }
 
-    /// Every block the lane holds (written ones and the pre-allocated next); the lane forgets
-    /// its chain.
     /// Every block this lane holds now: written or in flight, retired but not yet freed, and
     /// the chain's pre-allocated next block.
     pub(crate) fn held_blocks(&self) -> Vec<Dva> {
@@ -79,6 +77,8 @@ impl Lane {
         blocks
     }
 
+    /// Every block the lane holds (written ones and the pre-allocated next); the lane forgets
+    /// its chain.
     pub(crate) fn take_all_blocks(&self) -> Vec<Dva> {
         let mut st = self.state.lock();
         let mut blocks: Vec<Dva> = st.written.drain(..).map(|block| block.dva).collect();
