@@ -16,8 +16,17 @@
 //!   RAM. Each entry also keeps its block's frequency (4 bits) and whether it went up to RAM.
 //! - `segments`: per device, what each segment holds and what it is worth (the frequencies of
 //!   its blocks still wanted here, aged).
-//! - this file: `L2Arc`, a pool's set of cache devices: admission, feeding, reading,
-//!   rebuilding.
+//! - `device`: one cache device as its writer and readers share it (queue, segment table,
+//!   health, write allowance), and opening one again (superblock, header scan).
+//! - `read`: the read path (`L2Arc::read`, `read_into_ram`, `read_ahead`): lookup, verified
+//!   read, what a hit or a bad copy changes.
+//! - `writer`: one device's writer thread (feeding, sealing, reuse, rebuild).
+//! - this file: `L2Arc`, a pool's set of cache devices: admission, feeding, rebuilding; and
+//!   `Shared`, what writers, readers and rebuilds share.
+//!
+//! Module dependencies point one way: `layout`, `index` and `segments` at the bottom, then
+//! `device`, then `read` and `writer` (each on `device`, neither on the other); all of them
+//! may use this file's `Shared` and `L2Config`.
 //!
 //! ## RAM per cached block, everything included
 //! The index (about 11 B per block) and the tier's share of the RAM tier's admission sketch,
@@ -120,17 +129,22 @@
 //! counts as taken (`offer_evicted`) though the write budget or a device failure may still drop
 //! it.
 
+mod device;
 pub mod index;
 pub mod layout;
+mod read;
 pub mod segments;
 mod writer;
 
+pub use device::{CacheDevice, DeviceReport, L2Health};
+
+use crate::device::{Allowance, read_superblock};
 use crate::index::{EntryState, Index, Place};
-use crate::layout::{SECTOR_BYTES, SegmentHeader, Superblock};
-use crate::segments::{SegmentState, SegmentTable};
+use crate::layout::{SECTOR_BYTES, Superblock};
+use crate::segments::SegmentTable;
 use bytes::Bytes;
-use cairn_device::{Device, DeviceError, IoClass, LeafQueue, ReadBuf};
-use cairn_format::{BlockPointer, Compression, compress};
+use cairn_device::{Device, DeviceError, IoClass, LeafQueue};
+use cairn_format::{BlockPointer, Compression};
 use parking_lot::{Mutex, RwLock};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -182,17 +196,6 @@ impl Default for L2Config {
     }
 }
 
-/// Who a read from the cache devices is for (see `L2Arc::read`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ReadUse {
-    /// A caller that does not keep the block: a hit adds to its value here.
-    Caller,
-    /// RAM keeps the block from now on: the copy here is a duplicate meanwhile.
-    Ram,
-    /// Read-ahead: nothing known yet of whether the block is wanted.
-    ReadAhead,
-}
-
 /// What the RAM tier knows of a block it offers (`L2Arc::offer_with`): how often it was read
 /// lately by its frequency sketch, and that sketch's epoch (how many times it has halved its
 /// counts), so frequencies told at different times compare on one scale.
@@ -229,13 +232,6 @@ pub enum L2Error {
     NoSuchDevice(String),
 }
 
-/// Health of a cache device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum L2Health {
-    Online,
-    Faulted,
-}
-
 /// Counters of a pool's cache tier (monotonic unless named as a level).
 #[derive(Debug, Default)]
 pub struct L2Counters {
@@ -262,167 +258,6 @@ pub struct L2Counters {
     pub rebuild_segments: AtomicU64,
     pub rebuild_blocks: AtomicU64,
     pub rebuild_failed: AtomicU64,
-}
-
-/// One cache device, as its writer and readers share it.
-pub struct CacheDevice {
-    pub name: String,
-    slot: u8,
-    /// Every I/O of the device goes through its queue: readers' at `IoClass::CacheRead`, the
-    /// writer's feed at `IoClass::CacheWrite`, the writer's own reads (rebuild, summaries,
-    /// copy-forward) at `IoClass::AsyncRead`.
-    queue: Arc<LeafQueue>,
-    superblock: Superblock,
-    segments: Mutex<SegmentTable>,
-    health: AtomicU8,
-    /// Consecutive failed I/Os (reset by a success).
-    failures_in_row: AtomicU64,
-    pub read_errors: AtomicU64,
-    pub write_errors: AtomicU64,
-    pub checksum_errors: AtomicU64,
-    /// Segments whose summaries the rebuild has still to read.
-    rebuild_pending: AtomicUsize,
-    /// What the daily write budget lets the writer write now (unused without a budget).
-    allowance: Mutex<Allowance>,
-}
-
-/// A device's write allowance: a bucket filled at `write_bytes_per_day` (continuously, not at
-/// midnight), holding at most a day's budget or the device's size, whichever is more, and
-/// starting full with the device's size (its first fill is free).
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Allowance {
-    bytes: f64,
-    at: std::time::Instant,
-}
-
-impl Allowance {
-    fn new(size_bytes: u64) -> Allowance {
-        Allowance {
-            bytes: size_bytes as f64,
-            at: std::time::Instant::now(),
-        }
-    }
-
-    /// Bytes that may be written at `now`.
-    fn left_bytes(&self, per_day: u64, size_bytes: u64, now: std::time::Instant) -> f64 {
-        let refill =
-            now.saturating_duration_since(self.at).as_secs_f64() * per_day as f64 / SECONDS_PER_DAY;
-        (self.bytes + refill).min((per_day as f64).max(size_bytes as f64))
-    }
-
-    /// Takes `bytes` of the allowance if that much is left at `now`.
-    pub(crate) fn take(
-        &mut self,
-        bytes: u64,
-        per_day: u64,
-        size_bytes: u64,
-        now: std::time::Instant,
-    ) -> bool {
-        self.bytes = self.left_bytes(per_day, size_bytes, now);
-        self.at = now;
-        if self.bytes < bytes as f64 {
-            return false;
-        }
-        self.bytes -= bytes as f64;
-        true
-    }
-}
-
-const SECONDS_PER_DAY: f64 = 86_400.0;
-
-/// What `stat l2arc` and `pool status` show of one device.
-#[derive(Debug, Clone)]
-pub struct DeviceReport {
-    pub name: String,
-    pub size_bytes: u64,
-    pub alloc_bytes: u64,
-    pub health: L2Health,
-    pub read_errors: u64,
-    pub write_errors: u64,
-    pub checksum_errors: u64,
-    pub segments: usize,
-    pub segments_sealed: usize,
-    pub rebuild_pending: usize,
-    /// Bytes the daily write budget lets the device be written now (`None`: no budget).
-    pub write_budget_left_bytes: Option<u64>,
-}
-
-impl CacheDevice {
-    pub fn health(&self) -> L2Health {
-        match self.health.load(Ordering::Acquire) {
-            0 => L2Health::Online,
-            _ => L2Health::Faulted,
-        }
-    }
-
-    fn usable(&self) -> bool {
-        self.health() == L2Health::Online
-    }
-
-    fn size_bytes(&self) -> u64 {
-        self.queue.device().size_bytes()
-    }
-
-    /// A sealed segment's summary, read back (header, then summary) at `class`.
-    fn read_summary(&self, segment: u32, class: IoClass) -> Option<Vec<layout::SummaryEntry>> {
-        let superblock = self.superblock;
-        let start = superblock.segment_offset(segment);
-        let raw = self
-            .read_at(class, start, layout::HEADER_BYTES as usize)
-            .ok()?;
-        let header = SegmentHeader::decode(&raw, superblock.segment_bytes).ok()??;
-        let summary = self
-            .read_at(
-                class,
-                start + u64::from(header.summary_offset_bytes),
-                header.summary_bytes(),
-            )
-            .ok()?;
-        layout::decode_summary(&summary, &header).ok()
-    }
-
-    /// The device queue's counters (`cairn stat io`).
-    pub fn queue_stats(&self) -> cairn_device::QueueStats {
-        self.queue.stats()
-    }
-
-    /// Reads `len` bytes at `offset` through the device's queue, at `class`.
-    fn read_at(&self, class: IoClass, offset: u64, len: usize) -> Result<ReadBuf, DeviceError> {
-        self.queue.read_sync(class, offset, len)
-    }
-
-    /// Writes `data` at `offset` as feeding (`IoClass::CacheWrite`) and waits for it.
-    fn write_at(&self, offset: u64, data: Bytes) -> Result<(), DeviceError> {
-        self.queue.write_sync(IoClass::CacheWrite, offset, data)
-    }
-
-    /// Makes every write completed before it durable (the queue waits for earlier writes).
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.queue.flush()
-    }
-
-    fn report(&self, config: &L2Config) -> DeviceReport {
-        let write_budget_left_bytes = config.write_bytes_per_day.map(|per_day| {
-            self.allowance
-                .lock()
-                .left_bytes(per_day, self.size_bytes(), std::time::Instant::now())
-                as u64
-        });
-        let segments = self.segments.lock();
-        DeviceReport {
-            name: self.name.clone(),
-            size_bytes: self.size_bytes(),
-            alloc_bytes: segments.used_bytes(),
-            health: self.health(),
-            read_errors: self.read_errors.load(Ordering::Relaxed),
-            write_errors: self.write_errors.load(Ordering::Relaxed),
-            checksum_errors: self.checksum_errors.load(Ordering::Relaxed),
-            segments: segments.len(),
-            segments_sealed: segments.count(SegmentState::Sealed),
-            rebuild_pending: self.rebuild_pending.load(Ordering::Relaxed),
-            write_budget_left_bytes,
-        }
-    }
 }
 
 /// What the writers, readers and rebuilds of one pool share.
@@ -994,158 +829,6 @@ impl L2Arc {
         false
     }
 
-    /// The block of `bp`, verified, if a cache device holds it; `None` sends the caller to
-    /// the pool (not cached, or the copy was unreadable or wrong, which is counted). For a
-    /// caller that does not keep the block in RAM: the hit adds to the block's value here.
-    pub fn read(&self, bp: &BlockPointer) -> Option<ReadBuf> {
-        self.read_for(bp, ReadUse::Caller)
-    }
-
-    /// Like `read`, for a caller that keeps the block in RAM from now on: the copy here is
-    /// marked promoted (a duplicate while RAM holds it, the first space a reuse takes back);
-    /// when RAM lets the block go and offers it again, it is valued again without a write.
-    pub fn read_into_ram(&self, bp: &BlockPointer) -> Option<ReadBuf> {
-        self.read_for(bp, ReadUse::Ram)
-    }
-
-    /// Like `read`, for read-ahead (which may never be used): the block's value is left as
-    /// it was.
-    pub fn read_ahead(&self, bp: &BlockPointer) -> Option<ReadBuf> {
-        self.read_for(bp, ReadUse::ReadAhead)
-    }
-
-    fn read_for(&self, bp: &BlockPointer, promote: ReadUse) -> Option<ReadBuf> {
-        let counters = &self.shared.counters;
-        let Some(place) = block_key(bp).and_then(|key| Some((key, self.shared.index_get(key)?)))
-        else {
-            counters.misses.fetch_add(1, Ordering::Relaxed);
-            return None;
-        };
-        let (key, place) = place;
-        match self.read_place(bp, key, place, promote) {
-            Some(data) => {
-                counters.hits.fetch_add(1, Ordering::Relaxed);
-                counters
-                    .hit_bytes
-                    .fetch_add(u64::from(bp.psize), Ordering::Relaxed);
-                Some(data)
-            }
-            None => {
-                counters.misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
-    }
-
-    fn read_place(
-        &self,
-        bp: &BlockPointer,
-        key: [u64; 2],
-        place: Place,
-        promote: ReadUse,
-    ) -> Option<ReadBuf> {
-        let device = self.shared.device(place.device)?;
-        if !device.usable() {
-            return None;
-        }
-        let superblock = device.superblock;
-        let segment = superblock.segment_of(place.sector);
-        let generation = device.segments.lock().generation(segment);
-        // A reader waits on this read: it goes ahead of whatever feeding is queued.
-        let result = device.read_at(
-            IoClass::CacheRead,
-            superblock.sector_offset(place.sector),
-            bp.psize as usize,
-        );
-        let raced = || device.segments.lock().generation(segment) != generation;
-        match result {
-            Ok(buf) if bp.checksum_algorithm.compute(&buf) == bp.checksum => {
-                self.shared.succeeded(&device);
-                device.segments.lock().note_hit(segment);
-                match promote {
-                    ReadUse::Ram => {
-                        self.shared
-                            .counters
-                            .promoted
-                            .fetch_add(1, Ordering::Relaxed);
-                        self.shared.revalue(key, place, |state, _| EntryState {
-                            promoted: true,
-                            ..state
-                        });
-                    }
-                    ReadUse::Caller => self.shared.revalue(key, place, |state, scale| EntryState {
-                        frequency: state.frequency.saturating_add(scaled(1, scale)),
-                        ..state
-                    }),
-                    ReadUse::ReadAhead => {}
-                }
-                match bp.compression {
-                    Compression::Off => Some(buf),
-                    // Verified, so the pool's own bytes: one that will not decompress is sent
-                    // to the pool, whose read reports it.
-                    stored => compress::decompress(&buf, stored, bp.lsize as usize)
-                        .ok()
-                        .map(ReadBuf::from),
-                }
-            }
-            // A read that raced a reuse of its segment is a plain miss; so is a fingerprint
-            // collision (the place holds another block, as its segment's summary says); any
-            // other bad read drops the entry and counts against the device.
-            Ok(_) if !raced() => {
-                if self.holds_another_block(&device, segment, key, place) {
-                    self.shared
-                        .counters
-                        .fingerprint_collisions
-                        .fetch_add(1, Ordering::Relaxed);
-                } else {
-                    self.bad_read(&device, &device.checksum_errors, key, place);
-                }
-                None
-            }
-            Err(_) if !raced() => {
-                self.bad_read(&device, &device.read_errors, key, place);
-                None
-            }
-            Ok(_) | Err(_) => None,
-        }
-    }
-
-    /// Whether a sealed segment's summary says `place` holds another block than `key`'s: the
-    /// index matched `key` to another block's entry by fingerprint (see `index`), not a bad
-    /// copy. Read only after a checksum mismatch (rare), at the reader's priority. A block in
-    /// the filling segment has no summary on the device yet: such a mismatch counts as bad.
-    fn holds_another_block(
-        &self,
-        device: &CacheDevice,
-        segment: u32,
-        key: [u64; 2],
-        place: Place,
-    ) -> bool {
-        if device.segments.lock().meta(segment).state != SegmentState::Sealed {
-            return false;
-        }
-        let Some(entries) = device.read_summary(segment, IoClass::CacheRead) else {
-            return false;
-        };
-        let offset_sectors = place.sector - segment * device.superblock.sectors_per_segment();
-        entries
-            .iter()
-            .any(|entry| entry.offset_sectors == offset_sectors && entry.key != key)
-    }
-
-    fn bad_read(&self, device: &CacheDevice, errors: &AtomicU64, key: [u64; 2], place: Place) {
-        errors.fetch_add(1, Ordering::Relaxed);
-        self.shared
-            .counters
-            .bad_reads
-            .fetch_add(1, Ordering::Relaxed);
-        if let Some(state) = self.shared.index_take_at(key, place) {
-            let segment = device.superblock.segment_of(place.sector);
-            device.segments.lock().sub_value(segment, worth(state));
-        }
-        self.shared.failed(device);
-    }
-
     /// Waits until every queued block is written and indexed and every rebuild is done
     /// (tests and benchmarks; a server never needs to).
     pub fn settle(&self) {
@@ -1180,86 +863,6 @@ impl L2Arc {
 impl Drop for L2Arc {
     fn drop(&mut self) {
         self.shutdown();
-    }
-}
-
-fn read_superblock(name: &str, queue: &LeafQueue) -> Result<Superblock, L2Error> {
-    let mut first_error = None;
-    for offset in [0, layout::SUPER_BYTES] {
-        let buf = match queue.read_sync(IoClass::SyncRead, offset, layout::SUPER_BYTES as usize) {
-            Ok(buf) => buf,
-            Err(source) => {
-                first_error.get_or_insert(L2Error::Device {
-                    device: name.to_string(),
-                    source,
-                });
-                continue;
-            }
-        };
-        match Superblock::decode(&buf) {
-            Ok(superblock) => return Ok(superblock),
-            Err(source) => {
-                first_error.get_or_insert(L2Error::Layout {
-                    device: name.to_string(),
-                    source,
-                });
-            }
-        }
-    }
-    Err(first_error.unwrap_or_else(|| L2Error::NoSuchDevice(name.to_string())))
-}
-
-/// Reads every segment header of a device opened again (on its writer thread, so opening
-/// never waits): sealed segments become `Unindexed`, their summaries read next, most hit first.
-pub(crate) fn scan_headers(shared: &Shared, device: &CacheDevice) {
-    let superblock = device.superblock;
-    let mut found = 0;
-    let segments: Vec<u32> = (0..superblock.segment_count as u32).collect();
-    // A window of header reads in flight at once: the device serves them in parallel.
-    for window in segments.chunks(SCAN_READS_IN_FLIGHT) {
-        let reads: Vec<_> = window
-            .iter()
-            .map(|&segment| {
-                let offset = superblock.segment_offset(segment);
-                let read =
-                    device
-                        .queue
-                        .read(IoClass::AsyncRead, offset, layout::HEADER_BYTES as usize);
-                (segment, read)
-            })
-            .collect();
-        for (segment, read) in reads {
-            match read.wait() {
-                Ok(buf) => found += scan_header(device, segment, &buf),
-                Err(_) => {
-                    device.read_errors.fetch_add(1, Ordering::Relaxed);
-                    shared.failed(device);
-                }
-            }
-        }
-        if !device.usable() {
-            return;
-        }
-    }
-    device.rebuild_pending.store(found, Ordering::Relaxed);
-}
-
-/// Header reads in flight while scanning a device opened again.
-const SCAN_READS_IN_FLIGHT: usize = 32;
-
-/// Notes `segment` as sealed if `buf` is a valid header; 1 if it was, else 0.
-fn scan_header(device: &CacheDevice, segment: u32, buf: &[u8]) -> usize {
-    match SegmentHeader::decode(buf, device.superblock.segment_bytes) {
-        Ok(Some(header)) => {
-            device.segments.lock().found_sealed(
-                segment,
-                header.sequence,
-                header.hits,
-                header.entries,
-            );
-            1
-        }
-        _ => 0,
     }
 }
 

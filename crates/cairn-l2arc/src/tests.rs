@@ -2,6 +2,7 @@
 //! verified, survives a restart, is evicted by value, and faults never yield wrong data.
 
 use super::*;
+use crate::layout::SegmentHeader;
 use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_device::mem::MemDevice;
 use cairn_format::{ChecksumAlgorithm, Dva, ObjectType};

@@ -139,7 +139,7 @@ impl Writer {
 
     fn run(mut self, rx: Receiver<Message>) {
         if self.rebuilding {
-            crate::scan_headers(&self.shared, &self.device);
+            crate::device::scan_headers(&self.shared, &self.device);
         }
         let linger = Duration::from_millis(self.shared.config.feed_linger_ms.max(1));
         loop {
