@@ -37,7 +37,7 @@ pub(super) struct Reply {
     pub(super) cookie: u64,
     pub(super) body: Body,
     pub(super) _permits: Permits,
-    /// Commit ahead once this reply is on the wire (see `Reader::commit_ahead`).
+    /// Commit ahead once this reply is on the wire (see `commit_ahead` below).
     pub(super) then_flush: Option<Arc<dyn Export>>,
 }
 
