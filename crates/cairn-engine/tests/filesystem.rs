@@ -596,21 +596,6 @@ fn a_full_pool_refuses_writes_cleanly_and_deletes_make_room() {
     assert_eq!(fs.read(object, 0, chunk.len()).unwrap(), chunk);
 }
 
-fn check_read_only(paths: &[std::path::PathBuf]) -> cairn_engine::CheckReport {
-    let pool = Pool::import(
-        &cairn_engine::ImportSource::Devices(specs(paths)),
-        "tank",
-        cairn_engine::PoolOptions {
-            readonly: true,
-            ..options(plain_opener())
-        },
-    )
-    .unwrap();
-    let report = pool.check().unwrap();
-    pool.close().unwrap();
-    report
-}
-
 #[test]
 fn pool_check_walks_the_namespace_and_finds_damage() {
     let dir = tempfile::tempdir().unwrap();

@@ -6,24 +6,8 @@
 
 mod common;
 
-use cairn_engine::Pool;
 use cairn_fs::{FsError, XATTR_VALUE_BYTES_MAX, XattrMode};
 use common::*;
-
-fn check_read_only(paths: &[std::path::PathBuf]) -> cairn_engine::CheckReport {
-    let pool = Pool::import(
-        &cairn_engine::ImportSource::Devices(specs(paths)),
-        "tank",
-        cairn_engine::PoolOptions {
-            readonly: true,
-            ..options(plain_opener())
-        },
-    )
-    .unwrap();
-    let report = pool.check().unwrap();
-    pool.close().unwrap();
-    report
-}
 
 fn listed(fs: &cairn_fs::Filesystem, object: u64) -> Vec<Vec<u8>> {
     let mut names = fs.listxattr(object).unwrap();

@@ -282,3 +282,19 @@ pub fn info(pool: &Pool, name: &str) -> DatasetInfo {
         .find(|info| info.name == name)
         .unwrap()
 }
+
+/// `pool check` of the pool on `paths`, imported read-only (what `cairn pool check` runs).
+pub fn check_read_only(paths: &[std::path::PathBuf]) -> cairn_engine::CheckReport {
+    let pool = Pool::import(
+        &cairn_engine::ImportSource::Devices(specs(paths)),
+        "tank",
+        cairn_engine::PoolOptions {
+            readonly: true,
+            ..options(plain_opener())
+        },
+    )
+    .unwrap();
+    let report = pool.check().unwrap();
+    pool.close().unwrap();
+    report
+}
