@@ -444,7 +444,14 @@ fn reads_update_access_times_as_the_atime_property_says() {
     let root = fs.root();
     let (object, _) = fs.create(root, b"f", file(0o644)).unwrap();
     fs.write(object, 0, b"contents").unwrap();
-    let pause = || std::thread::sleep(std::time::Duration::from_millis(5));
+    // Until the filesystem's clock (a coarse one: it moves a tick at a time, 4–10 ms) has
+    // moved on, so that each step below gets a later stamp than the one before.
+    let pause = || {
+        let before = cairn_fs::attrs::Timestamp::now();
+        while cairn_fs::attrs::Timestamp::now() <= before {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    };
 
     // relatime: the first read after a change updates atime (it was not newer than mtime),
     // later reads do not; ctime stays.
