@@ -223,6 +223,66 @@ impl Walk<'_> {
     }
 }
 
+impl Walk<'_> {
+    /// Every object past the fixed ones: each inode's links against the names the walk
+    /// counted and its extended attributes; then the attribute objects no inode reaches.
+    fn objects(&mut self, queued: &BTreeSet<u64>) -> Result<(), FsError> {
+        let bound = self.objset.object_id_bound();
+        let mut xattr_objects = XattrObjects::default();
+        for object in FIRST_INODE_OBJECT..bound {
+            let dnode = self.objset.dnode(object)?;
+            if dnode.is_free() {
+                continue;
+            }
+            match dnode.object_type {
+                ObjectType::FileData | ObjectType::Directory => {}
+                ObjectType::Xattrs | ObjectType::XattrValue => {
+                    xattr_objects.found.insert(object);
+                    continue;
+                }
+                _ => continue,
+            }
+            self.report.inodes += 1;
+            let attrs = match InodeAttrs::decode(object, &dnode.bonus) {
+                Ok(attrs) => attrs,
+                Err(err) => {
+                    self.problem(err.to_string());
+                    continue;
+                }
+            };
+            if attrs.xattr_object != 0 {
+                self.xattrs(object, attrs.xattr_object, &mut xattr_objects);
+            }
+            self.links(object, &attrs, queued);
+        }
+        for object in xattr_objects.found.difference(&xattr_objects.owned) {
+            self.problem(format!(
+                "extended attribute object {object} belongs to no inode (leaked)"
+            ));
+        }
+        Ok(())
+    }
+
+    /// An inode's link count against the names that reach it (none: only an unlinked
+    /// inode waiting in the delete queue).
+    fn links(&mut self, object: u64, attrs: &InodeAttrs, queued: &BTreeSet<u64>) {
+        let names = self.names.get(&object).copied().unwrap_or(0);
+        if names == 0 {
+            if !(queued.contains(&object) && attrs.links == 0) {
+                self.problem(format!(
+                    "inode {object} ({:?}, {} links) is reached by no name",
+                    attrs.kind, attrs.links
+                ));
+            }
+        } else if attrs.kind != FileKind::Directory && attrs.links != names {
+            self.problem(format!(
+                "inode {object} has {} links and {names} names",
+                attrs.links
+            ));
+        }
+    }
+}
+
 /// Checks the namespace of the filesystem in `objset`.
 pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
     master_ok(objset)?;
@@ -273,52 +333,7 @@ pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
         }
         true
     })?;
-    let bound = objset.object_id_bound();
-    let mut xattr_objects = XattrObjects::default();
-    for object in FIRST_INODE_OBJECT..bound {
-        let dnode = objset.dnode(object)?;
-        if dnode.is_free() {
-            continue;
-        }
-        match dnode.object_type {
-            ObjectType::FileData | ObjectType::Directory => {}
-            ObjectType::Xattrs | ObjectType::XattrValue => {
-                xattr_objects.found.insert(object);
-                continue;
-            }
-            _ => continue,
-        }
-        walk.report.inodes += 1;
-        let attrs = match InodeAttrs::decode(object, &dnode.bonus) {
-            Ok(attrs) => attrs,
-            Err(err) => {
-                walk.problem(err.to_string());
-                continue;
-            }
-        };
-        if attrs.xattr_object != 0 {
-            walk.xattrs(object, attrs.xattr_object, &mut xattr_objects);
-        }
-        let names = walk.names.get(&object).copied().unwrap_or(0);
-        if names == 0 {
-            if !(queued.contains(&object) && attrs.links == 0) {
-                walk.problem(format!(
-                    "inode {object} ({:?}, {} links) is reached by no name",
-                    attrs.kind, attrs.links
-                ));
-            }
-        } else if attrs.kind != FileKind::Directory && attrs.links != names {
-            walk.problem(format!(
-                "inode {object} has {} links and {names} names",
-                attrs.links
-            ));
-        }
-    }
-    for object in xattr_objects.found.difference(&xattr_objects.owned) {
-        walk.problem(format!(
-            "extended attribute object {object} belongs to no inode (leaked)"
-        ));
-    }
+    walk.objects(&queued)?;
     if walk.dropped_problems > 0 {
         let more = walk.dropped_problems;
         walk.report
