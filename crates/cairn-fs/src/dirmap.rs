@@ -155,10 +155,9 @@ const _: () = assert!(
 );
 
 /// What an entry's value bytes are.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueKind {
     /// The value itself.
-    #[default]
     Inline,
     /// A reference, in the caller's encoding, to where the value is kept.
     Indirect,

@@ -17,6 +17,11 @@
 //! change, under the inode's lock, and logged (`FsOp::SetXattr`), so a replay makes the same
 //! objects; a change refused after taking one leaves a hole in the object numbers, nothing
 //! more.
+//!
+//! Known gaps: a value object is a blob of whole 16 KiB blocks (`ObjectSet::write_blob`),
+//! and, as metadata, kept twice, so without compression a value of 1,025 bytes takes 32 KiB
+//! on disk (the zeros past its end compress away when `compression` is on). Freeing an inode
+//! with attributes reads its map to find value objects, one block for a few attributes.
 
 use crate::acl::{self, Acl};
 use crate::attrs::InodeAttrs;
