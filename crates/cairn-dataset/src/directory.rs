@@ -505,6 +505,67 @@ pub fn creation_properties(
     Ok(out)
 }
 
+/// How much of a new volume's space is promised at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Provisioning {
+    /// As in ZFS, every block is promised: `refreservation` defaults to the most the
+    /// volume's object set can take, so writes to a thick volume never meet a full pool.
+    #[default]
+    Thick,
+    /// Nothing is promised (`create -s`): `refreservation=none`.
+    Sparse,
+}
+
+/// The stored properties of a new volume of `size_bytes`: `requested` validated (a `volsize`
+/// among them is replaced), the size checked against the block size, and `refreservation`
+/// set by `provisioning` unless given. A sparse volume with a `refreservation` is refused:
+/// the two contradict each other.
+pub fn volume_creation_properties(
+    size_bytes: u64,
+    provisioning: Provisioning,
+    requested: &[(String, String)],
+) -> Result<BTreeMap<String, String>, DatasetError> {
+    let mut requested = requested.to_vec();
+    requested.retain(|(key, _)| key != "volsize");
+    requested.push(("volsize".into(), size_bytes.to_string()));
+    let mut properties = creation_properties(DatasetKind::Volume, &requested)?;
+    let block_bytes: u64 = match properties.get("volblocksize") {
+        Some(value) => value.parse().map_err(|_| DatasetError::InvalidProperty {
+            name: "volblocksize".into(),
+            value: value.clone(),
+            reason: "not a number".into(),
+        })?,
+        None => properties::VOLBLOCKSIZE_DEFAULT,
+    };
+    if size_bytes == 0 || !size_bytes.is_multiple_of(block_bytes) {
+        return Err(DatasetError::InvalidProperty {
+            name: "volsize".into(),
+            value: size_bytes.to_string(),
+            reason: format!(
+                "must be a non-zero multiple of volblocksize ({})",
+                properties::format_size(block_bytes)
+            ),
+        });
+    }
+    let given = properties.contains_key("refreservation");
+    let promised = match provisioning {
+        Provisioning::Sparse if given => {
+            return Err(DatasetError::PropertyNotAllowed {
+                name: "refreservation".into(),
+                reason: "contradicts a sparse volume (-s)".into(),
+            });
+        }
+        Provisioning::Sparse => 0,
+        Provisioning::Thick => {
+            cairn_object::object_set_bytes_max(block_bytes, size_bytes / block_bytes)
+        }
+    };
+    properties
+        .entry("refreservation".into())
+        .or_insert_with(|| promised.to_string());
+    Ok(properties)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

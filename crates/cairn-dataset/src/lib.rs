@@ -23,7 +23,8 @@ pub use directory::{
     DatasetDirectory, DatasetRecord, LeafErrorRecord, MISSED_TXGS_VERSION, MissedTxgs,
     MissedTxgsTable, ResilverRecord, ScrubRecord,
 };
-pub use volume::{SpaceCheck, SyncMode, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
+pub use properties::{DatasetProperties, SyncMode};
+pub use volume::{SpaceCheck, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 
 use cairn_device::ErrorClass;
 use serde::{Deserialize, Serialize};

@@ -23,7 +23,7 @@
 //! them again. Partial blocks at the edges are logged as ordinary writes. If the write in place
 //! fails, the write falls back to the ordinary path (the log or the txg sync then carries it).
 
-use crate::DatasetError;
+use crate::{DatasetError, SyncMode};
 use bytes::Bytes;
 use cairn_format::{LogRecord, LogRecordKind};
 use cairn_object::{ObjectSet, is_all_zero};
@@ -63,27 +63,6 @@ struct Logged {
     offset: u64,
     length: u64,
     data: ItxData,
-}
-
-/// The `sync` property.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SyncMode {
-    /// Flush and FUA commit the intent log.
-    Standard,
-    /// Every write commits the intent log before it is acknowledged.
-    Always,
-    /// Nothing is committed (UNSAFE: acknowledged writes can be lost).
-    Disabled,
-}
-
-impl SyncMode {
-    pub fn from_property(value: &str) -> SyncMode {
-        match value {
-            "always" => SyncMode::Always,
-            "disabled" => SyncMode::Disabled,
-            _ => SyncMode::Standard,
-        }
-    }
 }
 
 /// How one modification is made.

@@ -27,7 +27,7 @@ use crate::EngineError;
 use crate::pool::Pool;
 use cairn_dataset::properties::format_size;
 use cairn_dataset::{DatasetError, DatasetKind};
-use cairn_fs::{AtimeMode, Filesystem, FsConfig, FsSync, NewInode, SpaceRefusal, Tx};
+use cairn_fs::{Filesystem, FsConfig, NewInode, SpaceRefusal, Tx};
 use cairn_object::ObjectSet;
 use cairn_pool::txg::TxgEngine;
 use cairn_zil::{IntentLog, ZilConfig};
@@ -81,7 +81,13 @@ impl Pool {
         }
         let engine = self.txg_engine_arc()?;
         let fs = self.build_filesystem(name)?;
-        let use_log_devices = self.core.directory.lock().property(name, "logbias")?.0 == "latency";
+        let use_log_devices = self
+            .core
+            .directory
+            .lock()
+            .properties_of(name)?
+            .logbias
+            .uses_log_devices();
         let intent_log = Arc::new(IntentLog::new(
             name.to_string(),
             self.core.guid,
@@ -210,23 +216,12 @@ impl Pool {
             }
             .into());
         }
-        let recordsize = directory
-            .property(name, "recordsize")?
-            .0
-            .parse()
-            .unwrap_or(128 << 10);
-        let readonly = self.is_readonly() || directory.property(name, "readonly")?.0 == "on";
-        let sync = match directory.property(name, "sync")?.0.as_str() {
-            "always" => FsSync::Always,
-            "disabled" => FsSync::Disabled,
-            _ => FsSync::Standard,
-        };
-        let atime = AtimeMode::from_property(&directory.property(name, "atime")?.0);
+        let properties = directory.properties_of(name)?;
         Ok(FsConfig {
-            recordsize_bytes: recordsize,
-            readonly,
-            sync,
-            atime,
+            recordsize_bytes: properties.recordsize_bytes,
+            readonly: self.is_readonly() || properties.readonly,
+            sync: properties.sync,
+            atime: properties.atime,
         })
     }
 }

@@ -32,7 +32,7 @@
 //! the next txgs reuse their numbers and a later import must not pick one of them again.
 
 use crate::create::space_layout;
-use crate::pool::{DIRECTORY_OBJECT, PoolCore, PoolOptions, checksum_from_property};
+use crate::pool::{DIRECTORY_OBJECT, PoolCore, PoolOptions};
 use crate::sync::SpaceLogState;
 use crate::{EngineError, Pool};
 use cairn_arc::CachedIo;
@@ -602,18 +602,12 @@ fn load_objects(
         if record.kind != DatasetKind::Volume && record.objset_bp.iter().all(|byte| *byte == 0) {
             continue;
         }
-        let (checksum, _) = directory.property(&record.name, "checksum")?;
+        let checksum = directory.properties_of(&record.name)?.checksum;
         let root = record.objset_bp()?;
         check_pointer(io, &root, ub.txg, || {
             format!("the object-set root of dataset '{}'", record.name)
         })?;
-        let objset = ObjectSet::open(
-            cached.clone(),
-            root,
-            checksum_from_property(&checksum),
-            ub.txg,
-            record.used_bytes,
-        )?;
+        let objset = ObjectSet::open(cached.clone(), root, checksum, ub.txg, record.used_bytes)?;
         objsets.insert(record.name.clone(), Arc::new(objset));
     }
     Ok((mos, directory, objsets))

@@ -8,14 +8,15 @@
 
 use crate::sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, default_opener};
-use cairn_arc::{ArcConfig, CacheMode, ReadCache};
-use cairn_dataset::properties::{VOLBLOCKSIZE_DEFAULT, format_size};
+use cairn_arc::{ArcConfig, ReadCache};
+use cairn_dataset::directory::{Provisioning, volume_creation_properties};
+use cairn_dataset::properties::format_size;
 use cairn_dataset::space::SpaceView;
 use cairn_dataset::{
-    DatasetDirectory, DatasetError, DatasetKind, ScrubRecord, SpaceCheck, SyncMode, VOLUME_OBJECT,
-    Volume,
+    DatasetDirectory, DatasetError, DatasetKind, DatasetProperties, ScrubRecord, SpaceCheck,
+    VOLUME_OBJECT, Volume,
 };
-use cairn_format::{ChecksumAlgorithm, Compression, ObjectType, ObjsetType, PoolState, Uberblock};
+use cairn_format::{ObjectType, ObjsetType, PoolState, Uberblock};
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
 use cairn_pool::space::SpaceAllocator;
@@ -505,10 +506,10 @@ impl Pool {
                 .into_iter()
                 .map(|(name, value, source)| (name, value, source.describe()))
                 .collect::<Vec<_>>();
-            let volsize = record
-                .properties
-                .get("volsize")
-                .and_then(|value| value.parse().ok());
+            let volsize = (record.kind == DatasetKind::Volume)
+                .then(|| directory.properties_of(&record.name))
+                .transpose()?
+                .map(|properties| properties.volsize_bytes);
             out.push(DatasetInfo {
                 name: record.name.clone(),
                 kind: record.kind,
@@ -522,6 +523,13 @@ impl Pool {
         Ok(out)
     }
 
+    /// Every property of `dataset`, resolved and typed: what front ends act on.
+    pub fn dataset_properties(&self, dataset: &str) -> Result<DatasetProperties, EngineError> {
+        Ok(self.core.directory.lock().properties_of(dataset)?)
+    }
+
+    /// Every property of `dataset` as text, with its source (`local`, `default`,
+    /// `inherited from …`): what `get` shows.
     pub fn properties(
         &self,
         dataset: &str,
@@ -534,54 +542,41 @@ impl Pool {
             .collect())
     }
 
-    /// Creates a volume of `size_bytes` with creation properties, durable on return.
+    /// Creates a thick volume of `size_bytes` with creation properties, durable on return.
     pub fn create_volume(
         &self,
         name: &str,
         size_bytes: u64,
         requested: &[(String, String)],
     ) -> Result<(), EngineError> {
-        let mut requested = requested.to_vec();
-        requested.retain(|(key, _)| key != "volsize");
-        requested.push(("volsize".into(), size_bytes.to_string()));
-        let mut properties =
-            cairn_dataset::directory::creation_properties(DatasetKind::Volume, &requested)?;
-        let block_size: u64 = properties
-            .get("volblocksize")
-            .and_then(|value| value.parse().ok())
-            .unwrap_or(VOLBLOCKSIZE_DEFAULT);
-        if size_bytes == 0 || !size_bytes.is_multiple_of(block_size) {
-            return Err(DatasetError::InvalidProperty {
-                name: "volsize".into(),
-                value: size_bytes.to_string(),
-                reason: format!(
-                    "must be a non-zero multiple of volblocksize ({})",
-                    format_size(block_size)
-                ),
-            }
-            .into());
-        }
-        // Thick by default, as in ZFS: the volume's every block is promised at creation. A
-        // sparse volume is created with refreservation=none.
-        properties
-            .entry("refreservation".into())
-            .or_insert_with(|| {
-                cairn_object::object_set_bytes_max(block_size, size_bytes / block_size).to_string()
-            });
+        self.create_volume_as(name, size_bytes, Provisioning::Thick, requested)
+    }
+
+    /// Creates a volume of `size_bytes`, thick or sparse, with creation properties, durable
+    /// on return.
+    pub fn create_volume_as(
+        &self,
+        name: &str,
+        size_bytes: u64,
+        provisioning: Provisioning,
+        requested: &[(String, String)],
+    ) -> Result<(), EngineError> {
+        let properties = volume_creation_properties(size_bytes, provisioning, requested)?;
         // Validated in open context for a prompt error; the task checks again.
         self.check_new_dataset(name, DatasetKind::Volume)?;
         let mut trial = self.core.directory.lock().clone();
         trial.insert(name, DatasetKind::Volume, 0, properties.clone())?;
         self.core.check_reservations(&trial, Some(name))?;
+        let block_bytes = trial.properties_of(name)?.volblocksize_bytes;
         let name = name.to_string();
         self.run_sync_task(move |core, txg| {
             let objset = core.insert_dataset(&name, DatasetKind::Volume, txg, properties)?;
-            let capacity_blocks = size_bytes / block_size;
+            let capacity_blocks = size_bytes / u64::from(block_bytes);
             objset.create_object(
                 txg,
                 VOLUME_OBJECT,
                 ObjectType::VolumeData,
-                block_size as u32,
+                block_bytes,
                 capacity_blocks,
             );
             core.objsets.lock().insert(name, objset);
@@ -696,31 +691,24 @@ impl Pool {
     /// Pushes property values that have an in-memory effect to open objects.
     pub(crate) fn apply_properties(&self) {
         let directory = self.core.directory.lock();
+        let resolved = |name: &str| directory.properties_of(name).ok();
         for (name, objset) in self.core.objsets.lock().iter() {
-            if let Ok((checksum, _)) = directory.property(name, "checksum") {
-                objset.set_checksum(checksum_from_property(&checksum));
-            }
-            if let Ok((compression, _)) = directory.property(name, "compression") {
-                objset.set_compression(compression_from_property(&compression));
-            }
-            if let Ok((primarycache, _)) = directory.property(name, "primarycache") {
-                objset.set_cache_mode(CacheMode::from_property(&primarycache));
-            }
-            if let Ok((secondarycache, _)) = directory.property(name, "secondarycache") {
-                objset.set_secondary_cache_mode(CacheMode::from_property(&secondarycache));
+            if let Some(properties) = resolved(name) {
+                objset.set_checksum(properties.checksum);
+                objset.set_compression(properties.compression);
+                objset.set_cache_mode(properties.primarycache);
+                objset.set_secondary_cache_mode(properties.secondarycache);
             }
         }
         for (name, volume) in self.volumes.lock().iter() {
-            if let Ok((readonly, _)) = directory.property(name, "readonly") {
-                volume.set_readonly(self.is_readonly() || readonly == "on");
-            }
-            if let Ok((sync, _)) = directory.property(name, "sync") {
-                volume.set_sync_mode(SyncMode::from_property(&sync));
+            if let Some(properties) = resolved(name) {
+                volume.set_readonly(self.is_readonly() || properties.readonly);
+                volume.set_sync_mode(properties.sync);
             }
         }
         for (name, log) in self.core.intent_logs.lock().iter() {
-            if let Ok((logbias, _)) = directory.property(name, "logbias") {
-                log.set_use_log_devices(logbias == "latency");
+            if let Some(properties) = resolved(name) {
+                log.set_use_log_devices(properties.logbias.uses_log_devices());
             }
         }
     }
@@ -741,17 +729,13 @@ impl Pool {
             }
             .into());
         }
-        let size: u64 = directory.property(name, "volsize")?.0.parse().unwrap_or(0);
-        let block_size: u32 = directory
-            .property(name, "volblocksize")?
-            .0
-            .parse()
-            .unwrap_or(VOLBLOCKSIZE_DEFAULT as u32);
-        let readonly = self.is_readonly() || directory.property(name, "readonly")?.0 == "on";
-        let sync_mode = SyncMode::from_property(&directory.property(name, "sync")?.0);
-        let lanes: usize = directory.property(name, "loglanes")?.0.parse().unwrap_or(1);
-        let use_log_devices = directory.property(name, "logbias")?.0 == "latency";
+        let properties = directory.properties_of(name)?;
         drop(directory);
+        let (size, block_size) = (properties.volsize_bytes, properties.volblocksize_bytes);
+        let readonly = self.is_readonly() || properties.readonly;
+        let sync_mode = properties.sync;
+        let lanes = properties.loglanes.0;
+        let use_log_devices = properties.logbias.uses_log_devices();
         let objset = self
             .core
             .objsets
@@ -1113,18 +1097,6 @@ impl Drop for ScanGuard<'_> {
     }
 }
 
-pub(crate) fn checksum_from_property(value: &str) -> ChecksumAlgorithm {
-    ChecksumAlgorithm::from_name(value).unwrap_or(ChecksumAlgorithm::Fletcher4)
-}
-
-/// The codec of a `compression` property value (`on` is lz4).
-pub(crate) fn compression_from_property(value: &str) -> Compression {
-    match value {
-        "on" | "lz4" => Compression::Lz4,
-        _ => Compression::Off,
-    }
-}
-
 /// Intent-log use of one log device (a top-level vdev of role `log`).
 #[derive(Debug, Clone)]
 pub struct LogDeviceUse {
@@ -1439,7 +1411,7 @@ impl PoolCore {
         self.check_reservations(&trial, Some(name))?;
         let mut directory = self.directory.lock();
         directory.insert(name, kind, txg, properties)?;
-        let (checksum, _) = directory.property(name, "checksum")?;
+        let checksum = directory.properties_of(name)?.checksum;
         drop(directory);
         let objset_type = match kind {
             DatasetKind::Volume => ObjsetType::Volume,
@@ -1448,7 +1420,7 @@ impl PoolCore {
         Ok(Arc::new(ObjectSet::create(
             self.mos.cached_io().clone(),
             objset_type,
-            checksum_from_property(&checksum),
+            checksum,
         )))
     }
 
@@ -1470,11 +1442,9 @@ impl PoolCore {
 
 /// The dataset whose limits a change of `property` on `dataset` must be checked for.
 fn limits_changed<'a>(dataset: &'a str, property: &str) -> Option<&'a str> {
-    matches!(
-        property,
-        "quota" | "refquota" | "reservation" | "refreservation"
-    )
-    .then_some(dataset)
+    cairn_dataset::properties::lookup(property)
+        .is_ok_and(|def| def.is_space_limit())
+        .then_some(dataset)
 }
 
 /// Checks that a volume's data object, as read from disk, is what its directory record says:

@@ -159,7 +159,7 @@ impl Filesystem {
             (config.atime, config.readonly)
         };
         let now = Timestamp::now();
-        if readonly || !mode.due(seen, now) {
+        if readonly || !crate::atime_due(mode, seen, now) {
             return;
         }
         if let Ok(true) = self.update_atime(object, mode, now) {
@@ -174,7 +174,7 @@ impl Filesystem {
         let _guard = self.stripe(object).write();
         let hold = self.txg.try_hold()?;
         let attrs = self.getattr(object)?;
-        if !mode.due(&attrs, now) {
+        if !crate::atime_due(mode, &attrs, now) {
             return Ok(false);
         }
         let changes = SetAttrs {
@@ -434,9 +434,9 @@ impl Filesystem {
     fn writes_in_place(&self, sync: bool) -> bool {
         let mode = self.config.read().sync;
         let durable = match mode {
-            crate::FsSync::Disabled => false,
-            crate::FsSync::Always => true,
-            crate::FsSync::Standard => sync,
+            crate::SyncMode::Disabled => false,
+            crate::SyncMode::Always => true,
+            crate::SyncMode::Standard => sync,
         };
         durable
             && self

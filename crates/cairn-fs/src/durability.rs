@@ -29,7 +29,7 @@ use crate::attrs::Timestamp;
 use crate::data::StoredBlock;
 use crate::log::FsOp;
 use crate::xattr::NewObjects;
-use crate::{Filesystem, FsError, FsSync};
+use crate::{Filesystem, FsError, SyncMode};
 use bytes::Bytes;
 use cairn_device::queue::IoClass;
 use cairn_format::{LogRecord, LogRecordKind, ObjectType};
@@ -146,7 +146,7 @@ impl Filesystem {
     /// Ends a change: lets its txg go, and under `sync=always` commits it.
     pub(crate) fn commit_if_always(&self, hold: TxgHold) -> Result<(), FsError> {
         drop(hold);
-        if self.config.read().sync == FsSync::Always {
+        if self.config.read().sync == SyncMode::Always {
             self.commit_log()?;
         }
         Ok(())
@@ -173,7 +173,7 @@ impl Filesystem {
     /// Makes every change of inode `object` durable, and every change it depends on.
     pub fn fsync(&self, object: u64) -> Result<(), FsError> {
         self.stats.fsyncs.fetch_add(1, Ordering::Relaxed);
-        if self.config.read().sync == FsSync::Disabled {
+        if self.config.read().sync == SyncMode::Disabled {
             return Ok(());
         }
         if self.intent_log.is_none() {
@@ -191,7 +191,7 @@ impl Filesystem {
 
     /// Makes every change of the filesystem durable.
     pub fn sync_all(&self) -> Result<(), FsError> {
-        if self.config.read().sync == FsSync::Disabled {
+        if self.config.read().sync == SyncMode::Disabled {
             return Ok(());
         }
         self.commit_log()

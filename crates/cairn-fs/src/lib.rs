@@ -74,6 +74,7 @@ pub mod ops;
 mod read;
 mod xattr;
 
+pub use cairn_dataset::properties::{AtimeMode, SyncMode};
 pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
@@ -230,41 +231,18 @@ pub enum SpaceRefusal {
     Quota(String),
 }
 
-/// The `atime` property: when reads update a file's access time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AtimeMode {
-    /// Every read or directory listing.
-    On,
-    /// As Linux's `relatime`: only when the access time is not newer than the last
-    /// modification or change, or is a day old.
-    #[default]
-    Relatime,
-    /// Never.
-    Off,
-}
-
 /// How old an access time `relatime` refreshes anyway.
 const RELATIME_REFRESH_SECS: i64 = 24 * 60 * 60;
 
-impl AtimeMode {
-    pub fn from_property(value: &str) -> AtimeMode {
-        match value {
-            "on" => AtimeMode::On,
-            "off" => AtimeMode::Off,
-            _ => AtimeMode::Relatime,
-        }
-    }
-
-    /// Whether a read at `now` updates the access time of an inode with `attrs`.
-    pub fn due(self, attrs: &InodeAttrs, now: Timestamp) -> bool {
-        match self {
-            AtimeMode::Off => false,
-            AtimeMode::On => attrs.atime != now,
-            AtimeMode::Relatime => {
-                attrs.atime <= attrs.mtime
-                    || attrs.atime <= attrs.ctime
-                    || now.secs.saturating_sub(attrs.atime.secs) >= RELATIME_REFRESH_SECS
-            }
+/// Whether a read at `now` updates, under `mode`, the access time of an inode with `attrs`.
+pub(crate) fn atime_due(mode: AtimeMode, attrs: &InodeAttrs, now: Timestamp) -> bool {
+    match mode {
+        AtimeMode::Off => false,
+        AtimeMode::On => attrs.atime != now,
+        AtimeMode::Relatime => {
+            attrs.atime <= attrs.mtime
+                || attrs.atime <= attrs.ctime
+                || now.secs.saturating_sub(attrs.atime.secs) >= RELATIME_REFRESH_SECS
         }
     }
 }
@@ -273,25 +251,13 @@ impl AtimeMode {
 /// a few directory blocks, two copies each): asked of the space check before it starts.
 const NAMESPACE_CHANGE_BYTES: u64 = 64 << 10;
 
-/// The `sync` property, as filesystems use it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum FsSync {
-    /// `fsync`, O_SYNC and O_DSYNC commit the intent log.
-    #[default]
-    Standard,
-    /// Every change commits the intent log before it returns.
-    Always,
-    /// Nothing is committed (UNSAFE: changes are lost if the machine stops before a txg sync).
-    Disabled,
-}
-
 /// How a filesystem behaves (its dataset properties).
 #[derive(Debug, Clone)]
 pub struct FsConfig {
     /// Block size of files larger than one block (a power of two, 512 B to 1 MiB).
     pub recordsize_bytes: u32,
     pub readonly: bool,
-    pub sync: FsSync,
+    pub sync: SyncMode,
     pub atime: AtimeMode,
 }
 
@@ -300,7 +266,7 @@ impl Default for FsConfig {
         FsConfig {
             recordsize_bytes: 128 << 10,
             readonly: false,
-            sync: FsSync::Standard,
+            sync: SyncMode::Standard,
             atime: AtimeMode::default(),
         }
     }
@@ -655,7 +621,7 @@ impl Filesystem {
     }
 
     /// The `sync` property now.
-    pub fn sync_mode(&self) -> FsSync {
+    pub fn sync_mode(&self) -> SyncMode {
         self.config.read().sync
     }
 

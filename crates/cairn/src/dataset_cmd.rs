@@ -14,23 +14,10 @@ use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
 use cairn_dataset::DatasetKind;
+use cairn_dataset::directory::Provisioning;
 use cairn_dataset::properties::{PROPERTIES, lookup, parse_size};
 use cairn_engine::DatasetInfo;
 use std::collections::BTreeMap;
-
-/// Properties whose canonical values are byte counts.
-const SIZE_PROPERTIES: &[&str] = &[
-    "volsize",
-    "volblocksize",
-    "recordsize",
-    "quota",
-    "refquota",
-    "reservation",
-    "refreservation",
-];
-
-/// Size properties for which 0 means "not set" and prints as `none`, as zfs does.
-const NONE_WHEN_ZERO: &[&str] = &["quota", "refquota", "reservation", "refreservation"];
 
 /// Read-only statistics shown by `get` beside the properties: (name, aliases).
 const STATISTICS: &[(&str, &[&str])] = &[
@@ -40,9 +27,6 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("referenced", &["refer"]),
     ("mounted", &[]),
 ];
-
-/// Properties that are a mount's flags (applied to live mounts when set).
-const MOUNT_FLAG_PROPERTIES: &[&str] = &["readonly", "devices", "setuid", "exec"];
 
 pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     let name = &args.dataset;
@@ -54,15 +38,13 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     if !name.contains('/') {
         bail!("cannot create '{name}': a volume is named POOL/NAME");
     }
-    let mut properties = args.properties.clone();
-    if args.sparse {
-        if properties.iter().any(|(key, _)| key == "refreservation") {
-            bail!("cannot create '{name}': -s and -o refreservation= contradict each other");
-        }
-        properties.push(("refreservation".into(), "none".into()));
-    }
+    let provisioning = if args.sparse {
+        Provisioning::Sparse
+    } else {
+        Provisioning::Thick
+    };
     ctx.with_pool(pool_of(name), false, |pool| {
-        pool.create_volume(name, size, &properties)
+        pool.create_volume_as(name, size, provisioning, &args.properties)
             .map_err(|err| {
                 let no_space = matches!(
                     err,
@@ -116,7 +98,7 @@ pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
             let canonical = pool
                 .set_property(dataset, property, value)
                 .with_context(|| format!("cannot set {property}={value} on '{dataset}'"))?;
-            if property == "sync" && canonical == "disabled" {
+            if lookup(property).is_ok_and(|def| def.is_unsafe(&canonical)) {
                 shout!(ctx,
                     "cairn: warning: sync=disabled on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
                 );
@@ -126,7 +108,7 @@ pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
         let flags_changed = args
             .assignments
             .iter()
-            .any(|(property, _)| MOUNT_FLAG_PROPERTIES.contains(&property.as_str()));
+            .any(|(property, _)| lookup(property).is_ok_and(|def| def.is_mount_flag()));
         if flags_changed && let Some(served) = &ctx.served {
             for (mounted, err) in served.mounts.apply_properties(pool) {
                 shout!(
@@ -141,16 +123,20 @@ pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
 
 /// Formats a canonical property value for output.
 fn display_value(property: &str, value: &str, format: ListFormat) -> String {
-    if NONE_WHEN_ZERO.contains(&property) && value == "0" {
+    let Ok(def) = lookup(property) else {
+        // A statistic (`mounted`), shown as it is.
+        return value.to_string();
+    };
+    if def.is_space_limit() && value == "0" {
         return "none".into();
     }
-    if SIZE_PROPERTIES.contains(&property)
+    if def.is_size()
         && let Ok(bytes) = value.parse::<u64>()
     {
         return human::size(bytes, format.exact);
     }
-    if property == "sync" && value == "disabled" && !format.exact && !format.scripted {
-        return "disabled (UNSAFE)".into();
+    if def.is_unsafe(value) && !format.exact && !format.scripted {
+        return format!("{value} (UNSAFE)");
     }
     value.to_string()
 }
@@ -272,7 +258,7 @@ impl ListColumn {
             ListColumn::Volblock => ("VOLBLOCK".into(), Align::Right),
             ListColumn::Property(name) => (
                 name.to_ascii_uppercase(),
-                if SIZE_PROPERTIES.contains(&name) {
+                if lookup(name).is_ok_and(|def| def.is_size()) {
                     Align::Right
                 } else {
                     Align::Left

@@ -24,17 +24,12 @@ impl MountFlags {
         pool: &cairn_engine::Pool,
         dataset: &str,
     ) -> Result<MountFlags, cairn_engine::EngineError> {
-        let properties = pool.properties(dataset)?;
-        let is = |name: &str, value: &str| {
-            properties
-                .iter()
-                .any(|(key, found, _)| *key == name && found == value)
-        };
+        let properties = pool.dataset_properties(dataset)?;
         Ok(MountFlags {
-            read_only: is("readonly", "on"),
-            no_devices: is("devices", "off"),
-            no_setuid: is("setuid", "off"),
-            no_exec: is("exec", "off"),
+            read_only: properties.readonly,
+            no_devices: !properties.devices,
+            no_setuid: !properties.setuid,
+            no_exec: !properties.exec,
         })
     }
 

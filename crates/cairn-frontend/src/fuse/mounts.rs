@@ -106,20 +106,13 @@ impl Mounts {
             })?;
         let mountpoint = match mountpoint {
             Some(path) => path.to_path_buf(),
-            None => {
-                let value = pool
-                    .properties(dataset)
-                    .map_err(open_error)?
-                    .into_iter()
-                    .find(|(name, _, _)| *name == "mountpoint")
-                    .map_or_else(|| "none".to_string(), |(_, value, _)| value);
-                if value == "none" {
-                    return Err(MountError::NoMountpoint {
-                        dataset: dataset.to_string(),
-                    });
-                }
-                std::path::PathBuf::from(value)
-            }
+            None => pool
+                .dataset_properties(dataset)
+                .map_err(open_error)?
+                .mountpoint
+                .ok_or_else(|| MountError::NoMountpoint {
+                    dataset: dataset.to_string(),
+                })?,
         };
         let mut mounts = self.mounts.lock();
         self.forget_ended(&mut mounts);

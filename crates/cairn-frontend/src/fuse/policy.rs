@@ -14,7 +14,7 @@
 use super::adapter::FuseAdapter;
 use super::convert::errno;
 use super::writers::CACHED_WRITER_FH_BIT;
-use cairn_fs::FsSync;
+use cairn_fs::SyncMode;
 use fuser::{Errno, FileHandle, FopenFlags, INodeNo};
 use std::sync::atomic::Ordering;
 
@@ -83,7 +83,7 @@ impl FuseAdapter {
     /// `fsync` and `close` (ENOSPC, as over NFS), and the refused pages are dropped
     /// (`write`).
     fn writeback_safe(&self) -> bool {
-        if self.fs.sync_mode() == FsSync::Always {
+        if self.fs.sync_mode() == SyncMode::Always {
             return false;
         }
         let (_, available) = (self.space)();

@@ -1,17 +1,35 @@
-//! Dataset properties with ZFS names and meanings.
+//! Dataset properties with ZFS names and meanings: the one public table (`PROPERTIES`) that
+//! the CLI, JSON output and the analytics page read, and the typed value of every property of
+//! a dataset (`DatasetProperties`, in `resolved.rs`) that the layers act on.
 //!
 //! Each property has a type that validates values, a default, the dataset kinds it applies to,
 //! whether it can change after creation, and whether children inherit it. Values are stored as
 //! canonical strings in the dataset directory (so a later build can add properties without a
-//! format change); `get` resolves local → inherited → default and reports the source, as
-//! `zfs get` does.
+//! format change); `DatasetDirectory::property` resolves local → inherited → default and
+//! reports the source, as `zfs get` does, and `DatasetDirectory::properties_of` parses every
+//! property of a dataset once into typed fields.
 //!
-//! `sync` and `logbias` take effect in the intent log (`logbias=throughput` keeps a dataset's log
-//! blocks off the log devices and writes large sync writes once, in place); `primarycache` in
-//! the ARC (what a dataset's reads leave in RAM); `secondarycache` on the pool's cache devices; `reservation`, `refreservation`, `quota` and
-//! `refquota` in space accounting (`space.rs`); `atime` in the filesystem layer (`cairn-fs`);
-//! `devices`, `setuid`, `exec` and `readonly` as the FUSE mount's flags (cairn-frontend). `sync=disabled` is unsafe (acknowledged
-//! writes can be lost) and is shown as such.
+//! Invariant: a value that passes `PropertyDef::canonical` has a typed meaning (the word lists
+//! of one-of-a-list properties are the enums' own `NAMES`, `values.rs`), so resolving never
+//! falls back to a default on a value it cannot read. Nothing outside this folder looks a
+//! property up by name to act on it.
+//!
+//! Where they take effect: `sync` and `logbias` in the intent log (`logbias=throughput` keeps a
+//! dataset's log blocks off the log devices and writes large sync writes once, in place);
+//! `primarycache` in the ARC (what a dataset's reads leave in RAM); `secondarycache` on the
+//! pool's cache devices; `checksum` and `compression` in the object set's new blocks;
+//! `reservation`, `refreservation`, `quota` and `refquota` in space accounting (`space.rs`);
+//! `atime`, `recordsize` in the filesystem layer (`cairn-fs`); `devices`, `setuid`, `exec` and
+//! `readonly` as the FUSE mount's flags (cairn-frontend). `sync=disabled` is unsafe
+//! (acknowledged writes can be lost) and is shown as such (`PropertyDef::is_unsafe`).
+
+mod resolved;
+mod values;
+
+pub use resolved::DatasetProperties;
+pub use values::{
+    AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes, SyncMode,
+};
 
 use crate::{DatasetError, DatasetKind};
 
@@ -23,6 +41,8 @@ enum ValueType {
         max: u64,
     },
     Bytes,
+    /// A byte count where 0, written `none`, means no limit or nothing held back.
+    BytesOrNone,
     Choice(&'static [&'static str]),
     /// An absolute path, or `none`.
     PathOrNone,
@@ -87,7 +107,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "refreservation",
-        value_type: ValueType::Bytes,
+        value_type: ValueType::BytesOrNone,
         default: "0",
         applies_to: None,
         settable_after_create: true,
@@ -96,7 +116,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "reservation",
-        value_type: ValueType::Bytes,
+        value_type: ValueType::BytesOrNone,
         default: "0",
         applies_to: None,
         settable_after_create: true,
@@ -105,7 +125,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "quota",
-        value_type: ValueType::Bytes,
+        value_type: ValueType::BytesOrNone,
         default: "0",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
@@ -114,7 +134,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "refquota",
-        value_type: ValueType::Bytes,
+        value_type: ValueType::BytesOrNone,
         default: "0",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
@@ -123,7 +143,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "atime",
-        value_type: ValueType::Choice(&["relatime", "on", "off"]),
+        value_type: ValueType::Choice(AtimeMode::NAMES),
         default: "relatime",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
@@ -132,7 +152,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "devices",
-        value_type: ValueType::Choice(&["on", "off"]),
+        value_type: ValueType::Choice(<bool as ChoiceValue>::NAMES),
         default: "on",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
@@ -141,7 +161,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "setuid",
-        value_type: ValueType::Choice(&["on", "off"]),
+        value_type: ValueType::Choice(<bool as ChoiceValue>::NAMES),
         default: "on",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
@@ -150,7 +170,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "exec",
-        value_type: ValueType::Choice(&["on", "off"]),
+        value_type: ValueType::Choice(<bool as ChoiceValue>::NAMES),
         default: "on",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
@@ -159,7 +179,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "checksum",
-        value_type: ValueType::Choice(&["on", "fletcher4", "blake3", "sha256"]),
+        value_type: ValueType::Choice(ChecksumAlgorithm::NAMES),
         default: "on",
         applies_to: None,
         settable_after_create: true,
@@ -168,7 +188,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "readonly",
-        value_type: ValueType::Choice(&["off", "on"]),
+        value_type: ValueType::Choice(<bool as ChoiceValue>::NAMES),
         default: "off",
         applies_to: None,
         settable_after_create: true,
@@ -177,7 +197,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "sync",
-        value_type: ValueType::Choice(&["standard", "always", "disabled"]),
+        value_type: ValueType::Choice(SyncMode::NAMES),
         default: "standard",
         applies_to: None,
         settable_after_create: true,
@@ -186,7 +206,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "logbias",
-        value_type: ValueType::Choice(&["latency", "throughput"]),
+        value_type: ValueType::Choice(LogBias::NAMES),
         default: "latency",
         applies_to: None,
         settable_after_create: true,
@@ -195,7 +215,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "loglanes",
-        value_type: ValueType::Choice(&["1", "2", "3", "4"]),
+        value_type: ValueType::Choice(LogLanes::NAMES),
         default: "1",
         applies_to: None,
         settable_after_create: true,
@@ -204,7 +224,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "primarycache",
-        value_type: ValueType::Choice(&["all", "metadata", "none"]),
+        value_type: ValueType::Choice(CacheMode::NAMES),
         default: "all",
         applies_to: None,
         settable_after_create: true,
@@ -213,7 +233,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "secondarycache",
-        value_type: ValueType::Choice(&["all", "metadata", "none"]),
+        value_type: ValueType::Choice(CacheMode::NAMES),
         default: "all",
         applies_to: None,
         settable_after_create: true,
@@ -222,7 +242,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "compression",
-        value_type: ValueType::Choice(&["off", "on", "lz4"]),
+        value_type: ValueType::Choice(Compression::NAMES),
         default: "off",
         applies_to: None,
         settable_after_create: true,
@@ -245,9 +265,47 @@ pub fn lookup(name: &str) -> Result<&'static PropertyDef, DatasetError> {
         })
 }
 
+/// The properties that are a FUSE mount's flags: a change applies to live mounts.
+const MOUNT_FLAGS: &[&str] = &["readonly", "devices", "setuid", "exec"];
+
 impl PropertyDef {
     pub fn applies_to(&self, kind: DatasetKind) -> bool {
         self.applies_to.is_none_or(|only| only == kind)
+    }
+
+    /// Whether canonical values are byte counts (shown as sizes, aligned right).
+    pub fn is_size(&self) -> bool {
+        matches!(
+            self.value_type,
+            ValueType::Bytes | ValueType::BytesOrNone | ValueType::PowerOfTwoBytes { .. }
+        )
+    }
+
+    /// Whether the property limits or guarantees space (`quota`, `refquota`, `reservation`,
+    /// `refreservation`): a change is checked against the others and the use, and a canonical
+    /// 0 means none (shown as `none`, as zfs shows it).
+    pub fn is_space_limit(&self) -> bool {
+        self.value_type == ValueType::BytesOrNone
+    }
+
+    /// Whether the property is a flag of the filesystem's mount (`readonly`, `nodev`,
+    /// `nosuid`, `noexec`), which a front end applies to live mounts when it changes.
+    pub fn is_mount_flag(&self) -> bool {
+        MOUNT_FLAGS.contains(&self.name)
+    }
+
+    /// Whether `canonical` gives up a guarantee (`sync=disabled`: acknowledged writes can be
+    /// lost), which people are warned of and shown.
+    pub fn is_unsafe(&self, canonical: &str) -> bool {
+        self.name == "sync" && SyncMode::from_canonical(canonical) == Some(SyncMode::Disabled)
+    }
+
+    /// The words a one-of-a-list property accepts (empty for the others).
+    pub fn choices(&self) -> &'static [&'static str] {
+        match self.value_type {
+            ValueType::Choice(names) => names,
+            _ => &[],
+        }
     }
 
     /// Validates `value` and returns its canonical form.
@@ -279,8 +337,8 @@ impl PropertyDef {
                     }
                 })
             }
-            ValueType::Bytes if value == "none" => Ok("0".into()),
-            ValueType::Bytes => parse_size(value)
+            ValueType::BytesOrNone if value == "none" => Ok("0".into()),
+            ValueType::Bytes | ValueType::BytesOrNone => parse_size(value)
                 .map(|bytes| bytes.to_string())
                 .map_err(|err| invalid(err.to_string())),
             ValueType::PowerOfTwoBytes { min, max } => {
