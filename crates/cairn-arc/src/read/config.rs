@@ -20,14 +20,6 @@ pub enum CacheMode {
 }
 
 impl CacheMode {
-    pub fn from_property(value: &str) -> CacheMode {
-        match value {
-            "metadata" => CacheMode::Metadata,
-            "none" => CacheMode::None,
-            _ => CacheMode::All,
-        }
-    }
-
     pub(super) fn caches(self, class: BlockClass) -> bool {
         match self {
             CacheMode::All => true,
