@@ -6,6 +6,9 @@
 //! things around them, and this crate holds them so each front end attaches to one
 //! implementation:
 //!
+//! - `admin`: the administration library — pool create/add with device safety and
+//!   all-or-nothing rollback, the memory budget — that every front end calls, so no front end
+//!   keeps policy of its own;
 //! - `cache`: the pool cache (which pools this machine imported, on which devices), durable
 //!   across power cuts;
 //! - `pools`: `PoolAccess`, the one way to get hold of a pool by name (opened for one task, or
@@ -27,6 +30,7 @@
 //! classify them. Dependencies point down only: this crate uses the engine, dataset, filesystem,
 //! pool, device, format, metrics and NBD crates; only front ends use it.
 
+pub mod admin;
 pub mod analytics;
 pub mod cache;
 pub mod control;

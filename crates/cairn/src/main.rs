@@ -3,8 +3,9 @@
 //! `cairn pool …` mirrors zpool and `cairn create|destroy|list|get|set` mirror zfs. The binary
 //! parses and renders: argument parsing (clap), output formatting (`table`, `human`, `json`),
 //! and the environment read once (`environment`). What front ends share (the pool cache, pool
-//! access, the NBD adapter, the control protocol, the server's life) is `cairn-frontend`; all
-//! storage work is done by `cairn-engine`.
+//! access, the administration library with its device-safety and rollback policy, the NBD
+//! adapter, the control protocol, the server's life) is `cairn-frontend`; all storage work is
+//! done by `cairn-engine`. Policy does not live here: a command parses, calls those, renders.
 //!
 //! Process contract: output on stdout, progress and diagnostics on stderr; exit 0 on success,
 //! 1 on any error (printed once as `cairn: <message>` with its causes), 2 on a usage error

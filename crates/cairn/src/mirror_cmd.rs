@@ -8,13 +8,13 @@
 
 use crate::context::{Context, device_specs, say, shout};
 use crate::human;
-use crate::pool_cmd::{creation_size, missing_files, remove_files};
 use crate::vdevs::parse_device;
 use crate::{PoolAttachArgs, PoolReplaceArgs, ResilverArgs};
 use anyhow::{Context as _, Result, anyhow};
 use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{CreateOptions, Pool, ResilverOptions, ResilverStatus, VdevGroup};
+use cairn_frontend::admin::{CreatedFiles, check_devices_exist};
 use std::time::{Duration, Instant};
 
 /// How often a waiting command reports progress.
@@ -91,10 +91,12 @@ fn start(
     };
     let groups = [group];
     let create = CreateOptions {
-        create_size_bytes: creation_size(args.size.as_deref(), &groups).with_context(&fail)?,
+        create_size_bytes: crate::vdevs::parse_size_option(args.size.as_deref())
+            .with_context(&fail)?,
         force: args.force,
         ..CreateOptions::default()
     };
+    check_devices_exist(&groups, create.create_size_bytes).with_context(&fail)?;
     let options = ResilverOptions {
         rate_bytes_per_s: args
             .resilver_rate
@@ -104,7 +106,7 @@ fn start(
             .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
         ..ResilverOptions::default()
     };
-    let missing = missing_files(&groups);
+    let created = CreatedFiles::missing(&groups);
     let outcome = ctx.with_pool(name, false, |pool| {
         let vdev = change(pool, &spec, &create, options).with_context(&fail)?;
         remember_devices(ctx, pool)?;
@@ -115,7 +117,7 @@ fn start(
         Ok(())
     });
     if outcome.is_err() {
-        remove_files(&missing);
+        created.remove();
     }
     outcome
 }

@@ -9,7 +9,7 @@
 use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason};
 use crate::context::{say, say_raw, shout};
 use crate::table::{Column, Table};
-use crate::vdevs::parse_vdevs;
+use crate::vdevs::{parse_size_option, parse_vdevs};
 use crate::{
     ListFormat, PoolAddArgs, PoolCheckArgs, PoolCreateArgs, PoolImportArgs, PoolStatusArgs,
 };
@@ -19,36 +19,22 @@ use cairn_dataset::properties::parse_size;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::CacheDeviceStatus;
 use cairn_engine::{
-    CreateOptions, DiscoveredPool, EngineError, ImportSource, Pool, PoolOptions, PoolStatus,
-    ScrubProgress, VdevGroup, discover_pools,
+    CreateOptions, DiscoveredPool, ImportSource, Pool, PoolOptions, PoolStatus, ScrubProgress,
+    discover_pools,
 };
 use cairn_format::PoolState;
+use cairn_frontend::admin;
 use cairn_frontend::pools::{READONLY_ENTRY, parse_cached_device};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
     let name = &args.name;
     let fail = || format!("cannot create pool '{name}'");
-    if ctx.cache.devices(name)?.is_some() {
-        bail!(
-            "cannot create pool '{name}': a pool of that name is already imported (see cairn pool status {name}; cairn pool export {name} forgets one that is UNAVAIL)"
-        );
-    }
     let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
-    if vdevs.groups.is_empty() {
-        bail!(
-            "{}: no data devices given (cache devices alone hold no pool)",
-            fail()
-        );
-    }
-    let every = vdevs.all_as_groups();
-    refuse_imported_members(ctx, &every, None).with_context(fail)?;
-    let size = creation_size(args.size.as_deref(), &every).with_context(fail)?;
-    let groups = vdevs.groups;
     let mut options = CreateOptions {
-        create_size_bytes: size,
+        create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
         force: args.force,
         root_properties: args.root_properties.clone(),
         history_entry: Some(ctx.command_line.clone()),
@@ -70,160 +56,7 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             ),
         }
     }
-    let missing = missing_files(&every);
-    let pool = Pool::create(name, &groups, &options, ctx.pool_options()).map_err(|err| {
-        remove_files(&missing);
-        match err {
-            // The engine's message already says "cannot create pool".
-            EngineError::Create(reason) => anyhow!("{}: {reason}", fail()),
-            other => anyhow::Error::new(other).context(fail()),
-        }
-    })?;
-    if !vdevs.cache.is_empty()
-        && let Err(err) =
-            pool.add_cache_devices(&vdevs.cache, size, args.force, &ctx.pool_options().opener)
-    {
-        // All or nothing: the pool just made is destroyed again.
-        let _ = pool.destroy();
-        drop(pool);
-        remove_files(&missing);
-        return Err(anyhow::Error::new(err).context(fail()));
-    }
-    remember_created(ctx, pool, &missing)
-}
-
-/// Puts a pool `Pool::create` made durable (history included) into the pool cache. A one-shot
-/// command closes it first: if that fails, the pool is not recorded and the files this command
-/// created are removed, so a failed create leaves nothing half-made behind.
-fn remember_created(ctx: &Context, pool: Pool, created_files: &[PathBuf]) -> Result<()> {
-    let name = pool.name().to_string();
-    let specs = device_specs(&pool);
-    let not_cached = || {
-        format!(
-            "pool '{name}' was created but not added to the pool cache; import it with cairn pool import -d DIR"
-        )
-    };
-    if ctx.served.is_some() {
-        ctx.cache.insert(&name, &specs).with_context(not_cached)?;
-        return Ok(ctx.adopt(pool)?);
-    }
-    if let Err(err) = pool.close() {
-        drop(pool);
-        remove_files(created_files);
-        return Err(anyhow::Error::new(err).context(format!(
-            "cannot create pool '{name}': its final sync failed"
-        )));
-    }
-    ctx.cache.insert(&name, &specs).with_context(not_cached)
-}
-
-/// Refuses, even with -f, a device of a pool this machine has imported, as zpool refuses a
-/// device of an active pool: one the pool cache lists (the same file or block device, by
-/// identity, whatever path names it), or one whose label names a leaf of an imported pool's
-/// current config (pool and leaf guid, read from that pool's cached devices: a copy of a member
-/// counts, as in zpool; a device whose `pool add` was cut short does not). Forcing such a
-/// device would fault a live pool.
-fn refuse_imported_members(
-    ctx: &Context,
-    groups: &[VdevGroup],
-    except: Option<&str>,
-) -> Result<()> {
-    let given: Vec<DeviceSpec> = groups
-        .iter()
-        .flat_map(|group| group.devices.iter().cloned())
-        .collect();
-    let mut by_identity = BTreeMap::new();
-    let mut by_guid = BTreeMap::new();
-    for (pool, devices) in ctx.cache.load()? {
-        if except == Some(pool.as_str()) {
-            continue;
-        }
-        let specs: Vec<DeviceSpec> = devices
-            .iter()
-            .filter_map(|text| parse_cached_device(text).ok())
-            .collect();
-        for spec in &specs {
-            if let Some(identity) = file_identity(&spec.path) {
-                by_identity.insert(identity, pool.clone());
-            }
-        }
-        for found in discover_pools(&ImportSource::Devices(specs)) {
-            for top in &found.config.tree.tops {
-                for leaf in &top.children {
-                    by_guid.insert((found.config.pool_guid, leaf.guid), pool.clone());
-                }
-            }
-        }
-    }
-    let refuse = |path: &std::path::Path, pool: &str| {
-        anyhow!(
-            "{} is part of imported pool '{pool}' and cannot be used, even with -f (export or destroy '{pool}' first)",
-            path.display()
-        )
-    };
-    for spec in &given {
-        if let Some(pool) = file_identity(&spec.path).and_then(|id| by_identity.get(&id)) {
-            return Err(refuse(&spec.path, pool));
-        }
-    }
-    for found in discover_pools(&ImportSource::Devices(given)) {
-        for (spec, leaf_guid) in &found.devices {
-            if let Some(pool) = by_guid.get(&(found.config.pool_guid, *leaf_guid)) {
-                return Err(refuse(&spec.path, pool));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// What makes two paths the same device: the block device number, or a file's inode.
-fn file_identity(path: &std::path::Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = std::fs::metadata(path).ok()?;
-    Some(if meta.file_type().is_block_device() {
-        (u64::MAX, meta.rdev())
-    } else {
-        (meta.dev(), meta.ino())
-    })
-}
-
-/// `--size` parsed; without it every device must exist.
-pub(crate) fn creation_size(size: Option<&str>, groups: &[VdevGroup]) -> Result<Option<u64>> {
-    let size = size
-        .map(parse_size)
-        .transpose()
-        .map_err(|err| anyhow!("invalid --size: {err}"))?;
-    if size.is_none()
-        && let Some(spec) = groups
-            .iter()
-            .flat_map(|group| &group.devices)
-            .find(|spec| !spec.path.exists())
-    {
-        bail!(
-            "{} does not exist (use --size SIZE to create missing files)",
-            spec.path.display()
-        );
-    }
-    Ok(size)
-}
-
-/// Files that `--size` will create; removed again if the command fails.
-pub(crate) fn missing_files(groups: &[VdevGroup]) -> Vec<PathBuf> {
-    groups
-        .iter()
-        .flat_map(|group| &group.devices)
-        .filter(|spec| !spec.path.exists())
-        .map(|spec| spec.path.clone())
-        .collect()
-}
-
-pub(crate) fn remove_files(paths: &[PathBuf]) {
-    for path in paths {
-        if path.is_file() && std::fs::remove_file(path).is_ok() {
-            // Best effort: the removal is durable once the directory is synced.
-            let _ = cairn_device::file::sync_parent_dir(path);
-        }
-    }
+    admin::create_pool(&ctx.access, name, &vdevs.groups, &vdevs.cache, &options).with_context(fail)
 }
 
 /// `cairn pool add POOL log [mirror] DEV…`
@@ -231,98 +64,22 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
     let name = &args.pool;
     let fail = || format!("cannot add devices to pool '{name}'");
     let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
-    if vdevs.groups.iter().any(|group| !group.log) {
-        bail!(
-            "{}: only log and cache devices can be added (data vdevs: not supported yet)",
-            fail()
-        );
-    }
-    let every = vdevs.all_as_groups();
-    // (Devices of `name` itself are the engine's to refuse: "already in pool".)
-    refuse_imported_members(ctx, &every, Some(name)).with_context(fail)?;
-    let size = creation_size(args.size.as_deref(), &every).with_context(fail)?;
     let options = CreateOptions {
-        create_size_bytes: size,
+        create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
         force: args.force,
         ..CreateOptions::default()
     };
-    let missing = missing_files(&every);
-    let groups = vdevs.groups;
-    let added = ctx.with_pool(name, false, |pool| {
-        let opener = &ctx.pool_options().opener;
-        let mut names = Vec::new();
-        if !groups.is_empty() {
-            names = pool
-                .add_log_vdevs(&groups, &options, opener)
-                .with_context(fail)?;
-            undo_failed_additions(pool, &names).with_context(fail)?;
-            names = names
-                .into_iter()
-                .map(|name| format!("log {name}"))
-                .collect();
-        }
-        if !vdevs.cache.is_empty() {
-            pool.add_cache_devices(&vdevs.cache, size, args.force, opener)
-                .with_context(fail)?;
-            names.extend(vdevs.cache.iter().map(|spec| format!("cache {spec}")));
-        }
-        ctx.cache
-            .insert(name, &device_specs(pool))
-            .with_context(|| format!("the pool cache does not list the new devices of '{name}'"))?;
-        ctx.record(pool)?;
-        Ok(names)
-    });
-    match added {
-        Ok(names) => {
-            say!(ctx, "pool '{name}': added {}", names.join(", "));
-            Ok(())
-        }
-        Err(err) => {
-            remove_files(&missing);
-            Err(err)
-        }
-    }
-}
-
-/// A log vdev whose device failed while being added (the txg went on without it, as it does
-/// for a log device) is not reported as added: it is removed again and the command fails,
-/// naming the device, rather than exiting 0 with a FAULTED device in the pool.
-fn undo_failed_additions(pool: &Pool, added: &[String]) -> Result<()> {
-    let failed: Vec<(String, Vec<String>)> = pool
-        .status()
-        .tops
-        .into_iter()
-        .filter(|top| added.contains(&top.name))
-        .map(|top| {
-            let leaves = top
-                .leaves
-                .iter()
-                .filter(|leaf| leaf.health != cairn_pool::vdev::Health::Online)
-                .map(|leaf| format!("{} ({})", leaf.name, leaf.health.as_str()))
-                .collect();
-            (top.name, leaves)
-        })
-        .filter(|(_, leaves): &(String, Vec<String>)| !leaves.is_empty())
-        .collect();
-    if failed.is_empty() {
-        return Ok(());
-    }
-    let leaves: Vec<&str> = failed
-        .iter()
-        .flat_map(|(_, leaves)| leaves.iter().map(String::as_str))
-        .collect();
-    let mut message = format!("{} failed while being added", leaves.join(", "));
-    for (top, _) in &failed {
-        match pool.remove_log_vdev(top) {
-            Ok(()) => message.push_str(&format!("; {top} was removed again")),
-            Err(err) => message.push_str(&format!(
-                "; {top} could not be removed again ({}): remove it with cairn pool remove {} {top}",
-                cairn_device::error_chain(&err),
-                pool.name()
-            )),
-        }
-    }
-    bail!(message)
+    let added = admin::add_devices(
+        &ctx.access,
+        name,
+        &vdevs.groups,
+        &vdevs.cache,
+        &options,
+        &ctx.command_line,
+    )
+    .with_context(fail)?;
+    say!(ctx, "pool '{name}': added {}", added.join(", "));
+    Ok(())
 }
 
 /// `cairn pool remove POOL VDEV` (log and cache devices).

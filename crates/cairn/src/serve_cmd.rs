@@ -11,7 +11,7 @@
 //! Forwarded commands (the control socket) run here through `executor`, one at a time.
 
 use crate::context::{Context, Output};
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use cairn_engine::MemoryBudget;
 use cairn_frontend::control::{ControlRequest, Reply};
 use cairn_frontend::serve::{Executor, Note, Ready, ServeSettings};
@@ -108,25 +108,6 @@ pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<
 pub enum TlsMode {
     Require,
     Allow,
-}
-
-/// The server's memory budget for a cache of `arc_max_bytes`, checked against the memory the
-/// process may use when the cache's size was asked for explicitly (the default cache is half
-/// of memory and shrinks under pressure, so its budget is only stated).
-fn memory_budget(
-    arc_max_bytes: u64,
-    explicit: bool,
-    config: &ServerConfig,
-) -> Result<MemoryBudget> {
-    let budget = MemoryBudget::for_arc_max(arc_max_bytes, u64::from(config.max_request_bytes));
-    let usable = cairn_engine::usable_memory_bytes(&cairn_engine::read_memory());
-    if let Err(why) = budget.check_fits(usable) {
-        if explicit {
-            bail!("{why}");
-        }
-        eprintln!("cairn: note: {why}");
-    }
-    Ok(budget)
 }
 
 /// `memory budget: N bytes (SIZE): arc A + dirty D + ...`, every figure exact.
@@ -235,7 +216,15 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         cairn_frontend::serve::check_http_listen(address, tls.as_ref())?;
     }
     let config = args.server_config(tls);
-    let budget = memory_budget(arc_max_bytes, args.arc_max.is_some(), &config)?;
+    let checked = cairn_frontend::admin::memory_budget(
+        arc_max_bytes,
+        args.arc_max.is_some(),
+        u64::from(config.max_request_bytes),
+    )?;
+    if let Some(note) = &checked.note {
+        eprintln!("cairn: note: {note}");
+    }
+    let budget = checked.budget;
     let l2_write_bytes_per_day = args
         .l2_write_max_per_day
         .as_deref()

@@ -28,20 +28,11 @@ pub struct Vdevs {
     pub cache: Vec<DeviceSpec>,
 }
 
-impl Vdevs {
-    /// Every device given, as groups (cache devices as one plain group): for the checks that
-    /// apply to any device a command is about to write (free, not another pool's, exists).
-    pub fn all_as_groups(&self) -> Vec<VdevGroup> {
-        let mut groups = self.groups.clone();
-        if !self.cache.is_empty() {
-            groups.push(VdevGroup {
-                mirror: false,
-                log: false,
-                devices: self.cache.clone(),
-            });
-        }
-        groups
-    }
+/// `--size` parsed: the size of device files to create (`None`: every device must exist).
+pub fn parse_size_option(size: Option<&str>) -> Result<Option<u64>> {
+    size.map(cairn_dataset::properties::parse_size)
+        .transpose()
+        .map_err(|err| anyhow!("invalid --size: {err}"))
 }
 
 /// Parses one device name and makes its path absolute.
@@ -196,7 +187,6 @@ mod tests {
         assert_eq!(vdevs.groups.len(), 2);
         let cache: Vec<String> = vdevs.cache.iter().map(|spec| spec.to_string()).collect();
         assert_eq!(cache, vec!["/c0", "emu:nvme:/c1"]);
-        assert_eq!(vdevs.all_as_groups().len(), 3);
         let only_cache = parse_vdevs(&words("cache /c0")).unwrap();
         assert!(only_cache.groups.is_empty() && only_cache.cache.len() == 1);
         assert!(parse_vdevs(&words("/a cache mirror /c0 /c1")).is_err());

@@ -1,0 +1,97 @@
+//! The administration library: what changes a pool's shape or its datasets, with the policy
+//! that keeps a machine's pools safe, in one place that every front end calls (the CLI's
+//! commands, run in their own process or forwarded to a server; later the page, a REST API,
+//! NFS share management).
+//!
+//! Policy kept here, not in a front end:
+//! - device safety (`devices.rs`): a device of a pool this machine has imported is refused
+//!   even when forced, as `zpool` refuses a member of an active pool; a device that does not
+//!   exist is refused unless a size to create it was given;
+//! - all or nothing (`pools.rs`): a pool create that fails after the engine made the pool
+//!   destroys it again and removes the files it created; a log device that failed while being
+//!   added is removed again and named; files created for devices that were not taken are
+//!   removed;
+//! - the memory budget of a server (`memory.rs`), checked before the cache takes its limit.
+//!
+//! Invariants: functions take their options as parameters and print nothing; what a person
+//! should be told comes back in the result (`AdminError`, notes). The engine's own refusals
+//! (an unknown device, a device already in the pool) stay the engine's: this layer adds only
+//! what needs a view beyond one pool (the pool cache, the host's files). Uses `pools` (access,
+//! pool cache) and the engine; nothing below uses it.
+
+mod devices;
+mod memory;
+mod pools;
+
+pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
+pub use memory::{BudgetCheck, memory_budget};
+pub use pools::{AddedDevices, add_devices, create_pool};
+
+use crate::PoolsError;
+use crate::cache::CacheError;
+use cairn_engine::EngineError;
+use std::path::PathBuf;
+
+/// Why an administrative change was refused or failed. Each says what to do about it; the
+/// engine's and the pool cache's errors are kept whole as sources.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error(
+        "a pool of that name is already imported (see cairn pool status {0}; cairn pool export {0} forgets one that is UNAVAIL)"
+    )]
+    AlreadyImported(String),
+    #[error("no data devices given (cache devices alone hold no pool)")]
+    NoDataDevices,
+    #[error("only log and cache devices can be added (data vdevs: not supported yet)")]
+    DataDevicesNotAddable,
+    #[error(
+        "{} is part of imported pool '{pool}' and cannot be used, even with -f (export or destroy '{pool}' first)",
+        path.display()
+    )]
+    DeviceInUse { path: PathBuf, pool: String },
+    #[error("{} does not exist (use --size SIZE to create missing files)", path.display())]
+    DeviceMissing { path: PathBuf },
+    /// Log devices that failed while being added, and what became of them.
+    #[error("{0}")]
+    FailedAdditions(String),
+    #[error("{0}")]
+    MemoryBudget(String),
+    #[error(
+        "pool '{pool}' was created but not added to the pool cache; import it with cairn pool import -d DIR"
+    )]
+    NotRemembered {
+        pool: String,
+        #[source]
+        source: CacheError,
+    },
+    #[error("the pool cache does not list the new devices of '{pool}'")]
+    CacheNotUpdated {
+        pool: String,
+        #[source]
+        source: CacheError,
+    },
+    #[error("its final sync failed")]
+    FinalSync(#[source] Box<EngineError>),
+    #[error("cannot record history of pool '{pool}'")]
+    History {
+        pool: String,
+        #[source]
+        source: Box<EngineError>,
+    },
+    /// The engine's message already says what could not be done.
+    #[error("{0}")]
+    Create(String),
+    /// Boxed: an engine error is large, and every admin result carries this type.
+    #[error(transparent)]
+    Engine(Box<EngineError>),
+    #[error(transparent)]
+    Pools(#[from] PoolsError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+impl From<EngineError> for AdminError {
+    fn from(err: EngineError) -> AdminError {
+        AdminError::Engine(Box::new(err))
+    }
+}
