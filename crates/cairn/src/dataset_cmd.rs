@@ -13,10 +13,13 @@ use crate::table::{Align, Column, Table};
 use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
 use crate::{human, json};
 use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_dataset::DatasetError;
 use cairn_dataset::DatasetKind;
 use cairn_dataset::directory::Provisioning;
 use cairn_dataset::properties::{PROPERTIES, lookup, parse_size};
 use cairn_engine::DatasetInfo;
+use cairn_engine::EngineError;
+use cairn_frontend::admin::{self, AdminError};
 use std::collections::BTreeMap;
 
 /// Read-only statistics shown by `get` beside the properties: (name, aliases).
@@ -35,90 +38,71 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     };
     let size = parse_size(size_text)
         .map_err(|err| anyhow!("cannot create '{name}': invalid -V: {err}"))?;
-    if !name.contains('/') {
-        bail!("cannot create '{name}': a volume is named POOL/NAME");
-    }
     let provisioning = if args.sparse {
         Provisioning::Sparse
     } else {
         Provisioning::Thick
     };
-    ctx.with_pool(pool_of(name), false, |pool| {
-        pool.create_volume_as(name, size, provisioning, &args.properties)
-            .map_err(|err| {
-                let no_space = matches!(
-                    err,
-                    cairn_engine::EngineError::Dataset(cairn_dataset::DatasetError::NoSpace(_))
-                );
-                let err = anyhow::Error::new(err);
-                if no_space && !args.sparse {
-                    err.context("a volume reserves its full size; create -s -V makes a sparse one")
-                } else {
-                    err
-                }
-            })
-            .with_context(|| format!("cannot create volume '{name}'"))?;
-        // The volume's txg is durable by now: a failure after it must not read as "not created".
-        ctx.record(pool)
-            .with_context(|| format!("volume '{name}' was created, but then the pool failed"))
+    admin::create_volume(
+        &ctx.access,
+        name,
+        size,
+        provisioning,
+        &args.properties,
+        &ctx.command_line,
+    )
+    .map_err(|err| {
+        let no_space = matches!(
+            &err,
+            AdminError::Engine(engine)
+                if matches!(**engine, EngineError::Dataset(DatasetError::NoSpace(_)))
+        );
+        let err = anyhow::Error::new(err);
+        if no_space && !args.sparse {
+            err.context("a volume reserves its full size; create -s -V makes a sparse one")
+        } else {
+            err
+        }
     })
+    .with_context(|| format!("cannot create volume '{name}'"))
 }
 
 fn create_filesystem(ctx: &Context, args: &CreateArgs) -> Result<()> {
     let name = &args.dataset;
-    if !name.contains('/') {
-        bail!("cannot create '{name}': a filesystem is named POOL/NAME");
-    }
-    ctx.with_pool(pool_of(name), false, |pool| {
-        // As in ZFS, a new filesystem's root directory is root's, mode 0755.
-        pool.create_filesystem(name, &args.properties, (0, 0), 0o755)
-            .with_context(|| format!("cannot create filesystem '{name}'"))?;
-        ctx.record(pool)
-            .with_context(|| format!("filesystem '{name}' was created, but then the pool failed"))
-    })
+    // As in ZFS, a new filesystem's root directory is root's, mode 0755.
+    admin::create_filesystem(
+        &ctx.access,
+        name,
+        &args.properties,
+        (0, 0),
+        0o755,
+        &ctx.command_line,
+    )
+    .with_context(|| format!("cannot create filesystem '{name}'"))
 }
 
 pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
-    if !name.contains('/') {
-        bail!(
-            "cannot destroy '{name}': it is a pool's root dataset (use cairn pool destroy {name})"
-        );
-    }
-    ctx.with_pool(pool_of(name), false, |pool| {
-        pool.destroy_dataset(name)
-            .with_context(|| format!("cannot destroy '{name}'"))?;
-        ctx.record(pool)
-    })
+    admin::destroy_dataset(&ctx.access, name, &ctx.command_line)
+        .with_context(|| format!("cannot destroy '{name}'"))
 }
 
 pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
     let dataset = &args.dataset;
-    ctx.with_pool(pool_of(dataset), false, |pool| {
-        for (property, value) in &args.assignments {
-            let canonical = pool
-                .set_property(dataset, property, value)
-                .with_context(|| format!("cannot set {property}={value} on '{dataset}'"))?;
-            if lookup(property).is_ok_and(|def| def.is_unsafe(&canonical)) {
-                shout!(ctx,
-                    "cairn: warning: sync=disabled on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
-                );
-            }
-        }
-        // Mount flags follow their properties on the live mounts (children inherit them).
-        let flags_changed = args
-            .assignments
-            .iter()
-            .any(|(property, _)| lookup(property).is_ok_and(|def| def.is_mount_flag()));
-        if flags_changed && let Some(served) = &ctx.served {
-            for (mounted, err) in served.mounts.apply_properties(pool) {
-                shout!(
-                    ctx,
-                    "cairn: cannot change the mount flags of {mounted}: {err}; they apply from its next mount"
-                );
-            }
-        }
-        ctx.record(pool)
-    })
+    let outcome =
+        admin::set_properties(&ctx.access, dataset, &args.assignments, &ctx.command_line)?;
+    for (property, value) in &outcome.unsafe_settings {
+        shout!(
+            ctx,
+            "cairn: warning: {property}={value} on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
+        );
+    }
+    for (mounted, err) in &outcome.mount_failures {
+        shout!(
+            ctx,
+            "cairn: cannot change the mount flags of {mounted}: {err}; they apply from its next mount"
+        );
+    }
+    Ok(())
 }
 
 /// Formats a canonical property value for output.

@@ -11,6 +11,8 @@
 //!   destroys it again and removes the files it created; a log device that failed while being
 //!   added is removed again and named; files created for devices that were not taken are
 //!   removed;
+//! - datasets (`datasets.rs`): named `POOL/NAME`, recorded in the history once durable, mount
+//!   flags following their properties onto live mounts, unsafe settings reported;
 //! - the memory budget of a server (`memory.rs`), checked before the cache takes its limit.
 //!
 //! Invariants: functions take their options as parameters and print nothing; what a person
@@ -19,10 +21,12 @@
 //! what needs a view beyond one pool (the pool cache, the host's files). Uses `pools` (access,
 //! pool cache) and the engine; nothing below uses it.
 
+mod datasets;
 mod devices;
 mod memory;
 mod pools;
 
+pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties};
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use memory::{BudgetCheck, memory_budget};
 pub use pools::{AddedDevices, add_devices, create_pool};
@@ -56,6 +60,25 @@ pub enum AdminError {
     FailedAdditions(String),
     #[error("{0}")]
     MemoryBudget(String),
+    #[error("a {kind} is named POOL/NAME ('{name}' would be a pool's root dataset)")]
+    RootDataset { name: String, kind: &'static str },
+    #[error("it is a pool's root dataset (use cairn pool destroy {0})")]
+    DestroyRoot(String),
+    #[error("cannot set {property}={value} on '{dataset}'")]
+    SetProperty {
+        property: String,
+        value: String,
+        dataset: String,
+        #[source]
+        source: Box<EngineError>,
+    },
+    /// The change's txg is durable; what came after it failed.
+    #[error("'{name}' was created, but then the pool failed")]
+    DoneThenFailed {
+        name: String,
+        #[source]
+        source: Box<AdminError>,
+    },
     #[error(
         "pool '{pool}' was created but not added to the pool cache; import it with cairn pool import -d DIR"
     )]

@@ -1,0 +1,127 @@
+//! Dataset changes: create a volume or a filesystem, destroy one, set properties.
+//!
+//! Policy kept here: a dataset is named `POOL/NAME` (the pool's root dataset is the pool's,
+//! made and destroyed with it); a change is durable (its txg synced) before it is recorded in
+//! the pool's history, and a failure after that reads as "done, then the pool failed", never
+//! as "not done"; mount-flag properties follow onto the server's live mounts; a setting that
+//! gives up a guarantee (`sync=disabled`) comes back as a warning for people. Uses
+//! `pools.rs`'s history recording.
+
+use super::AdminError;
+use super::pools::record_history;
+use crate::pools::PoolAccess;
+use cairn_dataset::directory::Provisioning;
+use cairn_dataset::properties::lookup;
+
+/// What a property change left to tell people.
+#[derive(Debug, Default)]
+pub struct SetOutcome {
+    /// `(property, value)` settings that give up a guarantee (`sync=disabled`).
+    pub unsafe_settings: Vec<(String, String)>,
+    /// Live mounts whose flags could not follow the properties (they apply at the next mount).
+    pub mount_failures: Vec<(String, std::io::Error)>,
+}
+
+/// The pool of dataset `name`, which must not be a pool's root dataset.
+fn pool_of<'a>(name: &'a str, kind: &'static str) -> Result<&'a str, AdminError> {
+    match name.split_once('/') {
+        Some((pool, _)) => Ok(pool),
+        None => Err(AdminError::RootDataset {
+            name: name.to_string(),
+            kind,
+        }),
+    }
+}
+
+/// Creates volume `name` of `size_bytes`; durable on return.
+pub fn create_volume(
+    access: &PoolAccess,
+    name: &str,
+    size_bytes: u64,
+    provisioning: Provisioning,
+    properties: &[(String, String)],
+    history_entry: &str,
+) -> Result<(), AdminError> {
+    let pool_name = pool_of(name, "volume")?;
+    access.with_pool(pool_name, false, |pool| {
+        pool.create_volume_as(name, size_bytes, provisioning, properties)?;
+        record_history(pool, history_entry).map_err(|err| done_then_failed(name, err))
+    })
+}
+
+/// Creates filesystem `name`, its root directory owned by `owner` (uid, gid) with `mode`;
+/// durable on return.
+pub fn create_filesystem(
+    access: &PoolAccess,
+    name: &str,
+    properties: &[(String, String)],
+    owner: (u32, u32),
+    mode: u32,
+    history_entry: &str,
+) -> Result<(), AdminError> {
+    let pool_name = pool_of(name, "filesystem")?;
+    access.with_pool(pool_name, false, |pool| {
+        pool.create_filesystem(name, properties, owner, mode)?;
+        record_history(pool, history_entry).map_err(|err| done_then_failed(name, err))
+    })
+}
+
+/// Destroys dataset `name` (not a pool's root dataset).
+pub fn destroy_dataset(
+    access: &PoolAccess,
+    name: &str,
+    history_entry: &str,
+) -> Result<(), AdminError> {
+    let pool_name = match name.split_once('/') {
+        Some((pool, _)) => pool,
+        None => return Err(AdminError::DestroyRoot(name.to_string())),
+    };
+    access.with_pool(pool_name, false, |pool| {
+        pool.destroy_dataset(name)?;
+        record_history(pool, history_entry)
+    })
+}
+
+/// Sets `assignments` on `dataset` in order (each durable before the next; the first that
+/// fails stops the rest), then applies mount flags to the server's live mounts.
+pub fn set_properties(
+    access: &PoolAccess,
+    dataset: &str,
+    assignments: &[(String, String)],
+    history_entry: &str,
+) -> Result<SetOutcome, AdminError> {
+    let pool_name = dataset.split('/').next().unwrap_or(dataset);
+    access.with_pool(pool_name, false, |pool| {
+        let mut outcome = SetOutcome::default();
+        for (property, value) in assignments {
+            let canonical = pool
+                .set_property(dataset, property, value)
+                .map_err(|source| AdminError::SetProperty {
+                    property: property.clone(),
+                    value: value.clone(),
+                    dataset: dataset.to_string(),
+                    source: Box::new(source),
+                })?;
+            if lookup(property).is_ok_and(|def| def.is_unsafe(&canonical)) {
+                outcome.unsafe_settings.push((property.clone(), canonical));
+            }
+        }
+        // Mount flags follow their properties on the live mounts (children inherit them).
+        let flags_changed = assignments
+            .iter()
+            .any(|(property, _)| lookup(property).is_ok_and(|def| def.is_mount_flag()));
+        if flags_changed && let Some(served) = &access.served {
+            outcome.mount_failures = served.mounts.apply_properties(pool);
+        }
+        record_history(pool, history_entry)?;
+        Ok(outcome)
+    })
+}
+
+/// A dataset change whose txg is durable, after which recording it failed.
+fn done_then_failed(name: &str, err: AdminError) -> AdminError {
+    AdminError::DoneThenFailed {
+        name: name.to_string(),
+        source: Box::new(err),
+    }
+}
