@@ -1,0 +1,414 @@
+//! `cairn pool …`: the zpool side of the CLI.
+//!
+//! Commands that only look (`status`, `list`, `history`, `check`) open the pool read-only, so
+//! looking never writes a txg; commands that change the pool open it read-write, record their
+//! command line in the pool history, and close (sync) it before returning. `create` and `import`
+//! add the pool to the pool cache with the device specs the pool actually ended up using;
+//! `export` and `destroy` remove it once the engine has succeeded.
+//!
+//! Files: this one holds the commands that change a pool (create, add, remove, scrub,
+//! export, destroy, clear, set, sync) and the small looks (get, history, txgs); `status.rs`
+//! renders `status` and `list` (text and JSON); `import.rs` finds, previews and imports
+//! pools and checks exported ones. The three are independent: each uses only the crate's
+//! shared modules (`context`, `table`, `json`, `vdevs`), never a sibling.
+
+mod import;
+mod status;
+
+pub use import::{check, import};
+pub use status::{list, status};
+
+use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason};
+use crate::context::{say, say_raw, shout};
+use crate::human;
+use crate::table::{Column, Table};
+use crate::vdevs::{parse_size_option, parse_vdevs};
+use crate::{ListFormat, PoolAddArgs, PoolCreateArgs};
+use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_dataset::properties::parse_size;
+use cairn_engine::{CreateOptions, ScrubProgress};
+use cairn_frontend::admin;
+use std::time::{Duration, Instant};
+pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
+    let name = &args.name;
+    let fail = || format!("cannot create pool '{name}'");
+    let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
+    let mut options = CreateOptions {
+        create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
+        force: args.force,
+        root_properties: args.root_properties.clone(),
+        history_entry: Some(ctx.command_line.clone()),
+        ..CreateOptions::default()
+    };
+    for (key, value) in &args.pool_properties {
+        match key.as_str() {
+            "ashift" => {
+                options.ashift = value.parse().map_err(|_| {
+                    anyhow!(
+                        "{}: invalid ashift '{value}' (a number such as 9 or 12)",
+                        fail()
+                    )
+                })?;
+            }
+            other => bail!(
+                "{}: unknown pool property '{other}' (known: ashift)",
+                fail()
+            ),
+        }
+    }
+    admin::create_pool(&ctx.access, name, &vdevs.groups, &vdevs.cache, &options).with_context(fail)
+}
+
+/// `cairn pool add POOL log [mirror] DEV…`
+pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
+    let name = &args.pool;
+    let fail = || format!("cannot add devices to pool '{name}'");
+    let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
+    let options = CreateOptions {
+        create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
+        force: args.force,
+        ..CreateOptions::default()
+    };
+    let added = admin::add_devices(
+        &ctx.access,
+        name,
+        &vdevs.groups,
+        &vdevs.cache,
+        &options,
+        &ctx.command_line,
+    )
+    .with_context(fail)?;
+    say!(ctx, "pool '{name}': added {}", added.join(", "));
+    Ok(())
+}
+
+/// `cairn pool remove POOL VDEV` (log and cache devices).
+pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
+    // A device may be named by a relative path; the pool knows absolute ones.
+    let absolute = std::path::Path::new(vdev)
+        .exists()
+        .then(|| std::path::absolute(vdev).ok())
+        .flatten()
+        .map(|path| path.display().to_string());
+    let vdev = absolute.as_deref().unwrap_or(vdev);
+    ctx.with_pool(name, false, |pool| {
+        let is_cache = pool
+            .cache_specs()
+            .iter()
+            .any(|spec| spec.to_string() == vdev || spec.path.display().to_string() == vdev);
+        let what = if is_cache {
+            pool.remove_cache_device(vdev)
+                .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
+            "cache device"
+        } else {
+            pool.remove_log_vdev(vdev)
+                .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
+            "log device"
+        };
+        ctx.cache
+            .insert(name, &device_specs(pool))
+            .with_context(|| format!("the pool cache still lists '{vdev}' for '{name}'"))?;
+        ctx.record(pool)?;
+        say!(ctx, "pool '{name}': removed {what} {vdev}");
+        Ok(())
+    })
+}
+
+pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
+    ctx.with_pool(name, false, |pool| {
+        ctx.record(pool)?;
+        let bar = ctx.interactive().then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            if let Ok(style) = indicatif::ProgressStyle::with_template(
+                "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+            ) {
+                bar.set_style(style.progress_chars("=> "));
+            }
+            bar.set_prefix(name.to_string());
+            bar
+        });
+        let started = Instant::now();
+        let mut last_line = Instant::now();
+        let mut report = |progress: &ScrubProgress| {
+            let total = progress.total_bytes.max(progress.scanned_bytes);
+            if let Some(bar) = &bar {
+                bar.set_length(total);
+                bar.set_position(progress.scanned_bytes);
+                if progress.bad_copies > 0 {
+                    bar.set_message(format!("{} bad copies", progress.bad_copies));
+                }
+            } else if last_line.elapsed() >= Duration::from_secs(1) {
+                last_line = Instant::now();
+                shout!(ctx,
+                    "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
+                    human::size(progress.scanned_bytes, false),
+                    human::size(total, false),
+                    human::percent(progress.scanned_bytes, total, false),
+                    progress.blocks,
+                    progress.bad_copies,
+                    progress.repaired_copies
+                );
+            }
+        };
+        let result = pool.scrub(&mut report);
+        if let Some(bar) = &bar {
+            bar.finish_and_clear();
+        }
+        let record = result.with_context(|| format!("scrub of pool '{name}' failed"))?;
+        say!(ctx,
+            "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
+            human::seconds(started.elapsed().as_millis() as u64),
+            human::size(record.bytes_scanned, false),
+            record.blocks_scanned,
+            record.bad_copies,
+            record.repaired_copies,
+            record.unrecoverable_blocks
+        );
+        for place in &record.damaged {
+            say!(ctx, "  damaged: {place}");
+        }
+        if record.unrecoverable_blocks > 0 {
+            bail!(
+                "pool '{name}': scrub found {} unrecoverable blocks (see cairn pool status {name})",
+                record.unrecoverable_blocks
+            );
+        }
+        Ok(())
+    })
+}
+
+pub fn export(ctx: &Context, name: &str) -> Result<()> {
+    let pool = match ctx.take(name) {
+        Ok((pool, unmounted)) => {
+            say_unmounted(ctx, &unmounted);
+            pool
+        }
+        Err(err) => return forget_unavailable(ctx, name, err.into(), "export"),
+    };
+    if let Err(err) = ctx.record(&pool) {
+        let _ = pool.close();
+        return Err(err);
+    }
+    pool.export()
+        .with_context(|| format!("cannot export pool '{name}'"))?;
+    ctx.cache.remove(name)?;
+    Ok(())
+}
+
+/// Says which filesystems an export or destroy unmounted first.
+fn say_unmounted(ctx: &Context, unmounted: &[(String, std::path::PathBuf)]) {
+    for (dataset, mountpoint) in unmounted {
+        say!(ctx, "unmounted {dataset} from {}", mountpoint.display());
+    }
+}
+
+/// `export` or `destroy -f` of a pool that cannot be opened: nothing can be written to its
+/// devices, so the pool is only forgotten (removed from the pool cache). Any other failure to
+/// open it stays an error.
+fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str) -> Result<()> {
+    let Some(reason) = unavailable_reason(&err) else {
+        return Err(err);
+    };
+    if unavailable_busy(&err) {
+        bail!(
+            "cannot {verb} pool '{name}': another process has it open ({reason}); stop that process first"
+        );
+    }
+    ctx.cache
+        .remove(name)
+        .with_context(|| format!("cannot forget pool '{name}'"))?;
+    shout!(
+        ctx,
+        "cairn: pool '{name}' cannot be opened ({reason}); it is forgotten without {verb}ing it: its devices are left as they are"
+    );
+    Ok(())
+}
+
+pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
+    let pool = match ctx.take(name).map_err(anyhow::Error::from) {
+        Ok((pool, unmounted)) => {
+            say_unmounted(ctx, &unmounted);
+            pool
+        }
+        Err(err) if force || unavailable_busy(&err) => {
+            return forget_unavailable(ctx, name, err, "destroy");
+        }
+        Err(err) => match unavailable_reason(&err) {
+            Some(reason) => bail!(
+                "cannot destroy pool '{name}': it cannot be opened ({reason}); cairn pool destroy -f {name} forgets it without touching its devices"
+            ),
+            None => return Err(err),
+        },
+    };
+    pool.destroy()
+        .with_context(|| format!("cannot destroy pool '{name}'"))?;
+    ctx.cache.remove(name)?;
+    Ok(())
+}
+
+/// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear); faulted mirror
+/// sides whose devices answer again rejoin, resilvered for the txgs they missed. A one-shot
+/// command waits for that resilver (it would stop with the process); a server goes on with it
+/// in the background.
+pub fn clear(ctx: &Context, name: &str, resilver_rate: Option<&str>) -> Result<()> {
+    let options = cairn_engine::ResilverOptions {
+        rate_bytes_per_s: resilver_rate
+            .map(parse_size)
+            .transpose()
+            .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
+        ..cairn_engine::ResilverOptions::default()
+    };
+    ctx.with_pool(name, false, |pool| {
+        pool.clear_errors_with(options)
+            .with_context(|| format!("cannot clear errors of pool '{name}'"))?;
+        ctx.record(pool)?;
+        let resilvering = pool
+            .resilver_status()
+            .is_some_and(|status| status.finished_ms.is_none() && status.error.is_none());
+        if resilvering {
+            say!(ctx, "pool '{name}': resilvering the devices that came back");
+            if ctx.served.is_none() {
+                crate::mirror_cmd::wait(ctx, pool)?;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `pool set arc_max=SIZE|arc_min=SIZE POOL`: the process's cache limits (see main.rs).
+pub fn set(ctx: &Context, assignment: &str, pool: &str) -> Result<()> {
+    if !ctx.pool_names()?.iter().any(|name| name == pool) {
+        bail!("cannot set property for '{pool}': no such pool");
+    }
+    let (name, value) = assignment
+        .split_once('=')
+        .ok_or_else(|| anyhow!("expected PROPERTY=VALUE, got '{assignment}'"))?;
+    let bytes = parse_size(value).map_err(|err| anyhow!("cannot set {name}={value}: {err}"))?;
+    let cache = cairn_engine::process_cache();
+    let stats = cache.stats();
+    let (mut min, mut max) = (
+        stats.get("c_min").unwrap_or(0),
+        stats.get("c_max").unwrap_or(0),
+    );
+    match name {
+        "arc_max" => {
+            max = bytes;
+            min = min.min(max);
+        }
+        "arc_min" => min = bytes,
+        other => bail!("unknown pool property '{other}' (settable: arc_max, arc_min)"),
+    }
+    cache
+        .set_limits(min, max)
+        .map_err(|err| anyhow!("cannot set {name}={value}: {err}"))?;
+    if ctx.served.is_none() {
+        say!(
+            ctx,
+            "no server is running: the setting lasts for this command only (start `cairn serve --{}`)",
+            name.replace('_', "-")
+        );
+    }
+    Ok(())
+}
+
+/// `pool get POOL`: the cache limits and where the cache stands.
+pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
+    if !ctx.pool_names()?.iter().any(|name| name == pool) {
+        bail!("cannot get properties of '{pool}': no such pool");
+    }
+    let stats = cairn_engine::process_cache().stats();
+    let mut table = Table::new(vec![
+        Column::left("NAME"),
+        Column::left("PROPERTY"),
+        Column::right("VALUE"),
+        Column::left("SOURCE"),
+    ]);
+    for (property, field, source) in [
+        ("arc_max", "c_max", "server"),
+        ("arc_min", "c_min", "server"),
+        ("arc_target", "c", "adaptive"),
+        ("arc_size", "size", "-"),
+    ] {
+        table.push(vec![
+            pool.to_string(),
+            property.to_string(),
+            human::size(stats.get(field).unwrap_or(0), format.exact),
+            source.to_string(),
+        ]);
+    }
+    say_raw!(ctx, "{}", table.render(format.scripted));
+    Ok(())
+}
+
+pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
+    let names = ctx.pools_or_all(pools)?;
+    for name in &names {
+        let synced = ctx.with_pool(name, false, |pool| {
+            pool.sync()
+                .with_context(|| format!("cannot sync pool '{name}'"))?;
+            Ok(())
+        });
+        ctx.skip_unavailable(synced, !pools.is_empty())?;
+    }
+    Ok(())
+}
+
+pub fn history(ctx: &Context, name: &str) -> Result<()> {
+    let entries = ctx.with_pool(name, true, |pool| anyhow::Ok(pool.history()))?;
+    say!(ctx, "History for '{name}':");
+    for entry in entries {
+        match entry
+            .split_once(' ')
+            .and_then(|(stamp, rest)| stamp.parse::<u64>().ok().map(|ms| (ms, rest)))
+        {
+            Some((ms, rest)) => say!(ctx, "{} {rest}", human::date(ms)),
+            None => say!(ctx, "{entry}"),
+        }
+    }
+    Ok(())
+}
+
+pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
+    let timings = ctx.with_pool(name, false, |pool| anyhow::Ok(pool.txg_history()))?;
+    let mut table = Table::new(vec![
+        Column::right("TXG"),
+        Column::left("TRIGGER"),
+        Column::right("DIRTY"),
+        Column::right("HOLDS"),
+        Column::right("OPEN"),
+        Column::right("QUIESCE"),
+        Column::right("SYNC"),
+        Column::right("DELAYS"),
+        Column::right("DELAYED"),
+        Column::right("BLOCKED"),
+    ]);
+    for timing in &timings {
+        table.push(vec![
+            timing.txg.to_string(),
+            format!("{:?}", timing.trigger).to_lowercase(),
+            human::size(timing.dirty_bytes, format.exact),
+            timing.holds_count.to_string(),
+            human::micros(timing.open_us, format.exact),
+            human::micros(timing.quiesce_us, format.exact),
+            human::micros(timing.sync_us, format.exact),
+            timing.writer_delays_count.to_string(),
+            human::micros(timing.writer_delay_ns_total / 1000, format.exact),
+            timing.writers_blocked_count.to_string(),
+        ]);
+    }
+    if timings.is_empty() && !format.scripted {
+        say!(
+            ctx,
+            "no txg timings recorded (timings are kept in memory by the process that has the pool open)"
+        );
+        return Ok(());
+    }
+    if !format.scripted {
+        say!(
+            ctx,
+            "txgs synced while this command had pool '{name}' open:"
+        );
+    }
+    say_raw!(ctx, "{}", table.render(format.scripted));
+    Ok(())
+}
