@@ -32,11 +32,13 @@ mod budget;
 mod cache_devices;
 mod check;
 mod create;
+mod datasets;
 mod filesystems;
 mod import;
 mod layout;
 mod missed;
 mod pool;
+mod pool_status;
 mod probe;
 mod replay;
 mod resilver;
@@ -51,10 +53,12 @@ pub use cairn_l2arc::{DeviceReport, L2Config, L2Health};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use create::{CreateOptions, VdevGroup};
+pub use datasets::DatasetInfo;
 pub use import::{DiscoveredPool, ImportSource, Rewind, discover_pools};
-pub use pool::{
-    DatasetInfo, DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, Pool,
-    PoolDeviceIo, PoolOptions, PoolStatus, TopIo, TopStatus, process_cache,
+pub use pool::{Pool, PoolOptions, process_cache};
+pub use pool_status::{
+    DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, PoolDeviceIo, PoolStatus,
+    TopIo, TopStatus,
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
