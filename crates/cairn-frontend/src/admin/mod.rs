@@ -13,6 +13,7 @@
 //!   removed;
 //! - datasets (`datasets.rs`): named `POOL/NAME`, recorded in the history once durable, mount
 //!   flags following their properties onto live mounts, unsafe settings reported;
+//! - imports (`import.rs`): what may be imported, which pool a name means, remembering it;
 //! - the memory budget of a server (`memory.rs`), checked before the cache takes its limit.
 //!
 //! Invariants: functions take their options as parameters and print nothing; what a person
@@ -23,11 +24,13 @@
 
 mod datasets;
 mod devices;
+mod import;
 mod memory;
 mod pools;
 
 pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties};
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
+pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
 pub use memory::{BudgetCheck, memory_budget};
 pub use pools::{AddedDevices, add_devices, create_pool};
 
@@ -60,6 +63,31 @@ pub enum AdminError {
     FailedAdditions(String),
     #[error("{0}")]
     MemoryBudget(String),
+    #[error(
+        "cannot import '{wanted}': no such pool found in {searched}{}",
+        if *only_destroyed {
+            " (only a destroyed pool of that name was found; destroyed pools cannot be imported)"
+        } else {
+            " (use -d DIR to search a directory of device files)"
+        }
+    )]
+    NoPoolFound {
+        wanted: String,
+        searched: String,
+        only_destroyed: bool,
+    },
+    #[error(
+        "cannot import '{wanted}': several pools have this name (guids {guids}); import one by guid"
+    )]
+    AmbiguousPool { wanted: String, guids: String },
+    #[error("cannot import '{wanted}': a pool named '{name}' is already imported")]
+    NameImported { wanted: String, name: String },
+    #[error("cannot keep pool '{pool}' after import")]
+    NotKept {
+        pool: String,
+        #[source]
+        source: PoolsError,
+    },
     #[error("a {kind} is named POOL/NAME ('{name}' would be a pool's root dataset)")]
     RootDataset { name: String, kind: &'static str },
     #[error("it is a pool's root dataset (use cairn pool destroy {0})")]

@@ -2,7 +2,7 @@
 //! importing (read-write or read-only, with the pool cache updated once the pool is durable)
 //! and checking an exported pool without importing it. Uses no sibling.
 
-use crate::context::{Context, device_specs};
+use crate::context::Context;
 use crate::context::{say, say_raw};
 use crate::human;
 use crate::table::{Column, Table};
@@ -11,8 +11,7 @@ use anyhow::{Context as _, Result, bail};
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{DiscoveredPool, ImportSource, Pool, PoolOptions, discover_pools};
 use cairn_format::PoolState;
-use cairn_frontend::pools::parse_cached_device;
-use std::collections::BTreeSet;
+use cairn_frontend::admin;
 use std::path::PathBuf;
 
 fn label_state(state: PoolState) -> &'static str {
@@ -44,6 +43,13 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         bail!("-F -n needs the pool to look at (cairn pool import -d DIR -F -n POOL)");
     }
     let readonly = import_readonly(args)?;
+    let options = PoolOptions {
+        ignore_missing_log: args.ignore_missing_log,
+        rewind: args.rewind,
+        readonly,
+        without_space_log: readonly,
+        ..ctx.pool_options()
+    };
     // A remembered pool that no longer opens because a log device is gone, or because it would
     // have to rewind: its error sends the user here with --ignore-missing-log or -F; the
     // devices are the remembered ones.
@@ -53,20 +59,45 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         && ctx.cache.devices(wanted)?.is_some()
     {
         let source = ImportSource::Devices(ctx.cached_devices(wanted)?);
-        let options = PoolOptions {
-            ignore_missing_log: args.ignore_missing_log,
-            rewind: args.rewind,
-            readonly,
-            without_space_log: readonly,
-            ..ctx.pool_options()
-        };
-        if args.dry_run {
-            return preview_rewind(ctx, &source, wanted, wanted, &options);
-        }
-        let pool = Pool::import(&source, wanted, options)
-            .with_context(|| format!("cannot import pool '{wanted}'"))?;
-        return finish_import(ctx, pool);
+        return import_from(ctx, args, &source, wanted, wanted, options);
     }
+    let dirs = search_dirs(args)?;
+    let searched = dirs
+        .iter()
+        .map(|dir| dir.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    // The engine's one search over every directory: a pool whose devices are spread over
+    // several directories is found whole (the search `cairn serve -d` uses too).
+    let found: Vec<DiscoveredPool> = discover_pools(&ImportSource::Directories(dirs.clone()));
+    let Some(wanted) = &args.pool else {
+        return list_importable(ctx, &found, args.destroyed, &searched);
+    };
+    let chosen = admin::choose_pool(&found, wanted, &searched)?;
+    let name = chosen.config.pool_name.clone();
+    // (With --ignore-missing-log or -F a remembered pool may be imported again from these
+    // devices: it could not be opened, or its devices' locks make this import fail.)
+    admin::refuse_imported_name(
+        &ctx.access,
+        wanted,
+        &name,
+        args.ignore_missing_log || args.rewind,
+    )?;
+    // By guid from the directories searched: the one search, which also finds the pool's
+    // cache devices there.
+    let guid = chosen.config.pool_guid.to_string();
+    import_from(
+        ctx,
+        args,
+        &ImportSource::Directories(dirs),
+        &guid,
+        &name,
+        options,
+    )
+}
+
+/// The directories `-d` names, absolute (`/dev` without any); each must be a directory.
+fn search_dirs(args: &PoolImportArgs) -> Result<Vec<PathBuf>> {
     let dirs: Vec<PathBuf> = if args.dirs.is_empty() {
         vec![PathBuf::from("/dev")]
     } else {
@@ -80,98 +111,54 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
             bail!("cannot search {} for pools: not a directory", dir.display());
         }
     }
-    let searched = dirs
-        .iter()
-        .map(|dir| dir.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ");
-    // The engine's one search over every directory: a pool whose devices are spread over
-    // several directories is found whole (the search `cairn serve -d` uses too).
-    let found: Vec<DiscoveredPool> = discover_pools(&ImportSource::Directories(dirs.clone()));
-    let Some(wanted) = &args.pool else {
-        let imported: BTreeSet<PathBuf> = ctx
-            .cache
-            .load()?
-            .into_values()
-            .flatten()
-            .filter_map(|text| parse_cached_device(&text).ok().map(|spec| spec.path))
-            .collect();
-        let mut shown = 0;
-        for pool in &found {
-            let destroyed = pool.config.state == PoolState::Destroyed;
-            let already = pool
-                .devices
-                .iter()
-                .any(|(spec, _)| imported.contains(&spec.path));
-            if already || (destroyed && !args.destroyed) {
-                continue;
-            }
-            if shown > 0 {
-                say!(ctx);
-            }
-            shown += 1;
-            say_raw!(ctx, "{}", render_importable(pool));
+    Ok(dirs)
+}
+
+/// `import` without a pool: what could be imported.
+fn list_importable(
+    ctx: &Context,
+    found: &[DiscoveredPool],
+    include_destroyed: bool,
+    searched: &str,
+) -> Result<()> {
+    let importable = admin::importable_pools(&ctx.access, found, include_destroyed)?;
+    for (shown, pool) in importable.iter().enumerate() {
+        if shown > 0 {
+            say!(ctx);
         }
-        if shown == 0 {
-            say!(
-                ctx,
-                "no pools available to import (searched {searched}; use -d DIR to search a directory of device files)"
-            );
-        }
-        return Ok(());
-    };
-    let matches: Vec<_> = found
-        .iter()
-        .filter(|pool| pool.config.state != PoolState::Destroyed)
-        .filter(|pool| {
-            pool.config.pool_name == *wanted || pool.config.pool_guid.to_string() == *wanted
-        })
-        .collect();
-    let pool_found = match matches.as_slice() {
-        [] => {
-            let destroyed = found.iter().any(|pool| {
-                pool.config.pool_name == *wanted && pool.config.state == PoolState::Destroyed
-            });
-            let hint = if destroyed {
-                " (only a destroyed pool of that name was found; destroyed pools cannot be imported)"
-            } else {
-                " (use -d DIR to search a directory of device files)"
-            };
-            bail!("cannot import '{wanted}': no such pool found in {searched}{hint}");
-        }
-        [one] => *one,
-        several => bail!(
-            "cannot import '{wanted}': several pools have this name (guids {}); import one by guid",
-            several
-                .iter()
-                .map(|pool| pool.config.pool_guid.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let name = pool_found.config.pool_name.clone();
-    // (With --ignore-missing-log or -F a remembered pool may be imported again from these
-    // devices: it could not be opened, or its devices' locks make this import fail.)
-    if ctx.cache.devices(&name)?.is_some() && !args.ignore_missing_log && !args.rewind {
-        bail!("cannot import '{wanted}': a pool named '{name}' is already imported");
+        say_raw!(ctx, "{}", render_importable(pool));
     }
-    // By guid from the directories searched: the one search, which also finds the pool's
-    // cache devices there.
-    let source = ImportSource::Directories(dirs.clone());
-    let guid = pool_found.config.pool_guid.to_string();
-    let options = PoolOptions {
-        ignore_missing_log: args.ignore_missing_log,
-        rewind: args.rewind,
-        readonly,
-        without_space_log: readonly,
-        ..ctx.pool_options()
-    };
+    if importable.is_empty() {
+        say!(
+            ctx,
+            "no pools available to import (searched {searched}; use -d DIR to search a directory of device files)"
+        );
+    }
+    Ok(())
+}
+
+/// Imports (or, with `-n`, previews the rewind of) the pool `wanted` names in `source`.
+fn import_from(
+    ctx: &Context,
+    args: &PoolImportArgs,
+    source: &ImportSource,
+    wanted: &str,
+    name: &str,
+    options: PoolOptions,
+) -> Result<()> {
     if args.dry_run {
-        return preview_rewind(ctx, &source, &guid, &name, &options);
+        return preview_rewind(ctx, source, wanted, name, &options);
     }
-    let pool = Pool::import(&source, &guid, options)
+    let pool = Pool::import(source, wanted, options)
         .with_context(|| format!("cannot import pool '{name}'"))?;
-    finish_import(ctx, pool)
+    for note in pool.notes() {
+        say!(ctx, "{note}");
+    }
+    Ok(admin::remember_imported(
+        &ctx.access,
+        pool,
+        &ctx.command_line,
+    )?)
 }
 
 /// `import -F -n`: what a rewind would open and lose; nothing is committed or remembered.
@@ -192,23 +179,6 @@ fn preview_rewind(
         ),
     }
     Ok(())
-}
-
-/// Shows what import had to say, remembers the pool and its devices, records the command.
-fn finish_import(ctx: &Context, pool: Pool) -> Result<()> {
-    let name = pool.name().to_string();
-    for note in pool.notes() {
-        say!(ctx, "{note}");
-    }
-    let recorded = ctx
-        .cache
-        .insert(&name, &device_specs(&pool))
-        .map_err(anyhow::Error::from)
-        .and_then(|()| ctx.record(&pool));
-    let closed = ctx
-        .adopt(pool)
-        .with_context(|| format!("cannot keep pool '{name}' after import"));
-    recorded.and(closed)
 }
 
 fn render_importable(pool: &DiscoveredPool) -> String {
