@@ -16,14 +16,16 @@
 //! - `spec`: the `emu:MODEL:PATH` device naming used on the command line and in labels.
 //! - `record`: a write log of what reached a device's media, and `replay`, which rebuilds the
 //!   images from it (crash tests keep it for a failing seed).
+//! - `error_class`: `ErrorClass`, what any layer's error means to a client, and the one table
+//!   from it to a POSIX errno (here because this is the crate every layer depends on).
 //!
 //! Invariant: a successful `flush` means every write that completed before it was issued is on
 //! stable media. Nothing above this layer may assume more than that.
 
-pub mod class;
 pub mod clock;
 pub mod device;
 pub mod emulated;
+pub mod error_class;
 pub mod file;
 pub mod iostats;
 pub mod mem;
@@ -31,13 +33,13 @@ pub mod queue;
 pub mod record;
 pub mod spec;
 
-pub use class::{ErrorClass, error_chain, find_os_error};
 pub use clock::{Clock, RealClock, VirtualClock};
 pub use device::{Device, DeviceError};
 pub use emulated::{
     DeviceModel, EmuOptions, EmuStats, EmulatedDevice, FaultConfig, ModelTimer, PowerSwitch,
     TimedOp,
 };
+pub use error_class::{ErrorClass, error_chain, find_os_error};
 pub use file::{FileDevice, FileOptions};
 pub use iostats::{
     ClassStats, DirectionStats, LATENCY_BUCKETS, LatencyHistogram, Pow2Histogram, SIZE_BUCKETS,

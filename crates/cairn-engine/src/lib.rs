@@ -109,13 +109,6 @@ pub enum EngineError {
     Fs(#[from] cairn_fs::FsError),
 }
 
-/// The errno values `FsError::errno` gives that map to classes.
-mod libc_errno {
-    pub const EIO: i32 = 5;
-    pub const ENOSPC: i32 = 28;
-    pub const EROFS: i32 = 30;
-}
-
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
 /// becomes text (a suspended txg engine's reason, import failures per uberblock).
 pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
@@ -125,7 +118,8 @@ pub(crate) fn error_chain(err: &dyn std::error::Error) -> String {
 impl EngineError {
     /// What the failure means to a client (see `cairn_device::ErrorClass` and
     /// `DatasetError::class`, which documents the choices): wrapped errors answer for
-    /// themselves; a pool opened read-only is `ReadOnly`; a suspended pool is `Io`; a bad
+    /// themselves (a filesystem's too: `FsError::class`, so its errno here is the one a FUSE
+    /// client gets); a pool opened read-only is `ReadOnly`; a suspended pool is `Io`; a bad
     /// request to create or reshape a pool is `Invalid`; everything else is damage or a
     /// device failure, `Io`.
     pub fn class(&self) -> ErrorClass {
@@ -139,12 +133,7 @@ impl EngineError {
             EngineError::Create(_) | EngineError::Layout(_) => ErrorClass::Invalid,
             EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
             EngineError::Cache(_) => ErrorClass::Invalid,
-            EngineError::Fs(err) => match err.errno() {
-                libc_errno::ENOSPC => ErrorClass::NoSpace,
-                libc_errno::EROFS => ErrorClass::ReadOnly,
-                libc_errno::EIO => ErrorClass::Io,
-                _ => ErrorClass::Invalid,
-            },
+            EngineError::Fs(err) => err.class(),
             EngineError::Label(_)
             | EngineError::Flush(_)
             | EngineError::TaskNotRun { .. }

@@ -270,4 +270,11 @@ fn classification_follows_the_type_not_the_text() {
     // The allocator refusing a malformed request is not a full pool.
     let bug = cairn_pool::space::SpaceError::InvalidSize { size_bytes: 0 };
     assert_eq!(wrap(bug).class(), ErrorClass::Io);
+    // A filesystem's error keeps its own class through the engine (`FsError::class`): a
+    // quota is not a full pool, and neither is a bad request.
+    let quota = EngineError::Fs(cairn_fs::FsError::QuotaExceeded("refquota".into()));
+    assert_eq!(quota.class(), ErrorClass::QuotaExceeded);
+    assert_eq!(quota.errno(), libc::EDQUOT);
+    let full = EngineError::Fs(cairn_fs::FsError::NoSpace("the word quota".into()));
+    assert_eq!(full.class(), ErrorClass::NoSpace);
 }

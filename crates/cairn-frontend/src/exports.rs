@@ -7,12 +7,14 @@
 //!
 //! Errors keep their meaning on the wire: a write to a read-only volume or pool answers EPERM
 //! (NBD has no EROFS; EPERM is its word for it), a full pool ENOSPC, an access past the end
-//! EINVAL, anything else EIO.
+//! EINVAL, anything else EIO; the one table from an error's class to NBD's numbers is
+//! `nbd_error`.
 //! Durability is the volume's: a write returns once it is in the open txg; FLUSH and FUA
 //! commit the volume's intent log (the connection's lane for FUA, every lane for FLUSH).
 
 use crate::pools::ServedPools;
 use cairn_dataset::{DatasetError, DatasetKind, Volume, WriteOptions};
+use cairn_device::ErrorClass;
 use cairn_engine::Pool;
 use cairn_nbd::{Export, ExportError, ExportProvider};
 use std::sync::Arc;
@@ -24,22 +26,49 @@ pub struct VolumeExport {
     lane: usize,
 }
 
-/// The NBD reply to a volume's error, chosen by its class (decided by the error's type down its
-/// chain of causes: `DatasetError::class`), so a device EIO, a full pool and a read-only target
-/// each get their own errno whatever layer they came through. NBD has no EROFS: a write to a
-/// read-only target is EPERM on the wire. A suspended pool is EIO (see `DatasetError::class`).
+/// The NBD reply to a volume's error: its class (decided by the error's type down its chain
+/// of causes: `DatasetError::class`) through `nbd_error`, so a device EIO, a full pool and a
+/// read-only target each get their own answer whatever layer they came through. The one
+/// exception is an access past the end, which NBD names apart (`ExportError::OutOfRange`,
+/// EINVAL on the wire like any bad request).
 pub fn export_error(err: DatasetError) -> ExportError {
-    use cairn_device::ErrorClass;
-    match err.class() {
+    if let DatasetError::OutOfRange { .. } = err {
+        return ExportError::OutOfRange;
+    }
+    nbd_error(err.class(), cairn_device::error_chain(&err))
+}
+
+/// The NBD answer to an error class: the one class → NBD table, as `ErrorClass::errno` is
+/// the one class → POSIX table. It lives here, in the front end, because `cairn-nbd` speaks
+/// the protocol without knowing the pool (it depends on no storage crate) and
+/// `cairn-device` knows nothing of NBD. `detail` is the error's whole chain, for the
+/// answers that carry text.
+///
+/// NBD has few numbers (EPERM, EIO, EINVAL, ENOSPC, ENOTSUP, …):
+/// - a read-only target is EPERM on the wire (NBD has no EROFS; EPERM is its word for it);
+/// - a full pool is ENOSPC, and so is a quota (NBD has no EDQUOT; a volume's own quota is
+///   `NoSpace` already);
+/// - a suspended pool is EIO (see `DatasetError::class`);
+/// - a bad request is EINVAL;
+/// - "not found", "exists" and every namespace answer are EIO: a block device names nothing,
+///   so such an answer from below means the volume's dataset itself failed (a volume's
+///   errors never carry the namespace classes; they are here to keep the match exhaustive).
+pub fn nbd_error(class: ErrorClass, detail: String) -> ExportError {
+    match class {
         ErrorClass::ReadOnly => ExportError::ReadOnly,
-        ErrorClass::NoSpace => ExportError::NoSpace,
-        ErrorClass::Invalid if matches!(err, DatasetError::OutOfRange { .. }) => {
-            ExportError::OutOfRange
-        }
-        ErrorClass::Invalid => ExportError::Invalid(cairn_device::error_chain(&err)),
-        ErrorClass::Io | ErrorClass::NotFound | ErrorClass::Exists => {
-            ExportError::Io(cairn_device::error_chain(&err))
-        }
+        ErrorClass::NoSpace | ErrorClass::QuotaExceeded => ExportError::NoSpace,
+        ErrorClass::Invalid => ExportError::Invalid(detail),
+        ErrorClass::Io
+        | ErrorClass::NotFound
+        | ErrorClass::Exists
+        | ErrorClass::NotDirectory
+        | ErrorClass::IsDirectory
+        | ErrorClass::NotEmpty
+        | ErrorClass::NameTooLong
+        | ErrorClass::TooManyLinks
+        | ErrorClass::FileTooLarge
+        | ErrorClass::NoAttribute
+        | ErrorClass::ValueTooLarge => ExportError::Io(detail),
     }
 }
 
@@ -179,5 +208,62 @@ impl ExportProvider for PoolExports {
             volume.size_bytes(),
             volume.block_size()
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What an NBD client got for each kind of volume error before the tables were unified
+    /// (the numbers on the wire, `ExportError::errno`): a change here is a change clients see.
+    #[test]
+    fn volume_errors_keep_their_nbd_numbers() {
+        const EPERM: u32 = 1;
+        const EIO: u32 = 5;
+        const EINVAL: u32 = 22;
+        const ENOSPC: u32 = 28;
+        let cases = [
+            (DatasetError::ReadOnly("tank/vol".into()), EPERM),
+            (DatasetError::NoSpace("full".into()), ENOSPC),
+            (DatasetError::NoSuchDataset("tank/vol".into()), EIO),
+            (DatasetError::Exists("tank/vol".into()), EIO),
+            (DatasetError::Corrupt("x".into()), EIO),
+            (
+                DatasetError::InvalidName {
+                    name: "tank/".into(),
+                    reason: "x".into(),
+                },
+                EINVAL,
+            ),
+        ];
+        for (err, number) in cases {
+            let text = format!("{err:?}");
+            assert_eq!(export_error(err).errno(), number, "{text}");
+        }
+        let past_the_end = DatasetError::OutOfRange {
+            name: "tank/vol".into(),
+            op: "write",
+            offset: 1 << 30,
+            len: 4096,
+            size: 4 << 20,
+        };
+        assert_eq!(export_error(past_the_end), ExportError::OutOfRange);
+    }
+
+    #[test]
+    fn classes_map_to_nbd_numbers() {
+        let cases = [
+            (ErrorClass::Io, ExportError::Io("d".into())),
+            (ErrorClass::NoSpace, ExportError::NoSpace),
+            (ErrorClass::QuotaExceeded, ExportError::NoSpace),
+            (ErrorClass::ReadOnly, ExportError::ReadOnly),
+            (ErrorClass::Invalid, ExportError::Invalid("d".into())),
+            (ErrorClass::NotFound, ExportError::Io("d".into())),
+            (ErrorClass::Exists, ExportError::Io("d".into())),
+        ];
+        for (class, expected) in cases {
+            assert_eq!(nbd_error(class, "d".into()), expected, "{class:?}");
+        }
     }
 }

@@ -68,6 +68,7 @@ pub mod check;
 mod data;
 pub mod dirmap;
 mod durability;
+mod error;
 pub mod log;
 mod namespace;
 pub mod ops;
@@ -75,14 +76,14 @@ mod read;
 mod xattr;
 
 pub use cairn_dataset::properties::{AtimeMode, SyncMode};
+pub use error::FsError;
 pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
-use cairn_device::ErrorClass;
 use cairn_format::{BLOCK_SIZE_GRANULE, ObjectType};
 use cairn_object::{ObjectError, ObjectSet};
-use cairn_pool::txg::{TxgEngine, TxgError, TxgHold};
+use cairn_pool::txg::{TxgEngine, TxgHold};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -129,82 +130,6 @@ impl<'a> Tx<'a> {
         if let Some(hold) = self.hold {
             hold.add_dirty(bytes);
         }
-    }
-}
-
-/// What went wrong, with the errno a front end answers.
-#[derive(Debug, thiserror::Error)]
-pub enum FsError {
-    #[error("no such file or directory")]
-    NotFound,
-    #[error("file exists")]
-    Exists,
-    #[error("not a directory")]
-    NotDirectory,
-    #[error("is a directory")]
-    IsDirectory,
-    #[error("directory not empty")]
-    NotEmpty,
-    #[error("file name too long")]
-    NameTooLong,
-    #[error("invalid argument: {0}")]
-    Invalid(String),
-    #[error("too many links")]
-    TooManyLinks,
-    #[error("file too large")]
-    TooLarge,
-    #[error("read-only filesystem")]
-    ReadOnly,
-    #[error("no such extended attribute")]
-    NoAttribute,
-    #[error("value too large: {0}")]
-    ValueTooLarge(String),
-    #[error("no space: {0}")]
-    NoSpace(String),
-    #[error("disk quota exceeded: {0}")]
-    QuotaExceeded(String),
-    #[error("corrupt filesystem metadata: {0}")]
-    Corrupt(String),
-    #[error(transparent)]
-    Object(#[from] ObjectError),
-    #[error(transparent)]
-    Txg(#[from] TxgError),
-    #[error(transparent)]
-    Log(#[from] cairn_zil::ZilError),
-}
-
-impl FsError {
-    /// The errno a POSIX front end answers with.
-    pub fn errno(&self) -> i32 {
-        match self {
-            FsError::NotFound => libc::ENOENT,
-            FsError::Exists => libc::EEXIST,
-            FsError::NotDirectory => libc::ENOTDIR,
-            FsError::IsDirectory => libc::EISDIR,
-            FsError::NotEmpty => libc::ENOTEMPTY,
-            FsError::NameTooLong => libc::ENAMETOOLONG,
-            FsError::Invalid(_) => libc::EINVAL,
-            FsError::TooManyLinks => libc::EMLINK,
-            FsError::TooLarge => libc::EFBIG,
-            FsError::ReadOnly => libc::EROFS,
-            FsError::NoAttribute => libc::ENODATA,
-            FsError::ValueTooLarge(_) => libc::E2BIG,
-            FsError::NoSpace(_) => libc::ENOSPC,
-            FsError::QuotaExceeded(_) => libc::EDQUOT,
-            FsError::Corrupt(_) => libc::EIO,
-            FsError::Object(err) => class_errno(err.class()),
-            FsError::Txg(err) => class_errno(err.class()),
-            FsError::Log(err) => class_errno(err.class()),
-        }
-    }
-}
-
-fn class_errno(class: ErrorClass) -> i32 {
-    match class {
-        ErrorClass::NoSpace => libc::ENOSPC,
-        ErrorClass::ReadOnly => libc::EROFS,
-        ErrorClass::Invalid => libc::EINVAL,
-        _ => libc::EIO,
     }
 }
 

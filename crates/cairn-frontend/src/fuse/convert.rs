@@ -1,6 +1,6 @@
 //! Translation between cairn's terms and FUSE's: inode numbers (FUSE's root is inode 1,
 //! cairn's root directory is object 2; the two swap and every other object keeps its
-//! number), times (before the epoch too), file kinds, errors (`FsError::errno`) and the
+//! number), times (before the epoch too), file kinds, errors (`FsError::class`) and the
 //! attributes the kernel is given.
 //!
 //! Invariants: `object_of` and `ino_of` are each other's inverse, and `timestamp` undoes
@@ -30,8 +30,10 @@ pub(super) fn ino_of(object: u64) -> INodeNo {
     })
 }
 
+/// The errno the kernel is told: the error's class through the one class → POSIX table
+/// (`ErrorClass::errno`), the same a later NFS front end answers with.
 pub(super) fn errno(err: &FsError) -> Errno {
-    Errno::from_i32(err.errno())
+    Errno::from_i32(err.class().errno())
 }
 
 fn system_time(t: Timestamp) -> SystemTime {

@@ -3,7 +3,7 @@
 //!
 //! The adapter translates and nothing more: inode numbers (FUSE's root is inode 1, cairn's
 //! root directory is object 2; the two numbers are swapped and every other object keeps its
-//! number), attributes, errors (`FsError::errno`) and the caller's identity for new inodes
+//! number), attributes, errors (`FsError::class`) and the caller's identity for new inodes
 //! (with set-group-ID directories passing on their group, as POSIX asks). Permission checks
 //! are the kernel's (`default_permissions`); the mount admits every user (`allow_other`),
 //! which needs root, as `cairn serve` runs.

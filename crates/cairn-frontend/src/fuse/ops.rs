@@ -11,6 +11,7 @@
 use super::adapter::{ATTR_TTL, FuseAdapter, REPORTED_BLOCK_BYTES};
 use super::convert::{errno, file_type, ino_of, object_of, time_or_now, timestamp};
 use super::writers::CACHED_WRITER_FH_BIT;
+use cairn_device::ErrorClass;
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::ops::FsOpKind;
 use cairn_fs::{Fallocate, FsError, RenameMode, SetAttrs, XattrMode};
@@ -512,11 +513,11 @@ impl fuser::Filesystem for FuseAdapter {
                 // Written back from the page cache: the kernel keeps this error for the
                 // file's next `fsync` and `close`, as ENOSPC if it is that and EIO otherwise,
                 // so a quota's refusal is told as ENOSPC ("no space") rather than EIO.
-                let code = match errno(&err) {
-                    Errno::EDQUOT => Errno::ENOSPC,
-                    code => code,
+                let class = match err.class() {
+                    ErrorClass::QuotaExceeded => ErrorClass::NoSpace,
+                    class => class,
                 };
-                reply.error(code);
+                reply.error(Errno::from_i32(class.errno()));
                 self.drop_refused_pages(ino, offset, data.len());
             }
             Err(err) => reply.error(errno(&err)),
