@@ -182,9 +182,51 @@ fn preview_rewind(
 }
 
 fn render_importable(pool: &DiscoveredPool) -> String {
-    let (config, devices) = (&pool.config, &pool.devices);
+    let config = &pool.config;
     let mut table = Table::new(vec![Column::left("NAME"), Column::left("STATE")]);
-    let mut rows = Vec::new();
+    let (rows, pool_ok, pool_degraded) = importable_rows(pool);
+    // No uberblock on any device: a `pool create` cut before its first commit (labels in their
+    // first half only), or rings damaged beyond use. Either way there is nothing to import.
+    let no_uberblock = pool.newest_uberblock.is_none();
+    let pool_state = match (pool_ok && !no_uberblock, pool_degraded) {
+        (false, _) => "UNAVAIL",
+        (true, true) => "DEGRADED",
+        (true, false) => "ONLINE",
+    };
+    table.push(vec![config.pool_name.clone(), pool_state.into()]);
+    for (name, state) in rows {
+        table.push(vec![name, state.into()]);
+    }
+    let mut out = if no_uberblock {
+        format!(
+            "   pool: {}\n     id: {}\n  state: {pool_state}\n",
+            config.pool_name, config.pool_guid
+        )
+    } else {
+        format!(
+            "   pool: {}\n     id: {}\n  state: {} ({})\n",
+            config.pool_name,
+            config.pool_guid,
+            pool_state,
+            label_state(config.state)
+        )
+    };
+    out.push_str(&importable_advice(pool, pool_ok, no_uberblock));
+    out.push_str(" config:\n\n");
+    for line in table.render(false).lines().skip(1) {
+        out.push('\t');
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The rows of an importable pool's vdevs (a plain vdev's one leaf, or a mirror's or raidz's
+/// row and its leaves, each ONLINE where a device was found), whether every vdev has a device
+/// (`pool_ok`) and whether any lacks one (`pool_degraded`).
+fn importable_rows(pool: &DiscoveredPool) -> (Vec<(String, &'static str)>, bool, bool) {
+    let (config, devices) = (&pool.config, &pool.devices);
+    let mut rows: Vec<(String, &'static str)> = Vec::new();
     let mut pool_ok = true;
     let mut pool_degraded = false;
     for top in &config.tree.tops {
@@ -232,32 +274,12 @@ fn render_importable(pool: &DiscoveredPool) -> String {
             );
         }
     }
-    // No uberblock on any device: a `pool create` cut before its first commit (labels in their
-    // first half only), or rings damaged beyond use. Either way there is nothing to import.
-    let no_uberblock = pool.newest_uberblock.is_none();
-    let pool_state = match (pool_ok && !no_uberblock, pool_degraded) {
-        (false, _) => "UNAVAIL",
-        (true, true) => "DEGRADED",
-        (true, false) => "ONLINE",
-    };
-    table.push(vec![config.pool_name.clone(), pool_state.into()]);
-    for (name, state) in rows {
-        table.push(vec![name, state.into()]);
-    }
-    let mut out = if no_uberblock {
-        format!(
-            "   pool: {}\n     id: {}\n  state: {pool_state}\n",
-            config.pool_name, config.pool_guid
-        )
-    } else {
-        format!(
-            "   pool: {}\n     id: {}\n  state: {} ({})\n",
-            config.pool_name,
-            config.pool_guid,
-            pool_state,
-            label_state(config.state)
-        )
-    };
+    (rows, pool_ok, pool_degraded)
+}
+
+/// The `status:` and `action:` lines of an importable pool.
+fn importable_advice(pool: &DiscoveredPool, pool_ok: bool, no_uberblock: bool) -> String {
+    let mut out = String::new();
     if pool.creation_incomplete() {
         out.push_str(
             " status: The pool's creation did not complete (no uberblock was written).\n \
@@ -270,7 +292,7 @@ fn render_importable(pool: &DiscoveredPool) -> String {
              damaged).\n action: The pool cannot be imported.\n",
         );
     }
-    out.push_str(match (pool_ok, config.state) {
+    out.push_str(match (pool_ok, pool.config.state) {
         _ if no_uberblock => "",
         (false, _) => " action: The pool cannot be imported: a vdev has no device present.\n",
         (true, PoolState::Destroyed) => " action: The pool was destroyed and cannot be imported.\n",
@@ -281,12 +303,6 @@ fn render_importable(pool: &DiscoveredPool) -> String {
             " action: The pool can be imported using its name or numeric identifier.\n"
         }
     });
-    out.push_str(" config:\n\n");
-    for line in table.render(false).lines().skip(1) {
-        out.push('\t');
-        out.push_str(line);
-        out.push('\n');
-    }
     out
 }
 

@@ -77,6 +77,26 @@ fn health_label(status: &PoolStatus) -> &'static str {
 }
 
 fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool) -> String {
+    let mut out = status_header(status);
+    out.push_str(&format!("  scan: {}\n", scan_line(status)));
+    out.push_str("config:\n\n");
+    let mut table = vdev_table(status);
+    let notes = push_cache_rows(&mut table, cache);
+    for line in table.render(false).lines() {
+        out.push('\t');
+        out.push_str(line);
+        out.push('\n');
+    }
+    out.push('\n');
+    for note in &notes {
+        out.push_str(&format!("  note: {note}\n"));
+    }
+    out.push_str(&errors_line(status, verbose));
+    out
+}
+
+/// `pool:`, `state:` and the `status:` lines (read-only import, suspension, lost redundancy).
+fn status_header(status: &PoolStatus) -> String {
     let mut out = String::new();
     out.push_str(&format!("  pool: {}\n", status.name));
     if status.imported_readonly {
@@ -104,8 +124,23 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
             "status: One or more devices are missing or faulted; the pool is not fully redundant.\n",
         );
     }
-    out.push_str(&format!("  scan: {}\n", scan_line(status)));
-    out.push_str("config:\n\n");
+    out
+}
+
+/// READ/WRITE/CKSUM error sums of `leaves`.
+fn error_sums(leaves: &[cairn_engine::LeafStatus]) -> (u64, u64, u64) {
+    leaves.iter().fold((0, 0, 0), |(r, w, c), leaf| {
+        (
+            r + leaf.read_errors,
+            w + leaf.write_errors,
+            c + leaf.checksum_errors,
+        )
+    })
+}
+
+/// The pool's row, then each top-level vdev (log devices in their own section, below the
+/// data vdevs, as zpool shows them) with its leaves.
+fn vdev_table(status: &PoolStatus) -> Table {
     let mut table = Table::new(vec![
         Column::left("NAME"),
         Column::left("STATE"),
@@ -113,21 +148,12 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
         Column::right("WRITE"),
         Column::right("CKSUM"),
     ]);
-    let sums = |leaves: &[cairn_engine::LeafStatus]| {
-        leaves.iter().fold((0, 0, 0), |(r, w, c), leaf| {
-            (
-                r + leaf.read_errors,
-                w + leaf.write_errors,
-                c + leaf.checksum_errors,
-            )
-        })
-    };
     let all_leaves: Vec<cairn_engine::LeafStatus> = status
         .tops
         .iter()
         .flat_map(|top| top.leaves.clone())
         .collect();
-    let (r, w, c) = sums(&all_leaves);
+    let (r, w, c) = error_sums(&all_leaves);
     table.push(vec![
         status.name.clone(),
         health_label(status).into(),
@@ -138,7 +164,6 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
     let mut logs_header = false;
     for top in &status.tops {
         if top.is_log && !logs_header {
-            // As zpool does: log devices in their own section, below the data vdevs.
             table.push(vec![
                 "logs".into(),
                 String::new(),
@@ -148,27 +173,8 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
             ]);
             logs_header = true;
         }
-        let leaf_row = |leaf: &cairn_engine::LeafStatus, indent: &str| {
-            let mut name = format!("{indent}{}", leaf.name);
-            if leaf.resilvering {
-                name.push_str(" (resilvering)");
-            }
-            if leaf.repaired_bytes > 0 {
-                name.push_str(&format!(
-                    " (repaired {})",
-                    human::size(leaf.repaired_bytes, false)
-                ));
-            }
-            vec![
-                name,
-                leaf.health.as_str().into(),
-                leaf.read_errors.to_string(),
-                leaf.write_errors.to_string(),
-                leaf.checksum_errors.to_string(),
-            ]
-        };
         if top.is_mirror || top.leaves.len() != 1 {
-            let (r, w, c) = sums(&top.leaves);
+            let (r, w, c) = error_sums(&top.leaves);
             table.push(vec![
                 format!("  {}", top.name),
                 top.health.as_str().into(),
@@ -183,34 +189,49 @@ fn render_status(status: &PoolStatus, cache: &[CacheDeviceStatus], verbose: bool
             table.push(leaf_row(&top.leaves[0], "  "));
         }
     }
-    let notes = push_cache_rows(&mut table, cache);
-    for line in table.render(false).lines() {
-        out.push('\t');
-        out.push_str(line);
-        out.push('\n');
+    table
+}
+
+/// One leaf's row: resilvering and repaired bytes noted after its name.
+fn leaf_row(leaf: &cairn_engine::LeafStatus, indent: &str) -> Vec<String> {
+    let mut name = format!("{indent}{}", leaf.name);
+    if leaf.resilvering {
+        name.push_str(" (resilvering)");
     }
-    out.push('\n');
-    for note in &notes {
-        out.push_str(&format!("  note: {note}\n"));
+    if leaf.repaired_bytes > 0 {
+        name.push_str(&format!(
+            " (repaired {})",
+            human::size(leaf.repaired_bytes, false)
+        ));
     }
-    // As zpool: the count, and with -v the list of places with permanent errors.
+    vec![
+        name,
+        leaf.health.as_str().into(),
+        leaf.read_errors.to_string(),
+        leaf.write_errors.to_string(),
+        leaf.checksum_errors.to_string(),
+    ]
+}
+
+/// As zpool: the count of places with permanent errors, and with -v their list.
+fn errors_line(status: &PoolStatus, verbose: bool) -> String {
     match &status.last_scrub {
         Some(scrub) if !scrub.damaged.is_empty() && verbose => {
-            out.push_str(&format!(
+            let mut out = format!(
                 "errors: {} data errors found by the last scrub, in:\n\n",
                 scrub.damaged.len()
-            ));
+            );
             for place in &scrub.damaged {
                 out.push_str(&format!("        {place}\n"));
             }
+            out
         }
-        Some(scrub) if !scrub.damaged.is_empty() => out.push_str(&format!(
+        Some(scrub) if !scrub.damaged.is_empty() => format!(
             "errors: {} data errors found by the last scrub, use '-v' for a list\n",
             scrub.damaged.len()
-        )),
-        _ => out.push_str("errors: No known data errors\n"),
+        ),
+        _ => "errors: No known data errors\n".to_string(),
     }
-    out
 }
 
 fn scan_line(status: &PoolStatus) -> String {
