@@ -31,37 +31,7 @@ use anyhow::Result;
 
 pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let names = ctx.pools_or_all(pools)?;
-    let mut logs = Table::new(vec![
-        Column::left("DATASET"),
-        Column::right("LANES"),
-        Column::right("RECORDS"),
-        Column::right("COMMITS"),
-        Column::right("WAITED"),
-        Column::right("BATCHES"),
-        Column::right("BLOCKS"),
-        Column::right("LOGGED"),
-        Column::right("INPLACE"),
-        Column::right("FILL%"),
-        Column::right("FUA"),
-        Column::right("FALLBACK"),
-        Column::right("TXGSYNC"),
-        Column::right("P50"),
-        Column::right("P99"),
-        Column::right("MAX"),
-    ]);
-    let mut devices = Table::new(vec![
-        Column::left("POOL"),
-        Column::left("LOG DEVICE"),
-        Column::left("HEALTH"),
-        Column::right("SIZE"),
-        Column::right("ALLOC"),
-        Column::right("WRITES"),
-        Column::right("WRITTEN"),
-        Column::right("FLUSHES"),
-        Column::right("W-P50"),
-        Column::right("W-P99"),
-        Column::right("F-P50"),
-    ]);
+    let (mut logs, mut devices) = zil_tables();
     let mut device_count = 0;
     for name in &names {
         let opened = ctx.with_pool(name, false, |pool| {
@@ -71,65 +41,11 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             continue;
         };
         if format.scripted {
-            for (dataset, s) in &stats {
-                for (field, value) in s.fields() {
-                    say_raw!(ctx, "{dataset}.{field}\t{value}\n");
-                }
-            }
-            for (index, device) in log_devices.iter().enumerate() {
-                let prefix = format!("{name}.logdev{index}");
-                say_raw!(ctx, "{prefix}.name\t{}\n", device.name);
-                for (field, value) in [
-                    ("size_bytes", device.size_bytes),
-                    ("allocated_bytes", device.allocated_bytes),
-                    ("writes", device.writes),
-                    ("write_bytes", device.write_bytes),
-                    ("flushes", device.flushes),
-                    ("write_latency_p50_us", device.write_latency_p50_us),
-                    ("write_latency_p99_us", device.write_latency_p99_us),
-                    ("flush_latency_p50_us", device.flush_latency_p50_us),
-                ] {
-                    say_raw!(ctx, "{prefix}.{field}\t{value}\n");
-                }
-            }
+            say_zil_scripted(ctx, name, &stats, &log_devices);
             continue;
         }
-        for (dataset, s) in stats {
-            logs.push(vec![
-                dataset,
-                s.lanes.to_string(),
-                s.records.to_string(),
-                s.commits.to_string(),
-                s.commit_waits.to_string(),
-                s.batches.to_string(),
-                s.blocks_written.to_string(),
-                human::size(s.bytes_written, format.exact),
-                human::size(s.in_place_bytes, format.exact),
-                format!("{:.0}", s.block_fill_mean_percent),
-                s.fua_writes.to_string(),
-                s.fallbacks.to_string(),
-                s.bulk_syncs.to_string(),
-                human::micros(s.commit_latency_p50_us, format.exact),
-                human::micros(s.commit_latency_p99_us, format.exact),
-                human::micros(s.commit_latency_max_us, format.exact),
-            ]);
-        }
-        for device in log_devices {
-            device_count += 1;
-            devices.push(vec![
-                name.clone(),
-                device.name.clone(),
-                device.health.as_str().to_string(),
-                human::size(device.size_bytes, format.exact),
-                human::size(device.allocated_bytes, format.exact),
-                device.writes.to_string(),
-                human::size(device.write_bytes, format.exact),
-                device.flushes.to_string(),
-                human::micros(device.write_latency_p50_us, format.exact),
-                human::micros(device.write_latency_p99_us, format.exact),
-                human::micros(device.flush_latency_p50_us, format.exact),
-            ]);
-        }
+        device_count += log_devices.len();
+        push_zil_rows(&mut logs, &mut devices, name, stats, log_devices, format);
     }
     if format.scripted {
         return Ok(());
@@ -152,9 +68,173 @@ pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The intent-log table (per dataset) and the log-device table of `stat zil`.
+fn zil_tables() -> (Table, Table) {
+    let logs = Table::new(vec![
+        Column::left("DATASET"),
+        Column::right("LANES"),
+        Column::right("RECORDS"),
+        Column::right("COMMITS"),
+        Column::right("WAITED"),
+        Column::right("BATCHES"),
+        Column::right("BLOCKS"),
+        Column::right("LOGGED"),
+        Column::right("INPLACE"),
+        Column::right("FILL%"),
+        Column::right("FUA"),
+        Column::right("FALLBACK"),
+        Column::right("TXGSYNC"),
+        Column::right("P50"),
+        Column::right("P99"),
+        Column::right("MAX"),
+    ]);
+    let devices = Table::new(vec![
+        Column::left("POOL"),
+        Column::left("LOG DEVICE"),
+        Column::left("HEALTH"),
+        Column::right("SIZE"),
+        Column::right("ALLOC"),
+        Column::right("WRITES"),
+        Column::right("WRITTEN"),
+        Column::right("FLUSHES"),
+        Column::right("W-P50"),
+        Column::right("W-P99"),
+        Column::right("F-P50"),
+    ]);
+    (logs, devices)
+}
+
+/// `stat zil -H`: one `name.field<TAB>value` line per counter.
+fn say_zil_scripted(
+    ctx: &Context,
+    name: &str,
+    stats: &[(String, cairn_engine::ZilStatsSnapshot)],
+    log_devices: &[cairn_engine::LogDeviceUse],
+) {
+    for (dataset, s) in stats {
+        for (field, value) in s.fields() {
+            say_raw!(ctx, "{dataset}.{field}\t{value}\n");
+        }
+    }
+    for (index, device) in log_devices.iter().enumerate() {
+        let prefix = format!("{name}.logdev{index}");
+        say_raw!(ctx, "{prefix}.name\t{}\n", device.name);
+        for (field, value) in [
+            ("size_bytes", device.size_bytes),
+            ("allocated_bytes", device.allocated_bytes),
+            ("writes", device.writes),
+            ("write_bytes", device.write_bytes),
+            ("flushes", device.flushes),
+            ("write_latency_p50_us", device.write_latency_p50_us),
+            ("write_latency_p99_us", device.write_latency_p99_us),
+            ("flush_latency_p50_us", device.flush_latency_p50_us),
+        ] {
+            say_raw!(ctx, "{prefix}.{field}\t{value}\n");
+        }
+    }
+}
+
+/// One pool's rows of the two `stat zil` tables.
+fn push_zil_rows(
+    logs: &mut Table,
+    devices: &mut Table,
+    name: &str,
+    stats: Vec<(String, cairn_engine::ZilStatsSnapshot)>,
+    log_devices: Vec<cairn_engine::LogDeviceUse>,
+    format: ListFormat,
+) {
+    for (dataset, s) in stats {
+        logs.push(vec![
+            dataset,
+            s.lanes.to_string(),
+            s.records.to_string(),
+            s.commits.to_string(),
+            s.commit_waits.to_string(),
+            s.batches.to_string(),
+            s.blocks_written.to_string(),
+            human::size(s.bytes_written, format.exact),
+            human::size(s.in_place_bytes, format.exact),
+            format!("{:.0}", s.block_fill_mean_percent),
+            s.fua_writes.to_string(),
+            s.fallbacks.to_string(),
+            s.bulk_syncs.to_string(),
+            human::micros(s.commit_latency_p50_us, format.exact),
+            human::micros(s.commit_latency_p99_us, format.exact),
+            human::micros(s.commit_latency_max_us, format.exact),
+        ]);
+    }
+    for device in log_devices {
+        devices.push(vec![
+            name.to_string(),
+            device.name.clone(),
+            device.health.as_str().to_string(),
+            human::size(device.size_bytes, format.exact),
+            human::size(device.allocated_bytes, format.exact),
+            device.writes.to_string(),
+            human::size(device.write_bytes, format.exact),
+            device.flushes.to_string(),
+            human::micros(device.write_latency_p50_us, format.exact),
+            human::micros(device.write_latency_p99_us, format.exact),
+            human::micros(device.flush_latency_p50_us, format.exact),
+        ]);
+    }
+}
+
 pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let names = ctx.pools_or_all(pools)?;
-    let mut pipeline = Table::new(vec![
+    let (mut pipeline, mut devices) = io_tables();
+    for name in &names {
+        let opened = ctx.with_pool(name, false, |pool| Ok(pool.io_stats()));
+        let Some((counters, leaves)) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
+            continue;
+        };
+        if format.scripted {
+            say_io_scripted(ctx, name, &counters, &leaves);
+            continue;
+        }
+        let size = |value: u64| human::size(value, format.exact);
+        pipeline.push(vec![
+            name.clone(),
+            get(&counters, "blocks_read").to_string(),
+            size(get(&counters, "bytes_read")),
+            get(&counters, "direct_reads").to_string(),
+            get(&counters, "blocks_written").to_string(),
+            size(get(&counters, "bytes_written")),
+            get(&counters, "blocks_freed").to_string(),
+            get(&counters, "checksum_errors").to_string(),
+            get(&counters, "repairs").to_string(),
+            get(&counters, "unrecoverable").to_string(),
+            get(&counters, "raw_writes").to_string(),
+        ]);
+        for leaf in &leaves {
+            devices.push(device_row(name, leaf, format));
+        }
+    }
+    if format.scripted {
+        return Ok(());
+    }
+    if ctx.served.is_none() {
+        say!(
+            ctx,
+            "no server is running: counters cover only this command (start `cairn serve`)"
+        );
+    }
+    say_raw!(ctx, "{}", pipeline.render(false));
+    say_raw!(ctx, "{}", devices.render(false));
+    Ok(())
+}
+
+/// The value of counter `wanted` among `fields` (0 when absent).
+fn get(fields: &[(&str, u64)], wanted: &str) -> u64 {
+    fields
+        .iter()
+        .find(|(field, _)| *field == wanted)
+        .map_or(0, |&(_, value)| value)
+}
+
+/// The pipeline table (per pool) and the device table of `stat io`.
+fn io_tables() -> (Table, Table) {
+    let pipeline = Table::new(vec![
         Column::left("POOL"),
         Column::right("READ"),
         Column::right("READ-B"),
@@ -167,7 +247,7 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("UNRECOV"),
         Column::right("LOG-W"),
     ]);
-    let mut devices = Table::new(vec![
+    let devices = Table::new(vec![
         Column::left("POOL"),
         Column::left("DEVICE"),
         Column::right("READS"),
@@ -185,94 +265,64 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         Column::right("W-P50"),
         Column::right("W-P99"),
     ]);
-    for name in &names {
-        let opened = ctx.with_pool(name, false, |pool| Ok(pool.io_stats()));
-        let Some((counters, leaves)) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
-            continue;
-        };
-        if format.scripted {
-            for (field, value) in &counters {
-                say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
+    (pipeline, devices)
+}
+
+/// `stat io -H`: one `pool.part.field<TAB>value` line per counter.
+fn say_io_scripted(
+    ctx: &Context,
+    name: &str,
+    counters: &[(&'static str, u64)],
+    leaves: &[cairn_engine::LeafIo],
+) {
+    for (field, value) in counters {
+        say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
+    }
+    let (caches, leaves): (Vec<_>, Vec<_>) = leaves.iter().partition(|leaf| leaf.is_cache);
+    for (kind, list) in [("leaf", leaves), ("cache", caches)] {
+        for (index, leaf) in list.iter().enumerate() {
+            say_raw!(ctx, "{name}.{kind}{index}.name\t{}\n", leaf.name);
+            for (field, value) in leaf.fields.iter().flatten() {
+                say_raw!(ctx, "{name}.{kind}{index}.{field}\t{value}\n");
             }
-            let (caches, leaves): (Vec<_>, Vec<_>) = leaves.iter().partition(|leaf| leaf.is_cache);
-            for (kind, list) in [("leaf", leaves), ("cache", caches)] {
-                for (index, leaf) in list.iter().enumerate() {
-                    say_raw!(ctx, "{name}.{kind}{index}.name\t{}\n", leaf.name);
-                    for (field, value) in leaf.fields.iter().flatten() {
-                        say_raw!(ctx, "{name}.{kind}{index}.{field}\t{value}\n");
-                    }
-                }
-            }
-            continue;
-        }
-        let get = |fields: &[(&str, u64)], wanted: &str| {
-            fields
-                .iter()
-                .find(|(field, _)| *field == wanted)
-                .map_or(0, |&(_, value)| value)
-        };
-        let size = |value: u64| human::size(value, format.exact);
-        let micros = |value: u64| human::micros(value, format.exact);
-        pipeline.push(vec![
-            name.clone(),
-            get(&counters, "blocks_read").to_string(),
-            size(get(&counters, "bytes_read")),
-            get(&counters, "direct_reads").to_string(),
-            get(&counters, "blocks_written").to_string(),
-            size(get(&counters, "bytes_written")),
-            get(&counters, "blocks_freed").to_string(),
-            get(&counters, "checksum_errors").to_string(),
-            get(&counters, "repairs").to_string(),
-            get(&counters, "unrecoverable").to_string(),
-            get(&counters, "raw_writes").to_string(),
-        ]);
-        for leaf in &leaves {
-            // The pool in its own column: a device name is a path, and `tank//dev/sdb`
-            // read badly.
-            let role = match (leaf.is_log, leaf.is_cache) {
-                (true, _) => " (log)",
-                (_, true) => " (cache)",
-                _ => "",
-            };
-            let label = format!("{}{role}", leaf.name);
-            let Some(fields) = &leaf.fields else {
-                let mut row = vec![name.clone(), label, "unavailable".to_string()];
-                row.resize(16, "-".to_string());
-                devices.push(row);
-                continue;
-            };
-            devices.push(vec![
-                name.clone(),
-                label,
-                get(fields, "read_requests").to_string(),
-                get(fields, "read_calls").to_string(),
-                size(get(fields, "read_bytes")),
-                get(fields, "write_requests").to_string(),
-                get(fields, "write_calls").to_string(),
-                size(get(fields, "write_bytes")),
-                get(fields, "fua_writes").to_string(),
-                get(fields, "flushes").to_string(),
-                get(fields, "promoted_reads").to_string(),
-                get(fields, "queued").to_string(),
-                micros(get(fields, "read_latency_p50_us")),
-                micros(get(fields, "read_latency_p99_us")),
-                micros(get(fields, "write_latency_p50_us")),
-                micros(get(fields, "write_latency_p99_us")),
-            ]);
         }
     }
-    if format.scripted {
-        return Ok(());
-    }
-    if ctx.served.is_none() {
-        say!(
-            ctx,
-            "no server is running: counters cover only this command (start `cairn serve`)"
-        );
-    }
-    say_raw!(ctx, "{}", pipeline.render(false));
-    say_raw!(ctx, "{}", devices.render(false));
-    Ok(())
+}
+
+/// One device's row of `stat io` (a device that cannot be read says so).
+fn device_row(name: &str, leaf: &cairn_engine::LeafIo, format: ListFormat) -> Vec<String> {
+    let size = |value: u64| human::size(value, format.exact);
+    let micros = |value: u64| human::micros(value, format.exact);
+    // The pool in its own column: a device name is a path, and `tank//dev/sdb` read badly.
+    let role = match (leaf.is_log, leaf.is_cache) {
+        (true, _) => " (log)",
+        (_, true) => " (cache)",
+        _ => "",
+    };
+    let label = format!("{}{role}", leaf.name);
+    let Some(fields) = &leaf.fields else {
+        let mut row = vec![name.to_string(), label, "unavailable".to_string()];
+        row.resize(16, "-".to_string());
+        return row;
+    };
+    vec![
+        name.to_string(),
+        label,
+        get(fields, "read_requests").to_string(),
+        get(fields, "read_calls").to_string(),
+        size(get(fields, "read_bytes")),
+        get(fields, "write_requests").to_string(),
+        get(fields, "write_calls").to_string(),
+        size(get(fields, "write_bytes")),
+        get(fields, "fua_writes").to_string(),
+        get(fields, "flushes").to_string(),
+        get(fields, "promoted_reads").to_string(),
+        get(fields, "queued").to_string(),
+        micros(get(fields, "read_latency_p50_us")),
+        micros(get(fields, "read_latency_p99_us")),
+        micros(get(fields, "write_latency_p50_us")),
+        micros(get(fields, "write_latency_p99_us")),
+    ]
 }
 
 /// `VmRSS` and `VmHWM` of this process (the server, when the command is forwarded to it).
@@ -291,40 +341,12 @@ fn resident_bytes() -> (Option<u64>, Option<u64>) {
 /// `cairn stat fs`: calls each mounted filesystem answered, its partial writes, and its object
 /// set's memo of published dnodes and directory blocks.
 pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let mut calls = Table::new(vec![
-        Column::left("DATASET"),
-        Column::left("CALL"),
-        Column::right("COUNT"),
-        Column::right("BYTES"),
-        Column::right("ERRORS"),
-        Column::right("P50"),
-        Column::right("P99"),
-        Column::right("MAX"),
-    ]);
-    let mut partial = Table::new(vec![
-        Column::left("DATASET"),
-        Column::right("DEFERRED"),
-        Column::right("MERGED-NOW"),
-        Column::right("MERGED-AT-SYNC"),
-        Column::right("LOST"),
-    ]);
-    let mut memos = Table::new(vec![
-        Column::left("DATASET"),
-        Column::right("DNODES"),
-        Column::right("SIZE"),
-        Column::right("HITS"),
-        Column::right("MISSES"),
-        Column::right("BLOCKS"),
-        Column::right("SIZE"),
-        Column::right("HITS"),
-        Column::right("MISSES"),
-    ]);
+    let mut tables = FsTables::new();
     let mounted = ctx
         .served
         .as_ref()
         .map(|served| served.mounts.filesystems())
         .unwrap_or_default();
-    let exact = format.exact;
     for (dataset, fs) in mounted {
         if !pools.is_empty()
             && !pools
@@ -333,8 +355,83 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
         {
             continue;
         }
-        let ops = fs.op_stats();
-        for (kind, op) in ops.iter() {
+        tables.push_calls(ctx, &dataset, &fs, format);
+        tables.push_counters(ctx, &dataset, &fs, format);
+    }
+    if format.scripted {
+        return Ok(());
+    }
+    if tables.partial.is_empty() {
+        say!(ctx, "no filesystems mounted");
+        return Ok(());
+    }
+    say_raw!(ctx, "{}", tables.calls.render(false));
+    say!(ctx);
+    say!(
+        ctx,
+        "partial writes (blocks merged later instead of read first):"
+    );
+    say_raw!(ctx, "{}", tables.partial.render(false));
+    say!(ctx);
+    say!(
+        ctx,
+        "memo of the published tree (dnodes; directory and dnode blocks), bounded by the ARC's target:"
+    );
+    say_raw!(ctx, "{}", tables.memos.render(false));
+    Ok(())
+}
+
+/// The three tables of `stat fs`: calls, partial writes, and the memo of the published tree.
+struct FsTables {
+    calls: Table,
+    partial: Table,
+    memos: Table,
+}
+
+impl FsTables {
+    fn new() -> FsTables {
+        FsTables {
+            calls: Table::new(vec![
+                Column::left("DATASET"),
+                Column::left("CALL"),
+                Column::right("COUNT"),
+                Column::right("BYTES"),
+                Column::right("ERRORS"),
+                Column::right("P50"),
+                Column::right("P99"),
+                Column::right("MAX"),
+            ]),
+            partial: Table::new(vec![
+                Column::left("DATASET"),
+                Column::right("DEFERRED"),
+                Column::right("MERGED-NOW"),
+                Column::right("MERGED-AT-SYNC"),
+                Column::right("LOST"),
+            ]),
+            memos: Table::new(vec![
+                Column::left("DATASET"),
+                Column::right("DNODES"),
+                Column::right("SIZE"),
+                Column::right("HITS"),
+                Column::right("MISSES"),
+                Column::right("BLOCKS"),
+                Column::right("SIZE"),
+                Column::right("HITS"),
+                Column::right("MISSES"),
+            ]),
+        }
+    }
+
+    /// One filesystem's calls: a row per call made (or, scripted, every call's counters).
+    fn push_calls(
+        &mut self,
+        ctx: &Context,
+        dataset: &str,
+        fs: &cairn_fs::Filesystem,
+        format: ListFormat,
+    ) {
+        let exact = format.exact;
+        for (kind, op) in fs.op_stats().iter() {
             let max_us = if op.latency_us.is_empty() {
                 0
             } else {
@@ -356,8 +453,8 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             if op.ops == 0 {
                 continue;
             }
-            calls.push(vec![
-                dataset.clone(),
+            self.calls.push(vec![
+                dataset.to_string(),
                 kind.name().to_string(),
                 op.ops.to_string(),
                 human::size(op.bytes, exact),
@@ -367,6 +464,16 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
                 human::micros(max_us, exact),
             ]);
         }
+    }
+
+    /// One filesystem's partial-write and memo counters.
+    fn push_counters(
+        &mut self,
+        ctx: &Context,
+        dataset: &str,
+        fs: &cairn_fs::Filesystem,
+        format: ListFormat,
+    ) {
         let patches = fs.patch_stats();
         let fields = [
             ("partial_deferred", patches.deferred),
@@ -389,43 +496,22 @@ pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
             for (field, value) in fields.iter().chain(&memo_fields) {
                 say_raw!(ctx, "{dataset}.{field}\t{value}\n");
             }
-            continue;
+            return;
         }
-        let mut row = vec![dataset.clone()];
+        let mut row = vec![dataset.to_string()];
         row.extend(fields.iter().map(|(_, value)| value.to_string()));
-        partial.push(row);
-        let mut row = vec![dataset.clone()];
+        self.partial.push(row);
+        let mut row = vec![dataset.to_string()];
         row.extend(memo_fields.iter().enumerate().map(|(index, (_, value))| {
             // Sizes in bytes are the second and sixth columns.
             if index % 4 == 1 {
-                human::size(*value, exact)
+                human::size(*value, format.exact)
             } else {
                 value.to_string()
             }
         }));
-        memos.push(row);
+        self.memos.push(row);
     }
-    if format.scripted {
-        return Ok(());
-    }
-    if partial.is_empty() {
-        say!(ctx, "no filesystems mounted");
-        return Ok(());
-    }
-    say_raw!(ctx, "{}", calls.render(false));
-    say!(ctx);
-    say!(
-        ctx,
-        "partial writes (blocks merged later instead of read first):"
-    );
-    say_raw!(ctx, "{}", partial.render(false));
-    say!(ctx);
-    say!(
-        ctx,
-        "memo of the published tree (dnodes; directory and dnode blocks), bounded by the ARC's target:"
-    );
-    say_raw!(ctx, "{}", memos.render(false));
-    Ok(())
 }
 
 /// `cairn stat memory`: the server's memory budget, each allowance's limit against what it
