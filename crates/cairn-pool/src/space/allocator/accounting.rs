@@ -5,8 +5,9 @@
 //! Invariants: capacity counts Normal vdevs only; `allocated + deferred + free == size` per
 //! metaslab, vdev and pool (checked by `assert_invariants`). This file uses `state` below it.
 
-use super::state::{SpaceAllocator, SpaceClass, SpaceStats, VdevSpaceStats};
+use super::state::{SpaceAllocator, SpaceStats, VdevSpaceStats};
 use crate::space::SpaceError;
+use crate::space::class::SpaceClass;
 use crate::space::metaslab::Metaslab;
 use crate::space::range_tree::RangeTree;
 use crate::space::top_vdev::TopVdevSpace;

@@ -77,4 +77,4 @@ mod vdevs;
 
 pub use accounting::{SLOP_BYTES_MAX, SLOP_BYTES_MIN, SLOP_SHIFT};
 pub use placement::ROTOR_CHUNK_BYTES;
-pub use state::{DeferredFree, SpaceAllocator, SpaceClass, SpaceStats, VdevSpace, VdevSpaceStats};
+pub use state::{DeferredFree, SpaceAllocator, SpaceStats, VdevSpace, VdevSpaceStats};

@@ -6,8 +6,9 @@
 //! txg, which must still be open (`check_txg_open`); `allocate` uses Normal vdevs only. This
 //! file uses `state` below it.
 
-use super::state::{SpaceAllocator, SpaceClass};
+use super::state::SpaceAllocator;
 use crate::space::SpaceError;
+use crate::space::class::SpaceClass;
 use crate::space::top_vdev::{LOG_SLOT, TopVdevSpace};
 use cairn_format::Dva;
 use cairn_format::blkptr::DVA_COUNT_MAX;

@@ -1,5 +1,5 @@
 //! The allocator's data: `SpaceAllocator` itself (its vdevs, rotor, deferred frees, per-txg
-//! changes, floors and fault) and the types it is given and reports (`SpaceClass`, `VdevSpace`,
+//! changes, floors and fault) and the types it is given and reports (`VdevSpace`,
 //! `VdevSpaceStats`, `SpaceStats`, `DeferredFree`), with the per-txg change record
 //! (`TxgChanges`).
 //!
@@ -9,19 +9,10 @@
 //! checkpoints) and `accounting` (queries, invariants). This file uses no sibling.
 
 use crate::space::SpaceError;
+use crate::space::class::SpaceClass;
 use crate::space::range_tree::RangeTree;
 use crate::space::top_vdev::TopVdevSpace;
 use std::collections::BTreeMap;
-
-/// What a top-level vdev is for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SpaceClass {
-    /// Data and metadata.
-    #[default]
-    Normal,
-    /// A separate intent-log device: only log blocks go there.
-    Log,
-}
 
 /// Space of one top-level vdev, as the allocator is given it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

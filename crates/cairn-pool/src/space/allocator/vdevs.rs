@@ -5,8 +5,9 @@
 //! space log; `vdevs` stays sorted by id and the rotor valid. This file uses `state` below it.
 
 use super::placement::ROTOR_CHUNK_BYTES;
-use super::state::{SpaceAllocator, SpaceClass, VdevSpace};
+use super::state::{SpaceAllocator, VdevSpace};
 use crate::space::SpaceError;
+use crate::space::class::SpaceClass;
 use crate::space::metaslab::METASLAB_COUNT_MAX;
 use crate::space::range_tree::RangeTree;
 use crate::space::top_vdev::TopVdevSpace;
