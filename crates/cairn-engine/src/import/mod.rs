@@ -53,14 +53,16 @@ pub use discover::{DiscoveredPool, ImportSource, discover_pools};
 pub use rewind::Rewind;
 
 use discover::{committed_config, find_pool, import_error};
+use load::Loaded;
 use rewind::open_newest;
 use tree::{OpenedTree, open_tree};
 
 use crate::pool::{PoolCore, PoolOptions};
 use crate::{EngineError, Pool};
-use cairn_format::{PoolState, VdevRole};
+use cairn_dataset::DatasetDirectory;
+use cairn_format::{PoolState, Uberblock, VdevRole};
 use cairn_pool::labels::discard_uberblocks_after;
-use cairn_pool::vdev::Health;
+use cairn_pool::vdev::{Health, VdevTree};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -110,65 +112,18 @@ impl Pool {
         // Until then reads may reach a stale copy: each is verified against its pointer, and
         // another copy is read instead.
         let leaf_newest = crate::missed::newest_uberblocks(&tree, found.config.pool_guid);
-        let (ub, loaded, rewind) = match open_newest(&found, &tree, &options) {
-            Ok(opened) => opened,
+        let (ub, loaded) = match open_checked(&found, &tree, &options) {
+            Ok((ub, loaded, rewind_note)) => {
+                notes.extend(rewind_note);
+                (ub, loaded)
+            }
             Err(err) => {
                 tree.shutdown();
                 return Err(err);
             }
         };
-        if let Some(rewind) = &rewind {
-            if !options.rewind {
-                drop(loaded);
-                tree.shutdown();
-                return Err(import_error(&pool_name, rewind.refusal()));
-            }
-            if !options.readonly {
-                // Before the first commit, which reuses the numbers of the txgs given up.
-                if let Err(err) = discard_uberblocks_after(&tree, found.config.pool_guid, ub.txg) {
-                    drop(loaded);
-                    tree.shutdown();
-                    return Err(import_error(
-                        &pool_name,
-                        format!(
-                            "cannot discard the uberblocks of the txgs a rewind gives up: {}",
-                            crate::error_chain(&err)
-                        ),
-                    ));
-                }
-            }
-            notes.push(rewind.note());
-        }
-        for leaf in tree.leaves() {
-            if let Some(record) = loaded.directory.leaf_errors.get(&leaf.guid) {
-                leaf.errors.restore(
-                    record.read,
-                    record.write,
-                    record.checksum,
-                    record.repaired_bytes,
-                );
-            }
-        }
-        let core = PoolCore {
-            name: pool_name.clone(),
-            guid: found.config.pool_guid,
-            io: loaded.io,
-            space: loaded.space,
-            mos: loaded.mos,
-            directory: Mutex::new(loaded.directory),
-            objsets: Mutex::new(loaded.objsets),
-            intent_logs: Mutex::new(BTreeMap::new()),
-            tasks: Mutex::new(BTreeMap::new()),
-            space_log: Mutex::new(loaded.space_log),
-            uberblock: Mutex::new(ub.clone()),
-            label_state: Mutex::new(PoolState::Active),
-            config_dirty: AtomicBool::new(!options.readonly),
-            space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
-            space_view: Default::default(),
-            suspend_handle: Default::default(),
-            scan_floors: Mutex::new(BTreeMap::new()),
-            clean_through: Mutex::new(BTreeMap::new()),
-        };
+        restore_leaf_errors(&tree, &loaded.directory);
+        let core = pool_core(&found, loaded, &ub, &options);
         let readonly = options.readonly;
         let log_missing = tree
             .tops
@@ -182,40 +137,16 @@ impl Pool {
         if log_missing && !readonly && !options.ignore_missing_log && pool.has_pending_intent_logs()
         {
             let _ = pool.close();
-            return Err(import_error(
-                &pool_name,
-                format!(
-                    "log device {} is missing and the intent log is not empty: \
-                     synchronous writes acknowledged since txg {} may exist only \
-                     there and would be lost; import with --ignore-missing-log to \
-                     accept that (the pool then comes back as of txg {})",
-                    missing.join(", "),
-                    ub.txg,
-                    ub.txg
-                ),
-            ));
+            return Err(missing_log_refusal(&pool_name, &missing, ub.txg));
         }
-        if log_missing {
-            notes.push(format!(
-                "pool '{pool_name}': log device missing ({}); log blocks go to the \
-                 pool's disks",
-                missing.join(", ")
-            ));
-        }
-        if options.without_space_log {
-            notes.push(format!(
-                "pool '{pool_name}' imported read-only as of txg {}: nothing is written to its \
-                 devices, its space log was not read (space figures count nothing as allocated)",
-                ub.txg
-            ));
-            if pool.has_pending_intent_logs() {
-                notes.push(format!(
-                    "pool '{pool_name}': the intent log was not replayed (read-only): \
-                     synchronous writes acknowledged after txg {} are not visible",
-                    ub.txg
-                ));
-            }
-        }
+        notes.extend(import_notes(
+            &pool,
+            &pool_name,
+            &options,
+            log_missing,
+            &missing,
+            ub.txg,
+        ));
         if !readonly {
             match pool.replay_intent_logs(ub.txg, !log_missing) {
                 Ok(replayed) => notes.extend(replayed),
@@ -235,4 +166,126 @@ impl Pool {
         pool.find_cache_devices(source, &options);
         Ok(pool)
     }
+}
+
+/// The uberblock to open and what it loaded (`open_newest`), once the rewind that means, if any,
+/// is allowed (`PoolOptions::rewind`) and done (the uberblocks of the txgs given up discarded),
+/// with the note that says so. Leaves shutting the tree down on error to the caller.
+fn open_checked(
+    found: &DiscoveredPool,
+    tree: &Arc<VdevTree>,
+    options: &PoolOptions,
+) -> Result<(Uberblock, Loaded, Option<String>), EngineError> {
+    let pool_name = &found.config.pool_name;
+    let (ub, loaded, rewind) = open_newest(found, tree, options)?;
+    let Some(rewind) = rewind else {
+        return Ok((ub, loaded, None));
+    };
+    if !options.rewind {
+        drop(loaded);
+        return Err(import_error(pool_name, rewind.refusal()));
+    }
+    if !options.readonly {
+        // Before the first commit, which reuses the numbers of the txgs given up.
+        if let Err(err) = discard_uberblocks_after(tree, found.config.pool_guid, ub.txg) {
+            drop(loaded);
+            return Err(import_error(
+                pool_name,
+                format!(
+                    "cannot discard the uberblocks of the txgs a rewind gives up: {}",
+                    crate::error_chain(&err)
+                ),
+            ));
+        }
+    }
+    Ok((ub, loaded, Some(rewind.note())))
+}
+
+/// Gives each leaf back the error counts the directory recorded for it.
+fn restore_leaf_errors(tree: &VdevTree, directory: &DatasetDirectory) {
+    for leaf in tree.leaves() {
+        if let Some(record) = directory.leaf_errors.get(&leaf.guid) {
+            leaf.errors.restore(
+                record.read,
+                record.write,
+                record.checksum,
+                record.repaired_bytes,
+            );
+        }
+    }
+}
+
+/// The pool's core state from what `ub` loaded.
+fn pool_core(
+    found: &DiscoveredPool,
+    loaded: Loaded,
+    ub: &Uberblock,
+    options: &PoolOptions,
+) -> PoolCore {
+    PoolCore {
+        name: found.config.pool_name.clone(),
+        guid: found.config.pool_guid,
+        io: loaded.io,
+        space: loaded.space,
+        mos: loaded.mos,
+        directory: Mutex::new(loaded.directory),
+        objsets: Mutex::new(loaded.objsets),
+        intent_logs: Mutex::new(BTreeMap::new()),
+        tasks: Mutex::new(BTreeMap::new()),
+        space_log: Mutex::new(loaded.space_log),
+        uberblock: Mutex::new(ub.clone()),
+        label_state: Mutex::new(PoolState::Active),
+        config_dirty: AtomicBool::new(!options.readonly),
+        space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
+        space_view: Default::default(),
+        suspend_handle: Default::default(),
+        scan_floors: Mutex::new(BTreeMap::new()),
+        clean_through: Mutex::new(BTreeMap::new()),
+    }
+}
+
+/// Why import refuses a pool whose log device is missing while the intent log has records.
+fn missing_log_refusal(pool_name: &str, missing: &[String], txg: u64) -> EngineError {
+    import_error(
+        pool_name,
+        format!(
+            "log device {} is missing and the intent log is not empty: \
+             synchronous writes acknowledged since txg {txg} may exist only \
+             there and would be lost; import with --ignore-missing-log to \
+             accept that (the pool then comes back as of txg {txg})",
+            missing.join(", "),
+        ),
+    )
+}
+
+/// The notes of an import without its log device or without its space log.
+fn import_notes(
+    pool: &Pool,
+    pool_name: &str,
+    options: &PoolOptions,
+    log_missing: bool,
+    missing: &[String],
+    txg: u64,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    if log_missing {
+        notes.push(format!(
+            "pool '{pool_name}': log device missing ({}); log blocks go to the \
+             pool's disks",
+            missing.join(", ")
+        ));
+    }
+    if options.without_space_log {
+        notes.push(format!(
+            "pool '{pool_name}' imported read-only as of txg {txg}: nothing is written to its \
+             devices, its space log was not read (space figures count nothing as allocated)"
+        ));
+        if pool.has_pending_intent_logs() {
+            notes.push(format!(
+                "pool '{pool_name}': the intent log was not replayed (read-only): \
+                 synchronous writes acknowledged after txg {txg} are not visible"
+            ));
+        }
+    }
+    notes
 }
