@@ -10,7 +10,7 @@
 //! rely on them (`Volume::new` asserts its block size). Property names this build does not know
 //! are kept: a later build may add properties without a format change.
 
-use crate::properties::{self, PROPERTIES};
+use crate::properties::{self, DatasetProperties, PROPERTIES};
 use crate::{DatasetError, DatasetKind};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
@@ -433,6 +433,12 @@ impl DatasetDirectory {
         Ok((def.default.to_string(), PropertySource::Default))
     }
 
+    /// Every property of dataset `name`, resolved and typed (`properties::DatasetProperties`).
+    pub fn properties_of(&self, name: &str) -> Result<DatasetProperties, DatasetError> {
+        let kind = self.get(name)?.kind;
+        DatasetProperties::resolve(name, kind, |property| Ok(self.property(name, property)?.0))
+    }
+
     /// Every property that applies to the dataset, resolved.
     pub fn all_properties(
         &self,
@@ -801,5 +807,106 @@ mod tests {
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
             let _ = DatasetDirectory::decode(&bytes);
         }
+    }
+}
+
+#[cfg(test)]
+mod typed_property_tests {
+    use super::*;
+    use crate::properties::{
+        AtimeMode, ChecksumAlgorithm, Compression, LogBias, LogLanes, PROPERTIES, SyncMode,
+    };
+    use std::collections::BTreeMap;
+
+    fn directory() -> DatasetDirectory {
+        let mut dir = DatasetDirectory::default();
+        dir.insert("tank", DatasetKind::Filesystem, 1, BTreeMap::new())
+            .unwrap();
+        dir.insert("tank/fs", DatasetKind::Filesystem, 1, BTreeMap::new())
+            .unwrap();
+        let volume = BTreeMap::from([
+            ("volsize".to_string(), "1048576".to_string()),
+            ("volblocksize".to_string(), "16384".to_string()),
+        ]);
+        dir.insert("tank/vol", DatasetKind::Volume, 1, volume)
+            .unwrap();
+        dir
+    }
+
+    /// A valid canonical value other than the property's default.
+    fn other_value(name: &str, default: &str, choices: &[&str], is_size: bool) -> String {
+        // The last word: the first other one may be an alias of the default (`on` = fletcher4).
+        if let Some(word) = choices.iter().rev().find(|word| **word != default) {
+            return word.to_string();
+        }
+        if name == "mountpoint" {
+            return "/mnt/elsewhere".into();
+        }
+        assert!(is_size, "{name}: no other value to try");
+        let default: u64 = default.parse().unwrap();
+        (if default == 0 { 3 << 20 } else { default * 2 }).to_string()
+    }
+
+    #[test]
+    fn defaults_are_the_tables() {
+        let dir = directory();
+        let fs = dir.properties_of("tank/fs").unwrap();
+        assert_eq!(fs.kind, DatasetKind::Filesystem);
+        assert_eq!(fs.sync, SyncMode::default());
+        assert_eq!(fs.logbias, LogBias::default());
+        assert_eq!(fs.atime, AtimeMode::default());
+        assert_eq!(fs.loglanes, LogLanes::default());
+        assert_eq!(fs.checksum, ChecksumAlgorithm::Fletcher4);
+        assert_eq!(fs.compression, Compression::Off);
+        assert_eq!(fs.recordsize_bytes, 128 * 1024);
+        assert_eq!(fs.mountpoint, None);
+        assert!(fs.devices && fs.setuid && fs.exec && !fs.readonly);
+        let vol = dir.properties_of("tank/vol").unwrap();
+        assert_eq!(
+            (vol.volsize_bytes, vol.volblocksize_bytes),
+            (1 << 20, 16384)
+        );
+    }
+
+    #[test]
+    fn every_property_is_a_field() {
+        for def in PROPERTIES {
+            let mut dir = directory();
+            let dataset = if def.applies_to(DatasetKind::Filesystem) {
+                "tank/fs"
+            } else {
+                "tank/vol"
+            };
+            let before = dir.properties_of(dataset).unwrap();
+            let value = other_value(def.name, def.default, def.choices(), def.is_size());
+            let canonical = def.canonical(&value).unwrap();
+            dir.get_mut(dataset)
+                .unwrap()
+                .properties
+                .insert(def.name.to_string(), canonical.clone());
+            let after = dir.properties_of(dataset).unwrap();
+            assert_ne!(before, after, "{}={canonical} left no mark", def.name);
+        }
+    }
+
+    #[test]
+    fn children_inherit_typed_values() {
+        let mut dir = directory();
+        dir.set_property("tank", "sync", "always").unwrap();
+        dir.set_property("tank", "compression", "on").unwrap();
+        let fs = dir.properties_of("tank/fs").unwrap();
+        assert_eq!(fs.sync, SyncMode::Always);
+        assert_eq!(fs.compression, Compression::Lz4);
+    }
+
+    #[test]
+    fn an_unreadable_stored_value_is_an_error_not_a_default() {
+        let mut dir = directory();
+        dir.get_mut("tank/fs")
+            .unwrap()
+            .properties
+            .insert("sync".into(), "sometimes".into());
+        let err = dir.properties_of("tank/fs").unwrap_err().to_string();
+        assert!(err.contains("sync") && err.contains("sometimes"), "{err}");
     }
 }

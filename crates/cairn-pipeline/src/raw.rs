@@ -3,7 +3,8 @@
 //! whether bytes are valid (by decoding them); this layer only moves them to and from every
 //! child of a top-level vdev, counts errors and faults leaves whose writes fail.
 
-use crate::{BlockIo, PipelineError, outside_pool};
+use crate::error::{PipelineError, outside_pool};
+use crate::io::BlockIo;
 use bytes::Bytes;
 use cairn_device::DeviceError;
 use cairn_device::queue::{IoClass, IoHandle, LeafQueue};

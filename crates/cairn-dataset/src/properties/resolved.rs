@@ -2,7 +2,7 @@
 //! typed fields: what the engine hands to volumes, filesystems, intent logs, object sets and
 //! mounts, so that no layer above looks a property up by name or parses its text.
 //!
-//! Invariant: every entry of `PROPERTIES` is a field here (a test sets each one and sees the
+//! Invariant: every entry of `PROPERTIES` is a field here (a test in `directory.rs` sets each one and sees the
 //! struct change). A stored value that does not parse is damage (the directory's decoder
 //! checks canonical form when it reads the blob), reported as an invalid property, never
 //! replaced by a default.
@@ -10,7 +10,6 @@
 use super::values::{
     AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes, SyncMode,
 };
-use crate::directory::DatasetDirectory;
 use crate::{DatasetError, DatasetKind};
 use std::path::PathBuf;
 
@@ -43,14 +42,15 @@ pub struct DatasetProperties {
     pub compression: Compression,
 }
 
-impl DatasetDirectory {
-    /// Every property of dataset `name`, resolved and typed.
-    pub fn properties_of(&self, name: &str) -> Result<DatasetProperties, DatasetError> {
-        let kind = self.get(name)?.kind;
-        let read = Reader {
-            directory: self,
-            dataset: name,
-        };
+impl DatasetProperties {
+    /// Every property of a dataset of `kind`, from `value_of` (a property's resolved canonical
+    /// value by name: `DatasetDirectory::properties_of` passes its `property`).
+    pub fn resolve(
+        dataset: &str,
+        kind: DatasetKind,
+        value_of: impl Fn(&str) -> Result<String, DatasetError>,
+    ) -> Result<DatasetProperties, DatasetError> {
+        let read = Reader { dataset, value_of };
         Ok(DatasetProperties {
             kind,
             volsize_bytes: read.bytes("volsize")?,
@@ -78,14 +78,14 @@ impl DatasetDirectory {
 }
 
 /// Reads one dataset's canonical values by the table's names (the one place that does).
-struct Reader<'a> {
-    directory: &'a DatasetDirectory,
+struct Reader<'a, F> {
     dataset: &'a str,
+    value_of: F,
 }
 
-impl Reader<'_> {
+impl<F: Fn(&str) -> Result<String, DatasetError>> Reader<'_, F> {
     fn text(&self, property: &str) -> Result<String, DatasetError> {
-        Ok(self.directory.property(self.dataset, property)?.0)
+        (self.value_of)(property)
     }
 
     fn unreadable(&self, property: &str, value: String, expected: &str) -> DatasetError {
@@ -119,104 +119,5 @@ impl Reader<'_> {
             let expected = format!("one of {}", T::NAMES.join(" | "));
             self.unreadable(property, text, &expected)
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::properties::PROPERTIES;
-    use std::collections::BTreeMap;
-
-    fn directory() -> DatasetDirectory {
-        let mut dir = DatasetDirectory::default();
-        dir.insert("tank", DatasetKind::Filesystem, 1, BTreeMap::new())
-            .unwrap();
-        dir.insert("tank/fs", DatasetKind::Filesystem, 1, BTreeMap::new())
-            .unwrap();
-        let volume = BTreeMap::from([
-            ("volsize".to_string(), "1048576".to_string()),
-            ("volblocksize".to_string(), "16384".to_string()),
-        ]);
-        dir.insert("tank/vol", DatasetKind::Volume, 1, volume)
-            .unwrap();
-        dir
-    }
-
-    /// A valid canonical value other than the property's default.
-    fn other_value(name: &str, default: &str, choices: &[&str], is_size: bool) -> String {
-        // The last word: the first other one may be an alias of the default (`on` = fletcher4).
-        if let Some(word) = choices.iter().rev().find(|word| **word != default) {
-            return word.to_string();
-        }
-        if name == "mountpoint" {
-            return "/mnt/elsewhere".into();
-        }
-        assert!(is_size, "{name}: no other value to try");
-        let default: u64 = default.parse().unwrap();
-        (if default == 0 { 3 << 20 } else { default * 2 }).to_string()
-    }
-
-    #[test]
-    fn defaults_are_the_tables() {
-        let dir = directory();
-        let fs = dir.properties_of("tank/fs").unwrap();
-        assert_eq!(fs.kind, DatasetKind::Filesystem);
-        assert_eq!(fs.sync, SyncMode::default());
-        assert_eq!(fs.logbias, LogBias::default());
-        assert_eq!(fs.atime, AtimeMode::default());
-        assert_eq!(fs.loglanes, LogLanes::default());
-        assert_eq!(fs.checksum, ChecksumAlgorithm::Fletcher4);
-        assert_eq!(fs.compression, Compression::Off);
-        assert_eq!(fs.recordsize_bytes, 128 * 1024);
-        assert_eq!(fs.mountpoint, None);
-        assert!(fs.devices && fs.setuid && fs.exec && !fs.readonly);
-        let vol = dir.properties_of("tank/vol").unwrap();
-        assert_eq!(
-            (vol.volsize_bytes, vol.volblocksize_bytes),
-            (1 << 20, 16384)
-        );
-    }
-
-    #[test]
-    fn every_property_is_a_field() {
-        for def in PROPERTIES {
-            let mut dir = directory();
-            let dataset = if def.applies_to(DatasetKind::Filesystem) {
-                "tank/fs"
-            } else {
-                "tank/vol"
-            };
-            let before = dir.properties_of(dataset).unwrap();
-            let value = other_value(def.name, def.default, def.choices(), def.is_size());
-            let canonical = def.canonical(&value).unwrap();
-            dir.get_mut(dataset)
-                .unwrap()
-                .properties
-                .insert(def.name.to_string(), canonical.clone());
-            let after = dir.properties_of(dataset).unwrap();
-            assert_ne!(before, after, "{}={canonical} left no mark", def.name);
-        }
-    }
-
-    #[test]
-    fn children_inherit_typed_values() {
-        let mut dir = directory();
-        dir.set_property("tank", "sync", "always").unwrap();
-        dir.set_property("tank", "compression", "on").unwrap();
-        let fs = dir.properties_of("tank/fs").unwrap();
-        assert_eq!(fs.sync, SyncMode::Always);
-        assert_eq!(fs.compression, Compression::Lz4);
-    }
-
-    #[test]
-    fn an_unreadable_stored_value_is_an_error_not_a_default() {
-        let mut dir = directory();
-        dir.get_mut("tank/fs")
-            .unwrap()
-            .properties
-            .insert("sync".into(), "sometimes".into());
-        let err = dir.properties_of("tank/fs").unwrap_err().to_string();
-        assert!(err.contains("sync") && err.contains("sometimes"), "{err}");
     }
 }

@@ -1,9 +1,14 @@
 //! Queue tests. A `Recorder` device logs every call and holds each one at a gate until the test
 //! opens it, so the order in which the queue issues requests is observable without timing.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
 use proptest::prelude::*;
+
+use crate::device::{Device, DeviceError};
 
 use super::*;
 use crate::iostats::SizeHistogram;

@@ -26,6 +26,7 @@
 //!   error, never a panic.
 
 mod allocator;
+mod class;
 mod error;
 mod metaslab;
 mod range_tree;
@@ -33,8 +34,9 @@ mod top_vdev;
 
 pub use allocator::{
     DeferredFree, ROTOR_CHUNK_BYTES, SLOP_BYTES_MAX, SLOP_BYTES_MIN, SLOP_SHIFT, SpaceAllocator,
-    SpaceClass, SpaceStats, VdevSpace, VdevSpaceStats,
+    SpaceStats, VdevSpace, VdevSpaceStats,
 };
+pub use class::SpaceClass;
 pub use error::SpaceError;
 pub use metaslab::{
     BEST_FIT_FULL_PERCENT, FIRST_FIT_SEGMENTS_VISIT_MAX, METASLAB_COUNT_MAX, METASLAB_COUNT_TARGET,

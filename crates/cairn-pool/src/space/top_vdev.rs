@@ -21,9 +21,10 @@
 //! space left only in pieces on both sides of metaslab boundaries), a free run spanning
 //! metaslabs is used as a last resort rather than failing.
 
+use super::SpaceError;
+use super::class::SpaceClass;
 use super::metaslab::{Metaslab, weight_bucket};
 use super::range_tree::{RangeTree, extent_end, histogram_bucket};
-use super::{SpaceClass, SpaceError};
 use cairn_format::blkptr::DVA_COUNT_MAX;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
