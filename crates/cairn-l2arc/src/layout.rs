@@ -96,7 +96,9 @@ impl Superblock {
     }
 
     fn check_sectors(&self) -> Result<(), LayoutError> {
-        let sectors = self.segment_bytes / SECTOR_BYTES * self.segment_count;
+        // Saturating: a damaged superblock's count can be anything, and a product that wrapped
+        // could pass the check below (found by the `l2arc_layout` fuzz case).
+        let sectors = (self.segment_bytes / SECTOR_BYTES).saturating_mul(self.segment_count);
         if sectors > u64::from(u32::MAX) {
             return Err(LayoutError::Range {
                 what: "cache size in sectors (2 TiB per device at most)",
@@ -335,6 +337,18 @@ mod tests {
         );
         assert!(Superblock::for_device(1 << 20, 1 << 20, 1, 1).is_err());
         assert!(Superblock::for_device(64 << 20, 1000, 1, 1).is_err());
+    }
+
+    /// A segment count whose sector total overflows u64 is refused, not a panic or a wrapped
+    /// product that passes (fuzz regression).
+    #[test]
+    fn an_overflowing_segment_count_is_refused() {
+        let mut superblock = Superblock::for_device(64 << 20, 1 << 20, 7, 9).unwrap();
+        superblock.segment_count = u64::MAX / 3;
+        assert!(matches!(
+            Superblock::decode(&superblock.encode()),
+            Err(LayoutError::Range { .. })
+        ));
     }
 
     #[test]
