@@ -66,14 +66,14 @@ fn check_fields(doc: &str) -> Vec<String> {
         )];
     }
     let documented: Vec<String> = tables[0]
-        .2
+        .rows
         .iter()
         .map(|(_, row)| row.first().cloned().unwrap_or_default())
         .collect();
     if documented != directory_fields() {
         return vec![format!(
             "line {}: the field table lists {documented:?} but DatasetDirectory has {:?}",
-            tables[0].1,
+            tables[0].line,
             directory_fields()
         )];
     }

@@ -205,8 +205,8 @@ fn check_log_tags(doc: &str) -> Vec<String> {
         problems.push(format!("expected one tag table, found {}", tables.len()));
     }
     let mut documented = BTreeMap::new();
-    for (_, _, rows) in &tables {
-        for (line, row) in rows {
+    for table in &tables {
+        for (line, row) in &table.rows {
             let tag = row.first().and_then(|text| doc_check::parse_number(text));
             let change = row.get(1).map(|text| text.trim_matches('`').to_string());
             match (tag, change) {

@@ -296,13 +296,18 @@ pub fn without_sections(doc: &str, titles: &[&str]) -> String {
     select(doc, titles, false)
 }
 
-/// Rows (cells, with the line number) of every table whose header row is exactly `header`,
-/// by the heading it sits under: for tables other than offset tables (postcard field lists,
-/// tag lists).
-pub fn tables_with_header(
-    doc: &str,
-    header: &[&str],
-) -> Vec<(String, usize, Vec<(usize, Vec<String>)>)> {
+/// A table other than an offset table (postcard field lists, tag lists).
+pub struct TextTable {
+    /// The heading it sits under.
+    pub heading: String,
+    /// Line of its header row.
+    pub line: usize,
+    /// `(line, cells)` of each row.
+    pub rows: Vec<(usize, Vec<String>)>,
+}
+
+/// Every table whose header row is exactly `header`.
+pub fn tables_with_header(doc: &str, header: &[&str]) -> Vec<TextTable> {
     let lines = prose_lines(doc);
     let mut tables = Vec::new();
     let mut current = String::new();
@@ -330,7 +335,11 @@ pub fn tables_with_header(
                 cells(row).into_iter().map(str::to_string).collect(),
             ));
         }
-        tables.push((current.clone(), number, rows));
+        tables.push(TextTable {
+            heading: current.clone(),
+            line: number,
+            rows,
+        });
     }
     tables
 }
