@@ -7,12 +7,17 @@
 //!    and each row starts where the previous one ends. A table under one of the headings in
 //!    `structure_sizes()` must end exactly at that structure's size, and each of those headings
 //!    must have exactly one such table.
+//!
+//! The sections of `cairn-dataset`, `cairn-fs` and `cairn-l2arc` are left out here: each of those
+//! crates checks its own in its `tests/format_doc.rs`, with the same parser (`doc_check/`).
+
+mod doc_check;
 
 use cairn_format::{blkptr, dnode, intent_log, label, spacelog, uberblock};
+use doc_check::{
+    assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
+};
 use std::collections::BTreeMap;
-use std::path::Path;
-
-const DOC_PATH: &str = "../../docs/format.md";
 
 /// Size of one DVA: `DVA_COUNT_MAX` of them fill bytes [0, 48) of a block pointer. There is no
 /// public constant for it; the block pointer table below checks the 48 independently.
@@ -114,256 +119,32 @@ fn structure_sizes() -> BTreeMap<&'static str, u64> {
     ])
 }
 
-fn read_doc() -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(DOC_PATH);
-    std::fs::read_to_string(&path)
-        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
-}
+/// Sections other crates own and check in their own `tests/format_doc.rs`.
+const OTHER_OWNERS: &[&str] = &["Dataset directory", "Filesystems", "Cache devices (L2ARC)"];
 
-/// Decimal or `0x` hex, `_` separators allowed.
-fn parse_number(text: &str) -> Option<u64> {
-    let digits: String = text.chars().filter(|&c| c != '_').collect();
-    match digits
-        .strip_prefix("0x")
-        .or_else(|| digits.strip_prefix("0X"))
-    {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => digits.parse().ok(),
-    }
-}
-
-/// Lines outside fenced code blocks, numbered from 1.
-fn prose_lines(doc: &str) -> Vec<(usize, &str)> {
-    let mut in_fence = false;
-    let mut out = Vec::new();
-    for (index, line) in doc.lines().enumerate() {
-        if line.trim_start().starts_with("```") {
-            in_fence = !in_fence;
-            continue;
-        }
-        if !in_fence {
-            out.push((index + 1, line));
-        }
-    }
-    out
-}
-
-/// `(line, name, value text)` for every `` `NAME` = value `` line.
-fn constant_lines(doc: &str) -> Vec<(usize, String, String)> {
-    let mut found = Vec::new();
-    for (number, line) in prose_lines(doc) {
-        let text = line.trim();
-        let text = text
-            .strip_prefix("- ")
-            .or_else(|| text.strip_prefix("* "))
-            .unwrap_or(text);
-        let Some(rest) = text.strip_prefix('`') else {
-            continue;
-        };
-        let Some((name, rest)) = rest.split_once('`') else {
-            continue;
-        };
-        let is_constant_name = !name.is_empty()
-            && name.starts_with(|c: char| c.is_ascii_uppercase())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
-        let Some(rest) = rest.trim_start().strip_prefix('=') else {
-            continue;
-        };
-        if !is_constant_name {
-            continue;
-        }
-        let token = rest.split_whitespace().next().unwrap_or("");
-        // A sentence may continue after the value: "`X` = 1. More text."
-        let token = token.trim_end_matches(['.', ',', ';', ':']);
-        found.push((number, name.to_string(), token.to_string()));
-    }
-    found
-}
-
-/// Problems with the documented constants; empty if the document agrees with the code.
-fn check_constants(doc: &str, code: &BTreeMap<&str, u64>) -> Vec<String> {
-    let mut problems = Vec::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for (line, name, value_text) in constant_lines(doc) {
-        if let Some(first) = seen.insert(name.clone(), line) {
-            problems.push(format!(
-                "line {line}: `{name}` is documented twice (first on line {first})"
-            ));
-        }
-        let Some(value) = parse_number(&value_text) else {
-            problems.push(format!(
-                "line {line}: `{name}` = {value_text:?} is not a decimal or 0x-hex integer"
-            ));
-            continue;
-        };
-        match code.get(name.as_str()) {
-            None => problems.push(format!(
-                "line {line}: `{name}` is not a constant the test knows; add it to \
-                 code_constants() in tests/format_doc.rs"
-            )),
-            Some(&expected) if expected != value => problems.push(format!(
-                "line {line}: `{name}` = {value} ({value:#x}) but the code has {expected} \
-                 ({expected:#x})"
-            )),
-            Some(_) => {}
-        }
-    }
-    for name in code.keys() {
-        if !seen.contains_key(*name) {
-            problems.push(format!(
-                "`{name}` is not documented (expected a line `{name}` = value)"
-            ));
-        }
-    }
-    problems
-}
-
-#[derive(Debug)]
-struct OffsetTable {
-    heading: String,
-    line: usize,
-    /// `(line, offset, size, field)`
-    rows: Vec<(usize, u64, u64, String)>,
-}
-
-fn cells(line: &str) -> Vec<&str> {
-    let line = line.trim();
-    let line = line.strip_prefix('|').unwrap_or(line);
-    let line = line.strip_suffix('|').unwrap_or(line);
-    line.split('|').map(str::trim).collect()
-}
-
-/// Every `| offset | size | field | meaning |` table with the heading it sits under.
-fn offset_tables(doc: &str, problems: &mut Vec<String>) -> Vec<OffsetTable> {
-    let lines = prose_lines(doc);
-    let mut tables = Vec::new();
-    let mut heading = String::new();
-    let mut index = 0;
-    while index < lines.len() {
-        let (number, line) = lines[index];
-        index += 1;
-        if line.starts_with('#') {
-            heading = line.trim_start_matches('#').trim().to_string();
-            continue;
-        }
-        if !line.trim_start().starts_with('|')
-            || cells(line) != ["offset", "size", "field", "meaning"]
-        {
-            continue;
-        }
-        let mut table = OffsetTable {
-            heading: heading.clone(),
-            line: number,
-            rows: Vec::new(),
-        };
-        let separator_ok = lines.get(index).is_some_and(|(_, sep)| {
-            cells(sep)
-                .iter()
-                .all(|cell| !cell.is_empty() && cell.chars().all(|c| matches!(c, '-' | ':')))
-        });
-        if !separator_ok {
-            problems.push(format!(
-                "line {number}: offset table has no |---| separator row"
-            ));
-        }
-        index += 1;
-        while let Some(&(row_number, row)) = lines.get(index) {
-            if !row.trim_start().starts_with('|') {
-                break;
-            }
-            index += 1;
-            let row_cells = cells(row);
-            let parsed = (
-                row_cells.first().and_then(|text| parse_number(text)),
-                row_cells.get(1).and_then(|text| parse_number(text)),
-            );
-            match parsed {
-                (Some(offset), Some(size)) => table.rows.push((
-                    row_number,
-                    offset,
-                    size,
-                    row_cells.get(2).unwrap_or(&"").to_string(),
-                )),
-                _ => problems.push(format!(
-                    "line {row_number}: offset and size must be integers: {row:?}"
-                )),
-            }
-        }
-        tables.push(table);
-    }
-    tables
-}
-
-/// Problems with the layout tables; empty if they are all consistent.
-fn check_tables(doc: &str, sizes: &BTreeMap<&str, u64>) -> Vec<String> {
-    let mut problems = Vec::new();
-    let tables = offset_tables(doc, &mut problems);
-    for table in &tables {
-        let OffsetTable { heading, line, .. } = table;
-        if table.rows.is_empty() {
-            problems.push(format!(
-                "line {line}: table under \"{heading}\" has no rows"
-            ));
-            continue;
-        }
-        let mut end = 0u64;
-        for (row_line, offset, size, field) in &table.rows {
-            if *offset != end {
-                problems.push(format!(
-                    "line {row_line}: \"{heading}\" field `{field}` starts at {offset}, but the \
-                     previous row ends at {end}"
-                ));
-            }
-            if *size == 0 {
-                problems.push(format!(
-                    "line {row_line}: \"{heading}\" field `{field}` has size 0"
-                ));
-            }
-            end = offset.saturating_add(*size);
-        }
-        match sizes.get(heading.as_str()) {
-            Some(&expected) if end != expected => problems.push(format!(
-                "line {line}: \"{heading}\" table ends at {end} but the structure is {expected} \
-                 bytes"
-            )),
-            Some(_) => {}
-            None => problems.push(format!(
-                "line {line}: offset table under unknown heading \"{heading}\"; add its size to \
-                 structure_sizes() in tests/format_doc.rs"
-            )),
-        }
-    }
-    for heading in sizes.keys() {
-        let count = tables.iter().filter(|t| t.heading == *heading).count();
-        if count != 1 {
-            problems.push(format!(
-                "expected exactly one offset table under heading \"{heading}\", found {count}"
-            ));
-        }
-    }
-    problems
-}
-
-fn assert_no_problems(what: &str, problems: &[String]) {
-    assert!(
-        problems.is_empty(),
-        "docs/format.md disagrees with cairn-format ({what}):\n  {}",
-        problems.join("\n  ")
-    );
+/// The document without the sections other crates own.
+fn pool_sections() -> String {
+    without_sections(&read_doc(), OTHER_OWNERS)
 }
 
 #[test]
 fn documented_constants_match_the_code() {
-    let doc = read_doc();
-    assert_no_problems("constants", &check_constants(&doc, &code_constants()));
+    let doc = pool_sections();
+    assert_no_problems(
+        "cairn-format",
+        "constants",
+        &check_constants(&doc, &code_constants()),
+    );
 }
 
 #[test]
 fn layout_tables_are_contiguous_and_sized() {
-    let doc = read_doc();
-    assert_no_problems("layout tables", &check_tables(&doc, &structure_sizes()));
+    let doc = pool_sections();
+    assert_no_problems(
+        "cairn-format",
+        "layout tables",
+        &check_tables(&doc, &structure_sizes()),
+    );
 }
 
 #[test]
@@ -460,4 +241,16 @@ fn checkers_reject_broken_documents() {
     assert!(!check_tables(&table("| 0 | 8 | a | x |\n| 8 | n | b | y |"), &sizes).is_empty());
     // The table must exist.
     assert!(!check_tables("## Thing\n\nno table\n", &sizes).is_empty());
+
+    // Sections include their subsections and end at the next heading of their level or
+    // above; a `#` line inside a code fence is no heading.
+    let doc = "# T\n## A\na\n### A1\na1\n```\n# not\n```\nstill\n## B\nb\n";
+    assert_eq!(
+        sections(doc, &["A"]),
+        "\n## A\na\n### A1\na1\n```\n# not\n```\nstill\n\n\n"
+    );
+    assert_eq!(
+        without_sections(doc, &["A1"]),
+        "# T\n## A\na\n\n\n\n\n\n\n## B\nb\n"
+    );
 }

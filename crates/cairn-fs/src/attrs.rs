@@ -22,7 +22,8 @@ use crate::FsError;
 
 /// Bytes of an encoded `InodeAttrs`.
 pub const ATTRS_BYTES: usize = 120;
-const ATTRS_VERSION: u8 = 1;
+/// Version of the attribute layout (its first byte).
+pub const ATTRS_VERSION: u8 = 1;
 const _: () = assert!(ATTRS_BYTES <= cairn_format::dnode::DNODE_BONUS_SIZE_MAX);
 
 /// What an inode is.

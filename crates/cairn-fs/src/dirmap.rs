@@ -57,18 +57,21 @@ pub const NAME_BYTES_MAX: usize = 255;
 /// Largest value.
 pub const VALUE_BYTES_MAX: usize = 1024;
 /// The bit of an entry's value length that marks an indirect value (`ValueKind::Indirect`).
-const VALUE_INDIRECT_BIT: u16 = 1 << 15;
+pub const VALUE_INDIRECT_BIT: u16 = 1 << 15;
 
 const MAP_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNMAP");
 const LEAF_MAGIC: u32 = u32::from_le_bytes(*b"LEAF");
 /// The version new maps are written with; `Layout::of_version` knows every one still read.
-const MAP_VERSION: u32 = 3;
+pub const MAP_VERSION: u32 = 3;
 const HEADER_BLKID: u64 = 0;
 /// Where a version 2 or 3 map's table blocks start (its leaves fill the blocks before).
 pub const TABLE_START_BLKID: u64 = 1 << 24;
-const HEADER_FIXED_BYTES: usize = 40;
-const INLINE_DEPTH_MAX: u32 = 8;
-const DEPTH_MAX: u32 = 40;
+/// Bytes of the header's fixed fields (magic to salt); an inline table follows them.
+pub const HEADER_FIXED_BYTES: usize = 40;
+/// Deepest table kept in the header block itself.
+pub const INLINE_DEPTH_MAX: u32 = 8;
+/// Deepest table a map may have.
+pub const DEPTH_MAX: u32 = 40;
 const KEY_BITS: u32 = 62;
 const HASH_BITS: u32 = 54;
 const COLLISION_BITS: u32 = KEY_BITS - HASH_BITS;
@@ -141,7 +144,7 @@ impl Layout {
 const _: () = assert!(Layout::V3.version == MAP_VERSION);
 /// Where a lone first leaf starts in the header block (after the fixed fields and the one
 /// slot of a depth-0 table).
-const EMBEDDED_LEAF_OFFSET: usize = 64;
+pub const EMBEDDED_LEAF_OFFSET: usize = 64;
 const _: () = assert!(HEADER_FIXED_BYTES + 8 <= EMBEDDED_LEAF_OFFSET);
 const _: () = assert!(
     LEAF_HEADER_BYTES + 2 * (ENTRY_FIXED_BYTES + NAME_BYTES_MAX + VALUE_BYTES_MAX)
@@ -600,59 +603,14 @@ impl<'a> DirMap<'a> {
 
     fn header(&self) -> Result<Header, FsError> {
         let block = self.read(HEADER_BLKID)?;
-        let u64_at = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().unwrap_or([0; 8]));
-        let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().unwrap_or([0; 4]));
-        if u64_at(0) != MAP_MAGIC {
-            return Err(self.corrupt("bad header magic"));
-        }
-        let layout = Layout::of_version(u32_at(8))
-            .ok_or_else(|| self.corrupt(&format!("unknown version {}", u32_at(8))))?;
-        let depth = u32_at(12);
-        if depth > DEPTH_MAX {
-            return Err(self.corrupt(&format!("depth {depth}")));
-        }
-        let mut header = Header {
-            layout,
-            depth,
-            entries: u64_at(16),
-            leaves: u64_at(24),
-            salt: u64_at(32),
-            inline_table: Vec::new(),
-        };
-        if header.leaves == 0 || header.leaves > layout.leaves_max {
-            return Err(self.corrupt(&format!("{} leaves", header.leaves)));
-        }
-        if header.leaf_embedded() && depth != 0 {
-            return Err(self.corrupt(&format!("one leaf at depth {depth}")));
-        }
-        if depth <= INLINE_DEPTH_MAX {
-            header.inline_table = (0..1usize << depth)
-                .map(|slot| u64_at(HEADER_FIXED_BYTES + slot * 8))
-                .collect();
-        }
-        Ok(header)
+        decode_header(&block).map_err(|what| self.corrupt(&what))
     }
 
     /// Writes the header block; a lone first leaf in it is written with it
     /// (`write_leaf_bytes`), never by this alone.
     fn write_header(&self, tx: Tx<'_>, header: &Header) {
         debug_assert!(!header.leaf_embedded());
-        self.write(tx, HEADER_BLKID, self.encode_header(header));
-    }
-
-    fn encode_header(&self, header: &Header) -> Vec<u8> {
-        let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
-        block[0..8].copy_from_slice(&MAP_MAGIC.to_le_bytes());
-        block[8..12].copy_from_slice(&header.layout.version.to_le_bytes());
-        block[12..16].copy_from_slice(&header.depth.to_le_bytes());
-        block[16..24].copy_from_slice(&header.entries.to_le_bytes());
-        block[24..32].copy_from_slice(&header.leaves.to_le_bytes());
-        block[32..40].copy_from_slice(&header.salt.to_le_bytes());
-        for (slot, leaf) in header.inline_table.iter().enumerate() {
-            let at = HEADER_FIXED_BYTES + slot * 8;
-            block[at..at + 8].copy_from_slice(&leaf.to_le_bytes());
-        }
-        block
+        self.write(tx, HEADER_BLKID, encode_header(header));
     }
 
     /// Leaf `number`'s encoded bytes: its block, or the tail of the header block.
@@ -736,54 +694,14 @@ impl<'a> DirMap<'a> {
         Ok(scan)
     }
 
-    /// Walks leaf `number`'s entries in `block` in place, checking each against the block's
-    /// bounds and the keys' order (a damaged leaf is an error, never a guess), and hands each
-    /// to `each` without copying it, until `each` returns false; returns the leaf's local
-    /// depth. Lookups use it directly: decoding a whole leaf into owned entries cost an
-    /// allocation per name for every lookup.
+    /// `scan_leaf_bytes` of leaf `number`, its errors naming the map and the leaf.
     fn scan_leaf(
         &self,
         number: u64,
         block: &[u8],
-        mut each: impl FnMut(u64, &[u8], &[u8], ValueKind) -> bool,
+        each: impl FnMut(u64, &[u8], &[u8], ValueKind) -> bool,
     ) -> Result<u32, FsError> {
-        let magic = u32::from_le_bytes(block[0..4].try_into().unwrap_or([0; 4]));
-        if magic != LEAF_MAGIC {
-            return Err(self.corrupt(&format!("leaf {number}: bad magic")));
-        }
-        let local_depth = u32::from(block[4]);
-        let count = u16::from_le_bytes([block[6], block[7]]) as usize;
-        let mut at = LEAF_HEADER_BYTES;
-        let mut previous_key = None;
-        for _ in 0..count {
-            let fixed = block
-                .get(at..at + ENTRY_FIXED_BYTES)
-                .ok_or_else(|| self.corrupt(&format!("leaf {number}: entry past its end")))?;
-            let key = u64::from_le_bytes(fixed[0..8].try_into().unwrap_or([0; 8]));
-            let name_len = fixed[8] as usize;
-            let value_field = u16::from_le_bytes([fixed[9], fixed[10]]);
-            let kind = if value_field & VALUE_INDIRECT_BIT == 0 {
-                ValueKind::Inline
-            } else {
-                ValueKind::Indirect
-            };
-            let value_len = usize::from(value_field & !VALUE_INDIRECT_BIT);
-            let name_at = at + ENTRY_FIXED_BYTES;
-            let value_at = name_at + name_len;
-            let end = value_at + value_len;
-            if end > block.len() || value_len > VALUE_BYTES_MAX || key >> KEY_BITS != 0 {
-                return Err(self.corrupt(&format!("leaf {number}: entry out of bounds")));
-            }
-            if previous_key.is_some_and(|previous| previous >= key) {
-                return Err(self.corrupt(&format!("leaf {number}: keys out of order")));
-            }
-            previous_key = Some(key);
-            if !each(key, &block[name_at..value_at], &block[value_at..end], kind) {
-                break;
-            }
-            at = end;
-        }
-        Ok(local_depth)
+        scan_leaf_bytes(block, each).map_err(|what| self.corrupt(&format!("leaf {number}: {what}")))
     }
 
     /// Writes leaf `number` (its encoded bytes, at most `leaf_capacity`), and the header
@@ -800,7 +718,7 @@ impl<'a> DirMap<'a> {
         assert!(leaf.len() <= header.leaf_capacity(), "leaf overflow");
         if header.leaf_embedded() {
             debug_assert_eq!(number, 0);
-            let mut block = self.encode_header(header);
+            let mut block = encode_header(header);
             block[EMBEDDED_LEAF_OFFSET..EMBEDDED_LEAF_OFFSET + leaf.len()].copy_from_slice(&leaf);
             self.write(tx, HEADER_BLKID, block);
             return;
@@ -834,6 +752,114 @@ impl<'a> DirMap<'a> {
     }
 }
 
+/// A map's header block (`MAP_BLOCK_BYTES` bytes), checked; the error says what is wrong.
+fn decode_header(block: &[u8]) -> Result<Header, String> {
+    if block.len() != MAP_BLOCK_BYTES as usize {
+        return Err(format!("header block of {} bytes", block.len()));
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(block[at..at + 8].try_into().unwrap_or([0; 8]));
+    let u32_at = |at: usize| u32::from_le_bytes(block[at..at + 4].try_into().unwrap_or([0; 4]));
+    if u64_at(0) != MAP_MAGIC {
+        return Err(String::from("bad header magic"));
+    }
+    let layout =
+        Layout::of_version(u32_at(8)).ok_or_else(|| format!("unknown version {}", u32_at(8)))?;
+    let depth = u32_at(12);
+    if depth > DEPTH_MAX {
+        return Err(format!("depth {depth}"));
+    }
+    let mut header = Header {
+        layout,
+        depth,
+        entries: u64_at(16),
+        leaves: u64_at(24),
+        salt: u64_at(32),
+        inline_table: Vec::new(),
+    };
+    if header.leaves == 0 || header.leaves > layout.leaves_max {
+        return Err(format!("{} leaves", header.leaves));
+    }
+    if header.leaf_embedded() && depth != 0 {
+        return Err(format!("one leaf at depth {depth}"));
+    }
+    if depth <= INLINE_DEPTH_MAX {
+        header.inline_table = (0..1usize << depth)
+            .map(|slot| u64_at(HEADER_FIXED_BYTES + slot * 8))
+            .collect();
+    }
+    Ok(header)
+}
+
+/// A header block, zero past the fixed fields and the inline table (a lone first leaf is
+/// added by `write_leaf_bytes`).
+fn encode_header(header: &Header) -> Vec<u8> {
+    let mut block = vec![0u8; MAP_BLOCK_BYTES as usize];
+    block[0..8].copy_from_slice(&MAP_MAGIC.to_le_bytes());
+    block[8..12].copy_from_slice(&header.layout.version.to_le_bytes());
+    block[12..16].copy_from_slice(&header.depth.to_le_bytes());
+    block[16..24].copy_from_slice(&header.entries.to_le_bytes());
+    block[24..32].copy_from_slice(&header.leaves.to_le_bytes());
+    block[32..40].copy_from_slice(&header.salt.to_le_bytes());
+    for (slot, leaf) in header.inline_table.iter().enumerate() {
+        let at = HEADER_FIXED_BYTES + slot * 8;
+        block[at..at + 8].copy_from_slice(&leaf.to_le_bytes());
+    }
+    block
+}
+
+/// Walks a leaf's entries in `block` in place, checking each against the block's
+/// bounds and the keys' order (a damaged leaf is an error, never a guess), and hands each
+/// to `each` without copying it, until `each` returns false; returns the leaf's local
+/// depth. Lookups use it directly: decoding a whole leaf into owned entries cost an
+/// allocation per name for every lookup.
+fn scan_leaf_bytes(
+    block: &[u8],
+    mut each: impl FnMut(u64, &[u8], &[u8], ValueKind) -> bool,
+) -> Result<u32, String> {
+    // Real leaves are a block or the header block's tail; a shorter slice is damage (or a
+    // fuzzer's input), never an index past its end.
+    if block.len() < LEAF_HEADER_BYTES {
+        return Err(format!("{} bytes", block.len()));
+    }
+    let magic = u32::from_le_bytes(block[0..4].try_into().unwrap_or([0; 4]));
+    if magic != LEAF_MAGIC {
+        return Err("bad magic".into());
+    }
+    let local_depth = u32::from(block[4]);
+    let count = u16::from_le_bytes([block[6], block[7]]) as usize;
+    let mut at = LEAF_HEADER_BYTES;
+    let mut previous_key = None;
+    for _ in 0..count {
+        let fixed = block
+            .get(at..at + ENTRY_FIXED_BYTES)
+            .ok_or("entry past its end")?;
+        let key = u64::from_le_bytes(fixed[0..8].try_into().unwrap_or([0; 8]));
+        let name_len = fixed[8] as usize;
+        let value_field = u16::from_le_bytes([fixed[9], fixed[10]]);
+        let kind = if value_field & VALUE_INDIRECT_BIT == 0 {
+            ValueKind::Inline
+        } else {
+            ValueKind::Indirect
+        };
+        let value_len = usize::from(value_field & !VALUE_INDIRECT_BIT);
+        let name_at = at + ENTRY_FIXED_BYTES;
+        let value_at = name_at + name_len;
+        let end = value_at + value_len;
+        if end > block.len() || value_len > VALUE_BYTES_MAX || key >> KEY_BITS != 0 {
+            return Err("entry out of bounds".into());
+        }
+        if previous_key.is_some_and(|previous| previous >= key) {
+            return Err("keys out of order".into());
+        }
+        previous_key = Some(key);
+        if !each(key, &block[name_at..value_at], &block[value_at..end], kind) {
+            break;
+        }
+        at = end;
+    }
+    Ok(local_depth)
+}
+
 /// The table slot of `key` at the map's depth.
 fn bucket(header: &Header, key: u64) -> u64 {
     if header.depth == 0 {
@@ -854,4 +880,78 @@ fn check_sizes(name: &[u8], value: &[u8]) -> Result<(), FsError> {
         )));
     }
     Ok(())
+}
+
+/// A map's blocks as bytes, without an object set: the decoders and encoders `DirMap` itself
+/// uses, reachable for `tests/format_doc.rs` (sizes of the documented layouts) and the fuzz
+/// cases in `cairn-fuzz-cases`. Nothing in the filesystem calls this module.
+#[doc(hidden)]
+pub mod raw {
+    use super::{Entry, Header, Layout, Leaf};
+
+    /// The fields of a map's header block (block 0).
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct MapHeader {
+        pub version: u32,
+        pub depth: u32,
+        pub entries: u64,
+        pub leaves: u64,
+        pub salt: u64,
+        /// The table while the depth is at most `INLINE_DEPTH_MAX`; empty otherwise.
+        pub inline_table: Vec<u64>,
+    }
+
+    /// Decodes and checks a header block, as `DirMap` does on every access.
+    pub fn decode_header(block: &[u8]) -> Result<MapHeader, String> {
+        let header = super::decode_header(block)?;
+        Ok(MapHeader {
+            version: header.layout.version,
+            depth: header.depth,
+            entries: header.entries,
+            leaves: header.leaves,
+            salt: header.salt,
+            inline_table: header.inline_table,
+        })
+    }
+
+    /// A header block as `DirMap` writes it (zero past the table).
+    pub fn encode_header(header: &MapHeader) -> Result<Vec<u8>, String> {
+        let layout = Layout::of_version(header.version)
+            .ok_or_else(|| format!("unknown version {}", header.version))?;
+        if header.inline_table.len() > 1 << super::INLINE_DEPTH_MAX {
+            return Err(format!("{} inline table slots", header.inline_table.len()));
+        }
+        Ok(super::encode_header(&Header {
+            layout,
+            depth: header.depth,
+            entries: header.entries,
+            leaves: header.leaves,
+            salt: header.salt,
+            inline_table: header.inline_table.clone(),
+        }))
+    }
+
+    /// A leaf's local depth and entries, checked as `DirMap` checks them.
+    pub fn decode_leaf(bytes: &[u8]) -> Result<(u8, Vec<Entry>), String> {
+        let mut entries = Vec::new();
+        let local_depth = super::scan_leaf_bytes(bytes, |key, name, value, kind| {
+            entries.push(Entry {
+                key,
+                name: name.to_vec(),
+                value: value.to_vec(),
+                kind,
+            });
+            true
+        })?;
+        // The depth is one byte on disk.
+        Ok((local_depth as u8, entries))
+    }
+
+    /// A leaf's bytes as `DirMap` writes them, unpadded.
+    pub fn encode_leaf(local_depth: u8, entries: &[Entry]) -> Vec<u8> {
+        super::encode_leaf(&Leaf {
+            local_depth: u32::from(local_depth),
+            entries: entries.to_vec(),
+        })
+    }
 }

@@ -100,7 +100,8 @@ const FIRST_INODE_OBJECT: u64 = 16;
 /// No object (object 0 is the object set's own dnode array, never a filesystem's).
 const NO_OBJECT: u64 = 0;
 const MASTER_MAGIC: u64 = u64::from_le_bytes(*b"CAIRNFS\0");
-const FORMAT_VERSION: u32 = 1;
+/// Version of the master node's layout (and so of the filesystem's).
+pub const MASTER_VERSION: u32 = 1;
 const LOCK_STRIPES: usize = 256;
 /// Longest symlink target.
 pub const SYMLINK_BYTES_MAX: usize = 4095;
@@ -343,26 +344,7 @@ pub struct Filesystem {
     op_stats: Mutex<ops::FsOpStats>,
 }
 
-fn encode_entry_value(object: u64, kind: FileKind) -> [u8; 9] {
-    let mut value = [0u8; 9];
-    value[..8].copy_from_slice(&object.to_le_bytes());
-    value[8] = kind as u8;
-    value
-}
-
-fn decode_entry_value(value: &[u8]) -> Result<(u64, FileKind), FsError> {
-    let (object, kind) = match value {
-        [o0, o1, o2, o3, o4, o5, o6, o7, kind] => (
-            u64::from_le_bytes([*o0, *o1, *o2, *o3, *o4, *o5, *o6, *o7]),
-            FileKind::from_u8(*kind),
-        ),
-        _ => (0, None),
-    };
-    match kind {
-        Some(kind) if object != 0 => Ok((object, kind)),
-        _ => Err(FsError::Corrupt("a directory entry's value".into())),
-    }
-}
+use raw::{decode_entry_value, encode_entry_value};
 
 fn check_name(name: &[u8]) -> Result<(), FsError> {
     if name.len() > dirmap::NAME_BYTES_MAX {
@@ -391,11 +373,7 @@ impl Filesystem {
     /// node, root directory and delete queue. `root` gives the root directory's owner and mode.
     pub fn format(objset: &ObjectSet, tx: Tx<'_>, root: NewInode) -> Result<(), FsError> {
         let txg = tx.txg;
-        let mut master = Vec::with_capacity(28);
-        master.extend_from_slice(&MASTER_MAGIC.to_le_bytes());
-        master.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        master.extend_from_slice(&ROOT_OBJECT.to_le_bytes());
-        master.extend_from_slice(&DELETE_QUEUE_OBJECT.to_le_bytes());
+        let master = raw::master_bonus();
         objset.create_object_with_bonus(
             txg,
             MASTER_OBJECT,
@@ -768,7 +746,7 @@ fn master_ok(objset: &ObjectSet) -> Result<(), FsError> {
     let version = bonus
         .get(8..12)
         .map(|raw| u32::from_le_bytes(raw.try_into().unwrap_or([0; 4])));
-    if magic != Some(MASTER_MAGIC) || version != Some(FORMAT_VERSION) {
+    if magic != Some(MASTER_MAGIC) || version != Some(MASTER_VERSION) {
         return Err(FsError::Corrupt(format!(
             "master node of an unknown format (version {version:?})"
         )));
@@ -790,4 +768,49 @@ fn check_recordsize(bytes: u32) -> Result<(), FsError> {
         )));
     }
     Ok(())
+}
+
+/// cairn-fs's on-disk encodings that need no object set: for `tests/format_doc.rs` and the fuzz
+/// cases in `cairn-fuzz-cases`, and the ones the filesystem itself uses (entry values, the
+/// master node), so that what is checked is what is written.
+#[doc(hidden)]
+pub mod raw {
+    use super::{
+        DELETE_QUEUE_OBJECT, FileKind, FsError, MASTER_MAGIC, MASTER_VERSION, ROOT_OBJECT,
+    };
+    pub use crate::dirmap::raw::*;
+    pub use crate::xattr::indirect_object;
+
+    /// The master node's bonus: magic, version, root directory, delete queue.
+    pub fn master_bonus() -> Vec<u8> {
+        let mut master = Vec::with_capacity(28);
+        master.extend_from_slice(&MASTER_MAGIC.to_le_bytes());
+        master.extend_from_slice(&MASTER_VERSION.to_le_bytes());
+        master.extend_from_slice(&ROOT_OBJECT.to_le_bytes());
+        master.extend_from_slice(&DELETE_QUEUE_OBJECT.to_le_bytes());
+        master
+    }
+
+    /// A directory entry's value: the object, then its kind.
+    pub fn encode_entry_value(object: u64, kind: FileKind) -> [u8; 9] {
+        let mut value = [0u8; 9];
+        value[..8].copy_from_slice(&object.to_le_bytes());
+        value[8] = kind as u8;
+        value
+    }
+
+    /// A directory entry's value, checked (a non-zero object of a known kind).
+    pub fn decode_entry_value(value: &[u8]) -> Result<(u64, FileKind), FsError> {
+        let (object, kind) = match value {
+            [o0, o1, o2, o3, o4, o5, o6, o7, kind] => (
+                u64::from_le_bytes([*o0, *o1, *o2, *o3, *o4, *o5, *o6, *o7]),
+                FileKind::from_u8(*kind),
+            ),
+            _ => (0, None),
+        };
+        match kind {
+            Some(kind) if object != 0 => Ok((object, kind)),
+            _ => Err(FsError::Corrupt("a directory entry's value".into())),
+        }
+    }
 }

@@ -387,7 +387,7 @@ pub(crate) struct NewObjects {
 }
 
 /// The value object an indirect entry of inode `object`'s map names.
-pub(crate) fn indirect_object(object: u64, entry: &Entry) -> Result<u64, FsError> {
+pub fn indirect_object(object: u64, entry: &Entry) -> Result<u64, FsError> {
     debug_assert_eq!(entry.kind, ValueKind::Indirect);
     let raw: [u8; 8] = entry.value.as_slice().try_into().map_err(|_| {
         FsError::Corrupt(format!(

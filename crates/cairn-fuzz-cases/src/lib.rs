@@ -1,7 +1,7 @@
 //! # cairn-fuzz-cases: one fuzz case per on-disk decoder, shared by every fuzzer
 //!
 //! Each module's `run(data)` decodes arbitrary bytes with one `cairn-format` (or
-//! `cairn-dataset`) decoder, plus copies with the magic and checksums patched in so that the
+//! `cairn-dataset`, `cairn-fs`, `cairn-l2arc`) decoder, plus copies with the magic and checksums patched in so that the
 //! deeper field checks are reached, and asserts that whatever decodes survives encode → decode
 //! unchanged. A panic in `run` is a bug in a decoder (or a validator behind it), never in the
 //! input: decoders must return an error for any bytes.
@@ -19,7 +19,11 @@
 pub mod blkptr;
 pub mod dataset_directory;
 pub mod dnode;
+pub mod fs_attrs;
+pub mod fs_log;
+pub mod fs_map;
 pub mod intent_log;
+pub mod l2arc_layout;
 pub mod label_config;
 pub mod objset;
 pub mod space_log;
@@ -33,7 +37,11 @@ pub const TARGETS: &[(&str, FuzzCase)] = &[
     ("blkptr", blkptr::run),
     ("dataset_directory", dataset_directory::run),
     ("dnode", dnode::run),
+    ("fs_attrs", fs_attrs::run),
+    ("fs_log", fs_log::run),
+    ("fs_map", fs_map::run),
     ("intent_log", intent_log::run),
+    ("l2arc_layout", l2arc_layout::run),
     ("label_config", label_config::run),
     ("objset", objset::run),
     ("space_log", space_log::run),

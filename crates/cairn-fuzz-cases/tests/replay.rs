@@ -173,6 +173,11 @@ mod seeds {
     };
     use cairn_format::spacelog::{SpaceLogBlock, SpaceLogKind};
     use cairn_format::{FORMAT_VERSION, SpaceLogEntry, SpaceOp, Uberblock};
+    use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
+    use cairn_fs::dirmap::{self, Entry, ValueKind};
+    use cairn_fs::log::FsOp;
+    use cairn_fs::{SetAttrs, XattrMode, raw};
+    use cairn_l2arc::layout::{SegmentHeader, SummaryEntry, Superblock, encode_summary};
     use std::collections::BTreeMap;
 
     fn block_pointer(
@@ -391,6 +396,152 @@ mod seeds {
         directory
     }
 
+    fn inode_attrs(kind: FileKind) -> InodeAttrs {
+        let time = |secs| Timestamp {
+            secs,
+            nanos: 999_999_999,
+        };
+        InodeAttrs {
+            kind,
+            mode: 0o4755,
+            uid: 1000,
+            gid: 100,
+            links: 2,
+            size: 12,
+            atime: time(-5),
+            mtime: time(1_700_000_000),
+            ctime: time(1_700_000_001),
+            crtime: time(1_600_000_000),
+            generation: 42,
+            parent: 2,
+            rdev: 0x0801,
+            xattr_object: 77,
+        }
+    }
+
+    fn fs_ops() -> Vec<(&'static str, FsOp)> {
+        let time = Timestamp {
+            secs: 1_700_000_000,
+            nanos: 5,
+        };
+        vec![
+            (
+                "create-symlink",
+                FsOp::Create {
+                    dir: 2,
+                    name: b"link".to_vec(),
+                    object: 16,
+                    kind: FileKind::Symlink,
+                    mode: 0o777,
+                    uid: 1,
+                    gid: 1,
+                    rdev: 0,
+                    time,
+                    target: b"/tmp/target".to_vec(),
+                },
+            ),
+            (
+                "setattrs",
+                FsOp::SetAttrs {
+                    object: 16,
+                    changes: SetAttrs {
+                        mode: Some(0o600),
+                        size: Some(4096),
+                        mtime: Some(time),
+                        ..SetAttrs::default()
+                    },
+                    time,
+                },
+            ),
+            (
+                "setxattr-value-object",
+                FsOp::SetXattr {
+                    object: 16,
+                    map_object: 17,
+                    value_object: 18,
+                    name: b"user.big".to_vec(),
+                    value: vec![0x61; 2000],
+                    mode: XattrMode::Create,
+                    time,
+                },
+            ),
+        ]
+    }
+
+    /// A version-3 map with its one leaf in the header block: two directory entries, and an
+    /// attribute-map style indirect entry.
+    fn map_header_block() -> Vec<u8> {
+        let entry = |key: u64, name: &[u8], value: Vec<u8>, kind| Entry {
+            key,
+            name: name.to_vec(),
+            value,
+            kind,
+        };
+        let entries = vec![
+            entry(
+                1 << 8,
+                b"a",
+                raw::encode_entry_value(16, FileKind::File).to_vec(),
+                ValueKind::Inline,
+            ),
+            entry(
+                (5 << 8) | 1,
+                b"dir",
+                raw::encode_entry_value(17, FileKind::Directory).to_vec(),
+                ValueKind::Inline,
+            ),
+            entry(
+                9 << 8,
+                b"user.big",
+                18u64.to_le_bytes().to_vec(),
+                ValueKind::Indirect,
+            ),
+        ];
+        let mut block = raw::encode_header(&raw::MapHeader {
+            version: dirmap::MAP_VERSION,
+            depth: 0,
+            entries: entries.len() as u64,
+            leaves: 1,
+            salt: 0x5eed,
+            inline_table: vec![0],
+        })
+        .expect("header encodes");
+        let leaf = raw::encode_leaf(0, &entries);
+        let at = dirmap::EMBEDDED_LEAF_OFFSET;
+        block[at..at + leaf.len()].copy_from_slice(&leaf);
+        block
+    }
+
+    /// A leaf block of a map at depth 1.
+    fn map_leaf_block() -> Vec<u8> {
+        let mut leaf = raw::encode_leaf(
+            1,
+            &[Entry {
+                key: 1 << 61,
+                name: b"x".repeat(255),
+                value: vec![7; 1024],
+                kind: ValueKind::Inline,
+            }],
+        );
+        leaf.resize(dirmap::MAP_BLOCK_BYTES as usize, 0);
+        leaf
+    }
+
+    fn l2arc_summary() -> Vec<u8> {
+        encode_summary(&[
+            SummaryEntry {
+                key: [(1 << 48) | 0x4000 | cairn_l2arc::KEY_LZ4, 42],
+                offset_sectors: 8,
+                psize: 4096,
+            },
+            SummaryEntry {
+                key: [0x9000, 43],
+                offset_sectors: 16,
+                psize: 512,
+            },
+        ])
+    }
+
     /// (target, file name, bytes) of every seed.
     pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         let mut dnode = [0u8; DNODE_SIZE];
@@ -414,7 +565,10 @@ mod seeds {
             allocated_bytes: 1 << 30,
         };
         let prev = block_pointer(ObjectType::SpaceLog, 0, 0xb000, 2);
-        vec![
+        let fs_log = fs_ops()
+            .into_iter()
+            .map(|(name, op)| ("fs_log", name, op.encode()));
+        let mut seeds = vec![
             ("blkptr", "hole", BlockPointer::HOLE.to_bytes().to_vec()),
             (
                 "blkptr",
@@ -459,13 +613,43 @@ mod seeds {
                 "chain-header",
                 intent_log_header().encode().to_vec(),
             ),
+            ("fs_attrs", "file", inode_attrs(FileKind::File).encode()),
+            (
+                "fs_attrs",
+                "char-device",
+                inode_attrs(FileKind::CharDevice).encode(),
+            ),
+            ("fs_map", "header-with-leaf", map_header_block()),
+            ("fs_map", "leaf", map_leaf_block()),
+            (
+                "l2arc_layout",
+                "superblock",
+                Superblock::for_device(64 << 20, 1 << 20, 7, 9)
+                    .expect("geometry")
+                    .encode(),
+            ),
+            (
+                "l2arc_layout",
+                "segment-header",
+                SegmentHeader {
+                    sequence: 5,
+                    hits: 3,
+                    summary_offset_bytes: 17 * 512,
+                    entries: 2,
+                    summary_checksum: cairn_format::checksum::embedded(&l2arc_summary()),
+                }
+                .encode(),
+            ),
+            ("l2arc_layout", "summary", l2arc_summary()),
             ("dataset_directory", "tank-vol", directory().encode()),
             (
                 "dataset_directory",
                 "empty",
                 DatasetDirectory::default().encode(),
             ),
-        ]
+        ];
+        seeds.extend(fs_log);
+        seeds
     }
 }
 
@@ -487,20 +671,62 @@ fn seeds_are_valid_encodings() {
     use cairn_format::{BlockPointer, ChainPosition, IntentLogHeader, LogBlock, Uberblock};
     for (target, name, bytes) in seeds::all() {
         let decoded = match target {
-            "blkptr" => BlockPointer::decode(&bytes).map(|_| ()),
-            "dnode" => cairn_format::dnode::Dnode::decode(&bytes).map(|_| ()),
-            "objset" => cairn_format::dnode::ObjsetPhys::decode(&bytes).map(|_| ()),
-            "label_config" => cairn_format::LabelConfig::decode(&bytes).map(|_| ()),
-            "uberblock" => Uberblock::decode(&bytes).map(|_| ()),
-            "space_log" => cairn_format::spacelog::SpaceLogBlock::decode(&bytes).map(|_| ()),
+            "blkptr" => BlockPointer::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "dnode" => cairn_format::dnode::Dnode::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "objset" => cairn_format::dnode::ObjsetPhys::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "label_config" => cairn_format::LabelConfig::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "uberblock" => Uberblock::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "space_log" => cairn_format::spacelog::SpaceLogBlock::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
             "intent_log" if name == "chain-header" => {
                 let header: &[u8; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE] =
                     bytes.as_slice().try_into().expect("header size");
-                IntentLogHeader::decode(header).map(|_| ())
+                IntentLogHeader::decode(header)
+                    .map(|_| ())
+                    .map_err(|err| err.to_string())
             }
             "intent_log" => {
                 let expected: ChainPosition = cairn_fuzz_cases::intent_log::EXPECTED;
-                LogBlock::decode(&bytes, &expected).map(|_| ())
+                LogBlock::decode(&bytes, &expected)
+                    .map(|_| ())
+                    .map_err(|err| err.to_string())
+            }
+            "fs_attrs" => cairn_fs::attrs::InodeAttrs::decode(16, &bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "fs_log" => cairn_fs::log::FsOp::decode(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "fs_map" if name == "leaf" => cairn_fs::raw::decode_leaf(&bytes)
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            "fs_map" => cairn_fs::raw::decode_header(&bytes).and_then(|_| {
+                cairn_fs::raw::decode_leaf(&bytes[cairn_fs::dirmap::EMBEDDED_LEAF_OFFSET..])
+                    .map(|_| ())
+                    .map_err(|err| err.to_string())
+            }),
+            "l2arc_layout" => {
+                use cairn_l2arc::layout::{SegmentHeader, Superblock};
+                let valid = match name {
+                    "superblock" => Superblock::decode(&bytes).is_ok(),
+                    "segment-header" => {
+                        matches!(SegmentHeader::decode(&bytes, 1 << 20), Ok(Some(_)))
+                    }
+                    _ => bytes.len() % cairn_l2arc::layout::SUMMARY_ENTRY_BYTES == 0,
+                };
+                assert!(valid, "seed {target}/{name}");
+                Ok(())
             }
             "dataset_directory" => {
                 assert!(

@@ -24,7 +24,8 @@ use cairn_format::checksum::embedded;
 pub const SECTOR_BYTES: u64 = 512;
 const SUPER_MAGIC: &[u8; 8] = b"CAIRNL2\0";
 const SEGMENT_MAGIC: &[u8; 8] = b"CAIRNSEG";
-pub const FORMAT_VERSION: u32 = 1;
+/// Version of the cache-device layout (its superblock says which).
+pub const CACHE_FORMAT_VERSION: u32 = 1;
 /// Each superblock copy's slot.
 pub const SUPER_BYTES: u64 = 4096;
 /// The segment header's slot at the start of every segment.
@@ -46,7 +47,9 @@ pub const SEGMENT_BYTES_MAX: u64 = 1 << 30;
 pub enum LayoutError {
     #[error("no cairn cache-device superblock (bad magic)")]
     NotACacheDevice,
-    #[error("cache-device format version {0} is not supported (this build reads {FORMAT_VERSION})")]
+    #[error(
+        "cache-device format version {0} is not supported (this build reads {CACHE_FORMAT_VERSION})"
+    )]
     Version(u32),
     #[error("checksum mismatch in {0}")]
     Checksum(&'static str),
@@ -93,7 +96,9 @@ impl Superblock {
     }
 
     fn check_sectors(&self) -> Result<(), LayoutError> {
-        let sectors = self.segment_bytes / SECTOR_BYTES * self.segment_count;
+        // Saturating: a damaged superblock's count can be anything, and a product that wrapped
+        // could pass the check below (found by the `l2arc_layout` fuzz case).
+        let sectors = (self.segment_bytes / SECTOR_BYTES).saturating_mul(self.segment_count);
         if sectors > u64::from(u32::MAX) {
             return Err(LayoutError::Range {
                 what: "cache size in sectors (2 TiB per device at most)",
@@ -125,7 +130,7 @@ impl Superblock {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![0u8; SUPER_BYTES as usize];
         out[0..8].copy_from_slice(SUPER_MAGIC);
-        out[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        out[8..12].copy_from_slice(&CACHE_FORMAT_VERSION.to_le_bytes());
         out[16..24].copy_from_slice(&self.device_guid.to_le_bytes());
         out[24..32].copy_from_slice(&self.pool_guid.to_le_bytes());
         out[32..40].copy_from_slice(&self.segment_bytes.to_le_bytes());
@@ -146,7 +151,7 @@ impl Superblock {
             return Err(LayoutError::Checksum("superblock"));
         }
         let version = u32_at(bytes, 8);
-        if version != FORMAT_VERSION {
+        if version != CACHE_FORMAT_VERSION {
             return Err(LayoutError::Version(version));
         }
         let superblock = Superblock {
@@ -332,6 +337,18 @@ mod tests {
         );
         assert!(Superblock::for_device(1 << 20, 1 << 20, 1, 1).is_err());
         assert!(Superblock::for_device(64 << 20, 1000, 1, 1).is_err());
+    }
+
+    /// A segment count whose sector total overflows u64 is refused, not a panic or a wrapped
+    /// product that passes (fuzz regression).
+    #[test]
+    fn an_overflowing_segment_count_is_refused() {
+        let mut superblock = Superblock::for_device(64 << 20, 1 << 20, 7, 9).unwrap();
+        superblock.segment_count = u64::MAX / 3;
+        assert!(matches!(
+            Superblock::decode(&superblock.encode()),
+            Err(LayoutError::Range { .. })
+        ));
     }
 
     #[test]

@@ -1,0 +1,109 @@
+//! Keeps the "Dataset directory" section of `docs/format.md` honest, with the parser the
+//! pool's own test uses (`cairn-format/tests/doc_check/`, included by path):
+//!
+//! 1. every `` `NAME` = value `` line of the section names a cairn-dataset constant with that
+//!    value, and every constant of `code_constants()` is documented there once;
+//! 2. the section has no byte-offset tables (the directory is a postcard blob: its layout is
+//!    the order of its fields), and its one `| field | type | meaning |` table lists exactly the
+//!    fields of `DatasetDirectory`, in declaration order, which is postcard's order.
+
+#[path = "../../cairn-format/tests/doc_check/mod.rs"]
+mod doc_check;
+
+use cairn_dataset::DatasetDirectory;
+use cairn_dataset::directory::{HISTORY_ENTRIES_MAX, MISSED_TXGS_VERSION};
+use doc_check::{
+    assert_no_problems, check_constants, check_tables, read_doc, sections, tables_with_header,
+};
+use std::collections::BTreeMap;
+
+/// The section cairn-dataset owns.
+const SECTION: &str = "Dataset directory";
+
+fn directory_section() -> String {
+    sections(&read_doc(), &[SECTION])
+}
+
+/// Every constant the section may state, with the code's value.
+fn code_constants() -> BTreeMap<&'static str, u64> {
+    BTreeMap::from([
+        ("MISSED_TXGS_VERSION", u64::from(MISSED_TXGS_VERSION)),
+        ("HISTORY_ENTRIES_MAX", HISTORY_ENTRIES_MAX as u64),
+    ])
+}
+
+/// `DatasetDirectory`'s fields in declaration order. The pattern names every field without
+/// `..`, so adding or removing one fails to compile until this list (and then the document)
+/// follows; the order is written here by hand, in the order of the struct's declaration.
+fn directory_fields() -> Vec<&'static str> {
+    let DatasetDirectory {
+        next_id: _,
+        datasets: _,
+        last_scrub: _,
+        history: _,
+        leaf_errors: _,
+        resilver: _,
+        missed_txgs: _,
+    } = DatasetDirectory::default();
+    vec![
+        "next_id",
+        "datasets",
+        "last_scrub",
+        "history",
+        "leaf_errors",
+        "resilver",
+        "missed_txgs",
+    ]
+}
+
+/// Problems with the field table: there must be exactly one, listing `directory_fields()`.
+fn check_fields(doc: &str) -> Vec<String> {
+    let tables = tables_with_header(doc, &["field", "type", "meaning"]);
+    if tables.len() != 1 {
+        return vec![format!(
+            "expected one `| field | type | meaning |` table, found {}",
+            tables.len()
+        )];
+    }
+    let documented: Vec<String> = tables[0]
+        .rows
+        .iter()
+        .map(|(_, row)| row.first().cloned().unwrap_or_default())
+        .collect();
+    if documented != directory_fields() {
+        return vec![format!(
+            "line {}: the field table lists {documented:?} but DatasetDirectory has {:?}",
+            tables[0].line,
+            directory_fields()
+        )];
+    }
+    Vec::new()
+}
+
+#[test]
+fn documented_constants_match_the_code() {
+    assert_no_problems(
+        "cairn-dataset",
+        "constants",
+        &check_constants(&directory_section(), &code_constants()),
+    );
+}
+
+#[test]
+fn directory_fields_are_documented_in_order() {
+    assert_no_problems(
+        "cairn-dataset",
+        "directory fields",
+        &check_fields(&directory_section()),
+    );
+}
+
+#[test]
+fn section_has_no_offset_tables() {
+    // No sizes: any offset table found is reported under an unknown heading.
+    assert_no_problems(
+        "cairn-dataset",
+        "layout tables",
+        &check_tables(&directory_section(), &BTreeMap::new()),
+    );
+}
