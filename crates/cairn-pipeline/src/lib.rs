@@ -32,6 +32,8 @@
 //! - `read.rs`: `read_block` and the queued reads (`queue_read`, `QueuedRead`).
 //! - `write.rs`: `WriteBatch`, `WriteProps`, `FailedWrites`.
 //! - `raw.rs`: raw I/O of self-describing blocks (intent log), `RawWrites`.
+//! - `tests.rs`: unit tests on a mirror of memory devices (round trip, compression kept only
+//!   when it pays, a damaged side never returned and repaired by scrub, no copy verifying).
 //!
 //! Files depend one way only, bottom to top: `error` and `stats` (no siblings) < `io` <
 //! `copies` < `read`; `io` < `write`; `io` < `raw`. This file only declares them and
@@ -43,6 +45,8 @@ mod io;
 mod raw;
 mod read;
 mod stats;
+#[cfg(test)]
+mod tests;
 mod write;
 
 pub use cairn_format::compress::DecompressError;
