@@ -486,6 +486,12 @@ pub(crate) fn run_sync_task_with(
     let (reply, outcome) = crossbeam_channel::bounded(1);
     let txg = {
         let hold = engine.hold();
+        // The held txg is open: it cannot have committed, so the task runs in its sync.
+        debug_assert!(
+            hold.txg() > core.uberblock.lock().txg,
+            "a sync task queued for committed txg {}",
+            hold.txg()
+        );
         core.tasks
             .lock()
             .entry(hold.txg())

@@ -93,6 +93,13 @@ impl PoolCore {
     }
 
     pub(crate) fn sync(&self, txg: u64) -> Result<(), EngineError> {
+        // Txgs commit in order, each once: the uberblock on disk is always older than the txg
+        // being written (a sync retried after a suspension has not committed yet).
+        let committed_txg = self.uberblock.lock().txg;
+        assert!(
+            txg > committed_txg,
+            "sync of txg {txg} after txg {committed_txg} committed"
+        );
         let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
         let mut directory_changed = !tasks.is_empty() || self.mos.root_bp().is_hole();
         for (task, reply) in tasks {
@@ -149,6 +156,12 @@ impl PoolCore {
         let root_bp = mos_synced
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
+        // Copy-on-write: nothing this txg points at was born after it.
+        debug_assert!(
+            root_bp.is_hole() || root_bp.birth_txg <= txg,
+            "MOS root born in txg {} > {txg}",
+            root_bp.birth_txg
+        );
         let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
         self.finish_writes(batch)?;
         if let Some(fault) = self.space.lock().fault() {
@@ -273,6 +286,10 @@ impl PoolCore {
             space_log_blocks,
             allocated_bytes: self.space.lock().stats().allocated_bytes,
         };
+        debug_assert!(
+            space_log_bp.is_hole() || space_log_bp.birth_txg <= txg,
+            "space log head born after its txg"
+        );
         commit_uberblock(&tree, &uberblock)?;
         tree.flush_all()?;
         if let Some(config) = config {

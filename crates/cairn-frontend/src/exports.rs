@@ -77,6 +77,18 @@ impl VolumeExport {
         VolumeExport { volume, lane }
     }
 
+    /// The protocol layer validates every request's range before it reaches an export
+    /// (`cairn-nbd`'s `validate`), so a request outside the volume here is a bug above, not a
+    /// client's mistake. (The volume refuses it all the same: `DatasetError::OutOfRange`.)
+    fn debug_check_range(&self, offset: u64, len: u64) {
+        debug_assert!(
+            offset
+                .checked_add(len)
+                .is_some_and(|end| end <= self.volume.size_bytes()),
+            "request [{offset}, +{len}) outside the volume passed the protocol's checks"
+        );
+    }
+
     fn options(&self, fua: bool) -> WriteOptions {
         WriteOptions {
             fua,
@@ -99,6 +111,7 @@ impl Export for VolumeExport {
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), ExportError> {
+        self.debug_check_range(offset, buf.len() as u64);
         self.volume.read(offset, buf).map_err(export_error)
     }
 
@@ -107,12 +120,14 @@ impl Export for VolumeExport {
     }
 
     fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ExportError> {
+        self.debug_check_range(offset, data.len() as u64);
         self.volume
             .write_with(offset, data, self.options(fua))
             .map_err(export_error)
     }
 
     fn write_bytes(&self, offset: u64, data: bytes::Bytes, fua: bool) -> Result<(), ExportError> {
+        self.debug_check_range(offset, data.len() as u64);
         self.volume
             .write_bytes_with(offset, data, self.options(fua))
             .map_err(export_error)
@@ -129,6 +144,7 @@ impl Export for VolumeExport {
     }
 
     fn trim(&self, offset: u64, len: u64, fua: bool) -> Result<(), ExportError> {
+        self.debug_check_range(offset, len);
         self.volume
             .trim_with(offset, len, self.options(fua))
             .map_err(export_error)

@@ -152,6 +152,13 @@ async fn send_reply<W: AsyncWrite + Unpin>(
             w.write_all(&b).await
         }
         Body::Read(offset, data) => {
+            // The chunk's length field is 32 bits: requests are capped far below that
+            // (`max_request_bytes`), and a truncated length would desynchronise the stream.
+            assert!(
+                data.len() <= (u32::MAX - 8) as usize,
+                "read reply of {} bytes",
+                data.len()
+            );
             let mut b = Vec::with_capacity(28);
             b.extend_from_slice(&chunk_header(
                 cookie,
@@ -164,6 +171,8 @@ async fn send_reply<W: AsyncWrite + Unpin>(
             w.write_all(data).await
         }
         Body::BlockStatus(id, extents) => {
+            // The protocol requires at least one extent per reply.
+            debug_assert!(!extents.is_empty(), "block status reply without extents");
             let len = 4 + 8 * extents.len();
             let mut b = Vec::with_capacity(20 + len);
             b.extend_from_slice(&chunk_header(
