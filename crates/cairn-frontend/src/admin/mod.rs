@@ -13,6 +13,8 @@
 //!   removed;
 //! - datasets (`datasets.rs`): named `POOL/NAME`, recorded in the history once durable, mount
 //!   flags following their properties onto live mounts, unsafe settings reported;
+//! - export and destroy (`removal.rs`): filesystems unmounted first, a pool that cannot be
+//!   opened only forgotten (never when another process has it open);
 //! - imports (`import.rs`): what may be imported, which pool a name means, remembering it;
 //! - the memory budget of a server (`memory.rs`), checked before the cache takes its limit.
 //!
@@ -27,12 +29,14 @@ mod devices;
 mod import;
 mod memory;
 mod pools;
+mod removal;
 
 pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties};
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
 pub use memory::{BudgetCheck, memory_budget};
 pub use pools::{AddedDevices, add_devices, create_pool};
+pub use removal::{PoolRemoval, destroy_pool, export_pool};
 
 use crate::PoolsError;
 use crate::cache::CacheError;
@@ -63,6 +67,31 @@ pub enum AdminError {
     FailedAdditions(String),
     #[error("{0}")]
     MemoryBudget(String),
+    #[error("cannot {verb} pool '{pool}'")]
+    Remove {
+        verb: &'static str,
+        pool: String,
+        #[source]
+        source: Box<EngineError>,
+    },
+    #[error(
+        "cannot {verb} pool '{pool}': another process has it open ({reason}); stop that process first"
+    )]
+    Busy {
+        verb: &'static str,
+        pool: String,
+        reason: String,
+    },
+    #[error(
+        "cannot destroy pool '{pool}': it cannot be opened ({reason}); cairn pool destroy -f {pool} forgets it without touching its devices"
+    )]
+    DestroyUnavailable { pool: String, reason: String },
+    #[error("cannot forget pool '{pool}'")]
+    NotForgotten {
+        pool: String,
+        #[source]
+        source: CacheError,
+    },
     #[error(
         "cannot import '{wanted}': no such pool found in {searched}{}",
         if *only_destroyed {

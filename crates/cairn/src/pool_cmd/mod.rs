@@ -18,7 +18,7 @@ mod status;
 pub use import::{check, import};
 pub use status::{list, status};
 
-use crate::context::{Context, device_specs, unavailable_busy, unavailable_reason};
+use crate::context::{Context, device_specs};
 use crate::context::{say, say_raw, shout};
 use crate::human;
 use crate::table::{Column, Table};
@@ -178,72 +178,31 @@ pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
 }
 
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
-    let pool = match ctx.take(name) {
-        Ok((pool, unmounted)) => {
-            say_unmounted(ctx, &unmounted);
-            pool
-        }
-        Err(err) => return forget_unavailable(ctx, name, err.into(), "export"),
-    };
-    if let Err(err) = ctx.record(&pool) {
-        let _ = pool.close();
-        return Err(err);
-    }
-    pool.export()
-        .with_context(|| format!("cannot export pool '{name}'"))?;
-    ctx.cache.remove(name)?;
-    Ok(())
-}
-
-/// Says which filesystems an export or destroy unmounted first.
-fn say_unmounted(ctx: &Context, unmounted: &[(String, std::path::PathBuf)]) {
-    for (dataset, mountpoint) in unmounted {
-        say!(ctx, "unmounted {dataset} from {}", mountpoint.display());
-    }
-}
-
-/// `export` or `destroy -f` of a pool that cannot be opened: nothing can be written to its
-/// devices, so the pool is only forgotten (removed from the pool cache). Any other failure to
-/// open it stays an error.
-fn forget_unavailable(ctx: &Context, name: &str, err: anyhow::Error, verb: &str) -> Result<()> {
-    let Some(reason) = unavailable_reason(&err) else {
-        return Err(err);
-    };
-    if unavailable_busy(&err) {
-        bail!(
-            "cannot {verb} pool '{name}': another process has it open ({reason}); stop that process first"
-        );
-    }
-    ctx.cache
-        .remove(name)
-        .with_context(|| format!("cannot forget pool '{name}'"))?;
-    shout!(
-        ctx,
-        "cairn: pool '{name}' cannot be opened ({reason}); it is forgotten without {verb}ing it: its devices are left as they are"
-    );
+    let removal = admin::export_pool(&ctx.access, name, &ctx.command_line)?;
+    say_removal(ctx, name, &removal, "export");
     Ok(())
 }
 
 pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
-    let pool = match ctx.take(name).map_err(anyhow::Error::from) {
-        Ok((pool, unmounted)) => {
-            say_unmounted(ctx, &unmounted);
-            pool
-        }
-        Err(err) if force || unavailable_busy(&err) => {
-            return forget_unavailable(ctx, name, err, "destroy");
-        }
-        Err(err) => match unavailable_reason(&err) {
-            Some(reason) => bail!(
-                "cannot destroy pool '{name}': it cannot be opened ({reason}); cairn pool destroy -f {name} forgets it without touching its devices"
-            ),
-            None => return Err(err),
-        },
-    };
-    pool.destroy()
-        .with_context(|| format!("cannot destroy pool '{name}'"))?;
-    ctx.cache.remove(name)?;
+    let removal = admin::destroy_pool(&ctx.access, name, force)?;
+    say_removal(ctx, name, &removal, "destroy");
     Ok(())
+}
+
+/// Says which filesystems an export or destroy unmounted first, or that the pool was only
+/// forgotten.
+fn say_removal(ctx: &Context, name: &str, removal: &admin::PoolRemoval, verb: &str) {
+    match removal {
+        admin::PoolRemoval::Done { unmounted } => {
+            for (dataset, mountpoint) in unmounted {
+                say!(ctx, "unmounted {dataset} from {}", mountpoint.display());
+            }
+        }
+        admin::PoolRemoval::Forgotten { reason } => shout!(
+            ctx,
+            "cairn: pool '{name}' cannot be opened ({reason}); it is forgotten without {verb}ing it: its devices are left as they are"
+        ),
+    }
 }
 
 /// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear); faulted mirror
