@@ -20,6 +20,12 @@ cleanup_mounts() {
     fi
 }
 
+# cairn_of SYSTEM: the cairn binary of system `cairn` (this build) or `cairn-base` (the build
+# given with --baseline, run beside it to measure what a change moved).
+cairn_of() {
+    if [[ $1 == cairn-base ]]; then echo "$BASELINE"; else echo "$CAIRN"; fi
+}
+
 # mount_system SYSTEM RECORDSIZE [EXT4_INODES]: a fresh file system of SYSTEM at $MNT.
 # `raw` is the file system the images are on, used directly: an empty directory of it
 # bind-mounted at $MNT (what the other systems' devices can do at best).
@@ -36,11 +42,13 @@ mount_system() {
     fi
     dd if=/dev/zero of="$image" bs=1M count=4096 conv=fsync status=none
     case $system in
-        cairn)
+        cairn | cairn-base)
+            local bin
+            bin=$(cairn_of "$system")
             rm -rf "$CAIRN_STATE"
-            "$CAIRN" --state-dir "$CAIRN_STATE" pool create -f tank "$image" >/dev/null
-            "$CAIRN" --state-dir "$CAIRN_STATE" create -o "recordsize=$recordsize" tank/fs
-            "$CAIRN" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
+            "$bin" --state-dir "$CAIRN_STATE" pool create -f tank "$image" >/dev/null
+            "$bin" --state-dir "$CAIRN_STATE" create -o "recordsize=$recordsize" tank/fs
+            "$bin" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
             ;;
         zfs-fuse)
             zfs-fuse --no-daemon >"$DIR/zfs-fuse.log" 2>&1 &

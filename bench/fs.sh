@@ -3,6 +3,9 @@
 # mounted on a 4 GiB plain file laid out in full on the same file system (target/):
 #
 #   cairn     cairn pool on the file, a filesystem dataset mounted through FUSE (release build)
+#   cairn-base the same with another build of cairn (`--baseline BINARY`, e.g. an older
+#             commit's target/release/cairn): the column `cairn / cairn-base` is what a change
+#             moved, measured in the same run
 #   zfs-fuse  zfs-fuse 0.7 (Debian) pool on the file, its filesystem
 #   ext4      ext4 on a loop device over the file: the kernel's upper bound
 #   raw       the file system the files are on, used directly (a directory of it bind-mounted):
@@ -50,6 +53,7 @@ DBENCH_RUNTIME=60
 ONLY=
 ROUNDS=1
 SYSTEMS=(cairn zfs-fuse ext4 raw)
+BASELINE=
 while [[ $# -gt 0 ]]; do
     case $1 in
         --dir) DIR=$2; shift 2 ;;
@@ -59,13 +63,18 @@ while [[ $# -gt 0 ]]; do
         --only) ONLY=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --systems) IFS=, read -r -a SYSTEMS <<<"$2"; shift 2 ;;
-        -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+        --baseline) BASELINE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
+        -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 ROWS=(dsync-1 dsync-16 rewrite-128k aligned-8k read-cached read-uncached seq-write seq-read creates
     pgbench dbench-4 ls-l rm-rf find-ls)
 if [[ -n $ONLY ]]; then IFS=, read -r -a ROWS <<<"$ONLY"; fi
+if [[ -n $BASELINE ]]; then
+    [[ -x $BASELINE ]] || { echo "no executable baseline $BASELINE" >&2; exit 2; }
+    SYSTEMS+=(cairn-base)
+fi
 for tool in fio python3 mkfs.ext4 losetup setpriv; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
 done
@@ -105,8 +114,10 @@ trap cleanup EXIT
 remount_cold() {
     local system=$1
     case $system in
-        cairn)
-            "$CAIRN" --state-dir "$CAIRN_STATE" unmount tank/fs >/dev/null
+        cairn | cairn-base)
+            local bin
+            bin=$(cairn_of "$system")
+            "$bin" --state-dir "$CAIRN_STATE" unmount tank/fs >/dev/null
             pkill -INT -f "$CAIRN_STATE serve" 2>/dev/null || true
             for _ in $(seq 1 100); do
                 pgrep -f "$CAIRN_STATE serve" >/dev/null || break
@@ -116,7 +127,7 @@ remount_cold() {
                 echo "the cairn server did not stop" >&2
                 exit 1
             fi
-            "$CAIRN" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
+            "$bin" --state-dir "$CAIRN_STATE" mount tank/fs "$MNT" >/dev/null 2>&1
             ;;
         zfs-fuse)
             zpool export zbench
@@ -249,8 +260,8 @@ for system in "${SYSTEMS[@]}"; do
                 # Lay the file out first (whole records), then rewrite 8 KiB pieces at random.
                 fio --name=layout --directory="$MNT" --filename=rw.dat --rw=write --bs=1m \
                     --size=512m --end_fsync=1 >/dev/null
-                if [[ $system == cairn ]]; then
-                    "$CAIRN" --state-dir "$CAIRN_STATE" pool sync tank >/dev/null
+                if [[ $system == cairn* ]]; then
+                    "$(cairn_of "$system")" --state-dir "$CAIRN_STATE" pool sync tank >/dev/null
                 fi
                 run_fio "$system" "$row" --filename=rw.dat --rw=randwrite --bs=8k --size=512m \
                     --iodepth=1 --ioengine=psync --time_based=1 --runtime="$RUNTIME" \
@@ -374,7 +385,7 @@ def round_value(results, system, row):
 
 units = {"seq-write": "MiB/s", "seq-read": "MiB/s", "creates": "files/s", "pgbench": "tps",
          "dbench-4": "MB/s", "ls-l": "files/s", "rm-rf": "files/s", "find-ls": "entries/s"}
-against = [peer for peer in ("zfs-fuse", "ext4", "raw") if peer in systems]
+against = [peer for peer in ("cairn-base", "zfs-fuse", "ext4", "raw") if peer in systems]
 print("| row | unit | " + " | ".join(systems) + " | "
       + " | ".join(f"cairn / {peer}" for peer in against) + " |")
 print("|---|---|" + "---:|" * (len(systems) + len(against)))

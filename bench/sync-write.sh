@@ -2,6 +2,12 @@
 # Synchronous writes over NBD (issue 4): what the intent log and log devices buy, in one run.
 #
 #   bench/sync-write.sh [--dir DIR] [--runtime SECONDS] [--rounds N] [--only ROW[,ROW...]]
+#                       [--baseline CAIRN_BINARY]
+#
+# With --baseline, every cairn row also runs with that other build of cairn (an older commit's
+# target/release/cairn) as row `ROW@base`, interleaved with the others round by round, and the
+# table ends with each row's ratio to its baseline: how a change moved the figures, measured in
+# the same run (a refactor must stay within a few percent).
 #
 # Every row starts a fresh `cairn serve` on a fresh pool in DIR (default target/bench-sync,
 # wiped first), drives volume tank/vol over a Unix socket, and stops the server. With --rounds N
@@ -43,19 +49,27 @@ DIR=$ROOT/target/bench-sync
 RUNTIME=10
 ROUNDS=1
 ONLY=
+BASELINE=
 while [[ $# -gt 0 ]]; do
     case $1 in
         --dir) DIR=$2; shift 2 ;;
         --runtime) RUNTIME=$2; shift 2 ;;
         --rounds) ROUNDS=$2; shift 2 ;;
         --only) ONLY=$2; shift 2 ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        --baseline) BASELINE=$(cd "$(dirname "$2")" && pwd)/$(basename "$2"); shift 2 ;;
+        -h|--help) sed -n '2,41p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
 ROWS=(hdd hdd+slog hdd-64 file raw qemu-nbd file-fio qemu-nbd-fio 1m-hdd 1m-slog 1m-slog-tp lanes-1
     lanes-4)
 if [[ -n $ONLY ]]; then IFS=, read -r -a ROWS <<<"$ONLY"; fi
+if [[ -n $BASELINE ]]; then
+    [[ -x $BASELINE ]] || { echo "no executable baseline $BASELINE" >&2; exit 2; }
+    for row in "${ROWS[@]}"; do
+        case $row in raw|qemu-nbd|qemu-nbd-fio) ;; *) ROWS+=("$row@base") ;; esac
+    done
+fi
 
 for tool in cargo fio qemu-nbd python3 timeout; do
     command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 1; }
@@ -65,6 +79,7 @@ source "$ROOT/bench/lib.sh"
 
 build_release -p cairn-bench
 LOAD=$ROOT/target/release/nbd-load
+NEW_CAIRN=$CAIRN
 rm -rf "$DIR"
 mkdir -p "$DIR/results"
 DIR=$(cd "$DIR" && pwd)
@@ -141,7 +156,10 @@ run_row() {
     rm -rf "$work" "$emu"
     mkdir -p "$emu" "$work"
     log "row $row (round $ROUND of $ROUNDS)"
-    case $row in
+    # A baseline row is its row, run by the baseline binary.
+    CAIRN=$NEW_CAIRN
+    if [[ $row == *@base ]]; then CAIRN=$BASELINE; fi
+    case ${row%@base} in
         hdd|hdd-64|1m-hdd) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" ;;
         hdd+slog|1m-slog) start_cairn "$row" "" "emu:hdd-7200:$emu/d0.img" \
             log "emu:ssd-plp:$emu/slog.img" ;;
@@ -173,7 +191,7 @@ run_row() {
             return ;;
         *) echo "unknown row $row" >&2; exit 2 ;;
     esac
-    case $row in
+    case ${row%@base} in
         hdd-64) load "$row" "$SOCKET" tank/vol 8192 64 ;;
         1m-*) load "$row" "$SOCKET" tank/vol 1048576 1 ;;
         lanes-*) load "$row" "$SOCKET" tank/vol 8192 16 ;;
@@ -227,6 +245,9 @@ def one_round(base):
                 else "fio nbd write+FLUSH")
 
 rows = list(dict.fromkeys(rows))
+for row in rows:
+    if row.endswith("@base"):
+        labels[row] = labels[row[:-len("@base")]] + " (baseline build)"
 res = {}
 for row in rows:
     runs = [one_round(os.path.join(d, "results", f"{row}.{k}")) for k in range(1, rounds + 1)]
@@ -258,6 +279,14 @@ print(f"| file-fio / qemu-nbd-fio (write + FLUSH) | {ratio('file-fio', 'qemu-nbd
 print(f"| 1m-slog / 1m-hdd | {ratio('1m-slog', '1m-hdd')} | ≥ 1× |")
 print(f"| 1m-slog-tp / 1m-hdd (in place vs. copied into the log) | {ratio('1m-slog-tp', '1m-hdd')} | (none) |")
 print(f"| lanes-4 / lanes-1 | {ratio('lanes-4', 'lanes-1')} | > 1× |")
+baselined = [row for row in rows if row + "@base" in res]
+if baselined:
+    print()
+    print("| row | this build / baseline (IOPS) | p50 this / baseline µs |")
+    print("|---|---:|---:|")
+    for row in baselined:
+        base = res[row + "@base"]
+        print(f"| {row} | {ratio(row, row + '@base')} | {res[row]['p50']:.0f} / {base['p50']:.0f} |")
 print()
 per_row = "one run per row" if rounds == 1 else f"median of {rounds} interleaved rounds per row"
 print(f"Random writes, {runtime} s measured after a 2 s ramp, {per_row}, each row on a fresh "
