@@ -8,7 +8,7 @@
 
 use crate::pool::{PoolCore, PoolOptions};
 use crate::probe;
-use crate::sync::SpaceLogState;
+use crate::txg_sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, Pool, new_guid};
 use cairn_arc::CachedIo;
 use cairn_dataset::directory::creation_properties;

@@ -43,7 +43,7 @@ mod probe;
 mod replay;
 mod resilver;
 mod scrub;
-mod sync;
+mod txg_sync;
 
 pub use budget::{MemoryBudget, SYNC_TARGET_MS};
 pub use cache_devices::CacheDeviceStatus;

@@ -6,7 +6,7 @@
 //! never a mix with changes still being made in the open txg. The caller waits for the txg to
 //! be durable before returning, as `zfs create` does.
 
-use crate::sync::SpaceLogState;
+use crate::txg_sync::SpaceLogState;
 use crate::{DeviceOpener, EngineError, default_opener};
 use cairn_arc::{ArcConfig, ReadCache};
 use cairn_dataset::space::SpaceView;
@@ -63,7 +63,7 @@ impl Default for PoolOptions {
             arc: None,
             readonly: false,
             without_space_log: false,
-            space_log_chain_blocks_max: crate::sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
+            space_log_chain_blocks_max: crate::txg_sync::SPACE_LOG_CHAIN_BLOCKS_MAX,
             ignore_missing_log: false,
             rewind: false,
             read_trace_dir: None,
@@ -172,7 +172,7 @@ impl Pool {
             TxgEngine::start(
                 options.txg.clone(),
                 last_synced_txg,
-                Arc::new(crate::sync::PoolSyncer(core.clone())),
+                Arc::new(crate::txg_sync::PoolSyncer(core.clone())),
             )
         });
         if let Some(engine) = &txg {

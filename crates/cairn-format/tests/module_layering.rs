@@ -35,7 +35,7 @@ const KNOWN_LOOPS: &[(&str, &str, &[&str])] = &[
     (
         "cairn-engine",
         "src",
-        &["create", "missed", "pool", "resilver", "scrub", "sync"],
+        &["create", "missed", "pool", "resilver", "scrub", "txg_sync"],
     ),
     ("cairn-nbd", "src", &["handshake", "server", "transmission"]),
     ("cairn-object", "src", &["change", "cow", "objset"]),

@@ -9,7 +9,7 @@
 use crate::EngineError;
 use crate::create::space_layout;
 use crate::pool::{DIRECTORY_OBJECT, PoolOptions};
-use crate::sync::SpaceLogState;
+use crate::txg_sync::SpaceLogState;
 use cairn_arc::CachedIo;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
 use cairn_device::queue::IoClass;

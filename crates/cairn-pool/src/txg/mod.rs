@@ -169,7 +169,8 @@
 //! - `throttle.rs`: the delay curve, the dirty limit in force, the sync-rate estimate and the
 //!   throttle levels.
 //! - `hold.rs`: `TxgHold`. `suspend.rs`: `SuspendHandle` (I/O suspension).
-//! - `sync.rs`: `TxgSyncer`, the sync thread (trigger, quiesce, sync, finish).
+//! - `sync.rs`: `TxgSyncer`, the sync thread (trigger, quiesce, sync, finish). What a pool
+//!   writes in a txg (the syncer it is given) is `cairn-engine/src/txg_sync.rs`.
 //! - `engine.rs`: `TxgEngine`, the entry points. `tests.rs`: the unit tests.
 //!
 //! Files depend one way only, bottom to top: `config`, `stats` and `error` (no siblings) <

@@ -1,4 +1,6 @@
-//! The txg sync: what `TxgEngine` calls for every txg, on its sync thread.
+//! The pool's side of a txg sync (`PoolSyncer`): what `cairn-pool`'s `TxgEngine` calls for
+//! every txg, on its sync thread (the engine's side, which decides when, lives beside the txg
+//! engine in `cairn-pool/src/txg/sync.rs`).
 //!
 //! Order matters and is the whole crash-safety argument:
 //! 1. sync tasks (directory changes) run first, so the directory written is this txg's;
