@@ -4,7 +4,8 @@
 //! call — lookups, creates, renames... — as META).
 //!
 //! The statistics live in the server. The client asks it for cumulative snapshots over the
-//! control socket (`pool iostat --snapshot`, one line per export and operation) and prints the
+//! control socket (`pool iostat --snapshot`, one line per export and operation, read from the
+//! same per-dataset samples the analytics take: `analytics::sample::dataset_samples`) and prints the
 //! difference between consecutive snapshots, so each line covers exactly one interval; the first
 //! report covers everything since the server started, as zpool's does. Mean latencies per
 //! interval come from the difference of (mean × count); `-v` adds cumulative p50/p99 latencies.
@@ -16,7 +17,6 @@ use crate::human;
 use crate::table::{Column, Table};
 use crate::{ListFormat, remote};
 use anyhow::{Context as _, Result, anyhow, bail};
-use cairn_nbd::{OpKind, OpStats};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -51,12 +51,6 @@ pub struct IostatArgs {
     pub args: Vec<String>,
 }
 
-const OPS: [(OpKind, &str); 4] = [
-    (OpKind::Read, "read"),
-    (OpKind::Write, "write"),
-    (OpKind::Flush, "flush"),
-    (OpKind::Trim, "trim"),
-];
 /// Names of the snapshot's operations: the NBD ones, and filesystems' namespace calls.
 const OP_NAMES: [&str; 5] = ["read", "write", "flush", "trim", "meta"];
 
@@ -71,19 +65,6 @@ struct Counters {
     p99_us: u64,
 }
 
-impl Counters {
-    fn from_stats(stats: &OpStats) -> Counters {
-        Counters {
-            ops: stats.ops,
-            bytes: stats.bytes,
-            errors: stats.errors,
-            latency_sum_us: stats.mean_latency_us() * stats.ops as f64,
-            p50_us: stats.latency_quantile_us(0.5),
-            p99_us: stats.latency_quantile_us(0.99),
-        }
-    }
-}
-
 /// Cumulative counters by (export, operation), and the server's uptime when they were taken.
 #[derive(Debug, Default)]
 struct Snapshot {
@@ -93,20 +74,6 @@ struct Snapshot {
 
 fn op_name(text: &str) -> Option<&'static str> {
     OP_NAMES.iter().copied().find(|name| *name == text)
-}
-
-fn say_counters(ctx: &Context, export: &str, name: &str, stats: &OpStats) {
-    let c = Counters::from_stats(stats);
-    say!(
-        ctx,
-        "{export}\t{name}\t{}\t{}\t{}\t{:.0}\t{}\t{}",
-        c.ops,
-        c.bytes,
-        c.errors,
-        c.latency_sum_us,
-        c.p50_us,
-        c.p99_us
-    );
 }
 
 fn parse_snapshot(text: &str) -> Result<Snapshot> {
@@ -140,7 +107,7 @@ fn parse_snapshot(text: &str) -> Result<Snapshot> {
     Ok(snapshot)
 }
 
-/// Server side: the raw cumulative counters.
+/// Server side: the raw cumulative counters, from the samples the analytics take.
 fn print_snapshot(ctx: &Context) -> Result<()> {
     let served = ctx
         .served
@@ -148,17 +115,20 @@ fn print_snapshot(ctx: &Context) -> Result<()> {
         .ok_or_else(|| anyhow!("--snapshot is answered by a running server only"))?;
     let uptime = served.uptime_s();
     say!(ctx, "uptime_s\t{uptime:.3}");
-    if let Some(server) = served.nbd.get() {
-        for (export, stats) in server.stats() {
-            for (kind, name) in OPS {
-                say_counters(ctx, &export, name, stats.op(kind));
-            }
-        }
-    }
-    for (dataset, fs) in served.mounts.filesystems() {
-        for (name, stats) in cairn_frontend::analytics::sample::filesystem_op_groups(&fs.op_stats())
-        {
-            say_counters(ctx, &dataset, name, &stats);
+    for dataset in cairn_frontend::analytics::sample::dataset_samples(served) {
+        for op in &dataset.ops {
+            say!(
+                ctx,
+                "{}\t{}\t{}\t{}\t{}\t{:.0}\t{}\t{}",
+                dataset.dataset,
+                op.op,
+                op.ops,
+                op.bytes,
+                op.errors,
+                op.latency.sum_us,
+                op.p50_us,
+                op.p99_us
+            );
         }
     }
     Ok(())

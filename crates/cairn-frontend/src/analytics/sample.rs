@@ -95,6 +95,10 @@ pub struct OpSample {
     pub bytes: u64,
     pub errors: u64,
     pub latency: LatencyBuckets,
+    /// Median and 99th percentile latency, from the full-resolution histogram (`pool iostat`
+    /// shows them; the buckets are coarser).
+    pub p50_us: u64,
+    pub p99_us: u64,
 }
 
 impl OpSample {
@@ -105,6 +109,8 @@ impl OpSample {
             bytes: stats.bytes,
             errors: stats.errors,
             latency: LatencyBuckets::from_histogram(&stats.latency_us),
+            p50_us: stats.latency_quantile_us(0.5),
+            p99_us: stats.latency_quantile_us(0.99),
         }
     }
 }
@@ -346,43 +352,50 @@ pub fn memory_parts(served: &ServedPools, arc: &[(&'static str, u64)]) -> Vec<Me
         .collect()
 }
 
+/// Every served dataset's traffic now: NBD exports, then mounted filesystems. What the
+/// analytics sample, and what `pool iostat` reads each interval.
+pub fn dataset_samples(served: &ServedPools) -> Vec<DatasetSample> {
+    let mut datasets: Vec<DatasetSample> = Vec::new();
+    if let Some(server) = served.nbd.get() {
+        for (export, stats) in server.stats() {
+            datasets.push(DatasetSample {
+                ops: NBD_OPS
+                    .iter()
+                    .map(|&(kind, name)| OpSample::of(name, stats.op(kind)))
+                    .collect(),
+                dataset: export,
+                protocol: "nbd",
+                calls: Vec::new(),
+                partial_writes: Vec::new(),
+            });
+        }
+    }
+    for (dataset, fs) in served.mounts.filesystems() {
+        let stats = fs.op_stats();
+        let patch = fs.patch_stats();
+        datasets.push(DatasetSample {
+            ops: filesystem_ops(&stats),
+            calls: stats
+                .iter()
+                .map(|(kind, op)| OpSample::of(kind.name(), op))
+                .collect(),
+            partial_writes: vec![
+                ("deferred", patch.deferred),
+                ("merged_at_write", patch.merged_at_write),
+                ("merged_at_sync", patch.resolved),
+                ("bases_lost", patch.bases_lost),
+            ],
+            dataset,
+            protocol: "fuse",
+        });
+    }
+    datasets
+}
+
 impl Sample {
     /// Reads every served pool's counters now.
     pub fn take(served: &ServedPools) -> Sample {
-        let mut datasets: Vec<DatasetSample> = Vec::new();
-        if let Some(server) = served.nbd.get() {
-            for (export, stats) in server.stats() {
-                datasets.push(DatasetSample {
-                    ops: NBD_OPS
-                        .iter()
-                        .map(|&(kind, name)| OpSample::of(name, stats.op(kind)))
-                        .collect(),
-                    dataset: export,
-                    protocol: "nbd",
-                    calls: Vec::new(),
-                    partial_writes: Vec::new(),
-                });
-            }
-        }
-        for (dataset, fs) in served.mounts.filesystems() {
-            let stats = fs.op_stats();
-            let patch = fs.patch_stats();
-            datasets.push(DatasetSample {
-                ops: filesystem_ops(&stats),
-                calls: stats
-                    .iter()
-                    .map(|(kind, op)| OpSample::of(kind.name(), op))
-                    .collect(),
-                partial_writes: vec![
-                    ("deferred", patch.deferred),
-                    ("merged_at_write", patch.merged_at_write),
-                    ("merged_at_sync", patch.resolved),
-                    ("bases_lost", patch.bases_lost),
-                ],
-                dataset,
-                protocol: "fuse",
-            });
-        }
+        let datasets = dataset_samples(served);
         let pools = served
             .all()
             .iter()
