@@ -28,6 +28,7 @@ use crate::context::{Context, say, say_raw};
 use crate::human;
 use crate::table::{Column, Table};
 use anyhow::Result;
+use cairn_frontend::analytics::sample::DatasetSample;
 
 pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let names = ctx.pools_or_all(pools)?;
@@ -342,21 +343,24 @@ fn resident_bytes() -> (Option<u64>, Option<u64>) {
 /// set's memo of published dnodes and directory blocks.
 pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let mut tables = FsTables::new();
+    // The analytics' samples of the mounted filesystems (volumes have no calls).
     let mounted = ctx
         .served
         .as_ref()
-        .map(|served| served.mounts.filesystems())
-        .unwrap_or_default();
-    for (dataset, fs) in mounted {
+        .map(|served| cairn_frontend::analytics::sample::dataset_samples(served))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|sample| sample.protocol == "fuse");
+    for sample in mounted {
         if !pools.is_empty()
             && !pools
                 .iter()
-                .any(|pool| dataset.split('/').next() == Some(pool))
+                .any(|pool| sample.dataset.split('/').next() == Some(pool))
         {
             continue;
         }
-        tables.push_calls(ctx, &dataset, &fs, format);
-        tables.push_counters(ctx, &dataset, &fs, format);
+        tables.push_calls(ctx, &sample, format);
+        tables.push_counters(ctx, &sample, format);
     }
     if format.scripted {
         return Ok(());
@@ -423,30 +427,19 @@ impl FsTables {
     }
 
     /// One filesystem's calls: a row per call made (or, scripted, every call's counters).
-    fn push_calls(
-        &mut self,
-        ctx: &Context,
-        dataset: &str,
-        fs: &cairn_fs::Filesystem,
-        format: ListFormat,
-    ) {
-        let exact = format.exact;
-        for (kind, op) in fs.op_stats().iter() {
-            let max_us = if op.latency_us.is_empty() {
-                0
-            } else {
-                op.latency_us.max()
-            };
+    fn push_calls(&mut self, ctx: &Context, sample: &DatasetSample, format: ListFormat) {
+        let (dataset, exact) = (&sample.dataset, format.exact);
+        for op in &sample.calls {
             if format.scripted {
                 for (field, value) in [
                     ("count", op.ops),
                     ("bytes", op.bytes),
                     ("errors", op.errors),
-                    ("p50_us", op.latency_quantile_us(0.5)),
-                    ("p99_us", op.latency_quantile_us(0.99)),
-                    ("max_us", max_us),
+                    ("p50_us", op.p50_us),
+                    ("p99_us", op.p99_us),
+                    ("max_us", op.max_us),
                 ] {
-                    say_raw!(ctx, "{dataset}.{}.{field}\t{value}\n", kind.name());
+                    say_raw!(ctx, "{dataset}.{}.{field}\t{value}\n", op.op);
                 }
                 continue;
             }
@@ -454,55 +447,40 @@ impl FsTables {
                 continue;
             }
             self.calls.push(vec![
-                dataset.to_string(),
-                kind.name().to_string(),
+                dataset.clone(),
+                op.op.to_string(),
                 op.ops.to_string(),
                 human::size(op.bytes, exact),
                 op.errors.to_string(),
-                human::micros(op.latency_quantile_us(0.5), exact),
-                human::micros(op.latency_quantile_us(0.99), exact),
-                human::micros(max_us, exact),
+                human::micros(op.p50_us, exact),
+                human::micros(op.p99_us, exact),
+                human::micros(op.max_us, exact),
             ]);
         }
     }
 
     /// One filesystem's partial-write and memo counters.
-    fn push_counters(
-        &mut self,
-        ctx: &Context,
-        dataset: &str,
-        fs: &cairn_fs::Filesystem,
-        format: ListFormat,
-    ) {
-        let patches = fs.patch_stats();
-        let fields = [
-            ("partial_deferred", patches.deferred),
-            ("partial_merged_at_write", patches.merged_at_write),
-            ("partial_merged_at_sync", patches.resolved),
-            ("partial_bases_lost", patches.bases_lost),
-        ];
-        let memo = fs.objset().memo_stats();
-        let memo_fields = [
-            ("memo_dnodes", memo.dnodes.entries),
-            ("memo_dnode_bytes", memo.dnodes.bytes),
-            ("memo_dnode_hits", memo.dnodes.hits),
-            ("memo_dnode_misses", memo.dnodes.misses),
-            ("memo_blocks", memo.blocks.entries),
-            ("memo_block_bytes", memo.blocks.bytes),
-            ("memo_block_hits", memo.blocks.hits),
-            ("memo_block_misses", memo.blocks.misses),
-        ];
+    fn push_counters(&mut self, ctx: &Context, sample: &DatasetSample, format: ListFormat) {
+        let dataset = &sample.dataset;
         if format.scripted {
-            for (field, value) in fields.iter().chain(&memo_fields) {
+            for (field, value) in &sample.partial_writes {
+                say_raw!(ctx, "{dataset}.partial_{field}\t{value}\n");
+            }
+            for (field, value) in &sample.memo {
                 say_raw!(ctx, "{dataset}.{field}\t{value}\n");
             }
             return;
         }
-        let mut row = vec![dataset.to_string()];
-        row.extend(fields.iter().map(|(_, value)| value.to_string()));
+        let mut row = vec![dataset.clone()];
+        row.extend(
+            sample
+                .partial_writes
+                .iter()
+                .map(|(_, value)| value.to_string()),
+        );
         self.partial.push(row);
-        let mut row = vec![dataset.to_string()];
-        row.extend(memo_fields.iter().enumerate().map(|(index, (_, value))| {
+        let mut row = vec![dataset.clone()];
+        row.extend(sample.memo.iter().enumerate().map(|(index, (_, value))| {
             // Sizes in bytes are the second and sixth columns.
             if index % 4 == 1 {
                 human::size(*value, format.exact)

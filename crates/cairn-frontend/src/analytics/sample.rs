@@ -99,6 +99,7 @@ pub struct OpSample {
     /// shows them; the buckets are coarser).
     pub p50_us: u64,
     pub p99_us: u64,
+    pub max_us: u64,
 }
 
 impl OpSample {
@@ -111,6 +112,11 @@ impl OpSample {
             latency: LatencyBuckets::from_histogram(&stats.latency_us),
             p50_us: stats.latency_quantile_us(0.5),
             p99_us: stats.latency_quantile_us(0.99),
+            max_us: if stats.latency_us.is_empty() {
+                0
+            } else {
+                stats.latency_us.max()
+            },
         }
     }
 }
@@ -127,6 +133,10 @@ pub struct DatasetSample {
     pub calls: Vec<OpSample>,
     /// A filesystem's partial-write path (`stat fs`): (counter, value).
     pub partial_writes: Vec<(&'static str, u64)>,
+    /// A filesystem's memo of its published tree (`stat fs`): dnodes, then directory and
+    /// dnode blocks, each entries, bytes, hits, misses. Empty for volumes.
+    #[serde(skip)]
+    pub memo: Vec<(&'static str, u64)>,
 }
 
 /// The server's memory budget: each part's limit and what it holds now, if known.
@@ -367,6 +377,7 @@ pub fn dataset_samples(served: &ServedPools) -> Vec<DatasetSample> {
                 protocol: "nbd",
                 calls: Vec::new(),
                 partial_writes: Vec::new(),
+                memo: Vec::new(),
             });
         }
     }
@@ -385,6 +396,19 @@ pub fn dataset_samples(served: &ServedPools) -> Vec<DatasetSample> {
                 ("merged_at_sync", patch.resolved),
                 ("bases_lost", patch.bases_lost),
             ],
+            memo: {
+                let memo = fs.objset().memo_stats();
+                vec![
+                    ("memo_dnodes", memo.dnodes.entries),
+                    ("memo_dnode_bytes", memo.dnodes.bytes),
+                    ("memo_dnode_hits", memo.dnodes.hits),
+                    ("memo_dnode_misses", memo.dnodes.misses),
+                    ("memo_blocks", memo.blocks.entries),
+                    ("memo_block_bytes", memo.blocks.bytes),
+                    ("memo_block_hits", memo.blocks.hits),
+                    ("memo_block_misses", memo.blocks.misses),
+                ]
+            },
             dataset,
             protocol: "fuse",
         });
