@@ -146,6 +146,13 @@ impl PoolCore {
         if directory_changed {
             self.refresh_space_view();
             let blob = self.directory.lock().encode();
+            // What this txg writes, the next import reads: the blob passes the checks an
+            // import makes (names, kinds, canonical property values). A full decode, once per
+            // txg that changes the directory; debug builds only.
+            debug_assert!(
+                cairn_dataset::DatasetDirectory::decode(&blob).is_ok(),
+                "txg {txg} would write a dataset directory that import refuses"
+            );
             self.mos
                 .write_blob(txg, DIRECTORY_OBJECT, ObjectType::DatasetDirectory, &blob)?;
         }
