@@ -14,6 +14,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// FUSE inode number → object number.
 pub(super) fn object_of(ino: INodeNo) -> u64 {
+    // FUSE never names inode 0 (it means "no inode" in its replies); object 0 is the
+    // meta-dnode, which no file operation may touch.
+    debug_assert_ne!(ino.0, 0, "FUSE request for inode 0");
     match ino.0 {
         1 => ROOT_OBJECT,
         n if n == ROOT_OBJECT => 1,

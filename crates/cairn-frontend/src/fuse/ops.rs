@@ -453,7 +453,11 @@ impl fuser::Filesystem for FuseAdapter {
         let bytes = result.as_ref().map_or(0, |data| data.len() as u64);
         self.record(FsOpKind::Read, started, bytes, result.is_ok());
         match result {
-            Ok(data) => reply.data(&data),
+            Ok(data) => {
+                // The kernel sized its buffer to `size`: more would be a protocol error.
+                debug_assert!(data.len() <= size as usize, "read returned more than asked");
+                reply.data(&data)
+            }
             Err(err) => reply.error(errno(&err)),
         }
     }
