@@ -8,7 +8,9 @@
 //!
 //! Writers call `TxgEngine::throttle` before joining a txg, so a burst of writes slows smoothly
 //! as dirty data approaches its limit instead of stalling at it. Space is checked before any
-//! change is made: a write that cannot fit returns `NoSpace` and changes nothing.
+//! change is made (`SpaceCheck`, the engine's one policy for volumes and filesystems): a write
+//! that cannot fit returns `NoSpace` (the pool is full) or `QuotaExceeded` (a `quota` or
+//! `refquota` binds, an ancestor's included) and changes nothing.
 //!
 //! Durability: every change is also appended to the volume's intent log (inside the same txg
 //! hold, so the record names the txg the change joined). `flush` commits the log; a write with
@@ -23,7 +25,7 @@
 //! them again. Partial blocks at the edges are logged as ordinary writes. If the write in place
 //! fails, the write falls back to the ordinary path (the log or the txg sync then carries it).
 
-use crate::{DatasetError, SyncMode};
+use crate::{DatasetError, SpaceAsk, SpaceCheck, SyncMode};
 use bytes::Bytes;
 use cairn_format::{LogRecord, LogRecordKind};
 use cairn_object::{ObjectSet, is_all_zero};
@@ -74,11 +76,6 @@ pub struct WriteOptions {
     /// commit in parallel).
     pub lane: usize,
 }
-
-/// Asks the pool whether `bytes` more of user data may be dirtied: `check(bytes, may_wait)`.
-/// With `may_wait` false the check must not block (no txg sync to make room): an error then
-/// only means "not known to fit without waiting", and the caller asks again with `true`.
-pub type SpaceCheck = Arc<dyn Fn(u64, bool) -> Result<(), DatasetError> + Send + Sync>;
 
 /// Largest plain write `try_write_now` carries out on its caller's thread: it only files whole
 /// blocks (slices of the caller's buffer) under a txg hold, but a bigger one would still keep
@@ -420,7 +417,12 @@ impl Volume {
             || self.wants_commit(options)
             || self.check_writable().is_err()
             || self.check_range("write", offset, len).is_err()
-            || (self.space_check)(len, false).is_err()
+            || (self.space_check)(SpaceAsk {
+                bytes: len,
+                quota_margin_bytes: 0,
+                may_wait: false,
+            })
+            .is_err()
         {
             return None;
         }
@@ -702,7 +704,7 @@ impl Volume {
             return Ok(None);
         }
         if change == Change::Write {
-            (self.space_check)(len, true)?;
+            (self.space_check)(SpaceAsk::bytes(len))?;
         }
         self.txg.throttle(len);
         let hold = self.txg.try_hold().map_err(|err| self.io_error(err))?;
