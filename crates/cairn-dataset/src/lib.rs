@@ -18,6 +18,7 @@
 //! Durability: `write` returns once the change is in the open txg (like a disk's volatile
 //! cache); `flush` returns once every write that completed before it is in a synced txg.
 
+pub mod block_write;
 pub mod directory;
 pub mod properties;
 pub mod space;
