@@ -11,12 +11,18 @@
 //! space. Partial-block writes read, modify and re-dirty the block under a per-block stripe lock,
 //! so concurrent writers to one block never lose each other's bytes.
 //!
+//! Space: volumes and filesystems (cairn-fs) ask the same `SpaceCheck` (`space_check.rs`)
+//! before a change that can take room; its refusal names a quota (`QuotaExceeded`) or the
+//! pool's room (`NoSpace`). The engine supplies the one policy behind it.
+//!
 //! Durability: `write` returns once the change is in the open txg (like a disk's volatile
 //! cache); `flush` returns once every write that completed before it is in a synced txg.
 
+pub mod block_write;
 pub mod directory;
 pub mod properties;
 pub mod space;
+pub mod space_check;
 mod volume;
 
 pub use directory::{
@@ -24,7 +30,8 @@ pub use directory::{
     MissedTxgsTable, ResilverRecord, ScrubRecord,
 };
 pub use properties::{DatasetProperties, SyncMode};
-pub use volume::{SpaceCheck, VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
+pub use space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
+pub use volume::{VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
 
 use cairn_device::ErrorClass;
 use serde::{Deserialize, Serialize};
@@ -75,6 +82,9 @@ pub enum DatasetError {
     },
     #[error("out of space in pool: {0}")]
     NoSpace(String),
+    /// A `quota` or `refquota` (the dataset's, or an ancestor's `quota`) would be exceeded.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// Reading or writing the dataset failed below it; the source says why (a device error,
     /// a block no copy of which verifies, a suspended pool), whole.
     #[error("{name}: I/O error")]
@@ -144,7 +154,9 @@ impl IoCause {
 impl DatasetError {
     /// What the failure means to a client such as an NBD export (`ErrorClass::errno`), decided
     /// by the error's type down its chain of causes, never by its text:
-    /// - a full pool or quota is `NoSpace` (ENOSPC), from the space check or the allocator;
+    /// - a full pool is `NoSpace` (ENOSPC), from the space check or the allocator;
+    /// - a quota the space check found exceeded is `QuotaExceeded` (EDQUOT; NBD, which has no
+    ///   EDQUOT, answers it as ENOSPC);
     /// - a read-only dataset, or a pool imported read-only, is `ReadOnly` (EROFS);
     /// - a device error, unverifiable data, damaged metadata and a failed log commit are `Io`;
     /// - a suspended or faulted pool is `Io` (EIO) too, not `ReadOnly`: the export is not
@@ -164,6 +176,7 @@ impl DatasetError {
             DatasetError::Exists(_) => ErrorClass::Exists,
             DatasetError::ReadOnly(_) => ErrorClass::ReadOnly,
             DatasetError::NoSpace(_) => ErrorClass::NoSpace,
+            DatasetError::QuotaExceeded(_) => ErrorClass::QuotaExceeded,
             DatasetError::Io { source, .. } => source.class(),
             DatasetError::Replay { .. }
             | DatasetError::ReadTrace { .. }

@@ -1,5 +1,10 @@
 //! Block volumes at byte granularity over object 1 of an object set.
 //!
+//! The block mechanics (pieces, whole blocks and holes, partial blocks under stripe locks,
+//! writes in place) are `block_write.rs`'s, shared with filesystems' files; this module keeps
+//! what is a volume's own: byte ranges checked against its size, trim and write-zeroes, FUA
+//! and flush, the log records of NBD requests, block status and read-ahead hints.
+//!
 //! Every operation is split at `volblocksize` boundaries. A write covering a whole block replaces
 //! it; a partial write gives the object set only its bytes (`ObjectSet::write_partial`): the
 //! old block is not read in the writer's path but merged in when the txg syncs (or patched at
@@ -8,7 +13,9 @@
 //!
 //! Writers call `TxgEngine::throttle` before joining a txg, so a burst of writes slows smoothly
 //! as dirty data approaches its limit instead of stalling at it. Space is checked before any
-//! change is made: a write that cannot fit returns `NoSpace` and changes nothing.
+//! change is made (`SpaceCheck`, the engine's one policy for volumes and filesystems): a write
+//! that cannot fit returns `NoSpace` (the pool is full) or `QuotaExceeded` (a `quota` or
+//! `refquota` binds, an ancestor's included) and changes nothing.
 //!
 //! Durability: every change is also appended to the volume's intent log (inside the same txg
 //! hold, so the record names the txg the change joined). `flush` commits the log; a write with
@@ -23,7 +30,8 @@
 //! them again. Partial blocks at the edges are logged as ordinary writes. If the write in place
 //! fails, the write falls back to the ordinary path (the log or the txg sync then carries it).
 
-use crate::{DatasetError, SyncMode};
+use crate::block_write::{self, BlockStripes};
+use crate::{DatasetError, SpaceAsk, SpaceCheck, SyncMode};
 use bytes::Bytes;
 use cairn_format::{LogRecord, LogRecordKind};
 use cairn_object::{ObjectSet, is_all_zero};
@@ -35,7 +43,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 
 /// The object that holds a volume's data.
 pub const VOLUME_OBJECT: u64 = 1;
-const STRIPE_LOCKS: usize = 64;
 /// Blocks one block-status query looks at; clients ask again for the rest.
 const BLOCK_STATUS_BLOCKS_MAX: u64 = 1 << 16;
 
@@ -75,11 +82,6 @@ pub struct WriteOptions {
     pub lane: usize,
 }
 
-/// Asks the pool whether `bytes` more of user data may be dirtied: `check(bytes, may_wait)`.
-/// With `may_wait` false the check must not block (no txg sync to make room): an error then
-/// only means "not known to fit without waiting", and the caller asks again with `true`.
-pub type SpaceCheck = Arc<dyn Fn(u64, bool) -> Result<(), DatasetError> + Send + Sync>;
-
 /// Largest plain write `try_write_now` carries out on its caller's thread: it only files whole
 /// blocks (slices of the caller's buffer) under a txg hold, but a bigger one would still keep
 /// an async worker from its other connections for the bookkeeping of many blocks.
@@ -109,7 +111,7 @@ pub struct Volume {
     space_check: SpaceCheck,
     /// Newest txg this volume dirtied: what a flush must wait for.
     last_dirty_txg: AtomicU64,
-    stripes: Vec<Mutex<()>>,
+    stripes: BlockStripes,
     intent_log: Option<Arc<IntentLog>>,
     sync_mode: AtomicU8,
     /// Client reads, one line per request (`CAIRN_READ_TRACE_DIR`).
@@ -152,7 +154,7 @@ impl Volume {
             readonly: AtomicBool::new(readonly),
             space_check,
             last_dirty_txg: AtomicU64::new(0),
-            stripes: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            stripes: BlockStripes::new(),
             intent_log: None,
             sync_mode: AtomicU8::new(SyncMode::Standard as u8),
             read_trace: None,
@@ -245,20 +247,8 @@ impl Volume {
     }
 
     /// Splits `[offset, offset+len)` into (blkid, offset in block, length) pieces.
-    fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = (u64, usize, usize)> + use<> {
-        let block = u64::from(self.block_size);
-        let end = offset + len;
-        let mut position = offset;
-        std::iter::from_fn(move || {
-            if position >= end {
-                return None;
-            }
-            let blkid = position / block;
-            let within = position % block;
-            let take = (block - within).min(end - position);
-            position += take;
-            Some((blkid, within as usize, take as usize))
-        })
+    fn pieces(&self, offset: u64, len: u64) -> block_write::Pieces {
+        block_write::pieces(u64::from(self.block_size), offset, len)
     }
 
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), DatasetError> {
@@ -340,29 +330,29 @@ impl Volume {
         let block_size = self.block_size as usize;
         let mut cursor = 0;
         for (blkid, within, take) in self.pieces(offset, len) {
-            let newly_dirty = if take == block_size {
-                match whole_block(cursor) {
-                    Some(data) => self.objset.write_block(txg, VOLUME_OBJECT, blkid, data),
-                    None => self.objset.free_block(txg, VOLUME_OBJECT, blkid),
-                }
+            if take == block_size {
+                let data = whole_block(cursor);
+                block_write::store_block(
+                    &self.objset,
+                    hold,
+                    VOLUME_OBJECT,
+                    blkid,
+                    block_size as u64,
+                    data,
+                );
             } else {
-                // The old block is merged in later, not read now (cairn-object's `patch.rs`).
-                let _stripe = self.stripes[blkid as usize % STRIPE_LOCKS].lock();
-                self.objset
-                    .write_partial(
-                        txg,
-                        VOLUME_OBJECT,
-                        blkid,
-                        self.block_size,
-                        within..within + take,
-                        |piece| fill(piece, cursor),
-                    )
-                    .map_err(|err| self.io_error(err))?
-            };
-            // A block changed again in the same txg replaces its earlier version in memory and
-            // is written once: its dirty bytes count once per txg.
-            if newly_dirty {
-                hold.add_dirty(block_size as u64);
+                // Concurrent writers to one block are ordered by its stripe lock.
+                block_write::write_part(
+                    &self.objset,
+                    hold,
+                    Some(&self.stripes),
+                    VOLUME_OBJECT,
+                    blkid,
+                    self.block_size,
+                    within..within + take,
+                    |piece| fill(piece, cursor),
+                )
+                .map_err(|err| self.io_error(err))?;
             }
             cursor += take;
         }
@@ -420,7 +410,12 @@ impl Volume {
             || self.wants_commit(options)
             || self.check_writable().is_err()
             || self.check_range("write", offset, len).is_err()
-            || (self.space_check)(len, false).is_err()
+            || (self.space_check)(SpaceAsk {
+                bytes: len,
+                quota_margin_bytes: 0,
+                may_wait: false,
+            })
+            .is_err()
         {
             return None;
         }
@@ -597,12 +592,14 @@ impl Volume {
         let written = match blocks.is_empty() {
             true => Vec::new(),
             false => {
-                let blkids: Vec<u64> = blocks.iter().map(|(blkid, _)| *blkid).collect();
-                match self
-                    .objset
-                    .write_blocks_in_place(hold.txg(), VOLUME_OBJECT, blocks)
-                {
-                    Ok(written) => blkids.into_iter().zip(written).collect(),
+                match block_write::write_in_place(
+                    &self.objset,
+                    hold,
+                    VOLUME_OBJECT,
+                    block_size,
+                    blocks,
+                ) {
+                    Ok(written) => written,
                     Err(_) => {
                         self.stats
                             .in_place_fallbacks
@@ -615,10 +612,7 @@ impl Volume {
         let mut logged = Vec::with_capacity(written.len() + 2);
         let mut position = offset;
         let end = offset + data.len() as u64;
-        for (blkid, (bp, newly_dirty)) in written {
-            if newly_dirty {
-                hold.add_dirty(block_size);
-            }
+        for (blkid, bp) in written {
             let block_start = blkid * block_size;
             if block_start > position {
                 logged.push(self.write_between(
@@ -667,11 +661,7 @@ impl Volume {
     }
 
     fn wants_commit(&self, options: WriteOptions) -> bool {
-        match self.sync_mode() {
-            SyncMode::Disabled => false,
-            SyncMode::Always => true,
-            SyncMode::Standard => options.fua,
-        }
+        self.sync_mode().commits(options.fua)
     }
 
     fn copy_bytes_max(&self) -> usize {
@@ -702,7 +692,7 @@ impl Volume {
             return Ok(None);
         }
         if change == Change::Write {
-            (self.space_check)(len, true)?;
+            (self.space_check)(SpaceAsk::bytes(len))?;
         }
         self.txg.throttle(len);
         let hold = self.txg.try_hold().map_err(|err| self.io_error(err))?;

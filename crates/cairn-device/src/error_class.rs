@@ -26,10 +26,11 @@ pub enum ErrorClass {
     /// Data could not be read or written: a device error, a block no copy of which verifies,
     /// damaged metadata, or a suspended pool (EIO).
     Io,
-    /// The pool has no room for the write (ENOSPC); for a volume, its dataset's quota too.
+    /// The pool has no room for the write (ENOSPC).
     NoSpace,
-    /// A filesystem's `quota` or `refquota` would be exceeded (EDQUOT): the pool has room, so
-    /// the client is told apart from a full pool.
+    /// A dataset's `quota` or `refquota` (or an ancestor's `quota`) would be exceeded
+    /// (EDQUOT): the pool may have room, so the client is told apart from a full pool (NBD,
+    /// which has no EDQUOT, answers ENOSPC).
     QuotaExceeded,
     /// The target takes no writes: a read-only dataset or a pool opened read-only (EROFS).
     ReadOnly,

@@ -1,6 +1,6 @@
 //! The pool's datasets: listing them with space figures and properties, creating volumes,
 //! destroying datasets, setting properties and pushing their typed values onto open objects,
-//! opening a volume with its intent log, and the space check every dataset write asks.
+//! opening a volume with its intent log (its space check: `space_check.rs`).
 //!
 //! Invariants: every change of the dataset directory runs as a sync task (`run_sync_task`),
 //! validated first on a trial copy so a refusal costs no txg; reservations and quotas are
@@ -11,15 +11,12 @@
 use crate::EngineError;
 use crate::pool::{Pool, PoolCore, reclaim_deferred};
 use cairn_dataset::directory::{Provisioning, volume_creation_properties};
-use cairn_dataset::properties::format_size;
 use cairn_dataset::space::SpaceView;
 use cairn_dataset::{
-    DatasetDirectory, DatasetError, DatasetKind, DatasetProperties, SpaceCheck, VOLUME_OBJECT,
-    Volume,
+    DatasetDirectory, DatasetError, DatasetKind, DatasetProperties, VOLUME_OBJECT, Volume,
 };
 use cairn_format::{ObjectType, ObjsetType};
 use cairn_object::ObjectSet;
-use cairn_pool::txg::TxgEngine;
 use cairn_zil::{IntentLog, ZilConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -287,7 +284,7 @@ impl Pool {
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
         check_volume_object(name, &objset, block_size)?;
-        let space_check = self.space_check(name, &engine, true);
+        let space_check = self.space_check(name, &engine, objset.clone());
         // A read-only pool's volume has no intent log: it would allocate log blocks.
         let intent_log = (!self.is_readonly()).then(|| {
             let intent_log = Arc::new(IntentLog::new(
@@ -337,80 +334,6 @@ impl Pool {
         }
         self.volumes.lock().insert(name.to_string(), volume.clone());
         Ok(volume)
-    }
-
-    /// The space check of dataset `name`'s writes: others' unused reservations are held
-    /// back, the dataset's own are its to use; before refusing, dirty data is synced and
-    /// deferred frees released, then the check runs again. The pool's dirty bytes are
-    /// compared with what the pool leaves the dataset; with `quotas`, the dataset's own
-    /// growth (`ObjectSet::space_estimate`) also with what its ancestors' quotas leave (a
-    /// volume below a filesystem with a quota; filesystems check their quotas first, with
-    /// their own error).
-    pub(crate) fn space_check(
-        &self,
-        name: &str,
-        engine: &Arc<TxgEngine>,
-        quotas: bool,
-    ) -> SpaceCheck {
-        let core = self.core.clone();
-        let engine_for_check = engine.clone();
-        let dataset = name.to_string();
-        Arc::new(move |bytes, may_wait| {
-            // Others' unused reservations are held back; this volume's own are its to use.
-            // Err: the quota that binds, if that is what refuses.
-            let fits = || -> Result<(), Option<String>> {
-                let dirty = engine_for_check.dirty_bytes();
-                let view = core.space_view.lock().clone();
-                let available = core.space.lock().available_bytes();
-                if dirty + bytes > view.pool_available_bytes(&dataset, available) {
-                    return Err(None);
-                }
-                let referenced = view
-                    .datasets
-                    .get(&dataset)
-                    .map_or(0, |space| space.referenced_bytes);
-                if !quotas || view.quota_room(&dataset, referenced).is_none() {
-                    return Ok(());
-                }
-                let objset = core.objsets.lock().get(&dataset).cloned();
-                let live = objset
-                    .map(|objset| objset.space_estimate())
-                    .unwrap_or_default();
-                match view.quota_room(&dataset, live.used_bytes + live.unsynced_bytes) {
-                    Some(room) if bytes > room.bytes => Err(Some(format!(
-                        "{} of {} ({}) leaves {}",
-                        room.property,
-                        room.dataset,
-                        format_size(room.limit_bytes),
-                        format_size(room.bytes)
-                    ))),
-                    _ => Ok(()),
-                }
-            };
-            let refusal = |quota: Option<String>, later: &str| {
-                DatasetError::NoSpace(match quota {
-                    Some(quota) => format!("{dataset}: no room for {bytes} more bytes: {quota}"),
-                    None => format!(
-                        "pool '{}' has no room for {bytes} more bytes{later}",
-                        core.name
-                    ),
-                })
-            };
-            let quota = match fits() {
-                Ok(()) => return Ok(()),
-                Err(quota) => quota,
-            };
-            if !may_wait {
-                return Err(refusal(quota, " without a txg sync"));
-            }
-            // The estimate counts every dirty byte as new space, though overwrites free as
-            // much as they take, and space freed in the last few txgs is not reusable yet (on
-            // an idle pool nothing would sync those txgs). Before refusing, write the dirty
-            // data out and drive the txgs that release deferred frees, then look again.
-            let _ = engine_for_check.sync_now();
-            reclaim_deferred(&core, &engine_for_check);
-            fits().map_err(|quota| refusal(quota, ""))
-        })
     }
 }
 

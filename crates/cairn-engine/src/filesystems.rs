@@ -7,29 +7,18 @@
 //! filesystem has an intent log of one lane (see `cairn-fs`'s durability module), replayed at
 //! import with the volumes' (`replay.rs`).
 //!
-//! Space: every change that can grow a filesystem asks `filesystem_space_check` first. It
-//! refuses with EDQUOT when the dataset's quotas (`quota`, `refquota`, an ancestor's `quota`)
-//! would be exceeded, and then asks the pool's check (ENOSPC, reservations of others held
-//! back, the dataset's own reservations its to use). The dataset's use is its object set's
-//! bytes as of the last synced txg plus an estimate of its unsynced txgs (`ObjectSet::
-//! space_estimate`: new blocks with their copies in whole sectors, the indirect blocks they
-//! create, dnodes; measured 0.1–0.2 % above what the sync then allocates for sequential
-//! files and new directories, 2 % above for small files).
-//! Slack: the estimate errs high while txgs are unsynced, as overwrites count as growth and
-//! frees as nothing (a quota refusal first syncs and looks again, so they count as soon as
-//! they are written out; an overwrite of data at the quota is refused, as in ZFS), and low
-//! for the indirect blocks of sparse files. Each write asks for room for its data, an eighth
-//! more and 64 KiB, other changes for 64 KiB, so a filesystem stops that much short of its
-//! quota. Changes that free space never ask. Replay never asks: acknowledged writes are
-//! replayed even over a quota lowered since.
+//! Space: every change that can grow a filesystem asks the pool's one space check first
+//! (`space_check.rs`, the policy volumes share): EDQUOT when the dataset's quotas (`quota`,
+//! `refquota`, an ancestor's `quota`) would be exceeded, else ENOSPC when the pool has no
+//! room (reservations of others held back, the dataset's own reservations its to use). Each
+//! write asks for room for its data, an eighth more and 64 KiB, other changes for 64 KiB, so
+//! a filesystem stops that much short of its quota. Changes that free space never ask.
+//! Replay never asks: acknowledged writes are replayed even over a quota lowered since.
 
 use crate::EngineError;
 use crate::pool::Pool;
-use cairn_dataset::properties::format_size;
 use cairn_dataset::{DatasetError, DatasetKind};
-use cairn_fs::{Filesystem, FsConfig, NewInode, SpaceRefusal, Tx};
-use cairn_object::ObjectSet;
-use cairn_pool::txg::TxgEngine;
+use cairn_fs::{Filesystem, FsConfig, NewInode, Tx};
 use cairn_zil::{IntentLog, ZilConfig};
 use std::sync::Arc;
 
@@ -122,52 +111,8 @@ impl Pool {
             .get(name)
             .cloned()
             .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
-        let check = self.filesystem_space_check(name, &engine, objset.clone());
+        let check = self.space_check(name, &engine, objset.clone());
         Ok(Filesystem::open(name.to_string(), objset, engine, config)?.with_space_check(check))
-    }
-
-    /// The space check of filesystem `name`'s changes: quotas first (EDQUOT), then the
-    /// pool's room (ENOSPC). See the module comment for what it counts.
-    fn filesystem_space_check(
-        &self,
-        name: &str,
-        engine: &Arc<TxgEngine>,
-        objset: Arc<ObjectSet>,
-    ) -> cairn_fs::SpaceCheck {
-        let pool_check = self.space_check(name, engine, false);
-        let core = self.core.clone();
-        let engine = engine.clone();
-        let dataset = name.to_string();
-        Arc::new(move |bytes, quota_margin_bytes| {
-            let over_quota = || {
-                let view = core.space_view.lock().clone();
-                // No quota on the chain: no need to look at the object set.
-                view.quota_room(&dataset, 0)?;
-                let live = objset.space_estimate();
-                // A margin past the quotas counts as that much less referenced.
-                let referenced =
-                    (live.used_bytes + live.unsynced_bytes).saturating_sub(quota_margin_bytes);
-                view.quota_room(&dataset, referenced)
-                    .filter(|room| bytes > room.bytes)
-            };
-            if over_quota().is_some() {
-                // Unsynced overwrites and frees count as growth until written out.
-                if objset.space_estimate().unsynced_txgs > 0 {
-                    let _ = engine.sync_now();
-                }
-                if let Some(room) = over_quota() {
-                    return Err(SpaceRefusal::Quota(format!(
-                        "{} of {} is {}, {} left, {} more asked",
-                        room.property,
-                        room.dataset,
-                        format_size(room.limit_bytes),
-                        format_size(room.bytes),
-                        format_size(bytes)
-                    )));
-                }
-            }
-            pool_check(bytes, true).map_err(|err| SpaceRefusal::Pool(err.to_string()))
-        })
     }
 
     /// Size and available bytes of filesystem `name` for `statfs` (as ZFS shows them to

@@ -43,6 +43,7 @@ mod probe;
 mod replay;
 mod resilver;
 mod scrub;
+mod space_check;
 mod txg_sync;
 
 pub use budget::{MemoryBudget, SYNC_TARGET_MS};

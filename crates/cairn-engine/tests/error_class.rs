@@ -161,6 +161,32 @@ fn a_full_pool_is_no_space() {
     assert_eq!(err.errno(), libc::ENOSPC);
 }
 
+/// A volume refused by a quota (here its parent's) is told apart from a full pool, as a
+/// filesystem is: the same space policy names what refused. (NBD answers both ENOSPC.)
+#[test]
+fn a_volume_at_a_quota_is_quota_exceeded() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = create_mirror(&device_paths(dir.path(), 1), plain_opener());
+    pool.create_filesystem("tank/q", &[("quota".into(), "8M".into())], (0, 0), 0o755)
+        .unwrap();
+    pool.create_volume("tank/q/vol", 32 << 20, &volume_props())
+        .unwrap();
+    let volume = pool.volume("tank/q/vol").unwrap();
+    let chunk = pattern(1 << 20, 0x44);
+    let mut refused = None;
+    for index in 0..32u64 {
+        if let Err(err) = volume.write(index << 20, &chunk) {
+            refused = Some(err);
+            break;
+        }
+    }
+    let err = refused.expect("32 MiB fit in an 8 MiB quota");
+    assert!(matches!(err, DatasetError::QuotaExceeded(_)), "{err:?}");
+    assert_eq!(err.class(), ErrorClass::QuotaExceeded, "{err}");
+    assert_eq!(err.errno(), libc::EDQUOT);
+    assert!(err.to_string().contains("quota of tank/q"), "{err}");
+}
+
 #[test]
 fn writes_to_a_read_only_volume_or_pool_are_read_only() {
     let dir = tempfile::tempdir().unwrap();

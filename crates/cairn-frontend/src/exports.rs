@@ -46,8 +46,8 @@ pub fn export_error(err: DatasetError) -> ExportError {
 ///
 /// NBD has few numbers (EPERM, EIO, EINVAL, ENOSPC, ENOTSUP, …):
 /// - a read-only target is EPERM on the wire (NBD has no EROFS; EPERM is its word for it);
-/// - a full pool is ENOSPC, and so is a quota (NBD has no EDQUOT; a volume's own quota is
-///   `NoSpace` already);
+/// - a full pool is ENOSPC, and so is a quota (NBD has no EDQUOT: a volume's quota or an
+///   ancestor's is `QuotaExceeded`, answered as ENOSPC);
 /// - a suspended pool is EIO (see `DatasetError::class`);
 /// - a bad request is EINVAL;
 /// - "not found", "exists" and every namespace answer are EIO: a block device names nothing,
@@ -242,6 +242,7 @@ mod tests {
         let cases = [
             (DatasetError::ReadOnly("tank/vol".into()), EPERM),
             (DatasetError::NoSpace("full".into()), ENOSPC),
+            (DatasetError::QuotaExceeded("quota of tank".into()), ENOSPC),
             (DatasetError::NoSuchDataset("tank/vol".into()), EIO),
             (DatasetError::Exists("tank/vol".into()), EIO),
             (DatasetError::Corrupt("x".into()), EIO),

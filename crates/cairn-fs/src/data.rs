@@ -1,6 +1,9 @@
 //! Attributes and data: setattr (truncation included), writes, fallocate and holes
 //! (extended attributes are `xattr.rs`'s). As in `namespace.rs`, each changing call has a `do_*` twin that replay
 //! uses with the logged times; file data is logged as `Write` records.
+//! The block mechanics (pieces, whole blocks and holes, partial blocks, writes in place) are
+//! cairn-dataset's `block_write`, shared with volumes; what is a file's own stays here (block
+//! size growing with a small file, inode attributes, holes left alone where a file has none).
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::log::FsOp;
@@ -8,6 +11,7 @@ use crate::{
     AtimeMode, Fallocate, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, SetAttrs, small_block_bytes,
 };
 use bytes::Bytes;
+use cairn_dataset::block_write;
 use cairn_format::BlockPointer;
 use cairn_object::is_all_zero;
 use cairn_pool::txg::TxgHold;
@@ -298,10 +302,7 @@ impl Filesystem {
         let mut for_in_place: Vec<(u64, Bytes)> = Vec::new();
         let mut position = offset;
         let mut taken = 0usize;
-        while position < end {
-            let blkid = position / block_bytes;
-            let within = (position % block_bytes) as usize;
-            let take = ((block_bytes - within as u64).min(end - position)) as usize;
+        for (blkid, within, take) in block_write::pieces(block_bytes, offset, data.len() as u64) {
             let piece = &data[taken..taken + take];
             if take as u64 == block_bytes {
                 if in_place && !is_all_zero(piece) {
@@ -404,7 +405,8 @@ impl Filesystem {
     }
 
     /// Writes bytes `range` of a block through `fill` without reading the old block first:
-    /// the object set merges it in later (cairn-object's `patch.rs`).
+    /// the object set merges it in later (cairn-object's `patch.rs`). No stripe lock of
+    /// blocks: the caller holds the inode's lock, which orders every writer of its blocks.
     fn write_part(
         &self,
         hold: &TxgHold,
@@ -414,17 +416,16 @@ impl Filesystem {
         range: std::ops::Range<usize>,
         fill: impl FnOnce(&mut [u8]),
     ) -> Result<(), FsError> {
-        let newly_dirty = self.objset.write_partial(
-            hold.txg(),
+        block_write::write_part(
+            &self.objset,
+            hold,
+            None,
             object,
             blkid,
             block_bytes as u32,
             range,
             fill,
         )?;
-        if newly_dirty {
-            hold.add_dirty(block_bytes);
-        }
         Ok(())
     }
 
@@ -432,13 +433,7 @@ impl Filesystem {
     /// durable on return (`sync`, or any under `sync=always`) on a filesystem whose log
     /// writes in place (`logbias=throughput`).
     fn writes_in_place(&self, sync: bool) -> bool {
-        let mode = self.config.read().sync;
-        let durable = match mode {
-            crate::SyncMode::Disabled => false,
-            crate::SyncMode::Always => true,
-            crate::SyncMode::Standard => sync,
-        };
-        durable
+        self.config.read().sync.commits(sync)
             && self
                 .intent_log
                 .as_ref()
@@ -459,16 +454,9 @@ impl Filesystem {
         if blocks.is_empty() {
             return;
         }
-        let blkids: Vec<u64> = blocks.iter().map(|(blkid, _)| *blkid).collect();
-        match self
-            .objset
-            .write_blocks_in_place(hold.txg(), object, blocks.clone())
-        {
+        match block_write::write_in_place(&self.objset, hold, object, block_bytes, blocks.clone()) {
             Ok(written) => {
-                for (blkid, (bp, newly_dirty)) in blkids.into_iter().zip(written) {
-                    if newly_dirty {
-                        hold.add_dirty(block_bytes);
-                    }
+                for (blkid, bp) in written {
                     let at = blkid * block_bytes;
                     stored.blocks.push((at, StoredBlock::InPlace(bp)));
                 }
@@ -500,18 +488,8 @@ impl Filesystem {
         block: Vec<u8>,
     ) -> Option<Bytes> {
         let bytes = block.len() as u64;
-        let (newly_dirty, stored) = if is_all_zero(&block) {
-            (self.objset.free_block(hold.txg(), object, blkid), None)
-        } else {
-            let block = Bytes::from(block);
-            let newly_dirty = self
-                .objset
-                .write_block(hold.txg(), object, blkid, block.clone());
-            (newly_dirty, Some(block))
-        };
-        if newly_dirty {
-            hold.add_dirty(bytes);
-        }
+        let stored = block_write::block_or_hole(block);
+        block_write::store_block(&self.objset, hold, object, blkid, bytes, stored.clone());
         stored
     }
 
@@ -623,23 +601,16 @@ impl Filesystem {
             return Ok(());
         }
         let block_bytes = u64::from(self.objset.dnode(object)?.data_block_size);
-        let mut position = offset;
-        while position < end {
-            let blkid = position / block_bytes;
-            let within = (position % block_bytes) as usize;
-            let take = (block_bytes - within as u64).min(end - position) as usize;
+        for (blkid, within, take) in block_write::pieces(block_bytes, offset, end - offset) {
             if !self.holds_data(object, blkid)? {
                 // A hole already: freeing it would record a block past a small file's
                 // single one (which then could never grow), zeroing part of it would make one.
             } else if take as u64 == block_bytes {
-                if self.objset.free_block(hold.txg(), object, blkid) {
-                    hold.add_dirty(block_bytes);
-                }
+                block_write::store_block(&self.objset, hold, object, blkid, block_bytes, None);
             } else {
                 let range = within..within + take;
                 self.write_part(hold, object, blkid, block_bytes, range, |out| out.fill(0))?;
             }
-            position += take as u64;
         }
         Ok(())
     }

@@ -40,7 +40,7 @@
 //!
 //! ## Space and access times
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
-//! before it starts (so a refusal changes nothing): writes, creates, links, xattr sets,
+//! (cairn-dataset's, the one volumes ask too) before it starts (so a refusal changes nothing): writes, creates, links, xattr sets,
 //! extending truncation and `fallocate` (which only checks that the part of the range past
 //! the end of the file would fit now: it reserves nothing). The engine answers EDQUOT for a
 //! quota, ENOSPC for a full pool. Data a front end acknowledged before it could ask
@@ -76,6 +76,7 @@ mod read;
 mod xattr;
 
 pub use cairn_dataset::properties::{AtimeMode, SyncMode};
+pub use cairn_dataset::space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
 pub use error::FsError;
 pub use xattr::XATTR_VALUE_BYTES_MAX;
 
@@ -134,28 +135,11 @@ impl<'a> Tx<'a> {
     }
 }
 
-/// Asks the pool whether `bytes` more may be dirtied (it may sync to find room); the error
-/// explains why not. The second argument is how far past a quota the change may go
-/// (`quota_margin_bytes`: 0 but for data a front end acknowledged before it could ask, see
-/// `Filesystem::write_acknowledged`); the pool's own room is never exceeded. Deletes,
-/// truncation to a smaller size, punching holes and attribute changes that take no room
-/// never ask: they must work on a full pool and at a quota.
-pub type SpaceCheck = Arc<dyn Fn(u64, u64) -> Result<(), SpaceRefusal> + Send + Sync>;
-
 /// Told the inode whose attributes the filesystem changed on its own: not as the answer to
 /// a caller's change (which returns the new attributes), but as a side effect (an access
 /// time a read updated, set-ID bits a write took away). A front end whose clients cache
 /// attributes (the kernel, over FUSE) invalidates them. Called with no lock held.
 pub type OwnChanges = Arc<dyn Fn(u64) + Send + Sync>;
-
-/// Why a space check said no.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SpaceRefusal {
-    /// The pool is full (ENOSPC).
-    Pool(String),
-    /// A `quota` or `refquota` would be exceeded (EDQUOT).
-    Quota(String),
-}
 
 /// How old an access time `relatime` refreshes anyway.
 const RELATIME_REFRESH_SECS: i64 = 24 * 60 * 60;
@@ -482,7 +466,12 @@ impl Filesystem {
     /// `check_space`, letting a quota be exceeded by up to `quota_margin_bytes`.
     fn check_space_past_quota(&self, bytes: u64, quota_margin_bytes: u64) -> Result<(), FsError> {
         match &self.space_check {
-            Some(check) => check(bytes, quota_margin_bytes).map_err(|refusal| match refusal {
+            Some(check) => check(SpaceAsk {
+                bytes,
+                quota_margin_bytes,
+                may_wait: true,
+            })
+            .map_err(|refusal| match refusal {
                 SpaceRefusal::Pool(why) => FsError::NoSpace(why),
                 SpaceRefusal::Quota(why) => FsError::QuotaExceeded(why),
             }),

@@ -34,6 +34,20 @@ pub enum SyncMode {
     Disabled,
 }
 
+impl SyncMode {
+    /// Whether a change commits the intent log before it returns: always under `always`,
+    /// never under `disabled`, and under `standard` when its caller asked (`durable`: FUA,
+    /// O_SYNC, O_DSYNC).
+    #[inline]
+    pub fn commits(self, durable: bool) -> bool {
+        match self {
+            SyncMode::Disabled => false,
+            SyncMode::Always => true,
+            SyncMode::Standard => durable,
+        }
+    }
+}
+
 impl ChoiceValue for SyncMode {
     const NAMES: &'static [&'static str] = &["standard", "always", "disabled"];
     fn from_canonical(word: &str) -> Option<Self> {
