@@ -1,9 +1,17 @@
-//! # cairn-dataset: datasets, properties and block volumes
+//! # cairn-dataset: the dataset layer (ZFS's DSL) and block volumes
 //!
 //! A dataset is a named object set with properties: the pool's root dataset (`tank`), volumes
-//! (`tank/vol`), and later filesystems, snapshots and clones. The *dataset directory* — every
-//! dataset's name, kind, properties, space used and object-set root pointer — is one small blob in
-//! the pool's meta object set, rewritten copy-on-write in each txg that changes it.
+//! (`tank/vol`), filesystems (`tank/home`, whose POSIX layer is `cairn-fs`, built on this
+//! crate as ZFS's ZPL is on its DSL), and later snapshots and clones. The *dataset directory* —
+//! every dataset's name, kind, properties, space used and object-set root pointer — is one
+//! small blob in the pool's meta object set, rewritten copy-on-write in each txg that changes
+//! it.
+//!
+//! Properties (`properties/`): one public table of names, types, defaults and inheritance,
+//! and every property of a dataset parsed once into typed values (`DatasetProperties`): the
+//! layers above act on those, never on property text. What volumes and files share when they
+//! write blocks (splitting a range into whole and partial blocks, holes, the stripe locks,
+//! writes in place, when a change commits) is `block_write.rs`.
 //!
 //! A volume is object 1 of its object set: a sparse array of `volblocksize` blocks. The volume
 //! API (`Volume`) works at byte offsets — read, write, flush, trim, write-zeroes — and is what the
