@@ -37,7 +37,6 @@ const KNOWN_LOOPS: &[(&str, &str, &[&str])] = &[
         "src",
         &["create", "missed", "pool", "resilver", "scrub", "sync"],
     ),
-    ("cairn-nbd", "src", &["handshake", "server", "transmission"]),
     ("cairn-object", "src", &["change", "cow", "objset"]),
     ("cairn-object", "src", &["patch", "read", "tree"]),
 ];
