@@ -97,12 +97,39 @@ fn time_lookups(
 
 fn main() -> Result<()> {
     let args = parse_args()?;
+    let pool = create_pool(&args)?;
+    pool.create_filesystem("dirs/fs", &[], (0, 0), 0o755)?;
+    let fs = pool.filesystem("dirs/fs")?;
+    let mut rng = Rng(42);
+    let means = grow_one_directory(&pool, &fs, &args, &mut rng)?;
+    control(&pool, &fs, &args, &means, &mut rng)?;
+    let memo = fs.objset().memo_stats();
+    println!(
+        "object set memos at the end: dnodes {} ({} MiB, {} hits, {} misses), blocks {} ({} MiB, {} hits, {} misses), generation budget {} MiB",
+        memo.dnodes.entries,
+        memo.dnodes.bytes >> 20,
+        memo.dnodes.hits,
+        memo.dnodes.misses,
+        memo.blocks.entries,
+        memo.blocks.bytes >> 20,
+        memo.blocks.hits,
+        memo.blocks.misses,
+        memo.generation_bytes_max >> 20
+    );
+    drop(fs);
+    pool.export()?;
+    std::fs::remove_dir_all(&args.dir)?;
+    Ok(())
+}
+
+/// A fresh pool on one sparse file under `--dir` (cleared first).
+fn create_pool(args: &Args) -> Result<Pool> {
     if args.dir.exists() {
         std::fs::remove_dir_all(&args.dir).with_context(|| format!("clear {:?}", args.dir))?;
     }
     std::fs::create_dir_all(&args.dir)?;
     let device = args.dir.join("pool.img");
-    let pool = Pool::create(
+    Ok(Pool::create(
         "dirs",
         &[VdevGroup {
             mirror: false,
@@ -117,16 +144,27 @@ fn main() -> Result<()> {
             ..CreateOptions::default()
         },
         PoolOptions::default(),
-    )?;
-    pool.create_filesystem("dirs/fs", &[], (0, 0), 0o755)?;
-    let fs = pool.filesystem("dirs/fs")?;
-    let inode = |kind, mode| NewInode {
+    )?)
+}
+
+fn inode(kind: FileKind, mode: u32) -> NewInode {
+    NewInode {
         kind,
         mode,
         uid: 0,
         gid: 0,
         rdev: 0,
-    };
+    }
+}
+
+/// The measured run: one directory grown to `--files` entries, a table row per checkpoint.
+/// Returns each checkpoint's (entries, mean lookup synced, mean lookup dirty).
+fn grow_one_directory(
+    pool: &Pool,
+    fs: &cairn_fs::Filesystem,
+    args: &Args,
+    rng: &mut Rng,
+) -> Result<Vec<(u64, f64, f64)>> {
     let (dir, _) = fs.mkdir(fs.root(), b"big", inode(FileKind::Directory, 0o755))?;
     let mut checkpoints: Vec<u64> = [1_000, 10_000, 100_000, 1_000_000]
         .into_iter()
@@ -138,7 +176,6 @@ fn main() -> Result<()> {
     );
     println!("|---:|---:|---:|---:|---:|---:|");
     let mut created = 0u64;
-    let mut rng = Rng(42);
     let mut means = Vec::new();
     for target in checkpoints {
         let started = Instant::now();
@@ -151,9 +188,9 @@ fn main() -> Result<()> {
         // First while the newest entries are still dirty (as a busy server sees them), then
         // once all of them are synced (a directory at rest: what the target is about).
         let pick = |rng: &mut Rng| (dir, name(rng.below(created)));
-        let (dirty_mean, dirty_p99) = time_lookups(&fs, args.lookups, &mut rng, pick)?;
+        let (dirty_mean, dirty_p99) = time_lookups(fs, args.lookups, rng, pick)?;
         pool.sync()?;
-        let (mean, p99) = time_lookups(&fs, args.lookups, &mut rng, pick)?;
+        let (mean, p99) = time_lookups(fs, args.lookups, rng, pick)?;
         println!(
             "| {target} | {creates_per_s:.0} | {mean:.2} | {p99:.2} | {dirty_mean:.2} | {dirty_p99:.2} |"
         );
@@ -168,9 +205,19 @@ fn main() -> Result<()> {
             last_dirty / first_dirty
         );
     }
-    // The control: as many files again, in directories of the smallest size. Lookups over
-    // them touch as much memory as lookups in the one large directory, so the difference
-    // between the two is what the directory's size costs, apart from the CPU's caches.
+    Ok(means)
+}
+
+/// The control: as many files again, in directories of the smallest size. Lookups over
+/// them touch as much memory as lookups in the one large directory, so the difference
+/// between the two is what the directory's size costs, apart from the CPU's caches.
+fn control(
+    pool: &Pool,
+    fs: &cairn_fs::Filesystem,
+    args: &Args,
+    means: &[(u64, f64, f64)],
+    rng: &mut Rng,
+) -> Result<()> {
     let small = means.first().map_or(1_000, |(entries, _, _)| *entries);
     let directories = (args.files / small).max(1);
     let started = Instant::now();
@@ -188,7 +235,7 @@ fn main() -> Result<()> {
     }
     let control_creates_per_s = (directories * small) as f64 / started.elapsed().as_secs_f64();
     pool.sync()?;
-    let (control_mean, control_p99) = time_lookups(&fs, args.lookups, &mut rng, |rng| {
+    let (control_mean, control_p99) = time_lookups(fs, args.lookups, rng, |rng| {
         let sub = small_dirs[rng.below(directories) as usize];
         (sub, name(rng.below(small)))
     })?;
@@ -201,21 +248,5 @@ fn main() -> Result<()> {
             last / control_mean
         );
     }
-    let memo = fs.objset().memo_stats();
-    println!(
-        "object set memos at the end: dnodes {} ({} MiB, {} hits, {} misses), blocks {} ({} MiB, {} hits, {} misses), generation budget {} MiB",
-        memo.dnodes.entries,
-        memo.dnodes.bytes >> 20,
-        memo.dnodes.hits,
-        memo.dnodes.misses,
-        memo.blocks.entries,
-        memo.blocks.bytes >> 20,
-        memo.blocks.hits,
-        memo.blocks.misses,
-        memo.generation_bytes_max >> 20
-    );
-    drop(fs);
-    pool.export()?;
-    std::fs::remove_dir_all(&args.dir)?;
     Ok(())
 }

@@ -73,7 +73,7 @@ impl Pool {
                 }
                 let device = opener(spec, create_size)?;
                 if !force {
-                    crate::create::check_free(spec, device.as_ref())?;
+                    crate::vdev_groups::check_free(spec, device.as_ref())?;
                 }
                 let name = spec.to_string();
                 tier.add_new(&name, device, new_guid(), self.core.guid)

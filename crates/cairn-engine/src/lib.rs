@@ -45,6 +45,7 @@ mod resilver;
 mod scrub;
 mod space_check;
 mod txg_sync;
+mod vdev_groups;
 
 pub use budget::{MemoryBudget, SYNC_TARGET_MS};
 pub use cache_devices::CacheDeviceStatus;
@@ -53,7 +54,6 @@ pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
 pub use cairn_l2arc::{DeviceReport, L2Config, L2Health};
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
-pub use create::{CreateOptions, VdevGroup};
 pub use datasets::DatasetInfo;
 pub use import::{DiscoveredPool, ImportSource, Rewind, discover_pools};
 pub use pool::{Pool, PoolOptions, process_cache};
@@ -63,6 +63,7 @@ pub use pool_status::{
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
+pub use vdev_groups::{CreateOptions, VdevGroup};
 
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError, ErrorClass};

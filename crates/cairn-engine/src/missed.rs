@@ -33,10 +33,9 @@
 //! finishes; a range is cleared only with the resilver record's end, in one txg.
 
 use crate::pool::PoolCore;
-use crate::resilver::ResilverOptions;
+use crate::resilver::{ResilverOptions, data_tops, fresh_record};
 use crate::{EngineError, Pool};
-use cairn_dataset::{DatasetDirectory, MissedTxgs, ResilverRecord};
-use cairn_format::VdevRole;
+use cairn_dataset::{DatasetDirectory, MissedTxgs};
 use cairn_pool::labels::read_uberblocks;
 use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
 use std::collections::BTreeMap;
@@ -82,13 +81,6 @@ fn has_readable_sibling(top: &TopVdev, guid: u64) -> bool {
     top.leaves
         .iter()
         .any(|leaf| leaf.guid != guid && leaf.is_readable())
-}
-
-/// Data vdevs only: log devices hold no blocks a resilver walks.
-fn data_tops(tree: &VdevTree) -> impl Iterator<Item = &TopVdev> {
-    tree.tops
-        .iter()
-        .filter(|top| top.config.role == VdevRole::Normal)
 }
 
 impl PoolCore {
@@ -358,50 +350,6 @@ impl Pool {
         fresh_record(&self.core, self.txg_engine()?, first)?;
         self.start_resilver(first, options)
     }
-}
-
-/// A side back from missing txgs (usable, resilvering, its range closed) waiting for its
-/// resilver, if any.
-pub(crate) fn next_returned_leaf(core: &PoolCore) -> Option<u64> {
-    let tree = core.tree();
-    let directory = core.directory.lock();
-    data_tops(&tree)
-        .flat_map(|top| top.leaves.iter())
-        .find(|leaf| {
-            leaf.is_usable()
-                && leaf.is_resilvering()
-                && directory
-                    .missed_txgs
-                    .leaves
-                    .get(&leaf.guid)
-                    .is_some_and(|range| range.last_txg.is_some())
-        })
-        .map(|leaf| leaf.guid)
-}
-
-/// Writes a fresh resilver record for leaf `guid` (from offset 0; a replace's old side is
-/// kept) and makes it durable.
-pub(crate) fn fresh_record(
-    core: &Arc<PoolCore>,
-    engine: &Arc<cairn_pool::txg::TxgEngine>,
-    guid: u64,
-) -> Result<(), EngineError> {
-    crate::pool::run_sync_task_with(core, engine, move |core, txg| {
-        let mut directory = core.directory.lock();
-        let detach_guid = directory
-            .resilver
-            .as_ref()
-            .filter(|record| record.leaf_guid == guid && record.finished_ms.is_none())
-            .and_then(|record| record.detach_guid);
-        directory.resilver = Some(ResilverRecord::starting(
-            guid,
-            detach_guid,
-            txg,
-            crate::now_ms(),
-        ));
-        Ok(())
-    })
-    .map(|_| ())
 }
 
 /// Whether a faulted leaf's device reads its labels and flushes again.

@@ -31,6 +31,7 @@ use cairn_format::spacelog::{SPACE_LOG_ENTRIES_PER_BLOCK, SpaceLogBlock, SpaceLo
 use cairn_format::{
     BlockPointer, ChecksumAlgorithm, FORMAT_VERSION, ObjectType, SpaceLogEntry, Uberblock,
 };
+use cairn_object::{ObjectSet, SyncedObjset};
 use cairn_pipeline::{WriteBatch, WriteProps};
 use cairn_pool::labels::{LABEL_HALVES, commit_uberblock, write_pool_config_half};
 use cairn_pool::txg::{SyncError, TxgSyncer};
@@ -115,21 +116,7 @@ impl PoolCore {
         }
         let written_before = self.io.stats.bytes_written.load(Ordering::Relaxed);
         let mut batch = self.io.batch(txg);
-        let objsets: Vec<_> = self
-            .objsets
-            .lock()
-            .iter()
-            .map(|(name, objset)| (name.clone(), objset.clone()))
-            .collect();
-        let mut synced = Vec::new();
-        for (name, objset) in objsets {
-            if objset.is_dirty(txg) {
-                let result = objset.sync(txg, &mut batch)?;
-                synced.push((name, objset, result));
-            } else {
-                objset.skip_txg(txg);
-            }
-        }
+        let synced = self.sync_objsets(txg, &mut batch)?;
         if !synced.is_empty() {
             let mut directory = self.directory.lock();
             for (name, _, result) in &synced {
@@ -144,17 +131,7 @@ impl PoolCore {
         // Sides that are out now miss this txg: on record before the directory is encoded.
         directory_changed |= self.note_missed_txgs();
         if directory_changed {
-            self.refresh_space_view();
-            let blob = self.directory.lock().encode();
-            // What this txg writes, the next import reads: the blob passes the checks an
-            // import makes (names, kinds, canonical property values). A full decode, once per
-            // txg that changes the directory; debug builds only.
-            debug_assert!(
-                cairn_dataset::DatasetDirectory::decode(&blob).is_ok(),
-                "txg {txg} would write a dataset directory that import refuses"
-            );
-            self.mos
-                .write_blob(txg, DIRECTORY_OBJECT, ObjectType::DatasetDirectory, &blob)?;
+            self.write_directory(txg)?;
         }
         let mos_synced = if self.mos.is_dirty(txg) {
             Some(self.mos.sync(txg, &mut batch)?)
@@ -266,6 +243,46 @@ impl PoolCore {
             self.name
         ));
         handle.wait_resumed()
+    }
+
+    /// Rewrites every dataset object set dirty in `txg` into `batch` (the others skip it).
+    fn sync_objsets(
+        &self,
+        txg: u64,
+        batch: &mut WriteBatch<'_>,
+    ) -> Result<Vec<(String, Arc<ObjectSet>, SyncedObjset)>, EngineError> {
+        let objsets: Vec<_> = self
+            .objsets
+            .lock()
+            .iter()
+            .map(|(name, objset)| (name.clone(), objset.clone()))
+            .collect();
+        let mut synced = Vec::new();
+        for (name, objset) in objsets {
+            if objset.is_dirty(txg) {
+                let result = objset.sync(txg, batch)?;
+                synced.push((name, objset, result));
+            } else {
+                objset.skip_txg(txg);
+            }
+        }
+        Ok(synced)
+    }
+
+    /// Writes the dataset directory into the MOS in `txg` (the space view follows it).
+    fn write_directory(&self, txg: u64) -> Result<(), EngineError> {
+        self.refresh_space_view();
+        let blob = self.directory.lock().encode();
+        // What this txg writes, the next import reads: the blob passes the checks an
+        // import makes (names, kinds, canonical property values). A full decode, once per
+        // txg that changes the directory; debug builds only.
+        debug_assert!(
+            cairn_dataset::DatasetDirectory::decode(&blob).is_ok(),
+            "txg {txg} would write a dataset directory that import refuses"
+        );
+        self.mos
+            .write_blob(txg, DIRECTORY_OBJECT, ObjectType::DatasetDirectory, &blob)?;
+        Ok(())
     }
 
     /// Flush, (labels,) uberblock, flush.

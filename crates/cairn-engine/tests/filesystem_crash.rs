@@ -77,6 +77,9 @@
 //!
 //! The other tests here are the regression tests of what this one found.
 
+// A test is one scenario read top to bottom: split into helpers, it reads worse.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 
 use cairn_device::emulated::{CutReport, PowerSwitch};

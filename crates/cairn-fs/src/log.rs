@@ -99,6 +99,20 @@ impl FsOp {
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Encoder(Vec::with_capacity(64));
         match self {
+            FsOp::Create { .. } | FsOp::Link { .. } | FsOp::Remove { .. } | FsOp::Rename { .. } => {
+                self.encode_namespace(&mut out);
+            }
+            FsOp::SetAttrs { .. }
+            | FsOp::SetXattr { .. }
+            | FsOp::RemoveXattr { .. }
+            | FsOp::Fallocate { .. } => self.encode_attributes(&mut out),
+        }
+        out.0
+    }
+
+    /// Encodes a change of names: create, link, remove, rename.
+    fn encode_namespace(&self, out: &mut Encoder) {
+        match self {
             FsOp::Create {
                 dir,
                 name,
@@ -167,6 +181,16 @@ impl FsOp {
                 });
                 out.time(*time);
             }
+            FsOp::SetAttrs { .. }
+            | FsOp::SetXattr { .. }
+            | FsOp::RemoveXattr { .. }
+            | FsOp::Fallocate { .. } => unreachable!("`encode` sends these to encode_attributes"),
+        }
+    }
+
+    /// Encodes a change of one inode's attributes, extended attributes or allocation.
+    fn encode_attributes(&self, out: &mut Encoder) {
+        match self {
             FsOp::SetAttrs {
                 object,
                 changes,
@@ -239,8 +263,10 @@ impl FsOp {
                 out.u8(u8::from(keep_size));
                 out.time(*time);
             }
+            FsOp::Create { .. } | FsOp::Link { .. } | FsOp::Remove { .. } | FsOp::Rename { .. } => {
+                unreachable!("`encode` sends these to encode_namespace")
+            }
         }
-        out.0
     }
 
     pub fn decode(bytes: &[u8]) -> Result<FsOp, FsError> {

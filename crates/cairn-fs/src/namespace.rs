@@ -501,13 +501,21 @@ impl Filesystem {
         now: Timestamp,
         expected: Option<(u64, Option<u64>)>,
     ) -> Result<Option<()>, FsError> {
-        let old_map = DirMap::new(&self.objset, old_dir);
-        let new_map = DirMap::new(&self.objset, new_dir);
+        let old = RenameEnd {
+            dir: old_dir,
+            name: old_name,
+            map: DirMap::new(&self.objset, old_dir),
+        };
+        let new = RenameEnd {
+            dir: new_dir,
+            name: new_name,
+            map: DirMap::new(&self.objset, new_dir),
+        };
         // Looked up again under the locks: only renames change names without the rename
         // lock... no: creates and unlinks do too, so check that nothing moved.
-        let source_entry = old_map.get(old_name)?.ok_or(FsError::NotFound)?;
+        let source_entry = old.map.get(old_name)?.ok_or(FsError::NotFound)?;
         let (source_now, source_kind) = decode_entry_value(&source_entry.value)?;
-        let target_entry = new_map.get(new_name)?;
+        let target_entry = new.map.get(new_name)?;
         let target_now = target_entry
             .as_ref()
             .map(|entry| decode_entry_value(&entry.value))
@@ -534,83 +542,125 @@ impl Filesystem {
             // Two names of one inode: POSIX says do nothing.
             return Ok(Some(()));
         }
+        let source = (source, source_kind);
         match (mode, target_now) {
             (RenameMode::Exchange, None) => return Err(FsError::NotFound),
             (RenameMode::NoReplace, Some(_)) => return Err(FsError::Exists),
-            (RenameMode::Exchange, Some((target_object, target_kind))) => {
-                old_map.set_value(
-                    Tx::held(hold),
-                    old_name,
-                    &encode_entry_value(target_object, target_kind),
-                )?;
-                new_map.set_value(
-                    Tx::held(hold),
-                    new_name,
-                    &encode_entry_value(source, source_kind),
-                )?;
-                if old_dir != new_dir {
-                    let source_is_dir = source_kind == FileKind::Directory;
-                    let target_is_dir = target_kind == FileKind::Directory;
-                    self.reparent(hold, source, new_dir, now)?;
-                    self.reparent(hold, target_object, old_dir, now)?;
-                    if source_is_dir != target_is_dir {
-                        let (gains, loses) = if source_is_dir {
-                            (new_dir, old_dir)
-                        } else {
-                            (old_dir, new_dir)
-                        };
-                        self.adjust_dir(hold, gains, 0, 1, now)?;
-                        self.adjust_dir(hold, loses, 0, -1, now)?;
-                    }
-                } else {
-                    self.touch_ctime(hold, source, now)?;
-                    self.touch_ctime(hold, target_object, now)?;
-                }
-                self.adjust_dir(hold, old_dir, 0, 0, now)?;
-                self.adjust_dir(hold, new_dir, 0, 0, now)?;
+            (RenameMode::Exchange, Some(target)) => {
+                self.rename_exchange(hold, &old, &new, source, target, now)?;
             }
-            (_, target_now) => {
-                if let Some((target_object, target_kind)) = target_now {
-                    let mut target_attrs = self.getattr(target_object)?;
-                    match (
-                        source_kind == FileKind::Directory,
-                        target_kind == FileKind::Directory,
-                    ) {
-                        (true, false) => return Err(FsError::NotDirectory),
-                        (false, true) => return Err(FsError::IsDirectory),
-                        (true, true) if !DirMap::new(&self.objset, target_object).is_empty()? => {
-                            return Err(FsError::NotEmpty);
-                        }
-                        _ => {}
-                    }
-                    new_map.remove(Tx::held(hold), new_name)?;
-                    let target_is_dir = target_kind == FileKind::Directory;
-                    self.adjust_dir(hold, new_dir, -1, if target_is_dir { -1 } else { 0 }, now)?;
-                    target_attrs.links = if target_is_dir {
-                        0
-                    } else {
-                        target_attrs.links.saturating_sub(1)
-                    };
-                    target_attrs.ctime = now;
-                    self.drop_link(hold, target_object, target_attrs)?;
-                }
-                old_map.remove(Tx::held(hold), old_name)?;
-                new_map.insert(
-                    Tx::held(hold),
-                    new_name,
-                    &encode_entry_value(source, source_kind),
-                )?;
-                let is_dir = source_kind == FileKind::Directory;
-                self.adjust_dir(hold, old_dir, -1, if is_dir { -1 } else { 0 }, now)?;
-                self.adjust_dir(hold, new_dir, 1, if is_dir { 1 } else { 0 }, now)?;
-                if old_dir != new_dir {
-                    self.reparent(hold, source, new_dir, now)?;
-                } else {
-                    self.touch_ctime(hold, source, now)?;
-                }
-            }
+            (_, target_now) => self.rename_move(hold, &old, &new, source, target_now, now)?,
         }
         Ok(Some(()))
+    }
+
+    /// `RENAME_EXCHANGE`: the two names swap inodes (`source` and `target`, each an object
+    /// and its kind).
+    fn rename_exchange(
+        &self,
+        hold: &TxgHold,
+        old: &RenameEnd<'_>,
+        new: &RenameEnd<'_>,
+        (source, source_kind): (u64, FileKind),
+        (target_object, target_kind): (u64, FileKind),
+        now: Timestamp,
+    ) -> Result<(), FsError> {
+        let (old_dir, new_dir) = (old.dir, new.dir);
+        old.map.set_value(
+            Tx::held(hold),
+            old.name,
+            &encode_entry_value(target_object, target_kind),
+        )?;
+        new.map.set_value(
+            Tx::held(hold),
+            new.name,
+            &encode_entry_value(source, source_kind),
+        )?;
+        if old_dir != new_dir {
+            let source_is_dir = source_kind == FileKind::Directory;
+            let target_is_dir = target_kind == FileKind::Directory;
+            self.reparent(hold, source, new_dir, now)?;
+            self.reparent(hold, target_object, old_dir, now)?;
+            if source_is_dir != target_is_dir {
+                let (gains, loses) = if source_is_dir {
+                    (new_dir, old_dir)
+                } else {
+                    (old_dir, new_dir)
+                };
+                self.adjust_dir(hold, gains, 0, 1, now)?;
+                self.adjust_dir(hold, loses, 0, -1, now)?;
+            }
+        } else {
+            self.touch_ctime(hold, source, now)?;
+            self.touch_ctime(hold, target_object, now)?;
+        }
+        self.adjust_dir(hold, old_dir, 0, 0, now)?;
+        self.adjust_dir(hold, new_dir, 0, 0, now)
+    }
+
+    /// A plain rename: `source` (object, kind) moves to the new name, replacing the inode
+    /// there (`target`), if any.
+    fn rename_move(
+        &self,
+        hold: &TxgHold,
+        old: &RenameEnd<'_>,
+        new: &RenameEnd<'_>,
+        (source, source_kind): (u64, FileKind),
+        target: Option<(u64, FileKind)>,
+        now: Timestamp,
+    ) -> Result<(), FsError> {
+        let (old_dir, new_dir) = (old.dir, new.dir);
+        if let Some(target) = target {
+            self.rename_replace(hold, new, source_kind, target, now)?;
+        }
+        old.map.remove(Tx::held(hold), old.name)?;
+        new.map.insert(
+            Tx::held(hold),
+            new.name,
+            &encode_entry_value(source, source_kind),
+        )?;
+        let is_dir = source_kind == FileKind::Directory;
+        self.adjust_dir(hold, old_dir, -1, if is_dir { -1 } else { 0 }, now)?;
+        self.adjust_dir(hold, new_dir, 1, if is_dir { 1 } else { 0 }, now)?;
+        if old_dir != new_dir {
+            self.reparent(hold, source, new_dir, now)
+        } else {
+            self.touch_ctime(hold, source, now)
+        }
+    }
+
+    /// Drops the inode a plain rename replaces (`target`: object, kind) from the new name's
+    /// directory, when its kind allows it to be replaced by one of `source_kind`.
+    fn rename_replace(
+        &self,
+        hold: &TxgHold,
+        new: &RenameEnd<'_>,
+        source_kind: FileKind,
+        (target_object, target_kind): (u64, FileKind),
+        now: Timestamp,
+    ) -> Result<(), FsError> {
+        let mut target_attrs = self.getattr(target_object)?;
+        match (
+            source_kind == FileKind::Directory,
+            target_kind == FileKind::Directory,
+        ) {
+            (true, false) => return Err(FsError::NotDirectory),
+            (false, true) => return Err(FsError::IsDirectory),
+            (true, true) if !DirMap::new(&self.objset, target_object).is_empty()? => {
+                return Err(FsError::NotEmpty);
+            }
+            _ => {}
+        }
+        new.map.remove(Tx::held(hold), new.name)?;
+        let target_is_dir = target_kind == FileKind::Directory;
+        self.adjust_dir(hold, new.dir, -1, if target_is_dir { -1 } else { 0 }, now)?;
+        target_attrs.links = if target_is_dir {
+            0
+        } else {
+            target_attrs.links.saturating_sub(1)
+        };
+        target_attrs.ctime = now;
+        self.drop_link(hold, target_object, target_attrs)
     }
 
     /// Fails with `Invalid` when `dir` is `ancestor` or lies beneath it (a directory cannot
@@ -670,4 +720,11 @@ impl Filesystem {
         attrs.ctime = now;
         self.put_attrs(hold, object, &attrs)
     }
+}
+
+/// One end of a rename: a directory, the name in it, and the directory's map.
+struct RenameEnd<'a> {
+    dir: u64,
+    name: &'a [u8],
+    map: DirMap<'a>,
 }

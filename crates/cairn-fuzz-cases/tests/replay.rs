@@ -9,6 +9,9 @@
 //! start from inputs that get past the magic and checksums); `write_seed_corpus` (ignored)
 //! rewrites it: `cargo test -p cairn-fuzz-cases --test replay -- --ignored`.
 
+// A test is one scenario read top to bottom: split into helpers, it reads worse.
+#![allow(clippy::too_many_lines)]
+
 use cairn_fuzz_cases::{FuzzCase, TARGETS};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};

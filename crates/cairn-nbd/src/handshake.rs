@@ -1,10 +1,12 @@
 //! The fixed newstyle handshake: greeting, client flags, then option haggling until the client
 //! picks an export (`NBD_OPT_EXPORT_NAME` / `NBD_OPT_GO`), aborts, or misbehaves.
 //!
-//! Shape: [`greet`] (greeting, client flags), then [`haggle`] (options) until the client picks an
-//! export ([`Negotiated::Session`]) or has been told yes to `NBD_OPT_STARTTLS`
-//! ([`Negotiated::StartTls`]: the caller runs the TLS handshake and haggles again inside it, with
-//! fresh option state); both run under the server's handshake deadline. Where TLS is required,
+//! Shape: [`greet`] (greeting, client flags), then [`haggle`] (options: each read, checked by
+//! [`gate`] against shutdown and required TLS, then answered by its `opt_*` handler through
+//! [`answer`]) until the client picks an export ([`Negotiated::Session`]) or has been told yes
+//! to `NBD_OPT_STARTTLS` ([`Negotiated::StartTls`]: the caller runs the TLS handshake and
+//! haggles again inside it, with fresh option state); both run under the server's handshake
+//! deadline. Where TLS is required,
 //! every option but STARTTLS and ABORT is refused with `NBD_REP_ERR_TLS_REQD` until it runs.
 //! Invariants:
 //! - memory per connection is bounded: option data above [`MAX_OPTION_DATA`] is streamed to a
@@ -31,7 +33,7 @@ use parking_lot::Mutex;
 
 use crate::export::Export;
 use crate::proto::*;
-use crate::server::Inner;
+use crate::shared::Inner;
 use crate::stats::ExportStats;
 
 /// Option payloads larger than this are discarded unread and refused with `NBD_REP_ERR_TOO_BIG`.
@@ -179,7 +181,7 @@ where
         // Wait for the next option, or leave if the server is shutting down.
         tokio::select! {
             biased;
-            _ = crate::server::shutting_down(&mut shutdown) => return Ok(Err(Ended::Shutdown)),
+            _ = crate::shared::shutting_down(&mut shutdown) => return Ok(Err(Ended::Shutdown)),
             buf = r.fill_buf() => {
                 if buf?.is_empty() {
                     return Err(std::io::ErrorKind::UnexpectedEof.into());
@@ -203,216 +205,277 @@ where
         let mut data = vec![0u8; len as usize];
         r.read_exact(&mut data).await?;
 
-        if *shutdown.borrow() {
-            if option == OPT_ABORT {
-                reply(w, option, REP_ACK, b"").await?;
-                return Ok(Err(Ended::Aborted));
-            }
-            if option != OPT_EXPORT_NAME {
-                reply(w, option, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
-            }
-            return Ok(Err(Ended::Shutdown));
-        }
-
-        if tls == TlsPhase::Required && option != OPT_STARTTLS && option != OPT_ABORT {
-            if option == OPT_EXPORT_NAME {
-                // No error reply is possible to EXPORT_NAME: close.
-                return Ok(Err(Ended::Violation));
-            }
-            let msg = b"this server requires TLS: start it with NBD_OPT_STARTTLS";
-            reply(w, option, REP_ERR_TLS_REQD, msg).await?;
-            continue;
-        }
-
-        match option {
-            OPT_STARTTLS => {
-                let refusal: Option<(u32, &[u8])> = match tls {
-                    TlsPhase::Unavailable => {
-                        Some((REP_ERR_UNSUP, b"TLS is not configured on this server"))
-                    }
-                    _ if !data.is_empty() => {
-                        Some((REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data"))
-                    }
-                    TlsPhase::Established => Some((REP_ERR_INVALID, b"TLS is already running")),
-                    TlsPhase::Offered | TlsPhase::Required => None,
-                };
-                match refusal {
-                    Some((kind, msg)) => reply(w, option, kind, msg).await?,
-                    None => {
-                        reply(w, option, REP_ACK, b"").await?;
-                        return Ok(Ok(Negotiated::StartTls));
-                    }
-                }
-            }
-            OPT_EXPORT_NAME => {
-                let Some(name) = parse_name(&data) else {
-                    return Ok(Err(Ended::Violation));
-                };
-                let Some((canonical, export)) = resolve(inner, name).await else {
-                    return Ok(Err(Ended::Violation));
-                };
-                let session = make_session(inner, &st, canonical, export, &data);
-                let mut out = Vec::with_capacity(134);
-                out.extend_from_slice(&session.size.to_be_bytes());
-                out.extend_from_slice(&session.transmission_flags.to_be_bytes());
-                if !st.no_zeroes {
-                    out.extend_from_slice(&[0u8; 124]);
-                }
-                session.stats.lock().connections += 1;
-                w.write_all(&out).await?;
-                w.flush().await?;
-                return Ok(Ok(Negotiated::Session(session)));
-            }
-            OPT_ABORT => {
-                reply(w, option, REP_ACK, b"").await?;
-                return Ok(Err(Ended::Aborted));
-            }
-            OPT_LIST => {
-                if !data.is_empty() {
-                    reply(w, option, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
-                    continue;
-                }
-                let provider = inner.provider.clone();
-                let entries = blocking(move || {
-                    provider
-                        .list()
-                        .into_iter()
-                        .filter(|n| n.len() <= MAX_STRING)
-                        .map(|n| {
-                            let d = provider.description(&n);
-                            (n, d)
-                        })
-                        .collect::<Vec<_>>()
-                })
-                .await
-                .unwrap_or_default();
-                for (name, description) in entries {
-                    let mut d = Vec::with_capacity(4 + name.len());
-                    d.extend_from_slice(&(name.len() as u32).to_be_bytes());
-                    d.extend_from_slice(name.as_bytes());
-                    if let Some(desc) = description {
-                        d.extend_from_slice(truncate_str(&desc, MAX_STRING).as_bytes());
-                    }
-                    write_reply(w, option, REP_SERVER, &d).await?;
-                }
-                reply(w, option, REP_ACK, b"").await?;
-            }
-            OPT_STRUCTURED_REPLY => {
-                if !data.is_empty() {
-                    reply(
-                        w,
-                        option,
-                        REP_ERR_INVALID,
-                        b"NBD_OPT_STRUCTURED_REPLY takes no data",
-                    )
-                    .await?;
-                    continue;
-                }
-                st.structured = true;
-                reply(w, option, REP_ACK, b"").await?;
-            }
-            OPT_INFO | OPT_GO => {
-                let Some((name, requests)) = parse_info(&data) else {
-                    reply(
-                        w,
-                        option,
-                        REP_ERR_INVALID,
-                        b"malformed NBD_OPT_INFO/GO data",
-                    )
-                    .await?;
-                    continue;
-                };
-                let Some(name_str) = parse_name(name) else {
-                    reply(
-                        w,
-                        option,
-                        REP_ERR_INVALID,
-                        b"export name is not a valid string",
-                    )
-                    .await?;
-                    continue;
-                };
-                let Some((canonical, export)) = resolve(inner, name_str).await else {
-                    let msg = format!("no export named {name_str:?}");
-                    reply(w, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
-                    continue;
-                };
-                let session = make_session(inner, &st, canonical, export, name);
-                send_info(inner, w, option, &session, &requests).await?;
-                if option == OPT_GO {
-                    // Counted before the ACK, so the client sees it as soon as it can send.
-                    session.stats.lock().connections += 1;
-                }
-                reply(w, option, REP_ACK, b"").await?;
-                if option == OPT_GO {
-                    return Ok(Ok(Negotiated::Session(session)));
-                }
-            }
-            OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
-                let set = option == OPT_SET_META_CONTEXT;
-                if set {
-                    // A SET replaces the previous selection, even when it fails.
-                    st.meta_for = None;
-                    if !st.structured {
-                        let msg = b"NBD_OPT_SET_META_CONTEXT needs structured replies first";
-                        reply(w, option, REP_ERR_INVALID, msg).await?;
-                        continue;
-                    }
-                }
-                let Some((name, queries)) = parse_meta(&data) else {
-                    reply(
-                        w,
-                        option,
-                        REP_ERR_INVALID,
-                        b"malformed meta context request",
-                    )
-                    .await?;
-                    continue;
-                };
-                let Some(name_str) = parse_name(name) else {
-                    reply(
-                        w,
-                        option,
-                        REP_ERR_INVALID,
-                        b"export name is not a valid string",
-                    )
-                    .await?;
-                    continue;
-                };
-                if resolve(inner, name_str).await.is_none() {
-                    let msg = format!("no export named {name_str:?}");
-                    reply(w, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
-                    continue;
-                }
-                let Some(selected) = match_queries(&queries, set) else {
-                    reply(
-                        w,
-                        option,
-                        REP_ERR_INVALID,
-                        b"meta context query lacks a namespace",
-                    )
-                    .await?;
-                    continue;
-                };
-                if selected {
-                    let id = if set { META_BASE_ALLOCATION_ID } else { 0 };
-                    let mut d = Vec::with_capacity(4 + META_BASE_ALLOCATION.len());
-                    d.extend_from_slice(&id.to_be_bytes());
-                    d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
-                    write_reply(w, option, REP_META_CONTEXT, &d).await?;
-                    if set {
-                        st.meta_for = Some(name.to_vec());
-                    }
-                }
-                reply(w, option, REP_ACK, b"").await?;
-            }
-            _ => {
-                let msg = format!("option {option} is not supported");
-                reply(w, option, REP_ERR_UNSUP, msg.as_bytes()).await?;
-            }
+        // Read into a bool first: the `watch::Ref` is a lock guard and must not live across
+        // the awaits below.
+        let shutting_down = *shutdown.borrow();
+        let step = match gate(w, option, shutting_down, tls).await? {
+            Some(step) => step,
+            None => answer(inner, w, &mut st, tls, option, &data).await?,
+        };
+        if let Step::Done(outcome) = step {
+            return Ok(outcome);
         }
     }
     Ok(Err(Ended::Violation))
+}
+
+/// Where one option leaves the haggling.
+enum Step {
+    /// Answered: read the next option.
+    Next,
+    /// Haggling is over, with this outcome.
+    Done(Result<Negotiated, Ended>),
+}
+
+/// Answers an option that must not reach its handler: any option once the server is shutting
+/// down, and (while TLS is required and not yet started) any option but STARTTLS and ABORT.
+/// `None`: the option goes on to [`answer`].
+async fn gate<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    option: u32,
+    shutting_down: bool,
+    tls: TlsPhase,
+) -> std::io::Result<Option<Step>> {
+    if shutting_down {
+        if option == OPT_ABORT {
+            reply(w, option, REP_ACK, b"").await?;
+            return Ok(Some(Step::Done(Err(Ended::Aborted))));
+        }
+        if option != OPT_EXPORT_NAME {
+            reply(w, option, REP_ERR_SHUTDOWN, b"server is shutting down").await?;
+        }
+        return Ok(Some(Step::Done(Err(Ended::Shutdown))));
+    }
+    if tls == TlsPhase::Required && option != OPT_STARTTLS && option != OPT_ABORT {
+        if option == OPT_EXPORT_NAME {
+            // No error reply is possible to EXPORT_NAME: close.
+            return Ok(Some(Step::Done(Err(Ended::Violation))));
+        }
+        let msg = b"this server requires TLS: start it with NBD_OPT_STARTTLS";
+        reply(w, option, REP_ERR_TLS_REQD, msg).await?;
+        return Ok(Some(Step::Next));
+    }
+    Ok(None)
+}
+
+/// Answers one option the gate let through, by its kind.
+async fn answer<W: AsyncWrite + Unpin>(
+    inner: &Arc<Inner>,
+    w: &mut W,
+    st: &mut State,
+    tls: TlsPhase,
+    option: u32,
+    data: &[u8],
+) -> std::io::Result<Step> {
+    match option {
+        OPT_STARTTLS => opt_starttls(w, tls, data).await,
+        OPT_EXPORT_NAME => opt_export_name(inner, w, st, data).await,
+        OPT_ABORT => {
+            reply(w, option, REP_ACK, b"").await?;
+            Ok(Step::Done(Err(Ended::Aborted)))
+        }
+        OPT_LIST => opt_list(inner, w, data).await,
+        OPT_STRUCTURED_REPLY => {
+            if !data.is_empty() {
+                let msg = b"NBD_OPT_STRUCTURED_REPLY takes no data";
+                reply(w, option, REP_ERR_INVALID, msg).await?;
+                return Ok(Step::Next);
+            }
+            st.structured = true;
+            reply(w, option, REP_ACK, b"").await?;
+            Ok(Step::Next)
+        }
+        OPT_INFO | OPT_GO => opt_info_or_go(inner, w, st, option, data).await,
+        OPT_LIST_META_CONTEXT | OPT_SET_META_CONTEXT => {
+            opt_meta_context(inner, w, st, option, data).await
+        }
+        _ => {
+            let msg = format!("option {option} is not supported");
+            reply(w, option, REP_ERR_UNSUP, msg.as_bytes()).await?;
+            Ok(Step::Next)
+        }
+    }
+}
+
+/// `NBD_OPT_STARTTLS`: acknowledged (and haggling handed back to the caller) only when TLS is
+/// configured and not yet running.
+async fn opt_starttls<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    tls: TlsPhase,
+    data: &[u8],
+) -> std::io::Result<Step> {
+    let option = OPT_STARTTLS;
+    let refusal: Option<(u32, &[u8])> = match tls {
+        TlsPhase::Unavailable => Some((REP_ERR_UNSUP, b"TLS is not configured on this server")),
+        _ if !data.is_empty() => Some((REP_ERR_INVALID, b"NBD_OPT_STARTTLS takes no data")),
+        TlsPhase::Established => Some((REP_ERR_INVALID, b"TLS is already running")),
+        TlsPhase::Offered | TlsPhase::Required => None,
+    };
+    match refusal {
+        Some((kind, msg)) => {
+            reply(w, option, kind, msg).await?;
+            Ok(Step::Next)
+        }
+        None => {
+            reply(w, option, REP_ACK, b"").await?;
+            Ok(Step::Done(Ok(Negotiated::StartTls)))
+        }
+    }
+}
+
+/// `NBD_OPT_EXPORT_NAME`: the old way to pick an export. It has no error reply, so a name the
+/// server cannot satisfy closes the connection.
+async fn opt_export_name<W: AsyncWrite + Unpin>(
+    inner: &Arc<Inner>,
+    w: &mut W,
+    st: &State,
+    data: &[u8],
+) -> std::io::Result<Step> {
+    let Some(name) = parse_name(data) else {
+        return Ok(Step::Done(Err(Ended::Violation)));
+    };
+    let Some((canonical, export)) = resolve(inner, name).await else {
+        return Ok(Step::Done(Err(Ended::Violation)));
+    };
+    let session = make_session(inner, st, canonical, export, data);
+    let mut out = Vec::with_capacity(134);
+    out.extend_from_slice(&session.size.to_be_bytes());
+    out.extend_from_slice(&session.transmission_flags.to_be_bytes());
+    if !st.no_zeroes {
+        out.extend_from_slice(&[0u8; 124]);
+    }
+    session.stats.lock().connections += 1;
+    w.write_all(&out).await?;
+    w.flush().await?;
+    Ok(Step::Done(Ok(Negotiated::Session(session))))
+}
+
+/// `NBD_OPT_LIST`: one `NBD_REP_SERVER` per export the provider lists (names too long for the
+/// protocol are left out), then the ACK.
+async fn opt_list<W: AsyncWrite + Unpin>(
+    inner: &Arc<Inner>,
+    w: &mut W,
+    data: &[u8],
+) -> std::io::Result<Step> {
+    let option = OPT_LIST;
+    if !data.is_empty() {
+        reply(w, option, REP_ERR_INVALID, b"NBD_OPT_LIST takes no data").await?;
+        return Ok(Step::Next);
+    }
+    let provider = inner.provider.clone();
+    let entries = blocking(move || {
+        provider
+            .list()
+            .into_iter()
+            .filter(|n| n.len() <= MAX_STRING)
+            .map(|n| {
+                let d = provider.description(&n);
+                (n, d)
+            })
+            .collect::<Vec<_>>()
+    })
+    .await
+    .unwrap_or_default();
+    for (name, description) in entries {
+        let mut d = Vec::with_capacity(4 + name.len());
+        d.extend_from_slice(&(name.len() as u32).to_be_bytes());
+        d.extend_from_slice(name.as_bytes());
+        if let Some(desc) = description {
+            d.extend_from_slice(truncate_str(&desc, MAX_STRING).as_bytes());
+        }
+        write_reply(w, option, REP_SERVER, &d).await?;
+    }
+    reply(w, option, REP_ACK, b"").await?;
+    Ok(Step::Next)
+}
+
+/// `NBD_OPT_INFO` / `NBD_OPT_GO`: describes the named export; GO also picks it.
+async fn opt_info_or_go<W: AsyncWrite + Unpin>(
+    inner: &Arc<Inner>,
+    w: &mut W,
+    st: &State,
+    option: u32,
+    data: &[u8],
+) -> std::io::Result<Step> {
+    let Some((name, requests)) = parse_info(data) else {
+        let msg = b"malformed NBD_OPT_INFO/GO data";
+        reply(w, option, REP_ERR_INVALID, msg).await?;
+        return Ok(Step::Next);
+    };
+    let Some(name_str) = parse_name(name) else {
+        let msg = b"export name is not a valid string";
+        reply(w, option, REP_ERR_INVALID, msg).await?;
+        return Ok(Step::Next);
+    };
+    let Some((canonical, export)) = resolve(inner, name_str).await else {
+        let msg = format!("no export named {name_str:?}");
+        reply(w, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+        return Ok(Step::Next);
+    };
+    let session = make_session(inner, st, canonical, export, name);
+    send_info(inner, w, option, &session, &requests).await?;
+    if option == OPT_GO {
+        // Counted before the ACK, so the client sees it as soon as it can send.
+        session.stats.lock().connections += 1;
+    }
+    reply(w, option, REP_ACK, b"").await?;
+    if option == OPT_GO {
+        return Ok(Step::Done(Ok(Negotiated::Session(session))));
+    }
+    Ok(Step::Next)
+}
+
+/// `NBD_OPT_LIST_META_CONTEXT` / `NBD_OPT_SET_META_CONTEXT`: lists or selects
+/// `base:allocation`, the only context served.
+async fn opt_meta_context<W: AsyncWrite + Unpin>(
+    inner: &Arc<Inner>,
+    w: &mut W,
+    st: &mut State,
+    option: u32,
+    data: &[u8],
+) -> std::io::Result<Step> {
+    let set = option == OPT_SET_META_CONTEXT;
+    if set {
+        // A SET replaces the previous selection, even when it fails.
+        st.meta_for = None;
+        if !st.structured {
+            let msg = b"NBD_OPT_SET_META_CONTEXT needs structured replies first";
+            reply(w, option, REP_ERR_INVALID, msg).await?;
+            return Ok(Step::Next);
+        }
+    }
+    let Some((name, queries)) = parse_meta(data) else {
+        let msg = b"malformed meta context request";
+        reply(w, option, REP_ERR_INVALID, msg).await?;
+        return Ok(Step::Next);
+    };
+    let Some(name_str) = parse_name(name) else {
+        let msg = b"export name is not a valid string";
+        reply(w, option, REP_ERR_INVALID, msg).await?;
+        return Ok(Step::Next);
+    };
+    if resolve(inner, name_str).await.is_none() {
+        let msg = format!("no export named {name_str:?}");
+        reply(w, option, REP_ERR_UNKNOWN, msg.as_bytes()).await?;
+        return Ok(Step::Next);
+    }
+    let Some(selected) = match_queries(&queries, set) else {
+        let msg = b"meta context query lacks a namespace";
+        reply(w, option, REP_ERR_INVALID, msg).await?;
+        return Ok(Step::Next);
+    };
+    if selected {
+        let id = if set { META_BASE_ALLOCATION_ID } else { 0 };
+        let mut d = Vec::with_capacity(4 + META_BASE_ALLOCATION.len());
+        d.extend_from_slice(&id.to_be_bytes());
+        d.extend_from_slice(META_BASE_ALLOCATION.as_bytes());
+        write_reply(w, option, REP_META_CONTEXT, &d).await?;
+        if set {
+            st.meta_for = Some(name.to_vec());
+        }
+    }
+    reply(w, option, REP_ACK, b"").await?;
+    Ok(Step::Next)
 }
 
 /// Builds the session (flags, sizes) for an export the client chose; `requested` is the name as

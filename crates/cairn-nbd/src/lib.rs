@@ -9,7 +9,9 @@
 //! `handshake` (fixed newstyle option haggling) then `transmission` (a reader that validates
 //! and dispatches requests concurrently, handler tasks that run the blocking export calls on
 //! Tokio's blocking pool, or in place for FUA and FLUSH, and a single writer that sends replies as they complete). `proto`
-//! holds the wire constants, `stats` the per-export counters and latency histograms.
+//! holds the wire constants, `stats` the per-export counters and latency histograms, `config`
+//! the server's limits and `shared` the state every connection reads (below `server`,
+//! `handshake` and `transmission`, so those depend on one another one way only).
 //!
 //! **Protocol.** Fixed newstyle with `NO_ZEROES`; options EXPORT_NAME, GO, INFO (EXPORT, NAME,
 //! DESCRIPTION, BLOCK_SIZE), LIST, ABORT, STRUCTURED_REPLY, LIST/SET_META_CONTEXT
@@ -29,18 +31,21 @@
 //! has read and closes; [`NbdServer::wait_idle`] resolves when all are gone. Crash behaviour is
 //! the export's: the server holds no state that must survive it.
 
+mod config;
 mod export;
 mod handshake;
 mod listen;
 pub mod proto;
 mod server;
+mod shared;
 mod stats;
 mod tls;
 mod transmission;
 mod transport;
 
+pub use config::ServerConfig;
 pub use export::{Export, ExportError, ExportProvider, NBD_STATE_HOLE, NBD_STATE_ZERO};
 pub use listen::{bind_unix, bind_unix_std};
-pub use server::{NbdServer, ServerConfig, ServerCounters};
+pub use server::{NbdServer, ServerCounters};
 pub use stats::{ExportStats, OpKind, OpStats};
 pub use tls::{TlsError, TlsSettings};

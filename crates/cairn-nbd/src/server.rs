@@ -17,83 +17,21 @@
 //! `io_timeout`, and every reply must be written within it; buffered request/reply bytes are
 //! bounded per connection and server-wide (see `transmission`).
 
-use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader, BufWriter};
 use tokio::net::{TcpListener, UnixListener};
-use tokio::sync::{Semaphore, watch};
 
+use crate::config::ServerConfig;
 use crate::export::ExportProvider;
 use crate::handshake::{self, Ended, Negotiated, TlsPhase};
+use crate::shared::{Inner, shutting_down};
 use crate::stats::ExportStats;
-use crate::tls::TlsSettings;
 use crate::transmission;
 use crate::transport::{Duplex, Transport};
-
-/// Server limits. `Default` gives the values the protocol recommends for interoperability.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// Largest READ/WRITE payload, advertised as the maximum block size (default 32 MiB).
-    /// Rounded down to a multiple of 512, at least 512.
-    pub max_request_bytes: u32,
-    /// Connections served at once; more are closed at accept (default 1024).
-    pub max_connections: usize,
-    /// Time allowed from accept to the end of option haggling (default 10 s).
-    pub handshake_timeout: Duration,
-    /// Time allowed for a request to arrive once its first byte has, and for one reply to be
-    /// written (default 60 s). Idle connections between requests have no deadline.
-    pub io_timeout: Duration,
-    /// Requests in flight per connection (default 64).
-    pub max_inflight_requests: usize,
-    /// Request/reply buffer bytes in flight per connection (default 64 MiB; raised to
-    /// `max_request_bytes` if smaller).
-    pub max_inflight_bytes: usize,
-    /// Request/reply buffer bytes in flight over all connections (default 1 GiB; raised to
-    /// `max_request_bytes` if smaller).
-    pub max_total_inflight_bytes: usize,
-    /// TLS offered (or required) through `NBD_OPT_STARTTLS`; `None`: plain only.
-    pub tls: Option<TlsSettings>,
-    /// How long the reader of a client that waits for each reply, and sends a FLUSH after each
-    /// write, keeps its thread awake looking for the next request after answering a FLUSH
-    /// (default 100 µs; zero: never). Trades that much CPU per request for the wake-up of a
-    /// sleeping thread, which on a virtual machine costs tens of microseconds per request.
-    pub serial_spin: Duration,
-}
-
-impl Default for ServerConfig {
-    fn default() -> ServerConfig {
-        ServerConfig {
-            max_request_bytes: 32 << 20,
-            max_connections: 1024,
-            handshake_timeout: Duration::from_secs(10),
-            io_timeout: Duration::from_secs(60),
-            max_inflight_requests: 64,
-            max_inflight_bytes: 64 << 20,
-            max_total_inflight_bytes: 1 << 30,
-            tls: None,
-            serial_spin: Duration::from_micros(100),
-        }
-    }
-}
-
-impl ServerConfig {
-    fn normalized(mut self) -> ServerConfig {
-        self.max_request_bytes = (self.max_request_bytes / 512 * 512).max(512);
-        let req = self.max_request_bytes as usize;
-        self.max_inflight_requests = self.max_inflight_requests.max(1);
-        self.max_inflight_bytes = self.max_inflight_bytes.max(req);
-        self.max_total_inflight_bytes = self.max_total_inflight_bytes.max(req);
-        // Tokio semaphores hold at most `usize::MAX >> 3` permits.
-        self.max_inflight_bytes = self.max_inflight_bytes.min(Semaphore::MAX_PERMITS);
-        self.max_total_inflight_bytes = self.max_total_inflight_bytes.min(Semaphore::MAX_PERMITS);
-        self
-    }
-}
 
 /// Server-wide counters (not per export): how connections ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -108,54 +46,6 @@ pub struct ServerCounters {
     /// Transmission-phase connections closed for a protocol violation (bad magic, truncated or
     /// stalled request).
     pub protocol_errors: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct AtomicCounters {
-    pub accepted: AtomicU64,
-    pub refused: AtomicU64,
-    pub handshake_failures: AtomicU64,
-    pub protocol_errors: AtomicU64,
-}
-
-/// State shared by the server handle and every connection task.
-pub(crate) struct Inner {
-    pub provider: Arc<dyn ExportProvider>,
-    pub config: ServerConfig,
-    shutdown: watch::Sender<bool>,
-    active: watch::Sender<usize>,
-    stats: Mutex<BTreeMap<String, Arc<Mutex<ExportStats>>>>,
-    pub global_bytes: Arc<Semaphore>,
-    pub counters: AtomicCounters,
-}
-
-impl Inner {
-    pub(crate) fn shutdown_rx(&self) -> watch::Receiver<bool> {
-        self.shutdown.subscribe()
-    }
-
-    /// Counts a connection closed during its handshake (violation, timeout, I/O error, TLS).
-    pub(crate) fn handshake_failed(&self) {
-        self.counters
-            .handshake_failures
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a transmission-phase connection closed for a protocol violation.
-    pub(crate) fn protocol_error(&self) {
-        self.counters
-            .protocol_errors
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// The statistics cell of an export, created on first use.
-    pub(crate) fn stats_for(&self, name: &str) -> Arc<Mutex<ExportStats>> {
-        self.stats
-            .lock()
-            .entry(name.to_owned())
-            .or_default()
-            .clone()
-    }
 }
 
 /// Counts one connection for as long as it lives.
@@ -176,18 +66,8 @@ pub struct NbdServer {
 impl NbdServer {
     /// A server that is not yet listening; call `serve_tcp` / `serve_unix` (from a Tokio runtime).
     pub fn new(provider: Arc<dyn ExportProvider>, config: ServerConfig) -> NbdServer {
-        let config = config.normalized();
-        let global_bytes = Arc::new(Semaphore::new(config.max_total_inflight_bytes));
         NbdServer {
-            inner: Arc::new(Inner {
-                provider,
-                config,
-                shutdown: watch::Sender::new(false),
-                active: watch::Sender::new(0),
-                stats: Mutex::new(BTreeMap::new()),
-                global_bytes,
-                counters: AtomicCounters::default(),
-            }),
+            inner: Arc::new(Inner::new(provider, config)),
         }
     }
 
@@ -203,7 +83,7 @@ impl NbdServer {
         loop {
             tokio::select! {
                 biased;
-                _ = crate::server::shutting_down(&mut shutdown) => return Ok(()),
+                _ = shutting_down(&mut shutdown) => return Ok(()),
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => {
                         let _ = stream.set_nodelay(true);
@@ -222,7 +102,7 @@ impl NbdServer {
         loop {
             tokio::select! {
                 biased;
-                _ = crate::server::shutting_down(&mut shutdown) => return Ok(()),
+                _ = shutting_down(&mut shutdown) => return Ok(()),
                 accepted = listener.accept() => match accepted {
                     Ok((stream, _)) => self.spawn_connection(stream),
                     Err(e) => accept_pause(&e).await,
@@ -430,10 +310,4 @@ async fn accept_pause(e: &io::Error) {
         | io::ErrorKind::WouldBlock => {}
         _ => tokio::time::sleep(Duration::from_millis(50)).await,
     }
-}
-
-/// Resolves once the shutdown flag is set. (A helper so that no `watch::Ref` — which holds a
-/// lock guard — ends up inside a `select!` output that must be `Send`.)
-pub(crate) async fn shutting_down(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
 }

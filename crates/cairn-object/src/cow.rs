@@ -2,13 +2,22 @@
 //! level-0 block to the dnode is written anew and the old one freed in the txg; a tree grows a
 //! level when a block beyond its capacity is written.
 
-use crate::{BlockChange, ObjectError, is_all_zero, tree};
+use crate::{BlockChange, ObjectError, tree};
 use bytes::Bytes;
 use cairn_arc::{CachePolicy, CachedIo};
 use cairn_device::queue::IoClass;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dnode, ObjectType};
 use cairn_pipeline::WriteBatch;
 use std::collections::BTreeMap;
+
+/// True when every byte of `data` is zero (such a level-0 block is stored as a hole).
+pub fn is_all_zero(data: &[u8]) -> bool {
+    let mut chunks = data.chunks_exact(16);
+    chunks
+        .by_ref()
+        .all(|chunk| u128::from_ne_bytes(chunk.try_into().expect("chunk of 16")) == 0)
+        && chunks.remainder().iter().all(|&byte| byte == 0)
+}
 
 /// Rewrites trees copy-on-write for one txg.
 pub(crate) struct TreeWriter<'a, 'b> {
@@ -305,5 +314,21 @@ impl TreeWriter<'_, '_> {
         let bp = self.write_meta(Bytes::from(block), data_type, level, fill)?;
         *used += i128::from(bp.allocated_bytes());
         Ok(bp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_detection_sees_a_single_set_byte() {
+        let mut block = vec![0u8; 8192];
+        assert!(is_all_zero(&block));
+        block[8191] = 1;
+        assert!(!is_all_zero(&block));
+        block[8191] = 0;
+        block[3] = 1;
+        assert!(!is_all_zero(&block));
     }
 }

@@ -44,11 +44,12 @@ mod read;
 mod sync;
 mod tree;
 
+pub use cow::is_all_zero;
 pub use error::ObjectError;
 pub use memo::{MEMO_GENERATION_ARC_DIVISOR, MEMO_GENERATION_BYTES_MIN, MemoCounts, MemoStats};
-pub use objset::{ObjsetSpace, is_all_zero, object_set_bytes_max};
+pub use objset::{ObjsetSpace, object_set_bytes_max};
 pub use patch::PatchStats;
-pub use read::read_objset_phys;
+pub use tree::read_objset_phys;
 pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
 
 use bytes::Bytes;

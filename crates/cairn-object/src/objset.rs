@@ -4,7 +4,7 @@
 
 use crate::check::check_dnode;
 use crate::memo::Memo;
-use crate::read::{TreeReader, read_objset_phys};
+use crate::tree::{TreeReader, read_objset_phys};
 use crate::{ObjectError, ObjectSet, State};
 use cairn_arc::{CacheMode, CachePolicy, CachedIo, StreamConfig, StreamDetector};
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, INDIRECT_SHIFT_DEFAULT};
@@ -87,15 +87,6 @@ pub fn object_set_bytes_max(data_block_size: u64, blocks: u64) -> u64 {
         + u64::from(cairn_format::dnode::OBJSET_BLOCK_SIZE)
         + indirect_bytes;
     total.saturating_add(objset_meta_bytes * 2)
-}
-
-/// True when every byte of `data` is zero (such a level-0 block is stored as a hole).
-pub fn is_all_zero(data: &[u8]) -> bool {
-    let mut chunks = data.chunks_exact(16);
-    chunks
-        .by_ref()
-        .all(|chunk| u128::from_ne_bytes(chunk.try_into().expect("chunk of 16")) == 0)
-        && chunks.remainder().iter().all(|&byte| byte == 0)
 }
 
 impl ObjectSet {
@@ -331,16 +322,5 @@ mod tests {
         assert_eq!(bytes, (1 << 30) + 65 * indirect + meta);
         // Three pointers fit in the dnode: no indirect block.
         assert_eq!(object_set_bytes_max(block, 3), 3 * block + meta);
-    }
-
-    #[test]
-    fn zero_detection_sees_a_single_set_byte() {
-        let mut block = vec![0u8; 8192];
-        assert!(is_all_zero(&block));
-        block[8191] = 1;
-        assert!(!is_all_zero(&block));
-        block[8191] = 0;
-        block[3] = 1;
-        assert!(!is_all_zero(&block));
     }
 }

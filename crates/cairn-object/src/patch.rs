@@ -33,7 +33,7 @@
 //! the sync failed with the error — and the loss is counted (`PatchStats::bases_lost`), not yet
 //! listed as a permanent error of the file.
 
-use crate::read::{TreeReader, tree_block_pointer};
+use crate::tree::{TreeReader, tree_block_pointer};
 use crate::{BlockChange, ObjectError, ObjectSet, State};
 use bytes::Bytes;
 use cairn_arc::CacheMode;

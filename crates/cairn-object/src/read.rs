@@ -1,18 +1,16 @@
 //! Reading: dnodes, level-0 blocks, allocation maps and blobs, newest version first (the
-//! pending change sets, then the published tree), and the walk down a dnode's indirect blocks
-//! to one block pointer. Every pointer taken from disk is checked (`check`) before it is
-//! followed.
+//! pending change sets, then the published tree, walked with `tree`'s primitives). Every
+//! pointer taken from disk is checked (`check`) before it is followed.
 
-use crate::check::{check_child, check_dnode};
+use crate::check::check_dnode;
 use crate::memo::{self, block_memo_bytes, dnode_memo_bytes, memoised, unlock_dropping_retired};
 use crate::patch::{Base, cloned_patches, merge, version_chain};
+use crate::tree::{TreeReader, read_tree_block, tree_block_pointer};
 use crate::{MEMO_META_OBJECT, MemoBlock, ObjectError, ObjectSet, Retired, State, tree};
 use bytes::Bytes;
-use cairn_arc::{CacheMode, CachePolicy, CachedIo};
-use cairn_device::queue::IoClass;
+use cairn_arc::CacheMode;
 use cairn_format::dnode::{DNODE_SIZE, DNODES_PER_BLOCK};
-use cairn_format::{BlockPointer, Dnode, ObjectType, ObjsetPhys};
-use cairn_pipeline::BlockIo;
+use cairn_format::{BlockPointer, Dnode};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -509,17 +507,6 @@ pub(crate) fn blob_len(dnode: &Dnode) -> u64 {
     })
 }
 
-pub fn read_objset_phys(io: &BlockIo, root_bp: &BlockPointer) -> Result<ObjsetPhys, ObjectError> {
-    if root_bp.object_type != ObjectType::ObjsetRoot || root_bp.level != 0 {
-        return Err(ObjectError::Corrupt(format!(
-            "object set root pointer has type {:?} level {}",
-            root_bp.object_type, root_bp.level
-        )));
-    }
-    let data = io.read_block(root_bp, IoClass::SyncRead)?;
-    ObjsetPhys::decode(&data).map_err(|err| ObjectError::Corrupt(format!("object set root: {err}")))
-}
-
 /// Marks in `map` (indexed from `first`) which level-0 blocks under `bp` hold data, reading only
 /// indirect blocks, and only those that overlap the range.
 fn map_subtree(
@@ -553,73 +540,4 @@ fn map_subtree(
         map_subtree(io, per, &child, child_start, child_span, first, map)?;
     }
     Ok(())
-}
-
-/// Looks up a level-0 block through the dnode's tree.
-pub(crate) fn read_tree_block(
-    io: &TreeReader<'_>,
-    dnode: &Dnode,
-    blkid: u64,
-) -> Result<Option<Bytes>, ObjectError> {
-    match tree_block_pointer(io, dnode, blkid)? {
-        Some(bp) => Ok(Some(io.read(&bp)?)),
-        None => Ok(None),
-    }
-}
-
-/// The pointer to level-0 block `blkid` (`None`: a hole), reading only indirect blocks.
-pub(crate) fn tree_block_pointer(
-    io: &TreeReader<'_>,
-    dnode: &Dnode,
-    blkid: u64,
-) -> Result<Option<BlockPointer>, ObjectError> {
-    if dnode.is_free() || blkid >= dnode.capacity_blocks(dnode.levels) {
-        return Ok(None);
-    }
-    let per = dnode.pointers_per_indirect();
-    let top_span = dnode.top_span();
-    let mut bp = dnode.block_pointers[(blkid / top_span) as usize];
-    let mut span = top_span;
-    let mut within = blkid % top_span;
-    while !bp.is_hole() && bp.level > 0 {
-        let block = io.read(&bp)?;
-        span /= per;
-        let index = (within / span) as usize;
-        within %= span;
-        let child = tree::child_pointer(&block, index)?;
-        check_child(&bp, &child, index)?;
-        bp = child;
-    }
-    if bp.is_hole() {
-        return Ok(None);
-    }
-    if bp.level != 0 {
-        return Err(ObjectError::Corrupt(
-            "tree deeper than its dnode says".into(),
-        ));
-    }
-    if bp.lsize != dnode.data_block_size {
-        return Err(ObjectError::Corrupt(format!(
-            "block {blkid} holds {} bytes, its object's blocks are {}",
-            bp.lsize, dnode.data_block_size
-        )));
-    }
-    Ok(Some(bp))
-}
-
-/// Reads tree blocks through the caches under one `primarycache`/`secondarycache` setting.
-pub(crate) struct TreeReader<'a> {
-    pub(crate) io: &'a CachedIo,
-    pub(crate) mode: CachePolicy,
-    /// Only what is cached: `NotCached` rather than a device read.
-    pub(crate) cached_only: bool,
-}
-
-impl TreeReader<'_> {
-    pub(crate) fn read(&self, bp: &BlockPointer) -> Result<Bytes, ObjectError> {
-        if self.cached_only {
-            return self.io.read_cached(bp).ok_or(ObjectError::NotCached);
-        }
-        Ok(self.io.read_block(bp, self.mode)?)
-    }
 }

@@ -4,7 +4,7 @@
 
 use crate::cow::TreeWriter;
 use crate::memo::{block_memo_bytes, dnode_memo_bytes, memoised, unlock_dropping_retired};
-use crate::read::read_tree_block;
+use crate::tree::read_tree_block;
 use crate::{
     BlockChange, MEMO_META_OBJECT, MemoBlock, ObjectError, ObjectSet, Retired, SyncedObjset,
     is_all_zero,
@@ -12,9 +12,23 @@ use crate::{
 use bytes::Bytes;
 use cairn_arc::CacheMode;
 use cairn_format::dnode::{DNODE_BLOCK_SIZE, DNODE_SIZE, DNODES_PER_BLOCK};
-use cairn_format::{Dnode, ObjectType, ObjsetPhys};
+use cairn_format::intent_log::INTENT_LOG_HEADER_SIZE;
+use cairn_format::{BlockPointer, Dnode, ObjectType, ObjsetPhys};
 use cairn_pipeline::WriteBatch;
 use std::collections::BTreeMap;
+
+/// What a txg's sync starts from, copied out of the object set's state under one lock.
+struct SyncStart {
+    /// Block changes of the txg, by (object, block id).
+    blocks: BTreeMap<(u64, u64), BlockChange>,
+    /// Dnode changes of the txg, by object.
+    dnodes: BTreeMap<u64, Dnode>,
+    meta_dnode: Dnode,
+    old_root: BlockPointer,
+    used_before: u64,
+    /// The newest intent-log header set up to this txg.
+    intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
+}
 
 impl ObjectSet {
     /// returns the new root, to be `publish`ed once the txg is durable.
@@ -23,29 +37,8 @@ impl ObjectSet {
         self.resolve_patches(txg)?;
         let checksum = *self.checksum.lock();
         let compression = *self.compression.lock();
-        let (blocks, dnode_changes, meta_dnode, old_root, used_before, intent_log_header) = {
-            let state = self.state.lock();
-            assert!(
-                txg > state.last_synced_txg,
-                "sync of txg {txg} after {}",
-                state.last_synced_txg
-            );
-            let changes = state.changes.get(&txg);
-            (
-                changes.map(|c| c.blocks.clone()).unwrap_or_default(),
-                changes.map(|c| c.dnodes.clone()).unwrap_or_default(),
-                state.meta_dnode.clone(),
-                state.root_bp,
-                state.used_bytes,
-                state
-                    .changes
-                    .range(..=txg)
-                    .rev()
-                    .find_map(|(_, c)| c.intent_log_header)
-                    .unwrap_or(state.intent_log_header),
-            )
-        };
-        let mut used = i128::from(used_before);
+        let start = self.sync_start(txg);
+        let mut used = i128::from(start.used_before);
         let mut writer = TreeWriter {
             io: &self.io,
             mode: self.cache_mode(),
@@ -54,76 +47,11 @@ impl ObjectSet {
             checksum,
             compression,
         };
-        // Objects touched this txg, with their starting dnode.
-        let mut objects: BTreeMap<u64, Dnode> = BTreeMap::new();
-        for (&object, change) in &dnode_changes {
-            let synced = self.dnode_before(object, txg)?;
-            // A block size change (`set_block_size`) replaces the tree like a new object.
-            let created_or_freed = change.is_free()
-                || change.birth_txg == txg
-                || (!synced.is_free() && change.data_block_size != synced.data_block_size);
-            if !synced.is_free() && created_or_freed {
-                // Replaced or freed: everything under the old dnode goes.
-                writer.free_subtrees(&synced)?;
-            }
-            let dnode = if created_or_freed || synced.is_free() {
-                change.clone()
-            } else {
-                // Attribute change only: the tree is whatever the last sync left.
-                let mut dnode = synced;
-                dnode.bonus = change.bonus.clone();
-                dnode
-            };
-            objects.insert(object, dnode);
-        }
-        for &(object, _) in blocks.keys() {
-            if let std::collections::btree_map::Entry::Vacant(slot) = objects.entry(object) {
-                slot.insert(self.dnode_before(object, txg)?);
-            }
-        }
-        let mut new_dnodes = BTreeMap::new();
-        for (object, mut dnode) in objects {
-            used -= i128::from(self.dnode_before(object, txg)?.used_bytes);
-            if !dnode.is_free() {
-                let updates: Vec<(u64, BlockChange)> = blocks
-                    .range((object, 0)..=(object, u64::MAX))
-                    .map(|(&(_, blkid), change)| (blkid, change.clone()))
-                    .collect();
-                writer.apply(&mut dnode, ObjectType::VolumeData, updates)?;
-            } else {
-                // Blocks written in place for an object freed since are linked nowhere.
-                for (_, change) in blocks.range((object, 0)..=(object, u64::MAX)) {
-                    if let Some(bp) = &change.written {
-                        writer.free(bp);
-                    }
-                }
-            }
-            used += i128::from(dnode.used_bytes);
-            new_dnodes.insert(object, dnode);
-        }
-        // Write the changed dnodes into the meta-dnode's blocks.
-        let mut meta = meta_dnode;
-        let mut dnode_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-        for (&object, dnode) in &new_dnodes {
-            let block_id = object / DNODES_PER_BLOCK;
-            let block = match dnode_blocks.entry(block_id) {
-                std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
-                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(
-                    read_tree_block(&self.reader(), &meta, block_id)?
-                        .map(|b| b.to_vec())
-                        .unwrap_or_else(|| vec![0u8; DNODE_BLOCK_SIZE as usize]),
-                ),
-            };
-            let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
-            dnode.encode(&mut block[slot..slot + DNODE_SIZE]);
-        }
-        let meta_updates: Vec<(u64, BlockChange)> = dnode_blocks
-            .into_iter()
-            .map(|(block_id, block)| (block_id, BlockChange::data(Bytes::from(block))))
-            .collect();
-        used -= i128::from(meta.used_bytes);
-        writer.apply(&mut meta, ObjectType::DnodeBlock, meta_updates)?;
-        used += i128::from(meta.used_bytes);
+        let objects = self.starting_dnodes(&mut writer, &start, txg)?;
+        let new_dnodes = self.rewrite_objects(&mut writer, &start.blocks, objects, &mut used)?;
+        let mut meta = start.meta_dnode;
+        self.write_dnodes(&mut writer, &mut meta, &new_dnodes, &mut used)?;
+        let intent_log_header = start.intent_log_header;
         let phys = ObjsetPhys {
             meta_dnode: meta.clone(),
             objset_type: self.objset_type,
@@ -135,6 +63,7 @@ impl ObjectSet {
             0,
             1,
         )?;
+        let old_root = start.old_root;
         if !old_root.is_hole() {
             used -= i128::from(old_root.allocated_bytes());
             self.io.free_block(&old_root, txg);
@@ -154,6 +83,134 @@ impl ObjectSet {
             dnodes: new_dnodes,
             intent_log_header,
         })
+    }
+
+    /// The txg's changes and the state they apply to.
+    fn sync_start(&self, txg: u64) -> SyncStart {
+        let state = self.state.lock();
+        assert!(
+            txg > state.last_synced_txg,
+            "sync of txg {txg} after {}",
+            state.last_synced_txg
+        );
+        let changes = state.changes.get(&txg);
+        SyncStart {
+            blocks: changes.map(|c| c.blocks.clone()).unwrap_or_default(),
+            dnodes: changes.map(|c| c.dnodes.clone()).unwrap_or_default(),
+            meta_dnode: state.meta_dnode.clone(),
+            old_root: state.root_bp,
+            used_before: state.used_bytes,
+            intent_log_header: state
+                .changes
+                .range(..=txg)
+                .rev()
+                .find_map(|(_, c)| c.intent_log_header)
+                .unwrap_or(state.intent_log_header),
+        }
+    }
+
+    /// Objects touched this txg, with the dnode their tree is rewritten from: the new one for
+    /// a created, replaced or freed object (whose old tree is freed here), else the last
+    /// synced one with the txg's attributes.
+    fn starting_dnodes(
+        &self,
+        writer: &mut TreeWriter<'_, '_>,
+        start: &SyncStart,
+        txg: u64,
+    ) -> Result<BTreeMap<u64, Dnode>, ObjectError> {
+        let mut objects: BTreeMap<u64, Dnode> = BTreeMap::new();
+        for (&object, change) in &start.dnodes {
+            let synced = self.dnode_before(object, txg)?;
+            // A block size change (`set_block_size`) replaces the tree like a new object.
+            let created_or_freed = change.is_free()
+                || change.birth_txg == txg
+                || (!synced.is_free() && change.data_block_size != synced.data_block_size);
+            if !synced.is_free() && created_or_freed {
+                // Replaced or freed: everything under the old dnode goes.
+                writer.free_subtrees(&synced)?;
+            }
+            let dnode = if created_or_freed || synced.is_free() {
+                change.clone()
+            } else {
+                // Attribute change only: the tree is whatever the last sync left.
+                let mut dnode = synced;
+                dnode.bonus = change.bonus.clone();
+                dnode
+            };
+            objects.insert(object, dnode);
+        }
+        for &(object, _) in start.blocks.keys() {
+            if let std::collections::btree_map::Entry::Vacant(slot) = objects.entry(object) {
+                slot.insert(self.dnode_before(object, txg)?);
+            }
+        }
+        Ok(objects)
+    }
+
+    /// Applies each object's block changes to its tree, accounting the space it gains or
+    /// loses in `used`; returns the objects' new dnodes.
+    fn rewrite_objects(
+        &self,
+        writer: &mut TreeWriter<'_, '_>,
+        blocks: &BTreeMap<(u64, u64), BlockChange>,
+        objects: BTreeMap<u64, Dnode>,
+        used: &mut i128,
+    ) -> Result<BTreeMap<u64, Dnode>, ObjectError> {
+        let txg = writer.txg;
+        let mut new_dnodes = BTreeMap::new();
+        for (object, mut dnode) in objects {
+            *used -= i128::from(self.dnode_before(object, txg)?.used_bytes);
+            if !dnode.is_free() {
+                let updates: Vec<(u64, BlockChange)> = blocks
+                    .range((object, 0)..=(object, u64::MAX))
+                    .map(|(&(_, blkid), change)| (blkid, change.clone()))
+                    .collect();
+                writer.apply(&mut dnode, ObjectType::VolumeData, updates)?;
+            } else {
+                // Blocks written in place for an object freed since are linked nowhere.
+                for (_, change) in blocks.range((object, 0)..=(object, u64::MAX)) {
+                    if let Some(bp) = &change.written {
+                        writer.free(bp);
+                    }
+                }
+            }
+            *used += i128::from(dnode.used_bytes);
+            new_dnodes.insert(object, dnode);
+        }
+        Ok(new_dnodes)
+    }
+
+    /// Writes the changed dnodes into the meta-dnode's blocks, accounting its change of size
+    /// in `used`.
+    fn write_dnodes(
+        &self,
+        writer: &mut TreeWriter<'_, '_>,
+        meta: &mut Dnode,
+        new_dnodes: &BTreeMap<u64, Dnode>,
+        used: &mut i128,
+    ) -> Result<(), ObjectError> {
+        let mut dnode_blocks: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+        for (&object, dnode) in new_dnodes {
+            let block_id = object / DNODES_PER_BLOCK;
+            let block = match dnode_blocks.entry(block_id) {
+                std::collections::btree_map::Entry::Occupied(slot) => slot.into_mut(),
+                std::collections::btree_map::Entry::Vacant(slot) => slot.insert(
+                    read_tree_block(&self.reader(), meta, block_id)?
+                        .map(|b| b.to_vec())
+                        .unwrap_or_else(|| vec![0u8; DNODE_BLOCK_SIZE as usize]),
+                ),
+            };
+            let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+            dnode.encode(&mut block[slot..slot + DNODE_SIZE]);
+        }
+        let meta_updates: Vec<(u64, BlockChange)> = dnode_blocks
+            .into_iter()
+            .map(|(block_id, block)| (block_id, BlockChange::data(Bytes::from(block))))
+            .collect();
+        *used -= i128::from(meta.used_bytes);
+        writer.apply(meta, ObjectType::DnodeBlock, meta_updates)?;
+        *used += i128::from(meta.used_bytes);
+        Ok(())
     }
 
     /// The dnode as of the end of the previous txg (pending older txgs included).

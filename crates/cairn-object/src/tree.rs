@@ -1,12 +1,17 @@
-//! Walking block trees: decoding indirect blocks, visiting every block pointer of an object set
-//! (scrub, the offline checker, destroy), and collecting subtrees to free.
+//! Walking block trees: decoding indirect blocks, reading an object set's root and the path
+//! down a dnode's indirect blocks to one block pointer (`tree_block_pointer`, through a
+//! `TreeReader`), visiting every block pointer of an object set (scrub, the offline checker,
+//! destroy), and collecting subtrees to free. Every pointer taken from disk on the way down to
+//! one block is checked (`check`) before it is followed.
 //!
 //! The walk is depth-first in block-id order and reads each metadata block once, through the
 //! visitor, so the visitor decides how blocks are fetched (one verified copy for `check`, every
 //! copy for scrub) and what an unreadable block means (skip the subtree and report it).
 
 use crate::ObjectError;
+use crate::check::check_child;
 use bytes::Bytes;
+use cairn_arc::{CachePolicy, CachedIo};
 use cairn_device::queue::IoClass;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
 use cairn_format::dnode::{DNODE_SIZE, DNODES_PER_BLOCK};
@@ -171,10 +176,91 @@ pub(crate) fn collect_blocks(
     root_bp: &BlockPointer,
     out: &mut Vec<BlockPointer>,
 ) -> Result<(), ObjectError> {
-    let phys = crate::read_objset_phys(io, root_bp)?;
+    let phys = read_objset_phys(io, root_bp)?;
     out.push(*root_bp);
     for bp in &phys.meta_dnode.block_pointers {
         collect_tree(io, bp, out)?;
     }
     Ok(())
+}
+
+/// The object set's root block, checked to be one.
+pub fn read_objset_phys(io: &BlockIo, root_bp: &BlockPointer) -> Result<ObjsetPhys, ObjectError> {
+    if root_bp.object_type != ObjectType::ObjsetRoot || root_bp.level != 0 {
+        return Err(ObjectError::Corrupt(format!(
+            "object set root pointer has type {:?} level {}",
+            root_bp.object_type, root_bp.level
+        )));
+    }
+    let data = io.read_block(root_bp, IoClass::SyncRead)?;
+    ObjsetPhys::decode(&data).map_err(|err| ObjectError::Corrupt(format!("object set root: {err}")))
+}
+
+/// Looks up a level-0 block through the dnode's tree.
+pub(crate) fn read_tree_block(
+    io: &TreeReader<'_>,
+    dnode: &Dnode,
+    blkid: u64,
+) -> Result<Option<Bytes>, ObjectError> {
+    match tree_block_pointer(io, dnode, blkid)? {
+        Some(bp) => Ok(Some(io.read(&bp)?)),
+        None => Ok(None),
+    }
+}
+
+/// The pointer to level-0 block `blkid` (`None`: a hole), reading only indirect blocks.
+pub(crate) fn tree_block_pointer(
+    io: &TreeReader<'_>,
+    dnode: &Dnode,
+    blkid: u64,
+) -> Result<Option<BlockPointer>, ObjectError> {
+    if dnode.is_free() || blkid >= dnode.capacity_blocks(dnode.levels) {
+        return Ok(None);
+    }
+    let per = dnode.pointers_per_indirect();
+    let top_span = dnode.top_span();
+    let mut bp = dnode.block_pointers[(blkid / top_span) as usize];
+    let mut span = top_span;
+    let mut within = blkid % top_span;
+    while !bp.is_hole() && bp.level > 0 {
+        let block = io.read(&bp)?;
+        span /= per;
+        let index = (within / span) as usize;
+        within %= span;
+        let child = child_pointer(&block, index)?;
+        check_child(&bp, &child, index)?;
+        bp = child;
+    }
+    if bp.is_hole() {
+        return Ok(None);
+    }
+    if bp.level != 0 {
+        return Err(ObjectError::Corrupt(
+            "tree deeper than its dnode says".into(),
+        ));
+    }
+    if bp.lsize != dnode.data_block_size {
+        return Err(ObjectError::Corrupt(format!(
+            "block {blkid} holds {} bytes, its object's blocks are {}",
+            bp.lsize, dnode.data_block_size
+        )));
+    }
+    Ok(Some(bp))
+}
+
+/// Reads tree blocks through the caches under one `primarycache`/`secondarycache` setting.
+pub(crate) struct TreeReader<'a> {
+    pub(crate) io: &'a CachedIo,
+    pub(crate) mode: CachePolicy,
+    /// Only what is cached: `NotCached` rather than a device read.
+    pub(crate) cached_only: bool,
+}
+
+impl TreeReader<'_> {
+    pub(crate) fn read(&self, bp: &BlockPointer) -> Result<Bytes, ObjectError> {
+        if self.cached_only {
+            return self.io.read_cached(bp).ok_or(ObjectError::NotCached);
+        }
+        Ok(self.io.read_block(bp, self.mode)?)
+    }
 }

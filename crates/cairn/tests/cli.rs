@@ -2,6 +2,9 @@
 //! temporary directory, and a private `--state-dir` for the pool cache. They assert on what a
 //! user or a script reads (output content and exit codes), not on engine internals.
 
+// A test is one scenario read top to bottom: split into helpers, it reads worse.
+#![allow(clippy::too_many_lines)]
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

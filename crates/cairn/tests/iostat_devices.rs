@@ -3,6 +3,9 @@
 //! and checked against the workload and against `cairn stat io`'s counters of the same queues.
 //! Last, with the server stopped, the views open the pool themselves and say so.
 
+// A test is one scenario read top to bottom: split into helpers, it reads worse.
+#![allow(clippy::too_many_lines)]
+
 mod nbd_common;
 
 use nbd_common::*;

@@ -366,9 +366,20 @@ impl Shared {
         &self.counters.classes[class_index(access, class)]
     }
 
+    /// Every statistic, in display order, from one cache snapshot.
     fn stats(&self) -> ArcStats {
         let snapshot = self.blocks.snapshot();
-        let c = &self.counters;
+        let limits = self.limits.lock();
+        let mut fields = Vec::with_capacity(STATS_FIELDS);
+        self.access_fields(&mut fields);
+        self.eviction_fields(&snapshot, &mut fields);
+        self.size_fields(&snapshot, &limits, &mut fields);
+        self.adaptation_fields(&mut fields);
+        ArcStats { fields }
+    }
+
+    /// Hits, I/O hits and misses: totals, then by access and block class.
+    fn access_fields(&self, fields: &mut Vec<(&'static str, u64)>) {
         let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let class = |access, class| {
             let counters = self.count(access, class);
@@ -382,114 +393,120 @@ impl Shared {
         let (dmh, dmi, dmm) = class(Access::Demand, BlockClass::Metadata);
         let (pdh, pdi, pdm) = class(Access::Prefetch, BlockClass::Data);
         let (pmh, pmi, pmm) = class(Access::Prefetch, BlockClass::Metadata);
-        let (data, meta) = (&snapshot.data, &snapshot.metadata);
-        let limits = self.limits.lock();
+        fields.extend([
+            ("hits", ddh + dmh + pdh + pmh),
+            ("iohits", ddi + dmi + pdi + pmi),
+            ("misses", ddm + dmm + pdm + pmm),
+            ("demand_data_hits", ddh),
+            ("demand_data_iohits", ddi),
+            ("demand_data_misses", ddm),
+            ("demand_metadata_hits", dmh),
+            ("demand_metadata_iohits", dmi),
+            ("demand_metadata_misses", dmm),
+            ("prefetch_data_hits", pdh),
+            ("prefetch_data_iohits", pdi),
+            ("prefetch_data_misses", pdm),
+            ("prefetch_metadata_hits", pmh),
+            ("prefetch_metadata_iohits", pmi),
+            ("prefetch_metadata_misses", pmm),
+        ]);
+    }
+
+    /// Hits by list, evictions, and how blocks entered the cache.
+    fn eviction_fields(&self, snapshot: &CacheSnapshot, fields: &mut Vec<(&'static str, u64)>) {
+        let c = &self.counters;
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let (data, meta) = (&snapshot.data.stats, &snapshot.metadata.stats);
+        fields.extend([
+            ("mru_hits", data.mru_hits + meta.mru_hits),
+            ("mfu_hits", data.mfu_hits + meta.mfu_hits),
+            ("mru_ghost_hits", data.mru_ghost_hits + meta.mru_ghost_hits),
+            ("mfu_ghost_hits", data.mfu_ghost_hits + meta.mfu_ghost_hits),
+            ("evictions", data.evictions + meta.evictions),
+            ("evicted_bytes", data.evicted_bytes + meta.evicted_bytes),
+            ("evict_skip", data.evict_skips + meta.evict_skips),
+            ("evict_batches", snapshot.evict_batches),
+            ("evict_l2_cached", load(&self.blocks.evict_l2.cached)),
+            ("evict_l2_eligible", load(&self.blocks.evict_l2.eligible)),
+            (
+                "evict_l2_ineligible",
+                load(&self.blocks.evict_l2.ineligible),
+            ),
+            ("evict_batch_bytes", snapshot.evict_batch_bytes),
+            ("evict_inline_bytes", snapshot.evict_inline_bytes),
+            (
+                "demand_hit_prefetch",
+                data.demand_hit_prefetched + meta.demand_hit_prefetched,
+            ),
+            ("prefetch_promotions", load(&c.promotions)),
+            ("prefetch_dropped", load(&c.prefetch_dropped)),
+            ("written_inserts", load(&c.written_inserts)),
+            ("uncached_reads", load(&c.uncached_reads)),
+        ]);
+    }
+
+    /// The cache's size against its targets and limits, by list and class.
+    fn size_fields(
+        &self,
+        snapshot: &CacheSnapshot,
+        limits: &Limits,
+        fields: &mut Vec<(&'static str, u64)>,
+    ) {
+        let (data, meta) = (&snapshot.data.sizes, &snapshot.metadata.sizes);
+        let blocks = data.mru_blocks + data.mfu_blocks + meta.mru_blocks + meta.mfu_blocks;
+        let header_bytes = data.header_bytes + meta.header_bytes;
+        let header_per_block = header_bytes_per_block(snapshot, limits.max_bytes);
+        fields.extend([
+            ("size", snapshot.size_bytes),
+            ("c", self.target_bytes.load(Ordering::Relaxed)),
+            ("c_min", limits.min_bytes),
+            ("c_max", limits.max_bytes),
+            ("data_size", data.mru_bytes + data.mfu_bytes),
+            ("metadata_size", meta.mru_bytes + meta.mfu_bytes),
+            ("meta_target", snapshot.meta_target_bytes),
+            ("mru_size", data.mru_bytes + meta.mru_bytes),
+            ("mru_target", data.mru_target_bytes + meta.mru_target_bytes),
+            ("mfu_size", data.mfu_bytes + meta.mfu_bytes),
+            (
+                "mru_ghost_size",
+                data.mru_ghost_bytes + meta.mru_ghost_bytes,
+            ),
+            (
+                "mfu_ghost_size",
+                data.mfu_ghost_bytes + meta.mfu_ghost_bytes,
+            ),
+            ("blocks", blocks),
+            ("ghost_blocks", data.ghost_blocks + meta.ghost_blocks),
+            ("hdr_size", header_bytes),
+            ("hdr_bytes_per_block", header_per_block),
+            ("inflight", snapshot.inflight),
+        ]);
+    }
+
+    /// How the target adapted to memory: shrinks, grows, heap trims, pressure.
+    fn adaptation_fields(&self, fields: &mut Vec<(&'static str, u64)>) {
+        let load = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        let c = &self.counters;
         let pressure = self.pressure.lock();
-        let blocks = data.sizes.mru_blocks
-            + data.sizes.mfu_blocks
-            + meta.sizes.mru_blocks
-            + meta.sizes.mfu_blocks;
-        let header_bytes = data.sizes.header_bytes + meta.sizes.header_bytes;
-        let header_per_block = header_bytes_per_block(&snapshot, limits.max_bytes);
-        let evictions = data.stats.evictions + meta.stats.evictions;
-        ArcStats {
-            fields: vec![
-                ("hits", ddh + dmh + pdh + pmh),
-                ("iohits", ddi + dmi + pdi + pmi),
-                ("misses", ddm + dmm + pdm + pmm),
-                ("demand_data_hits", ddh),
-                ("demand_data_iohits", ddi),
-                ("demand_data_misses", ddm),
-                ("demand_metadata_hits", dmh),
-                ("demand_metadata_iohits", dmi),
-                ("demand_metadata_misses", dmm),
-                ("prefetch_data_hits", pdh),
-                ("prefetch_data_iohits", pdi),
-                ("prefetch_data_misses", pdm),
-                ("prefetch_metadata_hits", pmh),
-                ("prefetch_metadata_iohits", pmi),
-                ("prefetch_metadata_misses", pmm),
-                ("mru_hits", data.stats.mru_hits + meta.stats.mru_hits),
-                ("mfu_hits", data.stats.mfu_hits + meta.stats.mfu_hits),
-                (
-                    "mru_ghost_hits",
-                    data.stats.mru_ghost_hits + meta.stats.mru_ghost_hits,
-                ),
-                (
-                    "mfu_ghost_hits",
-                    data.stats.mfu_ghost_hits + meta.stats.mfu_ghost_hits,
-                ),
-                ("evictions", evictions),
-                (
-                    "evicted_bytes",
-                    data.stats.evicted_bytes + meta.stats.evicted_bytes,
-                ),
-                (
-                    "evict_skip",
-                    data.stats.evict_skips + meta.stats.evict_skips,
-                ),
-                ("evict_batches", snapshot.evict_batches),
-                ("evict_l2_cached", load(&self.blocks.evict_l2.cached)),
-                ("evict_l2_eligible", load(&self.blocks.evict_l2.eligible)),
-                (
-                    "evict_l2_ineligible",
-                    load(&self.blocks.evict_l2.ineligible),
-                ),
-                ("evict_batch_bytes", snapshot.evict_batch_bytes),
-                ("evict_inline_bytes", snapshot.evict_inline_bytes),
-                (
-                    "demand_hit_prefetch",
-                    data.stats.demand_hit_prefetched + meta.stats.demand_hit_prefetched,
-                ),
-                ("prefetch_promotions", load(&c.promotions)),
-                ("prefetch_dropped", load(&c.prefetch_dropped)),
-                ("written_inserts", load(&c.written_inserts)),
-                ("uncached_reads", load(&c.uncached_reads)),
-                ("size", snapshot.size_bytes),
-                ("c", self.target_bytes.load(Ordering::Relaxed)),
-                ("c_min", limits.min_bytes),
-                ("c_max", limits.max_bytes),
-                ("data_size", data.sizes.mru_bytes + data.sizes.mfu_bytes),
-                ("metadata_size", meta.sizes.mru_bytes + meta.sizes.mfu_bytes),
-                ("meta_target", snapshot.meta_target_bytes),
-                ("mru_size", data.sizes.mru_bytes + meta.sizes.mru_bytes),
-                (
-                    "mru_target",
-                    data.sizes.mru_target_bytes + meta.sizes.mru_target_bytes,
-                ),
-                ("mfu_size", data.sizes.mfu_bytes + meta.sizes.mfu_bytes),
-                (
-                    "mru_ghost_size",
-                    data.sizes.mru_ghost_bytes + meta.sizes.mru_ghost_bytes,
-                ),
-                (
-                    "mfu_ghost_size",
-                    data.sizes.mfu_ghost_bytes + meta.sizes.mfu_ghost_bytes,
-                ),
-                ("blocks", blocks),
-                (
-                    "ghost_blocks",
-                    data.sizes.ghost_blocks + meta.sizes.ghost_blocks,
-                ),
-                ("hdr_size", header_bytes),
-                ("hdr_bytes_per_block", header_per_block),
-                ("inflight", snapshot.inflight),
-                ("shrinks", load(&c.shrinks)),
-                ("grows", load(&c.grows)),
-                ("heap_trims", load(&self.heap_trims)),
-                ("heap_kept", load(&self.heap_kept)),
-                (
-                    "arc_no_grow",
-                    u64::from(pressure.no_grow(self.last_tick_ms.load(Ordering::Relaxed))),
-                ),
-                (
-                    "memory_available_bytes",
-                    self.memory_available_bytes.load(Ordering::Relaxed),
-                ),
-            ],
-        }
+        fields.extend([
+            ("shrinks", load(&c.shrinks)),
+            ("grows", load(&c.grows)),
+            ("heap_trims", load(&self.heap_trims)),
+            ("heap_kept", load(&self.heap_kept)),
+            (
+                "arc_no_grow",
+                u64::from(pressure.no_grow(self.last_tick_ms.load(Ordering::Relaxed))),
+            ),
+            (
+                "memory_available_bytes",
+                self.memory_available_bytes.load(Ordering::Relaxed),
+            ),
+        ]);
     }
 }
+
+/// How many statistics [`Shared::stats`] reports (its vector is allocated once, to this size).
+const STATS_FIELDS: usize = 15 + 18 + 17 + 6;
 
 fn prefetch_worker(shared: &Shared, jobs: &Receiver<Job>) {
     let mut batch: Vec<PrefetchJob> = Vec::with_capacity(PREFETCH_BATCH_MAX);

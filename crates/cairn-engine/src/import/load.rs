@@ -7,9 +7,9 @@
 //! `rewind` (which tries uberblocks in turn) sits above it.
 
 use crate::EngineError;
-use crate::create::space_layout;
 use crate::pool::{DIRECTORY_OBJECT, PoolOptions};
 use crate::txg_sync::SpaceLogState;
+use crate::vdev_groups::space_layout;
 use cairn_arc::CachedIo;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
 use cairn_device::queue::IoClass;

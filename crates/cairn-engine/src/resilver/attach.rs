@@ -11,7 +11,7 @@ use super::vdevs::{
     check_attachable, find_leaf, install_tree, layout_error, release_leaf, top_with_leaf,
     top_without_leaf,
 };
-use crate::create::{CreateOptions, VdevGroup, check_groups, open_leaves};
+use crate::vdev_groups::{CreateOptions, VdevGroup, check_groups, open_leaves};
 use crate::{DeviceOpener, EngineError, Pool};
 use cairn_dataset::ResilverRecord;
 use cairn_device::spec::DeviceSpec;

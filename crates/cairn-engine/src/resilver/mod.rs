@@ -45,19 +45,25 @@
 //! - `task.rs`: `ResilverOptions`, `ResilverStatus`, the thread's handle (`ResilverTask`) and
 //!   its live `Progress`.
 //! - `vdevs.rs`: the vdev-tree edits (find a leaf, add or remove a side, install the tree,
-//!   release a leaf) and `detach_replaced`.
+//!   release a leaf), `detach_replaced`, and the data vdevs a resilver walks (`data_tops`).
 //! - `attach.rs`: `Pool::attach`, `replace`, `detach`.
+//! - `returned.rs`: a side back from missed txgs as the resilver takes it up: the next one
+//!   waiting (`next_returned_leaf`) and its fresh record (`fresh_record`).
 //! - `copy.rs`: one run of the resilver (`Resilver`: plan, copy, checkpoint, finish).
 //! - `thread.rs`: starting, resuming, waiting for and reporting the resilver thread.
 //!
-//! Files depend one way only, bottom to top: `task` and `vdevs` (no siblings) < `copy` <
-//! `thread` < `attach`, and this file only declares them and re-exports what the crate uses.
+//! Files depend one way only, bottom to top: `task` and `vdevs` (no siblings) < `returned`,
+//! `copy` < `thread` < `attach`, and this file only declares them and re-exports what the
+//! crate uses.
 
 mod attach;
 mod copy;
+mod returned;
 mod task;
 mod thread;
 mod vdevs;
 
+pub(crate) use returned::fresh_record;
 pub(crate) use task::ResilverTask;
 pub use task::{ResilverOptions, ResilverStatus};
+pub(crate) use vdevs::data_tops;

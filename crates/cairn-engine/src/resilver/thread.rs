@@ -4,9 +4,10 @@
 //!
 //! Invariants: at most one resilver thread per pool (a new one stops the previous one first);
 //! a leaf being resilvered is marked so before any read may reach it. This file uses `task`,
-//! `vdevs` and `copy` below it.
+//! `vdevs`, `returned` and `copy` below it.
 
 use super::copy::Resilver;
+use super::returned::{fresh_record, next_returned_leaf};
 use super::task::{FinishOnDrop, Progress, ResilverOptions, ResilverStatus, ResilverTask};
 use super::vdevs::{detach_replaced, find_leaf_by_guid, layout_error};
 use crate::{EngineError, Pool};
@@ -97,7 +98,7 @@ impl Pool {
         {
             detach_replaced(&self.core, self.txg_engine()?)?;
         }
-        let returned = crate::missed::next_returned_leaf(&self.core);
+        let returned = next_returned_leaf(&self.core);
         let Some(record) = record.filter(|record| {
             record.finished_ms.is_none()
                 && find_leaf_by_guid(&self.core.tree(), record.leaf_guid)
@@ -106,7 +107,7 @@ impl Pool {
             let Some(guid) = returned else {
                 return Ok(None);
             };
-            crate::missed::fresh_record(&self.core, self.txg_engine()?, guid)?;
+            fresh_record(&self.core, self.txg_engine()?, guid)?;
             self.start_resilver(guid, ResilverOptions::default())?;
             let tree = self.core.tree();
             let name = find_leaf_by_guid(&tree, guid)
@@ -125,7 +126,7 @@ impl Pool {
         let restarted = changed.contains(&record.leaf_guid);
         if restarted {
             // What it lacks grew since the record was written: start over.
-            crate::missed::fresh_record(&self.core, self.txg_engine()?, record.leaf_guid)?;
+            fresh_record(&self.core, self.txg_engine()?, record.leaf_guid)?;
         }
         if !leaf.is_usable() {
             return Ok(Some(format!(
@@ -181,13 +182,13 @@ impl Pool {
                             return;
                         }
                         // Another returned side waiting its turn: one resilver at a time.
-                        let Some(next) = crate::missed::next_returned_leaf(&core) else {
+                        let Some(next) = next_returned_leaf(&core) else {
                             return;
                         };
                         if cancel.load(Ordering::SeqCst) {
                             return;
                         }
-                        if let Err(err) = crate::missed::fresh_record(&core, &engine, next) {
+                        if let Err(err) = fresh_record(&core, &engine, next) {
                             *progress.error.lock() = Some(crate::error_chain(&err));
                             return;
                         }

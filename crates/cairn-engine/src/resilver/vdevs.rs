@@ -1,6 +1,7 @@
 //! Edits of the vdev tree that attach, detach, replace and a finished resilver make: finding a
 //! leaf, a top-level vdev with a side added or removed, swapping the tree in from a sync task,
-//! releasing a leaf that left, and the detach a finished replace recorded (`detach_replaced`).
+//! releasing a leaf that left, and the detach a finished replace recorded (`detach_replaced`);
+//! and the data vdevs a resilver walks (`data_tops`).
 //!
 //! Invariants: the tree is swapped only from inside a sync task (`install_tree`), which marks
 //! the label config dirty so the commit writes the new config to every label; a replaced side
@@ -15,6 +16,13 @@ use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+
+/// Data vdevs only: log devices hold no blocks a resilver walks.
+pub(crate) fn data_tops(tree: &VdevTree) -> impl Iterator<Item = &TopVdev> {
+    tree.tops
+        .iter()
+        .filter(|top| top.config.role == VdevRole::Normal)
+}
 
 pub(super) fn layout_error(message: impl Into<String>) -> EngineError {
     EngineError::Layout(message.into())

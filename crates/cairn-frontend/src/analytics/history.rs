@@ -16,7 +16,7 @@
 //! A minute point is the mean of the second points of that minute for series and the sum of
 //! their heat; the minute in progress is not shown until it ends.
 
-use super::sample::{LATENCY_BUCKETS, LatencyBuckets, Sample};
+use super::sample::{DeviceSample, LATENCY_BUCKETS, LatencyBuckets, PoolSample, Sample};
 use std::collections::{HashMap, VecDeque};
 
 pub const SECONDS_KEPT: usize = 600;
@@ -60,106 +60,121 @@ pub fn observe(sample: &Sample) -> Observed {
         o.levels.push(("proc:resident".into(), bytes as f64));
     }
     for pool in &sample.pools {
-        let name = &pool.name;
-        for dataset in &pool.datasets {
-            let d = &dataset.dataset;
-            for op in &dataset.ops {
-                let kind = op.op;
-                o.counters.push((format!("ds:{d}:{kind}.ops"), op.ops));
-                o.counters.push((format!("ds:{d}:{kind}.bytes"), op.bytes));
-                o.counters
-                    .push((format!("ds:{d}:{kind}.errors"), op.errors));
-                o.heat.push((format!("lat:{d}:{kind}"), op.latency.clone()));
-            }
-        }
-        for log in &pool.intent_logs {
-            let d = &log.dataset;
-            let s = &log.stats;
-            for (field, value) in [
-                ("commits", s.commits),
-                ("batches", s.batches),
-                ("blocks", s.blocks_written),
-                ("bytes", s.bytes_written),
-            ] {
-                o.counters.push((format!("zil:{d}:{field}"), value));
-            }
-            o.heat
-                .push((format!("zlat:{d}"), log.commit_latency.clone()));
-        }
+        observe_datasets(&mut o, pool);
         for device in &pool.devices {
-            let dev = &device.device.name;
-            let prefix = format!("dev:{name}:{dev}");
-            if let Some(q) = &device.device.queue {
-                for (field, value) in [
-                    ("read.ops", q.read_requests),
-                    ("read.calls", q.read_calls),
-                    ("read.bytes", q.read_bytes),
-                    ("write.ops", q.write_requests),
-                    ("write.calls", q.write_calls),
-                    ("write.bytes", q.write_bytes),
-                    ("flushes", q.flushes),
-                ] {
-                    o.counters.push((format!("{prefix}:{field}"), value));
-                }
-                o.levels.push((format!("{prefix}:queued"), q.queued as f64));
-                o.levels.push((format!("{prefix}:active"), q.active as f64));
-                let mut read = cairn_device::iostats::DirectionStats::default();
-                let mut write = cairn_device::iostats::DirectionStats::default();
-                for class in &q.classes {
-                    read.add(&class.read);
-                    write.add(&class.write);
-                }
-                for (op, direction) in [("read", &read), ("write", &write)] {
-                    for (kind, histogram) in [
-                        ("ind", &direction.request_size_bytes),
-                        ("agg", &direction.aggregate_size_bytes),
-                    ] {
-                        o.heat.push((
-                            format!("dsz:{name}:{dev}:{op}.{kind}"),
-                            LatencyBuckets::from_counts(&histogram.counts),
-                        ));
-                    }
-                }
-            }
-            o.heat.push((
-                format!("dlat:{name}:{dev}:read"),
-                device.read_latency.clone(),
-            ));
-            o.heat.push((
-                format!("dlat:{name}:{dev}:write"),
-                device.write_latency.clone(),
-            ));
+            observe_device(&mut o, &pool.name, device);
         }
-        let status = &pool.status;
-        o.levels
-            .push((format!("pool:{name}:alloc"), status.allocated_bytes as f64));
-        o.levels
-            .push((format!("pool:{name}:size"), status.size_bytes as f64));
-        o.levels
-            .push((format!("pool:{name}:dirty"), pool.dirty_bytes as f64));
-        if let Some(txg) = &pool.txg_stats {
+        observe_pool(&mut o, pool);
+    }
+    o
+}
+
+/// A pool's datasets: front-end operations (`ds:`, `lat:`) and intent logs (`zil:`, `zlat:`).
+fn observe_datasets(o: &mut Observed, pool: &PoolSample) {
+    for dataset in &pool.datasets {
+        let d = &dataset.dataset;
+        for op in &dataset.ops {
+            let kind = op.op;
+            o.counters.push((format!("ds:{d}:{kind}.ops"), op.ops));
+            o.counters.push((format!("ds:{d}:{kind}.bytes"), op.bytes));
             o.counters
-                .push((format!("pool:{name}:txgs"), txg.txgs_synced));
-            o.counters
-                .push((format!("pool:{name}:synced_bytes"), txg.bytes_synced_total));
-            o.counters
-                .push((format!("pool:{name}:delays"), txg.writer_delays_count));
-            o.counters.push((
-                format!("pool:{name}:delay_ms"),
-                txg.writer_delay_ns_total / 1_000_000,
-            ));
+                .push((format!("ds:{d}:{kind}.errors"), op.errors));
+            o.heat.push((format!("lat:{d}:{kind}"), op.latency.clone()));
         }
-        if let Some(fields) = &pool.l2arc {
-            for (field, value) in fields {
-                if super::prometheus::is_l2arc_level(field) {
-                    o.levels.push((format!("l2:{name}:{field}"), *value as f64));
-                } else {
-                    o.counters.push((format!("l2:{name}:{field}"), *value));
-                }
+    }
+    for log in &pool.intent_logs {
+        let d = &log.dataset;
+        let s = &log.stats;
+        for (field, value) in [
+            ("commits", s.commits),
+            ("batches", s.batches),
+            ("blocks", s.blocks_written),
+            ("bytes", s.bytes_written),
+        ] {
+            o.counters.push((format!("zil:{d}:{field}"), value));
+        }
+        o.heat
+            .push((format!("zlat:{d}"), log.commit_latency.clone()));
+    }
+}
+
+/// One device of pool `name`: its queue (`dev:`, `dsz:`) and latencies (`dlat:`).
+fn observe_device(o: &mut Observed, name: &str, device: &DeviceSample) {
+    let dev = &device.device.name;
+    let prefix = format!("dev:{name}:{dev}");
+    if let Some(q) = &device.device.queue {
+        for (field, value) in [
+            ("read.ops", q.read_requests),
+            ("read.calls", q.read_calls),
+            ("read.bytes", q.read_bytes),
+            ("write.ops", q.write_requests),
+            ("write.calls", q.write_calls),
+            ("write.bytes", q.write_bytes),
+            ("flushes", q.flushes),
+        ] {
+            o.counters.push((format!("{prefix}:{field}"), value));
+        }
+        o.levels.push((format!("{prefix}:queued"), q.queued as f64));
+        o.levels.push((format!("{prefix}:active"), q.active as f64));
+        let mut read = cairn_device::iostats::DirectionStats::default();
+        let mut write = cairn_device::iostats::DirectionStats::default();
+        for class in &q.classes {
+            read.add(&class.read);
+            write.add(&class.write);
+        }
+        for (op, direction) in [("read", &read), ("write", &write)] {
+            for (kind, histogram) in [
+                ("ind", &direction.request_size_bytes),
+                ("agg", &direction.aggregate_size_bytes),
+            ] {
+                o.heat.push((
+                    format!("dsz:{name}:{dev}:{op}.{kind}"),
+                    LatencyBuckets::from_counts(&histogram.counts),
+                ));
             }
         }
     }
-    o
+    o.heat.push((
+        format!("dlat:{name}:{dev}:read"),
+        device.read_latency.clone(),
+    ));
+    o.heat.push((
+        format!("dlat:{name}:{dev}:write"),
+        device.write_latency.clone(),
+    ));
+}
+
+/// A pool's space and txgs (`pool:`) and its cache tier (`l2:`).
+fn observe_pool(o: &mut Observed, pool: &PoolSample) {
+    let name = &pool.name;
+    let status = &pool.status;
+    o.levels
+        .push((format!("pool:{name}:alloc"), status.allocated_bytes as f64));
+    o.levels
+        .push((format!("pool:{name}:size"), status.size_bytes as f64));
+    o.levels
+        .push((format!("pool:{name}:dirty"), pool.dirty_bytes as f64));
+    if let Some(txg) = &pool.txg_stats {
+        o.counters
+            .push((format!("pool:{name}:txgs"), txg.txgs_synced));
+        o.counters
+            .push((format!("pool:{name}:synced_bytes"), txg.bytes_synced_total));
+        o.counters
+            .push((format!("pool:{name}:delays"), txg.writer_delays_count));
+        o.counters.push((
+            format!("pool:{name}:delay_ms"),
+            txg.writer_delay_ns_total / 1_000_000,
+        ));
+    }
+    if let Some(fields) = &pool.l2arc {
+        for (field, value) in fields {
+            if super::prometheus::is_l2arc_level(field) {
+                o.levels.push((format!("l2:{name}:{field}"), *value as f64));
+            } else {
+                o.counters.push((format!("l2:{name}:{field}"), *value));
+            }
+        }
+    }
 }
 
 /// One interval: when it ended, how long it was, its series and its heat.

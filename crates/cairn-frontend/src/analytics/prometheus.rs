@@ -464,71 +464,7 @@ fn devices(families: &mut Families, pool: &str, sample: &super::sample::PoolSamp
             );
         }
         let Some(q) = &device.queue else { continue };
-        for (op, requests, calls, bytes) in [
-            ("read", q.read_requests, q.read_calls, q.read_bytes),
-            ("write", q.write_requests, q.write_calls, q.write_bytes),
-        ] {
-            families.counter(
-                "cairn_device_requests",
-                "I/O requests queued to the device",
-                with(("op", op)),
-                requests,
-            );
-            families.counter(
-                "cairn_device_calls",
-                "device calls made for them (fewer when requests aggregate)",
-                with(("op", op)),
-                calls,
-            );
-            families.counter(
-                "cairn_device_bytes",
-                "bytes read or written",
-                with(("op", op)),
-                bytes,
-            );
-        }
-        for (op, errors) in [
-            ("read", q.read_errors),
-            ("write", q.write_errors),
-            ("flush", q.flush_errors),
-        ] {
-            families.counter(
-                "cairn_device_io_errors",
-                "failed requests",
-                with(("op", op)),
-                errors,
-            );
-        }
-        families.counter(
-            "cairn_device_flushes",
-            "cache flushes",
-            labels.clone(),
-            q.flushes,
-        );
-        families.counter(
-            "cairn_device_fua_writes",
-            "writes made durable on their own",
-            labels.clone(),
-            q.fua_writes,
-        );
-        families.counter(
-            "cairn_device_discards",
-            "discards",
-            labels.clone(),
-            q.discards,
-        );
-        families.gauge(
-            "cairn_device_queued_requests",
-            "requests waiting in the queue",
-            labels.clone(),
-            q.queued as f64,
-        );
-        families.gauge(
-            "cairn_device_active_requests",
-            "requests in service",
-            labels.clone(),
-            q.active as f64,
-        );
+        queue_totals(families, &labels, q);
         queue_classes(families, &labels, q);
         for (op, buckets) in [
             ("read", &d.read_latency),
@@ -543,6 +479,81 @@ fn devices(families: &mut Families, pool: &str, sample: &super::sample::PoolSamp
             );
         }
     }
+}
+
+/// A device queue's totals: requests, calls and bytes by direction, failures, flushes, FUA
+/// writes, discards, and how many requests wait and run now.
+fn queue_totals(families: &mut Families, labels: &Labels, q: &cairn_device::QueueStats) {
+    let with = |extra: (&'static str, &str)| {
+        let mut labels = labels.clone();
+        labels.push((extra.0, extra.1.to_string()));
+        labels
+    };
+    for (op, requests, calls, bytes) in [
+        ("read", q.read_requests, q.read_calls, q.read_bytes),
+        ("write", q.write_requests, q.write_calls, q.write_bytes),
+    ] {
+        families.counter(
+            "cairn_device_requests",
+            "I/O requests queued to the device",
+            with(("op", op)),
+            requests,
+        );
+        families.counter(
+            "cairn_device_calls",
+            "device calls made for them (fewer when requests aggregate)",
+            with(("op", op)),
+            calls,
+        );
+        families.counter(
+            "cairn_device_bytes",
+            "bytes read or written",
+            with(("op", op)),
+            bytes,
+        );
+    }
+    for (op, errors) in [
+        ("read", q.read_errors),
+        ("write", q.write_errors),
+        ("flush", q.flush_errors),
+    ] {
+        families.counter(
+            "cairn_device_io_errors",
+            "failed requests",
+            with(("op", op)),
+            errors,
+        );
+    }
+    families.counter(
+        "cairn_device_flushes",
+        "cache flushes",
+        labels.clone(),
+        q.flushes,
+    );
+    families.counter(
+        "cairn_device_fua_writes",
+        "writes made durable on their own",
+        labels.clone(),
+        q.fua_writes,
+    );
+    families.counter(
+        "cairn_device_discards",
+        "discards",
+        labels.clone(),
+        q.discards,
+    );
+    families.gauge(
+        "cairn_device_queued_requests",
+        "requests waiting in the queue",
+        labels.clone(),
+        q.queued as f64,
+    );
+    families.gauge(
+        "cairn_device_active_requests",
+        "requests in service",
+        labels.clone(),
+        q.active as f64,
+    );
 }
 
 /// A device queue's per-class statistics (`pool iostat -l/-q/-w/-r`'s source): waits and sizes
@@ -681,45 +692,7 @@ fn pool(families: &mut Families, sample: &super::sample::PoolSample) {
         f64::from(u8::from(status.suspended.is_some())),
     );
     if let Some(txg) = &sample.txg_stats {
-        families.counter(
-            "cairn_pool_txgs_synced",
-            "txgs synced",
-            labels.clone(),
-            txg.txgs_synced,
-        );
-        families.counter(
-            "cairn_pool_synced_bytes",
-            "dirty bytes carried to disk by txg syncs",
-            labels.clone(),
-            txg.bytes_synced_total,
-        );
-        families.counter(
-            "cairn_pool_writer_delays",
-            "writers delayed by the write throttle",
-            labels.clone(),
-            txg.writer_delays_count,
-        );
-        families.seconds_counter(
-            "cairn_pool_writer_delay_seconds",
-            "total delay the write throttle imposed",
-            labels.clone(),
-            txg.writer_delay_ns_total as f64 / 1e9,
-        );
-        for (trigger, count) in [
-            ("timeout", txg.syncs_by_timeout),
-            ("dirty", txg.syncs_by_dirty_threshold),
-            ("request", txg.syncs_by_request),
-            ("shutdown", txg.syncs_at_shutdown),
-        ] {
-            let mut labels = labels.clone();
-            labels.push(("trigger", trigger.to_string()));
-            families.counter(
-                "cairn_pool_txg_syncs",
-                "txg syncs by what started them",
-                labels,
-                count,
-            );
-        }
+        pool_txgs(families, &labels, txg);
     }
     for (field, value) in &sample.pipeline {
         families.counter(
@@ -747,6 +720,50 @@ fn pool(families: &mut Families, sample: &super::sample::PoolSample) {
                 );
             }
         }
+    }
+}
+
+/// A pool's txg syncs: how many, the bytes they carried, the write throttle's delays, and
+/// what started them.
+fn pool_txgs(families: &mut Families, labels: &Labels, txg: &cairn_pool::txg::TxgStats) {
+    families.counter(
+        "cairn_pool_txgs_synced",
+        "txgs synced",
+        labels.clone(),
+        txg.txgs_synced,
+    );
+    families.counter(
+        "cairn_pool_synced_bytes",
+        "dirty bytes carried to disk by txg syncs",
+        labels.clone(),
+        txg.bytes_synced_total,
+    );
+    families.counter(
+        "cairn_pool_writer_delays",
+        "writers delayed by the write throttle",
+        labels.clone(),
+        txg.writer_delays_count,
+    );
+    families.seconds_counter(
+        "cairn_pool_writer_delay_seconds",
+        "total delay the write throttle imposed",
+        labels.clone(),
+        txg.writer_delay_ns_total as f64 / 1e9,
+    );
+    for (trigger, count) in [
+        ("timeout", txg.syncs_by_timeout),
+        ("dirty", txg.syncs_by_dirty_threshold),
+        ("request", txg.syncs_by_request),
+        ("shutdown", txg.syncs_at_shutdown),
+    ] {
+        let mut labels = labels.clone();
+        labels.push(("trigger", trigger.to_string()));
+        families.counter(
+            "cairn_pool_txg_syncs",
+            "txg syncs by what started them",
+            labels,
+            count,
+        );
     }
 }
 

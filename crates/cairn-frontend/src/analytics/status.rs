@@ -18,59 +18,6 @@ fn trigger_name(trigger: cairn_pool::txg::SyncTrigger) -> &'static str {
 
 fn pool_json(pool: &super::sample::PoolSample) -> Value {
     let status = &pool.status;
-    let tops: Vec<Value> = status
-        .tops
-        .iter()
-        .map(|top| {
-            json!({
-                "name": top.name,
-                "health": top.health.as_str(),
-                "log": top.is_log,
-                "mirror": top.is_mirror,
-                "leaves": top.leaves.iter().map(|leaf| json!({
-                    "name": leaf.name,
-                    "health": leaf.health.as_str(),
-                    "read_errors": leaf.read_errors,
-                    "write_errors": leaf.write_errors,
-                    "checksum_errors": leaf.checksum_errors,
-                    "repaired_bytes": leaf.repaired_bytes,
-                    "resilvering": leaf.resilvering,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    let cache: Vec<Value> = pool
-        .devices
-        .iter()
-        .filter(|d| d.device.role == cairn_engine::DeviceRole::Cache)
-        .map(|d| {
-            json!({
-                "name": d.device.name,
-                "health": d.device.health,
-                "read_errors": d.device.read_errors,
-                "write_errors": d.device.write_errors,
-                "checksum_errors": d.device.checksum_errors,
-            })
-        })
-        .collect();
-    let txgs: Vec<Value> = pool
-        .txg_history
-        .iter()
-        .map(|t| {
-            json!({
-                "txg": t.txg,
-                "trigger": trigger_name(t.trigger),
-                "dirty_bytes": t.dirty_bytes,
-                "opened_at_us": t.opened_at_us,
-                "open_us": t.open_us,
-                "quiesce_us": t.quiesce_us,
-                "sync_us": t.sync_us,
-                "writer_delays": t.writer_delays_count,
-                "writer_delay_us": t.writer_delay_ns_total / 1000,
-                "writers_blocked": t.writers_blocked_count,
-            })
-        })
-        .collect();
     let scrub = status.last_scrub.as_ref().map(|s| {
         json!({
             "started_ms": s.started_ms,
@@ -109,17 +56,80 @@ fn pool_json(pool: &super::sample::PoolSample) -> Value {
         "txg": status.txg,
         "dirty_bytes": pool.dirty_bytes,
         "suspended": status.suspended,
-        "tops": tops,
-        "cache": cache,
+        "tops": tops_json(status),
+        "cache": cache_json(pool),
         "scrub": scrub,
         "scrub_running": scrub_running,
         "resilver": resilver,
-        "txgs": txgs,
+        "txgs": txgs_json(pool),
         "datasets": pool.datasets.iter().map(|d| json!({"name": d.dataset, "protocol": d.protocol})).collect::<Vec<_>>(),
         "intent_logs": pool.intent_logs.iter().map(|l| l.dataset.clone()).collect::<Vec<_>>(),
         "devices": pool.devices.iter().map(|d| json!({"name": d.device.name, "role": d.device.role.as_str()})).collect::<Vec<_>>(),
         "l2arc": pool.l2arc.as_ref().map(|fields| fields.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>()),
     })
+}
+
+/// The vdev tree: each top-level vdev with its leaves' health and error counts.
+fn tops_json(status: &cairn_engine::PoolStatus) -> Vec<Value> {
+    status
+        .tops
+        .iter()
+        .map(|top| {
+            json!({
+                "name": top.name,
+                "health": top.health.as_str(),
+                "log": top.is_log,
+                "mirror": top.is_mirror,
+                "leaves": top.leaves.iter().map(|leaf| json!({
+                    "name": leaf.name,
+                    "health": leaf.health.as_str(),
+                    "read_errors": leaf.read_errors,
+                    "write_errors": leaf.write_errors,
+                    "checksum_errors": leaf.checksum_errors,
+                    "repaired_bytes": leaf.repaired_bytes,
+                    "resilvering": leaf.resilvering,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+/// The cache devices, which are not in the vdev tree.
+fn cache_json(pool: &super::sample::PoolSample) -> Vec<Value> {
+    pool.devices
+        .iter()
+        .filter(|d| d.device.role == cairn_engine::DeviceRole::Cache)
+        .map(|d| {
+            json!({
+                "name": d.device.name,
+                "health": d.device.health,
+                "read_errors": d.device.read_errors,
+                "write_errors": d.device.write_errors,
+                "checksum_errors": d.device.checksum_errors,
+            })
+        })
+        .collect()
+}
+
+/// The most recent txgs: their timings, dirty bytes and throttling.
+fn txgs_json(pool: &super::sample::PoolSample) -> Vec<Value> {
+    pool.txg_history
+        .iter()
+        .map(|t| {
+            json!({
+                "txg": t.txg,
+                "trigger": trigger_name(t.trigger),
+                "dirty_bytes": t.dirty_bytes,
+                "opened_at_us": t.opened_at_us,
+                "open_us": t.open_us,
+                "quiesce_us": t.quiesce_us,
+                "sync_us": t.sync_us,
+                "writer_delays": t.writer_delays_count,
+                "writer_delay_us": t.writer_delay_ns_total / 1000,
+                "writers_blocked": t.writers_blocked_count,
+            })
+        })
+        .collect()
 }
 
 /// The latest sample's state, as the page reads it.

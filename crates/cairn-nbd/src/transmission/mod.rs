@@ -58,7 +58,7 @@ use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite};
 use tokio::sync::{Notify, mpsc};
 
 use crate::handshake::Session;
-use crate::server::Inner;
+use crate::shared::Inner;
 
 mod exec;
 mod handler;

@@ -26,7 +26,7 @@ use super::request::{Op, Refusal, validate};
 use crate::export::Export;
 use crate::handshake::{Session, discard};
 use crate::proto::*;
-use crate::server::Inner;
+use crate::shared::Inner;
 use crate::stats::{ExportStats, OpKind};
 
 /// Client FLUSHes following its writes one for one (fio's `fsync=1`, a database's write then
@@ -138,7 +138,7 @@ async fn request_arrives<R: AsyncBufRead + Unpin>(
 ) -> bool {
     tokio::select! {
         biased;
-        _ = crate::server::shutting_down(shutdown) => false,
+        _ = crate::shared::shutting_down(shutdown) => false,
         _ = dead.notified() => false,
         buf = r.fill_buf() => matches!(buf, Ok(b) if !b.is_empty()),
     }

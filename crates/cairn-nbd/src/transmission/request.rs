@@ -105,10 +105,24 @@ fn refuse(kind: OpKind, errno: u32, message: impl Into<String>) -> Refusal {
 /// Validates a request against the session. DISC is handled by the caller.
 pub(super) fn validate(req: &Request, s: &Session) -> Result<Op, Refusal> {
     let f = req.flags;
-    let fua = f & CMD_FLAG_FUA != 0;
-    let offset = req.offset;
-    let len = req.length;
-    let (kind, allowed) = match req.kind {
+    let (kind, allowed) = command(req.kind, s)?;
+    if f & !allowed != 0 {
+        return Err(refuse(
+            kind,
+            EINVAL,
+            format!("command flags {f:#x} not valid here"),
+        ));
+    }
+    check_permitted(kind, req.length, s)?;
+    if kind != OpKind::Flush {
+        check_range(kind, req.offset, req.length, s)?;
+    }
+    op(kind, req, s)
+}
+
+/// The operation a command code names and the command flags it accepts.
+fn command(code: u16, s: &Session) -> Result<(OpKind, u16), Refusal> {
+    Ok(match code {
         CMD_READ => (
             OpKind::Read,
             CMD_FLAG_FUA | if s.structured { CMD_FLAG_DF } else { 0 },
@@ -129,72 +143,75 @@ pub(super) fn validate(req: &Request, s: &Session) -> Result<Op, Refusal> {
                 message: format!("unknown command {other}"),
             });
         }
-    };
-    if f & !allowed != 0 {
-        return Err(refuse(
-            kind,
-            EINVAL,
-            format!("command flags {f:#x} not valid here"),
-        ));
-    }
+    })
+}
+
+/// What the session allows whatever the range: writes only to a writable export, transfers up
+/// to the maximum block size, block status only once a context was negotiated.
+fn check_permitted(kind: OpKind, len: u32, s: &Session) -> Result<(), Refusal> {
     if matches!(kind, OpKind::Write | OpKind::Trim | OpKind::WriteZeroes) && s.readonly {
         return Err(refuse(kind, EPERM, "export is read-only"));
     }
     let max = s.block.max;
     match kind {
-        OpKind::Read if len > max => {
-            return Err(refuse(
-                kind,
-                EOVERFLOW,
-                format!("read of {len} bytes exceeds {max}"),
-            ));
-        }
-        OpKind::Write if len > max => {
-            return Err(refuse(
-                kind,
-                EINVAL,
-                format!("write of {len} bytes exceeds {max}"),
-            ));
-        }
+        OpKind::Read if len > max => Err(refuse(
+            kind,
+            EOVERFLOW,
+            format!("read of {len} bytes exceeds {max}"),
+        )),
+        OpKind::Write if len > max => Err(refuse(
+            kind,
+            EINVAL,
+            format!("write of {len} bytes exceeds {max}"),
+        )),
         OpKind::BlockStatus if s.meta_context.is_none() => {
-            return Err(refuse(kind, EINVAL, "no metadata context was negotiated"));
+            Err(refuse(kind, EINVAL, "no metadata context was negotiated"))
         }
-        OpKind::BlockStatus if len == 0 => {
-            return Err(refuse(kind, EINVAL, "block status of zero length"));
-        }
-        _ => {}
+        OpKind::BlockStatus if len == 0 => Err(refuse(kind, EINVAL, "block status of zero length")),
+        _ => Ok(()),
     }
-    if kind != OpKind::Flush {
-        let end = offset.checked_add(u64::from(len));
-        if end.is_none_or(|e| e > s.size) {
-            let errno = if matches!(kind, OpKind::Write | OpKind::WriteZeroes) {
-                ENOSPC
-            } else {
-                EINVAL
-            };
-            return Err(refuse(
-                kind,
-                errno,
-                "request extends past the end of the export",
-            ));
-        }
-        let min = u64::from(s.block.min);
-        let end = offset + u64::from(len);
-        // Trim and zeroing take any byte range (the export handles partial blocks): qemu
-        // splits an unaligned discard and sends the leftover pieces below 512 bytes, and
-        // only tolerates ENOTSUP for them. Data transfers keep the advertised alignment.
-        let any_alignment = matches!(kind, OpKind::Trim | OpKind::WriteZeroes);
-        if !any_alignment
-            && (!offset.is_multiple_of(min)
-                || (!u64::from(len).is_multiple_of(min) && end != s.size))
-        {
-            return Err(refuse(
-                kind,
-                EINVAL,
-                format!("request not aligned to {min} bytes"),
-            ));
-        }
+}
+
+/// The byte range of a request that has one: inside the export and, for data transfers,
+/// aligned to the minimum block size.
+fn check_range(kind: OpKind, offset: u64, len: u32, s: &Session) -> Result<(), Refusal> {
+    let end = offset.checked_add(u64::from(len));
+    if end.is_none_or(|e| e > s.size) {
+        let errno = if matches!(kind, OpKind::Write | OpKind::WriteZeroes) {
+            ENOSPC
+        } else {
+            EINVAL
+        };
+        return Err(refuse(
+            kind,
+            errno,
+            "request extends past the end of the export",
+        ));
     }
+    let min = u64::from(s.block.min);
+    let end = offset + u64::from(len);
+    // Trim and zeroing take any byte range (the export handles partial blocks): qemu
+    // splits an unaligned discard and sends the leftover pieces below 512 bytes, and
+    // only tolerates ENOTSUP for them. Data transfers keep the advertised alignment.
+    let any_alignment = matches!(kind, OpKind::Trim | OpKind::WriteZeroes);
+    if !any_alignment
+        && (!offset.is_multiple_of(min) || (!u64::from(len).is_multiple_of(min) && end != s.size))
+    {
+        return Err(refuse(
+            kind,
+            EINVAL,
+            format!("request not aligned to {min} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// The validated operation, from a request that passed every other check.
+fn op(kind: OpKind, req: &Request, s: &Session) -> Result<Op, Refusal> {
+    let f = req.flags;
+    let fua = f & CMD_FLAG_FUA != 0;
+    let offset = req.offset;
+    let len = req.length;
     Ok(match kind {
         OpKind::Read => Op::Read { offset, len },
         OpKind::Write => Op::Write { offset, len, fua },

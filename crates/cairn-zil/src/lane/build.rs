@@ -83,7 +83,7 @@ impl IntentLog {
         source: &dyn LogSource,
     ) -> Result<Built, ZilError> {
         let last_ticket = itxs.last().expect("at least one record").ticket;
-        let (mut chain, mut next_alloc_txg) = match chain {
+        let (chain, next_alloc_txg) = match chain {
             Some(chain) => (chain, next_alloc_txg),
             None => {
                 let bytes = LOG_BLOCK_HEADER_SIZE
@@ -96,6 +96,7 @@ impl IntentLog {
         };
         let synced = self.txg.last_synced_txg();
         let records = self.materialize(itxs, synced, source)?;
+        // `chain` and `next_alloc_txg` advance as each block is appended.
         let mut built = Built {
             last_ticket,
             chain,
@@ -115,49 +116,8 @@ impl IntentLog {
         let mut queue: VecDeque<LogRecord> = records.into();
         let mut remaining_bytes = total_bytes;
         while !queue.is_empty() {
-            let capacity = chain.next.asize.min(LOG_BLOCK_SIZE_MAX) as usize;
-            let mut used = LOG_BLOCK_HEADER_SIZE;
-            let mut block_records: Vec<LogRecord> = Vec::new();
-            while let Some(record) = queue.pop_front() {
-                let size = record.encoded_size();
-                if used + size <= capacity {
-                    used += size;
-                    remaining_bytes = remaining_bytes.saturating_sub(size);
-                    block_records.push(record);
-                    continue;
-                }
-                // A record that does not fit moves whole to the next block (so a write's
-                // sectors reach the log together), unless even an empty block is too small
-                // for it (a small pre-allocated block): then it fills this one and goes on.
-                let room = capacity - used;
-                let take = (record.kind == LogRecordKind::Write
-                    && block_records.is_empty()
-                    && room >= LOG_RECORD_HEADER_SIZE + SPLIT_BYTES_MIN)
-                    .then(|| split_point(record.offset, room - LOG_RECORD_HEADER_SIZE))
-                    .flatten()
-                    .filter(|&take| take < record.data.len());
-                if let Some(take) = take {
-                    let (head, tail) = split_write(record, take);
-                    used += head.encoded_size();
-                    remaining_bytes = remaining_bytes.saturating_sub(head.encoded_size());
-                    block_records.push(head);
-                    queue.push_front(tail);
-                } else {
-                    queue.push_front(record);
-                }
-                break;
-            }
-            // A block takes nothing only when the next record is larger than all of it: a
-            // filesystem change (an extended attribute of up to 64 KiB) cannot be split, and
-            // the chain's pre-allocated block may be smaller. A zero-record block is still a
-            // valid link, and the next one is sized for what is left, so the chain goes on.
-            debug_assert!(
-                !block_records.is_empty()
-                    || queue.front().is_some_and(|record| {
-                        LOG_BLOCK_HEADER_SIZE + record.encoded_size() > capacity
-                    }),
-                "a log block of {capacity} bytes took no record"
-            );
+            let capacity = built.chain.next.asize.min(LOG_BLOCK_SIZE_MAX) as usize;
+            let (block_records, used) = pack_block(&mut queue, capacity, &mut remaining_bytes);
             // The next block is sized for what is left of this batch, or, at its end, for the
             // smaller of this batch and the one before: the unused end of a pre-allocated
             // block is a hole the disk head must pass over, while a batch that outgrows its
@@ -168,45 +128,59 @@ impl IntentLog {
             } else {
                 block_size_for(remaining_bytes + LOG_BLOCK_HEADER_SIZE)
             };
-            let (next, hold) = self.allocate_block(next_size)?;
-            let alloc_txg = hold.txg();
-            if built.txg_holds.iter().all(|held| held.txg() != alloc_txg) {
-                built.txg_holds.push(hold);
-            }
-            let max_txg = block_records.iter().map(|r| r.txg).max().unwrap_or(0);
-            let block = LogBlock {
-                position: ChainPosition {
-                    pool_guid: self.pool_guid,
-                    chain_guid: chain.guid,
-                    lane: lane.index(),
-                    sequence: chain.next_sequence,
-                },
-                next,
-                records: block_records,
-            };
-            let granule = self.sector_bytes(&chain.next);
-            let encoded = block.encode(granule);
-            built.log_bytes += encoded.len() as u64;
-            self.stats.count_block(used, capacity);
-            built.encoded.push(encoded);
-            built.blocks.push(WrittenBlock {
-                dva: chain.next,
-                chain_guid: chain.guid,
-                sequence: chain.next_sequence,
-                alloc_txg: next_alloc_txg,
-                max_txg,
-                done: false,
-            });
-            chain = Chain {
-                guid: chain.guid,
-                next,
-                next_sequence: chain.next_sequence + 1,
-            };
-            next_alloc_txg = alloc_txg;
+            let fill = BlockFill { used, capacity };
+            self.append_block(lane, &mut built, block_records, fill, next_size)?;
         }
-        built.chain = chain;
-        built.next_alloc_txg = next_alloc_txg;
         Ok(built)
+    }
+
+    /// Encodes the chain's next block with `records`, after allocating the block it will
+    /// name as its successor (`next_size` bytes), and advances `built`'s chain to that block.
+    fn append_block(
+        &self,
+        lane: &Lane,
+        built: &mut Built,
+        records: Vec<LogRecord>,
+        fill: BlockFill,
+        next_size: u32,
+    ) -> Result<(), ZilError> {
+        let chain = built.chain;
+        let (next, hold) = self.allocate_block(next_size)?;
+        let alloc_txg = hold.txg();
+        if built.txg_holds.iter().all(|held| held.txg() != alloc_txg) {
+            built.txg_holds.push(hold);
+        }
+        let max_txg = records.iter().map(|r| r.txg).max().unwrap_or(0);
+        let block = LogBlock {
+            position: ChainPosition {
+                pool_guid: self.pool_guid,
+                chain_guid: chain.guid,
+                lane: lane.index(),
+                sequence: chain.next_sequence,
+            },
+            next,
+            records,
+        };
+        let granule = self.sector_bytes(&chain.next);
+        let encoded = block.encode(granule);
+        built.log_bytes += encoded.len() as u64;
+        self.stats.count_block(fill.used, fill.capacity);
+        built.encoded.push(encoded);
+        built.blocks.push(WrittenBlock {
+            dva: chain.next,
+            chain_guid: chain.guid,
+            sequence: chain.next_sequence,
+            alloc_txg: built.next_alloc_txg,
+            max_txg,
+            done: false,
+        });
+        built.chain = Chain {
+            guid: chain.guid,
+            next,
+            next_sequence: chain.next_sequence + 1,
+        };
+        built.next_alloc_txg = alloc_txg;
+        Ok(())
     }
 
     /// Log records for `itxs`, with data, skipping those already in a synced txg; writes longer
@@ -277,6 +251,66 @@ impl IntentLog {
             .top(dva.vdev)
             .map_or(LOG_BLOCK_SIZE_MIN, |top| 1u32 << top.config.ashift)
     }
+}
+
+/// How full one packed block is: bytes its records and header take, of its size.
+#[derive(Clone, Copy)]
+struct BlockFill {
+    used: usize,
+    capacity: usize,
+}
+
+/// Takes from the front of `queue` the records one block of `capacity` bytes carries
+/// (splitting a write to fill its end), counting them off `remaining_bytes`; returns them and
+/// the bytes the block uses.
+fn pack_block(
+    queue: &mut VecDeque<LogRecord>,
+    capacity: usize,
+    remaining_bytes: &mut usize,
+) -> (Vec<LogRecord>, usize) {
+    let mut used = LOG_BLOCK_HEADER_SIZE;
+    let mut block_records: Vec<LogRecord> = Vec::new();
+    while let Some(record) = queue.pop_front() {
+        let size = record.encoded_size();
+        if used + size <= capacity {
+            used += size;
+            *remaining_bytes = remaining_bytes.saturating_sub(size);
+            block_records.push(record);
+            continue;
+        }
+        // A record that does not fit moves whole to the next block (so a write's
+        // sectors reach the log together), unless even an empty block is too small
+        // for it (a small pre-allocated block): then it fills this one and goes on.
+        let room = capacity - used;
+        let take = (record.kind == LogRecordKind::Write
+            && block_records.is_empty()
+            && room >= LOG_RECORD_HEADER_SIZE + SPLIT_BYTES_MIN)
+            .then(|| split_point(record.offset, room - LOG_RECORD_HEADER_SIZE))
+            .flatten()
+            .filter(|&take| take < record.data.len());
+        if let Some(take) = take {
+            let (head, tail) = split_write(record, take);
+            used += head.encoded_size();
+            *remaining_bytes = remaining_bytes.saturating_sub(head.encoded_size());
+            block_records.push(head);
+            queue.push_front(tail);
+        } else {
+            queue.push_front(record);
+        }
+        break;
+    }
+    // A block takes nothing only when the next record is larger than all of it: a
+    // filesystem change (an extended attribute of up to 64 KiB) cannot be split, and
+    // the chain's pre-allocated block may be smaller. A zero-record block is still a
+    // valid link, and the next one is sized for what is left, so the chain goes on.
+    debug_assert!(
+        !block_records.is_empty()
+            || queue
+                .front()
+                .is_some_and(|record| LOG_BLOCK_HEADER_SIZE + record.encoded_size() > capacity),
+        "a log block of {capacity} bytes took no record"
+    );
+    (block_records, used)
 }
 
 /// The largest piece of at most `max_bytes` starting at `offset` that ends on a sector
