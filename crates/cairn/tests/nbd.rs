@@ -790,6 +790,26 @@ fn fill_pool(env: &Env) -> Server {
         "320 MiB cannot fit in a 256 MiB pool:\n{}",
         fill.describe()
     );
+    // nbdcopy gives up at its first ENOSPC with writes still in flight: the server carries
+    // them out after the client is gone. A later client's trim is only ordered after them once
+    // they are done, so wait until the server holds no request buffers.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let memory = env.ok(&["stat", "memory", "-H"]);
+        let requests_now = memory
+            .lines()
+            .find_map(|line| line.strip_prefix("requests\t"))
+            .and_then(|rest| rest.split('\t').nth(1))
+            .map(str::to_string);
+        if requests_now.as_deref() == Some("0") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the server still holds request buffers after nbdcopy left:\n{memory}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     server
 }
 
