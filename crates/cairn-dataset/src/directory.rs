@@ -439,6 +439,22 @@ impl DatasetDirectory {
         DatasetProperties::resolve(name, kind, |property| Ok(self.property(name, property)?.0))
     }
 
+    /// `properties_of` a dataset that must be of `kind` (an `InvalidName` error otherwise):
+    /// what opening a volume or a filesystem starts with.
+    pub fn properties_of_kind(
+        &self,
+        name: &str,
+        kind: DatasetKind,
+    ) -> Result<DatasetProperties, DatasetError> {
+        if self.get(name)?.kind != kind {
+            return Err(DatasetError::InvalidName {
+                name: name.into(),
+                reason: format!("not a {}", kind.as_str()),
+            });
+        }
+        self.properties_of(name)
+    }
+
     /// Every property that applies to the dataset, resolved.
     pub fn all_properties(
         &self,

@@ -260,17 +260,11 @@ impl Pool {
             return Ok(volume.clone());
         }
         let engine = self.readers_engine();
-        let directory = self.core.directory.lock();
-        let record = directory.get(name)?;
-        if record.kind != DatasetKind::Volume {
-            return Err(DatasetError::InvalidName {
-                name: name.into(),
-                reason: "not a volume".into(),
-            }
-            .into());
-        }
-        let properties = directory.properties_of(name)?;
-        drop(directory);
+        let properties = self
+            .core
+            .directory
+            .lock()
+            .properties_of_kind(name, DatasetKind::Volume)?;
         let (size, block_size) = (properties.volsize_bytes, properties.volblocksize_bytes);
         let readonly = self.is_readonly() || properties.readonly;
         let sync_mode = properties.sync;

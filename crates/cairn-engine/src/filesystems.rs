@@ -152,16 +152,11 @@ impl Pool {
     }
 
     fn filesystem_config(&self, name: &str) -> Result<FsConfig, EngineError> {
-        let directory = self.core.directory.lock();
-        let record = directory.get(name)?;
-        if record.kind != DatasetKind::Filesystem {
-            return Err(DatasetError::InvalidName {
-                name: name.into(),
-                reason: "not a filesystem".into(),
-            }
-            .into());
-        }
-        let properties = directory.properties_of(name)?;
+        let properties = self
+            .core
+            .directory
+            .lock()
+            .properties_of_kind(name, DatasetKind::Filesystem)?;
         Ok(FsConfig {
             recordsize_bytes: properties.recordsize_bytes,
             readonly: self.is_readonly() || properties.readonly,
