@@ -263,12 +263,12 @@ impl Pool {
         let _freeze = match self.txg_engine() {
             Ok(engine) => {
                 self.sync()?;
-                Some(crate::pool::freeze_syncs(engine)?)
+                Some(crate::core::freeze_syncs(engine)?)
             }
             Err(_) => None,
         };
         let uberblock = self.core.uberblock.lock().clone();
-        let _hold = crate::pool::ScanGuard::hold(&self.core, uberblock.txg);
+        let _hold = crate::core::ScanGuard::hold(&self.core, uberblock.txg);
         let datasets: Vec<(String, BlockPointer, u64)> = {
             let directory = self.core.directory.lock();
             directory

@@ -6,8 +6,9 @@
 //! bytes where the labels go (`vdev_groups::check_free`). Devices of destroyed pools, and of a create cut short
 //! before its first uberblock, are free.
 
-use crate::pool::{PoolCore, PoolOptions};
-use crate::txg_sync::SpaceLogState;
+use crate::core::PoolCore;
+use crate::core::SpaceLogState;
+use crate::pool::PoolOptions;
 use crate::vdev_groups::{
     CreateOptions, VdevGroup, check_groups, create_error, open_top, space_layout,
 };

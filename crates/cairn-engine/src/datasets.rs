@@ -9,7 +9,8 @@
 //! `filesystems.rs`. Uses `pool.rs` (the handle and its core); `pool.rs` uses nothing here.
 
 use crate::EngineError;
-use crate::pool::{Pool, PoolCore, reclaim_deferred};
+use crate::core::{PoolCore, reclaim_deferred};
+use crate::pool::Pool;
 use cairn_dataset::directory::{Provisioning, volume_creation_properties};
 use cairn_dataset::space::SpaceView;
 use cairn_dataset::{

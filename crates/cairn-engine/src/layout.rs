@@ -16,7 +16,7 @@
 //! - Data vdevs cannot be added or removed yet (their data would have to move); the commands
 //!   say so instead of doing half of it.
 
-use crate::pool::PoolCore;
+use crate::core::PoolCore;
 use crate::vdev_groups::{CreateOptions, VdevGroup, check_groups, open_top, space_layout};
 use crate::{DeviceOpener, EngineError, Pool};
 use cairn_format::VdevRole;

@@ -31,6 +31,7 @@
 mod budget;
 mod cache_devices;
 mod check;
+mod core;
 mod create;
 mod datasets;
 mod filesystems;
@@ -42,7 +43,9 @@ mod pool_status;
 mod probe;
 mod replay;
 mod resilver;
+mod resilver_task;
 mod scrub;
+mod scrub_progress;
 mod space_check;
 mod txg_sync;
 mod vdev_groups;

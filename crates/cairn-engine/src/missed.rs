@@ -32,7 +32,7 @@
 //! block or a block written after it came back may have no other good copy); the range only grows until the resilver that covered all of it
 //! finishes; a range is cleared only with the resilver record's end, in one txg.
 
-use crate::pool::PoolCore;
+use crate::core::PoolCore;
 use crate::resilver::{ResilverOptions, data_tops, fresh_record};
 use crate::{EngineError, Pool};
 use cairn_dataset::{DatasetDirectory, MissedTxgs};

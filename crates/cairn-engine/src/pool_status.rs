@@ -51,7 +51,7 @@ pub struct PoolStatus {
     pub suspended: Option<String>,
     /// The suspension ends with `pool clear` once the devices are back (else: re-import).
     pub suspended_until_clear: bool,
-    pub resilver: Option<crate::resilver::ResilverStatus>,
+    pub resilver: Option<crate::resilver_task::ResilverStatus>,
     /// Imported read-only (`pool import -o readonly=on`): nothing is written, the space log
     /// was not read (so the space figures count nothing as allocated).
     pub imported_readonly: bool,

@@ -10,23 +10,13 @@
 //! reuse of space freed after its txg (`ScanGuard`), so every block of the tree it walks still
 //! holds that block's bytes, and rewriting a bad copy can never land on someone else's data.
 
+pub use crate::scrub_progress::ScrubProgress;
 use crate::{EngineError, Pool};
 use bytes::Bytes;
 use cairn_dataset::ScrubRecord;
 use cairn_format::ObjectType;
 use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
 use cairn_pipeline::BlockIo;
-
-#[derive(Debug, Clone, Default)]
-pub struct ScrubProgress {
-    pub scanned_bytes: u64,
-    pub total_bytes: u64,
-    pub blocks: u64,
-    pub bad_copies: u64,
-    pub repaired_copies: u64,
-    pub repaired_bytes: u64,
-    pub unrecoverable_blocks: u64,
-}
 
 struct ScrubVisitor<'a> {
     io: &'a BlockIo,
@@ -132,7 +122,7 @@ impl Pool {
         // The roots of one synced txg (a sync running meanwhile would hand out roots whose
         // blocks are still being written: reported unrecoverable, their subtrees unscrubbed).
         let synced =
-            crate::pool::SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
+            crate::core::SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
         let uberblock = synced.uberblock.clone();
         let roots = synced.roots.clone();
         let chain = synced.chain.clone();

@@ -26,7 +26,8 @@
 //! more and 64 KiB), so a dataset stops that much short of its quota. The check is cheap when
 //! no quota applies: it never looks at the object set then.
 
-use crate::pool::{Pool, reclaim_deferred};
+use crate::core::reclaim_deferred;
+use crate::pool::Pool;
 use cairn_dataset::properties::format_size;
 use cairn_dataset::space::{QuotaRoom, SpaceView};
 use cairn_dataset::{SpaceAsk, SpaceCheck, SpaceRefusal};

@@ -23,7 +23,7 @@
 //! bounds both its size and the work of replaying it at import.
 
 use crate::EngineError;
-use crate::pool::{DIRECTORY_OBJECT, PoolCore};
+use crate::core::{DIRECTORY_OBJECT, PoolCore};
 use bytes::Bytes;
 use cairn_dataset::LeafErrorRecord;
 use cairn_device::queue::IoClass;
@@ -39,28 +39,11 @@ use cairn_pool::vdev::VdevTree;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Space-log blocks kept before the log is condensed into a checkpoint (default).
-pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
 /// A txg that wrote at least this much has its freed dirty buffers handed back to the kernel
 /// once writing pauses, unless the cache has room for them (`ReadCache::note_heap_freed`).
 const HEAP_TRIM_AFTER_BYTES: u64 = 1 << 20;
 /// Granule space-log blocks are rounded to.
 const SPACE_LOG_GRANULE: u32 = 4096;
-
-#[derive(Debug, Default)]
-pub(crate) struct SpaceLogState {
-    /// Blocks of the current chain, oldest (the checkpoint start) first.
-    pub(crate) chain: Vec<BlockPointer>,
-    /// Write a checkpoint at the next sync whatever the chain's length: after a vdev left the
-    /// pool, so no delta naming it stays in the chain (its id may be given out again).
-    pub(crate) condense_next: bool,
-}
-
-impl SpaceLogState {
-    pub(crate) fn head(&self) -> BlockPointer {
-        self.chain.last().copied().unwrap_or(BlockPointer::HOLE)
-    }
-}
 
 pub(crate) struct PoolSyncer(pub(crate) Arc<PoolCore>);
 

@@ -7,8 +7,9 @@
 //! `rewind` (which tries uberblocks in turn) sits above it.
 
 use crate::EngineError;
-use crate::pool::{DIRECTORY_OBJECT, PoolOptions};
-use crate::txg_sync::SpaceLogState;
+use crate::core::DIRECTORY_OBJECT;
+use crate::core::SpaceLogState;
+use crate::pool::PoolOptions;
 use crate::vdev_groups::space_layout;
 use cairn_arc::CachedIo;
 use cairn_dataset::{DatasetDirectory, DatasetKind};

@@ -57,7 +57,8 @@ use load::Loaded;
 use rewind::open_newest;
 use tree::{OpenedTree, open_tree};
 
-use crate::pool::{PoolCore, PoolOptions};
+use crate::core::PoolCore;
+use crate::pool::PoolOptions;
 use crate::{EngineError, Pool};
 use cairn_dataset::DatasetDirectory;
 use cairn_format::{PoolState, Uberblock, VdevRole};

@@ -2,15 +2,15 @@
 //! records (or ends) the resilver in the dataset directory, in the same txg as the new config.
 //!
 //! Invariants: a side is detached only while another side of its vdev is readable; the resilver
-//! of an attached side starts only once the txg recording it is synced. This file uses `task`
+//! of an attached side starts only once the txg recording it is synced. This file uses `resilver_task`
 //! and `vdevs` below it, and starts the resilver thread through `Pool::start_resilver`
 //! (`thread`).
 
-use super::task::ResilverOptions;
 use super::vdevs::{
     check_attachable, find_leaf, install_tree, layout_error, release_leaf, top_with_leaf,
     top_without_leaf,
 };
+use crate::resilver_task::ResilverOptions;
 use crate::vdev_groups::{CreateOptions, VdevGroup, check_groups, open_leaves};
 use crate::{DeviceOpener, EngineError, Pool};
 use cairn_dataset::ResilverRecord;

@@ -4,12 +4,12 @@
 //!
 //! Invariants: `next_offset` moves only past blocks written to the new leaf and flushed; the
 //! walk must read every block, or the run stops unfinished; the leaf becomes readable only once
-//! the txg recording the end is durable. This file uses `task` and `vdevs` below it.
+//! the txg recording the end is durable. This file uses `resilver_task` and `vdevs` below it.
 
-use super::task::{Progress, ResilverOptions};
 use super::vdevs::{detach_replaced, find_leaf_by_guid, layout_error};
 use crate::EngineError;
-use crate::pool::{PoolCore, SyncedTree, run_sync_task_with};
+use crate::core::{PoolCore, SyncedTree, run_sync_task_with};
+use crate::resilver_task::{Progress, ResilverOptions};
 use bytes::Bytes;
 use cairn_dataset::MissedTxgs;
 use cairn_device::queue::IoClass;

@@ -42,8 +42,9 @@
 //!
 //! ## Where the code lives
 //!
-//! - `task.rs`: `ResilverOptions`, `ResilverStatus`, the thread's handle (`ResilverTask`) and
-//!   its live `Progress`.
+//! - `../resilver_task.rs` (a module of its own, beside this folder, so the `Pool` handle can
+//!   hold a resilver's thread without using the resilver): `ResilverOptions`, `ResilverStatus`,
+//!   the thread's handle (`ResilverTask`) and its live `Progress`.
 //! - `vdevs.rs`: the vdev-tree edits (find a leaf, add or remove a side, install the tree,
 //!   release a leaf), `detach_replaced`, and the data vdevs a resilver walks (`data_tops`).
 //! - `attach.rs`: `Pool::attach`, `replace`, `detach`.
@@ -52,18 +53,16 @@
 //! - `copy.rs`: one run of the resilver (`Resilver`: plan, copy, checkpoint, finish).
 //! - `thread.rs`: starting, resuming, waiting for and reporting the resilver thread.
 //!
-//! Files depend one way only, bottom to top: `task` and `vdevs` (no siblings) < `returned`,
+//! Files depend one way only, bottom to top: `resilver_task` and `vdevs` (no siblings) < `returned`,
 //! `copy` < `thread` < `attach`, and this file only declares them and re-exports what the
 //! crate uses.
 
 mod attach;
 mod copy;
 mod returned;
-mod task;
 mod thread;
 mod vdevs;
 
+pub use crate::resilver_task::{ResilverOptions, ResilverStatus};
 pub(crate) use returned::fresh_record;
-pub(crate) use task::ResilverTask;
-pub use task::{ResilverOptions, ResilverStatus};
 pub(crate) use vdevs::data_tops;

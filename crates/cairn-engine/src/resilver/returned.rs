@@ -8,7 +8,7 @@
 
 use super::vdevs::data_tops;
 use crate::EngineError;
-use crate::pool::{PoolCore, run_sync_task_with};
+use crate::core::{PoolCore, run_sync_task_with};
 use cairn_dataset::ResilverRecord;
 use std::sync::Arc;
 

@@ -3,13 +3,13 @@
 //! `resilver_status`). One thread resilvers one side at a time, then the next returned side.
 //!
 //! Invariants: at most one resilver thread per pool (a new one stops the previous one first);
-//! a leaf being resilvered is marked so before any read may reach it. This file uses `task`,
+//! a leaf being resilvered is marked so before any read may reach it. This file uses `resilver_task`,
 //! `vdevs`, `returned` and `copy` below it.
 
 use super::copy::Resilver;
 use super::returned::{fresh_record, next_returned_leaf};
-use super::task::{FinishOnDrop, Progress, ResilverOptions, ResilverStatus, ResilverTask};
 use super::vdevs::{detach_replaced, find_leaf_by_guid, layout_error};
+use crate::resilver_task::{FinishOnDrop, Progress, ResilverOptions, ResilverStatus, ResilverTask};
 use crate::{EngineError, Pool};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -8,7 +8,7 @@
 //! is detached only once another side of its vdev is readable. This file uses no sibling.
 
 use crate::EngineError;
-use crate::pool::{PoolCore, run_sync_task_with};
+use crate::core::{PoolCore, run_sync_task_with};
 use cairn_format::label::{TopVdevKind, VdevRole};
 use cairn_pool::labels::clear_labels;
 use cairn_pool::txg::TxgEngine;

@@ -3,7 +3,9 @@
 //! (`ResilverTask`) with the live progress it shares with that thread (`Progress`).
 //!
 //! Invariants: `Progress::finished` is set exactly once per thread run, when the run ends
-//! (`FinishOnDrop`, also on a panic), so no waiter hangs. This file uses no sibling.
+//! (`FinishOnDrop`, also on a panic), so no waiter hangs. It uses no other engine module, and
+//! lives beside `resilver/` rather than in it so that `pool.rs` can hold a resilver's thread
+//! (and take `ResilverOptions`) without an import loop through the resilver.
 
 use parking_lot::{Condvar, Mutex};
 use std::sync::Arc;
@@ -42,20 +44,20 @@ pub struct ResilverStatus {
 
 /// Live progress of the running resilver, shared with its thread.
 #[derive(Default)]
-pub(super) struct Progress {
-    pub(super) copied_bytes: AtomicU64,
-    pub(super) total_bytes: AtomicU64,
-    pub(super) unrecoverable_blocks: AtomicU64,
+pub(crate) struct Progress {
+    pub(crate) copied_bytes: AtomicU64,
+    pub(crate) total_bytes: AtomicU64,
+    pub(crate) unrecoverable_blocks: AtomicU64,
     /// Bytes copied by this process (for the rate).
-    pub(super) copied_here_bytes: AtomicU64,
-    pub(super) error: Mutex<Option<String>>,
-    pub(super) finished: Mutex<bool>,
-    pub(super) finished_cv: Condvar,
+    pub(crate) copied_here_bytes: AtomicU64,
+    pub(crate) error: Mutex<Option<String>>,
+    pub(crate) finished: Mutex<bool>,
+    pub(crate) finished_cv: Condvar,
 }
 
 impl Progress {
     /// Zeroes the counters for the next leaf of the same thread.
-    pub(super) fn reset(&self) {
+    pub(crate) fn reset(&self) {
         self.copied_bytes.store(0, Ordering::Relaxed);
         self.total_bytes.store(0, Ordering::Relaxed);
         self.unrecoverable_blocks.store(0, Ordering::Relaxed);
@@ -63,7 +65,7 @@ impl Progress {
 }
 
 /// Sets `Progress::finished` (and wakes the waiters) when the resilver thread's run ends.
-pub(super) struct FinishOnDrop<'a>(pub(super) &'a Progress);
+pub(crate) struct FinishOnDrop<'a>(pub(crate) &'a Progress);
 
 impl Drop for FinishOnDrop<'_> {
     fn drop(&mut self) {
@@ -81,15 +83,15 @@ impl Drop for FinishOnDrop<'_> {
 /// The resilver thread of a pool.
 pub(crate) struct ResilverTask {
     /// The leaf being filled now (the thread goes on to the next returned side when done).
-    pub(super) leaf_guid: Arc<AtomicU64>,
-    pub(super) cancel: Arc<AtomicBool>,
-    pub(super) progress: Arc<Progress>,
-    pub(super) started: Instant,
-    pub(super) thread: Option<std::thread::JoinHandle<()>>,
+    pub(crate) leaf_guid: Arc<AtomicU64>,
+    pub(crate) cancel: Arc<AtomicBool>,
+    pub(crate) progress: Arc<Progress>,
+    pub(crate) started: Instant,
+    pub(crate) thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ResilverTask {
-    pub(super) fn leaf_guid(&self) -> u64 {
+    pub(crate) fn leaf_guid(&self) -> u64 {
         self.leaf_guid.load(Ordering::SeqCst)
     }
 

@@ -1,0 +1,223 @@
+//! The pool's shared core (`PoolCore`): the state that the txg sync, scans (scrub, resilver,
+//! check) and the `Pool` handle all work on, and the few mechanisms they share: sync tasks run
+//! in a txg's sync (`run_sync_task_with`), freed space made reusable (`reclaim_deferred`), a
+//! synced tree held still for a scan (`SyncedTree`, `freeze_syncs`, `ScanGuard`), and the
+//! space log's chain (`SpaceLogState`).
+//!
+//! Administrative changes (create or destroy a dataset, set a property, export) run as *sync
+//! tasks*: closures queued for a txg and executed by the sync thread at the start of that txg's
+//! sync, so the dataset directory written in txg t is exactly the directory after t's tasks —
+//! never a mix with changes still being made in the open txg. The caller waits for the txg to
+//! be durable before returning, as `zfs create` does.
+//!
+//! Layering: this file uses no sibling module. `txg_sync.rs`, `scrub.rs`, `resilver/` and
+//! `pool.rs` (the handle) sit above it, so none of them needs another to reach the core.
+
+use crate::EngineError;
+use cairn_dataset::DatasetDirectory;
+use cairn_dataset::space::SpaceView;
+use cairn_format::{BlockPointer, PoolState, Uberblock};
+use cairn_object::ObjectSet;
+use cairn_pipeline::BlockIo;
+use cairn_pool::space::SpaceAllocator;
+use cairn_pool::txg::{SuspendHandle, TxgEngine};
+use cairn_zil::IntentLog;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+/// Space-log blocks kept before the log is condensed into a checkpoint (default).
+pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
+
+#[derive(Debug, Default)]
+pub(crate) struct SpaceLogState {
+    /// Blocks of the current chain, oldest (the checkpoint start) first.
+    pub(crate) chain: Vec<BlockPointer>,
+    /// Write a checkpoint at the next sync whatever the chain's length: after a vdev left the
+    /// pool, so no delta naming it stays in the chain (its id may be given out again).
+    pub(crate) condense_next: bool,
+}
+
+impl SpaceLogState {
+    pub(crate) fn head(&self) -> BlockPointer {
+        self.chain.last().copied().unwrap_or(BlockPointer::HOLE)
+    }
+}
+
+pub(crate) type SyncTask = Box<dyn FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send>;
+type TaskReply = crossbeam_channel::Sender<Result<(), EngineError>>;
+
+pub(crate) struct PoolCore {
+    pub(crate) name: String,
+    pub(crate) guid: u64,
+    /// Holds the vdev tree (`tree()`): the one copy every layer sees, swapped when a vdev is
+    /// added or removed.
+    pub(crate) io: Arc<BlockIo>,
+    pub(crate) space: Arc<Mutex<SpaceAllocator>>,
+    pub(crate) mos: ObjectSet,
+    pub(crate) directory: Mutex<DatasetDirectory>,
+    pub(crate) objsets: Mutex<BTreeMap<String, Arc<ObjectSet>>>,
+    /// Intent logs of the open volumes: the sync thread calls their `sync_hook` every txg.
+    pub(crate) intent_logs: Mutex<BTreeMap<String, Arc<IntentLog>>>,
+    pub(crate) tasks: Mutex<BTreeMap<u64, Vec<(SyncTask, TaskReply)>>>,
+    pub(crate) space_log: Mutex<SpaceLogState>,
+    pub(crate) uberblock: Mutex<Uberblock>,
+    pub(crate) label_state: Mutex<PoolState>,
+    pub(crate) config_dirty: AtomicBool,
+    pub(crate) space_log_chain_blocks_max: usize,
+    /// Reservations as of the last directory change (`refresh_space_view`): read by every
+    /// volume write's space check, so it is computed once per change, not per write.
+    pub(crate) space_view: Mutex<Arc<SpaceView>>,
+    /// Set once the txg engine runs: how the sync thread suspends I/O when writes reach no
+    /// device, and `pool clear` resumes it.
+    pub(crate) suspend_handle: std::sync::OnceLock<SuspendHandle>,
+    /// Release floors of the scans walking the tree now (`ScanGuard`), by txg: a scrub and a
+    /// resilver may overlap.
+    pub(crate) scan_floors: Mutex<BTreeMap<u64, usize>>,
+    /// By leaf guid, the last txg the leaf was seen to take whole (readable at the end of its
+    /// sync): where the range of txgs it misses starts if it goes out (`missed.rs`).
+    pub(crate) clean_through: Mutex<BTreeMap<u64, u64>>,
+}
+
+/// MOS object holding the dataset directory.
+pub(crate) const DIRECTORY_OBJECT: u64 = 1;
+
+/// Runs `task` in the sync of the open txg of `engine` and waits until that txg is durable
+/// (`Pool::run_sync_task`, and threads that hold the core rather than the pool).
+pub(crate) fn run_sync_task_with(
+    core: &PoolCore,
+    engine: &TxgEngine,
+    task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
+) -> Result<u64, EngineError> {
+    let (reply, outcome) = crossbeam_channel::bounded(1);
+    let txg = {
+        let hold = engine.hold();
+        // The held txg is open: it cannot have committed, so the task runs in its sync.
+        debug_assert!(
+            hold.txg() > core.uberblock.lock().txg,
+            "a sync task queued for committed txg {}",
+            hold.txg()
+        );
+        core.tasks
+            .lock()
+            .entry(hold.txg())
+            .or_default()
+            .push((Box::new(task), reply));
+        hold.txg()
+    };
+    engine.wait_synced(txg).map_err(EngineError::Txg)?;
+    match outcome.try_recv() {
+        Ok(Ok(())) => Ok(txg),
+        Ok(Err(err)) => Err(err),
+        Err(_) => Err(EngineError::TaskNotRun { txg }),
+    }
+}
+
+/// Syncs empty txgs until space freed earlier is reusable (at most the defer window); true if
+/// any was pending. Called without a txg hold.
+pub(crate) fn reclaim_deferred(core: &PoolCore, engine: &TxgEngine) -> bool {
+    if core.space.lock().stats().deferred_bytes == 0 {
+        return false;
+    }
+    for _ in 0..=cairn_pool::space::DEFER_TXGS {
+        if engine.sync_now_forced().is_err() || core.space.lock().stats().deferred_bytes == 0 {
+            break;
+        }
+    }
+    true
+}
+
+/// The roots of one synced txg, all of the same txg, with its blocks kept from reuse: what a
+/// scan (scrub, resilver) walks.
+pub(crate) struct SyncedTree<'a> {
+    pub(crate) uberblock: Uberblock,
+    /// Every dataset's object-set root, by name, as the directory of `uberblock.txg` has it.
+    pub(crate) roots: Vec<(String, cairn_format::BlockPointer)>,
+    /// The space-log chain of `uberblock.txg`.
+    pub(crate) chain: Vec<cairn_format::BlockPointer>,
+    pub(crate) _guard: ScanGuard<'a>,
+}
+
+/// Holds the open txg (it cannot start syncing) and waits out any sync already in flight:
+/// while the hold lives, the last synced txg's uberblock, roots and allocator agree. Writers
+/// keep going into the open txg meanwhile.
+pub(crate) fn freeze_syncs(engine: &TxgEngine) -> Result<cairn_pool::txg::TxgHold, EngineError> {
+    let hold = engine.try_hold().map_err(EngineError::Txg)?;
+    while engine.last_synced_txg() + 1 < hold.txg() {
+        if let Some(suspension) = engine.suspension() {
+            return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(
+                suspension,
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    Ok(hold)
+}
+
+impl<'a> SyncedTree<'a> {
+    /// Takes the roots of the last synced txg. The directory and the space-log chain in
+    /// memory are changed by the txg sync *before* its uberblock is committed (a dataset's
+    /// root then names blocks still being written), so a sync running meanwhile would mix
+    /// two txgs: the open txg is held (it cannot start syncing) and any sync already in
+    /// flight is waited for, just while the roots are read. The guard is taken before the
+    /// hold is let go, so no free of a later txg is released before it is in place.
+    pub(crate) fn take(
+        core: &'a PoolCore,
+        engine: Option<&TxgEngine>,
+    ) -> Result<SyncedTree<'a>, EngineError> {
+        let _freeze = engine.map(freeze_syncs).transpose()?;
+        let uberblock = core.uberblock.lock().clone();
+        let guard = ScanGuard::hold(core, uberblock.txg);
+        let roots = core
+            .directory
+            .lock()
+            .datasets
+            .values()
+            .filter_map(|record| record.objset_bp().ok().map(|bp| (record.name.clone(), bp)))
+            .collect();
+        let chain = core.space_log.lock().chain.clone();
+        Ok(SyncedTree {
+            uberblock,
+            roots,
+            chain,
+            _guard: guard,
+        })
+    }
+}
+
+/// While alive, space freed after `txg` is not reused, so a scan walking the tree of `txg`
+/// (scrub, check, resilver) never reads, or repairs over, space that now holds something else.
+/// Scans may overlap: the allocator keeps the lowest floor of those alive.
+pub(crate) struct ScanGuard<'a> {
+    core: &'a PoolCore,
+    floor: u64,
+}
+
+impl<'a> ScanGuard<'a> {
+    pub(crate) fn hold(core: &'a PoolCore, txg: u64) -> ScanGuard<'a> {
+        let floor = txg + 1;
+        let mut floors = core.scan_floors.lock();
+        *floors.entry(floor).or_default() += 1;
+        core.space
+            .lock()
+            .set_release_floor(floors.keys().next().copied());
+        ScanGuard { core, floor }
+    }
+}
+
+impl Drop for ScanGuard<'_> {
+    fn drop(&mut self) {
+        let mut floors = self.core.scan_floors.lock();
+        if let Some(count) = floors.get_mut(&self.floor) {
+            *count -= 1;
+            if *count == 0 {
+                floors.remove(&self.floor);
+            }
+        }
+        self.core
+            .space
+            .lock()
+            .set_release_floor(floors.keys().next().copied());
+    }
+}
