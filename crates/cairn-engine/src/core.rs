@@ -14,14 +14,15 @@
 //! `pool.rs` (the handle) sit above it, so none of them needs another to reach the core.
 
 use crate::EngineError;
-use cairn_dataset::DatasetDirectory;
+use cairn_dataset::properties::LogBias;
 use cairn_dataset::space::SpaceView;
+use cairn_dataset::{DatasetDirectory, DatasetError};
 use cairn_format::{BlockPointer, PoolState, Uberblock};
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
 use cairn_pool::space::SpaceAllocator;
 use cairn_pool::txg::{SuspendHandle, TxgEngine};
-use cairn_zil::IntentLog;
+use cairn_zil::{IntentLog, ZilConfig};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -219,5 +220,41 @@ impl Drop for ScanGuard<'_> {
             .space
             .lock()
             .set_release_floor(floors.keys().next().copied());
+    }
+}
+
+impl PoolCore {
+    /// The open object set of dataset `name`.
+    pub(crate) fn objset(&self, name: &str) -> Result<Arc<ObjectSet>, DatasetError> {
+        self.objsets
+            .lock()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))
+    }
+
+    /// A new intent log for dataset `name` over `objset`, with `lanes` chains, its blocks on
+    /// the log devices or not as `logbias` says.
+    pub(crate) fn new_intent_log(
+        &self,
+        name: &str,
+        engine: Arc<TxgEngine>,
+        objset: Arc<ObjectSet>,
+        lanes: usize,
+        logbias: LogBias,
+    ) -> Arc<IntentLog> {
+        let intent_log = Arc::new(IntentLog::new(
+            name.to_string(),
+            self.guid,
+            self.io.clone(),
+            engine,
+            objset,
+            ZilConfig {
+                lanes,
+                ..ZilConfig::default()
+            },
+        ));
+        intent_log.set_use_log_devices(logbias.uses_log_devices());
+        intent_log
     }
 }

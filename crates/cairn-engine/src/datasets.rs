@@ -18,7 +18,6 @@ use cairn_dataset::{
 };
 use cairn_format::{ObjectType, ObjsetType};
 use cairn_object::ObjectSet;
-use cairn_zil::{IntentLog, ZilConfig};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -269,32 +268,18 @@ impl Pool {
         let (size, block_size) = (properties.volsize_bytes, properties.volblocksize_bytes);
         let readonly = self.is_readonly() || properties.readonly;
         let sync_mode = properties.sync;
-        let lanes = properties.loglanes.0;
-        let use_log_devices = properties.logbias.uses_log_devices();
-        let objset = self
-            .core
-            .objsets
-            .lock()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
+        let objset = self.core.objset(name)?;
         check_volume_object(name, &objset, block_size)?;
         let space_check = self.space_check(name, &engine, objset.clone());
         // A read-only pool's volume has no intent log: it would allocate log blocks.
         let intent_log = (!self.is_readonly()).then(|| {
-            let intent_log = Arc::new(IntentLog::new(
-                name.to_string(),
-                self.core.guid,
-                self.core.io.clone(),
+            self.core.new_intent_log(
+                name,
                 engine.clone(),
                 objset.clone(),
-                ZilConfig {
-                    lanes,
-                    ..ZilConfig::default()
-                },
-            ));
-            intent_log.set_use_log_devices(use_log_devices);
-            intent_log
+                properties.loglanes.0,
+                properties.logbias,
+            )
         });
         let volume = Volume::new(
             name.to_string(),

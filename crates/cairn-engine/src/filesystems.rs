@@ -17,9 +17,8 @@
 
 use crate::EngineError;
 use crate::pool::Pool;
-use cairn_dataset::{DatasetError, DatasetKind};
+use cairn_dataset::DatasetKind;
 use cairn_fs::{Filesystem, FsConfig, NewInode, Tx};
-use cairn_zil::{IntentLog, ZilConfig};
 use std::sync::Arc;
 
 impl Pool {
@@ -70,25 +69,11 @@ impl Pool {
         }
         let engine = self.txg_engine_arc()?;
         let fs = self.build_filesystem(name)?;
-        let use_log_devices = self
+        let logbias = self.core.directory.lock().properties_of(name)?.logbias;
+        // Filesystems log on one chain (`loglanes` takes effect for volumes).
+        let intent_log = self
             .core
-            .directory
-            .lock()
-            .properties_of(name)?
-            .logbias
-            .uses_log_devices();
-        let intent_log = Arc::new(IntentLog::new(
-            name.to_string(),
-            self.core.guid,
-            self.core.io.clone(),
-            engine,
-            fs.objset().clone(),
-            ZilConfig {
-                lanes: 1,
-                ..ZilConfig::default()
-            },
-        ));
-        intent_log.set_use_log_devices(use_log_devices);
+            .new_intent_log(name, engine, fs.objset().clone(), 1, logbias);
         let fs = fs.with_intent_log(intent_log.clone());
         fs.drain_delete_queue()?;
         self.core
@@ -104,13 +89,7 @@ impl Pool {
     pub(crate) fn build_filesystem(&self, name: &str) -> Result<Filesystem, EngineError> {
         let engine = self.readers_engine();
         let config = self.filesystem_config(name)?;
-        let objset = self
-            .core
-            .objsets
-            .lock()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
+        let objset = self.core.objset(name)?;
         let check = self.space_check(name, &engine, objset.clone());
         Ok(Filesystem::open(name.to_string(), objset, engine, config)?.with_space_check(check))
     }
@@ -119,13 +98,7 @@ impl Pool {
     /// `df`): available is its AVAIL with unsynced growth counted, size is that plus what
     /// it uses, so a quota shows as the filesystem's size.
     pub fn filesystem_space(&self, name: &str) -> Result<(u64, u64), EngineError> {
-        let objset = self
-            .core
-            .objsets
-            .lock()
-            .get(name)
-            .cloned()
-            .ok_or_else(|| DatasetError::NoSuchDataset(name.into()))?;
+        let objset = self.core.objset(name)?;
         let live = objset.space_estimate();
         let pool_available = self.core.space.lock().available_bytes();
         let view = self.core.space_view.lock().clone();

@@ -30,12 +30,7 @@ const INTENT_LOG_LANE_SIZE: u64 = 32;
 
 /// Every constant the document may state, with the code's value.
 fn code_constants() -> BTreeMap<&'static str, u64> {
-    macro_rules! constants {
-        ($($module:ident :: $name:ident),* $(,)?) => {
-            BTreeMap::from([$((stringify!($name), $module::$name as u64)),*])
-        };
-    }
-    constants![
+    doc_check::code_constants![
         cairn_format::FORMAT_VERSION,
         cairn_format::ASHIFT_DEFAULT,
         cairn_format::ASHIFT_MIN,

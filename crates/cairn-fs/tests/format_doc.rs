@@ -30,12 +30,7 @@ fn fs_section() -> String {
 
 /// Every constant the section may state, with the code's value.
 fn code_constants() -> BTreeMap<&'static str, u64> {
-    macro_rules! constants {
-        ($($path:ident :: $name:ident),* $(,)?) => {
-            BTreeMap::from([$((stringify!($name), $path::$name as u64)),*])
-        };
-    }
-    constants![
+    doc_check::code_constants![
         cairn_fs::MASTER_OBJECT,
         cairn_fs::ROOT_OBJECT,
         cairn_fs::DELETE_QUEUE_OBJECT,

@@ -23,12 +23,7 @@ fn l2arc_section() -> String {
 
 /// Every constant the section may state, with the code's value.
 fn code_constants() -> BTreeMap<&'static str, u64> {
-    macro_rules! constants {
-        ($($path:ident :: $name:ident),* $(,)?) => {
-            BTreeMap::from([$((stringify!($name), $path::$name as u64)),*])
-        };
-    }
-    constants![
+    doc_check::code_constants![
         layout::CACHE_FORMAT_VERSION,
         layout::SECTOR_BYTES,
         layout::SUPER_BYTES,

@@ -15,6 +15,17 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// `code_constants![module::NAME, ...]`: a map from each constant's name to the code's value,
+/// what a test's constant table compares the document's `` `NAME` = value `` lines with.
+#[allow(unused_macros)]
+macro_rules! code_constants {
+    ($($module:ident :: $name:ident),* $(,)?) => {
+        std::collections::BTreeMap::from([$((stringify!($name), $module::$name as u64)),*])
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use code_constants;
+
 const DOC_PATH: &str = "../../docs/format.md";
 
 /// `docs/format.md`, read from the including crate's manifest directory (every crate lives at
