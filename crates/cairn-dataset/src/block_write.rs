@@ -11,9 +11,15 @@
 //! - writing whole blocks in place for a synchronous write (`write_in_place`: FUA to their
 //!   final place, only their pointers logged).
 //!
-//! Whether a change commits before it returns is `SyncMode::commits`. The callers throttle,
-//! ask the space check (`space_check.rs`) and join the txg before anything here runs, and log
+//! Every change enters the same way (`join_txg`): the space check (`space_check.rs`) if it
+//! can take room, then the write throttle, then the caller's own locks, then a hold on the open
+//! txg. Whether a change commits before it returns is `SyncMode::commits`. The callers log
 //! what they changed after.
+//!
+//! Why that order: a refusal must come before anything changed; a writer the throttle delays
+//! must hold no lock (it would stall every other writer of the same object for the delay) and
+//! no hold (a hold keeps the txg from syncing, and the throttle waits for exactly that sync);
+//! the hold comes last so the txg cannot close between the locks and the change.
 //!
 //! Costs: nothing here allocates per block or takes a lock the caller did not take before;
 //! each block's dirty bytes are counted after its stripe lock is released.
@@ -21,9 +27,40 @@
 use bytes::Bytes;
 use cairn_format::BlockPointer;
 use cairn_object::{ObjectError, ObjectSet, is_all_zero};
-use cairn_pool::txg::TxgHold;
+use cairn_pool::txg::{TxgEngine, TxgError, TxgHold};
 use parking_lot::Mutex;
 use std::ops::Range;
+
+use crate::space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
+
+/// Why a change could not join a txg; nothing was changed.
+#[derive(Debug)]
+pub enum JoinError {
+    /// The space check refused what the change asked.
+    Space(SpaceRefusal),
+    /// The txg engine takes no more changes (suspended, read-only, shut down).
+    Txg(TxgError),
+}
+
+/// Admits a change into the open txg: asks `space` (a change that can take room: the check and
+/// what it asks), throttles for `dirty_bytes`, takes the caller's locks (`lock`), then holds
+/// the txg. Returns the hold and the locks; the change is made under both and the locks are
+/// dropped before any commit. See the module doc for why in this order.
+pub fn join_txg<G>(
+    txg: &TxgEngine,
+    space: Option<(&SpaceCheck, SpaceAsk)>,
+    dirty_bytes: u64,
+    lock: impl FnOnce() -> G,
+) -> Result<(TxgHold, G), JoinError> {
+    if let Some((check, ask)) = space {
+        debug_assert!(ask.may_wait, "a change that joins a txg may wait for room");
+        check(ask).map_err(JoinError::Space)?;
+    }
+    txg.throttle(dirty_bytes);
+    let guards = lock();
+    let hold = txg.try_hold().map_err(JoinError::Txg)?;
+    Ok((hold, guards))
+}
 
 /// The pieces of `[offset, offset + len)` cut at `block_bytes` boundaries, in order: (block
 /// number, offset in the block, length). A piece as long as a block is a whole block.
@@ -166,6 +203,7 @@ pub fn write_in_place(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn pieces_cut_at_block_boundaries() {
@@ -178,6 +216,38 @@ mod tests {
             vec![(0, 4000, 96), (1, 0, 4096), (2, 0, 4096), (3, 0, 112)]
         );
         assert_eq!(cut(8192, 4097), vec![(2, 0, 4096), (3, 0, 1)]);
+    }
+
+    struct NoSync;
+
+    impl cairn_pool::txg::TxgSyncer for NoSync {
+        fn sync_txg(&self, _txg: u64) -> Result<(), cairn_pool::txg::SyncError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_change_is_refused_before_it_locks_or_holds_and_joins_the_open_txg_otherwise() {
+        let engine = TxgEngine::start(cairn_pool::txg::TxgConfig::default(), 6, Arc::new(NoSync));
+        let full: SpaceCheck =
+            Arc::new(|ask: SpaceAsk| Err(SpaceRefusal::Quota(format!("{}", ask.bytes))));
+        let roomy: SpaceCheck = Arc::new(|_| Ok(()));
+        let locked = std::cell::Cell::new(0);
+        let refused = join_txg(&engine, Some((&full, SpaceAsk::bytes(512))), 512, || {
+            locked.set(locked.get() + 1)
+        });
+        assert!(matches!(refused, Err(JoinError::Space(SpaceRefusal::Quota(why))) if why == "512"));
+        assert_eq!(locked.get(), 0, "a refused change took the caller's locks");
+        let (hold, ()) = join_txg(&engine, Some((&roomy, SpaceAsk::bytes(512))), 512, || {
+            locked.set(locked.get() + 1)
+        })
+        .expect("room and an open txg");
+        assert_eq!(locked.get(), 1);
+        assert_eq!(hold.txg(), engine.open_txg());
+        drop(hold);
+        engine.shutdown().expect("shut down");
+        let closed = join_txg(&engine, None, 0, || ());
+        assert!(matches!(closed, Err(JoinError::Txg(TxgError::ShutDown))));
     }
 
     #[test]

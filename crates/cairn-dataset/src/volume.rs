@@ -11,9 +11,9 @@
 //! once when it is in memory), under the block's stripe lock. Trim and write-zeroes punch
 //! holes for whole blocks and zero the covered bytes of partial ones.
 //!
-//! Writers call `TxgEngine::throttle` before joining a txg, so a burst of writes slows smoothly
-//! as dirty data approaches its limit instead of stalling at it. Space is checked before any
-//! change is made (`SpaceCheck`, the engine's one policy for volumes and filesystems): a write
+//! Writers join a txg through `block_write::join_txg`, as files do: the write throttle comes
+//! first, so a burst of writes slows smoothly as dirty data approaches its limit instead of
+//! stalling at it, and space is checked before any change is made (`SpaceCheck`, the engine's one policy for volumes and filesystems): a write
 //! that cannot fit returns `NoSpace` (the pool is full) or `QuotaExceeded` (a `quota` or
 //! `refquota` binds, an ancestor's included) and changes nothing.
 //!
@@ -691,11 +691,13 @@ impl Volume {
         if len == 0 {
             return Ok(None);
         }
-        if change == Change::Write {
-            (self.space_check)(SpaceAsk::bytes(len))?;
-        }
-        self.txg.throttle(len);
-        let hold = self.txg.try_hold().map_err(|err| self.io_error(err))?;
+        let space = (change == Change::Write).then(|| (&self.space_check, SpaceAsk::bytes(len)));
+        // A volume's writers order themselves per block (`BlockStripes`): no lock of its own.
+        let (hold, ()) =
+            block_write::join_txg(&self.txg, space, len, || ()).map_err(|err| match err {
+                block_write::JoinError::Space(refusal) => DatasetError::from(refusal),
+                block_write::JoinError::Txg(err) => self.io_error(err),
+            })?;
         let logged = change_fn(&hold)?;
         debug_assert_eq!(logged.iter().map(|part| part.length).sum::<u64>(), len);
         Ok(self.log_change(&hold, logged, options))

@@ -5,6 +5,7 @@
 //! cairn-dataset's `block_write`, shared with volumes; what is a file's own stays here (block
 //! size growing with a small file, inode attributes, holes left alone where a file has none).
 
+use crate::SpaceAsk;
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::log::FsOp;
 use crate::{
@@ -38,14 +39,14 @@ impl Filesystem {
     /// Changes attributes; a size change truncates or extends the file.
     pub fn setattr(&self, object: u64, changes: SetAttrs) -> Result<InodeAttrs, FsError> {
         self.check_writable()?;
-        if let Some(size) = changes.size
-            && size > self.getattr(object)?.size
-        {
-            // Extending makes a hole (no data), but the change itself needs room: at a
-            // quota or on a full pool it is refused, as every growth is.
-            self.check_space(NAMESPACE_CHANGE_BYTES)?;
-        }
-        let (hold, guards) = self.hold_locked(&[object], 0)?;
+        // Extending makes a hole (no data), but the change itself needs room: at a quota or on
+        // a full pool it is refused, as every growth is.
+        let extends = match changes.size {
+            Some(size) => size > self.getattr(object)?.size,
+            None => false,
+        };
+        let space = extends.then(|| SpaceAsk::bytes(NAMESPACE_CHANGE_BYTES));
+        let (hold, guards) = self.hold_locked(&[object], 0, space)?;
         let time = Timestamp::now();
         let attrs = self.do_setattr(&hold, object, changes, time)?;
         self.logged(
@@ -241,12 +242,13 @@ impl Filesystem {
             .checked_add(data.len() as u64)
             .filter(|end| *end <= i64::MAX as u64)
             .ok_or(FsError::TooLarge)?;
-        // Data, its indirect blocks and the dnode's, with room to spare.
-        self.check_space_past_quota(
-            data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES,
+        let space = SpaceAsk {
+            // Data, its indirect blocks and the dnode's, with room to spare.
+            bytes: data.len() as u64 + data.len() as u64 / 8 + NAMESPACE_CHANGE_BYTES,
             quota_margin_bytes,
-        )?;
-        let (hold, guards) = self.hold_locked(&[object], data.len() as u64)?;
+            may_wait: true,
+        };
+        let (hold, guards) = self.hold_locked(&[object], data.len() as u64, Some(space))?;
         let mut stored = StoredBlocks {
             in_place: self.writes_in_place(sync),
             blocks: Vec::new(),
@@ -521,6 +523,7 @@ impl Filesystem {
         if len == 0 {
             return Err(FsError::Invalid("fallocate of no bytes".into()));
         }
+        let mut space = None;
         if let Fallocate::Allocate { .. } = op {
             // Nothing is reserved (copy-on-write allocates when data is written), but the
             // part of the range past the end of the file is refused if it would not fit
@@ -528,10 +531,12 @@ impl Filesystem {
             let end = offset.saturating_add(len);
             let beyond = end.saturating_sub(offset.max(self.getattr(object)?.size));
             if beyond > 0 {
-                self.check_space(beyond.saturating_add(NAMESPACE_CHANGE_BYTES))?;
+                space = Some(SpaceAsk::bytes(
+                    beyond.saturating_add(NAMESPACE_CHANGE_BYTES),
+                ));
             }
         }
-        let (hold, guards) = self.hold_locked(&[object], 0)?;
+        let (hold, guards) = self.hold_locked(&[object], 0, space)?;
         let time = Timestamp::now();
         let attrs = self.do_fallocate(&hold, object, offset, len, op, time)?;
         self.logged(

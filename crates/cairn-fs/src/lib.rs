@@ -82,6 +82,7 @@ pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
+use cairn_dataset::block_write::{self, JoinError};
 use cairn_format::{BLOCK_SIZE_GRANULE, ObjectType};
 use cairn_object::{ObjectError, ObjectSet};
 use cairn_pool::txg::{TxgEngine, TxgHold};
@@ -460,21 +461,8 @@ impl Filesystem {
     /// Fails with `QuotaExceeded` when `bytes` more would exceed a quota, `NoSpace` when
     /// they would not fit the pool.
     fn check_space(&self, bytes: u64) -> Result<(), FsError> {
-        self.check_space_past_quota(bytes, 0)
-    }
-
-    /// `check_space`, letting a quota be exceeded by up to `quota_margin_bytes`.
-    fn check_space_past_quota(&self, bytes: u64, quota_margin_bytes: u64) -> Result<(), FsError> {
         match &self.space_check {
-            Some(check) => check(SpaceAsk {
-                bytes,
-                quota_margin_bytes,
-                may_wait: true,
-            })
-            .map_err(|refusal| match refusal {
-                SpaceRefusal::Pool(why) => FsError::NoSpace(why),
-                SpaceRefusal::Quota(why) => FsError::QuotaExceeded(why),
-            }),
+            Some(check) => check(SpaceAsk::bytes(bytes)).map_err(refusal_error),
             None => Ok(()),
         }
     }
@@ -615,7 +603,7 @@ impl Filesystem {
         if attrs.links > 0 || self.config.read().readonly {
             return Ok(());
         }
-        let (hold, _guards) = self.hold_locked(&[object], 0)?;
+        let (hold, _guards) = self.hold_locked(&[object], 0, None)?;
         if self.opens.lock().contains_key(&object) {
             return Ok(());
         }
@@ -640,6 +628,7 @@ impl Filesystem {
         if names.is_empty() {
             return Ok(());
         }
+        // Frees only: nothing to throttle or to ask the space check (see `block_write::join_txg`).
         let hold = self.txg.try_hold()?;
         for name in names {
             let object = std::str::from_utf8(&name)
@@ -666,32 +655,33 @@ impl Filesystem {
     }
 
     fn stripe(&self, object: u64) -> &RwLock<()> {
-        &self.stripes[(object.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % LOCK_STRIPES]
+        &self.stripes[stripe_of(object)]
     }
 
-    /// Throttles for `dirty_bytes`, locks the stripes of `objects` in order, and joins the
-    /// open txg. Locks come before the hold, so a hold is never kept while waiting for a lock
-    /// (which would hold up the txg's quiesce).
+    /// Joins the open txg for a change to `objects` that dirties up to `dirty_bytes`
+    /// (cairn-dataset's `block_write::join_txg`, shared with volumes): asks the space check
+    /// for `space` if the change can take room, throttles, locks the stripes of `objects` in
+    /// stripe order (so two changes never wait on each other's locks), then holds the txg.
     fn hold_locked(
         &self,
         objects: &[u64],
         dirty_bytes: u64,
+        space: Option<SpaceAsk>,
     ) -> Result<(TxgHold, Vec<RwLockWriteGuard<'_, ()>>), FsError> {
-        self.txg.throttle(dirty_bytes);
-        let mut stripes: Vec<usize> = objects
-            .iter()
-            .map(|object| {
-                (object.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % LOCK_STRIPES
-            })
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let guards = stripes
-            .into_iter()
-            .map(|stripe| self.stripes[stripe].write())
-            .collect();
-        let hold = self.txg.try_hold()?;
-        Ok((hold, guards))
+        let space = space.and_then(|ask| self.space_check.as_ref().map(|check| (check, ask)));
+        let lock = || {
+            let mut stripes: Vec<usize> = objects.iter().map(|object| stripe_of(*object)).collect();
+            stripes.sort_unstable();
+            stripes.dedup();
+            stripes
+                .into_iter()
+                .map(|stripe| self.stripes[stripe].write())
+                .collect()
+        };
+        block_write::join_txg(&self.txg, space, dirty_bytes, lock).map_err(|err| match err {
+            JoinError::Space(refusal) => refusal_error(refusal),
+            JoinError::Txg(err) => FsError::Txg(err),
+        })
     }
 
     fn note_dirty(&self, objects: &[u64], txg: u64) {
@@ -708,6 +698,21 @@ impl Filesystem {
             dirty.txgs.retain(|_, txg| *txg > synced);
             dirty.sweep_at_len = 2 * dirty.txgs.len();
         }
+    }
+}
+
+/// The lock stripe of inode `object` (a multiplicative hash: neighbouring inode numbers, made
+/// together, land on different stripes).
+fn stripe_of(object: u64) -> usize {
+    (object.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % LOCK_STRIPES
+}
+
+/// The error a space refusal is to a filesystem's client: EDQUOT for a quota, ENOSPC for the
+/// pool.
+fn refusal_error(refusal: SpaceRefusal) -> FsError {
+    match refusal {
+        SpaceRefusal::Pool(why) => FsError::NoSpace(why),
+        SpaceRefusal::Quota(why) => FsError::QuotaExceeded(why),
     }
 }
 

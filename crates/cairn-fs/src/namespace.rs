@@ -2,6 +2,7 @@
 //! joins the open txg, makes the change through its `do_*` twin (which replay calls too, with
 //! the logged object numbers and times) and logs it (`FsOp`).
 
+use crate::SpaceAsk;
 use crate::acl;
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
 use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
@@ -120,9 +121,10 @@ impl Filesystem {
     ) -> Result<(u64, InodeAttrs), FsError> {
         check_name(name)?;
         self.check_writable()?;
-        self.check_space(NAMESPACE_CHANGE_BYTES + symlink_target.len() as u64)?;
+        let space = SpaceAsk::bytes(NAMESPACE_CHANGE_BYTES + symlink_target.len() as u64);
         let object = self.next_object.fetch_add(1, Ordering::Relaxed);
-        let (hold, _guards) = self.hold_locked(&[dir, object], 3 * u64::from(MAP_BLOCK_BYTES))?;
+        let (hold, _guards) =
+            self.hold_locked(&[dir, object], 3 * u64::from(MAP_BLOCK_BYTES), Some(space))?;
         let time = Timestamp::now();
         let attrs = self.do_create(
             &hold,
@@ -241,8 +243,9 @@ impl Filesystem {
     pub fn link(&self, object: u64, dir: u64, name: &[u8]) -> Result<InodeAttrs, FsError> {
         check_name(name)?;
         self.check_writable()?;
-        self.check_space(NAMESPACE_CHANGE_BYTES)?;
-        let (hold, _guards) = self.hold_locked(&[dir, object], 2 * u64::from(MAP_BLOCK_BYTES))?;
+        let space = SpaceAsk::bytes(NAMESPACE_CHANGE_BYTES);
+        let (hold, _guards) =
+            self.hold_locked(&[dir, object], 2 * u64::from(MAP_BLOCK_BYTES), Some(space))?;
         let time = Timestamp::now();
         let attrs = self.do_link(&hold, object, dir, name, time)?;
         self.logged(
@@ -322,7 +325,8 @@ impl Filesystem {
         loop {
             // The child is found before locking it; if it changed meanwhile, look again.
             let (child, _) = self.lookup(dir, name)?;
-            let (hold, guards) = self.hold_locked(&[dir, child], 2 * u64::from(MAP_BLOCK_BYTES))?;
+            let (hold, guards) =
+                self.hold_locked(&[dir, child], 2 * u64::from(MAP_BLOCK_BYTES), None)?;
             let time = Timestamp::now();
             let Some(object) = self.do_remove(&hold, dir, name, want_dir, time, Some(child))?
             else {
@@ -447,7 +451,7 @@ impl Filesystem {
         };
         let mut objects = vec![old_dir, new_dir, source];
         objects.extend(target);
-        let (hold, guards) = self.hold_locked(&objects, 4 * u64::from(MAP_BLOCK_BYTES))?;
+        let (hold, guards) = self.hold_locked(&objects, 4 * u64::from(MAP_BLOCK_BYTES), None)?;
         let time = Timestamp::now();
         let expected = (source, target);
         if self

@@ -23,6 +23,7 @@
 //! on disk (the zeros past its end compress away when `compression` is on). Freeing an inode
 //! with attributes reads its map to find value objects, one block for a few attributes.
 
+use crate::SpaceAsk;
 use crate::acl::{self, Acl};
 use crate::attrs::InodeAttrs;
 use crate::attrs::{FileKind, Timestamp};
@@ -111,9 +112,12 @@ impl Filesystem {
         }
         self.check_writable()?;
         let value_bytes = value.len() as u64;
-        self.check_space(NAMESPACE_CHANGE_BYTES + value_bytes)?;
-        let (hold, guards) =
-            self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES) + value_bytes)?;
+        let space = SpaceAsk::bytes(NAMESPACE_CHANGE_BYTES + value_bytes);
+        let (hold, guards) = self.hold_locked(
+            &[object],
+            u64::from(MAP_BLOCK_BYTES) + value_bytes,
+            Some(space),
+        )?;
         // An object number only for a map this change will make (under the inode's lock, so
         // the answer holds): numbers taken for nothing leave holes in the dnode array, and
         // `cp -a` sets an ACL on every file it copies.
@@ -343,7 +347,7 @@ impl Filesystem {
     /// Removes extended attribute `name` of inode `object`.
     pub fn removexattr(&self, object: u64, name: &[u8]) -> Result<(), FsError> {
         self.check_writable()?;
-        let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES))?;
+        let (hold, guards) = self.hold_locked(&[object], u64::from(MAP_BLOCK_BYTES), None)?;
         let time = Timestamp::now();
         self.do_removexattr(&hold, object, name, time)?;
         self.logged(
