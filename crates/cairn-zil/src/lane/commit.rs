@@ -51,6 +51,16 @@ impl BatchPlan {
     fn take(st: &mut LaneState, bytes_max: usize) -> (BatchPlan, Vec<Itx>) {
         let started = Instant::now();
         let itxs = st.take_batch(bytes_max);
+        // A batch is a contiguous run of tickets, all past the durable ones.
+        debug_assert!(
+            itxs.first()
+                .is_some_and(|first| first.ticket > st.durable_ticket)
+        );
+        debug_assert!(
+            itxs.first()
+                .zip(itxs.last())
+                .is_some_and(|(first, last)| last.ticket - first.ticket + 1 == itxs.len() as u64)
+        );
         let plan = BatchPlan {
             chain: st.chain,
             epoch: st.chain_epoch,
@@ -107,6 +117,17 @@ impl LaneState {
     /// Registers a built batch as in flight and moves the chain's end past its blocks;
     /// returns the batch's id.
     fn launch(&mut self, built: &Built) -> u64 {
+        // Batches go in flight in ticket order (one builder at a time), at most IN_FLIGHT_MAX.
+        assert!(
+            self.in_flight.len() < IN_FLIGHT_MAX,
+            "a batch launched past the in-flight limit"
+        );
+        debug_assert!(
+            self.in_flight
+                .back()
+                .is_none_or(|last| last.last_ticket < built.last_ticket)
+        );
+        debug_assert_eq!(built.blocks.len(), built.encoded.len());
         let batch_id = self.next_batch_id;
         self.next_batch_id += 1;
         self.in_flight.push_back(Batch {
@@ -122,6 +143,7 @@ impl LaneState {
     }
 
     pub(super) fn complete(&mut self, batch_id: u64) {
+        // A txg sync that covered the batch meanwhile has already dropped it (`settle_after_sync`).
         if let Some(batch) = self.in_flight.iter_mut().find(|batch| batch.id == batch_id) {
             batch.done = true;
         }
@@ -394,6 +416,11 @@ impl IntentLog {
         let mut runs: Vec<(Dva, Vec<&[u8]>)> = Vec::new();
         for (block, bytes) in built.blocks.iter().zip(&built.encoded) {
             let dva = block.dva;
+            // Each block fits its allocation, so padding to it puts the next at its address.
+            debug_assert!(
+                bytes.len() <= dva.asize as usize,
+                "a log block past its allocation"
+            );
             if let Some((run, bufs)) = runs.last_mut()
                 && run.vdev == dva.vdev
                 && run.offset + u64::from(run.asize) == dva.offset

@@ -54,13 +54,26 @@ impl Pending {
     }
 
     fn push_back(&mut self, itx: Itx) {
+        // Pending tickets are one contiguous run: records leave only from the front.
+        debug_assert!(
+            self.records
+                .back()
+                .is_none_or(|last| last.ticket + 1 == itx.ticket),
+            "ticket {} appended out of order",
+            itx.ticket
+        );
         self.payload_bytes += payload_len(&itx.op) as u64;
         self.records.push_back(itx);
     }
 
     fn pop_front(&mut self) -> Option<Itx> {
         let itx = self.records.pop_front()?;
-        self.payload_bytes -= payload_len(&itx.op) as u64;
+        let bytes = payload_len(&itx.op) as u64;
+        debug_assert!(
+            self.payload_bytes >= bytes,
+            "pending payload sum out of step"
+        );
+        self.payload_bytes -= bytes;
         Some(itx)
     }
 
@@ -198,6 +211,10 @@ impl Lane {
             to_wake = self.publish(&mut st);
         }
         let ticket = st.next_ticket;
+        debug_assert!(
+            ticket > st.durable_ticket,
+            "a new ticket is never already durable"
+        );
         st.next_ticket += 1;
         let txg = op.txg;
         st.newest_txg = st.newest_txg.max(txg);
@@ -223,6 +240,17 @@ impl Lane {
     /// change of either, and wake the result once the lock is released.
     #[must_use]
     fn publish(&self, st: &mut LaneState) -> Vec<Thread> {
+        // Durability never goes back: a committer released for a ticket must stay released.
+        assert!(
+            st.durable_ticket >= self.durable_published.load(Ordering::Acquire),
+            "lane {}: durable ticket went back to {}",
+            self.index,
+            st.durable_ticket
+        );
+        assert!(
+            st.durable_ticket < st.next_ticket,
+            "a ticket durable before it was issued"
+        );
         self.durable_published
             .store(st.durable_ticket, Ordering::Release);
         let failed = st.failed.is_some();
@@ -243,6 +271,7 @@ impl Lane {
     /// caller checked, under the lock it hands in, that neither is true yet and that its
     /// record is in a batch (no builder needs it); the lock is released while parked.
     fn wait_durable(&self, st: &mut MutexGuard<'_, LaneState>, ticket: u64) {
+        debug_assert!(ticket > st.durable_ticket && st.failed.is_none());
         st.durable_waiters.push((ticket, std::thread::current()));
         MutexGuard::unlocked(st, || {
             // Unparks that arrive before `park` are kept as a token; spurious returns loop.
@@ -281,6 +310,10 @@ impl LaneState {
             .is_some_and(|itx| itx.op.txg <= synced_txg)
         {
             let itx = self.pending.pop_front().expect("front checked");
+            debug_assert!(
+                itx.ticket > self.durable_ticket,
+                "a pending record already durable"
+            );
             self.durable_ticket = itx.ticket;
         }
     }
