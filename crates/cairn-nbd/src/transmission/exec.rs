@@ -166,5 +166,9 @@ pub(super) fn normalize_extents(raw: &[(u64, u32)], len: u32, req_one: bool) -> 
     if req_one {
         out.truncate(1);
     }
+    // The wire's promises: no empty extent, neighbours differ, never past the request.
+    debug_assert!(out.iter().all(|&(l, _)| l > 0));
+    debug_assert!(out.windows(2).all(|pair| pair[0].1 != pair[1].1));
+    debug_assert!(out.iter().map(|&(l, _)| u64::from(l)).sum::<u64>() <= u64::from(len));
     out
 }

@@ -78,6 +78,19 @@ impl Op {
         )
     }
 
+    /// The byte range the operation covers (`None` for a flush).
+    pub(super) fn range(&self) -> Option<(u64, u32)> {
+        match *self {
+            Op::Flush => None,
+            Op::Read { offset, len }
+            | Op::Write { offset, len, .. }
+            | Op::Trim { offset, len, .. }
+            | Op::WriteZeroes { offset, len, .. }
+            | Op::Cache { offset, len }
+            | Op::BlockStatus { offset, len, .. } => Some((offset, len)),
+        }
+    }
+
     pub(super) fn is_write_like(&self) -> bool {
         matches!(
             self,
@@ -117,7 +130,22 @@ pub(super) fn validate(req: &Request, s: &Session) -> Result<Op, Refusal> {
     if kind != OpKind::Flush {
         check_range(kind, req.offset, req.length, s)?;
     }
-    op(kind, req, s)
+    let op = op(kind, req, s)?;
+    // What every export call may rely on (see the module doc).
+    debug_assert!(
+        op.range()
+            .is_none_or(|(offset, len)| offset + u64::from(len) <= s.size),
+        "{op:?} validated past the end of the export"
+    );
+    debug_assert!(
+        !(op.is_write_like() && s.readonly),
+        "{op:?} validated on a read-only export"
+    );
+    debug_assert!(
+        op.buffer_bytes() <= s.block.max,
+        "{op:?} validated past the block limit"
+    );
+    Ok(op)
 }
 
 /// The operation a command code names and the command flags it accepts.
