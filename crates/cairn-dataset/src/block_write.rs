@@ -135,6 +135,11 @@ pub fn store_block(
     block_bytes: u64,
     data: Option<Bytes>,
 ) {
+    debug_assert!(
+        data.as_ref()
+            .is_none_or(|data| data.len() as u64 == block_bytes),
+        "a whole block of {block_bytes} bytes stored with another length"
+    );
     let newly_dirty = match data {
         Some(data) => objset.write_block(hold.txg(), object, blkid, data),
         None => objset.free_block(hold.txg(), object, blkid),
@@ -165,6 +170,15 @@ pub fn write_part(
     range: Range<usize>,
     fill: impl FnOnce(&mut [u8]),
 ) -> Result<(), ObjectError> {
+    // A part, not the whole block (that is `store_block`'s), and inside it.
+    debug_assert!(
+        range.start < range.end && range.end <= block_bytes as usize,
+        "part {range:?} of a {block_bytes}-byte block"
+    );
+    debug_assert!(
+        range.len() < block_bytes as usize,
+        "a whole block written as a part"
+    );
     let newly_dirty = {
         let _stripe = stripes.map(|stripes| stripes.of(blkid).lock());
         objset.write_partial(hold.txg(), object, blkid, block_bytes, range, fill)?
@@ -187,7 +201,19 @@ pub fn write_in_place(
     blocks: Vec<(u64, Bytes)>,
 ) -> Result<Vec<(u64, BlockPointer)>, ObjectError> {
     let blkids: Vec<u64> = blocks.iter().map(|(blkid, _)| *blkid).collect();
+    // Whole blocks, each once, in order: the callers log them as one ascending run.
+    debug_assert!(blkids.windows(2).all(|pair| pair[0] < pair[1]));
+    debug_assert!(
+        blocks
+            .iter()
+            .all(|(_, bytes)| bytes.len() as u64 == block_bytes)
+    );
     let written = objset.write_blocks_in_place(hold.txg(), object, blocks)?;
+    assert_eq!(
+        written.len(),
+        blkids.len(),
+        "the object set wrote another number of blocks in place than it was given"
+    );
     Ok(blkids
         .into_iter()
         .zip(written)

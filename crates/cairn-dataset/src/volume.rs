@@ -327,6 +327,14 @@ impl Volume {
         whole_block: impl Fn(usize) -> Option<Bytes>,
     ) -> Result<(), DatasetError> {
         let txg = hold.txg();
+        // `check_range` ran: no piece reaches past the volume's end.
+        assert!(
+            offset
+                .checked_add(len)
+                .is_some_and(|end| end <= self.size_bytes),
+            "{}: change of {len} bytes at {offset} past the end",
+            self.name
+        );
         let block_size = self.block_size as usize;
         let mut cursor = 0;
         for (blkid, within, take) in self.pieces(offset, len) {
@@ -356,6 +364,7 @@ impl Volume {
             }
             cursor += take;
         }
+        debug_assert_eq!(cursor as u64, len, "the pieces do not cover the change");
         self.last_dirty_txg.fetch_max(txg, Ordering::AcqRel);
         Ok(())
     }
@@ -614,6 +623,8 @@ impl Volume {
         let end = offset + data.len() as u64;
         for (blkid, bp) in written {
             let block_start = blkid * block_size;
+            // Blocks come back in order and inside the write: the records tile its range.
+            debug_assert!(block_start >= position && block_start + block_size <= end);
             if block_start > position {
                 logged.push(self.write_between(
                     hold,
