@@ -248,6 +248,9 @@ impl Writer {
             promoted: false,
             frequency: item.frequency.max(1),
         });
+        // Blocks start on sector boundaries (an index place is a sector number).
+        debug_assert!(self.chunk.len() as u64 % SECTOR_BYTES == 0);
+        debug_assert_eq!(self.chunk_entries.len(), self.chunk_states.len());
         if self.chunk.len() >= self.chunk_bytes_max {
             self.write_chunk();
         }
@@ -340,6 +343,19 @@ impl Writer {
         let superblock = self.device.superblock;
         let offset = superblock.segment_offset(filling.segment) + filling.cursor_bytes;
         let chunk_bytes = chunk.len() as u64;
+        // The chunk and the summary entries it adds stay inside the segment: past it lies the
+        // next segment's header, which a write here would destroy.
+        let summary_bytes = ((filling.entries.len() + entries.len()) * SUMMARY_ENTRY_BYTES) as u64;
+        assert!(
+            filling.cursor_bytes + chunk_bytes + summary_bytes <= superblock.segment_bytes,
+            "segment {}: a chunk of {chunk_bytes} bytes at {} does not fit",
+            filling.segment,
+            filling.cursor_bytes
+        );
+        debug_assert!(
+            filling.cursor_bytes >= HEADER_BYTES && filling.cursor_bytes % SECTOR_BYTES == 0
+        );
+        debug_assert_eq!(entries.len(), frequencies.len());
         if self.device.write_at(offset, chunk).is_err() {
             self.device.write_errors.fetch_add(1, Ordering::Relaxed);
             self.shared.failed(&self.device);
@@ -420,6 +436,11 @@ impl Writer {
         }
         let superblock = self.device.superblock;
         let summary = layout::encode_summary(&filling.entries);
+        assert!(
+            filling.cursor_bytes + summary.len() as u64 <= superblock.segment_bytes,
+            "segment {}: the summary would pass its end",
+            filling.segment
+        );
         let (sequence, hits) = {
             let segments = self.device.segments.lock();
             (segments.next_sequence(), segments.hits(filling.segment))
