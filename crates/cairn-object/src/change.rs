@@ -191,7 +191,7 @@ impl ObjectSet {
         }
         dnode.bonus = bonus;
         let mut state = self.state.lock();
-        let changes = state.changes.entry(txg).or_default();
+        let changes = state.changes_of(txg);
         changes.dnodes.insert(object, dnode);
         Ok(())
     }
@@ -240,7 +240,7 @@ impl ObjectSet {
         // Pending versions of block 0 in `txg` at the old size cannot be written any more.
         let stale = {
             let mut state = self.state.lock();
-            let changes = state.changes.entry(txg).or_default();
+            let changes = state.changes_of(txg);
             match changes.blocks.get(&(object, 0)) {
                 Some(change)
                     if change
@@ -341,7 +341,7 @@ impl ObjectSet {
         let mut dropped = Vec::new();
         {
             let mut state = self.state.lock();
-            let changes = state.changes.entry(txg).or_default();
+            let changes = state.changes_of(txg);
             changes.blocks.retain(|(obj, _), change| {
                 if *obj == object {
                     dropped.extend(change.written);
@@ -448,7 +448,7 @@ impl ObjectSet {
             let mut state = self.state.lock();
             let data_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64);
             let new_bytes = self.new_block_bytes(&state, txg, object, blkid, data_bytes);
-            let changes = state.changes.entry(txg).or_default();
+            let changes = state.changes_of(txg);
             let replaced = changes.blocks.insert((object, blkid), change);
             if replaced.is_none() {
                 changes.new_data_bytes += new_bytes;
@@ -538,7 +538,7 @@ impl ObjectSet {
             dnode.levels += 1;
         }
         let mut state = self.state.lock();
-        let changes = state.changes.entry(txg).or_default();
+        let changes = state.changes_of(txg);
         for (blkid, chunk) in blob.chunks(block_size).enumerate() {
             let mut block = vec![0u8; block_size];
             block[..chunk.len()].copy_from_slice(chunk);

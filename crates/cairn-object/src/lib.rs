@@ -142,6 +142,20 @@ struct State {
     intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
 }
 
+impl State {
+    /// The changes of `txg`, to add to. A txg that has synced is closed for good: a change
+    /// recorded for it would never be written, and so be lost without an error.
+    #[inline]
+    fn changes_of(&mut self, txg: u64) -> &mut TxgChanges {
+        assert!(
+            txg > self.last_synced_txg,
+            "a change recorded for txg {txg}, synced already (last synced {})",
+            self.last_synced_txg
+        );
+        self.changes.entry(txg).or_default()
+    }
+}
+
 /// Result of syncing one object set: applied by `publish` once the txg is durable.
 pub struct SyncedObjset {
     txg: u64,

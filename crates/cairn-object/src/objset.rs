@@ -221,12 +221,7 @@ impl ObjectSet {
     /// Records a new intent-log chain header for `txg` (which makes the object set dirty in
     /// it). The caller must hold `txg` open, or be the sync thread about to sync it.
     pub fn set_intent_log_header(&self, txg: u64, header: [u8; INTENT_LOG_HEADER_SIZE]) {
-        let mut state = self.state.lock();
-        assert!(
-            txg > state.last_synced_txg,
-            "intent log header for synced txg {txg}"
-        );
-        state.changes.entry(txg).or_default().intent_log_header = Some(header);
+        self.state.lock().changes_of(txg).intent_log_header = Some(header);
     }
 
     /// An object number above every object that exists or is pending: the meta-dnode's

@@ -342,7 +342,7 @@ impl ObjectSet {
             ..BlockChange::data(Bytes::from(block))
         };
         let new_bytes = self.new_block_bytes(state, txg, object, blkid, block_bytes as u64);
-        let changes = state.changes.entry(txg).or_default();
+        let changes = state.changes_of(txg);
         let replaced = changes.blocks.insert((object, blkid), change);
         if replaced.is_none() {
             changes.new_data_bytes += new_bytes;
@@ -410,7 +410,7 @@ impl ObjectSet {
         fill: &mut Option<impl FnOnce(&mut [u8])>,
     ) -> Step {
         let new_bytes = self.new_block_bytes(state, txg, object, blkid, block_bytes as u64);
-        let changes = state.changes.entry(txg).or_default();
+        let changes = state.changes_of(txg);
         let newly_dirty = !changes.blocks.contains_key(&(object, blkid));
         if newly_dirty {
             changes.new_data_bytes += new_bytes;
