@@ -249,7 +249,7 @@ impl Writer {
             frequency: item.frequency.max(1),
         });
         // Blocks start on sector boundaries (an index place is a sector number).
-        debug_assert!(self.chunk.len() as u64 % SECTOR_BYTES == 0);
+        debug_assert!((self.chunk.len() as u64).is_multiple_of(SECTOR_BYTES));
         debug_assert_eq!(self.chunk_entries.len(), self.chunk_states.len());
         if self.chunk.len() >= self.chunk_bytes_max {
             self.write_chunk();
@@ -353,7 +353,8 @@ impl Writer {
             filling.cursor_bytes
         );
         debug_assert!(
-            filling.cursor_bytes >= HEADER_BYTES && filling.cursor_bytes % SECTOR_BYTES == 0
+            filling.cursor_bytes >= HEADER_BYTES
+                && filling.cursor_bytes.is_multiple_of(SECTOR_BYTES)
         );
         debug_assert_eq!(entries.len(), frequencies.len());
         if self.device.write_at(offset, chunk).is_err() {

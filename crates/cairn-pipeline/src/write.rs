@@ -60,6 +60,13 @@ impl BlockIo {
     }
 }
 
+/// Whether two allocations share a byte.
+fn overlap(a: &Dva, b: &Dva) -> bool {
+    a.vdev == b.vdev
+        && a.offset < b.offset + u64::from(b.asize)
+        && b.offset < a.offset + u64::from(a.asize)
+}
+
 fn block_psize(data: &Bytes) -> u32 {
     let len = data.len();
     assert!(
@@ -274,6 +281,10 @@ impl WriteBatch<'_> {
     ) -> Result<BlockPointer, PipelineError> {
         let psize = block_psize(&data);
         assert!(dvas[0].asize >= psize, "preallocated copy too small");
+        debug_assert!(
+            dvas.iter().all(|dva| dva.asize == 0 || dva.asize >= psize),
+            "an extra copy too small for its block"
+        );
         assert!(
             compression != Compression::Off || psize == lsize,
             "an uncompressed block of {psize} bytes said to hold {lsize}"
@@ -308,7 +319,12 @@ impl WriteBatch<'_> {
         let mut space = self.io.space.lock();
         for index in 0..copies {
             match space.allocate(psize, self.txg, &dvas[..index]) {
-                Ok(dva) => dvas[index] = dva,
+                Ok(dva) => {
+                    // Copies of one block never share a byte (else one write is two copies).
+                    debug_assert!(dvas[..index].iter().all(|other| !overlap(other, &dva)));
+                    debug_assert!(dva.asize >= psize);
+                    dvas[index] = dva;
+                }
                 // Extra copies are best effort: a nearly full pool still gets one.
                 Err(_) if index > 0 => break,
                 Err(err) => return Err(PipelineError::NoSpace(err)),
@@ -318,6 +334,10 @@ impl WriteBatch<'_> {
     }
 
     fn issue(&mut self, dva: &Dva, data: &Bytes, class: IoClass) -> Result<(), PipelineError> {
+        debug_assert!(
+            data.len() <= dva.asize as usize,
+            "a write past its allocation"
+        );
         let tree = self.io.tree();
         let top = tree
             .top(dva.vdev)
