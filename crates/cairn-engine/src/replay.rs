@@ -228,6 +228,19 @@ impl Pool {
         let is_filesystem = self.core.directory.lock().get(name)?.kind == DatasetKind::Filesystem;
         let txg = hold.txg();
         let ClaimedLog { log, to_free } = claimed;
+        // What makes replay exactly-once (see the module doc): only records past the imported
+        // txg, in (txg, sequence) order, applied in one txg past the imported one. (Records
+        // may name txgs past the replay's too: txgs that were open, never synced.)
+        assert!(
+            txg > imported_txg,
+            "{name}: replay in txg {txg}, not after {imported_txg}"
+        );
+        debug_assert!(log.records.iter().all(|record| record.txg > imported_txg));
+        debug_assert!(
+            log.records
+                .windows(2)
+                .all(|pair| { (pair[0].txg, pair[0].sequence) <= (pair[1].txg, pair[1].sequence) })
+        );
         let objset = if is_filesystem {
             let fs = self.build_filesystem(name)?.for_replay();
             if apply {

@@ -176,6 +176,12 @@ pub(super) fn open_newest(
     {
         match load(tree, ub, options) {
             Ok(loaded) => {
+                // Past DEFER_TXGS the blocks a newer txg freed may have been reused: that tree
+                // cannot be trusted, whatever verifies.
+                assert!(
+                    ub.txg + DEFER_TXGS >= newest,
+                    "fell back past the deferred frees"
+                );
                 let newest_timestamp_ms = candidates
                     .iter()
                     .chain(found.newest_uberblock.as_ref().map(|(ub, _)| ub))
@@ -195,6 +201,14 @@ pub(super) fn open_newest(
                         failures: failures.clone(),
                         space_log_damaged: space_log_failed,
                     });
+                // Never a silent rewind: opening anything older than a txg the labels prove
+                // committed carries the `Rewind` that import refuses unless asked.
+                debug_assert!(
+                    rewind.is_some()
+                        || found
+                            .committed_txg()
+                            .is_none_or(|(committed, _)| committed <= ub.txg)
+                );
                 return Ok((ub.clone(), loaded, rewind));
             }
             Err(err) => {
