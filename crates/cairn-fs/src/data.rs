@@ -57,7 +57,7 @@ impl Filesystem {
                 time,
             },
         );
-        self.note_dirty(&[object], hold.txg());
+        self.note_dirty(&[object], &hold);
         drop(guards);
         self.commit_if_always(hold)?;
         Ok(attrs)
@@ -264,7 +264,7 @@ impl Filesystem {
         if !data.is_empty() {
             self.logged_write(&hold, object, offset, data, stored.blocks);
         }
-        self.note_dirty(&[object], hold.txg());
+        self.note_dirty(&[object], &hold);
         self.stats.writes.fetch_add(1, Ordering::Relaxed);
         self.stats
             .write_bytes
@@ -324,6 +324,7 @@ impl Filesystem {
             position += take as u64;
             taken += take;
         }
+        debug_assert_eq!(taken, data.len(), "the pieces do not cover the write");
         if let Some(out) = stored {
             self.write_in_place(hold, object, block_bytes, for_in_place, out);
         }
@@ -366,6 +367,8 @@ impl Filesystem {
             block[..old.len()].copy_from_slice(&old);
             self.write_block(hold, object, 0, block);
         }
+        // A file past one block has blocks of `recordsize`: only a lone block is smaller.
+        debug_assert!(wanted >= recordsize || u64::from(wanted) >= end);
         Ok(u64::from(wanted))
     }
 
@@ -549,7 +552,7 @@ impl Filesystem {
                 time,
             },
         );
-        self.note_dirty(&[object], hold.txg());
+        self.note_dirty(&[object], &hold);
         drop(guards);
         self.commit_if_always(hold)?;
         Ok(attrs)

@@ -684,7 +684,10 @@ impl Filesystem {
         })
     }
 
-    fn note_dirty(&self, objects: &[u64], txg: u64) {
+    /// Notes `objects` as changed in the txg of `hold` (which the hold keeps from syncing, so
+    /// the note can never name a txg already synced).
+    fn note_dirty(&self, objects: &[u64], hold: &TxgHold) {
+        let txg = hold.txg();
         let mut dirty = self.dirty_txg.lock();
         for object in objects {
             let slot = dirty.txgs.entry(*object).or_insert(txg);

@@ -151,7 +151,7 @@ impl Filesystem {
                 target: symlink_target.to_vec(),
             },
         );
-        self.note_dirty(&[dir, object], hold.txg());
+        self.note_dirty(&[dir, object], &hold);
         self.stats.creates.fetch_add(1, Ordering::Relaxed);
         drop(_guards);
         self.commit_if_always(hold)?;
@@ -257,7 +257,7 @@ impl Filesystem {
                 time,
             },
         );
-        self.note_dirty(&[dir, object], hold.txg());
+        self.note_dirty(&[dir, object], &hold);
         drop(_guards);
         self.commit_if_always(hold)?;
         Ok(attrs)
@@ -341,7 +341,7 @@ impl Filesystem {
                     time,
                 },
             );
-            self.note_dirty(&[dir, object], hold.txg());
+            self.note_dirty(&[dir, object], &hold);
             self.stats.removes.fetch_add(1, Ordering::Relaxed);
             drop(guards);
             return self.commit_if_always(hold);
@@ -484,7 +484,7 @@ impl Filesystem {
                 time,
             },
         );
-        self.note_dirty(&objects, hold.txg());
+        self.note_dirty(&objects, &hold);
         self.stats.renames.fetch_add(1, Ordering::Relaxed);
         drop(guards);
         drop(_rename);

@@ -151,7 +151,7 @@ impl Filesystem {
                 time,
             },
         );
-        self.note_dirty(&[object], hold.txg());
+        self.note_dirty(&[object], &hold);
         drop(guards);
         self.commit_if_always(hold)
     }
@@ -358,7 +358,7 @@ impl Filesystem {
                 time,
             },
         );
-        self.note_dirty(&[object], hold.txg());
+        self.note_dirty(&[object], &hold);
         drop(guards);
         self.commit_if_always(hold)
     }
