@@ -10,14 +10,16 @@
 //! Properties (`properties/`): one public table of names, types, defaults and inheritance,
 //! and every property of a dataset parsed once into typed values (`DatasetProperties`): the
 //! layers above act on those, never on property text. What volumes and files share when they
-//! write blocks (splitting a range into whole and partial blocks, holes, the stripe locks,
-//! writes in place, when a change commits) is `block_write.rs`.
+//! write blocks (how a change enters a txg: space check, throttle, locks, hold; splitting a
+//! range into whole and partial blocks, holes, the stripe locks, writes in place, when a change
+//! commits) is `block_write.rs`.
 //!
 //! A volume is object 1 of its object set: a sparse array of `volblocksize` blocks. The volume
 //! API (`Volume`) works at byte offsets — read, write, flush, trim, write-zeroes — and is what the
 //! NBD server sits on. Unwritten and trimmed ranges are holes: they read as zeros and use no
-//! space. Partial-block writes read, modify and re-dirty the block under a per-block stripe lock,
-//! so concurrent writers to one block never lose each other's bytes.
+//! space. A partial-block write patches its bytes in without reading the old block (the object
+//! set merges them when the txg syncs) under a per-block stripe lock, so concurrent writers to
+//! one block never lose each other's bytes.
 //!
 //! Space: volumes and filesystems (cairn-fs) ask the same `SpaceCheck` (`space_check.rs`)
 //! before a change that can take room; its refusal names a quota (`QuotaExceeded`) or the

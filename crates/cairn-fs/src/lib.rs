@@ -26,7 +26,8 @@
 //! would make a block there).
 //!
 //! ## Changes, locks, durability
-//! Every change joins the open txg under one `TxgHold` (`throttle` first), so a change is
+//! Every change joins the open txg under one `TxgHold`, entering as volumes do
+//! (cairn-dataset's `block_write::join_txg`: space check, throttle, locks, hold), so a change is
 //! atomic with respect to txg syncs: a crash shows it whole or not at all. Objects are locked
 //! through a table of striped locks; an operation locks every object it changes in stripe
 //! order (so two operations cannot deadlock), and directory renames also take the rename lock
