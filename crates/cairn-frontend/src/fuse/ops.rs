@@ -562,6 +562,12 @@ impl fuser::Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // A file's handle is its object number (`open_flags`), whatever the kernel did since.
+        debug_assert_eq!(
+            fh.0 & !CACHED_WRITER_FH_BIT,
+            object_of(ino),
+            "handle of another file"
+        );
         // The kernel has written the file's cached pages back before the last release.
         if fh.0 & CACHED_WRITER_FH_BIT != 0 && self.cached_writers.released(object_of(ino)) {
             self.stopped_writers.lock().remove(&object_of(ino));

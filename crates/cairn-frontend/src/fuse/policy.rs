@@ -55,6 +55,12 @@ impl FuseAdapter {
     /// `CACHED_WRITER_FH_BIT` for an open for writing through the cache (counted in
     /// `cached_writers` until it is released).
     pub(super) fn open_flags(&self, object: u64, open_flags: i32) -> (FopenFlags, FileHandle) {
+        // The handle's top bit is the cache mark; an object number never reaches it.
+        debug_assert_eq!(
+            object & CACHED_WRITER_FH_BIT,
+            0,
+            "object {object} too large"
+        );
         let sync_open = open_flags & (libc::O_SYNC | libc::O_DSYNC) != 0;
         let writable = open_flags & libc::O_ACCMODE != libc::O_RDONLY;
         // Only a file opened for writing asks what the dataset's state allows.

@@ -27,6 +27,11 @@ impl CachedWriters {
     pub(super) fn released(&self, object: u64) -> bool {
         let mut opens = self.opens.lock();
         let Some(count) = opens.get_mut(&object) else {
+            // Every release of a cached writer's handle follows its `opened`.
+            debug_assert!(
+                false,
+                "cached writer of object {object} released but never opened"
+            );
             return false;
         };
         assert!(*count > 0, "cached writers of object {object} underflow");
