@@ -11,8 +11,8 @@
 
 use cairn_device::Device;
 use cairn_device::clock::{Clock, VirtualClock};
-use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice};
 use cairn_device::mem::MemDevice;
+use cairn_emulate::{DeviceModel, EmuOptions, EmulatedDevice};
 use std::sync::Arc;
 use std::time::Duration;
 

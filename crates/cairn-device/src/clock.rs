@@ -96,7 +96,7 @@ impl Clock for VirtualClock {
 }
 
 /// Nanoseconds in `d`, saturating at `u64::MAX` (about 584 years).
-pub(crate) fn duration_to_ns(d: Duration) -> u64 {
+pub fn duration_to_ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 

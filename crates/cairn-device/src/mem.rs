@@ -7,7 +7,7 @@
 //!
 //! Invariant: every stored page is exactly `PAGE_BYTES` long and lies inside the device.
 //! Everything in it is lost when the value is dropped, so it models nothing durable by itself;
-//! wrap it in an `EmulatedDevice` to get a device model's durability rules.
+//! wrap it in `cairn-emulate`'s `EmulatedDevice` to get a device model's durability rules.
 
 use std::collections::BTreeMap;
 

@@ -164,7 +164,7 @@ pub type DeviceOpener =
 /// discard across them — writes in flight land in part, unflushed writes are dropped or torn
 /// (seeded by `seed`) and every later operation fails, as if the machine lost power; `on_trip`
 /// is told what the cut caught. With `record_dir`, emulated devices log what reaches their
-/// media there (`cairn_device::record`), so a crash test can rebuild the images a cut left.
+/// media there (`cairn_emulate::record`), so a crash test can rebuild the images a cut left.
 /// Plain files are never affected.
 #[derive(Clone, Default)]
 pub struct FaultInjection {
@@ -175,7 +175,7 @@ pub struct FaultInjection {
 }
 
 /// Told what a power cut caught, when it happens.
-pub type TripHook = Arc<dyn Fn(&cairn_device::emulated::CutReport) + Send + Sync>;
+pub type TripHook = Arc<dyn Fn(&cairn_emulate::CutReport) + Send + Sync>;
 
 impl std::fmt::Debug for FaultInjection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -196,9 +196,7 @@ pub fn default_opener() -> DeviceOpener {
 /// that wants every device on the same switch makes one opener and shares it.
 pub fn device_opener(injection: &FaultInjection) -> DeviceOpener {
     let power = injection.power_cut_after_ops.map(|ops| {
-        let switch = Arc::new(cairn_device::emulated::PowerSwitch::with_seed(
-            injection.seed,
-        ));
+        let switch = Arc::new(cairn_emulate::PowerSwitch::with_seed(injection.seed));
         switch.arm_after_ops(ops);
         if let Some(on_trip) = injection.on_trip.clone() {
             switch.on_trip(move |report| on_trip(report));
@@ -207,15 +205,15 @@ pub fn device_opener(injection: &FaultInjection) -> DeviceOpener {
     });
     let record_dir = injection.record_dir.clone();
     Arc::new(move |spec, create_size_bytes| {
-        cairn_device::spec::open_device_recorded(
+        cairn_emulate::open_device_recorded(
             spec,
             cairn_device::file::FileOptions {
                 create_size_bytes,
                 ..Default::default()
             },
-            cairn_device::emulated::EmuOptions {
+            cairn_emulate::EmuOptions {
                 power: power.clone(),
-                ..cairn_device::emulated::EmuOptions::default()
+                ..cairn_emulate::EmuOptions::default()
             },
             record_dir.as_deref(),
         )

@@ -17,7 +17,7 @@
 
 mod common;
 
-use cairn_device::emulated::{CutReport, PowerSwitch};
+use cairn_emulate::{CutReport, PowerSwitch};
 use common::*;
 use std::sync::Arc;
 

@@ -649,7 +649,7 @@ fn pool_check_walks_the_namespace_and_finds_damage() {
 
 #[test]
 fn fsynced_changes_survive_a_power_cut_through_the_intent_log() {
-    use cairn_device::emulated::PowerSwitch;
+    use cairn_emulate::PowerSwitch;
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);

@@ -82,8 +82,8 @@
 
 mod common;
 
-use cairn_device::emulated::{CutReport, PowerSwitch};
 use cairn_device::spec::DeviceSpec;
+use cairn_emulate::{CutReport, PowerSwitch};
 use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, VdevGroup};
 use cairn_fs::attrs::FileKind;
 use cairn_fs::{Fallocate, Filesystem, FsError, NewInode, RenameMode, SetAttrs, XattrMode};

@@ -534,7 +534,7 @@ fn reads_update_access_times_as_the_atime_property_says() {
 
 #[test]
 fn an_access_time_update_is_consistent_after_a_power_cut() {
-    use cairn_device::emulated::PowerSwitch;
+    use cairn_emulate::PowerSwitch;
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);

@@ -109,7 +109,7 @@ fn values_of_every_size_up_to_64_kib_round_trip_and_are_freed() {
 
 #[test]
 fn large_values_are_replayed_from_the_intent_log() {
-    use cairn_device::emulated::PowerSwitch;
+    use cairn_emulate::PowerSwitch;
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 2);

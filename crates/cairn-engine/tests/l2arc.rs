@@ -7,9 +7,9 @@
 mod common;
 
 use cairn_device::Device;
-use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::spec::DeviceSpec;
+use cairn_emulate::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_engine::{
     ArcConfig, DeviceOpener, ImportSource, L2Config, L2Health, Pool, PoolOptions, ReadCache,
 };

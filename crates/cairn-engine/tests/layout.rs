@@ -8,8 +8,8 @@
 
 mod common;
 
-use cairn_device::emulated::PowerSwitch;
 use cairn_device::spec::DeviceSpec;
+use cairn_emulate::PowerSwitch;
 use cairn_engine::{CreateOptions, ImportSource, Pool, VdevGroup, discover_pools};
 use common::{Rng, emulated_opener, options};
 use std::path::Path;

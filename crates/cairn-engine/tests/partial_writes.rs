@@ -150,7 +150,7 @@ fn random_partial_full_and_zeroing_writes_match_a_model_across_syncs() {
 
 #[test]
 fn flushed_partial_writes_survive_a_power_cut_through_the_intent_log() {
-    use cairn_device::emulated::PowerSwitch;
+    use cairn_emulate::PowerSwitch;
     use std::sync::Arc;
     let dir = tempfile::tempdir().unwrap();
     let mut model = pattern(VOLUME_BYTES, 9);

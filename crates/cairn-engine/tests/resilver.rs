@@ -4,8 +4,8 @@
 
 mod common;
 
-use cairn_device::emulated::PowerSwitch;
 use cairn_device::spec::DeviceSpec;
+use cairn_emulate::PowerSwitch;
 use cairn_engine::{CreateOptions, ImportSource, Pool, ResilverOptions, VdevGroup};
 use common::{Rng, create_mirror, device_paths, emulated_opener, import, options, plain_opener};
 use std::path::{Path, PathBuf};

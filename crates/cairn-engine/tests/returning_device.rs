@@ -6,10 +6,10 @@
 
 mod common;
 
-use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
+use cairn_emulate::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_engine::{DeviceOpener, Pool, ResilverOptions};
 use common::{Rng, create_mirror, device_paths, import};
 use parking_lot::Mutex;

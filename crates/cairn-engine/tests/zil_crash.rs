@@ -31,8 +31,8 @@
 mod common;
 
 use cairn_dataset::{Volume, WriteOptions};
-use cairn_device::emulated::{CutReport, PowerSwitch};
 use cairn_device::spec::DeviceSpec;
+use cairn_emulate::{CutReport, PowerSwitch};
 use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup};
 use common::Rng;
 use std::path::{Path, PathBuf};

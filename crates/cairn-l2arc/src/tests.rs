@@ -3,8 +3,8 @@
 
 use super::*;
 use crate::layout::SegmentHeader;
-use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_device::mem::MemDevice;
+use cairn_emulate::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig};
 use cairn_format::{ChecksumAlgorithm, Dva, ObjectType};
 
 const POOL: u64 = 0xfeed;

@@ -308,7 +308,7 @@ impl Drop for KeptOnFailure {
             let kept = dir.keep();
             eprintln!(
                 "this round's device write logs and cut point are kept in {dir}; rebuild the \
-                 crashed images with:\n  cargo run -p cairn-device --example replay-cut -- {dir}\n\
+                 crashed images with:\n  cargo run -p cairn-emulate --example replay-cut -- {dir}\n\
                  then inspect them with `cairn pool import -d {dir}/crashed tank`",
                 dir = kept.display()
             );

@@ -2,11 +2,11 @@
 
 #![allow(dead_code)]
 
-use cairn_device::emulated::{DeviceModel, EmuOptions, EmulatedDevice, PowerSwitch};
 use cairn_device::file::{FileDevice, FileOptions};
-use cairn_device::record::RecordingDevice;
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
+use cairn_emulate::RecordingDevice;
+use cairn_emulate::{DeviceModel, EmuOptions, EmulatedDevice, PowerSwitch};
 use cairn_engine::{
     CreateOptions, DatasetInfo, DeviceOpener, ImportSource, Pool, PoolOptions, VdevGroup,
 };
@@ -23,7 +23,7 @@ pub fn emulated_opener(seed: u64, power: Option<Arc<PowerSwitch>>) -> DeviceOpen
 }
 
 /// Like `emulated_opener`; with `record`, each device's media writes also go to a write log in
-/// that directory (see `cairn_device::record`), so a failing round can be rebuilt.
+/// that directory (see `cairn_emulate::record`), so a failing round can be rebuilt.
 pub fn recording_opener(
     seed: u64,
     power: Option<Arc<PowerSwitch>>,
@@ -232,7 +232,7 @@ impl Drop for CrashRound {
             let kept = dir.keep();
             eprintln!(
                 "this round's device write logs and cut point are kept in {record}; rebuild the \
-                 crashed images with:\n  cargo run -p cairn-device --example replay-cut -- {record}\n\
+                 crashed images with:\n  cargo run -p cairn-emulate --example replay-cut -- {record}\n\
                  then inspect them with `cairn pool import -d {record}/crashed tank` and \
                  `cairn pool check tank`",
                 record = kept.join("record").display()

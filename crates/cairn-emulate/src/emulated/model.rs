@@ -25,8 +25,10 @@
 use std::fmt;
 use std::time::Duration;
 
+use cairn_device::clock::duration_to_ns;
+use cairn_device::spec::DeviceSpec;
+
 use super::hdd::{self, Hdd};
-use crate::clock::duration_to_ns;
 
 /// The device classes the emulator imitates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,8 +47,9 @@ pub enum DeviceModel {
 }
 
 impl DeviceModel {
-    /// Every model name, as accepted by `named` and written in `emu:MODEL:PATH`.
-    pub const NAMES: [&'static str; 5] = ["hdd-7200", "ssd-sata", "ssd-plp", "nvme", "ram"];
+    /// Every model name, as accepted by `named` and written in `emu:MODEL:PATH`: the list a
+    /// `DeviceSpec` is checked against when it is parsed (`cairn_device::spec::MODEL_NAMES`).
+    pub const NAMES: [&'static str; 5] = cairn_device::spec::MODEL_NAMES;
     pub const ALL: [DeviceModel; 5] = [
         DeviceModel::Hdd7200,
         DeviceModel::SsdSata,
@@ -57,6 +60,11 @@ impl DeviceModel {
 
     pub fn named(name: &str) -> Option<DeviceModel> {
         DeviceModel::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// The model a spec names (`emu:MODEL:PATH`), if it names a known one.
+    pub fn of_spec(spec: &DeviceSpec) -> Option<DeviceModel> {
+        spec.model.as_deref().and_then(DeviceModel::named)
     }
 
     pub fn name(self) -> &'static str {

@@ -4,7 +4,7 @@
 //! a directory named in its failure message. This rebuilds the crashed images from them:
 //!
 //! ```text
-//! cargo run -p cairn-device --example replay-cut -- DIR [OUT]
+//! cargo run -p cairn-emulate --example replay-cut -- DIR [OUT]
 //! cairn pool import -d OUT tank && cairn pool check tank
 //! ```
 //!
@@ -29,7 +29,7 @@ fn main() -> ExitCode {
     if let Ok(cut) = std::fs::read_to_string(dir.join("cut.txt")) {
         print!("{cut}");
     }
-    match cairn_device::record::replay(&dir, &out) {
+    match cairn_emulate::record::replay(&dir, &out) {
         Ok(images) => {
             for image in images {
                 println!(

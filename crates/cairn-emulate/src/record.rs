@@ -6,7 +6,7 @@
 //! moment the file was created, destages of the volatile cache, FUA writes and the sectors a
 //! power cut landed or rolled back. After a failing round the test keeps the log directory (with
 //! a `cut.txt` stating the seed and the cut point); `replay` (the `replay-cut` example:
-//! `cargo run -p cairn-device --example replay-cut -- DIR`) applies the logs to fresh sparse
+//! `cargo run -p cairn-emulate --example replay-cut -- DIR`) applies the logs to fresh sparse
 //! files and so rebuilds the crashed images, which `cairn pool import -d` and `pool check` can
 //! then inspect. Flushes are logged as markers only (they change no bytes).
 //!
@@ -26,8 +26,8 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
-use crate::device::{Device, DeviceError};
-use crate::file::{FileDevice, FileOptions};
+use cairn_device::device::{Device, DeviceError};
+use cairn_device::file::{FileDevice, FileOptions};
 
 const MAGIC: &[u8; 8] = b"CAIRNWL1";
 const KIND_WRITE: u8 = 1;

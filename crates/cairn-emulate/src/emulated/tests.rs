@@ -2,8 +2,8 @@
 //! Model figures are computed on a `VirtualClock` over a `MemDevice`: no wall-clock time.
 
 use super::*;
-use crate::file::{FileDevice, FileOptions};
-use crate::mem::MemDevice;
+use cairn_device::file::{FileDevice, FileOptions};
+use cairn_device::mem::MemDevice;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;

@@ -16,11 +16,11 @@
 
 use std::collections::BTreeMap;
 
+use cairn_device::device::Device;
 use rand::Rng;
 use rand::rngs::SmallRng;
 
 use super::SECTOR_BYTES;
-use crate::device::Device;
 
 /// Where a write in flight has got to.
 #[derive(Debug)]
@@ -171,7 +171,7 @@ impl InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mem::MemDevice;
+    use cairn_device::mem::MemDevice;
     use rand::SeedableRng;
 
     #[test]

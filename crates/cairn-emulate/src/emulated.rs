@@ -58,12 +58,12 @@ use std::fmt;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+pub use cairn_device::clock::{Clock, RealClock, VirtualClock};
+use cairn_device::device::{Device, DeviceError, check_range};
 use parking_lot::{Mutex, RwLock};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-pub use crate::clock::{Clock, RealClock, VirtualClock};
-use crate::device::{Device, DeviceError, check_range};
 pub use inflight::InFlightTear;
 pub use model::{DeviceModel, ModelTimer, TimedOp};
 pub use power::{CutReport, OpKind, PowerSwitch};
