@@ -40,6 +40,6 @@ pub mod pools;
 pub mod serve;
 
 pub use cache::{CacheError, PoolCache};
-pub use control::{ControlError, ControlRequest, Reply};
+pub use control::{ControlError, ControlReply, ControlRequest, Failure};
 pub use pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
 pub use serve::{Note, Ready, ServeError, ServeSettings};

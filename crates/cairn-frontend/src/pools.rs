@@ -133,8 +133,9 @@ impl PoolsError {
     }
 }
 
-/// `err` and its causes, one line (`a: b: c`), as a pool's unavailability reason.
-fn chain_text(err: &dyn std::error::Error) -> String {
+/// `err` and its causes, one line (`a: b: c`): a pool's unavailability reason, an error as a
+/// front end shows it.
+pub fn chain_text(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut cause = err.source();
     while let Some(next) = cause {

@@ -16,13 +16,12 @@
 //! dirty-data allowance the pools' (`PoolAccess::pool_options_under`).
 //! This module prints nothing: what the user should hear arrives at the caller's note sink.
 
-use crate::control::{self, ControlError, ControlRequest, Reply};
+use crate::control::{self, ControlError};
 use crate::exports::PoolExports;
 use crate::pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
 use cairn_engine::{EngineError, ImportSource, MemoryBudget, Pool, discover_pools};
 use cairn_format::PoolState;
 use cairn_nbd::{ExportProvider, NbdServer, ServerConfig, TlsSettings};
-use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -264,22 +263,21 @@ fn import_found(
     Ok(pool)
 }
 
-/// Runs forwarded commands; built by the front end that parses them.
-pub type Executor<C> = Arc<dyn Fn(ControlRequest<C>) -> Reply + Send + Sync>;
+/// Runs the control socket's requests.
+pub type Executor = Arc<control::Execute>;
 
 /// Serves until `stop` resolves, then syncs and exports every pool. `access` gives the pool
 /// cache and options (its `served` is ignored: the server makes its own registry, which
 /// `executor` receives to run forwarded commands against).
-pub fn serve<C, Stop, StopFuture>(
+pub fn serve<Stop, StopFuture>(
     access: &PoolAccess,
     settings: ServeSettings,
-    executor: impl FnOnce(Arc<ServedPools>) -> Executor<C>,
+    executor: impl FnOnce(Arc<ServedPools>) -> Executor,
     notes: &dyn Fn(Note),
     ready: impl FnOnce(&Ready<'_>),
     stop: Stop,
 ) -> Result<(), ServeError>
 where
-    C: DeserializeOwned + 'static,
     Stop: FnOnce() -> StopFuture,
     StopFuture: Future<Output = std::io::Result<()>>,
 {

@@ -122,11 +122,6 @@ pub fn unavailable_reason(err: &anyhow::Error) -> Option<&str> {
     unavailable(err).map(|unavailable| unavailable.reason.as_str())
 }
 
-/// Whether `err` says a remembered pool cannot be opened because another process has it open.
-pub fn unavailable_busy(err: &anyhow::Error) -> bool {
-    unavailable(err).is_some_and(|unavailable| unavailable.busy)
-}
-
 impl Context {
     /// A one-shot command's context: output to this process's stdout and stderr.
     pub fn new(access: PoolAccess, command_line: String) -> Context {

@@ -532,6 +532,36 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
     }
 }
 
+/// Whether `command` runs here and sends typed requests (`remote::call`); the others are sent
+/// to a running server whole (transitional).
+fn typed(command: &Command) -> bool {
+    match command {
+        Command::Pool(pool) => matches!(
+            pool,
+            PoolCommand::Iostat(_)
+                | PoolCommand::Create(_)
+                | PoolCommand::Add(_)
+                | PoolCommand::Remove { .. }
+                | PoolCommand::Export { .. }
+                | PoolCommand::Destroy { .. }
+                | PoolCommand::Sync { .. }
+                | PoolCommand::History { .. }
+                | PoolCommand::Txgs { .. }
+                | PoolCommand::Set { .. }
+                | PoolCommand::Get { .. }
+                | PoolCommand::Status(_)
+                | PoolCommand::List { .. }
+        ),
+        Command::Stat(stat) => matches!(stat, StatCommand::Arc(_) | StatCommand::L2arc { .. }),
+        Command::Create(_)
+        | Command::Destroy { .. }
+        | Command::Set(_)
+        | Command::List(_)
+        | Command::Get(_) => true,
+        _ => false,
+    }
+}
+
 /// Block buffers are allocated and freed by the million. glibc's defaults serve those of
 /// 128 KiB and more with mmap/munmap at first and give the top of a heap back to the kernel as
 /// soon as 128 KiB of it is free: every txg's buffers were then faulted in and zeroed by the
@@ -599,27 +629,18 @@ fn main() -> ExitCode {
     let outcome = (|| -> Result<ExitCode> {
         let state_dir = state_dir(&cli)?;
         let command_line = context::command_line(&args);
-        // A running server owns the pools: let it run the command. `serve` itself, and the
-        // client side of `pool iostat` (which polls the server), run here.
-        let runs_here = match &cli.command {
-            Command::Serve(_) => true,
-            Command::Pool(PoolCommand::Iostat(iostat)) => {
-                !iostat.snapshot && !iostat.device_snapshot
-            }
-            Command::Stat(StatCommand::Arc(arc)) => arc.runs_here(),
-            Command::Stat(StatCommand::L2arc { args, .. }) => stat_cmd::l2arc_watches(args),
-            _ => false,
-        };
+        // A running server owns the pools. Typed commands run here and send their requests
+        // to it (`remote::call`); the others (transitional) are sent to it whole.
+        let runs_here = matches!(cli.command, Command::Serve(_)) || typed(&cli.command);
         let command = if runs_here {
             cli.command
         } else {
             match remote::forward(&state_dir, command_line.clone(), cli.command)? {
-                remote::Forwarded::Done(reply) => {
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(&reply.stdout);
-                    let _ = std::io::stderr().write_all(&reply.stderr);
-                    return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
-                }
+                remote::Forwarded::Done {
+                    exit_code,
+                    stdout,
+                    stderr,
+                } => return Ok(print_captured(exit_code, &stdout, &stderr)),
                 remote::Forwarded::NoServer(Command::Mount {
                     options,
                     dataset,
@@ -633,12 +654,11 @@ fn main() -> ExitCode {
                         mountpoint,
                     };
                     match remote::forward(&state_dir, command_line.clone(), command)? {
-                        remote::Forwarded::Done(reply) => {
-                            use std::io::Write;
-                            let _ = std::io::stdout().write_all(&reply.stdout);
-                            let _ = std::io::stderr().write_all(&reply.stderr);
-                            return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
-                        }
+                        remote::Forwarded::Done {
+                            exit_code,
+                            stdout,
+                            stderr,
+                        } => return Ok(print_captured(exit_code, &stdout, &stderr)),
                         remote::Forwarded::NoServer(_) => {
                             anyhow::bail!("the server started for the mount went away")
                         }
@@ -664,9 +684,24 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("cairn: {err:#}");
-            ExitCode::FAILURE
+            match remote::failure(&err) {
+                Some(failure) => exit_code(failure.exit_code),
+                None => ExitCode::FAILURE,
+            }
         }
     }
+}
+
+fn exit_code(code: u32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+/// Transitional: what a command the server ran whole printed.
+fn print_captured(code: u32, stdout: &str, stderr: &str) -> ExitCode {
+    use std::io::Write;
+    let _ = std::io::stdout().write_all(stdout.as_bytes());
+    let _ = std::io::stderr().write_all(stderr.as_bytes());
+    exit_code(code)
 }
 
 #[cfg(test)]

@@ -8,12 +8,14 @@
 //! `--tls allow`; `--tls-client-ca` makes clients show a certificate.
 //! Memory: one budget derived from `--arc-max` (`MemoryBudget`) limits the pools' dirty data
 //! and the NBD server's request buffers; it is printed at start and shown by `stat memory`.
-//! Forwarded commands (the control socket) run here through `executor`, one at a time.
+//! The control socket's typed requests run here through `executor` (`admin::handle`), one at
+//! a time.
 
 use crate::context::{Context, Output};
 use anyhow::{Context as _, Result};
 use cairn_engine::MemoryBudget;
-use cairn_frontend::control::{ControlRequest, Reply};
+use cairn_frontend::admin::{self, AdminReply, AdminRequest, Answer};
+use cairn_frontend::control::{ControlReply, ControlRequest, Failure};
 use cairn_frontend::serve::{Executor, Note, Ready, ServeSettings};
 use cairn_frontend::{PoolAccess, PoolCache, ServedPools};
 use cairn_nbd::{ServerConfig, TlsSettings};
@@ -152,50 +154,71 @@ impl ServeArgs {
     }
 }
 
-/// Runs forwarded commands against the served pools, capturing their output. One at a time:
-/// commands read-modify-write the pool cache and change pools' vdev trees, and a user running
-/// two at once expects them to take turns as they would without a server.
-fn executor(
-    state_dir: PathBuf,
-    base: &PoolAccess,
-) -> impl FnOnce(Arc<ServedPools>) -> Executor<crate::Command> {
+/// Runs the control socket's requests against the served pools: `admin::handle`, one request
+/// at a time (requests read-modify-write the pool cache and change pools' vdev trees, and a
+/// user running two commands at once expects them to take turns as they would without a
+/// server).
+fn executor(state_dir: PathBuf, base: &PoolAccess) -> impl FnOnce(Arc<ServedPools>) -> Executor {
     let opener = base.opener.clone();
     let read_trace_dir = base.read_trace_dir.clone();
     let l2_write_bytes_per_day = base.l2_write_bytes_per_day;
-    move |served: Arc<ServedPools>| -> Executor<crate::Command> {
+    move |served: Arc<ServedPools>| -> Executor {
         let one_at_a_time = Arc::new(Mutex::new(()));
-        Arc::new(move |request: ControlRequest<crate::Command>| {
+        Arc::new(move |request: ControlRequest| {
             let _turn = one_at_a_time.lock();
-            let (out, stdout) = Output::buffer();
-            let (err, stderr) = Output::buffer();
-            let ctx = Context {
-                access: PoolAccess {
-                    cache: PoolCache::new(state_dir.clone()),
-                    served: Some(served.clone()),
-                    opener: opener.clone(),
-                    read_trace_dir: read_trace_dir.clone(),
-                    l2_write_bytes_per_day,
-                },
-                command_line: request.command_line,
-                out,
-                err,
+            let access = PoolAccess {
+                cache: PoolCache::new(state_dir.clone()),
+                served: Some(served.clone()),
+                opener: opener.clone(),
+                read_trace_dir: read_trace_dir.clone(),
+                l2_write_bytes_per_day,
             };
-            let exit_code = match crate::execute(&ctx, request.command, &state_dir) {
-                Ok(()) => 0,
-                Err(error) => {
-                    ctx.err.text(format_args!("cairn: {error:#}\n"));
-                    1
+            match request.request {
+                AdminRequest::Captured { command } => {
+                    run_captured(access, request.command_line, command, &state_dir)
                 }
-            };
-            let stdout = stdout.lock().clone();
-            let stderr = stderr.lock().clone();
-            Reply {
-                exit_code,
-                stdout,
-                stderr,
+                typed => admin::handle(&access, &request.command_line, typed)
+                    .map_err(|err| Failure::of(&err)),
             }
         })
     }
+}
+
+/// Transitional: a command without a typed request yet, run here with its output captured.
+fn run_captured(
+    access: PoolAccess,
+    command_line: String,
+    command: serde_json::Value,
+    state_dir: &std::path::Path,
+) -> ControlReply {
+    let command: crate::Command = serde_json::from_value(command).map_err(|err| Failure {
+        message: format!(
+            "the server does not understand this command ({err}): use the cairn binary the server runs"
+        ),
+        exit_code: 2,
+    })?;
+    let (out, stdout) = Output::buffer();
+    let (err, stderr) = Output::buffer();
+    let ctx = Context {
+        access,
+        command_line,
+        out,
+        err,
+    };
+    let exit_code = match crate::execute(&ctx, command, state_dir) {
+        Ok(()) => 0,
+        Err(error) => {
+            ctx.err.text(format_args!("cairn: {error:#}\n"));
+            1
+        }
+    };
+    let stdout = String::from_utf8_lossy(&stdout.lock()).into_owned();
+    let stderr = String::from_utf8_lossy(&stderr.lock()).into_owned();
+    Ok(Answer::new(AdminReply::Captured {
+        exit_code,
+        stdout,
+        stderr,
+    }))
 }
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {

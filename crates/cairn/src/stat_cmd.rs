@@ -26,8 +26,11 @@
 use crate::ListFormat;
 use crate::context::{Context, say, say_raw};
 use crate::human;
+use crate::remote;
 use crate::table::{Column, Table};
 use anyhow::Result;
+use cairn_frontend::admin::samples::L2arcSample;
+use cairn_frontend::admin::{AdminReply, AdminRequest};
 use cairn_frontend::analytics::sample::DatasetSample;
 
 pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
@@ -556,12 +559,6 @@ pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
     Ok(())
 }
 
-/// One pool's SSD-tier figures, in `-H` order.
-/// Whether `stat l2arc ARGS` is the interval mode (run here, polling the server).
-pub fn l2arc_watches(args: &[String]) -> bool {
-    crate::iostat_cmd::parse_positional(args).is_ok_and(|(_, interval, _)| interval.is_some())
-}
-
 pub fn l2arc(ctx: &Context, format: ListFormat, args: &[String]) -> Result<()> {
     let (pools, interval, count) = crate::iostat_cmd::parse_positional(args)?;
     match interval {
@@ -572,20 +569,39 @@ pub fn l2arc(ctx: &Context, format: ListFormat, args: &[String]) -> Result<()> {
 
 type L2Sample = std::collections::BTreeMap<String, u64>;
 
-/// The server's `stat l2arc -H` of `pools`, as `POOL.field -> value`.
+/// The SSD tier's counters of `pools`, from the server (`served`) or this process.
+fn l2arc_counters(ctx: &Context, pools: &[String], served: bool) -> Result<L2arcSample> {
+    let request = AdminRequest::L2arcCounters {
+        pools: pools.to_vec(),
+    };
+    let reply = if served {
+        match remote::call_server(ctx, request)? {
+            Ok(reply) => reply,
+            Err(_) => {
+                return Err(remote::no_server(ctx, "stat l2arc with an interval watches").into());
+            }
+        }
+    } else {
+        remote::call(ctx, request)?
+    };
+    match reply {
+        AdminReply::L2arcCounters(sample) => Ok(sample),
+        other => Err(remote::unexpected(&other)),
+    }
+}
+
+/// The server's counters of `pools`, as `POOL.field -> value`.
 fn l2arc_sample(ctx: &Context, pools: &[String]) -> Result<L2Sample> {
-    let mut args = vec!["stat", "l2arc", "-H", "-p"];
-    args.extend(pools.iter().map(String::as_str));
-    let text = crate::remote::ask_server(ctx, &args, "stat l2arc with an interval watches")?;
-    text.lines()
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let (name, value) = line
-                .split_once('\t')
-                .ok_or_else(|| anyhow::anyhow!("malformed counter line {line:?}"))?;
-            Ok((name.to_string(), value.parse()?))
+    let sample = l2arc_counters(ctx, pools, true)?;
+    Ok(sample
+        .pools
+        .into_iter()
+        .flat_map(|(pool, fields)| {
+            fields
+                .into_iter()
+                .map(move |(field, value)| (format!("{pool}.{field}"), value))
         })
-        .collect()
+        .collect())
 }
 
 /// One line per pool and interval: lookups, hit ratio, bytes read from the devices, blocks
@@ -653,7 +669,7 @@ fn l2arc_interval(
 }
 
 fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let names = ctx.pools_or_all(pools)?;
+    let sample = l2arc_counters(ctx, pools, false)?;
     let mut table = Table::new(vec![
         Column::left("POOL"),
         Column::right("DEVICES"),
@@ -673,16 +689,9 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
         Column::right("BUDGET/DAY"),
         Column::right("LEFT"),
     ]);
-    for name in &names {
-        let opened = ctx.with_pool(name, false, |pool| Ok(pool.l2arc_fields()));
-        let Some(fields) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
-            continue;
-        };
-        let Some(fields) = fields else {
-            continue;
-        };
+    for (name, fields) in &sample.pools {
         if format.scripted {
-            for (field, value) in &fields {
+            for (field, value) in fields {
                 say_raw!(ctx, "{name}.{field}\t{value}\n");
             }
             continue;
@@ -740,7 +749,7 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
     }
     if !format.scripted {
         say_raw!(ctx, "{}", table.render(false));
-        if ctx.served.is_none() {
+        if !sample.served {
             say!(
                 ctx,
                 "(no server runs: these counters are this command's own; run with cairn serve to see the server's)"

@@ -15,6 +15,7 @@
 use anyhow::{Result, anyhow, bail};
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::VdevGroup;
+use cairn_frontend::admin::{GroupLayout, VdevLayout};
 
 /// Keywords zpool knows that cairn does not implement yet.
 const UNSUPPORTED: &[&str] = &[
@@ -26,6 +27,24 @@ const UNSUPPORTED: &[&str] = &[
 pub struct Vdevs {
     pub groups: Vec<VdevGroup>,
     pub cache: Vec<DeviceSpec>,
+}
+
+impl Vdevs {
+    /// The vdevs as an administrative request carries them (paths absolute already).
+    pub fn layout(&self) -> VdevLayout {
+        VdevLayout {
+            groups: self
+                .groups
+                .iter()
+                .map(|group| GroupLayout {
+                    mirror: group.mirror,
+                    log: group.log,
+                    devices: group.devices.iter().map(ToString::to_string).collect(),
+                })
+                .collect(),
+            cache: self.cache.iter().map(ToString::to_string).collect(),
+        }
+    }
 }
 
 /// `--size` parsed: the size of device files to create (`None`: every device must exist).

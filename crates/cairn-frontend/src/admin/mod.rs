@@ -24,19 +24,33 @@
 //! what needs a view beyond one pool (the pool cache, the host's files). Uses `pools` (access,
 //! pool cache) and the engine; nothing below uses it.
 
+mod dataset_rows;
 mod datasets;
 mod devices;
+mod handle;
 mod import;
 mod memory;
+mod mirrors;
+mod operations;
 mod pools;
 mod removal;
+mod request;
+pub mod samples;
+mod views;
 
+pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
 pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties};
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
+pub use handle::{handle, handle_observed};
 pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
 pub use memory::{BudgetCheck, memory_budget};
+pub use mirrors::{Cleared, MirrorChange, MirrorOutcome, Progress, ResilverRequest};
 pub use pools::{AddedDevices, add_devices, create_pool};
 pub use removal::{PoolRemoval, destroy_pool, export_pool};
+pub use request::{
+    AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, PoolChange, TxgRow, VdevLayout,
+};
+pub use views::{PoolView, PoolViews, pool_views};
 
 use crate::PoolsError;
 use crate::cache::CacheError;
@@ -164,6 +178,23 @@ pub enum AdminError {
     /// Boxed: an engine error is large, and every admin result carries this type.
     #[error(transparent)]
     Engine(Box<EngineError>),
+    #[error("no cairn server is running for {}; {what} `cairn serve`", state_dir.display())]
+    NeedsServer {
+        state_dir: PathBuf,
+        what: &'static str,
+    },
+    /// `what` could not be done, because of `source`.
+    #[error("{what}")]
+    Failed {
+        what: String,
+        #[source]
+        source: Box<AdminError>,
+    },
+    /// Refused; the message says why and what to do.
+    #[error("{0}")]
+    Refused(String),
+    #[error("this request is a front end's own command, run only by a server's executor")]
+    NotTyped,
     #[error(transparent)]
     Pools(#[from] PoolsError),
     #[error(transparent)]
