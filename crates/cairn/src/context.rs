@@ -152,20 +152,7 @@ impl Context {
             Err(err) => Err(err),
         }
     }
-
-    /// Appends this command line to the pool's history.
-    pub fn record(&self, pool: &Pool) -> Result<()> {
-        // A pool imported read-only writes nothing, not even its history (an export of one
-        // only forgets it).
-        if pool.is_readonly() {
-            return Ok(());
-        }
-        pool.record_history(self.command_line.clone())
-            .with_context(|| format!("cannot record history of pool '{}'", pool.name()))
-    }
 }
-
-pub use cairn_frontend::device_specs;
 
 /// The pool part of a dataset name (`tank` of `tank/vol`).
 pub fn pool_of(dataset: &str) -> &str {

@@ -551,6 +551,11 @@ fn typed(command: &Command) -> bool {
                 | PoolCommand::Get { .. }
                 | PoolCommand::Status(_)
                 | PoolCommand::List { .. }
+                | PoolCommand::Attach(_)
+                | PoolCommand::Replace(_)
+                | PoolCommand::Detach { .. }
+                | PoolCommand::Clear { .. }
+                | PoolCommand::Scrub { .. }
         ),
         Command::Stat(stat) => matches!(stat, StatCommand::Arc(_) | StatCommand::L2arc { .. }),
         Command::Create(_)

@@ -23,10 +23,20 @@ use std::path::Path;
 
 /// Runs `request` in the server of `ctx`'s state directory if one runs, else here.
 pub fn call(ctx: &Context, request: AdminRequest) -> Result<AdminReply> {
+    call_observed(ctx, request, &mut |_| {})
+}
+
+/// `call`, showing the progress of long work through `observe` when it runs here (a server's
+/// answer comes when its part is done).
+pub fn call_observed(
+    ctx: &Context,
+    request: AdminRequest,
+    observe: &mut dyn FnMut(admin::Progress),
+) -> Result<AdminReply> {
     match call_server(ctx, request)? {
         Ok(reply) => Ok(reply),
         Err(request) => {
-            let answer = admin::handle(&ctx.access, &ctx.command_line, request)?;
+            let answer = admin::handle_observed(&ctx.access, &ctx.command_line, request, observe)?;
             Ok(print_notes(ctx, answer))
         }
     }

@@ -5,9 +5,9 @@
 //! Invariants: prints nothing; a pool that cannot be opened, met while working over every pool
 //! (the request named none), becomes a note and is skipped; named, it is the error.
 
+use super::mirrors::{self, Progress};
 use super::request::{AdminReply, AdminRequest, Answer};
 use super::samples::{self, ArcSample, DeviceIoSample, L2arcSample, PoolSample};
-use super::mirrors::{self, Progress};
 use super::{AdminError, dataset_rows, operations, views};
 use crate::pools::chain_text;
 use crate::{PoolAccess, PoolsError};

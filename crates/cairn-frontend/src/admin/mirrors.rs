@@ -131,9 +131,9 @@ pub(super) fn change_mirror(
             start.run(&new, &resilver, change, observe)
         }
         MirrorChange::Detach { pool, device } => access.with_pool(&pool, false, |handle| {
-            handle.detach(&device).map_err(|err| {
-                failed(format!("cannot detach {device} from pool '{pool}'"), err)
-            })?;
+            handle
+                .detach(&device)
+                .map_err(|err| failed(format!("cannot detach {device} from pool '{pool}'"), err))?;
             remember_devices(access, handle)?;
             record_history(handle, command_line)?;
             Ok(MirrorOutcome::Detached { device })
@@ -225,8 +225,8 @@ pub(super) fn wait(
         }
         waiting.join()
     });
-    let outcome = outcome
-        .map_err(|_| AdminError::Refused("the resilver waiter panicked".to_string()))?;
+    let outcome =
+        outcome.map_err(|_| AdminError::Refused("the resilver waiter panicked".to_string()))?;
     outcome.map_err(|err| failed(format!("resilver of pool '{name}' did not finish"), err))?;
     // A replace detached the old device at the end: the cache follows.
     remember_devices(access, pool)?;

@@ -12,9 +12,9 @@
 use super::PoolRemoval;
 use super::dataset_rows::PoolDatasets;
 use super::mirrors::{Cleared, MirrorChange, MirrorOutcome};
-use cairn_dataset::ScrubRecord;
 use super::samples::{ArcSample, DatasetIoSample, DeviceIoSample, L2arcSample};
 use super::views::PoolViews;
+use cairn_dataset::ScrubRecord;
 use serde::{Deserialize, Serialize};
 
 /// One administrative operation, with its arguments.

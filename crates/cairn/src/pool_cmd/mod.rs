@@ -25,9 +25,7 @@ use crate::table::{Column, Table};
 use crate::vdevs::{parse_size_option, parse_vdevs};
 use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, remote};
 use anyhow::{Context as _, Result, anyhow, bail};
-use cairn_dataset::properties::parse_size;
-use cairn_engine::ScrubProgress;
-use cairn_frontend::admin::{self, AdminReply, AdminRequest, PoolChange};
+use cairn_frontend::admin::{self, AdminReply, AdminRequest, PoolChange, Progress};
 use std::time::{Duration, Instant};
 pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
     let name = &args.name;
@@ -101,66 +99,74 @@ pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
 }
 
 pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
-    ctx.with_pool(name, false, |pool| {
-        ctx.record(pool)?;
-        let bar = ctx.interactive().then(|| {
-            let bar = indicatif::ProgressBar::new(0);
-            if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
-            ) {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar.set_prefix(name.to_string());
-            bar
-        });
-        let started = Instant::now();
-        let mut last_line = Instant::now();
-        let mut report = |progress: &ScrubProgress| {
-            let total = progress.total_bytes.max(progress.scanned_bytes);
-            if let Some(bar) = &bar {
-                bar.set_length(total);
-                bar.set_position(progress.scanned_bytes);
-                if progress.bad_copies > 0 {
-                    bar.set_message(format!("{} bad copies", progress.bad_copies));
-                }
-            } else if last_line.elapsed() >= Duration::from_secs(1) {
-                last_line = Instant::now();
-                shout!(ctx,
-                    "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
-                    human::size(progress.scanned_bytes, false),
-                    human::size(total, false),
-                    human::percent(progress.scanned_bytes, total, false),
-                    progress.blocks,
-                    progress.bad_copies,
-                    progress.repaired_copies
-                );
-            }
+    let bar = ctx.interactive().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(name.to_string());
+        bar
+    });
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    let mut report = |progress: Progress| {
+        let Progress::Scrub(progress) = progress else {
+            return;
         };
-        let result = pool.scrub(&mut report);
+        let total = progress.total_bytes.max(progress.scanned_bytes);
         if let Some(bar) = &bar {
-            bar.finish_and_clear();
-        }
-        let record = result.with_context(|| format!("scrub of pool '{name}' failed"))?;
-        say!(ctx,
-            "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
-            human::seconds(started.elapsed().as_millis() as u64),
-            human::size(record.bytes_scanned, false),
-            record.blocks_scanned,
-            record.bad_copies,
-            record.repaired_copies,
-            record.unrecoverable_blocks
-        );
-        for place in &record.damaged {
-            say!(ctx, "  damaged: {place}");
-        }
-        if record.unrecoverable_blocks > 0 {
-            bail!(
-                "pool '{name}': scrub found {} unrecoverable blocks (see cairn pool status {name})",
-                record.unrecoverable_blocks
+            bar.set_length(total);
+            bar.set_position(progress.scanned_bytes);
+            if progress.bad_copies > 0 {
+                bar.set_message(format!("{} bad copies", progress.bad_copies));
+            }
+        } else if last_line.elapsed() >= Duration::from_secs(1) {
+            last_line = Instant::now();
+            shout!(
+                ctx,
+                "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
+                human::size(progress.scanned_bytes, false),
+                human::size(total, false),
+                human::percent(progress.scanned_bytes, total, false),
+                progress.blocks,
+                progress.bad_copies,
+                progress.repaired_copies
             );
         }
-        Ok(())
-    })
+    };
+    let request = AdminRequest::Scrub {
+        pool: name.to_string(),
+    };
+    let result = remote::call_observed(ctx, request, &mut report);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let record = match result? {
+        AdminReply::Scrubbed(record) => record,
+        other => return Err(remote::unexpected(&other)),
+    };
+    say!(
+        ctx,
+        "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
+        human::seconds(started.elapsed().as_millis() as u64),
+        human::size(record.bytes_scanned, false),
+        record.blocks_scanned,
+        record.bad_copies,
+        record.repaired_copies,
+        record.unrecoverable_blocks
+    );
+    for place in &record.damaged {
+        say!(ctx, "  damaged: {place}");
+    }
+    if record.unrecoverable_blocks > 0 {
+        bail!(
+            "pool '{name}': scrub found {} unrecoverable blocks (see cairn pool status {name})",
+            record.unrecoverable_blocks
+        );
+    }
+    Ok(())
 }
 
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
@@ -205,32 +211,25 @@ fn say_removal(ctx: &Context, name: &str, removal: &admin::PoolRemoval, verb: &s
 }
 
 /// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear); faulted mirror
-/// sides whose devices answer again rejoin, resilvered for the txgs they missed. A one-shot
-/// command waits for that resilver (it would stop with the process); a server goes on with it
-/// in the background.
+/// sides whose devices answer again rejoin, resilvered for the txgs they missed. Without a
+/// server the resilver is waited for (it would stop with the process); a server goes on with
+/// it in the background.
 pub fn clear(ctx: &Context, name: &str, resilver_rate: Option<&str>) -> Result<()> {
-    let options = cairn_engine::ResilverOptions {
-        rate_bytes_per_s: resilver_rate
-            .map(parse_size)
-            .transpose()
-            .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
-        ..cairn_engine::ResilverOptions::default()
+    let request = AdminRequest::Clear {
+        pool: name.to_string(),
+        rate_bytes_per_s: crate::mirror_cmd::resilver_rate(resilver_rate)?,
     };
-    ctx.with_pool(name, false, |pool| {
-        pool.clear_errors_with(options)
-            .with_context(|| format!("cannot clear errors of pool '{name}'"))?;
-        ctx.record(pool)?;
-        let resilvering = pool
-            .resilver_status()
-            .is_some_and(|status| status.finished_ms.is_none() && status.error.is_none());
-        if resilvering {
-            say!(ctx, "pool '{name}': resilvering the devices that came back");
-            if ctx.served.is_none() {
-                crate::mirror_cmd::wait(ctx, pool)?;
-            }
-        }
-        Ok(())
-    })
+    let cleared = match remote::call_observed(ctx, request, &mut |progress| {
+        crate::mirror_cmd::show_progress(ctx, &progress);
+    })? {
+        AdminReply::Cleared(cleared) => cleared,
+        other => return Err(remote::unexpected(&other)),
+    };
+    if cleared.resilvering {
+        say!(ctx, "pool '{name}': resilvering the devices that came back");
+        crate::mirror_cmd::say_finished(ctx, name, cleared.finished.as_ref());
+    }
+    Ok(())
 }
 
 /// `pool set arc_max=SIZE|arc_min=SIZE POOL`: the process's cache limits (see main.rs).
