@@ -110,7 +110,7 @@ impl Pool {
 }
 
 /// Intent-log use of one log device (a top-level vdev of role `log`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LogDeviceUse {
     pub name: String,
     pub health: Health,

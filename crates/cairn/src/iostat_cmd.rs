@@ -23,7 +23,7 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct IostatArgs {
     #[command(flatten)]
     pub format: ListFormat,

@@ -7,16 +7,12 @@
 //! directory is shared by all its threads, so it must never depend on it: a command makes every
 //! path in its request absolute, against the client's directory, before calling (device files
 //! of `pool create/add/attach/replace`, `pool remove`/`detach` names that are files, `pool
-//! import -d`, `up --data-dir`). Names that are not paths (`mirror-0`, pool and dataset names)
-//! are left as they are.
-//!
-//! Transitional: commands not yet typed travel whole (`AdminRequest::Captured`) and come back
-//! as what they printed (`forward`).
+//! import -d`, `pool check -d`, mountpoints). Names that are not paths (`mirror-0`, pool and
+//! dataset names) are left as they are.
 
 use crate::context::{Context, shout};
-use crate::vdevs::{absolute_device_word, absolute_vdev_word};
-use crate::{Command, PoolCommand};
-use anyhow::{Context as _, Result};
+use crate::vdevs::absolute_device_word;
+use anyhow::Result;
 use cairn_frontend::admin::{self, AdminReply, AdminRequest, Answer};
 use cairn_frontend::control::{self, ControlRequest};
 use std::path::Path;
@@ -72,6 +68,11 @@ fn print_notes(ctx: &Context, answer: Answer) -> AdminReply {
     answer.reply
 }
 
+/// Whether a server answers on the control socket of `state_dir`.
+pub fn server_runs(state_dir: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(control::socket_path(state_dir)).is_ok()
+}
+
 /// Why a command that watches a server (`what` it does) cannot run without one.
 pub fn no_server(ctx: &Context, what: &'static str) -> admin::AdminError {
     admin::AdminError::NeedsServer {
@@ -85,101 +86,9 @@ pub fn unexpected(reply: &AdminReply) -> anyhow::Error {
     anyhow::anyhow!("unexpected answer from the server: {reply:?}")
 }
 
-/// What became of a command offered to a server whole (transitional).
-// Made once per process and matched by value (the command moves on): boxing buys nothing.
-#[allow(clippy::large_enum_variant)]
-pub enum Forwarded {
-    /// A server ran it: its exit code, what it printed.
-    Done {
-        exit_code: u32,
-        stdout: String,
-        stderr: String,
-    },
-    /// No server runs for this state directory: the command comes back to run here.
-    NoServer(Command),
-}
-
-/// Sends `command` whole to the server of `state_dir` if one runs (transitional: for commands
-/// without a typed request yet).
-pub fn forward(state_dir: &Path, command_line: String, command: Command) -> Result<Forwarded> {
-    if !control::socket_path(state_dir).exists() {
-        return Ok(Forwarded::NoServer(command));
-    }
-    let command = with_absolute_paths(command)?;
-    let request = AdminRequest::Captured {
-        command: serde_json::to_value(&command).context("cannot encode the command")?,
-    };
-    match control::forward(state_dir, &ControlRequest::new(command_line, request))? {
-        Some(Ok(Answer {
-            reply:
-                AdminReply::Captured {
-                    exit_code,
-                    stdout,
-                    stderr,
-                },
-            ..
-        })) => Ok(Forwarded::Done {
-            exit_code,
-            stdout,
-            stderr,
-        }),
-        Some(Ok(answer)) => Err(unexpected(&answer.reply)),
-        Some(Err(failure)) => Err(failure.into()),
-        None => Ok(Forwarded::NoServer(command)),
-    }
-}
-
 /// The error of a command that failed in a server, with its exit code, when `err` is one.
 pub fn failure(err: &anyhow::Error) -> Option<&control::Failure> {
     err.downcast_ref::<control::Failure>()
-}
-
-/// `command` with every path in it absolute (against this process's working directory).
-fn with_absolute_paths(mut command: Command) -> Result<Command> {
-    match &mut command {
-        Command::Up(args) => args.data_dir = std::path::absolute(&args.data_dir)?,
-        Command::Pool(pool) => match pool {
-            PoolCommand::Create(args) => absolute_vdev_words(&mut args.vdevs),
-            PoolCommand::Add(args) => absolute_vdev_words(&mut args.vdevs),
-            PoolCommand::Attach(args) => {
-                args.existing = absolute_device_word(&args.existing);
-                args.new = absolute_device_word(&args.new);
-            }
-            PoolCommand::Replace(args) => {
-                args.old = absolute_device_word(&args.old);
-                args.new = absolute_device_word(&args.new);
-            }
-            PoolCommand::Detach { device, .. } => *device = absolute_device_word(device),
-            PoolCommand::Remove { vdev, .. } => *vdev = existing_file_word(vdev),
-            PoolCommand::Import(args) => {
-                for dir in &mut args.dirs {
-                    *dir = std::path::absolute(&*dir)?;
-                }
-            }
-            PoolCommand::Check(args) => {
-                for dir in &mut args.dirs {
-                    *dir = std::path::absolute(&*dir)?;
-                }
-            }
-            _ => {}
-        },
-        Command::Mount {
-            mountpoint: Some(path),
-            ..
-        } => *path = std::path::absolute(&*path)?,
-        // A mountpoint given as a path here (a dataset name is not one).
-        Command::Unmount { target } if Path::new(target).exists() => {
-            *target = std::path::absolute(&*target)?.display().to_string();
-        }
-        _ => {}
-    }
-    Ok(command)
-}
-
-fn absolute_vdev_words(words: &mut [String]) {
-    for word in words {
-        *word = absolute_vdev_word(word);
-    }
 }
 
 /// A name that may be a log vdev (`mirror-1`) or a device file: absolute when it is a file here.

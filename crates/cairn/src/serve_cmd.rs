@@ -8,23 +8,19 @@
 //! `--tls allow`; `--tls-client-ca` makes clients show a certificate.
 //! Memory: one budget derived from `--arc-max` (`MemoryBudget`) limits the pools' dirty data
 //! and the NBD server's request buffers; it is printed at start and shown by `stat memory`.
-//! The control socket's typed requests run here through `executor` (`admin::handle`), one at
-//! a time.
+//! The control socket's typed requests are answered by `cairn_frontend::serve` itself
+//! (`admin::handle`, one at a time): nothing of the CLI runs for them.
 
-use crate::context::{Context, Output};
+use crate::context::Context;
 use anyhow::{Context as _, Result};
 use cairn_engine::MemoryBudget;
-use cairn_frontend::admin::{self, AdminReply, AdminRequest, Answer};
-use cairn_frontend::control::{ControlReply, ControlRequest, Failure};
-use cairn_frontend::serve::{Executor, Note, Ready, ServeSettings};
-use cairn_frontend::{PoolAccess, PoolCache, ServedPools};
+use cairn_frontend::PoolAccess;
+use cairn_frontend::serve::{Note, Ready, ServeSettings};
 use cairn_nbd::{ServerConfig, TlsSettings};
 use clap::Args;
-use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Also import pools found in this directory (repeatable).
     #[arg(short = 'd', value_name = "DIR")]
@@ -104,9 +100,7 @@ pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<
 }
 
 /// Whether clients must start TLS.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TlsMode {
     Require,
     Allow,
@@ -152,73 +146,6 @@ impl ServeArgs {
         }
         config
     }
-}
-
-/// Runs the control socket's requests against the served pools: `admin::handle`, one request
-/// at a time (requests read-modify-write the pool cache and change pools' vdev trees, and a
-/// user running two commands at once expects them to take turns as they would without a
-/// server).
-fn executor(state_dir: PathBuf, base: &PoolAccess) -> impl FnOnce(Arc<ServedPools>) -> Executor {
-    let opener = base.opener.clone();
-    let read_trace_dir = base.read_trace_dir.clone();
-    let l2_write_bytes_per_day = base.l2_write_bytes_per_day;
-    move |served: Arc<ServedPools>| -> Executor {
-        let one_at_a_time = Arc::new(Mutex::new(()));
-        Arc::new(move |request: ControlRequest| {
-            let _turn = one_at_a_time.lock();
-            let access = PoolAccess {
-                cache: PoolCache::new(state_dir.clone()),
-                served: Some(served.clone()),
-                opener: opener.clone(),
-                read_trace_dir: read_trace_dir.clone(),
-                l2_write_bytes_per_day,
-            };
-            match request.request {
-                AdminRequest::Captured { command } => {
-                    run_captured(access, request.command_line, command, &state_dir)
-                }
-                typed => admin::handle(&access, &request.command_line, typed)
-                    .map_err(|err| Failure::of(&err)),
-            }
-        })
-    }
-}
-
-/// Transitional: a command without a typed request yet, run here with its output captured.
-fn run_captured(
-    access: PoolAccess,
-    command_line: String,
-    command: serde_json::Value,
-    state_dir: &std::path::Path,
-) -> ControlReply {
-    let command: crate::Command = serde_json::from_value(command).map_err(|err| Failure {
-        message: format!(
-            "the server does not understand this command ({err}): use the cairn binary the server runs"
-        ),
-        exit_code: 2,
-    })?;
-    let (out, stdout) = Output::buffer();
-    let (err, stderr) = Output::buffer();
-    let ctx = Context {
-        access,
-        command_line,
-        out,
-        err,
-    };
-    let exit_code = match crate::execute(&ctx, command, state_dir) {
-        Ok(()) => 0,
-        Err(error) => {
-            ctx.err.text(format_args!("cairn: {error:#}\n"));
-            1
-        }
-    };
-    let stdout = String::from_utf8_lossy(&stdout.lock()).into_owned();
-    let stderr = String::from_utf8_lossy(&stderr.lock()).into_owned();
-    Ok(Answer::new(AdminReply::Captured {
-        exit_code,
-        stdout,
-        stderr,
-    }))
 }
 
 pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Result<()> {
@@ -286,7 +213,6 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     cairn_frontend::serve::serve(
         &access,
         settings,
-        executor(state_dir.to_path_buf(), &access),
         &notes,
         |ready: &Ready<'_>| announce(ready, &budget_line),
         wait_for_stop_signal,

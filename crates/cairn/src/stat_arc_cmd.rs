@@ -19,7 +19,7 @@ use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct StatArcArgs {
     #[command(flatten)]
     pub format: ListFormat,

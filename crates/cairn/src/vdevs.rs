@@ -68,21 +68,6 @@ pub fn absolute_device_word(word: &str) -> String {
     parse_device(word).map_or_else(|_| word.to_string(), |spec| spec.to_string())
 }
 
-/// A word of the vdev grammar with any path in it absolute (keywords stay as they are).
-pub fn absolute_vdev_word(word: &str) -> String {
-    let keyword = word.to_ascii_lowercase();
-    let is_keyword = keyword == "log"
-        || keyword == "cache"
-        || keyword == "mirror"
-        || UNSUPPORTED.contains(&keyword.as_str())
-        || keyword.starts_with("draid");
-    if is_keyword {
-        word.to_string()
-    } else {
-        absolute_device_word(word)
-    }
-}
-
 pub fn parse_vdevs(words: &[String]) -> Result<Vdevs> {
     let mut groups: Vec<VdevGroup> = Vec::new();
     let mut open_mirror: Option<VdevGroup> = None;
@@ -219,14 +204,12 @@ mod tests {
         assert!(groups[0].devices[0].path.is_absolute());
         let here = std::env::current_dir().unwrap();
         assert_eq!(
-            absolute_vdev_word("emu:nvme:c.img"),
+            absolute_device_word("emu:nvme:c.img"),
             format!("emu:nvme:{}", here.join("c.img").display())
         );
-        assert_eq!(absolute_vdev_word("mirror"), "mirror");
-        assert_eq!(absolute_vdev_word("LOG"), "LOG");
-        // Made absolute twice, a word does not change: the server may resolve it again.
-        let once = absolute_vdev_word("d0.img");
-        assert_eq!(absolute_vdev_word(&once), once);
+        // Made absolute twice, a word does not change.
+        let once = absolute_device_word("d0.img");
+        assert_eq!(absolute_device_word(&once), once);
     }
 
     #[test]

@@ -7,8 +7,7 @@
 //! worded in full, beside the others' rows.
 
 use super::AdminError;
-use super::handle::skip_unavailable;
-use super::operations::failed;
+use super::failures::{failed, skip_unavailable};
 use crate::PoolAccess;
 use crate::pools::chain_text;
 use cairn_dataset::DatasetKind;

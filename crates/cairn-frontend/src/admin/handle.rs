@@ -5,12 +5,12 @@
 //! Invariants: prints nothing; a pool that cannot be opened, met while working over every pool
 //! (the request named none), becomes a note and is skipped; named, it is the error.
 
+use super::failures::skip_unavailable;
 use super::mirrors::{self, Progress};
 use super::request::{AdminReply, AdminRequest, Answer};
 use super::samples::{self, ArcSample, DeviceIoSample, L2arcSample, PoolSample};
-use super::{AdminError, dataset_rows, operations, views};
-use crate::pools::chain_text;
-use crate::{PoolAccess, PoolsError};
+use super::{AdminError, dataset_rows, import_request, mounting, operations, stats, views};
+use crate::PoolAccess;
 
 /// Runs one request against `access`'s pools; `command_line` is what the pools' histories
 /// record for a change.
@@ -32,7 +32,6 @@ pub fn handle_observed(
 ) -> Result<Answer, AdminError> {
     let mut notes = Vec::new();
     let reply = match request {
-        AdminRequest::Captured { .. } => return Err(AdminError::NotTyped),
         AdminRequest::DatasetIo => AdminReply::DatasetIo(samples::dataset_io(served(
             access,
             "pool iostat reports the I/O of",
@@ -77,6 +76,33 @@ pub fn handle_observed(
         AdminRequest::Scrub { pool } => {
             AdminReply::Scrubbed(mirrors::scrub(access, command_line, &pool, observe)?)
         }
+        AdminRequest::Import(request) => {
+            AdminReply::Import(import_request::import(access, command_line, &request)?)
+        }
+        AdminRequest::Check { pool, dirs } => {
+            AdminReply::Checked(import_request::check(access, &pool, &dirs)?)
+        }
+        AdminRequest::Mount {
+            dataset,
+            mountpoint,
+            options,
+        } => AdminReply::Mounted(mounting::mount(
+            access,
+            &dataset,
+            mountpoint.as_deref(),
+            &options,
+        )?),
+        AdminRequest::Unmount { target } => {
+            AdminReply::Unmounted(mounting::unmount(access, &target)?)
+        }
+        AdminRequest::ZilStats { pools } => {
+            AdminReply::ZilStats(stats::zil(access, &pools, &mut notes)?)
+        }
+        AdminRequest::IoStats { pools } => {
+            AdminReply::IoStats(stats::io(access, &pools, &mut notes)?)
+        }
+        AdminRequest::FsStats { pools } => AdminReply::FsStats(stats::fs(access, &pools)),
+        AdminRequest::MemoryStats => AdminReply::MemoryStats(stats::memory(access)),
         AdminRequest::Datasets { pools } => {
             AdminReply::Datasets(dataset_rows::pool_datasets(access, &pools, &mut notes)?)
         }
@@ -93,23 +119,6 @@ fn served<'a>(
         state_dir: access.cache.dir().to_path_buf(),
         what,
     })
-}
-
-/// For requests over every pool (`named` false): a pool that cannot be opened is noted and
-/// skipped (`Ok(None)`); named, or for any other failure, the error stands.
-pub(super) fn skip_unavailable<T>(
-    result: Result<T, AdminError>,
-    named: bool,
-    notes: &mut Vec<String>,
-) -> Result<Option<T>, AdminError> {
-    match result {
-        Ok(value) => Ok(Some(value)),
-        Err(AdminError::Pools(err @ PoolsError::Unavailable(_))) if !named => {
-            notes.push(chain_text(&err));
-            Ok(None)
-        }
-        Err(err) => Err(err),
-    }
 }
 
 fn device_io(
@@ -147,4 +156,57 @@ fn l2arc(
         }
     }
     Ok(sample)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{PoolCache, PoolsError};
+
+    #[test]
+    fn requests_without_a_server_are_answered_here_or_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let access = PoolAccess::new(PoolCache::new(dir.path().to_path_buf()));
+        let answer = handle(
+            &access,
+            "cairn",
+            AdminRequest::PoolViews { pools: Vec::new() },
+        )
+        .unwrap();
+        let AdminReply::PoolViews(views) = answer.reply else {
+            panic!("not pool views");
+        };
+        assert!(views.names.is_empty() && views.views.is_empty());
+        let err = handle(&access, "cairn", AdminRequest::DatasetIo).unwrap_err();
+        assert!(
+            err.to_string().contains("no cairn server is running"),
+            "{err}"
+        );
+        let err = handle(
+            &access,
+            "cairn",
+            AdminRequest::History {
+                pool: "tank".to_string(),
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, AdminError::Pools(PoolsError::NotImported(_))),
+            "{err}"
+        );
+        // A named pool that is no pool is a failure beside the (empty) views.
+        let answer = handle(
+            &access,
+            "cairn",
+            AdminRequest::PoolViews {
+                pools: vec!["tank".to_string()],
+            },
+        )
+        .unwrap();
+        let AdminReply::PoolViews(views) = answer.reply else {
+            panic!("not pool views");
+        };
+        assert_eq!(views.failures.len(), 1);
+        assert!(views.failures[0].contains("no such pool 'tank'"));
+    }
 }

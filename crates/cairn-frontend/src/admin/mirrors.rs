@@ -11,7 +11,7 @@
 //! caller's observer; nothing is printed.
 
 use super::AdminError;
-use super::operations::failed;
+use super::failures::failed;
 use super::pools::record_history;
 use super::{CreatedFiles, check_devices_exist};
 use crate::PoolAccess;

@@ -1,7 +1,16 @@
 //! The administration library: what changes a pool's shape or its datasets, with the policy
-//! that keeps a machine's pools safe, in one place that every front end calls (the CLI's
-//! commands, run in their own process or forwarded to a server; later the page, a REST API,
-//! NFS share management).
+//! that keeps a machine's pools safe, and the looks at pools a front end shows, in one place
+//! that every front end calls (the CLI's commands, in their own process or through a server's
+//! control socket; later the page, a REST API, NFS share management).
+//!
+//! Its typed face: `AdminRequest` (one variant per operation, plain arguments, absolute paths)
+//! and `AdminReply` (data, never rendered text), answered by `handle` (`handle.rs`) the same
+//! way in a server and in a front end's own process; notes for people travel beside the reply
+//! (`Answer`). The requests are carried out by `operations.rs` (pool and dataset changes),
+//! `mirrors.rs` (attach/replace/detach, clear, scrub, waiting for a resilver with progress),
+//! `import_request.rs` (import, check), `views.rs` and `dataset_rows.rs` (pool status/list,
+//! dataset list/get), `stats.rs` and `samples.rs` (statistics and the samples a poller
+//! subtracts), `mounting.rs` (FUSE mounts, a server's only).
 //!
 //! Policy kept here, not in a front end:
 //! - device safety (`devices.rs`): a device of a pool this machine has imported is refused
@@ -19,7 +28,7 @@
 //! - the memory budget of a server (`memory.rs`), checked before the cache takes its limit.
 //!
 //! Invariants: functions take their options as parameters and print nothing; what a person
-//! should be told comes back in the result (`AdminError`, notes). The engine's own refusals
+//! should be told comes back in the result (`AdminError`, notes, progress to an observer). The engine's own refusals
 //! (an unknown device, a device already in the pool) stay the engine's: this layer adds only
 //! what needs a view beyond one pool (the pool cache, the host's files). Uses `pools` (access,
 //! pool cache) and the engine; nothing below uses it.
@@ -27,15 +36,19 @@
 mod dataset_rows;
 mod datasets;
 mod devices;
+mod failures;
 mod handle;
 mod import;
+mod import_request;
 mod memory;
 mod mirrors;
+mod mounting;
 mod operations;
 mod pools;
 mod removal;
 mod request;
 pub mod samples;
+pub mod stats;
 mod views;
 
 pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
@@ -43,6 +56,7 @@ pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use handle::{handle, handle_observed};
 pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
+pub use import_request::{ImportOutcome, ImportRequest, ImportablePool};
 pub use memory::{BudgetCheck, memory_budget};
 pub use mirrors::{Cleared, MirrorChange, MirrorOutcome, Progress, ResilverRequest};
 pub use pools::{AddedDevices, add_devices, create_pool};
@@ -193,8 +207,10 @@ pub enum AdminError {
     /// Refused; the message says why and what to do.
     #[error("{0}")]
     Refused(String),
-    #[error("this request is a front end's own command, run only by a server's executor")]
-    NotTyped,
+    #[error(transparent)]
+    Mount(#[from] crate::fuse::MountError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     #[error(transparent)]
     Pools(#[from] PoolsError),
     #[error(transparent)]

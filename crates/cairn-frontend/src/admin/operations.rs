@@ -7,21 +7,13 @@
 //! call that makes it; nothing here prints.
 
 use super::AdminError;
-use super::handle::skip_unavailable;
+use super::failures::{failed, skip_unavailable};
 use super::request::{AdminReply, DatasetChange, PoolChange, TxgRow, VdevLayout};
 use super::samples::{ArcSample, counters};
 use crate::PoolAccess;
 use cairn_dataset::directory::Provisioning;
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::{CreateOptions, EngineError, VdevGroup};
-
-/// `source`, said to be why `what` could not be done.
-pub(super) fn failed(what: String, source: impl Into<AdminError>) -> AdminError {
-    AdminError::Failed {
-        what,
-        source: Box::new(source.into()),
-    }
-}
 
 /// The layout's groups and cache devices as the engine takes them.
 fn vdevs(layout: &VdevLayout) -> Result<(Vec<VdevGroup>, Vec<DeviceSpec>), AdminError> {

@@ -11,18 +11,20 @@
 
 use super::PoolRemoval;
 use super::dataset_rows::PoolDatasets;
+use super::import_request::{ImportOutcome, ImportRequest};
 use super::mirrors::{Cleared, MirrorChange, MirrorOutcome};
 use super::samples::{ArcSample, DatasetIoSample, DeviceIoSample, L2arcSample};
+use super::stats::{FsSample, IoSample, MemorySample, ZilSample};
 use super::views::PoolViews;
+use crate::fuse::Unmounted;
 use cairn_dataset::ScrubRecord;
+use cairn_engine::CheckReport;
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 
 /// One administrative operation, with its arguments.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AdminRequest {
-    /// Transitional: a front end's own command, run by the server with its output captured
-    /// (for commands not yet typed; `handle` refuses it, the server's executor answers it).
-    Captured { command: serde_json::Value },
     /// Every served dataset's cumulative traffic (server only).
     DatasetIo,
     /// Every device's cumulative I/O counters of `pools` (every pool when empty; server only).
@@ -57,6 +59,27 @@ pub enum AdminRequest {
     },
     /// Verify every copy of every block of `pool`, repairing bad copies.
     Scrub { pool: String },
+    /// Find pools on devices, import one, or preview its rewind.
+    Import(ImportRequest),
+    /// Check `pool` (imported, or with `dirs` an exported one found there).
+    Check { pool: String, dirs: Vec<PathBuf> },
+    /// Mount filesystem `dataset` (server only) at `mountpoint` (absolute; its property when
+    /// `None`) with mount `options` (comma-separated).
+    Mount {
+        dataset: String,
+        mountpoint: Option<PathBuf>,
+        options: String,
+    },
+    /// Unmount a filesystem this server mounted: a dataset name or an absolute mountpoint.
+    Unmount { target: String },
+    /// `stat zil`: intent logs and log devices of `pools` (every pool when empty).
+    ZilStats { pools: Vec<String> },
+    /// `stat io`: pipeline and device counters of `pools` (every pool when empty).
+    IoStats { pools: Vec<String> },
+    /// `stat fs`: the mounted filesystems of `pools` (every pool when empty).
+    FsStats { pools: Vec<String> },
+    /// `stat memory`: the memory budget and resident memory.
+    MemoryStats,
 }
 
 /// A change of a pool (`AdminRequest::Pool`).
@@ -158,12 +181,6 @@ pub struct TxgRow {
 /// What an operation produced.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum AdminReply {
-    /// Transitional: what a front end's own command printed, and its exit code.
-    Captured {
-        exit_code: u32,
-        stdout: String,
-        stderr: String,
-    },
     /// Done; nothing to show.
     Done,
     DatasetIo(DatasetIoSample),
@@ -191,6 +208,15 @@ pub enum AdminReply {
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),
+    Import(ImportOutcome),
+    Checked(CheckReport),
+    /// Mounted at this path.
+    Mounted(PathBuf),
+    Unmounted(Unmounted),
+    ZilStats(ZilSample),
+    IoStats(IoSample),
+    FsStats(Vec<FsSample>),
+    MemoryStats(MemorySample),
 }
 
 /// A reply with the notes collected while it was made (one line each, without a program
