@@ -111,7 +111,7 @@ impl Context {
     /// Whether progress may be drawn on this process's terminal.
     pub fn interactive(&self) -> bool {
         use std::io::IsTerminal;
-        self.served.is_none() && std::io::stderr().is_terminal()
+        std::io::stderr().is_terminal()
     }
 
     /// For commands over every pool (the user named none): a pool that cannot be opened is

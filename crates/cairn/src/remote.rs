@@ -39,16 +39,11 @@ pub fn call_observed(
 }
 
 /// Runs `request` in the server of `ctx`'s state directory; `Err(request)` back when no
-/// server runs (for commands that work differently alone). Inside a server, the request runs
-/// on its live pools directly.
+/// server runs (for commands that work differently alone).
 pub fn call_server(
     ctx: &Context,
     request: AdminRequest,
 ) -> Result<Result<AdminReply, AdminRequest>> {
-    if ctx.served.is_some() {
-        let answer = admin::handle(&ctx.access, &ctx.command_line, request)?;
-        return Ok(Ok(print_notes(ctx, answer)));
-    }
     let state_dir = ctx.cache.dir();
     if !control::socket_path(state_dir).exists() {
         return Ok(Err(request));
