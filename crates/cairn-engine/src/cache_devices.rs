@@ -20,7 +20,7 @@ use cairn_l2arc::{DeviceReport, L2Arc};
 use std::sync::Arc;
 
 /// What `pool status` shows of one cache device.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct CacheDeviceStatus {
     pub name: String,
     /// `None` when the device is missing (its reason in `missing`).

@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 
 type Extent = (u32, u64, u64);
 
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct CheckReport {
     pub txg: u64,
     pub blocks: u64,

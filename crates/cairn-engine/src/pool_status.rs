@@ -12,7 +12,7 @@ use cairn_dataset::ScrubRecord;
 use cairn_pool::vdev::Health;
 use std::sync::atomic::Ordering;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LeafStatus {
     pub name: String,
     pub health: Health,
@@ -24,7 +24,7 @@ pub struct LeafStatus {
     pub resilvering: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct TopStatus {
     pub name: String,
     pub health: Health,
@@ -34,7 +34,7 @@ pub struct TopStatus {
     pub is_log: bool,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct PoolStatus {
     pub name: String,
     pub guid: u64,
@@ -110,7 +110,7 @@ impl Pool {
 }
 
 /// Intent-log use of one log device (a top-level vdev of role `log`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LogDeviceUse {
     pub name: String,
     pub health: Health,

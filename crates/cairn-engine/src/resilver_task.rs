@@ -23,7 +23,7 @@ pub struct ResilverOptions {
 }
 
 /// A resilver as `pool status` shows it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ResilverStatus {
     /// The leaf being filled.
     pub leaf: String,

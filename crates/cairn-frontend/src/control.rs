@@ -1,30 +1,31 @@
-//! The control socket: how `cairn` commands keep working while a server owns the pools.
+//! The control socket: how front ends keep working while a server owns the pools.
 //!
 //! A running server holds its pools' devices (exclusive locks), so a second process cannot open
 //! them. Instead, every command first looks for `STATE_DIR/control.sock`; if a server answers,
-//! the client sends the command it parsed, as a typed request, and the server runs the same
-//! command code against its live pools and sends back what it printed and its exit code.
-//! A stale socket file (no server behind it) is ignored and the command runs locally.
+//! the client sends a typed `AdminRequest` (what it parsed, with absolute paths) and the server
+//! runs it through the administration library (`admin::handle`) against its live pools and
+//! sends back the typed reply (`Answer`: an `AdminReply` with notes) or the failure (message
+//! and exit code). A client without a server calls `admin::handle` itself: the same function,
+//! the same answers. A stale socket file (no server behind it) is ignored and the command runs
+//! locally. Nothing is re-parsed and no printed text travels: how a reply is shown is the
+//! client's.
 //!
-//! The request is typed and self-contained: the client resolves every path against its own
-//! working directory before sending (the server never changes its working directory, which
-//! is shared by all its threads), and the server never re-parses a command line.
-//! This module is generic over the command type `C`: the front end that parses commands
-//! defines it (the CLI's parsed command); this library only carries it.
+//! The request is self-contained: the client resolves every path against its own working
+//! directory before sending (the server never changes its working directory, which is shared
+//! by all its threads).
 //!
-//! Wire format (both directions length-prefixed, little-endian u32 lengths):
-//!   request:  length + JSON of `ControlRequest<C>` (protocol version, history line, command)
-//!   response: exit code (u32), stdout (length + bytes), stderr (length + bytes)
-//! A request of another protocol version, or one that does not decode, is answered with exit
-//! code 2 and a message, never dropped silently.
+//! Wire format (both directions one field: a little-endian u32 length, then that many bytes):
+//!   request:  JSON of `ControlRequest` (protocol version, history line, `AdminRequest`)
+//!   response: JSON of `ControlReply` (`Ok(Answer)` or `Err(Failure)`)
+//! A request of another protocol version, or one that does not decode, is answered with a
+//! failure of exit code 2 and a message, never dropped silently.
 //!
 //! The socket is created with mode 0600 inside a private staging directory and renamed into
 //! place (no moment where it is open to others), and every connection's peer is checked with
 //! SO_PEERCRED: only the server's own user (and root) may run commands through it. Sizes are
 //! bounded so a confused client cannot make the server allocate without limit.
 
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use crate::admin::{AdminRequest, Answer};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -33,9 +34,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 const SOCKET_NAME: &str = "control.sock";
 /// Version of the request encoding; a server answers requests of another version with an error.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// 2: typed requests and replies (1 carried the CLI's parsed command and its printed output).
+pub const PROTOCOL_VERSION: u32 = 2;
 const REQUEST_BYTES_MAX: u32 = 1 << 20;
-const OUTPUT_BYTES_MAX: u32 = 256 << 20;
+const REPLY_BYTES_MAX: u32 = 256 << 20;
 /// How long a client may take to send its request once connected.
 const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Exit code of a request the server could not understand (as for a usage error).
@@ -45,43 +47,53 @@ pub fn socket_path(state_dir: &Path) -> PathBuf {
     state_dir.join(SOCKET_NAME)
 }
 
-/// One command for the server: what the client parsed, with absolute paths.
+/// One request for the server: what the client parsed, with absolute paths.
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
-pub struct ControlRequest<C> {
+pub struct ControlRequest {
     pub protocol: u32,
     /// The command as the user typed it, for the pool's history.
     pub command_line: String,
-    pub command: C,
+    pub request: AdminRequest,
 }
 
-impl<C> ControlRequest<C> {
-    pub fn new(command_line: String, command: C) -> ControlRequest<C> {
+impl ControlRequest {
+    pub fn new(command_line: String, request: AdminRequest) -> ControlRequest {
         ControlRequest {
             protocol: PROTOCOL_VERSION,
             command_line,
-            command,
+            request,
         }
     }
 }
 
-/// What a forwarded command produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reply {
+/// A request that failed: what to tell the user (the error with its causes, one line) and the
+/// exit code a command line front end ends with.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Failure {
+    pub message: String,
     pub exit_code: u32,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
 }
 
-impl Reply {
-    /// A reply that only reports an error on stderr.
-    pub fn error(exit_code: u32, message: String) -> Reply {
-        Reply {
-            exit_code,
-            stdout: Vec::new(),
-            stderr: message.into_bytes(),
+impl Failure {
+    /// An error of the administration library, as it is shown: the error and its causes.
+    pub fn of(err: &crate::admin::AdminError) -> Failure {
+        Failure {
+            message: crate::pools::chain_text(err),
+            exit_code: 1,
         }
     }
 }
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// What the server answers to one request.
+pub type ControlReply = Result<Answer, Failure>;
 
 /// Why the control socket could not be set up or used.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +114,12 @@ pub enum ControlError {
     },
     #[error("cannot encode the request for the server")]
     Encode(#[source] serde_json::Error),
+    #[error("cannot read the answer of the server at {}", path.display())]
+    Decode {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
     #[error("cannot talk to the server at {}", path.display())]
     Send {
         path: PathBuf,
@@ -144,10 +162,10 @@ fn read_field(stream: &mut impl Read, limit: u32) -> std::io::Result<Vec<u8>> {
 
 /// Sends `request` to the server of `state_dir`, if one runs. `Ok(None)`: no server; run
 /// locally.
-pub fn forward<C: Serialize>(
+pub fn forward(
     state_dir: &Path,
-    request: &ControlRequest<C>,
-) -> Result<Option<Reply>, ControlError> {
+    request: &ControlRequest,
+) -> Result<Option<ControlReply>, ControlError> {
     let path = socket_path(state_dir);
     let Ok(mut stream) = UnixStream::connect(&path) else {
         return Ok(None);
@@ -159,46 +177,45 @@ pub fn forward<C: Serialize>(
             path: path.clone(),
             source,
         })?;
-    read_reply(&mut stream)
+    let bytes =
+        read_field(&mut stream, REPLY_BYTES_MAX).map_err(|source| ControlError::Receive {
+            path: path.clone(),
+            source,
+        })?;
+    serde_json::from_slice(&bytes)
         .map(Some)
-        .map_err(|source| ControlError::Receive { path, source })
+        .map_err(|source| ControlError::Decode { path, source })
 }
 
-fn read_reply(stream: &mut impl Read) -> std::io::Result<Reply> {
-    let exit_code = read_u32(stream)?;
-    let stdout = read_field(stream, OUTPUT_BYTES_MAX)?;
-    let stderr = read_field(stream, OUTPUT_BYTES_MAX)?;
-    Ok(Reply {
-        exit_code,
-        stdout,
-        stderr,
-    })
-}
-
-fn write_reply(stream: &mut impl Write, reply: &Reply) -> std::io::Result<()> {
-    stream.write_all(&reply.exit_code.to_le_bytes())?;
-    write_field(stream, &reply.stdout)?;
-    write_field(stream, &reply.stderr)?;
+fn write_reply(stream: &mut impl Write, reply: &ControlReply) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    write_field(stream, &bytes)?;
     stream.flush()
 }
 
-/// Decodes one request; a request the server cannot use becomes the reply that says why.
-fn decode_request<C: DeserializeOwned>(bytes: &[u8]) -> Result<ControlRequest<C>, Reply> {
+fn bad_request(message: String) -> Failure {
+    Failure {
+        message,
+        exit_code: EXIT_BAD_REQUEST,
+    }
+}
+
+/// Decodes one request; a request the server cannot use becomes the failure that says why.
+fn decode_request(bytes: &[u8]) -> Result<ControlRequest, Failure> {
     #[derive(serde::Deserialize)]
     struct Version {
         protocol: u32,
     }
-    let bad = |why: String| Reply::error(EXIT_BAD_REQUEST, format!("cairn: {why}\n"));
     let version: Version = serde_json::from_slice(bytes)
-        .map_err(|err| bad(format!("the server cannot read this request: {err}")))?;
+        .map_err(|err| bad_request(format!("the server cannot read this request: {err}")))?;
     if version.protocol != PROTOCOL_VERSION {
-        return Err(bad(format!(
+        return Err(bad_request(format!(
             "this client speaks control protocol {}, the server {PROTOCOL_VERSION}: use the cairn binary the server runs",
             version.protocol
         )));
     }
     serde_json::from_slice(bytes).map_err(|err| {
-        bad(format!(
+        bad_request(format!(
             "the server does not understand this command ({err}): use the cairn binary the server runs"
         ))
     })
@@ -251,38 +268,29 @@ fn peer_allowed(stream: &UnixStream) -> Result<(), Refusal> {
     }
 }
 
+/// What runs one request for a server: decoded, from an allowed peer.
+pub type Execute = dyn Fn(ControlRequest) -> ControlReply + Send + Sync;
+
 /// Runs one request from `stream` and writes its reply.
-fn handle<C: DeserializeOwned>(
-    mut stream: UnixStream,
-    execute: &(dyn Fn(ControlRequest<C>) -> Reply + Send + Sync),
-) {
+fn handle(mut stream: UnixStream, execute: &Execute) {
     let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
     let Ok(bytes) = read_field(&mut stream, REQUEST_BYTES_MAX) else {
         return;
     };
     let _ = stream.set_read_timeout(None);
     let reply = match peer_allowed(&stream) {
-        Ok(()) => match decode_request(&bytes) {
-            Ok(request) => execute(request),
-            Err(reply) => reply,
-        },
-        Err(refusal) => {
-            let cause = std::error::Error::source(&refusal)
-                .map(|cause| format!(": {cause}"))
-                .unwrap_or_default();
-            Reply::error(1, format!("cairn: refused: {refusal}{cause}\n"))
-        }
+        Ok(()) => decode_request(&bytes).and_then(execute),
+        Err(refusal) => Err(Failure {
+            message: format!("refused: {}", crate::pools::chain_text(&refusal)),
+            exit_code: 1,
+        }),
     };
     let _ = write_reply(&mut stream, &reply);
 }
 
-/// Serves forwarded commands until `stop` is set; `execute` runs one request and returns its
-/// reply. Each client is handled on its own thread; `execute` serializes what must be.
-pub fn accept_loop<C: DeserializeOwned + 'static>(
-    listener: UnixListener,
-    stop: Arc<AtomicBool>,
-    execute: Arc<dyn Fn(ControlRequest<C>) -> Reply + Send + Sync>,
-) {
+/// Serves requests until `stop` is set; `execute` runs one request and returns its reply.
+/// Each client is handled on its own thread; `execute` serializes what must be.
+pub fn accept_loop(listener: UnixListener, stop: Arc<AtomicBool>, execute: Arc<Execute>) {
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
             break;
@@ -303,12 +311,7 @@ pub fn wake(state_dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-    enum Command {
-        Sync { pools: Vec<String> },
-        Create { path: PathBuf },
-    }
+    use crate::admin::AdminReply;
 
     #[test]
     fn oversized_fields_are_refused_not_allocated() {
@@ -320,38 +323,52 @@ mod tests {
     #[test]
     fn requests_and_replies_round_trip() {
         let request = ControlRequest::new(
-            "cairn pool sync tank".to_string(),
-            Command::Sync {
+            "cairn stat l2arc tank".to_string(),
+            AdminRequest::L2arcCounters {
                 pools: vec!["tank".to_string()],
             },
         );
         let encoded = serde_json::to_vec(&request).unwrap();
-        let decoded: ControlRequest<Command> = decode_request(&encoded).unwrap();
-        assert_eq!(decoded.command, request.command);
-        assert_eq!(decoded.command_line, "cairn pool sync tank");
-        let reply = Reply {
-            exit_code: 3,
-            stdout: b"out".to_vec(),
-            stderr: b"err".to_vec(),
-        };
+        let decoded = decode_request(&encoded).unwrap();
+        assert_eq!(decoded.request, request.request);
+        assert_eq!(decoded.command_line, "cairn stat l2arc tank");
+        let reply: ControlReply = Ok(Answer {
+            reply: AdminReply::Done,
+            notes: vec!["pool 'x' is unavailable".to_string()],
+        });
         let mut bytes = Vec::new();
         write_reply(&mut bytes, &reply).unwrap();
-        assert_eq!(read_reply(&mut bytes.as_slice()).unwrap(), reply);
+        let field = read_field(&mut bytes.as_slice(), REPLY_BYTES_MAX).unwrap();
+        let back: ControlReply = serde_json::from_slice(&field).unwrap();
+        let answer = back.unwrap();
+        assert!(matches!(answer.reply, AdminReply::Done));
+        assert_eq!(answer.notes, ["pool 'x' is unavailable"]);
+        let failure: ControlReply = Err(Failure {
+            message: "no".to_string(),
+            exit_code: 3,
+        });
+        let text = serde_json::to_vec(&failure).unwrap();
+        let back: ControlReply = serde_json::from_slice(&text).unwrap();
+        assert_eq!(back.unwrap_err().exit_code, 3);
     }
 
     #[test]
-    fn other_versions_and_unknown_commands_get_an_answer() {
-        let old = br#"{"protocol":0,"command_line":"cairn","command":{"Sync":{"pools":[]}}}"#;
-        let reply = decode_request::<Command>(old).unwrap_err();
-        assert_eq!(reply.exit_code, EXIT_BAD_REQUEST);
-        assert!(String::from_utf8_lossy(&reply.stderr).contains("protocol 0"));
-        let unknown = br#"{"protocol":1,"command_line":"cairn","command":{"Explode":{}}}"#;
-        let reply = decode_request::<Command>(unknown).unwrap_err();
-        assert!(String::from_utf8_lossy(&reply.stderr).contains("does not understand"));
+    fn other_versions_and_unknown_requests_get_an_answer() {
+        let old = br#"{"protocol":1,"command_line":"cairn","command":{"Sync":{"pools":[]}}}"#;
+        let failure = decode_request(old).unwrap_err();
+        assert_eq!(failure.exit_code, EXIT_BAD_REQUEST);
+        assert!(
+            failure.message.contains("protocol 1"),
+            "{}",
+            failure.message
+        );
+        let unknown = br#"{"protocol":2,"command_line":"cairn","request":{"Explode":{}}}"#;
+        let failure = decode_request(unknown).unwrap_err();
+        assert!(failure.message.contains("does not understand"));
     }
 
     #[test]
-    fn a_served_request_reaches_the_executor_with_its_paths() {
+    fn a_served_request_reaches_the_executor_and_its_reply_the_client() {
         let dir = tempfile::tempdir().unwrap();
         let listener = bind(dir.path()).unwrap();
         assert!(matches!(
@@ -359,28 +376,46 @@ mod tests {
             Err(ControlError::AlreadyServed { .. })
         ));
         let stop = Arc::new(AtomicBool::new(false));
-        let execute: Arc<dyn Fn(ControlRequest<Command>) -> Reply + Send + Sync> =
-            Arc::new(|request: ControlRequest<Command>| Reply {
-                exit_code: 0,
-                stdout: format!("{:?}", request.command).into_bytes(),
-                stderr: Vec::new(),
-            });
+        let execute: Arc<Execute> = Arc::new(|request: ControlRequest| match request.request {
+            AdminRequest::DeviceIo { pools } => Ok(Answer {
+                reply: AdminReply::Done,
+                notes: pools,
+            }),
+            _ => Err(Failure {
+                message: "unexpected".to_string(),
+                exit_code: 1,
+            }),
+        });
         let server = std::thread::spawn({
             let stop = stop.clone();
             move || accept_loop(listener, stop, execute)
         });
         let request = ControlRequest::new(
             "cairn".to_string(),
-            Command::Create {
-                path: PathBuf::from("/abs/d0.img"),
+            AdminRequest::DeviceIo {
+                pools: vec!["tank".to_string()],
             },
         );
-        let reply = forward(dir.path(), &request).unwrap().unwrap();
-        assert_eq!(reply.exit_code, 0);
-        assert_eq!(
-            String::from_utf8(reply.stdout).unwrap(),
-            "Create { path: \"/abs/d0.img\" }"
-        );
+        let answer = forward(dir.path(), &request).unwrap().unwrap().unwrap();
+        assert_eq!(answer.notes, ["tank"]);
+        let refused = forward(
+            dir.path(),
+            &ControlRequest::new("cairn".to_string(), AdminRequest::ArcCounters),
+        )
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+        assert_eq!(refused.message, "unexpected");
+        // A client of another protocol version gets a failure, not silence.
+        let mut stream = UnixStream::connect(socket_path(dir.path())).unwrap();
+        write_field(
+            &mut stream,
+            br#"{"protocol":1,"command_line":"cairn","command":"Up"}"#,
+        )
+        .unwrap();
+        let field = read_field(&mut stream, REPLY_BYTES_MAX).unwrap();
+        let reply: ControlReply = serde_json::from_slice(&field).unwrap();
+        assert_eq!(reply.unwrap_err().exit_code, EXIT_BAD_REQUEST);
         stop.store(true, Ordering::SeqCst);
         wake(dir.path());
         server.join().unwrap();

@@ -7,8 +7,10 @@
 //! implementation:
 //!
 //! - `admin`: the administration library — pool create/add with device safety and
-//!   all-or-nothing rollback, the memory budget — that every front end calls, so no front end
-//!   keeps policy of its own;
+//!   all-or-nothing rollback, imports, mirrors, datasets, looks at pools and statistics, the
+//!   memory budget — with its typed face (`AdminRequest` in, `AdminReply` out, `handle`) that
+//!   every front end calls, in its own process or through a server, so no front end keeps
+//!   policy of its own;
 //! - `cache`: the pool cache (which pools this machine imported, on which devices), durable
 //!   across power cuts;
 //! - `pools`: `PoolAccess`, the one way to get hold of a pool by name (opened for one task, or
@@ -18,8 +20,8 @@
 //! - `exports`: the NBD adapter, every volume of every served pool as an export;
 //! - `fuse`: the FUSE adapter, a filesystem dataset mounted through the kernel, and the
 //!   server's list of mounts;
-//! - `control`: the control socket's typed request protocol, generic over the command type of
-//!   the front end that parses commands;
+//! - `control`: the control socket: typed admin requests to a running server and its typed
+//!   replies;
 //! - `analytics`: Prometheus metrics, a bounded history and the live page (`serve --http`);
 //! - `serve`: a server's life, in the order that keeps it safe (bind, open, listen, drain,
 //!   export).
@@ -40,6 +42,6 @@ pub mod pools;
 pub mod serve;
 
 pub use cache::{CacheError, PoolCache};
-pub use control::{ControlError, ControlRequest, Reply};
+pub use control::{ControlError, ControlReply, ControlRequest, Failure};
 pub use pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
 pub use serve::{Note, Ready, ServeError, ServeSettings};

@@ -3,8 +3,8 @@
 //! `PoolAccess` is the one way every front end reaches a pool: by name, through the pool cache
 //! (the pools this machine imported and their devices). In a one-shot process it opens the pool
 //! from those devices for the length of one task and closes it again; inside a server it hands
-//! out the server's live pool from `ServedPools`, the registry that the NBD adapter, forwarded
-//! commands and (later) FUSE mounts and the metrics page all share, so every front end sees a
+//! out the server's live pool from `ServedPools`, the registry that the NBD adapter, control
+//! requests, FUSE mounts and the metrics page all share, so every front end sees a
 //! volume or pool the moment another one creates it.
 //!
 //! A pool the cache knows but that cannot be opened (device files deleted, labels damaged, a
@@ -133,8 +133,9 @@ impl PoolsError {
     }
 }
 
-/// `err` and its causes, one line (`a: b: c`), as a pool's unavailability reason.
-fn chain_text(err: &dyn std::error::Error) -> String {
+/// `err` and its causes, one line (`a: b: c`): a pool's unavailability reason, an error as a
+/// front end shows it.
+pub fn chain_text(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut cause = err.source();
     while let Some(next) = cause {

@@ -16,13 +16,12 @@
 //! dirty-data allowance the pools' (`PoolAccess::pool_options_under`).
 //! This module prints nothing: what the user should hear arrives at the caller's note sink.
 
-use crate::control::{self, ControlError, ControlRequest, Reply};
+use crate::control::{self, ControlError};
 use crate::exports::PoolExports;
 use crate::pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
 use cairn_engine::{EngineError, ImportSource, MemoryBudget, Pool, discover_pools};
 use cairn_format::PoolState;
 use cairn_nbd::{ExportProvider, NbdServer, ServerConfig, TlsSettings};
-use serde::de::DeserializeOwned;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -264,22 +263,45 @@ fn import_found(
     Ok(pool)
 }
 
-/// Runs forwarded commands; built by the front end that parses them.
-pub type Executor<C> = Arc<dyn Fn(ControlRequest<C>) -> Reply + Send + Sync>;
+/// Answers the control socket's requests against the served pools: `admin::handle`, one
+/// request at a time (requests read-modify-write the pool cache and change pools' vdev trees,
+/// and a user running two commands at once expects them to take turns as they would without a
+/// server).
+fn executor(
+    access: &PoolAccess,
+    state_dir: &Path,
+    served: Arc<ServedPools>,
+) -> Arc<control::Execute> {
+    let cache_dir = state_dir.to_path_buf();
+    let opener = access.opener.clone();
+    let read_trace_dir = access.read_trace_dir.clone();
+    let l2_write_bytes_per_day = access.l2_write_bytes_per_day;
+    let one_at_a_time = parking_lot::Mutex::new(());
+    Arc::new(move |request: control::ControlRequest| {
+        let _turn = one_at_a_time.lock();
+        let access = PoolAccess {
+            cache: crate::PoolCache::new(cache_dir.clone()),
+            served: Some(served.clone()),
+            opener: opener.clone(),
+            read_trace_dir: read_trace_dir.clone(),
+            l2_write_bytes_per_day,
+        };
+        crate::admin::handle(&access, &request.command_line, request.request)
+            .map_err(|err| control::Failure::of(&err))
+    })
+}
 
 /// Serves until `stop` resolves, then syncs and exports every pool. `access` gives the pool
-/// cache and options (its `served` is ignored: the server makes its own registry, which
-/// `executor` receives to run forwarded commands against).
-pub fn serve<C, Stop, StopFuture>(
+/// cache and options (its `served` is ignored: the server makes its own registry, against
+/// which it answers the control socket's requests).
+pub fn serve<Stop, StopFuture>(
     access: &PoolAccess,
     settings: ServeSettings,
-    executor: impl FnOnce(Arc<ServedPools>) -> Executor<C>,
     notes: &dyn Fn(Note),
     ready: impl FnOnce(&Ready<'_>),
     stop: Stop,
 ) -> Result<(), ServeError>
 where
-    C: DeserializeOwned + 'static,
     Stop: FnOnce() -> StopFuture,
     StopFuture: Future<Output = std::io::Result<()>>,
 {
@@ -323,7 +345,7 @@ where
         .name("cairn-control".into())
         .spawn({
             let stop = stop_control.clone();
-            let execute = executor(served.clone());
+            let execute = executor(access, &settings.state_dir, served.clone());
             move || control::accept_loop(control_listener, stop, execute)
         })
         .map_err(|source| ServeError::Start {

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 /// Health of a cache device.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum L2Health {
     Online,
     Faulted,
@@ -91,7 +91,7 @@ impl Allowance {
 const SECONDS_PER_DAY: f64 = 86_400.0;
 
 /// What `stat l2arc` and `pool status` show of one device.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct DeviceReport {
     pub name: String,
     pub size_bytes: u64,

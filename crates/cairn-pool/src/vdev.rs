@@ -39,7 +39,9 @@ pub struct FlushError {
     pub source: Option<DeviceError>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Health {
     Online,
     Degraded,

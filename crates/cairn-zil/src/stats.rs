@@ -68,7 +68,7 @@ impl Default for ZilStats {
 }
 
 /// A copy of the counters with latency percentiles, for display and tests.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ZilStatsSnapshot {
     pub lanes: usize,
     pub records: u64,

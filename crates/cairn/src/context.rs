@@ -1,23 +1,20 @@
-//! What every command shares: pool access (`cairn_frontend::PoolAccess`: the pool cache, the
-//! server's live pools when a server runs the command), where its output goes, and the command
-//! line that state-changing commands record in the pool's history.
+//! What every command shares: pool access (`cairn_frontend::PoolAccess`: the pool cache and the
+//! options pools are opened with, for `admin::handle` when no server runs), where its output
+//! goes, and the command line that state-changing requests record in the pool's history.
 //!
-//! The CLI holds a pool open only for the length of one command: `with_pool` imports it from the
-//! devices the cache lists, runs the command, and closes it (which syncs) even when the command
-//! failed, so no run leaves a pool half-open. A pool the cache does not know is "not imported".
-//! A remembered pool that cannot be opened is unavailable (`unavailable_reason`): `pool
-//! list`/`status` show it as UNAVAIL, commands over every pool skip it with a note, and `pool
-//! export`/`destroy -f` answer by forgetting it; it never stops a command on another pool.
+//! Without a server the administration library holds a pool open only for the length of one
+//! request and closes it (which syncs) even when the request failed. A remembered pool that
+//! cannot be opened is unavailable: `pool list`/`status` show it as UNAVAIL, requests over
+//! every pool skip it with a note, and `pool export`/`destroy -f` answer by forgetting it; it
+//! never stops a command on another pool. The one command that opens pools itself is `pool
+//! iostat -l/-q/-w/-r` without a server (it keeps them open across its intervals).
 
-use anyhow::{Context as _, Result};
-use cairn_engine::Pool;
+use anyhow::Result;
 use cairn_frontend::{PoolAccess, PoolsError};
 use parking_lot::Mutex;
 use std::io::Write;
-use std::sync::Arc;
 
-/// Where a command's output goes: the process's stdout/stderr, or buffers when a running server
-/// executes a forwarded command on a client's behalf.
+/// Where a command's output goes: the process's stdout or stderr.
 pub struct Output {
     sink: Mutex<Box<dyn Write + Send>>,
 }
@@ -35,33 +32,11 @@ impl Output {
         }
     }
 
-    /// An output collecting into a shared buffer.
-    pub fn buffer() -> (Output, Arc<Mutex<Vec<u8>>>) {
-        let buffer = Arc::new(Mutex::new(Vec::new()));
-        let output = Output {
-            sink: Mutex::new(Box::new(SharedBuffer(buffer.clone()))),
-        };
-        (output, buffer)
-    }
-
     /// Writes formatted text; a reader that went away is not an error worth reporting.
     pub fn text(&self, args: std::fmt::Arguments<'_>) {
         let mut sink = self.sink.lock();
         let _ = sink.write_fmt(args);
         let _ = sink.flush();
-    }
-}
-
-struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
-
-impl Write for SharedBuffer {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }
 
@@ -122,11 +97,6 @@ pub fn unavailable_reason(err: &anyhow::Error) -> Option<&str> {
     unavailable(err).map(|unavailable| unavailable.reason.as_str())
 }
 
-/// Whether `err` says a remembered pool cannot be opened because another process has it open.
-pub fn unavailable_busy(err: &anyhow::Error) -> bool {
-    unavailable(err).is_some_and(|unavailable| unavailable.busy)
-}
-
 impl Context {
     /// A one-shot command's context: output to this process's stdout and stderr.
     pub fn new(access: PoolAccess, command_line: String) -> Context {
@@ -141,7 +111,7 @@ impl Context {
     /// Whether progress may be drawn on this process's terminal.
     pub fn interactive(&self) -> bool {
         use std::io::IsTerminal;
-        self.served.is_none() && std::io::stderr().is_terminal()
+        std::io::stderr().is_terminal()
     }
 
     /// For commands over every pool (the user named none): a pool that cannot be opened is
@@ -157,20 +127,7 @@ impl Context {
             Err(err) => Err(err),
         }
     }
-
-    /// Appends this command line to the pool's history.
-    pub fn record(&self, pool: &Pool) -> Result<()> {
-        // A pool imported read-only writes nothing, not even its history (an export of one
-        // only forgets it).
-        if pool.is_readonly() {
-            return Ok(());
-        }
-        pool.record_history(self.command_line.clone())
-            .with_context(|| format!("cannot record history of pool '{}'", pool.name()))
-    }
 }
-
-pub use cairn_frontend::device_specs;
 
 /// The pool part of a dataset name (`tank` of `tank/vol`).
 pub fn pool_of(dataset: &str) -> &str {

@@ -7,19 +7,15 @@
 //! `sync=disabled` is flagged `(UNSAFE)` for people (never in `-H`/`-p` output, which scripts
 //! compare).
 
-use crate::context::{Context, pool_of, unavailable_reason};
+use crate::context::{Context, pool_of};
 use crate::context::{say_raw, shout};
 use crate::table::{Align, Column, Table};
-use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs};
+use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs, remote};
 use crate::{human, json};
-use anyhow::{Context as _, Result, anyhow, bail};
-use cairn_dataset::DatasetError;
+use anyhow::{Result, anyhow, bail};
 use cairn_dataset::DatasetKind;
-use cairn_dataset::directory::Provisioning;
 use cairn_dataset::properties::{PROPERTIES, lookup, parse_size};
-use cairn_engine::DatasetInfo;
-use cairn_engine::EngineError;
-use cairn_frontend::admin::{self, AdminError};
+use cairn_frontend::admin::{AdminReply, AdminRequest, DatasetChange, DatasetRow, PoolDatasets};
 use std::collections::BTreeMap;
 
 /// Read-only statistics shown by `get` beside the properties: (name, aliases).
@@ -33,76 +29,42 @@ const STATISTICS: &[(&str, &[&str])] = &[
 
 pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     let name = &args.dataset;
-    let Some(size_text) = &args.volsize else {
-        return create_filesystem(ctx, args);
+    let change = match &args.volsize {
+        Some(size_text) => DatasetChange::CreateVolume {
+            dataset: name.clone(),
+            size_bytes: parse_size(size_text)
+                .map_err(|err| anyhow!("cannot create '{name}': invalid -V: {err}"))?,
+            sparse: args.sparse,
+            properties: args.properties.clone(),
+        },
+        None => DatasetChange::CreateFilesystem {
+            dataset: name.clone(),
+            properties: args.properties.clone(),
+        },
     };
-    let size = parse_size(size_text)
-        .map_err(|err| anyhow!("cannot create '{name}': invalid -V: {err}"))?;
-    let provisioning = if args.sparse {
-        Provisioning::Sparse
-    } else {
-        Provisioning::Thick
-    };
-    admin::create_volume(
-        &ctx.access,
-        name,
-        size,
-        provisioning,
-        &args.properties,
-        &ctx.command_line,
-    )
-    .map_err(|err| {
-        let no_space = matches!(
-            &err,
-            AdminError::Engine(engine)
-                if matches!(**engine, EngineError::Dataset(DatasetError::NoSpace(_)))
-        );
-        let err = anyhow::Error::new(err);
-        if no_space && !args.sparse {
-            err.context("a volume reserves its full size; create -s -V makes a sparse one")
-        } else {
-            err
-        }
-    })
-    .with_context(|| format!("cannot create volume '{name}'"))
-}
-
-fn create_filesystem(ctx: &Context, args: &CreateArgs) -> Result<()> {
-    let name = &args.dataset;
-    // As in ZFS, a new filesystem's root directory is root's, mode 0755.
-    admin::create_filesystem(
-        &ctx.access,
-        name,
-        &args.properties,
-        (0, 0),
-        0o755,
-        &ctx.command_line,
-    )
-    .with_context(|| format!("cannot create filesystem '{name}'"))
+    change_dataset(ctx, change)
 }
 
 pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
-    admin::destroy_dataset(&ctx.access, name, &ctx.command_line)
-        .with_context(|| format!("cannot destroy '{name}'"))
+    let change = DatasetChange::Destroy {
+        dataset: name.to_string(),
+    };
+    change_dataset(ctx, change)
 }
 
 pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
-    let dataset = &args.dataset;
-    let outcome =
-        admin::set_properties(&ctx.access, dataset, &args.assignments, &ctx.command_line)?;
-    for (property, value) in &outcome.unsafe_settings {
-        shout!(
-            ctx,
-            "cairn: warning: {property}={value} on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
-        );
+    let change = DatasetChange::Set {
+        dataset: args.dataset.clone(),
+        assignments: args.assignments.clone(),
+    };
+    change_dataset(ctx, change)
+}
+
+fn change_dataset(ctx: &Context, change: DatasetChange) -> Result<()> {
+    match remote::call(ctx, AdminRequest::Dataset(change))? {
+        AdminReply::Done => Ok(()),
+        other => Err(remote::unexpected(&other)),
     }
-    for (mounted, err) in &outcome.mount_failures {
-        shout!(
-            ctx,
-            "cairn: cannot change the mount flags of {mounted}: {err}; they apply from its next mount"
-        );
-    }
-    Ok(())
 }
 
 /// Formats a canonical property value for output.
@@ -125,10 +87,10 @@ fn display_value(property: &str, value: &str, format: ListFormat) -> String {
     value.to_string()
 }
 
-/// Loads each pool's datasets once (read-only) as names ask for them.
+/// Each pool's datasets, read once (from the server, or here) as names ask for them.
 struct Datasets<'a> {
     ctx: &'a Context,
-    pools: BTreeMap<String, Vec<DatasetInfo>>,
+    pools: BTreeMap<String, Result<Vec<DatasetRow>, String>>,
 }
 
 impl<'a> Datasets<'a> {
@@ -139,36 +101,35 @@ impl<'a> Datasets<'a> {
         }
     }
 
-    fn pool(&mut self, pool: &str) -> Result<&[DatasetInfo]> {
-        if !self.pools.contains_key(pool) {
-            let mut datasets = self.ctx.with_pool(pool, true, |handle| {
-                handle
-                    .datasets()
-                    .with_context(|| format!("cannot read the datasets of pool '{pool}'"))
-            })?;
-            // `mounted`: whether this state directory's server has it mounted now.
-            for info in &mut datasets {
-                if info.kind == DatasetKind::Filesystem {
-                    let mounted = self
-                        .ctx
-                        .served
-                        .as_ref()
-                        .is_some_and(|served| served.mounts.is_mounted(&info.name));
-                    let value = if mounted { "yes" } else { "no" };
-                    info.properties
-                        .push(("mounted", value.to_string(), "-".to_string()));
-                }
-            }
-            self.pools.insert(pool.to_string(), datasets);
+    /// Reads `pools` (every pool when empty; then pools that cannot be opened are skipped
+    /// with a note), in the order asked.
+    fn read(&mut self, pools: &[String]) -> Result<Vec<PoolDatasets>> {
+        let request = AdminRequest::Datasets {
+            pools: pools.to_vec(),
+        };
+        let read = match remote::call(self.ctx, request)? {
+            AdminReply::Datasets(read) => read,
+            other => return Err(remote::unexpected(&other)),
+        };
+        for pool in &read {
+            self.pools.insert(pool.pool.clone(), pool.datasets.clone());
         }
-        Ok(&self.pools[pool])
+        Ok(read)
     }
 
     /// The dataset `name`, and with `recursive` its descendants, sorted by name.
-    fn named(&mut self, name: &str, recursive: bool) -> Result<Vec<DatasetInfo>> {
-        let all = self.pool(pool_of(name))?;
+    fn named(&mut self, name: &str, recursive: bool) -> Result<Vec<DatasetRow>> {
+        let pool = pool_of(name);
+        if !self.pools.contains_key(pool) {
+            self.read(&[pool.to_string()])?;
+        }
+        let all = match self.pools.get(pool) {
+            Some(Ok(all)) => all,
+            Some(Err(failure)) => bail!("{failure}"),
+            None => bail!("dataset '{name}' does not exist"),
+        };
         let prefix = format!("{name}/");
-        let found: Vec<DatasetInfo> = all
+        let found: Vec<DatasetRow> = all
             .iter()
             .filter(|info| info.name == name || (recursive && info.name.starts_with(&prefix)))
             .cloned()
@@ -252,7 +213,7 @@ impl ListColumn {
         Column { header, align }
     }
 
-    fn cell(self, info: &DatasetInfo, format: ListFormat) -> String {
+    fn cell(self, info: &DatasetRow, format: ListFormat) -> String {
         let property = |name: &str| {
             info.properties
                 .iter()
@@ -310,18 +271,15 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
         ListColumn::DEFAULT.to_vec()
     };
     let mut datasets = Datasets::new(ctx);
-    let mut rows: Vec<DatasetInfo> = Vec::new();
+    let mut rows: Vec<DatasetRow> = Vec::new();
     let mut failures = Vec::new();
     if args.datasets.is_empty() {
-        for pool in ctx.pool_names()? {
-            match datasets.pool(&pool) {
-                Ok(infos) => rows.extend(infos.iter().cloned()),
-                // Listing everything: a pool that cannot be opened has nothing to list; say so
-                // and go on with the others.
-                Err(err) if unavailable_reason(&err).is_some() => {
-                    shout!(ctx, "cairn: {err:#}");
-                }
-                Err(err) => failures.push(format!("{err:#}")),
+        // Listing everything: a pool that cannot be opened has nothing to list; the answer's
+        // notes say so, and the others are listed.
+        for pool in datasets.read(&[])? {
+            match pool.datasets {
+                Ok(infos) => rows.extend(infos),
+                Err(failure) => failures.push(failure),
             }
         }
     } else {
@@ -371,7 +329,7 @@ fn combine(failures: Vec<String>) -> Result<()> {
     }
 }
 
-fn dataset_json(info: &DatasetInfo) -> json::DatasetEntry {
+fn dataset_json(info: &DatasetRow) -> json::DatasetEntry {
     json::DatasetEntry {
         name: info.name.clone(),
         pool: pool_of(&info.name).to_string(),
@@ -431,7 +389,7 @@ fn requested_properties(text: &str) -> Result<Option<Vec<&'static str>>> {
 }
 
 /// (value, source) of one statistic or property of a dataset, ready to print.
-fn get_one(info: &DatasetInfo, name: &str, format: ListFormat) -> (String, String) {
+fn get_one(info: &DatasetRow, name: &str, format: ListFormat) -> (String, String) {
     let stat = |value: String| (value, "-".to_string());
     match name {
         "type" => stat(info.kind.as_str().to_string()),
@@ -500,7 +458,7 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
             None => STATISTICS
                 .iter()
                 .map(|(stat, _)| *stat)
-                .chain(info.properties.iter().map(|(key, _, _)| *key))
+                .chain(info.properties.iter().map(|(key, _, _)| key.as_str()))
                 .collect(),
         };
         for property in names {

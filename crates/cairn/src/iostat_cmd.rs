@@ -3,10 +3,10 @@
 //! filesystem's calls (reads, writes, fsyncs as flushes, fallocate as trims, and every namespace
 //! call — lookups, creates, renames... — as META).
 //!
-//! The statistics live in the server. The client asks it for cumulative snapshots over the
-//! control socket (`pool iostat --snapshot`, one line per export and operation, read from the
-//! same per-dataset samples the analytics take: `analytics::sample::dataset_samples`) and prints the
-//! difference between consecutive snapshots, so each line covers exactly one interval; the first
+//! The statistics live in the server. The client asks it for cumulative samples over the
+//! control socket (`AdminRequest::DatasetIo`: per export and operation, from the same
+//! per-dataset samples the analytics take) and prints the difference between consecutive
+//! samples, so each line covers exactly one interval; the first
 //! report covers everything since the server started, as zpool's does. Mean latencies per
 //! interval come from the difference of (mean × count); `-v` adds cumulative p50/p99 latencies.
 
@@ -17,11 +17,13 @@ use crate::human;
 use crate::table::{Column, Table};
 use crate::{ListFormat, remote};
 use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_frontend::admin::samples::DatasetIoSample;
+use cairn_frontend::admin::{AdminReply, AdminRequest};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct IostatArgs {
     #[command(flatten)]
     pub format: ListFormat,
@@ -29,9 +31,6 @@ pub struct IostatArgs {
     /// every vdev and device.
     #[arg(short = 'v')]
     pub verbose: bool,
-    /// Print the server's raw cumulative counters (used by the client side of iostat).
-    #[arg(long, hide = true)]
-    pub snapshot: bool,
     /// Per device: average total, disk and queue waits (zpool iostat -l).
     #[arg(short = 'l')]
     pub latency: bool,
@@ -44,9 +43,6 @@ pub struct IostatArgs {
     /// Request size histograms per class: individual and aggregated I/O (zpool -r).
     #[arg(short = 'r')]
     pub request_sizes: bool,
-    /// Print every device's raw cumulative counters as JSON (the client side of -l/-q/-w/-r).
-    #[arg(long, hide = true)]
-    pub device_snapshot: bool,
     /// [POOL...] [INTERVAL [COUNT]]
     pub args: Vec<String>,
 }
@@ -76,62 +72,30 @@ fn op_name(text: &str) -> Option<&'static str> {
     OP_NAMES.iter().copied().find(|name| *name == text)
 }
 
-fn parse_snapshot(text: &str) -> Result<Snapshot> {
-    let mut snapshot = Snapshot::default();
-    for line in text.lines().filter(|line| !line.is_empty()) {
-        let fields: Vec<&str> = line.split('\t').collect();
-        if let ["uptime_s", seconds] = fields.as_slice() {
-            snapshot.uptime_s = seconds.parse().context("bad uptime in snapshot")?;
-            continue;
-        }
-        let [export, op, ops, bytes, errors, sum, p50, p99] = fields.as_slice() else {
-            bail!("malformed iostat snapshot line: {line}");
-        };
-        let op = op_name(op).ok_or_else(|| anyhow!("unknown operation in snapshot: {op}"))?;
-        let number = |text: &str| -> Result<u64> {
-            text.parse()
-                .with_context(|| format!("bad number in snapshot: {text}"))
-        };
-        snapshot.counters.insert(
-            (export.to_string(), op),
-            Counters {
-                ops: number(ops)?,
-                bytes: number(bytes)?,
-                errors: number(errors)?,
-                latency_sum_us: sum.parse().context("bad latency sum")?,
-                p50_us: number(p50)?,
-                p99_us: number(p99)?,
-            },
-        );
-    }
-    Ok(snapshot)
-}
-
-/// Server side: the raw cumulative counters, from the samples the analytics take.
-fn print_snapshot(ctx: &Context) -> Result<()> {
-    let served = ctx
-        .served
-        .as_ref()
-        .ok_or_else(|| anyhow!("--snapshot is answered by a running server only"))?;
-    let uptime = served.uptime_s();
-    say!(ctx, "uptime_s\t{uptime:.3}");
-    for dataset in cairn_frontend::analytics::sample::dataset_samples(served) {
-        for op in &dataset.ops {
-            say!(
-                ctx,
-                "{}\t{}\t{}\t{}\t{}\t{:.0}\t{}\t{}",
-                dataset.dataset,
-                op.op,
-                op.ops,
-                op.bytes,
-                op.errors,
-                op.latency.sum_us,
-                op.p50_us,
-                op.p99_us
+/// The server's sample, keyed for subtraction.
+fn snapshot(sample: DatasetIoSample) -> Result<Snapshot> {
+    let mut snapshot = Snapshot {
+        uptime_s: sample.uptime_s,
+        counters: BTreeMap::new(),
+    };
+    for dataset in sample.datasets {
+        for op in dataset.ops {
+            let name = op_name(&op.op)
+                .ok_or_else(|| anyhow!("unknown operation in the server's sample: {}", op.op))?;
+            snapshot.counters.insert(
+                (dataset.dataset.clone(), name),
+                Counters {
+                    ops: op.ops,
+                    bytes: op.bytes,
+                    errors: op.errors,
+                    latency_sum_us: op.latency_sum_us,
+                    p50_us: op.p50_us,
+                    p99_us: op.p99_us,
+                },
             );
         }
     }
-    Ok(())
+    Ok(snapshot)
 }
 
 /// Splits `[POOL...] [INTERVAL [COUNT]]`.
@@ -267,22 +231,15 @@ fn render(
 }
 
 pub fn iostat(ctx: &Context, args: &IostatArgs) -> Result<()> {
-    if args.device_snapshot {
-        return devices::print_snapshot(ctx, &args.args);
-    }
-    if args.snapshot {
-        return print_snapshot(ctx);
-    }
     if devices::wanted(args) {
         return devices::iostat(ctx, args);
     }
     let (pools, interval, count) = parse_positional(&args.args)?;
     let sample = || -> Result<Snapshot> {
-        parse_snapshot(&remote::ask_server(
-            ctx,
-            &["pool", "iostat", "--snapshot"],
-            "pool iostat reports the I/O of",
-        )?)
+        match remote::call(ctx, AdminRequest::DatasetIo)? {
+            AdminReply::DatasetIo(sample) => snapshot(sample),
+            other => Err(remote::unexpected(&other)),
+        }
     };
     let mut before = Snapshot::default();
     let mut now = sample()?;
@@ -323,9 +280,25 @@ mod tests {
     }
 
     #[test]
-    fn snapshots_round_trip_through_their_text_form() {
-        let text = "uptime_s\t12.5\ntank/vol\tread\t10\t40960\t0\t1500\t100\t900\ntank/vol\twrite\t3\t12288\t1\t30\t8\t20\n";
-        let snapshot = parse_snapshot(text).unwrap();
+    fn samples_key_by_export_and_operation() {
+        use cairn_frontend::admin::samples::{DatasetIo, OpCounters};
+        let op = |name: &str, ops: u64, errors: u64| OpCounters {
+            op: name.to_string(),
+            ops,
+            bytes: ops * 4096,
+            errors,
+            latency_sum_us: 1500.0,
+            p50_us: 100,
+            p99_us: 900,
+        };
+        let sample = DatasetIoSample {
+            uptime_s: 12.5,
+            datasets: vec![DatasetIo {
+                dataset: "tank/vol".to_string(),
+                ops: vec![op("read", 10, 0), op("write", 3, 1)],
+            }],
+        };
+        let snapshot = snapshot(sample.clone()).unwrap();
         assert_eq!(snapshot.uptime_s, 12.5);
         let read = snapshot.counters[&("tank/vol".to_string(), "read")];
         assert_eq!((read.ops, read.bytes, read.p99_us), (10, 40960, 900));
@@ -333,7 +306,8 @@ mod tests {
             snapshot.counters[&("tank/vol".to_string(), "write")].errors,
             1
         );
-        assert!(parse_snapshot("tank/vol\tread\t1").is_err());
-        assert!(parse_snapshot("tank/vol\tdance\t1\t1\t1\t1\t1\t1").is_err());
+        let mut unknown = sample;
+        unknown.datasets[0].ops.push(op("dance", 1, 0));
+        assert!(super::snapshot(unknown).is_err());
     }
 }

@@ -5,13 +5,16 @@
 //! and the environment read once (`environment`). What front ends share (the pool cache, pool
 //! access, the administration library with its device-safety and rollback policy, the NBD
 //! adapter, the control protocol, the server's life) is `cairn-frontend`; all storage work is
-//! done by `cairn-engine`. Policy does not live here: a command parses, calls those, renders.
+//! done by `cairn-engine`. Policy does not live here: a command parses its arguments into a
+//! typed request (`cairn_frontend::admin::AdminRequest`), hands it to `remote::call`, and
+//! renders the typed reply.
 //!
 //! Process contract: output on stdout, progress and diagnostics on stderr; exit 0 on success,
 //! 1 on any error (printed once as `cairn: <message>` with its causes), 2 on a usage error
-//! (clap). Without a server, each command opens the pool it needs, does its work and closes it
-//! again; while `cairn serve` runs for the state directory, commands are parsed here and sent
-//! to it as typed requests (`remote`), and it runs them on its live pools.
+//! (clap, or a request a server of another version cannot read). While `cairn serve` runs for
+//! the state directory, `remote::call` sends the request to it and it answers from its live
+//! pools; without a server, the same `admin::handle` runs here, opening each pool it needs for
+//! the request's length. `up`, `serve` and `install-mount-helper` run here only.
 
 mod context;
 mod dataset_cmd;
@@ -32,7 +35,6 @@ mod vdevs;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
-use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -50,7 +52,7 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Debug, Subcommand, Serialize, Deserialize)]
+#[derive(Debug, Subcommand)]
 enum Command {
     /// The embedded default: create (first run) or import the pool kept in a data directory and
     /// show it.
@@ -103,7 +105,7 @@ enum Command {
     Stat(StatCommand),
 }
 
-#[derive(Debug, Subcommand, Serialize, Deserialize)]
+#[derive(Debug, Subcommand)]
 enum StatCommand {
     /// Intent log: commits, group commit, log blocks and fill, commit latency, log devices.
     Zil {
@@ -150,7 +152,7 @@ enum StatCommand {
     },
 }
 
-#[derive(Debug, Subcommand, Serialize, Deserialize)]
+#[derive(Debug, Subcommand)]
 enum PoolCommand {
     /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; then optionally log ...
     /// and cache PATH...; PATH may be emu:MODEL:PATH).
@@ -246,7 +248,7 @@ enum PoolCommand {
 }
 
 /// `-H` and `-p`, shared by every list-style command.
-#[derive(Debug, Args, Clone, Copy, Serialize, Deserialize)]
+#[derive(Debug, Args, Clone, Copy)]
 struct ListFormat {
     /// Scripted mode: no header, fields separated by one tab.
     #[arg(short = 'H')]
@@ -256,7 +258,7 @@ struct ListFormat {
     exact: bool,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolCreateArgs {
     /// Create missing device files (sparse) of this size, e.g. 2G.
     #[arg(long, value_name = "SIZE")]
@@ -277,7 +279,7 @@ struct PoolCreateArgs {
     vdevs: Vec<String>,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolAddArgs {
     /// Create missing device files (sparse) of this size, e.g. 1G.
     #[arg(long, value_name = "SIZE")]
@@ -293,7 +295,7 @@ struct PoolAddArgs {
 }
 
 /// What `pool attach` and `pool replace` share.
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct ResilverArgs {
     /// Create a missing NEW file (sparse) of this size, e.g. 1G.
     #[arg(long, value_name = "SIZE")]
@@ -310,7 +312,7 @@ struct ResilverArgs {
     no_wait: bool,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolAttachArgs {
     #[command(flatten)]
     resilver: ResilverArgs,
@@ -321,7 +323,7 @@ struct PoolAttachArgs {
     new: String,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolReplaceArgs {
     #[command(flatten)]
     resilver: ResilverArgs,
@@ -332,7 +334,7 @@ struct PoolReplaceArgs {
     new: String,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolStatusArgs {
     /// List the places with permanent (unrecoverable) data errors.
     #[arg(short = 'v')]
@@ -344,7 +346,7 @@ struct PoolStatusArgs {
     pools: Vec<String>,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolImportArgs {
     /// Directory to search for devices (repeatable; default /dev).
     #[arg(short = 'd', value_name = "DIR")]
@@ -359,34 +361,30 @@ struct PoolImportArgs {
     /// Rewind: when the newest txg the labels show committed cannot be opened, import at the
     /// newest one that can, losing the txgs in between (refused without -F).
     #[arg(short = 'F')]
-    #[serde(default)]
     rewind: bool,
     /// With -F: say what a rewind would do and lose, changing nothing.
     #[arg(short = 'n', requires = "rewind")]
-    #[serde(default)]
     dry_run: bool,
     /// Import option: readonly=on imports the pool read-only to copy data off (nothing is
     /// ever written; the space log is not read, so a damaged one does not stop it; the
     /// intent log is not replayed).
     #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
-    #[serde(default)]
     options: Vec<(String, String)>,
     /// Pool name or guid to import; without it, list what could be imported.
     pool: Option<String>,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct PoolCheckArgs {
     /// Check an exported pool found in this directory (repeatable), read-only, without
     /// importing it (like zdb -e).
     #[arg(short = 'd', value_name = "DIR")]
-    #[serde(default)]
     dirs: Vec<PathBuf>,
     /// Pool name (or, with -d, guid).
     pool: String,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct CreateArgs {
     /// Create a volume of this size (e.g. 64M).
     #[arg(short = 'V', value_name = "SIZE")]
@@ -401,7 +399,7 @@ struct CreateArgs {
     dataset: String,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct ListArgs {
     #[command(flatten)]
     format: ListFormat,
@@ -421,7 +419,7 @@ struct ListArgs {
     datasets: Vec<String>,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct GetArgs {
     #[command(flatten)]
     format: ListFormat,
@@ -435,7 +433,7 @@ struct GetArgs {
     datasets: Vec<String>,
 }
 
-#[derive(Debug, Args, Serialize, Deserialize)]
+#[derive(Debug, Args)]
 struct SetArgs {
     /// Properties to set.
     #[arg(required = true, value_name = "PROP=VALUE", value_parser = parse_assignment)]
@@ -461,8 +459,8 @@ fn state_dir(cli: &Cli) -> Result<PathBuf> {
     })
 }
 
-/// Runs one parsed command with `ctx` (locally, or inside a server for a forwarded command,
-/// whose paths the client made absolute: see `remote`).
+/// Runs one parsed command with `ctx`: it parses its arguments, sends its typed request to the
+/// state directory's server or handles it here (`remote`), and renders the answer.
 fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path) -> Result<()> {
     match command {
         Command::Pool(command) => match command {
@@ -496,7 +494,8 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         },
         Command::Up(args) => {
             up_cmd::up(ctx, &args)?;
-            if ctx.served.is_some() || args.no_serve {
+            // With a server running for the state directory, `up` used it.
+            if args.no_serve || remote::server_runs(state_dir) {
                 return Ok(());
             }
             println!(
@@ -505,12 +504,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             );
             serve_cmd::serve(ctx, &args.serve_args(), state_dir)
         }
-        Command::Serve(args) => {
-            if ctx.served.is_some() {
-                anyhow::bail!("this state directory is already being served");
-            }
-            serve_cmd::serve(ctx, &args, state_dir)
-        }
+        Command::Serve(args) => serve_cmd::serve(ctx, &args, state_dir),
         Command::Create(args) => dataset_cmd::create(ctx, &args),
         Command::Mount {
             options,
@@ -599,54 +593,7 @@ fn main() -> ExitCode {
     let outcome = (|| -> Result<ExitCode> {
         let state_dir = state_dir(&cli)?;
         let command_line = context::command_line(&args);
-        // A running server owns the pools: let it run the command. `serve` itself, and the
-        // client side of `pool iostat` (which polls the server), run here.
-        let runs_here = match &cli.command {
-            Command::Serve(_) => true,
-            Command::Pool(PoolCommand::Iostat(iostat)) => {
-                !iostat.snapshot && !iostat.device_snapshot
-            }
-            Command::Stat(StatCommand::Arc(arc)) => arc.runs_here(),
-            Command::Stat(StatCommand::L2arc { args, .. }) => stat_cmd::l2arc_watches(args),
-            _ => false,
-        };
-        let command = if runs_here {
-            cli.command
-        } else {
-            match remote::forward(&state_dir, command_line.clone(), cli.command)? {
-                remote::Forwarded::Done(reply) => {
-                    use std::io::Write;
-                    let _ = std::io::stdout().write_all(&reply.stdout);
-                    let _ = std::io::stderr().write_all(&reply.stderr);
-                    return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
-                }
-                remote::Forwarded::NoServer(Command::Mount {
-                    options,
-                    dataset,
-                    mountpoint,
-                }) => {
-                    // A mount lives in a server: start one for this state directory.
-                    mount_cmd::start_server(&state_dir)?;
-                    let command = Command::Mount {
-                        options,
-                        dataset,
-                        mountpoint,
-                    };
-                    match remote::forward(&state_dir, command_line.clone(), command)? {
-                        remote::Forwarded::Done(reply) => {
-                            use std::io::Write;
-                            let _ = std::io::stdout().write_all(&reply.stdout);
-                            let _ = std::io::stderr().write_all(&reply.stderr);
-                            return Ok(ExitCode::from(reply.exit_code.min(255) as u8));
-                        }
-                        remote::Forwarded::NoServer(_) => {
-                            anyhow::bail!("the server started for the mount went away")
-                        }
-                    }
-                }
-                remote::Forwarded::NoServer(command) => command,
-            }
-        };
+        let command = cli.command;
         let ctx = context::Context::new(environment::pool_access(state_dir.clone()), command_line);
         // A server passes events on as they come (its notes); any other command tells what
         // its own work caused (a device that faulted, a log that fell back), once, at its end.
@@ -664,9 +611,16 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("cairn: {err:#}");
-            ExitCode::FAILURE
+            match remote::failure(&err) {
+                Some(failure) => exit_code(failure.exit_code),
+                None => ExitCode::FAILURE,
+            }
         }
     }
+}
+
+fn exit_code(code: u32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
 }
 
 #[cfg(test)]

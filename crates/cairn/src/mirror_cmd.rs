@@ -1,42 +1,34 @@
-//! `cairn pool attach | detach | replace`: mirror sides, as zpool has them.
+//! `cairn pool attach | detach | replace`: mirror sides, as zpool has them. The command builds
+//! the typed request (`admin::MirrorChange`, device paths absolute) and renders what it did.
 //!
 //! The engine changes the vdev tree in one txg and resilvers in the background
 //! (`cairn-engine/src/resilver.rs`). A running server keeps the resilver going while it serves,
-//! so the forwarded command returns at once; a one-shot command holds the pool open only for
-//! its own length, so it waits for the resilver (with progress on a terminal) unless told not
-//! to, and then whatever is left resumes at the next import or `cairn serve`.
+//! so its answer comes at once; without a server the administration library, in this process,
+//! waits for the resilver (progress on a terminal) unless told not to, and then whatever is
+//! left resumes at the next import or `cairn serve`.
 
-use crate::context::{Context, device_specs, say, shout};
-use crate::human;
+use crate::context::{Context, say, shout};
 use crate::vdevs::parse_device;
-use crate::{PoolAttachArgs, PoolReplaceArgs, ResilverArgs};
+use crate::{PoolAttachArgs, PoolReplaceArgs, ResilverArgs, human, remote};
 use anyhow::{Context as _, Result, anyhow};
 use cairn_dataset::properties::parse_size;
-use cairn_device::spec::DeviceSpec;
-use cairn_engine::{CreateOptions, Pool, ResilverOptions, ResilverStatus, VdevGroup};
-use cairn_frontend::admin::{CreatedFiles, check_devices_exist};
-use std::time::{Duration, Instant};
-
-/// How often a waiting command reports progress.
-const PROGRESS_INTERVAL: Duration = Duration::from_secs(2);
-/// How often it looks whether the resilver is done.
-const POLL_INTERVAL: Duration = Duration::from_millis(100);
+use cairn_engine::ResilverStatus;
+use cairn_frontend::admin::{
+    AdminReply, AdminRequest, MirrorChange, MirrorOutcome, Progress, ResilverRequest,
+};
 
 /// `cairn pool attach POOL EXISTING NEW`
 pub fn attach(ctx: &Context, args: &PoolAttachArgs) -> Result<()> {
     let name = &args.pool;
     let existing = device_name(&args.existing);
     let fail = || format!("cannot attach {} to {existing} in pool '{name}'", args.new);
-    start(
-        ctx,
-        name,
-        &args.new,
-        &args.resilver,
-        fail,
-        |pool, new, create, options| {
-            pool.attach(&existing, new, create, &ctx.pool_options().opener, options)
-        },
-    )
+    let change = MirrorChange::Attach {
+        pool: name.clone(),
+        existing: existing.clone(),
+        new: parse_device(&args.new).with_context(fail)?.to_string(),
+        resilver: resilver_request(&args.resilver, fail)?,
+    };
+    run(ctx, name, change)
 }
 
 /// `cairn pool replace POOL OLD NEW`
@@ -44,110 +36,80 @@ pub fn replace(ctx: &Context, args: &PoolReplaceArgs) -> Result<()> {
     let name = &args.pool;
     let old = device_name(&args.old);
     let fail = || format!("cannot replace {old} by {} in pool '{name}'", args.new);
-    start(
-        ctx,
-        name,
-        &args.new,
-        &args.resilver,
-        fail,
-        |pool, new, create, options| {
-            pool.replace(&old, new, create, &ctx.pool_options().opener, options)
-        },
-    )
+    let change = MirrorChange::Replace {
+        pool: name.clone(),
+        new: parse_device(&args.new).with_context(fail)?.to_string(),
+        old: old.clone(),
+        resilver: resilver_request(&args.resilver, fail)?,
+    };
+    run(ctx, name, change)
 }
 
 /// `cairn pool detach POOL DEVICE`
 pub fn detach(ctx: &Context, name: &str, device: &str) -> Result<()> {
-    let device = device_name(device);
-    ctx.with_pool(name, false, |pool| {
-        pool.detach(&device)
-            .with_context(|| format!("cannot detach {device} from pool '{name}'"))?;
-        remember_devices(ctx, pool)?;
-        say!(ctx, "pool '{name}': detached {device}");
-        Ok(())
+    let change = MirrorChange::Detach {
+        pool: name.to_string(),
+        device: device_name(device),
+    };
+    run(ctx, name, change)
+}
+
+/// `fail` says what could not be done when `--size` is wrong.
+fn resilver_request(args: &ResilverArgs, fail: impl Fn() -> String) -> Result<ResilverRequest> {
+    Ok(ResilverRequest {
+        create_size_bytes: crate::vdevs::parse_size_option(args.size.as_deref())
+            .with_context(fail)?,
+        force: args.force,
+        rate_bytes_per_s: resilver_rate(args.resilver_rate.as_deref())?,
+        no_wait: args.no_wait,
     })
 }
 
-/// Attaches (or replaces) through `change`, remembers the new device set, and waits for the
-/// resilver when this process holds the pool.
-fn start(
-    ctx: &Context,
-    name: &str,
-    new: &str,
-    args: &ResilverArgs,
-    fail: impl Fn() -> String,
-    change: impl FnOnce(
-        &Pool,
-        &DeviceSpec,
-        &CreateOptions,
-        ResilverOptions,
-    ) -> Result<String, cairn_engine::EngineError>,
-) -> Result<()> {
-    let spec = parse_device(new).with_context(&fail)?;
-    let group = VdevGroup {
-        mirror: false,
-        log: false,
-        devices: vec![spec.clone()],
-    };
-    let groups = [group];
-    let create = CreateOptions {
-        create_size_bytes: crate::vdevs::parse_size_option(args.size.as_deref())
-            .with_context(&fail)?,
-        force: args.force,
-        ..CreateOptions::default()
-    };
-    check_devices_exist(&groups, create.create_size_bytes).with_context(&fail)?;
-    let options = ResilverOptions {
-        rate_bytes_per_s: args
-            .resilver_rate
-            .as_deref()
-            .map(parse_size)
-            .transpose()
-            .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
-        ..ResilverOptions::default()
-    };
-    let created = CreatedFiles::missing(&groups);
-    let outcome = ctx.with_pool(name, false, |pool| {
-        let vdev = change(pool, &spec, &create, options).with_context(&fail)?;
-        remember_devices(ctx, pool)?;
-        say!(ctx, "pool '{name}': {spec} attached to {vdev}; resilvering");
-        if ctx.served.is_none() && !args.no_wait {
-            wait(ctx, pool)?;
-        }
-        Ok(())
-    });
-    if outcome.is_err() {
-        created.remove();
-    }
-    outcome
+/// `--resilver-rate RATE` parsed.
+pub fn resilver_rate(text: Option<&str>) -> Result<Option<u64>> {
+    text.map(parse_size)
+        .transpose()
+        .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))
 }
 
-/// Waits for the pool's resilver, reporting progress on a terminal now and then.
-pub(crate) fn wait(ctx: &Context, pool: &Pool) -> Result<()> {
-    let name = pool.name().to_string();
-    let outcome = std::thread::scope(|scope| {
-        let waiting = scope.spawn(|| pool.wait_resilver());
-        let mut last_report = Instant::now();
-        while !waiting.is_finished() {
-            std::thread::sleep(POLL_INTERVAL);
-            if ctx.interactive()
-                && last_report.elapsed() >= PROGRESS_INTERVAL
-                && let Some(status) = pool.resilver_status()
-            {
-                shout!(ctx, "{}", progress_line(&status));
-                last_report = Instant::now();
-            }
+fn run(ctx: &Context, name: &str, change: MirrorChange) -> Result<()> {
+    match remote::call_observed(ctx, AdminRequest::Mirror(change), &mut |progress| {
+        show_progress(ctx, &progress);
+    })? {
+        AdminReply::Mirror(MirrorOutcome::Attached {
+            device,
+            vdev,
+            finished,
+        }) => {
+            say!(
+                ctx,
+                "pool '{name}': {device} attached to {vdev}; resilvering"
+            );
+            say_finished(ctx, name, finished.as_ref());
+            Ok(())
         }
-        waiting.join()
-    });
-    let outcome = outcome.map_err(|_| anyhow!("the resilver waiter panicked"))?;
-    outcome.with_context(|| format!("resilver of pool '{name}' did not finish"))?;
-    // A replace detached the old device at the end: the cache follows.
-    remember_cache(ctx, pool)?;
-    if let Some(status) = pool.resilver_status() {
-        say!(ctx, "pool '{name}': {}", progress_line(&status));
+        AdminReply::Mirror(MirrorOutcome::Detached { device }) => {
+            say!(ctx, "pool '{name}': detached {device}");
+            Ok(())
+        }
+        other => Err(remote::unexpected(&other)),
     }
-    Ok(())
+}
+
+/// Resilver progress on a terminal, while this process waits for it.
+pub fn show_progress(ctx: &Context, progress: &Progress) {
+    if let Progress::Resilver(status) = progress
+        && ctx.interactive()
+    {
+        shout!(ctx, "{}", progress_line(status));
+    }
+}
+
+/// Where a resilver this command waited for ended.
+pub fn say_finished(ctx: &Context, name: &str, finished: Option<&ResilverStatus>) {
+    if let Some(status) = finished {
+        say!(ctx, "pool '{name}': {}", progress_line(status));
+    }
 }
 
 /// One line of resilver progress, as `pool status` shows it after `scan:`.
@@ -196,17 +158,4 @@ fn unrecoverable(status: &ResilverStatus) -> String {
 /// A device as the pool names it: paths made absolute (the file may be gone).
 fn device_name(word: &str) -> String {
     parse_device(word).map_or_else(|_| word.to_string(), |spec| spec.to_string())
-}
-
-/// Updates the pool cache to the pool's devices now and records the command.
-fn remember_devices(ctx: &Context, pool: &Pool) -> Result<()> {
-    remember_cache(ctx, pool)?;
-    ctx.record(pool)
-}
-
-fn remember_cache(ctx: &Context, pool: &Pool) -> Result<()> {
-    let name = pool.name();
-    ctx.cache
-        .insert(name, &device_specs(pool))
-        .with_context(|| format!("the pool cache does not list the devices of '{name}'"))
 }

@@ -7,48 +7,66 @@
 //! `mount -t fuse.cairn tank/home /mnt` and /etc/fstab lines of type `fuse.cairn` work; the
 //! state directory is `CAIRN_STATE_DIR`'s or the default, as for any cairn command.
 
-use crate::context::{Context, pool_of, say};
+use crate::context::{Context, say};
+use crate::remote;
 use anyhow::{Context as _, Result, anyhow, bail};
+use cairn_frontend::admin::{AdminReply, AdminRequest};
+use cairn_frontend::fuse::Unmounted;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// How long `mount` waits for a server it started to take commands.
 const SERVER_START_WAIT: Duration = Duration::from_secs(30);
 
+/// `cairn mount [-o OPTIONS] POOL/NAME [DIR]`: in the server of the state directory, which is
+/// started first when none runs.
 pub fn mount(ctx: &Context, dataset: &str, mountpoint: Option<&Path>, options: &str) -> Result<()> {
-    let served = ctx
-        .served
-        .as_ref()
-        .ok_or_else(|| anyhow!("cannot mount '{dataset}': no server runs the pool"))?;
-    let pool = ctx
-        .served_pool(served, pool_of(dataset))
-        .with_context(|| format!("cannot mount '{dataset}'"))?;
-    let at = served
-        .mounts
-        .mount(&pool, dataset, mountpoint, options)
-        .with_context(|| format!("cannot mount '{dataset}'"))?;
-    say!(ctx, "mounted {dataset} at {}", at.display());
-    Ok(())
+    let request = AdminRequest::Mount {
+        dataset: dataset.to_string(),
+        mountpoint: mountpoint.map(std::path::absolute).transpose()?,
+        options: options.to_string(),
+    };
+    let reply = match remote::call_server(ctx, request)? {
+        Ok(reply) => reply,
+        Err(request) => {
+            // A mount lives in a server: start one for this state directory.
+            start_server(ctx.cache.dir())?;
+            match remote::call_server(ctx, request)? {
+                Ok(reply) => reply,
+                Err(_) => bail!("the server started for the mount went away"),
+            }
+        }
+    };
+    match reply {
+        AdminReply::Mounted(at) => {
+            say!(ctx, "mounted {dataset} at {}", at.display());
+            Ok(())
+        }
+        other => Err(remote::unexpected(&other)),
+    }
 }
 
+/// `cairn unmount POOL/NAME|DIR`
 pub fn unmount(ctx: &Context, target: &str) -> Result<()> {
-    let Some(served) = ctx.served.as_ref() else {
-        bail!("cannot unmount '{target}': no server runs (nothing cairn mounted is mounted)");
+    // A mountpoint given as a path here (a dataset name is not one).
+    let target = if Path::new(target).exists() {
+        std::path::absolute(target)?.display().to_string()
+    } else {
+        target.to_string()
     };
-    match served.mounts.unmount(target) {
-        Ok(Some(cairn_frontend::fuse::Unmounted::Now { dataset })) => {
+    match remote::call(ctx, AdminRequest::Unmount { target })? {
+        AdminReply::Unmounted(Unmounted::Now { dataset }) => {
             say!(ctx, "unmounted {dataset}");
             Ok(())
         }
-        Ok(Some(cairn_frontend::fuse::Unmounted::Already { dataset })) => {
+        AdminReply::Unmounted(Unmounted::Already { dataset }) => {
             say!(
                 ctx,
                 "{dataset} had been unmounted from outside cairn; forgotten as mounted"
             );
             Ok(())
         }
-        Ok(None) => bail!("cannot unmount '{target}': not mounted by this server"),
-        Err(err) => Err(anyhow!(err).context(format!("cannot unmount '{target}' (busy?)"))),
+        other => Err(remote::unexpected(&other)),
     }
 }
 

@@ -1,123 +1,93 @@
-//! The client side of the control socket: hand a parsed command to a running server.
+//! The client side of the administration library: a command hands its typed request to the
+//! server of its state directory when one runs (over `cairn_frontend::control`), and otherwise
+//! to `admin::handle` in this process: one path, the same answers. Notes that came with an
+//! answer are printed on stderr here, where the command printed them before it had a server.
 //!
-//! The server runs commands for clients in other working directories, and its own working
-//! directory is shared by all its threads, so it must never depend on it: before a command is
-//! sent, every path in it is made absolute here, against the client's directory (device files
+//! The server runs requests for clients in other working directories, and its own working
+//! directory is shared by all its threads, so it must never depend on it: a command makes every
+//! path in its request absolute, against the client's directory, before calling (device files
 //! of `pool create/add/attach/replace`, `pool remove`/`detach` names that are files, `pool
-//! import -d`, `up --data-dir`). Names that are not paths (`mirror-0`, pool and dataset names)
-//! are left as they are. The protocol itself is `cairn_frontend::control`.
+//! import -d`, `pool check -d`, mountpoints). Names that are not paths (`mirror-0`, pool and
+//! dataset names) are left as they are.
 
-use crate::vdevs::{absolute_device_word, absolute_vdev_word};
-use crate::{Cli, Command, PoolCommand};
-use anyhow::{Context as _, Result, anyhow};
-use cairn_frontend::control::{self, ControlRequest, Reply};
-use clap::Parser;
+use crate::context::{Context, shout};
+use crate::vdevs::absolute_device_word;
+use anyhow::Result;
+use cairn_frontend::admin::{self, AdminReply, AdminRequest, Answer};
+use cairn_frontend::control::{self, ControlRequest};
 use std::path::Path;
 
-/// What became of a command offered to a server.
-// Made once per process and matched by value (the command moves on): boxing buys nothing.
-#[allow(clippy::large_enum_variant)]
-pub enum Forwarded {
-    /// A server ran it.
-    Done(Reply),
-    /// No server runs for this state directory: the command comes back to run here.
-    NoServer(Command),
+/// Runs `request` in the server of `ctx`'s state directory if one runs, else here.
+pub fn call(ctx: &Context, request: AdminRequest) -> Result<AdminReply> {
+    call_observed(ctx, request, &mut |_| {})
 }
 
-/// Sends `command` to the server of `state_dir` if one runs.
-pub fn forward(state_dir: &Path, command_line: String, command: Command) -> Result<Forwarded> {
-    if !control::socket_path(state_dir).exists() {
-        return Ok(Forwarded::NoServer(command));
+/// `call`, showing the progress of long work through `observe` when it runs here (a server's
+/// answer comes when its part is done).
+pub fn call_observed(
+    ctx: &Context,
+    request: AdminRequest,
+    observe: &mut dyn FnMut(admin::Progress),
+) -> Result<AdminReply> {
+    match call_server(ctx, request)? {
+        Ok(reply) => Ok(reply),
+        Err(request) => {
+            let answer = admin::handle_observed(&ctx.access, &ctx.command_line, request, observe)?;
+            Ok(print_notes(ctx, answer))
+        }
     }
-    let request = ControlRequest::new(command_line, with_absolute_paths(command)?);
-    match control::forward(state_dir, &request)? {
-        Some(reply) => Ok(Forwarded::Done(reply)),
-        None => Ok(Forwarded::NoServer(request.command)),
-    }
 }
 
-/// Runs `args` in the server of `ctx`'s state directory and returns what it printed: for the
-/// client side of commands that poll a server (`pool iostat`, `stat arc` with an interval).
-/// `what` names the command in the error when no server runs.
-pub fn ask_server(ctx: &crate::context::Context, args: &[&str], what: &str) -> Result<String> {
-    try_ask_server(ctx, args)?.ok_or_else(|| {
-        anyhow!(
-            "no cairn server is running for {}; {what} `cairn serve`",
-            ctx.cache.dir().display()
-        )
-    })
-}
-
-/// `ask_server`, with `None` when no server runs (for commands that can also work alone).
-pub fn try_ask_server(ctx: &crate::context::Context, args: &[&str]) -> Result<Option<String>> {
+/// Runs `request` in the server of `ctx`'s state directory; `Err(request)` back when no
+/// server runs (for commands that work differently alone).
+pub fn call_server(
+    ctx: &Context,
+    request: AdminRequest,
+) -> Result<Result<AdminReply, AdminRequest>> {
     let state_dir = ctx.cache.dir();
     if !control::socket_path(state_dir).exists() {
-        return Ok(None);
+        return Ok(Err(request));
     }
-    let argv = std::iter::once("cairn").chain(args.iter().copied());
-    let cli = Cli::try_parse_from(argv).with_context(|| format!("cannot build `{args:?}`"))?;
-    let command_line =
-        crate::context::command_line(&args.iter().map(|arg| arg.to_string()).collect::<Vec<_>>());
-    let request = ControlRequest::new(command_line, cli.command);
-    let Some(reply) = control::forward(state_dir, &request)? else {
-        return Ok(None);
-    };
-    if reply.exit_code != 0 {
-        return Err(anyhow!("{}", String::from_utf8_lossy(&reply.stderr).trim()));
+    let sent = ControlRequest::new(ctx.command_line.clone(), request);
+    match control::forward(state_dir, &sent)? {
+        Some(Ok(answer)) => Ok(Ok(print_notes(ctx, answer))),
+        Some(Err(failure)) => Err(failure.into()),
+        None => Ok(Err(sent.request)),
     }
-    Ok(Some(String::from_utf8_lossy(&reply.stdout).into_owned()))
 }
 
-/// `command` with every path in it absolute (against this process's working directory).
-fn with_absolute_paths(mut command: Command) -> Result<Command> {
-    match &mut command {
-        Command::Up(args) => args.data_dir = std::path::absolute(&args.data_dir)?,
-        Command::Pool(pool) => match pool {
-            PoolCommand::Create(args) => absolute_vdev_words(&mut args.vdevs),
-            PoolCommand::Add(args) => absolute_vdev_words(&mut args.vdevs),
-            PoolCommand::Attach(args) => {
-                args.existing = absolute_device_word(&args.existing);
-                args.new = absolute_device_word(&args.new);
-            }
-            PoolCommand::Replace(args) => {
-                args.old = absolute_device_word(&args.old);
-                args.new = absolute_device_word(&args.new);
-            }
-            PoolCommand::Detach { device, .. } => *device = absolute_device_word(device),
-            PoolCommand::Remove { vdev, .. } => *vdev = existing_file_word(vdev),
-            PoolCommand::Import(args) => {
-                for dir in &mut args.dirs {
-                    *dir = std::path::absolute(&*dir)?;
-                }
-            }
-            PoolCommand::Check(args) => {
-                for dir in &mut args.dirs {
-                    *dir = std::path::absolute(&*dir)?;
-                }
-            }
-            _ => {}
-        },
-        Command::Mount {
-            mountpoint: Some(path),
-            ..
-        } => *path = std::path::absolute(&*path)?,
-        // A mountpoint given as a path here (a dataset name is not one).
-        Command::Unmount { target } if Path::new(target).exists() => {
-            *target = std::path::absolute(&*target)?.display().to_string();
-        }
-        _ => {}
+fn print_notes(ctx: &Context, answer: Answer) -> AdminReply {
+    for note in &answer.notes {
+        shout!(ctx, "cairn: {note}");
     }
-    Ok(command)
+    answer.reply
 }
 
-fn absolute_vdev_words(words: &mut [String]) {
-    for word in words {
-        *word = absolute_vdev_word(word);
+/// Whether a server answers on the control socket of `state_dir`.
+pub fn server_runs(state_dir: &Path) -> bool {
+    std::os::unix::net::UnixStream::connect(control::socket_path(state_dir)).is_ok()
+}
+
+/// Why a command that watches a server (`what` it does) cannot run without one.
+pub fn no_server(ctx: &Context, what: &'static str) -> admin::AdminError {
+    admin::AdminError::NeedsServer {
+        state_dir: ctx.cache.dir().to_path_buf(),
+        what,
     }
+}
+
+/// A reply of another kind than the request asks for (a server of another build).
+pub fn unexpected(reply: &AdminReply) -> anyhow::Error {
+    anyhow::anyhow!("unexpected answer from the server: {reply:?}")
+}
+
+/// The error of a command that failed in a server, with its exit code, when `err` is one.
+pub fn failure(err: &anyhow::Error) -> Option<&control::Failure> {
+    err.downcast_ref::<control::Failure>()
 }
 
 /// A name that may be a log vdev (`mirror-1`) or a device file: absolute when it is a file here.
-fn existing_file_word(word: &str) -> String {
+pub fn existing_file_word(word: &str) -> String {
     if Path::new(word).exists() {
         absolute_device_word(word)
     } else {

@@ -8,21 +8,19 @@
 //! `--tls allow`; `--tls-client-ca` makes clients show a certificate.
 //! Memory: one budget derived from `--arc-max` (`MemoryBudget`) limits the pools' dirty data
 //! and the NBD server's request buffers; it is printed at start and shown by `stat memory`.
-//! Forwarded commands (the control socket) run here through `executor`, one at a time.
+//! The control socket's typed requests are answered by `cairn_frontend::serve` itself
+//! (`admin::handle`, one at a time): nothing of the CLI runs for them.
 
-use crate::context::{Context, Output};
+use crate::context::Context;
 use anyhow::{Context as _, Result};
 use cairn_engine::MemoryBudget;
-use cairn_frontend::control::{ControlRequest, Reply};
-use cairn_frontend::serve::{Executor, Note, Ready, ServeSettings};
-use cairn_frontend::{PoolAccess, PoolCache, ServedPools};
+use cairn_frontend::PoolAccess;
+use cairn_frontend::serve::{Note, Ready, ServeSettings};
 use cairn_nbd::{ServerConfig, TlsSettings};
 use clap::Args;
-use parking_lot::Mutex;
 use std::path::PathBuf;
-use std::sync::Arc;
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Also import pools found in this directory (repeatable).
     #[arg(short = 'd', value_name = "DIR")]
@@ -102,9 +100,7 @@ pub fn apply_arc_limits(arc_max: Option<&str>, arc_min: Option<&str>) -> Result<
 }
 
 /// Whether clients must start TLS.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum TlsMode {
     Require,
     Allow,
@@ -149,52 +145,6 @@ impl ServeArgs {
             config.io_timeout = std::time::Duration::from_millis(ms);
         }
         config
-    }
-}
-
-/// Runs forwarded commands against the served pools, capturing their output. One at a time:
-/// commands read-modify-write the pool cache and change pools' vdev trees, and a user running
-/// two at once expects them to take turns as they would without a server.
-fn executor(
-    state_dir: PathBuf,
-    base: &PoolAccess,
-) -> impl FnOnce(Arc<ServedPools>) -> Executor<crate::Command> {
-    let opener = base.opener.clone();
-    let read_trace_dir = base.read_trace_dir.clone();
-    let l2_write_bytes_per_day = base.l2_write_bytes_per_day;
-    move |served: Arc<ServedPools>| -> Executor<crate::Command> {
-        let one_at_a_time = Arc::new(Mutex::new(()));
-        Arc::new(move |request: ControlRequest<crate::Command>| {
-            let _turn = one_at_a_time.lock();
-            let (out, stdout) = Output::buffer();
-            let (err, stderr) = Output::buffer();
-            let ctx = Context {
-                access: PoolAccess {
-                    cache: PoolCache::new(state_dir.clone()),
-                    served: Some(served.clone()),
-                    opener: opener.clone(),
-                    read_trace_dir: read_trace_dir.clone(),
-                    l2_write_bytes_per_day,
-                },
-                command_line: request.command_line,
-                out,
-                err,
-            };
-            let exit_code = match crate::execute(&ctx, request.command, &state_dir) {
-                Ok(()) => 0,
-                Err(error) => {
-                    ctx.err.text(format_args!("cairn: {error:#}\n"));
-                    1
-                }
-            };
-            let stdout = stdout.lock().clone();
-            let stderr = stderr.lock().clone();
-            Reply {
-                exit_code,
-                stdout,
-                stderr,
-            }
-        })
     }
 }
 
@@ -263,7 +213,6 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     cairn_frontend::serve::serve(
         &access,
         settings,
-        executor(state_dir.to_path_buf(), &access),
         &notes,
         |ready: &Ready<'_>| announce(ready, &budget_line),
         wait_for_stop_signal,

@@ -1,38 +1,30 @@
 //! `cairn stat arc [-H] [-p] [INTERVAL [COUNT]]`: the RAM cache (ARC) of a running server, like
 //! arcstat.
 //!
-//! Without an interval the command runs inside the server (forwarded like any other) and prints
-//! every counter and size once: a NAME/VALUE table, or with `-H -p` one `name<TAB>value` line
-//! each for scripts. With an interval it runs here and asks the server for snapshots
-//! (`--snapshot`, the `-H -p` form) every INTERVAL seconds, printing one arcstat-style line per
-//! interval: reads, hit ratios by demand/prefetch x data/metadata, I/O hits, ghost hits,
+//! Without an interval the command asks the server (or, with none, this process) for the
+//! cache's counters (`AdminRequest::ArcCounters`) and prints every counter and size once: a
+//! NAME/VALUE table, or with `-H -p` one `name<TAB>value` line each for scripts. With an
+//! interval it asks the server for them every INTERVAL seconds, printing one arcstat-style line
+//! per interval: reads, hit ratios by demand/prefetch x data/metadata, I/O hits, ghost hits,
 //! evictions — counters as the difference over the interval — and the cache's size and target
 //! at the end of it. The first line covers the server's life so far.
 
 use crate::context::{Context, say, say_raw};
 use crate::table::{Column, Table};
 use crate::{ListFormat, human, iostat_cmd, remote};
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, bail};
+use cairn_frontend::admin::samples::ArcSample;
+use cairn_frontend::admin::{AdminReply, AdminRequest};
 use clap::Args;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct StatArcArgs {
     #[command(flatten)]
     pub format: ListFormat,
-    /// Print the server's raw counters (used by the interval mode).
-    #[arg(long, hide = true)]
-    pub snapshot: bool,
     /// [INTERVAL [COUNT]]
     pub args: Vec<String>,
-}
-
-impl StatArcArgs {
-    /// Interval mode polls the server from this process.
-    pub fn runs_here(&self) -> bool {
-        !self.snapshot && !self.args.is_empty()
-    }
 }
 
 /// Fields that are sizes (shown human-readable without `-p`).
@@ -45,18 +37,20 @@ fn is_size(name: &str) -> bool {
 
 type Sample = BTreeMap<String, u64>;
 
-pub fn arc(ctx: &Context, args: &StatArcArgs) -> Result<()> {
-    let stats = cairn_engine::process_cache().stats();
-    if args.snapshot {
-        for (name, value) in &stats.fields {
-            say_raw!(ctx, "{name}\t{value}\n");
-        }
-        return Ok(());
+/// The cache's counters, from the server or this process.
+fn counters(ctx: &Context) -> Result<ArcSample> {
+    match remote::call(ctx, AdminRequest::ArcCounters)? {
+        AdminReply::ArcCounters(sample) => Ok(sample),
+        other => Err(remote::unexpected(&other)),
     }
+}
+
+pub fn arc(ctx: &Context, args: &StatArcArgs) -> Result<()> {
     if !args.args.is_empty() {
         return interval_mode(ctx, args);
     }
-    if !args.format.scripted && ctx.served.is_none() {
+    let stats = counters(ctx)?;
+    if !args.format.scripted && !stats.served {
         say!(
             ctx,
             "no server is running: this shows the cache of this command only (start `cairn serve`)"
@@ -75,21 +69,6 @@ pub fn arc(ctx: &Context, args: &StatArcArgs) -> Result<()> {
     Ok(())
 }
 
-fn parse_sample(text: &str) -> Result<Sample> {
-    text.lines()
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let (name, value) = line
-                .split_once('\t')
-                .ok_or_else(|| anyhow!("malformed cache counter line {line:?}"))?;
-            let value = value
-                .parse::<u64>()
-                .with_context(|| format!("malformed value in {line:?}"))?;
-            Ok((name.to_string(), value))
-        })
-        .collect()
-}
-
 fn interval_mode(ctx: &Context, args: &StatArcArgs) -> Result<()> {
     let (extra, interval, count) = iostat_cmd::parse_positional(&args.args)?;
     if !extra.is_empty() {
@@ -97,11 +76,11 @@ fn interval_mode(ctx: &Context, args: &StatArcArgs) -> Result<()> {
     }
     let seconds = interval.expect("interval mode has an interval");
     let sample = || -> Result<Sample> {
-        parse_sample(&remote::ask_server(
-            ctx,
-            &["stat", "arc", "--snapshot"],
-            "stat arc with an interval watches",
-        )?)
+        match remote::call_server(ctx, AdminRequest::ArcCounters)? {
+            Ok(AdminReply::ArcCounters(sample)) => Ok(sample.fields.into_iter().collect()),
+            Ok(other) => Err(remote::unexpected(&other)),
+            Err(_) => Err(remote::no_server(ctx, "stat arc with an interval watches").into()),
+        }
     };
     let mut before = Sample::new();
     let mut now = sample()?;
@@ -172,9 +151,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn snapshots_parse_and_interval_lines_are_differences() {
-        let before = parse_sample("hits\t10\nmisses\t5\niohits\t0\nsize\t4096\n").unwrap();
-        let now = parse_sample("hits\t40\nmisses\t15\niohits\t2\nsize\t8192\n").unwrap();
+    fn interval_lines_are_differences() {
+        let sample = |fields: &[(&str, u64)]| -> Sample {
+            fields
+                .iter()
+                .map(|(name, value)| (name.to_string(), *value))
+                .collect()
+        };
+        let before = sample(&[("hits", 10), ("misses", 5), ("iohits", 0), ("size", 4096)]);
+        let now = sample(&[("hits", 40), ("misses", 15), ("iohits", 2), ("size", 8192)]);
         let rendered = interval_table(&before, &now, true).render(true);
         let row: Vec<&str> = rendered.trim_end().split('\t').collect();
         assert_eq!(
@@ -183,7 +168,5 @@ mod tests {
         );
         assert_eq!(row[7], "10", "misses over the interval");
         assert_eq!(row[11], "8192", "size at the end of the interval");
-        assert!(parse_sample("hits 10").is_err());
-        assert!(parse_sample("hits\tmany").is_err());
     }
 }

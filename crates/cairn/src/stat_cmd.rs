@@ -26,32 +26,43 @@
 use crate::ListFormat;
 use crate::context::{Context, say, say_raw};
 use crate::human;
+use crate::remote;
 use crate::table::{Column, Table};
 use anyhow::Result;
-use cairn_frontend::analytics::sample::DatasetSample;
+use cairn_frontend::admin::samples::L2arcSample;
+use cairn_frontend::admin::stats::{FsSample, LeafIo};
+use cairn_frontend::admin::{AdminReply, AdminRequest};
 
 pub fn zil(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let names = ctx.pools_or_all(pools)?;
+    let request = AdminRequest::ZilStats {
+        pools: pools.to_vec(),
+    };
+    let sample = match remote::call(ctx, request)? {
+        AdminReply::ZilStats(sample) => sample,
+        other => return Err(remote::unexpected(&other)),
+    };
     let (mut logs, mut devices) = zil_tables();
     let mut device_count = 0;
-    for name in &names {
-        let opened = ctx.with_pool(name, false, |pool| {
-            Ok((pool.intent_log_stats(), pool.log_devices()))
-        });
-        let Some((stats, log_devices)) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
-            continue;
-        };
+    for pool in sample.pools {
+        let name = &pool.name;
         if format.scripted {
-            say_zil_scripted(ctx, name, &stats, &log_devices);
+            say_zil_scripted(ctx, name, &pool.logs, &pool.devices);
             continue;
         }
-        device_count += log_devices.len();
-        push_zil_rows(&mut logs, &mut devices, name, stats, log_devices, format);
+        device_count += pool.devices.len();
+        push_zil_rows(
+            &mut logs,
+            &mut devices,
+            name,
+            pool.logs,
+            pool.devices,
+            format,
+        );
     }
     if format.scripted {
         return Ok(());
     }
-    if ctx.served.is_none() {
+    if !sample.served {
         say!(
             ctx,
             "no server is running: counters cover only this command (start `cairn serve`)"
@@ -182,39 +193,42 @@ fn push_zil_rows(
 }
 
 pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let names = ctx.pools_or_all(pools)?;
+    let request = AdminRequest::IoStats {
+        pools: pools.to_vec(),
+    };
+    let sample = match remote::call(ctx, request)? {
+        AdminReply::IoStats(sample) => sample,
+        other => return Err(remote::unexpected(&other)),
+    };
     let (mut pipeline, mut devices) = io_tables();
-    for name in &names {
-        let opened = ctx.with_pool(name, false, |pool| Ok(pool.io_stats()));
-        let Some((counters, leaves)) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
-            continue;
-        };
+    for pool in &sample.pools {
+        let (name, counters, leaves) = (&pool.name, &pool.counters, &pool.leaves);
         if format.scripted {
-            say_io_scripted(ctx, name, &counters, &leaves);
+            say_io_scripted(ctx, name, counters, leaves);
             continue;
         }
         let size = |value: u64| human::size(value, format.exact);
         pipeline.push(vec![
             name.clone(),
-            get(&counters, "blocks_read").to_string(),
-            size(get(&counters, "bytes_read")),
-            get(&counters, "direct_reads").to_string(),
-            get(&counters, "blocks_written").to_string(),
-            size(get(&counters, "bytes_written")),
-            get(&counters, "blocks_freed").to_string(),
-            get(&counters, "checksum_errors").to_string(),
-            get(&counters, "repairs").to_string(),
-            get(&counters, "unrecoverable").to_string(),
-            get(&counters, "raw_writes").to_string(),
+            get(counters, "blocks_read").to_string(),
+            size(get(counters, "bytes_read")),
+            get(counters, "direct_reads").to_string(),
+            get(counters, "blocks_written").to_string(),
+            size(get(counters, "bytes_written")),
+            get(counters, "blocks_freed").to_string(),
+            get(counters, "checksum_errors").to_string(),
+            get(counters, "repairs").to_string(),
+            get(counters, "unrecoverable").to_string(),
+            get(counters, "raw_writes").to_string(),
         ]);
-        for leaf in &leaves {
+        for leaf in leaves {
             devices.push(device_row(name, leaf, format));
         }
     }
     if format.scripted {
         return Ok(());
     }
-    if ctx.served.is_none() {
+    if !sample.served {
         say!(
             ctx,
             "no server is running: counters cover only this command (start `cairn serve`)"
@@ -226,7 +240,7 @@ pub fn io(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
 }
 
 /// The value of counter `wanted` among `fields` (0 when absent).
-fn get(fields: &[(&str, u64)], wanted: &str) -> u64 {
+fn get(fields: &[(String, u64)], wanted: &str) -> u64 {
     fields
         .iter()
         .find(|(field, _)| *field == wanted)
@@ -270,12 +284,7 @@ fn io_tables() -> (Table, Table) {
 }
 
 /// `stat io -H`: one `pool.part.field<TAB>value` line per counter.
-fn say_io_scripted(
-    ctx: &Context,
-    name: &str,
-    counters: &[(&'static str, u64)],
-    leaves: &[cairn_engine::LeafIo],
-) {
+fn say_io_scripted(ctx: &Context, name: &str, counters: &[(String, u64)], leaves: &[LeafIo]) {
     for (field, value) in counters {
         say_raw!(ctx, "{name}.pipeline.{field}\t{value}\n");
     }
@@ -291,7 +300,7 @@ fn say_io_scripted(
 }
 
 /// One device's row of `stat io` (a device that cannot be read says so).
-fn device_row(name: &str, leaf: &cairn_engine::LeafIo, format: ListFormat) -> Vec<String> {
+fn device_row(name: &str, leaf: &LeafIo, format: ListFormat) -> Vec<String> {
     let size = |value: u64| human::size(value, format.exact);
     let micros = |value: u64| human::micros(value, format.exact);
     // The pool in its own column: a device name is a path, and `tank//dev/sdb` read badly.
@@ -326,39 +335,18 @@ fn device_row(name: &str, leaf: &cairn_engine::LeafIo, format: ListFormat) -> Ve
     ]
 }
 
-/// `VmRSS` and `VmHWM` of this process (the server, when the command is forwarded to it).
-fn resident_bytes() -> (Option<u64>, Option<u64>) {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let field = |name: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(name))
-            .and_then(|rest| rest.split_whitespace().next()?.parse::<u64>().ok())
-            .map(|kib| kib * 1024)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 /// `cairn stat fs`: calls each mounted filesystem answered, its partial writes, and its object
 /// set's memo of published dnodes and directory blocks.
 pub fn fs(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
     let mut tables = FsTables::new();
-    // The analytics' samples of the mounted filesystems (volumes have no calls).
-    let mounted = ctx
-        .served
-        .as_ref()
-        .map(|served| cairn_frontend::analytics::sample::dataset_samples(served))
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|sample| sample.protocol == "fuse");
+    let request = AdminRequest::FsStats {
+        pools: pools.to_vec(),
+    };
+    let mounted = match remote::call(ctx, request)? {
+        AdminReply::FsStats(mounted) => mounted,
+        other => return Err(remote::unexpected(&other)),
+    };
     for sample in mounted {
-        if !pools.is_empty()
-            && !pools
-                .iter()
-                .any(|pool| sample.dataset.split('/').next() == Some(pool))
-        {
-            continue;
-        }
         tables.push_calls(ctx, &sample, format);
         tables.push_counters(ctx, &sample, format);
     }
@@ -427,7 +415,7 @@ impl FsTables {
     }
 
     /// One filesystem's calls: a row per call made (or, scripted, every call's counters).
-    fn push_calls(&mut self, ctx: &Context, sample: &DatasetSample, format: ListFormat) {
+    fn push_calls(&mut self, ctx: &Context, sample: &FsSample, format: ListFormat) {
         let (dataset, exact) = (&sample.dataset, format.exact);
         for op in &sample.calls {
             if format.scripted {
@@ -460,7 +448,7 @@ impl FsTables {
     }
 
     /// One filesystem's partial-write and memo counters.
-    fn push_counters(&mut self, ctx: &Context, sample: &DatasetSample, format: ListFormat) {
+    fn push_counters(&mut self, ctx: &Context, sample: &FsSample, format: ListFormat) {
         let dataset = &sample.dataset;
         if format.scripted {
             for (field, value) in &sample.partial_writes {
@@ -496,46 +484,22 @@ impl FsTables {
 /// holds now (where that is counted), and the process's resident memory against the whole.
 /// Without a server it shows the budget a server with this process's cache would state.
 pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
-    let arc = cairn_engine::process_cache().stats();
-    let arc_max_bytes = arc.get("c_max").unwrap_or(0);
-    // A server states its budget and what each part holds (shared with its analytics); without
-    // one, this is the budget `cairn serve` would state with this cache.
-    let parts = ctx
-        .served
-        .as_ref()
-        .map(|served| cairn_frontend::analytics::sample::memory_parts(served, &arc.fields))
-        .filter(|parts| !parts.is_empty())
-        .unwrap_or_else(|| {
-            let request_bytes = cairn_nbd::ServerConfig::default().max_request_bytes;
-            cairn_engine::MemoryBudget::for_arc_max(arc_max_bytes, request_bytes.into())
-                .parts()
-                .iter()
-                .map(
-                    |&(part, limit_bytes)| cairn_frontend::analytics::sample::MemoryPart {
-                        part,
-                        limit_bytes,
-                        used_bytes: (part == "arc").then(|| arc.get("size")).flatten(),
-                    },
-                )
-                .collect()
-        });
-    if !format.scripted && ctx.served.is_none() {
+    let sample = match remote::call(ctx, AdminRequest::MemoryStats)? {
+        AdminReply::MemoryStats(sample) => sample,
+        other => return Err(remote::unexpected(&other)),
+    };
+    if !format.scripted && !sample.served {
         say!(
             ctx,
             "no server is running: this is the budget `cairn serve` would state with this cache"
         );
     }
-    let (rss, hwm) = resident_bytes();
-    let total_bytes: u64 = parts.iter().map(|part| part.limit_bytes).sum();
+    let (rss, hwm) = (sample.resident_bytes, sample.peak_resident_bytes);
+    let parts = sample.parts;
+    let total_bytes: u64 = parts.iter().map(|(_, limit, _)| limit).sum();
     let mut rows: Vec<(String, Option<u64>, Option<u64>)> = parts
-        .iter()
-        .map(|part| {
-            (
-                part.part.to_string(),
-                Some(part.limit_bytes),
-                part.used_bytes,
-            )
-        })
+        .into_iter()
+        .map(|(part, limit, used)| (part, Some(limit), used))
         .collect();
     rows.push(("total".into(), Some(total_bytes), rss));
     rows.push(("peak".into(), Some(total_bytes), hwm));
@@ -556,12 +520,6 @@ pub fn memory(ctx: &Context, format: ListFormat) -> Result<()> {
     Ok(())
 }
 
-/// One pool's SSD-tier figures, in `-H` order.
-/// Whether `stat l2arc ARGS` is the interval mode (run here, polling the server).
-pub fn l2arc_watches(args: &[String]) -> bool {
-    crate::iostat_cmd::parse_positional(args).is_ok_and(|(_, interval, _)| interval.is_some())
-}
-
 pub fn l2arc(ctx: &Context, format: ListFormat, args: &[String]) -> Result<()> {
     let (pools, interval, count) = crate::iostat_cmd::parse_positional(args)?;
     match interval {
@@ -572,20 +530,39 @@ pub fn l2arc(ctx: &Context, format: ListFormat, args: &[String]) -> Result<()> {
 
 type L2Sample = std::collections::BTreeMap<String, u64>;
 
-/// The server's `stat l2arc -H` of `pools`, as `POOL.field -> value`.
+/// The SSD tier's counters of `pools`, from the server (`served`) or this process.
+fn l2arc_counters(ctx: &Context, pools: &[String], served: bool) -> Result<L2arcSample> {
+    let request = AdminRequest::L2arcCounters {
+        pools: pools.to_vec(),
+    };
+    let reply = if served {
+        match remote::call_server(ctx, request)? {
+            Ok(reply) => reply,
+            Err(_) => {
+                return Err(remote::no_server(ctx, "stat l2arc with an interval watches").into());
+            }
+        }
+    } else {
+        remote::call(ctx, request)?
+    };
+    match reply {
+        AdminReply::L2arcCounters(sample) => Ok(sample),
+        other => Err(remote::unexpected(&other)),
+    }
+}
+
+/// The server's counters of `pools`, as `POOL.field -> value`.
 fn l2arc_sample(ctx: &Context, pools: &[String]) -> Result<L2Sample> {
-    let mut args = vec!["stat", "l2arc", "-H", "-p"];
-    args.extend(pools.iter().map(String::as_str));
-    let text = crate::remote::ask_server(ctx, &args, "stat l2arc with an interval watches")?;
-    text.lines()
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let (name, value) = line
-                .split_once('\t')
-                .ok_or_else(|| anyhow::anyhow!("malformed counter line {line:?}"))?;
-            Ok((name.to_string(), value.parse()?))
+    let sample = l2arc_counters(ctx, pools, true)?;
+    Ok(sample
+        .pools
+        .into_iter()
+        .flat_map(|(pool, fields)| {
+            fields
+                .into_iter()
+                .map(move |(field, value)| (format!("{pool}.{field}"), value))
         })
-        .collect()
+        .collect())
 }
 
 /// One line per pool and interval: lookups, hit ratio, bytes read from the devices, blocks
@@ -653,7 +630,7 @@ fn l2arc_interval(
 }
 
 fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()> {
-    let names = ctx.pools_or_all(pools)?;
+    let sample = l2arc_counters(ctx, pools, false)?;
     let mut table = Table::new(vec![
         Column::left("POOL"),
         Column::right("DEVICES"),
@@ -673,16 +650,9 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
         Column::right("BUDGET/DAY"),
         Column::right("LEFT"),
     ]);
-    for name in &names {
-        let opened = ctx.with_pool(name, false, |pool| Ok(pool.l2arc_fields()));
-        let Some(fields) = ctx.skip_unavailable(opened, !pools.is_empty())? else {
-            continue;
-        };
-        let Some(fields) = fields else {
-            continue;
-        };
+    for (name, fields) in &sample.pools {
         if format.scripted {
-            for (field, value) in &fields {
+            for (field, value) in fields {
                 say_raw!(ctx, "{name}.{field}\t{value}\n");
             }
             continue;
@@ -740,7 +710,7 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
     }
     if !format.scripted {
         say_raw!(ctx, "{}", table.render(false));
-        if ctx.served.is_none() {
+        if !sample.served {
             say!(
                 ctx,
                 "(no server runs: these counters are this command's own; run with cairn serve to see the server's)"

@@ -17,7 +17,7 @@ use std::path::PathBuf;
 const POOL: &str = "cairn";
 const VOLUME: &str = "cairn/vol0";
 
-#[derive(Debug, Args, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Args)]
 pub struct UpArgs {
     /// Where the device files and the pool cache live.
     #[arg(long, value_name = "DIR", default_value = "./cairn-data")]

@@ -15,6 +15,7 @@
 use anyhow::{Result, anyhow, bail};
 use cairn_device::spec::DeviceSpec;
 use cairn_engine::VdevGroup;
+use cairn_frontend::admin::{GroupLayout, VdevLayout};
 
 /// Keywords zpool knows that cairn does not implement yet.
 const UNSUPPORTED: &[&str] = &[
@@ -26,6 +27,24 @@ const UNSUPPORTED: &[&str] = &[
 pub struct Vdevs {
     pub groups: Vec<VdevGroup>,
     pub cache: Vec<DeviceSpec>,
+}
+
+impl Vdevs {
+    /// The vdevs as an administrative request carries them (paths absolute already).
+    pub fn layout(&self) -> VdevLayout {
+        VdevLayout {
+            groups: self
+                .groups
+                .iter()
+                .map(|group| GroupLayout {
+                    mirror: group.mirror,
+                    log: group.log,
+                    devices: group.devices.iter().map(ToString::to_string).collect(),
+                })
+                .collect(),
+            cache: self.cache.iter().map(ToString::to_string).collect(),
+        }
+    }
 }
 
 /// `--size` parsed: the size of device files to create (`None`: every device must exist).
@@ -47,21 +66,6 @@ pub fn parse_device(word: &str) -> Result<DeviceSpec> {
 /// command reports that).
 pub fn absolute_device_word(word: &str) -> String {
     parse_device(word).map_or_else(|_| word.to_string(), |spec| spec.to_string())
-}
-
-/// A word of the vdev grammar with any path in it absolute (keywords stay as they are).
-pub fn absolute_vdev_word(word: &str) -> String {
-    let keyword = word.to_ascii_lowercase();
-    let is_keyword = keyword == "log"
-        || keyword == "cache"
-        || keyword == "mirror"
-        || UNSUPPORTED.contains(&keyword.as_str())
-        || keyword.starts_with("draid");
-    if is_keyword {
-        word.to_string()
-    } else {
-        absolute_device_word(word)
-    }
 }
 
 pub fn parse_vdevs(words: &[String]) -> Result<Vdevs> {
@@ -200,14 +204,12 @@ mod tests {
         assert!(groups[0].devices[0].path.is_absolute());
         let here = std::env::current_dir().unwrap();
         assert_eq!(
-            absolute_vdev_word("emu:nvme:c.img"),
+            absolute_device_word("emu:nvme:c.img"),
             format!("emu:nvme:{}", here.join("c.img").display())
         );
-        assert_eq!(absolute_vdev_word("mirror"), "mirror");
-        assert_eq!(absolute_vdev_word("LOG"), "LOG");
-        // Made absolute twice, a word does not change: the server may resolve it again.
-        let once = absolute_vdev_word("d0.img");
-        assert_eq!(absolute_vdev_word(&once), once);
+        // Made absolute twice, a word does not change.
+        let once = absolute_device_word("d0.img");
+        assert_eq!(absolute_device_word(&once), once);
     }
 
     #[test]

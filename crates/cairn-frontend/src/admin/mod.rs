@@ -1,7 +1,16 @@
 //! The administration library: what changes a pool's shape or its datasets, with the policy
-//! that keeps a machine's pools safe, in one place that every front end calls (the CLI's
-//! commands, run in their own process or forwarded to a server; later the page, a REST API,
-//! NFS share management).
+//! that keeps a machine's pools safe, and the looks at pools a front end shows, in one place
+//! that every front end calls (the CLI's commands, in their own process or through a server's
+//! control socket; later the page, a REST API, NFS share management).
+//!
+//! Its typed face: `AdminRequest` (one variant per operation, plain arguments, absolute paths)
+//! and `AdminReply` (data, never rendered text), answered by `handle` (`handle.rs`) the same
+//! way in a server and in a front end's own process; notes for people travel beside the reply
+//! (`Answer`). The requests are carried out by `operations.rs` (pool and dataset changes),
+//! `mirrors.rs` (attach/replace/detach, clear, scrub, waiting for a resilver with progress),
+//! `import_request.rs` (import, check), `views.rs` and `dataset_rows.rs` (pool status/list,
+//! dataset list/get), `stats.rs` and `samples.rs` (statistics and the samples a poller
+//! subtracts), `mounting.rs` (FUSE mounts, a server's only).
 //!
 //! Policy kept here, not in a front end:
 //! - device safety (`devices.rs`): a device of a pool this machine has imported is refused
@@ -19,24 +28,43 @@
 //! - the memory budget of a server (`memory.rs`), checked before the cache takes its limit.
 //!
 //! Invariants: functions take their options as parameters and print nothing; what a person
-//! should be told comes back in the result (`AdminError`, notes). The engine's own refusals
+//! should be told comes back in the result (`AdminError`, notes, progress to an observer). The engine's own refusals
 //! (an unknown device, a device already in the pool) stay the engine's: this layer adds only
 //! what needs a view beyond one pool (the pool cache, the host's files). Uses `pools` (access,
 //! pool cache) and the engine; nothing below uses it.
 
+mod dataset_rows;
 mod datasets;
 mod devices;
+mod failures;
+mod handle;
 mod import;
+mod import_request;
 mod memory;
+mod mirrors;
+mod mounting;
+mod operations;
 mod pools;
 mod removal;
+mod request;
+pub mod samples;
+pub mod stats;
+mod views;
 
+pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
 pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties};
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
+pub use handle::{handle, handle_observed};
 pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
+pub use import_request::{ImportOutcome, ImportRequest, ImportablePool};
 pub use memory::{BudgetCheck, memory_budget};
+pub use mirrors::{Cleared, MirrorChange, MirrorOutcome, Progress, ResilverRequest};
 pub use pools::{AddedDevices, add_devices, create_pool};
 pub use removal::{PoolRemoval, destroy_pool, export_pool};
+pub use request::{
+    AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, PoolChange, TxgRow, VdevLayout,
+};
+pub use views::{PoolView, PoolViews, pool_views};
 
 use crate::PoolsError;
 use crate::cache::CacheError;
@@ -164,6 +192,25 @@ pub enum AdminError {
     /// Boxed: an engine error is large, and every admin result carries this type.
     #[error(transparent)]
     Engine(Box<EngineError>),
+    #[error("no cairn server is running for {}; {what} `cairn serve`", state_dir.display())]
+    NeedsServer {
+        state_dir: PathBuf,
+        what: &'static str,
+    },
+    /// `what` could not be done, because of `source`.
+    #[error("{what}")]
+    Failed {
+        what: String,
+        #[source]
+        source: Box<AdminError>,
+    },
+    /// Refused; the message says why and what to do.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Mount(#[from] crate::fuse::MountError),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
     #[error(transparent)]
     Pools(#[from] PoolsError),
     #[error(transparent)]

@@ -15,7 +15,7 @@ use crate::pools::PoolAccess;
 use std::path::PathBuf;
 
 /// What became of a pool that was exported or destroyed.
-#[derive(Debug)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub enum PoolRemoval {
     /// Done; the filesystems unmounted first, as (dataset, mountpoint).
     Done { unmounted: Vec<(String, PathBuf)> },

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 /// What `Mounts::unmount` found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Unmounted {
     /// Unmounted now.
     Now { dataset: String },

@@ -32,8 +32,8 @@
 //! row (with `-H`, one table whose first column names the row). `-p` prints exact numbers
 //! (bytes, microseconds, bucket floors).
 //!
-//! Where the numbers come from: a running server answers `pool iostat --device-snapshot`
-//! with cumulative counters as JSON; the client prints the difference between consecutive
+//! Where the numbers come from: a running server answers `AdminRequest::DeviceIo` with
+//! cumulative counters (`samples::DeviceIoSample`); the client prints the difference between consecutive
 //! snapshots (histograms bucket by bucket), the first report covering everything since the
 //! server opened the pool. Without a server the pools are opened here, read-only (so without
 //! their cache devices, which a read-only pool does not open), and the counters start from
@@ -44,12 +44,11 @@ use crate::context::{Context, say, say_raw, shout};
 use crate::human;
 use crate::remote;
 use crate::table::{Column, Table};
-use anyhow::{Context as _, Result, anyhow};
-use cairn_device::{
-    ClassStats, DirectionStats, IoClass, LatencyHistogram, Pow2Histogram, SizeHistogram,
-};
-use cairn_engine::{Pool, PoolDeviceIo};
-use serde::{Deserialize, Serialize};
+use anyhow::{Context as _, Result};
+use cairn_device::{ClassStats, DirectionStats, IoClass, LatencyHistogram, SizeHistogram};
+use cairn_engine::Pool;
+use cairn_frontend::admin::samples::{ClassSample, DeviceIoSample, PoolSample, Section};
+use cairn_frontend::admin::{AdminReply, AdminRequest};
 use std::time::{Duration, Instant};
 
 /// The classes whose queue wait is zpool's `syncq_wait`.
@@ -83,191 +82,8 @@ pub(super) fn wanted(args: &IostatArgs) -> bool {
 
 // ---- the snapshot: cumulative counters as they travel from the server ----
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Snapshot {
-    /// Seconds the counters cover (the server's uptime, or since the pools were opened here).
-    uptime_s: f64,
-    pools: Vec<PoolSample>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct PoolSample {
-    name: String,
-    size_bytes: u64,
-    allocated_bytes: u64,
-    free_bytes: u64,
-    tops: Vec<TopSample>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Section {
-    Data,
-    Log,
-    Cache,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct TopSample {
-    name: String,
-    section: Section,
-    size_bytes: u64,
-    allocated_bytes: u64,
-    free_bytes: u64,
-    leaves: Vec<LeafSample>,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct LeafSample {
-    name: String,
-    /// `None`: the device is missing.
-    classes: Option<Vec<ClassSample>>,
-}
-
-/// `ClassStats` in a form serde knows (histograms as lists of bucket counts).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct ClassSample {
-    pending_requests: u64,
-    active_requests: u64,
-    read: DirectionSample,
-    write: DirectionSample,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct DirectionSample {
-    requests: u64,
-    bytes: u64,
-    queue_wait_ns: u64,
-    disk_wait_ns: u64,
-    total_wait_ns: u64,
-    queue_wait_us: Vec<u64>,
-    disk_wait_us: Vec<u64>,
-    total_wait_us: Vec<u64>,
-    request_size_bytes: Vec<u64>,
-    aggregate_size_bytes: Vec<u64>,
-    #[serde(default)]
-    aggregate_bytes: u64,
-}
-
-impl DirectionSample {
-    fn from_stats(stats: &DirectionStats) -> DirectionSample {
-        DirectionSample {
-            requests: stats.requests,
-            bytes: stats.bytes,
-            queue_wait_ns: stats.queue_wait_ns,
-            disk_wait_ns: stats.disk_wait_ns,
-            total_wait_ns: stats.total_wait_ns,
-            queue_wait_us: stats.queue_wait_us.counts.to_vec(),
-            disk_wait_us: stats.disk_wait_us.counts.to_vec(),
-            total_wait_us: stats.total_wait_us.counts.to_vec(),
-            request_size_bytes: stats.request_size_bytes.counts.to_vec(),
-            aggregate_size_bytes: stats.aggregate_size_bytes.counts.to_vec(),
-            aggregate_bytes: stats.aggregate_bytes,
-        }
-    }
-
-    fn to_stats(&self) -> Result<DirectionStats> {
-        fn histogram<const N: usize, const B: u32>(counts: &[u64]) -> Result<Pow2Histogram<N, B>> {
-            let counts: [u64; N] = counts.try_into().map_err(|_| {
-                anyhow!(
-                    "a histogram in the device snapshot has {} buckets, not {N}",
-                    counts.len()
-                )
-            })?;
-            Ok(Pow2Histogram { counts })
-        }
-        Ok(DirectionStats {
-            requests: self.requests,
-            bytes: self.bytes,
-            queue_wait_ns: self.queue_wait_ns,
-            disk_wait_ns: self.disk_wait_ns,
-            total_wait_ns: self.total_wait_ns,
-            queue_wait_us: histogram(&self.queue_wait_us)?,
-            disk_wait_us: histogram(&self.disk_wait_us)?,
-            total_wait_us: histogram(&self.total_wait_us)?,
-            request_size_bytes: histogram(&self.request_size_bytes)?,
-            aggregate_size_bytes: histogram(&self.aggregate_size_bytes)?,
-            aggregate_bytes: self.aggregate_bytes,
-        })
-    }
-}
-
-impl ClassSample {
-    fn from_stats(stats: &ClassStats) -> ClassSample {
-        ClassSample {
-            pending_requests: stats.pending_requests,
-            active_requests: stats.active_requests,
-            read: DirectionSample::from_stats(&stats.read),
-            write: DirectionSample::from_stats(&stats.write),
-        }
-    }
-
-    fn to_stats(&self) -> Result<ClassStats> {
-        Ok(ClassStats {
-            pending_requests: self.pending_requests,
-            active_requests: self.active_requests,
-            read: self.read.to_stats()?,
-            write: self.write.to_stats()?,
-        })
-    }
-}
-
-impl PoolSample {
-    fn new(name: &str, io: PoolDeviceIo) -> PoolSample {
-        PoolSample {
-            name: name.to_string(),
-            size_bytes: io.size_bytes,
-            allocated_bytes: io.allocated_bytes,
-            free_bytes: io.free_bytes,
-            tops: io
-                .tops
-                .into_iter()
-                .map(|top| TopSample {
-                    name: top.name,
-                    section: match (top.is_cache, top.is_log) {
-                        (true, _) => Section::Cache,
-                        (_, true) => Section::Log,
-                        _ => Section::Data,
-                    },
-                    size_bytes: top.size_bytes,
-                    allocated_bytes: top.allocated_bytes,
-                    free_bytes: top.free_bytes,
-                    leaves: top
-                        .leaves
-                        .into_iter()
-                        .map(|leaf| LeafSample {
-                            name: leaf.name,
-                            classes: leaf.queue.map(|queue| {
-                                queue.classes.iter().map(ClassSample::from_stats).collect()
-                            }),
-                        })
-                        .collect(),
-                })
-                .collect(),
-        }
-    }
-}
-
-/// Server side (`--device-snapshot`): every named pool's (or every pool's) counters as JSON.
-pub(super) fn print_snapshot(ctx: &Context, pools: &[String]) -> Result<()> {
-    let served = ctx
-        .served
-        .as_ref()
-        .ok_or_else(|| anyhow!("--device-snapshot is answered by a running server only"))?;
-    let uptime_s = served.uptime_s();
-    let mut snapshot = Snapshot {
-        uptime_s,
-        pools: Vec::new(),
-    };
-    for name in ctx.pools_or_all(pools)? {
-        let io = ctx.with_pool(&name, false, |pool| Ok(pool.device_io()));
-        if let Some(io) = ctx.skip_unavailable(io, !pools.is_empty())? {
-            snapshot.pools.push(PoolSample::new(&name, io));
-        }
-    }
-    say!(ctx, "{}", serde_json::to_string(&snapshot)?);
-    Ok(())
-}
+/// Every device's cumulative counters (`cairn_frontend::admin::samples`).
+type Snapshot = DeviceIoSample;
 
 /// Where snapshots come from: the running server, or pools opened by this command.
 enum Source {
@@ -278,12 +94,10 @@ enum Source {
 impl Source {
     fn sample(&self, ctx: &Context, pools: &[String]) -> Result<Snapshot> {
         match self {
-            Source::Server => {
-                let mut args = vec!["pool", "iostat", "--device-snapshot"];
-                args.extend(pools.iter().map(String::as_str));
-                let text = remote::ask_server(ctx, &args, "pool iostat reports the I/O of")?;
-                serde_json::from_str(&text).context("cannot read the server's device snapshot")
-            }
+            Source::Server => match remote::call(ctx, device_io(pools))? {
+                AdminReply::DeviceIo(sample) => Ok(sample),
+                other => Err(remote::unexpected(&other)),
+            },
             Source::Local { pools, opened } => Ok(Snapshot {
                 uptime_s: opened.elapsed().as_secs_f64(),
                 pools: pools
@@ -306,21 +120,20 @@ impl Source {
     }
 }
 
+fn device_io(pools: &[String]) -> AdminRequest {
+    AdminRequest::DeviceIo {
+        pools: pools.to_vec(),
+    }
+}
+
 /// Client side: the device views, once or every `INTERVAL` seconds.
 pub(super) fn iostat(ctx: &Context, args: &IostatArgs) -> Result<()> {
     let (pools, interval, count) = parse_positional(&args.args)?;
     // One question to the server tells whether one runs (and checks the pool names).
-    let mut ask = vec!["pool", "iostat", "--device-snapshot"];
-    ask.extend(pools.iter().map(String::as_str));
-    let (source, first) = match remote::try_ask_server(ctx, &ask)? {
-        Some(text) => (
-            Source::Server,
-            Some(
-                serde_json::from_str::<Snapshot>(&text)
-                    .context("cannot read the server's device snapshot")?,
-            ),
-        ),
-        None => {
+    let (source, first) = match remote::call_server(ctx, device_io(&pools))? {
+        Ok(AdminReply::DeviceIo(sample)) => (Source::Server, Some(sample)),
+        Ok(other) => return Err(remote::unexpected(&other)),
+        Err(_) => {
             let mut opened = Vec::new();
             for name in ctx.pools_or_all(&pools)? {
                 let pool = ctx.open(&name, true).map_err(anyhow::Error::from);
@@ -789,6 +602,7 @@ fn size_label(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_frontend::admin::samples::{LeafSample, TopSample};
 
     fn sample_with(write_sizes: &[(u64, u64, u64)], pending: u64) -> Vec<ClassSample> {
         IoClass::ALL

@@ -18,37 +18,29 @@ mod status;
 pub use import::{check, import};
 pub use status::{list, status};
 
-use crate::context::{Context, device_specs};
+use crate::context::Context;
 use crate::context::{say, say_raw, shout};
 use crate::human;
 use crate::table::{Column, Table};
 use crate::vdevs::{parse_size_option, parse_vdevs};
-use crate::{ListFormat, PoolAddArgs, PoolCreateArgs};
+use crate::{ListFormat, PoolAddArgs, PoolCreateArgs, remote};
 use anyhow::{Context as _, Result, anyhow, bail};
-use cairn_dataset::properties::parse_size;
-use cairn_engine::{CreateOptions, ScrubProgress};
-use cairn_frontend::admin;
+use cairn_frontend::admin::{self, AdminReply, AdminRequest, PoolChange, Progress};
 use std::time::{Duration, Instant};
 pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
     let name = &args.name;
     let fail = || format!("cannot create pool '{name}'");
     let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
-    let mut options = CreateOptions {
-        create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
-        force: args.force,
-        root_properties: args.root_properties.clone(),
-        history_entry: Some(ctx.command_line.clone()),
-        ..CreateOptions::default()
-    };
+    let mut ashift = None;
     for (key, value) in &args.pool_properties {
         match key.as_str() {
             "ashift" => {
-                options.ashift = value.parse().map_err(|_| {
+                ashift = Some(value.parse().map_err(|_| {
                     anyhow!(
                         "{}: invalid ashift '{value}' (a number such as 9 or 12)",
                         fail()
                     )
-                })?;
+                })?);
             }
             other => bail!(
                 "{}: unknown pool property '{other}' (known: ashift)",
@@ -56,7 +48,18 @@ pub fn create(ctx: &Context, args: &PoolCreateArgs) -> Result<()> {
             ),
         }
     }
-    admin::create_pool(&ctx.access, name, &vdevs.groups, &vdevs.cache, &options).with_context(fail)
+    let change = PoolChange::Create {
+        pool: name.clone(),
+        layout: vdevs.layout(),
+        create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
+        force: args.force,
+        ashift,
+        root_properties: args.root_properties.clone(),
+    };
+    match remote::call(ctx, AdminRequest::Pool(change))? {
+        AdminReply::Done => Ok(()),
+        other => Err(remote::unexpected(&other)),
+    }
 }
 
 /// `cairn pool add POOL log [mirror] DEV…`
@@ -64,129 +67,131 @@ pub fn add(ctx: &Context, args: &PoolAddArgs) -> Result<()> {
     let name = &args.pool;
     let fail = || format!("cannot add devices to pool '{name}'");
     let vdevs = parse_vdevs(&args.vdevs).with_context(fail)?;
-    let options = CreateOptions {
+    let change = PoolChange::Add {
+        pool: name.clone(),
+        layout: vdevs.layout(),
         create_size_bytes: parse_size_option(args.size.as_deref()).with_context(fail)?,
         force: args.force,
-        ..CreateOptions::default()
     };
-    let added = admin::add_devices(
-        &ctx.access,
-        name,
-        &vdevs.groups,
-        &vdevs.cache,
-        &options,
-        &ctx.command_line,
-    )
-    .with_context(fail)?;
-    say!(ctx, "pool '{name}': added {}", added.join(", "));
-    Ok(())
+    match remote::call(ctx, AdminRequest::Pool(change))? {
+        AdminReply::Added(added) => {
+            say!(ctx, "pool '{name}': added {}", added.join(", "));
+            Ok(())
+        }
+        other => Err(remote::unexpected(&other)),
+    }
 }
 
 /// `cairn pool remove POOL VDEV` (log and cache devices).
 pub fn remove(ctx: &Context, name: &str, vdev: &str) -> Result<()> {
     // A device may be named by a relative path; the pool knows absolute ones.
-    let absolute = std::path::Path::new(vdev)
-        .exists()
-        .then(|| std::path::absolute(vdev).ok())
-        .flatten()
-        .map(|path| path.display().to_string());
-    let vdev = absolute.as_deref().unwrap_or(vdev);
-    ctx.with_pool(name, false, |pool| {
-        let is_cache = pool
-            .cache_specs()
-            .iter()
-            .any(|spec| spec.to_string() == vdev || spec.path.display().to_string() == vdev);
-        let what = if is_cache {
-            pool.remove_cache_device(vdev)
-                .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
-            "cache device"
-        } else {
-            pool.remove_log_vdev(vdev)
-                .with_context(|| format!("cannot remove '{vdev}' from pool '{name}'"))?;
-            "log device"
-        };
-        ctx.cache
-            .insert(name, &device_specs(pool))
-            .with_context(|| format!("the pool cache still lists '{vdev}' for '{name}'"))?;
-        ctx.record(pool)?;
-        say!(ctx, "pool '{name}': removed {what} {vdev}");
-        Ok(())
-    })
+    let change = PoolChange::Remove {
+        pool: name.to_string(),
+        device: remote::existing_file_word(vdev),
+    };
+    match remote::call(ctx, AdminRequest::Pool(change))? {
+        AdminReply::DeviceRemoved { what, device } => {
+            say!(ctx, "pool '{name}': removed {what} {device}");
+            Ok(())
+        }
+        other => Err(remote::unexpected(&other)),
+    }
 }
 
 pub fn scrub(ctx: &Context, name: &str) -> Result<()> {
-    ctx.with_pool(name, false, |pool| {
-        ctx.record(pool)?;
-        let bar = ctx.interactive().then(|| {
-            let bar = indicatif::ProgressBar::new(0);
-            if let Ok(style) = indicatif::ProgressStyle::with_template(
-                "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
-            ) {
-                bar.set_style(style.progress_chars("=> "));
-            }
-            bar.set_prefix(name.to_string());
-            bar
-        });
-        let started = Instant::now();
-        let mut last_line = Instant::now();
-        let mut report = |progress: &ScrubProgress| {
-            let total = progress.total_bytes.max(progress.scanned_bytes);
-            if let Some(bar) = &bar {
-                bar.set_length(total);
-                bar.set_position(progress.scanned_bytes);
-                if progress.bad_copies > 0 {
-                    bar.set_message(format!("{} bad copies", progress.bad_copies));
-                }
-            } else if last_line.elapsed() >= Duration::from_secs(1) {
-                last_line = Instant::now();
-                shout!(ctx,
-                    "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
-                    human::size(progress.scanned_bytes, false),
-                    human::size(total, false),
-                    human::percent(progress.scanned_bytes, total, false),
-                    progress.blocks,
-                    progress.bad_copies,
-                    progress.repaired_copies
-                );
-            }
+    let bar = ctx.interactive().then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "scrub {prefix} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta} {msg}",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_prefix(name.to_string());
+        bar
+    });
+    let started = Instant::now();
+    let mut last_line = Instant::now();
+    let mut report = |progress: Progress| {
+        let Progress::Scrub(progress) = progress else {
+            return;
         };
-        let result = pool.scrub(&mut report);
+        let total = progress.total_bytes.max(progress.scanned_bytes);
         if let Some(bar) = &bar {
-            bar.finish_and_clear();
-        }
-        let record = result.with_context(|| format!("scrub of pool '{name}' failed"))?;
-        say!(ctx,
-            "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
-            human::seconds(started.elapsed().as_millis() as u64),
-            human::size(record.bytes_scanned, false),
-            record.blocks_scanned,
-            record.bad_copies,
-            record.repaired_copies,
-            record.unrecoverable_blocks
-        );
-        for place in &record.damaged {
-            say!(ctx, "  damaged: {place}");
-        }
-        if record.unrecoverable_blocks > 0 {
-            bail!(
-                "pool '{name}': scrub found {} unrecoverable blocks (see cairn pool status {name})",
-                record.unrecoverable_blocks
+            bar.set_length(total);
+            bar.set_position(progress.scanned_bytes);
+            if progress.bad_copies > 0 {
+                bar.set_message(format!("{} bad copies", progress.bad_copies));
+            }
+        } else if last_line.elapsed() >= Duration::from_secs(1) {
+            last_line = Instant::now();
+            shout!(
+                ctx,
+                "scrub {name}: {} of {} scanned ({}), {} blocks, {} bad copies, {} repaired",
+                human::size(progress.scanned_bytes, false),
+                human::size(total, false),
+                human::percent(progress.scanned_bytes, total, false),
+                progress.blocks,
+                progress.bad_copies,
+                progress.repaired_copies
             );
         }
-        Ok(())
-    })
+    };
+    let request = AdminRequest::Scrub {
+        pool: name.to_string(),
+    };
+    let result = remote::call_observed(ctx, request, &mut report);
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let record = match result? {
+        AdminReply::Scrubbed(record) => record,
+        other => return Err(remote::unexpected(&other)),
+    };
+    say!(
+        ctx,
+        "scrub of pool '{name}' done in {}: {} scanned in {} blocks, {} bad copies, {} repaired, {} unrecoverable",
+        human::seconds(started.elapsed().as_millis() as u64),
+        human::size(record.bytes_scanned, false),
+        record.blocks_scanned,
+        record.bad_copies,
+        record.repaired_copies,
+        record.unrecoverable_blocks
+    );
+    for place in &record.damaged {
+        say!(ctx, "  damaged: {place}");
+    }
+    if record.unrecoverable_blocks > 0 {
+        bail!(
+            "pool '{name}': scrub found {} unrecoverable blocks (see cairn pool status {name})",
+            record.unrecoverable_blocks
+        );
+    }
+    Ok(())
 }
 
 pub fn export(ctx: &Context, name: &str) -> Result<()> {
-    let removal = admin::export_pool(&ctx.access, name, &ctx.command_line)?;
-    say_removal(ctx, name, &removal, "export");
-    Ok(())
+    let change = PoolChange::Export {
+        pool: name.to_string(),
+    };
+    removal(ctx, name, change, "export")
 }
 
 pub fn destroy(ctx: &Context, name: &str, force: bool) -> Result<()> {
-    let removal = admin::destroy_pool(&ctx.access, name, force)?;
-    say_removal(ctx, name, &removal, "destroy");
-    Ok(())
+    let change = PoolChange::Destroy {
+        pool: name.to_string(),
+        force,
+    };
+    removal(ctx, name, change, "destroy")
+}
+
+fn removal(ctx: &Context, name: &str, change: PoolChange, verb: &str) -> Result<()> {
+    match remote::call(ctx, AdminRequest::Pool(change))? {
+        AdminReply::Removed(removal) => {
+            say_removal(ctx, name, &removal, verb);
+            Ok(())
+        }
+        other => Err(remote::unexpected(&other)),
+    }
 }
 
 /// Says which filesystems an export or destroy unmounted first, or that the pool was only
@@ -206,83 +211,74 @@ fn say_removal(ctx: &Context, name: &str, removal: &admin::PoolRemoval, verb: &s
 }
 
 /// Resets the READ/WRITE/CKSUM counters of every device (like zpool clear); faulted mirror
-/// sides whose devices answer again rejoin, resilvered for the txgs they missed. A one-shot
-/// command waits for that resilver (it would stop with the process); a server goes on with it
-/// in the background.
+/// sides whose devices answer again rejoin, resilvered for the txgs they missed. Without a
+/// server the resilver is waited for (it would stop with the process); a server goes on with
+/// it in the background.
 pub fn clear(ctx: &Context, name: &str, resilver_rate: Option<&str>) -> Result<()> {
-    let options = cairn_engine::ResilverOptions {
-        rate_bytes_per_s: resilver_rate
-            .map(parse_size)
-            .transpose()
-            .map_err(|err| anyhow!("invalid --resilver-rate: {err}"))?,
-        ..cairn_engine::ResilverOptions::default()
+    let request = AdminRequest::Clear {
+        pool: name.to_string(),
+        rate_bytes_per_s: crate::mirror_cmd::resilver_rate(resilver_rate)?,
     };
-    ctx.with_pool(name, false, |pool| {
-        pool.clear_errors_with(options)
-            .with_context(|| format!("cannot clear errors of pool '{name}'"))?;
-        ctx.record(pool)?;
-        let resilvering = pool
-            .resilver_status()
-            .is_some_and(|status| status.finished_ms.is_none() && status.error.is_none());
-        if resilvering {
-            say!(ctx, "pool '{name}': resilvering the devices that came back");
-            if ctx.served.is_none() {
-                crate::mirror_cmd::wait(ctx, pool)?;
-            }
-        }
-        Ok(())
-    })
-}
-
-/// `pool set arc_max=SIZE|arc_min=SIZE POOL`: the process's cache limits (see main.rs).
-pub fn set(ctx: &Context, assignment: &str, pool: &str) -> Result<()> {
-    if !ctx.pool_names()?.iter().any(|name| name == pool) {
-        bail!("cannot set property for '{pool}': no such pool");
-    }
-    let (name, value) = assignment
-        .split_once('=')
-        .ok_or_else(|| anyhow!("expected PROPERTY=VALUE, got '{assignment}'"))?;
-    let bytes = parse_size(value).map_err(|err| anyhow!("cannot set {name}={value}: {err}"))?;
-    let cache = cairn_engine::process_cache();
-    let stats = cache.stats();
-    let (mut min, mut max) = (
-        stats.get("c_min").unwrap_or(0),
-        stats.get("c_max").unwrap_or(0),
-    );
-    match name {
-        "arc_max" => {
-            max = bytes;
-            min = min.min(max);
-        }
-        "arc_min" => min = bytes,
-        other => bail!("unknown pool property '{other}' (settable: arc_max, arc_min)"),
-    }
-    cache
-        .set_limits(min, max)
-        .map_err(|err| anyhow!("cannot set {name}={value}: {err}"))?;
-    if ctx.served.is_none() {
-        say!(
-            ctx,
-            "no server is running: the setting lasts for this command only (start `cairn serve --{}`)",
-            name.replace('_', "-")
-        );
+    let cleared = match remote::call_observed(ctx, request, &mut |progress| {
+        crate::mirror_cmd::show_progress(ctx, &progress);
+    })? {
+        AdminReply::Cleared(cleared) => cleared,
+        other => return Err(remote::unexpected(&other)),
+    };
+    if cleared.resilvering {
+        say!(ctx, "pool '{name}': resilvering the devices that came back");
+        crate::mirror_cmd::say_finished(ctx, name, cleared.finished.as_ref());
     }
     Ok(())
 }
 
+/// `pool set arc_max=SIZE|arc_min=SIZE POOL`: the process's cache limits (see main.rs).
+pub fn set(ctx: &Context, assignment: &str, pool: &str) -> Result<()> {
+    let (name, value) = assignment
+        .split_once('=')
+        .ok_or_else(|| anyhow!("expected PROPERTY=VALUE, got '{assignment}'"))?;
+    let change = PoolChange::SetCacheLimit {
+        pool: pool.to_string(),
+        property: name.to_string(),
+        value: value.to_string(),
+    };
+    match remote::call(ctx, AdminRequest::Pool(change))? {
+        AdminReply::CacheLimitSet { served: false } => {
+            say!(
+                ctx,
+                "no server is running: the setting lasts for this command only (start `cairn serve --{}`)",
+                name.replace('_', "-")
+            );
+            Ok(())
+        }
+        AdminReply::CacheLimitSet { served: true } => Ok(()),
+        other => Err(remote::unexpected(&other)),
+    }
+}
+
 /// `pool get POOL`: the cache limits and where the cache stands.
 pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
-    if !ctx.pool_names()?.iter().any(|name| name == pool) {
-        bail!("cannot get properties of '{pool}': no such pool");
-    }
-    let stats = cairn_engine::process_cache().stats();
+    let request = AdminRequest::CacheLimits {
+        pool: pool.to_string(),
+    };
+    let stats = match remote::call(ctx, request)? {
+        AdminReply::ArcCounters(sample) => sample,
+        other => return Err(remote::unexpected(&other)),
+    };
+    let field = |wanted: &str| {
+        stats
+            .fields
+            .iter()
+            .find(|(name, _)| name == wanted)
+            .map_or(0, |(_, value)| *value)
+    };
     let mut table = Table::new(vec![
         Column::left("NAME"),
         Column::left("PROPERTY"),
         Column::right("VALUE"),
         Column::left("SOURCE"),
     ]);
-    for (property, field, source) in [
+    for (property, name, source) in [
         ("arc_max", "c_max", "server"),
         ("arc_min", "c_min", "server"),
         ("arc_target", "c", "adaptive"),
@@ -291,7 +287,7 @@ pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
         table.push(vec![
             pool.to_string(),
             property.to_string(),
-            human::size(stats.get(field).unwrap_or(0), format.exact),
+            human::size(field(name), format.exact),
             source.to_string(),
         ]);
     }
@@ -300,20 +296,23 @@ pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
 }
 
 pub fn sync(ctx: &Context, pools: &[String]) -> Result<()> {
-    let names = ctx.pools_or_all(pools)?;
-    for name in &names {
-        let synced = ctx.with_pool(name, false, |pool| {
-            pool.sync()
-                .with_context(|| format!("cannot sync pool '{name}'"))?;
-            Ok(())
-        });
-        ctx.skip_unavailable(synced, !pools.is_empty())?;
+    let request = AdminRequest::SyncPools {
+        pools: pools.to_vec(),
+    };
+    match remote::call(ctx, request)? {
+        AdminReply::Done => Ok(()),
+        other => Err(remote::unexpected(&other)),
     }
-    Ok(())
 }
 
 pub fn history(ctx: &Context, name: &str) -> Result<()> {
-    let entries = ctx.with_pool(name, true, |pool| anyhow::Ok(pool.history()))?;
+    let request = AdminRequest::History {
+        pool: name.to_string(),
+    };
+    let entries = match remote::call(ctx, request)? {
+        AdminReply::History(entries) => entries,
+        other => return Err(remote::unexpected(&other)),
+    };
     say!(ctx, "History for '{name}':");
     for entry in entries {
         match entry
@@ -328,7 +327,13 @@ pub fn history(ctx: &Context, name: &str) -> Result<()> {
 }
 
 pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
-    let timings = ctx.with_pool(name, false, |pool| anyhow::Ok(pool.txg_history()))?;
+    let request = AdminRequest::Txgs {
+        pool: name.to_string(),
+    };
+    let timings = match remote::call(ctx, request)? {
+        AdminReply::Txgs(timings) => timings,
+        other => return Err(remote::unexpected(&other)),
+    };
     let mut table = Table::new(vec![
         Column::right("TXG"),
         Column::left("TRIGGER"),
@@ -344,7 +349,7 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
     for timing in &timings {
         table.push(vec![
             timing.txg.to_string(),
-            format!("{:?}", timing.trigger).to_lowercase(),
+            timing.trigger.to_lowercase(),
             human::size(timing.dirty_bytes, format.exact),
             timing.holds_count.to_string(),
             human::micros(timing.open_us, format.exact),

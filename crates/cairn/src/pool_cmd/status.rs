@@ -1,16 +1,16 @@
 //! `cairn pool status` and `cairn pool list`: one view per pool (open, or remembered but
-//! unavailable), rendered as zpool's text or as JSON (`docs/json.md`). Reads pools only
-//! (read-only when this process opens them). Uses no sibling.
+//! unavailable: `admin::PoolViews`, from the server or taken here), rendered as zpool's text
+//! or as JSON (`docs/json.md`). Uses no sibling.
 
-use crate::context::{Context, unavailable_busy, unavailable_reason};
+use crate::context::Context;
 use crate::context::{say, say_raw, shout};
 use crate::table::{Column, Table};
-use crate::{ListFormat, PoolStatusArgs};
+use crate::{ListFormat, PoolStatusArgs, remote};
 use crate::{human, json};
 use anyhow::{Result, anyhow};
 use cairn_engine::CacheDeviceStatus;
 use cairn_engine::PoolStatus;
-use cairn_frontend::pools::{READONLY_ENTRY, parse_cached_device};
+use cairn_frontend::admin::{AdminReply, AdminRequest, PoolView, PoolViews};
 
 /// The `cache` section of `pool status`: each cache device with its size, what it holds,
 /// and its health (a missing one is UNAVAIL and costs the pool nothing). Returns the notes
@@ -266,111 +266,27 @@ fn scan_line(status: &PoolStatus) -> String {
     )
 }
 
-/// The named pools, or every cached pool when none is named.
-fn pools_or_all(ctx: &Context, pools: &[String]) -> Result<Vec<String>> {
-    if pools.is_empty() {
-        Ok(ctx.pool_names()?)
-    } else {
-        Ok(pools.to_vec())
+/// The views of `pools` (every remembered pool when empty), from the server or here.
+fn pool_views(ctx: &Context, pools: &[String]) -> Result<PoolViews> {
+    let request = AdminRequest::PoolViews {
+        pools: pools.to_vec(),
+    };
+    match remote::call(ctx, request)? {
+        AdminReply::PoolViews(views) => Ok(views),
+        other => Err(remote::unexpected(&other)),
     }
-}
-
-/// A remembered pool as `pool list` and `pool status` show it: opened, or UNAVAIL.
-enum PoolView {
-    Open {
-        status: Box<PoolStatus>,
-        notes: Vec<String>,
-        /// Its cache devices (details only from a pool with its tier running: a server's).
-        cache: Vec<CacheDeviceStatus>,
-    },
-    Unavailable {
-        name: String,
-        reason: String,
-        /// Another process has it open (so it is not lost).
-        busy: bool,
-        /// The devices the pool cache lists, with whether each file exists.
-        devices: Vec<(String, bool)>,
-    },
-}
-
-/// Opens `name` read-only for a look; a pool that cannot be opened is a view too, any other
-/// failure (not in the cache) is an error.
-fn pool_view(ctx: &Context, name: &str) -> Result<PoolView> {
-    match ctx.with_pool(name, true, |pool| {
-        let cache = if pool.l2().is_some() {
-            pool.cache_status()
-        } else {
-            remembered_cache_devices(ctx, name)
-        };
-        Ok((pool.status(), pool.notes().to_vec(), cache))
-    }) {
-        Ok((status, notes, cache)) => Ok(PoolView::Open {
-            status: Box::new(status),
-            notes,
-            cache,
-        }),
-        Err(err) => {
-            let Some(reason) = unavailable_reason(&err) else {
-                return Err(err);
-            };
-            let devices = ctx
-                .cache
-                .devices(name)?
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|text| text != READONLY_ENTRY)
-                .map(|text| {
-                    let present = parse_cached_device(&text).is_ok_and(|spec| spec.path.exists());
-                    (text, present)
-                })
-                .collect();
-            Ok(PoolView::Unavailable {
-                name: name.to_string(),
-                reason: reason.to_string(),
-                busy: unavailable_busy(&err),
-                devices,
-            })
-        }
-    }
-}
-
-/// The cache devices the pool cache lists for `name`, as far as a look without opening them
-/// can tell (a pool opened read-only has no cache tier running).
-fn remembered_cache_devices(ctx: &Context, name: &str) -> Vec<CacheDeviceStatus> {
-    let cache = ctx
-        .cached_device_sets(name)
-        .map(|(_, cache)| cache)
-        .unwrap_or_default();
-    cache
-        .into_iter()
-        .map(|spec| CacheDeviceStatus {
-            name: spec.to_string(),
-            report: None,
-            missing: (!spec.path.exists()).then(|| "no such file".to_string()),
-        })
-        .collect()
-}
-
-/// The views of `names`, and the failures (already worded) of those that are not pools.
-fn pool_views(ctx: &Context, names: &[String]) -> (Vec<PoolView>, Vec<String>) {
-    let mut views = Vec::new();
-    let mut failures = Vec::new();
-    for name in names {
-        match pool_view(ctx, name) {
-            Ok(view) => views.push(view),
-            Err(err) => failures.push(format!("{err:#}")),
-        }
-    }
-    (views, failures)
 }
 
 pub fn status(ctx: &Context, args: &PoolStatusArgs) -> Result<()> {
-    let names = pools_or_all(ctx, &args.pools)?;
-    let (views, failures) = pool_views(ctx, &names);
+    let PoolViews {
+        names,
+        views,
+        failures,
+    } = pool_views(ctx, &args.pools)?;
     if args.json {
         let entries = views
             .iter()
-            .map(|view| (view_name(view).to_string(), status_json(view)))
+            .map(|view| (view.name().to_string(), status_json(view)))
             .collect();
         say_raw!(ctx, "{}", json::pools("cairn pool status", &entries)?);
         return combine(failures);
@@ -403,13 +319,6 @@ pub fn status(ctx: &Context, args: &PoolStatusArgs) -> Result<()> {
         }
     }
     combine(failures)
-}
-
-fn view_name(view: &PoolView) -> &str {
-    match view {
-        PoolView::Open { status, .. } => &status.name,
-        PoolView::Unavailable { name, .. } => name,
-    }
 }
 
 /// `pool status` of a pool that cannot be opened: why, what to do, and its remembered devices.
@@ -558,12 +467,15 @@ fn combine(failures: Vec<String>) -> Result<()> {
 }
 
 pub fn list(ctx: &Context, format: ListFormat, as_json: bool, pools: &[String]) -> Result<()> {
-    let names = pools_or_all(ctx, pools)?;
-    let (views, failures) = pool_views(ctx, &names);
+    let PoolViews {
+        names,
+        views,
+        failures,
+    } = pool_views(ctx, pools)?;
     if as_json {
         let entries = views
             .iter()
-            .map(|view| (view_name(view).to_string(), list_json(view)))
+            .map(|view| (view.name().to_string(), list_json(view)))
             .collect();
         say_raw!(ctx, "{}", json::pools("cairn pool list", &entries)?);
         return combine(failures);

@@ -1,0 +1,237 @@
+//! The typed face of the administration library: one `AdminRequest` per operation a server
+//! (or a front end without one) can do, and the typed `AdminReply` it answers with. The control
+//! socket carries these as they are; the CLI builds requests from what it parsed and renders
+//! replies; later front ends (the page, a REST API) do the same with their own inputs.
+//!
+//! Invariants: requests are self-contained (every path absolute, resolved by the front end
+//! against its own working directory; names are names, not paths) and carry no front end's
+//! types (no clap, no formatting options: how a reply is shown is the front end's business).
+//! Replies carry data, never rendered text. What a person should be told while a request
+//! ran (a pool skipped because it cannot be opened) travels beside the reply as notes.
+
+use super::PoolRemoval;
+use super::dataset_rows::PoolDatasets;
+use super::import_request::{ImportOutcome, ImportRequest};
+use super::mirrors::{Cleared, MirrorChange, MirrorOutcome};
+use super::samples::{ArcSample, DatasetIoSample, DeviceIoSample, L2arcSample};
+use super::stats::{FsSample, IoSample, MemorySample, ZilSample};
+use super::views::PoolViews;
+use crate::fuse::Unmounted;
+use cairn_dataset::ScrubRecord;
+use cairn_engine::CheckReport;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One administrative operation, with its arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AdminRequest {
+    /// Every served dataset's cumulative traffic (server only).
+    DatasetIo,
+    /// Every device's cumulative I/O counters of `pools` (every pool when empty; server only).
+    DeviceIo { pools: Vec<String> },
+    /// The RAM cache's counters and sizes.
+    ArcCounters,
+    /// The SSD tier's counters of `pools` (every pool when empty).
+    L2arcCounters { pools: Vec<String> },
+    /// A change of a pool's devices, or of the pool itself.
+    Pool(PoolChange),
+    /// A change of a dataset.
+    Dataset(DatasetChange),
+    /// Write out the dirty data of `pools` (every pool when empty) now.
+    SyncPools { pools: Vec<String> },
+    /// The commands that changed `pool`.
+    History { pool: String },
+    /// The recent txgs' timings of `pool` (kept by the process that has it open).
+    Txgs { pool: String },
+    /// The cache limits and where the cache stands, as settings of `pool`.
+    CacheLimits { pool: String },
+    /// `pool status`/`pool list`: a look at `pools` (every remembered pool when empty).
+    PoolViews { pools: Vec<String> },
+    /// `list`/`get`: the datasets of `pools` (every remembered pool when empty; then pools that
+    /// cannot be opened are skipped with a note).
+    Datasets { pools: Vec<String> },
+    /// A change of mirror sides.
+    Mirror(MirrorChange),
+    /// Reset `pool`'s error counters; returning sides are resilvered.
+    Clear {
+        pool: String,
+        rate_bytes_per_s: Option<u64>,
+    },
+    /// Verify every copy of every block of `pool`, repairing bad copies.
+    Scrub { pool: String },
+    /// Find pools on devices, import one, or preview its rewind.
+    Import(ImportRequest),
+    /// Check `pool` (imported, or with `dirs` an exported one found there).
+    Check { pool: String, dirs: Vec<PathBuf> },
+    /// Mount filesystem `dataset` (server only) at `mountpoint` (absolute; its property when
+    /// `None`) with mount `options` (comma-separated).
+    Mount {
+        dataset: String,
+        mountpoint: Option<PathBuf>,
+        options: String,
+    },
+    /// Unmount a filesystem this server mounted: a dataset name or an absolute mountpoint.
+    Unmount { target: String },
+    /// `stat zil`: intent logs and log devices of `pools` (every pool when empty).
+    ZilStats { pools: Vec<String> },
+    /// `stat io`: pipeline and device counters of `pools` (every pool when empty).
+    IoStats { pools: Vec<String> },
+    /// `stat fs`: the mounted filesystems of `pools` (every pool when empty).
+    FsStats { pools: Vec<String> },
+    /// `stat memory`: the memory budget and resident memory.
+    MemoryStats,
+}
+
+/// A change of a pool (`AdminRequest::Pool`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PoolChange {
+    Create {
+        pool: String,
+        layout: VdevLayout,
+        /// Create missing device files (sparse) of this size.
+        create_size_bytes: Option<u64>,
+        /// Use devices that hold data or another pool's label (never an imported pool's).
+        force: bool,
+        ashift: Option<u8>,
+        /// Properties of the pool's root dataset.
+        root_properties: Vec<(String, String)>,
+    },
+    /// Log vdevs and cache devices only.
+    Add {
+        pool: String,
+        layout: VdevLayout,
+        create_size_bytes: Option<u64>,
+        force: bool,
+    },
+    /// A log vdev or a cache device, as `pool status` names it.
+    Remove {
+        pool: String,
+        device: String,
+    },
+    Export {
+        pool: String,
+    },
+    /// With `force`, a pool that cannot be opened is forgotten.
+    Destroy {
+        pool: String,
+        force: bool,
+    },
+    /// `arc_max` or `arc_min` (the process's cache, shared by every pool), a size.
+    SetCacheLimit {
+        pool: String,
+        property: String,
+        value: String,
+    },
+}
+
+/// A change of a dataset (`AdminRequest::Dataset`), named `POOL/NAME`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum DatasetChange {
+    CreateVolume {
+        dataset: String,
+        size_bytes: u64,
+        /// No reservation of the full size.
+        sparse: bool,
+        properties: Vec<(String, String)>,
+    },
+    CreateFilesystem {
+        dataset: String,
+        properties: Vec<(String, String)>,
+    },
+    Destroy {
+        dataset: String,
+    },
+    Set {
+        dataset: String,
+        assignments: Vec<(String, String)>,
+    },
+}
+
+/// Vdevs as a pool is made of them: groups (data or log, single or mirror) and cache devices,
+/// each device as `DeviceSpec` writes it (`PATH` or `emu:MODEL:PATH`, the path absolute).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct VdevLayout {
+    pub groups: Vec<GroupLayout>,
+    pub cache: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupLayout {
+    pub mirror: bool,
+    pub log: bool,
+    pub devices: Vec<String>,
+}
+
+/// One synced txg's timings (`pool txgs`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TxgRow {
+    pub txg: u64,
+    /// What closed it, as the engine names it (`Timeout`, `DirtyLimit`, ...).
+    pub trigger: String,
+    pub dirty_bytes: u64,
+    pub holds_count: u64,
+    pub open_us: u64,
+    pub quiesce_us: u64,
+    pub sync_us: u64,
+    pub writer_delays_count: u64,
+    pub writer_delay_ns_total: u64,
+    pub writers_blocked_count: u64,
+}
+
+/// What an operation produced.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AdminReply {
+    /// Done; nothing to show.
+    Done,
+    DatasetIo(DatasetIoSample),
+    DeviceIo(DeviceIoSample),
+    ArcCounters(ArcSample),
+    L2arcCounters(L2arcSample),
+    /// Devices added to a pool, as the pool names them.
+    Added(Vec<String>),
+    /// A log vdev (`what`: "log device") or cache device removed.
+    DeviceRemoved {
+        what: String,
+        device: String,
+    },
+    /// A pool exported or destroyed, or only forgotten.
+    Removed(PoolRemoval),
+    /// A cache limit set; `served`: by a server (else it lasts for this process only).
+    CacheLimitSet {
+        served: bool,
+    },
+    /// History entries, oldest first (`MILLISECONDS COMMAND` each).
+    History(Vec<String>),
+    Txgs(Vec<TxgRow>),
+    PoolViews(PoolViews),
+    Datasets(Vec<PoolDatasets>),
+    Mirror(MirrorOutcome),
+    Cleared(Cleared),
+    Scrubbed(ScrubRecord),
+    Import(ImportOutcome),
+    Checked(CheckReport),
+    /// Mounted at this path.
+    Mounted(PathBuf),
+    Unmounted(Unmounted),
+    ZilStats(ZilSample),
+    IoStats(IoSample),
+    FsStats(Vec<FsSample>),
+    MemoryStats(MemorySample),
+}
+
+/// A reply with the notes collected while it was made (one line each, without a program
+/// name: a front end adds its own prefix).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Answer {
+    pub reply: AdminReply,
+    pub notes: Vec<String>,
+}
+
+impl Answer {
+    pub fn new(reply: AdminReply) -> Answer {
+        Answer {
+            reply,
+            notes: Vec::new(),
+        }
+    }
+}
