@@ -244,6 +244,12 @@ impl PoolCore {
         for (name, objset) in objsets {
             if objset.is_dirty(txg) {
                 let result = objset.sync(txg, batch)?;
+                // No dataset has a deadlist yet (snapshots are issue 34's): a block kept for
+                // a snapshot here would be referenced by nothing on disk, a leak.
+                assert!(
+                    result.dead_blocks().is_empty(),
+                    "{name}: blocks kept for a snapshot, and no deadlist to hold them"
+                );
                 synced.push((name, objset, result));
             } else {
                 objset.skip_txg(txg);

@@ -150,12 +150,7 @@ impl ObjectSet {
             dnode.levels += 1;
         }
         let mut state = self.state.lock();
-        state
-            .changes
-            .entry(txg)
-            .or_default()
-            .dnodes
-            .insert(object, dnode);
+        state.changes_of(txg).dnodes.insert(object, dnode);
     }
 
     /// Creates `object` with a bonus (a file's attributes), in `txg`. A bonus larger than
@@ -274,12 +269,7 @@ impl ObjectSet {
         }
         change(&mut dnode).map_err(|what| ObjectError::Refused { object, what })?;
         let mut state = self.state.lock();
-        state
-            .changes
-            .entry(txg)
-            .or_default()
-            .dnodes
-            .insert(object, dnode);
+        state.changes_of(txg).dnodes.insert(object, dnode);
         Ok(())
     }
 

@@ -1,6 +1,12 @@
 //! Copy-on-write rewriting of one block tree for a txg: every block on the path from a changed
-//! level-0 block to the dnode is written anew and the old one freed in the txg; a tree grows a
+//! level-0 block to the dnode is written anew and the old one killed in the txg; a tree grows a
 //! level when a block beyond its capacity is written.
+//!
+//! Killing a block follows the birth-txg rule (`TreeWriter::kill`): a block born after the
+//! dataset's newest snapshot (`prev_snap_txg`) is referenced by nothing else and is freed; one
+//! born at or before it is still the snapshot's, so it is kept and handed back as dead
+//! (`SyncedObjset::dead_blocks`) for the dataset's deadlist. With no snapshot (0) every block is
+//! born after it and everything is freed, as before snapshots existed.
 
 use crate::{BlockChange, ObjectError, tree};
 use bytes::Bytes;
@@ -28,6 +34,10 @@ pub(crate) struct TreeWriter<'a, 'b> {
     pub(crate) checksum: ChecksumAlgorithm,
     /// Tried on level-0 file and volume data blocks (`data_compression`).
     pub(crate) compression: Compression,
+    /// The txg of the dataset's newest snapshot (0: none): see the module doc.
+    pub(crate) prev_snap_txg: u64,
+    /// Blocks this sync stopped referencing that a snapshot still references.
+    pub(crate) dead: Vec<BlockPointer>,
 }
 
 /// The compression a level-0 block of `data_type` is written with: file and volume contents
@@ -70,8 +80,19 @@ impl TreeWriter<'_, '_> {
         Ok(bp)
     }
 
-    pub(crate) fn free(&self, bp: &BlockPointer) {
-        self.io.free_block(bp, self.txg);
+    /// Stops referencing `bp` in this txg: freed if no snapshot references it (born after the
+    /// newest one), else kept as dead (the birth-txg rule, module doc).
+    pub(crate) fn kill(&mut self, bp: &BlockPointer) {
+        if bp.is_hole() {
+            return;
+        }
+        // Nothing this txg writes can be in a snapshot: they are taken of synced txgs.
+        debug_assert!(self.prev_snap_txg < self.txg);
+        if bp.birth_txg > self.prev_snap_txg {
+            self.io.free_block(bp, self.txg);
+        } else {
+            self.dead.push(*bp);
+        }
     }
 
     pub(crate) fn free_subtrees(&mut self, dnode: &Dnode) -> Result<(), ObjectError> {
@@ -80,7 +101,7 @@ impl TreeWriter<'_, '_> {
             tree::collect_tree(self.io.io(), bp, &mut all)?;
         }
         for bp in all {
-            self.free(&bp);
+            self.kill(&bp);
         }
         Ok(())
     }
@@ -200,7 +221,7 @@ impl TreeWriter<'_, '_> {
                 && !old.is_hole()
             {
                 *used -= i128::from(old.allocated_bytes());
-                self.free(&old);
+                self.kill(&old);
             }
             assert!(
                 change.patch.is_none(),
@@ -261,7 +282,7 @@ impl TreeWriter<'_, '_> {
                     )));
                 }
                 *used -= i128::from(bp.allocated_bytes());
-                self.free(&bp);
+                self.kill(&bp);
                 children
             }
         };

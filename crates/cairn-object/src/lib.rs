@@ -42,6 +42,8 @@ mod objset;
 mod patch;
 mod read;
 mod sync;
+#[cfg(test)]
+mod tests;
 mod tree;
 
 pub use cow::is_all_zero;
@@ -136,6 +138,9 @@ struct State {
     retired: Vec<Retired>,
     changes: BTreeMap<u64, TxgChanges>,
     last_synced_txg: u64,
+    /// The txg of the dataset's newest snapshot (0: none): blocks born at or before it are
+    /// kept when the head stops referencing them (`cow.rs`, the birth-txg rule).
+    prev_snap_txg: u64,
     /// Bytes allocated by the whole object set (all copies), as of the last publish.
     used_bytes: u64,
     /// The intent log's chain header in the published root.
@@ -164,11 +169,20 @@ pub struct SyncedObjset {
     meta_dnode: Dnode,
     dnodes: BTreeMap<u64, Dnode>,
     intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
+    /// Blocks the txg stopped referencing that a snapshot still references (not freed).
+    dead_blocks: Vec<BlockPointer>,
 }
 
 impl SyncedObjset {
     pub fn root_bp(&self) -> BlockPointer {
         self.root_bp
+    }
+
+    /// The blocks this txg stopped referencing but did not free, because the dataset's newest
+    /// snapshot (`ObjectSet::set_prev_snap_txg`) still references them: the dataset layer owns
+    /// them from here (its deadlist). Empty while the dataset has no snapshot.
+    pub fn dead_blocks(&self) -> &[BlockPointer] {
+        &self.dead_blocks
     }
 
     pub fn used_bytes(&self) -> u64 {

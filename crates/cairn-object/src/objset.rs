@@ -108,6 +108,7 @@ impl ObjectSet {
                 retired: Vec::new(),
                 changes: BTreeMap::new(),
                 last_synced_txg: 0,
+                prev_snap_txg: 0,
                 used_bytes: 0,
                 intent_log_header: [0; INTENT_LOG_HEADER_SIZE],
             }),
@@ -144,6 +145,7 @@ impl ObjectSet {
                 retired: Vec::new(),
                 changes: BTreeMap::new(),
                 last_synced_txg: synced_txg,
+                prev_snap_txg: 0,
                 used_bytes,
                 intent_log_header: phys.intent_log_header,
             }),
@@ -222,6 +224,19 @@ impl ObjectSet {
     /// it). The caller must hold `txg` open, or be the sync thread about to sync it.
     pub fn set_intent_log_header(&self, txg: u64, header: [u8; INTENT_LOG_HEADER_SIZE]) {
         self.state.lock().changes_of(txg).intent_log_header = Some(header);
+    }
+
+    /// Sets the txg of the dataset's newest snapshot: from the next sync on, blocks born at or
+    /// before it are kept as dead (`SyncedObjset::dead_blocks`) instead of freed when the head
+    /// stops referencing them. A snapshot is of a synced state, so `txg` is one.
+    pub fn set_prev_snap_txg(&self, txg: u64) {
+        let mut state = self.state.lock();
+        assert!(
+            txg <= state.last_synced_txg,
+            "a snapshot at txg {txg}, which has not synced (last synced {})",
+            state.last_synced_txg
+        );
+        state.prev_snap_txg = txg;
     }
 
     /// An object number above every object that exists or is pending: the meta-dnode's

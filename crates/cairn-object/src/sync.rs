@@ -26,6 +26,8 @@ struct SyncStart {
     meta_dnode: Dnode,
     old_root: BlockPointer,
     used_before: u64,
+    /// The txg of the dataset's newest snapshot (0: none).
+    prev_snap_txg: u64,
     /// The newest intent-log header set up to this txg.
     intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
 }
@@ -46,6 +48,8 @@ impl ObjectSet {
             txg,
             checksum,
             compression,
+            prev_snap_txg: start.prev_snap_txg,
+            dead: Vec::new(),
         };
         let objects = self.starting_dnodes(&mut writer, &start, txg)?;
         let new_dnodes = self.rewrite_objects(&mut writer, &start.blocks, objects, &mut used)?;
@@ -66,7 +70,7 @@ impl ObjectSet {
         let old_root = start.old_root;
         if !old_root.is_hole() {
             used -= i128::from(old_root.allocated_bytes());
-            self.io.free_block(&old_root, txg);
+            writer.kill(&old_root);
         }
         used += i128::from(root_bp.allocated_bytes());
         if used < 0 {
@@ -82,6 +86,7 @@ impl ObjectSet {
             meta_dnode: meta,
             dnodes: new_dnodes,
             intent_log_header,
+            dead_blocks: writer.dead,
         })
     }
 
@@ -100,6 +105,7 @@ impl ObjectSet {
             meta_dnode: state.meta_dnode.clone(),
             old_root: state.root_bp,
             used_before: state.used_bytes,
+            prev_snap_txg: state.prev_snap_txg,
             intent_log_header: state
                 .changes
                 .range(..=txg)
@@ -170,7 +176,7 @@ impl ObjectSet {
                 // Blocks written in place for an object freed since are linked nowhere.
                 for (_, change) in blocks.range((object, 0)..=(object, u64::MAX)) {
                     if let Some(bp) = &change.written {
-                        writer.free(bp);
+                        writer.kill(bp);
                     }
                 }
             }
