@@ -12,7 +12,10 @@
 //! layers above act on those, never on property text. What volumes and files share when they
 //! write blocks (how a change enters a txg: space check, throttle, locks, hold; splitting a
 //! range into whole and partial blocks, holes, the stripe locks, writes in place, when a change
-//! commits) is `block_write.rs`.
+//! commits) is `block_write.rs`. Snapshots are being built (issue 34): `deadlist.rs` holds the
+//! blocks a head stopped referencing while a snapshot still does, grouped by the snapshot
+//! interval they were born in, so snapshot space is a sum over groups (in memory so far; not
+//! yet kept on disk, and no command takes a snapshot).
 //!
 //! A volume is object 1 of its object set: a sparse array of `volblocksize` blocks. The volume
 //! API (`Volume`) works at byte offsets — read, write, flush, trim, write-zeroes — and is what the
@@ -29,6 +32,7 @@
 //! cache); `flush` returns once every write that completed before it is in a synced txg.
 
 pub mod block_write;
+pub mod deadlist;
 pub mod directory;
 pub mod properties;
 pub mod space;
