@@ -15,7 +15,8 @@
 //! commits) is `block_write.rs`. Snapshots are being built (issue 34): `deadlist.rs` holds the
 //! blocks a head stopped referencing while a snapshot still does, grouped by the snapshot
 //! interval they were born in, so snapshot space is a sum over groups (in memory so far; not
-//! yet kept on disk, and no command takes a snapshot).
+//! yet kept on disk, and no command takes a snapshot); `names.rs` checks dataset, snapshot and
+//! bookmark names.
 //!
 //! A volume is object 1 of its object set: a sparse array of `volblocksize` blocks. The volume
 //! API (`Volume`) works at byte offsets — read, write, flush, trim, write-zeroes — and is what the
@@ -34,6 +35,7 @@
 pub mod block_write;
 pub mod deadlist;
 pub mod directory;
+mod names;
 pub mod properties;
 pub mod space;
 pub mod space_check;
@@ -43,6 +45,7 @@ pub use directory::{
     DatasetDirectory, DatasetRecord, LeafErrorRecord, MISSED_TXGS_VERSION, MissedTxgs,
     MissedTxgsTable, ResilverRecord, ScrubRecord,
 };
+pub use names::{BookmarkName, NAME_BYTES_MAX, SnapshotName, validate_name};
 pub use properties::{DatasetProperties, SyncMode};
 pub use space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
 pub use volume::{VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};
@@ -203,47 +206,5 @@ impl DatasetError {
     /// `class` as a POSIX errno.
     pub fn errno(&self) -> i32 {
         self.class().errno()
-    }
-}
-
-/// Checks a dataset name: `pool` or `pool/child[/child…]`, components of letters, digits and
-/// `-_.:`; no empty components.
-pub fn validate_name(name: &str) -> Result<(), DatasetError> {
-    let invalid = |reason: &str| DatasetError::InvalidName {
-        name: name.to_string(),
-        reason: reason.to_string(),
-    };
-    if name.is_empty() || name.len() > 255 {
-        return Err(invalid("must be 1 to 255 characters"));
-    }
-    for component in name.split('/') {
-        if component.is_empty() {
-            return Err(invalid("empty component"));
-        }
-        if !component
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.:".contains(c))
-        {
-            return Err(invalid("only letters, digits and - _ . : are allowed"));
-        }
-    }
-    if !name.chars().next().is_some_and(|c| c.is_ascii_alphabetic()) {
-        return Err(invalid("must begin with a letter"));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dataset_names_follow_zfs_rules() {
-        assert!(validate_name("tank").is_ok());
-        assert!(validate_name("tank/vol-1.a").is_ok());
-        assert!(validate_name("tank//vol").is_err());
-        assert!(validate_name("tank/vol/").is_err());
-        assert!(validate_name("1tank").is_err());
-        assert!(validate_name("tank/v ol").is_err());
     }
 }
