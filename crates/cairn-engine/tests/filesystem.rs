@@ -231,7 +231,7 @@ fn a_large_directory_splits_and_lists_every_name_once() {
     assert_eq!(fs.getattr(root).unwrap().size, count);
     // The hash table outgrew the header block (depth > 8): its first slots are in the
     // first table block, after the leaves.
-    let table_start = cairn_fs::dirmap::TABLE_START_BLKID;
+    let table_start = cairn_object::map::TABLE_START_BLKID;
     assert!(fs.objset().read_block(root, table_start).unwrap().is_some());
     // Listing in small batches resumes from cookies and sees every name once, while names
     // are removed behind the cursor.
@@ -337,7 +337,7 @@ fn a_small_directory_is_one_block_until_its_first_split() {
 #[test]
 fn maps_of_earlier_versions_are_read_and_grown_in_their_own_layout() {
     let v1_leaf_start = 1u64 << 24;
-    let table_start = cairn_fs::dirmap::TABLE_START_BLKID;
+    let table_start = cairn_object::map::TABLE_START_BLKID;
     grow_a_hand_written_map(1, v1_leaf_start, |block| {
         // New leaves after 2^24, the table in block 1.
         assert_eq!(&block(v1_leaf_start + 1)[..4], b"LEAF");
@@ -352,15 +352,14 @@ fn maps_of_earlier_versions_are_read_and_grown_in_their_own_layout() {
 }
 
 /// Writes an empty map of `version` by hand (its header, and its empty first leaf at block
-/// `first_leaf_blkid`), fills it through `DirMap`, and checks every name and the layout
+/// `first_leaf_blkid`), fills it through `HashedMap`, and checks every name and the layout
 /// (`check_layout` gets a reader of the map's blocks).
 fn grow_a_hand_written_map(
     version: u32,
     first_leaf_blkid: u64,
     check_layout: impl Fn(&dyn Fn(u64) -> bytes::Bytes),
 ) {
-    use cairn_fs::Tx;
-    use cairn_fs::dirmap::{DirMap, MAP_BLOCK_BYTES};
+    use cairn_object::map::{HashedMap, MAP_BLOCK_BYTES, MapTx};
     let (_dir, pool, objset, engine) = raw_objset();
     let object = 1_000_000;
     {
@@ -385,14 +384,19 @@ fn grow_a_hand_written_map(
         objset.write_block(txg, object, first_leaf_blkid, bytes::Bytes::from(leaf));
     }
     pool.sync().unwrap();
-    let map = DirMap::new(&objset, object);
+    let map = HashedMap::new(&objset, object);
     assert!(map.is_empty().unwrap());
     let count = 20_000u64;
     for batch in (0..count).collect::<Vec<_>>().chunks(1000) {
         let hold = engine.hold();
+        let count_dirty = |bytes| hold.add_dirty(bytes);
         for &i in batch {
-            map.insert(Tx::held(&hold), long_name(i).as_bytes(), &i.to_le_bytes())
-                .unwrap();
+            map.insert(
+                MapTx::counted(hold.txg(), &count_dirty),
+                long_name(i).as_bytes(),
+                &i.to_le_bytes(),
+            )
+            .unwrap();
         }
     }
     pool.sync().unwrap();

@@ -666,7 +666,7 @@ fn the_unsynced_estimate_follows_what_the_sync_allocates() {
     // Never under. Over by what the estimate counts whole that the sync only replaces: the
     // parent's header and leaf (rewritten, their old copies freed), and every changed dnode
     // (the new ones and the parent's) at two copies; a few percent beyond that.
-    let block_bytes = u64::from(cairn_fs::dirmap::MAP_BLOCK_BYTES);
+    let block_bytes = u64::from(cairn_object::map::MAP_BLOCK_BYTES);
     let dnode_bytes = cairn_format::dnode::DNODE_SIZE as u64;
     let rewritten_bytes = 2 * 2 * block_bytes + (dirs + 1) * 2 * dnode_bytes;
     assert!(
@@ -724,7 +724,7 @@ fn empty_directories_and_small_xattr_maps_take_a_few_blocks() {
     let after_xattrs = info(&pool, "tank/fs").used_bytes;
     // Two copies of the map block and of the dnode, and a little for the parent's new entries
     // and the meta-dnode's growth. One indirect level alone would be 2 × 16 KiB more.
-    let block_bytes = u64::from(cairn_fs::dirmap::MAP_BLOCK_BYTES);
+    let block_bytes = u64::from(cairn_object::map::MAP_BLOCK_BYTES);
     let dnode_bytes = cairn_format::dnode::DNODE_SIZE as u64;
     let map_bytes_max = 2 * (block_bytes + dnode_bytes) + block_bytes / 4;
     let per_dir = (after_dirs - before) / count;
@@ -830,7 +830,7 @@ fn a_minimal_access_acl_is_the_mode_and_takes_no_space() {
     pool.sync().unwrap();
     let grown = info(&pool, "tank/fs").used_bytes.saturating_sub(before);
     assert!(
-        grown < u64::from(cairn_fs::dirmap::MAP_BLOCK_BYTES),
+        grown < u64::from(cairn_object::map::MAP_BLOCK_BYTES),
         "a minimal ACL and an empty file took {grown} bytes"
     );
     // Named entries are kept; a minimal ACL then removes them, other attributes stay.

@@ -3,11 +3,11 @@
 //! The pool's own structures are defined here: labels, the uberblock ring, block pointers,
 //! dnodes, object-set roots, compressed blocks, space-log blocks, intent-log blocks and the
 //! intent-log chain header. Layers above define what they keep inside objects and log records:
-//! the dataset directory (`cairn-dataset`, directory.rs), a filesystem's master node, inode
-//! attributes, hashed maps and log records (`cairn-fs`: lib.rs, attrs.rs, dirmap.rs, log.rs); a
-//! cache device, which is no part of the pool, has its own layout (`cairn-l2arc`, layout.rs).
-//! `docs/format.md` describes all of them. This crate does no I/O, spawns no threads and reads
-//! no clock; it turns bytes into typed values and back.
+//! the dataset directory (`cairn-dataset`, directory.rs), hashed maps (`cairn-object`, map.rs),
+//! a filesystem's master node, inode attributes and log records (`cairn-fs`: lib.rs, attrs.rs,
+//! log.rs); a cache device, which is no part of the pool, has its own layout (`cairn-l2arc`,
+//! layout.rs). `docs/format.md` describes all of them. This crate does no I/O, spawns no
+//! threads and reads no clock; it turns bytes into typed values and back.
 //!
 //! ```text
 //!  device:  | L0 | L1 | reserved | data region (metaslabs) ......... | L2 | L3 |

@@ -13,13 +13,13 @@
 //! fails is a problem too, and the walk goes on where it can.
 
 use crate::attrs::{FileKind, InodeAttrs};
-use crate::dirmap::{self, DirMap, ValueKind};
 use crate::xattr::{XATTR_VALUE_BYTES_MAX, indirect_object};
 use crate::{
     DELETE_QUEUE_OBJECT, FIRST_INODE_OBJECT, FsError, ROOT_OBJECT, decode_entry_value, master_ok,
 };
 use cairn_format::ObjectType;
 use cairn_object::ObjectSet;
+use cairn_object::map::{self, HashedMap, ValueKind};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 
 /// What the namespace check found.
@@ -67,13 +67,13 @@ impl Walk<'_> {
         queue: &mut VecDeque<u64>,
     ) {
         let mut entries = Vec::new();
-        if let Err(err) = DirMap::new(self.objset, dir).for_each_from(0, |entry| {
+        if let Err(err) = HashedMap::new(self.objset, dir).for_each_from(0, |entry| {
             entries.push(entry.clone());
             true
         }) {
             self.problem(format!(
                 "directory {dir}: {}",
-                cairn_device::error_chain(&err)
+                cairn_device::error_chain(&FsError::from(err))
             ));
             return;
         }
@@ -162,7 +162,7 @@ impl Walk<'_> {
             return;
         }
         let mut values = Vec::new();
-        if let Err(err) = DirMap::new(self.objset, map).for_each_from(0, |entry| {
+        if let Err(err) = HashedMap::new(self.objset, map).for_each_from(0, |entry| {
             if entry.kind == ValueKind::Indirect {
                 values.push(indirect_object(inode, entry));
             }
@@ -170,7 +170,7 @@ impl Walk<'_> {
         }) {
             self.problem(format!(
                 "inode {inode}'s extended attributes: {}",
-                cairn_device::error_chain(&err)
+                cairn_device::error_chain(&FsError::from(err))
             ));
             return;
         }
@@ -206,8 +206,7 @@ impl Walk<'_> {
     fn value_size(&mut self, inode: u64, value: u64) {
         match self.objset.read_blob(value) {
             Ok(Some(bytes))
-                if bytes.len() > dirmap::VALUE_BYTES_MAX
-                    && bytes.len() <= XATTR_VALUE_BYTES_MAX => {}
+                if bytes.len() > map::VALUE_BYTES_MAX && bytes.len() <= XATTR_VALUE_BYTES_MAX => {}
             Ok(Some(bytes)) => self.problem(format!(
                 "inode {inode}'s extended attribute value object {value} holds {} bytes",
                 bytes.len()
@@ -324,7 +323,7 @@ pub fn check_namespace(objset: &ObjectSet) -> Result<NamespaceReport, FsError> {
         }
     }
     let mut queued = BTreeSet::new();
-    DirMap::new(objset, DELETE_QUEUE_OBJECT).for_each_from(0, |entry| {
+    HashedMap::new(objset, DELETE_QUEUE_OBJECT).for_each_from(0, |entry| {
         if let Some(object) = std::str::from_utf8(&entry.name)
             .ok()
             .and_then(|text| text.parse::<u64>().ok())

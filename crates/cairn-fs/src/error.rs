@@ -8,6 +8,7 @@
 
 use cairn_device::ErrorClass;
 use cairn_object::ObjectError;
+use cairn_object::map::MapError;
 use cairn_pool::txg::TxgError;
 
 /// What went wrong. `class` says what it means to a client (and so its errno).
@@ -82,6 +83,22 @@ impl FsError {
     /// `class` as a POSIX errno (`ErrorClass::errno`, the one table).
     pub fn errno(&self) -> i32 {
         self.class().errno()
+    }
+}
+
+/// A hashed map's error as the filesystem's: each refusal the variant (and so the errno) it
+/// was before the map moved to `cairn-object`; a failed read stays `Object`.
+impl From<MapError> for FsError {
+    fn from(err: MapError) -> FsError {
+        match err {
+            MapError::Exists => FsError::Exists,
+            MapError::NotFound => FsError::NotFound,
+            MapError::NameTooLong => FsError::NameTooLong,
+            MapError::Invalid(what) => FsError::Invalid(what),
+            MapError::NoSpace(what) => FsError::NoSpace(what),
+            MapError::Corrupt(what) => FsError::Corrupt(what),
+            MapError::Object(err) => FsError::Object(err),
+        }
     }
 }
 
@@ -161,6 +178,28 @@ mod tests {
         for (err, errno) in cases {
             assert_eq!(err.errno(), errno, "{err:?}");
             assert_eq!(err.class().errno(), errno, "{err:?}");
+        }
+    }
+
+    /// Each map error becomes the variant, and so the errno, the map returned itself when it
+    /// was part of this crate.
+    #[test]
+    fn map_errors_keep_their_errno() {
+        let cases: Vec<(MapError, i32)> = vec![
+            (MapError::Exists, libc::EEXIST),
+            (MapError::NotFound, libc::ENOENT),
+            (MapError::NameTooLong, libc::ENAMETOOLONG),
+            (MapError::Invalid("x".into()), libc::EINVAL),
+            (MapError::NoSpace("x".into()), libc::ENOSPC),
+            (MapError::Corrupt("x".into()), libc::EIO),
+            (
+                MapError::Object(ObjectError::Corrupt("x".into())),
+                libc::EIO,
+            ),
+        ];
+        for (err, errno) in cases {
+            let text = format!("{err:?}");
+            assert_eq!(FsError::from(err).errno(), errno, "{text}");
         }
     }
 

@@ -2,9 +2,9 @@
 //!
 //! A filesystem is one object set. Every inode is an object whose dnode bonus holds its
 //! attributes (`attrs`), so `stat` reads one dnode; a directory's entries are a hashed map in
-//! its own object (`dirmap`); a file's bytes are the object's blocks. This crate knows nothing
-//! of FUSE or NFS: front ends (the FUSE adapter in `cairn-frontend`) call `Filesystem` with
-//! object numbers and names.
+//! its own object (`cairn_object::map`); a file's bytes are the object's blocks. This crate
+//! knows nothing of FUSE or NFS: front ends (the FUSE adapter in `cairn-frontend`) call
+//! `Filesystem` with object numbers and names.
 //!
 //! ## Objects (see docs/format.md, "Filesystems")
 //! - 1: the master node (bonus: format version, root directory, delete queue).
@@ -67,7 +67,6 @@ pub mod acl;
 pub mod attrs;
 pub mod check;
 mod data;
-pub mod dirmap;
 mod durability;
 mod error;
 pub mod log;
@@ -78,13 +77,15 @@ mod xattr;
 
 pub use cairn_dataset::properties::{AtimeMode, SyncMode};
 pub use cairn_dataset::space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
+/// Longest file name (a directory is a hashed map: its longest name).
+pub use cairn_object::map::NAME_BYTES_MAX;
 pub use error::FsError;
 pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
-use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
 use cairn_dataset::block_write::{self, JoinError};
 use cairn_format::{BLOCK_SIZE_GRANULE, ObjectType};
+use cairn_object::map::{self, CountDirty, HashedMap, MAP_BLOCK_BYTES, MapTx};
 use cairn_object::{ObjectError, ObjectSet};
 use cairn_pool::txg::{TxgEngine, TxgHold};
 use parking_lot::{Mutex, RwLock, RwLockWriteGuard};
@@ -130,10 +131,24 @@ impl<'a> Tx<'a> {
         Tx { txg, hold: None }
     }
 
+    /// This change as a hashed map takes it: the txg, and the dirty bytes counted to the hold.
+    pub fn map_tx(&self) -> MapTx<'_> {
+        match self.hold {
+            Some(_) => MapTx::counted(self.txg, self),
+            None => MapTx::syncing(self.txg),
+        }
+    }
+
     fn add_dirty(&self, bytes: u64) {
         if let Some(hold) = self.hold {
             hold.add_dirty(bytes);
         }
+    }
+}
+
+impl CountDirty for Tx<'_> {
+    fn add_dirty(&self, bytes: u64) {
+        Tx::add_dirty(self, bytes);
     }
 }
 
@@ -333,7 +348,7 @@ pub struct Filesystem {
 use raw::{decode_entry_value, encode_entry_value};
 
 fn check_name(name: &[u8]) -> Result<(), FsError> {
-    if name.len() > dirmap::NAME_BYTES_MAX {
+    if name.len() > map::NAME_BYTES_MAX {
         return Err(FsError::NameTooLong);
     }
     if name.is_empty() || name == b"." || name == b".." || name.contains(&b'/') {
@@ -395,8 +410,10 @@ impl Filesystem {
                 MAP_BLOCK_BYTES,
                 attrs.encode(),
             )?;
-            DirMap::new(objset, object)
-                .create(tx, object.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ txg)?;
+            HashedMap::new(objset, object).create(
+                tx.map_tx(),
+                object.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ txg,
+            )?;
         }
         Ok(())
     }
@@ -609,8 +626,8 @@ impl Filesystem {
             return Ok(());
         }
         self.free_inode(&hold, object, &attrs);
-        DirMap::new(&self.objset, DELETE_QUEUE_OBJECT)
-            .remove(Tx::held(&hold), object.to_string().as_bytes())?;
+        HashedMap::new(&self.objset, DELETE_QUEUE_OBJECT)
+            .remove(Tx::held(&hold).map_tx(), object.to_string().as_bytes())?;
         Ok(())
     }
 
@@ -620,7 +637,7 @@ impl Filesystem {
         if self.config.read().readonly {
             return Ok(());
         }
-        let queue = DirMap::new(&self.objset, DELETE_QUEUE_OBJECT);
+        let queue = HashedMap::new(&self.objset, DELETE_QUEUE_OBJECT);
         let mut names = Vec::new();
         queue.for_each_from(0, |entry| {
             names.push(entry.name.clone());
@@ -641,7 +658,7 @@ impl Filesystem {
             {
                 self.free_inode(&hold, object, &attrs);
             }
-            queue.remove(Tx::held(&hold), &name)?;
+            queue.remove(Tx::held(&hold).map_tx(), &name)?;
         }
         Ok(())
     }
@@ -776,8 +793,8 @@ pub mod raw {
     use super::{
         DELETE_QUEUE_OBJECT, FileKind, FsError, MASTER_MAGIC, MASTER_VERSION, ROOT_OBJECT,
     };
-    pub use crate::dirmap::raw::*;
     pub use crate::xattr::indirect_object;
+    pub use cairn_object::map::raw::*;
 
     /// The master node's bonus: magic, version, root directory, delete queue.
     pub fn master_bonus() -> Vec<u8> {

@@ -5,7 +5,6 @@
 use crate::SpaceAsk;
 use crate::acl;
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
-use crate::dirmap::{DirMap, MAP_BLOCK_BYTES};
 use crate::log::FsOp;
 use crate::{
     DELETE_QUEUE_OBJECT, Filesystem, FsError, NAMESPACE_CHANGE_BYTES, NewInode, ROOT_OBJECT,
@@ -13,6 +12,7 @@ use crate::{
     encode_entry_value, small_block_bytes,
 };
 use cairn_format::{BLOCK_SIZE_GRANULE, ObjectType};
+use cairn_object::map::{HashedMap, MAP_BLOCK_BYTES, MapError};
 use cairn_pool::txg::TxgHold;
 use std::sync::atomic::Ordering;
 
@@ -180,7 +180,7 @@ impl Filesystem {
             // A directory removed while a process still had it as its working directory.
             return Err(FsError::NotFound);
         }
-        let map = DirMap::new(&self.objset, dir);
+        let map = HashedMap::new(&self.objset, dir);
         if map.get(name)?.is_some() {
             return Err(FsError::Exists);
         }
@@ -220,15 +220,19 @@ impl Filesystem {
             attrs.encode(),
         )?;
         if is_dir {
-            DirMap::new(&self.objset, object)
-                .create(Tx::held(hold), object ^ generation.rotate_left(32))?;
+            HashedMap::new(&self.objset, object)
+                .create(Tx::held(hold).map_tx(), object ^ generation.rotate_left(32))?;
         }
         if !symlink_target.is_empty() {
             let mut block = vec![0u8; block_bytes as usize];
             block[..symlink_target.len()].copy_from_slice(symlink_target);
             self.write_block(hold, object, 0, block);
         }
-        map.insert(Tx::held(hold), name, &encode_entry_value(object, new.kind))?;
+        map.insert(
+            Tx::held(hold).map_tx(),
+            name,
+            &encode_entry_value(object, new.kind),
+        )?;
         dir_attrs.size += 1;
         if is_dir {
             dir_attrs.links += 1;
@@ -288,8 +292,8 @@ impl Filesystem {
         if dir_attrs.links == 0 {
             return Err(FsError::NotFound);
         }
-        DirMap::new(&self.objset, dir).insert(
-            Tx::held(hold),
+        HashedMap::new(&self.objset, dir).insert(
+            Tx::held(hold).map_tx(),
             name,
             &encode_entry_value(object, attrs.kind),
         )?;
@@ -359,7 +363,7 @@ impl Filesystem {
         now: Timestamp,
         expected: Option<u64>,
     ) -> Result<Option<u64>, FsError> {
-        let map = DirMap::new(&self.objset, dir);
+        let map = HashedMap::new(&self.objset, dir);
         let Some(entry) = map.get(name)? else {
             return Err(FsError::NotFound);
         };
@@ -371,12 +375,12 @@ impl Filesystem {
         match (want_dir, kind == FileKind::Directory) {
             (true, false) => return Err(FsError::NotDirectory),
             (false, true) => return Err(FsError::IsDirectory),
-            (true, true) if !DirMap::new(&self.objset, object).is_empty()? => {
+            (true, true) if !HashedMap::new(&self.objset, object).is_empty()? => {
                 return Err(FsError::NotEmpty);
             }
             _ => {}
         }
-        map.remove(Tx::held(hold), name)?;
+        map.remove(Tx::held(hold).map_tx(), name)?;
         let mut dir_attrs = self.getattr(dir)?;
         dir_attrs.size = dir_attrs.size.saturating_sub(1);
         if want_dir {
@@ -409,13 +413,13 @@ impl Filesystem {
         if self.replaying || self.opens.lock().get(&object).copied().unwrap_or(0) > 0 {
             self.put_attrs(hold, object, &attrs)?;
             let name = object.to_string();
-            match DirMap::new(&self.objset, DELETE_QUEUE_OBJECT).insert(
-                Tx::held(hold),
+            match HashedMap::new(&self.objset, DELETE_QUEUE_OBJECT).insert(
+                Tx::held(hold).map_tx(),
                 name.as_bytes(),
                 &[],
             ) {
-                Ok(_) | Err(FsError::Exists) => Ok(()),
-                Err(err) => Err(err),
+                Ok(_) | Err(MapError::Exists) => Ok(()),
+                Err(err) => Err(err.into()),
             }
         } else {
             self.free_inode(hold, object, &attrs);
@@ -508,12 +512,12 @@ impl Filesystem {
         let old = RenameEnd {
             dir: old_dir,
             name: old_name,
-            map: DirMap::new(&self.objset, old_dir),
+            map: HashedMap::new(&self.objset, old_dir),
         };
         let new = RenameEnd {
             dir: new_dir,
             name: new_name,
-            map: DirMap::new(&self.objset, new_dir),
+            map: HashedMap::new(&self.objset, new_dir),
         };
         // Looked up again under the locks: only renames change names without the rename
         // lock... no: creates and unlinks do too, so check that nothing moved.
@@ -571,12 +575,12 @@ impl Filesystem {
     ) -> Result<(), FsError> {
         let (old_dir, new_dir) = (old.dir, new.dir);
         old.map.set_value(
-            Tx::held(hold),
+            Tx::held(hold).map_tx(),
             old.name,
             &encode_entry_value(target_object, target_kind),
         )?;
         new.map.set_value(
-            Tx::held(hold),
+            Tx::held(hold).map_tx(),
             new.name,
             &encode_entry_value(source, source_kind),
         )?;
@@ -617,9 +621,9 @@ impl Filesystem {
         if let Some(target) = target {
             self.rename_replace(hold, new, source_kind, target, now)?;
         }
-        old.map.remove(Tx::held(hold), old.name)?;
+        old.map.remove(Tx::held(hold).map_tx(), old.name)?;
         new.map.insert(
-            Tx::held(hold),
+            Tx::held(hold).map_tx(),
             new.name,
             &encode_entry_value(source, source_kind),
         )?;
@@ -650,12 +654,12 @@ impl Filesystem {
         ) {
             (true, false) => return Err(FsError::NotDirectory),
             (false, true) => return Err(FsError::IsDirectory),
-            (true, true) if !DirMap::new(&self.objset, target_object).is_empty()? => {
+            (true, true) if !HashedMap::new(&self.objset, target_object).is_empty()? => {
                 return Err(FsError::NotEmpty);
             }
             _ => {}
         }
-        new.map.remove(Tx::held(hold), new.name)?;
+        new.map.remove(Tx::held(hold).map_tx(), new.name)?;
         let target_is_dir = target_kind == FileKind::Directory;
         self.adjust_dir(hold, new.dir, -1, if target_is_dir { -1 } else { 0 }, now)?;
         target_attrs.links = if target_is_dir {
@@ -730,5 +734,5 @@ impl Filesystem {
 struct RenameEnd<'a> {
     dir: u64,
     name: &'a [u8],
-    map: DirMap<'a>,
+    map: HashedMap<'a>,
 }

@@ -4,15 +4,15 @@
 //! inode's stripe lock for reading only where a read must see one change whole.
 
 use crate::attrs::{FileKind, InodeAttrs};
-use crate::dirmap::{self, DirMap};
 use crate::{COOKIE_FIRST_ENTRY, DirEntry, Filesystem, FsError, ReadAhead, decode_entry_value};
+use cairn_object::map::{self, HashedMap};
 use std::sync::atomic::Ordering;
 
 impl Filesystem {
     /// The inode `name` in directory `dir` names.
     pub fn lookup(&self, dir: u64, name: &[u8]) -> Result<(u64, InodeAttrs), FsError> {
         self.stats.lookups.fetch_add(1, Ordering::Relaxed);
-        if name.len() > dirmap::NAME_BYTES_MAX {
+        if name.len() > map::NAME_BYTES_MAX {
             return Err(FsError::NameTooLong);
         }
         let dir_attrs = self.getattr(dir)?;
@@ -24,7 +24,7 @@ impl Filesystem {
             b".." => dir_attrs.parent,
             _ => {
                 let _guard = self.stripe(dir).read();
-                let entry = DirMap::new(&self.objset, dir)
+                let entry = HashedMap::new(&self.objset, dir)
                     .get(name)?
                     .ok_or(FsError::NotFound)?;
                 decode_entry_value(&entry.value)?.0
@@ -68,7 +68,7 @@ impl Filesystem {
         let start_key = cookie.saturating_sub(COOKIE_FIRST_ENTRY - 1);
         let _guard = self.stripe(dir).read();
         let mut failure = None;
-        DirMap::new(&self.objset, dir).for_each_from(
+        HashedMap::new(&self.objset, dir).for_each_from(
             start_key,
             |entry| match decode_entry_value(&entry.value) {
                 Ok((object, kind)) => visit(&DirEntry {

@@ -2,9 +2,9 @@
 //! them. As elsewhere, each changing call has a `do_*` twin that replay uses with the logged
 //! times and object numbers.
 //!
-//! An inode's attributes live in one hashed map (`dirmap`, object type `Xattrs`) that its
-//! first attribute makes and that is freed with the inode. A value of at most
-//! `dirmap::VALUE_BYTES_MAX` bytes is kept in its entry, so a file's few small attributes are
+//! An inode's attributes live in one hashed map (`cairn_object::map`, object type `Xattrs`)
+//! that its first attribute makes and that is freed with the inode. A value of at most
+//! `map::VALUE_BYTES_MAX` bytes is kept in its entry, so a file's few small attributes are
 //! one block. A larger value, up to the VFS's limit `XATTR_VALUE_BYTES_MAX` (64 KiB: large
 //! ACLs, `rsync -X` of what other filesystems hold), is kept in an object of its own (type
 //! `XattrValue`, written as a blob: its length in the bonus) and the entry holds that object's
@@ -27,10 +27,10 @@ use crate::SpaceAsk;
 use crate::acl::{self, Acl};
 use crate::attrs::InodeAttrs;
 use crate::attrs::{FileKind, Timestamp};
-use crate::dirmap::{self, DirMap, Entry, MAP_BLOCK_BYTES, ValueKind};
 use crate::log::FsOp;
 use crate::{Filesystem, FsError, NAMESPACE_CHANGE_BYTES, NO_OBJECT, SetAttrs, Tx, XattrMode};
 use cairn_format::ObjectType;
+use cairn_object::map::{self, Entry, HashedMap, MAP_BLOCK_BYTES, ValueKind};
 use cairn_pool::txg::TxgHold;
 use std::sync::atomic::Ordering;
 
@@ -45,7 +45,7 @@ impl Filesystem {
         if attrs.xattr_object == 0 {
             return Err(FsError::NoAttribute);
         }
-        let entry = DirMap::new(&self.objset, attrs.xattr_object)
+        let entry = HashedMap::new(&self.objset, attrs.xattr_object)
             .get(name)?
             .ok_or(FsError::NoAttribute)?;
         self.xattr_value(object, entry)
@@ -64,8 +64,7 @@ impl Filesystem {
         };
         match value {
             Some(value)
-                if value.len() > dirmap::VALUE_BYTES_MAX
-                    && value.len() <= XATTR_VALUE_BYTES_MAX =>
+                if value.len() > map::VALUE_BYTES_MAX && value.len() <= XATTR_VALUE_BYTES_MAX =>
             {
                 Ok(value)
             }
@@ -85,7 +84,7 @@ impl Filesystem {
         let attrs = self.getattr(object)?;
         let mut names = Vec::new();
         if attrs.xattr_object != 0 {
-            DirMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
+            HashedMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
                 names.push(entry.name.clone());
                 true
             })?;
@@ -101,7 +100,7 @@ impl Filesystem {
         value: &[u8],
         mode: XattrMode,
     ) -> Result<(), FsError> {
-        if name.is_empty() || name.len() > dirmap::NAME_BYTES_MAX {
+        if name.is_empty() || name.len() > map::NAME_BYTES_MAX {
             return Err(FsError::NameTooLong);
         }
         if value.len() > XATTR_VALUE_BYTES_MAX {
@@ -128,7 +127,7 @@ impl Filesystem {
         } else {
             NO_OBJECT
         };
-        let value_object = if value.len() > dirmap::VALUE_BYTES_MAX {
+        let value_object = if value.len() > map::VALUE_BYTES_MAX {
             self.next_object.fetch_add(1, Ordering::Relaxed)
         } else {
             NO_OBJECT
@@ -179,8 +178,8 @@ impl Filesystem {
             attrs.mode = (attrs.mode & !0o777) | access.mode_bits();
             if access.is_minimal() {
                 if attrs.xattr_object != 0 {
-                    let removed = DirMap::new(&self.objset, attrs.xattr_object)
-                        .remove(Tx::held(hold), acl::ACCESS_XATTR)?;
+                    let removed = HashedMap::new(&self.objset, attrs.xattr_object)
+                        .remove(Tx::held(hold).map_tx(), acl::ACCESS_XATTR)?;
                     self.free_value_of(hold, object, removed.as_ref())?;
                 }
                 attrs.ctime = now;
@@ -204,10 +203,11 @@ impl Filesystem {
             }
             self.objset
                 .create_object(hold.txg(), new.map, ObjectType::Xattrs, MAP_BLOCK_BYTES, 1);
-            DirMap::new(&self.objset, new.map).create(Tx::held(hold), new.map ^ hold.txg())?;
+            HashedMap::new(&self.objset, new.map)
+                .create(Tx::held(hold).map_tx(), new.map ^ hold.txg())?;
             attrs.xattr_object = new.map;
         }
-        let map = DirMap::new(&self.objset, attrs.xattr_object);
+        let map = HashedMap::new(&self.objset, attrs.xattr_object);
         let old = map.get(name)?;
         match (&old, mode) {
             (Some(_), XattrMode::Create) => return Err(FsError::Exists),
@@ -215,7 +215,7 @@ impl Filesystem {
             _ => {}
         }
         let reference;
-        let (stored, kind) = if value.len() > dirmap::VALUE_BYTES_MAX {
+        let (stored, kind) = if value.len() > map::VALUE_BYTES_MAX {
             if new.value == NO_OBJECT {
                 return Err(FsError::Corrupt(format!(
                     "an extended attribute of object {object} of {} bytes has no object taken \
@@ -233,11 +233,11 @@ impl Filesystem {
         };
         match old {
             Some(old) => {
-                map.set_value_as(Tx::held(hold), name, stored, kind)?;
+                map.set_value_as(Tx::held(hold).map_tx(), name, stored, kind)?;
                 self.free_value_of(hold, object, Some(&old))?;
             }
             None => {
-                map.insert_as(Tx::held(hold), name, stored, kind)?;
+                map.insert_as(Tx::held(hold).map_tx(), name, stored, kind)?;
             }
         }
         attrs.ctime = now;
@@ -268,7 +268,7 @@ impl Filesystem {
             return;
         }
         let mut values = Vec::new();
-        let walked = DirMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
+        let walked = HashedMap::new(&self.objset, attrs.xattr_object).for_each_from(0, |entry| {
             if entry.kind == ValueKind::Indirect {
                 values.push(indirect_object(object, entry));
             }
@@ -292,7 +292,7 @@ impl Filesystem {
         if attrs.xattr_object == 0 {
             return Ok(());
         }
-        let map = DirMap::new(&self.objset, attrs.xattr_object);
+        let map = HashedMap::new(&self.objset, attrs.xattr_object);
         let Some(entry) = map.get(acl::ACCESS_XATTR)? else {
             return Ok(());
         };
@@ -303,7 +303,7 @@ impl Filesystem {
         let acl = Acl::parse(&self.xattr_value(object, entry)?)?.with_mode(attrs.mode);
         let encoded = acl.encode();
         match value_object {
-            None => map.set_value(Tx::held(hold), acl::ACCESS_XATTR, &encoded),
+            None => Ok(map.set_value(Tx::held(hold).map_tx(), acl::ACCESS_XATTR, &encoded)?),
             // The same entries with other permissions: the same length, in the same object.
             Some(value_object) => {
                 self.objset.write_blob(
@@ -374,8 +374,8 @@ impl Filesystem {
         if attrs.xattr_object == 0 {
             return Err(FsError::NoAttribute);
         }
-        let removed = DirMap::new(&self.objset, attrs.xattr_object)
-            .remove(Tx::held(hold), name)?
+        let removed = HashedMap::new(&self.objset, attrs.xattr_object)
+            .remove(Tx::held(hold).map_tx(), name)?
             .ok_or(FsError::NoAttribute)?;
         self.free_value_of(hold, object, Some(&removed))?;
         attrs.ctime = now;

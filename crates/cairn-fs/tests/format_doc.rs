@@ -1,8 +1,9 @@
 //! Keeps the "Filesystems" section of `docs/format.md` honest, with the parser the pool's own
 //! test uses (`cairn-format/tests/doc_check/`, included by path):
 //!
-//! 1. every `` `NAME` = value `` line of the section names a cairn-fs constant with that value,
-//!    and every constant of `code_constants()` is documented there once;
+//! 1. every `` `NAME` = value `` line of the section names a constant of cairn-fs, or of the
+//!    hashed map its directories are (`cairn_object::map`), with that value, and every constant
+//!    of `code_constants()` is documented there once;
 //! 2. every `| offset | size | field | meaning |` table is contiguous, ends at the size of its
 //!    structure as the code's encoders produce it (`structure_sizes()`), and each of those
 //!    headings has exactly one table;
@@ -13,9 +14,9 @@
 mod doc_check;
 
 use cairn_fs::attrs::{self, FileKind, InodeAttrs, Timestamp};
-use cairn_fs::dirmap::{self, Entry, ValueKind};
 use cairn_fs::log::FsOp;
 use cairn_fs::{Fallocate, RenameMode, SetAttrs, XattrMode, raw};
+use cairn_object::map::{self, Entry, ValueKind};
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, tables_with_header,
 };
@@ -38,15 +39,15 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         cairn_fs::XATTR_VALUE_BYTES_MAX,
         attrs::ATTRS_BYTES,
         attrs::ATTRS_VERSION,
-        dirmap::MAP_BLOCK_BYTES,
-        dirmap::MAP_VERSION,
-        dirmap::DEPTH_MAX,
-        dirmap::INLINE_DEPTH_MAX,
-        dirmap::TABLE_START_BLKID,
-        dirmap::EMBEDDED_LEAF_OFFSET,
-        dirmap::NAME_BYTES_MAX,
-        dirmap::VALUE_BYTES_MAX,
-        dirmap::VALUE_INDIRECT_BIT,
+        map::MAP_BLOCK_BYTES,
+        map::MAP_VERSION,
+        map::DEPTH_MAX,
+        map::INLINE_DEPTH_MAX,
+        map::TABLE_START_BLKID,
+        map::EMBEDDED_LEAF_OFFSET,
+        map::NAME_BYTES_MAX,
+        map::VALUE_BYTES_MAX,
+        map::VALUE_INDIRECT_BIT,
     ]
 }
 
@@ -91,7 +92,7 @@ fn structure_sizes() -> BTreeMap<&'static str, u64> {
     BTreeMap::from([
         ("Master node", raw::master_bonus().len() as u64),
         ("Inode attributes", sample_attrs().encode().len() as u64),
-        ("Map header", dirmap::HEADER_FIXED_BYTES as u64),
+        ("Map header", map::HEADER_FIXED_BYTES as u64),
         ("Map leaf header", empty_leaf as u64),
         // An entry with an empty name and value is its fixed part alone.
         ("Map entry", (one_entry_leaf - empty_leaf) as u64),
@@ -255,5 +256,5 @@ fn log_record_tags_match_the_encoder() {
 fn measured_sizes_agree_with_the_constants() {
     let sizes = structure_sizes();
     assert_eq!(sizes["Inode attributes"], attrs::ATTRS_BYTES as u64);
-    assert!(sizes["Map header"] + 8 <= dirmap::EMBEDDED_LEAF_OFFSET as u64);
+    assert!(sizes["Map header"] + 8 <= map::EMBEDDED_LEAF_OFFSET as u64);
 }

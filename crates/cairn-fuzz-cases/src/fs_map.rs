@@ -1,5 +1,5 @@
-//! Directory and attribute map decoders (`cairn_fs::raw`, the codecs `DirMap` uses on every
-//! access): the header block, a leaf (in a block of its own, or embedded in the header block
+//! Hashed map decoders (`cairn_object::map::raw`, the codecs `HashedMap` uses on every access,
+//! for directories, extended attributes and the pool's own records): the header block, a leaf (in a block of its own, or embedded in the header block
 //! after `EMBEDDED_LEAF_OFFSET`), and the entry values the filesystem reads from a leaf (a
 //! directory entry's object and kind, an extended attribute's indirect value object).
 //!
@@ -8,8 +8,8 @@
 //! must survive encode → decode unchanged, with the encoding a fixed point; value decoders must
 //! only not panic (they refuse what the map may legally hold but the filesystem never writes).
 
-use cairn_fs::dirmap::{EMBEDDED_LEAF_OFFSET, MAP_BLOCK_BYTES, ValueKind};
-use cairn_fs::raw;
+use cairn_object::map::raw;
+use cairn_object::map::{EMBEDDED_LEAF_OFFSET, MAP_BLOCK_BYTES, ValueKind};
 
 const MAP_MAGIC: &[u8; 8] = b"CAIRNMAP";
 const LEAF_MAGIC: &[u8; 4] = b"LEAF";
@@ -65,10 +65,10 @@ fn leaf(bytes: &[u8]) {
     for entry in &entries {
         match entry.kind {
             ValueKind::Inline => {
-                let _ = raw::decode_entry_value(&entry.value);
+                let _ = cairn_fs::raw::decode_entry_value(&entry.value);
             }
             ValueKind::Indirect => {
-                let _ = raw::indirect_object(16, entry);
+                let _ = cairn_fs::raw::indirect_object(16, entry);
             }
         }
     }

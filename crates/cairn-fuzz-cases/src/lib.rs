@@ -1,7 +1,7 @@
 //! # cairn-fuzz-cases: one fuzz case per on-disk decoder, shared by every fuzzer
 //!
 //! Each module's `run(data)` decodes arbitrary bytes with one `cairn-format` (or
-//! `cairn-dataset`, `cairn-fs`, `cairn-l2arc`) decoder, plus copies with the magic and checksums patched in so that the
+//! `cairn-object`, `cairn-dataset`, `cairn-fs`, `cairn-l2arc`) decoder, plus copies with the magic and checksums patched in so that the
 //! deeper field checks are reached, and asserts that whatever decodes survives encode → decode
 //! unchanged. A panic in `run` is a bug in a decoder (or a validator behind it), never in the
 //! input: decoders must return an error for any bytes.

@@ -177,10 +177,10 @@ mod seeds {
     use cairn_format::spacelog::{SpaceLogBlock, SpaceLogKind};
     use cairn_format::{FORMAT_VERSION, SpaceLogEntry, SpaceOp, Uberblock};
     use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
-    use cairn_fs::dirmap::{self, Entry, ValueKind};
     use cairn_fs::log::FsOp;
     use cairn_fs::{SetAttrs, XattrMode, raw};
     use cairn_l2arc::layout::{SegmentHeader, SummaryEntry, Superblock, encode_summary};
+    use cairn_object::map::{self, Entry, ValueKind};
     use std::collections::BTreeMap;
 
     fn block_pointer(
@@ -501,7 +501,7 @@ mod seeds {
             ),
         ];
         let mut block = raw::encode_header(&raw::MapHeader {
-            version: dirmap::MAP_VERSION,
+            version: map::MAP_VERSION,
             depth: 0,
             entries: entries.len() as u64,
             leaves: 1,
@@ -510,7 +510,7 @@ mod seeds {
         })
         .expect("header encodes");
         let leaf = raw::encode_leaf(0, &entries);
-        let at = dirmap::EMBEDDED_LEAF_OFFSET;
+        let at = map::EMBEDDED_LEAF_OFFSET;
         block[at..at + leaf.len()].copy_from_slice(&leaf);
         block
     }
@@ -526,7 +526,7 @@ mod seeds {
                 kind: ValueKind::Inline,
             }],
         );
-        leaf.resize(dirmap::MAP_BLOCK_BYTES as usize, 0);
+        leaf.resize(map::MAP_BLOCK_BYTES as usize, 0);
         leaf
     }
 
@@ -711,13 +711,15 @@ fn seeds_are_valid_encodings() {
             "fs_log" => cairn_fs::log::FsOp::decode(&bytes)
                 .map(|_| ())
                 .map_err(|err| err.to_string()),
-            "fs_map" if name == "leaf" => cairn_fs::raw::decode_leaf(&bytes)
+            "fs_map" if name == "leaf" => cairn_object::map::raw::decode_leaf(&bytes)
                 .map(|_| ())
                 .map_err(|err| err.to_string()),
-            "fs_map" => cairn_fs::raw::decode_header(&bytes).and_then(|_| {
-                cairn_fs::raw::decode_leaf(&bytes[cairn_fs::dirmap::EMBEDDED_LEAF_OFFSET..])
-                    .map(|_| ())
-                    .map_err(|err| err.to_string())
+            "fs_map" => cairn_object::map::raw::decode_header(&bytes).and_then(|_| {
+                cairn_object::map::raw::decode_leaf(
+                    &bytes[cairn_object::map::EMBEDDED_LEAF_OFFSET..],
+                )
+                .map(|_| ())
+                .map_err(|err| err.to_string())
             }),
             "l2arc_layout" => {
                 use cairn_l2arc::layout::{SegmentHeader, Superblock};

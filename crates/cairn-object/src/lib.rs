@@ -32,11 +32,16 @@
 //!   pointer sits one level below its parent, carries its type and was born no later than it
 //!   (copy-on-write rewrites every parent of a changed block). A crafted tree is then an error
 //!   naming the object, never a panic or a walk that goes astray.
+//!
+//! On top of objects, `map` keeps a hashed name → value map in one object (`HashedMap`, ZFS's
+//! ZAP): a filesystem's directories, extended attributes and delete queue, and the pool's own
+//! records in the meta object set.
 
 mod change;
 mod check;
 mod cow;
 mod error;
+pub mod map;
 mod memo;
 mod objset;
 mod patch;

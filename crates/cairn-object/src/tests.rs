@@ -19,7 +19,7 @@ const METASLABS: u64 = 4;
 const BLOCK_BYTES: u32 = 4096;
 const OBJECT: u64 = 1;
 
-fn volume_objset() -> (ObjectSet, Arc<BlockIo>) {
+pub(crate) fn volume_objset() -> (ObjectSet, Arc<BlockIo>) {
     let data_bytes = METASLABS << METASLAB_SHIFT;
     let device = Arc::new(MemDevice::new(VDEV_DATA_START + data_bytes + (1 << 20)));
     let spec = DeviceSpec {
@@ -59,7 +59,7 @@ fn volume_objset() -> (ObjectSet, Arc<BlockIo>) {
 }
 
 /// Syncs and publishes `txg`; returns the blocks it kept as dead.
-fn sync(objset: &ObjectSet, io: &BlockIo, txg: u64) -> Vec<BlockPointer> {
+pub(crate) fn sync(objset: &ObjectSet, io: &BlockIo, txg: u64) -> Vec<BlockPointer> {
     let mut batch = io.batch(txg);
     let synced = objset.sync(txg, &mut batch).unwrap();
     batch.finish().unwrap();

@@ -814,7 +814,7 @@ impl fuser::Filesystem for FuseAdapter {
             space.used_objects + free_objects,
             free_objects,
             REPORTED_BLOCK_BYTES,
-            cairn_fs::dirmap::NAME_BYTES_MAX as u32,
+            cairn_fs::NAME_BYTES_MAX as u32,
             REPORTED_BLOCK_BYTES,
         );
     }

@@ -1,8 +1,9 @@
-//! Hashed name → value maps stored in one object: directories, and later extended attributes
-//! and the delete queue.
+//! Hashed name → value maps stored in one object (ZFS's ZAP): a filesystem's directories,
+//! extended attributes and delete queue, and the pool's own records in the meta object set
+//! (snapshots, next).
 //!
 //! Extendible hashing. Each name has a 62-bit *key*: 54 bits of a keyed BLAKE3 hash of the
-//! name (the key is the map's salt, so names cannot be chosen to collide in every directory),
+//! name (the key is the map's salt, so names cannot be chosen to collide in every map),
 //! then an 8-bit collision number, the smallest one no other entry with the same hash holds.
 //! Keys are unique within a map and never change while the entry lives, so they double as
 //! `readdir` cookies: a listing resumed from a key sees every entry that stayed in the map,
@@ -34,7 +35,8 @@
 //! Invariants: every table slot names an allocated leaf; every entry of a leaf has the leaf's
 //! top d key bits; entries within a leaf are sorted by key and keys are unique; `entries` in
 //! the header is the number of entries of all leaves. The caller serialises changes of one map
-//! (the directory's lock) and passes the txg hold each change joins.
+//! (a directory's lock, say) and passes the txg each change joins (`MapTx`, which also counts
+//! the dirty bytes a change adds, for the txg engine's throttle). Errors are `MapError`s.
 //!
 //! An entry's value is at most `VALUE_BYTES_MAX` bytes, so that two entries of the longest
 //! name always fit a leaf. A caller with larger values (extended attributes, up to the VFS's
@@ -45,10 +47,16 @@
 //! Known gaps: leaves never merge and the table never shrinks (as in ZFS, a directory that
 //! once held a million entries keeps its leaves).
 
-use crate::FsError;
-use crate::Tx;
+mod error;
+#[cfg(test)]
+mod tests;
+mod tx;
+
+pub use error::MapError;
+pub use tx::{CountDirty, MapTx};
+
+use crate::ObjectSet;
 use bytes::Bytes;
-use cairn_object::ObjectSet;
 
 /// Block size of a map object.
 pub const MAP_BLOCK_BYTES: u32 = 4096;
@@ -220,7 +228,7 @@ impl Leaf {
     }
 }
 
-/// One pass of `DirMap::scan_hash` over a leaf.
+/// One pass of `HashedMap::scan_hash` over a leaf.
 struct HashScan {
     /// The entry with the name looked for, and its bytes in the block.
     found: Option<(Entry, std::ops::Range<usize>)>,
@@ -262,19 +270,19 @@ fn encode_leaf(leaf: &Leaf) -> Vec<u8> {
 }
 
 /// A map stored in `object` of `objset`.
-pub struct DirMap<'a> {
+pub struct HashedMap<'a> {
     objset: &'a ObjectSet,
     object: u64,
 }
 
-impl<'a> DirMap<'a> {
-    pub fn new(objset: &'a ObjectSet, object: u64) -> DirMap<'a> {
-        DirMap { objset, object }
+impl<'a> HashedMap<'a> {
+    pub fn new(objset: &'a ObjectSet, object: u64) -> HashedMap<'a> {
+        HashedMap { objset, object }
     }
 
     /// Writes an empty map into `object` (created by the caller with `MAP_BLOCK_BYTES`
     /// blocks).
-    pub fn create(&self, tx: Tx<'_>, salt: u64) -> Result<(), FsError> {
+    pub fn create(&self, tx: MapTx<'_>, salt: u64) -> Result<(), MapError> {
         let header = Header {
             layout: Layout::V3,
             depth: 0,
@@ -292,16 +300,16 @@ impl<'a> DirMap<'a> {
     }
 
     /// Entries in the map.
-    pub fn len(&self) -> Result<u64, FsError> {
+    pub fn len(&self) -> Result<u64, MapError> {
         Ok(self.header()?.entries)
     }
 
-    pub fn is_empty(&self) -> Result<bool, FsError> {
+    pub fn is_empty(&self) -> Result<bool, MapError> {
         Ok(self.len()? == 0)
     }
 
     /// The entry named `name`.
-    pub fn get(&self, name: &[u8]) -> Result<Option<Entry>, FsError> {
+    pub fn get(&self, name: &[u8]) -> Result<Option<Entry>, MapError> {
         let header = self.header()?;
         let hash = self.hash(&header, name);
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
@@ -323,18 +331,18 @@ impl<'a> DirMap<'a> {
     }
 
     /// Adds `name` → `value`; `Exists` if the name is there. Returns the new entry's key.
-    pub fn insert(&self, tx: Tx<'_>, name: &[u8], value: &[u8]) -> Result<u64, FsError> {
+    pub fn insert(&self, tx: MapTx<'_>, name: &[u8], value: &[u8]) -> Result<u64, MapError> {
         self.insert_as(tx, name, value, ValueKind::Inline)
     }
 
     /// `insert` of a value of kind `kind`.
     pub fn insert_as(
         &self,
-        tx: Tx<'_>,
+        tx: MapTx<'_>,
         name: &[u8],
         value: &[u8],
         kind: ValueKind,
-    ) -> Result<u64, FsError> {
+    ) -> Result<u64, MapError> {
         check_sizes(name, value)?;
         let mut header = self.header()?;
         let hash = self.hash(&header, name);
@@ -344,7 +352,7 @@ impl<'a> DirMap<'a> {
             let block = self.leaf_block(&header, leaf_number)?;
             let scan = self.scan_hash(leaf_number, &block, hash, name)?;
             if scan.found.is_some() {
-                return Err(FsError::Exists);
+                return Err(MapError::Exists);
             }
             let collision = (0..1u64 << COLLISION_BITS)
                 .find(|cd| {
@@ -353,7 +361,7 @@ impl<'a> DirMap<'a> {
                         .iter()
                         .any(|&(key, _)| key & ((1 << COLLISION_BITS) - 1) == *cd)
                 })
-                .ok_or_else(|| FsError::NoSpace("too many names with one hash".into()))?;
+                .ok_or_else(|| MapError::NoSpace("too many names with one hash".into()))?;
             let key = hash << COLLISION_BITS | collision;
             let entry_bytes = ENTRY_FIXED_BYTES + name.len() + value.len();
             if scan.used_end + entry_bytes <= header.leaf_capacity() {
@@ -381,7 +389,7 @@ impl<'a> DirMap<'a> {
     }
 
     /// Removes `name`; its entry, or `None` if it was not there.
-    pub fn remove(&self, tx: Tx<'_>, name: &[u8]) -> Result<Option<Entry>, FsError> {
+    pub fn remove(&self, tx: MapTx<'_>, name: &[u8]) -> Result<Option<Entry>, MapError> {
         let mut header = self.header()?;
         let hash = self.hash(&header, name);
         let leaf_number = self.table_get(&header, bucket(&header, hash << COLLISION_BITS))?;
@@ -402,18 +410,18 @@ impl<'a> DirMap<'a> {
     }
 
     /// Replaces the value of an existing entry (its key stays).
-    pub fn set_value(&self, tx: Tx<'_>, name: &[u8], value: &[u8]) -> Result<(), FsError> {
+    pub fn set_value(&self, tx: MapTx<'_>, name: &[u8], value: &[u8]) -> Result<(), MapError> {
         self.set_value_as(tx, name, value, ValueKind::Inline)
     }
 
     /// `set_value` with a value of kind `kind`.
     pub fn set_value_as(
         &self,
-        tx: Tx<'_>,
+        tx: MapTx<'_>,
         name: &[u8],
         value: &[u8],
         kind: ValueKind,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), MapError> {
         check_sizes(name, value)?;
         let header = self.header()?;
         let hash = self.hash(&header, name);
@@ -424,7 +432,7 @@ impl<'a> DirMap<'a> {
             .entries
             .iter_mut()
             .find(|entry| entry.key >> COLLISION_BITS == hash && entry.name == name)
-            .ok_or(FsError::NotFound)?;
+            .ok_or(MapError::NotFound)?;
         let grows = value.len().saturating_sub(entry.value.len());
         entry.value = value.to_vec();
         entry.kind = kind;
@@ -445,7 +453,7 @@ impl<'a> DirMap<'a> {
         &self,
         start: u64,
         mut visit: impl FnMut(&Entry) -> bool,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), MapError> {
         let header = self.header()?;
         let slots = 1u64 << header.depth;
         let mut slot = bucket(&header, start.min((1 << KEY_BITS) - 1));
@@ -467,22 +475,22 @@ impl<'a> DirMap<'a> {
     /// if needed.
     fn split(
         &self,
-        tx: Tx<'_>,
+        tx: MapTx<'_>,
         header: &mut Header,
         key: u64,
         leaf_number: u64,
         leaf: Leaf,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), MapError> {
         if leaf.local_depth >= DEPTH_MAX {
-            return Err(FsError::NoSpace(format!(
-                "directory object {}: a hash bucket is full at depth {DEPTH_MAX}",
+            return Err(MapError::NoSpace(format!(
+                "map object {}: a hash bucket is full at depth {DEPTH_MAX}",
                 self.object
             )));
         }
         // Checked before anything is written: the table's doubling rewrites its blocks.
         if header.leaves >= header.layout.leaves_max {
-            return Err(FsError::NoSpace(format!(
-                "directory object {}: all {} leaves are in use",
+            return Err(MapError::NoSpace(format!(
+                "map object {}: all {} leaves are in use",
                 self.object, header.leaves
             )));
         }
@@ -517,7 +525,7 @@ impl<'a> DirMap<'a> {
     }
 
     /// Doubles the table: slot i of depth D + 1 names what slot i / 2 named.
-    fn double_table(&self, tx: Tx<'_>, header: &mut Header) -> Result<(), FsError> {
+    fn double_table(&self, tx: MapTx<'_>, header: &mut Header) -> Result<(), MapError> {
         let old_slots = 1u64 << header.depth;
         let mut table = Vec::with_capacity(old_slots as usize * 2);
         for slot in 0..old_slots {
@@ -542,7 +550,7 @@ impl<'a> DirMap<'a> {
         Ok(())
     }
 
-    fn table_get(&self, header: &Header, slot: u64) -> Result<u64, FsError> {
+    fn table_get(&self, header: &Header, slot: u64) -> Result<u64, MapError> {
         let leaf = if header.depth <= INLINE_DEPTH_MAX {
             *header
                 .inline_table
@@ -565,12 +573,12 @@ impl<'a> DirMap<'a> {
 
     fn table_set_range(
         &self,
-        tx: Tx<'_>,
+        tx: MapTx<'_>,
         header: &mut Header,
         first: u64,
         count: u64,
         leaf: u64,
-    ) -> Result<(), FsError> {
+    ) -> Result<(), MapError> {
         if header.depth <= INLINE_DEPTH_MAX {
             for slot in first..first + count {
                 header.inline_table[slot as usize] = leaf;
@@ -601,20 +609,20 @@ impl<'a> DirMap<'a> {
         u64::from_le_bytes(first) >> (64 - HASH_BITS)
     }
 
-    fn header(&self) -> Result<Header, FsError> {
+    fn header(&self) -> Result<Header, MapError> {
         let block = self.read(HEADER_BLKID)?;
         decode_header(&block).map_err(|what| self.corrupt(&what))
     }
 
     /// Writes the header block; a lone first leaf in it is written with it
     /// (`write_leaf_bytes`), never by this alone.
-    fn write_header(&self, tx: Tx<'_>, header: &Header) {
+    fn write_header(&self, tx: MapTx<'_>, header: &Header) {
         debug_assert!(!header.leaf_embedded());
         self.write(tx, HEADER_BLKID, encode_header(header));
     }
 
     /// Leaf `number`'s encoded bytes: its block, or the tail of the header block.
-    fn leaf_block(&self, header: &Header, number: u64) -> Result<Bytes, FsError> {
+    fn leaf_block(&self, header: &Header, number: u64) -> Result<Bytes, MapError> {
         if header.leaf_embedded() {
             if number != 0 {
                 return Err(self.corrupt(&format!("leaf {number} of a one-leaf map")));
@@ -624,13 +632,13 @@ impl<'a> DirMap<'a> {
         self.read(header.layout.leaf_blkid(number))
     }
 
-    fn leaf(&self, header: &Header, number: u64) -> Result<Leaf, FsError> {
+    fn leaf(&self, header: &Header, number: u64) -> Result<Leaf, MapError> {
         let block = self.leaf_block(header, number)?;
         self.decode_leaf(number, &block)
     }
 
     /// Leaf `number`'s entries in `block`, owned (for a split, or a change of value).
-    fn decode_leaf(&self, number: u64, block: &[u8]) -> Result<Leaf, FsError> {
+    fn decode_leaf(&self, number: u64, block: &[u8]) -> Result<Leaf, MapError> {
         let mut entries = Vec::new();
         let local_depth = self.scan_leaf(number, block, |key, name, value, kind| {
             entries.push(Entry {
@@ -657,7 +665,7 @@ impl<'a> DirMap<'a> {
         block: &[u8],
         hash: u64,
         name: &[u8],
-    ) -> Result<HashScan, FsError> {
+    ) -> Result<HashScan, MapError> {
         let mut scan = HashScan {
             found: None,
             same_hash: Vec::new(),
@@ -700,7 +708,7 @@ impl<'a> DirMap<'a> {
         number: u64,
         block: &[u8],
         each: impl FnMut(u64, &[u8], &[u8], ValueKind) -> bool,
-    ) -> Result<u32, FsError> {
+    ) -> Result<u32, MapError> {
         scan_leaf_bytes(block, each).map_err(|what| self.corrupt(&format!("leaf {number}: {what}")))
     }
 
@@ -709,7 +717,7 @@ impl<'a> DirMap<'a> {
     /// written together.
     fn write_leaf_bytes(
         &self,
-        tx: Tx<'_>,
+        tx: MapTx<'_>,
         header: &Header,
         number: u64,
         mut leaf: Vec<u8>,
@@ -730,7 +738,7 @@ impl<'a> DirMap<'a> {
         }
     }
 
-    fn read(&self, blkid: u64) -> Result<Bytes, FsError> {
+    fn read(&self, blkid: u64) -> Result<Bytes, MapError> {
         match self.objset.read_block(self.object, blkid)? {
             Some(block) if block.len() == MAP_BLOCK_BYTES as usize => Ok(block),
             Some(block) => Err(self.corrupt(&format!("block {blkid} of {} bytes", block.len()))),
@@ -738,7 +746,7 @@ impl<'a> DirMap<'a> {
         }
     }
 
-    fn write(&self, tx: Tx<'_>, blkid: u64, block: Vec<u8>) {
+    fn write(&self, tx: MapTx<'_>, blkid: u64, block: Vec<u8>) {
         if self
             .objset
             .write_block(tx.txg, self.object, blkid, Bytes::from(block))
@@ -747,8 +755,8 @@ impl<'a> DirMap<'a> {
         }
     }
 
-    fn corrupt(&self, what: &str) -> FsError {
-        FsError::Corrupt(format!("directory object {}: {what}", self.object))
+    fn corrupt(&self, what: &str) -> MapError {
+        MapError::Corrupt(format!("map object {}: {what}", self.object))
     }
 }
 
@@ -869,12 +877,12 @@ fn bucket(header: &Header, key: u64) -> u64 {
     }
 }
 
-fn check_sizes(name: &[u8], value: &[u8]) -> Result<(), FsError> {
+fn check_sizes(name: &[u8], value: &[u8]) -> Result<(), MapError> {
     if name.is_empty() || name.len() > NAME_BYTES_MAX {
-        return Err(FsError::NameTooLong);
+        return Err(MapError::NameTooLong);
     }
     if value.len() > VALUE_BYTES_MAX {
-        return Err(FsError::Invalid(format!(
+        return Err(MapError::Invalid(format!(
             "a value of {} bytes (at most {VALUE_BYTES_MAX})",
             value.len()
         )));
@@ -882,9 +890,10 @@ fn check_sizes(name: &[u8], value: &[u8]) -> Result<(), FsError> {
     Ok(())
 }
 
-/// A map's blocks as bytes, without an object set: the decoders and encoders `DirMap` itself
-/// uses, reachable for `tests/format_doc.rs` (sizes of the documented layouts) and the fuzz
-/// cases in `cairn-fuzz-cases`. Nothing in the filesystem calls this module.
+/// A map's blocks as bytes, without an object set: the decoders and encoders `HashedMap` itself
+/// uses, reachable for cairn-fs's `tests/format_doc.rs` (sizes of the documented layouts;
+/// `cairn_fs::raw` re-exports them) and the fuzz cases in `cairn-fuzz-cases`. The map's users
+/// do not call this module.
 #[doc(hidden)]
 pub mod raw {
     use super::{Entry, Header, Layout, Leaf};
@@ -901,7 +910,7 @@ pub mod raw {
         pub inline_table: Vec<u64>,
     }
 
-    /// Decodes and checks a header block, as `DirMap` does on every access.
+    /// Decodes and checks a header block, as `HashedMap` does on every access.
     pub fn decode_header(block: &[u8]) -> Result<MapHeader, String> {
         let header = super::decode_header(block)?;
         Ok(MapHeader {
@@ -914,7 +923,7 @@ pub mod raw {
         })
     }
 
-    /// A header block as `DirMap` writes it (zero past the table).
+    /// A header block as `HashedMap` writes it (zero past the table).
     pub fn encode_header(header: &MapHeader) -> Result<Vec<u8>, String> {
         let layout = Layout::of_version(header.version)
             .ok_or_else(|| format!("unknown version {}", header.version))?;
@@ -931,7 +940,7 @@ pub mod raw {
         }))
     }
 
-    /// A leaf's local depth and entries, checked as `DirMap` checks them.
+    /// A leaf's local depth and entries, checked as `HashedMap` checks them.
     pub fn decode_leaf(bytes: &[u8]) -> Result<(u8, Vec<Entry>), String> {
         let mut entries = Vec::new();
         let local_depth = super::scan_leaf_bytes(bytes, |key, name, value, kind| {
@@ -947,7 +956,7 @@ pub mod raw {
         Ok((local_depth as u8, entries))
     }
 
-    /// A leaf's bytes as `DirMap` writes them, unpadded.
+    /// A leaf's bytes as `HashedMap` writes them, unpadded.
     pub fn encode_leaf(local_depth: u8, entries: &[Entry]) -> Vec<u8> {
         super::encode_leaf(&Leaf {
             local_depth: u32::from(local_depth),
