@@ -1,33 +1,48 @@
-//! A dataset's deadlist: the blocks its head stopped referencing while a snapshot still
-//! references them (cairn-object's birth-txg rule hands them over as `dead_blocks`), grouped by
-//! the snapshot interval each was born in, with running totals per group.
+//! A deadlist: the blocks a dataset's head (or, once a snapshot is taken, that snapshot)
+//! stopped referencing while an older snapshot still references them. cairn-object's
+//! birth-txg rule hands them over as `dead_blocks`; they stay allocated until the snapshots
+//! that reference them are destroyed.
 //!
-//! Why grouped: snapshot accounting asks "how many bytes were born in (a, b]" for snapshot txgs
-//! a < b — what destroying a snapshot frees (the blocks of the next one's deadlist born after
-//! the destroyed one's predecessor), a snapshot's `used`, `written@snap` — and the answer must
-//! be a sum over a few groups, never a scan of blocks (OpenZFS's deadlists, `dsl_deadlist.c`).
+//! Why totals by interval: snapshot accounting asks "how many bytes were born in (a, b]" for
+//! snapshot txgs a < b — a snapshot's `used`, `written@snap`, what destroying a snapshot
+//! frees — and the answer must be a sum over a few totals, never a scan of blocks (OpenZFS's
+//! deadlists, `dsl_deadlist.c`). So each block is counted under a *key*: the txg of the newest
+//! snapshot of the dataset born before it (0 when none was), which the caller, who knows the
+//! dataset's snapshots, passes to `insert`. `space_range(a, b)` sums the keys in `[a, b)`: the
+//! blocks born in `(a, b]` when `a` and `b` are snapshot txgs (or `b` is `u64::MAX`). Keys are
+//! sparse: only intervals that hold a block have one, so a new deadlist is empty whatever the
+//! number of snapshots, and taking a snapshot is O(1). A key left by a destroyed snapshot is
+//! harmless to every sum whose bounds are live snapshots; `merge_key` folds it into the one
+//! before.
 //!
-//! Keys: the list holds one sub-list per key, and a key is the txg of a snapshot the interval
-//! starts after (0 for "since the dataset began"). Sub-list `k` holds the blocks born in
-//! `(k, next key]`, the last one those born after its key. Keys are added as snapshots are taken
-//! (`add_key`) and removed as they are destroyed (`remove_key`: the interval merges into the
-//! one before). `space_range(a, b)` sums the sub-lists whose key is in `[a, b)`, which is the
-//! blocks born in `(a, b]` when `a` and `b` are keys (or `b` is `u64::MAX`).
+//! On disk the totals travel with their owner's record (`DeadlistPhys`, in a snapshot or head
+//! record), and the block pointers go, in the order they died, into one MOS object of their
+//! own (`ObjectType::DeadList`, `DEADLIST_BLOCK_BYTES` blocks of 128-byte pointers, created by
+//! the first write): appending rewrites only the last block. Only destroy and `pool check`
+//! read the pointers back, so memory holds totals, not blocks, however much has died.
 //!
-//! Invariants (checked by `check`, asserted cheaply where they are made): key 0 is always
-//! present; every block sits in the sub-list its birth txg selects; each sub-list's totals are
-//! the sums over its blocks; a block is never a hole and never born at txg 0.
-//!
-//! This is the in-memory form and its operations. How it is kept on disk (one object per
-//! sub-list, so a snapshot's create or destroy rewrites only the sub-lists it touches) is the
-//! next step of snapshots (issue 34), with the sync task that hands a head's deadlist to a new
-//! snapshot.
+//! Invariants (`check_blocks` verifies them against the pointers read back): a block is never
+//! a hole and is born after its key; each key's totals are the sums over its blocks; the
+//! object holds `stored_entries` pointers, and the ones added since the last write wait in
+//! `pending` (written in the txg whose sync added them, so none is ever lost or leaked).
 
-use cairn_format::BlockPointer;
+use crate::DatasetError;
+use bytes::Bytes;
+use cairn_format::blkptr::BLOCK_POINTER_SIZE;
+use cairn_format::{BlockPointer, ObjectType};
+use cairn_object::ObjectSet;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Block size of a deadlist object: 32 pointers. Small, because most deadlists are small (a
+/// snapshot taken after every few writes keeps a handful of dead blocks).
+pub const DEADLIST_BLOCK_BYTES: u32 = 4096;
+const POINTERS_PER_BLOCK: u64 = DEADLIST_BLOCK_BYTES as u64 / BLOCK_POINTER_SIZE as u64;
+/// Capacity a new deadlist object is created with, in blocks (it grows a level as needed).
+const OBJECT_CAPACITY_BLOCKS: u64 = 1 << 20;
+
 /// The byte totals of a set of dead blocks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeadSpace {
     /// Bytes the blocks take on disk, every copy (what freeing them returns).
     pub allocated_bytes: u64,
@@ -37,7 +52,7 @@ pub struct DeadSpace {
 }
 
 impl DeadSpace {
-    fn of(bp: &BlockPointer) -> DeadSpace {
+    pub fn of(bp: &BlockPointer) -> DeadSpace {
         DeadSpace {
             allocated_bytes: bp.allocated_bytes(),
             logical_bytes: u64::from(bp.lsize),
@@ -45,118 +60,103 @@ impl DeadSpace {
         }
     }
 
-    fn add(&mut self, other: DeadSpace) {
+    pub fn add(&mut self, other: DeadSpace) {
         self.allocated_bytes += other.allocated_bytes;
         self.logical_bytes += other.logical_bytes;
         self.blocks += other.blocks;
     }
 }
 
-/// The blocks of one snapshot interval, with their totals.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-struct Sublist {
-    blocks: Vec<BlockPointer>,
-    space: DeadSpace,
-}
-
-impl Sublist {
-    fn push(&mut self, bp: BlockPointer) {
-        self.space.add(DeadSpace::of(&bp));
-        self.blocks.push(bp);
-    }
-
-    fn append(&mut self, other: Sublist) {
-        self.space.add(other.space);
-        self.blocks.extend(other.blocks);
-    }
+/// A deadlist as its owner's record stores it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadlistPhys {
+    /// The MOS object holding the pointers (0: none yet).
+    pub object: u64,
+    /// Pointers the object holds.
+    pub entries: u64,
+    /// Totals by key, keys ascending.
+    pub totals: Vec<(u64, DeadSpace)>,
 }
 
 /// See the module doc.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Deadlist {
-    sublists: BTreeMap<u64, Sublist>,
-}
-
-impl Default for Deadlist {
-    fn default() -> Deadlist {
-        Deadlist::new()
-    }
+    object: u64,
+    stored_entries: u64,
+    totals: BTreeMap<u64, DeadSpace>,
+    pending: Vec<BlockPointer>,
 }
 
 impl Deadlist {
-    /// An empty deadlist with the one key every list has, 0.
+    /// An empty deadlist (no object yet).
     pub fn new() -> Deadlist {
-        Deadlist {
-            sublists: BTreeMap::from([(0, Sublist::default())]),
-        }
+        Deadlist::default()
     }
 
-    /// Starts an interval after snapshot txg `txg`: blocks born after it go to a sub-list of
-    /// their own. A key that exists already changes nothing.
-    pub fn add_key(&mut self, txg: u64) {
-        // Blocks already here born after `txg` belong to the new interval: move them.
-        let Some((&before, _)) = self.sublists.range(..txg).next_back() else {
-            // `txg` is 0, which is always a key.
-            return;
-        };
-        if self.sublists.contains_key(&txg) {
-            return;
-        }
-        let old = std::mem::take(
-            self.sublists
-                .get_mut(&before)
-                .expect("the key just found is present"),
-        );
-        let mut kept = Sublist::default();
-        let mut moved = Sublist::default();
-        for bp in old.blocks {
-            if bp.birth_txg > txg {
-                moved.push(bp);
-            } else {
-                kept.push(bp);
+    /// The deadlist a record holds; `Corrupt` if the totals are out of order or disagree
+    /// with the number of entries.
+    pub fn from_phys(phys: &DeadlistPhys) -> Result<Deadlist, DatasetError> {
+        let mut totals = BTreeMap::new();
+        let mut blocks = 0u64;
+        for &(key, space) in &phys.totals {
+            if totals.insert(key, space).is_some() || space.blocks == 0 {
+                return Err(DatasetError::Corrupt(format!(
+                    "deadlist object {}: key {key} repeated or empty",
+                    phys.object
+                )));
             }
+            blocks = blocks.saturating_add(space.blocks);
         }
-        self.sublists.insert(before, kept);
-        self.sublists.insert(txg, moved);
+        if blocks != phys.entries || (phys.object == 0) != (phys.entries == 0) {
+            return Err(DatasetError::Corrupt(format!(
+                "deadlist object {}: totals count {blocks} blocks, the object {}",
+                phys.object, phys.entries
+            )));
+        }
+        Ok(Deadlist {
+            object: phys.object,
+            stored_entries: phys.entries,
+            totals,
+            pending: Vec::new(),
+        })
     }
 
-    /// Ends the interval that starts at snapshot txg `txg` (the snapshot was destroyed): its
-    /// blocks join the interval before. Key 0 is never removed.
-    pub fn remove_key(&mut self, txg: u64) {
-        if txg == 0 {
-            return;
-        }
-        let Some(removed) = self.sublists.remove(&txg) else {
-            return;
-        };
-        let (_, before) = self
-            .sublists
-            .range_mut(..txg)
-            .next_back()
-            .expect("key 0 is always present");
-        before.append(removed);
-    }
-
-    /// Adds a block the head stopped referencing, to the interval its birth selects.
-    pub fn insert(&mut self, bp: BlockPointer) {
+    /// The record's form. Every pointer must have been written (`write`).
+    pub fn to_phys(&self) -> DeadlistPhys {
         assert!(
-            !bp.is_hole() && bp.birth_txg > 0,
-            "a hole or a block of no txg on a deadlist"
+            self.pending.is_empty(),
+            "a deadlist encoded with {} pointers not yet written",
+            self.pending.len()
         );
-        let (_, sublist) = self
-            .sublists
-            .range_mut(..bp.birth_txg)
-            .next_back()
-            .expect("key 0 is below every birth txg");
-        sublist.push(bp);
+        DeadlistPhys {
+            object: self.object,
+            entries: self.stored_entries,
+            totals: self
+                .totals
+                .iter()
+                .map(|(&key, &space)| (key, space))
+                .collect(),
+        }
     }
 
-    /// Adds every block of `other` (a destroyed snapshot's deadlist merged into its successor's).
-    pub fn merge(&mut self, other: Deadlist) {
-        for (_, sublist) in other.sublists {
-            for bp in sublist.blocks {
-                self.insert(bp);
-            }
+    /// Adds a block the owner stopped referencing, counted under `key` (the txg of the newest
+    /// snapshot born before it, 0 if none).
+    pub fn insert(&mut self, key: u64, bp: BlockPointer) {
+        assert!(
+            !bp.is_hole() && bp.birth_txg > key,
+            "a hole, or a block born in txg {} under key {key}, on a deadlist",
+            bp.birth_txg
+        );
+        self.totals.entry(key).or_default().add(DeadSpace::of(&bp));
+        self.pending.push(bp);
+    }
+
+    /// Counts the blocks of key `from` under `into` (`into < from`: the snapshot `from` named
+    /// is gone, its interval joins the one before).
+    pub fn merge_key(&mut self, from: u64, into: u64) {
+        assert!(into < from, "key {from} merged into later key {into}");
+        if let Some(space) = self.totals.remove(&from) {
+            self.totals.entry(into).or_default().add(space);
         }
     }
 
@@ -165,64 +165,146 @@ impl Deadlist {
         self.space_range(0, u64::MAX)
     }
 
-    /// The totals of the sub-lists whose key is in `[min_txg, max_txg)`: the blocks born in
-    /// `(min_txg, max_txg]` when both are keys (or `max_txg` is `u64::MAX`). A sum over
-    /// sub-lists, never over blocks.
+    /// The totals of the keys in `[min_txg, max_txg)`: the blocks born in `(min_txg, max_txg]`
+    /// when both bound snapshot intervals. A sum over keys, never over blocks.
     pub fn space_range(&self, min_txg: u64, max_txg: u64) -> DeadSpace {
         let mut total = DeadSpace::default();
-        if min_txg >= max_txg {
-            return total;
-        }
-        for (_, sublist) in self.sublists.range(min_txg..max_txg) {
-            total.add(sublist.space);
+        if min_txg < max_txg {
+            for space in self.totals.range(min_txg..max_txg).map(|(_, space)| space) {
+                total.add(*space);
+            }
         }
         total
     }
 
-    /// Takes the blocks of the sub-lists whose key is in `[min_txg, max_txg)` out of the list
-    /// (their keys stay, empty): the blocks a snapshot's destroy frees.
-    pub fn take_range(&mut self, min_txg: u64, max_txg: u64) -> Vec<BlockPointer> {
-        let mut taken = Vec::new();
-        if min_txg >= max_txg {
-            return taken;
-        }
-        for (_, sublist) in self.sublists.range_mut(min_txg..max_txg) {
-            taken.extend(std::mem::take(sublist).blocks);
-        }
-        taken
-    }
-
-    /// The keys, in order (0 first).
+    /// The keys, ascending.
     pub fn keys(&self) -> impl Iterator<Item = u64> + '_ {
-        self.sublists.keys().copied()
+        self.totals.keys().copied()
     }
 
-    /// Checks every invariant of the module doc; for tests and `pool check`.
-    pub fn check(&self) -> Result<(), String> {
-        if !self.sublists.contains_key(&0) {
-            return Err("deadlist without key 0".into());
+    /// The MOS object holding the pointers (0: none).
+    pub fn object(&self) -> u64 {
+        self.object
+    }
+
+    /// Whether pointers wait to be written.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Appends the pending pointers to the list's object in `txg` (sync context), creating the
+    /// object, numbered by `new_object`, on the first write. Rewrites only the blocks the
+    /// appended pointers land in.
+    pub fn write(
+        &mut self,
+        mos: &ObjectSet,
+        txg: u64,
+        new_object: impl FnOnce() -> u64,
+    ) -> Result<(), DatasetError> {
+        if self.pending.is_empty() {
+            return Ok(());
         }
-        let keys: Vec<u64> = self.keys().collect();
-        for (index, (&key, sublist)) in self.sublists.iter().enumerate() {
-            let next = keys.get(index + 1).copied().unwrap_or(u64::MAX);
-            let mut sum = DeadSpace::default();
-            for bp in &sublist.blocks {
-                if bp.is_hole() || bp.birth_txg <= key || bp.birth_txg > next {
-                    return Err(format!(
-                        "a block born in txg {} in the sub-list of ({key}, {next}]",
-                        bp.birth_txg
-                    ));
-                }
-                sum.add(DeadSpace::of(bp));
+        if self.object == 0 {
+            self.object = new_object();
+            assert!(self.object != 0, "a deadlist object numbered 0");
+            mos.create_object(
+                txg,
+                self.object,
+                ObjectType::DeadList,
+                DEADLIST_BLOCK_BYTES,
+                OBJECT_CAPACITY_BLOCKS,
+            );
+        }
+        let mut blkid = self.stored_entries / POINTERS_PER_BLOCK;
+        let mut block = self.read_block(mos, blkid)?;
+        for bp in std::mem::take(&mut self.pending) {
+            let slot = (self.stored_entries % POINTERS_PER_BLOCK) as usize * BLOCK_POINTER_SIZE;
+            block[slot..slot + BLOCK_POINTER_SIZE].copy_from_slice(&bp.to_bytes());
+            self.stored_entries += 1;
+            if self.stored_entries.is_multiple_of(POINTERS_PER_BLOCK) {
+                mos.write_block(txg, self.object, blkid, Bytes::from(block));
+                blkid += 1;
+                block = vec![0; DEADLIST_BLOCK_BYTES as usize];
             }
-            if sum != sublist.space {
-                return Err(format!(
-                    "sub-list {key} totals {:?}, its blocks sum to {sum:?}",
-                    sublist.space
-                ));
-            }
+        }
+        if !self.stored_entries.is_multiple_of(POINTERS_PER_BLOCK) {
+            mos.write_block(txg, self.object, blkid, Bytes::from(block));
         }
         Ok(())
+    }
+
+    /// Every pointer on the list, in the order they died (written and pending).
+    pub fn read_blocks(&self, mos: &ObjectSet) -> Result<Vec<BlockPointer>, DatasetError> {
+        let mut blocks = Vec::with_capacity(self.stored_entries as usize + self.pending.len());
+        for blkid in 0..self.stored_entries.div_ceil(POINTERS_PER_BLOCK) {
+            let block = self.read_block(mos, blkid)?;
+            let first = blkid * POINTERS_PER_BLOCK;
+            let count = (self.stored_entries - first).min(POINTERS_PER_BLOCK) as usize;
+            for raw in block.chunks_exact(BLOCK_POINTER_SIZE).take(count) {
+                let bp = BlockPointer::decode(raw).map_err(|err| {
+                    DatasetError::Corrupt(format!("deadlist object {}: {err}", self.object))
+                })?;
+                blocks.push(bp);
+            }
+        }
+        blocks.extend_from_slice(&self.pending);
+        Ok(blocks)
+    }
+
+    /// Checks `blocks` (as `read_blocks` returned them) against the totals: each block born
+    /// after its key as `key_of` computes it, and each key's totals the sum of its blocks.
+    pub fn check_blocks(
+        &self,
+        blocks: &[BlockPointer],
+        key_of: impl Fn(u64) -> u64,
+    ) -> Result<(), String> {
+        let mut sums: BTreeMap<u64, DeadSpace> = BTreeMap::new();
+        for bp in blocks {
+            if bp.is_hole() || bp.birth_txg == 0 {
+                return Err(format!("deadlist object {}: a hole", self.object));
+            }
+            sums.entry(key_of(bp.birth_txg))
+                .or_default()
+                .add(DeadSpace::of(bp));
+        }
+        // Keys the caller no longer knows (a destroyed snapshot's, not yet merged) are summed
+        // with the one their blocks now fall under.
+        let mut totals: BTreeMap<u64, DeadSpace> = BTreeMap::new();
+        for (&key, &space) in &self.totals {
+            totals
+                .entry(if key == 0 { 0 } else { key_of(key + 1) })
+                .or_default()
+                .add(space);
+        }
+        if sums != totals {
+            return Err(format!(
+                "deadlist object {}: totals {totals:?}, its blocks sum to {sums:?}",
+                self.object
+            ));
+        }
+        Ok(())
+    }
+
+    /// Block `blkid` of the object, zeros if it is a hole or there is no object yet.
+    fn read_block(&self, mos: &ObjectSet, blkid: u64) -> Result<Vec<u8>, DatasetError> {
+        if self.object == 0 {
+            return Ok(vec![0; DEADLIST_BLOCK_BYTES as usize]);
+        }
+        let block = mos
+            .read_block(self.object, blkid)
+            .map_err(|source| DatasetError::Io {
+                name: format!("deadlist object {}", self.object),
+                source: source.into(),
+            })?;
+        match block {
+            None => Ok(vec![0; DEADLIST_BLOCK_BYTES as usize]),
+            Some(block) if block.len() == DEADLIST_BLOCK_BYTES as usize => Ok(block.to_vec()),
+            Some(block) => Err(DatasetError::Corrupt(format!(
+                "deadlist object {}: block {blkid} of {} bytes",
+                self.object,
+                block.len()
+            ))),
+        }
     }
 }
 
@@ -245,89 +327,116 @@ mod tests {
         bp
     }
 
+    /// The key of a birth among snapshot txgs `snaps`.
+    fn key_of(snaps: &[u64], birth: u64) -> u64 {
+        snaps
+            .iter()
+            .copied()
+            .filter(|&snap| snap < birth)
+            .max()
+            .unwrap_or(0)
+    }
+
     #[test]
-    fn a_block_goes_to_the_interval_it_was_born_in() {
+    fn a_block_is_counted_in_the_interval_it_was_born_in() {
+        let snaps = [10, 20];
         let mut list = Deadlist::new();
-        list.add_key(10);
-        list.add_key(20);
         for birth in [5, 10, 11, 20, 21] {
-            list.insert(bp(birth, 512));
+            list.insert(key_of(&snaps, birth), bp(birth, 512));
         }
-        list.check().unwrap();
         // Born in (0, 10]: 5 and 10; in (10, 20]: 11 and 20; after 20: 21.
         assert_eq!(list.space_range(0, 10).blocks, 2);
         assert_eq!(list.space_range(10, 20).blocks, 2);
         assert_eq!(list.space_range(20, u64::MAX).blocks, 1);
         assert_eq!(list.space().allocated_bytes, 5 * 512);
-        // Destroying snapshot 10 merges its interval into the one before.
-        list.remove_key(10);
-        list.check().unwrap();
+        // Snapshot 10 destroyed: its interval joins the one before.
+        list.merge_key(10, 0);
         assert_eq!(list.space_range(0, 20).blocks, 4);
-        assert_eq!(list.take_range(0, 20).len(), 4);
-        assert_eq!(list.space().blocks, 1);
-        list.check().unwrap();
+        assert_eq!(list.keys().collect::<Vec<_>>(), vec![0, 20]);
+    }
+
+    #[test]
+    fn records_with_inconsistent_totals_are_refused() {
+        let space = DeadSpace {
+            allocated_bytes: 512,
+            logical_bytes: 4096,
+            blocks: 1,
+        };
+        let good = DeadlistPhys {
+            object: 7,
+            entries: 1,
+            totals: vec![(0, space)],
+        };
+        assert!(Deadlist::from_phys(&good).is_ok());
+        for bad in [
+            DeadlistPhys {
+                entries: 2,
+                ..good.clone()
+            },
+            DeadlistPhys {
+                object: 0,
+                ..good.clone()
+            },
+            DeadlistPhys {
+                entries: 2,
+                totals: vec![(0, space), (0, space)],
+                ..good.clone()
+            },
+        ] {
+            assert!(Deadlist::from_phys(&bad).is_err(), "{bad:?} accepted");
+        }
     }
 
     #[derive(Debug, Clone)]
     enum Step {
-        Key(u64),
-        RemoveKey(usize),
+        /// Txgs pass, then a snapshot is taken.
+        Snapshot(u64),
+        Destroy(usize),
+        /// A block dies, born `n` txgs before now (at least txg 1).
         Insert(u64, u32),
-        Take(usize, usize),
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            (1u64..200).prop_map(Step::Key),
-            (0usize..8).prop_map(Step::RemoveKey),
-            (1u64..220, 1u32..64).prop_map(|(birth, sectors)| Step::Insert(birth, sectors * 512)),
-            (0usize..8, 0usize..8).prop_map(|(a, b)| Step::Take(a, b)),
+            (1u64..20).prop_map(Step::Snapshot),
+            (0usize..8).prop_map(Step::Destroy),
+            (0u64..100, 1u32..64).prop_map(|(age, sectors)| Step::Insert(age, sectors * 512)),
         ]
     }
 
-    /// The key at `index` of the list's keys (wrapping), or `u64::MAX` past them.
-    fn key_at(list: &Deadlist, index: usize) -> u64 {
-        let keys: Vec<u64> = list.keys().collect();
-        keys.get(index % (keys.len() + 1))
-            .copied()
-            .unwrap_or(u64::MAX)
-    }
-
     proptest! {
-        /// Against a model that keeps every block in one vector: after every step the range
-        /// sums equal a brute-force count of the blocks born in the range, and the list's
-        /// invariants hold.
+        /// Against a model that keeps every block: after every step the sums over any two
+        /// snapshot bounds equal a brute-force count of the blocks born between them, and the
+        /// blocks check against the totals. Time only moves forward: a snapshot is newer than
+        /// every block that died before it.
         #[test]
         fn range_sums_equal_a_brute_force_count(steps in prop::collection::vec(step(), 1..80)) {
+            let mut now = 1u64;
+            let mut snaps: Vec<u64> = Vec::new();
             let mut list = Deadlist::new();
             let mut model: Vec<BlockPointer> = Vec::new();
             for step in steps {
                 match step {
-                    Step::Key(txg) => list.add_key(txg),
-                    Step::RemoveKey(index) => list.remove_key(key_at(&list, index)),
-                    Step::Insert(birth, asize) => {
-                        list.insert(bp(birth, asize));
+                    Step::Snapshot(passed) => {
+                        now += passed;
+                        snaps.push(now);
+                        now += 1;
+                    }
+                    Step::Destroy(index) if !snaps.is_empty() => {
+                        let gone = snaps.remove(index % snaps.len());
+                        list.merge_key(gone, key_of(&snaps, gone));
+                    }
+                    Step::Destroy(_) => {}
+                    Step::Insert(age, asize) => {
+                        let birth = now.saturating_sub(age).max(1);
+                        list.insert(key_of(&snaps, birth), bp(birth, asize));
                         model.push(bp(birth, asize));
                     }
-                    Step::Take(a, b) => {
-                        let (min, max) = (key_at(&list, a), key_at(&list, b));
-                        let mut taken = list.take_range(min, max);
-                        let mut expected: Vec<BlockPointer> = model
-                            .iter()
-                            .filter(|bp| min < max && bp.birth_txg > min && bp.birth_txg <= max)
-                            .copied()
-                            .collect();
-                        model.retain(|bp| !(min < max && bp.birth_txg > min && bp.birth_txg <= max));
-                        let order = |bp: &BlockPointer| (bp.birth_txg, bp.dvas[0].asize);
-                        taken.sort_by_key(order);
-                        expected.sort_by_key(order);
-                        prop_assert_eq!(taken, expected);
-                    }
                 }
-                prop_assert_eq!(list.check(), Ok(()));
-                let keys: Vec<u64> = list.keys().chain([u64::MAX]).collect();
-                for (i, &min) in keys.iter().enumerate() {
-                    for &max in &keys[i..] {
+                prop_assert_eq!(list.check_blocks(&model, |birth| key_of(&snaps, birth)), Ok(()));
+                let bounds: Vec<u64> = [0].into_iter().chain(snaps.iter().copied()).chain([u64::MAX]).collect();
+                for (i, &min) in bounds.iter().enumerate() {
+                    for &max in &bounds[i..] {
                         let born: Vec<&BlockPointer> = model
                             .iter()
                             .filter(|bp| bp.birth_txg > min && bp.birth_txg <= max)

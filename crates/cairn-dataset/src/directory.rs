@@ -32,6 +32,10 @@ pub struct DatasetRecord {
     pub objset_bp: Vec<u8>,
     /// Bytes allocated by the object set (all copies).
     pub used_bytes: u64,
+    /// `usedbysnapshots`: bytes only the dataset's snapshots hold. Not stored: derived from
+    /// the snapshot table at import and kept current by the txg sync.
+    #[serde(skip)]
+    pub snapshots_bytes: u64,
 }
 
 impl DatasetRecord {
@@ -406,6 +410,7 @@ impl DatasetDirectory {
             properties,
             objset_bp: BlockPointer::HOLE.to_bytes().to_vec(),
             used_bytes: 0,
+            snapshots_bytes: 0,
         };
         Ok(self.datasets.entry(name.to_string()).or_insert(record))
     }

@@ -37,6 +37,7 @@ pub mod deadlist;
 pub mod directory;
 mod names;
 pub mod properties;
+pub mod snapshots;
 pub mod space;
 pub mod space_check;
 mod volume;

@@ -8,7 +8,7 @@
 //! - `reservation` guarantees the dataset together with its descendants: the dataset is
 //!   charged to its parent as `max(reservation, USED)`.
 //!
-//! So `USED(d) = max(referenced, refreservation) + Σ charged(child)` and
+//! So `USED(d) = max(referenced, refreservation) + usedbysnapshots + Σ charged(child)` and
 //! `charged(d) = max(reservation, USED(d))`. The pool's *reserved headroom* is what the roots
 //! are charged beyond what every dataset references: space promised but not yet written. A
 //! write of `n` bytes to `d` fits when the pool can hold it plus the headroom left after it,
@@ -20,9 +20,9 @@
 //! pool cannot keep.
 //!
 //! Two properties limit space, with ZFS's meanings: `quota` caps USED (the dataset with its
-//! descendants and unused reservations), `refquota` caps what the dataset itself references.
-//! cairn has no snapshots, so on a dataset without children the two differ only in that
-//! `quota` also counts an unused `refreservation`. A dataset's AVAIL is the least of what the
+//! snapshots, descendants and unused reservations), `refquota` caps what the dataset itself
+//! references: on a dataset without children they differ by what only its snapshots hold
+//! (`usedbysnapshots`, which `USED` counts) and an unused `refreservation`. A dataset's AVAIL is the least of what the
 //! pool leaves it and what its quotas and its ancestors' quotas leave (`quota_room`). A limit
 //! is refused below what is already used or reserved (`check_limits`).
 //!
@@ -46,6 +46,8 @@ pub struct DatasetSpace {
     pub refreservation_bytes: u64,
     /// Bytes the dataset's own object set holds.
     pub referenced_bytes: u64,
+    /// Bytes only its snapshots hold (`usedbysnapshots`).
+    pub snapshots_bytes: u64,
     /// `refreservation` not yet filled by referenced data.
     pub refreservation_unused_bytes: u64,
     /// Children's charges (each `max(reservation, USED)`).
@@ -55,9 +57,12 @@ pub struct DatasetSpace {
 }
 
 impl DatasetSpace {
-    /// USED: referenced + unused refreservation + children.
+    /// USED: referenced + snapshots + unused refreservation + children.
     pub fn used_bytes(&self) -> u64 {
-        self.referenced_bytes + self.refreservation_unused_bytes + self.children_bytes
+        self.referenced_bytes
+            + self.snapshots_bytes
+            + self.refreservation_unused_bytes
+            + self.children_bytes
     }
 
     /// What the dataset costs its parent: `max(reservation, USED)`.
@@ -106,6 +111,7 @@ impl SpaceView {
                 reservation_bytes: reservation,
                 refreservation_bytes: refreservation,
                 referenced_bytes: record.used_bytes,
+                snapshots_bytes: record.snapshots_bytes,
                 refreservation_unused_bytes: refreservation.saturating_sub(record.used_bytes),
                 children_bytes,
                 reservation_unused_bytes: 0,
@@ -118,7 +124,10 @@ impl SpaceView {
             .filter(|(name, _)| parent_of(name).is_none())
             .map(|(_, space)| space.charged_bytes())
             .sum();
-        let referenced_all: u64 = datasets.values().map(|space| space.referenced_bytes).sum();
+        let referenced_all: u64 = datasets
+            .values()
+            .map(|space| space.referenced_bytes + space.snapshots_bytes)
+            .sum();
         SpaceView {
             datasets,
             reserved_headroom_bytes: charged_roots.saturating_sub(referenced_all),

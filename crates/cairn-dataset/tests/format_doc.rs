@@ -11,7 +11,9 @@
 mod doc_check;
 
 use cairn_dataset::DatasetDirectory;
+use cairn_dataset::deadlist::DEADLIST_BLOCK_BYTES;
 use cairn_dataset::directory::{HISTORY_ENTRIES_MAX, MISSED_TXGS_VERSION};
+use cairn_dataset::snapshots::SNAPSHOT_RECORD_VERSION;
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, tables_with_header,
 };
@@ -19,9 +21,15 @@ use std::collections::BTreeMap;
 
 /// The section cairn-dataset owns.
 const SECTION: &str = "Dataset directory";
+/// The snapshot table's section, also cairn-dataset's.
+const SNAPSHOT_SECTION: &str = "Snapshots";
 
 fn directory_section() -> String {
     sections(&read_doc(), &[SECTION])
+}
+
+fn snapshot_section() -> String {
+    sections(&read_doc(), &[SNAPSHOT_SECTION])
 }
 
 /// Every constant the section may state, with the code's value.
@@ -86,6 +94,22 @@ fn documented_constants_match_the_code() {
         "cairn-dataset",
         "constants",
         &check_constants(&directory_section(), &code_constants()),
+    );
+}
+
+#[test]
+fn snapshot_constants_match_the_code() {
+    let constants = BTreeMap::from([
+        (
+            "SNAPSHOT_RECORD_VERSION",
+            u64::from(SNAPSHOT_RECORD_VERSION),
+        ),
+        ("DEADLIST_BLOCK_BYTES", u64::from(DEADLIST_BLOCK_BYTES)),
+    ]);
+    assert_no_problems(
+        "cairn-dataset",
+        "snapshot constants",
+        &check_constants(&snapshot_section(), &constants),
     );
 }
 

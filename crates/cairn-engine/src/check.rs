@@ -7,7 +7,12 @@
 //! - double references: two pointers whose copies overlap;
 //! - references to space the space log says is free;
 //! - leaks: allocated space no pointer references;
-//! - per-dataset `used` that differs from the sum of its blocks.
+//! - per-dataset `used` that differs from the sum of its blocks;
+//! - deadlists and `usedbysnapshots` that disagree with the trees (`check_snapshots.rs`).
+//!
+//! Each dataset's snapshots are walked oldest first, each from its predecessor's txg, then the
+//! head from the newest snapshot's (`PoolCore::tree_roots`), so a block they share is visited
+//! and counted once and a double reference still means two pointers to one place.
 //!
 //! The checker never writes. On a pool opened read-only it sees exactly what is on disk (an
 //! exported pool too: `pool check -d DIR`, opened read-only for the check); on a live pool (a
@@ -24,7 +29,7 @@ use crate::scrub::describe;
 use crate::{EngineError, Pool};
 use bytes::Bytes;
 use cairn_format::{BlockPointer, IntentLogHeader};
-use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
+use cairn_object::{TreeVisitor, VisitedBlock, walk_objset, walk_objset_born_after};
 use cairn_pipeline::BlockIo;
 use cairn_zil::read_log;
 use std::collections::BTreeSet;
@@ -46,6 +51,9 @@ pub struct CheckReport {
     pub references_to_free_space: Vec<String>,
     pub leaks: Vec<String>,
     pub used_mismatches: Vec<String>,
+    /// Deadlists and snapshot space that disagree with the trees (`check_snapshots.rs`).
+    #[serde(default)]
+    pub snapshot_problems: Vec<String>,
     /// Filesystems whose namespace was walked (not on a live pool: operations in flight
     /// would show half-made changes), and what the walks found.
     pub filesystems_checked: u64,
@@ -59,6 +67,7 @@ impl CheckReport {
             && self.references_to_free_space.is_empty()
             && self.leaks.is_empty()
             && self.used_mismatches.is_empty()
+            && self.snapshot_problems.is_empty()
             && self.namespace_problems.is_empty()
     }
 
@@ -70,6 +79,7 @@ impl CheckReport {
             ("reference to free space", &self.references_to_free_space),
             ("leaked space", &self.leaks),
             ("used mismatch", &self.used_mismatches),
+            ("snapshot", &self.snapshot_problems),
             ("namespace", &self.namespace_problems),
         ];
         for (label, items) in sections {
@@ -83,7 +93,9 @@ struct CheckVisitor<'a> {
     io: &'a BlockIo,
     dataset: String,
     extents: Vec<Extent>,
-    dataset_bytes: u64,
+    /// The blocks visited since the last dataset's head: by place (every copy's vdev and
+    /// offset) with their allocated bytes, for the snapshot checks.
+    visited: Vec<(Vec<(u32, u64)>, u64)>,
     report: CheckReport,
 }
 
@@ -101,7 +113,15 @@ impl CheckVisitor<'_> {
             self.extents
                 .push((dva.vdev, dva.offset, u64::from(dva.asize)));
         }
-        self.dataset_bytes += block.bp.allocated_bytes();
+        self.visited.push((
+            block
+                .bp
+                .copies()
+                .iter()
+                .map(|dva| (dva.vdev, dva.offset))
+                .collect(),
+            block.bp.allocated_bytes(),
+        ));
         self.report.referenced_bytes += block.bp.allocated_bytes();
         good
     }
@@ -212,9 +232,14 @@ impl Pool {
         }
     }
 
-    /// Every block pointer of a dataset's object set as of the last sync (for tools and tests).
+    /// Every block pointer of a dataset's object set as of the last sync, or of a snapshot's
+    /// (`dataset@snapshot`), for tools and tests.
     pub fn dataset_blocks(&self, dataset: &str) -> Result<Vec<BlockPointer>, EngineError> {
-        let root = self.core.directory.lock().get(dataset)?.objset_bp()?;
+        let root = if dataset.contains('@') {
+            self.snapshot_root(dataset)?.0
+        } else {
+            self.core.directory.lock().get(dataset)?.objset_bp()?
+        };
         let mut collector = Collector {
             io: &self.core.io,
             blocks: Vec::new(),
@@ -255,6 +280,59 @@ impl Pool {
         }
     }
 
+    /// Walks every dataset's snapshots and head into `visitor` (see the module doc), checking
+    /// each head's `used` and, where it has snapshots, its deadlists; collects the intent
+    /// logs' extents as of `txg` into `log_extents`.
+    fn check_datasets(
+        &self,
+        visitor: &mut CheckVisitor<'_>,
+        txg: u64,
+        allocated: &[Extent],
+        log_extents: &mut BTreeSet<Extent>,
+    ) -> Result<(), EngineError> {
+        let roots = self.core.tree_roots();
+        let recorded_used: std::collections::BTreeMap<String, u64> = self
+            .core
+            .directory
+            .lock()
+            .datasets
+            .values()
+            .map(|record| (record.name.clone(), record.used_bytes))
+            .collect();
+        // Each dataset's snapshots, oldest first, then its head: every block once.
+        visitor.visited.clear();
+        for root in roots {
+            let is_head = !root.name.contains('@');
+            visitor.dataset = root.name.clone();
+            walk_objset_born_after(&root.root_bp, root.born_after_txg, visitor);
+            if !is_head {
+                continue;
+            }
+            let name = root.name;
+            self.intent_log_extents(&root.root_bp, txg, allocated, log_extents);
+            let visited = std::mem::take(&mut visitor.visited);
+            let head_bytes = if root.born_after_txg == 0 {
+                visited.iter().map(|(_, bytes)| bytes).sum()
+            } else {
+                let found = crate::check_snapshots::check_dataset_snapshots(
+                    &self.core,
+                    &name,
+                    &root.root_bp,
+                    &visited,
+                )?;
+                visitor.report.snapshot_problems.extend(found.problems);
+                found.head_bytes
+            };
+            let recorded = recorded_used.get(&name).copied().unwrap_or(0);
+            if head_bytes != recorded {
+                visitor.report.used_mismatches.push(format!(
+                    "{name}: blocks add up to {head_bytes} bytes, directory says {recorded}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Verifies every block and the space accounting of the last synced txg.
     pub fn check(&self) -> Result<CheckReport, EngineError> {
         // On a live pool, freeze txg syncs for the duration: hold the open txg (it cannot
@@ -269,19 +347,6 @@ impl Pool {
         };
         let uberblock = self.core.uberblock.lock().clone();
         let _hold = crate::core::ScanGuard::hold(&self.core, uberblock.txg);
-        let datasets: Vec<(String, BlockPointer, u64)> = {
-            let directory = self.core.directory.lock();
-            directory
-                .datasets
-                .values()
-                .filter_map(|record| {
-                    record
-                        .objset_bp()
-                        .ok()
-                        .map(|bp| (record.name.clone(), bp, record.used_bytes))
-                })
-                .collect()
-        };
         let chain = self.core.space_log.lock().chain.clone();
         // As of the checked txg: on a live pool the intent log keeps allocating blocks for the
         // open txg while we look; they are neither leaks nor part of what is checked.
@@ -294,7 +359,7 @@ impl Pool {
             io: &self.core.io,
             dataset: format!("{} (pool metadata)", self.core.name),
             extents: Vec::new(),
-            dataset_bytes: 0,
+            visited: Vec::new(),
             report: CheckReport {
                 txg: uberblock.txg,
                 ..Default::default()
@@ -311,18 +376,7 @@ impl Pool {
             });
         }
         let mut log_extents: BTreeSet<Extent> = BTreeSet::new();
-        for (name, bp, recorded_used) in datasets {
-            visitor.dataset = name.clone();
-            visitor.dataset_bytes = 0;
-            walk_objset(&bp, &mut visitor);
-            self.intent_log_extents(&bp, uberblock.txg, &allocated, &mut log_extents);
-            if visitor.dataset_bytes != recorded_used {
-                visitor.report.used_mismatches.push(format!(
-                    "{name}: blocks add up to {} bytes, directory says {recorded_used}",
-                    visitor.dataset_bytes
-                ));
-            }
-        }
+        self.check_datasets(&mut visitor, uberblock.txg, &allocated, &mut log_extents)?;
         // Taken last: a block allocated in the checked txg by a commit still building its
         // batch when the check started is in its lane by now.
         for log in self.core.intent_logs.lock().values() {

@@ -15,6 +15,7 @@
 
 use crate::EngineError;
 use cairn_dataset::properties::LogBias;
+use cairn_dataset::snapshots::SnapshotTable;
 use cairn_dataset::space::SpaceView;
 use cairn_dataset::{DatasetDirectory, DatasetError};
 use cairn_format::{BlockPointer, PoolState, Uberblock};
@@ -46,6 +47,15 @@ impl SpaceLogState {
     }
 }
 
+/// A snapshot a sync task asked for, taken by the same txg's sync once the head has synced
+/// (`snapshot_sync.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct PendingSnapshot {
+    pub(crate) dataset: String,
+    pub(crate) name: String,
+    pub(crate) id: u64,
+}
+
 pub(crate) type SyncTask = Box<dyn FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send>;
 type TaskReply = crossbeam_channel::Sender<Result<(), EngineError>>;
 
@@ -58,6 +68,10 @@ pub(crate) struct PoolCore {
     pub(crate) space: Arc<Mutex<SpaceAllocator>>,
     pub(crate) mos: ObjectSet,
     pub(crate) directory: Mutex<DatasetDirectory>,
+    /// Every snapshot and deadlist (`snapshot_sync.rs`). Lock order: `directory` first.
+    pub(crate) snapshots: Mutex<SnapshotTable>,
+    /// Snapshots this txg's sync task queued, taken by the same sync once the heads synced.
+    pub(crate) pending_snapshots: Mutex<Vec<PendingSnapshot>>,
     pub(crate) objsets: Mutex<BTreeMap<String, Arc<ObjectSet>>>,
     /// Intent logs of the open volumes: the sync thread calls their `sync_hook` every txg.
     pub(crate) intent_logs: Mutex<BTreeMap<String, Arc<IntentLog>>>,
@@ -133,8 +147,8 @@ pub(crate) fn reclaim_deferred(core: &PoolCore, engine: &TxgEngine) -> bool {
 /// scan (scrub, resilver) walks.
 pub(crate) struct SyncedTree<'a> {
     pub(crate) uberblock: Uberblock,
-    /// Every dataset's object-set root, by name, as the directory of `uberblock.txg` has it.
-    pub(crate) roots: Vec<(String, cairn_format::BlockPointer)>,
+    /// Every dataset's and snapshot's object-set root as of `uberblock.txg` (`tree_roots`).
+    pub(crate) roots: Vec<TreeRoot>,
     /// The space-log chain of `uberblock.txg`.
     pub(crate) chain: Vec<cairn_format::BlockPointer>,
     pub(crate) _guard: ScanGuard<'a>,
@@ -170,13 +184,7 @@ impl<'a> SyncedTree<'a> {
         let _freeze = engine.map(freeze_syncs).transpose()?;
         let uberblock = core.uberblock.lock().clone();
         let guard = ScanGuard::hold(core, uberblock.txg);
-        let roots = core
-            .directory
-            .lock()
-            .datasets
-            .values()
-            .filter_map(|record| record.objset_bp().ok().map(|bp| (record.name.clone(), bp)))
-            .collect();
+        let roots = core.tree_roots();
         let chain = core.space_log.lock().chain.clone();
         Ok(SyncedTree {
             uberblock,
@@ -223,7 +231,47 @@ impl Drop for ScanGuard<'_> {
     }
 }
 
+/// An object-set root to walk: a dataset's head or one of its snapshots, by name, with the
+/// txg its walk starts after (`walk_objset_born_after`).
+#[derive(Debug, Clone)]
+pub(crate) struct TreeRoot {
+    pub(crate) name: String,
+    pub(crate) root_bp: BlockPointer,
+    pub(crate) born_after_txg: u64,
+}
+
 impl PoolCore {
+    /// Every dataset's and snapshot's root as the directory and snapshot table have them
+    /// (the last synced txg's, from the sync thread's point of view): each dataset's snapshots
+    /// oldest first, each to be walked from its predecessor's txg, then its head from its
+    /// newest snapshot's. Walked that way, every block is visited once.
+    pub(crate) fn tree_roots(&self) -> Vec<TreeRoot> {
+        let directory = self.directory.lock();
+        let snapshots = self.snapshots.lock();
+        let mut roots = Vec::new();
+        for record in directory.datasets.values() {
+            let mut born_after_txg = 0;
+            for snapshot in snapshots.snapshots_of(record.id) {
+                if let Ok(root_bp) = snapshot.info.objset_bp() {
+                    roots.push(TreeRoot {
+                        name: format!("{}@{}", record.name, snapshot.info.name),
+                        root_bp,
+                        born_after_txg,
+                    });
+                }
+                born_after_txg = snapshot.info.created_txg;
+            }
+            if let Ok(root_bp) = record.objset_bp() {
+                roots.push(TreeRoot {
+                    name: record.name.clone(),
+                    root_bp,
+                    born_after_txg,
+                });
+            }
+        }
+        roots
+    }
+
     /// The open object set of dataset `name`.
     pub(crate) fn objset(&self, name: &str) -> Result<Arc<ObjectSet>, DatasetError> {
         self.objsets

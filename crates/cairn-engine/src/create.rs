@@ -104,6 +104,8 @@ impl Pool {
             space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
             space_view: Default::default(),
             suspend_handle: Default::default(),
+            snapshots: Mutex::new(Default::default()),
+            pending_snapshots: Mutex::new(Vec::new()),
             scan_floors: Mutex::new(BTreeMap::new()),
             clean_through: Mutex::new(BTreeMap::new()),
         };

@@ -37,15 +37,17 @@ impl Pool {
     pub fn datasets(&self) -> Result<Vec<DatasetInfo>, EngineError> {
         let available = self.core.space.lock().available_bytes();
         let directory = self.core.directory.lock();
+        let snapshots = self.core.snapshots.lock();
         let view = SpaceView::of(&directory);
         let mut out = Vec::new();
         for record in directory.datasets.values() {
             let space = view.datasets.get(&record.name).copied().unwrap_or_default();
-            let properties = directory
+            let mut properties = directory
                 .all_properties(&record.name)?
                 .into_iter()
                 .map(|(name, value, source)| (name, value, source.describe()))
                 .collect::<Vec<_>>();
+            properties.extend(space_properties(&space, &snapshots, record));
             let volsize = (record.kind == DatasetKind::Volume)
                 .then(|| directory.properties_of(&record.name))
                 .transpose()?
@@ -165,6 +167,17 @@ impl Pool {
                 return Err(DatasetError::InvalidName {
                     name: name.into(),
                     reason: format!("has children ({})", child.name),
+                }
+                .into());
+            }
+            let id = directory.get(name)?.id;
+            if let Some(snapshot) = self.core.snapshots.lock().snapshots_of(id).next() {
+                return Err(DatasetError::InvalidName {
+                    name: name.into(),
+                    reason: format!(
+                        "has snapshots ({name}@{}); destroying them is not built yet",
+                        snapshot.info.name
+                    ),
                 }
                 .into());
             }
@@ -367,6 +380,33 @@ impl PoolCore {
         }
         view.check_fits(available)
     }
+}
+
+/// The figures `get` shows beside the properties, read-only (source `-`), with ZFS's names:
+/// USED broken down, `written` since the newest snapshot, the number of snapshots.
+fn space_properties(
+    space: &cairn_dataset::space::DatasetSpace,
+    snapshots: &cairn_dataset::snapshots::SnapshotTable,
+    record: &cairn_dataset::DatasetRecord,
+) -> Vec<(&'static str, String, String)> {
+    let figures = [
+        ("usedbydataset", space.referenced_bytes),
+        ("usedbysnapshots", space.snapshots_bytes),
+        ("usedbychildren", space.children_bytes),
+        ("usedbyrefreservation", space.refreservation_unused_bytes),
+        (
+            "written",
+            snapshots.head_written(record.id, record.used_bytes),
+        ),
+        (
+            "snapshot_count",
+            snapshots.snapshots_of(record.id).count() as u64,
+        ),
+    ];
+    figures
+        .into_iter()
+        .map(|(name, value)| (name, value.to_string(), "-".to_string()))
+        .collect()
 }
 
 /// The dataset whose limits a change of `property` on `dataset` must be checked for.

@@ -31,6 +31,7 @@
 mod budget;
 mod cache_devices;
 mod check;
+mod check_snapshots;
 mod core;
 mod create;
 mod datasets;
@@ -46,6 +47,8 @@ mod resilver;
 mod resilver_task;
 mod scrub;
 mod scrub_progress;
+mod snapshot_sync;
+mod snapshots;
 mod space_check;
 mod txg_sync;
 mod vdev_groups;
@@ -66,6 +69,7 @@ pub use pool_status::{
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
+pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 
 use cairn_device::spec::DeviceSpec;

@@ -15,7 +15,7 @@ use crate::{EngineError, Pool};
 use bytes::Bytes;
 use cairn_dataset::ScrubRecord;
 use cairn_format::ObjectType;
-use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
+use cairn_object::{TreeVisitor, VisitedBlock, walk_objset, walk_objset_born_after};
 use cairn_pipeline::BlockIo;
 
 struct ScrubVisitor<'a> {
@@ -147,9 +147,9 @@ impl Pool {
             };
             visitor.scrub(&block);
         }
-        for (name, bp) in roots {
-            visitor.dataset = name;
-            walk_objset(&bp, &mut visitor);
+        for root in roots {
+            visitor.dataset = root.name;
+            walk_objset_born_after(&root.root_bp, root.born_after_txg, &mut visitor);
         }
         (visitor.report)(&visitor.progress);
         let progress = visitor.progress.clone();

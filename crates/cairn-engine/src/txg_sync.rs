@@ -4,7 +4,9 @@
 //!
 //! Order matters and is the whole crash-safety argument:
 //! 1. sync tasks (directory changes) run first, so the directory written is this txg's;
-//! 2. dataset object sets, then the directory blob, then the MOS are rewritten copy-on-write;
+//! 2. dataset object sets, then the snapshot table (dead blocks onto deadlists, this txg's
+//!    snapshots taken from the new roots: `snapshot_sync.rs`), then the directory blob, then
+//!    the MOS are rewritten copy-on-write;
 //! 3. the space log records every allocation and free of the txg — including the space-log
 //!    block's own allocation, which is why its copies are allocated before it is encoded;
 //! 4. every write is waited for and every leaf flushed *before* the uberblock is written, and
@@ -24,6 +26,7 @@
 
 use crate::EngineError;
 use crate::core::{DIRECTORY_OBJECT, PoolCore};
+use crate::snapshot_sync::SyncedDataset;
 use bytes::Bytes;
 use cairn_dataset::LeafErrorRecord;
 use cairn_device::queue::IoClass;
@@ -31,7 +34,6 @@ use cairn_format::spacelog::{SPACE_LOG_ENTRIES_PER_BLOCK, SpaceLogBlock, SpaceLo
 use cairn_format::{
     BlockPointer, ChecksumAlgorithm, FORMAT_VERSION, ObjectType, SpaceLogEntry, Uberblock,
 };
-use cairn_object::{ObjectSet, SyncedObjset};
 use cairn_pipeline::{WriteBatch, WriteProps};
 use cairn_pool::labels::{LABEL_HALVES, commit_uberblock, write_pool_config_half};
 use cairn_pool::txg::{SyncError, TxgSyncer};
@@ -110,6 +112,10 @@ impl PoolCore {
             }
             directory_changed = true;
         }
+        // With the heads' roots of this txg in the directory: dead blocks onto deadlists,
+        // then this txg's snapshots (`snapshot_sync.rs`).
+        let new_snapshot_heads = self.sync_snapshots(txg, &synced)?;
+        directory_changed |= self.write_snapshot_table(txg)?;
         directory_changed |= self.persist_leaf_errors();
         // Sides that are out now miss this txg: on record before the directory is encoded.
         directory_changed |= self.note_missed_txgs();
@@ -157,6 +163,10 @@ impl PoolCore {
         }
         for (_, objset, result) in synced {
             objset.publish(result);
+        }
+        // From the next txg on, each head keeps what its new snapshot references.
+        for objset in new_snapshot_heads {
+            objset.set_prev_snap_txg(txg);
         }
         if let Some(result) = mos_synced {
             self.mos.publish(result);
@@ -233,7 +243,7 @@ impl PoolCore {
         &self,
         txg: u64,
         batch: &mut WriteBatch<'_>,
-    ) -> Result<Vec<(String, Arc<ObjectSet>, SyncedObjset)>, EngineError> {
+    ) -> Result<Vec<SyncedDataset>, EngineError> {
         let objsets: Vec<_> = self
             .objsets
             .lock()
@@ -244,12 +254,6 @@ impl PoolCore {
         for (name, objset) in objsets {
             if objset.is_dirty(txg) {
                 let result = objset.sync(txg, batch)?;
-                // No dataset has a deadlist yet (snapshots are issue 34's): a block kept for
-                // a snapshot here would be referenced by nothing on disk, a leak.
-                assert!(
-                    result.dead_blocks().is_empty(),
-                    "{name}: blocks kept for a snapshot, and no deadlist to hold them"
-                );
                 synced.push((name, objset, result));
             } else {
                 objset.skip_txg(txg);

@@ -131,6 +131,10 @@ pub enum ObjectType {
     /// One extended attribute value too large for its map's entry (a blob: length in the
     /// bonus).
     XattrValue = 14,
+    /// The pool's snapshot table: a hashed map in the MOS (`cairn-engine`'s snapshot_sync).
+    SnapshotTable = 15,
+    /// One snapshot-table record too large for its map entry (a blob: length in the bonus).
+    SnapshotRecord = 16,
 }
 
 impl ObjectType {
@@ -151,6 +155,8 @@ impl ObjectType {
             12 => Self::FsMaster,
             13 => Self::Xattrs,
             14 => Self::XattrValue,
+            15 => Self::SnapshotTable,
+            16 => Self::SnapshotRecord,
             other => {
                 return Err(FormatError::invalid(
                     "object type",

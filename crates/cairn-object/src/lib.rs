@@ -57,7 +57,7 @@ pub use memo::{MEMO_GENERATION_ARC_DIVISOR, MEMO_GENERATION_BYTES_MIN, MemoCount
 pub use objset::{ObjsetSpace, object_set_bytes_max};
 pub use patch::PatchStats;
 pub use tree::read_objset_phys;
-pub use tree::{TreeVisitor, VisitedBlock, walk_objset};
+pub use tree::{TreeVisitor, VisitedBlock, walk_objset, walk_objset_born_after};
 
 use bytes::Bytes;
 use cairn_arc::{CachedIo, StreamDetector};

@@ -71,6 +71,38 @@ pub fn walk_objset(root_bp: &BlockPointer, visitor: &mut dyn TreeVisitor) {
     walk_dnode(&phys.meta_dnode, 0, visitor);
 }
 
+/// Visits the blocks of the object set rooted at `root_bp` born after txg `min_birth_txg`,
+/// skipping every subtree whose root is older: copy-on-write never makes a block younger than
+/// its children, so those subtrees hold nothing newer. Walking a dataset's snapshots oldest
+/// first, each from its predecessor's txg, then its head from the newest snapshot's, visits
+/// every block of them all exactly once (a block a snapshot references and was born by its
+/// predecessor's txg was alive then, so the predecessor references it too).
+pub fn walk_objset_born_after(
+    root_bp: &BlockPointer,
+    min_birth_txg: u64,
+    visitor: &mut dyn TreeVisitor,
+) {
+    struct BornAfter<'a> {
+        min_birth_txg: u64,
+        inner: &'a mut dyn TreeVisitor,
+    }
+    impl TreeVisitor for BornAfter<'_> {
+        fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
+            if block.bp.birth_txg <= self.min_birth_txg {
+                return None;
+            }
+            self.inner.visit(block, need_data)
+        }
+    }
+    walk_objset(
+        root_bp,
+        &mut BornAfter {
+            min_birth_txg,
+            inner: visitor,
+        },
+    );
+}
+
 fn walk_dnode(dnode: &Dnode, object: u64, visitor: &mut dyn TreeVisitor) {
     if dnode.is_free() {
         return;

@@ -131,7 +131,7 @@ impl Context {
 
 /// The pool part of a dataset name (`tank` of `tank/vol`).
 pub fn pool_of(dataset: &str) -> &str {
-    dataset.split_once('/').map_or(dataset, |(pool, _)| pool)
+    dataset.split(['/', '@', '#']).next().unwrap_or(dataset)
 }
 
 /// `cairn ARGS...` for the history, dropping `--state-dir DIR`, quoting words with spaces.

@@ -25,6 +25,23 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("available", &["avail"]),
     ("referenced", &["refer"]),
     ("mounted", &[]),
+    ("usedbydataset", &[]),
+    ("usedbysnapshots", &["usedsnap"]),
+    ("usedbychildren", &["usedchild"]),
+    ("usedbyrefreservation", &["usedrefreserv"]),
+    ("written", &[]),
+    ("snapshot_count", &[]),
+    ("creation", &[]),
+    ("createtxg", &[]),
+];
+
+/// Statistics that are byte counts (shown as sizes to people).
+const SIZE_STATISTICS: &[&str] = &[
+    "usedbydataset",
+    "usedbysnapshots",
+    "usedbychildren",
+    "usedbyrefreservation",
+    "written",
 ];
 
 pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
@@ -52,6 +69,17 @@ pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
     change_dataset(ctx, change)
 }
 
+pub fn snapshot(ctx: &Context, names: &[String], recursive: bool) -> Result<()> {
+    let change = DatasetChange::Snapshot {
+        names: names.to_vec(),
+        recursive,
+    };
+    match remote::call(ctx, AdminRequest::Dataset(change))? {
+        AdminReply::Snapshots(_) => Ok(()),
+        other => Err(remote::unexpected(&other)),
+    }
+}
+
 pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
     let change = DatasetChange::Set {
         dataset: args.dataset.clone(),
@@ -69,6 +97,17 @@ fn change_dataset(ctx: &Context, change: DatasetChange) -> Result<()> {
 
 /// Formats a canonical property value for output.
 fn display_value(property: &str, value: &str, format: ListFormat) -> String {
+    if SIZE_STATISTICS.contains(&property) {
+        return value.parse().map_or_else(
+            |_| value.to_string(),
+            |bytes| human::size(bytes, format.exact),
+        );
+    }
+    if property == "creation" && !format.exact {
+        return value
+            .parse::<u64>()
+            .map_or_else(|_| value.to_string(), |secs| human::date(secs * 1000));
+    }
     let Ok(def) = lookup(property) else {
         // A statistic (`mounted`), shown as it is.
         return value.to_string();
@@ -128,10 +167,16 @@ impl<'a> Datasets<'a> {
             Some(Err(failure)) => bail!("{failure}"),
             None => bail!("dataset '{name}' does not exist"),
         };
+        // A dataset's own snapshots come with it (`list -t snapshot DATASET` lists them).
         let prefix = format!("{name}/");
+        let snapshots = format!("{name}@");
         let found: Vec<DatasetRow> = all
             .iter()
-            .filter(|info| info.name == name || (recursive && info.name.starts_with(&prefix)))
+            .filter(|info| {
+                info.name == name
+                    || info.name.starts_with(&snapshots)
+                    || (recursive && info.name.starts_with(&prefix))
+            })
             .cloned()
             .collect();
         if !found.iter().any(|info| info.name == name) {
@@ -226,9 +271,10 @@ impl ListColumn {
         match self {
             ListColumn::Name => info.name.clone(),
             ListColumn::Used => human::size(info.used_bytes, format.exact),
+            ListColumn::Avail if info.snapshot => "-".to_string(),
             ListColumn::Avail => human::size(info.available_bytes, format.exact),
             ListColumn::Refer => human::size(info.referenced_bytes, format.exact),
-            ListColumn::Type => info.kind.as_str().to_string(),
+            ListColumn::Type => type_name(info).to_string(),
             ListColumn::Volsize => info
                 .volsize_bytes
                 .map_or_else(|| "-".to_string(), |bytes| human::size(bytes, format.exact)),
@@ -238,28 +284,65 @@ impl ListColumn {
     }
 }
 
-/// The kinds `list -t` names (none: all).
-fn listed_kinds(types: &[String]) -> Result<Vec<DatasetKind>> {
-    let mut kinds = Vec::new();
-    for text in types {
-        match text.trim() {
-            "filesystem" | "fs" => kinds.push(DatasetKind::Filesystem),
-            "volume" | "vol" => kinds.push(DatasetKind::Volume),
-            "all" => kinds.extend([DatasetKind::Filesystem, DatasetKind::Volume]),
-            other => bail!("unknown dataset type '{other}' (filesystem, volume or all)"),
+/// What `list -t` names: dataset kinds, and whether snapshots are listed.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Listed {
+    kinds: Vec<DatasetKind>,
+    snapshots: bool,
+}
+
+impl Listed {
+    /// `-t` as given; none lists filesystems and volumes, as ZFS does by default.
+    fn parse(types: &[String]) -> Result<Listed> {
+        let mut listed = Listed::default();
+        for text in types {
+            match text.trim() {
+                "filesystem" | "fs" => listed.kinds.push(DatasetKind::Filesystem),
+                "volume" | "vol" => listed.kinds.push(DatasetKind::Volume),
+                "snapshot" | "snap" => listed.snapshots = true,
+                "all" => {
+                    listed
+                        .kinds
+                        .extend([DatasetKind::Filesystem, DatasetKind::Volume]);
+                    listed.snapshots = true;
+                }
+                other => {
+                    bail!("unknown dataset type '{other}' (filesystem, volume, snapshot or all)")
+                }
+            }
+        }
+        if types.is_empty() {
+            listed.kinds = vec![DatasetKind::Filesystem, DatasetKind::Volume];
+        }
+        Ok(listed)
+    }
+
+    fn includes(&self, row: &DatasetRow) -> bool {
+        if row.snapshot {
+            self.snapshots
+        } else {
+            self.kinds.contains(&row.kind)
         }
     }
-    Ok(kinds)
+}
+
+/// A row's type as `list` and `get` show it.
+fn type_name(row: &DatasetRow) -> &'static str {
+    if row.snapshot {
+        "snapshot"
+    } else {
+        row.kind.as_str()
+    }
 }
 
 pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
-    let kinds = listed_kinds(&args.types)?;
+    let listed = Listed::parse(&args.types)?;
     let columns: Vec<ListColumn> = if !args.columns.is_empty() {
         args.columns
             .iter()
             .map(|text| ListColumn::parse(text))
             .collect::<Result<_>>()?
-    } else if kinds == [DatasetKind::Filesystem] {
+    } else if listed.kinds == [DatasetKind::Filesystem] && !listed.snapshots {
         vec![
             ListColumn::Name,
             ListColumn::Used,
@@ -290,9 +373,7 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
             }
         }
     }
-    if !kinds.is_empty() {
-        rows.retain(|info| kinds.contains(&info.kind));
-    }
+    rows.retain(|info| listed.includes(info));
     if args.json {
         let entries = rows
             .iter()
@@ -333,7 +414,7 @@ fn dataset_json(info: &DatasetRow) -> json::DatasetEntry {
     json::DatasetEntry {
         name: info.name.clone(),
         pool: pool_of(&info.name).to_string(),
-        kind: info.kind.as_str(),
+        kind: type_name(info),
         used_bytes: info.used_bytes,
         available_bytes: info.available_bytes,
         referenced_bytes: info.referenced_bytes,
@@ -392,7 +473,8 @@ fn requested_properties(text: &str) -> Result<Option<Vec<&'static str>>> {
 fn get_one(info: &DatasetRow, name: &str, format: ListFormat) -> (String, String) {
     let stat = |value: String| (value, "-".to_string());
     match name {
-        "type" => stat(info.kind.as_str().to_string()),
+        "type" => stat(type_name(info).to_string()),
+        "available" if info.snapshot => stat("-".to_string()),
         "used" => stat(human::size(info.used_bytes, format.exact)),
         "available" => stat(human::size(info.available_bytes, format.exact)),
         "referenced" => stat(human::size(info.referenced_bytes, format.exact)),

@@ -94,6 +94,16 @@ enum Command {
         /// POOL/NAME
         dataset: String,
     },
+    /// Take snapshots: read-only, point-in-time copies of datasets (cairn snapshot [-r]
+    /// POOL/NAME@SNAP...). Several, of one pool, are taken atomically in one txg.
+    Snapshot {
+        /// Also every descendant of each dataset, under the same snapshot name.
+        #[arg(short = 'r')]
+        recursive: bool,
+        /// DATASET@SNAPSHOT
+        #[arg(required = true, value_name = "DATASET@SNAPSHOT")]
+        names: Vec<String>,
+    },
     /// List datasets.
     List(ListArgs),
     /// Show dataset properties.
@@ -412,7 +422,8 @@ struct ListArgs {
     /// Include the children of the named datasets.
     #[arg(short = 'r')]
     recursive: bool,
-    /// Dataset types to list, comma-separated: filesystem, volume, all (default all).
+    /// Types to list, comma-separated: filesystem, volume, snapshot, all (default filesystem
+    /// and volume).
     #[arg(short = 't', value_name = "TYPE,...", value_delimiter = ',')]
     types: Vec<String>,
     /// Datasets to list (default: every dataset of every imported pool).
@@ -514,6 +525,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Unmount { target } => mount_cmd::unmount(ctx, &target),
         Command::InstallMountHelper { dir } => mount_cmd::install_helper(ctx, &dir),
         Command::Destroy { dataset } => dataset_cmd::destroy(ctx, &dataset),
+        Command::Snapshot { recursive, names } => dataset_cmd::snapshot(ctx, &names, recursive),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),

@@ -10,8 +10,10 @@ use crate::EngineError;
 use crate::core::DIRECTORY_OBJECT;
 use crate::core::SpaceLogState;
 use crate::pool::PoolOptions;
+use crate::snapshot_sync::{load_snapshot_table, refresh_snapshot_bytes};
 use crate::vdev_groups::space_layout;
 use cairn_arc::CachedIo;
+use cairn_dataset::snapshots::SnapshotTable;
 use cairn_dataset::{DatasetDirectory, DatasetKind};
 use cairn_device::queue::IoClass;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, SpaceLogBlock, SpaceLogKind, Uberblock};
@@ -29,6 +31,7 @@ pub(super) struct Loaded {
     pub(super) io: Arc<BlockIo>,
     pub(super) mos: ObjectSet,
     pub(super) directory: DatasetDirectory,
+    pub(super) snapshots: SnapshotTable,
     pub(super) objsets: BTreeMap<String, Arc<ObjectSet>>,
     pub(super) space_log: SpaceLogState,
 }
@@ -146,11 +149,12 @@ pub(super) fn load(
         chain
     };
     load_objects(&io, &cached, ub)
-        .map(|(mos, directory, objsets)| Loaded {
+        .map(|(mos, directory, snapshots, objsets)| Loaded {
             space,
             io: io.clone(),
             mos,
             directory,
+            snapshots,
             objsets,
             space_log: SpaceLogState {
                 chain,
@@ -160,14 +164,17 @@ pub(super) fn load(
         .map_err(LoadError::from)
 }
 
-/// The MOS, the dataset directory and every dataset's object set, by name.
+/// The MOS, the dataset directory, the snapshot table and every dataset's object set, by name.
 type Objects = (
     ObjectSet,
     DatasetDirectory,
+    SnapshotTable,
     BTreeMap<String, Arc<ObjectSet>>,
 );
 
-/// The MOS, the dataset directory and every dataset's object set of `ub`.
+/// The MOS, the dataset directory, the snapshot table and every dataset's object set of `ub`.
+/// Each object set is told its newest snapshot txg before anything can write to it, so the
+/// first txg after import already keeps what the snapshots reference.
 fn load_objects(
     io: &BlockIo,
     cached: &Arc<CachedIo>,
@@ -183,7 +190,9 @@ fn load_objects(
     let blob = mos
         .read_blob(DIRECTORY_OBJECT)?
         .ok_or_else(|| EngineError::Space("MOS has no dataset directory".into()))?;
-    let directory = DatasetDirectory::decode(&blob)?;
+    let mut directory = DatasetDirectory::decode(&blob)?;
+    let snapshots = load_snapshot_table(&mos, &directory)?;
+    refresh_snapshot_bytes(&mut directory, &snapshots);
     let mut objsets = BTreeMap::new();
     for record in directory.datasets.values() {
         // The pool's own root dataset has no object set (yet); every other dataset has one.
@@ -196,7 +205,8 @@ fn load_objects(
             format!("the object-set root of dataset '{}'", record.name)
         })?;
         let objset = ObjectSet::open(cached.clone(), root, checksum, ub.txg, record.used_bytes)?;
+        objset.set_prev_snap_txg(snapshots.prev_snap_txg(record.id));
         objsets.insert(record.name.clone(), Arc::new(objset));
     }
-    Ok((mos, directory, objsets))
+    Ok((mos, directory, snapshots, objsets))
 }

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use cairn_dataset::MissedTxgs;
 use cairn_device::queue::IoClass;
 use cairn_format::{BlockPointer, Dva};
-use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
+use cairn_object::{TreeVisitor, VisitedBlock, walk_objset, walk_objset_born_after};
 use cairn_pipeline::BlockIo;
 use cairn_pool::txg::TxgEngine;
 use cairn_pool::vdev::Leaf;
@@ -196,8 +196,8 @@ impl Resilver<'_> {
         };
         walk_objset(&synced.uberblock.root_bp, &mut collector);
         synced.chain.iter().for_each(|bp| collector.note(bp));
-        for (_, root) in &synced.roots {
-            walk_objset(root, &mut collector);
+        for root in &synced.roots {
+            walk_objset_born_after(&root.root_bp, root.born_after_txg, &mut collector);
         }
         if self.cancel.load(Ordering::SeqCst) {
             return Err(layout_error("stopped"));

@@ -13,11 +13,14 @@ use crate::pools::chain_text;
 use cairn_dataset::DatasetKind;
 use serde::{Deserialize, Serialize};
 
-/// One dataset as the engine reports it, with owned property names.
+/// One dataset or snapshot as the engine reports it, with owned property names. A snapshot's
+/// row (`snapshot`) follows its dataset's, oldest first; its `kind` is its dataset's, its
+/// `used` what only it holds, and it has no `available`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct DatasetRow {
     pub name: String,
     pub kind: DatasetKind,
+    pub snapshot: bool,
     pub used_bytes: u64,
     pub available_bytes: u64,
     pub referenced_bytes: u64,
@@ -58,12 +61,16 @@ pub fn pool_datasets(
 }
 
 fn read_pool(access: &PoolAccess, pool: &str) -> Result<Vec<DatasetRow>, AdminError> {
-    let infos = access.with_pool(pool, true, |handle| {
-        handle
-            .datasets()
-            .map_err(|err| failed(format!("cannot read the datasets of pool '{pool}'"), err))
+    let (infos, snapshots) = access.with_pool(pool, true, |handle| {
+        let read = |err: cairn_engine::EngineError| {
+            failed(format!("cannot read the datasets of pool '{pool}'"), err)
+        };
+        Ok::<_, AdminError>((
+            handle.datasets().map_err(read)?,
+            handle.snapshots(None).map_err(read)?,
+        ))
     })?;
-    Ok(infos
+    let datasets: Vec<DatasetRow> = infos
         .into_iter()
         .map(|info| {
             let mut properties: Vec<(String, String, String)> = info
@@ -83,6 +90,7 @@ fn read_pool(access: &PoolAccess, pool: &str) -> Result<Vec<DatasetRow>, AdminEr
             DatasetRow {
                 name: info.name,
                 kind: info.kind,
+                snapshot: false,
                 used_bytes: info.used_bytes,
                 available_bytes: info.available_bytes,
                 referenced_bytes: info.referenced_bytes,
@@ -90,5 +98,39 @@ fn read_pool(access: &PoolAccess, pool: &str) -> Result<Vec<DatasetRow>, AdminEr
                 properties,
             }
         })
-        .collect())
+        .collect();
+    // Each dataset's snapshot rows right after its own (the engine lists them oldest first).
+    let mut by_dataset: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    for snapshot in snapshots {
+        by_dataset
+            .entry(snapshot.dataset.clone())
+            .or_default()
+            .push(snapshot);
+    }
+    let mut rows = Vec::with_capacity(datasets.len());
+    for row in datasets {
+        let snapshots = by_dataset.remove(&row.name).unwrap_or_default();
+        let kind = row.kind;
+        rows.push(row);
+        rows.extend(snapshots.into_iter().map(|s| snapshot_row(s, kind)));
+    }
+    Ok(rows)
+}
+
+fn snapshot_row(snapshot: cairn_engine::SnapshotListing, kind: DatasetKind) -> DatasetRow {
+    let stat = |name: &str, value: u64| (name.to_string(), value.to_string(), "-".to_string());
+    DatasetRow {
+        name: snapshot.name,
+        kind,
+        snapshot: true,
+        used_bytes: snapshot.used_bytes,
+        available_bytes: 0,
+        referenced_bytes: snapshot.referenced_bytes,
+        volsize_bytes: None,
+        properties: vec![
+            stat("written", snapshot.written_bytes),
+            stat("creation", snapshot.creation_ms / 1000),
+            stat("createtxg", snapshot.created_txg),
+        ],
+    }
 }

@@ -82,6 +82,55 @@ pub fn destroy_dataset(
     })
 }
 
+/// Takes snapshots `names` (`dataset@snapshot`, all of one pool) in one txg, with `recursive`
+/// of every descendant too; durable on return. Filesystems this server mounted have the
+/// kernel's dirty pages written back first, so every write an application saw complete
+/// before the command is in the snapshot.
+pub fn snapshot(
+    access: &PoolAccess,
+    names: &[String],
+    recursive: bool,
+    history_entry: &str,
+) -> Result<Vec<String>, AdminError> {
+    let pool_name = names
+        .first()
+        .map(|name| name.split(['/', '@']).next().unwrap_or(name))
+        .ok_or_else(|| AdminError::Invalid("no snapshot named".into()))?;
+    if let Some(other) = names
+        .iter()
+        .find(|name| name.split(['/', '@']).next() != Some(pool_name))
+    {
+        return Err(AdminError::Invalid(format!(
+            "'{other}' is in another pool than '{}': one command snapshots one pool",
+            names[0]
+        )));
+    }
+    access.with_pool(pool_name, false, |pool| {
+        if let Some(served) = &access.served {
+            let datasets: Vec<String> = pool
+                .datasets()?
+                .into_iter()
+                .map(|info| info.name)
+                .filter(|dataset| {
+                    names.iter().any(|name| {
+                        let of = name.split('@').next().unwrap_or(name);
+                        dataset == of || (recursive && dataset.starts_with(&format!("{of}/")))
+                    })
+                })
+                .collect();
+            if let Some((dataset, err)) = served.mounts.write_back(&datasets).into_iter().next() {
+                return Err(AdminError::Invalid(format!(
+                    "cannot write back the kernel's cached writes of '{dataset}' before the \
+                     snapshot: {err}"
+                )));
+            }
+        }
+        let taken = pool.snapshot(names, recursive)?;
+        record_history(pool, history_entry).map_err(|err| done_then_failed(&names[0], err))?;
+        Ok(taken)
+    })
+}
+
 /// Sets `assignments` on `dataset` in order (each durable before the next; the first that
 /// fails stops the rest), then applies mount flags to the server's live mounts.
 pub fn set_properties(

@@ -52,7 +52,9 @@ pub mod stats;
 mod views;
 
 pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
-pub use datasets::{SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties};
+pub use datasets::{
+    SetOutcome, create_filesystem, create_volume, destroy_dataset, set_properties, snapshot,
+};
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use handle::{handle, handle_observed};
 pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
@@ -149,6 +151,9 @@ pub enum AdminError {
     RootDataset { name: String, kind: &'static str },
     #[error("it is a pool's root dataset (use cairn pool destroy {0})")]
     DestroyRoot(String),
+    /// A request that makes no sense as asked (the text says why).
+    #[error("{0}")]
+    Invalid(String),
     #[error("cannot set {property}={value} on '{dataset}'")]
     SetProperty {
         property: String,

@@ -286,6 +286,11 @@ pub(super) fn change_dataset(
             super::destroy_dataset(access, &dataset, command_line)
                 .map_err(|err| failed(format!("cannot destroy '{dataset}'"), err))?;
         }
+        DatasetChange::Snapshot { names, recursive } => {
+            let taken = super::snapshot(access, &names, recursive, command_line)
+                .map_err(|err| failed(format!("cannot snapshot {}", names.join(" ")), err))?;
+            return Ok(AdminReply::Snapshots(taken));
+        }
         DatasetChange::Set {
             dataset,
             assignments,

@@ -145,6 +145,12 @@ pub enum DatasetChange {
         dataset: String,
         assignments: Vec<(String, String)>,
     },
+    /// Snapshots `dataset@name`, all of one pool, taken in one txg; with `recursive` also of
+    /// every descendant of each dataset.
+    Snapshot {
+        names: Vec<String>,
+        recursive: bool,
+    },
 }
 
 /// Vdevs as a pool is made of them: groups (data or log, single or mirror) and cache devices,
@@ -205,6 +211,8 @@ pub enum AdminReply {
     Txgs(Vec<TxgRow>),
     PoolViews(PoolViews),
     Datasets(Vec<PoolDatasets>),
+    /// Snapshots taken, by full name.
+    Snapshots(Vec<String>),
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),

@@ -252,6 +252,27 @@ impl Mounts {
         failures
     }
 
+    /// Has the kernel write back the pages it holds dirty for each of `datasets` that this
+    /// server mounted (`syncfs` on the mountpoint), so that a write an application saw
+    /// complete before now has reached the filesystem: what a snapshot must contain. With the
+    /// writeback cache the kernel acknowledges writes before cairn has them.
+    pub fn write_back(&self, datasets: &[String]) -> Vec<(String, std::io::Error)> {
+        let mountpoints: Vec<(String, std::path::PathBuf)> = self
+            .list()
+            .into_iter()
+            .filter(|(dataset, _)| datasets.contains(dataset))
+            .collect();
+        let mut failures = Vec::new();
+        for (dataset, mountpoint) in mountpoints {
+            let synced = std::fs::File::open(&mountpoint)
+                .and_then(|dir| rustix::fs::syncfs(&dir).map_err(std::io::Error::from));
+            if let Err(err) = synced {
+                failures.push((dataset, err));
+            }
+        }
+        failures
+    }
+
     /// Whether `dataset` is mounted by this server now.
     pub fn is_mounted(&self, dataset: &str) -> bool {
         let mut mounts = self.mounts.lock();

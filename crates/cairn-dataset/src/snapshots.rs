@@ -1,0 +1,586 @@
+//! Snapshots: every dataset's snapshots and the deadlists of heads and snapshots, with the
+//! space figures ZFS users read (`used`, `referenced`, `written`, `usedbysnapshots`,
+//! `written@snap`), each kept exact as blocks die rather than computed by walking trees.
+//!
+//! A snapshot is a frozen object-set root plus a deadlist. Taking one (in txg t, after the
+//! head's object set synced in t) copies the head's root into a new record and hands the
+//! head's deadlist to it; the head starts an empty deadlist, and its object set is told t is
+//! now its newest snapshot txg, so from t+1 on a block born at or before t that the head stops
+//! referencing is kept (cairn-object's birth-txg rule) and arrives here through `kill`.
+//!
+//! Accounting, for a dataset with snapshots S1 < … < Sn (by txg) and its head H, where the
+//! deadlist of Si holds what died between S(i-1) and Si, and H's what died since Sn:
+//! - `referenced(S)`: the head's referenced bytes when S was taken (never changes);
+//! - `written(S)` = referenced(S) − referenced(prev) + space(deadlist(S)): what S references
+//!   that its predecessor did not (set at creation; `written` of the head the same, live);
+//! - `used(S)`, unique to S: the blocks born after its predecessor that died before its
+//!   successor: `space_range(prev, S)` of the successor's deadlist. Only the newest snapshot's
+//!   changes while the head writes (`kill`); destroy (next step) updates the neighbours;
+//! - `usedbysnapshots(dataset)`: the sum of every deadlist of the dataset (each block held
+//!   only by snapshots has died exactly once, into exactly one of them);
+//! - `written@S` of the head: referenced(H) − referenced(S) plus the blocks born by S's txg
+//!   that died after S, a range sum over the deadlists after S.
+//!
+//! On disk each snapshot and each head deadlist is one record in a hashed map in the MOS
+//! (`record_key`: 's' or 'h', then the id big-endian), so creating a snapshot rewrites one
+//! leaf of the map and never the whole table (10,000 snapshots stay cheap); records changed
+//! since the last sync are `dirty` and written by the sync that follows. Records are checked
+//! when read (`decode_record`).
+//!
+//! Known gaps (issue 34, next steps): destroy, rollback, clones, holds and bookmarks use the
+//! fields reserved here (`holds`, `clones`, `defer_destroy`) but are not built yet.
+
+use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys};
+use crate::{DatasetError, SnapshotName};
+use cairn_format::BlockPointer;
+use cairn_format::blkptr::BLOCK_POINTER_SIZE;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Version byte that starts every record value.
+pub const SNAPSHOT_RECORD_VERSION: u8 = 1;
+const SNAPSHOT_KEY_TAG: u8 = b's';
+const HEAD_KEY_TAG: u8 = b'h';
+
+/// What a snapshot record holds besides its deadlist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// Unique among datasets and snapshots (both take ids from the directory's counter).
+    pub id: u64,
+    pub dataset_id: u64,
+    /// The part after '@'.
+    pub name: String,
+    pub created_txg: u64,
+    pub creation_ms: u64,
+    /// Encoded root of the frozen object set.
+    pub objset_bp: Vec<u8>,
+    pub referenced_bytes: u64,
+    /// Bytes only this snapshot references (`used`).
+    pub unique_bytes: u64,
+    /// Bytes this snapshot references that its predecessor did not (`written`).
+    pub written_bytes: u64,
+    /// User holds by tag, with the time each was placed (`hold`, a later step).
+    pub holds: BTreeMap<String, u64>,
+    /// Datasets cloned from this snapshot, by id (a later step).
+    pub clones: Vec<u64>,
+    /// Destroy once the last hold is released (`destroy -d`, a later step).
+    pub defer_destroy: bool,
+}
+
+impl SnapshotInfo {
+    pub fn objset_bp(&self) -> Result<BlockPointer, DatasetError> {
+        BlockPointer::decode(&self.objset_bp)
+            .map_err(|err| DatasetError::Corrupt(format!("snapshot {}: {err}", self.id)))
+    }
+}
+
+/// One snapshot in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub info: SnapshotInfo,
+    pub deadlist: Deadlist,
+}
+
+/// Which record a key names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RecordKey {
+    Snapshot(u64),
+    Head(u64),
+}
+
+impl RecordKey {
+    /// The map key: a tag byte, then the id big-endian.
+    pub fn encode(self) -> [u8; 9] {
+        let (tag, id) = match self {
+            RecordKey::Snapshot(id) => (SNAPSHOT_KEY_TAG, id),
+            RecordKey::Head(id) => (HEAD_KEY_TAG, id),
+        };
+        let mut key = [0u8; 9];
+        key[0] = tag;
+        key[1..].copy_from_slice(&id.to_be_bytes());
+        key
+    }
+
+    pub fn decode(raw: &[u8]) -> Result<RecordKey, DatasetError> {
+        let id = raw
+            .get(1..)
+            .and_then(|id| <[u8; 8]>::try_from(id).ok())
+            .map(u64::from_be_bytes);
+        match (raw.first(), id) {
+            (Some(&SNAPSHOT_KEY_TAG), Some(id)) => Ok(RecordKey::Snapshot(id)),
+            (Some(&HEAD_KEY_TAG), Some(id)) => Ok(RecordKey::Head(id)),
+            _ => Err(DatasetError::Corrupt(format!(
+                "snapshot table: a key of {} bytes starting {:?}",
+                raw.len(),
+                raw.first()
+            ))),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotPhys {
+    info: SnapshotInfo,
+    deadlist: DeadlistPhys,
+}
+
+/// See the module doc.
+#[derive(Debug, Default)]
+pub struct SnapshotTable {
+    snapshots: BTreeMap<u64, Snapshot>,
+    /// (dataset id, created txg) → snapshot id: each dataset's snapshots, oldest first.
+    by_dataset: BTreeMap<(u64, u64), u64>,
+    /// Deadlists of heads that have one (a dataset with no snapshot has none).
+    heads: BTreeMap<u64, Deadlist>,
+    /// Records changed since the last `flush`.
+    dirty: BTreeSet<RecordKey>,
+}
+
+/// A record to write (`Some` value) or remove (`None`), as `flush` returns it.
+pub type RecordChange = (RecordKey, Option<Vec<u8>>);
+
+/// A decoded record (`decode_record`).
+pub enum Record {
+    Snapshot(Snapshot),
+    Head(u64, Deadlist),
+}
+
+/// What `SnapshotTable::create` is given.
+pub struct NewSnapshot {
+    pub id: u64,
+    pub dataset_id: u64,
+    pub name: String,
+    pub txg: u64,
+    pub creation_ms: u64,
+    pub objset_bp: BlockPointer,
+    pub referenced_bytes: u64,
+}
+
+impl SnapshotTable {
+    pub fn new() -> SnapshotTable {
+        SnapshotTable::default()
+    }
+
+    /// Builds the table from every record of the map, checking each and their agreement
+    /// (one snapshot per (dataset, txg), names unique per dataset, heads only of datasets
+    /// that have snapshots or deadlists). `dataset_known` says whether a dataset id exists.
+    pub fn load(
+        records: impl IntoIterator<Item = Record>,
+        dataset_known: impl Fn(u64) -> bool,
+    ) -> Result<SnapshotTable, DatasetError> {
+        let mut table = SnapshotTable::new();
+        for record in records {
+            match record {
+                Record::Snapshot(snapshot) => {
+                    let info = &snapshot.info;
+                    if !dataset_known(info.dataset_id) {
+                        return Err(DatasetError::Corrupt(format!(
+                            "snapshot {} of unknown dataset {}",
+                            info.id, info.dataset_id
+                        )));
+                    }
+                    if table.find(info.dataset_id, &info.name).is_some()
+                        || table
+                            .by_dataset
+                            .insert((info.dataset_id, info.created_txg), info.id)
+                            .is_some()
+                    {
+                        return Err(DatasetError::Corrupt(format!(
+                            "snapshot {} ({}) repeats a name or a txg of dataset {}",
+                            info.id, info.name, info.dataset_id
+                        )));
+                    }
+                    table.snapshots.insert(info.id, snapshot);
+                }
+                Record::Head(dataset_id, deadlist) => {
+                    if !dataset_known(dataset_id) {
+                        return Err(DatasetError::Corrupt(format!(
+                            "deadlist of unknown dataset {dataset_id}"
+                        )));
+                    }
+                    table.heads.insert(dataset_id, deadlist);
+                }
+            }
+        }
+        Ok(table)
+    }
+
+    /// Decodes one map entry, checking what a later use relies on (a valid name, a decodable
+    /// root born by the snapshot's txg, consistent deadlist totals).
+    pub fn decode_record(key: &[u8], value: &[u8]) -> Result<Record, DatasetError> {
+        let key = RecordKey::decode(key)?;
+        let corrupt = |what: String| DatasetError::Corrupt(format!("{key:?}: {what}"));
+        let (&version, body) = value
+            .split_first()
+            .ok_or_else(|| corrupt("empty record".into()))?;
+        if version != SNAPSHOT_RECORD_VERSION {
+            return Err(corrupt(format!(
+                "record version {version} (this build reads {SNAPSHOT_RECORD_VERSION})"
+            )));
+        }
+        match key {
+            RecordKey::Snapshot(id) => {
+                let phys: SnapshotPhys =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                let info = phys.info;
+                if info.id != id || info.objset_bp.len() != BLOCK_POINTER_SIZE {
+                    return Err(corrupt(format!("holds snapshot {}", info.id)));
+                }
+                SnapshotName::parse(&format!("a@{}", info.name))?;
+                let root = info.objset_bp()?;
+                // A hole: a snapshot of a dataset with no object set yet (the pool's root).
+                if root.birth_txg > info.created_txg {
+                    return Err(corrupt(format!(
+                        "root born in txg {} after the snapshot's txg {}",
+                        root.birth_txg, info.created_txg
+                    )));
+                }
+                let deadlist = Deadlist::from_phys(&phys.deadlist)?;
+                Ok(Record::Snapshot(Snapshot { info, deadlist }))
+            }
+            RecordKey::Head(id) => {
+                let phys: DeadlistPhys =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
+            }
+        }
+    }
+
+    /// The snapshots of a dataset, oldest first.
+    pub fn snapshots_of(&self, dataset_id: u64) -> impl DoubleEndedIterator<Item = &Snapshot> {
+        self.by_dataset
+            .range((dataset_id, 0)..=(dataset_id, u64::MAX))
+            .map(|(_, id)| &self.snapshots[id])
+    }
+
+    /// Every snapshot, by id.
+    pub fn all(&self) -> impl Iterator<Item = &Snapshot> {
+        self.snapshots.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.snapshots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.snapshots.is_empty()
+    }
+
+    pub fn get(&self, id: u64) -> Option<&Snapshot> {
+        self.snapshots.get(&id)
+    }
+
+    /// A dataset's snapshot by its name (the part after '@').
+    pub fn find(&self, dataset_id: u64, name: &str) -> Option<&Snapshot> {
+        self.snapshots_of(dataset_id)
+            .find(|snapshot| snapshot.info.name == name)
+    }
+
+    /// The txg of the dataset's newest snapshot (0: none): what its object set keeps blocks
+    /// for (`ObjectSet::set_prev_snap_txg`).
+    pub fn prev_snap_txg(&self, dataset_id: u64) -> u64 {
+        self.newest(dataset_id)
+            .map_or(0, |snapshot| snapshot.info.created_txg)
+    }
+
+    pub fn newest(&self, dataset_id: u64) -> Option<&Snapshot> {
+        self.snapshots_of(dataset_id).next_back()
+    }
+
+    /// The key a block born in `birth_txg` is counted under in the dataset's deadlists: the
+    /// txg of its newest snapshot taken before that birth, 0 if none.
+    pub fn key_of(&self, dataset_id: u64, birth_txg: u64) -> u64 {
+        self.by_dataset
+            .range((dataset_id, 0)..(dataset_id, birth_txg))
+            .next_back()
+            .map_or(0, |(&(_, txg), _)| txg)
+    }
+
+    /// The head's deadlist (empty if it has none).
+    pub fn head_deadlist(&self, dataset_id: u64) -> Option<&Deadlist> {
+        self.heads.get(&dataset_id)
+    }
+
+    /// Takes a snapshot of a head whose object set has synced in `new.txg` (see the module
+    /// doc): the name must be new for the dataset and the txg newer than its snapshots.
+    pub fn create(&mut self, new: NewSnapshot) -> Result<&Snapshot, DatasetError> {
+        if self.find(new.dataset_id, &new.name).is_some() {
+            return Err(DatasetError::Exists(format!("@{}", new.name)));
+        }
+        let (prev_txg, prev_referenced) = self.newest(new.dataset_id).map_or((0, 0), |prev| {
+            (prev.info.created_txg, prev.info.referenced_bytes)
+        });
+        assert!(
+            prev_txg < new.txg,
+            "a snapshot in txg {} not after the dataset's newest",
+            new.txg
+        );
+        assert!(
+            new.objset_bp.birth_txg <= new.txg,
+            "a snapshot of a root born after its txg"
+        );
+        let deadlist = self.heads.remove(&new.dataset_id).unwrap_or_default();
+        let written_bytes = (new.referenced_bytes + deadlist.space().allocated_bytes)
+            .checked_sub(prev_referenced)
+            .expect("a snapshot references what its predecessor did, less what died since");
+        let info = SnapshotInfo {
+            id: new.id,
+            dataset_id: new.dataset_id,
+            name: new.name,
+            created_txg: new.txg,
+            creation_ms: new.creation_ms,
+            objset_bp: new.objset_bp.to_bytes().to_vec(),
+            referenced_bytes: new.referenced_bytes,
+            unique_bytes: 0,
+            written_bytes,
+            holds: BTreeMap::new(),
+            clones: Vec::new(),
+            defer_destroy: false,
+        };
+        self.by_dataset.insert((new.dataset_id, new.txg), new.id);
+        self.dirty.insert(RecordKey::Snapshot(new.id));
+        // The head's record goes: its deadlist now belongs to the snapshot.
+        self.dirty.insert(RecordKey::Head(new.dataset_id));
+        let snapshot = Snapshot { info, deadlist };
+        Ok(self.snapshots.entry(new.id).or_insert(snapshot))
+    }
+
+    /// Blocks the head of `dataset_id` stopped referencing that a snapshot still references
+    /// (`SyncedObjset::dead_blocks`): onto its deadlist; those born after the newest
+    /// snapshot's predecessor were the newest snapshot's alone, which its `used` now counts.
+    pub fn kill(&mut self, dataset_id: u64, blocks: &[BlockPointer]) {
+        if blocks.is_empty() {
+            return;
+        }
+        let newest: Vec<(u64, u64)> = self
+            .snapshots_of(dataset_id)
+            .rev()
+            .take(2)
+            .map(|snapshot| (snapshot.info.id, snapshot.info.created_txg))
+            .collect();
+        let (newest_id, newest_txg) = *newest
+            .first()
+            .expect("blocks kept for a snapshot of a dataset that has none");
+        let before_newest_txg = newest.get(1).map_or(0, |&(_, txg)| txg);
+        let mut unique = 0;
+        let deadlist = self.heads.entry(dataset_id).or_default();
+        for bp in blocks {
+            assert!(
+                bp.birth_txg <= newest_txg,
+                "a block born in txg {} kept for a snapshot of txg {newest_txg}",
+                bp.birth_txg
+            );
+            let key = self
+                .by_dataset
+                .range((dataset_id, 0)..(dataset_id, bp.birth_txg))
+                .next_back()
+                .map_or(0, |(&(_, txg), _)| txg);
+            deadlist.insert(key, *bp);
+            if bp.birth_txg > before_newest_txg {
+                unique += bp.allocated_bytes();
+            }
+        }
+        self.dirty.insert(RecordKey::Head(dataset_id));
+        if unique > 0 {
+            let newest = self.snapshots.get_mut(&newest_id).expect("found above");
+            newest.info.unique_bytes += unique;
+            self.dirty.insert(RecordKey::Snapshot(newest_id));
+        }
+    }
+
+    /// `usedbysnapshots`: bytes held only by the dataset's snapshots.
+    pub fn used_by_snapshots(&self, dataset_id: u64) -> u64 {
+        let mut total = self
+            .heads
+            .get(&dataset_id)
+            .map_or(0, |head| head.space().allocated_bytes);
+        for snapshot in self.snapshots_of(dataset_id) {
+            total += snapshot.deadlist.space().allocated_bytes;
+        }
+        total
+    }
+
+    /// `written` of the head: what it references that its newest snapshot does not (all it
+    /// references when it has none).
+    pub fn head_written(&self, dataset_id: u64, head_referenced_bytes: u64) -> u64 {
+        match self.newest(dataset_id) {
+            None => head_referenced_bytes,
+            Some(newest) => self.head_written_since(dataset_id, newest, head_referenced_bytes),
+        }
+    }
+
+    /// `written@snap` of the head: what it references that `since` (one of its snapshots)
+    /// does not.
+    pub fn head_written_since(
+        &self,
+        dataset_id: u64,
+        since: &Snapshot,
+        head_referenced_bytes: u64,
+    ) -> u64 {
+        let since_txg = since.info.created_txg;
+        let mut died = self
+            .heads
+            .get(&dataset_id)
+            .map_or(DeadSpace::default(), |head| head.space_range(0, since_txg));
+        for later in self
+            .by_dataset
+            .range((dataset_id, since_txg + 1)..=(dataset_id, u64::MAX))
+        {
+            died.add(self.snapshots[later.1].deadlist.space_range(0, since_txg));
+        }
+        (head_referenced_bytes + died.allocated_bytes).saturating_sub(since.info.referenced_bytes)
+    }
+
+    /// The records changed since the last flush, each with its value (`None`: remove it),
+    /// after the deadlists' pending pointers are written into `mos` in `txg` (sync context;
+    /// `new_object` numbers a deadlist's first object).
+    pub fn flush(
+        &mut self,
+        mos: &cairn_object::ObjectSet,
+        txg: u64,
+        new_object: &mut dyn FnMut() -> u64,
+    ) -> Result<Vec<RecordChange>, DatasetError> {
+        let mut out = Vec::new();
+        for key in std::mem::take(&mut self.dirty) {
+            let value = match key {
+                RecordKey::Snapshot(id) => match self.snapshots.get_mut(&id) {
+                    None => None,
+                    Some(snapshot) => {
+                        snapshot.deadlist.write(mos, txg, &mut *new_object)?;
+                        let phys = SnapshotPhys {
+                            info: snapshot.info.clone(),
+                            deadlist: snapshot.deadlist.to_phys(),
+                        };
+                        Some(encode_value(&phys))
+                    }
+                },
+                RecordKey::Head(id) => match self.heads.get_mut(&id) {
+                    None => None,
+                    Some(deadlist) => {
+                        deadlist.write(mos, txg, &mut *new_object)?;
+                        Some(encode_value(&deadlist.to_phys()))
+                    }
+                },
+            };
+            out.push((key, value));
+        }
+        Ok(out)
+    }
+
+    /// Whether a flush has anything to write.
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+}
+
+fn encode_value(value: &impl Serialize) -> Vec<u8> {
+    let mut out = vec![SNAPSHOT_RECORD_VERSION];
+    out.extend(postcard::to_stdvec(value).expect("records serialise"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_format::Dva;
+
+    fn bp(birth_txg: u64, asize: u32) -> BlockPointer {
+        let mut bp = BlockPointer::HOLE;
+        bp.birth_txg = birth_txg;
+        bp.lsize = 4096;
+        bp.psize = asize;
+        bp.dvas[0] = Dva {
+            vdev: 0,
+            offset: birth_txg << 20,
+            asize,
+        };
+        bp
+    }
+
+    fn snapshot(id: u64, name: &str, txg: u64, referenced_bytes: u64) -> NewSnapshot {
+        NewSnapshot {
+            id,
+            dataset_id: 1,
+            name: name.into(),
+            txg,
+            creation_ms: txg * 1000,
+            objset_bp: bp(txg, 4096),
+            referenced_bytes,
+        }
+    }
+
+    #[test]
+    fn figures_follow_the_blocks_that_die() {
+        let mut table = SnapshotTable::new();
+        // Head references 10 blocks of 1 KiB (born in txgs 1..=10); snapshot a in txg 10.
+        table.create(snapshot(100, "a", 10, 10 << 10)).unwrap();
+        assert_eq!(table.get(100).unwrap().info.written_bytes, 10 << 10);
+        // Txgs 11 and 12 overwrite blocks born in 3 and 4: they die onto the head's list.
+        table.kill(1, &[bp(3, 1024), bp(4, 1024)]);
+        assert_eq!(table.get(100).unwrap().info.unique_bytes, 2 << 10);
+        assert_eq!(table.used_by_snapshots(1), 2 << 10);
+        // Head: 10 blocks (8 old, 2 new): written since a is the 2 new ones.
+        assert_eq!(table.head_written(1, 10 << 10), 2 << 10);
+        // Snapshot b in txg 12; then block 11 (b's alone) and block 5 (a's and b's) die.
+        table.create(snapshot(101, "b", 12, 10 << 10)).unwrap();
+        assert_eq!(table.get(101).unwrap().info.written_bytes, 2 << 10);
+        table.kill(1, &[bp(11, 1024), bp(5, 1024)]);
+        assert_eq!(table.get(101).unwrap().info.unique_bytes, 1 << 10);
+        // Unchanged: a's unique blocks are the ones that died before b.
+        assert_eq!(table.get(100).unwrap().info.unique_bytes, 2 << 10);
+        assert_eq!(table.used_by_snapshots(1), 4 << 10);
+        // Since a, the head lost blocks 3, 4 and 5 and gained 3 (same count).
+        let a = table.get(100).unwrap().clone();
+        assert_eq!(table.head_written_since(1, &a, 10 << 10), 3 << 10);
+        assert_eq!(table.key_of(1, 11), 10);
+        assert_eq!(table.key_of(1, 10), 0);
+        assert_eq!(table.prev_snap_txg(1), 12);
+        assert!(table.create(snapshot(102, "b", 13, 0)).is_err());
+    }
+
+    #[test]
+    fn keys_and_values_round_trip_and_bad_ones_are_refused() {
+        for key in [RecordKey::Snapshot(7), RecordKey::Head(u64::MAX)] {
+            assert_eq!(RecordKey::decode(&key.encode()).unwrap(), key);
+        }
+        assert!(RecordKey::decode(b"x12345678").is_err());
+        assert!(RecordKey::decode(b"s1").is_err());
+        let mut table = SnapshotTable::new();
+        table.create(snapshot(5, "monday", 3, 4096)).unwrap();
+        let info = table.get(5).unwrap().info.clone();
+        let good = encode_value(&SnapshotPhys {
+            info: info.clone(),
+            deadlist: DeadlistPhys::default(),
+        });
+        let key = RecordKey::Snapshot(5).encode();
+        assert!(matches!(
+            SnapshotTable::decode_record(&key, &good),
+            Ok(Record::Snapshot(_))
+        ));
+        let mut wrong_version = good.clone();
+        wrong_version[0] = 9;
+        let bad_name = encode_value(&SnapshotPhys {
+            info: SnapshotInfo {
+                name: "a/b".into(),
+                ..info.clone()
+            },
+            deadlist: DeadlistPhys::default(),
+        });
+        let late_root = encode_value(&SnapshotPhys {
+            info: SnapshotInfo {
+                created_txg: 2,
+                ..info.clone()
+            },
+            deadlist: DeadlistPhys::default(),
+        });
+        for bad in [
+            &wrong_version,
+            &bad_name,
+            &late_root,
+            &good[..good.len() - 3].to_vec(),
+        ] {
+            assert!(SnapshotTable::decode_record(&key, bad).is_err());
+        }
+        assert!(SnapshotTable::decode_record(&RecordKey::Snapshot(6).encode(), &good).is_err());
+    }
+}

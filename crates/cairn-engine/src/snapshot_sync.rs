@@ -1,0 +1,219 @@
+//! The txg sync's part in snapshots (the model is `cairn_dataset::snapshots`; the command is
+//! `snapshots.rs`), and the snapshot table's place in the MOS.
+//!
+//! In the sync of txg t, after every dataset object set has synced (`txg_sync.rs`):
+//! 1. the blocks each object set kept for a snapshot (`SyncedObjset::dead_blocks`) go onto its
+//!    head's deadlist (`kill_blocks`) — before step 2, so the deadlist a snapshot of t takes
+//!    holds everything that died by t;
+//! 2. the snapshots queued by this txg's sync task (`PendingSnapshot`) are taken from the
+//!    heads' roots of t (`take_pending`), so each contains every change of txg t and before:
+//!    every write acknowledged before the command started;
+//! 3. the records that changed, and the deadlists' new pointers, are written into the MOS
+//!    (`write_table`), with the directory, so the uberblock of t commits them all or none;
+//! 4. once t has committed and the object sets have published, each head is told its newest
+//!    snapshot txg (`ObjectSet::set_prev_snap_txg`): from t+1 on, the birth-txg rule keeps what
+//!    the new snapshot references.
+//!
+//! The table lives in MOS object `SNAPSHOT_TABLE_OBJECT`, a hashed map (`cairn_object::map`)
+//! created with the first snapshot; a record too large for a map entry (a deadlist with many
+//! intervals) goes into a blob object of its own, and the entry holds its number (an indirect
+//! value). A pool without the object has no snapshot.
+
+use crate::EngineError;
+use crate::core::PoolCore;
+use cairn_dataset::snapshots::{NewSnapshot, SnapshotTable};
+use cairn_dataset::{DatasetDirectory, DatasetError};
+use cairn_format::ObjectType;
+use cairn_object::map::{HashedMap, MAP_BLOCK_BYTES, MapTx, VALUE_BYTES_MAX, ValueKind};
+use cairn_object::{ObjectSet, SyncedObjset};
+use std::sync::Arc;
+
+/// MOS object holding the snapshot table (a hashed map).
+pub(crate) const SNAPSHOT_TABLE_OBJECT: u64 = 2;
+/// Capacity the table object is created with, in blocks (a map grows a level as needed).
+const TABLE_CAPACITY_BLOCKS: u64 = 1 << 25;
+/// Lowest MOS object number handed to deadlists and large records (the fixed objects sit
+/// below it).
+const FIRST_DYNAMIC_OBJECT: u64 = 64;
+
+/// A dataset's object set synced in this txg, as `sync_objsets` returns it.
+pub(crate) type SyncedDataset = (String, Arc<ObjectSet>, SyncedObjset);
+
+impl PoolCore {
+    /// Steps 1 and 2 of the module doc, in txg `txg`'s sync; returns the object sets to tell
+    /// their new snapshot txg once the txg has committed (step 4).
+    pub(crate) fn sync_snapshots(
+        &self,
+        txg: u64,
+        synced: &[SyncedDataset],
+    ) -> Result<Vec<Arc<ObjectSet>>, EngineError> {
+        let pending = std::mem::take(&mut *self.pending_snapshots.lock());
+        if pending.is_empty() && synced.iter().all(|(_, _, r)| r.dead_blocks().is_empty()) {
+            return Ok(Vec::new());
+        }
+        let mut directory = self.directory.lock();
+        let mut table = self.snapshots.lock();
+        for (name, _, result) in synced {
+            if !result.dead_blocks().is_empty() {
+                let dataset_id = directory.get(name)?.id;
+                table.kill(dataset_id, result.dead_blocks());
+            }
+        }
+        let mut heads = Vec::new();
+        for snapshot in pending {
+            let record = directory.get(&snapshot.dataset)?;
+            table.create(NewSnapshot {
+                id: snapshot.id,
+                dataset_id: record.id,
+                name: snapshot.name,
+                txg,
+                creation_ms: crate::now_ms(),
+                objset_bp: record.objset_bp()?,
+                referenced_bytes: record.used_bytes,
+            })?;
+            if let Some(objset) = self.objsets.lock().get(&snapshot.dataset) {
+                heads.push(objset.clone());
+            }
+        }
+        refresh_snapshot_bytes(&mut directory, &table);
+        Ok(heads)
+    }
+
+    /// Step 3: writes the records changed since the last sync into the MOS in `txg`; true if
+    /// anything was written.
+    pub(crate) fn write_snapshot_table(&self, txg: u64) -> Result<bool, EngineError> {
+        let mut table = self.snapshots.lock();
+        if !table.is_dirty() {
+            return Ok(false);
+        }
+        let mut new_object = || {
+            // Sync context, one thread: the bound includes every object created so far.
+            self.mos.object_id_bound().max(FIRST_DYNAMIC_OBJECT)
+        };
+        let changes = table.flush(&self.mos, txg, &mut new_object)?;
+        let map = self.snapshot_map(txg)?;
+        let tx = MapTx::syncing(txg);
+        for (key, value) in changes {
+            let key = key.encode();
+            let old = map.get(&key).map_err(map_error)?;
+            let old_blob = old
+                .as_ref()
+                .filter(|entry| entry.kind == ValueKind::Indirect)
+                .map(|entry| blob_object(&entry.value))
+                .transpose()?;
+            let Some(value) = value else {
+                if old.is_some() {
+                    map.remove(tx, &key).map_err(map_error)?;
+                }
+                if let Some(object) = old_blob {
+                    self.mos.free_object(txg, object);
+                }
+                continue;
+            };
+            let (stored, kind) = if value.len() > VALUE_BYTES_MAX {
+                let object = old_blob.unwrap_or_else(&mut new_object);
+                self.mos
+                    .write_blob(txg, object, ObjectType::SnapshotRecord, &value)?;
+                (object.to_le_bytes().to_vec(), ValueKind::Indirect)
+            } else {
+                if let Some(object) = old_blob {
+                    self.mos.free_object(txg, object);
+                }
+                (value, ValueKind::Inline)
+            };
+            if old.is_some() {
+                map.set_value_as(tx, &key, &stored, kind)
+            } else {
+                map.insert_as(tx, &key, &stored, kind).map(|_| ())
+            }
+            .map_err(map_error)?;
+        }
+        Ok(true)
+    }
+
+    /// The table's map, created in `txg` if the pool has none yet.
+    fn snapshot_map(&self, txg: u64) -> Result<HashedMap<'_>, EngineError> {
+        let map = HashedMap::new(&self.mos, SNAPSHOT_TABLE_OBJECT);
+        if self.mos.dnode(SNAPSHOT_TABLE_OBJECT)?.is_free() {
+            self.mos.create_object(
+                txg,
+                SNAPSHOT_TABLE_OBJECT,
+                ObjectType::SnapshotTable,
+                MAP_BLOCK_BYTES,
+                TABLE_CAPACITY_BLOCKS,
+            );
+            map.create(MapTx::syncing(txg), self.guid)
+                .map_err(map_error)?;
+        }
+        Ok(map)
+    }
+}
+
+/// Sets every dataset's `usedbysnapshots` from the table (the directory's space figures and
+/// the space view follow it).
+pub(crate) fn refresh_snapshot_bytes(directory: &mut DatasetDirectory, table: &SnapshotTable) {
+    for record in directory.datasets.values_mut() {
+        record.snapshots_bytes = table.used_by_snapshots(record.id);
+    }
+}
+
+/// Reads the snapshot table of the MOS (empty if the pool has none), checking every record
+/// and that each names a dataset of `directory`.
+pub(crate) fn load_snapshot_table(
+    mos: &ObjectSet,
+    directory: &DatasetDirectory,
+) -> Result<SnapshotTable, EngineError> {
+    if mos.dnode(SNAPSHOT_TABLE_OBJECT)?.is_free() {
+        return Ok(SnapshotTable::new());
+    }
+    let map = HashedMap::new(mos, SNAPSHOT_TABLE_OBJECT);
+    let mut entries = Vec::new();
+    map.for_each_from(0, |entry| {
+        entries.push(entry.clone());
+        true
+    })
+    .map_err(map_error)?;
+    let mut records = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let value = match entry.kind {
+            ValueKind::Inline => entry.value,
+            ValueKind::Indirect => {
+                let object = blob_object(&entry.value)?;
+                mos.read_blob(object)?.ok_or_else(|| {
+                    EngineError::from(DatasetError::Corrupt(format!(
+                        "snapshot record object {object} does not exist"
+                    )))
+                })?
+            }
+        };
+        records.push(SnapshotTable::decode_record(&entry.name, &value)?);
+    }
+    let ids: std::collections::BTreeSet<u64> = directory
+        .datasets
+        .values()
+        .map(|record| record.id)
+        .collect();
+    Ok(SnapshotTable::load(records, |id| ids.contains(&id))?)
+}
+
+/// The object number an indirect value holds.
+fn blob_object(value: &[u8]) -> Result<u64, EngineError> {
+    <[u8; 8]>::try_from(value)
+        .map(u64::from_le_bytes)
+        .map_err(|_| {
+            DatasetError::Corrupt(format!(
+                "snapshot table: an indirect value of {} bytes",
+                value.len()
+            ))
+            .into()
+        })
+}
+
+/// A read that failed stays an I/O error; anything else the map refuses means the table is
+/// damaged.
+fn map_error(err: cairn_object::map::MapError) -> EngineError {
+    match err {
+        cairn_object::map::MapError::Object(source) => source.into(),
+        other => DatasetError::Corrupt(format!("snapshot table: {other}")).into(),
+    }
+}

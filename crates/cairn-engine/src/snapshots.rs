@@ -1,0 +1,210 @@
+//! Snapshots as the pool's handle offers them: taking them (`Pool::snapshot`, several and
+//! recursive ones atomically in one txg) and listing them with their space figures. The sync's
+//! side is `snapshot_sync.rs`; the model and its accounting are `cairn_dataset::snapshots`.
+//!
+//! A snapshot needs no space of its own beyond a record, so it is never refused for a full
+//! pool. Every name is checked, and every snapshot of one call validated, before the txg: one
+//! bad name or an existing snapshot refuses the whole call and changes nothing.
+
+use crate::EngineError;
+use crate::core::PendingSnapshot;
+use crate::pool::Pool;
+use cairn_dataset::{DatasetError, SnapshotName};
+use cairn_object::ObjectSet;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// One snapshot with its figures, as `list -t snapshot` and `get` show them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotListing {
+    /// `dataset@snapshot`.
+    pub name: String,
+    pub dataset: String,
+    pub created_txg: u64,
+    pub creation_ms: u64,
+    /// Bytes only this snapshot holds (`used`).
+    pub used_bytes: u64,
+    pub referenced_bytes: u64,
+    /// Bytes it references that its predecessor did not (`written`).
+    pub written_bytes: u64,
+}
+
+/// A dataset's snapshot-related figures (`get`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SnapshotSpace {
+    /// `usedbysnapshots`.
+    pub used_by_snapshots_bytes: u64,
+    /// `written`: what the head references that its newest snapshot does not.
+    pub written_bytes: u64,
+    pub snapshot_count: u64,
+}
+
+impl Pool {
+    /// Takes the snapshots `names` (`dataset@snapshot`), with `recursive` also of every
+    /// descendant of each dataset under the same snapshot name, all in one txg: all exist on
+    /// return, durable, or none does. Returns the snapshots' full names, sorted.
+    pub fn snapshot(&self, names: &[String], recursive: bool) -> Result<Vec<String>, EngineError> {
+        if names.is_empty() {
+            return Err(DatasetError::InvalidName {
+                name: String::new(),
+                reason: "no snapshot named".into(),
+            }
+            .into());
+        }
+        let parsed = names
+            .iter()
+            .map(|name| SnapshotName::parse(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        // Validated now for a prompt error; the task validates again in its txg.
+        let planned = self.core.plan_snapshots(&parsed, recursive)?;
+        let created: Vec<String> = planned.iter().map(ToString::to_string).collect();
+        self.run_sync_task(move |core, _txg| {
+            let planned = core.plan_snapshots(&parsed, recursive)?;
+            let mut directory = core.directory.lock();
+            let mut pending = core.pending_snapshots.lock();
+            for name in planned {
+                directory.next_id += 1;
+                pending.push(PendingSnapshot {
+                    dataset: name.dataset,
+                    name: name.snapshot,
+                    id: directory.next_id,
+                });
+            }
+            Ok(())
+        })?;
+        Ok(created)
+    }
+
+    /// Every snapshot of `dataset` (all of the pool's when `None`), oldest first within a
+    /// dataset, datasets by name.
+    pub fn snapshots(&self, dataset: Option<&str>) -> Result<Vec<SnapshotListing>, EngineError> {
+        let directory = self.core.directory.lock();
+        if let Some(dataset) = dataset {
+            directory.get(dataset)?;
+        }
+        let table = self.core.snapshots.lock();
+        let mut out = Vec::new();
+        for record in directory.datasets.values() {
+            if dataset.is_some_and(|dataset| dataset != record.name) {
+                continue;
+            }
+            for snapshot in table.snapshots_of(record.id) {
+                let info = &snapshot.info;
+                out.push(SnapshotListing {
+                    name: format!("{}@{}", record.name, info.name),
+                    dataset: record.name.clone(),
+                    created_txg: info.created_txg,
+                    creation_ms: info.creation_ms,
+                    used_bytes: info.unique_bytes,
+                    referenced_bytes: info.referenced_bytes,
+                    written_bytes: info.written_bytes,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    /// One snapshot by its full name.
+    pub fn snapshot_info(&self, name: &str) -> Result<SnapshotListing, EngineError> {
+        let parsed = SnapshotName::parse(name)?;
+        self.snapshots(Some(&parsed.dataset))?
+            .into_iter()
+            .find(|listing| listing.name == name)
+            .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()).into())
+    }
+
+    /// The root of snapshot `name` (`dataset@snapshot`) and the txg it was taken in.
+    pub(crate) fn snapshot_root(
+        &self,
+        name: &str,
+    ) -> Result<(cairn_format::BlockPointer, u64), EngineError> {
+        let parsed = SnapshotName::parse(name)?;
+        let directory = self.core.directory.lock();
+        let record = directory.get(&parsed.dataset)?;
+        let table = self.core.snapshots.lock();
+        let snapshot = table
+            .find(record.id, &parsed.snapshot)
+            .ok_or_else(|| EngineError::from(DatasetError::NoSuchDataset(name.to_string())))?;
+        Ok((snapshot.info.objset_bp()?, snapshot.info.created_txg))
+    }
+
+    /// Snapshot `name`'s object set, opened for reading: its blocks stay allocated while the
+    /// snapshot exists, so reads of it need no txg hold. Writing to it is a caller's bug (a
+    /// snapshot is read-only everywhere): nothing would ever sync it.
+    pub fn snapshot_objset(&self, name: &str) -> Result<Arc<ObjectSet>, EngineError> {
+        let (root, txg) = self.snapshot_root(name)?;
+        if root.is_hole() {
+            return Err(DatasetError::NoSuchDataset(format!(
+                "{name} (a snapshot of a dataset with no object set)"
+            ))
+            .into());
+        }
+        let objset = ObjectSet::open(
+            self.core.mos.cached_io().clone(),
+            root,
+            cairn_format::ChecksumAlgorithm::Fletcher4,
+            txg,
+            0,
+        )?;
+        Ok(Arc::new(objset))
+    }
+
+    /// `usedbysnapshots`, `written` and the number of snapshots of `dataset`, as of the last
+    /// synced txg.
+    pub fn snapshot_space(&self, dataset: &str) -> Result<SnapshotSpace, EngineError> {
+        let directory = self.core.directory.lock();
+        let record = directory.get(dataset)?;
+        let table = self.core.snapshots.lock();
+        Ok(SnapshotSpace {
+            used_by_snapshots_bytes: table.used_by_snapshots(record.id),
+            written_bytes: table.head_written(record.id, record.used_bytes),
+            snapshot_count: table.snapshots_of(record.id).count() as u64,
+        })
+    }
+
+    /// `written@snapshot` of `dataset`: what its head references that `snapshot` (one of its
+    /// own, the part after '@') does not.
+    pub fn written_since(&self, dataset: &str, snapshot: &str) -> Result<u64, EngineError> {
+        let directory = self.core.directory.lock();
+        let record = directory.get(dataset)?;
+        let table = self.core.snapshots.lock();
+        let since = table.find(record.id, snapshot).ok_or_else(|| {
+            EngineError::from(DatasetError::NoSuchDataset(format!("{dataset}@{snapshot}")))
+        })?;
+        Ok(table.head_written_since(record.id, since, record.used_bytes))
+    }
+}
+
+impl crate::core::PoolCore {
+    /// The snapshots a call asks for, checked: each dataset exists, no name is asked twice
+    /// and none exists already. With `recursive`, each dataset's descendants too.
+    pub(crate) fn plan_snapshots(
+        &self,
+        names: &[SnapshotName],
+        recursive: bool,
+    ) -> Result<Vec<SnapshotName>, EngineError> {
+        let directory = self.directory.lock();
+        let table = self.snapshots.lock();
+        let mut planned = BTreeSet::new();
+        for name in names {
+            directory.get(&name.dataset)?;
+            let mut datasets = vec![name.dataset.clone()];
+            if recursive {
+                datasets.extend(directory.children(&name.dataset).map(|c| c.name.clone()));
+            }
+            for dataset in datasets {
+                let id = directory.get(&dataset)?.id;
+                let full = format!("{dataset}@{}", name.snapshot);
+                // The whole name must stay within the limit for every descendant too.
+                SnapshotName::parse(&full)?;
+                if table.find(id, &name.snapshot).is_some() || !planned.insert(full.clone()) {
+                    return Err(DatasetError::Exists(full).into());
+                }
+            }
+        }
+        planned
+            .into_iter()
+            .map(|full| SnapshotName::parse(&full).map_err(EngineError::from))
+            .collect()
+    }
+}

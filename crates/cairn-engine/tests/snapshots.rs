@@ -1,0 +1,253 @@
+//! Snapshots through the pool's API: taking them (one, several, recursive; atomically), their
+//! space figures against brute-force walks of the trees, their contents frozen while the head
+//! changes, persistence across export and import, `pool check`, and bad input refused with
+//! nothing changed.
+
+mod common;
+
+use cairn_dataset::VOLUME_OBJECT;
+use cairn_engine::{ImportSource, Pool};
+use cairn_format::BlockPointer;
+use common::*;
+use std::collections::{HashMap, HashSet};
+
+const BLOCK: usize = 8192;
+
+/// Every block of a tree by its first copy's place, with its allocated bytes.
+fn blocks_of(pool: &Pool, name: &str) -> HashMap<(u32, u64), u64> {
+    pool.dataset_blocks(name)
+        .unwrap()
+        .iter()
+        .map(|bp: &BlockPointer| {
+            let dva = bp.copies().first().expect("a block has a copy");
+            ((dva.vdev, dva.offset), bp.allocated_bytes())
+        })
+        .collect()
+}
+
+/// Brute force over full walks: each snapshot's referenced and unique bytes, and the bytes
+/// only the snapshots hold.
+fn brute_force(pool: &Pool, dataset: &str) -> (Vec<(String, u64, u64)>, u64) {
+    let snapshots: Vec<String> = pool
+        .snapshots(Some(dataset))
+        .unwrap()
+        .into_iter()
+        .map(|listing| listing.name)
+        .collect();
+    let head = blocks_of(pool, dataset);
+    let trees: Vec<HashMap<(u32, u64), u64>> =
+        snapshots.iter().map(|name| blocks_of(pool, name)).collect();
+    let mut figures = Vec::new();
+    for (index, name) in snapshots.iter().enumerate() {
+        let referenced = trees[index].values().sum();
+        let unique = trees[index]
+            .iter()
+            .filter(|(place, _)| {
+                !head.contains_key(place)
+                    && trees
+                        .iter()
+                        .enumerate()
+                        .all(|(other, tree)| other == index || !tree.contains_key(place))
+            })
+            .map(|(_, bytes)| bytes)
+            .sum();
+        figures.push((name.clone(), referenced, unique));
+    }
+    let mut snapshot_only: HashSet<(u32, u64)> = HashSet::new();
+    let mut snapshot_only_bytes = 0;
+    for tree in &trees {
+        for (place, bytes) in tree {
+            if !head.contains_key(place) && snapshot_only.insert(*place) {
+                snapshot_only_bytes += bytes;
+            }
+        }
+    }
+    (figures, snapshot_only_bytes)
+}
+
+/// The engine's figures agree with the brute force, and `pool check` is clean.
+fn assert_accounting(pool: &Pool, dataset: &str) {
+    pool.sync().unwrap();
+    let (expected, snapshot_only_bytes) = brute_force(pool, dataset);
+    for listing in pool.snapshots(Some(dataset)).unwrap() {
+        let (_, referenced, unique) = expected
+            .iter()
+            .find(|(name, _, _)| *name == listing.name)
+            .unwrap();
+        assert_eq!(
+            listing.referenced_bytes, *referenced,
+            "{} referenced",
+            listing.name
+        );
+        assert_eq!(listing.used_bytes, *unique, "{} used", listing.name);
+    }
+    let space = pool.snapshot_space(dataset).unwrap();
+    assert_eq!(
+        space.used_by_snapshots_bytes, snapshot_only_bytes,
+        "usedbysnapshots"
+    );
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+}
+
+fn fill(seed: u8) -> Vec<u8> {
+    (0..BLOCK)
+        .map(|i| (i as u8).wrapping_mul(seed) ^ seed)
+        .collect()
+}
+
+fn write_blocks(pool: &Pool, name: &str, blocks: &[u64], seed: u8) {
+    let volume = pool.volume(name).unwrap();
+    for &block in blocks {
+        volume.write(block * BLOCK as u64, &fill(seed)).unwrap();
+    }
+    volume.flush().unwrap();
+}
+
+/// Block `index` of a snapshot's volume (zeros for a hole).
+fn snapshot_block(pool: &Pool, snapshot: &str, index: u64) -> Vec<u8> {
+    let objset = pool.snapshot_objset(snapshot).unwrap();
+    objset
+        .read_block(VOLUME_OBJECT, index)
+        .unwrap()
+        .map_or_else(|| vec![0; BLOCK], |block| block.to_vec())
+}
+
+fn new_pool(dir: &std::path::Path) -> Pool {
+    let paths = device_paths(dir, 2);
+    let pool = create_mirror(&paths, plain_opener());
+    pool.create_volume_as(
+        "tank/vol",
+        4 << 20,
+        cairn_dataset::directory::Provisioning::Sparse,
+        &[("volblocksize".into(), BLOCK.to_string())],
+    )
+    .unwrap();
+    pool
+}
+
+#[test]
+fn a_snapshot_keeps_what_the_head_overwrites_and_the_figures_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    write_blocks(&pool, "tank/vol", &(0..64).collect::<Vec<_>>(), 1);
+    let taken = pool.snapshot(&["tank/vol@a".to_string()], false).unwrap();
+    assert_eq!(taken, vec!["tank/vol@a".to_string()]);
+    let a = pool.snapshot_info("tank/vol@a").unwrap();
+    assert_eq!(
+        a.written_bytes, a.referenced_bytes,
+        "the first snapshot wrote everything"
+    );
+    assert_eq!(a.used_bytes, 0, "nothing died yet");
+    assert_accounting(&pool, "tank/vol");
+
+    // Overwrite 16 blocks: the old ones stay, held by @a alone.
+    write_blocks(&pool, "tank/vol", &(0..16).collect::<Vec<_>>(), 2);
+    assert_accounting(&pool, "tank/vol");
+    let a = pool.snapshot_info("tank/vol@a").unwrap();
+    assert!(
+        a.used_bytes >= 16 * BLOCK as u64,
+        "@a holds the overwritten blocks"
+    );
+    assert_eq!(
+        snapshot_block(&pool, "tank/vol@a", 3),
+        fill(1),
+        "@a is frozen"
+    );
+    let head = pool.volume("tank/vol").unwrap();
+    let mut now = vec![0u8; BLOCK];
+    head.read(3 * BLOCK as u64, &mut now).unwrap();
+    assert_eq!(now, fill(2), "the head moved on");
+
+    // A second snapshot, then overwrites of blocks both share and of blocks only @b has.
+    pool.snapshot(&["tank/vol@b".to_string()], false).unwrap();
+    write_blocks(&pool, "tank/vol", &[1, 2, 40, 41], 3);
+    assert_accounting(&pool, "tank/vol");
+    let written = pool.written_since("tank/vol", "a").unwrap();
+    assert!(written >= 18 * BLOCK as u64, "written@a counts both rounds");
+    let b = pool.snapshot_info("tank/vol@b").unwrap();
+    assert!(
+        b.written_bytes >= 16 * BLOCK as u64,
+        "@b wrote the second round"
+    );
+
+    // All of it survives export and import, and the head keeps keeping blocks after import.
+    let before: Vec<_> = pool.snapshots(None).unwrap();
+    pool.export().unwrap();
+    let pool = Pool::import(
+        &ImportSource::Directory(dir.path().into()),
+        "tank",
+        options(plain_opener()),
+    )
+    .unwrap();
+    assert_eq!(pool.snapshots(None).unwrap(), before);
+    write_blocks(&pool, "tank/vol", &[5, 6, 50], 4);
+    assert_accounting(&pool, "tank/vol");
+    assert_eq!(snapshot_block(&pool, "tank/vol@a", 5), fill(1));
+    assert_eq!(snapshot_block(&pool, "tank/vol@b", 5), fill(2));
+    assert_eq!(snapshot_block(&pool, "tank/vol@b", 50), fill(1));
+}
+
+#[test]
+fn several_and_recursive_snapshots_are_taken_in_one_txg() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    pool.create_filesystem("tank/home", &[], (0, 0), 0o755)
+        .unwrap();
+    pool.create_filesystem("tank/home/alice", &[], (0, 0), 0o755)
+        .unwrap();
+    write_blocks(&pool, "tank/vol", &[0, 1], 1);
+    let taken = pool
+        .snapshot(&["tank/home@n".to_string(), "tank/vol@n".to_string()], true)
+        .unwrap();
+    assert_eq!(
+        taken,
+        vec!["tank/home/alice@n", "tank/home@n", "tank/vol@n"]
+    );
+    let listings = pool.snapshots(None).unwrap();
+    assert_eq!(listings.len(), 3);
+    assert!(
+        listings
+            .iter()
+            .all(|l| l.created_txg == listings[0].created_txg),
+        "one txg: {listings:?}"
+    );
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+}
+
+#[test]
+fn bad_snapshot_requests_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    pool.snapshot(&["tank/vol@a".to_string()], false).unwrap();
+    let txg = pool.last_synced_txg();
+    let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    for bad in [
+        names(&["tank/vol@a"]),               // exists
+        names(&["tank/vol@b", "tank/vol@a"]), // one bad name refuses the whole call
+        names(&["tank/vol@c", "tank/vol@c"]), // asked twice
+        names(&["tank/none@x"]),              // no such dataset
+        names(&["tank/vol@bad name"]),
+        names(&["tank/vol@a@b"]),
+        names(&["tank/vol"]),
+        names(&[&format!("tank/vol@{}", "x".repeat(250))]),
+        names(&[]),
+    ] {
+        let err = pool.snapshot(&bad, false);
+        assert!(err.is_err(), "{bad:?} accepted");
+    }
+    let listed: Vec<String> = pool
+        .snapshots(None)
+        .unwrap()
+        .into_iter()
+        .map(|l| l.name)
+        .collect();
+    assert_eq!(listed, vec!["tank/vol@a"]);
+    assert!(
+        pool.last_synced_txg() <= txg + 1,
+        "refusals cost no txgs of changes"
+    );
+    let err = pool.destroy_dataset("tank/vol").unwrap_err().to_string();
+    assert!(err.contains("snapshots"), "{err}");
+}
