@@ -90,6 +90,9 @@ pub enum DatasetError {
     InvalidName { name: String, reason: String },
     #[error("dataset '{0}' is read-only")]
     ReadOnly(String),
+    /// A dataset others depend on (its snapshots) cannot go while they exist.
+    #[error("'{name}' has {what}")]
+    HasDependents { name: String, what: String },
     #[error("{name}: {op} of {len} bytes at offset {offset} is outside the volume ({size} bytes)")]
     OutOfRange {
         name: String,
@@ -189,6 +192,7 @@ impl DatasetError {
             | DatasetError::InvalidProperty { .. }
             | DatasetError::PropertyNotAllowed { .. }
             | DatasetError::InvalidName { .. }
+            | DatasetError::HasDependents { .. }
             | DatasetError::OutOfRange { .. } => ErrorClass::Invalid,
             DatasetError::NoSuchDataset(_) => ErrorClass::NotFound,
             DatasetError::Exists(_) => ErrorClass::Exists,

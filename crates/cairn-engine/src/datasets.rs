@@ -172,10 +172,10 @@ impl Pool {
             }
             let id = directory.get(name)?.id;
             if let Some(snapshot) = self.core.snapshots.lock().snapshots_of(id).next() {
-                return Err(DatasetError::InvalidName {
+                return Err(DatasetError::HasDependents {
                     name: name.into(),
-                    reason: format!(
-                        "has snapshots ({name}@{}); destroying them is not built yet",
+                    what: format!(
+                        "snapshots ({name}@{}, ...), and destroying snapshots is not built yet",
                         snapshot.info.name
                     ),
                 }

@@ -12,6 +12,10 @@
 //! keeps its device write logs and cut point and names the directory and the `replay-cut`
 //! command that rebuilds the crashed images (see `common::CrashRound`).
 //!
+//! Snapshots of the volume are taken between writes: after the cut, every snapshot reported
+//! created exists and holds what was written before it was asked for, and `check` proves the
+//! deadlists and snapshot space against the trees.
+//!
 //! A second test cuts every operation of one txg sync in turn (18 on this mirror), so each
 //! write of a sync — data, metadata, space log, every uberblock copy — is torn in flight once.
 
@@ -31,12 +35,16 @@ struct Outcome {
     acknowledged: Vec<u8>,
     /// Contents submitted to a sync that did not return (it may or may not have committed).
     in_flight: Option<Vec<u8>>,
+    /// Snapshots of `tank/vol` asked for, with the contents each must hold: reported created
+    /// (`true`: it must exist after the cut) or cut short (it may exist; if so, it holds them).
+    snapshots: Vec<(String, Vec<u8>, bool)>,
 }
 
 fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
     let volume = pool.volume("tank/vol").expect("volume");
     let mut model = vec![0u8; VOLUME_SIZE as usize];
     let mut acknowledged = model.clone();
+    let mut snapshots = Vec::new();
     for _ in 0..SYNCS_PER_RUN {
         for _ in 0..OPS_PER_SYNC {
             let offset = rng.below(VOLUME_SIZE - 1);
@@ -56,21 +64,34 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                 return Outcome {
                     acknowledged,
                     in_flight: Some(model),
+                    snapshots,
                 };
             }
         }
         // Most rounds end with a plain sync; some with an administrative change, which is
         // durable on return too (it runs as a sync task).
+        // A snapshot holds everything written before it was asked for.
         let commit = match rng.below(6) {
             0 => admin_change(pool, rng),
+            1 | 2 => {
+                let name = format!("tank/vol@s{}", snapshots.len());
+                snapshots.push((name.clone(), model.clone(), false));
+                pool.snapshot(&[name], false).map(|_| ())
+            }
             _ => pool.sync().map(|_| ()),
         };
         match commit {
-            Ok(()) => acknowledged = model.clone(),
+            Ok(()) => {
+                acknowledged = model.clone();
+                if let Some(last) = snapshots.last_mut() {
+                    last.2 = true;
+                }
+            }
             Err(_) => {
                 return Outcome {
                     acknowledged,
                     in_flight: Some(model),
+                    snapshots,
                 };
             }
         }
@@ -78,6 +99,7 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
     Outcome {
         acknowledged,
         in_flight: None,
+        snapshots,
     }
 }
 
@@ -123,8 +145,9 @@ fn fresh_pool_with_volume(
 
 /// How a round ended.
 enum Round {
-    /// The power went mid-workload and the pool came back as it must.
-    Cut(CutReport),
+    /// The power went mid-workload and the pool came back as it must, with this many
+    /// snapshots checked against the model.
+    Cut(CutReport, usize),
     /// The workload finished after this many device operations, before the cut point.
     Finished { ops: u64 },
 }
@@ -185,8 +208,44 @@ fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
             .zip(outcome.acknowledged.iter())
             .position(|(a, b)| a != b)
     );
+    let snapshots_checked = check_snapshots(&pool, &outcome.snapshots, seed, ops_before_cut);
     pool.close().expect("close after check");
-    Round::Cut(cut)
+    Round::Cut(cut, snapshots_checked)
+}
+
+/// Every snapshot reported created exists and holds what was written before it; one cut
+/// short holds the same if it exists at all.
+fn check_snapshots(
+    pool: &cairn_engine::Pool,
+    snapshots: &[(String, Vec<u8>, bool)],
+    seed: u64,
+    cut: u64,
+) -> usize {
+    let mut checked = 0;
+    for (name, expected, reported) in snapshots {
+        let objset = match pool.snapshot_objset(name) {
+            Ok(objset) => objset,
+            Err(err) => {
+                assert!(
+                    !reported,
+                    "seed {seed} cut {cut}: {name} was reported created: {err}"
+                );
+                continue;
+            }
+        };
+        for (index, want) in expected.chunks(BLOCK_SIZE as usize).enumerate() {
+            let block = objset
+                .read_block(cairn_dataset::VOLUME_OBJECT, index as u64)
+                .unwrap_or_else(|err| panic!("seed {seed} cut {cut}: {name} block {index}: {err}"));
+            let same = block.map_or_else(|| want.iter().all(|b| *b == 0), |b| b[..] == want[..]);
+            assert!(
+                same,
+                "seed {seed} cut {cut}: {name} block {index} differs from the model"
+            );
+        }
+        checked += 1;
+    }
+    checked
 }
 
 #[test]
@@ -219,14 +278,17 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
         Some(seed) => vec![seed],
         None => (1..=points).collect(),
     };
-    let (mut cuts, mut torn_in_flight) = (0u64, 0u64);
+    let (mut cuts, mut torn_in_flight, mut snapshots_checked) = (0u64, 0u64, 0usize);
     for &seed in &seeds {
         let mut cut = 1 + Rng(seed ^ 0x5eed).below(total_ops);
         let mut attempts = 0;
         let report = loop {
             attempts += 1;
             match run_seed(seed, cut) {
-                Round::Cut(report) => break report,
+                Round::Cut(report, checked) => {
+                    snapshots_checked += checked;
+                    break report;
+                }
                 // This seed's workload is shorter than the calibration run's: cut inside it.
                 Round::Finished { ops } if attempts < 4 => {
                     cut = 1 + Rng(seed ^ 0x5eed ^ attempts).below(ops.max(1))
@@ -247,9 +309,14 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
             torn_in_flight * 2 >= cuts,
             "only {torn_in_flight} of {cuts} cuts caught a write in flight"
         );
+        assert!(
+            snapshots_checked as u64 >= cuts / 2,
+            "only {snapshots_checked} snapshots checked after {cuts} cuts"
+        );
     }
     eprintln!(
-        "crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in flight"
+        "crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in \
+         flight; {snapshots_checked} snapshots checked against the model"
     );
 }
 

@@ -210,7 +210,14 @@ impl ListColumn {
     ];
 
     fn parse(text: &str) -> Result<ListColumn> {
-        Ok(match text.trim().to_ascii_lowercase().as_str() {
+        let text = text.trim().to_ascii_lowercase();
+        if let Some((stat, _)) = STATISTICS.iter().find(|(stat, aliases)| {
+            !matches!(*stat, "type" | "used" | "available" | "referenced")
+                && (*stat == text || aliases.contains(&text.as_str()))
+        }) {
+            return Ok(ListColumn::Property(stat));
+        }
+        Ok(match text.as_str() {
             "name" => ListColumn::Name,
             "used" => ListColumn::Used,
             "avail" | "available" => ListColumn::Avail,
@@ -248,7 +255,7 @@ impl ListColumn {
             ListColumn::Volblock => ("VOLBLOCK".into(), Align::Right),
             ListColumn::Property(name) => (
                 name.to_ascii_uppercase(),
-                if lookup(name).is_ok_and(|def| def.is_size()) {
+                if lookup(name).is_ok_and(|def| def.is_size()) || SIZE_STATISTICS.contains(&name) {
                     Align::Right
                 } else {
                     Align::Left
