@@ -30,7 +30,7 @@
 //! Known gaps (issue 34, next steps): destroy, rollback, clones, holds and bookmarks use the
 //! fields reserved here (`holds`, `clones`, `defer_destroy`) but are not built yet.
 
-use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys};
+use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan, read_part};
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
@@ -41,6 +41,7 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const SNAPSHOT_RECORD_VERSION: u8 = 1;
 const SNAPSHOT_KEY_TAG: u8 = b's';
 const HEAD_KEY_TAG: u8 = b'h';
+const FREE_KEY_TAG: u8 = b'f';
 
 /// What a snapshot record holds besides its deadlist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,6 +87,8 @@ pub struct Snapshot {
 pub enum RecordKey {
     Snapshot(u64),
     Head(u64),
+    /// Background free work of one destroy, by sequence number.
+    Free(u64),
 }
 
 impl RecordKey {
@@ -94,6 +97,7 @@ impl RecordKey {
         let (tag, id) = match self {
             RecordKey::Snapshot(id) => (SNAPSHOT_KEY_TAG, id),
             RecordKey::Head(id) => (HEAD_KEY_TAG, id),
+            RecordKey::Free(seq) => (FREE_KEY_TAG, seq),
         };
         let mut key = [0u8; 9];
         key[0] = tag;
@@ -109,6 +113,7 @@ impl RecordKey {
         match (raw.first(), id) {
             (Some(&SNAPSHOT_KEY_TAG), Some(id)) => Ok(RecordKey::Snapshot(id)),
             (Some(&HEAD_KEY_TAG), Some(id)) => Ok(RecordKey::Head(id)),
+            (Some(&FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::Free(seq)),
             _ => Err(DatasetError::Corrupt(format!(
                 "snapshot table: a key of {} bytes starting {:?}",
                 raw.len(),
@@ -132,6 +137,8 @@ pub struct SnapshotTable {
     by_dataset: BTreeMap<(u64, u64), u64>,
     /// Deadlists of heads that have one (a dataset with no snapshot has none).
     heads: BTreeMap<u64, Deadlist>,
+    /// Background frees of destroys, oldest first.
+    free_queue: BTreeMap<u64, FreeWork>,
     /// Records changed since the last `flush`.
     dirty: BTreeSet<RecordKey>,
 }
@@ -143,6 +150,29 @@ pub type RecordChange = (RecordKey, Option<Vec<u8>>);
 pub enum Record {
     Snapshot(Snapshot),
     Head(u64, Deadlist),
+    Free(u64, FreeWork),
+}
+
+/// What one destroy left to free in the background: the blocks of each scan's part born in
+/// its range, scanned in order from `scan_index`/`next_entry`, a bounded number per txg.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FreeWork {
+    pub scans: Vec<FreeScan>,
+    pub scan_index: u64,
+    pub next_entry: u64,
+    /// Bytes still to free (the pool property `freeing`).
+    pub remaining_bytes: u64,
+}
+
+/// What destroying a snapshot did, for the engine to carry out.
+#[derive(Debug, Default)]
+pub struct Destroyed {
+    /// Blocks to free in this txg (they died in it, so no part holds them yet).
+    pub free_now: Vec<BlockPointer>,
+    /// The head's new newest snapshot txg, when the newest snapshot went.
+    pub prev_snap_txg: Option<u64>,
+    /// What the destroy frees in all, now and in the background.
+    pub freed: DeadSpace,
 }
 
 /// What `SnapshotTable::create` is given.
@@ -200,6 +230,9 @@ impl SnapshotTable {
                     }
                     table.heads.insert(dataset_id, deadlist);
                 }
+                Record::Free(seq, work) => {
+                    table.free_queue.insert(seq, work);
+                }
             }
         }
         Ok(table)
@@ -242,6 +275,25 @@ impl SnapshotTable {
                 let phys: DeadlistPhys =
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
                 Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
+            }
+            RecordKey::Free(seq) => {
+                let work: FreeWork =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                let in_bounds = work
+                    .scans
+                    .iter()
+                    .all(|scan| scan.object != 0 && scan.min_txg < scan.max_txg)
+                    && (work.scan_index as usize) <= work.scans.len()
+                    // Past the last scan (done; the next txg's frees remove it): nothing left
+                    // in flight.
+                    && work
+                        .scans
+                        .get(work.scan_index as usize)
+                        .map_or(work.next_entry == 0, |scan| work.next_entry <= scan.entries);
+                if !in_bounds {
+                    return Err(corrupt(format!("free work {seq}: {work:?}")));
+                }
+                Ok(Record::Free(seq, work))
             }
         }
     }
@@ -461,10 +513,184 @@ impl SnapshotTable {
                         Some(encode_value(&deadlist.to_phys()))
                     }
                 },
+                RecordKey::Free(seq) => self.free_queue.get(&seq).map(encode_value),
             };
             out.push((key, value));
         }
         Ok(out)
+    }
+
+    /// Destroys snapshot `name` of dataset `dataset_id` (see the module doc): its blocks that
+    /// no other snapshot or the head references are freed (the pending ones now, the rest in
+    /// the background), its deadlist joins its successor's, and its neighbours' figures are
+    /// recomputed as sums.
+    pub fn destroy(&mut self, dataset_id: u64, name: &str) -> Result<Destroyed, DatasetError> {
+        let snapshot = self
+            .find(dataset_id, name)
+            .ok_or_else(|| DatasetError::NoSuchDataset(format!("@{name}")))?;
+        let (id, txg) = (snapshot.info.id, snapshot.info.created_txg);
+        let (prev_id, prev_txg) = self.neighbour(dataset_id, txg, false);
+        let (next_id, _) = self.neighbour(dataset_id, txg, true);
+        let gone = self.snapshots.remove(&id).expect("found above");
+        self.by_dataset.remove(&(dataset_id, txg));
+        self.dirty.insert(RecordKey::Snapshot(id));
+        // The successor's list: blocks born after the predecessor and by this snapshot were
+        // this snapshot's alone.
+        let next_list = match next_id {
+            Some(next) => &mut self.snapshot_mut(next).deadlist,
+            None => self.heads.entry(dataset_id).or_default(),
+        };
+        let freed = next_list.space_range(prev_txg, txg);
+        let (free_now, scans) = next_list.exclude(prev_txg, txg);
+        next_list.merge(gone.deadlist);
+        let free_now_bytes: u64 = free_now.iter().map(BlockPointer::allocated_bytes).sum();
+        if !scans.is_empty() && freed.allocated_bytes > free_now_bytes {
+            let seq = self.free_queue.keys().next_back().map_or(1, |seq| seq + 1);
+            self.free_queue.insert(
+                seq,
+                FreeWork {
+                    scans,
+                    scan_index: 0,
+                    next_entry: 0,
+                    remaining_bytes: freed.allocated_bytes - free_now_bytes,
+                },
+            );
+            self.dirty.insert(RecordKey::Free(seq));
+        }
+        match next_id {
+            Some(next) => {
+                self.dirty.insert(RecordKey::Snapshot(next));
+                self.refresh_neighbour_figures(dataset_id, next, prev_txg);
+            }
+            None => {
+                self.dirty.insert(RecordKey::Head(dataset_id));
+            }
+        }
+        if let Some(prev) = prev_id {
+            self.dirty.insert(RecordKey::Snapshot(prev));
+            let before_prev = self.neighbour(dataset_id, prev_txg, false).1;
+            let successor_list = match next_id {
+                Some(next) => &self.snapshots[&next].deadlist,
+                None => &self.heads[&dataset_id],
+            };
+            let unique = successor_list
+                .space_range(before_prev, prev_txg)
+                .allocated_bytes;
+            self.snapshot_mut(prev).info.unique_bytes = unique;
+        }
+        // The head's keys of the gone interval join the one before.
+        if let Some(head) = self.heads.get_mut(&dataset_id) {
+            head.merge_key(txg, prev_txg);
+        }
+        Ok(Destroyed {
+            free_now,
+            prev_snap_txg: next_id.is_none().then_some(prev_txg),
+            freed,
+        })
+    }
+
+    /// The snapshot of `dataset_id` just before (or after, `later`) txg `txg`: its id and txg
+    /// (none and 0 before the first; none and `u64::MAX` after the last, the head).
+    fn neighbour(&self, dataset_id: u64, txg: u64, later: bool) -> (Option<u64>, u64) {
+        let found = if later {
+            self.by_dataset
+                .range((dataset_id, txg + 1)..=(dataset_id, u64::MAX))
+                .next()
+        } else {
+            self.by_dataset
+                .range((dataset_id, 0)..(dataset_id, txg))
+                .next_back()
+        };
+        match found {
+            Some((&(_, txg), &id)) => (Some(id), txg),
+            None if later => (None, u64::MAX),
+            None => (None, 0),
+        }
+    }
+
+    fn snapshot_mut(&mut self, id: u64) -> &mut Snapshot {
+        self.snapshots
+            .get_mut(&id)
+            .expect("a snapshot of the table's own indexes")
+    }
+
+    /// Recomputes `used` and `written` of snapshot `id` after its predecessor changed to
+    /// the snapshot of txg `prev_txg`.
+    fn refresh_neighbour_figures(&mut self, dataset_id: u64, id: u64, prev_txg: u64) {
+        let txg = self.snapshots[&id].info.created_txg;
+        let (next_id, _) = self.neighbour(dataset_id, txg, true);
+        let successor = match next_id {
+            Some(next) => Some(&self.snapshots[&next].deadlist),
+            None => self.heads.get(&dataset_id),
+        };
+        let unique = successor.map_or(0, |list| list.space_range(prev_txg, txg).allocated_bytes);
+        let prev_referenced = self
+            .by_dataset
+            .get(&(dataset_id, prev_txg))
+            .map_or(0, |prev| self.snapshots[prev].info.referenced_bytes);
+        let snapshot = self.snapshot_mut(id);
+        snapshot.info.unique_bytes = unique;
+        snapshot.info.written_bytes = (snapshot.info.referenced_bytes
+            + snapshot.deadlist.space().allocated_bytes)
+            .saturating_sub(prev_referenced);
+    }
+
+    /// Bytes destroys left to free (the pool property `freeing`).
+    pub fn freeing_bytes(&self) -> u64 {
+        self.free_queue
+            .values()
+            .map(|work| work.remaining_bytes)
+            .sum()
+    }
+
+    /// The background frees still to do, oldest first.
+    pub fn free_queue(&self) -> impl Iterator<Item = &FreeWork> {
+        self.free_queue.values()
+    }
+
+    /// Frees, through `free`, the blocks of at most `entries_max` scanned deadlist entries of
+    /// the oldest destroys' background work (in sync context); returns the entries scanned.
+    pub fn process_frees(
+        &mut self,
+        mos: &cairn_object::ObjectSet,
+        entries_max: u64,
+        free: &mut dyn FnMut(&BlockPointer),
+    ) -> Result<u64, DatasetError> {
+        let mut scanned = 0;
+        while scanned < entries_max {
+            let Some(&seq) = self.free_queue.keys().next() else {
+                break;
+            };
+            self.dirty.insert(RecordKey::Free(seq));
+            let work = self
+                .free_queue
+                .get_mut(&seq)
+                .expect("its key was just read");
+            let Some(scan) = work.scans.get(work.scan_index as usize).cloned() else {
+                debug_assert_eq!(work.remaining_bytes, 0, "free work done with bytes left");
+                self.free_queue.remove(&seq);
+                continue;
+            };
+            let end = scan.entries.min(work.next_entry + (entries_max - scanned));
+            read_part(mos, scan.object, work.next_entry, end, |bp| {
+                if bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg {
+                    free(&bp);
+                    work.remaining_bytes =
+                        work.remaining_bytes.saturating_sub(bp.allocated_bytes());
+                }
+            })?;
+            scanned += end - work.next_entry;
+            work.next_entry = end;
+            if end == scan.entries {
+                work.scan_index += 1;
+                work.next_entry = 0;
+                if work.scan_index as usize == work.scans.len() {
+                    debug_assert_eq!(work.remaining_bytes, 0, "free work done with bytes left");
+                    self.free_queue.remove(&seq);
+                }
+            }
+        }
+        Ok(scanned)
     }
 
     /// Whether a flush has anything to write.

@@ -330,6 +330,19 @@ impl Pool {
                 ));
             }
         }
+        // What destroys left to free in the background is still allocated.
+        let (freeing, problems) = crate::check_snapshots::pending_free_blocks(&self.core)?;
+        visitor.report.snapshot_problems.extend(problems);
+        visitor.dataset = format!("{} (being freed)", self.core.name);
+        for bp in freeing {
+            visitor.check(&VisitedBlock {
+                bp,
+                object: 0,
+                level: bp.level,
+                blkid: 0,
+                data_block_size: 0,
+            });
+        }
         Ok(())
     }
 

@@ -31,6 +31,9 @@ use std::sync::atomic::AtomicBool;
 
 /// Space-log blocks kept before the log is condensed into a checkpoint (default).
 pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
+/// Deadlist entries a txg scans for a destroy's background frees (default): bounds the work
+/// one sync does, so destroying a large snapshot never stalls the pool (OpenZFS #13064).
+pub(crate) const FREE_ENTRIES_PER_TXG: u64 = 8192;
 
 #[derive(Debug, Default)]
 pub(crate) struct SpaceLogState {
@@ -47,13 +50,19 @@ impl SpaceLogState {
     }
 }
 
-/// A snapshot a sync task asked for, taken by the same txg's sync once the head has synced
-/// (`snapshot_sync.rs`).
+/// A snapshot change a sync task asked for, made by the same txg's sync once the heads have
+/// synced (`snapshot_sync.rs`), in the order asked.
 #[derive(Debug, Clone)]
-pub(crate) struct PendingSnapshot {
-    pub(crate) dataset: String,
-    pub(crate) name: String,
-    pub(crate) id: u64,
+pub(crate) enum PendingSnapshot {
+    Create {
+        dataset: String,
+        name: String,
+        id: u64,
+    },
+    Destroy {
+        dataset: String,
+        name: String,
+    },
 }
 
 pub(crate) type SyncTask = Box<dyn FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send>;
@@ -81,6 +90,8 @@ pub(crate) struct PoolCore {
     pub(crate) label_state: Mutex<PoolState>,
     pub(crate) config_dirty: AtomicBool,
     pub(crate) space_log_chain_blocks_max: usize,
+    /// Deadlist entries one txg scans for background frees (`snapshot_sync.rs`).
+    pub(crate) free_entries_per_txg: u64,
     /// Reservations as of the last directory change (`refresh_space_view`): read by every
     /// volume write's space check, so it is computed once per change, not per write.
     pub(crate) space_view: Mutex<Arc<SpaceView>>,

@@ -175,7 +175,7 @@ impl Pool {
                 return Err(DatasetError::HasDependents {
                     name: name.into(),
                     what: format!(
-                        "snapshots ({name}@{}, ...), and destroying snapshots is not built yet",
+                        "snapshots ({name}@{}, ...): destroy them first (cairn destroy {name}@SNAP)",
                         snapshot.info.name
                     ),
                 }

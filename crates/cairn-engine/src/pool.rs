@@ -31,6 +31,8 @@ pub struct PoolOptions {
     /// Space-log blocks kept before condensing into a checkpoint (tests use tiny values so the
     /// condense path runs often).
     pub space_log_chain_blocks_max: usize,
+    /// Deadlist entries one txg scans for a destroy's background frees (at least 1).
+    pub free_entries_per_txg: u64,
     /// Import even if a log device is missing: synchronous writes only it holds are lost and
     /// the pool comes back as of its last synced txg.
     pub ignore_missing_log: bool,
@@ -57,6 +59,7 @@ impl Default for PoolOptions {
             readonly: false,
             without_space_log: false,
             space_log_chain_blocks_max: crate::core::SPACE_LOG_CHAIN_BLOCKS_MAX,
+            free_entries_per_txg: crate::core::FREE_ENTRIES_PER_TXG,
             ignore_missing_log: false,
             rewind: false,
             read_trace_dir: None,

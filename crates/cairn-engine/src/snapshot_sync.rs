@@ -20,7 +20,7 @@
 //! value). A pool without the object has no snapshot.
 
 use crate::EngineError;
-use crate::core::PoolCore;
+use crate::core::{PendingSnapshot, PoolCore};
 use cairn_dataset::snapshots::{NewSnapshot, SnapshotTable};
 use cairn_dataset::{DatasetDirectory, DatasetError};
 use cairn_format::ObjectType;
@@ -40,19 +40,25 @@ const FIRST_DYNAMIC_OBJECT: u64 = 64;
 pub(crate) type SyncedDataset = (String, Arc<ObjectSet>, SyncedObjset);
 
 impl PoolCore {
-    /// Steps 1 and 2 of the module doc, in txg `txg`'s sync; returns the object sets to tell
-    /// their new snapshot txg once the txg has committed (step 4).
+    /// Steps 1 and 2 of the module doc, and this txg's share of background frees, in txg
+    /// `txg`'s sync; returns the object sets to tell their new newest snapshot txg once the
+    /// txg has committed (step 4).
     pub(crate) fn sync_snapshots(
         &self,
         txg: u64,
         synced: &[SyncedDataset],
-    ) -> Result<Vec<Arc<ObjectSet>>, EngineError> {
+    ) -> Result<Vec<(Arc<ObjectSet>, u64)>, EngineError> {
         let pending = std::mem::take(&mut *self.pending_snapshots.lock());
-        if pending.is_empty() && synced.iter().all(|(_, _, r)| r.dead_blocks().is_empty()) {
-            return Ok(Vec::new());
-        }
+        // Lock order: the directory, then the table.
         let mut directory = self.directory.lock();
         let mut table = self.snapshots.lock();
+        let freeing = table.free_queue().next().is_some();
+        if pending.is_empty()
+            && !freeing
+            && synced.iter().all(|(_, _, r)| r.dead_blocks().is_empty())
+        {
+            return Ok(Vec::new());
+        }
         for (name, _, result) in synced {
             if !result.dead_blocks().is_empty() {
                 let dataset_id = directory.get(name)?.id;
@@ -60,21 +66,38 @@ impl PoolCore {
             }
         }
         let mut heads = Vec::new();
-        for snapshot in pending {
-            let record = directory.get(&snapshot.dataset)?;
-            table.create(NewSnapshot {
-                id: snapshot.id,
-                dataset_id: record.id,
-                name: snapshot.name,
-                txg,
-                creation_ms: crate::now_ms(),
-                objset_bp: record.objset_bp()?,
-                referenced_bytes: record.used_bytes,
-            })?;
-            if let Some(objset) = self.objsets.lock().get(&snapshot.dataset) {
-                heads.push(objset.clone());
+        for change in pending {
+            let (dataset, prev_snap_txg) = match change {
+                PendingSnapshot::Create { dataset, name, id } => {
+                    let record = directory.get(&dataset)?;
+                    table.create(NewSnapshot {
+                        id,
+                        dataset_id: record.id,
+                        name,
+                        txg,
+                        creation_ms: crate::now_ms(),
+                        objset_bp: record.objset_bp()?,
+                        referenced_bytes: record.used_bytes,
+                    })?;
+                    (dataset, Some(txg))
+                }
+                PendingSnapshot::Destroy { dataset, name } => {
+                    let destroyed = table.destroy(directory.get(&dataset)?.id, &name)?;
+                    for bp in &destroyed.free_now {
+                        self.mos.cached_io().free_block(bp, txg);
+                    }
+                    (dataset, destroyed.prev_snap_txg)
+                }
+            };
+            if let (Some(prev_snap_txg), Some(objset)) =
+                (prev_snap_txg, self.objsets.lock().get(&dataset))
+            {
+                heads.push((objset.clone(), prev_snap_txg));
             }
         }
+        table.process_frees(&self.mos, self.free_entries_per_txg, &mut |bp| {
+            self.mos.cached_io().free_block(bp, txg);
+        })?;
         refresh_snapshot_bytes(&mut directory, &table);
         Ok(heads)
     }

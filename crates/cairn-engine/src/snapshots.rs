@@ -64,7 +64,7 @@ impl Pool {
             let mut pending = core.pending_snapshots.lock();
             for name in planned {
                 directory.next_id += 1;
-                pending.push(PendingSnapshot {
+                pending.push(PendingSnapshot::Create {
                     dataset: name.dataset,
                     name: name.snapshot,
                     id: directory.next_id,
@@ -73,6 +73,37 @@ impl Pool {
             Ok(())
         })?;
         Ok(created)
+    }
+
+    /// Destroys snapshot `name` (`dataset@snapshot`), durable on return: what only it held is
+    /// freed, at once for what died in this txg and in the background, a bounded amount per
+    /// txg, for the rest (`freeing_bytes`), so a large destroy never stalls the pool.
+    pub fn destroy_snapshot(&self, name: &str) -> Result<(), EngineError> {
+        let parsed = SnapshotName::parse(name)?;
+        self.snapshot_root(name)?;
+        self.run_sync_task(move |core, _txg| {
+            let id = core.directory.lock().get(&parsed.dataset)?.id;
+            // Another command may have asked for the same in this txg.
+            if core.snapshots.lock().find(id, &parsed.snapshot).is_none()
+                || core.pending_names().contains(&parsed.to_string())
+            {
+                return Err(DatasetError::NoSuchDataset(parsed.to_string()).into());
+            }
+            core.pending_snapshots
+                .lock()
+                .push(PendingSnapshot::Destroy {
+                    dataset: parsed.dataset,
+                    name: parsed.snapshot,
+                });
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Bytes destroyed snapshots still hold while the background frees them (the pool
+    /// property `freeing`).
+    pub fn freeing_bytes(&self) -> u64 {
+        self.core.snapshots.lock().freeing_bytes()
     }
 
     /// Every snapshot of `dataset` (all of the pool's when `None`), oldest first within a
@@ -176,6 +207,18 @@ impl Pool {
 }
 
 impl crate::core::PoolCore {
+    /// `dataset@snapshot` of every snapshot change queued for the open txg's sync.
+    pub(crate) fn pending_names(&self) -> BTreeSet<String> {
+        self.pending_snapshots
+            .lock()
+            .iter()
+            .map(|change| match change {
+                PendingSnapshot::Create { dataset, name, .. }
+                | PendingSnapshot::Destroy { dataset, name } => format!("{dataset}@{name}"),
+            })
+            .collect()
+    }
+
     /// The snapshots a call asks for, checked: each dataset exists, no name is asked twice
     /// and none exists already. With `recursive`, each dataset's descendants too.
     pub(crate) fn plan_snapshots(
@@ -183,6 +226,7 @@ impl crate::core::PoolCore {
         names: &[SnapshotName],
         recursive: bool,
     ) -> Result<Vec<SnapshotName>, EngineError> {
+        let pending = self.pending_names();
         let directory = self.directory.lock();
         let table = self.snapshots.lock();
         let mut planned = BTreeSet::new();
@@ -197,7 +241,12 @@ impl crate::core::PoolCore {
                 let full = format!("{dataset}@{}", name.snapshot);
                 // The whole name must stay within the limit for every descendant too.
                 SnapshotName::parse(&full)?;
-                if table.find(id, &name.snapshot).is_some() || !planned.insert(full.clone()) {
+                // A snapshot being made or destroyed by another command in this txg counts as
+                // existing.
+                if table.find(id, &name.snapshot).is_some()
+                    || pending.contains(&full)
+                    || !planned.insert(full.clone())
+                {
                     return Err(DatasetError::Exists(full).into());
                 }
             }

@@ -61,6 +61,11 @@ impl TxgSyncer for PoolSyncer {
     fn wants_followup_txg(&self) -> bool {
         self.0.space.lock().has_releasable_deferred()
     }
+
+    /// A destroy's background frees: a bounded share per txg, txgs following each other.
+    fn has_background_work(&self) -> bool {
+        self.0.snapshots.lock().free_queue().next().is_some()
+    }
 }
 
 fn space_log_props() -> WriteProps {
@@ -165,8 +170,8 @@ impl PoolCore {
             objset.publish(result);
         }
         // From the next txg on, each head keeps what its new snapshot references.
-        for objset in new_snapshot_heads {
-            objset.set_prev_snap_txg(txg);
+        for (objset, prev_snap_txg) in new_snapshot_heads {
+            objset.set_prev_snap_txg(prev_snap_txg);
         }
         if let Some(result) = mos_synced {
             self.mos.publish(result);

@@ -12,9 +12,11 @@
 //! keeps its device write logs and cut point and names the directory and the `replay-cut`
 //! command that rebuilds the crashed images (see `common::CrashRound`).
 //!
-//! Snapshots of the volume are taken between writes: after the cut, every snapshot reported
-//! created exists and holds what was written before it was asked for, and `check` proves the
-//! deadlists and snapshot space against the trees.
+//! Snapshots of the volume are taken and destroyed between writes (a destroy's frees go on in
+//! the background, a few blocks per txg, so cuts land in them too): after the cut, every
+//! snapshot reported created and not destroyed exists and holds what was written before it
+//! was asked for, none whose destroy returned is back, and `check` proves the deadlists,
+//! pending frees and snapshot space against the trees.
 //!
 //! A second test cuts every operation of one txg sync in turn (18 on this mirror), so each
 //! write of a sync — data, metadata, space log, every uberblock copy — is torn in flight once.
@@ -38,6 +40,8 @@ struct Outcome {
     /// Snapshots of `tank/vol` asked for, with the contents each must hold: reported created
     /// (`true`: it must exist after the cut) or cut short (it may exist; if so, it holds them).
     snapshots: Vec<(String, Vec<u8>, bool)>,
+    /// Snapshots whose destroy returned: they must be gone.
+    destroyed: Vec<String>,
 }
 
 fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
@@ -45,6 +49,8 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
     let mut model = vec![0u8; VOLUME_SIZE as usize];
     let mut acknowledged = model.clone();
     let mut snapshots = Vec::new();
+    let mut destroyed = Vec::new();
+    let mut next_snapshot = 0;
     for _ in 0..SYNCS_PER_RUN {
         for _ in 0..OPS_PER_SYNC {
             let offset = rng.below(VOLUME_SIZE - 1);
@@ -65,25 +71,38 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                     acknowledged,
                     in_flight: Some(model),
                     snapshots,
+                    destroyed,
                 };
             }
         }
         // Most rounds end with a plain sync; some with an administrative change, which is
         // durable on return too (it runs as a sync task).
         // A snapshot holds everything written before it was asked for.
-        let commit = match rng.below(6) {
+        // A destroy is of the oldest snapshot: until it returns, that snapshot may or may not
+        // exist, and once it has returned it must not.
+        let mut destroying = None;
+        let commit = match rng.below(7) {
             0 => admin_change(pool, rng),
             1 | 2 => {
-                let name = format!("tank/vol@s{}", snapshots.len());
+                let name = format!("tank/vol@s{next_snapshot}");
+                next_snapshot += 1;
                 snapshots.push((name.clone(), model.clone(), false));
                 pool.snapshot(&[name], false).map(|_| ())
+            }
+            3 if !snapshots.is_empty() => {
+                snapshots[0].2 = false;
+                destroying = Some(snapshots[0].0.clone());
+                pool.destroy_snapshot(&snapshots[0].0)
             }
             _ => pool.sync().map(|_| ()),
         };
         match commit {
             Ok(()) => {
                 acknowledged = model.clone();
-                if let Some(last) = snapshots.last_mut() {
+                if let Some(gone) = destroying {
+                    snapshots.remove(0);
+                    destroyed.push(gone);
+                } else if let Some(last) = snapshots.last_mut() {
                     last.2 = true;
                 }
             }
@@ -92,6 +111,7 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                     acknowledged,
                     in_flight: Some(model),
                     snapshots,
+                    destroyed,
                 };
             }
         }
@@ -100,6 +120,7 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
         acknowledged,
         in_flight: None,
         snapshots,
+        destroyed,
     }
 }
 
@@ -209,6 +230,12 @@ fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
             .position(|(a, b)| a != b)
     );
     let snapshots_checked = check_snapshots(&pool, &outcome.snapshots, seed, ops_before_cut);
+    for gone in &outcome.destroyed {
+        assert!(
+            pool.snapshot_objset(gone).is_err(),
+            "seed {seed} cut {ops_before_cut}: {gone} was destroyed and is back"
+        );
+    }
     pool.close().expect("close after check");
     Round::Cut(cut, snapshots_checked)
 }

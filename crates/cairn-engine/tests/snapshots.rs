@@ -251,3 +251,158 @@ fn bad_snapshot_requests_change_nothing() {
     let err = pool.destroy_dataset("tank/vol").unwrap_err().to_string();
     assert!(err.contains("snapshots"), "{err}");
 }
+
+/// Waits for a destroy's background frees: the txg engine syncs txgs for them on its own
+/// (`SyncTrigger::Background`), without a write or a sync asked for.
+fn wait_for_frees(pool: &Pool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while pool.freeing_bytes() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} bytes still freeing after 60 s",
+            pool.freeing_bytes()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The model of a volume: each block's fill seed (0: never written, reads as zeros).
+type Model = Vec<u8>;
+
+fn assert_contents(pool: &Pool, snapshot: &str, model: &Model) {
+    let objset = pool.snapshot_objset(snapshot).unwrap();
+    for (index, &seed) in model.iter().enumerate() {
+        let block = objset.read_block(VOLUME_OBJECT, index as u64).unwrap();
+        let expected = if seed == 0 {
+            vec![0; BLOCK]
+        } else {
+            fill(seed)
+        };
+        let got = block.map_or_else(|| vec![0; BLOCK], |b| b.to_vec());
+        assert!(
+            got == expected,
+            "{snapshot} block {index} differs from its model"
+        );
+    }
+}
+
+/// Random writes, snapshots, destroys and background frees: after every step each snapshot's
+/// figures equal a brute-force walk, `pool check` is clean (deadlists, pending frees), and
+/// every snapshot holds its model's contents. Then everything is destroyed and the space
+/// comes back.
+#[test]
+fn random_snapshots_and_destroys_keep_every_figure_exact() {
+    const BLOCKS: u64 = 48;
+    for seed in 1..=4u64 {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = new_pool(dir.path());
+        let mut rng = Rng(seed);
+        let mut head: Model = vec![0; BLOCKS as usize];
+        let mut snapshots: Vec<(String, Model)> = Vec::new();
+        let mut next_name = 0;
+        for step in 0..24 {
+            match rng.below(6) {
+                0..=2 => {
+                    let fill_seed = (rng.below(250) + 1) as u8;
+                    let count = 1 + rng.below(8);
+                    let blocks: Vec<u64> = (0..count).map(|_| rng.below(BLOCKS)).collect();
+                    write_blocks(&pool, "tank/vol", &blocks, fill_seed);
+                    for block in blocks {
+                        head[block as usize] = fill_seed;
+                    }
+                }
+                3 => {
+                    let name = format!("tank/vol@s{next_name}");
+                    next_name += 1;
+                    pool.snapshot(std::slice::from_ref(&name), false).unwrap();
+                    snapshots.push((name, head.clone()));
+                }
+                4 if !snapshots.is_empty() => {
+                    let (name, _) = snapshots.remove(rng.below(snapshots.len() as u64) as usize);
+                    pool.destroy_snapshot(&name).unwrap();
+                    assert!(pool.snapshot_info(&name).is_err(), "{name} is gone");
+                }
+                _ => {
+                    pool.sync().unwrap();
+                }
+            }
+            assert_accounting(&pool, "tank/vol");
+            if step % 4 == 0 {
+                for (name, model) in &snapshots {
+                    assert_contents(&pool, name, model);
+                }
+            }
+        }
+        // Half-way through freeing, export and import: the work resumes where it was.
+        for (name, _) in snapshots.drain(..) {
+            pool.destroy_snapshot(&name).unwrap();
+        }
+        pool.export().unwrap();
+        let pool = Pool::import(
+            &ImportSource::Directory(dir.path().into()),
+            "tank",
+            options(plain_opener()),
+        )
+        .unwrap();
+        assert_accounting(&pool, "tank/vol");
+        for _ in 0..200 {
+            if pool.freeing_bytes() == 0 {
+                break;
+            }
+            pool.sync().unwrap();
+        }
+        assert_eq!(
+            pool.freeing_bytes(),
+            0,
+            "seed {seed}: the background frees finished"
+        );
+        assert_eq!(
+            pool.snapshot_space("tank/vol")
+                .unwrap()
+                .used_by_snapshots_bytes,
+            0
+        );
+        assert_accounting(&pool, "tank/vol");
+        let volume = pool.volume("tank/vol").unwrap();
+        for (index, &fill_seed) in head.iter().enumerate() {
+            let mut got = vec![0u8; BLOCK];
+            volume.read(index as u64 * BLOCK as u64, &mut got).unwrap();
+            let expected = if fill_seed == 0 {
+                vec![0; BLOCK]
+            } else {
+                fill(fill_seed)
+            };
+            assert!(got == expected, "seed {seed}: head block {index}");
+        }
+    }
+}
+
+#[test]
+fn a_large_destroy_frees_in_the_background_over_several_txgs() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    let all: Vec<u64> = (0..200).collect();
+    write_blocks(&pool, "tank/vol", &all, 1);
+    pool.snapshot(&["tank/vol@old".to_string()], false).unwrap();
+    write_blocks(&pool, "tank/vol", &all, 2);
+    pool.sync().unwrap();
+    let held = pool.snapshot_info("tank/vol@old").unwrap().used_bytes;
+    assert!(held >= 200 * BLOCK as u64);
+    let txg_before = pool.last_synced_txg();
+    pool.destroy_snapshot("tank/vol@old").unwrap();
+    // The tests' pools scan 8 deadlist entries per txg: 200 blocks take many txgs.
+    let freeing = pool.freeing_bytes();
+    assert!(
+        freeing > 0 && freeing <= held,
+        "freeing {freeing} of {held}"
+    );
+    assert_accounting(&pool, "tank/vol");
+    wait_for_frees(&pool);
+    assert!(
+        pool.last_synced_txg() >= txg_before + 200 / 8,
+        "the frees were spread over txgs ({} → {})",
+        txg_before,
+        pool.last_synced_txg()
+    );
+    assert_accounting(&pool, "tank/vol");
+}

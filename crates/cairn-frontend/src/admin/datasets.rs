@@ -66,12 +66,20 @@ pub fn create_filesystem(
     })
 }
 
-/// Destroys dataset `name` (not a pool's root dataset).
+/// Destroys dataset `name` (not a pool's root dataset), or snapshot `name` (`dataset@snap`,
+/// a pool's root dataset's too).
 pub fn destroy_dataset(
     access: &PoolAccess,
     name: &str,
     history_entry: &str,
 ) -> Result<(), AdminError> {
+    if let Some((dataset, _)) = name.split_once('@') {
+        let pool_name = dataset.split('/').next().unwrap_or(dataset);
+        return access.with_pool(pool_name, false, |pool| {
+            pool.destroy_snapshot(name)?;
+            record_history(pool, history_entry)
+        });
+    }
     let pool_name = match name.split_once('/') {
         Some((pool, _)) => pool,
         None => return Err(AdminError::DestroyRoot(name.to_string())),

@@ -188,9 +188,15 @@ pub(super) fn cache_limits(access: &PoolAccess, pool: &str) -> Result<AdminReply
         )));
     }
     let stats = cairn_engine::process_cache().stats();
+    let mut fields = counters(&stats.fields);
+    // The pool's own: what destroyed snapshots still hold while the background frees it.
+    let freeing = access.with_pool(pool, true, |handle| {
+        Ok::<_, AdminError>(handle.freeing_bytes())
+    })?;
+    fields.push(("freeing".to_string(), freeing));
     Ok(AdminReply::ArcCounters(ArcSample {
         served: access.served.is_some(),
-        fields: counters(&stats.fields),
+        fields,
     }))
 }
 

@@ -755,6 +755,7 @@ fn pool_txgs(families: &mut Families, labels: &Labels, txg: &cairn_pool::txg::Tx
         ("dirty", txg.syncs_by_dirty_threshold),
         ("request", txg.syncs_by_request),
         ("shutdown", txg.syncs_at_shutdown),
+        ("background", txg.syncs_for_background),
     ] {
         let mut labels = labels.clone();
         labels.push(("trigger", trigger.to_string()));

@@ -13,6 +13,7 @@ fn trigger_name(trigger: cairn_pool::txg::SyncTrigger) -> &'static str {
         SyncTrigger::Shutdown => "shutdown",
         SyncTrigger::DirtyThreshold => "dirty",
         SyncTrigger::Timeout => "timeout",
+        SyncTrigger::Background => "background",
     }
 }
 

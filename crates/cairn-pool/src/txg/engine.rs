@@ -59,6 +59,8 @@ impl TxgEngine {
             dirty_bytes_total: 0,
             sync_requested_txg: 0,
             followup_wanted: false,
+            // Work left by an earlier run (a pool imported mid-destroy) goes on at once.
+            background_wanted: syncer.has_background_work(),
             suspended: None,
             io_suspended: None,
             shutdown_requested: false,

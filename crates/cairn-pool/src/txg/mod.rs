@@ -45,6 +45,10 @@
 //!    complete (`TxgSyncer::wants_followup_txg`: frees deferred until more txgs have synced),
 //!    so an idle pool still finishes that work, one empty txg per timeout. Otherwise an idle,
 //!    clean txg is never synced on its own.
+//! 5. `Background`: the syncer said it has background work that each txg does a bounded share
+//!    of (`TxgSyncer::has_background_work`: a destroy's frees), and N was opened
+//!    `BACKGROUND_TXG_INTERVAL` (100 ms) ago: txgs follow each other until the work is done,
+//!    each short, so the work neither stalls one txg nor waits for timeouts.
 //!
 //! ## Who may do what
 //!
@@ -196,5 +200,5 @@ pub use error::{SuspendReason, Suspension, SyncError, TxgError};
 pub use hold::TxgHold;
 pub use stats::{SyncTrigger, TxgPhases, TxgStats, TxgTiming};
 pub use suspend::SuspendHandle;
-pub use sync::{SYNC_THREAD_NAME, TxgSyncer};
+pub use sync::{BACKGROUND_TXG_INTERVAL, SYNC_THREAD_NAME, TxgSyncer};
 pub use throttle::{DIRTY_LIMIT_FLOOR_BYTES, delay_ns, dirty_limit_bytes, sync_left_bytes};

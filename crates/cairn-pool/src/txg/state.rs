@@ -72,6 +72,9 @@ pub(super) struct State {
     pub(super) sync_requested_txg: u64,
     /// The syncer wants clean txgs synced on the timeout (`TxgSyncer::wants_followup_txg`).
     pub(super) followup_wanted: bool,
+    /// The syncer has background work: the next txg syncs after `BACKGROUND_TXG_INTERVAL`
+    /// (`TxgSyncer::has_background_work`).
+    pub(super) background_wanted: bool,
     pub(super) suspended: Option<Suspension>,
     /// I/O suspended by the syncer until `SuspendHandle::resume`: the reason.
     pub(super) io_suspended: Option<Suspension>,

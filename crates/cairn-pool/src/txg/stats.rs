@@ -20,6 +20,8 @@ pub enum SyncTrigger {
     DirtyThreshold,
     /// `txg_timeout_ms` elapsed since the txg opened.
     Timeout,
+    /// The syncer has background work (a destroy's frees), a share per txg.
+    Background,
 }
 
 /// Timings of one synced txg (like ZFS's `txgs` kstat). Instants are microseconds since the
@@ -60,6 +62,8 @@ pub struct TxgStats {
     pub syncs_by_dirty_threshold: u64,
     pub syncs_by_request: u64,
     pub syncs_at_shutdown: u64,
+    /// Txgs synced for background work (`SyncTrigger::Background`).
+    pub syncs_for_background: u64,
     /// 0 or 1: the first failure suspends the engine.
     pub sync_failures: u64,
     /// Times the syncer suspended I/O (each ended by a resume or a shutdown).

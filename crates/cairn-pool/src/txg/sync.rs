@@ -33,7 +33,19 @@ pub trait TxgSyncer: Send + Sync + 'static {
     fn wants_followup_txg(&self) -> bool {
         false
     }
+
+    /// Asked with `wants_followup_txg`: whether work is pending that each txg does a bounded
+    /// share of (a destroy's background frees). If so, the next txg syncs after
+    /// `BACKGROUND_TXG_INTERVAL` instead of the timeout, dirty or not, so that work goes on at
+    /// speed while no single txg grows long.
+    fn has_background_work(&self) -> bool {
+        false
+    }
 }
+
+/// How long an open txg waits before it syncs for background work alone: long enough that
+/// writers share the txg, short enough that background work goes on at speed.
+pub const BACKGROUND_TXG_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl State {
     /// Whether the open txg must be quiesced now, and why.
@@ -49,6 +61,12 @@ impl State {
             return Some(SyncTrigger::Shutdown);
         }
         let timed_out = now >= open.opened_at + config.txg_timeout();
+        if self.background_wanted
+            && !self.shutdown_requested
+            && now >= open.opened_at + BACKGROUND_TXG_INTERVAL
+        {
+            return Some(SyncTrigger::Background);
+        }
         if open.dirty_bytes == 0 {
             let followup = self.followup_wanted && !self.shutdown_requested && timed_out;
             return followup.then_some(SyncTrigger::Timeout);
@@ -72,7 +90,9 @@ impl Shared {
             };
             let followup = result.is_ok()
                 && catch_unwind(AssertUnwindSafe(|| syncer.wants_followup_txg())).unwrap_or(false);
-            self.finish_sync(txg, result, followup);
+            let background = result.is_ok()
+                && catch_unwind(AssertUnwindSafe(|| syncer.has_background_work())).unwrap_or(false);
+            self.finish_sync(txg, result, followup, background);
         }
     }
 
@@ -93,7 +113,10 @@ impl Shared {
                 self.progress_cv.notify_all();
                 return None;
             }
-            if st.suspended.is_none() && (st.open.dirty_bytes > 0 || st.followup_wanted) {
+            if st.suspended.is_none() && st.background_wanted {
+                let deadline = st.open.opened_at + BACKGROUND_TXG_INTERVAL;
+                self.sync_cv.wait_until(&mut st, deadline);
+            } else if st.suspended.is_none() && (st.open.dirty_bytes > 0 || st.followup_wanted) {
                 let deadline = st.open.opened_at + config.txg_timeout();
                 self.sync_cv.wait_until(&mut st, deadline);
             } else {
@@ -129,7 +152,13 @@ impl Shared {
     }
 
     /// Marks `txg` synced (or suspends the engine) and wakes everybody waiting for progress.
-    fn finish_sync(&self, txg: u64, result: Result<(), SyncError>, followup_wanted: bool) {
+    fn finish_sync(
+        &self,
+        txg: u64,
+        result: Result<(), SyncError>,
+        followup_wanted: bool,
+        background_wanted: bool,
+    ) {
         let config = &self.config;
         let mut st = self.state.lock();
         let flight = st
@@ -141,6 +170,7 @@ impl Shared {
         match result {
             Ok(()) => {
                 st.followup_wanted = followup_wanted;
+                st.background_wanted = background_wanted;
                 let flight = st.in_flight.take().expect("checked above");
                 assert_eq!(txg, st.last_synced_txg + 1, "txg skipped or reused");
                 st.last_synced_txg = txg;
@@ -158,6 +188,7 @@ impl Shared {
                     SyncTrigger::Shutdown => stats.syncs_at_shutdown += 1,
                     SyncTrigger::DirtyThreshold => stats.syncs_by_dirty_threshold += 1,
                     SyncTrigger::Timeout => stats.syncs_by_timeout += 1,
+                    SyncTrigger::Background => stats.syncs_for_background += 1,
                 }
                 if config.history_len > 0 {
                     if st.history.len() == config.history_len {

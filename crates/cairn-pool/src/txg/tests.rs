@@ -49,6 +49,8 @@ struct FakeState {
     panic_txg: Option<u64>,
     /// Asks for follow-up txgs until this txg has synced.
     followups_until_txg: u64,
+    /// Has background work until this txg has synced.
+    background_until_txg: u64,
 }
 
 /// Records calls; can be paused (gate) or told to fail or panic at a given txg.
@@ -92,6 +94,11 @@ impl TxgSyncer for FakeSyncer {
     fn wants_followup_txg(&self) -> bool {
         let s = self.state.lock();
         s.returned.last().copied().unwrap_or(0) < s.followups_until_txg
+    }
+
+    fn has_background_work(&self) -> bool {
+        let s = self.state.lock();
+        s.returned.last().copied().unwrap_or(0) < s.background_until_txg
     }
 
     fn sync_txg(&self, txg: u64) -> Result<(), SyncError> {
@@ -924,4 +931,30 @@ fn txg_concurrent_writers_account_every_byte() {
     let entered = syncer.entered();
     assert_eq!(entered, (1..=engine.last_synced_txg()).collect::<Vec<_>>());
     assert_eq!(stats.txgs_synced, entered.len() as u64);
+}
+
+/// Background work gets txgs back to back (one per `BACKGROUND_TXG_INTERVAL`), not one per
+/// timeout, clean or dirty, until the syncer has none.
+#[test]
+fn background_work_syncs_txgs_well_before_the_timeout() {
+    let syncer = FakeSyncer::new();
+    syncer.state.lock().background_until_txg = 5;
+    let config = TxgConfig {
+        txg_timeout_ms: 3_600_000,
+        ..quiet_config()
+    };
+    let engine = TxgEngine::start(config, 0, syncer.clone());
+    dirty(&engine, 1);
+    engine.sync_now().unwrap();
+    eventually("background txgs", || engine.last_synced_txg() == 5);
+    thread::sleep(super::BACKGROUND_TXG_INTERVAL * 3);
+    assert_eq!(engine.last_synced_txg(), 5, "none once the work is done");
+    let history = engine.history();
+    assert!(
+        history[1..]
+            .iter()
+            .all(|t| t.trigger == SyncTrigger::Background)
+    );
+    assert_eq!(engine.stats().syncs_for_background, 4);
+    engine.shutdown().unwrap();
 }

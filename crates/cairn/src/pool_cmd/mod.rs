@@ -256,7 +256,8 @@ pub fn set(ctx: &Context, assignment: &str, pool: &str) -> Result<()> {
     }
 }
 
-/// `pool get POOL`: the cache limits and where the cache stands.
+/// `pool get POOL`: the cache limits, where the cache stands, and the space destroyed
+/// snapshots still hold while the background frees it (`freeing`).
 pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
     let request = AdminRequest::CacheLimits {
         pool: pool.to_string(),
@@ -283,6 +284,7 @@ pub fn get(ctx: &Context, format: ListFormat, pool: &str) -> Result<()> {
         ("arc_min", "c_min", "server"),
         ("arc_target", "c", "adaptive"),
         ("arc_size", "size", "-"),
+        ("freeing", "freeing", "-"),
     ] {
         table.push(vec![
             pool.to_string(),
