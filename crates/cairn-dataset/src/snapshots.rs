@@ -635,6 +635,29 @@ impl SnapshotTable {
             .saturating_sub(prev_referenced);
     }
 
+    /// The head of `dataset_id` rolled back to its newest snapshot (the engine swapped its
+    /// tree): its deadlist goes (the head references those blocks again) and the newest
+    /// snapshot holds nothing alone any more. Returns the deadlist's objects no background
+    /// free still reads, for the caller to free.
+    pub fn rollback(&mut self, dataset_id: u64) -> Vec<u64> {
+        if let Some(newest) = self.newest(dataset_id).map(|s| s.info.id) {
+            self.snapshot_mut(newest).info.unique_bytes = 0;
+            self.dirty.insert(RecordKey::Snapshot(newest));
+        }
+        let Some(head) = self.heads.remove(&dataset_id) else {
+            return Vec::new();
+        };
+        self.dirty.insert(RecordKey::Head(dataset_id));
+        let scanned: BTreeSet<u64> = self
+            .free_queue
+            .values()
+            .flat_map(|work| work.scans.iter().map(|scan| scan.object))
+            .collect();
+        head.objects()
+            .filter(|object| !scanned.contains(object))
+            .collect()
+    }
+
     /// Bytes destroys left to free (the pool property `freeing`).
     pub fn freeing_bytes(&self) -> u64 {
         self.free_queue

@@ -272,6 +272,9 @@ impl Pool {
         if let Some(volume) = self.volumes.lock().get(name) {
             return Ok(volume.clone());
         }
+        if name.contains('@') {
+            return self.snapshot_volume(name);
+        }
         let engine = self.readers_engine();
         let properties = self
             .core

@@ -96,6 +96,9 @@ pub struct Pool {
     /// Opened without its space log (`PoolOptions::without_space_log`).
     pub(crate) without_space_log: bool,
     pub(crate) volumes: Mutex<BTreeMap<String, Arc<Volume>>>,
+    /// Volume snapshots open as read-only volumes, held by their users only (a listing of
+    /// 10,000 snapshots keeps none of them in memory): destroy refuses one still held.
+    pub(crate) snapshot_volumes: Mutex<BTreeMap<String, std::sync::Weak<Volume>>>,
     /// Filesystems opened so far (`filesystems.rs`).
     pub(crate) filesystems: Mutex<BTreeMap<String, Arc<cairn_fs::Filesystem>>>,
     pub(crate) closed: AtomicBool,
@@ -147,6 +150,7 @@ impl Pool {
             frozen_txg: std::sync::OnceLock::new(),
             without_space_log: options.without_space_log,
             volumes: Mutex::new(BTreeMap::new()),
+            snapshot_volumes: Mutex::new(BTreeMap::new()),
             filesystems: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
             resilver: Mutex::new(None),

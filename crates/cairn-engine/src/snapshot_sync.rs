@@ -240,3 +240,89 @@ fn map_error(err: cairn_object::map::MapError) -> EngineError {
         other => DatasetError::Corrupt(format!("snapshot table: {other}")).into(),
     }
 }
+
+impl PoolCore {
+    /// In a sync task of `txg`: makes the head of `dataset` its snapshot `snapshot` again (the
+    /// newest: later ones are destroyed first). The head's tree becomes the snapshot's (with
+    /// no intent log: its chain of then is long gone), what the old head alone referenced —
+    /// every block born after the snapshot — is freed, and its deadlist is dropped (what it
+    /// held, the head references again). The old object set leaves `objsets` before this
+    /// txg's object sets sync, so nothing written to it since is ever written out.
+    ///
+    /// Known gap: the old head's blocks are freed in this txg, not in the background.
+    pub(crate) fn rollback_head(
+        &self,
+        txg: u64,
+        dataset: &str,
+        snapshot: &str,
+    ) -> Result<(), EngineError> {
+        let mut directory = self.directory.lock();
+        let mut table = self.snapshots.lock();
+        let record = directory.get(dataset)?;
+        let (id, old_root) = (record.id, record.objset_bp()?);
+        let target = table
+            .find(id, snapshot)
+            .ok_or_else(|| DatasetError::NoSuchDataset(format!("{dataset}@{snapshot}")))?;
+        let (target_txg, root, referenced) = (
+            target.info.created_txg,
+            target.info.objset_bp()?,
+            target.info.referenced_bytes,
+        );
+        if table.prev_snap_txg(id) != target_txg {
+            return Err(DatasetError::HasDependents {
+                name: format!("{dataset}@{snapshot}"),
+                what: "newer snapshots; roll back with -r to destroy them".into(),
+            }
+            .into());
+        }
+        let checksum = directory.properties_of(dataset)?.checksum;
+        let mut freed = Vec::new();
+        struct Collect<'a>(
+            &'a mut Vec<cairn_format::BlockPointer>,
+            &'a cairn_pipeline::BlockIo,
+        );
+        impl cairn_object::TreeVisitor for Collect<'_> {
+            fn visit(
+                &mut self,
+                block: &cairn_object::VisitedBlock,
+                need_data: bool,
+            ) -> Option<bytes::Bytes> {
+                self.0.push(block.bp);
+                need_data
+                    .then(|| {
+                        self.1
+                            .read_block(&block.bp, cairn_device::queue::IoClass::SyncRead)
+                            .ok()
+                    })
+                    .flatten()
+            }
+        }
+        cairn_object::walk_objset_born_after(
+            &old_root,
+            target_txg,
+            &mut Collect(&mut freed, &self.io),
+        );
+        for bp in &freed {
+            self.mos.cached_io().free_block(bp, txg);
+        }
+        let objset = Arc::new(ObjectSet::open(
+            self.mos.cached_io().clone(),
+            root,
+            checksum,
+            txg - 1,
+            referenced,
+        )?);
+        objset.set_prev_snap_txg(target_txg);
+        objset.set_intent_log_header(txg, [0; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE]);
+        let dead_objects = table.rollback(id);
+        for object in dead_objects {
+            self.mos.free_object(txg, object);
+        }
+        let record = directory.get_mut(dataset)?;
+        record.set_objset_bp(&root);
+        record.used_bytes = referenced;
+        refresh_snapshot_bytes(&mut directory, &table);
+        self.objsets.lock().insert(dataset.to_string(), objset);
+        Ok(())
+    }
+}

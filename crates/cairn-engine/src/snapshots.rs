@@ -9,7 +9,7 @@
 use crate::EngineError;
 use crate::core::PendingSnapshot;
 use crate::pool::Pool;
-use cairn_dataset::{DatasetError, SnapshotName};
+use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, Volume};
 use cairn_object::ObjectSet;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -81,6 +81,19 @@ impl Pool {
     pub fn destroy_snapshot(&self, name: &str) -> Result<(), EngineError> {
         let parsed = SnapshotName::parse(name)?;
         self.snapshot_root(name)?;
+        // Open as a volume (an NBD export): its readers would lose their blocks.
+        if self
+            .snapshot_volumes
+            .lock()
+            .get(name)
+            .is_some_and(|volume| volume.strong_count() > 0)
+        {
+            return Err(DatasetError::HasDependents {
+                name: name.to_string(),
+                what: "readers (it is open, exported over NBD); disconnect them first".into(),
+            }
+            .into());
+        }
         self.run_sync_task(move |core, _txg| {
             let id = core.directory.lock().get(&parsed.dataset)?.id;
             // Another command may have asked for the same in this txg.
@@ -97,6 +110,74 @@ impl Pool {
                 });
             Ok(())
         })?;
+        Ok(())
+    }
+
+    /// Rolls dataset `name`'s head back to snapshot `name` (`dataset@snapshot`), durable on
+    /// return: everything written since is gone. With `destroy_newer`, newer snapshots are
+    /// destroyed first (else they refuse it); with `force`, a volume with open users (NBD
+    /// clients) is rolled back under them (their handle turns read-only). A mounted
+    /// filesystem is refused for now: unmount it first.
+    pub fn rollback(
+        &self,
+        name: &str,
+        destroy_newer: bool,
+        force: bool,
+    ) -> Result<(), EngineError> {
+        let parsed = SnapshotName::parse(name)?;
+        let (_, target_txg) = self.snapshot_root(name)?;
+        let newer: Vec<String> = self
+            .snapshots(Some(&parsed.dataset))?
+            .into_iter()
+            .filter(|listing| listing.created_txg > target_txg)
+            .map(|listing| listing.name)
+            .collect();
+        if let Some(first) = newer.first()
+            && !destroy_newer
+        {
+            return Err(DatasetError::HasDependents {
+                name: name.to_string(),
+                what: format!(
+                    "newer snapshots ({first}{}); roll back with -r to destroy them",
+                    if newer.len() > 1 { ", ..." } else { "" }
+                ),
+            }
+            .into());
+        }
+        if self.filesystems.lock().contains_key(&parsed.dataset) {
+            return Err(DatasetError::HasDependents {
+                name: parsed.dataset.clone(),
+                what: "a mounted filesystem; unmount it before rolling back".into(),
+            }
+            .into());
+        }
+        let volume = self.volumes.lock().get(&parsed.dataset).cloned();
+        if let Some(volume) = &volume
+            && Arc::strong_count(volume) > 2
+            && !force
+        {
+            return Err(DatasetError::HasDependents {
+                name: parsed.dataset.clone(),
+                what: "open users (NBD clients); roll back with -f to do it under them".into(),
+            }
+            .into());
+        }
+        for snapshot in newer.iter().rev() {
+            self.destroy_snapshot(snapshot)?;
+        }
+        // The old head takes no more writes; what it has goes out before the swap.
+        if let Some(volume) = self.volumes.lock().remove(&parsed.dataset) {
+            volume.set_readonly(true);
+        }
+        let intent_log = self.core.intent_logs.lock().remove(&parsed.dataset);
+        self.sync()?;
+        self.run_sync_task(move |core, txg| {
+            if let Some(intent_log) = &intent_log {
+                intent_log.release_all(txg);
+            }
+            core.rollback_head(txg, &parsed.dataset, &parsed.snapshot)
+        })?;
+        crate::core::reclaim_deferred(&self.core, self.txg_engine()?);
         Ok(())
     }
 
@@ -178,6 +259,42 @@ impl Pool {
             0,
         )?;
         Ok(Arc::new(objset))
+    }
+
+    /// A volume snapshot as a read-only volume (what NBD exports as `pool/vol@snap`): reads
+    /// see the volume as it was; every write is refused (`ReadOnly`). Shared while open;
+    /// `destroy_snapshot` refuses a snapshot whose volume someone holds.
+    pub(crate) fn snapshot_volume(&self, name: &str) -> Result<Arc<Volume>, EngineError> {
+        let parsed = SnapshotName::parse(name)?;
+        if let Some(volume) = self
+            .snapshot_volumes
+            .lock()
+            .get(name)
+            .and_then(std::sync::Weak::upgrade)
+        {
+            return Ok(volume);
+        }
+        let properties = self
+            .core
+            .directory
+            .lock()
+            .properties_of_kind(&parsed.dataset, DatasetKind::Volume)?;
+        let objset = self.snapshot_objset(name)?;
+        let engine = self.readers_engine();
+        let space_check = self.space_check(&parsed.dataset, &engine, objset.clone());
+        let volume = Arc::new(Volume::new(
+            name.to_string(),
+            objset,
+            engine,
+            properties.volsize_bytes,
+            properties.volblocksize_bytes,
+            true,
+            space_check,
+        ));
+        let mut open = self.snapshot_volumes.lock();
+        open.retain(|_, volume| volume.strong_count() > 0);
+        open.insert(name.to_string(), Arc::downgrade(&volume));
+        Ok(volume)
     }
 
     /// `usedbysnapshots`, `written` and the number of snapshots of `dataset`, as of the last

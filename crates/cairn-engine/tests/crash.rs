@@ -45,7 +45,7 @@ struct Outcome {
 }
 
 fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
-    let volume = pool.volume("tank/vol").expect("volume");
+    let mut volume = pool.volume("tank/vol").expect("volume");
     let mut model = vec![0u8; VOLUME_SIZE as usize];
     let mut acknowledged = model.clone();
     let mut snapshots = Vec::new();
@@ -81,7 +81,8 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
         // A destroy is of the oldest snapshot: until it returns, that snapshot may or may not
         // exist, and once it has returned it must not.
         let mut destroying = None;
-        let commit = match rng.below(7) {
+        let mut rolling_back = None;
+        let commit = match rng.below(8) {
             0 => admin_change(pool, rng),
             1 | 2 => {
                 let name = format!("tank/vol@s{next_snapshot}");
@@ -94,12 +95,41 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                 destroying = Some(snapshots[0].0.clone());
                 pool.destroy_snapshot(&snapshots[0].0)
             }
+            4 if snapshots.iter().any(|snapshot| snapshot.2) => {
+                // Back to the oldest snapshot reported created, under this workload's own open
+                // handle (-f), newer ones destroyed (-r): until it returns, they may or may
+                // not exist, and the volume holds either state.
+                let index = snapshots.iter().position(|s| s.2).expect("checked");
+                // This round's writes first, on their own: the rollback's own syncs would
+                // commit them, a state neither before nor after it.
+                match pool.sync() {
+                    Ok(_) => acknowledged = model.clone(),
+                    Err(_) => {
+                        return Outcome {
+                            acknowledged,
+                            in_flight: Some(model),
+                            snapshots,
+                            destroyed,
+                        };
+                    }
+                }
+                for newer in &mut snapshots[index + 1..] {
+                    newer.2 = false;
+                }
+                model = snapshots[index].1.clone();
+                rolling_back = Some(index);
+                pool.rollback(&snapshots[index].0, true, true)
+            }
             _ => pool.sync().map(|_| ()),
         };
         match commit {
             Ok(()) => {
                 acknowledged = model.clone();
-                if let Some(gone) = destroying {
+                if let Some(index) = rolling_back {
+                    destroyed.extend(snapshots.drain(index + 1..).map(|(name, _, _)| name));
+                    // The old handle went read-only with the rollback.
+                    volume = pool.volume("tank/vol").expect("volume after rollback");
+                } else if let Some(gone) = destroying {
                     snapshots.remove(0);
                     destroyed.push(gone);
                 } else if let Some(last) = snapshots.last_mut() {

@@ -200,15 +200,28 @@ impl PoolExports {
 }
 
 impl ExportProvider for PoolExports {
+    /// Every volume, and every volume snapshot (`pool/vol@snap`, read-only).
     fn list(&self) -> Vec<String> {
-        self.served
-            .all()
-            .iter()
-            .filter_map(|pool| pool.datasets().ok())
-            .flatten()
-            .filter(|dataset| dataset.kind == DatasetKind::Volume)
-            .map(|dataset| dataset.name)
-            .collect()
+        let mut names = Vec::new();
+        for pool in self.served.all() {
+            let Ok(datasets) = pool.datasets() else {
+                continue;
+            };
+            let volumes: Vec<String> = datasets
+                .into_iter()
+                .filter(|dataset| dataset.kind == DatasetKind::Volume)
+                .map(|dataset| dataset.name)
+                .collect();
+            let snapshots = pool.snapshots(None).unwrap_or_default();
+            names.extend(volumes.iter().cloned());
+            names.extend(
+                snapshots
+                    .into_iter()
+                    .filter(|snapshot| volumes.contains(&snapshot.dataset))
+                    .map(|snapshot| snapshot.name),
+            );
+        }
+        names
     }
 
     fn open(&self, name: &str) -> Option<Arc<dyn Export>> {

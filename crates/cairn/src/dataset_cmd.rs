@@ -80,6 +80,17 @@ pub fn snapshot(ctx: &Context, names: &[String], recursive: bool) -> Result<()> 
     }
 }
 
+pub fn rollback(ctx: &Context, snapshot: &str, destroy_newer: bool, force: bool) -> Result<()> {
+    change_dataset(
+        ctx,
+        DatasetChange::Rollback {
+            snapshot: snapshot.to_string(),
+            destroy_newer,
+            force,
+        },
+    )
+}
+
 pub fn set(ctx: &Context, args: &SetArgs) -> Result<()> {
     let change = DatasetChange::Set {
         dataset: args.dataset.clone(),

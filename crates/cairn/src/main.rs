@@ -104,6 +104,17 @@ enum Command {
         #[arg(required = true, value_name = "DATASET@SNAPSHOT")]
         names: Vec<String>,
     },
+    /// Roll a dataset back to a snapshot: everything written since is discarded.
+    Rollback {
+        /// Destroy snapshots newer than this one (else they refuse the rollback).
+        #[arg(short = 'r')]
+        destroy_newer: bool,
+        /// Roll a volume back even while NBD clients have it open.
+        #[arg(short = 'f')]
+        force: bool,
+        /// DATASET@SNAPSHOT
+        snapshot: String,
+    },
     /// List datasets.
     List(ListArgs),
     /// Show dataset properties.
@@ -526,6 +537,11 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::InstallMountHelper { dir } => mount_cmd::install_helper(ctx, &dir),
         Command::Destroy { dataset } => dataset_cmd::destroy(ctx, &dataset),
         Command::Snapshot { recursive, names } => dataset_cmd::snapshot(ctx, &names, recursive),
+        Command::Rollback {
+            destroy_newer,
+            force,
+            snapshot,
+        } => dataset_cmd::rollback(ctx, &snapshot, destroy_newer, force),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),

@@ -139,6 +139,21 @@ pub fn snapshot(
     })
 }
 
+/// Rolls `snapshot`'s dataset back to it (see `Pool::rollback`); durable on return.
+pub fn rollback(
+    access: &PoolAccess,
+    snapshot: &str,
+    destroy_newer: bool,
+    force: bool,
+    history_entry: &str,
+) -> Result<(), AdminError> {
+    let pool_name = snapshot.split(['/', '@']).next().unwrap_or(snapshot);
+    access.with_pool(pool_name, false, |pool| {
+        pool.rollback(snapshot, destroy_newer, force)?;
+        record_history(pool, history_entry).map_err(|err| done_then_failed(snapshot, err))
+    })
+}
+
 /// Sets `assignments` on `dataset` in order (each durable before the next; the first that
 /// fails stops the rest), then applies mount flags to the server's live mounts.
 pub fn set_properties(

@@ -292,6 +292,14 @@ pub(super) fn change_dataset(
             super::destroy_dataset(access, &dataset, command_line)
                 .map_err(|err| failed(format!("cannot destroy '{dataset}'"), err))?;
         }
+        DatasetChange::Rollback {
+            snapshot,
+            destroy_newer,
+            force,
+        } => {
+            super::rollback(access, &snapshot, destroy_newer, force, command_line)
+                .map_err(|err| failed(format!("cannot roll back to '{snapshot}'"), err))?;
+        }
         DatasetChange::Snapshot { names, recursive } => {
             let taken = super::snapshot(access, &names, recursive, command_line)
                 .map_err(|err| failed(format!("cannot snapshot {}", names.join(" ")), err))?;

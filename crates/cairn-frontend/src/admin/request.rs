@@ -151,6 +151,13 @@ pub enum DatasetChange {
         names: Vec<String>,
         recursive: bool,
     },
+    /// Roll `snapshot`'s dataset back to it; `destroy_newer` destroys newer snapshots first,
+    /// `force` rolls a volume back under its NBD clients.
+    Rollback {
+        snapshot: String,
+        destroy_newer: bool,
+        force: bool,
+    },
 }
 
 /// Vdevs as a pool is made of them: groups (data or log, single or mirror) and cache devices,
