@@ -147,6 +147,7 @@ pub struct SnapshotTable {
 pub type RecordChange = (RecordKey, Option<Vec<u8>>);
 
 /// A decoded record (`decode_record`).
+#[derive(Debug, PartialEq, Eq)]
 pub enum Record {
     Snapshot(Snapshot),
     Head(u64, Deadlist),
@@ -295,6 +296,22 @@ impl SnapshotTable {
                 }
                 Ok(Record::Free(seq, work))
             }
+        }
+    }
+
+    /// A record's map key and value, as `flush` writes them (every deadlist pointer written:
+    /// for tools, the fuzz cases and tests).
+    pub fn encode_record(record: &Record) -> (RecordKey, Vec<u8>) {
+        match record {
+            Record::Snapshot(snapshot) => (
+                RecordKey::Snapshot(snapshot.info.id),
+                encode_value(&SnapshotPhys {
+                    info: snapshot.info.clone(),
+                    deadlist: snapshot.deadlist.to_phys(),
+                }),
+            ),
+            Record::Head(id, deadlist) => (RecordKey::Head(*id), encode_value(&deadlist.to_phys())),
+            Record::Free(seq, work) => (RecordKey::Free(*seq), encode_value(work)),
         }
     }
 
@@ -644,6 +661,13 @@ impl SnapshotTable {
             self.snapshot_mut(newest).info.unique_bytes = 0;
             self.dirty.insert(RecordKey::Snapshot(newest));
         }
+        self.forget_head(dataset_id)
+    }
+
+    /// A dataset without snapshots is destroyed: its head's record goes (every block its
+    /// deadlist still listed was freed with the last snapshot). Returns the deadlist's objects
+    /// no background free still reads, for the caller to free.
+    pub fn forget_head(&mut self, dataset_id: u64) -> Vec<u64> {
         let Some(head) = self.heads.remove(&dataset_id) else {
             return Vec::new();
         };

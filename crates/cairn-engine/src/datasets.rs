@@ -199,7 +199,13 @@ impl Pool {
             if let Some(objset) = objset {
                 objset.free_all(txg)?;
             }
-            core.directory.lock().datasets.remove(&name);
+            let mut directory = core.directory.lock();
+            if let Some(record) = directory.datasets.remove(&name) {
+                // Its deadlist's record (left by destroyed snapshots) goes with it.
+                for object in core.snapshots.lock().forget_head(record.id) {
+                    core.mos.free_object(txg, object);
+                }
+            }
             Ok(())
         })?;
         // Make the freed space usable (and visible in `pool list`) now, not a few txgs later.

@@ -30,8 +30,9 @@ use std::sync::Arc;
 
 /// MOS object holding the snapshot table (a hashed map).
 pub(crate) const SNAPSHOT_TABLE_OBJECT: u64 = 2;
-/// Capacity the table object is created with, in blocks (a map grows a level as needed).
-const TABLE_CAPACITY_BLOCKS: u64 = 1 << 25;
+/// Capacity the table object is created with, in blocks: the direct pointers only; the
+/// tree grows a level as the map does.
+const TABLE_CAPACITY_BLOCKS: u64 = 1;
 /// Lowest MOS object number handed to deadlists and large records (the fixed objects sit
 /// below it).
 const FIRST_DYNAMIC_OBJECT: u64 = 64;

@@ -14,6 +14,10 @@ use cairn_object::ObjectSet;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+/// Room a snapshot's creation is taken to need (its record, a deadlist object, the txg's
+/// metadata), checked against the pool's free space (`check_snapshot_room`).
+const SNAPSHOT_RECORD_ROOM_BYTES: u64 = 1 << 20;
+
 /// One snapshot with its figures, as `list -t snapshot` and `get` show them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotListing {
@@ -368,9 +372,29 @@ impl crate::core::PoolCore {
                 }
             }
         }
+        self.check_snapshot_room(planned.len())?;
         planned
             .into_iter()
             .map(|full| SnapshotName::parse(&full).map_err(EngineError::from))
             .collect()
+    }
+
+    /// Snapshots take no room of their own beyond their records, so they are taken on a pool
+    /// full for users: they may use half of the slop (the space kept back from user data for
+    /// the pool's own metadata), as ZFS lets them. Below that, refused: the txg syncs need
+    /// the rest, and a sync that finds no room suspends the pool.
+    fn check_snapshot_room(&self, count: usize) -> Result<(), EngineError> {
+        let space = self.space.lock();
+        let floor_bytes = space.slop_bytes() / 2;
+        let records_bytes = count as u64 * SNAPSHOT_RECORD_ROOM_BYTES;
+        if space.free_bytes() < floor_bytes + records_bytes {
+            return Err(DatasetError::NoSpace(format!(
+                "{} bytes free, and snapshots keep {floor_bytes} bytes (half the pool's reserve) \
+                 for the pool's own metadata; destroy snapshots or data to make room",
+                space.free_bytes()
+            ))
+            .into());
+        }
+        Ok(())
     }
 }

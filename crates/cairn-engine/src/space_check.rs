@@ -7,7 +7,8 @@
 //!   last synced txg plus an estimate of its unsynced txgs (`ObjectSet::space_estimate`: new
 //!   blocks with their copies in whole sectors, the indirect blocks they create, dnodes;
 //!   measured 0.1–0.2 % above what the sync then allocates for sequential files and new
-//!   directories, 2 % above for small files), less the ask's `quota_margin_bytes`. Refused:
+//!   directories, 2 % above for small files, plus the indirect blocks it counts whole that the
+//!   sync writes lz4-compressed), less the ask's `quota_margin_bytes`. Refused:
 //!   `SpaceRefusal::Quota` (EDQUOT to a filesystem's client; `DatasetError::QuotaExceeded`
 //!   for a volume, ENOSPC over NBD).
 //! - *Pool*: the dirty bytes of the open txgs plus the ask against what the pool leaves the

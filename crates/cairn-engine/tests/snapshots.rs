@@ -511,3 +511,27 @@ fn rollback_brings_back_the_snapshot_and_frees_what_came_after() {
     volume.read(BLOCK as u64, &mut got).unwrap();
     assert_eq!(got, fill(1));
 }
+
+#[test]
+fn a_dataset_whose_snapshots_were_destroyed_can_be_destroyed_and_the_pool_imports() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    write_blocks(&pool, "tank/vol", &(0..32).collect::<Vec<_>>(), 1);
+    pool.snapshot(&["tank/vol@a".to_string()], false).unwrap();
+    write_blocks(&pool, "tank/vol", &(0..32).collect::<Vec<_>>(), 2);
+    pool.destroy_snapshot("tank/vol@a").unwrap();
+    pool.destroy_dataset("tank/vol").unwrap();
+    wait_for_frees(&pool);
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+    pool.export().unwrap();
+    let pool = Pool::import(
+        &ImportSource::Directory(dir.path().into()),
+        "tank",
+        options(plain_opener()),
+    )
+    .unwrap();
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+    assert!(pool.snapshots(None).unwrap().is_empty());
+}

@@ -546,6 +546,69 @@ mod seeds {
     }
 
     /// (target, file name, bytes) of every seed.
+    /// A snapshot-table record of kind `kind` (0 snapshot, 1 head, 2 free work) as the fuzz
+    /// case takes it: the kind byte, then the value.
+    fn snapshot_record_seed(kind: u8) -> Vec<u8> {
+        use cairn_dataset::deadlist::{DeadSpace, Deadlist, DeadlistPart, DeadlistPhys, FreeScan};
+        use cairn_dataset::snapshots::{FreeWork, Record, Snapshot, SnapshotInfo, SnapshotTable};
+        let deadlist = Deadlist::from_phys(&DeadlistPhys {
+            parts: vec![DeadlistPart {
+                object: 70,
+                entries: 3,
+                freed_ranges: vec![(4, 9)],
+            }],
+            totals: vec![(
+                0,
+                DeadSpace {
+                    allocated_bytes: 8192,
+                    logical_bytes: 8192,
+                    blocks: 2,
+                },
+            )],
+        })
+        .expect("a valid deadlist");
+        let record = match kind {
+            0 => Record::Snapshot(Snapshot {
+                info: SnapshotInfo {
+                    id: u64::from(kind),
+                    dataset_id: 2,
+                    name: "monday".into(),
+                    created_txg: 50,
+                    creation_ms: 1_700_000_000_000,
+                    objset_bp: block_pointer(ObjectType::ObjsetRoot, 0, 0x9000, 2)
+                        .to_bytes()
+                        .to_vec(),
+                    referenced_bytes: 1 << 20,
+                    unique_bytes: 8192,
+                    written_bytes: 1 << 20,
+                    holds: Default::default(),
+                    clones: Vec::new(),
+                    defer_destroy: false,
+                },
+                deadlist,
+            }),
+            1 => Record::Head(u64::from(kind), deadlist),
+            _ => Record::Free(
+                u64::from(kind),
+                FreeWork {
+                    scans: vec![FreeScan {
+                        object: 70,
+                        entries: 3,
+                        min_txg: 4,
+                        max_txg: 9,
+                    }],
+                    scan_index: 0,
+                    next_entry: 1,
+                    remaining_bytes: 4096,
+                },
+            ),
+        };
+        let (_, value) = SnapshotTable::encode_record(&record);
+        let mut seed = vec![kind];
+        seed.extend(value);
+        seed
+    }
+
     pub fn all() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         let mut dnode = [0u8; DNODE_SIZE];
         volume_dnode().encode(&mut dnode);
@@ -645,6 +708,9 @@ mod seeds {
             ),
             ("l2arc_layout", "summary", l2arc_summary()),
             ("dataset_directory", "tank-vol", directory().encode()),
+            ("snapshot_record", "snapshot", snapshot_record_seed(0)),
+            ("snapshot_record", "head", snapshot_record_seed(1)),
+            ("snapshot_record", "free-work", snapshot_record_seed(2)),
             (
                 "dataset_directory",
                 "empty",
@@ -739,6 +805,18 @@ fn seeds_are_valid_encodings() {
                     "seed {target}/{name}"
                 );
                 Ok(())
+            }
+            "snapshot_record" => {
+                use cairn_dataset::snapshots::{RecordKey, SnapshotTable};
+                let (&kind, value) = bytes.split_first().expect("a kind byte");
+                let key = match kind % 3 {
+                    0 => RecordKey::Snapshot(u64::from(kind)),
+                    1 => RecordKey::Head(u64::from(kind)),
+                    _ => RecordKey::Free(u64::from(kind)),
+                };
+                SnapshotTable::decode_record(&key.encode(), value)
+                    .map(|_| ())
+                    .map_err(|err| err.to_string())
             }
             other => panic!("seed for unknown target {other}"),
         };

@@ -22,7 +22,14 @@ use cairn_format::{BlockPointer, Dnode, ObjectType};
 /// 512 GiB of 128K records). Volumes keep 128 KiB (fewer levels over devices of terabytes).
 fn indirect_shift_for(object_type: ObjectType) -> u8 {
     match object_type {
-        ObjectType::FileData | ObjectType::Directory | ObjectType::Xattrs => FS_INDIRECT_SHIFT,
+        // The pool's snapshot records and deadlists are many small objects too: a 128 KiB
+        // indirect block each (two copies, uncompressed) would dwarf what they hold.
+        ObjectType::FileData
+        | ObjectType::Directory
+        | ObjectType::Xattrs
+        | ObjectType::DeadList
+        | ObjectType::SnapshotTable
+        | ObjectType::SnapshotRecord => FS_INDIRECT_SHIFT,
         _ => cairn_format::dnode::INDIRECT_SHIFT_DEFAULT,
     }
 }
