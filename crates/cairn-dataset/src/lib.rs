@@ -2,21 +2,22 @@
 //!
 //! A dataset is a named object set with properties: the pool's root dataset (`tank`), volumes
 //! (`tank/vol`), filesystems (`tank/home`, whose POSIX layer is `cairn-fs`, built on this
-//! crate as ZFS's ZPL is on its DSL), and later snapshots and clones. The *dataset directory* —
+//! crate as ZFS's ZPL is on its DSL), their snapshots, and later clones. The *dataset directory* —
 //! every dataset's name, kind, properties, space used and object-set root pointer — is one
 //! small blob in the pool's meta object set, rewritten copy-on-write in each txg that changes
-//! it.
+//! it (snapshots are not in it: their table is a hashed map beside it, so 10,000 of them do
+//! not make it large).
 //!
 //! Properties (`properties/`): one public table of names, types, defaults and inheritance,
 //! and every property of a dataset parsed once into typed values (`DatasetProperties`): the
 //! layers above act on those, never on property text. What volumes and files share when they
 //! write blocks (how a change enters a txg: space check, throttle, locks, hold; splitting a
 //! range into whole and partial blocks, holes, the stripe locks, writes in place, when a change
-//! commits) is `block_write.rs`. Snapshots are being built (issue 34): `deadlist.rs` holds the
-//! blocks a head stopped referencing while a snapshot still does, grouped by the snapshot
-//! interval they were born in, so snapshot space is a sum over groups (in memory so far; not
-//! yet kept on disk, and no command takes a snapshot); `names.rs` checks dataset, snapshot and
-//! bookmark names.
+//! commits) is `block_write.rs`. Snapshots (`snapshots.rs`): every snapshot's record, the
+//! heads' and snapshots' deadlists (`deadlist.rs`: the blocks a head stopped referencing while
+//! a snapshot still does, counted by the snapshot interval they were born in, so snapshot space
+//! is a sum over a few totals), and the background frees of destroys; `names.rs` checks
+//! dataset, snapshot and bookmark names.
 //!
 //! A volume is object 1 of its object set: a sparse array of `volblocksize` blocks. The volume
 //! API (`Volume`) works at byte offsets — read, write, flush, trim, write-zeroes — and is what the

@@ -7,6 +7,8 @@
 //! ```text
 //! sync(txg):
 //!   for each dataset object set dirty in txg:  ObjectSet::sync  -> new root pointer
+//!   snapshot table: dead blocks onto deadlists, this txg's snapshots and destroys,
+//!     a share of background frees                              -> MOS object 2 (a map)
 //!   directory blob (roots, used bytes, properties) -> MOS object 1;  MOS sync -> root pointer
 //!   space log: this txg's allocations and frees (or a checkpoint)  -> chained block(s)
 //!   wait for every write; flush all leaves

@@ -1,18 +1,24 @@
 //! The txg sync's part in snapshots (the model is `cairn_dataset::snapshots`; the command is
 //! `snapshots.rs`), and the snapshot table's place in the MOS.
 //!
-//! In the sync of txg t, after every dataset object set has synced (`txg_sync.rs`):
+//! In the sync of txg t, after every dataset object set has synced (`txg_sync.rs`),
+//! `sync_snapshots` does:
 //! 1. the blocks each object set kept for a snapshot (`SyncedObjset::dead_blocks`) go onto its
-//!    head's deadlist (`kill_blocks`) — before step 2, so the deadlist a snapshot of t takes
-//!    holds everything that died by t;
-//! 2. the snapshots queued by this txg's sync task (`PendingSnapshot`) are taken from the
-//!    heads' roots of t (`take_pending`), so each contains every change of txg t and before:
-//!    every write acknowledged before the command started;
-//! 3. the records that changed, and the deadlists' new pointers, are written into the MOS
-//!    (`write_table`), with the directory, so the uberblock of t commits them all or none;
-//! 4. once t has committed and the object sets have published, each head is told its newest
-//!    snapshot txg (`ObjectSet::set_prev_snap_txg`): from t+1 on, the birth-txg rule keeps what
-//!    the new snapshot references.
+//!    head's deadlist (`SnapshotTable::kill`) — before step 2, so the deadlist a snapshot of t
+//!    takes holds everything that died by t;
+//! 2. the snapshot changes queued by this txg's sync tasks (`PendingSnapshot`), in order: a
+//!    snapshot is taken from its head's root of t, so it contains every change of txg t and
+//!    before (every write acknowledged before the command started); a destroy frees what died
+//!    in t at once and queues the rest;
+//! 3. this txg's share of background frees (`SnapshotTable::process_frees`, at most
+//!    `free_entries_per_txg` deadlist entries);
+//!
+//! then `write_snapshot_table` writes the records that changed, and the deadlists' new
+//! pointers, into the MOS with the directory, so the uberblock of t commits them all or none;
+//! and once t has committed and the object sets have published, each head is told its newest
+//! snapshot txg (`ObjectSet::set_prev_snap_txg`): from t+1 on, the birth-txg rule keeps what
+//! its newest snapshot references. A rollback runs in its sync task instead, before the object
+//! sets sync (`rollback_head`), so nothing written to the old head since is ever written out.
 //!
 //! The table lives in MOS object `SNAPSHOT_TABLE_OBJECT`, a hashed map (`cairn_object::map`)
 //! created with the first snapshot; a record too large for a map entry (a deadlist with many
