@@ -180,25 +180,6 @@ fn subtract(a: &[Extent], b: &[Extent]) -> Vec<Extent> {
     out
 }
 
-/// Collects every pointer of an object set, reading one verified copy of each metadata block.
-struct Collector<'a> {
-    io: &'a BlockIo,
-    blocks: Vec<BlockPointer>,
-}
-
-impl TreeVisitor for Collector<'_> {
-    fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
-        self.blocks.push(block.bp);
-        if need_data {
-            self.io
-                .read_block(&block.bp, cairn_device::queue::IoClass::SyncRead)
-                .ok()
-        } else {
-            None
-        }
-    }
-}
-
 impl Pool {
     /// The space a dataset's intent log holds as of `txg`: the blocks of its chains, and where
     /// each chain ends, that `allocated` (the allocations as of `txg`, sorted) has. On a live
@@ -240,12 +221,7 @@ impl Pool {
         } else {
             self.core.directory.lock().get(dataset)?.objset_bp()?
         };
-        let mut collector = Collector {
-            io: &self.core.io,
-            blocks: Vec::new(),
-        };
-        walk_objset(&root, &mut collector);
-        Ok(collector.blocks)
+        Ok(crate::core::collect_tree(&self.core.io, &root, 0))
     }
 
     /// Walks the namespace of every filesystem (`cairn_fs::check::check_namespace`).

@@ -17,10 +17,7 @@
 
 use crate::EngineError;
 use crate::core::PoolCore;
-use bytes::Bytes;
 use cairn_format::BlockPointer;
-use cairn_object::{TreeVisitor, VisitedBlock, walk_objset};
-use cairn_pipeline::BlockIo;
 use std::collections::HashSet;
 
 /// A block's place: its copies' (vdev, offset).
@@ -31,27 +28,6 @@ fn place(bp: &BlockPointer) -> Place {
         .iter()
         .map(|dva| (dva.vdev, dva.offset))
         .collect()
-}
-
-/// Every block of a tree, by place, and their allocated bytes.
-struct FullWalk<'a> {
-    io: &'a BlockIo,
-    places: HashSet<Place>,
-    bytes: u64,
-}
-
-impl TreeVisitor for FullWalk<'_> {
-    fn visit(&mut self, block: &VisitedBlock, need_data: bool) -> Option<Bytes> {
-        self.places.insert(place(&block.bp));
-        self.bytes += block.bp.allocated_bytes();
-        if need_data {
-            self.io
-                .read_block(&block.bp, cairn_device::queue::IoClass::SyncRead)
-                .ok()
-        } else {
-            None
-        }
-    }
 }
 
 /// What checking one dataset found: the head's referenced bytes by a full walk, and the
@@ -69,19 +45,16 @@ pub(crate) fn check_dataset_snapshots(
     head_root: &BlockPointer,
     visited: &[(Place, u64)],
 ) -> Result<DatasetFindings, EngineError> {
-    let mut head = FullWalk {
-        io: &core.io,
-        places: HashSet::new(),
-        bytes: 0,
-    };
-    walk_objset(head_root, &mut head);
+    let head_blocks = crate::core::collect_tree(&core.io, head_root, 0);
+    let head_places: HashSet<Place> = head_blocks.iter().map(place).collect();
+    let head_bytes: u64 = head_blocks.iter().map(BlockPointer::allocated_bytes).sum();
     let mut problems = Vec::new();
     let id = core.directory.lock().get(name)?.id;
     let table = core.snapshots.lock();
     let visited_places: HashSet<&Place> = visited.iter().map(|(place, _)| place).collect();
     let snapshot_only_bytes: u64 = visited
         .iter()
-        .filter(|(place, _)| !head.places.contains(place))
+        .filter(|(place, _)| !head_places.contains(place))
         .map(|(_, bytes)| bytes)
         .sum();
     // Each deadlist with the txg its blocks must be born by (the snapshot before its owner).
@@ -116,7 +89,7 @@ pub(crate) fn check_dataset_snapshots(
             if !visited_places.contains(&at) {
                 problems.push(format!("{what} is referenced by no snapshot"));
             }
-            if head.places.contains(&at) {
+            if head_places.contains(&at) {
                 problems.push(format!("{what} is still referenced by the head"));
             }
             if !on_lists.insert(at) {
@@ -138,7 +111,7 @@ pub(crate) fn check_dataset_snapshots(
         ));
     }
     Ok(DatasetFindings {
-        head_bytes: head.bytes,
+        head_bytes,
         problems,
     })
 }

@@ -106,6 +106,42 @@ pub(crate) struct PoolCore {
     pub(crate) clean_through: Mutex<BTreeMap<u64, u64>>,
 }
 
+/// Every block pointer of the tree rooted at `root_bp` born after `born_after_txg` (0: the
+/// whole tree), reading one verified copy of each metadata block on the way; a subtree that
+/// cannot be read is left out (the checker reports those, through its own walk).
+pub(crate) fn collect_tree(
+    io: &BlockIo,
+    root_bp: &BlockPointer,
+    born_after_txg: u64,
+) -> Vec<BlockPointer> {
+    struct Collector<'a> {
+        io: &'a BlockIo,
+        blocks: Vec<BlockPointer>,
+    }
+    impl cairn_object::TreeVisitor for Collector<'_> {
+        fn visit(
+            &mut self,
+            block: &cairn_object::VisitedBlock,
+            need_data: bool,
+        ) -> Option<bytes::Bytes> {
+            self.blocks.push(block.bp);
+            need_data
+                .then(|| {
+                    self.io
+                        .read_block(&block.bp, cairn_device::queue::IoClass::SyncRead)
+                        .ok()
+                })
+                .flatten()
+        }
+    }
+    let mut collector = Collector {
+        io,
+        blocks: Vec::new(),
+    };
+    cairn_object::walk_objset_born_after(root_bp, born_after_txg, &mut collector);
+    collector.blocks
+}
+
 /// MOS object holding the dataset directory.
 pub(crate) const DIRECTORY_OBJECT: u64 = 1;
 

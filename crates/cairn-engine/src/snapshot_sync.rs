@@ -283,32 +283,7 @@ impl PoolCore {
             .into());
         }
         let checksum = directory.properties_of(dataset)?.checksum;
-        let mut freed = Vec::new();
-        struct Collect<'a>(
-            &'a mut Vec<cairn_format::BlockPointer>,
-            &'a cairn_pipeline::BlockIo,
-        );
-        impl cairn_object::TreeVisitor for Collect<'_> {
-            fn visit(
-                &mut self,
-                block: &cairn_object::VisitedBlock,
-                need_data: bool,
-            ) -> Option<bytes::Bytes> {
-                self.0.push(block.bp);
-                need_data
-                    .then(|| {
-                        self.1
-                            .read_block(&block.bp, cairn_device::queue::IoClass::SyncRead)
-                            .ok()
-                    })
-                    .flatten()
-            }
-        }
-        cairn_object::walk_objset_born_after(
-            &old_root,
-            target_txg,
-            &mut Collect(&mut freed, &self.io),
-        );
+        let freed = crate::core::collect_tree(&self.io, &old_root, target_txg);
         for bp in &freed {
             self.mos.cached_io().free_block(bp, txg);
         }
