@@ -682,6 +682,59 @@ impl SnapshotTable {
             .collect()
     }
 
+    /// Places user hold `tag` on snapshot `name` of `dataset_id` at `now_ms`: a held snapshot
+    /// cannot be destroyed (`destroy -d` defers it). A tag is placed once per snapshot.
+    pub fn hold(
+        &mut self,
+        dataset_id: u64,
+        name: &str,
+        tag: &str,
+        now_ms: u64,
+    ) -> Result<(), DatasetError> {
+        let id = self.id_of(dataset_id, name)?;
+        let snapshot = self.snapshot_mut(id);
+        if snapshot.info.holds.contains_key(tag) {
+            return Err(DatasetError::Exists(format!("hold '{tag}' on @{name}")));
+        }
+        snapshot.info.holds.insert(tag.to_string(), now_ms);
+        self.dirty.insert(RecordKey::Snapshot(id));
+        Ok(())
+    }
+
+    /// Releases hold `tag`; true if the snapshot is now due for destroy (`destroy -d` asked
+    /// for it and this was its last hold): the caller destroys it in the same txg.
+    pub fn release(
+        &mut self,
+        dataset_id: u64,
+        name: &str,
+        tag: &str,
+    ) -> Result<bool, DatasetError> {
+        let id = self.id_of(dataset_id, name)?;
+        let snapshot = self.snapshot_mut(id);
+        if snapshot.info.holds.remove(tag).is_none() {
+            return Err(DatasetError::NoSuchDataset(format!(
+                "hold '{tag}' on @{name}"
+            )));
+        }
+        let due = snapshot.info.holds.is_empty() && snapshot.info.defer_destroy;
+        self.dirty.insert(RecordKey::Snapshot(id));
+        Ok(due)
+    }
+
+    /// Marks a held snapshot for destroy once its last hold is released (`destroy -d`).
+    pub fn defer_destroy(&mut self, dataset_id: u64, name: &str) -> Result<(), DatasetError> {
+        let id = self.id_of(dataset_id, name)?;
+        self.snapshot_mut(id).info.defer_destroy = true;
+        self.dirty.insert(RecordKey::Snapshot(id));
+        Ok(())
+    }
+
+    fn id_of(&self, dataset_id: u64, name: &str) -> Result<u64, DatasetError> {
+        self.find(dataset_id, name)
+            .map(|snapshot| snapshot.info.id)
+            .ok_or_else(|| DatasetError::NoSuchDataset(format!("@{name}")))
+    }
+
     /// Bytes destroys left to free (the pool property `freeing`).
     pub fn freeing_bytes(&self) -> u64 {
         self.free_queue

@@ -13,6 +13,11 @@ use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, Volume};
 use cairn_object::ObjectSet;
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Txgs a snapshot command tries before giving up, when each already has a snapshot of one of
+/// its datasets (taken by another command: one snapshot per dataset per txg).
+const SNAPSHOT_TXG_ATTEMPTS: usize = 8;
 
 /// Room a snapshot's creation is taken to need (its record, a deadlist object, the txg's
 /// metadata), checked against the pool's free space (`check_snapshot_room`).
@@ -62,21 +67,43 @@ impl Pool {
         // Validated now for a prompt error; the task validates again in its txg.
         let planned = self.core.plan_snapshots(&parsed, recursive)?;
         let created: Vec<String> = planned.iter().map(ToString::to_string).collect();
-        self.run_sync_task(move |core, _txg| {
-            let planned = core.plan_snapshots(&parsed, recursive)?;
-            let mut directory = core.directory.lock();
-            let mut pending = core.pending_snapshots.lock();
-            for name in planned {
-                directory.next_id += 1;
-                pending.push(PendingSnapshot::Create {
-                    dataset: name.dataset,
-                    name: name.snapshot,
-                    id: directory.next_id,
+        // A dataset has one snapshot per txg: when another command's snapshot of one of these
+        // datasets took this txg, the whole call goes to the next.
+        for _ in 0..SNAPSHOT_TXG_ATTEMPTS {
+            let taken = Arc::new(AtomicBool::new(false));
+            let done = taken.clone();
+            let parsed = parsed.clone();
+            self.run_sync_task(move |core, _txg| {
+                let planned = core.plan_snapshots(&parsed, recursive)?;
+                let mut directory = core.directory.lock();
+                let mut pending = core.pending_snapshots.lock();
+                let busy = pending.iter().any(|change| {
+                    matches!(change, PendingSnapshot::Create { dataset, .. }
+                        if planned.iter().any(|name| name.dataset == *dataset))
                 });
+                if busy {
+                    return Ok(());
+                }
+                for name in planned {
+                    directory.next_id += 1;
+                    pending.push(PendingSnapshot::Create {
+                        dataset: name.dataset,
+                        name: name.snapshot,
+                        id: directory.next_id,
+                    });
+                }
+                done.store(true, Ordering::SeqCst);
+                Ok(())
+            })?;
+            if taken.load(Ordering::SeqCst) {
+                return Ok(created);
             }
-            Ok(())
-        })?;
-        Ok(created)
+        }
+        Err(DatasetError::HasDependents {
+            name: created.join(" "),
+            what: "other snapshots being taken of the same datasets in every txg tried".into(),
+        }
+        .into())
     }
 
     /// Destroys snapshot `name` (`dataset@snapshot`), durable on return: what only it held is
@@ -106,6 +133,7 @@ impl Pool {
             {
                 return Err(DatasetError::NoSuchDataset(parsed.to_string()).into());
             }
+            core.refuse_if_held(id, &parsed)?;
             core.pending_snapshots
                 .lock()
                 .push(PendingSnapshot::Destroy {
@@ -183,6 +211,106 @@ impl Pool {
         })?;
         crate::core::reclaim_deferred(&self.core, self.txg_engine()?);
         Ok(())
+    }
+
+    /// `destroy -d`: destroys snapshot `name` now if it has no user hold, else marks it to be
+    /// destroyed when its last hold is released. Durable on return.
+    pub fn destroy_snapshot_deferred(&self, name: &str) -> Result<(), EngineError> {
+        let parsed = SnapshotName::parse(name)?;
+        let held = {
+            let directory = self.core.directory.lock();
+            let id = directory.get(&parsed.dataset)?.id;
+            let table = self.core.snapshots.lock();
+            let snapshot = table
+                .find(id, &parsed.snapshot)
+                .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))?;
+            !snapshot.info.holds.is_empty()
+        };
+        if !held {
+            return self.destroy_snapshot(name);
+        }
+        self.run_sync_task(move |core, _txg| {
+            let id = core.directory.lock().get(&parsed.dataset)?.id;
+            Ok(core.snapshots.lock().defer_destroy(id, &parsed.snapshot)?)
+        })?;
+        Ok(())
+    }
+
+    /// Places user hold `tag` on every snapshot of `names`, in one txg: all or none.
+    pub fn hold(&self, tag: &str, names: &[String]) -> Result<(), EngineError> {
+        let parsed = parse_hold(tag, names)?;
+        let tag = tag.to_string();
+        self.run_sync_task(move |core, _txg| {
+            let ids = core.snapshot_dataset_ids(&parsed)?;
+            let mut table = core.snapshots.lock();
+            for (name, id) in parsed.iter().zip(&ids) {
+                let held = table
+                    .find(*id, &name.snapshot)
+                    .map(|s| s.info.holds.contains_key(&tag));
+                if held != Some(false) {
+                    return Err(DatasetError::Exists(format!("hold '{tag}' on {name}")).into());
+                }
+            }
+            let now_ms = crate::now_ms();
+            for (name, id) in parsed.iter().zip(ids) {
+                table.hold(id, &name.snapshot, &tag, now_ms)?;
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Releases user hold `tag` from every snapshot of `names`, in one txg: all or none. A
+    /// snapshot `destroy -d` asked for goes with its last hold, in the same txg.
+    pub fn release(&self, tag: &str, names: &[String]) -> Result<(), EngineError> {
+        let parsed = parse_hold(tag, names)?;
+        let tag = tag.to_string();
+        self.run_sync_task(move |core, _txg| {
+            let ids = core.snapshot_dataset_ids(&parsed)?;
+            let mut table = core.snapshots.lock();
+            for (name, id) in parsed.iter().zip(&ids) {
+                let held = table
+                    .find(*id, &name.snapshot)
+                    .map(|s| s.info.holds.contains_key(&tag));
+                if held != Some(true) {
+                    return Err(
+                        DatasetError::NoSuchDataset(format!("hold '{tag}' on {name}")).into(),
+                    );
+                }
+            }
+            for (name, id) in parsed.into_iter().zip(ids) {
+                if table.release(id, &name.snapshot, &tag)? {
+                    core.pending_snapshots
+                        .lock()
+                        .push(PendingSnapshot::Destroy {
+                            dataset: name.dataset,
+                            name: name.snapshot,
+                        });
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// The user holds of `names`: (snapshot, tag, placed at ms since the epoch).
+    pub fn holds(&self, names: &[String]) -> Result<Vec<(String, String, u64)>, EngineError> {
+        let parsed = names
+            .iter()
+            .map(|name| SnapshotName::parse(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ids = self.core.snapshot_dataset_ids(&parsed)?;
+        let table = self.core.snapshots.lock();
+        let mut out = Vec::new();
+        for (name, id) in parsed.iter().zip(ids) {
+            let snapshot = table
+                .find(id, &name.snapshot)
+                .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))?;
+            for (tag, ms) in &snapshot.info.holds {
+                out.push((name.to_string(), tag.clone(), *ms));
+            }
+        }
+        Ok(out)
     }
 
     /// Bytes destroyed snapshots still hold while the background frees them (the pool
@@ -328,6 +456,39 @@ impl Pool {
 }
 
 impl crate::core::PoolCore {
+    /// A held snapshot is not destroyed (`destroy -d` defers it instead).
+    fn refuse_if_held(&self, dataset_id: u64, name: &SnapshotName) -> Result<(), EngineError> {
+        let table = self.snapshots.lock();
+        let Some(snapshot) = table.find(dataset_id, &name.snapshot) else {
+            return Ok(());
+        };
+        if let Some(tag) = snapshot.info.holds.keys().next() {
+            return Err(DatasetError::HasDependents {
+                name: name.to_string(),
+                what: format!(
+                    "user holds ('{tag}'{}); release them, or destroy -d to destroy it when \
+                     the last is released",
+                    if snapshot.info.holds.len() > 1 {
+                        ", ..."
+                    } else {
+                        ""
+                    }
+                ),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// The dataset id of each snapshot name (its dataset must exist).
+    fn snapshot_dataset_ids(&self, names: &[SnapshotName]) -> Result<Vec<u64>, EngineError> {
+        let directory = self.directory.lock();
+        names
+            .iter()
+            .map(|name| Ok(directory.get(&name.dataset)?.id))
+            .collect()
+    }
+
     /// `dataset@snapshot` of every snapshot change queued for the open txg's sync.
     pub(crate) fn pending_names(&self) -> BTreeSet<String> {
         self.pending_snapshots
@@ -351,6 +512,7 @@ impl crate::core::PoolCore {
         let directory = self.directory.lock();
         let table = self.snapshots.lock();
         let mut planned = BTreeSet::new();
+        let mut datasets_planned = BTreeSet::new();
         for name in names {
             directory.get(&name.dataset)?;
             let mut datasets = vec![name.dataset.clone()];
@@ -369,6 +531,14 @@ impl crate::core::PoolCore {
                     || !planned.insert(full.clone())
                 {
                     return Err(DatasetError::Exists(full).into());
+                }
+                // One snapshot per dataset per txg (snapshots are ordered by txg).
+                if !datasets_planned.insert(dataset.clone()) {
+                    return Err(DatasetError::InvalidName {
+                        name: full,
+                        reason: format!("one command takes one snapshot of '{dataset}'"),
+                    }
+                    .into());
                 }
             }
         }
@@ -397,4 +567,28 @@ impl crate::core::PoolCore {
         }
         Ok(())
     }
+}
+
+/// A hold's tag and snapshot names, checked: a tag of 1 to 255 bytes, no name twice.
+fn parse_hold(tag: &str, names: &[String]) -> Result<Vec<SnapshotName>, EngineError> {
+    if tag.is_empty() || tag.len() > cairn_dataset::NAME_BYTES_MAX {
+        return Err(DatasetError::InvalidName {
+            name: tag.to_string(),
+            reason: "a hold's tag is 1 to 255 bytes".into(),
+        }
+        .into());
+    }
+    let parsed = names
+        .iter()
+        .map(|name| SnapshotName::parse(name))
+        .collect::<Result<Vec<_>, _>>()?;
+    let distinct: BTreeSet<String> = parsed.iter().map(ToString::to_string).collect();
+    if distinct.len() != parsed.len() || parsed.is_empty() {
+        return Err(DatasetError::InvalidName {
+            name: names.join(" "),
+            reason: "name each snapshot once".into(),
+        }
+        .into());
+    }
+    Ok(parsed)
 }

@@ -535,3 +535,84 @@ fn a_dataset_whose_snapshots_were_destroyed_can_be_destroyed_and_the_pool_import
     assert!(report.is_clean(), "{:?}", report.problems());
     assert!(pool.snapshots(None).unwrap().is_empty());
 }
+
+#[test]
+fn a_held_snapshot_is_kept_until_released_and_destroy_d_waits_for_the_last_hold() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    write_blocks(&pool, "tank/vol", &[0, 1], 1);
+    let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    pool.snapshot(&names(&["tank/vol@a", "tank/vol@b"]), false)
+        .unwrap_err();
+    pool.snapshot(&names(&["tank/vol@a"]), false).unwrap();
+    pool.snapshot(&names(&["tank/vol@b"]), false).unwrap();
+    pool.hold("keep", &names(&["tank/vol@a", "tank/vol@b"]))
+        .unwrap();
+    pool.hold("backup", &names(&["tank/vol@a"])).unwrap();
+    // All or none: @b has no 'backup' hold, so nothing is released.
+    assert!(
+        pool.release("backup", &names(&["tank/vol@a", "tank/vol@b"]))
+            .is_err()
+    );
+    assert!(
+        pool.hold("keep", &names(&["tank/vol@a"])).is_err(),
+        "placed once"
+    );
+    let holds = pool.holds(&names(&["tank/vol@a"])).unwrap();
+    let tags: Vec<&str> = holds.iter().map(|(_, tag, _)| tag.as_str()).collect();
+    assert_eq!(tags, ["backup", "keep"]);
+
+    let err = pool.destroy_snapshot("tank/vol@a").unwrap_err().to_string();
+    assert!(err.contains("hold"), "{err}");
+    pool.destroy_snapshot_deferred("tank/vol@a").unwrap();
+    assert!(pool.snapshot_info("tank/vol@a").is_ok(), "held: kept");
+    pool.release("keep", &names(&["tank/vol@a", "tank/vol@b"]))
+        .unwrap();
+    assert!(pool.snapshot_info("tank/vol@a").is_ok(), "one hold left");
+    // Holds and the deferred destroy survive export and import.
+    pool.export().unwrap();
+    let pool = Pool::import(
+        &ImportSource::Directory(dir.path().into()),
+        "tank",
+        options(plain_opener()),
+    )
+    .unwrap();
+    assert_eq!(pool.holds(&names(&["tank/vol@a"])).unwrap().len(), 1);
+    pool.release("backup", &names(&["tank/vol@a"])).unwrap();
+    assert!(
+        pool.snapshot_info("tank/vol@a").is_err(),
+        "gone with its last hold"
+    );
+    // Without holds, destroy -d destroys at once.
+    pool.destroy_snapshot_deferred("tank/vol@b").unwrap();
+    assert!(pool.snapshot_info("tank/vol@b").is_err());
+    wait_for_frees(&pool);
+    assert_accounting(&pool, "tank/vol");
+}
+
+/// A dataset has one snapshot per txg: commands racing for the same dataset each get theirs,
+/// in successive txgs, and one command may not ask for two of one dataset.
+#[test]
+fn concurrent_snapshots_of_one_dataset_each_get_a_txg() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = std::sync::Arc::new(new_pool(dir.path()));
+    let err = pool
+        .snapshot(&["tank/vol@a".to_string(), "tank/vol@b".to_string()], false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("one snapshot"), "{err}");
+    let threads: Vec<_> = (0..4)
+        .map(|index| {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.snapshot(&[format!("tank/vol@t{index}")], false))
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap().unwrap();
+    }
+    let listings = pool.snapshots(Some("tank/vol")).unwrap();
+    assert_eq!(listings.len(), 4);
+    let txgs: std::collections::BTreeSet<u64> = listings.iter().map(|l| l.created_txg).collect();
+    assert_eq!(txgs.len(), 4, "one txg each: {listings:?}");
+    assert_accounting(&pool, "tank/vol");
+}

@@ -62,11 +62,60 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     change_dataset(ctx, change)
 }
 
-pub fn destroy(ctx: &Context, name: &str) -> Result<()> {
-    let change = DatasetChange::Destroy {
-        dataset: name.to_string(),
+pub fn destroy(ctx: &Context, name: &str, deferred: bool) -> Result<()> {
+    if deferred && !name.contains('@') {
+        bail!("destroy -d is for snapshots (DATASET@SNAPSHOT)");
+    }
+    let change = if deferred {
+        DatasetChange::DestroyDeferred {
+            snapshot: name.to_string(),
+        }
+    } else {
+        DatasetChange::Destroy {
+            dataset: name.to_string(),
+        }
     };
     change_dataset(ctx, change)
+}
+
+/// `hold` (or `release`) TAG on snapshots `names`.
+pub fn hold(ctx: &Context, tag: &str, names: &[String], release: bool) -> Result<()> {
+    change_dataset(
+        ctx,
+        DatasetChange::Hold {
+            tag: tag.to_string(),
+            names: names.to_vec(),
+            release,
+        },
+    )
+}
+
+/// `holds`: NAME TAG TIMESTAMP of each user hold.
+pub fn holds(ctx: &Context, format: ListFormat, names: &[String]) -> Result<()> {
+    let request = AdminRequest::Holds {
+        names: names.to_vec(),
+    };
+    let holds = match remote::call(ctx, request)? {
+        AdminReply::Holds(holds) => holds,
+        other => return Err(remote::unexpected(&other)),
+    };
+    let mut table = Table::new(vec![
+        Column::left("NAME"),
+        Column::left("TAG"),
+        Column::left("TIMESTAMP"),
+    ]);
+    for (name, tag, ms) in holds {
+        let when = if format.exact {
+            (ms / 1000).to_string()
+        } else {
+            human::date(ms)
+        };
+        table.push(vec![name, tag, when]);
+    }
+    if !table.is_empty() {
+        say_raw!(ctx, "{}", table.render(format.scripted));
+    }
+    Ok(())
 }
 
 pub fn snapshot(ctx: &Context, names: &[String], recursive: bool) -> Result<()> {

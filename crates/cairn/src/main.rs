@@ -89,10 +89,32 @@ enum Command {
         /// POOL/NAME or the mountpoint.
         target: String,
     },
-    /// Destroy a dataset.
+    /// Destroy a dataset or a snapshot (POOL/NAME@SNAP).
     Destroy {
-        /// POOL/NAME
+        /// For a snapshot with user holds: destroy it when the last hold is released.
+        #[arg(short = 'd')]
+        deferred: bool,
+        /// POOL/NAME or POOL/NAME@SNAP
         dataset: String,
+    },
+    /// Place a user hold TAG on snapshots: a held snapshot cannot be destroyed.
+    Hold {
+        tag: String,
+        #[arg(required = true, value_name = "DATASET@SNAPSHOT")]
+        names: Vec<String>,
+    },
+    /// Release user hold TAG from snapshots.
+    Release {
+        tag: String,
+        #[arg(required = true, value_name = "DATASET@SNAPSHOT")]
+        names: Vec<String>,
+    },
+    /// List the user holds of snapshots.
+    Holds {
+        #[command(flatten)]
+        format: ListFormat,
+        #[arg(required = true, value_name = "DATASET@SNAPSHOT")]
+        names: Vec<String>,
     },
     /// Take snapshots: read-only, point-in-time copies of datasets (cairn snapshot [-r]
     /// POOL/NAME@SNAP...). Several, of one pool, are taken atomically in one txg.
@@ -535,7 +557,10 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         } => mount_cmd::mount(ctx, &dataset, mountpoint.as_deref(), &options),
         Command::Unmount { target } => mount_cmd::unmount(ctx, &target),
         Command::InstallMountHelper { dir } => mount_cmd::install_helper(ctx, &dir),
-        Command::Destroy { dataset } => dataset_cmd::destroy(ctx, &dataset),
+        Command::Destroy { deferred, dataset } => dataset_cmd::destroy(ctx, &dataset, deferred),
+        Command::Hold { tag, names } => dataset_cmd::hold(ctx, &tag, &names, false),
+        Command::Release { tag, names } => dataset_cmd::hold(ctx, &tag, &names, true),
+        Command::Holds { format, names } => dataset_cmd::holds(ctx, format, &names),
         Command::Snapshot { recursive, names } => dataset_cmd::snapshot(ctx, &names, recursive),
         Command::Rollback {
             destroy_newer,

@@ -139,6 +139,30 @@ pub fn snapshot(
     })
 }
 
+/// Runs `change` on the pool of snapshot `name`, then records the command in its history.
+pub fn snapshot_change(
+    access: &PoolAccess,
+    name: &str,
+    history_entry: &str,
+    change: impl FnOnce(&cairn_engine::Pool) -> Result<(), cairn_engine::EngineError>,
+) -> Result<(), AdminError> {
+    let pool_name = name.split(['/', '@']).next().unwrap_or(name);
+    access.with_pool(pool_name, false, |pool| {
+        change(pool)?;
+        record_history(pool, history_entry).map_err(|err| done_then_failed(name, err))
+    })
+}
+
+/// The user holds of snapshots `names` (all of one pool).
+pub fn holds(
+    access: &PoolAccess,
+    names: &[String],
+) -> Result<Vec<(String, String, u64)>, AdminError> {
+    let first = names.first().map(String::as_str).unwrap_or_default();
+    let pool_name = first.split(['/', '@']).next().unwrap_or(first);
+    access.with_pool(pool_name, true, |pool| Ok(pool.holds(names)?))
+}
+
 /// Rolls `snapshot`'s dataset back to it (see `Pool::rollback`); durable on return.
 pub fn rollback(
     access: &PoolAccess,

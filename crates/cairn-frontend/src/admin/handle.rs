@@ -54,6 +54,7 @@ pub fn handle_observed(
         AdminRequest::History { pool } => operations::history(access, &pool)?,
         AdminRequest::Txgs { pool } => operations::txgs(access, &pool)?,
         AdminRequest::CacheLimits { pool } => operations::cache_limits(access, &pool)?,
+        AdminRequest::Holds { names } => AdminReply::Holds(super::holds(access, &names)?),
         AdminRequest::PoolViews { pools } => {
             AdminReply::PoolViews(views::pool_views(access, &pools)?)
         }

@@ -292,6 +292,28 @@ pub(super) fn change_dataset(
             super::destroy_dataset(access, &dataset, command_line)
                 .map_err(|err| failed(format!("cannot destroy '{dataset}'"), err))?;
         }
+        DatasetChange::DestroyDeferred { snapshot } => {
+            super::snapshot_change(access, &snapshot, command_line, |pool| {
+                pool.destroy_snapshot_deferred(&snapshot)
+            })
+            .map_err(|err| failed(format!("cannot destroy '{snapshot}'"), err))?;
+        }
+        DatasetChange::Hold {
+            tag,
+            names,
+            release,
+        } => {
+            let first = names.first().cloned().unwrap_or_default();
+            let verb = if release { "release" } else { "hold" };
+            super::snapshot_change(access, &first, command_line, |pool| {
+                if release {
+                    pool.release(&tag, &names)
+                } else {
+                    pool.hold(&tag, &names)
+                }
+            })
+            .map_err(|err| failed(format!("cannot {verb} '{tag}' on {}", names.join(" ")), err))?;
+        }
         DatasetChange::Rollback {
             snapshot,
             destroy_newer,

@@ -80,6 +80,8 @@ pub enum AdminRequest {
     FsStats { pools: Vec<String> },
     /// `stat memory`: the memory budget and resident memory.
     MemoryStats,
+    /// The user holds of snapshots `names`.
+    Holds { names: Vec<String> },
 }
 
 /// A change of a pool (`AdminRequest::Pool`).
@@ -151,6 +153,16 @@ pub enum DatasetChange {
         names: Vec<String>,
         recursive: bool,
     },
+    /// `destroy -d`: destroy `snapshot` now, or when its last user hold is released.
+    DestroyDeferred {
+        snapshot: String,
+    },
+    /// Place (`release`: false) or release user hold `tag` on every snapshot of `names`.
+    Hold {
+        tag: String,
+        names: Vec<String>,
+        release: bool,
+    },
     /// Roll `snapshot`'s dataset back to it; `destroy_newer` destroys newer snapshots first,
     /// `force` rolls a volume back under its NBD clients.
     Rollback {
@@ -220,6 +232,8 @@ pub enum AdminReply {
     Datasets(Vec<PoolDatasets>),
     /// Snapshots taken, by full name.
     Snapshots(Vec<String>),
+    /// User holds: (snapshot, tag, placed at ms since the epoch).
+    Holds(Vec<(String, String, u64)>),
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),
