@@ -510,8 +510,9 @@ enum GetField {
     Source,
 }
 
-/// Resolves `all` or `a,b,c` into canonical names, refusing unknown ones.
-fn requested_properties(text: &str) -> Result<Option<Vec<&'static str>>> {
+/// Resolves `all` or `a,b,c` into canonical names, refusing unknown ones (`written@SNAP`
+/// names a snapshot of each dataset asked about).
+fn requested_properties(text: &str) -> Result<Option<Vec<String>>> {
     if text == "all" {
         return Ok(None);
     }
@@ -525,15 +526,46 @@ fn requested_properties(text: &str) -> Result<Option<Vec<&'static str>>> {
             .iter()
             .find(|(stat, aliases)| *stat == name || aliases.contains(&name))
         {
-            out.push(*canonical);
+            out.push(canonical.to_string());
             continue;
         }
-        out.push(lookup(name).map_err(|err| anyhow!("{err}"))?.name);
+        if let Some(snapshot) = name.strip_prefix("written@") {
+            cairn_dataset::SnapshotName::parse(&format!("a@{snapshot}"))
+                .map_err(|err| anyhow!("{err}"))?;
+            out.push(name.to_string());
+            continue;
+        }
+        out.push(
+            lookup(name)
+                .map_err(|err| anyhow!("{err}"))?
+                .name
+                .to_string(),
+        );
     }
     if out.is_empty() {
         bail!("no property named (give all or PROP[,PROP...])");
     }
     Ok(Some(out))
+}
+
+/// `written@snapshot` of a dataset (asked of the pool; `-` for a snapshot row or an error).
+fn written_since(
+    ctx: &Context,
+    info: &DatasetRow,
+    snapshot: &str,
+    format: ListFormat,
+) -> (String, String) {
+    if info.snapshot {
+        return ("-".to_string(), "-".to_string());
+    }
+    let request = AdminRequest::WrittenSince {
+        dataset: info.name.clone(),
+        snapshot: snapshot.to_string(),
+    };
+    match remote::call(ctx, request) {
+        Ok(AdminReply::Bytes(bytes)) => (human::size(bytes, format.exact), "-".to_string()),
+        _ => ("-".to_string(), "-".to_string()),
+    }
 }
 
 /// (value, source) of one statistic or property of a dataset, ready to print.
@@ -603,7 +635,7 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
             }
         };
         let names: Vec<&str> = match &requested {
-            Some(names) => names.clone(),
+            Some(names) => names.iter().map(String::as_str).collect(),
             None => STATISTICS
                 .iter()
                 .map(|(stat, _)| *stat)
@@ -611,7 +643,10 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
                 .collect(),
         };
         for property in names {
-            let (value, source) = get_one(&info, property, args.format);
+            let (value, source) = match property.strip_prefix("written@") {
+                Some(snapshot) => written_since(ctx, &info, snapshot, args.format),
+                None => get_one(&info, property, args.format),
+            };
             table.push(
                 fields
                     .iter()
@@ -674,8 +709,12 @@ mod tests {
     fn property_lists_accept_statistics_and_refuse_unknown_names() {
         assert_eq!(requested_properties("all").unwrap(), None);
         assert_eq!(
-            requested_properties("avail,volblocksize").unwrap(),
-            Some(vec!["available", "volblocksize"])
+            requested_properties("avail,volblocksize,written@monday").unwrap(),
+            Some(vec![
+                "available".to_string(),
+                "volblocksize".to_string(),
+                "written@monday".to_string()
+            ])
         );
         let err = requested_properties("volblocksize,frobnicate")
             .unwrap_err()

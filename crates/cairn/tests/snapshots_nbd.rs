@@ -116,6 +116,18 @@ fn a_snapshot_is_a_read_only_export_identical_to_the_data_before_it() {
         "tank/vol",
     ]);
     assert_eq!(got.trim().parse::<u64>().unwrap(), used, "{got}");
+    // What the head wrote since: the 8 MiB (and the indirect blocks above them).
+    let got = env.ok(&[
+        "get",
+        "-H",
+        "-p",
+        "-o",
+        "value",
+        "written@before",
+        "tank/vol",
+    ]);
+    let written: u64 = got.trim().parse().unwrap_or_else(|_| panic!("{got}"));
+    assert!((8 * MIB..9 * MIB).contains(&written), "{got}");
 
     // Rollback while served (no client connected now): the export shows the snapshot's data.
     env.ok(&["rollback", "tank/vol@before"]);

@@ -153,6 +153,18 @@ pub fn snapshot_change(
     })
 }
 
+/// `written@snapshot` of `dataset` (see `Pool::written_since`).
+pub fn written_since(
+    access: &PoolAccess,
+    dataset: &str,
+    snapshot: &str,
+) -> Result<u64, AdminError> {
+    let pool_name = dataset.split('/').next().unwrap_or(dataset);
+    access.with_pool(pool_name, true, |pool| {
+        Ok(pool.written_since(dataset, snapshot)?)
+    })
+}
+
 /// The user holds of snapshots `names` (all of one pool).
 pub fn holds(
     access: &PoolAccess,

@@ -55,6 +55,9 @@ pub fn handle_observed(
         AdminRequest::Txgs { pool } => operations::txgs(access, &pool)?,
         AdminRequest::CacheLimits { pool } => operations::cache_limits(access, &pool)?,
         AdminRequest::Holds { names } => AdminReply::Holds(super::holds(access, &names)?),
+        AdminRequest::WrittenSince { dataset, snapshot } => {
+            AdminReply::Bytes(super::written_since(access, &dataset, &snapshot)?)
+        }
         AdminRequest::PoolViews { pools } => {
             AdminReply::PoolViews(views::pool_views(access, &pools)?)
         }

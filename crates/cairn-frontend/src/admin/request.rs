@@ -82,6 +82,9 @@ pub enum AdminRequest {
     MemoryStats,
     /// The user holds of snapshots `names`.
     Holds { names: Vec<String> },
+    /// `written@snapshot` of `dataset`: what its head references that its `snapshot` does
+    /// not.
+    WrittenSince { dataset: String, snapshot: String },
 }
 
 /// A change of a pool (`AdminRequest::Pool`).
@@ -234,6 +237,8 @@ pub enum AdminReply {
     Snapshots(Vec<String>),
     /// User holds: (snapshot, tag, placed at ms since the epoch).
     Holds(Vec<(String, String, u64)>),
+    /// A byte count.
+    Bytes(u64),
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),
