@@ -129,8 +129,9 @@ struct SnapshotPhys {
     deadlist: DeadlistPhys,
 }
 
-/// See the module doc.
-#[derive(Debug, Default)]
+/// See the module doc. `Clone` lets a caller try changes on a copy (what a destroy would
+/// free, `destroy -n`): it holds totals and records, never blocks.
+#[derive(Debug, Default, Clone)]
 pub struct SnapshotTable {
     snapshots: BTreeMap<u64, Snapshot>,
     /// (dataset id, created txg) → snapshot id: each dataset's snapshots, oldest first.

@@ -110,39 +110,7 @@ impl Pool {
     /// freed, at once for what died in this txg and in the background, a bounded amount per
     /// txg, for the rest (`freeing_bytes`), so a large destroy never stalls the pool.
     pub fn destroy_snapshot(&self, name: &str) -> Result<(), EngineError> {
-        let parsed = SnapshotName::parse(name)?;
-        self.snapshot_root(name)?;
-        // Open as a volume (an NBD export): its readers would lose their blocks.
-        if self
-            .snapshot_volumes
-            .lock()
-            .get(name)
-            .is_some_and(|volume| volume.strong_count() > 0)
-        {
-            return Err(DatasetError::HasDependents {
-                name: name.to_string(),
-                what: "readers (it is open, exported over NBD); disconnect them first".into(),
-            }
-            .into());
-        }
-        self.run_sync_task(move |core, _txg| {
-            let id = core.directory.lock().get(&parsed.dataset)?.id;
-            // Another command may have asked for the same in this txg.
-            if core.snapshots.lock().find(id, &parsed.snapshot).is_none()
-                || core.pending_names().contains(&parsed.to_string())
-            {
-                return Err(DatasetError::NoSuchDataset(parsed.to_string()).into());
-            }
-            core.refuse_if_held(id, &parsed)?;
-            core.pending_snapshots
-                .lock()
-                .push(PendingSnapshot::Destroy {
-                    dataset: parsed.dataset,
-                    name: parsed.snapshot,
-                });
-            Ok(())
-        })?;
-        Ok(())
+        self.destroy_snapshots(&[name.to_string()])
     }
 
     /// Rolls dataset `name`'s head back to snapshot `name` (`dataset@snapshot`), durable on
@@ -210,6 +178,112 @@ impl Pool {
             core.rollback_head(txg, &parsed.dataset, &parsed.snapshot)
         })?;
         crate::core::reclaim_deferred(&self.core, self.txg_engine()?);
+        Ok(())
+    }
+
+    /// Destroys the snapshots `names` (of one dataset or several) in one txg, oldest first:
+    /// all or none (each must exist and have no user hold). Durable on return.
+    pub fn destroy_snapshots(&self, names: &[String]) -> Result<(), EngineError> {
+        let parsed = self.destroy_plan(names)?;
+        for name in &parsed {
+            self.refuse_if_open(&name.to_string())?;
+        }
+        // Checked now for a prompt error; the task checks again in its txg.
+        self.core.order_for_destroy(&parsed)?;
+        self.run_sync_task(move |core, _txg| {
+            let planned = core.order_for_destroy(&parsed)?;
+            let mut pending = core.pending_snapshots.lock();
+            for name in planned {
+                pending.push(PendingSnapshot::Destroy {
+                    dataset: name.dataset,
+                    name: name.snapshot,
+                });
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// What destroying `names` would free (`destroy -n -v`), computed on a copy of the table:
+    /// nothing changes.
+    pub fn destroy_space(&self, names: &[String]) -> Result<u64, EngineError> {
+        let parsed = self.destroy_plan(names)?;
+        let planned = self.core.order_for_destroy(&parsed)?;
+        let directory = self.core.directory.lock();
+        let mut trial = self.core.snapshots.lock().clone();
+        let mut freed = 0;
+        for name in planned {
+            let id = directory.get(&name.dataset)?.id;
+            freed += trial.destroy(id, &name.snapshot)?.freed.allocated_bytes;
+        }
+        Ok(freed)
+    }
+
+    /// The snapshots of `dataset` from `first` to `last` by creation (`first%last`; an empty
+    /// bound is the oldest or the newest), as full names.
+    pub fn snapshot_range(
+        &self,
+        dataset: &str,
+        first: &str,
+        last: &str,
+    ) -> Result<Vec<String>, EngineError> {
+        let listings = self.snapshots(Some(dataset))?;
+        let position = |name: &str, default: usize| -> Result<usize, EngineError> {
+            if name.is_empty() {
+                return Ok(default);
+            }
+            listings
+                .iter()
+                .position(|listing| listing.name == format!("{dataset}@{name}"))
+                .ok_or_else(|| DatasetError::NoSuchDataset(format!("{dataset}@{name}")).into())
+        };
+        let from = position(first, 0)?;
+        let to = position(last, listings.len().saturating_sub(1))?;
+        if listings.is_empty() || from > to {
+            return Err(DatasetError::InvalidName {
+                name: format!("{dataset}@{first}%{last}"),
+                reason: "the range names no snapshot (is the first newer than the last?)".into(),
+            }
+            .into());
+        }
+        Ok(listings[from..=to]
+            .iter()
+            .map(|listing| listing.name.clone())
+            .collect())
+    }
+
+    /// Names checked: snapshots, each once.
+    fn destroy_plan(&self, names: &[String]) -> Result<Vec<SnapshotName>, EngineError> {
+        let parsed = names
+            .iter()
+            .map(|name| SnapshotName::parse(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let distinct: BTreeSet<String> = parsed.iter().map(ToString::to_string).collect();
+        if parsed.is_empty() || distinct.len() != parsed.len() {
+            return Err(DatasetError::InvalidName {
+                name: names.join(" "),
+                reason: "name each snapshot once".into(),
+            }
+            .into());
+        }
+        Ok(parsed)
+    }
+
+    /// A snapshot open as a volume (an NBD export) refuses destroy: its readers would lose
+    /// their blocks.
+    fn refuse_if_open(&self, name: &str) -> Result<(), EngineError> {
+        if self
+            .snapshot_volumes
+            .lock()
+            .get(name)
+            .is_some_and(|volume| volume.strong_count() > 0)
+        {
+            return Err(DatasetError::HasDependents {
+                name: name.to_string(),
+                what: "readers (it is open, exported over NBD); disconnect them first".into(),
+            }
+            .into());
+        }
         Ok(())
     }
 
@@ -478,6 +552,27 @@ impl crate::core::PoolCore {
             .into());
         }
         Ok(())
+    }
+
+    /// `names` checked for a destroy in this txg (each exists, is not held and is not being
+    /// changed by another command in this txg), oldest first within each dataset.
+    fn order_for_destroy(&self, names: &[SnapshotName]) -> Result<Vec<SnapshotName>, EngineError> {
+        let pending = self.pending_names();
+        let ids = self.snapshot_dataset_ids(names)?;
+        let mut ordered = Vec::new();
+        for (name, id) in names.iter().zip(ids) {
+            let txg = self
+                .snapshots
+                .lock()
+                .find(id, &name.snapshot)
+                .map(|snapshot| snapshot.info.created_txg)
+                .filter(|_| !pending.contains(&name.to_string()))
+                .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))?;
+            self.refuse_if_held(id, name)?;
+            ordered.push((id, txg, name.clone()));
+        }
+        ordered.sort_by_key(|(id, txg, _)| (*id, *txg));
+        Ok(ordered.into_iter().map(|(_, _, name)| name).collect())
     }
 
     /// The dataset id of each snapshot name (its dataset must exist).

@@ -616,3 +616,41 @@ fn concurrent_snapshots_of_one_dataset_each_get_a_txg() {
     assert_eq!(txgs.len(), 4, "one txg each: {listings:?}");
     assert_accounting(&pool, "tank/vol");
 }
+
+/// `destroy -n`'s figure for a range equals a brute force (the blocks only those snapshots
+/// reference), and the range then goes (in one sync task).
+#[test]
+fn a_range_destroy_frees_what_only_the_range_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    for (index, name) in ["a", "b", "c", "d"].iter().enumerate() {
+        let blocks: Vec<u64> = (index as u64 * 4..index as u64 * 4 + 12).collect();
+        write_blocks(&pool, "tank/vol", &blocks, index as u8 + 1);
+        pool.snapshot(&[format!("tank/vol@{name}")], false).unwrap();
+    }
+    write_blocks(&pool, "tank/vol", &(0..24).collect::<Vec<_>>(), 9);
+    pool.sync().unwrap();
+    let range = pool.snapshot_range("tank/vol", "b", "c").unwrap();
+    assert_eq!(range, ["tank/vol@b", "tank/vol@c"]);
+    assert_eq!(pool.snapshot_range("tank/vol", "", "").unwrap().len(), 4);
+    assert!(pool.snapshot_range("tank/vol", "c", "b").is_err());
+    let mut kept: HashSet<(u32, u64)> = blocks_of(&pool, "tank/vol").into_keys().collect();
+    for other in ["tank/vol@a", "tank/vol@d"] {
+        kept.extend(blocks_of(&pool, other).into_keys());
+    }
+    let mut only_range: HashMap<(u32, u64), u64> = HashMap::new();
+    for name in &range {
+        for (place, bytes) in blocks_of(&pool, name) {
+            if !kept.contains(&place) {
+                only_range.insert(place, bytes);
+            }
+        }
+    }
+    let expected: u64 = only_range.values().sum();
+    assert!(expected > 0);
+    assert_eq!(pool.destroy_space(&range).unwrap(), expected);
+    pool.destroy_snapshots(&range).unwrap();
+    assert_eq!(pool.snapshots(Some("tank/vol")).unwrap().len(), 2);
+    wait_for_frees(&pool);
+    assert_accounting(&pool, "tank/vol");
+}

@@ -8,7 +8,7 @@
 //! compare).
 
 use crate::context::{Context, pool_of};
-use crate::context::{say_raw, shout};
+use crate::context::{say, say_raw, shout};
 use crate::table::{Align, Column, Table};
 use crate::{CreateArgs, GetArgs, ListArgs, ListFormat, SetArgs, remote};
 use crate::{human, json};
@@ -62,9 +62,43 @@ pub fn create(ctx: &Context, args: &CreateArgs) -> Result<()> {
     change_dataset(ctx, change)
 }
 
-pub fn destroy(ctx: &Context, name: &str, deferred: bool) -> Result<()> {
-    if deferred && !name.contains('@') {
-        bail!("destroy -d is for snapshots (DATASET@SNAPSHOT)");
+pub fn destroy(
+    ctx: &Context,
+    name: &str,
+    deferred: bool,
+    dry_run: bool,
+    verbose: bool,
+) -> Result<()> {
+    if (deferred || dry_run || verbose) && !name.contains('@') {
+        bail!("destroy -d, -n and -v are for snapshots (DATASET@SNAPSHOT or DATASET@FIRST%LAST)");
+    }
+    if dry_run || verbose {
+        let request = AdminRequest::DestroyPreview {
+            name: name.to_string(),
+        };
+        let (names, bytes) = match remote::call(ctx, request)? {
+            AdminReply::DestroyPreview { names, bytes } => (names, bytes),
+            other => return Err(remote::unexpected(&other)),
+        };
+        if verbose {
+            let verb = if dry_run {
+                "would destroy"
+            } else {
+                "will destroy"
+            };
+            for snapshot in &names {
+                say!(ctx, "{verb} {snapshot}");
+            }
+            let verb = if dry_run {
+                "would reclaim"
+            } else {
+                "will reclaim"
+            };
+            say!(ctx, "{verb} {}", human::size(bytes, false));
+        }
+        if dry_run {
+            return Ok(());
+        }
     }
     let change = if deferred {
         DatasetChange::DestroyDeferred {

@@ -94,7 +94,13 @@ enum Command {
         /// For a snapshot with user holds: destroy it when the last hold is released.
         #[arg(short = 'd')]
         deferred: bool,
-        /// POOL/NAME or POOL/NAME@SNAP
+        /// Dry run: change nothing (with -v: say what would be destroyed and freed).
+        #[arg(short = 'n')]
+        dry_run: bool,
+        /// Say what is (or would be) destroyed and freed.
+        #[arg(short = 'v')]
+        verbose: bool,
+        /// POOL/NAME, POOL/NAME@SNAP, or a range of snapshots POOL/NAME@FIRST%LAST
         dataset: String,
     },
     /// Place a user hold TAG on snapshots: a held snapshot cannot be destroyed.
@@ -557,7 +563,12 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         } => mount_cmd::mount(ctx, &dataset, mountpoint.as_deref(), &options),
         Command::Unmount { target } => mount_cmd::unmount(ctx, &target),
         Command::InstallMountHelper { dir } => mount_cmd::install_helper(ctx, &dir),
-        Command::Destroy { deferred, dataset } => dataset_cmd::destroy(ctx, &dataset, deferred),
+        Command::Destroy {
+            deferred,
+            dry_run,
+            verbose,
+            dataset,
+        } => dataset_cmd::destroy(ctx, &dataset, deferred, dry_run, verbose),
         Command::Hold { tag, names } => dataset_cmd::hold(ctx, &tag, &names, false),
         Command::Release { tag, names } => dataset_cmd::hold(ctx, &tag, &names, true),
         Command::Holds { format, names } => dataset_cmd::holds(ctx, format, &names),

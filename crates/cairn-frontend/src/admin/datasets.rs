@@ -76,7 +76,7 @@ pub fn destroy_dataset(
     if let Some((dataset, _)) = name.split_once('@') {
         let pool_name = dataset.split('/').next().unwrap_or(dataset);
         return access.with_pool(pool_name, false, |pool| {
-            pool.destroy_snapshot(name)?;
+            pool.destroy_snapshots(&snapshots_named(pool, name)?)?;
             record_history(pool, history_entry)
         });
     }
@@ -136,6 +136,29 @@ pub fn snapshot(
         let taken = pool.snapshot(names, recursive)?;
         record_history(pool, history_entry).map_err(|err| done_then_failed(&names[0], err))?;
         Ok(taken)
+    })
+}
+
+/// The snapshots `name` names: `dataset@snap`, or a range `dataset@first%last` (by creation;
+/// an empty bound is the oldest or the newest).
+fn snapshots_named(pool: &cairn_engine::Pool, name: &str) -> Result<Vec<String>, AdminError> {
+    match name.split_once('@') {
+        Some((dataset, range)) if range.contains('%') => {
+            let (first, last) = range.split_once('%').unwrap_or((range, ""));
+            Ok(pool.snapshot_range(dataset, first, last)?)
+        }
+        _ => Ok(vec![name.to_string()]),
+    }
+}
+
+/// `destroy -n`: the snapshots `name` names (a range too) and the bytes destroying them would
+/// free; nothing changes.
+pub fn destroy_preview(access: &PoolAccess, name: &str) -> Result<(Vec<String>, u64), AdminError> {
+    let pool_name = name.split(['/', '@']).next().unwrap_or(name);
+    access.with_pool(pool_name, true, |pool| {
+        let names = snapshots_named(pool, name)?;
+        let bytes = pool.destroy_space(&names)?;
+        Ok((names, bytes))
     })
 }
 

@@ -55,6 +55,10 @@ pub fn handle_observed(
         AdminRequest::Txgs { pool } => operations::txgs(access, &pool)?,
         AdminRequest::CacheLimits { pool } => operations::cache_limits(access, &pool)?,
         AdminRequest::Holds { names } => AdminReply::Holds(super::holds(access, &names)?),
+        AdminRequest::DestroyPreview { name } => {
+            let (names, bytes) = super::destroy_preview(access, &name)?;
+            AdminReply::DestroyPreview { names, bytes }
+        }
         AdminRequest::WrittenSince { dataset, snapshot } => {
             AdminReply::Bytes(super::written_since(access, &dataset, &snapshot)?)
         }

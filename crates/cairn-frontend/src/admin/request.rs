@@ -82,6 +82,9 @@ pub enum AdminRequest {
     MemoryStats,
     /// The user holds of snapshots `names`.
     Holds { names: Vec<String> },
+    /// `destroy -n`: what destroying snapshots `name` (`dataset@snap` or a range
+    /// `dataset@first%last`) would destroy and free.
+    DestroyPreview { name: String },
     /// `written@snapshot` of `dataset`: what its head references that its `snapshot` does
     /// not.
     WrittenSince { dataset: String, snapshot: String },
@@ -239,6 +242,11 @@ pub enum AdminReply {
     Holds(Vec<(String, String, u64)>),
     /// A byte count.
     Bytes(u64),
+    /// What a destroy would do: the snapshots, and the bytes it would free.
+    DestroyPreview {
+        names: Vec<String>,
+        bytes: u64,
+    },
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),
