@@ -317,14 +317,7 @@ impl Pool {
         self.run_sync_task(move |core, _txg| {
             let ids = core.snapshot_dataset_ids(&parsed)?;
             let mut table = core.snapshots.lock();
-            for (name, id) in parsed.iter().zip(&ids) {
-                let held = table
-                    .find(*id, &name.snapshot)
-                    .map(|s| s.info.holds.contains_key(&tag));
-                if held != Some(false) {
-                    return Err(DatasetError::Exists(format!("hold '{tag}' on {name}")).into());
-                }
-            }
+            check_holds(&table, &parsed, &ids, &tag, false)?;
             let now_ms = crate::now_ms();
             for (name, id) in parsed.iter().zip(ids) {
                 table.hold(id, &name.snapshot, &tag, now_ms)?;
@@ -342,16 +335,7 @@ impl Pool {
         self.run_sync_task(move |core, _txg| {
             let ids = core.snapshot_dataset_ids(&parsed)?;
             let mut table = core.snapshots.lock();
-            for (name, id) in parsed.iter().zip(&ids) {
-                let held = table
-                    .find(*id, &name.snapshot)
-                    .map(|s| s.info.holds.contains_key(&tag));
-                if held != Some(true) {
-                    return Err(
-                        DatasetError::NoSuchDataset(format!("hold '{tag}' on {name}")).into(),
-                    );
-                }
-            }
+            check_holds(&table, &parsed, &ids, &tag, true)?;
             for (name, id) in parsed.into_iter().zip(ids) {
                 if table.release(id, &name.snapshot, &tag)? {
                     core.pending_snapshots
@@ -662,6 +646,32 @@ impl crate::core::PoolCore {
         }
         Ok(())
     }
+}
+
+/// Every snapshot of `names` (of the datasets `ids`) exists and has hold `tag` (`held`) or
+/// has not: what `release` (or `hold`) needs of all before it changes any.
+fn check_holds(
+    table: &cairn_dataset::snapshots::SnapshotTable,
+    names: &[SnapshotName],
+    ids: &[u64],
+    tag: &str,
+    held: bool,
+) -> Result<(), EngineError> {
+    for (name, id) in names.iter().zip(ids) {
+        let snapshot = table
+            .find(*id, &name.snapshot)
+            .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))?;
+        match (snapshot.info.holds.contains_key(tag), held) {
+            (true, false) => {
+                return Err(DatasetError::Exists(format!("hold '{tag}' on {name}")).into());
+            }
+            (false, true) => {
+                return Err(DatasetError::NoSuchDataset(format!("hold '{tag}' on {name}")).into());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// A hold's tag and snapshot names, checked: a tag of 1 to 255 bytes, no name twice.

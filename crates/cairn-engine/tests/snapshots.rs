@@ -558,6 +558,11 @@ fn a_held_snapshot_is_kept_until_released_and_destroy_d_waits_for_the_last_hold(
         pool.hold("keep", &names(&["tank/vol@a"])).is_err(),
         "placed once"
     );
+    let err = pool
+        .hold("x", &names(&["tank/vol@none"]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("does not exist"), "{err}");
     let holds = pool.holds(&names(&["tank/vol@a"])).unwrap();
     let tags: Vec<&str> = holds.iter().map(|(_, tag, _)| tag.as_str()).collect();
     assert_eq!(tags, ["backup", "keep"]);
