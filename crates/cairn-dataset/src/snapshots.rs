@@ -15,7 +15,7 @@
 //!   that its predecessor did not (set at creation; `written` of the head the same, live);
 //! - `used(S)`, unique to S: the blocks born after its predecessor that died before its
 //!   successor: `space_range(prev, S)` of the successor's deadlist. Only the newest snapshot's
-//!   changes while the head writes (`kill`); destroy (next step) updates the neighbours;
+//!   changes while the head writes (`kill`); a destroy recomputes its neighbours' (`destroy`);
 //! - `usedbysnapshots(dataset)`: the sum of every deadlist of the dataset (each block held
 //!   only by snapshots has died exactly once, into exactly one of them);
 //! - `written@S` of the head: referenced(H) − referenced(S) plus the blocks born by S's txg
@@ -27,8 +27,14 @@
 //! since the last sync are `dirty` and written by the sync that follows. Records are checked
 //! when read (`decode_record`).
 //!
-//! Known gaps (issue 34, next steps): destroy, rollback, clones, holds and bookmarks use the
-//! fields reserved here (`holds`, `clones`, `defer_destroy`) but are not built yet.
+//! Destroy (`destroy`) frees what only the snapshot held: its successor's blocks born after its
+//! predecessor, marked freed in the successor's deadlist parts and queued as background free
+//! work (`FreeWork`, a bounded share per txg: `process_frees`), while its own deadlist joins
+//! the successor's. User holds (`hold`, `release`) keep a snapshot from destroy; `destroy -d`
+//! marks it to go with its last hold (`defer_destroy`).
+//!
+//! Known gaps (issue 34, next steps): clones (the `clones` field is reserved, always empty),
+//! bookmarks.
 
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan, read_part};
 use crate::{DatasetError, SnapshotName};
