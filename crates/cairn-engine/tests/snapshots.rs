@@ -113,6 +113,16 @@ fn snapshot_block(pool: &Pool, snapshot: &str, index: u64) -> Vec<u8> {
         .map_or_else(|| vec![0; BLOCK], |block| block.to_vec())
 }
 
+/// The pool `tank` of `dir` imported again (after an export).
+fn reimport(dir: &std::path::Path) -> Pool {
+    Pool::import(
+        &ImportSource::Directory(dir.into()),
+        "tank",
+        options(plain_opener()),
+    )
+    .unwrap()
+}
+
 fn new_pool(dir: &std::path::Path) -> Pool {
     let paths = device_paths(dir, 2);
     let pool = create_mirror(&paths, plain_opener());
@@ -174,12 +184,7 @@ fn a_snapshot_keeps_what_the_head_overwrites_and_the_figures_follow() {
     // All of it survives export and import, and the head keeps keeping blocks after import.
     let before: Vec<_> = pool.snapshots(None).unwrap();
     pool.export().unwrap();
-    let pool = Pool::import(
-        &ImportSource::Directory(dir.path().into()),
-        "tank",
-        options(plain_opener()),
-    )
-    .unwrap();
+    let pool = reimport(dir.path());
     assert_eq!(pool.snapshots(None).unwrap(), before);
     write_blocks(&pool, "tank/vol", &[5, 6, 50], 4);
     assert_accounting(&pool, "tank/vol");
@@ -346,12 +351,7 @@ fn random_snapshots_and_destroys_keep_every_figure_exact() {
             pool.destroy_snapshot(&name).unwrap();
         }
         pool.export().unwrap();
-        let pool = Pool::import(
-            &ImportSource::Directory(dir.path().into()),
-            "tank",
-            options(plain_opener()),
-        )
-        .unwrap();
+        let pool = reimport(dir.path());
         assert_accounting(&pool, "tank/vol");
         for _ in 0..200 {
             if pool.freeing_bytes() == 0 {
@@ -500,12 +500,7 @@ fn rollback_brings_back_the_snapshot_and_frees_what_came_after() {
 
     // And it all holds across export and import.
     pool.export().unwrap();
-    let pool = Pool::import(
-        &ImportSource::Directory(dir.path().into()),
-        "tank",
-        options(plain_opener()),
-    )
-    .unwrap();
+    let pool = reimport(dir.path());
     assert_accounting(&pool, "tank/vol");
     let volume = pool.volume("tank/vol").unwrap();
     volume.read(BLOCK as u64, &mut got).unwrap();
@@ -525,12 +520,7 @@ fn a_dataset_whose_snapshots_were_destroyed_can_be_destroyed_and_the_pool_import
     let report = pool.check().unwrap();
     assert!(report.is_clean(), "{:?}", report.problems());
     pool.export().unwrap();
-    let pool = Pool::import(
-        &ImportSource::Directory(dir.path().into()),
-        "tank",
-        options(plain_opener()),
-    )
-    .unwrap();
+    let pool = reimport(dir.path());
     let report = pool.check().unwrap();
     assert!(report.is_clean(), "{:?}", report.problems());
     assert!(pool.snapshots(None).unwrap().is_empty());
@@ -576,12 +566,7 @@ fn a_held_snapshot_is_kept_until_released_and_destroy_d_waits_for_the_last_hold(
     assert!(pool.snapshot_info("tank/vol@a").is_ok(), "one hold left");
     // Holds and the deferred destroy survive export and import.
     pool.export().unwrap();
-    let pool = Pool::import(
-        &ImportSource::Directory(dir.path().into()),
-        "tank",
-        options(plain_opener()),
-    )
-    .unwrap();
+    let pool = reimport(dir.path());
     assert_eq!(pool.holds(&names(&["tank/vol@a"])).unwrap().len(), 1);
     pool.release("backup", &names(&["tank/vol@a"])).unwrap();
     assert!(
