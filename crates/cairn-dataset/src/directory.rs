@@ -36,6 +36,10 @@ pub struct DatasetRecord {
     /// the snapshot table at import and kept current by the txg sync.
     #[serde(skip)]
     pub snapshots_bytes: u64,
+    /// For a clone, bytes its head still shares with its origin (charged to the origin's
+    /// dataset, not to it). Not stored: derived like `snapshots_bytes`.
+    #[serde(skip)]
+    pub origin_shared_bytes: u64,
 }
 
 impl DatasetRecord {
@@ -411,6 +415,7 @@ impl DatasetDirectory {
             objset_bp: BlockPointer::HOLE.to_bytes().to_vec(),
             used_bytes: 0,
             snapshots_bytes: 0,
+            origin_shared_bytes: 0,
         };
         Ok(self.datasets.entry(name.to_string()).or_insert(record))
     }

@@ -33,8 +33,23 @@
 //! the successor's. User holds (`hold`, `release`) keep a snapshot from destroy; `destroy -d`
 //! marks it to go with its last hold (`defer_destroy`).
 //!
-//! Known gaps (issue 34, next steps): clones (the `clones` field is reserved, always empty),
-//! bookmarks.
+//! Clones. A clone is a dataset whose head started as a snapshot's tree (its *origin*, txg
+//! t0): it shares every block born by t0 with the origin, and the origin cannot be destroyed
+//! while it exists. To the clone's accounting the origin is a predecessor snapshot that it
+//! does not own: its head keeps what was born by t0 (`prev_snap_txg` is t0 until it has
+//! snapshots of its own), a block born by t0 that it stops referencing goes onto its
+//! deadlist keyed as the origin's own lineage would key it (`key_of` follows the origin chain),
+//! and is never freed by the clone (the origin holds it). So for a clone with floor t0:
+//! `usedbysnapshots` counts only its deadlists' blocks born after t0, `usedbydataset` is
+//! referenced less what it still shares with the origin (`origin_shared_bytes`: the origin's
+//! referenced bytes less every block born by t0 on the clone's deadlists), and its first
+//! snapshot's `written` is relative to the origin. Promote (`promote`) moves the origin and
+//! the snapshots before it to the clone and makes the old parent a clone of the origin; as
+//! every deadlist was keyed by lineage, no pointer is rewritten, only the origin's `used`
+//! is recomputed. Which dataset is a clone of what is one record per clone ('o'); the
+//! snapshot record's `clones` field is reserved and stays empty.
+//!
+//! Known gaps (issue 34, next steps): bookmarks.
 
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan, read_part};
 use crate::{DatasetError, SnapshotName};
@@ -48,6 +63,9 @@ pub const SNAPSHOT_RECORD_VERSION: u8 = 1;
 const SNAPSHOT_KEY_TAG: u8 = b's';
 const HEAD_KEY_TAG: u8 = b'h';
 const FREE_KEY_TAG: u8 = b'f';
+const ORIGIN_KEY_TAG: u8 = b'o';
+/// Longest chain of clones of clones followed before a table is called damaged (a loop).
+const ORIGIN_CHAIN_MAX: usize = 1 << 16;
 
 /// What a snapshot record holds besides its deadlist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +113,8 @@ pub enum RecordKey {
     Head(u64),
     /// Background free work of one destroy, by sequence number.
     Free(u64),
+    /// The origin of a clone, by the clone's dataset id.
+    Origin(u64),
 }
 
 impl RecordKey {
@@ -104,6 +124,7 @@ impl RecordKey {
             RecordKey::Snapshot(id) => (SNAPSHOT_KEY_TAG, id),
             RecordKey::Head(id) => (HEAD_KEY_TAG, id),
             RecordKey::Free(seq) => (FREE_KEY_TAG, seq),
+            RecordKey::Origin(id) => (ORIGIN_KEY_TAG, id),
         };
         let mut key = [0u8; 9];
         key[0] = tag;
@@ -120,6 +141,7 @@ impl RecordKey {
             (Some(&SNAPSHOT_KEY_TAG), Some(id)) => Ok(RecordKey::Snapshot(id)),
             (Some(&HEAD_KEY_TAG), Some(id)) => Ok(RecordKey::Head(id)),
             (Some(&FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::Free(seq)),
+            (Some(&ORIGIN_KEY_TAG), Some(id)) => Ok(RecordKey::Origin(id)),
             _ => Err(DatasetError::Corrupt(format!(
                 "snapshot table: a key of {} bytes starting {:?}",
                 raw.len(),
@@ -146,6 +168,8 @@ pub struct SnapshotTable {
     heads: BTreeMap<u64, Deadlist>,
     /// Background frees of destroys, oldest first.
     free_queue: BTreeMap<u64, FreeWork>,
+    /// Clone dataset id → its origin snapshot's id.
+    origins: BTreeMap<u64, u64>,
     /// Records changed since the last `flush`.
     dirty: BTreeSet<RecordKey>,
 }
@@ -159,6 +183,14 @@ pub enum Record {
     Snapshot(Snapshot),
     Head(u64, Deadlist),
     Free(u64, FreeWork),
+    /// A clone's dataset id and its origin snapshot's id.
+    Origin(u64, u64),
+}
+
+/// An origin record's value.
+#[derive(Serialize, Deserialize)]
+struct OriginPhys {
+    snapshot_id: u64,
 }
 
 /// What one destroy left to free in the background: the blocks of each scan's part born in
@@ -241,8 +273,17 @@ impl SnapshotTable {
                 Record::Free(seq, work) => {
                     table.free_queue.insert(seq, work);
                 }
+                Record::Origin(dataset_id, snapshot_id) => {
+                    if !dataset_known(dataset_id) {
+                        return Err(DatasetError::Corrupt(format!(
+                            "origin of unknown dataset {dataset_id}"
+                        )));
+                    }
+                    table.origins.insert(dataset_id, snapshot_id);
+                }
             }
         }
+        table.check_origins()?;
         Ok(table)
     }
 
@@ -284,6 +325,11 @@ impl SnapshotTable {
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
                 Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
             }
+            RecordKey::Origin(id) => {
+                let phys: OriginPhys =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                Ok(Record::Origin(id, phys.snapshot_id))
+            }
             RecordKey::Free(seq) => {
                 let work: FreeWork =
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
@@ -319,6 +365,12 @@ impl SnapshotTable {
             ),
             Record::Head(id, deadlist) => (RecordKey::Head(*id), encode_value(&deadlist.to_phys())),
             Record::Free(seq, work) => (RecordKey::Free(*seq), encode_value(work)),
+            Record::Origin(id, snapshot_id) => (
+                RecordKey::Origin(*id),
+                encode_value(&OriginPhys {
+                    snapshot_id: *snapshot_id,
+                }),
+            ),
         }
     }
 
@@ -356,7 +408,54 @@ impl SnapshotTable {
     /// for (`ObjectSet::set_prev_snap_txg`).
     pub fn prev_snap_txg(&self, dataset_id: u64) -> u64 {
         self.newest(dataset_id)
-            .map_or(0, |snapshot| snapshot.info.created_txg)
+            .map_or(self.floor_txg(dataset_id), |snapshot| {
+                snapshot.info.created_txg
+            })
+    }
+
+    /// The txg a clone's origin was taken in (0 for a dataset that is no clone): the clone
+    /// shares every block born by it with the origin, and holds none of them alone.
+    pub fn floor_txg(&self, dataset_id: u64) -> u64 {
+        self.origin_of(dataset_id)
+            .map_or(0, |origin| origin.info.created_txg)
+    }
+
+    /// The origin snapshot of a clone.
+    pub fn origin_of(&self, dataset_id: u64) -> Option<&Snapshot> {
+        self.origins
+            .get(&dataset_id)
+            .and_then(|id| self.snapshots.get(id))
+    }
+
+    /// The clones of snapshot `id`, by dataset id.
+    pub fn clones_of(&self, id: u64) -> Vec<u64> {
+        self.origins
+            .iter()
+            .filter(|&(_, origin)| *origin == id)
+            .map(|(&clone, _)| clone)
+            .collect()
+    }
+
+    /// Bytes the head of a clone still shares with its origin (0 for a dataset that is no
+    /// clone): the origin's referenced bytes less those of its blocks the clone's head has
+    /// stopped referencing, which sit on the clone's deadlists keyed below the floor.
+    pub fn origin_shared_bytes(&self, dataset_id: u64) -> u64 {
+        let Some(origin) = self.origin_of(dataset_id) else {
+            return 0;
+        };
+        let floor = origin.info.created_txg;
+        let died: u64 = self
+            .lists_of(dataset_id)
+            .map(|list| list.space_range(0, floor).allocated_bytes)
+            .sum();
+        origin.info.referenced_bytes.saturating_sub(died)
+    }
+
+    /// Every deadlist of a dataset: its snapshots' and its head's.
+    fn lists_of(&self, dataset_id: u64) -> impl Iterator<Item = &Deadlist> {
+        self.snapshots_of(dataset_id)
+            .map(|snapshot| &snapshot.deadlist)
+            .chain(self.heads.get(&dataset_id))
     }
 
     pub fn newest(&self, dataset_id: u64) -> Option<&Snapshot> {
@@ -365,11 +464,27 @@ impl SnapshotTable {
 
     /// The key a block born in `birth_txg` is counted under in the dataset's deadlists: the
     /// txg of its newest snapshot taken before that birth, 0 if none.
+    /// For a clone, a birth by its origin's txg is keyed as the origin's dataset keys it (and
+    /// so on up a chain of clones), so keys stay right when a promote moves those snapshots.
     pub fn key_of(&self, dataset_id: u64, birth_txg: u64) -> u64 {
-        self.by_dataset
-            .range((dataset_id, 0)..(dataset_id, birth_txg))
-            .next_back()
-            .map_or(0, |(&(_, txg), _)| txg)
+        let mut dataset = dataset_id;
+        for _ in 0..ORIGIN_CHAIN_MAX {
+            if let Some((&(_, txg), _)) = self
+                .by_dataset
+                .range((dataset, 0)..(dataset, birth_txg))
+                .next_back()
+            {
+                return txg;
+            }
+            match self.origin_of(dataset) {
+                Some(origin) if origin.info.created_txg < birth_txg => {
+                    return origin.info.created_txg;
+                }
+                Some(origin) => dataset = origin.info.dataset_id,
+                None => return 0,
+            }
+        }
+        unreachable!("a chain of origins checked loop-free at load and at every change")
     }
 
     /// The head's deadlist (empty if it has none).
@@ -383,9 +498,12 @@ impl SnapshotTable {
         if self.find(new.dataset_id, &new.name).is_some() {
             return Err(DatasetError::Exists(format!("@{}", new.name)));
         }
-        let (prev_txg, prev_referenced) = self.newest(new.dataset_id).map_or((0, 0), |prev| {
-            (prev.info.created_txg, prev.info.referenced_bytes)
-        });
+        let (prev_txg, prev_referenced) = self
+            .newest(new.dataset_id)
+            .or_else(|| self.origin_of(new.dataset_id))
+            .map_or((0, 0), |prev| {
+                (prev.info.created_txg, prev.info.referenced_bytes)
+            });
         assert!(
             prev_txg < new.txg,
             "a snapshot in txg {} not after the dataset's newest",
@@ -434,30 +552,39 @@ impl SnapshotTable {
             .take(2)
             .map(|snapshot| (snapshot.info.id, snapshot.info.created_txg))
             .collect();
-        let (newest_id, newest_txg) = *newest
-            .first()
-            .expect("blocks kept for a snapshot of a dataset that has none");
-        let before_newest_txg = newest.get(1).map_or(0, |&(_, txg)| txg);
+        let floor_txg = self.floor_txg(dataset_id);
+        // A clone without snapshots of its own keeps blocks for its origin only: no snapshot
+        // of its own holds them alone.
+        let newest_id = newest.first().map(|&(id, _)| id);
+        let prev_snap_txg = newest.first().map_or(floor_txg, |&(_, txg)| txg);
+        assert!(
+            prev_snap_txg > 0,
+            "blocks kept for a snapshot of a dataset that has none"
+        );
+        let before_newest_txg = newest.get(1).map_or(floor_txg, |&(_, txg)| txg);
+        let keyed: Vec<(u64, BlockPointer)> = blocks
+            .iter()
+            .map(|bp| {
+                assert!(
+                    bp.birth_txg <= prev_snap_txg,
+                    "a block born in txg {} kept for a snapshot of txg {prev_snap_txg}",
+                    bp.birth_txg
+                );
+                (self.key_of(dataset_id, bp.birth_txg), *bp)
+            })
+            .collect();
         let mut unique = 0;
         let deadlist = self.heads.entry(dataset_id).or_default();
-        for bp in blocks {
-            assert!(
-                bp.birth_txg <= newest_txg,
-                "a block born in txg {} kept for a snapshot of txg {newest_txg}",
-                bp.birth_txg
-            );
-            let key = self
-                .by_dataset
-                .range((dataset_id, 0)..(dataset_id, bp.birth_txg))
-                .next_back()
-                .map_or(0, |(&(_, txg), _)| txg);
-            deadlist.insert(key, *bp);
+        for (key, bp) in keyed {
+            deadlist.insert(key, bp);
             if bp.birth_txg > before_newest_txg {
                 unique += bp.allocated_bytes();
             }
         }
         self.dirty.insert(RecordKey::Head(dataset_id));
-        if unique > 0 {
+        if let Some(newest_id) = newest_id
+            && unique > 0
+        {
             let newest = self.snapshots.get_mut(&newest_id).expect("found above");
             newest.info.unique_bytes += unique;
             self.dirty.insert(RecordKey::Snapshot(newest_id));
@@ -465,28 +592,29 @@ impl SnapshotTable {
     }
 
     /// `usedbysnapshots`: bytes held only by the dataset's snapshots.
+    /// For a clone, only blocks born after its origin count: the origin holds the others.
     pub fn used_by_snapshots(&self, dataset_id: u64) -> u64 {
-        let mut total = self
-            .heads
-            .get(&dataset_id)
-            .map_or(0, |head| head.space().allocated_bytes);
-        for snapshot in self.snapshots_of(dataset_id) {
-            total += snapshot.deadlist.space().allocated_bytes;
-        }
-        total
+        let floor = self.floor_txg(dataset_id);
+        self.lists_of(dataset_id)
+            .map(|list| list.space_range(floor, u64::MAX).allocated_bytes)
+            .sum()
     }
 
     /// `written` of the head: what it references that its newest snapshot does not (all it
     /// references when it has none).
+    /// A clone without snapshots: what it references that its origin does not.
     pub fn head_written(&self, dataset_id: u64, head_referenced_bytes: u64) -> u64 {
-        match self.newest(dataset_id) {
+        match self
+            .newest(dataset_id)
+            .or_else(|| self.origin_of(dataset_id))
+        {
             None => head_referenced_bytes,
             Some(newest) => self.head_written_since(dataset_id, newest, head_referenced_bytes),
         }
     }
 
-    /// `written@snap` of the head: what it references that `since` (one of its snapshots)
-    /// does not.
+    /// `written@snap` of the head: what it references that `since` (one of its snapshots, or
+    /// a clone's origin) does not.
     pub fn head_written_since(
         &self,
         dataset_id: u64,
@@ -538,6 +666,10 @@ impl SnapshotTable {
                     }
                 },
                 RecordKey::Free(seq) => self.free_queue.get(&seq).map(encode_value),
+                RecordKey::Origin(id) => self
+                    .origins
+                    .get(&id)
+                    .map(|&snapshot_id| encode_value(&OriginPhys { snapshot_id })),
             };
             out.push((key, value));
         }
@@ -553,6 +685,12 @@ impl SnapshotTable {
             .find(dataset_id, name)
             .ok_or_else(|| DatasetError::NoSuchDataset(format!("@{name}")))?;
         let (id, txg) = (snapshot.info.id, snapshot.info.created_txg);
+        if let Some(&clone) = self.clones_of(id).first() {
+            return Err(DatasetError::HasDependents {
+                name: format!("@{name}"),
+                what: format!("clones (dataset {clone})"),
+            });
+        }
         let (prev_id, prev_txg) = self.neighbour(dataset_id, txg, false);
         let (next_id, _) = self.neighbour(dataset_id, txg, true);
         let gone = self.snapshots.remove(&id).expect("found above");
@@ -614,7 +752,8 @@ impl SnapshotTable {
     }
 
     /// The snapshot of `dataset_id` just before (or after, `later`) txg `txg`: its id and txg
-    /// (none and 0 before the first; none and `u64::MAX` after the last, the head).
+    /// (none and the floor before the first — 0, or a clone's origin txg, the origin being
+    /// no snapshot of this dataset; none and `u64::MAX` after the last, the head).
     fn neighbour(&self, dataset_id: u64, txg: u64, later: bool) -> (Option<u64>, u64) {
         let found = if later {
             self.by_dataset
@@ -628,7 +767,7 @@ impl SnapshotTable {
         match found {
             Some((&(_, txg), &id)) => (Some(id), txg),
             None if later => (None, u64::MAX),
-            None => (None, 0),
+            None => (None, self.floor_txg(dataset_id)),
         }
     }
 
@@ -651,7 +790,10 @@ impl SnapshotTable {
         let prev_referenced = self
             .by_dataset
             .get(&(dataset_id, prev_txg))
-            .map_or(0, |prev| self.snapshots[prev].info.referenced_bytes);
+            .and_then(|prev| self.snapshots.get(prev))
+            .or_else(|| self.origin_of(dataset_id))
+            .filter(|prev| prev.info.created_txg == prev_txg)
+            .map_or(0, |prev| prev.info.referenced_bytes);
         let snapshot = self.snapshot_mut(id);
         snapshot.info.unique_bytes = unique;
         snapshot.info.written_bytes = (snapshot.info.referenced_bytes
@@ -687,6 +829,129 @@ impl SnapshotTable {
         head.objects()
             .filter(|object| !scanned.contains(object))
             .collect()
+    }
+
+    /// Dataset `dataset_id`, new in this txg, is a clone of snapshot `origin_id` (its head is
+    /// the snapshot's tree): from now on it keeps for the origin every block born by the
+    /// origin's txg (`prev_snap_txg`).
+    pub fn add_clone(&mut self, dataset_id: u64, origin_id: u64) -> Result<(), DatasetError> {
+        if !self.snapshots.contains_key(&origin_id) {
+            return Err(DatasetError::NoSuchDataset(format!("snapshot {origin_id}")));
+        }
+        assert!(
+            self.snapshots_of(dataset_id).next().is_none() && !self.heads.contains_key(&dataset_id),
+            "a clone must be a new dataset"
+        );
+        self.origins.insert(dataset_id, origin_id);
+        self.dirty.insert(RecordKey::Origin(dataset_id));
+        Ok(())
+    }
+
+    /// A dataset without snapshots is destroyed: its head's deadlist and its origin record
+    /// go. Returns the deadlist's objects no background free still reads, for the caller to
+    /// free. (A clone's deadlist holds only blocks born by its origin's txg by then, which
+    /// the origin still holds; the rest went with its last snapshot.)
+    pub fn forget_dataset(&mut self, dataset_id: u64) -> Vec<u64> {
+        if self.origins.remove(&dataset_id).is_some() {
+            self.dirty.insert(RecordKey::Origin(dataset_id));
+        }
+        self.forget_head(dataset_id)
+    }
+
+    /// Promotes clone `clone_id`: its origin and every older snapshot of the origin's
+    /// dataset become the clone's, the clone takes the origin's dataset's place in a chain
+    /// of clones, and that dataset becomes a clone of the origin. Deadlists are keyed by
+    /// lineage (`key_of`), so none changes; the origin's `used` is recomputed against its new
+    /// successor. Refused when the clone has a snapshot of the name of one that would move.
+    /// Returns the moved snapshots' ids, oldest first.
+    pub fn promote(&mut self, clone_id: u64) -> Result<Vec<u64>, DatasetError> {
+        let origin = self
+            .origin_of(clone_id)
+            .ok_or_else(|| DatasetError::InvalidName {
+                name: format!("dataset {clone_id}"),
+                reason: "not a clone".into(),
+            })?;
+        let (origin_id, origin_txg, parent_id) = (
+            origin.info.id,
+            origin.info.created_txg,
+            origin.info.dataset_id,
+        );
+        let moving: Vec<(u64, u64)> = self
+            .by_dataset
+            .range((parent_id, 0)..=(parent_id, origin_txg))
+            .map(|(&(_, txg), &id)| (txg, id))
+            .collect();
+        for &(_, id) in &moving {
+            let name = &self.snapshots[&id].info.name;
+            if self.find(clone_id, name).is_some() {
+                return Err(DatasetError::Exists(format!(
+                    "@{name} (the clone has a snapshot of the name of one that would move to it)"
+                )));
+            }
+        }
+        for &(txg, id) in &moving {
+            self.by_dataset.remove(&(parent_id, txg));
+            self.by_dataset.insert((clone_id, txg), id);
+            self.snapshot_mut(id).info.dataset_id = clone_id;
+            self.dirty.insert(RecordKey::Snapshot(id));
+        }
+        match self.origins.remove(&parent_id) {
+            Some(grand_origin) => self.origins.insert(clone_id, grand_origin),
+            None => self.origins.remove(&clone_id),
+        };
+        self.origins.insert(parent_id, origin_id);
+        self.dirty.insert(RecordKey::Origin(clone_id));
+        self.dirty.insert(RecordKey::Origin(parent_id));
+        // The origin's successor is now the clone's first snapshot after it, or its head.
+        let before_origin = self.neighbour(clone_id, origin_txg, false).1;
+        let (next_id, _) = self.neighbour(clone_id, origin_txg, true);
+        let successor = match next_id {
+            Some(next) => Some(&self.snapshots[&next].deadlist),
+            None => self.heads.get(&clone_id),
+        };
+        let unique = successor.map_or(0, |list| {
+            list.space_range(before_origin, origin_txg).allocated_bytes
+        });
+        self.snapshot_mut(origin_id).info.unique_bytes = unique;
+        self.check_origins()?;
+        Ok(moving.into_iter().map(|(_, id)| id).collect())
+    }
+
+    /// Every origin is a snapshot of another dataset, and no chain of clones loops.
+    fn check_origins(&self) -> Result<(), DatasetError> {
+        for (&clone, &origin_id) in &self.origins {
+            let origin = self.snapshots.get(&origin_id).ok_or_else(|| {
+                DatasetError::Corrupt(format!(
+                    "dataset {clone} is a clone of snapshot {origin_id}, which does not exist"
+                ))
+            })?;
+            if self
+                .snapshots_of(clone)
+                .next()
+                .is_some_and(|first| first.info.created_txg <= origin.info.created_txg)
+            {
+                return Err(DatasetError::Corrupt(format!(
+                    "clone {clone} has a snapshot not after its origin {origin_id}"
+                )));
+            }
+            let mut dataset = origin.info.dataset_id;
+            let mut steps = 0;
+            while let Some(next) = self.origin_of(dataset) {
+                steps += 1;
+                if dataset == clone || steps > ORIGIN_CHAIN_MAX.min(self.origins.len()) {
+                    return Err(DatasetError::Corrupt(format!(
+                        "the origins of clone {clone} loop"
+                    )));
+                }
+                dataset = next.info.dataset_id;
+            }
+            if dataset == clone {
+                return Err(DatasetError::Corrupt(format!(
+                    "the origins of clone {clone} loop"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Places user hold `tag` on snapshot `name` of `dataset_id` at `now_ms`: a held snapshot

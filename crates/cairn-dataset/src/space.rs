@@ -8,7 +8,10 @@
 //! - `reservation` guarantees the dataset together with its descendants: the dataset is
 //!   charged to its parent as `max(reservation, USED)`.
 //!
-//! So `USED(d) = max(referenced, refreservation) + usedbysnapshots + Σ charged(child)` and
+//! A clone's blocks shared with its origin are charged to the origin's dataset, so here
+//! `usedbydataset` is referenced less that share (`origin_shared_bytes`); for others the two
+//! are equal. So `USED(d) = max(usedbydataset, refreservation) + usedbysnapshots +
+//! Σ charged(child)` and
 //! `charged(d) = max(reservation, USED(d))`. The pool's *reserved headroom* is what the roots
 //! are charged beyond what every dataset references: space promised but not yet written. A
 //! write of `n` bytes to `d` fits when the pool can hold it plus the headroom left after it,
@@ -46,6 +49,8 @@ pub struct DatasetSpace {
     pub refreservation_bytes: u64,
     /// Bytes the dataset's own object set holds.
     pub referenced_bytes: u64,
+    /// Of those, what a clone shares with its origin (charged to the origin's dataset).
+    pub origin_shared_bytes: u64,
     /// Bytes only its snapshots hold (`usedbysnapshots`).
     pub snapshots_bytes: u64,
     /// `refreservation` not yet filled by referenced data.
@@ -57,9 +62,15 @@ pub struct DatasetSpace {
 }
 
 impl DatasetSpace {
-    /// USED: referenced + snapshots + unused refreservation + children.
-    pub fn used_bytes(&self) -> u64 {
+    /// `usedbydataset`: what the dataset's head holds that no origin holds.
+    pub fn dataset_bytes(&self) -> u64 {
         self.referenced_bytes
+            .saturating_sub(self.origin_shared_bytes)
+    }
+
+    /// USED: usedbydataset + snapshots + unused refreservation + children.
+    pub fn used_bytes(&self) -> u64 {
+        self.dataset_bytes()
             + self.snapshots_bytes
             + self.refreservation_unused_bytes
             + self.children_bytes
@@ -111,8 +122,10 @@ impl SpaceView {
                 reservation_bytes: reservation,
                 refreservation_bytes: refreservation,
                 referenced_bytes: record.used_bytes,
+                origin_shared_bytes: record.origin_shared_bytes,
                 snapshots_bytes: record.snapshots_bytes,
-                refreservation_unused_bytes: refreservation.saturating_sub(record.used_bytes),
+                refreservation_unused_bytes: refreservation
+                    .saturating_sub(record.used_bytes.saturating_sub(record.origin_shared_bytes)),
                 children_bytes,
                 reservation_unused_bytes: 0,
             };
@@ -126,7 +139,7 @@ impl SpaceView {
             .sum();
         let referenced_all: u64 = datasets
             .values()
-            .map(|space| space.referenced_bytes + space.snapshots_bytes)
+            .map(|space| space.dataset_bytes() + space.snapshots_bytes)
             .sum();
         SpaceView {
             datasets,

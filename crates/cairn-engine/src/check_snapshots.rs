@@ -12,6 +12,12 @@
 //!   and the head does not, counted from the trees;
 //! - the head references what the directory says (`used_bytes`).
 //!
+//! A clone's walk starts after its origin's txg (the floor), so the blocks it shares with its
+//! origin are not in `visited`: a deadlist block born by the floor must be one the origin
+//! references (its whole tree is walked here) and counts for no `usedbysnapshots`; and what
+//! the head still shares with the origin (`origin_shared_bytes`) must equal its blocks born by
+//! the floor.
+//!
 //! Per-snapshot `used`, `referenced` and `written` are exercised by the snapshot property test,
 //! which walks every snapshot in full after every step.
 
@@ -51,6 +57,14 @@ pub(crate) fn check_dataset_snapshots(
     let mut problems = Vec::new();
     let id = core.directory.lock().get(name)?.id;
     let table = core.snapshots.lock();
+    let floor_txg = table.floor_txg(id);
+    let origin_places: HashSet<Place> = match table.origin_of(id) {
+        Some(origin) => crate::core::collect_tree(&core.io, &origin.info.objset_bp()?, 0)
+            .iter()
+            .map(place)
+            .collect(),
+        None => HashSet::new(),
+    };
     let visited_places: HashSet<&Place> = visited.iter().map(|(place, _)| place).collect();
     let snapshot_only_bytes: u64 = visited
         .iter()
@@ -59,7 +73,7 @@ pub(crate) fn check_dataset_snapshots(
         .sum();
     // Each deadlist with the txg its blocks must be born by (the snapshot before its owner).
     let mut lists = Vec::new();
-    let mut before_txg = 0;
+    let mut before_txg = floor_txg;
     for snapshot in table.snapshots_of(id) {
         lists.push((
             format!("{name}@{}", snapshot.info.name),
@@ -86,7 +100,11 @@ pub(crate) fn check_dataset_snapshots(
                     "{what}, after the snapshot before it ({born_by_txg})"
                 ));
             }
-            if !visited_places.contains(&at) {
+            if bp.birth_txg <= floor_txg {
+                if !origin_places.contains(&at) {
+                    problems.push(format!("{what} is not referenced by the clone's origin"));
+                }
+            } else if !visited_places.contains(&at) {
                 problems.push(format!("{what} is referenced by no snapshot"));
             }
             if head_places.contains(&at) {
@@ -95,7 +113,9 @@ pub(crate) fn check_dataset_snapshots(
             if !on_lists.insert(at) {
                 problems.push(format!("{what} is on two deadlists"));
             }
-            dead_bytes += bp.allocated_bytes();
+            if bp.birth_txg > floor_txg {
+                dead_bytes += bp.allocated_bytes();
+            }
         }
     }
     if dead_bytes != snapshot_only_bytes {
@@ -108,6 +128,17 @@ pub(crate) fn check_dataset_snapshots(
     if recorded != dead_bytes {
         problems.push(format!(
             "{name}: usedbysnapshots is {recorded}, its deadlists hold {dead_bytes} bytes"
+        ));
+    }
+    let shared_bytes: u64 = head_blocks
+        .iter()
+        .filter(|bp| bp.birth_txg <= floor_txg)
+        .map(BlockPointer::allocated_bytes)
+        .sum();
+    let recorded_shared = table.origin_shared_bytes(id);
+    if recorded_shared != shared_bytes {
+        problems.push(format!(
+            "{name}: shares {recorded_shared} bytes with its origin by its deadlists,              {shared_bytes} by its tree"
         ));
     }
     Ok(DatasetFindings {

@@ -291,13 +291,14 @@ impl PoolCore {
     /// Every dataset's and snapshot's root as the directory and snapshot table have them
     /// (the last synced txg's, from the sync thread's point of view): each dataset's snapshots
     /// oldest first, each to be walked from its predecessor's txg, then its head from its
-    /// newest snapshot's. Walked that way, every block is visited once.
+    /// newest snapshot's. Walked that way, every block is visited once: a clone's walk starts
+    /// after its origin's txg, as its blocks born by then are its origin's.
     pub(crate) fn tree_roots(&self) -> Vec<TreeRoot> {
         let directory = self.directory.lock();
         let snapshots = self.snapshots.lock();
         let mut roots = Vec::new();
         for record in directory.datasets.values() {
-            let mut born_after_txg = 0;
+            let mut born_after_txg = snapshots.floor_txg(record.id);
             for snapshot in snapshots.snapshots_of(record.id) {
                 if let Ok(root_bp) = snapshot.info.objset_bp() {
                     roots.push(TreeRoot {

@@ -48,6 +48,11 @@ impl Pool {
                 .map(|(name, value, source)| (name, value, source.describe()))
                 .collect::<Vec<_>>();
             properties.extend(space_properties(&space, &snapshots, record));
+            let origin = snapshots.origin_of(record.id).and_then(|origin| {
+                crate::clones::dataset_name(&directory, origin.info.dataset_id)
+                    .map(|dataset| format!("{dataset}@{}", origin.info.name))
+            });
+            properties.push(("origin", origin.unwrap_or_else(|| "-".into()), "-".into()));
             let volsize = (record.kind == DatasetKind::Volume)
                 .then(|| directory.properties_of(&record.name))
                 .transpose()?
@@ -196,15 +201,30 @@ impl Pool {
             if let Some(intent_log) = &intent_log {
                 intent_log.release_all(txg);
             }
-            if let Some(objset) = objset {
-                objset.free_all(txg)?;
-            }
             let mut directory = core.directory.lock();
+            let mut table = core.snapshots.lock();
+            let floor_txg = directory
+                .get(&name)
+                .map_or(0, |record| table.floor_txg(record.id));
+            match objset {
+                // A clone frees only what was born after its origin (the origin holds the
+                // rest): a walk of the subtrees born since, so its cost follows what was
+                // written to the clone, not its size.
+                Some(objset) if floor_txg > 0 => {
+                    for bp in crate::core::collect_tree(&core.io, &objset.root_bp(), floor_txg) {
+                        core.mos.cached_io().free_block(&bp, txg);
+                    }
+                }
+                Some(objset) => objset.free_all(txg)?,
+                None => {}
+            }
             if let Some(record) = directory.datasets.remove(&name) {
-                // Its deadlist's record (left by destroyed snapshots) goes with it.
-                for object in core.snapshots.lock().forget_head(record.id) {
+                // Its deadlist's record (left by destroyed snapshots) and its origin record
+                // go with it.
+                for object in table.forget_dataset(record.id) {
                     core.mos.free_object(txg, object);
                 }
+                crate::snapshot_sync::refresh_snapshot_bytes(&mut directory, &table);
             }
             Ok(())
         })?;
@@ -399,7 +419,7 @@ fn space_properties(
     record: &cairn_dataset::DatasetRecord,
 ) -> Vec<(&'static str, String, String)> {
     let figures = [
-        ("usedbydataset", space.referenced_bytes),
+        ("usedbydataset", space.dataset_bytes()),
         ("usedbysnapshots", space.snapshots_bytes),
         ("usedbychildren", space.children_bytes),
         ("usedbyrefreservation", space.refreservation_unused_bytes),

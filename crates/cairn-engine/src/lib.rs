@@ -34,6 +34,7 @@ mod budget;
 mod cache_devices;
 mod check;
 mod check_snapshots;
+mod clones;
 mod core;
 mod create;
 mod datasets;

@@ -179,11 +179,12 @@ impl PoolCore {
     }
 }
 
-/// Sets every dataset's `usedbysnapshots` from the table (the directory's space figures and
+/// Sets every dataset's `usedbysnapshots` and a clone's share of its origin from the table (the directory's space figures and
 /// the space view follow it).
 pub(crate) fn refresh_snapshot_bytes(directory: &mut DatasetDirectory, table: &SnapshotTable) {
     for record in directory.datasets.values_mut() {
         record.snapshots_bytes = table.used_by_snapshots(record.id);
+        record.origin_shared_bytes = table.origin_shared_bytes(record.id);
     }
 }
 
@@ -292,7 +293,7 @@ impl PoolCore {
             root,
             checksum,
             txg - 1,
-            referenced,
+            Some(referenced),
         )?);
         objset.set_prev_snap_txg(target_txg);
         objset.set_intent_log_header(txg, [0; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE]);

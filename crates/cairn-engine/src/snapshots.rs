@@ -36,6 +36,8 @@ pub struct SnapshotListing {
     pub referenced_bytes: u64,
     /// Bytes it references that its predecessor did not (`written`).
     pub written_bytes: u64,
+    /// Datasets cloned from it, by name (`clones`).
+    pub clones: Vec<String>,
 }
 
 /// A dataset's snapshot-related figures (`get`).
@@ -400,6 +402,7 @@ impl Pool {
                     used_bytes: info.unique_bytes,
                     referenced_bytes: info.referenced_bytes,
                     written_bytes: info.written_bytes,
+                    clones: crate::clones::dataset_names(&directory, &table.clones_of(info.id)),
                 });
             }
         }
@@ -446,7 +449,7 @@ impl Pool {
             root,
             cairn_format::ChecksumAlgorithm::Fletcher4,
             txg,
-            0,
+            Some(0),
         )?;
         Ok(Arc::new(objset))
     }
@@ -538,6 +541,27 @@ impl crate::core::PoolCore {
         Ok(())
     }
 
+    /// An origin of clones is not destroyed: the clones share its blocks.
+    fn refuse_if_cloned(&self, dataset_id: u64, name: &SnapshotName) -> Result<(), EngineError> {
+        let directory = self.directory.lock();
+        let table = self.snapshots.lock();
+        let Some(snapshot) = table.find(dataset_id, &name.snapshot) else {
+            return Ok(());
+        };
+        let clones = crate::clones::dataset_names(&directory, &table.clones_of(snapshot.info.id));
+        if let Some(first) = clones.first() {
+            return Err(DatasetError::HasDependents {
+                name: name.to_string(),
+                what: format!(
+                    "clones ({first}{}); destroy them first (destroy -R does), or promote them",
+                    if clones.len() > 1 { ", ..." } else { "" }
+                ),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
     /// `names` checked for a destroy in this txg (each exists, is not held and is not being
     /// changed by another command in this txg), oldest first within each dataset.
     fn order_for_destroy(&self, names: &[SnapshotName]) -> Result<Vec<SnapshotName>, EngineError> {
@@ -553,6 +577,7 @@ impl crate::core::PoolCore {
                 .filter(|_| !pending.contains(&name.to_string()))
                 .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))?;
             self.refuse_if_held(id, name)?;
+            self.refuse_if_cloned(id, name)?;
             ordered.push((id, txg, name.clone()));
         }
         ordered.sort_by_key(|(id, txg, _)| (*id, *txg));

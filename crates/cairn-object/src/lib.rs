@@ -148,6 +148,10 @@ struct State {
     prev_snap_txg: u64,
     /// Bytes allocated by the whole object set (all copies), as of the last publish.
     used_bytes: u64,
+    /// Whether `used_bytes` is known: false for an object set opened without its size (the
+    /// MOS at import: no dataset is charged for it and nothing stores its size), whose
+    /// figure then counts from 0 and may not be trusted, so a free past 0 is no damage.
+    space_tracked: bool,
     /// The intent log's chain header in the published root.
     intent_log_header: [u8; INTENT_LOG_HEADER_SIZE],
 }

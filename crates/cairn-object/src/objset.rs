@@ -110,18 +110,20 @@ impl ObjectSet {
                 last_synced_txg: 0,
                 prev_snap_txg: 0,
                 used_bytes: 0,
+                space_tracked: true,
                 intent_log_header: [0; INTENT_LOG_HEADER_SIZE],
             }),
         }
     }
 
-    /// Opens the object set rooted at `root_bp` (read and verified now).
+    /// Opens the object set rooted at `root_bp` (read and verified now), which takes
+    /// `used_bytes` on disk (`None`: unknown, see `State::space_tracked`).
     pub fn open(
         io: Arc<CachedIo>,
         root_bp: BlockPointer,
         checksum: ChecksumAlgorithm,
         synced_txg: u64,
-        used_bytes: u64,
+        used_bytes: Option<u64>,
     ) -> Result<Self, ObjectError> {
         let phys = read_objset_phys(io.io(), &root_bp)?;
         check_dnode(&phys.meta_dnode, None, synced_txg)?;
@@ -146,7 +148,8 @@ impl ObjectSet {
                 changes: BTreeMap::new(),
                 last_synced_txg: synced_txg,
                 prev_snap_txg: 0,
-                used_bytes,
+                used_bytes: used_bytes.unwrap_or(0),
+                space_tracked: used_bytes.is_some(),
                 intent_log_header: phys.intent_log_header,
             }),
         })

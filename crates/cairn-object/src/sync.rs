@@ -26,6 +26,7 @@ struct SyncStart {
     meta_dnode: Dnode,
     old_root: BlockPointer,
     used_before: u64,
+    space_tracked: bool,
     /// The txg of the dataset's newest snapshot (0: none).
     prev_snap_txg: u64,
     /// The newest intent-log header set up to this txg.
@@ -73,6 +74,9 @@ impl ObjectSet {
             writer.kill(&old_root);
         }
         used += i128::from(root_bp.allocated_bytes());
+        if used < 0 && !start.space_tracked {
+            used = 0;
+        }
         if used < 0 {
             // Only a damaged image (a dnode or record claiming more than it holds) gets here.
             return Err(ObjectError::Corrupt(format!(
@@ -105,6 +109,7 @@ impl ObjectSet {
             meta_dnode: state.meta_dnode.clone(),
             old_root: state.root_bp,
             used_before: state.used_bytes,
+            space_tracked: state.space_tracked,
             prev_snap_txg: state.prev_snap_txg,
             intent_log_header: state
                 .changes

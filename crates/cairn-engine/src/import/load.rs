@@ -185,7 +185,7 @@ fn load_objects(
         ub.root_bp,
         ChecksumAlgorithm::Fletcher4,
         ub.txg,
-        0,
+        None,
     )?;
     let blob = mos
         .read_blob(DIRECTORY_OBJECT)?
@@ -204,7 +204,13 @@ fn load_objects(
         check_pointer(io, &root, ub.txg, || {
             format!("the object-set root of dataset '{}'", record.name)
         })?;
-        let objset = ObjectSet::open(cached.clone(), root, checksum, ub.txg, record.used_bytes)?;
+        let objset = ObjectSet::open(
+            cached.clone(),
+            root,
+            checksum,
+            ub.txg,
+            Some(record.used_bytes),
+        )?;
         objset.set_prev_snap_txg(snapshots.prev_snap_txg(record.id));
         objsets.insert(record.name.clone(), Arc::new(objset));
     }
