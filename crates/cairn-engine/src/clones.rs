@@ -222,6 +222,39 @@ impl Pool {
         Ok(moving)
     }
 
+    /// `destroy -R`: destroys snapshot `name` (`dataset@snapshot`) after every dataset that
+    /// depends on it: its clones, each with its snapshots and their clones in turn (newest
+    /// first). Each destroy is durable before the next; a failure stops there, with what was
+    /// destroyed so far gone. Returns every destroyed name, in order.
+    pub fn destroy_with_dependents(&self, name: &str) -> Result<Vec<String>, EngineError> {
+        let mut destroyed = Vec::new();
+        for clone in self.clones(name)? {
+            self.destroy_clone_tree(&clone, &mut destroyed)?;
+        }
+        self.destroy_snapshot(name)?;
+        destroyed.push(name.to_string());
+        Ok(destroyed)
+    }
+
+    /// Destroys clone `dataset` with its snapshots and, first, their own clones.
+    fn destroy_clone_tree(
+        &self,
+        dataset: &str,
+        destroyed: &mut Vec<String>,
+    ) -> Result<(), EngineError> {
+        let snapshots = self.snapshots(Some(dataset))?;
+        for listing in snapshots.iter().rev() {
+            for clone in &listing.clones {
+                self.destroy_clone_tree(clone, destroyed)?;
+            }
+            self.destroy_snapshot(&listing.name)?;
+            destroyed.push(listing.name.clone());
+        }
+        self.destroy_dataset(dataset)?;
+        destroyed.push(dataset.to_string());
+        Ok(())
+    }
+
     /// The origin of dataset `name` (`dataset@snapshot`), if it is a clone.
     pub fn origin(&self, name: &str) -> Result<Option<String>, EngineError> {
         let directory = self.core.directory.lock();

@@ -33,6 +33,8 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("snapshot_count", &[]),
     ("creation", &[]),
     ("createtxg", &[]),
+    ("origin", &[]),
+    ("clones", &[]),
 ];
 
 /// Statistics that are byte counts (shown as sizes to people).
@@ -110,6 +112,45 @@ pub fn destroy(
         }
     };
     change_dataset(ctx, change)
+}
+
+/// `destroy -R SNAPSHOT`: the snapshot and every clone that depends on it.
+pub fn destroy_dependents(ctx: &Context, name: &str) -> Result<()> {
+    if !name.contains('@') || name.contains('%') {
+        bail!("destroy -R is for one snapshot (DATASET@SNAPSHOT): it destroys its clones too");
+    }
+    change_dataset(
+        ctx,
+        DatasetChange::DestroyDependents {
+            snapshot: name.to_string(),
+        },
+    )
+}
+
+/// `clone [-o PROP=VALUE]... SNAPSHOT TARGET`.
+pub fn clone(
+    ctx: &Context,
+    origin: &str,
+    target: &str,
+    properties: &[(String, String)],
+) -> Result<()> {
+    change_dataset(
+        ctx,
+        DatasetChange::Clone {
+            origin: origin.to_string(),
+            target: target.to_string(),
+            properties: properties.to_vec(),
+        },
+    )
+}
+
+pub fn promote(ctx: &Context, dataset: &str) -> Result<()> {
+    change_dataset(
+        ctx,
+        DatasetChange::Promote {
+            dataset: dataset.to_string(),
+        },
+    )
 }
 
 /// `hold` (or `release`) TAG on snapshots `names`.
@@ -670,10 +711,16 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
         };
         let names: Vec<&str> = match &requested {
             Some(names) => names.iter().map(String::as_str).collect(),
+            // Each once: the statistics first, then the properties the row adds.
             None => STATISTICS
                 .iter()
                 .map(|(stat, _)| *stat)
-                .chain(info.properties.iter().map(|(key, _, _)| key.as_str()))
+                .chain(
+                    info.properties
+                        .iter()
+                        .map(|(key, _, _)| key.as_str())
+                        .filter(|key| STATISTICS.iter().all(|(stat, _)| stat != key)),
+                )
                 .collect(),
         };
         for property in names {

@@ -100,6 +100,9 @@ enum Command {
         /// Say what is (or would be) destroyed and freed.
         #[arg(short = 'v')]
         verbose: bool,
+        /// For a snapshot: destroy its clones first (with their snapshots and clones).
+        #[arg(short = 'R', conflicts_with_all = ["deferred", "dry_run", "verbose"])]
+        dependents: bool,
         /// POOL/NAME, POOL/NAME@SNAP, or a range of snapshots POOL/NAME@FIRST%LAST
         dataset: String,
     },
@@ -131,6 +134,23 @@ enum Command {
         /// DATASET@SNAPSHOT
         #[arg(required = true, value_name = "DATASET@SNAPSHOT")]
         names: Vec<String>,
+    },
+    /// Create a dataset from a snapshot: it shares the snapshot's blocks and costs nothing
+    /// until written.
+    Clone {
+        /// Property to set at creation.
+        #[arg(short = 'o', value_name = "PROP=VALUE", value_parser = parse_assignment)]
+        properties: Vec<(String, String)>,
+        /// DATASET@SNAPSHOT
+        origin: String,
+        /// POOL/NAME
+        target: String,
+    },
+    /// Make a clone independent of its origin: the origin snapshot and the older ones move
+    /// to it, and its origin's dataset becomes its clone.
+    Promote {
+        /// POOL/NAME of a clone
+        dataset: String,
     },
     /// Roll a dataset back to a snapshot: everything written since is discarded.
     Rollback {
@@ -564,11 +584,23 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Unmount { target } => mount_cmd::unmount(ctx, &target),
         Command::InstallMountHelper { dir } => mount_cmd::install_helper(ctx, &dir),
         Command::Destroy {
+            dependents: true,
+            dataset,
+            ..
+        } => dataset_cmd::destroy_dependents(ctx, &dataset),
+        Command::Destroy {
             deferred,
             dry_run,
             verbose,
             dataset,
+            ..
         } => dataset_cmd::destroy(ctx, &dataset, deferred, dry_run, verbose),
+        Command::Clone {
+            properties,
+            origin,
+            target,
+        } => dataset_cmd::clone(ctx, &origin, &target, &properties),
+        Command::Promote { dataset } => dataset_cmd::promote(ctx, &dataset),
         Command::Hold { tag, names } => dataset_cmd::hold(ctx, &tag, &names, false),
         Command::Release { tag, names } => dataset_cmd::hold(ctx, &tag, &names, true),
         Command::Holds { format, names } => dataset_cmd::holds(ctx, format, &names),

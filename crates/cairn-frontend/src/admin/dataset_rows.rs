@@ -131,6 +131,15 @@ fn snapshot_row(snapshot: cairn_engine::SnapshotListing, kind: DatasetKind) -> D
             stat("written", snapshot.written_bytes),
             stat("creation", snapshot.creation_ms / 1000),
             stat("createtxg", snapshot.created_txg),
+            (
+                "clones".to_string(),
+                if snapshot.clones.is_empty() {
+                    "-".to_string()
+                } else {
+                    snapshot.clones.join(",")
+                },
+                "-".to_string(),
+            ),
         ],
     }
 }

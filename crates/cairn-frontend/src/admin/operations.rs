@@ -314,6 +314,28 @@ pub(super) fn change_dataset(
             })
             .map_err(|err| failed(format!("cannot {verb} '{tag}' on {}", names.join(" ")), err))?;
         }
+        DatasetChange::Clone {
+            origin,
+            target,
+            properties,
+        } => {
+            super::snapshot_change(access, &origin, command_line, |pool| {
+                pool.clone_snapshot(&origin, &target, &properties)
+            })
+            .map_err(|err| failed(format!("cannot clone '{origin}' to '{target}'"), err))?;
+        }
+        DatasetChange::Promote { dataset } => {
+            super::snapshot_change(access, &dataset, command_line, |pool| {
+                pool.promote(&dataset)
+            })
+            .map_err(|err| failed(format!("cannot promote '{dataset}'"), err))?;
+        }
+        DatasetChange::DestroyDependents { snapshot } => {
+            super::snapshot_change(access, &snapshot, command_line, |pool| {
+                pool.destroy_with_dependents(&snapshot).map(drop)
+            })
+            .map_err(|err| failed(format!("cannot destroy '{snapshot}'"), err))?;
+        }
         DatasetChange::Rollback {
             snapshot,
             destroy_newer,

@@ -169,6 +169,21 @@ pub enum DatasetChange {
         names: Vec<String>,
         release: bool,
     },
+    /// Create dataset `target` as a clone of snapshot `origin`, with creation properties.
+    Clone {
+        origin: String,
+        target: String,
+        properties: Vec<(String, String)>,
+    },
+    /// Promote clone `dataset`: its origin and older snapshots become its own.
+    Promote {
+        dataset: String,
+    },
+    /// `destroy -R`: destroy `snapshot` and every clone depending on it (with their
+    /// snapshots and clones).
+    DestroyDependents {
+        snapshot: String,
+    },
     /// Roll `snapshot`'s dataset back to it; `destroy_newer` destroys newer snapshots first,
     /// `force` rolls a volume back under its NBD clients.
     Rollback {
