@@ -292,6 +292,44 @@ pub(super) fn change_dataset(
             super::destroy_dataset(access, &dataset, command_line)
                 .map_err(|err| failed(format!("cannot destroy '{dataset}'"), err))?;
         }
+        change @ (DatasetChange::DestroyDeferred { .. }
+        | DatasetChange::Hold { .. }
+        | DatasetChange::Clone { .. }
+        | DatasetChange::Promote { .. }
+        | DatasetChange::DestroyDependents { .. }
+        | DatasetChange::Rollback { .. }) => change_snapshots(access, command_line, change)?,
+        DatasetChange::Snapshot { names, recursive } => {
+            let taken = super::snapshot(access, &names, recursive, command_line)
+                .map_err(|err| failed(format!("cannot snapshot {}", names.join(" ")), err))?;
+            return Ok(AdminReply::Snapshots(taken));
+        }
+        DatasetChange::Set {
+            dataset,
+            assignments,
+        } => {
+            let outcome = super::set_properties(access, &dataset, &assignments, command_line)?;
+            for (property, value) in &outcome.unsafe_settings {
+                notes.push(format!(
+                    "warning: {property}={value} on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
+                ));
+            }
+            for (mounted, err) in &outcome.mount_failures {
+                notes.push(format!(
+                    "cannot change the mount flags of {mounted}: {err}; they apply from its next mount"
+                ));
+            }
+        }
+    }
+    Ok(AdminReply::Done)
+}
+
+/// The changes of snapshots and of what depends on them (holds, clones, rollback).
+fn change_snapshots(
+    access: &PoolAccess,
+    command_line: &str,
+    change: DatasetChange,
+) -> Result<(), AdminError> {
+    match change {
         DatasetChange::DestroyDeferred { snapshot } => {
             super::snapshot_change(access, &snapshot, command_line, |pool| {
                 pool.destroy_snapshot_deferred(&snapshot)
@@ -344,27 +382,7 @@ pub(super) fn change_dataset(
             super::rollback(access, &snapshot, destroy_newer, force, command_line)
                 .map_err(|err| failed(format!("cannot roll back to '{snapshot}'"), err))?;
         }
-        DatasetChange::Snapshot { names, recursive } => {
-            let taken = super::snapshot(access, &names, recursive, command_line)
-                .map_err(|err| failed(format!("cannot snapshot {}", names.join(" ")), err))?;
-            return Ok(AdminReply::Snapshots(taken));
-        }
-        DatasetChange::Set {
-            dataset,
-            assignments,
-        } => {
-            let outcome = super::set_properties(access, &dataset, &assignments, command_line)?;
-            for (property, value) in &outcome.unsafe_settings {
-                notes.push(format!(
-                    "warning: {property}={value} on '{dataset}' is UNSAFE: acknowledged synchronous writes can be lost at a crash"
-                ));
-            }
-            for (mounted, err) in &outcome.mount_failures {
-                notes.push(format!(
-                    "cannot change the mount flags of {mounted}: {err}; they apply from its next mount"
-                ));
-            }
-        }
+        other => unreachable!("not a snapshot change: {other:?}"),
     }
-    Ok(AdminReply::Done)
+    Ok(())
 }
