@@ -18,6 +18,12 @@
 //! was asked for, none whose destroy returned is back, and `check` proves the deadlists,
 //! pending frees and snapshot space against the trees.
 //!
+//! Clones too: a round may clone the newest snapshot into `tank/clone`, write to the clone,
+//! promote it (the volume's older snapshots move to it), promote the volume back and destroy
+//! the clone, each step its own txg. A cut anywhere in that leaves a pool that checks clean,
+//! every snapshot intact under one of the two names, and the clone, if it exists, holding its
+//! origin's contents with or without its write.
+//!
 //! A second test cuts every operation of one txg sync in turn (18 on this mirror), so each
 //! write of a sync — data, metadata, space log, every uberblock copy — is torn in flight once.
 
@@ -42,6 +48,9 @@ struct Outcome {
     snapshots: Vec<(String, Vec<u8>, bool)>,
     /// Snapshots whose destroy returned: they must be gone.
     destroyed: Vec<String>,
+    /// While a clone cycle runs: the contents `tank/clone` may hold (its origin's, and those
+    /// with its write).
+    clone_states: Vec<Vec<u8>>,
 }
 
 fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
@@ -72,6 +81,7 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                     in_flight: Some(model),
                     snapshots,
                     destroyed,
+                    clone_states: Vec::new(),
                 };
             }
         }
@@ -82,8 +92,13 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
         // exist, and once it has returned it must not.
         let mut destroying = None;
         let mut rolling_back = None;
-        let commit = match rng.below(8) {
+        let mut clone_states = Vec::new();
+        let commit = match rng.below(9) {
             0 => admin_change(pool, rng),
+            8 if snapshots.iter().any(|snapshot| snapshot.2) => {
+                let origin = snapshots.iter().rev().find(|s| s.2).expect("checked");
+                clone_cycle(pool, rng, origin, &mut clone_states)
+            }
             1 | 2 => {
                 let name = format!("tank/vol@s{next_snapshot}");
                 next_snapshot += 1;
@@ -110,6 +125,7 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                             in_flight: Some(model),
                             snapshots,
                             destroyed,
+                            clone_states: Vec::new(),
                         };
                     }
                 }
@@ -142,6 +158,7 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
                     in_flight: Some(model),
                     snapshots,
                     destroyed,
+                    clone_states,
                 };
             }
         }
@@ -151,7 +168,35 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
         in_flight: None,
         snapshots,
         destroyed,
+        clone_states: Vec::new(),
     }
+}
+
+/// Clones snapshot `origin` (name, contents) into `tank/clone`, writes to the clone, promotes
+/// it, promotes the volume back and destroys the clone: each step durable on return, and the
+/// pool as it was once all return. `states` gets the contents the clone may hold meanwhile.
+fn clone_cycle(
+    pool: &cairn_engine::Pool,
+    rng: &mut Rng,
+    origin: &(String, Vec<u8>, bool),
+    states: &mut Vec<Vec<u8>>,
+) -> Result<(), cairn_engine::EngineError> {
+    let (name, contents, _) = origin;
+    let offset = rng.below(VOLUME_SIZE - BLOCK_SIZE);
+    let data = vec![(rng.next() as u8) | 1; BLOCK_SIZE as usize];
+    let mut written = contents.clone();
+    written[offset as usize..(offset + BLOCK_SIZE) as usize].copy_from_slice(&data);
+    states.extend([contents.clone(), written]);
+    pool.clone_snapshot(name, "tank/clone", &[])?;
+    let clone = pool.volume("tank/clone")?;
+    clone.write(offset, &data)?;
+    clone.flush()?;
+    drop(clone);
+    pool.promote("tank/clone")?;
+    pool.promote("tank/vol")?;
+    pool.destroy_dataset("tank/clone")?;
+    states.clear();
+    Ok(())
 }
 
 /// Creates, fills and destroys a second volume, or flips a property.
@@ -197,8 +242,8 @@ fn fresh_pool_with_volume(
 /// How a round ended.
 enum Round {
     /// The power went mid-workload and the pool came back as it must, with this many
-    /// snapshots checked against the model.
-    Cut(CutReport, usize),
+    /// snapshots checked against the model; whether the cut fell in a clone cycle.
+    Cut(CutReport, usize, bool),
     /// The workload finished after this many device operations, before the cut point.
     Finished { ops: u64 },
 }
@@ -260,6 +305,8 @@ fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
             .position(|(a, b)| a != b)
     );
     let snapshots_checked = check_snapshots(&pool, &outcome.snapshots, seed, ops_before_cut);
+    check_clone(&pool, &outcome.clone_states, seed, ops_before_cut);
+    let mid_clone_cycle = !outcome.clone_states.is_empty();
     for gone in &outcome.destroyed {
         assert!(
             pool.snapshot_objset(gone).is_err(),
@@ -267,7 +314,26 @@ fn run_seed(seed: u64, ops_before_cut: u64) -> Round {
         );
     }
     pool.close().expect("close after check");
-    Round::Cut(cut, snapshots_checked)
+    Round::Cut(cut, snapshots_checked, mid_clone_cycle)
+}
+
+/// A clone left by a cut mid-cycle holds one of the states it may hold; none exists outside
+/// a cycle.
+fn check_clone(pool: &cairn_engine::Pool, states: &[Vec<u8>], seed: u64, cut: u64) {
+    let Ok(clone) = pool.volume("tank/clone") else {
+        return;
+    };
+    assert!(
+        !states.is_empty(),
+        "seed {seed} cut {cut}: a clone exists outside a clone cycle"
+    );
+    let mut contents = vec![0u8; VOLUME_SIZE as usize];
+    clone.read(0, &mut contents).expect("read the clone");
+    assert!(
+        states.contains(&contents),
+        "seed {seed} cut {cut}: the clone holds neither its origin's contents nor those with \
+         its write"
+    );
 }
 
 /// Every snapshot reported created exists and holds what was written before it; one cut
@@ -280,7 +346,13 @@ fn check_snapshots(
 ) -> usize {
     let mut checked = 0;
     for (name, expected, reported) in snapshots {
-        let objset = match pool.snapshot_objset(name) {
+        // A cut between the two promotes of a clone cycle leaves the volume's older snapshots
+        // with the clone.
+        let moved = name.replace("tank/vol@", "tank/clone@");
+        let objset = match pool
+            .snapshot_objset(name)
+            .or_else(|_| pool.snapshot_objset(&moved))
+        {
             Ok(objset) => objset,
             Err(err) => {
                 assert!(
@@ -336,14 +408,16 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
         None => (1..=points).collect(),
     };
     let (mut cuts, mut torn_in_flight, mut snapshots_checked) = (0u64, 0u64, 0usize);
+    let mut clone_cycle_cuts = 0u64;
     for &seed in &seeds {
         let mut cut = 1 + Rng(seed ^ 0x5eed).below(total_ops);
         let mut attempts = 0;
         let report = loop {
             attempts += 1;
             match run_seed(seed, cut) {
-                Round::Cut(report, checked) => {
+                Round::Cut(report, checked, mid_clone_cycle) => {
                     snapshots_checked += checked;
+                    clone_cycle_cuts += u64::from(mid_clone_cycle);
                     break report;
                 }
                 // This seed's workload is shorter than the calibration run's: cut inside it.
@@ -370,10 +444,15 @@ fn power_cut_at_seeded_points_leaves_the_last_durable_txg() {
             snapshots_checked as u64 >= cuts / 2,
             "only {snapshots_checked} snapshots checked after {cuts} cuts"
         );
+        assert!(
+            clone_cycle_cuts > 0,
+            "no cut of {cuts} fell in a clone cycle"
+        );
     }
     eprintln!(
         "crash test: {cuts} power cuts, each mid-workload; {torn_in_flight} tore a write in \
-         flight; {snapshots_checked} snapshots checked against the model"
+         flight; {snapshots_checked} snapshots checked against the model; {clone_cycle_cuts} \
+         cut a clone cycle"
     );
 }
 
