@@ -61,29 +61,15 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
     let mut destroyed = Vec::new();
     let mut next_snapshot = 0;
     for _ in 0..SYNCS_PER_RUN {
-        for _ in 0..OPS_PER_SYNC {
-            let offset = rng.below(VOLUME_SIZE - 1);
-            let len = (1 + rng.below(3 * BLOCK_SIZE)).min(VOLUME_SIZE - offset);
-            let range = offset as usize..(offset + len) as usize;
-            let result = if rng.below(5) == 0 {
-                model[range].fill(0);
-                volume.trim(offset, len)
-            } else {
-                let byte = (rng.next() as u8) | 1;
-                let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
-                model[range].copy_from_slice(&data);
-                volume.write(offset, &data)
+        if !write_round(&volume, rng, &mut model) {
+            // Writes only touch memory; an error here means the pool already suspended.
+            return Outcome {
+                acknowledged,
+                in_flight: Some(model),
+                snapshots,
+                destroyed,
+                clone_states: Vec::new(),
             };
-            if result.is_err() {
-                // Writes only touch memory; an error here means the pool already suspended.
-                return Outcome {
-                    acknowledged,
-                    in_flight: Some(model),
-                    snapshots,
-                    destroyed,
-                    clone_states: Vec::new(),
-                };
-            }
         }
         // Most rounds end with a plain sync; some with an administrative change, which is
         // durable on return too (it runs as a sync task).
@@ -170,6 +156,28 @@ fn workload(pool: &cairn_engine::Pool, rng: &mut Rng) -> Outcome {
         destroyed,
         clone_states: Vec::new(),
     }
+}
+
+/// One round of writes and trims of the workload, applied to `model` too; false if one failed.
+fn write_round(volume: &cairn_dataset::Volume, rng: &mut Rng, model: &mut [u8]) -> bool {
+    for _ in 0..OPS_PER_SYNC {
+        let offset = rng.below(VOLUME_SIZE - 1);
+        let len = (1 + rng.below(3 * BLOCK_SIZE)).min(VOLUME_SIZE - offset);
+        let range = offset as usize..(offset + len) as usize;
+        let result = if rng.below(5) == 0 {
+            model[range].fill(0);
+            volume.trim(offset, len)
+        } else {
+            let byte = (rng.next() as u8) | 1;
+            let data: Vec<u8> = (0..len).map(|i| byte.wrapping_add(i as u8)).collect();
+            model[range].copy_from_slice(&data);
+            volume.write(offset, &data)
+        };
+        if result.is_err() {
+            return false;
+        }
+    }
+    true
 }
 
 /// Clones snapshot `origin` (name, contents) into `tank/clone`, writes to the clone, promotes
