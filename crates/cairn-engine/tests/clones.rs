@@ -667,3 +667,114 @@ fn promote_hands_the_origin_and_its_accounting_to_the_clone() {
     assert_family(&pool, &family);
     assert_contents(&pool, &family);
 }
+
+/// A clone of a filesystem is a filesystem: it opens with the snapshot's files, takes changes
+/// of its own (the origin's head and snapshot do not see them), checks clean, survives export
+/// and import, and goes with `destroy -R` of its origin.
+#[test]
+fn a_filesystem_clone_has_the_snapshots_files_and_changes_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path(), None);
+    let fs = new_filesystem(&pool, "tank/home", &[]);
+    let (notes, _) = fs.create(fs.root(), b"notes.txt", file(0o644)).unwrap();
+    fs.write(notes, 0, b"written before the snapshot").unwrap();
+    let (big, _) = fs.create(fs.root(), b"big.bin", file(0o644)).unwrap();
+    fs.write(big, 0, &pattern(300_000, 3)).unwrap();
+    pool.sync().unwrap();
+    pool.snapshot(&["tank/home@monday".to_string()], false)
+        .unwrap();
+    fs.write(notes, 0, b"WRITTEN AFTER").unwrap();
+    pool.clone_snapshot(
+        "tank/home@monday",
+        "tank/test",
+        &[("compression".into(), "lz4".into())],
+    )
+    .unwrap();
+    let clone = pool.filesystem("tank/test").unwrap();
+    let (object, _) = clone.lookup(clone.root(), b"notes.txt").unwrap();
+    assert_eq!(
+        clone.read(object, 0, 64).unwrap(),
+        b"written before the snapshot"
+    );
+    let (big_clone, _) = clone.lookup(clone.root(), b"big.bin").unwrap();
+    assert_eq!(
+        clone.read(big_clone, 0, 300_000).unwrap(),
+        pattern(300_000, 3)
+    );
+    // The clone's own changes.
+    clone.unlink(clone.root(), b"big.bin").unwrap();
+    let (fresh, _) = clone.create(clone.root(), b"fresh", file(0o600)).unwrap();
+    clone.write(fresh, 0, b"the clone's own").unwrap();
+    pool.sync().unwrap();
+    assert!(fs.lookup(fs.root(), b"fresh").is_err(), "the origin's head");
+    assert!(fs.lookup(fs.root(), b"big.bin").is_ok());
+    assert_eq!(fs.read(notes, 0, 13).unwrap(), b"WRITTEN AFTER");
+    assert_eq!(
+        pool.origin("tank/test").unwrap().as_deref(),
+        Some("tank/home@monday")
+    );
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+    drop((fs, clone));
+    pool.export().unwrap();
+    let pool = reimport(dir.path());
+    let clone = pool.filesystem("tank/test").unwrap();
+    let (fresh, _) = clone.lookup(clone.root(), b"fresh").unwrap();
+    assert_eq!(clone.read(fresh, 0, 64).unwrap(), b"the clone's own");
+    drop(clone);
+    let gone = pool.destroy_with_dependents("tank/home@monday").unwrap();
+    assert_eq!(gone, ["tank/test", "tank/home@monday"]);
+    assert!(pool.filesystem("tank/test").is_err());
+    wait_for_frees(&pool);
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+}
+
+/// Writes to a clone on a full pool fail with ENOSPC (the clone holds no reservation), and
+/// destroying things still works and gives the space back.
+#[test]
+fn a_full_pool_refuses_clone_writes_and_still_destroys() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path(), None);
+    write_blocks(&pool, "tank/vol", &(0..BLOCKS).collect::<Vec<_>>(), 1);
+    pool.snapshot(&["tank/vol@a".to_string()], false).unwrap();
+    let free = pool.status().free_bytes;
+    // A sparse filler volume takes (nearly) all the rest.
+    pool.create_volume_as(
+        "tank/filler",
+        free / (1 << 20) * (1 << 20),
+        cairn_dataset::directory::Provisioning::Sparse,
+        &[("volblocksize".into(), "128K".into())],
+    )
+    .unwrap();
+    let filler = pool.volume("tank/filler").unwrap();
+    let chunk = vec![7u8; 1 << 20];
+    let mut offset = 0;
+    while filler.write(offset, &chunk).is_ok() && offset + (1 << 20) < filler.size_bytes() {
+        offset += 1 << 20;
+        if offset % (16 << 20) == 0 {
+            let _ = filler.flush();
+        }
+    }
+    let _ = filler.flush();
+    pool.clone_snapshot("tank/vol@a", "tank/c", &[]).unwrap();
+    let clone = pool.volume("tank/c").unwrap();
+    let mut refused = None;
+    for round in 0..64u64 {
+        let result = clone
+            .write(0, &vec![round as u8 | 1; BLOCKS as usize * BLOCK])
+            .and_then(|()| clone.flush());
+        if let Err(err) = result {
+            refused = Some(err);
+            break;
+        }
+    }
+    let err = refused.expect("a full pool refuses the clone's writes");
+    assert_eq!(err.class(), cairn_device::ErrorClass::NoSpace, "{err}");
+    drop((clone, filler));
+    pool.destroy_dataset("tank/filler").unwrap();
+    pool.destroy_dataset("tank/c").unwrap();
+    wait_for_frees(&pool);
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+}
