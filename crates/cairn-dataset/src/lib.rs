@@ -34,8 +34,10 @@
 //! cache); `flush` returns once every write that completed before it is in a synced txg.
 
 pub mod block_write;
+mod clones;
 pub mod deadlist;
 pub mod directory;
+mod frees;
 mod names;
 pub mod properties;
 pub mod snapshots;

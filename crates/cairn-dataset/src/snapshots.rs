@@ -51,7 +51,7 @@
 //!
 //! Known gaps (issue 34, next steps): bookmarks.
 
-use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan, read_part};
+use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan};
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
@@ -64,8 +64,9 @@ const SNAPSHOT_KEY_TAG: u8 = b's';
 const HEAD_KEY_TAG: u8 = b'h';
 const FREE_KEY_TAG: u8 = b'f';
 const ORIGIN_KEY_TAG: u8 = b'o';
+const TREE_FREE_KEY_TAG: u8 = b't';
 /// Longest chain of clones of clones followed before a table is called damaged (a loop).
-const ORIGIN_CHAIN_MAX: usize = 1 << 16;
+pub(crate) const ORIGIN_CHAIN_MAX: usize = 1 << 16;
 
 /// What a snapshot record holds besides its deadlist.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,6 +116,9 @@ pub enum RecordKey {
     Free(u64),
     /// The origin of a clone, by the clone's dataset id.
     Origin(u64),
+    /// Background free of a dead tree (a destroyed dataset, a rolled-back head), by sequence
+    /// number.
+    TreeFree(u64),
 }
 
 impl RecordKey {
@@ -125,6 +129,7 @@ impl RecordKey {
             RecordKey::Head(id) => (HEAD_KEY_TAG, id),
             RecordKey::Free(seq) => (FREE_KEY_TAG, seq),
             RecordKey::Origin(id) => (ORIGIN_KEY_TAG, id),
+            RecordKey::TreeFree(seq) => (TREE_FREE_KEY_TAG, seq),
         };
         let mut key = [0u8; 9];
         key[0] = tag;
@@ -142,6 +147,7 @@ impl RecordKey {
             (Some(&HEAD_KEY_TAG), Some(id)) => Ok(RecordKey::Head(id)),
             (Some(&FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::Free(seq)),
             (Some(&ORIGIN_KEY_TAG), Some(id)) => Ok(RecordKey::Origin(id)),
+            (Some(&TREE_FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::TreeFree(seq)),
             _ => Err(DatasetError::Corrupt(format!(
                 "snapshot table: a key of {} bytes starting {:?}",
                 raw.len(),
@@ -161,17 +167,21 @@ struct SnapshotPhys {
 /// free, `destroy -n`): it holds totals and records, never blocks.
 #[derive(Debug, Default, Clone)]
 pub struct SnapshotTable {
-    snapshots: BTreeMap<u64, Snapshot>,
+    pub(crate) snapshots: BTreeMap<u64, Snapshot>,
     /// (dataset id, created txg) → snapshot id: each dataset's snapshots, oldest first.
-    by_dataset: BTreeMap<(u64, u64), u64>,
+    pub(crate) by_dataset: BTreeMap<(u64, u64), u64>,
     /// Deadlists of heads that have one (a dataset with no snapshot has none).
-    heads: BTreeMap<u64, Deadlist>,
+    pub(crate) heads: BTreeMap<u64, Deadlist>,
     /// Background frees of destroys, oldest first.
-    free_queue: BTreeMap<u64, FreeWork>,
+    pub(crate) free_queue: BTreeMap<u64, FreeWork>,
     /// Clone dataset id → its origin snapshot's id.
-    origins: BTreeMap<u64, u64>,
+    pub(crate) origins: BTreeMap<u64, u64>,
+    /// Dead trees being freed in the background, oldest first.
+    pub(crate) tree_frees: BTreeMap<u64, TreeFree>,
+    /// Why the last tree-free step stopped short (a block it could not read), if it did.
+    pub(crate) tree_free_problem: Option<String>,
     /// Records changed since the last `flush`.
-    dirty: BTreeSet<RecordKey>,
+    pub(crate) dirty: BTreeSet<RecordKey>,
 }
 
 /// A record to write (`Some` value) or remove (`None`), as `flush` returns it.
@@ -185,6 +195,27 @@ pub enum Record {
     Free(u64, FreeWork),
     /// A clone's dataset id and its origin snapshot's id.
     Origin(u64, u64),
+    TreeFree(u64, TreeFree),
+}
+
+/// What a dataset destroy or a rollback left to free: the dead tree under `root`, its blocks
+/// born after `born_after_txg`, from `path` on (`cairn_object::tree_free`), a bounded number
+/// per txg.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeFree {
+    /// Encoded root pointer of the dead object set.
+    pub root: Vec<u8>,
+    pub born_after_txg: u64,
+    pub path: Vec<u32>,
+    /// Bytes still to free (the pool property `freeing`).
+    pub remaining_bytes: u64,
+}
+
+impl TreeFree {
+    pub fn root(&self) -> Result<BlockPointer, DatasetError> {
+        BlockPointer::decode(&self.root)
+            .map_err(|err| DatasetError::Corrupt(format!("tree free root: {err}")))
+    }
 }
 
 /// An origin record's value.
@@ -273,6 +304,9 @@ impl SnapshotTable {
                 Record::Free(seq, work) => {
                     table.free_queue.insert(seq, work);
                 }
+                Record::TreeFree(seq, work) => {
+                    table.tree_frees.insert(seq, work);
+                }
                 Record::Origin(dataset_id, snapshot_id) => {
                     if !dataset_known(dataset_id) {
                         return Err(DatasetError::Corrupt(format!(
@@ -325,6 +359,18 @@ impl SnapshotTable {
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
                 Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
             }
+            RecordKey::TreeFree(seq) => {
+                let work: TreeFree =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                let root = work.root()?;
+                if root.is_hole()
+                    || work.root.len() != BLOCK_POINTER_SIZE
+                    || work.path.len() > cairn_object::tree_free::TREE_PATH_DEPTH_MAX
+                {
+                    return Err(corrupt(format!("tree free {seq}: {work:?}")));
+                }
+                Ok(Record::TreeFree(seq, work))
+            }
             RecordKey::Origin(id) => {
                 let phys: OriginPhys =
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
@@ -365,6 +411,7 @@ impl SnapshotTable {
             ),
             Record::Head(id, deadlist) => (RecordKey::Head(*id), encode_value(&deadlist.to_phys())),
             Record::Free(seq, work) => (RecordKey::Free(*seq), encode_value(work)),
+            Record::TreeFree(seq, work) => (RecordKey::TreeFree(*seq), encode_value(work)),
             Record::Origin(id, snapshot_id) => (
                 RecordKey::Origin(*id),
                 encode_value(&OriginPhys {
@@ -413,46 +460,8 @@ impl SnapshotTable {
             })
     }
 
-    /// The txg a clone's origin was taken in (0 for a dataset that is no clone): the clone
-    /// shares every block born by it with the origin, and holds none of them alone.
-    pub fn floor_txg(&self, dataset_id: u64) -> u64 {
-        self.origin_of(dataset_id)
-            .map_or(0, |origin| origin.info.created_txg)
-    }
-
-    /// The origin snapshot of a clone.
-    pub fn origin_of(&self, dataset_id: u64) -> Option<&Snapshot> {
-        self.origins
-            .get(&dataset_id)
-            .and_then(|id| self.snapshots.get(id))
-    }
-
-    /// The clones of snapshot `id`, by dataset id.
-    pub fn clones_of(&self, id: u64) -> Vec<u64> {
-        self.origins
-            .iter()
-            .filter(|&(_, origin)| *origin == id)
-            .map(|(&clone, _)| clone)
-            .collect()
-    }
-
-    /// Bytes the head of a clone still shares with its origin (0 for a dataset that is no
-    /// clone): the origin's referenced bytes less those of its blocks the clone's head has
-    /// stopped referencing, which sit on the clone's deadlists keyed below the floor.
-    pub fn origin_shared_bytes(&self, dataset_id: u64) -> u64 {
-        let Some(origin) = self.origin_of(dataset_id) else {
-            return 0;
-        };
-        let floor = origin.info.created_txg;
-        let died: u64 = self
-            .lists_of(dataset_id)
-            .map(|list| list.space_range(0, floor).allocated_bytes)
-            .sum();
-        origin.info.referenced_bytes.saturating_sub(died)
-    }
-
     /// Every deadlist of a dataset: its snapshots' and its head's.
-    fn lists_of(&self, dataset_id: u64) -> impl Iterator<Item = &Deadlist> {
+    pub(crate) fn lists_of(&self, dataset_id: u64) -> impl Iterator<Item = &Deadlist> {
         self.snapshots_of(dataset_id)
             .map(|snapshot| &snapshot.deadlist)
             .chain(self.heads.get(&dataset_id))
@@ -666,6 +675,7 @@ impl SnapshotTable {
                     }
                 },
                 RecordKey::Free(seq) => self.free_queue.get(&seq).map(encode_value),
+                RecordKey::TreeFree(seq) => self.tree_frees.get(&seq).map(encode_value),
                 RecordKey::Origin(id) => self
                     .origins
                     .get(&id)
@@ -754,7 +764,7 @@ impl SnapshotTable {
     /// The snapshot of `dataset_id` just before (or after, `later`) txg `txg`: its id and txg
     /// (none and the floor before the first — 0, or a clone's origin txg, the origin being
     /// no snapshot of this dataset; none and `u64::MAX` after the last, the head).
-    fn neighbour(&self, dataset_id: u64, txg: u64, later: bool) -> (Option<u64>, u64) {
+    pub(crate) fn neighbour(&self, dataset_id: u64, txg: u64, later: bool) -> (Option<u64>, u64) {
         let found = if later {
             self.by_dataset
                 .range((dataset_id, txg + 1)..=(dataset_id, u64::MAX))
@@ -771,7 +781,7 @@ impl SnapshotTable {
         }
     }
 
-    fn snapshot_mut(&mut self, id: u64) -> &mut Snapshot {
+    pub(crate) fn snapshot_mut(&mut self, id: u64) -> &mut Snapshot {
         self.snapshots
             .get_mut(&id)
             .expect("a snapshot of the table's own indexes")
@@ -831,129 +841,6 @@ impl SnapshotTable {
             .collect()
     }
 
-    /// Dataset `dataset_id`, new in this txg, is a clone of snapshot `origin_id` (its head is
-    /// the snapshot's tree): from now on it keeps for the origin every block born by the
-    /// origin's txg (`prev_snap_txg`).
-    pub fn add_clone(&mut self, dataset_id: u64, origin_id: u64) -> Result<(), DatasetError> {
-        if !self.snapshots.contains_key(&origin_id) {
-            return Err(DatasetError::NoSuchDataset(format!("snapshot {origin_id}")));
-        }
-        assert!(
-            self.snapshots_of(dataset_id).next().is_none() && !self.heads.contains_key(&dataset_id),
-            "a clone must be a new dataset"
-        );
-        self.origins.insert(dataset_id, origin_id);
-        self.dirty.insert(RecordKey::Origin(dataset_id));
-        Ok(())
-    }
-
-    /// A dataset without snapshots is destroyed: its head's deadlist and its origin record
-    /// go. Returns the deadlist's objects no background free still reads, for the caller to
-    /// free. (A clone's deadlist holds only blocks born by its origin's txg by then, which
-    /// the origin still holds; the rest went with its last snapshot.)
-    pub fn forget_dataset(&mut self, dataset_id: u64) -> Vec<u64> {
-        if self.origins.remove(&dataset_id).is_some() {
-            self.dirty.insert(RecordKey::Origin(dataset_id));
-        }
-        self.forget_head(dataset_id)
-    }
-
-    /// Promotes clone `clone_id`: its origin and every older snapshot of the origin's
-    /// dataset become the clone's, the clone takes the origin's dataset's place in a chain
-    /// of clones, and that dataset becomes a clone of the origin. Deadlists are keyed by
-    /// lineage (`key_of`), so none changes; the origin's `used` is recomputed against its new
-    /// successor. Refused when the clone has a snapshot of the name of one that would move.
-    /// Returns the moved snapshots' ids, oldest first.
-    pub fn promote(&mut self, clone_id: u64) -> Result<Vec<u64>, DatasetError> {
-        let origin = self
-            .origin_of(clone_id)
-            .ok_or_else(|| DatasetError::InvalidName {
-                name: format!("dataset {clone_id}"),
-                reason: "not a clone".into(),
-            })?;
-        let (origin_id, origin_txg, parent_id) = (
-            origin.info.id,
-            origin.info.created_txg,
-            origin.info.dataset_id,
-        );
-        let moving: Vec<(u64, u64)> = self
-            .by_dataset
-            .range((parent_id, 0)..=(parent_id, origin_txg))
-            .map(|(&(_, txg), &id)| (txg, id))
-            .collect();
-        for &(_, id) in &moving {
-            let name = &self.snapshots[&id].info.name;
-            if self.find(clone_id, name).is_some() {
-                return Err(DatasetError::Exists(format!(
-                    "@{name} (the clone has a snapshot of the name of one that would move to it)"
-                )));
-            }
-        }
-        for &(txg, id) in &moving {
-            self.by_dataset.remove(&(parent_id, txg));
-            self.by_dataset.insert((clone_id, txg), id);
-            self.snapshot_mut(id).info.dataset_id = clone_id;
-            self.dirty.insert(RecordKey::Snapshot(id));
-        }
-        match self.origins.remove(&parent_id) {
-            Some(grand_origin) => self.origins.insert(clone_id, grand_origin),
-            None => self.origins.remove(&clone_id),
-        };
-        self.origins.insert(parent_id, origin_id);
-        self.dirty.insert(RecordKey::Origin(clone_id));
-        self.dirty.insert(RecordKey::Origin(parent_id));
-        // The origin's successor is now the clone's first snapshot after it, or its head.
-        let before_origin = self.neighbour(clone_id, origin_txg, false).1;
-        let (next_id, _) = self.neighbour(clone_id, origin_txg, true);
-        let successor = match next_id {
-            Some(next) => Some(&self.snapshots[&next].deadlist),
-            None => self.heads.get(&clone_id),
-        };
-        let unique = successor.map_or(0, |list| {
-            list.space_range(before_origin, origin_txg).allocated_bytes
-        });
-        self.snapshot_mut(origin_id).info.unique_bytes = unique;
-        self.check_origins()?;
-        Ok(moving.into_iter().map(|(_, id)| id).collect())
-    }
-
-    /// Every origin is a snapshot of another dataset, and no chain of clones loops.
-    fn check_origins(&self) -> Result<(), DatasetError> {
-        for (&clone, &origin_id) in &self.origins {
-            let origin = self.snapshots.get(&origin_id).ok_or_else(|| {
-                DatasetError::Corrupt(format!(
-                    "dataset {clone} is a clone of snapshot {origin_id}, which does not exist"
-                ))
-            })?;
-            if self
-                .snapshots_of(clone)
-                .next()
-                .is_some_and(|first| first.info.created_txg <= origin.info.created_txg)
-            {
-                return Err(DatasetError::Corrupt(format!(
-                    "clone {clone} has a snapshot not after its origin {origin_id}"
-                )));
-            }
-            let mut dataset = origin.info.dataset_id;
-            let mut steps = 0;
-            while let Some(next) = self.origin_of(dataset) {
-                steps += 1;
-                if dataset == clone || steps > ORIGIN_CHAIN_MAX.min(self.origins.len()) {
-                    return Err(DatasetError::Corrupt(format!(
-                        "the origins of clone {clone} loop"
-                    )));
-                }
-                dataset = next.info.dataset_id;
-            }
-            if dataset == clone {
-                return Err(DatasetError::Corrupt(format!(
-                    "the origins of clone {clone} loop"
-                )));
-            }
-        }
-        Ok(())
-    }
-
     /// Places user hold `tag` on snapshot `name` of `dataset_id` at `now_ms`: a held snapshot
     /// cannot be destroyed (`destroy -d` defers it). A tag is placed once per snapshot.
     pub fn hold(
@@ -1005,64 +892,6 @@ impl SnapshotTable {
         self.find(dataset_id, name)
             .map(|snapshot| snapshot.info.id)
             .ok_or_else(|| DatasetError::NoSuchDataset(format!("@{name}")))
-    }
-
-    /// Bytes destroys left to free (the pool property `freeing`).
-    pub fn freeing_bytes(&self) -> u64 {
-        self.free_queue
-            .values()
-            .map(|work| work.remaining_bytes)
-            .sum()
-    }
-
-    /// The background frees still to do, oldest first.
-    pub fn free_queue(&self) -> impl Iterator<Item = &FreeWork> {
-        self.free_queue.values()
-    }
-
-    /// Frees, through `free`, the blocks of at most `entries_max` scanned deadlist entries of
-    /// the oldest destroys' background work (in sync context); returns the entries scanned.
-    pub fn process_frees(
-        &mut self,
-        mos: &cairn_object::ObjectSet,
-        entries_max: u64,
-        free: &mut dyn FnMut(&BlockPointer),
-    ) -> Result<u64, DatasetError> {
-        let mut scanned = 0;
-        while scanned < entries_max {
-            let Some(&seq) = self.free_queue.keys().next() else {
-                break;
-            };
-            self.dirty.insert(RecordKey::Free(seq));
-            let work = self
-                .free_queue
-                .get_mut(&seq)
-                .expect("its key was just read");
-            let Some(scan) = work.scans.get(work.scan_index as usize).cloned() else {
-                debug_assert_eq!(work.remaining_bytes, 0, "free work done with bytes left");
-                self.free_queue.remove(&seq);
-                continue;
-            };
-            let end = scan.entries.min(work.next_entry + (entries_max - scanned));
-            read_part(mos, scan.object, work.next_entry, end, |bp| {
-                if bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg {
-                    free(&bp);
-                    work.remaining_bytes =
-                        work.remaining_bytes.saturating_sub(bp.allocated_bytes());
-                }
-            })?;
-            scanned += end - work.next_entry;
-            work.next_entry = end;
-            if end == scan.entries {
-                work.scan_index += 1;
-                work.next_entry = 0;
-                if work.scan_index as usize == work.scans.len() {
-                    debug_assert_eq!(work.remaining_bytes, 0, "free work done with bytes left");
-                    self.free_queue.remove(&seq);
-                }
-            }
-        }
-        Ok(scanned)
     }
 
     /// Whether a flush has anything to write.

@@ -147,7 +147,8 @@ pub(crate) fn check_dataset_snapshots(
     })
 }
 
-/// The blocks destroys left to the background and not freed yet: still allocated, so the
+/// The blocks destroys (of snapshots, datasets) and rollbacks left to the background and not
+/// freed yet: still allocated, so the
 /// checker counts them as referenced. A problem if a destroy's `remaining_bytes` (the pool's
 /// `freeing`) disagrees with them.
 pub(crate) fn pending_free_blocks(
@@ -180,6 +181,31 @@ pub(crate) fn pending_free_blocks(
         if bytes != work.remaining_bytes {
             problems.push(format!(
                 "a destroy has {} bytes left to free, its blocks add up to {bytes}",
+                work.remaining_bytes
+            ));
+        }
+    }
+    for work in table.tree_frees() {
+        let mut bytes = 0;
+        let step = cairn_object::tree_free::free_tree_step(
+            &core.io,
+            &work.root()?,
+            work.born_after_txg,
+            &work.path,
+            u64::MAX,
+            &mut |bp| {
+                bytes += bp.allocated_bytes();
+                blocks.push(*bp);
+            },
+        );
+        if let Some(err) = step.error {
+            problems.push(format!(
+                "a destroyed tree being freed cannot be read: {err}"
+            ));
+        }
+        if bytes != work.remaining_bytes {
+            problems.push(format!(
+                "a destroyed tree has {} bytes left to free, its blocks add up to {bytes}",
                 work.remaining_bytes
             ));
         }

@@ -203,20 +203,15 @@ impl Pool {
             }
             let mut directory = core.directory.lock();
             let mut table = core.snapshots.lock();
-            let floor_txg = directory
-                .get(&name)
-                .map_or(0, |record| table.floor_txg(record.id));
-            match objset {
-                // A clone frees only what was born after its origin (the origin holds the
-                // rest): a walk of the subtrees born since, so its cost follows what was
-                // written to the clone, not its size.
-                Some(objset) if floor_txg > 0 => {
-                    for bp in crate::core::collect_tree(&core.io, &objset.root_bp(), floor_txg) {
-                        core.mos.cached_io().free_block(&bp, txg);
-                    }
-                }
-                Some(objset) => objset.free_all(txg)?,
-                None => {}
+            // Its tree is freed in the background, a bounded number of blocks per txg; a clone's
+            // only what was born after its origin (the origin holds the rest), walking only the
+            // subtrees born since, so its cost follows what was written to it, not its size.
+            if let (Some(objset), Ok(record)) = (objset, directory.get(&name)) {
+                let floor_txg = table.floor_txg(record.id);
+                let own_bytes = record
+                    .used_bytes
+                    .saturating_sub(table.origin_shared_bytes(record.id));
+                table.queue_tree_free(&objset.root_bp(), floor_txg, own_bytes);
             }
             if let Some(record) = directory.datasets.remove(&name) {
                 // Its deadlist's record (left by destroyed snapshots) and its origin record

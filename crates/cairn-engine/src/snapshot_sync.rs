@@ -11,7 +11,8 @@
 //!    before (every write acknowledged before the command started); a destroy frees what died
 //!    in t at once and queues the rest;
 //! 3. this txg's share of background frees (`SnapshotTable::process_frees`, at most
-//!    `free_entries_per_txg` deadlist entries);
+//!    `free_entries_per_txg` deadlist entries; `process_tree_frees`, as many blocks of the dead
+//!    trees destroyed datasets and rollbacks left);
 //!
 //! then `write_snapshot_table` writes the records that changed, and the deadlists' new
 //! pointers, into the MOS with the directory, so the uberblock of t commits them all or none;
@@ -59,7 +60,7 @@ impl PoolCore {
         // Lock order: the directory, then the table.
         let mut directory = self.directory.lock();
         let mut table = self.snapshots.lock();
-        let freeing = table.free_queue().next().is_some();
+        let freeing = table.has_background_frees();
         if pending.is_empty()
             && !freeing
             && synced.iter().all(|(_, _, r)| r.dead_blocks().is_empty())
@@ -103,6 +104,9 @@ impl PoolCore {
             }
         }
         table.process_frees(&self.mos, self.free_entries_per_txg, &mut |bp| {
+            self.mos.cached_io().free_block(bp, txg);
+        })?;
+        table.process_tree_frees(&self.io, self.free_entries_per_txg, &mut |bp| {
             self.mos.cached_io().free_block(bp, txg);
         })?;
         refresh_snapshot_bytes(&mut directory, &table);
@@ -257,7 +261,6 @@ impl PoolCore {
     /// held, the head references again). The old object set leaves `objsets` before this
     /// txg's object sets sync, so nothing written to it since is ever written out.
     ///
-    /// Known gap: the old head's blocks are freed in this txg, not in the background.
     pub(crate) fn rollback_head(
         &self,
         txg: u64,
@@ -284,10 +287,10 @@ impl PoolCore {
             .into());
         }
         let checksum = directory.properties_of(dataset)?.checksum;
-        let freed = crate::core::collect_tree(&self.io, &old_root, target_txg);
-        for bp in &freed {
-            self.mos.cached_io().free_block(bp, txg);
-        }
+        // The old head's blocks born after the snapshot were its alone: freed in the
+        // background, a bounded number per txg (`written` since the snapshot is their size).
+        let written = table.head_written(id, record.used_bytes);
+        table.queue_tree_free(&old_root, target_txg, written);
         let objset = Arc::new(ObjectSet::open(
             self.mos.cached_io().clone(),
             root,

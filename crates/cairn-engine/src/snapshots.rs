@@ -379,6 +379,16 @@ impl Pool {
         self.core.snapshots.lock().freeing_bytes()
     }
 
+    /// Why freeing a destroyed dataset's tree is stuck, if a block of it could not be read
+    /// at the last try (tried again every txg with background work).
+    pub fn freeing_problem(&self) -> Option<String> {
+        self.core
+            .snapshots
+            .lock()
+            .tree_free_problem()
+            .map(str::to_string)
+    }
+
     /// Every snapshot of `dataset` (all of the pool's when `None`), oldest first within a
     /// dataset, datasets by name.
     pub fn snapshots(&self, dataset: Option<&str>) -> Result<Vec<SnapshotListing>, EngineError> {

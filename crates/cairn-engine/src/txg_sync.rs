@@ -64,7 +64,7 @@ impl TxgSyncer for PoolSyncer {
 
     /// A destroy's background frees: a bounded share per txg, txgs following each other.
     fn has_background_work(&self) -> bool {
-        self.0.snapshots.lock().free_queue().next().is_some()
+        self.0.snapshots.lock().has_background_frees()
     }
 }
 

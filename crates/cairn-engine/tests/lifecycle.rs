@@ -244,6 +244,12 @@ fn a_full_pool_returns_no_space_and_stays_usable() {
     assert!(pool.check().unwrap().is_clean());
     let before = pool.status().allocated_bytes;
     pool.destroy_dataset("tank/big").unwrap();
+    // Its blocks are freed in the background (`freeing`), a bounded number per txg.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while pool.freeing_bytes() > 0 {
+        assert!(std::time::Instant::now() < deadline, "the frees finish");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     for _ in 0..4 {
         pool.record_history("advance txgs past the defer window".into())
             .unwrap();

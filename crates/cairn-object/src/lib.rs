@@ -50,6 +50,7 @@ mod sync;
 #[cfg(test)]
 mod tests;
 mod tree;
+pub mod tree_free;
 
 pub use cow::is_all_zero;
 pub use error::ObjectError;

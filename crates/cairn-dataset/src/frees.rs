@@ -1,0 +1,160 @@
+//! Background frees in the snapshot table: what destroys leave to free a bounded amount per
+//! txg, so no txg runs long whatever was destroyed (OpenZFS #13064), resumed after import.
+//!
+//! Two kinds of work, each a record of the table written in the txg that advances it:
+//! - a snapshot destroy's (`FreeWork`, tag 'f'): the blocks of deadlist parts born in a range,
+//!   scanned in order from where the last txg stopped;
+//! - a dataset destroy's or a rollback's (`TreeFree`, tag 't'): a dead object-set tree freed
+//!   in post order from a stored path (`cairn_object::tree_free`), only its blocks born after
+//!   a txg (a clone's origin's, a rolled-back head's snapshot's).
+
+use crate::DatasetError;
+use crate::deadlist::read_part;
+use crate::snapshots::{FreeWork, RecordKey, SnapshotTable, TreeFree};
+use cairn_format::BlockPointer;
+use cairn_pipeline::BlockIo;
+
+impl SnapshotTable {
+    /// Bytes destroys left to free (the pool property `freeing`).
+    pub fn freeing_bytes(&self) -> u64 {
+        self.free_queue
+            .values()
+            .map(|work| work.remaining_bytes)
+            .chain(self.tree_frees.values().map(|work| work.remaining_bytes))
+            .sum()
+    }
+
+    /// Whether any background free is left (the txg engine syncs txgs for it).
+    pub fn has_background_frees(&self) -> bool {
+        !self.free_queue.is_empty() || !self.tree_frees.is_empty()
+    }
+
+    /// Queues the background free of the dead tree under `root`: its blocks born after
+    /// `born_after_txg`, `bytes` of them (an estimate for `freeing`).
+    pub fn queue_tree_free(&mut self, root: &BlockPointer, born_after_txg: u64, bytes: u64) {
+        if root.is_hole() || root.birth_txg <= born_after_txg {
+            return;
+        }
+        let seq = self.tree_frees.keys().next_back().map_or(1, |seq| seq + 1);
+        self.tree_frees.insert(
+            seq,
+            TreeFree {
+                root: root.to_bytes().to_vec(),
+                born_after_txg,
+                path: Vec::new(),
+                remaining_bytes: bytes,
+            },
+        );
+        self.dirty.insert(RecordKey::TreeFree(seq));
+    }
+
+    /// Why freeing a dead tree is stuck, if the last try could not read a block of it (it is
+    /// tried again every txg that has background work).
+    pub fn tree_free_problem(&self) -> Option<&str> {
+        self.tree_free_problem.as_deref()
+    }
+
+    /// The dead trees still being freed, oldest first.
+    pub fn tree_frees(&self) -> impl Iterator<Item = &TreeFree> {
+        self.tree_frees.values()
+    }
+
+    /// Frees, through `free`, at most about `blocks_max` blocks of the oldest dead trees (in
+    /// sync context); returns the blocks freed.
+    pub fn process_tree_frees(
+        &mut self,
+        io: &BlockIo,
+        blocks_max: u64,
+        free: &mut dyn FnMut(&BlockPointer),
+    ) -> Result<u64, DatasetError> {
+        let mut freed = 0;
+        while freed < blocks_max {
+            let Some(&seq) = self.tree_frees.keys().next() else {
+                break;
+            };
+            self.dirty.insert(RecordKey::TreeFree(seq));
+            let work = self
+                .tree_frees
+                .get_mut(&seq)
+                .expect("its key was just read");
+            let root = work.root()?;
+            let mut remaining = work.remaining_bytes;
+            let step = cairn_object::tree_free::free_tree_step(
+                io,
+                &root,
+                work.born_after_txg,
+                &work.path,
+                blocks_max - freed,
+                &mut |bp| {
+                    free(bp);
+                    freed += 1;
+                    remaining = remaining.saturating_sub(bp.allocated_bytes());
+                },
+            );
+            work.remaining_bytes = remaining;
+            match step.next {
+                Some(path) => work.path = path,
+                None => {
+                    self.tree_frees.remove(&seq);
+                }
+            }
+            if let Some(err) = step.error {
+                // Kept where it stopped: a later txg tries again.
+                self.tree_free_problem = Some(err.to_string());
+                break;
+            }
+            self.tree_free_problem = None;
+        }
+        Ok(freed)
+    }
+
+    /// The background frees still to do, oldest first.
+    pub fn free_queue(&self) -> impl Iterator<Item = &FreeWork> {
+        self.free_queue.values()
+    }
+
+    /// Frees, through `free`, the blocks of at most `entries_max` scanned deadlist entries of
+    /// the oldest destroys' background work (in sync context); returns the entries scanned.
+    pub fn process_frees(
+        &mut self,
+        mos: &cairn_object::ObjectSet,
+        entries_max: u64,
+        free: &mut dyn FnMut(&BlockPointer),
+    ) -> Result<u64, DatasetError> {
+        let mut scanned = 0;
+        while scanned < entries_max {
+            let Some(&seq) = self.free_queue.keys().next() else {
+                break;
+            };
+            self.dirty.insert(RecordKey::Free(seq));
+            let work = self
+                .free_queue
+                .get_mut(&seq)
+                .expect("its key was just read");
+            let Some(scan) = work.scans.get(work.scan_index as usize).cloned() else {
+                debug_assert_eq!(work.remaining_bytes, 0, "free work done with bytes left");
+                self.free_queue.remove(&seq);
+                continue;
+            };
+            let end = scan.entries.min(work.next_entry + (entries_max - scanned));
+            read_part(mos, scan.object, work.next_entry, end, |bp| {
+                if bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg {
+                    free(&bp);
+                    work.remaining_bytes =
+                        work.remaining_bytes.saturating_sub(bp.allocated_bytes());
+                }
+            })?;
+            scanned += end - work.next_entry;
+            work.next_entry = end;
+            if end == scan.entries {
+                work.scan_index += 1;
+                work.next_entry = 0;
+                if work.scan_index as usize == work.scans.len() {
+                    debug_assert_eq!(work.remaining_bytes, 0, "free work done with bytes left");
+                    self.free_queue.remove(&seq);
+                }
+            }
+        }
+        Ok(scanned)
+    }
+}
