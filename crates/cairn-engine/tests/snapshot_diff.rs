@@ -165,12 +165,56 @@ fn the_walk_reads_what_changed_not_the_volume() {
         "the walk visited {} of {blocks} blocks for {changed} changed",
         diff.blocks_visited
     );
-    assert!(diff.blocks_visited >= reported_blocks);
+    assert_visits(&diff, BLOCK, (0..blocks / PER_INDIRECT).collect());
     // A later snapshot against the live volume with nothing changed: only the roots.
     pool.snapshot(&["tank/vol@b".into()], false).unwrap();
     let diff = pool.diff_blocks("tank/vol@b", "tank/vol").unwrap();
     assert!(diff.ranges.is_empty());
-    assert!(diff.blocks_visited < 8, "{} visited", diff.blocks_visited);
+    assert!(
+        diff.blocks_visited <= FIXED_VISITS,
+        "{} visited",
+        diff.blocks_visited
+    );
+    // Changes under one level-1 indirect block (of four): the other three are not read.
+    for index in 0..20 {
+        let offset = (PER_INDIRECT + rng.below(PER_INDIRECT)) * BLOCK;
+        if index % 2 == 0 {
+            volume
+                .write(offset, &pattern(BLOCK as usize, index))
+                .unwrap();
+        } else {
+            volume.trim(offset, BLOCK).unwrap();
+        }
+    }
+    let diff = pool.diff_blocks("tank/vol@b", "tank/vol").unwrap();
+    assert_eq!(
+        diff.ranges,
+        brute_force(&pool, "tank/vol@b", "tank/vol", BLOCK)
+    );
+    assert_visits(&diff, BLOCK, [1].into());
+}
+
+/// Block pointers per indirect block (128 KiB of 128-byte pointers).
+const PER_INDIRECT: u64 = 1024;
+/// Blocks any diff of a changed volume reads: each side's object-set root, the meta-dnode's
+/// indirect and dnode blocks, and the volume tree's top (level-2) block.
+const FIXED_VISITS: u64 = 10;
+
+/// The walk read nothing but the changed blocks, the level-1 indirect blocks above them
+/// (`changed_l1`, by index) on both sides, and the fixed few.
+fn assert_visits(
+    diff: &cairn_engine::BlockDiff,
+    block: u64,
+    changed_l1: std::collections::BTreeSet<u64>,
+) {
+    let reported_blocks: u64 = diff.ranges.iter().map(|r| r.length_bytes / block).sum();
+    let most = reported_blocks + 2 * changed_l1.len() as u64 + FIXED_VISITS;
+    assert!(
+        diff.blocks_visited >= reported_blocks && diff.blocks_visited <= most,
+        "{} blocks visited for {reported_blocks} changed under {} level-1 blocks (at most {most})",
+        diff.blocks_visited,
+        changed_l1.len()
+    );
 }
 
 #[test]
