@@ -114,14 +114,15 @@ pub fn changed_blocks(
 
 /// One side's node at a position of the walk.
 #[derive(Clone, Copy)]
-enum Node {
+enum Node<'t> {
     Hole,
     Disk(BlockPointer),
-    /// A virtual block above a dnode's top pointers (level `top_level` each), covering from
-    /// block 0: its children are the top pointers, or another virtual block one level down.
+    /// A virtual block above a dnode's top pointers (level `top_level` each, those in use),
+    /// covering from block 0: its children are the top pointers, or another virtual block one
+    /// level down.
     Tops {
         top_level: u8,
-        tops: [BlockPointer; cairn_format::dnode::DNODE_BLOCK_POINTERS],
+        tops: &'t [BlockPointer],
     },
 }
 
@@ -206,7 +207,13 @@ impl Walk<'_> {
     }
 
     /// Compares the subtrees `new` and `old` at level `level`, first block `first`.
-    fn pair(&mut self, new: Node, old: Node, level: u8, first: u64) -> Result<(), ObjectError> {
+    fn pair(
+        &mut self,
+        new: Node<'_>,
+        old: Node<'_>,
+        level: u8,
+        first: u64,
+    ) -> Result<(), ObjectError> {
         match (&new, &old) {
             (Node::Hole, Node::Hole) => return Ok(()),
             (Node::Disk(bp), _) if bp.birth_txg <= self.skip_txg => return Ok(()),
@@ -262,7 +269,7 @@ impl Walk<'_> {
     }
 
     /// The `per` children of `node`, a block at level `level` > 0.
-    fn children(&mut self, node: &Node, level: u8) -> Result<Vec<Node>, ObjectError> {
+    fn children<'t>(&mut self, node: &Node<'t>, level: u8) -> Result<Vec<Node<'t>>, ObjectError> {
         let per = self.per as usize;
         let mut out = vec![Node::Hole; per];
         match node {
@@ -286,7 +293,7 @@ impl Walk<'_> {
             }
             Node::Tops { top_level, tops } => {
                 if level == top_level + 1 {
-                    for (slot, bp) in out.iter_mut().zip(tops) {
+                    for (slot, bp) in out.iter_mut().zip(tops.iter()) {
                         if !bp.is_hole() {
                             *slot = Node::Disk(*bp);
                         }
@@ -331,17 +338,14 @@ impl Walk<'_> {
 }
 
 /// The virtual node above `dnode`'s top pointers at level `level` (a hole for a free dnode).
-fn tops_of(dnode: &Dnode, level: u8) -> Node {
+fn tops_of(dnode: &Dnode, level: u8) -> Node<'_> {
     if dnode.is_free() || level < dnode.levels {
         return Node::Hole;
     }
-    let mut tops = dnode.block_pointers;
-    for top in tops.iter_mut().skip(usize::from(dnode.block_pointer_count)) {
-        *top = BlockPointer::HOLE;
-    }
+    let count = usize::from(dnode.block_pointer_count).min(dnode.block_pointers.len());
     Node::Tops {
         top_level: dnode.levels - 1,
-        tops,
+        tops: &dnode.block_pointers[..count],
     }
 }
 
