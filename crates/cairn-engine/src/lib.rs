@@ -50,6 +50,7 @@ mod resilver;
 mod resilver_task;
 mod scrub;
 mod scrub_progress;
+mod snapshot_diff;
 mod snapshot_sync;
 mod snapshots;
 mod space_check;
@@ -61,6 +62,7 @@ pub use cache_devices::CacheDeviceStatus;
 pub use cairn_arc::pressure::{default_arc_min_bytes, read_memory, usable_memory_bytes};
 pub use cairn_arc::{ArcConfig, ArcStats, CacheMode, ReadCache};
 pub use cairn_l2arc::{DeviceReport, L2Config, L2Health};
+pub use cairn_object::ByteRange;
 pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use datasets::DatasetInfo;
@@ -72,6 +74,7 @@ pub use pool_status::{
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
+pub use snapshot_diff::BlockDiff;
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 
@@ -119,6 +122,10 @@ pub enum EngineError {
     SpaceFault(#[source] cairn_pool::space::SpaceError),
     #[error(transparent)]
     Fs(#[from] cairn_fs::FsError),
+    /// A `diff` asked of what cannot be compared (not two versions of one dataset, older
+    /// first).
+    #[error("cannot diff: {0}")]
+    Diff(String),
 }
 
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
@@ -142,7 +149,9 @@ impl EngineError {
             EngineError::Pipeline(err) => err.class(),
             EngineError::Txg(err) | EngineError::StillSuspended(err) => err.class(),
             EngineError::ReadOnlyPool(_) => ErrorClass::ReadOnly,
-            EngineError::Create(_) | EngineError::Layout(_) => ErrorClass::Invalid,
+            EngineError::Create(_) | EngineError::Layout(_) | EngineError::Diff(_) => {
+                ErrorClass::Invalid
+            }
             EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
             EngineError::Cache(_) => ErrorClass::Invalid,
             EngineError::Fs(err) => err.class(),

@@ -33,6 +33,9 @@
 //!   (copy-on-write rewrites every parent of a changed block). A crafted tree is then an error
 //!   naming the object, never a panic or a walk that goes astray.
 //!
+//! `diff` compares two versions of one object (a snapshot and a later snapshot or head),
+//! walking only what changed between them by birth txg.
+//!
 //! On top of objects, `map` keeps a hashed name → value map in one object (`HashedMap`, ZFS's
 //! ZAP): a filesystem's directories, extended attributes and delete queue, and the pool's own
 //! records in the meta object set.
@@ -40,6 +43,7 @@
 mod change;
 mod check;
 mod cow;
+mod diff;
 mod error;
 pub mod map;
 mod memo;
@@ -53,6 +57,7 @@ mod tree;
 pub mod tree_free;
 
 pub use cow::is_all_zero;
+pub use diff::{ByteRange, ChangedBlocks, changed_blocks, merge_ranges};
 pub use error::ObjectError;
 pub use memo::{MEMO_GENERATION_ARC_DIVISOR, MEMO_GENERATION_BYTES_MIN, MemoCounts, MemoStats};
 pub use objset::{ObjsetSpace, object_set_bytes_max};

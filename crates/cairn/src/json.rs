@@ -1,9 +1,9 @@
-//! `-j`: JSON output of `pool list`, `pool status` and `list`, for programs (as OpenZFS 2.3's
+//! `-j`: JSON output of `pool list`, `pool status`, `list` and `diff --blocks`, for programs (as OpenZFS 2.3's
 //! `zpool status -j`).
 //!
 //! Every document has the same envelope: `output_version` (the command, and a major/minor
 //! version: the major changes only when a field is removed or changes meaning; new fields bump
-//! the minor), then one object keyed by name (`pools` or `datasets`). Field names are the stable
+//! the minor), then one object keyed by name (`pools` or `datasets`), or the one `diff`. Field names are the stable
 //! contract documented in docs/json.md; every field is always present (`null` when unknown,
 //! as for the sizes of an UNAVAIL pool). Numbers are exact: sizes in bytes, percentages as
 //! whole numbers; guids are decimal strings because they do not fit a double.
@@ -68,6 +68,40 @@ pub fn datasets<T: Serialize>(
         output_version: version(command),
         datasets,
     })
+}
+
+#[derive(Serialize)]
+struct DiffDocument<'a, T> {
+    output_version: OutputVersion,
+    diff: &'a T,
+}
+
+/// `{"output_version": …, "diff": {…}}`.
+pub fn diff<T: Serialize>(command: &'static str, diff: &T) -> anyhow::Result<String> {
+    to_text(&DiffDocument {
+        output_version: version(command),
+        diff,
+    })
+}
+
+/// `diff --blocks -j`: what differs between two versions of a volume.
+#[derive(Serialize)]
+pub struct BlockDiffEntry {
+    pub older: String,
+    pub newer: String,
+    pub volsize_bytes: u64,
+    pub volblocksize_bytes: u64,
+    /// The sum of the ranges' lengths.
+    pub changed_bytes: u64,
+    /// Blocks the walk read or reported (its cost, which follows the change).
+    pub blocks_visited: u64,
+    pub ranges: Vec<RangeEntry>,
+}
+
+#[derive(Serialize)]
+pub struct RangeEntry {
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
 }
 
 /// One row of `pool list -j`.

@@ -18,6 +18,7 @@
 
 mod context;
 mod dataset_cmd;
+mod diff_cmd;
 mod environment;
 mod human;
 mod iostat_cmd;
@@ -163,6 +164,9 @@ enum Command {
         /// DATASET@SNAPSHOT
         snapshot: String,
     },
+    /// What differs between a snapshot and a later snapshot or the dataset itself. With
+    /// --blocks (volumes): the byte ranges, OFFSET LENGTH per line.
+    Diff(DiffArgs),
     /// List datasets.
     List(ListArgs),
     /// Show dataset properties.
@@ -490,6 +494,26 @@ struct ListArgs {
 }
 
 #[derive(Debug, Args)]
+struct DiffArgs {
+    /// Compare a volume's blocks: the byte ranges that differ, adjacent ones merged, at the
+    /// volume's block size. Its cost follows what changed, not the volume's size.
+    #[arg(long)]
+    blocks: bool,
+    #[command(flatten)]
+    format: ListFormat,
+    /// JSON output (fields documented in docs/json.md).
+    #[arg(short = 'j', conflicts_with_all = ["scripted", "exact"])]
+    json: bool,
+    /// The older side: a snapshot, DATASET@SNAPSHOT.
+    #[arg(value_name = "DATASET@SNAPSHOT")]
+    older: String,
+    /// The newer side: a later snapshot of the same dataset, or the dataset itself (its live
+    /// contents; the default).
+    #[arg(value_name = "DATASET@SNAPSHOT|DATASET")]
+    newer: Option<String>,
+}
+
+#[derive(Debug, Args)]
 struct GetArgs {
     #[command(flatten)]
     format: ListFormat,
@@ -610,6 +634,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             force,
             snapshot,
         } => dataset_cmd::rollback(ctx, &snapshot, destroy_newer, force),
+        Command::Diff(args) => diff_cmd::diff(ctx, &args),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),

@@ -188,6 +188,28 @@ pub fn written_since(
     })
 }
 
+/// `diff --blocks` (see `Pool::diff_blocks`): read-only, a pool opened for it is not written.
+pub fn diff_blocks(
+    access: &PoolAccess,
+    older: &str,
+    newer: &str,
+) -> Result<super::request::BlockDiffReply, AdminError> {
+    let pool_name = older.split(['/', '@']).next().unwrap_or(older);
+    access.with_pool(pool_name, true, |pool| {
+        let diff = pool.diff_blocks(older, newer)?;
+        Ok(super::request::BlockDiffReply {
+            ranges: diff
+                .ranges
+                .iter()
+                .map(|range| (range.offset_bytes, range.length_bytes))
+                .collect(),
+            blocks_visited: diff.blocks_visited,
+            volsize_bytes: diff.volsize_bytes,
+            volblocksize_bytes: diff.volblocksize_bytes,
+        })
+    })
+}
+
 /// The user holds of snapshots `names` (all of one pool).
 pub fn holds(
     access: &PoolAccess,

@@ -62,6 +62,9 @@ pub fn handle_observed(
         AdminRequest::WrittenSince { dataset, snapshot } => {
             AdminReply::Bytes(super::written_since(access, &dataset, &snapshot)?)
         }
+        AdminRequest::DiffBlocks { older, newer } => {
+            AdminReply::BlockDiff(super::diff_blocks(access, &older, &newer)?)
+        }
         AdminRequest::PoolViews { pools } => {
             AdminReply::PoolViews(views::pool_views(access, &pools)?)
         }

@@ -53,8 +53,8 @@ mod views;
 
 pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
 pub use datasets::{
-    SetOutcome, create_filesystem, create_volume, destroy_dataset, destroy_preview, holds,
-    rollback, set_properties, snapshot, snapshot_change, written_since,
+    SetOutcome, create_filesystem, create_volume, destroy_dataset, destroy_preview, diff_blocks,
+    holds, rollback, set_properties, snapshot, snapshot_change, written_since,
 };
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use handle::{handle, handle_observed};

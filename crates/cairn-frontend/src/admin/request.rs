@@ -88,6 +88,9 @@ pub enum AdminRequest {
     /// `written@snapshot` of `dataset`: what its head references that its `snapshot` does
     /// not.
     WrittenSince { dataset: String, snapshot: String },
+    /// `diff --blocks`: the byte ranges of a volume that differ between its snapshot `older`
+    /// and `newer`, a later snapshot of it or the volume itself (its live contents).
+    DiffBlocks { older: String, newer: String },
 }
 
 /// A change of a pool (`AdminRequest::Pool`).
@@ -262,6 +265,8 @@ pub enum AdminReply {
         names: Vec<String>,
         bytes: u64,
     },
+    /// What `diff --blocks` found.
+    BlockDiff(BlockDiffReply),
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),
@@ -274,6 +279,18 @@ pub enum AdminReply {
     IoStats(IoSample),
     FsStats(Vec<FsSample>),
     MemoryStats(MemorySample),
+}
+
+/// The byte ranges of a volume that differ between two of its versions
+/// (`AdminRequest::DiffBlocks`; see `cairn_engine::BlockDiff`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlockDiffReply {
+    /// (offset, length) in bytes: ascending, disjoint, adjacent ones merged.
+    pub ranges: Vec<(u64, u64)>,
+    /// Blocks the walk read or reported: its cost, which follows the change.
+    pub blocks_visited: u64,
+    pub volsize_bytes: u64,
+    pub volblocksize_bytes: u32,
 }
 
 /// A reply with the notes collected while it was made (one line each, without a program

@@ -1,0 +1,370 @@
+//! Which level-0 blocks of one object differ between two versions of its object set (an
+//! older snapshot and a later snapshot or head of the same dataset): what `cairn diff
+//! --blocks` prints, the changed-block list OpenZFS never offered (#6893) and Kubernetes'
+//! CSI `GetDelta` asks of a volume.
+//!
+//! Why it costs what changed, not what the object holds: every block pointer carries its birth
+//! txg, and copy-on-write rewrites every parent of a changed block, so an indirect block is
+//! never older than its newest child. A pointer of the newer tree born at or before the older
+//! version's txg therefore roots a subtree the older version holds unchanged, at the same
+//! place (a block never moves within its object), and is skipped unread.
+//!
+//! Why the older tree is walked too: a hole carries no birth txg (it is the all-zero
+//! pointer), so a block freed or trimmed since the older version leaves no trace of when.
+//! What it leaves is a parent rewritten after the older txg (a parent whose children all became
+//! holes turns into a hole itself, and so on up to the dnode, whose block is rewritten). So the
+//! walk descends both trees side by side, position by position, but only beneath pointers of
+//! the newer tree born after the older txg (and beneath its holes where the older tree has a
+//! block): a hole facing a block of the older tree is a change, and the older subtree under a
+//! new hole is walked to find which of its blocks held data. Both walks are bounded by what
+//! changed: rewritten blocks and their parents on the newer side, and on the older side the
+//! parents of those same positions and the subtrees that were freed.
+//!
+//! Trees of different heights (a tree grows a level when a block beyond its reach is written;
+//! its old top pointers become the first children of the new top) are lined up by treating
+//! the dnode's top pointers as the children of virtual blocks up to the taller tree's height:
+//! positions are the same in both (a level-`l` pointer covers `per^l` blocks, aligned).
+//!
+//! What counts as a change: a block whose bytes differ between the versions, at the object's
+//! block size (a volume's `volblocksize`): one written since (unless written again with the
+//! bytes it had: a rewrite stored exactly like the older block, same checksum and sizes, is
+//! read on both sides and compared), one freed since, one where the older version had a
+//! hole. Blocks both versions lack do not count. A rewrite with the same bytes under another
+//! `checksum` or `compression` setting is reported (never a change missed; `rbd diff` and
+//! CSI report every block written, so this is at least as precise).
+//!
+//! Invariants: the result's ranges are ascending, disjoint and never adjacent (merged);
+//! `blocks_visited` counts every block the walk read or reported, so a caller can check the
+//! cost followed the change.
+
+use crate::ObjectError;
+use crate::check::{check_child, check_dnode};
+use crate::tree::{TreeReader, child_pointer, tree_block_pointer};
+use cairn_arc::{CacheMode, CachePolicy, CachedIo};
+use cairn_format::dnode::{DNODE_SIZE, DNODES_PER_BLOCK};
+use cairn_format::{BlockPointer, Dnode, ObjectType, ObjsetPhys};
+
+/// A range of an object's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteRange {
+    pub offset_bytes: u64,
+    pub length_bytes: u64,
+}
+
+/// What differs in one object between two versions of its object set.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangedBlocks {
+    /// Ascending, disjoint, adjacent ones merged.
+    pub ranges: Vec<ByteRange>,
+    /// Blocks the walk read (object-set roots, dnode blocks, indirect blocks of either tree)
+    /// or reported as changed; subtrees skipped by birth txg are not counted.
+    pub blocks_visited: u64,
+}
+
+/// The byte ranges of object `object` that differ between the object set rooted at
+/// `old_root`, a version of it as of txg `old_txg` (a snapshot taken in that txg), and
+/// `new_root`, a later version of the same object set (a later snapshot or the head's last
+/// synced root). The caller keeps both trees' blocks from being freed and reused meanwhile.
+/// Reads go through the caches (they are metadata, and the newer tree's are likely cached).
+pub fn changed_blocks(
+    io: &CachedIo,
+    old_root: &BlockPointer,
+    old_txg: u64,
+    new_root: &BlockPointer,
+    object: u64,
+) -> Result<ChangedBlocks, ObjectError> {
+    if old_root.birth_txg > old_txg {
+        return Err(ObjectError::Corrupt(format!(
+            "the older object set was born in txg {}, after its own txg {old_txg}",
+            old_root.birth_txg
+        )));
+    }
+    let mut walk = Walk {
+        reader: TreeReader {
+            io,
+            mode: CachePolicy {
+                primary: CacheMode::Metadata,
+                secondary: CacheMode::Metadata,
+            },
+            cached_only: false,
+        },
+        skip_txg: old_txg,
+        per: 0,
+        block_size_bytes: 0,
+        runs: Vec::new(),
+        blocks_visited: 0,
+    };
+    // The same root (or an older one: nothing was written since) holds the same object.
+    if new_root.is_hole() || new_root.birth_txg <= old_txg {
+        return Ok(ChangedBlocks::default());
+    }
+    let (new_dnode, new_block) = walk.object_dnode(new_root, object)?;
+    if new_block.is_some_and(|bp| bp.birth_txg <= old_txg) {
+        // The dnode block is the older version's: the object did not change.
+        return Ok(walk.finish());
+    }
+    let (old_dnode, _) = if old_root.is_hole() {
+        (Dnode::free(), None)
+    } else {
+        walk.object_dnode(old_root, object)?
+    };
+    walk.diff_dnodes(&new_dnode, &old_dnode)?;
+    Ok(walk.finish())
+}
+
+/// One side's node at a position of the walk.
+#[derive(Clone, Copy)]
+enum Node<'t> {
+    Hole,
+    Disk(BlockPointer),
+    /// A virtual block above a dnode's top pointers (level `top_level` each, those in use),
+    /// covering from block 0: its children are the top pointers, or another virtual block one
+    /// level down.
+    Tops {
+        top_level: u8,
+        tops: &'t [BlockPointer],
+    },
+}
+
+struct Walk<'a> {
+    reader: TreeReader<'a>,
+    /// Pointers of the newer tree born at or before it are the older tree's own.
+    skip_txg: u64,
+    /// Pointers per indirect block of the object being compared.
+    per: u64,
+    block_size_bytes: u64,
+    /// Changed level-0 blocks as (first block, count, block size in bytes), ascending.
+    runs: Vec<(u64, u64, u64)>,
+    blocks_visited: u64,
+}
+
+impl Walk<'_> {
+    /// The dnode of `object` in the object set rooted at `root` (free if it has none) and the
+    /// pointer to the dnode block holding it (`None`: a hole there).
+    fn object_dnode(
+        &mut self,
+        root: &BlockPointer,
+        object: u64,
+    ) -> Result<(Dnode, Option<BlockPointer>), ObjectError> {
+        if root.object_type != ObjectType::ObjsetRoot || root.level != 0 {
+            return Err(ObjectError::Corrupt(format!(
+                "object set root pointer has type {:?} level {}",
+                root.object_type, root.level
+            )));
+        }
+        let data = self.reader.read(root)?;
+        self.blocks_visited += 1;
+        let phys = ObjsetPhys::decode(&data)
+            .map_err(|err| ObjectError::Corrupt(format!("object set root: {err}")))?;
+        check_dnode(&phys.meta_dnode, None, root.birth_txg)?;
+        let Some(block_bp) =
+            tree_block_pointer(&self.reader, &phys.meta_dnode, object / DNODES_PER_BLOCK)?
+        else {
+            return Ok((Dnode::free(), None));
+        };
+        // The indirect blocks on the way were read too (at most a few).
+        self.blocks_visited += u64::from(phys.meta_dnode.levels.saturating_sub(1));
+        let block = self.reader.read(&block_bp)?;
+        self.blocks_visited += 1;
+        let slot = (object % DNODES_PER_BLOCK) as usize * DNODE_SIZE;
+        let raw = block.get(slot..slot + DNODE_SIZE).ok_or_else(|| {
+            ObjectError::Corrupt(format!("dnode {object}: dnode block too short"))
+        })?;
+        let dnode = Dnode::decode(raw)
+            .map_err(|err| ObjectError::Corrupt(format!("dnode {object}: {err}")))?;
+        check_dnode(&dnode, Some(object), root.birth_txg)?;
+        Ok((dnode, Some(block_bp)))
+    }
+
+    /// Records the differences between two versions of one object's tree.
+    fn diff_dnodes(&mut self, new: &Dnode, old: &Dnode) -> Result<(), ObjectError> {
+        let same_shape =
+            new.data_block_size == old.data_block_size && new.indirect_shift == old.indirect_shift;
+        if new.is_free() || old.is_free() || same_shape {
+            let shape = if new.is_free() { old } else { new };
+            if shape.is_free() {
+                return Ok(());
+            }
+            self.per = shape.pointers_per_indirect();
+            self.block_size_bytes = u64::from(shape.data_block_size);
+            let level = new.levels.max(old.levels);
+            return self.pair(tops_of(new, level), tops_of(old, level), level, 0);
+        }
+        // Blocks of another size (a file's only block, resized): every block of both
+        // versions differs; each side is compared with nothing, in its own block size.
+        let skip_txg = self.skip_txg;
+        let free = Dnode::free();
+        for (side, is_new) in [(new, true), (old, false)] {
+            self.per = side.pointers_per_indirect();
+            self.block_size_bytes = u64::from(side.data_block_size);
+            self.skip_txg = 0;
+            let nodes = (tops_of(side, side.levels), tops_of(&free, side.levels));
+            let (new_node, old_node) = if is_new { nodes } else { (nodes.1, nodes.0) };
+            self.pair(new_node, old_node, side.levels, 0)?;
+        }
+        self.skip_txg = skip_txg;
+        Ok(())
+    }
+
+    /// Compares the subtrees `new` and `old` at level `level`, first block `first`.
+    fn pair(
+        &mut self,
+        new: Node<'_>,
+        old: Node<'_>,
+        level: u8,
+        first: u64,
+    ) -> Result<(), ObjectError> {
+        match (&new, &old) {
+            (Node::Hole, Node::Hole) => return Ok(()),
+            (Node::Disk(bp), _) if bp.birth_txg <= self.skip_txg => return Ok(()),
+            _ => {}
+        }
+        if level == 0 {
+            // A block written since, or one freed since: either way not the older version's,
+            // but maybe the same bytes written again.
+            self.blocks_visited += 1;
+            if let (Node::Disk(new_bp), Node::Disk(old_bp)) = (&new, &old)
+                && self.same_contents(new_bp, old_bp)?
+            {
+                return Ok(());
+            }
+            self.note(first);
+            return Ok(());
+        }
+        let new_children = self.children(&new, level)?;
+        let old_children = self.children(&old, level)?;
+        let span = self.per.saturating_pow(u32::from(level) - 1);
+        for (index, (new_child, old_child)) in
+            new_children.into_iter().zip(old_children).enumerate()
+        {
+            let child_first = first.saturating_add((index as u64).saturating_mul(span));
+            self.pair(new_child, old_child, level - 1, child_first)?;
+        }
+        Ok(())
+    }
+
+    /// Whether two level-0 blocks hold the same bytes. Only blocks stored alike (checksum
+    /// algorithm, compression, sizes and checksum all equal) can, without a read: the rest
+    /// differ or are reported as if they did (a rewrite under another `checksum` or
+    /// `compression` setting). When everything agrees both are read and compared, since a
+    /// checksum (Fletcher-4 above all) is no proof of equal contents: a diff that missed a
+    /// change would lose data in an incremental backup built on it.
+    fn same_contents(
+        &mut self,
+        new: &BlockPointer,
+        old: &BlockPointer,
+    ) -> Result<bool, ObjectError> {
+        let alike = new.checksum_algorithm == old.checksum_algorithm
+            && new.compression == old.compression
+            && new.lsize == old.lsize
+            && new.psize == old.psize
+            && new.checksum == old.checksum;
+        if !alike {
+            return Ok(false);
+        }
+        let new_data = self.reader.read(new)?;
+        let old_data = self.reader.read(old)?;
+        self.blocks_visited += 1;
+        Ok(new_data == old_data)
+    }
+
+    /// The `per` children of `node`, a block at level `level` > 0.
+    fn children<'t>(&mut self, node: &Node<'t>, level: u8) -> Result<Vec<Node<'t>>, ObjectError> {
+        let per = self.per as usize;
+        let mut out = vec![Node::Hole; per];
+        match node {
+            Node::Hole => {}
+            Node::Disk(bp) => {
+                if bp.level != level {
+                    return Err(ObjectError::Corrupt(format!(
+                        "a level-{} block where the tree has level {level}",
+                        bp.level
+                    )));
+                }
+                let data = self.reader.read(bp)?;
+                self.blocks_visited += 1;
+                for (index, slot) in out.iter_mut().enumerate() {
+                    let child = child_pointer(&data, index)?;
+                    check_child(bp, &child, index)?;
+                    if !child.is_hole() {
+                        *slot = Node::Disk(child);
+                    }
+                }
+            }
+            Node::Tops { top_level, tops } => {
+                if level == top_level + 1 {
+                    for (slot, bp) in out.iter_mut().zip(tops.iter()) {
+                        if !bp.is_hole() {
+                            *slot = Node::Disk(*bp);
+                        }
+                    }
+                } else if let Some(slot) = out.first_mut() {
+                    *slot = *node;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Level-0 block `blkid` changed.
+    fn note(&mut self, blkid: u64) {
+        let size = self.block_size_bytes;
+        if let Some(last) = self.runs.last_mut()
+            && last.2 == size
+            && last.0 + last.1 == blkid
+        {
+            last.1 += 1;
+            return;
+        }
+        self.runs.push((blkid, 1, size));
+    }
+
+    /// The byte ranges, merged.
+    fn finish(self) -> ChangedBlocks {
+        let mut ranges: Vec<ByteRange> = self
+            .runs
+            .iter()
+            .map(|&(first, count, size)| ByteRange {
+                offset_bytes: first.saturating_mul(size),
+                length_bytes: count.saturating_mul(size),
+            })
+            .collect();
+        ranges.sort_by_key(|range| range.offset_bytes);
+        ChangedBlocks {
+            ranges: merge_ranges(ranges),
+            blocks_visited: self.blocks_visited,
+        }
+    }
+}
+
+/// The virtual node above `dnode`'s top pointers at level `level` (a hole for a free dnode).
+fn tops_of(dnode: &Dnode, level: u8) -> Node<'_> {
+    if dnode.is_free() || level < dnode.levels {
+        return Node::Hole;
+    }
+    let count = usize::from(dnode.block_pointer_count).min(dnode.block_pointers.len());
+    Node::Tops {
+        top_level: dnode.levels - 1,
+        tops: &dnode.block_pointers[..count],
+    }
+}
+
+/// Sorted ranges with overlapping and adjacent ones joined.
+pub fn merge_ranges(sorted: Vec<ByteRange>) -> Vec<ByteRange> {
+    let mut out: Vec<ByteRange> = Vec::with_capacity(sorted.len());
+    for range in sorted {
+        if range.length_bytes == 0 {
+            continue;
+        }
+        if let Some(last) = out.last_mut() {
+            let last_end = last.offset_bytes.saturating_add(last.length_bytes);
+            if range.offset_bytes <= last_end {
+                let end = last_end.max(range.offset_bytes.saturating_add(range.length_bytes));
+                last.length_bytes = end - last.offset_bytes;
+                continue;
+            }
+        }
+        out.push(range);
+    }
+    out
+}
