@@ -49,6 +49,7 @@ mod resilver;
 mod resilver_task;
 mod scrub;
 mod scrub_progress;
+mod snapshot_fs;
 mod snapshot_sync;
 mod snapshots;
 mod space_check;
@@ -71,6 +72,7 @@ pub use pool_status::{
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
+pub use snapshot_fs::SnapshotFilesystem;
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 
