@@ -840,7 +840,8 @@ mod tests {
 mod typed_property_tests {
     use super::*;
     use crate::properties::{
-        AtimeMode, ChecksumAlgorithm, Compression, LogBias, LogLanes, PROPERTIES, SyncMode,
+        AtimeMode, ChecksumAlgorithm, Compression, LogBias, LogLanes, PROPERTIES, SnapdirMode,
+        SyncMode,
     };
     use std::collections::BTreeMap;
 
@@ -881,6 +882,7 @@ mod typed_property_tests {
         assert_eq!(fs.sync, SyncMode::default());
         assert_eq!(fs.logbias, LogBias::default());
         assert_eq!(fs.atime, AtimeMode::default());
+        assert_eq!(fs.snapdir, SnapdirMode::Hidden);
         assert_eq!(fs.loglanes, LogLanes::default());
         assert_eq!(fs.checksum, ChecksumAlgorithm::Fletcher4);
         assert_eq!(fs.compression, Compression::Off);

@@ -51,6 +51,7 @@ mod resilver_task;
 mod scrub;
 mod scrub_progress;
 mod snapshot_diff;
+mod snapshot_fs;
 mod snapshot_sync;
 mod snapshots;
 mod space_check;
@@ -75,6 +76,7 @@ pub use pool_status::{
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use snapshot_diff::BlockDiff;
+pub use snapshot_fs::SnapshotFilesystem;
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 

@@ -99,6 +99,9 @@ pub struct Pool {
     /// Volume snapshots open as read-only volumes, held by their users only (a listing of
     /// 10,000 snapshots keeps none of them in memory): destroy refuses one still held.
     pub(crate) snapshot_volumes: Mutex<BTreeMap<String, std::sync::Weak<Volume>>>,
+    /// Filesystem snapshots open for browsing, held by their users (mounts) only; a destroy
+    /// closes them under their users (`snapshot_fs.rs`).
+    pub(crate) snapshot_filesystems: Mutex<crate::snapshot_fs::SnapshotViews>,
     /// Filesystems opened so far (`filesystems.rs`).
     pub(crate) filesystems: Mutex<BTreeMap<String, Arc<cairn_fs::Filesystem>>>,
     pub(crate) closed: AtomicBool,
@@ -151,6 +154,7 @@ impl Pool {
             without_space_log: options.without_space_log,
             volumes: Mutex::new(BTreeMap::new()),
             snapshot_volumes: Mutex::new(BTreeMap::new()),
+            snapshot_filesystems: Mutex::default(),
             filesystems: Mutex::new(BTreeMap::new()),
             closed: AtomicBool::new(false),
             resilver: Mutex::new(None),

@@ -192,6 +192,10 @@ impl Pool {
         }
         // Checked now for a prompt error; the task checks again in its txg.
         self.core.order_for_destroy(&parsed)?;
+        // Browsed through a mount (`.cairn/snapshot`): closed under its readers, who never
+        // see its blocks after they are freed.
+        let full_names: Vec<String> = parsed.iter().map(ToString::to_string).collect();
+        let _closed = self.close_snapshot_filesystems(&full_names);
         self.run_sync_task(move |core, _txg| {
             let planned = core.order_for_destroy(&parsed)?;
             let mut pending = core.pending_snapshots.lock();
@@ -334,6 +338,10 @@ impl Pool {
     pub fn release(&self, tag: &str, names: &[String]) -> Result<(), EngineError> {
         let parsed = parse_hold(tag, names)?;
         let tag = tag.to_string();
+        // A snapshot `destroy -d` asked for may go with this release: closed first if browsed
+        // through a mount, as `destroy_snapshots` does.
+        let going = self.released_to_destroy(&parsed, &tag)?;
+        let _closed = self.close_snapshot_filesystems(&going);
         self.run_sync_task(move |core, _txg| {
             let ids = core.snapshot_dataset_ids(&parsed)?;
             let mut table = core.snapshots.lock();
@@ -351,6 +359,29 @@ impl Pool {
             Ok(())
         })?;
         Ok(())
+    }
+
+    /// Of `names`, the snapshots releasing hold `tag` would destroy (`destroy -d` asked for
+    /// them and `tag` is their last hold).
+    fn released_to_destroy(
+        &self,
+        names: &[SnapshotName],
+        tag: &str,
+    ) -> Result<Vec<String>, EngineError> {
+        let ids = self.core.snapshot_dataset_ids(names)?;
+        let table = self.core.snapshots.lock();
+        Ok(names
+            .iter()
+            .zip(ids)
+            .filter(|(name, id)| {
+                table.find(*id, &name.snapshot).is_some_and(|snapshot| {
+                    snapshot.info.defer_destroy
+                        && snapshot.info.holds.len() == 1
+                        && snapshot.info.holds.contains_key(tag)
+                })
+            })
+            .map(|(name, _)| name.to_string())
+            .collect())
     }
 
     /// The user holds of `names`: (snapshot, tag, placed at ms since the epoch).

@@ -644,3 +644,55 @@ fn a_range_destroy_frees_what_only_the_range_held() {
     wait_for_frees(&pool);
     assert_accounting(&pool, "tank/vol");
 }
+
+#[test]
+fn a_browsed_filesystem_snapshot_reads_as_it_was_and_is_closed_by_its_destroy() {
+    use cairn_fs::attrs::FileKind;
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    pool.create_filesystem("tank/fs", &[], (0, 0), 0o755)
+        .unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let new_file = cairn_fs::NewInode {
+        kind: FileKind::File,
+        mode: 0o644,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+    };
+    let (file, _) = fs.create(cairn_fs::ROOT_OBJECT, b"f", new_file).unwrap();
+    fs.write(file, 0, b"before").unwrap();
+    let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    pool.snapshot(&names(&["tank/fs@a"]), false).unwrap();
+    pool.snapshot(&names(&["tank/fs@b"]), false).unwrap();
+    fs.write(file, 0, b"after!").unwrap();
+
+    let a = pool.snapshot_filesystem("tank/fs@a").unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &a,
+        &pool.snapshot_filesystem("tank/fs@a").unwrap()
+    ));
+    let read = |snapshot: &cairn_engine::SnapshotFilesystem| {
+        snapshot.with(|fs| {
+            let (object, _) = fs.lookup(cairn_fs::ROOT_OBJECT, b"f")?;
+            fs.read(object, 0, 64)
+        })
+    };
+    assert_eq!(read(&a).unwrap(), b"before");
+    // Read-only: every change refused.
+    let refused = a.with(|fs| fs.write(file, 0, b"x")).unwrap_err();
+    assert!(matches!(refused, cairn_fs::FsError::ReadOnly), "{refused}");
+    // Destroyed while open: closed under its user, and cannot be opened again.
+    pool.destroy_snapshot("tank/fs@a").unwrap();
+    assert!(!a.is_open());
+    assert!(matches!(read(&a), Err(cairn_fs::FsError::NotFound)));
+    assert!(pool.snapshot_filesystem("tank/fs@a").is_err());
+    // A deferred destroy that happens at the last release closes it too.
+    let b = pool.snapshot_filesystem("tank/fs@b").unwrap();
+    pool.hold("keep", &names(&["tank/fs@b"])).unwrap();
+    pool.destroy_snapshot_deferred("tank/fs@b").unwrap();
+    assert_eq!(read(&b).unwrap(), b"before", "held: still there");
+    pool.release("keep", &names(&["tank/fs@b"])).unwrap();
+    assert!(matches!(read(&b), Err(cairn_fs::FsError::NotFound)));
+    assert!(pool.snapshots(Some("tank/fs")).unwrap().is_empty());
+}

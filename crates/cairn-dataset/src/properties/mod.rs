@@ -20,7 +20,8 @@
 //! pool's cache devices; `checksum` and `compression` in the object set's new blocks;
 //! `reservation`, `refreservation`, `quota` and `refquota` in space accounting (`space.rs`);
 //! `atime`, `recordsize` in the filesystem layer (`cairn-fs`); `devices`, `setuid`, `exec` and
-//! `readonly` as the FUSE mount's flags (cairn-frontend). `sync=disabled` is unsafe
+//! `readonly` as the FUSE mount's flags, `snapdir` in the mount's `.cairn` directory
+//! (cairn-frontend). `sync=disabled` is unsafe
 //! (acknowledged writes can be lost) and is shown as such (`PropertyDef::is_unsafe`).
 
 mod resolved;
@@ -28,7 +29,8 @@ mod values;
 
 pub use resolved::DatasetProperties;
 pub use values::{
-    AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes, SyncMode,
+    AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes,
+    SnapdirMode, SyncMode,
 };
 
 use crate::{DatasetError, DatasetKind};
@@ -149,6 +151,15 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: true,
         inheritable: true,
         description: "access times on reads: on (every read), relatime (when older than the last change or a day old), off (never)",
+    },
+    PropertyDef {
+        name: "snapdir",
+        value_type: ValueType::Choice(SnapdirMode::NAMES),
+        default: "hidden",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "whether the root of the mount lists .cairn (its snapshot directory shows every snapshot read-only); hidden, it can still be entered by name",
     },
     PropertyDef {
         name: "devices",

@@ -8,7 +8,8 @@
 //! replaced by a default.
 
 use super::values::{
-    AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes, SyncMode,
+    AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes,
+    SnapdirMode, SyncMode,
 };
 use crate::{DatasetError, DatasetKind};
 use std::path::PathBuf;
@@ -29,6 +30,7 @@ pub struct DatasetProperties {
     pub quota_bytes: u64,
     pub refquota_bytes: u64,
     pub atime: AtimeMode,
+    pub snapdir: SnapdirMode,
     pub devices: bool,
     pub setuid: bool,
     pub exec: bool,
@@ -62,6 +64,7 @@ impl DatasetProperties {
             quota_bytes: read.bytes("quota")?,
             refquota_bytes: read.bytes("refquota")?,
             atime: read.choice("atime")?,
+            snapdir: read.choice("snapdir")?,
             devices: read.choice("devices")?,
             setuid: read.choice("setuid")?,
             exec: read.choice("exec")?,

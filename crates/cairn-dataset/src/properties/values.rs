@@ -114,6 +114,29 @@ impl ChoiceValue for AtimeMode {
     }
 }
 
+/// The `snapdir` property: whether the root of a mounted filesystem lists its control
+/// directory `.cairn` (whose `snapshot` directory shows every snapshot), as ZFS's `snapdir`
+/// does for `.zfs`. Hidden or not, it can be entered by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SnapdirMode {
+    /// Not listed in the root; `cd .cairn` still works.
+    #[default]
+    Hidden,
+    /// Listed in the root like any directory.
+    Visible,
+}
+
+impl ChoiceValue for SnapdirMode {
+    const NAMES: &'static [&'static str] = &["hidden", "visible"];
+    fn from_canonical(word: &str) -> Option<Self> {
+        match word {
+            "hidden" => Some(SnapdirMode::Hidden),
+            "visible" => Some(SnapdirMode::Visible),
+            _ => None,
+        }
+    }
+}
+
 /// `on`/`off` properties (`readonly`, `devices`, `setuid`, `exec`).
 impl ChoiceValue for bool {
     const NAMES: &'static [&'static str] = &["on", "off"];
@@ -208,6 +231,7 @@ mod tests {
         names_parse::<ChecksumAlgorithm>();
         names_parse::<Compression>();
         names_parse::<LogLanes>();
+        names_parse::<SnapdirMode>();
     }
 
     #[test]

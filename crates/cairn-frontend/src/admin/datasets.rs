@@ -259,10 +259,11 @@ pub fn set_properties(
                 outcome.unsafe_settings.push((property.clone(), canonical));
             }
         }
-        // Mount flags follow their properties on the live mounts (children inherit them).
-        let flags_changed = assignments
-            .iter()
-            .any(|(property, _)| lookup(property).is_ok_and(|def| def.is_mount_flag()));
+        // Mount flags and `snapdir` follow their properties on the live mounts (children
+        // inherit them).
+        let flags_changed = assignments.iter().any(|(property, _)| {
+            property == "snapdir" || lookup(property).is_ok_and(|def| def.is_mount_flag())
+        });
         if flags_changed && let Some(served) = &access.served {
             outcome.mount_failures = served.mounts.apply_properties(pool);
         }

@@ -5,13 +5,14 @@
 //! the kernel worker.
 //!
 //! Invariant: the adapter translates and nothing more; every change goes through the
-//! filesystem. Uses `convert.rs`, `kernel_worker.rs`, `writers.rs` and `removed_dirs.rs`;
-//! `policy.rs` adds the open policy to `FuseAdapter`, `ops.rs` its FUSE operations, and
+//! filesystem. Uses `convert.rs`, `kernel_worker.rs`, `writers.rs`, `removed_dirs.rs` and
+//! `snapdir.rs`'s `SnapshotDir` (whose requests `snapdir.rs` adds to it); `policy.rs` adds the open policy to `FuseAdapter`, `ops.rs` its FUSE operations, and
 //! `mount.rs` builds one per mount.
 
 use super::convert::{errno, file_attr};
 use super::kernel_worker::{KernelJob, KernelJobs};
 use super::removed_dirs::RemovedDirs;
+use super::snapdir::SnapshotDir;
 use super::writers::CachedWriters;
 use cairn_fs::attrs::{FileKind, InodeAttrs};
 use cairn_fs::ops::FsOpKind;
@@ -32,6 +33,10 @@ use std::time::{Duration, Instant};
 pub(super) const ATTR_TTL: Duration = Duration::from_secs(60);
 /// Block size `statfs` reports (`stat` reports each file's own).
 pub(super) const REPORTED_BLOCK_BYTES: u32 = 4096;
+
+/// Entries one readdirplus call gathers before looking up their attributes (the kernel's
+/// buffer takes a page or so; what does not fit is read again from its cookie next time).
+pub(super) const READDIRPLUS_ENTRIES_MAX: usize = 128;
 
 /// Size and available bytes of the mounted dataset, for `statfs`.
 pub type SpaceFn = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
@@ -64,6 +69,8 @@ pub(super) struct FuseAdapter {
     /// Files whose cached writers are to be stopped, with the error their write(2)s get
     /// (`stop_cached_writers_if_short`).
     pub(super) stopped_writers: parking_lot::Mutex<std::collections::HashMap<u64, i32>>,
+    /// The snapshots `.cairn/snapshot` shows (`snapdir.rs`); none: no control directory.
+    pub(super) snapshots: Option<SnapshotDir>,
 }
 
 impl FuseAdapter {

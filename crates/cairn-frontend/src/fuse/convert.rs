@@ -12,7 +12,14 @@ use cairn_fs::{FsError, InodeStorage, ROOT_OBJECT};
 use fuser::{Errno, FileAttr, FileType, INodeNo, TimeOrNow};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// FUSE inode number → object number.
+/// The high bit of a FUSE inode number: set for the inodes under `.cairn` (the control
+/// directory and the snapshots it shows, numbered by `snapdir.rs`), clear for the mounted
+/// filesystem's own, so the two never collide. An object set never numbers an object this
+/// high (its numbers are dnode slots).
+pub(super) const CONTROL_INO_BIT: u64 = 1 << 63;
+
+/// FUSE inode number → object number (of the mounted filesystem: the caller has checked
+/// that `CONTROL_INO_BIT` is clear).
 pub(super) fn object_of(ino: INodeNo) -> u64 {
     // FUSE never names inode 0 (it means "no inode" in its replies); object 0 is the
     // meta-dnode, which no file operation may touch.
@@ -24,8 +31,13 @@ pub(super) fn object_of(ino: INodeNo) -> u64 {
     }
 }
 
-/// Object number → FUSE inode number.
+/// Object number (of the mounted filesystem) → FUSE inode number.
 pub(super) fn ino_of(object: u64) -> INodeNo {
+    debug_assert_eq!(
+        object & CONTROL_INO_BIT,
+        0,
+        "object {object} in the control directory's inode range"
+    );
     INodeNo(match object {
         n if n == ROOT_OBJECT => 1,
         1 => ROOT_OBJECT,

@@ -69,6 +69,10 @@
 //! GETATTR of the directory before the next create (each create invalidates its attributes,
 //! and `default_permissions` needs them for the search permission).
 //!
+//! Snapshots: `.cairn/snapshot/<name>/` in the root of every mount shows each snapshot of the
+//! dataset read-only, live (`snapdir.rs`: the design, the `snapdir` property, the reserved
+//! name `.cairn`, and how the snapshots' inode numbers are kept apart from the mount's own).
+//!
 //! Observability: each call is timed from its arrival to its answer and recorded in the
 //! filesystem's statistics (`cairn_fs::ops`), which `pool iostat` and `stat fs` show.
 //!
@@ -88,15 +92,17 @@
 //! `mount_flags.rs` holds `MountFlags`; `mountinfo.rs` finds and detaches dead mounts in
 //! /proc/self/mountinfo (`clear_dead_cairn_mounts`); `kernel_worker.rs` is the thread that
 //! tells the kernel things; `writers.rs` counts cached writers (`CACHED_WRITER_FH_BIT`);
-//! `removed_dirs.rs` is `RemovedDirs`; `adapter.rs` is `FuseAdapter`'s state and the helpers
-//! its operations share (`ATTR_TTL`); `policy.rs` is the writeback and open policy
-//! (`open_flags`, `WRITEBACK_HEADROOM_*`, `stop_cached_writers_if_short`,
-//! `drop_refused_pages`); `ops.rs` is the `fuser::Filesystem` operations (`init`, `getattr`,
+//! `removed_dirs.rs` is `RemovedDirs`; `snapdir.rs` numbers the control directory's inodes
+//! and keeps the snapshots a mount shows (`SnapshotDir`); `adapter.rs` is `FuseAdapter`'s
+//! state and the helpers its operations share (`ATTR_TTL`); `policy.rs` is the writeback and
+//! open policy (`open_flags`, `WRITEBACK_HEADROOM_*`, `stop_cached_writers_if_short`,
+//! `drop_refused_pages`); `control_ops.rs` answers requests under `.cairn`; `ops.rs` is the `fuser::Filesystem` operations (`init`, `getattr`,
 //! `write`, `lseek`...); `mount.rs` makes one mount (`mount`, `FuseMount`, `FUSE_THREADS`);
 //! `mounts.rs` is the server's list of them (`Mounts`). Dependencies point one way, up
 //! this list: each file uses only files named before it (the first six use none).
 
 mod adapter;
+mod control_ops;
 mod convert;
 mod kernel_worker;
 mod mount;
@@ -106,6 +112,7 @@ mod mounts;
 mod ops;
 mod policy;
 mod removed_dirs;
+mod snapdir;
 mod writers;
 
 pub use adapter::SpaceFn;
@@ -113,3 +120,4 @@ pub use mount::{FuseMount, MountError, mount};
 pub use mount_flags::{MountFlags, MountOptionError};
 pub use mountinfo::{clear_dead_cairn_mounts, dead_cairn_mounts};
 pub use mounts::{Mounts, Unmounted};
+pub use snapdir::SnapshotDir;

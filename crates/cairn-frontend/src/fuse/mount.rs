@@ -9,7 +9,7 @@
 
 use super::adapter::{FuseAdapter, SpaceFn};
 use super::convert::ino_of;
-use super::kernel_worker::spawn_kernel_worker;
+use super::kernel_worker::{KernelJobs, spawn_kernel_worker};
 use super::mount_flags::{MountFlags, MountOptionError};
 use super::mountinfo::MOUNT_TYPE;
 use super::policy::{
@@ -17,6 +17,7 @@ use super::policy::{
     WRITEBACK_HEADROOM_MIN_BYTES,
 };
 use super::removed_dirs::RemovedDirs;
+use super::snapdir::SnapshotDir;
 use cairn_fs::Filesystem;
 use fuser::{Config, MountOption, Notifier, SessionACL};
 use std::os::unix::ffi::OsStrExt;
@@ -76,6 +77,8 @@ pub struct FuseMount {
     /// The flags it is mounted with now.
     flags: MountFlags,
     pub(super) fs: Arc<Filesystem>,
+    /// The mount's kernel worker (`kernel_worker.rs`).
+    kernel_jobs: KernelJobs,
 }
 
 /// How long a mount whose path no longer shows it may take to see its session end (a plain
@@ -149,6 +152,15 @@ impl FuseMount {
             .map_err(std::io::Error::other)
     }
 
+    /// Has the kernel drop the root's cached listing (its pages): `snapdir` changed whether
+    /// it shows `.cairn`, which no mtime records.
+    pub(super) fn drop_root_listing(&self) {
+        // The worker ends with the session, after which nothing is cached to drop.
+        let _ = self.kernel_jobs.send(Box::new(|notifier: &Notifier| {
+            let _ = notifier.inval_inode(ino_of(cairn_fs::ROOT_OBJECT), 0, 0);
+        }));
+    }
+
     /// Changes the mount's flags in place (a remount of the mount, as `mount -o remount`),
     /// when they differ.
     pub(super) fn set_flags(&mut self, flags: MountFlags) -> std::io::Result<()> {
@@ -192,12 +204,14 @@ impl Drop for FuseMount {
     }
 }
 
-/// Mounts `fs` at `mountpoint` (an existing directory) in the background.
+/// Mounts `fs` at `mountpoint` (an existing directory) in the background, with `snapshots`
+/// shown under `.cairn/snapshot` (none: no control directory).
 pub fn mount(
     fs: Arc<Filesystem>,
     mountpoint: &Path,
     space: SpaceFn,
     flags: MountFlags,
+    snapshots: Option<SnapshotDir>,
 ) -> Result<FuseMount, MountError> {
     let mut config = Config::default();
     config.mount_options = vec![
@@ -237,6 +251,7 @@ pub fn mount(
         removed_dirs: RemovedDirs::default(),
         acknowledged_max_bytes: acknowledged_max_bytes.clone(),
         stopped_writers: parking_lot::Mutex::default(),
+        snapshots,
     };
     let session =
         fuser::spawn_mount(adapter, mountpoint, &config).map_err(|source| MountError::Mount {
@@ -246,6 +261,7 @@ pub fn mount(
         })?;
     let jobs = spawn_kernel_worker(session.notifier());
     let _ = kernel_jobs.set(jobs.clone());
+    let mount_jobs = jobs.clone();
     // Attribute changes the filesystem makes on its own: the kernel's copy is dropped.
     let jobs = parking_lot::Mutex::new(jobs);
     fs.observe_own_changes(Some(Arc::new(move |object| {
@@ -271,6 +287,7 @@ pub fn mount(
         dev: path_dev(mountpoint),
         flags,
         fs,
+        kernel_jobs: mount_jobs,
     })
 }
 

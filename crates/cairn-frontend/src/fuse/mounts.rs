@@ -13,6 +13,7 @@ use super::adapter::SpaceFn;
 use super::mount::{FuseMount, MountError, mount};
 use super::mount_flags::MountFlags;
 use super::mountinfo::{dead_cairn_mounts, detach};
+use super::snapdir::SnapshotDir;
 use cairn_fs::Filesystem;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -154,7 +155,8 @@ impl Mounts {
                     (status.size_bytes, status.free_bytes)
                 })
         });
-        let mounted = mount(fs, &mountpoint, space, flags)?;
+        let snapshots = SnapshotDir::new(pool.clone(), dataset);
+        let mounted = mount(fs, &mountpoint, space, flags, Some(snapshots))?;
         mounts.insert(dataset.to_string(), mounted);
         self.write_record(&mounts);
         Ok(mountpoint)
@@ -226,7 +228,8 @@ impl Mounts {
 
     /// Makes the flags of the mounts of `pool`'s datasets what their properties now say
     /// (after `readonly`, `devices`, `setuid` or `exec` changed; what `cairn mount -o` asked
-    /// for is replaced, as ZFS does). Returns the datasets whose mount could not be changed,
+    /// for is replaced, as ZFS does), and their roots' listings show `.cairn` as `snapdir`
+    /// says. Returns the datasets whose mount could not be changed,
     /// with why.
     pub fn apply_properties(&self, pool: &cairn_engine::Pool) -> Vec<(String, std::io::Error)> {
         let mut mounts = self.mounts.lock();
@@ -236,6 +239,8 @@ impl Mounts {
             if dataset.split('/').next() != Some(pool.name()) {
                 continue;
             }
+            // `snapdir` may have changed what the root lists.
+            mount.drop_root_listing();
             let readonly = mount.fs.is_readonly();
             let result = MountFlags::of_dataset(pool, dataset)
                 .map_err(|err| std::io::Error::other(err.to_string()))

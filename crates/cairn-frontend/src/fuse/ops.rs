@@ -8,30 +8,28 @@
 //! several operations share lives in `adapter.rs` (state, helpers) and `policy.rs` (the
 //! open policy), the conversions in `convert.rs`; nothing uses this file but fuser.
 
-use super::adapter::{ATTR_TTL, FuseAdapter, REPORTED_BLOCK_BYTES};
+use super::adapter::{ATTR_TTL, FuseAdapter, READDIRPLUS_ENTRIES_MAX, REPORTED_BLOCK_BYTES};
 use super::convert::{errno, file_type, ino_of, object_of, time_or_now, timestamp};
+use super::snapdir::{CONTROL_DIR_NAME, Node, is_control_dir_cookie, is_control_name, node_of};
 use super::writers::CACHED_WRITER_FH_BIT;
 use cairn_device::ErrorClass;
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::ops::FsOpKind;
 use cairn_fs::{Fallocate, FsError, RenameMode, SetAttrs, XattrMode};
 use fuser::{
-    Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus,
-    ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// Largest read and write the kernel is asked to send in one request (and read-ahead).
 const LARGE_IO_BYTES: u32 = 1 << 20;
-/// Entries one readdirplus call gathers before looking up their attributes (the kernel's
-/// buffer takes a page or so; what does not fit is read again from its cookie next time).
-const READDIRPLUS_ENTRIES_MAX: usize = 128;
 
 /// The extended attribute a file's access ACL is set through.
 const ACCESS_ACL_XATTR: &[u8] = b"system.posix_acl_access";
@@ -86,6 +84,14 @@ fn sized(reply: ReplyXattr, size: u32, value: &[u8]) {
         reply.error(Errno::ERANGE);
     } else {
         reply.data(value);
+    }
+}
+
+/// Answers a lookup under `.cairn` (`control_ops.rs`), each entry with its own caching time.
+fn control_entry(reply: ReplyEntry, found: Result<(FileAttr, Duration, u64), FsError>) {
+    match found {
+        Ok((attr, ttl, generation)) => reply.entry(&ttl, &attr, Generation(generation)),
+        Err(err) => reply.error(errno(&err)),
     }
 }
 
@@ -152,6 +158,15 @@ impl fuser::Filesystem for FuseAdapter {
     /// handle's. Inode numbers are object numbers, so handles outlive a remount; an object
     /// number reused by a new file has a new generation, so a handle of the old one is stale.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let parent_node = node_of(parent);
+        if !parent_node.is_head()
+            || (self.snapshots.is_some() && is_control_name(parent_node, name.as_bytes()))
+        {
+            let found = self.timed(FsOpKind::Lookup, || {
+                self.control_lookup(parent_node, name.as_bytes())
+            });
+            return control_entry(reply, found);
+        }
         let parent = object_of(parent);
         let found = self.timed(FsOpKind::Lookup, || match name.as_bytes() {
             b"." => self.fs.getattr(parent).map(|attrs| (parent, attrs)),
@@ -161,6 +176,13 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let node = node_of(ino);
+        if !node.is_head() {
+            return match self.timed(FsOpKind::Getattr, || self.control_getattr(node)) {
+                Ok((attr, ttl, _)) => reply.attr(&ttl, &attr),
+                Err(err) => reply.error(errno(&err)),
+            };
+        }
         let object = object_of(ino);
         // Asked with a cached writer's handle: the kernel is about to take a write(2) into
         // its cache (see `stop_cached_writers_if_short`).
@@ -183,7 +205,9 @@ impl fuser::Filesystem for FuseAdapter {
 
     /// (fuser's `batch_forget` comes here for each inode.)
     fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
-        self.removed_dirs.forgotten(object_of(ino));
+        if let Node::Head(object) = node_of(ino) {
+            self.removed_dirs.forgotten(object);
+        }
     }
 
     fn setattr(
@@ -204,6 +228,9 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if !node_of(ino).is_head() {
+            return reply.error(Errno::EROFS);
+        }
         let object = object_of(ino);
         // handle_killpriv_v2 (`init`): a truncate by an unprivileged caller and any change of
         // owner take away set-ID bits and capabilities here, not in the kernel. fuser does not
@@ -246,7 +273,12 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        match self.timed(FsOpKind::Other, || self.fs.readlink(object_of(ino))) {
+        let node = node_of(ino);
+        let target = self.timed(FsOpKind::Other, || match node {
+            Node::Head(object) => self.fs.readlink(object),
+            node => self.in_snapshot(node, |fs, object| fs.readlink(object)),
+        });
+        match target {
             Ok(target) => reply.data(&target),
             Err(err) => reply.error(errno(&err)),
         }
@@ -268,6 +300,9 @@ impl fuser::Filesystem for FuseAdapter {
         if kind == FileKind::Directory || kind == FileKind::Symlink {
             return reply.error(Errno::EINVAL);
         }
+        if let Some(code) = self.refused_change(node_of(parent), name.as_bytes()) {
+            return reply.error(code);
+        }
         let parent = object_of(parent);
         let mode = self.masked(parent, mode, umask);
         let new = self.new_inode(req, parent, kind, mode, u64::from(rdev));
@@ -286,6 +321,9 @@ impl fuser::Filesystem for FuseAdapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        if let Some(code) = self.refused_change(node_of(parent), name.as_bytes()) {
+            return reply.error(code);
+        }
         let parent = object_of(parent);
         let mode = self.masked(parent, mode, umask);
         let new = self.new_inode(req, parent, FileKind::Directory, mode, 0);
@@ -296,6 +334,12 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self
+            .refused_change(node_of(parent), name.as_bytes())
+            .is_some()
+        {
+            return reply.error(Errno::EROFS);
+        }
         let removed = self.timed(FsOpKind::Remove, || {
             self.fs.unlink(object_of(parent), name.as_bytes())
         });
@@ -303,6 +347,12 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if self
+            .refused_change(node_of(parent), name.as_bytes())
+            .is_some()
+        {
+            return reply.error(Errno::EROFS);
+        }
         let parent = object_of(parent);
         let removed = self.timed(FsOpKind::Remove, || {
             let found = self.fs.lookup(parent, name.as_bytes());
@@ -323,6 +373,9 @@ impl fuser::Filesystem for FuseAdapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        if let Some(code) = self.refused_change(node_of(parent), link_name.as_bytes()) {
+            return reply.error(code);
+        }
         let parent = object_of(parent);
         let new = self.new_inode(req, parent, FileKind::Symlink, 0o777, 0);
         let target = target.as_os_str().as_bytes();
@@ -351,6 +404,16 @@ impl fuser::Filesystem for FuseAdapter {
         } else {
             return reply.error(Errno::EINVAL);
         };
+        // The control directory itself moves nowhere; nothing takes its name.
+        if self
+            .refused_change(node_of(parent), name.as_bytes())
+            .is_some()
+        {
+            return reply.error(Errno::EROFS);
+        }
+        if let Some(code) = self.refused_change(node_of(newparent), newname.as_bytes()) {
+            return reply.error(code);
+        }
         let (parent, newparent) = (object_of(parent), object_of(newparent));
         let renamed = self.timed(FsOpKind::Rename, || {
             // A directory this replaces is gone once the rename is done.
@@ -382,6 +445,12 @@ impl fuser::Filesystem for FuseAdapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        if !node_of(ino).is_head() {
+            return reply.error(Errno::EROFS);
+        }
+        if let Some(code) = self.refused_change(node_of(newparent), newname.as_bytes()) {
+            return reply.error(code);
+        }
         let object = object_of(ino);
         let result = self.timed(FsOpKind::Create, || {
             self.fs
@@ -392,6 +461,19 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let node = node_of(ino);
+        if !node.is_head() {
+            if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
+                return reply.error(Errno::EROFS);
+            }
+            // A snapshot's files never change: their cached pages stay valid across opens.
+            return match self.timed(FsOpKind::Other, || {
+                self.in_snapshot(node, |fs, object| fs.getattr(object))
+            }) {
+                Ok(_) => reply.opened(FileHandle(0), FopenFlags::FOPEN_KEEP_CACHE),
+                Err(err) => reply.error(errno(&err)),
+            };
+        }
         let object = object_of(ino);
         match self.timed(FsOpKind::Other, || self.fs.open_inode(object)) {
             Ok(()) => {
@@ -412,6 +494,9 @@ impl fuser::Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if let Some(code) = self.refused_change(node_of(parent), name.as_bytes()) {
+            return reply.error(code);
+        }
         let parent = object_of(parent);
         let kind = FileKind::from_mode(mode).unwrap_or(FileKind::File);
         let mode = self.masked(parent, mode, umask);
@@ -449,7 +534,10 @@ impl fuser::Filesystem for FuseAdapter {
         reply: ReplyData,
     ) {
         let started = Instant::now();
-        let result = self.fs.read(object_of(ino), offset, size as usize);
+        let result = match node_of(ino) {
+            Node::Head(object) => self.fs.read(object, offset, size as usize),
+            node => self.in_snapshot(node, |fs, object| fs.read(object, offset, size as usize)),
+        };
         let bytes = result.as_ref().map_or(0, |data| data.len() as u64);
         self.record(FsOpKind::Read, started, bytes, result.is_ok());
         match result {
@@ -474,6 +562,9 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if !node_of(ino).is_head() {
+            return reply.error(Errno::EROFS);
+        }
         let object = object_of(ino);
         let started = Instant::now();
         // handle_killpriv_v2: the kernel marks a write by a caller without CAP_FSETID into a
@@ -562,6 +653,10 @@ impl fuser::Filesystem for FuseAdapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        // A snapshot's file keeps no state while open (`open`).
+        if !node_of(ino).is_head() {
+            return reply.ok();
+        }
         // A file's handle is its object number (`open_flags`), whatever the kernel did since.
         debug_assert_eq!(
             fh.0 & !CACHED_WRITER_FH_BIT,
@@ -584,6 +679,10 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        // Under `.cairn` nothing is ever unsynced.
+        if !node_of(ino).is_head() {
+            return reply.ok();
+        }
         let synced = self.timed(FsOpKind::Fsync, || self.fs.fsync(object_of(ino)));
         empty(reply, synced);
     }
@@ -596,16 +695,58 @@ impl fuser::Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        let node = node_of(ino);
+        if !node.is_head() {
+            let result = self.timed(FsOpKind::Readdir, || {
+                self.control_readdir(node, offset, false, |entry| {
+                    !reply.add(
+                        entry.ino,
+                        entry.cookie,
+                        entry.kind,
+                        OsStr::from_bytes(&entry.name),
+                    )
+                })
+            });
+            return match result {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(errno(&err)),
+            };
+        }
+        let root = self.snapshots.is_some() && node == Node::Head(cairn_fs::ROOT_OBJECT);
+        let mut full = false;
         let result = self.timed(FsOpKind::Readdir, || {
+            if is_control_dir_cookie(offset) {
+                return Ok(());
+            }
             self.fs.readdir(object_of(ino), offset, |entry| {
-                !reply.add(
+                // A `.cairn` of the root's own is shadowed by the control directory.
+                if root && entry.name == CONTROL_DIR_NAME {
+                    return true;
+                }
+                full = reply.add(
                     ino_of(entry.object),
                     entry.cookie,
                     file_type(entry.kind),
                     OsStr::from_bytes(&entry.name),
-                )
+                );
+                !full
             })
         });
+        // `snapdir=visible`: the root lists `.cairn`, last.
+        if result.is_ok()
+            && root
+            && !full
+            && !is_control_dir_cookie(offset)
+            && self.control_dir_listed()
+            && let Ok(entry) = self.control_dir_entry(false)
+        {
+            let _ = reply.add(
+                entry.ino,
+                entry.cookie,
+                entry.kind,
+                OsStr::from_bytes(&entry.name),
+            );
+        }
         match result {
             Ok(()) => reply.ok(),
             Err(err) => reply.error(errno(&err)),
@@ -620,17 +761,53 @@ impl fuser::Filesystem for FuseAdapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        let node = node_of(ino);
+        if !node.is_head() {
+            let result = self.timed(FsOpKind::Readdir, || {
+                self.control_readdir(node, offset, true, |entry| {
+                    let Some((attr, ttl, generation)) = entry.attr else {
+                        return true;
+                    };
+                    !reply.add(
+                        entry.ino,
+                        entry.cookie,
+                        OsStr::from_bytes(&entry.name),
+                        &ttl,
+                        &attr,
+                        Generation(generation),
+                    )
+                })
+            });
+            return match result {
+                Ok(()) => reply.ok(),
+                Err(err) => reply.error(errno(&err)),
+            };
+        }
+        let root = self.snapshots.is_some() && node == Node::Head(cairn_fs::ROOT_OBJECT);
         // Entries first, attributes after: no inode is looked at while the directory is read.
         let mut entries = Vec::new();
+        let mut more = false;
         let listed = self.timed(FsOpKind::Readdir, || {
+            if is_control_dir_cookie(offset) {
+                return Ok(());
+            }
             self.fs.readdir(object_of(ino), offset, |entry| {
-                entries.push(entry.clone());
-                entries.len() < READDIRPLUS_ENTRIES_MAX
+                // A `.cairn` of the root's own is shadowed by the control directory.
+                if !(root && entry.name == CONTROL_DIR_NAME) {
+                    entries.push(entry.clone());
+                }
+                more = entries.len() >= READDIRPLUS_ENTRIES_MAX;
+                !more
             })
         });
         if let Err(err) = listed {
             return reply.error(errno(&err));
         }
+        // `snapdir=visible`: the root lists `.cairn`, after every other entry.
+        let control =
+            (root && !more && !is_control_dir_cookie(offset) && self.control_dir_listed())
+                .then(|| self.control_dir_entry(true).ok())
+                .flatten();
         for entry in entries {
             // An entry removed since it was listed is left out, as a later listing would.
             let Ok(attrs) = self.fs.getattr(entry.object) else {
@@ -646,8 +823,20 @@ impl fuser::Filesystem for FuseAdapter {
                 Generation(attrs.generation),
             );
             if full {
-                break;
+                return reply.ok();
             }
+        }
+        if let Some(entry) = control
+            && let Some((attr, ttl, generation)) = entry.attr
+        {
+            let _ = reply.add(
+                entry.ino,
+                entry.cookie,
+                OsStr::from_bytes(&entry.name),
+                &ttl,
+                &attr,
+                Generation(generation),
+            );
         }
         reply.ok();
     }
@@ -660,6 +849,10 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        // Under `.cairn` nothing is ever unsynced.
+        if !node_of(ino).is_head() {
+            return reply.ok();
+        }
         let synced = self.timed(FsOpKind::Fsync, || self.fs.fsync(object_of(ino)));
         empty(reply, synced);
     }
@@ -674,6 +867,9 @@ impl fuser::Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !node_of(ino).is_head() {
+            return reply.error(Errno::EROFS);
+        }
         let mode = if flags & libc::XATTR_CREATE != 0 {
             XattrMode::Create
         } else if flags & libc::XATTR_REPLACE != 0 {
@@ -699,8 +895,12 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        match self.timed(FsOpKind::Xattr, || {
-            self.fs.getxattr(object_of(ino), name.as_bytes())
+        let node = node_of(ino);
+        match self.timed(FsOpKind::Xattr, || match node {
+            Node::Head(object) => self.fs.getxattr(object, name.as_bytes()),
+            // `.cairn` and `.cairn/snapshot` have none.
+            Node::ControlDir | Node::SnapshotDir => Err(FsError::NoAttribute),
+            node => self.in_snapshot(node, |fs, object| fs.getxattr(object, name.as_bytes())),
         }) {
             Ok(value) => sized(reply, size, &value),
             Err(err) => reply.error(errno(&err)),
@@ -708,7 +908,12 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        match self.timed(FsOpKind::Xattr, || self.fs.listxattr(object_of(ino))) {
+        let node = node_of(ino);
+        match self.timed(FsOpKind::Xattr, || match node {
+            Node::Head(object) => self.fs.listxattr(object),
+            Node::ControlDir | Node::SnapshotDir => Ok(Vec::new()),
+            node => self.in_snapshot(node, |fs, object| fs.listxattr(object)),
+        }) {
             Ok(names) => {
                 let mut list = Vec::new();
                 for name in names {
@@ -722,6 +927,9 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !node_of(ino).is_head() {
+            return reply.error(Errno::EROFS);
+        }
         let removed = self.timed(FsOpKind::Xattr, || {
             self.fs.removexattr(object_of(ino), name.as_bytes())
         });
@@ -738,6 +946,9 @@ impl fuser::Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        if !node_of(ino).is_head() {
+            return reply.error(Errno::EROFS);
+        }
         let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let op = match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => Fallocate::Allocate { keep_size },
@@ -776,6 +987,16 @@ impl fuser::Filesystem for FuseAdapter {
         let Ok(offset) = u64::try_from(offset) else {
             return reply.error(Errno::ENXIO);
         };
+        let node = node_of(ino);
+        if !node.is_head() {
+            return match self.in_snapshot(node, |fs, object| {
+                fs.seek_data_or_hole(object, offset, data)
+            }) {
+                Ok(found) => reply.offset(found as i64),
+                Err(FsError::NotFound) => reply.error(Errno::ENXIO),
+                Err(err) => reply.error(errno(&err)),
+            };
+        }
         let object = object_of(ino);
         let fs = self.fs.clone();
         let answer = move |reply: ReplyLseek| {
