@@ -10,7 +10,8 @@
 
 use crate::DatasetError;
 use crate::deadlist::read_part;
-use crate::snapshots::{FreeWork, RecordKey, SnapshotTable, TreeFree};
+use crate::records::{FreeWork, TreeFree};
+use crate::snapshots::{RecordKey, SnapshotTable};
 use cairn_format::BlockPointer;
 use cairn_pipeline::BlockIo;
 

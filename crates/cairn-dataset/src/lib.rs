@@ -40,6 +40,7 @@ pub mod directory;
 mod frees;
 mod names;
 pub mod properties;
+mod records;
 pub mod snapshots;
 pub mod space;
 pub mod space_check;

@@ -51,7 +51,8 @@
 //!
 //! Known gaps (issue 34, next steps): bookmarks.
 
-use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan};
+use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys};
+pub use crate::records::{FreeWork, TreeFree};
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
@@ -198,41 +199,10 @@ pub enum Record {
     TreeFree(u64, TreeFree),
 }
 
-/// What a dataset destroy or a rollback left to free: the dead tree under `root`, its blocks
-/// born after `born_after_txg`, from `path` on (`cairn_object::tree_free`), a bounded number
-/// per txg.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TreeFree {
-    /// Encoded root pointer of the dead object set.
-    pub root: Vec<u8>,
-    pub born_after_txg: u64,
-    pub path: Vec<u32>,
-    /// Bytes still to free (the pool property `freeing`).
-    pub remaining_bytes: u64,
-}
-
-impl TreeFree {
-    pub fn root(&self) -> Result<BlockPointer, DatasetError> {
-        BlockPointer::decode(&self.root)
-            .map_err(|err| DatasetError::Corrupt(format!("tree free root: {err}")))
-    }
-}
-
 /// An origin record's value.
 #[derive(Serialize, Deserialize)]
 struct OriginPhys {
     snapshot_id: u64,
-}
-
-/// What one destroy left to free in the background: the blocks of each scan's part born in
-/// its range, scanned in order from `scan_index`/`next_entry`, a bounded number per txg.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FreeWork {
-    pub scans: Vec<FreeScan>,
-    pub scan_index: u64,
-    pub next_entry: u64,
-    /// Bytes still to free (the pool property `freeing`).
-    pub remaining_bytes: u64,
 }
 
 /// What destroying a snapshot did, for the engine to carry out.

@@ -53,6 +53,7 @@ mod scrub_progress;
 mod snapshot_diff;
 mod snapshot_fs;
 mod snapshot_sync;
+mod snapshot_views;
 mod snapshots;
 mod space_check;
 mod txg_sync;
@@ -76,7 +77,7 @@ pub use pool_status::{
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use snapshot_diff::BlockDiff;
-pub use snapshot_fs::SnapshotFilesystem;
+pub use snapshot_views::SnapshotFilesystem;
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 

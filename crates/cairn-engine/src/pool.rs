@@ -101,7 +101,7 @@ pub struct Pool {
     pub(crate) snapshot_volumes: Mutex<BTreeMap<String, std::sync::Weak<Volume>>>,
     /// Filesystem snapshots open for browsing, held by their users (mounts) only; a destroy
     /// closes them under their users (`snapshot_fs.rs`).
-    pub(crate) snapshot_filesystems: Mutex<crate::snapshot_fs::SnapshotViews>,
+    pub(crate) snapshot_filesystems: Mutex<crate::snapshot_views::SnapshotViews>,
     /// Filesystems opened so far (`filesystems.rs`).
     pub(crate) filesystems: Mutex<BTreeMap<String, Arc<cairn_fs::Filesystem>>>,
     pub(crate) closed: AtomicBool,

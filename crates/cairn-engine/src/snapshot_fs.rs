@@ -21,75 +21,11 @@
 
 use crate::EngineError;
 use crate::pool::Pool;
+use crate::snapshot_views::{DestroyGuard, SnapshotFilesystem};
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName};
-use cairn_fs::{Filesystem, FsConfig, FsError};
+use cairn_fs::{Filesystem, FsConfig};
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
-
-/// A filesystem snapshot open for reading, until it is destroyed (see the module doc).
-pub struct SnapshotFilesystem {
-    name: String,
-    created_txg: u64,
-    fs: RwLock<Option<Filesystem>>,
-}
-
-impl SnapshotFilesystem {
-    /// `dataset@snapshot`.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The txg the snapshot was taken in: with the name, what tells it from a snapshot of the
-    /// same name taken after it was destroyed.
-    pub fn created_txg(&self) -> u64 {
-        self.created_txg
-    }
-
-    /// Runs `call` on the snapshot's filesystem, which stays readable until `call` returns;
-    /// `NotFound` once the snapshot is destroyed.
-    pub fn with<T>(
-        &self,
-        call: impl FnOnce(&Filesystem) -> Result<T, FsError>,
-    ) -> Result<T, FsError> {
-        match &*self.fs.read() {
-            Some(fs) => call(fs),
-            None => Err(FsError::NotFound),
-        }
-    }
-
-    /// Whether it is still open (not destroyed).
-    pub fn is_open(&self) -> bool {
-        self.fs.read().is_some()
-    }
-
-    /// Waits for the calls in flight, then refuses every later one.
-    fn close(&self) {
-        *self.fs.write() = None;
-    }
-}
-
-/// The pool's open filesystem snapshots, by full name, and the names being destroyed.
-#[derive(Default)]
-pub(crate) struct SnapshotViews {
-    open: BTreeMap<String, Weak<SnapshotFilesystem>>,
-    destroying: BTreeSet<String>,
-}
-
-/// Names in `SnapshotViews::destroying` for as long as it lives.
-pub(crate) struct DestroyGuard<'a> {
-    pool: &'a Pool,
-    names: Vec<String>,
-}
-
-impl Drop for DestroyGuard<'_> {
-    fn drop(&mut self) {
-        let mut views = self.pool.snapshot_filesystems.lock();
-        for name in &self.names {
-            views.destroying.remove(name);
-        }
-    }
-}
 
 impl Pool {
     /// Snapshot `name` (`dataset@snapshot`) of a filesystem, open read-only; shared while
@@ -159,7 +95,7 @@ impl Pool {
             open.close();
         }
         DestroyGuard {
-            pool: self,
+            views: &self.snapshot_filesystems,
             names: names.to_vec(),
         }
     }

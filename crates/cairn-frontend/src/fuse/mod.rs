@@ -105,6 +105,7 @@ mod adapter;
 mod control_ops;
 mod convert;
 mod kernel_worker;
+mod listing;
 mod mount;
 mod mount_flags;
 mod mountinfo;
