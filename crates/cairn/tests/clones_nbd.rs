@@ -287,6 +287,16 @@ fn assert_identical(file: &Path, uri: &str, what: &str) {
     );
 }
 
+/// `qemu-img compare` must find a difference (exit 1, "Content mismatch"), not fail (exit 2).
+fn assert_differ(file: &Path, uri: &str, what: &str) {
+    let differs = compare(file, uri);
+    assert!(
+        differs.status.code() == Some(1) && differs.stdout.contains("Content mismatch"),
+        "{what}:\n{}",
+        differs.describe()
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. ext4: a crash-consistent snapshot and a clone that works
 // ---------------------------------------------------------------------------------------------
@@ -412,9 +422,10 @@ fn a_snapshot_of_mounted_ext4_under_fsx_is_crash_consistent_and_its_clone_works(
         &server.uri("tank/vol"),
         "the origin changed under its clone",
     );
-    assert!(
-        !compare(&snap_copy, &server.uri("tank/clone")).success(),
-        "the clone was written"
+    assert_differ(
+        &snap_copy,
+        &server.uri("tank/clone"),
+        "the clone was written",
     );
 
     let check = env.ok(&["pool", "check", "tank"]);
@@ -504,6 +515,18 @@ fn twenty_clones_of_a_golden_image_share_its_blocks_in_the_arc_and_on_disk() {
         );
     }
 
+    let clones = list_column(&env, "clones");
+    let of_gold = &clones
+        .iter()
+        .find(|(name, _)| name == "tank/image@gold")
+        .unwrap_or_else(|| panic!("the snapshot is not listed: {clones:?}"))
+        .1;
+    let mut listed: Vec<&str> = of_gold.split(',').collect();
+    listed.sort_unstable();
+    let mut expected: Vec<String> = (0..CLONES).map(|vm| format!("tank/vm{vm}")).collect();
+    expected.sort_unstable();
+    assert_eq!(listed, expected, "the snapshot's clones: {clones:?}");
+
     // Every clone read whole through NBD, and proved equal to the image.
     let before = arc_data_size(&env);
     for vm in 0..CLONES {
@@ -539,10 +562,7 @@ fn twenty_clones_of_a_golden_image_share_its_blocks_in_the_arc_and_on_disk() {
     let vm3 = server.uri("tank/vm3");
     qemu_io_ok(&vm3, &["write -P 0xa5 1M 64k", "flush"]);
     qemu_io_ok(&vm3, &["read -P 0xa5 1M 64k"]);
-    assert!(
-        !compare(&image, &vm3).success(),
-        "vm3 does not show its write"
-    );
+    assert_differ(&image, &vm3, "vm3 shows its write");
     assert_identical(&image, &server.uri("tank/vm4"), "vm3's write shows in vm4");
     assert_identical(
         &image,
