@@ -51,6 +51,7 @@
 //!
 //! Known gaps (issue 34, next steps): bookmarks.
 
+use crate::bookmarks::Bookmark;
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan};
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
@@ -65,6 +66,7 @@ const HEAD_KEY_TAG: u8 = b'h';
 const FREE_KEY_TAG: u8 = b'f';
 const ORIGIN_KEY_TAG: u8 = b'o';
 const TREE_FREE_KEY_TAG: u8 = b't';
+const BOOKMARK_KEY_TAG: u8 = b'b';
 /// Longest chain of clones of clones followed before a table is called damaged (a loop).
 pub(crate) const ORIGIN_CHAIN_MAX: usize = 1 << 16;
 
@@ -119,6 +121,8 @@ pub enum RecordKey {
     /// Background free of a dead tree (a destroyed dataset, a rolled-back head), by sequence
     /// number.
     TreeFree(u64),
+    /// A bookmark, by id.
+    Bookmark(u64),
 }
 
 impl RecordKey {
@@ -130,6 +134,7 @@ impl RecordKey {
             RecordKey::Free(seq) => (FREE_KEY_TAG, seq),
             RecordKey::Origin(id) => (ORIGIN_KEY_TAG, id),
             RecordKey::TreeFree(seq) => (TREE_FREE_KEY_TAG, seq),
+            RecordKey::Bookmark(id) => (BOOKMARK_KEY_TAG, id),
         };
         let mut key = [0u8; 9];
         key[0] = tag;
@@ -148,6 +153,7 @@ impl RecordKey {
             (Some(&FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::Free(seq)),
             (Some(&ORIGIN_KEY_TAG), Some(id)) => Ok(RecordKey::Origin(id)),
             (Some(&TREE_FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::TreeFree(seq)),
+            (Some(&BOOKMARK_KEY_TAG), Some(id)) => Ok(RecordKey::Bookmark(id)),
             _ => Err(DatasetError::Corrupt(format!(
                 "snapshot table: a key of {} bytes starting {:?}",
                 raw.len(),
@@ -178,6 +184,8 @@ pub struct SnapshotTable {
     pub(crate) origins: BTreeMap<u64, u64>,
     /// Dead trees being freed in the background, oldest first.
     pub(crate) tree_frees: BTreeMap<u64, TreeFree>,
+    /// Bookmarks by id.
+    pub(crate) bookmarks: BTreeMap<u64, Bookmark>,
     /// Why the last tree-free step stopped short (a block it could not read), if it did.
     pub(crate) tree_free_problem: Option<String>,
     /// Records changed since the last `flush`.
@@ -196,6 +204,7 @@ pub enum Record {
     /// A clone's dataset id and its origin snapshot's id.
     Origin(u64, u64),
     TreeFree(u64, TreeFree),
+    Bookmark(Bookmark),
 }
 
 /// What a dataset destroy or a rollback left to free: the dead tree under `root`, its blocks
@@ -307,6 +316,9 @@ impl SnapshotTable {
                 Record::TreeFree(seq, work) => {
                     table.tree_frees.insert(seq, work);
                 }
+                Record::Bookmark(bookmark) => {
+                    table.bookmarks.insert(bookmark.id, bookmark);
+                }
                 Record::Origin(dataset_id, snapshot_id) => {
                     if !dataset_known(dataset_id) {
                         return Err(DatasetError::Corrupt(format!(
@@ -318,6 +330,7 @@ impl SnapshotTable {
             }
         }
         table.check_origins()?;
+        table.check_bookmarks(&dataset_known)?;
         Ok(table)
     }
 
@@ -358,6 +371,15 @@ impl SnapshotTable {
                 let phys: DeadlistPhys =
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
                 Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
+            }
+            RecordKey::Bookmark(id) => {
+                let bookmark: Bookmark =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                if bookmark.id != id {
+                    return Err(corrupt(format!("holds bookmark {}", bookmark.id)));
+                }
+                crate::BookmarkName::parse(&format!("a#{}", bookmark.name))?;
+                Ok(Record::Bookmark(bookmark))
             }
             RecordKey::TreeFree(seq) => {
                 let work: TreeFree =
@@ -412,6 +434,7 @@ impl SnapshotTable {
             Record::Head(id, deadlist) => (RecordKey::Head(*id), encode_value(&deadlist.to_phys())),
             Record::Free(seq, work) => (RecordKey::Free(*seq), encode_value(work)),
             Record::TreeFree(seq, work) => (RecordKey::TreeFree(*seq), encode_value(work)),
+            Record::Bookmark(bookmark) => (RecordKey::Bookmark(bookmark.id), encode_value(bookmark)),
             Record::Origin(id, snapshot_id) => (
                 RecordKey::Origin(*id),
                 encode_value(&OriginPhys {
@@ -676,6 +699,7 @@ impl SnapshotTable {
                 },
                 RecordKey::Free(seq) => self.free_queue.get(&seq).map(encode_value),
                 RecordKey::TreeFree(seq) => self.tree_frees.get(&seq).map(encode_value),
+                RecordKey::Bookmark(id) => self.bookmarks.get(&id).map(encode_value),
                 RecordKey::Origin(id) => self
                     .origins
                     .get(&id)
