@@ -66,6 +66,7 @@ impl SnapshotTable {
     /// free. (A clone's deadlist holds only blocks born by its origin's txg by then, which
     /// the origin still holds; the rest went with its last snapshot.)
     pub fn forget_dataset(&mut self, dataset_id: u64) -> Vec<u64> {
+        self.forget_bookmarks(dataset_id);
         if self.origins.remove(&dataset_id).is_some() {
             self.dirty.insert(RecordKey::Origin(dataset_id));
         }
@@ -103,6 +104,7 @@ impl SnapshotTable {
                 )));
             }
         }
+        self.move_bookmarks(parent_id, clone_id, origin_txg)?;
         for &(txg, id) in &moving {
             self.by_dataset.remove(&(parent_id, txg));
             self.by_dataset.insert((clone_id, txg), id);

@@ -34,6 +34,7 @@
 //! cache); `flush` returns once every write that completed before it is in a synced txg.
 
 pub mod block_write;
+pub mod bookmarks;
 mod clones;
 pub mod deadlist;
 pub mod directory;

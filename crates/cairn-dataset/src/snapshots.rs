@@ -49,10 +49,10 @@
 //! is recomputed. Which dataset is a clone of what is one record per clone ('o'); the
 //! snapshot record's `clones` field is reserved and stays empty.
 //!
-//! Known gaps (issue 34, next steps): bookmarks.
+//! Bookmarks (`bookmarks.rs`) are records of this table too (tag 'b'); they hold no block.
 
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys};
-pub use crate::records::{FreeWork, TreeFree};
+pub use crate::records::{Bookmark, FreeWork, RecordKey, TreeFree};
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
@@ -61,11 +61,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Version byte that starts every record value.
 pub const SNAPSHOT_RECORD_VERSION: u8 = 1;
-const SNAPSHOT_KEY_TAG: u8 = b's';
-const HEAD_KEY_TAG: u8 = b'h';
-const FREE_KEY_TAG: u8 = b'f';
-const ORIGIN_KEY_TAG: u8 = b'o';
-const TREE_FREE_KEY_TAG: u8 = b't';
 /// Longest chain of clones of clones followed before a table is called damaged (a loop).
 pub(crate) const ORIGIN_CHAIN_MAX: usize = 1 << 16;
 
@@ -108,56 +103,6 @@ pub struct Snapshot {
     pub deadlist: Deadlist,
 }
 
-/// Which record a key names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum RecordKey {
-    Snapshot(u64),
-    Head(u64),
-    /// Background free work of one destroy, by sequence number.
-    Free(u64),
-    /// The origin of a clone, by the clone's dataset id.
-    Origin(u64),
-    /// Background free of a dead tree (a destroyed dataset, a rolled-back head), by sequence
-    /// number.
-    TreeFree(u64),
-}
-
-impl RecordKey {
-    /// The map key: a tag byte, then the id big-endian.
-    pub fn encode(self) -> [u8; 9] {
-        let (tag, id) = match self {
-            RecordKey::Snapshot(id) => (SNAPSHOT_KEY_TAG, id),
-            RecordKey::Head(id) => (HEAD_KEY_TAG, id),
-            RecordKey::Free(seq) => (FREE_KEY_TAG, seq),
-            RecordKey::Origin(id) => (ORIGIN_KEY_TAG, id),
-            RecordKey::TreeFree(seq) => (TREE_FREE_KEY_TAG, seq),
-        };
-        let mut key = [0u8; 9];
-        key[0] = tag;
-        key[1..].copy_from_slice(&id.to_be_bytes());
-        key
-    }
-
-    pub fn decode(raw: &[u8]) -> Result<RecordKey, DatasetError> {
-        let id = raw
-            .get(1..)
-            .and_then(|id| <[u8; 8]>::try_from(id).ok())
-            .map(u64::from_be_bytes);
-        match (raw.first(), id) {
-            (Some(&SNAPSHOT_KEY_TAG), Some(id)) => Ok(RecordKey::Snapshot(id)),
-            (Some(&HEAD_KEY_TAG), Some(id)) => Ok(RecordKey::Head(id)),
-            (Some(&FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::Free(seq)),
-            (Some(&ORIGIN_KEY_TAG), Some(id)) => Ok(RecordKey::Origin(id)),
-            (Some(&TREE_FREE_KEY_TAG), Some(seq)) => Ok(RecordKey::TreeFree(seq)),
-            _ => Err(DatasetError::Corrupt(format!(
-                "snapshot table: a key of {} bytes starting {:?}",
-                raw.len(),
-                raw.first()
-            ))),
-        }
-    }
-}
-
 #[derive(Serialize, Deserialize)]
 struct SnapshotPhys {
     info: SnapshotInfo,
@@ -179,6 +124,8 @@ pub struct SnapshotTable {
     pub(crate) origins: BTreeMap<u64, u64>,
     /// Dead trees being freed in the background, oldest first.
     pub(crate) tree_frees: BTreeMap<u64, TreeFree>,
+    /// Bookmarks by id.
+    pub(crate) bookmarks: BTreeMap<u64, Bookmark>,
     /// Why the last tree-free step stopped short (a block it could not read), if it did.
     pub(crate) tree_free_problem: Option<String>,
     /// Records changed since the last `flush`.
@@ -197,6 +144,7 @@ pub enum Record {
     /// A clone's dataset id and its origin snapshot's id.
     Origin(u64, u64),
     TreeFree(u64, TreeFree),
+    Bookmark(Bookmark),
 }
 
 /// An origin record's value.
@@ -277,6 +225,9 @@ impl SnapshotTable {
                 Record::TreeFree(seq, work) => {
                     table.tree_frees.insert(seq, work);
                 }
+                Record::Bookmark(bookmark) => {
+                    table.bookmarks.insert(bookmark.id, bookmark);
+                }
                 Record::Origin(dataset_id, snapshot_id) => {
                     if !dataset_known(dataset_id) {
                         return Err(DatasetError::Corrupt(format!(
@@ -288,6 +239,7 @@ impl SnapshotTable {
             }
         }
         table.check_origins()?;
+        table.check_bookmarks(&dataset_known)?;
         Ok(table)
     }
 
@@ -328,6 +280,15 @@ impl SnapshotTable {
                 let phys: DeadlistPhys =
                     postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
                 Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
+            }
+            RecordKey::Bookmark(id) => {
+                let bookmark: Bookmark =
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                if bookmark.id != id {
+                    return Err(corrupt(format!("holds bookmark {}", bookmark.id)));
+                }
+                crate::BookmarkName::parse(&format!("a#{}", bookmark.name))?;
+                Ok(Record::Bookmark(bookmark))
             }
             RecordKey::TreeFree(seq) => {
                 let work: TreeFree =
@@ -382,6 +343,9 @@ impl SnapshotTable {
             Record::Head(id, deadlist) => (RecordKey::Head(*id), encode_value(&deadlist.to_phys())),
             Record::Free(seq, work) => (RecordKey::Free(*seq), encode_value(work)),
             Record::TreeFree(seq, work) => (RecordKey::TreeFree(*seq), encode_value(work)),
+            Record::Bookmark(bookmark) => {
+                (RecordKey::Bookmark(bookmark.id), encode_value(bookmark))
+            }
             Record::Origin(id, snapshot_id) => (
                 RecordKey::Origin(*id),
                 encode_value(&OriginPhys {
@@ -646,6 +610,7 @@ impl SnapshotTable {
                 },
                 RecordKey::Free(seq) => self.free_queue.get(&seq).map(encode_value),
                 RecordKey::TreeFree(seq) => self.tree_frees.get(&seq).map(encode_value),
+                RecordKey::Bookmark(id) => self.bookmarks.get(&id).map(encode_value),
                 RecordKey::Origin(id) => self
                     .origins
                     .get(&id)

@@ -30,6 +30,7 @@
 //! See also: `sync::PoolSyncer`, `Pool::import` (import.rs), `Pool::scrub` (scrub.rs),
 //! `Pool::check` (check.rs).
 
+mod bookmarks;
 mod budget;
 mod cache_devices;
 mod check;
@@ -59,6 +60,7 @@ mod space_check;
 mod txg_sync;
 mod vdev_groups;
 
+pub use bookmarks::BookmarkListing;
 pub use budget::{MemoryBudget, SYNC_TARGET_MS};
 pub use cache_devices::CacheDeviceStatus;
 pub use cairn_arc::pressure::{default_arc_min_bytes, read_memory, usable_memory_bytes};

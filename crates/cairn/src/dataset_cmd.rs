@@ -127,6 +127,17 @@ pub fn destroy_dependents(ctx: &Context, name: &str) -> Result<()> {
     )
 }
 
+/// `bookmark SNAPSHOT|BOOKMARK BOOKMARK`.
+pub fn bookmark(ctx: &Context, source: &str, target: &str) -> Result<()> {
+    change_dataset(
+        ctx,
+        DatasetChange::Bookmark {
+            source: source.to_string(),
+            target: target.to_string(),
+        },
+    )
+}
+
 /// `clone [-o PROP=VALUE]... SNAPSHOT TARGET`.
 pub fn clone(
     ctx: &Context,
@@ -305,11 +316,13 @@ impl<'a> Datasets<'a> {
         // A dataset's own snapshots come with it (`list -t snapshot DATASET` lists them).
         let prefix = format!("{name}/");
         let snapshots = format!("{name}@");
+        let bookmarks = format!("{name}#");
         let found: Vec<DatasetRow> = all
             .iter()
             .filter(|info| {
                 info.name == name
                     || info.name.starts_with(&snapshots)
+                    || info.name.starts_with(&bookmarks)
                     || (recursive && info.name.starts_with(&prefix))
             })
             .cloned()
@@ -412,8 +425,9 @@ impl ListColumn {
         };
         match self {
             ListColumn::Name => info.name.clone(),
+            ListColumn::Used if info.bookmark => "-".to_string(),
             ListColumn::Used => human::size(info.used_bytes, format.exact),
-            ListColumn::Avail if info.snapshot => "-".to_string(),
+            ListColumn::Avail if info.snapshot || info.bookmark => "-".to_string(),
             ListColumn::Avail => human::size(info.available_bytes, format.exact),
             ListColumn::Refer => human::size(info.referenced_bytes, format.exact),
             ListColumn::Type => type_name(info).to_string(),
@@ -426,11 +440,12 @@ impl ListColumn {
     }
 }
 
-/// What `list -t` names: dataset kinds, and whether snapshots are listed.
+/// What `list -t` names: dataset kinds, and whether snapshots and bookmarks are listed.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Listed {
     kinds: Vec<DatasetKind>,
     snapshots: bool,
+    bookmarks: bool,
 }
 
 impl Listed {
@@ -442,14 +457,19 @@ impl Listed {
                 "filesystem" | "fs" => listed.kinds.push(DatasetKind::Filesystem),
                 "volume" | "vol" => listed.kinds.push(DatasetKind::Volume),
                 "snapshot" | "snap" => listed.snapshots = true,
+                "bookmark" => listed.bookmarks = true,
                 "all" => {
                     listed
                         .kinds
                         .extend([DatasetKind::Filesystem, DatasetKind::Volume]);
                     listed.snapshots = true;
+                    listed.bookmarks = true;
                 }
                 other => {
-                    bail!("unknown dataset type '{other}' (filesystem, volume, snapshot or all)")
+                    bail!(
+                        "unknown dataset type '{other}' (filesystem, volume, snapshot, bookmark \
+                         or all)"
+                    )
                 }
             }
         }
@@ -460,7 +480,9 @@ impl Listed {
     }
 
     fn includes(&self, row: &DatasetRow) -> bool {
-        if row.snapshot {
+        if row.bookmark {
+            self.bookmarks
+        } else if row.snapshot {
             self.snapshots
         } else {
             self.kinds.contains(&row.kind)
@@ -470,7 +492,9 @@ impl Listed {
 
 /// A row's type as `list` and `get` show it.
 fn type_name(row: &DatasetRow) -> &'static str {
-    if row.snapshot {
+    if row.bookmark {
+        "bookmark"
+    } else if row.snapshot {
         "snapshot"
     } else {
         row.kind.as_str()
@@ -630,7 +654,7 @@ fn written_since(
     snapshot: &str,
     format: ListFormat,
 ) -> (String, String) {
-    if info.snapshot {
+    if info.snapshot || info.bookmark {
         return ("-".to_string(), "-".to_string());
     }
     let request = AdminRequest::WrittenSince {
@@ -648,7 +672,7 @@ fn get_one(info: &DatasetRow, name: &str, format: ListFormat) -> (String, String
     let stat = |value: String| (value, "-".to_string());
     match name {
         "type" => stat(type_name(info).to_string()),
-        "available" if info.snapshot => stat("-".to_string()),
+        "available" if info.snapshot || info.bookmark => stat("-".to_string()),
         "used" => stat(human::size(info.used_bytes, format.exact)),
         "available" => stat(human::size(info.available_bytes, format.exact)),
         "referenced" => stat(human::size(info.referenced_bytes, format.exact)),

@@ -147,6 +147,14 @@ enum Command {
         /// POOL/NAME
         target: String,
     },
+    /// Keep a snapshot's place in its dataset's history without its data: enough as the
+    /// source of an incremental send once the snapshot is destroyed.
+    Bookmark {
+        /// DATASET@SNAPSHOT (or DATASET#BOOKMARK to copy one)
+        source: String,
+        /// DATASET#BOOKMARK
+        target: String,
+    },
     /// Make a clone independent of its origin: the origin snapshot and the older ones move
     /// to it, and its origin's dataset becomes its clone.
     Promote {
@@ -625,6 +633,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             target,
         } => dataset_cmd::clone(ctx, &origin, &target, &properties),
         Command::Promote { dataset } => dataset_cmd::promote(ctx, &dataset),
+        Command::Bookmark { source, target } => dataset_cmd::bookmark(ctx, &source, &target),
         Command::Hold { tag, names } => dataset_cmd::hold(ctx, &tag, &names, false),
         Command::Release { tag, names } => dataset_cmd::hold(ctx, &tag, &names, true),
         Command::Holds { format, names } => dataset_cmd::holds(ctx, format, &names),

@@ -21,6 +21,9 @@ pub struct DatasetRow {
     pub name: String,
     pub kind: DatasetKind,
     pub snapshot: bool,
+    /// A bookmark's row (`dataset#name`, after its dataset's snapshots): it holds nothing.
+    #[serde(default)]
+    pub bookmark: bool,
     pub used_bytes: u64,
     pub available_bytes: u64,
     pub referenced_bytes: u64,
@@ -61,13 +64,14 @@ pub fn pool_datasets(
 }
 
 fn read_pool(access: &PoolAccess, pool: &str) -> Result<Vec<DatasetRow>, AdminError> {
-    let (infos, snapshots) = access.with_pool(pool, true, |handle| {
+    let (infos, snapshots, bookmarks) = access.with_pool(pool, true, |handle| {
         let read = |err: cairn_engine::EngineError| {
             failed(format!("cannot read the datasets of pool '{pool}'"), err)
         };
         Ok::<_, AdminError>((
             handle.datasets().map_err(read)?,
             handle.snapshots(None).map_err(read)?,
+            handle.bookmarks(None).map_err(read)?,
         ))
     })?;
     let datasets: Vec<DatasetRow> = infos
@@ -91,6 +95,7 @@ fn read_pool(access: &PoolAccess, pool: &str) -> Result<Vec<DatasetRow>, AdminEr
                 name: info.name,
                 kind: info.kind,
                 snapshot: false,
+                bookmark: false,
                 used_bytes: info.used_bytes,
                 available_bytes: info.available_bytes,
                 referenced_bytes: info.referenced_bytes,
@@ -107,14 +112,41 @@ fn read_pool(access: &PoolAccess, pool: &str) -> Result<Vec<DatasetRow>, AdminEr
             .or_default()
             .push(snapshot);
     }
+    let mut marks: std::collections::BTreeMap<String, Vec<_>> = Default::default();
+    for bookmark in bookmarks {
+        marks
+            .entry(bookmark.dataset.clone())
+            .or_default()
+            .push(bookmark);
+    }
     let mut rows = Vec::with_capacity(datasets.len());
     for row in datasets {
         let snapshots = by_dataset.remove(&row.name).unwrap_or_default();
+        let bookmarks = marks.remove(&row.name).unwrap_or_default();
         let kind = row.kind;
         rows.push(row);
         rows.extend(snapshots.into_iter().map(|s| snapshot_row(s, kind)));
+        rows.extend(bookmarks.into_iter().map(|b| bookmark_row(b, kind)));
     }
     Ok(rows)
+}
+
+fn bookmark_row(bookmark: cairn_engine::BookmarkListing, kind: DatasetKind) -> DatasetRow {
+    let stat = |name: &str, value: u64| (name.to_string(), value.to_string(), "-".to_string());
+    DatasetRow {
+        name: bookmark.name,
+        kind,
+        snapshot: false,
+        bookmark: true,
+        used_bytes: 0,
+        available_bytes: 0,
+        referenced_bytes: bookmark.referenced_bytes,
+        volsize_bytes: None,
+        properties: vec![
+            stat("creation", bookmark.creation_ms / 1000),
+            stat("createtxg", bookmark.created_txg),
+        ],
+    }
 }
 
 fn snapshot_row(snapshot: cairn_engine::SnapshotListing, kind: DatasetKind) -> DatasetRow {
@@ -123,6 +155,7 @@ fn snapshot_row(snapshot: cairn_engine::SnapshotListing, kind: DatasetKind) -> D
         name: snapshot.name,
         kind,
         snapshot: true,
+        bookmark: false,
         used_bytes: snapshot.used_bytes,
         available_bytes: 0,
         referenced_bytes: snapshot.referenced_bytes,

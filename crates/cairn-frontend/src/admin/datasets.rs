@@ -73,6 +73,13 @@ pub fn destroy_dataset(
     name: &str,
     history_entry: &str,
 ) -> Result<(), AdminError> {
+    if let Some((dataset, _)) = name.split_once('#') {
+        let pool_name = dataset.split('/').next().unwrap_or(dataset);
+        return access.with_pool(pool_name, false, |pool| {
+            pool.destroy_bookmark(name)?;
+            record_history(pool, history_entry)
+        });
+    }
     if let Some((dataset, _)) = name.split_once('@') {
         let pool_name = dataset.split('/').next().unwrap_or(dataset);
         return access.with_pool(pool_name, false, |pool| {
@@ -169,7 +176,7 @@ pub fn snapshot_change(
     history_entry: &str,
     change: impl FnOnce(&cairn_engine::Pool) -> Result<(), cairn_engine::EngineError>,
 ) -> Result<(), AdminError> {
-    let pool_name = name.split(['/', '@']).next().unwrap_or(name);
+    let pool_name = name.split(['/', '@', '#']).next().unwrap_or(name);
     access.with_pool(pool_name, false, |pool| {
         change(pool)?;
         record_history(pool, history_entry).map_err(|err| done_then_failed(name, err))

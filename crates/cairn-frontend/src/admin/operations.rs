@@ -296,6 +296,7 @@ pub(super) fn change_dataset(
         | DatasetChange::Hold { .. }
         | DatasetChange::Clone { .. }
         | DatasetChange::Promote { .. }
+        | DatasetChange::Bookmark { .. }
         | DatasetChange::DestroyDependents { .. }
         | DatasetChange::Rollback { .. }) => change_snapshots(access, command_line, change)?,
         DatasetChange::Snapshot { names, recursive } => {
@@ -361,6 +362,12 @@ fn change_snapshots(
                 pool.clone_snapshot(&origin, &target, &properties)
             })
             .map_err(|err| failed(format!("cannot clone '{origin}' to '{target}'"), err))?;
+        }
+        DatasetChange::Bookmark { source, target } => {
+            super::snapshot_change(access, &target, command_line, |pool| {
+                pool.bookmark(&source, &target)
+            })
+            .map_err(|err| failed(format!("cannot bookmark '{source}' as '{target}'"), err))?;
         }
         DatasetChange::Promote { dataset } => {
             super::snapshot_change(access, &dataset, command_line, |pool| {

@@ -178,6 +178,11 @@ pub enum DatasetChange {
         target: String,
         properties: Vec<(String, String)>,
     },
+    /// Bookmark `target` (`dataset#name`) of snapshot or bookmark `source`.
+    Bookmark {
+        source: String,
+        target: String,
+    },
     /// Promote clone `dataset`: its origin and older snapshots become its own.
     Promote {
         dataset: String,
