@@ -14,7 +14,29 @@ use crate::snapshots::{FreeWork, RecordKey, SnapshotTable, TreeFree};
 use cairn_format::BlockPointer;
 use cairn_pipeline::BlockIo;
 
+/// One piece of background free work, as the table numbers it: a snapshot destroy's
+/// deadlist scans or a dead tree (a destroyed dataset's, a rolled-back head's). A number is
+/// given again once its work is done, so a follower must notice when one goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BackgroundFree {
+    Deadlist(u64),
+    Tree(u64),
+}
+
 impl SnapshotTable {
+    /// The background frees left, each with the bytes it still has to free.
+    pub fn background_frees(&self) -> Vec<(BackgroundFree, u64)> {
+        self.free_queue
+            .iter()
+            .map(|(&seq, work)| (BackgroundFree::Deadlist(seq), work.remaining_bytes))
+            .chain(
+                self.tree_frees
+                    .iter()
+                    .map(|(&seq, work)| (BackgroundFree::Tree(seq), work.remaining_bytes)),
+            )
+            .collect()
+    }
+
     /// Bytes destroys left to free (the pool property `freeing`).
     pub fn freeing_bytes(&self) -> u64 {
         self.free_queue

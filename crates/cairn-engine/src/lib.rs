@@ -52,6 +52,7 @@ mod scrub;
 mod scrub_progress;
 mod snapshot_diff;
 mod snapshot_fs;
+mod snapshot_stats;
 mod snapshot_sync;
 mod snapshots;
 mod space_check;
@@ -77,6 +78,7 @@ pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use snapshot_diff::BlockDiff;
 pub use snapshot_fs::SnapshotFilesystem;
+pub use snapshot_stats::{DatasetSpaceFigures, SnapshotStatsSnapshot};
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 
