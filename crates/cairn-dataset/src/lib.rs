@@ -37,7 +37,7 @@ pub mod block_write;
 mod clones;
 pub mod deadlist;
 pub mod directory;
-mod frees;
+pub mod frees;
 mod names;
 pub mod properties;
 pub mod snapshots;

@@ -52,7 +52,6 @@
 //! Known gaps (issue 34, next steps): bookmarks.
 
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys, FreeScan};
-pub use crate::frees::BackgroundFree;
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
@@ -608,22 +607,6 @@ impl SnapshotTable {
         self.lists_of(dataset_id)
             .map(|list| list.space_range(floor, u64::MAX).allocated_bytes)
             .sum()
-    }
-
-    /// Every deadlist of the table together (snapshots' and heads'): the blocks they hold
-    /// and their bytes, a sum of totals (no block is read). What the pool keeps allocated for
-    /// snapshots alone, clones' shares of their origins included once.
-    pub fn deadlist_totals(&self) -> DeadSpace {
-        let mut total = DeadSpace::default();
-        for list in self
-            .snapshots
-            .values()
-            .map(|snapshot| &snapshot.deadlist)
-            .chain(self.heads.values())
-        {
-            total.add(list.space());
-        }
-        total
     }
 
     /// `written` of the head: what it references that its newest snapshot does not (all it

@@ -70,6 +70,7 @@ pub use check::CheckReport;
 pub use datasets::DatasetInfo;
 pub use import::{DiscoveredPool, ImportSource, Rewind, discover_pools};
 pub use pool::{Pool, PoolOptions, process_cache};
+pub use pool_status::DatasetSpaceFigures;
 pub use pool_status::{
     DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, PoolDeviceIo, PoolStatus,
     TopIo, TopStatus,
@@ -78,7 +79,7 @@ pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use snapshot_diff::BlockDiff;
 pub use snapshot_fs::SnapshotFilesystem;
-pub use snapshot_stats::{DatasetSpaceFigures, SnapshotStatsSnapshot};
+pub use snapshot_stats::SnapshotStatsSnapshot;
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 

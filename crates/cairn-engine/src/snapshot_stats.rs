@@ -15,10 +15,11 @@
 //! unnamed (left by a destroy before this import) is followed from the first txg that sees it.
 //!
 //! Levels (the pool's `freeing` bytes, the deadlists' totals, the number of snapshots) are not
-//! kept here: `Pool::snapshot_stats` reads them from the table when asked.
+//! kept here: `Pool::snapshot_stats` (`pool_status.rs`) reads them from the table when asked.
+//! This module uses no sibling: the core holds its state, the handle reads it.
 
-use crate::pool::Pool;
-use cairn_dataset::snapshots::{BackgroundFree, SnapshotTable};
+use cairn_dataset::frees::BackgroundFree;
+use cairn_dataset::snapshots::SnapshotTable;
 use hdrhistogram::Histogram;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -95,7 +96,7 @@ pub(crate) struct SnapshotStats {
     tree_blocks_freed: AtomicU64,
     background_free_txgs: AtomicU64,
     frees_finished: AtomicU64,
-    command_latency_us: Mutex<Histogram<u64>>,
+    pub(crate) command_latency_us: Mutex<Histogram<u64>>,
     /// Changes of txgs not committed yet, in the order made.
     noted: Mutex<Vec<SnapshotChange>>,
     followed: Mutex<BTreeMap<BackgroundFree, Followed>>,
@@ -314,7 +315,8 @@ impl SnapshotStats {
         self.command_latency_us.lock().saturating_record(us);
     }
 
-    fn copy(&self) -> SnapshotStatsSnapshot {
+    /// The counters and the latency percentiles (the levels are the caller's to fill).
+    pub(crate) fn copy(&self) -> SnapshotStatsSnapshot {
         let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
         let latency = self.command_latency_us.lock();
         let quantile = |q: f64| {
@@ -342,57 +344,5 @@ impl SnapshotStats {
             command_latency_max_us: if latency.is_empty() { 0 } else { latency.max() },
             ..SnapshotStatsSnapshot::default()
         }
-    }
-}
-
-/// One dataset's space, as the analytics show what snapshots hold.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct DatasetSpaceFigures {
-    pub name: String,
-    /// `used`: the dataset, its snapshots and children.
-    pub used_bytes: u64,
-    /// `referenced`.
-    pub referenced_bytes: u64,
-    /// `usedbysnapshots`.
-    pub snapshots_bytes: u64,
-}
-
-impl Pool {
-    /// The pool's snapshot counters since it was opened in this process, with the table's
-    /// levels now.
-    pub fn snapshot_stats(&self) -> SnapshotStatsSnapshot {
-        let mut stats = self.core.snapshot_stats.copy();
-        let table = self.core.snapshots.lock();
-        let held = table.deadlist_totals();
-        stats.freeing_bytes = table.freeing_bytes();
-        stats.snapshots = table.len() as u64;
-        stats.deadlist_entries = held.blocks;
-        stats.deadlist_bytes = held.allocated_bytes;
-        stats
-    }
-
-    /// The latencies of snapshot commands (µs, call to durable) since the pool was opened.
-    pub fn snapshot_command_latency(&self) -> Histogram<u64> {
-        self.core.snapshot_stats.command_latency_us.lock().clone()
-    }
-
-    /// Every dataset's `used`, `referenced` and `usedbysnapshots`, by name (as of the last
-    /// synced txg; no property is resolved, so it is cheap enough for every analytics tick).
-    pub fn dataset_space(&self) -> Vec<DatasetSpaceFigures> {
-        let directory = self.core.directory.lock();
-        let view = cairn_dataset::space::SpaceView::of(&directory);
-        directory
-            .datasets
-            .values()
-            .map(|record| {
-                let space = view.datasets.get(&record.name).copied().unwrap_or_default();
-                DatasetSpaceFigures {
-                    name: record.name.clone(),
-                    used_bytes: space.used_bytes(),
-                    referenced_bytes: space.referenced_bytes,
-                    snapshots_bytes: space.snapshots_bytes,
-                }
-            })
-            .collect()
     }
 }
