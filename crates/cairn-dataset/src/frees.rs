@@ -1,5 +1,7 @@
 //! Background frees in the snapshot table: what destroys leave to free a bounded amount per
-//! txg, so no txg runs long whatever was destroyed (OpenZFS #13064), resumed after import.
+//! txg, so no txg runs long whatever was destroyed (OpenZFS #13064), resumed after import;
+//! and, for observers, the pieces of work by number (`background_frees`) and what every
+//! deadlist holds until a destroy frees it (`deadlist_totals`).
 //!
 //! Two kinds of work, each a record of the table written in the txg that advances it:
 //! - a snapshot destroy's (`FreeWork`, tag 'f'): the blocks of deadlist parts born in a range,
@@ -9,13 +11,51 @@
 //!   a txg (a clone's origin's, a rolled-back head's snapshot's).
 
 use crate::DatasetError;
-use crate::deadlist::read_part;
+use crate::deadlist::{DeadSpace, read_part};
 use crate::records::{FreeWork, TreeFree};
 use crate::snapshots::{RecordKey, SnapshotTable};
 use cairn_format::BlockPointer;
 use cairn_pipeline::BlockIo;
 
+/// One piece of background free work, as the table numbers it: a snapshot destroy's
+/// deadlist scans or a dead tree (a destroyed dataset's, a rolled-back head's). A number is
+/// given again once its work is done, so a follower must notice when one goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum BackgroundFree {
+    Deadlist(u64),
+    Tree(u64),
+}
+
 impl SnapshotTable {
+    /// The background frees left, each with the bytes it still has to free.
+    pub fn background_frees(&self) -> Vec<(BackgroundFree, u64)> {
+        self.free_queue
+            .iter()
+            .map(|(&seq, work)| (BackgroundFree::Deadlist(seq), work.remaining_bytes))
+            .chain(
+                self.tree_frees
+                    .iter()
+                    .map(|(&seq, work)| (BackgroundFree::Tree(seq), work.remaining_bytes)),
+            )
+            .collect()
+    }
+
+    /// Every deadlist of the table together (snapshots' and heads'): the blocks they hold
+    /// and their bytes, a sum of totals (no block is read). What the pool keeps allocated for
+    /// snapshots alone.
+    pub fn deadlist_totals(&self) -> DeadSpace {
+        let mut total = DeadSpace::default();
+        for list in self
+            .snapshots
+            .values()
+            .map(|snapshot| &snapshot.deadlist)
+            .chain(self.heads.values())
+        {
+            total.add(list.space());
+        }
+        total
+    }
+
     /// Bytes destroys left to free (the pool property `freeing`).
     pub fn freeing_bytes(&self) -> u64 {
         self.free_queue

@@ -38,7 +38,7 @@ pub mod bookmarks;
 mod clones;
 pub mod deadlist;
 pub mod directory;
-mod frees;
+pub mod frees;
 mod names;
 pub mod properties;
 mod records;

@@ -19,6 +19,7 @@
 
 use crate::EngineError;
 use crate::pool::Pool;
+use crate::snapshot_stats::SnapshotChange;
 use cairn_dataset::directory::{Provisioning, creation_properties, volume_creation_properties};
 use cairn_dataset::{DatasetDirectory, DatasetError, DatasetKind, SnapshotName};
 use cairn_object::ObjectSet;
@@ -34,6 +35,7 @@ impl Pool {
         target: &str,
         requested: &[(String, String)],
     ) -> Result<(), EngineError> {
+        let started = std::time::Instant::now();
         let parsed = SnapshotName::parse(origin)?;
         let pool_of = |name: &str| name.split(['/', '@']).next().unwrap_or("").to_string();
         if pool_of(target) != pool_of(origin) {
@@ -99,9 +101,14 @@ impl Pool {
             record.used_bytes = referenced;
             table.add_clone(record.id, origin_id)?;
             crate::snapshot_sync::refresh_snapshot_bytes(&mut directory, &table);
-            core.objsets.lock().insert(target, objset);
+            core.objsets.lock().insert(target.clone(), objset);
+            core.snapshot_stats.note(SnapshotChange::CloneCreated {
+                clone: target,
+                origin: parsed.to_string(),
+            });
             Ok(())
         })?;
+        self.core.snapshot_stats.command_done(started);
         self.apply_properties();
         Ok(())
     }
@@ -147,6 +154,7 @@ impl Pool {
     /// dataset become the clone's, and that dataset becomes a clone of the origin, so the
     /// old parent can then be destroyed (`zfs promote`). Durable on return.
     pub fn promote(&self, clone: &str) -> Result<(), EngineError> {
+        let started = std::time::Instant::now();
         let moving = self.promote_plan(clone)?;
         for name in &moving {
             if self
@@ -183,10 +191,16 @@ impl Pool {
                 }
                 .into());
             }
+            let before = table.snapshots_of(id).count();
             table.promote(id)?;
             crate::snapshot_sync::refresh_snapshot_bytes(&mut directory, &table);
+            core.snapshot_stats.note(SnapshotChange::Promoted {
+                moved: table.snapshots_of(id).count().saturating_sub(before) as u64,
+                clone,
+            });
             Ok(())
         })?;
+        self.core.snapshot_stats.command_done(started);
         Ok(())
     }
 

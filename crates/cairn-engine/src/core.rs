@@ -104,6 +104,8 @@ pub(crate) struct PoolCore {
     /// By leaf guid, the last txg the leaf was seen to take whole (readable at the end of its
     /// sync): where the range of txgs it misses starts if it goes out (`missed.rs`).
     pub(crate) clean_through: Mutex<BTreeMap<u64, u64>>,
+    /// Snapshot counters, and changes waiting for their txg to commit (`snapshot_stats.rs`).
+    pub(crate) snapshot_stats: crate::snapshot_stats::SnapshotStats,
 }
 
 /// Every block pointer of the tree rooted at `root_bp` born after `born_after_txg` (0: the

@@ -109,6 +109,7 @@ impl Pool {
             pending_snapshots: Mutex::new(Vec::new()),
             scan_floors: Mutex::new(BTreeMap::new()),
             clean_through: Mutex::new(BTreeMap::new()),
+            snapshot_stats: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

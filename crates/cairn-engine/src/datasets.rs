@@ -206,12 +206,14 @@ impl Pool {
             // Its tree is freed in the background, a bounded number of blocks per txg; a clone's
             // only what was born after its origin (the origin holds the rest), walking only the
             // subtrees born since, so its cost follows what was written to it, not its size.
+            let mut freeing_bytes = 0;
             if let (Some(objset), Ok(record)) = (objset, directory.get(&name)) {
                 let floor_txg = table.floor_txg(record.id);
                 let own_bytes = record
                     .used_bytes
                     .saturating_sub(table.origin_shared_bytes(record.id));
                 table.queue_tree_free(&objset.root_bp(), floor_txg, own_bytes);
+                freeing_bytes = own_bytes;
             }
             if let Some(record) = directory.datasets.remove(&name) {
                 // Its deadlist's record (left by destroyed snapshots) and its origin record
@@ -220,6 +222,13 @@ impl Pool {
                     core.mos.free_object(txg, object);
                 }
                 crate::snapshot_sync::refresh_snapshot_bytes(&mut directory, &table);
+                core.snapshot_stats
+                    .follow_frees(&table, txg, &format!("dataset {name}"));
+                core.snapshot_stats
+                    .note(crate::snapshot_stats::SnapshotChange::DatasetDestroyed {
+                        dataset: name.clone(),
+                        freeing_bytes,
+                    });
             }
             Ok(())
         })?;

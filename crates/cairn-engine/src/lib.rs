@@ -53,6 +53,7 @@ mod scrub;
 mod scrub_progress;
 mod snapshot_diff;
 mod snapshot_fs;
+mod snapshot_stats;
 mod snapshot_sync;
 mod snapshot_views;
 mod snapshots;
@@ -72,6 +73,7 @@ pub use check::CheckReport;
 pub use datasets::DatasetInfo;
 pub use import::{DiscoveredPool, ImportSource, Rewind, discover_pools};
 pub use pool::{Pool, PoolOptions, process_cache};
+pub use pool_status::DatasetSpaceFigures;
 pub use pool_status::{
     DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, PoolDeviceIo, PoolStatus,
     TopIo, TopStatus,
@@ -79,6 +81,7 @@ pub use pool_status::{
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use snapshot_diff::BlockDiff;
+pub use snapshot_stats::SnapshotStatsSnapshot;
 pub use snapshot_views::SnapshotFilesystem;
 pub use snapshots::{SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};

@@ -1,6 +1,7 @@
 //! What a pool reports about itself: `status` (health, space, scrub and resilver, suspension,
 //! every top-level vdev and leaf) and the devices' I/O (`device_io`, `io_stats`,
-//! `device_queues`), its intent logs' latency and counters, and the log devices' use.
+//! `device_queues`), its intent logs' latency and counters, the log devices' use, and its
+//! snapshot counters with each dataset's space (`snapshot_stats`, `dataset_space`).
 //!
 //! Reads only: nothing here changes the pool or waits for a txg. The figures are snapshots
 //! taken under the locks of the structures they come from, one at a time, so two figures of
@@ -395,6 +396,58 @@ impl Pool {
                         .max(q.flush_latency_us.value_at_quantile(0.5));
                 }
                 device
+            })
+            .collect()
+    }
+}
+
+/// One dataset's space, as the analytics show what snapshots hold.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DatasetSpaceFigures {
+    pub name: String,
+    /// `used`: the dataset, its snapshots and children.
+    pub used_bytes: u64,
+    /// `referenced`.
+    pub referenced_bytes: u64,
+    /// `usedbysnapshots`.
+    pub snapshots_bytes: u64,
+}
+
+impl Pool {
+    /// The pool's snapshot counters since it was opened in this process, with the table's
+    /// levels now.
+    pub fn snapshot_stats(&self) -> crate::SnapshotStatsSnapshot {
+        let mut stats = self.core.snapshot_stats.copy();
+        let table = self.core.snapshots.lock();
+        let held = table.deadlist_totals();
+        stats.freeing_bytes = table.freeing_bytes();
+        stats.snapshots = table.len() as u64;
+        stats.deadlist_entries = held.blocks;
+        stats.deadlist_bytes = held.allocated_bytes;
+        stats
+    }
+
+    /// The latencies of snapshot commands (µs, call to durable) since the pool was opened.
+    pub fn snapshot_command_latency(&self) -> hdrhistogram::Histogram<u64> {
+        self.core.snapshot_stats.command_latency_us.lock().clone()
+    }
+
+    /// Every dataset's `used`, `referenced` and `usedbysnapshots`, by name (as of the last
+    /// synced txg; no property is resolved, so it is cheap enough for every analytics tick).
+    pub fn dataset_space(&self) -> Vec<DatasetSpaceFigures> {
+        let directory = self.core.directory.lock();
+        let view = cairn_dataset::space::SpaceView::of(&directory);
+        directory
+            .datasets
+            .values()
+            .map(|record| {
+                let space = view.datasets.get(&record.name).copied().unwrap_or_default();
+                DatasetSpaceFigures {
+                    name: record.name.clone(),
+                    used_bytes: space.used_bytes(),
+                    referenced_bytes: space.referenced_bytes,
+                    snapshots_bytes: space.snapshots_bytes,
+                }
             })
             .collect()
     }

@@ -21,6 +21,9 @@
 //! its newest snapshot references. A rollback runs in its sync task instead, before the object
 //! sets sync (`rollback_head`), so nothing written to the old head since is ever written out.
 //!
+//! Each change made here, and each txg's background free work, is noted for
+//! `snapshot_stats.rs` (counters and events, announced only once the txg commits).
+//!
 //! The table lives in MOS object `SNAPSHOT_TABLE_OBJECT`, a hashed map (`cairn_object::map`)
 //! created with the first snapshot; a record too large for a map entry (a deadlist with many
 //! intervals) goes into a blob object of its own, and the entry holds its number (an indirect
@@ -28,6 +31,7 @@
 
 use crate::EngineError;
 use crate::core::{PendingSnapshot, PoolCore};
+use crate::snapshot_stats::SnapshotChange;
 use cairn_dataset::snapshots::{NewSnapshot, SnapshotTable};
 use cairn_dataset::{DatasetDirectory, DatasetError};
 use cairn_format::ObjectType;
@@ -78,6 +82,7 @@ impl PoolCore {
             let (dataset, prev_snap_txg) = match change {
                 PendingSnapshot::Create { dataset, name, id } => {
                     let record = directory.get(&dataset)?;
+                    let snapshot = format!("{dataset}@{name}");
                     table.create(NewSnapshot {
                         id,
                         dataset_id: record.id,
@@ -87,6 +92,8 @@ impl PoolCore {
                         objset_bp: record.objset_bp()?,
                         referenced_bytes: record.used_bytes,
                     })?;
+                    self.snapshot_stats
+                        .note(SnapshotChange::Created { snapshot });
                     (dataset, Some(txg))
                 }
                 PendingSnapshot::Destroy { dataset, name } => {
@@ -94,6 +101,12 @@ impl PoolCore {
                     for bp in &destroyed.free_now {
                         self.mos.cached_io().free_block(bp, txg);
                     }
+                    let snapshot = format!("{dataset}@{name}");
+                    self.snapshot_stats.follow_frees(&table, txg, &snapshot);
+                    self.snapshot_stats.note(SnapshotChange::Destroyed {
+                        snapshot,
+                        freed_bytes: destroyed.freed.allocated_bytes,
+                    });
                     (dataset, destroyed.prev_snap_txg)
                 }
             };
@@ -103,14 +116,37 @@ impl PoolCore {
                 heads.push((objset.clone(), prev_snap_txg));
             }
         }
-        table.process_frees(&self.mos, self.free_entries_per_txg, &mut |bp| {
-            self.mos.cached_io().free_block(bp, txg);
-        })?;
-        table.process_tree_frees(&self.io, self.free_entries_per_txg, &mut |bp| {
-            self.mos.cached_io().free_block(bp, txg);
-        })?;
+        self.background_frees(txg, &mut table)?;
         refresh_snapshot_bytes(&mut directory, &table);
         Ok(heads)
+    }
+
+    /// This txg's share of background frees (step 3), counted; a free that finishes is noted
+    /// (`snapshot_stats.rs`).
+    fn background_frees(&self, txg: u64, table: &mut SnapshotTable) -> Result<(), EngineError> {
+        if !table.has_background_frees() {
+            return Ok(());
+        }
+        // Work no command of this process queued: left by a destroy before the import.
+        self.snapshot_stats
+            .follow_frees(table, txg, "a destroy from before this import");
+        let mut deadlist_blocks_freed = 0;
+        let deadlist_entries_scanned =
+            table.process_frees(&self.mos, self.free_entries_per_txg, &mut |bp| {
+                self.mos.cached_io().free_block(bp, txg);
+                deadlist_blocks_freed += 1;
+            })?;
+        let tree_blocks_freed =
+            table.process_tree_frees(&self.io, self.free_entries_per_txg, &mut |bp| {
+                self.mos.cached_io().free_block(bp, txg);
+            })?;
+        self.snapshot_stats.note(SnapshotChange::FreeWork {
+            deadlist_entries_scanned,
+            deadlist_blocks_freed,
+            tree_blocks_freed,
+        });
+        self.snapshot_stats.frees_done(table, txg);
+        Ok(())
     }
 
     /// Step 3: writes the records changed since the last sync into the MOS in `txg`; true if
@@ -309,6 +345,15 @@ impl PoolCore {
         record.used_bytes = referenced;
         refresh_snapshot_bytes(&mut directory, &table);
         self.objsets.lock().insert(dataset.to_string(), objset);
+        self.snapshot_stats.follow_frees(
+            &table,
+            txg,
+            &format!("the head of {dataset} rolled back to @{snapshot}"),
+        );
+        self.snapshot_stats.note(SnapshotChange::RolledBack {
+            snapshot: format!("{dataset}@{snapshot}"),
+            freeing_bytes: written,
+        });
         Ok(())
     }
 }

@@ -5,6 +5,10 @@
 //! A snapshot needs no space of its own beyond a record, so it is never refused for a full
 //! pool. Every name is checked, and every snapshot of one call validated, before the txg: one
 //! bad name or an existing snapshot refuses the whole call and changes nothing.
+//!
+//! Every command that completes (snapshot, destroy, rollback; clone and promote in
+//! `clones.rs`) adds its wait, from the call until its change is durable, to the pool's
+//! snapshot command latency (`snapshot_stats.rs`).
 
 use crate::EngineError;
 use crate::core::PendingSnapshot;
@@ -55,6 +59,7 @@ impl Pool {
     /// descendant of each dataset under the same snapshot name, all in one txg: all exist on
     /// return, durable, or none does. Returns the snapshots' full names, sorted.
     pub fn snapshot(&self, names: &[String], recursive: bool) -> Result<Vec<String>, EngineError> {
+        let started = std::time::Instant::now();
         if names.is_empty() {
             return Err(DatasetError::InvalidName {
                 name: String::new(),
@@ -98,6 +103,7 @@ impl Pool {
                 Ok(())
             })?;
             if taken.load(Ordering::SeqCst) {
+                self.core.snapshot_stats.command_done(started);
                 return Ok(created);
             }
         }
@@ -126,6 +132,7 @@ impl Pool {
         destroy_newer: bool,
         force: bool,
     ) -> Result<(), EngineError> {
+        let started = std::time::Instant::now();
         let parsed = SnapshotName::parse(name)?;
         let (_, target_txg) = self.snapshot_root(name)?;
         let newer: Vec<String> = self
@@ -179,6 +186,7 @@ impl Pool {
             }
             core.rollback_head(txg, &parsed.dataset, &parsed.snapshot)
         })?;
+        self.core.snapshot_stats.command_done(started);
         crate::core::reclaim_deferred(&self.core, self.txg_engine()?);
         Ok(())
     }
@@ -186,6 +194,7 @@ impl Pool {
     /// Destroys the snapshots `names` (of one dataset or several) in one txg, oldest first:
     /// all or none (each must exist and have no user hold). Durable on return.
     pub fn destroy_snapshots(&self, names: &[String]) -> Result<(), EngineError> {
+        let started = std::time::Instant::now();
         let parsed = self.destroy_plan(names)?;
         for name in &parsed {
             self.refuse_if_open(&name.to_string())?;
@@ -207,6 +216,7 @@ impl Pool {
             }
             Ok(())
         })?;
+        self.core.snapshot_stats.command_done(started);
         Ok(())
     }
 

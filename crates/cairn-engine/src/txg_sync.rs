@@ -173,6 +173,8 @@ impl PoolCore {
         for (objset, prev_snap_txg) in new_snapshot_heads {
             objset.set_prev_snap_txg(prev_snap_txg);
         }
+        // Snapshot changes of this txg are durable now: counted and announced.
+        self.snapshot_stats.committed(txg);
         if let Some(result) = mos_synced {
             self.mos.publish(result);
         }

@@ -1,4 +1,4 @@
-//! `-j`: JSON output of `pool list`, `pool status`, `list` and `diff --blocks`, for programs (as OpenZFS 2.3's
+//! `-j`: JSON output of `pool list`, `pool status`, `list`, `diff --blocks` and `stat snapshots`, for programs (as OpenZFS 2.3's
 //! `zpool status -j`).
 //!
 //! Every document has the same envelope: `output_version` (the command, and a major/minor
@@ -221,4 +221,14 @@ mod tests {
         assert_eq!(value["output_version"]["vers_major"], VERSION_MAJOR);
         assert_eq!(value["datasets"]["tank"]["value"], "8192");
     }
+}
+
+/// `stat snapshots -j`: one pool's snapshot counters and levels.
+#[derive(Serialize)]
+pub struct SnapshotStatsEntry {
+    pub name: String,
+    /// Whether the counters are a server's (else they cover only this command).
+    pub served: bool,
+    #[serde(flatten)]
+    pub stats: cairn_engine::SnapshotStatsSnapshot,
 }

@@ -231,6 +231,18 @@ enum StatCommand {
         #[command(flatten)]
         format: ListFormat,
     },
+    /// Snapshots: snapshots taken and destroyed, clones, promotes, rollbacks, background frees
+    /// (deadlist entries scanned, blocks freed, txgs), freeing, what deadlists hold, and the
+    /// latency of snapshot commands (call to durable).
+    Snapshots {
+        #[command(flatten)]
+        format: ListFormat,
+        /// JSON output (fields documented in docs/json.md).
+        #[arg(short = 'j', conflicts_with_all = ["scripted", "exact"])]
+        json: bool,
+        /// Pools to show (default: every imported pool).
+        pools: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -653,6 +665,11 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
         Command::Stat(StatCommand::L2arc { format, args }) => stat_cmd::l2arc(ctx, format, &args),
         Command::Stat(StatCommand::Memory { format }) => stat_cmd::memory(ctx, format),
         Command::Stat(StatCommand::Fs { format, pools }) => stat_cmd::fs(ctx, format, &pools),
+        Command::Stat(StatCommand::Snapshots {
+            format,
+            json,
+            pools,
+        }) => stat_cmd::snapshots(ctx, format, json, &pools),
     }
 }
 

@@ -19,6 +19,13 @@
 //! recorded without reading their block first, merged at once with a block in memory, merged
 //! by a txg sync, and merges whose old block could not be read.
 //!
+//! `cairn stat snapshots [POOL...]`: per pool, snapshots taken and destroyed, clones created,
+//! promotes, rollbacks and datasets destroyed; the background frees' work (deadlist entries
+//! scanned, blocks freed from deadlists and from dead trees, txgs that did some); the levels
+//! now (snapshots, what deadlists hold, `freeing`); and how long snapshot commands waited from
+//! call to durable (p50/p99/max). `-j` prints them as JSON (docs/json.md), `-H` as
+//! `POOL.field<TAB>value` lines.
+//!
 //! With `-H` both print `name<TAB>value` lines for scripts, as `stat arc -H` does: names are
 //! `DATASET.counter` and `POOL.logdevN.counter` (zil), `POOL.pipeline.counter`,
 //! `POOL.leafN.counter` and `POOL.cacheN.counter` (io), each device's path on a `….name` line; latencies in microseconds.
@@ -717,5 +724,100 @@ fn l2arc_table(ctx: &Context, format: ListFormat, pools: &[String]) -> Result<()
             );
         }
     }
+    Ok(())
+}
+
+/// `cairn stat snapshots`: each pool's snapshot counters, levels and command latency.
+pub fn snapshots(ctx: &Context, format: ListFormat, json: bool, pools: &[String]) -> Result<()> {
+    let request = AdminRequest::SnapshotStats {
+        pools: pools.to_vec(),
+    };
+    let sample = match remote::call(ctx, request)? {
+        AdminReply::SnapshotStats(sample) => sample,
+        other => return Err(remote::unexpected(&other)),
+    };
+    if json {
+        let entries: std::collections::BTreeMap<String, crate::json::SnapshotStatsEntry> = sample
+            .pools
+            .into_iter()
+            .map(|(name, stats)| {
+                let entry = crate::json::SnapshotStatsEntry {
+                    name: name.clone(),
+                    served: sample.served,
+                    stats,
+                };
+                (name, entry)
+            })
+            .collect();
+        say_raw!(
+            ctx,
+            "{}",
+            crate::json::pools("cairn stat snapshots", &entries)?
+        );
+        return Ok(());
+    }
+    if format.scripted {
+        for (name, stats) in &sample.pools {
+            for (field, value) in stats.fields() {
+                say_raw!(ctx, "{name}.{field}\t{value}\n");
+            }
+        }
+        return Ok(());
+    }
+    let mut table = Table::new(vec![
+        Column::left("POOL"),
+        Column::right("SNAPS"),
+        Column::right("CREATED"),
+        Column::right("DESTROYED"),
+        Column::right("CLONES"),
+        Column::right("PROMOTES"),
+        Column::right("ROLLBACKS"),
+        Column::right("DS-DESTR"),
+        Column::right("HELD"),
+        Column::right("HELD-BLK"),
+        Column::right("FREEING"),
+        Column::right("SCANNED"),
+        Column::right("FREED-BLK"),
+        Column::right("TREE-BLK"),
+        Column::right("FREE-TXGS"),
+        Column::right("CMDS"),
+        Column::right("P50"),
+        Column::right("P99"),
+        Column::right("MAX"),
+    ]);
+    let (size, micros) = (
+        |bytes: u64| human::size(bytes, format.exact),
+        |us: u64| human::micros(us, format.exact),
+    );
+    for (name, s) in &sample.pools {
+        table.push(vec![
+            name.clone(),
+            s.snapshots.to_string(),
+            s.snapshots_created.to_string(),
+            s.snapshots_destroyed.to_string(),
+            s.clones_created.to_string(),
+            s.promotes.to_string(),
+            s.rollbacks.to_string(),
+            s.datasets_destroyed.to_string(),
+            size(s.deadlist_bytes),
+            s.deadlist_entries.to_string(),
+            size(s.freeing_bytes),
+            s.deadlist_entries_scanned.to_string(),
+            s.deadlist_blocks_freed.to_string(),
+            s.tree_blocks_freed.to_string(),
+            s.background_free_txgs.to_string(),
+            s.commands.to_string(),
+            micros(s.command_latency_p50_us),
+            micros(s.command_latency_p99_us),
+            micros(s.command_latency_max_us),
+        ]);
+    }
+    if !sample.served {
+        say!(
+            ctx,
+            "no server is running: counters cover only this command (start `cairn serve`)"
+        );
+    }
+    say_raw!(ctx, "{}", table.render(false));
     Ok(())
 }

@@ -11,6 +11,10 @@
 //!   `target/tmp/analytics-page.png` (CARGO_TARGET_TMPDIR) as the CI artifact.
 //! - The endpoint itself: 404 and 405 where due, the OpenMetrics content type, and a refusal
 //!   to listen beyond loopback without TLS.
+//! - Snapshots (issue 34): after snapshots and overwrites, `/metrics` counts them
+//!   (`cairn_snapshot_*`) and gives each dataset's used and usedbysnapshots bytes as `get -p`
+//!   shows them; `/api/status` carries the same per dataset, and the page's snapshot table
+//!   draws a row for the volume with what its snapshots hold.
 
 mod nbd_common;
 
@@ -330,6 +334,11 @@ fn the_page_draws_heatmaps_and_updates_live_in_headless_chromium() {
             rounds
         })
     };
+    // A snapshot the workload's overwrites then hold blocks of; the second one's txg
+    // carries them, so usedbysnapshots is set before the page opens.
+    env.ok(&["snapshot", "tank/vol@first"]);
+    std::thread::sleep(Duration::from_millis(500));
+    env.ok(&["snapshot", "tank/vol@second"]);
     // A few seconds of history before the page opens.
     std::thread::sleep(Duration::from_secs(3));
     let artifacts = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
@@ -360,6 +369,22 @@ fn the_page_draws_heatmaps_and_updates_live_in_headless_chromium() {
         seen["final"]["heatCells"].as_u64().unwrap_or(0) > 0,
         "{seen}"
     );
+    // The snapshot space table: a row for the volume, [name, used, usedbysnapshots], its
+    // snapshots holding part of what it uses.
+    let rows = seen["final"]["snapshotRows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let vol = rows
+        .iter()
+        .find(|row| row[0] == "tank/vol")
+        .unwrap_or_else(|| panic!("no snapshot row for tank/vol: {seen}"));
+    let (used, held) = (vol[1].as_u64().unwrap_or(0), vol[2].as_u64().unwrap_or(0));
+    assert!(
+        held > 0 && held <= used,
+        "tank/vol: used {used}, snapshots {held}: {seen}"
+    );
+    assert!(rows.iter().any(|row| row[0] == "tank"), "{seen}");
     let png = std::fs::read(&screenshot).expect("screenshot written");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,
@@ -367,6 +392,93 @@ fn the_page_draws_heatmaps_and_updates_live_in_headless_chromium() {
         screenshot.display()
     );
     eprintln!("page screenshot: {}", screenshot.display());
+}
+
+/// The value of the series `series` (name and labels, exactly) in an exposition.
+fn metric_value(body: &str, series: &str) -> f64 {
+    body.lines()
+        .find_map(|line| line.strip_prefix(&format!("{series} ")))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in /metrics:\n{body}"))
+}
+
+/// A snapshot, an overwrite and a second snapshot (whose txg carries the overwrite): the
+/// snapshot counters, the command latency and each dataset's space appear in `/metrics`,
+/// equal to what `get -p` shows, and `/api/status` carries the per-dataset figures.
+fn snapshot_metrics(env: &Env, server: &Server, address: &str) {
+    env.ok(&["snapshot", "tank/vol@one"]);
+    qemu_io_ok(&server.uri("tank/vol"), &["write -P 9 0 64k", "flush"]);
+    env.ok(&["snapshot", "tank/vol@two"]);
+    let (_, _, body) = http_get(address, "/metrics");
+    let tank = "{pool=\"tank\"}";
+    assert_eq!(
+        metric_value(&body, &format!("cairn_snapshot_created_total{tank}")),
+        2.0
+    );
+    assert_eq!(
+        metric_value(&body, &format!("cairn_snapshot_count{tank}")),
+        2.0
+    );
+    assert_eq!(
+        metric_value(&body, &format!("cairn_snapshot_destroyed_total{tank}")),
+        0.0
+    );
+    assert_eq!(
+        metric_value(&body, &format!("cairn_snapshot_freeing_bytes{tank}")),
+        0.0
+    );
+    assert_eq!(
+        metric_value(
+            &body,
+            &format!("cairn_snapshot_command_latency_seconds_count{tank}")
+        ),
+        2.0
+    );
+    let get = |property: &str| -> f64 {
+        env.ok(&["get", "-H", "-p", "-o", "value", property, "tank/vol"])
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("get {property}"))
+    };
+    let vol = "{pool=\"tank\",dataset=\"tank/vol\"}";
+    let held = metric_value(&body, &format!("cairn_dataset_snapshots_used_bytes{vol}"));
+    assert!(held >= 65536.0, "@one holds the overwritten 64k: {held}");
+    assert_eq!(held, get("usedbysnapshots"));
+    assert_eq!(
+        metric_value(&body, &format!("cairn_dataset_used_bytes{vol}")),
+        get("used")
+    );
+    assert!(
+        metric_value(&body, &format!("cairn_snapshot_deadlist_bytes{tank}")) >= held,
+        "{body}"
+    );
+    assert!(body.contains("cairn_dataset_used_bytes{pool=\"tank\",dataset=\"tank\"}"));
+    // The status the page reads: refreshed once a second.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, _, text) = http_get(address, "/api/status");
+        let value: serde_json::Value = serde_json::from_str(&text).expect("status JSON");
+        let pool = &value["pools"][0];
+        let row = pool["dataset_space"]
+            .as_array()
+            .and_then(|rows| rows.iter().find(|row| row["name"] == "tank/vol"))
+            .cloned();
+        if let Some(row) = row
+            && row["snapshots_bytes"].as_f64() == Some(held)
+        {
+            assert!(
+                row["used_bytes"].as_u64() >= row["referenced_bytes"].as_u64(),
+                "{row}"
+            );
+            assert_eq!(pool["snapshots"]["snapshots"], 2, "{value}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot space in /api/status: {value}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 #[test]
@@ -414,6 +526,7 @@ fn the_endpoint_answers_what_it_serves_and_refuses_exposure_without_tls() {
             "{family} missing from /metrics:\n{body}"
         );
     }
+    snapshot_metrics(&env, &server, &address);
     assert_eq!(http_get(&address, "/nothing-here").0, 404);
     assert_eq!(http_request(&address, "POST", "/metrics").0, 405);
     let (status, _, page) = http_get(&address, "/");

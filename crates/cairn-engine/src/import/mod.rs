@@ -245,6 +245,7 @@ fn pool_core(
         pending_snapshots: Mutex::new(Vec::new()),
         scan_floors: Mutex::new(BTreeMap::new()),
         clean_through: Mutex::new(BTreeMap::new()),
+        snapshot_stats: Default::default(),
     }
 }
 

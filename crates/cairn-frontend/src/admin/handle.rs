@@ -114,6 +114,9 @@ pub fn handle_observed(
         }
         AdminRequest::FsStats { pools } => AdminReply::FsStats(stats::fs(access, &pools)),
         AdminRequest::MemoryStats => AdminReply::MemoryStats(stats::memory(access)),
+        AdminRequest::SnapshotStats { pools } => {
+            AdminReply::SnapshotStats(stats::snapshots(access, &pools, &mut notes)?)
+        }
         AdminRequest::Datasets { pools } => {
             AdminReply::Datasets(dataset_rows::pool_datasets(access, &pools, &mut notes)?)
         }

@@ -14,7 +14,7 @@ use super::dataset_rows::PoolDatasets;
 use super::import_request::{ImportOutcome, ImportRequest};
 use super::mirrors::{Cleared, MirrorChange, MirrorOutcome};
 use super::samples::{ArcSample, DatasetIoSample, DeviceIoSample, L2arcSample};
-use super::stats::{FsSample, IoSample, MemorySample, ZilSample};
+use super::stats::{FsSample, IoSample, MemorySample, SnapshotSample, ZilSample};
 use super::views::PoolViews;
 use crate::fuse::Unmounted;
 use cairn_dataset::ScrubRecord;
@@ -80,6 +80,8 @@ pub enum AdminRequest {
     FsStats { pools: Vec<String> },
     /// `stat memory`: the memory budget and resident memory.
     MemoryStats,
+    /// `stat snapshots`: snapshot counters of `pools` (every pool when empty).
+    SnapshotStats { pools: Vec<String> },
     /// The user holds of snapshots `names`.
     Holds { names: Vec<String> },
     /// `destroy -n`: what destroying snapshots `name` (`dataset@snap` or a range
@@ -284,6 +286,7 @@ pub enum AdminReply {
     IoStats(IoSample),
     FsStats(Vec<FsSample>),
     MemoryStats(MemorySample),
+    SnapshotStats(SnapshotSample),
 }
 
 /// The byte ranges of a volume that differ between two of its versions

@@ -1,4 +1,4 @@
-//! The subsystem statistics of `stat zil | io | fs | memory`: what the process that has the
+//! The subsystem statistics of `stat zil | io | fs | memory | snapshots`: what the process that has the
 //! pools open (a server, or the front end's own process) counted, taken where it was counted
 //! and carried as plain data. Every reply says whether it is a server's (`served`): a one-shot
 //! process's counters cover only its own request.
@@ -12,6 +12,7 @@ use super::failures::skip_unavailable;
 use super::samples::{Counters, counters};
 use crate::PoolAccess;
 use cairn_engine::LogDeviceUse;
+use cairn_engine::SnapshotStatsSnapshot;
 use cairn_engine::ZilStatsSnapshot;
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +71,14 @@ pub struct CallCounters {
     pub p50_us: u64,
     pub p99_us: u64,
     pub max_us: u64,
+}
+
+/// `stat snapshots`: each pool's snapshot counters (commands, background frees) and levels
+/// (freeing, deadlists held), with the latency of snapshot commands.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotSample {
+    pub served: bool,
+    pub pools: Vec<(String, SnapshotStatsSnapshot)>,
 }
 
 /// `stat memory`: the budget's parts (name, limit, what it holds now where counted) and the
@@ -131,6 +140,26 @@ pub(super) fn io(
                     })
                     .collect(),
             });
+        }
+    }
+    Ok(sample)
+}
+
+pub(super) fn snapshots(
+    access: &PoolAccess,
+    pools: &[String],
+    notes: &mut Vec<String>,
+) -> Result<SnapshotSample, AdminError> {
+    let mut sample = SnapshotSample {
+        served: access.served.is_some(),
+        pools: Vec::new(),
+    };
+    for name in access.pools_or_all(pools)? {
+        let opened = access.with_pool(&name, false, |pool| {
+            Ok::<_, AdminError>(pool.snapshot_stats())
+        });
+        if let Some(stats) = skip_unavailable(opened, !pools.is_empty(), notes)? {
+            sample.pools.push((name, stats));
         }
     }
     Ok(sample)

@@ -2,7 +2,7 @@
 //! escaping, `_total` and histogram series are the crate's, not hand-formatted).
 //!
 //! Naming: every metric starts with `cairn_`, then the layer (`dataset`, `zil`, `device`,
-//! `pool`, `pipeline`, `arc`, `l2arc`, `process`); units are in the name (`_bytes`,
+//! `pool`, `pipeline`, `arc`, `l2arc`, `snapshot`, `process`); units are in the name (`_bytes`,
 //! `_seconds`, `_ratio`); counters get `_total` from the encoder. Labels: `pool`, `dataset`,
 //! `protocol` (nbd, fuse), `op`, `device`, `role` (data, log, cache), `state`. Latencies are
 //! histograms on the analytics' shared buckets (1 µs to 67 s, powers of two). Health is a
@@ -768,6 +768,68 @@ fn pool_txgs(families: &mut Families, labels: &Labels, txg: &cairn_pool::txg::Tx
     }
 }
 
+/// A pool's snapshot counters and levels (`cairn stat snapshots`) as `cairn_snapshot_*`, the
+/// command latency as a histogram (its percentiles are left to queries), and each dataset's
+/// space with what its snapshots hold.
+fn snapshots(families: &mut Families, sample: &super::sample::PoolSample) {
+    let labels = vec![("pool", sample.name.clone())];
+    for (field, value) in sample.snapshots.fields() {
+        if field.starts_with("command") {
+            continue;
+        }
+        // `cairn_snapshot_created_total`, not `cairn_snapshot_snapshots_created_total`.
+        let name = match field {
+            "snapshots" => "count",
+            other => other.strip_prefix("snapshots_").unwrap_or(other),
+        };
+        if cairn_engine::SnapshotStatsSnapshot::is_level(field) {
+            families.gauge(
+                format!("cairn_snapshot_{name}"),
+                "snapshot level (see cairn stat snapshots)",
+                labels.clone(),
+                value as f64,
+            );
+        } else {
+            families.counter(
+                counter_name("cairn_snapshot", name),
+                "snapshot counter (see cairn stat snapshots)",
+                labels.clone(),
+                value,
+            );
+        }
+    }
+    families.histogram(
+        "cairn_snapshot_command_latency_seconds",
+        "time snapshot commands waited, from the call until the change was durable",
+        labels,
+        &sample.snapshot_latency,
+    );
+    for dataset in &sample.dataset_space {
+        let labels = vec![
+            ("pool", sample.name.clone()),
+            ("dataset", dataset.name.clone()),
+        ];
+        families.gauge(
+            "cairn_dataset_used_bytes",
+            "space the dataset uses: itself, its snapshots and its children (used)",
+            labels.clone(),
+            dataset.used_bytes as f64,
+        );
+        families.gauge(
+            "cairn_dataset_referenced_bytes",
+            "bytes the dataset's head references (referenced)",
+            labels.clone(),
+            dataset.referenced_bytes as f64,
+        );
+        families.gauge(
+            "cairn_dataset_snapshots_used_bytes",
+            "bytes only the dataset's snapshots hold (usedbysnapshots)",
+            labels,
+            dataset.snapshots_bytes as f64,
+        );
+    }
+}
+
 fn families_of(sample: &Sample) -> Families {
     let mut families = Families::default();
     families.gauge(
@@ -812,6 +874,7 @@ fn families_of(sample: &Sample) -> Families {
     }
     for p in &sample.pools {
         pool(&mut families, p);
+        snapshots(&mut families, p);
         datasets(&mut families, &p.name, p);
         devices(&mut families, &p.name, p);
     }

@@ -1,6 +1,7 @@
 //! One look at everything a server can show: `Sample::take` reads the counters and histograms
 //! every layer already keeps (front ends' per-dataset operations, intent logs, device queues,
-//! the pipeline, txgs, ARC and L2ARC, pool health) and copies them out. Nothing here is on an
+//! the pipeline, txgs, ARC and L2ARC, pool health, snapshot counters and each dataset's space
+//! with what its snapshots hold) and copies them out. Nothing here is on an
 //! I/O path: taking a sample costs the same short lock holds a `cairn stat` command costs, and
 //! only happens when someone scrapes or the history ticks.
 //!
@@ -180,6 +181,12 @@ pub struct PoolSample {
     pub l2arc: Option<Vec<(&'static str, u64)>>,
     /// The scrub running now, if any.
     pub scrub_running: Option<cairn_engine::ScrubProgress>,
+    /// Snapshot counters and levels (`cairn stat snapshots`).
+    pub snapshots: cairn_engine::SnapshotStatsSnapshot,
+    /// How long snapshot commands waited, call to durable.
+    pub snapshot_latency: LatencyBuckets,
+    /// Every dataset's `used`, `referenced` and `usedbysnapshots`, by name.
+    pub dataset_space: Vec<cairn_engine::DatasetSpaceFigures>,
 }
 
 /// Everything a server can show, at one moment.
@@ -317,6 +324,9 @@ fn pool_sample(pool: &Pool, datasets: Vec<DatasetSample>) -> PoolSample {
         txg_history,
         l2arc: pool.l2arc_fields(),
         scrub_running: pool.scrub_progress(),
+        snapshots: pool.snapshot_stats(),
+        snapshot_latency: LatencyBuckets::from_histogram(&pool.snapshot_command_latency()),
+        dataset_space: pool.dataset_space(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The state panels' data (`/api/status`): what is true now rather than a rate — each pool's
 //! vdev tree with health and error counts, cache devices, scrub and resilver progress, the most
-//! recent txgs (open, quiesce and sync times, dirty bytes, throttle), and the names the page
-//! offers to drill into (datasets with their protocol, devices with their role).
+//! recent txgs (open, quiesce and sync times, dirty bytes, throttle), each dataset's space with
+//! what its snapshots hold and the snapshot levels, and the names the page offers to drill
+//! into (datasets with their protocol, devices with their role).
 
 use super::sample::Sample;
 use serde_json::{Value, json};
@@ -66,6 +67,17 @@ fn pool_json(pool: &super::sample::PoolSample) -> Value {
         "datasets": pool.datasets.iter().map(|d| json!({"name": d.dataset, "protocol": d.protocol})).collect::<Vec<_>>(),
         "intent_logs": pool.intent_logs.iter().map(|l| l.dataset.clone()).collect::<Vec<_>>(),
         "devices": pool.devices.iter().map(|d| json!({"name": d.device.name, "role": d.device.role.as_str()})).collect::<Vec<_>>(),
+        "dataset_space": pool.dataset_space.iter().map(|d| json!({
+            "name": d.name,
+            "used_bytes": d.used_bytes,
+            "referenced_bytes": d.referenced_bytes,
+            "snapshots_bytes": d.snapshots_bytes,
+        })).collect::<Vec<_>>(),
+        "snapshots": {
+            "snapshots": pool.snapshots.snapshots,
+            "freeing_bytes": pool.snapshots.freeing_bytes,
+            "deadlist_bytes": pool.snapshots.deadlist_bytes,
+        },
         "l2arc": pool.l2arc.as_ref().map(|fields| fields.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>()),
     })
 }

@@ -15,8 +15,9 @@ const state = {
   series: {},
   heat: {},
   status: null,
-  // Read by tests: how many heatmap cells were drawn last time, updates applied, and when.
-  page: { heatCells: 0, updates: 0, lastUpdateMs: 0, errors: 0 },
+  // Read by tests: how many heatmap cells were drawn last time, updates applied, and when;
+  // the rows of the snapshot space table (dataset, used, usedbysnapshots in bytes).
+  page: { heatCells: 0, updates: 0, lastUpdateMs: 0, errors: 0, snapshotRows: [] },
 };
 window.cairnPage = state.page;
 
@@ -479,6 +480,47 @@ function drawHealth() {
   }
 }
 
+// Each dataset of the selected pool: used, referenced and what only its snapshots hold, with
+// a bar of used split into the snapshots' share and the rest (bars on the pool's largest used).
+function drawSnapshots() {
+  const host = $("snapshots");
+  const pool = currentPool();
+  host.innerHTML = "";
+  state.page.snapshotRows = [];
+  if (!pool) { host.textContent = "no pools served"; return; }
+  const s = pool.snapshots;
+  $("snap-title").textContent = s.snapshots + " snapshots, deadlists hold " + fmtBytes(s.deadlist_bytes) +
+    (s.freeing_bytes ? ", freeing " + fmtBytes(s.freeing_bytes) : "");
+  const table = document.createElement("table");
+  table.className = "snapspace";
+  const head = document.createElement("tr");
+  for (const h of ["dataset", "used", "refer", "snapshots", ""]) { const th = document.createElement("th"); th.textContent = h; head.appendChild(th); }
+  table.appendChild(head);
+  const max = Math.max(1, ...pool.dataset_space.map((d) => d.used_bytes));
+  for (const d of pool.dataset_space) {
+    const tr = document.createElement("tr");
+    const bar = document.createElement("td");
+    bar.className = "bar";
+    const rest = document.createElement("span");
+    rest.className = "used";
+    rest.style.width = (100 * Math.max(0, d.used_bytes - d.snapshots_bytes) / max).toFixed(1) + "%";
+    const snaps = document.createElement("span");
+    snaps.className = "snaps";
+    snaps.style.width = (100 * d.snapshots_bytes / max).toFixed(1) + "%";
+    bar.append(rest, snaps);
+    tr.append(cell(d.name), cell(fmtBytes(d.used_bytes), "num"), cell(fmtBytes(d.referenced_bytes), "num"),
+      cell(fmtBytes(d.snapshots_bytes), "num"), bar);
+    tr.title = d.name + ": snapshots hold " + d.snapshots_bytes + " of " + d.used_bytes + " bytes used";
+    table.appendChild(tr);
+    state.page.snapshotRows.push([d.name, d.used_bytes, d.snapshots_bytes]);
+  }
+  host.appendChild(table);
+  const legend = document.createElement("p");
+  legend.className = "legend";
+  legend.innerHTML = '<span class="swatch used"></span> used by the dataset and its children <span class="swatch snaps"></span> held only by its snapshots (usedbysnapshots)';
+  host.appendChild(legend);
+}
+
 function drawAll() {
   updateSelectors();
   drawLatency();
@@ -487,6 +529,7 @@ function drawAll() {
   drawTxgs();
   drawZil();
   drawArc();
+  drawSnapshots();
   drawHealth();
 }
 
