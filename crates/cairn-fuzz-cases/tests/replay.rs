@@ -546,11 +546,13 @@ mod seeds {
     }
 
     /// (target, file name, bytes) of every seed.
-    /// A snapshot-table record of kind `kind` (0 snapshot, 1 head, 2 free work) as the fuzz
-    /// case takes it: the kind byte, then the value.
+    /// A snapshot-table record of kind `kind` (0 snapshot, 1 head, 2 free work, 3 origin, 4
+    /// tree free, 5 bookmark) as the fuzz case takes it: the kind byte, then the value.
     fn snapshot_record_seed(kind: u8) -> Vec<u8> {
         use cairn_dataset::deadlist::{DeadSpace, Deadlist, DeadlistPart, DeadlistPhys, FreeScan};
-        use cairn_dataset::snapshots::{FreeWork, Record, Snapshot, SnapshotInfo, SnapshotTable};
+        use cairn_dataset::snapshots::{
+            Bookmark, FreeWork, Record, Snapshot, SnapshotInfo, SnapshotTable, TreeFree,
+        };
         let deadlist = Deadlist::from_phys(&DeadlistPhys {
             parts: vec![DeadlistPart {
                 object: 70,
@@ -588,6 +590,27 @@ mod seeds {
                 deadlist,
             }),
             1 => Record::Head(u64::from(kind), deadlist),
+            3 => Record::Origin(u64::from(kind), 12),
+            4 => Record::TreeFree(
+                u64::from(kind),
+                TreeFree {
+                    root: block_pointer(ObjectType::ObjsetRoot, 0, 0xa000, 40)
+                        .to_bytes()
+                        .to_vec(),
+                    born_after_txg: 20,
+                    path: vec![0, 3, 17],
+                    remaining_bytes: 1 << 20,
+                },
+            ),
+            5 => Record::Bookmark(Bookmark {
+                id: u64::from(kind),
+                dataset_id: 2,
+                name: "monday".into(),
+                created_txg: 50,
+                creation_ms: 1_700_000_000_000,
+                snapshot_id: 9,
+                referenced_bytes: 1 << 20,
+            }),
             _ => Record::Free(
                 u64::from(kind),
                 FreeWork {
@@ -711,6 +734,9 @@ mod seeds {
             ("snapshot_record", "snapshot", snapshot_record_seed(0)),
             ("snapshot_record", "head", snapshot_record_seed(1)),
             ("snapshot_record", "free-work", snapshot_record_seed(2)),
+            ("snapshot_record", "origin", snapshot_record_seed(3)),
+            ("snapshot_record", "tree-free", snapshot_record_seed(4)),
+            ("snapshot_record", "bookmark", snapshot_record_seed(5)),
             (
                 "dataset_directory",
                 "empty",
@@ -809,11 +835,7 @@ fn seeds_are_valid_encodings() {
             "snapshot_record" => {
                 use cairn_dataset::snapshots::{RecordKey, SnapshotTable};
                 let (&kind, value) = bytes.split_first().expect("a kind byte");
-                let key = match kind % 3 {
-                    0 => RecordKey::Snapshot(u64::from(kind)),
-                    1 => RecordKey::Head(u64::from(kind)),
-                    _ => RecordKey::Free(u64::from(kind)),
-                };
+                let key: RecordKey = cairn_fuzz_cases::snapshot_record::key_of_kind(kind);
                 SnapshotTable::decode_record(&key.encode(), value)
                     .map(|_| ())
                     .map_err(|err| err.to_string())
