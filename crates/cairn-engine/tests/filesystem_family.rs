@@ -321,3 +321,31 @@ fn a_file_of_several_blocks_keeps_its_block_size_when_recordsize_grows() {
     assert!(report.is_clean(), "{:?}", report.problems());
     pool.close().unwrap();
 }
+
+/// A filesystem opened here and no longer held (every handle dropped) rolls back, and opens
+/// again with the snapshot's files; while a handle is held (a mount), rollback is refused and
+/// changes nothing.
+#[test]
+fn a_filesystem_no_one_holds_rolls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let pool = create_mirror(&paths, plain_opener());
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
+    let (object, _) = fs.create(fs.root(), b"f", file(0o644)).unwrap();
+    fs.write(object, 0, b"before").unwrap();
+    pool.snapshot(&["tank/fs@a".to_string()], false).unwrap();
+    fs.write(object, 0, b"AFTER!").unwrap();
+    fs.create(fs.root(), b"g", file(0o644)).unwrap();
+    let err = pool.rollback("tank/fs@a", false, false).unwrap_err();
+    assert!(err.to_string().contains("mounted"), "{err}");
+    assert_eq!(fs.read(object, 0, 16).unwrap(), b"AFTER!");
+    drop(fs);
+    pool.rollback("tank/fs@a", false, false).unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let files = read_files(&fs).unwrap();
+    assert_eq!(files, Files::from([("f".to_string(), b"before".to_vec())]));
+    drop(fs);
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems());
+    pool.close().unwrap();
+}

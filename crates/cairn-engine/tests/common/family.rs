@@ -96,51 +96,7 @@ pub fn assert_family<M>(pool: &Pool, family: &Family<M>) {
             .iter()
             .map(|(s, _)| blocks_of(pool, &format!("{dataset}@{s}")))
             .collect();
-        let listings = pool.snapshots(Some(dataset)).unwrap();
-        let names: Vec<String> = snaps
-            .iter()
-            .map(|(s, _)| format!("{dataset}@{s}"))
-            .collect();
-        let listed: Vec<String> = listings.iter().map(|l| l.name.clone()).collect();
-        assert_eq!(listed, names, "{dataset}'s snapshots");
-        for (index, listing) in listings.iter().enumerate() {
-            let referenced: u64 = trees[index].values().sum();
-            let unique: u64 = trees[index]
-                .iter()
-                .filter(|(place, _)| {
-                    !head.contains_key(place)
-                        && !origin.contains_key(place)
-                        && trees
-                            .iter()
-                            .enumerate()
-                            .all(|(other, tree)| other == index || !tree.contains_key(place))
-                })
-                .map(|(_, bytes)| bytes)
-                .sum();
-            assert_eq!(
-                listing.referenced_bytes, referenced,
-                "{} refer",
-                listing.name
-            );
-            assert_eq!(listing.used_bytes, unique, "{} used", listing.name);
-            // `written`: what it references that its predecessor (the snapshot before it, or
-            // its dataset's origin for the first) does not.
-            let predecessor = if index == 0 {
-                &origin
-            } else {
-                &trees[index - 1]
-            };
-            assert_eq!(
-                listing.written_bytes,
-                bytes_not_in(&trees[index], predecessor),
-                "{} written",
-                listing.name
-            );
-            let (_, short) = listing.name.split_once('@').unwrap();
-            let mut clones = family.clones_of(dataset, short);
-            clones.sort();
-            assert_eq!(listing.clones, clones, "{} clones", listing.name);
-        }
+        assert_snapshots(pool, family, dataset, &head, &origin, &trees);
         let mut snapshot_only: HashMap<Place, u64> = HashMap::new();
         for tree in &trees {
             for (place, bytes) in tree {
@@ -263,6 +219,65 @@ pub fn wait_for_frees(pool: &Pool) {
             pool.last_synced_txg()
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The listed figures of `dataset`'s snapshots (`trees`, oldest first; `head` its head's
+/// blocks, `origin` its origin's) against the walk: `referenced`, `used`, `written`, and
+/// their clones.
+fn assert_snapshots<M>(
+    pool: &Pool,
+    family: &Family<M>,
+    dataset: &str,
+    head: &HashMap<Place, u64>,
+    origin: &HashMap<Place, u64>,
+    trees: &[HashMap<Place, u64>],
+) {
+    let snaps = &family.datasets[dataset].1;
+    let listings = pool.snapshots(Some(dataset)).unwrap();
+    let names: Vec<String> = snaps
+        .iter()
+        .map(|(s, _)| format!("{dataset}@{s}"))
+        .collect();
+    let listed: Vec<String> = listings.iter().map(|l| l.name.clone()).collect();
+    assert_eq!(listed, names, "{dataset}'s snapshots");
+    for (index, listing) in listings.iter().enumerate() {
+        let referenced: u64 = trees[index].values().sum();
+        let unique: u64 = trees[index]
+            .iter()
+            .filter(|(place, _)| {
+                !head.contains_key(place)
+                    && !origin.contains_key(place)
+                    && trees
+                        .iter()
+                        .enumerate()
+                        .all(|(other, tree)| other == index || !tree.contains_key(place))
+            })
+            .map(|(_, bytes)| bytes)
+            .sum();
+        assert_eq!(
+            listing.referenced_bytes, referenced,
+            "{} refer",
+            listing.name
+        );
+        assert_eq!(listing.used_bytes, unique, "{} used", listing.name);
+        // `written`: what it references that its predecessor (the snapshot before it, or
+        // its dataset's origin for the first) does not.
+        let predecessor = if index == 0 {
+            origin
+        } else {
+            &trees[index - 1]
+        };
+        assert_eq!(
+            listing.written_bytes,
+            bytes_not_in(&trees[index], predecessor),
+            "{} written",
+            listing.name
+        );
+        let (_, short) = listing.name.split_once('@').unwrap();
+        let mut clones = family.clones_of(dataset, short);
+        clones.sort();
+        assert_eq!(listing.clones, clones, "{} clones", listing.name);
     }
 }
 

@@ -21,6 +21,21 @@
 //! four is synchronous (`write_sync`, a file opened O_DSYNC: an fsync with it), so under
 //! `logbias=throughput` its whole blocks go in place and the log holds their pointers.
 //!
+//! ## Snapshots, clones, rollbacks (issue 34)
+//! The threads' 50 operations run in three phases. While they run, the syncer also takes
+//! snapshots of `tank/fs` and destroys the oldest; between phases, the threads stopped, an
+//! exact snapshot is taken, then cloned into `tank/clone` (one subtree changed there, the
+//! clone promoted, `tank/fs` promoted back, the clone destroyed) or `tank/fs` rolled back to
+//! its oldest exact snapshot with `-r` (the workload's handle dropped first, reopened after).
+//! After the cut, every snapshot reported created exists and each subtree in it is a state of
+//! its thread between the operations done before it was asked for and those begun when it
+//! returned; one cut short may exist and then is such a state; one whose destroy returned is
+//! gone; a clone cut in its cycle holds its origin's subtrees and a prefix of its own
+//! operations; a rollback cut short left every subtree before it or every one after it (see
+//! `admin.rs`). The clone takes the default `recordsize` (as in ZFS, a clone takes its
+//! parent's properties), larger than its files' records: that found a bug (see
+//! `filesystem_family.rs`).
+//!
 //! ## What is promised, and what is checked
 //! POSIX promises less than cairn: `fsync(fd)` makes that file's data and attributes
 //! durable, and a new name only once its directory is fsynced too. cairn's filesystem log
@@ -58,12 +73,16 @@
 //! `cairn-fs`'s check) must be clean.
 //!
 //! ## Runs
-//! `CAIRN_FS_CRASH_POINTS` seeds (default 200, from `CAIRN_FS_CRASH_FIRST_SEED`, default 1),
+//! `CAIRN_FS_CRASH_POINTS` seeds (default 150, from `CAIRN_FS_CRASH_FIRST_SEED`, default 1;
+//! with `crash.rs`'s 200 volume cuts, 350 a run: the snapshot work made a round longer),
 //! one power cut each, asserted mid-workload (the switch tripped on a device operation while
-//! a thread still had operations to do, and that thread saw one fail); a seed whose drawn cut
+//! a thread still had operations to do, and that thread saw one fail, or an administrative
+//! action failed); a seed whose drawn cut
 //! point lies beyond its workload runs again with a point inside it. The run prints how many
 //! cuts tore a write in flight and where the subtrees landed between their last fsync and
-//! their last operation, and fails if either end went unexercised. `CAIRN_FS_CRASH_SEED`
+//! their last operation, how many snapshots, clones and rollbacks were checked and which
+//! actions the power cut, and fails if either end went unexercised or no clone cycle or
+//! rollback was cut. `CAIRN_FS_CRASH_SEED`
 //! runs one seed (with `CAIRN_FS_CRASH_TRIP`, at the cut point a failure names). Thread
 //! interleavings are not seeded, so a failure may need a few runs of its seed to come back;
 //! a failing round keeps its devices' write logs and cut point (see `common::CrashRound`).
@@ -75,9 +94,9 @@
 //! dirties a 128 KiB indirect block, two copies, per txg; the write's space check counts the
 //! data plus an eighth). That is the space work's to settle, not this test's.
 //!
-//! The other tests here are the regression tests of what this one found.
-
-// A test is one scenario read top to bottom: split into helpers, it reads worse.
+//! The other tests here (`regressions.rs`) are the regression tests of what this one found.
+//! The model of a subtree is `model.rs`, the operations `ops.rs`, the snapshots, clones and
+//! rollbacks `admin.rs`.
 
 // A test is one scenario read top to bottom: split into helpers, it reads worse.
 #![allow(clippy::too_many_lines)]
@@ -588,7 +607,7 @@ fn cut_seed(seed: u64) -> (CutReport, Vec<Landed>, u64, bool, Checked) {
     panic!("seed {seed}: {ATTEMPTS} attempts finished before their cut point");
 }
 
-/// `CAIRN_FS_CRASH_POINTS` seeds (default 200), or the one in `CAIRN_FS_CRASH_SEED`.
+/// `CAIRN_FS_CRASH_POINTS` seeds (default 150), or the one in `CAIRN_FS_CRASH_SEED`.
 #[test]
 fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
     if let Ok(seed) = std::env::var("CAIRN_FS_CRASH_SEED") {
@@ -616,7 +635,7 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
     let points: u64 = std::env::var("CAIRN_FS_CRASH_POINTS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+        .unwrap_or(150);
     let first: u64 = std::env::var("CAIRN_FS_CRASH_FIRST_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
