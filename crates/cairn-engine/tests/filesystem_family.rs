@@ -233,10 +233,16 @@ fn random_step(pool: &Pool, family: &mut Family<Files>, rng: &mut Rng, next: &mu
 /// The property test: random file changes, snapshots, clones, promotes, rollbacks and
 /// destroys over a family of filesystems; after every step every figure equals a brute-force
 /// walk and, every few steps and after each import, every head and snapshot its model's files.
-/// Then everything but one filesystem is destroyed, and `pool check` is clean.
+/// Then everything but one filesystem is destroyed, and `pool check` is clean. Each step is
+/// printed (`--nocapture`) for a failure's story.
 #[test]
 fn random_filesystem_snapshots_and_clones_keep_every_figure_and_file_exact() {
-    for seed in 1..=3u64 {
+    // More seeds for a longer hunt: `CAIRN_FS_FAMILY_SEEDS=N` runs seeds 1 to N.
+    let seeds: u64 = std::env::var("CAIRN_FS_FAMILY_SEEDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    for seed in 1..=seeds {
         let dir = tempfile::tempdir().unwrap();
         let paths = device_paths(dir.path(), 2);
         let mut pool = create_mirror(&paths, plain_opener());

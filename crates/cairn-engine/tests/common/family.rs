@@ -223,8 +223,8 @@ pub fn wait_for_frees(pool: &Pool) {
 }
 
 /// The listed figures of `dataset`'s snapshots (`trees`, oldest first; `head` its head's
-/// blocks, `origin` its origin's) against the walk: `referenced`, `used`, `written`, and
-/// their clones.
+/// blocks, `origin` its origin's) against the walk: `referenced`, `used`, `written`, the
+/// head's `written@` each, and their clones.
 fn assert_snapshots<M>(
     pool: &Pool,
     family: &Family<M>,
@@ -275,6 +275,12 @@ fn assert_snapshots<M>(
             listing.name
         );
         let (_, short) = listing.name.split_once('@').unwrap();
+        // `written@snapshot` of the head: what it references that the snapshot does not.
+        assert_eq!(
+            pool.written_since(dataset, short).unwrap(),
+            bytes_not_in(head, &trees[index]),
+            "{dataset} written@{short}"
+        );
         let mut clones = family.clones_of(dataset, short);
         clones.sort();
         assert_eq!(listing.clones, clones, "{} clones", listing.name);
