@@ -85,6 +85,32 @@ impl Pool {
         Ok(fs)
     }
 
+    /// Whether filesystem `name` is open here and held by someone (a mount, a handle
+    /// `filesystem` gave out) besides the pool itself.
+    pub(crate) fn filesystem_in_use(&self, name: &str) -> bool {
+        self.filesystems
+            .lock()
+            .get(name)
+            .is_some_and(|fs| Arc::strong_count(fs) > 1)
+    }
+
+    /// Closes filesystem `name` if it is open here but used by no one (every handle
+    /// `filesystem` gave out dropped: only the pool's own copy left), so that its head can be
+    /// replaced (rollback) with no handle left on the old one. True when it is closed now or
+    /// was not open; false when someone still holds it. Its dirty changes stay in the open
+    /// txg and its intent log with the pool, as after any change.
+    pub(crate) fn close_unused_filesystem(&self, name: &str) -> bool {
+        let mut open = self.filesystems.lock();
+        match open.get(name) {
+            None => true,
+            Some(fs) if Arc::strong_count(fs) == 1 => {
+                open.remove(name);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     /// The filesystem `name` with no intent log (replay, tools).
     pub(crate) fn build_filesystem(&self, name: &str) -> Result<Filesystem, EngineError> {
         let engine = self.readers_engine();

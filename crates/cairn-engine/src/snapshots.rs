@@ -153,12 +153,12 @@ impl Pool {
             }
             .into());
         }
-        if self.filesystems.lock().contains_key(&parsed.dataset) {
-            return Err(DatasetError::HasDependents {
-                name: parsed.dataset.clone(),
-                what: "a mounted filesystem; unmount it before rolling back".into(),
-            }
-            .into());
+        let in_use = || DatasetError::HasDependents {
+            name: parsed.dataset.clone(),
+            what: "a mounted filesystem; unmount it before rolling back".into(),
+        };
+        if self.filesystem_in_use(&parsed.dataset) {
+            return Err(in_use().into());
         }
         let volume = self.volumes.lock().get(&parsed.dataset).cloned();
         if let Some(volume) = &volume
@@ -173,6 +173,10 @@ impl Pool {
         }
         for snapshot in newer.iter().rev() {
             self.destroy_snapshot(snapshot)?;
+        }
+        // A filesystem no one holds is closed now, so none can write to the old head.
+        if !self.close_unused_filesystem(&parsed.dataset) {
+            return Err(in_use().into());
         }
         // The old head takes no more writes; what it has goes out before the swap.
         if let Some(volume) = self.volumes.lock().remove(&parsed.dataset) {

@@ -8,25 +8,11 @@ mod common;
 
 use cairn_dataset::VOLUME_OBJECT;
 use cairn_engine::{ArcConfig, ImportSource, Pool, PoolOptions, ReadCache};
-use cairn_format::BlockPointer;
+use common::family::{assert_family, tear_down, wait_for_frees};
 use common::*;
-use std::collections::{BTreeMap, HashMap, HashSet};
 
 const BLOCK: usize = 8192;
 const BLOCKS: u64 = 40;
-
-type Place = (u32, u64);
-
-fn blocks_of(pool: &Pool, name: &str) -> HashMap<Place, u64> {
-    pool.dataset_blocks(name)
-        .unwrap()
-        .iter()
-        .map(|bp: &BlockPointer| {
-            let dva = bp.copies().first().expect("a block has a copy");
-            ((dva.vdev, dva.offset), bp.allocated_bytes())
-        })
-        .collect()
-}
 
 fn fill(seed: u8) -> Vec<u8> {
     (0..BLOCK)
@@ -72,50 +58,7 @@ fn reimport(dir: &std::path::Path) -> Pool {
 
 /// A volume's contents: each block's fill seed (0: never written).
 type Model = Vec<u8>;
-
-/// The model of a family of volumes linked by clones.
-#[derive(Debug, Clone, Default)]
-struct Family {
-    /// Dataset → its head, and its snapshots oldest first (short name, contents).
-    datasets: BTreeMap<String, (Model, Vec<(String, Model)>)>,
-    /// Clone → its origin (dataset, snapshot).
-    origins: BTreeMap<String, (String, String)>,
-}
-
-impl Family {
-    fn clones_of(&self, dataset: &str, snapshot: &str) -> Vec<String> {
-        self.origins
-            .iter()
-            .filter(|(_, (d, s))| d == dataset && s == snapshot)
-            .map(|(clone, _)| clone.clone())
-            .collect()
-    }
-
-    /// What `promote clone` does: the origin and older snapshots of its parent move to it;
-    /// the parent becomes a clone of the origin.
-    fn promote(&mut self, clone: &str) {
-        let (parent, origin) = self.origins[clone].clone();
-        let parent_snaps = &mut self.datasets.get_mut(&parent).unwrap().1;
-        let cut = parent_snaps.iter().position(|(s, _)| *s == origin).unwrap() + 1;
-        let moved: Vec<(String, Model)> = parent_snaps.drain(..cut).collect();
-        let moved_names: HashSet<String> = moved.iter().map(|(s, _)| s.clone()).collect();
-        let clone_snaps = &mut self.datasets.get_mut(clone).unwrap().1;
-        let mut snaps = moved;
-        snaps.append(clone_snaps);
-        *clone_snaps = snaps;
-        for (_, (dataset, snapshot)) in self.origins.iter_mut() {
-            if *dataset == parent && moved_names.contains(snapshot) {
-                *dataset = clone.to_string();
-            }
-        }
-        match self.origins.remove(&parent) {
-            Some(grand) => self.origins.insert(clone.to_string(), grand),
-            None => self.origins.remove(clone),
-        };
-        self.origins
-            .insert(parent, (clone.to_string(), origin.clone()));
-    }
-}
+type Family = common::family::Family<Model>;
 
 fn assert_volume(pool: &Pool, name: &str, model: &Model) {
     let objset_read = |index: u64| -> Vec<u8> {
@@ -145,114 +88,6 @@ fn assert_volume(pool: &Pool, name: &str, model: &Model) {
             "{name} block {index} differs from its model"
         );
     }
-}
-
-/// Every figure against brute force, with ZFS's meanings: a snapshot's `used` is what no
-/// other snapshot of its dataset, its head nor its dataset's origin references;
-/// `usedbysnapshots` what its snapshots alone hold (not its origin); `usedbydataset` what its
-/// head holds that its origin does not. Each allocated block is charged exactly once, so the
-/// datasets' figures add up to the union of all trees. Also the origins and clones the pool
-/// reports, and `pool check`.
-fn assert_family(pool: &Pool, family: &Family) {
-    pool.sync().unwrap();
-    let mut union: HashMap<Place, u64> = HashMap::new();
-    let mut charged = 0;
-    let infos = pool.datasets().unwrap();
-    for (dataset, (_, snaps)) in &family.datasets {
-        let head = blocks_of(pool, dataset);
-        let origin: HashMap<Place, u64> = match family.origins.get(dataset) {
-            Some((d, s)) => blocks_of(pool, &format!("{d}@{s}")),
-            None => HashMap::new(),
-        };
-        let trees: Vec<HashMap<Place, u64>> = snaps
-            .iter()
-            .map(|(s, _)| blocks_of(pool, &format!("{dataset}@{s}")))
-            .collect();
-        let listings = pool.snapshots(Some(dataset)).unwrap();
-        let names: Vec<String> = snaps
-            .iter()
-            .map(|(s, _)| format!("{dataset}@{s}"))
-            .collect();
-        let listed: Vec<String> = listings.iter().map(|l| l.name.clone()).collect();
-        assert_eq!(listed, names, "{dataset}'s snapshots");
-        for (index, listing) in listings.iter().enumerate() {
-            let referenced: u64 = trees[index].values().sum();
-            let unique: u64 = trees[index]
-                .iter()
-                .filter(|(place, _)| {
-                    !head.contains_key(place)
-                        && !origin.contains_key(place)
-                        && trees
-                            .iter()
-                            .enumerate()
-                            .all(|(other, tree)| other == index || !tree.contains_key(place))
-                })
-                .map(|(_, bytes)| bytes)
-                .sum();
-            assert_eq!(
-                listing.referenced_bytes, referenced,
-                "{} refer",
-                listing.name
-            );
-            assert_eq!(listing.used_bytes, unique, "{} used", listing.name);
-            let (_, short) = listing.name.split_once('@').unwrap();
-            let mut clones = family.clones_of(dataset, short);
-            clones.sort();
-            assert_eq!(listing.clones, clones, "{} clones", listing.name);
-        }
-        let mut snapshot_only: HashMap<Place, u64> = HashMap::new();
-        for tree in &trees {
-            for (place, bytes) in tree {
-                if !head.contains_key(place) && !origin.contains_key(place) {
-                    snapshot_only.insert(*place, *bytes);
-                }
-            }
-        }
-        let snapshot_only_bytes: u64 = snapshot_only.values().sum();
-        let own_head_bytes: u64 = head
-            .iter()
-            .filter(|(place, _)| !origin.contains_key(place))
-            .map(|(_, bytes)| bytes)
-            .sum();
-        let info = infos.iter().find(|info| info.name == *dataset).unwrap();
-        let property = |name: &str| -> String {
-            info.properties
-                .iter()
-                .find(|(property, _, _)| *property == name)
-                .map(|(_, value, _)| value.clone())
-                .unwrap_or_else(|| panic!("{dataset} has no {name}"))
-        };
-        assert_eq!(
-            property("usedbysnapshots"),
-            snapshot_only_bytes.to_string(),
-            "{dataset} usedbysnapshots"
-        );
-        assert_eq!(
-            property("usedbydataset"),
-            own_head_bytes.to_string(),
-            "{dataset} usedbydataset"
-        );
-        let head_referenced: u64 = head.values().sum();
-        assert_eq!(info.referenced_bytes, head_referenced, "{dataset} refer");
-        let expected_origin = family
-            .origins
-            .get(dataset)
-            .map_or("-".to_string(), |(d, s)| format!("{d}@{s}"));
-        assert_eq!(property("origin"), expected_origin, "{dataset} origin");
-        assert_eq!(
-            pool.origin(dataset).unwrap(),
-            family.origins.get(dataset).map(|(d, s)| format!("{d}@{s}"))
-        );
-        charged += snapshot_only_bytes + own_head_bytes;
-        union.extend(head);
-        for tree in trees {
-            union.extend(tree);
-        }
-    }
-    let union_bytes: u64 = union.values().sum();
-    assert_eq!(charged, union_bytes, "every block charged once");
-    let report = pool.check().unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems());
 }
 
 fn assert_contents(pool: &Pool, family: &Family) {
@@ -391,68 +226,6 @@ fn random_step(pool: &Pool, family: &mut Family, rng: &mut Rng, next: &mut u32) 
         }
     }
 }
-/// Destroys every clone and snapshot of the family, leaving one volume with no snapshot:
-/// a clone without snapshots goes; a snapshot without clones goes; when only origins are
-/// left, a clone is promoted so its old parent can go.
-fn tear_down(pool: &Pool, family: &mut Family) {
-    for _ in 0..1000 {
-        let leaf_clone = family
-            .origins
-            .keys()
-            .find(|clone| family.datasets[*clone].1.is_empty())
-            .cloned();
-        if let Some(clone) = leaf_clone {
-            pool.destroy_dataset(&clone).unwrap();
-            family.datasets.remove(&clone);
-            family.origins.remove(&clone);
-            continue;
-        }
-        let free_snapshot = family.datasets.iter().find_map(|(d, (_, snaps))| {
-            snaps
-                .iter()
-                .find(|(s, _)| family.clones_of(d, s).is_empty())
-                .map(|(s, _)| (d.clone(), s.clone()))
-        });
-        if let Some((d, s)) = free_snapshot {
-            pool.destroy_snapshot(&format!("{d}@{s}")).unwrap();
-            family
-                .datasets
-                .get_mut(&d)
-                .unwrap()
-                .1
-                .retain(|(n, _)| *n != s);
-            continue;
-        }
-        match family.origins.keys().next().cloned() {
-            Some(clone) => {
-                pool.promote(&clone).unwrap();
-                family.promote(&clone);
-            }
-            None => break,
-        }
-        assert_family(pool, family);
-    }
-    let survivor = family.datasets.keys().next().unwrap().clone();
-    wait_for_frees(pool);
-    assert_family(pool, family);
-    assert_eq!(family.datasets.len(), 1, "{survivor} alone");
-}
-
-fn wait_for_frees(pool: &Pool) {
-    // The txg engine syncs txgs for background frees on its own.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while pool.freeing_bytes() > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} bytes still freeing after 60 s ({:?}), txg {}",
-            pool.freeing_bytes(),
-            pool.freeing_problem(),
-            pool.last_synced_txg()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-}
-
 /// The seed's VM fleet in small: clones of one image read through share one cached copy
 /// (the ARC is keyed by block address), cost nothing at creation, and each clone's writes
 /// are its own.

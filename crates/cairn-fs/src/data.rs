@@ -338,7 +338,9 @@ impl Filesystem {
     }
 
     /// Makes the file's block big enough for a file of `end` bytes (a single small block
-    /// grows up to `recordsize`); returns the block size.
+    /// grows up to `recordsize`); returns the block size. A file past one block keeps its
+    /// block size: smaller than `recordsize` when that was raised since (`set`, or a clone,
+    /// which takes its parent's `recordsize`, not its origin's), as in ZFS.
     pub(crate) fn grow_block(
         &self,
         hold: &TxgHold,
@@ -349,7 +351,7 @@ impl Filesystem {
         let recordsize = self.config.read().recordsize_bytes;
         let dnode = self.objset.dnode(object)?;
         let current = dnode.data_block_size;
-        if current >= recordsize || end <= u64::from(current) {
+        if current >= recordsize || end <= u64::from(current) || dnode.max_block_id > 0 {
             return Ok(u64::from(current));
         }
         let wanted = if end > u64::from(recordsize) {
@@ -367,7 +369,8 @@ impl Filesystem {
             block[..old.len()].copy_from_slice(&old);
             self.write_block(hold, object, 0, block);
         }
-        // A file past one block has blocks of `recordsize`: only a lone block is smaller.
+        // A file that grows past one block has blocks of `recordsize`: only a lone block is
+        // smaller.
         debug_assert!(wanted >= recordsize || u64::from(wanted) >= end);
         Ok(u64::from(wanted))
     }

@@ -18,7 +18,10 @@
 //! A file's blocks are `recordsize` bytes, except that a file that fits one record is a single
 //! block of its own size rounded up to 512 bytes (as in ZFS): the block grows with the file
 //! (`ObjectSet::set_block_size`) until it reaches `recordsize`, and from then on the file is
-//! records. So while a file's block is smaller than `recordsize`, all its data sits in block 0.
+//! records. So while a file's block is smaller than `recordsize`, all its data sits in block 0,
+//! unless `recordsize` was raised after the file grew past one block (a `set`, or a clone,
+//! which takes its parent's `recordsize`, not its origin's): a file of several blocks keeps
+//! their size, as in ZFS.
 //! A write covering part of a block hands the object set only its bytes
 //! (`ObjectSet::write_partial`): the old block is merged in when the txg syncs, not read in
 //! the writer's path. A block that becomes all zeros is a hole. Truncation frees whole blocks

@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod family;
+
 use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
