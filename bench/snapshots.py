@@ -127,6 +127,9 @@ def report(args):
     res = os.path.join(args.dir, "results")
     systems = [s for s in args.systems.split(",") if os.path.exists(os.path.join(res, f"{s}.create.txt"))]
     peers = [s for s in systems if s != "cairn"]
+    if not systems:  # --diff-only
+        cairn_details(res, None)
+        return
     create, lists, destroy = {}, {}, {}
     for s in systems:
         create[s] = [float(x) for x in open(os.path.join(res, f"{s}.create.txt"))]
@@ -141,7 +144,7 @@ def report(args):
         cells = []
         for p in peers:
             a, b = values.get("cairn"), values.get(p)
-            if a is None or b is None or a == 0 or b == 0:
+            if lower_is_better is None or a is None or b is None or a == 0 or b == 0:
                 cells.append("–")
             else:
                 cells.append(f"**{(b / a if lower_is_better else a / b):.2f}×**")
@@ -161,6 +164,12 @@ def report(args):
     row("snapshot create p50 (ms)", {s: percentile(create[s], 50) for s in systems}, ms)
     row("snapshot create p99 (ms)", {s: percentile(create[s], 99) for s in systems}, ms)
     row("snapshot create max (ms)", {s: max(create[s]) for s in systems}, ms)
+    common = min(n.values())
+    if len(set(n.values())) > 1:  # the same count for all: the first `common` of each
+        row(f"create p50, first {common:,} only (ms)",
+            {s: percentile(create[s][:common], 50) for s in systems}, ms)
+        row(f"create p99, first {common:,} only (ms)",
+            {s: percentile(create[s][:common], 99) for s in systems}, ms)
     row("CLI floor: a no-op command, median (ms)",
         {s: statistics.median(lists[s]["noop"]) for s in systems}, ms)
     for at in sorted({int(k) for s in systems for k in lists[s]["lists"]}):
@@ -193,25 +202,48 @@ def report(args):
             if e.get("used_before") and e.get("used_after") and took > 0:
                 delta = int(e["used_before"]) - int(e["used_after"])
                 # fio keeps writing: a system whose space grew meanwhile has no rate to show.
-                (freed if delta > 0 else grew)[s] = delta / took if delta > 0 else -delta
+                if delta > 2**20:
+                    freed[s] = delta / took
+                else:
+                    grew[s] = delta
+        row("space used before → after (MiB)",
+            {s: (int(d["env"]["used_before"]), int(d["env"]["used_after"]))
+             for s, d in destroy.items() if d["env"].get("used_after")},
+            lambda x: f"{x[0] / 2**20:,.0f} → {x[1] / 2**20:,.0f}", lower_is_better=None)
         row("space freed / time to free it (MiB/s)", freed, lambda x: f"{x / 2**20:,.1f}",
             lower_is_better=False)
         for s, bytes_ in grew.items():
-            print(f"\n{s}: space used grew by {bytes_ / 2**20:,.1f} MiB over the destroy (fio's "
-                  "writes meanwhile outweighed what was freed): no rate.")
+            print(f"\n{s}: space used changed by {-bytes_ / 2**20:+,.1f} MiB over the destroy "
+                  "(fio's writes meanwhile took what was freed): no rate.")
     print()
     print("Snapshots per system: " + ", ".join(f"{s} {n[s]:,}" for s in systems)
           + ". List lines printed at each point: " + "; ".join(
               f"{s} " + ", ".join(f"{v['lines']:,}" for v in lists[s]["lists"].values())
               for s in systems) + ".")
 
+    by_thousand(create)
     if "cairn" in systems:
         cairn_details(res, destroy.get("cairn"))
 
 
+def by_thousand(create):
+    """Create latency p50 / p99 (ms) of each run of 1,000 snapshots: how it grows with count."""
+    step = 1000 if max(len(v) for v in create.values()) >= 2000 else 10
+    systems = list(create)
+    print(f"\n| create p50 / p99 (ms) of snapshots … | " + " | ".join(systems) + " |")
+    print("|---|" + "---:|" * len(systems))
+    for lo in range(0, max(len(v) for v in create.values()), step):
+        cells = []
+        for s in systems:
+            part = create[s][lo:lo + step]
+            cells.append(f"{ms(percentile(part, 50))} / {ms(percentile(part, 99))}" if part else "–")
+        print(f"| {lo + 1:,}–{lo + step:,} | " + " | ".join(cells) + " |")
+
+
 def cairn_details(res, destroy):
     env = read_env(os.path.join(res, "cairn.create.env"))
-    if env.get("txg_before") and env.get("txg_after"):
+    if env.get("txg_before") and env.get("txg_after") and os.path.exists(
+            os.path.join(res, "cairn.create.txt")):
         a, b = int(env["txg_before"]), int(env["txg_after"])
         count = len(open(os.path.join(res, "cairn.create.txt")).readlines())
         print(f"\ncairn txgs synced over the create loop: {b - a:,} for {count:,} snapshots "

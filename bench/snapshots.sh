@@ -3,10 +3,11 @@
 #
 #   bench/snapshots.sh [--snapshots N] [--snapshots-of SYSTEM=N]... [--quick] [--model MODEL]
 #                      [--systems cairn,zfs-fuse,btrfs] [--diff-size SIZE] [--baseline-seconds S]
-#                      [--dir DIR]
+#                      [--no-diff | --diff-only] [--dir DIR]
 #
 # --snapshots-of SYSTEM=N takes N snapshots on that system instead (a peer too slow for 10,000
-# in the time a run may take); its list points are then 1,000 (or N/10) and N.
+# in the time a run may take); its list points are then 1,000 (or N/10) and N. --no-diff leaves
+# out the diff part, --diff-only runs nothing else.
 #
 # Systems, each on one device whose backing file lives on tmpfs (/dev/shm), one after another:
 #   cairn     a pool on one emulated SSD (`emu:MODEL:FILE`, default ssd-sata: the model, not this
@@ -43,7 +44,9 @@
 #   diff      cairn only (the peers have no equivalent): `cairn diff --blocks -H -p` between a
 #             snapshot of a DIFF-SIZE (4 GiB) volume written in full and one after 1% of its
 #             16K blocks were rewritten at random, and after all of it was rewritten; first with
-#             a freshly started server (empty ARC), then twice warm
+#             a freshly started server (empty ARC), then twice warm. A pool of its own on the
+#             same emulated model; its backing file goes on tmpfs when memory allows (twice
+#             DIFF-SIZE + 6 GiB available), else under DIR (the page cache holds it)
 #
 # --quick: a smoke run (N=100 unless --snapshots is given, 256 MiB diff volume, 5 s baseline).
 # Prints markdown tables; ratios are peer time over cairn time (× faster) or cairn over peer
@@ -61,6 +64,7 @@ MODEL=ssd-sata
 SYSTEMS=(cairn zfs-fuse btrfs)
 DIFF_SIZE=
 BASELINE_S=
+PARTS=both
 while [[ $# -gt 0 ]]; do
     case $1 in
         --snapshots) N=$2; shift 2 ;;
@@ -71,10 +75,13 @@ while [[ $# -gt 0 ]]; do
         --diff-size) DIFF_SIZE=$2; shift 2 ;;
         --baseline-seconds) BASELINE_S=$2; shift 2 ;;
         --dir) DIR=$2; shift 2 ;;
-        -h|--help) sed -n '2,51p' "$0"; exit 0 ;;
+        --no-diff) PARTS=snapshots; shift ;;
+        --diff-only) PARTS=diff; shift ;;
+        -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
+[[ $PARTS == diff ]] && SYSTEMS=()
 if [[ $QUICK == 1 ]]; then
     N=${N:-100} DIFF_SIZE=${DIFF_SIZE:-256M} BASELINE_S=${BASELINE_S:-5}
 else
@@ -142,6 +149,7 @@ cleanup() {
     PID=()
     FIO_PID= SAMPLER_PID= ZFS_UP=0 LOOP=
     rm -rf "${EMU:?}"/*
+    rm -f "$DIR/diff0.img"
 }
 trap 'cleanup; rm -rf "$EMU"' EXIT
 
@@ -296,15 +304,22 @@ destroy_phase() { # SYSTEM
     fi
 }
 
-# diff_phase: cairn diff --blocks after 1% and after 100% of a DIFF_SIZE volume changed.
+# diff_phase: cairn diff --blocks after 1% and after 100% of a DIFF_SIZE volume changed, in a
+# fresh pool of its own.
 diff_phase() {
-    local avail_mib big
+    local avail_mib big backing=$EMU
     avail_mib=$(awk '/MemAvailable/ {print int($2 / 1024)}' /proc/meminfo)
-    if ((avail_mib < 3 * DIFF_MIB + 2048)); then
-        log "diff skipped: ${avail_mib} MiB available, the emulated device on tmpfs needs ~$((2 * DIFF_MIB)) MiB"
-        return
+    # The device holds the volume twice (snapshot a, and the rewrite after it).
+    if ((avail_mib < 2 * DIFF_MIB + 6144)); then
+        backing=$DIR
+        log "diff: only ${avail_mib} MiB of memory available: the device's backing file goes under $DIR"
     fi
+    echo "backing=$backing avail_mib=$avail_mib" >"$RES/cairn.diff.env"
+    rm -rf "$STATE"
+    c pool create --size "$((2 * DIFF_MIB + 2048))M" tank "emu:$MODEL:$backing/diff0.img" \
+        >>"$DIR/setup.log"
     c create -s -V "${DIFF_MIB}M" -o volblocksize=16K tank/big >>"$DIR/setup.log"
+    start_cairn_server
     big=$(uri big)
     log "diff: writing ${DIFF_SIZE} in full, 1% of its blocks, then all of it again"
     fio --name=fill --ioengine=nbd --uri="$big" --rw=write --bs=1M --iodepth=8 --refill_buffers=1 \
@@ -347,17 +362,24 @@ for s in "${SYSTEMS[@]}"; do
     [[ $s == cairn ]] && echo "txg_after=$(last_txg)" >>"$RES/cairn.create.env"
     log "$s: destroying all $NS under fio"
     destroy_phase "$s"
-    if [[ $s == cairn ]]; then
-        c stat snapshots >"$RES/cairn.stat-snapshots.txt" 2>&1 || true
-        diff_phase
-    fi
+    [[ $s == cairn ]] && { c stat snapshots >"$RES/cairn.stat-snapshots.txt" 2>&1 || true; }
     cleanup
+    if [[ $s == cairn && $PARTS == both ]]; then
+        log "cairn: diff --blocks"
+        diff_phase
+        cleanup
+    fi
 done
+if [[ $PARTS == diff ]]; then
+    log "cairn: diff --blocks"
+    diff_phase
+    cleanup
+fi
 LOAD_AFTER=$(cut -d' ' -f1-3 /proc/loadavg)
 log "done"
 
 echo
-"$PY" "$ROOT/bench/snapshots.py" report --dir "$DIR" --systems "$(IFS=,; echo "${SYSTEMS[*]}")"
+"$PY" "$ROOT/bench/snapshots.py" report --dir "$DIR" --systems "$(IFS=,; echo "${SYSTEMS[*]:-cairn}")"
 echo
 echo "snapshots: $(for s in "${SYSTEMS[@]}"; do printf '%s %s, ' "$s" "$(n_of "$s")"; done)cairn on emu:$MODEL (tmpfs), peers on tmpfs files; fio baseline ${BASELINE_S} s;" \
     "load average before $LOAD_BEFORE, after $LOAD_AFTER; $(nproc) cores; $(($(date +%s) - START)) s in all."
