@@ -286,7 +286,7 @@ def cairn_details(res, destroy):
         print("|---|---|---:|---:|---:|")
         for line in open(diff):
             label, cache, secs, ranges, total = line.split()
-            print(f"| {label} | {cache} | {float(secs):.3f} | {int(ranges):,} | {int(total):,} |")
+            print(f"| {label} | {cache} | {float(secs):.3f} | {int(ranges):,} | {int(float(total)):,} |")
 
 
 def main():

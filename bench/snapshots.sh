@@ -43,8 +43,9 @@
 #             every ~0.25 s) against the 500 ms sync target, and `pool get freeing` over time
 #   diff      cairn only (the peers have no equivalent): `cairn diff --blocks -H -p` between a
 #             snapshot of a DIFF-SIZE (4 GiB) volume written in full and one after 1% of its
-#             16K blocks were rewritten at random, and after all of it was rewritten; first with
-#             a freshly started server (empty ARC), then twice warm. A pool of its own on the
+#             16K blocks were rewritten at random, and after all of it was rewritten; also 1%
+#             rewritten as one run of blocks (`1%-run`); first with a freshly started server
+#             (empty ARC), then twice warm. A pool of its own on the
 #             same emulated model; its backing file goes on tmpfs when memory allows (twice
 #             DIFF-SIZE + 6 GiB available), else under DIR (the page cache holds it)
 #
@@ -321,7 +322,7 @@ diff_phase() {
     c create -s -V "${DIFF_MIB}M" -o volblocksize=16K tank/big >>"$DIR/setup.log"
     start_cairn_server
     big=$(uri big)
-    log "diff: writing ${DIFF_SIZE} in full, 1% of its blocks, then all of it again"
+    log "diff: writing ${DIFF_SIZE} in full, 1% of its blocks, all of it again, 1% in one run"
     fio --name=fill --ioengine=nbd --uri="$big" --rw=write --bs=1M --iodepth=8 --refill_buffers=1 \
         --randseed=1 --output="$RES/cairn.diff-fill1.txt"
     c snapshot tank/big@a
@@ -332,18 +333,27 @@ diff_phase() {
     fio --name=fill --ioengine=nbd --uri="$big" --rw=write --bs=1M --iodepth=8 --refill_buffers=1 \
         --randseed=3 --output="$RES/cairn.diff-fill2.txt"
     c snapshot tank/big@c
+    # 1% again, in one run of blocks (the middle of the volume): what the walk costs when the
+    # changes share their indirect blocks, rather than touching nearly every one as above.
+    fio --name=one-percent-run --ioengine=nbd --uri="$big" --rw=write --bs=1M --iodepth=8 \
+        --offset="$((DIFF_MIB / 2))M" --io_size="$((DIFF_MIB * 1024 / 100 / 16 * 16))k" \
+        --refill_buffers=1 --randseed=4 --output="$RES/cairn.diff-1pct-run.txt"
+    c snapshot tank/big@d
     c pool sync tank >/dev/null
-    local label newer run start end
-    for label in 1% 100%; do
-        newer=b
-        [[ $label == 100% ]] && newer=c
+    local label older newer run start end
+    for label in 1% 1%-run 100%; do
+        case $label in
+            1%) older=a newer=b ;;
+            1%-run) older=c newer=d ;;
+            100%) older=a newer=c ;;
+        esac
         stop_cairn_server
         start_cairn_server
         for run in cold warm warm; do
             start=$(now)
-            c diff --blocks tank/big@a "tank/big@$newer" -H -p >"$RES/cairn.diff.out"
+            c diff --blocks "tank/big@$older" "tank/big@$newer" -H -p >"$RES/cairn.diff.out"
             end=$(now)
-            echo "$label $run $(echo "$end - $start" | bc) $(wc -l <"$RES/cairn.diff.out") $(awk '{s += $2} END {print s + 0}' "$RES/cairn.diff.out")" \
+            echo "$label $run $(echo "$end - $start" | bc) $(wc -l <"$RES/cairn.diff.out") $(awk '{s += $2} END {printf "%.0f", s}' "$RES/cairn.diff.out")" \
                 >>"$RES/cairn.diff.txt"
         done
     done
