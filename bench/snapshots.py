@@ -90,8 +90,19 @@ def iops_windows(path, env):
     start, end = float(env["destroy_start"]), float(env["destroy_end"])
     fio_start = float(env["fio_start"])
     # A sample at time t covers the second before t.
-    before = [v for t, v in samples if fio_start + 3 < t - 1 and t <= start]
-    during = [v for t, v in samples if t - 1 >= start and t <= end + 1]
+    # fio logs no line for a second in which no write completed: those count as 0 IOPS.
+    filled = []
+    for t, v in samples:
+        while filled and t - filled[-1][0] > 1.5:
+            filled.append((filled[-1][0] + 1, 0.0))
+        filled.append((t, v))
+    samples = filled
+
+    def window(lo, hi):
+        return [v for t, v in samples if lo <= t - 1 and t <= hi]
+
+    before = window(fio_start + 3, start)
+    during = window(start, end + 1)
     if not during:  # a destroy shorter than a second: the sample that holds it
         during = [v for t, v in samples if t > start][:1]
     return before, during
@@ -150,15 +161,14 @@ def report(args):
                 cells.append(f"**{(b / a if lower_is_better else a / b):.2f}×**")
         return cells
 
-    head = "| measure | " + " | ".join(systems) + " | " + " | ".join(
-        f"cairn vs {p} (× faster)" for p in peers) + " |"
+    head = "| measure | " + " | ".join(
+        systems + [f"cairn vs {p} (× faster)" for p in peers]) + " |"
     print(head)
     print("|---|" + "---:|" * (len(systems) + len(peers)))
 
     def row(label, values, fmt, lower_is_better=True):
         cells = [("–" if values.get(s) is None else fmt(values[s])) for s in systems]
-        print(f"| {label} | " + " | ".join(cells) + " | "
-              + " | ".join(ratio_cells(values, lower_is_better)) + " |")
+        print(f"| {label} | " + " | ".join(cells + ratio_cells(values, lower_is_better)) + " |")
 
     n = {s: len(create[s]) for s in systems}
     row("snapshot create p50 (ms)", {s: percentile(create[s], 50) for s in systems}, ms)
@@ -189,6 +199,10 @@ def report(args):
         row("lowest 1 s of fio during destroy / mean before",
             {s: min(d["during"]) / mean(d["before"]) for s, d in destroy.items()
              if d["during"] and d["before"]}, lambda x: f"{x:.2f}", lower_is_better=False)
+        row("seconds of fio during destroy under 10 % of before (stalls)",
+            {s: sum(1 for v in d["during"] if v < 0.1 * mean(d["before"]))
+             for s, d in destroy.items() if d["during"] and d["before"]},
+            lambda x: f"{x:,}", lower_is_better=None)
         row("destroy command (s)",
             {s: float(d["env"]["destroy_cmd_end"]) - float(d["env"]["destroy_start"])
              for s, d in destroy.items()}, lambda x: f"{x:,.2f}")
