@@ -45,9 +45,12 @@
 #             snapshot of a DIFF-SIZE (4 GiB) volume written in full and one after 1% of its
 #             16K blocks were rewritten at random, and after all of it was rewritten; also 1%
 #             rewritten as one run of blocks (`1%-run`); first with a freshly started server
-#             (empty ARC), then twice warm. A pool of its own on the
-#             same emulated model; its backing file goes on tmpfs when memory allows (twice
-#             DIFF-SIZE + 6 GiB available), else under DIR (the page cache holds it)
+#             (empty ARC), then twice warm. A pool of its own on the same emulated model; its
+#             backing file goes on tmpfs when memory allows (twice DIFF-SIZE + 6 GiB
+#             available), else under DIR (the page cache holds it)
+#
+# The run in BENCHMARKS.md ("Snapshots against zfs-fuse and btrfs"), ~22 min on 2 cores:
+#   bench/snapshots.sh --snapshots-of zfs-fuse=3000 --snapshots-of btrfs=3000
 #
 # --quick: a smoke run (N=100 unless --snapshots is given, 256 MiB diff volume, 5 s baseline).
 # Prints markdown tables; ratios are peer time over cairn time (× faster) or cairn over peer
@@ -78,7 +81,7 @@ while [[ $# -gt 0 ]]; do
         --dir) DIR=$2; shift 2 ;;
         --no-diff) PARTS=snapshots; shift ;;
         --diff-only) PARTS=diff; shift ;;
-        -h|--help) sed -n '2,55p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,59p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
