@@ -4,11 +4,12 @@
 START=$(date +%s)
 log() { printf '[%4ds] %s\n' $(($(date +%s) - START)) "$*" >&2; }
 
-# Builds cairn in release (plus any `-p PACKAGE` given) and sets CAIRN to the binary.
+# Builds cairn in release (plus any `-p PACKAGE` given) and sets CAIRN to the binary (under
+# CARGO_TARGET_DIR when set, as cargo itself does).
 build_release() {
     log "building cairn${*:+ ($*)} (release)"
     (cd "$ROOT" && cargo build --release -p cairn "$@" --quiet)
-    CAIRN=$ROOT/target/release/cairn
+    CAIRN=${CARGO_TARGET_DIR:-$ROOT/target}/release/cairn
 }
 
 # Each server's PID goes into PID[name]; after `stop_servers_on_exit`, every one of them is
