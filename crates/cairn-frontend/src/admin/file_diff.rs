@@ -64,7 +64,9 @@ pub fn diff_files(
     newer: &str,
 ) -> Result<FileDiffReply, AdminError> {
     let pool_name = older.split(['/', '@']).next().unwrap_or(older);
-    let found = access.with_pool(pool_name, true, |pool| Ok(pool.diff_files(older, newer)?))?;
+    let found = access.with_pool(pool_name, true, |pool| {
+        pool.diff_files(older, newer).map_err(AdminError::from)
+    })?;
     let mounted = access.served.as_ref().and_then(|served| {
         served
             .mounts
