@@ -31,7 +31,7 @@
 //! the dataset's root ("/" is the root itself); escaping and a mountpoint are the caller's.
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
-use crate::diff_paths::{Link, Side, entries};
+use crate::diff_paths::{Link, NamedEntry, Side, entries};
 use crate::raw::decode_entry_value;
 use crate::{FsError, ROOT_OBJECT};
 use cairn_format::Dnode;
@@ -480,7 +480,7 @@ fn entries_in_blocks(
     objset: &ObjectSet,
     dir: u64,
     blkids: &[u64],
-) -> Result<BTreeSet<(Vec<u8>, (u64, FileKind))>, FsError> {
+) -> Result<BTreeSet<NamedEntry>, FsError> {
     HashedMap::new(objset, dir)
         .entries_in_blocks(blkids)?
         .into_iter()

@@ -30,6 +30,9 @@ pub(crate) struct Link {
     pub(crate) kind: FileKind,
 }
 
+/// A directory entry: its name, and the object it names with that object's kind.
+pub(crate) type NamedEntry = (Vec<u8>, (u64, FileKind));
+
 /// An object's names in one directory, by object.
 type DirectoryNames = BTreeMap<u64, Vec<Vec<u8>>>;
 
@@ -213,10 +216,7 @@ fn inode_attrs(object: u64, dnode: &Dnode) -> Result<Option<InodeAttrs>, FsError
 }
 
 /// Every entry of directory `dir`: name → (object, kind).
-pub(crate) fn entries(
-    objset: &ObjectSet,
-    dir: u64,
-) -> Result<Vec<(Vec<u8>, (u64, FileKind))>, FsError> {
+pub(crate) fn entries(objset: &ObjectSet, dir: u64) -> Result<Vec<NamedEntry>, FsError> {
     let mut out = Vec::new();
     let mut failure = None;
     HashedMap::new(objset, dir).for_each_from(0, |entry| {
