@@ -53,6 +53,7 @@ mod scrub;
 mod scrub_progress;
 mod snapshot_diff;
 mod snapshot_fs;
+mod snapshot_fs_diff;
 mod snapshot_stats;
 mod snapshot_sync;
 mod snapshot_views;
@@ -81,6 +82,7 @@ pub use pool_status::{
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use snapshot_diff::BlockDiff;
+pub use snapshot_fs_diff::FileDiff;
 pub use snapshot_stats::SnapshotStatsSnapshot;
 pub use snapshot_views::SnapshotFilesystem;
 pub use snapshots::{SnapshotListing, SnapshotSpace};

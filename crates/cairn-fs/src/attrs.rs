@@ -27,7 +27,7 @@ pub const ATTRS_VERSION: u8 = 1;
 const _: () = assert!(ATTRS_BYTES <= cairn_format::dnode::DNODE_BONUS_SIZE_MAX);
 
 /// What an inode is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FileKind {
     File = 1,
     Directory = 2,

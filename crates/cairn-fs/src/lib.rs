@@ -40,7 +40,8 @@
 //! `namespace.rs` (create, link, remove, rename), `read.rs` (lookup, readdir, reads,
 //! readlink), `data.rs` (attributes, writes, fallocate, holes), `xattr.rs` (extended
 //! attributes, large values in objects of their own), `check.rs` (the namespace check of
-//! `pool check`).
+//! `pool check`), `diff.rs` and `diff_paths.rs` (what changed between two versions: `cairn
+//! diff`).
 //!
 //! ## Space and access times
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
@@ -70,6 +71,8 @@ pub mod acl;
 pub mod attrs;
 pub mod check;
 mod data;
+pub mod diff;
+mod diff_paths;
 mod durability;
 mod error;
 pub mod log;

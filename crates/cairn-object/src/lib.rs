@@ -34,7 +34,8 @@
 //!   naming the object, never a panic or a walk that goes astray.
 //!
 //! `diff` compares two versions of one object (a snapshot and a later snapshot or head),
-//! walking only what changed between them by birth txg.
+//! walking only what changed between them by birth txg, and finds the objects whose dnodes
+//! differ between two versions of an object set the same way (`changed_objects`).
 //!
 //! On top of objects, `map` keeps a hashed name → value map in one object (`HashedMap`, ZFS's
 //! ZAP): a filesystem's directories, extended attributes and delete queue, and the pool's own
@@ -57,7 +58,10 @@ mod tree;
 pub mod tree_free;
 
 pub use cow::is_all_zero;
-pub use diff::{ByteRange, ChangedBlocks, changed_blocks, merge_ranges};
+pub use diff::{
+    ByteRange, ChangedBlocks, ChangedObject, ChangedObjects, changed_blocks, changed_objects,
+    merge_ranges,
+};
 pub use error::ObjectError;
 pub use memo::{MEMO_GENERATION_ARC_DIVISOR, MEMO_GENERATION_BYTES_MIN, MemoCounts, MemoStats};
 pub use objset::{ObjsetSpace, object_set_bytes_max};

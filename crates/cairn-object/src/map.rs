@@ -471,6 +471,31 @@ impl<'a> HashedMap<'a> {
         Ok(())
     }
 
+    /// The entries kept in blocks `blkids` of the map (ascending or not; blocks that hold no
+    /// leaf, such as table blocks, holes and blocks past the last leaf, give none). With the
+    /// blocks that differ between two versions of one map (`changed_blocks`), the entries
+    /// each version has there are exactly what differs between them: every other block is the
+    /// same in both, and an entry sits in one block of a version.
+    pub fn entries_in_blocks(&self, blkids: &[u64]) -> Result<Vec<Entry>, MapError> {
+        let header = self.header()?;
+        let mut entries = Vec::new();
+        for &blkid in blkids {
+            let number = if header.leaf_embedded() {
+                if blkid != HEADER_BLKID {
+                    continue;
+                }
+                0
+            } else {
+                match blkid.checked_sub(header.layout.leaf_start_blkid) {
+                    Some(number) if number < header.leaves => number,
+                    _ => continue,
+                }
+            };
+            entries.extend(self.leaf(&header, number)?.entries);
+        }
+        Ok(entries)
+    }
+
     /// Splits the full leaf that `key` falls in on its next key bit, doubling the table first
     /// if needed.
     fn split(

@@ -1,4 +1,5 @@
-//! `cairn diff --blocks SNAPSHOT [SNAPSHOT|VOLUME]`: the byte ranges of a volume that differ
+//! `cairn diff --blocks SNAPSHOT [SNAPSHOT|VOLUME]` (without `--blocks`, the paths that changed
+//! in a filesystem: `fs_diff_cmd.rs`): the byte ranges of a volume that differ
 //! between one of its snapshots and a later one, or the volume as it is now (the default when
 //! only one name is given, as `zfs diff`). What is compared and why it costs what changed is
 //! `cairn_engine::Pool::diff_blocks`'s business; this module renders.
@@ -15,19 +16,19 @@ use anyhow::{Result, bail};
 use cairn_frontend::admin::{AdminReply, AdminRequest};
 
 pub fn diff(ctx: &Context, args: &DiffArgs) -> Result<()> {
-    if !args.blocks {
-        bail!(
-            "only block diffs of volumes exist for now: cairn diff --blocks \
-             VOLUME@SNAPSHOT [VOLUME@SNAPSHOT|VOLUME]"
-        );
-    }
     let newer = match &args.newer {
         Some(newer) => newer.clone(),
         None => match args.older.split_once('@') {
             Some((dataset, _)) => dataset.to_string(),
-            None => bail!("'{}' is not a snapshot (VOLUME@SNAPSHOT)", args.older),
+            None => bail!(
+                "'{}' is not a snapshot: the older side must be one (DATASET@SNAPSHOT)",
+                args.older
+            ),
         },
     };
+    if !args.blocks {
+        return crate::fs_diff_cmd::diff_files(ctx, args, newer);
+    }
     let request = AdminRequest::DiffBlocks {
         older: args.older.clone(),
         newer: newer.clone(),

@@ -1,4 +1,4 @@
-//! `-j`: JSON output of `pool list`, `pool status`, `list`, `diff --blocks` and `stat snapshots`, for programs (as OpenZFS 2.3's
+//! `-j`: JSON output of `pool list`, `pool status`, `list`, `diff` (`fs_diff_cmd.rs`), `diff --blocks` and `stat snapshots`, for programs (as OpenZFS 2.3's
 //! `zpool status -j`).
 //!
 //! Every document has the same envelope: `output_version` (the command, and a major/minor

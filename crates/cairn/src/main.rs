@@ -20,6 +20,7 @@ mod context;
 mod dataset_cmd;
 mod diff_cmd;
 mod environment;
+mod fs_diff_cmd;
 mod human;
 mod iostat_cmd;
 mod json;
@@ -172,8 +173,9 @@ enum Command {
         /// DATASET@SNAPSHOT
         snapshot: String,
     },
-    /// What differs between a snapshot and a later snapshot or the dataset itself. With
-    /// --blocks (volumes): the byte ranges, OFFSET LENGTH per line.
+    /// What differs between a snapshot and a later snapshot or the dataset itself. Filesystems
+    /// (as zfs diff): one line per path, M changed, + created, - removed, R renamed (old ->
+    /// new). With --blocks (volumes): the byte ranges, OFFSET LENGTH per line.
     Diff(DiffArgs),
     /// List datasets.
     List(ListArgs),
@@ -519,6 +521,13 @@ struct DiffArgs {
     /// volume's block size. Its cost follows what changed, not the volume's size.
     #[arg(long)]
     blocks: bool,
+    /// Filesystems: a column with each path's type (F file, / directory, @ symlink, | fifo,
+    /// = socket, B block device, C character device).
+    #[arg(short = 'F', conflicts_with = "blocks")]
+    classify: bool,
+    /// Filesystems: a first column with each inode's change time (seconds.nanoseconds).
+    #[arg(short = 't', conflicts_with = "blocks")]
+    timestamps: bool,
     #[command(flatten)]
     format: ListFormat,
     /// JSON output (fields documented in docs/json.md).
@@ -528,7 +537,8 @@ struct DiffArgs {
     #[arg(value_name = "DATASET@SNAPSHOT")]
     older: String,
     /// The newer side: a later snapshot of the same dataset, or the dataset itself (its live
-    /// contents; the default).
+    /// contents; the default); for a filesystem also a clone descended from the older side, or
+    /// a snapshot of one.
     #[arg(value_name = "DATASET@SNAPSHOT|DATASET")]
     newer: Option<String>,
 }

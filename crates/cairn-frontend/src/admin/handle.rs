@@ -65,6 +65,9 @@ pub fn handle_observed(
         AdminRequest::DiffBlocks { older, newer } => {
             AdminReply::BlockDiff(super::diff_blocks(access, &older, &newer)?)
         }
+        AdminRequest::DiffFiles { older, newer } => {
+            AdminReply::FileDiff(super::diff_files(access, &older, &newer)?)
+        }
         AdminRequest::PoolViews { pools } => {
             AdminReply::PoolViews(views::pool_views(access, &pools)?)
         }

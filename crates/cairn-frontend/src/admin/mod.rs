@@ -37,6 +37,7 @@ mod dataset_rows;
 mod datasets;
 mod devices;
 mod failures;
+mod file_diff;
 mod handle;
 mod import;
 mod import_request;
@@ -57,6 +58,7 @@ pub use datasets::{
     holds, rollback, set_properties, snapshot, snapshot_change, written_since,
 };
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
+pub use file_diff::{FileChangeRow, FileDiffReply, diff_files, kind_letter};
 pub use handle::{handle, handle_observed};
 pub use import::{choose_pool, importable_pools, refuse_imported_name, remember_imported};
 pub use import_request::{ImportOutcome, ImportRequest, ImportablePool};

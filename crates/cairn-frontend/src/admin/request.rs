@@ -93,6 +93,10 @@ pub enum AdminRequest {
     /// `diff --blocks`: the byte ranges of a volume that differ between its snapshot `older`
     /// and `newer`, a later snapshot of it or the volume itself (its live contents).
     DiffBlocks { older: String, newer: String },
+    /// `diff` of a filesystem: the paths created, removed, renamed and changed between its
+    /// snapshot `older` and `newer`, a later snapshot, the filesystem itself, or a clone
+    /// descended from it.
+    DiffFiles { older: String, newer: String },
 }
 
 /// A change of a pool (`AdminRequest::Pool`).
@@ -274,6 +278,8 @@ pub enum AdminReply {
     },
     /// What `diff --blocks` found.
     BlockDiff(BlockDiffReply),
+    /// What `diff` of a filesystem found.
+    FileDiff(super::FileDiffReply),
     Mirror(MirrorOutcome),
     Cleared(Cleared),
     Scrubbed(ScrubRecord),
