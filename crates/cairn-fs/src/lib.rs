@@ -37,7 +37,8 @@
 //! `namespace.rs` (create, link, remove, rename), `read.rs` (lookup, readdir, reads,
 //! readlink), `data.rs` (attributes, writes, fallocate, holes), `xattr.rs` (extended
 //! attributes, large values in objects of their own), `check.rs` (the namespace check of
-//! `pool check`).
+//! `pool check`), `rollback.rs` (a head replaced by a rollback while in use: the old
+//! filesystem retired, the new one taking over inode numbers and opens).
 //!
 //! ## Space and access times
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
@@ -73,6 +74,7 @@ pub mod log;
 mod namespace;
 pub mod ops;
 mod read;
+mod rollback;
 mod xattr;
 
 pub use cairn_dataset::properties::{AtimeMode, SyncMode};
@@ -80,6 +82,7 @@ pub use cairn_dataset::space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
 /// Longest file name (a directory is a hashed map: its longest name).
 pub use cairn_object::map::NAME_BYTES_MAX;
 pub use error::FsError;
+pub use rollback::{CarriedOver, OpenInode};
 pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
@@ -343,6 +346,9 @@ pub struct Filesystem {
     replaying: bool,
     stats: FsStats,
     op_stats: Mutex<ops::FsOpStats>,
+    /// Set by `retire` when a rollback replaced the head this filesystem serves: every call
+    /// then fails with `Stale` (see `rollback.rs`).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 use raw::{decode_entry_value, encode_entry_value};
@@ -447,6 +453,7 @@ impl Filesystem {
             own_changes: RwLock::new(None),
             stats: FsStats::default(),
             op_stats: Mutex::default(),
+            retired: std::sync::atomic::AtomicBool::new(false),
         };
         Ok(fs)
     }
@@ -539,6 +546,7 @@ impl Filesystem {
 
     /// The attributes of inode `object`.
     pub fn getattr(&self, object: u64) -> Result<InodeAttrs, FsError> {
+        self.check_current()?;
         if object <= DELETE_QUEUE_OBJECT && object != ROOT_OBJECT {
             return Err(FsError::NotFound);
         }
@@ -653,6 +661,10 @@ impl Filesystem {
                 .ok()
                 .and_then(|text| text.parse::<u64>().ok())
                 .ok_or_else(|| FsError::Corrupt("a delete queue entry".into()))?;
+            // Still open (carried over a rollback, `adopt`): its last close frees it.
+            if self.opens.lock().contains_key(&object) {
+                continue;
+            }
             if let Ok(attrs) = self.getattr(object)
                 && attrs.links == 0
             {
@@ -666,6 +678,7 @@ impl Filesystem {
     // ----- helpers -----
 
     fn check_writable(&self) -> Result<(), FsError> {
+        self.check_current()?;
         if self.config.read().readonly {
             return Err(FsError::ReadOnly);
         }
