@@ -1,8 +1,9 @@
 //! Rollback of a mounted filesystem (issue 34) through the real kernel FUSE, as `zfs
 //! rollback` of a mounted dataset: the mount stays, and at once (no wait for a cache to
 //! expire) reads, `stat` and listings show the snapshot's state, even for files and names the
-//! kernel had cached; descriptors open on files the snapshot lacks fail with EIO, those on
-//! files it has keep working; writes after the rollback land in the rolled-back head and
+//! kernel had cached; descriptors open on files the snapshot lacks, or on files changed since
+//! it (whose size and times the kernel's writeback cache would keep as its own), fail with
+//! EIO, those on files the rollback leaves as they were keep working; writes after the rollback land in the rolled-back head and
 //! survive a restart; `-r` destroys newer snapshots, which refuse it otherwise. Mounting
 //! needs root and /dev/fuse (CI runs as root).
 
@@ -78,6 +79,7 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     std::fs::write(at.join("big.bin"), &big).unwrap();
     std::fs::create_dir(at.join("docs")).unwrap();
     std::fs::write(at.join("docs/b.txt"), b"monday's b").unwrap();
+    std::fs::write(at.join("docs/untouched.txt"), b"never changed").unwrap();
     std::fs::write(at.join("docs/gone.txt"), b"deleted after the snapshot").unwrap();
     std::fs::write(at.join("old_name.txt"), b"renamed after the snapshot").unwrap();
     std::fs::create_dir(at.join("olddir")).unwrap();
@@ -85,19 +87,23 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     read_all(&at);
     let root_names = names(&at);
     let docs_names = names(&at.join("docs"));
+    env.ok(&["snapshot", "tank/fs@monday"]);
+    // The snapshot's own attributes, as `.cairn/snapshot` shows them (the kernel's copy of
+    // the head's may run ahead of what the server had: its writeback cache keeps times).
+    let monday = at.join(".cairn/snapshot/monday");
     let stats: Vec<(String, (u64, u32, i64, i64, u64))> = [
         "a.txt",
         "big.bin",
         "docs",
         "docs/b.txt",
+        "docs/untouched.txt",
         "docs/gone.txt",
         "old_name.txt",
         "olddir",
     ]
     .iter()
-    .map(|name| (name.to_string(), stat_of(&at.join(name))))
+    .map(|name| (name.to_string(), stat_of(&monday.join(name))))
     .collect();
-    env.ok(&["snapshot", "tank/fs@monday"]);
 
     // After it: overwrite, extend, chmod, create, delete, rename, mkdir, rmdir; each read
     // back so the kernel caches the new state.
@@ -132,17 +138,18 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
             "newdir"
         ]
     );
-    // Descriptors open across the rollback: one on a file made since, one (read and write)
-    // on a file the snapshot has.
+    // Descriptors open across the rollback: on a file made since, on a file changed since,
+    // and (read and write) on a file the rollback leaves as it was.
     let mut made_since = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(at.join("new.txt"))
         .unwrap();
+    let changed = std::fs::File::open(at.join("docs/b.txt")).unwrap();
     let mut kept = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
-        .open(at.join("docs/b.txt"))
+        .open(at.join("docs/untouched.txt"))
         .unwrap();
     let mut buf = Vec::new();
     made_since.read_to_end(&mut buf).unwrap();
@@ -207,16 +214,28 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
         "write to a file the snapshot lacks: errno {code}"
     );
     drop(made_since);
-    // The file the snapshot has keeps working: it reads the snapshot's data, and takes writes.
+    // One on a file changed since fails too (the kernel would keep its own size and times
+    // for it): the file is read afresh by name.
+    let code = errno_of(changed.read_at(&mut byte, 0));
+    assert!(
+        code == libc::EIO || code == libc::ESTALE,
+        "read of a file the rollback changed: errno {code}"
+    );
+    drop(changed);
+    assert_eq!(std::fs::read(at.join("docs/b.txt")).unwrap(), b"monday's b");
+    // One on a file the rollback left as it was keeps working: reads, and takes writes.
     let mut back = String::new();
     kept.seek(SeekFrom::Start(0)).unwrap();
     kept.read_to_string(&mut back).unwrap();
-    assert_eq!(back, "monday's b");
+    assert_eq!(back, "never changed");
     kept.seek(SeekFrom::Start(0)).unwrap();
-    kept.write_all(b"WEDNESDAY").unwrap();
+    kept.write_all(b"EVER").unwrap();
     kept.sync_all().unwrap();
     drop(kept);
-    assert_eq!(std::fs::read(at.join("docs/b.txt")).unwrap(), b"WEDNESDAYb");
+    assert_eq!(
+        std::fs::read(at.join("docs/untouched.txt")).unwrap(),
+        b"EVERr changed"
+    );
     // The directory made since: nothing can be made in it, nor found.
     for name in [c"y.txt", c"x.txt"] {
         // SAFETY: a valid directory descriptor and NUL-terminated name.
@@ -262,7 +281,10 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
         std::fs::read(at.join("post.txt")).unwrap(),
         b"made after the rollback"
     );
-    assert_eq!(std::fs::read(at.join("docs/b.txt")).unwrap(), b"WEDNESDAYb");
+    assert_eq!(
+        std::fs::read(at.join("docs/untouched.txt")).unwrap(),
+        b"EVERr changed"
+    );
     assert_eq!(std::fs::read(at.join("big.bin")).unwrap(), big);
     assert_eq!(
         names(&at),

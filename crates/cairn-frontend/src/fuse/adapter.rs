@@ -124,7 +124,8 @@ impl FuseAdapter {
             Ok((object, attrs)) => {
                 let attr = self.attr(object, &attrs);
                 self.head.looked_up(object);
-                reply.entry(&ATTR_TTL, &attr, Generation(attrs.generation));
+                let generation = self.head.generation(object, attrs.generation);
+                reply.entry(&ATTR_TTL, &attr, Generation(generation));
             }
             Err(err) => reply.error(errno(&err)),
         }

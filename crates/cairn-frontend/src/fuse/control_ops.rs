@@ -177,10 +177,10 @@ impl FuseAdapter {
             }
             let attr = if plus {
                 let found = match node {
-                    Node::Head(object) => self
-                        .fs()
-                        .getattr(object)
-                        .map(|attrs| (self.attr(object, &attrs), ATTR_TTL, attrs.generation)),
+                    Node::Head(object) => self.fs().getattr(object).map(|attrs| {
+                        let generation = self.head.generation(object, attrs.generation);
+                        (self.attr(object, &attrs), ATTR_TTL, generation)
+                    }),
                     node => self.control_getattr(node),
                 };
                 // A snapshot destroyed since it was listed is left out.

@@ -15,7 +15,9 @@
 //! entry it is given adds one, FORGET takes them away: `looked_up`, `forgotten`), so a
 //! rollback can have exactly those dropped from its caches; and the inodes a rollback left
 //! stale (`mark_stale`): ones the kernel holds that the rolled-back head has not, or has as
-//! another file (another generation). A call on a stale inode fails with EIO, as on ZFS,
+//! another file (another generation), or has with another size or other times (`renew`: the
+//! kernel's writeback cache keeps those of a regular file it holds as its own, so the file
+//! is given to it again as a new inode, under a new generation). A call on a stale inode fails with EIO, as on ZFS,
 //! never reaching another file's data; it stops being stale when the kernel lets it go, or is
 //! given the inode's new incarnation (it then drops the old one itself: FUSE checks the
 //! generation).
@@ -40,7 +42,14 @@ pub(super) struct MountedHead {
     known: Mutex<HashMap<u64, u64>>,
     /// Objects the kernel holds that a rollback made stale.
     stale: Mutex<HashSet<u64>>,
+    /// Files a rollback changed under the kernel, with how many times: the kernel is given
+    /// them under a new generation (`generation`), so it takes them for new inodes.
+    renewed: Mutex<HashMap<u64, u64>>,
 }
+
+/// Mixed into the generation the kernel is given, once per renewal: odd, so each renewal
+/// changes the low 32 bits, the part the kernel compares (its `i_generation` is 32 bits).
+const RENEWAL_MIX: u64 = 0x9e37_79b9;
 
 /// A call entered on the head (`MountedHead::enter`): no rollback while it is held.
 pub(super) type Entered<'a> = RwLockReadGuard<'a, Arc<Filesystem>>;
@@ -51,6 +60,7 @@ impl MountedHead {
             fs: RwLock::new(fs),
             known: Mutex::default(),
             stale: Mutex::default(),
+            renewed: Mutex::default(),
         }
     }
 
@@ -112,6 +122,27 @@ impl MountedHead {
     /// filesystem.
     pub(super) fn suspend(&self) -> RwLockWriteGuard<'_, Arc<Filesystem>> {
         self.fs.write()
+    }
+
+    /// The generation the kernel is given for `object`, whose own is `generation`: changed
+    /// by each renewal (`renew`).
+    pub(super) fn generation(&self, object: u64, generation: u64) -> u64 {
+        let renewals = self.renewed.lock().get(&object).copied().unwrap_or(0);
+        generation ^ (renewals.wrapping_mul(RENEWAL_MIX) & u64::from(u32::MAX))
+    }
+
+    /// Renews `objects`: files that are still there but whose size or times a rollback
+    /// changed. With the writeback cache the kernel keeps a regular file's size and times as
+    /// its own while it holds the inode (it would never take the snapshot's), so the inode
+    /// it holds is made stale and the file is given to it again under a new generation, as a
+    /// new inode (it drops the old one itself when it sees it).
+    pub(super) fn renew(&self, objects: &[u64]) {
+        let mut renewed = self.renewed.lock();
+        for object in objects {
+            *renewed.entry(*object).or_insert(0) += 1;
+        }
+        drop(renewed);
+        self.mark_stale(objects);
     }
 
     /// Marks `objects` stale (see the module doc); only those the kernel still holds.

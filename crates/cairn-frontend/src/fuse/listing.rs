@@ -138,7 +138,7 @@ impl FuseAdapter {
                 OsStr::from_bytes(&entry.name),
                 &ATTR_TTL,
                 &attr,
-                Generation(attrs.generation),
+                Generation(self.head.generation(entry.object, attrs.generation)),
             );
             if full {
                 return reply.ok();

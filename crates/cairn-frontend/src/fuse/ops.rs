@@ -540,7 +540,7 @@ impl fuser::Filesystem for FuseAdapter {
                 reply.created(
                     &ATTR_TTL,
                     &attr,
-                    Generation(attrs.generation),
+                    Generation(self.head.generation(object, attrs.generation)),
                     fh,
                     open_flags,
                 );

@@ -13,7 +13,10 @@
 //!    unsynced changes and intent log discarded, the head swapped in one durable txg) and
 //!    opens the rolled-back head; the mount swaps it in (`After`): inodes the kernel holds
 //!    that the new head has not, or has as another file, are marked stale (calls on them
-//!    fail with EIO: `head.rs`).
+//!    fail with EIO: `head.rs`); regular files whose size or times differ are renewed (the
+//!    writeback cache makes the kernel keep its own size and times of a file it holds, so
+//!    it is given the file again as a new inode, and its old one, and descriptors open on it,
+//!    fail with EIO; a descriptor on a file the rollback did not change keeps working).
 //! 4. Calls resume, and the kernel is told to drop what it caches (on the kernel worker,
 //!    waited for before the command returns): the entries of every name whose inode
 //!    changed (FUSE_NOTIFY_INVAL_ENTRY: created since the snapshot, deleted since, renamed
@@ -29,6 +32,7 @@ use super::convert::ino_of;
 use super::mount::FuseMount;
 use cairn_engine::{EngineError, Pool};
 use cairn_fs::Filesystem;
+use cairn_fs::attrs::{FileKind, InodeAttrs};
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -42,24 +46,23 @@ const INVALIDATE_WAIT: Duration = Duration::from_secs(60);
 
 /// What the kernel may cache of the old head, read before the rollback.
 struct Before {
-    /// Each inode the kernel holds, with its generation in the old head (none: gone there).
-    generations: BTreeMap<u64, Option<u64>>,
+    /// Each inode the kernel holds, with its attributes in the old head (none: gone there).
+    attrs: BTreeMap<u64, Option<InodeAttrs>>,
     /// The names of each directory the kernel holds, with the inode each names.
     names: BTreeMap<u64, HashMap<Vec<u8>, u64>>,
 }
 
 impl Before {
     fn gather(fs: &Filesystem, known: &[u64]) -> Before {
-        let mut generations = BTreeMap::new();
+        let mut attrs = BTreeMap::new();
         let mut names = BTreeMap::new();
         for &object in known {
-            let attrs = fs.getattr(object).ok();
-            generations.insert(object, attrs.as_ref().map(|attrs| attrs.generation));
+            attrs.insert(object, fs.getattr(object).ok());
             if let Ok(listing) = fs.names_of(object) {
                 names.insert(object, listing.into_iter().collect());
             }
         }
-        Before { generations, names }
+        Before { attrs, names }
     }
 }
 
@@ -68,6 +71,9 @@ impl Before {
 struct After {
     /// Inodes it holds that the new head has not, or has as another file.
     stale: Vec<u64>,
+    /// Regular files it holds that the new head has with another size or other times
+    /// (`MountedHead::renew`).
+    renewed: Vec<u64>,
     /// `(directory, name)` of every cached name that may have changed.
     entries: Vec<(u64, Vec<u8>)>,
     /// Every inode it holds: attributes and pages dropped.
@@ -77,15 +83,25 @@ struct After {
 impl After {
     fn compare(before: &Before, fs: &Filesystem) -> After {
         let mut after = After::default();
-        for (&object, generation) in &before.generations {
+        for (&object, old) in &before.attrs {
             after.inodes.push(object);
-            let now = fs.getattr(object).ok().map(|attrs| attrs.generation);
             // One gone in the old head already has no open file and no name there: the kernel
             // finds it again by name, with the generation it has now.
-            if generation.is_some() && now != *generation {
-                after.stale.push(object);
+            let Some(old) = old else {
+                continue;
+            };
+            match fs.getattr(object) {
+                Ok(new) if new.generation == old.generation => {
+                    if new.kind == FileKind::File
+                        && (new.size, new.mtime, new.ctime) != (old.size, old.mtime, old.ctime)
+                    {
+                        after.renewed.push(object);
+                    }
+                }
+                _ => after.stale.push(object),
             }
         }
+        let changed = |object: &u64| after.stale.contains(object) || after.renewed.contains(object);
         for (&dir, old_names) in &before.names {
             let same_dir = !after.stale.contains(&dir);
             let new_names: HashMap<Vec<u8>, u64> = match same_dir {
@@ -93,7 +109,7 @@ impl After {
                 false => HashMap::new(),
             };
             for (name, object) in old_names {
-                if new_names.get(name) != Some(object) || after.stale.contains(object) {
+                if new_names.get(name) != Some(object) || changed(object) {
                     after.entries.push((dir, name.clone()));
                 }
             }
@@ -143,6 +159,7 @@ impl FuseMount {
         new.observe_own_changes(Some(self.own_changes.clone()));
         *current = new;
         self.head.mark_stale(&after.stale);
+        self.head.renew(&after.renewed);
         drop(current);
         // 4.
         self.invalidate(after);
