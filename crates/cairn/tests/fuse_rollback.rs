@@ -54,8 +54,11 @@ fn errno_of<T: std::fmt::Debug>(result: std::io::Result<T>) -> i32 {
         .unwrap_or(0)
 }
 
-/// What `stat` shows of a file that a test compares across a rollback.
-fn stat_of(path: &Path) -> (u64, u32, i64, i64, u64) {
+/// What `stat` shows of a file that a test compares across a rollback: size, mode, mtime
+/// (seconds, nanoseconds), links.
+type Stat = (u64, u32, i64, i64, u64);
+
+fn stat_of(path: &Path) -> Stat {
     let meta = std::fs::symlink_metadata(path).unwrap();
     (
         meta.len(),
@@ -91,7 +94,7 @@ fn rollback_of_a_mounted_filesystem_shows_the_snapshot_at_once() {
     // The snapshot's own attributes, as `.cairn/snapshot` shows them (the kernel's copy of
     // the head's may run ahead of what the server had: its writeback cache keeps times).
     let monday = at.join(".cairn/snapshot/monday");
-    let stats: Vec<(String, (u64, u32, i64, i64, u64))> = [
+    let stats: Vec<(String, Stat)> = [
         "a.txt",
         "big.bin",
         "docs",
