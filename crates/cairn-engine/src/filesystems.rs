@@ -7,6 +7,17 @@
 //! filesystem has an intent log of one lane (see `cairn-fs`'s durability module), replayed at
 //! import with the volumes' (`replay.rs`).
 //!
+//! Rollback of an open filesystem (`Pool::rollback`): the `Filesystem` of the old head is
+//! taken out of the open ones and retired (`retire_filesystem`: every later call on it fails
+//! with `Stale`, EIO), so nothing more reaches the old head or its intent log, which the
+//! rollback's txg releases; what was written to the old head since its last sync is
+//! discarded with its object set (which no txg syncs again). Once the txg that swapped the
+//! head has committed, the dataset is opened again (`reopen_filesystem`): a new
+//! `Filesystem` over the rolled-back head with a new intent log, taking over the old one's
+//! inode numbers and the opens of files that are the same file in both heads
+//! (`Filesystem::adopt`), before its delete queue is drained. Whoever held the old handle
+//! opens the dataset again (`filesystem`); the FUSE mount does it under its own calls.
+//!
 //! Space: every change that can grow a filesystem asks the pool's one space check first
 //! (`space_check.rs`, the policy volumes share): EDQUOT when the dataset's quotas (`quota`,
 //! `refquota`, an ancestor's `quota`) would be exceeded, else ENOSPC when the pool has no
@@ -56,6 +67,16 @@ impl Pool {
     /// The filesystem dataset `name`, opened on first use with its intent log (after any
     /// replay: import replays first), its delete queue drained.
     pub fn filesystem(&self, name: &str) -> Result<Arc<Filesystem>, EngineError> {
+        self.open_filesystem(name, None)
+    }
+
+    /// `filesystem`, taking over `carried` from a filesystem a rollback retired (if it
+    /// opens one now).
+    fn open_filesystem(
+        &self,
+        name: &str,
+        carried: Option<&cairn_fs::CarriedOver>,
+    ) -> Result<Arc<Filesystem>, EngineError> {
         let mut open = self.filesystems.lock();
         if let Some(fs) = open.get(name) {
             return Ok(fs.clone());
@@ -63,7 +84,11 @@ impl Pool {
         if self.is_readonly() {
             // No intent log (it would allocate log blocks) and nothing to drain: a read-only
             // filesystem refuses every change (EROFS).
-            let fs = Arc::new(self.build_filesystem(name)?);
+            let fs = self.build_filesystem(name)?;
+            if let Some(carried) = carried {
+                fs.adopt(carried);
+            }
+            let fs = Arc::new(fs);
             open.insert(name.to_string(), fs.clone());
             return Ok(fs);
         }
@@ -75,6 +100,9 @@ impl Pool {
             .core
             .new_intent_log(name, engine, fs.objset().clone(), 1, logbias);
         let fs = fs.with_intent_log(intent_log.clone());
+        if let Some(carried) = carried {
+            fs.adopt(carried);
+        }
         fs.drain_delete_queue()?;
         self.core
             .intent_logs
@@ -85,30 +113,23 @@ impl Pool {
         Ok(fs)
     }
 
-    /// Whether filesystem `name` is open here and held by someone (a mount, a handle
-    /// `filesystem` gave out) besides the pool itself.
-    pub(crate) fn filesystem_in_use(&self, name: &str) -> bool {
-        self.filesystems
-            .lock()
-            .get(name)
-            .is_some_and(|fs| Arc::strong_count(fs) > 1)
+    /// Takes filesystem `name` out of the open ones and retires it (see the module doc);
+    /// returns what the filesystem opened after the rollback takes over, if it was open.
+    pub(crate) fn retire_filesystem(&self, name: &str) -> Option<cairn_fs::CarriedOver> {
+        let fs = self.filesystems.lock().remove(name)?;
+        let carried = fs.carry_over();
+        fs.retire();
+        Some(carried)
     }
 
-    /// Closes filesystem `name` if it is open here but used by no one (every handle
-    /// `filesystem` gave out dropped: only the pool's own copy left), so that its head can be
-    /// replaced (rollback) with no handle left on the old one. True when it is closed now or
-    /// was not open; false when someone still holds it. Its dirty changes stay in the open
-    /// txg and its intent log with the pool, as after any change.
-    pub(crate) fn close_unused_filesystem(&self, name: &str) -> bool {
-        let mut open = self.filesystems.lock();
-        match open.get(name) {
-            None => true,
-            Some(fs) if Arc::strong_count(fs) == 1 => {
-                open.remove(name);
-                true
-            }
-            Some(_) => false,
-        }
+    /// Opens filesystem `name` again after a rollback (see the module doc), taking over
+    /// `carried` from the retired one.
+    pub(crate) fn reopen_filesystem(
+        &self,
+        name: &str,
+        carried: &cairn_fs::CarriedOver,
+    ) -> Result<Arc<Filesystem>, EngineError> {
+        self.open_filesystem(name, Some(carried))
     }
 
     /// The filesystem `name` with no intent log (replay, tools).

@@ -124,8 +124,12 @@ impl Pool {
     /// Rolls dataset `name`'s head back to snapshot `name` (`dataset@snapshot`), durable on
     /// return: everything written since is gone. With `destroy_newer`, newer snapshots are
     /// destroyed first (else they refuse it); with `force`, a volume with open users (NBD
-    /// clients) is rolled back under them (their handle turns read-only). A mounted
-    /// filesystem is refused for now: unmount it first.
+    /// clients) is rolled back under them (their handle turns read-only). An open (mounted)
+    /// filesystem is rolled back in place (`filesystems.rs`, "Rollback of an open
+    /// filesystem"): its handle is retired (every call on it then fails with `Stale`) and
+    /// `filesystem` opens the rolled-back head, with the old one's open files that are the
+    /// same file in both; a front end that serves it stops its own calls around this call
+    /// (cairn-frontend's `fuse/rollback.rs`).
     pub fn rollback(
         &self,
         name: &str,
@@ -153,13 +157,6 @@ impl Pool {
             }
             .into());
         }
-        let in_use = || DatasetError::HasDependents {
-            name: parsed.dataset.clone(),
-            what: "a mounted filesystem; unmount it before rolling back".into(),
-        };
-        if self.filesystem_in_use(&parsed.dataset) {
-            return Err(in_use().into());
-        }
         let volume = self.volumes.lock().get(&parsed.dataset).cloned();
         if let Some(volume) = &volume
             && Arc::strong_count(volume) > 2
@@ -174,22 +171,27 @@ impl Pool {
         for snapshot in newer.iter().rev() {
             self.destroy_snapshot(snapshot)?;
         }
-        // A filesystem no one holds is closed now, so none can write to the old head.
-        if !self.close_unused_filesystem(&parsed.dataset) {
-            return Err(in_use().into());
-        }
         // The old head takes no more writes; what it has goes out before the swap.
         if let Some(volume) = self.volumes.lock().remove(&parsed.dataset) {
             volume.set_readonly(true);
         }
+        let carried = self.retire_filesystem(&parsed.dataset);
         let intent_log = self.core.intent_logs.lock().remove(&parsed.dataset);
-        self.sync()?;
-        self.run_sync_task(move |core, txg| {
-            if let Some(intent_log) = &intent_log {
-                intent_log.release_all(txg);
-            }
-            core.rollback_head(txg, &parsed.dataset, &parsed.snapshot)
-        })?;
+        let dataset = parsed.dataset.clone();
+        let swapped = self.sync().and_then(|_| {
+            self.run_sync_task(move |core, txg| {
+                if let Some(intent_log) = &intent_log {
+                    intent_log.release_all(txg);
+                }
+                core.rollback_head(txg, &parsed.dataset, &parsed.snapshot)
+            })
+        });
+        // Open again whether or not the swap was made (all or nothing): over the rolled-back
+        // head, or the old one again.
+        if let Some(carried) = carried {
+            self.reopen_filesystem(&dataset, &carried)?;
+        }
+        swapped?;
         self.core.snapshot_stats.command_done(started);
         crate::core::reclaim_deferred(&self.core, self.txg_engine()?);
         Ok(())

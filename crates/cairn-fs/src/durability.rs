@@ -158,6 +158,8 @@ impl Filesystem {
     /// commit of that T record returns at once once T has synced, leaving the T + 1 record
     /// in memory. The crash test `filesystem_crash.rs` has the regression test.)
     fn commit_log(&self) -> Result<(), FsError> {
+        // A retired head's log was released with it: nothing of it may be committed.
+        self.check_current()?;
         match &self.intent_log {
             Some(log) => log.commit_all(self).map_err(FsError::from),
             None => self.wait_for_txg(),

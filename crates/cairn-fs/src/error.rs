@@ -44,6 +44,10 @@ pub enum FsError {
     QuotaExceeded(String),
     #[error("corrupt filesystem metadata: {0}")]
     Corrupt(String),
+    /// The handle was to a head that a rollback replaced (`Filesystem::retire`), or to a file
+    /// the rolled-back head does not have: EIO, as ZFS answers a file gone with a rollback.
+    #[error("stale: the filesystem was rolled back under this handle")]
+    Stale,
     #[error(transparent)]
     Object(#[from] ObjectError),
     #[error(transparent)]
@@ -73,7 +77,7 @@ impl FsError {
             FsError::ValueTooLarge(_) => ErrorClass::ValueTooLarge,
             FsError::NoSpace(_) => ErrorClass::NoSpace,
             FsError::QuotaExceeded(_) => ErrorClass::QuotaExceeded,
-            FsError::Corrupt(_) => ErrorClass::Io,
+            FsError::Corrupt(_) | FsError::Stale => ErrorClass::Io,
             FsError::Object(err) => beneath_a_file(err.class()),
             FsError::Txg(err) => beneath_a_file(err.class()),
             FsError::Log(err) => beneath_a_file(err.class()),
@@ -157,6 +161,7 @@ mod tests {
             (FsError::NoSpace("x".into()), libc::ENOSPC),
             (FsError::QuotaExceeded("x".into()), libc::EDQUOT),
             (FsError::Corrupt("x".into()), libc::EIO),
+            (FsError::Stale, libc::EIO),
             (FsError::Object(damaged()), libc::EIO),
             (FsError::Object(ObjectError::NoSuchObject(7)), libc::EIO),
             (

@@ -41,7 +41,8 @@
 //! readlink), `data.rs` (attributes, writes, fallocate, holes), `xattr.rs` (extended
 //! attributes, large values in objects of their own), `check.rs` (the namespace check of
 //! `pool check`), `diff.rs` and `diff_paths.rs` (what changed between two versions: `cairn
-//! diff`).
+//! diff`), `rollback.rs` (a head replaced by a rollback while in use: the old filesystem
+//! retired, the new one taking over inode numbers and opens).
 //!
 //! ## Space and access times
 //! Every change that can grow the filesystem asks the `SpaceCheck` the engine gives it
@@ -79,6 +80,7 @@ pub mod log;
 mod namespace;
 pub mod ops;
 mod read;
+mod rollback;
 mod xattr;
 
 pub use cairn_dataset::properties::{AtimeMode, SyncMode};
@@ -86,6 +88,7 @@ pub use cairn_dataset::space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
 /// Longest file name (a directory is a hashed map: its longest name).
 pub use cairn_object::map::NAME_BYTES_MAX;
 pub use error::FsError;
+pub use rollback::{CarriedOver, OpenInode};
 pub use xattr::XATTR_VALUE_BYTES_MAX;
 
 use crate::attrs::{FileKind, InodeAttrs, Timestamp};
@@ -349,6 +352,9 @@ pub struct Filesystem {
     replaying: bool,
     stats: FsStats,
     op_stats: Mutex<ops::FsOpStats>,
+    /// Set by `retire` when a rollback replaced the head this filesystem serves: every call
+    /// then fails with `Stale` (see `rollback.rs`).
+    retired: std::sync::atomic::AtomicBool,
 }
 
 use raw::{decode_entry_value, encode_entry_value};
@@ -453,6 +459,7 @@ impl Filesystem {
             own_changes: RwLock::new(None),
             stats: FsStats::default(),
             op_stats: Mutex::default(),
+            retired: std::sync::atomic::AtomicBool::new(false),
         };
         Ok(fs)
     }
@@ -545,6 +552,7 @@ impl Filesystem {
 
     /// The attributes of inode `object`.
     pub fn getattr(&self, object: u64) -> Result<InodeAttrs, FsError> {
+        self.check_current()?;
         if object <= DELETE_QUEUE_OBJECT && object != ROOT_OBJECT {
             return Err(FsError::NotFound);
         }
@@ -659,6 +667,10 @@ impl Filesystem {
                 .ok()
                 .and_then(|text| text.parse::<u64>().ok())
                 .ok_or_else(|| FsError::Corrupt("a delete queue entry".into()))?;
+            // Still open (carried over a rollback, `adopt`): its last close frees it.
+            if self.opens.lock().contains_key(&object) {
+                continue;
+            }
             if let Ok(attrs) = self.getattr(object)
                 && attrs.links == 0
             {
@@ -672,6 +684,7 @@ impl Filesystem {
     // ----- helpers -----
 
     fn check_writable(&self) -> Result<(), FsError> {
+        self.check_current()?;
         if self.config.read().readonly {
             return Err(FsError::ReadOnly);
         }

@@ -162,7 +162,9 @@ enum Command {
         /// POOL/NAME of a clone
         dataset: String,
     },
-    /// Roll a dataset back to a snapshot: everything written since is discarded.
+    /// Roll a dataset back to a snapshot: everything written since is discarded. A mounted
+    /// filesystem stays mounted and shows the snapshot's state at once (files made since are
+    /// gone, files deleted since are back; a file open on one made since fails with EIO).
     Rollback {
         /// Destroy snapshots newer than this one (else they refuse the rollback).
         #[arg(short = 'r')]

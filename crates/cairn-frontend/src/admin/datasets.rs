@@ -227,7 +227,9 @@ pub fn holds(
     access.with_pool(pool_name, true, |pool| Ok(pool.holds(names)?))
 }
 
-/// Rolls `snapshot`'s dataset back to it (see `Pool::rollback`); durable on return.
+/// Rolls `snapshot`'s dataset back to it (see `Pool::rollback`); durable on return. A
+/// filesystem this server mounted is rolled back under its mount, which shows the snapshot's
+/// state on return (`Mounts::roll_back`).
 pub fn rollback(
     access: &PoolAccess,
     snapshot: &str,
@@ -237,7 +239,12 @@ pub fn rollback(
 ) -> Result<(), AdminError> {
     let pool_name = snapshot.split(['/', '@']).next().unwrap_or(snapshot);
     access.with_pool(pool_name, false, |pool| {
-        pool.rollback(snapshot, destroy_newer, force)?;
+        match &access.served {
+            Some(served) => served
+                .mounts
+                .roll_back(pool, snapshot, destroy_newer, force)?,
+            None => pool.rollback(snapshot, destroy_newer, force)?,
+        }
         record_history(pool, history_entry).map_err(|err| done_then_failed(snapshot, err))
     })
 }

@@ -5,11 +5,12 @@
 //! the kernel worker.
 //!
 //! Invariant: the adapter translates and nothing more; every change goes through the
-//! filesystem. Uses `convert.rs`, `kernel_worker.rs`, `writers.rs`, `removed_dirs.rs` and
+//! filesystem. Uses `convert.rs`, `kernel_worker.rs`, `writers.rs`, `removed_dirs.rs`, `head.rs` and
 //! `snapdir.rs`'s `SnapshotDir` (whose requests `snapdir.rs` adds to it); `policy.rs` adds the open policy to `FuseAdapter`, `ops.rs` its FUSE operations, and
 //! `mount.rs` builds one per mount.
 
 use super::convert::{errno, file_attr};
+use super::head::MountedHead;
 use super::kernel_worker::{KernelJob, KernelJobs};
 use super::removed_dirs::RemovedDirs;
 use super::snapdir::SnapshotDir;
@@ -42,7 +43,8 @@ pub(super) const READDIRPLUS_ENTRIES_MAX: usize = 128;
 pub type SpaceFn = Arc<dyn Fn() -> (u64, u64) + Send + Sync>;
 
 pub(super) struct FuseAdapter {
-    pub(super) fs: Arc<Filesystem>,
+    /// The filesystem served, swapped by a rollback (`head.rs`).
+    pub(super) head: Arc<MountedHead>,
     pub(super) space: SpaceFn,
     /// The kernel agreed to open directories without asking (FUSE_NO_OPENDIR_SUPPORT): an
     /// `opendir` answered ENOSYS then means "never ask again", not an error.
@@ -74,6 +76,11 @@ pub(super) struct FuseAdapter {
 }
 
 impl FuseAdapter {
+    /// The filesystem served (in a call: the one the call entered with, `MountedHead::enter`).
+    pub(super) fn fs(&self) -> Arc<Filesystem> {
+        self.head.fs()
+    }
+
     /// Runs `job` on the kernel worker (`spawn_kernel_worker`). Before the session has
     /// started (no file can be open, nothing is cached) there is nothing for it to do.
     pub(super) fn kernel_job(&self, job: KernelJob) {
@@ -99,13 +106,13 @@ impl FuseAdapter {
     }
 
     pub(super) fn record(&self, kind: FsOpKind, started: Instant, bytes: u64, ok: bool) {
-        self.fs.record_op(kind, bytes, ok, started.elapsed());
+        self.fs().record_op(kind, bytes, ok, started.elapsed());
     }
 
     /// The attributes the kernel is given: blocks count data not yet synced, and the block
     /// size is the file's own, the granularity of SEEK_DATA and SEEK_HOLE.
     pub(super) fn attr(&self, object: u64, attrs: &InodeAttrs) -> FileAttr {
-        let storage = self.fs.storage(object).unwrap_or(InodeStorage {
+        let storage = self.fs().storage(object).unwrap_or(InodeStorage {
             allocated_bytes: 0,
             block_bytes: u64::from(REPORTED_BLOCK_BYTES),
         });
@@ -116,7 +123,9 @@ impl FuseAdapter {
         match result {
             Ok((object, attrs)) => {
                 let attr = self.attr(object, &attrs);
-                reply.entry(&ATTR_TTL, &attr, Generation(attrs.generation));
+                self.head.looked_up(object);
+                let generation = self.head.generation(object, attrs.generation);
+                reply.entry(&ATTR_TTL, &attr, Generation(generation));
             }
             Err(err) => reply.error(errno(&err)),
         }
@@ -125,7 +134,7 @@ impl FuseAdapter {
     /// The creator's mode with its umask applied, unless `parent` has a default ACL (which
     /// then decides, as POSIX asks; the kernel leaves the umask to a filesystem with ACLs).
     pub(super) fn masked(&self, parent: u64, mode: u32, umask: u32) -> u32 {
-        match self.fs.default_acl(parent) {
+        match self.fs().default_acl(parent) {
             Ok(Some(_)) => mode,
             _ => mode & !umask,
         }
@@ -148,7 +157,7 @@ impl FuseAdapter {
             gid: req.gid(),
             rdev,
         };
-        if let Ok(parent_attrs) = self.fs.getattr(parent)
+        if let Ok(parent_attrs) = self.fs().getattr(parent)
             && parent_attrs.mode & 0o2000 != 0
         {
             new.gid = parent_attrs.gid;

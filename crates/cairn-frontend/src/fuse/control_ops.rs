@@ -40,7 +40,7 @@ impl FuseAdapter {
     /// this listing changes with every snapshot taken or destroyed, which no mtime records.
     /// Its attributes are never cached (`SNAPSHOT_ENTRY_TTL`), so each path walk into it asks.
     fn control_attr(&self, node: Node) -> Result<FileAttr, FsError> {
-        let root = self.fs.getattr(ROOT_OBJECT)?;
+        let root = self.fs().getattr(ROOT_OBJECT)?;
         let mut attrs = InodeAttrs {
             kind: FileKind::Directory,
             mode: 0o555,
@@ -100,7 +100,7 @@ impl FuseAdapter {
             }
             (Node::Head(_), _) => Err(FsError::Invalid("not under .cairn".into())),
             (Node::ControlDir, b"..") => {
-                let attrs = self.fs.getattr(ROOT_OBJECT)?;
+                let attrs = self.fs().getattr(ROOT_OBJECT)?;
                 Ok((self.attr(ROOT_OBJECT, &attrs), ATTR_TTL, attrs.generation))
             }
             (Node::ControlDir, SNAPSHOT_DIR_NAME) => self.control_getattr(Node::SnapshotDir),
@@ -177,10 +177,10 @@ impl FuseAdapter {
             }
             let attr = if plus {
                 let found = match node {
-                    Node::Head(object) => self
-                        .fs
-                        .getattr(object)
-                        .map(|attrs| (self.attr(object, &attrs), ATTR_TTL, attrs.generation)),
+                    Node::Head(object) => self.fs().getattr(object).map(|attrs| {
+                        let generation = self.head.generation(object, attrs.generation);
+                        (self.attr(object, &attrs), ATTR_TTL, generation)
+                    }),
                     node => self.control_getattr(node),
                 };
                 // A snapshot destroyed since it was listed is left out.

@@ -37,7 +37,7 @@ impl FuseAdapter {
             if is_control_dir_cookie(offset) {
                 return Ok(());
             }
-            self.fs.readdir(object_of(ino), offset, |entry| {
+            self.fs().readdir(object_of(ino), offset, |entry| {
                 // A `.cairn` of the root's own is shadowed by the control directory.
                 if root && entry.name == CONTROL_DIR_NAME {
                     return true;
@@ -109,7 +109,7 @@ impl FuseAdapter {
             if is_control_dir_cookie(offset) {
                 return Ok(());
             }
-            self.fs.readdir(object_of(ino), offset, |entry| {
+            self.fs().readdir(object_of(ino), offset, |entry| {
                 // A `.cairn` of the root's own is shadowed by the control directory.
                 if !(root && entry.name == CONTROL_DIR_NAME) {
                     entries.push(entry.clone());
@@ -128,7 +128,7 @@ impl FuseAdapter {
                 .flatten();
         for entry in entries {
             // An entry removed since it was listed is left out, as a later listing would.
-            let Ok(attrs) = self.fs.getattr(entry.object) else {
+            let Ok(attrs) = self.fs().getattr(entry.object) else {
                 continue;
             };
             let attr = self.attr(entry.object, &attrs);
@@ -138,10 +138,14 @@ impl FuseAdapter {
                 OsStr::from_bytes(&entry.name),
                 &ATTR_TTL,
                 &attr,
-                Generation(attrs.generation),
+                Generation(self.head.generation(entry.object, attrs.generation)),
             );
             if full {
                 return reply.ok();
+            }
+            // The kernel counts a lookup for each entry it is given but `.` and `..`.
+            if entry.name != b"." && entry.name != b".." {
+                self.head.looked_up(entry.object);
             }
         }
         if let Some(entry) = control

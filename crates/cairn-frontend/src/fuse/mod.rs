@@ -69,6 +69,12 @@
 //! GETATTR of the directory before the next create (each create invalidates its attributes,
 //! and `default_permissions` needs them for the search permission).
 //!
+//! Rollback: `cairn rollback` of a mounted filesystem keeps the mount, and what it shows is
+//! the snapshot's at once: calls are stopped, the engine swaps the head, the mount swaps in
+//! the new filesystem, and the kernel drops the names, attributes and pages it cached of the
+//! old head; inodes it holds that the snapshot has not fail with EIO (`rollback.rs`,
+//! `head.rs`).
+//!
 //! Snapshots: `.cairn/snapshot/<name>/` in the root of every mount shows each snapshot of the
 //! dataset read-only, live (`snapdir.rs`: the design, the `snapdir` property, the reserved
 //! name `.cairn`, and how the snapshots' inode numbers are kept apart from the mount's own).
@@ -93,17 +99,20 @@
 //! /proc/self/mountinfo (`clear_dead_cairn_mounts`); `kernel_worker.rs` is the thread that
 //! tells the kernel things; `writers.rs` counts cached writers (`CACHED_WRITER_FH_BIT`);
 //! `removed_dirs.rs` is `RemovedDirs`; `snapdir.rs` numbers the control directory's inodes
-//! and keeps the snapshots a mount shows (`SnapshotDir`); `adapter.rs` is `FuseAdapter`'s
+//! and keeps the snapshots a mount shows (`SnapshotDir`); `head.rs` is the filesystem a mount
+//! serves, swapped by a rollback, and the inodes the kernel holds (`MountedHead`); `adapter.rs` is `FuseAdapter`'s
 //! state and the helpers its operations share (`ATTR_TTL`); `policy.rs` is the writeback and
 //! open policy (`open_flags`, `WRITEBACK_HEADROOM_*`, `stop_cached_writers_if_short`,
 //! `drop_refused_pages`); `control_ops.rs` answers requests under `.cairn`; `ops.rs` is the `fuser::Filesystem` operations (`init`, `getattr`,
 //! `write`, `lseek`...); `mount.rs` makes one mount (`mount`, `FuseMount`, `FUSE_THREADS`);
+//! `rollback.rs` rolls a mounted filesystem back under its mount (`FuseMount::roll_back`);
 //! `mounts.rs` is the server's list of them (`Mounts`). Dependencies point one way, up
 //! this list: each file uses only files named before it (the first six use none).
 
 mod adapter;
 mod control_ops;
 mod convert;
+mod head;
 mod kernel_worker;
 mod listing;
 mod mount;
@@ -113,6 +122,7 @@ mod mounts;
 mod ops;
 mod policy;
 mod removed_dirs;
+mod rollback;
 mod snapdir;
 mod writers;
 

@@ -4,11 +4,12 @@
 //!
 //! Invariant: a mount acts on its path only while the path still shows it (its device
 //! number), never on something mounted over it since. Builds the adapter (`adapter.rs`,
-//! with `removed_dirs.rs`, the kernel worker and `policy.rs`'s constants) and mounts with
+//! with `head.rs`, `removed_dirs.rs`, the kernel worker and `policy.rs`'s constants) and mounts with
 //! `mount_flags.rs`'s flags and `mountinfo.rs`'s type; `mounts.rs` keeps the list of them.
 
 use super::adapter::{FuseAdapter, SpaceFn};
 use super::convert::ino_of;
+use super::head::MountedHead;
 use super::kernel_worker::{KernelJobs, spawn_kernel_worker};
 use super::mount_flags::{MountFlags, MountOptionError};
 use super::mountinfo::MOUNT_TYPE;
@@ -18,7 +19,7 @@ use super::policy::{
 };
 use super::removed_dirs::RemovedDirs;
 use super::snapdir::SnapshotDir;
-use cairn_fs::Filesystem;
+use cairn_fs::{Filesystem, OwnChanges};
 use fuser::{Config, MountOption, Notifier, SessionACL};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -76,9 +77,13 @@ pub struct FuseMount {
     dev: Option<u64>,
     /// The flags it is mounted with now.
     flags: MountFlags,
-    pub(super) fs: Arc<Filesystem>,
+    /// The filesystem served, swapped by a rollback (`head.rs`, `rollback.rs`).
+    pub(super) head: Arc<MountedHead>,
+    /// What the filesystem tells of the attribute changes it makes on its own (given to the
+    /// filesystem a rollback swaps in too).
+    pub(super) own_changes: OwnChanges,
     /// The mount's kernel worker (`kernel_worker.rs`).
-    kernel_jobs: KernelJobs,
+    pub(super) kernel_jobs: KernelJobs,
 }
 
 /// How long a mount whose path no longer shows it may take to see its session end (a plain
@@ -90,8 +95,9 @@ impl FuseMount {
         &self.mountpoint
     }
 
-    pub fn filesystem(&self) -> &Arc<Filesystem> {
-        &self.fs
+    /// The filesystem served now.
+    pub fn filesystem(&self) -> Arc<Filesystem> {
+        self.head.fs()
     }
 
     /// Whether the kernel has let this mount go (a plain `umount`, `fusermount -u`, or a
@@ -128,7 +134,7 @@ impl FuseMount {
                 return Err(std::io::Error::last_os_error());
             }
         }
-        self.fs.observe_own_changes(None);
+        self.head.fs().observe_own_changes(None);
         // The kernel's mount is gone: only the session's threads are left to end (fuser's
         // own unmount could race the kernel's teardown and try the path again).
         match self.session.take() {
@@ -196,7 +202,7 @@ fn path_dev(path: &Path) -> Option<u64> {
 impl Drop for FuseMount {
     fn drop(&mut self) {
         if let Some(session) = self.session.take() {
-            self.fs.observe_own_changes(None);
+            self.head.fs().observe_own_changes(None);
             // Nothing to report to at drop; `unmount` is the way to see a failure. (fuser
             // unmounts only a mount of its own session, never one that took its place.)
             let _ = session.umount_and_join();
@@ -239,8 +245,9 @@ pub fn mount(
     let headroom_bytes = Arc::new(AtomicU64::new(WRITEBACK_HEADROOM_MIN_BYTES));
     let kernel_jobs = Arc::new(OnceLock::new());
     let acknowledged_max_bytes = Arc::new(AtomicU64::new(ACKNOWLEDGED_DEFAULT_BYTES));
+    let head = Arc::new(MountedHead::new(fs.clone()));
     let adapter = FuseAdapter {
-        fs: fs.clone(),
+        head: head.clone(),
         space,
         opendir_skippable: false,
         sync_opens_direct: false,
@@ -264,13 +271,14 @@ pub fn mount(
     let mount_jobs = jobs.clone();
     // Attribute changes the filesystem makes on its own: the kernel's copy is dropped.
     let jobs = parking_lot::Mutex::new(jobs);
-    fs.observe_own_changes(Some(Arc::new(move |object| {
+    let own_changes: OwnChanges = Arc::new(move |object| {
         let ino = ino_of(object);
         // The worker ends with the session, after which nothing is cached to drop.
         let _ = jobs.lock().send(Box::new(move |notifier: &Notifier| {
             let _ = notifier.inval_inode(ino, -1, 0);
         }));
-    })));
+    });
+    fs.observe_own_changes(Some(own_changes.clone()));
     if let Some(dirty_limit) = mount_dirty_limit_bytes(mountpoint) {
         headroom_bytes.fetch_max(
             dirty_limit.saturating_mul(WRITEBACK_HEADROOM_DIRTY_LIMITS),
@@ -286,7 +294,8 @@ pub fn mount(
         mountpoint: mountpoint.to_path_buf(),
         dev: path_dev(mountpoint),
         flags,
-        fs,
+        head,
+        own_changes,
         kernel_jobs: mount_jobs,
     })
 }

@@ -6,7 +6,7 @@
 //!
 //! Invariants: a dataset is listed only while its mount is there (or could not be
 //! unmounted); one dataset per mountpoint and one mount per dataset. Uses `mount.rs`,
-//! `mount_flags.rs`, `mountinfo.rs` and `adapter.rs`'s `SpaceFn`; `cairn serve` keeps one
+//! `rollback.rs`, `mount_flags.rs`, `mountinfo.rs` and `adapter.rs`'s `SpaceFn`; `cairn serve` keeps one
 //! (`pools.rs`).
 
 use super::adapter::SpaceFn;
@@ -241,7 +241,7 @@ impl Mounts {
             }
             // `snapdir` may have changed what the root lists.
             mount.drop_root_listing();
-            let readonly = mount.fs.is_readonly();
+            let readonly = mount.filesystem().is_readonly();
             let result = MountFlags::of_dataset(pool, dataset)
                 .map_err(|err| std::io::Error::other(err.to_string()))
                 .and_then(|flags| {
@@ -278,6 +278,24 @@ impl Mounts {
         failures
     }
 
+    /// Rolls `snapshot`'s dataset back (`Pool::rollback`), under its mount if this server
+    /// mounted it (`rollback.rs`: the mount stays and shows the snapshot's state at once).
+    pub fn roll_back(
+        &self,
+        pool: &cairn_engine::Pool,
+        snapshot: &str,
+        destroy_newer: bool,
+        force: bool,
+    ) -> Result<(), cairn_engine::EngineError> {
+        let dataset = snapshot.split('@').next().unwrap_or(snapshot);
+        let mut mounts = self.mounts.lock();
+        self.forget_ended(&mut mounts);
+        match mounts.get(dataset) {
+            Some(mount) => mount.roll_back(pool, snapshot, destroy_newer, force),
+            None => pool.rollback(snapshot, destroy_newer, force),
+        }
+    }
+
     /// Whether `dataset` is mounted by this server now.
     pub fn is_mounted(&self, dataset: &str) -> bool {
         let mut mounts = self.mounts.lock();
@@ -290,7 +308,7 @@ impl Mounts {
         self.mounts
             .lock()
             .iter()
-            .map(|(dataset, mount)| (dataset.clone(), mount.fs.clone()))
+            .map(|(dataset, mount)| (dataset.clone(), mount.filesystem()))
             .collect()
     }
 

@@ -28,6 +28,18 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
+/// Enters a call on the mounted head (`MountedHead::enter`) for the inodes it names, or
+/// answers EIO for one a rollback left stale: `let _entered = enter!(self, reply, ino);`
+/// holds off rollbacks until the call ends.
+macro_rules! enter {
+    ($adapter:expr, $reply:expr $(, $ino:expr)*) => {
+        match $adapter.head.enter(&[$($ino),*]) {
+            Ok(entered) => entered,
+            Err(code) => return $reply.error(code),
+        }
+    };
+}
+
 /// Largest read and write the kernel is asked to send in one request (and read-ahead).
 const LARGE_IO_BYTES: u32 = 1 << 20;
 
@@ -158,6 +170,7 @@ impl fuser::Filesystem for FuseAdapter {
     /// handle's. Inode numbers are object numbers, so handles outlive a remount; an object
     /// number reused by a new file has a new generation, so a handle of the old one is stale.
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _entered = enter!(self, reply, parent);
         let parent_node = node_of(parent);
         if !parent_node.is_head()
             || (self.snapshots.is_some() && is_control_name(parent_node, name.as_bytes()))
@@ -169,13 +182,14 @@ impl fuser::Filesystem for FuseAdapter {
         }
         let parent = object_of(parent);
         let found = self.timed(FsOpKind::Lookup, || match name.as_bytes() {
-            b"." => self.fs.getattr(parent).map(|attrs| (parent, attrs)),
-            name => self.fs.lookup(parent, name),
+            b"." => self.fs().getattr(parent).map(|attrs| (parent, attrs)),
+            name => self.fs().lookup(parent, name),
         });
         self.entry(reply, found);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _entered = enter!(self, reply, ino);
         let node = node_of(ino);
         if !node.is_head() {
             return match self.timed(FsOpKind::Getattr, || self.control_getattr(node)) {
@@ -192,7 +206,7 @@ impl fuser::Filesystem for FuseAdapter {
         {
             return reply.error(code);
         }
-        let found = self.timed(FsOpKind::Getattr, || self.fs.getattr(object));
+        let found = self.timed(FsOpKind::Getattr, || self.fs().getattr(object));
         let found = match found {
             Err(FsError::NotFound) => self.removed_dirs.get(object).ok_or(FsError::NotFound),
             other => other,
@@ -204,9 +218,10 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     /// (fuser's `batch_forget` comes here for each inode.)
-    fn forget(&self, _req: &Request, ino: INodeNo, _nlookup: u64) {
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
         if let Node::Head(object) = node_of(ino) {
             self.removed_dirs.forgotten(object);
+            self.head.forgotten(object, nlookup);
         }
     }
 
@@ -228,6 +243,7 @@ impl fuser::Filesystem for FuseAdapter {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let _entered = enter!(self, reply, ino);
         if !node_of(ino).is_head() {
             return reply.error(Errno::EROFS);
         }
@@ -238,7 +254,7 @@ impl fuser::Filesystem for FuseAdapter {
         // without CAP_FSETID: a caller other than root stands for that.
         let kills = (size.is_some() && req.uid() != 0) || uid.is_some() || gid.is_some();
         if kills
-            && let Err(err) = self.timed(FsOpKind::Setattr, || self.fs.remove_privileges(object))
+            && let Err(err) = self.timed(FsOpKind::Setattr, || self.fs().remove_privileges(object))
         {
             return reply.error(errno(&err));
         }
@@ -256,7 +272,7 @@ impl fuser::Filesystem for FuseAdapter {
             && changes.gid.is_none()
             && changes.size.is_none();
         let fallback = changes;
-        match self.timed(FsOpKind::Setattr, || self.fs.setattr(object, changes)) {
+        match self.timed(FsOpKind::Setattr, || self.fs().setattr(object, changes)) {
             Ok(attrs) => reply.attr(&ATTR_TTL, &self.attr(object, &attrs)),
             // The kernel writing back the times it kept for an inode removed meanwhile (at
             // `syncfs`, or when it lets the inode go): nothing is left to change, and failing
@@ -273,9 +289,10 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _entered = enter!(self, reply, ino);
         let node = node_of(ino);
         let target = self.timed(FsOpKind::Other, || match node {
-            Node::Head(object) => self.fs.readlink(object),
+            Node::Head(object) => self.fs().readlink(object),
             node => self.in_snapshot(node, |fs, object| fs.readlink(object)),
         });
         match target {
@@ -294,6 +311,7 @@ impl fuser::Filesystem for FuseAdapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        let _entered = enter!(self, reply, parent);
         let Some(kind) = FileKind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -307,7 +325,7 @@ impl fuser::Filesystem for FuseAdapter {
         let mode = self.masked(parent, mode, umask);
         let new = self.new_inode(req, parent, kind, mode, u64::from(rdev));
         let made = self.timed(FsOpKind::Create, || {
-            self.fs.create(parent, name.as_bytes(), new)
+            self.fs().create(parent, name.as_bytes(), new)
         });
         self.entry(reply, made);
     }
@@ -321,6 +339,7 @@ impl fuser::Filesystem for FuseAdapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let _entered = enter!(self, reply, parent);
         if let Some(code) = self.refused_change(node_of(parent), name.as_bytes()) {
             return reply.error(code);
         }
@@ -328,12 +347,13 @@ impl fuser::Filesystem for FuseAdapter {
         let mode = self.masked(parent, mode, umask);
         let new = self.new_inode(req, parent, FileKind::Directory, mode, 0);
         let made = self.timed(FsOpKind::Create, || {
-            self.fs.mkdir(parent, name.as_bytes(), new)
+            self.fs().mkdir(parent, name.as_bytes(), new)
         });
         self.entry(reply, made);
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _entered = enter!(self, reply, parent);
         if self
             .refused_change(node_of(parent), name.as_bytes())
             .is_some()
@@ -341,12 +361,13 @@ impl fuser::Filesystem for FuseAdapter {
             return reply.error(Errno::EROFS);
         }
         let removed = self.timed(FsOpKind::Remove, || {
-            self.fs.unlink(object_of(parent), name.as_bytes())
+            self.fs().unlink(object_of(parent), name.as_bytes())
         });
         empty(reply, removed);
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _entered = enter!(self, reply, parent);
         if self
             .refused_change(node_of(parent), name.as_bytes())
             .is_some()
@@ -355,8 +376,8 @@ impl fuser::Filesystem for FuseAdapter {
         }
         let parent = object_of(parent);
         let removed = self.timed(FsOpKind::Remove, || {
-            let found = self.fs.lookup(parent, name.as_bytes());
-            self.fs.rmdir(parent, name.as_bytes())?;
+            let found = self.fs().lookup(parent, name.as_bytes());
+            self.fs().rmdir(parent, name.as_bytes())?;
             if let Ok((object, attrs)) = found {
                 self.removed_dirs.removed(object, attrs);
             }
@@ -373,6 +394,7 @@ impl fuser::Filesystem for FuseAdapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let _entered = enter!(self, reply, parent);
         if let Some(code) = self.refused_change(node_of(parent), link_name.as_bytes()) {
             return reply.error(code);
         }
@@ -380,7 +402,7 @@ impl fuser::Filesystem for FuseAdapter {
         let new = self.new_inode(req, parent, FileKind::Symlink, 0o777, 0);
         let target = target.as_os_str().as_bytes();
         let made = self.timed(FsOpKind::Create, || {
-            self.fs.symlink(parent, link_name.as_bytes(), target, new)
+            self.fs().symlink(parent, link_name.as_bytes(), target, new)
         });
         self.entry(reply, made);
     }
@@ -395,6 +417,7 @@ impl fuser::Filesystem for FuseAdapter {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let _entered = enter!(self, reply, parent, newparent);
         let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
             RenameMode::Exchange
         } else if flags.contains(RenameFlags::RENAME_NOREPLACE) {
@@ -419,16 +442,16 @@ impl fuser::Filesystem for FuseAdapter {
             // A directory this replaces is gone once the rename is done.
             let replaced = match mode {
                 RenameMode::Replace => self
-                    .fs
+                    .fs()
                     .lookup(newparent, newname.as_bytes())
                     .ok()
                     .filter(|(_, attrs)| attrs.kind == FileKind::Directory),
                 _ => None,
             };
-            self.fs
+            self.fs()
                 .rename(parent, name.as_bytes(), newparent, newname.as_bytes(), mode)?;
             if let Some((object, attrs)) = replaced
-                && self.fs.getattr(object).is_err()
+                && self.fs().getattr(object).is_err()
             {
                 self.removed_dirs.removed(object, attrs);
             }
@@ -445,6 +468,7 @@ impl fuser::Filesystem for FuseAdapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let _entered = enter!(self, reply, ino, newparent);
         if !node_of(ino).is_head() {
             return reply.error(Errno::EROFS);
         }
@@ -453,7 +477,7 @@ impl fuser::Filesystem for FuseAdapter {
         }
         let object = object_of(ino);
         let result = self.timed(FsOpKind::Create, || {
-            self.fs
+            self.fs()
                 .link(object, object_of(newparent), newname.as_bytes())
                 .map(|attrs| (object, attrs))
         });
@@ -461,6 +485,7 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let _entered = enter!(self, reply, ino);
         let node = node_of(ino);
         if !node.is_head() {
             if flags.0 & libc::O_ACCMODE != libc::O_RDONLY || flags.0 & libc::O_TRUNC != 0 {
@@ -475,7 +500,7 @@ impl fuser::Filesystem for FuseAdapter {
             };
         }
         let object = object_of(ino);
-        match self.timed(FsOpKind::Other, || self.fs.open_inode(object)) {
+        match self.timed(FsOpKind::Other, || self.fs().open_inode(object)) {
             Ok(()) => {
                 let (open_flags, fh) = self.open_flags(object, flags.0);
                 reply.opened(fh, open_flags);
@@ -494,6 +519,7 @@ impl fuser::Filesystem for FuseAdapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        let _entered = enter!(self, reply, parent);
         if let Some(code) = self.refused_change(node_of(parent), name.as_bytes()) {
             return reply.error(code);
         }
@@ -502,18 +528,19 @@ impl fuser::Filesystem for FuseAdapter {
         let mode = self.masked(parent, mode, umask);
         let new = self.new_inode(req, parent, kind, mode, 0);
         let made = self.timed(FsOpKind::Create, || {
-            self.fs
+            self.fs()
                 .create(parent, name.as_bytes(), new)
-                .and_then(|(object, attrs)| self.fs.open_inode(object).map(|()| (object, attrs)))
+                .and_then(|(object, attrs)| self.fs().open_inode(object).map(|()| (object, attrs)))
         });
         match made {
             Ok((object, attrs)) => {
                 let attr = self.attr(object, &attrs);
                 let (open_flags, fh) = self.open_flags(object, flags);
+                self.head.looked_up(object);
                 reply.created(
                     &ATTR_TTL,
                     &attr,
-                    Generation(attrs.generation),
+                    Generation(self.head.generation(object, attrs.generation)),
                     fh,
                     open_flags,
                 );
@@ -533,9 +560,10 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let _entered = enter!(self, reply, ino);
         let started = Instant::now();
         let result = match node_of(ino) {
-            Node::Head(object) => self.fs.read(object, offset, size as usize),
+            Node::Head(object) => self.fs().read(object, offset, size as usize),
             node => self.in_snapshot(node, |fs, object| fs.read(object, offset, size as usize)),
         };
         let bytes = result.as_ref().map_or(0, |data| data.len() as u64);
@@ -562,6 +590,7 @@ impl fuser::Filesystem for FuseAdapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        let _entered = enter!(self, reply, ino);
         if !node_of(ino).is_head() {
             return reply.error(Errno::EROFS);
         }
@@ -576,7 +605,7 @@ impl fuser::Filesystem for FuseAdapter {
             !write_flags.contains(WriteFlags::FUSE_WRITE_CACHE) && req.uid() != 0;
         let killed =
             if write_flags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID) || unprivileged_direct {
-                self.fs.remove_privileges(object)
+                self.fs().remove_privileges(object)
             } else {
                 Ok(())
             };
@@ -586,14 +615,14 @@ impl fuser::Filesystem for FuseAdapter {
         let cached = write_flags.contains(WriteFlags::FUSE_WRITE_CACHE);
         let written = killed.and_then(|()| {
             if sync {
-                self.fs.write_sync(object, offset, data).map(|_| ())
+                self.fs().write_sync(object, offset, data).map(|_| ())
             } else if cached {
                 let margin = self.acknowledged_max_bytes.load(Ordering::Relaxed);
-                self.fs
+                self.fs()
                     .write_acknowledged(object, offset, data, margin)
                     .map(|_| ())
             } else {
-                self.fs.write(object, offset, data).map(|_| ())
+                self.fs().write(object, offset, data).map(|_| ())
             }
         });
         self.record(FsOpKind::Write, started, data.len() as u64, written.is_ok());
@@ -663,11 +692,16 @@ impl fuser::Filesystem for FuseAdapter {
             object_of(ino),
             "handle of another file"
         );
+        let _entered = enter!(self, reply);
         // The kernel has written the file's cached pages back before the last release.
         if fh.0 & CACHED_WRITER_FH_BIT != 0 && self.cached_writers.released(object_of(ino)) {
             self.stopped_writers.lock().remove(&object_of(ino));
         }
-        let released = self.timed(FsOpKind::Other, || self.fs.release_inode(object_of(ino)));
+        // A file a rollback left stale was not carried over: nothing of it is open here.
+        if self.head.any_stale(&[ino]) {
+            return reply.ok();
+        }
+        let released = self.timed(FsOpKind::Other, || self.fs().release_inode(object_of(ino)));
         empty(reply, released);
     }
 
@@ -679,11 +713,12 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _entered = enter!(self, reply, ino);
         // Under `.cairn` nothing is ever unsynced.
         if !node_of(ino).is_head() {
             return reply.ok();
         }
-        let synced = self.timed(FsOpKind::Fsync, || self.fs.fsync(object_of(ino)));
+        let synced = self.timed(FsOpKind::Fsync, || self.fs().fsync(object_of(ino)));
         empty(reply, synced);
     }
 
@@ -695,6 +730,7 @@ impl fuser::Filesystem for FuseAdapter {
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        let _entered = enter!(self, reply, ino);
         self.list_directory(ino, offset, reply);
     }
 
@@ -706,6 +742,7 @@ impl fuser::Filesystem for FuseAdapter {
         offset: u64,
         reply: ReplyDirectoryPlus,
     ) {
+        let _entered = enter!(self, reply, ino);
         self.list_directory_plus(ino, offset, reply);
     }
 
@@ -717,11 +754,12 @@ impl fuser::Filesystem for FuseAdapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let _entered = enter!(self, reply, ino);
         // Under `.cairn` nothing is ever unsynced.
         if !node_of(ino).is_head() {
             return reply.ok();
         }
-        let synced = self.timed(FsOpKind::Fsync, || self.fs.fsync(object_of(ino)));
+        let synced = self.timed(FsOpKind::Fsync, || self.fs().fsync(object_of(ino)));
         empty(reply, synced);
     }
 
@@ -735,6 +773,7 @@ impl fuser::Filesystem for FuseAdapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        let _entered = enter!(self, reply, ino);
         if !node_of(ino).is_head() {
             return reply.error(Errno::EROFS);
         }
@@ -747,15 +786,15 @@ impl fuser::Filesystem for FuseAdapter {
         };
         let object = object_of(ino);
         let set = self.timed(FsOpKind::Xattr, || {
-            self.fs.setxattr(object, name.as_bytes(), value, mode)?;
+            self.fs().setxattr(object, name.as_bytes(), value, mode)?;
             // An access ACL set by a caller outside the file's group (and not root) takes
             // set-group-ID away, as on a local filesystem: the kernel leaves that to a FUSE
             // server only through FUSE_SETXATTR_EXT, which fuser cannot parse.
             if name.as_bytes() == ACCESS_ACL_XATTR
                 && req.uid() != 0
-                && !caller_in_group(req, self.fs.getattr(object)?.gid)
+                && !caller_in_group(req, self.fs().getattr(object)?.gid)
             {
-                self.fs.remove_set_group_id(object)?;
+                self.fs().remove_set_group_id(object)?;
             }
             Ok(())
         });
@@ -763,9 +802,10 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _entered = enter!(self, reply, ino);
         let node = node_of(ino);
         match self.timed(FsOpKind::Xattr, || match node {
-            Node::Head(object) => self.fs.getxattr(object, name.as_bytes()),
+            Node::Head(object) => self.fs().getxattr(object, name.as_bytes()),
             // `.cairn` and `.cairn/snapshot` have none.
             Node::ControlDir | Node::SnapshotDir => Err(FsError::NoAttribute),
             node => self.in_snapshot(node, |fs, object| fs.getxattr(object, name.as_bytes())),
@@ -776,9 +816,10 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _entered = enter!(self, reply, ino);
         let node = node_of(ino);
         match self.timed(FsOpKind::Xattr, || match node {
-            Node::Head(object) => self.fs.listxattr(object),
+            Node::Head(object) => self.fs().listxattr(object),
             Node::ControlDir | Node::SnapshotDir => Ok(Vec::new()),
             node => self.in_snapshot(node, |fs, object| fs.listxattr(object)),
         }) {
@@ -795,11 +836,12 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _entered = enter!(self, reply, ino);
         if !node_of(ino).is_head() {
             return reply.error(Errno::EROFS);
         }
         let removed = self.timed(FsOpKind::Xattr, || {
-            self.fs.removexattr(object_of(ino), name.as_bytes())
+            self.fs().removexattr(object_of(ino), name.as_bytes())
         });
         empty(reply, removed);
     }
@@ -814,6 +856,7 @@ impl fuser::Filesystem for FuseAdapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        let _entered = enter!(self, reply, ino);
         if !node_of(ino).is_head() {
             return reply.error(Errno::EROFS);
         }
@@ -830,9 +873,9 @@ impl fuser::Filesystem for FuseAdapter {
             // bits and capabilities away from a caller without CAP_FSETID (root stands for
             // it, as in `setattr`).
             if req.uid() != 0 {
-                self.fs.remove_privileges(object)?;
+                self.fs().remove_privileges(object)?;
             }
-            self.fs.fallocate(object, offset, length, op)
+            self.fs().fallocate(object, offset, length, op)
         });
         empty(reply, result.map(|_| ()));
     }
@@ -846,6 +889,7 @@ impl fuser::Filesystem for FuseAdapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        let _entered = enter!(self, reply, ino);
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
@@ -866,7 +910,7 @@ impl fuser::Filesystem for FuseAdapter {
             };
         }
         let object = object_of(ino);
-        let fs = self.fs.clone();
+        let fs = self.fs();
         let answer = move |reply: ReplyLseek| {
             let started = Instant::now();
             let found = fs.seek_data_or_hole(object, offset, data);
@@ -892,8 +936,9 @@ impl fuser::Filesystem for FuseAdapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let _entered = enter!(self, reply);
         let (total, available) = (self.space)();
-        let space = self.fs.space(total, available);
+        let space = self.fs().space(total, available);
         let block = u64::from(REPORTED_BLOCK_BYTES);
         let free_objects = space.available_bytes / 512;
         reply.statfs(

@@ -89,7 +89,7 @@ impl FuseAdapter {
     /// `fsync` and `close` (ENOSPC, as over NFS), and the refused pages are dropped
     /// (`write`).
     fn writeback_safe(&self) -> bool {
-        if self.fs.sync_mode() == SyncMode::Always {
+        if self.fs().sync_mode() == SyncMode::Always {
             return false;
         }
         let (_, available) = (self.space)();
@@ -124,7 +124,7 @@ impl FuseAdapter {
         if available >= margin {
             return;
         }
-        let Some(refusal) = self.fs.space_refusal(margin) else {
+        let Some(refusal) = self.fs().space_refusal(margin) else {
             return;
         };
         self.stopped_writers
