@@ -1,5 +1,5 @@
-//! Record maps: the pool's tables of small records in the MOS — the dataset directory (object
-//! 1) and the snapshot table (object 2) — each a hashed map (`cairn_object::map`) whose keys
+//! Record maps: the pool's tables of small records in the MOS — the dataset directory (its
+//! object 1) and the snapshot table (its object 2) — each a hashed map (`cairn_object::map`) whose keys
 //! name records and whose values are the records' bytes, so that a txg rewrites the leaves of
 //! the records it changed and never a whole table.
 //!
@@ -31,6 +31,9 @@ pub(crate) fn next_dynamic_object(mos: &ObjectSet) -> u64 {
     // Sync context, one thread: the bound includes every object created so far.
     mos.object_id_bound().max(FIRST_DYNAMIC_OBJECT)
 }
+
+/// Every (key, value) of a record map.
+pub(crate) type Records = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// One record map of the MOS.
 pub(crate) struct RecordMap {
@@ -118,10 +121,7 @@ impl RecordMap {
 
     /// Every record (key, value) of the map, large values read from their blobs; `None` if
     /// the pool has no such map.
-    pub(crate) fn read_all(
-        &self,
-        mos: &ObjectSet,
-    ) -> Result<Option<Vec<(Vec<u8>, Vec<u8>)>>, EngineError> {
+    pub(crate) fn read_all(&self, mos: &ObjectSet) -> Result<Option<Records>, EngineError> {
         if mos.dnode(self.object)?.is_free() {
             return Ok(None);
         }

@@ -128,22 +128,7 @@ impl PoolCore {
         if directory_changed {
             self.write_directory(txg)?;
         }
-        let (blocks_before, bytes_before) = batch.written();
-        let mos_synced = if self.mos.is_dirty(txg) {
-            Some(self.mos.sync(txg, &mut batch)?)
-        } else {
-            self.mos.skip_txg(txg);
-            None
-        };
-        let (blocks_after, bytes_after) = batch.written();
-        {
-            let mut mos_writes = self.mos_writes.lock();
-            mos_writes.last_txg = txg;
-            mos_writes.last_txg_blocks = blocks_after - blocks_before;
-            mos_writes.last_txg_bytes = bytes_after - bytes_before;
-            mos_writes.total_blocks += blocks_after - blocks_before;
-            mos_writes.total_bytes += bytes_after - bytes_before;
-        }
+        let mos_synced = self.sync_mos(txg, &mut batch)?;
         let root_bp = mos_synced
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
@@ -209,6 +194,29 @@ impl PoolCore {
             self.mos.cached_io().cache().note_heap_freed();
         }
         Ok(())
+    }
+
+    /// Rewrites the MOS if `txg` changed it, counting what it wrote (`Pool::mos_writes`).
+    fn sync_mos(
+        &self,
+        txg: u64,
+        batch: &mut WriteBatch<'_>,
+    ) -> Result<Option<cairn_object::SyncedObjset>, EngineError> {
+        let (blocks_before, bytes_before) = batch.written();
+        let synced = if self.mos.is_dirty(txg) {
+            Some(self.mos.sync(txg, batch)?)
+        } else {
+            self.mos.skip_txg(txg);
+            None
+        };
+        let (blocks_after, bytes_after) = batch.written();
+        let mut mos_writes = self.mos_writes.lock();
+        mos_writes.last_txg = txg;
+        mos_writes.last_txg_blocks = blocks_after - blocks_before;
+        mos_writes.last_txg_bytes = bytes_after - bytes_before;
+        mos_writes.total_blocks += blocks_after - blocks_before;
+        mos_writes.total_bytes += bytes_after - bytes_before;
+        Ok(synced)
     }
 
     /// Waits for the txg's writes. When some block reached no device (every child of a data
