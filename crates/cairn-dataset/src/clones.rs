@@ -5,6 +5,7 @@
 
 use crate::DatasetError;
 use crate::snapshots::{ORIGIN_CHAIN_MAX, RecordKey, Snapshot, SnapshotTable};
+use std::collections::BTreeMap;
 
 impl SnapshotTable {
     /// The txg a clone's origin was taken in (0 for a dataset that is no clone): the clone
@@ -22,6 +23,16 @@ impl SnapshotTable {
     }
 
     /// The clones of snapshot `id`, by dataset id.
+    /// Every clone by its origin snapshot's id, in one pass (a listing of every snapshot
+    /// asks this once, not `clones_of` per snapshot).
+    pub fn clones_by_origin(&self) -> BTreeMap<u64, Vec<u64>> {
+        let mut by_origin: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for (&clone, &origin) in &self.origins {
+            by_origin.entry(origin).or_default().push(clone);
+        }
+        by_origin
+    }
+
     pub fn clones_of(&self, id: u64) -> Vec<u64> {
         self.origins
             .iter()
@@ -108,6 +119,9 @@ impl SnapshotTable {
         for &(txg, id) in &moving {
             self.by_dataset.remove(&(parent_id, txg));
             self.by_dataset.insert((clone_id, txg), id);
+            let name = self.snapshots[&id].info.name.clone();
+            self.by_name.remove(&(parent_id, name.clone()));
+            self.by_name.insert((clone_id, name), id);
             self.snapshot_mut(id).info.dataset_id = clone_id;
             self.dirty.insert(RecordKey::Snapshot(id));
         }

@@ -1,19 +1,24 @@
-//! The dataset directory: every dataset's record, kept as one postcard blob in the MOS.
+//! The dataset directory: every dataset's record, and small pool-wide records: the next id,
+//! the last scrub's result, the command history (`cairn pool history`, bounded), per-leaf
+//! error counters, the resilver and the missed-txgs table.
 //!
-//! It also carries small pool-wide records: the last scrub's result and the command history
-//! (`cairn pool history`), bounded so the blob stays small.
+//! This module is the directory in memory and its rules (names, parents, properties and their
+//! inheritance). On disk (`directory_records.rs`) each dataset, each history entry and each
+//! pool-wide record is a value of its own in a hashed map in the MOS, so a txg rewrites the
+//! records that changed, never the whole directory: 1,000 datasets cost a txg that changes one
+//! of them one record.
 //!
-//! `decode` trusts nothing it reads: the blob passed its checksum, but a crafted or buggy image
-//! can still hold values no code path would have written. Every record is validated as `insert`
-//! and `set_property` would have (name, parent, canonical property values, a volume's size a
-//! non-zero multiple of its block size, a decodable object-set pointer), so that later code may
-//! rely on them (`Volume::new` asserts its block size). Property names this build does not know
-//! are kept: a later build may add properties without a format change.
+//! A directory read from disk trusts nothing: the records passed their checksums, but a crafted
+//! or buggy image can still hold values no code path would have written. Every record is
+//! validated as `insert` and `set_property` would have (`validate_record`: name, parent,
+//! canonical property values, a volume's size a non-zero multiple of its block size, a
+//! decodable object-set pointer), so that later code may rely on them (`Volume::new` asserts
+//! its block size). Property names this build does not know are kept: a later build may add
+//! properties without a format change.
 
 use crate::properties::{self, DatasetProperties, PROPERTIES};
 use crate::{DatasetError, DatasetKind};
 use cairn_format::BlockPointer;
-use cairn_format::blkptr::BLOCK_POINTER_SIZE;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -170,7 +175,7 @@ impl Default for MissedTxgsTable {
 impl MissedTxgsTable {
     /// Refuses what no build writes: another version, a zero guid, a range ending before it
     /// starts.
-    fn validate(&self) -> Result<(), DatasetError> {
+    pub(crate) fn validate(&self) -> Result<(), DatasetError> {
         if self.version != MISSED_TXGS_VERSION {
             return Err(DatasetError::Corrupt(format!(
                 "missed-txgs table version {} (this build reads {MISSED_TXGS_VERSION})",
@@ -188,12 +193,16 @@ impl MissedTxgsTable {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DatasetDirectory {
     pub next_id: u64,
     pub datasets: BTreeMap<String, DatasetRecord>,
     pub last_scrub: Option<ScrubRecord>,
+    /// Commands that changed the pool, oldest first, at most `HISTORY_ENTRIES_MAX`.
     pub history: Vec<String>,
+    /// The sequence number of `history[0]` (each entry is a record of its own on disk, keyed
+    /// by it: appending one writes one record, whatever the history holds).
+    pub history_start_seq: u64,
     /// Per-leaf error counters by leaf guid.
     pub leaf_errors: BTreeMap<u64, LeafErrorRecord>,
     /// The running or last resilver.
@@ -201,56 +210,6 @@ pub struct DatasetDirectory {
     /// What each leaf that was out may lack (`MissedTxgs`); a leaf is absent once it holds
     /// everything.
     pub missed_txgs: MissedTxgsTable,
-}
-
-/// The directory as written before `missed_txgs` was added (it ended after `resilver`).
-#[derive(Deserialize)]
-struct DirectoryBeforeMissedTxgs {
-    next_id: u64,
-    datasets: BTreeMap<String, DatasetRecord>,
-    last_scrub: Option<ScrubRecord>,
-    history: Vec<String>,
-    leaf_errors: BTreeMap<u64, LeafErrorRecord>,
-    resilver: Option<ResilverRecord>,
-}
-
-impl DirectoryBeforeMissedTxgs {
-    fn upgrade(self) -> DatasetDirectory {
-        DatasetDirectory {
-            next_id: self.next_id,
-            datasets: self.datasets,
-            last_scrub: self.last_scrub,
-            history: self.history,
-            leaf_errors: self.leaf_errors,
-            resilver: self.resilver,
-            missed_txgs: MissedTxgsTable::default(),
-        }
-    }
-}
-
-/// The directory as written before `resilver` was added (same fields, same order, without
-/// it), so those pools still import.
-#[derive(Deserialize)]
-struct DirectoryBeforeResilver {
-    next_id: u64,
-    datasets: BTreeMap<String, DatasetRecord>,
-    last_scrub: Option<ScrubRecord>,
-    history: Vec<String>,
-    leaf_errors: BTreeMap<u64, LeafErrorRecord>,
-}
-
-impl DirectoryBeforeResilver {
-    fn upgrade(self) -> DatasetDirectory {
-        DirectoryBeforeMissedTxgs {
-            next_id: self.next_id,
-            datasets: self.datasets,
-            last_scrub: self.last_scrub,
-            history: self.history,
-            leaf_errors: self.leaf_errors,
-            resilver: None,
-        }
-        .upgrade()
-    }
 }
 
 /// Where a property's effective value came from.
@@ -272,40 +231,8 @@ impl PropertySource {
 }
 
 impl DatasetDirectory {
-    pub fn encode(&self) -> Vec<u8> {
-        postcard::to_stdvec(self).expect("directory serialises")
-    }
-
-    pub fn decode(bytes: &[u8]) -> Result<DatasetDirectory, DatasetError> {
-        let directory: DatasetDirectory = match postcard::from_bytes(bytes) {
-            Ok(directory) => directory,
-            // Pools made before the missed-txgs (or the resilver) field existed end their
-            // directory before it.
-            Err(err) => postcard::from_bytes::<DirectoryBeforeMissedTxgs>(bytes)
-                .map(DirectoryBeforeMissedTxgs::upgrade)
-                .or_else(|_| {
-                    postcard::from_bytes::<DirectoryBeforeResilver>(bytes)
-                        .map(DirectoryBeforeResilver::upgrade)
-                })
-                .map_err(|_| DatasetError::Corrupt(err.to_string()))?,
-        };
-        directory.missed_txgs.validate()?;
-        for (name, record) in &directory.datasets {
-            if name != &record.name || record.objset_bp.len() != BLOCK_POINTER_SIZE {
-                return Err(DatasetError::Corrupt(format!("record for {name}")));
-            }
-            directory
-                .validate_record(record)
-                .map_err(|source| DatasetError::InvalidRecord {
-                    dataset: name.clone(),
-                    source: Box::new(source),
-                })?;
-        }
-        Ok(directory)
-    }
-
     /// Checks one decoded record as if it were being inserted now (see the module comment).
-    fn validate_record(&self, record: &DatasetRecord) -> Result<(), DatasetError> {
+    pub(crate) fn validate_record(&self, record: &DatasetRecord) -> Result<(), DatasetError> {
         crate::validate_name(&record.name)?;
         let misplaced = match record.name.rsplit_once('/') {
             Some((parent, _)) => (self.get(parent)?.kind != DatasetKind::Filesystem)
@@ -514,6 +441,7 @@ impl DatasetDirectory {
         if self.history.len() > HISTORY_ENTRIES_MAX {
             let excess = self.history.len() - HISTORY_ENTRIES_MAX;
             self.history.drain(..excess);
+            self.history_start_seq += excess as u64;
         }
     }
 }
@@ -686,38 +614,6 @@ mod tests {
         assert_eq!(DatasetDirectory::decode(&dir.encode()).unwrap(), dir);
     }
 
-    /// The empty table's encoding: version 1 (varint), no entries.
-    const EMPTY_MISSED_TXGS: [u8; 2] = [1, 0];
-
-    #[test]
-    fn a_directory_from_before_the_resilver_field_still_decodes() {
-        let dir = directory();
-        let mut old = dir.encode();
-        assert!(old.ends_with(&EMPTY_MISSED_TXGS));
-        old.truncate(old.len() - EMPTY_MISSED_TXGS.len());
-        // The encoding of `resilver: None` is its last byte; older pools end without it.
-        assert_eq!(old.pop(), Some(0));
-        assert_eq!(DatasetDirectory::decode(&old).unwrap(), dir);
-    }
-
-    #[test]
-    fn a_directory_from_before_the_missed_txgs_field_still_decodes() {
-        let mut dir = directory();
-        dir.resilver = Some(ResilverRecord {
-            leaf_guid: 7,
-            detach_guid: None,
-            start_txg: 12,
-            started_ms: 1_000,
-            next_offset: 0,
-            copied_bytes: 0,
-            total_bytes: 0,
-            finished_ms: Some(2_000),
-        });
-        let mut old = dir.encode();
-        old.truncate(old.len() - EMPTY_MISSED_TXGS.len());
-        assert_eq!(DatasetDirectory::decode(&old).unwrap(), dir);
-    }
-
     #[test]
     fn impossible_missed_txgs_are_refused() {
         let mut dir = directory();
@@ -810,6 +706,8 @@ mod tests {
         let mut dir = directory();
         let mut child = dir.get("tank/vol").unwrap().clone();
         child.name = "tank/vol/sub".into();
+        dir.next_id += 1;
+        child.id = dir.next_id;
         dir.datasets.insert(child.name.clone(), child);
         let err = refusal(&dir.encode());
         assert!(
@@ -824,6 +722,8 @@ mod tests {
         let mut dir = directory();
         let mut orphan = dir.get("tank/vol").unwrap().clone();
         orphan.name = "other/vol".into();
+        dir.next_id += 1;
+        orphan.id = dir.next_id;
         dir.datasets.insert(orphan.name.clone(), orphan);
         assert!(refusal(&dir.encode()).contains("other"));
     }

@@ -107,15 +107,15 @@ impl SpaceView {
         let mut names: Vec<&str> = directory.datasets.keys().map(String::as_str).collect();
         names.sort_by_key(|name| std::cmp::Reverse(depth(name)));
         let mut datasets: BTreeMap<String, DatasetSpace> = BTreeMap::new();
+        // What each dataset's children charge it, summed as the children are visited (deepest
+        // first, so a dataset's children are all done before it): one pass, not a scan of
+        // every dataset per dataset (1,000 datasets made that a million steps per txg).
+        let mut charged_by_children: BTreeMap<&str, u64> = BTreeMap::new();
         for name in names {
             let record = &directory.datasets[name];
             let refreservation = property_bytes(directory, name, "refreservation");
             let reservation = property_bytes(directory, name, "reservation");
-            let children_bytes: u64 = datasets
-                .iter()
-                .filter(|(child, _)| parent_of(child) == Some(name))
-                .map(|(_, space)| space.charged_bytes())
-                .sum();
+            let children_bytes = charged_by_children.get(name).copied().unwrap_or(0);
             let mut space = DatasetSpace {
                 quota_bytes: property_bytes(directory, name, "quota"),
                 refquota_bytes: property_bytes(directory, name, "refquota"),
@@ -130,6 +130,9 @@ impl SpaceView {
                 reservation_unused_bytes: 0,
             };
             space.reservation_unused_bytes = reservation.saturating_sub(space.used_bytes());
+            if let Some(parent) = parent_of(name) {
+                *charged_by_children.entry(parent).or_default() += space.charged_bytes();
+            }
             datasets.insert(name.to_string(), space);
         }
         let charged_roots: u64 = datasets

@@ -3,16 +3,18 @@
 //!
 //! 1. every `` `NAME` = value `` line of the section names a cairn-dataset constant with that
 //!    value, and every constant of `code_constants()` is documented there once;
-//! 2. the section has no byte-offset tables (the directory is a postcard blob: its layout is
-//!    the order of its fields), and its one `| field | type | meaning |` table lists exactly the
-//!    fields of `DatasetDirectory`, in declaration order, which is postcard's order.
+//! 2. the section has no byte-offset tables (records are postcard bodies: their layout is
+//!    the order of their fields); its one `| field | type | meaning |` table lists exactly the
+//!    fields of the pool-wide record (`PoolRecord`), in declaration order, which is postcard's
+//!    order; and its one `| tag | id | record |` table lists exactly the record kinds
+//!    (`DirectoryKey`), each with the tag byte the code writes.
 
 #[path = "../../cairn-format/tests/doc_check/mod.rs"]
 mod doc_check;
 
-use cairn_dataset::DatasetDirectory;
 use cairn_dataset::deadlist::DEADLIST_BLOCK_BYTES;
 use cairn_dataset::directory::{HISTORY_ENTRIES_MAX, MISSED_TXGS_VERSION};
+use cairn_dataset::directory_records::{DIRECTORY_RECORD_VERSION, DirectoryKey, PoolRecord};
 use cairn_dataset::snapshots::SNAPSHOT_RECORD_VERSION;
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, tables_with_header,
@@ -37,31 +39,73 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
     BTreeMap::from([
         ("MISSED_TXGS_VERSION", u64::from(MISSED_TXGS_VERSION)),
         ("HISTORY_ENTRIES_MAX", HISTORY_ENTRIES_MAX as u64),
+        (
+            "DIRECTORY_RECORD_VERSION",
+            u64::from(DIRECTORY_RECORD_VERSION),
+        ),
     ])
 }
 
-/// `DatasetDirectory`'s fields in declaration order. The pattern names every field without
-/// `..`, so adding or removing one fails to compile until this list (and then the document)
+/// `PoolRecord`'s fields in declaration order. The pattern names every field without `..`,
+/// so adding or removing one fails to compile until this list (and then the document)
 /// follows; the order is written here by hand, in the order of the struct's declaration.
 fn directory_fields() -> Vec<&'static str> {
-    let DatasetDirectory {
+    let PoolRecord {
         next_id: _,
-        datasets: _,
-        last_scrub: _,
-        history: _,
         leaf_errors: _,
         resilver: _,
         missed_txgs: _,
-    } = DatasetDirectory::default();
-    vec![
-        "next_id",
-        "datasets",
-        "last_scrub",
-        "history",
-        "leaf_errors",
-        "resilver",
-        "missed_txgs",
-    ]
+    } = PoolRecord {
+        next_id: 0,
+        leaf_errors: BTreeMap::new(),
+        resilver: None,
+        missed_txgs: Default::default(),
+    };
+    vec!["next_id", "leaf_errors", "resilver", "missed_txgs"]
+}
+
+/// Every record kind with the tag its key starts with, in the order of the enum. The match
+/// names every variant, so a new kind fails to compile until it is listed (and documented).
+fn record_tags() -> Vec<String> {
+    let kinds = [
+        DirectoryKey::Dataset(1),
+        DirectoryKey::Pool,
+        DirectoryKey::Scrub,
+        DirectoryKey::History(1),
+    ];
+    kinds
+        .iter()
+        .map(|key| match key {
+            DirectoryKey::Dataset(_)
+            | DirectoryKey::Pool
+            | DirectoryKey::Scrub
+            | DirectoryKey::History(_) => format!("`{}`", key.encode()[0] as char),
+        })
+        .collect()
+}
+
+/// Problems with the record table: there must be exactly one, listing `record_tags()`.
+fn check_record_tags(doc: &str) -> Vec<String> {
+    let tables = tables_with_header(doc, &["tag", "id", "record"]);
+    if tables.len() != 1 {
+        return vec![format!(
+            "expected one `| tag | id | record |` table, found {}",
+            tables.len()
+        )];
+    }
+    let documented: Vec<String> = tables[0]
+        .rows
+        .iter()
+        .map(|(_, row)| row.first().cloned().unwrap_or_default())
+        .collect();
+    if documented != record_tags() {
+        return vec![format!(
+            "line {}: the record table lists {documented:?} but the code's tags are {:?}",
+            tables[0].line,
+            record_tags()
+        )];
+    }
+    Vec::new()
 }
 
 /// Problems with the field table: there must be exactly one, listing `directory_fields()`.
@@ -80,7 +124,7 @@ fn check_fields(doc: &str) -> Vec<String> {
         .collect();
     if documented != directory_fields() {
         return vec![format!(
-            "line {}: the field table lists {documented:?} but DatasetDirectory has {:?}",
+            "line {}: the field table lists {documented:?} but PoolRecord has {:?}",
             tables[0].line,
             directory_fields()
         )];
@@ -119,6 +163,15 @@ fn directory_fields_are_documented_in_order() {
         "cairn-dataset",
         "directory fields",
         &check_fields(&directory_section()),
+    );
+}
+
+#[test]
+fn record_tags_are_documented_in_order() {
+    assert_no_problems(
+        "cairn-dataset",
+        "directory record tags",
+        &check_record_tags(&directory_section()),
     );
 }
 

@@ -17,7 +17,7 @@ use crate::EngineError;
 use cairn_dataset::properties::LogBias;
 use cairn_dataset::snapshots::SnapshotTable;
 use cairn_dataset::space::SpaceView;
-use cairn_dataset::{DatasetDirectory, DatasetError};
+use cairn_dataset::{DatasetDirectory, DatasetError, WrittenRecords};
 use cairn_format::{BlockPointer, PoolState, Uberblock};
 use cairn_object::ObjectSet;
 use cairn_pipeline::BlockIo;
@@ -77,6 +77,9 @@ pub(crate) struct PoolCore {
     pub(crate) space: Arc<Mutex<SpaceAllocator>>,
     pub(crate) mos: ObjectSet,
     pub(crate) directory: Mutex<DatasetDirectory>,
+    /// What the MOS holds of the directory: the txg sync writes only the records that differ
+    /// (`txg_sync.rs`). Lock order: after `directory`.
+    pub(crate) directory_written: Mutex<WrittenRecords>,
     /// Every snapshot and deadlist (`snapshot_sync.rs`). Lock order: `directory` first.
     pub(crate) snapshots: Mutex<SnapshotTable>,
     /// Snapshots this txg's sync task queued, taken by the same sync once the heads synced.
@@ -106,6 +109,20 @@ pub(crate) struct PoolCore {
     pub(crate) clean_through: Mutex<BTreeMap<u64, u64>>,
     /// Snapshot counters, and changes waiting for their txg to commit (`snapshot_stats.rs`).
     pub(crate) snapshot_stats: crate::snapshot_stats::SnapshotStats,
+    /// What the MOS cost the txgs synced so far (`Pool::mos_writes`).
+    pub(crate) mos_writes: Mutex<MosWrites>,
+}
+
+/// Blocks and bytes (allocated, every copy) the meta object set wrote: in the last txg that
+/// synced, and in all since the pool was opened. The directory and the snapshot table are
+/// MOS objects, so this is what their records cost a txg.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MosWrites {
+    pub last_txg: u64,
+    pub last_txg_blocks: u64,
+    pub last_txg_bytes: u64,
+    pub total_blocks: u64,
+    pub total_bytes: u64,
 }
 
 /// Every block pointer of the tree rooted at `root_bp` born after `born_after_txg` (0: the
@@ -144,8 +161,14 @@ pub(crate) fn collect_tree(
     collector.blocks
 }
 
-/// MOS object holding the dataset directory.
-pub(crate) const DIRECTORY_OBJECT: u64 = 1;
+/// The dataset directory: MOS object 1, a record map (`record_map.rs`) of
+/// `cairn_dataset::directory_records`.
+pub(crate) const DIRECTORY: crate::record_map::RecordMap = crate::record_map::RecordMap {
+    object: 1,
+    map_type: cairn_format::ObjectType::DatasetDirectory,
+    blob_type: cairn_format::ObjectType::DatasetDirectory,
+    what: "dataset directory",
+};
 
 /// Runs `task` in the sync of the open txg of `engine` and waits until that txg is durable
 /// (`Pool::run_sync_task`, and threads that hold the core rather than the pool).

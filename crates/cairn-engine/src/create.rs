@@ -84,6 +84,7 @@ impl Pool {
             space,
             mos: ObjectSet::create(cached, ObjsetType::Meta, ChecksumAlgorithm::Fletcher4),
             directory: Mutex::new(directory),
+            directory_written: Mutex::new(cairn_dataset::WrittenRecords::default()),
             objsets: Mutex::new(BTreeMap::new()),
             intent_logs: Mutex::new(BTreeMap::new()),
             tasks: Mutex::new(BTreeMap::new()),
@@ -110,6 +111,7 @@ impl Pool {
             scan_floors: Mutex::new(BTreeMap::new()),
             clean_through: Mutex::new(BTreeMap::new()),
             snapshot_stats: Default::default(),
+            mos_writes: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

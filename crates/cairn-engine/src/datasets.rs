@@ -70,6 +70,18 @@ impl Pool {
         Ok(out)
     }
 
+    /// Every dataset's name, sorted: what a caller that needs no figures asks for (a
+    /// snapshot command's served mounts), without `datasets`' space and properties.
+    pub fn dataset_names(&self) -> Vec<String> {
+        self.core
+            .directory
+            .lock()
+            .datasets
+            .keys()
+            .cloned()
+            .collect()
+    }
+
     /// Every property of `dataset`, resolved and typed: what front ends act on.
     pub fn dataset_properties(&self, dataset: &str) -> Result<DatasetProperties, EngineError> {
         Ok(self.core.directory.lock().properties_of(dataset)?)

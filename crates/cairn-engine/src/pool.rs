@@ -274,6 +274,11 @@ impl Pool {
         self.txg.as_ref().and_then(|txg| txg.suspended())
     }
 
+    /// What the meta object set wrote in the last synced txg and since the pool was opened.
+    pub fn mos_writes(&self) -> crate::core::MosWrites {
+        *self.core.mos_writes.lock()
+    }
+
     pub fn txg_history(&self) -> Vec<TxgTiming> {
         self.txg
             .as_ref()

@@ -24,29 +24,27 @@
 //! Each change made here, and each txg's background free work, is noted for
 //! `snapshot_stats.rs` (counters and events, announced only once the txg commits).
 //!
-//! The table lives in MOS object `SNAPSHOT_TABLE_OBJECT`, a hashed map (`cairn_object::map`)
-//! created with the first snapshot; a record too large for a map entry (a deadlist with many
-//! intervals) goes into a blob object of its own, and the entry holds its number (an indirect
-//! value). A pool without the object has no snapshot.
+//! The table lives in MOS object 2 (`SNAPSHOT_TABLE`), a record map (`record_map.rs`: a hashed
+//! map, large values in blob objects of their own) created with the first snapshot. A pool
+//! without the object has no snapshot.
 
 use crate::EngineError;
 use crate::core::{PendingSnapshot, PoolCore};
+use crate::record_map::{RecordMap, next_dynamic_object};
 use crate::snapshot_stats::SnapshotChange;
 use cairn_dataset::snapshots::{NewSnapshot, SnapshotTable};
 use cairn_dataset::{DatasetDirectory, DatasetError};
 use cairn_format::ObjectType;
-use cairn_object::map::{HashedMap, MAP_BLOCK_BYTES, MapTx, VALUE_BYTES_MAX, ValueKind};
 use cairn_object::{ObjectSet, SyncedObjset};
 use std::sync::Arc;
 
-/// MOS object holding the snapshot table (a hashed map).
-pub(crate) const SNAPSHOT_TABLE_OBJECT: u64 = 2;
-/// Capacity the table object is created with, in blocks: the direct pointers only; the
-/// tree grows a level as the map does.
-const TABLE_CAPACITY_BLOCKS: u64 = 1;
-/// Lowest MOS object number handed to deadlists and large records (the fixed objects sit
-/// below it).
-const FIRST_DYNAMIC_OBJECT: u64 = 64;
+/// The snapshot table: MOS object 2, a hashed map.
+const SNAPSHOT_TABLE: RecordMap = RecordMap {
+    object: 2,
+    map_type: ObjectType::SnapshotTable,
+    blob_type: ObjectType::SnapshotRecord,
+    what: "snapshot table",
+};
 
 /// A dataset's object set synced in this txg, as `sync_objsets` returns it.
 pub(crate) type SyncedDataset = (String, Arc<ObjectSet>, SyncedObjset);
@@ -71,10 +69,15 @@ impl PoolCore {
         {
             return Ok(Vec::new());
         }
+        // The datasets whose deadlists or snapshots change here: only their space figures
+        // need computing again (a sum over every deadlist of a dataset: with 10,000
+        // snapshots, redoing every dataset's in every txg was most of a snapshot's cost).
+        let mut touched = std::collections::BTreeSet::new();
         for (name, _, result) in synced {
             if !result.dead_blocks().is_empty() {
                 let dataset_id = directory.get(name)?.id;
                 table.kill(dataset_id, result.dead_blocks());
+                touched.insert(name.clone());
             }
         }
         let mut heads = Vec::new();
@@ -115,9 +118,19 @@ impl PoolCore {
             {
                 heads.push((objset.clone(), prev_snap_txg));
             }
+            touched.insert(dataset);
         }
         self.background_frees(txg, &mut table)?;
-        refresh_snapshot_bytes(&mut directory, &table);
+        // Background frees (and the destroys that queue them) may change any dataset's.
+        if freeing || table.has_background_frees() {
+            refresh_snapshot_bytes(&mut directory, &table);
+        } else {
+            for name in &touched {
+                if let Ok(record) = directory.get_mut(name) {
+                    refresh_record(record, &table);
+                }
+            }
+        }
         Ok(heads)
     }
 
@@ -156,66 +169,18 @@ impl PoolCore {
         if !table.is_dirty() {
             return Ok(false);
         }
-        let mut new_object = || {
-            // Sync context, one thread: the bound includes every object created so far.
-            self.mos.object_id_bound().max(FIRST_DYNAMIC_OBJECT)
-        };
+        let mut new_object = || next_dynamic_object(&self.mos);
         let changes = table.flush(&self.mos, txg, &mut new_object)?;
-        let map = self.snapshot_map(txg)?;
-        let tx = MapTx::syncing(txg);
-        for (key, value) in changes {
-            let key = key.encode();
-            let old = map.get(&key).map_err(map_error)?;
-            let old_blob = old
-                .as_ref()
-                .filter(|entry| entry.kind == ValueKind::Indirect)
-                .map(|entry| blob_object(&entry.value))
-                .transpose()?;
-            let Some(value) = value else {
-                if old.is_some() {
-                    map.remove(tx, &key).map_err(map_error)?;
-                }
-                if let Some(object) = old_blob {
-                    self.mos.free_object(txg, object);
-                }
-                continue;
-            };
-            let (stored, kind) = if value.len() > VALUE_BYTES_MAX {
-                let object = old_blob.unwrap_or_else(&mut new_object);
-                self.mos
-                    .write_blob(txg, object, ObjectType::SnapshotRecord, &value)?;
-                (object.to_le_bytes().to_vec(), ValueKind::Indirect)
-            } else {
-                if let Some(object) = old_blob {
-                    self.mos.free_object(txg, object);
-                }
-                (value, ValueKind::Inline)
-            };
-            if old.is_some() {
-                map.set_value_as(tx, &key, &stored, kind)
-            } else {
-                map.insert_as(tx, &key, &stored, kind).map(|_| ())
-            }
-            .map_err(map_error)?;
-        }
+        SNAPSHOT_TABLE.write(
+            &self.mos,
+            self.guid,
+            txg,
+            changes
+                .into_iter()
+                .map(|(key, value)| (key.encode(), value)),
+            &mut new_object,
+        )?;
         Ok(true)
-    }
-
-    /// The table's map, created in `txg` if the pool has none yet.
-    fn snapshot_map(&self, txg: u64) -> Result<HashedMap<'_>, EngineError> {
-        let map = HashedMap::new(&self.mos, SNAPSHOT_TABLE_OBJECT);
-        if self.mos.dnode(SNAPSHOT_TABLE_OBJECT)?.is_free() {
-            self.mos.create_object(
-                txg,
-                SNAPSHOT_TABLE_OBJECT,
-                ObjectType::SnapshotTable,
-                MAP_BLOCK_BYTES,
-                TABLE_CAPACITY_BLOCKS,
-            );
-            map.create(MapTx::syncing(txg), self.guid)
-                .map_err(map_error)?;
-        }
-        Ok(map)
     }
 }
 
@@ -223,9 +188,14 @@ impl PoolCore {
 /// the space view follow it).
 pub(crate) fn refresh_snapshot_bytes(directory: &mut DatasetDirectory, table: &SnapshotTable) {
     for record in directory.datasets.values_mut() {
-        record.snapshots_bytes = table.used_by_snapshots(record.id);
-        record.origin_shared_bytes = table.origin_shared_bytes(record.id);
+        refresh_record(record, table);
     }
+}
+
+/// `refresh_snapshot_bytes` of one dataset.
+fn refresh_record(record: &mut cairn_dataset::DatasetRecord, table: &SnapshotTable) {
+    record.snapshots_bytes = table.used_by_snapshots(record.id);
+    record.origin_shared_bytes = table.origin_shared_bytes(record.id);
 }
 
 /// Reads the snapshot table of the MOS (empty if the pool has none), checking every record
@@ -234,59 +204,19 @@ pub(crate) fn load_snapshot_table(
     mos: &ObjectSet,
     directory: &DatasetDirectory,
 ) -> Result<SnapshotTable, EngineError> {
-    if mos.dnode(SNAPSHOT_TABLE_OBJECT)?.is_free() {
+    let Some(entries) = SNAPSHOT_TABLE.read_all(mos)? else {
         return Ok(SnapshotTable::new());
-    }
-    let map = HashedMap::new(mos, SNAPSHOT_TABLE_OBJECT);
-    let mut entries = Vec::new();
-    map.for_each_from(0, |entry| {
-        entries.push(entry.clone());
-        true
-    })
-    .map_err(map_error)?;
-    let mut records = Vec::with_capacity(entries.len());
-    for entry in entries {
-        let value = match entry.kind {
-            ValueKind::Inline => entry.value,
-            ValueKind::Indirect => {
-                let object = blob_object(&entry.value)?;
-                mos.read_blob(object)?.ok_or_else(|| {
-                    EngineError::from(DatasetError::Corrupt(format!(
-                        "snapshot record object {object} does not exist"
-                    )))
-                })?
-            }
-        };
-        records.push(SnapshotTable::decode_record(&entry.name, &value)?);
-    }
+    };
+    let records = entries
+        .iter()
+        .map(|(key, value)| SnapshotTable::decode_record(key, value))
+        .collect::<Result<Vec<_>, _>>()?;
     let ids: std::collections::BTreeSet<u64> = directory
         .datasets
         .values()
         .map(|record| record.id)
         .collect();
     Ok(SnapshotTable::load(records, |id| ids.contains(&id))?)
-}
-
-/// The object number an indirect value holds.
-fn blob_object(value: &[u8]) -> Result<u64, EngineError> {
-    <[u8; 8]>::try_from(value)
-        .map(u64::from_le_bytes)
-        .map_err(|_| {
-            DatasetError::Corrupt(format!(
-                "snapshot table: an indirect value of {} bytes",
-                value.len()
-            ))
-            .into()
-        })
-}
-
-/// A read that failed stays an I/O error; anything else the map refuses means the table is
-/// damaged.
-fn map_error(err: cairn_object::map::MapError) -> EngineError {
-    match err {
-        cairn_object::map::MapError::Object(source) => source.into(),
-        other => DatasetError::Corrupt(format!("snapshot table: {other}")).into(),
-    }
 }
 
 impl PoolCore {

@@ -15,7 +15,7 @@ use crate::core::PendingSnapshot;
 use crate::pool::Pool;
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, Volume};
 use cairn_object::ObjectSet;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -444,6 +444,14 @@ impl Pool {
             directory.get(dataset)?;
         }
         let table = self.core.snapshots.lock();
+        // Looked up once for the whole listing: per snapshot, a scan of every clone and of
+        // every dataset made 10,000 snapshots of a pool with many clones quadratic.
+        let clones_by_origin = table.clones_by_origin();
+        let names: BTreeMap<u64, &str> = directory
+            .datasets
+            .values()
+            .map(|record| (record.id, record.name.as_str()))
+            .collect();
         let mut out = Vec::new();
         for record in directory.datasets.values() {
             if dataset.is_some_and(|dataset| dataset != record.name) {
@@ -451,6 +459,13 @@ impl Pool {
             }
             for snapshot in table.snapshots_of(record.id) {
                 let info = &snapshot.info;
+                let mut clones: Vec<String> = clones_by_origin
+                    .get(&info.id)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|id| names.get(id).map(|name| name.to_string()))
+                    .collect();
+                clones.sort();
                 out.push(SnapshotListing {
                     name: format!("{}@{}", record.name, info.name),
                     dataset: record.name.clone(),
@@ -459,7 +474,7 @@ impl Pool {
                     used_bytes: info.unique_bytes,
                     referenced_bytes: info.referenced_bytes,
                     written_bytes: info.written_bytes,
-                    clones: crate::clones::dataset_names(&directory, &table.clones_of(info.id)),
+                    clones,
                 });
             }
         }

@@ -5,8 +5,9 @@
 //! Order matters and is the whole crash-safety argument:
 //! 1. sync tasks (directory changes) run first, so the directory written is this txg's;
 //! 2. dataset object sets, then the snapshot table (dead blocks onto deadlists, this txg's
-//!    snapshots taken from the new roots: `snapshot_sync.rs`), then the directory blob, then
-//!    the MOS are rewritten copy-on-write;
+//!    snapshots taken from the new roots: `snapshot_sync.rs`), then the directory's records
+//!    that changed (each a map value: one dataset's change rewrites its record, not the
+//!    directory), then the MOS are rewritten copy-on-write;
 //! 3. the space log records every allocation and free of the txg — including the space-log
 //!    block's own allocation, which is why its copies are allocated before it is encoded;
 //! 4. every write is waited for and every leaf flushed *before* the uberblock is written, and
@@ -25,7 +26,7 @@
 //! bounds both its size and the work of replaying it at import.
 
 use crate::EngineError;
-use crate::core::{DIRECTORY_OBJECT, PoolCore};
+use crate::core::{DIRECTORY, PoolCore};
 use crate::snapshot_sync::SyncedDataset;
 use bytes::Bytes;
 use cairn_dataset::LeafErrorRecord;
@@ -127,12 +128,7 @@ impl PoolCore {
         if directory_changed {
             self.write_directory(txg)?;
         }
-        let mos_synced = if self.mos.is_dirty(txg) {
-            Some(self.mos.sync(txg, &mut batch)?)
-        } else {
-            self.mos.skip_txg(txg);
-            None
-        };
+        let mos_synced = self.sync_mos(txg, &mut batch)?;
         let root_bp = mos_synced
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
@@ -198,6 +194,29 @@ impl PoolCore {
             self.mos.cached_io().cache().note_heap_freed();
         }
         Ok(())
+    }
+
+    /// Rewrites the MOS if `txg` changed it, counting what it wrote (`Pool::mos_writes`).
+    fn sync_mos(
+        &self,
+        txg: u64,
+        batch: &mut WriteBatch<'_>,
+    ) -> Result<Option<cairn_object::SyncedObjset>, EngineError> {
+        let (blocks_before, bytes_before) = batch.written();
+        let synced = if self.mos.is_dirty(txg) {
+            Some(self.mos.sync(txg, batch)?)
+        } else {
+            self.mos.skip_txg(txg);
+            None
+        };
+        let (blocks_after, bytes_after) = batch.written();
+        let mut mos_writes = self.mos_writes.lock();
+        mos_writes.last_txg = txg;
+        mos_writes.last_txg_blocks = blocks_after - blocks_before;
+        mos_writes.last_txg_bytes = bytes_after - bytes_before;
+        mos_writes.total_blocks += blocks_after - blocks_before;
+        mos_writes.total_bytes += bytes_after - bytes_before;
+        Ok(synced)
     }
 
     /// Waits for the txg's writes. When some block reached no device (every child of a data
@@ -269,20 +288,33 @@ impl PoolCore {
         Ok(synced)
     }
 
-    /// Writes the dataset directory into the MOS in `txg` (the space view follows it).
+    /// Writes the records of the dataset directory that changed into the MOS in `txg` (the
+    /// space view follows the directory).
     fn write_directory(&self, txg: u64) -> Result<(), EngineError> {
         self.refresh_space_view();
-        let blob = self.directory.lock().encode();
-        // What this txg writes, the next import reads: the blob passes the checks an
-        // import makes (names, kinds, canonical property values). A full decode, once per
-        // txg that changes the directory; debug builds only.
-        debug_assert!(
-            cairn_dataset::DatasetDirectory::decode(&blob).is_ok(),
-            "txg {txg} would write a dataset directory that import refuses"
-        );
-        self.mos
-            .write_blob(txg, DIRECTORY_OBJECT, ObjectType::DatasetDirectory, &blob)?;
-        Ok(())
+        let changes = {
+            let directory = self.directory.lock();
+            // What this txg writes, the next import reads: the records pass the checks an
+            // import makes (names, kinds, canonical property values). A full check, once per
+            // txg that changes the directory; debug builds only.
+            debug_assert!(
+                cairn_dataset::DatasetDirectory::decode(&directory.encode()).is_ok(),
+                "txg {txg} would write a dataset directory that import refuses"
+            );
+            self.directory_written.lock().changes(&directory)
+        };
+        if changes.is_empty() {
+            return Ok(());
+        }
+        DIRECTORY.write(
+            &self.mos,
+            self.guid,
+            txg,
+            changes
+                .into_iter()
+                .map(|(key, value)| (key.encode(), value)),
+            &mut || crate::record_map::next_dynamic_object(&self.mos),
+        )
     }
 
     /// Flush, (labels,) uberblock, flush.

@@ -23,8 +23,11 @@ use cairn_format::{BlockPointer, Dnode, ObjectType};
 fn indirect_shift_for(object_type: ObjectType) -> u8 {
     match object_type {
         // The pool's snapshot records and deadlists are many small objects too: a 128 KiB
-        // indirect block each (two copies, uncompressed) would dwarf what they hold.
+        // indirect block each (two copies, uncompressed) would dwarf what they hold. The
+        // dataset directory's map: a txg that changes one record of 1,000 rewrites one leaf
+        // and the 16 KiB indirect block above it, not 128 KiB.
         ObjectType::FileData
+        | ObjectType::DatasetDirectory
         | ObjectType::Directory
         | ObjectType::Xattrs
         | ObjectType::DeadList

@@ -45,6 +45,8 @@ impl BlockIo {
             pending: Vec::new(),
             unissued: Vec::new(),
             staged: BTreeMap::new(),
+            blocks_written: 0,
+            bytes_written: 0,
         }
     }
 
@@ -228,11 +230,20 @@ pub struct WriteBatch<'a> {
     unissued: Vec<(Arc<Leaf>, IoClass, u64, Bytes)>,
     /// Writes not yet handed to their leaf's queue, by (leaf guid, class).
     staged: BTreeMap<(u64, IoClass), Staged>,
+    /// Blocks this batch has written, and their allocated bytes (every copy): what one part
+    /// of a txg costs (`written`), whatever other threads write meanwhile.
+    blocks_written: u64,
+    bytes_written: u64,
 }
 
 impl WriteBatch<'_> {
     pub fn txg(&self) -> u64 {
         self.txg
+    }
+
+    /// Blocks written through this batch so far, and their allocated bytes (every copy).
+    pub fn written(&self) -> (u64, u64) {
+        (self.blocks_written, self.bytes_written)
     }
 
     /// Compresses (if asked and worth it), checksums, allocates and issues `data`; returns its
@@ -305,6 +316,8 @@ impl WriteBatch<'_> {
             fill: props.fill,
             checksum,
         };
+        self.blocks_written += 1;
+        self.bytes_written += bp.allocated_bytes();
         let stats = &self.io.stats;
         stats.blocks_written.fetch_add(1, Ordering::Relaxed);
         stats

@@ -7,7 +7,7 @@
 //! `rewind` (which tries uberblocks in turn) sits above it.
 
 use crate::EngineError;
-use crate::core::DIRECTORY_OBJECT;
+use crate::core::DIRECTORY;
 use crate::core::SpaceLogState;
 use crate::pool::PoolOptions;
 use crate::snapshot_sync::{load_snapshot_table, refresh_snapshot_bytes};
@@ -187,10 +187,14 @@ fn load_objects(
         ub.txg,
         None,
     )?;
-    let blob = mos
-        .read_blob(DIRECTORY_OBJECT)?
+    let entries = DIRECTORY
+        .read_all(&mos)?
         .ok_or_else(|| EngineError::Space("MOS has no dataset directory".into()))?;
-    let mut directory = DatasetDirectory::decode(&blob)?;
+    let records = entries
+        .iter()
+        .map(|(key, value)| DatasetDirectory::decode_record(key, value))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut directory = DatasetDirectory::load(records)?;
     let snapshots = load_snapshot_table(&mos, &directory)?;
     refresh_snapshot_bytes(&mut directory, &snapshots);
     let mut objsets = BTreeMap::new();

@@ -229,6 +229,7 @@ fn pool_core(
         io: loaded.io,
         space: loaded.space,
         mos: loaded.mos,
+        directory_written: Mutex::new(cairn_dataset::WrittenRecords::of(&loaded.directory)),
         directory: Mutex::new(loaded.directory),
         objsets: Mutex::new(loaded.objsets),
         intent_logs: Mutex::new(BTreeMap::new()),
@@ -246,6 +247,7 @@ fn pool_core(
         scan_floors: Mutex::new(BTreeMap::new()),
         clean_through: Mutex::new(BTreeMap::new()),
         snapshot_stats: Default::default(),
+        mos_writes: Default::default(),
     }
 }
 

@@ -8,17 +8,19 @@
 
 #![allow(dead_code)]
 
-use cairn_dataset::{DatasetDirectory, DatasetRecord};
+use cairn_dataset::{DatasetDirectory, DatasetRecord, DirectoryRecord};
 use cairn_format::dnode::{DNODE_SIZE, DNODES_PER_BLOCK, Dnode, ObjsetPhys};
 use cairn_format::label::{
     LABEL_CONFIG_OFFSET, LABEL_CONFIG_SIZE, LABEL_COUNT, UBERBLOCK_RING_SLOTS, UBERBLOCK_SLOT_SIZE,
     VDEV_DATA_START, label_offset, uberblock_offset,
 };
 use cairn_format::{BlockPointer, LabelConfig, Uberblock};
+use cairn_object::map::raw;
+use cairn_object::map::{EMBEDDED_LEAF_OFFSET, Entry};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-/// Object of the dataset directory in the MOS, and of a volume's data in its object set.
+/// Object of the dataset directory (a hashed map) in the MOS, and of a volume's data in its object set.
 pub const DIRECTORY_OBJECT: u64 = 1;
 pub const VOLUME_OBJECT: u64 = cairn_dataset::VOLUME_OBJECT;
 
@@ -161,14 +163,28 @@ impl Image {
         self.newest().root_bp
     }
 
+    /// The directory map's dnode and first block, which holds its header and, in a small
+    /// pool, its one leaf (embedded) with every record.
     pub fn directory(&self) -> (Dnode, Vec<u8>) {
         let dnode = self.dnode(&self.mos_root(), DIRECTORY_OBJECT);
-        assert_eq!(dnode.levels, 1, "the directory blob fits in direct blocks");
+        assert_eq!(dnode.levels, 1, "the directory map fits in direct blocks");
         let data = self.read(&dnode.block_pointers[0]);
+        let header = raw::decode_header(&data).expect("directory map header");
+        assert_eq!(
+            header.leaves, 1,
+            "a small pool's directory is one embedded leaf"
+        );
         (dnode, data)
     }
 
-    /// Replaces the first block of the directory blob (same length) in the newest MOS and in
+    /// Every record (name, value) of the directory's embedded leaf.
+    fn directory_entries(data: &[u8]) -> Vec<Entry> {
+        raw::decode_leaf(&data[EMBEDDED_LEAF_OFFSET..])
+            .expect("directory leaf")
+            .1
+    }
+
+    /// Replaces the first block of the directory map (same length) in the newest MOS and in
     /// every uberblock that shares it.
     pub fn replace_directory_block(&self, dnode: &Dnode, data: &[u8]) {
         let old_root = self.mos_root();
@@ -185,23 +201,47 @@ impl Image {
         assert!(patched > 0);
     }
 
-    /// Changes one dataset's record in the directory, keeping the blob's length.
+    /// `dataset`'s record in the directory and its map entry.
+    fn find_record(data: &[u8], dataset: &str) -> (Entry, DatasetRecord) {
+        Self::directory_entries(data)
+            .into_iter()
+            .find_map(
+                |entry| match DatasetDirectory::decode_record(&entry.name, &entry.value) {
+                    Ok(DirectoryRecord::Dataset(record)) if record.name == dataset => {
+                        Some((entry, record))
+                    }
+                    _ => None,
+                },
+            )
+            .expect("the dataset's record")
+    }
+
+    /// Changes one dataset's record in the directory, keeping the value's length.
     pub fn edit_record(&self, dataset: &str, edit: impl FnOnce(&mut DatasetRecord)) {
         let (dnode, mut data) = self.directory();
-        let blob_len = blob_len(&dnode);
-        let mut directory = DatasetDirectory::decode(&data[..blob_len]).expect("directory");
-        edit(directory.datasets.get_mut(dataset).expect("dataset"));
-        let blob = directory.encode();
-        assert_eq!(blob.len(), blob_len, "the edit keeps the blob's length");
-        data[..blob_len].copy_from_slice(&blob);
+        let (entry, mut record) = Self::find_record(&data, dataset);
+        edit(&mut record);
+        let (_, value) = DatasetDirectory::encode_record(&DirectoryRecord::Dataset(record));
+        assert_eq!(
+            value.len(),
+            entry.value.len(),
+            "the edit keeps the record's length"
+        );
+        // The entry is its key, name and value; the name (9 bytes) is unique in the leaf.
+        let at = data
+            .windows(entry.name.len())
+            .position(|window| window == entry.name.as_slice())
+            .expect("the entry's name in the leaf")
+            + entry.name.len();
+        assert_eq!(&data[at..at + value.len()], entry.value.as_slice());
+        data[at..at + value.len()].copy_from_slice(&value);
         self.replace_directory_block(&dnode, &data);
     }
 
     /// The root of `dataset`'s object set, as the directory records it.
     pub fn dataset_root(&self, dataset: &str) -> BlockPointer {
-        let (dnode, data) = self.directory();
-        let directory = DatasetDirectory::decode(&data[..blob_len(&dnode)]).expect("directory");
-        directory.get(dataset).unwrap().objset_bp().unwrap()
+        let (_, data) = self.directory();
+        Self::find_record(&data, dataset).1.objset_bp().unwrap()
     }
 
     /// Applies `edit` to the volume's data dnode and links the result up to the uberblocks.
@@ -228,9 +268,4 @@ pub fn dnode_place(objset: &ObjsetPhys, object: u64) -> (usize, usize) {
         (object / per_block) as usize,
         (object % per_block) as usize * DNODE_SIZE,
     )
-}
-
-/// A blob's length is the first 8 bonus bytes of its dnode.
-pub fn blob_len(dnode: &Dnode) -> usize {
-    u64::from_le_bytes(dnode.bonus[..8].try_into().unwrap()) as usize
 }

@@ -123,9 +123,8 @@ pub fn snapshot(
     access.with_pool(pool_name, false, |pool| {
         if let Some(served) = &access.served {
             let datasets: Vec<String> = pool
-                .datasets()?
+                .dataset_names()
                 .into_iter()
-                .map(|info| info.name)
                 .filter(|dataset| {
                     names.iter().any(|name| {
                         let of = name.split('@').next().unwrap_or(name);
