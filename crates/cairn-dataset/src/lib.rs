@@ -42,6 +42,7 @@ pub mod frees;
 mod names;
 pub mod properties;
 mod records;
+mod snapshot_index;
 pub mod snapshots;
 pub mod space;
 pub mod space_check;
