@@ -38,6 +38,7 @@ pub mod bookmarks;
 mod clones;
 pub mod deadlist;
 pub mod directory;
+mod figure_cache;
 pub mod frees;
 mod names;
 pub mod properties;

@@ -13,31 +13,10 @@
 //!   changed origin (clone, promote) moves a dataset's floor under all its lists: the cache is
 //!   then rebuilt whole.
 
+use crate::figure_cache::FigureCache;
 use crate::records::RecordKey;
 use crate::snapshots::SnapshotTable;
-use std::collections::{BTreeSet, HashMap};
-
-/// Per-deadlist shares of `usedbysnapshots` (see the module doc).
-#[derive(Debug, Default, Clone)]
-pub(crate) struct FigureCache {
-    /// False until built (a new or loaded table) and after an origin changed.
-    valid: bool,
-    /// Snapshot or head record → (its dataset, the bytes it adds to `usedbysnapshots`).
-    shares: HashMap<RecordKey, (u64, u64)>,
-    /// Dataset id → the sum of its shares.
-    totals: HashMap<u64, u64>,
-    /// Keys flushed since the last refresh.
-    flushed: BTreeSet<RecordKey>,
-}
-
-impl FigureCache {
-    /// Keeps the keys a flush writes for the next refresh.
-    pub(crate) fn note_flushed(&mut self, keys: &BTreeSet<RecordKey>) {
-        if self.valid {
-            self.flushed.extend(keys.iter().copied());
-        }
-    }
-}
+use std::collections::BTreeSet;
 
 impl SnapshotTable {
     /// Adds snapshot `id` of `dataset_id` named `name` to the name index.
@@ -121,10 +100,7 @@ impl SnapshotTable {
             .map(|&id| RecordKey::Snapshot(id))
             .chain(self.heads.keys().map(|&id| RecordKey::Head(id)))
             .collect();
-        let mut figures = FigureCache {
-            valid: true,
-            ..FigureCache::default()
-        };
+        let mut figures = FigureCache::built();
         for key in keys {
             if let Some((dataset, bytes)) = self.share_of(key) {
                 *figures.totals.entry(dataset).or_default() += bytes;

@@ -52,8 +52,8 @@
 //! Bookmarks (`bookmarks.rs`) are records of this table too (tag 'b'); they hold no block.
 
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys};
+use crate::figure_cache::FigureCache;
 pub use crate::records::{Bookmark, FreeWork, RecordKey, TreeFree};
-use crate::snapshot_index::FigureCache;
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
