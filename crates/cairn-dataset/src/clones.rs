@@ -120,8 +120,8 @@ impl SnapshotTable {
             self.by_dataset.remove(&(parent_id, txg));
             self.by_dataset.insert((clone_id, txg), id);
             let name = self.snapshots[&id].info.name.clone();
-            self.by_name.remove(&(parent_id, name.clone()));
-            self.by_name.insert((clone_id, name), id);
+            self.unindex_snapshot(parent_id, &name);
+            self.index_snapshot(clone_id, &name, id);
             self.snapshot_mut(id).info.dataset_id = clone_id;
             self.dirty.insert(RecordKey::Snapshot(id));
         }
@@ -143,6 +143,7 @@ impl SnapshotTable {
             list.space_range(before_origin, origin_txg).allocated_bytes
         });
         self.snapshot_mut(origin_id).info.unique_bytes = unique;
+        self.check_name_index();
         self.check_origins()?;
         Ok(moving.into_iter().map(|(_, id)| id).collect())
     }

@@ -17,6 +17,12 @@ use crate::snapshots::{RecordKey, SnapshotTable};
 use cairn_format::BlockPointer;
 use cairn_pipeline::BlockIo;
 
+/// Deadlist entries scanned between two asks of a free's `keep_going` (a time budget's
+/// granularity: small enough that a step costs well under a millisecond).
+pub const FREE_CHUNK_ENTRIES: u64 = 512;
+/// Dead-tree blocks freed between two asks of `keep_going`.
+pub const FREE_CHUNK_BLOCKS: u64 = 512;
+
 /// One piece of background free work, as the table numbers it: a snapshot destroy's
 /// deadlist scans or a dead tree (a destroyed dataset's, a rolled-back head's). A number is
 /// given again once its work is done, so a follower must notice when one goes.
@@ -101,15 +107,21 @@ impl SnapshotTable {
     }
 
     /// Frees, through `free`, at most about `blocks_max` blocks of the oldest dead trees (in
-    /// sync context); returns the blocks freed.
+    /// sync context), in steps of at most `FREE_CHUNK_BLOCKS`, stopping early once
+    /// `keep_going` says so (asked after each step, so every call makes progress); returns
+    /// the blocks freed.
     pub fn process_tree_frees(
         &mut self,
         io: &BlockIo,
         blocks_max: u64,
+        keep_going: &mut dyn FnMut() -> bool,
         free: &mut dyn FnMut(&BlockPointer),
     ) -> Result<u64, DatasetError> {
         let mut freed = 0;
         while freed < blocks_max {
+            if freed > 0 && !keep_going() {
+                break;
+            }
             let Some(&seq) = self.tree_frees.keys().next() else {
                 break;
             };
@@ -125,7 +137,7 @@ impl SnapshotTable {
                 &root,
                 work.born_after_txg,
                 &work.path,
-                blocks_max - freed,
+                (blocks_max - freed).min(FREE_CHUNK_BLOCKS),
                 &mut |bp| {
                     free(bp);
                     freed += 1;
@@ -155,15 +167,21 @@ impl SnapshotTable {
     }
 
     /// Frees, through `free`, the blocks of at most `entries_max` scanned deadlist entries of
-    /// the oldest destroys' background work (in sync context); returns the entries scanned.
+    /// the oldest destroys' background work (in sync context), in steps of at most
+    /// `FREE_CHUNK_ENTRIES`, stopping early once `keep_going` says so (asked after each step,
+    /// so every call makes progress); returns the entries scanned.
     pub fn process_frees(
         &mut self,
         mos: &cairn_object::ObjectSet,
         entries_max: u64,
+        keep_going: &mut dyn FnMut() -> bool,
         free: &mut dyn FnMut(&BlockPointer),
     ) -> Result<u64, DatasetError> {
         let mut scanned = 0;
         while scanned < entries_max {
+            if scanned > 0 && !keep_going() {
+                break;
+            }
             let Some(&seq) = self.free_queue.keys().next() else {
                 break;
             };
@@ -177,7 +195,8 @@ impl SnapshotTable {
                 self.free_queue.remove(&seq);
                 continue;
             };
-            let end = scan.entries.min(work.next_entry + (entries_max - scanned));
+            let step = (entries_max - scanned).min(FREE_CHUNK_ENTRIES);
+            let end = scan.entries.min(work.next_entry + step);
             read_part(mos, scan.object, work.next_entry, end, |bp| {
                 if bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg {
                     free(&bp);

@@ -64,7 +64,7 @@ pub struct Bookmark {
 }
 
 /// Which record a key names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum RecordKey {
     Snapshot(u64),
     Head(u64),

@@ -52,12 +52,13 @@
 //! Bookmarks (`bookmarks.rs`) are records of this table too (tag 'b'); they hold no block.
 
 use crate::deadlist::{DeadSpace, Deadlist, DeadlistPhys};
+use crate::figure_cache::FigureCache;
 pub use crate::records::{Bookmark, FreeWork, RecordKey, TreeFree};
 use crate::{DatasetError, SnapshotName};
 use cairn_format::BlockPointer;
 use cairn_format::blkptr::BLOCK_POINTER_SIZE;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Version byte that starts every record value.
 pub const SNAPSHOT_RECORD_VERSION: u8 = 1;
@@ -116,10 +117,13 @@ pub struct SnapshotTable {
     pub(crate) snapshots: BTreeMap<u64, Snapshot>,
     /// (dataset id, created txg) → snapshot id: each dataset's snapshots, oldest first.
     pub(crate) by_dataset: BTreeMap<(u64, u64), u64>,
-    /// (dataset id, name) → snapshot id: `find` in O(log n), not a scan of the dataset's
-    /// snapshots (every snapshot command looks its new names up; with 10,000 snapshots the
-    /// scan was the sync's largest cost after the space view). Kept with `by_dataset`.
-    pub(crate) by_name: BTreeMap<(u64, String), u64>,
+    /// (dataset id, name) → snapshot id: the name index `find` uses, so a lookup costs the
+    /// same at 10 snapshots and at 10,000. In memory only, built at load; it always holds
+    /// exactly the entries of `snapshots` (`index_snapshot`, `unindex_snapshot`,
+    /// `check_name_index`).
+    pub(crate) by_name: HashMap<(u64, String), u64>,
+    /// `usedbysnapshots` kept per deadlist, so a txg's refresh costs what changed in it.
+    pub(crate) figures: FigureCache,
     /// Deadlists of heads that have one (a dataset with no snapshot has none).
     pub(crate) heads: BTreeMap<u64, Deadlist>,
     /// Background frees of destroys, oldest first.
@@ -166,6 +170,8 @@ pub struct Destroyed {
     pub prev_snap_txg: Option<u64>,
     /// What the destroy frees in all, now and in the background.
     pub freed: DeadSpace,
+    /// The background free work it queued (`FreeWork`'s number) and its bytes, if any.
+    pub queued_free: Option<(u64, u64)>,
 }
 
 /// What `SnapshotTable::create` is given.
@@ -213,9 +219,7 @@ impl SnapshotTable {
                             info.id, info.name, info.dataset_id
                         )));
                     }
-                    table
-                        .by_name
-                        .insert((info.dataset_id, info.name.clone()), info.id);
+                    table.index_snapshot(info.dataset_id, &info.name, info.id);
                     table.snapshots.insert(info.id, snapshot);
                 }
                 Record::Head(dataset_id, deadlist) => {
@@ -247,6 +251,7 @@ impl SnapshotTable {
         }
         table.check_origins()?;
         table.check_bookmarks(&dataset_known)?;
+        table.check_name_index();
         Ok(table)
     }
 
@@ -388,9 +393,10 @@ impl SnapshotTable {
 
     /// A dataset's snapshot by its name (the part after '@').
     pub fn find(&self, dataset_id: u64, name: &str) -> Option<&Snapshot> {
+        // The key is owned: a borrowed (u64, &str) cannot look up a (u64, String) key.
         self.by_name
             .get(&(dataset_id, name.to_string()))
-            .and_then(|id| self.snapshots.get(id))
+            .map(|id| &self.snapshots[id])
     }
 
     /// The txg of the dataset's newest snapshot (0: none): what its object set keeps blocks
@@ -483,8 +489,7 @@ impl SnapshotTable {
             defer_destroy: false,
         };
         self.by_dataset.insert((new.dataset_id, new.txg), new.id);
-        self.by_name
-            .insert((new.dataset_id, info.name.clone()), new.id);
+        self.index_snapshot(new.dataset_id, &info.name, new.id);
         self.dirty.insert(RecordKey::Snapshot(new.id));
         // The head's record goes: its deadlist now belongs to the snapshot.
         self.dirty.insert(RecordKey::Head(new.dataset_id));
@@ -598,7 +603,10 @@ impl SnapshotTable {
         new_object: &mut dyn FnMut() -> u64,
     ) -> Result<Vec<RecordChange>, DatasetError> {
         let mut out = Vec::new();
-        for key in std::mem::take(&mut self.dirty) {
+        let dirty = std::mem::take(&mut self.dirty);
+        // What changed stays known to the next figure refresh (`changed_snapshot_bytes`).
+        self.figures.note_flushed(&dirty);
+        for key in dirty {
             let value = match key {
                 RecordKey::Snapshot(id) => match self.snapshots.get_mut(&id) {
                     None => None,
@@ -650,7 +658,7 @@ impl SnapshotTable {
         let (next_id, _) = self.neighbour(dataset_id, txg, true);
         let gone = self.snapshots.remove(&id).expect("found above");
         self.by_dataset.remove(&(dataset_id, txg));
-        self.by_name.remove(&(dataset_id, gone.info.name.clone()));
+        self.unindex_snapshot(dataset_id, name);
         self.dirty.insert(RecordKey::Snapshot(id));
         // The successor's list: blocks born after the predecessor and by this snapshot were
         // this snapshot's alone.
@@ -662,6 +670,7 @@ impl SnapshotTable {
         let (free_now, scans) = next_list.exclude(prev_txg, txg);
         next_list.merge(gone.deadlist);
         let free_now_bytes: u64 = free_now.iter().map(BlockPointer::allocated_bytes).sum();
+        let mut queued_free = None;
         if !scans.is_empty() && freed.allocated_bytes > free_now_bytes {
             let seq = self.free_queue.keys().next_back().map_or(1, |seq| seq + 1);
             self.free_queue.insert(
@@ -674,6 +683,7 @@ impl SnapshotTable {
                 },
             );
             self.dirty.insert(RecordKey::Free(seq));
+            queued_free = Some((seq, freed.allocated_bytes - free_now_bytes));
         }
         match next_id {
             Some(next) => {
@@ -704,6 +714,7 @@ impl SnapshotTable {
             free_now,
             prev_snap_txg: next_id.is_none().then_some(prev_txg),
             freed,
+            queued_free,
         })
     }
 

@@ -34,6 +34,10 @@ pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
 /// Deadlist entries a txg scans for a destroy's background frees (default): bounds the work
 /// one sync does, so destroying a large snapshot never stalls the pool (OpenZFS #13064).
 pub(crate) const FREE_ENTRIES_PER_TXG: u64 = 8192;
+/// Milliseconds of a txg's sync given to background frees (default): a fifth of the default
+/// 500 ms sync target, so the txgs of a pool that frees still leave foreground writes most
+/// of theirs, on a slow or busy machine as on a fast one.
+pub(crate) const FREE_TIME_PER_TXG_MS: u64 = 100;
 
 #[derive(Debug, Default)]
 pub(crate) struct SpaceLogState {
@@ -95,6 +99,8 @@ pub(crate) struct PoolCore {
     pub(crate) space_log_chain_blocks_max: usize,
     /// Deadlist entries one txg scans for background frees (`snapshot_sync.rs`).
     pub(crate) free_entries_per_txg: u64,
+    /// Milliseconds of a txg's sync given to background frees (`PoolOptions`).
+    pub(crate) free_time_per_txg_ms: u64,
     /// Reservations as of the last directory change (`refresh_space_view`): read by every
     /// volume write's space check, so it is computed once per change, not per write.
     pub(crate) space_view: Mutex<Arc<SpaceView>>,

@@ -104,6 +104,7 @@ impl Pool {
             config_dirty: AtomicBool::new(true),
             space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
             free_entries_per_txg: options.free_entries_per_txg.max(1),
+            free_time_per_txg_ms: options.free_time_per_txg_ms,
             space_view: Default::default(),
             suspend_handle: Default::default(),
             snapshots: Mutex::new(Default::default()),

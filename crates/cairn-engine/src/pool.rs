@@ -33,6 +33,11 @@ pub struct PoolOptions {
     pub space_log_chain_blocks_max: usize,
     /// Deadlist entries one txg scans for a destroy's background frees (at least 1).
     pub free_entries_per_txg: u64,
+    /// Time one txg's sync spends on background frees (destroys' deadlist scans, dead trees)
+    /// before it leaves the rest to the next txg, in milliseconds: what keeps foreground
+    /// writes' txgs within the sync target while a large destroy frees (at least one small
+    /// step per txg is always made, so frees finish however low it is set).
+    pub free_time_per_txg_ms: u64,
     /// Import even if a log device is missing: synchronous writes only it holds are lost and
     /// the pool comes back as of its last synced txg.
     pub ignore_missing_log: bool,
@@ -60,6 +65,7 @@ impl Default for PoolOptions {
             without_space_log: false,
             space_log_chain_blocks_max: crate::core::SPACE_LOG_CHAIN_BLOCKS_MAX,
             free_entries_per_txg: crate::core::FREE_ENTRIES_PER_TXG,
+            free_time_per_txg_ms: crate::core::FREE_TIME_PER_TXG_MS,
             ignore_missing_log: false,
             rewind: false,
             read_trace_dir: None,

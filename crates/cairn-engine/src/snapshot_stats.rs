@@ -201,6 +201,15 @@ impl SnapshotStats {
         self.noted.lock().push(change);
     }
 
+    /// Follows background free `id` of `bytes` as `what`, started in `txg` (unless followed).
+    pub(crate) fn follow_free(&self, id: BackgroundFree, bytes: u64, txg: u64, what: &str) {
+        self.followed.lock().entry(id).or_insert_with(|| Followed {
+            what: what.to_string(),
+            started_txg: txg,
+            bytes,
+        });
+    }
+
     /// Follows every background free of `table` not followed yet as `what`, started in
     /// `txg`: called right after a change queued one.
     pub(crate) fn follow_frees(&self, table: &SnapshotTable, txg: u64, what: &str) {

@@ -11,7 +11,8 @@
 //!    before (every write acknowledged before the command started); a destroy frees what died
 //!    in t at once and queues the rest;
 //! 3. this txg's share of background frees (`SnapshotTable::process_frees`, at most
-//!    `free_entries_per_txg` deadlist entries; `process_tree_frees`, as many blocks of the dead
+//!    `free_entries_per_txg` deadlist entries and `free_time_per_txg_ms` of the sync;
+//!    `process_tree_frees`, as many blocks of the dead
 //!    trees destroyed datasets and rollbacks left);
 //!
 //! then `write_snapshot_table` writes the records that changed, and the deadlists' new
@@ -32,11 +33,13 @@ use crate::EngineError;
 use crate::core::{PendingSnapshot, PoolCore};
 use crate::record_map::{RecordMap, next_dynamic_object};
 use crate::snapshot_stats::SnapshotChange;
+use cairn_dataset::frees::BackgroundFree;
 use cairn_dataset::snapshots::{NewSnapshot, SnapshotTable};
 use cairn_dataset::{DatasetDirectory, DatasetError};
 use cairn_format::ObjectType;
 use cairn_object::{ObjectSet, SyncedObjset};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// The snapshot table: MOS object 2, a hashed map.
 const SNAPSHOT_TABLE: RecordMap = RecordMap {
@@ -105,7 +108,16 @@ impl PoolCore {
                         self.mos.cached_io().free_block(bp, txg);
                     }
                     let snapshot = format!("{dataset}@{name}");
-                    self.snapshot_stats.follow_frees(&table, txg, &snapshot);
+                    // Only the work this destroy queued: following every free left would
+                    // make a destroy of N snapshots quadratic.
+                    if let Some((seq, bytes)) = destroyed.queued_free {
+                        self.snapshot_stats.follow_free(
+                            BackgroundFree::Deadlist(seq),
+                            bytes,
+                            txg,
+                            &snapshot,
+                        );
+                    }
                     self.snapshot_stats.note(SnapshotChange::Destroyed {
                         snapshot,
                         freed_bytes: destroyed.freed.allocated_bytes,
@@ -121,14 +133,11 @@ impl PoolCore {
             touched.insert(dataset);
         }
         self.background_frees(txg, &mut table)?;
-        // Background frees (and the destroys that queue them) may change any dataset's.
-        if freeing || table.has_background_frees() {
-            refresh_snapshot_bytes(&mut directory, &table);
-        } else {
-            for name in &touched {
-                if let Ok(record) = directory.get_mut(name) {
-                    refresh_record(record, &table);
-                }
+        refresh_changed_snapshot_bytes(&mut directory, &mut table);
+        // A head synced in this txg may have changed what it still shares with its origin.
+        for name in &touched {
+            if let Ok(record) = directory.get_mut(name) {
+                record.origin_shared_bytes = table.origin_shared_bytes(record.id);
             }
         }
         Ok(heads)
@@ -143,16 +152,28 @@ impl PoolCore {
         // Work no command of this process queued: left by a destroy before the import.
         self.snapshot_stats
             .follow_frees(table, txg, "a destroy from before this import");
+        // No deadline (a budget too large to add): the entry bound alone applies.
+        let deadline =
+            Instant::now().checked_add(std::time::Duration::from_millis(self.free_time_per_txg_ms));
+        let mut keep_going = || deadline.is_none_or(|deadline| Instant::now() < deadline);
         let mut deadlist_blocks_freed = 0;
-        let deadlist_entries_scanned =
-            table.process_frees(&self.mos, self.free_entries_per_txg, &mut |bp| {
+        let deadlist_entries_scanned = table.process_frees(
+            &self.mos,
+            self.free_entries_per_txg,
+            &mut keep_going,
+            &mut |bp| {
                 self.mos.cached_io().free_block(bp, txg);
                 deadlist_blocks_freed += 1;
-            })?;
-        let tree_blocks_freed =
-            table.process_tree_frees(&self.io, self.free_entries_per_txg, &mut |bp| {
+            },
+        )?;
+        let tree_blocks_freed = table.process_tree_frees(
+            &self.io,
+            self.free_entries_per_txg,
+            &mut keep_going,
+            &mut |bp| {
                 self.mos.cached_io().free_block(bp, txg);
-            })?;
+            },
+        )?;
         self.snapshot_stats.note(SnapshotChange::FreeWork {
             deadlist_entries_scanned,
             deadlist_blocks_freed,
@@ -192,10 +213,28 @@ pub(crate) fn refresh_snapshot_bytes(directory: &mut DatasetDirectory, table: &S
     }
 }
 
-/// `refresh_snapshot_bytes` of one dataset.
-fn refresh_record(record: &mut cairn_dataset::DatasetRecord, table: &SnapshotTable) {
-    record.snapshots_bytes = table.used_by_snapshots(record.id);
-    record.origin_shared_bytes = table.origin_shared_bytes(record.id);
+/// `refresh_snapshot_bytes` for the datasets whose snapshot figures changed since the last
+/// call only (the table knows them, `SnapshotTable::changed_snapshot_bytes`), so a txg's cost
+/// does not grow with the number of snapshots it did not touch.
+pub(crate) fn refresh_changed_snapshot_bytes(
+    directory: &mut DatasetDirectory,
+    table: &mut SnapshotTable,
+) {
+    let Some(changed) = table.changed_snapshot_bytes() else {
+        refresh_snapshot_bytes(directory, table);
+        return;
+    };
+    if changed.is_empty() {
+        return;
+    }
+    let changed: std::collections::BTreeMap<u64, u64> = changed.into_iter().collect();
+    for record in directory.datasets.values_mut() {
+        if let Some(&bytes) = changed.get(&record.id) {
+            debug_assert_eq!(bytes, table.used_by_snapshots(record.id));
+            record.snapshots_bytes = bytes;
+            record.origin_shared_bytes = table.origin_shared_bytes(record.id);
+        }
+    }
 }
 
 /// Reads the snapshot table of the MOS (empty if the pool has none), checking every record

@@ -59,6 +59,17 @@ impl Pool {
     /// descendant of each dataset under the same snapshot name, all in one txg: all exist on
     /// return, durable, or none does. Returns the snapshots' full names, sorted.
     pub fn snapshot(&self, names: &[String], recursive: bool) -> Result<Vec<String>, EngineError> {
+        self.snapshot_with_history(names, recursive, None)
+    }
+
+    /// `snapshot`, with `history` (a command line) recorded in the pool's history in the
+    /// same txg as the snapshots: one txg for the whole command, both durable on return.
+    pub fn snapshot_with_history(
+        &self,
+        names: &[String],
+        recursive: bool,
+        history: Option<String>,
+    ) -> Result<Vec<String>, EngineError> {
         let started = std::time::Instant::now();
         if names.is_empty() {
             return Err(DatasetError::InvalidName {
@@ -80,6 +91,7 @@ impl Pool {
             let taken = Arc::new(AtomicBool::new(false));
             let done = taken.clone();
             let parsed = parsed.clone();
+            let history = history.clone();
             self.run_sync_task(move |core, _txg| {
                 let planned = core.plan_snapshots(&parsed, recursive)?;
                 let mut directory = core.directory.lock();
@@ -98,6 +110,9 @@ impl Pool {
                         name: name.snapshot,
                         id: directory.next_id,
                     });
+                }
+                if let Some(entry) = history {
+                    directory.record_history(format!("{} {entry}", crate::now_ms()));
                 }
                 done.store(true, Ordering::SeqCst);
                 Ok(())
@@ -200,6 +215,16 @@ impl Pool {
     /// Destroys the snapshots `names` (of one dataset or several) in one txg, oldest first:
     /// all or none (each must exist and have no user hold). Durable on return.
     pub fn destroy_snapshots(&self, names: &[String]) -> Result<(), EngineError> {
+        self.destroy_snapshots_with_history(names, None)
+    }
+
+    /// `destroy_snapshots`, with `history` (a command line) recorded in the pool's history in
+    /// the same txg as the destroy.
+    pub fn destroy_snapshots_with_history(
+        &self,
+        names: &[String],
+        history: Option<String>,
+    ) -> Result<(), EngineError> {
         let started = std::time::Instant::now();
         let parsed = self.destroy_plan(names)?;
         for name in &parsed {
@@ -213,6 +238,11 @@ impl Pool {
         let _closed = self.close_snapshot_filesystems(&full_names);
         self.run_sync_task(move |core, _txg| {
             let planned = core.order_for_destroy(&parsed)?;
+            if let Some(entry) = history {
+                core.directory
+                    .lock()
+                    .record_history(format!("{} {entry}", crate::now_ms()));
+            }
             let mut pending = core.pending_snapshots.lock();
             for name in planned {
                 pending.push(PendingSnapshot::Destroy {

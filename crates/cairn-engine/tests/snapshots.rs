@@ -696,3 +696,94 @@ fn a_browsed_filesystem_snapshot_reads_as_it_was_and_is_closed_by_its_destroy() 
     assert!(matches!(read(&b), Err(cairn_fs::FsError::NotFound)));
     assert!(pool.snapshots(Some("tank/fs")).unwrap().is_empty());
 }
+
+/// Txgs the background frees of a snapshot whose 1,536 blocks were all overwritten take,
+/// with free work per txg bounded by `free_time_per_txg_ms` alone (the entry bound huge).
+fn txgs_to_free_all(free_time_per_txg_ms: u64) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror_with(
+        &paths,
+        cairn_engine::PoolOptions {
+            free_entries_per_txg: 1 << 30,
+            free_time_per_txg_ms,
+            ..options(plain_opener())
+        },
+    );
+    pool.create_volume_as(
+        "tank/vol",
+        32 << 20,
+        cairn_dataset::directory::Provisioning::Sparse,
+        &[("volblocksize".into(), BLOCK.to_string())],
+    )
+    .unwrap();
+    let all: Vec<u64> = (0..1536).collect();
+    write_blocks(&pool, "tank/vol", &all, 1);
+    pool.snapshot(&["tank/vol@old".to_string()], false).unwrap();
+    write_blocks(&pool, "tank/vol", &all, 2);
+    pool.sync().unwrap();
+    let txg_before = pool.last_synced_txg();
+    pool.destroy_snapshot("tank/vol@old").unwrap();
+    wait_for_frees(&pool);
+    assert_accounting(&pool, "tank/vol");
+    pool.last_synced_txg() - txg_before
+}
+
+#[test]
+fn background_frees_stop_at_the_time_budget_of_a_txg() {
+    // A budget of 0 ms: each txg makes one step (at most FREE_CHUNK_ENTRIES entries) and
+    // stops, so 1,536 entries take at least 3 txgs; with no time bound, one txg frees all.
+    let chunk = cairn_dataset::frees::FREE_CHUNK_ENTRIES;
+    let paced = txgs_to_free_all(0);
+    assert!(
+        paced >= 1536 / chunk,
+        "a 0 ms budget freed 1,536 entries in {paced} txgs"
+    );
+    let unpaced = txgs_to_free_all(u64::MAX);
+    assert!(
+        unpaced < 1536 / chunk,
+        "without a time budget the frees took {unpaced} txgs"
+    );
+}
+
+#[test]
+fn a_snapshot_command_with_its_history_takes_exactly_one_txg() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = new_pool(dir.path());
+    write_blocks(&pool, "tank/vol", &[0, 1], 1);
+    pool.sync().unwrap();
+    for round in 0..3 {
+        let before = pool.last_synced_txg();
+        let entry = format!("snapshot tank/vol@h{round}");
+        pool.snapshot_with_history(&[format!("tank/vol@h{round}")], false, Some(entry.clone()))
+            .unwrap();
+        assert_eq!(pool.last_synced_txg(), before + 1, "round {round}");
+        assert!(
+            pool.history()
+                .last()
+                .is_some_and(|last| last.ends_with(&entry)),
+            "{:?}",
+            pool.history().last()
+        );
+        write_blocks(&pool, "tank/vol", &[round], 2);
+    }
+    let before = pool.last_synced_txg();
+    let names: Vec<String> = (0..3).map(|round| format!("tank/vol@h{round}")).collect();
+    pool.destroy_snapshots_with_history(&names, Some("destroy tank/vol@h0%h2".into()))
+        .unwrap();
+    assert_eq!(pool.last_synced_txg(), before + 1);
+    assert!(
+        pool.history()
+            .last()
+            .is_some_and(|last| last.ends_with("destroy tank/vol@h0%h2"))
+    );
+    // Both durable: the history and the snapshots' absence survive an export and import.
+    pool.export().unwrap();
+    let pool = reimport(dir.path());
+    assert!(pool.snapshots(Some("tank/vol")).unwrap().is_empty());
+    assert!(
+        pool.history()
+            .iter()
+            .any(|entry| entry.ends_with("snapshot tank/vol@h1"))
+    );
+}

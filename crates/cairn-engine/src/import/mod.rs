@@ -240,6 +240,7 @@ fn pool_core(
         config_dirty: AtomicBool::new(!options.readonly),
         space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
         free_entries_per_txg: options.free_entries_per_txg.max(1),
+        free_time_per_txg_ms: options.free_time_per_txg_ms,
         space_view: Default::default(),
         suspend_handle: Default::default(),
         snapshots: Mutex::new(loaded.snapshots),

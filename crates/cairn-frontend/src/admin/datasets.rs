@@ -1,9 +1,11 @@
 //! Dataset changes: create a volume or a filesystem, destroy one, set properties.
 //!
 //! Policy kept here: a dataset is named `POOL/NAME` (the pool's root dataset is the pool's,
-//! made and destroyed with it); a change is durable (its txg synced) before it is recorded in
-//! the pool's history, and a failure after that reads as "done, then the pool failed", never
-//! as "not done"; mount-flag properties follow onto the server's live mounts; a setting that
+//! made and destroyed with it); a snapshot and a snapshot destroy record their history entry
+//! in their own txg (one txg per command: a snapshot every few seconds must not cost two);
+//! other changes are durable (their txg synced) before they are recorded in the pool's
+//! history, and a failure after that reads as "done, then the pool failed", never as "not
+//! done"; mount-flag properties follow onto the server's live mounts; a setting that
 //! gives up a guarantee (`sync=disabled`) comes back as a warning for people. Uses
 //! `pools.rs`'s history recording.
 
@@ -83,8 +85,9 @@ pub fn destroy_dataset(
     if let Some((dataset, _)) = name.split_once('@') {
         let pool_name = dataset.split('/').next().unwrap_or(dataset);
         return access.with_pool(pool_name, false, |pool| {
-            pool.destroy_snapshots(&snapshots_named(pool, name)?)?;
-            record_history(pool, history_entry)
+            // The history entry goes in the destroy's own txg (one txg, durable on return).
+            let names = snapshots_named(pool, name)?;
+            Ok(pool.destroy_snapshots_with_history(&names, history_for(pool, history_entry))?)
         });
     }
     let pool_name = match name.split_once('/') {
@@ -139,9 +142,8 @@ pub fn snapshot(
                 )));
             }
         }
-        let taken = pool.snapshot(names, recursive)?;
-        record_history(pool, history_entry).map_err(|err| done_then_failed(&names[0], err))?;
-        Ok(taken)
+        // The history entry goes in the snapshots' own txg: one txg per command.
+        Ok(pool.snapshot_with_history(names, recursive, history_for(pool, history_entry))?)
     })
 }
 
@@ -291,4 +293,10 @@ fn done_then_failed(name: &str, err: AdminError) -> AdminError {
         name: name.to_string(),
         source: Box::new(err),
     }
+}
+
+/// The history entry a change records in its own txg (none for a read-only pool, which
+/// records nothing: `pools::record_history`).
+fn history_for(pool: &cairn_engine::Pool, entry: &str) -> Option<String> {
+    (!pool.is_readonly()).then(|| entry.to_string())
 }
