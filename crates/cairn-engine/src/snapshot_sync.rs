@@ -205,11 +205,12 @@ impl PoolCore {
     }
 }
 
-/// Sets every dataset's `usedbysnapshots` and a clone's share of its origin from the table (the directory's space figures and
-/// the space view follow it).
+/// Sets every dataset's `usedbysnapshots` and a clone's share of its origin from the table
+/// (the directory's space figures and the space view follow it).
 pub(crate) fn refresh_snapshot_bytes(directory: &mut DatasetDirectory, table: &SnapshotTable) {
     for record in directory.datasets.values_mut() {
-        refresh_record(record, table);
+        record.snapshots_bytes = table.used_by_snapshots(record.id);
+        record.origin_shared_bytes = table.origin_shared_bytes(record.id);
     }
 }
 
