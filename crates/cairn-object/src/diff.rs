@@ -79,12 +79,7 @@ pub fn changed_blocks(
     new_root: &BlockPointer,
     object: u64,
 ) -> Result<ChangedBlocks, ObjectError> {
-    if old_root.birth_txg > old_txg {
-        return Err(ObjectError::Corrupt(format!(
-            "the older object set was born in txg {}, after its own txg {old_txg}",
-            old_root.birth_txg
-        )));
-    }
+    check_older_root(old_root, old_txg)?;
     let mut walk = Walk::new(io, old_txg);
     // The same root (or an older one: nothing was written since) holds the same object.
     if new_root.is_hole() || new_root.birth_txg <= old_txg {
@@ -102,6 +97,18 @@ pub fn changed_blocks(
     };
     walk.diff_dnodes(&new_dnode, &old_dnode)?;
     Ok(walk.finish())
+}
+
+/// A version "as of txg `old_txg`" cannot have a root born after that txg: a damaged or
+/// mismatched pair, refused before any walk trusts the birth-txg rule with it.
+fn check_older_root(old_root: &BlockPointer, old_txg: u64) -> Result<(), ObjectError> {
+    if old_root.birth_txg > old_txg {
+        return Err(ObjectError::Corrupt(format!(
+            "the older object set was born in txg {}, after its own txg {old_txg}",
+            old_root.birth_txg
+        )));
+    }
+    Ok(())
 }
 
 /// An object whose dnode differs between two versions of its object set.
@@ -137,12 +144,7 @@ pub fn changed_objects(
     old_txg: u64,
     new_root: &BlockPointer,
 ) -> Result<ChangedObjects, ObjectError> {
-    if old_root.birth_txg > old_txg {
-        return Err(ObjectError::Corrupt(format!(
-            "the older object set was born in txg {}, after its own txg {old_txg}",
-            old_root.birth_txg
-        )));
-    }
+    check_older_root(old_root, old_txg)?;
     let mut walk = Walk::new(io, old_txg);
     if new_root.is_hole() || new_root.birth_txg <= old_txg {
         return Ok(ChangedObjects::default());
