@@ -4,9 +4,9 @@
 //! made and destroyed with it); every change records its history entry in its own txg (one
 //! txg per command: a snapshot every few seconds must not cost two; `Pool::with_history`),
 //! after its change succeeded, never for a change that failed. A change that takes several
-//! txgs (`destroy -R`), or whose entry no txg of its own took, is durable before its entry
-//! is recorded, and a failure after that reads as "done, then the pool failed", never as
-//! "not done"; mount-flag properties follow onto the server's live mounts; a setting that
+//! txgs (`destroy -R`, `rollback -r`), or whose entry no txg of its own took, is durable
+//! before its entry is recorded, and a failure after that reads as "done, then the pool
+//! failed", never as "not done"; mount-flag properties follow onto the server's live mounts; a setting that
 //! gives up a guarantee (`sync=disabled`) comes back as a warning for people. Uses
 //! `pools.rs`'s history recording.
 
@@ -264,7 +264,7 @@ pub fn rollback(
 ) -> Result<(), AdminError> {
     let pool_name = snapshot.split(['/', '@']).next().unwrap_or(snapshot);
     access.with_pool(pool_name, false, |pool| {
-        in_one_txg(pool, snapshot, history_entry, || {
+        let roll_back = || {
             match &access.served {
                 Some(served) => served
                     .mounts
@@ -272,7 +272,15 @@ pub fn rollback(
                 None => pool.rollback(snapshot, destroy_newer, force)?,
             }
             Ok(())
-        })
+        };
+        if destroy_newer {
+            // Newer snapshots are destroyed in txgs before the rollback's own: the entry
+            // follows the whole of it, so it never names a rollback a power cut left undone.
+            roll_back()?;
+            return record_history(pool, history_entry)
+                .map_err(|err| done_then_failed(snapshot, err));
+        }
+        in_one_txg(pool, snapshot, history_entry, roll_back)
     })
 }
 
