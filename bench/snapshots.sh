@@ -127,7 +127,8 @@ rm -rf "$DIR"
 mkdir -p "$DIR/results"
 DIR=$(cd "$DIR" && pwd)
 RES=$DIR/results
-EMU=/dev/shm/cairn-bench-snapshots
+# One per run (the PID): two runs on one machine must not clear each other's backing files.
+EMU=/dev/shm/cairn-bench-snapshots.$$
 STATE=$DIR/cairn-state
 ZMNT=$DIR/zfs-mnt
 BMNT=$DIR/btrfs-mnt

@@ -103,9 +103,19 @@ fn main() -> Result<()> {
 /// per 1,000.
 fn snapshots(pool: &Pool, args: &Args) -> Result<()> {
     let volume = pool.volume(VOLUME)?;
-    println!("| snapshots | create p50 (ms) | p99 (ms) | max (ms) | list (ms) |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| snapshots | create p50 (ms) | p99 (ms) | max (ms) | list (ms) | blocks / KB written per snapshot | MOS blocks / KB of the last |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let mut latencies: Vec<Duration> = Vec::new();
+    let stats = &pool.io().stats;
+    let written = || {
+        (
+            stats.blocks_written.load(Ordering::Relaxed),
+            stats.bytes_written.load(Ordering::Relaxed),
+        )
+    };
+    let mut written_before = written();
     for index in 0..args.snapshots {
         let offset = (index * 4096) % VOLUME_BYTES;
         volume.write(offset, &[index as u8; 4096])?;
@@ -122,14 +132,24 @@ fn snapshots(pool: &Pool, args: &Args) -> Result<()> {
                 bail!("listed {listed} snapshots, not {}", index + 1);
             }
             let ms = |d: Duration| d.as_secs_f64() * 1e3;
+            // What each snapshot's txg wrote (with its 4 KiB write), on average over the rows'
+            // snapshots, and the MOS's share of the last one.
+            let now = written();
+            let count = latencies.len() as f64;
+            let mos = pool.mos_writes();
             println!(
-                "| {} | {:.2} | {:.2} | {:.2} | {:.1} |",
+                "| {} | {:.2} | {:.2} | {:.2} | {:.1} | {:.1} / {:.1} | {} / {:.1} |",
                 index + 1,
                 ms(at(0.5)),
                 ms(at(0.99)),
                 ms(at(1.0)),
-                ms(list)
+                ms(list),
+                (now.0 - written_before.0) as f64 / count,
+                (now.1 - written_before.1) as f64 / count / 1e3,
+                mos.last_txg_blocks,
+                mos.last_txg_bytes as f64 / 1e3
             );
+            written_before = now;
             latencies.clear();
         }
     }

@@ -36,6 +36,7 @@ mod cache_devices;
 mod check;
 mod check_snapshots;
 mod clones;
+mod command_history;
 mod core;
 mod create;
 mod datasets;

@@ -292,7 +292,7 @@ impl Pool {
             .unwrap_or_default()
     }
 
-    /// Runs `task` in the sync of the open txg and waits until that txg is durable.
+    /// The txg engine, shared (for threads that outlive a borrow of the pool).
     pub(crate) fn txg_engine_arc(&self) -> Result<Arc<TxgEngine>, EngineError> {
         self.txg_engine().cloned()
     }
@@ -326,11 +326,35 @@ impl Pool {
             .clone()
     }
 
+    /// Runs `task` in the sync of the open txg and waits until that txg is durable. The
+    /// first task of an operation run inside `with_history` also records its history entry.
     pub(crate) fn run_sync_task(
         &self,
         task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
     ) -> Result<u64, EngineError> {
-        run_sync_task_with(&self.core, self.txg_engine()?, task)
+        let engine = self.txg_engine()?;
+        run_sync_task_with(
+            &self.core,
+            engine,
+            crate::command_history::carrying_entry(task),
+        )
+    }
+
+    /// Runs `operation` (a change of this pool made on this thread) with `entry`, a command
+    /// line for the pool's history, recorded in the txg of the first sync task the operation
+    /// runs, once that task succeeded: the change and its history entry in one txg, durable
+    /// together. Returns the operation's outcome and, when no sync task took the entry (the
+    /// operation failed first, or changed nothing through a sync task), the entry back for
+    /// the caller to record itself (`record_history`).
+    pub fn with_history<T, E>(
+        &self,
+        entry: &str,
+        operation: impl FnOnce() -> Result<T, E>,
+    ) -> (Result<T, E>, Option<String>) {
+        let stamped = format!("{} {entry}", crate::now_ms());
+        let (outcome, left) = crate::command_history::with_entry(stamped, operation);
+        // Handed back as given: `record_history` stamps it again, with its own time.
+        (outcome, left.map(|_| entry.to_string()))
     }
 
     /// Forces a txg sync of everything dirty; returns the last synced txg.

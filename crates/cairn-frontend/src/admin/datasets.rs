@@ -1,11 +1,12 @@
 //! Dataset changes: create a volume or a filesystem, destroy one, set properties.
 //!
 //! Policy kept here: a dataset is named `POOL/NAME` (the pool's root dataset is the pool's,
-//! made and destroyed with it); a snapshot and a snapshot destroy record their history entry
-//! in their own txg (one txg per command: a snapshot every few seconds must not cost two);
-//! other changes are durable (their txg synced) before they are recorded in the pool's
-//! history, and a failure after that reads as "done, then the pool failed", never as "not
-//! done"; mount-flag properties follow onto the server's live mounts; a setting that
+//! made and destroyed with it); every change records its history entry in its own txg (one
+//! txg per command: a snapshot every few seconds must not cost two; `Pool::with_history`),
+//! after its change succeeded, never for a change that failed. A change that takes several
+//! txgs (`destroy -R`, `rollback -r`), or whose entry no txg of its own took, is durable
+//! before its entry is recorded, and a failure after that reads as "done, then the pool
+//! failed", never as "not done"; mount-flag properties follow onto the server's live mounts; a setting that
 //! gives up a guarantee (`sync=disabled`) comes back as a warning for people. Uses
 //! `pools.rs`'s history recording.
 
@@ -46,8 +47,9 @@ pub fn create_volume(
 ) -> Result<(), AdminError> {
     let pool_name = pool_of(name, "volume")?;
     access.with_pool(pool_name, false, |pool| {
-        pool.create_volume_as(name, size_bytes, provisioning, properties)?;
-        record_history(pool, history_entry).map_err(|err| done_then_failed(name, err))
+        in_one_txg(pool, name, history_entry, || {
+            Ok(pool.create_volume_as(name, size_bytes, provisioning, properties)?)
+        })
     })
 }
 
@@ -63,8 +65,9 @@ pub fn create_filesystem(
 ) -> Result<(), AdminError> {
     let pool_name = pool_of(name, "filesystem")?;
     access.with_pool(pool_name, false, |pool| {
-        pool.create_filesystem(name, properties, owner, mode)?;
-        record_history(pool, history_entry).map_err(|err| done_then_failed(name, err))
+        in_one_txg(pool, name, history_entry, || {
+            Ok(pool.create_filesystem(name, properties, owner, mode)?)
+        })
     })
 }
 
@@ -78,8 +81,9 @@ pub fn destroy_dataset(
     if let Some((dataset, _)) = name.split_once('#') {
         let pool_name = dataset.split('/').next().unwrap_or(dataset);
         return access.with_pool(pool_name, false, |pool| {
-            pool.destroy_bookmark(name)?;
-            record_history(pool, history_entry)
+            in_one_txg(pool, name, history_entry, || {
+                Ok(pool.destroy_bookmark(name)?)
+            })
         });
     }
     if let Some((dataset, _)) = name.split_once('@') {
@@ -95,8 +99,12 @@ pub fn destroy_dataset(
         None => return Err(AdminError::DestroyRoot(name.to_string())),
     };
     access.with_pool(pool_name, false, |pool| {
-        pool.destroy_dataset(name)?;
-        record_history(pool, history_entry)
+        in_one_txg(
+            pool,
+            name,
+            history_entry,
+            || Ok(pool.destroy_dataset(name)?),
+        )
     })
 }
 
@@ -170,8 +178,24 @@ pub fn destroy_preview(access: &PoolAccess, name: &str) -> Result<(Vec<String>, 
     })
 }
 
-/// Runs `change` on the pool of snapshot `name`, then records the command in its history.
+/// Runs `change` (one sync task: a hold, a clone, a promote...) on the pool of snapshot
+/// `name`, with the command's history entry in the same txg.
 pub fn snapshot_change(
+    access: &PoolAccess,
+    name: &str,
+    history_entry: &str,
+    change: impl FnOnce(&cairn_engine::Pool) -> Result<(), cairn_engine::EngineError>,
+) -> Result<(), AdminError> {
+    let pool_name = name.split(['/', '@', '#']).next().unwrap_or(name);
+    access.with_pool(pool_name, false, |pool| {
+        in_one_txg(pool, name, history_entry, || Ok(change(pool)?))
+    })
+}
+
+/// Runs `change` of several txgs (`destroy -R`: each clone, snapshot and dataset in its
+/// own) on the pool of snapshot `name`, then records the command in its history once all of
+/// it is durable: an entry in the first txg would name a command a power cut left half done.
+pub fn snapshot_change_in_steps(
     access: &PoolAccess,
     name: &str,
     history_entry: &str,
@@ -240,13 +264,23 @@ pub fn rollback(
 ) -> Result<(), AdminError> {
     let pool_name = snapshot.split(['/', '@']).next().unwrap_or(snapshot);
     access.with_pool(pool_name, false, |pool| {
-        match &access.served {
-            Some(served) => served
-                .mounts
-                .roll_back(pool, snapshot, destroy_newer, force)?,
-            None => pool.rollback(snapshot, destroy_newer, force)?,
+        let roll_back = || {
+            match &access.served {
+                Some(served) => served
+                    .mounts
+                    .roll_back(pool, snapshot, destroy_newer, force)?,
+                None => pool.rollback(snapshot, destroy_newer, force)?,
+            }
+            Ok(())
+        };
+        if destroy_newer {
+            // Newer snapshots are destroyed in txgs before the rollback's own: the entry
+            // follows the whole of it, so it never names a rollback a power cut left undone.
+            roll_back()?;
+            return record_history(pool, history_entry)
+                .map_err(|err| done_then_failed(snapshot, err));
         }
-        record_history(pool, history_entry).map_err(|err| done_then_failed(snapshot, err))
+        in_one_txg(pool, snapshot, history_entry, roll_back)
     })
 }
 
@@ -261,15 +295,25 @@ pub fn set_properties(
     let pool_name = dataset.split('/').next().unwrap_or(dataset);
     access.with_pool(pool_name, false, |pool| {
         let mut outcome = SetOutcome::default();
-        for (property, value) in assignments {
-            let canonical = pool
-                .set_property(dataset, property, value)
-                .map_err(|source| AdminError::SetProperty {
-                    property: property.clone(),
-                    value: value.clone(),
-                    dataset: dataset.to_string(),
-                    source: Box::new(source),
-                })?;
+        let mut history = None;
+        for (index, (property, value)) in assignments.iter().enumerate() {
+            let set = || {
+                pool.set_property(dataset, property, value)
+                    .map_err(|source| AdminError::SetProperty {
+                        property: property.clone(),
+                        value: value.clone(),
+                        dataset: dataset.to_string(),
+                        source: Box::new(source),
+                    })
+            };
+            // The last assignment's txg carries the history entry (all of them durable then).
+            let canonical = if index + 1 == assignments.len() && !pool.is_readonly() {
+                let (outcome, left) = pool.with_history(history_entry, set);
+                history = left;
+                outcome?
+            } else {
+                set()?
+            };
             if lookup(property).is_ok_and(|def| def.is_unsafe(&canonical)) {
                 outcome.unsafe_settings.push((property.clone(), canonical));
             }
@@ -282,9 +326,32 @@ pub fn set_properties(
         if flags_changed && let Some(served) = &access.served {
             outcome.mount_failures = served.mounts.apply_properties(pool);
         }
-        record_history(pool, history_entry)?;
+        // No assignment, or none took a txg: the entry on its own.
+        if history.is_some() || assignments.is_empty() {
+            record_history(pool, history_entry)?;
+        }
         Ok(outcome)
     })
+}
+
+/// Runs `change` on `pool` with `history_entry` recorded in the txg of its first sync task
+/// (`Pool::with_history`: one txg for the command); when no task took the entry, it is
+/// recorded on its own once the change is durable.
+fn in_one_txg<T>(
+    pool: &cairn_engine::Pool,
+    name: &str,
+    history_entry: &str,
+    change: impl FnOnce() -> Result<T, AdminError>,
+) -> Result<T, AdminError> {
+    if pool.is_readonly() {
+        return change();
+    }
+    let (outcome, left) = pool.with_history(history_entry, change);
+    let value = outcome?;
+    if let Some(entry) = left {
+        record_history(pool, &entry).map_err(|err| done_then_failed(name, err))?;
+    }
+    Ok(value)
 }
 
 /// A dataset change whose txg is durable, after which recording it failed.

@@ -55,7 +55,8 @@ mod views;
 pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
 pub use datasets::{
     SetOutcome, create_filesystem, create_volume, destroy_dataset, destroy_preview, diff_blocks,
-    holds, rollback, set_properties, snapshot, snapshot_change, written_since,
+    holds, rollback, set_properties, snapshot, snapshot_change, snapshot_change_in_steps,
+    written_since,
 };
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use file_diff::{FileChangeRow, FileDiffReply, diff_files, kind_letter};

@@ -376,7 +376,7 @@ fn change_snapshots(
             .map_err(|err| failed(format!("cannot promote '{dataset}'"), err))?;
         }
         DatasetChange::DestroyDependents { snapshot } => {
-            super::snapshot_change(access, &snapshot, command_line, |pool| {
+            super::snapshot_change_in_steps(access, &snapshot, command_line, |pool| {
                 pool.destroy_with_dependents(&snapshot).map(drop)
             })
             .map_err(|err| failed(format!("cannot destroy '{snapshot}'"), err))?;
