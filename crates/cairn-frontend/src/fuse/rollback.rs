@@ -52,7 +52,10 @@
 //!   page (data of before the rollback, left dirty past step 1's `syncfs` by a racing writer,
 //!   or written through the stale descriptor's cache) from a write made after it, and would
 //!   write it into the rolled-back file: discarded data silently resurrected.
-//! So such a file is renewed instead (`MountedHead::renew`): the kernel is given it again
+//!
+//! (Seen through the test below with the stale check taken out: a read through such a
+//! descriptor returned the kernel's size, the snapshot's 12,388 bytes plus the 14 appended
+//! after it, and a page written through it was acknowledged by fsync.) So such a file is renewed instead (`MountedHead::renew`): the kernel is given it again
 //! under a new generation, takes it for a new inode with the snapshot's size and times
 //! (`fuse_iget` makes the old inode bad once it sees the new generation), and every call on
 //! the old inode, the dirty pages' WRITEs included, is answered EIO before it reaches the
