@@ -20,6 +20,13 @@ pub enum FormatError {
         found: u64,
         supported: u64,
     },
+    /// A pool structure (label config, uberblock) of a format version outside
+    /// `FORMAT_VERSION_MIN..=FORMAT_VERSION`: intact, but not one this build can read.
+    #[error(
+        "{what}: pool format version {found} is not supported: this build reads {}",
+        crate::readable_format_versions()
+    )]
+    UnreadableVersion { what: &'static str, found: u64 },
     #[error("{what}: embedded checksum mismatch")]
     ChecksumMismatch { what: &'static str },
     #[error("{what}: invalid field {field} = {value}")]

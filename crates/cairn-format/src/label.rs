@@ -194,6 +194,15 @@ pub struct LabelConfig {
     pub tree: VdevTreeConfig,
 }
 
+/// The leading fields of a label config, which keep their place in every format version:
+/// enough for a build to name a pool whose version it cannot read (`LabelConfig::identify`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelIdentity {
+    pub version: u64,
+    pub pool_name: String,
+    pub pool_guid: u64,
+}
+
 #[derive(FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned, Clone, Copy)]
 #[repr(C)]
 struct ConfigHeader {
@@ -235,7 +244,10 @@ impl LabelConfig {
         Ok(out)
     }
 
-    pub fn decode(bytes: &[u8]) -> Result<LabelConfig, FormatError> {
+    /// The version, pool name and guid of an intact config of any format version (magic and
+    /// payload checksum verified; the payload's leading fields decoded, the rest not): what
+    /// import names when it refuses a pool of a version it cannot read.
+    pub fn identify(bytes: &[u8]) -> Result<LabelIdentity, FormatError> {
         const WHAT: &str = "label config";
         FormatError::need(WHAT, LABEL_CONFIG_HEADER_SIZE, bytes.len())?;
         let header = ConfigHeader::read_from_bytes(&bytes[..LABEL_CONFIG_HEADER_SIZE])
@@ -246,13 +258,21 @@ impl LabelConfig {
                 found: header.magic.get(),
             });
         }
-        if header.version.get() > crate::FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion {
+        let payload = Self::payload(bytes, &header)?;
+        let (identity, _): (LabelIdentity, _) =
+            postcard::take_from_bytes(payload).map_err(|err| FormatError::Payload {
                 what: WHAT,
-                found: header.version.get(),
-                supported: crate::FORMAT_VERSION,
-            });
+                reason: err.to_string(),
+            })?;
+        if identity.version != header.version.get() {
+            return Err(FormatError::invalid(WHAT, "version", identity.version));
         }
+        Ok(identity)
+    }
+
+    /// The payload `header` describes, its length and checksum verified.
+    fn payload<'a>(bytes: &'a [u8], header: &ConfigHeader) -> Result<&'a [u8], FormatError> {
+        const WHAT: &str = "label config";
         let payload_len = header.payload_len.get();
         let available =
             (bytes.len().min(LABEL_CONFIG_SIZE as usize) - LABEL_CONFIG_HEADER_SIZE) as u64;
@@ -264,6 +284,27 @@ impl LabelConfig {
         if crate::checksum::embedded(payload) != header.payload_checksum {
             return Err(FormatError::ChecksumMismatch { what: WHAT });
         }
+        Ok(payload)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<LabelConfig, FormatError> {
+        const WHAT: &str = "label config";
+        FormatError::need(WHAT, LABEL_CONFIG_HEADER_SIZE, bytes.len())?;
+        let header = ConfigHeader::read_from_bytes(&bytes[..LABEL_CONFIG_HEADER_SIZE])
+            .map_err(|_| FormatError::invalid(WHAT, "layout", 0))?;
+        if header.magic.get() != LABEL_CONFIG_MAGIC {
+            return Err(FormatError::BadMagic {
+                what: WHAT,
+                found: header.magic.get(),
+            });
+        }
+        if !crate::format_version_readable(header.version.get()) {
+            return Err(FormatError::UnreadableVersion {
+                what: WHAT,
+                found: header.version.get(),
+            });
+        }
+        let payload = Self::payload(bytes, &header)?;
         let config: LabelConfig =
             postcard::from_bytes(payload).map_err(|err| FormatError::Payload {
                 what: WHAT,
@@ -325,6 +366,32 @@ mod tests {
     }
 
     #[test]
+    fn a_config_of_an_unreadable_version_is_refused_but_identified() {
+        for version in [crate::FORMAT_VERSION_MIN - 1, crate::FORMAT_VERSION + 1] {
+            let old = LabelConfig {
+                version,
+                ..config()
+            };
+            let bytes = old.encode().unwrap();
+            assert_eq!(
+                LabelConfig::decode(&bytes),
+                Err(FormatError::UnreadableVersion {
+                    what: "label config",
+                    found: version
+                })
+            );
+            assert_eq!(
+                LabelConfig::identify(&bytes).unwrap(),
+                LabelIdentity {
+                    version,
+                    pool_name: "tank".into(),
+                    pool_guid: 0xdead_beef
+                }
+            );
+        }
+    }
+
+    #[test]
     fn damaged_config_is_detected() {
         let mut bytes = config().encode().unwrap();
         bytes[LABEL_CONFIG_HEADER_SIZE + 3] ^= 1;
@@ -363,7 +430,7 @@ mod tests {
         ) {
             let header = ConfigHeader {
                 magic: LABEL_CONFIG_MAGIC.into(),
-                version: 1.into(),
+                version: crate::FORMAT_VERSION.into(),
                 payload_len: claimed_len.into(),
                 reserved: [0; 8],
                 payload_checksum: crate::checksum::embedded(&payload[..payload.len().min(claimed_len as usize)]),
@@ -371,6 +438,7 @@ mod tests {
             let mut bytes = header.as_bytes().to_vec();
             bytes.extend_from_slice(&payload);
             let _ = LabelConfig::decode(&bytes);
+            let _ = LabelConfig::identify(&bytes);
         }
     }
 }

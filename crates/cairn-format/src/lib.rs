@@ -47,13 +47,40 @@ pub use intent_log::{
     ChainPosition, IntentLogHeader, LaneHead, LogBlock, LogRecord, LogRecordKind,
 };
 pub use label::{
-    LabelConfig, LeafConfig, PoolState, TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig,
+    LabelConfig, LabelIdentity, LeafConfig, PoolState, TopVdevConfig, TopVdevKind, VdevRole,
+    VdevTreeConfig,
 };
 pub use spacelog::{SpaceLogBlock, SpaceLogEntry, SpaceLogKind, SpaceOp};
 pub use uberblock::Uberblock;
 
 /// Version of the on-disk format written by this build. Readers refuse newer versions.
-pub const FORMAT_VERSION: u64 = 1;
+///
+/// Version 2 is the format of issue 34 (the dataset directory as MOS map records, the
+/// snapshot table and deadlists, compressed indirect blocks). Every earlier pool says 1,
+/// whichever of several incompatible layouts it has (before issue 34, and in the middle of
+/// it): this build cannot tell them apart, so it reads none of them (`FORMAT_VERSION_MIN`).
+pub const FORMAT_VERSION: u64 = 2;
+
+/// Oldest on-disk format version this build reads. Labels and uberblocks of an older version
+/// are refused (`FormatError::UnreadableVersion`) before anything they point to is read:
+/// there was no released build before version 2, so there is no upgrade path.
+pub const FORMAT_VERSION_MIN: u64 = 2;
+
+const _: () = assert!(FORMAT_VERSION_MIN <= FORMAT_VERSION);
+
+/// Whether this build reads pools of format `version` (`FORMAT_VERSION_MIN..=FORMAT_VERSION`).
+pub fn format_version_readable(version: u64) -> bool {
+    (FORMAT_VERSION_MIN..=FORMAT_VERSION).contains(&version)
+}
+
+/// The format versions this build reads, as words for an error message.
+pub fn readable_format_versions() -> String {
+    if FORMAT_VERSION_MIN == FORMAT_VERSION {
+        format!("format version {FORMAT_VERSION} only")
+    } else {
+        format!("format versions {FORMAT_VERSION_MIN} to {FORMAT_VERSION}")
+    }
+}
 
 /// Smallest unit of allocation and I/O alignment, as a power of two (4 KiB).
 pub const ASHIFT_DEFAULT: u8 = 12;

@@ -84,7 +84,24 @@ impl Uberblock {
         slot
     }
 
+    /// Decodes a slot of a format version this build reads; an intact slot of another
+    /// version is `FormatError::UnreadableVersion`.
     pub fn decode(bytes: &[u8]) -> Result<Uberblock, FormatError> {
+        let ub = Self::decode_any_version(bytes)?;
+        if !crate::format_version_readable(ub.version) {
+            return Err(FormatError::UnreadableVersion {
+                what: "uberblock",
+                found: ub.version,
+            });
+        }
+        Ok(ub)
+    }
+
+    /// Decodes a slot whatever format version it records (its magic, checksum and fields
+    /// checked as `decode` does): for import to find out that a pool's newest uberblock is
+    /// of a version it cannot read, and say so, instead of passing it over. Nothing it
+    /// points to may be read unless `format_version_readable(version)`.
+    pub fn decode_any_version(bytes: &[u8]) -> Result<Uberblock, FormatError> {
         const WHAT: &str = "uberblock";
         FormatError::need(WHAT, UBERBLOCK_SIZE, bytes.len())?;
         let phys = UberblockPhys::read_from_bytes(&bytes[..UBERBLOCK_SIZE])
@@ -97,13 +114,6 @@ impl Uberblock {
         }
         if crate::checksum::embedded(&bytes[..CHECKSUMMED_BYTES]) != phys.checksum {
             return Err(FormatError::ChecksumMismatch { what: WHAT });
-        }
-        if phys.version.get() > crate::FORMAT_VERSION {
-            return Err(FormatError::UnsupportedVersion {
-                what: WHAT,
-                found: phys.version.get(),
-                supported: crate::FORMAT_VERSION,
-            });
         }
         if phys.txg.get() == 0 {
             return Err(FormatError::invalid(WHAT, "txg", 0));
@@ -130,7 +140,7 @@ mod tests {
     #[test]
     fn round_trip_and_torn_slot_detection() {
         let ub = Uberblock {
-            version: 1,
+            version: crate::FORMAT_VERSION,
             txg: 99,
             pool_guid: 5,
             guid_sum: 6,
@@ -147,10 +157,41 @@ mod tests {
         assert!(Uberblock::decode(&slot).is_err());
     }
 
+    #[test]
+    fn versions_outside_the_readable_range_are_refused_but_identified() {
+        for version in [0, crate::FORMAT_VERSION_MIN - 1, crate::FORMAT_VERSION + 1] {
+            let ub = Uberblock {
+                version,
+                txg: 9,
+                pool_guid: 5,
+                guid_sum: 6,
+                timestamp_ms: 7,
+                root_bp: BlockPointer::HOLE,
+                space_log_bp: BlockPointer::HOLE,
+                space_log_blocks: 0,
+                allocated_bytes: 0,
+            };
+            let slot = ub.encode_slot();
+            let err = Uberblock::decode(&slot).unwrap_err();
+            assert_eq!(
+                err,
+                FormatError::UnreadableVersion {
+                    what: "uberblock",
+                    found: version
+                }
+            );
+            let text = err.to_string();
+            assert!(text.contains(&format!("version {version} ")), "{text}");
+            assert!(text.contains(&crate::FORMAT_VERSION.to_string()), "{text}");
+            assert_eq!(Uberblock::decode_any_version(&slot).unwrap(), ub);
+        }
+    }
+
     proptest! {
         #[test]
         fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..1100)) {
             let _ = Uberblock::decode(&bytes);
+            let _ = Uberblock::decode_any_version(&bytes);
         }
     }
 }

@@ -32,6 +32,7 @@ const INTENT_LOG_LANE_SIZE: u64 = 32;
 fn code_constants() -> BTreeMap<&'static str, u64> {
     doc_check::code_constants![
         cairn_format::FORMAT_VERSION,
+        cairn_format::FORMAT_VERSION_MIN,
         cairn_format::ASHIFT_DEFAULT,
         cairn_format::ASHIFT_MIN,
         cairn_format::ASHIFT_MAX,
@@ -173,6 +174,7 @@ fn constant_table_covers_the_required_names() {
         "SPACE_LOG_MAGIC",
         "VDEV_DATA_START",
         "FORMAT_VERSION",
+        "FORMAT_VERSION_MIN",
         "INTENT_LOG_MAGIC",
         "LOG_BLOCK_HEADER_SIZE",
         "LOG_RECORD_HEADER_SIZE",

@@ -1,17 +1,18 @@
 //! Label config decoder (64-byte header + postcard `LabelConfig`).
 //!
 //! Two inputs per run: the raw bytes (any bytes must decode or fail cleanly), and a "repaired" copy
-//! whose header gets the right magic, a version no newer than `FORMAT_VERSION`, a payload length
+//! whose header gets the right magic, a version this build reads (`FORMAT_VERSION_MIN` to
+//! `FORMAT_VERSION`), a payload length
 //! that fits the buffer (the fuzzer's value modulo the room) and the blake3 of that payload.
 //! libFuzzer cannot forge a blake3 hash, so only the repaired copy exercises the postcard
 //! payload decoder. Whatever decodes must survive encode → decode unchanged, and validating its
 //! vdev tree (as import does) must not panic.
 
-use cairn_format::FORMAT_VERSION;
 use cairn_format::checksum::embedded;
 use cairn_format::label::{
     LABEL_CONFIG_HEADER_SIZE, LABEL_CONFIG_MAGIC, LABEL_CONFIG_SIZE, LabelConfig,
 };
+use cairn_format::{FORMAT_VERSION, FORMAT_VERSION_MIN};
 
 // Header layout: magic u64 @0, version u64 @8, payload length u64 @16, reserved @24, blake3 @32.
 fn read_u64(bytes: &[u8], at: usize) -> u64 {
@@ -23,6 +24,8 @@ fn read_u64(bytes: &[u8], at: usize) -> u64 {
 }
 
 fn round_trip(bytes: &[u8]) {
+    // What import names a pool of a version it cannot read by: any bytes, never a panic.
+    let _ = LabelConfig::identify(bytes);
     let Ok(config) = LabelConfig::decode(bytes) else {
         return;
     };
@@ -52,7 +55,7 @@ pub fn run(data: &[u8]) {
         repaired.resize(LABEL_CONFIG_HEADER_SIZE, 0);
     }
     let room = (repaired.len() - LABEL_CONFIG_HEADER_SIZE) as u64;
-    let version = read_u64(&repaired, 8) % (FORMAT_VERSION + 1);
+    let version = read_u64(&repaired, 8).clamp(FORMAT_VERSION_MIN, FORMAT_VERSION);
     let payload_len = read_u64(&repaired, 16) % (room + 1);
     let payload_end = LABEL_CONFIG_HEADER_SIZE + payload_len as usize;
     let sum = embedded(&repaired[LABEL_CONFIG_HEADER_SIZE..payload_end]);

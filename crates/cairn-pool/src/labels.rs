@@ -21,7 +21,7 @@ use cairn_format::label::{
     LABEL_CONFIG_OFFSET, LABEL_CONFIG_SIZE, LABEL_COUNT, LABEL_RING_OFFSET, LABEL_SIZE,
     UBERBLOCK_RING_SLOTS, UBERBLOCK_SLOT_SIZE, label_offset, uberblock_offset,
 };
-use cairn_format::{FormatError, LabelConfig, Uberblock};
+use cairn_format::{FormatError, LabelConfig, LabelIdentity, Uberblock};
 use std::sync::atomic::Ordering;
 use thiserror::Error;
 
@@ -150,8 +150,41 @@ pub fn best_config(device: &dyn Device) -> Result<LabelConfig, LabelError> {
     })
 }
 
-/// Every uberblock on the device that verifies, from all four rings.
+/// Every uberblock on the device that verifies, from all four rings, of a format version
+/// this build reads.
 pub fn read_uberblocks(device: &dyn Device) -> Vec<Uberblock> {
+    ring_uberblocks(device, Uberblock::decode)
+}
+
+/// Every uberblock on the device that verifies, whatever its format version: import refuses
+/// a pool whose newest one is of a version it cannot read (instead of passing it over and
+/// opening an older txg).
+pub fn read_uberblocks_any_version(device: &dyn Device) -> Vec<Uberblock> {
+    ring_uberblocks(device, Uberblock::decode_any_version)
+}
+
+/// Who each intact config copy on the device names, whatever its format version (`None`
+/// for a copy that does not verify): how import names a pool it cannot read.
+pub fn read_identities(device: &dyn Device) -> Vec<Option<LabelIdentity>> {
+    let size = device.size_bytes();
+    if size < 4 * LABEL_SIZE {
+        return vec![None; LABEL_COUNT];
+    }
+    (0..LABEL_COUNT)
+        .map(|index| {
+            let mut buf = vec![0u8; LABEL_CONFIG_SIZE as usize];
+            device
+                .read_at(label_offset(index, size) + LABEL_CONFIG_OFFSET, &mut buf)
+                .ok()?;
+            LabelConfig::identify(&buf).ok()
+        })
+        .collect()
+}
+
+fn ring_uberblocks(
+    device: &dyn Device,
+    decode: fn(&[u8]) -> Result<Uberblock, FormatError>,
+) -> Vec<Uberblock> {
     let size = device.size_bytes();
     let ring_bytes = (UBERBLOCK_SLOT_SIZE * UBERBLOCK_RING_SLOTS) as usize;
     let mut found = Vec::new();
@@ -162,7 +195,7 @@ pub fn read_uberblocks(device: &dyn Device) -> Vec<Uberblock> {
             continue;
         }
         for slot in ring.chunks_exact(UBERBLOCK_SLOT_SIZE as usize) {
-            if let Ok(ub) = Uberblock::decode(slot) {
+            if let Ok(ub) = decode(slot) {
                 found.push(ub);
             }
         }

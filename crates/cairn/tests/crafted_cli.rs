@@ -76,3 +76,53 @@ fn importing_a_crafted_image_fails_naming_the_damage_and_changes_nothing() {
         "a refused import must not write to the device"
     );
 }
+
+/// A pool whose labels and uberblocks say a format version older than this build reads (as
+/// one made before issue 34 does: version 1) is refused by `pool import` with the two
+/// versions named, not reported missing or misread, and its bytes are left as they were.
+#[test]
+fn importing_a_pool_of_an_older_format_version_is_refused_naming_both_versions() {
+    let old_version = cairn_format::FORMAT_VERSION_MIN - 1;
+    let dir = tempfile::tempdir().unwrap();
+    let devs = dir.path().join("devs");
+    std::fs::create_dir(&devs).unwrap();
+    let dev = devs.join("d0.img");
+    let dev_arg = dev.to_str().unwrap();
+    ok(
+        dir.path(),
+        &["pool", "create", "--size", "64M", "tank", dev_arg],
+    );
+    ok(dir.path(), &["create", "-V", "1M", "tank/vol"]);
+    ok(dir.path(), &["pool", "export", "tank"]);
+
+    let image = craft::Image::open(&dev);
+    assert!(
+        image.patch_uberblocks(|ub| {
+            ub.version = old_version;
+            true
+        }) > 0
+    );
+    image.edit_label_config(|config| config.version = old_version);
+    drop(image);
+    let before = std::fs::read(&dev).unwrap();
+
+    let out = cairn(
+        dir.path(),
+        &["pool", "import", "-d", devs.to_str().unwrap(), "tank"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "import must fail: {stderr}");
+    assert!(
+        stderr.contains("tank")
+            && stderr.contains(&format!("on-disk format is version {old_version}"))
+            && stderr.contains(&format!(
+                "this build reads format version {} only",
+                cairn_format::FORMAT_VERSION
+            )),
+        "{stderr}"
+    );
+    assert!(
+        std::fs::read(&dev).unwrap() == before,
+        "a refused import must not write to the device"
+    );
+}

@@ -38,21 +38,25 @@
 //! - `tree.rs`: `open_tree`, the leaves found in the source opened, the others recorded missing.
 //! - `load.rs`: `load`, one uberblock's space log, MOS, directory and object sets.
 //! - `rewind.rs`: `open_newest` (which uberblock) and `Rewind` (what that gives up).
+//! - `version.rs`: the format-version gate (`unreadable_pool`, `refuse_unreadable_uberblocks`):
+//!   a pool of a format this build does not read is refused by name, before anything else.
 //! - this file: `Pool::import` and `Pool::preview_import`, which put those together.
 //!
 //! Files depend one way only, bottom to top: `discover` and `load` (no siblings) < `tree`
-//! (`discover`) < `rewind` (`discover`, `load`) < this file.
+//! (`discover`), `version` (`discover`) < `rewind` (`discover`, `load`) < this file.
 
 mod discover;
 mod load;
 mod rewind;
 mod tree;
+mod version;
 
 pub(crate) use discover::candidate_paths;
 pub use discover::{DiscoveredPool, ImportSource, discover_pools};
 pub use rewind::Rewind;
+pub use version::unreadable_pool;
 
-use discover::{committed_config, find_pool, import_error};
+use discover::{committed_config, import_error};
 use load::Loaded;
 use rewind::open_newest;
 use tree::{OpenedTree, open_tree};
@@ -78,7 +82,7 @@ impl Pool {
         name: &str,
         options: &PoolOptions,
     ) -> Result<Option<Rewind>, EngineError> {
-        let mut found = find_pool(source, name)?;
+        let mut found = find_readable(source, name)?;
         found.config = committed_config(&found);
         let tree = Arc::new(open_tree(&found, source, options)?.tree);
         let outcome = open_newest(&found, &tree, options).map(|(_, _, rewind)| rewind);
@@ -92,7 +96,7 @@ impl Pool {
         name: &str,
         options: PoolOptions,
     ) -> Result<Pool, EngineError> {
-        let mut found = find_pool(source, name)?;
+        let mut found = find_readable(source, name)?;
         found.config = committed_config(&found);
         let pool_name = found.config.pool_name.clone();
         let OpenedTree {
@@ -167,6 +171,17 @@ impl Pool {
         pool.find_cache_devices(source, &options);
         Ok(pool)
     }
+}
+
+/// The pool `name` names in `source` (`discover::find_pool`), once its format version is
+/// known to be one this build reads (`version.rs`): nothing else is read before.
+fn find_readable(source: &ImportSource, name: &str) -> Result<DiscoveredPool, EngineError> {
+    let found = match discover::find_pool(source, name) {
+        Ok(found) => found,
+        Err(err) => return Err(version::unreadable_pool(source, name).unwrap_or(err)),
+    };
+    version::refuse_unreadable_uberblocks(&found)?;
+    Ok(found)
 }
 
 /// The uberblock to open and what it loaded (`open_newest`), once the rewind that means, if any,

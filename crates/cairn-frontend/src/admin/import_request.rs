@@ -115,6 +115,16 @@ pub(super) fn import(
             .collect();
         return Ok(ImportOutcome::Importable { pools, searched });
     };
+    let readable = found.iter().any(|pool| {
+        pool.config.state != PoolState::Destroyed
+            && (pool.config.pool_name == *wanted || pool.config.pool_guid.to_string() == *wanted)
+    });
+    if !readable
+        && let Some(err) =
+            cairn_engine::unreadable_pool(&ImportSource::Directories(dirs.clone()), wanted)
+    {
+        return Err(failed(format!("cannot import pool '{wanted}'"), err));
+    }
     let chosen = super::choose_pool(&found, wanted, &searched)?;
     let name = chosen.config.pool_name.clone();
     super::refuse_imported_name(access, wanted, &name, recovery)?;

@@ -24,6 +24,48 @@
 //!    (FUSE_NOTIFY_INVAL_INODE). Done after the calls resume because dropping a dirty page
 //!    makes the kernel write it back first, a WRITE call that needs them.
 //!
+//! Descriptors open across the rollback, and why they are not all kept working as on ZFS
+//! (after `zfs rollback` of a mounted dataset, a descriptor on a file that the snapshot has
+//! reads the snapshot's file: the kernel's znode is reloaded). One on a file the snapshot
+//! lacks, or has as another file (another generation), fails with EIO, as on ZFS. One on a
+//! file the rollback left as it was keeps working. One on a file the snapshot has (same
+//! object, same generation) but with another size or other times fails with EIO too, and
+//! cannot be kept working safely, because of the kernel's writeback cache (on for this
+//! connection, `FUSE_WRITEBACK_CACHE`, and a connection-wide flag):
+//! - The descriptor pins the kernel's inode, and under the writeback cache that inode's size,
+//!   mtime and ctime are the kernel's own: `fuse_change_attributes` replaces what the server
+//!   answers for them with its cached values (`fuse_get_cache_mask`: STATX_SIZE, MTIME and
+//!   CTIME for every regular file, opened for writing or not). FUSE_NOTIFY_INVAL_INODE drops
+//!   attributes and pages but leaves `i_size`; FUSE_NOTIFY_STORE can only grow it. So the
+//!   server has no way to give that inode the snapshot's size or times.
+//! - Kept, the descriptor would therefore read a file of the wrong length: zeros past the
+//!   snapshot's end up to the kernel's larger size (a short read under the writeback cache is a
+//!   hole, not an end of file), or the snapshot's file cut at the kernel's smaller size; its
+//!   writes would go where that size says (O_APPEND, extending writes), and `fstat` would show
+//!   times of the discarded state, on which tools that trust size and mtime (rsync, make)
+//!   would decide wrongly. Read as "the snapshot's contents", that is wrong data, worse than
+//!   an error. Were the size unchanged, the contents would be right and the times still not
+//!   (the path's `stat` too, since the path reaches the same kernel inode).
+//! - Pages the kernel holds dirty for that inode are written back when it is invalidated
+//!   (`invalidate_inode_pages2_range` launders a dirty page through a WRITE before dropping
+//!   it), and at any later writeback. With the inode kept, the server could not tell such a
+//!   page (data of before the rollback, left dirty past step 1's `syncfs` by a racing writer,
+//!   or written through the stale descriptor's cache) from a write made after it, and would
+//!   write it into the rolled-back file: discarded data silently resurrected.
+//!
+//! (Seen through the test below with the stale check taken out: a read through such a
+//! descriptor returned the kernel's size, the snapshot's 12,388 bytes plus the 14 appended
+//! after it, and a page written through it was acknowledged by fsync.) So such a file is renewed instead (`MountedHead::renew`): the kernel is given it again
+//! under a new generation, takes it for a new inode with the snapshot's size and times
+//! (`fuse_iget` makes the old inode bad once it sees the new generation), and every call on
+//! the old inode, the dirty pages' WRITEs included, is answered EIO before it reaches the
+//! filesystem (`head.rs`, `enter`). A descriptor open across the rollback on a changed file
+//! thus fails with EIO on every read, write and fsync, never returning data other than the
+//! snapshot's and never writing into the rolled-back file (`crates/cairn/tests/
+//! fuse_rollback.rs` pins both, through a sync and a remount). Keeping it working needs the
+//! writeback cache off for the mount (every write(2) a round trip), or a kernel that lets a
+//! server reset a cached inode's size and times.
+//!
 //! Invariant: no call sees two heads, and the kernel is left caching nothing of the old head
 //! that differs from the new one. Uses `head.rs`, `convert.rs` and `mount.rs`'s `FuseMount`;
 //! `mounts.rs` calls it.
