@@ -11,7 +11,7 @@
 //!   a txg (a clone's origin's, a rolled-back head's snapshot's).
 
 use crate::DatasetError;
-use crate::deadlist::{DeadSpace, read_part};
+use crate::deadlist::{DeadSpace, FreeScan, read_part};
 use crate::records::{FreeWork, TreeFree};
 use crate::snapshots::{RecordKey, SnapshotTable};
 use cairn_format::BlockPointer;
@@ -161,6 +161,36 @@ impl SnapshotTable {
         Ok(freed)
     }
 
+    /// Queues the background free of `scans` (`bytes` of blocks, for `freeing`), returning
+    /// its number. The destroys of one txg share one piece of work: a range destroy of 10,000
+    /// snapshots writes one free record, not 10,000 (each a map change in the destroy's txg,
+    /// and a removal in a later one), and scans in the order destroyed all the same.
+    pub(crate) fn queue_free(&mut self, scans: Vec<FreeScan>, bytes: u64) -> u64 {
+        if let Some(seq) = self.open_free
+            && let Some(work) = self.free_queue.get_mut(&seq)
+            && work.scan_index == 0
+            && work.next_entry == 0
+        {
+            work.scans.extend(scans);
+            work.remaining_bytes += bytes;
+            self.dirty.insert(RecordKey::Free(seq));
+            return seq;
+        }
+        let seq = self.free_queue.keys().next_back().map_or(1, |seq| seq + 1);
+        self.free_queue.insert(
+            seq,
+            FreeWork {
+                scans,
+                scan_index: 0,
+                next_entry: 0,
+                remaining_bytes: bytes,
+            },
+        );
+        self.dirty.insert(RecordKey::Free(seq));
+        self.open_free = Some(seq);
+        seq
+    }
+
     /// The background frees still to do, oldest first.
     pub fn free_queue(&self) -> impl Iterator<Item = &FreeWork> {
         self.free_queue.values()
@@ -177,6 +207,8 @@ impl SnapshotTable {
         keep_going: &mut dyn FnMut() -> bool,
         free: &mut dyn FnMut(&BlockPointer),
     ) -> Result<u64, DatasetError> {
+        // Work begun takes no more scans (its record says where it stands).
+        self.open_free = None;
         let mut scanned = 0;
         while scanned < entries_max {
             if scanned > 0 && !keep_going() {
@@ -214,6 +246,15 @@ impl SnapshotTable {
                     self.free_queue.remove(&seq);
                 }
             }
+        }
+        // Scans done leave the record, so a long one (a range destroy's) shrinks as it goes
+        // instead of being rewritten whole every txg.
+        if let Some((&seq, work)) = self.free_queue.iter_mut().next()
+            && work.scan_index > 0
+        {
+            work.scans.drain(..work.scan_index as usize);
+            work.scan_index = 0;
+            self.dirty.insert(RecordKey::Free(seq));
         }
         Ok(scanned)
     }

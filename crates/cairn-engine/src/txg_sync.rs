@@ -67,6 +67,11 @@ impl TxgSyncer for PoolSyncer {
     fn has_background_work(&self) -> bool {
         self.0.snapshots.lock().has_background_frees()
     }
+
+    /// The estimate `free_pacing.rs` makes of what the frees cost the last sync.
+    fn background_sync_us(&self) -> u64 {
+        self.0.free_pacing.lock().background_sync_us()
+    }
 }
 
 fn space_log_props() -> WriteProps {
@@ -89,6 +94,7 @@ impl PoolCore {
     pub(crate) fn sync(&self, txg: u64) -> Result<(), EngineError> {
         // Txgs commit in order, each once: the uberblock on disk is always older than the txg
         // being written (a sync retried after a suspension has not committed yet).
+        let started = std::time::Instant::now();
         let committed_txg = self.uberblock.lock().txg;
         assert!(
             txg > committed_txg,
@@ -193,6 +199,8 @@ impl PoolCore {
         if written >= HEAP_TRIM_AFTER_BYTES {
             self.mos.cached_io().cache().note_heap_freed();
         }
+        // Everything the txg's frees caused is done (space log, deferred releases): priced.
+        self.free_pacing.lock().txg_synced(started.elapsed());
         Ok(())
     }
 
