@@ -25,6 +25,7 @@
 //! Invariants: at most one txg is being synced (the sync thread alone calls this); a txg's
 //! figures are taken at its end (`txg_synced`) and cleared there.
 
+use cairn_dataset::frees::FREE_CHUNK_ENTRIES;
 use std::time::{Duration, Instant};
 
 /// Share of `free_time_per_txg_ms` a txg with foreground dirty data gives to frees (1/4).
@@ -66,10 +67,14 @@ impl FreePacing {
         let time = Duration::from_millis(time_ms);
         let deadline = Instant::now().checked_add(time);
         // No deadline: the caller asked for no time bound; the unit bound alone applies.
+        // Never below one step of the loop: every txg makes progress.
         let units_max = match (deadline, self.cost_ns_per_unit) {
             (Some(_), Some(cost_ns)) => {
                 let affordable = time.as_nanos() / u128::from(cost_ns.max(1));
-                units_max.min(u64::try_from(affordable).unwrap_or(u64::MAX))
+                u64::try_from(affordable)
+                    .unwrap_or(u64::MAX)
+                    .max(FREE_CHUNK_ENTRIES)
+                    .min(units_max)
             }
             _ => units_max,
         };
@@ -138,9 +143,14 @@ mod tests {
         pacing.txg_synced(Duration::from_millis(240));
         assert_eq!(pacing.background_sync_us(), 200_000);
         assert_eq!(pacing.cost_ns_per_unit, Some(200_000));
-        // 100 ms buys 500 units; with foreground writes, a quarter of that.
-        assert_eq!(pacing.budget(100, false, 1 << 30).units_max, 500);
-        assert_eq!(pacing.budget(100, true, 1 << 30).units_max, 125);
+        // 200 ms buys 1,000 units; with foreground writes, a quarter of that; never less
+        // than one step of the loop.
+        assert_eq!(pacing.budget(200, false, 1 << 30).units_max, 1000);
+        assert_eq!(pacing.budget(800, true, 1 << 30).units_max, 1000);
+        assert_eq!(
+            pacing.budget(0, false, 1 << 30).units_max,
+            FREE_CHUNK_ENTRIES
+        );
         // The bound asked for still holds; no time bound, no unit bound from the cost.
         assert_eq!(pacing.budget(100, false, 7).units_max, 7);
         assert_eq!(pacing.budget(u64::MAX, false, 1 << 30).units_max, 1 << 30);
