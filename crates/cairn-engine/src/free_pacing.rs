@@ -3,14 +3,17 @@
 //! writes at speed (issue 34, "destroy without stalls").
 //!
 //! Why a measured cost and not the loop's own clock: the free loop's time is only part of
-//! what freeing costs the sync. Every freed block is also a space-log entry, a change of the
-//! allocator's deferred set (released `DEFER_TXGS` later, under the allocator's lock that
-//! writers' space checks take), and the free records rewritten in the MOS; all of that runs
-//! after the loop has stopped its clock. So each txg's whole sync time is measured, the sync
-//! time of txgs without free work is the baseline, and what a txg that freed took beyond it,
-//! divided by the work it did, is the cost of one unit of work (a deadlist entry scanned or a
-//! tree block freed), never taken below the loop's own per-unit time. The next txg gets as
-//! many units as its budget buys at that cost, and the loop's clock still stops it early.
+//! what freeing costs the sync. Every freed block is also a space-log entry and a change of
+//! the allocator's deferred set, released `DEFER_TXGS` later under the allocator's lock that
+//! writers' space checks take; that work runs after the loop has stopped its clock. So each
+//! txg measures the loop, and the space-log write and the deferred release, and counts the
+//! frees' share of the latter two in proportion to the blocks freed among all blocks the txg
+//! allocated or freed; that total, divided by the units of work done (a deadlist entry
+//! scanned or a tree block freed), is the cost of one unit, never below the loop's own
+//! per-unit time. (Subtracting the sync time of txgs without frees instead was too noisy:
+//! foreground txgs vary by hundreds of milliseconds with their dirty data, and every bit of
+//! it was charged to the frees.) The next txg gets as many units as its budget buys at that
+//! cost, and the loop's clock still stops it early.
 //!
 //! The budget: `free_time_per_txg_ms` for a txg with no foreground writes, a quarter of it
 //! when writers dirtied data in the txg (their txgs follow each other while frees run: the
@@ -36,8 +39,6 @@ const SAMPLE_WEIGHT_DIVISOR: u64 = 4;
 /// See the module doc.
 #[derive(Debug, Default)]
 pub(crate) struct FreePacing {
-    /// Sync time of txgs without free work (moving average), microseconds.
-    base_sync_us: Option<u64>,
     /// Whole-sync cost of one unit of free work (moving average), nanoseconds.
     cost_ns_per_unit: Option<u64>,
     /// The txg being synced: units of free work done and the loop's own time.
@@ -90,31 +91,24 @@ impl FreePacing {
         self.loop_time += loop_time;
     }
 
-    /// The txg being synced ended, its whole sync having taken `sync_time`: updates the
-    /// baseline (no free work) or the cost per unit (some).
-    pub(crate) fn txg_synced(&mut self, sync_time: Duration) {
-        let sync_us = u64::try_from(sync_time.as_micros()).unwrap_or(u64::MAX);
+    /// The txg being synced ended: it spent `space_time` writing the space log and releasing
+    /// deferred frees, and wrote `blocks_written` blocks. Prices a unit of its free work.
+    pub(crate) fn txg_synced(&mut self, space_time: Duration, blocks_written: u64) {
         let (units, loop_time) = (
             std::mem::take(&mut self.units),
             std::mem::take(&mut self.loop_time),
         );
         if units == 0 {
-            self.base_sync_us = Some(average(self.base_sync_us, sync_us));
             self.last_background_us = 0;
             return;
         }
-        let loop_us = u64::try_from(loop_time.as_micros()).unwrap_or(u64::MAX);
-        // Beyond the baseline, but never less than the loop itself took (the loop alone
-        // while no baseline is known: frees left from before an import).
-        let extra_us = self
-            .base_sync_us
-            .map_or(loop_us, |base_us| {
-                sync_us.saturating_sub(base_us).max(loop_us)
-            })
-            .min(sync_us);
-        let sample_ns = extra_us.saturating_mul(1000) / units;
-        self.cost_ns_per_unit = Some(average(self.cost_ns_per_unit, sample_ns));
-        self.last_background_us = extra_us;
+        // The frees' share of the space work: their blocks among all the txg changed.
+        let space_ns = u128::from(u64::try_from(space_time.as_nanos()).unwrap_or(u64::MAX));
+        let share_ns = space_ns * u128::from(units) / u128::from(units + blocks_written);
+        let total_ns = loop_time.as_nanos().saturating_add(share_ns);
+        let total_ns = u64::try_from(total_ns).unwrap_or(u64::MAX);
+        self.cost_ns_per_unit = Some(average(self.cost_ns_per_unit, total_ns / units));
+        self.last_background_us = total_ns / 1000;
     }
 
     /// Free work's estimated share of the last synced txg's sync, in microseconds.
@@ -135,36 +129,36 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cost_counts_the_whole_sync_beyond_the_baseline() {
+    fn the_cost_counts_the_space_work_in_proportion_to_the_blocks_freed() {
         let mut pacing = FreePacing::default();
-        pacing.txg_synced(Duration::from_millis(40));
-        // 1,000 units whose loop took 10 ms in a sync of 240 ms: 200 ms beyond the baseline.
+        // 1,000 units whose loop took 10 ms; 300 ms of space work in a txg that also wrote
+        // 2,000 blocks: a third of it is the frees'. 110 ms in all, 110 us a unit.
         pacing.note_work(1000, Duration::from_millis(10));
-        pacing.txg_synced(Duration::from_millis(240));
-        assert_eq!(pacing.background_sync_us(), 200_000);
-        assert_eq!(pacing.cost_ns_per_unit, Some(200_000));
-        // 200 ms buys 1,000 units; with foreground writes, a quarter of that; never less
-        // than one step of the loop.
-        assert_eq!(pacing.budget(200, false, 1 << 30).units_max, 1000);
-        assert_eq!(pacing.budget(800, true, 1 << 30).units_max, 1000);
+        pacing.txg_synced(Duration::from_millis(300), 2000);
+        assert_eq!(pacing.background_sync_us(), 110_000);
+        assert_eq!(pacing.cost_ns_per_unit, Some(110_000));
+        // 220 ms buys 2,000 units; with foreground writes, a quarter of that; never less
+        // than one step of the loop; the bound asked for still holds; no time bound, no
+        // unit bound from the cost.
+        assert_eq!(pacing.budget(220, false, 1 << 30).units_max, 2000);
+        assert_eq!(pacing.budget(880, true, 1 << 30).units_max, 2000);
         assert_eq!(
             pacing.budget(0, false, 1 << 30).units_max,
             FREE_CHUNK_ENTRIES
         );
-        // The bound asked for still holds; no time bound, no unit bound from the cost.
-        assert_eq!(pacing.budget(100, false, 7).units_max, 7);
+        assert_eq!(pacing.budget(220, false, 7).units_max, 7);
         assert_eq!(pacing.budget(u64::MAX, false, 1 << 30).units_max, 1 << 30);
-        // A txg without frees is baseline again and counts nothing as free work.
-        pacing.txg_synced(Duration::from_millis(40));
+        // A txg without frees counts nothing as free work and keeps the price.
+        pacing.txg_synced(Duration::from_millis(40), 10);
         assert_eq!(pacing.background_sync_us(), 0);
+        assert_eq!(pacing.cost_ns_per_unit, Some(110_000));
     }
 
     #[test]
-    fn the_loop_time_is_the_least_cost() {
+    fn a_txg_of_frees_alone_is_charged_all_its_space_work() {
         let mut pacing = FreePacing::default();
-        pacing.txg_synced(Duration::from_millis(100));
-        pacing.note_work(10, Duration::from_millis(30));
-        pacing.txg_synced(Duration::from_millis(110));
-        assert_eq!(pacing.background_sync_us(), 30_000);
+        pacing.note_work(10, Duration::from_millis(3));
+        pacing.txg_synced(Duration::from_millis(7), 0);
+        assert_eq!(pacing.background_sync_us(), 10_000);
     }
 }

@@ -94,7 +94,6 @@ impl PoolCore {
     pub(crate) fn sync(&self, txg: u64) -> Result<(), EngineError> {
         // Txgs commit in order, each once: the uberblock on disk is always older than the txg
         // being written (a sync retried after a suspension has not committed yet).
-        let started = std::time::Instant::now();
         let committed_txg = self.uberblock.lock().txg;
         assert!(
             txg > committed_txg,
@@ -144,7 +143,10 @@ impl PoolCore {
             "MOS root born in txg {} > {txg}",
             root_bp.birth_txg
         );
+        let blocks_written = batch.written().0;
+        let space_log_started = std::time::Instant::now();
         let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
+        let mut space_time = space_log_started.elapsed();
         self.finish_writes(batch)?;
         if let Some(fault) = self.space.lock().fault() {
             return Err(EngineError::SpaceFault(fault.clone()));
@@ -187,7 +189,9 @@ impl PoolCore {
         {
             let mut space = self.space.lock();
             space.set_read_floor(read_floor);
+            let sync_done_started = std::time::Instant::now();
             space.sync_done(txg);
+            space_time += sync_done_started.elapsed();
         }
         self.note_clean_through(txg);
         // The txg's dirty buffers were freed with its change sets: they go back to the kernel
@@ -200,7 +204,9 @@ impl PoolCore {
             self.mos.cached_io().cache().note_heap_freed();
         }
         // Everything the txg's frees caused is done (space log, deferred releases): priced.
-        self.free_pacing.lock().txg_synced(started.elapsed());
+        self.free_pacing
+            .lock()
+            .txg_synced(space_time, blocks_written);
         Ok(())
     }
 
