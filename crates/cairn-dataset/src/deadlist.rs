@@ -45,7 +45,7 @@ use std::collections::BTreeMap;
 /// Block size of a deadlist object: 32 pointers. Small, because most deadlists are small (a
 /// snapshot taken after every few writes keeps a handful of dead blocks).
 pub const DEADLIST_BLOCK_BYTES: u32 = 4096;
-const POINTERS_PER_BLOCK: u64 = DEADLIST_BLOCK_BYTES as u64 / BLOCK_POINTER_SIZE as u64;
+pub(crate) const POINTERS_PER_BLOCK: u64 = DEADLIST_BLOCK_BYTES as u64 / BLOCK_POINTER_SIZE as u64;
 /// Capacity a new deadlist object is created with, in blocks: the dnode's direct pointers
 /// only (most deadlists are small); the tree grows a level when an append goes past it.
 const OBJECT_CAPACITY_BLOCKS: u64 = 1;

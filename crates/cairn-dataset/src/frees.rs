@@ -11,7 +11,7 @@
 //!   a txg (a clone's origin's, a rolled-back head's snapshot's).
 
 use crate::DatasetError;
-use crate::deadlist::{DeadSpace, read_part};
+use crate::deadlist::{DeadSpace, FreeScan, POINTERS_PER_BLOCK, read_part};
 use crate::records::{FreeWork, TreeFree};
 use crate::snapshots::{RecordKey, SnapshotTable};
 use cairn_format::BlockPointer;
@@ -22,6 +22,10 @@ use cairn_pipeline::BlockIo;
 pub const FREE_CHUNK_ENTRIES: u64 = 512;
 /// Dead-tree blocks freed between two asks of `keep_going`.
 pub const FREE_CHUNK_BLOCKS: u64 = 512;
+/// Scans of a free whose deadlist blocks are read ahead of the one being freed: a range
+/// destroy leaves thousands of small parts, each its own MOS object, and reading them one
+/// after another in the sync made each wait for the device in turn.
+const PREFETCH_SCANS: usize = 64;
 
 /// One piece of background free work, as the table numbers it: a snapshot destroy's
 /// deadlist scans or a dead tree (a destroyed dataset's, a rolled-back head's). A number is
@@ -161,6 +165,36 @@ impl SnapshotTable {
         Ok(freed)
     }
 
+    /// Queues the background free of `scans` (`bytes` of blocks, for `freeing`), returning
+    /// its number. The destroys of one txg share one piece of work: a range destroy of 10,000
+    /// snapshots writes one free record, not 10,000 (each a map change in the destroy's txg,
+    /// and a removal in a later one), and scans in the order destroyed all the same.
+    pub(crate) fn queue_free(&mut self, scans: Vec<FreeScan>, bytes: u64) -> u64 {
+        if let Some(seq) = self.open_free
+            && let Some(work) = self.free_queue.get_mut(&seq)
+            && work.scan_index == 0
+            && work.next_entry == 0
+        {
+            work.scans.extend(scans);
+            work.remaining_bytes += bytes;
+            self.dirty.insert(RecordKey::Free(seq));
+            return seq;
+        }
+        let seq = self.free_queue.keys().next_back().map_or(1, |seq| seq + 1);
+        self.free_queue.insert(
+            seq,
+            FreeWork {
+                scans,
+                scan_index: 0,
+                next_entry: 0,
+                remaining_bytes: bytes,
+            },
+        );
+        self.dirty.insert(RecordKey::Free(seq));
+        self.open_free = Some(seq);
+        seq
+    }
+
     /// The background frees still to do, oldest first.
     pub fn free_queue(&self) -> impl Iterator<Item = &FreeWork> {
         self.free_queue.values()
@@ -177,7 +211,11 @@ impl SnapshotTable {
         keep_going: &mut dyn FnMut() -> bool,
         free: &mut dyn FnMut(&BlockPointer),
     ) -> Result<u64, DatasetError> {
+        // Work begun takes no more scans (its record says where it stands).
+        self.open_free = None;
         let mut scanned = 0;
+        // (free number, scans before this index read ahead)
+        let mut prefetched = (0, 0);
         while scanned < entries_max {
             if scanned > 0 && !keep_going() {
                 break;
@@ -196,6 +234,7 @@ impl SnapshotTable {
                 continue;
             };
             let step = (entries_max - scanned).min(FREE_CHUNK_ENTRIES);
+            prefetch_scans(mos, work, seq, &mut prefetched, step);
             let end = scan.entries.min(work.next_entry + step);
             read_part(mos, scan.object, work.next_entry, end, |bp| {
                 if bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg {
@@ -215,6 +254,49 @@ impl SnapshotTable {
                 }
             }
         }
+        // Scans done leave the record, so a long one (a range destroy's) shrinks as it goes
+        // instead of being rewritten whole every txg.
+        if let Some((&seq, work)) = self.free_queue.iter_mut().next()
+            && work.scan_index > 0
+        {
+            work.scans.drain(..work.scan_index as usize);
+            work.scan_index = 0;
+            self.dirty.insert(RecordKey::Free(seq));
+        }
         Ok(scanned)
     }
+}
+
+/// Reads ahead the deadlist blocks the next `PREFETCH_SCANS` scans of free `seq` (`work`)
+/// will read first (`step` entries of each), once the scan being freed passes half of what
+/// was read ahead; `prefetched` remembers how far that is.
+fn prefetch_scans(
+    mos: &cairn_object::ObjectSet,
+    work: &FreeWork,
+    seq: u64,
+    prefetched: &mut (u64, usize),
+    step: u64,
+) {
+    let index = work.scan_index as usize;
+    if prefetched.0 != seq {
+        *prefetched = (seq, index);
+    }
+    if index + PREFETCH_SCANS / 2 < prefetched.1 {
+        return;
+    }
+    let from = prefetched.1.max(index);
+    let to = (index + PREFETCH_SCANS).min(work.scans.len());
+    for (offset, scan) in work.scans[from..to].iter().enumerate() {
+        let first = if from + offset == index {
+            work.next_entry
+        } else {
+            0
+        };
+        let end = scan.entries.min(first + step);
+        mos.prefetch_blocks(
+            scan.object,
+            first / POINTERS_PER_BLOCK..end.div_ceil(POINTERS_PER_BLOCK),
+        );
+    }
+    prefetched.1 = to;
 }

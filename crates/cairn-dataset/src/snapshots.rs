@@ -138,6 +138,9 @@ pub struct SnapshotTable {
     pub(crate) tree_free_problem: Option<String>,
     /// Records changed since the last `flush`.
     pub(crate) dirty: BTreeSet<RecordKey>,
+    /// The background free queued since the last flush and not started: later destroys of
+    /// the same txg add their scans to it (`queue_free`). In memory only.
+    pub(crate) open_free: Option<u64>,
 }
 
 /// A record to write (`Some` value) or remove (`None`), as `flush` returns it.
@@ -603,6 +606,7 @@ impl SnapshotTable {
         new_object: &mut dyn FnMut() -> u64,
     ) -> Result<Vec<RecordChange>, DatasetError> {
         let mut out = Vec::new();
+        self.open_free = None;
         let dirty = std::mem::take(&mut self.dirty);
         // What changed stays known to the next figure refresh (`changed_snapshot_bytes`).
         self.figures.note_flushed(&dirty);
@@ -672,18 +676,8 @@ impl SnapshotTable {
         let free_now_bytes: u64 = free_now.iter().map(BlockPointer::allocated_bytes).sum();
         let mut queued_free = None;
         if !scans.is_empty() && freed.allocated_bytes > free_now_bytes {
-            let seq = self.free_queue.keys().next_back().map_or(1, |seq| seq + 1);
-            self.free_queue.insert(
-                seq,
-                FreeWork {
-                    scans,
-                    scan_index: 0,
-                    next_entry: 0,
-                    remaining_bytes: freed.allocated_bytes - free_now_bytes,
-                },
-            );
-            self.dirty.insert(RecordKey::Free(seq));
-            queued_free = Some((seq, freed.allocated_bytes - free_now_bytes));
+            let bytes = freed.allocated_bytes - free_now_bytes;
+            queued_free = Some((self.queue_free(scans, bytes), bytes));
         }
         match next_id {
             Some(next) => {

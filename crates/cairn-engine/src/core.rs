@@ -117,6 +117,9 @@ pub(crate) struct PoolCore {
     pub(crate) snapshot_stats: crate::snapshot_stats::SnapshotStats,
     /// What the MOS cost the txgs synced so far (`Pool::mos_writes`).
     pub(crate) mos_writes: Mutex<MosWrites>,
+    /// What background frees cost the txgs that did them, and so how much the next may do
+    /// (`free_pacing.rs`). The sync thread alone uses it.
+    pub(crate) free_pacing: Mutex<crate::free_pacing::FreePacing>,
 }
 
 /// Blocks and bytes (allocated, every copy) the meta object set wrote: in the last txg that

@@ -113,6 +113,7 @@ impl Pool {
             clean_through: Mutex::new(BTreeMap::new()),
             snapshot_stats: Default::default(),
             mos_writes: Default::default(),
+            free_pacing: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

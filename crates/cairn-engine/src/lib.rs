@@ -41,6 +41,7 @@ mod core;
 mod create;
 mod datasets;
 mod filesystems;
+mod free_pacing;
 mod import;
 mod layout;
 mod missed;

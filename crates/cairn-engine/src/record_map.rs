@@ -62,21 +62,21 @@ impl RecordMap {
         let tx = MapTx::syncing(txg);
         let map_error = |err| self.map_error(err);
         for (key, value) in changes {
+            let Some(value) = value else {
+                // One walk to the leaf: the removed entry tells whether it had a blob (a
+                // range destroy removes 10,000 snapshot records in one txg).
+                let removed = map.remove(tx, &key).map_err(map_error)?;
+                if let Some(entry) = removed.filter(|entry| entry.kind == ValueKind::Indirect) {
+                    mos.free_object(txg, self.blob_object(&entry.value)?);
+                }
+                continue;
+            };
             let old = map.get(&key).map_err(map_error)?;
             let old_blob = old
                 .as_ref()
                 .filter(|entry| entry.kind == ValueKind::Indirect)
                 .map(|entry| self.blob_object(&entry.value))
                 .transpose()?;
-            let Some(value) = value else {
-                if old.is_some() {
-                    map.remove(tx, &key).map_err(map_error)?;
-                }
-                if let Some(object) = old_blob {
-                    mos.free_object(txg, object);
-                }
-                continue;
-            };
             let (stored, kind) = if value.len() > VALUE_BYTES_MAX {
                 let object = old_blob.unwrap_or_else(&mut *new_object);
                 mos.write_blob(txg, object, self.blob_type, &value)?;

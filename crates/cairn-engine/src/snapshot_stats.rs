@@ -80,6 +80,8 @@ struct Followed {
     what: String,
     started_txg: u64,
     bytes: u64,
+    /// Other destroys of the same txg whose frees joined this one (`queue_free`).
+    joined: u64,
 }
 
 /// The pool's snapshot counters (see the module doc).
@@ -201,13 +203,24 @@ impl SnapshotStats {
         self.noted.lock().push(change);
     }
 
-    /// Follows background free `id` of `bytes` as `what`, started in `txg` (unless followed).
+    /// Follows background free `id` of `bytes` as `what`, started in `txg`; a free already
+    /// followed from this txg takes on `bytes` more (the destroys of one txg share one).
     pub(crate) fn follow_free(&self, id: BackgroundFree, bytes: u64, txg: u64, what: &str) {
-        self.followed.lock().entry(id).or_insert_with(|| Followed {
-            what: what.to_string(),
-            started_txg: txg,
-            bytes,
-        });
+        self.followed
+            .lock()
+            .entry(id)
+            .and_modify(|free| {
+                if free.started_txg == txg {
+                    free.bytes += bytes;
+                    free.joined += 1;
+                }
+            })
+            .or_insert_with(|| Followed {
+                what: what.to_string(),
+                started_txg: txg,
+                bytes,
+                joined: 0,
+            });
     }
 
     /// Follows every background free of `table` not followed yet as `what`, started in
@@ -219,6 +232,7 @@ impl SnapshotStats {
                 what: what.to_string(),
                 started_txg: txg,
                 bytes,
+                joined: 0,
             });
         }
     }
@@ -238,8 +252,12 @@ impl SnapshotStats {
             .collect();
         for id in done {
             if let Some(free) = followed.remove(&id) {
+                let what = match free.joined {
+                    0 => free.what,
+                    joined => format!("{} and {joined} more destroyed with it", free.what),
+                };
                 self.note(SnapshotChange::Freed {
-                    what: free.what,
+                    what,
                     bytes: free.bytes,
                     txgs: txg + 1 - free.started_txg.min(txg),
                 });

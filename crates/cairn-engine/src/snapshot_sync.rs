@@ -10,10 +10,11 @@
 //!    snapshot is taken from its head's root of t, so it contains every change of txg t and
 //!    before (every write acknowledged before the command started); a destroy frees what died
 //!    in t at once and queues the rest;
-//! 3. this txg's share of background frees (`SnapshotTable::process_frees`, at most
-//!    `free_entries_per_txg` deadlist entries and `free_time_per_txg_ms` of the sync;
-//!    `process_tree_frees`, as many blocks of the dead
-//!    trees destroyed datasets and rollbacks left);
+//! 3. this txg's share of background frees (`SnapshotTable::process_frees`, deadlist
+//!    entries, then `process_tree_frees`, blocks of the dead trees destroyed datasets and
+//!    rollbacks left), within a budget `free_pacing.rs` sets: `free_time_per_txg_ms` (a
+//!    quarter of it when writers dirtied the txg), in units of work priced at what frees cost
+//!    earlier txgs' whole syncs, at most `free_entries_per_txg`;
 //!
 //! then `write_snapshot_table` writes the records that changed, and the deadlists' new
 //! pointers, into the MOS with the directory, so the uberblock of t commits them all or none;
@@ -132,7 +133,7 @@ impl PoolCore {
             }
             touched.insert(dataset);
         }
-        self.background_frees(txg, &mut table)?;
+        self.background_frees(txg, &mut table, !synced.is_empty())?;
         refresh_changed_snapshot_bytes(&mut directory, &mut table);
         // A head synced in this txg may have changed what it still shares with its origin.
         for name in &touched {
@@ -144,36 +145,54 @@ impl PoolCore {
     }
 
     /// This txg's share of background frees (step 3), counted; a free that finishes is noted
-    /// (`snapshot_stats.rs`).
-    fn background_frees(&self, txg: u64, table: &mut SnapshotTable) -> Result<(), EngineError> {
+    /// (`snapshot_stats.rs`). How much it may do is `free_pacing.rs`'s to say: a budget of
+    /// time and of units of work priced at what earlier txgs' frees cost their whole sync
+    /// (less with `foreground` dirty data in the txg).
+    fn background_frees(
+        &self,
+        txg: u64,
+        table: &mut SnapshotTable,
+        foreground: bool,
+    ) -> Result<(), EngineError> {
         if !table.has_background_frees() {
             return Ok(());
         }
+        let started = Instant::now();
         // Work no command of this process queued: left by a destroy before the import.
         self.snapshot_stats
             .follow_frees(table, txg, "a destroy from before this import");
-        // No deadline (a budget too large to add): the entry bound alone applies.
-        let deadline =
-            Instant::now().checked_add(std::time::Duration::from_millis(self.free_time_per_txg_ms));
-        let mut keep_going = || deadline.is_none_or(|deadline| Instant::now() < deadline);
-        let mut deadlist_blocks_freed = 0;
-        let deadlist_entries_scanned = table.process_frees(
-            &self.mos,
+        let budget = self.free_pacing.lock().budget(
+            self.free_time_per_txg_ms,
+            foreground,
             self.free_entries_per_txg,
-            &mut keep_going,
-            &mut |bp| {
+        );
+        let mut keep_going = || {
+            budget
+                .deadline
+                .is_none_or(|deadline| Instant::now() < deadline)
+        };
+        let mut deadlist_blocks_freed = 0;
+        let deadlist_entries_scanned =
+            table.process_frees(&self.mos, budget.units_max, &mut keep_going, &mut |bp| {
                 self.mos.cached_io().free_block(bp, txg);
                 deadlist_blocks_freed += 1;
-            },
-        )?;
+            })?;
+        // The dead trees get what the deadlists left of the units (at least one step).
         let tree_blocks_freed = table.process_tree_frees(
             &self.io,
-            self.free_entries_per_txg,
+            budget
+                .units_max
+                .saturating_sub(deadlist_entries_scanned)
+                .max(1),
             &mut keep_going,
             &mut |bp| {
                 self.mos.cached_io().free_block(bp, txg);
             },
         )?;
+        self.free_pacing.lock().note_work(
+            deadlist_entries_scanned + tree_blocks_freed,
+            started.elapsed(),
+        );
         self.snapshot_stats.note(SnapshotChange::FreeWork {
             deadlist_entries_scanned,
             deadlist_blocks_freed,

@@ -13,7 +13,8 @@
 use crate::EngineError;
 use crate::core::PendingSnapshot;
 use crate::pool::Pool;
-use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, Volume};
+use cairn_dataset::snapshots::{Snapshot, SnapshotTable};
+use cairn_dataset::{DatasetDirectory, DatasetError, DatasetKind, SnapshotName, Volume};
 use cairn_object::ObjectSet;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -618,69 +619,67 @@ impl Pool {
     }
 }
 
+/// A held snapshot is not destroyed (`destroy -d` defers it instead).
+fn refuse_if_held(snapshot: &Snapshot, name: &SnapshotName) -> Result<(), EngineError> {
+    if let Some(tag) = snapshot.info.holds.keys().next() {
+        return Err(DatasetError::HasDependents {
+            name: name.to_string(),
+            what: format!(
+                "user holds ('{tag}'{}); release them, or destroy -d to destroy it when the \
+                 last is released",
+                if snapshot.info.holds.len() > 1 {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// An origin of clones is not destroyed: the clones share its blocks.
+fn refuse_if_cloned(
+    directory: &DatasetDirectory,
+    table: &SnapshotTable,
+    snapshot: &Snapshot,
+    name: &SnapshotName,
+) -> Result<(), EngineError> {
+    let clones = crate::clones::dataset_names(directory, &table.clones_of(snapshot.info.id));
+    if let Some(first) = clones.first() {
+        return Err(DatasetError::HasDependents {
+            name: name.to_string(),
+            what: format!(
+                "clones ({first}{}); destroy them first (destroy -R does), or promote them",
+                if clones.len() > 1 { ", ..." } else { "" }
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 impl crate::core::PoolCore {
-    /// A held snapshot is not destroyed (`destroy -d` defers it instead).
-    fn refuse_if_held(&self, dataset_id: u64, name: &SnapshotName) -> Result<(), EngineError> {
-        let table = self.snapshots.lock();
-        let Some(snapshot) = table.find(dataset_id, &name.snapshot) else {
-            return Ok(());
-        };
-        if let Some(tag) = snapshot.info.holds.keys().next() {
-            return Err(DatasetError::HasDependents {
-                name: name.to_string(),
-                what: format!(
-                    "user holds ('{tag}'{}); release them, or destroy -d to destroy it when \
-                     the last is released",
-                    if snapshot.info.holds.len() > 1 {
-                        ", ..."
-                    } else {
-                        ""
-                    }
-                ),
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    /// An origin of clones is not destroyed: the clones share its blocks.
-    fn refuse_if_cloned(&self, dataset_id: u64, name: &SnapshotName) -> Result<(), EngineError> {
-        let directory = self.directory.lock();
-        let table = self.snapshots.lock();
-        let Some(snapshot) = table.find(dataset_id, &name.snapshot) else {
-            return Ok(());
-        };
-        let clones = crate::clones::dataset_names(&directory, &table.clones_of(snapshot.info.id));
-        if let Some(first) = clones.first() {
-            return Err(DatasetError::HasDependents {
-                name: name.to_string(),
-                what: format!(
-                    "clones ({first}{}); destroy them first (destroy -R does), or promote them",
-                    if clones.len() > 1 { ", ..." } else { "" }
-                ),
-            }
-            .into());
-        }
-        Ok(())
-    }
-
     /// `names` checked for a destroy in this txg (each exists, is not held and is not being
-    /// changed by another command in this txg), oldest first within each dataset.
+    /// changed by another command in this txg), oldest first within each dataset. The
+    /// directory and the table are locked once for all the names (in that order): a range
+    /// destroy runs this in its txg's sync task, and locking them per name and per check
+    /// made it five locks a snapshot.
     fn order_for_destroy(&self, names: &[SnapshotName]) -> Result<Vec<SnapshotName>, EngineError> {
         let pending = self.pending_names();
-        let ids = self.snapshot_dataset_ids(names)?;
-        let mut ordered = Vec::new();
-        for (name, id) in names.iter().zip(ids) {
-            let txg = self
-                .snapshots
-                .lock()
+        let directory = self.directory.lock();
+        let table = self.snapshots.lock();
+        let mut ordered = Vec::with_capacity(names.len());
+        for name in names {
+            let id = directory.get(&name.dataset)?.id;
+            let snapshot = table
                 .find(id, &name.snapshot)
-                .map(|snapshot| snapshot.info.created_txg)
-                .filter(|_| !pending.contains(&name.to_string()))
+                .filter(|_| pending.is_empty() || !pending.contains(&name.to_string()))
                 .ok_or_else(|| DatasetError::NoSuchDataset(name.to_string()))?;
-            self.refuse_if_held(id, name)?;
-            self.refuse_if_cloned(id, name)?;
-            ordered.push((id, txg, name.clone()));
+            refuse_if_held(snapshot, name)?;
+            refuse_if_cloned(&directory, &table, snapshot, name)?;
+            ordered.push((id, snapshot.info.created_txg, name.clone()));
         }
         ordered.sort_by_key(|(id, txg, _)| (*id, *txg));
         Ok(ordered.into_iter().map(|(_, _, name)| name).collect())

@@ -67,6 +67,11 @@ impl TxgSyncer for PoolSyncer {
     fn has_background_work(&self) -> bool {
         self.0.snapshots.lock().has_background_frees()
     }
+
+    /// The estimate `free_pacing.rs` makes of what the frees cost the last sync.
+    fn background_sync_us(&self) -> u64 {
+        self.0.free_pacing.lock().background_sync_us()
+    }
 }
 
 fn space_log_props() -> WriteProps {
@@ -138,7 +143,10 @@ impl PoolCore {
             "MOS root born in txg {} > {txg}",
             root_bp.birth_txg
         );
+        let blocks_written = batch.written().0;
+        let space_log_started = std::time::Instant::now();
         let (space_log_head, space_log_blocks) = self.write_space_log(txg, &mut batch)?;
+        let mut space_time = space_log_started.elapsed();
         self.finish_writes(batch)?;
         if let Some(fault) = self.space.lock().fault() {
             return Err(EngineError::SpaceFault(fault.clone()));
@@ -181,7 +189,9 @@ impl PoolCore {
         {
             let mut space = self.space.lock();
             space.set_read_floor(read_floor);
+            let sync_done_started = std::time::Instant::now();
             space.sync_done(txg);
+            space_time += sync_done_started.elapsed();
         }
         self.note_clean_through(txg);
         // The txg's dirty buffers were freed with its change sets: they go back to the kernel
@@ -193,6 +203,10 @@ impl PoolCore {
         if written >= HEAP_TRIM_AFTER_BYTES {
             self.mos.cached_io().cache().note_heap_freed();
         }
+        // Everything the txg's frees caused is done (space log, deferred releases): priced.
+        self.free_pacing
+            .lock()
+            .txg_synced(space_time, blocks_written);
         Ok(())
     }
 

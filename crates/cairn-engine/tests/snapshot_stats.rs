@@ -96,6 +96,7 @@ fn counters_levels_latency_and_events_follow_every_snapshot_change() {
     clone_promote_and_destroy_it(&pool, seq);
     destroy_the_snapshot(&pool, seq);
     roll_back(&pool, seq, &start);
+    destroy_a_range(&pool, seq);
 }
 
 /// A snapshot, then 200 blocks overwritten: they go onto the head's deadlist.
@@ -248,5 +249,33 @@ fn roll_back(pool: &Pool, seq: u64, start: &SnapshotStatsSnapshot) {
         pool.snapshot_command_latency().len(),
         7,
         "the histogram behind the percentiles"
+    );
+}
+
+/// A range destroy of 12 snapshots queues one background free for all of them: one free
+/// record written in its txg, not one per snapshot (a destroy of 10,000 wrote 10,000, each a
+/// change of the snapshot table's map in that txg and a removal later). One free finishes,
+/// named for the first snapshot with the count of the others.
+fn destroy_a_range(pool: &Pool, seq: u64) {
+    for round in 0..12u8 {
+        write_blocks(pool, "tank/vol", 0..16, round + 10);
+        pool.snapshot(&[format!("tank/vol@s{round}")], false)
+            .unwrap();
+    }
+    write_blocks(pool, "tank/vol", 0..16, 99);
+    pool.sync().unwrap();
+    let range = pool.snapshot_range("tank/vol", "s0", "s11").unwrap();
+    assert_eq!(range.len(), 12);
+    pool.destroy_snapshots(&range).unwrap();
+    wait_for_frees(pool, 4);
+    for _ in 0..3 {
+        pool.sync().unwrap();
+    }
+    let stats = pool.snapshot_stats();
+    assert_eq!((stats.frees_finished, stats.freeing_bytes), (4, 0));
+    let seen = events_since(seq);
+    find(
+        &seen,
+        &["bytes of tank/vol@s0 and 11 more destroyed with it in"],
     );
 }

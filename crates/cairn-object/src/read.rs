@@ -364,6 +364,21 @@ impl ObjectSet {
         });
     }
 
+    /// Starts reading blocks `blkids` of `object` into the cache in the background, for a
+    /// caller about to read many small objects one after another (a destroy's background
+    /// frees reading deadlist parts in the sync), so their reads overlap instead of each
+    /// waiting in turn. The dnode and indirect blocks on the way are read now (many dnodes
+    /// share a block). A hint: failures are left to the reads that follow.
+    pub fn prefetch_blocks(&self, object: u64, blkids: std::ops::Range<u64>) {
+        let mode = self.cache_mode();
+        if blkids.is_empty() || mode.primary == CacheMode::None {
+            return;
+        }
+        if let Some(bps) = self.blocks_ahead(object, blkids, false) {
+            self.io.prefetch(&bps, mode);
+        }
+    }
+
     /// The pointers of the blocks `ahead` of `object` that are on disk (blocks changed in an
     /// unsynced txg are in memory already). With `cached_only`, `None` if finding them would
     /// need a read (an indirect block or the dnode not in memory); `None` also on errors

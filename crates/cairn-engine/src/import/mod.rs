@@ -264,6 +264,7 @@ fn pool_core(
         clean_through: Mutex::new(BTreeMap::new()),
         snapshot_stats: Default::default(),
         mos_writes: Default::default(),
+        free_pacing: Default::default(),
     }
 }
 
