@@ -110,30 +110,6 @@ fn a_rolling_window_of_snapshots_keeps_a_bounded_number_of_parts_and_bytes() {
             settle(&pool);
             assert_clean(&pool);
             allocated_at.push(pool.status().allocated_bytes);
-            {
-                let report = pool.check().unwrap();
-                let mut data = 0u64;
-                let mut names = vec!["tank/vol".to_string()];
-                names.extend(window.iter().cloned());
-                for n in &names {
-                    data += pool
-                        .dataset_blocks(n)
-                        .unwrap()
-                        .iter()
-                        .map(|b| b.allocated_bytes())
-                        .sum::<u64>();
-                }
-                eprintln!(
-                    "DEBUG round {round}: alloc {} ref {} blocks {} log {} data(with dup) {} stats {:?} txg {}",
-                    report.allocated_bytes,
-                    report.referenced_bytes,
-                    report.blocks,
-                    report.intent_log_bytes,
-                    data,
-                    pool.snapshot_stats(),
-                    pool.last_synced_txg()
-                );
-            }
         }
     }
     // Each of the five snapshots and the head keeps a part or two of its own; without dead
