@@ -527,6 +527,7 @@ mod tests {
     use super::*;
     use cairn_format::Dva;
     use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     fn bp(birth_txg: u64, asize: u32) -> BlockPointer {
         let mut bp = BlockPointer::HOLE;
@@ -782,6 +783,47 @@ mod tests {
         live
     }
 
+    /// A destroy's exclusion of (`min`, `max`] against the model: the pending pointers it
+    /// returns and the blocks its scans find are exactly the model's blocks born in the range,
+    /// each once; a scan frees its part exactly when the part left the list, and no scan
+    /// reads a part a scan freed before.
+    fn exclude_and_check(
+        list: &mut Deadlist,
+        store: &Store,
+        model: &mut Vec<BlockPointer>,
+        freed_parts: &mut Vec<u64>,
+        (min, max): (u64, u64),
+    ) -> Result<(), TestCaseError> {
+        let place = |bp: &BlockPointer| (bp.birth_txg, bp.dvas[0].offset);
+        let (free_now, scans) = list.exclude(min, max);
+        let mut freed: Vec<(u64, u64)> = free_now.iter().map(place).collect();
+        for scan in &scans {
+            prop_assert!(
+                !freed_parts.contains(&scan.object),
+                "a scan of a freed part"
+            );
+            freed.extend(
+                store[&scan.object][..scan.entries as usize]
+                    .iter()
+                    .filter(|bp| bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg)
+                    .map(place),
+            );
+            let listed = list.objects().any(|object| object == scan.object);
+            prop_assert_eq!(scan.free_part, !listed);
+            if scan.free_part {
+                freed_parts.push(scan.object);
+            }
+        }
+        let in_range = |bp: &BlockPointer| bp.birth_txg > min && bp.birth_txg <= max;
+        let mut expected: Vec<(u64, u64)> =
+            model.iter().filter(|bp| in_range(bp)).map(place).collect();
+        model.retain(|bp| !in_range(bp));
+        freed.sort_unstable();
+        expected.sort_unstable();
+        prop_assert_eq!(freed, expected);
+        Ok(())
+    }
+
     proptest! {
         /// Against a model that keeps every block: after every step the sums over any two
         /// snapshot bounds equal a brute-force count of the blocks born between them, the
@@ -840,35 +882,7 @@ mod tests {
                         // destroyed snapshot's range is freed once).
                         if min < max && gone.iter().all(|&(low, high)| high <= min || max <= low) {
                             gone.push((min, max));
-                            let (free_now, scans) = list.exclude(min, max);
-                            let mut freed: Vec<(u64, u64)> = free_now
-                                .iter()
-                                .map(|bp| (bp.birth_txg, bp.dvas[0].offset))
-                                .collect();
-                            for scan in &scans {
-                                prop_assert!(!freed_parts.contains(&scan.object), "a scan of a freed part");
-                                freed.extend(
-                                    store[&scan.object][..scan.entries as usize]
-                                        .iter()
-                                        .filter(|bp| bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg)
-                                        .map(|bp| (bp.birth_txg, bp.dvas[0].offset)),
-                                );
-                                let listed = list.objects().any(|object| object == scan.object);
-                                prop_assert_eq!(scan.free_part, !listed);
-                                if scan.free_part {
-                                    freed_parts.push(scan.object);
-                                }
-                            }
-                            let in_range = |bp: &BlockPointer| bp.birth_txg > min && bp.birth_txg <= max;
-                            let mut expected: Vec<(u64, u64)> = model
-                                .iter()
-                                .filter(|bp| in_range(bp))
-                                .map(|bp| (bp.birth_txg, bp.dvas[0].offset))
-                                .collect();
-                            model.retain(|bp| !in_range(bp));
-                            freed.sort_unstable();
-                            expected.sort_unstable();
-                            prop_assert_eq!(freed, expected);
+                            exclude_and_check(&mut list, &store, &mut model, &mut freed_parts, (min, max))?;
                         }
                     }
                 }
