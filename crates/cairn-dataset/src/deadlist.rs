@@ -23,16 +23,28 @@
 //!
 //! Destroying a snapshot S (predecessor P, successor N) changes deadlists without rewriting
 //! them: the blocks of N's list born in (P, S] were S's alone and are freed, so that birth
-//! range is marked *freed* in every part N's list has (`exclude`: they read as absent from
-//! then on, and a background task frees them, a bounded number per txg), and S's parts join
-//! N's (`merge`). Appends never go to a part with a freed range: a block born in such a range
-//! can no longer die onto the list (no snapshot references it), and a new part keeps the
-//! rule simple.
+//! range is marked *freed* in every part of N's list that holds births in it (`exclude`: they
+//! read as absent from then on, and a background scan of the part frees them, a bounded
+//! number per txg), and S's parts join N's (`merge`). Appends never go to a part with a freed
+//! range: a block born in such a range can no longer die onto the list (no snapshot
+//! references it), and a new part keeps the rule simple.
+//!
+//! Why parts die. Each part knows the birth range of the pointers it holds (`min_birth_txg`,
+//! `max_birth_txg`, kept as they are appended), and its freed ranges are clipped to it and
+//! coalesced where they touch. Once they cover the whole birth range the part holds nothing
+//! live: it leaves its list at once (so lists, records and reads do not grow with the number
+//! of snapshots ever destroyed: a rolling window of snapshots would otherwise collect every
+//! part ever merged, and a range destroy of 10,000 leave 10,000 empty parts on the head).
+//! Its MOS object must outlive the scans that still read it, so the scan that made it dead —
+//! the last one queued on it, and frees run in queue order — carries `free_part`: the
+//! background free frees the object when that scan ends, in the txg that records the scan
+//! done (`frees.rs`). A part that dies with no scan pending is freed at once by the caller.
 //!
 //! Invariants (`check_blocks` verifies them against the pointers read back): a block is never
 //! a hole and is born after its key; each key's totals are the sums over the blocks the parts
-//! hold outside their freed ranges; the pointers added since the last write wait in `pending`
-//! (written in the txg whose sync added them, so none is ever lost or leaked).
+//! hold outside their freed ranges; no part on a list is covered by its freed ranges; the
+//! pointers added since the last write wait in `pending` (written in the txg whose sync added
+//! them, so none is ever lost or leaked).
 
 use crate::DatasetError;
 use bytes::Bytes;
@@ -82,7 +94,11 @@ pub struct DeadlistPart {
     pub object: u64,
     /// Pointers the object holds.
     pub entries: u64,
-    /// Birth ranges (min, max] whose blocks were freed (they read as absent), ascending.
+    /// The lowest and highest birth txg of those pointers.
+    pub min_birth_txg: u64,
+    pub max_birth_txg: u64,
+    /// Birth ranges (min, max] whose blocks were freed (they read as absent), ascending,
+    /// within (`min_birth_txg` - 1, `max_birth_txg`], none touching another.
     pub freed_ranges: Vec<(u64, u64)>,
 }
 
@@ -92,6 +108,56 @@ impl DeadlistPart {
             .iter()
             .any(|&(min, max)| birth_txg > min && birth_txg <= max)
     }
+
+    /// The part of birth range (`min_txg`, `max_txg`] its pointers may fall in, if any.
+    fn clip(&self, min_txg: u64, max_txg: u64) -> Option<(u64, u64)> {
+        let low = min_txg.max(self.min_birth_txg - 1);
+        let high = max_txg.min(self.max_birth_txg);
+        (low < high).then_some((low, high))
+    }
+
+    /// Marks (`min_txg`, `max_txg`] (clipped) freed, joining the ranges it touches.
+    fn add_freed(&mut self, min_txg: u64, max_txg: u64) {
+        self.freed_ranges.push((min_txg, max_txg));
+        self.freed_ranges.sort_unstable();
+        let mut joined: Vec<(u64, u64)> = Vec::with_capacity(self.freed_ranges.len());
+        for &(min, max) in &self.freed_ranges {
+            match joined.last_mut() {
+                Some(last) if min <= last.1 => last.1 = last.1.max(max),
+                _ => joined.push((min, max)),
+            }
+        }
+        self.freed_ranges = joined;
+    }
+
+    /// Whether its freed ranges cover every birth it holds: nothing on it is live.
+    pub fn is_dead(&self) -> bool {
+        self.freed_ranges
+            .iter()
+            .any(|&(min, max)| min < self.min_birth_txg && max >= self.max_birth_txg)
+    }
+
+    /// Why the part cannot be one a list holds, if it cannot.
+    fn problem(&self) -> Option<&'static str> {
+        let in_bounds = self.freed_ranges.iter().all(|&(min, max)| {
+            min < max && min + 1 >= self.min_birth_txg && max <= self.max_birth_txg
+        });
+        let apart = self
+            .freed_ranges
+            .windows(2)
+            .all(|pair| pair[0].1 < pair[1].0);
+        if self.object == 0 || self.entries == 0 {
+            Some("no object or no pointer")
+        } else if self.min_birth_txg == 0 || self.min_birth_txg > self.max_birth_txg {
+            Some("a bad birth range")
+        } else if !in_bounds || !apart {
+            Some("freed ranges out of order, touching or outside its births")
+        } else if self.is_dead() {
+            Some("freed ranges covering every birth it holds")
+        } else {
+            None
+        }
+    }
 }
 
 /// A deadlist as its owner's record stores it.
@@ -100,6 +166,14 @@ pub struct DeadlistPhys {
     pub parts: Vec<DeadlistPart>,
     /// Totals by key, keys ascending.
     pub totals: Vec<(u64, DeadSpace)>,
+}
+
+/// Pointers `take_pending` moved onto a part: entries `first_entry..` of `object` (a new
+/// object when 0).
+struct PartAppend {
+    object: u64,
+    first_entry: u64,
+    pointers: Vec<BlockPointer>,
 }
 
 /// See the module doc.
@@ -117,6 +191,9 @@ pub struct FreeScan {
     pub entries: u64,
     pub min_txg: u64,
     pub max_txg: u64,
+    /// The part is on no list any more and this is the last scan that reads it: its object
+    /// is freed when the scan ends (see the module doc).
+    pub free_part: bool,
 }
 
 impl Deadlist {
@@ -126,7 +203,8 @@ impl Deadlist {
     }
 
     /// The deadlist a record holds; `Corrupt` if its totals repeat a key or count nothing,
-    /// or a part is empty or its freed ranges are out of order.
+    /// or a part is empty, has a bad birth range, freed ranges out of order, touching or
+    /// outside its births, or covering them all (such a part leaves its list).
     pub fn from_phys(phys: &DeadlistPhys) -> Result<Deadlist, DatasetError> {
         let corrupt = |what: String| DatasetError::Corrupt(format!("deadlist: {what}"));
         let mut totals = BTreeMap::new();
@@ -136,16 +214,8 @@ impl Deadlist {
             }
         }
         for part in &phys.parts {
-            let ordered = part
-                .freed_ranges
-                .windows(2)
-                .all(|pair| pair[0].1 <= pair[1].0);
-            if part.object == 0
-                || part.entries == 0
-                || !ordered
-                || part.freed_ranges.iter().any(|&(min, max)| min >= max)
-            {
-                return Err(corrupt(format!("part {part:?}")));
+            if let Some(problem) = part.problem() {
+                return Err(corrupt(format!("part {part:?}: {problem}")));
             }
         }
         Ok(Deadlist {
@@ -220,10 +290,16 @@ impl Deadlist {
         self.parts.iter().map(|part| part.object)
     }
 
+    /// How many parts (MOS objects) the list has.
+    pub fn parts_len(&self) -> usize {
+        self.parts.len()
+    }
+
     /// Takes the blocks born in (`min_txg`, `max_txg`] off the list (a destroyed snapshot's,
-    /// see the module doc): their totals go, and their range is marked freed in every part.
-    /// Returns the pending ones (not yet written: free them now) and a scan per part for the
-    /// written ones (free them in the background).
+    /// see the module doc): their totals go, and their range is marked freed in every part
+    /// that holds births in it. Returns the pending ones (not yet written: free them now) and
+    /// a scan per such part for the written ones (free them in the background). A part left
+    /// holding nothing live leaves the list; its scan has `free_part` set.
     pub fn exclude(&mut self, min_txg: u64, max_txg: u64) -> (Vec<BlockPointer>, Vec<FreeScan>) {
         assert!(
             min_txg < max_txg,
@@ -243,16 +319,22 @@ impl Deadlist {
             .partition(|bp| bp.birth_txg > min_txg && bp.birth_txg <= max_txg);
         self.pending = kept;
         let mut scans = Vec::new();
-        for part in &mut self.parts {
-            part.freed_ranges.push((min_txg, max_txg));
-            part.freed_ranges.sort_unstable();
+        self.parts.retain_mut(|part| {
+            // A part with no birth in the range has nothing to free: no scan reads it.
+            let Some((low, high)) = part.clip(min_txg, max_txg) else {
+                return true;
+            };
+            part.add_freed(low, high);
+            let dead = part.is_dead();
             scans.push(FreeScan {
                 object: part.object,
                 entries: part.entries,
-                min_txg,
-                max_txg,
+                min_txg: low,
+                max_txg: high,
+                free_part: dead,
             });
-        }
+            !dead
+        });
         (free_now, scans)
     }
 
@@ -282,8 +364,44 @@ impl Deadlist {
         txg: u64,
         new_object: impl FnOnce() -> u64,
     ) -> Result<(), DatasetError> {
-        if self.pending.is_empty() {
+        let Some(append) = self.take_pending(new_object) else {
             return Ok(());
+        };
+        if append.first_entry == 0 {
+            mos.create_object(
+                txg,
+                append.object,
+                ObjectType::DeadList,
+                DEADLIST_BLOCK_BYTES,
+                OBJECT_CAPACITY_BLOCKS,
+            );
+        }
+        let mut entry = append.first_entry;
+        let mut blkid = entry / POINTERS_PER_BLOCK;
+        let mut block = read_part_block(mos, append.object, blkid)?;
+        for bp in append.pointers {
+            let slot = (entry % POINTERS_PER_BLOCK) as usize * BLOCK_POINTER_SIZE;
+            block[slot..slot + BLOCK_POINTER_SIZE].copy_from_slice(&bp.to_bytes());
+            entry += 1;
+            if entry.is_multiple_of(POINTERS_PER_BLOCK) {
+                mos.write_block(txg, append.object, blkid, Bytes::from(block));
+                blkid += 1;
+                block = vec![0; DEADLIST_BLOCK_BYTES as usize];
+            }
+        }
+        if !entry.is_multiple_of(POINTERS_PER_BLOCK) {
+            mos.write_block(txg, append.object, blkid, Bytes::from(block));
+        }
+        Ok(())
+    }
+
+    /// The bookkeeping half of `write`: the pending pointers join the last part (a new one,
+    /// numbered by `new_object`, when there is none or the last has a freed range), whose
+    /// entry count and birth range take them in; returns where they go, for the caller to
+    /// store them there (`None`: nothing pending).
+    fn take_pending(&mut self, new_object: impl FnOnce() -> u64) -> Option<PartAppend> {
+        if self.pending.is_empty() {
+            return None;
         }
         if self
             .parts
@@ -292,36 +410,27 @@ impl Deadlist {
         {
             let object = new_object();
             assert!(object != 0, "a deadlist object numbered 0");
-            mos.create_object(
-                txg,
-                object,
-                ObjectType::DeadList,
-                DEADLIST_BLOCK_BYTES,
-                OBJECT_CAPACITY_BLOCKS,
-            );
             self.parts.push(DeadlistPart {
                 object,
                 entries: 0,
+                min_birth_txg: u64::MAX,
+                max_birth_txg: 0,
                 freed_ranges: Vec::new(),
             });
         }
         let part = self.parts.last_mut().expect("a part was just ensured");
-        let mut blkid = part.entries / POINTERS_PER_BLOCK;
-        let mut block = read_part_block(mos, part.object, blkid)?;
-        for bp in std::mem::take(&mut self.pending) {
-            let slot = (part.entries % POINTERS_PER_BLOCK) as usize * BLOCK_POINTER_SIZE;
-            block[slot..slot + BLOCK_POINTER_SIZE].copy_from_slice(&bp.to_bytes());
-            part.entries += 1;
-            if part.entries.is_multiple_of(POINTERS_PER_BLOCK) {
-                mos.write_block(txg, part.object, blkid, Bytes::from(block));
-                blkid += 1;
-                block = vec![0; DEADLIST_BLOCK_BYTES as usize];
-            }
+        let pointers = std::mem::take(&mut self.pending);
+        let first_entry = part.entries;
+        for bp in &pointers {
+            part.min_birth_txg = part.min_birth_txg.min(bp.birth_txg);
+            part.max_birth_txg = part.max_birth_txg.max(bp.birth_txg);
         }
-        if !part.entries.is_multiple_of(POINTERS_PER_BLOCK) {
-            mos.write_block(txg, part.object, blkid, Bytes::from(block));
-        }
-        Ok(())
+        part.entries += pointers.len() as u64;
+        Some(PartAppend {
+            object: part.object,
+            first_entry,
+            pointers,
+        })
     }
 
     /// Every pointer on the list (outside the freed ranges), written and pending.
@@ -418,6 +527,7 @@ mod tests {
     use super::*;
     use cairn_format::Dva;
     use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
 
     fn bp(birth_txg: u64, asize: u32) -> BlockPointer {
         let mut bp = BlockPointer::HOLE;
@@ -470,7 +580,9 @@ mod tests {
         let part = DeadlistPart {
             object: 7,
             entries: 1,
-            freed_ranges: vec![(2, 5), (5, 9)],
+            min_birth_txg: 2,
+            max_birth_txg: 12,
+            freed_ranges: vec![(1, 5), (6, 9)],
         };
         let good = DeadlistPhys {
             parts: vec![part.clone()],
@@ -498,6 +610,35 @@ mod tests {
                 freed_ranges: vec![(5, 5)],
                 ..part.clone()
             }),
+            // Touching ranges are joined when made.
+            with_part(DeadlistPart {
+                freed_ranges: vec![(2, 5), (5, 9)],
+                ..part.clone()
+            }),
+            // Outside its births.
+            with_part(DeadlistPart {
+                freed_ranges: vec![(0, 5)],
+                ..part.clone()
+            }),
+            with_part(DeadlistPart {
+                freed_ranges: vec![(9, 13)],
+                ..part.clone()
+            }),
+            with_part(DeadlistPart {
+                min_birth_txg: 0,
+                freed_ranges: Vec::new(),
+                ..part.clone()
+            }),
+            with_part(DeadlistPart {
+                min_birth_txg: 13,
+                freed_ranges: Vec::new(),
+                ..part.clone()
+            }),
+            // Holding nothing live: it leaves its list.
+            with_part(DeadlistPart {
+                freed_ranges: vec![(1, 12)],
+                ..part.clone()
+            }),
             DeadlistPhys {
                 totals: vec![(0, space), (0, space)],
                 ..good.clone()
@@ -505,6 +646,97 @@ mod tests {
         ] {
             assert!(Deadlist::from_phys(&bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    /// A list with parts of the given (min, max) births, objects numbered from 1.
+    fn list_of_parts(births: &[(u64, u64)]) -> Deadlist {
+        let parts = births
+            .iter()
+            .enumerate()
+            .map(|(index, &(min, max))| DeadlistPart {
+                object: index as u64 + 1,
+                entries: 4,
+                min_birth_txg: min,
+                max_birth_txg: max,
+                freed_ranges: Vec::new(),
+            })
+            .collect();
+        Deadlist::from_phys(&DeadlistPhys {
+            parts,
+            totals: Vec::new(),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn ranges_are_clipped_and_joined_and_a_covered_part_leaves_with_its_last_scan() {
+        // Births: part 1 in [5, 20], part 2 in [21, 40], part 3 in [41, 60].
+        let mut list = list_of_parts(&[(5, 20), (21, 40), (41, 60)]);
+        // (10, 30]: parts 1 and 2 hold births in it, clipped to theirs; part 3 none.
+        let (_, scans) = list.exclude(10, 30);
+        let ranges: Vec<(u64, u64, u64, bool)> = scans
+            .iter()
+            .map(|scan| (scan.object, scan.min_txg, scan.max_txg, scan.free_part))
+            .collect();
+        assert_eq!(ranges, vec![(1, 10, 20, false), (2, 20, 30, false)]);
+        assert_eq!(list.parts[0].freed_ranges, vec![(10, 20)]);
+        assert!(list.parts[2].freed_ranges.is_empty());
+        // (0, 10]: part 1's ranges touch and join, (4, 20]: all its births, so it goes; its
+        // scan is the one that frees it.
+        let (_, scans) = list.exclude(0, 10);
+        assert_eq!(
+            scans,
+            vec![FreeScan {
+                object: 1,
+                entries: 4,
+                min_txg: 4,
+                max_txg: 10,
+                free_part: true,
+            }]
+        );
+        assert_eq!(list.objects().collect::<Vec<_>>(), vec![2, 3]);
+        // (30, 50]: part 2's (20, 30] and (30, 40] join into all of it; part 3 keeps
+        // (40, 50] and stays.
+        let (_, scans) = list.exclude(30, 50);
+        let freeing: Vec<(u64, bool)> = scans
+            .iter()
+            .map(|scan| (scan.object, scan.free_part))
+            .collect();
+        assert_eq!(freeing, vec![(2, true), (3, false)]);
+        assert_eq!(list.objects().collect::<Vec<_>>(), vec![3]);
+        assert_eq!(list.parts_len(), 1);
+        assert_eq!(list.parts[0].freed_ranges, vec![(40, 50)]);
+        // The record it writes holds no dead part and reads back the same.
+        assert_eq!(Deadlist::from_phys(&list.to_phys()).unwrap(), list);
+    }
+
+    #[test]
+    fn appended_pointers_set_a_parts_birth_range_and_a_freed_range_seals_it() {
+        let mut list = Deadlist::new();
+        let mut next = 10;
+        let mut number = || {
+            next += 1;
+            next
+        };
+        list.insert(0, bp(7, 512));
+        list.insert(0, bp(3, 512));
+        let append = list.take_pending(&mut number).unwrap();
+        assert_eq!((append.object, append.first_entry), (11, 0));
+        list.insert(0, bp(9, 512));
+        let append = list.take_pending(&mut number).unwrap();
+        assert_eq!((append.object, append.first_entry), (11, 2));
+        let part = &list.parts[0];
+        assert_eq!(
+            (part.entries, part.min_birth_txg, part.max_birth_txg),
+            (3, 3, 9)
+        );
+        // A freed range that leaves it live seals it: the next pointers start a part.
+        let (_, scans) = list.exclude(5, 7);
+        assert_eq!(scans.len(), 1);
+        list.insert(0, bp(2, 512));
+        let append = list.take_pending(&mut number).unwrap();
+        assert_eq!((append.object, append.first_entry), (12, 0));
+        assert_eq!(list.objects().collect::<Vec<_>>(), vec![11, 12]);
     }
 
     #[derive(Debug, Clone)]
@@ -516,6 +748,8 @@ mod tests {
         Insert(u64, u32),
         /// The blocks born between two snapshot bounds are freed (a destroy).
         Free(usize, usize),
+        /// The pending pointers are written to a part (a sync).
+        Write,
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -524,20 +758,90 @@ mod tests {
             (0usize..8).prop_map(Step::Destroy),
             (0u64..100, 1u32..64).prop_map(|(age, sectors)| Step::Insert(age, sectors * 512)),
             (0usize..8, 0usize..8).prop_map(|(a, b)| Step::Free(a, b)),
+            Just(Step::Write),
         ]
+    }
+
+    /// The pointers of every part ever written, by object (the MOS of the model).
+    type Store = BTreeMap<u64, Vec<BlockPointer>>;
+
+    /// What the list holds live: its parts' pointers outside their freed ranges, and the
+    /// pending ones, sorted.
+    fn live_blocks(list: &Deadlist, store: &Store) -> Vec<(u64, u64)> {
+        let mut live: Vec<(u64, u64)> = list
+            .parts
+            .iter()
+            .flat_map(|part| {
+                store[&part.object][..part.entries as usize]
+                    .iter()
+                    .filter(|bp| !part.is_freed(bp.birth_txg))
+            })
+            .chain(&list.pending)
+            .map(|bp| (bp.birth_txg, bp.dvas[0].offset))
+            .collect();
+        live.sort_unstable();
+        live
+    }
+
+    /// A destroy's exclusion of (`min`, `max`] against the model: the pending pointers it
+    /// returns and the blocks its scans find are exactly the model's blocks born in the range,
+    /// each once; a scan frees its part exactly when the part left the list, and no scan
+    /// reads a part a scan freed before.
+    fn exclude_and_check(
+        list: &mut Deadlist,
+        store: &Store,
+        model: &mut Vec<BlockPointer>,
+        freed_parts: &mut Vec<u64>,
+        (min, max): (u64, u64),
+    ) -> Result<(), TestCaseError> {
+        let place = |bp: &BlockPointer| (bp.birth_txg, bp.dvas[0].offset);
+        let (free_now, scans) = list.exclude(min, max);
+        let mut freed: Vec<(u64, u64)> = free_now.iter().map(place).collect();
+        for scan in &scans {
+            prop_assert!(
+                !freed_parts.contains(&scan.object),
+                "a scan of a freed part"
+            );
+            freed.extend(
+                store[&scan.object][..scan.entries as usize]
+                    .iter()
+                    .filter(|bp| bp.birth_txg > scan.min_txg && bp.birth_txg <= scan.max_txg)
+                    .map(place),
+            );
+            let listed = list.objects().any(|object| object == scan.object);
+            prop_assert_eq!(scan.free_part, !listed);
+            if scan.free_part {
+                freed_parts.push(scan.object);
+            }
+        }
+        let in_range = |bp: &BlockPointer| bp.birth_txg > min && bp.birth_txg <= max;
+        let mut expected: Vec<(u64, u64)> =
+            model.iter().filter(|bp| in_range(bp)).map(place).collect();
+        model.retain(|bp| !in_range(bp));
+        freed.sort_unstable();
+        expected.sort_unstable();
+        prop_assert_eq!(freed, expected);
+        Ok(())
     }
 
     proptest! {
         /// Against a model that keeps every block: after every step the sums over any two
-        /// snapshot bounds equal a brute-force count of the blocks born between them, and the
-        /// blocks check against the totals. Time only moves forward: a snapshot is newer than
-        /// every block that died before it.
+        /// snapshot bounds equal a brute-force count of the blocks born between them, the
+        /// blocks check against the totals, and the parts hold exactly the model's blocks
+        /// live. A destroy's scans and pending pointers free exactly the blocks born in its
+        /// range, each once; a part leaves the list exactly when it holds nothing live, and
+        /// no scan reads it after the one that frees it. Time only moves forward: a snapshot
+        /// is newer than every block that died before it.
         #[test]
         fn range_sums_equal_a_brute_force_count(steps in prop::collection::vec(step(), 1..80)) {
             let mut now = 1u64;
             let mut snaps: Vec<u64> = Vec::new();
             let mut list = Deadlist::new();
             let mut model: Vec<BlockPointer> = Vec::new();
+            let mut store = Store::new();
+            let mut freed_parts: Vec<u64> = Vec::new();
+            let mut gone: Vec<(u64, u64)> = Vec::new();
+            let mut unique = 0u64;
             for step in steps {
                 match step {
                     Step::Snapshot(passed) => {
@@ -552,25 +856,42 @@ mod tests {
                     Step::Destroy(_) => {}
                     Step::Insert(age, asize) => {
                         let birth = now.saturating_sub(age).max(1);
-                        list.insert(key_of(&snaps, birth), bp(birth, asize));
-                        model.push(bp(birth, asize));
+                        // As in a pool: no block of a freed range dies onto the list after.
+                        if gone.iter().any(|&(low, high)| birth > low && birth <= high) {
+                            continue;
+                        }
+                        // Distinct places: a block freed twice would show as two.
+                        unique += 1;
+                        let mut block = bp(birth, asize);
+                        block.dvas[0].offset = unique;
+                        list.insert(key_of(&snaps, birth), block);
+                        model.push(block);
+                    }
+                    Step::Write => {
+                        let next = store.keys().next_back().map_or(1, |last| last + 1);
+                        if let Some(append) = list.take_pending(|| next) {
+                            let stored = store.entry(append.object).or_default();
+                            prop_assert_eq!(stored.len() as u64, append.first_entry);
+                            stored.extend(append.pointers);
+                        }
                     }
                     Step::Free(a, b) => {
                         let bounds: Vec<u64> = [0].into_iter().chain(snaps.iter().copied()).collect();
                         let (min, max) = (bounds[a % bounds.len()], bounds[b % bounds.len()]);
-                        if min < max {
-                            // Nothing written: every freed block comes back to free now.
-                            let (mut freed, scans) = list.exclude(min, max);
-                            prop_assert!(scans.is_empty());
-                            let in_range = |bp: &BlockPointer| bp.birth_txg > min && bp.birth_txg <= max;
-                            let mut expected: Vec<BlockPointer> = model.iter().copied().filter(in_range).collect();
-                            model.retain(|bp| !in_range(bp));
-                            let order = |bp: &BlockPointer| (bp.birth_txg, bp.dvas[0].asize);
-                            freed.sort_by_key(order);
-                            expected.sort_by_key(order);
-                            prop_assert_eq!(freed, expected);
+                        // As in a pool: the ranges freed in one list never overlap (a
+                        // destroyed snapshot's range is freed once).
+                        if min < max && gone.iter().all(|&(low, high)| high <= min || max <= low) {
+                            gone.push((min, max));
+                            exclude_and_check(&mut list, &store, &mut model, &mut freed_parts, (min, max))?;
                         }
                     }
+                }
+                let mut expected: Vec<(u64, u64)> =
+                    model.iter().map(|bp| (bp.birth_txg, bp.dvas[0].offset)).collect();
+                expected.sort_unstable();
+                prop_assert_eq!(live_blocks(&list, &store), expected);
+                for part in &list.parts {
+                    prop_assert!(part.problem().is_none(), "{:?} on the list", part);
                 }
                 prop_assert_eq!(list.check_blocks(&model, |birth| key_of(&snaps, birth)), Ok(()));
                 let bounds: Vec<u64> = [0].into_iter().chain(snaps.iter().copied()).chain([u64::MAX]).collect();

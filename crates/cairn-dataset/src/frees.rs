@@ -5,23 +5,34 @@
 //!
 //! Two kinds of work, each a record of the table written in the txg that advances it:
 //! - a snapshot destroy's (`FreeWork`, tag 'f'): the blocks of deadlist parts born in a range,
-//!   scanned in order from where the last txg stopped;
+//!   scanned in order from where the last txg stopped; a scan marked `free_part` (its part
+//!   left every list, and no later scan reads it) also frees the part's MOS object when it
+//!   ends, in the txg that records it done, so a crash redoes both or neither;
 //! - a dataset destroy's or a rollback's (`TreeFree`, tag 't'): a dead object-set tree freed
 //!   in post order from a stored path (`cairn_object::tree_free`), only its blocks born after
 //!   a txg (a clone's origin's, a rolled-back head's snapshot's).
 
 use crate::DatasetError;
-use crate::deadlist::{DeadSpace, FreeScan, POINTERS_PER_BLOCK, read_part};
+use crate::deadlist::{DeadSpace, Deadlist, FreeScan, POINTERS_PER_BLOCK, read_part};
 use crate::records::{FreeWork, TreeFree};
 use crate::snapshots::{RecordKey, SnapshotTable};
 use cairn_format::BlockPointer;
 use cairn_pipeline::BlockIo;
+use std::collections::BTreeSet;
 
 /// Deadlist entries scanned between two asks of a free's `keep_going` (a time budget's
 /// granularity: small enough that a step costs well under a millisecond).
 pub const FREE_CHUNK_ENTRIES: u64 = 512;
 /// Dead-tree blocks freed between two asks of `keep_going`.
 pub const FREE_CHUNK_BLOCKS: u64 = 512;
+/// What `process_frees` did: deadlist entries scanned, and the parts whose MOS objects it
+/// gave back to `free_part`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FreesDone {
+    pub entries_scanned: u64,
+    pub parts_freed: u64,
+}
+
 /// Scans of a free whose deadlist blocks are read ahead of the one being freed: a range
 /// destroy leaves thousands of small parts, each its own MOS object, and reading them one
 /// after another in the sync made each wait for the device in turn.
@@ -203,14 +214,18 @@ impl SnapshotTable {
     /// Frees, through `free`, the blocks of at most `entries_max` scanned deadlist entries of
     /// the oldest destroys' background work (in sync context), in steps of at most
     /// `FREE_CHUNK_ENTRIES`, stopping early once `keep_going` says so (asked after each step,
-    /// so every call makes progress); returns the entries scanned.
+    /// so every call makes progress), and through `free_part` the MOS object of each dead
+    /// part whose last scan ends (the caller frees it in this txg, which records the scan
+    /// done). Scans run in queue order: by free number, then by index.
     pub fn process_frees(
         &mut self,
         mos: &cairn_object::ObjectSet,
         entries_max: u64,
         keep_going: &mut dyn FnMut() -> bool,
         free: &mut dyn FnMut(&BlockPointer),
-    ) -> Result<u64, DatasetError> {
+        free_part: &mut dyn FnMut(u64),
+    ) -> Result<FreesDone, DatasetError> {
+        let mut parts_freed = 0;
         // Work begun takes no more scans (its record says where it stands).
         self.open_free = None;
         let mut scanned = 0;
@@ -246,6 +261,10 @@ impl SnapshotTable {
             scanned += end - work.next_entry;
             work.next_entry = end;
             if end == scan.entries {
+                if scan.free_part {
+                    free_part(scan.object);
+                    parts_freed += 1;
+                }
                 work.scan_index += 1;
                 work.next_entry = 0;
                 if work.scan_index as usize == work.scans.len() {
@@ -263,7 +282,55 @@ impl SnapshotTable {
             work.scan_index = 0;
             self.dirty.insert(RecordKey::Free(seq));
         }
-        Ok(scanned)
+        Ok(FreesDone {
+            entries_scanned: scanned,
+            parts_freed,
+        })
+    }
+
+    /// Deadlist parts that left their lists (`objects`) and must go once no background free
+    /// reads them: the last pending scan of each is marked to free it when it ends (frees
+    /// run in queue order, so no scan reads it after); the objects no pending scan reads are
+    /// returned, for the caller to free now.
+    pub(crate) fn retire_parts(&mut self, objects: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        let mut wanted: BTreeSet<u64> = objects.into_iter().collect();
+        for (&seq, work) in self.free_queue.iter_mut().rev() {
+            if wanted.is_empty() {
+                break;
+            }
+            let first = work.scan_index as usize;
+            for scan in work.scans.iter_mut().skip(first).rev() {
+                if wanted.remove(&scan.object) {
+                    scan.free_part = true;
+                    self.dirty.insert(RecordKey::Free(seq));
+                }
+            }
+        }
+        wanted.into_iter().collect()
+    }
+
+    /// Every head's deadlist (`pool check` accounts for their parts).
+    pub fn head_deadlists(&self) -> impl Iterator<Item = &Deadlist> {
+        self.heads.values()
+    }
+
+    /// Deadlist parts (MOS objects) on every list of the table.
+    pub fn deadlist_parts(&self) -> u64 {
+        self.snapshots
+            .values()
+            .map(|snapshot| &snapshot.deadlist)
+            .chain(self.heads.values())
+            .map(|list| list.parts_len() as u64)
+            .sum()
+    }
+
+    /// Deadlist parts that left their lists and wait for their last scan to free them.
+    pub fn retiring_parts(&self) -> u64 {
+        self.free_queue
+            .values()
+            .flat_map(|work| work.scans.iter().skip(work.scan_index as usize))
+            .filter(|scan| scan.free_part)
+            .count() as u64
     }
 }
 

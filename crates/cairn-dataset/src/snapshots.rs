@@ -175,6 +175,9 @@ pub struct Destroyed {
     pub freed: DeadSpace,
     /// The background free work it queued (`FreeWork`'s number) and its bytes, if any.
     pub queued_free: Option<(u64, u64)>,
+    /// Deadlist objects to free in this txg: parts left holding nothing live that no
+    /// background free reads.
+    pub free_objects: Vec<u64>,
 }
 
 /// What `SnapshotTable::create` is given.
@@ -674,10 +677,15 @@ impl SnapshotTable {
         let (free_now, scans) = next_list.exclude(prev_txg, txg);
         next_list.merge(gone.deadlist);
         let free_now_bytes: u64 = free_now.iter().map(BlockPointer::allocated_bytes).sum();
-        let mut queued_free = None;
+        let (mut queued_free, mut free_objects) = (None, Vec::new());
         if !scans.is_empty() && freed.allocated_bytes > free_now_bytes {
             let bytes = freed.allocated_bytes - free_now_bytes;
             queued_free = Some((self.queue_free(scans, bytes), bytes));
+        } else {
+            // Nothing written to free: the scans are not queued, but a part they left dead
+            // still goes once the scans queued before have read it.
+            let dead = scans.iter().filter(|scan| scan.free_part);
+            free_objects = self.retire_parts(dead.map(|scan| scan.object));
         }
         match next_id {
             Some(next) => {
@@ -709,6 +717,7 @@ impl SnapshotTable {
             prev_snap_txg: next_id.is_none().then_some(prev_txg),
             freed,
             queued_free,
+            free_objects,
         })
     }
 
@@ -776,20 +785,14 @@ impl SnapshotTable {
 
     /// A dataset without snapshots is destroyed: its head's record goes (every block its
     /// deadlist still listed was freed with the last snapshot). Returns the deadlist's objects
-    /// no background free still reads, for the caller to free.
+    /// no background free still reads, for the caller to free; the others are freed by the
+    /// last scan that reads them (`retire_parts`).
     pub fn forget_head(&mut self, dataset_id: u64) -> Vec<u64> {
         let Some(head) = self.heads.remove(&dataset_id) else {
             return Vec::new();
         };
         self.dirty.insert(RecordKey::Head(dataset_id));
-        let scanned: BTreeSet<u64> = self
-            .free_queue
-            .values()
-            .flat_map(|work| work.scans.iter().map(|scan| scan.object))
-            .collect();
-        head.objects()
-            .filter(|object| !scanned.contains(object))
-            .collect()
+        self.retire_parts(head.objects().collect::<Vec<_>>())
     }
 
     /// Places user hold `tag` on snapshot `name` of `dataset_id` at `now_ms`: a held snapshot

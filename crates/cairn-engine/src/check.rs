@@ -8,7 +8,8 @@
 //! - references to space the space log says is free;
 //! - leaks: allocated space no pointer references;
 //! - per-dataset `used` that differs from the sum of its blocks;
-//! - deadlists and `usedbysnapshots` that disagree with the trees (`check_snapshots.rs`).
+//! - deadlists and `usedbysnapshots` that disagree with the trees, and deadlist objects of
+//!   the MOS that nothing holds or will free (`check_snapshots.rs`).
 //!
 //! Each dataset's snapshots are walked oldest first, each from its predecessor's txg, then the
 //! head from the newest snapshot's (`PoolCore::tree_roots`), so a block they share is visited
@@ -308,6 +309,10 @@ impl Pool {
         }
         // What destroys left to free in the background is still allocated.
         let (freeing, problems) = crate::check_snapshots::pending_free_blocks(&self.core)?;
+        visitor.report.snapshot_problems.extend(problems);
+        // The MOS walk counts every object as referenced: deadlist parts are accounted for
+        // by object.
+        let problems = crate::check_snapshots::deadlist_object_problems(&self.core)?;
         visitor.report.snapshot_problems.extend(problems);
         visitor.dataset = format!("{} (being freed)", self.core.name);
         for bp in freeing {

@@ -20,10 +20,16 @@
 //!
 //! Per-snapshot `used`, `referenced` and `written` are exercised by the snapshot property test,
 //! which walks every snapshot in full after every step.
+//!
+//! Deadlist parts are MOS objects, which the MOS walk counts as referenced whether or not
+//! anything still needs them, so a part's object left behind would never show as leaked
+//! space. `deadlist_object_problems` accounts for them by object: every `DeadList` object of
+//! the MOS is a part on exactly one list or a dead part whose last pending scan will free it,
+//! and every object a list or a pending scan names exists.
 
 use crate::EngineError;
 use crate::core::PoolCore;
-use cairn_format::BlockPointer;
+use cairn_format::{BlockPointer, ObjectType};
 use std::collections::HashSet;
 
 /// A block's place: its copies' (vdev, offset).
@@ -211,4 +217,78 @@ pub(crate) fn pending_free_blocks(
         }
     }
     Ok((blocks, problems))
+}
+
+/// Problems with the deadlist parts' MOS objects (see the module doc): a `DeadList` object no
+/// list holds and no pending scan frees (leaked), an object named by a list or a scan that is
+/// not one (freed early), a part on two lists, a dead part still on a list, a scan that frees
+/// its part before a later scan reads it, and a part off every list that no scan frees.
+pub(crate) fn deadlist_object_problems(core: &PoolCore) -> Result<Vec<String>, EngineError> {
+    use std::collections::BTreeMap;
+    let table = core.snapshots.lock();
+    let mut problems = Vec::new();
+    let mut listed: BTreeMap<u64, usize> = BTreeMap::new();
+    for list in table
+        .all()
+        .map(|snapshot| &snapshot.deadlist)
+        .chain(table.head_deadlists())
+    {
+        for object in list.objects() {
+            *listed.entry(object).or_default() += 1;
+        }
+    }
+    // Each pending scan's object, with whether its last pending scan frees it.
+    let mut last_frees: BTreeMap<u64, bool> = BTreeMap::new();
+    for work in table.free_queue() {
+        for scan in work.scans.iter().skip(work.scan_index as usize) {
+            if last_frees.get(&scan.object) == Some(&true) {
+                problems.push(format!(
+                    "deadlist object {} is read by a scan after the one that frees it",
+                    scan.object
+                ));
+            }
+            last_frees.insert(scan.object, scan.free_part);
+        }
+    }
+    for (&object, &lists) in &listed {
+        if lists > 1 {
+            problems.push(format!(
+                "deadlist object {object} is a part of {lists} lists"
+            ));
+        }
+        if last_frees.get(&object) == Some(&true) {
+            problems.push(format!(
+                "deadlist object {object} is on a list and freed by a pending scan"
+            ));
+        }
+    }
+    for (&object, _) in last_frees.iter().filter(|(_, frees)| !**frees) {
+        if !listed.contains_key(&object) {
+            problems.push(format!(
+                "deadlist object {object} is on no list and no pending scan frees it"
+            ));
+        }
+    }
+    let mut expected: std::collections::BTreeSet<u64> = listed.keys().copied().collect();
+    expected.extend(last_frees.keys().copied());
+    for object in 0..core.mos.object_id_bound() {
+        let dnode = core.mos.dnode(object)?;
+        let is_part = !dnode.is_free() && dnode.object_type == ObjectType::DeadList;
+        if is_part && !expected.remove(&object) {
+            problems.push(format!(
+                "deadlist object {object} is leaked: no list holds it, no scan frees it"
+            ));
+        }
+        if !is_part && expected.remove(&object) {
+            problems.push(format!(
+                "deadlist object {object} is named by the snapshot table but is no deadlist"
+            ));
+        }
+    }
+    for object in expected {
+        problems.push(format!(
+            "deadlist object {object} is named by the snapshot table but does not exist"
+        ));
+    }
+    Ok(problems)
 }

@@ -120,6 +120,9 @@ pub(crate) struct PoolCore {
     /// What background frees cost the txgs that did them, and so how much the next may do
     /// (`free_pacing.rs`). The sync thread alone uses it.
     pub(crate) free_pacing: Mutex<crate::free_pacing::FreePacing>,
+    /// MOS object numbers freed, to give again (`record_map::MosObjectNumbers`). The sync
+    /// thread alone uses it.
+    pub(crate) mos_numbers: Mutex<crate::record_map::MosObjectNumbers>,
 }
 
 /// Blocks and bytes (allocated, every copy) the meta object set wrote: in the last txg that

@@ -231,7 +231,7 @@ impl Pool {
                 // Its deadlist's record (left by destroyed snapshots) and its origin record
                 // go with it.
                 for object in table.forget_dataset(record.id) {
-                    core.mos.free_object(txg, object);
+                    core.free_mos_object(txg, object);
                 }
                 crate::snapshot_sync::refresh_snapshot_bytes(&mut directory, &table);
                 core.snapshot_stats

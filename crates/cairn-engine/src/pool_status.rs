@@ -424,6 +424,8 @@ impl Pool {
         stats.snapshots = table.len() as u64;
         stats.deadlist_entries = held.blocks;
         stats.deadlist_bytes = held.allocated_bytes;
+        stats.deadlist_parts = table.deadlist_parts();
+        stats.deadlist_parts_retiring = table.retiring_parts();
         stats
     }
 

@@ -32,6 +32,49 @@ pub(crate) fn next_dynamic_object(mos: &ObjectSet) -> u64 {
     mos.object_id_bound().max(FIRST_DYNAMIC_OBJECT)
 }
 
+/// MOS object numbers freed in this process, given again before any past the bound: a new
+/// number past the bound starts a dnode block of its own (the bound is rounded up to whole
+/// blocks), and a block whose dnodes are all free still takes its space, so a pool that
+/// creates and frees objects for ever (a deadlist part or two per snapshot destroyed, in a
+/// rolling window of snapshots) grew its MOS by a dnode block per object. A number is given
+/// again only from the txg after the one that freed it, when the free has synced. In memory
+/// only: after an import the numbers freed before are left (a pool reopened grows by what
+/// it freed before, once).
+#[derive(Debug, Default)]
+pub(crate) struct MosObjectNumbers {
+    /// Object → the txg that freed it.
+    freed: std::collections::BTreeMap<u64, u64>,
+}
+
+impl MosObjectNumbers {
+    /// Object `object` of the MOS was freed in `txg`.
+    pub(crate) fn freed(&mut self, object: u64, txg: u64) {
+        if object >= FIRST_DYNAMIC_OBJECT {
+            self.freed.insert(object, txg);
+        }
+    }
+
+    /// A number for a new object of `mos` in `txg` (sync context): the lowest freed before
+    /// `txg` whose dnode is still free, else `next_dynamic_object`.
+    pub(crate) fn take(&mut self, mos: &ObjectSet, txg: u64) -> u64 {
+        let ready: Vec<u64> = self
+            .freed
+            .iter()
+            .filter(|&(_, &freed_txg)| freed_txg < txg)
+            .map(|(&object, _)| object)
+            .take(8)
+            .collect();
+        for object in ready {
+            self.freed.remove(&object);
+            // Created again since by a number given explicitly: not free any more.
+            if mos.dnode(object).is_ok_and(|dnode| dnode.is_free()) {
+                return object;
+            }
+        }
+        next_dynamic_object(mos)
+    }
+}
+
 /// Every (key, value) of a record map.
 pub(crate) type Records = Vec<(Vec<u8>, Vec<u8>)>;
 

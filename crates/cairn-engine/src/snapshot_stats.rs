@@ -70,6 +70,8 @@ pub(crate) enum SnapshotChange {
     FreeWork {
         deadlist_entries_scanned: u64,
         deadlist_blocks_freed: u64,
+        /// Dead deadlist parts whose objects went with their last scan.
+        deadlist_parts_freed: u64,
         tree_blocks_freed: u64,
     },
 }
@@ -95,6 +97,7 @@ pub(crate) struct SnapshotStats {
     datasets_destroyed: AtomicU64,
     deadlist_entries_scanned: AtomicU64,
     deadlist_blocks_freed: AtomicU64,
+    deadlist_parts_freed: AtomicU64,
     tree_blocks_freed: AtomicU64,
     background_free_txgs: AtomicU64,
     frees_finished: AtomicU64,
@@ -115,6 +118,7 @@ impl Default for SnapshotStats {
             datasets_destroyed: AtomicU64::new(0),
             deadlist_entries_scanned: AtomicU64::new(0),
             deadlist_blocks_freed: AtomicU64::new(0),
+            deadlist_parts_freed: AtomicU64::new(0),
             tree_blocks_freed: AtomicU64::new(0),
             background_free_txgs: AtomicU64::new(0),
             frees_finished: AtomicU64::new(0),
@@ -141,6 +145,8 @@ pub struct SnapshotStatsSnapshot {
     pub deadlist_entries_scanned: u64,
     /// Blocks those scans freed.
     pub deadlist_blocks_freed: u64,
+    /// Deadlist parts left holding nothing live whose MOS objects those scans freed.
+    pub deadlist_parts_freed: u64,
     /// Blocks freed from dead trees (destroyed datasets, rolled-back heads).
     pub tree_blocks_freed: u64,
     /// Txgs that did background free work.
@@ -155,6 +161,10 @@ pub struct SnapshotStatsSnapshot {
     pub deadlist_entries: u64,
     /// Level: their allocated bytes.
     pub deadlist_bytes: u64,
+    /// Level: deadlist parts (MOS objects) on every list, and those off their lists waiting
+    /// for their last scan.
+    pub deadlist_parts: u64,
+    pub deadlist_parts_retiring: u64,
     /// Snapshot commands that completed (the histogram's count).
     pub commands: u64,
     pub command_latency_p50_us: u64,
@@ -174,6 +184,7 @@ impl SnapshotStatsSnapshot {
             ("datasets_destroyed", self.datasets_destroyed),
             ("deadlist_entries_scanned", self.deadlist_entries_scanned),
             ("deadlist_blocks_freed", self.deadlist_blocks_freed),
+            ("deadlist_parts_freed", self.deadlist_parts_freed),
             ("tree_blocks_freed", self.tree_blocks_freed),
             ("background_free_txgs", self.background_free_txgs),
             ("frees_finished", self.frees_finished),
@@ -181,6 +192,8 @@ impl SnapshotStatsSnapshot {
             ("snapshots", self.snapshots),
             ("deadlist_entries", self.deadlist_entries),
             ("deadlist_bytes", self.deadlist_bytes),
+            ("deadlist_parts", self.deadlist_parts),
+            ("deadlist_parts_retiring", self.deadlist_parts_retiring),
             ("commands", self.commands),
             ("command_latency_p50_us", self.command_latency_p50_us),
             ("command_latency_p99_us", self.command_latency_p99_us),
@@ -192,7 +205,12 @@ impl SnapshotStatsSnapshot {
     pub fn is_level(name: &str) -> bool {
         matches!(
             name,
-            "freeing_bytes" | "snapshots" | "deadlist_entries" | "deadlist_bytes"
+            "freeing_bytes"
+                | "snapshots"
+                | "deadlist_entries"
+                | "deadlist_bytes"
+                | "deadlist_parts"
+                | "deadlist_parts_retiring"
         ) || name.starts_with("command_latency_")
     }
 }
@@ -322,11 +340,13 @@ impl SnapshotStats {
             SnapshotChange::FreeWork {
                 deadlist_entries_scanned,
                 deadlist_blocks_freed,
+                deadlist_parts_freed,
                 tree_blocks_freed,
             } => {
                 bump(&self.background_free_txgs, 1);
                 bump(&self.deadlist_entries_scanned, deadlist_entries_scanned);
                 bump(&self.deadlist_blocks_freed, deadlist_blocks_freed);
+                bump(&self.deadlist_parts_freed, deadlist_parts_freed);
                 bump(&self.tree_blocks_freed, tree_blocks_freed);
                 return;
             }
@@ -362,6 +382,7 @@ impl SnapshotStats {
             datasets_destroyed: get(&self.datasets_destroyed),
             deadlist_entries_scanned: get(&self.deadlist_entries_scanned),
             deadlist_blocks_freed: get(&self.deadlist_blocks_freed),
+            deadlist_parts_freed: get(&self.deadlist_parts_freed),
             tree_blocks_freed: get(&self.tree_blocks_freed),
             background_free_txgs: get(&self.background_free_txgs),
             frees_finished: get(&self.frees_finished),

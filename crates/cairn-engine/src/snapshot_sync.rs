@@ -32,7 +32,7 @@
 
 use crate::EngineError;
 use crate::core::{PendingSnapshot, PoolCore};
-use crate::record_map::{RecordMap, next_dynamic_object};
+use crate::record_map::RecordMap;
 use crate::snapshot_stats::SnapshotChange;
 use cairn_dataset::frees::BackgroundFree;
 use cairn_dataset::snapshots::{NewSnapshot, SnapshotTable};
@@ -108,6 +108,10 @@ impl PoolCore {
                     for bp in &destroyed.free_now {
                         self.mos.cached_io().free_block(bp, txg);
                     }
+                    // Parts left holding nothing live that no background free reads.
+                    for &object in &destroyed.free_objects {
+                        self.free_mos_object(txg, object);
+                    }
                     let snapshot = format!("{dataset}@{name}");
                     // Only the work this destroy queued: following every free left would
                     // make a destroy of N snapshots quadratic.
@@ -172,11 +176,18 @@ impl PoolCore {
                 .is_none_or(|deadline| Instant::now() < deadline)
         };
         let mut deadlist_blocks_freed = 0;
-        let deadlist_entries_scanned =
-            table.process_frees(&self.mos, budget.units_max, &mut keep_going, &mut |bp| {
+        // A dead part's object goes in the txg that records its last scan done.
+        let done = table.process_frees(
+            &self.mos,
+            budget.units_max,
+            &mut keep_going,
+            &mut |bp| {
                 self.mos.cached_io().free_block(bp, txg);
                 deadlist_blocks_freed += 1;
-            })?;
+            },
+            &mut |object| self.free_mos_object(txg, object),
+        )?;
+        let deadlist_entries_scanned = done.entries_scanned;
         // The dead trees get what the deadlists left of the units (at least one step).
         let tree_blocks_freed = table.process_tree_frees(
             &self.io,
@@ -196,10 +207,24 @@ impl PoolCore {
         self.snapshot_stats.note(SnapshotChange::FreeWork {
             deadlist_entries_scanned,
             deadlist_blocks_freed,
+            deadlist_parts_freed: done.parts_freed,
             tree_blocks_freed,
         });
         self.snapshot_stats.frees_done(table, txg);
         Ok(())
+    }
+
+    /// Frees MOS object `object` (a deadlist part) in `txg`; its number is given again from
+    /// the next txg on (`new_mos_object`).
+    pub(crate) fn free_mos_object(&self, txg: u64, object: u64) {
+        self.mos.free_object(txg, object);
+        self.mos_numbers.lock().freed(object, txg);
+    }
+
+    /// A number for a new MOS object (a deadlist part, a large record) in `txg`, in sync
+    /// context: a freed one if any (`record_map::MosObjectNumbers`).
+    pub(crate) fn new_mos_object(&self, txg: u64) -> u64 {
+        self.mos_numbers.lock().take(&self.mos, txg)
     }
 
     /// Step 3: writes the records changed since the last sync into the MOS in `txg`; true if
@@ -209,7 +234,7 @@ impl PoolCore {
         if !table.is_dirty() {
             return Ok(false);
         }
-        let mut new_object = || next_dynamic_object(&self.mos);
+        let mut new_object = || self.new_mos_object(txg);
         let changes = table.flush(&self.mos, txg, &mut new_object)?;
         SNAPSHOT_TABLE.write(
             &self.mos,
@@ -327,7 +352,7 @@ impl PoolCore {
         objset.set_intent_log_header(txg, [0; cairn_format::intent_log::INTENT_LOG_HEADER_SIZE]);
         let dead_objects = table.rollback(id);
         for object in dead_objects {
-            self.mos.free_object(txg, object);
+            self.free_mos_object(txg, object);
         }
         let record = directory.get_mut(dataset)?;
         record.set_objset_bp(&root);

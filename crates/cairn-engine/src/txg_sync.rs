@@ -327,7 +327,7 @@ impl PoolCore {
             changes
                 .into_iter()
                 .map(|(key, value)| (key.encode(), value)),
-            &mut || crate::record_map::next_dynamic_object(&self.mos),
+            &mut || self.new_mos_object(txg),
         )
     }
 

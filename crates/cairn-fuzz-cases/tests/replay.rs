@@ -557,6 +557,8 @@ mod seeds {
             parts: vec![DeadlistPart {
                 object: 70,
                 entries: 3,
+                min_birth_txg: 2,
+                max_birth_txg: 12,
                 freed_ranges: vec![(4, 9)],
             }],
             totals: vec![(
@@ -614,12 +616,22 @@ mod seeds {
             _ => Record::Free(
                 u64::from(kind),
                 FreeWork {
-                    scans: vec![FreeScan {
-                        object: 70,
-                        entries: 3,
-                        min_txg: 4,
-                        max_txg: 9,
-                    }],
+                    scans: vec![
+                        FreeScan {
+                            object: 70,
+                            entries: 3,
+                            min_txg: 4,
+                            max_txg: 9,
+                            free_part: false,
+                        },
+                        FreeScan {
+                            object: 71,
+                            entries: 40,
+                            min_txg: 2,
+                            max_txg: 30,
+                            free_part: true,
+                        },
+                    ],
                     scan_index: 0,
                     next_entry: 1,
                     remaining_bytes: 4096,

@@ -265,6 +265,7 @@ fn pool_core(
         snapshot_stats: Default::default(),
         mos_writes: Default::default(),
         free_pacing: Default::default(),
+        mos_numbers: Default::default(),
     }
 }
 
