@@ -249,15 +249,7 @@ impl LabelConfig {
     /// import names when it refuses a pool of a version it cannot read.
     pub fn identify(bytes: &[u8]) -> Result<LabelIdentity, FormatError> {
         const WHAT: &str = "label config";
-        FormatError::need(WHAT, LABEL_CONFIG_HEADER_SIZE, bytes.len())?;
-        let header = ConfigHeader::read_from_bytes(&bytes[..LABEL_CONFIG_HEADER_SIZE])
-            .map_err(|_| FormatError::invalid(WHAT, "layout", 0))?;
-        if header.magic.get() != LABEL_CONFIG_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: WHAT,
-                found: header.magic.get(),
-            });
-        }
+        let header = Self::header(bytes)?;
         let payload = Self::payload(bytes, &header)?;
         let (identity, _): (LabelIdentity, _) =
             postcard::take_from_bytes(payload).map_err(|err| FormatError::Payload {
@@ -268,6 +260,21 @@ impl LabelConfig {
             return Err(FormatError::invalid(WHAT, "version", identity.version));
         }
         Ok(identity)
+    }
+
+    /// The header at the start of `bytes`, its magic verified (any version).
+    fn header(bytes: &[u8]) -> Result<ConfigHeader, FormatError> {
+        const WHAT: &str = "label config";
+        FormatError::need(WHAT, LABEL_CONFIG_HEADER_SIZE, bytes.len())?;
+        let header = ConfigHeader::read_from_bytes(&bytes[..LABEL_CONFIG_HEADER_SIZE])
+            .map_err(|_| FormatError::invalid(WHAT, "layout", 0))?;
+        if header.magic.get() != LABEL_CONFIG_MAGIC {
+            return Err(FormatError::BadMagic {
+                what: WHAT,
+                found: header.magic.get(),
+            });
+        }
+        Ok(header)
     }
 
     /// The payload `header` describes, its length and checksum verified.
@@ -289,15 +296,7 @@ impl LabelConfig {
 
     pub fn decode(bytes: &[u8]) -> Result<LabelConfig, FormatError> {
         const WHAT: &str = "label config";
-        FormatError::need(WHAT, LABEL_CONFIG_HEADER_SIZE, bytes.len())?;
-        let header = ConfigHeader::read_from_bytes(&bytes[..LABEL_CONFIG_HEADER_SIZE])
-            .map_err(|_| FormatError::invalid(WHAT, "layout", 0))?;
-        if header.magic.get() != LABEL_CONFIG_MAGIC {
-            return Err(FormatError::BadMagic {
-                what: WHAT,
-                found: header.magic.get(),
-            });
-        }
+        let header = Self::header(bytes)?;
         if !crate::format_version_readable(header.version.get()) {
             return Err(FormatError::UnreadableVersion {
                 what: WHAT,
