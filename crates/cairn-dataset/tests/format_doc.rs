@@ -84,12 +84,19 @@ fn record_tags() -> Vec<String> {
         .collect()
 }
 
-/// Problems with the record table: there must be exactly one, listing `record_tags()`.
-fn check_record_tags(doc: &str) -> Vec<String> {
-    let tables = tables_with_header(doc, &["tag", "id", "record"]);
+/// Problems with the table under `header`: there must be exactly one, whose first column
+/// lists `expected` in order (`what` names the code's side in the message).
+fn check_first_column(
+    doc: &str,
+    header: &[&str],
+    expected: Vec<String>,
+    what: &str,
+) -> Vec<String> {
+    let tables = tables_with_header(doc, header);
     if tables.len() != 1 {
         return vec![format!(
-            "expected one `| tag | id | record |` table, found {}",
+            "expected one `| {} |` table, found {}",
+            header.join(" | "),
             tables.len()
         )];
     }
@@ -98,38 +105,33 @@ fn check_record_tags(doc: &str) -> Vec<String> {
         .iter()
         .map(|(_, row)| row.first().cloned().unwrap_or_default())
         .collect();
-    if documented != record_tags() {
+    if documented != expected {
         return vec![format!(
-            "line {}: the record table lists {documented:?} but the code's tags are {:?}",
-            tables[0].line,
-            record_tags()
+            "line {}: the table lists {documented:?} but {what} {expected:?}",
+            tables[0].line
         )];
     }
     Vec::new()
 }
 
+/// Problems with the record table: there must be exactly one, listing `record_tags()`.
+fn check_record_tags(doc: &str) -> Vec<String> {
+    check_first_column(
+        doc,
+        &["tag", "id", "record"],
+        record_tags(),
+        "the code's tags are",
+    )
+}
+
 /// Problems with the field table: there must be exactly one, listing `directory_fields()`.
 fn check_fields(doc: &str) -> Vec<String> {
-    let tables = tables_with_header(doc, &["field", "type", "meaning"]);
-    if tables.len() != 1 {
-        return vec![format!(
-            "expected one `| field | type | meaning |` table, found {}",
-            tables.len()
-        )];
-    }
-    let documented: Vec<String> = tables[0]
-        .rows
-        .iter()
-        .map(|(_, row)| row.first().cloned().unwrap_or_default())
-        .collect();
-    if documented != directory_fields() {
-        return vec![format!(
-            "line {}: the field table lists {documented:?} but PoolRecord has {:?}",
-            tables[0].line,
-            directory_fields()
-        )];
-    }
-    Vec::new()
+    check_first_column(
+        doc,
+        &["field", "type", "meaning"],
+        directory_fields().into_iter().map(String::from).collect(),
+        "PoolRecord has",
+    )
 }
 
 #[test]
