@@ -29,8 +29,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-/// Space-log blocks kept before the log is condensed into a checkpoint (default).
-pub(crate) const SPACE_LOG_CHAIN_BLOCKS_MAX: usize = 64;
+/// Space-log delta blocks kept before the log is condensed into a checkpoint (default), raised
+/// to the checkpoint's own length when that is longer (`SpaceLogState::wants_condense`).
+pub(crate) const SPACE_LOG_DELTA_BLOCKS_MAX: usize = 64;
 /// Deadlist entries a txg scans for a destroy's background frees (default): bounds the work
 /// one sync does, so destroying a large snapshot never stalls the pool (OpenZFS #13064).
 pub(crate) const FREE_ENTRIES_PER_TXG: u64 = 8192;
@@ -43,6 +44,8 @@ pub(crate) const FREE_TIME_PER_TXG_MS: u64 = 100;
 pub(crate) struct SpaceLogState {
     /// Blocks of the current chain, oldest (the checkpoint start) first.
     pub(crate) chain: Vec<BlockPointer>,
+    /// How many of `chain`'s first blocks are the checkpoint (the rest are deltas).
+    pub(crate) checkpoint_blocks: usize,
     /// Write a checkpoint at the next sync whatever the chain's length: after a vdev left the
     /// pool, so no delta naming it stays in the chain (its id may be given out again).
     pub(crate) condense_next: bool,
@@ -51,6 +54,21 @@ pub(crate) struct SpaceLogState {
 impl SpaceLogState {
     pub(crate) fn head(&self) -> BlockPointer {
         self.chain.last().copied().unwrap_or(BlockPointer::HOLE)
+    }
+
+    /// True when the next sync should write a checkpoint instead of a delta: when asked, when
+    /// there is no chain, or once the deltas are at least `delta_blocks_max` and at least as
+    /// long as the checkpoint. The second bound keeps condensing's cost (proportional to the
+    /// checkpoint: every allocated extent of the pool) amortised over as many blocks of deltas
+    /// on a fragmented pool, whose checkpoint alone may be longer than `delta_blocks_max`:
+    /// with one bound only, such a pool condensed every few txgs, each time adding 100–170 ms
+    /// to a txg of a large destroy. Import replays at most twice the checkpoint, plus one
+    /// txg's deltas.
+    pub(crate) fn wants_condense(&self, delta_blocks_max: usize) -> bool {
+        let delta_blocks = self.chain.len().saturating_sub(self.checkpoint_blocks);
+        self.condense_next
+            || self.chain.is_empty()
+            || delta_blocks >= delta_blocks_max.max(self.checkpoint_blocks)
     }
 }
 
@@ -96,7 +114,7 @@ pub(crate) struct PoolCore {
     pub(crate) uberblock: Mutex<Uberblock>,
     pub(crate) label_state: Mutex<PoolState>,
     pub(crate) config_dirty: AtomicBool,
-    pub(crate) space_log_chain_blocks_max: usize,
+    pub(crate) space_log_delta_blocks_max: usize,
     /// Deadlist entries one txg scans for background frees (`snapshot_sync.rs`).
     pub(crate) free_entries_per_txg: u64,
     /// Milliseconds of a txg's sync given to background frees (`PoolOptions`).

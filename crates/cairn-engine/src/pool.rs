@@ -28,9 +28,9 @@ pub struct PoolOptions {
     /// rescue of a pool whose space log is damaged; needs `readonly`). Space figures then
     /// count nothing as allocated.
     pub without_space_log: bool,
-    /// Space-log blocks kept before condensing into a checkpoint (tests use tiny values so the
-    /// condense path runs often).
-    pub space_log_chain_blocks_max: usize,
+    /// Space-log delta blocks kept before condensing into a checkpoint, or as many as the
+    /// checkpoint has if that is more (tests use tiny values so the condense path runs often).
+    pub space_log_delta_blocks_max: usize,
     /// Deadlist entries one txg scans for a destroy's background frees (at least 1).
     pub free_entries_per_txg: u64,
     /// Time one txg's sync spends on background frees (destroys' deadlist scans, dead trees)
@@ -63,7 +63,7 @@ impl Default for PoolOptions {
             arc: None,
             readonly: false,
             without_space_log: false,
-            space_log_chain_blocks_max: crate::core::SPACE_LOG_CHAIN_BLOCKS_MAX,
+            space_log_delta_blocks_max: crate::core::SPACE_LOG_DELTA_BLOCKS_MAX,
             free_entries_per_txg: crate::core::FREE_ENTRIES_PER_TXG,
             free_time_per_txg_ms: crate::core::FREE_TIME_PER_TXG_MS,
             ignore_missing_log: false,

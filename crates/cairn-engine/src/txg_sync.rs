@@ -419,17 +419,17 @@ impl PoolCore {
         batch: &mut WriteBatch<'_>,
     ) -> Result<(BlockPointer, u64), EngineError> {
         let mut log = self.space_log.lock();
-        let condense = std::mem::take(&mut log.condense_next)
-            || log.chain.is_empty()
-            || log.chain.len() >= self.space_log_chain_blocks_max;
+        let condense = log.wants_condense(self.space_log_delta_blocks_max);
+        log.condense_next = false;
         if condense {
             for bp in log.chain.drain(..) {
                 self.io.free_block(&bp, txg);
             }
         }
-        // Size the blocks from what is known now, plus room for their own allocations.
+        // Size the blocks from what is known now, plus room for their own allocations. A
+        // checkpoint is built once, after its blocks are allocated: a bound sizes them.
         let known = if condense {
-            self.space.lock().checkpoint_entries(txg).len()
+            self.space.lock().checkpoint_entry_bound(txg)
         } else {
             self.space.lock().pending_change_count(txg)
         };
@@ -490,6 +490,9 @@ impl PoolCore {
             prev = bp;
         }
         debug_assert!(rest.is_empty());
+        if condense {
+            log.checkpoint_blocks = log.chain.len();
+        }
         Ok((log.head(), log.chain.len() as u64))
     }
 }

@@ -52,7 +52,7 @@ fn pool_options(opener: DeviceOpener, ignore_missing_log: bool) -> PoolOptions {
     PoolOptions {
         txg: common::manual_txg(),
         opener,
-        space_log_chain_blocks_max: 3,
+        space_log_delta_blocks_max: 3,
         ignore_missing_log,
         ..PoolOptions::default()
     }

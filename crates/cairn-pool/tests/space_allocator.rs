@@ -613,6 +613,17 @@ fn a_large_pool_under_churn_stays_fast_and_consistent() {
         .replay(space.checkpoint_entries(txg), txg - 1)
         .unwrap();
     assert_eq!(rebuilt.allocated_extents(), space.allocated_extents());
+    // The bound that sizes a checkpoint's blocks: never short, and over by at most the runs
+    // split at metaslab boundaries (512), one per vdev, and one per allocation of the txg
+    // still open (up to 1,000) when the checkpoint is of the txg before it.
+    for checkpoint_txg in [txg - 1, txg] {
+        let entries = space.checkpoint_entries(checkpoint_txg).len();
+        let bound = space.checkpoint_entry_bound(checkpoint_txg);
+        assert!(
+            bound >= entries && bound <= entries + 512 + 2 + 1000,
+            "txg {checkpoint_txg}: bound {bound} for {entries} entries"
+        );
+    }
 }
 
 #[test]
@@ -1113,7 +1124,9 @@ proptest! {
                     space.sync_done(txg);
                     model.deferred.retain(|_, &mut (_, free_txg)| free_txg + DEFER_TXGS > txg);
                     if checkpoint_wanted {
-                        checkpoint = Some((space.checkpoint_entries(txg), log.len()));
+                        let entries = space.checkpoint_entries(txg);
+                        prop_assert!(space.checkpoint_entry_bound(txg) >= entries.len());
+                        checkpoint = Some((entries, log.len()));
                         checkpoint_wanted = false;
                     }
                     txg += 1;
@@ -1636,4 +1649,33 @@ fn a_read_floor_holds_back_frees_until_lifted() {
     space.sync_done(3 + 4 * DEFER_TXGS);
     assert_eq!(space.stats().deferred_bytes, 0);
     space.assert_invariants();
+}
+
+#[test]
+fn the_checkpoint_bound_counts_runs_split_by_a_later_txgs_allocations() {
+    // A full metaslab with every other block of its first 80 freed, then refilled by the
+    // next txg: as of the txg before, those 40 blocks are free, splitting the one allocated
+    // run into 40 — more than the free space's own runs suggest.
+    let mut space = single(MIB, 20);
+    let mut live = Vec::new();
+    while let Ok(dva) = space.allocate(4096, 1, &[]) {
+        live.push(dva);
+    }
+    for synced in 1..=1 + DEFER_TXGS {
+        space.sync_done(synced);
+    }
+    live.sort_by_key(|dva| dva.offset);
+    let holes: Vec<Dva> = live.iter().take(80).step_by(2).copied().collect();
+    let txg = free_and_release(&mut space, &holes, 2 + DEFER_TXGS);
+    let mut refilled = 0;
+    while refilled < holes.len() && space.allocate(4096, txg, &[]).is_ok() {
+        refilled += 1;
+    }
+    let entries = space.checkpoint_entries(txg - 1).len();
+    assert!(
+        entries >= holes.len(),
+        "the refill split the run: {entries} entries"
+    );
+    let bound = space.checkpoint_entry_bound(txg - 1);
+    assert!(bound >= entries, "bound {bound} for {entries} entries");
 }

@@ -129,12 +129,12 @@ pub(super) fn load(
     check_pointer(&io, &ub.root_bp, ub.txg, || "the MOS root".into())?;
     // A read-only rescue allocates nothing, so it reads no allocator state: a damaged space
     // log does not stand between a user and their data.
-    let chain = if options.without_space_log {
+    let (chain, checkpoint_blocks) = if options.without_space_log {
         assert!(
             options.readonly,
             "a pool opened without its space log must be read-only"
         );
-        Vec::new()
+        (Vec::new(), 0)
     } else {
         let in_space_log = |error| LoadError {
             error,
@@ -142,11 +142,15 @@ pub(super) fn load(
         };
         let (chain, blocks) =
             load_space_log(&io, &ub.space_log_bp, ub.txg).map_err(in_space_log)?;
+        let checkpoint_blocks = blocks
+            .iter()
+            .filter(|block| block.kind != SpaceLogKind::Delta)
+            .count();
         space
             .lock()
             .replay(blocks.into_iter().flat_map(|block| block.entries), ub.txg)
             .map_err(|err| in_space_log(EngineError::Space(crate::error_chain(&err))))?;
-        chain
+        (chain, checkpoint_blocks)
     };
     load_objects(&io, &cached, ub)
         .map(|(mos, directory, snapshots, objsets)| Loaded {
@@ -158,6 +162,7 @@ pub(super) fn load(
             objsets,
             space_log: SpaceLogState {
                 chain,
+                checkpoint_blocks,
                 condense_next: false,
             },
         })

@@ -253,7 +253,7 @@ fn pool_core(
         uberblock: Mutex::new(ub.clone()),
         label_state: Mutex::new(PoolState::Active),
         config_dirty: AtomicBool::new(!options.readonly),
-        space_log_chain_blocks_max: options.space_log_chain_blocks_max.max(1),
+        space_log_delta_blocks_max: options.space_log_delta_blocks_max.max(1),
         free_entries_per_txg: options.free_entries_per_txg.max(1),
         free_time_per_txg_ms: options.free_time_per_txg_ms,
         space_view: Default::default(),

@@ -78,7 +78,7 @@ pub fn options(opener: DeviceOpener) -> PoolOptions {
         txg: manual_txg(),
         opener,
         // Condense the space log every few txgs so that path runs in every test.
-        space_log_chain_blocks_max: 3,
+        space_log_delta_blocks_max: 3,
         // A destroy's background frees take several txgs even for small snapshots.
         free_entries_per_txg: 8,
         ..PoolOptions::default()

@@ -74,22 +74,36 @@ impl SpaceAllocator {
             // later, still open txgs (intent-log blocks are allocated while a txg syncs) are
             // not part of it: their own txg's delta records them. Frees made in later txgs
             // need no care: their extents are deferred now, so still counted as not free.
-            let mut not_free = RangeTree::new();
-            for (offset, length) in vdev.complement(&vdev.free_runs()) {
-                not_free
-                    .add(offset, length)
-                    .expect("complement runs are disjoint");
-            }
-            let later = self.changes.range(txg + 1..);
-            for changes in later.filter_map(|(_, changes)| changes.allocs.get(&vdev.vdev)) {
-                for (start, end) in changes.iter() {
+            let not_free_runs = vdev.complement(&vdev.free_runs());
+            let mut later = self
+                .changes
+                .range(txg + 1..)
+                .filter_map(|(_, changes)| changes.allocs.get(&vdev.vdev))
+                .peekable();
+            // Usually nothing is allocated for a later txg yet: the runs go out as they are,
+            // without building a tree of a fragmented pool's hundreds of thousands of them.
+            let runs: Vec<(u64, u64)> = if later.peek().is_none() {
+                not_free_runs
+            } else {
+                let mut not_free = RangeTree::new();
+                for (offset, length) in not_free_runs {
                     not_free
-                        .remove(start, end - start)
-                        .expect("an extent allocated in an open txg is not free");
+                        .add(offset, length)
+                        .expect("complement runs are disjoint");
                 }
-            }
-            for (offset, end) in not_free.iter() {
-                let length = end - offset;
+                for changes in later {
+                    for (start, end) in changes.iter() {
+                        not_free
+                            .remove(start, end - start)
+                            .expect("an extent allocated in an open txg is not free");
+                    }
+                }
+                not_free
+                    .iter()
+                    .map(|(start, end)| (start, end - start))
+                    .collect()
+            };
+            for (offset, length) in runs {
                 entries.push(SpaceLogEntry {
                     vdev: vdev.vdev,
                     op: SpaceOp::Alloc,
@@ -112,6 +126,38 @@ impl SpaceAllocator {
                 }),
         );
         entries
+    }
+
+    /// At least `checkpoint_entries(txg).len()`, and close to it, without building the
+    /// entries: what a sync sizes a checkpoint's blocks by before it allocates them.
+    pub fn checkpoint_entry_bound(&self, txg: u64) -> usize {
+        // Runs of not-free space alternate with free runs: at most one more of them.
+        let not_free_runs: usize = self
+            .vdevs
+            .iter()
+            .map(|vdev| {
+                let free_segments: usize = vdev
+                    .metaslabs
+                    .iter()
+                    .map(|metaslab| metaslab.free_tree().segment_count())
+                    .sum();
+                free_segments + 1
+            })
+            .sum();
+        // An extent allocated for a later txg splits at most one run in two.
+        let later_allocs: usize = self
+            .changes
+            .range(txg + 1..)
+            .flat_map(|(_, changes)| changes.allocs.values())
+            .map(RangeTree::segment_count)
+            .sum();
+        let deferred: usize = self
+            .deferred_by_txg
+            .range(..=txg)
+            .flat_map(|(_, per_vdev)| per_vdev.values())
+            .map(RangeTree::segment_count)
+            .sum();
+        not_free_runs + later_allocs + deferred
     }
 
     /// Allocated extents `(vdev, offset, length)`, coalesced, by vdev and offset. Deferred
