@@ -221,8 +221,8 @@ fn readdir_reply_is_a_linked_list_of_entries() {
 fn rpc_error_replies_are_laid_out_as_rfc_5531_says() {
     let cases = [
         (
-            ReplyHeader::accepted(1, AcceptStat::ProgMismatch { low: 3, high: 3 }),
-            vec![1, 1, 0, 0, 0, 2, 3, 3],
+            ReplyHeader::accepted(1, AcceptStat::ProgMismatch { low: 2, high: 3 }),
+            vec![1, 1, 0, 0, 0, 2, 2, 3],
         ),
         (
             ReplyHeader::accepted(2, AcceptStat::ProgUnavail),
