@@ -26,9 +26,10 @@
 //! written from the RFCs (4506 XDR, 5531 RPC, 1813 NFSv3/MOUNT, 1833 PORTMAP); nothing was
 //! copied from those crates.
 //!
-//! **Layers inside.** `xdr` (cursor, traits, bounded bytes; uses `record`'s constants to frame
-//! a reply in place) ← `record` (record marking) | `rpc` (call and reply headers, credentials)
-//! | `nfs3` (`types` ← `args`, `results`) ← `mount` (shares the file handle) | `portmap`.
+//! **Layers inside** (who uses whom; no loops): `record` uses nothing; `xdr` uses only
+//! `record`'s framing constants (to frame a reply in place); `rpc`, `nfs3`, `portmap` use
+//! `xdr`; `mount` also uses `nfs3`'s file handle. Inside `nfs3`, `args` and `results` build on
+//! `types`, and `results` takes the procedure numbers from `args`.
 //!
 //! **Invariants.** Nothing a peer sends can panic a decoder or make it allocate more than the
 //! bytes it has received: records are bounded by the reader's `max_record_bytes`, each

@@ -120,8 +120,14 @@ fn read(toy: &Toy, args: &RangeArgs) -> Nfs3Reply {
         return Nfs3Reply::Read(Outcome::Fail(Nfs3Error::Stale, None));
     };
     let index = usize::try_from(attributes.fileid - 2).unwrap_or(usize::MAX);
-    let data = toy.files.get(index).map(|(_, d)| d.as_slice()).unwrap_or(&[]);
-    let start = usize::try_from(args.offset_bytes).unwrap_or(usize::MAX).min(data.len());
+    let data = toy
+        .files
+        .get(index)
+        .map(|(_, d)| d.as_slice())
+        .unwrap_or(&[]);
+    let start = usize::try_from(args.offset_bytes)
+        .unwrap_or(usize::MAX)
+        .min(data.len());
     let end = (start + args.count_bytes.min(READ_MAX_BYTES) as usize).min(data.len());
     Nfs3Reply::Read(Outcome::Ok(ReadOk {
         file_attributes: Some(attributes),
@@ -194,12 +200,12 @@ fn fsinfo(toy: &Toy) -> Nfs3Reply {
 fn nfs(toy: &mut Toy, call: &Nfs3Call) -> Option<Nfs3Reply> {
     Some(match call {
         Nfs3Call::Null => Nfs3Reply::Null,
-        Nfs3Call::Getattr(args) => Nfs3Reply::Getattr(
-            match attrs(toy, id_of(&args.object).unwrap_or(0)) {
+        Nfs3Call::Getattr(args) => {
+            Nfs3Reply::Getattr(match attrs(toy, id_of(&args.object).unwrap_or(0)) {
                 Some(attributes) => Outcome::Ok(attributes),
                 None => Outcome::Fail(Nfs3Error::Stale, ()),
-            },
-        ),
+            })
+        }
         Nfs3Call::Lookup(args) => Nfs3Reply::Lookup(match lookup(toy, &args.name) {
             Some(id) => Outcome::Ok(LookupOk {
                 object: handle(id),
@@ -287,7 +293,9 @@ fn serve_record(shared: &Shared, port: u16, record: &[u8]) -> Option<Vec<u8>> {
             .map(|call| Some(Box::new(mount(&call)) as Box<dyn XdrEncode>)),
         PROGRAM_PORTMAP => decode_portmap_call(header.procedure, args).map(|call| {
             let reply = match call {
-                PortmapCall::Getport(m) if m.program == PROGRAM_NFS || m.program == PROGRAM_MOUNT => {
+                PortmapCall::Getport(m)
+                    if m.program == PROGRAM_NFS || m.program == PROGRAM_MOUNT =>
+                {
                     PortmapReply::Port(u32::from(port))
                 }
                 PortmapCall::Getport(_) => PortmapReply::Port(0),
@@ -316,10 +324,9 @@ fn serve_connection(shared: Shared, port: u16, mut stream: TcpStream) {
         loop {
             match decoder.feed(&mut input) {
                 Ok(Some(record)) => {
-                    if let Some(reply) = serve_record(&shared, port, &record) {
-                        if stream.write_all(&reply).is_err() {
-                            return;
-                        }
+                    let reply = serve_record(&shared, port, &record).unwrap_or_default();
+                    if stream.write_all(&reply).is_err() {
+                        return;
                     }
                 }
                 Ok(None) => break,
@@ -378,12 +385,22 @@ fn libnfs_lists_reads_and_writes_through_the_codec() {
     let listing = run("nfs-ls", &[&url(port, "/export")]);
     assert!(listing.status.success(), "nfs-ls: {listing:?}");
     let text = String::from_utf8_lossy(&listing.stdout);
-    assert!(text.contains("hello.txt") && text.contains("big.bin"), "{text}");
-    assert!(text.contains(&big.len().to_string()), "size of big.bin in {text}");
+    assert!(
+        text.contains("hello.txt") && text.contains("big.bin"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&big.len().to_string()),
+        "size of big.bin in {text}"
+    );
 
     let cat = run("nfs-cat", &[&url(port, "/export/big.bin")]);
     assert!(cat.status.success(), "nfs-cat: {:?}", cat.status);
-    assert!(cat.stdout == big, "nfs-cat returned {} bytes, not big.bin's", cat.stdout.len());
+    assert!(
+        cat.stdout == big,
+        "nfs-cat returned {} bytes, not big.bin's",
+        cat.stdout.len()
+    );
 
     let dir = std::env::temp_dir().join(format!("cairn-nfs-libnfs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -392,17 +409,36 @@ fn libnfs_lists_reads_and_writes_through_the_codec() {
     std::fs::write(&local, &upload).expect("write local file");
     let cp = run(
         "nfs-cp",
-        &[local.to_str().expect("utf-8 path"), &url(port, "/export/copied.bin")],
+        &[
+            local.to_str().expect("utf-8 path"),
+            &url(port, "/export/copied.bin"),
+        ],
     );
     std::fs::remove_dir_all(&dir).expect("clean temp dir");
     assert!(cp.status.success(), "nfs-cp: {cp:?}");
     let toy = lock(&shared);
     let copied = toy.files.iter().find(|(name, _)| name == b"copied.bin");
-    assert!(copied.is_some_and(|(_, data)| *data == upload), "copied.bin differs");
+    assert!(
+        copied.is_some_and(|(_, data)| *data == upload),
+        "copied.bin differs"
+    );
 
-    let seen: Vec<u32> = toy.seen.iter().filter(|(p, _)| *p == PROGRAM_NFS).map(|(_, c)| *c).collect();
-    for proc in [Nfs3Proc::Read, Nfs3Proc::Write, Nfs3Proc::Create, Nfs3Proc::Readdirplus] {
-        assert!(seen.contains(&proc.as_u32()), "{proc:?} never called: {seen:?}");
+    let seen: Vec<u32> = toy
+        .seen
+        .iter()
+        .filter(|(p, _)| *p == PROGRAM_NFS)
+        .map(|(_, c)| *c)
+        .collect();
+    for proc in [
+        Nfs3Proc::Read,
+        Nfs3Proc::Write,
+        Nfs3Proc::Create,
+        Nfs3Proc::Readdirplus,
+    ] {
+        assert!(
+            seen.contains(&proc.as_u32()),
+            "{proc:?} never called: {seen:?}"
+        );
     }
     assert!(toy.seen.contains(&(PROGRAM_MOUNT, 1)), "no MNT");
 }
@@ -411,5 +447,8 @@ fn libnfs_lists_reads_and_writes_through_the_codec() {
 fn libnfs_fails_to_mount_an_unknown_export() {
     let (_shared, port) = start(Vec::new());
     let listing = run("nfs-ls", &[&url(port, "/nowhere")]);
-    assert!(!listing.status.success(), "nfs-ls of an unknown export succeeded");
+    assert!(
+        !listing.status.success(),
+        "nfs-ls of an unknown export succeeded"
+    );
 }
