@@ -3,10 +3,11 @@
 //!
 //! Each checks what a local caller would need (write and search permission on the
 //! directories it changes; the sticky bit; ownership for SETATTR) and then makes one
-//! cairn-fs call, which joins the open txg and is logged in the intent log like every change:
-//! it is acknowledged before it is durable, as NFSv3 allows for namespace changes only on a
-//! server that survives crashes with them (cairn's log replays them at import, and
-//! `sync=always` commits each before the reply). New inodes belong to the caller (root
+//! cairn-fs call, which joins the open txg and is logged in the intent log like every change,
+//! and then commits the log before the reply (`commit`): an NFSv3 client takes a namespace or
+//! attribute change as done once answered (RFC 1813 wants it on stable storage; Linux's nfsd
+//! commits the metadata, which on ZFS commits the ZIL), and has nothing to resend if the
+//! server then stops. `sync=disabled` skips the commit, as it skips every other. New inodes belong to the caller (root
 //! squashed) and take a set-group-ID directory's group, as the FUSE front end does.
 //! Retransmissions of these calls are answered from the duplicate-request cache
 //! (`connection.rs`), so none of them runs twice. Uses `context.rs`, `handle.rs`,
@@ -23,6 +24,17 @@ use cairn_fs::{FsError, NewInode, RenameMode, SetAttrs};
 use cairn_nfs::nfs3::*;
 
 type Failed = (Nfs3Error, WccData);
+
+/// Makes a change just made durable (the fsync path; every change before it goes with it).
+/// A failure may have lost acknowledged UNSTABLE writes too: the verifier changes.
+fn commit(ctx: &NfsContext, fs: &cairn_fs::Filesystem, object: u64) -> Result<(), Nfs3Error> {
+    fs.fsync(object).map_err(|err| {
+        if err.class() == cairn_device::ErrorClass::Io {
+            ctx.rotate_verifier();
+        }
+        nfs_error(&err)
+    })
+}
 
 /// A directory the caller may change (write and search permission).
 fn dir_to_change(ctx: &NfsContext, caller: &Caller, dir: &FileHandle) -> Result<Resolved, Failed> {
@@ -62,6 +74,7 @@ fn new_inode(caller: &Caller, dir: &Resolved, kind: FileKind, mode: u32, rdev: u
 /// The reply of a call that made `result` in `dir`, applying the rest of `sattr` (size,
 /// times) to the new inode first.
 fn made(
+    ctx: &NfsContext,
     dir: &Resolved,
     result: Result<(u64, InodeAttrs), FsError>,
     sattr: Option<&Sattr3>,
@@ -83,6 +96,9 @@ fn made(
                 Err(err) => return Outcome::Fail(nfs_error(&err), dir_wcc(dir)),
             }
         }
+    }
+    if let Err(err) = commit(ctx, &dir.export.fs, object) {
+        return Outcome::Fail(err, dir_wcc(dir));
     }
     Outcome::Ok(CreateOk {
         object: Some(dir.export.handle(object, &attrs)),
@@ -149,9 +165,12 @@ pub fn setattr(ctx: &NfsContext, caller: &Caller, args: &SetattrArgs) -> Nfs3Rep
         // A change of owner or size by an unprivileged caller takes set-ID bits away.
         let _ = r.export.fs.remove_privileges(r.object);
     }
+    let result = result
+        .map_err(|err| nfs_error(&err))
+        .and_then(|_| commit(ctx, &r.export.fs, r.object));
     Nfs3Reply::Setattr(match result {
-        Ok(_) => Outcome::Ok(wcc_now()),
-        Err(err) => Outcome::Fail(nfs_error(&err), wcc_now()),
+        Ok(()) => Outcome::Ok(wcc_now()),
+        Err(err) => Outcome::Fail(err, wcc_now()),
     })
 }
 
@@ -187,20 +206,20 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 // a size is asked.
                 let mut sattr = sattr.clone();
                 sattr.mode = None;
-                made(&dir, Ok((object, attrs)), Some(&sattr))
+                made(ctx, &dir, Ok((object, attrs)), Some(&sattr))
             }
         }
         (CreateHow::Exclusive(verf), Some((object, attrs))) => {
             let (atime, mtime) = verifier_times(verf);
             if attrs.kind == FileKind::File && attrs.atime == atime && attrs.mtime == mtime {
-                made(&dir, Ok((object, attrs)), None)
+                made(ctx, &dir, Ok((object, attrs)), None)
             } else {
                 Outcome::Fail(Nfs3Error::Exist, dir_wcc(&dir))
             }
         }
         (CreateHow::Unchecked(sattr) | CreateHow::Guarded(sattr), None) => {
             let new = new_inode(caller, &dir, FileKind::File, sattr.mode.unwrap_or(0o644), 0);
-            made(&dir, fs.create(dir.object, name, new), Some(sattr))
+            made(ctx, &dir, fs.create(dir.object, name, new), Some(sattr))
         }
         (CreateHow::Exclusive(verf), None) => {
             let new = new_inode(caller, &dir, FileKind::File, 0o600, 0);
@@ -210,7 +229,7 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 mtime: SetTime::ClientTime(super::convert::nfs_time(mtime)),
                 ..Sattr3::default()
             };
-            made(&dir, fs.create(dir.object, name, new), Some(&sattr))
+            made(ctx, &dir, fs.create(dir.object, name, new), Some(&sattr))
         }
     };
     Nfs3Reply::Create(reply)
@@ -227,7 +246,7 @@ pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
         .export
         .fs
         .mkdir(dir.object, args.location.name.as_bytes(), new);
-    Nfs3Reply::Mkdir(made(&dir, result, Some(&args.attributes)))
+    Nfs3Reply::Mkdir(made(ctx, &dir, result, Some(&args.attributes)))
 }
 
 pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Reply {
@@ -242,7 +261,7 @@ pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Rep
         args.target.as_bytes(),
         new,
     );
-    Nfs3Reply::Symlink(made(&dir, result, None))
+    Nfs3Reply::Symlink(made(ctx, &dir, result, None))
 }
 
 pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
@@ -268,7 +287,7 @@ pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
         .export
         .fs
         .create(dir.object, args.location.name.as_bytes(), new);
-    Nfs3Reply::Mknod(made(&dir, result, Some(sattr)))
+    Nfs3Reply::Mknod(made(ctx, &dir, result, Some(sattr)))
 }
 
 /// Whether `caller` may take `name` out of `dir` (the sticky bit).
@@ -299,9 +318,12 @@ fn remove_entry(
     } else {
         dir.export.fs.unlink(dir.object, name)
     };
+    let result = result
+        .map_err(|err| nfs_error(&err))
+        .and_then(|()| commit(ctx, &dir.export.fs, dir.object));
     match result {
         Ok(()) => Outcome::Ok(dir_wcc(&dir)),
-        Err(err) => Outcome::Fail(nfs_error(&err), dir_wcc(&dir)),
+        Err(err) => Outcome::Fail(err, dir_wcc(&dir)),
     }
 }
 
@@ -369,9 +391,12 @@ pub fn rename(ctx: &NfsContext, caller: &Caller, args: &RenameArgs) -> Nfs3Reply
         new_name,
         RenameMode::Replace,
     );
+    let result = result
+        .map_err(|err| nfs_error(&err))
+        .and_then(|()| commit(ctx, &to.export.fs, to.object));
     Nfs3Reply::Rename(match result {
         Ok(()) => Outcome::Ok(wccs()),
-        Err(err) => Outcome::Fail(nfs_error(&err), wccs()),
+        Err(err) => Outcome::Fail(err, wccs()),
     })
 }
 
@@ -412,13 +437,15 @@ pub fn link(ctx: &NfsContext, caller: &Caller, args: &LinkArgs) -> Nfs3Reply {
     let result = dir
         .export
         .fs
-        .link(file.object, dir.object, args.link.name.as_bytes());
+        .link(file.object, dir.object, args.link.name.as_bytes())
+        .map_err(|err| nfs_error(&err))
+        .and_then(|_| commit(ctx, &dir.export.fs, dir.object));
     let file_attributes = file.export.post_attr(file.object);
     match result {
-        Ok(_) => Nfs3Reply::Link(Outcome::Ok(LinkWcc {
+        Ok(()) => Nfs3Reply::Link(Outcome::Ok(LinkWcc {
             file_attributes,
             linkdir_wcc: dir_wcc(&dir),
         })),
-        Err(err) => fail(nfs_error(&err), file_attributes, dir_wcc(&dir)),
+        Err(err) => fail(err, file_attributes, dir_wcc(&dir)),
     }
 }
