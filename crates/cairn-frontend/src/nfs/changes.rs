@@ -23,7 +23,8 @@ use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::{FsError, NewInode, RenameMode, SetAttrs};
 use cairn_nfs::nfs3::*;
 
-type Failed = (Nfs3Error, WccData);
+/// A refusal and the directory's wcc data (boxed: the pair is large).
+type Failed = Box<(Nfs3Error, WccData)>;
 
 /// Makes a change just made durable (the fsync path; every change before it goes with it).
 /// A failure may have lost acknowledged UNSTABLE writes too: the verifier changes.
@@ -38,13 +39,15 @@ fn commit(ctx: &NfsContext, fs: &cairn_fs::Filesystem, object: u64) -> Result<()
 
 /// A directory the caller may change (write and search permission).
 fn dir_to_change(ctx: &NfsContext, caller: &Caller, dir: &FileHandle) -> Result<Resolved, Failed> {
-    let r = ctx.resolve(dir).map_err(|err| (err, WccData::empty()))?;
+    let r = ctx
+        .resolve(dir)
+        .map_err(|err| Box::new((err, WccData::empty())))?;
     let wcc = wcc_after(Some(r.export.fattr(r.object, &r.attrs)));
     if r.attrs.kind != FileKind::Directory {
-        return Err((Nfs3Error::NotDir, wcc));
+        return Err(Box::new((Nfs3Error::NotDir, wcc)));
     }
     if !caller.may(&r.attrs, MAY_WRITE | MAY_EXEC) {
-        return Err((Nfs3Error::Acces, wcc));
+        return Err(Box::new((Nfs3Error::Acces, wcc)));
     }
     Ok(r)
 }
@@ -191,7 +194,10 @@ fn verifier_times(verf: &CreateVerf) -> (Timestamp, Timestamp) {
 pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply {
     let dir = match dir_to_change(ctx, caller, &args.location.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => return Nfs3Reply::Create(Outcome::Fail(err, wcc)),
+        Err(failed) => {
+            let (err, wcc) = *failed;
+            return Nfs3Reply::Create(Outcome::Fail(err, wcc));
+        }
     };
     let fs = &dir.export.fs;
     let name = args.location.name.as_bytes();
@@ -238,7 +244,10 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
 pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
     let dir = match dir_to_change(ctx, caller, &args.location.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => return Nfs3Reply::Mkdir(Outcome::Fail(err, wcc)),
+        Err(failed) => {
+            let (err, wcc) = *failed;
+            return Nfs3Reply::Mkdir(Outcome::Fail(err, wcc));
+        }
     };
     let mode = args.attributes.mode.unwrap_or(0o755);
     let new = new_inode(caller, &dir, FileKind::Directory, mode, 0);
@@ -252,7 +261,10 @@ pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
 pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Reply {
     let dir = match dir_to_change(ctx, caller, &args.location.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => return Nfs3Reply::Symlink(Outcome::Fail(err, wcc)),
+        Err(failed) => {
+            let (err, wcc) = *failed;
+            return Nfs3Reply::Symlink(Outcome::Fail(err, wcc));
+        }
     };
     let new = new_inode(caller, &dir, FileKind::Symlink, 0o777, 0);
     let result = dir.export.fs.symlink(
@@ -267,7 +279,10 @@ pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Rep
 pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
     let dir = match dir_to_change(ctx, caller, &args.location.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => return Nfs3Reply::Mknod(Outcome::Fail(err, wcc)),
+        Err(failed) => {
+            let (err, wcc) = *failed;
+            return Nfs3Reply::Mknod(Outcome::Fail(err, wcc));
+        }
     };
     let (kind, sattr, device) = match &args.what {
         MknodData::Chr(sattr, spec) => (FileKind::CharDevice, sattr, rdev(spec)),
@@ -307,7 +322,10 @@ fn remove_entry(
 ) -> Outcome<WccData, WccData> {
     let dir = match dir_to_change(ctx, caller, &args.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => return Outcome::Fail(err, wcc),
+        Err(failed) => {
+            let (err, wcc) = *failed;
+            return Outcome::Fail(err, wcc);
+        }
     };
     let name = args.name.as_bytes();
     if let Err(err) = may_take_away(caller, &dir, name) {
@@ -342,7 +360,8 @@ pub fn rename(ctx: &NfsContext, caller: &Caller, args: &RenameArgs) -> Nfs3Reply
     };
     let from = match dir_to_change(ctx, caller, &args.from.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => {
+        Err(failed) => {
+            let (err, wcc) = *failed;
             return Nfs3Reply::Rename(Outcome::Fail(
                 err,
                 RenameWcc {
@@ -354,7 +373,8 @@ pub fn rename(ctx: &NfsContext, caller: &Caller, args: &RenameArgs) -> Nfs3Reply
     };
     let to = match dir_to_change(ctx, caller, &args.to.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => {
+        Err(failed) => {
+            let (err, wcc) = *failed;
             return Nfs3Reply::Rename(Outcome::Fail(
                 err,
                 RenameWcc {
@@ -416,7 +436,10 @@ pub fn link(ctx: &NfsContext, caller: &Caller, args: &LinkArgs) -> Nfs3Reply {
     };
     let dir = match dir_to_change(ctx, caller, &args.link.dir) {
         Ok(dir) => dir,
-        Err((err, wcc)) => return fail(err, file.export.post_attr(file.object), wcc),
+        Err(failed) => {
+            let (err, wcc) = *failed;
+            return fail(err, file.export.post_attr(file.object), wcc);
+        }
     };
     if file.export.dataset_id != dir.export.dataset_id
         || file.export.pool_guid != dir.export.pool_guid
