@@ -514,3 +514,148 @@ fn handles_verifiers_stale_handles_and_retransmissions() {
     server.terminate();
     env.assert_pool_check_clean();
 }
+
+impl Raw {
+    /// One READDIR from `cookie` of at most `count_bytes`: (name, cookie) pairs and eof.
+    fn readdir(
+        &mut self,
+        dir: &FileHandle,
+        cookie: u64,
+        count_bytes: u32,
+    ) -> (Vec<(String, u64)>, bool) {
+        let args = ReaddirArgs {
+            dir: dir.clone(),
+            cookie,
+            cookieverf: [0; 8],
+            count_bytes,
+        };
+        match self.nfs(Nfs3Proc::Readdir, &args) {
+            Nfs3Reply::Readdir(Outcome::Ok(ok)) => (
+                ok.entries
+                    .into_iter()
+                    .map(|e| {
+                        (
+                            String::from_utf8(e.name.as_bytes().to_vec()).unwrap(),
+                            e.cookie,
+                        )
+                    })
+                    .collect(),
+                ok.eof,
+            ),
+            other => panic!("READDIR: {other:?}"),
+        }
+    }
+
+    /// Every name from `cookie` on, in READDIRs of `count_bytes`.
+    fn list_from(&mut self, dir: &FileHandle, mut cookie: u64, count_bytes: u32) -> Vec<String> {
+        let mut names = Vec::new();
+        loop {
+            let (entries, eof) = self.readdir(dir, cookie, count_bytes);
+            if let Some((_, last)) = entries.last() {
+                cookie = *last;
+            }
+            names.extend(entries.into_iter().map(|(name, _)| name));
+            if eof {
+                return names;
+            }
+        }
+    }
+}
+
+#[test]
+fn stability_follows_sync_and_listings_survive_restarts() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let port = free_port();
+    let server = shared_home(&env, port);
+
+    // A directory of many entries, made through the filesystem's own view.
+    let at = env.path("mnt");
+    let cleanup = Unmount(at.clone());
+    env.ok(&["mount", "tank/home", at.to_str().unwrap()]);
+    std::fs::create_dir(at.join("many")).unwrap();
+    let mut expected: Vec<String> = (0..2500).map(|i| format!("entry-{i:05}")).collect();
+    for name in &expected {
+        std::fs::write(at.join("many").join(name), b"").unwrap();
+    }
+    std::os::unix::fs::chown(at.join("many"), Some(USER), Some(USER)).unwrap();
+    env.ok(&["unmount", "tank/home"]);
+    drop(cleanup);
+    expected.sort();
+
+    // libnfs lists them all (several READDIRPLUS calls).
+    let listing = libnfs("nfs-ls", &[&url(port, "/tank/home/many")])
+        .ok()
+        .stdout;
+    let mut listed: Vec<&str> = listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().last())
+        .filter(|name| name.starts_with("entry-"))
+        .collect();
+    listed.sort_unstable();
+    assert_eq!(listed, expected, "nfs-ls's listing");
+
+    // A raw READDIR in small pieces gives each name once; from a cookie taken before a
+    // restart, the listing goes on after it.
+    let mut raw = Raw::connect(port);
+    let root = raw.mount("/tank/home");
+    let many = raw.lookup(&root, "many").unwrap();
+    let mut all = raw.list_from(&many, 0, 4096);
+    all.retain(|name| name != "." && name != "..");
+    all.sort();
+    assert_eq!(all, expected, "READDIR in 4 KiB pieces");
+    let (first, eof) = raw.readdir(&many, 0, 4096);
+    assert!(!eof);
+    let (_, cookie) = *first.last().unwrap();
+    let seen: Vec<String> = first.into_iter().map(|(name, _)| name).collect();
+
+    // sync=always: every write is FILE_SYNC; sync=disabled: FILE_SYNC too, without waiting.
+    let file = raw.create(&root, "sync.bin");
+    env.ok(&["set", "sync=always", "tank/home"]);
+    assert_eq!(
+        raw.write(&file, 0, b"always", StableHow::Unstable)
+            .committed,
+        StableHow::FileSync
+    );
+    env.ok(&["set", "sync=disabled", "tank/home"]);
+    assert_eq!(
+        raw.write(&file, 0, b"disabled", StableHow::Unstable)
+            .committed,
+        StableHow::FileSync
+    );
+    env.ok(&["set", "sync=standard", "tank/home"]);
+    assert_eq!(
+        raw.write(&file, 0, b"standard", StableHow::Unstable)
+            .committed,
+        StableHow::Unstable
+    );
+
+    // A record larger than any call closes that connection; the server serves the next one.
+    let mut hostile = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    hostile
+        .write_all(&(0x8000_0000u32 | 100 << 20).to_be_bytes())
+        .unwrap();
+    hostile.write_all(&[0; 4096]).unwrap();
+    let mut byte = [0u8; 1];
+    use std::io::Read;
+    assert_eq!(
+        hostile.read(&mut byte).unwrap_or(0),
+        0,
+        "an oversized record must close the connection"
+    );
+
+    drop(raw);
+    let mut server = server;
+    server.terminate();
+    let mut server = serve_nfs(&env, port);
+    let mut raw = Raw::connect(port);
+    let mut rest = raw.list_from(&many, cookie, 8192);
+    rest.extend(seen);
+    rest.retain(|name| name != "." && name != "..");
+    rest.sort();
+    assert_eq!(rest, expected, "a cookie from before the restart");
+
+    drop(raw);
+    server.terminate();
+    env.assert_pool_check_clean();
+}

@@ -24,7 +24,7 @@ use super::drc::CallKey;
 use super::procs::{self, IO_BYTES_MAX};
 use super::write;
 use cairn_nfs::mount::{
-    DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountError, MountReply, decode_mount_call,
+    DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountReply, decode_mount_call,
 };
 use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
 use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
@@ -42,8 +42,15 @@ pub const RECORD_BYTES_MAX: usize = IO_BYTES_MAX as usize + 64 * 1024;
 /// Bytes read from the socket at a time.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
-/// Serves `stream` until the client closes it, it breaks, or it sends what cannot be framed.
-pub fn serve_connection(ctx: &NfsContext, mut stream: TcpStream) {
+/// Serves `stream` until the client closes it, it breaks, or it sends what cannot be framed;
+/// then closes it (the server's list of connections holds a clone of the socket, so dropping
+/// this one alone would leave the client waiting).
+pub fn serve_connection(ctx: &NfsContext, stream: TcpStream) {
+    serve_until_done(ctx, &stream);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+fn serve_until_done(ctx: &NfsContext, mut stream: &TcpStream) {
     let client = match stream.peer_addr() {
         Ok(address) => address.ip(),
         Err(_) => return,
@@ -197,16 +204,12 @@ fn portmap(ctx: &NfsContext, call: &PortmapCall) -> PortmapReply {
 
 fn mount(ctx: &NfsContext, call: &MountCall) -> MountReply {
     match call {
-        MountCall::Mnt(path) => MountReply::Mnt(match ctx.export_by_path(path.as_bytes()) {
-            Some(export) => match export.fs.getattr(export.fs.root()) {
-                Ok(attrs) => Ok(MntOk {
-                    handle: export.handle(export.fs.root(), &attrs),
-                    auth_flavors: vec![AUTH_SYS],
-                }),
-                Err(_) => Err(MountError::Io),
+        MountCall::Mnt(path) => MountReply::Mnt(ctx.mount_point(path.as_bytes()).map(
+            |(export, object, attrs)| MntOk {
+                handle: export.handle(object, &attrs),
+                auth_flavors: vec![AUTH_SYS],
             },
-            None => Err(MountError::NoEnt),
-        }),
+        )),
         MountCall::Export => MountReply::Export(exports(ctx)),
         MountCall::Dump => MountReply::Dump(Vec::new()),
         MountCall::Null => MountReply::Null,

@@ -12,13 +12,14 @@
 //! BADHANDLE.
 //!
 //! Exports: every filesystem dataset of a served pool whose `sharenfs` is on, mounted by the
-//! path `/POOL/DATASET` (MOUNT MNT). Uses `context.rs` and `convert.rs`.
+//! path `/POOL/DATASET`, or a directory below it by `/POOL/DATASET/DIR` (MOUNT MNT). Uses `context.rs` and `convert.rs`.
 
 use super::context::NfsContext;
 use super::convert::fattr;
 use cairn_engine::Pool;
 use cairn_fs::attrs::InodeAttrs;
 use cairn_fs::{Filesystem, FsError, InodeStorage};
+use cairn_nfs::mount::MountError;
 use cairn_nfs::nfs3::{Fattr3, FileHandle, Nfs3Error};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -149,13 +150,45 @@ impl NfsContext {
         })
     }
 
-    /// The export mounted by `path` (`/POOL/DATASET`), if it is shared.
-    pub fn export_by_path(&self, path: &[u8]) -> Option<Export> {
-        let path = std::str::from_utf8(path).ok()?;
-        let dataset = path.trim_start_matches('/').trim_end_matches('/');
-        let pool_name = dataset.split('/').next()?;
-        let pool = self.served.pools.read().get(pool_name).cloned()?;
-        self.export_of(pool, dataset.to_string()).ok()
+    /// What MNT of `path` reaches: `/POOL/DATASET` of a shared filesystem, or a directory
+    /// under it (`/POOL/DATASET/DIR/...`, as Linux's nfsd lets clients mount a subdirectory
+    /// of an export; libnfs mounts the whole path of its URL). The deepest shared dataset
+    /// whose name starts the path wins; the rest is looked up in it, directory by directory.
+    pub fn mount_point(&self, path: &[u8]) -> Result<(Export, u64, InodeAttrs), MountError> {
+        let path = std::str::from_utf8(path).map_err(|_| MountError::NoEnt)?;
+        let parts: Vec<&str> = path.split('/').filter(|part| !part.is_empty()).collect();
+        let pool_name = parts.first().ok_or(MountError::NoEnt)?;
+        let pool = self
+            .served
+            .pools
+            .read()
+            .get(*pool_name)
+            .cloned()
+            .ok_or(MountError::NoEnt)?;
+        let (export, below) = (1..=parts.len())
+            .rev()
+            .find_map(|depth| {
+                let dataset = parts[..depth].join("/");
+                let export = self.export_of(pool.clone(), dataset).ok()?;
+                Some((export, &parts[depth..]))
+            })
+            .ok_or(MountError::NoEnt)?;
+        let mut object = export.fs.root();
+        let mut attrs = export.fs.getattr(object).map_err(|_| MountError::Io)?;
+        for name in below {
+            if *name == "." || *name == ".." {
+                return Err(MountError::Inval);
+            }
+            let (next, next_attrs) = export
+                .fs
+                .lookup(object, name.as_bytes())
+                .map_err(|_| MountError::NoEnt)?;
+            if next_attrs.kind != cairn_fs::attrs::FileKind::Directory {
+                return Err(MountError::NotDir);
+            }
+            (object, attrs) = (next, next_attrs);
+        }
+        Ok((export, object, attrs))
     }
 
     /// Finds what `handle` names: BADHANDLE if it is not one of ours, STALE if what it named
