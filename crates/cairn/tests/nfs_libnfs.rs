@@ -630,6 +630,47 @@ fn stability_follows_sync_and_listings_survive_restarts() {
         StableHow::Unstable
     );
 
+    // Calls sent without waiting (as a kernel client pipelines them) are all answered, each
+    // reply matched to its call by xid.
+    let mut enc = Encoder::new();
+    enc.put(&RangeArgs {
+        file: file.clone(),
+        offset_bytes: 0,
+        count_bytes: 4096,
+    });
+    let read_args = enc.into_bytes();
+    let mut batch = Vec::new();
+    for xid in 0x5000..0x5020u32 {
+        let mut enc = Encoder::for_record();
+        enc.put(&CallHeader {
+            xid,
+            program: PROGRAM_NFS,
+            version: 3,
+            procedure: Nfs3Proc::Read.as_u32(),
+            credential: sys(USER),
+            verifier: OpaqueAuth::none(),
+        });
+        let mut record = enc.into_record().unwrap();
+        record.extend_from_slice(&read_args);
+        let len = (record.len() - 4) as u32 | 0x8000_0000;
+        record[..4].copy_from_slice(&len.to_be_bytes());
+        batch.extend_from_slice(&record);
+    }
+    raw.stream.write_all(&batch).unwrap();
+    let mut answered: Vec<u32> = (0..0x20)
+        .map(|_| {
+            let reply = read_record(&mut raw.stream, 4 << 20).unwrap().unwrap();
+            let (header, results) = Raw::split(&reply);
+            match decode_reply(Nfs3Proc::Read.as_u32(), &results, 1 << 20).unwrap() {
+                Nfs3Reply::Read(Outcome::Ok(ok)) => assert_eq!(ok.data, b"standard"),
+                other => panic!("{other:?}"),
+            }
+            header.xid
+        })
+        .collect();
+    answered.sort_unstable();
+    assert_eq!(answered, (0x5000..0x5020).collect::<Vec<u32>>());
+
     // A record larger than any call closes that connection; the server serves the next one.
     let mut hostile = TcpStream::connect(("127.0.0.1", port)).unwrap();
     hostile

@@ -12,9 +12,11 @@
 //!
 //! Non-idempotent calls (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR)
 //! are answered from the duplicate-request cache when they are retransmissions, and their
-//! replies recorded there (`drc.rs`). Calls of one connection are served one after another
-//! on its thread (a known limit: a Linux client pipelines on one connection, so one slow
-//! COMMIT delays its reads). Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
+//! replies recorded there (`drc.rs`). Calls of one connection are served by
+//! `CALLS_IN_FLIGHT_MAX` workers at once, replies sent as each finishes (RPC over TCP
+//! matches them by xid); so per connection at most that many records and the one being read
+//! are held. A retransmission arriving while its first copy is still being served (on
+//! another worker) is served again: the cache only holds finished replies. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
 //! `procs.rs`, `changes.rs` and `write.rs`.
 
 use super::changes;
@@ -34,11 +36,17 @@ use cairn_nfs::rpc::{
     PROGRAM_PORTMAP, RejectStat, ReplyHeader, parse_call,
 };
 use cairn_nfs::{Encoder, XdrEncode, XdrError};
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{IpAddr, TcpStream};
+use std::sync::mpsc::{Receiver, SyncSender};
 
 /// Largest record a client may send: a 1 MiB WRITE and its headers.
 pub const RECORD_BYTES_MAX: usize = IO_BYTES_MAX as usize + 64 * 1024;
+/// Calls of one connection served at once (a Linux client sends many on one connection:
+/// a COMMIT or a slow read must not hold up the rest). With the record being read, a
+/// connection holds at most this many records and one more.
+pub const CALLS_IN_FLIGHT_MAX: usize = 4;
 /// Bytes read from the socket at a time.
 const READ_CHUNK_BYTES: usize = 256 * 1024;
 
@@ -50,11 +58,61 @@ pub fn serve_connection(ctx: &NfsContext, stream: TcpStream) {
     let _ = stream.shutdown(std::net::Shutdown::Both);
 }
 
-fn serve_until_done(ctx: &NfsContext, mut stream: &TcpStream) {
+fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
     let client = match stream.peer_addr() {
         Ok(address) => address.ip(),
         Err(_) => return,
     };
+    // A rendezvous channel: the reader hands a record over only when a worker is free, so
+    // a connection holds at most `CALLS_IN_FLIGHT_MAX` records being served and one being
+    // read.
+    let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(0);
+    let receiver = Mutex::new(receiver);
+    let writing = Mutex::new(());
+    std::thread::scope(|scope| {
+        for _ in 0..CALLS_IN_FLIGHT_MAX {
+            let worker = || serve_calls(ctx, client, stream, &receiver, &writing);
+            let spawned = std::thread::Builder::new()
+                .name("cairn-nfs-call".into())
+                .spawn_scoped(scope, worker);
+            if spawned.is_err() {
+                // No worker: the connection cannot be served.
+                return;
+            }
+        }
+        read_records(stream, &sender);
+        drop(sender);
+    });
+}
+
+/// A worker of one connection: serves the records the reader hands over until it stops.
+fn serve_calls(
+    ctx: &NfsContext,
+    client: IpAddr,
+    stream: &TcpStream,
+    receiver: &Mutex<Receiver<Vec<u8>>>,
+    writing: &Mutex<()>,
+) {
+    loop {
+        let record = match receiver.lock().recv() {
+            Ok(record) => record,
+            Err(_) => return,
+        };
+        let Some(reply) = serve_record(ctx, client, &record) else {
+            continue;
+        };
+        let _turn = writing.lock();
+        let mut out = stream;
+        if out.write_all(&reply).is_err() {
+            // The reader then sees the connection end too.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}
+
+/// Reads records and hands each to a worker, until the connection ends or breaks framing.
+fn read_records(mut stream: &TcpStream, sender: &SyncSender<Vec<u8>>) {
     let mut decoder = RecordDecoder::new(RECORD_BYTES_MAX);
     let mut buf = vec![0; READ_CHUNK_BYTES];
     loop {
@@ -66,9 +124,7 @@ fn serve_until_done(ctx: &NfsContext, mut stream: &TcpStream) {
         loop {
             match decoder.feed(&mut input) {
                 Ok(Some(record)) => {
-                    if let Some(reply) = serve_record(ctx, client, &record)
-                        && stream.write_all(&reply).is_err()
-                    {
+                    if sender.send(record).is_err() {
                         return;
                     }
                 }

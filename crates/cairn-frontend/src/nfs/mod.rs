@@ -18,10 +18,13 @@
 //!   connection closed; at most `CONNECTIONS_MAX` connections at once.
 //!
 //! Not yet: NLM locking (clients mount with `nolock`), per-network allow lists and read-only
-//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, statistics (`stat nfs`), parallel
-//! calls within one connection, and per-file COMMIT (cairn-fs commits its whole log).
+//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, statistics (`stat nfs`), per-file
+//! COMMIT (cairn-fs commits its whole log), and coherence with a FUSE mount of the same
+//! dataset: the kernel keeps names and attributes for up to `ATTR_TTL` (a minute) and is not
+//! told of changes made over NFS.
 //!
-//! Threads: one accepts, one per connection serves it (calls block on the pool as FUSE's
+//! Threads: one accepts, one per connection reads its records and hands them to
+//! `CALLS_IN_FLIGHT_MAX` workers of that connection (calls block on the pool as FUSE's
 //! do). Files, bottom up: `convert.rs` (types, errors, permissions), `drc.rs`, `context.rs`
 //! (what connections share, the verifier), `handle.rs` (handles and exports), `procs.rs`
 //! (procedures that only read), `changes.rs` (namespace and attributes), `write.rs` (WRITE,
@@ -36,7 +39,7 @@ mod handle;
 mod procs;
 mod write;
 
-pub use connection::RECORD_BYTES_MAX;
+pub use connection::{CALLS_IN_FLIGHT_MAX, RECORD_BYTES_MAX};
 pub use context::NfsContext;
 pub use convert::NOBODY_ID;
 pub use handle::{HANDLE_BYTES, HandleParts};
