@@ -179,8 +179,13 @@ fn sys(uid: u32) -> Credential {
 
 impl Raw {
     fn connect(port: u16) -> Raw {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        // A reply that never comes fails the test instead of hanging it.
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(120)))
+            .unwrap();
         Raw {
-            stream: TcpStream::connect(("127.0.0.1", port)).unwrap(),
+            stream,
             xid: 0x1000,
         }
     }
