@@ -215,6 +215,7 @@ impl SnapshotStatsSnapshot {
                 | "deadlist_bytes"
                 | "deadlist_parts"
                 | "deadlist_parts_retiring"
+                | "mos_objects_bound"
         ) || name.starts_with("command_latency_")
     }
 }
