@@ -54,7 +54,7 @@ mod version;
 pub(crate) use discover::candidate_paths;
 pub use discover::{DiscoveredPool, ImportSource, discover_pools};
 pub use rewind::Rewind;
-pub use version::unreadable_pool;
+pub use version::{UnreadablePool, unreadable_pool, unreadable_pools};
 
 use discover::{committed_config, import_error};
 use load::Loaded;
