@@ -5,7 +5,9 @@
 //! The init (busybox `sh`, PID 1) loads the cached modules, mounts the host's root read-only
 //! over 9p under a tmpfs overlay at `/newroot` with fresh `/proc`, `/sys`, `/dev`, `/run`,
 //! brings up the network (10.0.2.15, default route via the host at 10.0.2.2), points
-//! `/lib/modules/RELEASE` at the cached modules, mounts the shares, then runs the script with
+//! `/lib/modules/RELEASE` at the cached modules (and the kernel's own module loading, e.g. for
+//! `mount -t ext4`, at the host's modprobe in that root: the kernel runs its helper in init's
+//! root, the initramfs), mounts the shares, then runs the script with
 //! the host's `/bin/sh` chrooted in `/newroot`, prints `MARKER_EXIT STATUS` and powers off. A
 //! failing step prints `MARKER_SETUP_FAILED` and powers off at once, so a broken guest ends
 //! in seconds instead of at the timeout.
@@ -342,6 +344,7 @@ mount -t tmpfs -o mode=0755 tmpfs /newroot/run || fail "run"
 ip link set lo up && ip link set eth0 up && ip addr add {GUEST_ADDRESS} dev eth0 && ip route add default via {HOST_ADDRESS} || fail "network"
 hostname cairn-guest
 mkdir -p /newroot/lib/modules && rm -rf /newroot/lib/modules/{release} && ln -s {modules} /newroot/lib/modules/{release} || fail "modules link"
+printf '#!/bin/busybox sh\nexec /bin/chroot /newroot /sbin/modprobe "$@"\n' > /bin/root-modprobe && chmod 755 /bin/root-modprobe && echo /bin/root-modprobe > /proc/sys/kernel/modprobe || fail "modprobe helper"
 {share_lines}mkdir -p /newroot/run/cairn-guest && cp /payload.sh /newroot/run/cairn-guest/payload.sh || fail "payload"
 echo "{MARKER_START}"
 env -i PATH={PAYLOAD_PATH} HOME=/root TERM=dumb chroot /newroot /bin/sh /run/cairn-guest/payload.sh </dev/null
