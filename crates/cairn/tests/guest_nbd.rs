@@ -6,7 +6,8 @@
 //! restart of the server (so the data comes from the pool's disks, not from a cache), the
 //! volume is copied out with nbdcopy and the files are read from the image with debugfs: every
 //! checksum must match the host's source files and what the guest printed, `e2fsck -fn` must
-//! be clean on the image, and `pool check` on the pool.
+//! be clean on the image, and `pool check` on the pool. A snapshot's export, attached first,
+//! must be read-only to the kernel (a direct write refused) and stay all zeros.
 //!
 //! The guest's tools are the host's (nbd-client, e2fsprogs, coreutils); a missing one fails the
 //! test naming its Debian package. The first run downloads the kernel package with apt-get and
@@ -26,7 +27,8 @@ use std::time::Duration;
 /// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
 fn guest_cache_dir() -> PathBuf {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent().map_or(tmp.clone(), |target| target.join("guest"))
+    tmp.parent()
+        .map_or(tmp.clone(), |target| target.join("guest"))
 }
 
 /// The files the guest writes: (name in the file system, size). Sizes not a multiple of the
@@ -55,6 +57,8 @@ fn kernel_nbd_client_writes_ext4_that_reads_back_on_the_host() {
     let env = Env::new();
     env.create_pool();
     env.create_volume("tank/vol", "64M", &[]);
+    // A snapshot of the empty volume: a read-only export the guest must not be able to change.
+    env.ok(&["snapshot", "tank/vol@empty"]);
     let mut server = env.serve();
 
     // Source files on the host; the guest reads them through its view of the host's root.
@@ -80,6 +84,10 @@ fn kernel_nbd_client_writes_ext4_that_reads_back_on_the_host() {
     let script = format!(
         r#"set -eu
 modprobe nbd
+nbd-client -N tank/vol@empty -b 4096 {HOST_ADDRESS} {port} /dev/nbd1
+echo "SNAPSHOT-RO $(blockdev --getro /dev/nbd1)"
+if dd if=/dev/urandom of=/dev/nbd1 bs=4096 count=1 oflag=direct status=none; then echo SNAPSHOT-WRITTEN; fi
+nbd-client -d /dev/nbd1
 nbd-client -N tank/vol -b 4096 {HOST_ADDRESS} {port} /dev/nbd0
 mkfs.ext4 -q -F /dev/nbd0
 mkdir -p /mnt/vol
@@ -123,6 +131,10 @@ echo GUEST-DONE
         })
         .collect();
     assert_eq!(printed, expected, "the guest's checksums:\n{output}");
+    assert!(
+        output.contains("SNAPSHOT-RO 1") && !output.contains("SNAPSHOT-WRITTEN"),
+        "the snapshot's export is read-only to the kernel:\n{output}"
+    );
 
     // From the pool's disks: stop (sync and export), check, serve again, copy out.
     server.terminate();
@@ -138,6 +150,20 @@ echo GUEST-DONE
     .ok();
     let fsck = run(&tool("e2fsck", "e2fsprogs"), &["-fn", path_str(&image)]);
     assert!(fsck.success(), "e2fsck on the host:\n{}", fsck.describe());
+    let snapshot = env.path("snapshot.img");
+    run_limited(
+        std::process::Command::new(nbdcopy())
+            .arg(server.uri("tank/vol@empty"))
+            .arg(&snapshot),
+        TOOL_TIME,
+    )
+    .ok();
+    let snapshot_bytes = std::fs::read(&snapshot).expect("the snapshot's copy");
+    assert_eq!(snapshot_bytes.len() as u64, 64 * MIB);
+    assert!(
+        snapshot_bytes.iter().all(|byte| *byte == 0),
+        "the snapshot is still empty"
+    );
     for (name, sum) in &expected {
         let out = env.path(&format!("out-{}", name.replace('/', "_")));
         let request = format!("dump /{name} {}", out.display());
