@@ -22,7 +22,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const QEMU: &str = "qemu-system-x86_64";
 const MARKER_START: &str = "cairn-guest: payload starts";
 const MARKER_EXIT: &str = "cairn-guest: payload exit status ";
 const MARKER_SETUP_FAILED: &str = "cairn-guest: setup failed: ";
@@ -102,13 +101,14 @@ pub(crate) fn boot(
     let image = boot_image(dir, &init, script)?;
     let args = qemu_args(dir, &image.0, options)?;
     let started = Instant::now();
-    let mut child = Command::new(QEMU)
+    let qemu = options.qemu_program.as_str();
+    let mut child = Command::new(qemu)
         .args(&args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|err| tool::spawn_error(QEMU, err))?;
+        .map_err(|err| tool::spawn_error(qemu, err))?;
     let console = Arc::new(Mutex::new(Console::default()));
     let stdout = child.stdout.take().map(|out| {
         let console = Arc::clone(&console);

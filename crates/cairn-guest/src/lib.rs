@@ -53,7 +53,7 @@ impl Guest {
     /// Prepares (or finds already prepared) the kernel, its modules and the initramfs under
     /// `cache_dir`, e.g. `$CARGO_TARGET_DIR/guest`. The first preparation downloads ~70 MB with
     /// `apt-get download` (the package lists must be current: `apt-get update`) and keeps
-    /// ~250 MB; later ones only look.
+    /// ~330 MB; later ones only look.
     pub fn prepare(cache_dir: &Path) -> Result<Guest, Error> {
         let (dir, release) = prepare::prepare(cache_dir)?;
         Ok(Guest { dir, release })
@@ -91,6 +91,8 @@ pub struct BootOptions {
     pub extra_qemu_args: Vec<String>,
     /// Appended to the kernel's command line.
     pub extra_kernel_args: Vec<String>,
+    /// The QEMU program (a name looked up on PATH, or a path).
+    pub qemu_program: String,
 }
 
 impl Default for BootOptions {
@@ -101,6 +103,7 @@ impl Default for BootOptions {
             shares: Vec::new(),
             extra_qemu_args: Vec::new(),
             extra_kernel_args: Vec::new(),
+            qemu_program: "qemu-system-x86_64".to_string(),
         }
     }
 }

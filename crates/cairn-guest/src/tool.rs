@@ -8,8 +8,11 @@ use std::process::{Command, Output, Stdio};
 
 /// The Debian package that installs `tool` (for the error of a missing one).
 pub(crate) fn package_of(tool: &str) -> &'static str {
-    match tool {
-        "qemu-system-x86_64" => "qemu-system-x86",
+    let name = Path::new(tool)
+        .file_name()
+        .map_or(tool.to_string(), |name| name.to_string_lossy().into_owned());
+    match name.as_str() {
+        name if name.starts_with("qemu-system-") => "qemu-system-x86",
         "apt-get" => "apt",
         "dpkg-deb" => "dpkg",
         "depmod" | "modprobe" => "kmod",

@@ -95,3 +95,23 @@ exit 3
     );
     assert_eq!(accepted.join().expect("listener"), "hello over tcp\n");
 }
+
+/// A QEMU that is not installed is an error naming the package to install, not a skip.
+#[test]
+fn missing_qemu_names_its_package() {
+    let guest = Guest::prepare(&cache_dir()).expect("prepare the guest kernel");
+    let options = BootOptions {
+        qemu_program: "/nonexistent/qemu-system-x86_64".to_string(),
+        ..BootOptions::default()
+    };
+    let err = guest.boot("exit 0", &options).expect_err("no such QEMU");
+    let text = err.to_string();
+    assert!(
+        matches!(err, cairn_guest::Error::MissingTool { .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("/nonexistent/qemu-system-x86_64") && text.contains("`qemu-system-x86`"),
+        "{text}"
+    );
+}
