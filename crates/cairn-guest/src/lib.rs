@@ -25,10 +25,13 @@
 //! are returned. A missing tool is an [`Error::MissingTool`] naming its Debian package, so a
 //! test fails rather than skips.
 //!
+//! [`Ganesha`] runs NFS-Ganesha on the host as the reference NFSv3 server such a guest mounts.
+//!
 //! It depends on no cairn crate and is a dev-dependency only: it sits outside the layers.
 
 mod boot;
 mod cpio;
+mod ganesha;
 mod prepare;
 mod tool;
 
@@ -36,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use boot::GuestRun;
+pub use ganesha::Ganesha;
 
 /// The host's loopback as the guest sees it (QEMU's user network).
 pub const HOST_ADDRESS: &str = "10.0.2.2";

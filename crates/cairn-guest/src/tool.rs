@@ -18,6 +18,8 @@ pub(crate) fn package_of(tool: &str) -> &'static str {
         "depmod" | "modprobe" => "kmod",
         "busybox" => "busybox-static",
         "xz" => "xz-utils",
+        "ganesha.nfsd" => "nfs-ganesha-vfs",
+        "rpcbind" => "rpcbind",
         _ => "(unknown)",
     }
 }
