@@ -115,3 +115,27 @@ fn missing_qemu_names_its_package() {
         "{text}"
     );
 }
+
+/// A guest that never finishes is killed at the timeout and reported as such, with its
+/// console so far (the script had started and printed).
+#[test]
+fn a_guest_past_its_timeout_is_killed() {
+    let guest = Guest::prepare(&cache_dir()).expect("prepare the guest kernel");
+    let options = BootOptions {
+        timeout: Duration::from_secs(10),
+        ..BootOptions::default()
+    };
+    let err = guest
+        .boot("echo still going; sleep 100000", &options)
+        .expect_err("the script never ends");
+    match err {
+        cairn_guest::Error::Timeout { timeout, console } => {
+            assert_eq!(timeout, options.timeout);
+            // The guest never powered off (under a heavy load it may not even have reached
+            // the script in 10 s, so its output is not required).
+            assert!(!console.contains("reboot: Power down"), "{console}");
+            assert!(!console.contains("payload exit status"), "{console}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+}
