@@ -299,7 +299,7 @@ fn qemu_args(dir: &Path, image: &Path, options: &BootOptions) -> Result<Vec<Stri
 }
 
 /// `text` as one shell word.
-fn quote(text: &str) -> String {
+pub(crate) fn quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', "'\\''"))
 }
 
