@@ -17,8 +17,10 @@
 //!
 //! The budget: `free_time_per_txg_ms` for a txg with no foreground writes, a quarter of it
 //! when writers dirtied data in the txg (their txgs follow each other while frees run: the
-//! frees then take a small share of the sync thread, and of the CPU the writers need). Every
-//! txg still makes one step of progress however small the budget (`process_frees`).
+//! frees then take a small share of the sync thread, and of the CPU the writers need), less
+//! what the same sync already spent on snapshot commands (the txg of a large range destroy
+//! has its own few hundred milliseconds of work). Every txg still makes one step of progress
+//! however small the budget (`process_frees`).
 //!
 //! The same estimate tells the txg engine how much of a sync was free work
 //! (`background_sync_us`), so its measured sync rate — which sets the dirty limit under the
@@ -58,14 +60,22 @@ pub(crate) struct FreeBudget {
 
 impl FreePacing {
     /// The budget of this txg's frees, starting now: `free_time_ms` of work (a quarter with
-    /// `foreground` dirty data), at most `units_max` units.
-    pub(crate) fn budget(&self, free_time_ms: u64, foreground: bool, units_max: u64) -> FreeBudget {
+    /// `foreground` dirty data), less `commands_time` the same sync already spent on snapshot
+    /// commands (a destroy of 10,000 snapshots takes a few hundred milliseconds of its txg),
+    /// at most `units_max` units.
+    pub(crate) fn budget(
+        &self,
+        free_time_ms: u64,
+        foreground: bool,
+        commands_time: Duration,
+        units_max: u64,
+    ) -> FreeBudget {
         let time_ms = if foreground {
             free_time_ms / FOREGROUND_SHARE_DIVISOR
         } else {
             free_time_ms
         };
-        let time = Duration::from_millis(time_ms);
+        let time = Duration::from_millis(time_ms).saturating_sub(commands_time);
         let deadline = Instant::now().checked_add(time);
         // No deadline: the caller asked for no time bound; the unit bound alone applies.
         // Never below one step of the loop: every txg makes progress.
@@ -140,14 +150,33 @@ mod tests {
         // 220 ms buys 2,000 units; with foreground writes, a quarter of that; never less
         // than one step of the loop; the bound asked for still holds; no time bound, no
         // unit bound from the cost.
-        assert_eq!(pacing.budget(220, false, 1 << 30).units_max, 2000);
-        assert_eq!(pacing.budget(880, true, 1 << 30).units_max, 2000);
         assert_eq!(
-            pacing.budget(0, false, 1 << 30).units_max,
+            pacing.budget(220, false, Duration::ZERO, 1 << 30).units_max,
+            2000
+        );
+        assert_eq!(
+            pacing.budget(880, true, Duration::ZERO, 1 << 30).units_max,
+            2000
+        );
+        assert_eq!(
+            pacing.budget(0, false, Duration::ZERO, 1 << 30).units_max,
             FREE_CHUNK_ENTRIES
         );
-        assert_eq!(pacing.budget(220, false, 7).units_max, 7);
-        assert_eq!(pacing.budget(u64::MAX, false, 1 << 30).units_max, 1 << 30);
+        // Commands' time in the same sync comes off the budget, down to one step.
+        let ms = Duration::from_millis;
+        assert_eq!(pacing.budget(330, false, ms(110), 1 << 30).units_max, 2000);
+        assert_eq!(pacing.budget(880, true, ms(110), 1 << 30).units_max, 1000);
+        assert_eq!(
+            pacing.budget(100, false, ms(400), 1 << 30).units_max,
+            FREE_CHUNK_ENTRIES
+        );
+        assert_eq!(pacing.budget(220, false, Duration::ZERO, 7).units_max, 7);
+        assert_eq!(
+            pacing
+                .budget(u64::MAX, false, Duration::ZERO, 1 << 30)
+                .units_max,
+            1 << 30
+        );
         // A txg without frees counts nothing as free work and keeps the price.
         pacing.txg_synced(Duration::from_millis(40), 10);
         assert_eq!(pacing.background_sync_us(), 0);

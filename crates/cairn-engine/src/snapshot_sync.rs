@@ -85,6 +85,7 @@ impl PoolCore {
             }
         }
         let mut heads = Vec::new();
+        let commands_started = Instant::now();
         for change in pending {
             let (dataset, prev_snap_txg) = match change {
                 PendingSnapshot::Create { dataset, name, id } => {
@@ -137,7 +138,8 @@ impl PoolCore {
             }
             touched.insert(dataset);
         }
-        self.background_frees(txg, &mut table, !synced.is_empty())?;
+        let commands_time = commands_started.elapsed();
+        self.background_frees(txg, &mut table, !synced.is_empty(), commands_time)?;
         refresh_changed_snapshot_bytes(&mut directory, &mut table);
         // A head synced in this txg may have changed what it still shares with its origin.
         for name in &touched {
@@ -151,12 +153,14 @@ impl PoolCore {
     /// This txg's share of background frees (step 3), counted; a free that finishes is noted
     /// (`snapshot_stats.rs`). How much it may do is `free_pacing.rs`'s to say: a budget of
     /// time and of units of work priced at what earlier txgs' frees cost their whole sync
-    /// (less with `foreground` dirty data in the txg).
+    /// (less with `foreground` dirty data in the txg, and less the `commands_time` this sync
+    /// already spent on snapshot commands).
     fn background_frees(
         &self,
         txg: u64,
         table: &mut SnapshotTable,
         foreground: bool,
+        commands_time: std::time::Duration,
     ) -> Result<(), EngineError> {
         if !table.has_background_frees() {
             return Ok(());
@@ -168,6 +172,7 @@ impl PoolCore {
         let budget = self.free_pacing.lock().budget(
             self.free_time_per_txg_ms,
             foreground,
+            commands_time,
             self.free_entries_per_txg,
         );
         let mut keep_going = || {
