@@ -12,9 +12,10 @@
 //!    in t at once and queues the rest;
 //! 3. this txg's share of background frees (`SnapshotTable::process_frees`, deadlist
 //!    entries, then `process_tree_frees`, blocks of the dead trees destroyed datasets and
-//!    rollbacks left), within a budget `free_pacing.rs` sets: `free_time_per_txg_ms` (a
-//!    quarter of it when writers dirtied the txg), in units of work priced at what frees cost
-//!    earlier txgs' whole syncs, at most `free_entries_per_txg`;
+//!    rollbacks left), within a budget `free_pacing.rs` sets: `free_time_per_txg_ms` (an
+//!    eighth of it when writers dirtied the txg, less what the commands above took), in units
+//!    of work priced at what frees cost earlier txgs' whole syncs, at most
+//!    `free_entries_per_txg`;
 //!
 //! then `write_snapshot_table` writes the records that changed, and the deadlists' new
 //! pointers, into the MOS with the directory, so the uberblock of t commits them all or none;
