@@ -76,7 +76,10 @@ pub use cairn_zil::ZilStatsSnapshot;
 pub use check::CheckReport;
 pub use core::MosWrites;
 pub use datasets::DatasetInfo;
-pub use import::{DiscoveredPool, ImportSource, Rewind, discover_pools, unreadable_pool};
+pub use import::{
+    DiscoveredPool, ImportSource, Rewind, UnreadablePool, discover_pools, unreadable_pool,
+    unreadable_pools,
+};
 pub use pool::{Pool, PoolOptions, process_cache};
 pub use pool_status::DatasetSpaceFigures;
 pub use pool_status::{

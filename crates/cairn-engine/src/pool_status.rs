@@ -426,6 +426,7 @@ impl Pool {
         stats.deadlist_bytes = held.allocated_bytes;
         stats.deadlist_parts = table.deadlist_parts();
         stats.deadlist_parts_retiring = table.retiring_parts();
+        stats.mos_objects_bound = self.core.mos.object_id_bound();
         stats
     }
 

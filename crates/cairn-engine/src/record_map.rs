@@ -32,14 +32,14 @@ pub(crate) fn next_dynamic_object(mos: &ObjectSet) -> u64 {
     mos.object_id_bound().max(FIRST_DYNAMIC_OBJECT)
 }
 
-/// MOS object numbers freed in this process, given again before any past the bound: a new
-/// number past the bound starts a dnode block of its own (the bound is rounded up to whole
-/// blocks), and a block whose dnodes are all free still takes its space, so a pool that
-/// creates and frees objects for ever (a deadlist part or two per snapshot destroyed, in a
-/// rolling window of snapshots) grew its MOS by a dnode block per object. A number is given
-/// again only from the txg after the one that freed it, when the free has synced. In memory
-/// only: after an import the numbers freed before are left (a pool reopened grows by what
-/// it freed before, once).
+/// MOS object numbers freed, given again before any past the bound: a new number past the
+/// bound starts a dnode block of its own (the bound is rounded up to whole blocks), and a
+/// block whose dnodes are all free still takes its space, so a pool that creates and frees
+/// objects for ever (a deadlist part or two per snapshot destroyed, in a rolling window of
+/// snapshots) grew its MOS by a dnode block per object. A number is given again only from
+/// the txg after the one that freed it, when the free has synced. Kept in memory: an import
+/// finds the free numbers below the bound again (`of_mos`), so a pool reopened often does
+/// not grow by what it had freed each time.
 #[derive(Debug, Default)]
 pub(crate) struct MosObjectNumbers {
     /// Object → the txg that freed it.
@@ -47,6 +47,17 @@ pub(crate) struct MosObjectNumbers {
 }
 
 impl MosObjectNumbers {
+    /// The free dynamic object numbers below `mos`'s bound, ready to give (at import: one
+    /// dnode lookup per object number, as `pool check` does, on dnode blocks the import
+    /// reads anyway for the tables).
+    pub(crate) fn of_mos(mos: &ObjectSet) -> MosObjectNumbers {
+        let freed = (FIRST_DYNAMIC_OBJECT..mos.object_id_bound())
+            .filter(|&object| mos.dnode(object).is_ok_and(|dnode| dnode.is_free()))
+            .map(|object| (object, 0))
+            .collect();
+        MosObjectNumbers { freed }
+    }
+
     /// Object `object` of the MOS was freed in `txg`.
     pub(crate) fn freed(&mut self, object: u64, txg: u64) {
         if object >= FIRST_DYNAMIC_OBJECT {

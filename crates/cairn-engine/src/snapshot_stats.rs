@@ -165,6 +165,9 @@ pub struct SnapshotStatsSnapshot {
     /// for their last scan.
     pub deadlist_parts: u64,
     pub deadlist_parts_retiring: u64,
+    /// Level: the MOS's object number bound (every object in use or freed lies below it); it
+    /// grows only when no freed number can be given again.
+    pub mos_objects_bound: u64,
     /// Snapshot commands that completed (the histogram's count).
     pub commands: u64,
     pub command_latency_p50_us: u64,
@@ -194,6 +197,7 @@ impl SnapshotStatsSnapshot {
             ("deadlist_bytes", self.deadlist_bytes),
             ("deadlist_parts", self.deadlist_parts),
             ("deadlist_parts_retiring", self.deadlist_parts_retiring),
+            ("mos_objects_bound", self.mos_objects_bound),
             ("commands", self.commands),
             ("command_latency_p50_us", self.command_latency_p50_us),
             ("command_latency_p99_us", self.command_latency_p99_us),
@@ -211,6 +215,7 @@ impl SnapshotStatsSnapshot {
                 | "deadlist_bytes"
                 | "deadlist_parts"
                 | "deadlist_parts_retiring"
+                | "mos_objects_bound"
         ) || name.starts_with("command_latency_")
     }
 }

@@ -12,9 +12,10 @@
 //!    in t at once and queues the rest;
 //! 3. this txg's share of background frees (`SnapshotTable::process_frees`, deadlist
 //!    entries, then `process_tree_frees`, blocks of the dead trees destroyed datasets and
-//!    rollbacks left), within a budget `free_pacing.rs` sets: `free_time_per_txg_ms` (a
-//!    quarter of it when writers dirtied the txg), in units of work priced at what frees cost
-//!    earlier txgs' whole syncs, at most `free_entries_per_txg`;
+//!    rollbacks left), within a budget `free_pacing.rs` sets: `free_time_per_txg_ms` (an
+//!    eighth of it when writers dirtied the txg, less what the commands above took), in units
+//!    of work priced at what frees cost earlier txgs' whole syncs, at most
+//!    `free_entries_per_txg`;
 //!
 //! then `write_snapshot_table` writes the records that changed, and the deadlists' new
 //! pointers, into the MOS with the directory, so the uberblock of t commits them all or none;
@@ -85,6 +86,7 @@ impl PoolCore {
             }
         }
         let mut heads = Vec::new();
+        let commands_started = Instant::now();
         for change in pending {
             let (dataset, prev_snap_txg) = match change {
                 PendingSnapshot::Create { dataset, name, id } => {
@@ -137,7 +139,8 @@ impl PoolCore {
             }
             touched.insert(dataset);
         }
-        self.background_frees(txg, &mut table, !synced.is_empty())?;
+        let commands_time = commands_started.elapsed();
+        self.background_frees(txg, &mut table, !synced.is_empty(), commands_time)?;
         refresh_changed_snapshot_bytes(&mut directory, &mut table);
         // A head synced in this txg may have changed what it still shares with its origin.
         for name in &touched {
@@ -151,12 +154,14 @@ impl PoolCore {
     /// This txg's share of background frees (step 3), counted; a free that finishes is noted
     /// (`snapshot_stats.rs`). How much it may do is `free_pacing.rs`'s to say: a budget of
     /// time and of units of work priced at what earlier txgs' frees cost their whole sync
-    /// (less with `foreground` dirty data in the txg).
+    /// (less with `foreground` dirty data in the txg, and less the `commands_time` this sync
+    /// already spent on snapshot commands).
     fn background_frees(
         &self,
         txg: u64,
         table: &mut SnapshotTable,
         foreground: bool,
+        commands_time: std::time::Duration,
     ) -> Result<(), EngineError> {
         if !table.has_background_frees() {
             return Ok(());
@@ -168,6 +173,7 @@ impl PoolCore {
         let budget = self.free_pacing.lock().budget(
             self.free_time_per_txg_ms,
             foreground,
+            commands_time,
             self.free_entries_per_txg,
         );
         let mut keep_going = || {

@@ -133,7 +133,9 @@ impl PoolCore {
         if directory_changed {
             self.write_directory(txg)?;
         }
+        let mos_started = std::time::Instant::now();
         let mos_synced = self.sync_mos(txg, &mut batch)?;
+        let mos_time = mos_started.elapsed();
         let root_bp = mos_synced
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
@@ -203,10 +205,11 @@ impl PoolCore {
         if written >= HEAP_TRIM_AFTER_BYTES {
             self.mos.cached_io().cache().note_heap_freed();
         }
-        // Everything the txg's frees caused is done (space log, deferred releases): priced.
+        // Everything the txg's frees caused is done (MOS, space log, deferred releases):
+        // priced.
         self.free_pacing
             .lock()
-            .txg_synced(space_time, blocks_written);
+            .txg_synced(space_time, mos_time, blocks_written);
         Ok(())
     }
 

@@ -7,8 +7,10 @@
 //!   round 300 than at round 100.
 //! - A range destroy of 200 snapshots leaves the head's list with no part once the frees are
 //!   done, every dead part's object freed.
+//! - Snapshots created and destroyed across reopenings: the MOS object numbers freed before
+//!   an import are given again after it (the MOS's object bound stays put).
 //!
-//! Both end with `pool check`, which accounts for every deadlist object of the MOS (one no
+//! All end with `pool check`, which accounts for every deadlist object of the MOS (one no
 //! list holds and no scan frees is a leak).
 
 mod common;
@@ -159,5 +161,38 @@ fn a_range_destroy_leaves_the_head_without_dead_parts() {
     );
     // And every dead part's object is gone from the MOS (the check accounts for each).
     assert_clean(&pool);
+    pool.close().unwrap();
+}
+
+#[test]
+fn a_pool_reopened_gives_its_freed_mos_object_numbers_again() {
+    // Each cycle creates five snapshots (each its deadlist parts, MOS objects) and destroys
+    // them, then reopens the pool: the same objects come and go every cycle, so from the
+    // second on the bound stays put — unless an import forgets the numbers freed before it.
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 2);
+    let mut pool = new_pool(dir.path());
+    let mut bounds = Vec::new();
+    for cycle in 0..8u64 {
+        let mut names = Vec::new();
+        for i in 0..WINDOW as u64 {
+            write_round(&pool, cycle * 10 + i + 1);
+            let name = format!("tank/vol@c{cycle}s{i}");
+            pool.snapshot(std::slice::from_ref(&name), false).unwrap();
+            names.push(name);
+        }
+        for name in &names {
+            pool.destroy_snapshot(name).unwrap();
+        }
+        settle(&pool);
+        bounds.push(pool.snapshot_stats().mos_objects_bound);
+        pool.close().unwrap();
+        pool = import(&paths, plain_opener()).unwrap();
+    }
+    assert_clean(&pool);
+    assert!(
+        bounds.iter().skip(1).all(|&bound| bound <= bounds[1]),
+        "MOS object bound per cycle: {bounds:?}"
+    );
     pool.close().unwrap();
 }

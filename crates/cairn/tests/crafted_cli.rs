@@ -125,4 +125,27 @@ fn importing_a_pool_of_an_older_format_version_is_refused_naming_both_versions()
         std::fs::read(&dev).unwrap() == before,
         "a refused import must not write to the device"
     );
+
+    // The search without a name lists it as not importable, saying why.
+    let out = cairn(
+        dir.path(),
+        &["pool", "import", "-d", devs.to_str().unwrap()],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("pool: tank")
+            && stdout.contains("UNAVAIL (unsupported format)")
+            && stdout.contains(&format!("on-disk format is version {old_version}"))
+            && stdout.contains(&format!(
+                "this build reads format version {} only",
+                cairn_format::FORMAT_VERSION
+            ))
+            && !stdout.contains("no pools available"),
+        "{stdout}"
+    );
+    assert!(
+        std::fs::read(&dev).unwrap() == before,
+        "a listing must not write to the device"
+    );
 }

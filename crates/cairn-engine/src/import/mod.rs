@@ -54,7 +54,7 @@ mod version;
 pub(crate) use discover::candidate_paths;
 pub use discover::{DiscoveredPool, ImportSource, discover_pools};
 pub use rewind::Rewind;
-pub use version::unreadable_pool;
+pub use version::{UnreadablePool, unreadable_pool, unreadable_pools};
 
 use discover::{committed_config, import_error};
 use load::Loaded;
@@ -238,6 +238,7 @@ fn pool_core(
     ub: &Uberblock,
     options: &PoolOptions,
 ) -> PoolCore {
+    let mos_numbers = crate::record_map::MosObjectNumbers::of_mos(&loaded.mos);
     PoolCore {
         name: found.config.pool_name.clone(),
         guid: found.config.pool_guid,
@@ -265,7 +266,7 @@ fn pool_core(
         snapshot_stats: Default::default(),
         mos_writes: Default::default(),
         free_pacing: Default::default(),
-        mos_numbers: Default::default(),
+        mos_numbers: Mutex::new(mos_numbers),
     }
 }
 

@@ -62,6 +62,44 @@ pub fn unreadable_pool(source: &ImportSource, name: &str) -> Option<EngineError>
     None
 }
 
+/// A pool found in a search whose labels record a format version this build does not read:
+/// what `pool import` lists as not importable, instead of leaving it out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct UnreadablePool {
+    pub name: String,
+    pub guid: u64,
+    /// The format version its labels record.
+    pub format_version: u64,
+    /// A device it was found on.
+    pub path: std::path::PathBuf,
+}
+
+/// Every pool in `source` with an intact label of a format version this build does not read,
+/// one per pool guid, by name. Reads labels only, read-only.
+pub fn unreadable_pools(source: &ImportSource) -> Vec<UnreadablePool> {
+    let mut pools = std::collections::BTreeMap::new();
+    for path in candidate_paths(source) {
+        let Some(device) = open_read_only(&path) else {
+            continue;
+        };
+        for identity in read_identities(&device).into_iter().flatten() {
+            if !format_version_readable(identity.version) {
+                pools
+                    .entry(identity.pool_guid)
+                    .or_insert_with(|| UnreadablePool {
+                        name: identity.pool_name.clone(),
+                        guid: identity.pool_guid,
+                        format_version: identity.version,
+                        path: path.clone(),
+                    });
+            }
+        }
+    }
+    let mut pools: Vec<UnreadablePool> = pools.into_values().collect();
+    pools.sort_by(|a, b| a.name.cmp(&b.name).then(a.guid.cmp(&b.guid)));
+    pools
+}
+
 /// Refuses `found` if the newest intact uberblock of the pool on its devices records a format
 /// version this build does not read (the newest it can read would be an older txg).
 pub(super) fn refuse_unreadable_uberblocks(found: &DiscoveredPool) -> Result<(), EngineError> {

@@ -60,6 +60,9 @@ pub enum ImportOutcome {
     /// What could be imported, and the directories searched (for the message when none).
     Importable {
         pools: Vec<ImportablePool>,
+        /// Pools found whose format version this build does not read (listed, not importable).
+        #[serde(default)]
+        unreadable: Vec<cairn_engine::UnreadablePool>,
         searched: String,
     },
     /// Imported; what the pool says about itself.
@@ -113,7 +116,12 @@ pub(super) fn import(
             .into_iter()
             .map(importable)
             .collect();
-        return Ok(ImportOutcome::Importable { pools, searched });
+        let unreadable = cairn_engine::unreadable_pools(&ImportSource::Directories(dirs.clone()));
+        return Ok(ImportOutcome::Importable {
+            pools,
+            unreadable,
+            searched,
+        });
     };
     let readable = found.iter().any(|pool| {
         pool.config.state != PoolState::Destroyed

@@ -57,14 +57,24 @@ pub fn import(ctx: &Context, args: &PoolImportArgs) -> Result<()> {
         other => return Err(remote::unexpected(&other)),
     };
     match outcome {
-        ImportOutcome::Importable { pools, searched } => {
+        ImportOutcome::Importable {
+            pools,
+            unreadable,
+            searched,
+        } => {
             for (shown, pool) in pools.iter().enumerate() {
                 if shown > 0 {
                     say!(ctx);
                 }
                 say_raw!(ctx, "{}", render_importable(pool));
             }
-            if pools.is_empty() {
+            for (shown, pool) in unreadable.iter().enumerate() {
+                if shown + pools.len() > 0 {
+                    say!(ctx);
+                }
+                say_raw!(ctx, "{}", render_unreadable(pool));
+            }
+            if pools.is_empty() && unreadable.is_empty() {
                 say!(
                     ctx,
                     "no pools available to import (searched {searched}; use -d DIR to search a directory of device files)"
@@ -92,6 +102,21 @@ fn absolute_dirs(dirs: &[PathBuf]) -> Vec<PathBuf> {
     dirs.iter()
         .map(|dir| std::path::absolute(dir).unwrap_or_else(|_| dir.clone()))
         .collect()
+}
+
+/// A pool of a format version this build does not read: listed so that a user looking for it
+/// learns why it cannot be imported here, rather than not seeing it at all.
+fn render_unreadable(pool: &cairn_engine::UnreadablePool) -> String {
+    format!(
+        "   pool: {}\n     id: {}\n  state: UNAVAIL (unsupported format)\n status: its on-disk \
+         format is version {} (found on {}), and this build reads {}\n action: import it with \
+         the build of cairn that made it\n",
+        pool.name,
+        pool.guid,
+        pool.format_version,
+        pool.path.display(),
+        cairn_format::readable_format_versions()
+    )
 }
 
 fn render_importable(pool: &ImportablePool) -> String {
