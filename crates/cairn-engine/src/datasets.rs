@@ -82,6 +82,28 @@ impl Pool {
             .collect()
     }
 
+    /// The stable id of dataset `name` (kept across renames; never reused in the pool): what
+    /// an NFS file handle names a dataset by.
+    pub fn dataset_id(&self, name: &str) -> Option<u64> {
+        self.core
+            .directory
+            .lock()
+            .datasets
+            .get(name)
+            .map(|record| record.id)
+    }
+
+    /// The name dataset `id` has now (`dataset_id`'s inverse), if it still exists.
+    pub fn dataset_name_of_id(&self, id: u64) -> Option<String> {
+        self.core
+            .directory
+            .lock()
+            .datasets
+            .values()
+            .find(|record| record.id == id)
+            .map(|record| record.name.clone())
+    }
+
     /// Every property of `dataset`, resolved and typed: what front ends act on.
     pub fn dataset_properties(&self, dataset: &str) -> Result<DatasetProperties, EngineError> {
         Ok(self.core.directory.lock().properties_of(dataset)?)

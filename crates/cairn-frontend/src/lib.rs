@@ -20,6 +20,8 @@
 //! - `exports`: the NBD adapter, every volume of every served pool as an export;
 //! - `fuse`: the FUSE adapter, a filesystem dataset mounted through the kernel, and the
 //!   server's list of mounts;
+//! - `nfs`: the NFSv3 server (with MOUNT and a PORTMAP responder on one port) for the
+//!   filesystems whose `sharenfs` is on;
 //! - `control`: the control socket: typed admin requests to a running server and its typed
 //!   replies;
 //! - `analytics`: Prometheus metrics, a bounded history and the live page (`serve --http`);
@@ -38,6 +40,7 @@ pub mod cache;
 pub mod control;
 pub mod exports;
 pub mod fuse;
+pub mod nfs;
 pub mod pools;
 pub mod serve;
 

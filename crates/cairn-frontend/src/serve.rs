@@ -44,6 +44,9 @@ pub struct ServeSettings {
     /// Serve metrics and the analytics page on this TCP address (`--http`); loopback unless
     /// the NBD TLS settings are given, which then make it HTTPS.
     pub http: Option<String>,
+    /// Serve NFSv3 (MOUNT and PORTMAP on the same port) on this TCP address (`--nfs`):
+    /// loopback only (`check_nfs_listen`).
+    pub nfs: Option<String>,
 }
 
 /// What a server has to tell its user.
@@ -81,6 +84,8 @@ pub struct Ready<'a> {
     pub tls: Option<&'a TlsSettings>,
     /// Where the analytics endpoint listens, if it is on.
     pub http: Option<SocketAddr>,
+    /// Where NFS is served, if it is.
+    pub nfs: Option<SocketAddr>,
 }
 
 /// Why a server could not start or stop cleanly.
@@ -138,6 +143,12 @@ pub enum ServeError {
     HttpExposedWithoutTls { address: SocketAddr },
     #[error(transparent)]
     Analytics(#[from] crate::analytics::AnalyticsError),
+    #[error(
+        "refusing to serve NFS on {address}: AUTH_SYS trusts whatever identity a client claims, and per-network allow lists are not implemented yet (use a loopback address such as 127.0.0.1:2049)"
+    )]
+    NfsExposed { address: SocketAddr },
+    #[error(transparent)]
+    Nfs(#[from] crate::nfs::NfsError),
     #[error("the NBD listeners failed")]
     Listeners(#[source] std::io::Error),
     #[error("cannot watch for the stop signal")]
@@ -173,6 +184,15 @@ pub fn check_http_listen(address: &str, tls: Option<&TlsSettings>) -> Result<(),
         Err(ServeError::ExposedWithoutTls { address }) => {
             Err(ServeError::HttpExposedWithoutTls { address })
         }
+        other => other,
+    }
+}
+
+/// Refuses NFS on an address other than loopback (AUTH_SYS is only as trustworthy as the
+/// machines that can connect; allow lists by network are still to come).
+pub fn check_nfs_listen(address: &str) -> Result<(), ServeError> {
+    match check_listen(address, None) {
+        Err(ServeError::ExposedWithoutTls { address }) => Err(ServeError::NfsExposed { address }),
         other => other,
     }
 }
@@ -311,6 +331,9 @@ where
     if let Some(address) = &settings.http {
         check_http_listen(address, settings.nbd.tls.as_ref())?;
     }
+    if let Some(address) = &settings.nfs {
+        check_nfs_listen(address)?;
+    }
     let mut config = settings.nbd;
     apply_budget(&settings.budget, &mut config);
     let control_listener = control::bind(&settings.state_dir)?;
@@ -340,6 +363,11 @@ where
         )?),
         None => None,
     };
+    let mut nfs = settings
+        .nfs
+        .as_deref()
+        .map(|address| crate::nfs::NfsServer::start(served.clone(), address))
+        .transpose()?;
     let stop_control = Arc::new(AtomicBool::new(false));
     let control_thread = std::thread::Builder::new()
         .name("cairn-control".into())
@@ -358,8 +386,13 @@ where
         server: &server,
         exports: &exports,
         http: analytics.as_ref().map(|a| a.local_addr()),
+        nfs: nfs.as_ref().map(|nfs| nfs.local_addr()),
     };
     let result = listeners.run(notes, ready, stop);
+    // NFS calls in flight finish before the pools are exported.
+    if let Some(nfs) = nfs.as_mut() {
+        nfs.stop();
+    }
     // The listeners passed on every event up to their end.
     let events_shown = cairn_metrics::events::latest_seq();
     if let Some(analytics) = analytics {
@@ -392,6 +425,7 @@ struct Listeners<'a> {
     server: &'a Arc<NbdServer>,
     exports: &'a PoolExports,
     http: Option<SocketAddr>,
+    nfs: Option<SocketAddr>,
 }
 
 impl Listeners<'_> {
@@ -412,6 +446,7 @@ impl Listeners<'_> {
             server,
             exports,
             http,
+            nfs,
         } = *self;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -448,6 +483,7 @@ impl Listeners<'_> {
                 tcp: tcp_address,
                 tls: server.config().tls.as_ref(),
                 http,
+                nfs,
             });
             // Both listeners and the stop watch run in this one task, so nothing here needs to
             // be Send; the listeners return once the server is shut down.

@@ -48,6 +48,11 @@ pub struct ServeArgs {
     /// (--tls-cert/--tls-key), which makes it HTTPS.
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<String>,
+    /// Serve NFSv3 on this address, e.g. 127.0.0.1:2049 (off by default): every filesystem
+    /// with `sharenfs=on` as /POOL/DATASET, MOUNT and PORTMAP on the same port, AUTH_SYS with
+    /// root squashed. Loopback only for now; clients mount with `nolock` (no NLM).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub nfs: Option<String>,
     /// Unix socket path (default: STATE_DIR/nbd.sock).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -165,6 +170,9 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     if let Some(address) = &args.http {
         cairn_frontend::serve::check_http_listen(address, tls.as_ref())?;
     }
+    if let Some(address) = &args.nfs {
+        cairn_frontend::serve::check_nfs_listen(address)?;
+    }
     let config = args.server_config(tls);
     let checked = cairn_frontend::admin::memory_budget(
         arc_max_bytes,
@@ -207,6 +215,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         budget,
         command_line: ctx.command_line.clone(),
         http: args.http.clone(),
+        nfs: args.nfs.clone(),
     };
     let notes = |note: Note| eprintln!("cairn: {note}");
     let budget_line = describe_budget(&budget);
@@ -247,6 +256,13 @@ fn announce(ready: &Ready<'_>, budget: &str) {
         let scheme = if tls.is_some() { "https" } else { "http" };
         println!(
             "cairn: metrics on {scheme}://{http}/metrics, analytics page on {scheme}://{http}/"
+        );
+    }
+    if let Some(nfs) = ready.nfs {
+        let port = nfs.port();
+        println!(
+            "cairn: NFSv3 on {nfs} (filesystems with sharenfs=on); mount with: mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {}:/POOL/DATASET DIR",
+            nfs.ip()
         );
     }
     if let Some(tls) = tls {

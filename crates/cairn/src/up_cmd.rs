@@ -59,6 +59,7 @@ impl UpArgs {
             arc_min: None,
             l2_write_max_per_day: None,
             http: self.http.clone(),
+            nfs: None,
         }
     }
 }

@@ -21,7 +21,8 @@
 //! `reservation`, `refreservation`, `quota` and `refquota` in space accounting (`space.rs`);
 //! `atime`, `recordsize` in the filesystem layer (`cairn-fs`); `devices`, `setuid`, `exec` and
 //! `readonly` as the FUSE mount's flags, `snapdir` in the mount's `.cairn` directory
-//! (cairn-frontend). `sync=disabled` is unsafe
+//! (cairn-frontend), `sharenfs` in the NFS server (cairn-frontend's `nfs`, whether a filesystem
+//! is exported). `sync=disabled` is unsafe
 //! (acknowledged writes can be lost) and is shown as such (`PropertyDef::is_unsafe`).
 
 mod resolved;
@@ -160,6 +161,15 @@ pub const PROPERTIES: &[PropertyDef] = &[
         settable_after_create: true,
         inheritable: true,
         description: "whether the root of the mount lists .cairn (its snapshot directory shows every snapshot read-only); hidden, it can still be entered by name",
+    },
+    PropertyDef {
+        name: "sharenfs",
+        value_type: ValueType::Choice(<bool as ChoiceValue>::NAMES),
+        default: "off",
+        applies_to: Some(DatasetKind::Filesystem),
+        settable_after_create: true,
+        inheritable: true,
+        description: "share the filesystem over NFSv3 (`cairn serve --nfs`): on exports /POOL/DATASET read-write with root squashed; off refuses its mounts and handles",
     },
     PropertyDef {
         name: "devices",

@@ -31,6 +31,8 @@ pub struct DatasetProperties {
     pub refquota_bytes: u64,
     pub atime: AtimeMode,
     pub snapdir: SnapdirMode,
+    /// Exported over NFS (`sharenfs=on`).
+    pub sharenfs: bool,
     pub devices: bool,
     pub setuid: bool,
     pub exec: bool,
@@ -65,6 +67,7 @@ impl DatasetProperties {
             refquota_bytes: read.bytes("refquota")?,
             atime: read.choice("atime")?,
             snapdir: read.choice("snapdir")?,
+            sharenfs: read.choice("sharenfs")?,
             devices: read.choice("devices")?,
             setuid: read.choice("setuid")?,
             exec: read.choice("exec")?,

@@ -1,0 +1,321 @@
+//! One client connection: records in, calls decoded, answered in order, replies out.
+//!
+//! Serving a record: `parse_call` (an unreadable header drops the record; a bad credential is
+//! denied with AUTH_ERROR), then by program: PORTMAP (GETPORT answers this server's one port
+//! for MOUNT v3 and NFS v3 over TCP, 0 for anything else; any credential), MOUNT v3 (MNT of
+//! `/POOL/DATASET` for shared filesystems) and NFS v3. Every call but the NULL procedures
+//! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. A version other than 3
+//! gets PROG_MISMATCH, an unknown procedure PROC_UNAVAIL, arguments that do not decode
+//! GARBAGE_ARGS; a record too large for the decoder closes the connection. So a peer's input
+//! can neither panic the server nor make it hold more than one record (`RECORD_BYTES_MAX`)
+//! per connection.
+//!
+//! Non-idempotent calls (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR)
+//! are answered from the duplicate-request cache when they are retransmissions, and their
+//! replies recorded there (`drc.rs`). Calls of one connection are served by
+//! `CALLS_IN_FLIGHT_MAX` workers at once, replies sent as each finishes (RPC over TCP
+//! matches them by xid); so per connection at most that many records and the one being read
+//! are held. A retransmission arriving while its first copy is still being served (on
+//! another worker) is served again: the cache only holds finished replies. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
+//! `procs.rs`, `changes.rs` and `write.rs`.
+
+use super::changes;
+use super::context::NfsContext;
+use super::convert::Caller;
+use super::drc::CallKey;
+use super::procs::{self, IO_BYTES_MAX};
+use super::write;
+use cairn_nfs::mount::{
+    DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountReply, decode_mount_call,
+};
+use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
+use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
+use cairn_nfs::record::RecordDecoder;
+use cairn_nfs::rpc::{
+    AUTH_SYS, AcceptStat, AuthStat, CallHeader, Credential, PROGRAM_MOUNT, PROGRAM_NFS,
+    PROGRAM_PORTMAP, RejectStat, ReplyHeader, parse_call,
+};
+use cairn_nfs::{Encoder, XdrEncode, XdrError};
+use parking_lot::Mutex;
+use std::io::{Read, Write};
+use std::net::{IpAddr, TcpStream};
+use std::sync::mpsc::{Receiver, SyncSender};
+
+/// Largest record a client may send: a 1 MiB WRITE and its headers.
+pub const RECORD_BYTES_MAX: usize = IO_BYTES_MAX as usize + 64 * 1024;
+/// Calls of one connection served at once (a Linux client sends many on one connection:
+/// a COMMIT or a slow read must not hold up the rest). With the record being read, a
+/// connection holds at most this many records and one more.
+pub const CALLS_IN_FLIGHT_MAX: usize = 4;
+/// Bytes read from the socket at a time.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+
+/// Serves `stream` until the client closes it, it breaks, or it sends what cannot be framed;
+/// then closes it (the server's list of connections holds a clone of the socket, so dropping
+/// this one alone would leave the client waiting).
+pub fn serve_connection(ctx: &NfsContext, stream: TcpStream) {
+    serve_until_done(ctx, &stream);
+    let _ = stream.shutdown(std::net::Shutdown::Both);
+}
+
+fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
+    let client = match stream.peer_addr() {
+        Ok(address) => address.ip(),
+        Err(_) => return,
+    };
+    // A rendezvous channel: the reader hands a record over only when a worker is free, so
+    // a connection holds at most `CALLS_IN_FLIGHT_MAX` records being served and one being
+    // read.
+    let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(0);
+    let receiver = Mutex::new(receiver);
+    let writing = Mutex::new(());
+    std::thread::scope(|scope| {
+        for _ in 0..CALLS_IN_FLIGHT_MAX {
+            let worker = || serve_calls(ctx, client, stream, &receiver, &writing);
+            let spawned = std::thread::Builder::new()
+                .name("cairn-nfs-call".into())
+                .spawn_scoped(scope, worker);
+            if spawned.is_err() {
+                // No worker: the connection cannot be served.
+                return;
+            }
+        }
+        read_records(stream, &sender);
+        drop(sender);
+    });
+}
+
+/// A worker of one connection: serves the records the reader hands over until it stops.
+fn serve_calls(
+    ctx: &NfsContext,
+    client: IpAddr,
+    stream: &TcpStream,
+    receiver: &Mutex<Receiver<Vec<u8>>>,
+    writing: &Mutex<()>,
+) {
+    loop {
+        let record = match receiver.lock().recv() {
+            Ok(record) => record,
+            Err(_) => return,
+        };
+        let Some(reply) = serve_record(ctx, client, &record) else {
+            continue;
+        };
+        let _turn = writing.lock();
+        let mut out = stream;
+        if out.write_all(&reply).is_err() {
+            // The reader then sees the connection end too.
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return;
+        }
+    }
+}
+
+/// Reads records and hands each to a worker, until the connection ends or breaks framing.
+fn read_records(mut stream: &TcpStream, sender: &SyncSender<Vec<u8>>) {
+    let mut decoder = RecordDecoder::new(RECORD_BYTES_MAX);
+    let mut buf = vec![0; READ_CHUNK_BYTES];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut input = &buf[..n];
+        loop {
+            match decoder.feed(&mut input) {
+                Ok(Some(record)) => {
+                    if sender.send(record).is_err() {
+                        return;
+                    }
+                }
+                Ok(None) => break,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+fn header_only(header: ReplyHeader) -> Option<Vec<u8>> {
+    let mut enc = Encoder::for_record();
+    enc.put(&header);
+    enc.into_record().ok()
+}
+
+fn success(xid: u32, body: &dyn XdrEncode) -> Option<Vec<u8>> {
+    let mut enc = Encoder::for_record();
+    enc.put(&ReplyHeader::success(xid));
+    body.encode(&mut enc);
+    enc.into_record().ok()
+}
+
+fn failed_args(xid: u32, err: &XdrError) -> Option<Vec<u8>> {
+    let stat = match err {
+        XdrError::UnknownProcedure(_) => AcceptStat::ProcUnavail,
+        _ => AcceptStat::GarbageArgs,
+    };
+    header_only(ReplyHeader::accepted(xid, stat))
+}
+
+/// The caller of a call that needs AUTH_SYS, root squashed; None: too weak.
+fn caller_of(header: &CallHeader) -> Option<Caller> {
+    match &header.credential {
+        Credential::Sys(sys) => Some(Caller::squashed(sys.uid, sys.gid, &sys.gids)),
+        _ => None,
+    }
+}
+
+/// The whole reply record to one call record (None: nothing to send).
+pub fn serve_record(ctx: &NfsContext, client: IpAddr, record: &[u8]) -> Option<Vec<u8>> {
+    let (header, args) = match parse_call(record) {
+        Ok(parsed) => parsed,
+        Err(err) => return header_only(err.reply()?),
+    };
+    let xid = header.xid;
+    let mismatch = |version| {
+        header_only(ReplyHeader::accepted(
+            xid,
+            AcceptStat::ProgMismatch {
+                low: version,
+                high: version,
+            },
+        ))
+    };
+    let too_weak = || {
+        header_only(ReplyHeader::denied(
+            xid,
+            RejectStat::AuthError(AuthStat::TooWeak),
+        ))
+    };
+    match header.program {
+        PROGRAM_PORTMAP => match decode_portmap_call(header.procedure, args) {
+            Ok(call) => success(xid, &portmap(ctx, &call)),
+            Err(err) => failed_args(xid, &err),
+        },
+        PROGRAM_MOUNT if header.version != MOUNT_V3 => mismatch(MOUNT_V3),
+        PROGRAM_MOUNT => match decode_mount_call(header.procedure, args) {
+            Ok(MountCall::Null) => success(xid, &MountReply::Null),
+            Ok(call) => match caller_of(&header) {
+                Some(_) => success(xid, &mount(ctx, &call)),
+                None => too_weak(),
+            },
+            Err(err) => failed_args(xid, &err),
+        },
+        PROGRAM_NFS if header.version != NFS_V3 => mismatch(NFS_V3),
+        PROGRAM_NFS => {
+            if header.procedure == Nfs3Proc::Null.as_u32() {
+                return success(xid, &Nfs3Reply::Null);
+            }
+            let Some(caller) = caller_of(&header) else {
+                return too_weak();
+            };
+            let call = match decode_call(header.procedure, args, IO_BYTES_MAX as usize) {
+                Ok(call) => call,
+                Err(err) => return failed_args(xid, &err),
+            };
+            if !remembered(&call) {
+                return success(xid, &nfs3(ctx, &caller, &call));
+            }
+            let key = CallKey::new(client, xid, header.procedure, args);
+            if let Some(reply) = ctx.drc.get(&key) {
+                return Some(reply);
+            }
+            let reply = success(xid, &nfs3(ctx, &caller, &call))?;
+            ctx.drc.insert(key, reply.clone());
+            Some(reply)
+        }
+        _ => header_only(ReplyHeader::accepted(xid, AcceptStat::ProgUnavail)),
+    }
+}
+
+/// Calls whose replies the duplicate-request cache keeps (doing them twice differs).
+fn remembered(call: &Nfs3Call) -> bool {
+    matches!(
+        call.procedure(),
+        Nfs3Proc::Setattr
+            | Nfs3Proc::Create
+            | Nfs3Proc::Mkdir
+            | Nfs3Proc::Symlink
+            | Nfs3Proc::Mknod
+            | Nfs3Proc::Remove
+            | Nfs3Proc::Rmdir
+            | Nfs3Proc::Rename
+            | Nfs3Proc::Link
+    )
+}
+
+fn portmap(ctx: &NfsContext, call: &PortmapCall) -> PortmapReply {
+    match call {
+        PortmapCall::Getport(mapping) => {
+            let ours = matches!(
+                (mapping.program, mapping.version),
+                (PROGRAM_NFS, NFS_V3) | (PROGRAM_MOUNT, MOUNT_V3)
+            ) && mapping.protocol == IPPROTO_TCP;
+            PortmapReply::Port(if ours { u32::from(ctx.port) } else { 0 })
+        }
+        PortmapCall::Set(_) | PortmapCall::Unset(_) => PortmapReply::Done(false),
+        PortmapCall::Dump => PortmapReply::Dump(Vec::new()),
+        PortmapCall::Null => PortmapReply::Null,
+    }
+}
+
+fn mount(ctx: &NfsContext, call: &MountCall) -> MountReply {
+    match call {
+        MountCall::Mnt(path) => MountReply::Mnt(ctx.mount_point(path.as_bytes()).map(
+            |(export, object, attrs)| MntOk {
+                handle: export.handle(object, &attrs),
+                auth_flavors: vec![AUTH_SYS],
+            },
+        )),
+        MountCall::Export => MountReply::Export(exports(ctx)),
+        MountCall::Dump => MountReply::Dump(Vec::new()),
+        MountCall::Null => MountReply::Null,
+        MountCall::Umnt(_) => MountReply::Umnt,
+        MountCall::Umntall => MountReply::Umntall,
+    }
+}
+
+/// Every shared filesystem's mount path.
+fn exports(ctx: &NfsContext) -> Vec<ExportEntry> {
+    let mut entries = Vec::new();
+    for pool in ctx.served.all() {
+        for name in pool.dataset_names() {
+            let shared = pool
+                .dataset_properties(&name)
+                .is_ok_and(|p| p.sharenfs && p.kind == cairn_dataset::DatasetKind::Filesystem);
+            if let (true, Ok(directory)) = (shared, DirPath::new(format!("/{name}").into_bytes())) {
+                entries.push(ExportEntry {
+                    directory,
+                    groups: Vec::new(),
+                });
+            }
+        }
+    }
+    entries
+}
+
+fn nfs3(ctx: &NfsContext, caller: &Caller, call: &Nfs3Call) -> Nfs3Reply {
+    match call {
+        Nfs3Call::Null => Nfs3Reply::Null,
+        Nfs3Call::Getattr(args) => procs::getattr(ctx, args),
+        Nfs3Call::Setattr(args) => changes::setattr(ctx, caller, args),
+        Nfs3Call::Lookup(args) => procs::lookup(ctx, caller, args),
+        Nfs3Call::Access(args) => procs::access(ctx, caller, args),
+        Nfs3Call::Readlink(args) => procs::readlink(ctx, args),
+        Nfs3Call::Read(args) => procs::read(ctx, caller, args),
+        Nfs3Call::Write(args) => write::write(ctx, caller, args),
+        Nfs3Call::Create(args) => changes::create(ctx, caller, args),
+        Nfs3Call::Mkdir(args) => changes::mkdir(ctx, caller, args),
+        Nfs3Call::Symlink(args) => changes::symlink(ctx, caller, args),
+        Nfs3Call::Mknod(args) => changes::mknod(ctx, caller, args),
+        Nfs3Call::Remove(args) => changes::remove(ctx, caller, args),
+        Nfs3Call::Rmdir(args) => changes::rmdir(ctx, caller, args),
+        Nfs3Call::Rename(args) => changes::rename(ctx, caller, args),
+        Nfs3Call::Link(args) => changes::link(ctx, caller, args),
+        Nfs3Call::Readdir(args) => procs::readdir(ctx, caller, args),
+        Nfs3Call::Readdirplus(args) => procs::readdirplus(ctx, caller, args),
+        Nfs3Call::Fsstat(args) => procs::fsstat(ctx, args),
+        Nfs3Call::Fsinfo(args) => procs::fsinfo(ctx, args),
+        Nfs3Call::Pathconf(args) => procs::pathconf(ctx, args),
+        Nfs3Call::Commit(args) => write::commit(ctx, args),
+    }
+}
