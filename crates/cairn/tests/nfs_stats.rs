@@ -309,7 +309,9 @@ fn stat_nfs_without_a_server_or_without_nfs_says_so() {
 
 /// `cairn up`'s stdout so far, its NFS mount command's (port, export), once printed.
 fn up_mount_command(out: &str) -> Option<(u16, String)> {
-    let line = out.lines().find(|line| line.contains("mount -t nfs"))?;
+    let line = out
+        .lines()
+        .find(|line| line.contains("is shared over NFS") && line.contains("mount -t nfs"))?;
     let options = line.split("-o ").nth(1)?.split_whitespace().next()?;
     let port = options
         .split(',')
