@@ -93,7 +93,10 @@ pub enum Seen {
     /// Refused for its credential (anything but AUTH_SYS where AUTH_SYS is needed).
     AuthRefused,
     Portmap,
-    Mount { procedure: MountProc, ok: bool },
+    Mount {
+        procedure: MountProc,
+        ok: bool,
+    },
     Nfs(NfsCallSeen),
     /// A retransmission answered from the duplicate-request cache.
     Replayed(Nfs3Proc),
@@ -386,8 +389,8 @@ impl Inner {
         let mut bytes = call.read_bytes;
         if let Some(write) = call.write {
             bytes = write.bytes;
-            let tally =
-                &mut self.snapshot.writes[stability_index(write.asked)][stability_index(write.answered)];
+            let tally = &mut self.snapshot.writes[stability_index(write.asked)]
+                [stability_index(write.answered)];
             tally.count += 1;
             tally.bytes += write.bytes;
             if let Some(file) = write.unstable_file {
@@ -400,7 +403,11 @@ impl Inner {
         if let Some(op) = self.snapshot.nfs.get_mut(index) {
             op.record(bytes, call.ok, latency);
         }
-        let written = if call.procedure == Nfs3Proc::Write { bytes } else { 0 };
+        let written = if call.procedure == Nfs3Proc::Write {
+            bytes
+        } else {
+            0
+        };
         let tally = self.client(client);
         tally.calls.record(bytes, call.ok, latency);
         tally.read_bytes += call.read_bytes;
@@ -761,10 +768,22 @@ mod tests {
         let client = IpAddr::from([10, 0, 0, 1]);
         let us = Duration::from_micros(50);
         for _ in 0..3 {
-            stats.record(client, write(b"a", StableHow::Unstable, StableHow::Unstable, 4096), us);
+            stats.record(
+                client,
+                write(b"a", StableHow::Unstable, StableHow::Unstable, 4096),
+                us,
+            );
         }
-        stats.record(client, write(b"b", StableHow::Unstable, StableHow::Unstable, 100), us);
-        stats.record(client, write(b"a", StableHow::FileSync, StableHow::FileSync, 10), us);
+        stats.record(
+            client,
+            write(b"b", StableHow::Unstable, StableHow::Unstable, 100),
+            us,
+        );
+        stats.record(
+            client,
+            write(b"a", StableHow::FileSync, StableHow::FileSync, 10),
+            us,
+        );
         stats.record(client, commit(b"a"), us);
         stats.record(client, commit(b"a"), us);
         let report = stats.snapshot().report();

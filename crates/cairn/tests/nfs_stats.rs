@@ -30,7 +30,10 @@ use std::time::{Duration, Instant};
 fn stat_nfs(env: &Env) -> Value {
     let out = env.ok(&["stat", "nfs", "-j"]);
     let value: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(value["output_version"]["command"], "cairn stat nfs", "{value}");
+    assert_eq!(
+        value["output_version"]["command"], "cairn stat nfs",
+        "{value}"
+    );
     value["nfs"].clone()
 }
 
@@ -78,7 +81,10 @@ fn metrics(address: &str) -> String {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
     body.to_string()
 }
 
@@ -118,7 +124,10 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
     let http = http_address(&server);
     let before = metrics(&http);
     let idle = stat_nfs(&env);
-    assert_eq!((idle["served"].as_bool(), idle["serving"].as_bool()), (Some(true), Some(true)));
+    assert_eq!(
+        (idle["served"].as_bool(), idle["serving"].as_bool()),
+        (Some(true), Some(true))
+    );
     assert_eq!(procedure(&idle, "nfs", "write")["calls"], 0, "{idle}");
 
     // Client A (127.0.0.1): a file written with every stability, committed twice, read.
@@ -150,7 +159,13 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
     assert_eq!(a.getattr(&file), Err(Nfs3Error::Stale));
     // Refused: AUTH_NONE; garbage arguments; a procedure NFSv3 does not have.
     let getattr = Nfs3Proc::Getattr.as_u32();
-    a.call_with_xid(0x9000, PROGRAM_NFS, getattr, Credential::None, &getattr_args(&root));
+    a.call_with_xid(
+        0x9000,
+        PROGRAM_NFS,
+        getattr,
+        Credential::None,
+        &getattr_args(&root),
+    );
     a.call_with_xid(0x9001, PROGRAM_NFS, getattr, sys(USER), &[0xff; 7]);
     a.call_with_xid(0x9002, PROGRAM_NFS, 99, sys(USER), &[]);
 
@@ -178,8 +193,16 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
     assert_eq!(nfs["written_bytes"], written_bytes);
     assert_eq!(calls("nfs", "create"), Some(1));
     assert_eq!(calls("nfs", "commit"), Some(2));
-    assert_eq!(calls("nfs", "remove"), Some(2), "the retransmission is a call too");
-    assert_eq!(calls("nfs", "getattr"), Some(1), "only the one that decoded");
+    assert_eq!(
+        calls("nfs", "remove"),
+        Some(2),
+        "the retransmission is a call too"
+    );
+    assert_eq!(
+        calls("nfs", "getattr"),
+        Some(1),
+        "only the one that decoded"
+    );
     assert_eq!(procedure(&nfs, "nfs", "getattr")["errors"], 1, "STALE");
     assert_eq!(calls("nfs", "null"), Some(1));
     assert_eq!(calls("mount", "mnt"), Some(2));
@@ -219,7 +242,10 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
     assert_eq!(a_row["commits"], 2, "{a_row}");
     assert_eq!(a_row["connections_open"], 1, "{a_row}");
     let b_row = client(&nfs, "127.0.0.2").unwrap_or_else(|| panic!("{nfs}"));
-    assert_eq!((b_row["calls"].as_u64(), b_row["written_bytes"].as_u64()), (Some(2), Some(0)));
+    assert_eq!(
+        (b_row["calls"].as_u64(), b_row["written_bytes"].as_u64()),
+        (Some(2), Some(0))
+    );
     assert_eq!(nfs["clients"].as_array().map(Vec::len), Some(2));
 
     // -H and the table say the same.
@@ -262,7 +288,10 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
         moved("cairn_nfs_call_latency_seconds_count{program=\"nfs\",procedure=\"commit\"}"),
         2.0
     );
-    assert_eq!(moved("cairn_nfs_client_calls_total{client=\"127.0.0.2\"}"), 2.0);
+    assert_eq!(
+        moved("cairn_nfs_client_calls_total{client=\"127.0.0.2\"}"),
+        2.0
+    );
     assert_eq!(series(&after, "cairn_nfs_connections_open"), 2.0);
 
     // A closes; 70 clients come and go one after another: 72 addresses in all, 64 kept. The
@@ -276,13 +305,23 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
     let nfs = stat_nfs(&env);
     assert_eq!(nfs["clients"].as_array().map(Vec::len), Some(64), "{nfs}");
     assert_eq!(nfs["clients_dropped"], 8, "{nfs}");
-    assert!(client(&nfs, "127.0.0.2").is_some(), "B has a connection open: {nfs}");
+    assert!(
+        client(&nfs, "127.0.0.2").is_some(),
+        "B has a connection open: {nfs}"
+    );
     for gone in ["127.0.0.1", "127.0.0.3", "127.0.0.9"] {
-        assert!(client(&nfs, gone).is_none(), "{gone} should be dropped: {nfs}");
+        assert!(
+            client(&nfs, gone).is_none(),
+            "{gone} should be dropped: {nfs}"
+        );
     }
     assert!(client(&nfs, "127.0.0.10").is_some(), "{nfs}");
     assert!(client(&nfs, "127.0.0.72").is_some(), "{nfs}");
-    assert_eq!(procedure(&nfs, "nfs", "null")["calls"], 71, "the totals keep every call");
+    assert_eq!(
+        procedure(&nfs, "nfs", "null")["calls"],
+        71,
+        "the totals keep every call"
+    );
     assert_eq!(nfs["connections_open"], 1, "{nfs}");
     assert_eq!(nfs["connections_total"], 72, "{nfs}");
     let table = env.ok(&["stat", "nfs"]);
@@ -298,7 +337,10 @@ fn stat_nfs_without_a_server_or_without_nfs_says_so() {
     let alone = env.ok(&["stat", "nfs"]);
     assert!(alone.contains("no server is running"), "{alone}");
     let nfs = stat_nfs(&env);
-    assert_eq!((nfs["served"].as_bool(), nfs["serving"].as_bool()), (Some(false), Some(false)));
+    assert_eq!(
+        (nfs["served"].as_bool(), nfs["serving"].as_bool()),
+        (Some(false), Some(false))
+    );
     assert_eq!(procedure(&nfs, "nfs", "commit")["calls"], 0);
     let mut server = env.serve();
     let served = env.ok(&["stat", "nfs"]);
@@ -321,7 +363,9 @@ fn up_mount_command(out: &str) -> Option<(u16, String)> {
     let source = line.split("-o ").nth(1)?.split_whitespace().nth(1)?;
     let export = source.split_once(':')?.1.to_string();
     assert!(
-        options.contains("vers=3") && options.contains("nolock") && options.contains(&format!("mountport={port}")),
+        options.contains("vers=3")
+            && options.contains("nolock")
+            && options.contains(&format!("mountport={port}")),
         "{line}"
     );
     Some((port, export))
@@ -345,18 +389,26 @@ fn up_shares_a_filesystem_over_nfs_and_prints_its_mount_command() {
     let data = env.path("data");
     let out_path = env.path("up.out");
     let err_path = env.path("up.err");
-    let mut child = KillOnDrop(std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .args(["up", "--size", "128M", "--volsize", "16M"])
-        .args(["--listen", "127.0.0.1:0", "--nfs", "127.0.0.1:0", "--data-dir"])
-        .arg(&data)
-        .env_remove("CAIRN_STATE_DIR")
-        .env("HOME", env.dir.path())
-        .current_dir(env.dir.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap());
+    let mut child = KillOnDrop(
+        std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .args(["up", "--size", "128M", "--volsize", "16M"])
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--nfs",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(&data)
+            .env_remove("CAIRN_STATE_DIR")
+            .env("HOME", env.dir.path())
+            .current_dir(env.dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let logs = || {
         format!(
             "--- stdout ---\n{}\n--- stderr ---\n{}",
@@ -375,13 +427,26 @@ fn up_shares_a_filesystem_over_nfs_and_prints_its_mount_command() {
             "cairn up exited before printing a mount command\n{}",
             logs()
         );
-        assert!(Instant::now() < deadline, "no mount command within 60 s\n{}", logs());
+        assert!(
+            Instant::now() < deadline,
+            "no mount command within 60 s\n{}",
+            logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     };
     assert_eq!(export, "/cairn/fs0", "{}", logs());
-    assert!(logs().contains("creating filesystem 'cairn/fs0'"), "{}", logs());
+    assert!(
+        logs().contains("creating filesystem 'cairn/fs0'"),
+        "{}",
+        logs()
+    );
     let listing = libnfs("nfs-ls", &[&url_as(port, &export, USER)]);
-    assert!(listing.success(), "nfs-ls {export}: {}\n{}", listing.describe(), logs());
+    assert!(
+        listing.success(),
+        "nfs-ls {export}: {}\n{}",
+        listing.describe(),
+        logs()
+    );
     // The server `up` runs counted it: nfs-ls's MNT.
     let stat = run_limited(
         std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))
@@ -400,7 +465,11 @@ fn up_shares_a_filesystem_over_nfs_and_prints_its_mount_command() {
     let sent = unsafe { libc::kill(child.0.id() as i32, libc::SIGTERM) };
     assert_eq!(sent, 0);
     let status = child.0.wait().unwrap();
-    assert!(status.success(), "cairn up stopped badly: {status}\n{}", logs());
+    assert!(
+        status.success(),
+        "cairn up stopped badly: {status}\n{}",
+        logs()
+    );
     // A second `up` finds the filesystem and does not make it again.
     let again = run_limited(
         std::process::Command::new(env!("CARGO_BIN_EXE_cairn"))

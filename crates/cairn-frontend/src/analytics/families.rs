@@ -80,7 +80,13 @@ struct Family {
 pub(super) struct Families(BTreeMap<String, Family>);
 
 impl Families {
-    pub(super) fn counter(&mut self, name: impl Into<String>, help: &'static str, labels: Labels, v: u64) {
+    pub(super) fn counter(
+        &mut self,
+        name: impl Into<String>,
+        help: &'static str,
+        labels: Labels,
+        v: u64,
+    ) {
         let family = self.0.entry(name.into()).or_insert_with(|| Family {
             help,
             values: Values::Counter(Vec::new()),
@@ -107,7 +113,13 @@ impl Families {
         }
     }
 
-    pub(super) fn gauge(&mut self, name: impl Into<String>, help: &'static str, labels: Labels, v: f64) {
+    pub(super) fn gauge(
+        &mut self,
+        name: impl Into<String>,
+        help: &'static str,
+        labels: Labels,
+        v: f64,
+    ) {
         let family = self.0.entry(name.into()).or_insert_with(|| Family {
             help,
             values: Values::Gauge(Vec::new()),

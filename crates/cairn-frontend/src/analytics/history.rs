@@ -115,10 +115,8 @@ fn observe_nfs(o: &mut Observed, nfs: &crate::nfs_stats::NfsSnapshot) {
     }
     o.levels
         .push(("nfs:clients".into(), nfs.clients.len() as f64));
-    o.levels.push((
-        "nfs:connections".into(),
-        nfs.server.connections_open as f64,
-    ));
+    o.levels
+        .push(("nfs:connections".into(), nfs.server.connections_open as f64));
 }
 
 /// A pool's datasets: front-end operations (`ds:`, `lat:`) and intent logs (`zil:`, `zlat:`).

@@ -16,11 +16,25 @@ const CALLS_HELP: &str = "NFS and MOUNT calls answered, by procedure (cairn stat
 pub(super) fn nfs(families: &mut Families, s: &NfsSnapshot) {
     procedures(families, s);
     writes(families, s);
+    totals(families, s);
+    clients(families, s);
+}
+
+/// The server-wide counters and levels.
+fn totals(families: &mut Families, s: &NfsSnapshot) {
     let server = &s.server;
     let report = s.report();
     for (name, help, value) in [
-        ("cairn_nfs_read_bytes", "bytes READ calls returned", report.read_bytes),
-        ("cairn_nfs_written_bytes", "bytes WRITE calls wrote", report.written_bytes),
+        (
+            "cairn_nfs_read_bytes",
+            "bytes READ calls returned",
+            report.read_bytes,
+        ),
+        (
+            "cairn_nfs_written_bytes",
+            "bytes WRITE calls wrote",
+            report.written_bytes,
+        ),
         (
             "cairn_nfs_commit_carried_writes",
             "UNSTABLE writes of a file acknowledged since its previous COMMIT, summed over COMMITs",
@@ -31,14 +45,36 @@ pub(super) fn nfs(families: &mut Families, s: &NfsSnapshot) {
             "bytes of those UNSTABLE writes, summed over COMMITs",
             s.commits.carried_bytes,
         ),
-        ("cairn_nfs_commits_empty", "COMMITs that carried no UNSTABLE write", s.commits.empty),
+        (
+            "cairn_nfs_commits_empty",
+            "COMMITs that carried no UNSTABLE write",
+            s.commits.empty,
+        ),
         (
             "cairn_nfs_pending_dropped",
             "files whose uncommitted UNSTABLE writes were forgotten (bound of tracked files)",
             server.pending_dropped,
         ),
-        ("cairn_nfs_portmap_calls", "PORTMAP calls answered", server.portmap_calls),
-        ("cairn_nfs_stale_handles", "handles answered STALE", server.stale_handles),
+    ] {
+        families.counter(name, help, Vec::new(), value);
+    }
+    refusals(families, s);
+}
+
+/// Calls answered without data, refusals, verifier changes, connections and clients.
+fn refusals(families: &mut Families, s: &NfsSnapshot) {
+    let server = &s.server;
+    for (name, help, value) in [
+        (
+            "cairn_nfs_portmap_calls",
+            "PORTMAP calls answered",
+            server.portmap_calls,
+        ),
+        (
+            "cairn_nfs_stale_handles",
+            "handles answered STALE",
+            server.stale_handles,
+        ),
         (
             "cairn_nfs_duplicate_replies",
             "retransmissions answered from the duplicate-request cache",
@@ -59,8 +95,16 @@ pub(super) fn nfs(families: &mut Families, s: &NfsSnapshot) {
             "calls of a program, version or procedure not served",
             server.unsupported_calls,
         ),
-        ("cairn_nfs_verifier_changes", "write verifier changes", server.verifier_changes),
-        ("cairn_nfs_connections", "connections accepted", server.connections_total),
+        (
+            "cairn_nfs_verifier_changes",
+            "write verifier changes",
+            server.verifier_changes,
+        ),
+        (
+            "cairn_nfs_connections",
+            "connections accepted",
+            server.connections_total,
+        ),
         (
             "cairn_nfs_connections_refused",
             "connections closed at once: the server was full",
@@ -75,17 +119,24 @@ pub(super) fn nfs(families: &mut Families, s: &NfsSnapshot) {
         families.counter(name, help, Vec::new(), value);
     }
     for (name, help, value) in [
-        ("cairn_nfs_connections_open", "connections open now", server.connections_open),
+        (
+            "cairn_nfs_connections_open",
+            "connections open now",
+            server.connections_open,
+        ),
         (
             "cairn_nfs_pending_files",
             "files with UNSTABLE writes not yet committed",
             s.pending_files,
         ),
-        ("cairn_nfs_clients", "client addresses tracked", s.clients.len() as u64),
+        (
+            "cairn_nfs_clients",
+            "client addresses tracked",
+            s.clients.len() as u64,
+        ),
     ] {
         families.gauge(name, help, Vec::new(), value as f64);
     }
-    clients(families, s);
 }
 
 fn procedures(families: &mut Families, s: &NfsSnapshot) {
@@ -149,7 +200,11 @@ fn clients(families: &mut Families, s: &NfsSnapshot) {
     for (address, tally) in &s.clients {
         let labels: Labels = vec![("client", address.to_string())];
         for (name, help, value) in [
-            ("cairn_nfs_client_calls", "calls of one client address", tally.calls.ops),
+            (
+                "cairn_nfs_client_calls",
+                "calls of one client address",
+                tally.calls.ops,
+            ),
             (
                 "cairn_nfs_client_errors",
                 "calls of one client answered with an error",
@@ -160,9 +215,21 @@ fn clients(families: &mut Families, s: &NfsSnapshot) {
                 "records of one client refused (garbage, unsupported, credential)",
                 tally.refused,
             ),
-            ("cairn_nfs_client_read_bytes", "bytes one client read", tally.read_bytes),
-            ("cairn_nfs_client_written_bytes", "bytes one client wrote", tally.written_bytes),
-            ("cairn_nfs_client_commits", "COMMITs of one client", tally.commits),
+            (
+                "cairn_nfs_client_read_bytes",
+                "bytes one client read",
+                tally.read_bytes,
+            ),
+            (
+                "cairn_nfs_client_written_bytes",
+                "bytes one client wrote",
+                tally.written_bytes,
+            ),
+            (
+                "cairn_nfs_client_commits",
+                "COMMITs of one client",
+                tally.commits,
+            ),
         ] {
             families.counter(name, help, labels.clone(), value);
         }
@@ -205,9 +272,11 @@ mod tests {
         assert!(text.contains(
             "cairn_nfs_call_latency_seconds_count{program=\"nfs\",procedure=\"null\"} 1"
         ));
-        assert!(!text.contains(
-            "cairn_nfs_call_latency_seconds_count{program=\"nfs\",procedure=\"write\"}"
-        ));
+        assert!(
+            !text.contains(
+                "cairn_nfs_call_latency_seconds_count{program=\"nfs\",procedure=\"write\"}"
+            )
+        );
         assert!(text.contains("cairn_nfs_auth_refusals_total 1"), "{text}");
         assert!(text.contains("cairn_nfs_connections_open 1"), "{text}");
         assert!(

@@ -44,9 +44,7 @@ pub fn shared_home(env: &Env, port: u16, extra: &[&str]) -> Server {
 
 /// A libnfs URL of `path` on the server at `port`, as `uid`.
 pub fn url_as(port: u16, path: &str, uid: u32) -> String {
-    format!(
-        "nfs://127.0.0.1{path}?version=3&nfsport={port}&mountport={port}&uid={uid}&gid={uid}"
-    )
+    format!("nfs://127.0.0.1{path}?version=3&nfsport={port}&mountport={port}&uid={uid}&gid={uid}")
 }
 
 pub fn libnfs(tool_name: &str, args: &[&str]) -> Run {
