@@ -35,9 +35,10 @@ pub struct TxgConfig {
     /// Number of synced txgs whose timings `TxgEngine::history` keeps.
     pub history_len: usize,
     /// When > 0: dirty data is also limited to what the pool was measured to sync in this many
-    /// milliseconds (never below `DIRTY_LIMIT_FLOOR_BYTES`, never above `dirty_bytes_max`), so
-    /// a caller waiting for a txg sync (a FLUSH served by one) waits about this long however
-    /// large the max is. 0: the max alone.
+    /// milliseconds (never below `DIRTY_LIMIT_FLOOR_BYTES`, never above `dirty_bytes_max`;
+    /// writers are delayed from `delay_min_dirty_percent` of what that rate writes in this
+    /// time, see `delay_target_bytes`), so a caller waiting for a txg sync (a FLUSH served by
+    /// one) waits about this long however large the max is. 0: the max alone.
     pub sync_target_ms: u64,
 }
 

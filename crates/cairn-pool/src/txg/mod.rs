@@ -135,7 +135,10 @@
 //! sync of at least 16 MiB the engine folds the txg's bytes per second of sync time into a
 //! moving average, and the limit (for blocking, the delay curve and the early-sync threshold)
 //! becomes what that rate writes in `sync_target_ms`, between `DIRTY_LIMIT_FLOOR_BYTES` and
-//! `dirty_bytes_max`. Whoever waits for a txg sync (a FLUSH served by one, a writer blocked at
+//! `dirty_bytes_max`. That floor (64 MiB) leaves room for the largest writes, so it is where
+//! writers block; the delay curve ends lower, at what the rate writes in the target but not
+//! under `DELAY_TARGET_FLOOR_BYTES` (32 MiB), so a pool slower than 64 MiB per target still
+//! keeps its txgs near the target (`delay_target_bytes`). Whoever waits for a txg sync (a FLUSH served by one, a writer blocked at
 //! the limit) then waits about that long, not `dirty_bytes_max` / rate (seconds, for a few GiB).
 //!
 //! Dirty bytes leave the total when their txg's sync completes: that total is what memory holds,
@@ -201,4 +204,7 @@ pub use hold::TxgHold;
 pub use stats::{SyncTrigger, TxgPhases, TxgStats, TxgTiming};
 pub use suspend::SuspendHandle;
 pub use sync::{BACKGROUND_TXG_INTERVAL, SYNC_THREAD_NAME, TxgSyncer};
-pub use throttle::{DIRTY_LIMIT_FLOOR_BYTES, delay_ns, dirty_limit_bytes, sync_left_bytes};
+pub use throttle::{
+    DELAY_TARGET_FLOOR_BYTES, DIRTY_LIMIT_FLOOR_BYTES, delay_ns, delay_target_bytes,
+    dirty_limit_bytes, sync_left_bytes,
+};

@@ -265,6 +265,26 @@ fn the_dirty_limit_follows_the_measured_sync_rate_within_bounds() {
     // Never below the floor, never above the max.
     assert_eq!(dirty_limit_bytes(&config, Some(1)), DIRTY_LIMIT_FLOOR_BYTES);
     assert_eq!(dirty_limit_bytes(&config, Some(u64::MAX)), GIB);
+    // The delay curve ends at the target's bytes, under their own lower floor, never past
+    // the limit in force.
+    assert_eq!(delay_target_bytes(&config, None), GIB);
+    assert_eq!(delay_target_bytes(&fixed, Some(1 << 20)), GIB);
+    assert_eq!(delay_target_bytes(&config, Some(200 << 20)), 200 << 20);
+    assert_eq!(delay_target_bytes(&config, Some(48 << 20)), 48 << 20);
+    assert_eq!(
+        dirty_limit_bytes(&config, Some(48 << 20)),
+        DIRTY_LIMIT_FLOOR_BYTES
+    );
+    assert_eq!(
+        delay_target_bytes(&config, Some(1)),
+        DELAY_TARGET_FLOOR_BYTES
+    );
+    assert_eq!(delay_target_bytes(&config, Some(u64::MAX)), GIB);
+    let small = TxgConfig {
+        dirty_bytes_max: 16 << 20,
+        ..config.clone()
+    };
+    assert_eq!(delay_target_bytes(&small, Some(1)), 16 << 20);
     // The delay curve is the same shape within the smaller limit.
     let limit = 200 << 20;
     assert_eq!(delay_ns_within(&config, limit, limit / 2), 0);
@@ -676,6 +696,45 @@ fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
     });
     assert_eq!(engine.sync_now(), Ok(2));
     writer.join().unwrap();
+    engine.shutdown().unwrap();
+}
+
+#[test]
+fn txg_a_slow_sync_delays_writers_below_the_limits_knee_under_a_sync_target() {
+    const MIB: u64 = 1 << 20;
+    let syncer = FakeSyncer::new();
+    let config = TxgConfig {
+        dirty_bytes_max: GIB,
+        dirty_sync_percent: 100,
+        sync_target_ms: 100,
+        ..quiet_config()
+    };
+    let engine = TxgEngine::start(config, 0, syncer.clone());
+    // 32 MiB synced in at least 200 ms: 100 ms of that rate is at most 16 MiB, so the limit
+    // in force is its 64 MiB floor (delays from 38.4 MiB on) but the delay curve ends at
+    // its own 32 MiB floor (delays from 19.2 MiB on).
+    syncer.close_gate();
+    dirty(&engine, 32 * MIB);
+    let sync = {
+        let engine = engine.clone();
+        thread::spawn(move || engine.sync_now())
+    };
+    syncer.wait_entered(1);
+    thread::sleep(Duration::from_millis(200));
+    syncer.open_gate();
+    assert_eq!(sync.join().unwrap(), Ok(1));
+
+    let hold = engine.hold();
+    hold.add_dirty(18 * MIB);
+    engine.throttle(MIB);
+    assert_eq!(engine.stats().writer_delays_count, 0, "below either knee");
+    hold.add_dirty(8 * MIB); // 26 MiB: past the curve's knee, under the limit's
+    engine.throttle(MIB);
+    let stats = engine.stats();
+    assert_eq!(stats.writer_delays_count, 1);
+    assert_eq!(stats.writers_blocked_at_max_count, 0);
+    drop(hold);
+    assert_eq!(engine.sync_now(), Ok(2));
     engine.shutdown().unwrap();
 }
 

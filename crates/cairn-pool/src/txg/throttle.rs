@@ -34,6 +34,31 @@ pub fn dirty_limit_bytes(config: &TxgConfig, sync_bytes_per_sec: Option<u64>) ->
     }
 }
 
+/// Least size the latency level's delay curve aims at (`delay_target_bytes`). Its delays start
+/// at `delay_min_dirty_percent` of it (19.2 MiB at the default 60 %): above the early-sync
+/// threshold a floored limit sets (20 % of 64 MiB), so a txg still starts its sync before its
+/// writers are delayed, and above the 16 MiB a txg needs to give a rate sample, so a pool
+/// measured slow once is measured again.
+pub const DELAY_TARGET_FLOOR_BYTES: u64 = 32 << 20;
+
+/// Where the latency level's delay curve reaches its maximum: what the measured sync rate
+/// writes in `sync_target_ms`, within [`DELAY_TARGET_FLOOR_BYTES`, the dirty limit in force].
+/// The limit in force keeps its higher floor so that the largest writes are delayed, never
+/// blocked; the delays still start where the target says, or a pool whose rate writes less
+/// than that floor in the target lets txgs grow to the floor's knee and run past the target
+/// (BENCHMARKS.md, "Snapshots after condensing": 41 MiB txgs of 500 ms at ~86 MB/s).
+pub fn delay_target_bytes(config: &TxgConfig, sync_bytes_per_sec: Option<u64>) -> u64 {
+    let limit = dirty_limit_bytes(config, sync_bytes_per_sec);
+    match sync_bytes_per_sec {
+        Some(rate) if config.sync_target_ms > 0 => {
+            let bytes = u128::from(rate) * u128::from(config.sync_target_ms) / 1000;
+            let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+            bytes.max(DELAY_TARGET_FLOOR_BYTES).min(limit)
+        }
+        _ => limit,
+    }
+}
+
 /// How often a writer blocked only by the estimate of a sync's progress looks again.
 pub(super) const THROTTLE_RECHECK: Duration = Duration::from_millis(1);
 
@@ -122,11 +147,18 @@ impl State {
         }
     }
 
-    /// A writer's delay for `bytes` more: the larger of the levels' delays.
+    /// A writer's delay for `bytes` more: the larger of the levels' delays, the latency level's
+    /// on a curve that ends at `delay_target_bytes` (at or below the limit it blocks at).
     pub(super) fn delay_ns_for(&self, config: &TxgConfig, now: Instant, bytes: u64) -> u64 {
-        self.throttle_levels(config, now)
+        let [memory, (waited_for, limit)] = self.throttle_levels(config, now);
+        let target = delay_target_bytes(config, self.sync_bytes_per_sec);
+        debug_assert!(
+            target <= limit,
+            "the delay curve ends past the blocking limit"
+        );
+        [memory, (waited_for, target)]
             .iter()
-            .map(|&(dirty, limit)| delay_ns_within(config, limit, dirty.saturating_add(bytes)))
+            .map(|&(dirty, end)| delay_ns_within(config, end, dirty.saturating_add(bytes)))
             .max()
             .unwrap_or(0)
     }

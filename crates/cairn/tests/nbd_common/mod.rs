@@ -308,6 +308,11 @@ impl Env {
     pub fn serve_with_args(&self, args: &[&str]) -> Server {
         Server::start(self, &[], args)
     }
+
+    /// `serve` with extra environment variables and command-line arguments.
+    pub fn serve_with(&self, vars: &[(&str, String)], args: &[&str]) -> Server {
+        Server::start(self, vars, args)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
