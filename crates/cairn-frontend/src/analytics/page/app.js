@@ -534,11 +534,12 @@ function drawNfs() {
     $("nfs-title").textContent = "not served (cairn serve --nfs ADDR:PORT)";
     return;
   }
-  $("nfs-title").textContent = nfs.connections_open + " connections, " + nfs.clients.length + " clients; " +
-    nfs.commits.count + " COMMITs carrying " + fmtBytes(nfs.commits.carried_bytes);
+  const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+  $("nfs-title").textContent = plural(nfs.connections_open, "connection") + ", " + plural(nfs.clients.length, "client") + "; " +
+    plural(nfs.commits.count, "COMMIT") + " carrying " + fmtBytes(nfs.commits.carried_bytes);
   const busiest = nfs.procedures.filter((p) => p.calls > 0).sort((a, b) => b.calls - a.calls).slice(0, 5);
   lineChart($("nfs-ops"), busiest.map((p) => ({
-    label: p.procedure + "/s", values: column("nfs:" + p.program + "." + p.procedure + ".ops"),
+    label: (p.program === "mount" ? "MOUNT " : "") + p.procedure + "/s", values: column("nfs:" + p.program + "." + p.procedure + ".ops"),
   })), fmtNum);
   state.page.heatCells += heatmap($("heat-nfs"), heatColumns("nlat:all"), BOUNDS);
   const table = document.createElement("table");
