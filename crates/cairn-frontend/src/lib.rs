@@ -21,7 +21,8 @@
 //! - `fuse`: the FUSE adapter, a filesystem dataset mounted through the kernel, and the
 //!   server's list of mounts;
 //! - `nfs`: the NFSv3 server (with MOUNT and a PORTMAP responder on one port) for the
-//!   filesystems whose `sharenfs` is on;
+//!   filesystems whose `sharenfs` is on; `nfs_stats`: its statistics, apart so the registry
+//!   can hold them;
 //! - `control`: the control socket: typed admin requests to a running server and its typed
 //!   replies;
 //! - `analytics`: Prometheus metrics, a bounded history and the live page (`serve --http`);
@@ -41,6 +42,7 @@ pub mod control;
 pub mod exports;
 pub mod fuse;
 pub mod nfs;
+pub mod nfs_stats;
 pub mod pools;
 pub mod serve;
 

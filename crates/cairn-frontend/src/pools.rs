@@ -38,6 +38,8 @@ pub struct ServedPools {
     pub budget: OnceLock<MemoryBudget>,
     /// Filesystems mounted through FUSE.
     pub mounts: crate::fuse::Mounts,
+    /// The NFS server's statistics, once it serves (`cairn stat nfs`, the analytics).
+    pub nfs_stats: OnceLock<Arc<crate::nfs_stats::NfsStats>>,
 }
 
 impl ServedPools {

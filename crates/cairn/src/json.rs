@@ -1,9 +1,9 @@
-//! `-j`: JSON output of `pool list`, `pool status`, `list`, `diff` (`fs_diff_cmd.rs`), `diff --blocks` and `stat snapshots`, for programs (as OpenZFS 2.3's
+//! `-j`: JSON output of `pool list`, `pool status`, `list`, `diff` (`fs_diff_cmd.rs`), `diff --blocks`, `stat snapshots` and `stat nfs`, for programs (as OpenZFS 2.3's
 //! `zpool status -j`).
 //!
 //! Every document has the same envelope: `output_version` (the command, and a major/minor
 //! version: the major changes only when a field is removed or changes meaning; new fields bump
-//! the minor), then one object keyed by name (`pools` or `datasets`), or the one `diff`. Field names are the stable
+//! the minor), then one object keyed by name (`pools` or `datasets`), or the one `diff` or `nfs`. Field names are the stable
 //! contract documented in docs/json.md; every field is always present (`null` when unknown,
 //! as for the sizes of an UNAVAIL pool). Numbers are exact: sizes in bytes, percentages as
 //! whole numbers; guids are decimal strings because they do not fit a double.
@@ -81,6 +81,38 @@ pub fn diff<T: Serialize>(command: &'static str, diff: &T) -> anyhow::Result<Str
     to_text(&DiffDocument {
         output_version: version(command),
         diff,
+    })
+}
+
+#[derive(Serialize)]
+struct NfsDocument<'a> {
+    output_version: OutputVersion,
+    nfs: NfsStatsEntry<'a>,
+}
+
+/// `stat nfs -j`: the NFS server's statistics.
+#[derive(Serialize)]
+struct NfsStatsEntry<'a> {
+    /// The counters are a running server's.
+    served: bool,
+    /// That server serves NFS (else every counter is zero).
+    serving: bool,
+    #[serde(flatten)]
+    stats: &'a cairn_frontend::nfs_stats::NfsReport,
+}
+
+/// `{"output_version": …, "nfs": {…}}`.
+pub fn nfs(
+    command: &'static str,
+    sample: &cairn_frontend::admin::stats::NfsSample,
+) -> anyhow::Result<String> {
+    to_text(&NfsDocument {
+        output_version: version(command),
+        nfs: NfsStatsEntry {
+            served: sample.served,
+            serving: sample.serving,
+            stats: &sample.nfs,
+        },
     })
 }
 

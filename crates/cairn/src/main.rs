@@ -31,6 +31,7 @@ mod remote;
 mod serve_cmd;
 mod stat_arc_cmd;
 mod stat_cmd;
+mod stat_nfs_cmd;
 mod table;
 mod up_cmd;
 mod vdevs;
@@ -246,6 +247,16 @@ enum StatCommand {
         json: bool,
         /// Pools to show (default: every imported pool).
         pools: Vec<String>,
+    },
+    /// The NFS server (`serve --nfs`): calls by procedure with latency percentiles, bytes,
+    /// WRITEs by stability asked and answered, COMMITs and what they carried, stale handles,
+    /// duplicate-cache replies, refusals, connections, and per client address.
+    Nfs {
+        #[command(flatten)]
+        format: ListFormat,
+        /// JSON output (fields documented in docs/json.md).
+        #[arg(short = 'j', conflicts_with_all = ["scripted", "exact"])]
+        json: bool,
     },
 }
 
@@ -682,6 +693,7 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             json,
             pools,
         }) => stat_cmd::snapshots(ctx, format, json, &pools),
+        Command::Stat(StatCommand::Nfs { format, json }) => stat_nfs_cmd::nfs(ctx, format, json),
     }
 }
 

@@ -53,6 +53,9 @@ pub struct ServeArgs {
     /// root squashed. Loopback only for now; clients mount with `nolock` (no NLM).
     #[arg(long, value_name = "ADDR:PORT")]
     pub nfs: Option<String>,
+    /// The filesystem whose NFS mount command the announcement spells out (`cairn up`'s).
+    #[arg(skip)]
+    pub nfs_share: Option<String>,
     /// Unix socket path (default: STATE_DIR/nbd.sock).
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
@@ -223,14 +226,15 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         &access,
         settings,
         &notes,
-        |ready: &Ready<'_>| announce(ready, &budget_line),
+        |ready: &Ready<'_>| announce(ready, &budget_line, args.nfs_share.as_deref()),
         wait_for_stop_signal,
     )?;
     Ok(())
 }
 
-/// Prints where the exports are and how to reach them.
-fn announce(ready: &Ready<'_>, budget: &str) {
+/// Prints where the exports are and how to reach them; `nfs_share`: a shared filesystem
+/// whose mount command is spelled out.
+fn announce(ready: &Ready<'_>, budget: &str, nfs_share: Option<&str>) {
     let exported = &ready.exports;
     let socket_path = ready.socket_path;
     let tcp = ready.tcp;
@@ -264,6 +268,12 @@ fn announce(ready: &Ready<'_>, budget: &str) {
             "cairn: NFSv3 on {nfs} (filesystems with sharenfs=on); mount with: mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {}:/POOL/DATASET DIR",
             nfs.ip()
         );
+        if let Some(share) = nfs_share {
+            println!(
+                "cairn: {share} is shared over NFS; mount it with: mount -t nfs -o vers=3,proto=tcp,nolock,port={port},mountport={port},mountproto=tcp {}:/{share} /mnt",
+                nfs.ip()
+            );
+        }
     }
     if let Some(tls) = tls {
         println!(

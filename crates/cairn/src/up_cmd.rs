@@ -3,19 +3,27 @@
 //! Everything lives under the data directory: two sparse device files forming a mirror
 //! (`d0.img`, `d1.img`), a separate log device (`log.img`), and the pool cache (`state/`). The first run creates the pool `cairn` and
 //! the volume `cairn/vol0`; later runs find the pool in the cache (or import it from the
-//! directory if the cache was lost) and show it. Nothing here bypasses the ordinary commands: `up`
-//! runs the same code paths as `pool create`, `create -V`, `pool import` and `pool status`.
+//! directory if the cache was lost) and show it. Every run also makes the filesystem
+//! `cairn/fs0` with `sharenfs=on` if the pool lacks it (a pool made before it existed gets it
+//! too), and the server then shares it over NFSv3 on loopback (`--nfs`, by default
+//! 127.0.0.1:12049: an unprivileged port, so no root is needed, and not 2049, which a host's
+//! own NFS server may hold), printing the mount command. Nothing here bypasses the ordinary
+//! commands: `up` runs the same code paths as `pool create`, `create -V`, `create -o
+//! sharenfs=on`, `pool import` and `pool status`.
 
 use crate::context::Context;
 use crate::context::say;
 use crate::{CreateArgs, ListArgs, ListFormat, PoolCreateArgs, PoolImportArgs, PoolStatusArgs};
-use crate::{dataset_cmd, pool_cmd};
+use crate::{dataset_cmd, pool_cmd, remote};
 use anyhow::{Context as _, Result};
+use cairn_frontend::admin::{AdminReply, AdminRequest};
 use clap::Args;
 use std::path::PathBuf;
 
 const POOL: &str = "cairn";
 const VOLUME: &str = "cairn/vol0";
+/// The filesystem `up` shares over NFS.
+pub const SHARED_FILESYSTEM: &str = "cairn/fs0";
 
 #[derive(Debug, Args)]
 pub struct UpArgs {
@@ -41,6 +49,10 @@ pub struct UpArgs {
     /// Also serve Prometheus metrics and the live analytics page here (e.g. 127.0.0.1:9440).
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<String>,
+    /// Serve NFSv3 here (loopback: AUTH_SYS trusts what clients claim), sharing cairn/fs0;
+    /// `none` turns it off. 12049: unprivileged, and clear of a host NFS server's 2049.
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:12049")]
+    pub nfs: String,
 }
 
 impl UpArgs {
@@ -59,8 +71,24 @@ impl UpArgs {
             arc_min: None,
             l2_write_max_per_day: None,
             http: self.http.clone(),
-            nfs: None,
+            nfs: (self.nfs != "none").then(|| self.nfs.clone()),
+            nfs_share: Some(SHARED_FILESYSTEM.to_string()),
         }
+    }
+}
+
+/// Whether the pool has dataset `name`.
+fn has_dataset(ctx: &Context, name: &str) -> Result<bool> {
+    let request = AdminRequest::Datasets {
+        pools: vec![POOL.to_string()],
+    };
+    match remote::call(ctx, request)? {
+        AdminReply::Datasets(pools) => Ok(pools.iter().any(|pool| {
+            pool.datasets
+                .as_ref()
+                .is_ok_and(|rows| rows.iter().any(|row| row.name == name))
+        })),
+        other => Err(remote::unexpected(&other)),
     }
 }
 
@@ -117,6 +145,21 @@ pub fn up(ctx: &Context, args: &UpArgs) -> Result<()> {
                 },
             )?;
         }
+    }
+    if !has_dataset(ctx, SHARED_FILESYSTEM)? {
+        say!(
+            ctx,
+            "creating filesystem '{SHARED_FILESYSTEM}' (sharenfs=on: shared over NFS while the server runs)"
+        );
+        dataset_cmd::create(
+            ctx,
+            &CreateArgs {
+                volsize: None,
+                sparse: false,
+                properties: vec![("sharenfs".into(), "on".into())],
+                dataset: SHARED_FILESYSTEM.into(),
+            },
+        )?;
     }
     pool_cmd::status(
         ctx,

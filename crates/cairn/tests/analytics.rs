@@ -15,6 +15,9 @@
 //!   (`cairn_snapshot_*`) and gives each dataset's used and usedbysnapshots bytes as `get -p`
 //!   shows them; `/api/status` carries the same per dataset, and the page's snapshot table
 //!   draws a row for the volume with what its snapshots hold.
+//! - NFS (issue 35): with `--nfs` too, a libnfs listing of a shared filesystem shows in the
+//!   page's NFS panel as a client row (127.0.0.1) with its calls (the exact counts of
+//!   `/metrics`' `cairn_nfs_*` are `tests/nfs_stats.rs`').
 
 mod nbd_common;
 
@@ -291,6 +294,32 @@ fn prometheus_sees_each_datasets_written_bytes_and_write_latency() {
     assert_eq!(up, 1.0, "the target is up");
 }
 
+/// An NFS client: a libnfs listing of `tank/shared` (MNT, then directory calls).
+fn nfs_listing(nfs_port: u16) {
+    let listing = run(
+        &tool("nfs-ls", "libnfs-utils"),
+        &[&format!(
+            "nfs://127.0.0.1/tank/shared?version=3&nfsport={nfs_port}&mountport={nfs_port}&uid=1000&gid=1000"
+        )],
+    );
+    assert!(listing.success(), "{}", listing.describe());
+}
+
+/// The page's NFS clients table (`nfsRows`: [address, calls, bytes read, bytes written]) has
+/// the listing's client.
+fn assert_nfs_client_row(seen: &serde_json::Value) {
+    let nfs_rows = seen["final"]["nfsRows"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        nfs_rows
+            .iter()
+            .any(|row| row[0] == "127.0.0.1" && row[1].as_u64() >= Some(2)),
+        "no NFS client row for 127.0.0.1: {seen}"
+    );
+}
+
 #[test]
 fn the_page_draws_heatmaps_and_updates_live_in_headless_chromium() {
     let _heavy = heavy();
@@ -308,9 +337,13 @@ fn the_page_draws_heatmaps_and_updates_live_in_headless_chromium() {
     let env = Env::new();
     env.create_pool();
     env.create_volume("tank/vol", "64M", &[]);
-    let server = env.serve_with_args(&["--http", "127.0.0.1:0"]);
+    env.ok(&["create", "-o", "sharenfs=on", "tank/shared"]);
+    let nfs_port = free_port();
+    let nfs_address = format!("127.0.0.1:{nfs_port}");
+    let server = env.serve_with_args(&["--http", "127.0.0.1:0", "--nfs", &nfs_address]);
     let address = analytics_address(&server);
     let uri = server.uri("tank/vol");
+    nfs_listing(nfs_port);
     let stop = Arc::new(AtomicBool::new(false));
     let workload = {
         let stop = stop.clone();
@@ -385,6 +418,7 @@ fn the_page_draws_heatmaps_and_updates_live_in_headless_chromium() {
         "tank/vol: used {used}, snapshots {held}: {seen}"
     );
     assert!(rows.iter().any(|row| row[0] == "tank"), "{seen}");
+    assert_nfs_client_row(&seen);
     let png = std::fs::read(&screenshot).expect("screenshot written");
     assert!(
         png.starts_with(b"\x89PNG") && png.len() > 10_000,

@@ -120,6 +120,7 @@ pub fn handle_observed(
         AdminRequest::SnapshotStats { pools } => {
             AdminReply::SnapshotStats(stats::snapshots(access, &pools, &mut notes)?)
         }
+        AdminRequest::NfsStats => AdminReply::NfsStats(stats::nfs(access)),
         AdminRequest::Datasets { pools } => {
             AdminReply::Datasets(dataset_rows::pool_datasets(access, &pools, &mut notes)?)
         }

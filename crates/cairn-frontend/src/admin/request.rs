@@ -14,7 +14,7 @@ use super::dataset_rows::PoolDatasets;
 use super::import_request::{ImportOutcome, ImportRequest};
 use super::mirrors::{Cleared, MirrorChange, MirrorOutcome};
 use super::samples::{ArcSample, DatasetIoSample, DeviceIoSample, L2arcSample};
-use super::stats::{FsSample, IoSample, MemorySample, SnapshotSample, ZilSample};
+use super::stats::{FsSample, IoSample, MemorySample, NfsSample, SnapshotSample, ZilSample};
 use super::views::PoolViews;
 use crate::fuse::Unmounted;
 use cairn_dataset::ScrubRecord;
@@ -82,6 +82,8 @@ pub enum AdminRequest {
     MemoryStats,
     /// `stat snapshots`: snapshot counters of `pools` (every pool when empty).
     SnapshotStats { pools: Vec<String> },
+    /// `stat nfs`: the NFS server's calls, bytes, commits, refusals and clients.
+    NfsStats,
     /// The user holds of snapshots `names`.
     Holds { names: Vec<String> },
     /// `destroy -n`: what destroying snapshots `name` (`dataset@snap` or a range
@@ -293,6 +295,7 @@ pub enum AdminReply {
     FsStats(Vec<FsSample>),
     MemoryStats(MemorySample),
     SnapshotStats(SnapshotSample),
+    NfsStats(NfsSample),
 }
 
 /// The byte ranges of a volume that differ between two of its versions

@@ -1,4 +1,4 @@
-//! The subsystem statistics of `stat zil | io | fs | memory | snapshots`: what the process that has the
+//! The subsystem statistics of `stat zil | io | fs | memory | snapshots | nfs`: what the process that has the
 //! pools open (a server, or the front end's own process) counted, taken where it was counted
 //! and carried as plain data. Every reply says whether it is a server's (`served`): a one-shot
 //! process's counters cover only its own request.
@@ -79,6 +79,16 @@ pub struct CallCounters {
 pub struct SnapshotSample {
     pub served: bool,
     pub pools: Vec<(String, SnapshotStatsSnapshot)>,
+}
+
+/// `stat nfs`: the NFS server's statistics (all zeros when no server, or one not serving
+/// NFS, answers: `served`, `serving` say which).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NfsSample {
+    pub served: bool,
+    /// The server serves NFS (`serve --nfs`).
+    pub serving: bool,
+    pub nfs: crate::nfs_stats::NfsReport,
 }
 
 /// `stat memory`: the budget's parts (name, limit, what it holds now where counted) and the
@@ -198,6 +208,21 @@ pub(super) fn fs(access: &PoolAccess, pools: &[String]) -> Vec<FsSample> {
             dataset: sample.dataset,
         })
         .collect()
+}
+
+/// The NFS server's statistics, if this process is a server serving NFS.
+pub(super) fn nfs(access: &PoolAccess) -> NfsSample {
+    let stats = access
+        .served
+        .as_ref()
+        .and_then(|served| served.nfs_stats.get().cloned());
+    NfsSample {
+        served: access.served.is_some(),
+        serving: stats.is_some(),
+        nfs: stats.map_or_else(crate::nfs_stats::NfsReport::empty, |stats| {
+            stats.snapshot().report()
+        }),
+    }
 }
 
 /// The server's memory budget and what each part holds; without a server, the budget a server

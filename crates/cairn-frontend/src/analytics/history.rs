@@ -43,7 +43,10 @@ pub struct Observed {
 ///   rather than latency buckets;
 /// - `pool:POOL:alloc|size|dirty|txgs|synced_bytes|delays|delay_ms`;
 /// - `arc:FIELD` (every ARC field: levels for sizes, counters otherwise),
-///   `l2:POOL:FIELD` (the same for the cache tier).
+///   `l2:POOL:FIELD` (the same for the cache tier);
+/// - `nfs:PROGRAM.PROCEDURE.ops` (NFS and MOUNT calls), `nfs:read.bytes`, `nfs:write.bytes`,
+///   `nfs:clients` and `nfs:connections` (levels), `nlat:all|read|write|commit` (NFS call
+///   latency: every procedure's, and the three that move data).
 pub fn observe(sample: &Sample) -> Observed {
     let mut o = Observed {
         unix_ms: sample.unix_ms,
@@ -66,7 +69,54 @@ pub fn observe(sample: &Sample) -> Observed {
         }
         observe_pool(&mut o, pool);
     }
+    if let Some(nfs) = &sample.nfs {
+        observe_nfs(&mut o, nfs);
+    }
     o
+}
+
+/// The NFS server: calls by procedure, bytes, levels and latency heat.
+fn observe_nfs(o: &mut Observed, nfs: &crate::nfs_stats::NfsSnapshot) {
+    use crate::nfs_stats::{MOUNT_PROCEDURES, NFS_PROCEDURES};
+    let mut all = LatencyBuckets::empty();
+    let named = NFS_PROCEDURES
+        .iter()
+        .map(|(_, name)| ("nfs", *name))
+        .zip(&nfs.nfs)
+        .chain(
+            MOUNT_PROCEDURES
+                .iter()
+                .map(|(_, name)| ("mount", *name))
+                .zip(&nfs.mount),
+        );
+    for ((program, procedure), op) in named {
+        o.counters
+            .push((format!("nfs:{program}.{procedure}.ops"), op.ops));
+        if op.ops == 0 {
+            continue;
+        }
+        let buckets = LatencyBuckets::from_histogram(&op.latency_us);
+        for (sum, count) in all.counts.iter_mut().zip(&buckets.counts) {
+            *sum += count;
+        }
+        all.overflow += buckets.overflow;
+        all.sum_us += buckets.sum_us;
+        if program == "nfs" && matches!(procedure, "read" | "write" | "commit") {
+            o.heat.push((format!("nlat:{procedure}"), buckets));
+        }
+    }
+    o.heat.push(("nlat:all".into(), all));
+    for (name, procedure) in [
+        ("read", cairn_nfs::nfs3::Nfs3Proc::Read),
+        ("write", cairn_nfs::nfs3::Nfs3Proc::Write),
+    ] {
+        let bytes = nfs.nfs_op(procedure).map_or(0, |op| op.bytes);
+        o.counters.push((format!("nfs:{name}.bytes"), bytes));
+    }
+    o.levels
+        .push(("nfs:clients".into(), nfs.clients.len() as f64));
+    o.levels
+        .push(("nfs:connections".into(), nfs.server.connections_open as f64));
 }
 
 /// A pool's datasets: front-end operations (`ds:`, `lat:`) and intent logs (`zil:`, `zlat:`).

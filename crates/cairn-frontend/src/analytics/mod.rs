@@ -5,7 +5,8 @@
 //! Two consumers, one source:
 //! - `sample`: one look at every counter and histogram the layers keep (the ones `cairn stat`
 //!   and `pool iostat` print), with latencies folded onto one power-of-two scale;
-//! - `prometheus`: a sample as OpenMetrics text (`/metrics`) for monitoring systems;
+//! - `prometheus`: a sample as OpenMetrics text (`/metrics`) for monitoring systems, built of
+//!   `families` (the encoder's input) with the NFS server's in `nfs_metrics`;
 //! - `history`: a bounded memory of per-second and per-minute points (rates, levels, latency
 //!   heat) so the page shows the past on first load;
 //! - `status`: the state panels' data (vdev tree, health, txgs, recent events);
@@ -17,8 +18,10 @@
 //!
 //! Known gaps: the history is not persisted (a restarted server starts with an empty past).
 
+mod families;
 pub mod history;
 pub mod http;
+mod nfs_metrics;
 pub mod prometheus;
 pub mod sample;
 pub mod status;

@@ -203,6 +203,8 @@ pub struct Sample {
     /// The most recent events (`cairn_metrics::events`), oldest first, and counts by source.
     pub events: Vec<cairn_metrics::events::Event>,
     pub event_counts: Vec<(&'static str, u64)>,
+    /// The NFS server's counters, when it serves NFS (`cairn stat nfs`).
+    pub nfs: Option<crate::nfs_stats::NfsSnapshot>,
 }
 
 /// How many recent events a sample carries.
@@ -451,6 +453,7 @@ impl Sample {
             events,
             event_counts: cairn_metrics::events::counts_by_source(),
             memory: memory_parts(served, &arc),
+            nfs: served.nfs_stats.get().map(|stats| stats.snapshot()),
             unix_ms: unix_ms(),
             uptime_s: served.uptime_s(),
             resident_bytes: resident_bytes(),

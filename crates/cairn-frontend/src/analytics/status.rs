@@ -2,7 +2,8 @@
 //! vdev tree with health and error counts, cache devices, scrub and resilver progress, the most
 //! recent txgs (open, quiesce and sync times, dirty bytes, throttle), each dataset's space with
 //! what its snapshots hold and the snapshot levels, and the names the page offers to drill
-//! into (datasets with their protocol, devices with their role).
+//! into (datasets with their protocol, devices with their role); and the NFS server's
+//! statistics (`cairn stat nfs`'s report: procedures, clients), when it serves NFS.
 
 use super::sample::Sample;
 use serde_json::{Value, json};
@@ -153,6 +154,8 @@ pub fn to_json(sample: &Sample) -> Value {
         "resident_bytes": sample.resident_bytes,
         "arc": sample.arc.iter().map(|(k, v)| ((*k).to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         "pools": sample.pools.iter().map(pool_json).collect::<Vec<_>>(),
+        // The NFS server's statistics as `stat nfs -j` gives them (null: not serving NFS).
+        "nfs": sample.nfs.as_ref().and_then(|nfs| serde_json::to_value(nfs.report()).ok()),
         "events": sample.events.iter().map(|e| json!({
             "seq": e.seq,
             "unix_ms": e.unix_ms,

@@ -16,7 +16,9 @@
 //! `CALLS_IN_FLIGHT_MAX` workers at once, replies sent as each finishes (RPC over TCP
 //! matches them by xid); so per connection at most that many records and the one being read
 //! are held. A retransmission arriving while its first copy is still being served (on
-//! another worker) is served again: the cache only holds finished replies. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
+//! another worker) is served again: the cache only holds finished replies. Every record is
+//! counted in the statistics (`crate::nfs_stats`: what it was, `Seen`, and how long answering
+//! it took), and every connection's start and end. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
 //! `procs.rs`, `changes.rs` and `write.rs`.
 
 use super::changes;
@@ -25,6 +27,7 @@ use super::convert::Caller;
 use super::drc::CallKey;
 use super::procs::{self, IO_BYTES_MAX};
 use super::write;
+use crate::nfs_stats::Seen;
 use cairn_nfs::mount::{
     DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountReply, decode_mount_call,
 };
@@ -63,6 +66,7 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
         Ok(address) => address.ip(),
         Err(_) => return,
     };
+    ctx.stats.connection_opened(client);
     // A rendezvous channel: the reader hands a record over only when a worker is free, so
     // a connection holds at most `CALLS_IN_FLIGHT_MAX` records being served and one being
     // read.
@@ -83,6 +87,7 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
         read_records(stream, &sender);
         drop(sender);
     });
+    ctx.stats.connection_closed(client);
 }
 
 /// A worker of one connection: serves the records the reader hands over until it stops.
@@ -148,10 +153,16 @@ fn success(xid: u32, body: &dyn XdrEncode) -> Option<Vec<u8>> {
     enc.into_record().ok()
 }
 
-fn failed_args(xid: u32, err: &XdrError) -> Option<Vec<u8>> {
+fn failed_args(seen: &mut Seen, xid: u32, err: &XdrError) -> Option<Vec<u8>> {
     let stat = match err {
-        XdrError::UnknownProcedure(_) => AcceptStat::ProcUnavail,
-        _ => AcceptStat::GarbageArgs,
+        XdrError::UnknownProcedure(_) => {
+            *seen = Seen::Unsupported;
+            AcceptStat::ProcUnavail
+        }
+        _ => {
+            *seen = Seen::Garbage;
+            AcceptStat::GarbageArgs
+        }
     };
     header_only(ReplyHeader::accepted(xid, stat))
 }
@@ -164,14 +175,33 @@ fn caller_of(header: &CallHeader) -> Option<Caller> {
     }
 }
 
-/// The whole reply record to one call record (None: nothing to send).
+/// The whole reply record to one call record (None: nothing to send), counted in the
+/// statistics with the time it took.
 pub fn serve_record(ctx: &NfsContext, client: IpAddr, record: &[u8]) -> Option<Vec<u8>> {
+    let started = std::time::Instant::now();
+    let mut seen = Seen::Nothing;
+    let reply = answer_record(ctx, client, record, &mut seen);
+    ctx.stats.record(client, seen, started.elapsed());
+    reply
+}
+
+/// `serve_record`'s answer; `seen` learns what the record was.
+fn answer_record(
+    ctx: &NfsContext,
+    client: IpAddr,
+    record: &[u8],
+    seen: &mut Seen,
+) -> Option<Vec<u8>> {
     let (header, args) = match parse_call(record) {
         Ok(parsed) => parsed,
-        Err(err) => return header_only(err.reply()?),
+        Err(err) => {
+            *seen = Seen::Garbage;
+            return header_only(err.reply()?);
+        }
     };
     let xid = header.xid;
-    let mismatch = |version| {
+    let mismatch = |seen: &mut Seen, version| {
+        *seen = Seen::Unsupported;
         header_only(ReplyHeader::accepted(
             xid,
             AcceptStat::ProgMismatch {
@@ -180,7 +210,8 @@ pub fn serve_record(ctx: &NfsContext, client: IpAddr, record: &[u8]) -> Option<V
             },
         ))
     };
-    let too_weak = || {
+    let too_weak = |seen: &mut Seen| {
+        *seen = Seen::AuthRefused;
         header_only(ReplyHeader::denied(
             xid,
             RejectStat::AuthError(AuthStat::TooWeak),
@@ -188,42 +219,69 @@ pub fn serve_record(ctx: &NfsContext, client: IpAddr, record: &[u8]) -> Option<V
     };
     match header.program {
         PROGRAM_PORTMAP => match decode_portmap_call(header.procedure, args) {
-            Ok(call) => success(xid, &portmap(ctx, &call)),
-            Err(err) => failed_args(xid, &err),
+            Ok(call) => {
+                *seen = Seen::Portmap;
+                success(xid, &portmap(ctx, &call))
+            }
+            Err(err) => failed_args(seen, xid, &err),
         },
-        PROGRAM_MOUNT if header.version != MOUNT_V3 => mismatch(MOUNT_V3),
+        PROGRAM_MOUNT if header.version != MOUNT_V3 => mismatch(seen, MOUNT_V3),
         PROGRAM_MOUNT => match decode_mount_call(header.procedure, args) {
-            Ok(MountCall::Null) => success(xid, &MountReply::Null),
+            Ok(MountCall::Null) => {
+                *seen = mount_seen(&MountCall::Null, &MountReply::Null);
+                success(xid, &MountReply::Null)
+            }
             Ok(call) => match caller_of(&header) {
-                Some(_) => success(xid, &mount(ctx, &call)),
-                None => too_weak(),
+                Some(_) => {
+                    let reply = mount(ctx, &call);
+                    *seen = mount_seen(&call, &reply);
+                    success(xid, &reply)
+                }
+                None => too_weak(seen),
             },
-            Err(err) => failed_args(xid, &err),
+            Err(err) => failed_args(seen, xid, &err),
         },
-        PROGRAM_NFS if header.version != NFS_V3 => mismatch(NFS_V3),
+        PROGRAM_NFS if header.version != NFS_V3 => mismatch(seen, NFS_V3),
         PROGRAM_NFS => {
             if header.procedure == Nfs3Proc::Null.as_u32() {
+                *seen = Seen::nfs(&Nfs3Call::Null, &Nfs3Reply::Null);
                 return success(xid, &Nfs3Reply::Null);
             }
             let Some(caller) = caller_of(&header) else {
-                return too_weak();
+                return too_weak(seen);
             };
             let call = match decode_call(header.procedure, args, IO_BYTES_MAX as usize) {
                 Ok(call) => call,
-                Err(err) => return failed_args(xid, &err),
+                Err(err) => return failed_args(seen, xid, &err),
             };
             if !remembered(&call) {
-                return success(xid, &nfs3(ctx, &caller, &call));
+                let reply = nfs3(ctx, &caller, &call);
+                *seen = Seen::nfs(&call, &reply);
+                return success(xid, &reply);
             }
             let key = CallKey::new(client, xid, header.procedure, args);
             if let Some(reply) = ctx.drc.get(&key) {
+                *seen = Seen::Replayed(call.procedure());
                 return Some(reply);
             }
-            let reply = success(xid, &nfs3(ctx, &caller, &call))?;
+            let reply = nfs3(ctx, &caller, &call);
+            *seen = Seen::nfs(&call, &reply);
+            let reply = success(xid, &reply)?;
             ctx.drc.insert(key, reply.clone());
             Some(reply)
         }
-        _ => header_only(ReplyHeader::accepted(xid, AcceptStat::ProgUnavail)),
+        _ => {
+            *seen = Seen::Unsupported;
+            header_only(ReplyHeader::accepted(xid, AcceptStat::ProgUnavail))
+        }
+    }
+}
+
+/// A MOUNT call as the statistics count it (MNT fails when it names no shared directory).
+fn mount_seen(call: &MountCall, reply: &MountReply) -> Seen {
+    Seen::Mount {
+        procedure: call.procedure(),
+        ok: !matches!(reply, MountReply::Mnt(Err(_))),
     }
 }
 

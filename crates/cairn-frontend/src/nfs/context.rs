@@ -1,5 +1,6 @@
 //! What every connection of one NFS server shares: the served pools, the port it answers
-//! on, the write verifier of this server instance, and the duplicate-request cache.
+//! on, the write verifier of this server instance, the duplicate-request cache and the
+//! statistics (`crate::nfs_stats`, also held by the served-pools registry).
 //!
 //! The write verifier (RFC 1813 §3.3.7) is 64 random bits drawn at each server start: a
 //! client compares the verifier of its UNSTABLE writes with COMMIT's and resends them when
@@ -11,6 +12,7 @@
 //! Uses `drc.rs`.
 
 use super::drc::DuplicateCache;
+use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
 use cairn_nfs::nfs3::WriteVerf;
 use std::hash::{BuildHasher, Hasher};
@@ -23,8 +25,8 @@ pub struct NfsContext {
     pub port: u16,
     verifier: AtomicU64,
     pub drc: DuplicateCache,
-    /// Handles that named a deleted or unknown object (answered STALE).
-    pub stale_handles: AtomicU64,
+    /// Calls, bytes, refusals and clients (`cairn stat nfs`).
+    pub stats: Arc<NfsStats>,
 }
 
 /// 64 bits the operating system chose at random (std's `RandomState` is seeded from the OS
@@ -36,13 +38,13 @@ fn random_u64() -> u64 {
 }
 
 impl NfsContext {
-    pub fn new(served: Arc<ServedPools>, port: u16) -> NfsContext {
+    pub fn new(served: Arc<ServedPools>, port: u16, stats: Arc<NfsStats>) -> NfsContext {
         NfsContext {
             served,
             port,
             verifier: AtomicU64::new(random_u64()),
             drc: DuplicateCache::default(),
-            stale_handles: AtomicU64::new(0),
+            stats,
         }
     }
 
@@ -59,5 +61,6 @@ impl NfsContext {
             next = next.wrapping_add(1);
         }
         self.verifier.store(next, Ordering::SeqCst);
+        self.stats.verifier_changed();
     }
 }

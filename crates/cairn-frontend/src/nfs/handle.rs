@@ -22,7 +22,6 @@ use cairn_fs::{Filesystem, FsError, InodeStorage};
 use cairn_nfs::mount::MountError;
 use cairn_nfs::nfs3::{Fattr3, FileHandle, Nfs3Error};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 const HANDLE_MAGIC: [u8; 2] = *b"cN";
 const HANDLE_VERSION: u8 = 1;
@@ -196,7 +195,7 @@ impl NfsContext {
     pub fn resolve(&self, handle: &FileHandle) -> Result<Resolved, Nfs3Error> {
         let parts = HandleParts::decode(handle).ok_or(Nfs3Error::BadHandle)?;
         let stale = || {
-            self.stale_handles.fetch_add(1, Ordering::Relaxed);
+            self.stats.stale_handle();
             Nfs3Error::Stale
         };
         let pool = self

@@ -17,8 +17,11 @@
 //! - **Hostile input**: bounded records, typed decoding (cairn-nfs), errors answered or the
 //!   connection closed; at most `CONNECTIONS_MAX` connections at once.
 //!
+//! - **Statistics**: calls by procedure with latency, bytes, WRITE stability, what COMMITs
+//!   carried, refusals and clients, kept in `crate::nfs_stats` (`cairn stat nfs`, `/metrics`).
+//!
 //! Not yet: NLM locking (clients mount with `nolock`), per-network allow lists and read-only
-//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, statistics (`stat nfs`), per-file
+//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, per-file
 //! COMMIT (cairn-fs commits its whole log), and coherence with a FUSE mount of the same
 //! dataset: the kernel keeps names and attributes for up to `ATTR_TTL` (a minute) and is not
 //! told of changes made over NFS.
@@ -87,7 +90,9 @@ impl NfsServer {
         };
         let listener = TcpListener::bind(address).map_err(listen_error)?;
         let local = listener.local_addr().map_err(listen_error)?;
-        let context = Arc::new(NfsContext::new(served, local.port()));
+        // The registry keeps the statistics for `stat nfs` and the analytics.
+        let stats = served.nfs_stats.get_or_init(Default::default).clone();
+        let context = Arc::new(NfsContext::new(served, local.port(), stats));
         let stopping = Arc::new(AtomicBool::new(false));
         let connections: Connections = Arc::default();
         let acceptor = std::thread::Builder::new()
@@ -157,6 +162,7 @@ fn accept_loop(
         let mut live = connections.lock();
         live.retain(|(_, thread)| !thread.is_finished());
         if live.len() >= CONNECTIONS_MAX {
+            context.stats.connection_refused();
             continue;
         }
         let Ok(kept) = stream.try_clone() else {

@@ -5,7 +5,8 @@
 // Key scheme of the history (see analytics/history.rs): ds:DATASET:OP.ops|bytes|errors,
 // lat:DATASET:OP, zil:DATASET:commits|batches|blocks|bytes, zlat:DATASET,
 // dev:POOL:DEVICE:read|write.ops|calls|bytes, dlat:POOL:DEVICE:read|write,
-// pool:POOL:alloc|size|dirty|txgs|synced_bytes|delays|delay_ms, arc:FIELD, l2:POOL:FIELD.
+// pool:POOL:alloc|size|dirty|txgs|synced_bytes|delays|delay_ms, arc:FIELD, l2:POOL:FIELD,
+// nfs:PROGRAM.PROCEDURE.ops, nfs:read|write.bytes, nlat:all|read|write|commit.
 "use strict";
 
 const KEEP = { second: 600, minute: 1440 };
@@ -16,8 +17,9 @@ const state = {
   heat: {},
   status: null,
   // Read by tests: how many heatmap cells were drawn last time, updates applied, and when;
-  // the rows of the snapshot space table (dataset, used, usedbysnapshots in bytes).
-  page: { heatCells: 0, updates: 0, lastUpdateMs: 0, errors: 0, snapshotRows: [] },
+  // the rows of the snapshot space table (dataset, used, usedbysnapshots in bytes) and of the
+  // NFS clients table (address, calls, bytes read, bytes written).
+  page: { heatCells: 0, updates: 0, lastUpdateMs: 0, errors: 0, snapshotRows: [], nfsRows: [] },
 };
 window.cairnPage = state.page;
 
@@ -521,6 +523,48 @@ function drawSnapshots() {
   host.appendChild(legend);
 }
 
+// The NFS server (serve --nfs): calls per second of the busiest procedures, the latency of
+// every call, and a row per client address (from /api/status, as `cairn stat nfs` shows them).
+function drawNfs() {
+  const host = $("nfs-clients");
+  host.innerHTML = "";
+  state.page.nfsRows = [];
+  const nfs = state.status ? state.status.nfs : null;
+  if (!nfs) {
+    $("nfs-title").textContent = "not served (cairn serve --nfs ADDR:PORT)";
+    return;
+  }
+  const plural = (n, word) => n + " " + word + (n === 1 ? "" : "s");
+  $("nfs-title").textContent = plural(nfs.connections_open, "connection") + ", " + plural(nfs.clients.length, "client") + "; " +
+    plural(nfs.commits.count, "COMMIT") + " carrying " + fmtBytes(nfs.commits.carried_bytes);
+  const busiest = nfs.procedures.filter((p) => p.calls > 0).sort((a, b) => b.calls - a.calls).slice(0, 5);
+  lineChart($("nfs-ops"), busiest.map((p) => ({
+    label: (p.program === "mount" ? "MOUNT " : "") + p.procedure + "/s", values: column("nfs:" + p.program + "." + p.procedure + ".ops"),
+  })), fmtNum);
+  state.page.heatCells += heatmap($("heat-nfs"), heatColumns("nlat:all"), BOUNDS);
+  const table = document.createElement("table");
+  const head = document.createElement("tr");
+  for (const h of ["client", "conns", "calls", "errors", "read", "written", "commits", "p99"]) {
+    const th = document.createElement("th"); th.textContent = h; head.appendChild(th);
+  }
+  table.appendChild(head);
+  for (const c of nfs.clients) {
+    const tr = document.createElement("tr");
+    tr.append(cell(c.address), cell(String(c.connections_open), "num"), cell(fmtNum(c.calls), "num"),
+      cell(String(c.errors), "num"), cell(fmtBytes(c.read_bytes), "num"), cell(fmtBytes(c.written_bytes), "num"),
+      cell(String(c.commits), "num"), cell(fmtUs(c.latency_p99_us), "num"));
+    table.appendChild(tr);
+    state.page.nfsRows.push([c.address, c.calls, c.read_bytes, c.written_bytes]);
+  }
+  host.appendChild(table);
+  if (nfs.clients_dropped > 0) {
+    const note = document.createElement("p");
+    note.className = "legend";
+    note.textContent = nfs.clients_dropped + " clients dropped (at most " + nfs.clients_max + " kept, the least recently active go first)";
+    host.appendChild(note);
+  }
+}
+
 function drawAll() {
   updateSelectors();
   drawLatency();
@@ -530,6 +574,7 @@ function drawAll() {
   drawZil();
   drawArc();
   drawSnapshots();
+  drawNfs();
   drawHealth();
 }
 
