@@ -42,8 +42,7 @@ use cairn_metrics::OpStats;
 use cairn_nfs::mount::{DirPath, MountReply, decode_mount_reply};
 use cairn_nfs::nfs3::{
     CreateArgs, CreateHow, DirOpArgs3, FileHandle, Filename, HandleArgs, MkdirArgs, Nfs3Error,
-    Nfs3Proc, Nfs3Reply, Outcome, RangeArgs, Sattr3, StableHow, WriteArgs, WriteVerf,
-    decode_reply,
+    Nfs3Proc, Nfs3Reply, Outcome, RangeArgs, Sattr3, StableHow, WriteArgs, WriteVerf, decode_reply,
 };
 use cairn_nfs::portmap::{IPPROTO_TCP, Mapping, PortmapReply, decode_portmap_reply};
 use cairn_nfs::record::read_record;
@@ -187,6 +186,12 @@ fn parse_args() -> Result<Args> {
             other => bail!("unknown argument {other}"),
         }
     }
+    check_args(&mut args, block_given)?;
+    Ok(args)
+}
+
+/// The rules `parse_args` enforces once every flag is read.
+fn check_args(args: &mut Args, block_given: bool) -> Result<()> {
     ensure!(args.port != 0, "--port is required");
     ensure!(args.export.starts_with('/'), "--export /PATH is required");
     ensure!(args.jobs >= 1, "--jobs must be >= 1");
@@ -207,18 +212,18 @@ fn parse_args() -> Result<Args> {
         );
         ensure!(
             args.file_bytes >= u64::from(args.block_bytes)
-                && args.file_bytes % u64::from(args.block_bytes) == 0,
+                && args.file_bytes.is_multiple_of(u64::from(args.block_bytes)),
             "--file-size must be a multiple of --bs"
         );
     }
     ensure!(
-        args.file_bytes % 8 == 0 && args.file_bytes > 0,
+        args.file_bytes.is_multiple_of(8) && args.file_bytes > 0,
         "--file-size must be a positive multiple of 8"
     );
     if args.ops_per_job.is_some() {
         args.ramp_seconds = 0.0;
     }
-    Ok(args)
+    Ok(())
 }
 
 /// splitmix64
@@ -341,12 +346,7 @@ fn getport(args: &Args, portmap_port: u16, program: u32, version: u32) -> Result
         protocol: IPPROTO_TCP,
         port: 0,
     };
-    let results = client.call(
-        PROGRAM_PORTMAP,
-        PORTMAP_V2,
-        PORTMAP_PROC_GETPORT,
-        &mapping,
-    )?;
+    let results = client.call(PROGRAM_PORTMAP, PORTMAP_V2, PORTMAP_PROC_GETPORT, &mapping)?;
     match decode_portmap_reply(PORTMAP_PROC_GETPORT, &results) {
         Ok(PortmapReply::Port(port)) if port != 0 => Ok(u16::try_from(port)?),
         other => bail!("PORTMAP GETPORT of program {program} v{version}: {other:?}"),
@@ -378,7 +378,12 @@ impl Session {
         };
         drop(mount);
         let mut nfs = RpcClient::connect(args, args.port, job)?;
-        let write_bytes = match nfs.nfs(Nfs3Proc::Fsinfo, &HandleArgs { object: root.clone() })? {
+        let write_bytes = match nfs.nfs(
+            Nfs3Proc::Fsinfo,
+            &HandleArgs {
+                object: root.clone(),
+            },
+        )? {
             Nfs3Reply::Fsinfo(Outcome::Ok(info)) => {
                 info.wtpref_bytes.clamp(4096, TRANSFER_MAX_BYTES)
             }
@@ -471,7 +476,12 @@ impl Session {
     }
 
     fn size_of(&mut self, file: &FileHandle) -> Result<u64> {
-        match self.nfs.nfs(Nfs3Proc::Getattr, &HandleArgs { object: file.clone() })? {
+        match self.nfs.nfs(
+            Nfs3Proc::Getattr,
+            &HandleArgs {
+                object: file.clone(),
+            },
+        )? {
             Nfs3Reply::Getattr(Outcome::Ok(attributes)) => Ok(attributes.size_bytes),
             other => bail!("GETATTR: {other:?}"),
         }
@@ -653,16 +663,10 @@ fn prepare(args: &Args, mount_port: u16, job: usize) -> Result<Prepared> {
 fn load(
     args: &Args,
     job: usize,
-    mut session: Session,
-    mut handles: Vec<FileHandle>,
+    session: Session,
+    handles: Vec<FileHandle>,
     create_dir: Option<FileHandle>,
 ) -> Result<JobResult> {
-    let mut rng = args
-        .seed
-        .wrapping_mul(1_000_003)
-        .wrapping_add(job as u64 + 1);
-    let files = args.files.unwrap_or(args.jobs) as u64;
-    let mut result = JobResult::default();
     let begin = Instant::now();
     let window = match args.ops_per_job {
         Some(_) => Window {
@@ -677,154 +681,193 @@ fn load(
             }
         }
     };
-    let mut done_ops = 0u64;
-    let more = |now: Instant, done_ops: u64| match args.ops_per_job {
-        Some(ops) => done_ops < ops,
-        None => now < window.until,
+    let mut run = Job {
+        args,
+        job,
+        session,
+        rng: args
+            .seed
+            .wrapping_mul(1_000_003)
+            .wrapping_add(job as u64 + 1),
+        window,
+        done_ops: 0,
+        result: JobResult::default(),
     };
-
     match args.workload {
-        Workload::SyncWrite | Workload::DsyncWrite => {
-            let stable = if args.workload == Workload::SyncWrite {
-                StableHow::FileSync
-            } else {
-                StableHow::DataSync
-            };
-            let blocks = args.file_bytes / u64::from(args.block_bytes);
-            while more(Instant::now(), done_ops) {
-                let offset_bytes = next_random(&mut rng) % blocks * u64::from(args.block_bytes);
-                let data = pattern(job as u64, offset_bytes, args.block_bytes as usize);
-                let began = Instant::now();
-                session.write(&handles[0], offset_bytes, data, stable)?;
-                let ended = Instant::now();
-                done_ops += 1;
-                if window.counts(began, ended) {
-                    result
-                        .ops
-                        .record(u64::from(args.block_bytes), true, ended - began);
-                    result.bytes += u64::from(args.block_bytes);
-                }
-            }
+        Workload::SyncWrite => run.sync_writes(&handles[0], StableHow::FileSync)?,
+        Workload::DsyncWrite => run.sync_writes(&handles[0], StableHow::DataSync)?,
+        Workload::Read => run.reads()?,
+        Workload::Stream => run.streams()?,
+        Workload::Create => run.creates(&create_dir.context("create directory")?)?,
+        Workload::Fill => run.fill()?,
+    }
+    run.result.elapsed = begin.elapsed();
+    Ok(run.result)
+}
+
+/// One job's load loop and what it counted.
+struct Job<'a> {
+    args: &'a Args,
+    job: usize,
+    session: Session,
+    rng: u64,
+    window: Window,
+    done_ops: u64,
+    result: JobResult,
+}
+
+impl Job<'_> {
+    /// Whether to start another op: before the window's end, or below `--ops`.
+    fn more(&self) -> bool {
+        match self.args.ops_per_job {
+            Some(ops) => self.done_ops < ops,
+            None => Instant::now() < self.window.until,
         }
-        Workload::Read => {
-            for index in 0..files {
-                let file_name = format!("file-{index}");
-                let dir = session.work_dir.clone();
-                handles.push(
-                    session
-                        .lookup(&dir, &file_name)?
-                        .with_context(|| format!("{file_name} missing after its lay-out"))?,
-                );
-            }
-            let blocks = args.file_bytes / u64::from(args.block_bytes);
-            while more(Instant::now(), done_ops) {
-                let index = next_random(&mut rng) % files;
-                let offset_bytes = next_random(&mut rng) % blocks * u64::from(args.block_bytes);
-                let began = Instant::now();
-                session.read(
-                    &handles[index as usize],
-                    index,
-                    offset_bytes,
-                    args.block_bytes,
-                    args.verify,
-                )?;
-                let ended = Instant::now();
-                done_ops += 1;
-                if window.counts(began, ended) {
-                    result
-                        .ops
-                        .record(u64::from(args.block_bytes), true, ended - began);
-                    result.bytes += u64::from(args.block_bytes);
-                }
-            }
+    }
+
+    /// One op of `bytes` done: counted when it lies inside the window.
+    fn done(&mut self, bytes: u64, began: Instant, ended: Instant) {
+        self.done_ops += 1;
+        if self.window.counts(began, ended) {
+            self.result.ops.record(bytes, true, ended - began);
+            self.result.bytes += bytes;
         }
-        Workload::Stream => {
-            let dir = session.work_dir.clone();
-            let data = pattern(job as u64, 0, session.write_bytes as usize);
-            let mut serial = 0u64;
-            while more(Instant::now(), done_ops) {
-                let file_name = format!("stream-{job}-{serial}");
-                serial += 1;
-                let file = session.create(&dir, &file_name, false)?;
-                let mut verifier = None;
-                let mut offset_bytes = 0;
-                while offset_bytes < args.file_bytes {
-                    let len_bytes = (args.file_bytes - offset_bytes).min(data.len() as u64);
-                    let began = Instant::now();
-                    let verf = session.write(
-                        &file,
-                        offset_bytes,
-                        data[..len_bytes as usize].to_vec(),
-                        StableHow::Unstable,
-                    )?;
-                    let ended = Instant::now();
-                    ensure!(
-                        verifier.is_none_or(|v| v == verf),
-                        "the write verifier changed mid-file: the server restarted"
-                    );
-                    verifier = Some(verf);
-                    if window.counts(began, ended) {
-                        result.ops.record(len_bytes, true, ended - began);
-                    }
-                    offset_bytes += len_bytes;
-                }
+    }
+
+    fn sync_writes(&mut self, file: &FileHandle, stable: StableHow) -> Result<()> {
+        let block_bytes = u64::from(self.args.block_bytes);
+        let blocks = self.args.file_bytes / block_bytes;
+        while self.more() {
+            let offset_bytes = next_random(&mut self.rng) % blocks * block_bytes;
+            let data = pattern(self.job as u64, offset_bytes, block_bytes as usize);
+            let began = Instant::now();
+            self.session.write(file, offset_bytes, data, stable)?;
+            self.done(block_bytes, began, Instant::now());
+        }
+        Ok(())
+    }
+
+    fn reads(&mut self) -> Result<()> {
+        let files = self.args.files.unwrap_or(self.args.jobs) as u64;
+        let mut handles = Vec::new();
+        for index in 0..files {
+            let file_name = format!("file-{index}");
+            let dir = self.session.work_dir.clone();
+            handles.push(
+                self.session
+                    .lookup(&dir, &file_name)?
+                    .with_context(|| format!("{file_name} missing after its lay-out"))?,
+            );
+        }
+        let block_bytes = u64::from(self.args.block_bytes);
+        let blocks = self.args.file_bytes / block_bytes;
+        while self.more() {
+            let index = next_random(&mut self.rng) % files;
+            let offset_bytes = next_random(&mut self.rng) % blocks * block_bytes;
+            let began = Instant::now();
+            self.session.read(
+                &handles[index as usize],
+                index,
+                offset_bytes,
+                self.args.block_bytes,
+                self.args.verify,
+            )?;
+            self.done(block_bytes, began, Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Files written UNSTABLE from start to end, each COMMITted then removed. Ops are the
+    /// WRITEs; the rate counts a file's bytes when its COMMIT returns inside the window.
+    fn streams(&mut self) -> Result<()> {
+        let dir = self.session.work_dir.clone();
+        let data = pattern(self.job as u64, 0, self.session.write_bytes as usize);
+        let file_bytes = self.args.file_bytes;
+        let mut serial = 0u64;
+        while self.more() {
+            let file_name = format!("stream-{}-{serial}", self.job);
+            serial += 1;
+            let file = self.session.create(&dir, &file_name, false)?;
+            let mut verifier = None;
+            let mut offset_bytes = 0;
+            while offset_bytes < file_bytes {
+                let len_bytes = (file_bytes - offset_bytes).min(data.len() as u64);
+                let chunk = data[..len_bytes as usize].to_vec();
                 let began = Instant::now();
-                let verf = session.commit(&file)?;
+                let verf = self
+                    .session
+                    .write(&file, offset_bytes, chunk, StableHow::Unstable)?;
                 let ended = Instant::now();
                 ensure!(
                     verifier.is_none_or(|v| v == verf),
-                    "COMMIT of {file_name} returned another verifier: its writes may be lost"
+                    "the write verifier changed mid-file: the server restarted"
                 );
-                done_ops += 1;
-                // A file counts when its COMMIT returns inside the window: files straddling
-                // the window's start count whole, those straddling its end not at all.
-                if ended >= window.measure_from && ended <= window.until {
-                    result.commits.record(args.file_bytes, true, ended - began);
-                    result.bytes += args.file_bytes;
-                    result.files += 1;
+                verifier = Some(verf);
+                if self.window.counts(began, ended) {
+                    self.result.ops.record(len_bytes, true, ended - began);
                 }
-                session.remove(&dir, &file_name)?;
+                offset_bytes += len_bytes;
             }
-        }
-        Workload::Create => {
-            let dir = create_dir.context("create directory")?;
-            let data = pattern(job as u64, 0, args.block_bytes as usize);
-            while more(Instant::now(), done_ops) {
-                let file_name = format!("f{done_ops}");
-                let began = Instant::now();
-                let file = session.create(&dir, &file_name, true)?;
-                if args.block_bytes > 0 {
-                    let verf = session.write(&file, 0, data.clone(), StableHow::Unstable)?;
-                    let committed = session.commit(&file)?;
-                    ensure!(
-                        committed == verf,
-                        "COMMIT of {file_name} returned another verifier"
-                    );
-                }
-                let ended = Instant::now();
-                done_ops += 1;
-                if window.counts(began, ended) {
-                    result
-                        .ops
-                        .record(u64::from(args.block_bytes), true, ended - began);
-                    result.bytes += u64::from(args.block_bytes);
-                    result.files += 1;
-                }
+            let began = Instant::now();
+            let verf = self.session.commit(&file)?;
+            let ended = Instant::now();
+            ensure!(
+                verifier.is_none_or(|v| v == verf),
+                "COMMIT of {file_name} returned another verifier: its writes may be lost"
+            );
+            self.done_ops += 1;
+            // Files straddling the window's start count whole, those straddling its end not
+            // at all: on average, the window's worth.
+            if ended >= self.window.measure_from && ended <= self.window.until {
+                self.result.commits.record(file_bytes, true, ended - began);
+                self.result.bytes += file_bytes;
+                self.result.files += 1;
             }
+            self.session.remove(&dir, &file_name)?;
         }
-        Workload::Fill => {
-            // The lay-out is the load: one op per file, this job's share of them.
-            for index in (job as u64..files).step_by(args.jobs) {
-                let began = Instant::now();
-                session.laid_out(index, args.file_bytes)?;
-                result.ops.record(args.file_bytes, true, began.elapsed());
-                result.bytes += args.file_bytes;
-                result.files += 1;
-            }
-        }
+        Ok(())
     }
-    result.elapsed = begin.elapsed();
-    Ok(result)
+
+    /// New files in `dir`: CREATE (GUARDED), and with `--bs` > 0 a WRITE and a COMMIT.
+    fn creates(&mut self, dir: &FileHandle) -> Result<()> {
+        let data = pattern(self.job as u64, 0, self.args.block_bytes as usize);
+        while self.more() {
+            let file_name = format!("f{}", self.done_ops);
+            let began = Instant::now();
+            let file = self.session.create(dir, &file_name, true)?;
+            if !data.is_empty() {
+                let verf = self
+                    .session
+                    .write(&file, 0, data.clone(), StableHow::Unstable)?;
+                let committed = self.session.commit(&file)?;
+                ensure!(
+                    committed == verf,
+                    "COMMIT of {file_name} returned another verifier"
+                );
+            }
+            let ended = Instant::now();
+            if self.window.counts(began, ended) {
+                self.result.files += 1;
+            }
+            self.done(data.len() as u64, began, ended);
+        }
+        Ok(())
+    }
+
+    /// The lay-out is the load: one op per file, this job's share of them.
+    fn fill(&mut self) -> Result<()> {
+        let files = self.args.files.unwrap_or(self.args.jobs) as u64;
+        for index in (self.job as u64..files).step_by(self.args.jobs) {
+            let began = Instant::now();
+            self.session.laid_out(index, self.args.file_bytes)?;
+            self.result
+                .ops
+                .record(self.args.file_bytes, true, began.elapsed());
+            self.result.bytes += self.args.file_bytes;
+            self.result.files += 1;
+        }
+        Ok(())
+    }
 }
 
 /// The MOUNT program's port: `--mount-port`, else asked of the PORTMAP at `--portmap-port`,
@@ -837,9 +880,13 @@ fn mount_port(args: &Args) -> Result<u16> {
         return getport(args, portmap, PROGRAM_MOUNT, MOUNT_V3);
     }
     getport(args, args.port, PROGRAM_MOUNT, MOUNT_V3).or_else(|on_nfs_port| {
-        getport(args, cairn_nfs::portmap::PORTMAP_PORT, PROGRAM_MOUNT, MOUNT_V3).with_context(
-            || format!("no MOUNT port: the NFS port said {on_nfs_port:#}, and port 111"),
+        getport(
+            args,
+            cairn_nfs::portmap::PORTMAP_PORT,
+            PROGRAM_MOUNT,
+            MOUNT_V3,
         )
+        .with_context(|| format!("no MOUNT port: the NFS port said {on_nfs_port:#}, and port 111"))
     })
 }
 
@@ -887,6 +934,12 @@ fn main() -> Result<()> {
              --seconds longer"
         );
     }
+    report(&args, &total, write_bytes);
+    Ok(())
+}
+
+/// Prints the run's one line (or JSON object).
+fn report(args: &Args, total: &JobResult, write_bytes: u32) {
     // With --ops (and for fill) the measure is the slowest job's time, else the window.
     let seconds = if args.ops_per_job.is_some() || args.workload == Workload::Fill {
         total.elapsed.as_secs_f64()
@@ -901,7 +954,10 @@ fn main() -> Result<()> {
         ("seconds", format!("{seconds:.3}")),
         ("ops", ops.to_string()),
         ("ops_per_s", format!("{:.1}", ops as f64 / seconds)),
-        ("mb_per_s", format!("{:.3}", total.bytes as f64 / seconds / 1e6)),
+        (
+            "mb_per_s",
+            format!("{:.3}", total.bytes as f64 / seconds / 1e6),
+        ),
         ("p50_us", total.ops.latency_quantile_us(0.5).to_string()),
         ("p99_us", total.ops.latency_quantile_us(0.99).to_string()),
         ("max_us", total.ops.latency_us.max().to_string()),
@@ -911,7 +967,10 @@ fn main() -> Result<()> {
         Workload::Stream | Workload::Create | Workload::Fill
     ) {
         fields.push(("files", total.files.to_string()));
-        fields.push(("files_per_s", format!("{:.1}", total.files as f64 / seconds)));
+        fields.push((
+            "files_per_s",
+            format!("{:.1}", total.files as f64 / seconds),
+        ));
     }
     if args.workload == Workload::Stream {
         fields.push(("write_bytes", write_bytes.to_string()));
@@ -941,5 +1000,4 @@ fn main() -> Result<()> {
             .collect();
         println!("{}", line.join(" "));
     }
-    Ok(())
 }
