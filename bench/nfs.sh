@@ -55,9 +55,10 @@
 # Raw `key=value` lines, server logs and Ganesha's configuration stay in DIR (default
 # $CARGO_TARGET_DIR/bench-nfs, else target/bench-nfs; wiped first).
 #
-# The real run (~12 min on 2 cores; nothing else should run on the machine):
+# The real run (~9 min on 2 cores, estimated from the smoke run; nothing else should run on
+# the machine):
 #   CARGO_TARGET_DIR=/work/tgt-bench bench/nfs.sh
-# --quick: a smoke run (2 s rows after a 1 s ramp, 8 MiB files, 1 GiB pools; ~3 min), its
+# --quick: a smoke run (2 s rows after a 1 s ramp, 8 MiB files, 1 GiB pools; ~2 min), its
 # figures meaningless. Needs root (loop device, mounts, drop_caches, a FUSE mount to give the
 # filesystem's root to uid 1000: NFS squashes root), and NFS-Ganesha with its VFS back end,
 # rpcbind, e2fsprogs, mount; it checks for them and names the Debian packages when missing:
