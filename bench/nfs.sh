@@ -87,7 +87,7 @@ while [[ $# -gt 0 ]]; do
         --recordsize) RECORDSIZE=$2; shift 2 ;;
         --no-nbd) NBD=0; shift ;;
         --no-seed) SEED=0; shift ;;
-        -h|--help) sed -n '2,60p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,65p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
