@@ -41,8 +41,9 @@
 #                  (what a kernel client sends for create, write, close): files per second
 # The 16 files of 64 MiB are laid out once (`nfs-load --workload fill`, timed and shown).
 # NBD (unless --no-nbd): on each cairn pool, volume tank/vol (1 GiB, volblocksize=8K) takes
-# the same 8 KiB writes with the FUA flag from `nbd-load` (bench/src/bin/nbd-load.rs) over a
-# Unix socket, QD1 and 16 connections: NFS FILE_SYNC against NBD FUA is the protocol's cost
+# the same 8 KiB writes with the FUA flag from `nbd-load` (bench/src/bin/nbd-load.rs) over TCP
+# on loopback as NFS, QD1 and 16 connections: NFS FILE_SYNC against NBD FUA is the protocol's
+# cost
 # (the volume is not written out first, as in bench/sync-write.sh: copy-on-write allocates
 # every write anyway; the NFS files are, for the peers' sake and for the reads).
 # The seed's experiment (unless --no-seed; seed 003 saw ~8 → ~61 MB/s): an emulated hdd-7200
@@ -141,7 +142,7 @@ RES=$DIR/results
 # One per run (the PID): two runs on one machine must not clear each other's backing files.
 EMU=/dev/shm/cairn-bench-nfs.$$
 mkdir -p "$EMU"
-declare -A NFS_PORT MOUNT_PORT EXPORT STATE
+declare -A NFS_PORT MOUNT_PORT NBD_PORT EXPORT STATE
 LOOP=
 RPCBIND_PID=
 
@@ -185,10 +186,12 @@ lay_out() {
 serve_cairn() {
     local name=$1 work=$DIR/$1
     rm -f "$work/nbd.sock"
-    "$CAIRN" --state-dir "${STATE[$name]}" serve --listen 127.0.0.1:0 --socket "$work/nbd.sock" \
+    "$CAIRN" --state-dir "${STATE[$name]}" serve --listen "127.0.0.1:${NBD_PORT[$name]}" \
+        --socket "$work/nbd.sock" \
         --nfs "127.0.0.1:${NFS_PORT[$name]}" >>"$work/serve.log" 2>&1 &
     PID[$name]=$!
     wait_for_port "$name" "${NFS_PORT[$name]}"
+    wait_for_port "$name" "${NBD_PORT[$name]}"
     local i
     for i in $(seq 1 300); do
         [[ -S $work/nbd.sock ]] && return 0
@@ -212,6 +215,7 @@ start_cairn() {
     mkdir -p "$work/mnt"
     STATE[$name]=$work/state
     NFS_PORT[$name]=$(free_port)
+    NBD_PORT[$name]=$(free_port)
     MOUNT_PORT[$name]=${NFS_PORT[$name]}
     EXPORT[$name]=/tank/fs
     local cairn=("$CAIRN" --state-dir "${STATE[$name]}")
@@ -357,7 +361,7 @@ run_row() { # ROW SYSTEM
 }
 
 nbd_load() { # OUT SYSTEM CONNECTIONS
-    if ! timeout $((RUNTIME + RAMP + 120)) "$NBD_LOAD" --socket "$DIR/$2/nbd.sock" \
+    if ! timeout $((RUNTIME + RAMP + 120)) "$NBD_LOAD" --tcp "127.0.0.1:${NBD_PORT[$2]}" \
         --export tank/vol --bs 8192 --connections "$3" --qd 1 --seconds "$RUNTIME" \
         --ramp "$RAMP" --mode fua >"$1" 2>"$1.stderr"; then
         echo "nbd-load against $2 failed; see $1.stderr" >&2
@@ -524,6 +528,6 @@ print(f"{'QUICK SMOKE RUN (--quick): figures meaningless. ' if quick == '1' else
       f"nfs-load over TCP loopback, one connection and one call in flight per job, AUTH_SYS "
       f"uid 1000; {runtime} s measured per row after a {ramp} s ramp (read-uncached: none, from "
       f"cold); files of {int(file_bytes) >> 20} MiB; cairn filesystems recordsize={recordsize}, "
-      f"volumes volblocksize=8K; nbd-load over a Unix socket. Load average (1/5/15 min) before "
+      f"volumes volblocksize=8K; nbd-load over TCP on loopback too. Load average (1/5/15 min) before "
       f"the rows: {load_before}, after: {load_after}. Whole script: {elapsed} s.")
 EOF
