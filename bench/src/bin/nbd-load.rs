@@ -2,11 +2,12 @@
 //! cannot send (it has no per-write flags; its `fsync=1` adds a FLUSH round trip per write).
 //!
 //! ```text
-//! nbd-load --socket PATH [--export NAME] [--bs BYTES] [--connections N] [--qd N]
-//!          [--seconds S] [--ramp S] [--mode fua|flush|none] [--seed N]
+//! nbd-load (--socket PATH | --tcp HOST:PORT) [--export NAME] [--bs BYTES] [--connections N]
+//!          [--qd N] [--seconds S] [--ramp S] [--mode fua|flush|none] [--seed N]
 //! ```
 //!
-//! Opens N connections (one thread each), keeps up to QD writes in flight on each, at random
+//! Opens N connections (over the Unix socket, or TCP with Nagle off: bench/nfs.sh compares
+//! with NFS over TCP on the same transport) (one thread each), keeps up to QD writes in flight on each, at random
 //! block-aligned offsets over the whole export, every write carrying NBD_CMD_FLAG_FUA (`fua`),
 //! or followed by a FLUSH once answered (`flush`), or neither (`none`). Counts completed writes
 //! after the ramp and prints one line of `key=value` pairs: iops, mb_per_s, p50_us, p99_us
@@ -16,6 +17,7 @@
 
 use anyhow::{Context, Result, bail, ensure};
 use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
@@ -42,6 +44,7 @@ enum Mode {
 #[derive(Clone, Debug)]
 struct Args {
     socket: String,
+    tcp: String,
     export: String,
     block_bytes: u32,
     connections: usize,
@@ -55,6 +58,7 @@ struct Args {
 fn parse_args() -> Result<Args> {
     let mut args = Args {
         socket: String::new(),
+        tcp: String::new(),
         export: String::new(),
         block_bytes: 8192,
         connections: 1,
@@ -73,6 +77,7 @@ fn parse_args() -> Result<Args> {
         };
         match flag.as_str() {
             "--socket" => args.socket = value()?,
+            "--tcp" => args.tcp = value()?,
             "--export" => args.export = value()?,
             "--bs" => args.block_bytes = value()?.parse()?,
             "--connections" => args.connections = value()?.parse()?,
@@ -91,7 +96,10 @@ fn parse_args() -> Result<Args> {
             other => bail!("unknown argument {other}"),
         }
     }
-    ensure!(!args.socket.is_empty(), "--socket is required");
+    ensure!(
+        args.socket.is_empty() != args.tcp.is_empty(),
+        "one of --socket and --tcp is required"
+    );
     ensure!(
         args.block_bytes >= 512 && args.block_bytes.is_power_of_two(),
         "--bs must be a power of two >= 512"
@@ -100,30 +108,43 @@ fn parse_args() -> Result<Args> {
     Ok(args)
 }
 
+/// A connected socket, Unix or TCP.
+trait Stream: Read + Write + Send {}
+impl<T: Read + Write + Send> Stream for T {}
+
 struct Connection {
-    stream: UnixStream,
+    stream: Box<dyn Stream>,
     size: u64,
 }
 
-fn read_array<const N: usize>(stream: &mut UnixStream) -> Result<[u8; N]> {
+fn read_array<const N: usize>(stream: &mut dyn Stream) -> Result<[u8; N]> {
     let mut raw = [0u8; N];
     stream.read_exact(&mut raw)?;
     Ok(raw)
 }
 
 fn connect(args: &Args) -> Result<Connection> {
-    let mut stream = UnixStream::connect(&args.socket)
-        .with_context(|| format!("connecting to {}", args.socket))?;
-    stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+    let mut stream: Box<dyn Stream> = if args.tcp.is_empty() {
+        let stream = UnixStream::connect(&args.socket)
+            .with_context(|| format!("connecting to {}", args.socket))?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        Box::new(stream)
+    } else {
+        let stream =
+            TcpStream::connect(&args.tcp).with_context(|| format!("connecting to {}", args.tcp))?;
+        stream.set_read_timeout(Some(Duration::from_secs(60)))?;
+        stream.set_nodelay(true)?;
+        Box::new(stream)
+    };
     ensure!(
-        u64::from_be_bytes(read_array(&mut stream)?) == NBDMAGIC,
+        u64::from_be_bytes(read_array(&mut *stream)?) == NBDMAGIC,
         "not an NBD server"
     );
     ensure!(
-        u64::from_be_bytes(read_array(&mut stream)?) == IHAVEOPT,
+        u64::from_be_bytes(read_array(&mut *stream)?) == IHAVEOPT,
         "not a newstyle server"
     );
-    let handshake = u16::from_be_bytes(read_array(&mut stream)?);
+    let handshake = u16::from_be_bytes(read_array(&mut *stream)?);
     ensure!(handshake & 1 != 0, "server is not fixed newstyle");
     let client_flags: u32 = 1 | (u32::from(handshake) & 2);
     stream.write_all(&client_flags.to_be_bytes())?;
@@ -140,12 +161,12 @@ fn connect(args: &Args) -> Result<Connection> {
     let mut size = None;
     loop {
         ensure!(
-            u64::from_be_bytes(read_array(&mut stream)?) == OPTION_REPLY_MAGIC,
+            u64::from_be_bytes(read_array(&mut *stream)?) == OPTION_REPLY_MAGIC,
             "bad option reply"
         );
-        let _option = u32::from_be_bytes(read_array(&mut stream)?);
-        let kind = u32::from_be_bytes(read_array(&mut stream)?);
-        let len = u32::from_be_bytes(read_array(&mut stream)?) as usize;
+        let _option = u32::from_be_bytes(read_array(&mut *stream)?);
+        let kind = u32::from_be_bytes(read_array(&mut *stream)?);
+        let len = u32::from_be_bytes(read_array(&mut *stream)?) as usize;
         ensure!(len < 1 << 20, "option reply of {len} bytes");
         let mut payload = vec![0u8; len];
         stream.read_exact(&mut payload)?;
@@ -181,7 +202,7 @@ fn request(command: u16, flags: u16, cookie: u64, offset: u64, data: &[u8]) -> V
     out
 }
 
-fn read_reply(stream: &mut UnixStream) -> Result<u64> {
+fn read_reply(stream: &mut dyn Stream) -> Result<u64> {
     let header: [u8; 16] = read_array(stream)?;
     ensure!(
         u32::from_be_bytes(header[0..4].try_into()?) == SIMPLE_REPLY_MAGIC,
@@ -234,7 +255,7 @@ fn run_connection(args: &Args, index: usize, start: Instant) -> Result<Vec<u64>>
         if in_flight.is_empty() {
             break;
         }
-        let answered = read_reply(&mut conn.stream)?;
+        let answered = read_reply(&mut *conn.stream)?;
         let (submitted, is_flush) = in_flight
             .remove(&answered)
             .with_context(|| format!("reply to unknown cookie {answered}"))?;
