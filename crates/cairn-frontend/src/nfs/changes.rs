@@ -73,7 +73,6 @@ fn new_inode(caller: &Caller, dir: &Resolved, kind: FileKind, mode: u32, rdev: u
 /// The reply of a call that made `result` in `dir`, applying the rest of `sattr` (size,
 /// times) to the new inode first.
 fn made(
-    ctx: &NfsContext,
     dir: &Resolved,
     result: Result<(u64, InodeAttrs), FsError>,
     sattr: Option<&Sattr3>,
@@ -208,20 +207,20 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 // a size is asked.
                 let mut sattr = sattr.clone();
                 sattr.mode = None;
-                made(ctx, &dir, Ok((object, attrs)), Some(&sattr))
+                made(&dir, Ok((object, attrs)), Some(&sattr))
             }
         }
         (CreateHow::Exclusive(verf), Some((object, attrs))) => {
             let (atime, mtime) = verifier_times(verf);
             if attrs.kind == FileKind::File && attrs.atime == atime && attrs.mtime == mtime {
-                made(ctx, &dir, Ok((object, attrs)), None)
+                made(&dir, Ok((object, attrs)), None)
             } else {
                 Outcome::Fail(Nfs3Error::Exist, dir_wcc(&dir))
             }
         }
         (CreateHow::Unchecked(sattr) | CreateHow::Guarded(sattr), None) => {
             let new = new_inode(caller, &dir, FileKind::File, sattr.mode.unwrap_or(0o644), 0);
-            made(ctx, &dir, fs.create(dir.object, name, new), Some(sattr))
+            made(&dir, fs.create(dir.object, name, new), Some(sattr))
         }
         (CreateHow::Exclusive(verf), None) => {
             let new = new_inode(caller, &dir, FileKind::File, 0o600, 0);
@@ -231,7 +230,7 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 mtime: SetTime::ClientTime(super::convert::nfs_time(mtime)),
                 ..Sattr3::default()
             };
-            made(ctx, &dir, fs.create(dir.object, name, new), Some(&sattr))
+            made(&dir, fs.create(dir.object, name, new), Some(&sattr))
         }
     };
     Nfs3Reply::Create(reply)
@@ -251,7 +250,7 @@ pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
         .export
         .fs
         .mkdir(dir.object, args.location.name.as_bytes(), new);
-    Nfs3Reply::Mkdir(made(ctx, &dir, result, Some(&args.attributes)))
+    Nfs3Reply::Mkdir(made(&dir, result, Some(&args.attributes)))
 }
 
 pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Reply {
@@ -269,7 +268,7 @@ pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Rep
         args.target.as_bytes(),
         new,
     );
-    Nfs3Reply::Symlink(made(ctx, &dir, result, None))
+    Nfs3Reply::Symlink(made(&dir, result, None))
 }
 
 pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
@@ -298,7 +297,7 @@ pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
         .export
         .fs
         .create(dir.object, args.location.name.as_bytes(), new);
-    Nfs3Reply::Mknod(made(ctx, &dir, result, Some(sattr)))
+    Nfs3Reply::Mknod(made(&dir, result, Some(sattr)))
 }
 
 /// Whether `caller` may take `name` out of `dir` (the sticky bit).
