@@ -338,7 +338,7 @@ fn ordinary_work_never_changes_the_verifier() {
     for round in 0..12u32 {
         for (i, file) in files.iter().enumerate() {
             let offset = u64::from(round) * 70_000;
-            let stable = if (round as usize + i) % 3 == 0 {
+            let stable = if (round as usize + i).is_multiple_of(3) {
                 StableHow::FileSync
             } else {
                 StableHow::Unstable
@@ -351,7 +351,7 @@ fn ordinary_work_never_changes_the_verifier() {
             );
             assert_eq!(reply.verf, verifier, "round {round}, file {i}: WRITE");
             answers += 1;
-            if (round as usize + i) % 2 == 0 {
+            if (round as usize + i).is_multiple_of(2) {
                 assert_eq!(
                     raw.commit(file),
                     verifier,

@@ -76,7 +76,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_epoch_gives_its_own_verifier_and_only_it_changes_one() {
+    fn each_epoch_gives_its_own_verifier() {
         let served = Arc::new(ServedPools::default());
         let ctx = NfsContext::new(served, 0);
         let base = 0x1234_5678_9abc_def0_u64;
