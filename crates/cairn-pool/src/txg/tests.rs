@@ -764,7 +764,11 @@ fn txg_failing_sync_suspends_engine() {
     let epoch = engine.durability_epoch();
     dirty(&engine, 10);
     assert_eq!(engine.sync_now(), Ok(1));
-    assert_eq!(engine.durability_epoch(), epoch, "a good sync moved the epoch");
+    assert_eq!(
+        engine.durability_epoch(),
+        epoch,
+        "a good sync moved the epoch"
+    );
     syncer.close_gate();
     dirty(&engine, 20);
     let waiters: Vec<_> = (0..3)
