@@ -20,9 +20,11 @@
 //!   prefix of each object's changes, never a change whose `log` records (the names that
 //!   reach its object, its creation) are missing, since those joined the lane before the move.
 //! - Records whose txg has synced are never moved (they are on disk) and are dropped by the
-//!   txg sync hook; an object's records are dropped when the object is freed (`forget`), as
-//!   nothing can commit them any more. Memory stays bounded by the unsynced txgs' records, as
-//!   in the lanes.
+//!   sync hook of the next txg (which runs before that txg is durable, so it drops only what
+//!   earlier txgs made durable); an object's records are dropped when the object is freed
+//!   (`forget`), as nothing can commit them any more. Memory stays bounded by the records of
+//!   the unsynced txgs and the last synced one, as in the lanes (whose records of synced
+//!   txgs go at the next append or commit).
 
 use crate::LogOp;
 use parking_lot::{Mutex, MutexGuard};

@@ -352,3 +352,40 @@ fn an_fsync_among_many_dirty_files_writes_only_its_own() {
     drop(fs);
     pool.close().expect("close");
 }
+
+/// Waiting records hold memory (a write's buffers) only until their txg is on disk: once it
+/// synced, the next txg sync drops them unwritten, and an fsync of their file then writes
+/// nothing for them. (Per-object records of synced txgs would otherwise pile up for files
+/// never fsynced.)
+#[test]
+fn waiting_records_are_dropped_once_their_txg_synced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pool, fs, _power) = setup(dir.path(), 28);
+    let root = fs.root();
+    let a = file(&fs, root, b"a");
+    let b = file(&fs, root, b"b");
+    fs.fsync(a).expect("fsync");
+    let log = fs.intent_log().expect("a log").clone();
+    fs.write(a, 0, &pattern(400_000, 15)).expect("write");
+    assert_eq!(
+        log.deferred_records(),
+        4,
+        "a's write: three 128K blocks and a part"
+    );
+    let before = log.stats_snapshot();
+    // The first sync writes a's data; the next one's hook sees it synced.
+    pool.sync().expect("sync");
+    fs.write(b, 0, b"dirties the next txg").expect("write b");
+    pool.sync().expect("sync");
+    assert_eq!(log.deferred_records(), 1, "a's records outlived their txg");
+    let after = log.stats_snapshot();
+    assert_eq!(after.deferred_dropped - before.deferred_dropped, 4);
+    fs.fsync(a).expect("fsync");
+    let written = log.stats_snapshot().bytes_written - after.bytes_written;
+    assert_eq!(
+        written, 0,
+        "a's fsync wrote {written} log bytes for synced records"
+    );
+    drop(fs);
+    pool.close().expect("close");
+}
