@@ -33,7 +33,6 @@
 //! - Any log write or flush failure, or a failure to allocate a log block, falls back to forcing
 //!   a txg sync (which covers every record logged before it) and retires the chain; the next
 //!   commit starts a fresh one. A commit therefore never reports success for data it could lose.
-//!
 //! - Any such failure is reported to the txg engine (`TxgEngine::note_durability_failure`),
 //!   whose `durability_epoch` tells front ends that changes not yet committed may have been
 //!   lost (an NFS server's write verifier changes with it).
