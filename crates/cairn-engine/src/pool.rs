@@ -201,6 +201,16 @@ impl Pool {
             .ok_or_else(|| EngineError::ReadOnlyPool(self.core.name.clone()))
     }
 
+    /// Changes whenever changes not yet durable may have been lost in this pool (a failed txg
+    /// sync, a suspension of its I/O, an intent-log write failure of any of its datasets:
+    /// `TxgEngine::durability_epoch`), and never otherwise; a new value per import. A pool
+    /// opened read-only, which loses nothing, answers 0.
+    pub fn durability_epoch(&self) -> u64 {
+        self.txg
+            .as_ref()
+            .map_or(0, |engine| engine.durability_epoch())
+    }
+
     pub fn io(&self) -> &Arc<BlockIo> {
         &self.core.io
     }

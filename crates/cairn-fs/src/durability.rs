@@ -1,13 +1,30 @@
 //! Durability of a filesystem: its intent log (every change logged inside the txg hold that
 //! made it, so a record names its txg), `fsync` and `sync`, and replay at import.
 //!
-//! One log lane: records commit in the order the changes were made, so committing the newest
-//! record commits every change before it, the ones an fsync'ed file depends on (its directory
-//! entries, a rename of its parent) included. That over-commits a little on a busy filesystem
-//! and never under-commits. `sync=always` commits after every change, `disabled` never (an
-//! `fsync` then returns at once; changes are lost if the machine stops before their txg
-//! syncs, as with ZFS). Without a log (a filesystem opened for tools) `fsync` waits for a txg
-//! sync.
+//! One log lane, and per-inode records beside it (OpenZFS's sync and async itxs). Namespace
+//! changes (create, link, remove, rename) and extended attributes are logged into the lane at
+//! once (`IntentLog::log`); an inode's data and attribute changes (writes, truncation and
+//! other `setattr`s, `fallocate`: `FsOp::per_object`) wait in that inode's list
+//! (`IntentLog::log_deferred`). `fsync(X)` moves X's list to the end of the lane and commits
+//! the lane's newest record: X's changes and every namespace change logged before, the ones
+//! X depends on (its directory entries, a rename of its parent, the removal of a name it
+//! replaced) included, but not other files' data. `sync_all` (syncfs) moves every list first.
+//!
+//! Why that is safe to replay: replay applies records by (txg, sequence), where the change
+//! was made, whatever order they reached the log in. The durable log holds every namespace
+//! record up to some point and, per inode, a prefix of its own changes that were moved before
+//! that point, so each replayed data change finds its inode created and named, and no
+//! namespace change reads what a missing data change would have set (a create carries its
+//! mode and owner; a rename or removal needs no file's contents). An inode's own changes keep
+//! their order (write, truncate, chmod never reorder: one list, moved whole, in sequence
+//! order). A file unlinked while open and then written and fsynced: its removal is in the
+//! lane before its later writes are moved, and replay queues it for deletion (below). A
+//! freed inode's list is dropped (`IntentLog::forget_object`): nothing can fsync it. Records
+//! of synced txgs are dropped as before, so memory stays bounded by the unsynced txgs.
+//!
+//! `sync=always` commits everything after every change, `disabled` never (an `fsync` then
+//! returns at once; changes are lost if the machine stops before their txg syncs, as with
+//! ZFS). Without a log (a filesystem opened for tools) `fsync` waits for a txg sync.
 //!
 //! Write records: a write's whole blocks share their buffers with the dirty blocks (no copy),
 //! the rest is copied. A synchronous write (`write_sync`: a file opened O_SYNC or O_DSYNC, or
@@ -62,14 +79,19 @@ impl Filesystem {
     /// Logs `op`, made under `hold`.
     pub(crate) fn logged(&self, hold: &TxgHold, op: FsOp) {
         let payload = op.encode();
-        self.log_op(LogOp {
+        let record = LogOp {
             kind: LogRecordKind::Fs,
             txg: hold.txg(),
             object: op.object(),
             offset: 0,
             length: payload.len() as u64,
             data: ItxData::Copied(Bytes::from(payload)),
-        });
+        };
+        if op.per_object() {
+            self.log_per_object(record);
+        } else if let Some(log) = &self.intent_log {
+            log.log(0, record);
+        }
     }
 
     /// Logs a write of `data` at `offset` of `object`, made under `hold`, as records in
@@ -127,19 +149,21 @@ impl Filesystem {
                 "a stored block outside its write, or out of order"
             );
             if at > position {
-                self.log_op(copied(position, at));
+                self.log_per_object(copied(position, at));
             }
             position = at + length;
-            self.log_op(record(at, length, kind, data));
+            self.log_per_object(record(at, length, kind, data));
         }
         if position < end {
-            self.log_op(copied(position, end));
+            self.log_per_object(copied(position, end));
         }
     }
 
-    fn log_op(&self, op: LogOp) {
+    /// Logs a record only a commit of its own inode (or of everything) needs: it waits outside
+    /// the lane until then (`IntentLog::log_deferred`).
+    fn log_per_object(&self, op: LogOp) {
         if let Some(log) = &self.intent_log {
-            log.log(0, op);
+            log.log_deferred(0, op);
         }
     }
 
@@ -152,16 +176,27 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Commits every change logged so far: the lane's newest record by number, whatever its
-    /// txg. (Not a remembered "last ticket": two changes log in either order, and a change
-    /// that joined txg T can log after one that joined T + 1, opened while T quiesced; a
-    /// commit of that T record returns at once once T has synced, leaving the T + 1 record
-    /// in memory. The crash test `filesystem_crash.rs` has the regression test.)
+    /// Commits every change logged so far, every inode's: the lane's newest record by number,
+    /// whatever its txg, after every per-object record joined it. (Not a remembered "last
+    /// ticket": two changes log in either order, and a change that joined txg T can log after
+    /// one that joined T + 1, opened while T quiesced; a commit of that T record returns at
+    /// once once T has synced, leaving the T + 1 record in memory. The crash test
+    /// `filesystem_crash.rs` has the regression test.)
     fn commit_log(&self) -> Result<(), FsError> {
         // A retired head's log was released with it: nothing of it may be committed.
         self.check_current()?;
         match &self.intent_log {
             Some(log) => log.commit_all(self).map_err(FsError::from),
+            None => self.wait_for_txg(),
+        }
+    }
+
+    /// Commits inode `object`'s changes and every namespace change logged so far (the lane's
+    /// newest record, as `commit_log`), not other inodes' per-object records.
+    fn commit_inode(&self, object: u64) -> Result<(), FsError> {
+        self.check_current()?;
+        match &self.intent_log {
+            Some(log) => log.commit_object(object, self).map_err(FsError::from),
             None => self.wait_for_txg(),
         }
     }
@@ -188,7 +223,7 @@ impl Filesystem {
             }
             return Ok(());
         }
-        self.commit_log()
+        self.commit_inode(object)
     }
 
     /// Makes every change of the filesystem durable.

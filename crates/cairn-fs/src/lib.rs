@@ -36,7 +36,8 @@
 //! order (so two operations cannot deadlock), and directory renames also take the rename lock
 //! (the loop check walks `parent` links). Every change is also logged in the dataset's intent
 //! log inside its hold (`log.rs` encodes it, `durability.rs` logs, commits and replays it):
-//! `fsync` commits the log, and replay at import rebuilds what was acknowledged. Modules:
+//! `fsync` commits the file's changes and the namespace changes before it, and replay at
+//! import rebuilds what was acknowledged. Modules:
 //! `namespace.rs` (create, link, remove, rename), `read.rs` (lookup, readdir, reads,
 //! readlink), `data.rs` (attributes, writes, fallocate, holes), `xattr.rs` (extended
 //! attributes, large values in objects of their own), `check.rs` (the namespace check of
@@ -58,9 +59,9 @@
 //! is logged (kept ctime included), but nothing waits for it to be committed.
 //!
 //! ## Known gaps
-//! The log has one lane and fsync commits everything logged before it, other files' writes
-//! included (correct, but a busy filesystem over-commits: PostgreSQL's WAL fsyncs carry data
-//! file writes). Data in `Write` records is always copied (no read-back at commit). Extended
+//! The log has one lane; an fsync commits its file's changes and every namespace change
+//! logged before it (not other files' data: `durability.rs`). Data in `Write` records is
+//! always copied (no read-back at commit). Extended
 //! attribute values are at most `XATTR_VALUE_BYTES_MAX` (64 KiB, the VFS's limit; E2BIG
 //! beyond). POSIX ACLs are
 //! enforced by the kernel and kept true here (`acl.rs`; inheritance is two logged changes). No

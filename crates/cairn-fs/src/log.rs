@@ -96,6 +96,18 @@ impl FsOp {
         }
     }
 
+    /// Whether only a commit of `object()` needs this record (a per-object record, logged
+    /// with `IntentLog::log_deferred`): a change of one inode's attributes or allocation,
+    /// which no other record depends on (replay never reads an inode's mode, size, times or
+    /// blocks to apply another inode's change: a create carries its own mode and owner).
+    /// Namespace changes (create, link, remove, rename) are not: they make objects exist and
+    /// reach them, and every fsync carries them. Extended attributes are not either: an
+    /// inherited ACL is one, and a new inode must never become durable without it (a mode
+    /// derived from the ACL gives its group the mask's rights); they also create objects.
+    pub fn per_object(&self) -> bool {
+        matches!(self, FsOp::SetAttrs { .. } | FsOp::Fallocate { .. })
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Encoder(Vec::with_capacity(64));
         match self {

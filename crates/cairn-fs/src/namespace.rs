@@ -428,6 +428,10 @@ impl Filesystem {
     }
 
     pub(crate) fn free_inode(&self, hold: &TxgHold, object: u64, attrs: &InodeAttrs) {
+        // Its per-object records can never be committed now (no fsync reaches a freed inode).
+        if let Some(log) = &self.intent_log {
+            log.forget_object(object);
+        }
         self.free_xattrs(hold, object, attrs);
         self.objset.free_object(hold.txg(), object);
         self.dirty_txg.lock().txgs.remove(&object);

@@ -33,10 +33,21 @@
 //! - Any log write or flush failure, or a failure to allocate a log block, falls back to forcing
 //!   a txg sync (which covers every record logged before it) and retires the chain; the next
 //!   commit starts a fresh one. A commit therefore never reports success for data it could lose.
+//! - Any such failure is reported to the txg engine (`TxgEngine::note_durability_failure`),
+//!   whose `durability_epoch` tells front ends that changes not yet committed may have been
+//!   lost (an NFS server's write verifier changes with it).
 //!
 //! Several lanes per dataset let one busy volume use several log devices at once; each lane is
 //! an independent chain, and replay merges all lanes by (txg, sequence).
+//!
+//! Per-object records (`deferred.rs`): a record that only its own object's commit needs (a
+//! file's data and attribute changes) may be logged with `log_deferred` instead of `log`; it
+//! waits outside the lanes until that object is committed (`commit_object`, a file's fsync)
+//! or everything is (`commit_all`), so committing one file does not write every other file's
+//! data. Records logged with `log` (a filesystem's namespace changes, which other objects'
+//! records may depend on) join a lane at once and go with every commit.
 
+mod deferred;
 mod lane;
 mod replay;
 mod stats;
@@ -187,6 +198,8 @@ pub struct IntentLog {
     config: ZilConfig,
     next_sequence: AtomicU64,
     lanes: Vec<Lane>,
+    /// Per-object records waiting for their object's commit (see `deferred.rs`).
+    deferred: deferred::Deferred,
     heads: Mutex<Heads>,
     /// `logbias=latency` (true): log blocks go to log devices when there are any;
     /// `throughput` (false): they stay on the pool's disks, leaving the log devices to datasets
@@ -223,6 +236,7 @@ impl IntentLog {
             config: ZilConfig { lanes, ..config },
             next_sequence: AtomicU64::new(1),
             lanes: (0..lanes as u32).map(Lane::new).collect(),
+            deferred: deferred::Deferred::default(),
             heads: Mutex::new(Heads {
                 lanes: vec![LaneHead::default(); lanes],
                 written,
@@ -272,6 +286,19 @@ impl IntentLog {
         lane.append(sequence, op, synced)
     }
 
+    /// Logs a record that only a commit of its own object (`op.object`) needs, or a commit of
+    /// everything: it waits outside the lanes until then (see `deferred.rs`), and is dropped
+    /// unwritten if its txg syncs first or the object is freed (`forget_object`). Call as
+    /// `log`: inside the hold of `op.txg`, right after the change. Its sequence number is drawn
+    /// now, so replay applies it where the change was made, whenever it was committed.
+    pub fn log_deferred(&self, lane_hint: usize, op: LogOp) {
+        self.stats.count_record(&op);
+        self.stats.records_deferred.fetch_add(1, Ordering::Relaxed);
+        self.deferred.push(lane_hint, op, || {
+            self.next_sequence.fetch_add(1, Ordering::Relaxed)
+        });
+    }
+
     /// Returns once the record of `ticket` (and every earlier record of its lane) is on stable
     /// media.
     pub fn commit(&self, ticket: Ticket, source: &dyn LogSource) -> Result<(), ZilError> {
@@ -282,8 +309,59 @@ impl IntentLog {
         self.commit_lane(lane, ticket.number, source)
     }
 
-    /// Makes every record logged so far, on every lane, durable (an NBD FLUSH).
+    /// Makes durable every record of object `object` and every record logged with `log` so
+    /// far, on every lane (a file's fsync: its changes and the names that reach it), but not
+    /// other objects' deferred records.
+    pub fn commit_object(
+        &self,
+        object: u64,
+        source: &(dyn LogSource + Sync),
+    ) -> Result<(), ZilError> {
+        self.move_deferred(Some(object));
+        self.commit_lanes(source)
+    }
+
+    /// Makes every record logged so far durable, deferred ones included (an NBD FLUSH, a
+    /// filesystem's syncfs).
     pub fn commit_all(&self, source: &(dyn LogSource + Sync)) -> Result<(), ZilError> {
+        self.move_deferred(None);
+        self.commit_lanes(source)
+    }
+
+    /// Drops every deferred record of `object`: it was freed, so nothing can commit them (nor
+    /// would replay need them: the object is gone once its removal replays).
+    pub fn forget_object(&self, object: u64) {
+        let dropped = self.deferred.forget(object);
+        self.stats
+            .deferred_dropped
+            .fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// Deferred records waiting for their object's commit, all objects.
+    pub fn deferred_records(&self) -> u64 {
+        self.deferred.len()
+    }
+
+    /// Appends the deferred records of `object` (`None`: of every object) to their lanes,
+    /// under the deferred lock (see `deferred.rs` for why it is held until they are in).
+    fn move_deferred(&self, object: Option<u64>) {
+        let synced = self.txg.last_synced_txg();
+        let (mut taken, dropped) = self.deferred.take(object, synced);
+        self.stats
+            .deferred_dropped
+            .fetch_add(dropped, Ordering::Relaxed);
+        self.stats
+            .deferred_committed
+            .fetch_add(taken.records.len() as u64, Ordering::Relaxed);
+        for record in std::mem::take(&mut taken.records) {
+            let lane = &self.lanes[record.lane_hint % self.lanes.len()];
+            lane.append(record.sequence, record.op, synced);
+        }
+        drop(taken);
+    }
+
+    /// Makes every record now in a lane durable: each lane up to its newest record.
+    fn commit_lanes(&self, source: &(dyn LogSource + Sync)) -> Result<(), ZilError> {
         let targets: Vec<(usize, u64)> = self
             .lanes
             .iter()
@@ -313,6 +391,11 @@ impl IntentLog {
     /// frees the log blocks whose records are all in `txg` or older (they become redundant
     /// exactly when `txg` is durable) and moves the chain header past them, in `txg`.
     pub fn sync_hook(&self, txg: u64) {
+        // Deferred records of txgs already durable (not `txg`'s: it is only being synced).
+        let dropped = self.deferred.drop_synced(self.txg.last_synced_txg());
+        self.stats
+            .deferred_dropped
+            .fetch_add(dropped, Ordering::Relaxed);
         for lane in &self.lanes {
             let (released, head) = lane.release_through(txg);
             if !released.is_empty() {
@@ -334,6 +417,7 @@ impl IntentLog {
     /// being synced). For a clean close, after every record has reached a synced txg, and for
     /// dataset destroy. Pending records are dropped; the next commit starts a new chain.
     pub fn release_all(&self, txg: u64) {
+        drop(self.deferred.take(None, u64::MAX));
         {
             let mut space = self.io.space().lock();
             for lane in &self.lanes {

@@ -34,6 +34,13 @@ pub struct ZilStats {
     /// `ZilConfig::bulk_sync_bytes` (the data is then written once, not twice).
     pub bulk_syncs: AtomicU64,
     pub chains_started: AtomicU64,
+    /// Records logged per object (`IntentLog::log_deferred`): written only when their
+    /// object, or everything, is committed.
+    pub records_deferred: AtomicU64,
+    /// Of those, records a commit moved into a lane to be written.
+    pub deferred_committed: AtomicU64,
+    /// Of those, records dropped unwritten: their txg synced first, or their object was freed.
+    pub deferred_dropped: AtomicU64,
     commit_latency_us: Mutex<Histogram<u64>>,
     block_fill_percent: Mutex<Histogram<u64>>,
 }
@@ -57,6 +64,9 @@ impl Default for ZilStats {
             fallbacks: AtomicU64::new(0),
             bulk_syncs: AtomicU64::new(0),
             chains_started: AtomicU64::new(0),
+            records_deferred: AtomicU64::new(0),
+            deferred_committed: AtomicU64::new(0),
+            deferred_dropped: AtomicU64::new(0),
             commit_latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid histogram bounds"),
             ),
@@ -87,6 +97,12 @@ pub struct ZilStatsSnapshot {
     pub fallbacks: u64,
     pub bulk_syncs: u64,
     pub chains_started: u64,
+    #[serde(default)]
+    pub records_deferred: u64,
+    #[serde(default)]
+    pub deferred_committed: u64,
+    #[serde(default)]
+    pub deferred_dropped: u64,
     pub commit_latency_p50_us: u64,
     pub commit_latency_p99_us: u64,
     pub commit_latency_max_us: u64,
@@ -114,6 +130,9 @@ impl ZilStatsSnapshot {
             ("fallbacks", self.fallbacks),
             ("bulk_syncs", self.bulk_syncs),
             ("chains_started", self.chains_started),
+            ("records_deferred", self.records_deferred),
+            ("deferred_committed", self.deferred_committed),
+            ("deferred_dropped", self.deferred_dropped),
             ("commit_latency_p50_us", self.commit_latency_p50_us),
             ("commit_latency_p99_us", self.commit_latency_p99_us),
             ("commit_latency_max_us", self.commit_latency_max_us),
@@ -194,6 +213,9 @@ impl ZilStats {
             fallbacks: load(&self.fallbacks),
             bulk_syncs: load(&self.bulk_syncs),
             chains_started: load(&self.chains_started),
+            records_deferred: load(&self.records_deferred),
+            deferred_committed: load(&self.deferred_committed),
+            deferred_dropped: load(&self.deferred_dropped),
             commit_latency_p50_us: latency.value_at_quantile(0.5),
             commit_latency_p99_us: latency.value_at_quantile(0.99),
             commit_latency_max_us: latency.max(),

@@ -272,7 +272,7 @@ impl Admin {
         pool.promote("tank/clone").map_err(err)?;
         // The promote's txg holds every change to the clone.
         let cycle = self.clone.as_mut().expect("set above");
-        cycle.run.fsynced = cycle.run.started;
+        cycle.run.all_durable();
         pool.promote("tank/fs").map_err(err)?;
         pool.destroy_dataset("tank/clone").map_err(err)?;
         self.clone = None;

@@ -39,30 +39,35 @@
 //! ## What is promised, and what is checked
 //! POSIX promises less than cairn: `fsync(fd)` makes that file's data and attributes
 //! durable, and a new name only once its directory is fsynced too. cairn's filesystem log
-//! has one lane, written in the order changes are made, and `fsync` of any inode commits
-//! every record logged before it: its own changes, the directory entries and renames that make
-//! it reachable, and everything else changed before it (a little over-commit, never under).
-//! Under `sync=always` every change is committed before it returns. Replay applies the
-//! records of txgs that never synced, each whole, in that order. So for a thread's subtree,
-//! whose operations are sequential (each takes a txg no older than the one before and logs
-//! after it), what an import shows is the synced txg's prefix of the thread's operations
-//! joined with the log's durable prefix: again a prefix. The test checks exactly that: the
-//! subtree read back after import (names, which inode each names, kinds, modes, sizes, link
-//! counts, directories' parents, every byte of every file, symlink targets, extended
-//! attributes) equals the model's state after some number `m` of the thread's operations,
-//! where `m` is at least the count up to its last fsync that returned Ok (under
-//! `sync=always`: its last operation that returned Ok), so nothing fsynced is lost, the
-//! entries that reach it included; and at most the count it started, so nothing appears that
-//! was never written, no operation is half applied, no byte is garbage. (The operation that
-//! failed when the power went may or may not have happened; a create among them may have
-//! happened under an object number it never returned.) One relaxation: a write after the
-//! last fsync may come back torn at a 512-byte boundary of the file, its head new and its
-//! tail old, since the log splits long writes into records at absolute sector boundaries and
-//! the durable part of the log can end between two of them (as a disk keeps some sectors of
-//! a write in flight; ZFS's log splits writes the same way). Such a write was never
-//! acknowledged as durable. Files unlinked while open are gone after the import. Timestamps are not compared: a replayed write sets mtime to the replay's
-//! time (`Write` records carry no time). If filesystems ever log on several lanes the prefix
-//! holds per lane only, and this check must be relaxed to the files fsynced.
+//! commits per file (cairn-fs's `durability.rs`): namespace changes (create, link, unlink,
+//! rename, xattrs) go to the log's one lane in the order they are made, an inode's own changes
+//! (writes, truncation, chmod, fallocate) wait in its own list, and `fsync(X)` appends X's
+//! list to the lane and commits it: X's own changes and every namespace change before it
+//! (the entries and renames that reach X included), not other files' data. Under
+//! `sync=always` every change is committed before it returns. Replay applies the records of
+//! txgs that never synced, each whole, in the order the changes were made. So for a thread's
+//! subtree, whose operations are sequential (each takes a txg no older than the one before
+//! and logs after it), an import shows a prefix of its namespace changes and, per inode, a
+//! prefix of its own changes. The test checks exactly that: the subtree read back after
+//! import, split into its namespace (names, which inode each names, kinds, link counts,
+//! directories' parents, symlink targets, extended attributes) and each inode's own part
+//! (mode; a file's size and every byte), has the namespace of the model's state after some
+//! number `m` of the thread's operations, where `m` is at least the count up to its last
+//! fsync that returned Ok (any inode's: each commits the namespace) and at most the count it
+//! started; and each inode's own part is its own in the state after some number `j` of
+//! operations, at least the count up to that inode's own last fsync (every operation's under
+//! `sync=always`) and at most the count started. So nothing fsynced is lost, the entries
+//! that reach it included; nothing appears that was never written, no operation is half
+//! applied, no byte is garbage. (The operation that failed when the power went may or may
+//! not have happened; a create among them may have happened under an object number it never
+//! returned.) One relaxation: a file's last write may come back torn at a 512-byte boundary
+//! of the file, its head new and its tail old, since the log splits long writes into
+//! records at absolute sector boundaries and the durable part of the log can end between two
+//! of them (as a disk keeps some sectors of a write in flight; ZFS's log splits writes the
+//! same way). Such a write was never acknowledged as durable. Files unlinked while open are
+//! gone after the import. Timestamps are not compared: a replayed write sets mtime to the
+//! replay's time (`Write` records carry no time). If filesystems ever log on several lanes
+//! the namespace prefix holds per lane only, and this check must be relaxed again.
 //!
 //! In one seed in three the power goes again during the first import (a second switch trips
 //! on one of its first 30 writes and flushes: the replay's txg sync, the delete queue's
@@ -94,7 +99,8 @@
 //! dirties a 128 KiB indirect block, two copies, per txg; the write's space check counts the
 //! data plus an eighth). That is the space work's to settle, not this test's.
 //!
-//! The other tests here (`regressions.rs`) are the regression tests of what this one found.
+//! The other tests here are the regression tests of what this one found (`regressions.rs`)
+//! and the per-file commit's cases, set up on purpose (`per_file.rs`).
 //! The model of a subtree is `model.rs`, the operations `ops.rs`, the snapshots, clones and
 //! rollbacks `admin.rs`.
 
@@ -106,6 +112,7 @@ mod admin;
 mod common;
 mod model;
 mod ops;
+mod per_file;
 mod regressions;
 
 use admin::Admin;
@@ -115,7 +122,7 @@ use cairn_engine::{CreateOptions, DeviceOpener, ImportSource, Pool, VdevGroup};
 use cairn_fs::Filesystem;
 use cairn_fs::attrs::FileKind;
 use common::Rng;
-use model::{Seen, Tree, difference, new_inode, read_tree, sector_maps};
+use model::{Own, Seen, Tree, difference, namespace_view, new_inode, read_tree, sector_maps};
 use ops::{Progress, ThreadRun, run_thread};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -230,8 +237,11 @@ struct Landed {
     fsynced: usize,
     matched: usize,
     started: usize,
-    /// With operation `matched + 1`, a write, torn where the log split it.
+    /// Some file ended in a write torn where the log split it.
     torn: bool,
+    /// Some inode's own part is not the namespace's state's: it was committed by its own
+    /// fsync, or not, apart from the rest (the log's per-file commit at work).
+    mixed: bool,
 }
 
 enum Round {
@@ -480,26 +490,51 @@ fn run_phases(
     false
 }
 
-/// Where a thread's subtree `found` landed in its run: the latest state from its last
-/// promised one that it shows (an operation that changed nothing matches twice), else one
-/// with the next operation, a write, torn where the log split it (`Tree::shows_torn`).
+/// Where a thread's subtree `found` landed in its run. Its namespace (`namespace_view`) is
+/// the latest state's from its last fsync on that shows it (an operation that changed nothing
+/// matches twice); each inode's own part (mode, bytes) is its own in the latest state from its
+/// own last fsync on (`ThreadRun::own_durable`) that has it, else that state with the next
+/// operation, a write to it, torn where the log split it (`Tree::own_torn`); an inode no state
+/// has is a failed create's (`Tree::unsure_create`, which the namespace check placed).
 fn land(run: &ThreadRun, found: &BTreeMap<u64, Seen>) -> Option<Landed> {
+    let found_namespace = namespace_view(found);
     let matched = (run.fsynced..=run.started)
         .rev()
-        .find(|&m| run.states[m].shows(found));
-    let torn = matched.is_none().then(|| {
-        (run.fsynced..run.started).rev().find(|&m| {
-            run.states[m + 1]
+        .find(|&m| run.states[m].shows_namespace(&found_namespace))?;
+    let mut torn = false;
+    for (&object, seen) in found {
+        let own = Own::of_seen(seen);
+        let low = run.own_durable(object).min(run.started);
+        let exact = (low..=run.started)
+            .rev()
+            .any(|j| run.states[j].own(object).as_ref() == Some(&own));
+        if exact {
+            continue;
+        }
+        let torn_here = (low..run.started).rev().any(|j| {
+            run.states[j + 1]
                 .last_write
-                .is_some_and(|write| run.states[m].shows_torn(write, found))
-        })
-    });
-    let torn = torn.flatten();
-    matched.or(torn).map(|matched| Landed {
+                .is_some_and(|write| run.states[j].own_torn(object, write, &own))
+        });
+        if torn_here {
+            torn = true;
+            continue;
+        }
+        let unsure = run.states.iter().all(|state| state.own(object).is_none())
+            && run.states[run.started]
+                .unsure_create
+                .as_ref()
+                .is_some_and(|(_, _, node)| Own::of_node(node) == own);
+        if !unsure {
+            return None;
+        }
+    }
+    Some(Landed {
         fsynced: run.fsynced,
         matched,
         started: run.started,
-        torn: torn.is_some(),
+        torn,
+        mixed: !torn && !run.states[matched].shows(found),
     })
 }
 
@@ -642,7 +677,7 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
         .unwrap_or(1);
     let (mut cuts, mut torn, mut attempts, mut imports_cut) = (0u64, 0u64, 0u64, 0u64);
     let (mut subtrees, mut promised, mut beyond, mut all_started) = (0u64, 0u64, 0u64, 0u64);
-    let mut torn_writes = 0u64;
+    let (mut torn_writes, mut mixed) = (0u64, 0u64);
     let (mut snapshots, mut clones, mut rollbacks) = (0usize, 0u64, 0u64);
     let mut actions_cut: BTreeMap<String, u64> = BTreeMap::new();
     for seed in first..first + points {
@@ -664,13 +699,15 @@ fn fsynced_files_and_entries_survive_power_cuts_under_concurrent_changes() {
             beyond += u64::from(thread.matched > thread.fsynced);
             all_started += u64::from(thread.matched == thread.started);
             torn_writes += u64::from(thread.torn);
+            mixed += u64::from(thread.mixed);
         }
     }
     eprintln!(
         "filesystem crash test: {cuts} power cuts ({attempts} rounds), each mid-workload; \
          {torn} tore a write in flight; {imports_cut} more cut the first import; of {subtrees} subtrees checked, {promised} had fsynced \
          changes to keep, {beyond} kept changes past their last fsync, {all_started} kept \
-         every operation started, {torn_writes} ended in a write torn at a sector boundary; \
+         every operation started, {torn_writes} ended in a write torn at a sector boundary, \
+         {mixed} held files whose own changes were committed apart from the namespace's; \
          {snapshots} snapshots checked against their models, {clones} clones and {rollbacks} \
          rollbacks cut short and checked; actions cut: {actions_cut:?}"
     );

@@ -1,7 +1,9 @@
 //! The filesystem crash test's model of a thread's subtree (`Tree`: its inodes, what `getattr`
 //! and reads must show of them, `seen`), reading a subtree back (`read_tree`), and the words
-//! and maps a failure prints (`difference`, `sector_maps`). A model state is compared whole:
-//! names, inode numbers, kinds, modes, sizes, link counts, parents, bytes, xattrs.
+//! and maps a failure prints (`difference`, `sector_maps`). A model state is compared whole
+//! (names, inode numbers, kinds, modes, sizes, link counts, parents, bytes, xattrs), or split
+//! as the intent log commits it: the namespace (`namespace_view`), which every fsync commits,
+//! and each inode's own part (`Own`: mode, a file's bytes), which only its own fsync does.
 
 use crate::common::Rng;
 use cairn_fs::attrs::FileKind;
@@ -9,7 +11,7 @@ use cairn_fs::{Filesystem, NewInode};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-/// Where the log may split a write (see `Tree::shows_torn`).
+/// Where the log may split a write (see `Tree::own_torn`).
 const SECTOR_BYTES: u64 = 512;
 
 /// One inode as a model keeps it (and as it is read back).
@@ -174,7 +176,21 @@ impl Tree {
     /// True when `found` shows this state (with a failed create, either without it or with
     /// it under whatever object number `found` gives it).
     pub fn shows(&self, found: &BTreeMap<u64, Seen>) -> bool {
-        if self.seen() == *found {
+        self.shows_in(found, |seen| seen)
+    }
+
+    /// True when `found_namespace` (a `namespace_view`) shows this state's namespace.
+    pub fn shows_namespace(&self, found_namespace: &BTreeMap<u64, Seen>) -> bool {
+        self.shows_in(found_namespace, |seen| namespace_view(&seen))
+    }
+
+    /// `shows`, comparing `view` of this state with `found` (already seen through it).
+    fn shows_in(
+        &self,
+        found: &BTreeMap<u64, Seen>,
+        view: impl Fn(BTreeMap<u64, Seen>) -> BTreeMap<u64, Seen>,
+    ) -> bool {
+        if view(self.seen()) == *found {
             return true;
         }
         let Some((dir, name, node)) = &self.unsure_create else {
@@ -193,41 +209,47 @@ impl Tree {
         let mut made = self.clone();
         made.nodes.insert(object, node.clone());
         made.node_mut(*dir).entries.insert(name.clone(), object);
-        made.seen() == *found
+        view(made.seen()) == *found
     }
 
-    /// True when `found` shows this state with a prefix of `write` (the next operation)
-    /// applied, cut at a 512-byte boundary of the file strictly inside it: the log splits a
-    /// long write into records at absolute sector boundaries, and a durable prefix of the log
-    /// can end between two of them.
-    pub fn shows_torn(&self, write: (u64, u64, u64, u64), found: &BTreeMap<u64, Seen>) -> bool {
-        let (object, offset, len, seed) = write;
-        let Some(seen) = found.get(&object) else {
+    /// Inode `object`'s own part in this state (named or an open orphan), if it exists.
+    pub fn own(&self, object: u64) -> Option<Own> {
+        self.nodes
+            .get(&object)
+            .or_else(|| self.orphans.get(&object))
+            .map(Own::of_node)
+    }
+
+    /// True when `found` is inode `object`'s own part in this state with a prefix of `write`
+    /// (the next operation) applied, cut at a 512-byte boundary of the file strictly inside
+    /// it: the log splits a long write into records at absolute sector boundaries, and a
+    /// durable prefix of the log can end between two of them.
+    pub fn own_torn(&self, object: u64, write: (u64, u64, u64, u64), found: &Own) -> bool {
+        let (written, offset, len, seed) = write;
+        let Some(mut own) = self.own(object).filter(|_| written == object) else {
             return false;
         };
-        if !self.nodes.contains_key(&object) {
-            return false;
-        }
         let data = pattern(len as usize, seed);
         let held = data
             .iter()
             .enumerate()
-            .take_while(|(at, byte)| seen.node.data.get(offset as usize + at) == Some(byte))
+            .take_while(|(at, byte)| found.data.get(offset as usize + at) == Some(byte))
             .count() as u64;
-        // Bytes after the cut may equal the write's by chance: try the boundary below too.
         let last = (offset + held) / SECTOR_BYTES * SECTOR_BYTES;
+        let before = own.data.clone();
         [last, last.saturating_sub(SECTOR_BYTES)]
             .into_iter()
             .filter(|cut| *cut > offset && *cut < offset + len)
             .any(|cut| {
-                let mut torn = self.clone();
-                let contents = Arc::make_mut(&mut torn.node_mut(object).data);
+                let mut contents = (*before).clone();
                 if (contents.len() as u64) < cut {
                     contents.resize(cut as usize, 0);
                 }
                 contents[offset as usize..cut as usize]
                     .copy_from_slice(&data[..(cut - offset) as usize]);
-                torn.shows(found)
+                own.size = contents.len() as u64;
+                own.data = Arc::new(contents);
+                own == *found
             })
     }
 
@@ -273,6 +295,69 @@ impl Tree {
                 (*object, seen)
             })
             .collect()
+    }
+}
+
+/// What namespace changes alone decide of a subtree, the part every fsync commits (they go
+/// to the log's lane at once): which inodes exist, their names, kinds, link counts, parents,
+/// extended attributes and symlink targets. An inode's mode and a file's bytes and size are
+/// its own (`Own`): only its own fsync promises them.
+pub fn namespace_view(seen: &BTreeMap<u64, Seen>) -> BTreeMap<u64, Seen> {
+    seen.iter()
+        .map(|(object, seen)| {
+            let mut node = seen.node.clone();
+            node.mode = 0;
+            let mut size = seen.size;
+            if node.kind == FileKind::File {
+                node.data = Arc::new(Vec::new());
+                size = 0;
+            }
+            let view = Seen {
+                node,
+                size,
+                links: seen.links,
+                parent: seen.parent,
+            };
+            (*object, view)
+        })
+        .collect()
+}
+
+/// An inode's own part: what only its own changes (writes, truncation, chmod, fallocate)
+/// decide, and what its fsync commits (`FsOp::per_object` in cairn-fs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Own {
+    pub mode: u32,
+    /// A file's size and bytes (nothing for other kinds: a symlink's target is its create's).
+    pub size: u64,
+    pub data: Arc<Vec<u8>>,
+}
+
+impl Own {
+    pub fn of_node(node: &Node) -> Own {
+        let file = node.kind == FileKind::File;
+        Own {
+            mode: node.mode,
+            size: if file { node.data.len() as u64 } else { 0 },
+            data: if file {
+                node.data.clone()
+            } else {
+                Arc::new(Vec::new())
+            },
+        }
+    }
+
+    pub fn of_seen(seen: &Seen) -> Own {
+        let file = seen.node.kind == FileKind::File;
+        Own {
+            mode: seen.node.mode,
+            size: if file { seen.size } else { 0 },
+            data: if file {
+                seen.node.data.clone()
+            } else {
+                Arc::new(Vec::new())
+            },
+        }
     }
 }
 

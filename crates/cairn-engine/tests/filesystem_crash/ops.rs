@@ -8,6 +8,7 @@ use crate::model::{Node, Tree, new_inode, pattern};
 use cairn_emulate::PowerSwitch;
 use cairn_fs::attrs::FileKind;
 use cairn_fs::{Fallocate, Filesystem, FsError, RenameMode, SetAttrs, XattrMode};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -23,8 +24,15 @@ pub struct ThreadRun {
     /// rollback counts as one, whose state is the snapshot's).
     pub states: Vec<Tree>,
     /// Operations up to and including the last fsync that returned Ok (or the last rollback,
-    /// clone promote...: durable on return).
+    /// clone promote...: durable on return): every namespace change up to there is durable
+    /// (an fsync of any inode commits them all).
     pub fsynced: usize,
+    /// Per inode, operations up to and including its last fsync (or synchronous write) that
+    /// returned Ok: its own changes (bytes, mode) up to there are durable.
+    pub own_fsynced: BTreeMap<u64, usize>,
+    /// Operations through which every inode's own changes are durable (`sync=always`, a
+    /// rollback, a clone's promote).
+    pub all_durable: usize,
     /// Operations started (the last one may have failed: it may or may not have happened).
     pub started: usize,
     /// The operation that failed, its error, and whether the power had gone by then.
@@ -45,6 +53,8 @@ impl ThreadRun {
         ThreadRun {
             states: vec![start.clone()],
             fsynced: 0,
+            own_fsynced: BTreeMap::new(),
+            all_durable: 0,
             started: 0,
             failure: None,
             described: Vec::new(),
@@ -63,10 +73,27 @@ impl ThreadRun {
         match result {
             Ok(()) => {
                 self.model = state;
-                self.fsynced = self.started;
+                self.all_durable();
             }
             Err(err) => self.failure = Some((text, err, true)),
         }
+    }
+}
+
+impl ThreadRun {
+    /// Every change so far is durable (a txg holds them all).
+    pub fn all_durable(&mut self) {
+        self.fsynced = self.started;
+        self.all_durable = self.started;
+    }
+
+    /// Operations through which `object`'s own changes (bytes, mode) are promised durable.
+    pub fn own_durable(&self, object: u64) -> usize {
+        self.own_fsynced
+            .get(&object)
+            .copied()
+            .unwrap_or(0)
+            .max(self.all_durable)
     }
 }
 
@@ -87,15 +114,16 @@ impl Progress {
 }
 
 /// One step: builds a valid operation from the model, applies it to the model and to the
-/// filesystem; returns what it was, whether it was an fsync, and the filesystem's answer.
-/// `None` when the drawn kind had nothing to act on.
+/// filesystem; returns what it was, the inode it fsynced if it was an fsync (or a
+/// synchronous write), and the filesystem's answer. `None` when the drawn kind had nothing to
+/// act on.
 pub fn step(
     fs: &Filesystem,
     model: &mut Tree,
     rng: &mut Rng,
     recordsize: u64,
     data_seed: u64,
-) -> Option<(String, bool, Result<(), FsError>)> {
+) -> Option<(String, Option<u64>, Result<(), FsError>)> {
     let pick = |rng: &mut Rng, items: &[u64]| -> Option<u64> {
         (!items.is_empty()).then(|| items[rng.below(items.len() as u64) as usize])
     };
@@ -143,7 +171,7 @@ pub fn step(
                     };
                     model.nodes.insert(object, node);
                     model.node_mut(dir).entries.insert(name, object);
-                    (format!("{text} = {object}"), false, Ok(()))
+                    (format!("{text} = {object}"), None, Ok(()))
                 }
                 Err(err) => {
                     let data = if kind == FileKind::Symlink {
@@ -152,7 +180,7 @@ pub fn step(
                         Vec::new()
                     };
                     model.unsure_create = Some((dir, name, Node::new(kind, mode, data)));
-                    (text, false, Err(err))
+                    (text, None, Err(err))
                 }
             }
         }
@@ -185,13 +213,13 @@ pub fn step(
             if rng.below(4) == 0 {
                 (
                     format!("sync write {object} at {offset}, {len} bytes"),
-                    true,
+                    Some(object),
                     fs.write_sync(object, offset, &data).map(|_| ()),
                 )
             } else {
                 (
                     format!("write {object} at {offset}, {len} bytes"),
-                    false,
+                    None,
                     fs.write(object, offset, &data).map(|_| ()),
                 )
             }
@@ -207,7 +235,7 @@ pub fn step(
             };
             (
                 format!("truncate {object} from {size} to {new_size}"),
-                false,
+                None,
                 fs.setattr(object, changes).map(|_| ()),
             )
         }
@@ -222,7 +250,7 @@ pub fn step(
             };
             (
                 format!("chmod {object} {mode:o}"),
-                false,
+                None,
                 fs.setattr(object, changes).map(|_| ()),
             )
         }
@@ -287,7 +315,7 @@ pub fn step(
                     show(&old_name),
                     show(&new_name)
                 ),
-                false,
+                None,
                 fs.rename(old_dir, &old_name, new_dir, &new_name, mode),
             )
         }
@@ -302,7 +330,7 @@ pub fn step(
             model.node_mut(dir).entries.insert(name.clone(), object);
             (
                 format!("link {object} as {dir}/{}", show(&name)),
-                false,
+                None,
                 fs.link(object, dir, &name).map(|_| ()),
             )
         }
@@ -328,7 +356,7 @@ pub fn step(
             } else {
                 fs.unlink(dir, &name)
             };
-            (text, false, result)
+            (text, None, result)
         }
         73..=77 => {
             let targets = model.objects_of(|node| node.kind != FileKind::Symlink);
@@ -339,7 +367,7 @@ pub fn step(
                 model.node_mut(object).xattrs.remove(name);
                 (
                     format!("removexattr {object} {}", show(name)),
-                    false,
+                    None,
                     fs.removexattr(object, name),
                 )
             } else {
@@ -356,7 +384,7 @@ pub fn step(
                     .insert(name.to_vec(), value.clone());
                 (
                     format!("setxattr {object} {} ({} bytes)", show(name), value.len()),
-                    false,
+                    None,
                     fs.setxattr(object, name, &value, XattrMode::Any),
                 )
             }
@@ -384,7 +412,7 @@ pub fn step(
             }
             (
                 format!("fallocate {object} {op:?} at {offset}, {len} bytes"),
-                false,
+                None,
                 fs.fallocate(object, offset, len, op).map(|_| ()),
             )
         }
@@ -395,7 +423,7 @@ pub fn step(
                     .open
                     .remove(rng.below(model.open.len() as u64) as usize);
                 model.orphans.remove(&object);
-                (format!("release {object}"), false, fs.release_inode(object))
+                (format!("release {object}"), None, fs.release_inode(object))
             } else {
                 let closed = model.named_of(|node| node.kind == FileKind::File);
                 let closed: Vec<u64> = closed
@@ -404,13 +432,13 @@ pub fn step(
                     .collect();
                 let object = pick(rng, &closed)?;
                 model.open.push(object);
-                (format!("open {object}"), false, fs.open_inode(object))
+                (format!("open {object}"), None, fs.open_inode(object))
             }
         }
         _ => {
             let all = model.objects_of(|_| true);
             let object = pick(rng, &all)?;
-            (format!("fsync {object}"), true, fs.fsync(object))
+            (format!("fsync {object}"), Some(object), fs.fsync(object))
         }
     })
 }
@@ -433,7 +461,7 @@ pub fn run_thread(
         next.last_write = None;
         next.unsure_create = None;
         progress.begun.store(run.started + 1, Ordering::SeqCst);
-        let Some((text, is_fsync, result)) =
+        let Some((text, fsynced, result)) =
             step(fs, &mut next, &mut run.rng, recordsize, data_seed)
         else {
             continue;
@@ -445,9 +473,14 @@ pub fn run_thread(
             Ok(()) => {
                 run.model = next;
                 progress.done.store(run.started, Ordering::SeqCst);
-                // Under sync=always every change is durable when it returns.
-                if is_fsync || scenario.sync_always {
+                // An fsync commits its inode's own changes and every namespace change; under
+                // sync=always every change is durable when it returns.
+                if let Some(object) = fsynced {
                     run.fsynced = run.started;
+                    run.own_fsynced.insert(object, run.started);
+                }
+                if scenario.sync_always {
+                    run.all_durable();
                 }
             }
             Err(err) => {

@@ -136,6 +136,7 @@ fn changes_to_a_file_unlinked_while_open_replay_and_the_file_goes() {
         .expect("xattr on the orphan");
     fs.write(kept, 0, b"after").expect("write");
     fs.fsync(orphan).expect("fsync");
+    fs.fsync(kept).expect("fsync");
     power.cut_now();
     drop(fs);
     drop(pool);

@@ -26,15 +26,11 @@ use cairn_nfs::nfs3::*;
 /// A refusal and the directory's wcc data (boxed: the pair is large).
 type Failed = Box<(Nfs3Error, WccData)>;
 
-/// Makes a change just made durable (the fsync path; every change before it goes with it).
-/// A failure may have lost acknowledged UNSTABLE writes too: the verifier changes.
-fn commit(ctx: &NfsContext, fs: &cairn_fs::Filesystem, object: u64) -> Result<(), Nfs3Error> {
-    fs.fsync(object).map_err(|err| {
-        if err.class() == cairn_device::ErrorClass::Io {
-            ctx.rotate_verifier();
-        }
-        nfs_error(&err)
-    })
+/// Makes a change just made durable (the fsync path: the namespace changes before it go
+/// with it). A failure that may have lost UNSTABLE writes moved the pool's durability epoch,
+/// and so the verifier, wherever it was met.
+fn commit(fs: &cairn_fs::Filesystem, object: u64) -> Result<(), Nfs3Error> {
+    fs.fsync(object).map_err(|err| nfs_error(&err))
 }
 
 /// A directory the caller may change (write and search permission).
@@ -77,7 +73,6 @@ fn new_inode(caller: &Caller, dir: &Resolved, kind: FileKind, mode: u32, rdev: u
 /// The reply of a call that made `result` in `dir`, applying the rest of `sattr` (size,
 /// times) to the new inode first.
 fn made(
-    ctx: &NfsContext,
     dir: &Resolved,
     result: Result<(u64, InodeAttrs), FsError>,
     sattr: Option<&Sattr3>,
@@ -100,7 +95,7 @@ fn made(
             }
         }
     }
-    if let Err(err) = commit(ctx, &dir.export.fs, object) {
+    if let Err(err) = commit(&dir.export.fs, object) {
         return Outcome::Fail(err, dir_wcc(dir));
     }
     Outcome::Ok(CreateOk {
@@ -170,7 +165,7 @@ pub fn setattr(ctx: &NfsContext, caller: &Caller, args: &SetattrArgs) -> Nfs3Rep
     }
     let result = result
         .map_err(|err| nfs_error(&err))
-        .and_then(|_| commit(ctx, &r.export.fs, r.object));
+        .and_then(|_| commit(&r.export.fs, r.object));
     Nfs3Reply::Setattr(match result {
         Ok(()) => Outcome::Ok(wcc_now()),
         Err(err) => Outcome::Fail(err, wcc_now()),
@@ -212,20 +207,20 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 // a size is asked.
                 let mut sattr = sattr.clone();
                 sattr.mode = None;
-                made(ctx, &dir, Ok((object, attrs)), Some(&sattr))
+                made(&dir, Ok((object, attrs)), Some(&sattr))
             }
         }
         (CreateHow::Exclusive(verf), Some((object, attrs))) => {
             let (atime, mtime) = verifier_times(verf);
             if attrs.kind == FileKind::File && attrs.atime == atime && attrs.mtime == mtime {
-                made(ctx, &dir, Ok((object, attrs)), None)
+                made(&dir, Ok((object, attrs)), None)
             } else {
                 Outcome::Fail(Nfs3Error::Exist, dir_wcc(&dir))
             }
         }
         (CreateHow::Unchecked(sattr) | CreateHow::Guarded(sattr), None) => {
             let new = new_inode(caller, &dir, FileKind::File, sattr.mode.unwrap_or(0o644), 0);
-            made(ctx, &dir, fs.create(dir.object, name, new), Some(sattr))
+            made(&dir, fs.create(dir.object, name, new), Some(sattr))
         }
         (CreateHow::Exclusive(verf), None) => {
             let new = new_inode(caller, &dir, FileKind::File, 0o600, 0);
@@ -235,7 +230,7 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 mtime: SetTime::ClientTime(super::convert::nfs_time(mtime)),
                 ..Sattr3::default()
             };
-            made(ctx, &dir, fs.create(dir.object, name, new), Some(&sattr))
+            made(&dir, fs.create(dir.object, name, new), Some(&sattr))
         }
     };
     Nfs3Reply::Create(reply)
@@ -255,7 +250,7 @@ pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
         .export
         .fs
         .mkdir(dir.object, args.location.name.as_bytes(), new);
-    Nfs3Reply::Mkdir(made(ctx, &dir, result, Some(&args.attributes)))
+    Nfs3Reply::Mkdir(made(&dir, result, Some(&args.attributes)))
 }
 
 pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Reply {
@@ -273,7 +268,7 @@ pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Rep
         args.target.as_bytes(),
         new,
     );
-    Nfs3Reply::Symlink(made(ctx, &dir, result, None))
+    Nfs3Reply::Symlink(made(&dir, result, None))
 }
 
 pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
@@ -302,7 +297,7 @@ pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
         .export
         .fs
         .create(dir.object, args.location.name.as_bytes(), new);
-    Nfs3Reply::Mknod(made(ctx, &dir, result, Some(sattr)))
+    Nfs3Reply::Mknod(made(&dir, result, Some(sattr)))
 }
 
 /// Whether `caller` may take `name` out of `dir` (the sticky bit).
@@ -338,7 +333,7 @@ fn remove_entry(
     };
     let result = result
         .map_err(|err| nfs_error(&err))
-        .and_then(|()| commit(ctx, &dir.export.fs, dir.object));
+        .and_then(|()| commit(&dir.export.fs, dir.object));
     match result {
         Ok(()) => Outcome::Ok(dir_wcc(&dir)),
         Err(err) => Outcome::Fail(err, dir_wcc(&dir)),
@@ -413,7 +408,7 @@ pub fn rename(ctx: &NfsContext, caller: &Caller, args: &RenameArgs) -> Nfs3Reply
     );
     let result = result
         .map_err(|err| nfs_error(&err))
-        .and_then(|()| commit(ctx, &to.export.fs, to.object));
+        .and_then(|()| commit(&to.export.fs, to.object));
     Nfs3Reply::Rename(match result {
         Ok(()) => Outcome::Ok(wccs()),
         Err(err) => Outcome::Fail(err, wccs()),
@@ -462,7 +457,7 @@ pub fn link(ctx: &NfsContext, caller: &Caller, args: &LinkArgs) -> Nfs3Reply {
         .fs
         .link(file.object, dir.object, args.link.name.as_bytes())
         .map_err(|err| nfs_error(&err))
-        .and_then(|_| commit(ctx, &dir.export.fs, dir.object));
+        .and_then(|_| commit(&dir.export.fs, dir.object));
     let file_attributes = file.export.post_attr(file.object);
     match result {
         Ok(()) => Nfs3Reply::Link(Outcome::Ok(LinkWcc {

@@ -2,31 +2,40 @@
 //! on, the write verifier of this server instance, the duplicate-request cache and the
 //! statistics (`crate::nfs_stats`, also held by the served-pools registry).
 //!
-//! The write verifier (RFC 1813 §3.3.7) is 64 random bits drawn at each server start: a
-//! client compares the verifier of its UNSTABLE writes with COMMIT's and resends them when
-//! they differ, so it must change whenever data acknowledged as UNSTABLE may have been lost.
-//! A new process does that; within one, `rotate_verifier` is the hook for any failure that
-//! may have dropped acknowledged data (today: a write or COMMIT whose commit to the intent
-//! log failed with an I/O error — `write.rs` calls it; a pool suspension is also such a
-//! failure, and reaches it the same way, as the I/O error of the next WRITE or COMMIT).
-//! Uses `drc.rs`.
+//! The write verifier (RFC 1813 §3.3.7): a client compares the verifier of its UNSTABLE
+//! writes with COMMIT's and resends them when they differ, so it must change whenever data
+//! acknowledged as UNSTABLE may have been lost, and never otherwise (a change makes every
+//! client resend every write it has not seen committed). It is a mix of 64 random bits drawn
+//! at each server start (a new process lost whatever the old one held in memory) and the
+//! file's pool's `durability_epoch`, which the engine advances at every failure that may have
+//! lost changes not yet durable — an intent-log write that failed, whoever's commit met it
+//! (an NFS COMMIT, a FUSE fsync, a volume's FLUSH), a failed txg sync, a suspension of the
+//! pool's I/O — and draws anew at each import. WRITE reads it before it writes (a failure
+//! during the write shows at the COMMIT), COMMIT after it committed (a failure before or
+//! during the commit shows in its reply). Uses `drc.rs`.
 
 use super::drc::DuplicateCache;
 use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
+use cairn_engine::Pool;
 use cairn_nfs::nfs3::WriteVerf;
 use std::hash::{BuildHasher, Hasher};
+use parking_lot::Mutex;
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct NfsContext {
     pub served: Arc<ServedPools>,
     /// The TCP port PORTMAP GETPORT answers for MOUNT and NFS (the one port served).
     pub port: u16,
-    verifier: AtomicU64,
+    /// Drawn at start: this server instance's part of every verifier.
+    instance: u64,
     pub drc: DuplicateCache,
     /// Calls, bytes, refusals and clients (`cairn stat nfs`).
     pub stats: Arc<NfsStats>,
+    /// The durability epoch last seen of each pool (by guid): a change is a verifier change
+    /// (counted in `stats`).
+    epochs_seen: Mutex<HashMap<u64, u64>>,
 }
 
 /// 64 bits the operating system chose at random (std's `RandomState` is seeded from the OS
@@ -37,30 +46,60 @@ fn random_u64() -> u64 {
     hasher.finish()
 }
 
+/// A bijection of 64-bit values that spreads every input bit over the output (splitmix64's
+/// finalizer): a different epoch always gives a different verifier.
+fn mix(mut value: u64) -> u64 {
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
+
 impl NfsContext {
     pub fn new(served: Arc<ServedPools>, port: u16, stats: Arc<NfsStats>) -> NfsContext {
         NfsContext {
             served,
             port,
-            verifier: AtomicU64::new(random_u64()),
+            instance: random_u64(),
             drc: DuplicateCache::default(),
             stats,
+            epochs_seen: Mutex::new(HashMap::new()),
         }
     }
 
-    /// This server instance's write verifier.
-    pub fn verifier(&self) -> WriteVerf {
-        self.verifier.load(Ordering::SeqCst).to_be_bytes()
+    /// The write verifier for files of `pool`: this instance's random bits mixed with the
+    /// pool's durability epoch (see the module comment).
+    pub fn verifier(&self, pool: &Pool) -> WriteVerf {
+        let epoch = pool.durability_epoch();
+        let previous = self.epochs_seen.lock().insert(pool.guid(), epoch);
+        if previous.is_some_and(|previous| previous != epoch) {
+            self.stats.verifier_changed();
+        }
+        self.verifier_at(epoch)
     }
 
-    /// Draws a new verifier: clients resend every write they have not seen committed.
-    pub fn rotate_verifier(&self) {
-        let mut next = random_u64();
-        let old = self.verifier.load(Ordering::SeqCst);
-        if next == old {
-            next = next.wrapping_add(1);
+    /// The verifier for a pool whose durability epoch is `epoch`.
+    fn verifier_at(&self, epoch: u64) -> WriteVerf {
+        (self.instance ^ mix(epoch)).to_be_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_epoch_gives_its_own_verifier() {
+        let served = Arc::new(ServedPools::default());
+        let ctx = NfsContext::new(served, 0, Arc::new(NfsStats::default()));
+        let base = 0x1234_5678_9abc_def0_u64;
+        let mut seen = std::collections::BTreeSet::new();
+        for step in 0..1000 {
+            let epoch = base.wrapping_add(step);
+            assert_eq!(ctx.verifier_at(epoch), ctx.verifier_at(epoch));
+            assert!(
+                seen.insert(ctx.verifier_at(epoch)),
+                "epoch {epoch} repeated a verifier"
+            );
         }
-        self.verifier.store(next, Ordering::SeqCst);
-        self.stats.verifier_changed();
     }
 }

@@ -7,10 +7,13 @@
 //! - **Handles survive restarts** and never reach another file: pool guid, dataset id,
 //!   object number and the inode's generation (its creation txg) (`handle.rs`).
 //! - **Stability never lies** (but under `sync=disabled`, as ZFS): UNSTABLE writes join the
-//!   open txg and are answered UNSTABLE with this server instance's random verifier;
-//!   DATA_SYNC and FILE_SYNC writes, and every write of a `sync=always` dataset, take the
-//!   O_DSYNC path before the reply; COMMIT takes the fsync path (`write.rs`). The verifier
-//!   changes at every start and after a failed commit (`context.rs`).
+//!   open txg and are answered UNSTABLE with the verifier; DATA_SYNC and FILE_SYNC writes,
+//!   and every write of a `sync=always` dataset, take the O_DSYNC path before the reply;
+//!   COMMIT takes the fsync path, which commits that file's changes and the namespace
+//!   changes before them, not other files' writes (`write.rs`). The verifier changes at every
+//!   start and after any failure that may have lost unstable data in the file's pool (an
+//!   intent-log write failure on any path, a failed txg sync, a suspension), never otherwise
+//!   (`context.rs`).
 //! - **Retransmissions** of non-idempotent calls get the first reply (`drc.rs`).
 //! - **Access**: AUTH_SYS only (anything else but NULL is denied AUTH_ERROR TOOWEAK), root
 //!   squashed to nobody (65534), mode bits checked by the server (`convert.rs`).
@@ -21,8 +24,7 @@
 //!   carried, refusals and clients, kept in `crate::nfs_stats` (`cairn stat nfs`, `/metrics`).
 //!
 //! Not yet: NLM locking (clients mount with `nolock`), per-network allow lists and read-only
-//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, per-file
-//! COMMIT (cairn-fs commits its whole log), and coherence with a FUSE mount of the same
+//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, and coherence with a FUSE mount of the same
 //! dataset: the kernel keeps names and attributes for up to `ATTR_TTL` (a minute) and is not
 //! told of changes made over NFS.
 //!

@@ -8,26 +8,19 @@
 //! | any               | disabled           | `write` and nothing waits                | FILE_SYNC (a lie, as ZFS tells it: `sync=disabled` is unsafe) |
 //!
 //! COMMIT is the fsync path (`Filesystem::fsync`): every change of the file, and everything it
-//! depends on, durable before the reply (today that commits the whole filesystem's log, one
-//! lane: cairn-fs's known gap). Every WRITE and COMMIT reply carries this server instance's
-//! verifier (`NfsContext::verifier`); a commit that fails with an I/O error rotates it, so
-//! clients resend what they had not seen committed. Uses `context.rs`, `handle.rs`,
-//! `convert.rs` and `procs.rs`.
+//! depends on (the namespace changes before it), durable before the reply; other files'
+//! UNSTABLE writes are not written (cairn-fs's per-file commit). Every WRITE and COMMIT reply
+//! carries the verifier of the file's pool (`NfsContext::verifier`), which changes after any
+//! failure that may have lost UNSTABLE data, whichever path met it, so clients then resend
+//! what they had not seen committed. Uses `context.rs`, `handle.rs`, `convert.rs` and
+//! `procs.rs`.
 
 use super::context::NfsContext;
 use super::convert::{Caller, MAY_WRITE, nfs_error, wcc_after};
 use super::procs::may_io;
-use cairn_device::ErrorClass;
+use cairn_fs::SyncMode;
 use cairn_fs::attrs::FileKind;
-use cairn_fs::{FsError, SyncMode};
 use cairn_nfs::nfs3::*;
-
-/// An I/O failure on the durable path may have lost acknowledged UNSTABLE data.
-fn note_failure(ctx: &NfsContext, err: &FsError) {
-    if err.class() == ErrorClass::Io {
-        ctx.rotate_verifier();
-    }
-}
 
 pub fn write(ctx: &NfsContext, caller: &Caller, args: &WriteArgs) -> Nfs3Reply {
     let r = match ctx.resolve(&args.file) {
@@ -45,6 +38,9 @@ pub fn write(ctx: &NfsContext, caller: &Caller, args: &WriteArgs) -> Nfs3Reply {
         return Nfs3Reply::Write(Outcome::Fail(err, wcc_now()));
     }
     let fs = &r.export.fs;
+    // Before the write: a failure while it is made must show as a different verifier at the
+    // COMMIT that follows.
+    let verf = ctx.verifier(&r.export.pool);
     let (durable, committed) = match (fs.sync_mode(), args.stable) {
         (SyncMode::Disabled, _) => (false, StableHow::FileSync),
         (SyncMode::Always, _) => (true, StableHow::FileSync),
@@ -57,7 +53,6 @@ pub fn write(ctx: &NfsContext, caller: &Caller, args: &WriteArgs) -> Nfs3Reply {
         fs.write(r.object, args.offset_bytes, &args.data)
     };
     if let Err(err) = &result {
-        note_failure(ctx, err);
         return Nfs3Reply::Write(Outcome::Fail(nfs_error(err), wcc_now()));
     }
     if !caller.is_root() && r.attrs.mode & 0o6000 != 0 {
@@ -68,7 +63,7 @@ pub fn write(ctx: &NfsContext, caller: &Caller, args: &WriteArgs) -> Nfs3Reply {
         file_wcc: wcc_now(),
         count_bytes: u32::try_from(args.data.len()).unwrap_or(u32::MAX),
         committed,
-        verf: ctx.verifier(),
+        verf,
     }))
 }
 
@@ -80,13 +75,11 @@ pub fn commit(ctx: &NfsContext, args: &RangeArgs) -> Nfs3Reply {
     let result = r.export.fs.fsync(r.object);
     let wcc = wcc_after(r.export.post_attr(r.object));
     Nfs3Reply::Commit(match result {
+        // After the commit: any failure before it returned has moved the epoch.
         Ok(()) => Outcome::Ok(CommitOk {
             file_wcc: wcc,
-            verf: ctx.verifier(),
+            verf: ctx.verifier(&r.export.pool),
         }),
-        Err(err) => {
-            note_failure(ctx, &err);
-            Outcome::Fail(nfs_error(&err), wcc)
-        }
+        Err(err) => Outcome::Fail(nfs_error(&err), wcc),
     })
 }

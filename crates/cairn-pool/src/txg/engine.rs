@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -77,6 +78,9 @@ impl TxgEngine {
             state: Mutex::new(state),
             sync_cv: Condvar::new(),
             progress_cv: Condvar::new(),
+            // Random, so an engine started later for the same pool (an export and import in
+            // one process, after a failure the old engine counted) never repeats a value.
+            durability_epoch: AtomicU64::new(crate::new_guid()),
         });
         let guard = SyncThreadExitGuard {
             shared: Arc::clone(&shared),
@@ -218,6 +222,22 @@ impl TxgEngine {
     /// Whether I/O is suspended (recoverable by a resume), as opposed to failed for good.
     pub fn io_suspended(&self) -> bool {
         self.shared.state.lock().io_suspended.is_some()
+    }
+
+    /// A token that changes whenever a change not yet durable may have been lost: a txg sync
+    /// failed, I/O was suspended, or an intent log failed to write (its caller says so with
+    /// `note_durability_failure`). It starts at a random value per engine and advances by one
+    /// per such failure; ordinary work (txg syncs, commits, a bulk commit served by a txg sync)
+    /// never moves it. An NFS server mixes it into its write verifier, so clients resend what
+    /// they wrote UNSTABLE whenever it changed.
+    pub fn durability_epoch(&self) -> u64 {
+        self.shared.durability_epoch.load(Ordering::SeqCst)
+    }
+
+    /// Counts a failure outside the engine that may have lost changes not yet durable (an
+    /// intent-log write that failed: the log falls back to a txg sync, which may fail too).
+    pub fn note_durability_failure(&self) {
+        self.shared.note_durability_failure();
     }
 
     /// The handle the syncer uses to suspend I/O and an administrator to resume it.

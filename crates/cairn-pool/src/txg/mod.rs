@@ -78,6 +78,11 @@
 //!   does not pace), so clients get errors rather than hang, and nothing already synced or
 //!   already in the suspended txg is lost. A shutdown while suspended ends the wait: the syncer
 //!   then fails its txg (fatal suspension, as above).
+//! - Each of those events (a failed sync, a suspension of I/O), and each intent-log write
+//!   failure its log reports (`TxgEngine::note_durability_failure`), advances
+//!   `TxgEngine::durability_epoch`: a count of the moments changes not yet durable may have
+//!   been lost, which front ends whose clients keep such changes (NFS's write verifier) watch.
+//!   Nothing else moves it.
 //! - `shutdown()` refuses new holds, lets the sync thread quiesce and sync the open txg if it has
 //!   dirty data or live holds (waiting for those holds), then stops the thread and joins it. It is
 //!   idempotent: later calls return the same result (`Ok`, or `Suspended` if the engine was). After

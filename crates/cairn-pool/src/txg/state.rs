@@ -9,6 +9,7 @@
 //! pacing in `throttle`. This file depends only on `config`, `stats` and `error` below it.
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
@@ -147,9 +148,18 @@ pub(super) struct Shared {
     pub(super) sync_cv: Condvar,
     /// Wakes waiters and throttled writers: a txg synced, the engine suspended or stopped.
     pub(super) progress_cv: Condvar,
+    /// Failures that may have lost changes not yet durable (a failed txg sync, a suspension
+    /// of I/O, an intent-log write that failed: `TxgEngine::durability_epoch`). Only grows.
+    pub(super) durability_epoch: AtomicU64,
 }
 
 impl Shared {
+    /// See `TxgEngine::durability_epoch`.
+    pub(super) fn note_durability_failure(&self) {
+        self.durability_epoch
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
     pub(super) fn micros_since_start(&self, at: Instant) -> u64 {
         duration_us(at.saturating_duration_since(self.started_at))
     }

@@ -35,6 +35,7 @@ impl SuspendHandle {
         let mut st = self.shared.state.lock();
         if st.io_suspended.is_none() {
             st.stats.io_suspensions += 1;
+            self.shared.note_durability_failure();
         }
         st.io_suspended = Some(Suspension::new("I/O suspended", SuspendReason(reason)));
         drop(st);

@@ -218,6 +218,7 @@ impl Shared {
             }
             Err(cause) => {
                 st.stats.sync_failures += 1;
+                self.note_durability_failure();
                 st.suspended = Some(Suspension::new(format!("sync of txg {txg} failed"), cause));
             }
         }
@@ -273,6 +274,7 @@ impl Drop for SyncThreadExitGuard {
     fn drop(&mut self) {
         let mut st = self.shared.state.lock();
         if std::thread::panicking() && st.suspended.is_none() {
+            self.shared.note_durability_failure();
             st.suspended = Some(Suspension::new(
                 "txg sync thread panicked",
                 SuspendReason("the sync thread ended without finishing its txg".into()),

@@ -153,6 +153,7 @@ fn suspended_io_refuses_work_then_resumes_and_finishes_the_txg() {
     let engine = TxgEngine::start(quiet_config(), 0, syncer.clone());
     let handle = engine.suspend_handle();
     syncer.handle.set(handle.clone()).expect("set once");
+    let epoch = engine.durability_epoch();
     let first = dirty(&engine, 10);
     let waiter = {
         let engine = engine.clone();
@@ -177,6 +178,10 @@ fn suspended_io_refuses_work_then_resumes_and_finishes_the_txg() {
     };
     assert_eq!(engine.wait_synced(second), Ok(()));
     assert_eq!(*syncer.synced.lock(), vec![1, 2]);
+    // The suspension moved the durability epoch once; the syncs around it did not.
+    assert_eq!(engine.durability_epoch(), epoch.wrapping_add(1));
+    engine.note_durability_failure();
+    assert_eq!(engine.durability_epoch(), epoch.wrapping_add(2));
     assert_eq!(engine.stats().io_suspensions, 1);
     assert_eq!(engine.stats().sync_failures, 0);
     engine.shutdown().unwrap();
@@ -815,8 +820,14 @@ fn txg_failing_sync_suspends_engine() {
     let syncer = FakeSyncer::new();
     syncer.fail_at(2);
     let engine = TxgEngine::start(quiet_config(), 0, syncer.clone());
+    let epoch = engine.durability_epoch();
     dirty(&engine, 10);
     assert_eq!(engine.sync_now(), Ok(1));
+    assert_eq!(
+        engine.durability_epoch(),
+        epoch,
+        "a good sync moved the epoch"
+    );
     syncer.close_gate();
     dirty(&engine, 20);
     let waiters: Vec<_> = (0..3)
@@ -835,6 +846,7 @@ fn txg_failing_sync_suspends_engine() {
     }
     assert!(engine.suspended().is_some());
     assert_eq!(engine.last_synced_txg(), 1);
+    assert_eq!(engine.durability_epoch(), epoch.wrapping_add(1));
     // Future waits, syncs and checked holds fail too; nothing more reaches the syncer.
     let h = engine.hold();
     h.add_dirty(5);

@@ -344,6 +344,7 @@ impl IntentLog {
                 lane.cond.notify_all();
                 MutexGuard::unlocked(st, || {
                     self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                    self.txg.note_durability_failure();
                     cairn_metrics::events::record(
                         "zil",
                         format!(
@@ -393,6 +394,7 @@ impl IntentLog {
             }
             Err(err) => MutexGuard::unlocked(st, || {
                 self.stats.fallbacks.fetch_add(1, Ordering::Relaxed);
+                self.txg.note_durability_failure();
                 cairn_metrics::events::record(
                     "zil",
                     format!(
