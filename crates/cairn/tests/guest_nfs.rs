@@ -11,7 +11,7 @@
 //!   remount (so every byte comes back from the server, not the client's cache), compared by
 //!   `tar --compare` (contents, sizes, modes, owners, mtimes, link targets); a `git clone` of
 //!   this repository (a bare copy of it on the host, over file://) onto the mount and
-//!   `git fsck --full` plus a clean `git status` after a remount. On the host afterwards: the
+//!   `git fsck --full --strict` plus a clean `git status` after a remount. On the host afterwards: the
 //!   server stopped cleanly and `pool check` clean.
 //! - `pjdfstest_on_cairn_is_no_worse_than_ganesha`: pjdfstest (crates.io, as `tests/
 //!   pjdfstest.rs` runs it on FUSE) on the cairn mount and, in the same boot with the same
@@ -37,8 +37,8 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// fsx operations per mode in CI: the emulated guest runs ~200 (mmap) to ~330 (plain) a
-/// second over NFS, so 100,000 take ~13 minutes, too long for CI; docs/testing.md has the
+/// fsx operations per mode in CI: 5,000 take 15-20 s per mode in the emulated guest, 100,000
+/// many minutes (19 with mmap on a loaded machine), too long for CI; docs/testing.md has the
 /// long run, made by hand with `CAIRN_GUEST_FSX_OPERATIONS=100000`.
 const FSX_OPERATIONS: u64 = 5_000;
 
