@@ -439,6 +439,8 @@ echo GUEST-DONE
     let log = |name: &str| {
         std::fs::read_to_string(results.join(format!("pjdfstest-{name}.log"))).unwrap_or_default()
     };
+    // The pjdfstest parts show FAILED whenever any test fails (the suite's exit status): the
+    // verdicts in their logs are what is compared.
     let (cairn_summary, cairn_failed) = pjdfstest_verdicts(&log("cairn"));
     let (ganesha_summary, ganesha_failed) = pjdfstest_verdicts(&log("ganesha"));
     eprintln!(
