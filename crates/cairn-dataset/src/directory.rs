@@ -769,6 +769,9 @@ mod typed_property_tests {
         if name == "mountpoint" {
             return "/mnt/elsewhere".into();
         }
+        if name == "sharenfs" {
+            return "no_root_squash".into();
+        }
         assert!(is_size, "{name}: no other value to try");
         let default: u64 = default.parse().unwrap();
         (if default == 0 { 3 << 20 } else { default * 2 }).to_string()

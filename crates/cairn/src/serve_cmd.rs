@@ -50,7 +50,8 @@ pub struct ServeArgs {
     pub http: Option<String>,
     /// Serve NFSv3 on this address, e.g. 127.0.0.1:2049 (off by default): every filesystem
     /// with `sharenfs=on` as /POOL/DATASET, MOUNT and PORTMAP on the same port, AUTH_SYS with
-    /// root squashed. Loopback only for now; clients mount with `nolock` (no NLM).
+    /// root squashed (unless `sharenfs=no_root_squash`). Loopback only for now; clients mount
+    /// with `nolock` (no NLM).
     #[arg(long, value_name = "ADDR:PORT")]
     pub nfs: Option<String>,
     /// The filesystem whose NFS mount command the announcement spells out (`cairn up`'s).

@@ -705,3 +705,89 @@ fn stability_follows_sync_and_listings_survive_restarts() {
     server.terminate();
     env.assert_pool_check_clean();
 }
+
+/// Root is squashed per export: to nobody where `sharenfs` is `on`, kept as root where it
+/// says `no_root_squash` (what a client that administers its files, such as pjdfstest in
+/// `guest_nfs.rs`, needs); options the server does not carry out are refused by name.
+#[test]
+fn root_is_squashed_unless_the_share_says_no_root_squash() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let port = free_port();
+    let server = shared_home(&env, port);
+    // tank/open: shared without root squash, its root given to USER like tank/home's.
+    env.ok(&["create", "-o", "sharenfs=rw,no_root_squash", "tank/open"]);
+    let at = env.path("mnt-open");
+    let cleanup = Unmount(at.clone());
+    env.ok(&["mount", "tank/open", at.to_str().unwrap()]);
+    std::os::unix::fs::chown(&at, Some(USER), Some(USER)).unwrap();
+    env.ok(&["unmount", "tank/open"]);
+    drop(cleanup);
+    assert_eq!(
+        env.ok(&["get", "-H", "-o", "value", "sharenfs", "tank/open"])
+            .trim(),
+        "rw,no_root_squash"
+    );
+    for refused in ["ro", "rw=10.0.0.0/8", "root_squash,no_root_squash"] {
+        let run = env.cairn(&["set", &format!("sharenfs={refused}"), "tank/open"]);
+        assert!(
+            !run.success() && run.stderr.contains("sharenfs"),
+            "sharenfs={refused}: {}",
+            run.describe()
+        );
+    }
+
+    let mut raw = Raw::connect(port);
+    let squashed_root = raw.mount("/tank/home");
+    let open_root = raw.mount("/tank/open");
+    let create_as_root = |dir: &FileHandle, name: &str| CreateArgs {
+        location: DirOpArgs3 {
+            dir: dir.clone(),
+            name: Filename::new(name.as_bytes().to_vec()).unwrap(),
+        },
+        how: CreateHow::Guarded(Sattr3 {
+            mode: Some(0o600),
+            ..Sattr3::default()
+        }),
+    };
+    match raw.nfs_as(
+        0,
+        Nfs3Proc::Create,
+        &create_as_root(&squashed_root, "by-root"),
+    ) {
+        Nfs3Reply::Create(Outcome::Fail(Nfs3Error::Acces, _)) => {}
+        other => panic!("root was not squashed in tank/home: {other:?}"),
+    }
+    let made = match raw.nfs_as(0, Nfs3Proc::Create, &create_as_root(&open_root, "by-root")) {
+        Nfs3Reply::Create(Outcome::Ok(ok)) => ok.object.expect("a handle"),
+        other => panic!("root was squashed in tank/open: {other:?}"),
+    };
+    let attrs = raw.getattr(&made).unwrap();
+    assert_eq!((attrs.uid, attrs.gid), (0, 0), "the file is root's");
+    // Root gives it away (chown needs privilege), as a local root could.
+    let give = SetattrArgs {
+        object: made.clone(),
+        new_attributes: Sattr3 {
+            uid: Some(USER),
+            ..Sattr3::default()
+        },
+        guard: None,
+    };
+    assert!(matches!(
+        raw.nfs_as(0, Nfs3Proc::Setattr, &give),
+        Nfs3Reply::Setattr(Outcome::Ok(_))
+    ));
+    assert_eq!(raw.getattr(&made).unwrap().uid, USER);
+
+    // Back to the default: root is nobody again there, at once.
+    env.ok(&["set", "sharenfs=on", "tank/open"]);
+    match raw.nfs_as(0, Nfs3Proc::Create, &create_as_root(&open_root, "again")) {
+        Nfs3Reply::Create(Outcome::Fail(Nfs3Error::Acces, _)) => {}
+        other => panic!("root was not squashed after sharenfs=on: {other:?}"),
+    }
+
+    drop(raw);
+    let mut server = server;
+    server.terminate();
+    env.assert_pool_check_clean();
+}

@@ -22,13 +22,15 @@
 //! `atime`, `recordsize` in the filesystem layer (`cairn-fs`); `devices`, `setuid`, `exec` and
 //! `readonly` as the FUSE mount's flags, `snapdir` in the mount's `.cairn` directory
 //! (cairn-frontend), `sharenfs` in the NFS server (cairn-frontend's `nfs`, whether a filesystem
-//! is exported). `sync=disabled` is unsafe
+//! is exported and whether root is squashed; its options are parsed in `share.rs`). `sync=disabled` is unsafe
 //! (acknowledged writes can be lost) and is shown as such (`PropertyDef::is_unsafe`).
 
 mod resolved;
+mod share;
 mod values;
 
 pub use resolved::DatasetProperties;
+pub use share::{SHARE_OPTIONS, ShareNfs};
 pub use values::{
     AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes,
     SnapdirMode, SyncMode,
@@ -49,6 +51,8 @@ enum ValueType {
     Choice(&'static [&'static str]),
     /// An absolute path, or `none`.
     PathOrNone,
+    /// `on`, `off` or a list of NFS export options (`share.rs`).
+    ShareOptions,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -164,12 +168,12 @@ pub const PROPERTIES: &[PropertyDef] = &[
     },
     PropertyDef {
         name: "sharenfs",
-        value_type: ValueType::Choice(<bool as ChoiceValue>::NAMES),
+        value_type: ValueType::ShareOptions,
         default: "off",
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
         inheritable: true,
-        description: "share the filesystem over NFSv3 (`cairn serve --nfs`): on exports /POOL/DATASET read-write with root squashed; off refuses its mounts and handles",
+        description: "share the filesystem over NFSv3 (`cairn serve --nfs`): on exports /POOL/DATASET read-write with root squashed; a list of options instead of on: rw, root_squash, no_root_squash (root stays root); off refuses its mounts and handles",
     },
     PropertyDef {
         name: "devices",
@@ -373,6 +377,7 @@ impl PropertyDef {
                 }
                 Ok(bytes.to_string())
             }
+            ValueType::ShareOptions => ShareNfs::canonical(value).map_err(invalid),
         }
     }
 }

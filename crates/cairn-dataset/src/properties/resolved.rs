@@ -7,6 +7,7 @@
 //! checks canonical form when it reads the blob), reported as an invalid property, never
 //! replaced by a default.
 
+use super::share::ShareNfs;
 use super::values::{
     AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes,
     SnapdirMode, SyncMode,
@@ -31,8 +32,8 @@ pub struct DatasetProperties {
     pub refquota_bytes: u64,
     pub atime: AtimeMode,
     pub snapdir: SnapdirMode,
-    /// Exported over NFS (`sharenfs=on`).
-    pub sharenfs: bool,
+    /// Exported over NFS, and how (`sharenfs`).
+    pub sharenfs: ShareNfs,
     pub devices: bool,
     pub setuid: bool,
     pub exec: bool,
@@ -67,7 +68,7 @@ impl DatasetProperties {
             refquota_bytes: read.bytes("refquota")?,
             atime: read.choice("atime")?,
             snapdir: read.choice("snapdir")?,
-            sharenfs: read.choice("sharenfs")?,
+            sharenfs: read.share("sharenfs")?,
             devices: read.choice("devices")?,
             setuid: read.choice("setuid")?,
             exec: read.choice("exec")?,
@@ -117,6 +118,13 @@ impl<F: Fn(&str) -> Result<String, DatasetError>> Reader<'_, F> {
     fn path_or_none(&self, property: &str) -> Result<Option<PathBuf>, DatasetError> {
         let text = self.text(property)?;
         Ok((text != "none").then(|| PathBuf::from(text)))
+    }
+
+    fn share(&self, property: &str) -> Result<ShareNfs, DatasetError> {
+        let text = self.text(property)?;
+        ShareNfs::parse(&text).map_err(|reason| {
+            self.unreadable(property, text, &format!("a sharenfs value ({reason})"))
+        })
     }
 
     fn choice<T: ChoiceValue>(&self, property: &str) -> Result<T, DatasetError> {

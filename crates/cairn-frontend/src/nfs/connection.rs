@@ -4,7 +4,9 @@
 //! denied with AUTH_ERROR), then by program: PORTMAP (GETPORT answers this server's one port
 //! for MOUNT v3 and NFS v3 over TCP, 0 for anything else; any credential), MOUNT v3 (MNT of
 //! `/POOL/DATASET` for shared filesystems) and NFS v3. Every call but the NULL procedures
-//! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. A version other than 3
+//! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. Root is squashed per
+//! call, as the export its first handle leads into says (`NfsContext::caller_in`: the
+//! `sharenfs` options). A version other than 3
 //! gets PROG_MISMATCH, an unknown procedure PROC_UNAVAIL, arguments that do not decode
 //! GARBAGE_ARGS; a record too large for the decoder closes the connection. So a peer's input
 //! can neither panic the server nor make it hold more than one record (`RECORD_BYTES_MAX`)
@@ -31,7 +33,7 @@ use crate::nfs_stats::Seen;
 use cairn_nfs::mount::{
     DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountReply, decode_mount_call,
 };
-use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
+use cairn_nfs::nfs3::{FileHandle, NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
 use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
 use cairn_nfs::record::RecordDecoder;
 use cairn_nfs::rpc::{
@@ -167,12 +169,39 @@ fn failed_args(seen: &mut Seen, xid: u32, err: &XdrError) -> Option<Vec<u8>> {
     header_only(ReplyHeader::accepted(xid, stat))
 }
 
-/// The caller of a call that needs AUTH_SYS, root squashed; None: too weak.
+/// The caller of a call that needs AUTH_SYS, as sent (root not yet squashed: that depends on
+/// the export the call reaches); None: too weak.
 fn caller_of(header: &CallHeader) -> Option<Caller> {
     match &header.credential {
-        Credential::Sys(sys) => Some(Caller::squashed(sys.uid, sys.gid, &sys.gids)),
+        Credential::Sys(sys) => Some(Caller::new(sys.uid, sys.gid, &sys.gids)),
         _ => None,
     }
+}
+
+/// The handle an NFS call acts on first: its object, or the directory it changes (RENAME and
+/// LINK name a second handle, which must be in the same export or the call fails with XDEV).
+fn first_handle(call: &Nfs3Call) -> Option<&FileHandle> {
+    Some(match call {
+        Nfs3Call::Null => return None,
+        Nfs3Call::Getattr(args)
+        | Nfs3Call::Readlink(args)
+        | Nfs3Call::Fsstat(args)
+        | Nfs3Call::Fsinfo(args)
+        | Nfs3Call::Pathconf(args) => &args.object,
+        Nfs3Call::Setattr(args) => &args.object,
+        Nfs3Call::Access(args) => &args.object,
+        Nfs3Call::Lookup(args) | Nfs3Call::Remove(args) | Nfs3Call::Rmdir(args) => &args.dir,
+        Nfs3Call::Read(args) | Nfs3Call::Commit(args) => &args.file,
+        Nfs3Call::Write(args) => &args.file,
+        Nfs3Call::Create(args) => &args.location.dir,
+        Nfs3Call::Mkdir(args) => &args.location.dir,
+        Nfs3Call::Symlink(args) => &args.location.dir,
+        Nfs3Call::Mknod(args) => &args.location.dir,
+        Nfs3Call::Rename(args) => &args.from.dir,
+        Nfs3Call::Link(args) => &args.file,
+        Nfs3Call::Readdir(args) => &args.dir,
+        Nfs3Call::Readdirplus(args) => &args.dir,
+    })
 }
 
 /// The whole reply record to one call record (None: nothing to send), counted in the
@@ -254,6 +283,7 @@ fn answer_record(
                 Ok(call) => call,
                 Err(err) => return failed_args(seen, xid, &err),
             };
+            let caller = ctx.caller_in(caller, first_handle(&call));
             if !remembered(&call) {
                 let reply = nfs3(ctx, &caller, &call);
                 *seen = Seen::nfs(&call, &reply);
@@ -339,7 +369,7 @@ fn exports(ctx: &NfsContext) -> Vec<ExportEntry> {
         for name in pool.dataset_names() {
             let shared = pool
                 .dataset_properties(&name)
-                .is_ok_and(|p| p.sharenfs && p.kind == cairn_dataset::DatasetKind::Filesystem);
+                .is_ok_and(|properties| super::handle::shared(&properties));
             if let (true, Ok(directory)) = (shared, DirPath::new(format!("/{name}").into_bytes())) {
                 entries.push(ExportEntry {
                     directory,

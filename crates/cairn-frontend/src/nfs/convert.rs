@@ -17,7 +17,8 @@ use cairn_nfs::nfs3::{Fattr3, Ftype3, Nfs3Error, NfsTime3, Sattr3, SetTime, Spec
 /// The identity root is squashed to (nobody), as `root_squash` does by default.
 pub const NOBODY_ID: u32 = 65534;
 
-/// Who makes a call: an AUTH_SYS identity, root already squashed.
+/// Who makes a call: an AUTH_SYS identity, as sent (`Caller::new`) or with root squashed
+/// (`squashed`) when the export it reaches squashes root (`NfsContext::caller_in`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
@@ -31,20 +32,25 @@ pub const MAY_WRITE: u32 = 2;
 pub const MAY_EXEC: u32 = 1;
 
 impl Caller {
-    /// The AUTH_SYS identity a call carries, with root (uid 0) squashed to nobody, and its
-    /// group too (as Linux's `root_squash`).
-    pub fn squashed(uid: u32, gid: u32, gids: &[u32]) -> Caller {
-        if uid == 0 {
-            return Caller {
-                uid: NOBODY_ID,
-                gid: NOBODY_ID,
-                gids: Vec::new(),
-            };
-        }
+    /// The AUTH_SYS identity a call carries.
+    pub fn new(uid: u32, gid: u32, gids: &[u32]) -> Caller {
         Caller {
             uid,
             gid,
             gids: gids.to_vec(),
+        }
+    }
+
+    /// This identity with root (uid 0) squashed to nobody, and its groups too (as Linux's
+    /// `root_squash`); any other identity as it is.
+    pub fn squashed(self) -> Caller {
+        if self.uid != 0 {
+            return self;
+        }
+        Caller {
+            uid: NOBODY_ID,
+            gid: NOBODY_ID,
+            gids: Vec::new(),
         }
     }
 
@@ -213,9 +219,9 @@ mod tests {
 
     #[test]
     fn mode_classes_decide_in_order() {
-        let owner = Caller::squashed(1000, 100, &[]);
-        let member = Caller::squashed(1001, 5, &[100]);
-        let other = Caller::squashed(1002, 5, &[]);
+        let owner = Caller::new(1000, 100, &[]);
+        let member = Caller::new(1001, 5, &[100]);
+        let other = Caller::new(1002, 5, &[]);
         let file = attrs(0o640, 1000, 100);
         assert!(owner.may(&file, MAY_READ | MAY_WRITE));
         assert!(member.may(&file, MAY_READ));
@@ -227,8 +233,15 @@ mod tests {
 
     #[test]
     fn root_is_squashed_to_nobody() {
-        let root = Caller::squashed(0, 0, &[0, 1]);
+        let root = Caller::new(0, 0, &[0, 1]).squashed();
         assert_eq!((root.uid, root.gid), (NOBODY_ID, NOBODY_ID));
+        assert!(root.gids.is_empty());
         assert!(!root.may(&attrs(0o600, 0, 0), MAY_READ));
+        // Unsquashed, root reads what only its owner may.
+        let root = Caller::new(0, 0, &[0, 1]);
+        assert!(root.is_root() && root.may(&attrs(0o600, 1000, 1000), MAY_READ));
+        // Others keep their identity.
+        let user = Caller::new(1000, 100, &[4]).squashed();
+        assert_eq!(user, Caller::new(1000, 100, &[4]));
     }
 }

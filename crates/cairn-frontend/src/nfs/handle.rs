@@ -11,11 +11,14 @@
 //! (`sharenfs=off`), or of a pool not served is STALE too; one that does not parse is
 //! BADHANDLE.
 //!
-//! Exports: every filesystem dataset of a served pool whose `sharenfs` is on, mounted by the
-//! path `/POOL/DATASET`, or a directory below it by `/POOL/DATASET/DIR` (MOUNT MNT). Uses `context.rs` and `convert.rs`.
+//! Exports: every filesystem dataset of a served pool whose `sharenfs` is not off, mounted by
+//! the path `/POOL/DATASET`, or a directory below it by `/POOL/DATASET/DIR` (MOUNT MNT); its
+//! `sharenfs` options also say whether root is squashed in it (`caller_in`). Uses
+//! `context.rs` and `convert.rs`.
 
 use super::context::NfsContext;
-use super::convert::fattr;
+use super::convert::{Caller, fattr};
+use cairn_dataset::DatasetProperties;
 use cairn_engine::Pool;
 use cairn_fs::attrs::InodeAttrs;
 use cairn_fs::{Filesystem, FsError, InodeStorage};
@@ -126,15 +129,41 @@ pub struct Resolved {
     pub attrs: InodeAttrs,
 }
 
+/// Whether a dataset with these properties is exported: a filesystem with `sharenfs` not off.
+pub fn shared(properties: &DatasetProperties) -> bool {
+    properties.sharenfs.shared && properties.kind == cairn_dataset::DatasetKind::Filesystem
+}
+
 impl NfsContext {
+    /// The identity a call with `caller`'s credential acts as when it reaches the export
+    /// `handle` leads into: root squashed unless that export's `sharenfs` has
+    /// `no_root_squash`. A handle that leads into no export squashes (the call then fails
+    /// on it anyway, STALE or BADHANDLE).
+    pub fn caller_in(&self, caller: Caller, handle: Option<&FileHandle>) -> Caller {
+        if !caller.is_root() {
+            return caller;
+        }
+        let squash = handle
+            .and_then(HandleParts::decode)
+            .and_then(|parts| {
+                let pool = self
+                    .served
+                    .all()
+                    .into_iter()
+                    .find(|pool| pool.guid() == parts.pool_guid)?;
+                let dataset = pool.dataset_name_of_id(parts.dataset_id)?;
+                let properties = pool.dataset_properties(&dataset).ok()?;
+                Some(!shared(&properties) || properties.sharenfs.root_squash)
+            })
+            .unwrap_or(true);
+        if squash { caller.squashed() } else { caller }
+    }
+
     /// The shared filesystem `dataset` of the pool with `pool_guid`.
     fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
         let shared = pool
             .dataset_properties(&dataset)
-            .map(|properties| {
-                properties.sharenfs && properties.kind == cairn_dataset::DatasetKind::Filesystem
-            })
-            .unwrap_or(false);
+            .is_ok_and(|properties| shared(&properties));
         if !shared {
             return Err(Nfs3Error::Stale);
         }

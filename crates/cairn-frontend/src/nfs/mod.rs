@@ -16,7 +16,8 @@
 //!   (`context.rs`).
 //! - **Retransmissions** of non-idempotent calls get the first reply (`drc.rs`).
 //! - **Access**: AUTH_SYS only (anything else but NULL is denied AUTH_ERROR TOOWEAK), root
-//!   squashed to nobody (65534), mode bits checked by the server (`convert.rs`).
+//!   squashed to nobody (65534) unless the export's `sharenfs` says `no_root_squash`
+//!   (`handle.rs`), mode bits checked by the server (`convert.rs`).
 //! - **Hostile input**: bounded records, typed decoding (cairn-nfs), errors answered or the
 //!   connection closed; at most `CONNECTIONS_MAX` connections at once.
 //!
