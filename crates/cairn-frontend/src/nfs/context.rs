@@ -19,9 +19,9 @@ use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
 use cairn_engine::Pool;
 use cairn_nfs::nfs3::WriteVerf;
-use std::hash::{BuildHasher, Hasher};
 use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
 pub struct NfsContext {
