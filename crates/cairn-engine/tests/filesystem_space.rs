@@ -552,10 +552,12 @@ fn an_access_time_update_is_consistent_after_a_power_cut() {
         fs.read(made, 0, 100).unwrap();
         let attrs = fs.getattr(made).unwrap();
         (object, read_atime, ctime) = (made, attrs.atime, attrs.ctime);
-        // The atime change is logged but not committed by itself; the fsync of another
-        // file commits it with what came before.
+        // The atime change is logged but not committed by itself: it waits with the file's
+        // own records, which another file's fsync leaves (per-file commit) and the file's own
+        // fsync commits, after the name created meanwhile.
         let (other, _) = fs.create(root, b"g", file(0o644)).unwrap();
         fs.fsync(other).unwrap();
+        fs.fsync(made).unwrap();
         power.cut_now();
         drop(fs);
         drop(pool);

@@ -200,6 +200,8 @@ mod sync;
 mod throttle;
 
 #[cfg(test)]
+mod sync_target_tests;
+#[cfg(test)]
 mod tests;
 
 pub use config::{TxgConfig, TxgConfigError, default_dirty_bytes_max, parse_meminfo_total_bytes};

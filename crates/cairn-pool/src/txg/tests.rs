@@ -22,7 +22,7 @@ use std::thread;
 const PATIENCE: Duration = Duration::from_secs(5);
 
 /// Polls `cond` until it holds; fails after a generous timeout (never a timing assertion).
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+pub(super) fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + PATIENCE;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -31,7 +31,10 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// Runs `f` on another thread and returns its result, failing (not hanging) if it blocks.
-fn completes<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+pub(super) fn completes<T: Send + 'static>(
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(f());
@@ -55,35 +58,35 @@ struct FakeState {
 
 /// Records calls; can be paused (gate) or told to fail or panic at a given txg.
 #[derive(Default)]
-struct FakeSyncer {
+pub(super) struct FakeSyncer {
     state: Mutex<FakeState>,
     cv: Condvar,
 }
 
 impl FakeSyncer {
-    fn new() -> Arc<FakeSyncer> {
+    pub(super) fn new() -> Arc<FakeSyncer> {
         Arc::new(FakeSyncer::default())
     }
-    fn close_gate(&self) {
+    pub(super) fn close_gate(&self) {
         self.state.lock().gate_closed = true;
     }
-    fn open_gate(&self) {
+    pub(super) fn open_gate(&self) {
         self.state.lock().gate_closed = false;
         self.cv.notify_all();
     }
-    fn fail_at(&self, txg: u64) {
+    pub(super) fn fail_at(&self, txg: u64) {
         self.state.lock().fail_txg = Some(txg);
     }
-    fn panic_at(&self, txg: u64) {
+    pub(super) fn panic_at(&self, txg: u64) {
         self.state.lock().panic_txg = Some(txg);
     }
-    fn entered(&self) -> Vec<u64> {
+    pub(super) fn entered(&self) -> Vec<u64> {
         self.state.lock().entered.clone()
     }
-    fn returned(&self) -> Vec<u64> {
+    pub(super) fn returned(&self) -> Vec<u64> {
         self.state.lock().returned.clone()
     }
-    fn wait_entered(&self, txg: u64) {
+    pub(super) fn wait_entered(&self, txg: u64) {
         eventually(&format!("syncer entered txg {txg}"), || {
             self.state.lock().entered.contains(&txg)
         });
@@ -211,7 +214,7 @@ fn a_shutdown_ends_a_suspension_with_a_failed_txg() {
 }
 
 /// Long timeout and a large max: only explicit requests sync, the throttle stays quiet.
-fn quiet_config() -> TxgConfig {
+pub(super) fn quiet_config() -> TxgConfig {
     TxgConfig {
         txg_timeout_ms: 3_600_000,
         dirty_bytes_max: 1_000_000,
@@ -224,7 +227,7 @@ fn quiet_config() -> TxgConfig {
     }
 }
 
-fn dirty(engine: &TxgEngine, bytes: u64) -> u64 {
+pub(super) fn dirty(engine: &TxgEngine, bytes: u64) -> u64 {
     let hold = engine.hold();
     hold.add_dirty(bytes);
     hold.txg()
@@ -663,155 +666,6 @@ fn txg_throttle_blocks_at_max_until_sync() {
     assert_eq!(released.load(Ordering::SeqCst), 1);
     assert_eq!(engine.dirty_bytes(), 1);
     assert_eq!(engine.history()[0].writers_blocked_count, 1);
-    engine.shutdown().unwrap();
-}
-
-#[test]
-fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
-    const MIB: u64 = 1 << 20;
-    let syncer = FakeSyncer::new();
-    let config = TxgConfig {
-        dirty_bytes_max: GIB,
-        dirty_sync_percent: 100,
-        sync_target_ms: 100,
-        ..quiet_config()
-    };
-    let engine = TxgEngine::start(config, 0, syncer.clone());
-    // A 32 MiB txg whose sync takes at least 200 ms: at most 160 MiB/s, so 100 ms of it is
-    // at most 16 MiB and the limit falls to its floor, far below the 1 GiB max.
-    syncer.close_gate();
-    dirty(&engine, 32 * MIB);
-    let sync = {
-        let engine = engine.clone();
-        thread::spawn(move || engine.sync_now())
-    };
-    syncer.wait_entered(1);
-    thread::sleep(Duration::from_millis(200));
-    syncer.open_gate();
-    assert_eq!(sync.join().unwrap(), Ok(1));
-    assert_eq!(engine.stats().writers_blocked_at_max_count, 0);
-
-    dirty(&engine, DIRTY_LIMIT_FLOOR_BYTES);
-    let writer = {
-        let engine = engine.clone();
-        thread::spawn(move || engine.throttle(1))
-    };
-    eventually("writer blocked at the measured limit", || {
-        engine.stats().writers_blocked_at_max_count == 1
-    });
-    assert_eq!(engine.sync_now(), Ok(2));
-    writer.join().unwrap();
-    engine.shutdown().unwrap();
-}
-
-#[test]
-fn txg_a_slow_sync_delays_writers_below_the_limits_knee_under_a_sync_target() {
-    const MIB: u64 = 1 << 20;
-    let syncer = FakeSyncer::new();
-    let config = TxgConfig {
-        dirty_bytes_max: GIB,
-        dirty_sync_percent: 100,
-        sync_target_ms: 100,
-        ..quiet_config()
-    };
-    let engine = TxgEngine::start(config, 0, syncer.clone());
-    // 32 MiB synced in at least 200 ms: 100 ms of that rate is at most 16 MiB, so the limit
-    // in force is its 64 MiB floor (delays from 38.4 MiB on) but the delay curve ends at
-    // its own 32 MiB floor (delays from 19.2 MiB on).
-    syncer.close_gate();
-    dirty(&engine, 32 * MIB);
-    let sync = {
-        let engine = engine.clone();
-        thread::spawn(move || engine.sync_now())
-    };
-    syncer.wait_entered(1);
-    thread::sleep(Duration::from_millis(200));
-    syncer.open_gate();
-    assert_eq!(sync.join().unwrap(), Ok(1));
-
-    let hold = engine.hold();
-    hold.add_dirty(18 * MIB);
-    engine.throttle(MIB);
-    assert_eq!(engine.stats().writer_delays_count, 0, "below either knee");
-    hold.add_dirty(8 * MIB); // 26 MiB: past the curve's knee, under the limit's
-    engine.throttle(MIB);
-    let stats = engine.stats();
-    assert_eq!(stats.writer_delays_count, 1);
-    assert_eq!(stats.writers_blocked_at_max_count, 0);
-    drop(hold);
-    assert_eq!(engine.sync_now(), Ok(2));
-    engine.shutdown().unwrap();
-}
-
-#[test]
-fn txg_sync_left_bytes_falls_with_the_rate_and_stops_at_zero() {
-    assert_eq!(sync_left_bytes(1000, 100, Duration::ZERO), 1000);
-    assert_eq!(sync_left_bytes(1000, 100, Duration::from_secs(4)), 600);
-    assert_eq!(sync_left_bytes(1000, 100, Duration::from_secs(10)), 0);
-    assert_eq!(sync_left_bytes(1000, 100, Duration::from_secs(60)), 0);
-    assert_eq!(sync_left_bytes(1000, u64::MAX, Duration::from_secs(1)), 0);
-}
-
-#[test]
-fn txg_a_syncing_txg_counts_what_it_has_left_to_write_under_a_sync_target() {
-    const MIB: u64 = 1 << 20;
-    let syncer = FakeSyncer::new();
-    let config = TxgConfig {
-        dirty_bytes_max: 96 * MIB,
-        dirty_sync_percent: 100,
-        sync_target_ms: 100,
-        ..quiet_config()
-    };
-    let engine = TxgEngine::start(config, 0, syncer.clone());
-    let sync_in_background = |engine: &Arc<TxgEngine>| {
-        let engine = engine.clone();
-        thread::spawn(move || engine.sync_now())
-    };
-    // A rate: 32 MiB synced in at least 500 ms, at most 64 MiB/s, so the limit in force
-    // is its 64 MiB floor.
-    syncer.close_gate();
-    dirty(&engine, 32 * MIB);
-    let sync = sync_in_background(&engine);
-    syncer.wait_entered(1);
-    thread::sleep(Duration::from_millis(500));
-    syncer.open_gate();
-    assert_eq!(sync.join().unwrap(), Ok(1));
-
-    // Txg 2 is over the limit and stays syncing: a writer blocks on it at first, and goes
-    // once the rate would have written the 24 MiB over (under 2 s), the sync still running.
-    syncer.close_gate();
-    dirty(&engine, 88 * MIB);
-    let sync = sync_in_background(&engine);
-    syncer.wait_entered(2);
-    let writer = {
-        let engine = engine.clone();
-        thread::spawn(move || engine.throttle(1))
-    };
-    eventually("writer blocked at the limit in force", || {
-        engine.stats().writers_blocked_at_max_count == 1
-    });
-    eventually("writer let through by the sync's progress", || {
-        writer.is_finished()
-    });
-    writer.join().unwrap();
-    assert_eq!(engine.last_synced_txg(), 1, "txg 2 is still syncing");
-
-    // Memory still counts the syncing txg whole: 88 + 40 MiB pass the 96 MiB max, though
-    // a waiter would wait for less than the limit in force.
-    dirty(&engine, 40 * MIB);
-    let writer = {
-        let engine = engine.clone();
-        thread::spawn(move || engine.throttle(1))
-    };
-    eventually("writer blocked at the memory max", || {
-        engine.stats().writers_blocked_at_max_count == 2
-    });
-    thread::sleep(Duration::from_millis(30));
-    assert!(!writer.is_finished(), "writer passed the memory max");
-    syncer.open_gate();
-    assert_eq!(sync.join().unwrap(), Ok(2));
-    writer.join().unwrap();
-    assert_eq!(engine.dirty_bytes(), 40 * MIB);
     engine.shutdown().unwrap();
 }
 
