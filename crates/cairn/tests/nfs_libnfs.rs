@@ -13,27 +13,20 @@
 #![allow(clippy::too_many_lines)]
 
 mod nbd_common;
+mod nfs_common;
 
-use cairn_nfs::mount::{MountReply, decode_mount_reply};
+use cairn_nfs::Encoder;
 use cairn_nfs::nfs3::*;
 use cairn_nfs::record::read_record;
 use cairn_nfs::rpc::{
-    AcceptStat, AuthStat, AuthSys, CallHeader, Credential, MachineName, OpaqueAuth, PROGRAM_MOUNT,
-    PROGRAM_NFS, RejectStat, ReplyBody, ReplyHeader,
+    AcceptStat, AuthStat, CallHeader, Credential, OpaqueAuth, PROGRAM_NFS, RejectStat, ReplyBody,
+    ReplyHeader,
 };
-use cairn_nfs::{Decoder, Encoder, XdrDecode, XdrEncode};
 use nbd_common::*;
+use nfs_common::*;
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
-
-/// The user the tests act as over NFS (root would be squashed to nobody).
-const USER: u32 = 1000;
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 fn serve_nfs(env: &Env, port: u16) -> Server {
     env.serve_with_args(&["--nfs", &format!("127.0.0.1:{port}")])
@@ -56,10 +49,6 @@ fn shared_home(env: &Env, port: u16) -> Server {
 
 fn url(port: u16, path: &str) -> String {
     format!("nfs://127.0.0.1{path}?version=3&nfsport={port}&mountport={port}&uid={USER}&gid={USER}")
-}
-
-fn libnfs(tool_name: &str, args: &[&str]) -> Run {
-    run(&tool(tool_name, "libnfs-utils"), args)
 }
 
 fn pattern(len_bytes: usize, seed: u32) -> Vec<u8> {
@@ -159,198 +148,6 @@ fn libnfs_copies_files_in_and_out_of_a_shared_filesystem() {
 
     server.terminate();
     env.assert_pool_check_clean();
-}
-
-/// A raw NFSv3 client on one TCP connection.
-struct Raw {
-    stream: TcpStream,
-    xid: u32,
-}
-
-fn sys(uid: u32) -> Credential {
-    Credential::Sys(AuthSys {
-        stamp: 1,
-        machine_name: MachineName::new(&b"raw-test"[..]).unwrap(),
-        uid,
-        gid: uid,
-        gids: Vec::new(),
-    })
-}
-
-impl Raw {
-    fn connect(port: u16) -> Raw {
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-        // A reply that never comes fails the test instead of hanging it.
-        stream
-            .set_read_timeout(Some(std::time::Duration::from_secs(120)))
-            .unwrap();
-        Raw {
-            stream,
-            xid: 0x1000,
-        }
-    }
-
-    /// Sends one call record with `xid`; returns the whole reply record.
-    fn call_with_xid(
-        &mut self,
-        xid: u32,
-        program: u32,
-        procedure: u32,
-        credential: Credential,
-        args: &[u8],
-    ) -> Vec<u8> {
-        let mut enc = Encoder::for_record();
-        enc.put(&CallHeader {
-            xid,
-            program,
-            version: 3,
-            procedure,
-            credential,
-            verifier: OpaqueAuth::none(),
-        });
-        let mut record = enc.into_record().unwrap();
-        // The arguments go after the header; fix the record mark's length.
-        record.extend_from_slice(args);
-        let len = (record.len() - 4) as u32 | 0x8000_0000;
-        record[..4].copy_from_slice(&len.to_be_bytes());
-        self.stream.write_all(&record).unwrap();
-        read_record(&mut self.stream, 4 << 20)
-            .unwrap()
-            .expect("a reply, not a closed connection")
-    }
-
-    /// The reply header and the results after it.
-    fn split(reply: &[u8]) -> (ReplyHeader, Vec<u8>) {
-        let mut dec = Decoder::new(reply);
-        let header = ReplyHeader::decode(&mut dec).unwrap();
-        (header, dec.rest().to_vec())
-    }
-
-    fn nfs_as(&mut self, uid: u32, procedure: Nfs3Proc, args: &dyn XdrEncode) -> Nfs3Reply {
-        self.xid += 1;
-        let mut enc = Encoder::new();
-        args.encode(&mut enc);
-        let reply = self.call_with_xid(
-            self.xid,
-            PROGRAM_NFS,
-            procedure.as_u32(),
-            sys(uid),
-            &enc.into_bytes(),
-        );
-        let (header, results) = Raw::split(&reply);
-        assert_eq!(header, ReplyHeader::success(self.xid), "{procedure:?}");
-        decode_reply(procedure.as_u32(), &results, 2 << 20).unwrap()
-    }
-
-    fn nfs(&mut self, procedure: Nfs3Proc, args: &dyn XdrEncode) -> Nfs3Reply {
-        self.nfs_as(USER, procedure, args)
-    }
-
-    fn mount(&mut self, path: &str) -> FileHandle {
-        self.xid += 1;
-        let mut enc = Encoder::new();
-        enc.put(&cairn_nfs::mount::DirPath::new(path.as_bytes().to_vec()).unwrap());
-        let reply = self.call_with_xid(self.xid, PROGRAM_MOUNT, 1, sys(USER), &enc.into_bytes());
-        let (_, results) = Raw::split(&reply);
-        match decode_mount_reply(1, &results).unwrap() {
-            MountReply::Mnt(Ok(ok)) => ok.handle,
-            other => panic!("MNT {path}: {other:?}"),
-        }
-    }
-
-    fn lookup(&mut self, dir: &FileHandle, name: &str) -> Result<FileHandle, Nfs3Error> {
-        let args = DirOpArgs3 {
-            dir: dir.clone(),
-            name: Filename::new(name.as_bytes().to_vec()).unwrap(),
-        };
-        match self.nfs(Nfs3Proc::Lookup, &args) {
-            Nfs3Reply::Lookup(Outcome::Ok(ok)) => Ok(ok.object),
-            Nfs3Reply::Lookup(Outcome::Fail(err, _)) => Err(err),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn getattr(&mut self, handle: &FileHandle) -> Result<Fattr3, Nfs3Error> {
-        match self.nfs(
-            Nfs3Proc::Getattr,
-            &HandleArgs {
-                object: handle.clone(),
-            },
-        ) {
-            Nfs3Reply::Getattr(Outcome::Ok(attrs)) => Ok(attrs),
-            Nfs3Reply::Getattr(Outcome::Fail(err, ())) => Err(err),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    fn create(&mut self, dir: &FileHandle, name: &str) -> FileHandle {
-        let args = CreateArgs {
-            location: DirOpArgs3 {
-                dir: dir.clone(),
-                name: Filename::new(name.as_bytes().to_vec()).unwrap(),
-            },
-            how: CreateHow::Guarded(Sattr3 {
-                mode: Some(0o644),
-                ..Sattr3::default()
-            }),
-        };
-        match self.nfs(Nfs3Proc::Create, &args) {
-            Nfs3Reply::Create(Outcome::Ok(ok)) => ok.object.expect("a handle"),
-            other => panic!("CREATE {name}: {other:?}"),
-        }
-    }
-
-    fn write(
-        &mut self,
-        file: &FileHandle,
-        offset_bytes: u64,
-        data: &[u8],
-        stable: StableHow,
-    ) -> WriteOk {
-        let args = WriteArgs {
-            file: file.clone(),
-            offset_bytes,
-            stable,
-            data: data.to_vec(),
-        };
-        match self.nfs(Nfs3Proc::Write, &args) {
-            Nfs3Reply::Write(Outcome::Ok(ok)) => ok,
-            other => panic!("WRITE: {other:?}"),
-        }
-    }
-
-    fn commit(&mut self, file: &FileHandle) -> WriteVerf {
-        let args = RangeArgs {
-            file: file.clone(),
-            offset_bytes: 0,
-            count_bytes: 0,
-        };
-        match self.nfs(Nfs3Proc::Commit, &args) {
-            Nfs3Reply::Commit(Outcome::Ok(ok)) => ok.verf,
-            other => panic!("COMMIT: {other:?}"),
-        }
-    }
-
-    fn read(&mut self, file: &FileHandle, count_bytes: u32) -> Vec<u8> {
-        let args = RangeArgs {
-            file: file.clone(),
-            offset_bytes: 0,
-            count_bytes,
-        };
-        match self.nfs(Nfs3Proc::Read, &args) {
-            Nfs3Reply::Read(Outcome::Ok(ok)) => ok.data,
-            other => panic!("READ: {other:?}"),
-        }
-    }
-}
-
-fn remove_args(dir: &FileHandle, name: &str) -> Vec<u8> {
-    let mut enc = Encoder::new();
-    enc.put(&DirOpArgs3 {
-        dir: dir.clone(),
-        name: Filename::new(name.as_bytes().to_vec()).unwrap(),
-    });
-    enc.into_bytes()
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! What NFS tests share: a pool with a shared filesystem whose root a test user owns, libnfs's
 //! tools, and a small raw NFSv3 client built on cairn-nfs's codec (one TCP connection, from
 //! any loopback address, so tests can be several clients). Used beside `nbd_common` (`mod
-//! nbd_common; mod nfs_common;`). Copied from `nfs_libnfs.rs`'s helpers, which predate it.
+//! nbd_common; mod nfs_common;`). `nfs_libnfs.rs` uses it too.
 
 #![allow(dead_code)]
 
@@ -154,6 +154,18 @@ impl Raw {
         match decode_mount_reply(1, &results).unwrap() {
             MountReply::Mnt(Ok(ok)) => ok.handle,
             other => panic!("MNT {path}: {other:?}"),
+        }
+    }
+
+    pub fn lookup(&mut self, dir: &FileHandle, name: &str) -> Result<FileHandle, Nfs3Error> {
+        let args = DirOpArgs3 {
+            dir: dir.clone(),
+            name: Filename::new(name.as_bytes().to_vec()).unwrap(),
+        };
+        match self.nfs(Nfs3Proc::Lookup, &args) {
+            Nfs3Reply::Lookup(Outcome::Ok(ok)) => Ok(ok.object),
+            Nfs3Reply::Lookup(Outcome::Fail(err, _)) => Err(err),
+            other => panic!("{other:?}"),
         }
     }
 
