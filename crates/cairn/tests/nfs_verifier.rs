@@ -10,30 +10,16 @@
 #![allow(clippy::too_many_lines)]
 
 mod nbd_common;
+mod nfs_common;
 
-use cairn_nfs::mount::{MountReply, decode_mount_reply};
 use cairn_nfs::nfs3::*;
-use cairn_nfs::record::read_record;
-use cairn_nfs::rpc::{
-    AuthSys, CallHeader, Credential, MachineName, OpaqueAuth, PROGRAM_MOUNT, PROGRAM_NFS,
-    ReplyHeader,
-};
-use cairn_nfs::{Decoder, Encoder, XdrDecode, XdrEncode};
 use nbd_common::*;
-use std::io::Write;
-use std::net::TcpStream;
+use nfs_common::*;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The user the tests act as over NFS (root would be squashed to nobody).
-const USER: u32 = 1000;
 const MIB: u64 = 1 << 20;
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("address").port()
-}
 
 /// Gives `tank/home`'s root to `USER` (through a FUSE mount of the running server).
 fn give_home_to_user(env: &Env) {
@@ -52,118 +38,6 @@ fn pattern(len_bytes: usize, seed: u32) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
-}
-
-/// A raw NFSv3 client on one TCP connection (the calls these tests need).
-struct Raw {
-    stream: TcpStream,
-    xid: u32,
-}
-
-impl Raw {
-    fn connect(port: u16) -> Raw {
-        let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-        // A reply that never comes fails the test instead of hanging it.
-        stream
-            .set_read_timeout(Some(Duration::from_secs(120)))
-            .expect("timeout");
-        Raw {
-            stream,
-            xid: 0x2000,
-        }
-    }
-
-    /// Sends one call; returns the results after the reply header.
-    fn call(&mut self, program: u32, procedure: u32, args: &dyn XdrEncode) -> Vec<u8> {
-        self.xid += 1;
-        let mut enc = Encoder::for_record();
-        enc.put(&CallHeader {
-            xid: self.xid,
-            program,
-            version: 3,
-            procedure,
-            credential: Credential::Sys(AuthSys {
-                stamp: 1,
-                machine_name: MachineName::new(&b"verifier-test"[..]).expect("name"),
-                uid: USER,
-                gid: USER,
-                gids: Vec::new(),
-            }),
-            verifier: OpaqueAuth::none(),
-        });
-        args.encode(&mut enc);
-        let record = enc.into_record().expect("record");
-        self.stream.write_all(&record).expect("send");
-        let reply = read_record(&mut self.stream, 4 << 20)
-            .expect("reply")
-            .expect("a reply, not a closed connection");
-        let mut dec = Decoder::new(&reply);
-        let header = ReplyHeader::decode(&mut dec).expect("reply header");
-        assert_eq!(header, ReplyHeader::success(self.xid));
-        dec.rest().to_vec()
-    }
-
-    fn nfs(&mut self, procedure: Nfs3Proc, args: &dyn XdrEncode) -> Nfs3Reply {
-        let results = self.call(PROGRAM_NFS, procedure.as_u32(), args);
-        decode_reply(procedure.as_u32(), &results, 2 << 20).expect("NFS reply")
-    }
-
-    fn mount(&mut self, path: &str) -> FileHandle {
-        let dir = cairn_nfs::mount::DirPath::new(path.as_bytes().to_vec()).expect("path");
-        let results = self.call(PROGRAM_MOUNT, 1, &dir);
-        match decode_mount_reply(1, &results).expect("MNT reply") {
-            MountReply::Mnt(Ok(ok)) => ok.handle,
-            other => panic!("MNT {path}: {other:?}"),
-        }
-    }
-
-    fn create(&mut self, dir: &FileHandle, name: &str) -> FileHandle {
-        let args = CreateArgs {
-            location: DirOpArgs3 {
-                dir: dir.clone(),
-                name: Filename::new(name.as_bytes().to_vec()).expect("name"),
-            },
-            how: CreateHow::Guarded(Sattr3 {
-                mode: Some(0o644),
-                ..Sattr3::default()
-            }),
-        };
-        match self.nfs(Nfs3Proc::Create, &args) {
-            Nfs3Reply::Create(Outcome::Ok(ok)) => ok.object.expect("a handle"),
-            other => panic!("CREATE {name}: {other:?}"),
-        }
-    }
-
-    fn write(
-        &mut self,
-        file: &FileHandle,
-        offset_bytes: u64,
-        data: &[u8],
-        stable: StableHow,
-    ) -> WriteOk {
-        let args = WriteArgs {
-            file: file.clone(),
-            offset_bytes,
-            stable,
-            data: data.to_vec(),
-        };
-        match self.nfs(Nfs3Proc::Write, &args) {
-            Nfs3Reply::Write(Outcome::Ok(ok)) => ok,
-            other => panic!("WRITE: {other:?}"),
-        }
-    }
-
-    fn commit(&mut self, file: &FileHandle) -> WriteVerf {
-        let args = RangeArgs {
-            file: file.clone(),
-            offset_bytes: 0,
-            count_bytes: 0,
-        };
-        match self.nfs(Nfs3Proc::Commit, &args) {
-            Nfs3Reply::Commit(Outcome::Ok(ok)) => ok.verf,
-            other => panic!("COMMIT: {other:?}"),
-        }
-    }
 }
 
 /// A FUSE-mounted file whose writes fail with EIO while `trigger` exists (nbdkit's `error`
