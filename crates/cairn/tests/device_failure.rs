@@ -12,91 +12,15 @@
 //! point 19) must be resilvered for what it missed — after `pool clear` and after a restart —
 //! shown as resilvering meanwhile; proved by detaching the other side and reading every byte.
 
+mod failing_disk;
 mod nbd_common;
 
+use failing_disk::FailingDisk;
 use nbd_common::*;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const EXPORT: &str = "tank/vol";
 const MIB: u64 = 1 << 20;
-
-/// A FUSE-mounted file whose writes (or, `every_op`, all operations) fail while `trigger`
-/// exists.
-struct FailingDisk {
-    mount_dir: PathBuf,
-    trigger: PathBuf,
-    nbdfuse: Child,
-}
-
-impl FailingDisk {
-    fn new(env: &Env, name: &str, size_bytes: u64) -> FailingDisk {
-        FailingDisk::failing(env, name, size_bytes, false)
-    }
-
-    fn failing(env: &Env, name: &str, size_bytes: u64, every_op: bool) -> FailingDisk {
-        let backing = env.path(&format!("{name}.backing"));
-        std::fs::File::create(&backing)
-            .and_then(|file| file.set_len(size_bytes))
-            .expect("backing file");
-        let mount_dir = env.path(&format!("{name}.mnt"));
-        std::fs::create_dir_all(&mount_dir).expect("mount dir");
-        let trigger = env.path(&format!("{name}.fail"));
-        tool("nbdkit", "nbdkit");
-        let prefix = if every_op { "error" } else { "error-pwrite" };
-        let nbdfuse = Command::new(tool("nbdfuse", "libnbd-bin"))
-            .arg(mount_dir.join("disk"))
-            .args(["--command", "nbdkit", "-s", "--filter=error", "file"])
-            .arg(&backing)
-            .arg(format!("{prefix}=EIO"))
-            .arg(format!("{prefix}-rate=100%"))
-            .arg(format!("{prefix}-file={}", trigger.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nbdfuse");
-        let disk = FailingDisk {
-            mount_dir,
-            trigger,
-            nbdfuse,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::fs::metadata(disk.path()).map(|meta| meta.len()).ok() != Some(size_bytes) {
-            assert!(
-                Instant::now() < deadline,
-                "nbdfuse did not mount {}",
-                disk.path()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        disk
-    }
-
-    fn path(&self) -> String {
-        self.mount_dir.join("disk").display().to_string()
-    }
-
-    fn fail_writes(&self) {
-        std::fs::write(&self.trigger, b"").expect("trigger");
-    }
-
-    fn heal(&self) {
-        std::fs::remove_file(&self.trigger).expect("remove trigger");
-    }
-}
-
-impl Drop for FailingDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mount_dir)
-            .status();
-        let _ = self.nbdfuse.kill();
-        let _ = self.nbdfuse.wait();
-    }
-}
 
 /// `write -P PATTERN OFFSET 1M` then `flush`: durable when it succeeds.
 fn write_durably(uri: &str, pattern: u8, mib: u64) -> Run {

@@ -9,15 +9,15 @@
 // A test is one scenario read top to bottom: split into helpers, it reads worse.
 #![allow(clippy::too_many_lines)]
 
+mod failing_disk;
 mod nbd_common;
 mod nfs_common;
 
 use cairn_nfs::nfs3::*;
+use failing_disk::FailingDisk;
 use nbd_common::*;
 use nfs_common::*;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MIB: u64 = 1 << 20;
 
@@ -38,77 +38,6 @@ fn pattern(len_bytes: usize, seed: u32) -> Vec<u8> {
             (x >> 24) as u8
         })
         .collect()
-}
-
-/// A FUSE-mounted file whose writes fail with EIO while `trigger` exists (nbdkit's `error`
-/// filter behind `nbdfuse`; the same device as `device_failure.rs`).
-struct FailingDisk {
-    mount_dir: PathBuf,
-    trigger: PathBuf,
-    nbdfuse: Child,
-}
-
-impl FailingDisk {
-    fn new(env: &Env, name: &str, size_bytes: u64) -> FailingDisk {
-        let backing = env.path(&format!("{name}.backing"));
-        std::fs::File::create(&backing)
-            .and_then(|file| file.set_len(size_bytes))
-            .expect("backing file");
-        let mount_dir = env.path(&format!("{name}.mnt"));
-        std::fs::create_dir_all(&mount_dir).expect("mount dir");
-        let trigger = env.path(&format!("{name}.fail"));
-        tool("nbdkit", "nbdkit");
-        let nbdfuse = Command::new(tool("nbdfuse", "libnbd-bin"))
-            .arg(mount_dir.join("disk"))
-            .args(["--command", "nbdkit", "-s", "--filter=error", "file"])
-            .arg(&backing)
-            .arg("error-pwrite=EIO")
-            .arg("error-pwrite-rate=100%")
-            .arg(format!("error-pwrite-file={}", trigger.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn nbdfuse");
-        let disk = FailingDisk {
-            mount_dir,
-            trigger,
-            nbdfuse,
-        };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while std::fs::metadata(disk.path()).map(|meta| meta.len()).ok() != Some(size_bytes) {
-            assert!(
-                Instant::now() < deadline,
-                "nbdfuse did not mount {}",
-                disk.path()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        disk
-    }
-
-    fn path(&self) -> String {
-        self.mount_dir.join("disk").display().to_string()
-    }
-
-    fn fail_writes(&self) {
-        std::fs::write(&self.trigger, b"").expect("trigger");
-    }
-
-    fn heal(&self) {
-        std::fs::remove_file(&self.trigger).expect("remove trigger");
-    }
-}
-
-impl Drop for FailingDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("fusermount3")
-            .arg("-u")
-            .arg(&self.mount_dir)
-            .status();
-        let _ = self.nbdfuse.kill();
-        let _ = self.nbdfuse.wait();
-    }
 }
 
 /// A failure met by another client through another front end — a volume's FLUSH whose log
