@@ -10,9 +10,11 @@ use std::time::Duration;
 use super::config::GIB;
 use super::tests::{FakeSyncer, dirty, eventually, quiet_config};
 use super::*;
-#[test]
-fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
-    const MIB: u64 = 1 << 20;
+const MIB: u64 = 1 << 20;
+
+/// An engine with a 1 GiB max and a 100 ms sync target whose first txg, 32 MiB, took at least
+/// 200 ms to sync: its measured rate is at most 160 MiB/s.
+fn slow_synced_engine() -> Arc<TxgEngine> {
     let syncer = FakeSyncer::new();
     let config = TxgConfig {
         dirty_bytes_max: GIB,
@@ -21,8 +23,6 @@ fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
         ..quiet_config()
     };
     let engine = TxgEngine::start(config, 0, syncer.clone());
-    // A 32 MiB txg whose sync takes at least 200 ms: at most 160 MiB/s, so 100 ms of it is
-    // at most 16 MiB and the limit falls to its floor, far below the 1 GiB max.
     syncer.close_gate();
     dirty(&engine, 32 * MIB);
     let sync = {
@@ -33,6 +33,14 @@ fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
     thread::sleep(Duration::from_millis(200));
     syncer.open_gate();
     assert_eq!(sync.join().unwrap(), Ok(1));
+    engine
+}
+
+#[test]
+fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
+    // A 32 MiB txg whose sync takes at least 200 ms: at most 160 MiB/s, so 100 ms of it is
+    // at most 16 MiB and the limit falls to its floor, far below the 1 GiB max.
+    let engine = slow_synced_engine();
     assert_eq!(engine.stats().writers_blocked_at_max_count, 0);
 
     dirty(&engine, DIRTY_LIMIT_FLOOR_BYTES);
@@ -50,28 +58,10 @@ fn txg_a_slow_sync_lowers_the_dirty_limit_under_a_sync_target() {
 
 #[test]
 fn txg_a_slow_sync_delays_writers_below_the_limits_knee_under_a_sync_target() {
-    const MIB: u64 = 1 << 20;
-    let syncer = FakeSyncer::new();
-    let config = TxgConfig {
-        dirty_bytes_max: GIB,
-        dirty_sync_percent: 100,
-        sync_target_ms: 100,
-        ..quiet_config()
-    };
-    let engine = TxgEngine::start(config, 0, syncer.clone());
     // 32 MiB synced in at least 200 ms: 100 ms of that rate is at most 16 MiB, so the limit
     // in force is its 64 MiB floor (delays from 38.4 MiB on) but the delay curve ends at
     // its own 32 MiB floor (delays from 19.2 MiB on).
-    syncer.close_gate();
-    dirty(&engine, 32 * MIB);
-    let sync = {
-        let engine = engine.clone();
-        thread::spawn(move || engine.sync_now())
-    };
-    syncer.wait_entered(1);
-    thread::sleep(Duration::from_millis(200));
-    syncer.open_gate();
-    assert_eq!(sync.join().unwrap(), Ok(1));
+    let engine = slow_synced_engine();
 
     let hold = engine.hold();
     hold.add_dirty(18 * MIB);
@@ -98,7 +88,6 @@ fn txg_sync_left_bytes_falls_with_the_rate_and_stops_at_zero() {
 
 #[test]
 fn txg_a_syncing_txg_counts_what_it_has_left_to_write_under_a_sync_target() {
-    const MIB: u64 = 1 << 20;
     let syncer = FakeSyncer::new();
     let config = TxgConfig {
         dirty_bytes_max: 96 * MIB,
