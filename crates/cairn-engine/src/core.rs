@@ -260,7 +260,8 @@ pub(crate) struct SyncedTree<'a> {
 /// while the hold lives, the last synced txg's uberblock, roots and allocator agree. Writers
 /// keep going into the open txg meanwhile.
 pub(crate) fn freeze_syncs(engine: &TxgEngine) -> Result<cairn_pool::txg::TxgHold, EngineError> {
-    let hold = engine.try_hold().map_err(EngineError::Txg)?;
+    // A pin: reading the synced tree changes nothing, and must not make an idle pool sync.
+    let hold = engine.try_pin().map_err(EngineError::Txg)?;
     while engine.last_synced_txg() + 1 < hold.txg() {
         if let Some(suspension) = engine.suspension() {
             return Err(EngineError::Txg(cairn_pool::txg::TxgError::Suspended(

@@ -857,3 +857,36 @@ fn a_minimal_access_acl_is_the_mode_and_takes_no_space() {
     assert_eq!(fs.getxattr(object, b"user.keep").unwrap(), b"1");
     assert_eq!(fs.listxattr(object).unwrap(), vec![b"user.keep".to_vec()]);
 }
+
+/// A change of attributes alone (no data) is kept by a sync and a clean close: the txg that
+/// carries only a dnode's bonus must still be written.
+#[test]
+fn a_chmod_alone_survives_sync_close_and_import() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 1);
+    let pool = create_mirror(&paths, plain_opener());
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
+    let root = fs.root();
+    let (object, _) = fs.create(root, b"f", file(0o644)).unwrap();
+    fs.write(object, 0, &pattern(4096, 1)).unwrap();
+    pool.sync().unwrap();
+    let changed = fs
+        .setattr(
+            object,
+            SetAttrs {
+                mode: Some(0o600),
+                ..SetAttrs::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(changed.mode & 0o7777, 0o600);
+    pool.sync().unwrap();
+    drop(fs);
+    pool.close().unwrap();
+    let pool = import(&paths, plain_opener()).unwrap();
+    let fs = pool.filesystem("tank/fs").unwrap();
+    let (object, _) = fs.lookup(fs.root(), b"f").unwrap();
+    assert_eq!(fs.getattr(object).unwrap().mode & 0o7777, 0o600);
+    drop(fs);
+    pool.close().unwrap();
+}

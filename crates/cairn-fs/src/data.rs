@@ -177,11 +177,13 @@ impl Filesystem {
         // Not throttled: a bonus change adds no dirty data, and a read must not wait for
         // writers' backpressure.
         let _guard = self.stripe(object).write();
-        let hold = self.txg.try_hold()?;
+        // The stripe lock keeps the attributes as read; the hold is taken only for a change,
+        // so reads that change nothing make no txg sync.
         let attrs = self.getattr(object)?;
         if !crate::atime_due(mode, &attrs, now) {
             return Ok(false);
         }
+        let hold = self.txg.try_hold()?;
         let changes = SetAttrs {
             atime: Some(now),
             ctime: Some(attrs.ctime),

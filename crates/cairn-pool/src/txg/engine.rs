@@ -110,11 +110,24 @@ impl TxgEngine {
             !st.shutdown_requested,
             "TxgEngine::hold after shutdown: use try_hold where shutdown can race"
         );
-        self.shared.new_hold(&mut st)
+        self.shared.new_hold(&mut st, false)
     }
 
     /// Like `hold`, but fails with `ShutDown` after shutdown and `Suspended` while suspended.
     pub fn try_hold(&self) -> Result<TxgHold, TxgError> {
+        self.try_hold_as(false)
+    }
+
+    /// A hold that changes nothing: it keeps the open txg from quiescing (a reader that needs
+    /// the last synced txg to stay the last one meanwhile) but does not make the txg one with
+    /// changes, so on an idle pool it causes no sync. A hold that changes anything, even
+    /// without dirty bytes, must be a `try_hold`: a pinned txg with nothing else in it is never
+    /// synced on its own.
+    pub fn try_pin(&self) -> Result<TxgHold, TxgError> {
+        self.try_hold_as(true)
+    }
+
+    fn try_hold_as(&self, pin: bool) -> Result<TxgHold, TxgError> {
         let mut st = self.shared.state.lock();
         if st.shutdown_requested {
             return Err(TxgError::ShutDown);
@@ -122,7 +135,7 @@ impl TxgEngine {
         if let Some(msg) = st.refusal() {
             return Err(TxgError::Suspended(msg.clone()));
         }
-        Ok(self.shared.new_hold(&mut st))
+        Ok(self.shared.new_hold(&mut st, pin))
     }
 
     /// Call before `hold()` when about to dirty `bytes`: blocks while dirty data is at a limit
@@ -180,7 +193,7 @@ impl TxgEngine {
         if st.at_limit(config, now).is_some() || st.delay_ns_for(config, now, bytes) > 0 {
             return None;
         }
-        Some(self.shared.new_hold(&mut st))
+        Some(self.shared.new_hold(&mut st, false))
     }
 
     pub fn open_txg(&self) -> u64 {
@@ -258,17 +271,18 @@ impl TxgEngine {
 
     /// Syncs everything dirty now and returns the txg that holds it: the open txg if it is
     /// dirty, else the one in flight if it is dirty; if nothing is dirty, returns
-    /// `last_synced_txg` at once without a new txg.
+    /// `last_synced_txg` at once without a new txg. Dirty means dirty bytes or any hold taken
+    /// (`TxgSlot::has_changes`: a change of attributes alone counts no bytes).
     pub fn sync_now(&self) -> Result<u64, TxgError> {
         let st = self.shared.state.lock();
         if let Some(msg) = st.refusal() {
             return Err(TxgError::Suspended(msg.clone()));
         }
-        let target = if st.open.dirty_bytes > 0 {
+        let target = if st.open.has_changes() {
             st.open.txg
         } else {
             match &st.in_flight {
-                Some(flight) if flight.slot.dirty_bytes > 0 => flight.slot.txg,
+                Some(flight) if flight.slot.has_changes() => flight.slot.txg,
                 _ => return Ok(st.last_synced_txg),
             }
         };
@@ -310,7 +324,7 @@ impl TxgEngine {
         self.shared.state.lock().stats.clone()
     }
 
-    /// Refuses new holds, syncs the open txg if it has dirty data or live holds (waiting for
+    /// Refuses new holds, syncs the open txg if it has changes or live holds (waiting for
     /// them), stops and joins the sync thread. Idempotent. `Err(Suspended)` if the engine was
     /// suspended (its dirty data is not on disk).
     pub fn shutdown(&self) -> Result<(), TxgError> {

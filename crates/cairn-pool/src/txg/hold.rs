@@ -13,9 +13,20 @@ use std::sync::Arc;
 use super::state::{Shared, State};
 
 impl Shared {
-    pub(super) fn new_hold(self: &Arc<Self>, st: &mut State) -> TxgHold {
+    /// A hold on the open txg; a `pin` changes nothing (see `TxgEngine::try_pin`).
+    pub(super) fn new_hold(self: &Arc<Self>, st: &mut State, pin: bool) -> TxgHold {
+        let was_clean = !st.open.has_changes();
         st.open.holds_live += 1;
         st.open.holds_taken += 1;
+        if pin {
+            st.open.pins_taken += 1;
+        }
+        // The sync thread sleeps indefinitely on a clean open txg: the first hold that is not a
+        // pin makes it one with changes, due at its timeout (a change may dirty no bytes: see
+        // `has_changes`).
+        if was_clean && !pin {
+            self.sync_cv.notify_all();
+        }
         TxgHold {
             shared: Arc::clone(self),
             txg: st.open.txg,
@@ -60,10 +71,10 @@ impl TxgHold {
         st.check_invariants(config);
         let threshold_bytes = st.dirty_sync_bytes(config);
         drop(st);
-        // The sync thread sleeps indefinitely on a clean open txg and until the timeout on a
-        // dirty one: wake it when the open txg becomes dirty or crosses the sync threshold.
+        // The sync thread sleeps until the timeout on an open txg with changes (the hold made
+        // it one): wake it when the open txg crosses the sync threshold.
         let crossed = before_bytes <= threshold_bytes && after_bytes > threshold_bytes;
-        if is_open && (before_bytes == 0 || crossed) {
+        if is_open && crossed {
             shared.sync_cv.notify_all();
         }
     }

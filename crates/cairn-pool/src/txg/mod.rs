@@ -38,13 +38,16 @@
 //! 1. `Requested`: somebody waits for N (`wait_synced`, `sync_now`, `sync_now_forced`). A wait on
 //!    a clean open txg syncs it anyway (an empty txg with a new uberblock), or the wait would
 //!    never end.
-//! 2. `Shutdown`: shutdown was asked and N has dirty bytes or live holds.
+//! 2. `Shutdown`: shutdown was asked and N has changes or live holds.
 //! 3. `DirtyThreshold`: N's dirty bytes exceed `dirty_sync_percent` (20 %) of `dirty_bytes_max`.
-//! 4. `Timeout`: N has dirty bytes and was opened `txg_timeout_ms` (5 000 ms) ago or more; or
+//! 4. `Timeout`: N has changes and was opened `txg_timeout_ms` (5 000 ms) ago or more; or
 //!    N is clean but the syncer said, after the last sync, that it has work only later txgs
 //!    complete (`TxgSyncer::wants_followup_txg`: frees deferred until more txgs have synced),
 //!    so an idle pool still finishes that work, one empty txg per timeout. Otherwise an idle,
-//!    clean txg is never synced on its own.
+//!    clean txg is never synced on its own. "Has changes" means dirty bytes or any hold taken
+//!    in N that is not a pin (`TxgSlot::has_changes`): some changes count no bytes (a chmod
+//!    rewrites a dnode's bonus), and a txg holding only those must still reach disk on its own.
+//!    A pin (`try_pin`) holds N open for a reader of the last synced txg and changes nothing.
 //! 5. `Background`: the syncer said it has background work that each txg does a bounded share
 //!    of (`TxgSyncer::has_background_work`: a destroy's frees), and N was opened
 //!    `BACKGROUND_TXG_INTERVAL` (100 ms) ago: txgs follow each other until the work is done,
@@ -84,7 +87,7 @@
 //!   been lost, which front ends whose clients keep such changes (NFS's write verifier) watch.
 //!   Nothing else moves it.
 //! - `shutdown()` refuses new holds, lets the sync thread quiesce and sync the open txg if it has
-//!   dirty data or live holds (waiting for those holds), then stops the thread and joins it. It is
+//!   changes or live holds (waiting for those holds), then stops the thread and joins it. It is
 //!   idempotent: later calls return the same result (`Ok`, or `Suspended` if the engine was). After
 //!   shutdown, `try_hold` returns `TxgError::ShutDown` and **`hold()` panics** (a hold after
 //!   shutdown is a caller bug: its changes could never reach disk). Waits for txgs that were not
@@ -199,6 +202,8 @@ mod suspend;
 mod sync;
 mod throttle;
 
+#[cfg(test)]
+mod byteless_tests;
 #[cfg(test)]
 mod sync_target_tests;
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub(super) struct TxgSlot {
     /// Live holds; the txg cannot finish quiescing until this is 0.
     pub(super) holds_live: u64,
     pub(super) holds_taken: u64,
+    /// Of `holds_taken`, those that change nothing (`TxgEngine::try_pin`).
+    pub(super) pins_taken: u64,
     pub(super) dirty_bytes: u64,
     pub(super) opened_at: Instant,
     pub(super) writer_delays_count: u64,
@@ -38,12 +40,21 @@ impl TxgSlot {
             txg,
             holds_live: 0,
             holds_taken: 0,
+            pins_taken: 0,
             dirty_bytes: 0,
             opened_at,
             writer_delays_count: 0,
             writer_delay_ns_total: 0,
             writers_blocked_count: 0,
         }
+    }
+
+    /// Whether the txg may hold changes and must be synced: it has dirty bytes, or a writer
+    /// joined it at all (a hold that is not a pin). A change such as a chmod dirties a dnode's
+    /// bonus and counts no bytes; a txg holding only such changes must still sync (at its
+    /// timeout, on `sync_now`, at shutdown), never wait for a later write to carry it.
+    pub(super) fn has_changes(&self) -> bool {
+        self.dirty_bytes > 0 || self.holds_taken > self.pins_taken
     }
 }
 

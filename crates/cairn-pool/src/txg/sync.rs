@@ -65,7 +65,7 @@ impl State {
         if open.txg <= self.sync_requested_txg {
             return Some(SyncTrigger::Requested);
         }
-        if self.shutdown_requested && (open.dirty_bytes > 0 || open.holds_live > 0) {
+        if self.shutdown_requested && (open.has_changes() || open.holds_live > 0) {
             return Some(SyncTrigger::Shutdown);
         }
         let timed_out = now >= open.opened_at + config.txg_timeout();
@@ -75,7 +75,7 @@ impl State {
         {
             return Some(SyncTrigger::Background);
         }
-        if open.dirty_bytes == 0 {
+        if !open.has_changes() {
             let followup = self.followup_wanted && !self.shutdown_requested && timed_out;
             return followup.then_some(SyncTrigger::Timeout);
         }
@@ -129,7 +129,7 @@ impl Shared {
             if st.suspended.is_none() && st.background_wanted {
                 let deadline = st.open.opened_at + BACKGROUND_TXG_INTERVAL;
                 self.sync_cv.wait_until(&mut st, deadline);
-            } else if st.suspended.is_none() && (st.open.dirty_bytes > 0 || st.followup_wanted) {
+            } else if st.suspended.is_none() && (st.open.has_changes() || st.followup_wanted) {
                 let deadline = st.open.opened_at + config.txg_timeout();
                 self.sync_cv.wait_until(&mut st, deadline);
             } else {
