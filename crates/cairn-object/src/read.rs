@@ -34,32 +34,29 @@ impl ObjectSet {
     /// tools) store it as zeros. Holes filled inside the synced range and overwrites add
     /// nothing until they sync (so the figure errs low there, never to zero for a file with
     /// data); frees subtract nothing until they sync.
+    ///
+    /// Cost: the pending dnodes of `object` (one lookup per unsynced txg) and its pending
+    /// blocks past the synced tree's last block only. Overwrites inside the file count
+    /// nothing, so they are never walked: NFS asks for this figure after every WRITE, and a
+    /// walk of every pending block of a large file cost more than the write itself.
     pub fn allocated_bytes_estimate(&self, object: u64) -> Result<u64, ObjectError> {
         let sector_bytes = self.sector_bytes();
         let mut guard = self.state.lock();
         let state = &mut *guard;
-        // Each block's newest pending version: has data, and its size.
-        let mut newest: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-        let mut newest_dnode: Option<Dnode> = None;
+        // Newest first: the unsynced txgs whose blocks count, each with the size a patched
+        // block of it takes (the newest dnode's block size as of that txg).
+        let mut visited: Vec<(u64, u64)> = Vec::new();
+        let mut newest_dnode: Option<&Dnode> = None;
         let mut fresh = false;
         for (&txg, changes) in state.changes.iter().rev() {
             let dnode = changes.dnodes.get(&object);
             if newest_dnode.is_none() {
-                newest_dnode = dnode.cloned();
+                newest_dnode = dnode;
             }
             let patch_bytes = newest_dnode
-                .as_ref()
                 .or(dnode)
                 .map_or(0, |dnode| u64::from(dnode.data_block_size));
-            for (&(_, blkid), change) in changes.blocks.range((object, 0)..=(object, u64::MAX)) {
-                newest
-                    .entry(blkid)
-                    .or_insert(match (&change.data, &change.patch) {
-                        (Some(data), _) => Some(data.len() as u64),
-                        (None, Some(_)) => Some(patch_bytes),
-                        (None, None) => None,
-                    });
-            }
+            visited.push((txg, patch_bytes));
             if let Some(dnode) = dnode {
                 if dnode.is_free() {
                     return Err(ObjectError::NoSuchObject(object));
@@ -77,16 +74,32 @@ impl ObjectSet {
             let dnode = self.synced_dnode(state, object)?;
             (!dnode.is_free()).then_some(dnode)
         };
-        unlock_dropping_retired(guard);
         let synced_bytes = synced.as_ref().map_or(0, |dnode| dnode.used_bytes);
-        let synced_last_block = synced
+        let first_counted_block = synced
             .as_ref()
             .filter(|dnode| dnode.used_bytes > 0)
-            .map(|dnode| dnode.max_block_id);
+            .map_or(0, |dnode| dnode.max_block_id.saturating_add(1));
+        // Each block's newest pending version: has data, and its size.
+        let mut newest: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+        for (txg, patch_bytes) in visited {
+            let Some(changes) = state.changes.get(&txg) else {
+                continue;
+            };
+            let range = (object, first_counted_block)..=(object, u64::MAX);
+            for (&(_, blkid), change) in changes.blocks.range(range) {
+                newest
+                    .entry(blkid)
+                    .or_insert(match (&change.data, &change.patch) {
+                        (Some(data), _) => Some(data.len() as u64),
+                        (None, Some(_)) => Some(patch_bytes),
+                        (None, None) => None,
+                    });
+            }
+        }
+        unlock_dropping_retired(guard);
         let pending_bytes: u64 = newest
-            .into_iter()
-            .filter(|(blkid, _)| synced_last_block.is_none_or(|last| *blkid > last))
-            .filter_map(|(_, bytes)| bytes)
+            .into_values()
+            .flatten()
             .map(|bytes| bytes.next_multiple_of(sector_bytes))
             .sum();
         Ok(synced_bytes + pending_bytes)

@@ -123,3 +123,38 @@ fn blocks_a_snapshot_references_are_kept_and_later_ones_freed() {
     );
     assert!(allocated(&io, &born_1));
 }
+
+/// `allocated_bytes_estimate`: unsynced blocks of a new object count at once, overwrites of
+/// synced blocks add nothing until they sync, blocks appended past the synced tree's last
+/// one count before they sync, in whole sectors, newest version once.
+#[test]
+fn allocated_bytes_estimate_counts_unsynced_blocks_past_the_synced_end() {
+    let (objset, io) = volume_objset();
+    let sector_bytes = objset.sector_bytes();
+    objset.create_object(1, OBJECT, ObjectType::VolumeData, BLOCK_BYTES, 1);
+    for blkid in 0..3 {
+        objset.write_block(1, OBJECT, blkid, block(1));
+    }
+    let fresh = objset.allocated_bytes_estimate(OBJECT).unwrap();
+    assert_eq!(
+        fresh,
+        3 * u64::from(BLOCK_BYTES).next_multiple_of(sector_bytes)
+    );
+    sync(&objset, &io, 1);
+    let synced = objset.allocated_bytes_estimate(OBJECT).unwrap();
+    assert_eq!(synced, objset.dnode(OBJECT).unwrap().used_bytes);
+    assert!(synced > 0);
+    // Overwrites inside the synced range, twice over two txgs: nothing more until they sync.
+    objset.write_block(2, OBJECT, 1, block(2));
+    objset.write_block(3, OBJECT, 1, block(3));
+    assert_eq!(objset.allocated_bytes_estimate(OBJECT).unwrap(), synced);
+    // Appends past the end, one of them rewritten in a later txg: each counts once.
+    objset.write_block(2, OBJECT, 3, block(4));
+    objset.write_block(3, OBJECT, 3, block(5));
+    objset.write_block(3, OBJECT, 5, block(6));
+    let appended = objset.allocated_bytes_estimate(OBJECT).unwrap();
+    assert_eq!(
+        appended,
+        synced + 2 * u64::from(BLOCK_BYTES).next_multiple_of(sector_bytes)
+    );
+}
