@@ -79,29 +79,35 @@ impl ObjectSet {
             .as_ref()
             .filter(|dnode| dnode.used_bytes > 0)
             .map_or(0, |dnode| dnode.max_block_id.saturating_add(1));
-        // Each block's newest pending version: has data, and its size.
-        let mut newest: BTreeMap<u64, Option<u64>> = BTreeMap::new();
-        for (txg, patch_bytes) in visited {
+        // Each block's newest pending version counts once: a block is skipped in a txg when a
+        // newer visited txg changes it too (a lookup, not a map built per call: a file being
+        // appended to has thousands of pending blocks, and NFS asks after every WRITE).
+        let range = (object, first_counted_block)..=(object, u64::MAX);
+        let mut pending_bytes = 0u64;
+        for (index, &(txg, patch_bytes)) in visited.iter().enumerate() {
             let Some(changes) = state.changes.get(&txg) else {
                 continue;
             };
-            let range = (object, first_counted_block)..=(object, u64::MAX);
-            for (&(_, blkid), change) in changes.blocks.range(range) {
-                newest
-                    .entry(blkid)
-                    .or_insert(match (&change.data, &change.patch) {
-                        (Some(data), _) => Some(data.len() as u64),
-                        (None, Some(_)) => Some(patch_bytes),
-                        (None, None) => None,
-                    });
+            let newer = &visited[..index];
+            for (key, change) in changes.blocks.range(range.clone()) {
+                let superseded = newer.iter().any(|(newer_txg, _)| {
+                    state
+                        .changes
+                        .get(newer_txg)
+                        .is_some_and(|newer| newer.blocks.contains_key(key))
+                });
+                if superseded {
+                    continue;
+                }
+                let bytes = match (&change.data, &change.patch) {
+                    (Some(data), _) => data.len() as u64,
+                    (None, Some(_)) => patch_bytes,
+                    (None, None) => 0,
+                };
+                pending_bytes += bytes.next_multiple_of(sector_bytes);
             }
         }
         unlock_dropping_retired(guard);
-        let pending_bytes: u64 = newest
-            .into_values()
-            .flatten()
-            .map(|bytes| bytes.next_multiple_of(sector_bytes))
-            .sum();
         Ok(synced_bytes + pending_bytes)
     }
 
