@@ -348,7 +348,8 @@ impl Pool {
             .collect()
     }
 
-    /// Counters of every open volume's intent log (since this process opened it).
+    /// Counters of every open dataset's intent log, volumes and filesystems (since this
+    /// process opened it).
     pub fn intent_log_stats(&self) -> Vec<(String, cairn_zil::ZilStatsSnapshot)> {
         self.core
             .intent_logs

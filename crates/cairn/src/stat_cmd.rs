@@ -1,5 +1,8 @@
-//! `cairn stat zil [POOL...]`: intent-log counters and latencies of every open volume, and the
-//! use of each separate log device. `cairn stat io [POOL...]`: the pipeline's counters (blocks
+//! `cairn stat zil [POOL...]`: intent-log counters and latencies of every open volume and
+//! filesystem, and the use of each separate log device. DEFERRED counts a filesystem's
+//! per-file records (writes and attribute changes that wait for their own file's fsync or NFS
+//! COMMIT), DEF-COMMITTED those of them a commit carried; the rest were dropped unlogged once
+//! their txg synced (`deferred_dropped` with `-H`). `cairn stat io [POOL...]`: the pipeline's counters (blocks
 //! read and written, checksum errors, repairs) and every leaf device's queue (requests against
 //! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies),
 //! cache devices' queues included (their reads are the tier's hits, their writes its feed).
@@ -93,6 +96,8 @@ fn zil_tables() -> (Table, Table) {
         Column::left("DATASET"),
         Column::right("LANES"),
         Column::right("RECORDS"),
+        Column::right("DEFERRED"),
+        Column::right("DEF-COMMITTED"),
         Column::right("COMMITS"),
         Column::right("WAITED"),
         Column::right("BATCHES"),
@@ -167,6 +172,8 @@ fn push_zil_rows(
             dataset,
             s.lanes.to_string(),
             s.records.to_string(),
+            s.records_deferred.to_string(),
+            s.deferred_committed.to_string(),
             s.commits.to_string(),
             s.commit_waits.to_string(),
             s.batches.to_string(),
