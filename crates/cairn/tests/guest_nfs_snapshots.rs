@@ -108,15 +108,18 @@ check old-version "test \"\$(cat $SNAP/monday/a.txt)\" = \"monday's a\" && test 
 check diff-snapshot-equals-copy "diff -r /tmp/copy $SNAP/monday/tree"
 check diff-live-differs "! diff -rq $MNT/tree $SNAP/monday/tree"
 check own-device "test \$(stat -c %d $SNAP/monday/a.txt) != \$(stat -c %d $MNT/a.txt)"
+grep " $SNAP/monday " /proc/mounts | sed 's/^/MOUNTED /'
 check touch-erofs "! touch $SNAP/monday/new 2> /share/touch.err && grep -q 'Read-only file system' /share/touch.err"
 exec 3< $SNAP/monday/never-read.bin
 check open-before-destroy "test -e $SNAP/monday/never-read.bin"
 touch /share/destroy-now
 wait_for destroyed
-check read-after-destroy-fails "! cat <&3 > /dev/null"
+check read-after-destroy-fails "! cat <&3 > /dev/null 2> /share/read.err && grep -Eq 'Stale file handle|No such file' /share/read.err"
+sed 's/^/READ-ERROR /' /share/read.err
 exec 3<&-
 check gone-from-listing "! ls $SNAP | grep -qx monday"
-check path-gone "! ls $SNAP/monday/"
+check path-gone "! ls $SNAP/monday/ 2> /share/ls.err && grep -Eq 'Stale file handle|No such file' /share/ls.err"
+sed 's/^/LS-ERROR /' /share/ls.err
 check mount-still-works "echo after > $MNT/after.txt && test \"\$(cat $MNT/after.txt)\" = after && ls $MNT/tree > /dev/null"
 umount $MNT 2>&1 || umount -l $MNT
 echo GUEST-DONE
@@ -156,6 +159,13 @@ echo GUEST-DONE
         run.exit_code,
         run.console,
         server.logs()
+    );
+    // The client crossed into the snapshot as a mount of its own (its own fsid).
+    assert!(
+        output
+            .lines()
+            .any(|line| line.starts_with("MOUNTED ") && line.contains(" nfs ")),
+        "the snapshot was not a mount of its own in the guest:\n{output}"
     );
     for name in CHECKS {
         assert!(

@@ -228,7 +228,10 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
     ));
 
     // Before any snapshot: `.cairn` is found by name, not listed (snapdir=hidden), empty.
-    assert_eq!(sorted(raw.names(&root)), [".", "..", "a.txt", "docs", "link"]);
+    assert_eq!(
+        sorted(raw.names(&root)),
+        [".", "..", "a.txt", "docs", "link"]
+    );
     let control = raw.lookup(&root, ".cairn").expect(".cairn by name");
     assert_eq!(raw.names(&control), [".", "..", "snapshot"]);
     let snapdir = raw.lookup(&control, "snapshot").expect(".cairn/snapshot");
@@ -299,7 +302,11 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
     assert_eq!(raw.access(&monday) & !read_lookup, 0);
     assert_eq!(raw.access(&monday_a) & (access::MODIFY | access::EXTEND), 0);
     assert_eq!(raw.access(&snapdir) & !read_lookup, 0);
-    assert_ne!(raw.access(&root) & access::MODIFY, 0, "the live root is writable");
+    assert_ne!(
+        raw.access(&root) & access::MODIFY,
+        0,
+        "the live root is writable"
+    );
     assert_eq!(raw.try_write(&monday_a, b"x"), Err(Nfs3Error::RoFs));
     assert_eq!(raw.try_setattr(&monday_a), Err(Nfs3Error::RoFs));
     assert_eq!(raw.try_create(&monday, "new.txt"), Err(Nfs3Error::RoFs));
@@ -341,7 +348,10 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
     let listed = plus.last().expect("entries");
     assert_eq!(listed.name_handle.as_ref(), Some(&control));
     env.ok(&["set", "snapdir=hidden", "tank/home"]);
-    assert_eq!(sorted(raw.names(&root)), [".", "..", "a.txt", "docs", "link"]);
+    assert_eq!(
+        sorted(raw.names(&root)),
+        [".", "..", "a.txt", "docs", "link"]
+    );
 
     // After a restart, every handle from before resolves, to the same contents.
     drop(raw);

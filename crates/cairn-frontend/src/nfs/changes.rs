@@ -19,8 +19,8 @@ use super::convert::{
     Caller, MAY_EXEC, MAY_WRITE, nfs_error, rdev, set_attrs, timestamp, wcc_after,
 };
 use super::handle::Resolved;
-use super::snapdir;
 use super::procs::may_io;
+use super::snapdir;
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::{FsError, NewInode, RenameMode, SetAttrs};
 use cairn_nfs::nfs3::*;

@@ -430,7 +430,9 @@ impl NfsContext {
                 id: parts.dataset_id,
                 fs,
             };
-            return self.checked(export, place, parts, attrs).map_err(mark_stale);
+            return self
+                .checked(export, place, parts, attrs)
+                .map_err(mark_stale);
         };
         let export = self.export_of(pool, dataset).map_err(mark_stale)?;
         let place = match parts.node {

@@ -146,11 +146,11 @@ impl NfsContext {
         let mut open = self.snapshots.lock();
         open.tick += 1;
         let tick = open.tick;
-        if let Some((fs, used)) = open.by_id.get_mut(&key) {
-            if fs.is_open() {
-                *used = tick;
-                return Ok(fs.clone());
-            }
+        if let Some((fs, used)) = open.by_id.get_mut(&key)
+            && fs.is_open()
+        {
+            *used = tick;
+            return Ok(fs.clone());
         }
         open.by_id.remove(&key);
         drop(open);
