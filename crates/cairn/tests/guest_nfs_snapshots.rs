@@ -3,10 +3,11 @@
 //! filesystem (v3), writes a tree, the host takes a snapshot, the guest changes the tree, and
 //! then under `.cairn/snapshot/monday/`: `ls` lists it, `cat` shows a file's old version,
 //! `diff -r` finds the snapshot equal to a copy made before the changes (and the live tree
-//! not), the snapshot is a device of its own (the client crossed into it as a mount point),
-//! and `touch` in it fails with EROFS. Then the host destroys the snapshot while the guest
-//! holds a file of it open: the guest's next read gets an error (not data, not a hang),
-//! the snapshot is gone from the listing, and the mount keeps working.
+//! not), the snapshot is a device of its own (the client crossed into it as a mount point:
+//! it is in /proc/mounts), and `touch` in it fails with EROFS. Then the host destroys the
+//! snapshot while the guest holds a file of it open: the guest's next read gets ESTALE (not
+//! data, not a hang: every check runs under `timeout 60`), the path ENOENT, the snapshot is
+//! gone from the listing, and the mount keeps working.
 //!
 //! The guest and the host take turns through files in a shared directory (`snap-now` →
 //! `snapped`, `destroy-now` → `destroyed`). Each check's result is a line `CHECK name ok|FAILED`.

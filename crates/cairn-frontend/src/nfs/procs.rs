@@ -3,11 +3,11 @@
 //!
 //! Each resolves its handle (`NfsContext::resolve_any`: STALE for a deleted object; the live
 //! filesystem, `.cairn` or a snapshot, whose reads run inside its gate: `Resolved::with`,
-//! `snapdir.rs`), checks the
-//! caller's permission the way a local open would (search on directories for LOOKUP, read on
-//! files and directories for READ and READDIR; a file's owner may read it whatever its mode,
-//! as Linux's nfsd allows, since NFS has no open to have checked it at), and answers with
-//! post-operation attributes so the client's cache stays coherent.
+//! `snapdir.rs`), checks the caller's permission the way a local open would (search on
+//! directories for LOOKUP, read on files and directories for READ and READDIR; a file's owner
+//! may read it whatever its mode, as Linux's nfsd allows, since NFS has no open to have
+//! checked it at), and answers with post-operation attributes so the client's cache stays
+//! coherent.
 //!
 //! Directory cookies are cairn-fs's own (`DirEntry::cookie`: the entry's hash key, stable
 //! across restarts; `snapdir.rs`'s for `.cairn`), so the cookie verifier is always zero. Uses
