@@ -67,6 +67,29 @@ impl Raw {
         names
     }
 
+    /// One READDIR of all of `dir` after `cookie`: (name, cookie) pairs.
+    fn cookies_after(&mut self, dir: &FileHandle, cookie: u64) -> Vec<(String, u64)> {
+        let args = ReaddirArgs {
+            dir: dir.clone(),
+            cookie,
+            cookieverf: [0; 8],
+            count_bytes: 64 * 1024,
+        };
+        match self.nfs(Nfs3Proc::Readdir, &args) {
+            Nfs3Reply::Readdir(Outcome::Ok(ok)) => {
+                assert!(ok.eof);
+                ok.entries
+                    .into_iter()
+                    .map(|entry| {
+                        let name = String::from_utf8(entry.name.as_bytes().to_vec()).unwrap();
+                        (name, entry.cookie)
+                    })
+                    .collect()
+            }
+            other => panic!("READDIR: {other:?}"),
+        }
+    }
+
     /// One READDIRPLUS of all of `dir`.
     fn plus(&mut self, dir: &FileHandle) -> Vec<EntryPlus3> {
         let args = ReaddirplusArgs {
@@ -353,6 +376,13 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
         [".", "..", "a.txt", "docs", "link"]
     );
 
+    let cookies = raw.cookies_after(&snapdir, 0);
+    let monday_cookie = cookies
+        .iter()
+        .find(|(name, _)| name == "monday")
+        .map(|(_, cookie)| *cookie)
+        .expect("monday's cookie");
+
     // After a restart, every handle from before resolves, to the same contents.
     drop(raw);
     server.kill();
@@ -364,6 +394,14 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
     assert_eq!(raw.getattr(&snapdir).unwrap().fileid, snapdir_attrs.fileid);
     assert_eq!(raw.lookup(&snapdir, "monday"), Ok(monday.clone()));
     assert_eq!(raw.names(&snapdir), [".", "..", "monday", "tuesday"]);
+    // The listing's cookies too: the same, and one goes on where it left off.
+    assert_eq!(raw.cookies_after(&snapdir, 0), cookies);
+    let after_monday: Vec<String> = raw
+        .cookies_after(&snapdir, monday_cookie)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(after_monday, ["tuesday"]);
 
     // Destroyed: every handle of it is STALE, its name is gone from the listing.
     env.ok(&["destroy", "tank/home@monday"]);
@@ -373,6 +411,13 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
     assert_eq!(raw.lookup(&monday, "a.txt"), Err(Nfs3Error::Stale));
     assert_eq!(raw.names(&snapdir), [".", "..", "tuesday"]);
     assert_eq!(raw.lookup(&snapdir, "monday"), Err(Nfs3Error::NoEnt));
+    // A cookie of the destroyed snapshot still goes on where it left off.
+    let after_monday: Vec<String> = raw
+        .cookies_after(&snapdir, monday_cookie)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(after_monday, ["tuesday"]);
     // Taken again under the same name: another snapshot, whose handles are not the old
     // one's; the old ones stay STALE, never showing the new snapshot's files.
     env.ok(&["snapshot", "tank/home@monday"]);
