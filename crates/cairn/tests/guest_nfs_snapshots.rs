@@ -7,7 +7,8 @@
 //! it is in /proc/mounts), and `touch` in it fails with EROFS. Then the host destroys the
 //! snapshot while the guest holds a file of it open: the guest's next read gets ESTALE (not
 //! data, not a hang: every check runs under `timeout 60`), the path ENOENT, the snapshot is
-//! gone from the listing, and the mount keeps working.
+//! gone from the listing, and the mount keeps working and unmounts (the dead snapshot's
+//! automount does not hold it busy).
 //!
 //! The guest and the host take turns through files in a shared directory (`snap-now` →
 //! `snapped`, `destroy-now` → `destroyed`). Each check's result is a line `CHECK name ok|FAILED`.
@@ -64,6 +65,7 @@ const CHECKS: &[&str] = &[
     "gone-from-listing",
     "path-gone",
     "mount-still-works",
+    "umount",
 ];
 
 #[test]
@@ -125,7 +127,7 @@ check gone-from-listing "! ls $SNAP | grep -qx monday"
 check path-gone "! ls $SNAP/monday/ 2> /share/ls.err && grep -Eq 'Stale file handle|No such file' /share/ls.err"
 sed 's/^/LS-ERROR /' /share/ls.err
 check mount-still-works "echo after > $MNT/after.txt && test \"\$(cat $MNT/after.txt)\" = after && ls $MNT/tree > /dev/null"
-umount $MNT 2>&1 || umount -l $MNT
+check umount "umount $MNT"
 echo GUEST-DONE
 "#
     );
