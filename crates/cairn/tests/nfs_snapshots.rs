@@ -430,6 +430,21 @@ fn snapshots_are_browsable_read_only_with_stable_handles() {
     // The live filesystem was never touched by any of it.
     assert_eq!(raw.read(&a, 100), b"tuesday's a, longer");
 
+    // The pool exported and imported again under the running server: another pool of the
+    // same guid, whose snapshots are read through it, not through what was kept open of the
+    // old one (whose devices are closed).
+    env.ok(&["pool", "export", "tank"]);
+    assert_eq!(raw.try_read(&again_a), Err(Nfs3Error::Stale));
+    let devs = env.path("devs");
+    env.ok(&["pool", "import", "-d", devs.to_str().unwrap(), "tank"]);
+    assert_eq!(raw.try_read(&again_a).unwrap(), b"tuesday's a, longer");
+    assert_eq!(raw.lookup(&snapdir, "tuesday"), Ok(tuesday.clone()));
+    let tuesday_a_again = raw.lookup(&tuesday, "a.txt").unwrap();
+    assert_eq!(
+        raw.try_read(&tuesday_a_again).unwrap(),
+        b"tuesday's a, longer"
+    );
+
     drop(raw);
     server.terminate();
     env.assert_pool_check_clean();

@@ -31,7 +31,8 @@
 //! Destroy: every read of a snapshot runs inside its gate (`gated`), which a destroy closes
 //! under its readers: a call in flight finishes, every later one answers STALE, never data
 //! from freed blocks. The server keeps the snapshots it has opened (`SNAPSHOTS_OPEN_MAX`,
-//! the least recently used let go first) so that each call does not open one anew.
+//! the least recently used let go first) so that each call does not open one anew, each with
+//! the pool it came from (a pool imported again is another pool: its snapshots open anew).
 //! Uses `handle.rs` and `context.rs`.
 
 use super::context::NfsContext;
@@ -41,7 +42,7 @@ use cairn_engine::{Pool, SnapshotFilesystem, SnapshotIdentity};
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::{DirEntry, Filesystem, FsError, ROOT_OBJECT};
 use cairn_nfs::nfs3::Nfs3Error;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The control directory's name in the root of a shared filesystem.
 pub const CONTROL_DIR_NAME: &[u8] = b".cairn";
@@ -146,11 +147,11 @@ impl NfsContext {
         let mut open = self.snapshots.lock();
         open.tick += 1;
         let tick = open.tick;
-        if let Some((fs, used)) = open.by_id.get_mut(&key)
-            && fs.is_open()
+        if let Some(kept) = open.by_id.get_mut(&key)
+            && kept.usable(pool)
         {
-            *used = tick;
-            return Ok(fs.clone());
+            kept.used = tick;
+            return Ok(kept.fs.clone());
         }
         open.by_id.remove(&key);
         drop(open);
@@ -161,19 +162,27 @@ impl NfsContext {
             return Err(Nfs3Error::Stale);
         }
         let mut open = self.snapshots.lock();
-        open.by_id.retain(|_, (fs, _)| fs.is_open());
+        open.by_id
+            .retain(|_, kept| kept.fs.is_open() && kept.pool.strong_count() > 0);
         while open.by_id.len() >= SNAPSHOTS_OPEN_MAX {
             let oldest = open
                 .by_id
                 .iter()
-                .min_by_key(|(_, (_, used))| *used)
+                .min_by_key(|(_, kept)| kept.used)
                 .map(|(key, _)| *key);
             match oldest {
                 Some(oldest) => open.by_id.remove(&oldest),
                 None => break,
             };
         }
-        open.by_id.insert(key, (fs.clone(), tick));
+        open.by_id.insert(
+            key,
+            KeptSnapshot {
+                fs: fs.clone(),
+                pool: Arc::downgrade(pool),
+                used: tick,
+            },
+        );
         Ok(fs)
     }
 
@@ -290,5 +299,24 @@ pub fn control_dir_entry() -> DirEntry {
 #[derive(Default)]
 pub struct OpenSnapshots {
     tick: u64,
-    by_id: std::collections::HashMap<(u64, u64), (Arc<SnapshotFilesystem>, u64)>,
+    by_id: std::collections::HashMap<(u64, u64), KeptSnapshot>,
+}
+
+/// A snapshot kept open, with the pool it was opened from: a pool exported and imported again
+/// (the same guid, another `Pool`) must not be read through the old one's.
+struct KeptSnapshot {
+    fs: Arc<SnapshotFilesystem>,
+    pool: Weak<Pool>,
+    used: u64,
+}
+
+impl KeptSnapshot {
+    /// Whether it can serve a call on `pool`: not destroyed, and opened from that pool.
+    fn usable(&self, pool: &Arc<Pool>) -> bool {
+        self.fs.is_open()
+            && self
+                .pool
+                .upgrade()
+                .is_some_and(|kept| Arc::ptr_eq(&kept, pool))
+    }
 }
