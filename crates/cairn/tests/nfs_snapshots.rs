@@ -2,7 +2,8 @@
 //! (`nfs_common`): a shared filesystem's snapshots are listed under `.cairn/snapshot`, read as
 //! they were taken, refuse every change with ROFS, keep their handles across a server
 //! restart, and answer STALE once destroyed, also when a snapshot of the same name is taken
-//! again; `.cairn` is found by name whatever `snapdir` says and listed only when visible, and
+//! again, and read through the pool imported again after an export under the running
+//! server; `.cairn` is found by name whatever `snapdir` says and listed only when visible, and
 //! the name cannot be taken in the root. Mounting (to give the filesystem's root to a user)
 //! needs root and /dev/fuse (CI runs as root).
 
