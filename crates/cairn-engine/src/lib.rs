@@ -92,7 +92,7 @@ pub use snapshot_diff::BlockDiff;
 pub use snapshot_fs_diff::FileDiff;
 pub use snapshot_stats::SnapshotStatsSnapshot;
 pub use snapshot_views::SnapshotFilesystem;
-pub use snapshots::{SnapshotListing, SnapshotSpace};
+pub use snapshots::{SnapshotIdentity, SnapshotListing, SnapshotSpace};
 pub use vdev_groups::{CreateOptions, VdevGroup};
 
 use cairn_device::spec::DeviceSpec;

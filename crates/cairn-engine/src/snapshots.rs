@@ -31,6 +31,9 @@ const SNAPSHOT_RECORD_ROOM_BYTES: u64 = 1 << 20;
 /// One snapshot with its figures, as `list -t snapshot` and `get` show them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotListing {
+    /// Unique in the pool among datasets and snapshots and never reused, kept across
+    /// renames and imports: what an NFS file handle names a snapshot by (`snapshot_of_id`).
+    pub id: u64,
     /// `dataset@snapshot`.
     pub name: String,
     pub dataset: String,
@@ -43,6 +46,16 @@ pub struct SnapshotListing {
     pub written_bytes: u64,
     /// Datasets cloned from it, by name (`clones`).
     pub clones: Vec<String>,
+}
+
+/// Who a snapshot is, without its figures (`Pool::snapshot_of_id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotIdentity {
+    pub id: u64,
+    /// `dataset@snapshot`.
+    pub name: String,
+    pub dataset: String,
+    pub created_txg: u64,
 }
 
 /// A dataset's snapshot-related figures (`get`).
@@ -498,6 +511,7 @@ impl Pool {
                     .collect();
                 clones.sort();
                 out.push(SnapshotListing {
+                    id: info.id,
                     name: format!("{}@{}", record.name, info.name),
                     dataset: record.name.clone(),
                     created_txg: info.created_txg,
@@ -510,6 +524,29 @@ impl Pool {
             }
         }
         Ok(out)
+    }
+
+    /// The snapshot whose id is `id` (`SnapshotListing::id`), if it still exists: what
+    /// `dataset_name_of_id` is for datasets. Ids are never reused, so a snapshot destroyed and
+    /// taken again under its name is not found by the old one's id. Costs one map lookup and
+    /// a scan of the datasets (not of the snapshots): an NFS server asks it at every call on a
+    /// snapshot's file.
+    pub fn snapshot_of_id(&self, id: u64) -> Option<SnapshotIdentity> {
+        let directory = self.core.directory.lock();
+        let table = self.core.snapshots.lock();
+        let info = &table.get(id)?.info;
+        let dataset = directory
+            .datasets
+            .values()
+            .find(|record| record.id == info.dataset_id)?
+            .name
+            .clone();
+        Some(SnapshotIdentity {
+            id,
+            name: format!("{dataset}@{}", info.name),
+            dataset,
+            created_txg: info.created_txg,
+        })
     }
 
     /// One snapshot by its full name.

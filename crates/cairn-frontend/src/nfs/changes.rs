@@ -10,7 +10,8 @@
 //! server then stops. `sync=disabled` skips the commit, as it skips every other. New inodes belong to the caller (root
 //! squashed) and take a set-group-ID directory's group, as the FUSE front end does.
 //! Retransmissions of these calls are answered from the duplicate-request cache
-//! (`connection.rs`), so none of them runs twice. Uses `context.rs`, `handle.rs`,
+//! (`connection.rs`), so none of them runs twice. Nothing under `.cairn` changes: a handle
+//! there answers ROFS, and `.cairn` in the root EXIST (`dir_to_change`). Uses `context.rs`, `handle.rs`,
 //! `convert.rs` and `procs.rs` (`may_io`).
 
 use super::context::NfsContext;
@@ -19,6 +20,7 @@ use super::convert::{
 };
 use super::handle::Resolved;
 use super::procs::may_io;
+use super::snapdir;
 use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::{FsError, NewInode, RenameMode, SetAttrs};
 use cairn_nfs::nfs3::*;
@@ -33,14 +35,24 @@ fn commit(fs: &cairn_fs::Filesystem, object: u64) -> Result<(), Nfs3Error> {
     fs.fsync(object).map_err(|err| nfs_error(&err))
 }
 
-/// A directory the caller may change (write and search permission).
-fn dir_to_change(ctx: &NfsContext, caller: &Caller, dir: &FileHandle) -> Result<Resolved, Failed> {
+/// A directory the caller may change (write and search permission) at its entry `name`:
+/// ROFS under `.cairn` (`NfsContext::resolve`), EXIST for `.cairn` in the root (the name is
+/// the control directory's, which exists and cannot be replaced, taken or removed).
+fn dir_to_change(
+    ctx: &NfsContext,
+    caller: &Caller,
+    dir: &FileHandle,
+    name: &Filename,
+) -> Result<Resolved, Failed> {
     let r = ctx
         .resolve(dir)
         .map_err(|err| Box::new((err, WccData::empty())))?;
     let wcc = wcc_after(Some(r.export.fattr(r.object, &r.attrs)));
     if r.attrs.kind != FileKind::Directory {
         return Err(Box::new((Nfs3Error::NotDir, wcc)));
+    }
+    if snapdir::is_control_name(&r, name.as_bytes()) {
+        return Err(Box::new((Nfs3Error::Exist, wcc)));
     }
     if !caller.may(&r.attrs, MAY_WRITE | MAY_EXEC) {
         return Err(Box::new((Nfs3Error::Acces, wcc)));
@@ -187,7 +199,7 @@ fn verifier_times(verf: &CreateVerf) -> (Timestamp, Timestamp) {
 }
 
 pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply {
-    let dir = match dir_to_change(ctx, caller, &args.location.dir) {
+    let dir = match dir_to_change(ctx, caller, &args.location.dir, &args.location.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -237,7 +249,7 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
 }
 
 pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
-    let dir = match dir_to_change(ctx, caller, &args.location.dir) {
+    let dir = match dir_to_change(ctx, caller, &args.location.dir, &args.location.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -254,7 +266,7 @@ pub fn mkdir(ctx: &NfsContext, caller: &Caller, args: &MkdirArgs) -> Nfs3Reply {
 }
 
 pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Reply {
-    let dir = match dir_to_change(ctx, caller, &args.location.dir) {
+    let dir = match dir_to_change(ctx, caller, &args.location.dir, &args.location.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -272,7 +284,7 @@ pub fn symlink(ctx: &NfsContext, caller: &Caller, args: &SymlinkArgs) -> Nfs3Rep
 }
 
 pub fn mknod(ctx: &NfsContext, caller: &Caller, args: &MknodArgs) -> Nfs3Reply {
-    let dir = match dir_to_change(ctx, caller, &args.location.dir) {
+    let dir = match dir_to_change(ctx, caller, &args.location.dir, &args.location.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -315,7 +327,7 @@ fn remove_entry(
     args: &DirOpArgs3,
     rmdir: bool,
 ) -> Outcome<WccData, WccData> {
-    let dir = match dir_to_change(ctx, caller, &args.dir) {
+    let dir = match dir_to_change(ctx, caller, &args.dir, &args.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -353,7 +365,7 @@ pub fn rename(ctx: &NfsContext, caller: &Caller, args: &RenameArgs) -> Nfs3Reply
         fromdir_wcc: WccData::empty(),
         todir_wcc: WccData::empty(),
     };
-    let from = match dir_to_change(ctx, caller, &args.from.dir) {
+    let from = match dir_to_change(ctx, caller, &args.from.dir, &args.from.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -366,7 +378,7 @@ pub fn rename(ctx: &NfsContext, caller: &Caller, args: &RenameArgs) -> Nfs3Reply
             ));
         }
     };
-    let to = match dir_to_change(ctx, caller, &args.to.dir) {
+    let to = match dir_to_change(ctx, caller, &args.to.dir, &args.to.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;
@@ -429,7 +441,7 @@ pub fn link(ctx: &NfsContext, caller: &Caller, args: &LinkArgs) -> Nfs3Reply {
         Ok(file) => file,
         Err(err) => return fail(err, None, WccData::empty()),
     };
-    let dir = match dir_to_change(ctx, caller, &args.link.dir) {
+    let dir = match dir_to_change(ctx, caller, &args.link.dir, &args.link.name) {
         Ok(dir) => dir,
         Err(failed) => {
             let (err, wcc) = *failed;

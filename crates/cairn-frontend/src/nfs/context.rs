@@ -12,9 +12,11 @@
 //! (an NFS COMMIT, a FUSE fsync, a volume's FLUSH), a failed txg sync, a suspension of the
 //! pool's I/O — and draws anew at each import. WRITE reads it before it writes (a failure
 //! during the write shows at the COMMIT), COMMIT after it committed (a failure before or
-//! during the commit shows in its reply). Uses `drc.rs`.
+//! during the commit shows in its reply). Uses `drc.rs` (and keeps `snapdir.rs`'s open
+//! snapshots).
 
 use super::drc::DuplicateCache;
+use super::snapdir::OpenSnapshots;
 use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
 use cairn_engine::Pool;
@@ -36,6 +38,8 @@ pub struct NfsContext {
     /// The durability epoch last seen of each pool (by guid): a change is a verifier change
     /// (counted in `stats`).
     epochs_seen: Mutex<HashMap<u64, u64>>,
+    /// Snapshots browsed under `.cairn/snapshot`, kept open (`snapdir.rs`).
+    pub(super) snapshots: Mutex<OpenSnapshots>,
 }
 
 /// 64 bits the operating system chose at random (std's `RandomState` is seeded from the OS
@@ -63,6 +67,7 @@ impl NfsContext {
             drc: DuplicateCache::default(),
             stats,
             epochs_seen: Mutex::new(HashMap::new()),
+            snapshots: Mutex::default(),
         }
     }
 

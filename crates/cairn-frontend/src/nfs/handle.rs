@@ -1,25 +1,38 @@
 //! File handles that survive restarts, and the exports they lead into.
 //!
-//! A handle is 36 bytes: `b"cN"`, a version byte (1), a reserved byte, then big-endian the
-//! pool's guid, the dataset's id (`Pool::dataset_id`: kept across renames, never reused in a
-//! pool), the object number and the object's generation (cairn-fs has no separate generation
-//! counter: `InodeAttrs::generation` is the txg that created the inode). Nothing in it
-//! depends on the server process, so a handle resolves after a restart. An object number can
-//! be used again after its inode is freed (across imports), but the new inode has a later
-//! creation txg, so the old handle's generation no longer matches: STALE, never another
-//! file's contents. A handle of a deleted object, of a dataset gone or no longer shared
-//! (`sharenfs=off`), or of a pool not served is STALE too; one that does not parse is
+//! A handle is 36 bytes: `b"cN"`, a version byte (1), a node byte, then big-endian the
+//! pool's guid, an id, the object number and the object's generation (cairn-fs has no
+//! separate generation counter: `InodeAttrs::generation` is the txg that created the inode).
+//! The id is a dataset's (`Pool::dataset_id`) or a snapshot's (`SnapshotListing::id`): both
+//! are drawn from one counter of the pool, kept across renames and imports and never reused,
+//! so an id names one dataset or one snapshot for the pool's whole life, and resolution asks
+//! the pool which has it. The node byte (0 in every handle made before snapshots were served)
+//! says what the handle names in the dataset: 0 an object (of the dataset, or of the snapshot
+//! the id names), 1 its `.cairn` directory, 2 `.cairn/snapshot` (`snapdir.rs`); any other
+//! value does not parse.
+//!
+//! Nothing in a handle depends on the server process, so it resolves after a restart. An
+//! object number can be used again after its inode is freed (across imports), but the new
+//! inode has a later creation txg, so the old handle's generation no longer matches: STALE,
+//! never another file's contents. A handle of a deleted object, of a dataset gone or no longer
+//! shared (`sharenfs=off`), of a snapshot destroyed (also when one of the same name was taken
+//! since: it has another id) or of a pool not served is STALE too; one that does not parse is
 //! BADHANDLE.
 //!
 //! Exports: every filesystem dataset of a served pool whose `sharenfs` is not off, mounted by
 //! the path `/POOL/DATASET`, or a directory below it by `/POOL/DATASET/DIR` (MOUNT MNT); its
-//! `sharenfs` options also say whether root is squashed in it (`caller_in`). Uses
-//! `context.rs` and `convert.rs`.
+//! `sharenfs` options also say whether root is squashed in it and in its snapshots
+//! (`caller_in`). A handle resolves to a `Resolved`: the export, where in it (`Place`: the
+//! live filesystem, the control directory, or a snapshot read through its gate) and the
+//! object's attributes. Only the live filesystem can be changed: `resolve` answers ROFS for
+//! the rest, `resolve_any` resolves all (the procedures that only read). Uses `context.rs`,
+//! `convert.rs` and `snapdir.rs`.
 
 use super::context::NfsContext;
-use super::convert::{Caller, fattr};
+use super::convert::{Caller, fattr, nfs_error};
+use super::snapdir;
 use cairn_dataset::DatasetProperties;
-use cairn_engine::Pool;
+use cairn_engine::{Pool, SnapshotFilesystem};
 use cairn_fs::attrs::InodeAttrs;
 use cairn_fs::{Filesystem, FsError, InodeStorage};
 use cairn_nfs::mount::MountError;
@@ -31,11 +44,35 @@ const HANDLE_VERSION: u8 = 1;
 /// Bytes of a handle.
 pub const HANDLE_BYTES: usize = 36;
 
+/// What a handle names in its dataset (its node byte).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandleNode {
+    /// An object of the dataset or snapshot the id names.
+    Object = 0,
+    /// `.cairn` in the dataset's root.
+    ControlDir = 1,
+    /// `.cairn/snapshot`.
+    SnapshotDir = 2,
+}
+
+impl HandleNode {
+    fn of_byte(byte: u8) -> Option<HandleNode> {
+        match byte {
+            0 => Some(HandleNode::Object),
+            1 => Some(HandleNode::ControlDir),
+            2 => Some(HandleNode::SnapshotDir),
+            _ => None,
+        }
+    }
+}
+
 /// What a handle names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HandleParts {
     pub pool_guid: u64,
+    /// A dataset's id, or a snapshot's (`Object` nodes only).
     pub dataset_id: u64,
+    pub node: HandleNode,
     pub object: u64,
     pub generation: u64,
 }
@@ -45,7 +82,7 @@ impl HandleParts {
         let mut bytes = Vec::with_capacity(HANDLE_BYTES);
         bytes.extend_from_slice(&HANDLE_MAGIC);
         bytes.push(HANDLE_VERSION);
-        bytes.push(0);
+        bytes.push(self.node as u8);
         for value in [
             self.pool_guid,
             self.dataset_id,
@@ -70,6 +107,7 @@ impl HandleParts {
         Some(HandleParts {
             pool_guid: at(0),
             dataset_id: at(1),
+            node: HandleNode::of_byte(bytes[3])?,
             object: at(2),
             generation: at(3),
         })
@@ -86,16 +124,23 @@ pub struct Export {
     pub fs: Arc<Filesystem>,
 }
 
+/// The `fsid` clients see for dataset or snapshot `id` of the pool with `pool_guid`: stable
+/// across restarts, and different for every dataset and snapshot of a pool (their ids are).
+pub fn fsid_of(pool_guid: u64, id: u64) -> u64 {
+    pool_guid.rotate_left(32) ^ id
+}
+
 impl Export {
     /// The `fsid` clients see: datasets apart, stable across restarts.
     pub fn fsid(&self) -> u64 {
-        self.pool_guid.rotate_left(32) ^ self.dataset_id
+        fsid_of(self.pool_guid, self.dataset_id)
     }
 
     pub fn handle(&self, object: u64, attrs: &InodeAttrs) -> FileHandle {
         HandleParts {
             pool_guid: self.pool_guid,
             dataset_id: self.dataset_id,
+            node: HandleNode::Object,
             object,
             generation: attrs.generation,
         }
@@ -122,11 +167,132 @@ impl Export {
     }
 }
 
-/// A handle resolved: the export, the object and its attributes now.
+/// Where in an export a resolved handle is.
+#[derive(Clone)]
+pub enum Place {
+    /// The shared filesystem itself.
+    Live,
+    /// `.cairn` in its root.
+    ControlDir,
+    /// `.cairn/snapshot`.
+    SnapshotDir,
+    /// Snapshot `id` of it, read through its gate (`SnapshotFilesystem::with`).
+    Snapshot {
+        id: u64,
+        fs: Arc<SnapshotFilesystem>,
+    },
+}
+
+/// A handle resolved: the export, where in it, the object and its attributes now (for
+/// `.cairn` and `.cairn/snapshot`, their file ids and made-up attributes: `snapdir.rs`).
+#[derive(Clone)]
 pub struct Resolved {
     pub export: Export,
+    pub place: Place,
     pub object: u64,
     pub attrs: InodeAttrs,
+}
+
+impl Resolved {
+    pub fn is_live(&self) -> bool {
+        matches!(self.place, Place::Live)
+    }
+
+    /// Runs `call` on the filesystem this object is in: the live one, or the snapshot's
+    /// inside its gate (`Stale` once the snapshot is destroyed: its handles are gone, never
+    /// read from freed blocks). `.cairn` and `.cairn/snapshot` have none: `IsDirectory`.
+    pub fn with<T>(
+        &self,
+        call: impl FnOnce(&Filesystem) -> Result<T, FsError>,
+    ) -> Result<T, FsError> {
+        match &self.place {
+            Place::Live => call(&self.export.fs),
+            Place::Snapshot { fs, .. } => snapdir::gated(fs, call),
+            Place::ControlDir | Place::SnapshotDir => Err(FsError::IsDirectory),
+        }
+    }
+
+    /// Another object of the same filesystem (or snapshot).
+    pub fn at(&self, object: u64, attrs: InodeAttrs) -> Resolved {
+        Resolved {
+            export: self.export.clone(),
+            place: self.place.clone(),
+            object,
+            attrs,
+        }
+    }
+
+    /// The handle of this object.
+    pub fn handle(&self) -> FileHandle {
+        let (dataset_id, node) = match &self.place {
+            Place::Live => (self.export.dataset_id, HandleNode::Object),
+            Place::Snapshot { id, .. } => (*id, HandleNode::Object),
+            Place::ControlDir => (self.export.dataset_id, HandleNode::ControlDir),
+            Place::SnapshotDir => (self.export.dataset_id, HandleNode::SnapshotDir),
+        };
+        let object_node = node == HandleNode::Object;
+        HandleParts {
+            pool_guid: self.export.pool_guid,
+            dataset_id,
+            node,
+            object: if object_node { self.object } else { 0 },
+            generation: if object_node {
+                self.attrs.generation
+            } else {
+                0
+            },
+        }
+        .encode()
+    }
+
+    /// The attributes of this object as clients see them: a snapshot has its own `fsid`
+    /// (the client sees a mount point at its root and gives it its own device, so file ids
+    /// of the live filesystem and of each snapshot never meet).
+    pub fn fattr(&self) -> Fattr3 {
+        match &self.place {
+            Place::Live => self.export.fattr(self.object, &self.attrs),
+            Place::Snapshot { id, .. } => {
+                let storage = self
+                    .with(|fs| fs.storage(self.object))
+                    .unwrap_or(InodeStorage {
+                        allocated_bytes: 0,
+                        block_bytes: 4096,
+                    });
+                fattr(
+                    self.object,
+                    &self.attrs,
+                    storage,
+                    fsid_of(self.export.pool_guid, *id),
+                )
+            }
+            Place::ControlDir | Place::SnapshotDir => fattr(
+                self.object,
+                &self.attrs,
+                InodeStorage {
+                    allocated_bytes: 0,
+                    block_bytes: 4096,
+                },
+                self.export.fsid(),
+            ),
+        }
+    }
+
+    /// The attributes of this object now, if it can be read (post-operation attributes).
+    pub fn post_attr(&self) -> Option<Fattr3> {
+        let attrs = match &self.place {
+            Place::Live | Place::Snapshot { .. } => self.with(|fs| fs.getattr(self.object)).ok()?,
+            Place::ControlDir | Place::SnapshotDir => {
+                snapdir::control_attrs(&self.export, &self.place).ok()?
+            }
+        };
+        Some(self.at(self.object, attrs).fattr())
+    }
+}
+
+/// The dataset `id` names: itself, or the one whose snapshot it is.
+fn dataset_of_id(pool: &Pool, id: u64) -> Option<String> {
+    pool.dataset_name_of_id(id)
+        .or_else(|| Some(pool.snapshot_of_id(id)?.dataset))
 }
 
 /// Whether a dataset with these properties is exported: a filesystem with `sharenfs` not off.
@@ -151,7 +317,7 @@ impl NfsContext {
                     .all()
                     .into_iter()
                     .find(|pool| pool.guid() == parts.pool_guid)?;
-                let dataset = pool.dataset_name_of_id(parts.dataset_id)?;
+                let dataset = dataset_of_id(&pool, parts.dataset_id)?;
                 let properties = pool.dataset_properties(&dataset).ok()?;
                 Some(!shared(&properties) || properties.sharenfs.root_squash)
             })
@@ -160,7 +326,7 @@ impl NfsContext {
     }
 
     /// The shared filesystem `dataset` of the pool with `pool_guid`.
-    fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
+    pub(super) fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
         let shared = pool
             .dataset_properties(&dataset)
             .is_ok_and(|properties| shared(&properties));
@@ -219,9 +385,21 @@ impl NfsContext {
         Ok((export, object, attrs))
     }
 
-    /// Finds what `handle` names: BADHANDLE if it is not one of ours, STALE if what it named
-    /// is gone (or is another incarnation of its object number).
+    /// Finds what `handle` names in the live filesystem, for a call that changes it: as
+    /// `resolve_any`, and ROFS for what is under `.cairn` (the control directory and the
+    /// snapshots are read-only).
     pub fn resolve(&self, handle: &FileHandle) -> Result<Resolved, Nfs3Error> {
+        let resolved = self.resolve_any(handle)?;
+        if !resolved.is_live() {
+            return Err(Nfs3Error::RoFs);
+        }
+        Ok(resolved)
+    }
+
+    /// Finds what `handle` names: BADHANDLE if it is not one of ours, STALE if what it named
+    /// is gone (or is another incarnation of its object number, or its snapshot was
+    /// destroyed).
+    pub fn resolve_any(&self, handle: &FileHandle) -> Result<Resolved, Nfs3Error> {
         let parts = HandleParts::decode(handle).ok_or(Nfs3Error::BadHandle)?;
         let stale = || {
             self.stats.stale_handle();
@@ -233,23 +411,62 @@ impl NfsContext {
             .into_iter()
             .find(|pool| pool.guid() == parts.pool_guid)
             .ok_or_else(stale)?;
-        let dataset = pool
-            .dataset_name_of_id(parts.dataset_id)
-            .ok_or_else(stale)?;
-        let export = self.export_of(pool, dataset).map_err(|err| match err {
+        let mark_stale = |err| match err {
             Nfs3Error::Stale => stale(),
             other => other,
-        })?;
-        let attrs = match export.fs.getattr(parts.object) {
+        };
+        let Some(dataset) = pool.dataset_name_of_id(parts.dataset_id) else {
+            // Not a dataset's id: a snapshot's, or nothing any more.
+            if parts.node != HandleNode::Object {
+                return Err(stale());
+            }
+            let identity = pool.snapshot_of_id(parts.dataset_id).ok_or_else(stale)?;
+            let export = self
+                .export_of(pool.clone(), identity.dataset.clone())
+                .map_err(mark_stale)?;
+            let fs = self.open_snapshot(&pool, &identity).map_err(mark_stale)?;
+            let attrs = snapdir::gated(&fs, |fs| fs.getattr(parts.object));
+            let place = Place::Snapshot {
+                id: parts.dataset_id,
+                fs,
+            };
+            return self
+                .checked(export, place, parts, attrs)
+                .map_err(mark_stale);
+        };
+        let export = self.export_of(pool, dataset).map_err(mark_stale)?;
+        let place = match parts.node {
+            HandleNode::Object => {
+                let attrs = export.fs.getattr(parts.object);
+                return self
+                    .checked(export, Place::Live, parts, attrs)
+                    .map_err(mark_stale);
+            }
+            HandleNode::ControlDir => Place::ControlDir,
+            HandleNode::SnapshotDir => Place::SnapshotDir,
+        };
+        snapdir::control_resolved(&export, place).map_err(|err| mark_stale(nfs_error(&err)))
+    }
+
+    /// An object found by handle, if it is the one the handle named.
+    fn checked(
+        &self,
+        export: Export,
+        place: Place,
+        parts: HandleParts,
+        attrs: Result<InodeAttrs, FsError>,
+    ) -> Result<Resolved, Nfs3Error> {
+        let attrs = match attrs {
             Ok(attrs) => attrs,
-            Err(FsError::NotFound | FsError::Stale) => return Err(stale()),
-            Err(err) => return Err(super::convert::nfs_error(&err)),
+            Err(FsError::NotFound | FsError::Stale) => return Err(Nfs3Error::Stale),
+            Err(err) => return Err(nfs_error(&err)),
         };
         if attrs.generation != parts.generation || attrs.links == 0 {
-            return Err(stale());
+            return Err(Nfs3Error::Stale);
         }
         Ok(Resolved {
             export,
+            place,
             object: parts.object,
             attrs,
         })
@@ -262,15 +479,34 @@ mod tests {
 
     #[test]
     fn handles_round_trip_and_refuse_others() {
+        for node in [
+            HandleNode::Object,
+            HandleNode::ControlDir,
+            HandleNode::SnapshotDir,
+        ] {
+            let parts = HandleParts {
+                pool_guid: 0x1234_5678_9abc_def0,
+                dataset_id: 7,
+                node,
+                object: 16,
+                generation: 42,
+            };
+            let handle = parts.encode();
+            assert_eq!(handle.as_bytes().len(), HANDLE_BYTES);
+            assert_eq!(HandleParts::decode(&handle), Some(parts));
+        }
         let parts = HandleParts {
-            pool_guid: 0x1234_5678_9abc_def0,
+            pool_guid: 1,
             dataset_id: 7,
+            node: HandleNode::Object,
             object: 16,
             generation: 42,
         };
         let handle = parts.encode();
-        assert_eq!(handle.as_bytes().len(), HANDLE_BYTES);
-        assert_eq!(HandleParts::decode(&handle), Some(parts));
+        // A node byte of no known meaning does not parse.
+        let mut bytes = handle.as_bytes().to_vec();
+        bytes[3] = 3;
+        assert_eq!(HandleParts::decode(&FileHandle::new(bytes).unwrap()), None);
         let mut bytes = handle.as_bytes().to_vec();
         bytes[2] = 9;
         let other = FileHandle::new(bytes).unwrap();

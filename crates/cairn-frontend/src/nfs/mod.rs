@@ -21,18 +21,23 @@
 //! - **Hostile input**: bounded records, typed decoding (cairn-nfs), errors answered or the
 //!   connection closed; at most `CONNECTIONS_MAX` connections at once.
 //!
+//! - **Snapshots** are browsable read-only under `.cairn/snapshot/<name>/` of every shared
+//!   filesystem, with handles that survive restarts and turn STALE when the snapshot is
+//!   destroyed, never reading its freed blocks; each snapshot has its own `fsid`
+//!   (`snapdir.rs`).
 //! - **Statistics**: calls by procedure with latency, bytes, WRITE stability, what COMMITs
 //!   carried, refusals and clients, kept in `crate::nfs_stats` (`cairn stat nfs`, `/metrics`).
 //!
 //! Not yet: NLM locking (clients mount with `nolock`), per-network allow lists and read-only
-//! shares in `sharenfs`, NFSv4, snapshots under `.cairn`, and coherence with a FUSE mount of the same
+//! shares in `sharenfs`, NFSv4, and coherence with a FUSE mount of the same
 //! dataset: the kernel keeps names and attributes for up to `ATTR_TTL` (a minute) and is not
 //! told of changes made over NFS.
 //!
 //! Threads: one accepts, one per connection reads its records and hands them to
 //! `CALLS_IN_FLIGHT_MAX` workers of that connection (calls block on the pool as FUSE's
 //! do). Files, bottom up: `convert.rs` (types, errors, permissions), `drc.rs`, `context.rs`
-//! (what connections share, the verifier), `handle.rs` (handles and exports), `procs.rs`
+//! (what connections share, the verifier), `handle.rs` (handles and exports), `snapdir.rs`
+//! (`.cairn` and the snapshots), `procs.rs`
 //! (procedures that only read), `changes.rs` (namespace and attributes), `write.rs` (WRITE,
 //! COMMIT), `connection.rs` (RPC dispatch, auth, MOUNT, PORTMAP), then this file.
 
@@ -43,12 +48,13 @@ mod convert;
 mod drc;
 mod handle;
 mod procs;
+mod snapdir;
 mod write;
 
 pub use connection::{CALLS_IN_FLIGHT_MAX, RECORD_BYTES_MAX};
 pub use context::NfsContext;
 pub use convert::NOBODY_ID;
-pub use handle::{HANDLE_BYTES, HandleParts};
+pub use handle::{HANDLE_BYTES, HandleNode, HandleParts};
 
 use crate::pools::ServedPools;
 use parking_lot::Mutex;
