@@ -13,12 +13,14 @@
 //!
 //! Exports: every filesystem dataset of a served pool whose `sharenfs` is not off, mounted by
 //! the path `/POOL/DATASET`, or a directory below it by `/POOL/DATASET/DIR` (MOUNT MNT); its
-//! `sharenfs` options also say whether root is squashed in it (`caller_in`). Uses
-//! `context.rs` and `convert.rs`.
+//! `sharenfs` options, read at every call (`Export::share`), also say which clients may do
+//! what in it and whether root is squashed (`access.rs`). Uses `context.rs` and
+//! `convert.rs`.
 
 use super::context::NfsContext;
-use super::convert::{Caller, fattr};
+use super::convert::fattr;
 use cairn_dataset::DatasetProperties;
+use cairn_dataset::properties::ShareNfs;
 use cairn_engine::Pool;
 use cairn_fs::attrs::InodeAttrs;
 use cairn_fs::{Filesystem, FsError, InodeStorage};
@@ -84,6 +86,8 @@ pub struct Export {
     pub pool_guid: u64,
     pub dataset_id: u64,
     pub fs: Arc<Filesystem>,
+    /// Its `sharenfs`, read when the call reached it: who may do what (`access.rs`).
+    pub share: ShareNfs,
 }
 
 impl Export {
@@ -135,38 +139,12 @@ pub fn shared(properties: &DatasetProperties) -> bool {
 }
 
 impl NfsContext {
-    /// The identity a call with `caller`'s credential acts as when it reaches the export
-    /// `handle` leads into: root squashed unless that export's `sharenfs` has
-    /// `no_root_squash`. A handle that leads into no export squashes (the call then fails
-    /// on it anyway, STALE or BADHANDLE).
-    pub fn caller_in(&self, caller: Caller, handle: Option<&FileHandle>) -> Caller {
-        if !caller.is_root() {
-            return caller;
-        }
-        let squash = handle
-            .and_then(HandleParts::decode)
-            .and_then(|parts| {
-                let pool = self
-                    .served
-                    .all()
-                    .into_iter()
-                    .find(|pool| pool.guid() == parts.pool_guid)?;
-                let dataset = pool.dataset_name_of_id(parts.dataset_id)?;
-                let properties = pool.dataset_properties(&dataset).ok()?;
-                Some(!shared(&properties) || properties.sharenfs.root_squash)
-            })
-            .unwrap_or(true);
-        if squash { caller.squashed() } else { caller }
-    }
-
-    /// The shared filesystem `dataset` of the pool with `pool_guid`.
-    fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
-        let shared = pool
-            .dataset_properties(&dataset)
-            .is_ok_and(|properties| shared(&properties));
-        if !shared {
-            return Err(Nfs3Error::Stale);
-        }
+    /// The shared filesystem `dataset` of `pool`, with its `sharenfs` as it reads now.
+    pub(super) fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
+        let share = match pool.dataset_properties(&dataset) {
+            Ok(properties) if shared(&properties) => properties.sharenfs,
+            _ => return Err(Nfs3Error::Stale),
+        };
         let dataset_id = pool.dataset_id(&dataset).ok_or(Nfs3Error::Stale)?;
         let fs = pool.filesystem(&dataset).map_err(|_| Nfs3Error::Io)?;
         Ok(Export {
@@ -175,6 +153,7 @@ impl NfsContext {
             dataset,
             dataset_id,
             fs,
+            share,
         })
     }
 
