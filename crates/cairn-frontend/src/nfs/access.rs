@@ -29,7 +29,7 @@
 
 use super::context::NfsContext;
 use super::convert::Caller;
-use super::handle::{Export, HandleParts};
+use super::handle::{HandleParts, shared};
 use crate::pools::ServedPools;
 use cairn_dataset::properties::{ShareAccess, ShareNfs};
 use cairn_nfs::nfs3::*;
@@ -66,9 +66,10 @@ impl NfsContext {
         ShareAccess::None
     }
 
-    /// The export `handle` leads into, if any (`None`: the procedure answers BADHANDLE or
-    /// STALE itself).
-    fn export_of_handle(&self, handle: &FileHandle) -> Option<Export> {
+    /// The shared filesystem `handle` leads into and its `sharenfs`, if any (`None`: the
+    /// procedure answers BADHANDLE or STALE itself). Reads the properties only (a call
+    /// resolves its handles again, with the filesystem, in its procedure).
+    fn share_of_handle(&self, handle: &FileHandle) -> Option<(String, ShareNfs)> {
         let parts = HandleParts::decode(handle)?;
         let pool = self
             .served
@@ -76,7 +77,8 @@ impl NfsContext {
             .into_iter()
             .find(|pool| pool.guid() == parts.pool_guid)?;
         let dataset = pool.dataset_name_of_id(parts.dataset_id)?;
-        self.export_of(pool, dataset).ok()
+        let properties = pool.dataset_properties(&dataset).ok()?;
+        shared(&properties).then_some((dataset, properties.sharenfs))
     }
 
     /// Lets `call` from `client` with `caller`'s credential through, or says why not
@@ -94,13 +96,13 @@ impl NfsContext {
         let mut squash = true;
         let mut least = ShareAccess::ReadWrite;
         for (index, handle) in handles(call).into_iter().flatten().enumerate() {
-            let Some(export) = self.export_of_handle(handle) else {
+            let Some((dataset, share)) = self.share_of_handle(handle) else {
                 continue;
             };
             if index == 0 {
-                squash = export.share.root_squash;
+                squash = share.root_squash;
             }
-            least = least.min(self.client_access(client, &export.dataset, &export.share));
+            least = least.min(self.client_access(client, &dataset, &share));
         }
         let read_only = match least {
             ShareAccess::None => return Err(Nfs3Error::Acces),
@@ -123,7 +125,7 @@ pub fn unlisted_shares(served: &ServedPools) -> Vec<String> {
             let Ok(properties) = pool.dataset_properties(&name) else {
                 continue;
             };
-            if super::handle::shared(&properties) && !properties.sharenfs.has_lists() {
+            if shared(&properties) && !properties.sharenfs.has_lists() {
                 unlisted.push(name);
             }
         }

@@ -140,7 +140,7 @@ pub fn shared(properties: &DatasetProperties) -> bool {
 
 impl NfsContext {
     /// The shared filesystem `dataset` of `pool`, with its `sharenfs` as it reads now.
-    pub(super) fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
+    fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
         let share = match pool.dataset_properties(&dataset) {
             Ok(properties) if shared(&properties) => properties.sharenfs,
             _ => return Err(Nfs3Error::Stale),
