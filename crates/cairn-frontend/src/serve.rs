@@ -45,7 +45,8 @@ pub struct ServeSettings {
     /// the NBD TLS settings are given, which then make it HTTPS.
     pub http: Option<String>,
     /// Serve NFSv3 (MOUNT and PORTMAP on the same port) on this TCP address (`--nfs`):
-    /// loopback only (`check_nfs_listen`).
+    /// beyond loopback only when every shared filesystem has an access list
+    /// (`check_nfs_shares`).
     pub nfs: Option<String>,
 }
 
@@ -144,9 +145,13 @@ pub enum ServeError {
     #[error(transparent)]
     Analytics(#[from] crate::analytics::AnalyticsError),
     #[error(
-        "refusing to serve NFS on {address}: AUTH_SYS trusts whatever identity a client claims, and per-network allow lists are not implemented yet (use a loopback address such as 127.0.0.1:2049)"
+        "refusing to serve NFS on {address}: {} shared without a list of the clients it is for (sharenfs rw=NET or ro=NET); AUTH_SYS trusts whatever identity a client claims, so a share without a list would be open to every machine that reaches the port (give each a list, e.g. cairn set sharenfs='rw=192.168.1.0/24' POOL/DATASET, or listen on a loopback address such as 127.0.0.1:2049)",
+        unlisted.join(", ")
     )]
-    NfsExposed { address: SocketAddr },
+    NfsExposed {
+        address: SocketAddr,
+        unlisted: Vec<String>,
+    },
     #[error(transparent)]
     Nfs(#[from] crate::nfs::NfsError),
     #[error("the NBD listeners failed")]
@@ -188,13 +193,29 @@ pub fn check_http_listen(address: &str, tls: Option<&TlsSettings>) -> Result<(),
     }
 }
 
-/// Refuses NFS on an address other than loopback (AUTH_SYS is only as trustworthy as the
-/// machines that can connect; allow lists by network are still to come).
-pub fn check_nfs_listen(address: &str) -> Result<(), ServeError> {
+/// Checks that NFS's `address` is an ADDR:PORT; the address it resolves to beyond loopback,
+/// if any (then every shared filesystem needs an access list: `check_nfs_shares`).
+pub fn check_nfs_listen(address: &str) -> Result<Option<SocketAddr>, ServeError> {
     match check_listen(address, None) {
-        Err(ServeError::ExposedWithoutTls { address }) => Err(ServeError::NfsExposed { address }),
-        other => other,
+        Err(ServeError::ExposedWithoutTls { address }) => Ok(Some(address)),
+        Err(other) => Err(other),
+        Ok(()) => Ok(None),
     }
+}
+
+/// Refuses NFS on `exposed` (an address beyond loopback) while a shared filesystem of
+/// `served`'s pools names no clients in its `sharenfs` (AUTH_SYS is only as trustworthy as
+/// the machines that can connect, so only explicit lists open shares to a network). One that
+/// loses its lists later is served to loopback clients only (`nfs::access`).
+pub fn check_nfs_shares(served: &ServedPools, exposed: SocketAddr) -> Result<(), ServeError> {
+    let unlisted = crate::nfs::unlisted_shares(served);
+    if unlisted.is_empty() {
+        return Ok(());
+    }
+    Err(ServeError::NfsExposed {
+        address: exposed,
+        unlisted,
+    })
 }
 
 /// The NBD server's request buffers, per connection and in all, as the budget allows.
@@ -331,9 +352,10 @@ where
     if let Some(address) = &settings.http {
         check_http_listen(address, settings.nbd.tls.as_ref())?;
     }
-    if let Some(address) = &settings.nfs {
-        check_nfs_listen(address)?;
-    }
+    let nfs_exposed = match &settings.nfs {
+        Some(address) => check_nfs_listen(address)?,
+        None => None,
+    };
     let mut config = settings.nbd;
     apply_budget(&settings.budget, &mut config);
     let control_listener = control::bind(&settings.state_dir)?;
@@ -346,6 +368,14 @@ where
         &settings.command_line,
         notes,
     )?;
+    if let Some(exposed) = nfs_exposed
+        && let Err(refused) = check_nfs_shares(&served, exposed)
+    {
+        // Nothing is served yet: the control socket goes with the refusal.
+        drop(control_listener);
+        let _ = std::fs::remove_file(control::socket_path(&settings.state_dir));
+        return Err(refused);
+    }
     mount_all(&served, &settings.state_dir.join(MOUNT_RECORD_FILE), notes);
     let exports = Arc::new(PoolExports::new(served.clone()));
     let server = Arc::new(NbdServer::new(exports.clone(), config));

@@ -49,9 +49,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR:PORT")]
     pub http: Option<String>,
     /// Serve NFSv3 on this address, e.g. 127.0.0.1:2049 (off by default): every filesystem
-    /// with `sharenfs=on` as /POOL/DATASET, MOUNT and PORTMAP on the same port, AUTH_SYS with
-    /// root squashed (unless `sharenfs=no_root_squash`). Loopback only for now; clients mount
-    /// with `nolock` (no NLM).
+    /// with `sharenfs` not off as /POOL/DATASET, MOUNT and PORTMAP on the same port, AUTH_SYS
+    /// with root squashed (unless `sharenfs=no_root_squash`), to the clients its lists name
+    /// (`sharenfs='rw=10.0.0.0/8,ro=192.168.1.0/24'`). An address beyond loopback needs such
+    /// lists on every shared filesystem; clients mount with `nolock` (no NLM).
     #[arg(long, value_name = "ADDR:PORT")]
     pub nfs: Option<String>,
     /// The filesystem whose NFS mount command the announcement spells out (`cairn up`'s).
@@ -265,14 +266,18 @@ fn announce(ready: &Ready<'_>, budget: &str, nfs_share: Option<&str>) {
     }
     if let Some(nfs) = ready.nfs {
         let port = nfs.port();
+        // Listening on every address (0.0.0.0, [::]): clients name this machine.
+        let host = match nfs.ip() {
+            ip if ip.is_unspecified() => "SERVER".to_string(),
+            std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            ip => ip.to_string(),
+        };
         println!(
-            "cairn: NFSv3 on {nfs} (filesystems with sharenfs=on); mount with: mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {}:/POOL/DATASET DIR",
-            nfs.ip()
+            "cairn: NFSv3 on {nfs} (filesystems whose sharenfs is not off, to the clients its lists name); mount with: mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {host}:/POOL/DATASET DIR"
         );
         if let Some(share) = nfs_share {
             println!(
-                "cairn: {share} is shared over NFS; mount it with: mount -t nfs -o vers=3,proto=tcp,nolock,port={port},mountport={port},mountproto=tcp {}:/{share} /mnt",
-                nfs.ip()
+                "cairn: {share} is shared over NFS; mount it with: mount -t nfs -o vers=3,proto=tcp,nolock,port={port},mountport={port},mountproto=tcp {host}:/{share} /mnt"
             );
         }
     }

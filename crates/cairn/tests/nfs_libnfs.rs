@@ -525,7 +525,7 @@ fn root_is_squashed_unless_the_share_says_no_root_squash() {
             .trim(),
         "rw,no_root_squash"
     );
-    for refused in ["ro", "rw=10.0.0.0/8", "root_squash,no_root_squash"] {
+    for refused in ["sec=krb5", "rw=files.example", "root_squash,no_root_squash"] {
         let run = env.cairn(&["set", &format!("sharenfs={refused}"), "tank/open"]);
         assert!(
             !run.success() && run.stderr.contains("sharenfs"),

@@ -22,15 +22,18 @@
 //! `atime`, `recordsize` in the filesystem layer (`cairn-fs`); `devices`, `setuid`, `exec` and
 //! `readonly` as the FUSE mount's flags, `snapdir` in the mount's `.cairn` directory
 //! (cairn-frontend), `sharenfs` in the NFS server (cairn-frontend's `nfs`, whether a filesystem
-//! is exported and whether root is squashed; its options are parsed in `share.rs`). `sync=disabled` is unsafe
+//! is exported, to which clients, read-only or not, and whether root is squashed; its options
+//! are parsed in `share.rs`, its client networks in `client_net.rs`). `sync=disabled` is unsafe
 //! (acknowledged writes can be lost) and is shown as such (`PropertyDef::is_unsafe`).
 
+mod client_net;
 mod resolved;
 mod share;
 mod values;
 
+pub use client_net::ClientNet;
 pub use resolved::DatasetProperties;
-pub use share::{SHARE_OPTIONS, ShareNfs};
+pub use share::{SHARE_OPTIONS, ShareAccess, ShareNfs};
 pub use values::{
     AtimeMode, CacheMode, ChecksumAlgorithm, ChoiceValue, Compression, LogBias, LogLanes,
     SnapdirMode, SyncMode,
@@ -173,7 +176,7 @@ pub const PROPERTIES: &[PropertyDef] = &[
         applies_to: Some(DatasetKind::Filesystem),
         settable_after_create: true,
         inheritable: true,
-        description: "share the filesystem over NFSv3 (`cairn serve --nfs`): on exports /POOL/DATASET read-write with root squashed; a list of options instead of on: rw, root_squash, no_root_squash (root stays root); off refuses its mounts and handles",
+        description: "share the filesystem over NFSv3 (`cairn serve --nfs`): on exports /POOL/DATASET read-write with root squashed; a list of options instead of on: rw=NET[:NET...] and ro=NET[:NET...] (clients by address or network, e.g. rw=10.0.0.0/8:[fd00::]/8, * for all: others get no access; the most specific entry wins), ro (everyone read-only), root_squash, no_root_squash (root stays root); without rw=/ro= lists only loopback clients are served when the server listens beyond loopback; off refuses its mounts and handles",
     },
     PropertyDef {
         name: "devices",

@@ -4,17 +4,20 @@
 //! denied with AUTH_ERROR), then by program: PORTMAP (GETPORT answers this server's one port
 //! for MOUNT v3 and NFS v3 over TCP, 0 for anything else; any credential), MOUNT v3 (MNT of
 //! `/POOL/DATASET` for shared filesystems) and NFS v3. Every call but the NULL procedures
-//! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. Root is squashed per
-//! call, as the export its first handle leads into says (`NfsContext::caller_in`: the
-//! `sharenfs` options). A version other than 3
+//! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. Each NFS call is then
+//! admitted by the exports its handles lead into, as their `sharenfs` reads now and as the
+//! connection's peer address is listed there (`NfsContext::admit`, `access.rs`): refused
+//! ACCES or ROFS before it runs, root squashed, ACCESS limited on a read-only share; MNT is
+//! refused MNT3ERR_ACCES to a client with no access. A version other than 3
 //! gets PROG_MISMATCH, an unknown procedure PROC_UNAVAIL, arguments that do not decode
 //! GARBAGE_ARGS; a record too large for the decoder closes the connection. So a peer's input
 //! can neither panic the server nor make it hold more than one record (`RECORD_BYTES_MAX`)
 //! per connection.
 //!
 //! Non-idempotent calls (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR)
-//! are answered from the duplicate-request cache when they are retransmissions, and their
-//! replies recorded there (`drc.rs`). Calls of one connection are served by
+//! are answered from the duplicate-request cache when they are retransmissions (before the
+//! access check: the change was made, whatever the share says now), and their replies
+//! recorded there (`drc.rs`); refusals are not recorded. Calls of one connection are served by
 //! `CALLS_IN_FLIGHT_MAX` workers at once, replies sent as each finishes (RPC over TCP
 //! matches them by xid); so per connection at most that many records and the one being read
 //! are held. A retransmission arriving while its first copy is still being served (on
@@ -23,6 +26,7 @@
 //! it took), and every connection's start and end. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
 //! `procs.rs`, `changes.rs` and `write.rs`.
 
+use super::access;
 use super::changes;
 use super::context::NfsContext;
 use super::convert::Caller;
@@ -30,10 +34,12 @@ use super::drc::CallKey;
 use super::procs::{self, IO_BYTES_MAX};
 use super::write;
 use crate::nfs_stats::Seen;
+use cairn_dataset::properties::ShareAccess;
 use cairn_nfs::mount::{
-    DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountReply, decode_mount_call,
+    DirPath, ExportEntry, MOUNT_V3, MntOk, MountCall, MountError, MountName, MountReply,
+    decode_mount_call,
 };
-use cairn_nfs::nfs3::{FileHandle, NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
+use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
 use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
 use cairn_nfs::record::RecordDecoder;
 use cairn_nfs::rpc::{
@@ -178,32 +184,6 @@ fn caller_of(header: &CallHeader) -> Option<Caller> {
     }
 }
 
-/// The handle an NFS call acts on first: its object, or the directory it changes (RENAME and
-/// LINK name a second handle, which must be in the same export or the call fails with XDEV).
-fn first_handle(call: &Nfs3Call) -> Option<&FileHandle> {
-    Some(match call {
-        Nfs3Call::Null => return None,
-        Nfs3Call::Getattr(args)
-        | Nfs3Call::Readlink(args)
-        | Nfs3Call::Fsstat(args)
-        | Nfs3Call::Fsinfo(args)
-        | Nfs3Call::Pathconf(args) => &args.object,
-        Nfs3Call::Setattr(args) => &args.object,
-        Nfs3Call::Access(args) => &args.object,
-        Nfs3Call::Lookup(args) | Nfs3Call::Remove(args) | Nfs3Call::Rmdir(args) => &args.dir,
-        Nfs3Call::Read(args) | Nfs3Call::Commit(args) => &args.file,
-        Nfs3Call::Write(args) => &args.file,
-        Nfs3Call::Create(args) => &args.location.dir,
-        Nfs3Call::Mkdir(args) => &args.location.dir,
-        Nfs3Call::Symlink(args) => &args.location.dir,
-        Nfs3Call::Mknod(args) => &args.location.dir,
-        Nfs3Call::Rename(args) => &args.from.dir,
-        Nfs3Call::Link(args) => &args.file,
-        Nfs3Call::Readdir(args) => &args.dir,
-        Nfs3Call::Readdirplus(args) => &args.dir,
-    })
-}
-
 /// The whole reply record to one call record (None: nothing to send), counted in the
 /// statistics with the time it took.
 pub fn serve_record(ctx: &NfsContext, client: IpAddr, record: &[u8]) -> Option<Vec<u8>> {
@@ -262,7 +242,7 @@ fn answer_record(
             }
             Ok(call) => match caller_of(&header) {
                 Some(_) => {
-                    let reply = mount(ctx, &call);
+                    let reply = mount(ctx, client, &call);
                     *seen = mount_seen(&call, &reply);
                     success(xid, &reply)
                 }
@@ -283,19 +263,28 @@ fn answer_record(
                 Ok(call) => call,
                 Err(err) => return failed_args(seen, xid, &err),
             };
-            let caller = ctx.caller_in(caller, first_handle(&call));
-            if !remembered(&call) {
-                let reply = nfs3(ctx, &caller, &call);
-                *seen = Seen::nfs(&call, &reply);
-                return success(xid, &reply);
-            }
-            let key = CallKey::new(client, xid, header.procedure, args);
-            if let Some(reply) = ctx.drc.get(&key) {
+            // A retransmission gets its first reply even if the share changed since: the
+            // change it asked for was made (as Linux's nfsd, whose cache comes first too).
+            let key = remembered(&call).then(|| CallKey::new(client, xid, header.procedure, args));
+            if let Some(reply) = key.as_ref().and_then(|key| ctx.drc.get(key)) {
                 *seen = Seen::Replayed(call.procedure());
                 return Some(reply);
             }
-            let reply = nfs3(ctx, &caller, &call);
+            let reply = match ctx.admit(client, caller, &call) {
+                Ok(admitted) => {
+                    access::limit_access(nfs3(ctx, &admitted.caller, &call), admitted.read_only)
+                }
+                // Not remembered: refused before anything was done.
+                Err(err) => {
+                    let reply = access::refusal(call.procedure(), err);
+                    *seen = Seen::nfs(&call, &reply);
+                    return success(xid, &reply);
+                }
+            };
             *seen = Seen::nfs(&call, &reply);
+            let Some(key) = key else {
+                return success(xid, &reply);
+            };
             let reply = success(xid, &reply)?;
             ctx.drc.insert(key, reply.clone());
             Some(reply)
@@ -346,12 +335,17 @@ fn portmap(ctx: &NfsContext, call: &PortmapCall) -> PortmapReply {
     }
 }
 
-fn mount(ctx: &NfsContext, call: &MountCall) -> MountReply {
+fn mount(ctx: &NfsContext, client: IpAddr, call: &MountCall) -> MountReply {
     match call {
-        MountCall::Mnt(path) => MountReply::Mnt(ctx.mount_point(path.as_bytes()).map(
-            |(export, object, attrs)| MntOk {
-                handle: export.handle(object, &attrs),
-                auth_flavors: vec![AUTH_SYS],
+        MountCall::Mnt(path) => MountReply::Mnt(ctx.mount_point(path.as_bytes()).and_then(
+            |(export, object, attrs)| {
+                if ctx.client_access(client, &export.dataset, &export.share) == ShareAccess::None {
+                    return Err(MountError::Acces);
+                }
+                Ok(MntOk {
+                    handle: export.handle(object, &attrs),
+                    auth_flavors: vec![AUTH_SYS],
+                })
             },
         )),
         MountCall::Export => MountReply::Export(exports(ctx)),
@@ -362,20 +356,26 @@ fn mount(ctx: &NfsContext, call: &MountCall) -> MountReply {
     }
 }
 
-/// Every shared filesystem's mount path.
+/// Every shared filesystem's mount path, and the clients it is served to as groups (its
+/// access lists' networks; loopback's for a share without lists: `access::export_groups`).
 fn exports(ctx: &NfsContext) -> Vec<ExportEntry> {
     let mut entries = Vec::new();
     for pool in ctx.served.all() {
         for name in pool.dataset_names() {
-            let shared = pool
-                .dataset_properties(&name)
-                .is_ok_and(|properties| super::handle::shared(&properties));
-            if let (true, Ok(directory)) = (shared, DirPath::new(format!("/{name}").into_bytes())) {
-                entries.push(ExportEntry {
-                    directory,
-                    groups: Vec::new(),
-                });
+            let Ok(properties) = pool.dataset_properties(&name) else {
+                continue;
+            };
+            if !super::handle::shared(&properties) {
+                continue;
             }
+            let Ok(directory) = DirPath::new(format!("/{name}").into_bytes()) else {
+                continue;
+            };
+            let groups = access::export_groups(&properties.sharenfs)
+                .into_iter()
+                .filter_map(|group| MountName::new(group.into_bytes()).ok())
+                .collect();
+            entries.push(ExportEntry { directory, groups });
         }
     }
     entries

@@ -1,6 +1,6 @@
 //! What every connection of one NFS server shares: the served pools, the port it answers
-//! on, the write verifier of this server instance, the duplicate-request cache and the
-//! statistics (`crate::nfs_stats`, also held by the served-pools registry).
+//! on, the write verifier of this server instance, the duplicate-request cache, the shares
+//! whose refusals were reported (`access.rs`) and the statistics (`crate::nfs_stats`, also held by the served-pools registry).
 //!
 //! The write verifier (RFC 1813 §3.3.7): a client compares the verifier of its UNSTABLE
 //! writes with COMMIT's and resends them when they differ, so it must change whenever data
@@ -22,7 +22,7 @@ use crate::pools::ServedPools;
 use cairn_engine::Pool;
 use cairn_nfs::nfs3::WriteVerf;
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 
@@ -40,6 +40,9 @@ pub struct NfsContext {
     epochs_seen: Mutex<HashMap<u64, u64>>,
     /// Snapshots browsed under `.cairn/snapshot`, kept open (`snapdir.rs`).
     pub(super) snapshots: Mutex<OpenSnapshots>,
+    /// The shares (`POOL/DATASET`) without access lists whose refusal of a client beyond
+    /// loopback has been recorded as an event (once each: `access.rs`).
+    pub(super) unlisted_refused: Mutex<HashSet<String>>,
 }
 
 /// 64 bits the operating system chose at random (std's `RandomState` is seeded from the OS
@@ -68,6 +71,7 @@ impl NfsContext {
             stats,
             epochs_seen: Mutex::new(HashMap::new()),
             snapshots: Mutex::default(),
+            unlisted_refused: Mutex::new(HashSet::new()),
         }
     }
 

@@ -21,17 +21,19 @@
 //!
 //! Exports: every filesystem dataset of a served pool whose `sharenfs` is not off, mounted by
 //! the path `/POOL/DATASET`, or a directory below it by `/POOL/DATASET/DIR` (MOUNT MNT); its
-//! `sharenfs` options also say whether root is squashed in it and in its snapshots
-//! (`caller_in`). A handle resolves to a `Resolved`: the export, where in it (`Place`: the
-//! live filesystem, the control directory, or a snapshot read through its gate) and the
-//! object's attributes. Only the live filesystem can be changed: `resolve` answers ROFS for
-//! the rest, `resolve_any` resolves all (the procedures that only read). Uses `context.rs`,
-//! `convert.rs` and `snapdir.rs`.
+//! `sharenfs` options, read at every call (`Export::share`), also say which clients may do
+//! what in it and in its snapshots, and whether root is squashed (`access.rs`). A handle
+//! resolves to a `Resolved`: the export, where in it (`Place`: the live filesystem, the
+//! control directory, or a snapshot read through its gate) and the object's attributes. Only
+//! the live filesystem can be changed: `resolve` answers ROFS for the rest, `resolve_any`
+//! resolves all (the procedures that only read). Uses `context.rs`, `convert.rs` and
+//! `snapdir.rs`.
 
 use super::context::NfsContext;
-use super::convert::{Caller, fattr, nfs_error};
+use super::convert::{fattr, nfs_error};
 use super::snapdir;
 use cairn_dataset::DatasetProperties;
+use cairn_dataset::properties::ShareNfs;
 use cairn_engine::{Pool, SnapshotFilesystem};
 use cairn_fs::attrs::InodeAttrs;
 use cairn_fs::{Filesystem, FsError, InodeStorage};
@@ -122,6 +124,8 @@ pub struct Export {
     pub pool_guid: u64,
     pub dataset_id: u64,
     pub fs: Arc<Filesystem>,
+    /// Its `sharenfs`, read when the call reached it: who may do what (`access.rs`).
+    pub share: ShareNfs,
 }
 
 /// The `fsid` clients see for dataset or snapshot `id` of the pool with `pool_guid`: stable
@@ -290,7 +294,7 @@ impl Resolved {
 }
 
 /// The dataset `id` names: itself, or the one whose snapshot it is.
-fn dataset_of_id(pool: &Pool, id: u64) -> Option<String> {
+pub(super) fn dataset_of_id(pool: &Pool, id: u64) -> Option<String> {
     pool.dataset_name_of_id(id)
         .or_else(|| Some(pool.snapshot_of_id(id)?.dataset))
 }
@@ -301,38 +305,12 @@ pub fn shared(properties: &DatasetProperties) -> bool {
 }
 
 impl NfsContext {
-    /// The identity a call with `caller`'s credential acts as when it reaches the export
-    /// `handle` leads into: root squashed unless that export's `sharenfs` has
-    /// `no_root_squash`. A handle that leads into no export squashes (the call then fails
-    /// on it anyway, STALE or BADHANDLE).
-    pub fn caller_in(&self, caller: Caller, handle: Option<&FileHandle>) -> Caller {
-        if !caller.is_root() {
-            return caller;
-        }
-        let squash = handle
-            .and_then(HandleParts::decode)
-            .and_then(|parts| {
-                let pool = self
-                    .served
-                    .all()
-                    .into_iter()
-                    .find(|pool| pool.guid() == parts.pool_guid)?;
-                let dataset = dataset_of_id(&pool, parts.dataset_id)?;
-                let properties = pool.dataset_properties(&dataset).ok()?;
-                Some(!shared(&properties) || properties.sharenfs.root_squash)
-            })
-            .unwrap_or(true);
-        if squash { caller.squashed() } else { caller }
-    }
-
-    /// The shared filesystem `dataset` of the pool with `pool_guid`.
+    /// The shared filesystem `dataset` of `pool`, with its `sharenfs` as it reads now.
     pub(super) fn export_of(&self, pool: Arc<Pool>, dataset: String) -> Result<Export, Nfs3Error> {
-        let shared = pool
-            .dataset_properties(&dataset)
-            .is_ok_and(|properties| shared(&properties));
-        if !shared {
-            return Err(Nfs3Error::Stale);
-        }
+        let share = match pool.dataset_properties(&dataset) {
+            Ok(properties) if shared(&properties) => properties.sharenfs,
+            _ => return Err(Nfs3Error::Stale),
+        };
         let dataset_id = pool.dataset_id(&dataset).ok_or(Nfs3Error::Stale)?;
         let fs = pool.filesystem(&dataset).map_err(|_| Nfs3Error::Io)?;
         Ok(Export {
@@ -341,6 +319,7 @@ impl NfsContext {
             dataset,
             dataset_id,
             fs,
+            share,
         })
     }
 

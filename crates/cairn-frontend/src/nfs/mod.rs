@@ -16,8 +16,10 @@
 //!   (`context.rs`).
 //! - **Retransmissions** of non-idempotent calls get the first reply (`drc.rs`).
 //! - **Access**: AUTH_SYS only (anything else but NULL is denied AUTH_ERROR TOOWEAK), root
-//!   squashed to nobody (65534) unless the export's `sharenfs` says `no_root_squash`
-//!   (`handle.rs`), mode bits checked by the server (`convert.rs`).
+//!   squashed to nobody (65534) unless the export's `sharenfs` says `no_root_squash`, the
+//!   export's access lists (`rw=NET`, `ro=NET`, plain `ro`) applied to the connection's peer
+//!   address at MOUNT and at every call (ACCES, ROFS; a share without lists is served to
+//!   loopback clients only: `access.rs`), mode bits checked by the server (`convert.rs`).
 //! - **Hostile input**: bounded records, typed decoding (cairn-nfs), errors answered or the
 //!   connection closed; at most `CONNECTIONS_MAX` connections at once.
 //!
@@ -28,19 +30,21 @@
 //! - **Statistics**: calls by procedure with latency, bytes, WRITE stability, what COMMITs
 //!   carried, refusals and clients, kept in `crate::nfs_stats` (`cairn stat nfs`, `/metrics`).
 //!
-//! Not yet: NLM locking (clients mount with `nolock`), per-network allow lists and read-only
-//! shares in `sharenfs`, NFSv4, and coherence with a FUSE mount of the same
+//! Not yet: NLM locking (clients mount with `nolock`), NFSv4, and coherence with a FUSE mount
+//! of the same
 //! dataset: the kernel keeps names and attributes for up to `ATTR_TTL` (a minute) and is not
 //! told of changes made over NFS.
 //!
 //! Threads: one accepts, one per connection reads its records and hands them to
 //! `CALLS_IN_FLIGHT_MAX` workers of that connection (calls block on the pool as FUSE's
 //! do). Files, bottom up: `convert.rs` (types, errors, permissions), `drc.rs`, `context.rs`
-//! (what connections share, the verifier), `handle.rs` (handles and exports), `snapdir.rs`
-//! (`.cairn` and the snapshots), `procs.rs`
+//! (what connections share, the verifier), `handle.rs` (handles and exports), `access.rs`
+//! (which clients may do what in an export), `snapdir.rs` (`.cairn` and the snapshots),
+//! `procs.rs`
 //! (procedures that only read), `changes.rs` (namespace and attributes), `write.rs` (WRITE,
 //! COMMIT), `connection.rs` (RPC dispatch, auth, MOUNT, PORTMAP), then this file.
 
+mod access;
 mod changes;
 mod connection;
 mod context;
@@ -51,6 +55,7 @@ mod procs;
 mod snapdir;
 mod write;
 
+pub use access::unlisted_shares;
 pub use connection::{CALLS_IN_FLIGHT_MAX, RECORD_BYTES_MAX};
 pub use context::NfsContext;
 pub use convert::NOBODY_ID;
