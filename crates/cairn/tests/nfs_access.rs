@@ -527,6 +527,21 @@ fn lists_decide_what_each_client_may_do() {
     assert_eq!(read_as_root(&mut writer, &file).unwrap(), b"written by .2");
     write_as_root(&mut reader, &file, b"written by .3").unwrap();
     assert_eq!(getattr_as_root(&mut stranger, &file), Err(Nfs3Error::Acces));
+    // A snapshot's handles lead into their dataset's share: refused to whom it refuses.
+    env.ok(&["snapshot", "tank/home@s"]);
+    let mut snap_file = root.clone();
+    for entry in [".cairn", "snapshot", "s", "a"] {
+        snap_file = lookup_as_root(&mut reader, &snap_file, entry).unwrap();
+    }
+    assert_eq!(
+        read_as_root(&mut reader, &snap_file).unwrap(),
+        b"written by .3"
+    );
+    assert_eq!(
+        getattr_as_root(&mut stranger, &snap_file),
+        Err(Nfs3Error::Acces),
+        "a snapshot's handle let a client without access in"
+    );
     env.ok(&[
         "set",
         "sharenfs=rw=127.0.0.0/8,ro=127.0.0.2,no_root_squash",
@@ -537,6 +552,10 @@ fn lists_decide_what_each_client_may_do() {
         13
     );
     write_as_root(&mut stranger, &file, b"written by .4").unwrap();
+    assert_eq!(
+        read_as_root(&mut stranger, &snap_file).unwrap(),
+        b"written by .3"
+    );
     assert_eq!(
         write_as_root(&mut writer, &file, b"again"),
         Err(Nfs3Error::RoFs)
