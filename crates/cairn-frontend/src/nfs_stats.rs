@@ -24,6 +24,7 @@
 //! Cost: one short mutex per call: a few counters and two histogram records (the procedure's
 //! and the client's latency), plus a map update for UNSTABLE writes and COMMITs.
 
+use cairn_fs::ops::FsOpKind;
 use cairn_metrics::OpStats;
 use cairn_nfs::mount::MountProc;
 use cairn_nfs::nfs3::{Nfs3Call, Nfs3Proc, Nfs3Reply, Outcome, StableHow};
@@ -151,6 +152,40 @@ fn reply_ok(reply: &Nfs3Reply) -> bool {
         Nfs3Reply::Pathconf(o) => is_ok(o),
         Nfs3Reply::Commit(o) => is_ok(o),
     }
+}
+
+/// How a filesystem counts an NFSv3 call among its calls (`Filesystem::record_op`: what
+/// `pool iostat` and `stat fs` show per dataset, whichever front end answered): the kind,
+/// the bytes it moved and whether it succeeded.
+pub fn fs_op_of(call: &Nfs3Call, reply: &Nfs3Reply) -> (FsOpKind, u64, bool) {
+    let kind = match call.procedure() {
+        Nfs3Proc::Getattr => FsOpKind::Getattr,
+        Nfs3Proc::Setattr => FsOpKind::Setattr,
+        Nfs3Proc::Lookup => FsOpKind::Lookup,
+        Nfs3Proc::Read => FsOpKind::Read,
+        Nfs3Proc::Write => FsOpKind::Write,
+        Nfs3Proc::Create
+        | Nfs3Proc::Mkdir
+        | Nfs3Proc::Symlink
+        | Nfs3Proc::Mknod
+        | Nfs3Proc::Link => FsOpKind::Create,
+        Nfs3Proc::Remove | Nfs3Proc::Rmdir => FsOpKind::Remove,
+        Nfs3Proc::Rename => FsOpKind::Rename,
+        Nfs3Proc::Readdir | Nfs3Proc::Readdirplus => FsOpKind::Readdir,
+        Nfs3Proc::Commit => FsOpKind::Fsync,
+        Nfs3Proc::Null
+        | Nfs3Proc::Access
+        | Nfs3Proc::Readlink
+        | Nfs3Proc::Fsstat
+        | Nfs3Proc::Fsinfo
+        | Nfs3Proc::Pathconf => FsOpKind::Other,
+    };
+    let bytes = match reply {
+        Nfs3Reply::Read(Outcome::Ok(ok)) => ok.data.len() as u64,
+        Nfs3Reply::Write(Outcome::Ok(ok)) => u64::from(ok.count_bytes),
+        _ => 0,
+    };
+    (kind, bytes, reply_ok(reply))
 }
 
 impl Seen {

@@ -40,11 +40,36 @@ pub struct ServedPools {
     pub mounts: crate::fuse::Mounts,
     /// The NFS server's statistics, once it serves (`cairn stat nfs`, the analytics).
     pub nfs_stats: OnceLock<Arc<crate::nfs_stats::NfsStats>>,
+    /// Filesystems NFS has served calls in, by `POOL/DATASET`, kept weakly (the pool keeps
+    /// them open): their calls are counted per dataset for `pool iostat` and `stat fs`.
+    nfs_filesystems: parking_lot::Mutex<BTreeMap<String, std::sync::Weak<cairn_fs::Filesystem>>>,
 }
 
 impl ServedPools {
     pub fn get(&self, name: &str) -> Option<Arc<Pool>> {
         self.pools.read().get(name).cloned()
+    }
+
+    /// Notes that NFS serves `dataset` (`POOL/DATASET`) through `fs`.
+    pub fn note_nfs_filesystem(&self, dataset: &str, fs: &Arc<cairn_fs::Filesystem>) {
+        let mut served = self.nfs_filesystems.lock();
+        let known = served
+            .get(dataset)
+            .and_then(std::sync::Weak::upgrade)
+            .is_some_and(|known| Arc::ptr_eq(&known, fs));
+        if !known {
+            served.insert(dataset.to_string(), Arc::downgrade(fs));
+        }
+    }
+
+    /// The filesystems NFS has served calls in and that are still open, by name.
+    pub fn nfs_filesystems(&self) -> Vec<(String, Arc<cairn_fs::Filesystem>)> {
+        let mut served = self.nfs_filesystems.lock();
+        served.retain(|_, fs| fs.strong_count() > 0);
+        served
+            .iter()
+            .filter_map(|(name, fs)| Some((name.clone(), fs.upgrade()?)))
+            .collect()
     }
 
     pub fn insert(&self, pool: Arc<Pool>) {

@@ -1,6 +1,6 @@
 //! `cairn pool iostat [-v] [-H] [-p] [POOL...] [INTERVAL [COUNT]]`: per-dataset traffic of a
 //! running server (with `-l`, `-q`, `-w` or `-r`: zpool's per-device views, see `devices`), like `zpool iostat`: each volume's NBD requests and each mounted
-//! filesystem's calls (reads, writes, fsyncs as flushes, fallocate as trims, and every namespace
+//! or NFS-shared filesystem's calls (NFS procedures counted as the FUSE calls they match) (reads, writes, fsyncs as flushes, fallocate as trims, and every namespace
 //! call — lookups, creates, renames... — as META).
 //!
 //! The statistics live in the server. The client asks it for cumulative samples over the

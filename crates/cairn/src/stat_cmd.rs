@@ -17,7 +17,8 @@
 //! and the daily write budget (`serve --l2-write-max-per-day`, per device) with what the
 //! devices may still be written now.
 //!
-//! `cairn stat fs [POOL...]`: each mounted filesystem's calls by kind (count, bytes, errors,
+//! `cairn stat fs [POOL...]`: each mounted or NFS-served filesystem's calls by kind (NFS
+//! procedures counted as the calls they match: COMMIT as fsync, READDIRPLUS as readdir...) (count, bytes, errors,
 //! p50/p99/max latency as its front end answered them) and its partial-write path: writes
 //! recorded without reading their block first, merged at once with a block in memory, merged
 //! by a txg sync, and merges whose old block could not be read.

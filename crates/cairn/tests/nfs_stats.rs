@@ -207,6 +207,28 @@ fn stat_nfs_and_metrics_count_known_traffic_exactly() {
     assert_eq!(calls("nfs", "null"), Some(1));
     assert_eq!(calls("mount", "mnt"), Some(2));
     assert_eq!(calls("nfs", "lookup"), Some(0));
+    // The same calls count in their filesystem's own figures, as a FUSE mount's do (`stat
+    // fs`, `pool iostat`), though nothing mounts it: the retransmitted REMOVE, answered from
+    // the cache, was not done again.
+    let stat = env.ok(&["stat", "fs", "-H", "-p"]);
+    let field = |name: &str| -> u64 {
+        stat.lines()
+            .find_map(|line| line.strip_prefix(&format!("tank/home.{name}\t")))
+            .unwrap_or_else(|| panic!("{name} in stat fs:\n{stat}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field("write.count"), 6, "{stat}");
+    assert_eq!(field("write.bytes"), written_bytes, "{stat}");
+    assert_eq!(field("read.bytes"), 4096, "{stat}");
+    assert_eq!(field("create.count"), 1, "{stat}");
+    assert_eq!(field("remove.count"), 1, "{stat}");
+    assert_eq!(field("fsync.count"), 2, "{stat}");
+    let iostat = env.ok(&["pool", "iostat", "-H", "-p"]);
+    assert!(
+        iostat.lines().any(|line| line.starts_with("tank/home\t")),
+        "tank/home in iostat:\n{iostat}"
+    );
     assert_eq!(writes(&nfs, "unstable", "unstable"), (3, 6000));
     assert_eq!(writes(&nfs, "file_sync", "file_sync"), (2, 1000));
     assert_eq!(writes(&nfs, "data_sync", "file_sync"), (1, 100));

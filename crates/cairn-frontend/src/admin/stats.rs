@@ -182,7 +182,7 @@ pub(super) fn fs(access: &PoolAccess, pools: &[String]) -> Vec<FsSample> {
     };
     crate::analytics::sample::dataset_samples(served)
         .into_iter()
-        .filter(|sample| sample.protocol == "fuse")
+        .filter(|sample| sample.protocol == "fuse" || sample.protocol == "nfs")
         .filter(|sample| {
             pools.is_empty()
                 || pools

@@ -393,7 +393,19 @@ pub fn dataset_samples(served: &ServedPools) -> Vec<DatasetSample> {
             });
         }
     }
-    for (dataset, fs) in served.mounts.filesystems() {
+    let mounted = served.mounts.filesystems();
+    let nfs_only: Vec<(String, std::sync::Arc<cairn_fs::Filesystem>)> = served
+        .nfs_filesystems()
+        .into_iter()
+        .filter(|(name, _)| !mounted.iter().any(|(mounted, _)| mounted == name))
+        .collect();
+    // A filesystem both mounted and shared counts its calls once, under "fuse" (its calls
+    // from both front ends are in the same counters).
+    let filesystems = mounted
+        .into_iter()
+        .map(|entry| (entry, "fuse"))
+        .chain(nfs_only.into_iter().map(|entry| (entry, "nfs")));
+    for ((dataset, fs), protocol) in filesystems {
         let stats = fs.op_stats();
         let patch = fs.patch_stats();
         datasets.push(DatasetSample {
@@ -422,7 +434,7 @@ pub fn dataset_samples(served: &ServedPools) -> Vec<DatasetSample> {
                 ]
             },
             dataset,
-            protocol: "fuse",
+            protocol,
         });
     }
     datasets

@@ -32,8 +32,10 @@ use super::convert::Caller;
 use super::handle::{HandleParts, dataset_of_id, shared};
 use crate::pools::ServedPools;
 use cairn_dataset::properties::{ShareAccess, ShareNfs};
+use cairn_engine::Pool;
 use cairn_nfs::nfs3::*;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// What groups MOUNT's EXPORT shows for a share without lists: the clients it is served to.
 const LOOPBACK_GROUPS: [&str; 2] = ["127.0.0.0/8", "[::1]"];
@@ -43,6 +45,8 @@ const LOOPBACK_GROUPS: [&str; 2] = ["127.0.0.0/8", "[::1]"];
 pub struct Admitted {
     pub caller: Caller,
     pub read_only: bool,
+    /// The pool and dataset the first handle leads into (where the call is counted).
+    pub dataset: Option<(Arc<Pool>, String)>,
 }
 
 impl NfsContext {
@@ -69,7 +73,7 @@ impl NfsContext {
     /// The shared filesystem `handle` leads into and its `sharenfs`, if any (`None`: the
     /// procedure answers BADHANDLE or STALE itself). Reads the properties only (a call
     /// resolves its handles again, with the filesystem, in its procedure).
-    fn share_of_handle(&self, handle: &FileHandle) -> Option<(String, ShareNfs)> {
+    fn share_of_handle(&self, handle: &FileHandle) -> Option<(Arc<Pool>, String, ShareNfs)> {
         let parts = HandleParts::decode(handle)?;
         let pool = self
             .served
@@ -80,7 +84,7 @@ impl NfsContext {
         // anyway: `resolve` answers ROFS there).
         let dataset = dataset_of_id(&pool, parts.dataset_id)?;
         let properties = pool.dataset_properties(&dataset).ok()?;
-        shared(&properties).then_some((dataset, properties.sharenfs))
+        shared(&properties).then_some((pool, dataset, properties.sharenfs))
     }
 
     /// Lets `call` from `client` with `caller`'s credential through, or says why not
@@ -97,12 +101,14 @@ impl NfsContext {
     ) -> Result<Admitted, Nfs3Error> {
         let mut squash = true;
         let mut least = ShareAccess::ReadWrite;
+        let mut first = None;
         for (index, handle) in handles(call).into_iter().flatten().enumerate() {
-            let Some((dataset, share)) = self.share_of_handle(handle) else {
+            let Some((pool, dataset, share)) = self.share_of_handle(handle) else {
                 continue;
             };
             if index == 0 {
                 squash = share.root_squash;
+                first = Some((pool, dataset.clone()));
             }
             least = least.min(self.client_access(client, &dataset, &share));
         }
@@ -113,7 +119,11 @@ impl NfsContext {
             ShareAccess::ReadWrite => false,
         };
         let caller = if squash { caller.squashed() } else { caller };
-        Ok(Admitted { caller, read_only })
+        Ok(Admitted {
+            caller,
+            read_only,
+            dataset: first,
+        })
     }
 }
 

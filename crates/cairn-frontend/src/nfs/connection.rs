@@ -272,7 +272,11 @@ fn answer_record(
             }
             let reply = match ctx.admit(client, caller, &call) {
                 Ok(admitted) => {
-                    access::limit_access(nfs3(ctx, &admitted.caller, &call), admitted.read_only)
+                    let started = std::time::Instant::now();
+                    let reply = nfs3(ctx, &admitted.caller, &call);
+                    let reply = access::limit_access(reply, admitted.read_only);
+                    count_in_dataset(ctx, admitted.dataset, &call, &reply, started);
+                    reply
                 }
                 // Not remembered: refused before anything was done.
                 Err(err) => {
@@ -294,6 +298,27 @@ fn answer_record(
             header_only(ReplyHeader::accepted(xid, AcceptStat::ProgUnavail))
         }
     }
+}
+
+/// Counts an answered call among the calls of the filesystem its first handle leads into,
+/// as FUSE counts its calls there (`pool iostat`, `stat fs`); a snapshot's calls count in
+/// its dataset.
+fn count_in_dataset(
+    ctx: &NfsContext,
+    dataset: Option<(std::sync::Arc<cairn_engine::Pool>, String)>,
+    call: &Nfs3Call,
+    reply: &Nfs3Reply,
+    started: std::time::Instant,
+) {
+    let Some((pool, dataset)) = dataset else {
+        return;
+    };
+    let Ok(fs) = pool.filesystem(&dataset) else {
+        return;
+    };
+    let (kind, bytes, ok) = crate::nfs_stats::fs_op_of(call, reply);
+    fs.record_op(kind, bytes, ok, started.elapsed());
+    ctx.served.note_nfs_filesystem(&dataset, &fs);
 }
 
 /// A MOUNT call as the statistics count it (MNT fails when it names no shared directory).
