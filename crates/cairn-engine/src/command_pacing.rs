@@ -64,9 +64,12 @@ impl CommandPacing {
         self.time += time;
     }
 
-    /// Whether the txg being synced carries snapshot changes (its MOS sync is then theirs).
-    pub(crate) fn has_units(&self) -> bool {
-        self.units > 0
+    /// Notes `time` as commands' work if the txg being synced made snapshot changes (work
+    /// that is theirs only then: the table's records and the MOS's sync).
+    pub(crate) fn note_if_units(&mut self, time: Duration) {
+        if self.units > 0 {
+            self.time += time;
+        }
     }
 
     /// The txg being synced ended: its commands' time is known; a unit is priced if it made
@@ -109,13 +112,16 @@ mod tests {
         pacing.txg_synced();
         assert_eq!(pacing.command_sync_us(), 20_000);
         assert_eq!(pacing.estimate(10_000), Some(ms(300)));
-        // 1,000 changes in 50 ms (two parts): 50 us a unit.
+        // 1,000 changes in 50 ms (three parts, the last counted as theirs): 50 us a unit.
         pacing.note_work(1000, ms(30));
-        assert!(pacing.has_units());
-        pacing.note_work(0, ms(20));
+        pacing.note_work(0, ms(10));
+        pacing.note_if_units(ms(10));
         pacing.txg_synced();
-        assert!(!pacing.has_units());
         assert_eq!(pacing.command_sync_us(), 50_000);
+        // Without changes, the MOS's time is not commands'.
+        pacing.note_if_units(ms(10));
+        pacing.txg_synced();
+        assert_eq!(pacing.command_sync_us(), 0);
         assert_eq!(pacing.estimate(10_000), Some(ms(500)));
         // Then 10 us a unit: a quarter of the way there.
         pacing.note_work(1000, ms(10));

@@ -104,16 +104,7 @@ impl PoolCore {
             txg > committed_txg,
             "sync of txg {txg} after txg {committed_txg} committed"
         );
-        let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
-        let mut directory_changed = !tasks.is_empty() || self.mos.root_bp().is_hole();
-        let tasks_started = std::time::Instant::now();
-        for (task, reply) in tasks {
-            let _ = reply.send(task(self, txg));
-        }
-        // Commands' work (`command_pacing.rs`): their sync tasks, ...
-        self.command_pacing
-            .lock()
-            .note_work(0, tasks_started.elapsed());
+        let mut directory_changed = self.run_sync_tasks(txg) || self.mos.root_bp().is_hole();
         // Before the object sets: the logs free blocks made redundant by this txg and move
         // their chain headers, which dirties the object sets in this txg.
         let intent_logs: Vec<_> = self.intent_logs.lock().values().cloned().collect();
@@ -148,14 +139,12 @@ impl PoolCore {
         let mos_started = std::time::Instant::now();
         let mos_synced = self.sync_mos(txg, &mut batch)?;
         let mos_time = mos_started.elapsed();
-        // ... and, in a txg that changed snapshots, the table's records and the MOS they
-        // dirtied (a destroy of 10,000 snapshots rewrites most of the table's map).
-        {
-            let mut commands = self.command_pacing.lock();
-            if commands.has_units() {
-                commands.note_work(0, table_time + mos_time);
-            }
-        }
+        // Commands' work (`command_pacing.rs`), in a txg that changed snapshots: the table's
+        // records and the MOS they dirtied (a destroy of 10,000 snapshots rewrites most of
+        // the table's map).
+        self.command_pacing
+            .lock()
+            .note_if_units(table_time + mos_time);
         let root_bp = mos_synced
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
@@ -232,6 +221,21 @@ impl PoolCore {
             .txg_synced(space_time, mos_time, blocks_written);
         self.command_pacing.lock().txg_synced();
         Ok(())
+    }
+
+    /// Runs the sync tasks queued for `txg` (directory changes, commands), timed as
+    /// commands' work (`command_pacing.rs`); true if there were any.
+    fn run_sync_tasks(&self, txg: u64) -> bool {
+        let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
+        if tasks.is_empty() {
+            return false;
+        }
+        let started = std::time::Instant::now();
+        for (task, reply) in tasks {
+            let _ = reply.send(task(self, txg));
+        }
+        self.command_pacing.lock().note_work(0, started.elapsed());
+        true
     }
 
     /// Rewrites the MOS if `txg` changed it, counting what it wrote (`Pool::mos_writes`).
