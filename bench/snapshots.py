@@ -109,13 +109,15 @@ def iops_windows(path, env):
 
 
 def txg_rows(path):
-    """Every txg seen in the sampled `pool txgs -H -p` output: id -> (trigger, dirty, sync us)."""
+    """Every txg seen in the sampled `pool txgs -H -p` output: id -> (trigger, dirty, sync us,
+    reserved us, background us, commands us); the last three 0 from a server without them."""
     rows = {}
     if os.path.exists(path):
         for line in open(path):
-            f = line.split("\t")
+            f = line.strip("\n").split("\t")
             if len(f) >= 7 and f[0].strip().isdigit():
-                rows[int(f[0])] = (f[1], int(f[2]), int(f[6]))
+                split = tuple(int(x) for x in f[10:13]) if len(f) >= 13 else (0, 0, 0)
+                rows[int(f[0])] = (f[1], int(f[2]), int(f[6])) + split
     return rows
 
 
@@ -274,8 +276,16 @@ def cairn_details(res, destroy):
             print(f"cairn txgs during the destroy: {len(during):,} seen of {after_txg - before_txg:,} "
                   f"(txg {before_txg + 1}–{after_txg}; {missing} not caught by the sampler); longest "
                   f"sync {worst[1][2] / 1000:,.1f} ms (txg {worst[0]}, {worst[1][0]}, dirty "
-                  f"{worst[1][1] / 2**20:,.1f} MiB), median "
+                  f"{worst[1][1] / 2**20:,.1f} MiB; {worst[1][3] / 1000:,.1f} ms reserved, "
+                  f"{worst[1][5] / 1000:,.1f} ms of commands, {worst[1][4] / 1000:,.1f} ms of "
+                  f"background frees, the rest data), median "
                   f"{statistics.median(r[2] for r in during.values()) / 1000:,.1f} ms; sync target 500 ms.")
+            cmd = max(during.items(), key=lambda kv: kv[1][5])
+            if cmd[1][5]:
+                print(f"cairn the destroy's txg (most commands' time): txg {cmd[0]}, {cmd[1][0]}, "
+                      f"sync {cmd[1][2] / 1000:,.1f} ms = {cmd[1][5] / 1000:,.1f} ms of commands + "
+                      f"{(cmd[1][2] - cmd[1][5]) / 1000:,.1f} ms for {cmd[1][1] / 2**20:,.1f} MiB "
+                      f"of data and the rest; {cmd[1][3] / 1000:,.1f} ms was reserved.")
         if earlier:
             print(f"cairn txgs under fio alone before the destroy: longest sync "
                   f"{max(r[2] for r in earlier.values()) / 1000:,.1f} ms, median "

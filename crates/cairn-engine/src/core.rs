@@ -138,6 +138,9 @@ pub(crate) struct PoolCore {
     /// What background frees cost the txgs that did them, and so how much the next may do
     /// (`free_pacing.rs`). The sync thread alone uses it.
     pub(crate) free_pacing: Mutex<crate::free_pacing::FreePacing>,
+    /// The measured sync cost of snapshot commands, per snapshot changed, and what the last
+    /// txg spent on commands (`command_pacing.rs`).
+    pub(crate) command_pacing: Mutex<crate::command_pacing::CommandPacing>,
     /// MOS object numbers freed, to give again (`record_map::MosObjectNumbers`). The sync
     /// thread alone uses it.
     pub(crate) mos_numbers: Mutex<crate::record_map::MosObjectNumbers>,
@@ -207,9 +210,25 @@ pub(crate) fn run_sync_task_with(
     engine: &TxgEngine,
     task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
 ) -> Result<u64, EngineError> {
+    run_sync_task_reserving(core, engine, None, task)
+}
+
+/// `run_sync_task_with` for a task whose sync work is expected to take `reserve` (a command
+/// on many snapshots, `command_pacing.rs`): the txg that carries it is held to less dirty
+/// data, or the task goes to the next txg if the open one already carries too much
+/// (`TxgEngine::hold_reserving`). The task stays whole in one txg either way.
+pub(crate) fn run_sync_task_reserving(
+    core: &PoolCore,
+    engine: &TxgEngine,
+    reserve: Option<std::time::Duration>,
+    task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
+) -> Result<u64, EngineError> {
     let (reply, outcome) = crossbeam_channel::bounded(1);
     let txg = {
-        let hold = engine.hold();
+        let hold = match reserve {
+            Some(time) => engine.hold_reserving(time).map_err(EngineError::Txg)?,
+            None => engine.hold(),
+        };
         // The held txg is open: it cannot have committed, so the task runs in its sync.
         debug_assert!(
             hold.txg() > core.uberblock.lock().txg,

@@ -114,6 +114,7 @@ impl Pool {
             snapshot_stats: Default::default(),
             mos_writes: Default::default(),
             free_pacing: Default::default(),
+            command_pacing: Default::default(),
             mos_numbers: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);

@@ -37,6 +37,7 @@ mod check;
 mod check_snapshots;
 mod clones;
 mod command_history;
+mod command_pacing;
 mod core;
 mod create;
 mod datasets;

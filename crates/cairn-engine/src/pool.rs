@@ -2,7 +2,7 @@
 //! behalf, the pool's notes and history, and the options a pool is opened with. Its shared
 //! state is `core.rs`'s `PoolCore`, what the txg sync and the scans work on.
 
-use crate::core::{PoolCore, run_sync_task_with};
+use crate::core::{PoolCore, run_sync_task_reserving, run_sync_task_with};
 use crate::{DeviceOpener, EngineError, default_opener};
 use cairn_arc::{ArcConfig, ReadCache};
 use cairn_dataset::Volume;
@@ -346,6 +346,25 @@ impl Pool {
         run_sync_task_with(
             &self.core,
             engine,
+            crate::command_history::carrying_entry(task),
+        )
+    }
+
+    /// `run_sync_task` for a command that changes `snapshots` snapshots in its txg: the sync
+    /// time that is expected to take (`command_pacing.rs`) is reserved on the txg, so the
+    /// data that rides with it leaves room for it under the sync target.
+    pub(crate) fn run_snapshot_task(
+        &self,
+        snapshots: usize,
+        task: impl FnOnce(&PoolCore, u64) -> Result<(), EngineError> + Send + 'static,
+    ) -> Result<u64, EngineError> {
+        let engine = self.txg_engine()?;
+        let units = u64::try_from(snapshots).unwrap_or(u64::MAX);
+        let reserve = self.core.command_pacing.lock().estimate(units);
+        run_sync_task_reserving(
+            &self.core,
+            engine,
+            reserve,
             crate::command_history::carrying_entry(task),
         )
     }

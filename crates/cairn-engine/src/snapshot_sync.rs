@@ -87,6 +87,7 @@ impl PoolCore {
         }
         let mut heads = Vec::new();
         let commands_started = Instant::now();
+        let units = u64::try_from(pending.len()).unwrap_or(u64::MAX);
         for change in pending {
             let (dataset, prev_snap_txg) = match change {
                 PendingSnapshot::Create { dataset, name, id } => {
@@ -141,12 +142,20 @@ impl PoolCore {
         }
         let commands_time = commands_started.elapsed();
         self.background_frees(txg, &mut table, !synced.is_empty(), commands_time)?;
+        let refresh_started = Instant::now();
         refresh_changed_snapshot_bytes(&mut directory, &mut table);
         // A head synced in this txg may have changed what it still shares with its origin.
         for name in &touched {
             if let Ok(record) = directory.get_mut(name) {
                 record.origin_shared_bytes = table.origin_shared_bytes(record.id);
             }
+        }
+        // The commands' part of this sync (`command_pacing.rs`): their changes, and the
+        // figures refreshed after them.
+        if units > 0 {
+            self.command_pacing
+                .lock()
+                .note_work(units, commands_time + refresh_started.elapsed());
         }
         Ok(heads)
     }

@@ -106,7 +106,7 @@ impl Pool {
             let done = taken.clone();
             let parsed = parsed.clone();
             let history = history.clone();
-            self.run_sync_task(move |core, _txg| {
+            self.run_snapshot_task(planned.len(), move |core, _txg| {
                 let planned = core.plan_snapshots(&parsed, recursive)?;
                 let mut directory = core.directory.lock();
                 let mut pending = core.pending_snapshots.lock();
@@ -250,7 +250,7 @@ impl Pool {
         // see its blocks after they are freed.
         let full_names: Vec<String> = parsed.iter().map(ToString::to_string).collect();
         let _closed = self.close_snapshot_filesystems(&full_names);
-        self.run_sync_task(move |core, _txg| {
+        self.run_snapshot_task(parsed.len(), move |core, _txg| {
             let planned = core.order_for_destroy(&parsed)?;
             if let Some(entry) = history {
                 core.directory

@@ -72,6 +72,11 @@ impl TxgSyncer for PoolSyncer {
     fn background_sync_us(&self) -> u64 {
         self.0.free_pacing.lock().background_sync_us()
     }
+
+    /// What `command_pacing.rs` measured the last sync's commands to take.
+    fn command_sync_us(&self) -> u64 {
+        self.0.command_pacing.lock().command_sync_us()
+    }
 }
 
 fn space_log_props() -> WriteProps {
@@ -99,11 +104,7 @@ impl PoolCore {
             txg > committed_txg,
             "sync of txg {txg} after txg {committed_txg} committed"
         );
-        let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
-        let mut directory_changed = !tasks.is_empty() || self.mos.root_bp().is_hole();
-        for (task, reply) in tasks {
-            let _ = reply.send(task(self, txg));
-        }
+        let mut directory_changed = self.run_sync_tasks(txg) || self.mos.root_bp().is_hole();
         // Before the object sets: the logs free blocks made redundant by this txg and move
         // their chain headers, which dirties the object sets in this txg.
         let intent_logs: Vec<_> = self.intent_logs.lock().values().cloned().collect();
@@ -126,7 +127,9 @@ impl PoolCore {
         // With the heads' roots of this txg in the directory: dead blocks onto deadlists,
         // then this txg's snapshots (`snapshot_sync.rs`).
         let new_snapshot_heads = self.sync_snapshots(txg, &synced)?;
+        let table_started = std::time::Instant::now();
         directory_changed |= self.write_snapshot_table(txg)?;
+        let table_time = table_started.elapsed();
         directory_changed |= self.persist_leaf_errors();
         // Sides that are out now miss this txg: on record before the directory is encoded.
         directory_changed |= self.note_missed_txgs();
@@ -136,6 +139,12 @@ impl PoolCore {
         let mos_started = std::time::Instant::now();
         let mos_synced = self.sync_mos(txg, &mut batch)?;
         let mos_time = mos_started.elapsed();
+        // Commands' work (`command_pacing.rs`), in a txg that changed snapshots: the table's
+        // records and the MOS they dirtied (a destroy of 10,000 snapshots rewrites most of
+        // the table's map).
+        self.command_pacing
+            .lock()
+            .note_if_units(table_time + mos_time);
         let root_bp = mos_synced
             .as_ref()
             .map_or_else(|| self.mos.root_bp(), |result| result.root_bp());
@@ -210,7 +219,23 @@ impl PoolCore {
         self.free_pacing
             .lock()
             .txg_synced(space_time, mos_time, blocks_written);
+        self.command_pacing.lock().txg_synced();
         Ok(())
+    }
+
+    /// Runs the sync tasks queued for `txg` (directory changes, commands), timed as
+    /// commands' work (`command_pacing.rs`); true if there were any.
+    fn run_sync_tasks(&self, txg: u64) -> bool {
+        let tasks = self.tasks.lock().remove(&txg).unwrap_or_default();
+        if tasks.is_empty() {
+            return false;
+        }
+        let started = std::time::Instant::now();
+        for (task, reply) in tasks {
+            let _ = reply.send(task(self, txg));
+        }
+        self.command_pacing.lock().note_work(0, started.elapsed());
+        true
     }
 
     /// Rewrites the MOS if `txg` changed it, counting what it wrote (`Pool::mos_writes`).

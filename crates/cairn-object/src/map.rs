@@ -47,6 +47,7 @@
 //! Known gaps: leaves never merge and the table never shrinks (as in ZFS, a directory that
 //! once held a million entries keeps its leaves).
 
+mod batch;
 mod error;
 #[cfg(test)]
 mod tests;

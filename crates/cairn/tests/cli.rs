@@ -287,12 +287,12 @@ fn mirror_pool_lifecycle() {
     assert!(!history.contains("--state-dir"), "{history}");
 
     let txgs = env.ok(&["pool", "txgs", "-H", "-p", "tank"]);
-    // TXG TRIGGER DIRTY HOLDS OPEN QUIESCE SYNC DELAYS DELAYED BLOCKED; with -p all but the
-    // trigger are plain integers.
+    // TXG TRIGGER DIRTY HOLDS OPEN QUIESCE SYNC DELAYS DELAYED BLOCKED RESERVED BACKGROUND
+    // COMMANDS; with -p all but the trigger are plain integers.
     assert!(
         txgs.lines().all(|line| {
             let cells = fields(line);
-            cells.len() == 10
+            cells.len() == 13
                 && cells
                     .iter()
                     .enumerate()

@@ -266,6 +266,7 @@ fn pool_core(
         snapshot_stats: Default::default(),
         mos_writes: Default::default(),
         free_pacing: Default::default(),
+        command_pacing: Default::default(),
         mos_numbers: Mutex::new(mos_numbers),
     }
 }

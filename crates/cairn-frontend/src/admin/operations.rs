@@ -237,6 +237,9 @@ pub(super) fn txgs(access: &PoolAccess, name: &str) -> Result<AdminReply, AdminE
                 writer_delays_count: timing.writer_delays_count,
                 writer_delay_ns_total: timing.writer_delay_ns_total,
                 writers_blocked_count: timing.writers_blocked_count,
+                reserved_us: timing.reserved_sync_us,
+                background_us: timing.background_us,
+                command_us: timing.command_us,
             })
             .collect(),
     ))

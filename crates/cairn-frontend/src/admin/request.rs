@@ -238,6 +238,11 @@ pub struct TxgRow {
     pub writer_delays_count: u64,
     pub writer_delay_ns_total: u64,
     pub writers_blocked_count: u64,
+    /// Sync time reserved on the txg for commands' work (its writers got that much less).
+    pub reserved_us: u64,
+    /// Of `sync_us`, what went to background frees and to dataset commands (estimates).
+    pub background_us: u64,
+    pub command_us: u64,
 }
 
 /// What an operation produced.

@@ -180,3 +180,63 @@ fn the_on_disk_form_is_pinned() {
     let key = map.insert(MapTx::syncing(1), b"snap1", b"").unwrap();
     assert_eq!(key, 0x0951_2c5c_7d54_1400);
 }
+
+#[test]
+fn removing_many_names_at_once_leaves_what_removing_them_one_by_one_does() {
+    // The same map in two object sets: one loses a third of its names (and two names it
+    // never had) name by name, the other in one call. Every block of the two maps is the
+    // same, and the call reports what it removed.
+    let sets = [volume_objset(), volume_objset()];
+    let maps: Vec<HashedMap<'_>> = sets.iter().map(|(objset, _)| new_map(objset, 1)).collect();
+    let name = |i: u32| format!("snapshot-record-{i}").into_bytes();
+    let count = 3_000u32;
+    let tx = MapTx::syncing(1);
+    for map in &maps {
+        for i in 0..count {
+            map.insert(tx, &name(i), &[i as u8; 40]).unwrap();
+        }
+    }
+    for (objset, io) in &sets {
+        sync(objset, io, 1);
+    }
+    let tx = MapTx::syncing(2);
+    let gone: Vec<Vec<u8>> = (0..count)
+        .filter(|i| i % 3 == 1)
+        .map(name)
+        .chain([b"never-there".to_vec(), name(count + 7)])
+        .collect();
+    for one in &gone {
+        maps[0].remove(tx, one).unwrap();
+    }
+    let names: Vec<&[u8]> = gone.iter().map(Vec::as_slice).collect();
+    let removed = maps[1].remove_many(tx, &names).unwrap();
+    assert_eq!(removed.len(), gone.len());
+    for (index, entry) in removed.iter().enumerate() {
+        match entry {
+            Some(entry) => assert_eq!(entry.name, gone[index]),
+            None => assert!(index >= gone.len() - 2, "{index} not removed"),
+        }
+    }
+    assert_eq!(
+        maps[1].len().unwrap(),
+        u64::from(count) - (gone.len() as u64 - 2)
+    );
+    for (objset, io) in &sets {
+        sync(objset, io, 2);
+    }
+    let leaves = header_of(&sets[0].0).leaves;
+    assert!(leaves > 8, "{leaves} leaves: too few to group by");
+    let blocks = |objset: &ObjectSet| -> Vec<Option<Bytes>> {
+        (0..leaves + 2)
+            .chain(TABLE_START_BLKID..TABLE_START_BLKID + 2)
+            .map(|blkid| objset.read_block(MAP, blkid).unwrap())
+            .collect()
+    };
+    assert!(blocks(&sets[0].0) == blocks(&sets[1].0), "the maps differ");
+    assert!(maps[1].get(&name(1)).unwrap().is_none());
+    assert!(maps[1].get(&name(2)).unwrap().is_some());
+    // Nothing left to remove writes nothing.
+    let again = maps[1].remove_many(MapTx::syncing(3), &names).unwrap();
+    assert!(again.iter().all(Option::is_none));
+    assert!(!sets[1].0.is_dirty(3));
+}

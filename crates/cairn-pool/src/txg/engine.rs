@@ -20,7 +20,7 @@ use super::config::TxgConfig;
 use super::error::{Suspension, TxgError};
 use super::hold::TxgHold;
 use super::state::{Phase, Shared, State, TxgSlot};
-use super::stats::{TxgPhases, TxgStats, TxgTiming, duration_ns};
+use super::stats::{TxgPhases, TxgStats, TxgTiming, duration_ns, duration_us};
 use super::suspend::SuspendHandle;
 use super::sync::{SYNC_THREAD_NAME, SyncThreadExitGuard, TxgSyncer};
 use super::throttle::{THROTTLE_RECHECK, next_wakeup};
@@ -68,6 +68,7 @@ impl TxgEngine {
             sync_thread_stopped: false,
             throttle_last_wakeup: None,
             sync_bytes_per_sec: None,
+            next_reserved_sync_us: 0,
             history: VecDeque::with_capacity(config.history_len),
             stats: TxgStats::default(),
         };
@@ -194,6 +195,99 @@ impl TxgEngine {
             return None;
         }
         Some(self.shared.new_hold(&mut st, false))
+    }
+
+    /// Tells the engine that syncing `txg` will take about `time` besides writing its dirty
+    /// data (a dataset command queued for it: a destroy of many snapshots). Under a sync
+    /// target with a measured rate, the writers of `txg` are then held to what that rate
+    /// writes in the target less `time` (`reserved_allowance_bytes`), so data and command
+    /// together stay near the target; reservations on one txg add up. `txg` is the open txg
+    /// or the one after it (which takes the reservation when it opens); an older txg is past
+    /// helping and is ignored. Returns whether `txg`'s dirty bytes are still within its
+    /// lowered allowance (a txg that already carries more will run past the target by the
+    /// excess; always true for a txg not open yet, or without a target or rate).
+    pub fn reserve_sync_time(&self, txg: u64, time: Duration) -> bool {
+        let config = &self.shared.config;
+        let mut st = self.shared.state.lock();
+        let us = duration_us(time);
+        if txg == st.open.txg {
+            st.open.reserved_sync_us = st.open.reserved_sync_us.saturating_add(us);
+            let fits = st
+                .open_reserved_allowance(config)
+                .is_none_or(|allowance| st.open.dirty_bytes <= allowance);
+            drop(st);
+            // The allowance only fell: writers see it at their next throttle call.
+            return fits;
+        }
+        if txg == st.open.txg + 1 {
+            st.next_reserved_sync_us = st.next_reserved_sync_us.saturating_add(us);
+        }
+        true
+    }
+
+    /// A hold for a change whose sync will take about `time` besides writing dirty data (see
+    /// `reserve_sync_time`): on the open txg, reserving `time` there, if its dirty bytes fit
+    /// the allowance that leaves; otherwise `time` is reserved on the next txg, the open one
+    /// is asked to sync, and the hold is taken on the next one once it opens (its writers held
+    /// to the lowered allowance from its first byte). Should that txg have quiesced already
+    /// when this thread wakes, the hold goes to the open txg with the reservation moved there.
+    /// Errors as `try_hold`. Like `wait_synced`, must not be called while holding a hold.
+    pub fn hold_reserving(&self, time: Duration) -> Result<TxgHold, TxgError> {
+        let shared = &self.shared;
+        let config = &shared.config;
+        let us = duration_us(time);
+        let mut st = shared.state.lock();
+        let refused = |st: &State| -> Option<TxgError> {
+            if st.shutdown_requested {
+                Some(TxgError::ShutDown)
+            } else {
+                st.refusal().map(|msg| TxgError::Suspended(msg.clone()))
+            }
+        };
+        if let Some(err) = refused(&st) {
+            return Err(err);
+        }
+        let reserved_us = st.open.reserved_sync_us.saturating_add(us);
+        let fits = st
+            .allowance_with(config, reserved_us)
+            .is_none_or(|allowance| st.open.dirty_bytes <= allowance);
+        if fits {
+            st.open.reserved_sync_us = reserved_us;
+            return Ok(shared.new_hold(&mut st, false));
+        }
+        let full_txg = st.open.txg;
+        st.next_reserved_sync_us = st.next_reserved_sync_us.saturating_add(us);
+        if st.sync_requested_txg < full_txg {
+            st.sync_requested_txg = full_txg;
+            shared.sync_cv.notify_all();
+        }
+        while st.open.txg == full_txg {
+            if let Some(err) = refused(&st) {
+                return Err(err);
+            }
+            if st.sync_thread_stopped {
+                return Err(TxgError::ShutDown);
+            }
+            shared.progress_cv.wait(&mut st);
+        }
+        if st.open.txg != full_txg + 1 {
+            // The reserved txg came and went before this thread woke: move it here.
+            st.open.reserved_sync_us = st.open.reserved_sync_us.saturating_add(us);
+        }
+        Ok(shared.new_hold(&mut st, false))
+    }
+
+    /// What writers may dirty before they block on the latency level: the dirty limit in
+    /// force (`dirty_limit_bytes`), lowered to the open txg's reserved allowance if sync time
+    /// is reserved on it.
+    pub fn dirty_allowance_bytes(&self) -> u64 {
+        self.shared.state.lock().latency_limit(&self.shared.config)
+    }
+
+    /// The measured sync rate the throttle follows under a sync target (bytes per second of
+    /// sync time; `None` until a large enough txg has synced).
+    pub fn sync_bytes_per_sec(&self) -> Option<u64> {
+        self.shared.state.lock().sync_bytes_per_sec
     }
 
     pub fn open_txg(&self) -> u64 {

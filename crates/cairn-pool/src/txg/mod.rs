@@ -165,6 +165,24 @@
 //! to the limit while it still runs, so a waiter may then wait for both (bounded by the memory
 //! level all the same).
 //!
+//! ### Reserved sync time
+//!
+//! A txg's sync also does work that is not its dirty data: a dataset command queued for it (a
+//! destroy of 10,000 snapshots takes a few hundred milliseconds of its txg). The layer above
+//! estimates that time and reserves it on the txg (`TxgEngine::reserve_sync_time`, or
+//! `hold_reserving`, which takes the hold the command queues under); under a sync target with
+//! a measured rate, the open txg's writers are then held to what the rate writes in the target
+//! less the reserved time (`reserved_allowance_bytes`, at least
+//! `RESERVED_ALLOWANCE_FLOOR_BYTES`): the latency level blocks there and its delay curve ends
+//! there, so data and command together stay near the target. Bytes already dirty cannot be
+//! taken back: `hold_reserving` finds the open txg already past the lowered allowance, it
+//! reserves on the next txg instead (which takes the reservation when it opens, before its
+//! first byte), asks for the open one's sync, and holds the next. The command stays whole in
+//! one txg; only which txg, and how much data rides with it, change. The engine knows nothing
+//! of what the time is for. The syncer reports what its last sync spent on such work
+//! (`TxgSyncer::command_sync_us`) and on background work; both are left out of the measured
+//! sync rate and shown per txg (`TxgTiming`).
+//!
 //! ## Known gaps
 //!
 //! - Time is the real clock (`Instant`), not an injected one; tests use short timeouts and never
@@ -205,6 +223,8 @@ mod throttle;
 #[cfg(test)]
 mod byteless_tests;
 #[cfg(test)]
+mod reserve_tests;
+#[cfg(test)]
 mod sync_target_tests;
 #[cfg(test)]
 mod tests;
@@ -217,6 +237,6 @@ pub use stats::{SyncTrigger, TxgPhases, TxgStats, TxgTiming};
 pub use suspend::SuspendHandle;
 pub use sync::{BACKGROUND_TXG_INTERVAL, SYNC_THREAD_NAME, TxgSyncer};
 pub use throttle::{
-    DELAY_TARGET_FLOOR_BYTES, DIRTY_LIMIT_FLOOR_BYTES, delay_ns, delay_target_bytes,
-    dirty_limit_bytes, sync_left_bytes,
+    DELAY_TARGET_FLOOR_BYTES, DIRTY_LIMIT_FLOOR_BYTES, RESERVED_ALLOWANCE_FLOOR_BYTES, delay_ns,
+    delay_target_bytes, dirty_limit_bytes, reserved_allowance_bytes, sync_left_bytes,
 };

@@ -32,6 +32,9 @@ pub(super) struct TxgSlot {
     pub(super) writer_delays_count: u64,
     pub(super) writer_delay_ns_total: u64,
     pub(super) writers_blocked_count: u64,
+    /// Sync time reserved for work besides the dirty data (`TxgEngine::reserve_sync_time`),
+    /// microseconds: the throttle lets writers dirty that much less.
+    pub(super) reserved_sync_us: u64,
 }
 
 impl TxgSlot {
@@ -46,6 +49,7 @@ impl TxgSlot {
             writer_delays_count: 0,
             writer_delay_ns_total: 0,
             writers_blocked_count: 0,
+            reserved_sync_us: 0,
         }
     }
 
@@ -97,6 +101,8 @@ pub(super) struct State {
     pub(super) stats: TxgStats,
     /// Dirty bytes per second the syncs of large txgs achieved (moving average).
     pub(super) sync_bytes_per_sec: Option<u64>,
+    /// Sync time reserved for the txg after the open one, which it takes when it opens.
+    pub(super) next_reserved_sync_us: u64,
 }
 
 impl State {

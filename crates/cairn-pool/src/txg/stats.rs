@@ -48,6 +48,14 @@ pub struct TxgTiming {
     pub writer_delay_ns_total: u64,
     /// Writers blocked at `dirty_bytes_max` while this txg was open.
     pub writers_blocked_count: u64,
+    /// Sync time reserved on this txg for work besides its dirty data
+    /// (`TxgEngine::reserve_sync_time`): its writers' allowance was that much smaller.
+    pub reserved_sync_us: u64,
+    /// Of `sync_us`, what the syncer counted as background work (`background_sync_us`) and as
+    /// dataset commands' work (`command_sync_us`); the rest went to the dirty data and the
+    /// txg's fixed costs.
+    pub background_us: u64,
+    pub command_us: u64,
 }
 
 /// Engine-wide counters since start.

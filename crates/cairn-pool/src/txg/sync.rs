@@ -49,6 +49,14 @@ pub trait TxgSyncer: Send + Sync + 'static {
     fn background_sync_us(&self) -> u64 {
         0
     }
+
+    /// Asked with `wants_followup_txg`: how much of the last sync, in microseconds, went to
+    /// the work of dataset commands (a destroy of many snapshots): like background work, a
+    /// cost of the txg and not of its dirty bytes, left out of the measured sync rate. It is
+    /// the figure a caller reserving sync time (`TxgEngine::reserve_sync_time`) estimates.
+    fn command_sync_us(&self) -> u64 {
+        0
+    }
 }
 
 /// How long an open txg waits before it syncs for background work alone: long enough that
@@ -100,12 +108,16 @@ impl Shared {
                 && catch_unwind(AssertUnwindSafe(|| syncer.wants_followup_txg())).unwrap_or(false);
             let background = result.is_ok()
                 && catch_unwind(AssertUnwindSafe(|| syncer.has_background_work())).unwrap_or(false);
-            let background_us = if result.is_ok() {
-                catch_unwind(AssertUnwindSafe(|| syncer.background_sync_us())).unwrap_or(0)
+            let split = if result.is_ok() {
+                catch_unwind(AssertUnwindSafe(|| SyncSplit {
+                    background_us: syncer.background_sync_us(),
+                    command_us: syncer.command_sync_us(),
+                }))
+                .unwrap_or_default()
             } else {
-                0
+                SyncSplit::default()
             };
-            self.finish_sync(txg, result, followup, background, background_us);
+            self.finish_sync(txg, result, followup, background, split);
         }
     }
 
@@ -139,7 +151,9 @@ impl Shared {
 
         let now = Instant::now();
         let next_txg = st.open.txg.checked_add(1).expect("txg number overflow");
-        let slot = std::mem::replace(&mut st.open, TxgSlot::new(next_txg, now));
+        let mut next = TxgSlot::new(next_txg, now);
+        next.reserved_sync_us = std::mem::take(&mut st.next_reserved_sync_us);
+        let slot = std::mem::replace(&mut st.open, next);
         let txg = slot.txg;
         st.in_flight = Some(InFlight {
             slot,
@@ -149,6 +163,9 @@ impl Shared {
             sync_started_at: None,
         });
         st.check_invariants(config);
+        // A new txg is open: a caller waiting to hold it (`TxgEngine::hold_reserving`), and
+        // writers held back by the closed txg's reservation, look again.
+        self.progress_cv.notify_all();
 
         while st.in_flight.as_ref().is_some_and(|f| f.slot.holds_live > 0) {
             self.sync_cv.wait(&mut st);
@@ -171,7 +188,7 @@ impl Shared {
         result: Result<(), SyncError>,
         followup_wanted: bool,
         background_wanted: bool,
-        background_us: u64,
+        split: SyncSplit,
     ) {
         let config = &self.config;
         let mut st = self.state.lock();
@@ -192,11 +209,13 @@ impl Shared {
                     .dirty_bytes_total
                     .checked_sub(flight.slot.dirty_bytes)
                     .expect("dirty total underflow");
-                let timing = self.timing_of(&flight, Instant::now());
-                // Background work's share left out (at most three quarters: an estimate).
+                let timing = self.timing_of(&flight, Instant::now(), split);
+                // Background work's and commands' shares left out (at most three quarters:
+                // estimates).
                 let written_us = timing
                     .sync_us
-                    .saturating_sub(background_us)
+                    .saturating_sub(split.background_us)
+                    .saturating_sub(split.command_us)
                     .max(timing.sync_us / 4);
                 st.record_sync_rate(flight.slot.dirty_bytes, written_us);
                 let stats = &mut st.stats;
@@ -227,7 +246,7 @@ impl Shared {
         self.progress_cv.notify_all();
     }
 
-    fn timing_of(&self, flight: &InFlight, synced_at: Instant) -> TxgTiming {
+    fn timing_of(&self, flight: &InFlight, synced_at: Instant, split: SyncSplit) -> TxgTiming {
         let slot = &flight.slot;
         let sync_started_at = flight.sync_started_at.expect("synced txg started syncing");
         TxgTiming {
@@ -250,8 +269,18 @@ impl Shared {
             writer_delays_count: slot.writer_delays_count,
             writer_delay_ns_total: slot.writer_delay_ns_total,
             writers_blocked_count: slot.writers_blocked_count,
+            reserved_sync_us: slot.reserved_sync_us,
+            background_us: split.background_us,
+            command_us: split.command_us,
         }
     }
+}
+
+/// What the syncer said its last sync spent besides writing dirty data.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct SyncSplit {
+    background_us: u64,
+    command_us: u64,
 }
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {

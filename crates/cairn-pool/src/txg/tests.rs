@@ -54,6 +54,8 @@ struct FakeState {
     followups_until_txg: u64,
     /// Has background work until this txg has synced.
     background_until_txg: u64,
+    /// What each sync says it spent on commands (`command_sync_us`).
+    command_us: u64,
 }
 
 /// Records calls; can be paused (gate) or told to fail or panic at a given txg.
@@ -80,6 +82,9 @@ impl FakeSyncer {
     pub(super) fn panic_at(&self, txg: u64) {
         self.state.lock().panic_txg = Some(txg);
     }
+    pub(super) fn report_command_us(&self, us: u64) {
+        self.state.lock().command_us = us;
+    }
     pub(super) fn entered(&self) -> Vec<u64> {
         self.state.lock().entered.clone()
     }
@@ -102,6 +107,10 @@ impl TxgSyncer for FakeSyncer {
     fn has_background_work(&self) -> bool {
         let s = self.state.lock();
         s.returned.last().copied().unwrap_or(0) < s.background_until_txg
+    }
+
+    fn command_sync_us(&self) -> u64 {
+        self.state.lock().command_us
     }
 
     fn sync_txg(&self, txg: u64) -> Result<(), SyncError> {

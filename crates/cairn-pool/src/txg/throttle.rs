@@ -1,7 +1,8 @@
 //! The write throttle (see "The write throttle" in the `txg` module comment): the delay curve,
 //! the dirty limit in force under a sync target, the estimate of what a syncing txg has left to
 //! write, the sync rate those follow, and the `State` methods that hold writers to both levels
-//! (memory and latency). `TxgEngine::throttle` and `try_hold_now` are the entry points.
+//! (memory and latency), the latter lowered for a txg whose sync has work of its own reserved
+//! (`reserved_allowance_bytes`). `TxgEngine::throttle` and `try_hold_now` are the entry points.
 //!
 //! Invariants: the curve is a pure function of the config, 0 at or below the delay minimum,
 //! `delay_max_ns` at or above the limit, non-decreasing between; the limit in force stays within
@@ -59,6 +60,30 @@ pub fn delay_target_bytes(config: &TxgConfig, sync_bytes_per_sec: Option<u64>) -
     }
 }
 
+/// Least dirty allowance a reservation of sync time leaves a txg (`reserved_allowance_bytes`):
+/// writers can always dirty a little, and a write larger than it still passes a txg that is
+/// nearly clean (blocking looks at the dirty bytes before the write).
+pub const RESERVED_ALLOWANCE_FLOOR_BYTES: u64 = 4 << 20;
+
+/// The dirty allowance of a txg whose sync has `reserved` of work besides writing its dirty
+/// data (a dataset command's own work): what the measured rate writes in what the sync target
+/// leaves after it, at least [`RESERVED_ALLOWANCE_FLOOR_BYTES`]. `None` without a sync target
+/// or a measured rate (nothing to convert time into bytes with), or with nothing reserved.
+pub fn reserved_allowance_bytes(
+    config: &TxgConfig,
+    sync_bytes_per_sec: Option<u64>,
+    reserved: Duration,
+) -> Option<u64> {
+    let rate = sync_bytes_per_sec.filter(|_| config.sync_target_ms > 0 && !reserved.is_zero())?;
+    let left = Duration::from_millis(config.sync_target_ms).saturating_sub(reserved);
+    let bytes = u128::from(rate) * left.as_micros() / 1_000_000;
+    Some(
+        u64::try_from(bytes)
+            .unwrap_or(u64::MAX)
+            .max(RESERVED_ALLOWANCE_FLOOR_BYTES),
+    )
+}
+
 /// How often a writer blocked only by the estimate of a sync's progress looks again.
 pub(super) const THROTTLE_RECHECK: Duration = Duration::from_millis(1);
 
@@ -110,16 +135,40 @@ impl State {
         dirty_limit_bytes(config, self.sync_bytes_per_sec)
     }
 
+    /// The open txg's allowance under the sync time reserved on it, if any
+    /// (`reserved_allowance_bytes`).
+    pub(super) fn open_reserved_allowance(&self, config: &TxgConfig) -> Option<u64> {
+        self.allowance_with(config, self.open.reserved_sync_us)
+    }
+
+    /// `reserved_allowance_bytes` for `reserved_us` at the measured rate.
+    pub(super) fn allowance_with(&self, config: &TxgConfig, reserved_us: u64) -> Option<u64> {
+        reserved_allowance_bytes(
+            config,
+            self.sync_bytes_per_sec,
+            Duration::from_micros(reserved_us),
+        )
+    }
+
+    /// The latency level's limit: the dirty limit in force, lowered to the open txg's
+    /// allowance when sync time is reserved on it.
+    pub(super) fn latency_limit(&self, config: &TxgConfig) -> u64 {
+        let limit = self.dirty_limit(config);
+        self.open_reserved_allowance(config)
+            .map_or(limit, |allowance| allowance.min(limit))
+    }
+
     /// The levels the throttle holds writers to, each as (bytes, limit): all dirty bytes
     /// against `dirty_bytes_max` (memory), and with a sync target and a measured rate, the
-    /// bytes a txg-sync waiter would wait for against the limit in force (latency).
+    /// bytes a txg-sync waiter would wait for against the limit in force, lowered by the
+    /// sync time reserved on the open txg (latency).
     fn throttle_levels(&self, config: &TxgConfig, now: Instant) -> [(u64, u64); 2] {
         let memory = (self.dirty_bytes_total, config.dirty_bytes_max);
         let latency = if self.sync_draining(config) {
             let left = self.in_flight_left_bytes(now);
-            (self.open.dirty_bytes + left, self.dirty_limit(config))
+            (self.open.dirty_bytes + left, self.latency_limit(config))
         } else {
-            (self.dirty_bytes_total, self.dirty_limit(config))
+            (self.dirty_bytes_total, self.latency_limit(config))
         };
         [memory, latency]
     }
@@ -148,10 +197,14 @@ impl State {
     }
 
     /// A writer's delay for `bytes` more: the larger of the levels' delays, the latency level's
-    /// on a curve that ends at `delay_target_bytes` (at or below the limit it blocks at).
+    /// on a curve that ends at `delay_target_bytes` (at or below the limit it blocks at), or
+    /// at the open txg's reserved allowance if that is lower.
     pub(super) fn delay_ns_for(&self, config: &TxgConfig, now: Instant, bytes: u64) -> u64 {
         let [memory, (waited_for, limit)] = self.throttle_levels(config, now);
         let target = delay_target_bytes(config, self.sync_bytes_per_sec);
+        let target = self
+            .open_reserved_allowance(config)
+            .map_or(target, |allowance| allowance.min(target));
         debug_assert!(
             target <= limit,
             "the delay curve ends past the blocking limit"

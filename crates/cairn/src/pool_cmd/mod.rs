@@ -347,6 +347,9 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
         Column::right("DELAYS"),
         Column::right("DELAYED"),
         Column::right("BLOCKED"),
+        Column::right("RESERVED"),
+        Column::right("BACKGROUND"),
+        Column::right("COMMANDS"),
     ]);
     for timing in &timings {
         table.push(vec![
@@ -360,6 +363,9 @@ pub fn txgs(ctx: &Context, format: ListFormat, name: &str) -> Result<()> {
             timing.writer_delays_count.to_string(),
             human::micros(timing.writer_delay_ns_total / 1000, format.exact),
             timing.writers_blocked_count.to_string(),
+            human::micros(timing.reserved_us, format.exact),
+            human::micros(timing.background_us, format.exact),
+            human::micros(timing.command_us, format.exact),
         ]);
     }
     if timings.is_empty() && !format.scripted {
