@@ -12,11 +12,11 @@
 //! (an NFS COMMIT, a FUSE fsync, a volume's FLUSH), a failed txg sync, a suspension of the
 //! pool's I/O — and draws anew at each import. WRITE reads it before it writes (a failure
 //! during the write shows at the COMMIT), COMMIT after it committed (a failure before or
-//! during the commit shows in its reply). Uses `drc.rs` (and keeps `snapdir.rs`'s open
-//! snapshots).
+//! during the commit shows in its reply). Uses `drc.rs` and `open_snapshots.rs` (the
+//! snapshots `snapdir.rs` keeps open).
 
 use super::drc::DuplicateCache;
-use super::snapdir::OpenSnapshots;
+use super::open_snapshots::OpenSnapshots;
 use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
 use cairn_engine::Pool;

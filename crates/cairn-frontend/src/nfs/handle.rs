@@ -26,16 +26,16 @@
 //! resolves to a `Resolved`: the export, where in it (`Place`: the live filesystem, the
 //! control directory, or a snapshot read through its gate) and the object's attributes. Only
 //! the live filesystem can be changed: `resolve` answers ROFS for the rest, `resolve_any`
-//! resolves all (the procedures that only read). Uses `context.rs`, `convert.rs` and
-//! `snapdir.rs`.
+//! resolves all (the procedures that only read). Keeps the control directory's places and
+//! the gate a snapshot is read through, which `snapdir.rs` (above it) lists and opens. Uses
+//! `context.rs` and `convert.rs`.
 
 use super::context::NfsContext;
 use super::convert::{fattr, nfs_error};
-use super::snapdir;
 use cairn_dataset::DatasetProperties;
 use cairn_dataset::properties::ShareNfs;
 use cairn_engine::{Pool, SnapshotFilesystem};
-use cairn_fs::attrs::InodeAttrs;
+use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
 use cairn_fs::{Filesystem, FsError, InodeStorage};
 use cairn_nfs::mount::MountError;
 use cairn_nfs::nfs3::{Fattr3, FileHandle, Nfs3Error};
@@ -211,7 +211,7 @@ impl Resolved {
     ) -> Result<T, FsError> {
         match &self.place {
             Place::Live => call(&self.export.fs),
-            Place::Snapshot { fs, .. } => snapdir::gated(fs, call),
+            Place::Snapshot { fs, .. } => gated(fs, call),
             Place::ControlDir | Place::SnapshotDir => Err(FsError::IsDirectory),
         }
     }
@@ -286,7 +286,7 @@ impl Resolved {
         let attrs = match &self.place {
             Place::Live | Place::Snapshot { .. } => self.with(|fs| fs.getattr(self.object)).ok()?,
             Place::ControlDir | Place::SnapshotDir => {
-                snapdir::control_attrs(&self.export, &self.place).ok()?
+                control_attrs(&self.export, &self.place).ok()?
             }
         };
         Some(self.at(self.object, attrs).fattr())
@@ -404,7 +404,7 @@ impl NfsContext {
                 .export_of(pool.clone(), identity.dataset.clone())
                 .map_err(mark_stale)?;
             let fs = self.open_snapshot(&pool, &identity).map_err(mark_stale)?;
-            let attrs = snapdir::gated(&fs, |fs| fs.getattr(parts.object));
+            let attrs = gated(&fs, |fs| fs.getattr(parts.object));
             let place = Place::Snapshot {
                 id: parts.dataset_id,
                 fs,
@@ -424,7 +424,7 @@ impl NfsContext {
             HandleNode::ControlDir => Place::ControlDir,
             HandleNode::SnapshotDir => Place::SnapshotDir,
         };
-        snapdir::control_resolved(&export, place).map_err(|err| mark_stale(nfs_error(&err)))
+        control_resolved(&export, place).map_err(|err| mark_stale(nfs_error(&err)))
     }
 
     /// An object found by handle, if it is the one the handle named.
@@ -450,6 +450,66 @@ impl NfsContext {
             attrs,
         })
     }
+}
+
+// ----- the control directory's places (`.cairn`, `.cairn/snapshot`; `snapdir.rs` lists
+// and looks up in them) and the snapshots' gate: what a handle resolves to -----
+
+/// File ids of the control directory's two directories: bit 63, which no object number has.
+const CONTROL_FILEID_BIT: u64 = 1 << 63;
+pub const CONTROL_DIR_FILEID: u64 = CONTROL_FILEID_BIT | 1;
+pub const SNAPSHOT_DIR_FILEID: u64 = CONTROL_FILEID_BIT | 2;
+
+/// Runs `call` on snapshot `fs` inside its gate; `Stale` once the snapshot is destroyed (the
+/// gate answers `NotFound` then, which inside would mean a name not found).
+pub fn gated<T>(
+    fs: &SnapshotFilesystem,
+    call: impl FnOnce(&Filesystem) -> Result<T, FsError>,
+) -> Result<T, FsError> {
+    match fs.with(call) {
+        Err(FsError::NotFound) if !fs.is_open() => Err(FsError::Stale),
+        other => other,
+    }
+}
+
+/// Attributes of `.cairn` or `.cairn/snapshot`: directories of root's, readable and
+/// searchable by all and writable by none, with the root's times. `.cairn/snapshot` is
+/// modified now, at every look: a client keeps a directory's listing until its mtime
+/// changes, and this listing changes with every snapshot taken or destroyed, which no mtime
+/// records.
+pub fn control_attrs(export: &Export, place: &Place) -> Result<InodeAttrs, FsError> {
+    let root = export.fs.getattr(export.fs.root())?;
+    let mut attrs = InodeAttrs {
+        kind: FileKind::Directory,
+        mode: 0o555,
+        uid: 0,
+        gid: 0,
+        links: 2,
+        size: 0,
+        ..root
+    };
+    if matches!(place, Place::SnapshotDir) {
+        attrs.mtime = Timestamp::now();
+        attrs.ctime = attrs.mtime;
+    }
+    Ok(attrs)
+}
+
+/// `.cairn` or `.cairn/snapshot` of `export`, resolved.
+pub fn control_resolved(export: &Export, place: Place) -> Result<Resolved, FsError> {
+    let object = match place {
+        Place::ControlDir => CONTROL_DIR_FILEID,
+        Place::SnapshotDir => SNAPSHOT_DIR_FILEID,
+        Place::Live | Place::Snapshot { .. } => {
+            return Err(FsError::Invalid("not a control directory".into()));
+        }
+    };
+    Ok(Resolved {
+        attrs: control_attrs(export, &place)?,
+        export: export.clone(),
+        place,
+        object,
+    })
 }
 
 #[cfg(test)]

@@ -51,6 +51,7 @@ mod context;
 mod convert;
 mod drc;
 mod handle;
+mod open_snapshots;
 mod procs;
 mod snapdir;
 mod write;

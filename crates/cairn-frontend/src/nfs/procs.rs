@@ -238,7 +238,7 @@ fn gather(
 fn listed_fileid(dir: &Resolved, entry: &cairn_fs::DirEntry) -> u64 {
     let snapshot = matches!(dir.place, Place::Snapshot { .. });
     if snapshot && entry.name == b".." && dir.object == cairn_fs::ROOT_OBJECT {
-        return snapdir::SNAPSHOT_DIR_FILEID;
+        return super::handle::SNAPSHOT_DIR_FILEID;
     }
     entry.object
 }

@@ -30,46 +30,30 @@
 //!
 //! Destroy: every read of a snapshot runs inside its gate (`gated`), which a destroy closes
 //! under its readers: a call in flight finishes, every later one answers STALE, never data
-//! from freed blocks. The server keeps the snapshots it has opened (`SNAPSHOTS_OPEN_MAX`,
+//! from freed blocks. The server keeps the snapshots it has opened (`open_snapshots.rs`,
 //! the least recently used let go first) so that each call does not open one anew, each with
 //! the pool it came from (a pool imported again is another pool: its snapshots open anew).
 //! Uses `handle.rs` and `context.rs`.
 
 use super::context::NfsContext;
-use super::handle::{Export, Place, Resolved};
+use super::handle::{
+    CONTROL_DIR_FILEID, Export, Place, Resolved, SNAPSHOT_DIR_FILEID, control_resolved, gated,
+};
 use cairn_dataset::properties::SnapdirMode;
 use cairn_engine::{Pool, SnapshotFilesystem, SnapshotIdentity};
-use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
-use cairn_fs::{DirEntry, Filesystem, FsError, ROOT_OBJECT};
+use cairn_fs::attrs::FileKind;
+use cairn_fs::{DirEntry, FsError, ROOT_OBJECT};
 use cairn_nfs::nfs3::Nfs3Error;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// The control directory's name in the root of a shared filesystem.
 pub const CONTROL_DIR_NAME: &[u8] = b".cairn";
 /// The directory of snapshots in the control directory.
 pub const SNAPSHOT_DIR_NAME: &[u8] = b"snapshot";
-/// File ids of the control directory's two directories: bit 63, which no object number has.
-const CONTROL_FILEID_BIT: u64 = 1 << 63;
-pub const CONTROL_DIR_FILEID: u64 = CONTROL_FILEID_BIT | 1;
-pub const SNAPSHOT_DIR_FILEID: u64 = CONTROL_FILEID_BIT | 2;
 /// The root's listing gives `.cairn` (when visible) last, with a cookie above every entry's
 /// (theirs are map keys, below 2^62, plus 3) that a client keeping cookies as signed
 /// offsets (Linux) still takes as positive.
 pub const CONTROL_DIR_COOKIE: u64 = i64::MAX as u64;
-/// Snapshots kept open by the server at most (each holds its filesystem's caches).
-pub const SNAPSHOTS_OPEN_MAX: usize = 64;
-
-/// Runs `call` on snapshot `fs` inside its gate; `Stale` once the snapshot is destroyed (the
-/// gate answers `NotFound` then, which inside would mean a name not found).
-pub fn gated<T>(
-    fs: &SnapshotFilesystem,
-    call: impl FnOnce(&Filesystem) -> Result<T, FsError>,
-) -> Result<T, FsError> {
-    match fs.with(call) {
-        Err(FsError::NotFound) if !fs.is_open() => Err(FsError::Stale),
-        other => other,
-    }
-}
 
 /// Whether `name` in `dir` is the reserved name of the control directory.
 pub fn is_control_name(dir: &Resolved, name: &[u8]) -> bool {
@@ -82,46 +66,6 @@ pub fn visible(export: &Export) -> bool {
         .pool
         .dataset_properties(&export.dataset)
         .is_ok_and(|properties| properties.snapdir == SnapdirMode::Visible)
-}
-
-/// Attributes of `.cairn` or `.cairn/snapshot`: directories of root's, readable and
-/// searchable by all and writable by none, with the root's times. `.cairn/snapshot` is
-/// modified now, at every look: a client keeps a directory's listing until its mtime
-/// changes, and this listing changes with every snapshot taken or destroyed, which no mtime
-/// records.
-pub fn control_attrs(export: &Export, place: &Place) -> Result<InodeAttrs, FsError> {
-    let root = export.fs.getattr(export.fs.root())?;
-    let mut attrs = InodeAttrs {
-        kind: FileKind::Directory,
-        mode: 0o555,
-        uid: 0,
-        gid: 0,
-        links: 2,
-        size: 0,
-        ..root
-    };
-    if matches!(place, Place::SnapshotDir) {
-        attrs.mtime = Timestamp::now();
-        attrs.ctime = attrs.mtime;
-    }
-    Ok(attrs)
-}
-
-/// `.cairn` or `.cairn/snapshot` of `export`, resolved.
-pub fn control_resolved(export: &Export, place: Place) -> Result<Resolved, FsError> {
-    let object = match place {
-        Place::ControlDir => CONTROL_DIR_FILEID,
-        Place::SnapshotDir => SNAPSHOT_DIR_FILEID,
-        Place::Live | Place::Snapshot { .. } => {
-            return Err(FsError::Invalid("not a control directory".into()));
-        }
-    };
-    Ok(Resolved {
-        attrs: control_attrs(export, &place)?,
-        export: export.clone(),
-        place,
-        object,
-    })
 }
 
 /// The root of `export`, resolved.
@@ -144,45 +88,16 @@ impl NfsContext {
         identity: &SnapshotIdentity,
     ) -> Result<Arc<SnapshotFilesystem>, Nfs3Error> {
         let key = (pool.guid(), identity.id);
-        let mut open = self.snapshots.lock();
-        open.tick += 1;
-        let tick = open.tick;
-        if let Some(kept) = open.by_id.get_mut(&key)
-            && kept.usable(pool)
-        {
-            kept.used = tick;
-            return Ok(kept.fs.clone());
+        if let Some(fs) = self.snapshots.lock().get(key, pool) {
+            return Ok(fs);
         }
-        open.by_id.remove(&key);
-        drop(open);
         let fs = pool
             .snapshot_filesystem(&identity.name)
             .map_err(|_| Nfs3Error::Stale)?;
         if fs.created_txg() != identity.created_txg {
             return Err(Nfs3Error::Stale);
         }
-        let mut open = self.snapshots.lock();
-        open.by_id
-            .retain(|_, kept| kept.fs.is_open() && kept.pool.strong_count() > 0);
-        while open.by_id.len() >= SNAPSHOTS_OPEN_MAX {
-            let oldest = open
-                .by_id
-                .iter()
-                .min_by_key(|(_, kept)| kept.used)
-                .map(|(key, _)| *key);
-            match oldest {
-                Some(oldest) => open.by_id.remove(&oldest),
-                None => break,
-            };
-        }
-        open.by_id.insert(
-            key,
-            KeptSnapshot {
-                fs: fs.clone(),
-                pool: Arc::downgrade(pool),
-                used: tick,
-            },
-        );
+        self.snapshots.lock().keep(key, &fs, pool);
         Ok(fs)
     }
 
@@ -291,32 +206,5 @@ pub fn control_dir_entry() -> DirEntry {
         object: CONTROL_DIR_FILEID,
         kind: FileKind::Directory,
         cookie: CONTROL_DIR_COOKIE,
-    }
-}
-
-/// The snapshots a server keeps open, by (pool guid, snapshot id), each with when it was
-/// last used (`tick`).
-#[derive(Default)]
-pub struct OpenSnapshots {
-    tick: u64,
-    by_id: std::collections::HashMap<(u64, u64), KeptSnapshot>,
-}
-
-/// A snapshot kept open, with the pool it was opened from: a pool exported and imported again
-/// (the same guid, another `Pool`) must not be read through the old one's.
-struct KeptSnapshot {
-    fs: Arc<SnapshotFilesystem>,
-    pool: Weak<Pool>,
-    used: u64,
-}
-
-impl KeptSnapshot {
-    /// Whether it can serve a call on `pool`: not destroyed, and opened from that pool.
-    fn usable(&self, pool: &Arc<Pool>) -> bool {
-        self.fs.is_open()
-            && self
-                .pool
-                .upgrade()
-                .is_some_and(|kept| Arc::ptr_eq(&kept, pool))
     }
 }
