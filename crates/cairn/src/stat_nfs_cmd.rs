@@ -109,7 +109,7 @@ fn say_scripted(ctx: &Context, report: &NfsReport) {
 }
 
 /// The server-wide counters, by their `-H` names.
-fn server_fields(report: &NfsReport) -> [(&'static str, u64); 17] {
+fn server_fields(report: &NfsReport) -> [(&'static str, u64); 21] {
     [
         ("read_bytes", report.read_bytes),
         ("written_bytes", report.written_bytes),
@@ -125,6 +125,10 @@ fn server_fields(report: &NfsReport) -> [(&'static str, u64); 17] {
         ("connections_open", report.connections_open),
         ("connections_total", report.connections_total),
         ("connections_refused", report.connections_refused),
+        ("memory_max_bytes", report.memory_max_bytes),
+        ("memory_charged_bytes", report.memory_charged_bytes),
+        ("memory_peak_bytes", report.memory_peak_bytes),
+        ("memory_waits", report.memory_waits),
         ("clients", report.clients.len() as u64),
         ("clients_max", report.clients_max),
         ("clients_dropped", report.clients_dropped),
@@ -142,6 +146,14 @@ fn say_tables(ctx: &Context, report: &NfsReport, exact: bool) {
         report.connections_refused,
         size(report.read_bytes),
         size(report.written_bytes)
+    );
+    say!(
+        ctx,
+        "memory of calls in flight: {} of {} now, peak {}; {} calls waited for room",
+        size(report.memory_charged_bytes),
+        size(report.memory_max_bytes),
+        size(report.memory_peak_bytes),
+        report.memory_waits
     );
     say!(
         ctx,
