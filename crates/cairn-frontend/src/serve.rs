@@ -230,6 +230,22 @@ pub fn apply_budget(budget: &MemoryBudget, config: &mut ServerConfig) {
         usize::try_from(budget.connection_request_bytes).unwrap_or(usize::MAX);
 }
 
+/// The NFS server on `address`, when asked for, its calls limited to `memory_max_bytes`.
+fn start_nfs(
+    served: &Arc<ServedPools>,
+    address: Option<&str>,
+    memory_max_bytes: u64,
+) -> Result<Option<crate::nfs::NfsServer>, ServeError> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
+    Ok(Some(crate::nfs::NfsServer::start(
+        served.clone(),
+        address,
+        memory_max_bytes,
+    )?))
+}
+
 /// Opens the remembered pools and imports any new ones found in `dirs`.
 pub fn open_pools(
     access: &PoolAccess,
@@ -398,16 +414,13 @@ where
         )?),
         None => None,
     };
-    let mut nfs = settings
-        .nfs
-        .as_deref()
-        .map(|address| {
-            let memory_max_bytes = settings
-                .nfs_memory_max_bytes
-                .unwrap_or(settings.budget.request_bytes);
-            crate::nfs::NfsServer::start(served.clone(), address, memory_max_bytes)
-        })
-        .transpose()?;
+    let mut nfs = start_nfs(
+        &served,
+        settings.nfs.as_deref(),
+        settings
+            .nfs_memory_max_bytes
+            .unwrap_or(settings.budget.request_bytes),
+    )?;
     let stop_control = Arc::new(AtomicBool::new(false));
     let control_thread = std::thread::Builder::new()
         .name("cairn-control".into())

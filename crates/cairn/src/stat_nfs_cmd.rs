@@ -135,6 +135,19 @@ fn server_fields(report: &NfsReport) -> [(&'static str, u64); 21] {
     ]
 }
 
+/// The memory limit of calls in flight (`nfs::memory`): what they hold, their peak, waits.
+fn say_memory(ctx: &Context, report: &NfsReport, exact: bool) {
+    let size = |bytes: u64| human::size(bytes, exact);
+    say!(
+        ctx,
+        "memory of calls in flight: {} of {} now, peak {}; {} calls waited for room",
+        size(report.memory_charged_bytes),
+        size(report.memory_max_bytes),
+        size(report.memory_peak_bytes),
+        report.memory_waits
+    );
+}
+
 fn say_tables(ctx: &Context, report: &NfsReport, exact: bool) {
     let size = |bytes: u64| human::size(bytes, exact);
     let micros = |us: u64| human::micros(us, exact);
@@ -147,14 +160,7 @@ fn say_tables(ctx: &Context, report: &NfsReport, exact: bool) {
         size(report.read_bytes),
         size(report.written_bytes)
     );
-    say!(
-        ctx,
-        "memory of calls in flight: {} of {} now, peak {}; {} calls waited for room",
-        size(report.memory_charged_bytes),
-        size(report.memory_max_bytes),
-        size(report.memory_peak_bytes),
-        report.memory_waits
-    );
+    say_memory(ctx, report, exact);
     say!(
         ctx,
         "stale handles {}, duplicate-cache replies {}, auth refusals {}, garbage {}, unsupported {}, portmap {}, verifier changes {}",

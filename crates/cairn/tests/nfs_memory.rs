@@ -373,3 +373,81 @@ fn many_clients_pipelining_the_largest_calls_stay_within_the_nfs_memory_limit() 
     );
     setup.close();
 }
+
+/// Records of several fragments (whose size the reader learns only at their last one) are
+/// charged as the largest record and served; one whose fragments add up past the largest
+/// record closes its connection; either way every charge is given back.
+#[test]
+fn fragmented_records_are_served_and_their_charges_given_back() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let port = free_port();
+    let _server = shared_home(&env, port, &["--nfs-memory-max", NFS_MEMORY_MAX]);
+    let mut raw = Raw::connect(port);
+    let root = raw.mount("/tank/home");
+    let file = raw.create(&root, "fragments.bin");
+    let data = pattern(0, 100 * 1024);
+
+    // A WRITE in 3 fragments, then a READ in fragments shorter than its RPC header.
+    let write = call_record(
+        0x7000,
+        Nfs3Proc::Write,
+        &WriteArgs {
+            file: file.clone(),
+            offset_bytes: 0,
+            stable: StableHow::FileSync,
+            data: data.clone(),
+        },
+    );
+    let read = call_record(
+        0x7001,
+        Nfs3Proc::Read,
+        &RangeArgs {
+            file: file.clone(),
+            offset_bytes: 0,
+            count_bytes: data.len() as u32,
+        },
+    );
+    for (record, fragment_bytes) in [(&write, write.len() / 3 + 1), (&read, 5)] {
+        let framed = cairn_nfs::record::frame_fragments(&record[4..], fragment_bytes);
+        raw.stream.write_all(&framed).unwrap();
+        let reply = read_record(&mut raw.stream, 4 << 20).unwrap().unwrap();
+        let (header, results) = Raw::split(&reply);
+        let procedure = if header.xid == 0x7000 {
+            Nfs3Proc::Write
+        } else {
+            Nfs3Proc::Read
+        };
+        match decode_reply(procedure.as_u32(), &results, 2 << 20).unwrap() {
+            Nfs3Reply::Write(Outcome::Ok(ok)) => assert_eq!(ok.count_bytes as usize, data.len()),
+            Nfs3Reply::Read(Outcome::Ok(ok)) => assert!(ok.data == data, "READ: wrong data"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Fragments adding up past the largest record: the connection is closed.
+    let mut hostile = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let fragment = vec![0u8; 1 << 20];
+    let mut closed = false;
+    for _ in 0..3 {
+        let mut framed = ((1u32 << 20).to_be_bytes()).to_vec();
+        framed.extend_from_slice(&fragment);
+        if hostile.write_all(&framed).is_err() {
+            closed = true;
+            break;
+        }
+    }
+    if !closed {
+        use std::io::Read;
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            hostile.read(&mut byte).unwrap_or(0),
+            0,
+            "a record past the largest must close the connection"
+        );
+    }
+    let stats = settled_stats(&env);
+    assert_eq!(stats["memory_charged_bytes"], 0, "{stats}");
+    assert!(stats["memory_peak_bytes"].as_u64().unwrap() > 0, "{stats}");
+    raw.close();
+}
