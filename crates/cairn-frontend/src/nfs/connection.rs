@@ -13,7 +13,9 @@
 //! GARBAGE_ARGS; a record over `RECORD_BYTES_MAX` closes the connection. So a peer's input
 //! can neither panic the server nor make it hold more than that per call. Every record is
 //! charged to the server's memory limit before its body is read, and holds its charge until
-//! its reply is written (`memory.rs`): a connection that finds no room stops reading.
+//! its reply is written (`memory.rs`): a connection that finds no room stops reading, and one
+//! whose client does not take a reply within `REPLY_WRITE_TIMEOUT` is closed (its charges
+//! given back).
 //!
 //! Non-idempotent calls (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR)
 //! are answered from the duplicate-request cache when they are retransmissions (before the
@@ -65,6 +67,11 @@ pub const CALLS_IN_FLIGHT_MAX: usize = 4;
 /// what the buffer holds is read straight into the record.
 const READ_BUFFER_BYTES: usize = 16 * 1024;
 
+/// How long writing one reply may take before the connection is closed: a client that stops
+/// reading its replies would otherwise keep its calls' charges, and with them other clients'
+/// calls waiting, for good (as NBD's `io_timeout`).
+const REPLY_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// A call record and the memory charged to it until its reply is written.
 type Call<'a> = (Vec<u8>, Charge<'a>);
 
@@ -81,6 +88,9 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
         Ok(address) => address.ip(),
         Err(_) => return,
     };
+    if stream.set_write_timeout(Some(REPLY_WRITE_TIMEOUT)).is_err() {
+        return;
+    }
     ctx.stats.connection_opened(client);
     // A rendezvous channel: the reader hands a record over only when a worker is free, so
     // a connection holds at most `CALLS_IN_FLIGHT_MAX` records being served and one being

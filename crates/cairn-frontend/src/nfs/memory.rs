@@ -23,7 +23,9 @@
 //! allocated (never in parts, which could deadlock readers each holding a part); waiters are
 //! served first come, first served (a large READ is not starved by a stream of small calls);
 //! a waiter gives up when the server stops (`wait` looks at the stop flag every
-//! `STOP_POLL_MS`), so `NfsServer::stop` never hangs on it. Waits, the charged total and its
+//! `STOP_POLL_MS`), so `NfsServer::stop` never hangs on it; a client that stops reading its
+//! replies holds its calls' charges (at most `CALLS_IN_FLIGHT_MAX` and one more) for at most
+//! the reply write timeout, then its connection is closed (`connection.rs`). Waits, the charged total and its
 //! peak are counted in the statistics (`NfsStats::memory_*`).
 
 use super::connection::RECORD_BYTES_MAX;
