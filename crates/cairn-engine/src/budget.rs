@@ -17,7 +17,9 @@
 //!   the same figure;
 //! - `request_bytes`: a front end's request/reply buffers over all connections (the NBD
 //!   server's `max_total_inflight_bytes`), with `connection_request_bytes` per connection; a
-//!   connection out of allowance is not read until replies free some;
+//!   connection out of allowance is not read until replies free some; the NFS server's calls
+//!   in flight get the same figure as their own limit (`cairn-frontend`'s `nfs::memory`,
+//!   unless `serve --nfs-memory-max` says otherwise);
 //! - `intent_log_bytes`: log batches in flight (`ZilConfig::batch_bytes_max` times the batches a
 //!   lane keeps in flight, for a few lanes committing at once);
 //! - `l2_index_bytes`: the RAM index of a pool's cache devices (`L2Config::index_bytes_max`,
@@ -28,7 +30,9 @@
 //! Known gaps: the dirty-data limit is enforced per pool (each pool has its own txg engine), so
 //! a server whose several pools are all flooded at once can hold that many times `dirty` (and
 //! `sync_io`); the intent-log allowance assumes at most four lanes commit at once, which many
-//! busy volumes can exceed. Both wait for a process-wide accounting of dirty data. Each object
+//! busy volumes can exceed. Both wait for a process-wide accounting of dirty data. The NBD and
+//! NFS servers each hold up to `request_bytes` (a server flooded over both at once can hold it
+//! twice). Each object
 //! set's memo of published dnodes and directory blocks (`cairn-object`'s `memo`) is bounded
 //! by a fraction of the ARC's target per object set, not counted here.
 //!

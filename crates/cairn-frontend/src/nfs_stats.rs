@@ -289,6 +289,12 @@ pub struct ServerTally {
     pub connections_refused: u64,
     pub clients_dropped: u64,
     pub pending_dropped: u64,
+    /// The NFS memory limit (`nfs::memory`): its size, what calls hold now, the most they
+    /// held at once, and how many calls waited for room.
+    pub memory_max_bytes: u64,
+    pub memory_charged_bytes: u64,
+    pub memory_peak_bytes: u64,
+    pub memory_waits: u64,
 }
 
 /// A copy of every counter at one moment (histograms included).
@@ -532,6 +538,24 @@ impl NfsStats {
         self.inner.lock().snapshot.server.stale_handles += 1;
     }
 
+    /// The server's memory limit for calls (`nfs::memory`).
+    pub fn memory_limit_set(&self, max_bytes: u64) {
+        self.inner.lock().snapshot.server.memory_max_bytes = max_bytes;
+    }
+
+    /// Calls now hold `charged_bytes` of the memory limit.
+    pub fn memory_charged(&self, charged_bytes: u64) {
+        let mut inner = self.inner.lock();
+        let server = &mut inner.snapshot.server;
+        server.memory_charged_bytes = charged_bytes;
+        server.memory_peak_bytes = server.memory_peak_bytes.max(charged_bytes);
+    }
+
+    /// A call waited for room in the memory limit (its connection stopped reading meanwhile).
+    pub fn memory_wait(&self) {
+        self.inner.lock().snapshot.server.memory_waits += 1;
+    }
+
     /// The write verifier changed (clients resend what they have not seen committed).
     pub fn verifier_changed(&self) {
         self.inner.lock().snapshot.server.verifier_changes += 1;
@@ -640,6 +664,12 @@ pub struct NfsReport {
     pub connections_open: u64,
     pub connections_total: u64,
     pub connections_refused: u64,
+    /// The memory limit of calls in flight, what they hold now, their peak, and how many
+    /// waited for room (`nfs::memory`).
+    pub memory_max_bytes: u64,
+    pub memory_charged_bytes: u64,
+    pub memory_peak_bytes: u64,
+    pub memory_waits: u64,
     pub clients: Vec<ClientRow>,
     pub clients_max: u64,
     pub clients_dropped: u64,
@@ -732,6 +762,10 @@ impl NfsSnapshot {
             connections_open: server.connections_open,
             connections_total: server.connections_total,
             connections_refused: server.connections_refused,
+            memory_max_bytes: server.memory_max_bytes,
+            memory_charged_bytes: server.memory_charged_bytes,
+            memory_peak_bytes: server.memory_peak_bytes,
+            memory_waits: server.memory_waits,
             clients: self
                 .clients
                 .iter()

@@ -12,8 +12,10 @@
 //!    thread ends, and each pool is synced and exported (it stays remembered, so the next
 //!    server imports it again).
 //!
-//! Memory: the budget's request allowance becomes the NBD server's in-flight limits, and its
-//! dirty-data allowance the pools' (`PoolAccess::pool_options_under`).
+//! Memory: the budget's request allowance becomes the NBD server's in-flight limits and, unless
+//! `nfs_memory_max_bytes` says otherwise, the NFS server's limit of calls in flight (each
+//! front end has its own: a server flooded over NBD and NFS at once can hold the allowance
+//! twice); its dirty-data allowance becomes the pools' (`PoolAccess::pool_options_under`).
 //! This module prints nothing: what the user should hear arrives at the caller's note sink.
 
 use crate::control::{self, ControlError};
@@ -48,6 +50,9 @@ pub struct ServeSettings {
     /// beyond loopback only when every shared filesystem has an access list
     /// (`check_nfs_shares`).
     pub nfs: Option<String>,
+    /// What the NFS server's calls may hold at once over all connections (`--nfs-memory-max`;
+    /// `None`: the budget's request allowance, `MemoryBudget::request_bytes`).
+    pub nfs_memory_max_bytes: Option<u64>,
 }
 
 /// What a server has to tell its user.
@@ -225,6 +230,22 @@ pub fn apply_budget(budget: &MemoryBudget, config: &mut ServerConfig) {
         usize::try_from(budget.connection_request_bytes).unwrap_or(usize::MAX);
 }
 
+/// The NFS server on `address`, when asked for, its calls limited to `memory_max_bytes`.
+fn start_nfs(
+    served: &Arc<ServedPools>,
+    address: Option<&str>,
+    memory_max_bytes: u64,
+) -> Result<Option<crate::nfs::NfsServer>, ServeError> {
+    let Some(address) = address else {
+        return Ok(None);
+    };
+    Ok(Some(crate::nfs::NfsServer::start(
+        served.clone(),
+        address,
+        memory_max_bytes,
+    )?))
+}
+
 /// Opens the remembered pools and imports any new ones found in `dirs`.
 pub fn open_pools(
     access: &PoolAccess,
@@ -393,11 +414,13 @@ where
         )?),
         None => None,
     };
-    let mut nfs = settings
-        .nfs
-        .as_deref()
-        .map(|address| crate::nfs::NfsServer::start(served.clone(), address))
-        .transpose()?;
+    let mut nfs = start_nfs(
+        &served,
+        settings.nfs.as_deref(),
+        settings
+            .nfs_memory_max_bytes
+            .unwrap_or(settings.budget.request_bytes),
+    )?;
     let stop_control = Arc::new(AtomicBool::new(false));
     let control_thread = std::thread::Builder::new()
         .name("cairn-control".into())

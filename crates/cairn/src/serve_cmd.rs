@@ -7,7 +7,8 @@
 //! TLS: `--tls-cert`/`--tls-key` offer NBD STARTTLS; plain clients are refused unless
 //! `--tls allow`; `--tls-client-ca` makes clients show a certificate.
 //! Memory: one budget derived from `--arc-max` (`MemoryBudget`) limits the pools' dirty data
-//! and the NBD server's request buffers; it is printed at start and shown by `stat memory`.
+//! and the NBD and NFS servers' request buffers (NFS's own figure with `--nfs-memory-max`); it
+//! is printed at start and shown by `stat memory`.
 //! The control socket's typed requests are answered by `cairn_frontend::serve` itself
 //! (`admin::handle`, one at a time): nothing of the CLI runs for them.
 
@@ -55,6 +56,11 @@ pub struct ServeArgs {
     /// lists on every shared filesystem; clients mount with `nolock` (no NLM).
     #[arg(long, value_name = "ADDR:PORT")]
     pub nfs: Option<String>,
+    /// Most memory the NFS server's calls may hold at once over all its connections (their
+    /// records, decoded arguments and replies), e.g. 256M (default: the memory budget's
+    /// request allowance). A connection that finds no room stops reading until calls finish.
+    #[arg(long, value_name = "SIZE", requires = "nfs")]
+    pub nfs_memory_max: Option<String>,
     /// The filesystem whose NFS mount command the announcement spells out (`cairn up`'s).
     #[arg(skip)]
     pub nfs_share: Option<String>,
@@ -188,6 +194,11 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         eprintln!("cairn: note: {note}");
     }
     let budget = checked.budget;
+    let nfs_memory_max_bytes = args
+        .nfs_memory_max
+        .as_deref()
+        .map(|text| parse_size_flag("nfs-memory-max", text))
+        .transpose()?;
     let l2_write_bytes_per_day = args
         .l2_write_max_per_day
         .as_deref()
@@ -221,6 +232,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         command_line: ctx.command_line.clone(),
         http: args.http.clone(),
         nfs: args.nfs.clone(),
+        nfs_memory_max_bytes,
     };
     let notes = |note: Note| eprintln!("cairn: {note}");
     let budget_line = describe_budget(&budget);

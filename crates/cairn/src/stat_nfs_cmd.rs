@@ -109,7 +109,7 @@ fn say_scripted(ctx: &Context, report: &NfsReport) {
 }
 
 /// The server-wide counters, by their `-H` names.
-fn server_fields(report: &NfsReport) -> [(&'static str, u64); 17] {
+fn server_fields(report: &NfsReport) -> [(&'static str, u64); 21] {
     [
         ("read_bytes", report.read_bytes),
         ("written_bytes", report.written_bytes),
@@ -125,10 +125,27 @@ fn server_fields(report: &NfsReport) -> [(&'static str, u64); 17] {
         ("connections_open", report.connections_open),
         ("connections_total", report.connections_total),
         ("connections_refused", report.connections_refused),
+        ("memory_max_bytes", report.memory_max_bytes),
+        ("memory_charged_bytes", report.memory_charged_bytes),
+        ("memory_peak_bytes", report.memory_peak_bytes),
+        ("memory_waits", report.memory_waits),
         ("clients", report.clients.len() as u64),
         ("clients_max", report.clients_max),
         ("clients_dropped", report.clients_dropped),
     ]
+}
+
+/// The memory limit of calls in flight (`nfs::memory`): what they hold, their peak, waits.
+fn say_memory(ctx: &Context, report: &NfsReport, exact: bool) {
+    let size = |bytes: u64| human::size(bytes, exact);
+    say!(
+        ctx,
+        "memory of calls in flight: {} of {} now, peak {}; {} calls waited for room",
+        size(report.memory_charged_bytes),
+        size(report.memory_max_bytes),
+        size(report.memory_peak_bytes),
+        report.memory_waits
+    );
 }
 
 fn say_tables(ctx: &Context, report: &NfsReport, exact: bool) {
@@ -143,6 +160,7 @@ fn say_tables(ctx: &Context, report: &NfsReport, exact: bool) {
         size(report.read_bytes),
         size(report.written_bytes)
     );
+    say_memory(ctx, report, exact);
     say!(
         ctx,
         "stale handles {}, duplicate-cache replies {}, auth refusals {}, garbage {}, unsupported {}, portmap {}, verifier changes {}",

@@ -73,6 +73,7 @@ impl UpArgs {
             http: self.http.clone(),
             nfs: (self.nfs != "none").then(|| self.nfs.clone()),
             nfs_share: Some(SHARED_FILESYSTEM.to_string()),
+            nfs_memory_max: None,
         }
     }
 }

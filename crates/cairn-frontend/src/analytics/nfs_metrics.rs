@@ -1,7 +1,8 @@
 //! The NFS server's families (`cairn_nfs_*`), what `cairn stat nfs` shows: calls and errors by
 //! program (`nfs`, `mount`) and procedure, with a latency histogram for every procedure
 //! called; bytes read and written; WRITEs by the stability asked and answered; what COMMITs
-//! carried; refusals, stale handles, duplicate-cache replies; connections; and per client
+//! carried; refusals, stale handles, duplicate-cache replies; connections; the memory limit of calls
+//! in flight (limit, charged, peak, waits); and per client
 //! address (label `client`, at most `nfs_stats::CLIENTS_MAX` of them, so the series stay
 //! bounded). Counters and gauges of every procedure are always present, so a rate starts
 //! from zero.
@@ -111,6 +112,11 @@ fn refusals(families: &mut Families, s: &NfsSnapshot) {
             server.connections_refused,
         ),
         (
+            "cairn_nfs_memory_waits",
+            "calls that waited for room in the NFS memory limit (their connection stopped reading)",
+            server.memory_waits,
+        ),
+        (
             "cairn_nfs_clients_dropped",
             "client addresses dropped from the per-client statistics (least recently active)",
             server.clients_dropped,
@@ -123,6 +129,21 @@ fn refusals(families: &mut Families, s: &NfsSnapshot) {
             "cairn_nfs_connections_open",
             "connections open now",
             server.connections_open,
+        ),
+        (
+            "cairn_nfs_memory_max_bytes",
+            "what the calls in flight of all connections may hold at once",
+            server.memory_max_bytes,
+        ),
+        (
+            "cairn_nfs_memory_charged_bytes",
+            "what the calls in flight hold now",
+            server.memory_charged_bytes,
+        ),
+        (
+            "cairn_nfs_memory_peak_bytes",
+            "the most the calls in flight have held at once",
+            server.memory_peak_bytes,
         ),
         (
             "cairn_nfs_pending_files",

@@ -271,6 +271,7 @@ mod tests {
             std::sync::Arc::new(ServedPools::default()),
             0,
             std::sync::Arc::new(crate::nfs_stats::NfsStats::default()),
+            1 << 20,
         );
         let ip = |text: &str| text.parse::<IpAddr>().unwrap();
         let open = ShareNfs::parse("on").unwrap();

@@ -10,9 +10,12 @@
 //! ACCES or ROFS before it runs, root squashed, ACCESS limited on a read-only share; MNT is
 //! refused MNT3ERR_ACCES to a client with no access. A version other than 3
 //! gets PROG_MISMATCH, an unknown procedure PROC_UNAVAIL, arguments that do not decode
-//! GARBAGE_ARGS; a record too large for the decoder closes the connection. So a peer's input
-//! can neither panic the server nor make it hold more than one record (`RECORD_BYTES_MAX`)
-//! per connection.
+//! GARBAGE_ARGS; a record over `RECORD_BYTES_MAX` closes the connection. So a peer's input
+//! can neither panic the server nor make it hold more than that per call. Every record is
+//! charged to the server's memory limit before its body is read, and holds its charge until
+//! its reply is written (`memory.rs`): a connection that finds no room stops reading, and one
+//! whose client does not take a reply within `REPLY_WRITE_TIMEOUT` is closed (its charges
+//! given back).
 //!
 //! Non-idempotent calls (CREATE, MKDIR, SYMLINK, MKNOD, REMOVE, RMDIR, RENAME, LINK, SETATTR)
 //! are answered from the duplicate-request cache when they are retransmissions (before the
@@ -20,7 +23,7 @@
 //! recorded there (`drc.rs`); refusals are not recorded. Calls of one connection are served by
 //! `CALLS_IN_FLIGHT_MAX` workers at once, replies sent as each finishes (RPC over TCP
 //! matches them by xid); so per connection at most that many records and the one being read
-//! are held. A retransmission arriving while its first copy is still being served (on
+//! are held, and all connections together at most the memory limit. A retransmission arriving while its first copy is still being served (on
 //! another worker) is served again: the cache only holds finished replies. Every record is
 //! counted in the statistics (`crate::nfs_stats`: what it was, `Seen`, and how long answering
 //! it took), and every connection's start and end. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
@@ -31,6 +34,9 @@ use super::changes;
 use super::context::NfsContext;
 use super::convert::Caller;
 use super::drc::CallKey;
+use super::memory::{
+    Charge, PEEK_BYTES, RECORD_BYTES_MAX, call_charge_bytes, unknown_record_charge_bytes,
+};
 use super::procs::{self, IO_BYTES_MAX};
 use super::write;
 use crate::nfs_stats::Seen;
@@ -41,25 +47,33 @@ use cairn_nfs::mount::{
 };
 use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
 use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
-use cairn_nfs::record::RecordDecoder;
+use cairn_nfs::record::{FRAGMENT_LEN_MASK, LAST_FRAGMENT};
 use cairn_nfs::rpc::{
     AUTH_SYS, AcceptStat, AuthStat, CallHeader, Credential, PROGRAM_MOUNT, PROGRAM_NFS,
     PROGRAM_PORTMAP, RejectStat, ReplyHeader, parse_call,
 };
 use cairn_nfs::{Encoder, XdrEncode, XdrError};
 use parking_lot::Mutex;
-use std::io::{Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, TcpStream};
 use std::sync::mpsc::{Receiver, SyncSender};
 
-/// Largest record a client may send: a 1 MiB WRITE and its headers.
-pub const RECORD_BYTES_MAX: usize = IO_BYTES_MAX as usize + 64 * 1024;
 /// Calls of one connection served at once (a Linux client sends many on one connection:
 /// a COMMIT or a slow read must not hold up the rest). With the record being read, a
 /// connection holds at most this many records and one more.
 pub const CALLS_IN_FLIGHT_MAX: usize = 4;
-/// Bytes read from the socket at a time.
-const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Bytes buffered from the socket (fixed per connection, not charged to the memory limit:
+/// small, so that `CONNECTIONS_MAX` idle connections hold little). A record's body beyond
+/// what the buffer holds is read straight into the record.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
+
+/// How long writing one reply may take before the connection is closed: a client that stops
+/// reading its replies would otherwise keep its calls' charges, and with them other clients'
+/// calls waiting, for good (as NBD's `io_timeout`).
+const REPLY_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// A call record and the memory charged to it until its reply is written.
+type Call<'a> = (Vec<u8>, Charge<'a>);
 
 /// Serves `stream` until the client closes it, it breaks, or it sends what cannot be framed;
 /// then closes it (the server's list of connections holds a clone of the socket, so dropping
@@ -74,11 +88,14 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
         Ok(address) => address.ip(),
         Err(_) => return,
     };
+    if stream.set_write_timeout(Some(REPLY_WRITE_TIMEOUT)).is_err() {
+        return;
+    }
     ctx.stats.connection_opened(client);
     // A rendezvous channel: the reader hands a record over only when a worker is free, so
     // a connection holds at most `CALLS_IN_FLIGHT_MAX` records being served and one being
     // read.
-    let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(0);
+    let (sender, receiver) = std::sync::mpsc::sync_channel::<Call<'_>>(0);
     let receiver = Mutex::new(receiver);
     let writing = Mutex::new(());
     std::thread::scope(|scope| {
@@ -92,7 +109,7 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
                 return;
             }
         }
-        read_records(stream, &sender);
+        read_records(ctx, stream, &sender);
         drop(sender);
     });
     ctx.stats.connection_closed(client);
@@ -103,20 +120,24 @@ fn serve_calls(
     ctx: &NfsContext,
     client: IpAddr,
     stream: &TcpStream,
-    receiver: &Mutex<Receiver<Vec<u8>>>,
+    receiver: &Mutex<Receiver<Call<'_>>>,
     writing: &Mutex<()>,
 ) {
     loop {
-        let record = match receiver.lock().recv() {
-            Ok(record) => record,
+        let (record, charge) = match receiver.lock().recv() {
+            Ok(call) => call,
             Err(_) => return,
         };
-        let Some(reply) = serve_record(ctx, client, &record) else {
-            continue;
-        };
-        let _turn = writing.lock();
-        let mut out = stream;
-        if out.write_all(&reply).is_err() {
+        let reply = serve_record(ctx, client, &record);
+        drop(record);
+        let written = reply.is_none_or(|reply| {
+            let _turn = writing.lock();
+            let mut out = stream;
+            out.write_all(&reply).is_ok()
+        });
+        // The call's buffers are gone: its memory goes back to the limit.
+        drop(charge);
+        if !written {
             // The reader then sees the connection end too.
             let _ = stream.shutdown(std::net::Shutdown::Both);
             return;
@@ -124,28 +145,65 @@ fn serve_calls(
     }
 }
 
-/// Reads records and hands each to a worker, until the connection ends or breaks framing.
-fn read_records(mut stream: &TcpStream, sender: &SyncSender<Vec<u8>>) {
-    let mut decoder = RecordDecoder::new(RECORD_BYTES_MAX);
-    let mut buf = vec![0; READ_CHUNK_BYTES];
-    loop {
-        let n = match stream.read(&mut buf) {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let mut input = &buf[..n];
-        loop {
-            match decoder.feed(&mut input) {
-                Ok(Some(record)) => {
-                    if sender.send(record).is_err() {
-                        return;
-                    }
-                }
-                Ok(None) => break,
-                Err(_) => return,
-            }
+/// Reads records and hands each to a worker, until the connection ends, breaks framing, or
+/// the server stops while the reader waits for memory.
+fn read_records<'a>(ctx: &'a NfsContext, stream: &TcpStream, sender: &SyncSender<Call<'a>>) {
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
+    while let Some(call) = read_call(ctx, &mut reader) {
+        if sender.send(call).is_err() {
+            return;
         }
     }
+}
+
+/// Reads one call record (RFC 5531 §11 record marking), charged to the memory limit before
+/// its body is allocated: its record mark gives its length, its first `PEEK_BYTES` (read onto
+/// the stack) its procedure (`memory.rs`). None: the connection ended or broke framing (a
+/// record over `RECORD_BYTES_MAX`), or the server stopped.
+fn read_call<'a>(ctx: &'a NfsContext, reader: &mut impl Read) -> Option<Call<'a>> {
+    let mut mark = [0; 4];
+    reader.read_exact(&mut mark).ok()?;
+    let mark = u32::from_be_bytes(mark);
+    let fragment_bytes = (mark & FRAGMENT_LEN_MASK) as usize;
+    let mut last = mark & LAST_FRAGMENT != 0;
+    if fragment_bytes > RECORD_BYTES_MAX {
+        return None;
+    }
+    let mut head = [0; PEEK_BYTES];
+    let head_bytes = fragment_bytes.min(PEEK_BYTES);
+    reader.read_exact(&mut head[..head_bytes]).ok()?;
+    let charge_bytes = if last {
+        call_charge_bytes(fragment_bytes, &head[..head_bytes])
+    } else {
+        unknown_record_charge_bytes()
+    };
+    let mut charge = ctx.memory.charge(charge_bytes, &ctx.stopping)?;
+    let whole = last;
+    let mut record = head[..head_bytes].to_vec();
+    // What is left of the current fragment.
+    let mut left_bytes = fragment_bytes - head_bytes;
+    loop {
+        let at = record.len();
+        record.resize(at + left_bytes, 0);
+        reader.read_exact(&mut record[at..]).ok()?;
+        if last {
+            break;
+        }
+        let mut mark = [0; 4];
+        reader.read_exact(&mut mark).ok()?;
+        let mark = u32::from_be_bytes(mark);
+        left_bytes = (mark & FRAGMENT_LEN_MASK) as usize;
+        last = mark & LAST_FRAGMENT != 0;
+        if record.len() + left_bytes > RECORD_BYTES_MAX {
+            return None;
+        }
+    }
+    if !whole {
+        // Charged as the largest record: now what it turned out to be.
+        let head_bytes = record.len().min(PEEK_BYTES);
+        charge.shrink_to(call_charge_bytes(record.len(), &record[..head_bytes]));
+    }
+    Some((record, charge))
 }
 
 fn header_only(header: ReplyHeader) -> Option<Vec<u8>> {

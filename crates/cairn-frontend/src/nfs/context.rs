@@ -1,6 +1,8 @@
 //! What every connection of one NFS server shares: the served pools, the port it answers
 //! on, the write verifier of this server instance, the duplicate-request cache, the shares
-//! whose refusals were reported (`access.rs`) and the statistics (`crate::nfs_stats`, also held by the served-pools registry).
+//! whose refusals were reported (`access.rs`), the memory limit of calls in flight
+//! (`memory.rs`), the stop flag, and the statistics (`crate::nfs_stats`, also held by the
+//! served-pools registry).
 //!
 //! The write verifier (RFC 1813 §3.3.7): a client compares the verifier of its UNSTABLE
 //! writes with COMMIT's and resends them when they differ, so it must change whenever data
@@ -16,6 +18,7 @@
 //! snapshots `snapdir.rs` keeps open).
 
 use super::drc::DuplicateCache;
+use super::memory::MemoryLimit;
 use super::open_snapshots::OpenSnapshots;
 use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
@@ -25,6 +28,7 @@ use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 pub struct NfsContext {
     pub served: Arc<ServedPools>,
@@ -43,6 +47,10 @@ pub struct NfsContext {
     /// The shares (`POOL/DATASET`) without access lists whose refusal of a client beyond
     /// loopback has been recorded as an event (once each: `access.rs`).
     pub(super) unlisted_refused: Mutex<HashSet<String>>,
+    /// What the calls of all connections may hold at once (`memory.rs`).
+    pub(super) memory: MemoryLimit,
+    /// Set when the server stops: readers waiting for memory give up.
+    pub(super) stopping: AtomicBool,
 }
 
 /// 64 bits the operating system chose at random (std's `RandomState` is seeded from the OS
@@ -62,8 +70,16 @@ fn mix(mut value: u64) -> u64 {
 }
 
 impl NfsContext {
-    pub fn new(served: Arc<ServedPools>, port: u16, stats: Arc<NfsStats>) -> NfsContext {
+    /// `memory_max_bytes`: what the calls of all connections may hold at once.
+    pub fn new(
+        served: Arc<ServedPools>,
+        port: u16,
+        stats: Arc<NfsStats>,
+        memory_max_bytes: u64,
+    ) -> NfsContext {
         NfsContext {
+            memory: MemoryLimit::new(memory_max_bytes, stats.clone()),
+            stopping: AtomicBool::new(false),
             served,
             port,
             instance: random_u64(),
@@ -99,7 +115,7 @@ mod tests {
     #[test]
     fn each_epoch_gives_its_own_verifier() {
         let served = Arc::new(ServedPools::default());
-        let ctx = NfsContext::new(served, 0, Arc::new(NfsStats::default()));
+        let ctx = NfsContext::new(served, 0, Arc::new(NfsStats::default()), 1 << 20);
         let base = 0x1234_5678_9abc_def0_u64;
         let mut seen = std::collections::BTreeSet::new();
         for step in 0..1000 {

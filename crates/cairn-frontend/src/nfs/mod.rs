@@ -37,8 +37,9 @@
 //!
 //! Threads: one accepts, one per connection reads its records and hands them to
 //! `CALLS_IN_FLIGHT_MAX` workers of that connection (calls block on the pool as FUSE's
-//! do). Files, bottom up: `convert.rs` (types, errors, permissions), `drc.rs`, `context.rs`
-//! (what connections share, the verifier), `handle.rs` (handles and exports), `access.rs`
+//! do). Files, bottom up: `convert.rs` (types, errors, permissions), `drc.rs`, `memory.rs`
+//! (the memory limit of calls), `context.rs` (what connections share, the verifier),
+//! `handle.rs` (handles and exports), `access.rs`
 //! (which clients may do what in an export), `snapdir.rs` (`.cairn` and the snapshots),
 //! `procs.rs`
 //! (procedures that only read), `changes.rs` (namespace and attributes), `write.rs` (WRITE,
@@ -51,16 +52,18 @@ mod context;
 mod convert;
 mod drc;
 mod handle;
+mod memory;
 mod open_snapshots;
 mod procs;
 mod snapdir;
 mod write;
 
 pub use access::unlisted_shares;
-pub use connection::{CALLS_IN_FLIGHT_MAX, RECORD_BYTES_MAX};
+pub use connection::CALLS_IN_FLIGHT_MAX;
 pub use context::NfsContext;
 pub use convert::NOBODY_ID;
 pub use handle::{HANDLE_BYTES, HandleNode, HandleParts};
+pub use memory::RECORD_BYTES_MAX;
 
 use crate::pools::ServedPools;
 use parking_lot::Mutex;
@@ -97,8 +100,13 @@ pub struct NfsServer {
 }
 
 impl NfsServer {
-    /// Listens on `address` and serves the shared filesystems of `served`'s pools.
-    pub fn start(served: Arc<ServedPools>, address: &str) -> Result<NfsServer, NfsError> {
+    /// Listens on `address` and serves the shared filesystems of `served`'s pools; the calls
+    /// of all its connections hold at most `memory_max_bytes` at once (`memory.rs`).
+    pub fn start(
+        served: Arc<ServedPools>,
+        address: &str,
+        memory_max_bytes: u64,
+    ) -> Result<NfsServer, NfsError> {
         let listen_error = |source| NfsError::Listen {
             address: address.to_string(),
             source,
@@ -107,7 +115,12 @@ impl NfsServer {
         let local = listener.local_addr().map_err(listen_error)?;
         // The registry keeps the statistics for `stat nfs` and the analytics.
         let stats = served.nfs_stats.get_or_init(Default::default).clone();
-        let context = Arc::new(NfsContext::new(served, local.port(), stats));
+        let context = Arc::new(NfsContext::new(
+            served,
+            local.port(),
+            stats,
+            memory_max_bytes,
+        ));
         let stopping = Arc::new(AtomicBool::new(false));
         let connections: Connections = Arc::default();
         let acceptor = std::thread::Builder::new()
@@ -138,6 +151,9 @@ impl NfsServer {
     /// Stops accepting, closes every connection and waits for their calls to finish.
     pub fn stop(&mut self) {
         self.stopping.store(true, Ordering::SeqCst);
+        // Readers waiting for memory give up.
+        self.context.stopping.store(true, Ordering::SeqCst);
+        self.context.memory.wake_all();
         // Wakes the acceptor blocked in accept().
         let _ = TcpStream::connect(self.address);
         if let Some(acceptor) = self.acceptor.take() {

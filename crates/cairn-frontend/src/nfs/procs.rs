@@ -16,12 +16,11 @@
 use super::context::NfsContext;
 use super::convert::{Caller, MAY_EXEC, MAY_READ, MAY_WRITE, nfs_error};
 use super::handle::{Place, Resolved};
+pub use super::memory::IO_BYTES_MAX;
 use super::snapdir::{self, CONTROL_DIR_COOKIE, CONTROL_DIR_NAME};
 use cairn_fs::attrs::FileKind;
 use cairn_nfs::nfs3::*;
 
-/// Largest READ and WRITE (FSINFO's rtmax and wtmax).
-pub const IO_BYTES_MAX: u32 = 1 << 20;
 /// Preferred READDIR size.
 const DIR_PREF_BYTES: u32 = 64 * 1024;
 /// Bytes of a READDIR(PLUS) reply besides its entries (header, attributes, verifier, eof).
