@@ -54,6 +54,7 @@ mod resilver;
 mod resilver_task;
 mod scrub;
 mod scrub_progress;
+mod send;
 mod snapshot_diff;
 mod snapshot_fs;
 mod snapshot_fs_diff;
@@ -88,6 +89,7 @@ pub use pool_status::{
 };
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
+pub use send::{SendSummary, snapshot_guid};
 pub use snapshot_diff::BlockDiff;
 pub use snapshot_fs_diff::FileDiff;
 pub use snapshot_stats::SnapshotStatsSnapshot;
@@ -143,6 +145,10 @@ pub enum EngineError {
     /// first).
     #[error("cannot diff: {0}")]
     Diff(String),
+    /// A send that cannot be made (a source that is no older snapshot of the dataset), or
+    /// whose stream could not be written.
+    #[error("cannot send: {0}")]
+    Send(String),
 }
 
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
@@ -166,9 +172,10 @@ impl EngineError {
             EngineError::Pipeline(err) => err.class(),
             EngineError::Txg(err) | EngineError::StillSuspended(err) => err.class(),
             EngineError::ReadOnlyPool(_) => ErrorClass::ReadOnly,
-            EngineError::Create(_) | EngineError::Layout(_) | EngineError::Diff(_) => {
-                ErrorClass::Invalid
-            }
+            EngineError::Create(_)
+            | EngineError::Layout(_)
+            | EngineError::Diff(_)
+            | EngineError::Send(_) => ErrorClass::Invalid,
             EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
             EngineError::Cache(_) => ErrorClass::Invalid,
             EngineError::Fs(err) => err.class(),
