@@ -48,6 +48,7 @@ mod missed;
 mod pool;
 mod pool_status;
 mod probe;
+mod receive;
 mod record_map;
 mod replay;
 mod resilver;
@@ -87,6 +88,7 @@ pub use pool_status::{
     DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, PoolDeviceIo, PoolStatus,
     TopIo, TopStatus,
 };
+pub use receive::{ReceiveOptions, ReceiveSummary};
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
 pub use send::{SendSummary, snapshot_guid};
@@ -149,6 +151,9 @@ pub enum EngineError {
     /// whose stream could not be written.
     #[error("cannot send: {0}")]
     Send(String),
+    /// A stream refused (damaged, cut, inconsistent, for a target it cannot apply to).
+    #[error("cannot receive: {0}")]
+    Receive(String),
 }
 
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
@@ -175,7 +180,8 @@ impl EngineError {
             EngineError::Create(_)
             | EngineError::Layout(_)
             | EngineError::Diff(_)
-            | EngineError::Send(_) => ErrorClass::Invalid,
+            | EngineError::Send(_)
+            | EngineError::Receive(_) => ErrorClass::Invalid,
             EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
             EngineError::Cache(_) => ErrorClass::Invalid,
             EngineError::Fs(err) => err.class(),

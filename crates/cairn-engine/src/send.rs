@@ -119,7 +119,7 @@ impl Pool {
             }
         }
         drop(synced);
-        summary.bytes_written = writer.finish().map_err(stream_io)?;
+        summary.bytes_written = writer.finish(&name.snapshot).map_err(stream_io)?;
         progress(summary.bytes_written);
         Ok(summary)
     }

@@ -91,7 +91,7 @@ impl Model {
                     let end = offset_bytes.saturating_add(length_bytes).div_ceil(block);
                     entry.blocks.retain(|&b, _| b < first || b >= end);
                 }
-                StreamRecord::End { to_guid } => self.guid = to_guid,
+                StreamRecord::End { to_guid, .. } => self.guid = to_guid,
             }
         }
         (writes, records)

@@ -36,6 +36,8 @@ pub const SEND_HEADER_SIZE: usize = 128;
 pub const SEND_RECORD_HEADER_SIZE: usize = 96;
 /// Largest payload of any record: one block's bytes.
 pub const SEND_PAYLOAD_MAX: usize = BLOCK_SIZE_MAX as usize;
+/// Longest snapshot name END carries (a dataset name's limit).
+pub const SEND_SNAPSHOT_NAME_MAX: usize = 255;
 /// Bytes of a record header the checksum covers (the checksum field follows them).
 const RECORD_HASHED_BYTES: usize = 64;
 /// Bytes of the stream header its own checksum covers.
@@ -183,8 +185,9 @@ pub enum StreamRecord {
         offset_bytes: u64,
         length_bytes: u64,
     },
-    /// The stream is complete; repeats the target guid.
-    End { to_guid: u64 },
+    /// The stream is complete; repeats the target guid and names the sent snapshot (the part
+    /// after '@': a receiver makes a snapshot of that name).
+    End { to_guid: u64, snapshot: String },
 }
 
 const KIND_OBJECT: u16 = 2;
@@ -318,10 +321,17 @@ impl<'w> StreamWriter<'w> {
         self.emit(kind, 0, fields, payload)
     }
 
-    /// Writes END and flushes: the stream is complete.
-    pub fn finish(mut self) -> std::io::Result<u64> {
+    /// Writes END naming the sent snapshot (`snapshot`: the part after '@') and flushes: the
+    /// stream is complete.
+    pub fn finish(mut self, snapshot: &str) -> std::io::Result<u64> {
+        if snapshot.is_empty() || snapshot.len() > SEND_SNAPSHOT_NAME_MAX {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a snapshot name of 1 to 255 bytes",
+            ));
+        }
         let to_guid = self.to_guid;
-        self.emit(KIND_END, 0, [to_guid, 0, 0, 0, 0, 0], &[])?;
+        self.emit(KIND_END, 0, [to_guid, 0, 0, 0, 0, 0], snapshot.as_bytes())?;
         self.out.flush()?;
         Ok(self.bytes_written)
     }
@@ -512,7 +522,14 @@ impl<'r> StreamReader<'r> {
                 }
             }
             KIND_END => {
-                no_payload(&payload)?;
+                if payload.is_empty() || payload.len() > SEND_SNAPSHOT_NAME_MAX {
+                    return Err(malformed(format!(
+                        "a snapshot name of {} bytes",
+                        payload.len()
+                    )));
+                }
+                let snapshot = String::from_utf8(payload)
+                    .map_err(|_| malformed("a snapshot name that is not UTF-8".into()))?;
                 if field(0) != self.header.to_guid {
                     return Err(malformed(format!(
                         "END names guid {:#x}, the header {:#x}",
@@ -521,7 +538,10 @@ impl<'r> StreamReader<'r> {
                     )));
                 }
                 self.ended = true;
-                StreamRecord::End { to_guid: field(0) }
+                StreamRecord::End {
+                    to_guid: field(0),
+                    snapshot,
+                }
             }
             other => return Err(malformed(format!("unknown record kind {other}"))),
         };

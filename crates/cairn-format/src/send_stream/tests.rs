@@ -48,7 +48,7 @@ fn encode(header: &StreamHeader, records: &[StreamRecord]) -> Vec<u8> {
     for record in records {
         writer.write(record).unwrap();
     }
-    let written = writer.finish().unwrap();
+    let written = writer.finish("monday").unwrap();
     assert_eq!(written, out.len() as u64);
     out
 }
@@ -73,6 +73,7 @@ fn streams_round_trip() {
     let mut expected = records();
     expected.push(StreamRecord::End {
         to_guid: header().to_guid,
+        snapshot: "monday".into(),
     });
     assert_eq!(decoded, expected);
     // A full stream of a volume too.
@@ -169,7 +170,7 @@ fn malformed_records_are_refused() {
         let mut out = Vec::new();
         let mut writer = StreamWriter::new(&mut out, &header()).unwrap();
         writer.emit(kind, 0, fields, payload).unwrap();
-        writer.finish().unwrap();
+        writer.finish("s").unwrap();
         match decode(&out) {
             Err(StreamError::Malformed { record: 1, .. }) => {}
             other => panic!("kind {kind} {fields:?}: {other:?}"),
@@ -187,6 +188,8 @@ fn malformed_records_are_refused() {
     malformed(KIND_FREEOBJECTS, [u64::MAX, 2, 0, 0, 0, 0], &[]);
     malformed(KIND_WRITE, [3, 0, 10, 0, 0, 0], &[1; 9]);
     malformed(KIND_FREE, [3, 0, 10, 0, 0, 0], &[1]);
-    malformed(KIND_END, [1, 0, 0, 0, 0, 0], &[]);
+    malformed(KIND_END, [1, 0, 0, 0, 0, 0], b"s");
+    malformed(KIND_END, [header().to_guid, 0, 0, 0, 0, 0], &[]);
+    malformed(KIND_END, [header().to_guid, 0, 0, 0, 0, 0], &[0xff, 0xfe]);
     malformed(77, [0; 6], &[]);
 }
