@@ -134,7 +134,7 @@ impl Pool {
             ))
         };
         loop {
-            let Some(record) = reader.next().map_err(refused)? else {
+            let Some(record) = reader.next_record().map_err(refused)? else {
                 return Err(bad(reader, "records after END".into()));
             };
             let dirty_bytes = match &record {

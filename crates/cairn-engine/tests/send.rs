@@ -39,7 +39,7 @@ impl Model {
         let header = reader.header().clone();
         assert_eq!(header.from_guid, self.guid, "applied out of order");
         let (mut writes, mut records) = (0, 0);
-        while let Some(record) = reader.next().unwrap() {
+        while let Some(record) = reader.next_record().unwrap() {
             records += 1;
             match record {
                 StreamRecord::Object {

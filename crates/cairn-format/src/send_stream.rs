@@ -147,7 +147,9 @@ impl StreamHeader {
         };
         let block_ok = header.block_size_bytes != 0
             && header.block_size_bytes <= BLOCK_SIZE_MAX
-            && header.block_size_bytes % crate::BLOCK_SIZE_GRANULE == 0;
+            && header
+                .block_size_bytes
+                .is_multiple_of(crate::BLOCK_SIZE_GRANULE);
         if header.to_guid == 0 || !block_ok || header.from_txg >= header.to_txg.max(1) {
             return Err(malformed(format!("inconsistent header {header:?}")));
         }
@@ -403,17 +405,12 @@ impl<'r> StreamReader<'r> {
     }
 
     /// The next record, verified. After END, `Ok(None)`.
-    pub fn next(&mut self) -> Result<Option<StreamRecord>, StreamError> {
+    pub fn next_record(&mut self) -> Result<Option<StreamRecord>, StreamError> {
         if self.ended {
             return Ok(None);
         }
         self.records += 1;
         let (record, at) = (self.records, self.offset_bytes);
-        let malformed = |what: String| StreamError::Malformed {
-            record,
-            offset_bytes: at,
-            what,
-        };
         let mut header = [0u8; SEND_RECORD_HEADER_SIZE];
         read_full(self.input, &mut header, record, at)?;
         let payload_len = u32_at(&header, 4) as usize;
@@ -439,9 +436,27 @@ impl<'r> StreamReader<'r> {
         self.running.update(&header);
         self.running.update(&payload);
         self.offset_bytes += (SEND_RECORD_HEADER_SIZE + payload_len) as u64;
-        let kind = u16_at(&header, 0);
-        let flags = u16_at(&header, 2);
-        let field = |index: usize| u64_at(&header, 8 + index * 8);
+        let parsed = self.parse(&header, payload, record, at)?;
+        self.ended = matches!(parsed, StreamRecord::End { .. });
+        Ok(Some(parsed))
+    }
+
+    /// The typed record of a verified header and payload.
+    fn parse(
+        &self,
+        header: &[u8; SEND_RECORD_HEADER_SIZE],
+        payload: Vec<u8>,
+        record: u64,
+        at: u64,
+    ) -> Result<StreamRecord, StreamError> {
+        let malformed = |what: String| StreamError::Malformed {
+            record,
+            offset_bytes: at,
+            what,
+        };
+        let kind = u16_at(header, 0);
+        let flags = u16_at(header, 2);
+        let field = |index: usize| u64_at(header, 8 + index * 8);
         if flags != 0 {
             return Err(malformed(format!("unknown flags {flags:#x}")));
         }
@@ -453,42 +468,7 @@ impl<'r> StreamReader<'r> {
             }
         };
         let parsed = match kind {
-            KIND_OBJECT => {
-                let object_type = u8::try_from(field(1))
-                    .ok()
-                    .and_then(|id| ObjectType::from_u8(id).ok())
-                    .filter(|t| *t != ObjectType::None)
-                    .ok_or_else(|| malformed(format!("object type {}", field(1))))?;
-                let block_size_bytes = u32::try_from(field(2))
-                    .ok()
-                    .filter(|size| {
-                        *size != 0
-                            && *size <= BLOCK_SIZE_MAX
-                            && size % crate::BLOCK_SIZE_GRANULE == 0
-                    })
-                    .ok_or_else(|| malformed(format!("block size {}", field(2))))?;
-                let indirect_shift = u8::try_from(field(3))
-                    .ok()
-                    .filter(|shift| {
-                        (crate::dnode::INDIRECT_SHIFT_MIN..=crate::dnode::INDIRECT_SHIFT_MAX)
-                            .contains(shift)
-                    })
-                    .ok_or_else(|| malformed(format!("indirect shift {}", field(3))))?;
-                if field(0) == 0 || payload.len() > DNODE_BONUS_SIZE_MAX {
-                    return Err(malformed(format!(
-                        "object {} with a {}-byte bonus",
-                        field(0),
-                        payload.len()
-                    )));
-                }
-                StreamRecord::Object {
-                    object: field(0),
-                    object_type,
-                    block_size_bytes,
-                    indirect_shift,
-                    bonus: payload,
-                }
-            }
+            KIND_OBJECT => object_record(&field, payload).map_err(malformed)?,
             KIND_FREEOBJECTS => {
                 no_payload(&payload)?;
                 if field(1) == 0 || field(0).checked_add(field(1)).is_none() {
@@ -537,7 +517,6 @@ impl<'r> StreamReader<'r> {
                         self.header.to_guid
                     )));
                 }
-                self.ended = true;
                 StreamRecord::End {
                     to_guid: field(0),
                     snapshot,
@@ -545,8 +524,43 @@ impl<'r> StreamReader<'r> {
             }
             other => return Err(malformed(format!("unknown record kind {other}"))),
         };
-        Ok(Some(parsed))
+        Ok(parsed)
     }
+}
+
+/// An OBJECT record's fields checked: `Err` says what is wrong.
+fn object_record(field: &dyn Fn(usize) -> u64, payload: Vec<u8>) -> Result<StreamRecord, String> {
+    let object_type = u8::try_from(field(1))
+        .ok()
+        .and_then(|id| ObjectType::from_u8(id).ok())
+        .filter(|t| *t != ObjectType::None)
+        .ok_or_else(|| format!("object type {}", field(1)))?;
+    let block_size_bytes = u32::try_from(field(2))
+        .ok()
+        .filter(|size| {
+            *size != 0 && *size <= BLOCK_SIZE_MAX && size.is_multiple_of(crate::BLOCK_SIZE_GRANULE)
+        })
+        .ok_or_else(|| format!("block size {}", field(2)))?;
+    let indirect_shift = u8::try_from(field(3))
+        .ok()
+        .filter(|shift| {
+            (crate::dnode::INDIRECT_SHIFT_MIN..=crate::dnode::INDIRECT_SHIFT_MAX).contains(shift)
+        })
+        .ok_or_else(|| format!("indirect shift {}", field(3)))?;
+    if field(0) == 0 || payload.len() > DNODE_BONUS_SIZE_MAX {
+        return Err(format!(
+            "object {} with a {}-byte bonus",
+            field(0),
+            payload.len()
+        ));
+    }
+    Ok(StreamRecord::Object {
+        object: field(0),
+        object_type,
+        block_size_bytes,
+        indirect_shift,
+        bonus: payload,
+    })
 }
 
 /// Fills `buf` or says where the stream ended.

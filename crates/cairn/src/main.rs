@@ -179,30 +179,11 @@ enum Command {
     },
     /// Write a snapshot as a send stream to stdout (never a terminal): full, or with -i the
     /// changes since an older snapshot (or a bookmark whose snapshot still exists).
-    Send {
-        /// Incremental from this older snapshot of the same dataset (DATASET@SNAP, @SNAP,
-        /// DATASET#BOOKMARK or #BOOKMARK).
-        #[arg(short = 'i', value_name = "SNAPSHOT|BOOKMARK")]
-        from: Option<String>,
-        /// Say on stderr what was sent.
-        #[arg(short = 'v')]
-        verbose: bool,
-        /// DATASET@SNAPSHOT
-        snapshot: String,
-    },
+    Send(send_cmd::SendArgs),
     /// Read a send stream from stdin into a new dataset, with the sent snapshot; a damaged or
     /// cut stream leaves nothing. Incremental streams are not received yet.
     #[command(alias = "recv")]
-    Receive {
-        /// Roll the target back to the stream's source first (incremental streams, later).
-        #[arg(short = 'F')]
-        force: bool,
-        /// Say on stderr what was received.
-        #[arg(short = 'v')]
-        verbose: bool,
-        /// POOL/DATASET
-        target: String,
-    },
+    Receive(send_cmd::ReceiveArgs),
     /// What differs between a snapshot and a later snapshot or the dataset itself. Filesystems
     /// (as zfs diff): one line per path, M changed, + created, - removed, R renamed (old ->
     /// new). With --blocks (volumes): the byte ranges, OFFSET LENGTH per line.
@@ -706,16 +687,8 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             snapshot,
         } => dataset_cmd::rollback(ctx, &snapshot, destroy_newer, force),
         Command::Diff(args) => diff_cmd::diff(ctx, &args),
-        Command::Send {
-            from,
-            verbose,
-            snapshot,
-        } => send_cmd::send(ctx, &snapshot, from.as_deref(), verbose),
-        Command::Receive {
-            force,
-            verbose,
-            target,
-        } => send_cmd::receive(ctx, &target, force, verbose),
+        Command::Send(args) => send_cmd::send(ctx, &args),
+        Command::Receive(args) => send_cmd::receive(ctx, &args),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),

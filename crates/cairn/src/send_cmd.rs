@@ -14,6 +14,31 @@ use anyhow::{Result, bail};
 use cairn_engine::ReceiveOptions;
 use std::io::{IsTerminal, Write};
 
+#[derive(Debug, clap::Args)]
+pub struct SendArgs {
+    /// Incremental from this older snapshot of the same dataset (DATASET@SNAP, @SNAP,
+    /// DATASET#BOOKMARK or #BOOKMARK).
+    #[arg(short = 'i', value_name = "SNAPSHOT|BOOKMARK")]
+    from: Option<String>,
+    /// Say on stderr what was sent.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// DATASET@SNAPSHOT
+    snapshot: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ReceiveArgs {
+    /// Roll the target back to the stream's source first (incremental streams, later).
+    #[arg(short = 'F')]
+    force: bool,
+    /// Say on stderr what was received.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// POOL/DATASET
+    target: String,
+}
+
 /// The pool a dataset, snapshot or bookmark name belongs to.
 fn pool_of(name: &str) -> &str {
     name.split(['/', '@', '#']).next().unwrap_or(name)
@@ -32,7 +57,8 @@ fn refuse_with_server(ctx: &Context, what: &str) -> Result<()> {
 }
 
 /// `cairn send`.
-pub fn send(ctx: &Context, snapshot: &str, from: Option<&str>, verbose: bool) -> Result<()> {
+pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
+    let (snapshot, from) = (args.snapshot.as_str(), args.from.as_deref());
     let stdout = std::io::stdout();
     if stdout.is_terminal() {
         bail!("refusing to write a send stream to a terminal: redirect stdout to a file or pipe");
@@ -43,7 +69,7 @@ pub fn send(ctx: &Context, snapshot: &str, from: Option<&str>, verbose: bool) ->
         Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
     })?;
     out.flush()?;
-    if verbose {
+    if args.verbose {
         shout!(
             ctx,
             "sent {snapshot}: {} bytes, {} objects, {} blocks",
@@ -56,7 +82,8 @@ pub fn send(ctx: &Context, snapshot: &str, from: Option<&str>, verbose: bool) ->
 }
 
 /// `cairn receive`.
-pub fn receive(ctx: &Context, target: &str, force: bool, verbose: bool) -> Result<()> {
+pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
+    let target = args.target.as_str();
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         bail!("refusing to read a send stream from a terminal: redirect stdin from a file or pipe");
@@ -64,9 +91,9 @@ pub fn receive(ctx: &Context, target: &str, force: bool, verbose: bool) -> Resul
     refuse_with_server(ctx, "receive")?;
     let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
     let summary = ctx.with_pool(pool_of(target), false, |pool| -> Result<_> {
-        Ok(pool.receive(target, &mut input, ReceiveOptions { force })?)
+        Ok(pool.receive(target, &mut input, ReceiveOptions { force: args.force })?)
     })?;
-    if verbose {
+    if args.verbose {
         shout!(
             ctx,
             "received {}: {} bytes, {} objects, {} blocks",

@@ -15,7 +15,7 @@ fn records(stream: &[u8]) -> Vec<StreamRecord> {
     let mut input = stream;
     let mut reader = StreamReader::new(&mut input).expect("a stream");
     let mut out = Vec::new();
-    while let Some(record) = reader.next().expect("an intact stream") {
+    while let Some(record) = reader.next_record().expect("an intact stream") {
         if !matches!(record, StreamRecord::End { .. }) {
             out.push(record);
         }

@@ -59,7 +59,7 @@ fn decode(bytes: &[u8]) -> Result<(StreamHeader, Vec<StreamRecord>), StreamError
     let mut reader = StreamReader::new(&mut input)?;
     let header = reader.header().clone();
     let mut out = Vec::new();
-    while let Some(record) = reader.next()? {
+    while let Some(record) = reader.next_record()? {
         out.push(record);
     }
     Ok((header, out))
