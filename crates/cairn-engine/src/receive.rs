@@ -124,106 +124,142 @@ impl Pool {
         objset: &ObjectSet,
     ) -> Result<(String, u64, u64), EngineError> {
         let engine = self.txg_engine()?.clone();
-        // Block size of every object the stream made, and the highest block written.
-        let mut objects: BTreeMap<u64, (u32, Option<u64>)> = BTreeMap::new();
-        let mut blocks_written = 0;
-        let bad = |reader: &StreamReader<'_>, what: String| {
-            EngineError::Receive(format!(
-                "the stream is inconsistent near byte {}: {what}",
-                reader.offset_bytes()
-            ))
+        let mut apply = Apply {
+            objset,
+            objects: BTreeMap::new(),
+            blocks_written: 0,
+            volsize_bytes: (reader.header().kind == StreamKind::Volume)
+                .then_some(reader.header().volsize_bytes),
         };
         loop {
             let Some(record) = reader.next_record().map_err(refused)? else {
-                return Err(bad(reader, "records after END".into()));
+                return Err(inconsistent(reader, "records after END".into()));
             };
+            if let StreamRecord::End { snapshot, .. } = record {
+                return Ok((snapshot, apply.objects.len() as u64, apply.blocks_written));
+            }
             let dirty_bytes = match &record {
                 StreamRecord::Write { data, .. } => data.len() as u64,
                 _ => 512,
             };
             engine.throttle(dirty_bytes);
             let hold = engine.try_hold().map_err(EngineError::Txg)?;
-            let txg = hold.txg();
-            match record {
-                StreamRecord::Object {
+            apply
+                .record(hold.txg(), record)?
+                .map_or(Ok(()), |what| Err(inconsistent(reader, what)))?;
+        }
+    }
+}
+
+fn inconsistent(reader: &StreamReader<'_>, what: String) -> EngineError {
+    EngineError::Receive(format!(
+        "the stream is inconsistent near byte {}: {what}",
+        reader.offset_bytes()
+    ))
+}
+
+/// A receive's object set and what the stream made in it so far.
+struct Apply<'a> {
+    objset: &'a ObjectSet,
+    /// Every object the stream made: its block size, the number of blocks it may hold (what
+    /// its tree reaches at the deepest level; a volume's size), the highest block written.
+    objects: BTreeMap<u64, (u32, u64, Option<u64>)>,
+    blocks_written: u64,
+    /// A volume stream's size.
+    volsize_bytes: Option<u64>,
+}
+
+impl Apply<'_> {
+    /// Applies one record other than END in `txg`: `Ok(Some(why))` when it does not fit what
+    /// came before.
+    fn record(&mut self, txg: u64, record: StreamRecord) -> Result<Option<String>, EngineError> {
+        let objset = self.objset;
+        match record {
+            StreamRecord::Object {
+                object,
+                object_type,
+                block_size_bytes,
+                bonus,
+                ..
+            } => {
+                if self.objects.contains_key(&object) {
+                    return Ok(Some(format!("object {object} sent twice")));
+                }
+                objset.create_object_with_bonus(
+                    txg,
                     object,
                     object_type,
                     block_size_bytes,
                     bonus,
-                    ..
-                } => {
-                    if objects.contains_key(&object) {
-                        return Err(bad(reader, format!("object {object} sent twice")));
-                    }
-                    objset.create_object_with_bonus(
-                        txg,
-                        object,
-                        object_type,
-                        block_size_bytes,
-                        bonus,
-                    )?;
-                    objects.insert(object, (block_size_bytes, None));
+                )?;
+                let reach = objset
+                    .dnode(object)?
+                    .capacity_blocks(cairn_format::blkptr::LEVEL_MAX + 1);
+                let blocks = self.volsize_bytes.map_or(reach, |size| {
+                    size.div_ceil(u64::from(block_size_bytes)).min(reach)
+                });
+                self.objects
+                    .insert(object, (block_size_bytes, blocks, None));
+            }
+            StreamRecord::Write {
+                object,
+                offset_bytes,
+                data,
+            } => {
+                let Some((block_bytes, blocks, max)) = self.objects.get_mut(&object) else {
+                    return Ok(Some(format!("a WRITE to unknown object {object}")));
+                };
+                let block_bytes = u64::from(*block_bytes);
+                let blkid = offset_bytes / block_bytes;
+                if offset_bytes % block_bytes != 0
+                    || data.len() as u64 != block_bytes
+                    || blkid >= *blocks
+                {
+                    return Ok(Some(format!(
+                        "a WRITE of {} bytes at {offset_bytes} into object {object} of {blocks} \
+                         blocks of {block_bytes} bytes",
+                        data.len()
+                    )));
                 }
-                StreamRecord::Write {
-                    object,
-                    offset_bytes,
-                    data,
-                } => {
-                    let Some((block_bytes, max)) = objects.get_mut(&object) else {
-                        return Err(bad(reader, format!("a WRITE to unknown object {object}")));
-                    };
-                    let block_bytes = u64::from(*block_bytes);
-                    if offset_bytes % block_bytes != 0 || data.len() as u64 != block_bytes {
-                        return Err(bad(
-                            reader,
-                            format!(
-                                "a WRITE of {} bytes at {offset_bytes} into object {object} of \
-                                 {block_bytes}-byte blocks",
-                                data.len()
-                            ),
-                        ));
+                objset.write_block(txg, object, blkid, Bytes::from(data));
+                *max = Some(max.map_or(blkid, |max| max.max(blkid)));
+                self.blocks_written += 1;
+            }
+            StreamRecord::Free {
+                object,
+                offset_bytes,
+                length_bytes,
+            } => {
+                let Some(&(block_bytes, _, max)) = self.objects.get(&object) else {
+                    return Ok(Some(format!("a FREE of unknown object {object}")));
+                };
+                // A full stream frees only what it wrote itself (never, from `send`): bounded
+                // by the highest block written, so a huge range costs nothing.
+                let block_bytes = u64::from(block_bytes);
+                let first = offset_bytes / block_bytes;
+                let end = offset_bytes
+                    .saturating_add(length_bytes)
+                    .div_ceil(block_bytes);
+                if let Some(max) = max {
+                    for blkid in first..end.min(max + 1) {
+                        objset.free_block(txg, object, blkid);
                     }
-                    let blkid = offset_bytes / block_bytes;
-                    objset.write_block(txg, object, blkid, Bytes::from(data));
-                    *max = Some(max.map_or(blkid, |max| max.max(blkid)));
-                    blocks_written += 1;
-                }
-                StreamRecord::Free {
-                    object,
-                    offset_bytes,
-                    length_bytes,
-                } => {
-                    let Some(&(block_bytes, max)) = objects.get(&object) else {
-                        return Err(bad(reader, format!("a FREE of unknown object {object}")));
-                    };
-                    // A full stream frees only what it wrote itself (never, from `send`):
-                    // bounded by the highest block written, so a huge range costs nothing.
-                    let block_bytes = u64::from(block_bytes);
-                    let first = offset_bytes / block_bytes;
-                    let end = offset_bytes
-                        .saturating_add(length_bytes)
-                        .div_ceil(block_bytes);
-                    if let Some(max) = max {
-                        for blkid in first..end.min(max + 1) {
-                            objset.free_block(txg, object, blkid);
-                        }
-                    }
-                }
-                StreamRecord::FreeObjects { first, count } => {
-                    let gone: Vec<u64> = objects
-                        .range(first..first.saturating_add(count))
-                        .map(|(&object, _)| object)
-                        .collect();
-                    for object in gone {
-                        objset.free_object(txg, object);
-                        objects.remove(&object);
-                    }
-                }
-                StreamRecord::End { snapshot, .. } => {
-                    return Ok((snapshot, objects.len() as u64, blocks_written));
                 }
             }
+            StreamRecord::FreeObjects { first, count } => {
+                let gone: Vec<u64> = self
+                    .objects
+                    .range(first..first.saturating_add(count))
+                    .map(|(&object, _)| object)
+                    .collect();
+                for object in gone {
+                    objset.free_object(txg, object);
+                    self.objects.remove(&object);
+                }
+            }
+            StreamRecord::End { .. } => {}
         }
+        Ok(None)
     }
 }
 

@@ -256,4 +256,52 @@ fn streams_that_cannot_apply_are_refused() {
     assert!(!b.dataset_names().iter().any(|n| n == "tank/other"));
     // Into a parent that does not exist.
     assert!(receive(&b, "tank/no/such", &full).is_err());
+    // Intact but inconsistent records (a faulty sender): a WRITE past a volume's end, a WRITE
+    // to an object never sent. Refused, nothing left.
+    use cairn_format::send_stream::{StreamHeader, StreamKind, StreamRecord, StreamWriter};
+    let crafted = |records: &[StreamRecord]| {
+        let header = StreamHeader {
+            features: 0,
+            kind: StreamKind::Volume,
+            to_guid: 99,
+            to_txg: 10,
+            from_guid: 0,
+            from_txg: 0,
+            volsize_bytes: 1 << 20,
+            block_size_bytes: 4096,
+            creation_ms: 0,
+        };
+        let mut out = Vec::new();
+        let mut writer = StreamWriter::new(&mut out, &header).unwrap();
+        for record in records {
+            writer.write(record).unwrap();
+        }
+        writer.finish("x").unwrap();
+        out
+    };
+    let object = StreamRecord::Object {
+        object: 1,
+        object_type: cairn_format::ObjectType::VolumeData,
+        block_size_bytes: 4096,
+        indirect_shift: 17,
+        bonus: Vec::new(),
+    };
+    for bad in [
+        StreamRecord::Write {
+            object: 1,
+            offset_bytes: 1 << 40,
+            data: vec![1; 4096],
+        },
+        StreamRecord::Write {
+            object: 2,
+            offset_bytes: 0,
+            data: vec![1; 4096],
+        },
+    ] {
+        let err = receive(&b, "tank/crafted", &crafted(&[object.clone(), bad])).unwrap_err();
+        assert!(err.contains("inconsistent"), "{err}");
+        assert!(!b.dataset_names().iter().any(|n| n == "tank/crafted"));
+    }
+    receive(&b, "tank/crafted", &crafted(&[object])).unwrap();
+    assert!(b.check().unwrap().is_clean());
 }
