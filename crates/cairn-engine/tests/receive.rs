@@ -51,9 +51,17 @@ fn assert_same_objects(a: &Pool, a_name: &str, b: &Pool, b_name: &str) {
     }
 }
 
-/// Walks both trees from their roots, comparing every entry's attributes (times included),
-/// xattrs, symlink targets and contents.
-fn assert_same_tree(a: &Filesystem, b: &Filesystem, dir_a: u64, dir_b: u64, path: &str) {
+/// Walks both trees from their roots, comparing every entry's attributes (times included;
+/// access times only if `atime`, and only at an inode's first name: reads move them, relatime,
+/// each side at its own moment), xattrs, symlink targets and contents. `seen` holds the inodes
+/// met so far.
+fn assert_same_tree(
+    (a, b): (&Filesystem, &Filesystem),
+    (dir_a, dir_b): (u64, u64),
+    path: &str,
+    atime: bool,
+    seen: &mut std::collections::BTreeSet<u64>,
+) {
     let entries = |fs: &Filesystem, dir: u64| {
         let mut out = Vec::new();
         fs.readdir(dir, 0, |entry| {
@@ -73,9 +81,15 @@ fn assert_same_tree(a: &Filesystem, b: &Filesystem, dir_a: u64, dir_b: u64, path
         }
         let here = format!("{path}/{}", String::from_utf8_lossy(&name));
         let (attrs_a, attrs_b) = (a.getattr(ia).unwrap(), b.getattr(ib).unwrap());
+        let first_name = seen.insert(ia);
         let fields = |x: &cairn_fs::attrs::InodeAttrs| {
+            let access = if atime && first_name {
+                x.atime
+            } else {
+                x.mtime
+            };
             (
-                x.kind, x.mode, x.uid, x.gid, x.links, x.size, x.atime, x.mtime, x.ctime, x.crtime,
+                x.kind, x.mode, x.uid, x.gid, x.links, x.size, access, x.mtime, x.ctime, x.crtime,
             )
         };
         assert_eq!(fields(&attrs_a), fields(&attrs_b), "{here}");
@@ -91,7 +105,9 @@ fn assert_same_tree(a: &Filesystem, b: &Filesystem, dir_a: u64, dir_b: u64, path
             );
         }
         match kind {
-            cairn_fs::attrs::FileKind::Directory => assert_same_tree(a, b, ia, ib, &here),
+            cairn_fs::attrs::FileKind::Directory => {
+                assert_same_tree((a, b), (ia, ib), &here, atime, seen)
+            }
             cairn_fs::attrs::FileKind::Symlink => {
                 assert_eq!(a.readlink(ia).unwrap(), b.readlink(ib).unwrap(), "{here}")
             }
@@ -177,8 +193,29 @@ fn a_filesystem_round_trips_into_a_second_pool() {
     receive(&b, "tank/copy", &send(&a, "tank/fs@s0", None)).unwrap();
     assert_same_objects(&a, "tank/fs@s0", &b, "tank/copy@s0");
     let copy = b.filesystem("tank/copy").unwrap();
-    assert_same_tree(&fs, &copy, root, copy.root(), "");
+    assert_same_tree(
+        (&fs, &copy),
+        (root, copy.root()),
+        "",
+        true,
+        &mut Default::default(),
+    );
     assert_eq!(copy.getattr(data).unwrap().links, 2);
+    assert!(b.check().unwrap().is_clean());
+    // Across export and import: the received filesystem opens and reads the same.
+    drop(copy);
+    b.export().unwrap();
+    let b = import(&device_paths(dir_b.path(), 1), plain_opener()).unwrap();
+    let copy = b.filesystem("tank/copy").unwrap();
+    assert_same_tree(
+        (&fs, &copy),
+        (root, copy.root()),
+        "",
+        false,
+        &mut Default::default(),
+    );
+    let (file_object, _) = copy.lookup(copy.root(), b"hardlink").unwrap();
+    copy.write(file_object, 0, b"written after import").unwrap();
     assert!(b.check().unwrap().is_clean());
 }
 
