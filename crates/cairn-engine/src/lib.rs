@@ -49,12 +49,14 @@ mod missed;
 mod pool;
 mod pool_status;
 mod probe;
+mod receive;
 mod record_map;
 mod replay;
 mod resilver;
 mod resilver_task;
 mod scrub;
 mod scrub_progress;
+mod send;
 mod snapshot_diff;
 mod snapshot_fs;
 mod snapshot_fs_diff;
@@ -87,8 +89,10 @@ pub use pool_status::{
     DeviceIo, DeviceQueue, DeviceRole, LeafIo, LeafStatus, LogDeviceUse, PoolDeviceIo, PoolStatus,
     TopIo, TopStatus,
 };
+pub use receive::{ReceiveOptions, ReceiveSummary};
 pub use resilver::{ResilverOptions, ResilverStatus};
 pub use scrub::ScrubProgress;
+pub use send::{SendSummary, snapshot_guid};
 pub use snapshot_diff::BlockDiff;
 pub use snapshot_fs_diff::FileDiff;
 pub use snapshot_stats::SnapshotStatsSnapshot;
@@ -144,6 +148,13 @@ pub enum EngineError {
     /// first).
     #[error("cannot diff: {0}")]
     Diff(String),
+    /// A send that cannot be made (a source that is no older snapshot of the dataset), or
+    /// whose stream could not be written.
+    #[error("cannot send: {0}")]
+    Send(String),
+    /// A stream refused (damaged, cut, inconsistent, for a target it cannot apply to).
+    #[error("cannot receive: {0}")]
+    Receive(String),
 }
 
 /// `err` and every error below it (`source()`), joined with ": ", for the places where an error
@@ -167,9 +178,11 @@ impl EngineError {
             EngineError::Pipeline(err) => err.class(),
             EngineError::Txg(err) | EngineError::StillSuspended(err) => err.class(),
             EngineError::ReadOnlyPool(_) => ErrorClass::ReadOnly,
-            EngineError::Create(_) | EngineError::Layout(_) | EngineError::Diff(_) => {
-                ErrorClass::Invalid
-            }
+            EngineError::Create(_)
+            | EngineError::Layout(_)
+            | EngineError::Diff(_)
+            | EngineError::Send(_)
+            | EngineError::Receive(_) => ErrorClass::Invalid,
             EngineError::Cache(cairn_l2arc::L2Error::Device { source, .. }) => source.class(),
             EngineError::Cache(_) => ErrorClass::Invalid,
             EngineError::Fs(err) => err.class(),

@@ -13,7 +13,7 @@
 
 mod doc_check;
 
-use cairn_format::{blkptr, dnode, intent_log, label, spacelog, uberblock};
+use cairn_format::{blkptr, dnode, intent_log, label, send_stream, spacelog, uberblock};
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
 };
@@ -81,6 +81,14 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         intent_log::INTENT_LOG_LANES_MAX,
         intent_log::INTENT_LOG_HEADER_SIZE,
         intent_log::INTENT_LOG_HEADER_VERSION,
+        send_stream::SEND_STREAM_MAGIC,
+        send_stream::SEND_STREAM_VERSION,
+        send_stream::SEND_HEADER_SIZE,
+        send_stream::SEND_RECORD_HEADER_SIZE,
+        send_stream::SEND_PAYLOAD_MAX,
+        send_stream::SEND_FEATURES_KNOWN,
+        send_stream::SEND_SNAPSHOT_NAME_MAX,
+        send_stream::SEND_WRITE_FLAG_COMPRESSED,
     ]
 }
 
@@ -112,6 +120,11 @@ fn structure_sizes() -> BTreeMap<&'static str, u64> {
             intent_log::INTENT_LOG_HEADER_SIZE as u64,
         ),
         ("Intent-log lane entry", INTENT_LOG_LANE_SIZE),
+        ("Send stream header", send_stream::SEND_HEADER_SIZE as u64),
+        (
+            "Send record header",
+            send_stream::SEND_RECORD_HEADER_SIZE as u64,
+        ),
     ])
 }
 

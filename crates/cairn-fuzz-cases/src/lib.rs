@@ -26,6 +26,7 @@ pub mod intent_log;
 pub mod l2arc_layout;
 pub mod label_config;
 pub mod objset;
+pub mod send_stream;
 pub mod snapshot_record;
 pub mod space_log;
 pub mod uberblock;
@@ -45,6 +46,7 @@ pub const TARGETS: &[(&str, FuzzCase)] = &[
     ("l2arc_layout", l2arc_layout::run),
     ("label_config", label_config::run),
     ("objset", objset::run),
+    ("send_stream", send_stream::run),
     ("snapshot_record", snapshot_record::run),
     ("space_log", space_log::run),
     ("uberblock", uberblock::run),

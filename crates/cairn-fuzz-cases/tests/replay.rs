@@ -165,6 +165,51 @@ fn corpora_random_and_mutated_inputs_never_panic() {
 
 /// Encodings of real values, by target: what `write_seed_corpus` commits.
 mod seeds {
+    /// A small volume stream: OBJECT, a WRITE, a FREE, FREEOBJECTS, END.
+    pub fn send_stream_seed() -> Vec<u8> {
+        use cairn_format::send_stream::{StreamHeader, StreamKind, StreamRecord, StreamWriter};
+        let header = StreamHeader {
+            features: 0,
+            kind: StreamKind::Volume,
+            to_guid: 0x5eed,
+            to_txg: 9,
+            from_guid: 0,
+            from_txg: 0,
+            volsize_bytes: 1 << 20,
+            block_size_bytes: 512,
+            creation_ms: 1,
+        };
+        let mut out = Vec::new();
+        let mut writer = StreamWriter::new(&mut out, &header).expect("header");
+        for record in [
+            StreamRecord::Object {
+                object: 1,
+                object_type: ObjectType::VolumeData,
+                block_size_bytes: 512,
+                indirect_shift: 17,
+                bonus: vec![7; 3],
+            },
+            StreamRecord::Write {
+                object: 1,
+                offset_bytes: 1024,
+                data: (0..512u32).map(|i| i as u8).collect(),
+            },
+            StreamRecord::Free {
+                object: 1,
+                offset_bytes: 2048,
+                length_bytes: u64::MAX,
+            },
+            StreamRecord::FreeObjects {
+                first: 2,
+                count: 30,
+            },
+        ] {
+            writer.write(&record).expect("record");
+        }
+        writer.finish("seed").expect("end");
+        out
+    }
+
     use cairn_dataset::directory::creation_properties;
     use cairn_dataset::{DatasetDirectory, DatasetKind, ScrubRecord};
     use cairn_format::blkptr::{BlockPointer, Compression, Dva, ObjectType};
@@ -742,6 +787,7 @@ mod seeds {
                 .encode(),
             ),
             ("l2arc_layout", "summary", l2arc_summary()),
+            ("send_stream", "volume", send_stream_seed()),
             ("dataset_directory", "tank-vol", directory().encode()),
             ("snapshot_record", "snapshot", snapshot_record_seed(0)),
             ("snapshot_record", "head", snapshot_record_seed(1)),
@@ -790,6 +836,25 @@ fn seeds_are_valid_encodings() {
             "label_config" => cairn_format::LabelConfig::decode(&bytes)
                 .map(|_| ())
                 .map_err(|err| err.to_string()),
+            "send_stream" => {
+                let mut input = bytes.as_slice();
+                let mut count = 0;
+                cairn_format::send_stream::StreamReader::new(&mut input)
+                    .and_then(|mut reader| {
+                        while reader.next_record()?.is_some() {
+                            count += 1;
+                        }
+                        Ok(())
+                    })
+                    .map_err(|err| err.to_string())
+                    .and_then(|()| {
+                        if count > 1 {
+                            Ok(())
+                        } else {
+                            Err("no records".into())
+                        }
+                    })
+            }
             "uberblock" => Uberblock::decode(&bytes)
                 .map(|_| ())
                 .map_err(|err| err.to_string()),

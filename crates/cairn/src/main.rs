@@ -28,6 +28,7 @@ mod mirror_cmd;
 mod mount_cmd;
 mod pool_cmd;
 mod remote;
+mod send_cmd;
 mod serve_cmd;
 mod stat_arc_cmd;
 mod stat_cmd;
@@ -176,6 +177,13 @@ enum Command {
         /// DATASET@SNAPSHOT
         snapshot: String,
     },
+    /// Write a snapshot as a send stream to stdout (never a terminal): full, or with -i the
+    /// changes since an older snapshot (or a bookmark whose snapshot still exists).
+    Send(send_cmd::SendArgs),
+    /// Read a send stream from stdin into a new dataset, with the sent snapshot; a damaged or
+    /// cut stream leaves nothing. Incremental streams are not received yet.
+    #[command(alias = "recv")]
+    Receive(send_cmd::ReceiveArgs),
     /// What differs between a snapshot and a later snapshot or the dataset itself. Filesystems
     /// (as zfs diff): one line per path, M changed, + created, - removed, R renamed (old ->
     /// new). With --blocks (volumes): the byte ranges, OFFSET LENGTH per line.
@@ -679,6 +687,8 @@ fn execute(ctx: &context::Context, command: Command, state_dir: &std::path::Path
             snapshot,
         } => dataset_cmd::rollback(ctx, &snapshot, destroy_newer, force),
         Command::Diff(args) => diff_cmd::diff(ctx, &args),
+        Command::Send(args) => send_cmd::send(ctx, &args),
+        Command::Receive(args) => send_cmd::receive(ctx, &args),
         Command::List(args) => dataset_cmd::list(ctx, &args),
         Command::Get(args) => dataset_cmd::get(ctx, &args),
         Command::Set(args) => dataset_cmd::set(ctx, &args),

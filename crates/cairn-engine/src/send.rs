@@ -1,0 +1,361 @@
+//! `cairn send`: a snapshot as a send stream (`cairn_format::send_stream`, whose module doc
+//! and `docs/format.md` give the bytes), full or incremental from an older snapshot of the
+//! same dataset.
+//!
+//! The stream names objects, not files: a filesystem's inodes, directory and xattr maps and
+//! master node are objects of its object set like a volume's one data object, so one walk
+//! carries both kinds with everything they hold (hard links are directory entries, sparse
+//! files are holes, attributes live in the bonus).
+//!
+//! Why an incremental costs what changed: `cairn_object::changed_objects` reads only the dnode
+//! blocks rewritten since the source's txg (birth txgs prune every older subtree), and
+//! `changed_blocks` then walks only the changed objects' rewritten indirect blocks. Only the
+//! blocks reported changed are read for their data; a block of the source is never read.
+//!
+//! Consistency: both roots are taken from one synced txg (`SyncedTree`), whose guard keeps
+//! every block freed after it from reuse while the send reads, so a snapshot destroyed
+//! meanwhile is still read as it was.
+//!
+//! Snapshot identity: the stream names snapshots by a 64-bit guid. Snapshot records carry no
+//! guid yet, so it is derived (`snapshot_guid`) from what identifies a snapshot for ever: the
+//! pool's guid, the snapshot's id (never reused in a pool) and its txg. A bookmark keeps its
+//! snapshot's id and txg, so it has the same guid. A received snapshot will have to record the
+//! sender's guid (receive, a later step).
+
+use crate::EngineError;
+use crate::core::SyncedTree;
+use crate::pool::Pool;
+use cairn_dataset::{DatasetError, DatasetKind, SnapshotName};
+use cairn_format::send_stream::{StreamHeader, StreamKind, StreamRecord, StreamWriter};
+use cairn_format::{BlockPointer, Dnode};
+use cairn_object::ObjectSet;
+use std::io::Write;
+
+/// Blocks whose holes are looked up at once while a full send walks an object.
+const BLOCK_MAP_CHUNK: u64 = 1024;
+
+/// What a send wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendSummary {
+    pub bytes_written: u64,
+    pub objects: u64,
+    pub blocks_written: u64,
+    /// Metadata blocks the incremental walk read to find the change (0 for a full send).
+    pub blocks_visited: u64,
+}
+
+/// The identity of a snapshot in a stream (see the module doc): stable, non-zero, unique
+/// across pools with overwhelming probability.
+pub fn snapshot_guid(pool_guid: u64, snapshot_id: u64, created_txg: u64) -> u64 {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(b"cairn snapshot guid");
+    hasher.update(&pool_guid.to_le_bytes());
+    hasher.update(&snapshot_id.to_le_bytes());
+    hasher.update(&created_txg.to_le_bytes());
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(word).max(1)
+}
+
+/// One end of a send: a snapshot's root, txg and guid.
+struct End {
+    root: BlockPointer,
+    txg: u64,
+    guid: u64,
+    creation_ms: u64,
+}
+
+impl Pool {
+    /// Writes snapshot `snapshot` (`dataset@snap`) to `out` as a send stream: full, or with
+    /// `from` (`dataset@older`, `@older`, or a bookmark `dataset#mark` whose snapshot still
+    /// exists) the changes since that older snapshot of the same dataset. `progress` is told
+    /// the bytes written after each record.
+    pub fn send(
+        &self,
+        snapshot: &str,
+        from: Option<&str>,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<SendSummary, EngineError> {
+        let name = SnapshotName::parse(snapshot)?;
+        let (kind, properties) = {
+            let directory = self.core.directory.lock();
+            let record = directory.get(&name.dataset)?;
+            (record.kind, directory.properties_of(&name.dataset)?)
+        };
+        let to = self.send_end(snapshot)?;
+        let from = match from {
+            None => None,
+            Some(from) => Some(self.send_source(&name.dataset, from, snapshot, &to)?),
+        };
+        let (stream_kind, volsize_bytes, block_size_bytes) = match kind {
+            DatasetKind::Volume => (
+                StreamKind::Volume,
+                properties.volsize_bytes,
+                properties.volblocksize_bytes,
+            ),
+            DatasetKind::Filesystem => (StreamKind::Filesystem, 0, properties.recordsize_bytes),
+        };
+        let header = StreamHeader {
+            features: 0,
+            kind: stream_kind,
+            to_guid: to.guid,
+            to_txg: to.txg,
+            from_guid: from.as_ref().map_or(0, |from| from.guid),
+            from_txg: from.as_ref().map_or(0, |from| from.txg),
+            volsize_bytes,
+            block_size_bytes,
+            creation_ms: to.creation_ms,
+        };
+        // Keeps every block of both roots from reuse while the send reads them.
+        let synced = SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
+        let objset = self.snapshot_objset(snapshot)?;
+        let mut writer = StreamWriter::new(out, &header).map_err(stream_io)?;
+        let mut summary = SendSummary::default();
+        match &from {
+            None => send_full(&objset, &mut writer, &mut summary, progress)?,
+            Some(from) => {
+                send_incremental(&objset, from, &to, &mut writer, &mut summary, progress)?
+            }
+        }
+        drop(synced);
+        summary.bytes_written = writer.finish(&name.snapshot).map_err(stream_io)?;
+        progress(summary.bytes_written);
+        Ok(summary)
+    }
+
+    fn send_end(&self, snapshot: &str) -> Result<End, EngineError> {
+        let name = SnapshotName::parse(snapshot)?;
+        let directory = self.core.directory.lock();
+        let record = directory.get(&name.dataset)?;
+        let table = self.core.snapshots.lock();
+        let found = table
+            .find(record.id, &name.snapshot)
+            .ok_or_else(|| DatasetError::NoSuchDataset(snapshot.to_string()))?;
+        Ok(End {
+            root: found.info.objset_bp()?,
+            txg: found.info.created_txg,
+            guid: snapshot_guid(self.core.guid, found.info.id, found.info.created_txg),
+            creation_ms: found.info.creation_ms,
+        })
+    }
+
+    /// The source of an incremental: an older snapshot of `dataset`, or a bookmark of it
+    /// whose snapshot still exists.
+    fn send_source(
+        &self,
+        dataset: &str,
+        from: &str,
+        snapshot: &str,
+        to: &End,
+    ) -> Result<End, EngineError> {
+        let refuse = |why: String| EngineError::Send(format!("cannot send from '{from}': {why}"));
+        let full_name = if let Some(short) = from.strip_prefix('@') {
+            format!("{dataset}@{short}")
+        } else if let Some(short) = from.strip_prefix('#') {
+            format!("{dataset}#{short}")
+        } else {
+            from.to_string()
+        };
+        let source = if full_name.contains('#') {
+            let mark = cairn_dataset::BookmarkName::parse(&full_name)?;
+            if mark.dataset != dataset {
+                return Err(refuse(format!("not a bookmark of '{dataset}'")));
+            }
+            let directory = self.core.directory.lock();
+            let record = directory.get(dataset)?;
+            let table = self.core.snapshots.lock();
+            let bookmark = table
+                .find_bookmark(record.id, &mark.bookmark)
+                .ok_or_else(|| DatasetError::NoSuchDataset(full_name.clone()))?;
+            let snapshot = table.get(bookmark.snapshot_id).ok_or_else(|| {
+                refuse(
+                    "its snapshot is destroyed, and an incremental from a bookmark alone is \
+                     not done yet"
+                        .into(),
+                )
+            })?;
+            End {
+                root: snapshot.info.objset_bp()?,
+                txg: snapshot.info.created_txg,
+                guid: snapshot_guid(self.core.guid, bookmark.snapshot_id, bookmark.created_txg),
+                creation_ms: bookmark.creation_ms,
+            }
+        } else {
+            let name = SnapshotName::parse(&full_name)?;
+            if name.dataset != dataset {
+                return Err(refuse(format!("not a snapshot of '{dataset}'")));
+            }
+            self.send_end(&full_name)?
+        };
+        if source.txg >= to.txg {
+            return Err(refuse(format!(
+                "it is not older than '{snapshot}' (txg {} ≥ {})",
+                source.txg, to.txg
+            )));
+        }
+        Ok(source)
+    }
+}
+
+fn stream_io(err: std::io::Error) -> EngineError {
+    EngineError::Send(format!("writing the stream: {err}"))
+}
+
+fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
+    StreamRecord::Object {
+        object,
+        object_type: dnode.object_type,
+        block_size_bytes: dnode.data_block_size,
+        indirect_shift: dnode.indirect_shift,
+        bonus: dnode.bonus.clone(),
+    }
+}
+
+/// Every object of the snapshot, ascending, each with all its blocks that hold data.
+fn send_full(
+    objset: &ObjectSet,
+    writer: &mut StreamWriter<'_>,
+    summary: &mut SendSummary,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), EngineError> {
+    for object in 1..objset.object_id_bound() {
+        let dnode = objset.dnode(object)?;
+        if dnode.is_free() {
+            continue;
+        }
+        writer
+            .write(&object_record(object, &dnode))
+            .map_err(stream_io)?;
+        summary.objects += 1;
+        let blocks = dnode.max_block_id + 1;
+        let mut first = 0;
+        while first < blocks {
+            let count = BLOCK_MAP_CHUNK.min(blocks - first);
+            let map = objset.block_map(object, first, count)?;
+            for (index, present) in map.into_iter().enumerate() {
+                if present {
+                    send_block(
+                        objset,
+                        object,
+                        &dnode,
+                        first + index as u64,
+                        writer,
+                        summary,
+                    )?;
+                }
+            }
+            first += count;
+            progress(writer.bytes_written());
+        }
+    }
+    Ok(())
+}
+
+/// WRITE of one block, or FREE if it reads as a hole.
+fn send_block(
+    objset: &ObjectSet,
+    object: u64,
+    dnode: &Dnode,
+    blkid: u64,
+    writer: &mut StreamWriter<'_>,
+    summary: &mut SendSummary,
+) -> Result<(), EngineError> {
+    let block_bytes = u64::from(dnode.data_block_size);
+    let record = match objset.read_block(object, blkid)? {
+        Some(data) => {
+            summary.blocks_written += 1;
+            StreamRecord::Write {
+                object,
+                offset_bytes: blkid * block_bytes,
+                data: data.to_vec(),
+            }
+        }
+        None => StreamRecord::Free {
+            object,
+            offset_bytes: blkid * block_bytes,
+            length_bytes: block_bytes,
+        },
+    };
+    writer.write(&record).map_err(stream_io)
+}
+
+/// The objects that changed since `from`: gone ones as FREEOBJECTS, the others as OBJECT and
+/// the blocks that changed (all of them for an object made anew since).
+fn send_incremental(
+    objset: &ObjectSet,
+    from: &End,
+    to: &End,
+    writer: &mut StreamWriter<'_>,
+    summary: &mut SendSummary,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), EngineError> {
+    let io = objset.cached_io();
+    let changed = cairn_object::changed_objects(io, &from.root, from.txg, &to.root)?;
+    summary.blocks_visited += changed.blocks_visited;
+    for change in &changed.objects {
+        let object = change.object;
+        if change.new.is_free() {
+            writer
+                .write(&StreamRecord::FreeObjects {
+                    first: object,
+                    count: 1,
+                })
+                .map_err(stream_io)?;
+            continue;
+        }
+        let dnode = &change.new;
+        writer
+            .write(&object_record(object, dnode))
+            .map_err(stream_io)?;
+        summary.objects += 1;
+        let made_anew = change.old.is_free()
+            || change.old.birth_txg != dnode.birth_txg
+            || change.old.object_type != dnode.object_type
+            || change.old.data_block_size != dnode.data_block_size;
+        let block_bytes = u64::from(dnode.data_block_size);
+        if made_anew {
+            // Whatever the receiver's object held goes; then every block, as a full send.
+            writer
+                .write(&StreamRecord::Free {
+                    object,
+                    offset_bytes: 0,
+                    length_bytes: u64::MAX,
+                })
+                .map_err(stream_io)?;
+            let blocks = dnode.max_block_id + 1;
+            let mut first = 0;
+            while first < blocks {
+                let count = BLOCK_MAP_CHUNK.min(blocks - first);
+                let map = objset.block_map(object, first, count)?;
+                for (index, present) in map.into_iter().enumerate() {
+                    if present {
+                        send_block(objset, object, dnode, first + index as u64, writer, summary)?;
+                    }
+                }
+                first += count;
+            }
+        } else {
+            let blocks = cairn_object::changed_blocks(io, &from.root, from.txg, &to.root, object)?;
+            summary.blocks_visited += blocks.blocks_visited;
+            for range in &blocks.ranges {
+                let first = range.offset_bytes / block_bytes;
+                let end = (range.offset_bytes + range.length_bytes).div_ceil(block_bytes);
+                for blkid in first..end {
+                    send_block(objset, object, dnode, blkid, writer, summary)?;
+                }
+            }
+            if dnode.max_block_id < change.old.max_block_id {
+                writer
+                    .write(&StreamRecord::Free {
+                        object,
+                        offset_bytes: (dnode.max_block_id + 1) * block_bytes,
+                        length_bytes: u64::MAX,
+                    })
+                    .map_err(stream_io)?;
+            }
+        }
+        progress(writer.bytes_written());
+    }
+    Ok(())
+}

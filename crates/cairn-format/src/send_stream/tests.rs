@@ -1,0 +1,195 @@
+//! Round trips of the send stream and every way a damaged one must be refused.
+
+use super::*;
+
+fn header() -> StreamHeader {
+    StreamHeader {
+        features: 0,
+        kind: StreamKind::Filesystem,
+        to_guid: 0x1234_5678_9abc_def0,
+        to_txg: 40,
+        from_guid: 0x0fed_cba9,
+        from_txg: 20,
+        volsize_bytes: 0,
+        block_size_bytes: 128 << 10,
+        creation_ms: 1_700_000_000_000,
+    }
+}
+
+fn records() -> Vec<StreamRecord> {
+    vec![
+        StreamRecord::Object {
+            object: 3,
+            object_type: ObjectType::FileData,
+            block_size_bytes: 4096,
+            indirect_shift: 14,
+            bonus: (0..120u8).collect(),
+        },
+        StreamRecord::FreeObjects {
+            first: 4,
+            count: 28,
+        },
+        StreamRecord::Write {
+            object: 3,
+            offset_bytes: 8192,
+            data: (0..4096u32).map(|i| (i * 7) as u8).collect(),
+        },
+        StreamRecord::Free {
+            object: 3,
+            offset_bytes: 12288,
+            length_bytes: u64::MAX,
+        },
+    ]
+}
+
+fn encode(header: &StreamHeader, records: &[StreamRecord]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::new(&mut out, header).unwrap();
+    for record in records {
+        writer.write(record).unwrap();
+    }
+    let written = writer.finish("monday").unwrap();
+    assert_eq!(written, out.len() as u64);
+    out
+}
+
+/// Every record of `bytes`, or the first error.
+fn decode(bytes: &[u8]) -> Result<(StreamHeader, Vec<StreamRecord>), StreamError> {
+    let mut input = bytes;
+    let mut reader = StreamReader::new(&mut input)?;
+    let header = reader.header().clone();
+    let mut out = Vec::new();
+    while let Some(record) = reader.next_record()? {
+        out.push(record);
+    }
+    Ok((header, out))
+}
+
+#[test]
+fn streams_round_trip() {
+    let bytes = encode(&header(), &records());
+    let (decoded_header, decoded) = decode(&bytes).unwrap();
+    assert_eq!(decoded_header, header());
+    let mut expected = records();
+    expected.push(StreamRecord::End {
+        to_guid: header().to_guid,
+        snapshot: "monday".into(),
+    });
+    assert_eq!(decoded, expected);
+    // A full stream of a volume too.
+    let full = StreamHeader {
+        kind: StreamKind::Volume,
+        from_guid: 0,
+        from_txg: 0,
+        volsize_bytes: 1 << 30,
+        ..header()
+    };
+    let (decoded_header, _) = decode(&encode(&full, &[])).unwrap();
+    assert_eq!(decoded_header, full);
+    assert!(!decoded_header.is_incremental());
+}
+
+#[test]
+fn every_flipped_byte_is_refused() {
+    let bytes = encode(&header(), &records());
+    for at in 0..bytes.len() {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x20;
+        assert!(
+            decode(&damaged).is_err(),
+            "a flip at byte {at} went unnoticed"
+        );
+    }
+}
+
+#[test]
+fn a_flip_is_caught_at_the_record_that_holds_it() {
+    let bytes = encode(&header(), &records());
+    // Byte 100 of the WRITE payload: record 3 starts after the header, OBJECT (96 + 120) and
+    // FREEOBJECTS (96).
+    let write_at = SEND_HEADER_SIZE + 96 + 120 + 96;
+    let mut damaged = bytes.clone();
+    damaged[write_at + 96 + 100] ^= 1;
+    match decode(&damaged) {
+        Err(StreamError::Checksum {
+            record,
+            offset_bytes,
+        }) => {
+            assert_eq!(record, 3);
+            assert_eq!(offset_bytes, write_at as u64);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn every_truncation_is_refused() {
+    let bytes = encode(&header(), &records());
+    for len in 0..bytes.len() {
+        match decode(&bytes[..len]) {
+            Err(StreamError::Truncated { .. }) => {}
+            other => panic!("a stream cut at {len} gave {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn foreign_and_newer_streams_are_named() {
+    let mut foreign = vec![0u8; 4096];
+    foreign[..8].copy_from_slice(b"\0\0\0\0\xb5\xa4\xd1\x2f");
+    assert!(matches!(
+        decode(&foreign),
+        Err(StreamError::NotAStream { .. })
+    ));
+    let mut newer = encode(&header(), &[]);
+    newer[8] = 2;
+    assert!(matches!(
+        decode(&newer),
+        Err(StreamError::Version { found: 2 })
+    ));
+}
+
+/// A record whose length field was damaged into a huge value is refused before anything is
+/// allocated for it, even with a checksum an attacker recomputed.
+#[test]
+fn huge_lengths_never_allocate() {
+    let mut bytes = encode(&header(), &[]);
+    let at = SEND_HEADER_SIZE;
+    bytes[at + 4..at + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        decode(&bytes),
+        Err(StreamError::Checksum { record: 1, .. })
+    ));
+}
+
+/// Records whose checksum verifies but whose fields make no sense (a stream written by a
+/// faulty sender) are refused by name.
+#[test]
+fn malformed_records_are_refused() {
+    let malformed = |kind: u16, fields: [u64; 6], payload: &[u8]| {
+        let mut out = Vec::new();
+        let mut writer = StreamWriter::new(&mut out, &header()).unwrap();
+        writer.emit(kind, 0, fields, payload).unwrap();
+        writer.finish("s").unwrap();
+        match decode(&out) {
+            Err(StreamError::Malformed { record: 1, .. }) => {}
+            other => panic!("kind {kind} {fields:?}: {other:?}"),
+        }
+    };
+    malformed(KIND_OBJECT, [3, 99, 4096, 14, 0, 0], &[]);
+    malformed(KIND_OBJECT, [3, 7, 1000, 14, 0, 0], &[]);
+    malformed(KIND_OBJECT, [3, 7, 4096, 30, 0, 0], &[]);
+    malformed(KIND_OBJECT, [0, 7, 4096, 14, 0, 0], &[]);
+    malformed(
+        KIND_OBJECT,
+        [3, 7, 4096, 14, 0, 0],
+        &[0; DNODE_BONUS_SIZE_MAX + 1],
+    );
+    malformed(KIND_FREEOBJECTS, [u64::MAX, 2, 0, 0, 0, 0], &[]);
+    malformed(KIND_WRITE, [3, 0, 10, 0, 0, 0], &[1; 9]);
+    malformed(KIND_FREE, [3, 0, 10, 0, 0, 0], &[1]);
+    malformed(KIND_END, [1, 0, 0, 0, 0, 0], b"s");
+    malformed(KIND_END, [header().to_guid, 0, 0, 0, 0, 0], &[]);
+    malformed(KIND_END, [header().to_guid, 0, 0, 0, 0, 0], &[0xff, 0xfe]);
+    malformed(77, [0; 6], &[]);
+}
