@@ -205,6 +205,7 @@ impl PoolCore {
             space_time += sync_done_started.elapsed();
         }
         self.note_clean_through(txg);
+        self.intent_logs_synced(txg);
         // The txg's dirty buffers were freed with its change sets: they go back to the kernel
         // once writing pauses (2 s) if the cache has no room for them, not left in the
         // allocator's free lists for good (trimming after every txg made a steady writer fault
@@ -221,6 +222,16 @@ impl PoolCore {
             .txg_synced(space_time, mos_time, blocks_written);
         self.command_pacing.lock().txg_synced();
         Ok(())
+    }
+
+    /// Tells every intent log that `txg` is durable: their per-file records of it and older
+    /// go now, not at the next txg's sync hook, a txg timeout later, holding their buffers
+    /// (superseded ones included) beside the next txg's dirty data meanwhile.
+    fn intent_logs_synced(&self, txg: u64) {
+        let intent_logs: Vec<_> = self.intent_logs.lock().values().cloned().collect();
+        for intent_log in intent_logs {
+            intent_log.txg_synced(txg);
+        }
     }
 
     /// Runs the sync tasks queued for `txg` (directory changes, commands), timed as

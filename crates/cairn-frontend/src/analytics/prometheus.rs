@@ -186,6 +186,18 @@ fn datasets(families: &mut Families, pool: &str, sample: &super::sample::PoolSam
                     labels.clone(),
                     value as f64 / 100.0,
                 ),
+                "deferred_held_bytes" => families.gauge(
+                    "cairn_zil_deferred_held_bytes",
+                    "bytes of data the per-file records waiting for their file's commit hold",
+                    labels.clone(),
+                    value as f64,
+                ),
+                "deferred_held_peak_bytes" => families.gauge(
+                    "cairn_zil_deferred_held_peak_bytes",
+                    "the most bytes the per-file records waiting have held",
+                    labels.clone(),
+                    value as f64,
+                ),
                 // Percentiles are the histogram's business here.
                 f if f.starts_with("commit_latency_") => {}
                 f => families.counter(
