@@ -542,7 +542,7 @@ fn rewrites_of_one_range_hold_it_once_until_the_commit() {
     eprintln!(
         "{} MiB rewritten over {} MiB: VmHWM {:.1} MiB -> {:.1} MiB (+{:.1}); log records \
          held at most {:.1} MiB, {superseded} dropped as covered",
-        REWRITERS * REWRITE_PASSES * FILE_BYTES >> 20,
+        (REWRITERS * REWRITE_PASSES * FILE_BYTES) >> 20,
         FILE_BYTES >> 20,
         mib(peak_before),
         mib(peak_after),

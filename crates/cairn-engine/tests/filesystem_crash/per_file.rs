@@ -484,7 +484,7 @@ fn waiting_records_no_write_covers_stay_within_their_bound() {
     eprintln!(
         "{} MiB of uncovered writes: records held at most {} B (bound {bound} B), {} writers \
          waited",
-        WRITES * WRITE_BYTES >> 20,
+        (WRITES * WRITE_BYTES) >> 20,
         after.deferred_held_peak_bytes,
         after.deferred_throttles - before.deferred_throttles
     );

@@ -170,6 +170,11 @@ fn datasets(families: &mut Families, pool: &str, sample: &super::sample::PoolSam
             );
         }
     }
+    intent_logs(families, pool, sample);
+}
+
+/// Every intent log's counters, its held bytes as gauges, and its commit latency.
+fn intent_logs(families: &mut Families, pool: &str, sample: &super::sample::PoolSample) {
     for log in &sample.intent_logs {
         let labels = vec![("pool", pool.to_string()), ("dataset", log.dataset.clone())];
         for (field, value) in log.stats.fields() {
