@@ -8,6 +8,9 @@
 //! - then UNSTABLE WRITEs of 1 MiB, all over the same 8 MiB of a second file, every writer
 //!   of an offset writing the same bytes (so the file's final content is known).
 //!
+//! A third test floods UNSTABLE WRITEs over one 8 MiB range from 8 connections with no
+//! COMMIT: the intent log's records waiting for the COMMIT must hold each range once.
+//!
 //! Every reply must come, succeed, carry its call's xid and the right data; the file written
 //! must read back as written. The server's peak resident memory (`VmHWM`) may grow over the
 //! READ flood by at most the NFS limit and `SLACK_BYTES` (thread stacks, allocator slack: the
@@ -316,7 +319,8 @@ fn many_clients_pipelining_the_largest_calls_stay_within_the_nfs_memory_limit() 
     let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
     eprintln!(
         "VmHWM before {:.1} MiB, after reads {:.1} MiB (+{:.1}), after writes {:.1} MiB (+{:.1}); \
-         peak charged {:.1} MiB, waits {} after reads, {} after writes",
+         peak charged {:.1} MiB, waits {} after reads, {} after writes; log records waiting \
+         for a COMMIT held at most {:.1} MiB",
         mib(peak_before),
         mib(peak_after_reads),
         mib(peak_after_reads - peak_before),
@@ -325,6 +329,7 @@ fn many_clients_pipelining_the_largest_calls_stay_within_the_nfs_memory_limit() 
         mib(after_writes["memory_peak_bytes"].as_u64().unwrap()),
         after_reads["memory_waits"],
         after_writes["memory_waits"],
+        mib(zil_field(&env, "deferred_held_peak_bytes")),
     );
     // The file read was in the cache before, and the flood reads nothing else: the cache
     // does not grow. Writes add dirty data, within its allowance (and what a txg sync holds
