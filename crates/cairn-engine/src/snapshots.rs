@@ -768,7 +768,13 @@ impl crate::core::PoolCore {
             directory.get(&name.dataset)?;
             let mut datasets = vec![name.dataset.clone()];
             if recursive {
-                datasets.extend(directory.children(&name.dataset).map(|c| c.name.clone()));
+                // Not a receive's hidden dataset: it has no snapshot until it is received.
+                datasets.extend(
+                    directory
+                        .children(&name.dataset)
+                        .filter(|child| !cairn_dataset::is_hidden(&child.name))
+                        .map(|child| child.name.clone()),
+                );
             }
             for dataset in datasets {
                 let id = directory.get(&dataset)?.id;

@@ -6,7 +6,8 @@
 //! since, is refused naming what is wrong and changes nothing (with `-F` the target is rolled
 //! back and the stream applies); a damaged incremental fails naming the record and leaves the
 //! target as it was; while a stream is applied, neither the half-received state nor the
-//! hidden dataset it is built in can be seen or opened.
+//! hidden dataset it is built in can be seen or opened (a recursive snapshot leaves it out),
+//! and a target written meanwhile refuses the swap (nothing received; `-F` then applies).
 
 mod common;
 
@@ -440,6 +441,8 @@ fn a_damaged_incremental_changes_nothing_and_a_receive_is_never_seen_half_done()
                 .any(|name| name.starts_with("tank/other"))
         );
         assert!(b.volume("tank/other").is_err());
+        // A recursive snapshot of the pool leaves the hidden dataset out.
+        b.snapshot(&["tank@during".into()], true).unwrap();
         checked.set(true);
     };
     let mut input = Watched {
@@ -451,5 +454,51 @@ fn a_damaged_incremental_changes_nothing_and_a_receive_is_never_seen_half_done()
         .unwrap();
     assert!(checked.get());
     assert!(volume_bytes(&b, "tank/other") == volume_bytes(&a, "tank/vol@s1"));
+    assert_eq!(snapshot_names(&b, "tank/other"), ["tank/other@s1"]);
+    assert!(snapshot_names(&b, "tank/copy").contains(&"tank/copy@during".to_string()));
+
     assert!(b.check().unwrap().is_clean());
+}
+
+#[test]
+fn a_target_written_during_an_incremental_refuses_the_swap() {
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = create_mirror(&device_paths(dir_a.path(), 1), plain_opener());
+    let b = create_mirror(&device_paths(dir_b.path(), 1), plain_opener());
+    new_volume(&a, "tank/vol", 2 << 20);
+    let mut rng = Rng(43);
+    change_volume(&a, "tank/vol", &mut rng);
+    a.snapshot(&["tank/vol@s1".into()], false).unwrap();
+    receive(&b, "tank/copy", &send(&a, "tank/vol@s1", None)).unwrap();
+    for _ in 0..4 {
+        change_volume(&a, "tank/vol", &mut rng);
+    }
+    a.snapshot(&["tank/vol@s2".into()], false).unwrap();
+    // Written while the stream is applied (without -F): the swap is refused, nothing
+    // received, the hidden clone gone; with -F the same stream then applies.
+    let next = send(&a, "tank/vol@s2", Some("@s1"));
+    let written = std::cell::Cell::new(false);
+    let at_half = || {
+        b.volume("tank/copy")
+            .unwrap()
+            .write(4096, &pattern(4096, 8))
+            .unwrap();
+        written.set(true);
+    };
+    let mut input = Watched {
+        stream: &next,
+        read_bytes: 0,
+        at_half: Some(Box::new(at_half)),
+    };
+    let err = b
+        .receive("tank/copy", &mut input, ReceiveOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(written.get(), "{err}");
+    assert!(err.contains("changed during the receive"), "{err}");
+    assert_eq!(snapshot_names(&b, "tank/copy"), ["tank/copy@s1"]);
+    receive_forced(&b, "tank/copy", &next).unwrap();
+    assert!(volume_bytes(&b, "tank/copy") == volume_bytes(&a, "tank/vol@s2"));
+    let report = b.check().unwrap();
+    assert!(report.is_clean(), "{report:?}");
 }
