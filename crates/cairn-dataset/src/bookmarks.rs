@@ -34,6 +34,7 @@ impl SnapshotTable {
             creation_ms: snapshot.info.creation_ms,
             snapshot_id,
             referenced_bytes: snapshot.info.referenced_bytes,
+            guid: snapshot.info.guid,
         };
         self.insert_bookmark(bookmark)
     }

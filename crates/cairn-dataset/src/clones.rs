@@ -84,6 +84,43 @@ impl SnapshotTable {
         self.forget_head(dataset_id)
     }
 
+    /// A receive's swap: clone `clone_id`, made of the newest snapshot of `dataset_id` and
+    /// without snapshots of its own, becomes that dataset's head (the engine swaps the trees
+    /// and destroys the clone's record). The dataset's own head must have been rolled back
+    /// first (`rollback`: its deadlist gone). The clone's deadlist holds what it stopped
+    /// referencing of the origin's tree, keyed by the origin's lineage (`key_of`), so the very
+    /// keys the dataset's head would have used: it becomes the head's as it is; the newest
+    /// snapshot's `used` then counts its blocks born after its predecessor, as `kill` would
+    /// have. The clone's origin record goes.
+    pub fn adopt_clone_head(&mut self, clone_id: u64, dataset_id: u64) -> Result<(), DatasetError> {
+        let newest = self
+            .newest(dataset_id)
+            .map(|s| (s.info.id, s.info.created_txg));
+        let origin = self.origins.get(&clone_id).copied();
+        let Some((newest_id, newest_txg)) = newest.filter(|&(id, _)| Some(id) == origin) else {
+            return Err(DatasetError::InvalidName {
+                name: format!("dataset {clone_id}"),
+                reason: format!("not a clone of the newest snapshot of dataset {dataset_id}"),
+            });
+        };
+        assert!(
+            self.snapshots_of(clone_id).next().is_none() && !self.heads.contains_key(&dataset_id),
+            "a clone swapped in has no snapshot, and the head it replaces was rolled back"
+        );
+        self.origins.remove(&clone_id);
+        self.dirty.insert(RecordKey::Origin(clone_id));
+        if let Some(list) = self.heads.remove(&clone_id) {
+            self.dirty.insert(RecordKey::Head(clone_id));
+            let before_newest = self.neighbour(dataset_id, newest_txg, false).1;
+            let unique = list.space_range(before_newest, newest_txg).allocated_bytes;
+            self.heads.insert(dataset_id, list);
+            self.dirty.insert(RecordKey::Head(dataset_id));
+            self.snapshot_mut(newest_id).info.unique_bytes = unique;
+            self.dirty.insert(RecordKey::Snapshot(newest_id));
+        }
+        Ok(())
+    }
+
     /// Promotes clone `clone_id`: its origin and every older snapshot of the origin's
     /// dataset become the clone's, the clone takes the origin's dataset's place in a chain
     /// of clones, and that dataset becomes a clone of the origin. Deadlists are keyed by

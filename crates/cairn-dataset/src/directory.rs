@@ -233,7 +233,7 @@ impl PropertySource {
 impl DatasetDirectory {
     /// Checks one decoded record as if it were being inserted now (see the module comment).
     pub(crate) fn validate_record(&self, record: &DatasetRecord) -> Result<(), DatasetError> {
-        crate::validate_name(&record.name)?;
+        crate::validate_stored_name(&record.name)?;
         let misplaced = match record.name.rsplit_once('/') {
             Some((parent, _)) => (self.get(parent)?.kind != DatasetKind::Filesystem)
                 .then(|| format!("parent '{parent}' is a volume")),
@@ -319,7 +319,7 @@ impl DatasetDirectory {
         txg: u64,
         properties: BTreeMap<String, String>,
     ) -> Result<&mut DatasetRecord, DatasetError> {
-        crate::validate_name(name)?;
+        crate::validate_stored_name(name)?;
         if self.datasets.contains_key(name) {
             return Err(DatasetError::Exists(name.to_string()));
         }
@@ -345,6 +345,41 @@ impl DatasetDirectory {
             origin_shared_bytes: 0,
         };
         Ok(self.datasets.entry(name.to_string()).or_insert(record))
+    }
+
+    /// Renames dataset `from`, which has no children, to `to` (new, its parent an existing
+    /// filesystem): a receive's hidden dataset taking its target's name. Its id, and so its
+    /// on-disk key, stays.
+    pub fn rename(&mut self, from: &str, to: &str) -> Result<(), DatasetError> {
+        crate::validate_stored_name(to)?;
+        if self.datasets.contains_key(to) {
+            return Err(DatasetError::Exists(to.to_string()));
+        }
+        if let Some(child) = self.children(from).next() {
+            return Err(DatasetError::InvalidName {
+                name: from.to_string(),
+                reason: format!("has children ({})", child.name),
+            });
+        }
+        let (parent, _) = to
+            .rsplit_once('/')
+            .ok_or_else(|| DatasetError::InvalidName {
+                name: to.to_string(),
+                reason: "not inside a pool".into(),
+            })?;
+        if self.get(parent)?.kind != DatasetKind::Filesystem {
+            return Err(DatasetError::InvalidName {
+                name: to.to_string(),
+                reason: format!("parent '{parent}' is a volume"),
+            });
+        }
+        let mut record = self
+            .datasets
+            .remove(from)
+            .ok_or_else(|| DatasetError::NoSuchDataset(from.to_string()))?;
+        record.name = to.to_string();
+        self.datasets.insert(to.to_string(), record);
+        Ok(())
     }
 
     /// Effective value of a property for a dataset, with its source.

@@ -55,7 +55,10 @@ pub use directory::{
     MissedTxgsTable, ResilverRecord, ScrubRecord,
 };
 pub use directory_records::{DirectoryKey, DirectoryRecord, WrittenRecords};
-pub use names::{BookmarkName, NAME_BYTES_MAX, SnapshotName, validate_name};
+pub use names::{
+    BookmarkName, NAME_BYTES_MAX, RECEIVE_SUFFIX, SnapshotName, is_hidden, receive_name,
+    validate_name, validate_stored_name,
+};
 pub use properties::{DatasetProperties, SyncMode};
 pub use space_check::{SpaceAsk, SpaceCheck, SpaceRefusal};
 pub use volume::{VOLUME_OBJECT, Volume, VolumeStats, WriteOptions};

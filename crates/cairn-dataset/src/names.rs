@@ -6,6 +6,12 @@
 //! letter; a whole name (snapshot or bookmark part included) is at most `NAME_BYTES_MAX` bytes;
 //! a snapshot or bookmark part is one component (no `/`), and there is no snapshot of a
 //! snapshot (one `@` at most, never beside a `#`).
+//!
+//! Hidden names: a receive builds its dataset under `TARGET%recv` (`receive_name`), a name
+//! `validate_name` refuses (`%` is no name character), so no command can create, open or
+//! destroy it by name; the directory accepts it (`validate_stored_name`) and listings leave
+//! it out (`is_hidden`). At END it is renamed or swapped in; one left by a killed receive is
+//! destroyed at the next import.
 
 use crate::DatasetError;
 
@@ -39,6 +45,25 @@ pub fn validate_name(name: &str) -> Result<(), DatasetError> {
         return Err(invalid("must begin with a letter"));
     }
     Ok(())
+}
+
+/// The suffix of a receive's hidden dataset (see the module doc).
+pub const RECEIVE_SUFFIX: &str = "%recv";
+
+/// The hidden dataset a receive into `target` builds in.
+pub fn receive_name(target: &str) -> String {
+    format!("{target}{RECEIVE_SUFFIX}")
+}
+
+/// Whether dataset `name` is a receive's hidden one (never listed, never opened by name).
+pub fn is_hidden(name: &str) -> bool {
+    name.ends_with(RECEIVE_SUFFIX)
+}
+
+/// What the directory accepts as a dataset's name: a valid name, or a valid name with the
+/// hidden suffix (`receive_name`).
+pub fn validate_stored_name(name: &str) -> Result<(), DatasetError> {
+    validate_name(name.strip_suffix(RECEIVE_SUFFIX).unwrap_or(name))
 }
 
 /// Whether `text` is made only of the characters a name component may hold.

@@ -61,6 +61,10 @@ pub struct Bookmark {
     pub snapshot_id: u64,
     /// What the snapshot referenced.
     pub referenced_bytes: u64,
+    /// Its snapshot's guid (`SnapshotInfo::guid`; 0 from a version-1 record: derived).
+    /// Stored after the fields above (`BookmarkPhys`).
+    #[serde(skip)]
+    pub guid: u64,
 }
 
 /// Which record a key names.

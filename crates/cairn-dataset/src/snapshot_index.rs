@@ -185,6 +185,7 @@ mod tests {
                         creation_ms: 0,
                         objset_bp: bp(*txg, *serial),
                         referenced_bytes: *txg << 20,
+                        guid: *serial,
                     })
                     .expect("a new name");
             }

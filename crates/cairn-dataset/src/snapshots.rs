@@ -60,8 +60,12 @@ use cairn_format::blkptr::BLOCK_POINTER_SIZE;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-/// Version byte that starts every record value.
-pub const SNAPSHOT_RECORD_VERSION: u8 = 1;
+/// Version byte that starts every record value this build writes. Version 2 adds a guid at
+/// the end of snapshot and bookmark records; version 1 records (no guid) are still read,
+/// their guid 0 ("derive it", see `SnapshotInfo::guid`). Other records are the same in both.
+pub const SNAPSHOT_RECORD_VERSION: u8 = 2;
+/// The oldest record version this build reads.
+pub const SNAPSHOT_RECORD_VERSION_MIN: u8 = 1;
 /// Longest chain of clones of clones followed before a table is called damaged (a loop).
 pub(crate) const ORIGIN_CHAIN_MAX: usize = 1 << 16;
 
@@ -88,6 +92,12 @@ pub struct SnapshotInfo {
     pub clones: Vec<u64>,
     /// Destroy once the last hold is released (`destroy -d`, a later step).
     pub defer_destroy: bool,
+    /// The snapshot's identity in send streams: random when taken, the sender's for a
+    /// received snapshot. 0 for a snapshot read from a version-1 record, whose guid the
+    /// engine derives (`cairn_engine::send::snapshot_guid`). Stored after the deadlist
+    /// (`SnapshotPhys`), not with the fields above.
+    #[serde(skip)]
+    pub guid: u64,
 }
 
 impl SnapshotInfo {
@@ -104,10 +114,26 @@ pub struct Snapshot {
     pub deadlist: Deadlist,
 }
 
+/// A snapshot record's body (version 2; version 1 ends before `guid`).
 #[derive(Serialize, Deserialize)]
 struct SnapshotPhys {
     info: SnapshotInfo,
     deadlist: DeadlistPhys,
+    guid: u64,
+}
+
+/// A version-1 snapshot record's body.
+#[derive(Deserialize)]
+struct SnapshotPhysV1 {
+    info: SnapshotInfo,
+    deadlist: DeadlistPhys,
+}
+
+/// A bookmark record's body (version 2; version 1 is the bookmark alone).
+#[derive(Serialize, Deserialize)]
+struct BookmarkPhys {
+    bookmark: Bookmark,
+    guid: u64,
 }
 
 /// See the module doc. `Clone` lets a caller try changes on a copy (what a destroy would
@@ -189,6 +215,8 @@ pub struct NewSnapshot {
     pub creation_ms: u64,
     pub objset_bp: BlockPointer,
     pub referenced_bytes: u64,
+    /// Its guid (`SnapshotInfo::guid`): random, or the sender's for a received snapshot.
+    pub guid: u64,
 }
 
 impl SnapshotTable {
@@ -269,16 +297,28 @@ impl SnapshotTable {
         let (&version, body) = value
             .split_first()
             .ok_or_else(|| corrupt("empty record".into()))?;
-        if version != SNAPSHOT_RECORD_VERSION {
+        if !(SNAPSHOT_RECORD_VERSION_MIN..=SNAPSHOT_RECORD_VERSION).contains(&version) {
             return Err(corrupt(format!(
-                "record version {version} (this build reads {SNAPSHOT_RECORD_VERSION})"
+                "record version {version} (this build reads {SNAPSHOT_RECORD_VERSION_MIN} to \
+                 {SNAPSHOT_RECORD_VERSION})"
             )));
         }
+        let with_guid = version >= 2;
         match key {
             RecordKey::Snapshot(id) => {
-                let phys: SnapshotPhys =
-                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
-                let info = phys.info;
+                let phys: SnapshotPhys = if with_guid {
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?
+                } else {
+                    let old: SnapshotPhysV1 =
+                        postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                    SnapshotPhys {
+                        info: old.info,
+                        deadlist: old.deadlist,
+                        guid: 0,
+                    }
+                };
+                let mut info = phys.info;
+                info.guid = phys.guid;
                 if info.id != id || info.objset_bp.len() != BLOCK_POINTER_SIZE {
                     return Err(corrupt(format!("holds snapshot {}", info.id)));
                 }
@@ -300,8 +340,16 @@ impl SnapshotTable {
                 Ok(Record::Head(id, Deadlist::from_phys(&phys)?))
             }
             RecordKey::Bookmark(id) => {
-                let bookmark: Bookmark =
-                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                let bookmark = if with_guid {
+                    let phys: BookmarkPhys =
+                        postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?;
+                    Bookmark {
+                        guid: phys.guid,
+                        ..phys.bookmark
+                    }
+                } else {
+                    postcard::from_bytes(body).map_err(|err| corrupt(err.to_string()))?
+                };
                 if bookmark.id != id {
                     return Err(corrupt(format!("holds bookmark {}", bookmark.id)));
                 }
@@ -356,14 +404,19 @@ impl SnapshotTable {
                 encode_value(&SnapshotPhys {
                     info: snapshot.info.clone(),
                     deadlist: snapshot.deadlist.to_phys(),
+                    guid: snapshot.info.guid,
                 }),
             ),
             Record::Head(id, deadlist) => (RecordKey::Head(*id), encode_value(&deadlist.to_phys())),
             Record::Free(seq, work) => (RecordKey::Free(*seq), encode_value(work)),
             Record::TreeFree(seq, work) => (RecordKey::TreeFree(*seq), encode_value(work)),
-            Record::Bookmark(bookmark) => {
-                (RecordKey::Bookmark(bookmark.id), encode_value(bookmark))
-            }
+            Record::Bookmark(bookmark) => (
+                RecordKey::Bookmark(bookmark.id),
+                encode_value(&BookmarkPhys {
+                    bookmark: bookmark.clone(),
+                    guid: bookmark.guid,
+                }),
+            ),
             Record::Origin(id, snapshot_id) => (
                 RecordKey::Origin(*id),
                 encode_value(&OriginPhys {
@@ -493,6 +546,7 @@ impl SnapshotTable {
             holds: BTreeMap::new(),
             clones: Vec::new(),
             defer_destroy: false,
+            guid: new.guid,
         };
         self.by_dataset.insert((new.dataset_id, new.txg), new.id);
         self.index_snapshot(new.dataset_id, &info.name, new.id);
@@ -622,6 +676,7 @@ impl SnapshotTable {
                         let phys = SnapshotPhys {
                             info: snapshot.info.clone(),
                             deadlist: snapshot.deadlist.to_phys(),
+                            guid: snapshot.info.guid,
                         };
                         Some(encode_value(&phys))
                     }
@@ -635,7 +690,12 @@ impl SnapshotTable {
                 },
                 RecordKey::Free(seq) => self.free_queue.get(&seq).map(encode_value),
                 RecordKey::TreeFree(seq) => self.tree_frees.get(&seq).map(encode_value),
-                RecordKey::Bookmark(id) => self.bookmarks.get(&id).map(encode_value),
+                RecordKey::Bookmark(id) => self.bookmarks.get(&id).map(|bookmark| {
+                    encode_value(&BookmarkPhys {
+                        bookmark: bookmark.clone(),
+                        guid: bookmark.guid,
+                    })
+                }),
                 RecordKey::Origin(id) => self
                     .origins
                     .get(&id)
@@ -861,107 +921,5 @@ fn encode_value(value: &impl Serialize) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use cairn_format::Dva;
-
-    fn bp(birth_txg: u64, asize: u32) -> BlockPointer {
-        let mut bp = BlockPointer::HOLE;
-        bp.birth_txg = birth_txg;
-        bp.lsize = 4096;
-        bp.psize = asize;
-        bp.dvas[0] = Dva {
-            vdev: 0,
-            offset: birth_txg << 20,
-            asize,
-        };
-        bp
-    }
-
-    fn snapshot(id: u64, name: &str, txg: u64, referenced_bytes: u64) -> NewSnapshot {
-        NewSnapshot {
-            id,
-            dataset_id: 1,
-            name: name.into(),
-            txg,
-            creation_ms: txg * 1000,
-            objset_bp: bp(txg, 4096),
-            referenced_bytes,
-        }
-    }
-
-    #[test]
-    fn figures_follow_the_blocks_that_die() {
-        let mut table = SnapshotTable::new();
-        // Head references 10 blocks of 1 KiB (born in txgs 1..=10); snapshot a in txg 10.
-        table.create(snapshot(100, "a", 10, 10 << 10)).unwrap();
-        assert_eq!(table.get(100).unwrap().info.written_bytes, 10 << 10);
-        // Txgs 11 and 12 overwrite blocks born in 3 and 4: they die onto the head's list.
-        table.kill(1, &[bp(3, 1024), bp(4, 1024)]);
-        assert_eq!(table.get(100).unwrap().info.unique_bytes, 2 << 10);
-        assert_eq!(table.used_by_snapshots(1), 2 << 10);
-        // Head: 10 blocks (8 old, 2 new): written since a is the 2 new ones.
-        assert_eq!(table.head_written(1, 10 << 10), 2 << 10);
-        // Snapshot b in txg 12; then block 11 (b's alone) and block 5 (a's and b's) die.
-        table.create(snapshot(101, "b", 12, 10 << 10)).unwrap();
-        assert_eq!(table.get(101).unwrap().info.written_bytes, 2 << 10);
-        table.kill(1, &[bp(11, 1024), bp(5, 1024)]);
-        assert_eq!(table.get(101).unwrap().info.unique_bytes, 1 << 10);
-        // Unchanged: a's unique blocks are the ones that died before b.
-        assert_eq!(table.get(100).unwrap().info.unique_bytes, 2 << 10);
-        assert_eq!(table.used_by_snapshots(1), 4 << 10);
-        // Since a, the head lost blocks 3, 4 and 5 and gained 3 (same count).
-        let a = table.get(100).unwrap().clone();
-        assert_eq!(table.head_written_since(1, &a, 10 << 10), 3 << 10);
-        assert_eq!(table.key_of(1, 11), 10);
-        assert_eq!(table.key_of(1, 10), 0);
-        assert_eq!(table.prev_snap_txg(1), 12);
-        assert!(table.create(snapshot(102, "b", 13, 0)).is_err());
-    }
-
-    #[test]
-    fn keys_and_values_round_trip_and_bad_ones_are_refused() {
-        for key in [RecordKey::Snapshot(7), RecordKey::Head(u64::MAX)] {
-            assert_eq!(RecordKey::decode(&key.encode()).unwrap(), key);
-        }
-        assert!(RecordKey::decode(b"x12345678").is_err());
-        assert!(RecordKey::decode(b"s1").is_err());
-        let mut table = SnapshotTable::new();
-        table.create(snapshot(5, "monday", 3, 4096)).unwrap();
-        let info = table.get(5).unwrap().info.clone();
-        let good = encode_value(&SnapshotPhys {
-            info: info.clone(),
-            deadlist: DeadlistPhys::default(),
-        });
-        let key = RecordKey::Snapshot(5).encode();
-        assert!(matches!(
-            SnapshotTable::decode_record(&key, &good),
-            Ok(Record::Snapshot(_))
-        ));
-        let mut wrong_version = good.clone();
-        wrong_version[0] = 9;
-        let bad_name = encode_value(&SnapshotPhys {
-            info: SnapshotInfo {
-                name: "a/b".into(),
-                ..info.clone()
-            },
-            deadlist: DeadlistPhys::default(),
-        });
-        let late_root = encode_value(&SnapshotPhys {
-            info: SnapshotInfo {
-                created_txg: 2,
-                ..info.clone()
-            },
-            deadlist: DeadlistPhys::default(),
-        });
-        for bad in [
-            &wrong_version,
-            &bad_name,
-            &late_root,
-            &good[..good.len() - 3].to_vec(),
-        ] {
-            assert!(SnapshotTable::decode_record(&key, bad).is_err());
-        }
-        assert!(SnapshotTable::decode_record(&RecordKey::Snapshot(6).encode(), &good).is_err());
-    }
-}
+#[path = "snapshot_tests.rs"]
+mod tests;

@@ -18,6 +18,8 @@ pub struct BookmarkListing {
     pub creation_ms: u64,
     /// What that snapshot referenced.
     pub referenced_bytes: u64,
+    /// Its snapshot's guid (`guid`): what an incremental from it names as its source.
+    pub guid: u64,
 }
 
 impl Pool {
@@ -102,6 +104,12 @@ impl Pool {
                     created_txg: bookmark.created_txg,
                     creation_ms: bookmark.creation_ms,
                     referenced_bytes: bookmark.referenced_bytes,
+                    guid: crate::send::stored_or_derived_guid(
+                        bookmark.guid,
+                        self.core.guid,
+                        bookmark.snapshot_id,
+                        bookmark.created_txg,
+                    ),
                 });
             }
         }

@@ -56,7 +56,21 @@ impl Pool {
         let mut trial = self.core.directory.lock().clone();
         trial.insert(target, kind, 0, properties.clone())?;
         self.core.check_reservations(&trial, Some(target))?;
-        let target = target.to_string();
+        self.make_clone(parsed, target.to_string(), kind, properties)?;
+        self.core.snapshot_stats.command_done(started);
+        self.apply_properties();
+        Ok(())
+    }
+
+    /// The clone's sync task: dataset `target` (checked by the caller; a receive's hidden
+    /// name too) made of snapshot `parsed`, durable on return.
+    pub(crate) fn make_clone(
+        &self,
+        parsed: SnapshotName,
+        target: String,
+        kind: DatasetKind,
+        properties: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), EngineError> {
         self.run_sync_task(move |core, txg| {
             let (origin_id, root, origin_txg, referenced) = {
                 let directory = core.directory.lock();
@@ -108,14 +122,12 @@ impl Pool {
             });
             Ok(())
         })?;
-        self.core.snapshot_stats.command_done(started);
-        self.apply_properties();
         Ok(())
     }
 
     /// The kind and creation properties of a clone of `origin`: a volume clone takes its
     /// origin's size and block size (a different block size is refused) and no reservation.
-    fn clone_properties(
+    pub(crate) fn clone_properties(
         &self,
         origin: &SnapshotName,
         requested: &[(String, String)],

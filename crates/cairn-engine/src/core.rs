@@ -80,6 +80,8 @@ pub(crate) enum PendingSnapshot {
         dataset: String,
         name: String,
         id: u64,
+        /// Its guid: random, or the sender's for a received snapshot.
+        guid: u64,
     },
     Destroy {
         dataset: String,

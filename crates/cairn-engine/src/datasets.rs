@@ -41,6 +41,9 @@ impl Pool {
         let view = SpaceView::of(&directory);
         let mut out = Vec::new();
         for record in directory.datasets.values() {
+            if cairn_dataset::is_hidden(&record.name) {
+                continue;
+            }
             let space = view.datasets.get(&record.name).copied().unwrap_or_default();
             let mut properties = directory
                 .all_properties(&record.name)?
@@ -78,6 +81,7 @@ impl Pool {
             .lock()
             .datasets
             .keys()
+            .filter(|name| !cairn_dataset::is_hidden(name))
             .cloned()
             .collect()
     }
@@ -106,6 +110,7 @@ impl Pool {
 
     /// Every property of `dataset`, resolved and typed: what front ends act on.
     pub fn dataset_properties(&self, dataset: &str) -> Result<DatasetProperties, EngineError> {
+        refuse_hidden(dataset)?;
         Ok(self.core.directory.lock().properties_of(dataset)?)
     }
 
@@ -115,6 +120,7 @@ impl Pool {
         &self,
         dataset: &str,
     ) -> Result<Vec<(&'static str, String, String)>, EngineError> {
+        refuse_hidden(dataset)?;
         let directory = self.core.directory.lock();
         Ok(directory
             .all_properties(dataset)?
@@ -174,11 +180,19 @@ impl Pool {
         name: &str,
         kind: DatasetKind,
     ) -> Result<(), EngineError> {
+        cairn_dataset::validate_name(name)?;
         let directory = self.core.directory.lock();
         if directory.datasets.contains_key(name) {
             return Err(DatasetError::Exists(name.to_string()).into());
         }
-        cairn_dataset::validate_name(name)?;
+        if directory
+            .datasets
+            .contains_key(&cairn_dataset::receive_name(name))
+        {
+            return Err(
+                DatasetError::Exists(format!("{name} (a receive into it is under way)")).into(),
+            );
+        }
         let parent = name
             .rsplit_once('/')
             .map(|(parent, _)| parent)
@@ -192,6 +206,12 @@ impl Pool {
 
     /// Destroys a dataset (which must have no children), durable on return.
     pub fn destroy_dataset(&self, name: &str) -> Result<(), EngineError> {
+        refuse_hidden(name)?;
+        self.destroy_dataset_any(name)
+    }
+
+    /// `destroy_dataset`, of a receive's hidden dataset too.
+    pub(crate) fn destroy_dataset_any(&self, name: &str) -> Result<(), EngineError> {
         {
             let directory = self.core.directory.lock();
             directory.get(name)?;
@@ -277,6 +297,7 @@ impl Pool {
         property: &str,
         value: &str,
     ) -> Result<String, EngineError> {
+        refuse_hidden(dataset)?;
         // Validate first so errors come back without a txg.
         let canonical = {
             let mut trial = self.core.directory.lock().clone();
@@ -333,6 +354,7 @@ impl Pool {
     /// The volume API for a volume dataset. Its data object must match its directory record
     /// (`check_volume_object`): the volume layer relies on both agreeing on the block size.
     pub fn volume(&self, name: &str) -> Result<Arc<Volume>, EngineError> {
+        refuse_hidden(name)?;
         if let Some(volume) = self.volumes.lock().get(name) {
             return Ok(volume.clone());
         }
@@ -474,6 +496,14 @@ fn space_properties(
         .into_iter()
         .map(|(name, value)| (name, value.to_string(), "-".to_string()))
         .collect()
+}
+
+/// A receive's hidden dataset is no dataset to any command (`cairn_dataset::is_hidden`).
+pub(crate) fn refuse_hidden(name: &str) -> Result<(), EngineError> {
+    if cairn_dataset::is_hidden(name) {
+        return Err(DatasetError::NoSuchDataset(name.to_string()).into());
+    }
+    Ok(())
 }
 
 /// The dataset whose limits a change of `property` on `dataset` must be checked for.

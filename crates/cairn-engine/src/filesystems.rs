@@ -67,6 +67,7 @@ impl Pool {
     /// The filesystem dataset `name`, opened on first use with its intent log (after any
     /// replay: import replays first), its delete queue drained.
     pub fn filesystem(&self, name: &str) -> Result<Arc<Filesystem>, EngineError> {
+        crate::datasets::refuse_hidden(name)?;
         self.open_filesystem(name, None)
     }
 

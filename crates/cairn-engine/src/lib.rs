@@ -50,6 +50,8 @@ mod pool;
 mod pool_status;
 mod probe;
 mod receive;
+mod receive_apply;
+mod receive_finish;
 mod record_map;
 mod replay;
 mod resilver;

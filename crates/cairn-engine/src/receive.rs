@@ -1,33 +1,46 @@
-//! `cairn receive`: a full send stream (`cairn_format::send_stream`) becomes a new dataset
-//! with the sent snapshot.
+//! `cairn receive`: a send stream (`cairn_format::send_stream`) becomes a snapshot of a
+//! dataset: a new dataset for a full stream, the next snapshot of an existing one for an
+//! incremental stream.
 //!
-//! How: the dataset is created empty (an object set with no object: the stream brings every
-//! object, a filesystem's master node included), each verified record is applied to it at the
-//! object level in the open txg, joined through the write throttle (`TxgEngine::throttle`)
-//! like any writer, so a large stream runs as many bounded txgs, never one giant one. At END,
-//! whose checksum covers the whole stream, the snapshot the stream names is taken.
+//! Where a stream is built: never in the target itself, but in a hidden dataset
+//! (`TARGET%recv`, `cairn_dataset::receive_name`) no command can open, list or destroy, so
+//! nothing half-received is ever visible:
+//! - full: a new empty dataset (an object set with no object: the stream brings every
+//!   object, a filesystem's master node included);
+//! - incremental: a clone of the target's snapshot whose guid is the stream's source guid.
+//!   That snapshot must be the target's newest and the head unchanged since it (`written` =
+//!   0), else the receive is refused unless `force` (`-F`): newer snapshots are then destroyed
+//!   before anything is read (as `zfs receive -F`), and the head's changes go at the swap.
+//!
+//! Each verified record is applied (`receive_apply.rs`) in the open txg, joined through the
+//! write throttle (`TxgEngine::throttle`) like any writer, so a large stream runs as many
+//! bounded txgs, never one giant one. At END, whose checksum covers the whole stream, one sync
+//! task (`receive_finish.rs`) makes it visible in one txg together with the snapshot END
+//! names (carrying the stream's guid): the hidden dataset is renamed to the target (full), or
+//! swapped in as the target's head (incremental: the clone's tree becomes the head's, the old
+//! head's blocks born after the source are freed, as a rollback frees them).
 //!
 //! Failure: a record that fails its checksum, a stream cut short, a record that does not fit
-//! what came before, or a write error stops the receive and destroys the dataset: the pool is
-//! left as it was. What is not done yet (see docs/send-receive.md): the dataset is visible
-//! while it is received (ZFS hides it until END), a receive killed mid-stream leaves it behind
-//! for the user to destroy, and incremental streams are refused.
+//! what came before, or a write error stops the receive and destroys the hidden dataset: the
+//! target is as it was. A receive killed mid-stream leaves the hidden dataset, which the next
+//! import destroys (`Pool::destroy_abandoned_receives`).
 
 use crate::EngineError;
 use crate::pool::Pool;
-use bytes::Bytes;
-use cairn_dataset::DatasetKind;
+use crate::receive_apply::Apply;
+use crate::receive_finish::{IncrementalSource, dataset_kind};
 use cairn_dataset::directory::{Provisioning, creation_properties, volume_creation_properties};
-use cairn_format::send_stream::{StreamKind, StreamReader, StreamRecord};
+use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, receive_name};
+use cairn_format::send_stream::{StreamHeader, StreamKind, StreamReader, StreamRecord};
 use cairn_object::ObjectSet;
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
 
 /// How a receive may treat its target.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReceiveOptions {
-    /// `-F`: roll the target back to the stream's source first (incremental streams).
+    /// `-F`: an incremental stream is received even if the target changed since its source
+    /// snapshot: newer snapshots are destroyed first, the head's changes go.
     pub force: bool,
 }
 
@@ -42,28 +55,67 @@ pub struct ReceiveSummary {
 }
 
 impl Pool {
-    /// Receives the stream on `input` into `target` (`pool/name`, which must not exist): see
-    /// the module doc.
+    /// Receives the stream on `input` into `target` (`pool/name`): see the module doc.
     pub fn receive(
         &self,
         target: &str,
         input: &mut dyn Read,
         options: ReceiveOptions,
     ) -> Result<ReceiveSummary, EngineError> {
-        let _ = options;
         let mut reader = StreamReader::new(input).map_err(refused)?;
         let header = reader.header().clone();
-        if header.is_incremental() {
+        let hidden = receive_name(target);
+        cairn_dataset::validate_name(target)?;
+        if self.core.directory.lock().datasets.contains_key(&hidden) {
             return Err(EngineError::Receive(format!(
-                "the stream is incremental (from snapshot guid {:#018x}): receiving \
-                 incremental streams is not done yet",
-                header.from_guid
+                "a receive into '{target}' is under way (or was killed: what it left is \
+                 destroyed at the next import)"
             )));
         }
-        let kind = match header.kind {
-            StreamKind::Volume => DatasetKind::Volume,
-            StreamKind::Filesystem => DatasetKind::Filesystem,
+        let source = if header.is_incremental() {
+            Some(self.begin_incremental(target, &hidden, &header, options)?)
+        } else {
+            self.begin_full(target, &hidden, &header)?;
+            None
         };
+        let objset = self
+            .core
+            .objsets
+            .lock()
+            .get(&hidden)
+            .cloned()
+            .ok_or_else(|| EngineError::Receive(format!("'{hidden}' was not created")));
+        let applied = objset.and_then(|objset| self.apply_stream(&mut reader, &objset));
+        let finished = applied.and_then(|(snapshot, objects, blocks_written)| {
+            let full = format!("{target}@{snapshot}");
+            SnapshotName::parse(&full)?;
+            match &source {
+                None => self.finish_full(target, &hidden, &snapshot, header.to_guid)?,
+                Some(source) => {
+                    self.finish_incremental(target, &hidden, source, &snapshot, header.to_guid)?
+                }
+            }
+            Ok(ReceiveSummary {
+                snapshot: full,
+                bytes_read: reader.offset_bytes(),
+                objects,
+                blocks_written,
+            })
+        });
+        if finished.is_err() {
+            self.abandon_receive(&hidden);
+        }
+        finished
+    }
+
+    /// A full stream: creates the hidden dataset, empty, with the stream's kind and sizes.
+    fn begin_full(
+        &self,
+        target: &str,
+        hidden: &str,
+        header: &StreamHeader,
+    ) -> Result<(), EngineError> {
+        let kind = dataset_kind(header.kind);
         self.check_new_dataset(target, kind)?;
         let properties = match kind {
             DatasetKind::Volume => volume_creation_properties(
@@ -76,44 +128,72 @@ impl Pool {
                 &[("recordsize".into(), header.block_size_bytes.to_string())],
             )?,
         };
-        let name = target.to_string();
-        let objset_slot = Arc::new(parking_lot::Mutex::new(None));
-        let slot = objset_slot.clone();
+        let name = hidden.to_string();
         self.run_sync_task(move |core, txg| {
             let objset = core.insert_dataset(&name, kind, txg, properties)?;
-            core.objsets.lock().insert(name, objset.clone());
-            *slot.lock() = Some(objset);
+            core.objsets.lock().insert(name, objset);
             Ok(())
         })?;
-        let objset = objset_slot
-            .lock()
-            .take()
-            .ok_or_else(|| EngineError::Receive("the dataset was not created".into()))?;
-        match self.apply_stream(&mut reader, &objset) {
-            Ok((snapshot, objects, blocks_written)) => {
-                let full = format!("{target}@{snapshot}");
-                if let Err(err) = self.snapshot(std::slice::from_ref(&full), false) {
-                    self.abandon_receive(target);
-                    return Err(err);
-                }
-                Ok(ReceiveSummary {
-                    snapshot: full,
-                    bytes_read: reader.offset_bytes(),
-                    objects,
-                    blocks_written,
-                })
-            }
-            Err(err) => {
-                self.abandon_receive(target);
-                Err(err)
-            }
-        }
+        Ok(())
     }
 
-    /// Destroys what a failed receive made. A failure here leaves the dataset for the user to
-    /// destroy; the receive's own error is the one reported.
-    fn abandon_receive(&self, target: &str) {
-        let _ = self.destroy_dataset(target);
+    /// An incremental stream: checks the target against it (see the module doc) and makes
+    /// the hidden clone of its source snapshot.
+    fn begin_incremental(
+        &self,
+        target: &str,
+        hidden: &str,
+        header: &StreamHeader,
+        options: ReceiveOptions,
+    ) -> Result<IncrementalSource, EngineError> {
+        let plan = self.incremental_plan(target, header)?;
+        let changed = !plan.newer.is_empty() || plan.written_bytes > 0;
+        if changed && !options.force {
+            let newer = match plan.newer.first() {
+                Some(first) => format!("newer snapshots ({first}{})", more(&plan.newer)),
+                None => format!("{} bytes written", plan.written_bytes),
+            };
+            return Err(EngineError::Receive(format!(
+                "'{target}' changed since {target}@{} ({newer}): receive with -F to roll it \
+                 back (destroying its newer snapshots and changes)",
+                plan.source.snapshot
+            )));
+        }
+        self.refuse_open_volume(target, options.force)?;
+        if !plan.newer.is_empty() {
+            self.destroy_snapshots(&plan.newer)?;
+        }
+        let origin = SnapshotName::parse(&format!("{target}@{}", plan.source.snapshot))?;
+        let (kind, properties) = self.clone_properties(&origin, &[])?;
+        self.make_clone(origin, hidden.to_string(), kind, properties)?;
+        Ok(IncrementalSource {
+            force: options.force,
+            ..plan.source
+        })
+    }
+
+    /// A volume served to clients (NBD) changes under them at the swap only with `force`.
+    fn refuse_open_volume(&self, target: &str, force: bool) -> Result<(), EngineError> {
+        let volume = self.volumes.lock().get(target).cloned();
+        if let Some(volume) = volume
+            && Arc::strong_count(&volume) > 2
+            && !force
+        {
+            return Err(DatasetError::HasDependents {
+                name: target.to_string(),
+                what: "open users (NBD clients); receive with -F to replace it under them".into(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Destroys what a failed receive made. A failure here leaves the hidden dataset for the
+    /// next import to destroy; the receive's own error is the one reported.
+    fn abandon_receive(&self, hidden: &str) {
+        if self.core.directory.lock().datasets.contains_key(hidden) {
+            let _ = self.destroy_dataset_any(hidden);
+        }
     }
 
     /// Applies every record up to END; returns the snapshot name END carries, the objects
@@ -124,19 +204,18 @@ impl Pool {
         objset: &ObjectSet,
     ) -> Result<(String, u64, u64), EngineError> {
         let engine = self.txg_engine()?.clone();
-        let mut apply = Apply {
+        let header = reader.header();
+        let mut apply = Apply::new(
             objset,
-            objects: BTreeMap::new(),
-            blocks_written: 0,
-            volsize_bytes: (reader.header().kind == StreamKind::Volume)
-                .then_some(reader.header().volsize_bytes),
-        };
+            header.is_incremental(),
+            (header.kind == StreamKind::Volume).then_some(header.volsize_bytes),
+        );
         loop {
             let Some(record) = reader.next_record().map_err(refused)? else {
                 return Err(inconsistent(reader, "records after END".into()));
             };
             if let StreamRecord::End { snapshot, .. } = record {
-                return Ok((snapshot, apply.objects.len() as u64, apply.blocks_written));
+                return Ok((snapshot, apply.objects_sent(), apply.blocks_written));
             }
             let dirty_bytes = match &record {
                 StreamRecord::Write { data, .. } => data.len() as u64,
@@ -151,116 +230,16 @@ impl Pool {
     }
 }
 
+/// ", ..." when a list has more than one name.
+fn more(names: &[String]) -> &'static str {
+    if names.len() > 1 { ", ..." } else { "" }
+}
+
 fn inconsistent(reader: &StreamReader<'_>, what: String) -> EngineError {
     EngineError::Receive(format!(
         "the stream is inconsistent near byte {}: {what}",
         reader.offset_bytes()
     ))
-}
-
-/// A receive's object set and what the stream made in it so far.
-struct Apply<'a> {
-    objset: &'a ObjectSet,
-    /// Every object the stream made: its block size, the number of blocks it may hold (what
-    /// its tree reaches at the deepest level; a volume's size), the highest block written.
-    objects: BTreeMap<u64, (u32, u64, Option<u64>)>,
-    blocks_written: u64,
-    /// A volume stream's size.
-    volsize_bytes: Option<u64>,
-}
-
-impl Apply<'_> {
-    /// Applies one record other than END in `txg`: `Ok(Some(why))` when it does not fit what
-    /// came before.
-    fn record(&mut self, txg: u64, record: StreamRecord) -> Result<Option<String>, EngineError> {
-        let objset = self.objset;
-        match record {
-            StreamRecord::Object {
-                object,
-                object_type,
-                block_size_bytes,
-                bonus,
-                ..
-            } => {
-                if self.objects.contains_key(&object) {
-                    return Ok(Some(format!("object {object} sent twice")));
-                }
-                objset.create_object_with_bonus(
-                    txg,
-                    object,
-                    object_type,
-                    block_size_bytes,
-                    bonus,
-                )?;
-                let reach = objset
-                    .dnode(object)?
-                    .capacity_blocks(cairn_format::blkptr::LEVEL_MAX + 1);
-                let blocks = self.volsize_bytes.map_or(reach, |size| {
-                    size.div_ceil(u64::from(block_size_bytes)).min(reach)
-                });
-                self.objects
-                    .insert(object, (block_size_bytes, blocks, None));
-            }
-            StreamRecord::Write {
-                object,
-                offset_bytes,
-                data,
-            } => {
-                let Some((block_bytes, blocks, max)) = self.objects.get_mut(&object) else {
-                    return Ok(Some(format!("a WRITE to unknown object {object}")));
-                };
-                let block_bytes = u64::from(*block_bytes);
-                let blkid = offset_bytes / block_bytes;
-                if offset_bytes % block_bytes != 0
-                    || data.len() as u64 != block_bytes
-                    || blkid >= *blocks
-                {
-                    return Ok(Some(format!(
-                        "a WRITE of {} bytes at {offset_bytes} into object {object} of {blocks} \
-                         blocks of {block_bytes} bytes",
-                        data.len()
-                    )));
-                }
-                objset.write_block(txg, object, blkid, Bytes::from(data));
-                *max = Some(max.map_or(blkid, |max| max.max(blkid)));
-                self.blocks_written += 1;
-            }
-            StreamRecord::Free {
-                object,
-                offset_bytes,
-                length_bytes,
-            } => {
-                let Some(&(block_bytes, _, max)) = self.objects.get(&object) else {
-                    return Ok(Some(format!("a FREE of unknown object {object}")));
-                };
-                // A full stream frees only what it wrote itself (never, from `send`): bounded
-                // by the highest block written, so a huge range costs nothing.
-                let block_bytes = u64::from(block_bytes);
-                let first = offset_bytes / block_bytes;
-                let end = offset_bytes
-                    .saturating_add(length_bytes)
-                    .div_ceil(block_bytes);
-                if let Some(max) = max {
-                    for blkid in first..end.min(max + 1) {
-                        objset.free_block(txg, object, blkid);
-                    }
-                }
-            }
-            StreamRecord::FreeObjects { first, count } => {
-                let gone: Vec<u64> = self
-                    .objects
-                    .range(first..first.saturating_add(count))
-                    .map(|(&object, _)| object)
-                    .collect();
-                for object in gone {
-                    objset.free_object(txg, object);
-                    self.objects.remove(&object);
-                }
-            }
-            StreamRecord::End { .. } => {}
-        }
-        Ok(None)
-    }
 }
 
 fn refused(err: cairn_format::send_stream::StreamError) -> EngineError {

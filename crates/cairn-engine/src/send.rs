@@ -16,11 +16,12 @@
 //! every block freed after it from reuse while the send reads, so a snapshot destroyed
 //! meanwhile is still read as it was.
 //!
-//! Snapshot identity: the stream names snapshots by a 64-bit guid. Snapshot records carry no
-//! guid yet, so it is derived (`snapshot_guid`) from what identifies a snapshot for ever: the
-//! pool's guid, the snapshot's id (never reused in a pool) and its txg. A bookmark keeps its
-//! snapshot's id and txg, so it has the same guid. A received snapshot will have to record the
-//! sender's guid (receive, a later step).
+//! Snapshot identity: the stream names snapshots by a 64-bit guid, stored in each snapshot's
+//! record: random when taken, the sender's for a received snapshot (`receive.rs`), copied into
+//! a bookmark made from it. A snapshot from a record of before guids were stored (version 1)
+//! has its guid derived (`snapshot_guid`) from what identifies a snapshot for ever: the
+//! pool's guid, the snapshot's id (never reused in a pool) and its txg; so has a bookmark of
+//! one (it keeps its snapshot's id and txg).
 
 use crate::EngineError;
 use crate::core::SyncedTree;
@@ -55,6 +56,20 @@ pub fn snapshot_guid(pool_guid: u64, snapshot_id: u64, created_txg: u64) -> u64 
     let mut word = [0u8; 8];
     word.copy_from_slice(&hasher.finalize().as_bytes()[..8]);
     u64::from_le_bytes(word).max(1)
+}
+
+/// A stored guid, or for a version-1 record (0) the derived one (`snapshot_guid`).
+pub fn stored_or_derived_guid(
+    stored_guid: u64,
+    pool_guid: u64,
+    snapshot_id: u64,
+    created_txg: u64,
+) -> u64 {
+    if stored_guid != 0 {
+        stored_guid
+    } else {
+        snapshot_guid(pool_guid, snapshot_id, created_txg)
+    }
 }
 
 /// One end of a send: a snapshot's root, txg and guid.
@@ -135,7 +150,12 @@ impl Pool {
         Ok(End {
             root: found.info.objset_bp()?,
             txg: found.info.created_txg,
-            guid: snapshot_guid(self.core.guid, found.info.id, found.info.created_txg),
+            guid: stored_or_derived_guid(
+                found.info.guid,
+                self.core.guid,
+                found.info.id,
+                found.info.created_txg,
+            ),
             creation_ms: found.info.creation_ms,
         })
     }
@@ -178,7 +198,12 @@ impl Pool {
             End {
                 root: snapshot.info.objset_bp()?,
                 txg: snapshot.info.created_txg,
-                guid: snapshot_guid(self.core.guid, bookmark.snapshot_id, bookmark.created_txg),
+                guid: stored_or_derived_guid(
+                    bookmark.guid,
+                    self.core.guid,
+                    bookmark.snapshot_id,
+                    bookmark.created_txg,
+                ),
                 creation_ms: bookmark.creation_ms,
             }
         } else {

@@ -90,7 +90,12 @@ impl PoolCore {
         let units = u64::try_from(pending.len()).unwrap_or(u64::MAX);
         for change in pending {
             let (dataset, prev_snap_txg) = match change {
-                PendingSnapshot::Create { dataset, name, id } => {
+                PendingSnapshot::Create {
+                    dataset,
+                    name,
+                    id,
+                    guid,
+                } => {
                     let record = directory.get(&dataset)?;
                     let snapshot = format!("{dataset}@{name}");
                     table.create(NewSnapshot {
@@ -101,6 +106,7 @@ impl PoolCore {
                         creation_ms: crate::now_ms(),
                         objset_bp: record.objset_bp()?,
                         referenced_bytes: record.used_bytes,
+                        guid,
                     })?;
                     self.snapshot_stats
                         .note(SnapshotChange::Created { snapshot });

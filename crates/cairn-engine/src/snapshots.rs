@@ -46,6 +46,8 @@ pub struct SnapshotListing {
     pub written_bytes: u64,
     /// Datasets cloned from it, by name (`clones`).
     pub clones: Vec<String>,
+    /// Its identity in send streams (`guid`): random when taken, the sender's when received.
+    pub guid: u64,
 }
 
 /// Who a snapshot is, without its figures (`Pool::snapshot_of_id`).
@@ -123,6 +125,7 @@ impl Pool {
                         dataset: name.dataset,
                         name: name.snapshot,
                         id: directory.next_id,
+                        guid: crate::new_guid(),
                     });
                 }
                 if let Some(entry) = history {
@@ -520,6 +523,12 @@ impl Pool {
                     referenced_bytes: info.referenced_bytes,
                     written_bytes: info.written_bytes,
                     clones,
+                    guid: crate::send::stored_or_derived_guid(
+                        info.guid,
+                        self.core.guid,
+                        info.id,
+                        info.created_txg,
+                    ),
                 });
             }
         }
@@ -759,7 +768,13 @@ impl crate::core::PoolCore {
             directory.get(&name.dataset)?;
             let mut datasets = vec![name.dataset.clone()];
             if recursive {
-                datasets.extend(directory.children(&name.dataset).map(|c| c.name.clone()));
+                // Not a receive's hidden dataset: it has no snapshot until it is received.
+                datasets.extend(
+                    directory
+                        .children(&name.dataset)
+                        .filter(|child| !cairn_dataset::is_hidden(&child.name))
+                        .map(|child| child.name.clone()),
+                );
             }
             for dataset in datasets {
                 let id = directory.get(&dataset)?.id;

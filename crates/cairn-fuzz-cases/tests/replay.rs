@@ -633,6 +633,7 @@ mod seeds {
                     holds: Default::default(),
                     clones: Vec::new(),
                     defer_destroy: false,
+                    guid: 0x5eed_0000_0001,
                 },
                 deadlist,
             }),
@@ -657,6 +658,7 @@ mod seeds {
                 creation_ms: 1_700_000_000_000,
                 snapshot_id: 9,
                 referenced_bytes: 1 << 20,
+                guid: 0x5eed_0000_0001,
             }),
             _ => Record::Free(
                 u64::from(kind),

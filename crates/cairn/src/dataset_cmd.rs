@@ -35,6 +35,7 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("createtxg", &[]),
     ("origin", &[]),
     ("clones", &[]),
+    ("guid", &[]),
 ];
 
 /// Statistics that are byte counts (shown as sizes to people).

@@ -1,5 +1,6 @@
-//! `cairn send [-i SOURCE] DATASET@SNAPSHOT > FILE` and `cairn receive DATASET < FILE`: a
-//! snapshot to a stream on stdout, a stream from stdin into a new dataset. What a stream holds
+//! `cairn send [-i SOURCE] DATASET@SNAPSHOT > FILE` and `cairn receive [-F] DATASET < FILE`: a
+//! snapshot to a stream on stdout, a stream from stdin into a new dataset (full) or the next
+//! snapshot of an existing one (incremental). What a stream holds
 //! and why an incremental costs what changed: `cairn_engine::Pool::send`; how a receive stays
 //! all or nothing: `Pool::receive`.
 //!
@@ -29,7 +30,8 @@ pub struct SendArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct ReceiveArgs {
-    /// Roll the target back to the stream's source first (incremental streams, later).
+    /// An incremental stream into a target changed since its source snapshot: destroy the
+    /// newer snapshots and discard the changes (as a rollback).
     #[arg(short = 'F')]
     force: bool,
     /// Say on stderr what was received.

@@ -204,8 +204,12 @@ fn load_objects(
     refresh_snapshot_bytes(&mut directory, &snapshots);
     let mut objsets = BTreeMap::new();
     for record in directory.datasets.values() {
-        // The pool's own root dataset has no object set (yet); every other dataset has one.
-        if record.kind != DatasetKind::Volume && record.objset_bp.iter().all(|byte| *byte == 0) {
+        // The pool's own root dataset has no object set (yet); every other dataset has one,
+        // but a receive's hidden dataset killed before its first object synced (destroyed
+        // now, `Pool::destroy_abandoned_receives`).
+        let may_lack_objset =
+            record.kind != DatasetKind::Volume || cairn_dataset::is_hidden(&record.name);
+        if may_lack_objset && record.objset_bp.iter().all(|byte| *byte == 0) {
             continue;
         }
         let checksum = directory.properties_of(&record.name)?.checksum;

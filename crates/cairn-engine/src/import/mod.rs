@@ -166,6 +166,7 @@ impl Pool {
                 .sync_now_forced()
                 .map_err(|err| import_error(&pool_name, crate::error_chain(&err)))?;
             notes.extend(pool.resume_resilver(&changed_missed)?);
+            notes.extend(pool.destroy_abandoned_receives());
         }
         pool.notes = notes;
         pool.find_cache_devices(source, &options);

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod family;
+pub mod streams;
 
 use cairn_device::file::{FileDevice, FileOptions};
 use cairn_device::spec::DeviceSpec;

@@ -145,6 +145,7 @@ fn bookmark_row(bookmark: cairn_engine::BookmarkListing, kind: DatasetKind) -> D
         properties: vec![
             stat("creation", bookmark.creation_ms / 1000),
             stat("createtxg", bookmark.created_txg),
+            stat("guid", bookmark.guid),
         ],
     }
 }
@@ -164,6 +165,7 @@ fn snapshot_row(snapshot: cairn_engine::SnapshotListing, kind: DatasetKind) -> D
             stat("written", snapshot.written_bytes),
             stat("creation", snapshot.creation_ms / 1000),
             stat("createtxg", snapshot.created_txg),
+            stat("guid", snapshot.guid),
             (
                 "clones".to_string(),
                 if snapshot.clones.is_empty() {
