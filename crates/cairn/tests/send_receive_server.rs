@@ -123,19 +123,19 @@ fn send_and_receive_run_in_the_server_that_holds_the_pools() {
         .spawn()
         .unwrap();
     let mut receiver = env.cairn_command();
-    receiver
+    let mut receiver = receiver
         .args(["receive", "-v", "backup/piped"])
         .stdin(Stdio::from(sender.stdout.take().unwrap()))
-        .stdout(Stdio::null());
-    let piped = outcome(receiver);
-    assert!(sender.wait().unwrap().success());
-    assert!(piped.success, "{}", piped.stderr);
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (received, stderr) = wait_limited(&mut receiver, PIPE_TIME);
+    assert!(received.success(), "{stderr}");
+    assert!(wait_limited(&mut sender, PIPE_TIME).0.success());
     assert!(
-        piped
-            .stderr
-            .contains(&format!("received backup/piped@a: {} bytes", stream.len())),
-        "{}",
-        piped.stderr
+        stderr.contains(&format!("received backup/piped@a: {} bytes", stream.len())),
+        "{stderr}"
     );
     assert_exports_equal(&server, "tank/vol@a", "backup/piped");
 
@@ -187,19 +187,29 @@ fn refusals_leave_nothing(env: &Env, server: &Server, stream: &[u8]) {
     assert_exports_equal(server, "tank/vol@a", "backup/copy");
 }
 
-/// Waits for `child` up to `limit`, killing it and failing past that.
-fn wait_limited(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+/// How long a command of a pipe may take (a server that ran both ends one after the other
+/// would never finish: the test fails instead of hanging).
+const PIPE_TIME: Duration = Duration::from_secs(60);
+
+/// Waits for `child` up to `limit`, killing it and failing past that; its status and what it
+/// said on stderr (when piped; read once it ended).
+fn wait_limited(child: &mut Child, limit: Duration) -> (std::process::ExitStatus, String) {
     let deadline = Instant::now() + limit;
-    loop {
+    let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return status;
+            break status;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             panic!("a command did not end within {limit:?}");
         }
         std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
     }
+    (status, stderr)
 }
 
 #[test]
@@ -245,14 +255,7 @@ fn a_big_send_read_slowly_holds_no_other_command_and_arrives_whole() {
         std::thread::sleep(Duration::from_millis(5));
     }
     pipe.read_to_end(&mut stream).unwrap();
-    let status = wait_limited(&mut sender, TOOL_TIME);
-    let mut stderr = String::new();
-    sender
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = wait_limited(&mut sender, TOOL_TIME);
     assert!(status.success(), "{stderr}");
     assert!(stream.len() as u64 > 48 * MIB);
     assert!(
@@ -315,14 +318,7 @@ fn a_receive_cut_by_its_command_or_the_server_stopping_leaves_nothing() {
     input.write_all(&stream[..half]).unwrap();
     std::thread::sleep(Duration::from_millis(500));
     server.terminate();
-    let status = wait_limited(&mut receiver, TOOL_TIME);
-    let mut stderr = String::new();
-    receiver
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = wait_limited(&mut receiver, TOOL_TIME);
     assert!(!status.success());
     assert!(stderr.contains("the server is stopping"), "{stderr}");
     drop(input);
