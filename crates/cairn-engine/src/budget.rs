@@ -12,6 +12,10 @@
 //! - `dirty_bytes_max`: `TxgConfig::dirty_bytes_max`, the write throttle's hard limit (a write
 //!   that starts below it is admitted whole, so dirty data can pass it by the writes in flight;
 //!   those bytes left the request buffers, so dirty + requests stays within their two limits);
+//!   a filesystem's log records waiting for their file's fsync or COMMIT mostly share the
+//!   dirty buffers (a record a later write covers is dropped with its buffer) and are held to
+//!   the same figure per log (`ZilConfig::deferred_bytes_max`: a sync asked for past it,
+//!   writers waiting past twice it);
 //! - `sync_io_bytes`: what a txg sync allocates besides the dirty buffers it writes
 //!   (compressed copies, indirect blocks) is at most the txg's dirty data, so it is bounded by
 //!   the same figure;

@@ -414,6 +414,8 @@ impl PoolCore {
         lanes: usize,
         logbias: LogBias,
     ) -> Arc<IntentLog> {
+        // Waiting per-file records mostly share the dirty data's buffers: bounded alike.
+        let deferred_bytes_max = engine.config().dirty_bytes_max;
         let intent_log = Arc::new(IntentLog::new(
             name.to_string(),
             self.guid,
@@ -422,6 +424,7 @@ impl PoolCore {
             objset,
             ZilConfig {
                 lanes,
+                deferred_bytes_max,
                 ..ZilConfig::default()
             },
         ));

@@ -107,10 +107,7 @@ impl PoolCore {
         let mut directory_changed = self.run_sync_tasks(txg) || self.mos.root_bp().is_hole();
         // Before the object sets: the logs free blocks made redundant by this txg and move
         // their chain headers, which dirties the object sets in this txg.
-        let intent_logs: Vec<_> = self.intent_logs.lock().values().cloned().collect();
-        for intent_log in intent_logs {
-            intent_log.sync_hook(txg);
-        }
+        self.for_each_intent_log(|intent_log| intent_log.sync_hook(txg));
         let written_before = self.io.stats.bytes_written.load(Ordering::Relaxed);
         let mut batch = self.io.batch(txg);
         let synced = self.sync_objsets(txg, &mut batch)?;
@@ -205,6 +202,10 @@ impl PoolCore {
             space_time += sync_done_started.elapsed();
         }
         self.note_clean_through(txg);
+        // Durable now: the logs' per-file records of it go at once, not at the next txg's
+        // sync hook a txg timeout later (their buffers, superseded ones included, held
+        // beside the next txg's dirty data meanwhile).
+        self.for_each_intent_log(|intent_log| intent_log.txg_synced(txg));
         // The txg's dirty buffers were freed with its change sets: they go back to the kernel
         // once writing pauses (2 s) if the cache has no room for them, not left in the
         // allocator's free lists for good (trimming after every txg made a steady writer fault
@@ -221,6 +222,14 @@ impl PoolCore {
             .txg_synced(space_time, mos_time, blocks_written);
         self.command_pacing.lock().txg_synced();
         Ok(())
+    }
+
+    /// Runs `f` on every open intent log (outside the registry's lock).
+    fn for_each_intent_log(&self, f: impl Fn(&cairn_zil::IntentLog)) {
+        let intent_logs: Vec<_> = self.intent_logs.lock().values().cloned().collect();
+        for intent_log in intent_logs {
+            f(&intent_log);
+        }
     }
 
     /// Runs the sync tasks queued for `txg` (directory changes, commands), timed as

@@ -273,6 +273,7 @@ impl Filesystem {
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         drop(guards);
         self.commit_if_always(hold)?;
+        self.throttle_log();
         Ok(attrs)
     }
 

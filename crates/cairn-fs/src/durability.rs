@@ -20,7 +20,11 @@
 //! order). A file unlinked while open and then written and fsynced: its removal is in the
 //! lane before its later writes are moved, and replay queues it for deletion (below). A
 //! freed inode's list is dropped (`IntentLog::forget_object`): nothing can fsync it. Records
-//! of synced txgs are dropped as before, so memory stays bounded by the unsynced txgs.
+//! of synced txgs are dropped as soon as the txg is durable, and a write record goes as soon
+//! as a later write of its inode covers its range (its buffer, which the dirty block no
+//! longer shares, with it), so memory stays bounded by the unsynced txgs' distinct writes;
+//! past `ZilConfig::deferred_bytes_max` a sync is asked for, past twice it writers wait
+//! (`throttle_log`).
 //!
 //! `sync=always` commits everything after every change, `disabled` never (an `fsync` then
 //! returns at once; changes are lost if the machine stops before their txg syncs, as with
@@ -96,10 +100,11 @@ impl Filesystem {
 
     /// Logs a write of `data` at `offset` of `object`, made under `hold`, as records in
     /// offset order: the whole blocks it stored (`stored`, in offset order) share their
-    /// buffers (no copy, and no memory the dirty blocks do not hold already) or, written in
-    /// place, are logged as their pointers; the rest (parts of blocks, holes) is copied. The
-    /// records cover exactly the bytes written, so the log describes the same change however
-    /// it is cut into records.
+    /// buffers (no copy, and no memory the dirty blocks do not hold already, until a later
+    /// write replaces a block in its txg: that write's record then covers, and drops, the
+    /// earlier one) or, written in place, are logged as their pointers; the rest (parts of
+    /// blocks, holes) is copied. The records cover exactly the bytes written, so the log
+    /// describes the same change however it is cut into records.
     pub(crate) fn logged_write(
         &self,
         hold: &TxgHold,
@@ -164,6 +169,14 @@ impl Filesystem {
     fn log_per_object(&self, op: LogOp) {
         if let Some(log) = &self.intent_log {
             log.log_deferred(0, op);
+        }
+    }
+
+    /// Holds a writer back, with no txg held, while the log's per-inode records waiting for
+    /// their fsync hold more than their bound (`IntentLog::throttle_deferred`).
+    pub(crate) fn throttle_log(&self) {
+        if let Some(log) = &self.intent_log {
+            log.throttle_deferred();
         }
     }
 

@@ -45,7 +45,9 @@
 //! waits outside the lanes until that object is committed (`commit_object`, a file's fsync)
 //! or everything is (`commit_all`), so committing one file does not write every other file's
 //! data. Records logged with `log` (a filesystem's namespace changes, which other objects'
-//! records may depend on) join a lane at once and go with every commit.
+//! records may depend on) join a lane at once and go with every commit. A waiting write record
+//! is dropped when a later one of its object covers its range, and the bytes waiting records
+//! hold are counted and bounded (`ZilConfig::deferred_bytes_max`, `throttle_deferred`).
 
 mod deferred;
 mod lane;
@@ -136,6 +138,13 @@ pub struct ZilConfig {
     /// sync, which releases them; at twice that it waits for one. Without it a stream of small commits between txg syncs could fill a
     /// small pool with log blocks, leaving no room for the replay that needs them.
     pub held_bytes_max: u64,
+    /// Most bytes of data the per-object records waiting for their object's commit may hold
+    /// (`deferred.rs`): past it the log asks for a txg sync (which drops the records it makes
+    /// durable); past twice it writers wait for one (`IntentLog::throttle_deferred`). Write
+    /// records covered by a later write of the same range are dropped at once, so this bounds
+    /// what covering cannot drop: a dataset's waiting writes to distinct or partly overlapping
+    /// ranges, mostly the dirty data's own buffers.
+    pub deferred_bytes_max: u64,
 }
 
 impl Default for ZilConfig {
@@ -146,6 +155,7 @@ impl Default for ZilConfig {
             copy_bytes_max: 32 << 10,
             bulk_sync_bytes: 64 << 20,
             held_bytes_max: 512 << 20,
+            deferred_bytes_max: 128 << 20,
         }
     }
 }
@@ -291,12 +301,53 @@ impl IntentLog {
     /// unwritten if its txg syncs first or the object is freed (`forget_object`). Call as
     /// `log`: inside the hold of `op.txg`, right after the change. Its sequence number is drawn
     /// now, so replay applies it where the change was made, whenever it was committed.
+    ///
+    /// A write record drops the earlier waiting write records of its object whose range it
+    /// covers (`deferred.rs`). When the waiting records hold `deferred_bytes_max` or more,
+    /// a txg sync is asked for (without waiting: the caller holds a txg).
     pub fn log_deferred(&self, lane_hint: usize, op: LogOp) {
         self.stats.count_record(&op);
         self.stats.records_deferred.fetch_add(1, Ordering::Relaxed);
-        self.deferred.push(lane_hint, op, || {
+        let pushed = self.deferred.push(lane_hint, op, || {
             self.next_sequence.fetch_add(1, Ordering::Relaxed)
         });
+        if pushed.superseded > 0 {
+            self.stats
+                .deferred_superseded
+                .fetch_add(pushed.superseded, Ordering::Relaxed);
+        }
+        if pushed.held_bytes >= self.config.deferred_bytes_max {
+            self.txg.request_sync();
+        }
+    }
+
+    /// Holds a writer back while the per-object records waiting hold twice
+    /// `deferred_bytes_max` or more: waits for the open txg to sync, which drops every record
+    /// logged before (they are durable then). Call after a change that logged with
+    /// `log_deferred`, holding no txg. A refused sync (a suspended pool) ends the wait: the
+    /// writer's next change meets the refusal itself.
+    pub fn throttle_deferred(&self) {
+        let (held_bytes, _) = self.deferred.held_bytes();
+        if held_bytes < self.config.deferred_bytes_max.saturating_mul(2) {
+            return;
+        }
+        self.stats
+            .deferred_throttles
+            .fetch_add(1, Ordering::Relaxed);
+        let txg = self.txg.open_txg();
+        if self.txg.wait_synced(txg).is_ok() {
+            self.txg_synced(txg);
+        }
+    }
+
+    /// Drops the per-object records of txgs up to `txg`, which is durable now (the engine
+    /// calls it once a txg's uberblock is on disk; the next txg's `sync_hook` would drop them
+    /// too, but that may be a txg timeout later, with their buffers held meanwhile).
+    pub fn txg_synced(&self, txg: u64) {
+        let dropped = self.deferred.drop_synced(txg);
+        self.stats
+            .deferred_dropped
+            .fetch_add(dropped, Ordering::Relaxed);
     }
 
     /// Returns once the record of `ticket` (and every earlier record of its lane) is on stable
@@ -340,6 +391,11 @@ impl IntentLog {
     /// Deferred records waiting for their object's commit, all objects.
     pub fn deferred_records(&self) -> u64 {
         self.deferred.len()
+    }
+
+    /// Bytes of data the deferred records hold now, and the most they have held.
+    pub fn deferred_held_bytes(&self) -> (u64, u64) {
+        self.deferred.held_bytes()
     }
 
     /// Appends the deferred records of `object` (`None`: of every object) to their lanes,
@@ -461,7 +517,12 @@ impl IntentLog {
     }
 
     pub fn stats_snapshot(&self) -> ZilStatsSnapshot {
-        self.stats.snapshot(self.lanes.len())
+        let (held_bytes, held_peak_bytes) = self.deferred.held_bytes();
+        ZilStatsSnapshot {
+            deferred_held_bytes: held_bytes,
+            deferred_held_peak_bytes: held_peak_bytes,
+            ..self.stats.snapshot(self.lanes.len())
+        }
     }
 
     /// Latency of every commit so far, in microseconds.

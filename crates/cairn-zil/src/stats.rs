@@ -41,6 +41,12 @@ pub struct ZilStats {
     pub deferred_committed: AtomicU64,
     /// Of those, records dropped unwritten: their txg synced first, or their object was freed.
     pub deferred_dropped: AtomicU64,
+    /// Of those, write records dropped unwritten because a later write of their object covered
+    /// their whole range (`deferred.rs`).
+    pub deferred_superseded: AtomicU64,
+    /// Writers held back until a txg sync because the waiting records held twice
+    /// `ZilConfig::deferred_bytes_max` (`IntentLog::throttle_deferred`).
+    pub deferred_throttles: AtomicU64,
     commit_latency_us: Mutex<Histogram<u64>>,
     block_fill_percent: Mutex<Histogram<u64>>,
 }
@@ -67,6 +73,8 @@ impl Default for ZilStats {
             records_deferred: AtomicU64::new(0),
             deferred_committed: AtomicU64::new(0),
             deferred_dropped: AtomicU64::new(0),
+            deferred_superseded: AtomicU64::new(0),
+            deferred_throttles: AtomicU64::new(0),
             commit_latency_us: Mutex::new(
                 Histogram::new_with_bounds(1, 60_000_000, 2).expect("valid histogram bounds"),
             ),
@@ -103,6 +111,16 @@ pub struct ZilStatsSnapshot {
     pub deferred_committed: u64,
     #[serde(default)]
     pub deferred_dropped: u64,
+    #[serde(default)]
+    pub deferred_superseded: u64,
+    #[serde(default)]
+    pub deferred_throttles: u64,
+    /// Bytes of data the per-object records waiting hold now (a gauge; `IntentLog` fills it).
+    #[serde(default)]
+    pub deferred_held_bytes: u64,
+    /// The most they have held.
+    #[serde(default)]
+    pub deferred_held_peak_bytes: u64,
     pub commit_latency_p50_us: u64,
     pub commit_latency_p99_us: u64,
     pub commit_latency_max_us: u64,
@@ -133,6 +151,10 @@ impl ZilStatsSnapshot {
             ("records_deferred", self.records_deferred),
             ("deferred_committed", self.deferred_committed),
             ("deferred_dropped", self.deferred_dropped),
+            ("deferred_superseded", self.deferred_superseded),
+            ("deferred_throttles", self.deferred_throttles),
+            ("deferred_held_bytes", self.deferred_held_bytes),
+            ("deferred_held_peak_bytes", self.deferred_held_peak_bytes),
             ("commit_latency_p50_us", self.commit_latency_p50_us),
             ("commit_latency_p99_us", self.commit_latency_p99_us),
             ("commit_latency_max_us", self.commit_latency_max_us),
@@ -216,6 +238,10 @@ impl ZilStats {
             records_deferred: load(&self.records_deferred),
             deferred_committed: load(&self.deferred_committed),
             deferred_dropped: load(&self.deferred_dropped),
+            deferred_superseded: load(&self.deferred_superseded),
+            deferred_throttles: load(&self.deferred_throttles),
+            deferred_held_bytes: 0,
+            deferred_held_peak_bytes: 0,
             commit_latency_p50_us: latency.value_at_quantile(0.5),
             commit_latency_p99_us: latency.value_at_quantile(0.99),
             commit_latency_max_us: latency.max(),

@@ -2,7 +2,9 @@
 //! filesystem, and the use of each separate log device. DEFERRED counts a filesystem's
 //! per-file records (writes and attribute changes that wait for their own file's fsync or NFS
 //! COMMIT), DEF-COMMITTED those of them a commit carried; the rest were dropped unlogged once
-//! their txg synced (`deferred_dropped` with `-H`). `cairn stat io [POOL...]`: the pipeline's counters (blocks
+//! their txg synced or a later write of their file covered them (`deferred_dropped`,
+//! `deferred_superseded` with `-H`); DEF-HELD the bytes of data the waiting ones hold now
+//! (`deferred_held_peak_bytes`: the most). `cairn stat io [POOL...]`: the pipeline's counters (blocks
 //! read and written, checksum errors, repairs) and every leaf device's queue (requests against
 //! device calls — the aggregation —, bytes, FUA writes, flushes, promoted reads, latencies),
 //! cache devices' queues included (their reads are the tier's hits, their writes its feed).
@@ -99,6 +101,7 @@ fn zil_tables() -> (Table, Table) {
         Column::right("RECORDS"),
         Column::right("DEFERRED"),
         Column::right("DEF-COMMITTED"),
+        Column::right("DEF-HELD"),
         Column::right("COMMITS"),
         Column::right("WAITED"),
         Column::right("BATCHES"),
@@ -175,6 +178,7 @@ fn push_zil_rows(
             s.records.to_string(),
             s.records_deferred.to_string(),
             s.deferred_committed.to_string(),
+            human::size(s.deferred_held_bytes, format.exact),
             s.commits.to_string(),
             s.commit_waits.to_string(),
             s.batches.to_string(),

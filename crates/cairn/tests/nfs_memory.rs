@@ -5,8 +5,11 @@
 //! 5 of the largest calls at once and only then start reading their replies, the way a
 //! client with a deep queue on a slow link does:
 //! - READs of 1 MiB of a file already in the cache (no dirty data to muddy the figure);
-//! - then UNSTABLE WRITEs of 1 MiB, all over the same 8 MiB of a second file, every writer
-//!   of an offset writing the same bytes (so the file's final content is known).
+//! - then UNSTABLE WRITEs of 1 MiB to a second file, each call its own MiB (320 MiB in all),
+//!   each filled with a pattern of its offset (so the file's final content is known).
+//!
+//! A third test floods UNSTABLE WRITEs over one 8 MiB range from 8 connections with no
+//! COMMIT: the intent log's records waiting for the COMMIT must hold each range once.
 //!
 //! Every reply must come, succeed, carry its call's xid and the right data; the file written
 //! must read back as written. The server's peak resident memory (`VmHWM`) may grow over the
@@ -316,7 +319,8 @@ fn many_clients_pipelining_the_largest_calls_stay_within_the_nfs_memory_limit() 
     let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
     eprintln!(
         "VmHWM before {:.1} MiB, after reads {:.1} MiB (+{:.1}), after writes {:.1} MiB (+{:.1}); \
-         peak charged {:.1} MiB, waits {} after reads, {} after writes",
+         peak charged {:.1} MiB, waits {} after reads, {} after writes; log records waiting \
+         for a COMMIT held at most {:.1} MiB",
         mib(peak_before),
         mib(peak_after_reads),
         mib(peak_after_reads - peak_before),
@@ -325,6 +329,7 @@ fn many_clients_pipelining_the_largest_calls_stay_within_the_nfs_memory_limit() 
         mib(after_writes["memory_peak_bytes"].as_u64().unwrap()),
         after_reads["memory_waits"],
         after_writes["memory_waits"],
+        mib(zil_field(&env, "deferred_held_peak_bytes")),
     );
     // The file read was in the cache before, and the flood reads nothing else: the cache
     // does not grow. Writes add dirty data, within its allowance (and what a txg sync holds
@@ -450,4 +455,121 @@ fn fragmented_records_are_served_and_their_charges_given_back() {
     assert_eq!(stats["memory_charged_bytes"], 0, "{stats}");
     assert!(stats["memory_peak_bytes"].as_u64().unwrap() > 0, "{stats}");
     raw.close();
+}
+
+/// Connections rewriting the same file at once in `rewrites_of_one_range_hold_it_once`.
+const REWRITERS: usize = 8;
+/// How many times each of them writes the whole 8 MiB: 640 MiB in all, several txg
+/// timeouts' worth at any speed this machine has shown.
+const REWRITE_PASSES: usize = 10;
+
+/// `name`'s value in `cairn stat zil -H`'s lines of `tank/home`.
+fn zil_field(env: &Env, name: &str) -> u64 {
+    let out = env.ok(&["stat", "zil", "-H"]);
+    out.lines()
+        .find_map(|line| {
+            line.strip_prefix(&format!("tank/home.{name}\t"))
+                .and_then(|value| value.trim().parse().ok())
+        })
+        .unwrap_or_else(|| panic!("no {name} in\n{out}"))
+}
+
+/// UNSTABLE WRITEs of 1 MiB by 8 connections, over and over the same 8 MiB of a file, never
+/// committed (a client that leaves its COMMIT for the close): what the intent log keeps for
+/// that COMMIT is each range's newest data once, as a later write of a range drops the record
+/// it covers, so the records' bytes (`deferred_held_peak_bytes`) stay within the 8 MiB (and a
+/// write per connection, for margin) and the server's peak resident memory grows by no more
+/// than the existing flood test's bound (the NFS limit, the dirty data and sync allowances,
+/// `SLACK_BYTES`). Before, every write's buffer stayed in its record until its txg synced: a
+/// block rewritten in its txg counts once as dirty data, so only the txg timeout (5 s) ended
+/// a txg, and the records held everything written meanwhile. The COMMIT then carries the
+/// file's newest data, which reads back, and leaves no record waiting.
+#[test]
+fn rewrites_of_one_range_hold_it_once_until_the_commit() {
+    let _heavy = heavy();
+    let env = Env::new();
+    let port = free_port();
+    let server = shared_home(
+        &env,
+        port,
+        &["--arc-max", ARC_MAX, "--nfs-memory-max", NFS_MEMORY_MAX],
+    );
+    let pid = server.pid();
+    let mut setup = Raw::connect(port);
+    let root = setup.mount("/tank/home");
+    let target = setup.create(&root, "rewritten.bin");
+    let peak_before = peak_resident_bytes(pid);
+    let superseded_before = zil_field(&env, "deferred_superseded");
+
+    std::thread::scope(|scope| {
+        for connection in 0..REWRITERS {
+            let target = target.clone();
+            scope.spawn(move || {
+                let mut raw = Raw::connect(port);
+                for pass in 0..REWRITE_PASSES {
+                    // Each connection starts its passes at its own MiB: they overlap.
+                    for step in 0..FILE_BYTES / IO_BYTES {
+                        let offset = (step + connection + pass) * IO_BYTES % FILE_BYTES;
+                        let data = pattern(offset, IO_BYTES);
+                        let ok = raw.write(&target, offset as u64, &data, StableHow::Unstable);
+                        assert_eq!(ok.count_bytes as usize, IO_BYTES);
+                        assert_eq!(ok.committed, StableHow::Unstable);
+                    }
+                }
+                raw.close();
+            });
+        }
+    });
+    let peak_after = peak_resident_bytes(pid);
+    let held_peak = zil_field(&env, "deferred_held_peak_bytes");
+    let superseded = zil_field(&env, "deferred_superseded") - superseded_before;
+    setup.commit(&target);
+    let held_after_commit = zil_field(&env, "deferred_held_bytes");
+    let read_at = |raw: &mut Raw, offset: usize| {
+        let args = RangeArgs {
+            file: target.clone(),
+            offset_bytes: offset as u64,
+            count_bytes: IO_BYTES as u32,
+        };
+        match raw.nfs(Nfs3Proc::Read, &args) {
+            Nfs3Reply::Read(Outcome::Ok(ok)) => ok.data,
+            other => panic!("READ: {other:?}"),
+        }
+    };
+    for offset in (0..FILE_BYTES).step_by(IO_BYTES) {
+        assert!(
+            read_at(&mut setup, offset) == pattern(offset, IO_BYTES),
+            "the rewritten file at {offset}"
+        );
+    }
+
+    let mib = |bytes: u64| bytes as f64 / f64::from(1 << 20);
+    eprintln!(
+        "{} MiB rewritten over {} MiB: VmHWM {:.1} MiB -> {:.1} MiB (+{:.1}); log records \
+         held at most {:.1} MiB, {superseded} dropped as covered",
+        (REWRITERS * REWRITE_PASSES * FILE_BYTES) >> 20,
+        FILE_BYTES >> 20,
+        mib(peak_before),
+        mib(peak_after),
+        mib(peak_after - peak_before),
+        mib(held_peak),
+    );
+    let held_bound = (FILE_BYTES + REWRITERS * IO_BYTES) as u64;
+    assert!(
+        held_peak <= held_bound,
+        "the records waiting for the COMMIT held {held_peak} B, more than {held_bound} B"
+    );
+    assert!(superseded > 0, "no record was dropped as covered");
+    assert_eq!(held_after_commit, 0, "the COMMIT left records waiting");
+    let bound = NFS_MEMORY_MAX_BYTES
+        + budget_part(&server, "dirty")
+        + budget_part(&server, "sync_io")
+        + SLACK_BYTES;
+    assert!(
+        peak_after - peak_before <= bound,
+        "rewriting took the server's peak from {peak_before} B to {peak_after} B, more than \
+         {bound} B further\n{}",
+        server.logs()
+    );
+    setup.close();
 }

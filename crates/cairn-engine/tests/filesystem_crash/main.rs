@@ -152,6 +152,11 @@ pub fn device_specs(dir: &Path, log_device: bool) -> Vec<DeviceSpec> {
 }
 
 pub fn create_pool(dir: &Path, log_device: bool, opener: DeviceOpener) -> Pool {
+    create_pool_with(dir, log_device, common::options(opener))
+}
+
+/// `create_pool` with its own options (a smaller dirty-data limit).
+pub fn create_pool_with(dir: &Path, log_device: bool, options: cairn_engine::PoolOptions) -> Pool {
     let mut groups = vec![VdevGroup {
         mirror: true,
         log: false,
@@ -171,7 +176,7 @@ pub fn create_pool(dir: &Path, log_device: bool, opener: DeviceOpener) -> Pool {
             create_size_bytes: Some(DEVICE_BYTES),
             ..Default::default()
         },
-        common::options(opener),
+        options,
     )
     .expect("create pool")
 }

@@ -170,6 +170,11 @@ fn datasets(families: &mut Families, pool: &str, sample: &super::sample::PoolSam
             );
         }
     }
+    intent_logs(families, pool, sample);
+}
+
+/// Every intent log's counters, its held bytes as gauges, and its commit latency.
+fn intent_logs(families: &mut Families, pool: &str, sample: &super::sample::PoolSample) {
     for log in &sample.intent_logs {
         let labels = vec![("pool", pool.to_string()), ("dataset", log.dataset.clone())];
         for (field, value) in log.stats.fields() {
@@ -185,6 +190,18 @@ fn datasets(families: &mut Families, pool: &str, sample: &super::sample::PoolSam
                     "mean fill of log blocks written",
                     labels.clone(),
                     value as f64 / 100.0,
+                ),
+                "deferred_held_bytes" => families.gauge(
+                    "cairn_zil_deferred_held_bytes",
+                    "bytes of data the per-file records waiting for their file's commit hold",
+                    labels.clone(),
+                    value as f64,
+                ),
+                "deferred_held_peak_bytes" => families.gauge(
+                    "cairn_zil_deferred_held_peak_bytes",
+                    "the most bytes the per-file records waiting have held",
+                    labels.clone(),
+                    value as f64,
                 ),
                 // Percentiles are the histogram's business here.
                 f if f.starts_with("commit_latency_") => {}

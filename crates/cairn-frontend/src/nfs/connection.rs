@@ -22,12 +22,14 @@
 //! access check: the change was made, whatever the share says now), and their replies
 //! recorded there (`drc.rs`); refusals are not recorded. Calls of one connection are served by
 //! `CALLS_IN_FLIGHT_MAX` workers at once, replies sent as each finishes (RPC over TCP
-//! matches them by xid); so per connection at most that many records and the one being read
-//! are held, and all connections together at most the memory limit. A retransmission arriving while its first copy is still being served (on
-//! another worker) is served again: the cache only holds finished replies. Every record is
-//! counted in the statistics (`crate::nfs_stats`: what it was, `Seen`, and how long answering
-//! it took), and every connection's start and end. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
-//! `procs.rs`, `changes.rs` and `write.rs`.
+//! matches them by xid), or by the reader itself when the connection is idle (a client that
+//! waits for each reply: `read_records`); so per connection at most that many records and
+//! the one being read are held, and all connections together at most the memory limit. A
+//! retransmission arriving while its first copy is still being served (on another worker) is
+//! served again: the cache only holds finished replies. Every record is counted in the
+//! statistics (`crate::nfs_stats`: what it was, `Seen`, and how long answering it took), and
+//! every connection's start and end. Uses `context.rs`, `drc.rs`, `convert.rs`, `handle.rs`,
+//! `memory.rs`, `procs.rs`, `changes.rs` and `write.rs`.
 
 use super::access;
 use super::changes;
@@ -56,6 +58,7 @@ use cairn_nfs::{Encoder, XdrEncode, XdrError};
 use parking_lot::Mutex;
 use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 
 /// Calls of one connection served at once (a Linux client sends many on one connection:
@@ -96,11 +99,17 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
     // a connection holds at most `CALLS_IN_FLIGHT_MAX` records being served and one being
     // read.
     let (sender, receiver) = std::sync::mpsc::sync_channel::<Call<'_>>(0);
+    let conn = Connection {
+        ctx,
+        client,
+        stream,
+        writing: Mutex::new(()),
+        workers_busy: AtomicUsize::new(0),
+    };
     let receiver = Mutex::new(receiver);
-    let writing = Mutex::new(());
     std::thread::scope(|scope| {
         for _ in 0..CALLS_IN_FLIGHT_MAX {
-            let worker = || serve_calls(ctx, client, stream, &receiver, &writing);
+            let worker = || serve_calls(&conn, &receiver);
             let spawned = std::thread::Builder::new()
                 .name("cairn-nfs-call".into())
                 .spawn_scoped(scope, worker);
@@ -109,37 +118,53 @@ fn serve_until_done(ctx: &NfsContext, stream: &TcpStream) {
                 return;
             }
         }
-        read_records(ctx, stream, &sender);
+        read_records(&conn, &sender);
         drop(sender);
     });
     ctx.stats.connection_closed(client);
 }
 
-/// A worker of one connection: serves the records the reader hands over until it stops.
-fn serve_calls(
-    ctx: &NfsContext,
+/// What the reader and the workers of one connection share.
+struct Connection<'a> {
+    ctx: &'a NfsContext,
     client: IpAddr,
-    stream: &TcpStream,
-    receiver: &Mutex<Receiver<Call<'_>>>,
-    writing: &Mutex<()>,
-) {
-    loop {
-        let (record, charge) = match receiver.lock().recv() {
-            Ok(call) => call,
-            Err(_) => return,
-        };
-        let reply = serve_record(ctx, client, &record);
+    stream: &'a TcpStream,
+    /// Taken to write one reply whole (replies never interleave on the wire).
+    writing: Mutex<()>,
+    /// Calls handed to workers and not yet answered.
+    workers_busy: AtomicUsize,
+}
+
+impl Connection<'_> {
+    /// Serves one call and writes its reply, then gives its memory back; false when the
+    /// reply could not be written (the connection is then shut down: the reader sees it end).
+    fn answer(&self, record: Vec<u8>, charge: Charge<'_>) -> bool {
+        let reply = serve_record(self.ctx, self.client, &record);
         drop(record);
         let written = reply.is_none_or(|reply| {
-            let _turn = writing.lock();
-            let mut out = stream;
+            let _turn = self.writing.lock();
+            let mut out = self.stream;
             out.write_all(&reply).is_ok()
         });
         // The call's buffers are gone: its memory goes back to the limit.
         drop(charge);
         if !written {
-            // The reader then sees the connection end too.
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+        }
+        written
+    }
+}
+
+/// A worker of one connection: serves the records the reader hands over until it stops.
+fn serve_calls(conn: &Connection<'_>, receiver: &Mutex<Receiver<Call<'_>>>) {
+    loop {
+        let (record, charge) = match receiver.lock().recv() {
+            Ok(call) => call,
+            Err(_) => return,
+        };
+        let written = conn.answer(record, charge);
+        conn.workers_busy.fetch_sub(1, Ordering::AcqRel);
+        if !written {
             return;
         }
     }
@@ -147,13 +172,41 @@ fn serve_calls(
 
 /// Reads records and hands each to a worker, until the connection ends, breaks framing, or
 /// the server stops while the reader waits for memory.
-fn read_records<'a>(ctx: &'a NfsContext, stream: &TcpStream, sender: &SyncSender<Call<'a>>) {
-    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, stream);
-    while let Some(call) = read_call(ctx, &mut reader) {
+///
+/// A call that finds the connection idle — no worker busy, nothing more from the client
+/// already buffered — is served by the reader itself (`in_place`): a client that waits for
+/// each reply (one call in flight, as a database's FILE_SYNC writes) then pays no hand-off
+/// to another thread and no wake-up, as NBD's reader serves such a client's FUA writes. A
+/// client with calls in flight still has them served side by side; COMMIT, which may take
+/// long, always goes to a worker, so the reader is back at the socket at once.
+fn read_records<'a>(conn: &Connection<'a>, sender: &SyncSender<Call<'a>>) {
+    let mut reader = BufReader::with_capacity(READ_BUFFER_BYTES, conn.stream);
+    while let Some(call) = read_call(conn.ctx, &mut reader) {
+        let idle = conn.workers_busy.load(Ordering::Acquire) == 0 && reader.buffer().is_empty();
+        if idle && in_place(&call.0) {
+            if !conn.answer(call.0, call.1) {
+                return;
+            }
+            continue;
+        }
+        conn.workers_busy.fetch_add(1, Ordering::AcqRel);
         if sender.send(call).is_err() {
             return;
         }
     }
+}
+
+/// Whether the reader may serve the call whose record is `record` itself when the
+/// connection is idle: any call but an NFS COMMIT (which waits for a whole file's log
+/// records to reach the device).
+fn in_place(record: &[u8]) -> bool {
+    let word = |index: usize| {
+        record
+            .get(index * 4..index * 4 + 4)
+            .and_then(|bytes| bytes.try_into().ok())
+            .map(u32::from_be_bytes)
+    };
+    !(word(3) == Some(PROGRAM_NFS) && word(5) == Some(Nfs3Proc::Commit as u32))
 }
 
 /// Reads one call record (RFC 5531 §11 record marking), charged to the memory limit before
