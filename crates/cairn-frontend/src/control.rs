@@ -20,12 +20,21 @@
 //! A request of another protocol version, or one that does not decode, is answered with a
 //! failure of exit code 2 and a message, never dropped silently.
 //!
+//! A request may carry one file descriptor (SCM_RIGHTS on its first byte; `passed.rs`): the
+//! stream of `cairn send` (the client's stdout) or `cairn receive` (its stdin), which the
+//! server then writes or reads itself while the client waits for the reply. The server reads
+//! every request with `recvmsg`, and hands what came with it to the executor (`Attached`).
+//! This adds requests, not a new encoding: the version stays 2 (a server without them answers
+//! that it does not understand the command).
+//!
 //! The socket is created with mode 0600 inside a private staging directory and renamed into
 //! place (no moment where it is open to others), and every connection's peer is checked with
 //! SO_PEERCRED: only the server's own user (and root) may run commands through it. Sizes are
 //! bounded so a confused client cannot make the server allocate without limit.
 
 use crate::admin::{AdminRequest, Answer};
+use crate::passed;
+use rustix::fd::{BorrowedFd, OwnedFd};
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -166,25 +175,64 @@ pub fn forward(
     state_dir: &Path,
     request: &ControlRequest,
 ) -> Result<Option<ControlReply>, ControlError> {
+    forward_with_stream(state_dir, request, None)
+}
+
+/// `forward`, passing `stream` (a send's destination, a receive's source) with the request:
+/// the server reads or writes it before it answers.
+pub fn forward_with_stream(
+    state_dir: &Path,
+    request: &ControlRequest,
+    stream: Option<BorrowedFd<'_>>,
+) -> Result<Option<ControlReply>, ControlError> {
     let path = socket_path(state_dir);
-    let Ok(mut stream) = UnixStream::connect(&path) else {
+    let Ok(mut connection) = UnixStream::connect(&path) else {
         return Ok(None);
     };
     let encoded = serde_json::to_vec(request).map_err(ControlError::Encode)?;
-    write_field(&mut stream, &encoded)
-        .and_then(|()| stream.flush())
+    let sent = match stream {
+        Some(fd) => {
+            field_bytes(&encoded).and_then(|field| passed::send_with_fd(&connection, &field, fd))
+        }
+        None => write_field(&mut connection, &encoded),
+    };
+    sent.and_then(|()| connection.flush())
         .map_err(|source| ControlError::Send {
             path: path.clone(),
             source,
         })?;
     let bytes =
-        read_field(&mut stream, REPLY_BYTES_MAX).map_err(|source| ControlError::Receive {
+        read_field(&mut connection, REPLY_BYTES_MAX).map_err(|source| ControlError::Receive {
             path: path.clone(),
             source,
         })?;
     serde_json::from_slice(&bytes)
         .map(Some)
         .map_err(|source| ControlError::Decode { path, source })
+}
+
+/// One field as it goes on the wire: its length, then its bytes.
+fn field_bytes(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut field = Vec::with_capacity(bytes.len() + 4);
+    write_field(&mut field, bytes)?;
+    Ok(field)
+}
+
+/// Reads one request field, keeping the descriptors that came with it.
+fn read_request(stream: &UnixStream, limit: u32) -> std::io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+    let mut fds = Vec::new();
+    let mut raw = [0u8; 4];
+    passed::read_exact_with_fds(stream, &mut raw, &mut fds)?;
+    let len = u32::from_le_bytes(raw);
+    if len > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("field of {len} bytes exceeds {limit}"),
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    passed::read_exact_with_fds(stream, &mut bytes, &mut fds)?;
+    Ok((bytes, fds))
 }
 
 fn write_reply(stream: &mut impl Write, reply: &ControlReply) -> std::io::Result<()> {
@@ -268,18 +316,38 @@ fn peer_allowed(stream: &UnixStream) -> Result<(), Refusal> {
     }
 }
 
+/// What came with a request besides its JSON.
+pub struct Attached {
+    /// The descriptor the client passed (at most one is taken), if any.
+    pub stream: Option<OwnedFd>,
+    /// The connection the reply goes back on, for watching whether the client is still
+    /// there (a copy; `None` if it could not be made).
+    pub connection: Option<UnixStream>,
+}
+
 /// What runs one request for a server: decoded, from an allowed peer.
-pub type Execute = dyn Fn(ControlRequest) -> ControlReply + Send + Sync;
+pub type Execute = dyn Fn(ControlRequest, Attached) -> ControlReply + Send + Sync;
 
 /// Runs one request from `stream` and writes its reply.
 fn handle(mut stream: UnixStream, execute: &Execute) {
     let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
-    let Ok(bytes) = read_field(&mut stream, REQUEST_BYTES_MAX) else {
+    let Ok((bytes, mut fds)) = read_request(&stream, REQUEST_BYTES_MAX) else {
         return;
     };
     let _ = stream.set_read_timeout(None);
     let reply = match peer_allowed(&stream) {
-        Ok(()) => decode_request(&bytes).and_then(execute),
+        Ok(()) if fds.len() > passed::PASSED_FDS_MAX => Err(bad_request(format!(
+            "a request carries at most {} file descriptor, not {}",
+            passed::PASSED_FDS_MAX,
+            fds.len()
+        ))),
+        Ok(()) => decode_request(&bytes).and_then(|request| {
+            let attached = Attached {
+                stream: fds.pop(),
+                connection: stream.try_clone().ok(),
+            };
+            execute(request, attached)
+        }),
         Err(refusal) => Err(Failure {
             message: format!("refused: {}", crate::pools::chain_text(&refusal)),
             exit_code: 1,
@@ -376,7 +444,9 @@ mod tests {
             Err(ControlError::AlreadyServed { .. })
         ));
         let stop = Arc::new(AtomicBool::new(false));
-        let execute: Arc<Execute> = Arc::new(|request: ControlRequest| match request.request {
+        let execute: Arc<Execute> = Arc::new(|request: ControlRequest, _: Attached| match request
+            .request
+        {
             AdminRequest::DeviceIo { pools } => Ok(Answer {
                 reply: AdminReply::Done,
                 notes: pools,
@@ -421,5 +491,44 @@ mod tests {
         server.join().unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
         assert!(forward(elsewhere.path(), &request).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_stream_passed_with_a_request_reaches_the_executor() {
+        use std::os::fd::AsFd;
+        let dir = tempfile::tempdir().unwrap();
+        let listener = bind(dir.path()).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let execute: Arc<Execute> = Arc::new(|request: ControlRequest, attached: Attached| {
+            assert!(request.request.takes_stream());
+            assert!(attached.connection.is_some());
+            let mut out = std::fs::File::from(attached.stream.expect("a stream"));
+            out.write_all(b"stream bytes").unwrap();
+            Ok(Answer::new(AdminReply::Done))
+        });
+        let server = std::thread::spawn({
+            let stop = stop.clone();
+            move || accept_loop(listener, stop, execute)
+        });
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let request = ControlRequest::new(
+            "cairn send tank/vol@a".to_string(),
+            AdminRequest::Send {
+                snapshot: "tank/vol@a".to_string(),
+                from: None,
+            },
+        );
+        let answer = forward_with_stream(dir.path(), &request, Some(writer.as_fd()))
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(matches!(answer.reply, AdminReply::Done));
+        drop(writer);
+        let mut got = String::new();
+        reader.read_to_string(&mut got).unwrap();
+        assert_eq!(got, "stream bytes");
+        stop.store(true, Ordering::SeqCst);
+        wake(dir.path());
+        server.join().unwrap();
     }
 }

@@ -24,7 +24,8 @@
 //!   filesystems whose `sharenfs` is on; `nfs_stats`: its statistics, apart so the registry
 //!   can hold them;
 //! - `control`: the control socket: typed admin requests to a running server and its typed
-//!   replies;
+//!   replies; `passed`: a client's stdin or stdout passed with a request (SCM_RIGHTS), read or
+//!   written by the server for `send` and `receive`;
 //! - `analytics`: Prometheus metrics, a bounded history and the live page (`serve --http`);
 //! - `serve`: a server's life, in the order that keeps it safe (bind, open, listen, drain,
 //!   export).
@@ -43,6 +44,7 @@ pub mod exports;
 pub mod fuse;
 pub mod nfs;
 pub mod nfs_stats;
+pub mod passed;
 pub mod pools;
 pub mod serve;
 

@@ -9,8 +9,9 @@
 //!    engine's one import search (the same `pool import -d` uses) are imported and remembered;
 //! 3. the NBD listeners start, and the front end is told where (`Ready`);
 //! 4. on stop: listeners close, connections finish the requests they have read, the control
-//!    thread ends, and each pool is synced and exported (it stays remembered, so the next
-//!    server imports it again).
+//!    thread ends, sends and receives in flight are ended (a receive rolls back; its client
+//!    is told the server stopped), and each pool is synced and exported (it stays
+//!    remembered, so the next server imports it again).
 //!
 //! Memory: the budget's request allowance becomes the NBD server's in-flight limits and, unless
 //! `nfs_memory_max_bytes` says otherwise, the NFS server's limit of calls in flight (each
@@ -20,6 +21,7 @@
 
 use crate::control::{self, ControlError};
 use crate::exports::PoolExports;
+use crate::passed::{PassedStream, StreamJobs};
 use crate::pools::{PoolAccess, PoolUnavailable, PoolsError, ServedPools, device_specs};
 use cairn_engine::{EngineError, ImportSource, MemoryBudget, Pool, discover_pools};
 use cairn_format::PoolState;
@@ -328,29 +330,107 @@ fn import_found(
 /// Answers the control socket's requests against the served pools: `admin::handle`, one
 /// request at a time (requests read-modify-write the pool cache and change pools' vdev trees,
 /// and a user running two commands at once expects them to take turns as they would without a
-/// server).
+/// server). A send or receive runs beside them, on the stream its client passed
+/// (`run_stream`): it may last as long as a slow pipe takes, and touches neither.
 fn executor(
     access: &PoolAccess,
     state_dir: &Path,
     served: Arc<ServedPools>,
+    jobs: Arc<StreamJobs>,
 ) -> Arc<control::Execute> {
     let cache_dir = state_dir.to_path_buf();
     let opener = access.opener.clone();
     let read_trace_dir = access.read_trace_dir.clone();
     let l2_write_bytes_per_day = access.l2_write_bytes_per_day;
     let one_at_a_time = parking_lot::Mutex::new(());
-    Arc::new(move |request: control::ControlRequest| {
-        let _turn = one_at_a_time.lock();
-        let access = PoolAccess {
-            cache: crate::PoolCache::new(cache_dir.clone()),
-            served: Some(served.clone()),
-            opener: opener.clone(),
-            read_trace_dir: read_trace_dir.clone(),
-            l2_write_bytes_per_day,
-        };
-        crate::admin::handle(&access, &request.command_line, request.request)
-            .map_err(|err| control::Failure::of(&err))
-    })
+    Arc::new(
+        move |request: control::ControlRequest, attached: control::Attached| {
+            let access = PoolAccess {
+                cache: crate::PoolCache::new(cache_dir.clone()),
+                served: Some(served.clone()),
+                opener: opener.clone(),
+                read_trace_dir: read_trace_dir.clone(),
+                l2_write_bytes_per_day,
+            };
+            if request.request.takes_stream() {
+                return run_stream(&access, &jobs, request, attached);
+            }
+            let _turn = one_at_a_time.lock();
+            crate::admin::handle(&access, &request.command_line, request.request)
+                .map_err(|err| control::Failure::of(&err))
+        },
+    )
+}
+
+/// A send or receive on the descriptor its client passed, stopped if the client goes away.
+fn run_stream(
+    access: &PoolAccess,
+    jobs: &StreamJobs,
+    request: control::ControlRequest,
+    attached: control::Attached,
+) -> control::ControlReply {
+    let refuse = |message: &str| control::Failure {
+        message: message.to_string(),
+        exit_code: 1,
+    };
+    let (Some(fd), Some(connection)) = (attached.stream, attached.connection) else {
+        return Err(refuse(
+            "a send or receive through the server needs the stream's file descriptor \
+             with the request, and none came",
+        ));
+    };
+    let _job = jobs
+        .start(&connection)
+        .map_err(|stopping| refuse(&stopping.to_string()))?;
+    let mut stream = PassedStream::new(fd, connection, Some(jobs.stopping()))
+        .map_err(|err| refuse(&format!("cannot use the stream passed: {err}")))?;
+    crate::admin::handle_stream(access, request.request, &mut stream)
+        .map_err(|err| control::Failure::of(&err))
+}
+
+/// The thread answering the control socket.
+struct ControlThread {
+    stop: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ControlThread {
+    fn start(
+        listener: std::os::unix::net::UnixListener,
+        execute: Arc<control::Execute>,
+    ) -> Result<ControlThread, ServeError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::Builder::new()
+            .name("cairn-control".into())
+            .spawn({
+                let stop = stop.clone();
+                move || control::accept_loop(listener, stop, execute)
+            })
+            .map_err(|source| ServeError::Start {
+                what: "control thread",
+                source,
+            })?;
+        Ok(ControlThread { stop, thread })
+    }
+
+    /// Stops accepting requests (those running go on) and removes the socket.
+    fn stop(self, state_dir: &Path) {
+        self.stop.store(true, Ordering::SeqCst);
+        control::wake(state_dir);
+        let _ = self.thread.join();
+        let _ = std::fs::remove_file(control::socket_path(state_dir));
+    }
+}
+
+/// Ends the sends and receives in flight and waits for them (`STREAM_JOBS_STOP` at most).
+fn stop_stream_jobs(jobs: &StreamJobs, notes: &dyn Fn(Note)) {
+    let left = jobs.stop_all(STREAM_JOBS_STOP);
+    if left > 0 {
+        notes(Note::Pool(format!(
+            "{left} send or receive did not end within {} s; exporting anyway",
+            STREAM_JOBS_STOP.as_secs()
+        )));
+    }
 }
 
 /// Serves until `stop` resolves, then syncs and exports every pool. `access` gives the pool
@@ -421,18 +501,16 @@ where
             .nfs_memory_max_bytes
             .unwrap_or(settings.budget.request_bytes),
     )?;
-    let stop_control = Arc::new(AtomicBool::new(false));
-    let control_thread = std::thread::Builder::new()
-        .name("cairn-control".into())
-        .spawn({
-            let stop = stop_control.clone();
-            let execute = executor(access, &settings.state_dir, served.clone());
-            move || control::accept_loop(control_listener, stop, execute)
-        })
-        .map_err(|source| ServeError::Start {
-            what: "control thread",
-            source,
-        })?;
+    let stream_jobs = Arc::new(StreamJobs::default());
+    let control = ControlThread::start(
+        control_listener,
+        executor(
+            access,
+            &settings.state_dir,
+            served.clone(),
+            stream_jobs.clone(),
+        ),
+    )?;
     let listeners = Listeners {
         listen: &settings.listen,
         socket_path: &settings.socket_path,
@@ -452,10 +530,9 @@ where
         analytics.stop();
     }
     let _ = std::fs::remove_file(&settings.socket_path);
-    stop_control.store(true, Ordering::SeqCst);
-    control::wake(&settings.state_dir);
-    let _ = control_thread.join();
-    let _ = std::fs::remove_file(control::socket_path(&settings.state_dir));
+    control.stop(&settings.state_dir);
+    // Sends and receives in flight end (a receive rolls back) before their pools go.
+    stop_stream_jobs(&stream_jobs, notes);
     for (dataset, _, result) in served.mounts.unmount_all(None) {
         notes(Note::Pool(match result {
             Ok(()) => format!("unmounted {dataset}"),
@@ -600,6 +677,9 @@ pub fn pass_on_events(seen: u64, notes: &dyn Fn(Note)) -> u64 {
 /// The file in the state directory listing the server's mountpoints
 /// (`Mounts::keep_record`).
 const MOUNT_RECORD_FILE: &str = "mounts";
+/// How long a stopping server waits for the sends and receives it ended (a receive destroys
+/// what it made) before it exports their pools.
+const STREAM_JOBS_STOP: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Mounts every filesystem of the served pools that has a mountpoint; one that cannot be
 /// mounted is reported and left (the others and the volumes are served).

@@ -15,6 +15,7 @@ use crate::vdevs::absolute_device_word;
 use anyhow::Result;
 use cairn_frontend::admin::{self, AdminReply, AdminRequest, Answer};
 use cairn_frontend::control::{self, ControlRequest};
+use std::os::fd::BorrowedFd;
 use std::path::Path;
 
 /// Runs `request` in the server of `ctx`'s state directory if one runs, else here.
@@ -50,6 +51,26 @@ pub fn call_server(
     }
     let sent = ControlRequest::new(ctx.command_line.clone(), request);
     match control::forward(state_dir, &sent)? {
+        Some(Ok(answer)) => Ok(Ok(print_notes(ctx, answer))),
+        Some(Err(failure)) => Err(failure.into()),
+        None => Ok(Err(sent.request)),
+    }
+}
+
+/// Runs `request` in the server of `ctx`'s state directory with `stream` (this process's
+/// stdout or stdin), which the server writes or reads itself; `Err(request)` back when no
+/// server runs.
+pub fn call_server_with_stream(
+    ctx: &Context,
+    request: AdminRequest,
+    stream: BorrowedFd<'_>,
+) -> Result<Result<AdminReply, AdminRequest>> {
+    let state_dir = ctx.cache.dir();
+    if !control::socket_path(state_dir).exists() {
+        return Ok(Err(request));
+    }
+    let sent = ControlRequest::new(ctx.command_line.clone(), request);
+    match control::forward_with_stream(state_dir, &sent, Some(stream))? {
         Some(Ok(answer)) => Ok(Ok(print_notes(ctx, answer))),
         Some(Err(failure)) => Err(failure.into()),
         None => Ok(Err(sent.request)),

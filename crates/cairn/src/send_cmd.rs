@@ -4,16 +4,20 @@
 //! and why an incremental costs what changed: `cairn_engine::Pool::send`; how a receive stays
 //! all or nothing: `Pool::receive`.
 //!
-//! Both open the pool in this process, as other commands do without a server. When a server
-//! runs it holds the pool, and handing it this process's stdin or stdout (over the control
-//! socket, with SCM_RIGHTS) is not done yet: both commands then stop with a message saying so,
-//! before reading or writing a byte.
+//! When a server runs it holds the pool: the command passes its stdout (send) or stdin
+//! (receive) to it with the request (SCM_RIGHTS over the control socket,
+//! `cairn_frontend::passed`), the server writes or reads the stream itself, and answers with
+//! what was sent or received; interrupting the command stops the server's work for it (a
+//! receive then leaves nothing). Without a server both open the pool in this process, as
+//! other commands do.
 
 use crate::context::{Context, shout};
 use crate::remote;
 use anyhow::{Result, bail};
 use cairn_engine::ReceiveOptions;
+use cairn_frontend::admin::{AdminReply, AdminRequest, ReceiveReport, SendReport};
 use std::io::{IsTerminal, Write};
+use std::os::fd::AsFd;
 
 #[derive(Debug, clap::Args)]
 pub struct SendArgs {
@@ -46,18 +50,6 @@ fn pool_of(name: &str) -> &str {
     name.split(['/', '@', '#']).next().unwrap_or(name)
 }
 
-fn refuse_with_server(ctx: &Context, what: &str) -> Result<()> {
-    let dir = ctx.cache.dir();
-    if remote::server_runs(dir) {
-        bail!(
-            "a server runs on {} and holds the pools: {what} through it is not done yet; \
-             stop it (or run {what} where no server holds the pool)",
-            dir.display()
-        );
-    }
-    Ok(())
-}
-
 /// `cairn send`.
 pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     let (snapshot, from) = (args.snapshot.as_str(), args.from.as_deref());
@@ -65,19 +57,29 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     if stdout.is_terminal() {
         bail!("refusing to write a send stream to a terminal: redirect stdout to a file or pipe");
     }
-    refuse_with_server(ctx, "send")?;
-    let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-    let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
-        Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
-    })?;
-    out.flush()?;
+    let request = AdminRequest::Send {
+        snapshot: snapshot.to_string(),
+        from: from.map(str::to_string),
+    };
+    let report = match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
+        Ok(AdminReply::Sent(report)) => report,
+        Ok(other) => return Err(remote::unexpected(&other)),
+        Err(_) => {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
+                Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
+            })?;
+            out.flush()?;
+            SendReport::from(summary)
+        }
+    };
     if args.verbose {
         shout!(
             ctx,
             "sent {snapshot}: {} bytes, {} objects, {} blocks",
-            summary.bytes_written,
-            summary.objects,
-            summary.blocks_written
+            report.bytes_written,
+            report.objects,
+            report.blocks_written
         );
     }
     Ok(())
@@ -90,19 +92,29 @@ pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
     if stdin.is_terminal() {
         bail!("refusing to read a send stream from a terminal: redirect stdin from a file or pipe");
     }
-    refuse_with_server(ctx, "receive")?;
-    let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
-    let summary = ctx.with_pool(pool_of(target), false, |pool| -> Result<_> {
-        Ok(pool.receive(target, &mut input, ReceiveOptions { force: args.force })?)
-    })?;
+    let request = AdminRequest::Receive {
+        target: target.to_string(),
+        force: args.force,
+    };
+    let report = match remote::call_server_with_stream(ctx, request, stdin.as_fd())? {
+        Ok(AdminReply::Received(report)) => report,
+        Ok(other) => return Err(remote::unexpected(&other)),
+        Err(_) => {
+            let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
+            let summary = ctx.with_pool(pool_of(target), false, |pool| -> Result<_> {
+                Ok(pool.receive(target, &mut input, ReceiveOptions { force: args.force })?)
+            })?;
+            ReceiveReport::from(summary)
+        }
+    };
     if args.verbose {
         shout!(
             ctx,
             "received {}: {} bytes, {} objects, {} blocks",
-            summary.snapshot,
-            summary.bytes_read,
-            summary.objects,
-            summary.blocks_written
+            report.snapshot,
+            report.bytes_read,
+            report.objects,
+            report.blocks_written
         );
     }
     Ok(())

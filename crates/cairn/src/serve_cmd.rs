@@ -10,7 +10,8 @@
 //! and the NBD and NFS servers' request buffers (NFS's own figure with `--nfs-memory-max`); it
 //! is printed at start and shown by `stat memory`.
 //! The control socket's typed requests are answered by `cairn_frontend::serve` itself
-//! (`admin::handle`, one at a time): nothing of the CLI runs for them.
+//! (`admin::handle`, one at a time; sends and receives beside them): nothing of the CLI runs
+//! for them. SIGPIPE is ignored while serving (`ignore_sigpipe`).
 
 use crate::context::Context;
 use anyhow::{Context as _, Result};
@@ -236,6 +237,7 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
     };
     let notes = |note: Note| eprintln!("cairn: {note}");
     let budget_line = describe_budget(&budget);
+    ignore_sigpipe();
     cairn_frontend::serve::serve(
         &access,
         settings,
@@ -244,6 +246,17 @@ pub fn serve(ctx: &Context, args: &ServeArgs, state_dir: &std::path::Path) -> Re
         wait_for_stop_signal,
     )?;
     Ok(())
+}
+
+/// A server writes send streams into its clients' pipes (`cairn send | ...`): a reader that
+/// goes away must fail that write with EPIPE, not kill the server and every client with it.
+/// (`main` restores SIGPIPE's default for one-shot commands, which should end quietly.)
+fn ignore_sigpipe() {
+    // SAFETY: SIG_IGN is a valid disposition for SIGPIPE, and setting it affects only how a
+    // write to a closed pipe or socket ends (an error instead of the signal).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
 }
 
 /// Prints where the exports are and how to reach them; `nfs_share`: a shared filesystem

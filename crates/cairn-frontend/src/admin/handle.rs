@@ -1,6 +1,7 @@
-//! `handle`: the one entry of the administration library for typed requests. A server runs it
-//! for every request on its control socket (one at a time); a front end with no server runs it
-//! in its own process with the same `PoolAccess` shape, so both give the same answers.
+//! `handle`: the one entry of the administration library for typed requests (but those that
+//! take a stream: `streams.rs`). A server runs it for every request on its control socket (one
+//! at a time); a front end with no server runs it in its own process with the same
+//! `PoolAccess` shape, so both give the same answers.
 //!
 //! Invariants: prints nothing; a pool that cannot be opened, met while working over every pool
 //! (the request named none), becomes a note and is skipped; named, it is the error.
@@ -124,8 +125,18 @@ pub fn handle_observed(
         AdminRequest::Datasets { pools } => {
             AdminReply::Datasets(dataset_rows::pool_datasets(access, &pools, &mut notes)?)
         }
+        AdminRequest::Send { .. } | AdminRequest::Receive { .. } => return Err(no_stream()),
     };
     Ok(Answer { reply, notes })
+}
+
+/// A request that takes a stream, met without one.
+fn no_stream() -> AdminError {
+    AdminError::Invalid(
+        "a send or receive needs its stream: the front end passes it with the request \
+         (admin::handle_stream)"
+            .to_string(),
+    )
 }
 
 /// The server's registry, for requests only a running server can answer.

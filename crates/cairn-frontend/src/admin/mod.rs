@@ -10,7 +10,8 @@
 //! `mirrors.rs` (attach/replace/detach, clear, scrub, waiting for a resilver with progress),
 //! `import_request.rs` (import, check), `views.rs` and `dataset_rows.rs` (pool status/list,
 //! dataset list/get), `stats.rs` and `samples.rs` (statistics and the samples a poller
-//! subtracts), `mounting.rs` (FUSE mounts, a server's only).
+//! subtracts), `mounting.rs` (FUSE mounts, a server's only), `streams.rs` (send and receive
+//! with a stream the front end hands over: `handle_stream`).
 //!
 //! Policy kept here, not in a front end:
 //! - device safety (`devices.rs`): a device of a pool this machine has imported is refused
@@ -50,6 +51,7 @@ mod removal;
 mod request;
 pub mod samples;
 pub mod stats;
+mod streams;
 mod views;
 
 pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
@@ -68,8 +70,10 @@ pub use mirrors::{Cleared, MirrorChange, MirrorOutcome, Progress, ResilverReques
 pub use pools::{AddedDevices, add_devices, create_pool};
 pub use removal::{PoolRemoval, destroy_pool, export_pool};
 pub use request::{
-    AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, PoolChange, TxgRow, VdevLayout,
+    AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, PoolChange, ReceiveReport,
+    SendReport, TxgRow, VdevLayout,
 };
+pub use streams::handle_stream;
 pub use views::{PoolView, PoolViews, pool_views};
 
 use crate::PoolsError;

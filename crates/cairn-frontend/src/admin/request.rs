@@ -99,6 +99,25 @@ pub enum AdminRequest {
     /// snapshot `older` and `newer`, a later snapshot, the filesystem itself, or a clone
     /// descended from it.
     DiffFiles { older: String, newer: String },
+    /// `send`: snapshot `snapshot` as a send stream, incremental `from` an older snapshot or
+    /// bookmark. Needs the stream's destination (`admin::handle_stream`).
+    Send {
+        snapshot: String,
+        from: Option<String>,
+    },
+    /// `receive`: a send stream into `target`. Needs the stream's source
+    /// (`admin::handle_stream`).
+    Receive { target: String, force: bool },
+}
+
+impl AdminRequest {
+    /// Whether the request reads or writes a stream the front end hands over with it.
+    pub fn takes_stream(&self) -> bool {
+        matches!(
+            self,
+            AdminRequest::Send { .. } | AdminRequest::Receive { .. }
+        )
+    }
 }
 
 /// A change of a pool (`AdminRequest::Pool`).
@@ -301,6 +320,50 @@ pub enum AdminReply {
     MemoryStats(MemorySample),
     SnapshotStats(SnapshotSample),
     NfsStats(NfsSample),
+    Sent(SendReport),
+    Received(ReceiveReport),
+}
+
+/// What a send wrote (`cairn_engine::SendSummary`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SendReport {
+    pub bytes_written: u64,
+    pub objects: u64,
+    pub blocks_written: u64,
+    /// Metadata blocks an incremental walk read to find the change.
+    pub blocks_visited: u64,
+}
+
+impl From<cairn_engine::SendSummary> for SendReport {
+    fn from(summary: cairn_engine::SendSummary) -> SendReport {
+        SendReport {
+            bytes_written: summary.bytes_written,
+            objects: summary.objects,
+            blocks_written: summary.blocks_written,
+            blocks_visited: summary.blocks_visited,
+        }
+    }
+}
+
+/// What a receive made (`cairn_engine::ReceiveSummary`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReceiveReport {
+    /// `dataset@snapshot`.
+    pub snapshot: String,
+    pub bytes_read: u64,
+    pub objects: u64,
+    pub blocks_written: u64,
+}
+
+impl From<cairn_engine::ReceiveSummary> for ReceiveReport {
+    fn from(summary: cairn_engine::ReceiveSummary) -> ReceiveReport {
+        ReceiveReport {
+            snapshot: summary.snapshot,
+            bytes_read: summary.bytes_read,
+            objects: summary.objects,
+            blocks_written: summary.blocks_written,
+        }
+    }
 }
 
 /// The byte ranges of a volume that differ between two of its versions

@@ -1,0 +1,114 @@
+//! `send` and `receive` for a front end that hands over the stream: a server runs them on its
+//! live pools with the descriptor a client passed (its stdout for a send, its stdin for a
+//! receive; `crate::passed`), writing or reading the stream itself, and answers with what was
+//! sent or received. What a stream holds and how a receive stays all or nothing is the
+//! engine's (`Pool::send`, `Pool::receive`); this adds only the buffering and the typed
+//! answer.
+//!
+//! Invariants: a send's stream is flushed before the answer (a client that exits on the answer
+//! leaves a complete stream behind); an error of the stream itself (the reader or the client
+//! went away) fails the request like any other. These run beside other requests, not in their
+//! turn: a send of many GiB to a slow pipe must not stop `list` for its whole length, and
+//! neither changes the pool cache or vdev trees that the turn protects.
+
+use super::AdminError;
+use super::request::{AdminReply, AdminRequest, Answer, ReceiveReport, SendReport};
+use crate::PoolAccess;
+use cairn_engine::ReceiveOptions;
+use std::io::{BufReader, BufWriter, Read, Write};
+
+/// Buffered bytes between the engine and the stream (few, large reads and writes).
+const STREAM_BUFFER_BYTES: usize = 1 << 20;
+
+/// The pool a dataset, snapshot or bookmark name belongs to.
+fn pool_of(name: &str) -> &str {
+    name.split(['/', '@', '#']).next().unwrap_or(name)
+}
+
+/// Runs a request that takes a stream (`AdminRequest::takes_stream`) against `access`'s pools,
+/// with `stream` as its destination (send) or source (receive).
+pub fn handle_stream<S: Read + Write>(
+    access: &PoolAccess,
+    request: AdminRequest,
+    stream: &mut S,
+) -> Result<Answer, AdminError> {
+    let reply = match request {
+        AdminRequest::Send { snapshot, from } => {
+            AdminReply::Sent(send(access, &snapshot, from.as_deref(), stream)?)
+        }
+        AdminRequest::Receive { target, force } => {
+            AdminReply::Received(receive(access, &target, force, stream)?)
+        }
+        other => {
+            return Err(AdminError::Invalid(format!(
+                "not a request with a stream: {other:?}"
+            )));
+        }
+    };
+    Ok(Answer::new(reply))
+}
+
+fn send(
+    access: &PoolAccess,
+    snapshot: &str,
+    from: Option<&str>,
+    stream: &mut dyn Write,
+) -> Result<SendReport, AdminError> {
+    let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
+    let summary = access.with_pool(pool_of(snapshot), true, |pool| -> Result<_, AdminError> {
+        Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
+    })?;
+    out.flush()?;
+    Ok(summary.into())
+}
+
+fn receive(
+    access: &PoolAccess,
+    target: &str,
+    force: bool,
+    stream: &mut dyn Read,
+) -> Result<ReceiveReport, AdminError> {
+    // An incremental receive swaps the dataset's head as a rollback does, but the engine
+    // alone cannot tell the kernel to drop what it caches of a FUSE mount (a rollback goes
+    // through `Mounts::roll_back` for that): refused rather than shown stale.
+    if access
+        .served
+        .as_ref()
+        .is_some_and(|served| served.mounts.is_mounted(target))
+    {
+        return Err(AdminError::Refused(format!(
+            "{target} is mounted by this server: unmount it first (cairn unmount {target}), \
+             or receive into another dataset"
+        )));
+    }
+    let mut input = BufReader::with_capacity(STREAM_BUFFER_BYTES, stream);
+    let summary = access.with_pool(pool_of(target), false, |pool| -> Result<_, AdminError> {
+        Ok(pool.receive(target, &mut input, ReceiveOptions { force })?)
+    })?;
+    Ok(summary.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::PoolCache;
+
+    #[test]
+    fn only_stream_requests_are_taken_and_a_missing_pool_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let access = PoolAccess::new(PoolCache::new(dir.path().to_path_buf()));
+        let mut stream = std::io::Cursor::new(Vec::new());
+        let err = handle_stream(&access, AdminRequest::ArcCounters, &mut stream).unwrap_err();
+        assert!(
+            err.to_string().contains("not a request with a stream"),
+            "{err}"
+        );
+        let send = AdminRequest::Send {
+            snapshot: "tank/vol@a".to_string(),
+            from: None,
+        };
+        let err = handle_stream(&access, send, &mut stream).unwrap_err();
+        assert!(err.to_string().contains("tank"), "{err}");
+        assert!(stream.get_ref().is_empty());
+    }
+}
