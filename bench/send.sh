@@ -38,7 +38,10 @@
 #              block twice, bs=BLOCK), snapshot @b, `send -i @a VOL@b > /dev/null` timed
 #              against the full send. Target: ≤ 3 % of the full send's time.
 # The source pool is destroyed before the receive (and the stream file after it), so at most
-# about twice VOLSIZE sits on tmpfs at any time; the script checks MemAvailable first.
+# about twice VOLSIZE sits on tmpfs at any time; the script checks MemAvailable first. cairn's
+# in-process send keeps what it reads in its ARC (default: half the usable memory; measured:
+# RSS ~ the volume's size at 512 MiB and 1.5 GiB), so during the full run the ARC's pressure
+# monitor must shrink it as tmpfs fills: the report prints cairn's peak RSS per command.
 #
 # Full run (the one for BENCHMARKS.md): `bench/send.sh` (VOLSIZE 8 GiB, BLOCK 16K); expect
 # ~15-25 min on 2 cores (per system about 7 passes over 8 GiB; cairn's emulated SSD at a few
@@ -65,7 +68,7 @@ while [[ $# -gt 0 ]]; do
         --model) MODEL=$2; shift 2 ;;
         --systems) IFS=, read -r -a SYSTEMS <<<"$2"; shift 2 ;;
         --dir) DIR=$2; shift 2 ;;
-        -h|--help) sed -n '2,49p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,53p' "$0"; exit 0 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -243,8 +246,18 @@ cairn_seq_read() {
     fio_nbd cairn.seq-read "$(uri tank/vol)" --rw=read
     stop_cairn_server
 }
+# rss_of NAME COMMAND...: COMMAND, its peak RSS (KiB) into cairn.rss_NAME.
+rss_of() {
+    local name=$1
+    shift
+    /usr/bin/time -f %M -o "$RES/cairn.rss_$name" "$@"
+}
 cairn_send() {
-    if [[ $1 == full ]]; then c send tank/vol@a; else c send -i @a tank/vol@b; fi
+    if [[ $1 == full ]]; then
+        rss_of full_send "$CAIRN" --state-dir "$STATE" send tank/vol@a
+    else
+        rss_of incr_send "$CAIRN" --state-dir "$STATE" send -i @a tank/vol@b
+    fi
 }
 cairn_change() {
     start_cairn_server
@@ -266,7 +279,7 @@ cairn_seq_write() {
     rm -f "$EMU/recv.img"
     c pool create --size "${POOL_MIB}M" backup "emu:$MODEL:$EMU/recv.img" >>"$DIR/setup.log"
 }
-cairn_receive() { c receive backup/vol; }
+cairn_receive() { rss_of receive "$CAIRN" --state-dir "$STATE" receive backup/vol; }
 
 # zfs-fuse.
 zfs_fuse_fill() {
@@ -454,4 +467,6 @@ for key in full_send_mbs:1 receive_mbs:1 incr_send_s:0; do
     done
 done
 echo
+kib_to_mib() { if [[ $1 == - ]]; then echo -; else echo $(($1 >> 10)); fi; }
+echo "cairn's peak RSS (MiB): full send $(kib_to_mib "$(value cairn rss_full_send)"), incremental send $(kib_to_mib "$(value cairn rss_incr_send)"), receive $(kib_to_mib "$(value cairn rss_receive)")."
 echo "send: ${SYSTEMS[*]}; load average before $LOAD_BEFORE, after $LOAD_AFTER; $(nproc) cores; $(($(date +%s) - START)) s in all. Raw figures: $RES"
