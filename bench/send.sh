@@ -44,8 +44,8 @@
 # monitor must shrink it as tmpfs fills: the report prints cairn's peak RSS per command.
 #
 # Full run (the one for BENCHMARKS.md): `bench/send.sh` (VOLSIZE 8 GiB, BLOCK 16K); expect
-# ~15-25 min on 2 cores (per system about 7 passes over 8 GiB; cairn's emulated SSD at a few
-# hundred MB/s sets most of it). --quick: a smoke run with a 512 MiB volume (~2 min).
+# ~15 min on 2 cores (the --quick rates scaled: cairn ~6 min, most of it its two full sends
+# at ~100 MB/s; zfs-fuse ~4, btrfs ~3). --quick: a smoke run with a 512 MiB volume (~1 min).
 # Prints markdown tables: per measure cairn, zfs-fuse, btrfs and cairn's ratio to each peer
 # (rates: cairn over peer, higher is better; times: peer over cairn, × faster), then the
 # targets. Needs root (loop devices, mounts), fio, zfs-fuse and btrfs-progs; it checks for
