@@ -37,7 +37,8 @@ use super::context::NfsContext;
 use super::convert::Caller;
 use super::drc::CallKey;
 use super::memory::{
-    Charge, PEEK_BYTES, RECORD_BYTES_MAX, call_charge_bytes, unknown_record_charge_bytes,
+    Charge, PEEK_BYTES, RECORD_BYTES_MAX, call_charge_bytes, program_and_procedure,
+    unknown_record_charge_bytes,
 };
 use super::procs::{self, IO_BYTES_MAX};
 use super::write;
@@ -200,13 +201,7 @@ fn read_records<'a>(conn: &Connection<'a>, sender: &SyncSender<Call<'a>>) {
 /// connection is idle: any call but an NFS COMMIT (which waits for a whole file's log
 /// records to reach the device).
 fn in_place(record: &[u8]) -> bool {
-    let word = |index: usize| {
-        record
-            .get(index * 4..index * 4 + 4)
-            .and_then(|bytes| bytes.try_into().ok())
-            .map(u32::from_be_bytes)
-    };
-    !(word(3) == Some(PROGRAM_NFS) && word(5) == Some(Nfs3Proc::Commit as u32))
+    program_and_procedure(record) != (Some(PROGRAM_NFS), Some(Nfs3Proc::Commit as u32))
 }
 
 /// Reads one call record (RFC 5531 §11 record marking), charged to the memory limit before

@@ -54,15 +54,21 @@ const LARGE_REPLY_BYTES: u64 = IO_BYTES_MAX as u64 + 8 * 1024;
 /// How often a waiter looks at the server's stop flag.
 const STOP_POLL_MS: u64 = 100;
 
-/// The largest reply the call whose record starts with `head` can produce (`head` may be
-/// shorter than `PEEK_BYTES`: a record too short for a header gets a small error reply).
-fn reply_bytes_max(head: &[u8]) -> u64 {
+/// The program and procedure of the call whose record starts with `head`, as far as `head`
+/// holds them (words 3 and 5 of the RPC call header).
+pub fn program_and_procedure(head: &[u8]) -> (Option<u32>, Option<u32>) {
     let word = |index: usize| {
         head.get(index * 4..index * 4 + 4)
             .and_then(|bytes| bytes.try_into().ok())
             .map(u32::from_be_bytes)
     };
-    match (word(3), word(5)) {
+    (word(3), word(5))
+}
+
+/// The largest reply the call whose record starts with `head` can produce (`head` may be
+/// shorter than `PEEK_BYTES`: a record too short for a header gets a small error reply).
+fn reply_bytes_max(head: &[u8]) -> u64 {
+    match program_and_procedure(head) {
         // READ, READDIR, READDIRPLUS.
         (Some(PROGRAM_NFS), Some(6 | 16 | 17)) => LARGE_REPLY_BYTES,
         // EXPORT.
