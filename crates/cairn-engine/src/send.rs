@@ -353,22 +353,20 @@ fn send_block(
     summary: &mut SendSummary,
 ) -> Result<(), EngineError> {
     let block_bytes = u64::from(dnode.data_block_size);
-    let record = match objset.read_block(object, blkid)? {
+    let offset_bytes = blkid * block_bytes;
+    match objset.read_block(object, blkid)? {
+        // The cached block itself goes to the stream: no copy into a record of its own.
         Some(data) => {
             summary.blocks_written += 1;
-            StreamRecord::Write {
-                object,
-                offset_bytes: blkid * block_bytes,
-                data: data.to_vec(),
-            }
+            writer.write_data(object, offset_bytes, &data)
         }
-        None => StreamRecord::Free {
+        None => writer.write(&StreamRecord::Free {
             object,
-            offset_bytes: blkid * block_bytes,
+            offset_bytes,
             length_bytes: block_bytes,
-        },
-    };
-    writer.write(&record).map_err(stream_io)
+        }),
+    }
+    .map_err(stream_io)
 }
 
 /// The objects that changed since `from`: gone ones as FREEOBJECTS, the others as OBJECT and
