@@ -12,6 +12,16 @@
 //! `changed_blocks` then walks only the changed objects' rewritten indirect blocks. Only the
 //! blocks reported changed are read for their data; a block of the source is never read.
 //!
+//! Read-ahead: a send reads data blocks in walk order, and one read in flight at a time
+//! leaves a device with several channels mostly idle (measured: 96 MB/s against a pool's
+//! 314 MB/s sequential read on an emulated SATA SSD). `send_blocks` keeps the next
+//! `READ_AHEAD_BYTES` of the blocks it is about to write asked of the cache's read-ahead
+//! threads (`ObjectSet::prefetch_blocks`: the same verified, cached reads a demand read makes),
+//! so their reads overlap while the stream is written in order from the demand reads that
+//! follow. The window bounds the memory of blocks read but not yet written; read-ahead is a
+//! hint, so an error is reported by the demand read of that block, as without it. The stream's
+//! bytes do not depend on it.
+//!
 //! Consistency: both roots are taken from one synced txg (`SyncedTree`), whose guard keeps
 //! every block freed after it from reuse while the send reads, so a snapshot destroyed
 //! meanwhile is still read as it was.
@@ -32,8 +42,13 @@ use cairn_format::{BlockPointer, Dnode};
 use cairn_object::ObjectSet;
 use std::io::Write;
 
-/// Blocks whose holes are looked up at once while a full send walks an object.
+/// Blocks whose holes are looked up at once while a full send walks an object (and changed
+/// blocks an incremental hands to `send_blocks` at once).
 const BLOCK_MAP_CHUNK: u64 = 1024;
+/// Data a send asks to be read ahead of the block it writes (see the module doc): at least
+/// `READ_AHEAD_BLOCKS_MIN` blocks, so large blocks still overlap.
+const READ_AHEAD_BYTES: u64 = 2 << 20;
+const READ_AHEAD_BLOCKS_MIN: u64 = 16;
 
 /// What a send wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -253,28 +268,79 @@ fn send_full(
             .write(&object_record(object, &dnode))
             .map_err(stream_io)?;
         summary.objects += 1;
-        let blocks = dnode.max_block_id + 1;
-        let mut first = 0;
-        while first < blocks {
-            let count = BLOCK_MAP_CHUNK.min(blocks - first);
-            let map = objset.block_map(object, first, count)?;
-            for (index, present) in map.into_iter().enumerate() {
-                if present {
-                    send_block(
-                        objset,
-                        object,
-                        &dnode,
-                        first + index as u64,
-                        writer,
-                        summary,
-                    )?;
-                }
-            }
-            first += count;
-            progress(writer.bytes_written());
-        }
+        send_every_block(objset, object, &dnode, writer, summary, progress)?;
     }
     Ok(())
+}
+
+/// WRITE of every block of `object` that holds data, ascending (holes found from the indirect
+/// blocks, never by reading data).
+fn send_every_block(
+    objset: &ObjectSet,
+    object: u64,
+    dnode: &Dnode,
+    writer: &mut StreamWriter<'_>,
+    summary: &mut SendSummary,
+    progress: &mut dyn FnMut(u64),
+) -> Result<(), EngineError> {
+    let blocks = dnode.max_block_id + 1;
+    let mut present = Vec::new();
+    let mut first = 0;
+    while first < blocks {
+        let count = BLOCK_MAP_CHUNK.min(blocks - first);
+        let map = objset.block_map(object, first, count)?;
+        present.clear();
+        present.extend(
+            map.into_iter()
+                .enumerate()
+                .filter(|&(_, holds_data)| holds_data)
+                .map(|(index, _)| first + index as u64),
+        );
+        send_blocks(objset, object, dnode, &present, writer, summary)?;
+        first += count;
+        progress(writer.bytes_written());
+    }
+    Ok(())
+}
+
+/// `send_block` of each of `blkids` (ascending) in turn, the next `READ_AHEAD_BYTES` of them
+/// read ahead (see the module doc): asked for half a window at a time, in runs of consecutive
+/// blocks, so the read-ahead threads get batches they queue together.
+fn send_blocks(
+    objset: &ObjectSet,
+    object: u64,
+    dnode: &Dnode,
+    blkids: &[u64],
+    writer: &mut StreamWriter<'_>,
+    summary: &mut SendSummary,
+) -> Result<(), EngineError> {
+    let window_blocks = (READ_AHEAD_BYTES / u64::from(dnode.data_block_size).max(1))
+        .max(READ_AHEAD_BLOCKS_MIN) as usize;
+    let mut asked_until = 0;
+    for (index, &blkid) in blkids.iter().enumerate() {
+        if asked_until <= index + window_blocks / 2 && asked_until < blkids.len() {
+            let until = (index + window_blocks).min(blkids.len());
+            read_ahead(objset, object, &blkids[asked_until.max(index)..until]);
+            asked_until = until;
+        }
+        send_block(objset, object, dnode, blkid, writer, summary)?;
+    }
+    Ok(())
+}
+
+/// Asks for `blkids` (ascending) of `object` to be read in the background, one call per run
+/// of consecutive blocks.
+fn read_ahead(objset: &ObjectSet, object: u64, blkids: &[u64]) {
+    let mut rest = blkids;
+    while let Some(&first) = rest.first() {
+        let run = rest
+            .iter()
+            .enumerate()
+            .take_while(|&(offset, &blkid)| blkid == first + offset as u64)
+            .count();
+        objset.prefetch_blocks(object, first..first + run as u64);
+        rest = &rest[run..];
+    }
 }
 
 /// WRITE of one block, or FREE if it reads as a hole.
@@ -287,22 +353,20 @@ fn send_block(
     summary: &mut SendSummary,
 ) -> Result<(), EngineError> {
     let block_bytes = u64::from(dnode.data_block_size);
-    let record = match objset.read_block(object, blkid)? {
+    let offset_bytes = blkid * block_bytes;
+    match objset.read_block(object, blkid)? {
+        // The cached block itself goes to the stream: no copy into a record of its own.
         Some(data) => {
             summary.blocks_written += 1;
-            StreamRecord::Write {
-                object,
-                offset_bytes: blkid * block_bytes,
-                data: data.to_vec(),
-            }
+            writer.write_data(object, offset_bytes, &data)
         }
-        None => StreamRecord::Free {
+        None => writer.write(&StreamRecord::Free {
             object,
-            offset_bytes: blkid * block_bytes,
+            offset_bytes,
             length_bytes: block_bytes,
-        },
-    };
-    writer.write(&record).map_err(stream_io)
+        }),
+    }
+    .map_err(stream_io)
 }
 
 /// The objects that changed since `from`: gone ones as FREEOBJECTS, the others as OBJECT and
@@ -348,28 +412,23 @@ fn send_incremental(
                     length_bytes: u64::MAX,
                 })
                 .map_err(stream_io)?;
-            let blocks = dnode.max_block_id + 1;
-            let mut first = 0;
-            while first < blocks {
-                let count = BLOCK_MAP_CHUNK.min(blocks - first);
-                let map = objset.block_map(object, first, count)?;
-                for (index, present) in map.into_iter().enumerate() {
-                    if present {
-                        send_block(objset, object, dnode, first + index as u64, writer, summary)?;
-                    }
-                }
-                first += count;
-            }
+            send_every_block(objset, object, dnode, writer, summary, progress)?;
         } else {
             let blocks = cairn_object::changed_blocks(io, &from.root, from.txg, &to.root, object)?;
             summary.blocks_visited += blocks.blocks_visited;
+            let mut chunk = Vec::new();
             for range in &blocks.ranges {
                 let first = range.offset_bytes / block_bytes;
                 let end = (range.offset_bytes + range.length_bytes).div_ceil(block_bytes);
                 for blkid in first..end {
-                    send_block(objset, object, dnode, blkid, writer, summary)?;
+                    chunk.push(blkid);
+                    if chunk.len() as u64 == BLOCK_MAP_CHUNK {
+                        send_blocks(objset, object, dnode, &chunk, writer, summary)?;
+                        chunk.clear();
+                    }
                 }
             }
+            send_blocks(objset, object, dnode, &chunk, writer, summary)?;
             if dnode.max_block_id < change.old.max_block_id {
                 writer
                     .write(&StreamRecord::Free {

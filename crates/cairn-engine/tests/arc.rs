@@ -402,3 +402,46 @@ fn a_file_read_in_order_is_read_ahead_in_merged_device_calls() {
     arc.assert_invariants();
     pool.close().unwrap();
 }
+
+/// A full send reads its data blocks ahead (issue 36: one read in flight at a time left the
+/// device idle): nearly every block is read by the cache's read-ahead threads before the send
+/// asks for it, and the stream still carries every block's bytes, in order.
+#[test]
+fn a_full_send_reads_its_blocks_ahead() {
+    use cairn_format::send_stream::{StreamReader, StreamRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let arc = cache(64 << 20);
+    let pool = pool_with(dir.path(), &arc);
+    let blocks = 512;
+    let data = volume_with_data(&pool, blocks);
+    pool.snapshot(&["tank/vol@a".into()], false).unwrap();
+    let mut stream = Vec::new();
+    let summary = pool
+        .send("tank/vol@a", None, &mut stream, &mut |_| {})
+        .unwrap();
+    assert_eq!(summary.blocks_written, blocks as u64);
+    let ahead = stat(&arc, "prefetch_data_misses");
+    assert!(
+        ahead >= blocks as u64 - 16,
+        "{ahead} of {blocks} blocks read ahead ({} demand misses)",
+        stat(&arc, "demand_data_misses")
+    );
+    let mut input = &stream[..];
+    let mut reader = StreamReader::new(&mut input).unwrap();
+    let mut next_offset = 0;
+    while let Some(record) = reader.next_record().unwrap() {
+        if let StreamRecord::Write {
+            offset_bytes,
+            data: block,
+            ..
+        } = record
+        {
+            assert_eq!(offset_bytes, next_offset, "blocks out of order");
+            let at = offset_bytes as usize;
+            assert!(block[..] == data[at..at + BLOCK], "block at {at}");
+            next_offset += BLOCK as u64;
+        }
+    }
+    assert_eq!(next_offset, (blocks * BLOCK) as u64);
+    pool.close().unwrap();
+}

@@ -299,16 +299,7 @@ impl<'w> StreamWriter<'w> {
                 object,
                 offset_bytes,
                 data,
-            } => {
-                if data.len() > SEND_PAYLOAD_MAX {
-                    return Err(invalid("a block larger than BLOCK_SIZE_MAX"));
-                }
-                (
-                    KIND_WRITE,
-                    [*object, *offset_bytes, data.len() as u64, 0, 0, 0],
-                    data,
-                )
-            }
+            } => return self.write_data(*object, *offset_bytes, data),
             StreamRecord::Free {
                 object,
                 offset_bytes,
@@ -321,6 +312,24 @@ impl<'w> StreamWriter<'w> {
             StreamRecord::End { .. } => return Err(invalid("END is written by finish")),
         };
         self.emit(kind, 0, fields, payload)
+    }
+
+    /// Appends WRITE of `data` at `offset_bytes` of `object`: `write` of a `StreamRecord::Write`
+    /// without the caller copying a block it holds into a record of its own.
+    pub fn write_data(
+        &mut self,
+        object: u64,
+        offset_bytes: u64,
+        data: &[u8],
+    ) -> std::io::Result<()> {
+        if data.len() > SEND_PAYLOAD_MAX {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a block larger than BLOCK_SIZE_MAX",
+            ));
+        }
+        let fields = [object, offset_bytes, data.len() as u64, 0, 0, 0];
+        self.emit(KIND_WRITE, 0, fields, data)
     }
 
     /// Writes END naming the sent snapshot (`snapshot`: the part after '@') and flushes: the
