@@ -159,28 +159,7 @@ timed() {
     record "$s" "$k" "$(echo "$end - $start" | bc)"
 }
 
-wait_for_socket() { # PATH PID
-    local i
-    for i in $(seq 1 300); do
-        [[ -S $1 ]] && return 0
-        kill -0 "$2" 2>/dev/null || { echo "server exited; see $DIR/serve.log" >&2; exit 1; }
-        sleep 0.1
-    done
-    echo "no socket $1 after 30 s" >&2
-    exit 1
-}
-start_cairn_server() {
-    rm -f "$STATE/nbd.sock"
-    # Not through `c`: a function in the background is a subshell, and TERM must reach cairn.
-    "$CAIRN" --state-dir "$STATE" serve --arc-max 2G >>"$DIR/serve.log" 2>&1 &
-    PID[cairn]=$!
-    wait_for_socket "$STATE/nbd.sock" "${PID[cairn]}"
-}
-stop_cairn_server() {
-    kill -TERM "${PID[cairn]}"
-    wait "${PID[cairn]}" 2>/dev/null || true
-    unset 'PID[cairn]'
-}
+# wait_for_socket, start_cairn_server, stop_cairn_server: bench/lib.sh.
 uri() { echo "nbd+unix:///$1?socket=$STATE/nbd.sock"; }
 
 # fio_nbd NAME URI ARGS...: fio's nbd engine, 1 MiB requests at QD8 unless ARGS say otherwise.
