@@ -583,7 +583,19 @@ fn lists_decide_what_each_client_may_do() {
 
 /// A local address of this machine beyond loopback (from the kernel's local routing table):
 /// a client bound to it reaches a server on 0.0.0.0 from an address that is not loopback.
-fn local_address_beyond_loopback() -> Ipv4Addr {
+/// A machine with none (a container with loopback only) gets one for the test: a /32 from
+/// the benchmarking range 198.18.0.0/15 on `lo`, removed again when the guard drops.
+fn local_address_beyond_loopback() -> (Ipv4Addr, Option<AddedAddress>) {
+    if let Some(address) = routed_address_beyond_loopback() {
+        return (address, None);
+    }
+    let added = AddedAddress::new(Ipv4Addr::new(198, 18, 0, 1));
+    let address = routed_address_beyond_loopback()
+        .unwrap_or_else(|| panic!("198.18.0.1 was added to lo but is not in /proc/net/fib_trie"));
+    (address, Some(added))
+}
+
+fn routed_address_beyond_loopback() -> Option<Ipv4Addr> {
     let table = std::fs::read_to_string("/proc/net/fib_trie").expect("/proc/net/fib_trie");
     let mut last_address = None;
     for line in table.lines() {
@@ -594,12 +606,31 @@ fn local_address_beyond_loopback() -> Ipv4Addr {
             && let Some(address) = last_address
             && !address.is_loopback()
         {
-            return address;
+            return Some(address);
         }
     }
-    panic!(
-        "this test needs an IPv4 address beyond loopback on the machine (none in /proc/net/fib_trie):\n{table}"
-    );
+    None
+}
+
+/// An address this test added to `lo` (`ip addr add`), deleted on drop.
+struct AddedAddress(Ipv4Addr);
+
+impl AddedAddress {
+    fn new(address: Ipv4Addr) -> AddedAddress {
+        let ip = tool("ip", "iproute2");
+        let cidr = format!("{address}/32");
+        run(&ip, &["addr", "add", &cidr, "dev", "lo"]).ok();
+        AddedAddress(address)
+    }
+}
+
+impl Drop for AddedAddress {
+    fn drop(&mut self) {
+        let cidr = format!("{}/32", self.0);
+        let _ = std::process::Command::new(tool("ip", "iproute2"))
+            .args(["addr", "del", &cidr, "dev", "lo"])
+            .status();
+    }
 }
 
 /// A raw client from `local` to the server at `remote`:`port`.
@@ -652,7 +683,7 @@ fn listening_beyond_loopback_needs_lists() {
         refused.describe()
     );
 
-    let beyond = local_address_beyond_loopback();
+    let (beyond, _added) = local_address_beyond_loopback();
     env.ok(&[
         "set",
         &format!("sharenfs=rw=127.0.0.2:{beyond},no_root_squash"),
