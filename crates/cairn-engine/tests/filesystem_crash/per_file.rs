@@ -450,7 +450,7 @@ fn rewrites_keep_one_waiting_record_per_range_and_the_fsync_writes_the_last() {
 /// Writes that no later write covers (4 KiB each, 7 bytes further each time, all in one
 /// block: 32 MiB of records over 60 KiB of dirty data, which never hastens a sync) hold at
 /// most twice `deferred_bytes_max` (the pool's dirty-data limit, 4 MiB here) and one write:
-/// past it a sync is asked for, past twice the writer waits for one, which drops the records
+/// past it a sync is asked for, past twice the writer waits for one; either drops the records
 /// it made durable. After an fsync and a power cut, every byte is there.
 #[test]
 fn waiting_records_no_write_covers_stay_within_their_bound() {
@@ -494,7 +494,10 @@ fn waiting_records_no_write_covers_stay_within_their_bound() {
         after.deferred_held_peak_bytes
     );
     assert_eq!(after.deferred_superseded, before.deferred_superseded);
-    assert!(after.deferred_throttles > before.deferred_throttles);
+    // Whether a writer had to wait depends on how fast the syncs asked for came (timing);
+    // that syncs dropped records during the loop does not: 32 MiB went through a bound of
+    // 8 MiB.
+    assert!(after.deferred_dropped > before.deferred_dropped);
     fs.fsync(a).expect("fsync");
 
     let (pool, fs) = cut_and_import(dir.path(), &power, pool, fs);
