@@ -40,6 +40,7 @@ pub mod admin;
 pub mod analytics;
 pub mod cache;
 pub mod control;
+pub mod control_dir;
 pub mod exports;
 pub mod fuse;
 pub mod nfs;

@@ -13,7 +13,6 @@ use super::snapdir::{
     CONTROL_DIR_COOKIE, CONTROL_DIR_NAME, ListedEntry, Node, SNAPSHOT_DIR_NAME, SNAPSHOT_ENTRY_TTL,
     SnapshotDir, is_control_name,
 };
-use cairn_fs::attrs::{FileKind, InodeAttrs};
 use cairn_fs::{Filesystem, FsError, ROOT_OBJECT};
 use fuser::{Errno, FileAttr, FileType};
 use std::time::Duration;
@@ -41,19 +40,7 @@ impl FuseAdapter {
     /// Its attributes are never cached (`SNAPSHOT_ENTRY_TTL`), so each path walk into it asks.
     fn control_attr(&self, node: Node) -> Result<FileAttr, FsError> {
         let root = self.fs().getattr(ROOT_OBJECT)?;
-        let mut attrs = InodeAttrs {
-            kind: FileKind::Directory,
-            mode: 0o555,
-            uid: 0,
-            gid: 0,
-            links: 2,
-            size: 0,
-            ..root
-        };
-        if node == Node::SnapshotDir {
-            attrs.mtime = cairn_fs::attrs::Timestamp::now();
-            attrs.ctime = attrs.mtime;
-        }
+        let attrs = crate::control_dir::control_dir_attrs(root, node == Node::SnapshotDir);
         let mut attr = file_attr(
             ROOT_OBJECT,
             &attrs,

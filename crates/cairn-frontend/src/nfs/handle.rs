@@ -35,7 +35,7 @@ use super::convert::{fattr, nfs_error};
 use cairn_dataset::DatasetProperties;
 use cairn_dataset::properties::ShareNfs;
 use cairn_engine::{Pool, SnapshotFilesystem};
-use cairn_fs::attrs::{FileKind, InodeAttrs, Timestamp};
+use cairn_fs::attrs::InodeAttrs;
 use cairn_fs::{Filesystem, FsError, InodeStorage};
 use cairn_nfs::mount::MountError;
 use cairn_nfs::nfs3::{Fattr3, FileHandle, Nfs3Error};
@@ -472,27 +472,13 @@ pub fn gated<T>(
     }
 }
 
-/// Attributes of `.cairn` or `.cairn/snapshot`: directories of root's, readable and
-/// searchable by all and writable by none, with the root's times. `.cairn/snapshot` is
-/// modified now, at every look: a client keeps a directory's listing until its mtime
-/// changes, and this listing changes with every snapshot taken or destroyed, which no mtime
-/// records.
+/// Attributes of `.cairn` or `.cairn/snapshot` (`crate::control_dir`).
 pub fn control_attrs(export: &Export, place: &Place) -> Result<InodeAttrs, FsError> {
     let root = export.fs.getattr(export.fs.root())?;
-    let mut attrs = InodeAttrs {
-        kind: FileKind::Directory,
-        mode: 0o555,
-        uid: 0,
-        gid: 0,
-        links: 2,
-        size: 0,
-        ..root
-    };
-    if matches!(place, Place::SnapshotDir) {
-        attrs.mtime = Timestamp::now();
-        attrs.ctime = attrs.mtime;
-    }
-    Ok(attrs)
+    Ok(crate::control_dir::control_dir_attrs(
+        root,
+        matches!(place, Place::SnapshotDir),
+    ))
 }
 
 /// `.cairn` or `.cairn/snapshot` of `export`, resolved.
