@@ -25,22 +25,7 @@ fn records(stream: &[u8]) -> Vec<StreamRecord> {
     out
 }
 
-/// What a command said on stderr and whether it succeeded. (`run_limited` pipes stdin and
-/// stdout, which these commands take from and give to files.)
-struct Outcome {
-    success: bool,
-    stderr: String,
-}
-
-fn outcome(mut cmd: std::process::Command) -> Outcome {
-    let output = cmd.stderr(Stdio::piped()).output().expect("run cairn");
-    Outcome {
-        success: output.status.success(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-fn send_to(env: &Env, snapshot: &str, file: &str) -> Outcome {
+fn send_to(env: &Env, snapshot: &str, file: &str) -> CommandOutcome {
     let out = std::fs::File::create(env.path(file)).unwrap();
     let mut cmd = env.cairn_command();
     cmd.args(["send", snapshot])
@@ -49,7 +34,7 @@ fn send_to(env: &Env, snapshot: &str, file: &str) -> Outcome {
     outcome(cmd)
 }
 
-fn receive_from(env: &Env, target: &str, file: &str) -> Outcome {
+fn receive_from(env: &Env, target: &str, file: &str) -> CommandOutcome {
     let input = std::fs::File::open(env.path(file)).unwrap();
     let mut cmd = env.cairn_command();
     cmd.args(["receive", target])

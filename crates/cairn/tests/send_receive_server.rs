@@ -21,28 +21,14 @@ use std::io::{Read, Write};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-/// What a command said on stderr and whether it succeeded.
-struct Outcome {
-    success: bool,
-    stderr: String,
-}
-
-fn outcome(mut cmd: std::process::Command) -> Outcome {
-    let output = cmd.stderr(Stdio::piped()).output().expect("run cairn");
-    Outcome {
-        success: output.status.success(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-fn send_to(env: &Env, args: &[&str], file: &str) -> Outcome {
+fn send_to(env: &Env, args: &[&str], file: &str) -> CommandOutcome {
     let out = std::fs::File::create(env.path(file)).unwrap();
     let mut cmd = env.cairn_command();
     cmd.arg("send").args(args).stdout(out).stdin(Stdio::null());
     outcome(cmd)
 }
 
-fn receive_from(env: &Env, target: &str, file: &str) -> Outcome {
+fn receive_from(env: &Env, target: &str, file: &str) -> CommandOutcome {
     let input = std::fs::File::open(env.path(file)).unwrap();
     let mut cmd = env.cairn_command();
     cmd.args(["receive", target])

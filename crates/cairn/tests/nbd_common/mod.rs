@@ -1220,3 +1220,19 @@ pub fn as_nobody(argv: &[&str]) -> (bool, String) {
     );
     (run.success(), format!("{}{}", run.stdout, run.stderr))
 }
+
+/// What a command said on stderr and whether it succeeded, for commands whose stdin and
+/// stdout the caller sets (`run_limited` pipes both): `cairn send` and `receive`.
+pub struct CommandOutcome {
+    pub success: bool,
+    pub stderr: String,
+}
+
+/// Runs `cmd` to its end with stderr captured.
+pub fn outcome(mut cmd: Command) -> CommandOutcome {
+    let output = cmd.stderr(Stdio::piped()).output().expect("run cairn");
+    CommandOutcome {
+        success: output.status.success(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
