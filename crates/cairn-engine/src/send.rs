@@ -89,7 +89,8 @@ pub fn stored_or_derived_guid(
 
 /// One end of a send: a snapshot's root, txg and guid.
 struct End {
-    root: BlockPointer,
+    /// `None` for a source known only by a bookmark whose snapshot is destroyed.
+    root: Option<BlockPointer>,
     txg: u64,
     guid: u64,
     creation_ms: u64,
@@ -98,7 +99,7 @@ struct End {
 impl Pool {
     /// Writes snapshot `snapshot` (`dataset@snap`) to `out` as a send stream: full, or with
     /// `from` (`dataset@older`, `@older`, or a bookmark `dataset#mark` whose snapshot still
-    /// exists) the changes since that older snapshot of the same dataset. `progress` is told
+    /// exists or not) the changes since that older snapshot of the same dataset. `progress` is told
     /// the bytes written after each record.
     pub fn send(
         &self,
@@ -163,7 +164,7 @@ impl Pool {
             .find(record.id, &name.snapshot)
             .ok_or_else(|| DatasetError::NoSuchDataset(snapshot.to_string()))?;
         Ok(End {
-            root: found.info.objset_bp()?,
+            root: Some(found.info.objset_bp()?),
             txg: found.info.created_txg,
             guid: stored_or_derived_guid(
                 found.info.guid,
@@ -176,7 +177,7 @@ impl Pool {
     }
 
     /// The source of an incremental: an older snapshot of `dataset`, or a bookmark of it
-    /// whose snapshot still exists.
+    /// (its snapshot kept or destroyed).
     fn send_source(
         &self,
         dataset: &str,
@@ -203,16 +204,14 @@ impl Pool {
             let bookmark = table
                 .find_bookmark(record.id, &mark.bookmark)
                 .ok_or_else(|| DatasetError::NoSuchDataset(full_name.clone()))?;
-            let snapshot = table.get(bookmark.snapshot_id).ok_or_else(|| {
-                refuse(
-                    "its snapshot is destroyed, and an incremental from a bookmark alone is \
-                     not done yet"
-                        .into(),
-                )
-            })?;
+            // Its snapshot may be destroyed: then only the txg is left (`send_since.rs`).
+            let root = match table.get(bookmark.snapshot_id) {
+                Some(snapshot) => Some(snapshot.info.objset_bp()?),
+                None => None,
+            };
             End {
-                root: snapshot.info.objset_bp()?,
-                txg: snapshot.info.created_txg,
+                root,
+                txg: bookmark.created_txg,
                 guid: stored_or_derived_guid(
                     bookmark.guid,
                     self.core.guid,
@@ -238,11 +237,11 @@ impl Pool {
     }
 }
 
-fn stream_io(err: std::io::Error) -> EngineError {
+pub(crate) fn stream_io(err: std::io::Error) -> EngineError {
     EngineError::Send(format!("writing the stream: {err}"))
 }
 
-fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
+pub(crate) fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
     StreamRecord::Object {
         object,
         object_type: dnode.object_type,
@@ -275,7 +274,7 @@ fn send_full(
 
 /// WRITE of every block of `object` that holds data, ascending (holes found from the indirect
 /// blocks, never by reading data).
-fn send_every_block(
+pub(crate) fn send_every_block(
     objset: &ObjectSet,
     object: u64,
     dnode: &Dnode,
@@ -306,7 +305,7 @@ fn send_every_block(
 /// `send_block` of each of `blkids` (ascending) in turn, the next `READ_AHEAD_BYTES` of them
 /// read ahead (see the module doc): asked for half a window at a time, in runs of consecutive
 /// blocks, so the read-ahead threads get batches they queue together.
-fn send_blocks(
+pub(crate) fn send_blocks(
     objset: &ObjectSet,
     object: u64,
     dnode: &Dnode,
@@ -379,8 +378,16 @@ fn send_incremental(
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), EngineError> {
+    let (Some(from_root), Some(to_root)) = (&from.root, &to.root) else {
+        let to_root = to.root.as_ref().ok_or_else(|| {
+            EngineError::Send("the snapshot sent has no object set root".to_string())
+        })?;
+        return crate::send_since::send_incremental_since(
+            objset, from.txg, to_root, writer, summary, progress,
+        );
+    };
     let io = objset.cached_io();
-    let changed = cairn_object::changed_objects(io, &from.root, from.txg, &to.root)?;
+    let changed = cairn_object::changed_objects(io, from_root, from.txg, to_root)?;
     summary.blocks_visited += changed.blocks_visited;
     for change in &changed.objects {
         let object = change.object;
@@ -414,7 +421,7 @@ fn send_incremental(
                 .map_err(stream_io)?;
             send_every_block(objset, object, dnode, writer, summary, progress)?;
         } else {
-            let blocks = cairn_object::changed_blocks(io, &from.root, from.txg, &to.root, object)?;
+            let blocks = cairn_object::changed_blocks(io, from_root, from.txg, to_root, object)?;
             summary.blocks_visited += blocks.blocks_visited;
             let mut chunk = Vec::new();
             for range in &blocks.ranges {
