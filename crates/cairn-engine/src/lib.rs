@@ -59,7 +59,6 @@ mod resilver_task;
 mod scrub;
 mod scrub_progress;
 mod send;
-mod send_since;
 mod snapshot_diff;
 mod snapshot_fs;
 mod snapshot_fs_diff;

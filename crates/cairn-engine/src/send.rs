@@ -42,6 +42,8 @@ use cairn_format::{BlockPointer, Dnode};
 use cairn_object::ObjectSet;
 use std::io::Write;
 
+mod since;
+
 /// Blocks whose holes are looked up at once while a full send walks an object (and changed
 /// blocks an incremental hands to `send_blocks` at once).
 const BLOCK_MAP_CHUNK: u64 = 1024;
@@ -204,7 +206,7 @@ impl Pool {
             let bookmark = table
                 .find_bookmark(record.id, &mark.bookmark)
                 .ok_or_else(|| DatasetError::NoSuchDataset(full_name.clone()))?;
-            // Its snapshot may be destroyed: then only the txg is left (`send_since.rs`).
+            // Its snapshot may be destroyed: then only the txg is left (`send/since.rs`).
             let root = match table.get(bookmark.snapshot_id) {
                 Some(snapshot) => Some(snapshot.info.objset_bp()?),
                 None => None,
@@ -237,11 +239,11 @@ impl Pool {
     }
 }
 
-pub(crate) fn stream_io(err: std::io::Error) -> EngineError {
+fn stream_io(err: std::io::Error) -> EngineError {
     EngineError::Send(format!("writing the stream: {err}"))
 }
 
-pub(crate) fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
+fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
     StreamRecord::Object {
         object,
         object_type: dnode.object_type,
@@ -274,7 +276,7 @@ fn send_full(
 
 /// WRITE of every block of `object` that holds data, ascending (holes found from the indirect
 /// blocks, never by reading data).
-pub(crate) fn send_every_block(
+fn send_every_block(
     objset: &ObjectSet,
     object: u64,
     dnode: &Dnode,
@@ -305,7 +307,7 @@ pub(crate) fn send_every_block(
 /// `send_block` of each of `blkids` (ascending) in turn, the next `READ_AHEAD_BYTES` of them
 /// read ahead (see the module doc): asked for half a window at a time, in runs of consecutive
 /// blocks, so the read-ahead threads get batches they queue together.
-pub(crate) fn send_blocks(
+fn send_blocks(
     objset: &ObjectSet,
     object: u64,
     dnode: &Dnode,
@@ -382,9 +384,7 @@ fn send_incremental(
         let to_root = to.root.as_ref().ok_or_else(|| {
             EngineError::Send("the snapshot sent has no object set root".to_string())
         })?;
-        return crate::send_since::send_incremental_since(
-            objset, from.txg, to_root, writer, summary, progress,
-        );
+        return since::send_incremental_since(objset, from.txg, to_root, writer, summary, progress);
     };
     let io = objset.cached_io();
     let changed = cairn_object::changed_objects(io, from_root, from.txg, to_root)?;

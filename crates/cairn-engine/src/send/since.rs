@@ -19,8 +19,8 @@
 //! subtrees are never read; the extra is at most one OBJECT per slot of a rewritten dnode
 //! block and a FREE per hole run beneath a rewritten parent.
 
+use super::{SendSummary, object_record, send_blocks, send_every_block, stream_io};
 use crate::EngineError;
-use crate::send::{SendSummary, object_record, send_blocks, send_every_block, stream_io};
 use cairn_format::BlockPointer;
 use cairn_format::send_stream::{StreamRecord, StreamWriter};
 use cairn_object::ObjectSet;
@@ -29,7 +29,7 @@ use cairn_object::ObjectSet;
 const BLOCKS_PER_CALL: usize = 1024;
 
 /// The changes of `objset` (rooted at `to_root`) since txg `from_txg`, the older tree gone.
-pub(crate) fn send_incremental_since(
+pub(super) fn send_incremental_since(
     objset: &ObjectSet,
     from_txg: u64,
     to_root: &BlockPointer,
