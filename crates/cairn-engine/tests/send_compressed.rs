@@ -66,6 +66,7 @@ fn a_compressed_stream_is_smaller_and_its_blocks_stay_compressed() {
     a.snapshot(&["tank/fs@s0".into()], false).unwrap();
     let plain = send(&a, "tank/fs@s0", None);
     let small = send_compressed(&a, "tank/fs@s0", None);
+    eprintln!("-c stream {} bytes, plain {}", small.len(), plain.len());
     assert!(
         small.len() * 2 < plain.len(),
         "-c {} bytes, plain {}",
@@ -86,6 +87,7 @@ fn a_compressed_stream_is_smaller_and_its_blocks_stay_compressed() {
         info(&a, "tank/fs").referenced_bytes,
         info(&b, "tank/copy").referenced_bytes,
     );
+    eprintln!("referenced: source {used_a} bytes, replica {used_b}");
     assert!(
         used_b < used_a + used_a / 10,
         "referenced {used_b} on the replica, {used_a} on the source"

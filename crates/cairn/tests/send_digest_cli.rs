@@ -109,6 +109,7 @@ fn digests_compressed_sends_and_corrective_receives() {
         std::fs::read(env.path("c.stream")).unwrap(),
         std::fs::read(env.path("p.stream")).unwrap(),
     );
+    eprintln!("send -c: {} bytes, send: {}", small.len(), plain.len());
     assert!(
         small.len() * 4 < plain.len(),
         "-c {} bytes, plain {}",
