@@ -125,6 +125,8 @@ pub struct Pool {
     /// Leaves missing at import whose label's path lies outside where import looked
     /// (`import.rs`): shown by that path, never opened there, never remembered.
     pub(crate) unlocated_leaves: std::collections::BTreeSet<u64>,
+    /// Snapshot digests (hex) computed so far, by snapshot id (`Pool::snapshot_digest`).
+    pub(crate) digests: Mutex<BTreeMap<u64, String>>,
 }
 
 impl Pool {
@@ -170,6 +172,7 @@ impl Pool {
             cache_devices: Mutex::new(Vec::new()),
             scrub_running: Mutex::new(None),
             unlocated_leaves: Default::default(),
+            digests: Mutex::new(BTreeMap::new()),
         };
         pool.apply_properties();
         pool

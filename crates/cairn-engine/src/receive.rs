@@ -219,6 +219,7 @@ impl Pool {
             }
             let dirty_bytes = match &record {
                 StreamRecord::Write { data, .. } => data.len() as u64,
+                StreamRecord::WriteCompressed { logical_bytes, .. } => u64::from(*logical_bytes),
                 _ => 512,
             };
             engine.throttle(dirty_bytes);

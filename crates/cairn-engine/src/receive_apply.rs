@@ -7,7 +7,8 @@
 //!   another type or block size replaces it, its old tree freed by the sync), or, for an
 //!   object of the same type and block size, replaces its bonus (a file's attributes) and
 //!   keeps its blocks;
-//! - WRITE replaces a whole block; FREE turns a range into holes, bounded by what the object
+//! - WRITE replaces a whole block (a `send -c` block as stored: checked to decompress to
+//!   exactly its logical size, then written as it came, `ObjectSet::write_stored_block`); FREE turns a range into holes, bounded by what the object
 //!   may hold (the highest block written by the stream, or a pre-existing object's highest
 //!   block, past which it frees with `free_blocks_from`), so a range to the end costs what
 //!   the object holds;
@@ -20,6 +21,7 @@
 use crate::EngineError;
 use bytes::Bytes;
 use cairn_format::send_stream::StreamRecord;
+use cairn_format::{Compression, compress};
 use cairn_object::ObjectSet;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -122,6 +124,19 @@ impl<'a> Apply<'a> {
                 offset_bytes,
                 data,
             } => self.write(txg, object, offset_bytes, data),
+            StreamRecord::WriteCompressed {
+                object,
+                offset_bytes,
+                logical_bytes,
+                compression,
+                data,
+            } => self.write_compressed(
+                txg,
+                object,
+                offset_bytes,
+                (logical_bytes, compression),
+                data,
+            ),
             StreamRecord::Free {
                 object,
                 offset_bytes,
@@ -198,6 +213,38 @@ impl<'a> Apply<'a> {
         Ok(None)
     }
 
+    /// Where a WRITE of `len_bytes` logical bytes at `offset_bytes` of `object` goes: the
+    /// object as known and the block, or why it does not fit.
+    fn place(
+        &mut self,
+        object: u64,
+        offset_bytes: u64,
+        len_bytes: u64,
+    ) -> Result<Result<(Known, u64), String>, EngineError> {
+        let Some(known) = self.known(object)? else {
+            return Ok(Err(format!("a WRITE to unknown object {object}")));
+        };
+        let blkid = offset_bytes / known.block_bytes;
+        if !offset_bytes.is_multiple_of(known.block_bytes)
+            || len_bytes != known.block_bytes
+            || blkid >= known.blocks
+        {
+            return Ok(Err(format!(
+                "a WRITE of {len_bytes} bytes at {offset_bytes} into object {object} of {} \
+                 blocks of {} bytes",
+                known.blocks, known.block_bytes
+            )));
+        }
+        Ok(Ok((known, blkid)))
+    }
+
+    /// Notes block `blkid` of `object` written.
+    fn written(&mut self, object: u64, known: Known, blkid: u64) {
+        let max_blkid = Some(known.max_blkid.map_or(blkid, |max| max.max(blkid)));
+        self.objects.insert(object, Known { max_blkid, ..known });
+        self.blocks_written += 1;
+    }
+
     fn write(
         &mut self,
         txg: u64,
@@ -205,27 +252,48 @@ impl<'a> Apply<'a> {
         offset_bytes: u64,
         data: Vec<u8>,
     ) -> Result<Option<String>, EngineError> {
-        let Some(known) = self.known(object)? else {
-            return Ok(Some(format!("a WRITE to unknown object {object}")));
+        let (known, blkid) = match self.place(object, offset_bytes, data.len() as u64)? {
+            Ok(place) => place,
+            Err(why) => return Ok(Some(why)),
         };
-        let blkid = offset_bytes / known.block_bytes;
-        if !offset_bytes.is_multiple_of(known.block_bytes)
-            || data.len() as u64 != known.block_bytes
-            || blkid >= known.blocks
-        {
-            return Ok(Some(format!(
-                "a WRITE of {} bytes at {offset_bytes} into object {object} of {} blocks of {} \
-                 bytes",
-                data.len(),
-                known.blocks,
-                known.block_bytes
-            )));
-        }
         self.objset
             .write_block(txg, object, blkid, Bytes::from(data));
-        let max_blkid = Some(known.max_blkid.map_or(blkid, |max| max.max(blkid)));
-        self.objects.insert(object, Known { max_blkid, ..known });
-        self.blocks_written += 1;
+        self.written(object, known, blkid);
+        Ok(None)
+    }
+
+    /// A `send -c` block: it must decompress to exactly its logical size (else the stream is
+    /// refused) and is then written as it came.
+    fn write_compressed(
+        &mut self,
+        txg: u64,
+        object: u64,
+        offset_bytes: u64,
+        (logical_bytes, compression): (u32, Compression),
+        data: Vec<u8>,
+    ) -> Result<Option<String>, EngineError> {
+        let (known, blkid) = match self.place(object, offset_bytes, u64::from(logical_bytes))? {
+            Ok(place) => place,
+            Err(why) => return Ok(Some(why)),
+        };
+        let logical = match compress::decompress(&data, compression, logical_bytes as usize) {
+            Ok(logical) => logical,
+            Err(err) => {
+                return Ok(Some(format!(
+                    "the compressed WRITE at {offset_bytes} of object {object} does not \
+                     decompress to its {logical_bytes} bytes: {err}"
+                )));
+            }
+        };
+        self.objset.write_stored_block(
+            txg,
+            object,
+            blkid,
+            Bytes::from(logical),
+            Bytes::from(data),
+            compression,
+        )?;
+        self.written(object, known, blkid);
         Ok(None)
     }
 

@@ -26,6 +26,13 @@
 //! every block freed after it from reuse while the send reads, so a snapshot destroyed
 //! meanwhile is still read as it was.
 //!
+//! `send -c` (`SendOptions::compressed`, the stream's `SEND_FEATURE_COMPRESSED`): a block
+//! stored compressed goes as stored (its pointer looked up in the snapshot's tree, its stored
+//! bytes read and verified against it, `BlockIo::read_block_stored`), in a flagged WRITE with
+//! its logical size; nothing is decompressed here nor compressed again by the receiver. Those
+//! reads go to the devices, not through the RAM cache (which holds blocks decompressed), so a
+//! `-c` send does not read ahead yet.
+//!
 //! Snapshot identity: the stream names snapshots by a 64-bit guid, stored in each snapshot's
 //! record: random when taken, the sender's for a received snapshot (`receive.rs`), copied into
 //! a bookmark made from it. A snapshot from a record of before guids were stored (version 1)
@@ -37,8 +44,11 @@ use crate::EngineError;
 use crate::core::SyncedTree;
 use crate::pool::Pool;
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName};
-use cairn_format::send_stream::{StreamHeader, StreamKind, StreamRecord, StreamWriter};
-use cairn_format::{BlockPointer, Dnode};
+use cairn_device::queue::IoClass;
+use cairn_format::send_stream::{
+    SEND_FEATURE_COMPRESSED, StreamHeader, StreamKind, StreamRecord, StreamWriter,
+};
+use cairn_format::{BlockPointer, Compression, Dnode};
 use cairn_object::ObjectSet;
 use std::io::Write;
 
@@ -60,6 +70,13 @@ pub struct SendSummary {
     pub blocks_written: u64,
     /// Metadata blocks the incremental walk read to find the change (0 for a full send).
     pub blocks_visited: u64,
+}
+
+/// How a send writes its stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SendOptions {
+    /// `-c`: blocks stored compressed go as stored (see the module doc).
+    pub compressed: bool,
 }
 
 /// The identity of a snapshot in a stream (see the module doc): stable, non-zero, unique
@@ -110,6 +127,18 @@ impl Pool {
         out: &mut dyn Write,
         progress: &mut dyn FnMut(u64),
     ) -> Result<SendSummary, EngineError> {
+        self.send_with(snapshot, from, SendOptions::default(), out, progress)
+    }
+
+    /// `send` with `options` (`-c`).
+    pub fn send_with(
+        &self,
+        snapshot: &str,
+        from: Option<&str>,
+        options: SendOptions,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<SendSummary, EngineError> {
         let name = SnapshotName::parse(snapshot)?;
         let (kind, properties) = {
             let directory = self.core.directory.lock();
@@ -130,7 +159,11 @@ impl Pool {
             DatasetKind::Filesystem => (StreamKind::Filesystem, 0, properties.recordsize_bytes),
         };
         let header = StreamHeader {
-            features: 0,
+            features: if options.compressed {
+                SEND_FEATURE_COMPRESSED
+            } else {
+                0
+            },
             kind: stream_kind,
             to_guid: to.guid,
             to_txg: to.txg,
@@ -318,8 +351,10 @@ fn send_blocks(
     let window_blocks = (READ_AHEAD_BYTES / u64::from(dnode.data_block_size).max(1))
         .max(READ_AHEAD_BLOCKS_MIN) as usize;
     let mut asked_until = 0;
+    // A `-c` send reads stored blocks past the cache (see the module doc).
+    let ahead = writer.features() & SEND_FEATURE_COMPRESSED == 0;
     for (index, &blkid) in blkids.iter().enumerate() {
-        if asked_until <= index + window_blocks / 2 && asked_until < blkids.len() {
+        if ahead && asked_until <= index + window_blocks / 2 && asked_until < blkids.len() {
             let until = (index + window_blocks).min(blkids.len());
             read_ahead(objset, object, &blkids[asked_until.max(index)..until]);
             asked_until = until;
@@ -355,6 +390,16 @@ fn send_block(
 ) -> Result<(), EngineError> {
     let block_bytes = u64::from(dnode.data_block_size);
     let offset_bytes = blkid * block_bytes;
+    if writer.features() & SEND_FEATURE_COMPRESSED != 0
+        && let Some(bp) = objset.synced_block_pointer(object, blkid)?
+        && bp.compression != Compression::Off
+    {
+        let stored = objset.io().read_block_stored(&bp, IoClass::SyncRead)?;
+        summary.blocks_written += 1;
+        return writer
+            .write_compressed(object, offset_bytes, bp.lsize, bp.compression, &stored)
+            .map_err(stream_io);
+    }
     match objset.read_block(object, blkid)? {
         // The cached block itself goes to the stream: no copy into a record of its own.
         Some(data) => {

@@ -94,6 +94,7 @@ impl Model {
                     entry.blocks.retain(|&b, _| b < first || b >= end);
                 }
                 StreamRecord::End { to_guid, .. } => self.guid = to_guid,
+                StreamRecord::WriteCompressed { .. } => panic!("a compressed WRITE without -c"),
             }
         }
         (writes, records)

@@ -6,8 +6,9 @@
 //! the target snapshot's guid and txg, for an incremental the source's, the properties the
 //! data needs), then records, each a fixed 96-byte record header and a payload of the length
 //! it states: OBJECT (an object to create or redefine, its bonus as payload), FREEOBJECTS (a
-//! range of object numbers that hold nothing), WRITE (one block's logical bytes), FREE (a byte
-//! range of an object that reads as zero) and END (the last record).
+//! range of object numbers that hold nothing), WRITE (one block's logical bytes, or with
+//! `SEND_FEATURE_COMPRESSED` its bytes as stored, compressed), FREE (a byte range of an object
+//! that reads as zero) and END (the last record).
 //!
 //! Why every record carries a checksum of everything before it: a receiver must know a stream
 //! is whole and undamaged before it makes anything visible, and must stop at the first bad
@@ -22,7 +23,7 @@
 //! refuses unknown kinds, features and flags instead of skipping them.
 
 use crate::dnode::DNODE_BONUS_SIZE_MAX;
-use crate::{BLOCK_SIZE_MAX, ObjectType};
+use crate::{BLOCK_SIZE_MAX, Compression, ObjectType};
 use std::io::{Read, Write};
 use thiserror::Error;
 
@@ -43,12 +44,17 @@ const RECORD_HASHED_BYTES: usize = 64;
 /// Bytes of the stream header its own checksum covers.
 const HEADER_HASHED_BYTES: usize = 96;
 
-/// Feature bits of the stream header. None is defined yet; a reader refuses any bit it does
-/// not know, so a later stream that needs a feature is never half-understood.
-pub const SEND_FEATURES_KNOWN: u32 = 0;
+/// Feature bit (`send -c`): WRITE records may carry a block as stored, compressed
+/// (`SEND_WRITE_FLAG_COMPRESSED`); a reader that does not know it refuses the stream.
+pub const SEND_FEATURE_COMPRESSED: u32 = 1 << 0;
 
-/// WRITE flag: the payload is the block as stored (compressed), for a later `send -c`. This
-/// build writes it never and refuses it on read.
+/// Feature bits of the stream header this build knows; a reader refuses any other bit, so a
+/// later stream that needs a feature is never half-understood.
+pub const SEND_FEATURES_KNOWN: u32 = SEND_FEATURE_COMPRESSED;
+
+/// WRITE flag: the payload is the block as stored, compressed (`send -c`); fields 3 and 4
+/// give its logical size and compression id. Allowed only in a stream with
+/// `SEND_FEATURE_COMPRESSED`.
 pub const SEND_WRITE_FLAG_COMPRESSED: u16 = 1;
 
 /// What a stream's dataset is.
@@ -180,6 +186,17 @@ pub enum StreamRecord {
         offset_bytes: u64,
         data: Vec<u8>,
     },
+    /// The block of `object` at `offset_bytes` as stored: `data` is `logical_bytes` bytes
+    /// compressed with `compression` in the pool's physical layout (`crate::compress`). Only in
+    /// a stream with `SEND_FEATURE_COMPRESSED`; a receiver checks it decompresses to exactly
+    /// `logical_bytes` before it uses it.
+    WriteCompressed {
+        object: u64,
+        offset_bytes: u64,
+        logical_bytes: u32,
+        compression: Compression,
+        data: Vec<u8>,
+    },
     /// Bytes `offset_bytes .. offset_bytes + length_bytes` of `object` read as zero (whole
     /// blocks: the range is block aligned); `length_bytes` = `u64::MAX` runs to the end.
     Free {
@@ -243,6 +260,7 @@ pub struct StreamWriter<'w> {
     out: &'w mut dyn Write,
     running: blake3::Hasher,
     to_guid: u64,
+    features: u32,
     bytes_written: u64,
 }
 
@@ -256,6 +274,7 @@ impl<'w> StreamWriter<'w> {
             out,
             running,
             to_guid: header.to_guid,
+            features: header.features,
             bytes_written: SEND_HEADER_SIZE as u64,
         })
     }
@@ -263,6 +282,11 @@ impl<'w> StreamWriter<'w> {
     /// Bytes written so far.
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written
+    }
+
+    /// The stream header's feature bits.
+    pub fn features(&self) -> u32 {
+        self.features
     }
 
     /// Appends one record. END is written by `finish`, never here.
@@ -300,6 +324,21 @@ impl<'w> StreamWriter<'w> {
                 offset_bytes,
                 data,
             } => return self.write_data(*object, *offset_bytes, data),
+            StreamRecord::WriteCompressed {
+                object,
+                offset_bytes,
+                logical_bytes,
+                compression,
+                data,
+            } => {
+                return self.write_compressed(
+                    *object,
+                    *offset_bytes,
+                    *logical_bytes,
+                    *compression,
+                    data,
+                );
+            }
             StreamRecord::Free {
                 object,
                 offset_bytes,
@@ -330,6 +369,41 @@ impl<'w> StreamWriter<'w> {
         }
         let fields = [object, offset_bytes, data.len() as u64, 0, 0, 0];
         self.emit(KIND_WRITE, 0, fields, data)
+    }
+
+    /// Appends WRITE of a block as stored: `data` is `logical_bytes` bytes compressed with
+    /// `compression`. The stream's header must have `SEND_FEATURE_COMPRESSED`.
+    pub fn write_compressed(
+        &mut self,
+        object: u64,
+        offset_bytes: u64,
+        logical_bytes: u32,
+        compression: Compression,
+        data: &[u8],
+    ) -> std::io::Result<()> {
+        let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what);
+        if self.features & SEND_FEATURE_COMPRESSED == 0 {
+            return Err(invalid(
+                "a compressed WRITE in a stream without the feature",
+            ));
+        }
+        if compression == Compression::Off
+            || data.is_empty()
+            || data.len() > logical_bytes as usize
+            || !(data.len() as u64).is_multiple_of(u64::from(crate::BLOCK_SIZE_GRANULE))
+            || logical_bytes > BLOCK_SIZE_MAX
+        {
+            return Err(invalid("a compressed WRITE that is not a compressed block"));
+        }
+        let fields = [
+            object,
+            offset_bytes,
+            data.len() as u64,
+            u64::from(logical_bytes),
+            compression as u64,
+            0,
+        ];
+        self.emit(KIND_WRITE, SEND_WRITE_FLAG_COMPRESSED, fields, data)
     }
 
     /// Writes END naming the sent snapshot (`snapshot`: the part after '@') and flushes: the
@@ -466,8 +540,14 @@ impl<'r> StreamReader<'r> {
         let kind = u16_at(header, 0);
         let flags = u16_at(header, 2);
         let field = |index: usize| u64_at(header, 8 + index * 8);
-        if flags != 0 {
+        let compressed_write = kind == KIND_WRITE
+            && flags == SEND_WRITE_FLAG_COMPRESSED
+            && self.header.features & SEND_FEATURE_COMPRESSED != 0;
+        if flags != 0 && !compressed_write {
             return Err(malformed(format!("unknown flags {flags:#x}")));
+        }
+        if compressed_write {
+            return compressed_write_record(&field, payload).map_err(malformed);
         }
         let no_payload = |payload: &[u8]| {
             if payload.is_empty() {
@@ -535,6 +615,43 @@ impl<'r> StreamReader<'r> {
         };
         Ok(parsed)
     }
+}
+
+/// A compressed WRITE record's fields checked: `Err` says what is wrong. Whether the payload
+/// really decompresses to its logical size is the receiver's check (it needs the codec).
+fn compressed_write_record(
+    field: &dyn Fn(usize) -> u64,
+    payload: Vec<u8>,
+) -> Result<StreamRecord, String> {
+    let compression = u8::try_from(field(4))
+        .ok()
+        .and_then(|id| Compression::from_u8(id).ok())
+        .filter(|compression| *compression != Compression::Off)
+        .ok_or_else(|| format!("compression id {}", field(4)))?;
+    let logical_bytes = u32::try_from(field(3))
+        .ok()
+        .filter(|size| {
+            *size != 0 && *size <= BLOCK_SIZE_MAX && size.is_multiple_of(crate::BLOCK_SIZE_GRANULE)
+        })
+        .ok_or_else(|| format!("logical size {}", field(3)))?;
+    if field(2) != payload.len() as u64
+        || payload.is_empty()
+        || payload.len() > logical_bytes as usize
+        || !(payload.len() as u64).is_multiple_of(u64::from(crate::BLOCK_SIZE_GRANULE))
+    {
+        return Err(format!(
+            "length {} with a {}-byte payload of a {logical_bytes}-byte block",
+            field(2),
+            payload.len()
+        ));
+    }
+    Ok(StreamRecord::WriteCompressed {
+        object: field(0),
+        offset_bytes: field(1),
+        logical_bytes,
+        compression,
+        data: payload,
+    })
 }
 
 /// An OBJECT record's fields checked: `Err` says what is wrong.

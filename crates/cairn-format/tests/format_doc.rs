@@ -86,6 +86,7 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         send_stream::SEND_HEADER_SIZE,
         send_stream::SEND_RECORD_HEADER_SIZE,
         send_stream::SEND_PAYLOAD_MAX,
+        send_stream::SEND_FEATURE_COMPRESSED,
         send_stream::SEND_FEATURES_KNOWN,
         send_stream::SEND_SNAPSHOT_NAME_MAX,
         send_stream::SEND_WRITE_FLAG_COMPRESSED,

@@ -516,6 +516,7 @@ mod tests {
             AdminRequest::Send {
                 snapshot: "tank/vol@a".to_string(),
                 from: None,
+                compressed: false,
             },
         );
         let answer = forward_with_stream(dir.path(), &request, Some(writer.as_fd()))

@@ -443,7 +443,13 @@ impl ObjectSet {
     /// A version written in place that is replaced before its txg syncs is never linked into
     /// the tree: its space is freed in `txg`, deferred like any free, so it is not reused
     /// before `txg` syncs (until then a logged pointer may still lead replay to it).
-    fn record_block(&self, txg: u64, object: u64, blkid: u64, change: BlockChange) -> bool {
+    pub(crate) fn record_block(
+        &self,
+        txg: u64,
+        object: u64,
+        blkid: u64,
+        change: BlockChange,
+    ) -> bool {
         let replaced = {
             let mut state = self.state.lock();
             let data_bytes = change.data.as_ref().map_or(0, |data| data.len() as u64);

@@ -51,6 +51,7 @@ mod memo;
 mod objset;
 mod patch;
 mod read;
+mod stored;
 mod sync;
 #[cfg(test)]
 mod tests;

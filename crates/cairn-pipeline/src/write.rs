@@ -263,6 +263,25 @@ impl WriteBatch<'_> {
         self.write_physical(dvas, physical, lsize, compression, props)
     }
 
+    /// Checksums, allocates and issues a block already in its stored form: `physical` is
+    /// `lsize` logical bytes compressed with `compression` (a received `send -c` block, which
+    /// is kept as the sender stored it instead of being compressed again). The caller has
+    /// checked that it decompresses to `lsize` bytes.
+    pub fn write_stored(
+        &mut self,
+        physical: Bytes,
+        lsize: u32,
+        compression: Compression,
+        props: WriteProps,
+    ) -> Result<BlockPointer, PipelineError> {
+        assert!(
+            compression != Compression::Off && physical.len() <= lsize as usize,
+            "a stored block that is not compressed"
+        );
+        let dvas = self.allocate(block_psize(&physical), props.copies)?;
+        self.write_physical(dvas, physical, lsize, compression, props)
+    }
+
     /// Allocates copies for a block of `psize` bytes without writing it, for blocks that must
     /// describe their own allocation (space-log blocks).
     pub fn preallocate(&self, psize: u32, copies: u8) -> Result<[Dva; 3], PipelineError> {

@@ -36,6 +36,7 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("origin", &[]),
     ("clones", &[]),
     ("guid", &[]),
+    ("digest", &[]),
 ];
 
 /// Statistics that are byte counts (shown as sizes to people).
@@ -541,6 +542,19 @@ pub fn list(ctx: &Context, args: &ListArgs) -> Result<()> {
         }
     }
     rows.retain(|info| listed.includes(info));
+    if columns
+        .iter()
+        .any(|column| matches!(column, ListColumn::Property("digest")))
+    {
+        for info in &mut rows {
+            match snapshot_digest(ctx, info) {
+                Ok(digest) => info
+                    .properties
+                    .push(("digest".to_string(), digest, "-".to_string())),
+                Err(err) => failures.push(format!("{err:#}")),
+            }
+        }
+    }
     if args.json {
         let entries = rows
             .iter()
@@ -668,6 +682,21 @@ fn written_since(
     }
 }
 
+/// The `digest` of a snapshot row (asked of the pool: `Pool::snapshot_digest`); `-` for a
+/// dataset or bookmark.
+fn snapshot_digest(ctx: &Context, info: &DatasetRow) -> Result<String> {
+    if !info.snapshot {
+        return Ok("-".to_string());
+    }
+    let request = AdminRequest::SnapshotDigest {
+        snapshot: info.name.clone(),
+    };
+    match remote::call(ctx, request)? {
+        AdminReply::Digest(digest) => Ok(digest),
+        other => Err(remote::unexpected(&other)),
+    }
+}
+
 /// (value, source) of one statistic or property of a dataset, ready to print.
 fn get_one(info: &DatasetRow, name: &str, format: ListFormat) -> (String, String) {
     let stat = |value: String| (value, "-".to_string());
@@ -746,11 +775,20 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
                         .map(|(key, _, _)| key.as_str())
                         .filter(|key| STATISTICS.iter().all(|(stat, _)| stat != key)),
                 )
+                // Asked by name only: it reads the snapshot the first time.
+                .filter(|name| *name != "digest")
                 .collect(),
         };
         for property in names {
             let (value, source) = match property.strip_prefix("written@") {
                 Some(snapshot) => written_since(ctx, &info, snapshot, args.format),
+                None if property == "digest" => match snapshot_digest(ctx, &info) {
+                    Ok(digest) => (digest, "-".to_string()),
+                    Err(err) => {
+                        failures.push(format!("{err:#}"));
+                        continue;
+                    }
+                },
                 None => get_one(&info, property, args.format),
             };
             table.push(

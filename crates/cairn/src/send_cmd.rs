@@ -1,6 +1,8 @@
-//! `cairn send [-i SOURCE] DATASET@SNAPSHOT > FILE` and `cairn receive [-F] DATASET < FILE`: a
-//! snapshot to a stream on stdout, a stream from stdin into a new dataset (full) or the next
-//! snapshot of an existing one (incremental). What a stream holds
+//! `cairn send [-c] [-i SOURCE] DATASET@SNAPSHOT > FILE` and `cairn receive [-F] DATASET <
+//! FILE`: a snapshot to a stream on stdout (`-c`: blocks stored compressed go as stored), a
+//! stream from stdin into a new dataset (full) or the next snapshot of an existing one
+//! (incremental); `cairn receive -c DATASET@SNAPSHOT < FILE` heals that snapshot's damaged
+//! blocks from a stream of it (`Pool::receive_corrective`). What a stream holds
 //! and why an incremental costs what changed: `cairn_engine::Pool::send`; how a receive stays
 //! all or nothing: `Pool::receive`.
 //!
@@ -15,7 +17,7 @@ use crate::context::{Context, shout};
 use crate::remote;
 use anyhow::{Result, bail};
 use cairn_engine::ReceiveOptions;
-use cairn_frontend::admin::{AdminReply, AdminRequest, ReceiveReport, SendReport};
+use cairn_frontend::admin::{AdminReply, AdminRequest, HealReport, ReceiveReport, SendReport};
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
 
@@ -25,6 +27,9 @@ pub struct SendArgs {
     /// DATASET#BOOKMARK or #BOOKMARK).
     #[arg(short = 'i', value_name = "SNAPSHOT|BOOKMARK")]
     from: Option<String>,
+    /// Blocks stored compressed go as stored (smaller stream; the receiver keeps them so).
+    #[arg(short = 'c')]
+    compressed: bool,
     /// Say on stderr what was sent.
     #[arg(short = 'v')]
     verbose: bool,
@@ -38,10 +43,14 @@ pub struct ReceiveArgs {
     /// newer snapshots and discard the changes (as a rollback).
     #[arg(short = 'F')]
     force: bool,
+    /// Corrective: heal the data blocks of TARGET (POOL/DATASET@SNAPSHOT) that no copy can
+    /// give back, from a stream of that snapshot.
+    #[arg(short = 'c', conflicts_with = "force")]
+    corrective: bool,
     /// Say on stderr what was received.
     #[arg(short = 'v')]
     verbose: bool,
-    /// POOL/DATASET
+    /// POOL/DATASET (POOL/DATASET@SNAPSHOT with -c)
     target: String,
 }
 
@@ -60,6 +69,10 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     let request = AdminRequest::Send {
         snapshot: snapshot.to_string(),
         from: from.map(str::to_string),
+        compressed: args.compressed,
+    };
+    let options = cairn_engine::SendOptions {
+        compressed: args.compressed,
     };
     let report = match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
         Ok(AdminReply::Sent(report)) => report,
@@ -67,7 +80,7 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
         Err(_) => {
             let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
             let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
-                Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
+                Ok(pool.send_with(snapshot, from, options, &mut out, &mut |_| {})?)
             })?;
             out.flush()?;
             SendReport::from(summary)
@@ -92,9 +105,13 @@ pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
     if stdin.is_terminal() {
         bail!("refusing to read a send stream from a terminal: redirect stdin from a file or pipe");
     }
+    if args.corrective {
+        return heal(ctx, target);
+    }
     let request = AdminRequest::Receive {
         target: target.to_string(),
         force: args.force,
+        corrective: false,
     };
     let report = match remote::call_server_with_stream(ctx, request, stdin.as_fd())? {
         Ok(AdminReply::Received(report)) => report,
@@ -117,5 +134,35 @@ pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
             report.blocks_written
         );
     }
+    Ok(())
+}
+
+/// `cairn receive -c`: says what it healed whether or not `-v`.
+fn heal(ctx: &Context, snapshot: &str) -> Result<()> {
+    let stdin = std::io::stdin();
+    let request = AdminRequest::Receive {
+        target: snapshot.to_string(),
+        force: false,
+        corrective: true,
+    };
+    let report = match remote::call_server_with_stream(ctx, request, stdin.as_fd())? {
+        Ok(AdminReply::Healed(report)) => report,
+        Ok(other) => return Err(remote::unexpected(&other)),
+        Err(_) => {
+            let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
+            let summary = ctx.with_pool(pool_of(snapshot), false, |pool| -> Result<_> {
+                Ok(pool.receive_corrective(snapshot, &mut input)?)
+            })?;
+            HealReport::from(summary)
+        }
+    };
+    shout!(
+        ctx,
+        "healed {} blocks of {} ({} blocks of the stream checked, {} not matching it)",
+        report.blocks_healed,
+        report.snapshot,
+        report.blocks_checked,
+        report.blocks_mismatched
+    );
     Ok(())
 }

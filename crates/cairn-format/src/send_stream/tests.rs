@@ -193,3 +193,76 @@ fn malformed_records_are_refused() {
     malformed(KIND_END, [header().to_guid, 0, 0, 0, 0, 0], &[0xff, 0xfe]);
     malformed(77, [0; 6], &[]);
 }
+
+/// `send -c`: a compressed WRITE round-trips in a stream with the feature; without the
+/// feature the writer refuses it and a reader refuses the flag; bad fields are named.
+#[test]
+fn compressed_writes_need_the_feature_and_sane_fields() {
+    let with = StreamHeader {
+        features: SEND_FEATURE_COMPRESSED,
+        ..header()
+    };
+    let block: Vec<u8> = b"abcd".repeat(1024);
+    let packed = crate::compress::encode(&block, Compression::Lz4).unwrap();
+    let record = StreamRecord::WriteCompressed {
+        object: 3,
+        offset_bytes: 8192,
+        logical_bytes: 4096,
+        compression: Compression::Lz4,
+        data: packed.clone(),
+    };
+    let bytes = encode(&with, std::slice::from_ref(&record));
+    let (decoded_header, decoded) = decode(&bytes).unwrap();
+    assert_eq!(decoded_header.features, SEND_FEATURE_COMPRESSED);
+    assert_eq!(decoded[0], record);
+    // Without the feature: the writer refuses, and a reader refuses the flag.
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::new(&mut out, &header()).unwrap();
+    assert!(writer.write(&record).is_err());
+    let fields = [3, 8192, packed.len() as u64, 4096, 1, 0];
+    writer
+        .emit(KIND_WRITE, SEND_WRITE_FLAG_COMPRESSED, fields, &packed)
+        .unwrap();
+    writer.finish("s").unwrap();
+    assert!(matches!(
+        decode(&out),
+        Err(StreamError::Malformed { record: 1, .. })
+    ));
+    // With it, fields that make no sense are refused by name.
+    let malformed = |fields: [u64; 6], payload: &[u8]| {
+        let mut out = Vec::new();
+        let mut writer = StreamWriter::new(&mut out, &with).unwrap();
+        writer
+            .emit(KIND_WRITE, SEND_WRITE_FLAG_COMPRESSED, fields, payload)
+            .unwrap();
+        writer.finish("s").unwrap();
+        match decode(&out) {
+            Err(StreamError::Malformed { record: 1, .. }) => {}
+            other => panic!("{fields:?}: {other:?}"),
+        }
+    };
+    let len = packed.len() as u64;
+    malformed([3, 0, len, 4096, 0, 0], &packed);
+    malformed([3, 0, len, 4096, 99, 0], &packed);
+    malformed([3, 0, len, 0, 1, 0], &packed);
+    malformed([3, 0, len, 1000, 1, 0], &packed);
+    malformed([3, 0, len + 1, 4096, 1, 0], &packed);
+    malformed([3, 0, 4608, 4096, 1, 0], &[1; 4608]);
+    malformed([3, 0, 100, 4096, 1, 0], &[1; 100]);
+    // Another flag on a WRITE, or the flag on another kind, stays unknown.
+    let mut out = Vec::new();
+    let mut writer = StreamWriter::new(&mut out, &with).unwrap();
+    writer
+        .emit(
+            KIND_FREE,
+            SEND_WRITE_FLAG_COMPRESSED,
+            [3, 0, 10, 0, 0, 0],
+            &[],
+        )
+        .unwrap();
+    writer.finish("s").unwrap();
+    assert!(matches!(
+        decode(&out),
+        Err(StreamError::Malformed { record: 1, .. })
+    ));
+}

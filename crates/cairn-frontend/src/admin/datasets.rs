@@ -220,6 +220,12 @@ pub fn written_since(
     })
 }
 
+/// `digest` of a snapshot (see `Pool::snapshot_digest`): read-only; a server remembers it.
+pub fn snapshot_digest(access: &PoolAccess, snapshot: &str) -> Result<String, AdminError> {
+    let pool_name = snapshot.split(['/', '@']).next().unwrap_or(snapshot);
+    access.with_pool(pool_name, true, |pool| Ok(pool.snapshot_digest(snapshot)?))
+}
+
 /// `diff --blocks` (see `Pool::diff_blocks`): read-only, a pool opened for it is not written.
 pub fn diff_blocks(
     access: &PoolAccess,

@@ -63,6 +63,9 @@ pub fn handle_observed(
         AdminRequest::WrittenSince { dataset, snapshot } => {
             AdminReply::Bytes(super::written_since(access, &dataset, &snapshot)?)
         }
+        AdminRequest::SnapshotDigest { snapshot } => {
+            AdminReply::Digest(super::snapshot_digest(access, &snapshot)?)
+        }
         AdminRequest::DiffBlocks { older, newer } => {
             AdminReply::BlockDiff(super::diff_blocks(access, &older, &newer)?)
         }

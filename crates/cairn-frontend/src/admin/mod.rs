@@ -58,7 +58,7 @@ pub use dataset_rows::{DatasetRow, PoolDatasets, pool_datasets};
 pub use datasets::{
     SetOutcome, create_filesystem, create_volume, destroy_dataset, destroy_preview, diff_blocks,
     holds, rollback, set_properties, snapshot, snapshot_change, snapshot_change_in_steps,
-    written_since,
+    snapshot_digest, written_since,
 };
 pub use devices::{CreatedFiles, check_devices_exist, refuse_imported_members};
 pub use file_diff::{FileChangeRow, FileDiffReply, diff_files, kind_letter};
@@ -70,8 +70,8 @@ pub use mirrors::{Cleared, MirrorChange, MirrorOutcome, Progress, ResilverReques
 pub use pools::{AddedDevices, add_devices, create_pool};
 pub use removal::{PoolRemoval, destroy_pool, export_pool};
 pub use request::{
-    AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, PoolChange, ReceiveReport,
-    SendReport, TxgRow, VdevLayout,
+    AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, HealReport, PoolChange,
+    ReceiveReport, SendReport, TxgRow, VdevLayout,
 };
 pub use streams::handle_stream;
 pub use views::{PoolView, PoolViews, pool_views};

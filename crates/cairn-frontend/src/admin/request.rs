@@ -92,6 +92,8 @@ pub enum AdminRequest {
     /// `written@snapshot` of `dataset`: what its head references that its `snapshot` does
     /// not.
     WrittenSince { dataset: String, snapshot: String },
+    /// `digest` of snapshot `snapshot` (`dataset@snap`; see `Pool::snapshot_digest`).
+    SnapshotDigest { snapshot: String },
     /// `diff --blocks`: the byte ranges of a volume that differ between its snapshot `older`
     /// and `newer`, a later snapshot of it or the volume itself (its live contents).
     DiffBlocks { older: String, newer: String },
@@ -104,10 +106,19 @@ pub enum AdminRequest {
     Send {
         snapshot: String,
         from: Option<String>,
+        /// `-c`: blocks stored compressed go as stored.
+        #[serde(default)]
+        compressed: bool,
     },
     /// `receive`: a send stream into `target`. Needs the stream's source
-    /// (`admin::handle_stream`).
-    Receive { target: String, force: bool },
+    /// (`admin::handle_stream`). `corrective` (`-c`): `target` is a snapshot the stream heals
+    /// (`Pool::receive_corrective`).
+    Receive {
+        target: String,
+        force: bool,
+        #[serde(default)]
+        corrective: bool,
+    },
 }
 
 impl AdminRequest {
@@ -297,6 +308,8 @@ pub enum AdminReply {
     Holds(Vec<(String, String, u64)>),
     /// A byte count.
     Bytes(u64),
+    /// A snapshot's digest (64 hex digits).
+    Digest(String),
     /// What a destroy would do: the snapshots, and the bytes it would free.
     DestroyPreview {
         names: Vec<String>,
@@ -322,6 +335,34 @@ pub enum AdminReply {
     NfsStats(NfsSample),
     Sent(SendReport),
     Received(ReceiveReport),
+    /// What a corrective receive healed.
+    Healed(HealReport),
+}
+
+/// What a corrective receive did (`cairn_engine::CorrectiveSummary`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HealReport {
+    /// `dataset@snapshot`.
+    pub snapshot: String,
+    pub bytes_read: u64,
+    /// Stream blocks that are the snapshot's blocks at their place.
+    pub blocks_checked: u64,
+    /// Blocks no copy could give back, rewritten from the stream.
+    pub blocks_healed: u64,
+    /// Stream blocks that are not what the snapshot holds there (not used).
+    pub blocks_mismatched: u64,
+}
+
+impl From<cairn_engine::CorrectiveSummary> for HealReport {
+    fn from(summary: cairn_engine::CorrectiveSummary) -> HealReport {
+        HealReport {
+            snapshot: summary.snapshot,
+            bytes_read: summary.bytes_read,
+            blocks_checked: summary.blocks_checked,
+            blocks_healed: summary.blocks_healed,
+            blocks_mismatched: summary.blocks_mismatched,
+        }
+    }
 }
 
 /// What a send wrote (`cairn_engine::SendSummary`).

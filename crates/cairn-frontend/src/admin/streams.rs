@@ -12,9 +12,9 @@
 //! neither changes the pool cache or vdev trees that the turn protects.
 
 use super::AdminError;
-use super::request::{AdminReply, AdminRequest, Answer, ReceiveReport, SendReport};
+use super::request::{AdminReply, AdminRequest, Answer, HealReport, ReceiveReport, SendReport};
 use crate::PoolAccess;
-use cairn_engine::ReceiveOptions;
+use cairn_engine::{ReceiveOptions, SendOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
 
 /// Buffered bytes between the engine and the stream (few, large reads and writes).
@@ -33,10 +33,20 @@ pub fn handle_stream<S: Read + Write>(
     stream: &mut S,
 ) -> Result<Answer, AdminError> {
     let reply = match request {
-        AdminRequest::Send { snapshot, from } => {
-            AdminReply::Sent(send(access, &snapshot, from.as_deref(), stream)?)
+        AdminRequest::Send {
+            snapshot,
+            from,
+            compressed,
+        } => {
+            let options = SendOptions { compressed };
+            AdminReply::Sent(send(access, &snapshot, from.as_deref(), options, stream)?)
         }
-        AdminRequest::Receive { target, force } => {
+        AdminRequest::Receive {
+            target,
+            corrective: true,
+            ..
+        } => AdminReply::Healed(heal(access, &target, stream)?),
+        AdminRequest::Receive { target, force, .. } => {
             AdminReply::Received(receive(access, &target, force, stream)?)
         }
         other => {
@@ -52,11 +62,12 @@ fn send(
     access: &PoolAccess,
     snapshot: &str,
     from: Option<&str>,
+    options: SendOptions,
     stream: &mut dyn Write,
 ) -> Result<SendReport, AdminError> {
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
     let summary = access.with_pool(pool_of(snapshot), true, |pool| -> Result<_, AdminError> {
-        Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
+        Ok(pool.send_with(snapshot, from, options, &mut out, &mut |_| {})?)
     })?;
     out.flush()?;
     Ok(summary.into())
@@ -88,6 +99,20 @@ fn receive(
     Ok(summary.into())
 }
 
+/// A corrective receive: the stream heals snapshot `snapshot` (nothing is made or swapped,
+/// so a mounted filesystem's snapshot is healed like any other).
+fn heal(
+    access: &PoolAccess,
+    snapshot: &str,
+    stream: &mut dyn Read,
+) -> Result<HealReport, AdminError> {
+    let mut input = BufReader::with_capacity(STREAM_BUFFER_BYTES, stream);
+    let summary = access.with_pool(pool_of(snapshot), false, |pool| -> Result<_, AdminError> {
+        Ok(pool.receive_corrective(snapshot, &mut input)?)
+    })?;
+    Ok(summary.into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -106,6 +131,7 @@ mod tests {
         let send = AdminRequest::Send {
             snapshot: "tank/vol@a".to_string(),
             from: None,
+            compressed: false,
         };
         let err = handle_stream(&access, send, &mut stream).unwrap_err();
         assert!(err.to_string().contains("tank"), "{err}");
