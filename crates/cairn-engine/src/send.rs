@@ -37,7 +37,9 @@ use crate::EngineError;
 use crate::core::SyncedTree;
 use crate::pool::Pool;
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName};
-use cairn_format::send_stream::{StreamHeader, StreamKind, StreamRecord, StreamWriter};
+use cairn_format::send_stream::{
+    ResumePoint, StreamHeader, StreamKind, StreamRecord, StreamWriter,
+};
 use cairn_format::{BlockPointer, Dnode};
 use cairn_object::ObjectSet;
 use std::io::Write;
@@ -107,6 +109,19 @@ impl Pool {
         out: &mut dyn Write,
         progress: &mut dyn FnMut(u64),
     ) -> Result<SendSummary, EngineError> {
+        self.send_from_point(snapshot, from, None, out, progress)
+    }
+
+    /// `send`, or with `resume` only the records at or after that point (`send -t`,
+    /// `send_resume.rs`): a stream marked `SEND_FEATURE_RESUME`.
+    pub(crate) fn send_from_point(
+        &self,
+        snapshot: &str,
+        from: Option<&str>,
+        resume: Option<ResumePoint>,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<SendSummary, EngineError> {
         let name = SnapshotName::parse(snapshot)?;
         let (kind, properties) = {
             let directory = self.core.directory.lock();
@@ -136,6 +151,7 @@ impl Pool {
             volsize_bytes,
             block_size_bytes,
             creation_ms: to.creation_ms,
+            resume,
         };
         // Keeps every block of both roots from reuse while the send reads them.
         let synced = SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
@@ -143,10 +159,15 @@ impl Pool {
         let mut writer = StreamWriter::new(out, &header).map_err(stream_io)?;
         let mut summary = SendSummary::default();
         match &from {
-            None => send_full(&objset, &mut writer, &mut summary, progress)?,
-            Some(from) => {
-                send_incremental(&objset, from, &to, &mut writer, &mut summary, progress)?
-            }
+            None => send_full(&objset, resume, &mut writer, &mut summary, progress)?,
+            Some(from) => send_incremental(
+                &objset,
+                (from, &to),
+                resume,
+                &mut writer,
+                &mut summary,
+                progress,
+            )?,
         }
         drop(synced);
         summary.bytes_written = writer.finish(&name.snapshot).map_err(stream_io)?;
@@ -252,14 +273,28 @@ fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
     }
 }
 
-/// Every object of the snapshot, ascending, each with all its blocks that hold data.
+/// The offset of `object` a stream resumed at `resume` starts from: `None` for an object
+/// before the point (nothing of it is sent), 0 for one after it.
+fn resume_offset(resume: Option<ResumePoint>, object: u64) -> Option<u64> {
+    match resume {
+        Some(point) if object < point.object => None,
+        Some(point) if object == point.object => Some(point.offset_bytes),
+        _ => Some(0),
+    }
+}
+
+/// Every object of the snapshot, ascending, each with all its blocks that hold data (with
+/// `resume`, from that point on).
 fn send_full(
     objset: &ObjectSet,
+    resume: Option<ResumePoint>,
     writer: &mut StreamWriter<'_>,
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), EngineError> {
-    for object in 1..objset.object_id_bound() {
+    let first = resume.map_or(1, |point| point.object.max(1));
+    for object in first..objset.object_id_bound() {
+        let from_bytes = resume_offset(resume, object).unwrap_or(0);
         let dnode = objset.dnode(object)?;
         if dnode.is_free() {
             continue;
@@ -268,24 +303,27 @@ fn send_full(
             .write(&object_record(object, &dnode))
             .map_err(stream_io)?;
         summary.objects += 1;
-        send_every_block(objset, object, &dnode, writer, summary, progress)?;
+        send_every_block(
+            objset, object, &dnode, from_bytes, writer, summary, progress,
+        )?;
     }
     Ok(())
 }
 
-/// WRITE of every block of `object` that holds data, ascending (holes found from the indirect
-/// blocks, never by reading data).
+/// WRITE of every block of `object` that holds data from `from_bytes` on, ascending (holes
+/// found from the indirect blocks, never by reading data).
 fn send_every_block(
     objset: &ObjectSet,
     object: u64,
     dnode: &Dnode,
+    from_bytes: u64,
     writer: &mut StreamWriter<'_>,
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), EngineError> {
     let blocks = dnode.max_block_id + 1;
     let mut present = Vec::new();
-    let mut first = 0;
+    let mut first = from_bytes / u64::from(dnode.data_block_size).max(1);
     while first < blocks {
         let count = BLOCK_MAP_CHUNK.min(blocks - first);
         let map = objset.block_map(object, first, count)?;
@@ -370,11 +408,12 @@ fn send_block(
 }
 
 /// The objects that changed since `from`: gone ones as FREEOBJECTS, the others as OBJECT and
-/// the blocks that changed (all of them for an object made anew since).
+/// the blocks that changed (all of them for an object made anew since); with `resume`, the
+/// records at or after that point.
 fn send_incremental(
     objset: &ObjectSet,
-    from: &End,
-    to: &End,
+    (from, to): (&End, &End),
+    resume: Option<ResumePoint>,
     writer: &mut StreamWriter<'_>,
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
@@ -384,6 +423,9 @@ fn send_incremental(
     summary.blocks_visited += changed.blocks_visited;
     for change in &changed.objects {
         let object = change.object;
+        let Some(from_bytes) = resume_offset(resume, object) else {
+            continue;
+        };
         if change.new.is_free() {
             writer
                 .write(&StreamRecord::FreeObjects {
@@ -405,20 +447,22 @@ fn send_incremental(
         let block_bytes = u64::from(dnode.data_block_size);
         if made_anew {
             // Whatever the receiver's object held goes; then every block, as a full send.
-            writer
-                .write(&StreamRecord::Free {
-                    object,
-                    offset_bytes: 0,
-                    length_bytes: u64::MAX,
-                })
-                .map_err(stream_io)?;
-            send_every_block(objset, object, dnode, writer, summary, progress)?;
+            if from_bytes == 0 {
+                writer
+                    .write(&StreamRecord::Free {
+                        object,
+                        offset_bytes: 0,
+                        length_bytes: u64::MAX,
+                    })
+                    .map_err(stream_io)?;
+            }
+            send_every_block(objset, object, dnode, from_bytes, writer, summary, progress)?;
         } else {
             let blocks = cairn_object::changed_blocks(io, &from.root, from.txg, &to.root, object)?;
             summary.blocks_visited += blocks.blocks_visited;
             let mut chunk = Vec::new();
             for range in &blocks.ranges {
-                let first = range.offset_bytes / block_bytes;
+                let first = (range.offset_bytes.max(from_bytes)) / block_bytes;
                 let end = (range.offset_bytes + range.length_bytes).div_ceil(block_bytes);
                 for blkid in first..end {
                     chunk.push(blkid);
