@@ -146,6 +146,22 @@ pub(crate) struct PoolCore {
     /// MOS object numbers freed, to give again (`record_map::MosObjectNumbers`). The sync
     /// thread alone uses it.
     pub(crate) mos_numbers: Mutex<crate::record_map::MosObjectNumbers>,
+    /// The receives under way, by hidden dataset (`receive_resume.rs`).
+    pub(crate) receives: Mutex<BTreeMap<String, ReceiveUnderWay>>,
+}
+
+/// Key, in a receive's hidden dataset's record, of the resume token of a partial receive
+/// (`receive -s`): a name no command can set (see `receive_resume.rs`).
+pub(crate) const RESUME_TOKEN_KEY: &str = "%resume_token";
+
+/// A receive under way (`receive_resume.rs`): its hidden dataset is not a leftover, and with
+/// `-s` the token each txg's sync stores with the records it describes.
+#[derive(Debug, Default)]
+pub(crate) struct ReceiveUnderWay {
+    /// `-s`: what the receive leaves if cut is kept, with its token.
+    pub(crate) resumable: bool,
+    /// By txg: the token describing the records applied up to the end of that txg.
+    pub(crate) tokens_by_txg: BTreeMap<u64, cairn_format::send_token::ResumeToken>,
 }
 
 /// Blocks and bytes (allocated, every copy) the meta object set wrote: in the last txg that

@@ -116,6 +116,7 @@ impl Pool {
             free_pacing: Default::default(),
             command_pacing: Default::default(),
             mos_numbers: Default::default(),
+            receives: Default::default(),
         };
         let pool = Pool::assemble(core, 0, &options);
         pool.txg_engine()?

@@ -56,6 +56,21 @@ impl Pool {
                     .map(|dataset| format!("{dataset}@{}", origin.info.name))
             });
             properties.push(("origin", origin.unwrap_or_else(|| "-".into()), "-".into()));
+            // A partial receive's (`receive -s`) token, kept in its hidden dataset.
+            let token = directory
+                .get(&cairn_dataset::receive_name(&record.name))
+                .ok()
+                .and_then(|hidden| {
+                    hidden
+                        .properties
+                        .get(crate::core::RESUME_TOKEN_KEY)
+                        .cloned()
+                });
+            properties.push((
+                "receive_resume_token",
+                token.unwrap_or_else(|| "-".into()),
+                "-".into(),
+            ));
             let volsize = (record.kind == DatasetKind::Volume)
                 .then(|| directory.properties_of(&record.name))
                 .transpose()?

@@ -23,15 +23,20 @@
 //! Failure: a record that fails its checksum, a stream cut short, a record that does not fit
 //! what came before, or a write error stops the receive and destroys the hidden dataset: the
 //! target is as it was. A receive killed mid-stream leaves the hidden dataset, which the next
-//! import destroys (`Pool::destroy_abandoned_receives`).
+//! import destroys (`Pool::destroy_abandoned_receives`). With `-s` (`resumable`) the hidden
+//! dataset is kept instead, with a resume token that says where a resumed stream (`send -t`,
+//! its header marked `SEND_FEATURE_RESUME`) starts; such a stream continues it
+//! (`receive_resume.rs`).
 
 use crate::EngineError;
 use crate::pool::Pool;
 use crate::receive_apply::Apply;
 use crate::receive_finish::{IncrementalSource, dataset_kind};
+use crate::receive_resume::{ResumeNotes, record_point};
 use cairn_dataset::directory::{Provisioning, creation_properties, volume_creation_properties};
-use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, receive_name};
+use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, SpaceAsk, receive_name};
 use cairn_format::send_stream::{StreamHeader, StreamKind, StreamReader, StreamRecord};
+use cairn_format::send_token::{ResumePoint, ResumeToken};
 use cairn_object::ObjectSet;
 use std::io::Read;
 use std::sync::Arc;
@@ -42,6 +47,9 @@ pub struct ReceiveOptions {
     /// `-F`: an incremental stream is received even if the target changed since its source
     /// snapshot: newer snapshots are destroyed first, the head's changes go.
     pub force: bool,
+    /// `-s`: a receive cut short keeps what it applied, with a resume token
+    /// (`receive_resume.rs`), instead of destroying it.
+    pub resumable: bool,
 }
 
 /// What a receive made.
@@ -66,10 +74,40 @@ impl Pool {
         let header = reader.header().clone();
         let hidden = receive_name(target);
         cairn_dataset::validate_name(target)?;
+        let start = ResumeToken {
+            to_guid: header.to_guid,
+            from_guid: header.from_guid,
+            point: ResumePoint::default(),
+            bytes_received: 0,
+        };
+        if let Some(point) = header.resume {
+            // Under way before the checks: nothing else writes or abandons the partial one.
+            let (_guard, mut notes) = self.receive_under_way(target, &hidden, true, start)?;
+            let stored = self.resumable_partial(target, &header, point)?;
+            notes.continue_from(stored);
+            self.open_partial_objset(&hidden)?;
+            let source = if header.is_incremental() {
+                Some(self.check_incremental(target, &header, options)?.0)
+            } else {
+                None
+            };
+            return self.receive_into(target, &hidden, &mut reader, source, notes, true);
+        }
+        let (_guard, notes) = self.receive_under_way(target, &hidden, options.resumable, start)?;
         if self.core.directory.lock().datasets.contains_key(&hidden) {
+            let why = match self.receive_resume_token(target) {
+                Some(_) => {
+                    "a partial receive (-s) is kept: resume it (cairn send -t TOKEN, its \
+                            token from cairn get receive_resume_token) or abandon it \
+                            (cairn receive -A)"
+                }
+                None => {
+                    "a receive was killed: what it left is destroyed at the next import \
+                         (or by cairn receive -A)"
+                }
+            };
             return Err(EngineError::Receive(format!(
-                "a receive into '{target}' is under way (or was killed: what it left is \
-                 destroyed at the next import)"
+                "cannot receive into '{target}': {why}"
             )));
         }
         let source = if header.is_incremental() {
@@ -78,21 +116,50 @@ impl Pool {
             self.begin_full(target, &hidden, &header)?;
             None
         };
+        if options.resumable
+            && let Err(err) = self.store_first_token(&hidden, start)
+        {
+            self.abandon_receive(&hidden);
+            return Err(err);
+        }
+        self.receive_into(
+            target,
+            &hidden,
+            &mut reader,
+            source,
+            notes,
+            options.resumable,
+        )
+    }
+
+    /// Applies the records of `reader` to `hidden` and, at END, makes them `target`'s
+    /// snapshot; a failure destroys `hidden`, or with `resumable` keeps it with its token.
+    fn receive_into(
+        &self,
+        target: &str,
+        hidden: &str,
+        reader: &mut StreamReader<'_>,
+        source: Option<IncrementalSource>,
+        mut notes: ResumeNotes,
+        resumable: bool,
+    ) -> Result<ReceiveSummary, EngineError> {
+        let header = reader.header().clone();
         let objset = self
             .core
             .objsets
             .lock()
-            .get(&hidden)
+            .get(hidden)
             .cloned()
             .ok_or_else(|| EngineError::Receive(format!("'{hidden}' was not created")));
-        let applied = objset.and_then(|objset| self.apply_stream(&mut reader, &objset));
+        let applied =
+            objset.and_then(|objset| self.apply_stream(reader, hidden, objset, &mut notes));
         let finished = applied.and_then(|(snapshot, objects, blocks_written)| {
             let full = format!("{target}@{snapshot}");
             SnapshotName::parse(&full)?;
             match &source {
-                None => self.finish_full(target, &hidden, &snapshot, header.to_guid)?,
+                None => self.finish_full(target, hidden, &snapshot, header.to_guid)?,
                 Some(source) => {
-                    self.finish_incremental(target, &hidden, source, &snapshot, header.to_guid)?
+                    self.finish_incremental(target, hidden, source, &snapshot, header.to_guid)?
                 }
             }
             Ok(ReceiveSummary {
@@ -103,7 +170,11 @@ impl Pool {
             })
         });
         if finished.is_err() {
-            self.abandon_receive(&hidden);
+            if resumable {
+                self.keep_partial_receive();
+            } else {
+                self.abandon_receive(hidden);
+            }
         }
         finished
     }
@@ -146,6 +217,20 @@ impl Pool {
         header: &StreamHeader,
         options: ReceiveOptions,
     ) -> Result<IncrementalSource, EngineError> {
+        let (source, origin) = self.check_incremental(target, header, options)?;
+        let (kind, properties) = self.clone_properties(&origin, &[])?;
+        self.make_clone(origin, hidden.to_string(), kind, properties)?;
+        Ok(source)
+    }
+
+    /// The checks of an incremental stream into `target` (see the module doc), with `-F` the
+    /// destroy of its newer snapshots: the source and its snapshot's name.
+    fn check_incremental(
+        &self,
+        target: &str,
+        header: &StreamHeader,
+        options: ReceiveOptions,
+    ) -> Result<(IncrementalSource, SnapshotName), EngineError> {
         let plan = self.incremental_plan(target, header)?;
         let changed = !plan.newer.is_empty() || plan.written_bytes > 0;
         if changed && !options.force {
@@ -164,12 +249,11 @@ impl Pool {
             self.destroy_snapshots(&plan.newer)?;
         }
         let origin = SnapshotName::parse(&format!("{target}@{}", plan.source.snapshot))?;
-        let (kind, properties) = self.clone_properties(&origin, &[])?;
-        self.make_clone(origin, hidden.to_string(), kind, properties)?;
-        Ok(IncrementalSource {
+        let source = IncrementalSource {
             force: options.force,
             ..plan.source
-        })
+        };
+        Ok((source, origin))
     }
 
     /// A volume served to clients (NBD) changes under them at the swap only with `force`.
@@ -201,13 +285,21 @@ impl Pool {
     fn apply_stream(
         &self,
         reader: &mut StreamReader<'_>,
-        objset: &ObjectSet,
+        hidden: &str,
+        objset: Arc<ObjectSet>,
+        notes: &mut ResumeNotes,
     ) -> Result<(String, u64, u64), EngineError> {
         let engine = self.txg_engine()?.clone();
+        // Asked before each WRITE, outside any txg hold (it may wait for a sync): a full pool
+        // or a quota stops the receive with ENOSPC/EDQUOT instead of failing a sync.
+        let space = self.space_check(hidden, &engine, objset.clone());
+        let objset = &*objset;
         let header = reader.header();
+        // A resumed stream meets the objects it made before the cut, as an incremental one
+        // meets its source's (`receive_resume.rs`).
         let mut apply = Apply::new(
             objset,
-            header.is_incremental(),
+            header.is_incremental() || header.resume.is_some(),
             (header.kind == StreamKind::Volume).then_some(header.volsize_bytes),
         );
         loop {
@@ -222,11 +314,21 @@ impl Pool {
                 StreamRecord::WriteCompressed { logical_bytes, .. } => u64::from(*logical_bytes),
                 _ => 512,
             };
+            // Room for the block, its indirect blocks and copies: an eighth more and 64 KiB.
+            let ask = dirty_bytes + dirty_bytes / 8 + (64 << 10);
+            space(SpaceAsk::bytes(ask)).map_err(DatasetError::from)?;
             engine.throttle(dirty_bytes);
             let hold = engine.try_hold().map_err(EngineError::Txg)?;
+            let point = record_point(&record);
             apply
                 .record(hold.txg(), record)?
                 .map_or(Ok(()), |what| Err(inconsistent(reader, what)))?;
+            // Counted as any writer's, so the throttle paces the stream, a sync starts when
+            // the txg holds enough, and the space check sees what is not synced yet.
+            hold.add_dirty(dirty_bytes);
+            if let Some(point) = point {
+                notes.applied(&self.core, hold.txg(), point, reader.offset_bytes());
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The ends of a receive (`receive.rs`): what an incremental stream is checked against before
 //! anything is read (`incremental_plan`), the one txg that makes a received stream visible
 //! (`finish_full`, `finish_incremental`), and the import-time destroy of what a killed
-//! receive left (`destroy_abandoned_receives`).
+//! receive left (`destroy_abandoned_receives`; a resumable one, `receive -s`, is kept).
 //!
 //! Atomicity: each finish is one sync task, so the rename or swap and the snapshot END names
 //! land in the same txg (the task queues the snapshot, which the same txg's sync takes after
@@ -13,7 +13,7 @@
 //! and root become the head's, and the clone's record goes.
 
 use crate::EngineError;
-use crate::core::{PendingSnapshot, PoolCore};
+use crate::core::{PendingSnapshot, PoolCore, RESUME_TOKEN_KEY};
 use crate::pool::Pool;
 use cairn_dataset::DatasetKind;
 use cairn_dataset::{DatasetError, is_hidden};
@@ -146,6 +146,11 @@ impl Pool {
         self.run_sync_task(move |core, _txg| {
             let mut directory = core.directory.lock();
             directory.rename(&hidden, &target)?;
+            // A resumable receive's token goes in the txg that makes the snapshot visible.
+            directory
+                .get_mut(&target)?
+                .properties
+                .remove(RESUME_TOKEN_KEY);
             let mut objsets = core.objsets.lock();
             if let Some(objset) = objsets.remove(&hidden) {
                 objsets.insert(target.clone(), objset);
@@ -219,16 +224,20 @@ impl Pool {
     }
 
     /// Destroys the hidden datasets receives killed mid-stream left (at import, writable):
-    /// their trees are freed in the background. Returns a note per dataset.
+    /// their trees are freed in the background. One with a resume token (`receive -s`) is
+    /// kept: it is resumed with `send -t`, or abandoned with `receive -A`. Returns a note per
+    /// dataset destroyed.
     pub(crate) fn destroy_abandoned_receives(&self) -> Vec<String> {
         let hidden: Vec<String> = self
             .core
             .directory
             .lock()
             .datasets
-            .keys()
-            .filter(|name| is_hidden(name))
-            .cloned()
+            .values()
+            .filter(|record| {
+                is_hidden(&record.name) && !record.properties.contains_key(RESUME_TOKEN_KEY)
+            })
+            .map(|record| record.name.clone())
             .collect();
         hidden
             .into_iter()

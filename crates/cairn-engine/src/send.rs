@@ -46,7 +46,7 @@ use crate::pool::Pool;
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName};
 use cairn_device::queue::IoClass;
 use cairn_format::send_stream::{
-    SEND_FEATURE_COMPRESSED, StreamHeader, StreamKind, StreamRecord, StreamWriter,
+    ResumePoint, SEND_FEATURE_COMPRESSED, StreamHeader, StreamKind, StreamRecord, StreamWriter,
 };
 use cairn_format::{BlockPointer, Compression, Dnode};
 use cairn_object::ObjectSet;
@@ -139,6 +139,20 @@ impl Pool {
         out: &mut dyn Write,
         progress: &mut dyn FnMut(u64),
     ) -> Result<SendSummary, EngineError> {
+        self.send_from_point(snapshot, from, options, None, out, progress)
+    }
+
+    /// `send_with`, or with `resume` only the records at or after that point (`send -t`,
+    /// `send_resume.rs`): a stream marked `SEND_FEATURE_RESUME`.
+    pub(crate) fn send_from_point(
+        &self,
+        snapshot: &str,
+        from: Option<&str>,
+        options: SendOptions,
+        resume: Option<ResumePoint>,
+        out: &mut dyn Write,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<SendSummary, EngineError> {
         let name = SnapshotName::parse(snapshot)?;
         let (kind, properties) = {
             let directory = self.core.directory.lock();
@@ -172,6 +186,7 @@ impl Pool {
             volsize_bytes,
             block_size_bytes,
             creation_ms: to.creation_ms,
+            resume,
         };
         // Keeps every block of both roots from reuse while the send reads them.
         let synced = SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
@@ -179,10 +194,15 @@ impl Pool {
         let mut writer = StreamWriter::new(out, &header).map_err(stream_io)?;
         let mut summary = SendSummary::default();
         match &from {
-            None => send_full(&objset, &mut writer, &mut summary, progress)?,
-            Some(from) => {
-                send_incremental(&objset, from, &to, &mut writer, &mut summary, progress)?
-            }
+            None => send_full(&objset, resume, &mut writer, &mut summary, progress)?,
+            Some(from) => send_incremental(
+                &objset,
+                (from, &to),
+                resume,
+                &mut writer,
+                &mut summary,
+                progress,
+            )?,
         }
         drop(synced);
         summary.bytes_written = writer.finish(&name.snapshot).map_err(stream_io)?;
@@ -286,14 +306,28 @@ fn object_record(object: u64, dnode: &Dnode) -> StreamRecord {
     }
 }
 
-/// Every object of the snapshot, ascending, each with all its blocks that hold data.
+/// The offset of `object` a stream resumed at `resume` starts from: `None` for an object
+/// before the point (nothing of it is sent), 0 for one after it.
+fn resume_offset(resume: Option<ResumePoint>, object: u64) -> Option<u64> {
+    match resume {
+        Some(point) if object < point.object => None,
+        Some(point) if object == point.object => Some(point.offset_bytes),
+        _ => Some(0),
+    }
+}
+
+/// Every object of the snapshot, ascending, each with all its blocks that hold data (with
+/// `resume`, from that point on).
 fn send_full(
     objset: &ObjectSet,
+    resume: Option<ResumePoint>,
     writer: &mut StreamWriter<'_>,
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), EngineError> {
-    for object in 1..objset.object_id_bound() {
+    let first = resume.map_or(1, |point| point.object.max(1));
+    for object in first..objset.object_id_bound() {
+        let from_bytes = resume_offset(resume, object).unwrap_or(0);
         let dnode = objset.dnode(object)?;
         if dnode.is_free() {
             continue;
@@ -302,24 +336,27 @@ fn send_full(
             .write(&object_record(object, &dnode))
             .map_err(stream_io)?;
         summary.objects += 1;
-        send_every_block(objset, object, &dnode, writer, summary, progress)?;
+        send_every_block(
+            objset, object, &dnode, from_bytes, writer, summary, progress,
+        )?;
     }
     Ok(())
 }
 
-/// WRITE of every block of `object` that holds data, ascending (holes found from the indirect
-/// blocks, never by reading data).
+/// WRITE of every block of `object` that holds data from `from_bytes` on, ascending (holes
+/// found from the indirect blocks, never by reading data).
 fn send_every_block(
     objset: &ObjectSet,
     object: u64,
     dnode: &Dnode,
+    from_bytes: u64,
     writer: &mut StreamWriter<'_>,
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), EngineError> {
     let blocks = dnode.max_block_id + 1;
     let mut present = Vec::new();
-    let mut first = 0;
+    let mut first = from_bytes / u64::from(dnode.data_block_size).max(1);
     while first < blocks {
         let count = BLOCK_MAP_CHUNK.min(blocks - first);
         let map = objset.block_map(object, first, count)?;
@@ -416,11 +453,12 @@ fn send_block(
 }
 
 /// The objects that changed since `from`: gone ones as FREEOBJECTS, the others as OBJECT and
-/// the blocks that changed (all of them for an object made anew since).
+/// the blocks that changed (all of them for an object made anew since); with `resume`, the
+/// records at or after that point.
 fn send_incremental(
     objset: &ObjectSet,
-    from: &End,
-    to: &End,
+    (from, to): (&End, &End),
+    resume: Option<ResumePoint>,
     writer: &mut StreamWriter<'_>,
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
@@ -429,13 +467,23 @@ fn send_incremental(
         let to_root = to.root.as_ref().ok_or_else(|| {
             EngineError::Send("the snapshot sent has no object set root".to_string())
         })?;
-        return since::send_incremental_since(objset, from.txg, to_root, writer, summary, progress);
+        return since::send_incremental_since(
+            objset,
+            (from.txg, to_root),
+            resume,
+            writer,
+            summary,
+            progress,
+        );
     };
     let io = objset.cached_io();
     let changed = cairn_object::changed_objects(io, from_root, from.txg, to_root)?;
     summary.blocks_visited += changed.blocks_visited;
     for change in &changed.objects {
         let object = change.object;
+        let Some(from_bytes) = resume_offset(resume, object) else {
+            continue;
+        };
         if change.new.is_free() {
             writer
                 .write(&StreamRecord::FreeObjects {
@@ -457,20 +505,22 @@ fn send_incremental(
         let block_bytes = u64::from(dnode.data_block_size);
         if made_anew {
             // Whatever the receiver's object held goes; then every block, as a full send.
-            writer
-                .write(&StreamRecord::Free {
-                    object,
-                    offset_bytes: 0,
-                    length_bytes: u64::MAX,
-                })
-                .map_err(stream_io)?;
-            send_every_block(objset, object, dnode, writer, summary, progress)?;
+            if from_bytes == 0 {
+                writer
+                    .write(&StreamRecord::Free {
+                        object,
+                        offset_bytes: 0,
+                        length_bytes: u64::MAX,
+                    })
+                    .map_err(stream_io)?;
+            }
+            send_every_block(objset, object, dnode, from_bytes, writer, summary, progress)?;
         } else {
             let blocks = cairn_object::changed_blocks(io, from_root, from.txg, to_root, object)?;
             summary.blocks_visited += blocks.blocks_visited;
             let mut chunk = Vec::new();
             for range in &blocks.ranges {
-                let first = range.offset_bytes / block_bytes;
+                let first = (range.offset_bytes.max(from_bytes)) / block_bytes;
                 let end = (range.offset_bytes + range.length_bytes).div_ceil(block_bytes);
                 for blkid in first..end {
                     chunk.push(blkid);

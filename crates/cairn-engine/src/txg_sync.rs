@@ -121,6 +121,8 @@ impl PoolCore {
             }
             directory_changed = true;
         }
+        // Resumable receives' tokens, in the txg of the records they describe.
+        directory_changed |= self.store_resume_tokens(txg);
         // With the heads' roots of this txg in the directory: dead blocks onto deadlists,
         // then this txg's snapshots (`snapshot_sync.rs`).
         let new_snapshot_heads = self.sync_snapshots(txg, &synced)?;

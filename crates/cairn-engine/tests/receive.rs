@@ -199,6 +199,7 @@ fn streams_that_cannot_apply_are_refused() {
             from_txg: 0,
             volsize_bytes: 1 << 20,
             block_size_bytes: 4096,
+            resume: None,
             creation_ms: 0,
         };
         let mut out = Vec::new();

@@ -37,9 +37,16 @@ fn snapshot_names(pool: &Pool, dataset: &str) -> Vec<String> {
 
 fn receive_forced(pool: &Pool, target: &str, stream: &[u8]) -> Result<String, String> {
     let mut input = stream;
-    pool.receive(target, &mut input, ReceiveOptions { force: true })
-        .map(|summary| summary.snapshot)
-        .map_err(|err| err.to_string())
+    pool.receive(
+        target,
+        &mut input,
+        ReceiveOptions {
+            force: true,
+            ..Default::default()
+        },
+    )
+    .map(|summary| summary.snapshot)
+    .map_err(|err| err.to_string())
 }
 
 fn volume_bytes(pool: &Pool, name: &str) -> Vec<u8> {

@@ -135,6 +135,7 @@ fn a_compressed_block_that_does_not_decompress_is_refused_and_leaves_nothing() {
         volsize_bytes: 1 << 20,
         block_size_bytes: 8192,
         creation_ms: 1,
+        resume: None,
     };
     let good = cairn_format::compress::encode(&text(8192, 1), Compression::Lz4).unwrap();
     let stream = |payload: &[u8]| {

@@ -37,6 +37,7 @@ pub mod error;
 pub mod intent_log;
 pub mod label;
 pub mod send_stream;
+pub mod send_token;
 pub mod spacelog;
 pub mod uberblock;
 

@@ -23,6 +23,7 @@
 //! refuses unknown kinds, features and flags instead of skipping them.
 
 use crate::dnode::DNODE_BONUS_SIZE_MAX;
+pub use crate::send_token::ResumePoint;
 use crate::{BLOCK_SIZE_MAX, Compression, ObjectType};
 use std::io::{Read, Write};
 use thiserror::Error;
@@ -48,9 +49,13 @@ const HEADER_HASHED_BYTES: usize = 96;
 /// (`SEND_WRITE_FLAG_COMPRESSED`); a reader that does not know it refuses the stream.
 pub const SEND_FEATURE_COMPRESSED: u32 = 1 << 0;
 
+/// Feature bit: the stream is the rest of a cut one (`cairn send -t`): it starts at the resume
+/// point the header carries (bytes 80..96), not at the first object.
+pub const SEND_FEATURE_RESUME: u32 = 1 << 1;
+
 /// Feature bits of the stream header this build knows; a reader refuses any other bit, so a
 /// later stream that needs a feature is never half-understood.
-pub const SEND_FEATURES_KNOWN: u32 = SEND_FEATURE_COMPRESSED;
+pub const SEND_FEATURES_KNOWN: u32 = SEND_FEATURE_COMPRESSED | SEND_FEATURE_RESUME;
 
 /// WRITE flag: the payload is the block as stored, compressed (`send -c`); fields 3 and 4
 /// give its logical size and compression id. Allowed only in a stream with
@@ -85,6 +90,8 @@ pub struct StreamHeader {
     pub block_size_bytes: u32,
     /// The sent snapshot's creation time, ms since the epoch.
     pub creation_ms: u64,
+    /// A resumed stream (`SEND_FEATURE_RESUME`): where it starts.
+    pub resume: Option<ResumePoint>,
 }
 
 impl StreamHeader {
@@ -97,7 +104,15 @@ impl StreamHeader {
         let mut out = [0u8; SEND_HEADER_SIZE];
         out[0..8].copy_from_slice(&SEND_STREAM_MAGIC.to_le_bytes());
         out[8..12].copy_from_slice(&SEND_STREAM_VERSION.to_le_bytes());
-        out[12..16].copy_from_slice(&self.features.to_le_bytes());
+        let features = match self.resume {
+            Some(point) => {
+                out[80..88].copy_from_slice(&point.object.to_le_bytes());
+                out[88..96].copy_from_slice(&point.offset_bytes.to_le_bytes());
+                self.features | SEND_FEATURE_RESUME
+            }
+            None => self.features & !SEND_FEATURE_RESUME,
+        };
+        out[12..16].copy_from_slice(&features.to_le_bytes());
         out[16] = self.kind as u8;
         out[24..32].copy_from_slice(&self.to_guid.to_le_bytes());
         out[32..40].copy_from_slice(&self.to_txg.to_le_bytes());
@@ -150,6 +165,10 @@ impl StreamHeader {
             volsize_bytes: u64_at(bytes, 56),
             block_size_bytes: u32_at(bytes, 64),
             creation_ms: u64_at(bytes, 72),
+            resume: (features & SEND_FEATURE_RESUME != 0).then(|| ResumePoint {
+                object: u64_at(bytes, 80),
+                offset_bytes: u64_at(bytes, 88),
+            }),
         };
         let block_ok = header.block_size_bytes != 0
             && header.block_size_bytes <= BLOCK_SIZE_MAX

@@ -13,7 +13,9 @@
 
 mod doc_check;
 
-use cairn_format::{blkptr, dnode, intent_log, label, send_stream, spacelog, uberblock};
+use cairn_format::{
+    blkptr, dnode, intent_log, label, send_stream, send_token, spacelog, uberblock,
+};
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
 };
@@ -90,6 +92,9 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         send_stream::SEND_FEATURES_KNOWN,
         send_stream::SEND_SNAPSHOT_NAME_MAX,
         send_stream::SEND_WRITE_FLAG_COMPRESSED,
+        send_stream::SEND_FEATURE_RESUME,
+        send_token::RESUME_TOKEN_VERSION,
+        send_token::RESUME_TOKEN_SIZE,
     ]
 }
 
@@ -122,6 +127,7 @@ fn structure_sizes() -> BTreeMap<&'static str, u64> {
         ),
         ("Intent-log lane entry", INTENT_LOG_LANE_SIZE),
         ("Send stream header", send_stream::SEND_HEADER_SIZE as u64),
+        ("Resume token", send_token::RESUME_TOKEN_SIZE as u64),
         (
             "Send record header",
             send_stream::SEND_RECORD_HEADER_SIZE as u64,

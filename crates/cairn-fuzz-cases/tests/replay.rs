@@ -177,6 +177,7 @@ mod seeds {
             from_txg: 0,
             volsize_bytes: 1 << 20,
             block_size_bytes: 512,
+            resume: None,
             creation_ms: 1,
         };
         let mut out = Vec::new();

@@ -37,6 +37,7 @@ const STATISTICS: &[(&str, &[&str])] = &[
     ("clones", &[]),
     ("guid", &[]),
     ("digest", &[]),
+    ("receive_resume_token", &[]),
 ];
 
 /// Statistics that are byte counts (shown as sizes to people).
@@ -697,6 +698,28 @@ fn snapshot_digest(ctx: &Context, info: &DatasetRow) -> Result<String> {
     }
 }
 
+/// A dataset that does not exist yet but has a partial full receive (`receive -s` cut): a row
+/// with its `receive_resume_token` only (every other property `-`).
+fn partial_receive_row(ctx: &Context, name: &str) -> Option<DatasetRow> {
+    let request = AdminRequest::ResumeToken {
+        target: name.to_string(),
+    };
+    let Ok(AdminReply::ResumeToken(Some(token))) = remote::call(ctx, request) else {
+        return None;
+    };
+    Some(DatasetRow {
+        name: name.to_string(),
+        kind: DatasetKind::Filesystem,
+        snapshot: false,
+        bookmark: false,
+        used_bytes: 0,
+        available_bytes: 0,
+        referenced_bytes: 0,
+        volsize_bytes: None,
+        properties: vec![("receive_resume_token".to_string(), token, "-".to_string())],
+    })
+}
+
 /// (value, source) of one statistic or property of a dataset, ready to print.
 fn get_one(info: &DatasetRow, name: &str, format: ListFormat) -> (String, String) {
     let stat = |value: String| (value, "-".to_string());
@@ -758,10 +781,13 @@ pub fn get(ctx: &Context, args: &GetArgs) -> Result<()> {
     for name in &args.datasets {
         let info = match datasets.named(name, false) {
             Ok(mut infos) => infos.remove(0),
-            Err(err) => {
-                failures.push(format!("{err:#}"));
-                continue;
-            }
+            Err(err) => match partial_receive_row(ctx, name) {
+                Some(row) => row,
+                None => {
+                    failures.push(format!("{err:#}"));
+                    continue;
+                }
+            },
         };
         let names: Vec<&str> = match &requested {
             Some(names) => names.iter().map(String::as_str).collect(),

@@ -2,7 +2,9 @@
 //! FILE`: a snapshot to a stream on stdout (`-c`: blocks stored compressed go as stored), a
 //! stream from stdin into a new dataset (full) or the next snapshot of an existing one
 //! (incremental); `cairn receive -c DATASET@SNAPSHOT < FILE` heals that snapshot's damaged
-//! blocks from a stream of it (`Pool::receive_corrective`). What a stream holds
+//! blocks from a stream of it (`Pool::receive_corrective`). Resumable: `receive -s` keeps
+//! what a cut stream brought, with a token; `send -t TOKEN [POOL]` sends the rest; `receive
+//! -A` abandons it. What a stream holds
 //! and why an incremental costs what changed: `cairn_engine::Pool::send`; how a receive stays
 //! all or nothing: `Pool::receive`.
 //!
@@ -30,11 +32,16 @@ pub struct SendArgs {
     /// Blocks stored compressed go as stored (smaller stream; the receiver keeps them so).
     #[arg(short = 'c')]
     compressed: bool,
+    /// Resume: the rest of the stream a partial receive stopped in (its
+    /// receive_resume_token); the snapshot is found by its guid, in POOL if named.
+    #[arg(short = 't', value_name = "TOKEN", conflicts_with = "from")]
+    token: Option<String>,
     /// Say on stderr what was sent.
     #[arg(short = 'v')]
     verbose: bool,
-    /// DATASET@SNAPSHOT
-    snapshot: String,
+    /// DATASET@SNAPSHOT (with -t: the POOL to look in, optional)
+    #[arg(required_unless_present = "token")]
+    snapshot: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -47,6 +54,13 @@ pub struct ReceiveArgs {
     /// give back, from a stream of that snapshot.
     #[arg(short = 'c', conflicts_with = "force")]
     corrective: bool,
+    /// Resumable: if the stream is cut, keep what arrived, with a resume token (cairn get
+    /// receive_resume_token TARGET) for send -t.
+    #[arg(short = 's', conflicts_with = "abandon")]
+    resumable: bool,
+    /// Abandon the partial receive into TARGET (what a cut receive -s kept, and its token).
+    #[arg(short = 'A')]
+    abandon: bool,
     /// Say on stderr what was received.
     #[arg(short = 'v')]
     verbose: bool,
@@ -61,11 +75,17 @@ fn pool_of(name: &str) -> &str {
 
 /// `cairn send`.
 pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
-    let (snapshot, from) = (args.snapshot.as_str(), args.from.as_deref());
     let stdout = std::io::stdout();
     if stdout.is_terminal() {
         bail!("refusing to write a send stream to a terminal: redirect stdout to a file or pipe");
     }
+    if let Some(token) = &args.token {
+        return send_resumed(ctx, token, args.snapshot.as_deref(), args.verbose);
+    }
+    let Some(snapshot) = args.snapshot.as_deref() else {
+        bail!("send needs DATASET@SNAPSHOT (or -t TOKEN)");
+    };
+    let from = args.from.as_deref();
     let request = AdminRequest::Send {
         snapshot: snapshot.to_string(),
         from: from.map(str::to_string),
@@ -98,9 +118,50 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     Ok(())
 }
 
+/// `cairn send -t TOKEN [POOL]`: the rest of a cut stream.
+fn send_resumed(ctx: &Context, token: &str, pool: Option<&str>, verbose: bool) -> Result<()> {
+    let stdout = std::io::stdout();
+    let request = AdminRequest::SendResumed {
+        token: token.to_string(),
+        pool: pool.map(str::to_string),
+    };
+    let report = match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
+        Ok(AdminReply::Sent(report)) => report,
+        Ok(other) => return Err(remote::unexpected(&other)),
+        Err(_) => {
+            let pool = cairn_frontend::admin::resumed_send_pool(&ctx.access, token, pool)?;
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            let summary = ctx.with_pool(&pool, true, |pool| -> Result<_> {
+                Ok(pool.send_resumed(token, &mut out, &mut |_| {})?)
+            })?;
+            out.flush()?;
+            SendReport::from(summary)
+        }
+    };
+    if verbose {
+        shout!(
+            ctx,
+            "sent the rest of a stream: {} bytes, {} objects, {} blocks",
+            report.bytes_written,
+            report.objects,
+            report.blocks_written
+        );
+    }
+    Ok(())
+}
+
 /// `cairn receive`.
 pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
     let target = args.target.as_str();
+    if args.abandon {
+        let request = AdminRequest::AbandonReceive {
+            target: target.to_string(),
+        };
+        return match remote::call(ctx, request)? {
+            AdminReply::Done => Ok(()),
+            other => Err(remote::unexpected(&other)),
+        };
+    }
     let stdin = std::io::stdin();
     if stdin.is_terminal() {
         bail!("refusing to read a send stream from a terminal: redirect stdin from a file or pipe");
@@ -112,6 +173,11 @@ pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
         target: target.to_string(),
         force: args.force,
         corrective: false,
+        resumable: args.resumable,
+    };
+    let options = ReceiveOptions {
+        force: args.force,
+        resumable: args.resumable,
     };
     let report = match remote::call_server_with_stream(ctx, request, stdin.as_fd())? {
         Ok(AdminReply::Received(report)) => report,
@@ -119,7 +185,7 @@ pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
         Err(_) => {
             let mut input = std::io::BufReader::with_capacity(1 << 20, stdin.lock());
             let summary = ctx.with_pool(pool_of(target), false, |pool| -> Result<_> {
-                Ok(pool.receive(target, &mut input, ReceiveOptions { force: args.force })?)
+                Ok(pool.receive(target, &mut input, options)?)
             })?;
             ReceiveReport::from(summary)
         }
@@ -144,6 +210,7 @@ fn heal(ctx: &Context, snapshot: &str) -> Result<()> {
         target: snapshot.to_string(),
         force: false,
         corrective: true,
+        resumable: false,
     };
     let report = match remote::call_server_with_stream(ctx, request, stdin.as_fd())? {
         Ok(AdminReply::Healed(report)) => report,

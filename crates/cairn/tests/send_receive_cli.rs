@@ -106,6 +106,7 @@ fn volume_stream(blocks: u64) -> Vec<u8> {
         from_txg: 0,
         volsize_bytes: blocks * block_bytes,
         block_size_bytes: block_bytes as u32,
+        resume: None,
         creation_ms: 1_700_000_000_000,
     };
     let mut out = Vec::new();

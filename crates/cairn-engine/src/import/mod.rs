@@ -269,6 +269,7 @@ fn pool_core(
         free_pacing: Default::default(),
         command_pacing: Default::default(),
         mos_numbers: Mutex::new(mos_numbers),
+        receives: Default::default(),
     }
 }
 

@@ -12,6 +12,7 @@ fn header() -> StreamHeader {
         from_txg: 20,
         volsize_bytes: 0,
         block_size_bytes: 128 << 10,
+        resume: None,
         creation_ms: 1_700_000_000_000,
     }
 }
@@ -265,4 +266,36 @@ fn compressed_writes_need_the_feature_and_sane_fields() {
         decode(&out),
         Err(StreamError::Malformed { record: 1, .. })
     ));
+}
+
+#[test]
+fn a_resumed_stream_carries_its_point_and_other_feature_bits_are_refused() {
+    let resumed = StreamHeader {
+        resume: Some(ResumePoint {
+            object: 34,
+            offset_bytes: 1 << 20,
+        }),
+        ..header()
+    };
+    let bytes = resumed.encode();
+    let decoded = StreamHeader::decode(&bytes).unwrap();
+    assert_eq!(decoded.resume, resumed.resume);
+    assert_eq!(decoded.features, SEND_FEATURE_RESUME);
+    let (back, records_back) = decode(&encode(&resumed, &records())).unwrap();
+    assert_eq!(back.resume, resumed.resume);
+    assert!(records_back.starts_with(&records()), "the records differ");
+    // A whole stream has no point, whatever bytes 80..96 hold.
+    assert_eq!(
+        StreamHeader::decode(&header().encode()).unwrap().resume,
+        None
+    );
+    // (Bits 0 and 2 are taken by other features; these are nobody's.)
+    for bit in [1u32 << 7, 1 << 31] {
+        let mut bytes = header().encode();
+        bytes[12..16].copy_from_slice(&bit.to_le_bytes());
+        let checksum = blake3::hash(&bytes[..96]);
+        bytes[96..].copy_from_slice(checksum.as_bytes());
+        let err = StreamHeader::decode(&bytes).unwrap_err().to_string();
+        assert!(err.contains("unknown feature bits"), "{bit:#x}: {err}");
+    }
 }

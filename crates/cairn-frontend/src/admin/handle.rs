@@ -10,7 +10,9 @@ use super::failures::skip_unavailable;
 use super::mirrors::{self, Progress};
 use super::request::{AdminReply, AdminRequest, Answer};
 use super::samples::{self, ArcSample, DeviceIoSample, L2arcSample, PoolSample};
-use super::{AdminError, dataset_rows, import_request, mounting, operations, stats, views};
+use super::{
+    AdminError, dataset_rows, import_request, mounting, operations, stats, streams, views,
+};
 use crate::PoolAccess;
 
 /// Runs one request against `access`'s pools; `command_line` is what the pools' histories
@@ -128,18 +130,11 @@ pub fn handle_observed(
         AdminRequest::Datasets { pools } => {
             AdminReply::Datasets(dataset_rows::pool_datasets(access, &pools, &mut notes)?)
         }
-        AdminRequest::Send { .. } | AdminRequest::Receive { .. } => return Err(no_stream()),
+        // Send and receive (`streams.rs`): those without a stream, and the refusal of those
+        // that need one.
+        other => streams::handle_without_stream(access, other)?,
     };
     Ok(Answer { reply, notes })
-}
-
-/// A request that takes a stream, met without one.
-fn no_stream() -> AdminError {
-    AdminError::Invalid(
-        "a send or receive needs its stream: the front end passes it with the request \
-         (admin::handle_stream)"
-            .to_string(),
-    )
 }
 
 /// The server's registry, for requests only a running server can answer.

@@ -73,7 +73,7 @@ pub use request::{
     AdminReply, AdminRequest, Answer, DatasetChange, GroupLayout, HealReport, PoolChange,
     ReceiveReport, SendReport, TxgRow, VdevLayout,
 };
-pub use streams::handle_stream;
+pub use streams::{handle_stream, resumed_send_pool};
 pub use views::{PoolView, PoolViews, pool_views};
 
 use crate::PoolsError;

@@ -112,13 +112,24 @@ pub enum AdminRequest {
     },
     /// `receive`: a send stream into `target`. Needs the stream's source
     /// (`admin::handle_stream`). `corrective` (`-c`): `target` is a snapshot the stream heals
-    /// (`Pool::receive_corrective`).
+    /// (`Pool::receive_corrective`). `resumable` (`-s`): a cut receive keeps what it applied,
+    /// with a resume token.
     Receive {
         target: String,
         force: bool,
         #[serde(default)]
         corrective: bool,
+        #[serde(default)]
+        resumable: bool,
     },
+    /// `send -t`: the rest of the stream a resume token names, from the pool `pool` or else
+    /// whichever pool holds its snapshot. Needs the stream's destination.
+    SendResumed { token: String, pool: Option<String> },
+    /// `receive -A`: abandons the partial receive into `target`.
+    AbandonReceive { target: String },
+    /// The resume token of a partial receive into `target` (which may not exist yet: a
+    /// full stream's receive makes it at the end).
+    ResumeToken { target: String },
 }
 
 impl AdminRequest {
@@ -126,7 +137,9 @@ impl AdminRequest {
     pub fn takes_stream(&self) -> bool {
         matches!(
             self,
-            AdminRequest::Send { .. } | AdminRequest::Receive { .. }
+            AdminRequest::Send { .. }
+                | AdminRequest::Receive { .. }
+                | AdminRequest::SendResumed { .. }
         )
     }
 }
@@ -310,6 +323,8 @@ pub enum AdminReply {
     Bytes(u64),
     /// A snapshot's digest (64 hex digits).
     Digest(String),
+    /// A partial receive's resume token, or none.
+    ResumeToken(Option<String>),
     /// What a destroy would do: the snapshots, and the bytes it would free.
     DestroyPreview {
         names: Vec<String>,

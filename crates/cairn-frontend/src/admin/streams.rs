@@ -3,7 +3,9 @@
 //! receive; `crate::passed`), writing or reading the stream itself, and answers with what was
 //! sent or received. What a stream holds and how a receive stays all or nothing is the
 //! engine's (`Pool::send`, `Pool::receive`); this adds only the buffering and the typed
-//! answer.
+//! answer. `send -t` finds the pool holding the snapshot a resume token names
+//! (`resumed_send_pool`); `receive -A` and the token of a partial receive are requests
+//! without a stream, answered here too.
 //!
 //! Invariants: a send's stream is flushed before the answer (a client that exits on the answer
 //! leaves a complete stream behind); an error of the stream itself (the reader or the client
@@ -15,6 +17,7 @@ use super::AdminError;
 use super::request::{AdminReply, AdminRequest, Answer, HealReport, ReceiveReport, SendReport};
 use crate::PoolAccess;
 use cairn_engine::{ReceiveOptions, SendOptions};
+use cairn_format::send_token::ResumeToken;
 use std::io::{BufReader, BufWriter, Read, Write};
 
 /// Buffered bytes between the engine and the stream (few, large reads and writes).
@@ -41,13 +44,22 @@ pub fn handle_stream<S: Read + Write>(
             let options = SendOptions { compressed };
             AdminReply::Sent(send(access, &snapshot, from.as_deref(), options, stream)?)
         }
+        AdminRequest::SendResumed { token, pool } => {
+            AdminReply::Sent(send_resumed(access, &token, pool.as_deref(), stream)?)
+        }
         AdminRequest::Receive {
             target,
             corrective: true,
             ..
         } => AdminReply::Healed(heal(access, &target, stream)?),
-        AdminRequest::Receive { target, force, .. } => {
-            AdminReply::Received(receive(access, &target, force, stream)?)
+        AdminRequest::Receive {
+            target,
+            force,
+            resumable,
+            ..
+        } => {
+            let options = ReceiveOptions { force, resumable };
+            AdminReply::Received(receive(access, &target, options, stream)?)
         }
         other => {
             return Err(AdminError::Invalid(format!(
@@ -73,10 +85,87 @@ fn send(
     Ok(summary.into())
 }
 
+/// The send and receive requests answered without a stream (`receive -A`, a resume token);
+/// one that needs a stream (or any other request) is refused.
+pub(super) fn handle_without_stream(
+    access: &PoolAccess,
+    request: AdminRequest,
+) -> Result<AdminReply, AdminError> {
+    match request {
+        AdminRequest::AbandonReceive { target } => {
+            access.with_pool(pool_of(&target), false, |pool| -> Result<_, AdminError> {
+                Ok(pool.abandon_partial_receive(&target)?)
+            })?;
+            Ok(AdminReply::Done)
+        }
+        AdminRequest::ResumeToken { target } => {
+            let token = access.with_pool(pool_of(&target), true, |pool| {
+                Ok::<_, AdminError>(pool.receive_resume_token(&target))
+            })?;
+            Ok(AdminReply::ResumeToken(token))
+        }
+        other if other.takes_stream() => Err(AdminError::Invalid(
+            "a send or receive needs its stream: the front end passes it with the request \
+             (admin::handle_stream)"
+                .to_string(),
+        )),
+        other => Err(AdminError::Invalid(format!(
+            "not a send or receive request: {other:?}"
+        ))),
+    }
+}
+
+/// The pool that holds the snapshot `token` names: `pool` if given (checked), else the first
+/// of the remembered pools that holds it (`send -t`).
+pub fn resumed_send_pool(
+    access: &PoolAccess,
+    token: &str,
+    pool: Option<&str>,
+) -> Result<String, AdminError> {
+    let guid = ResumeToken::decode(token)
+        .map_err(|err| AdminError::Invalid(format!("cannot resume a send: {err}")))?
+        .to_guid;
+    let names = match pool {
+        Some(pool) => vec![pool_of(pool).to_string()],
+        None => access.pool_names()?,
+    };
+    for name in &names {
+        let holds = access.with_pool(name, true, |pool| -> Result<_, AdminError> {
+            Ok(pool.has_snapshot_guid(guid))
+        });
+        match holds {
+            Ok(true) => return Ok(name.clone()),
+            Ok(false) => {}
+            Err(err) if pool.is_some() => return Err(err),
+            Err(_) => {}
+        }
+    }
+    Err(AdminError::Refused(format!(
+        "cannot resume a send: no pool{} holds the token's snapshot (guid {guid}): destroyed, \
+         or name the pool that holds it",
+        pool.map_or(String::new(), |pool| format!(" named '{pool}'"))
+    )))
+}
+
+fn send_resumed(
+    access: &PoolAccess,
+    token: &str,
+    pool: Option<&str>,
+    stream: &mut dyn Write,
+) -> Result<SendReport, AdminError> {
+    let pool = resumed_send_pool(access, token, pool)?;
+    let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
+    let summary = access.with_pool(&pool, true, |pool| -> Result<_, AdminError> {
+        Ok(pool.send_resumed(token, &mut out, &mut |_| {})?)
+    })?;
+    out.flush()?;
+    Ok(summary.into())
+}
+
 fn receive(
     access: &PoolAccess,
     target: &str,
-    force: bool,
+    options: ReceiveOptions,
     stream: &mut dyn Read,
 ) -> Result<ReceiveReport, AdminError> {
     // An incremental receive swaps the dataset's head as a rollback does, but the engine
@@ -94,7 +183,7 @@ fn receive(
     }
     let mut input = BufReader::with_capacity(STREAM_BUFFER_BYTES, stream);
     let summary = access.with_pool(pool_of(target), false, |pool| -> Result<_, AdminError> {
-        Ok(pool.receive(target, &mut input, ReceiveOptions { force })?)
+        Ok(pool.receive(target, &mut input, options)?)
     })?;
     Ok(summary.into())
 }
