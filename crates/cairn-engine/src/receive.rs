@@ -31,7 +31,10 @@ use crate::receive_apply::Apply;
 use crate::receive_finish::{IncrementalSource, dataset_kind};
 use cairn_dataset::directory::{Provisioning, creation_properties, volume_creation_properties};
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, receive_name};
-use cairn_format::send_stream::{StreamHeader, StreamKind, StreamReader, StreamRecord};
+use cairn_format::send_package::is_package;
+use cairn_format::send_stream::{
+    SEND_HEADER_SIZE, StreamHeader, StreamKind, StreamReader, StreamRecord,
+};
 use cairn_object::ObjectSet;
 use std::io::Read;
 use std::sync::Arc;
@@ -54,15 +57,50 @@ pub struct ReceiveSummary {
     pub blocks_written: u64,
 }
 
+/// What a sub-stream of a package (`receive_tree.rs`) adds to a plain receive.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TreeStep {
+    /// An incremental stream into a new dataset: a clone of this snapshot (`dataset@snap`,
+    /// whose guid is the stream's source guid) is built, as `zfs receive` makes a clone.
+    pub(crate) origin: Option<String>,
+    /// The local properties the target takes (sent with `-p`), replacing its own.
+    pub(crate) properties: Option<Vec<(String, String)>>,
+}
+
 impl Pool {
-    /// Receives the stream on `input` into `target` (`pool/name`): see the module doc.
+    /// Receives the stream on `input` into `target` (`pool/name`): see the module doc. A
+    /// package (`send -R`, `-I`, `-p`) is received stream by stream (`receive_tree.rs`).
     pub fn receive(
         &self,
         target: &str,
         input: &mut dyn Read,
         options: ReceiveOptions,
     ) -> Result<ReceiveSummary, EngineError> {
-        let mut reader = StreamReader::new(input).map_err(refused)?;
+        let mut head = [0u8; SEND_HEADER_SIZE];
+        input.read_exact(&mut head).map_err(|err| {
+            EngineError::Receive(match err.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    "send stream truncated in its header (at byte 0)".into()
+                }
+                _ => format!("reading the stream: {err}"),
+            })
+        })?;
+        if is_package(&head) {
+            return self.receive_package(target, &head, input, options);
+        }
+        let mut whole = std::io::Cursor::new(head).chain(input);
+        let mut reader = StreamReader::new(&mut whole).map_err(refused)?;
+        self.receive_stream(target, &mut reader, options, &TreeStep::default())
+    }
+
+    /// Receives the stream `reader` has begun (its header read) into `target`.
+    pub(crate) fn receive_stream(
+        &self,
+        target: &str,
+        reader: &mut StreamReader<'_>,
+        options: ReceiveOptions,
+        step: &TreeStep,
+    ) -> Result<ReceiveSummary, EngineError> {
         let header = reader.header().clone();
         let hidden = receive_name(target);
         cairn_dataset::validate_name(target)?;
@@ -72,21 +110,23 @@ impl Pool {
                  destroyed at the next import)"
             )));
         }
-        let source = if header.is_incremental() {
-            Some(self.begin_incremental(target, &hidden, &header, options)?)
-        } else {
-            self.begin_full(target, &hidden, &header)?;
-            None
+        let source = match (&step.origin, header.is_incremental()) {
+            (Some(origin), true) => {
+                self.begin_clone(target, &hidden, origin, &header)?;
+                None
+            }
+            (None, true) => Some(self.begin_incremental(target, &hidden, &header, options)?),
+            (_, false) => {
+                self.begin_full(target, &hidden, &header)?;
+                None
+            }
         };
-        let objset = self
-            .core
-            .objsets
-            .lock()
-            .get(&hidden)
-            .cloned()
-            .ok_or_else(|| EngineError::Receive(format!("'{hidden}' was not created")));
-        let applied = objset.and_then(|objset| self.apply_stream(&mut reader, &objset));
-        let finished = applied.and_then(|(snapshot, objects, blocks_written)| {
+        let objset = self.hidden_ready(&hidden, step, source);
+        let applied = objset.and_then(|(objset, source)| {
+            self.apply_stream(reader, &objset)
+                .map(|applied| (applied, source))
+        });
+        let finished = applied.and_then(|((snapshot, objects, blocks_written), source)| {
             let full = format!("{target}@{snapshot}");
             SnapshotName::parse(&full)?;
             match &source {
@@ -106,6 +146,30 @@ impl Pool {
             self.abandon_receive(&hidden);
         }
         finished
+    }
+
+    /// The hidden dataset's object set, once the properties sent with the stream (if any)
+    /// are set on it (an incremental's also go with its source, for the swap).
+    fn hidden_ready(
+        &self,
+        hidden: &str,
+        step: &TreeStep,
+        source: Option<IncrementalSource>,
+    ) -> Result<(Arc<ObjectSet>, Option<IncrementalSource>), EngineError> {
+        let source = match &step.properties {
+            Some(sent) => {
+                let properties = self.receive_properties(hidden, sent, source.is_some())?;
+                source.map(|source| IncrementalSource {
+                    properties: Some(properties),
+                    ..source
+                })
+            }
+            None => source,
+        };
+        let objset = self.core.objsets.lock().get(hidden).cloned();
+        let objset =
+            objset.ok_or_else(|| EngineError::Receive(format!("'{hidden}' was not created")))?;
+        Ok((objset, source))
     }
 
     /// A full stream: creates the hidden dataset, empty, with the stream's kind and sizes.
@@ -190,7 +254,7 @@ impl Pool {
 
     /// Destroys what a failed receive made. A failure here leaves the hidden dataset for the
     /// next import to destroy; the receive's own error is the one reported.
-    fn abandon_receive(&self, hidden: &str) {
+    pub(crate) fn abandon_receive(&self, hidden: &str) {
         if self.core.directory.lock().datasets.contains_key(hidden) {
             let _ = self.destroy_dataset_any(hidden);
         }
@@ -242,6 +306,6 @@ fn inconsistent(reader: &StreamReader<'_>, what: String) -> EngineError {
     ))
 }
 
-fn refused(err: cairn_format::send_stream::StreamError) -> EngineError {
+pub(crate) fn refused(err: cairn_format::send_stream::StreamError) -> EngineError {
     EngineError::Receive(err.to_string())
 }

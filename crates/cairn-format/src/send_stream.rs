@@ -43,9 +43,13 @@ const RECORD_HASHED_BYTES: usize = 64;
 /// Bytes of the stream header its own checksum covers.
 const HEADER_HASHED_BYTES: usize = 96;
 
-/// Feature bits of the stream header. None is defined yet; a reader refuses any bit it does
-/// not know, so a later stream that needs a feature is never half-understood.
-pub const SEND_FEATURES_KNOWN: u32 = 0;
+/// Feature bit: the stream is a package of streams with a manifest (`send_package`), what
+/// `send -R`, `-I` and `-p` write. `StreamReader` reads no package: a receiver looks at the
+/// header's features first (`send_package::is_package`).
+pub const SEND_FEATURE_PACKAGE: u32 = 1 << 2;
+/// Feature bits of the stream header this build knows; a reader refuses any other bit, so a
+/// later stream that needs a feature is never half-understood.
+pub const SEND_FEATURES_KNOWN: u32 = SEND_FEATURE_PACKAGE;
 
 /// WRITE flag: the payload is the block as stored (compressed), for a later `send -c`. This
 /// build writes it never and refuses it on read.

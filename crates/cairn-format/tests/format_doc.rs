@@ -13,7 +13,9 @@
 
 mod doc_check;
 
-use cairn_format::{blkptr, dnode, intent_log, label, send_stream, spacelog, uberblock};
+use cairn_format::{
+    blkptr, dnode, intent_log, label, send_package, send_stream, spacelog, uberblock,
+};
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
 };
@@ -89,6 +91,10 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         send_stream::SEND_FEATURES_KNOWN,
         send_stream::SEND_SNAPSHOT_NAME_MAX,
         send_stream::SEND_WRITE_FLAG_COMPRESSED,
+        send_package::SEND_FEATURE_PACKAGE,
+        send_package::SEND_MANIFEST_VERSION,
+        send_package::SEND_KIND_MANIFEST,
+        send_package::SEND_KIND_PACKAGE_END,
     ]
 }
 

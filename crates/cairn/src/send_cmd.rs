@@ -1,6 +1,8 @@
-//! `cairn send [-i SOURCE] DATASET@SNAPSHOT > FILE` and `cairn receive [-F] DATASET < FILE`: a
-//! snapshot to a stream on stdout, a stream from stdin into a new dataset (full) or the next
-//! snapshot of an existing one (incremental). What a stream holds
+//! `cairn send [-i SOURCE | -I SOURCE] [-R] [-p] DATASET@SNAPSHOT > FILE` and `cairn receive
+//! [-F] DATASET < FILE`: a snapshot to a stream on stdout, a stream from stdin into a new
+//! dataset (full) or the next snapshot of an existing one (incremental); with `-R`, `-I` or
+//! `-p` a package of streams (a tree, intermediate snapshots, properties:
+//! `Pool::send_package`), which `receive` recognises by its header. What a stream holds
 //! and why an incremental costs what changed: `cairn_engine::Pool::send`; how a receive stays
 //! all or nothing: `Pool::receive`.
 //!
@@ -14,7 +16,7 @@
 use crate::context::{Context, shout};
 use crate::remote;
 use anyhow::{Result, bail};
-use cairn_engine::ReceiveOptions;
+use cairn_engine::{PackageOptions, ReceiveOptions};
 use cairn_frontend::admin::{AdminReply, AdminRequest, ReceiveReport, SendReport};
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
@@ -23,8 +25,23 @@ use std::os::fd::AsFd;
 pub struct SendArgs {
     /// Incremental from this older snapshot of the same dataset (DATASET@SNAP, @SNAP,
     /// DATASET#BOOKMARK or #BOOKMARK).
-    #[arg(short = 'i', value_name = "SNAPSHOT|BOOKMARK")]
+    #[arg(
+        short = 'i',
+        value_name = "SNAPSHOT|BOOKMARK",
+        conflicts_with = "from_all"
+    )]
     from: Option<String>,
+    /// Every snapshot from this older one (exclusive) to the sent one, as incrementals in
+    /// one stream (@SNAP or DATASET@SNAP).
+    #[arg(short = 'I', value_name = "SNAPSHOT")]
+    from_all: Option<String>,
+    /// The dataset and all its descendants, each with its snapshots up to the sent one,
+    /// their properties, clones as clones (implies -p).
+    #[arg(short = 'R')]
+    recursive: bool,
+    /// The dataset's locally set properties too: the receiver sets them.
+    #[arg(short = 'p')]
+    properties: bool,
     /// Say on stderr what was sent.
     #[arg(short = 'v')]
     verbose: bool,
@@ -57,9 +74,25 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     if stdout.is_terminal() {
         bail!("refusing to write a send stream to a terminal: redirect stdout to a file or pipe");
     }
-    let request = AdminRequest::Send {
-        snapshot: snapshot.to_string(),
-        from: from.map(str::to_string),
+    let package =
+        (args.recursive || args.properties || args.from_all.is_some()).then(|| PackageOptions {
+            from: args.from_all.clone().or_else(|| args.from.clone()),
+            intermediates: args.from_all.is_some(),
+            recursive: args.recursive,
+            properties: args.properties || args.recursive,
+        });
+    let request = match &package {
+        None => AdminRequest::Send {
+            snapshot: snapshot.to_string(),
+            from: from.map(str::to_string),
+        },
+        Some(options) => AdminRequest::SendPackage {
+            snapshot: snapshot.to_string(),
+            from: options.from.clone(),
+            intermediates: options.intermediates,
+            recursive: options.recursive,
+            properties: options.properties,
+        },
     };
     let report = match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
         Ok(AdminReply::Sent(report)) => report,
@@ -67,7 +100,10 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
         Err(_) => {
             let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
             let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
-                Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
+                Ok(match &package {
+                    None => pool.send(snapshot, from, &mut out, &mut |_| {})?,
+                    Some(options) => pool.send_package(snapshot, options, &mut out, &mut |_| {})?,
+                })
             })?;
             out.flush()?;
             SendReport::from(summary)

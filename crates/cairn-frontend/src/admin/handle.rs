@@ -125,7 +125,9 @@ pub fn handle_observed(
         AdminRequest::Datasets { pools } => {
             AdminReply::Datasets(dataset_rows::pool_datasets(access, &pools, &mut notes)?)
         }
-        AdminRequest::Send { .. } | AdminRequest::Receive { .. } => return Err(no_stream()),
+        AdminRequest::Send { .. }
+        | AdminRequest::Receive { .. }
+        | AdminRequest::SendPackage { .. } => return Err(no_stream()),
     };
     Ok(Answer { reply, notes })
 }

@@ -108,6 +108,16 @@ pub enum AdminRequest {
     /// `receive`: a send stream into `target`. Needs the stream's source
     /// (`admin::handle_stream`).
     Receive { target: String, force: bool },
+    /// `send -R`, `-I`, `-p`: snapshot `snapshot` as a package (a tree, intermediate
+    /// snapshots, properties; `cairn_engine::Pool::send_package`). Needs the stream's
+    /// destination.
+    SendPackage {
+        snapshot: String,
+        from: Option<String>,
+        intermediates: bool,
+        recursive: bool,
+        properties: bool,
+    },
 }
 
 impl AdminRequest {
@@ -115,7 +125,9 @@ impl AdminRequest {
     pub fn takes_stream(&self) -> bool {
         matches!(
             self,
-            AdminRequest::Send { .. } | AdminRequest::Receive { .. }
+            AdminRequest::Send { .. }
+                | AdminRequest::Receive { .. }
+                | AdminRequest::SendPackage { .. }
         )
     }
 }

@@ -14,7 +14,7 @@
 use super::AdminError;
 use super::request::{AdminReply, AdminRequest, Answer, ReceiveReport, SendReport};
 use crate::PoolAccess;
-use cairn_engine::ReceiveOptions;
+use cairn_engine::{PackageOptions, ReceiveOptions};
 use std::io::{BufReader, BufWriter, Read, Write};
 
 /// Buffered bytes between the engine and the stream (few, large reads and writes).
@@ -39,6 +39,21 @@ pub fn handle_stream<S: Read + Write>(
         AdminRequest::Receive { target, force } => {
             AdminReply::Received(receive(access, &target, force, stream)?)
         }
+        AdminRequest::SendPackage {
+            snapshot,
+            from,
+            intermediates,
+            recursive,
+            properties,
+        } => {
+            let options = PackageOptions {
+                from,
+                intermediates,
+                recursive,
+                properties,
+            };
+            AdminReply::Sent(send_package(access, &snapshot, &options, stream)?)
+        }
         other => {
             return Err(AdminError::Invalid(format!(
                 "not a request with a stream: {other:?}"
@@ -57,6 +72,20 @@ fn send(
     let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
     let summary = access.with_pool(pool_of(snapshot), true, |pool| -> Result<_, AdminError> {
         Ok(pool.send(snapshot, from, &mut out, &mut |_| {})?)
+    })?;
+    out.flush()?;
+    Ok(summary.into())
+}
+
+fn send_package(
+    access: &PoolAccess,
+    snapshot: &str,
+    options: &PackageOptions,
+    stream: &mut dyn Write,
+) -> Result<SendReport, AdminError> {
+    let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
+    let summary = access.with_pool(pool_of(snapshot), true, |pool| -> Result<_, AdminError> {
+        Ok(pool.send_package(snapshot, options, &mut out, &mut |_| {})?)
     })?;
     out.flush()?;
     Ok(summary.into())
