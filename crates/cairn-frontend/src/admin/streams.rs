@@ -99,15 +99,21 @@ fn receive(
 ) -> Result<ReceiveReport, AdminError> {
     // An incremental receive swaps the dataset's head as a rollback does, but the engine
     // alone cannot tell the kernel to drop what it caches of a FUSE mount (a rollback goes
-    // through `Mounts::roll_back` for that): refused rather than shown stale.
-    if access
-        .served
-        .as_ref()
-        .is_some_and(|served| served.mounts.is_mounted(target))
-    {
+    // through `Mounts::roll_back` for that): refused rather than shown stale. A package
+    // (`send -R`) may swap any dataset below the target too, so those are refused as well.
+    let below = format!("{target}/");
+    let mounted = access.served.as_ref().and_then(|served| {
+        served
+            .mounts
+            .list()
+            .into_iter()
+            .map(|(dataset, _)| dataset)
+            .find(|dataset| dataset == target || dataset.starts_with(&below))
+    });
+    if let Some(mounted) = mounted {
         return Err(AdminError::Refused(format!(
-            "{target} is mounted by this server: unmount it first (cairn unmount {target}), \
-             or receive into another dataset"
+            "{mounted} is mounted by this server: unmount it first (cairn unmount \
+             {mounted}), or receive into another dataset"
         )));
     }
     let mut input = BufReader::with_capacity(STREAM_BUFFER_BYTES, stream);
