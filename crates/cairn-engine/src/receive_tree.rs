@@ -15,6 +15,10 @@
 //!   and the other space limits only there, so the hidden clone never holds a second copy of
 //!   the target's reservation). Inherited values stay inherited: only local ones are sent.
 //!
+//! `-F` with an incremental `-R` package: before any stream, what the sender no longer has is
+//! destroyed below the target (snapshots the manifest does not list for their dataset, then
+//! datasets it does not list), as `zfs receive -F` does; not undone if the package then fails.
+//!
 //! Atomicity, per sub-stream: each is built hidden and made visible at its END, so a package
 //! cut or damaged in the middle leaves the snapshots (and datasets) of the sub-streams before
 //! the bad one, received whole, and nothing of that one; the error names how many were
@@ -57,6 +61,9 @@ impl Pool {
             objects: 0,
             blocks_written: 0,
         };
+        if options.force {
+            self.prune_to_manifest(target, &manifest)?;
+        }
         let mut last = None;
         for (index, stream) in manifest.streams.iter().enumerate() {
             let received = self
@@ -125,6 +132,85 @@ impl Pool {
             properties: manifest.properties.then(|| dataset.properties.clone()),
         };
         self.receive_stream(&name, &mut reader, options, &step)
+    }
+
+    /// `receive -F` of an incremental `-R` package into an existing target: destroys the
+    /// snapshots below (and of) the target that the manifest does not list for their
+    /// dataset, then the datasets it does not list (deepest first, with their snapshots), as
+    /// `zfs receive -F` does, before any stream is read (not undone if the package then
+    /// fails). A snapshot or dataset that others depend on (a clone's origin) stops it with
+    /// the destroy's error.
+    fn prune_to_manifest(
+        &self,
+        target: &str,
+        manifest: &PackageManifest,
+    ) -> Result<(), EngineError> {
+        let incremental = manifest
+            .streams
+            .iter()
+            .find(|stream| stream.dataset == 0)
+            .is_some_and(|stream| stream.from_guid != 0);
+        if !manifest.recursive || !incremental {
+            return Ok(());
+        }
+        let existing = self.tree_snapshots(target);
+        let mut gone_datasets = Vec::new();
+        for (relative, dataset, snapshots) in existing {
+            let listed = manifest.datasets.iter().find(|sent| sent.name == relative);
+            let gone: Vec<String> = snapshots
+                .into_iter()
+                .filter(|(_, guid)| {
+                    listed.is_none_or(|sent| !sent.snapshots.iter().any(|(_, g)| g == guid))
+                })
+                .map(|(name, _)| name)
+                .collect();
+            if !gone.is_empty() {
+                self.destroy_snapshots(&gone)?;
+            }
+            if listed.is_none() {
+                gone_datasets.push(dataset);
+            }
+        }
+        // Children before their parents.
+        gone_datasets.sort_by(|a, b| b.cmp(a));
+        for dataset in gone_datasets {
+            self.destroy_dataset(&dataset)?;
+        }
+        Ok(())
+    }
+
+    /// The datasets of and below `target` (name relative to it, full name) with their
+    /// snapshots (full name, guid).
+    fn tree_snapshots(&self, target: &str) -> Vec<TreeEntry> {
+        let directory = self.core.directory.lock();
+        let table = self.core.snapshots.lock();
+        let below = format!("{target}/");
+        directory
+            .datasets
+            .values()
+            .filter(|record| !is_hidden(&record.name))
+            .filter_map(|record| {
+                let relative = if record.name == target {
+                    String::new()
+                } else {
+                    record.name.strip_prefix(&below)?.to_string()
+                };
+                let snapshots = table
+                    .snapshots_of(record.id)
+                    .map(|snapshot| {
+                        let info = &snapshot.info;
+                        let guid = stored_or_derived_guid(
+                            info.guid,
+                            self.core.guid,
+                            info.id,
+                            info.created_txg,
+                        );
+                        (format!("{}@{}", record.name, info.name), guid)
+                    })
+                    .collect();
+                Some((relative, record.name.clone(), snapshots))
+            })
+            .collect()
     }
 
     /// The snapshot (`dataset@snap`) whose guid is `guid`, one under `prefer` (or of it)
@@ -208,6 +294,10 @@ impl Pool {
         Ok(wanted)
     }
 }
+
+/// A dataset of a received tree: its name relative to the target, its full name, its
+/// snapshots (full name, guid).
+type TreeEntry = (String, String, Vec<(String, u64)>);
 
 fn is_space_limit(property: &str) -> bool {
     cairn_dataset::properties::lookup(property).is_ok_and(|def| def.is_space_limit())

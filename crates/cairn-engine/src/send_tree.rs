@@ -104,7 +104,7 @@ impl Pool {
             (plan, header)
         };
         let properties = options.properties || options.recursive;
-        let (manifest, steps) = manifest_of(&top.dataset, &plan, properties);
+        let (manifest, steps) = manifest_of(&top.dataset, &plan, properties, options.recursive);
         let mut writer = PackageWriter::new(out, &header, &manifest).map_err(package_io)?;
         let mut summary = SendSummary::default();
         for step in &steps {
@@ -325,7 +325,12 @@ fn order_plan(mut plan: Vec<Planned>) -> Vec<Planned> {
 }
 
 /// The manifest of `plan` (dataset names relative to `top`) and its streams in order.
-fn manifest_of(top: &str, plan: &[Planned], properties: bool) -> (PackageManifest, Vec<Step>) {
+fn manifest_of(
+    top: &str,
+    plan: &[Planned],
+    properties: bool,
+    recursive: bool,
+) -> (PackageManifest, Vec<Step>) {
     let mut datasets = Vec::with_capacity(plan.len());
     let mut steps = Vec::new();
     for (index, planned) in plan.iter().enumerate() {
@@ -364,6 +369,7 @@ fn manifest_of(top: &str, plan: &[Planned], properties: bool) -> (PackageManifes
         .collect();
     let manifest = PackageManifest {
         properties,
+        recursive,
         datasets,
         streams,
     };

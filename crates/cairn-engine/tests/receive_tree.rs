@@ -1,7 +1,8 @@
 //! Packages (issue 36): `send -R` of a tree (filesystems and a volume, several snapshots each,
 //! local properties on some, a clone inside) received under another name rebuilds the same
 //! tree, snapshots (same guids), local properties (inherited ones stay inherited), origin
-//! relations and content; `-R -I` then brings every new snapshot and a new child; `-p` alone
+//! relations and content; `-R -I` then brings every new snapshot and a new child; `-R -i`
+//! with `-F` destroys what the source destroyed (a snapshot, a dataset); `-p` alone
 //! sets the properties (and a plain stream does not); `-I` alone sends every snapshot between.
 //! Bad input: `-R` where a child lacks the snapshot is refused naming it; a package cut at
 //! any of many offsets leaves exactly the sub-streams before the cut received whole (never a
@@ -216,6 +217,27 @@ fn a_tree_with_a_clone_arrives_whole_then_grows_incrementally() {
     receive(&b, "tank/r", &stream).unwrap();
     assert_same_trees(&a, "tank/a", &b, "tank/r");
     assert!(snapshots(&b, "tank/r").contains_key("clone@s4"));
+
+    // The source destroys a snapshot and a dataset: -R -i without -F keeps them on the
+    // target, with -F (the same package again: its newer snapshot rolled back) they go.
+    a.destroy_snapshot("tank/a/b@s2").unwrap();
+    a.destroy_snapshots(&["tank/a/b/new@s4".into(), "tank/a/b/new@s5".into()])
+        .unwrap();
+    a.destroy_dataset("tank/a/b/new").unwrap();
+    a.snapshot(&["tank/a@s6".into()], true).unwrap();
+    let options = PackageOptions {
+        from: Some("@s5".into()),
+        ..recursive()
+    };
+    let stream = package(&a, "tank/a@s6", options);
+    receive(&b, "tank/r", &stream).unwrap();
+    assert!(snapshots(&b, "tank/r").contains_key("b@s2"));
+    assert!(tree(&b, "tank/r").contains(&"b/new".to_string()));
+    let mut input = stream.as_slice();
+    b.receive("tank/r", &mut input, ReceiveOptions { force: true })
+        .unwrap();
+    assert!(!snapshots(&b, "tank/r").contains_key("b@s2"));
+    assert_same_trees(&a, "tank/a", &b, "tank/r");
     let report = b.check().unwrap();
     assert!(report.is_clean(), "{report:?}");
     b.export().unwrap();

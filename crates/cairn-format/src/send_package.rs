@@ -47,6 +47,9 @@ pub struct PackageManifest {
     /// Whether each dataset's local properties were sent (`-p`, `-R`): a receiver then sets
     /// them, and only them, as the received datasets' local properties.
     pub properties: bool,
+    /// Whether the package holds the top dataset's descendants (`-R`): a receiver with `-F`
+    /// then destroys what the sender no longer has (datasets below the target, snapshots).
+    pub recursive: bool,
     /// The datasets, each one's parent (when sent) before it; the first is the top one.
     pub datasets: Vec<PackageDataset>,
     /// The sub-streams, in the order they follow the manifest.

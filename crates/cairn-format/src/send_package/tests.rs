@@ -30,6 +30,7 @@ fn dataset(name: &str) -> PackageDataset {
 fn manifest() -> PackageManifest {
     PackageManifest {
         properties: true,
+        recursive: true,
         datasets: vec![dataset(""), dataset("b"), dataset("b/c")],
         streams: vec![
             PackageStream {
