@@ -15,8 +15,8 @@
 //! The package's records carry BLAKE3 over every package byte before them (sub-streams
 //! included), their header's first 64 bytes and their payload, as a stream's records do, so
 //! the package END verifies that the receiver saw exactly the bytes the sender wrote. The cost
-//! is a second hash pass over the data (BLAKE3 runs at several GB/s; a send at a few hundred
-//! MB/s).
+//! is a second hash pass over the data (measured: ~7 ms per 32 MiB, BLAKE3 at ~4.6 GB/s on
+//! one core, against a send bound by a pool's read rate of a few hundred MB/s).
 //!
 //! Invariants: decoding never trusts a length (the manifest is bounded by `SEND_PAYLOAD_MAX`
 //! before it is read) and never panics; a manifest is refused unless its tree is well formed
