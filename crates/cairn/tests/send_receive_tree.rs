@@ -6,7 +6,8 @@
 //! `backup/a` with the same `list -r -t all`, the same local properties (inherited ones
 //! inherited from the received parent), the same snapshot guids, the clone's origin the
 //! received `backup/a/b@s1`, and streams of every received snapshot carrying the same records
-//! as the original's. `-R` where a child lacks the snapshot fails naming it.
+//! as the original's; `send -R -I` then brings every new snapshot of every dataset. `-R`
+//! where a child lacks the snapshot fails naming it.
 
 mod nbd_common;
 
@@ -218,6 +219,26 @@ fn a_tree_with_a_clone_goes_through_a_pipe_with_and_without_a_server() {
         &["receive", "backup/a2"],
     );
     assert_same_trees(&env, "tank/a", "backup/a2");
+    // -R -I: two more snapshots of the tree, each arriving.
+    env.ok(&["snapshot", "-r", "tank/a@s4"]);
+    env.ok(&["snapshot", "-r", "tank/a@s5"]);
+    pipe(
+        &env,
+        &["send", "-R", "-I", "@s3", "tank/a@s5"],
+        &["receive", "backup/a2"],
+    );
+    assert_same_trees(&env, "tank/a", "backup/a2");
+    let listed = env.ok(&[
+        "list",
+        "-H",
+        "-o",
+        "name",
+        "-t",
+        "snapshot",
+        "-r",
+        "backup/a2",
+    ]);
+    assert!(listed.contains("backup/a2/clone@s4"), "{listed}");
     env.assert_pool_check_clean();
     let check = env.cairn(&["pool", "check", "backup"]).ok();
     assert!(
