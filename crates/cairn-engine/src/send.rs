@@ -42,6 +42,8 @@ use cairn_format::{BlockPointer, Dnode};
 use cairn_object::ObjectSet;
 use std::io::Write;
 
+mod since;
+
 /// Blocks whose holes are looked up at once while a full send walks an object (and changed
 /// blocks an incremental hands to `send_blocks` at once).
 const BLOCK_MAP_CHUNK: u64 = 1024;
@@ -89,7 +91,8 @@ pub fn stored_or_derived_guid(
 
 /// One end of a send: a snapshot's root, txg and guid.
 struct End {
-    root: BlockPointer,
+    /// `None` for a source known only by a bookmark whose snapshot is destroyed.
+    root: Option<BlockPointer>,
     txg: u64,
     guid: u64,
     creation_ms: u64,
@@ -98,7 +101,7 @@ struct End {
 impl Pool {
     /// Writes snapshot `snapshot` (`dataset@snap`) to `out` as a send stream: full, or with
     /// `from` (`dataset@older`, `@older`, or a bookmark `dataset#mark` whose snapshot still
-    /// exists) the changes since that older snapshot of the same dataset. `progress` is told
+    /// exists or not) the changes since that older snapshot of the same dataset. `progress` is told
     /// the bytes written after each record.
     pub fn send(
         &self,
@@ -163,7 +166,7 @@ impl Pool {
             .find(record.id, &name.snapshot)
             .ok_or_else(|| DatasetError::NoSuchDataset(snapshot.to_string()))?;
         Ok(End {
-            root: found.info.objset_bp()?,
+            root: Some(found.info.objset_bp()?),
             txg: found.info.created_txg,
             guid: stored_or_derived_guid(
                 found.info.guid,
@@ -176,7 +179,7 @@ impl Pool {
     }
 
     /// The source of an incremental: an older snapshot of `dataset`, or a bookmark of it
-    /// whose snapshot still exists.
+    /// (its snapshot kept or destroyed).
     fn send_source(
         &self,
         dataset: &str,
@@ -203,16 +206,14 @@ impl Pool {
             let bookmark = table
                 .find_bookmark(record.id, &mark.bookmark)
                 .ok_or_else(|| DatasetError::NoSuchDataset(full_name.clone()))?;
-            let snapshot = table.get(bookmark.snapshot_id).ok_or_else(|| {
-                refuse(
-                    "its snapshot is destroyed, and an incremental from a bookmark alone is \
-                     not done yet"
-                        .into(),
-                )
-            })?;
+            // Its snapshot may be destroyed: then only the txg is left (`send/since.rs`).
+            let root = match table.get(bookmark.snapshot_id) {
+                Some(snapshot) => Some(snapshot.info.objset_bp()?),
+                None => None,
+            };
             End {
-                root: snapshot.info.objset_bp()?,
-                txg: snapshot.info.created_txg,
+                root,
+                txg: bookmark.created_txg,
                 guid: stored_or_derived_guid(
                     bookmark.guid,
                     self.core.guid,
@@ -382,8 +383,14 @@ fn send_incremental(
     summary: &mut SendSummary,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(), EngineError> {
+    let (Some(from_root), Some(to_root)) = (&from.root, &to.root) else {
+        let to_root = to.root.as_ref().ok_or_else(|| {
+            EngineError::Send("the snapshot sent has no object set root".to_string())
+        })?;
+        return since::send_incremental_since(objset, from.txg, to_root, writer, summary, progress);
+    };
     let io = objset.cached_io();
-    let changed = cairn_object::changed_objects(io, &from.root, from.txg, &to.root)?;
+    let changed = cairn_object::changed_objects(io, from_root, from.txg, to_root)?;
     summary.blocks_visited += changed.blocks_visited;
     for change in &changed.objects {
         let object = change.object;
@@ -417,7 +424,7 @@ fn send_incremental(
                 .map_err(stream_io)?;
             send_every_block(objset, object, dnode, writer, summary, progress)?;
         } else {
-            let blocks = cairn_object::changed_blocks(io, &from.root, from.txg, &to.root, object)?;
+            let blocks = cairn_object::changed_blocks(io, from_root, from.txg, to_root, object)?;
             summary.blocks_visited += blocks.blocks_visited;
             let mut chunk = Vec::new();
             for range in &blocks.ranges {

@@ -4,7 +4,9 @@
 //! block's bytes or hole. Run for a volume (random writes, trims, zeroing) and a filesystem
 //! (files with data and holes, hard links, symlinks, xattrs large and small, a directory tree,
 //! a deleted file, a truncated file). An incremental writes only the blocks that changed, and
-//! what cannot be sent is refused by name.
+//! what cannot be sent is refused by name. The same from bookmarks whose snapshots were
+//! destroyed (the walk of the newer tree alone), files and whole dnode blocks freed among the
+//! changes.
 
 mod common;
 
@@ -339,12 +341,112 @@ fn sends_that_cannot_be_made_are_refused() {
         pool.send("tank/vol@nope", None, &mut out, &mut quiet)
             .is_err()
     );
-    // A bookmark whose snapshot exists works; once the snapshot is gone it is refused, for now.
-    pool.bookmark("tank/vol@a", "tank/vol#a").unwrap();
-    let mut stream = Vec::new();
-    pool.send("tank/vol@b", Some("#a"), &mut stream, &mut quiet)
+    // A bookmark works as a source, with its snapshot and without (`bookmark_streams_...`);
+    // a bookmark of another dataset does not.
+    pool.bookmark("tank/other@a", "tank/other#a").unwrap();
+    let foreign = refuse(pool.send("tank/vol@b", Some("tank/other#a"), &mut out, &mut quiet));
+    assert!(
+        foreign.contains("not a bookmark of 'tank/vol'"),
+        "{foreign}"
+    );
+}
+
+/// Snapshot `DATASET@s{round}` and its bookmark `#m{round}`; the previous snapshot destroyed,
+/// then the incremental from its bookmark alone applied to `model` and compared.
+fn step_from_bookmark_alone(pool: &Pool, model: &mut Model, dataset: &str, round: u64) -> usize {
+    let to = format!("{dataset}@s{round}");
+    pool.snapshot(std::slice::from_ref(&to), false).unwrap();
+    pool.bookmark(&to, &format!("{dataset}#m{round}")).unwrap();
+    pool.destroy_snapshot(&format!("{dataset}@s{}", round - 1))
         .unwrap();
-    pool.destroy_snapshot("tank/vol@a").unwrap();
-    let gone = refuse(pool.send("tank/vol@b", Some("tank/vol#a"), &mut out, &mut quiet));
-    assert!(gone.contains("destroyed"), "{gone}");
+    let (writes, _) = model.apply(&send(pool, &to, Some(&format!("#m{}", round - 1))));
+    model.assert_equals(pool, &to);
+    writes
+}
+
+#[test]
+fn streams_from_bookmarks_whose_snapshots_are_destroyed_rebuild_every_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let pool = create_mirror(&device_paths(dir.path(), 2), plain_opener());
+    let block = 4096u64;
+    let size = 2048 * block;
+    pool.create_volume_as(
+        "tank/vol",
+        size,
+        cairn_dataset::directory::Provisioning::Sparse,
+        &[("volblocksize".into(), block.to_string())],
+    )
+    .unwrap();
+    let volume = pool.volume("tank/vol").unwrap();
+    let fs = new_filesystem(&pool, "tank/fs", &[]);
+    let root = fs.root();
+    let mut rng = Rng(71);
+    // Enough files to fill several dnode blocks, so that removing them frees whole ones.
+    let mut files = Vec::new();
+    for index in 0..150u64 {
+        let name = format!("f{index}");
+        let (object, _) = fs.create(root, name.as_bytes(), file(0o644)).unwrap();
+        fs.write(object, rng.below(3) * 70_000, &pattern(5000, index))
+            .unwrap();
+        files.push(name);
+    }
+    for _ in 0..60 {
+        let offset = rng.below(size);
+        let len = (1 + rng.below(8 * block)).min(size - offset);
+        volume
+            .write(offset, &pattern(len as usize, rng.next()))
+            .unwrap();
+    }
+    let mut models = (Model::default(), Model::default());
+    for (dataset, model) in [("tank/vol", &mut models.0), ("tank/fs", &mut models.1)] {
+        let first = format!("{dataset}@s0");
+        pool.snapshot(std::slice::from_ref(&first), false).unwrap();
+        pool.bookmark(&first, &format!("{dataset}#m0")).unwrap();
+        model.apply(&send(&pool, &first, None));
+    }
+    for round in 1..=4u64 {
+        // Volume: blocks written, trimmed (a whole indirect block's span once), zeroed.
+        for _ in 0..4 {
+            let offset = rng.below(size - block) / block * block;
+            volume
+                .write(offset, &pattern(block as usize, rng.next()))
+                .unwrap();
+            volume
+                .trim(rng.below(size - block) / block * block, block)
+                .unwrap();
+        }
+        volume
+            .write_zeroes(rng.below(size / 2) / block * block, 3 * block)
+            .unwrap();
+        if round == 2 {
+            volume.trim(0, size / 2).unwrap();
+        }
+        // Filesystem: files rewritten, truncated, removed (all but a few in round 3), made.
+        let (object, _) = fs.lookup(root, files[round as usize].as_bytes()).unwrap();
+        fs.write(object, 100_000, &pattern(9000, round)).unwrap();
+        let shrink = SetAttrs {
+            size: Some(1000),
+            ..SetAttrs::default()
+        };
+        fs.setattr(fs.lookup(root, files[0].as_bytes()).unwrap().0, shrink)
+            .unwrap();
+        let gone: Vec<String> = if round == 3 {
+            files.drain(10..).collect()
+        } else {
+            vec![files.remove(5 + round as usize)]
+        };
+        for name in gone {
+            fs.unlink(root, name.as_bytes()).unwrap();
+        }
+        let name = format!("new{round}");
+        let (object, _) = fs.create(root, name.as_bytes(), file(0o600)).unwrap();
+        fs.write(object, 0, &pattern(20_000, round + 100)).unwrap();
+        files.push(name);
+        let writes = step_from_bookmark_alone(&pool, &mut models.0, "tank/vol", round);
+        assert!(
+            writes <= 4 + 3,
+            "round {round}: {writes} volume blocks written"
+        );
+        step_from_bookmark_alone(&pool, &mut models.1, "tank/fs", round);
+    }
 }

@@ -38,6 +38,14 @@
 //! or changed since the older version (what a filesystem diff starts from), at a cost that
 //! follows the number of dnode blocks rewritten, not the number of objects.
 //!
+//! When the older tree is gone (an incremental send from a bookmark whose snapshot was
+//! destroyed: only its txg is left), `changed_objects_since` and `changed_blocks_since` walk
+//! the newer tree alone, beneath the same pointers born after the older txg. A hole there
+//! cannot be told apart from a block freed since, so every hole beneath a rewritten parent is
+//! reported as a range that may have held data (`holes`): freeing it again on the receiver
+//! is harmless, and the cost still follows what was rewritten, as OpenZFS did before it
+//! recorded holes' birth txgs.
+//!
 //! Invariants: the result's ranges are ascending, disjoint and never adjacent (merged);
 //! `blocks_visited` counts every block the walk read or reported, so a caller can check the
 //! cost followed the change.
@@ -62,6 +70,10 @@ pub struct ByteRange {
 pub struct ChangedBlocks {
     /// Ascending, disjoint, adjacent ones merged.
     pub ranges: Vec<ByteRange>,
+    /// Only from `changed_blocks_since` (the older tree unknown): holes beneath pointers
+    /// rewritten since, which may have held data then. Ascending, merged; disjoint from
+    /// `ranges`.
+    pub holes: Vec<ByteRange>,
     /// Blocks the walk read (object-set roots, dnode blocks, indirect blocks of either tree)
     /// or reported as changed; subtrees skipped by birth txg are not counted.
     pub blocks_visited: u64,
@@ -191,6 +203,86 @@ pub fn changed_objects(
     })
 }
 
+/// What changed in one object since txg `old_txg` when the older tree is gone (see the
+/// module doc): `ranges` are the level-0 blocks written since, `holes` the holes beneath
+/// pointers rewritten since (each may have held data then). `new_root` is the newer object
+/// set's root; the caller keeps its blocks from reuse meanwhile.
+pub fn changed_blocks_since(
+    io: &CachedIo,
+    old_txg: u64,
+    new_root: &BlockPointer,
+    object: u64,
+) -> Result<ChangedBlocks, ObjectError> {
+    let mut walk = Walk::new(io, old_txg);
+    if new_root.is_hole() || new_root.birth_txg <= old_txg {
+        return Ok(ChangedBlocks::default());
+    }
+    let (dnode, block) = walk.object_dnode(new_root, object)?;
+    if block.is_none_or(|bp| bp.birth_txg <= old_txg) || dnode.is_free() {
+        return Ok(walk.finish());
+    }
+    walk.walk_alone(&dnode)?;
+    Ok(walk.finish())
+}
+
+/// The objects that may have changed since txg `old_txg`, when the older tree is gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectsSince {
+    /// Every slot of each dnode block rewritten since, ascending by object number (object 0,
+    /// the meta-dnode, left out), with its dnode now (free: none now).
+    pub objects: Vec<(u64, Dnode)>,
+    /// Object ranges (first, count) whose dnode blocks are holes now beneath pointers
+    /// rewritten since: any object they held then is gone. Ascending.
+    pub freed: Vec<(u64, u64)>,
+    pub blocks_visited: u64,
+}
+
+/// `changed_objects` for an older version known only by its txg (see the module doc): the
+/// newer tree's dnode blocks rewritten since, every slot of them, and the dnode blocks freed
+/// since as object ranges. Costs what was rewritten.
+pub fn changed_objects_since(
+    io: &CachedIo,
+    old_txg: u64,
+    new_root: &BlockPointer,
+) -> Result<ObjectsSince, ObjectError> {
+    let mut walk = Walk::new(io, old_txg);
+    if new_root.is_hole() || new_root.birth_txg <= old_txg {
+        return Ok(ObjectsSince::default());
+    }
+    let meta = walk.meta_dnode(new_root)?;
+    walk.walk_alone(&meta)?;
+    let runs = std::mem::take(&mut walk.runs);
+    let mut objects = Vec::new();
+    for (first, count, _) in runs {
+        for blkid in first..first.saturating_add(count) {
+            let Some((_, block)) = walk.dnode_block(&meta, blkid)? else {
+                continue;
+            };
+            for slot in 0..DNODES_PER_BLOCK {
+                let object = blkid * DNODES_PER_BLOCK + slot;
+                if object != 0 {
+                    objects.push((object, dnode_in_block(&block, object, new_root.birth_txg)?));
+                }
+            }
+        }
+    }
+    let freed = walk
+        .hole_runs
+        .iter()
+        .map(|&(first, count, _)| {
+            (
+                first.saturating_mul(DNODES_PER_BLOCK),
+                count.saturating_mul(DNODES_PER_BLOCK),
+            )
+        })
+        .collect();
+    Ok(ObjectsSince {
+        objects,
+        freed,
+        blocks_visited: walk.blocks_visited,
+    })
+}
+
 /// One side's node at a position of the walk.
 #[derive(Clone, Copy)]
 enum Node<'t> {
@@ -203,6 +295,8 @@ enum Node<'t> {
         top_level: u8,
         tops: &'t [BlockPointer],
     },
+    /// The older version's subtree here, not known (its tree is gone): every child unknown.
+    Unknown,
 }
 
 struct Walk<'a> {
@@ -214,6 +308,8 @@ struct Walk<'a> {
     block_size_bytes: u64,
     /// Changed level-0 blocks as (first block, count, block size in bytes), ascending.
     runs: Vec<(u64, u64, u64)>,
+    /// Holes facing an unknown older side, as `runs`.
+    hole_runs: Vec<(u64, u64, u64)>,
     blocks_visited: u64,
 }
 
@@ -232,6 +328,7 @@ impl<'a> Walk<'a> {
             per: 0,
             block_size_bytes: 0,
             runs: Vec::new(),
+            hole_runs: Vec::new(),
             blocks_visited: 0,
         }
     }
@@ -314,6 +411,13 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
+    /// Walks `dnode`'s tree alone, its older version unknown (see the module doc).
+    fn walk_alone(&mut self, dnode: &Dnode) -> Result<(), ObjectError> {
+        self.per = dnode.pointers_per_indirect();
+        self.block_size_bytes = u64::from(dnode.data_block_size);
+        self.pair(tops_of(dnode, dnode.levels), Node::Unknown, dnode.levels, 0)
+    }
+
     /// Compares the subtrees `new` and `old` at level `level`, first block `first`.
     fn pair(
         &mut self,
@@ -325,6 +429,11 @@ impl<'a> Walk<'a> {
         match (&new, &old) {
             (Node::Hole, Node::Hole) => return Ok(()),
             (Node::Disk(bp), _) if bp.birth_txg <= self.skip_txg => return Ok(()),
+            (Node::Hole, Node::Unknown) => {
+                let blocks = self.per.saturating_pow(u32::from(level));
+                note_run(&mut self.hole_runs, first, blocks, self.block_size_bytes);
+                return Ok(());
+            }
             _ => {}
         }
         if level == 0 {
@@ -336,11 +445,14 @@ impl<'a> Walk<'a> {
             {
                 return Ok(());
             }
-            self.note(first);
+            note_run(&mut self.runs, first, 1, self.block_size_bytes);
             return Ok(());
         }
         let new_children = self.children(&new, level)?;
         let old_children = self.children(&old, level)?;
+        if level >= 2 {
+            self.read_ahead(&new_children, &old_children);
+        }
         let span = self.per.saturating_pow(u32::from(level) - 1);
         for (index, (new_child, old_child)) in
             new_children.into_iter().zip(old_children).enumerate()
@@ -349,6 +461,27 @@ impl<'a> Walk<'a> {
             self.pair(new_child, old_child, level - 1, child_first)?;
         }
         Ok(())
+    }
+
+    /// Asks the cache to read ahead the indirect children the walk is about to descend into
+    /// (those of the newer tree born after the older txg, and the older tree's at the same
+    /// positions): one read in flight at a time leaves a device with several channels mostly
+    /// idle, and a change spread over a large object rewrites most of its indirect blocks.
+    fn read_ahead(&self, new_children: &[Node<'_>], old_children: &[Node<'_>]) {
+        let mut bps = Vec::new();
+        for (new, old) in new_children.iter().zip(old_children) {
+            let Node::Disk(new_bp) = new else { continue };
+            if new_bp.birth_txg <= self.skip_txg {
+                continue;
+            }
+            bps.push(*new_bp);
+            if let Node::Disk(old_bp) = old {
+                bps.push(*old_bp);
+            }
+        }
+        if !self.reader.cached_only && bps.len() > 1 {
+            self.reader.io.prefetch(&bps, self.reader.mode);
+        }
     }
 
     /// Whether two level-0 blocks hold the same bytes. Only blocks stored alike (checksum
@@ -382,6 +515,7 @@ impl<'a> Walk<'a> {
         let mut out = vec![Node::Hole; per];
         match node {
             Node::Hole => {}
+            Node::Unknown => out.fill(Node::Unknown),
             Node::Disk(bp) => {
                 if bp.level != level {
                     return Err(ObjectError::Corrupt(format!(
@@ -414,35 +548,39 @@ impl<'a> Walk<'a> {
         Ok(out)
     }
 
-    /// Level-0 block `blkid` changed.
-    fn note(&mut self, blkid: u64) {
-        let size = self.block_size_bytes;
-        if let Some(last) = self.runs.last_mut()
-            && last.2 == size
-            && last.0 + last.1 == blkid
-        {
-            last.1 += 1;
-            return;
-        }
-        self.runs.push((blkid, 1, size));
-    }
-
     /// The byte ranges, merged.
     fn finish(self) -> ChangedBlocks {
-        let mut ranges: Vec<ByteRange> = self
-            .runs
-            .iter()
-            .map(|&(first, count, size)| ByteRange {
-                offset_bytes: first.saturating_mul(size),
-                length_bytes: count.saturating_mul(size),
-            })
-            .collect();
-        ranges.sort_by_key(|range| range.offset_bytes);
         ChangedBlocks {
-            ranges: merge_ranges(ranges),
+            ranges: byte_ranges(&self.runs),
+            holes: byte_ranges(&self.hole_runs),
             blocks_visited: self.blocks_visited,
         }
     }
+}
+
+/// Adds `count` level-0 blocks from `blkid` to `runs`, joining the last run when they follow it.
+fn note_run(runs: &mut Vec<(u64, u64, u64)>, blkid: u64, count: u64, size: u64) {
+    if let Some(last) = runs.last_mut()
+        && last.2 == size
+        && last.0.saturating_add(last.1) == blkid
+    {
+        last.1 = last.1.saturating_add(count);
+        return;
+    }
+    runs.push((blkid, count, size));
+}
+
+/// Runs of blocks as byte ranges, sorted and merged.
+fn byte_ranges(runs: &[(u64, u64, u64)]) -> Vec<ByteRange> {
+    let mut ranges: Vec<ByteRange> = runs
+        .iter()
+        .map(|&(first, count, size)| ByteRange {
+            offset_bytes: first.saturating_mul(size),
+            length_bytes: count.saturating_mul(size),
+        })
+        .collect();
+    ranges.sort_by_key(|range| range.offset_bytes);
+    merge_ranges(ranges)
 }
 
 /// Dnode `object` of a dnode block, checked against the object set's root birth txg.

@@ -59,8 +59,8 @@ pub mod tree_free;
 
 pub use cow::is_all_zero;
 pub use diff::{
-    ByteRange, ChangedBlocks, ChangedObject, ChangedObjects, changed_blocks, changed_objects,
-    merge_ranges,
+    ByteRange, ChangedBlocks, ChangedObject, ChangedObjects, ObjectsSince, changed_blocks,
+    changed_blocks_since, changed_objects, changed_objects_since, merge_ranges,
 };
 pub use error::ObjectError;
 pub use memo::{MEMO_GENERATION_ARC_DIVISOR, MEMO_GENERATION_BYTES_MIN, MemoCounts, MemoStats};
