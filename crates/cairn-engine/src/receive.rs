@@ -26,7 +26,8 @@
 //! import destroys (`Pool::destroy_abandoned_receives`). With `-s` (`resumable`) the hidden
 //! dataset is kept instead, with a resume token that says where a resumed stream (`send -t`,
 //! its header marked `SEND_FEATURE_RESUME`) starts; such a stream continues it
-//! (`receive_resume.rs`).
+//! (`receive_resume.rs`). A package (`send -R`, `-I`, `-p`) is received stream by stream
+//! (`receive_tree.rs`), each through `receive_stream` with what its manifest adds (`TreeStep`).
 
 use crate::EngineError;
 use crate::pool::Pool;
@@ -35,7 +36,10 @@ use crate::receive_finish::{IncrementalSource, dataset_kind};
 use crate::receive_resume::{ResumeNotes, record_point};
 use cairn_dataset::directory::{Provisioning, creation_properties, volume_creation_properties};
 use cairn_dataset::{DatasetError, DatasetKind, SnapshotName, SpaceAsk, receive_name};
-use cairn_format::send_stream::{StreamHeader, StreamKind, StreamReader, StreamRecord};
+use cairn_format::send_package::is_package;
+use cairn_format::send_stream::{
+    SEND_HEADER_SIZE, StreamHeader, StreamKind, StreamReader, StreamRecord,
+};
 use cairn_format::send_token::{ResumePoint, ResumeToken};
 use cairn_object::ObjectSet;
 use std::io::Read;
@@ -62,15 +66,51 @@ pub struct ReceiveSummary {
     pub blocks_written: u64,
 }
 
+/// What a sub-stream of a package (`receive_tree.rs`) adds to a plain receive.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TreeStep {
+    /// An incremental stream into a new dataset: a clone of this snapshot (`dataset@snap`,
+    /// whose guid is the stream's source guid) is built, as `zfs receive` makes a clone.
+    pub(crate) origin: Option<String>,
+    /// The local properties the target takes (sent with `-p`), replacing its own.
+    pub(crate) properties: Option<Vec<(String, String)>>,
+}
+
 impl Pool {
-    /// Receives the stream on `input` into `target` (`pool/name`): see the module doc.
+    /// Receives the stream on `input` into `target` (`pool/name`): see the module doc. A
+    /// package (`send -R`, `-I`, `-p`) is received stream by stream (`receive_tree.rs`).
     pub fn receive(
         &self,
         target: &str,
         input: &mut dyn Read,
         options: ReceiveOptions,
     ) -> Result<ReceiveSummary, EngineError> {
-        let mut reader = StreamReader::new(input).map_err(refused)?;
+        let mut head = [0u8; SEND_HEADER_SIZE];
+        input.read_exact(&mut head).map_err(|err| {
+            EngineError::Receive(match err.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    "send stream truncated in its header (at byte 0)".into()
+                }
+                _ => format!("reading the stream: {err}"),
+            })
+        })?;
+        if is_package(&head) {
+            return self.receive_package(target, &head, input, options);
+        }
+        let mut whole = std::io::Cursor::new(head).chain(input);
+        let mut reader = StreamReader::new(&mut whole).map_err(refused)?;
+        self.receive_stream(target, &mut reader, options, &TreeStep::default())
+    }
+
+    /// Receives the stream `reader` has begun (its header read) into `target`, with what a
+    /// package's manifest adds (`step`).
+    pub(crate) fn receive_stream(
+        &self,
+        target: &str,
+        reader: &mut StreamReader<'_>,
+        options: ReceiveOptions,
+        step: &TreeStep,
+    ) -> Result<ReceiveSummary, EngineError> {
         let header = reader.header().clone();
         let hidden = receive_name(target);
         cairn_dataset::validate_name(target)?;
@@ -91,7 +131,8 @@ impl Pool {
             } else {
                 None
             };
-            return self.receive_into(target, &hidden, &mut reader, source, notes, true);
+            let partial = (&hidden[..], notes, true);
+            return self.receive_into(target, partial, reader, source, step);
         }
         let (_guard, notes) = self.receive_under_way(target, &hidden, options.resumable, start)?;
         if self.core.directory.lock().datasets.contains_key(&hidden) {
@@ -110,11 +151,16 @@ impl Pool {
                 "cannot receive into '{target}': {why}"
             )));
         }
-        let source = if header.is_incremental() {
-            Some(self.begin_incremental(target, &hidden, &header, options)?)
-        } else {
-            self.begin_full(target, &hidden, &header)?;
-            None
+        let source = match (&step.origin, header.is_incremental()) {
+            (Some(origin), true) => {
+                self.begin_clone(target, &hidden, origin, &header)?;
+                None
+            }
+            (None, true) => Some(self.begin_incremental(target, &hidden, &header, options)?),
+            (_, false) => {
+                self.begin_full(target, &hidden, &header)?;
+                None
+            }
         };
         if options.resumable
             && let Err(err) = self.store_first_token(&hidden, start)
@@ -122,38 +168,28 @@ impl Pool {
             self.abandon_receive(&hidden);
             return Err(err);
         }
-        self.receive_into(
-            target,
-            &hidden,
-            &mut reader,
-            source,
-            notes,
-            options.resumable,
-        )
+        let partial = (&hidden[..], notes, options.resumable);
+        self.receive_into(target, partial, reader, source, step)
     }
 
-    /// Applies the records of `reader` to `hidden` and, at END, makes them `target`'s
-    /// snapshot; a failure destroys `hidden`, or with `resumable` keeps it with its token.
+    /// Applies the records of `reader` to `hidden` (with the properties `step` brings) and,
+    /// at END, makes them `target`'s snapshot; a failure destroys `hidden`, or with
+    /// `resumable` keeps it with its token.
     fn receive_into(
         &self,
         target: &str,
-        hidden: &str,
+        (hidden, mut notes, resumable): (&str, ResumeNotes, bool),
         reader: &mut StreamReader<'_>,
         source: Option<IncrementalSource>,
-        mut notes: ResumeNotes,
-        resumable: bool,
+        step: &TreeStep,
     ) -> Result<ReceiveSummary, EngineError> {
         let header = reader.header().clone();
-        let objset = self
-            .core
-            .objsets
-            .lock()
-            .get(hidden)
-            .cloned()
-            .ok_or_else(|| EngineError::Receive(format!("'{hidden}' was not created")));
-        let applied =
-            objset.and_then(|objset| self.apply_stream(reader, hidden, objset, &mut notes));
-        let finished = applied.and_then(|(snapshot, objects, blocks_written)| {
+        let ready = self.hidden_ready(hidden, step, source);
+        let applied = ready.and_then(|(objset, source)| {
+            self.apply_stream(reader, hidden, objset, &mut notes)
+                .map(|applied| (applied, source))
+        });
+        let finished = applied.and_then(|((snapshot, objects, blocks_written), source)| {
             let full = format!("{target}@{snapshot}");
             SnapshotName::parse(&full)?;
             match &source {
@@ -177,6 +213,30 @@ impl Pool {
             }
         }
         finished
+    }
+
+    /// The hidden dataset's object set, once the properties sent with the stream (if any)
+    /// are set on it (an incremental's also go with its source, for the swap).
+    fn hidden_ready(
+        &self,
+        hidden: &str,
+        step: &TreeStep,
+        source: Option<IncrementalSource>,
+    ) -> Result<(Arc<ObjectSet>, Option<IncrementalSource>), EngineError> {
+        let source = match &step.properties {
+            Some(sent) => {
+                let properties = self.receive_properties(hidden, sent, source.is_some())?;
+                source.map(|source| IncrementalSource {
+                    properties: Some(properties),
+                    ..source
+                })
+            }
+            None => source,
+        };
+        let objset = self.core.objsets.lock().get(hidden).cloned();
+        let objset =
+            objset.ok_or_else(|| EngineError::Receive(format!("'{hidden}' was not created")))?;
+        Ok((objset, source))
     }
 
     /// A full stream: creates the hidden dataset, empty, with the stream's kind and sizes.
@@ -274,7 +334,7 @@ impl Pool {
 
     /// Destroys what a failed receive made. A failure here leaves the hidden dataset for the
     /// next import to destroy; the receive's own error is the one reported.
-    fn abandon_receive(&self, hidden: &str) {
+    pub(crate) fn abandon_receive(&self, hidden: &str) {
         if self.core.directory.lock().datasets.contains_key(hidden) {
             let _ = self.destroy_dataset_any(hidden);
         }
@@ -345,6 +405,6 @@ fn inconsistent(reader: &StreamReader<'_>, what: String) -> EngineError {
     ))
 }
 
-fn refused(err: cairn_format::send_stream::StreamError) -> EngineError {
+pub(crate) fn refused(err: cairn_format::send_stream::StreamError) -> EngineError {
     EngineError::Receive(err.to_string())
 }

@@ -33,6 +33,9 @@ pub(crate) struct IncrementalSource {
     /// `-F`: the head's changes since it go at the swap; without, a change made during the
     /// receive refuses the swap.
     pub(crate) force: bool,
+    /// The target's local properties after the swap, when sent with the stream (`-p`): they
+    /// replace its own in the swap's txg.
+    pub(crate) properties: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// What `incremental_plan` found.
@@ -126,6 +129,7 @@ impl Pool {
             source: IncrementalSource {
                 snapshot: source.name.clone(),
                 force: false,
+                properties: None,
             },
             newer,
             written_bytes,
@@ -315,6 +319,9 @@ impl PoolCore {
         let record = directory.get_mut(target)?;
         record.set_objset_bp(&clone_root);
         record.used_bytes = clone_used_bytes;
+        if let Some(properties) = &source.properties {
+            record.properties = properties.clone();
+        }
         crate::snapshot_sync::refresh_snapshot_bytes(&mut directory, &table);
         let mut objsets = self.objsets.lock();
         if let Some(objset) = objsets.remove(hidden) {

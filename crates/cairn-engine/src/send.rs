@@ -277,8 +277,11 @@ impl Pool {
             }
         } else {
             let name = SnapshotName::parse(&full_name)?;
-            if name.dataset != dataset {
-                return Err(refuse(format!("not a snapshot of '{dataset}'")));
+            // A clone's origin is its first source (`send -R` sends a clone so).
+            if name.dataset != dataset && self.origin(dataset)?.as_deref() != Some(&*full_name) {
+                return Err(refuse(format!(
+                    "not a snapshot of '{dataset}' nor its origin"
+                )));
             }
             self.send_end(&full_name)?
         };

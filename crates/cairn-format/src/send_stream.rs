@@ -49,13 +49,19 @@ const HEADER_HASHED_BYTES: usize = 96;
 /// (`SEND_WRITE_FLAG_COMPRESSED`); a reader that does not know it refuses the stream.
 pub const SEND_FEATURE_COMPRESSED: u32 = 1 << 0;
 
+/// Feature bit: the stream is a package of streams with a manifest (`send_package`), what
+/// `send -R`, `-I` and `-p` write. `StreamReader` reads no package: a receiver looks at the
+/// header's features first (`send_package::is_package`).
+pub const SEND_FEATURE_PACKAGE: u32 = 1 << 2;
+
 /// Feature bit: the stream is the rest of a cut one (`cairn send -t`): it starts at the resume
 /// point the header carries (bytes 80..96), not at the first object.
 pub const SEND_FEATURE_RESUME: u32 = 1 << 1;
 
 /// Feature bits of the stream header this build knows; a reader refuses any other bit, so a
 /// later stream that needs a feature is never half-understood.
-pub const SEND_FEATURES_KNOWN: u32 = SEND_FEATURE_COMPRESSED | SEND_FEATURE_RESUME;
+pub const SEND_FEATURES_KNOWN: u32 =
+    SEND_FEATURE_COMPRESSED | SEND_FEATURE_RESUME | SEND_FEATURE_PACKAGE;
 
 /// WRITE flag: the payload is the block as stored, compressed (`send -c`); fields 3 and 4
 /// give its logical size and compression id. Allowed only in a stream with

@@ -14,7 +14,7 @@
 mod doc_check;
 
 use cairn_format::{
-    blkptr, dnode, intent_log, label, send_stream, send_token, spacelog, uberblock,
+    blkptr, dnode, intent_log, label, send_package, send_stream, send_token, spacelog, uberblock,
 };
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
@@ -95,6 +95,10 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         send_stream::SEND_FEATURE_RESUME,
         send_token::RESUME_TOKEN_VERSION,
         send_token::RESUME_TOKEN_SIZE,
+        send_package::SEND_FEATURE_PACKAGE,
+        send_package::SEND_MANIFEST_VERSION,
+        send_package::SEND_KIND_MANIFEST,
+        send_package::SEND_KIND_PACKAGE_END,
     ]
 }
 

@@ -1,10 +1,12 @@
-//! `cairn send [-c] [-i SOURCE] DATASET@SNAPSHOT > FILE` and `cairn receive [-F] DATASET <
-//! FILE`: a snapshot to a stream on stdout (`-c`: blocks stored compressed go as stored), a
-//! stream from stdin into a new dataset (full) or the next snapshot of an existing one
-//! (incremental); `cairn receive -c DATASET@SNAPSHOT < FILE` heals that snapshot's damaged
-//! blocks from a stream of it (`Pool::receive_corrective`). Resumable: `receive -s` keeps
-//! what a cut stream brought, with a token; `send -t TOKEN [POOL]` sends the rest; `receive
-//! -A` abandons it. What a stream holds
+//! `cairn send [-c] [-i SOURCE | -I SOURCE] [-R] [-p] DATASET@SNAPSHOT > FILE` and `cairn
+//! receive [-F] DATASET < FILE`: a snapshot to a stream on stdout (`-c`: blocks stored
+//! compressed go as stored), a stream from stdin into a new dataset (full) or the next
+//! snapshot of an existing one (incremental); with `-R`, `-I` or `-p` a package of streams (a
+//! tree, intermediate snapshots, properties: `Pool::send_package`), which `receive`
+//! recognises by its header. `cairn receive -c DATASET@SNAPSHOT < FILE` heals that snapshot's
+//! damaged blocks from a stream of it (`Pool::receive_corrective`). Resumable: `receive -s`
+//! keeps what a cut stream brought, with a token; `send -t TOKEN [POOL]` sends the rest;
+//! `receive -A` abandons it. What a stream holds
 //! and why an incremental costs what changed: `cairn_engine::Pool::send`; how a receive stays
 //! all or nothing: `Pool::receive`.
 //!
@@ -18,7 +20,7 @@
 use crate::context::{Context, shout};
 use crate::remote;
 use anyhow::{Result, bail};
-use cairn_engine::ReceiveOptions;
+use cairn_engine::{PackageOptions, ReceiveOptions};
 use cairn_frontend::admin::{AdminReply, AdminRequest, HealReport, ReceiveReport, SendReport};
 use std::io::{IsTerminal, Write};
 use std::os::fd::AsFd;
@@ -27,7 +29,11 @@ use std::os::fd::AsFd;
 pub struct SendArgs {
     /// Incremental from this older snapshot of the same dataset (DATASET@SNAP, @SNAP,
     /// DATASET#BOOKMARK or #BOOKMARK).
-    #[arg(short = 'i', value_name = "SNAPSHOT|BOOKMARK")]
+    #[arg(
+        short = 'i',
+        value_name = "SNAPSHOT|BOOKMARK",
+        conflicts_with = "from_all"
+    )]
     from: Option<String>,
     /// Blocks stored compressed go as stored (smaller stream; the receiver keeps them so).
     #[arg(short = 'c')]
@@ -36,6 +42,17 @@ pub struct SendArgs {
     /// receive_resume_token); the snapshot is found by its guid, in POOL if named.
     #[arg(short = 't', value_name = "TOKEN", conflicts_with = "from")]
     token: Option<String>,
+    /// Every snapshot from this older one (exclusive) to the sent one, as incrementals in
+    /// one stream (@SNAP or DATASET@SNAP).
+    #[arg(short = 'I', value_name = "SNAPSHOT")]
+    from_all: Option<String>,
+    /// The dataset and all its descendants, each with its snapshots up to the sent one,
+    /// their properties, clones as clones (implies -p).
+    #[arg(short = 'R')]
+    recursive: bool,
+    /// The dataset's locally set properties too: the receiver sets them.
+    #[arg(short = 'p')]
+    properties: bool,
     /// Say on stderr what was sent.
     #[arg(short = 'v')]
     verbose: bool,
@@ -85,22 +102,22 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     let Some(snapshot) = args.snapshot.as_deref() else {
         bail!("send needs DATASET@SNAPSHOT (or -t TOKEN)");
     };
-    let from = args.from.as_deref();
-    let request = AdminRequest::Send {
-        snapshot: snapshot.to_string(),
-        from: from.map(str::to_string),
-        compressed: args.compressed,
-    };
-    let options = cairn_engine::SendOptions {
-        compressed: args.compressed,
-    };
+    let package = package_options(args)?;
+    let request = send_request(args, snapshot, package.as_ref());
     let report = match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
         Ok(AdminReply::Sent(report)) => report,
         Ok(other) => return Err(remote::unexpected(&other)),
         Err(_) => {
             let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+            let from = args.from.as_deref();
+            let options = cairn_engine::SendOptions {
+                compressed: args.compressed,
+            };
             let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
-                Ok(pool.send_with(snapshot, from, options, &mut out, &mut |_| {})?)
+                Ok(match &package {
+                    None => pool.send_with(snapshot, from, options, &mut out, &mut |_| {})?,
+                    Some(options) => pool.send_package(snapshot, options, &mut out, &mut |_| {})?,
+                })
             })?;
             out.flush()?;
             SendReport::from(summary)
@@ -116,6 +133,40 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A package's options when `-R`, `-I` or `-p` ask for one.
+fn package_options(args: &SendArgs) -> Result<Option<PackageOptions>> {
+    if !(args.recursive || args.properties || args.from_all.is_some()) {
+        return Ok(None);
+    }
+    if args.compressed {
+        bail!("send -c of a package (-R, -I, -p) is not supported yet: send without -c");
+    }
+    Ok(Some(PackageOptions {
+        from: args.from_all.clone().or_else(|| args.from.clone()),
+        intermediates: args.from_all.is_some(),
+        recursive: args.recursive,
+        properties: args.properties || args.recursive,
+    }))
+}
+
+/// The server request for `cairn send` of `snapshot`.
+fn send_request(args: &SendArgs, snapshot: &str, package: Option<&PackageOptions>) -> AdminRequest {
+    match package {
+        None => AdminRequest::Send {
+            snapshot: snapshot.to_string(),
+            from: args.from.clone(),
+            compressed: args.compressed,
+        },
+        Some(options) => AdminRequest::SendPackage {
+            snapshot: snapshot.to_string(),
+            from: options.from.clone(),
+            intermediates: options.intermediates,
+            recursive: options.recursive,
+            properties: options.properties,
+        },
+    }
 }
 
 /// `cairn send -t TOKEN [POOL]`: the rest of a cut stream.

@@ -335,10 +335,12 @@ fn a_receive_into_a_mounted_filesystem_is_refused_until_it_is_unmounted() {
     std::fs::write(at.join("first"), b"one").unwrap();
     env.ok(&["snapshot", "tank/fs@a"]);
     // A copy of it, mounted, to receive the incremental into.
-    assert!(send_to(&env, &["tank/fs@a"], "full.stream").success);
+    // With its properties (-p): atime=off arrives, so reading the copy through its mount
+    // writes no access times and the incremental below needs no -F.
+    assert!(send_to(&env, &["-p", "tank/fs@a"], "full.stream").success);
     assert!(receive_from(&env, "tank/copy", "full.stream").success);
-    // Properties are not sent yet: without this, reading the copy would write access times.
-    env.ok(&["set", "atime=off", "tank/copy"]);
+    let atime = env.ok(&["get", "-H", "-o", "value,source", "atime", "tank/copy"]);
+    assert_eq!(atime.trim(), "off\tlocal");
     std::fs::write(at.join("second"), b"two").unwrap();
     env.ok(&["snapshot", "tank/fs@b"]);
     assert!(send_to(&env, &["-i", "@a", "tank/fs@b"], "incr.stream").success);
@@ -356,6 +358,14 @@ fn a_receive_into_a_mounted_filesystem_is_refused_until_it_is_unmounted() {
     );
     assert!(!names(&env, "snapshot").contains(&"tank/copy@b".to_string()));
     assert!(!copy_at.join("second").exists());
+    // A receive into a dataset above a mount is refused as well (a package may swap the
+    // heads of the datasets below its target).
+    let above = receive_from(&env, "tank", "incr.stream");
+    assert!(
+        !above.success && above.stderr.contains("is mounted by this server"),
+        "{}",
+        above.stderr
+    );
 
     env.ok(&["unmount", "tank/copy"]);
     let received = receive_from(&env, "tank/copy", "incr.stream");

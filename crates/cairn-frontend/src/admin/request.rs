@@ -130,6 +130,16 @@ pub enum AdminRequest {
     /// The resume token of a partial receive into `target` (which may not exist yet: a
     /// full stream's receive makes it at the end).
     ResumeToken { target: String },
+    /// `send -R`, `-I`, `-p`: snapshot `snapshot` as a package (a tree, intermediate
+    /// snapshots, properties; `cairn_engine::Pool::send_package`). Needs the stream's
+    /// destination.
+    SendPackage {
+        snapshot: String,
+        from: Option<String>,
+        intermediates: bool,
+        recursive: bool,
+        properties: bool,
+    },
 }
 
 impl AdminRequest {
@@ -140,6 +150,7 @@ impl AdminRequest {
             AdminRequest::Send { .. }
                 | AdminRequest::Receive { .. }
                 | AdminRequest::SendResumed { .. }
+                | AdminRequest::SendPackage { .. }
         )
     }
 }

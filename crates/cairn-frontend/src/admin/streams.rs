@@ -16,7 +16,7 @@
 use super::AdminError;
 use super::request::{AdminReply, AdminRequest, Answer, HealReport, ReceiveReport, SendReport};
 use crate::PoolAccess;
-use cairn_engine::{ReceiveOptions, SendOptions};
+use cairn_engine::{PackageOptions, ReceiveOptions, SendOptions};
 use cairn_format::send_token::ResumeToken;
 use std::io::{BufReader, BufWriter, Read, Write};
 
@@ -60,6 +60,21 @@ pub fn handle_stream<S: Read + Write>(
         } => {
             let options = ReceiveOptions { force, resumable };
             AdminReply::Received(receive(access, &target, options, stream)?)
+        }
+        AdminRequest::SendPackage {
+            snapshot,
+            from,
+            intermediates,
+            recursive,
+            properties,
+        } => {
+            let options = PackageOptions {
+                from,
+                intermediates,
+                recursive,
+                properties,
+            };
+            AdminReply::Sent(send_package(access, &snapshot, &options, stream)?)
         }
         other => {
             return Err(AdminError::Invalid(format!(
@@ -162,6 +177,20 @@ fn send_resumed(
     Ok(summary.into())
 }
 
+fn send_package(
+    access: &PoolAccess,
+    snapshot: &str,
+    options: &PackageOptions,
+    stream: &mut dyn Write,
+) -> Result<SendReport, AdminError> {
+    let mut out = BufWriter::with_capacity(STREAM_BUFFER_BYTES, stream);
+    let summary = access.with_pool(pool_of(snapshot), true, |pool| -> Result<_, AdminError> {
+        Ok(pool.send_package(snapshot, options, &mut out, &mut |_| {})?)
+    })?;
+    out.flush()?;
+    Ok(summary.into())
+}
+
 fn receive(
     access: &PoolAccess,
     target: &str,
@@ -170,15 +199,21 @@ fn receive(
 ) -> Result<ReceiveReport, AdminError> {
     // An incremental receive swaps the dataset's head as a rollback does, but the engine
     // alone cannot tell the kernel to drop what it caches of a FUSE mount (a rollback goes
-    // through `Mounts::roll_back` for that): refused rather than shown stale.
-    if access
-        .served
-        .as_ref()
-        .is_some_and(|served| served.mounts.is_mounted(target))
-    {
+    // through `Mounts::roll_back` for that): refused rather than shown stale. A package
+    // (`send -R`) may swap any dataset below the target too, so those are refused as well.
+    let below = format!("{target}/");
+    let mounted = access.served.as_ref().and_then(|served| {
+        served
+            .mounts
+            .list()
+            .into_iter()
+            .map(|(dataset, _)| dataset)
+            .find(|dataset| dataset == target || dataset.starts_with(&below))
+    });
+    if let Some(mounted) = mounted {
         return Err(AdminError::Refused(format!(
-            "{target} is mounted by this server: unmount it first (cairn unmount {target}), \
-             or receive into another dataset"
+            "{mounted} is mounted by this server: unmount it first (cairn unmount \
+             {mounted}), or receive into another dataset"
         )));
     }
     let mut input = BufReader::with_capacity(STREAM_BUFFER_BYTES, stream);
