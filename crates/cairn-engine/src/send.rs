@@ -77,6 +77,10 @@ pub struct SendSummary {
 pub struct SendOptions {
     /// `-c`: blocks stored compressed go as stored (see the module doc).
     pub compressed: bool,
+    /// `-n`: nothing is written and no data block is read; the summary's `bytes_written` is
+    /// the exact size the stream would have, found from the block pointers (a hole or a
+    /// block, its stored size for `-c`) through a counting `StreamWriter`.
+    pub count_only: bool,
 }
 
 /// The identity of a snapshot in a stream (see the module doc): stable, non-zero, unique
@@ -191,7 +195,11 @@ impl Pool {
         // Keeps every block of both roots from reuse while the send reads them.
         let synced = SyncedTree::take(&self.core, self.txg_engine().ok().map(|e| &**e))?;
         let objset = self.snapshot_objset(snapshot)?;
-        let mut writer = StreamWriter::new(out, &header).map_err(stream_io)?;
+        let mut writer = if options.count_only {
+            StreamWriter::counting(out, &header)
+        } else {
+            StreamWriter::new(out, &header).map_err(stream_io)?
+        };
         let mut summary = SendSummary::default();
         match &from {
             None => send_full(&objset, resume, &mut writer, &mut summary, progress)?,
@@ -391,8 +399,8 @@ fn send_blocks(
     let window_blocks = (READ_AHEAD_BYTES / u64::from(dnode.data_block_size).max(1))
         .max(READ_AHEAD_BLOCKS_MIN) as usize;
     let mut asked_until = 0;
-    // A `-c` send reads stored blocks past the cache (see the module doc).
-    let ahead = writer.features() & SEND_FEATURE_COMPRESSED == 0;
+    // A `-c` send reads stored blocks past the cache (see the module doc); `-n` reads none.
+    let ahead = writer.features() & SEND_FEATURE_COMPRESSED == 0 && !writer.is_counting();
     for (index, &blkid) in blkids.iter().enumerate() {
         if ahead && asked_until <= index + window_blocks / 2 && asked_until < blkids.len() {
             let until = (index + window_blocks).min(blkids.len());
@@ -430,6 +438,9 @@ fn send_block(
 ) -> Result<(), EngineError> {
     let block_bytes = u64::from(dnode.data_block_size);
     let offset_bytes = blkid * block_bytes;
+    if writer.is_counting() {
+        return count_block(objset, object, (blkid, block_bytes), writer, summary);
+    }
     if writer.features() & SEND_FEATURE_COMPRESSED != 0
         && let Some(bp) = objset.synced_block_pointer(object, blkid)?
         && bp.compression != Compression::Off
@@ -449,6 +460,35 @@ fn send_block(
         None => writer.write(&StreamRecord::Free {
             object,
             offset_bytes,
+            length_bytes: block_bytes,
+        }),
+    }
+    .map_err(stream_io)
+}
+
+/// What `send_block` would write, counted from the block's pointer alone (`send -n`).
+fn count_block(
+    objset: &ObjectSet,
+    object: u64,
+    (blkid, block_bytes): (u64, u64),
+    writer: &mut StreamWriter<'_>,
+    summary: &mut SendSummary,
+) -> Result<(), EngineError> {
+    match objset.synced_block_pointer(object, blkid)? {
+        Some(bp) if !bp.is_hole() => {
+            summary.blocks_written += 1;
+            let stored = writer.features() & SEND_FEATURE_COMPRESSED != 0
+                && bp.compression != Compression::Off;
+            let payload_bytes = if stored {
+                u64::from(bp.psize)
+            } else {
+                block_bytes
+            };
+            writer.count_data(payload_bytes)
+        }
+        _ => writer.write(&StreamRecord::Free {
+            object,
+            offset_bytes: blkid * block_bytes,
             length_bytes: block_bytes,
         }),
     }

@@ -82,6 +82,7 @@ fn heal_round(compressed_stream: bool) {
         pool.snapshot(&["tank/vol@t".into()], false).unwrap();
         let options = SendOptions {
             compressed: compressed_stream,
+            ..SendOptions::default()
         };
         let mut stream = Vec::new();
         pool.send_with("tank/vol@s", None, options, &mut stream, &mut |_| {})

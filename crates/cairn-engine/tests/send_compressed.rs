@@ -16,7 +16,10 @@ use common::*;
 
 fn send_compressed(pool: &Pool, snapshot: &str, from: Option<&str>) -> Vec<u8> {
     let mut out = Vec::new();
-    let options = SendOptions { compressed: true };
+    let options = SendOptions {
+        compressed: true,
+        ..SendOptions::default()
+    };
     pool.send_with(snapshot, from, options, &mut out, &mut |_| {})
         .unwrap();
     out

@@ -29,6 +29,7 @@ mod mount_cmd;
 mod pool_cmd;
 mod remote;
 mod send_cmd;
+mod send_progress;
 mod serve_cmd;
 mod stat_arc_cmd;
 mod stat_cmd;

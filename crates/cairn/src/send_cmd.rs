@@ -19,6 +19,7 @@
 
 use crate::context::{Context, shout};
 use crate::remote;
+use crate::send_progress::{self, Meter};
 use anyhow::{Result, bail};
 use cairn_engine::{PackageOptions, ReceiveOptions};
 use cairn_frontend::admin::{AdminReply, AdminRequest, HealReport, ReceiveReport, SendReport};
@@ -56,6 +57,13 @@ pub struct SendArgs {
     /// Say on stderr what was sent.
     #[arg(short = 'v')]
     verbose: bool,
+    /// Dry run: send nothing; with -v (or -P) say how many bytes the stream would be (exact,
+    /// from the block pointers: no data is read).
+    #[arg(short = 'n', conflicts_with = "token")]
+    dry_run: bool,
+    /// With -n: print `size<TAB>BYTES` on stdout, for scripts.
+    #[arg(short = 'P', requires = "dry_run")]
+    parsable: bool,
     /// DATASET@SNAPSHOT (with -t: the POOL to look in, optional)
     #[arg(required_unless_present = "token")]
     snapshot: Option<String>,
@@ -85,6 +93,21 @@ pub struct ReceiveArgs {
     target: String,
 }
 
+/// The RAM cache a send or receive run in this process may fill. A stream passes each block
+/// once (read 2 MiB ahead): the default cache, sized for a server (half the machine's
+/// memory), would only fill RAM with blocks nobody reads again. Measured: an 8 GiB full send
+/// in the command grew to 7.9 GB RSS, and the OOM killer took it when the stream's file on
+/// tmpfs needed the rest (the pressure monitor shrinks a step a second, slower than a stream
+/// fills memory). Through a server, the server's own limits apply (`serve --arc-max`).
+const STREAM_ARC_MAX_BYTES: u64 = 256 << 20;
+
+/// Holds this process's cache (used only if no server runs) to `STREAM_ARC_MAX_BYTES`.
+fn limit_stream_cache() -> Result<()> {
+    let limits = cairn_engine::ArcConfig::with_max(STREAM_ARC_MAX_BYTES);
+    cairn_engine::process_cache().set_limits(limits.min_bytes, limits.max_bytes)?;
+    Ok(())
+}
+
 /// The pool a dataset, snapshot or bookmark name belongs to.
 fn pool_of(name: &str) -> &str {
     name.split(['/', '@', '#']).next().unwrap_or(name)
@@ -92,6 +115,13 @@ fn pool_of(name: &str) -> &str {
 
 /// `cairn send`.
 pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
+    limit_stream_cache()?;
+    if args.dry_run {
+        let Some(snapshot) = args.snapshot.as_deref() else {
+            bail!("send -n needs DATASET@SNAPSHOT");
+        };
+        return send_size(ctx, args, snapshot);
+    }
     let stdout = std::io::stdout();
     if stdout.is_terminal() {
         bail!("refusing to write a send stream to a terminal: redirect stdout to a file or pipe");
@@ -104,30 +134,49 @@ pub fn send(ctx: &Context, args: &SendArgs) -> Result<()> {
     };
     let package = package_options(args)?;
     let request = send_request(args, snapshot, package.as_ref());
-    let report = match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
-        Ok(AdminReply::Sent(report)) => report,
-        Ok(other) => return Err(remote::unexpected(&other)),
-        Err(_) => {
-            let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
-            let from = args.from.as_deref();
-            let options = cairn_engine::SendOptions {
-                compressed: args.compressed,
-            };
-            let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
-                Ok(match &package {
-                    None => pool.send_with(snapshot, from, options, &mut out, &mut |_| {})?,
-                    Some(options) => pool.send_package(snapshot, options, &mut out, &mut |_| {})?,
-                })
-            })?;
-            out.flush()?;
-            SendReport::from(summary)
-        }
+    let report = if args.verbose && package.is_none() {
+        let total_bytes = stream_size(ctx, args, snapshot)?;
+        send_metered(ctx, args, snapshot, request, total_bytes)?
+    } else {
+        send_plain(ctx, args, snapshot, request, package.as_ref())?
     };
     if args.verbose {
         shout!(
             ctx,
             "sent {snapshot}: {} bytes, {} objects, {} blocks",
             report.bytes_written,
+            report.objects,
+            report.blocks_written
+        );
+    }
+    Ok(())
+}
+
+/// `cairn send -n`: the exact size of the stream, from the block pointers (no data read,
+/// nothing written); said with `-v` (or `-P`: `size BYTES`, as `zfs send -n -P`).
+fn send_size(ctx: &Context, args: &SendArgs, snapshot: &str) -> Result<()> {
+    if package_options(args)?.is_some() {
+        bail!("send -n of a package (-R, -I, -p) is not supported yet");
+    }
+    let request = AdminRequest::SendSize {
+        snapshot: snapshot.to_string(),
+        from: args.from.clone(),
+        compressed: args.compressed,
+    };
+    // Answered without a stream, by a server or here (`admin::streams`).
+    let report = match remote::call(ctx, request)? {
+        AdminReply::Sent(report) => report,
+        other => return Err(remote::unexpected(&other)),
+    };
+    if args.parsable {
+        println!("size\t{}", report.bytes_written);
+    } else if args.verbose {
+        shout!(
+            ctx,
+            "would send {snapshot}: {} bytes ({}), {} objects, {} blocks (exact: counted from \
+             the block pointers, no data read)",
+            report.bytes_written,
+            crate::human::size(report.bytes_written, false),
             report.objects,
             report.blocks_written
         );
@@ -169,6 +218,101 @@ fn send_request(args: &SendArgs, snapshot: &str, package: Option<&PackageOptions
     }
 }
 
+fn send_options(args: &SendArgs) -> cairn_engine::SendOptions {
+    cairn_engine::SendOptions {
+        compressed: args.compressed,
+        count_only: false,
+    }
+}
+
+/// `cairn send` without progress: the command's stdout goes to the server, or the pool is
+/// opened here.
+fn send_plain(
+    ctx: &Context,
+    args: &SendArgs,
+    snapshot: &str,
+    request: AdminRequest,
+    package: Option<&PackageOptions>,
+) -> Result<SendReport> {
+    let stdout = std::io::stdout();
+    Ok(
+        match remote::call_server_with_stream(ctx, request, stdout.as_fd())? {
+            Ok(AdminReply::Sent(report)) => report,
+            Ok(other) => return Err(remote::unexpected(&other)),
+            Err(_) => {
+                let mut out = std::io::BufWriter::with_capacity(1 << 20, stdout.lock());
+                let (from, options) = (args.from.as_deref(), send_options(args));
+                let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
+                    Ok(match package {
+                        None => pool.send_with(snapshot, from, options, &mut out, &mut |_| {})?,
+                        Some(options) => {
+                            pool.send_package(snapshot, options, &mut out, &mut |_| {})?
+                        }
+                    })
+                })?;
+                out.flush()?;
+                SendReport::from(summary)
+            }
+        },
+    )
+}
+
+/// The exact size of the stream `cairn send` is about to write (`send -n`'s count).
+fn stream_size(ctx: &Context, args: &SendArgs, snapshot: &str) -> Result<u64> {
+    let request = AdminRequest::SendSize {
+        snapshot: snapshot.to_string(),
+        from: args.from.clone(),
+        compressed: args.compressed,
+    };
+    match remote::call(ctx, request)? {
+        AdminReply::Sent(report) => Ok(report.bytes_written),
+        other => Err(remote::unexpected(&other)),
+    }
+}
+
+/// `cairn send -v`: progress on stderr while it runs (`send_progress.rs`). Through a server
+/// the stream comes back through a pipe this process copies to stdout, counting.
+fn send_metered(
+    ctx: &Context,
+    args: &SendArgs,
+    snapshot: &str,
+    request: AdminRequest,
+    total_bytes: u64,
+) -> Result<SendReport> {
+    let (reader, writer) = std::io::pipe()?;
+    let relay = std::thread::spawn(move || {
+        send_progress::relay(reader, std::io::stdout().lock(), Meter::new(total_bytes))
+    });
+    let answer = remote::call_server_with_stream(ctx, request, writer.as_fd());
+    // The server's copy of the write end closes when its send ends: then the relay sees EOF.
+    drop(writer);
+    let relayed = relay
+        .join()
+        .map_err(|_| anyhow::anyhow!("the progress relay panicked"))?;
+    match answer? {
+        Ok(AdminReply::Sent(report)) => {
+            relayed?;
+            return Ok(report);
+        }
+        Ok(other) => return Err(remote::unexpected(&other)),
+        Err(_) => {}
+    }
+    // No server: the pool is opened here and the engine reports its bytes.
+    let mut meter = Meter::new(total_bytes);
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+    let (from, options) = (args.from.as_deref(), send_options(args));
+    let summary = ctx.with_pool(pool_of(snapshot), true, |pool| -> Result<_> {
+        let mut progress = |bytes| {
+            if let Some(line) = meter.update(bytes) {
+                eprintln!("{line}");
+            }
+        };
+        Ok(pool.send_with(snapshot, from, options, &mut out, &mut progress)?)
+    })?;
+    out.flush()?;
+    Ok(SendReport::from(summary))
+}
+
 /// `cairn send -t TOKEN [POOL]`: the rest of a cut stream.
 fn send_resumed(ctx: &Context, token: &str, pool: Option<&str>, verbose: bool) -> Result<()> {
     let stdout = std::io::stdout();
@@ -203,6 +347,7 @@ fn send_resumed(ctx: &Context, token: &str, pool: Option<&str>, verbose: bool) -
 
 /// `cairn receive`.
 pub fn receive(ctx: &Context, args: &ReceiveArgs) -> Result<()> {
+    limit_stream_cache()?;
     let target = args.target.as_str();
     if args.abandon {
         let request = AdminRequest::AbandonReceive {

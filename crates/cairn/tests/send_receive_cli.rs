@@ -4,7 +4,8 @@
 //! the original's; a damaged stream leaves nothing. (Through a running server:
 //! `send_receive_server.rs`.) The received snapshot shows the sender's guid (`get guid`). A
 //! receive SIGKILLed mid-stream leaves no dataset visible, the pool checks clean, and the
-//! next writable import destroys what it left (the same stream then goes in).
+//! next writable import destroys what it left (the same stream then goes in). `send -n -P`
+//! prints the stream's exact size.
 
 mod nbd_common;
 
@@ -64,6 +65,9 @@ fn a_volume_goes_to_a_file_and_into_another_pool() {
     let stream = std::fs::read(env.path("vol.stream")).unwrap();
     // 3 MiB + 64 KiB of data in 16 KiB blocks.
     assert_eq!(records(&stream).len(), 1 + 192 + 4);
+    // `send -n -P`: the exact size, nothing sent (a terminal is fine: nothing is written).
+    let size = env.ok(&["send", "-n", "-P", "tank/vol@a"]);
+    assert_eq!(size.trim(), format!("size\t{}", stream.len()), "{size}");
     let run = receive_from(&env, "backup/copy", "vol.stream");
     assert!(run.success, "{}", run.stderr);
     let listed = env.ok(&["list", "-H", "-o", "name", "-t", "snapshot"]);

@@ -92,6 +92,11 @@ fn send_and_receive_run_in_the_server_that_holds_the_pools() {
         "{}",
         sent.stderr
     );
+    // With -v the stream came back through the command's progress relay; without, the
+    // server wrote the command's stdout itself: the same bytes.
+    let plain = send_to(&env, &["tank/vol@a"], "plain.stream");
+    assert!(plain.success, "{}", plain.stderr);
+    assert!(std::fs::read(env.path("plain.stream")).unwrap() == stream);
 
     let received = receive_from(&env, "backup/copy", "served.stream");
     assert!(received.success, "{}", received.stderr);

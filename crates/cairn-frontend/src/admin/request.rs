@@ -125,6 +125,13 @@ pub enum AdminRequest {
     /// `send -t`: the rest of the stream a resume token names, from the pool `pool` or else
     /// whichever pool holds its snapshot. Needs the stream's destination.
     SendResumed { token: String, pool: Option<String> },
+    /// `send -n`: the exact size `send` would write (`SendOptions::count_only`), nothing
+    /// sent; answered with `Sent`.
+    SendSize {
+        snapshot: String,
+        from: Option<String>,
+        compressed: bool,
+    },
     /// `receive -A`: abandons the partial receive into `target`.
     AbandonReceive { target: String },
     /// The resume token of a partial receive into `target` (which may not exist yet: a

@@ -41,7 +41,10 @@ pub fn handle_stream<S: Read + Write>(
             from,
             compressed,
         } => {
-            let options = SendOptions { compressed };
+            let options = SendOptions {
+                compressed,
+                count_only: false,
+            };
             AdminReply::Sent(send(access, &snapshot, from.as_deref(), options, stream)?)
         }
         AdminRequest::SendResumed { token, pool } => {
@@ -100,7 +103,8 @@ fn send(
     Ok(summary.into())
 }
 
-/// The send and receive requests answered without a stream (`receive -A`, a resume token);
+/// The send and receive requests answered without a stream (`send -n`, `receive -A`, a
+/// resume token);
 /// one that needs a stream (or any other request) is refused.
 pub(super) fn handle_without_stream(
     access: &PoolAccess,
@@ -112,6 +116,24 @@ pub(super) fn handle_without_stream(
                 Ok(pool.abandon_partial_receive(&target)?)
             })?;
             Ok(AdminReply::Done)
+        }
+        AdminRequest::SendSize {
+            snapshot,
+            from,
+            compressed,
+        } => {
+            let options = SendOptions {
+                compressed,
+                count_only: true,
+            };
+            let mut nowhere = std::io::sink();
+            Ok(AdminReply::Sent(send(
+                access,
+                &snapshot,
+                from.as_deref(),
+                options,
+                &mut nowhere,
+            )?))
         }
         AdminRequest::ResumeToken { target } => {
             let token = access.with_pool(pool_of(&target), true, |pool| {
