@@ -266,6 +266,9 @@ zfs_fuse_fill() {
     zfs-fuse --no-daemon >"$DIR/zfs-fuse.log" 2>&1 &
     PID[zfs-fuse]=$!
     sleep 2
+    # Pools of these names an earlier, cut run left in zfs-fuse's cache ("pool already exists").
+    zpool destroy -f zsrc 2>/dev/null || true
+    zpool destroy -f zrecv 2>/dev/null || true
     zpool create -f -m "$ZMNT" zsrc "$EMU/src.img"
     ZFS_UP=1
     zfs create -o recordsize="$BLOCK" zsrc/vol
