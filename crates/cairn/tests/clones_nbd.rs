@@ -167,19 +167,6 @@ fn assert_e2fsck_clean(target: &Path, what: &str) {
 // fsx
 // ---------------------------------------------------------------------------------------------
 
-fn fsx() -> PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
-        });
-    let installed = home.join("bin/fsx");
-    if installed.exists() {
-        return installed;
-    }
-    tool("fsx", "(crates.io) fsx: cargo install fsx --locked")
-}
-
 /// fsx on ext4: its default reads, writes and truncations, mapped reads and writes, reopenings,
 /// and fsyncs (so data and journal commits reach the volume while it runs, not only at
 /// unmount), hole punching and fallocate, on a file of up to 4 MiB.
@@ -205,7 +192,7 @@ impl Fsx {
             env.path(&format!("{name}.out")),
             env.path(&format!("{name}.err")),
         );
-        let mut cmd = Command::new(fsx());
+        let mut cmd = Command::new(fsx_binary());
         cmd.args(["-N", &operations.to_string(), "-S", &seed.to_string(), "-f"])
             .arg(&config)
             .arg("-P")

@@ -13,19 +13,6 @@ use std::time::Duration;
 /// Operations per run in CI.
 const OPERATIONS: &str = "10000";
 
-fn fsx() -> std::path::PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| {
-            std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
-        });
-    let installed = home.join("bin/fsx");
-    if installed.exists() {
-        return installed;
-    }
-    tool("fsx", "(crates.io) fsx: cargo install fsx --locked")
-}
-
 /// The fsx configuration: its defaults, or with the mmap operations off.
 fn config(mmap: bool) -> String {
     let map_weight = if mmap { 10 } else { 0 };
@@ -38,7 +25,7 @@ fn config(mmap: bool) -> String {
 #[test]
 fn fsx_finds_no_miscompare_with_and_without_mmap() {
     let _heavy = heavy();
-    let binary = fsx();
+    let binary = fsx_binary();
     let env = Env::new();
     env.create_pool();
     env.ok(&["create", "-o", "recordsize=16K", "tank/fs"]);

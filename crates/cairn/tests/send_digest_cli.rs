@@ -12,27 +12,11 @@
 //!   the pool opened in the command.
 
 mod nbd_common;
+mod stream_common;
 
 use nbd_common::*;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::process::Stdio;
-
-fn send_to(env: &Env, args: &[&str], file: &str) -> CommandOutcome {
-    let out = std::fs::File::create(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.arg("send").args(args).stdout(out).stdin(Stdio::null());
-    outcome(cmd)
-}
-
-fn receive_from(env: &Env, args: &[&str], file: &str) -> CommandOutcome {
-    let input = std::fs::File::open(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.arg("receive")
-        .args(args)
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::null());
-    outcome(cmd)
-}
+use stream_common::*;
 
 fn digest(env: &Env, name: &str) -> String {
     env.ok(&["get", "-H", "-p", "-o", "value", "digest", name])

@@ -8,41 +8,12 @@
 //! prints the stream's exact size.
 
 mod nbd_common;
+mod stream_common;
 
-use cairn_format::send_stream::{StreamReader, StreamRecord};
+use cairn_format::send_stream::StreamRecord;
 use nbd_common::*;
 use std::process::Stdio;
-
-/// Every record of a stream but END (whose guid names the snapshot, different per pool).
-fn records(stream: &[u8]) -> Vec<StreamRecord> {
-    let mut input = stream;
-    let mut reader = StreamReader::new(&mut input).expect("a stream");
-    let mut out = Vec::new();
-    while let Some(record) = reader.next_record().expect("an intact stream") {
-        if !matches!(record, StreamRecord::End { .. }) {
-            out.push(record);
-        }
-    }
-    out
-}
-
-fn send_to(env: &Env, snapshot: &str, file: &str) -> CommandOutcome {
-    let out = std::fs::File::create(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.args(["send", snapshot])
-        .stdout(out)
-        .stdin(Stdio::null());
-    outcome(cmd)
-}
-
-fn receive_from(env: &Env, target: &str, file: &str) -> CommandOutcome {
-    let input = std::fs::File::open(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.args(["receive", target])
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::null());
-    outcome(cmd)
-}
+use stream_common::*;
 
 #[test]
 fn a_volume_goes_to_a_file_and_into_another_pool() {
@@ -60,7 +31,7 @@ fn a_volume_goes_to_a_file_and_into_another_pool() {
     env.ok(&["snapshot", "tank/vol@a"]);
     server.terminate();
 
-    let sent = send_to(&env, "tank/vol@a", "vol.stream");
+    let sent = send_to(&env, &["tank/vol@a"], "vol.stream");
     assert!(sent.success, "{}", sent.stderr);
     let stream = std::fs::read(env.path("vol.stream")).unwrap();
     // 3 MiB + 64 KiB of data in 16 KiB blocks.
@@ -68,7 +39,7 @@ fn a_volume_goes_to_a_file_and_into_another_pool() {
     // `send -n -P`: the exact size, nothing sent (a terminal is fine: nothing is written).
     let size = env.ok(&["send", "-n", "-P", "tank/vol@a"]);
     assert_eq!(size.trim(), format!("size\t{}", stream.len()), "{size}");
-    let run = receive_from(&env, "backup/copy", "vol.stream");
+    let run = receive_from(&env, &["backup/copy"], "vol.stream");
     assert!(run.success, "{}", run.stderr);
     let listed = env.ok(&["list", "-H", "-o", "name", "-t", "snapshot"]);
     assert!(listed.lines().any(|l| l == "backup/copy@a"), "{listed}");
@@ -79,7 +50,7 @@ fn a_volume_goes_to_a_file_and_into_another_pool() {
         "{sent_guid}"
     );
     assert_eq!(guid("backup/copy@a"), sent_guid);
-    assert!(send_to(&env, "backup/copy@a", "copy.stream").success);
+    assert!(send_to(&env, &["backup/copy@a"], "copy.stream").success);
     let copy = std::fs::read(env.path("copy.stream")).unwrap();
     assert_eq!(records(&copy), records(&stream));
 
@@ -88,7 +59,7 @@ fn a_volume_goes_to_a_file_and_into_another_pool() {
     let middle = damaged.len() / 2;
     damaged[middle] ^= 0x40;
     std::fs::write(env.path("damaged.stream"), &damaged).unwrap();
-    let run = receive_from(&env, "backup/other", "damaged.stream");
+    let run = receive_from(&env, &["backup/other"], "damaged.stream");
     assert!(!run.success);
     assert!(run.stderr.contains("damaged"), "{}", run.stderr);
     let listed = env.ok(&["list", "-H", "-o", "name"]);
@@ -199,7 +170,7 @@ fn a_receive_killed_mid_stream_leaves_nothing_after_import() {
     // A writable import destroys what the killed receive left: the same stream goes in (it
     // would be refused as "under way" otherwise) and the pool checks clean after.
     std::fs::write(env.path("big.stream"), &stream).unwrap();
-    let run = receive_from(&env, "tank/copy", "big.stream");
+    let run = receive_from(&env, &["tank/copy"], "big.stream");
     assert!(run.success, "{}", run.stderr);
     let listed = env.ok(&["list", "-H", "-o", "name", "-t", "snapshot"]);
     assert!(listed.lines().any(|l| l == "tank/copy@big"), "{listed}");

@@ -9,42 +9,13 @@
 //! (Power cuts of the receiver: `cairn-engine/tests/receive_resume.rs`.)
 
 mod nbd_common;
+mod stream_common;
 
-use cairn_format::send_stream::{StreamReader, StreamRecord};
 use nbd_common::*;
 use std::io::Write;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// Every record of a stream but END.
-fn records(stream: &[u8]) -> Vec<StreamRecord> {
-    let mut input = stream;
-    let mut reader = StreamReader::new(&mut input).expect("a stream");
-    let mut out = Vec::new();
-    while let Some(record) = reader.next_record().expect("an intact stream") {
-        if !matches!(record, StreamRecord::End { .. }) {
-            out.push(record);
-        }
-    }
-    out
-}
-
-fn send_to(env: &Env, args: &[&str], file: &str) -> CommandOutcome {
-    let out = std::fs::File::create(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.arg("send").args(args).stdout(out).stdin(Stdio::null());
-    outcome(cmd)
-}
-
-fn receive_from(env: &Env, args: &[&str], file: &str) -> CommandOutcome {
-    let input = std::fs::File::open(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.arg("receive")
-        .args(args)
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::null());
-    outcome(cmd)
-}
+use stream_common::*;
 
 fn token(env: &Env, target: &str) -> String {
     let out = env.ok(&["get", "-H", "-o", "value", "receive_resume_token", target]);

@@ -29,19 +29,6 @@ const ROUNDS: u64 = 10;
 const USR_PARTS_FIRST: [&str; 3] = ["include/linux", "share/zoneinfo", "share/i18n"];
 const USR_PARTS_LATER: [&str; 3] = ["share/perl5", "include/x86_64-linux-gnu", "share/man/man3"];
 
-fn fsx_binary() -> PathBuf {
-    let home = std::env::var_os("CARGO_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
-        });
-    let installed = home.join("bin/fsx");
-    if installed.exists() {
-        return installed;
-    }
-    tool("fsx", "(crates.io) fsx: cargo install fsx --locked")
-}
-
 fn c_path(path: &Path) -> CString {
     CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL in a test path")
 }

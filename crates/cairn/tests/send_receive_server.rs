@@ -15,27 +15,13 @@
 //! - an incremental receive into a filesystem the server has mounted: refused until unmounted.
 
 mod nbd_common;
+mod stream_common;
 
 use nbd_common::*;
 use std::io::{Read, Write};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-fn send_to(env: &Env, args: &[&str], file: &str) -> CommandOutcome {
-    let out = std::fs::File::create(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.arg("send").args(args).stdout(out).stdin(Stdio::null());
-    outcome(cmd)
-}
-
-fn receive_from(env: &Env, target: &str, file: &str) -> CommandOutcome {
-    let input = std::fs::File::open(env.path(file)).unwrap();
-    let mut cmd = env.cairn_command();
-    cmd.args(["receive", target])
-        .stdin(Stdio::from(input))
-        .stdout(Stdio::null());
-    outcome(cmd)
-}
+use stream_common::*;
 
 fn names(env: &Env, kind: &str) -> Vec<String> {
     env.ok(&["list", "-H", "-o", "name", "-t", kind])
@@ -98,7 +84,7 @@ fn send_and_receive_run_in_the_server_that_holds_the_pools() {
     assert!(plain.success, "{}", plain.stderr);
     assert!(std::fs::read(env.path("plain.stream")).unwrap() == stream);
 
-    let received = receive_from(&env, "backup/copy", "served.stream");
+    let received = receive_from(&env, &["backup/copy"], "served.stream");
     assert!(received.success, "{}", received.stderr);
     assert!(names(&env, "snapshot").contains(&"backup/copy@a".to_string()));
     // Served at once, equal to what was sent.
@@ -153,7 +139,7 @@ fn refusals_leave_nothing(env: &Env, server: &Server, stream: &[u8]) {
     let middle = damaged.len() / 2;
     damaged[middle] ^= 0x40;
     std::fs::write(env.path("damaged.stream"), &damaged).unwrap();
-    let run = receive_from(env, "backup/other", "damaged.stream");
+    let run = receive_from(env, &["backup/other"], "damaged.stream");
     assert!(!run.success);
     assert!(run.stderr.contains("damaged"), "{}", run.stderr);
     assert!(
@@ -167,11 +153,11 @@ fn refusals_leave_nothing(env: &Env, server: &Server, stream: &[u8]) {
     assert!(run.stderr.contains("tank/vol@nope"), "{}", run.stderr);
     assert_eq!(std::fs::metadata(env.path("nope.stream")).unwrap().len(), 0);
 
-    let run = receive_from(env, "backup/copy", "served.stream");
+    let run = receive_from(env, &["backup/copy"], "served.stream");
     assert!(!run.success);
     assert!(run.stderr.contains("already exists"), "{}", run.stderr);
 
-    let run = receive_from(env, "nosuchpool/copy", "served.stream");
+    let run = receive_from(env, &["nosuchpool/copy"], "served.stream");
     assert!(!run.success);
     assert!(run.stderr.contains("nosuchpool"), "{}", run.stderr);
 
@@ -255,7 +241,7 @@ fn a_big_send_read_slowly_holds_no_other_command_and_arrives_whole() {
         "{stderr}"
     );
     std::fs::write(env.path("big.stream"), &stream).unwrap();
-    let received = receive_from(&env, "backup/big", "big.stream");
+    let received = receive_from(&env, &["backup/big"], "big.stream");
     assert!(received.success, "{}", received.stderr);
     assert_exports_equal(&server, "tank/big@s", "backup/big");
 }
@@ -280,6 +266,19 @@ fn wait_gone(env: &Env, target: &str) {
     }
 }
 
+/// `receive_from` of `file` into `target`, retried while a receive into it is still under
+/// way (the server rolls a cut receive back after it sees its command gone).
+fn receive_once_free(env: &Env, target: &str, file: &str) -> CommandOutcome {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let run = receive_from(env, &[target], file);
+        if run.success || !run.stderr.contains("under way") || Instant::now() > deadline {
+            return run;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_receive_cut_by_its_command_or_the_server_stopping_leaves_nothing() {
     let _heavy = heavy();
@@ -299,8 +298,9 @@ fn a_receive_cut_by_its_command_or_the_server_stopping_leaves_nothing() {
     receiver.wait().unwrap();
     wait_gone(&env, "backup/cut");
     drop(input);
-    // The name is free again: the same stream, whole, is received.
-    let whole = receive_from(&env, "backup/cut", "vol.stream");
+    // The name is free again once the server has rolled the cut receive back (until then a
+    // receive into it is refused as under way): the same stream, whole, is received.
+    let whole = receive_once_free(&env, "backup/cut", "vol.stream");
     assert!(whole.success, "{}", whole.stderr);
     assert_exports_equal(&server, "tank/vol@a", "backup/cut");
 
@@ -343,7 +343,7 @@ fn a_receive_into_a_mounted_filesystem_is_refused_until_it_is_unmounted() {
     // With its properties (-p): atime=off arrives, so reading the copy through its mount
     // writes no access times and the incremental below needs no -F.
     assert!(send_to(&env, &["-p", "tank/fs@a"], "full.stream").success);
-    assert!(receive_from(&env, "tank/copy", "full.stream").success);
+    assert!(receive_from(&env, &["tank/copy"], "full.stream").success);
     let atime = env.ok(&["get", "-H", "-o", "value,source", "atime", "tank/copy"]);
     assert_eq!(atime.trim(), "off\tlocal");
     std::fs::write(at.join("second"), b"two").unwrap();
@@ -354,7 +354,7 @@ fn a_receive_into_a_mounted_filesystem_is_refused_until_it_is_unmounted() {
     env.ok(&["mount", "tank/copy", copy_at.to_str().unwrap()]);
     assert_eq!(std::fs::read(copy_at.join("first")).unwrap(), b"one");
 
-    let refused = receive_from(&env, "tank/copy", "incr.stream");
+    let refused = receive_from(&env, &["tank/copy"], "incr.stream");
     assert!(!refused.success);
     assert!(
         refused.stderr.contains("tank/copy is mounted") && refused.stderr.contains("unmount"),
@@ -365,7 +365,7 @@ fn a_receive_into_a_mounted_filesystem_is_refused_until_it_is_unmounted() {
     assert!(!copy_at.join("second").exists());
     // A receive into a dataset above a mount is refused as well (a package may swap the
     // heads of the datasets below its target).
-    let above = receive_from(&env, "tank", "incr.stream");
+    let above = receive_from(&env, &["tank"], "incr.stream");
     assert!(
         !above.success && above.stderr.contains("is mounted by this server"),
         "{}",
@@ -373,7 +373,7 @@ fn a_receive_into_a_mounted_filesystem_is_refused_until_it_is_unmounted() {
     );
 
     env.ok(&["unmount", "tank/copy"]);
-    let received = receive_from(&env, "tank/copy", "incr.stream");
+    let received = receive_from(&env, &["tank/copy"], "incr.stream");
     assert!(received.success, "{}", received.stderr);
     assert!(names(&env, "snapshot").contains(&"tank/copy@b".to_string()));
     env.ok(&["mount", "tank/copy", copy_at.to_str().unwrap()]);

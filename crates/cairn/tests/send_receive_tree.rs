@@ -10,13 +10,15 @@
 //! where a child lacks the snapshot fails naming it.
 
 mod nbd_common;
+mod stream_common;
 
 use cairn_format::send_package::PackageReader;
-use cairn_format::send_stream::{SEND_HEADER_SIZE, StreamReader, StreamRecord};
+use cairn_format::send_stream::SEND_HEADER_SIZE;
 use nbd_common::*;
 use std::io::Read;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
+use stream_common::*;
 
 const PIPE_TIME: Duration = Duration::from_secs(120);
 
@@ -72,17 +74,6 @@ fn lines(env: &Env, args: &[&str], from: &str, to: &str) -> Vec<String> {
         .lines()
         .map(|line| line.replace(from, to))
         .collect()
-}
-
-/// The records of a stream file but its END (whose guid is the same, but not worth parsing).
-fn records(stream: &[u8]) -> Vec<StreamRecord> {
-    let mut input = stream;
-    let mut reader = StreamReader::new(&mut input).expect("a stream");
-    let mut out = Vec::new();
-    while let Some(record) = reader.next_record().expect("an intact stream") {
-        out.push(record);
-    }
-    out
 }
 
 fn send_file(env: &Env, snapshot: &str) -> Vec<u8> {

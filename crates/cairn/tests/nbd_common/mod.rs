@@ -1228,6 +1228,21 @@ pub struct CommandOutcome {
     pub stderr: String,
 }
 
+/// The fsx binary (crates.io `fsx`, which `.ci/run` installs with `cargo install`): cargo's
+/// bin directory first, else `PATH`.
+pub fn fsx_binary() -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+        });
+    let installed = home.join("bin/fsx");
+    if installed.exists() {
+        return installed;
+    }
+    tool("fsx", "(crates.io) fsx: cargo install fsx --locked")
+}
+
 /// Runs `cmd` to its end with stderr captured.
 pub fn outcome(mut cmd: Command) -> CommandOutcome {
     let output = cmd.stderr(Stdio::piped()).output().expect("run cairn");
