@@ -468,20 +468,7 @@ fn twenty_clones_of_a_golden_image_share_its_blocks_in_the_arc_and_on_disk() {
 
     let image = env.path("image.img");
     random_file(&image, IMAGE_SIZE, 34);
-    run(
-        &qemu_img(),
-        &[
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            path_str(&image),
-            &server.uri("tank/image"),
-        ],
-    )
-    .ok();
+    qemu_copy_in(&image, &server.uri("tank/image"));
     env.ok(&["pool", "sync", "tank"]);
     env.ok(&["snapshot", "tank/image@gold"]);
     for vm in 0..CLONES {

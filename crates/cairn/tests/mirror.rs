@@ -12,23 +12,6 @@ use std::time::{Duration, Instant};
 /// How long a resilver of these small pools may take at full speed.
 const RESILVER_LIMIT: Duration = Duration::from_secs(60);
 
-fn qemu_copy_in(source: &std::path::Path, uri: &str) {
-    run(
-        &qemu_img(),
-        &[
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            path_str(source),
-            uri,
-        ],
-    )
-    .ok();
-}
-
 fn assert_export_is(source: &std::path::Path, uri: &str) {
     let same = run(
         &qemu_img(),

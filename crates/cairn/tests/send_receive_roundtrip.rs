@@ -374,20 +374,7 @@ fn a_tree_and_a_volume_survive_a_full_send_ten_incrementals_and_one_from_a_bookm
     env.create_volume("tank/vol", "64M", &["volblocksize=16K"]);
     let mut server = env.serve();
     let image = ext4_image(&env);
-    run(
-        &qemu_img(),
-        &[
-            "convert",
-            "-n",
-            "-f",
-            "raw",
-            "-O",
-            "raw",
-            image.to_str().unwrap(),
-            &server.uri("tank/vol"),
-        ],
-    )
-    .ok();
+    qemu_copy_in(&image, &server.uri("tank/vol"));
     let mnt = env.path("mnt");
     let _cleanup = Unmount(mnt.clone());
     env.ok(&["mount", "tank/fs", mnt.to_str().unwrap()]);

@@ -1228,6 +1228,25 @@ pub struct CommandOutcome {
     pub stderr: String,
 }
 
+/// `qemu-img convert -n` of the raw file `source` into the NBD export `uri` (which must
+/// exist and be large enough).
+pub fn qemu_copy_in(source: &Path, uri: &str) {
+    run(
+        &qemu_img(),
+        &[
+            "convert",
+            "-n",
+            "-f",
+            "raw",
+            "-O",
+            "raw",
+            path_str(source),
+            uri,
+        ],
+    )
+    .ok();
+}
+
 /// The fsx binary (crates.io `fsx`, which `.ci/run` installs with `cargo install`): cargo's
 /// bin directory first, else `PATH`.
 pub fn fsx_binary() -> PathBuf {
