@@ -2,7 +2,7 @@
 # bench/send.sh: send and receive against peers in the same run (issue 36).
 #
 #   bench/send.sh [--quick] [--volsize SIZE] [--block-size SIZE] [--model MODEL]
-#                 [--systems cairn,zfs-fuse,btrfs] [--dir DIR]
+#                 [--systems cairn,cairn-file,zfs-fuse,btrfs] [--dir DIR]
 #
 # Systems, one after another, each on devices whose backing files live on tmpfs (/dev/shm):
 #   cairn     pool `tank` on one emulated SSD (`emu:MODEL:FILE`, default ssd-sata: the model,
@@ -13,6 +13,8 @@
 #             measured IN PROCESS: the server is stopped first and `cairn send` / `cairn
 #             receive` open the pool themselves (send through a running server is not merged
 #             yet). Each send is a fresh process, so its ARC starts empty.
+#   cairn-file the same on pools of one plain file each on the same tmpfs as the peers' (no
+#             device model): the row that compares like with like, RAM against RAM.
 #   zfs-fuse  zfs-fuse 0.7 (Debian; pool version 23), pools on plain files. It has no zvols
 #             (`zfs create -V` aborts), so the "volume" is a file of VOLSIZE in a filesystem
 #             with recordsize=BLOCK (the same unit as cairn's volblocksize, so "1 % of the
@@ -59,7 +61,7 @@ QUICK=0
 VOLSIZE=
 BLOCK=16K
 MODEL=ssd-sata
-SYSTEMS=(cairn zfs-fuse btrfs)
+SYSTEMS=(cairn cairn-file zfs-fuse btrfs)
 while [[ $# -gt 0 ]]; do
     case $1 in
         --quick) QUICK=1; shift ;;
@@ -209,27 +211,29 @@ run_system() {
     cleanup
 }
 
-# cairn.
+# cairn and cairn-file: the same hooks, the device spec and result names from these two.
+CAIRN_SYS=cairn
+CAIRN_DEV="emu:$MODEL:"
 cairn_fill() {
     rm -rf "$STATE"
-    c pool create --size "${POOL_MIB}M" tank "emu:$MODEL:$EMU/src.img" >"$DIR/setup.log"
+    c pool create --size "${POOL_MIB}M" tank "$CAIRN_DEV$EMU/src.img" >"$DIR/setup.log"
     c create -V "${VOL_MIB}M" -o volblocksize="$BLOCK" tank/vol >>"$DIR/setup.log"
     start_cairn_server
-    fio_nbd cairn.fill "$(uri tank/vol)" --rw=write --refill_buffers=1 --randseed=1
+    fio_nbd $CAIRN_SYS.fill "$(uri tank/vol)" --rw=write --refill_buffers=1 --randseed=1
     c snapshot tank/vol@a
     stop_cairn_server
 }
 cairn_cold() { :; } # every send is a new process; the read starts a new server
 cairn_seq_read() {
     start_cairn_server
-    fio_nbd cairn.seq-read "$(uri tank/vol)" --rw=read
+    fio_nbd $CAIRN_SYS.seq-read "$(uri tank/vol)" --rw=read
     stop_cairn_server
 }
 # rss_of NAME COMMAND...: COMMAND, its peak RSS (KiB) into cairn.rss_NAME.
 rss_of() {
     local name=$1
     shift
-    /usr/bin/time -f %M -o "$RES/cairn.rss_$name" "$@"
+    /usr/bin/time -f %M -o "$RES/$CAIRN_SYS.rss_$name" "$@"
 }
 cairn_send() {
     if [[ $1 == full ]]; then
@@ -240,7 +244,7 @@ cairn_send() {
 }
 cairn_change() {
     start_cairn_server
-    fio_nbd cairn.change "$(uri tank/vol)" "${CHANGE_ARGS[@]}" --refill_buffers=1
+    fio_nbd $CAIRN_SYS.change "$(uri tank/vol)" "${CHANGE_ARGS[@]}" --refill_buffers=1
     c snapshot tank/vol@b
     stop_cairn_server
 }
@@ -249,16 +253,20 @@ cairn_drop_source() {
     rm -f "$EMU/src.img"
 }
 cairn_seq_write() {
-    c pool create --size "${POOL_MIB}M" backup "emu:$MODEL:$EMU/recv.img" >>"$DIR/setup.log"
+    c pool create --size "${POOL_MIB}M" backup "$CAIRN_DEV$EMU/recv.img" >>"$DIR/setup.log"
     c create -V "${VOL_MIB}M" -o volblocksize="$BLOCK" backup/w >>"$DIR/setup.log"
     start_cairn_server
-    fio_nbd cairn.seq-write "$(uri backup/w)" --rw=write --refill_buffers=1 --end_fsync=1
+    fio_nbd $CAIRN_SYS.seq-write "$(uri backup/w)" --rw=write --refill_buffers=1 --end_fsync=1
     stop_cairn_server
     c pool destroy backup >>"$DIR/setup.log"
     rm -f "$EMU/recv.img"
-    c pool create --size "${POOL_MIB}M" backup "emu:$MODEL:$EMU/recv.img" >>"$DIR/setup.log"
+    c pool create --size "${POOL_MIB}M" backup "$CAIRN_DEV$EMU/recv.img" >>"$DIR/setup.log"
 }
 cairn_receive() { rss_of receive "$CAIRN" --state-dir "$STATE" receive backup/vol; }
+# cairn-file: every hook of cairn, on plain files.
+for hook in fill cold seq_read send change drop_source seq_write receive; do
+    eval "cairn_file_$hook() { CAIRN_SYS=cairn-file CAIRN_DEV= cairn_$hook \"\$@\"; }"
+done
 
 # zfs-fuse.
 zfs_fuse_fill() {
@@ -395,24 +403,25 @@ derive() {
     record "$s" receive_vs_write "$(div "$(value "$s" receive_mbs)" "$(value "$s" seq_write_mbs)")"
     record "$s" incr_vs_full "$(div "$(value "$s" incr_send_s)" "$(value "$s" full_send_s)")"
 }
-for s in cairn zfs-fuse btrfs; do derive "$s"; done
-# row LABEL KEY DIGITS HIGHER_IS_BETTER: one line of a table, with cairn's ratio to each peer.
+for s in cairn cairn-file zfs-fuse btrfs; do derive "$s"; done
+# The peers run on tmpfs files; so does cairn-file: it is the one compared with them.
+# row LABEL KEY DIGITS HIGHER_IS_BETTER: one line of a table, with cairn-file's ratio to each peer.
 row() {
-    local label=$1 key=$2 digits=$3 higher=$4 cv zv bv rz rb
-    cv=$(value cairn "$key") zv=$(value zfs-fuse "$key") bv=$(value btrfs "$key")
-    if [[ $higher == 1 ]]; then rz=$(div "$cv" "$zv") rb=$(div "$cv" "$bv"); else rz=$(div "$zv" "$cv") rb=$(div "$bv" "$cv"); fi
-    echo "| $label | $(fmt "$cv" "$digits") | $(fmt "$zv" "$digits") | $(fmt "$bv" "$digits") | $(fmt "$rz")× | $(fmt "$rb")× |"
+    local label=$1 key=$2 digits=$3 higher=$4 cv fv zv bv rz rb
+    cv=$(value cairn "$key") fv=$(value cairn-file "$key") zv=$(value zfs-fuse "$key") bv=$(value btrfs "$key")
+    if [[ $higher == 1 ]]; then rz=$(div "$fv" "$zv") rb=$(div "$fv" "$bv"); else rz=$(div "$zv" "$fv") rb=$(div "$bv" "$fv"); fi
+    echo "| $label | $(fmt "$cv" "$digits") | $(fmt "$fv" "$digits") | $(fmt "$zv" "$digits") | $(fmt "$bv" "$digits") | $(fmt "$rz")× | $(fmt "$rb")× |"
 }
 header() {
     echo
     echo "$1"
     echo
-    echo "| | cairn | zfs-fuse | btrfs | cairn vs zfs-fuse | cairn vs btrfs |"
-    echo "|---|---:|---:|---:|---:|---:|"
+    echo "| | cairn (emu:$MODEL) | cairn-file | zfs-fuse | btrfs | cairn-file vs zfs-fuse | cairn-file vs btrfs |"
+    echo "|---|---:|---:|---:|---:|---:|---:|"
 }
 echo
-echo "Send and receive: $VOLSIZE volume, $BLOCK blocks; cairn on emu:$MODEL (tmpfs backing), in process (no server); peers on tmpfs files."
-echo "Ratios: rates cairn/peer, times and stream bytes peer/cairn (above 1: cairn ahead)."
+echo "Send and receive: $VOLSIZE volume, $BLOCK blocks; cairn on emu:$MODEL (tmpfs backing) and on plain tmpfs files (cairn-file), in process (no server); peers on tmpfs files."
+echo "Ratios: cairn-file against each peer (both on RAM); rates cairn-file/peer, times and stream bytes peer/cairn-file (above 1: cairn ahead)."
 header "Full send (\`send VOL@a > /dev/null\`)"
 row "stream bytes" stream_bytes 0 0
 row "seconds" full_send_s 2 0
@@ -429,26 +438,34 @@ row "stream bytes" incr_stream_bytes 0 0
 row "seconds" incr_send_s 3 0
 row "incremental / full time" incr_vs_full 4 0
 echo
-echo "Targets (cairn)"
+echo "Targets"
 echo
-echo "| target | cairn | met |"
-echo "|---|---:|---|"
+echo "| target | cairn (emu:$MODEL) | cairn-file | met (both) |"
+echo "|---|---:|---:|---|"
 met() { if [[ $1 == - ]]; then echo -; elif [[ $(echo "$1" | bc) == 1 ]]; then echo yes; else echo no; fi; }
 cond() { if [[ $1 == - || $3 == - ]]; then echo -; else echo "$1 $2 $3"; fi; }
-v=$(value cairn send_vs_read)
-echo "| full send ≥ 0.8 × seq read | $(fmt "$v")× | $(met "$(cond "$v" '>=' 0.8)") |"
-v=$(value cairn receive_vs_write)
-echo "| receive ≥ 0.7 × seq write | $(fmt "$v")× | $(met "$(cond "$v" '>=' 0.7)") |"
-v=$(value cairn incr_vs_full)
-echo "| incremental ≤ 3 % of full send time | $(fmt "$(div "$v" 0.01)" 1) % | $(met "$(cond "$v" '<=' 0.03)") |"
+both() { local a b; a=$(met "$1") b=$(met "$2"); if [[ $a == yes && $b == yes ]]; then echo yes; elif [[ $a == - && $b == - ]]; then echo -; else echo "no ($a, $b)"; fi; }
+target() { # LABEL KEY OP LIMIT SCALE
+    local v w
+    v=$(value cairn "$2") w=$(value cairn-file "$2")
+    echo "| $1 | $(fmt "$(div "$v" "$5")" 2) | $(fmt "$(div "$w" "$5")" 2) | $(both "$(cond "$v" "$3" "$4")" "$(cond "$w" "$3" "$4")") |"
+}
+target "full send ≥ 0.8 × seq read" send_vs_read '>=' 0.8 1
+target "receive ≥ 0.7 × seq write" receive_vs_write '>=' 0.7 1
+target "incremental ≤ 3 % of full send time (%)" incr_vs_full '<=' 0.03 0.01
+echo
+echo "| cairn-file ahead of the peers (both on tmpfs) | ratio | met |"
+echo "|---|---:|---|"
 for key in full_send_mbs:1 receive_mbs:1 incr_send_s:0; do
     k=${key%:*} higher=${key#*:}
     for p in zfs-fuse btrfs; do
-        if [[ $higher == 1 ]]; then r=$(div "$(value cairn "$k")" "$(value "$p" "$k")"); else r=$(div "$(value "$p" "$k")" "$(value cairn "$k")"); fi
+        if [[ $higher == 1 ]]; then r=$(div "$(value cairn-file "$k")" "$(value "$p" "$k")"); else r=$(div "$(value "$p" "$k")" "$(value cairn-file "$k")"); fi
         echo "| $k: ahead of $p | $(fmt "$r")× | $(met "$(cond "$r" '>' 1)") |"
     done
 done
 echo
 kib_to_mib() { if [[ $1 == - ]]; then echo -; else echo $(($1 >> 10)); fi; }
-echo "cairn's peak RSS (MiB): full send $(kib_to_mib "$(value cairn rss_full_send)"), incremental send $(kib_to_mib "$(value cairn rss_incr_send)"), receive $(kib_to_mib "$(value cairn rss_receive)")."
+for s in cairn cairn-file; do
+    echo "$s's peak RSS (MiB): full send $(kib_to_mib "$(value "$s" rss_full_send)"), incremental send $(kib_to_mib "$(value "$s" rss_incr_send)"), receive $(kib_to_mib "$(value "$s" rss_receive)")."
+done
 echo "send: ${SYSTEMS[*]}; load average before $LOAD_BEFORE, after $LOAD_AFTER; $(nproc) cores; $(($(date +%s) - START)) s in all. Raw figures: $RES"

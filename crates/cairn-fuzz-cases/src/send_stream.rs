@@ -8,7 +8,7 @@
 
 use cairn_format::send_stream::{
     SEND_HEADER_SIZE, SEND_RECORD_HEADER_SIZE, SEND_STREAM_MAGIC, SEND_STREAM_VERSION,
-    StreamReader, StreamRecord, StreamWriter,
+    StreamReader, StreamRecord, StreamWriter, record_checksum,
 };
 
 /// Records read from one input at most (a stream of empty records is 96 bytes each).
@@ -63,8 +63,8 @@ fn repair(data: &[u8]) -> Vec<u8> {
     out[8..12].copy_from_slice(&SEND_STREAM_VERSION.to_le_bytes());
     let sum = blake3::hash(&out[..96]);
     out[96..SEND_HEADER_SIZE].copy_from_slice(sum.as_bytes());
-    let mut running = blake3::Hasher::new();
-    running.update(&out[..SEND_HEADER_SIZE]);
+    let mut chain = [0u8; 32];
+    chain.copy_from_slice(&out[96..SEND_HEADER_SIZE]);
     let mut at = SEND_HEADER_SIZE;
     while out.len() - at >= SEND_RECORD_HEADER_SIZE {
         let left = out.len() - at - SEND_RECORD_HEADER_SIZE;
@@ -72,12 +72,10 @@ fn repair(data: &[u8]) -> Vec<u8> {
         let payload = (claimed as usize).min(left);
         out[at + 4..at + 8].copy_from_slice(&(payload as u32).to_le_bytes());
         let end = at + SEND_RECORD_HEADER_SIZE + payload;
-        let mut hasher = running.clone();
-        hasher.update(&out[at..at + 64]);
-        hasher.update(&out[at + SEND_RECORD_HEADER_SIZE..end]);
-        let sum = hasher.finalize();
-        out[at + 64..at + SEND_RECORD_HEADER_SIZE].copy_from_slice(sum.as_bytes());
-        running.update(&out[at..end]);
+        let mut header = [0u8; SEND_RECORD_HEADER_SIZE];
+        header.copy_from_slice(&out[at..at + SEND_RECORD_HEADER_SIZE]);
+        chain = record_checksum(&chain, &header, &out[at + SEND_RECORD_HEADER_SIZE..end]);
+        out[at + 64..at + SEND_RECORD_HEADER_SIZE].copy_from_slice(&chain);
         at = end;
     }
     out

@@ -143,10 +143,17 @@ fn foreign_and_newer_streams_are_named() {
         Err(StreamError::NotAStream { .. })
     ));
     let mut newer = encode(&header(), &[]);
-    newer[8] = 2;
+    newer[8..12].copy_from_slice(&(SEND_STREAM_VERSION + 1).to_le_bytes());
     assert!(matches!(
         decode(&newer),
-        Err(StreamError::Version { found: 2 })
+        Err(StreamError::Version { found }) if found == SEND_STREAM_VERSION + 1
+    ));
+    // Version 1 (one running hash over every byte) is refused, not misread.
+    let mut older = encode(&header(), &[]);
+    older[8..12].copy_from_slice(&1u32.to_le_bytes());
+    assert!(matches!(
+        decode(&older),
+        Err(StreamError::Version { found: 1 })
     ));
 }
 
