@@ -36,6 +36,7 @@ pub mod dnode;
 pub mod error;
 pub mod intent_log;
 pub mod label;
+pub mod raidz;
 pub mod send_package;
 pub mod send_stream;
 pub mod send_token;
