@@ -2,10 +2,13 @@
 //! reads queued now and finished later (`queue_read`, `finish_read`, `QueuedRead`), and the
 //! guard that counts a read in flight (`ReadGuard`).
 //!
+//! A copy on a raidz vdev is read as its stripe (`raidz`: data columns, then a rebuild from
+//! parity when they do not verify).
+//!
 //! Invariants: a read returns bytes whose stored form verifies against the pointer, or an
 //! error, never unverified bytes; every read is counted in flight until it ends, so the space
-//! of the block it was given is not reused meanwhile. This file uses `copies`, `io` and `error`
-//! below it.
+//! of the block it was given is not reused meanwhile. This file uses `copies`, `raidz`, `io`
+//! and `error` below it.
 
 use crate::error::{CopyError, PipelineError, decompress_error, outside_pool, unrecoverable};
 use crate::io::BlockIo;
@@ -56,7 +59,8 @@ impl BlockIo {
     ) -> Result<ReadBuf, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
         let _in_flight = Self::read_guard(self);
-        let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
+        // A bad copy on one leaf, or (no leaf) a raidz copy no combination rebuilt.
+        let mut bad: Vec<(Option<Arc<Leaf>>, Dva)> = Vec::new();
         let mut last_reason = CopyError::NoCopy;
         let mut good: Option<ReadBuf> = None;
         let tree = self.tree();
@@ -65,6 +69,19 @@ impl BlockIo {
                 last_reason = outside_pool(dva);
                 continue;
             };
+            if top.raidz().is_some() {
+                match self.read_raidz_copy(top, dva, bp, class, false) {
+                    Ok(data) => {
+                        good = Some(data);
+                        break 'copies;
+                    }
+                    Err(reason) => {
+                        last_reason = reason;
+                        bad.push((None, *dva));
+                        continue;
+                    }
+                }
+            }
             for leaf in top.read_order_for(bp.birth_txg) {
                 match self.read_copy(&leaf, dva, bp, class) {
                     Ok(data) => {
@@ -73,7 +90,7 @@ impl BlockIo {
                     }
                     Err(reason) => {
                         last_reason = reason;
-                        bad.push((leaf, *dva));
+                        bad.push((Some(leaf), *dva));
                     }
                 }
             }
@@ -85,7 +102,14 @@ impl BlockIo {
         if !bad.is_empty() {
             let verified = Bytes::from_owner(data.clone());
             for (leaf, dva) in bad {
-                self.repair(&leaf, &dva, &verified);
+                match leaf {
+                    Some(leaf) => {
+                        self.repair(&leaf, &dva, &verified);
+                    }
+                    None => {
+                        self.rewrite_raidz(&tree, &dva, &verified);
+                    }
+                }
             }
         }
         Ok(data)
@@ -98,12 +122,13 @@ impl BlockIo {
     pub fn queue_read(self: &Arc<Self>, bp: &BlockPointer, class: IoClass) -> Option<QueuedRead> {
         assert!(!bp.is_hole(), "read of a hole");
         let dva = *bp.copies().first()?;
-        let leaf = self
-            .tree()
-            .top_for_dva(&dva)?
-            .read_order_for(bp.birth_txg)
-            .into_iter()
-            .next()?;
+        let tree = self.tree();
+        let top = tree.top_for_dva(&dva)?;
+        // A raidz block is several reads: the caller reads it the full way.
+        if top.raidz().is_some() {
+            return None;
+        }
+        let leaf = top.read_order_for(bp.birth_txg).into_iter().next()?;
         let queue = leaf.queue()?;
         let in_flight = Self::read_guard(self.clone());
         let handle = queue.read(class, VDEV_DATA_START + dva.offset, bp.psize as usize);
@@ -145,6 +170,16 @@ impl BlockIo {
             let Some(top) = tree.top_for_dva(dva) else {
                 continue;
             };
+            if let Some(geometry) = top.raidz() {
+                let map = geometry.map(dva.offset, u64::from(bp.psize));
+                for column in map.columns() {
+                    if let Some(queue) = top.leaves[column.child as usize].queue() {
+                        let offset = VDEV_DATA_START + column.child_offset;
+                        moved += queue.promote_reads(offset, from, IoClass::SyncRead);
+                    }
+                }
+                continue;
+            }
             for leaf in &top.leaves {
                 if let Some(queue) = leaf.queue() {
                     moved +=

@@ -26,6 +26,7 @@ fn vdevs(layout: &VdevLayout) -> Result<(Vec<VdevGroup>, Vec<DeviceSpec>), Admin
         .map(|group| {
             Ok(VdevGroup {
                 mirror: group.mirror,
+                raidz_parity: group.raidz_parity,
                 log: group.log,
                 devices: group.devices.iter().map(parse).collect::<Result<_, _>>()?,
             })

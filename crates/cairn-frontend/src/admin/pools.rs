@@ -155,6 +155,7 @@ fn with_cache_devices(groups: &[VdevGroup], cache_devices: &[DeviceSpec]) -> Vec
     let mut every = groups.to_vec();
     every.extend(cache_devices.iter().map(|spec| VdevGroup {
         mirror: false,
+        raidz_parity: None,
         log: false,
         devices: vec![spec.clone()],
     }));
@@ -210,6 +211,7 @@ mod tests {
         let spec = |path: &str| DeviceSpec::parse(path).unwrap();
         let groups = [VdevGroup {
             mirror: true,
+            raidz_parity: None,
             log: false,
             devices: vec![spec("/a"), spec("/b")],
         }];
