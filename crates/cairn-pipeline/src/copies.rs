@@ -29,6 +29,8 @@ pub struct ScrubOutcome {
     pub copies_checked: u64,
     pub bad_copies: u64,
     pub repaired_copies: u64,
+    /// Bytes rewritten: a whole copy per repaired mirror side, a column per raidz column.
+    pub repaired_bytes: u64,
     pub bytes_read: u64,
     pub unrecoverable: bool,
 }
@@ -43,6 +45,7 @@ impl BlockIo {
             bytes_read: survey.bytes_read,
             bad_copies: survey.bad.len() as u64,
             repaired_copies: survey.repaired_columns,
+            repaired_bytes: survey.repaired_bytes,
             ..ScrubOutcome::default()
         };
         match &survey.good {
@@ -52,12 +55,14 @@ impl BlockIo {
                         && self.repair(leaf, dva, data)
                     {
                         outcome.repaired_copies += 1;
+                        outcome.repaired_bytes += data.len() as u64;
                     }
                 }
                 let tree = self.tree();
                 for dva in &survey.lost_stripes {
                     if self.rewrite_raidz(&tree, dva, data) {
                         outcome.repaired_copies += 1;
+                        outcome.repaired_bytes += u64::from(dva.asize);
                     }
                 }
             }
@@ -146,6 +151,7 @@ impl BlockIo {
         survey.checked += read.columns_read;
         survey.bytes_read += read.bytes_read;
         survey.repaired_columns += read.repaired_columns;
+        survey.repaired_bytes += read.repaired_bytes;
         for _ in 0..read.bad_columns {
             survey.bad.push((
                 None,
@@ -283,8 +289,9 @@ struct CopySurvey {
     /// Copies that failed, with the leaf that returned them (none if the copy's address is
     /// outside the pool, or the copy is a raidz column or stripe) and why.
     bad: Vec<(Option<Arc<Leaf>>, Dva, CopyError)>,
-    /// Raidz columns rewritten while surveying.
+    /// Raidz columns rewritten while surveying, and their bytes.
     repaired_columns: u64,
+    repaired_bytes: u64,
     /// Raidz copies no combination of columns rebuilt.
     lost_stripes: Vec<Dva>,
 }

@@ -60,8 +60,9 @@ pub(crate) struct RaidzRead {
     pub(crate) bytes_read: u64,
     /// Columns found wrong (a CKSUM error on their child) or unreadable on a usable child.
     pub(crate) bad_columns: u64,
-    /// Columns rewritten with their correct bytes.
+    /// Columns rewritten with their correct bytes, and their bytes.
     pub(crate) repaired_columns: u64,
+    pub(crate) repaired_bytes: u64,
     /// Why the block could not be rebuilt, for people.
     pub(crate) failure: Option<String>,
 }
@@ -306,6 +307,7 @@ impl BlockIo {
                         .fetch_add(size as u64, Ordering::Relaxed);
                     self.stats.repairs.fetch_add(1, Ordering::Relaxed);
                     outcome.repaired_columns += 1;
+                    outcome.repaired_bytes += size as u64;
                 }
                 Err(_) => {
                     leaf.errors.write.fetch_add(1, Ordering::Relaxed);
