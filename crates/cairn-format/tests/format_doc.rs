@@ -14,7 +14,8 @@
 mod doc_check;
 
 use cairn_format::{
-    blkptr, dnode, intent_log, label, send_package, send_stream, send_token, spacelog, uberblock,
+    blkptr, dnode, intent_log, label, raidz, send_package, send_stream, send_token, spacelog,
+    uberblock,
 };
 use doc_check::{
     assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
@@ -58,6 +59,8 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         blkptr::BLOCK_POINTER_SIZE,
         blkptr::DVA_COUNT_MAX,
         blkptr::LEVEL_MAX,
+        raidz::RAIDZ_PARITY_MAX,
+        raidz::RAIDZ_WIDTH_MAX,
         dnode::DNODE_SIZE,
         dnode::DNODE_BLOCK_POINTERS,
         dnode::DNODE_BONUS_SIZE,
