@@ -34,6 +34,8 @@
 //! - `read.rs`: `read_block` and the queued reads (`queue_read`, `QueuedRead`).
 //! - `write.rs`: `WriteBatch`, `WriteProps`, `FailedWrites`.
 //! - `raw.rs`: raw I/O of self-describing blocks (intent log), `RawWrites`.
+//! - `raidz_tests.rs`: unit tests on a raidz vdev of memory devices (queued reads, rebuild,
+//!   raw blocks).
 //! - `tests.rs`: unit tests on a mirror of memory devices (round trip, compression kept only
 //!   when it pays, a damaged side never returned and repaired by scrub, no copy verifying).
 //!
@@ -45,6 +47,8 @@ mod copies;
 mod error;
 mod io;
 mod raidz;
+#[cfg(test)]
+mod raidz_tests;
 mod raw;
 mod read;
 mod stats;

@@ -50,6 +50,12 @@ pub(crate) fn raidz_column_writes(
         .collect()
 }
 
+/// The data-column reads of one raidz block, queued and not yet waited for (read-ahead).
+pub(crate) struct QueuedStripe {
+    map: RaidzMap,
+    reads: Vec<(Arc<Leaf>, IoHandle<ReadBuf>)>,
+}
+
 /// What reading one raidz block found.
 #[derive(Default)]
 pub(crate) struct RaidzRead {
@@ -167,6 +173,67 @@ impl BlockIo {
         }
         self.stats.repairs.fetch_add(1, Ordering::Relaxed);
         complete
+    }
+
+    /// Queues the reads of the data columns of copy `dva` of `bp` on raidz vdev `top`; `None`
+    /// if a child holding one cannot be read for the block (the caller reads the full way).
+    pub(crate) fn queue_raidz(
+        &self,
+        top: &TopVdev,
+        dva: &Dva,
+        bp: &BlockPointer,
+        class: IoClass,
+    ) -> Option<QueuedStripe> {
+        let map = top.raidz()?.map(dva.offset, u64::from(bp.psize));
+        let mut targets = Vec::new();
+        for column in &map.columns()[map.parity()..] {
+            let leaf = &top.leaves[column.child as usize];
+            if !leaf.can_read(bp.birth_txg) {
+                return None;
+            }
+            let offset = VDEV_DATA_START + column.child_offset;
+            targets.push((leaf.clone(), leaf.queue()?, offset, column.size as usize));
+        }
+        let reads = targets
+            .into_iter()
+            .map(|(leaf, queue, offset, size)| (leaf, queue.read(class, offset, size)))
+            .collect();
+        Some(QueuedStripe { map, reads })
+    }
+
+    /// Waits for a stripe `queue_raidz` queued: the block if every column was read and it
+    /// verifies against `bp`, else `None` (the caller reads the full way, which rebuilds,
+    /// charges and heals).
+    pub(crate) fn finish_raidz(&self, queued: QueuedStripe, bp: &BlockPointer) -> Option<ReadBuf> {
+        let count = queued.map.columns().len();
+        let parity = queued.map.parity();
+        let mut stripe = Stripe {
+            reads: vec![None; count],
+            missing: vec![false; count],
+            read_failed: vec![false; count],
+            map: queued.map,
+        };
+        let mut bytes_read = 0;
+        for (index, (leaf, handle)) in (parity..).zip(queued.reads) {
+            match handle.wait() {
+                Ok(bytes) => {
+                    bytes_read += bytes.len() as u64;
+                    stripe.reads[index] = Some(bytes);
+                }
+                Err(_) => {
+                    leaf.errors.read.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        self.stats
+            .bytes_read
+            .fetch_add(bytes_read, Ordering::Relaxed);
+        let data = stripe.gather_direct()?;
+        if bp.checksum_algorithm.compute(&data) != bp.checksum {
+            return None;
+        }
+        self.stats.blocks_read.fetch_add(1, Ordering::Relaxed);
+        Some(data)
     }
 
     /// Reads the block of `psize` bytes at `dva` on raidz vdev `top`, accepting the first

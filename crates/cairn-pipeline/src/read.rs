@@ -12,6 +12,7 @@
 
 use crate::error::{CopyError, PipelineError, decompress_error, outside_pool, unrecoverable};
 use crate::io::BlockIo;
+use crate::raidz::QueuedStripe;
 use bytes::Bytes;
 use cairn_device::ReadBuf;
 use cairn_device::queue::{IoClass, IoHandle};
@@ -124,9 +125,14 @@ impl BlockIo {
         let dva = *bp.copies().first()?;
         let tree = self.tree();
         let top = tree.top_for_dva(&dva)?;
-        // A raidz block is several reads: the caller reads it the full way.
         if top.raidz().is_some() {
-            return None;
+            let stripe = self.queue_raidz(top, &dva, bp, class)?;
+            return Some(QueuedRead {
+                _in_flight: Self::read_guard(self.clone()),
+                bp: *bp,
+                class,
+                target: Queued::Stripe(stripe),
+            });
         }
         let leaf = top.read_order_for(bp.birth_txg).into_iter().next()?;
         let queue = leaf.queue()?;
@@ -134,11 +140,9 @@ impl BlockIo {
         let handle = queue.read(class, VDEV_DATA_START + dva.offset, bp.psize as usize);
         Some(QueuedRead {
             _in_flight: in_flight,
-            leaf,
-            dva,
             bp: *bp,
             class,
-            handle,
+            target: Queued::Copy { leaf, dva, handle },
         })
     }
 
@@ -147,17 +151,21 @@ impl BlockIo {
     pub fn finish_read(&self, queued: QueuedRead) -> Result<ReadBuf, PipelineError> {
         let QueuedRead {
             _in_flight,
-            leaf,
-            dva,
             bp,
             class,
-            handle,
+            target,
         } = queued;
-        let offset = VDEV_DATA_START + dva.offset;
-        match self.verify_copy(&leaf, offset, &bp, handle.wait()) {
-            Ok(data) => logical(&bp, data),
+        let verified = match target {
+            Queued::Copy { leaf, dva, handle } => {
+                let offset = VDEV_DATA_START + dva.offset;
+                self.verify_copy(&leaf, offset, &bp, handle.wait()).ok()
+            }
+            Queued::Stripe(stripe) => self.finish_raidz(stripe, &bp),
+        };
+        match verified {
+            Some(data) => logical(&bp, data),
             // The queued read stays counted in flight until the full read is done.
-            Err(_) => self.read_block_buf(&bp, class),
+            None => self.read_block_buf(&bp, class),
         }
     }
 
@@ -224,9 +232,17 @@ impl<D: Deref<Target = BlockIo>> Drop for ReadGuard<D> {
 /// runs in the queue, harmlessly: nothing uses its bytes).
 pub struct QueuedRead {
     _in_flight: ReadGuard<Arc<BlockIo>>,
-    leaf: Arc<Leaf>,
-    dva: Dva,
     bp: BlockPointer,
     class: IoClass,
-    handle: IoHandle<ReadBuf>,
+    target: Queued,
+}
+
+/// What a queued read waits for: one copy on one leaf, or the data columns of a raidz copy.
+enum Queued {
+    Copy {
+        leaf: Arc<Leaf>,
+        dva: Dva,
+        handle: IoHandle<ReadBuf>,
+    },
+    Stripe(QueuedStripe),
 }
