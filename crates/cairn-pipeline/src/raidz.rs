@@ -27,14 +27,28 @@ use cairn_pool::vdev::{Leaf, TopVdev, VdevTree};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// The writes of one block's stripe: `(child, leaf byte offset, column bytes)` per column.
+/// The stripe of a block of `psize` bytes at `dva` on a vdev of `geometry`, if it fits the
+/// copy's allocation (a sector-aligned offset, `asize` at least the stripe's): a pointer read
+/// from disk may say anything, and `RaidzGeometry::map` takes only what the allocator hands out.
+pub(crate) fn stripe_of(geometry: &RaidzGeometry, dva: &Dva, psize: u64) -> Option<RaidzMap> {
+    let sector_bytes = 1u64 << geometry.ashift();
+    let fits = psize > 0
+        && dva.offset.is_multiple_of(sector_bytes)
+        && geometry.asize(psize) <= u64::from(dva.asize);
+    fits.then(|| geometry.map(dva.offset, psize))
+}
+
+/// The writes of one block's stripe: `(child, leaf byte offset, column bytes)` per column;
+/// none if the block does not fit the allocation (`stripe_of`).
 pub(crate) fn raidz_column_writes(
     top: &TopVdev,
     geometry: &RaidzGeometry,
     dva: &Dva,
     data: &[u8],
 ) -> Vec<(Arc<Leaf>, u64, Bytes)> {
-    let map = geometry.map(dva.offset, data.len() as u64);
+    let Some(map) = stripe_of(geometry, dva, data.len() as u64) else {
+        return Vec::new();
+    };
     let buffers = map.encode(data);
     map.columns()
         .iter()
@@ -157,7 +171,7 @@ impl BlockIo {
                 Some((leaf, size, queue.write(IoClass::SyncWrite, offset, bytes)))
             })
             .collect();
-        let mut complete = handles.len() == columns;
+        let mut complete = columns > 0 && handles.len() == columns;
         for (leaf, size, handle) in handles {
             match handle.wait() {
                 Ok(()) => {
@@ -184,7 +198,7 @@ impl BlockIo {
         bp: &BlockPointer,
         class: IoClass,
     ) -> Option<QueuedStripe> {
-        let map = top.raidz()?.map(dva.offset, u64::from(bp.psize));
+        let map = stripe_of(&top.raidz()?, dva, u64::from(bp.psize))?;
         let mut targets = Vec::new();
         for column in &map.columns()[map.parity()..] {
             let leaf = &top.leaves[column.child as usize];
@@ -251,7 +265,13 @@ impl BlockIo {
             outcome.failure = Some(format!("{} has no raidz layout", top.kind_name()));
             return outcome;
         };
-        let map = geometry.map(dva.offset, psize);
+        let Some(map) = stripe_of(&geometry, dva, psize) else {
+            outcome.failure = Some(format!(
+                "a block of {psize} bytes does not fit its allocation at {:#x} (+{:#x})",
+                dva.offset, dva.asize
+            ));
+            return outcome;
+        };
         let count = map.columns().len();
         let mut stripe = Stripe {
             missing: map

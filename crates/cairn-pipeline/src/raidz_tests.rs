@@ -199,3 +199,24 @@ fn raw_blocks_round_trip_as_stripes_and_are_rebuilt() {
     );
     raidz.leaves.iter().for_each(|leaf| leaf.shutdown());
 }
+
+#[test]
+fn a_pointer_whose_stripe_does_not_fit_its_allocation_is_an_error_not_a_panic() {
+    let raidz = raidz(4, 1);
+    let mut batch = raidz.io.batch(1);
+    let bp = batch
+        .write(Bytes::from(pattern(65536, 3)), props())
+        .unwrap();
+    batch.finish().unwrap();
+    let mut misaligned = bp;
+    misaligned.dvas[0].offset += 512;
+    let mut too_small = bp;
+    too_small.dvas[0].asize = 8192;
+    for crafted in [misaligned, too_small] {
+        assert!(raidz.io.read_block(&crafted, IoClass::SyncRead).is_err());
+        assert!(raidz.io.queue_read(&crafted, IoClass::AsyncRead).is_none());
+        let (outcome, data) = raidz.io.scrub_block(&crafted);
+        assert!(outcome.unrecoverable && data.is_none());
+    }
+    raidz.leaves.iter().for_each(|leaf| leaf.shutdown());
+}

@@ -11,7 +11,7 @@
 
 use crate::error::{PipelineError, outside_pool};
 use crate::io::BlockIo;
-use crate::raidz::{RaidzReadOptions, raidz_column_writes};
+use crate::raidz::{RaidzReadOptions, raidz_column_writes, stripe_of};
 use bytes::Bytes;
 use cairn_device::DeviceError;
 use cairn_device::queue::{IoClass, IoHandle, LeafQueue};
@@ -208,8 +208,13 @@ impl BlockIo {
             })?;
         let needed = match top.raidz() {
             Some(geometry) => {
-                let columns = geometry.map(dva.offset, len as u64).columns().len();
-                columns - geometry.parity() as usize
+                let map = stripe_of(&geometry, dva, len as u64).ok_or_else(|| {
+                    PipelineError::WriteFailed {
+                        reason: format!("{len} bytes do not fit the raidz allocation {dva:?}"),
+                        source: None,
+                    }
+                })?;
+                map.columns().len() - map.parity()
             }
             None => 1,
         };

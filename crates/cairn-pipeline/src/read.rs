@@ -12,7 +12,7 @@
 
 use crate::error::{CopyError, PipelineError, decompress_error, outside_pool, unrecoverable};
 use crate::io::BlockIo;
-use crate::raidz::QueuedStripe;
+use crate::raidz::{QueuedStripe, stripe_of};
 use bytes::Bytes;
 use cairn_device::ReadBuf;
 use cairn_device::queue::{IoClass, IoHandle};
@@ -179,7 +179,9 @@ impl BlockIo {
                 continue;
             };
             if let Some(geometry) = top.raidz() {
-                let map = geometry.map(dva.offset, u64::from(bp.psize));
+                let Some(map) = stripe_of(&geometry, dva, u64::from(bp.psize)) else {
+                    continue;
+                };
                 for column in map.columns() {
                     if let Some(queue) = top.leaves[column.child as usize].queue() {
                         let offset = VDEV_DATA_START + column.child_offset;

@@ -415,6 +415,10 @@ impl WriteBatch<'_> {
         class: IoClass,
     ) {
         let writes = raidz_column_writes(top, geometry, dva, data);
+        debug_assert!(
+            !writes.is_empty(),
+            "an allocation that does not fit its block"
+        );
         if top.health() == Health::Unavail {
             self.unissued.extend(
                 writes
