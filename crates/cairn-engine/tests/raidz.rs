@@ -307,3 +307,63 @@ fn too_few_children_for_the_parity_are_refused_by_name() {
     let text = err.to_string();
     assert!(text.contains("raidz2 needs at least 3 devices"), "{text}");
 }
+
+#[test]
+fn a_pool_of_a_raidz1_a_raidz2_and_a_mirror_at_ashift_9_spreads_and_reads_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = device_paths(dir.path(), 10);
+    let group = |range: std::ops::Range<usize>, raidz_parity: Option<u8>| VdevGroup {
+        mirror: raidz_parity.is_none(),
+        raidz_parity,
+        log: false,
+        devices: specs(&paths[range]),
+    };
+    let pool = Pool::create(
+        "tank",
+        &[
+            group(0..3, Some(1)),
+            group(3..8, Some(2)),
+            group(8..10, None),
+        ],
+        &CreateOptions {
+            create_size_bytes: Some(DEVICE_SIZE),
+            ashift: 9,
+            ..Default::default()
+        },
+        options(plain_opener()),
+    )
+    .unwrap();
+    let size = 8 << 20;
+    let contents = write_volume(&pool, size, 8192, 21);
+    let mut per_vdev = [0u64; 3];
+    for bp in data_blocks(&pool) {
+        let dva = bp.copies()[0];
+        per_vdev[dva.vdev as usize] += 1;
+        let expected = match dva.vdev {
+            0 => RaidzGeometry::new(3, 1, 9)
+                .unwrap()
+                .asize(u64::from(bp.psize)),
+            1 => RaidzGeometry::new(5, 2, 9)
+                .unwrap()
+                .asize(u64::from(bp.psize)),
+            _ => u64::from(bp.psize),
+        };
+        assert_eq!(u64::from(dva.asize), expected, "vdev {}", dva.vdev);
+    }
+    assert!(per_vdev.iter().all(|&blocks| blocks > 0), "{per_vdev:?}");
+    pool.close().unwrap();
+    let pool = import(&paths, plain_opener()).unwrap();
+    let names: Vec<String> = pool
+        .status()
+        .tops
+        .iter()
+        .map(|top| top.name.clone())
+        .collect();
+    assert_eq!(names, vec!["raidz1-0", "raidz2-1", "mirror-2"]);
+    assert!(read_volume(&pool, size).unwrap() == contents);
+    let record = pool.scrub(&mut |_| {}).unwrap();
+    assert_eq!(record.bad_copies, 0);
+    let report = pool.check().unwrap();
+    assert!(report.is_clean(), "{:#?}", report.problems());
+    pool.close().unwrap();
+}
