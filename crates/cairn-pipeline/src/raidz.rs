@@ -453,20 +453,25 @@ impl Stripe {
             .collect();
         let psize = self.map.data_range(self.reads.len() - parity - 1).end;
         let mut out = vec![0u8; psize];
+        // One working copy: a trial rebuilds only the columns it assumes bad, which are put
+        // back afterwards (no copy of every column per trial, which wide vdevs would pay for
+        // in every one of their many combinations).
+        let mut trial = buffers.clone();
         for extra in 0..=(parity - known.len()) {
             let mut found = None;
             for_each_combination(candidates.len(), extra, &mut |chosen| {
                 let mut assumed = known.clone();
                 assumed.extend(chosen.iter().map(|&i| candidates[i]));
-                let mut trial = buffers.clone();
-                if !assumed.is_empty() && self.map.reconstruct(&mut trial, &assumed).is_err() {
-                    return false;
+                let rebuilt =
+                    assumed.is_empty() || self.map.reconstruct(&mut trial, &assumed).is_ok();
+                let passed = rebuilt && self.map.gather(&trial, &mut out).is_ok() && verify(&out);
+                for &index in &assumed {
+                    trial[index].copy_from_slice(&buffers[index]);
                 }
-                if self.map.gather(&trial, &mut out).is_ok() && verify(&out) {
+                if passed {
                     found = Some(ReadBuf::from(out.clone()));
-                    return true;
                 }
-                false
+                passed
             });
             if found.is_some() {
                 return found;
