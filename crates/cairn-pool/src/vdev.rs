@@ -567,4 +567,25 @@ mod tests {
         assert_eq!(order, vec![2, 1]);
         top.leaves.iter().for_each(|leaf| leaf.shutdown());
     }
+
+    #[test]
+    fn a_raidz_vdev_is_degraded_up_to_parity_unreadable_children_and_unavail_beyond() {
+        let leaves: Vec<Arc<Leaf>> = (1..=5).map(leaf).collect();
+        let mut top = mirror(leaves.clone());
+        top.config.kind = TopVdevKind::RaidZ { parity: 2 };
+        let geometry = top.raidz().expect("a raidz layout");
+        assert_eq!((geometry.width(), geometry.parity()), (5, 2));
+        assert_eq!(top.kind_name(), "raidz2-0");
+        assert_eq!(top.health(), Health::Online);
+        leaves[0].fault();
+        assert_eq!(top.health(), Health::Degraded);
+        leaves[3].fault();
+        assert_eq!(top.health(), Health::Degraded);
+        leaves[4].fault();
+        assert_eq!(top.health(), Health::Unavail);
+        leaves[4].unfault();
+        assert_eq!(top.health(), Health::Degraded);
+        assert!(mirror(leaves.clone()).raidz().is_none());
+        leaves.iter().for_each(|leaf| leaf.shutdown());
+    }
 }
