@@ -261,7 +261,9 @@ impl RaidzMap {
         for (slot, &row) in syndromes.iter_mut().zip(usable.as_slice()) {
             *slot = std::mem::take(&mut out[row]);
         }
-        mix(kernel, &mut syndromes[..count], &inverse);
+        // With P among the rows, syndrome 0 is the XOR of the missing columns.
+        let with_p = usable.as_slice().first() == Some(&0);
+        mix(kernel, &mut syndromes[..count], &inverse, with_p);
         for (column, &index) in syndromes.into_iter().zip(missing_data.as_slice()) {
             data_columns[index] = column;
         }
@@ -279,12 +281,15 @@ fn generate<B: AsMut<[u8]>>(kernel: RaidzKernel, data: &[&[u8]], parity: &mut [B
 }
 
 /// `columns[m] = sum over j of inverse[m][j] * columns[j]` (the syndromes in, the missing
-/// data out), a chunk at a time through a stack copy of the syndromes.
-fn mix(kernel: RaidzKernel, columns: &mut [&mut [u8]], inverse: &[[u8; 3]; 3]) {
+/// data out), a chunk at a time through a stack copy of the syndromes. `with_p`: syndrome 0
+/// is P's, the XOR of the missing columns, so the last one is that XOR the others (fewer
+/// multiplies: 2 instead of 4 for two columns, 6 instead of 9 for three).
+fn mix(kernel: RaidzKernel, columns: &mut [&mut [u8]], inverse: &[[u8; 3]; 3], with_p: bool) {
     let count = columns.len();
     if count == 1 && inverse[0][0] == 1 {
         return;
     }
+    let by_p = if with_p { count - 1 } else { count };
     let length = columns.first().map_or(0, |column| column.len());
     let mut scratch = [[0u8; MIX_CHUNK_BYTES]; PARITY_MAX];
     let mut from = 0;
@@ -293,11 +298,19 @@ fn mix(kernel: RaidzKernel, columns: &mut [&mut [u8]], inverse: &[[u8; 3]; 3]) {
         for (copy, column) in scratch.iter_mut().zip(columns.iter()) {
             copy[..to - from].copy_from_slice(&column[from..to]);
         }
-        for (m, column) in columns.iter_mut().enumerate() {
+        for (m, column) in columns.iter_mut().enumerate().take(by_p) {
             let target = &mut column[from..to];
             target.fill(0);
             for (j, copy) in scratch.iter().take(count).enumerate() {
                 kernel::mul_xor(kernel, target, &copy[..to - from], inverse[m][j]);
+            }
+        }
+        if by_p < count {
+            let (rebuilt, last) = columns.split_at_mut(by_p);
+            let target = &mut last[0][from..to];
+            target.copy_from_slice(&scratch[0][..to - from]);
+            for column in rebuilt.iter() {
+                kernel::mul_xor(kernel, target, &column[from..to], 1);
             }
         }
         from = to;
