@@ -18,7 +18,10 @@ const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 /// `2 * x` for each of the eight bytes of `x`.
 fn mul2(x: u64) -> u64 {
     let high = x & HIGH_BITS;
-    ((x & !HIGH_BITS) << 1) ^ ((high >> 7) * 0x1d)
+    // 0xff in each byte whose top bit is set: 0x100 - 0x01 per such byte, no borrow between
+    // bytes (shifts and a subtraction, which SSE2 has for 64-bit lanes; a multiply it has not).
+    let overflow = (high << 1).wrapping_sub(high >> 7);
+    ((x & !HIGH_BITS) << 1) ^ (overflow & 0x1d1d_1d1d_1d1d_1d1d)
 }
 
 fn load(bytes: &[u8]) -> [u64; WORDS] {
