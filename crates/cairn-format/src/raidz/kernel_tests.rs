@@ -141,6 +141,10 @@ fn encoding_and_parity_are_the_references_bytes() {
     let mut rng = Rng(43);
     for _ in 0..300 {
         let (map, data) = random_block(&mut rng, 14);
+        let ranges: Vec<_> = (0..map.columns().len() - map.parity())
+            .map(|index| map.data_range(index))
+            .collect();
+        assert_eq!(map.data_ranges().collect::<Vec<_>>(), ranges);
         let expected = reference_encode(&map, &data);
         for kernel in RaidzKernel::available() {
             let mut buffers = vec![vec![0x5au8; map.column_buffer_bytes()]; map.columns().len()];
