@@ -68,26 +68,59 @@ fn xor2(a: [__m256i; 2], b: [__m256i; 2]) -> [__m256i; 2] {
 
 /// Parity rows `rows` (bit 0 P, bit 1 Q, bit 2 R) of `data` from byte `from` into `out`.
 #[target_feature(enable = "avx2")]
-pub(super) fn horner(rows: u8, data: &[&[u8]], from: usize, out: &mut [&mut [u8]; 3]) {
+pub(super) fn horner(
+    rows: u8,
+    data: &[&[u8]],
+    from: usize,
+    out: &mut [&mut [u8]; 3],
+    accumulate: bool,
+) {
+    if accumulate {
+        horner_from::<true>(rows, data, from, out);
+    } else {
+        horner_from::<false>(rows, data, from, out);
+    }
+}
+
+/// `horner`, going on from `out` (`ACCUMULATE`) or from zero.
+#[target_feature(enable = "avx2")]
+fn horner_from<const ACCUMULATE: bool>(
+    rows: u8,
+    data: &[&[u8]],
+    from: usize,
+    out: &mut [&mut [u8]; 3],
+) {
     match rows {
-        1 => horner_rows::<1>(data, from, out),
-        2 => horner_rows::<2>(data, from, out),
-        3 => horner_rows::<3>(data, from, out),
-        4 => horner_rows::<4>(data, from, out),
-        5 => horner_rows::<5>(data, from, out),
-        6 => horner_rows::<6>(data, from, out),
-        _ => horner_rows::<7>(data, from, out),
+        1 => horner_rows::<1, ACCUMULATE>(data, from, out),
+        2 => horner_rows::<2, ACCUMULATE>(data, from, out),
+        3 => horner_rows::<3, ACCUMULATE>(data, from, out),
+        4 => horner_rows::<4, ACCUMULATE>(data, from, out),
+        5 => horner_rows::<5, ACCUMULATE>(data, from, out),
+        6 => horner_rows::<6, ACCUMULATE>(data, from, out),
+        _ => horner_rows::<7, ACCUMULATE>(data, from, out),
     }
 }
 
 #[target_feature(enable = "avx2")]
-fn horner_rows<const ROWS: u8>(data: &[&[u8]], from: usize, out: &mut [&mut [u8]; 3]) {
+fn horner_rows<const ROWS: u8, const ACCUMULATE: bool>(
+    data: &[&[u8]],
+    from: usize,
+    out: &mut [&mut [u8]; 3],
+) {
     let length = out.iter().map(|row| row.len()).max().unwrap_or(0);
     let blocks = length / BLOCK_BYTES;
     let zero = [_mm256_setzero_si256(); 2];
     for block in 0..blocks {
         let at = block * BLOCK_BYTES;
-        let (mut p, mut q, mut r) = (zero, zero, zero);
+        // Horner goes on from what `out` holds (an earlier group of columns) or from zero.
+        let start = |row: usize| {
+            if ACCUMULATE && ROWS & (1 << row) != 0 {
+                load2(&out[row][at..at + BLOCK_BYTES])
+            } else {
+                zero
+            }
+        };
+        let (mut p, mut q, mut r) = (start(0), start(1), start(2));
         for column in data {
             if ROWS & 2 != 0 {
                 q = [mul2(q[0]), mul2(q[1])];
@@ -122,7 +155,7 @@ fn horner_rows<const ROWS: u8>(data: &[&[u8]], from: usize, out: &mut [&mut [u8]
                 *slot = &mut row[done..];
             }
         }
-        gf::horner_bytes(ROWS, data, from + done, &mut rest);
+        gf::horner_bytes(ROWS, data, from + done, &mut rest, ACCUMULATE);
     }
 }
 

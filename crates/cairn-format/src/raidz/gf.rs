@@ -69,11 +69,25 @@ pub(super) fn mul2(x: u8) -> u8 {
 
 /// Parity rows `rows` (bit 0 P, bit 1 Q, bit 2 R) of `data` from byte `from` on, byte by byte,
 /// into the selected `out` rows (one length; the others unused). A column is either at most
-/// `from` bytes long (zero here) or long enough for all of `out`: the kernels' tails.
-pub(super) fn horner_bytes(rows: u8, data: &[&[u8]], from: usize, out: &mut [&mut [u8]; 3]) {
+/// `from` bytes long (zero here) or long enough for all of `out`: the kernels' tails. With
+/// `accumulate`, Horner goes on from what `out` holds (an earlier group of columns).
+pub(super) fn horner_bytes(
+    rows: u8,
+    data: &[&[u8]],
+    from: usize,
+    out: &mut [&mut [u8]; 3],
+    accumulate: bool,
+) {
     let length = out.iter().map(|row| row.len()).max().unwrap_or(0);
     for at in 0..length {
-        let (mut p, mut q, mut r) = (0u8, 0u8, 0u8);
+        let start = |row: usize| {
+            if accumulate && rows & (1 << row) != 0 {
+                out[row][at]
+            } else {
+                0
+            }
+        };
+        let (mut p, mut q, mut r) = (start(0), start(1), start(2));
         for column in data {
             q = mul2(q);
             r = mul2(mul2(r));

@@ -14,6 +14,9 @@
 use super::avx2;
 use super::swar;
 
+/// Data and parity streams one Horner pass reads at once (see `horner`).
+const STREAMS_PER_PASS: usize = 8;
+
 /// The code that computes parity and rebuilds columns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RaidzKernel(Kind);
@@ -98,11 +101,21 @@ pub(super) fn horner(kernel: RaidzKernel, data: &[&[u8]], out: &mut [&mut [u8]; 
             }
         }
         note_use(kernel);
-        match kernel.0 {
-            Kind::Portable => swar::horner(rows, data, from, &mut segment),
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a `Kind::Avx2` kernel is made only after AVX2 was detected.
-            Kind::Avx2 => unsafe { avx2::horner(rows, data, from, &mut segment) },
+        // A few columns per pass: the columns of a stripe are whole sectors apart, so their
+        // bytes at one position fall in one set of the L1 cache, whose ways are few (8).
+        let group_columns_max = (STREAMS_PER_PASS - rows.count_ones() as usize).max(1);
+        let groups = data.len().div_ceil(group_columns_max).max(1);
+        let group_columns = data.len().div_ceil(groups).max(1);
+        for (group, columns) in data.chunks(group_columns).enumerate() {
+            let accumulate = group > 0;
+            match kernel.0 {
+                Kind::Portable => swar::horner(rows, columns, from, &mut segment, accumulate),
+                #[cfg(target_arch = "x86_64")]
+                // SAFETY: a `Kind::Avx2` kernel is made only after AVX2 was detected.
+                Kind::Avx2 => unsafe {
+                    avx2::horner(rows, columns, from, &mut segment, accumulate)
+                },
+            }
         }
         from = to;
     }
