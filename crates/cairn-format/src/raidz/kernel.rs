@@ -8,7 +8,9 @@
 //! (the constructors check), so running its code is sound. Data columns may be shorter than
 //! the parity rows (a short column, the clipped end of a block, a missing column as an empty
 //! slice): they read as zero past their end. `horner` cuts the rows into segments where each
-//! column is either wholly present or wholly zero, which is what the kernels assume.
+//! column is either wholly present or wholly zero, which is what the kernels assume, and the
+//! columns into groups of a few, each pass carrying Horner's rule on from the last (the
+//! columns of a stripe lie whole sectors apart, in one set of the L1 cache).
 
 #[cfg(target_arch = "x86_64")]
 use super::avx2;
@@ -85,6 +87,14 @@ pub(super) fn horner(kernel: RaidzKernel, data: &[&[u8]], out: &mut [&mut [u8]; 
         (0..3).all(|row| !selected(row) || out[row].len() == length),
         "parity rows of different lengths"
     );
+    if data.is_empty() {
+        for (row, buffer) in out.iter_mut().enumerate() {
+            if selected(row) {
+                buffer.fill(0);
+            }
+        }
+        return;
+    }
     let mut from = 0;
     while from < length {
         // Up to the next end of a column: each column is wholly present or wholly zero here.
