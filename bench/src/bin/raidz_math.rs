@@ -1,6 +1,7 @@
 //! `raidz_math`: RAID-Z parity generation and reconstruction in memory, in GB/s of block data
 //! on one core, for every kernel this CPU runs (AVX2 and portable side by side), next to a
-//! memcpy of the same bytes measured in the same run (the ratio is kernel / memcpy).
+//! memcpy of the same bytes measured in the same run, its batches taking turns with the
+//! generation's (the ratio is generation / memcpy).
 //!
 //! Each row is one raidz layout (parity 1 to 3, widths 4, 6, 8, 12) and one kernel:
 //! "generate" computes the parity columns of a block straight from its bytes
@@ -87,24 +88,32 @@ fn random_bytes(length: usize, seed: u64) -> Vec<u8> {
 /// Calls timed together: about 0.1 ms of work, short next to a scheduler's time slice.
 const BATCH_CALLS: usize = 4;
 
-/// Data GB per second of `step(i)` for i = 0, 1, 2, …, over `run`: batches of calls timed
-/// one by one, the median batch, so a batch that lost the core to another process (the
-/// machine may be shared) does not count.
-fn rate_gb_s(run: Duration, block_bytes: usize, mut step: impl FnMut(usize)) -> f64 {
-    let mut batches: Vec<Duration> = Vec::new();
+/// Data GB per second of each of `steps`, `step(i)` for i = 0, 1, 2, …, over `run`: batches
+/// of calls timed one by one, the steps' batches taking turns, and the median batch of each,
+/// so a batch that lost the core to another process (the machine may be shared) does not
+/// count, and steps compared with one another ran under the same conditions.
+fn rates_gb_s(run: Duration, block_bytes: usize, steps: &mut [&mut dyn FnMut(usize)]) -> Vec<f64> {
+    let mut batches: Vec<Vec<Duration>> = vec![Vec::new(); steps.len()];
     let start = Instant::now();
     let mut calls = 0usize;
-    while start.elapsed() < run || batches.len() < 9 {
-        let batch_start = Instant::now();
-        for _ in 0..BATCH_CALLS {
-            step(calls);
-            calls += 1;
+    while start.elapsed() < run || batches[0].len() < 9 {
+        for (step, times) in steps.iter_mut().zip(&mut batches) {
+            let batch_start = Instant::now();
+            for call in calls..calls + BATCH_CALLS {
+                step(call);
+            }
+            times.push(batch_start.elapsed());
         }
-        batches.push(batch_start.elapsed());
+        calls += BATCH_CALLS;
     }
-    batches.sort_unstable();
-    let median = batches[batches.len() / 2].as_secs_f64();
-    (BATCH_CALLS * block_bytes) as f64 / median / 1e9
+    batches
+        .iter_mut()
+        .map(|times| {
+            times.sort_unstable();
+            let median = times[times.len() / 2].as_secs_f64();
+            (BATCH_CALLS * block_bytes) as f64 / median / 1e9
+        })
+        .collect()
 }
 
 /// One layout's blocks: each block's bytes and its column buffers (encoded).
@@ -128,27 +137,42 @@ impl Blocks {
     }
 }
 
-/// One row: generation and rebuilds of 1..=parity data columns (as many as there are) with `kernel`, in GB/s.
-fn measure(args: &Args, blocks: &mut Blocks, kernel: RaidzKernel) -> Result<Vec<f64>> {
+/// One row with `kernel`, in GB/s: generation, rebuilds of 1..=parity data columns (as many
+/// as there are), and a memcpy of the same blocks taking turns with the generation.
+fn measure(args: &Args, blocks: &mut Blocks, kernel: RaidzKernel) -> Result<(Vec<f64>, f64)> {
     let map = blocks.map.clone();
     let parity = map.parity();
     let count = blocks.data.len();
     let mut parity_out = vec![vec![0u8; map.column_buffer_bytes()]; parity];
+    let mut target = vec![0u8; args.block_bytes];
     let mut failed = false;
-    let mut figures = vec![rate_gb_s(args.run, args.block_bytes, |i| {
-        let generated = map.parity_into_with(kernel, &blocks.data[i % count], &mut parity_out);
+    let data = &blocks.data;
+    let mut generate = |i: usize| {
+        let generated = map.parity_into_with(kernel, &data[i % count], &mut parity_out);
         failed |= generated.is_err();
         black_box(&parity_out);
-    })];
+    };
+    // Half the working set away from the generation's block: not one it just brought in.
+    let mut memcpy = |i: usize| {
+        target.copy_from_slice(&data[(i + count / 2) % count]);
+        black_box(&target);
+    };
+    let paired = rates_gb_s(
+        args.run,
+        args.block_bytes,
+        &mut [&mut generate, &mut memcpy],
+    );
+    let mut figures = vec![paired[0]];
     ensure!(!failed, "parity generation refused its buffers");
     let data_columns = map.columns().len() - parity;
     for lost in 1..=parity.min(data_columns) {
         let missing: Vec<usize> = (parity..parity + lost).collect();
-        figures.push(rate_gb_s(args.run, args.block_bytes, |i| {
+        let mut rebuild = |i: usize| {
             let buffers = &mut blocks.columns[i % count];
             failed |= map.reconstruct_with(kernel, buffers, &missing).is_err();
             black_box(buffers);
-        }));
+        };
+        figures.extend(rates_gb_s(args.run, args.block_bytes, &mut [&mut rebuild]));
         ensure!(!failed, "rebuild of {lost} columns refused");
     }
     // The rebuilds must have put back exactly what was there.
@@ -159,17 +183,7 @@ fn measure(args: &Args, blocks: &mut Blocks, kernel: RaidzKernel) -> Result<Vec<
             kernel.name()
         );
     }
-    Ok(figures)
-}
-
-/// memcpy of the same blocks, in GB/s.
-fn memcpy_gb_s(args: &Args, blocks: &Blocks) -> f64 {
-    let count = blocks.data.len();
-    let mut target = vec![0u8; args.block_bytes];
-    rate_gb_s(args.run, args.block_bytes, |i| {
-        target.copy_from_slice(&blocks.data[i % count]);
-        black_box(&target);
-    })
+    Ok((figures, paired[1]))
 }
 
 fn main() -> Result<()> {
@@ -190,9 +204,8 @@ fn main() -> Result<()> {
     for &parity in &args.parities {
         for &width in &args.widths {
             let mut blocks = Blocks::new(&args, width, parity)?;
-            let memcpy = memcpy_gb_s(&args, &blocks);
             for kernel in RaidzKernel::available() {
-                let figures = measure(&args, &mut blocks, kernel)?;
+                let (figures, memcpy) = measure(&args, &mut blocks, kernel)?;
                 let cells: Vec<String> = (0..4)
                     .map(|index| {
                         figures
