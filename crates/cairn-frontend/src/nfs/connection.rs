@@ -41,6 +41,7 @@ use super::memory::{
     unknown_record_charge_bytes,
 };
 use super::procs::{self, IO_BYTES_MAX};
+use super::v4;
 use super::write;
 use crate::nfs_stats::Seen;
 use cairn_dataset::properties::ShareAccess;
@@ -49,6 +50,8 @@ use cairn_nfs::mount::{
     decode_mount_call,
 };
 use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
+use cairn_nfs::nfs4::NFS_V4;
+use cairn_nfs::nfs4::args::{PROC4_COMPOUND, PROC4_NULL};
 use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
 use cairn_nfs::record::{FRAGMENT_LEN_MASK, LAST_FRAGMENT};
 use cairn_nfs::rpc::{
@@ -356,7 +359,8 @@ fn answer_record(
             },
             Err(err) => failed_args(seen, xid, &err),
         },
-        PROGRAM_NFS if header.version != NFS_V3 => mismatch(seen, NFS_V3),
+        PROGRAM_NFS if header.version == NFS_V4 => nfs4(ctx, client, &header, args, seen),
+        PROGRAM_NFS if header.version != NFS_V3 => nfs_mismatch(xid, seen),
         PROGRAM_NFS => {
             if header.procedure == Nfs3Proc::Null.as_u32() {
                 *seen = Seen::nfs(&Nfs3Call::Null, &Nfs3Reply::Null);
@@ -403,6 +407,55 @@ fn answer_record(
             *seen = Seen::Unsupported;
             header_only(ReplyHeader::accepted(xid, AcceptStat::ProgUnavail))
         }
+    }
+}
+
+/// A call of an NFS version not served: versions 3 to 4 are.
+fn nfs_mismatch(xid: u32, seen: &mut Seen) -> Option<Vec<u8>> {
+    *seen = Seen::Unsupported;
+    header_only(ReplyHeader::accepted(
+        xid,
+        AcceptStat::ProgMismatch {
+            low: NFS_V3,
+            high: NFS_V4,
+        },
+    ))
+}
+
+/// An NFSv4 call: NULL, or a COMPOUND (`v4/`), which needs AUTH_SYS as v3's calls do.
+fn nfs4(
+    ctx: &NfsContext,
+    client: IpAddr,
+    header: &CallHeader,
+    args: &[u8],
+    seen: &mut Seen,
+) -> Option<Vec<u8>> {
+    let xid = header.xid;
+    match header.procedure {
+        PROC4_NULL => {
+            *seen = Seen::Nfs4 { ok: true };
+            success(xid, &())
+        }
+        PROC4_COMPOUND => {
+            let Some(caller) = caller_of(header) else {
+                *seen = Seen::AuthRefused;
+                return header_only(ReplyHeader::denied(
+                    xid,
+                    RejectStat::AuthError(AuthStat::TooWeak),
+                ));
+            };
+            match v4::compound(ctx, client, caller, args) {
+                Ok(body) => {
+                    *seen = Seen::Nfs4 { ok: true };
+                    let mut enc = Encoder::for_record();
+                    enc.put(&ReplyHeader::success(xid));
+                    enc.put_fixed(&body);
+                    enc.into_record().ok()
+                }
+                Err(err) => failed_args(seen, xid, &err),
+            }
+        }
+        other => failed_args(seen, xid, &XdrError::UnknownProcedure(other)),
     }
 }
 
@@ -456,7 +509,7 @@ fn portmap(ctx: &NfsContext, call: &PortmapCall) -> PortmapReply {
         PortmapCall::Getport(mapping) => {
             let ours = matches!(
                 (mapping.program, mapping.version),
-                (PROGRAM_NFS, NFS_V3) | (PROGRAM_MOUNT, MOUNT_V3)
+                (PROGRAM_NFS, NFS_V3 | NFS_V4) | (PROGRAM_MOUNT, MOUNT_V3)
             ) && mapping.protocol == IPPROTO_TCP;
             PortmapReply::Port(if ours { u32::from(ctx.port) } else { 0 })
         }

@@ -55,7 +55,9 @@ mod handle;
 mod memory;
 mod open_snapshots;
 mod procs;
+mod sessions;
 mod snapdir;
+mod v4;
 mod write;
 
 pub use access::unlisted_shares;
