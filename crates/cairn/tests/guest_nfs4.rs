@@ -124,10 +124,7 @@ echo GUEST-DONE
         run.console,
         server.logs()
     );
-    assert!(
-        output.contains("vers=4.1"),
-        "mounted as v4.1:\n{output}"
-    );
+    assert!(output.contains("vers=4.1"), "mounted as v4.1:\n{output}");
     let sources = pairs(output, "SRC ");
     let first = pairs(output, "SUM1 ");
     let second = pairs(output, "SUM2 ");
@@ -136,7 +133,11 @@ echo GUEST-DONE
     assert_eq!(first.get("copied"), sources.get("c"), "copied file");
     assert_eq!(first, second, "the same contents after a remount");
     assert!(output.contains("CAT hello"), "{output}");
-    assert_eq!(pairs(output, "LS1 "), pairs(output, "LS2 "), "the same listing");
+    assert_eq!(
+        pairs(output, "LS1 "),
+        pairs(output, "LS2 "),
+        "the same listing"
+    );
     for (line, count) in [("MANY1 60", 60), ("MANY2 40", 40), ("MANY3 40", 40)] {
         assert!(output.contains(line), "{count} files listed:\n{output}");
     }
