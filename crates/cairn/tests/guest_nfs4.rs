@@ -7,10 +7,12 @@
 //!   (UNSTABLE WRITEs, then COMMIT), one with `O_SYNC` (FILE_SYNC WRITEs); 60 more files
 //!   made, listed (READDIR), 20 removed, listed again (no directories: v4's CREATE is a later
 //!   step);
+//! - SETATTR (chmod, truncate, touch -d), an exclusive create (`set -C`: a second one
+//!   refused), an overwrite (O_TRUNC);
 //! - the client's own per-operation counts (`/proc/self/mountstats`) show OPEN, CLOSE, WRITE,
 //!   COMMIT, READDIR and REMOVE sent, so each path was really taken;
 //! - after an unmount and a fresh mount (nothing left in the client's cache), every file has
-//!   the checksum it had when written, and the listing is the same;
+//!   the checksum it had when written, the listing and the attributes set are the same;
 //! - on the host afterwards: the server stopped cleanly and `pool check` is clean.
 //!
 //! The first run downloads the guest kernel package (cached under `$CARGO_TARGET_DIR/guest`).
@@ -92,6 +94,14 @@ i=0
 while [ $i -lt 20 ]; do i=$((i + 1)); rm m$i; done
 echo "MANY2 $(ls | grep -c '^m')"
 echo "F42 $(cat m42)"
+echo hello > attrs
+chmod 600 attrs
+truncate -s 3 attrs
+touch -d '2001-02-03 04:05:06 UTC' attrs
+echo "ATTR1 $(stat -c '%a %s %Y' attrs)"
+( set -C; echo one > excl ) && echo "EXCL1 made"
+( set -C; echo two > excl ) 2>/dev/null && echo "EXCL2 made" || echo "EXCL2 refused"
+echo again > m42
 echo "LS1 $(ls | tr '\n' ' ')"
 cd /
 grep -E '^[[:space:]]*(OPEN|CLOSE|WRITE|COMMIT|READDIR|REMOVE|READ|GETATTR|LOOKUP|SEQUENCE):' /proc/self/mountstats | sed 's/^[[:space:]]*/OPS /' || true
@@ -101,6 +111,9 @@ cd /mnt/fs
 for f in hello fsynced osync copied; do echo "SUM2 $f $(sha256sum < $f | cut -d' ' -f1)"; done
 echo "LS2 $(ls | tr '\n' ' ')"
 echo "MANY3 $(ls | grep -c '^m')"
+echo "ATTR2 $(stat -c '%a %s %Y' attrs) $(cat attrs)"
+echo "EXCLC $(cat excl)"
+echo "F42B $(cat m42)"
 echo "CAT $(cat hello)"
 cd /
 umount /mnt/fs
@@ -142,6 +155,16 @@ echo GUEST-DONE
         assert!(output.contains(line), "{count} files listed:\n{output}");
     }
     assert!(output.contains("F42 file 42"), "{output}");
+    for line in [
+        "ATTR1 600 3 981173106",
+        "ATTR2 600 3 981173106 hel",
+        "EXCL1 made",
+        "EXCL2 refused",
+        "EXCLC one",
+        "F42B again",
+    ] {
+        assert!(output.contains(line), "{line}:\n{output}");
+    }
     let ops = pairs(output, "OPS ");
     let count = |op: &str| -> u64 {
         ops.get(&format!("{op}:"))
