@@ -373,11 +373,15 @@ impl V4State {
 
     /// Drops every client whose lease ran out (at most once a second).
     pub fn expire(&self) {
+        self.expire_at(Instant::now());
+    }
+
+    /// `expire` as of `now`.
+    fn expire_at(&self, now: Instant) {
         let mut tables = self.tables.lock();
-        let now = Instant::now();
         if tables
             .last_expiry
-            .is_some_and(|last| now.duration_since(last) < Duration::from_secs(1))
+            .is_some_and(|last| now.saturating_duration_since(last) < Duration::from_secs(1))
         {
             return;
         }
@@ -386,7 +390,7 @@ impl V4State {
         let expired: Vec<u64> = tables
             .clients
             .iter()
-            .filter(|(_, client)| now.duration_since(client.renewed) > lease)
+            .filter(|(_, client)| now.saturating_duration_since(client.renewed) > lease)
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
@@ -487,5 +491,121 @@ fn negotiate(asked: &ChannelAttrs4) -> ChannelAttrs4 {
         max_operations: asked.max_operations.clamp(1, OPS_MAX),
         max_requests: asked.max_requests.clamp(1, SLOTS_MAX),
         rdma_ird: OneAtMost(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_nfs::nfs4::types::Opaque4;
+
+    fn exchange(state: &V4State, owner: &[u8], verifier: u8) -> Exchanged {
+        let args = ExchangeIdArgs {
+            verifier: [verifier; 8],
+            owner_id: Opaque4::new(owner.to_vec()).expect("short"),
+            flags: 0,
+            state_protect: cairn_nfs::nfs4::args::StateProtect4A::None,
+            client_impl_id: OneAtMost(None),
+        };
+        state.exchange_id(&args).expect("exchange")
+    }
+
+    fn session(state: &V4State, clientid: u64, sequence: u32) -> CreateSessionOk {
+        let chan = ChannelAttrs4 {
+            headerpad_bytes: 0,
+            max_request_bytes: 1 << 20,
+            max_response_bytes: 1 << 20,
+            max_response_cached_bytes: 4096,
+            max_operations: 8,
+            max_requests: 4,
+            rdma_ird: OneAtMost(None),
+        };
+        let args = CreateSessionArgs {
+            clientid,
+            sequence,
+            flags: 0,
+            fore_chan: chan.clone(),
+            back_chan: chan,
+            cb_program: 0,
+            sec_parms: Vec::new(),
+        };
+        state.create_session(&args).expect("session")
+    }
+
+    #[test]
+    fn an_expired_lease_takes_sessions_and_opens_and_a_renewed_one_keeps_them() {
+        let state = V4State::new(7);
+        let a = exchange(&state, b"a", 1).clientid;
+        let b = exchange(&state, b"b", 1).clientid;
+        let session_a = session(&state, a, 1).sessionid;
+        let session_b = session(&state, b, 1).sessionid;
+        let fh = FileHandle::new(vec![1; 36]).expect("short");
+        let open_a = state.open(a, b"o", &fh, 3).expect("open");
+        let open_b = state.open(b, b"o", &fh, 1).expect("open");
+        let start = Instant::now();
+        // b renews half-way; a does not.
+        state.expire_at(start + Duration::from_secs(45));
+        state.tables.lock().clients.get_mut(&b).expect("b").renewed =
+            start + Duration::from_secs(45);
+        state.expire_at(start + Duration::from_secs(u64::from(LEASE_SECONDS) + 5));
+        assert!(state.session(&session_a).is_none(), "a's session expired");
+        assert_eq!(
+            state.open_of(&open_a, &fh).err(),
+            Some(Nfs4Error::BadStateid)
+        );
+        assert_eq!(state.destroy_clientid(a), Err(Nfs4Error::StaleClientid));
+        assert!(state.session(&session_b).is_some(), "b renewed its lease");
+        assert!(state.open_of(&open_b, &fh).is_ok());
+    }
+
+    #[test]
+    fn a_rebooted_client_replaces_its_old_record_when_confirmed() {
+        let state = V4State::new(7);
+        let old = exchange(&state, b"a", 1);
+        session(&state, old.clientid, 1);
+        let fh = FileHandle::new(vec![1; 36]).expect("short");
+        let open = state.open(old.clientid, b"o", &fh, 1).expect("open");
+        // The same verifier: the same client id, confirmed.
+        let same = exchange(&state, b"a", 1);
+        assert_eq!((same.clientid, same.confirmed), (old.clientid, true));
+        // Another verifier: a new record; the old one lives until the new one is confirmed.
+        let new = exchange(&state, b"a", 2);
+        assert_ne!(new.clientid, old.clientid);
+        assert!(state.open_of(&open, &fh).is_ok());
+        session(&state, new.clientid, new.sequenceid);
+        assert_eq!(state.open_of(&open, &fh).err(), Some(Nfs4Error::BadStateid));
+        assert_eq!(
+            state.destroy_clientid(old.clientid),
+            Err(Nfs4Error::StaleClientid)
+        );
+    }
+
+    #[test]
+    fn slots_run_each_sequence_id_once() {
+        let state = V4State::new(7);
+        let client = exchange(&state, b"a", 1).clientid;
+        let id = session(&state, client, 1).sessionid;
+        let session = state.session(&id).expect("session");
+        assert_eq!(session.slot_count(), 4);
+        assert!(matches!(session.begin(0, 1), Ok(SlotCheck::New)));
+        assert_eq!(
+            session.begin(0, 1).err(),
+            Some(Nfs4Error::Delay),
+            "still running"
+        );
+        session.finish(0, b"reply");
+        match session.begin(0, 1) {
+            Ok(SlotCheck::Replay(reply)) => assert_eq!(reply.as_slice(), b"reply"),
+            _ => panic!("a retransmission gets the reply"),
+        }
+        assert_eq!(session.begin(0, 3).err(), Some(Nfs4Error::SeqMisordered));
+        assert_eq!(session.begin(4, 1).err(), Some(Nfs4Error::BadSlot));
+        assert!(matches!(session.begin(1, 1), Ok(SlotCheck::New)));
+        session.finish(1, &[0; 8192]);
+        assert_eq!(
+            session.begin(1, 1).err(),
+            Some(Nfs4Error::RetryUncachedRep),
+            "over the negotiated 4096 bytes: not kept"
+        );
     }
 }
