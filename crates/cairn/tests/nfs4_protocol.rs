@@ -13,7 +13,8 @@
 //! - WRITE's stability as v3's: UNSTABLE answered UNSTABLE with COMMIT's verifier, FILE_SYNC
 //!   FILE_SYNC; READ with the anonymous stateid reads what was written; a closed stateid is
 //!   BAD_STATEID; deny modes NOTSUPP; LINK (not decoded) NOTSUPP, number 77 OP_ILLEGAL;
-//!   REMOVE then LOOKUP NOENT; AUTH_NONE refused TOOWEAK;
+//!   REMOVE then LOOKUP NOENT; AUTH_NONE refused TOOWEAK; arguments that do not decode
+//!   GARBAGE_ARGS (the connection serves on), more operations than negotiated TOO_MANY_OPS;
 //! - after a SIGKILL and restart: the old session BADSESSION, the old client id
 //!   STALE_CLIENTID, the old open's stateid STALE_STATEID, the old handles resolve, and the
 //!   verifier has changed.
@@ -395,6 +396,46 @@ fn sessions_slots_state_and_restarts_over_nfs4() {
         ),
         "{header:?}"
     );
+
+    // Arguments that do not decode get GARBAGE_ARGS and the connection serves on; more
+    // operations than the session allows, TOO_MANY_OPS.
+    for garbage in [
+        vec![0xff; 3],
+        vec![0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 1, 0],
+        vec![
+            0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0, 0, 22, 0xff, 0xff, 0xff, 0xff,
+        ],
+    ] {
+        v4.xid += 1;
+        let mut enc = Encoder::for_record();
+        enc.put(&CallHeader {
+            xid: v4.xid,
+            program: PROGRAM_NFS,
+            version: NFS_V4,
+            procedure: PROC4_COMPOUND,
+            credential: sys(USER),
+            verifier: OpaqueAuth::none(),
+        });
+        enc.put_fixed(&garbage);
+        v4.stream.write_all(&enc.into_record().unwrap()).unwrap();
+        let reply = read_record(&mut v4.stream, 1 << 20)
+            .unwrap()
+            .expect("a reply");
+        let header = ReplyHeader::decode(&mut Decoder::new(&reply)).unwrap();
+        assert!(
+            matches!(
+                header.body,
+                ReplyBody::Accepted {
+                    stat: AcceptStat::GarbageArgs,
+                    ..
+                }
+            ),
+            "{garbage:?}: {header:?}"
+        );
+    }
+    let mut many = vec![sequence(session, 2, 1)];
+    many.extend(std::iter::repeat_n(Nfs4Op::Putrootfh, 40));
+    assert_eq!(last_error(&v4.call(many)), Some(Nfs4Error::TooManyOps));
 
     // CLOSE, then the stateid is gone; REMOVE, then the name is.
     let reply = v4.call(vec![

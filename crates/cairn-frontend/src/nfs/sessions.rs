@@ -158,6 +158,8 @@ struct Tables {
     clients: HashMap<u64, Client>,
     sessions: HashMap<SessionId, Arc<Session>>,
     opens: HashMap<[u8; 12], Open>,
+    /// The stateid of each (client, owner, file) open.
+    open_of_owner: HashMap<(u64, Vec<u8>, FileHandle), [u8; 12]>,
     next_id: u32,
     next_open: u64,
     last_expiry: Option<Instant>,
@@ -406,12 +408,12 @@ impl V4State {
         fh: &FileHandle,
         access: u32,
     ) -> Result<Stateid4, Nfs4Error> {
-        let mut tables = self.tables.lock();
-        let existing = tables
-            .opens
-            .iter_mut()
-            .find(|(_, open)| open.clientid == clientid && open.owner == owner && open.fh == *fh);
-        if let Some((other, open)) = existing {
+        let mut guard = self.tables.lock();
+        let tables = &mut *guard;
+        let key = (clientid, owner.to_vec(), fh.clone());
+        if let Some(other) = tables.open_of_owner.get(&key)
+            && let Some(open) = tables.opens.get_mut(other)
+        {
             open.access |= access;
             open.seqid = open.seqid.wrapping_add(1).max(1);
             return Ok(Stateid4 {
@@ -426,6 +428,7 @@ impl V4State {
         let mut other = [0; 12];
         other[..4].copy_from_slice(&self.instance.to_be_bytes());
         other[4..].copy_from_slice(&tables.next_open.to_be_bytes());
+        tables.open_of_owner.insert(key, other);
         tables.opens.insert(
             other,
             Open {
@@ -465,7 +468,12 @@ impl V4State {
     /// CLOSE: forgets the open.
     pub fn close(&self, stateid: &Stateid4, fh: &FileHandle) -> Result<(), Nfs4Error> {
         self.open_of(stateid, fh)?;
-        self.tables.lock().opens.remove(&stateid.other);
+        let mut tables = self.tables.lock();
+        if let Some(open) = tables.opens.remove(&stateid.other) {
+            tables
+                .open_of_owner
+                .remove(&(open.clientid, open.owner, open.fh));
+        }
         Ok(())
     }
 }
@@ -477,6 +485,9 @@ fn drop_client(tables: &mut Tables, clientid: u64) {
         .sessions
         .retain(|_, session| session.clientid != clientid);
     tables.opens.retain(|_, open| open.clientid != clientid);
+    tables
+        .open_of_owner
+        .retain(|(owner_client, _, _), _| *owner_client != clientid);
 }
 
 /// The fore channel we grant for what the client asked.
@@ -577,6 +588,28 @@ mod tests {
         assert_eq!(
             state.destroy_clientid(old.clientid),
             Err(Nfs4Error::StaleClientid)
+        );
+    }
+
+    #[test]
+    fn an_owner_opening_a_file_again_widens_its_one_stateid() {
+        let state = V4State::new(7);
+        let client = exchange(&state, b"a", 1).clientid;
+        let fh = FileHandle::new(vec![1; 36]).expect("short");
+        let read = state.open(client, b"o", &fh, 1).expect("open");
+        let both = state.open(client, b"o", &fh, 2).expect("open");
+        assert_eq!((read.other, read.seqid + 1), (both.other, both.seqid));
+        assert_eq!(state.open_of(&both, &fh).expect("open").access, 3);
+        assert_eq!(state.open_of(&read, &fh).err(), Some(Nfs4Error::OldStateid));
+        let other = state.open(client, b"p", &fh, 1).expect("open");
+        assert_ne!(other.other, both.other, "another owner, another stateid");
+        state.close(&both, &fh).expect("close");
+        let again = state.open(client, b"o", &fh, 1).expect("open");
+        assert_ne!(again.other, both.other, "a new open after CLOSE");
+        let elsewhere = FileHandle::new(vec![2; 36]).expect("short");
+        assert_eq!(
+            state.open_of(&again, &elsewhere).err(),
+            Some(Nfs4Error::BadStateid)
         );
     }
 
