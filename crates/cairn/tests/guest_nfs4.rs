@@ -8,7 +8,8 @@
 //!   made, listed (READDIR), 20 removed, listed again (no directories: v4's CREATE is a later
 //!   step);
 //! - SETATTR (chmod, truncate, touch -d), an exclusive create (`set -C`: a second one
-//!   refused), an overwrite (O_TRUNC);
+//!   refused), an overwrite (O_TRUNC); fsx (crates.io `fsx`, as `guest_nfs.rs` runs it over
+//!   v3) with and without mmap, `FSX_OPERATIONS` operations each;
 //! - the client's own per-operation counts (`/proc/self/mountstats`) show OPEN, CLOSE, WRITE,
 //!   COMMIT, READDIR and REMOVE sent, so each path was really taken;
 //! - after an unmount and a fresh mount (nothing left in the client's cache), every file has
@@ -38,6 +39,32 @@ fn guest_cache_dir() -> PathBuf {
 fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr").port()
+}
+
+/// fsx operations per mode (as `guest_nfs.rs` runs over v3 in CI).
+const FSX_OPERATIONS: u64 = 5_000;
+
+/// The fsx binary (`cargo install fsx`, as `.ci/run` does).
+fn fsx_binary() -> PathBuf {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cargo")
+        });
+    let installed = home.join("bin").join("fsx");
+    if installed.exists() {
+        return installed;
+    }
+    tool("fsx", "(crates.io) fsx: cargo install fsx --locked")
+}
+
+/// fsx's configuration: its defaults, or with the mmap operations off (as `guest_nfs.rs`).
+fn fsx_config(mmap: bool) -> String {
+    let map_weight = if mmap { 10 } else { 0 };
+    format!(
+        "[weights]\nclose_open = 1\nread = 10\nwrite = 10\nmapread = {map_weight}\n\
+         mapwrite = {map_weight}\ninvalidate = 1\ntruncate = 10\nfsync = 0\nfdatasync = 0\n"
+    )
 }
 
 /// `KEY value` lines with `prefix`, as a map.
@@ -71,6 +98,12 @@ fn kernel_client_mounts_v41_and_writes_reads_lists_and_removes() {
     let nfs_args: Vec<&str> = nfs_args.iter().map(String::as_str).collect();
     let mut server = env.serve_with_args(&nfs_args);
 
+    let fsx = fsx_binary();
+    for mmap in [true, false] {
+        std::fs::write(env.path(&format!("fsx-{mmap}.toml")), fsx_config(mmap)).unwrap();
+    }
+    let env_dir = env.dir.path().display().to_string();
+    let fsx = fsx.display().to_string();
     let options = format!("vers=4.1,proto=tcp,port={port},hard,timeo=50,retrans=3");
     let script = format!(
         r#"set -eu
@@ -102,6 +135,9 @@ echo "ATTR1 $(stat -c '%a %s %Y' attrs)"
 ( set -C; echo one > excl ) && echo "EXCL1 made"
 ( set -C; echo two > excl ) 2>/dev/null && echo "EXCL2 made" || echo "EXCL2 refused"
 echo again > m42
+mkdir -p /tmp/fsx-mmap /tmp/fsx-plain
+if {fsx} -N {FSX_OPERATIONS} -S 7 -f {env_dir}/fsx-true.toml -P /tmp/fsx-mmap /mnt/fs/fsx-mmap > /tmp/fsx-mmap.log 2>&1; then echo "FSX mmap ok"; else echo "FSX mmap FAILED"; tail -40 /tmp/fsx-mmap.log; fi
+if {fsx} -N {FSX_OPERATIONS} -S 11 -f {env_dir}/fsx-false.toml -P /tmp/fsx-plain /mnt/fs/fsx-plain > /tmp/fsx-plain.log 2>&1; then echo "FSX plain ok"; else echo "FSX plain FAILED"; tail -40 /tmp/fsx-plain.log; fi
 echo "LS1 $(ls | tr '\n' ' ')"
 cd /
 grep -E '^[[:space:]]*(OPEN|CLOSE|WRITE|COMMIT|READDIR|REMOVE|READ|GETATTR|LOOKUP|SEQUENCE):' /proc/self/mountstats | sed 's/^[[:space:]]*/OPS /' || true
@@ -162,6 +198,8 @@ echo GUEST-DONE
         "EXCL2 refused",
         "EXCLC one",
         "F42B again",
+        "FSX mmap ok",
+        "FSX plain ok",
     ] {
         assert!(output.contains(line), "{line}:\n{output}");
     }
