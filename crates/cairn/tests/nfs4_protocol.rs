@@ -12,7 +12,8 @@
 //!   the one v3's MOUNT and LOOKUP give; owners are numeric strings;
 //! - WRITE's stability as v3's: UNSTABLE answered UNSTABLE with COMMIT's verifier, FILE_SYNC
 //!   FILE_SYNC; READ with the anonymous stateid reads what was written; a closed stateid is
-//!   BAD_STATEID; deny modes NOTSUPP; LINK (not decoded) NOTSUPP, number 77 OP_ILLEGAL;
+//!   BAD_STATEID; another user's OPEN of a read-only file with a size (O_TRUNC) ACCESS, the
+//!   file intact; deny modes NOTSUPP; LINK (not decoded) NOTSUPP, number 77 OP_ILLEGAL;
 //!   REMOVE then LOOKUP NOENT; AUTH_NONE refused TOOWEAK; arguments that do not decode
 //!   GARBAGE_ARGS (the connection serves on), more operations than negotiated TOO_MANY_OPS;
 //! - after a SIGKILL and restart: the old session BADSESSION, the old client id
@@ -43,6 +44,8 @@ use std::net::TcpStream;
 struct V4 {
     stream: TcpStream,
     xid: u32,
+    /// The AUTH_SYS user of the calls.
+    uid: u32,
 }
 
 impl V4 {
@@ -54,6 +57,7 @@ impl V4 {
         V4 {
             stream,
             xid: 0x4000,
+            uid: USER,
         }
     }
 
@@ -91,7 +95,7 @@ impl V4 {
             minor_version,
             ops,
         };
-        let (header, body) = self.raw(self.xid, sys(USER), &args);
+        let (header, body) = self.raw(self.xid, sys(self.uid), &args);
         assert!(
             matches!(
                 header.body,
@@ -464,6 +468,51 @@ fn sessions_slots_state_and_restarts_over_nfs4() {
         Nfs4Op::Lookup(comp("g")),
     ]);
     assert_eq!(last_error(&reply), Some(Nfs4Error::NoEnt), "{reply:?}");
+
+    // Another user cannot truncate a read-only file by opening it with a size.
+    let size_zero = AttrValues {
+        size: Some(0),
+        ..AttrValues::default()
+    }
+    .to_fattr();
+    let reply = v4.call(vec![
+        sequence(session, 3, 1),
+        Nfs4Op::Putfh(home.clone()),
+        open(
+            clientid,
+            "ro",
+            Some(CreateHow4::Unchecked(mode_attrs(0o644))),
+            0,
+        ),
+        write_op(Stateid4::CURRENT, StableHow4::FileSync, b"keep"),
+        Nfs4Op::Setattr(SetattrArgs {
+            stateid: Stateid4::ANONYMOUS,
+            attrs: mode_attrs(0o444),
+        }),
+    ]);
+    assert_eq!(reply.status, Ok(()), "{reply:?}");
+    v4.uid = USER + 1;
+    let reply = v4.call(vec![
+        sequence(session, 3, 2),
+        Nfs4Op::Putfh(home.clone()),
+        open(clientid, "ro", Some(CreateHow4::Unchecked(size_zero)), 0),
+    ]);
+    assert_eq!(last_error(&reply), Some(Nfs4Error::Access), "{reply:?}");
+    v4.uid = USER;
+    let reply = v4.call(vec![
+        sequence(session, 3, 3),
+        Nfs4Op::Putfh(home.clone()),
+        Nfs4Op::Lookup(comp("ro")),
+        Nfs4Op::Read(ReadArgs {
+            stateid: Stateid4::ANONYMOUS,
+            offset_bytes: 0,
+            count_bytes: 64,
+        }),
+    ]);
+    assert!(
+        matches!(reply.results.get(3), Some(Nfs4OpResult::Read(Ok(read))) if read.data == b"keep"),
+        "{reply:?}"
+    );
 
     // SIGKILL and restart.
     server.kill();

@@ -2,14 +2,15 @@
 //!
 //! Serving a record: `parse_call` (an unreadable header drops the record; a bad credential is
 //! denied with AUTH_ERROR), then by program: PORTMAP (GETPORT answers this server's one port
-//! for MOUNT v3 and NFS v3 over TCP, 0 for anything else; any credential), MOUNT v3 (MNT of
-//! `/POOL/DATASET` for shared filesystems) and NFS v3. Every call but the NULL procedures
+//! for MOUNT v3 and NFS v3 and v4 over TCP, 0 for anything else; any credential), MOUNT v3
+//! (MNT of `/POOL/DATASET` for shared filesystems), NFS v3, and NFS v4 (NULL, and COMPOUND
+//! handed to `v4/`, which answers its own operations' refusals). Every call but the NULL procedures
 //! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. Each NFS call is then
 //! admitted by the exports its handles lead into, as their `sharenfs` reads now and as the
 //! connection's peer address is listed there (`NfsContext::admit`, `access.rs`): refused
 //! ACCES or ROFS before it runs, root squashed, ACCESS limited on a read-only share; MNT is
-//! refused MNT3ERR_ACCES to a client with no access. A version other than 3
-//! gets PROG_MISMATCH, an unknown procedure PROC_UNAVAIL, arguments that do not decode
+//! refused MNT3ERR_ACCES to a client with no access. An NFS version other than 3 or 4
+//! gets PROG_MISMATCH (3 to 4), an unknown procedure PROC_UNAVAIL, arguments that do not decode
 //! GARBAGE_ARGS; a record over `RECORD_BYTES_MAX` closes the connection. So a peer's input
 //! can neither panic the server nor make it hold more than that per call. Every record is
 //! charged to the server's memory limit before its body is read, and holds its charge until

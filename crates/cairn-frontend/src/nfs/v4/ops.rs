@@ -534,6 +534,13 @@ impl Env<'_> {
         let before = self.change_of(&dir);
         let existed = self.lookup3(&dir, name.as_bytes()).ok();
         let (how3, later, attrset) = create_how(how)?;
+        if let (Some(file), nfs3::CreateHow::Unchecked(sattr)) = (&existed, &how3) {
+            // An existing file is opened, and truncated if a size is asked: its mode decides,
+            // before anything changes (writing, for a truncation).
+            let truncating = sattr.size_bytes.is_some();
+            let want = access | if truncating { share_access4::WRITE } else { 0 };
+            self.check_open(file, want)?;
+        }
         let name3 =
             nfs3::Filename::new(name.as_bytes().to_vec()).map_err(|_| Nfs4Error::NameTooLong)?;
         let args = nfs3::CreateArgs {
