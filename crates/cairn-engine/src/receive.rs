@@ -9,8 +9,11 @@
 //!   object, a filesystem's master node included);
 //! - incremental: a clone of the target's snapshot whose guid is the stream's source guid.
 //!   That snapshot must be the target's newest and the head unchanged since it (`written` =
-//!   0), else the receive is refused unless `force` (`-F`): newer snapshots are then destroyed
-//!   before anything is read (as `zfs receive -F`), and the head's changes go at the swap.
+//!   0), else the receive is refused unless `force` (`-F`): newer snapshots are then
+//!   destroyed once the whole stream has verified, just before the swap, and the head's
+//!   changes go at the swap. (`zfs receive -F` destroys them before reading the stream, so a
+//!   stream that fails costs them; here it costs nothing. The price: they hold their space
+//!   while the stream is received.)
 //!
 //! Each verified record is applied (`receive_apply.rs`) in the open txg, joined through the
 //! write throttle (`TxgEngine::throttle`) like any writer, so a large stream runs as many
@@ -49,7 +52,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReceiveOptions {
     /// `-F`: an incremental stream is received even if the target changed since its source
-    /// snapshot: newer snapshots are destroyed first, the head's changes go.
+    /// snapshot: newer snapshots are destroyed once the stream verified, the head's changes go.
     pub force: bool,
     /// `-s`: a receive cut short keeps what it applied, with a resume token
     /// (`receive_resume.rs`), instead of destroying it.
@@ -283,8 +286,9 @@ impl Pool {
         Ok(source)
     }
 
-    /// The checks of an incremental stream into `target` (see the module doc), with `-F` the
-    /// destroy of its newer snapshots: the source and its snapshot's name.
+    /// The checks of an incremental stream into `target` (see the module doc), with `-F` of
+    /// whether its newer snapshots can be destroyed at the end: the source (naming them) and
+    /// its snapshot's name.
     fn check_incremental(
         &self,
         target: &str,
@@ -306,11 +310,14 @@ impl Pool {
         }
         self.refuse_open_volume(target, options.force)?;
         if !plan.newer.is_empty() {
-            self.destroy_snapshots(&plan.newer)?;
+            // Destroyed only at the end (see the module doc), but a hold or a clone that
+            // would stop that is refused now, before the stream is read.
+            self.destroy_space(&plan.newer)?;
         }
         let origin = SnapshotName::parse(&format!("{target}@{}", plan.source.snapshot))?;
         let source = IncrementalSource {
             force: options.force,
+            newer: plan.newer,
             ..plan.source
         };
         Ok((source, origin))

@@ -36,6 +36,10 @@ pub(crate) struct IncrementalSource {
     /// The target's local properties after the swap, when sent with the stream (`-p`): they
     /// replace its own in the swap's txg.
     pub(crate) properties: Option<std::collections::BTreeMap<String, String>>,
+    /// `-F`: the target's snapshots newer than the source, full names, destroyed by
+    /// `finish_incremental` once the whole stream has verified (a stream that fails leaves
+    /// them as they were).
+    pub(crate) newer: Vec<String>,
 }
 
 /// What `incremental_plan` found.
@@ -130,6 +134,7 @@ impl Pool {
                 snapshot: source.name.clone(),
                 force: false,
                 properties: None,
+                newer: Vec::new(),
             },
             newer,
             written_bytes,
@@ -184,6 +189,10 @@ impl Pool {
         snapshot: &str,
         guid: u64,
     ) -> Result<(), EngineError> {
+        // The stream verified to its END: only now may `-F` take the newer snapshots.
+        if !source.newer.is_empty() {
+            self.destroy_snapshots(&source.newer)?;
+        }
         if let Some(volume) = self.volumes.lock().remove(target) {
             volume.set_readonly(true);
         }

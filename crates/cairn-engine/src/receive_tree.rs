@@ -131,7 +131,11 @@ impl Pool {
             origin,
             properties: manifest.properties.then(|| dataset.properties.clone()),
         };
-        self.receive_stream(&name, &mut reader, options, &step)
+        let received = self.receive_stream(&name, &mut reader, options, &step)?;
+        // Verified to its END: its checksum joins the package's chain.
+        let end = reader.checksum();
+        package.stream_done(&end);
+        Ok(received)
     }
 
     /// `receive -F` of an incremental `-R` package into an existing target: destroys the

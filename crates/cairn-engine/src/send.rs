@@ -70,6 +70,9 @@ pub struct SendSummary {
     pub blocks_written: u64,
     /// Metadata blocks the incremental walk read to find the change (0 for a full send).
     pub blocks_visited: u64,
+    /// The stream's END checksum, the end of its chain (zero for `-n`): what a package takes
+    /// into its own chain (`cairn_format::send_package`).
+    pub end_checksum: [u8; 32],
 }
 
 /// How a send writes its stream.
@@ -213,7 +216,9 @@ impl Pool {
             )?,
         }
         drop(synced);
-        summary.bytes_written = writer.finish(&name.snapshot).map_err(stream_io)?;
+        (summary.bytes_written, summary.end_checksum) = writer
+            .finish_with_checksum(&name.snapshot)
+            .map_err(stream_io)?;
         progress(summary.bytes_written);
         Ok(summary)
     }

@@ -113,6 +113,7 @@ impl Pool {
             let sent = self.send(&step.to.0, from, writer.stream_out(), &mut |bytes| {
                 progress(base + bytes)
             })?;
+            writer.stream_done(&sent.end_checksum);
             summary.objects += sent.objects;
             summary.blocks_written += sent.blocks_written;
             summary.blocks_visited += sent.blocks_visited;

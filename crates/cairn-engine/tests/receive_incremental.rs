@@ -343,6 +343,18 @@ fn incrementals_that_do_not_fit_the_target_are_refused_and_change_nothing() {
         snapshot_names(&b, "tank/copy"),
         ["tank/copy@s0", "tank/copy@s1", "tank/copy@mine"]
     );
+    // -F with a stream that fails (damaged, then cut short): the newer snapshot stays, as
+    // does the head; -F takes it only once a stream verified to its END.
+    let mut damaged = last.clone();
+    let middle = damaged.len() / 2;
+    damaged[middle] ^= 1;
+    for bad in [&damaged[..], &last[..last.len() - 1]] {
+        assert!(receive_forced(&b, "tank/copy", bad).is_err());
+        assert_eq!(
+            snapshot_names(&b, "tank/copy"),
+            ["tank/copy@s0", "tank/copy@s1", "tank/copy@mine"]
+        );
+    }
     receive_forced(&b, "tank/copy", &last).unwrap();
     assert_eq!(
         snapshot_names(&b, "tank/copy"),

@@ -315,6 +315,8 @@ fn stream_ends(package: &[u8]) -> Vec<u64> {
     for _ in 0..reader.manifest().streams.len() {
         let mut stream = StreamReader::new(reader.stream_input()).unwrap();
         while stream.next_record().unwrap().is_some() {}
+        let end = stream.checksum();
+        reader.stream_done(&end);
         ends.push(reader.offset_bytes());
     }
     reader.finish().unwrap();

@@ -30,7 +30,10 @@
 //! `n` has exponent `e = n - 1 - i` (so both are Horner evaluations: multiply by 2 or 4 and add
 //! the next column). Any `parity` missing columns, data or parity, can be rebuilt: the
 //! matrices of the remaining parity rows over the missing data columns are invertible for up
-//! to 255 data columns (Vandermonde in distinct powers of 2).
+//! to 255 data columns (Vandermonde in distinct powers of 2). The byte work runs on the
+//! kernels of `kernel.rs` (AVX2 where the CPU has it, u64 SWAR elsewhere; `kernel_name`
+//! says which), into the caller's buffers (`stripe.rs`), byte for byte as the scalar
+//! reference of `gf.rs`.
 //!
 //! Invariants: `RaidzGeometry::new` refuses what the layout cannot hold (parity 1–3, width
 //! `parity + 1` ..= `RAIDZ_WIDTH_MAX`, an ashift in range); `map` panics on an offset that is
@@ -39,9 +42,15 @@
 
 use crate::{ASHIFT_MAX, ASHIFT_MIN, FormatError};
 
+#[cfg(target_arch = "x86_64")]
+mod avx2;
 mod gf;
+mod kernel;
+mod stripe;
+mod swar;
 
 pub use gf::{gf_mul, gf_pow2};
+pub use kernel::{RaidzKernel, kernel_name};
 
 /// Most parity columns a raidz vdev may have (raidz3).
 pub const RAIDZ_PARITY_MAX: u8 = 3;
@@ -248,18 +257,10 @@ impl RaidzMap {
             self.psize,
             "raidz encode of a wrong-sized block"
         );
-        let length = self.column_buffer_bytes();
-        let mut buffers = vec![vec![0u8; length]; self.columns.len()];
-        for index in 0..self.data_column_count() {
-            let range = self.data_range(index);
-            let size = range.len();
-            buffers[self.parity + index][..size].copy_from_slice(&data[range]);
-        }
-        let (parity, data_columns) = buffers.split_at_mut(self.parity);
-        let data_refs: Vec<&[u8]> = data_columns.iter().map(|column| &column[..]).collect();
-        let mut parity_refs: Vec<&mut [u8]> =
-            parity.iter_mut().map(|column| &mut column[..]).collect();
-        gf::generate(&data_refs, &mut parity_refs);
+        let mut buffers = vec![vec![0u8; self.column_buffer_bytes()]; self.columns.len()];
+        // The sizes are right by construction, so this cannot fail.
+        let encoded = self.encode_into(data, &mut buffers);
+        debug_assert!(encoded.is_ok());
         buffers
     }
 
@@ -288,60 +289,11 @@ impl RaidzMap {
         buffers: &mut [Vec<u8>],
         missing: &[usize],
     ) -> Result<(), RaidzError> {
-        let length = self.column_buffer_bytes();
-        if buffers.len() != self.columns.len() || buffers.iter().any(|b| b.len() != length) {
-            return Err(RaidzError::BadBuffers);
-        }
-        if let Some(&index) = missing.iter().find(|&&index| index >= self.columns.len()) {
-            return Err(RaidzError::NoSuchColumn {
-                index,
-                columns: self.columns.len(),
-            });
-        }
-        let mut missing: Vec<usize> = missing.to_vec();
-        missing.sort_unstable();
-        missing.dedup();
-        if missing.len() > self.parity {
-            return Err(RaidzError::TooManyMissing {
-                missing: missing.len(),
-                parity: self.parity,
-            });
-        }
-        let missing_data: Vec<usize> = missing
-            .iter()
-            .filter(|&&index| index >= self.parity)
-            .map(|&index| index - self.parity)
-            .collect();
-        let lost_parity: Vec<usize> = missing
-            .iter()
-            .copied()
-            .filter(|&i| i < self.parity)
-            .collect();
-        // Parity rows that survived, first ones first: as many as data columns are missing.
-        let usable: Vec<usize> = (0..self.parity)
-            .filter(|row| !lost_parity.contains(row))
-            .take(missing_data.len())
-            .collect();
-        debug_assert_eq!(usable.len(), missing_data.len());
-        if !missing_data.is_empty() {
-            let (parity, data_columns) = buffers.split_at_mut(self.parity);
-            let parity_refs: Vec<&[u8]> = usable.iter().map(|&row| &parity[row][..]).collect();
-            gf::rebuild_data(data_columns, &missing_data, &usable, &parity_refs);
-        }
-        if !lost_parity.is_empty() {
-            let (parity, data_columns) = buffers.split_at_mut(self.parity);
-            let data_refs: Vec<&[u8]> = data_columns.iter().map(|column| &column[..]).collect();
-            let mut fresh = vec![vec![0u8; length]; self.parity];
-            let mut fresh_refs: Vec<&mut [u8]> =
-                fresh.iter_mut().map(|column| &mut column[..]).collect();
-            gf::generate(&data_refs, &mut fresh_refs);
-            for row in lost_parity {
-                parity[row].copy_from_slice(&fresh[row]);
-            }
-        }
-        Ok(())
+        self.reconstruct_with(RaidzKernel::fastest(), buffers, missing)
     }
 }
 
+#[cfg(test)]
+mod kernel_tests;
 #[cfg(test)]
 mod tests;

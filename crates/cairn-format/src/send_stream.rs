@@ -499,7 +499,13 @@ impl<'w> StreamWriter<'w> {
 
     /// Writes END naming the sent snapshot (`snapshot`: the part after '@') and flushes: the
     /// stream is complete.
-    pub fn finish(mut self, snapshot: &str) -> std::io::Result<u64> {
+    pub fn finish(self, snapshot: &str) -> std::io::Result<u64> {
+        self.finish_with_checksum(snapshot).map(|(bytes, _)| bytes)
+    }
+
+    /// `finish`, also returning END's checksum (the end of the stream's chain, which a
+    /// package takes into its own: `send_package`).
+    pub fn finish_with_checksum(mut self, snapshot: &str) -> std::io::Result<(u64, [u8; 32])> {
         if snapshot.is_empty() || snapshot.len() > SEND_SNAPSHOT_NAME_MAX {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -509,7 +515,7 @@ impl<'w> StreamWriter<'w> {
         let to_guid = self.to_guid;
         self.emit(KIND_END, 0, [to_guid, 0, 0, 0, 0, 0], snapshot.as_bytes())?;
         self.out.flush()?;
-        Ok(self.bytes_written)
+        Ok((self.bytes_written, self.chain))
     }
 
     fn emit(
@@ -575,6 +581,12 @@ impl<'r> StreamReader<'r> {
     /// Bytes read so far.
     pub fn offset_bytes(&self) -> u64 {
         self.offset_bytes
+    }
+
+    /// The checksum of the last record verified (after END: the end of the stream's chain,
+    /// which a package takes into its own).
+    pub fn checksum(&self) -> [u8; 32] {
+        self.chain
     }
 
     /// The next record, verified. After END, `Ok(None)`.

@@ -13,12 +13,14 @@
 
 mod doc_check;
 
+use cairn_format::raidz::RaidzGeometry;
 use cairn_format::{
     blkptr, dnode, intent_log, label, raidz, send_package, send_stream, send_token, spacelog,
     uberblock,
 };
 use doc_check::{
-    assert_no_problems, check_constants, check_tables, read_doc, sections, without_sections,
+    assert_no_problems, cells, check_constants, check_tables, prose_lines, read_doc, sections,
+    without_sections,
 };
 use std::collections::BTreeMap;
 
@@ -59,8 +61,6 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         blkptr::BLOCK_POINTER_SIZE,
         blkptr::DVA_COUNT_MAX,
         blkptr::LEVEL_MAX,
-        raidz::RAIDZ_PARITY_MAX,
-        raidz::RAIDZ_WIDTH_MAX,
         dnode::DNODE_SIZE,
         dnode::DNODE_BLOCK_POINTERS,
         dnode::DNODE_BONUS_SIZE,
@@ -102,6 +102,8 @@ fn code_constants() -> BTreeMap<&'static str, u64> {
         send_package::SEND_MANIFEST_VERSION,
         send_package::SEND_KIND_MANIFEST,
         send_package::SEND_KIND_PACKAGE_END,
+        raidz::RAIDZ_PARITY_MAX,
+        raidz::RAIDZ_WIDTH_MAX,
     ]
 }
 
@@ -211,6 +213,8 @@ fn constant_table_covers_the_required_names() {
         "INTENT_LOG_LANES_MAX",
         "INTENT_LOG_HEADER_SIZE",
         "INTENT_LOG_HEADER_VERSION",
+        "RAIDZ_PARITY_MAX",
+        "RAIDZ_WIDTH_MAX",
     ] {
         assert!(
             code.contains_key(name),
@@ -229,6 +233,114 @@ fn constant_table_covers_the_required_names() {
         .iter()
         .all(|heading| structure_sizes().contains_key(heading))
     );
+}
+
+/// The rows of the table whose header starts with `header` in `doc`, as cells.
+fn table_rows<'a>(doc: &'a str, header: &[&str]) -> Vec<Vec<&'a str>> {
+    let lines = prose_lines(doc);
+    let Some(start) = lines
+        .iter()
+        .position(|(_, line)| cells(line).starts_with(header))
+    else {
+        panic!("no table with header {header:?}");
+    };
+    lines[start + 2..]
+        .iter()
+        .take_while(|(_, line)| line.trim_start().starts_with('|'))
+        .map(|(_, line)| cells(line))
+        .collect()
+}
+
+fn number(cell: &str) -> u64 {
+    doc_check::parse_number(cell).unwrap_or_else(|| panic!("{cell:?} is not a number"))
+}
+
+/// "RAID-Z layout"'s allocation examples are what `asize` and `map` compute.
+#[test]
+fn raidz_allocation_examples_match_the_code() {
+    let doc = sections(&read_doc(), &["RAID-Z layout"]);
+    let rows = table_rows(&doc, &["width", "parity", "ashift", "psize"]);
+    assert!(rows.len() >= 3, "the allocation examples are there");
+    for row in rows {
+        let [
+            width,
+            parity,
+            ashift,
+            psize,
+            data,
+            depth,
+            parity_sectors,
+            skip,
+            asize,
+        ] = row.iter().map(|cell| number(cell)).collect::<Vec<_>>()[..]
+        else {
+            panic!("allocation example {row:?} has 9 numbers");
+        };
+        let geometry = RaidzGeometry::new(width as u32, parity as u8, ashift as u8).unwrap();
+        let sector = 1u64 << ashift;
+        let map = geometry.map(0, psize);
+        let columns = map.columns();
+        let data_sectors: u64 =
+            columns[map.parity()..].iter().map(|c| c.size).sum::<u64>() / sector;
+        let parity_total: u64 =
+            columns[..map.parity()].iter().map(|c| c.size).sum::<u64>() / sector;
+        assert_eq!(geometry.asize(psize), asize, "{row:?}: asize");
+        assert_eq!(data_sectors, data, "{row:?}: data sectors");
+        assert_eq!(
+            map.column_buffer_bytes() as u64 / sector,
+            depth,
+            "{row:?}: rows"
+        );
+        assert_eq!(parity_total, parity_sectors, "{row:?}: parity sectors");
+        assert_eq!(
+            asize / sector - data - parity_sectors,
+            skip,
+            "{row:?}: skip sectors"
+        );
+    }
+}
+
+/// "RAID-Z layout"'s worked example is the code's map of that block, column by column.
+#[test]
+fn raidz_worked_example_matches_the_code() {
+    let doc = sections(&read_doc(), &["RAID-Z layout"]);
+    // The example's block, as the text states it.
+    assert!(
+        doc.contains(
+            "The 20 KiB block (psize 20480) at vdev offset 40960 of a 6-wide raidz2 at\nashift 12"
+        ),
+        "the worked example names its block"
+    );
+    let geometry = RaidzGeometry::new(6, 2, 12).unwrap();
+    let map = geometry.map(40960, 20480);
+    let rows = table_rows(&doc, &["column", "vdev sector", "child", "child offset"]);
+    assert_eq!(rows.len(), map.columns().len(), "one row per column");
+    let names = ["P", "Q", "R"];
+    for (index, (row, column)) in rows.iter().zip(map.columns()).enumerate() {
+        let name = if index < map.parity() {
+            names[index].to_string()
+        } else {
+            format!("data {}", index - map.parity())
+        };
+        assert_eq!(row[0], name, "column {index}");
+        assert_eq!(
+            number(row[1]),
+            40960 / 4096 + index as u64,
+            "{name}: vdev sector"
+        );
+        assert_eq!(number(row[2]), u64::from(column.child), "{name}: child");
+        assert_eq!(number(row[3]), column.child_offset, "{name}: child offset");
+        assert_eq!(number(row[4]), column.size, "{name}: size");
+        let bytes = if index < map.parity() {
+            "–".to_string()
+        } else {
+            let range = map.data_range(index - map.parity());
+            format!("{} to {}", range.start, range.end)
+        };
+        assert_eq!(row[5], bytes, "{name}: block bytes");
+    }
+    assert!(doc.contains("`asize` = 36864"));
+    assert_eq!(geometry.asize(20480), 36864);
 }
 
 /// The checkers themselves must catch the mistakes they exist for.

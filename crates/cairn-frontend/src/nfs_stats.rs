@@ -101,6 +101,11 @@ pub enum Seen {
     Nfs(NfsCallSeen),
     /// A retransmission answered from the duplicate-request cache.
     Replayed(Nfs3Proc),
+    /// An NFSv4 NULL or COMPOUND answered (counted among its client's calls; figures per
+    /// v4 operation are not kept yet).
+    Nfs4 {
+        ok: bool,
+    },
 }
 
 /// An NFSv3 call that was carried out.
@@ -500,6 +505,10 @@ impl NfsStats {
             }
             Seen::Nfs(call) => {
                 inner.nfs_call(client, call, latency);
+                return;
+            }
+            Seen::Nfs4 { ok } => {
+                inner.client(client).calls.record(0, ok, latency);
                 return;
             }
         };

@@ -28,7 +28,8 @@
 //!
 //! **Layers inside** (who uses whom; no loops): `record` uses nothing; `xdr` uses only
 //! `record`'s framing constants (to frame a reply in place); `rpc`, `nfs3`, `portmap` use
-//! `xdr`; `mount` also uses `nfs3`'s file handle. Inside `nfs3`, `args` and `results` build on
+//! `xdr`; `mount` also uses `nfs3`'s file handle; `nfs4` uses `xdr` and `rpc`'s AUTH_SYS
+//! credential (CREATE_SESSION's callback credentials). Inside `nfs3`, `args` and `results` build on
 //! `types`, and `results` takes the procedure numbers from `args`.
 //!
 //! **Invariants.** Nothing a peer sends can panic a decoder or make it allocate more than the
@@ -51,6 +52,7 @@
 
 pub mod mount;
 pub mod nfs3;
+pub mod nfs4;
 pub mod portmap;
 pub mod record;
 pub mod rpc;

@@ -72,7 +72,8 @@ pub struct SendArgs {
 #[derive(Debug, clap::Args)]
 pub struct ReceiveArgs {
     /// An incremental stream into a target changed since its source snapshot: destroy the
-    /// newer snapshots and discard the changes (as a rollback).
+    /// newer snapshots and discard the changes (as a rollback), once the whole stream has
+    /// verified (a stream that fails leaves them).
     #[arg(short = 'F')]
     force: bool,
     /// Corrective: heal the data blocks of TARGET (POOL/DATASET@SNAPSHOT) that no copy can

@@ -298,7 +298,7 @@ fn announce(ready: &Ready<'_>, budget: &str, nfs_share: Option<&str>) {
             ip => ip.to_string(),
         };
         println!(
-            "cairn: NFSv3 on {nfs} (filesystems whose sharenfs is not off, to the clients its lists name); mount with: mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {host}:/POOL/DATASET DIR"
+            "cairn: NFSv3 on {nfs} (filesystems whose sharenfs is not off, to the clients its lists name); mount with: mount -t nfs -o vers=3,proto=tcp,port={port},mountport={port},mountproto=tcp,nolock {host}:/POOL/DATASET DIR (NFSv4.1, first step: -o vers=4.1,port={port})"
         );
         if let Some(share) = nfs_share {
             println!(

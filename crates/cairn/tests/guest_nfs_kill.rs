@@ -17,6 +17,9 @@
 //! - on the host, after a clean stop and a fresh start, every file read through a FUSE mount of
 //!   the filesystem has the checksum the guest acknowledged, and `pool check` is clean.
 //!
+//! Run over NFSv3 and over NFSv4.1 (with no grace period yet, the v4.1 client's reclaims get
+//! NO_GRACE and it opens its files again).
+//!
 //! The first run downloads the guest kernel package (cached under `$CARGO_TARGET_DIR/guest`).
 //! Needs root and /dev/fuse (a FUSE mount gives the filesystem's root to the squashed root).
 
@@ -62,6 +65,20 @@ fn sums(text: &str, prefix: &str) -> BTreeMap<String, String> {
 
 #[test]
 fn kernel_nfs_client_keeps_acknowledged_files_through_a_sigkill_of_the_server() {
+    sigkill_mid_run(|port| format!("vers=3,proto=tcp,nolock,port={port},mountport={port}"));
+}
+
+/// The same over NFSv4.1 (docs/nfs-v4.md): after the restart the client finds its session
+/// and client id gone, makes new ones, gets NO_GRACE for its reclaims (cairn keeps no grace
+/// period yet) and opens its files again, then resends its unstable writes.
+#[test]
+fn kernel_nfs41_client_keeps_acknowledged_files_through_a_sigkill_of_the_server() {
+    sigkill_mid_run(|port| format!("vers=4.1,proto=tcp,port={port}"));
+}
+
+/// The scenario of the module comment, mounting with the options `options(port)` gives
+/// (`hard`, timeouts and 64 KiB transfers added).
+fn sigkill_mid_run(options: impl Fn(u16) -> String) {
     let _heavy = heavy();
     for (name, package) in [("mount.nfs", "nfs-common"), ("sha256sum", "coreutils")] {
         tool(name, package);
@@ -87,13 +104,14 @@ fn kernel_nfs_client_keeps_acknowledged_files_through_a_sigkill_of_the_server() 
         env.ok(&["unmount", "tank/fs"]);
     }
 
+    let options = options(port);
     let share = env.path("share");
     std::fs::create_dir(&share).unwrap();
     let acks = share.join("acks");
     let script = format!(
         r#"set -eu
 mkdir -p /mnt/fs
-mount -t nfs -o vers=3,proto=tcp,nolock,hard,timeo=20,retrans=1000,retry=0,wsize=65536,rsize=65536,port={port},mountport={port} {HOST_ADDRESS}:/tank/fs /mnt/fs
+mount -t nfs -o {options},hard,timeo=20,retrans=1000,retry=0,wsize=65536,rsize=65536 {HOST_ADDRESS}:/tank/fs /mnt/fs
 i=0
 while [ $i -lt {FILES} ]; do
     i=$((i + 1))

@@ -173,6 +173,61 @@ fn handles_verifiers_stale_handles_and_retransmissions() {
     );
     let synced = raw.write(&kept, 100_000, b"tail", StableHow::FileSync);
     assert_eq!(synced.committed, StableHow::FileSync);
+
+    // CREATE UNCHECKED of an existing file with a size truncates it only for a user who may
+    // write it: another user gets ACCES, and the file is intact.
+    let open_dir = SetattrArgs {
+        object: root.clone(),
+        new_attributes: Sattr3 {
+            mode: Some(0o777),
+            ..Sattr3::default()
+        },
+        guard: None,
+    };
+    assert!(matches!(
+        raw.nfs(Nfs3Proc::Setattr, &open_dir),
+        Nfs3Reply::Setattr(Outcome::Ok(_))
+    ));
+    let guarded = raw.create(&root, "ro.bin");
+    raw.write(&guarded, 0, b"keep", StableHow::FileSync);
+    let read_only = SetattrArgs {
+        object: guarded.clone(),
+        new_attributes: Sattr3 {
+            mode: Some(0o444),
+            ..Sattr3::default()
+        },
+        guard: None,
+    };
+    assert!(matches!(
+        raw.nfs(Nfs3Proc::Setattr, &read_only),
+        Nfs3Reply::Setattr(Outcome::Ok(_))
+    ));
+    let truncate = CreateArgs {
+        location: DirOpArgs3 {
+            dir: root.clone(),
+            name: Filename::new(b"ro.bin".to_vec()).unwrap(),
+        },
+        how: CreateHow::Unchecked(Sattr3 {
+            size_bytes: Some(0),
+            ..Sattr3::default()
+        }),
+    };
+    assert!(matches!(
+        raw.nfs_as(USER + 1, Nfs3Proc::Create, &truncate),
+        Nfs3Reply::Create(Outcome::Fail(Nfs3Error::Acces, _))
+    ));
+    assert_eq!(raw.read(&guarded, 64), b"keep");
+    let closed_dir = SetattrArgs {
+        new_attributes: Sattr3 {
+            mode: Some(0o755),
+            ..Sattr3::default()
+        },
+        ..open_dir
+    };
+    assert!(matches!(
+        raw.nfs(Nfs3Proc::Setattr, &closed_dir),
+        Nfs3Reply::Setattr(Outcome::Ok(_))
+    ));
     assert_eq!(synced.verf, verifier);
     assert_eq!(
         raw.lookup(&root, "kept.bin").unwrap(),

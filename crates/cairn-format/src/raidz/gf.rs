@@ -1,7 +1,9 @@
 //! GF(2^8) arithmetic for RAID-Z parity (polynomial x^8 + x^4 + x^3 + x^2 + 1, 0x11d, whose
-//! generator is 2): parity generation (P, Q, R by Horner's rule) and the rebuild of missing
-//! data columns from surviving parity. Portable scalar code: the reference any faster kernel
-//! must agree with.
+//! generator is 2): the field's tables, the product tables the kernels multiply by a constant
+//! with, the inverse of a rebuild's matrix, and the scalar parity generation (P, Q, R by
+//! Horner's rule) and rebuild of missing data columns by syndromes. The scalar `generate` and
+//! `rebuild_data` are the reference the tests hold every kernel (`kernel.rs`) to, byte for
+//! byte; the pool's paths use the kernels.
 
 /// Logarithms and powers of 2, built at compile time.
 struct Tables {
@@ -42,14 +44,85 @@ pub fn gf_pow2(power: u32) -> u8 {
     TABLES.exp[(power % 255) as usize]
 }
 
+/// `MUL_TABLES[c][x]` = `c * x`: the portable kernel multiplies by a constant with one row.
+pub(super) static MUL_TABLES: [[u8; 256]; 256] = build_mul_tables();
+
+const fn build_mul_tables() -> [[u8; 256]; 256] {
+    let mut tables = [[0u8; 256]; 256];
+    let mut c = 1;
+    while c < 256 {
+        let mut x = 1;
+        while x < 256 {
+            let log = TABLES.log[c] as usize + TABLES.log[x] as usize;
+            tables[c][x] = TABLES.exp[log];
+            x += 1;
+        }
+        c += 1;
+    }
+    tables
+}
+
+/// `2 * x`: a shift with the polynomial folded in when the top bit falls out.
+pub(super) fn mul2(x: u8) -> u8 {
+    (x << 1) ^ if x & 0x80 != 0 { 0x1d } else { 0 }
+}
+
+/// Parity rows `rows` (bit 0 P, bit 1 Q, bit 2 R) of `data` from byte `from` on, byte by byte,
+/// into the selected `out` rows (one length; the others unused). A column is either at most
+/// `from` bytes long (zero here) or long enough for all of `out`: the kernels' tails. With
+/// `accumulate`, Horner goes on from what `out` holds (an earlier group of columns).
+pub(super) fn horner_bytes(
+    rows: u8,
+    data: &[&[u8]],
+    from: usize,
+    out: &mut [&mut [u8]; 3],
+    accumulate: bool,
+) {
+    let length = out.iter().map(|row| row.len()).max().unwrap_or(0);
+    for at in 0..length {
+        let start = |row: usize| {
+            if accumulate && rows & (1 << row) != 0 {
+                out[row][at]
+            } else {
+                0
+            }
+        };
+        let (mut p, mut q, mut r) = (start(0), start(1), start(2));
+        for column in data {
+            q = mul2(q);
+            r = mul2(mul2(r));
+            if column.len() > from {
+                let byte = column[from + at];
+                p ^= byte;
+                q ^= byte;
+                r ^= byte;
+            }
+        }
+        for (row, value) in [p, q, r].into_iter().enumerate() {
+            if rows & (1 << row) != 0 {
+                out[row][at] = value;
+            }
+        }
+    }
+}
+
+/// `c * x` for the 16 values of a low nibble `x` and for the 16 of a high nibble (`x << 4`):
+/// a product is `low[x & 15] ^ high[x >> 4]`, which a byte shuffle looks up 32 bytes at once.
+pub(super) fn nibble_tables(c: u8) -> ([u8; 16], [u8; 16]) {
+    (
+        std::array::from_fn(|x| MUL_TABLES[usize::from(c)][x]),
+        std::array::from_fn(|x| MUL_TABLES[usize::from(c)][x << 4]),
+    )
+}
+
 /// The inverse of a non-zero `a`.
 fn gf_inverse(a: u8) -> u8 {
     debug_assert!(a != 0, "zero has no inverse");
     TABLES.exp[255 - TABLES.log[a as usize] as usize]
 }
 
-/// `dst ^= c * src`, byte by byte.
-fn mul_xor(dst: &mut [u8], src: &[u8], c: u8) {
+/// `dst ^= c * src`, byte by byte (the kernels' tails).
+pub(super) fn mul_xor(dst: &mut [u8], src: &[u8], c: u8) {
     match c {
         0 => {}
         1 => dst.iter_mut().zip(src).for_each(|(d, s)| *d ^= s),
@@ -61,6 +134,7 @@ fn mul_xor(dst: &mut [u8], src: &[u8], c: u8) {
 }
 
 /// Parity rows `parity.len()` (1 to 3: P, Q, R) of `data` columns, all of one length.
+#[cfg(test)]
 pub(super) fn generate(data: &[&[u8]], parity: &mut [&mut [u8]]) {
     for (row, out) in parity.iter_mut().enumerate() {
         // Horner: out = out * g + d for each column in order, g = 1, 2, 4.
@@ -78,6 +152,7 @@ pub(super) fn generate(data: &[&[u8]], parity: &mut [&mut [u8]]) {
 
 /// Rebuilds data columns `missing` (indexes into `data`) from the surviving parity rows
 /// `rows` (0 P, 1 Q, 2 R; as many as `missing`), whose buffers are `parity`.
+#[cfg(test)]
 pub(super) fn rebuild_data(
     data: &mut [Vec<u8>],
     missing: &[usize],
@@ -126,7 +201,7 @@ pub(super) fn rebuild_data(
 
 /// The inverse of the top-left `size` × `size` part of `matrix` (Gauss-Jordan). The matrices
 /// given are invertible by construction (see the module doc of `raidz`).
-fn invert(mut matrix: [[u8; 3]; 3], size: usize) -> [[u8; 3]; 3] {
+pub(super) fn invert(mut matrix: [[u8; 3]; 3], size: usize) -> [[u8; 3]; 3] {
     let mut inverse = [[0u8; 3]; 3];
     for (i, row) in inverse.iter_mut().enumerate().take(size) {
         row[i] = 1;

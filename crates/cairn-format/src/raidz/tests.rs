@@ -1,27 +1,27 @@
 use super::*;
 
 /// A small deterministic generator (xorshift64*), so failures reproduce.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn below(&mut self, bound: u64) -> u64 {
+    pub(super) fn below(&mut self, bound: u64) -> u64 {
         self.next() % bound
     }
 
-    fn bytes(&mut self, length: usize) -> Vec<u8> {
+    pub(super) fn bytes(&mut self, length: usize) -> Vec<u8> {
         (0..length).map(|_| self.next() as u8).collect()
     }
 }
 
 /// Every subset of `0..count` with at most `most` members.
-fn subsets(count: usize, most: usize) -> Vec<Vec<usize>> {
+pub(super) fn subsets(count: usize, most: usize) -> Vec<Vec<usize>> {
     (0u32..1 << count)
         .filter(|mask| mask.count_ones() as usize <= most)
         .map(|mask| (0..count).filter(|bit| mask & (1 << bit) != 0).collect())

@@ -56,7 +56,8 @@ fn package() -> Vec<u8> {
     for guid in [11u64, 12] {
         let mut stream = StreamWriter::new(writer.stream_out(), &header(0, guid)).unwrap();
         stream.write_data(1, 0, &[guid as u8; 512]).unwrap();
-        stream.finish("s1").unwrap();
+        let (_, end) = stream.finish_with_checksum("s1").unwrap();
+        writer.stream_done(&end);
     }
     let length = writer.finish(2).unwrap();
     assert_eq!(length, out.len() as u64);
@@ -85,6 +86,8 @@ fn read(bytes: &[u8]) -> Result<(PackageManifest, Vec<Vec<StreamRecord>>), Strea
         while let Some(record) = stream.next_record()? {
             records.push(record);
         }
+        let end = stream.checksum();
+        reader.stream_done(&end);
         streams.push(records);
     }
     reader.finish()?;

@@ -216,10 +216,15 @@ pub fn create(ctx: &NfsContext, caller: &Caller, args: &CreateArgs) -> Nfs3Reply
                 Outcome::Fail(Nfs3Error::Exist, dir_wcc(&dir))
             } else {
                 // An existing file is opened as O_CREAT without O_EXCL would: truncated if
-                // a size is asked.
+                // a size is asked, which needs the right to write it.
                 let mut sattr = sattr.clone();
                 sattr.mode = None;
-                made(&dir, Ok((object, attrs)), Some(&sattr))
+                let file = dir.at(object, attrs.clone());
+                if sattr.size_bytes.is_some() && !may_io(caller, &file, MAY_WRITE) {
+                    Outcome::Fail(Nfs3Error::Acces, dir_wcc(&dir))
+                } else {
+                    made(&dir, Ok((object, attrs)), Some(&sattr))
+                }
             }
         }
         (CreateHow::Exclusive(verf), Some((object, attrs))) => {

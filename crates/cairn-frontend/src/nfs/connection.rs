@@ -2,14 +2,15 @@
 //!
 //! Serving a record: `parse_call` (an unreadable header drops the record; a bad credential is
 //! denied with AUTH_ERROR), then by program: PORTMAP (GETPORT answers this server's one port
-//! for MOUNT v3 and NFS v3 over TCP, 0 for anything else; any credential), MOUNT v3 (MNT of
-//! `/POOL/DATASET` for shared filesystems) and NFS v3. Every call but the NULL procedures
+//! for MOUNT v3 and NFS v3 and v4 over TCP, 0 for anything else; any credential), MOUNT v3
+//! (MNT of `/POOL/DATASET` for shared filesystems), NFS v3, and NFS v4 (NULL, and COMPOUND
+//! handed to `v4/`, which answers its own operations' refusals). Every call but the NULL procedures
 //! and PORTMAP needs AUTH_SYS: others are denied AUTH_ERROR TOOWEAK. Each NFS call is then
 //! admitted by the exports its handles lead into, as their `sharenfs` reads now and as the
 //! connection's peer address is listed there (`NfsContext::admit`, `access.rs`): refused
 //! ACCES or ROFS before it runs, root squashed, ACCESS limited on a read-only share; MNT is
-//! refused MNT3ERR_ACCES to a client with no access. A version other than 3
-//! gets PROG_MISMATCH, an unknown procedure PROC_UNAVAIL, arguments that do not decode
+//! refused MNT3ERR_ACCES to a client with no access. An NFS version other than 3 or 4
+//! gets PROG_MISMATCH (3 to 4), an unknown procedure PROC_UNAVAIL, arguments that do not decode
 //! GARBAGE_ARGS; a record over `RECORD_BYTES_MAX` closes the connection. So a peer's input
 //! can neither panic the server nor make it hold more than that per call. Every record is
 //! charged to the server's memory limit before its body is read, and holds its charge until
@@ -41,6 +42,7 @@ use super::memory::{
     unknown_record_charge_bytes,
 };
 use super::procs::{self, IO_BYTES_MAX};
+use super::v4;
 use super::write;
 use crate::nfs_stats::Seen;
 use cairn_dataset::properties::ShareAccess;
@@ -49,6 +51,8 @@ use cairn_nfs::mount::{
     decode_mount_call,
 };
 use cairn_nfs::nfs3::{NFS_V3, Nfs3Call, Nfs3Proc, Nfs3Reply, decode_call};
+use cairn_nfs::nfs4::NFS_V4;
+use cairn_nfs::nfs4::args::{PROC4_COMPOUND, PROC4_NULL};
 use cairn_nfs::portmap::{IPPROTO_TCP, PortmapCall, PortmapReply, decode_portmap_call};
 use cairn_nfs::record::{FRAGMENT_LEN_MASK, LAST_FRAGMENT};
 use cairn_nfs::rpc::{
@@ -356,7 +360,8 @@ fn answer_record(
             },
             Err(err) => failed_args(seen, xid, &err),
         },
-        PROGRAM_NFS if header.version != NFS_V3 => mismatch(seen, NFS_V3),
+        PROGRAM_NFS if header.version == NFS_V4 => nfs4(ctx, client, &header, args, seen),
+        PROGRAM_NFS if header.version != NFS_V3 => nfs_mismatch(xid, seen),
         PROGRAM_NFS => {
             if header.procedure == Nfs3Proc::Null.as_u32() {
                 *seen = Seen::nfs(&Nfs3Call::Null, &Nfs3Reply::Null);
@@ -403,6 +408,55 @@ fn answer_record(
             *seen = Seen::Unsupported;
             header_only(ReplyHeader::accepted(xid, AcceptStat::ProgUnavail))
         }
+    }
+}
+
+/// A call of an NFS version not served: versions 3 to 4 are.
+fn nfs_mismatch(xid: u32, seen: &mut Seen) -> Option<Vec<u8>> {
+    *seen = Seen::Unsupported;
+    header_only(ReplyHeader::accepted(
+        xid,
+        AcceptStat::ProgMismatch {
+            low: NFS_V3,
+            high: NFS_V4,
+        },
+    ))
+}
+
+/// An NFSv4 call: NULL, or a COMPOUND (`v4/`), which needs AUTH_SYS as v3's calls do.
+fn nfs4(
+    ctx: &NfsContext,
+    client: IpAddr,
+    header: &CallHeader,
+    args: &[u8],
+    seen: &mut Seen,
+) -> Option<Vec<u8>> {
+    let xid = header.xid;
+    match header.procedure {
+        PROC4_NULL => {
+            *seen = Seen::Nfs4 { ok: true };
+            success(xid, &())
+        }
+        PROC4_COMPOUND => {
+            let Some(caller) = caller_of(header) else {
+                *seen = Seen::AuthRefused;
+                return header_only(ReplyHeader::denied(
+                    xid,
+                    RejectStat::AuthError(AuthStat::TooWeak),
+                ));
+            };
+            match v4::compound(ctx, client, caller, args) {
+                Ok(body) => {
+                    *seen = Seen::Nfs4 { ok: true };
+                    let mut enc = Encoder::for_record();
+                    enc.put(&ReplyHeader::success(xid));
+                    enc.put_fixed(&body);
+                    enc.into_record().ok()
+                }
+                Err(err) => failed_args(seen, xid, &err),
+            }
+        }
+        other => failed_args(seen, xid, &XdrError::UnknownProcedure(other)),
     }
 }
 
@@ -456,7 +510,7 @@ fn portmap(ctx: &NfsContext, call: &PortmapCall) -> PortmapReply {
         PortmapCall::Getport(mapping) => {
             let ours = matches!(
                 (mapping.program, mapping.version),
-                (PROGRAM_NFS, NFS_V3) | (PROGRAM_MOUNT, MOUNT_V3)
+                (PROGRAM_NFS, NFS_V3 | NFS_V4) | (PROGRAM_MOUNT, MOUNT_V3)
             ) && mapping.protocol == IPPROTO_TCP;
             PortmapReply::Port(if ours { u32::from(ctx.port) } else { 0 })
         }

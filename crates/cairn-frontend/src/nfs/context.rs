@@ -20,6 +20,7 @@
 use super::drc::DuplicateCache;
 use super::memory::MemoryLimit;
 use super::open_snapshots::OpenSnapshots;
+use super::sessions::V4State;
 use crate::nfs_stats::NfsStats;
 use crate::pools::ServedPools;
 use cairn_engine::Pool;
@@ -51,6 +52,8 @@ pub struct NfsContext {
     pub(super) memory: MemoryLimit,
     /// Set when the server stops: readers waiting for memory give up.
     pub(super) stopping: AtomicBool,
+    /// NFSv4.1 clients, sessions and opens (`sessions.rs`).
+    pub(super) v4: V4State,
 }
 
 /// 64 bits the operating system chose at random (std's `RandomState` is seeded from the OS
@@ -77,12 +80,14 @@ impl NfsContext {
         stats: Arc<NfsStats>,
         memory_max_bytes: u64,
     ) -> NfsContext {
+        let instance = random_u64();
         NfsContext {
+            v4: V4State::new((instance >> 32) as u32 ^ instance as u32),
             memory: MemoryLimit::new(memory_max_bytes, stats.clone()),
             stopping: AtomicBool::new(false),
             served,
             port,
-            instance: random_u64(),
+            instance,
             drc: DuplicateCache::default(),
             stats,
             epochs_seen: Mutex::new(HashMap::new()),

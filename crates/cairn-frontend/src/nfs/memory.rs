@@ -68,7 +68,13 @@ pub fn program_and_procedure(head: &[u8]) -> (Option<u32>, Option<u32>) {
 /// The largest reply the call whose record starts with `head` can produce (`head` may be
 /// shorter than `PEEK_BYTES`: a record too short for a header gets a small error reply).
 fn reply_bytes_max(head: &[u8]) -> u64 {
+    let version = head
+        .get(16..20)
+        .and_then(|bytes| bytes.try_into().ok())
+        .map(u32::from_be_bytes);
     match program_and_procedure(head) {
+        // Any NFSv4 COMPOUND may READ or READDIR.
+        (Some(PROGRAM_NFS), Some(_)) if version == Some(4) => LARGE_REPLY_BYTES,
         // READ, READDIR, READDIRPLUS.
         (Some(PROGRAM_NFS), Some(6 | 16 | 17)) => LARGE_REPLY_BYTES,
         // EXPORT.

@@ -30,8 +30,12 @@
 //! - **Statistics**: calls by procedure with latency, bytes, WRITE stability, what COMMITs
 //!   carried, refusals and clients, kept in `crate::nfs_stats` (`cairn stat nfs`, `/metrics`).
 //!
-//! Not yet: NLM locking (clients mount with `nolock`), NFSv4, and coherence with a FUSE mount
-//! of the same
+//! - **NFSv4.1**, first step (docs/nfs-v4.md): version 4 on the same port, sessions with
+//!   exactly-once slots, leases, a pseudo root and open state (`sessions.rs`, `v4/`), every
+//!   file operation run by the v3 procedures below.
+//!
+//! Not yet: NLM locking (clients mount v3 with `nolock`), v4.1's other namespace operations,
+//! locks, deny modes, grace period and delegations, and coherence with a FUSE mount of the same
 //! dataset: the kernel keeps names and attributes for up to `ATTR_TTL` (a minute) and is not
 //! told of changes made over NFS.
 //!
@@ -43,7 +47,9 @@
 //! (which clients may do what in an export), `snapdir.rs` (`.cairn` and the snapshots),
 //! `procs.rs`
 //! (procedures that only read), `changes.rs` (namespace and attributes), `write.rs` (WRITE,
-//! COMMIT), `connection.rs` (RPC dispatch, auth, MOUNT, PORTMAP), then this file.
+//! COMMIT), `sessions.rs` (v4.1's clients, sessions, opens; kept in the context), `v4/`
+//! (COMPOUND on top of the v3 procedures), `connection.rs` (RPC dispatch, auth, MOUNT,
+//! PORTMAP), then this file.
 
 mod access;
 mod changes;
@@ -55,7 +61,9 @@ mod handle;
 mod memory;
 mod open_snapshots;
 mod procs;
+mod sessions;
 mod snapdir;
+mod v4;
 mod write;
 
 pub use access::unlisted_shares;
