@@ -59,6 +59,33 @@ pub struct PoolStatus {
 }
 
 impl Pool {
+    /// What people should know about the vdev layout: each raidz vdev whose children differ
+    /// in size uses every child only up to the smallest one's size.
+    pub fn layout_warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for top in &self.core.tree().tops {
+            if top.raidz().is_none() {
+                continue;
+            }
+            let sizes: Vec<u64> = top
+                .leaves
+                .iter()
+                .filter_map(|leaf| leaf.device().map(|device| device.size_bytes()))
+                .collect();
+            let (Some(&smallest), Some(&largest)) = (sizes.iter().min(), sizes.iter().max()) else {
+                continue;
+            };
+            if smallest != largest {
+                warnings.push(format!(
+                    "warning: the devices of {} differ in size ({smallest} to {largest} \
+                     bytes); each is used only up to the smallest one's size",
+                    top.kind_name()
+                ));
+            }
+        }
+        warnings
+    }
+
     pub fn status(&self) -> PoolStatus {
         let stats = self.core.space.lock().stats();
         // (Taken alone: `resilver_status` locks the directory too.)

@@ -34,7 +34,7 @@ impl ScrubVisitor<'_> {
         progress.scanned_bytes += block.bp.allocated_bytes();
         progress.bad_copies += outcome.bad_copies;
         progress.repaired_copies += outcome.repaired_copies;
-        progress.repaired_bytes += outcome.repaired_copies * u64::from(block.bp.psize);
+        progress.repaired_bytes += outcome.repaired_bytes;
         if outcome.unrecoverable {
             progress.unrecoverable_blocks += 1;
             self.damaged.push(describe(&self.dataset, block));

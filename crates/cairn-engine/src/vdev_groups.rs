@@ -14,6 +14,7 @@ use cairn_device::spec::DeviceSpec;
 use cairn_format::label::{
     DEVICE_SIZE_MIN, TopVdevConfig, TopVdevKind, VdevRole, data_region_size,
 };
+use cairn_format::raidz::{RAIDZ_PARITY_MAX, RAIDZ_WIDTH_MAX, RaidzGeometry};
 use cairn_format::{ASHIFT_DEFAULT, PoolState};
 use cairn_pool::labels::{best_config, read_uberblocks};
 use cairn_pool::space::{SpaceClass, VdevSpace, metaslab_shift_for};
@@ -26,6 +27,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone)]
 pub struct VdevGroup {
     pub mirror: bool,
+    /// A raidz vdev with this many parity columns (1-3; `raidz1`..`raidz3`), `mirror` false.
+    pub raidz_parity: Option<u8>,
     /// A separate intent-log device (`log` in the zpool grammar).
     pub log: bool,
     pub devices: Vec<DeviceSpec>,
@@ -60,18 +63,20 @@ pub(crate) fn create_error(message: impl Into<String>) -> EngineError {
     EngineError::Create(message.into())
 }
 
-/// Checks each group's shape (a mirror of two or more devices, a plain vdev of one) and that no
-/// device appears twice or is in `seen` already (`taken` words the error).
+/// Checks each group's shape (a mirror of two or more devices, a raidz vdev of more devices
+/// than parity, a plain vdev of one) and that no device appears twice or is in `seen` already
+/// (`taken` words the error).
 pub(crate) fn check_groups(
     groups: &[VdevGroup],
     mut seen: BTreeSet<PathBuf>,
     taken: impl Fn(&Path) -> EngineError,
 ) -> Result<(), EngineError> {
     for group in groups {
-        if group.mirror && group.devices.len() < 2 {
+        if let Some(parity) = group.raidz_parity {
+            check_raidz_group(group, parity)?;
+        } else if group.mirror && group.devices.len() < 2 {
             return Err(create_error("a mirror needs at least two devices"));
-        }
-        if !group.mirror && group.devices.len() != 1 {
+        } else if !group.mirror && group.devices.len() != 1 {
             return Err(create_error("a plain vdev is exactly one device"));
         }
         for spec in &group.devices {
@@ -79,6 +84,32 @@ pub(crate) fn check_groups(
                 return Err(taken(&spec.path));
             }
         }
+    }
+    Ok(())
+}
+
+/// A raidz group: parity 1-3, not a mirror, not a log device, and more devices than parity.
+fn check_raidz_group(group: &VdevGroup, parity: u8) -> Result<(), EngineError> {
+    if parity == 0 || parity > RAIDZ_PARITY_MAX || group.mirror {
+        return Err(create_error(format!("raidz{parity} is not a vdev kind")));
+    }
+    if group.log {
+        return Err(create_error(
+            "log devices cannot be raidz (a log block is small: use a mirror)",
+        ));
+    }
+    let minimum = usize::from(parity) + 1;
+    if group.devices.len() < minimum {
+        return Err(create_error(format!(
+            "raidz{parity} needs at least {minimum} devices, got {}",
+            group.devices.len()
+        )));
+    }
+    if group.devices.len() > RAIDZ_WIDTH_MAX as usize {
+        return Err(create_error(format!(
+            "raidz{parity} takes at most {RAIDZ_WIDTH_MAX} devices, got {}",
+            group.devices.len()
+        )));
     }
     Ok(())
 }
@@ -101,6 +132,20 @@ pub(crate) fn open_top(
             return Err(err);
         }
     };
+    // A raidz vdev's address space is its children's (the smallest one's) interleaved.
+    let region = match group.raidz_parity {
+        Some(parity) => RaidzGeometry::new(leaves.len() as u32, parity, create.ashift)
+            .map_err(|err| create_error(format!("raidz layout: {err}")))
+            .map(|geometry| geometry.vdev_bytes(region)),
+        None => Ok(region),
+    };
+    let region = match region {
+        Ok(region) => region,
+        Err(err) => {
+            leaves.iter().for_each(|leaf| leaf.shutdown());
+            return Err(err);
+        }
+    };
     let metaslab_shift = metaslab_shift_for(region);
     let metaslab_count = region >> metaslab_shift;
     if metaslab_count == 0 {
@@ -112,10 +157,10 @@ pub(crate) fn open_top(
     let config = TopVdevConfig {
         id,
         guid: new_guid(),
-        kind: if group.mirror {
-            TopVdevKind::Mirror
-        } else {
-            TopVdevKind::Leaf
+        kind: match (group.raidz_parity, group.mirror) {
+            (Some(parity), _) => TopVdevKind::RaidZ { parity },
+            (None, true) => TopVdevKind::Mirror,
+            (None, false) => TopVdevKind::Leaf,
         },
         role: if group.log {
             VdevRole::Log
@@ -202,6 +247,7 @@ pub(crate) fn space_layout(tree: &VdevTree) -> Vec<VdevSpace> {
             data_size_bytes: top.data_size_bytes,
             ashift: top.config.ashift,
             metaslab_shift: top.config.metaslab_shift,
+            raidz: top.raidz(),
         })
         .collect()
 }

@@ -337,6 +337,7 @@ fn a_file_read_in_order_is_read_ahead_in_merged_device_calls() {
         "tank",
         &[cairn_engine::VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: specs(&device_paths(dir.path(), 1)),
         }],

@@ -149,6 +149,7 @@ fn scrubs_during_writes_report_no_phantom_damage() {
             "tank",
             &[cairn_engine::VdevGroup {
                 mirror: true,
+                raidz_parity: None,
                 log: false,
                 devices: specs(&paths),
             }],

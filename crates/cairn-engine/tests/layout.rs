@@ -29,6 +29,7 @@ fn spec(path: &Path) -> DeviceSpec {
 fn log_group(dir: &Path, names: &[&str]) -> VdevGroup {
     VdevGroup {
         mirror: names.len() > 1,
+        raidz_parity: None,
         log: true,
         devices: names.iter().map(|name| spec(&dir.join(name))).collect(),
     }
@@ -52,6 +53,7 @@ fn sector(tag: u64) -> Vec<u8> {
 fn new_pool(dir: &Path, seed: u64, power: &Arc<PowerSwitch>, with_log: bool) -> Pool {
     let mut groups = vec![VdevGroup {
         mirror: false,
+        raidz_parity: None,
         log: false,
         devices: vec![spec(&dir.join("d0.img"))],
     }];
@@ -142,6 +144,7 @@ fn log_devices_are_added_and_removed_without_losing_a_write() {
     assert!(again.unwrap_err().to_string().contains("already in pool"));
     let data = VdevGroup {
         mirror: false,
+        raidz_parity: None,
         log: false,
         devices: vec![spec(&dir.path().join("d1.img"))],
     };

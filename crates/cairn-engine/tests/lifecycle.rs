@@ -81,6 +81,7 @@ fn a_device_of_another_pool_is_refused_without_force() {
         "other",
         &[VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: specs(&paths),
         }],
@@ -175,11 +176,13 @@ fn a_single_device_pool_missing_its_device_gives_a_clear_error() {
             &[
                 VdevGroup {
                     mirror: false,
+                    raidz_parity: None,
                     log: false,
                     devices: specs(&paths[..1]),
                 },
                 VdevGroup {
                     mirror: false,
+                    raidz_parity: None,
                     log: false,
                     devices: specs(&paths[1..]),
                 },

@@ -326,6 +326,7 @@ fn pool_on_switch(dir: &Path, seed: u64, power: &Arc<PowerSwitch>) -> Pool {
         "tank",
         &[VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: vec![spec(&dir.join("d0.img"))],
         }],

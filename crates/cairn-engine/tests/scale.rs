@@ -26,6 +26,7 @@ fn create_pool(dir: &std::path::Path) -> (Vec<std::path::PathBuf>, Pool) {
         "tank",
         &[cairn_engine::VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: specs(&paths),
         }],

@@ -140,12 +140,14 @@ fn scenario(seed: u64) -> Scenario {
 fn create_pool(dir: &Path, scenario: &Scenario, opener: DeviceOpener) -> Pool {
     let mut groups = vec![VdevGroup {
         mirror: false,
+        raidz_parity: None,
         log: false,
         devices: vec![spec(&dir.join("d0.img"))],
     }];
     if scenario.log_device {
         groups.push(VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: true,
             devices: vec![spec(&dir.join("slog.img"))],
         });

@@ -79,7 +79,8 @@ pub enum PoolState {
 pub enum TopVdevKind {
     Leaf,
     Mirror,
-    /// Reserved: raidz with this many parity columns.
+    /// raidz with this many parity columns (1-3) over more children than that
+    /// (`crate::raidz`).
     RaidZ {
         parity: u8,
     },
@@ -133,7 +134,7 @@ impl VdevTreeConfig {
     /// not guarantee (a crafted label checksums fine): distinct top-level ids, an ashift in
     /// `ASHIFT_MIN..=ASHIFT_MAX`, a metaslab no smaller than a sector and a data region
     /// (`metaslab_count << metaslab_shift`) that fits in a u64, and one child for a `Leaf`, at
-    /// least one otherwise. Import calls it before using the tree; whether the region fits on
+    /// least one for a `Mirror`, parity 1-3 and more children than parity for a `RaidZ`. Import calls it before using the tree; whether the region fits on
     /// the devices is for import to check.
     pub fn validate(&self) -> Result<(), FormatError> {
         const WHAT: &str = "vdev tree";
@@ -158,7 +159,14 @@ impl VdevTreeConfig {
             }
             let children_ok = match top.kind {
                 TopVdevKind::Leaf => top.children.len() == 1,
-                _ => !top.children.is_empty(),
+                // What the raidz layout can hold: parity 1-3 and more children than parity.
+                TopVdevKind::RaidZ { parity } => crate::raidz::RaidzGeometry::new(
+                    u32::try_from(top.children.len()).unwrap_or(u32::MAX),
+                    parity,
+                    top.ashift,
+                )
+                .is_ok(),
+                TopVdevKind::Mirror => !top.children.is_empty(),
             };
             if !children_ok {
                 return Err(FormatError::invalid(

@@ -46,6 +46,7 @@ pub(crate) fn volume_objset() -> (ObjectSet, Arc<BlockIo>) {
         data_size_bytes: data_bytes,
         ashift: 12,
         metaslab_shift: METASLAB_SHIFT,
+        raidz: None,
     }])
     .unwrap();
     let io = Arc::new(BlockIo::new(

@@ -2,19 +2,24 @@
 //! (`read_copy`, `verify_copy`), surveying every copy on every child (`scrub_block`,
 //! `verify_all_copies`), and rewriting a bad copy from a good one (`repair`, `write_copy`).
 //!
+//! A copy on a raidz vdev is surveyed column by column (`raidz`): each column is compared
+//! with the one recomputed from the verified block, parity included, so a scrub finds and
+//! repairs bad parity as well as bad data.
+//!
 //! Invariants: a copy counts as good only if its stored bytes' checksum equals the pointer's;
 //! nothing is rewritten on a read-only pool; a failed read or checksum is counted on the leaf
-//! that returned it. This file uses `io` and `error` below it; `read` sits above.
+//! that returned it. This file uses `raidz`, `io` and `error` below it; `read` sits above.
 
 use crate::error::{CopyError, PipelineError, decompress_error, outside_pool};
 use crate::io::BlockIo;
+use crate::raidz::RaidzReadOptions;
 use bytes::Bytes;
 use cairn_device::queue::{IoClass, IoHandle};
 use cairn_device::{DeviceError, ReadBuf};
 use cairn_format::compress;
 use cairn_format::label::VDEV_DATA_START;
 use cairn_format::{BlockPointer, Compression, Dva};
-use cairn_pool::vdev::Leaf;
+use cairn_pool::vdev::{Leaf, TopVdev};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -24,6 +29,8 @@ pub struct ScrubOutcome {
     pub copies_checked: u64,
     pub bad_copies: u64,
     pub repaired_copies: u64,
+    /// Bytes rewritten: a whole copy per repaired mirror side, a column per raidz column.
+    pub repaired_bytes: u64,
     pub bytes_read: u64,
     pub unrecoverable: bool,
 }
@@ -32,11 +39,13 @@ impl BlockIo {
     /// Verifies every copy on every child (scrub), repairing what it can. The bytes returned
     /// are the block's logical contents (decompressed).
     pub fn scrub_block(&self, bp: &BlockPointer) -> (ScrubOutcome, Option<Bytes>) {
-        let mut survey = self.survey_copies(bp);
+        let mut survey = self.survey_copies(bp, true);
         let mut outcome = ScrubOutcome {
             copies_checked: survey.checked,
             bytes_read: survey.bytes_read,
             bad_copies: survey.bad.len() as u64,
+            repaired_copies: survey.repaired_columns,
+            repaired_bytes: survey.repaired_bytes,
             ..ScrubOutcome::default()
         };
         match &survey.good {
@@ -46,6 +55,14 @@ impl BlockIo {
                         && self.repair(leaf, dva, data)
                     {
                         outcome.repaired_copies += 1;
+                        outcome.repaired_bytes += data.len() as u64;
+                    }
+                }
+                let tree = self.tree();
+                for dva in &survey.lost_stripes {
+                    if self.rewrite_raidz(&tree, dva, data) {
+                        outcome.repaired_copies += 1;
+                        outcome.repaired_bytes += u64::from(dva.asize);
                     }
                 }
             }
@@ -67,7 +84,7 @@ impl BlockIo {
     /// Verifies every copy of `bp` on every child without repairing anything (offline check).
     /// Returns the number of copies checked, the descriptions of bad ones, and good data.
     pub fn verify_all_copies(&self, bp: &BlockPointer) -> (u64, Vec<String>, Option<Bytes>) {
-        let mut survey = self.survey_copies(bp);
+        let mut survey = self.survey_copies(bp, false);
         let good = survey.logical(bp);
         let mut problems: Vec<String> = survey
             .bad
@@ -84,8 +101,9 @@ impl BlockIo {
         (survey.checked, problems, good)
     }
 
-    /// Reads and verifies every copy of `bp` on every child of its vdevs.
-    fn survey_copies(&self, bp: &BlockPointer) -> CopySurvey {
+    /// Reads and verifies every copy of `bp` on every child of its vdevs; on a raidz vdev
+    /// every column, parity included, rewriting the bad ones if `repair`.
+    fn survey_copies(&self, bp: &BlockPointer, repair: bool) -> CopySurvey {
         let mut survey = CopySurvey::default();
         let tree = self.tree();
         for dva in bp.copies() {
@@ -93,6 +111,10 @@ impl BlockIo {
                 survey.bad.push((None, *dva, outside_pool(dva)));
                 continue;
             };
+            if top.raidz().is_some() {
+                self.survey_raidz(top, dva, bp, repair, &mut survey);
+                continue;
+            }
             for leaf in top.read_order_for(bp.birth_txg) {
                 survey.checked += 1;
                 survey.bytes_read += u64::from(bp.psize);
@@ -103,6 +125,57 @@ impl BlockIo {
             }
         }
         survey
+    }
+
+    /// One raidz copy of `bp` read whole for `survey_copies`: each bad column is a bad copy
+    /// (on its child, already rewritten if `repair`); a stripe no combination rebuilt is one
+    /// bad copy, rewritten whole from another copy by `scrub_block`.
+    fn survey_raidz(
+        &self,
+        top: &TopVdev,
+        dva: &Dva,
+        bp: &BlockPointer,
+        repair: bool,
+        survey: &mut CopySurvey,
+    ) {
+        let options = RaidzReadOptions {
+            class: IoClass::Scrub,
+            birth_txg: Some(bp.birth_txg),
+            every_column: true,
+            repair,
+        };
+        let read = self.read_raidz(top, dva, u64::from(bp.psize), options, &mut |data| {
+            bp.checksum_algorithm.compute(data) == bp.checksum
+        });
+        self.count_raidz_read(&read);
+        survey.checked += read.columns_read;
+        survey.bytes_read += read.bytes_read;
+        survey.repaired_columns += read.repaired_columns;
+        survey.repaired_bytes += read.repaired_bytes;
+        for _ in 0..read.bad_columns {
+            survey.bad.push((
+                None,
+                *dva,
+                CopyError::Raidz {
+                    vdev: top.kind_name(),
+                    reason: format!("a bad column at offset {:#x}", dva.offset),
+                },
+            ));
+        }
+        match read.data {
+            Some(data) => survey.good = Some(Bytes::from_owner(data)),
+            None => {
+                survey.lost_stripes.push(*dva);
+                survey.bad.push((
+                    None,
+                    *dva,
+                    CopyError::Raidz {
+                        vdev: top.kind_name(),
+                        reason: read.failure.unwrap_or_default(),
+                    },
+                ));
+            }
+        }
     }
 
     pub(crate) fn read_copy(
@@ -163,6 +236,14 @@ impl BlockIo {
     /// the copy's offset (resilver: the child lacks it). `None` if the child is unusable; the
     /// caller waits on the handle and flushes the leaf before relying on the write.
     pub fn write_copy(&self, leaf: &Arc<Leaf>, dva: &Dva, data: Bytes) -> Option<IoHandle<()>> {
+        // A raidz child holds columns, never a whole copy.
+        if self
+            .tree()
+            .top(dva.vdev)
+            .is_some_and(|top| top.raidz().is_some())
+        {
+            return None;
+        }
         let queue = leaf.queue()?;
         Some(queue.write(IoClass::Scrub, VDEV_DATA_START + dva.offset, data))
     }
@@ -173,6 +254,12 @@ impl BlockIo {
         if self.read_only.load(Ordering::SeqCst) {
             return false;
         }
+        debug_assert!(
+            self.tree()
+                .top(dva.vdev)
+                .is_none_or(|top| top.raidz().is_none()),
+            "a whole copy written to a raidz child"
+        );
         let Some(queue) = leaf.queue() else {
             return false;
         };
@@ -200,8 +287,13 @@ struct CopySurvey {
     bytes_read: u64,
     good: Option<Bytes>,
     /// Copies that failed, with the leaf that returned them (none if the copy's address is
-    /// outside the pool) and why.
+    /// outside the pool, or the copy is a raidz column or stripe) and why.
     bad: Vec<(Option<Arc<Leaf>>, Dva, CopyError)>,
+    /// Raidz columns rewritten while surveying, and their bytes.
+    repaired_columns: u64,
+    repaired_bytes: u64,
+    /// Raidz copies no combination of columns rebuilt.
+    lost_stripes: Vec<Dva>,
 }
 
 impl CopySurvey {

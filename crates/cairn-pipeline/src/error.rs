@@ -92,6 +92,9 @@ pub enum CopyError {
     OutsidePool { vdev: u32, offset: u64 },
     #[error("no readable copy")]
     NoCopy,
+    /// A copy on a raidz vdev that no combination of its columns rebuilt.
+    #[error("{vdev}: {reason}")]
+    Raidz { vdev: String, reason: String },
 }
 
 /// Why a block pointer that decoded cleanly still cannot belong to this pool: the decoder

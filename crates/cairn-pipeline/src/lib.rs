@@ -28,20 +28,27 @@
 //! - `error.rs`: `PipelineError`, `CopyError`, `PointerProblem`.
 //! - `stats.rs`: `PipelineStats`, the counters.
 //! - `io.rs`: `BlockIo`, its tree and allocator, freeing a block, checking a pointer.
+//! - `raidz.rs`: a block on a raidz vdev as its stripe's column writes, and read back: data
+//!   columns, then combinatorial rebuild from parity, bad columns charged and rewritten.
 //! - `copies.rs`: one copy read and verified, every copy surveyed (scrub, check), repair.
 //! - `read.rs`: `read_block` and the queued reads (`queue_read`, `QueuedRead`).
 //! - `write.rs`: `WriteBatch`, `WriteProps`, `FailedWrites`.
 //! - `raw.rs`: raw I/O of self-describing blocks (intent log), `RawWrites`.
+//! - `raidz_tests.rs`: unit tests on a raidz vdev of memory devices (queued reads, rebuild,
+//!   raw blocks).
 //! - `tests.rs`: unit tests on a mirror of memory devices (round trip, compression kept only
 //!   when it pays, a damaged side never returned and repaired by scrub, no copy verifying).
 //!
 //! Files depend one way only, bottom to top: `error` and `stats` (no siblings) < `io` <
-//! `copies` < `read`; `io` < `write`; `io` < `raw`. This file only declares them and
+//! `raidz` < `copies` < `read`; `raidz` < `write`; `raidz` < `raw`. This file only declares them and
 //! re-exports the public API.
 
 mod copies;
 mod error;
 mod io;
+mod raidz;
+#[cfg(test)]
+mod raidz_tests;
 mod raw;
 mod read;
 mod stats;

@@ -2,13 +2,17 @@
 //! reads queued now and finished later (`queue_read`, `finish_read`, `QueuedRead`), and the
 //! guard that counts a read in flight (`ReadGuard`).
 //!
+//! A copy on a raidz vdev is read as its stripe (`raidz`: data columns, then a rebuild from
+//! parity when they do not verify).
+//!
 //! Invariants: a read returns bytes whose stored form verifies against the pointer, or an
 //! error, never unverified bytes; every read is counted in flight until it ends, so the space
-//! of the block it was given is not reused meanwhile. This file uses `copies`, `io` and `error`
-//! below it.
+//! of the block it was given is not reused meanwhile. This file uses `copies`, `raidz`, `io`
+//! and `error` below it.
 
 use crate::error::{CopyError, PipelineError, decompress_error, outside_pool, unrecoverable};
 use crate::io::BlockIo;
+use crate::raidz::{QueuedStripe, stripe_of};
 use bytes::Bytes;
 use cairn_device::ReadBuf;
 use cairn_device::queue::{IoClass, IoHandle};
@@ -56,7 +60,8 @@ impl BlockIo {
     ) -> Result<ReadBuf, PipelineError> {
         assert!(!bp.is_hole(), "read of a hole");
         let _in_flight = Self::read_guard(self);
-        let mut bad: Vec<(Arc<Leaf>, Dva)> = Vec::new();
+        // A bad copy on one leaf, or (no leaf) a raidz copy no combination rebuilt.
+        let mut bad: Vec<(Option<Arc<Leaf>>, Dva)> = Vec::new();
         let mut last_reason = CopyError::NoCopy;
         let mut good: Option<ReadBuf> = None;
         let tree = self.tree();
@@ -65,6 +70,19 @@ impl BlockIo {
                 last_reason = outside_pool(dva);
                 continue;
             };
+            if top.raidz().is_some() {
+                match self.read_raidz_copy(top, dva, bp, class, false) {
+                    Ok(data) => {
+                        good = Some(data);
+                        break 'copies;
+                    }
+                    Err(reason) => {
+                        last_reason = reason;
+                        bad.push((None, *dva));
+                        continue;
+                    }
+                }
+            }
             for leaf in top.read_order_for(bp.birth_txg) {
                 match self.read_copy(&leaf, dva, bp, class) {
                     Ok(data) => {
@@ -73,7 +91,7 @@ impl BlockIo {
                     }
                     Err(reason) => {
                         last_reason = reason;
-                        bad.push((leaf, *dva));
+                        bad.push((Some(leaf), *dva));
                     }
                 }
             }
@@ -85,7 +103,14 @@ impl BlockIo {
         if !bad.is_empty() {
             let verified = Bytes::from_owner(data.clone());
             for (leaf, dva) in bad {
-                self.repair(&leaf, &dva, &verified);
+                match leaf {
+                    Some(leaf) => {
+                        self.repair(&leaf, &dva, &verified);
+                    }
+                    None => {
+                        self.rewrite_raidz(&tree, &dva, &verified);
+                    }
+                }
             }
         }
         Ok(data)
@@ -98,22 +123,26 @@ impl BlockIo {
     pub fn queue_read(self: &Arc<Self>, bp: &BlockPointer, class: IoClass) -> Option<QueuedRead> {
         assert!(!bp.is_hole(), "read of a hole");
         let dva = *bp.copies().first()?;
-        let leaf = self
-            .tree()
-            .top_for_dva(&dva)?
-            .read_order_for(bp.birth_txg)
-            .into_iter()
-            .next()?;
+        let tree = self.tree();
+        let top = tree.top_for_dva(&dva)?;
+        if top.raidz().is_some() {
+            let stripe = self.queue_raidz(top, &dva, bp, class)?;
+            return Some(QueuedRead {
+                _in_flight: Self::read_guard(self.clone()),
+                bp: *bp,
+                class,
+                target: Queued::Stripe(stripe),
+            });
+        }
+        let leaf = top.read_order_for(bp.birth_txg).into_iter().next()?;
         let queue = leaf.queue()?;
         let in_flight = Self::read_guard(self.clone());
         let handle = queue.read(class, VDEV_DATA_START + dva.offset, bp.psize as usize);
         Some(QueuedRead {
             _in_flight: in_flight,
-            leaf,
-            dva,
             bp: *bp,
             class,
-            handle,
+            target: Queued::Copy { leaf, dva, handle },
         })
     }
 
@@ -122,17 +151,21 @@ impl BlockIo {
     pub fn finish_read(&self, queued: QueuedRead) -> Result<ReadBuf, PipelineError> {
         let QueuedRead {
             _in_flight,
-            leaf,
-            dva,
             bp,
             class,
-            handle,
+            target,
         } = queued;
-        let offset = VDEV_DATA_START + dva.offset;
-        match self.verify_copy(&leaf, offset, &bp, handle.wait()) {
-            Ok(data) => logical(&bp, data),
+        let verified = match target {
+            Queued::Copy { leaf, dva, handle } => {
+                let offset = VDEV_DATA_START + dva.offset;
+                self.verify_copy(&leaf, offset, &bp, handle.wait()).ok()
+            }
+            Queued::Stripe(stripe) => self.finish_raidz(stripe, &bp),
+        };
+        match verified {
+            Some(data) => logical(&bp, data),
             // The queued read stays counted in flight until the full read is done.
-            Err(_) => self.read_block_buf(&bp, class),
+            None => self.read_block_buf(&bp, class),
         }
     }
 
@@ -145,6 +178,18 @@ impl BlockIo {
             let Some(top) = tree.top_for_dva(dva) else {
                 continue;
             };
+            if let Some(geometry) = top.raidz() {
+                let Some(map) = stripe_of(&geometry, dva, u64::from(bp.psize)) else {
+                    continue;
+                };
+                for column in map.columns() {
+                    if let Some(queue) = top.leaves[column.child as usize].queue() {
+                        let offset = VDEV_DATA_START + column.child_offset;
+                        moved += queue.promote_reads(offset, from, IoClass::SyncRead);
+                    }
+                }
+                continue;
+            }
             for leaf in &top.leaves {
                 if let Some(queue) = leaf.queue() {
                     moved +=
@@ -189,9 +234,17 @@ impl<D: Deref<Target = BlockIo>> Drop for ReadGuard<D> {
 /// runs in the queue, harmlessly: nothing uses its bytes).
 pub struct QueuedRead {
     _in_flight: ReadGuard<Arc<BlockIo>>,
-    leaf: Arc<Leaf>,
-    dva: Dva,
     bp: BlockPointer,
     class: IoClass,
-    handle: IoHandle<ReadBuf>,
+    target: Queued,
+}
+
+/// What a queued read waits for: one copy on one leaf, or the data columns of a raidz copy.
+enum Queued {
+    Copy {
+        leaf: Arc<Leaf>,
+        dva: Dva,
+        handle: IoHandle<ReadBuf>,
+    },
+    Stripe(QueuedStripe),
 }

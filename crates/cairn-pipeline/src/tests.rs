@@ -58,6 +58,7 @@ fn mirror() -> Mirror {
         data_size_bytes: data_bytes,
         ashift: 12,
         metaslab_shift: METASLAB_SHIFT,
+        raidz: None,
     }])
     .unwrap();
     Mirror {

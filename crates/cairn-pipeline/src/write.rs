@@ -2,20 +2,26 @@
 //! pointer before the I/O completes), waiting for a batch (`wait_writes`, which faults the leaves
 //! whose writes fail) and the writes kept when no device of a vdev took them (`FailedWrites`).
 //!
+//! A block on a raidz vdev is written as its stripe's columns, one to each child
+//! (`raidz::raidz_column_writes`), staged with the other writes of that child.
+//!
 //! Invariants: a pointer handed out by `write` names space the allocator marked allocated in
 //! the batch's txg and a checksum of exactly the bytes written; a write is lost (kept in
-//! `FailedWrites`) only if no child of its top-level vdev took it. This file uses `io` and
-//! `error` below it.
+//! `FailedWrites`) only if its top-level vdev can no longer serve it (no child of a mirror
+//! took it; more children of a raidz vdev than parity did not). This file uses `io`, `raidz`
+//! and `error` below it.
 
 use crate::error::PipelineError;
 use crate::io::BlockIo;
+use crate::raidz::raidz_column_writes;
 use bytes::Bytes;
 use cairn_device::DeviceError;
 use cairn_device::queue::{IoClass, IoHandle};
 use cairn_format::compress;
 use cairn_format::label::VDEV_DATA_START;
+use cairn_format::raidz::RaidzGeometry;
 use cairn_format::{BlockPointer, ChecksumAlgorithm, Compression, Dva, ObjectType};
-use cairn_pool::vdev::{Leaf, VdevTree};
+use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -191,8 +197,10 @@ fn wait_writes(
     if failures.is_empty() {
         return Ok(());
     }
-    // A write is lost only if no child of its vdev took it (the vdev has no usable child left);
-    // on a degraded mirror the failed side is faulted and the write stands on the others.
+    // A write is lost only if its vdev cannot serve it (a mirror with no usable child left, a
+    // raidz vdev with more unusable children than parity); on a degraded mirror the failed
+    // side is faulted and the write stands on the others, on a degraded raidz vdev the failed
+    // column is rebuilt from parity.
     let unavailable: Vec<Arc<Leaf>> = tree
         .tops
         .iter()
@@ -374,23 +382,13 @@ impl WriteBatch<'_> {
         let top = tree
             .top(dva.vdev)
             .expect("allocator returned a vdev the tree does not have");
+        if let Some(geometry) = top.raidz() {
+            self.issue_raidz(top, &geometry, dva, data, class);
+            return Ok(());
+        }
         let mut issued = 0;
         for leaf in top.leaves.iter().filter(|leaf| leaf.queue().is_some()) {
-            let staged = self
-                .staged
-                .entry((leaf.guid, class))
-                .or_insert_with(|| Staged {
-                    leaf: leaf.clone(),
-                    writes: Vec::new(),
-                    bytes: 0,
-                });
-            staged
-                .writes
-                .push((VDEV_DATA_START + dva.offset, data.clone()));
-            staged.bytes += data.len() as u64;
-            if staged.bytes >= STAGE_BYTES_MAX || staged.writes.len() >= STAGE_WRITES_MAX {
-                self.submit_staged(leaf.guid, class);
-            }
+            self.stage(leaf, class, VDEV_DATA_START + dva.offset, data.clone());
             issued += 1;
         }
         if issued == 0 {
@@ -403,6 +401,55 @@ impl WriteBatch<'_> {
             );
         }
         Ok(())
+    }
+
+    /// Issues the columns of a block on a raidz vdev, each to its child. A child that cannot
+    /// take writes misses its column (rebuilt from parity when read); with more such children
+    /// than parity, the whole stripe waits for them to come back (`finish`).
+    fn issue_raidz(
+        &mut self,
+        top: &TopVdev,
+        geometry: &RaidzGeometry,
+        dva: &Dva,
+        data: &Bytes,
+        class: IoClass,
+    ) {
+        let writes = raidz_column_writes(top, geometry, dva, data);
+        debug_assert!(
+            !writes.is_empty(),
+            "an allocation that does not fit its block"
+        );
+        if top.health() == Health::Unavail {
+            self.unissued.extend(
+                writes
+                    .into_iter()
+                    .map(|(leaf, offset, bytes)| (leaf, class, offset, bytes)),
+            );
+            return;
+        }
+        for (leaf, offset, bytes) in writes {
+            if leaf.queue().is_some() {
+                self.stage(&leaf, class, offset, bytes);
+            }
+        }
+    }
+
+    /// Stages one write of `data` at leaf byte `offset`, handing the leaf's staged writes to
+    /// its queue once they make a full burst.
+    fn stage(&mut self, leaf: &Arc<Leaf>, class: IoClass, offset: u64, data: Bytes) {
+        let staged = self
+            .staged
+            .entry((leaf.guid, class))
+            .or_insert_with(|| Staged {
+                leaf: leaf.clone(),
+                writes: Vec::new(),
+                bytes: 0,
+            });
+        staged.bytes += data.len() as u64;
+        staged.writes.push((offset, data));
+        if staged.bytes >= STAGE_BYTES_MAX || staged.writes.len() >= STAGE_WRITES_MAX {
+            self.submit_staged(leaf.guid, class);
+        }
     }
 
     fn submit_staged(&mut self, guid: u64, class: IoClass) {

@@ -1,12 +1,15 @@
 //! The runtime vdev tree: leaves (one device each, with its I/O queue and error counters)
-//! grouped into top-level vdevs (a single leaf or an N-way mirror).
+//! grouped into top-level vdevs (a single leaf, an N-way mirror or a raidz vdev).
 //!
 //! A block's copy (`Dva`) names a top-level vdev and an offset in that vdev's data region; the
 //! same offset is used on every child of a mirror, at `VDEV_DATA_START + offset` on the leaf.
+//! A raidz vdev's data region is its children's regions interleaved by sector, and a block is
+//! a stripe of columns, one per child (`cairn_format::raidz`, `TopVdev::raidz`).
 //!
 //! Health follows zpool's vocabulary: a leaf is ONLINE, FAULTED (too many errors or an I/O
 //! failure on write) or UNAVAIL (missing at import). A mirror is ONLINE when every child is,
-//! DEGRADED while at least one child is ONLINE, UNAVAIL when none is. The pool takes the worst
+//! DEGRADED while at least one child is ONLINE, UNAVAIL when none is; a raidz vdev is DEGRADED
+//! while at most `parity` children are unreadable, UNAVAIL beyond. The pool takes the worst
 //! state of its top-level vdevs.
 //!
 //! A leaf being resilvered (a side just attached to a mirror, or one back after missing
@@ -24,6 +27,7 @@ use cairn_device::queue::LeafQueue;
 use cairn_device::spec::DeviceSpec;
 use cairn_device::{Device, DeviceError};
 use cairn_format::label::{TopVdevConfig, TopVdevKind, VdevRole, VdevTreeConfig};
+use cairn_format::raidz::RaidzGeometry;
 use cairn_format::{Dva, LeafConfig};
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -261,12 +265,33 @@ impl TopVdev {
     /// vdev, so a write that reached only it must not count as written. For the same reason a
     /// mirror is DEGRADED, not ONLINE, while a side is being resilvered: it is no redundancy
     /// until it holds every block.
+    ///
+    /// A raidz vdev is DEGRADED with 1 to `parity` children unreadable (every block can still
+    /// be rebuilt) and UNAVAIL with more.
     pub fn health(&self) -> Health {
         let readable = self.leaves.iter().filter(|leaf| leaf.is_readable()).count();
+        let unreadable = self.leaves.len() - readable;
         match (self.config.kind, readable) {
             (_, 0) => Health::Unavail,
-            (TopVdevKind::Mirror, n) if n < self.leaves.len() => Health::Degraded,
+            (TopVdevKind::RaidZ { parity }, _) if unreadable > usize::from(parity) => {
+                Health::Unavail
+            }
+            (TopVdevKind::Mirror | TopVdevKind::RaidZ { .. }, n) if n < self.leaves.len() => {
+                Health::Degraded
+            }
             _ => Health::Online,
+        }
+    }
+
+    /// The layout of a raidz vdev (its children, parity and sector); `None` for a leaf or a
+    /// mirror, and for a raidz config the layout cannot hold (refused at import by the label
+    /// checks, so not met in a running pool).
+    pub fn raidz(&self) -> Option<RaidzGeometry> {
+        match self.config.kind {
+            TopVdevKind::RaidZ { parity } => {
+                RaidzGeometry::new(self.leaves.len() as u32, parity, self.config.ashift).ok()
+            }
+            _ => None,
         }
     }
 
@@ -541,5 +566,26 @@ mod tests {
         let order: Vec<u64> = top.read_order().iter().map(|leaf| leaf.guid).collect();
         assert_eq!(order, vec![2, 1]);
         top.leaves.iter().for_each(|leaf| leaf.shutdown());
+    }
+
+    #[test]
+    fn a_raidz_vdev_is_degraded_up_to_parity_unreadable_children_and_unavail_beyond() {
+        let leaves: Vec<Arc<Leaf>> = (1..=5).map(leaf).collect();
+        let mut top = mirror(leaves.clone());
+        top.config.kind = TopVdevKind::RaidZ { parity: 2 };
+        let geometry = top.raidz().expect("a raidz layout");
+        assert_eq!((geometry.width(), geometry.parity()), (5, 2));
+        assert_eq!(top.kind_name(), "raidz2-0");
+        assert_eq!(top.health(), Health::Online);
+        leaves[0].fault();
+        assert_eq!(top.health(), Health::Degraded);
+        leaves[3].fault();
+        assert_eq!(top.health(), Health::Degraded);
+        leaves[4].fault();
+        assert_eq!(top.health(), Health::Unavail);
+        leaves[4].unfault();
+        assert_eq!(top.health(), Health::Degraded);
+        assert!(mirror(leaves.clone()).raidz().is_none());
+        leaves.iter().for_each(|leaf| leaf.shutdown());
     }
 }

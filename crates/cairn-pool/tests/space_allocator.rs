@@ -21,6 +21,7 @@ fn vdev(vdev: u32, data_size_bytes: u64) -> VdevSpace {
         data_size_bytes,
         ashift: 12,
         metaslab_shift: metaslab_shift_for(data_size_bytes),
+        raidz: None,
     }
 }
 
@@ -40,6 +41,7 @@ fn single(size: u64, metaslab_shift: u8) -> SpaceAllocator {
         data_size_bytes: size,
         ashift: 12,
         metaslab_shift,
+        raidz: None,
     }])
     .unwrap()
 }
@@ -849,6 +851,7 @@ fn config() -> impl Strategy<Value = Vec<VdevSpace>> {
                 data_size_bytes: mib * MIB + 3 * 4096,
                 ashift,
                 metaslab_shift,
+                raidz: None,
             })
             .collect()
     })

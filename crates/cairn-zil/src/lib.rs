@@ -601,3 +601,12 @@ impl IntentLog {
         space.allocate_log_on_pool(size_bytes, txg).map_err(failed)
     }
 }
+
+/// Bytes read back for the log block allocated as `dva`: all of its allocation, at most
+/// `LOG_BLOCK_SIZE_MAX`. On a raidz vdev a raw block is a stripe whose length both sides must
+/// agree on, so the writer pads each block to exactly this length (`BlockIo::raw_capacity`
+/// is at least the size asked for, which is at most `LOG_BLOCK_SIZE_MAX`).
+pub(crate) fn log_block_len(io: &cairn_pipeline::BlockIo, dva: &cairn_format::Dva) -> usize {
+    io.raw_capacity(dva)
+        .min(cairn_format::intent_log::LOG_BLOCK_SIZE_MAX as usize)
+}

@@ -68,11 +68,18 @@ pub fn read_log(
     log
 }
 
+/// Most bytes a log block allocates: its largest size, four times over on the narrowest
+/// raidz3 vdev (one data column, three parity columns).
+const LOG_BLOCK_ASIZE_MAX: u32 = 4 * LOG_BLOCK_SIZE_MAX;
+
 fn read_block(io: &BlockIo, dva: &Dva, position: &ChainPosition) -> Option<LogBlock> {
-    if dva.asize == 0 || dva.asize > LOG_BLOCK_SIZE_MAX {
+    if dva.asize == 0 || dva.asize > LOG_BLOCK_ASIZE_MAX {
         return None;
     }
-    io.read_raw(dva, dva.asize as usize, IoClass::SyncRead, |bytes| {
-        LogBlock::decode(bytes, position).ok()
-    })
+    io.read_raw(
+        dva,
+        crate::log_block_len(io, dva),
+        IoClass::SyncRead,
+        |bytes| LogBlock::decode(bytes, position).ok(),
+    )
 }

@@ -271,8 +271,8 @@ enum StatCommand {
 
 #[derive(Debug, Subcommand)]
 enum PoolCommand {
-    /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH...; then optionally log ...
-    /// and cache PATH...; PATH may be emu:MODEL:PATH).
+    /// Create a pool: NAME then vdevs (PATH | mirror PATH PATH... | raidz[1-3] PATH PATH...;
+    /// then optionally log ... and cache PATH...; PATH may be emu:MODEL:PATH).
     Create(PoolCreateArgs),
     /// Add separate log devices or cache devices to a pool: NAME log [mirror] PATH... |
     /// NAME cache PATH...
@@ -391,7 +391,7 @@ struct PoolCreateArgs {
     root_properties: Vec<(String, String)>,
     /// Pool name.
     name: String,
-    /// PATH... | mirror PATH PATH... [log ...] [cache PATH...] ; PATH may be emu:MODEL:PATH (hdd-7200, ssd-sata, ssd-plp, nvme, ram).
+    /// PATH... | mirror PATH PATH... | raidz[1-3] PATH PATH... (at least parity + 1) [log ...] [cache PATH...] ; PATH may be emu:MODEL:PATH (hdd-7200, ssd-sata, ssd-plp, nvme, ram).
     #[arg(required = true, value_name = "VDEV")]
     vdevs: Vec<String>,
 }

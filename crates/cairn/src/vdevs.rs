@@ -2,14 +2,14 @@
 //!
 //! ```text
 //! VDEVS  := GROUP... [log GROUP...] [cache DEVICE...]
-//! GROUP  := DEVICE | mirror DEVICE DEVICE...
+//! GROUP  := DEVICE | mirror DEVICE DEVICE... | raidz[1|2|3] DEVICE DEVICE...
 //! DEVICE := PATH | emu:MODEL:PATH
 //! ```
 //!
 //! Groups after `log` are separate intent-log devices; devices after `cache` are cache devices
-//! (the SSD read tier: copies only, so never mirrored). `raidz`, `spare`, `special` and
-//! `dedup` are recognised and refused with a clear "not supported yet" rather than being taken
-//! for file names. Paths are made absolute here, so
+//! (the SSD read tier: copies only, so never mirrored). `raidz` is `raidz1`; a raidzN group
+//! needs at least N + 1 devices. `draid`, `spare`, `special` and `dedup` are recognised and
+//! refused with a clear "not supported yet" rather than being taken for file names. Paths are made absolute here, so
 //! the pool cache names the same files whatever directory later commands run in.
 
 use anyhow::{Result, anyhow, bail};
@@ -18,9 +18,17 @@ use cairn_engine::VdevGroup;
 use cairn_frontend::admin::{GroupLayout, VdevLayout};
 
 /// Keywords zpool knows that cairn does not implement yet.
-const UNSUPPORTED: &[&str] = &[
-    "raidz", "raidz1", "raidz2", "raidz3", "draid", "spare", "special", "dedup",
-];
+const UNSUPPORTED: &[&str] = &["draid", "spare", "special", "dedup"];
+
+/// The parity of a raidz keyword (`raidz` is `raidz1`), `None` for any other word.
+fn raidz_parity(keyword: &str) -> Option<u8> {
+    match keyword {
+        "raidz" | "raidz1" => Some(1),
+        "raidz2" => Some(2),
+        "raidz3" => Some(3),
+        _ => None,
+    }
+}
 
 /// What a vdev list names: groups of the vdev tree (data and log), and cache devices.
 #[derive(Debug, Default)]
@@ -38,6 +46,7 @@ impl Vdevs {
                 .iter()
                 .map(|group| GroupLayout {
                     mirror: group.mirror,
+                    raidz_parity: group.raidz_parity,
                     log: group.log,
                     devices: group.devices.iter().map(ToString::to_string).collect(),
                 })
@@ -70,7 +79,7 @@ pub fn absolute_device_word(word: &str) -> String {
 
 pub fn parse_vdevs(words: &[String]) -> Result<Vdevs> {
     let mut groups: Vec<VdevGroup> = Vec::new();
-    let mut open_mirror: Option<VdevGroup> = None;
+    let mut open_group: Option<VdevGroup> = None;
     let mut log = false;
     let mut cache: Option<Vec<DeviceSpec>> = None;
     for word in words {
@@ -78,6 +87,9 @@ pub fn parse_vdevs(words: &[String]) -> Result<Vdevs> {
         if let Some(cache) = cache.as_mut() {
             match keyword.as_str() {
                 "mirror" => bail!("cache devices cannot be mirrored (they hold copies only)"),
+                word if raidz_parity(word).is_some() => {
+                    bail!("cache devices cannot be raidz (they hold copies only)")
+                }
                 "log" => bail!("log devices go before 'cache'"),
                 "cache" => bail!("'cache' is given twice"),
                 _ => cache.push(parse_device(word)?),
@@ -85,68 +97,79 @@ pub fn parse_vdevs(words: &[String]) -> Result<Vdevs> {
             continue;
         }
         if keyword == "cache" {
-            if let Some(mirror) = open_mirror.take() {
-                groups.push(finish_mirror(mirror, groups.len())?);
+            if let Some(group) = open_group.take() {
+                groups.push(finish_group(group, groups.len())?);
             }
             cache = Some(Vec::new());
             continue;
         }
         if UNSUPPORTED.contains(&keyword.as_str()) || keyword.starts_with("draid") {
             bail!(
-                "'{word}' vdevs are not supported yet (supported: plain devices, mirror and log)"
+                "'{word}' vdevs are not supported yet (supported: plain devices, mirror, raidz1-3 and log)"
             );
         }
         if keyword == "log" {
             if log {
                 bail!("'log' is given twice");
             }
-            if let Some(mirror) = open_mirror.take() {
-                groups.push(finish_mirror(mirror, groups.len())?);
+            if let Some(group) = open_group.take() {
+                groups.push(finish_group(group, groups.len())?);
             }
             log = true;
             continue;
         }
-        if keyword == "mirror" {
-            if let Some(mirror) = open_mirror.take() {
-                groups.push(finish_mirror(mirror, groups.len())?);
+        let parity = raidz_parity(&keyword);
+        if keyword == "mirror" || parity.is_some() {
+            if let Some(group) = open_group.take() {
+                groups.push(finish_group(group, groups.len())?);
             }
-            open_mirror = Some(VdevGroup {
-                mirror: true,
+            open_group = Some(VdevGroup {
+                mirror: parity.is_none(),
+                raidz_parity: parity,
                 log,
                 devices: Vec::new(),
             });
             continue;
         }
         let spec = parse_device(word)?;
-        match open_mirror.as_mut() {
-            Some(mirror) => mirror.devices.push(spec),
+        match open_group.as_mut() {
+            Some(group) => group.devices.push(spec),
             None => groups.push(VdevGroup {
                 mirror: false,
+                raidz_parity: None,
                 log,
                 devices: vec![spec],
             }),
         }
     }
-    if let Some(mirror) = open_mirror.take() {
-        groups.push(finish_mirror(mirror, groups.len())?);
+    if let Some(mirror) = open_group.take() {
+        groups.push(finish_group(mirror, groups.len())?);
     }
     let cache = cache.unwrap_or_default();
     if groups.is_empty() && cache.is_empty() {
         bail!(
-            "no devices given (grammar: PATH... | mirror PATH PATH... [log ...] [cache PATH...])"
+            "no devices given (grammar: PATH... | mirror PATH PATH... | raidz[1-3] PATH PATH... [log ...] [cache PATH...])"
         );
     }
     Ok(Vdevs { groups, cache })
 }
 
-fn finish_mirror(mirror: VdevGroup, index: usize) -> Result<VdevGroup> {
-    if mirror.devices.len() < 2 {
+fn finish_group(group: VdevGroup, index: usize) -> Result<VdevGroup> {
+    if let Some(parity) = group.raidz_parity {
+        let minimum = usize::from(parity) + 1;
+        if group.devices.len() < minimum {
+            bail!(
+                "raidz{parity}-{index} needs at least {minimum} devices (parity {parity} + 1), got {}",
+                group.devices.len()
+            );
+        }
+    } else if group.devices.len() < 2 {
         bail!(
             "mirror-{index} needs at least two devices, got {}",
-            mirror.devices.len()
+            group.devices.len()
         );
     }
-    Ok(mirror)
+    Ok(group)
 }
 
 #[cfg(test)]
@@ -220,9 +243,31 @@ mod tests {
             "{err}"
         );
         assert!(parse_vdevs(&words("/a log /b log /c")).is_err());
-        assert!(parse_vdevs(&words("raidz /a /b /c")).is_err());
+        assert!(parse_vdevs(&words("draid /a /b /c")).is_err());
         let err = parse_vdevs(&words("mirror /a")).unwrap_err().to_string();
         assert!(err.contains("at least two"), "{err}");
         assert!(parse_vdevs(&[]).is_err());
+    }
+
+    #[test]
+    fn raidz_groups_take_their_parity_and_refuse_too_few_devices() {
+        let groups = parse_vdevs(&words("raidz /a /b raidz2 /c /d /e raidz3 /f /g /h /i"))
+            .unwrap()
+            .groups;
+        let shape: Vec<(bool, Option<u8>, usize)> = groups
+            .iter()
+            .map(|g| (g.mirror, g.raidz_parity, g.devices.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (false, Some(1), 2),
+                (false, Some(2), 3),
+                (false, Some(3), 4)
+            ]
+        );
+        let err = parse_vdevs(&words("raidz2 /a /b")).unwrap_err().to_string();
+        assert!(err.contains("at least 3 devices"), "{err}");
+        assert!(parse_vdevs(&words("/a cache raidz /c0 /c1")).is_err());
     }
 }

@@ -12,7 +12,7 @@ use crate::pool::PoolOptions;
 use cairn_device::DeviceError;
 use cairn_device::spec::DeviceSpec;
 use cairn_format::VdevRole;
-use cairn_format::label::data_region_size;
+use cairn_format::label::{TopVdevConfig, TopVdevKind, data_region_size};
 use cairn_pool::vdev::{Health, Leaf, TopVdev, VdevTree};
 use std::path::PathBuf;
 
@@ -27,6 +27,20 @@ fn within(source: &ImportSource, path: &std::path::Path) -> bool {
             .any(|spec| absolute(&spec.path) == absolute(path)),
         ImportSource::Directory(dir) => in_dir(dir),
         ImportSource::Directories(dirs) => dirs.iter().any(in_dir),
+    }
+}
+
+/// Bytes of data region each child of `top` must hold for a vdev data region of
+/// `data_size_bytes`: all of it on a leaf or a mirror's side, the sectors that fall on one
+/// child of a raidz vdev (whose region is its children's, interleaved sector by sector).
+fn child_bytes_needed(top: &TopVdevConfig, data_size_bytes: u64) -> u64 {
+    match top.kind {
+        TopVdevKind::RaidZ { .. } => {
+            let width = (top.children.len() as u64).max(1);
+            let sectors = data_size_bytes >> top.ashift;
+            sectors.div_ceil(width) << top.ashift
+        }
+        TopVdevKind::Leaf | TopVdevKind::Mirror => data_size_bytes,
     }
 }
 
@@ -60,6 +74,7 @@ pub(super) fn open_tree(
     for top in &found.config.tree.tops {
         // Validated above: the data region fits in a u64.
         let data_size_bytes = top.data_size_bytes().unwrap_or(0);
+        let child_bytes = child_bytes_needed(top, data_size_bytes);
         let mut leaves = Vec::new();
         for child in &top.children {
             let located = found.devices.iter().find(|(_, guid)| *guid == child.guid);
@@ -73,10 +88,10 @@ pub(super) fn open_tree(
             match opened {
                 Some(Ok(device)) => {
                     let holds_bytes = data_region_size(device.size_bytes());
-                    if holds_bytes < data_size_bytes && too_small.is_none() {
+                    if holds_bytes < child_bytes && too_small.is_none() {
                         too_small = Some(format!(
-                            "vdev {} claims a data region of {data_size_bytes} bytes, more than \
-                             {spec} holds ({holds_bytes} bytes)",
+                            "vdev {} claims a data region of {child_bytes} bytes on each \
+                             device, more than {spec} holds ({holds_bytes} bytes)",
                             top.id
                         ));
                     }

@@ -73,6 +73,7 @@ impl Pool {
         }
         let group = VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: vec![new.clone()],
         };

@@ -17,11 +17,15 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-/// Data vdevs only: log devices hold no blocks a resilver walks.
+/// Data vdevs whose children hold whole copies (single devices and mirrors): log devices hold
+/// no blocks a resilver walks, and a raidz child holds columns, which a resilver that copies
+/// whole blocks must never write. A raidz child that was out and comes back is not tracked
+/// (its missed txgs, its resilver) yet: what it lacks is found by the checksums and rebuilt
+/// by reads and scrub.
 pub(crate) fn data_tops(tree: &VdevTree) -> impl Iterator<Item = &TopVdev> {
-    tree.tops
-        .iter()
-        .filter(|top| top.config.role == VdevRole::Normal)
+    tree.tops.iter().filter(|top| {
+        top.config.role == VdevRole::Normal && !matches!(top.config.kind, TopVdevKind::RaidZ { .. })
+    })
 }
 
 pub(super) fn layout_error(message: impl Into<String>) -> EngineError {

@@ -110,6 +110,7 @@ pub fn create_mirror_with(paths: &[PathBuf], options: PoolOptions) -> Pool {
         "tank",
         &[VdevGroup {
             mirror: paths.len() > 1,
+            raidz_parity: None,
             log: false,
             devices: specs(paths),
         }],

@@ -159,12 +159,14 @@ pub fn create_pool(dir: &Path, log_device: bool, opener: DeviceOpener) -> Pool {
 pub fn create_pool_with(dir: &Path, log_device: bool, options: cairn_engine::PoolOptions) -> Pool {
     let mut groups = vec![VdevGroup {
         mirror: true,
+        raidz_parity: None,
         log: false,
         devices: vec![spec(&dir.join("d0.img")), spec(&dir.join("d1.img"))],
     }];
     if log_device {
         groups.push(VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: true,
             devices: vec![spec(&dir.join("slog.img"))],
         });

@@ -8,6 +8,7 @@
 
 use super::failures::skip_unavailable;
 use super::mirrors::{self, Progress};
+use super::operations::change_pool;
 use super::request::{AdminReply, AdminRequest, Answer};
 use super::samples::{self, ArcSample, DeviceIoSample, L2arcSample, PoolSample};
 use super::{
@@ -49,7 +50,7 @@ pub fn handle_observed(
         AdminRequest::L2arcCounters { pools } => {
             AdminReply::L2arcCounters(l2arc(access, &pools, &mut notes)?)
         }
-        AdminRequest::Pool(change) => operations::change_pool(access, command_line, change)?,
+        AdminRequest::Pool(change) => change_pool(access, command_line, change, &mut notes)?,
         AdminRequest::Dataset(change) => {
             operations::change_dataset(access, command_line, change, &mut notes)?
         }

@@ -168,6 +168,7 @@ impl Start<'_> {
             .map_err(|err| fail(AdminError::Create(format!("invalid device {err}"))))?;
         let groups = [VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: vec![spec.clone()],
         }];

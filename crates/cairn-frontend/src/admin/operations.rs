@@ -26,6 +26,7 @@ fn vdevs(layout: &VdevLayout) -> Result<(Vec<VdevGroup>, Vec<DeviceSpec>), Admin
         .map(|group| {
             Ok(VdevGroup {
                 mirror: group.mirror,
+                raidz_parity: group.raidz_parity,
                 log: group.log,
                 devices: group.devices.iter().map(parse).collect::<Result<_, _>>()?,
             })
@@ -36,10 +37,12 @@ fn vdevs(layout: &VdevLayout) -> Result<(Vec<VdevGroup>, Vec<DeviceSpec>), Admin
 }
 
 /// Runs one pool change.
+/// Runs one pool change; warnings for people come back as notes.
 pub(super) fn change_pool(
     access: &PoolAccess,
     command_line: &str,
     change: PoolChange,
+    notes: &mut Vec<String>,
 ) -> Result<AdminReply, AdminError> {
     match change {
         PoolChange::Create {
@@ -62,7 +65,9 @@ pub(super) fn change_pool(
             if let Some(ashift) = ashift {
                 options.ashift = ashift;
             }
-            super::create_pool(access, &pool, &groups, &cache, &options).map_err(fail)?;
+            let warnings =
+                super::create_pool(access, &pool, &groups, &cache, &options).map_err(fail)?;
+            notes.extend(warnings);
             Ok(AdminReply::Done)
         }
         PoolChange::Add {

@@ -24,7 +24,7 @@ pub fn create_pool(
     groups: &[VdevGroup],
     cache_devices: &[DeviceSpec],
     options: &CreateOptions,
-) -> Result<(), AdminError> {
+) -> Result<Vec<String>, AdminError> {
     if access.cache.devices(name)?.is_some() {
         return Err(AdminError::AlreadyImported(name.to_string()));
     }
@@ -58,7 +58,9 @@ pub fn create_pool(
         created.remove();
         return Err(err.into());
     }
-    remember_created(access, pool, &created)
+    let warnings = pool.layout_warnings();
+    remember_created(access, pool, &created)?;
+    Ok(warnings)
 }
 
 /// Puts a pool `Pool::create` made durable into the pool cache. A one-shot process closes it
@@ -155,6 +157,7 @@ fn with_cache_devices(groups: &[VdevGroup], cache_devices: &[DeviceSpec]) -> Vec
     let mut every = groups.to_vec();
     every.extend(cache_devices.iter().map(|spec| VdevGroup {
         mirror: false,
+        raidz_parity: None,
         log: false,
         devices: vec![spec.clone()],
     }));
@@ -210,6 +213,7 @@ mod tests {
         let spec = |path: &str| DeviceSpec::parse(path).unwrap();
         let groups = [VdevGroup {
             mirror: true,
+            raidz_parity: None,
             log: false,
             devices: vec![spec("/a"), spec("/b")],
         }];

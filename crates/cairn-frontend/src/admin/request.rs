@@ -281,6 +281,9 @@ pub struct VdevLayout {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupLayout {
     pub mirror: bool,
+    /// A raidz group's parity (absent in requests of builds without raidz).
+    #[serde(default)]
+    pub raidz_parity: Option<u8>,
     pub log: bool,
     pub devices: Vec<String>,
 }

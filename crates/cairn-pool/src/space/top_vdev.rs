@@ -26,6 +26,7 @@ use super::class::SpaceClass;
 use super::metaslab::{Metaslab, weight_bucket};
 use super::range_tree::{RangeTree, extent_end, histogram_bucket};
 use cairn_format::blkptr::DVA_COUNT_MAX;
+use cairn_format::raidz::RaidzGeometry;
 use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
@@ -53,6 +54,8 @@ pub(super) struct TopVdevSpace {
     pub class: SpaceClass,
     pub ashift: u8,
     pub metaslab_shift: u8,
+    /// Set on a raidz vdev: what a block of a given size allocates (`asize_for`).
+    pub raidz: Option<RaidzGeometry>,
     /// Sum of the metaslab sizes: the allocatable part of the data region.
     pub size_bytes: u64,
     pub metaslabs: Vec<Metaslab>,
@@ -77,6 +80,7 @@ impl TopVdevSpace {
         size_bytes: u64,
         ashift: u8,
         metaslab_shift: u8,
+        raidz: Option<RaidzGeometry>,
     ) -> Self {
         let metaslab_size_bytes = 1u64 << metaslab_shift;
         let metaslab_count = size_bytes.div_ceil(metaslab_size_bytes);
@@ -92,6 +96,7 @@ impl TopVdevSpace {
             class,
             ashift,
             metaslab_shift,
+            raidz,
             size_bytes,
             free_bytes: size_bytes,
             weights: vec![0; metaslabs.len()],
@@ -111,6 +116,18 @@ impl TopVdevSpace {
 
     pub fn free_bytes(&self) -> u64 {
         self.free_bytes
+    }
+
+    /// Bytes a block of `size_bytes` allocates here: rounded up to the sector, or on a raidz
+    /// vdev its data, parity and skip sectors (`RaidzGeometry::asize`).
+    pub fn asize_for(&self, size_bytes: u32) -> u64 {
+        match &self.raidz {
+            Some(geometry) => geometry.asize(u64::from(size_bytes)),
+            None => {
+                let sector_bytes = 1u64 << self.ashift;
+                u64::from(size_bytes).div_ceil(sector_bytes) * sector_bytes
+            }
+        }
     }
 
     pub fn deferred_bytes(&self) -> u64 {

@@ -13,8 +13,7 @@
 use super::{Chain, Itx, Lane, WrittenBlock, block_size_for, payload_len};
 use crate::{IntentLog, ItxData, LogSource, ZilError};
 use cairn_format::intent_log::{
-    LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MAX, LOG_BLOCK_SIZE_MIN, LOG_RECORD_HEADER_SIZE,
-    LOG_RECORD_PAYLOAD_MAX,
+    LOG_BLOCK_HEADER_SIZE, LOG_BLOCK_SIZE_MIN, LOG_RECORD_HEADER_SIZE, LOG_RECORD_PAYLOAD_MAX,
 };
 use cairn_format::{ChainPosition, Dva, LogBlock, LogRecord, LogRecordKind};
 use std::collections::VecDeque;
@@ -116,7 +115,8 @@ impl IntentLog {
         let mut queue: VecDeque<LogRecord> = records.into();
         let mut remaining_bytes = total_bytes;
         while !queue.is_empty() {
-            let capacity = built.chain.next.asize.min(LOG_BLOCK_SIZE_MAX) as usize;
+            // What the block can hold: its allocation (on raidz, less its parity).
+            let capacity = crate::log_block_len(&self.io, &built.chain.next);
             let (block_records, used) = pack_block(&mut queue, capacity, &mut remaining_bytes);
             // The next block is sized for what is left of this batch, or, at its end, for the
             // smaller of this batch and the one before: the unused end of a pre-allocated

@@ -423,6 +423,13 @@ impl IntentLog {
                 bytes.len() <= dva.asize as usize,
                 "a log block past its allocation"
             );
+            // On a raidz vdev a block is a stripe of its own, written padded to the length
+            // replay reads back (`BlockIo::raw_capacity`), never merged with a neighbour.
+            if self.io.is_raidz(&dva) {
+                let padding = crate::log_block_len(&self.io, &dva).saturating_sub(bytes.len());
+                runs.push((dva, vec![bytes, &ZEROS[..padding]]));
+                continue;
+            }
             if let Some((run, bufs)) = runs.last_mut()
                 && run.vdev == dva.vdev
                 && run.offset + u64::from(run.asize) == dva.offset

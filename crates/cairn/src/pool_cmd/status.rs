@@ -440,7 +440,11 @@ fn top_json(top: &cairn_engine::TopStatus) -> json::VdevEntry {
     let sum = |count: fn(&cairn_engine::LeafStatus) -> u64| top.leaves.iter().map(count).sum();
     json::VdevEntry {
         name: top.name.clone(),
-        vdev_type: "mirror",
+        vdev_type: if top.name.starts_with("raidz") {
+            "raidz"
+        } else {
+            "mirror"
+        },
         class,
         state: Some(top.health.as_str()),
         read_errors: Some(sum(|leaf| leaf.read_errors)),

@@ -2,7 +2,8 @@
 //! `allocate_log` and `allocate_log_on_pool` (intent-log blocks), `claim` (an exact extent found
 //! at import), and the rotor that spreads primary copies (`advance_rotor`, `settle_rotor`).
 //!
-//! Invariants: a request is rounded up to its vdev's sector; an allocation is recorded for its
+//! Invariants: a request is rounded up to its vdev's sector (on a raidz vdev, to what the
+//! block's stripe allocates: `TopVdevSpace::asize_for`); an allocation is recorded for its
 //! txg, which must still be open (`check_txg_open`); `allocate` uses Normal vdevs only. This
 //! file uses `state` below it.
 
@@ -66,8 +67,7 @@ impl SpaceAllocator {
         self.check_txg_open(txg)?;
         for attempt in self.attempt_order(avoid) {
             let vdev = &self.vdevs[attempt.index];
-            let sector_bytes = 1u64 << vdev.ashift;
-            let asize = u64::from(size_bytes).div_ceil(sector_bytes) * sector_bytes;
+            let asize = vdev.asize_for(size_bytes);
             if asize > u64::from(u32::MAX) {
                 continue;
             }
@@ -128,8 +128,7 @@ impl SpaceAllocator {
             for k in 0..logs.len() {
                 let index = logs[(first + k) % logs.len()];
                 let vdev = &mut self.vdevs[index];
-                let sector_bytes = 1u64 << vdev.ashift;
-                let asize = u64::from(size_bytes).div_ceil(sector_bytes) * sector_bytes;
+                let asize = vdev.asize_for(size_bytes);
                 if asize > u64::from(u32::MAX) {
                     continue;
                 }

@@ -12,6 +12,7 @@ use crate::space::SpaceError;
 use crate::space::class::SpaceClass;
 use crate::space::range_tree::RangeTree;
 use crate::space::top_vdev::TopVdevSpace;
+use cairn_format::raidz::RaidzGeometry;
 use std::collections::BTreeMap;
 
 /// Space of one top-level vdev, as the allocator is given it.
@@ -25,6 +26,9 @@ pub struct VdevSpace {
     pub ashift: u8,
     /// log2 of the metaslab size (see `metaslab_shift_for`).
     pub metaslab_shift: u8,
+    /// The layout of a raidz vdev: a block then allocates `RaidzGeometry::asize` bytes (its
+    /// data, parity and skip sectors) instead of its size rounded to the sector.
+    pub raidz: Option<RaidzGeometry>,
 }
 
 /// Space numbers of one top-level vdev.

@@ -72,6 +72,15 @@ impl SpaceAllocator {
                 config.data_size_bytes
             )));
         }
+        if let Some(geometry) = &config.raidz
+            && geometry.ashift() != config.ashift
+        {
+            return Err(invalid(format!(
+                "raidz layout of ashift {} on a vdev of ashift {}",
+                geometry.ashift(),
+                config.ashift
+            )));
+        }
         let metaslab_count = size_bytes.div_ceil(1u64 << config.metaslab_shift);
         if metaslab_count > METASLAB_COUNT_MAX {
             return Err(invalid(format!(
@@ -84,6 +93,7 @@ impl SpaceAllocator {
             size_bytes,
             config.ashift,
             config.metaslab_shift,
+            config.raidz,
         ))
     }
 
