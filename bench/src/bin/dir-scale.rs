@@ -133,6 +133,7 @@ fn create_pool(args: &Args) -> Result<Pool> {
         "dirs",
         &[VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: vec![DeviceSpec {
                 path: device,

@@ -87,6 +87,7 @@ fn cairn_volume(dir: &Path, args: &Args, chunk: &[u8], volblocksize: &str) -> Re
         "bench",
         &[VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: vec![DeviceSpec {
                 path: device.clone(),

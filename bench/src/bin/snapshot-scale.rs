@@ -188,6 +188,7 @@ fn create_pool(args: &Args) -> Result<Pool> {
         "scale",
         &[VdevGroup {
             mirror: false,
+            raidz_parity: None,
             log: false,
             devices: vec![DeviceSpec {
                 path: device,
