@@ -6,8 +6,7 @@
 //! require that nothing near the claim was asked for, including when the caller's own bound
 //! would allow it (`max_data_bytes = usize::MAX`, a 4 GiB record limit).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+mod peak_alloc;
 
 use cairn_nfs::mount::{decode_mount_call, decode_mount_reply};
 use cairn_nfs::nfs3::*;
@@ -17,59 +16,7 @@ use cairn_nfs::rpc::{
     ReplyBody, ReplyHeader, parse_call,
 };
 use cairn_nfs::{Encoder, XdrError};
-
-struct PeakAllocator;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static PEAK_BYTES: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size_bytes: usize) {
-    // `try_with`: thread-locals may be gone while a thread exits.
-    let _ = ARMED.try_with(|armed| {
-        if armed.get() {
-            let _ = PEAK_BYTES.try_with(|peak| peak.set(peak.get().max(size_bytes)));
-        }
-    });
-}
-
-unsafe impl GlobalAlloc for PeakAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded unchanged to the system allocator, under the caller's contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: PeakAllocator = PeakAllocator;
-
-/// Runs `f` and returns its value with the largest single allocation it made on this thread.
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    PEAK_BYTES.with(|peak| peak.set(0));
-    ARMED.with(|armed| armed.set(true));
-    let value = f();
-    ARMED.with(|armed| armed.set(false));
-    (value, PEAK_BYTES.with(Cell::get))
-}
+use peak_alloc::largest_allocation;
 
 /// Far below any claimed length used here, far above what the hand-made inputs need.
 const SMALL_BYTES: usize = 64 * 1024;

@@ -8,17 +8,18 @@
 //! operations it does not decode (NOTSUPP) and undefined numbers (OP_ILLEGAL), at the edges of
 //! their bounds (128-byte handles, 1024-byte owners, 8-word bitmaps).
 
+mod peak_alloc;
+
 use cairn_nfs::nfs4::args::*;
 use cairn_nfs::nfs4::attrs::{AttrError, AttrValues, Fsid4, SetTime4, Specdata4, attr};
 use cairn_nfs::nfs4::results::*;
 use cairn_nfs::nfs4::types::*;
 use cairn_nfs::rpc::{AuthSys, MachineName};
 use cairn_nfs::{Encoder, XdrEncode, XdrError};
+use peak_alloc::largest_allocation;
 use proptest::collection::vec;
 use proptest::option;
 use proptest::prelude::*;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 
 const MAX_DATA_BYTES: usize = 4096;
 
@@ -655,58 +656,7 @@ fn bytes_after_the_last_operation_are_refused() {
     ));
 }
 
-// ----- hostile lengths: a counting allocator (the largest single allocation while armed) -----
-
-struct PeakAllocator;
-
-thread_local! {
-    static ARMED: Cell<bool> = const { Cell::new(false) };
-    static PEAK_BYTES: Cell<usize> = const { Cell::new(0) };
-}
-
-fn note(size_bytes: usize) {
-    let _ = ARMED.try_with(|armed| {
-        if armed.get() {
-            let _ = PEAK_BYTES.try_with(|peak| peak.set(peak.get().max(size_bytes)));
-        }
-    });
-}
-
-unsafe impl GlobalAlloc for PeakAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: forwarded unchanged to the system allocator, under the caller's contract.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note(layout.size());
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note(new_size);
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: PeakAllocator = PeakAllocator;
-
-fn largest_allocation<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    PEAK_BYTES.with(|peak| peak.set(0));
-    ARMED.with(|armed| armed.set(true));
-    let value = f();
-    ARMED.with(|armed| armed.set(false));
-    (value, PEAK_BYTES.with(Cell::get))
-}
+// ----- hostile lengths: the largest single allocation while a decode runs (`peak_alloc`) -----
 
 const SMALL_BYTES: usize = 64 * 1024;
 
