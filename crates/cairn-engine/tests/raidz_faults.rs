@@ -6,17 +6,13 @@
 
 mod common;
 
-use cairn_device::file::{FileDevice, FileOptions};
-use cairn_device::spec::DeviceSpec;
-use cairn_device::{Device, DeviceError};
-use cairn_emulate::{DeviceModel, EmuOptions, EmulatedDevice, FaultConfig, PowerSwitch};
+use cairn_emulate::PowerSwitch;
 use cairn_engine::{CreateOptions, DeviceOpener, Pool, VdevGroup};
 use cairn_pool::vdev::Health;
+use common::failing::Devices;
 use common::*;
-use parking_lot::Mutex;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Weak};
+use std::path::PathBuf;
+use std::sync::Arc;
 
 fn create_raidz_with(paths: &[PathBuf], parity: u8, opener: DeviceOpener) -> Pool {
     Pool::create(
@@ -34,54 +30,6 @@ fn create_raidz_with(paths: &[PathBuf], parity: u8, opener: DeviceOpener) -> Poo
         options(opener),
     )
     .expect("create raidz pool")
-}
-
-/// Emulated RAM disks over files, each kept (weakly) by file name so a test can make it fail.
-#[derive(Clone, Default)]
-struct Devices(Arc<Mutex<BTreeMap<String, Weak<EmulatedDevice>>>>);
-
-impl Devices {
-    fn opener(&self) -> DeviceOpener {
-        let handles = self.0.clone();
-        Arc::new(
-            move |spec: &DeviceSpec, create: Option<u64>| -> Result<Arc<dyn Device>, DeviceError> {
-                let file: Arc<dyn Device> = Arc::new(FileDevice::open(
-                    &spec.path,
-                    FileOptions {
-                        create_size_bytes: create,
-                        ..FileOptions::default()
-                    },
-                )?);
-                let device = EmulatedDevice::new(
-                    file,
-                    DeviceModel::Ram,
-                    EmuOptions {
-                        clock: None,
-                        ..EmuOptions::default()
-                    },
-                );
-                let name = spec
-                    .path
-                    .file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .into_owned();
-                handles.lock().insert(name, Arc::downgrade(&device));
-                Ok(device as Arc<dyn Device>)
-            },
-        )
-    }
-
-    /// Every read and write of the device fails with EIO.
-    fn fail(&self, path: &Path) {
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        let device = self.0.lock().get(&name).and_then(Weak::upgrade).unwrap();
-        device.set_faults(FaultConfig {
-            read_eio_probability: 1.0,
-            write_eio_probability: 1.0,
-            ..FaultConfig::default()
-        });
-    }
 }
 
 fn read_all(pool: &Pool, size: usize) -> Result<Vec<u8>, String> {

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod failing;
 pub mod family;
 pub mod streams;
 
