@@ -77,11 +77,6 @@ fn analytics_address(server: &Server) -> String {
     }
 }
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
 /// A Prometheus scraping `target` every second, killed on drop.
 struct Prometheus {
     child: Child,

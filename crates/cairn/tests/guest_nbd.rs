@@ -21,15 +21,7 @@ mod nbd_common;
 use cairn_guest::{BootOptions, Guest, HOST_ADDRESS};
 use nbd_common::*;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
-fn guest_cache_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or(tmp.clone(), |target| target.join("guest"))
-}
 
 /// The files the guest writes: (name in the file system, size). Sizes not a multiple of the
 /// block size, so a lost tail shows.

@@ -70,18 +70,6 @@ const KNOWN_FAILURES: &[(&str, &str)] = &[
     ),
 ];
 
-/// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
-fn guest_cache_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or(tmp.clone(), |target| target.join("guest"))
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
 fn cargo_bin(name: &str, install: &str) -> PathBuf {
     let home = std::env::var_os("CARGO_HOME")
         .map(PathBuf::from)

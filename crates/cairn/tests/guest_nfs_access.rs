@@ -19,15 +19,7 @@ mod nfs_common;
 use cairn_guest::{BootOptions, Guest, HOST_ADDRESS};
 use nbd_common::*;
 use nfs_common::Raw;
-use std::path::PathBuf;
 use std::time::Duration;
-
-/// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
-fn guest_cache_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or(tmp.clone(), |target| target.join("guest"))
-}
 
 #[test]
 fn kernel_client_gets_what_the_lists_say() {
@@ -54,7 +46,7 @@ fn kernel_client_gets_what_the_lists_say() {
         "sharenfs=rw=127.0.0.2,no_root_squash",
         "tank/none",
     ]);
-    let port = nfs_common::free_port();
+    let port = free_port();
     let mut server = env.serve_with_args(&["--nfs", &format!("127.0.0.1:{port}")]);
 
     // A file in tank/ro, written while it is still read-write, then the share made read-only.

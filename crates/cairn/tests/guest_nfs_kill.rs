@@ -39,18 +39,6 @@ const FILES: usize = 36;
 /// What root is squashed to over NFS (the guest's script runs as root).
 const NOBODY: u32 = 65534;
 
-/// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
-fn guest_cache_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or(tmp.clone(), |target| target.join("guest"))
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// `name checksum` lines with `prefix`, as a map.
 fn sums(text: &str, prefix: &str) -> BTreeMap<String, String> {
     text.lines()

@@ -23,18 +23,6 @@ use nbd_common::*;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
-fn guest_cache_dir() -> PathBuf {
-    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    tmp.parent()
-        .map_or(tmp.clone(), |target| target.join("guest"))
-}
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
-}
-
 /// Waits until the guest leaves `name` in `share` (or the guest is done).
 fn wait_for(share: &Path, name: &str, guest_done: impl Fn() -> bool) -> bool {
     let started = Instant::now();

@@ -53,11 +53,6 @@ const FILE_BLOCKS: usize = 24;
 /// Calls a run makes at most: far more than a cut point needs.
 const CALLS_MAX: usize = 5000;
 
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// The bytes of version `tag` of a block (tag 0: zeros, what the files start with).
 fn pattern(tag: u64) -> Vec<u8> {
     if tag == 0 {

@@ -41,6 +41,19 @@ pub fn heavy() -> MutexGuard<'static, ()> {
 // External tools
 // ---------------------------------------------------------------------------------------------
 
+/// `$CARGO_TARGET_DIR/guest`: the guest kernel's cache, shared by every test that boots one.
+pub fn guest_cache_dir() -> PathBuf {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    tmp.parent()
+        .map_or(tmp.clone(), |target| target.join("guest"))
+}
+
+/// A TCP port free on loopback now (the kernel's pick; a test binds it soon after).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    listener.local_addr().expect("addr").port()
+}
+
 /// The path of `name`, or a failure naming the Debian package that provides it. The tests never
 /// skip: a missing client is a broken test environment.
 pub fn tool(name: &str, package: &str) -> PathBuf {

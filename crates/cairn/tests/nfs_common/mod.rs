@@ -20,11 +20,6 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 /// The user the tests act as over NFS (root would be squashed to nobody).
 pub const USER: u32 = 1000;
 
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
 /// A pool with filesystem `tank/home` (`sharenfs=on`) whose root belongs to `USER`; the
 /// server runs with NFS on `port` and `extra` arguments.
 pub fn shared_home(env: &Env, port: u16, extra: &[&str]) -> Server {
