@@ -16,28 +16,9 @@ use cairn_format::{BlockPointer, ObjectType};
 use cairn_pool::vdev::Health;
 use common::*;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const ASHIFT: u8 = 12;
-
-fn create_raidz(paths: &[PathBuf], parity: u8) -> Pool {
-    Pool::create(
-        "tank",
-        &[VdevGroup {
-            mirror: false,
-            raidz_parity: Some(parity),
-            log: false,
-            devices: specs(paths),
-        }],
-        &CreateOptions {
-            create_size_bytes: Some(DEVICE_SIZE),
-            ashift: ASHIFT,
-            ..Default::default()
-        },
-        options(plain_opener()),
-    )
-    .expect("create raidz pool")
-}
 
 /// Writes a volume of `size` random bytes with blocks of `block_bytes`, syncs and returns
 /// its contents.
@@ -112,7 +93,7 @@ fn round_trips_at_several_widths_and_block_sizes_allocating_what_the_layout_says
         for block_bytes in [4096u64, 8192, 32768, 131072] {
             let dir = tempfile::tempdir().unwrap();
             let paths = device_paths(dir.path(), width);
-            let pool = create_raidz(&paths, parity);
+            let pool = create_raidz(&paths, parity, ASHIFT, plain_opener());
             let size = 1 << 20;
             let seed = round as u64 * 10 + block_bytes;
             let contents = write_volume(&pool, size, block_bytes, seed);
@@ -147,7 +128,7 @@ fn damaged_columns_on_up_to_parity_children_are_rebuilt_charged_and_repaired() {
     for (parity, width) in [(1u8, 4usize), (2, 6), (3, 7)] {
         let dir = tempfile::tempdir().unwrap();
         let paths = device_paths(dir.path(), width);
-        let pool = create_raidz(&paths, parity);
+        let pool = create_raidz(&paths, parity, ASHIFT, plain_opener());
         let size = 2 << 20;
         let contents = write_volume(&pool, size, 16384, u64::from(parity));
         let blocks = data_blocks(&pool);
@@ -214,7 +195,7 @@ fn missing_children_up_to_parity_degrade_the_pool_and_one_more_is_refused() {
     let (parity, width) = (2u8, 5usize);
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), width);
-    let pool = create_raidz(&paths, parity);
+    let pool = create_raidz(&paths, parity, ASHIFT, plain_opener());
     let size = 1 << 20;
     let contents = write_volume(&pool, size, 8192, 5);
     pool.close().unwrap();
@@ -259,7 +240,7 @@ fn damage_past_parity_is_an_error_never_wrong_data() {
     let (parity, width) = (1u8, 4usize);
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), width);
-    let pool = create_raidz(&paths, parity);
+    let pool = create_raidz(&paths, parity, ASHIFT, plain_opener());
     let size = 1 << 20;
     write_volume(&pool, size, 16384, 9);
     let blocks = data_blocks(&pool);

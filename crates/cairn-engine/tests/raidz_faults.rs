@@ -7,30 +7,12 @@
 mod common;
 
 use cairn_emulate::PowerSwitch;
-use cairn_engine::{CreateOptions, DeviceOpener, Pool, VdevGroup};
+use cairn_engine::Pool;
+use cairn_format::ASHIFT_DEFAULT;
 use cairn_pool::vdev::Health;
 use common::failing::Devices;
 use common::*;
-use std::path::PathBuf;
 use std::sync::Arc;
-
-fn create_raidz_with(paths: &[PathBuf], parity: u8, opener: DeviceOpener) -> Pool {
-    Pool::create(
-        "tank",
-        &[VdevGroup {
-            mirror: false,
-            raidz_parity: Some(parity),
-            log: false,
-            devices: specs(paths),
-        }],
-        &CreateOptions {
-            create_size_bytes: Some(DEVICE_SIZE),
-            ..Default::default()
-        },
-        options(opener),
-    )
-    .expect("create raidz pool")
-}
 
 fn read_all(pool: &Pool, size: usize) -> Result<Vec<u8>, String> {
     let volume = pool.volume("tank/vol").map_err(|err| err.to_string())?;
@@ -54,7 +36,7 @@ fn children_failing_up_to_parity_keep_every_write_and_one_more_fails_the_txg() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 5);
     let devices = Devices::default();
-    let pool = create_raidz_with(&paths, 2, devices.opener());
+    let pool = create_raidz(&paths, 2, ASHIFT_DEFAULT, devices.opener());
     let size = 2 << 20;
     pool.create_volume(
         "tank/vol",
@@ -109,7 +91,12 @@ fn synchronous_writes_logged_on_raidz_survive_a_power_cut() {
     let dir = tempfile::tempdir().unwrap();
     let paths = device_paths(dir.path(), 4);
     let power = Arc::new(PowerSwitch::with_seed(3));
-    let pool = create_raidz_with(&paths, 1, emulated_opener(3, Some(power.clone())));
+    let pool = create_raidz(
+        &paths,
+        1,
+        ASHIFT_DEFAULT,
+        emulated_opener(3, Some(power.clone())),
+    );
     let size = 1 << 20;
     pool.create_volume(
         "tank/vol",

@@ -124,6 +124,27 @@ pub fn create_mirror_with(paths: &[PathBuf], options: PoolOptions) -> Pool {
     .expect("create pool")
 }
 
+/// Pool `tank` of one raidz vdev with `parity` parity columns over `paths` (`DEVICE_SIZE`
+/// each, sectors of `1 << ashift` bytes).
+pub fn create_raidz(paths: &[PathBuf], parity: u8, ashift: u8, opener: DeviceOpener) -> Pool {
+    Pool::create(
+        "tank",
+        &[VdevGroup {
+            mirror: false,
+            raidz_parity: Some(parity),
+            log: false,
+            devices: specs(paths),
+        }],
+        &CreateOptions {
+            create_size_bytes: Some(DEVICE_SIZE),
+            ashift,
+            ..Default::default()
+        },
+        options(opener),
+    )
+    .expect("create raidz pool")
+}
+
 pub fn import(paths: &[PathBuf], opener: DeviceOpener) -> Result<Pool, cairn_engine::EngineError> {
     Pool::import(
         &ImportSource::Devices(specs(paths)),
